@@ -1,0 +1,184 @@
+#include "kernels/dflash/model.h"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "kprop/rng.h"
+
+namespace kprop::dflash {
+namespace {
+
+enum Tensor { kToken = 1, kPosition, kOutput, kQ, kK, kV, kO, kUp, kDown };
+constexpr double kLogitScale = 4.0;
+constexpr double kPositionScale = 0.8;
+
+void rms_norm(const double* x, double* out, int d) {
+  double sum = 0;
+  for (int k = 0; k < d; ++k) sum += x[k] * x[k];
+  const double inv = 1.0 / std::sqrt(sum / d + 1e-6);
+  for (int k = 0; k < d; ++k) out[k] = x[k] * inv;
+}
+
+// out[r] = sum_c w[r][c] * x[c]
+void matvec(const std::vector<double>& w, const double* x, double* out, int rows, int cols) {
+  for (int r = 0; r < rows; ++r) {
+    double s = 0;
+    for (int c = 0; c < cols; ++c) s += w[static_cast<size_t>(r) * cols + c] * x[c];
+    out[r] = s;
+  }
+}
+
+}  // namespace
+
+double TinyLM::weight(int tensor, int layer, int row, int col, double scale) const {
+  const uint64_t stream = static_cast<uint64_t>(tensor) << 32 | static_cast<uint64_t>(layer);
+  const uint64_t index = static_cast<uint64_t>(row) << 24 | static_cast<uint64_t>(col);
+  return scale * rng::normal(config_.seed, stream, index);
+}
+
+TinyLM::TinyLM(const ModelConfig& c) : config_(c) {
+  if (c.vocab < 1 || c.d_model < 1 || c.layers < 0 || c.heads < 1 || c.d_model % c.heads != 0)
+    throw std::invalid_argument("TinyLM: bad config (heads must divide d_model)");
+  head_dim_ = c.d_model / c.heads;
+  const int d = c.d_model;
+  auto fill = [&](std::vector<double>& w, int tensor, int layer, int rows, int cols) {
+    w.resize(static_cast<size_t>(rows) * cols);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(cols));
+    for (int r = 0; r < rows; ++r)
+      for (int k = 0; k < cols; ++k) w[static_cast<size_t>(r) * cols + k] = weight(tensor, layer, r, k, scale);
+  };
+  fill(token_embedding_, kToken, 0, c.vocab, d);
+  for (auto& x : token_embedding_) x *= std::sqrt(static_cast<double>(d));  // unit-variance rows
+  fill(output_, kOutput, 0, c.vocab, d);
+  layers_.resize(static_cast<size_t>(c.layers));
+  for (int l = 0; l < c.layers; ++l) {
+    auto& L = layers_[static_cast<size_t>(l)];
+    fill(L.wq, kQ, l, d, d);
+    fill(L.wk, kK, l, d, d);
+    fill(L.wv, kV, l, d, d);
+    fill(L.wo, kO, l, d, d);
+    fill(L.w1, kUp, l, 2 * d, d);
+    fill(L.w2, kDown, l, d, 2 * d);
+  }
+}
+
+TinyLM::Cache TinyLM::empty_cache() const {
+  Cache cache;
+  cache.keys.resize(layers_.size());
+  cache.values.resize(layers_.size());
+  return cache;
+}
+
+std::vector<Logits> TinyLM::forward_block(Cache& cache, std::span<const int> tokens,
+                                          std::span<const int> positions,
+                                          const std::function<bool(int, int)>& visible,
+                                          bool commit) const {
+  const int d = config_.d_model, n = static_cast<int>(tokens.size()), past = cache.length;
+  // Residual stream of the block, [n][d].
+  std::vector<double> x(static_cast<size_t>(n) * d);
+  for (int i = 0; i < n; ++i) {
+    const int t = tokens[static_cast<size_t>(i)];
+    if (t < 0 || t >= config_.vocab) throw std::out_of_range("TinyLM: token out of vocabulary");
+    for (int k = 0; k < d; ++k)
+      x[static_cast<size_t>(i) * d + k] =
+          token_embedding_[static_cast<size_t>(t) * d + k] +
+          kPositionScale * rng::normal(config_.seed, static_cast<uint64_t>(kPosition) << 32,
+                                       static_cast<uint64_t>(positions[static_cast<size_t>(i)]) << 24 |
+                                           static_cast<uint64_t>(k));
+  }
+  std::vector<double> h(static_cast<size_t>(d)), q(static_cast<size_t>(n) * d),
+      k_new(static_cast<size_t>(n) * d), v_new(static_cast<size_t>(n) * d), attn(static_cast<size_t>(d)),
+      proj(static_cast<size_t>(d)), up(static_cast<size_t>(2 * d));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& L = layers_[l];
+    for (int i = 0; i < n; ++i) {
+      rms_norm(&x[static_cast<size_t>(i) * d], h.data(), d);
+      matvec(L.wq, h.data(), &q[static_cast<size_t>(i) * d], d, d);
+      matvec(L.wk, h.data(), &k_new[static_cast<size_t>(i) * d], d, d);
+      matvec(L.wv, h.data(), &v_new[static_cast<size_t>(i) * d], d, d);
+    }
+    const auto& K = cache.keys[l];
+    const auto& V = cache.values[l];
+    for (int i = 0; i < n; ++i) {
+      for (int head = 0; head < config_.heads; ++head) {
+        const int off = head * head_dim_;
+        const double* qi = &q[static_cast<size_t>(i) * d + off];
+        auto score = [&](const double* key) {
+          double s = 0;
+          for (int k = 0; k < head_dim_; ++k) s += qi[k] * key[k];
+          return s * scale;
+        };
+        // Two-pass softmax over visible keys: cached positions, then block.
+        double m = -std::numeric_limits<double>::infinity();
+        for (int j = 0; j < past; ++j) m = std::max(m, score(&K[static_cast<size_t>(j) * d + off]));
+        for (int j = 0; j < n; ++j)
+          if (visible(i, j)) m = std::max(m, score(&k_new[static_cast<size_t>(j) * d + off]));
+        double denom = 0;
+        std::fill(attn.begin() + off, attn.begin() + off + head_dim_, 0.0);
+        auto accumulate = [&](const double* key, const double* value) {
+          const double p = std::exp(score(key) - m);
+          denom += p;
+          for (int k = 0; k < head_dim_; ++k) attn[static_cast<size_t>(off + k)] += p * value[k];
+        };
+        for (int j = 0; j < past; ++j)
+          accumulate(&K[static_cast<size_t>(j) * d + off], &V[static_cast<size_t>(j) * d + off]);
+        for (int j = 0; j < n; ++j)
+          if (visible(i, j))
+            accumulate(&k_new[static_cast<size_t>(j) * d + off], &v_new[static_cast<size_t>(j) * d + off]);
+        for (int k = 0; k < head_dim_; ++k)
+          attn[static_cast<size_t>(off + k)] = denom > 0 ? attn[static_cast<size_t>(off + k)] / denom : 0.0;
+      }
+      matvec(L.wo, attn.data(), proj.data(), d, d);
+      for (int k = 0; k < d; ++k) x[static_cast<size_t>(i) * d + k] += proj[static_cast<size_t>(k)];
+    }
+    for (int i = 0; i < n; ++i) {
+      double* xi = &x[static_cast<size_t>(i) * d];
+      rms_norm(xi, h.data(), d);
+      matvec(L.w1, h.data(), up.data(), 2 * d, d);
+      for (auto& u : up) u = std::tanh(u);
+      matvec(L.w2, up.data(), proj.data(), d, 2 * d);
+      for (int k = 0; k < d; ++k) xi[k] += proj[static_cast<size_t>(k)];
+    }
+    if (commit) {
+      cache.keys[l].insert(cache.keys[l].end(), k_new.begin(), k_new.end());
+      cache.values[l].insert(cache.values[l].end(), v_new.begin(), v_new.end());
+    }
+  }
+  std::vector<Logits> out(static_cast<size_t>(n), Logits(static_cast<size_t>(config_.vocab)));
+  for (int i = 0; i < n; ++i) {
+    rms_norm(&x[static_cast<size_t>(i) * d], h.data(), d);
+    matvec(output_, h.data(), out[static_cast<size_t>(i)].data(), config_.vocab, d);
+    for (auto& v : out[static_cast<size_t>(i)]) v *= kLogitScale;
+  }
+  if (commit) {
+    cache.length += n;
+    if (n > 0) cache.last_logits = out.back();
+  }
+  return out;
+}
+
+void TinyLM::append(Cache& cache, int token, int position) const {
+  const int tokens[1] = {token};
+  const int positions[1] = {position};
+  forward_block(cache, tokens, positions, [](int, int) { return true; }, true);
+}
+
+Argmax argmax(const Logits& logits) {
+  Argmax a;
+  double best = -std::numeric_limits<double>::infinity(), second = best;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (logits[i] > best) {
+      second = best;
+      best = logits[i];
+      a.index = static_cast<int>(i);
+    } else if (logits[i] > second) {
+      second = logits[i];
+    }
+  }
+  a.margin = best - second;
+  return a;
+}
+
+}  // namespace kprop::dflash

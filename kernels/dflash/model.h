@@ -1,0 +1,79 @@
+// The target model for speculative decoding: a tiny deterministic
+// transformer LM in double precision. Weights are a pure function of
+// (seed, tensor, row, column), so a model is defined by its config alone and
+// shrinking a dimension keeps the surviving weights unchanged.
+//
+// Architecture (pre-norm, no biases): token embedding + learned position
+// embedding of the position id; per layer RMS-norm -> multi-head attention ->
+// residual, RMS-norm -> tanh MLP (hidden 2d) -> residual; final RMS-norm and
+// an untied output projection scaled so argmax margins are rarely tiny.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+namespace kprop::dflash {
+
+struct ModelConfig {
+  int vocab = 2;
+  int d_model = 4;
+  int layers = 1;
+  int heads = 1;  // divides d_model
+  uint64_t seed = 1;
+  bool operator==(const ModelConfig&) const = default;
+};
+
+using Logits = std::vector<double>;
+
+class TinyLM {
+ public:
+  explicit TinyLM(const ModelConfig& config);
+  const ModelConfig& config() const { return config_; }
+
+  // Keys and values of every committed position, per layer, plus the logits
+  // of the last committed position (the next-token prediction).
+  struct Cache {
+    std::vector<std::vector<double>> keys, values;  // [layer][position * d_model + k]
+    int length = 0;
+    Logits last_logits;
+  };
+  Cache empty_cache() const;
+
+  // Runs a block of new tokens after everything in `cache`: block token i
+  // attends to every cached position and to block tokens j with
+  // visible(i, j). Returns one logits row per block token. When `commit` is
+  // set, the block's keys/values are appended to the cache (the block must
+  // then be causal) and last_logits updated.
+  std::vector<Logits> forward_block(Cache& cache, std::span<const int> tokens,
+                                    std::span<const int> positions,
+                                    const std::function<bool(int, int)>& visible,
+                                    bool commit) const;
+
+  // Appends one token at `position` (causal decoding step).
+  void append(Cache& cache, int token, int position) const;
+
+ private:
+  double weight(int tensor, int layer, int row, int col, double scale) const;
+  ModelConfig config_;
+  int head_dim_;
+  // Materialised weights, row-major.
+  std::vector<double> token_embedding_, output_;  // [vocab][d]
+  struct Layer {
+    std::vector<double> wq, wk, wv, wo;  // [d][d]
+    std::vector<double> w1;              // [2d][d]
+    std::vector<double> w2;              // [d][2d]
+  };
+  std::vector<Layer> layers_;
+};
+
+// Index of the largest logit (lowest index on exact ties) and the gap to the
+// runner-up (infinity for a one-token vocabulary).
+struct Argmax {
+  int index = 0;
+  double margin = 0;
+};
+Argmax argmax(const Logits& logits);
+
+}  // namespace kprop::dflash

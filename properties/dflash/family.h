@@ -1,0 +1,27 @@
+// DFlash family: case generation, shrinking and encoding (see
+// kernels/dflash/dflash.h for the contract, invariants.cpp for the checks).
+#pragma once
+
+#include "kernels/dflash/dflash.h"
+#include "kprop/family.h"
+
+namespace kprop::dflash {
+
+struct Traits {
+  using Case = dflash::Case;
+  using Result = dflash::Result;
+  static constexpr const char* name = "dflash";
+  static constexpr const char* description =
+      "speculative decoding: draft-tree attention, parent-indexed greedy verification, bonus token";
+  static Schema domain_schema();
+  static rc::Gen<Case> generator(const Values& domain);
+  static rc::Seq<Case> shrinks(const Case& c);
+  static YAML::Node to_yaml(const Case& c);
+  static Case from_yaml(const YAML::Node& node);
+  static Case from_bytes(ByteReader& bytes, const Values& domain);
+  static CaseStats stats(const Case& c);
+};
+
+void register_invariants(FamilyDef<Traits>& family);
+
+}  // namespace kprop::dflash

@@ -1,0 +1,55 @@
+#include "kprop/case_yaml.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+namespace kprop::case_yaml {
+
+void fail(const YAML::Node& node, const std::string& message) {
+  const YAML::Mark m = node.Mark();
+  throw CaseFormatError(m.is_null() ? 0 : m.line + 1, m.is_null() ? 0 : m.column + 1, message);
+}
+
+void expect_keys(const YAML::Node& map, std::initializer_list<const char*> keys, const std::string& what) {
+  if (!map.IsMap()) fail(map, what + " must be a map");
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    bool ok = false;
+    for (const char* k : keys) ok = ok || it->first.Scalar() == k;
+    if (!ok) fail(it->first, "unknown key '" + it->first.Scalar() + "' in " + what);
+  }
+}
+
+YAML::Node real_list(const std::vector<double>& values) {
+  YAML::Node n(YAML::NodeType::Sequence);
+  for (double v : values) {
+    if (std::isnan(v)) n.push_back(".nan");
+    else if (std::isinf(v)) n.push_back(v > 0 ? ".inf" : "-.inf");
+    else n.push_back(fmt::format("{}", v));
+  }
+  return n;
+}
+
+std::vector<double> read_reals(const YAML::Node& map, const char* key) {
+  const YAML::Node n = map[key];
+  if (!n || !n.IsSequence()) fail(n ? n : map, std::string("'") + key + "' must be a list of numbers");
+  std::vector<double> out;
+  for (const auto& x : n) {
+    if (!x.IsScalar()) fail(x, std::string("'") + key + "' must be a list of numbers");
+    const std::string& s = x.Scalar();
+    if (s == ".nan" || s == ".NaN" || s == "nan") out.push_back(std::numeric_limits<double>::quiet_NaN());
+    else if (s == ".inf" || s == "inf" || s == "+.inf") out.push_back(std::numeric_limits<double>::infinity());
+    else if (s == "-.inf" || s == "-inf") out.push_back(-std::numeric_limits<double>::infinity());
+    else {
+      try {
+        out.push_back(x.as<double>());
+      } catch (const YAML::Exception&) {
+        fail(x, std::string("'") + key + "' has a non-number '" + s + "'");
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace kprop::case_yaml

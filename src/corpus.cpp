@@ -1,0 +1,187 @@
+#include "kprop/corpus.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "kprop/errors.h"
+
+namespace fs = std::filesystem;
+
+namespace kprop {
+namespace {
+
+bool is_scalar_list(const YAML::Node& n) {
+  if (!n.IsSequence()) return false;
+  for (const auto& item : n)
+    if (!item.IsScalar()) return false;
+  return true;
+}
+
+// A map whose values are all scalars or scalar lists reads best on one line.
+bool is_flat_map(const YAML::Node& n) {
+  if (!n.IsMap() || n.size() > 8) return false;
+  for (auto it = n.begin(); it != n.end(); ++it)
+    if (!it->second.IsScalar() && !is_scalar_list(it->second)) return false;
+  return true;
+}
+
+void emit(YAML::Emitter& out, const YAML::Node& n, bool top) {
+  if (n.IsScalar()) {
+    out << n.Scalar();
+  } else if (n.IsNull() || !n.IsDefined()) {
+    out << YAML::Null;
+  } else if (n.IsSequence()) {
+    const bool flow = is_scalar_list(n);
+    out << (flow ? YAML::Flow : YAML::Block) << YAML::BeginSeq;
+    for (const auto& item : n) emit(out, item, false);
+    out << YAML::EndSeq;
+  } else {
+    const bool flow = !top && is_flat_map(n);
+    out << (flow ? YAML::Flow : YAML::Block) << YAML::BeginMap;
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      out << YAML::Key << it->first.Scalar() << YAML::Value;
+      emit(out, it->second, false);
+    }
+    out << YAML::EndMap;
+  }
+}
+
+}  // namespace
+
+std::string emit_yaml(const YAML::Node& node) {
+  YAML::Emitter out;
+  emit(out, node, true);
+  return std::string(out.c_str()) + "\n";
+}
+
+std::string case_hash(const YAML::Node& case_node) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : emit_yaml(case_node)) h = (h ^ c) * 0x100000001b3ULL;
+  return fmt::format("{:016x}", h);
+}
+
+std::string emit_entry(const CorpusEntry& e) {
+  YAML::Node root(YAML::NodeType::Map);
+  root["kprop_corpus"] = e.version;
+  root["spec"] = e.spec;
+  root["family"] = e.family;
+  root["invariant"] = e.invariant;
+  root["found_against"] = e.found_against;
+  root["found_by"] = e.found_by;
+  root["seed"] = e.seed;
+  root["message"] = e.message;
+  root["case"] = e.case_node;
+  return emit_yaml(root);
+}
+
+void write_file_atomic(const std::string& path, const std::string& contents) {
+  static std::atomic<int> counter{0};
+  const fs::path target(path);
+  if (target.has_parent_path()) fs::create_directories(target.parent_path());
+  const fs::path tmp = target.parent_path() /
+                       fmt::format(".{}.tmp-{}-{}", target.filename().string(), getpid(), counter++);
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw InputError({path, 0, 0}, "cannot write file");
+    out << contents;
+    out.flush();
+    if (!out) {
+      out.close();
+      std::error_code ignore;
+      fs::remove(tmp, ignore);
+      throw InputError({path, 0, 0}, "cannot write file (disk full?)");
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, target, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    throw InputError({path, 0, 0}, "cannot move temporary file into place");
+  }
+}
+
+std::string write_entry(const std::string& dir, const CorpusEntry& entry, bool* created) {
+  const fs::path path = fs::path(dir) / (case_hash(entry.case_node) + ".yaml");
+  const bool exists = fs::exists(path);
+  if (created) *created = !exists;
+  if (!exists) write_file_atomic(path.string(), emit_entry(entry));
+  return path.string();
+}
+
+CorpusEntry read_entry(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError({path, 0, 0}, "cannot read corpus file");
+  std::stringstream text;
+  text << in.rdbuf();
+  YAML::Node root;
+  try {
+    root = YAML::Load(text.str());
+  } catch (const YAML::ParserException& e) {
+    throw InputError({path, e.mark.line + 1, e.mark.column + 1}, "corrupt corpus file: " + e.msg);
+  }
+  auto where = [&](const YAML::Node& n) -> Mark {
+    const YAML::Mark m = n.Mark();
+    return m.is_null() ? Mark{path, 0, 0} : Mark{path, m.line + 1, m.column + 1};
+  };
+  if (!root.IsMap()) throw InputError(where(root), "corrupt corpus file: expected a map with 'kprop_corpus: 1'");
+  static const std::set<std::string> known = {"kprop_corpus", "spec",    "family",  "invariant",
+                                              "found_against", "found_by", "seed", "message", "case"};
+  for (auto it = root.begin(); it != root.end(); ++it)
+    if (!it->first.IsScalar() || !known.count(it->first.Scalar()))
+      throw InputError(where(it->first), "corrupt corpus file: unknown key '" +
+                                             (it->first.IsScalar() ? it->first.Scalar() : "?") + "'");
+  auto text_of = [&](const char* key, bool required) -> std::string {
+    const YAML::Node n = root[key];
+    if (!n) {
+      if (required) throw InputError(where(root), std::string("corrupt corpus file: missing '") + key + "'");
+      return "";
+    }
+    if (!n.IsScalar()) throw InputError(where(n), std::string("corrupt corpus file: '") + key + "' must be a scalar");
+    return n.Scalar();
+  };
+  CorpusEntry e;
+  e.path = path;
+  const std::string version = text_of("kprop_corpus", true);
+  if (version != "1") throw InputError(where(root["kprop_corpus"]), "unsupported corpus version '" + version + "' (this kprop reads 1)");
+  e.spec = text_of("spec", false);
+  e.family = text_of("family", true);
+  e.invariant = text_of("invariant", false);
+  e.found_against = text_of("found_against", false);
+  e.found_by = text_of("found_by", false);
+  e.message = text_of("message", false);
+  const std::string seed = text_of("seed", false);
+  if (!seed.empty()) {
+    try {
+      e.seed = root["seed"].as<uint64_t>();
+    } catch (const YAML::Exception&) {
+      throw InputError(where(root["seed"]), "corrupt corpus file: seed must be an integer");
+    }
+  }
+  e.case_node = root["case"];
+  if (!e.case_node || e.case_node.IsNull()) throw InputError(where(root), "corrupt corpus file: missing 'case'");
+  return e;
+}
+
+std::vector<std::string> list_corpus(const std::string& path) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return {path};
+  if (!fs::is_directory(path, ec)) throw InputError({path, 0, 0}, "no such corpus file or folder");
+  for (const auto& e : fs::recursive_directory_iterator(path)) {
+    const auto name = e.path().filename().string();
+    if (e.is_regular_file() && e.path().extension() == ".yaml" && name[0] != '.')
+      out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace kprop

@@ -1,0 +1,55 @@
+#include "kprop/errors.h"
+
+#include <algorithm>
+
+namespace kprop {
+
+std::string Mark::str() const {
+  if (file.empty()) return "";
+  if (line <= 0) return file;
+  return file + ":" + std::to_string(line) + ":" + std::to_string(col);
+}
+
+static std::string located(const Mark& mark, const std::string& message) {
+  const std::string where = mark.str();
+  return where.empty() ? message : where + ": " + message;
+}
+
+InputError::InputError(Mark mark, const std::string& message)
+    : std::runtime_error(located(mark, message)), mark_(std::move(mark)), bare_(message) {}
+
+CaseFormatError::CaseFormatError(int l, int c, const std::string& message)
+    : std::runtime_error(message), line(l), col(c) {}
+
+static size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string closest_match(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_distance = std::max<size_t>(3, word.size() / 3) + 1;
+  for (const auto& c : candidates) {
+    const size_t d = edit_distance(word, c);
+    if (d < best_distance) best_distance = d, best = c;
+  }
+  return best;
+}
+
+std::string join(const std::vector<std::string>& items, const std::string& sep) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];
+  return out;
+}
+
+}  // namespace kprop

@@ -1,0 +1,43 @@
+// The regression corpus: one shrunk counterexample per YAML file under
+// corpus/<spec>/, named by a hash of the case, written atomically.
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kprop {
+
+struct CorpusEntry {
+  int version = 1;
+  std::string spec;
+  std::string family;
+  std::string invariant;
+  std::string found_against;
+  std::string found_by = "rapidcheck";  // or libfuzzer, crash
+  uint64_t seed = 0;
+  std::string message;
+  YAML::Node case_node;
+  std::string path;  // where it was read from or written to
+};
+
+// Canonical, human-readable YAML text of a node (flow style for short lists).
+std::string emit_yaml(const YAML::Node& node);
+std::string emit_entry(const CorpusEntry& entry);
+// FNV-1a 64 of the canonical case text, as 16 hex digits: the file's stem.
+std::string case_hash(const YAML::Node& case_node);
+
+// Writes dir/<hash>.yaml (temp file + rename). Returns the path and sets
+// `created` false when an identical case was already stored.
+std::string write_entry(const std::string& dir, const CorpusEntry& entry, bool* created = nullptr);
+// Reads one entry; throws InputError naming file:line:col on anything malformed.
+CorpusEntry read_entry(const std::string& path);
+// A file, or every *.yaml under a folder (recursively), sorted.
+std::vector<std::string> list_corpus(const std::string& path);
+
+// Atomic whole-file write used for corpus files and reports.
+void write_file_atomic(const std::string& path, const std::string& contents);
+
+}  // namespace kprop

@@ -1,0 +1,43 @@
+// Error types shared by the core. Every user-facing error carries a location
+// ("file:line:col") when one exists, so the CLI can print one clear line.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace kprop {
+
+// A position in a YAML file; line and col are 1-based (0 = unknown).
+struct Mark {
+  std::string file;
+  int line = 0;
+  int col = 0;
+  std::string str() const;  // "file:line:col", "file" or "" when unknown
+};
+
+// Malformed spec, corpus file, flag or case: the user's input is wrong (exit 2).
+class InputError : public std::runtime_error {
+ public:
+  InputError(Mark mark, const std::string& message);
+  const Mark& mark() const { return mark_; }
+  const std::string& bare_message() const { return bare_; }
+
+ private:
+  Mark mark_;
+  std::string bare_;
+};
+
+// Raised by a family's YAML case decoder; the loader adds the file name.
+class CaseFormatError : public std::runtime_error {
+ public:
+  CaseFormatError(int line, int col, const std::string& message);
+  int line, col;
+};
+
+// "did you mean" helper: the closest candidate by edit distance, or "".
+std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);
+// "a, b, c" for error messages listing valid choices.
+std::string join(const std::vector<std::string>& items, const std::string& sep = ", ");
+
+}  // namespace kprop

@@ -1,0 +1,277 @@
+// The family interface: what a kernel family provides and how it registers.
+//
+// A family author writes a traits struct and registers it once:
+//
+//   struct MyTraits {
+//     using Case = my::Case;                       // plain data
+//     using Result = my::Result;                   // what an implementation returns
+//     static constexpr const char* name = "my";
+//     static constexpr const char* description = "one line";
+//     static Schema domain_schema();               // keys of the spec's `domain:`
+//     static rc::Gen<Case> generator(const Values& domain);
+//     static rc::Seq<Case> shrinks(const Case&);   // one step, boldest first (lazy)
+//     static YAML::Node to_yaml(const Case&);
+//     static Case from_yaml(const YAML::Node&);    // throws CaseFormatError
+//     static Case from_bytes(ByteReader&, const Values& domain);  // libFuzzer
+//     static CaseStats stats(const Case&);
+//   };
+//
+//   KPROP_REGISTER_FAMILY(MyTraits, [](FamilyDef<MyTraits>& f) {
+//     f.implementation({"reference", ImplKind::reference, "double, obvious"}, my::reference);
+//     f.mutant("off_by_one", "loop stops one early", my::off_by_one);
+//     f.invariant({"matches_reference", "...", {field::real("atol", 1e-9, 0, 1, "...")}},
+//                 [](Trial<MyTraits>& t, const Values& p) { ... return Verdict::pass(); });
+//   });
+//
+// Nothing in src/ needs to change to add a family.
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <rapidcheck.h>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kprop/bytes.h"
+#include "kprop/errors.h"
+#include "kprop/values.h"
+
+namespace kprop {
+
+// ---------------------------------------------------------------- verdicts
+enum class Outcome { pass, fail, discard };
+
+struct Measured {
+  std::string name;
+  double value;
+};
+
+struct Verdict {
+  Outcome outcome = Outcome::pass;
+  std::string message;             // why it failed or was discarded
+  std::vector<Measured> measured;  // the numbers behind a failure
+
+  static Verdict pass() { return {}; }
+  static Verdict discard(std::string why) { return {Outcome::discard, std::move(why), {}}; }
+  static Verdict fail(std::string why, std::vector<Measured> measured = {}) {
+    return {Outcome::fail, std::move(why), std::move(measured)};
+  }
+};
+
+// An implementation raises this when it cannot run the case here (e.g. no
+// CUDA device): the runner reports the target as skipped, never passed.
+class Unsupported : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// ---------------------------------------------------------------- metadata
+enum class ImplKind { reference, optimized, mutant, external };
+const char* impl_kind_name(ImplKind kind);
+
+struct ImplInfo {
+  std::string name;
+  ImplKind kind = ImplKind::optimized;
+  std::string description;
+  std::string device = "cpu";  // "cpu" or "cuda"
+};
+
+struct InvariantInfo {
+  std::string name;
+  std::string description;
+  Schema params;  // typed parameters, set per use in the spec
+};
+
+struct CaseStats {
+  int64_t size = 0;     // the shrinker's measure (e.g. tree nodes): smaller is simpler
+  std::string summary;  // one line, e.g. "2-node tree (2 roots), vocab 3, prompt 1"
+};
+
+// Type-erased case and result: the core never looks inside.
+using AnyCase = std::shared_ptr<const void>;
+using AnyResult = std::shared_ptr<const void>;
+
+// The state of one trial: a case checked against several invariants, with the
+// target's and reference's results computed once and shared.
+class AnyTrial {
+ public:
+  virtual ~AnyTrial() = default;
+  virtual Verdict check(size_t invariant, const Values& params) = 0;
+};
+
+// What the core sees of a family.
+class Family {
+ public:
+  virtual ~Family() = default;
+  virtual const char* name() const = 0;
+  virtual const char* description() const = 0;
+  virtual const Schema& domain_schema() const = 0;
+  virtual rc::Gen<AnyCase> generator(const Values& domain) const = 0;
+  // One shrink step, boldest candidate first; lazy so that expensive
+  // candidates are only built when the cheap ones did not reproduce.
+  virtual rc::Seq<AnyCase> shrinks(const AnyCase& c) const = 0;
+  virtual YAML::Node to_yaml(const AnyCase& c) const = 0;
+  virtual AnyCase from_yaml(const YAML::Node& node) const = 0;
+  virtual AnyCase from_bytes(const uint8_t* data, size_t size, const Values& domain) const = 0;
+  virtual CaseStats stats(const AnyCase& c) const = 0;
+
+  virtual const std::vector<ImplInfo>& implementations() const = 0;
+  virtual const std::vector<InvariantInfo>& invariants() const = 0;
+  virtual std::unique_ptr<AnyTrial> begin_trial(const AnyCase& c, size_t target,
+                                                size_t reference) const = 0;
+
+  // Lookups by name; -1 when absent.
+  int find_implementation(const std::string& name) const;
+  int find_invariant(const std::string& name) const;
+  std::vector<std::string> implementation_names() const;
+  std::vector<std::string> invariant_names() const;
+};
+
+// ---------------------------------------------------------------- registry
+class Registry {
+ public:
+  static Registry& instance();
+  void add(std::unique_ptr<Family> family);
+  const Family* find(const std::string& name) const;
+  std::vector<const Family*> families() const;  // sorted by name
+  std::vector<std::string> names() const;
+
+ private:
+  std::vector<std::unique_ptr<Family>> families_;
+};
+
+// ---------------------------------------------------------------- typed side
+template <typename Traits>
+class FamilyDef;
+
+// A trial as an invariant sees it: the case, and results computed on demand
+// and cached, so five invariants cost one target run.
+template <typename Traits>
+class Trial {
+ public:
+  using Case = typename Traits::Case;
+  using Result = typename Traits::Result;
+
+  Trial(const FamilyDef<Traits>& family, const Case& c, size_t target, size_t reference)
+      : family_(family), case_(c), target_index_(target), reference_index_(reference) {}
+
+  const Case& input() const { return case_; }
+  const ImplInfo& target_info() const { return family_.implementations()[target_index_]; }
+  const Result& target() {
+    if (!target_) target_ = family_.run(target_index_, case_);
+    return *target_;
+  }
+  const Result& reference() {
+    if (target_index_ == reference_index_) return target();
+    if (!reference_) reference_ = family_.run(reference_index_, case_);
+    return *reference_;
+  }
+  // For metamorphic invariants: run the implementations on a derived case.
+  Result run_target(const Case& c) const { return family_.run(target_index_, c); }
+  Result run_reference(const Case& c) const { return family_.run(reference_index_, c); }
+
+ private:
+  const FamilyDef<Traits>& family_;
+  const Case& case_;
+  size_t target_index_, reference_index_;
+  std::optional<Result> target_, reference_;
+};
+
+template <typename Traits>
+class FamilyDef final : public Family {
+ public:
+  using Case = typename Traits::Case;
+  using Result = typename Traits::Result;
+  using ImplFn = std::function<Result(const Case&)>;
+  using InvariantFn = std::function<Verdict(Trial<Traits>&, const Values&)>;
+
+  FamilyDef() : schema_(Traits::domain_schema()) {}
+
+  // -- registration
+  void implementation(ImplInfo info, ImplFn fn) {
+    impls_.push_back(std::move(info));
+    impl_fns_.push_back(std::move(fn));
+  }
+  void mutant(std::string name, std::string description, ImplFn fn) {
+    implementation({std::move(name), ImplKind::mutant, std::move(description)}, std::move(fn));
+  }
+  void invariant(InvariantInfo info, InvariantFn fn) {
+    invariant_infos_.push_back(std::move(info));
+    invariant_fns_.push_back(std::move(fn));
+  }
+
+  Result run(size_t impl, const Case& c) const { return impl_fns_.at(impl)(c); }
+
+  // -- Family
+  const char* name() const override { return Traits::name; }
+  const char* description() const override { return Traits::description; }
+  const Schema& domain_schema() const override { return schema_; }
+  rc::Gen<AnyCase> generator(const Values& domain) const override {
+    return rc::gen::map(Traits::generator(domain),
+                        [](Case c) { return box(std::move(c)); });
+  }
+  rc::Seq<AnyCase> shrinks(const AnyCase& c) const override {
+    // `c` rides along so the family's Seq may refer to the case it shrinks.
+    return rc::seq::map(Traits::shrinks(unbox(c)), [keep = c](Case s) { return box(std::move(s)); });
+  }
+  YAML::Node to_yaml(const AnyCase& c) const override { return Traits::to_yaml(unbox(c)); }
+  AnyCase from_yaml(const YAML::Node& node) const override {
+    return box(Traits::from_yaml(node));
+  }
+  AnyCase from_bytes(const uint8_t* data, size_t size, const Values& domain) const override {
+    ByteReader reader(data, size);
+    return box(Traits::from_bytes(reader, domain));
+  }
+  CaseStats stats(const AnyCase& c) const override { return Traits::stats(unbox(c)); }
+  const std::vector<ImplInfo>& implementations() const override { return impls_; }
+  const std::vector<InvariantInfo>& invariants() const override { return invariant_infos_; }
+
+  std::unique_ptr<AnyTrial> begin_trial(const AnyCase& c, size_t target,
+                                        size_t reference) const override {
+    struct Erased final : AnyTrial {
+      Erased(const FamilyDef& f, const AnyCase& c, size_t t, size_t r)
+          : keep(c), family(f), trial(f, unbox(keep), t, r) {}
+      Verdict check(size_t invariant, const Values& params) override {
+        return family.invariant_fns_.at(invariant)(trial, params);
+      }
+      AnyCase keep;
+      const FamilyDef& family;
+      Trial<Traits> trial;
+    };
+    return std::make_unique<Erased>(*this, c, target, reference);
+  }
+
+  static AnyCase box(Case c) { return std::make_shared<const Case>(std::move(c)); }
+  static const Case& unbox(const AnyCase& c) { return *static_cast<const Case*>(c.get()); }
+
+ private:
+  Schema schema_;
+  std::vector<ImplInfo> impls_;
+  std::vector<ImplFn> impl_fns_;
+  std::vector<InvariantInfo> invariant_infos_;
+  std::vector<InvariantFn> invariant_fns_;
+};
+
+namespace detail {
+template <typename Traits, typename Setup>
+bool register_family(Setup&& setup) {
+  auto family = std::make_unique<FamilyDef<Traits>>();
+  setup(*family);
+  Registry::instance().add(std::move(family));
+  return true;
+}
+}  // namespace detail
+
+#define KPROP_CONCAT_INNER(a, b) a##b
+#define KPROP_CONCAT(a, b) KPROP_CONCAT_INNER(a, b)
+// Registers a family at static-initialisation time. Family code is linked
+// whole-archive (see CMakeLists.txt), so the registrar is never dropped.
+#define KPROP_REGISTER_FAMILY(Traits, ...)                                    \
+  [[maybe_unused]] static const bool KPROP_CONCAT(kprop_registered_, __LINE__) = \
+      ::kprop::detail::register_family<Traits>(__VA_ARGS__)
+
+}  // namespace kprop

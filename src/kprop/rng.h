@@ -1,0 +1,35 @@
+// Counter-based deterministic randomness for model weights and test data:
+// the value at (seed, stream, index) never depends on evaluation order, so a
+// model is fully defined by its seed and shape, and shrinking the shape keeps
+// the surviving weights stable.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+namespace kprop::rng {
+
+inline uint64_t mix(uint64_t x) {  // splitmix64 finaliser
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+inline uint64_t hash(uint64_t seed, uint64_t stream, uint64_t index) {
+  return mix(mix(mix(seed) ^ stream) ^ index);
+}
+
+// Uniform in [0, 1).
+inline double uniform(uint64_t seed, uint64_t stream, uint64_t index) {
+  return static_cast<double>(hash(seed, stream, index) >> 11) * 0x1.0p-53;
+}
+
+// Standard normal (Box-Muller on two counter draws).
+inline double normal(uint64_t seed, uint64_t stream, uint64_t index) {
+  const double u1 = uniform(seed, stream, 2 * index) + 0x1.0p-54;
+  const double u2 = uniform(seed, stream, 2 * index + 1);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+}  // namespace kprop::rng

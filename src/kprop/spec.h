@@ -1,0 +1,53 @@
+// The spec model and its loader. Every key of a spec is declared in
+// spec_schema() (top level and `run:`) or by the family (`domain:`) and the
+// invariants (their parameters); docs/SPEC.md and `prop_runner --list`
+// describe the same declarations.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kprop/errors.h"
+#include "kprop/family.h"
+#include "kprop/values.h"
+
+namespace kprop {
+
+struct RunConfig {
+  int64_t trials = 100;          // cases per run
+  int64_t max_size = 100;        // RapidCheck size reached by the last trial
+  uint64_t seed = 0;             // 0: a fresh seed, printed
+  double time_budget_s = 60;     // stop drawing cases after this long
+  double shrink_budget_s = 20;   // per counterexample
+  int64_t max_discard_ratio = 10;  // give up when discards > ratio × trials
+  double case_timeout_s = 30;    // a target call longer than this is a hang (exit 3)
+};
+
+struct InvariantUse {
+  size_t index = 0;  // into family->invariants()
+  std::string name;
+  Values params;
+};
+
+struct Spec {
+  std::string path;
+  std::string name;
+  const Family* family = nullptr;
+  std::string target;
+  std::string reference;
+  RunConfig run;
+  Values domain;
+  std::vector<InvariantUse> invariants;
+};
+
+// Loads and validates a spec; throws InputError naming file:line:col.
+Spec load_spec(const std::string& path);
+// Same, from text (tests, the spec-loader fuzzer); `path` names it in errors.
+Spec parse_spec(const std::string& text, const std::string& path);
+
+// Documentation of the top-level and `run:` keys.
+const Schema& run_schema();
+std::string describe_spec_keys();
+
+}  // namespace kprop

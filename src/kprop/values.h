@@ -1,0 +1,86 @@
+// Typed values read from a spec (a family's domain, an invariant's
+// parameters) and the schema that declares them. One schema type serves both,
+// so validation, defaults and documentation (`prop_runner --list`) come from
+// a single declaration per key.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace kprop {
+
+struct IntRange {
+  int64_t lo = 0, hi = 0;  // inclusive
+  bool operator==(const IntRange&) const = default;
+};
+struct RealRange {
+  double lo = 0, hi = 0;  // inclusive
+  bool operator==(const RealRange&) const = default;
+};
+using Choices = std::vector<std::string>;  // non-empty subset of Field::allowed
+using Value = std::variant<bool, int64_t, double, std::string, IntRange, RealRange, Choices>;
+
+enum class FieldKind { boolean, integer, real, string, int_range, real_range, choices, map };
+const char* kind_name(FieldKind kind);
+
+// One key of a schema. `min`/`max` bound numbers and ranges; `allowed` lists
+// the valid strings for `string` and `choices`; `children` for `map`.
+struct Field {
+  std::string key;
+  FieldKind kind = FieldKind::integer;
+  Value fallback;  // default when the key is absent (ignored for map)
+  std::string doc;
+  double min = -std::numeric_limits<double>::infinity();
+  double max = std::numeric_limits<double>::infinity();
+  std::vector<std::string> allowed;
+  std::vector<Field> children;
+};
+using Schema = std::vector<Field>;
+
+// Builders that keep schema declarations one line per key.
+namespace field {
+Field integer(std::string key, int64_t fallback, double min, double max, std::string doc);
+Field real(std::string key, double fallback, double min, double max, std::string doc);
+Field boolean(std::string key, bool fallback, std::string doc);
+Field string(std::string key, std::string fallback, std::vector<std::string> allowed,
+             std::string doc);
+Field int_range(std::string key, IntRange fallback, double min, double max, std::string doc);
+Field real_range(std::string key, RealRange fallback, double min, double max, std::string doc);
+Field choices(std::string key, Choices fallback, std::vector<std::string> allowed,
+              std::string doc);
+Field map(std::string key, std::vector<Field> children, std::string doc);
+}  // namespace field
+
+// Values by dotted path ("tree.nodes"). Accessors throw std::logic_error on a
+// key the schema did not declare: that is a bug in the family, not user input.
+class Values {
+ public:
+  void set(const std::string& key, Value value) { values_[key] = std::move(value); }
+  bool has(const std::string& key) const { return values_.count(key) != 0; }
+  int64_t integer(const std::string& key) const { return get<int64_t>(key); }
+  double real(const std::string& key) const { return get<double>(key); }
+  bool boolean(const std::string& key) const { return get<bool>(key); }
+  const std::string& string(const std::string& key) const { return get<std::string>(key); }
+  IntRange int_range(const std::string& key) const { return get<IntRange>(key); }
+  RealRange real_range(const std::string& key) const { return get<RealRange>(key); }
+  const Choices& choices(const std::string& key) const { return get<Choices>(key); }
+  const std::map<std::string, Value>& all() const { return values_; }
+
+  // Defaults of every leaf of `schema`, under `prefix`.
+  static Values defaults(const Schema& schema);
+
+ private:
+  template <typename T>
+  const T& get(const std::string& key) const;
+  std::map<std::string, Value> values_;
+};
+
+std::string format_value(const Value& value);
+// One line per leaf: "  key  kind  default  doc", indented by depth.
+std::string describe_schema(const Schema& schema, int indent);
+
+}  // namespace kprop

@@ -1,0 +1,70 @@
+#include <algorithm>
+
+#include "kprop/family.h"
+
+namespace kprop {
+
+const char* impl_kind_name(ImplKind kind) {
+  switch (kind) {
+    case ImplKind::reference: return "reference";
+    case ImplKind::optimized: return "optimized";
+    case ImplKind::mutant: return "mutant";
+    case ImplKind::external: return "external";
+  }
+  return "?";
+}
+
+int Family::find_implementation(const std::string& name) const {
+  const auto& impls = implementations();
+  for (size_t i = 0; i < impls.size(); ++i)
+    if (impls[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+int Family::find_invariant(const std::string& name) const {
+  const auto& invs = invariants();
+  for (size_t i = 0; i < invs.size(); ++i)
+    if (invs[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+std::vector<std::string> Family::implementation_names() const {
+  std::vector<std::string> out;
+  for (const auto& i : implementations()) out.push_back(i.name);
+  return out;
+}
+
+std::vector<std::string> Family::invariant_names() const {
+  std::vector<std::string> out;
+  for (const auto& i : invariants()) out.push_back(i.name);
+  return out;
+}
+
+Registry& Registry::instance() {
+  static Registry registry;
+  return registry;
+}
+
+void Registry::add(std::unique_ptr<Family> family) { families_.push_back(std::move(family)); }
+
+const Family* Registry::find(const std::string& name) const {
+  for (const auto& f : families_)
+    if (f->name() == name) return f.get();
+  return nullptr;
+}
+
+std::vector<const Family*> Registry::families() const {
+  std::vector<const Family*> out;
+  for (const auto& f : families_) out.push_back(f.get());
+  std::sort(out.begin(), out.end(),
+            [](const Family* a, const Family* b) { return std::string(a->name()) < b->name(); });
+  return out;
+}
+
+std::vector<std::string> Registry::names() const {
+  std::vector<std::string> out;
+  for (const auto* f : families()) out.push_back(f->name());
+  return out;
+}
+
+}  // namespace kprop

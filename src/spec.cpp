@@ -1,0 +1,305 @@
+#include "kprop/spec.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace kprop {
+namespace {
+
+class Loader {
+ public:
+  explicit Loader(std::string file) : file_(std::move(file)) {}
+
+  Mark mark(const YAML::Node& node) const {
+    const YAML::Mark m = node.Mark();
+    if (m.is_null()) return {file_, 0, 0};
+    return {file_, m.line + 1, m.column + 1};
+  }
+  [[noreturn]] void fail(const YAML::Node& node, const std::string& message) const {
+    throw InputError(mark(node), message);
+  }
+
+  std::string suggestion(const std::string& word, const std::vector<std::string>& valid) const {
+    const std::string close = closest_match(word, valid);
+    std::string out = "; valid: " + join(valid);
+    if (!close.empty()) out = " (did you mean '" + close + "'?)" + out;
+    return out;
+  }
+
+  // Map keys in order, rejecting duplicates and non-scalar keys.
+  std::vector<std::pair<std::string, YAML::Node>> entries(const YAML::Node& map,
+                                                          const std::string& what) const {
+    if (!map.IsMap()) fail(map, what + " must be a map");
+    std::vector<std::pair<std::string, YAML::Node>> out;
+    std::set<std::string> seen;
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      if (!it->first.IsScalar()) fail(it->first, "keys of " + what + " must be names");
+      const std::string key = it->first.Scalar();
+      if (!seen.insert(key).second) fail(it->first, "duplicate key '" + key + "' in " + what);
+      out.emplace_back(key, it->second);
+    }
+    return out;
+  }
+
+  template <typename T>
+  T scalar(const YAML::Node& node, const std::string& key, const char* what) const {
+    if (!node.IsScalar()) fail(node, fmt::format("'{}' must be {}", key, what));
+    try {
+      return node.as<T>();
+    } catch (const YAML::Exception&) {
+      fail(node, fmt::format("'{}' must be {}, got '{}'", key, what, node.Scalar()));
+    }
+  }
+
+  void check_bounds(const YAML::Node& node, const Field& f, const std::string& key,
+                    double v) const {
+    if (std::isnan(v) || v < f.min || v > f.max)
+      fail(node, fmt::format("'{}' = {:g} is out of bounds [{:g}, {:g}]", key, v, f.min, f.max));
+  }
+
+  template <typename T, typename Range>
+  Range range(const YAML::Node& node, const Field& f, const std::string& key,
+              const char* what) const {
+    Range r;
+    if (node.IsScalar()) {
+      r.lo = r.hi = scalar<T>(node, key, what);
+    } else if (node.IsSequence() && node.size() == 2) {
+      r.lo = scalar<T>(node[0], key, what);
+      r.hi = scalar<T>(node[1], key, what);
+    } else {
+      fail(node, fmt::format("'{}' must be a range [lo, hi] of {}s or a single value", key, what));
+    }
+    if (r.lo > r.hi)
+      fail(node, fmt::format("'{}' is an inverted range [{}, {}]: lo must be <= hi", key,
+                             fmt::format("{}", r.lo), fmt::format("{}", r.hi)));
+    check_bounds(node, f, key, static_cast<double>(r.lo));
+    check_bounds(node, f, key, static_cast<double>(r.hi));
+    return r;
+  }
+
+  // `skip` is a key that belongs to the caller (an invariant's `name`).
+  void parse_fields(const YAML::Node& node, const Schema& schema, const std::string& prefix,
+                    const std::string& what, Values& out, const std::string& skip = "") const {
+    if (node && !node.IsNull()) {
+      std::vector<std::string> valid;
+      for (const auto& f : schema) valid.push_back(f.key);
+      for (const auto& [key, value] : entries(node, what)) {
+        (void)value;
+        bool known = key == skip && !skip.empty();
+        for (const auto& f : schema) known = known || f.key == key;
+        if (!known) {
+          // find the key node again for its mark
+          for (auto it = node.begin(); it != node.end(); ++it)
+            if (it->first.Scalar() == key)
+              fail(it->first, "unknown key '" + key + "' in " + what +
+                                  (valid.empty() ? std::string("; it takes no keys")
+                                                 : suggestion(key, valid)));
+        }
+      }
+    }
+    for (const auto& f : schema) {
+      const std::string key = prefix.empty() ? f.key : prefix + "." + f.key;
+      const YAML::Node value = (node && node.IsMap()) ? node[f.key] : YAML::Node();
+      if (f.kind == FieldKind::map) {
+        parse_fields(value, f.children, key, key, out);
+        continue;
+      }
+      if (!value || value.IsNull()) {
+        out.set(key, f.fallback);
+        continue;
+      }
+      out.set(key, parse_value(value, f, key));
+    }
+  }
+
+  Value parse_value(const YAML::Node& node, const Field& f, const std::string& key) const {
+    switch (f.kind) {
+      case FieldKind::boolean: return scalar<bool>(node, key, "true or false");
+      case FieldKind::integer: {
+        const auto v = scalar<int64_t>(node, key, "an integer");
+        check_bounds(node, f, key, static_cast<double>(v));
+        return v;
+      }
+      case FieldKind::real: {
+        const auto v = scalar<double>(node, key, "a number");
+        check_bounds(node, f, key, v);
+        return v;
+      }
+      case FieldKind::string: {
+        const auto v = scalar<std::string>(node, key, "a string");
+        if (!f.allowed.empty() &&
+            std::find(f.allowed.begin(), f.allowed.end(), v) == f.allowed.end())
+          fail(node, fmt::format("'{}' = '{}' is not allowed{}", key, v, suggestion(v, f.allowed)));
+        return v;
+      }
+      case FieldKind::int_range: return range<int64_t, IntRange>(node, f, key, "integer");
+      case FieldKind::real_range: return range<double, RealRange>(node, f, key, "number");
+      case FieldKind::choices: {
+        Choices picked;
+        std::vector<YAML::Node> items;
+        if (node.IsScalar()) items.push_back(node);
+        else if (node.IsSequence()) for (const auto& n : node) items.push_back(n);
+        else fail(node, fmt::format("'{}' must be a list of choices from {{{}}}", key, join(f.allowed)));
+        if (items.empty()) fail(node, fmt::format("'{}' is empty; pick from {{{}}}", key, join(f.allowed)));
+        for (const auto& item : items) {
+          const auto v = scalar<std::string>(item, key, "a name");
+          if (std::find(f.allowed.begin(), f.allowed.end(), v) == f.allowed.end())
+            fail(item, fmt::format("'{}' has unknown choice '{}'{}", key, v, suggestion(v, f.allowed)));
+          if (std::find(picked.begin(), picked.end(), v) != picked.end())
+            fail(item, fmt::format("'{}' lists '{}' twice", key, v));
+          picked.push_back(v);
+        }
+        return picked;
+      }
+      case FieldKind::map: break;
+    }
+    fail(node, "internal: unhandled field kind");
+  }
+
+  Spec load(const YAML::Node& root);
+
+ private:
+  std::string file_;
+};
+
+std::string required_string(const Loader& l, const YAML::Node& root, const std::string& key) {
+  const YAML::Node n = root[key];
+  if (!n || n.IsNull()) l.fail(root, "missing required key '" + key + "'");
+  return l.scalar<std::string>(n, key, "a name");
+}
+
+bool safe_name(const std::string& s) {
+  if (s.empty() || s[0] == '.') return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'))
+      return false;
+  return true;
+}
+
+Spec Loader::load(const YAML::Node& root) {
+  if (!root || root.IsNull()) throw InputError({file_, 0, 0}, "spec is empty");
+  if (!root.IsMap()) fail(root, "a spec must be a map with keys spec, family, domain, invariants");
+  const std::vector<std::string> top = {"spec",   "description", "family", "target",
+                                        "reference", "run",     "domain", "invariants"};
+  for (const auto& [key, value] : entries(root, "the spec")) {
+    (void)value;
+    if (std::find(top.begin(), top.end(), key) == top.end())
+      for (auto it = root.begin(); it != root.end(); ++it)
+        if (it->first.Scalar() == key)
+          fail(it->first, "unknown top-level key '" + key + "'" + suggestion(key, top));
+  }
+  Spec spec;
+  spec.path = file_;
+  spec.name = required_string(*this, root, "spec");
+  if (!safe_name(spec.name))
+    fail(root["spec"], "spec name '" + spec.name + "' must use letters, digits, '_', '-', '.' (it names corpus/<spec>/)");
+  if (root["description"]) scalar<std::string>(root["description"], "description", "a string");
+
+  const std::string family_name = required_string(*this, root, "family");
+  spec.family = Registry::instance().find(family_name);
+  if (!spec.family)
+    fail(root["family"], "unknown family '" + family_name + "'" +
+                             suggestion(family_name, Registry::instance().names()));
+
+  const auto impl_names = spec.family->implementation_names();
+  auto impl = [&](const char* key) {
+    const YAML::Node n = root[key];
+    const std::string name = n ? scalar<std::string>(n, key, "an implementation name") : "reference";
+    if (spec.family->find_implementation(name) < 0)
+      fail(n ? n : root, fmt::format("unknown implementation '{}' for family {}{}", name,
+                                     family_name, suggestion(name, impl_names)));
+    return name;
+  };
+  spec.target = impl("target");
+  spec.reference = impl("reference");
+
+  Values run;
+  parse_fields(root["run"], run_schema(), "", "run", run);
+  spec.run.trials = run.integer("trials");
+  spec.run.max_size = run.integer("max_size");
+  spec.run.seed = static_cast<uint64_t>(run.integer("seed"));
+  spec.run.time_budget_s = run.real("time_budget_s");
+  spec.run.shrink_budget_s = run.real("shrink_budget_s");
+  spec.run.max_discard_ratio = run.integer("max_discard_ratio");
+  spec.run.case_timeout_s = run.real("case_timeout_s");
+
+  parse_fields(root["domain"], spec.family->domain_schema(), "", "domain", spec.domain);
+
+  const auto& invariants = spec.family->invariants();
+  const auto invariant_names = spec.family->invariant_names();
+  const YAML::Node list = root["invariants"];
+  if (!list || list.IsNull()) {
+    for (size_t i = 0; i < invariants.size(); ++i)
+      spec.invariants.push_back({i, invariants[i].name, Values::defaults(invariants[i].params)});
+  } else {
+    if (!list.IsSequence()) fail(list, "'invariants' must be a list of names or {name: ..., params}");
+    if (list.size() == 0) fail(list, "'invariants' is empty; valid: " + join(invariant_names));
+    for (const auto& item : list) {
+      YAML::Node name_node = item.IsMap() ? item["name"] : item;
+      if (!name_node) fail(item, "invariant entry needs a 'name'");
+      const auto name = scalar<std::string>(name_node, "name", "an invariant name");
+      const int index = spec.family->find_invariant(name);
+      if (index < 0)
+        fail(name_node, fmt::format("unknown invariant '{}' for family {}{}", name, family_name,
+                                    suggestion(name, invariant_names)));
+      for (const auto& used : spec.invariants)
+        if (used.name == name) fail(name_node, "invariant '" + name + "' is listed twice");
+      InvariantUse use{static_cast<size_t>(index), name, {}};
+      parse_fields(item.IsMap() ? YAML::Node(item) : YAML::Node(), invariants[static_cast<size_t>(index)].params,
+                   "", "invariant " + name, use.params, "name");
+      spec.invariants.push_back(std::move(use));
+    }
+  }
+  return spec;
+}
+
+}  // namespace
+
+Spec parse_spec(const std::string& text, const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    throw InputError({path, e.mark.line + 1, e.mark.column + 1}, "invalid YAML: " + e.msg);
+  }
+  return Loader(path).load(root);
+}
+
+Spec load_spec(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError({path, 0, 0}, "cannot read spec file");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_spec(text.str(), path);
+}
+
+const Schema& run_schema() {
+  static const Schema schema = {
+      field::integer("trials", 100, 1, 1e9, "cases drawn per run"),
+      field::integer("max_size", 100, 0, 10000, "RapidCheck size reached by the last trial (100 = full domain)"),
+      field::integer("seed", 0, 0, 9.2e18, "0 draws a fresh seed, printed so the run can be repeated"),
+      field::real("time_budget_s", 60, 0.001, 1e7, "stop drawing cases after this many seconds"),
+      field::real("shrink_budget_s", 20, 0, 1e7, "time allowed to shrink one counterexample"),
+      field::integer("max_discard_ratio", 10, 0, 1e6, "give up when an invariant discards more than ratio x trials"),
+      field::real("case_timeout_s", 30, 0.001, 1e7, "a single target call longer than this is reported as a hang (exit 3)"),
+  };
+  return schema;
+}
+
+std::string describe_spec_keys() {
+  return "spec: NAME          name; counterexamples go to corpus/NAME/\n"
+         "description: TEXT   optional, free text\n"
+         "family: NAME        kernel family (prop_runner --list)\n"
+         "target: NAME        implementation under test (default reference; --target overrides)\n"
+         "reference: NAME     oracle for comparative invariants (default reference)\n"
+         "run:\n" + describe_schema(run_schema(), 2) +
+         "domain:             family-specific keys (prop_runner --list)\n"
+         "invariants:         list of NAME or {name: NAME, PARAM: VALUE...}; default: all\n";
+}
+
+}  // namespace kprop

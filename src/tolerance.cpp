@@ -1,0 +1,82 @@
+#include "kprop/tolerance.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace kprop {
+namespace {
+
+// NaN/inf positions must agree; returns false (with a message) if not.
+bool nonfinite_agree(std::span<const double> ref, std::span<const double> got,
+                     ToleranceReport& r) {
+  if (ref.size() != got.size()) {
+    r.ok = false;
+    r.message = fmt::format("length {} != reference length {}", got.size(), ref.size());
+    return false;
+  }
+  for (size_t i = 0; i < ref.size(); ++i)
+    if (!same_nonfinite(ref[i], got[i])) {
+      r.ok = false;
+      r.worst_index = i;
+      r.message = fmt::format("element {}: {} where the reference has {}", i, got[i], ref[i]);
+      return false;
+    }
+  return true;
+}
+
+double max_error(std::span<const double> ref, std::span<const double> got, size_t* where) {
+  double worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(ref[i])) continue;
+    const double e = std::fabs(got[i] - ref[i]);
+    if (e > worst) worst = e, *where = i;
+  }
+  return worst;
+}
+
+}  // namespace
+
+ToleranceReport compare_with_baseline(std::span<const double> reference,
+                                      std::span<const double> target,
+                                      std::span<const double> naive, double k, double abs_floor) {
+  ToleranceReport r;
+  if (!nonfinite_agree(reference, target, r)) return r;
+  size_t ignore = 0;
+  r.baseline_error = naive.size() == reference.size() ? max_error(reference, naive, &ignore) : 0;
+  r.target_error = max_error(reference, target, &r.worst_index);
+  r.allowed = k * r.baseline_error + abs_floor;
+  if (!(r.target_error <= r.allowed)) {
+    r.ok = false;
+    r.message = fmt::format(
+        "max error {:.3g} at element {} exceeds {:g} x naive error {:.3g} + floor {:.3g}",
+        r.target_error, r.worst_index, k, r.baseline_error, abs_floor);
+  }
+  return r;
+}
+
+ToleranceReport compare_close(std::span<const double> reference, std::span<const double> target,
+                              double atol, double rtol) {
+  ToleranceReport r;
+  if (!nonfinite_agree(reference, target, r)) return r;
+  double worst_excess = 0;
+  for (size_t i = 0; i < reference.size(); ++i) {
+    if (!std::isfinite(reference[i])) continue;
+    const double e = std::fabs(target[i] - reference[i]);
+    const double allowed = atol + rtol * std::fabs(reference[i]);
+    r.target_error = std::max(r.target_error, e);
+    if (e > allowed && e - allowed >= worst_excess) {
+      worst_excess = e - allowed;
+      r.ok = false;
+      r.worst_index = i;
+      r.allowed = allowed;
+    }
+  }
+  if (!r.ok)
+    r.message = fmt::format("element {}: {} vs reference {} (error {:.3g} > allowed {:.3g})",
+                            r.worst_index, target[r.worst_index], reference[r.worst_index],
+                            std::fabs(target[r.worst_index] - reference[r.worst_index]), r.allowed);
+  return r;
+}
+
+}  // namespace kprop
