@@ -37,6 +37,12 @@ static size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates) {
+  // A unique candidate that starts with the word ("positional") wins outright.
+  std::string prefixed;
+  int prefix_hits = 0;
+  for (const auto& c : candidates)
+    if (word.size() >= 3 && c.rfind(word, 0) == 0) prefixed = c, ++prefix_hits;
+  if (prefix_hits == 1) return prefixed;
   std::string best;
   size_t best_distance = std::max<size_t>(3, word.size() / 3) + 1;
   for (const auto& c : candidates) {

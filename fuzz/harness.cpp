@@ -1,0 +1,72 @@
+// The libFuzzer harness, one binary per spec (fuzz_<spec>): bytes are decoded
+// by the spec's family into a case within the spec's domain, the spec's
+// invariants are checked on its target, and a violation prints the case as
+// YAML (ready for the corpus) and aborts so libFuzzer saves the input.
+//
+//   fuzz_dflash [libFuzzer flags] [corpus dirs]
+//   KPROP_SPEC=specs/other.yaml KPROP_TARGET=positional_logits fuzz_dflash ...
+//   fuzz_dflash -kprop_spec=PATH -kprop_target=NAME ...   (flags libFuzzer ignores)
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "kprop/corpus.h"
+#include "kprop/runner.h"
+
+namespace {
+
+struct Harness {
+  kprop::Spec spec;
+  size_t target = 0;
+};
+Harness* g_harness = nullptr;
+
+std::string flag(int argc, char** argv, const char* name, const char* env, const std::string& fallback) {
+  const std::string prefix = std::string("-") + name + "=";
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) return argv[i] + prefix.size();
+  if (const char* v = std::getenv(env); v && *v) return v;
+  return fallback;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  const std::string spec_path = flag(*argc, *argv, "kprop_spec", "KPROP_SPEC", KPROP_FUZZ_DEFAULT_SPEC);
+  try {
+    auto* h = new Harness{kprop::load_spec(spec_path), 0};
+    const std::string target = flag(*argc, *argv, "kprop_target", "KPROP_TARGET", h->spec.target);
+    h->target = kprop::resolve_target(h->spec, target);
+    g_harness = h;
+    fmt::print(stderr, "kprop fuzz: spec {} ({}), target {}\n", h->spec.name, spec_path, target);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "kprop fuzz: error: {}\n", e.what());
+    std::exit(2);
+  }
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const kprop::Spec& spec = g_harness->spec;
+  const kprop::AnyCase c = spec.family->from_bytes(data, size, spec.domain);
+  for (const auto& use : spec.invariants) {
+    kprop::Verdict v;
+    try {
+      v = kprop::check_case(spec, g_harness->target, use, c);
+    } catch (const kprop::Unsupported&) {
+      return 0;
+    } catch (const std::exception& e) {
+      v = kprop::Verdict::fail(std::string("target threw: ") + e.what());
+    }
+    if (v.outcome == kprop::Outcome::fail) {
+      fmt::print(stderr, "\nkprop fuzz: invariant {} violated by target {}: {}\ncase:\n{}", use.name,
+                 spec.family->implementations()[g_harness->target].name, v.message,
+                 kprop::emit_yaml(spec.family->to_yaml(c)));
+      std::abort();
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,113 @@
+// prop_runner as a user runs it: exit codes 0/1/2/3 and one-line errors.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kRunner = KPROP_RUNNER;
+const std::string kSpec = std::string(KPROP_SOURCE_DIR) + "/specs/dflash.yaml";
+
+struct CliRun {
+  int code;
+  std::string out;  // stdout + stderr
+};
+
+CliRun run(const std::string& args) {
+  const std::string cmd = kRunner + " " + args + " 2>&1";
+  std::array<char, 4096> buf{};
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  while (p && fgets(buf.data(), buf.size(), p)) out += buf.data();
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+fs::path temp(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("kprop_cli_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return dir / name;
+}
+
+TEST(Cli, ReferencePassesAndPrintsSeedAndVerdicts) {
+  const CliRun r = run("--spec " + kSpec + " --seed 3 --trials 30 --no-corpus");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("seed 3"), std::string::npos);
+  EXPECT_NE(r.out.find("lossless                   passed   30 trials"), std::string::npos) << r.out;
+}
+
+TEST(Cli, MutantFailsWithShrunkCaseAndReplayCommand) {
+  const fs::path corpus = temp("corpus");
+  fs::remove_all(corpus);
+  const CliRun r = run("--spec " + kSpec + " --target positional_logits --seed 3 --corpus " + corpus.string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("2-node tree (2 roots"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("replay: prop_runner --spec"), std::string::npos) << r.out;
+  ASSERT_TRUE(fs::exists(corpus / "dflash"));
+  const CliRun replay = run("--spec " + kSpec + " --replay " + (corpus / "dflash").string());
+  EXPECT_EQ(replay.code, 0) << replay.out;
+  const CliRun on_mutant = run("--spec " + kSpec + " --target positional_logits --replay " + (corpus / "dflash").string());
+  EXPECT_EQ(on_mutant.code, 1) << on_mutant.out;
+  fs::remove_all(corpus);
+}
+
+TEST(Cli, MutantsTableExitsZeroWhenAllDie) {
+  const CliRun r = run("--spec " + kSpec + " --mutants --seed 4 --no-corpus");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("7 of 7 mutants killed"), std::string::npos) << r.out;
+}
+
+TEST(Cli, JsonReportToFile) {
+  const fs::path out = temp("report.json");
+  const CliRun r = run("--spec " + kSpec + " --seed 3 --trials 10 --no-corpus --format json --out " + out.string());
+  EXPECT_EQ(r.code, 0) << r.out;
+  std::ifstream in(out);
+  const auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["status"], "passed");
+  EXPECT_EQ(j["invariants"].size(), 7u);
+}
+
+TEST(Cli, UsageAndSpecErrorsExitTwoWithOneLine) {
+  const fs::path bad = temp("bad.yaml");
+  std::ofstream(bad) << "spec: x\nfamily: dflash\ndomain:\n  vocab: [9, 2]\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {"--spec " + bad.string(), "bad.yaml:4:10: 'vocab' is an inverted range [9, 2]"},
+      {"--spec " + kSpec + " --target positional", "did you mean 'positional_logits'?"},
+      {"--spec " + kSpec + " --format xml", "--format xml: valid: text, json, junit"},
+      {"--spec " + kSpec + " --invariant losless", "did you mean 'lossless'?"},
+      {"--bogus", "bogus"},
+      {"", "--spec is required"},
+      {"--spec /no/such.yaml", "/no/such.yaml"},
+  };
+  for (const auto& [args, expect] : cases) {
+    const CliRun r = run(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find(expect), std::string::npos) << args << "\n" << r.out;
+    EXPECT_EQ(r.out.find("terminate"), std::string::npos) << r.out;
+  }
+}
+
+TEST(Cli, CorruptCorpusFileExitsTwoNamingTheFile) {
+  const fs::path bad = temp("broken.yaml");
+  std::ofstream(bad) << "kprop_corpus: 1\nfamily: dflash\ncase:\n  prompt: [1]\n  model: {vocab: 3}\n  cycles: []\n";
+  const CliRun r = run("--spec " + kSpec + " --replay " + bad.string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("broken.yaml:5:"), std::string::npos) << r.out;
+}
+
+TEST(Cli, ListShowsFamiliesImplementationsAndInvariants) {
+  const CliRun r = run("--list");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("family dflash"), std::string::npos);
+  EXPECT_NE(r.out.find("positional_logits          mutant"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tie_margin"), std::string::npos);
+}
+
+}  // namespace

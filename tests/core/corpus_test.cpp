@@ -1,0 +1,131 @@
+// Corpus store: round trip, content-addressed dedup, atomic writes, and
+// corrupt files reported with file:line:col.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "kprop/corpus.h"
+#include "kprop/errors.h"
+
+namespace fs = std::filesystem;
+
+namespace kprop {
+namespace {
+
+class CorpusTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("kprop_corpus_test_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  CorpusEntry entry() const {
+    CorpusEntry e;
+    e.spec = "toy";
+    e.family = "toy.sum";
+    e.invariant = "matches_reference";
+    e.found_against = "drops_last";
+    e.seed = 1234567;
+    e.message = "sum 0 != 1: \"quoted\" # not a comment";
+    e.case_node = YAML::Load("{xs: [0, 0, 1]}");
+    return e;
+  }
+  void write(const std::string& name, const std::string& text) { std::ofstream(dir_ / name) << text; }
+  fs::path dir_;
+};
+
+TEST_F(CorpusTest, RoundTrip) {
+  fs::create_directories(dir_);
+  const std::string path = write_entry(dir_.string(), entry());
+  const CorpusEntry back = read_entry(path);
+  EXPECT_EQ(back.spec, "toy");
+  EXPECT_EQ(back.family, "toy.sum");
+  EXPECT_EQ(back.invariant, "matches_reference");
+  EXPECT_EQ(back.found_against, "drops_last");
+  EXPECT_EQ(back.found_by, "rapidcheck");
+  EXPECT_EQ(back.seed, 1234567u);
+  EXPECT_EQ(back.message, entry().message);
+  EXPECT_EQ(emit_yaml(back.case_node), emit_yaml(entry().case_node));
+  EXPECT_EQ(fs::path(path).filename().string(), case_hash(entry().case_node) + ".yaml");
+}
+
+TEST_F(CorpusTest, SameCaseIsStoredOnce) {
+  bool created = false;
+  const std::string a = write_entry(dir_.string(), entry(), &created);
+  EXPECT_TRUE(created);
+  CorpusEntry other = entry();
+  other.found_against = "another_mutant";
+  const std::string b = write_entry(dir_.string(), other, &created);
+  EXPECT_FALSE(created);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(read_entry(a).found_against, "drops_last");  // the first finding is kept
+  EXPECT_EQ(list_corpus(dir_.string()).size(), 1u);
+}
+
+TEST_F(CorpusTest, WritesLeaveNoTemporaryFiles) {
+  for (int i = 0; i < 5; ++i) {
+    CorpusEntry e = entry();
+    e.case_node = YAML::Load("{xs: [" + std::to_string(i) + "]}");
+    write_entry(dir_.string(), e);
+  }
+  int files = 0;
+  for (const auto& f : fs::directory_iterator(dir_)) {
+    EXPECT_EQ(f.path().extension(), ".yaml") << f.path();
+    EXPECT_EQ(f.path().filename().string().find(".tmp"), std::string::npos);
+    ++files;
+  }
+  EXPECT_EQ(files, 5);
+}
+
+TEST_F(CorpusTest, AtomicWriteReplacesWholeFile) {
+  fs::create_directories(dir_);
+  const std::string p = (dir_ / "report.txt").string();
+  write_file_atomic(p, std::string(10000, 'a'));
+  write_file_atomic(p, "short");
+  std::ifstream in(p);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "short");
+}
+
+TEST_F(CorpusTest, CorruptFilesAreClearErrors) {
+  fs::create_directories(dir_);
+  const std::pair<const char*, const char*> cases[] = {
+      {"kprop_corpus: 1\nfamily: toy.sum\ncase: {xs: [1\n", "corrupt corpus file"},
+      {"kprop_corpus: 1\nfamily: toy.sum\n", "missing 'case'"},
+      {"kprop_corpus: 2\nfamily: toy.sum\ncase: {xs: []}\n", "unsupported corpus version '2'"},
+      {"kprop_corpus: 1\nfamily: toy.sum\nsed: 3\ncase: {xs: []}\n", "bad.yaml:3:1: corrupt corpus file: unknown key 'sed'"},
+      {"- just\n- a list\n", "expected a map"},
+  };
+  for (const auto& [text, expect] : cases) {
+    write("bad.yaml", text);
+    try {
+      read_entry((dir_ / "bad.yaml").string());
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("bad.yaml"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST_F(CorpusTest, ListsFoldersRecursivelyAndSorted) {
+  write_entry((dir_ / "b").string(), entry());
+  CorpusEntry e = entry();
+  e.case_node = YAML::Load("{xs: [9]}");
+  write_entry((dir_ / "a").string(), e);
+  const auto files = list_corpus(dir_.string());
+  ASSERT_EQ(files.size(), 2u);
+  EXPECT_LT(files[0], files[1]);
+  EXPECT_THROW(list_corpus((dir_ / "missing").string()), InputError);
+}
+
+TEST(EmitYaml, ShortListsAndFlatMapsAreOneLine) {
+  const std::string text = emit_yaml(YAML::Load("{a: [1, 2], b: {c: 1, d: [3]}, e: [{f: 1}]}"));
+  EXPECT_NE(text.find("a: [1, 2]"), std::string::npos) << text;
+  EXPECT_NE(text.find("b: {c: 1, d: [3]}"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace kprop

@@ -1,0 +1,161 @@
+// Runner on the toy family: verdicts, shrinking to the known minimum,
+// determinism, give-up, crash and skip statuses, replay, reporters.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "kprop/report.h"
+#include "kprop/runner.h"
+#include "toy_family.h"
+
+namespace fs = std::filesystem;
+
+namespace kprop {
+namespace {
+
+Spec toy_spec(const std::string& extra = "") {
+  return parse_spec("spec: toy\nfamily: toy.sum\nrun: {trials: 200, seed: 5}\n" + extra, "toy.yaml");
+}
+
+RunOptions options(const std::string& target, const fs::path& corpus = {}) {
+  RunOptions o;
+  o.target = target;
+  o.write_corpus = !corpus.empty();
+  o.corpus_dir = corpus.string();
+  return o;
+}
+
+struct TempDir {
+  fs::path path = fs::temp_directory_path() /
+                  ("kprop_runner_test_" + std::to_string(::getpid()) + "_" +
+                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  TempDir() { fs::remove_all(path); }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+TEST(Runner, ReferencePassesEveryInvariantItChecks) {
+  const Spec spec = toy_spec("invariants: [matches_reference]\n");
+  const RunReport r = run_spec(spec, options("reference"));
+  EXPECT_EQ(r.status, RunStatus::passed);
+  EXPECT_EQ(r.seed, 5u);
+  ASSERT_EQ(r.invariants.size(), 1u);
+  EXPECT_EQ(r.invariants[0].passed, 200);
+}
+
+TEST(Runner, FailureShrinksToTheKnownMinimum) {
+  const Spec spec = toy_spec("invariants: [matches_reference]\n");
+  const RunReport r = run_spec(spec, options("drops_last"));
+  ASSERT_EQ(r.status, RunStatus::failed);
+  const auto& cx = r.invariants[0].counterexample;
+  ASSERT_TRUE(cx);
+  const toy::Case c = toy::Traits::from_yaml(YAML::Load(cx->case_yaml));
+  ASSERT_EQ(c.xs.size(), 3u) << cx->case_yaml;
+  EXPECT_EQ(c.xs[0], 0);
+  EXPECT_EQ(c.xs[1], 0);
+  EXPECT_EQ(std::abs(c.xs[2]), 1);
+  EXPECT_FALSE(r.replay_command.empty());
+  ASSERT_EQ(cx->measured.size(), 2u);
+}
+
+TEST(Runner, SameSeedSameCasesAndVerdicts) {
+  const Spec spec = toy_spec("invariants: [matches_reference]\n");
+  for (const char* target : {"reference", "drops_last"}) {
+    const RunReport a = run_spec(spec, options(target)), b = run_spec(spec, options(target));
+    EXPECT_EQ(a.status, b.status);
+    EXPECT_EQ(a.trials, b.trials);
+    EXPECT_EQ(a.invariants[0].trials_to_fail, b.invariants[0].trials_to_fail);
+    if (a.invariants[0].counterexample) {
+      EXPECT_EQ(a.invariants[0].counterexample->case_yaml, b.invariants[0].counterexample->case_yaml);
+    }
+  }
+  RunOptions other = options("drops_last");
+  other.seed = 6;
+  const RunReport c = run_spec(spec, other);
+  EXPECT_EQ(c.seed, 6u);
+}
+
+TEST(Runner, TooManyDiscardsGivesUp) {
+  const Spec spec = toy_spec("invariants: [only_long_lists]\n");
+  const RunReport r = run_spec(spec, options("reference"));
+  EXPECT_EQ(r.status, RunStatus::gave_up);
+  EXPECT_EQ(exit_code(r.status), 2);
+  EXPECT_EQ(r.invariants[0].status, InvariantStatus::gave_up);
+  EXPECT_EQ(r.invariants[0].last_discard, "list too short");
+}
+
+TEST(Runner, ThrowingTargetIsACrashWithTheCaseSaved) {
+  TempDir dir;
+  const Spec spec = toy_spec("domain: {value: [10, 15]}\ninvariants: [matches_reference]\n");
+  const RunReport r = run_spec(spec, options("throws_on_13", dir.path));
+  EXPECT_EQ(r.status, RunStatus::crashed);
+  EXPECT_EQ(exit_code(r.status), 3);
+  EXPECT_NE(r.detail.find("unlucky"), std::string::npos);
+  const auto files = list_corpus((dir.path / "toy").string());
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(read_entry(files[0]).found_by, "crash");
+}
+
+TEST(Runner, UnavailableDeviceIsSkippedNotPassed) {
+  const RunReport r = run_spec(toy_spec(), options("no_device"));
+  EXPECT_EQ(r.status, RunStatus::skipped);
+  EXPECT_EQ(r.detail, "skipped: no CUDA device");
+  for (const auto& inv : r.invariants) EXPECT_EQ(inv.status, InvariantStatus::not_run);
+}
+
+TEST(Runner, UnknownInvariantFilterIsAnInputError) {
+  RunOptions o = options("reference");
+  o.only_invariants = {"matches_referense"};
+  try {
+    run_spec(toy_spec(), o);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("did you mean 'matches_reference'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Runner, StoredCounterexampleReplays) {
+  TempDir dir;
+  const Spec spec = toy_spec("invariants: [matches_reference]\n");
+  const RunReport r = run_spec(spec, options("drops_last", dir.path));
+  const std::string path = r.invariants[0].counterexample->corpus_path;
+  ASSERT_TRUE(fs::exists(path));
+  const CorpusEntry e = read_entry(path);
+  EXPECT_EQ(e.found_against, "drops_last");
+  EXPECT_EQ(e.seed, 5u);
+  // On the reference it passes; on the mutant it was found against, it still fails.
+  const auto rows = replay_corpus(spec, path, options("reference"));
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_TRUE(rows[0].target_ok) << rows[0].target_detail;
+  EXPECT_TRUE(rows[0].mutant_checked);
+  EXPECT_TRUE(rows[0].mutant_still_fails);
+  const auto on_mutant = replay_corpus(spec, path, options("drops_last"));
+  EXPECT_FALSE(on_mutant[0].target_ok);
+}
+
+TEST(Runner, MutantsTableKillsBothMutants) {
+  const Spec spec = toy_spec("domain: {value: [10, 15]}\ninvariants: [matches_reference]\n");
+  const auto rows = run_mutants(spec, options(""));
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& row : rows) EXPECT_TRUE(row.killed) << row.mutant;
+  EXPECT_EQ(rows[1].killed_by, "crash");
+}
+
+TEST(Reporters, JsonAndJunitAreWellFormed) {
+  const Spec spec = toy_spec("invariants: [matches_reference]\n");
+  const RunReport r = run_spec(spec, options("drops_last"));
+  const auto json = nlohmann::json::parse(make_reporter("json")->run(r));
+  EXPECT_EQ(json["status"], "failed");
+  EXPECT_EQ(json["exit_code"], 1);
+  EXPECT_EQ(json["seed"], 5);
+  EXPECT_TRUE(json["invariants"][0].contains("counterexample"));
+  const std::string xml = make_reporter("junit")->run(r);
+  EXPECT_NE(xml.find("<testsuite name=\"kprop.toy\" tests=\"1\" failures=\"1\""), std::string::npos) << xml;
+  const std::string text = make_reporter("text")->run(r);
+  EXPECT_NE(text.find("seed 5"), std::string::npos);
+  EXPECT_NE(text.find("FAILED"), std::string::npos);
+  EXPECT_EQ(make_reporter("yaml"), nullptr);
+}
+
+}  // namespace
+}  // namespace kprop

@@ -1,0 +1,103 @@
+// Spec loader: a valid spec, and each class of invalid spec names
+// file:line:col and the valid choices.
+#include <gtest/gtest.h>
+
+#include "kprop/spec.h"
+
+namespace kprop {
+namespace {
+
+const char* kValid = R"(spec: toy
+family: toy.sum
+target: reference
+run: {trials: 50, seed: 7}
+domain:
+  length: [1, 5]
+  value: 3
+  mode: [plain, wide]
+invariants:
+  - name: matches_reference
+    slack: 2
+)";
+
+std::string error_of(const std::string& text) {
+  try {
+    parse_spec(text, "t.yaml");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::string replace(std::string s, const std::string& from, const std::string& to) {
+  const auto at = s.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return s.replace(at, from.size(), to);
+}
+
+TEST(SpecLoader, LoadsAValidSpec) {
+  const Spec s = parse_spec(kValid, "t.yaml");
+  EXPECT_EQ(s.name, "toy");
+  EXPECT_STREQ(s.family->name(), "toy.sum");
+  EXPECT_EQ(s.run.trials, 50);
+  EXPECT_EQ(s.run.seed, 7u);
+  EXPECT_EQ(s.run.max_size, 100);  // default
+  EXPECT_EQ(s.domain.int_range("length"), (IntRange{1, 5}));
+  EXPECT_EQ(s.domain.int_range("value"), (IntRange{3, 3}));  // scalar = [v, v]
+  EXPECT_EQ(s.domain.choices("mode"), (Choices{"plain", "wide"}));
+  ASSERT_EQ(s.invariants.size(), 1u);
+  EXPECT_EQ(s.invariants[0].params.integer("slack"), 2);
+}
+
+TEST(SpecLoader, InvariantsDefaultToAllWithDefaults) {
+  const Spec s = parse_spec("spec: toy\nfamily: toy.sum\n", "t.yaml");
+  EXPECT_EQ(s.invariants.size(), 2u);
+  EXPECT_EQ(s.invariants[0].params.integer("slack"), 0);
+  EXPECT_EQ(s.target, "reference");
+}
+
+struct BadSpec {
+  const char* what;
+  std::string from, to;
+  std::string expect;  // substring of the error
+};
+
+class SpecErrors : public ::testing::TestWithParam<BadSpec> {};
+
+TEST_P(SpecErrors, NameFileLineColumnAndChoices) {
+  const BadSpec& b = GetParam();
+  const std::string err = error_of(replace(kValid, b.from, b.to));
+  EXPECT_NE(err.find(b.expect), std::string::npos) << b.what << ": " << err;
+  EXPECT_EQ(err.rfind("t.yaml:", 0), 0u) << err;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, SpecErrors,
+    ::testing::Values(
+        BadSpec{"unknown top key", "run:", "runs:", "t.yaml:4:1: unknown top-level key 'runs' (did you mean 'run'?)"},
+        BadSpec{"unknown domain key", "  length:", "  lenght:", "t.yaml:6:3: unknown key 'lenght' in domain (did you mean 'length'?)"},
+        BadSpec{"wrong type", "trials: 50", "trials: many", "'trials' must be an integer, got 'many'"},
+        BadSpec{"inverted range", "[1, 5]", "[5, 1]", "t.yaml:6:11: 'length' is an inverted range [5, 1]"},
+        BadSpec{"out of bounds", "[1, 5]", "[1, 5000]", "out of bounds"},
+        BadSpec{"range shape", "[1, 5]", "[1, 2, 3]", "must be a range [lo, hi]"},
+        BadSpec{"empty choices", "[plain, wide]", "[]", "'mode' is empty"},
+        BadSpec{"bad choice", "[plain, wide]", "[plain, wdie]", "unknown choice 'wdie' (did you mean 'wide'?)"},
+        BadSpec{"unknown family", "family: toy.sum", "family: toy.summ", "unknown family 'toy.summ' (did you mean 'toy.sum'?)"},
+        BadSpec{"unknown target", "target: reference", "target: referense", "unknown implementation 'referense' for family toy.sum (did you mean 'reference'?); valid: reference, drops_last"},
+        BadSpec{"unknown invariant", "name: matches_reference", "name: matches_ref", "unknown invariant 'matches_ref'"},
+        BadSpec{"unknown param", "slack: 2", "slak: 2", "unknown key 'slak' in invariant matches_reference (did you mean 'slack'?)"},
+        BadSpec{"duplicate key", "run: {trials: 50, seed: 7}", "run: {trials: 50, trials: 7}", "duplicate key 'trials'"},
+        BadSpec{"yaml syntax", "domain:\n", "domain: [\n", "t.yaml:"},
+        BadSpec{"missing family", "family: toy.sum\n", "", "missing required key 'family'"},
+        BadSpec{"bad spec name", "spec: toy", "spec: ../x", "spec name '../x'"}));
+
+TEST(SpecLoader, MissingFileIsAnInputError) {
+  EXPECT_THROW(load_spec("/nonexistent/spec.yaml"), InputError);
+}
+
+TEST(SpecLoader, EmptyInvariantListIsAnError) {
+  EXPECT_NE(error_of("spec: toy\nfamily: toy.sum\ninvariants: []\n").find("'invariants' is empty"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kprop

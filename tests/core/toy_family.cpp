@@ -1,0 +1,102 @@
+#include "toy_family.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <stdexcept>
+
+#include "kprop/case_yaml.h"
+#include "kprop/gen.h"
+
+namespace kprop::toy {
+
+Schema Traits::domain_schema() {
+  return {field::int_range("length", {0, 8}, 0, 1000, "list length"),
+          field::int_range("value", {-5, 20}, -1000, 1000, "element values"),
+          field::choices("mode", {"plain"}, {"plain", "wide"}, "a choices field for loader tests")};
+}
+
+rc::Gen<Case> Traits::generator(const Values& d) {
+  const IntRange len = d.int_range("length"), val = d.int_range("value");
+  return rc::gen::exec([=] {
+    Case c;
+    const auto n = *gen::sized(len);
+    for (int64_t i = 0; i < n; ++i) c.xs.push_back(static_cast<int>(*gen::any(val)));
+    return c;
+  });
+}
+
+rc::Seq<Case> Traits::shrinks(const Case& c) {
+  std::vector<Case> out;
+  for (size_t i = 0; i < c.xs.size(); ++i) {
+    Case s = c;
+    s.xs.erase(s.xs.begin() + static_cast<long>(i));
+    out.push_back(s);
+  }
+  for (size_t i = 0; i < c.xs.size(); ++i)
+    if (c.xs[i] != 0) {
+      Case s = c;
+      s.xs[i] = c.xs[i] / 2;
+      out.push_back(s);
+    }
+  return rc::seq::fromContainer(out);
+}
+
+YAML::Node Traits::to_yaml(const Case& c) {
+  YAML::Node n(YAML::NodeType::Map);
+  n["xs"] = case_yaml::list(c.xs);
+  return n;
+}
+
+Case Traits::from_yaml(const YAML::Node& n) {
+  case_yaml::expect_keys(n, {"xs"}, "toy case");
+  return {case_yaml::read_list<int>(n, "xs")};
+}
+
+Case Traits::from_bytes(ByteReader& bytes, const Values& d) {
+  Case c;
+  const auto n = bytes.in_range(d.int_range("length"));
+  for (int64_t i = 0; i < n; ++i) c.xs.push_back(static_cast<int>(bytes.in_range(d.int_range("value"))));
+  return c;
+}
+
+CaseStats Traits::stats(const Case& c) {
+  return {static_cast<int64_t>(c.xs.size()), fmt::format("{} elements", c.xs.size())};
+}
+
+namespace {
+long sum(const Case& c) {
+  long s = 0;
+  for (int x : c.xs) s += x;
+  return s;
+}
+}  // namespace
+
+KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
+  f.implementation({"reference", ImplKind::reference, "plain sum"}, [](const Case& c) { return Result{sum(c)}; });
+  f.mutant("drops_last", "ignores the last element of lists of 3 or more", [](const Case& c) {
+    Case d = c;
+    if (d.xs.size() >= 3) d.xs.pop_back();
+    return Result{sum(d)};
+  });
+  f.mutant("throws_on_13", "throws when an element is 13", [](const Case& c) {
+    for (int x : c.xs)
+      if (x == 13) throw std::runtime_error("unlucky");
+    return Result{sum(c)};
+  });
+  f.implementation({"no_device", ImplKind::optimized, "needs hardware this machine lacks", "cuda"},
+                   [](const Case&) -> Result { throw Unsupported("no CUDA device"); });
+  f.invariant({"matches_reference", "sum equals the reference", {field::integer("slack", 0, 0, 100, "allowed difference")}},
+              [](Trial<Traits>& t, const Values& p) {
+                const long diff = t.target().sum - t.reference().sum;
+                if (std::labs(diff) <= p.integer("slack")) return Verdict::pass();
+                return Verdict::fail(fmt::format("sum {} != {}", t.target().sum, t.reference().sum),
+                                     {{"target", double(t.target().sum)}, {"reference", double(t.reference().sum)}});
+              });
+  f.invariant({"only_long_lists", "discards everything shorter than 100", {}}, [](Trial<Traits>& t, const Values&) {
+    if (t.input().xs.size() < 100) return Verdict::discard("list too short");
+    return Verdict::pass();
+  });
+});
+
+}  // namespace kprop::toy
