@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The two entry points of the README, on a fresh Debian 12 machine:
+#   scripts/dev.sh run [prop_runner flags]   install, build, run specs/dflash.yaml
+#   scripts/dev.sh test                      install, build, run the whole suite
+#                                            (optimised build, then ASan+UBSan+libFuzzer build)
+# Also: deps (install packages only), build, build-san.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Everything comes from Debian's packages; nothing is downloaded at build time.
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git
+  clang libclang-rt-14-dev libfuzzer-14-dev
+  librapidcheck-dev libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libcli11-dev nlohmann-json3-dev libfmt-dev
+)
+JOBS="${KPROP_JOBS:-$(nproc)}"
+
+deps() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    echo "kprop: installing ${missing[*]}"
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+}
+
+build() {
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  cmake --build build -j "$JOBS"
+}
+
+# One clang build serves both the sanitizer run of the suite and the fuzzers.
+build_san() {
+  CC=clang CXX=clang++ cmake -S . -B build-san -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKPROP_FUZZ=ON
+  cmake --build build-san -j "$JOBS"
+}
+
+case "${1:-}" in
+  deps) deps ;;
+  build) deps && build ;;
+  build-san) deps && build_san ;;
+  run)
+    shift
+    deps && build
+    exec build/prop_runner --spec specs/dflash.yaml "$@"
+    ;;
+  test)
+    deps
+    build
+    ctest --test-dir build --output-on-failure -j "$JOBS"
+    build_san
+    # Leak checking stays on; halt_on_error makes a sanitizer report fail the test.
+    ASAN_OPTIONS="detect_leaks=1:halt_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+      ctest --test-dir build-san --output-on-failure -j "$JOBS"
+    ;;
+  *)
+    echo "usage: scripts/dev.sh run|test|deps|build|build-san" >&2
+    exit 2
+    ;;
+esac
