@@ -256,7 +256,8 @@ rc::Seq<Case> exhaustive_small(const Case& c) {
   for (int n = 1; n <= max_n; ++n)
     for (uint64_t s : seeds) blocks.push_back({s, n});
   return rc::seq::mapcat(rc::seq::fromContainer(blocks), [c, tokens](std::pair<uint64_t, int> b) {
-    const auto [seed, n] = b;
+    const uint64_t seed = b.first;
+    const int n = b.second;
     int64_t structures = 1, labelings = 1;
     for (int i = 1; i <= n; ++i) structures *= i;  // node i picks a parent among i options
     for (int i = 0; i < n; ++i) labelings *= tokens;
