@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <chrono>
 #include <stdexcept>
+#include <thread>
 
 #include "kprop/case_yaml.h"
 #include "kprop/gen.h"
@@ -82,6 +84,19 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
   f.mutant("throws_on_13", "throws when an element is 13", [](const Case& c) {
     for (int x : c.xs)
       if (x == 13) throw std::runtime_error("unlucky");
+    return Result{sum(c)};
+  });
+  f.mutant("segfaults", "dereferences null when an element is 7", [](const Case& c) {
+    for (int x : c.xs)
+      if (x == 7) {
+        volatile int* null = nullptr;
+        return Result{*null};
+      }
+    return Result{sum(c)};
+  });
+  f.mutant("hangs", "loops forever when an element is 7", [](const Case& c) {
+    for (int x : c.xs)
+      while (x == 7) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     return Result{sum(c)};
   });
   f.implementation({"no_device", ImplKind::optimized, "needs hardware this machine lacks", "cuda"},

@@ -1,0 +1,55 @@
+// A target that crashes or hangs must not take the runner down silently:
+// the case is stored in the corpus and the process exits 3.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "kprop/runner.h"
+
+namespace fs = std::filesystem;
+
+namespace kprop {
+namespace {
+
+void run_until_death(const std::string& target, const fs::path& corpus) {
+  const Spec spec = parse_spec(
+      "spec: toy\nfamily: toy.sum\nrun: {trials: 200, seed: 3, case_timeout_s: 0.5}\n"
+      "domain: {value: [5, 9]}\ninvariants: [matches_reference]\n",
+      "toy.yaml");
+  RunOptions o;
+  o.target = target;
+  o.corpus_dir = corpus.string();
+  run_spec(spec, o);
+}
+
+class CrashTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  // Named by test, not pid: the death test's child re-executes this binary.
+  fs::path dir_ = fs::temp_directory_path() /
+                  (std::string("kprop_crash_test_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+};
+
+TEST_F(CrashTest, SegfaultSavesTheCaseAndExitsThree) {
+  EXPECT_EXIT(run_until_death("segfaults", dir_), ::testing::ExitedWithCode(3), "crashed with signal 11");
+  const auto files = list_corpus((dir_ / "toy").string());
+  ASSERT_EQ(files.size(), 1u);
+  const CorpusEntry e = read_entry(files[0]);
+  EXPECT_EQ(e.found_by, "crash");
+  EXPECT_EQ(e.found_against, "segfaults");
+  EXPECT_NE(emit_yaml(e.case_node).find("7"), std::string::npos);
+}
+
+TEST_F(CrashTest, HangIsStoppedByTheCaseTimeout) {
+  EXPECT_EXIT(run_until_death("hangs", dir_), ::testing::ExitedWithCode(3), "hung");
+  const auto files = list_corpus((dir_ / "toy").string());
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(read_entry(files[0]).found_by, "hang");
+}
+
+}  // namespace
+}  // namespace kprop
