@@ -1,0 +1,28 @@
+// Ternary family: case generation, shrinking and encoding (see
+// kernels/ternary/ternary.h for the contract, invariants.cpp for the checks).
+#pragma once
+
+#include "kernels/ternary/ternary.h"
+#include "kprop/family.h"
+
+namespace kprop::ternary {
+
+struct Traits {
+  using Case = ternary::Case;
+  using Result = ternary::Result;
+  static constexpr const char* name = "ternary";
+  static constexpr const char* description =
+      "BitNet b1.58 linear layer: absmean ternary weights, absmax int8 activations, straight-through "
+      "backward";
+  static Schema domain_schema();
+  static rc::Gen<Case> generator(const Values& domain);
+  static rc::Seq<Case> shrinks(const Case& c);
+  static YAML::Node to_yaml(const Case& c);
+  static Case from_yaml(const YAML::Node& node);
+  static Case from_bytes(ByteReader& bytes, const Values& domain);
+  static CaseStats stats(const Case& c);
+};
+
+void register_invariants(FamilyDef<Traits>& family);
+
+}  // namespace kprop::ternary

@@ -1,0 +1,231 @@
+// Ternary: the kernels on hand-made cases (rounding convention, eps, STE),
+// packing round trips, the codec and shrinker, and every mutant killed under
+// the committed spec with fixed seeds.
+#include "kernels/ternary/ternary.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernels/ternary/packed.h"
+#include "kprop/rng.h"
+#include "kprop/runner.h"
+#include "properties/ternary/family.h"
+
+namespace kprop::ternary {
+namespace {
+
+const std::string kSpec = std::string(KPROP_SOURCE_DIR) + "/specs/ternary.yaml";
+
+Case make(int M, int K, int N, std::vector<double> x, std::vector<double> w, std::vector<double> dy) {
+  Case c;
+  c.tokens = M, c.in_features = K, c.out_features = N;
+  c.x = std::move(x), c.w = std::move(w), c.dy = std::move(dy);
+  EXPECT_EQ(validate(c), "");
+  return c;
+}
+
+Case random_case(int M, int K, int N, uint64_t seed) {
+  Case c;
+  c.tokens = M, c.in_features = K, c.out_features = N;
+  for (int i = 0; i < M * K; ++i) c.x.push_back(rng::normal(seed, 1, static_cast<uint64_t>(i)));
+  for (int i = 0; i < N * K; ++i) c.w.push_back(rng::normal(seed, 2, static_cast<uint64_t>(i)));
+  for (int i = 0; i < M * N; ++i) c.dy.push_back(rng::normal(seed, 3, static_cast<uint64_t>(i)));
+  return c;
+}
+
+TEST(TernaryRounding, HalfToEven) {
+  EXPECT_EQ(round_half_even(0.5), 0);
+  EXPECT_EQ(round_half_even(1.5), 2);
+  EXPECT_EQ(round_half_even(2.5), 2);
+  EXPECT_EQ(round_half_even(-0.5), 0);
+  EXPECT_EQ(round_half_even(-2.5), -2);
+  EXPECT_EQ(round_half_even(2.4999999999999996), 2);
+  EXPECT_EQ(round_half_even(-3.5), -4);
+  EXPECT_TRUE(std::isnan(round_half_even(NAN)));
+}
+
+// mean|W| = 1, so W/s hits the ties 0.5 and 1.5 exactly; a_t = 1, so x a_t hits 2.5.
+Case tie_case() {
+  return make(1, 4, 2, {127, 2.5, -2.5, 3.5}, {0.5, -0.5, 1.5, 1.5, 1, -1, -0.5, 1.5}, {1, -2});
+}
+
+TEST(TernaryKernels, TiesRoundHalfToEvenInEveryImplementation) {
+  for (auto impl : {reference, packed, packed_base3}) {
+    const Result r = impl(tie_case());
+    EXPECT_EQ(r.w_scale, 1.0);
+    EXPECT_EQ(r.w_q, (std::vector<double>{0, 0, 1, 1, 1, -1, 0, 1}));  // 0.5, -0.5 -> 0; 1.5 -> 2 -> 1
+    EXPECT_EQ(r.x_scale, (std::vector<double>{1.0}));
+    EXPECT_EQ(r.x_q, (std::vector<double>{127, 2, -2, 4}));
+    EXPECT_EQ(r.acc, (std::vector<double>{-2 + 4, 127 - 2 + 4}));
+  }
+  const Result away = mutants()[4].run(tie_case());
+  EXPECT_STREQ(mutants()[4].name, "round_half_away");
+  EXPECT_EQ(away.x_q, (std::vector<double>{127, 3, -3, 4}));
+}
+
+TEST(TernaryKernels, ForwardAndStraightThroughBackwardByHand) {
+  // s = mean(|2|, |-1|, |0.1|, |0.9|) = 1; w_q = [1, -1, 0, 1]. a = 127/4.
+  const Case c = make(1, 2, 2, {4, -1}, {2, -1, 0.1, 0.9}, {1, 3});
+  const Result r = reference(c);
+  EXPECT_EQ(r.w_q, (std::vector<double>{1, -1, 0, 1}));
+  EXPECT_EQ(r.x_q, (std::vector<double>{127, -32}));  // -127/4 = -31.75 -> -32
+  EXPECT_EQ(r.acc, (std::vector<double>{159, -32}));
+  EXPECT_DOUBLE_EQ(r.y[0], 159 * 4.0 / 127);
+  // dx = dy W~ = [1*1 + 3*0, 1*(-1) + 3*1]; dW = dy^T x~ with x~ = [4, -128/127].
+  EXPECT_EQ(r.dx, (std::vector<double>{1, 2}));
+  EXPECT_DOUBLE_EQ(r.dw[0], 4);
+  EXPECT_DOUBLE_EQ(r.dw[3], 3 * -32 * 4.0 / 127);
+}
+
+TEST(TernaryKernels, ZeroInputsGiveZerosNotNan) {
+  const Case c = make(2, 3, 2, {0, 0, 0, 1, 2, 3}, {0, 0, 0, 0, 0, 0}, {1, 1, 1, 1});
+  for (auto impl : {reference, packed, packed_base3}) {
+    const Result r = impl(c);
+    EXPECT_EQ(r.w_scale, kEps);
+    EXPECT_EQ(r.x_scale[0], 127 / kEps);
+    for (double v : r.y) EXPECT_EQ(v, 0);
+    for (double v : r.dx) EXPECT_EQ(v, 0);
+    for (double v : r.dw) EXPECT_TRUE(std::isfinite(v));
+  }
+  const Result bad = mutants()[3].run(c);  // no_eps
+  EXPECT_STREQ(mutants()[3].name, "no_eps");
+  EXPECT_TRUE(std::isnan(bad.y[0]));
+}
+
+TEST(TernaryKernels, TinyWeightsBelowEpsQuantizeToZero) {
+  const Case c = make(1, 2, 1, {1, 1}, {3e-6, -2e-6}, {1});
+  EXPECT_EQ(reference(c).w_q, (std::vector<double>{0, 0}));  // s = eps: 0.3 and -0.2 round to 0
+  EXPECT_EQ(mutants()[3].run(c).w_q, (std::vector<double>{1, -1}));
+}
+
+// K beyond the int16 chunk and not a multiple of 4 or 5: the integers match exactly.
+TEST(TernaryKernels, PackedMatchesReferenceOnLongRows) {
+  for (int K : {4099, 4101, 33, 1}) {
+    const Case c = random_case(2, K, 3, static_cast<uint64_t>(K));
+    const Result ref = reference(c);
+    for (auto impl : {packed, packed_base3}) {
+      const Result r = impl(c);
+      EXPECT_EQ(r.w_q, ref.w_q) << K;
+      EXPECT_EQ(r.x_q, ref.x_q) << K;
+      EXPECT_EQ(r.acc, ref.acc) << K;
+      for (size_t i = 0; i < ref.y.size(); ++i)
+        EXPECT_NEAR(r.y[i], ref.y[i], 3e-7 * std::fabs(ref.y[i])) << K;
+    }
+  }
+}
+
+TEST(TernaryPacking, RoundTripsEveryWidthAndPattern) {
+  for (auto packing : {kernel::Packing::two_bit, kernel::Packing::base3})
+    for (int K = 1; K <= 41; ++K) {
+      std::vector<double> w(static_cast<size_t>(3 * K));
+      for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<double>(static_cast<int>(i * 7 % 3) - 1);
+      const kernel::PackedWeights p = kernel::quantize_and_pack(w.data(), 3, K, packing);
+      EXPECT_EQ(p.row_bytes, (K + (packing == kernel::Packing::two_bit ? 3 : 4)) /
+                                 (packing == kernel::Packing::two_bit ? 4 : 5));
+      std::vector<int8_t> row(static_cast<size_t>(K + 64));
+      for (int n = 0; n < 3; ++n) {
+        kernel::unpack_row(p, n, row.data());
+        for (int k = 0; k < K; ++k)
+          EXPECT_EQ(row[static_cast<size_t>(k)], w[static_cast<size_t>(n * K + k)]) << K;
+      }
+    }
+}
+
+TEST(TernaryCodec, YamlRoundTripIsExact) {
+  const Case c = random_case(2, 3, 2, 9);
+  EXPECT_EQ(Traits::from_yaml(Traits::to_yaml(c)), c);
+}
+
+TEST(TernaryCodec, BadCaseNamesLineAndColumn) {
+  const YAML::Node n = YAML::Load("tokens: 1\nin_features: 2\nout_features: 1\nx: [1]\nw: [1, 2]\ndy: [1]\n");
+  try {
+    Traits::from_yaml(n);
+    FAIL() << "wrong x length accepted";
+  } catch (const CaseFormatError& e) {
+    EXPECT_GT(e.line, 0);
+    EXPECT_NE(std::string(e.what()).find("x has 1 values"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(Traits::from_yaml(
+                   YAML::Load("tokens: 1\nin_features: 1\nout_features: 1\nx: [.nan]\nw: [1]\ndy: [1]\n")),
+               CaseFormatError);
+}
+
+TEST(TernaryCodec, EveryByteStringDecodesToAValidCase) {
+  const Spec spec = load_spec(kSpec);
+  for (int len = 0; len < 300; len += 7) {
+    std::vector<uint8_t> bytes(static_cast<size_t>(len));
+    for (int i = 0; i < len; ++i) bytes[static_cast<size_t>(i)] = static_cast<uint8_t>(i * 37 + len);
+    ByteReader reader(bytes.data(), bytes.size());
+    EXPECT_EQ(validate(Traits::from_bytes(reader, spec.domain)), "") << len;
+  }
+}
+
+TEST(TernaryShrinker, EveryCandidateIsValidAndDifferent) {
+  const Case c = random_case(3, 5, 2, 4);
+  auto seq = Traits::shrinks(c);
+  int n = 0;
+  while (auto s = seq.next()) {
+    EXPECT_EQ(validate(*s), "");
+    EXPECT_FALSE(*s == c);
+    ++n;
+  }
+  EXPECT_GT(n, 20);
+}
+
+// The shrinker ends at the smallest shapes that can show each bug.
+TEST(TernaryShrinker, MinimalShapes) {
+  const Spec spec = load_spec(kSpec);
+  for (auto [mutant, K] :
+       {std::pair{"scale_absmax", 2}, std::pair{"ste_zero_grad", 1}, std::pair{"no_eps", 1}}) {
+    RunOptions o;
+    o.target = mutant;
+    o.seed = 7;
+    o.write_corpus = false;
+    o.stop_on_first_failure = true;
+    const RunReport r = run_spec(spec, o);
+    ASSERT_EQ(r.status, RunStatus::failed) << mutant;
+    for (const auto& inv : r.invariants)
+      if (inv.counterexample) {
+        const Case c = Traits::from_yaml(YAML::Load(inv.counterexample->case_yaml));
+        EXPECT_EQ(c.tokens, 1) << mutant;
+        EXPECT_EQ(c.out_features, 1) << mutant;
+        EXPECT_EQ(c.in_features, K) << mutant;
+      }
+  }
+}
+
+// Every mutant dies under the committed spec; 3 fixed seeds here, 20 in the
+// measurement of the closing note (prop_runner --mutants).
+class MutantKill : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MutantKill, DiesUnderTheCommittedSpec) {
+  const Spec spec = load_spec(kSpec);
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    RunOptions o;
+    o.target = GetParam();
+    o.seed = seed;
+    o.write_corpus = false;
+    o.stop_on_first_failure = true;
+    EXPECT_EQ(run_spec(spec, o).status, RunStatus::failed) << GetParam() << " survived seed " << seed;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ternary, MutantKill,
+                         ::testing::Values("scale_absmax", "round_toward_zero", "ste_zero_grad", "no_eps",
+                                           "round_half_away"));
+
+TEST(TernaryImplementations, CorrectOnesPass) {
+  const Spec spec = load_spec(kSpec);
+  for (const char* target : {"reference", "packed", "packed_base3"})
+    for (uint64_t seed : {11u, 12u}) {
+      RunOptions o;
+      o.target = target;
+      o.seed = seed;
+      o.write_corpus = false;
+      EXPECT_EQ(run_spec(spec, o).status, RunStatus::passed) << target << " seed " << seed;
+    }
+}
+
+}  // namespace
+}  // namespace kprop::ternary
