@@ -1,0 +1,140 @@
+// Beam search with EOS retention and a length penalty (FAMILIES.md, `beam`).
+//
+// Contract. A batch of prompts, beam width K, at most L new tokens, length
+// penalty alpha. A hypothesis is the generated continuation only (the prompt is
+// never part of it): tokens ending in EOS (finished) or L tokens without EOS.
+//   score = (sum of the generated tokens' log-probs, EOS included) / len^alpha
+// with len the generated length including EOS; the prompt does not count.
+// Log-probs are log_softmax of the model's logits at each step.
+// Step t (t = 1..L) ranks the candidates: every finished beam of the pool
+// (kept as is) and every one-token expansion of every unfinished beam; the pool
+// becomes the K best. A beam leaves the pool only when K better candidates
+// exist. The search stops when every pool member is finished (the K best are
+// finished) or after step L. Result: the final pool, best first.
+// Order ("better"): higher score first; exactly equal scores are broken by the
+// generated tokens, lexicographically smaller first (a prefix before its
+// extensions). The rule is total, so results are deterministic.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace kprop::beam {
+
+// A deterministic random table LM: the logits at a prefix are a pure function
+// of (seed, prefix), drawn from counter-based randomness, so they never depend
+// on evaluation order or on which other prefixes were evaluated.
+//   logit[v] = scale * (1 + sharpen * n) * N(seed, prefix, v)
+//            + [v == eos] * (eos_bias + eos_slope * n) + shift * N(seed, prefix, *)
+// with n the prefix length (prompt included). eos_bias > 0 with eos_slope < 0
+// makes EOS likely early and unlikely later; sharpen > 0 makes long paths more
+// confident per token; shift adds one constant per prefix to every logit (a
+// correct search cannot see it); scale = 0 makes every non-EOS token tie.
+struct ModelConfig {
+  int vocab = 2;
+  int eos = 0;
+  uint64_t seed = 1;
+  double scale = 1;
+  double eos_bias = 0;
+  double eos_slope = 0;
+  double sharpen = 0;
+  double shift = 0;
+  bool operator==(const ModelConfig&) const = default;
+};
+
+// The model's state after a prefix: enough to produce the next logits.
+struct Prefix {
+  uint64_t hash = 0;
+  int length = 0;
+};
+
+class TableLM {
+ public:
+  explicit TableLM(const ModelConfig& config) : config_(config) {}
+  const ModelConfig& config() const { return config_; }
+  int vocab() const { return config_.vocab; }
+  Prefix start(const std::vector<int>& prompt) const;
+  Prefix push(Prefix p, int token) const;
+  void logits(Prefix p, double* out) const;  // vocab() values
+  std::vector<double> log_probs(Prefix p) const;
+
+ private:
+  ModelConfig config_;
+};
+
+// out[v] = x[v] - max - log(sum exp(x - max)), summed in index order.
+void log_softmax(const double* x, int n, double* out);
+
+struct Case {
+  ModelConfig model;
+  std::vector<std::vector<int>> prompts;  // the batch; each non-empty
+  int beam_width = 1;                     // K
+  int max_new_tokens = 1;                 // L
+  double alpha = 0;                       // length penalty exponent
+  bool operator==(const Case&) const = default;
+};
+
+struct Hypothesis {
+  std::vector<int> tokens;  // generated tokens, EOS included
+  double logprob = 0;       // sum of their log-probs
+  double score = 0;         // logprob / len^alpha
+  bool finished = false;    // ends with EOS
+  bool operator==(const Hypothesis&) const = default;
+};
+
+// The order of the contract: higher score, then lexicographically smaller tokens.
+bool better(const Hypothesis& a, const Hypothesis& b);
+
+struct Beams {
+  std::vector<Hypothesis> hypotheses;          // the result, best first
+  std::vector<std::vector<Hypothesis>> pools;  // trace: pools[t] is the pool after step t + 1, best first
+  // Smallest score gap between the last kept and the first dropped candidate
+  // over all steps (+inf when nothing was pruned): a near-tie indicator.
+  double prune_margin = std::numeric_limits<double>::infinity();
+};
+
+struct Result {
+  std::vector<Beams> prompts;  // one per prompt, in batch order
+};
+
+// Why the case breaks the contract, or "" if it is valid.
+std::string validate(const Case& c);
+
+// Number of distinct hypotheses for (vocab, L): sum_{s=1..L} (V-1)^(s-1) + (V-1)^L,
+// saturating at `cap`.
+int64_t count_hypotheses(int vocab, int max_new_tokens, int64_t cap = int64_t(1) << 40);
+
+// Log-prob and score of `tokens` after `prompt`, from the model (the checker's scorer).
+Hypothesis rescore(const TableLM& model, const std::vector<int>& prompt, const std::vector<int>& tokens,
+                   double alpha);
+
+// The exhaustive oracle: every hypothesis for this prompt, best first.
+// Usable when count_hypotheses(vocab, L) is small.
+std::vector<Hypothesis> exhaustive(const TableLM& model, const std::vector<int>& prompt, int max_new_tokens,
+                                   double alpha);
+
+// The search with each known bug as a switch (all off: the contract).
+struct Semantics {
+  bool retain_finished = true;         // drop_finished: false
+  bool compound_penalty = false;       // penalty_compounding
+  bool penalty_counts_prompt = false;  // penalty_counts_prompt
+  bool expand_finished = false;        // expand_finished
+  bool shared_pool = false;            // batch_pool_leak
+  bool stop_at_first_eos = false;      // stop_at_first_eos
+};
+Result search(const Case& c, const Semantics& semantics);
+
+// Implementations.
+Result reference(const Case& c);  // one clear search per prompt
+Result batched(const Case& c);    // every prompt in one flat pool, vectorized scoring
+
+struct Mutant {
+  const char* name;
+  const char* description;
+  Result (*run)(const Case&);
+};
+const std::vector<Mutant>& mutants();
+
+}  // namespace kprop::beam

@@ -1,0 +1,125 @@
+// The reference beam search (one pool per prompt, written for clarity) and the
+// mutants, each the same search with one known bug switched on.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/beam/beam.h"
+
+namespace kprop::beam {
+namespace {
+
+struct Entry {
+  int prompt;
+  Hypothesis h;
+  Prefix state;  // the model after prompt ++ h.tokens
+};
+
+bool entry_better(const Entry& a, const Entry& b) {
+  return better(a.h, b.h);
+}
+
+// Runs one pool of width `width` holding the beams of the prompts in `group`.
+void run_pool(const TableLM& model, const Case& c, const Semantics& s, const std::vector<int>& group,
+              int width, Result& out) {
+  const int eos = model.config().eos;
+  auto expand = [&](const Entry& e, std::vector<Entry>& into) {
+    const std::vector<double> lp = model.log_probs(e.state);
+    const int len = static_cast<int>(e.h.tokens.size()) + 1;
+    const int counted =
+        len +
+        (s.penalty_counts_prompt ? static_cast<int>(c.prompts[static_cast<size_t>(e.prompt)].size()) : 0);
+    const double denom = std::pow(static_cast<double>(counted), c.alpha);
+    for (int v = 0; v < model.vocab(); ++v) {
+      Entry child{e.prompt, e.h, model.push(e.state, v)};
+      child.h.tokens.push_back(v);
+      child.h.logprob += lp[static_cast<size_t>(v)];
+      child.h.score = (s.compound_penalty ? e.h.score + lp[static_cast<size_t>(v)] : child.h.logprob) / denom;
+      child.h.finished = v == eos;
+      into.push_back(std::move(child));
+    }
+  };
+
+  std::vector<Entry> pool;
+  for (int b : group) pool.push_back({b, {}, model.start(c.prompts[static_cast<size_t>(b)])});  // empty roots
+  for (int step = 1; step <= c.max_new_tokens; ++step) {
+    std::vector<Entry> candidates;
+    for (const Entry& e : pool) {
+      if (!e.h.finished || s.expand_finished)
+        expand(e, candidates);
+      else if (s.retain_finished)
+        candidates.push_back(e);  // finished beams stay and compete as they are
+    }
+    std::sort(candidates.begin(), candidates.end(), entry_better);
+    if (static_cast<int>(candidates.size()) > width) {
+      const double gap =
+          candidates[static_cast<size_t>(width) - 1].h.score - candidates[static_cast<size_t>(width)].h.score;
+      for (int b : group) {
+        double& m = out.prompts[static_cast<size_t>(b)].prune_margin;
+        m = std::min(m, gap);
+      }
+      candidates.resize(static_cast<size_t>(width));
+    }
+    pool = std::move(candidates);
+    for (int b : group) out.prompts[static_cast<size_t>(b)].pools.emplace_back();
+    for (const Entry& e : pool) out.prompts[static_cast<size_t>(e.prompt)].pools.back().push_back(e.h);
+    const bool all_finished =
+        std::all_of(pool.begin(), pool.end(), [](const Entry& e) { return e.h.finished; });
+    const bool any_finished =
+        std::any_of(pool.begin(), pool.end(), [](const Entry& e) { return e.h.finished; });
+    if (all_finished || (s.stop_at_first_eos && any_finished)) break;
+  }
+  for (const Entry& e : pool) out.prompts[static_cast<size_t>(e.prompt)].hypotheses.push_back(e.h);
+  for (int b : group) {
+    auto& hyps = out.prompts[static_cast<size_t>(b)].hypotheses;
+    std::sort(hyps.begin(), hyps.end(), better);
+    if (static_cast<int>(hyps.size()) > c.beam_width) hyps.resize(static_cast<size_t>(c.beam_width));
+  }
+}
+
+Result with(const Case& c, void (*change)(Semantics&)) {
+  Semantics s;
+  change(s);
+  return search(c, s);
+}
+
+}  // namespace
+
+Result search(const Case& c, const Semantics& s) {
+  const TableLM model(c.model);
+  const int batch = static_cast<int>(c.prompts.size());
+  Result out;
+  out.prompts.resize(static_cast<size_t>(batch));
+  if (s.shared_pool) {
+    // The bug: one top-(K x batch) over every prompt's candidates.
+    std::vector<int> all;
+    for (int b = 0; b < batch; ++b) all.push_back(b);
+    run_pool(model, c, s, all, c.beam_width * batch, out);
+  } else {
+    for (int b = 0; b < batch; ++b) run_pool(model, c, s, {b}, c.beam_width, out);
+  }
+  return out;
+}
+
+Result reference(const Case& c) {
+  return search(c, Semantics{});
+}
+
+const std::vector<Mutant>& mutants() {
+  static const std::vector<Mutant> table = {
+      {"drop_finished", "finished (EOS) beams leave the pool instead of competing at later steps",
+       [](const Case& c) { return with(c, [](Semantics& s) { s.retain_finished = false; }); }},
+      {"penalty_compounding", "length penalty applied to the running (already normalised) score every step",
+       [](const Case& c) { return with(c, [](Semantics& s) { s.compound_penalty = true; }); }},
+      {"penalty_counts_prompt", "length penalty divides by (prompt + generated length)^alpha",
+       [](const Case& c) { return with(c, [](Semantics& s) { s.penalty_counts_prompt = true; }); }},
+      {"expand_finished", "finished beams are expanded like unfinished ones (tokens appended after EOS)",
+       [](const Case& c) { return with(c, [](Semantics& s) { s.expand_finished = true; }); }},
+      {"batch_pool_leak", "one top-(K x batch) pool shared by every prompt of the batch",
+       [](const Case& c) { return with(c, [](Semantics& s) { s.shared_pool = true; }); }},
+      {"stop_at_first_eos", "search stops as soon as any beam in the pool has finished",
+       [](const Case& c) { return with(c, [](Semantics& s) { s.stop_at_first_eos = true; }); }},
+  };
+  return table;
+}
+
+}  // namespace kprop::beam

@@ -1,0 +1,26 @@
+// Beam family: case generation, shrinking and encoding (see kernels/beam/beam.h
+// for the contract, invariants.cpp for the checks).
+#pragma once
+
+#include "kernels/beam/beam.h"
+#include "kprop/family.h"
+
+namespace kprop::beam {
+
+struct Traits {
+  using Case = beam::Case;
+  using Result = beam::Result;
+  static constexpr const char* name = "beam";
+  static constexpr const char* description =
+      "beam search with finished beams retained in the pool and a length penalty on generated tokens";
+  static Schema domain_schema();
+  static Case build(Draw& draw, const Values& domain);  // RapidCheck draws and fuzz bytes alike
+  static rc::Seq<Case> shrinks(const Case& c);
+  static YAML::Node to_yaml(const Case& c);
+  static Case from_yaml(const YAML::Node& node);
+  static CaseStats stats(const Case& c);
+};
+
+void register_invariants(FamilyDef<Traits>& family);
+
+}  // namespace kprop::beam
