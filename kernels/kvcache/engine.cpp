@@ -1,0 +1,286 @@
+// The cached engine: a scheduler stepping a batch through a KV cache, three
+// cache layouts, and one attention kernel (online softmax over key tiles;
+// for the paged layout one tile is one page, as a paged-attention kernel
+// walks the block table).
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <stdexcept>
+
+#include "kernels/kvcache/kvcache.h"
+
+namespace kprop::kvcache {
+namespace {
+
+constexpr int kTile = 16;  // key tile of the contiguous layouts
+
+struct Dims {
+  size_t Hkv, D;
+  explicit Dims(const Case& c) : Hkv(static_cast<size_t>(c.kv_heads)), D(static_cast<size_t>(c.head_dim)) {}
+  size_t token() const { return Hkv * D; }  // one token's K (or V), all kv heads
+};
+
+size_t capacity(const Case& c) {
+  int cap = 0;
+  for (const Sequence& s : c.seqs) cap = std::max(cap, s.tokens());
+  return static_cast<size_t>(cap);
+}
+
+// A padded [B][capacity][Hkv][D] cache, unused slots poisoned.
+class ContiguousCache {
+ public:
+  ContiguousCache(const Case& c, const Engine&)
+      : dims_(c),
+        cap_(capacity(c)),
+        k_(c.seqs.size() * cap_ * dims_.token(), poison_key(c.poison)),
+        v_(k_.size(), poison_value(c.poison)) {}
+  int tile() const { return kTile; }
+  void write(size_t b, int t, const double* k, const double* v, bool) {
+    std::copy(k, k + dims_.token(), &k_[slot(b, t)]);
+    std::copy(v, v + dims_.token(), &v_[slot(b, t)]);
+  }
+  const double* key(size_t b, int j, size_t h) { return &k_[slot(b, j) + h * dims_.D]; }
+  const double* value(size_t b, int j, size_t h) { return &v_[slot(b, j) + h * dims_.D]; }
+  void release(size_t) {}
+  void stats(Result&) const {}
+
+ private:
+  size_t slot(size_t b, int t) const { return (b * cap_ + static_cast<size_t>(t)) * dims_.token(); }
+  Dims dims_;
+  size_t cap_;
+  std::vector<double> k_, v_;
+};
+
+// A pool of fixed-size blocks, per-sequence block tables and a free list
+// (LIFO: a released block is the next one handed out). Released blocks keep
+// their stale contents.
+class PagedCache {
+ public:
+  PagedCache(const Case& c, const Engine& e)
+      : dims_(c),
+        page_(c.page_size),
+        last_block_offset_(e.last_block_offset),
+        k_(c.block_order.size() * static_cast<size_t>(page_) * dims_.token(), poison_key(c.poison)),
+        v_(k_.size(), poison_value(c.poison)),
+        free_(c.block_order.begin(), c.block_order.end()),
+        tables_(c.seqs.size()),
+        released_(c.seqs.size(), 0),
+        was_released_(c.block_order.size(), false) {}
+  int tile() const { return page_; }
+  void write(size_t b, int t, const double* k, const double* v, bool decode) {
+    auto& table = tables_[b];
+    int block, offset = t % page_;
+    if (last_block_offset_ && decode) {
+      block = table.back();  // taken before the new block is allocated
+      if (offset == 0) table.push_back(allocate());
+    } else {
+      if (offset == 0) table.push_back(allocate());
+      block = table[static_cast<size_t>(t / page_)];
+    }
+    std::copy(k, k + dims_.token(), &k_[slot(block, offset)]);
+    std::copy(v, v + dims_.token(), &v_[slot(block, offset)]);
+  }
+  const double* key(size_t b, int j, size_t h) { return &k_[where(b, j) + h * dims_.D]; }
+  const double* value(size_t b, int j, size_t h) { return &v_[where(b, j) + h * dims_.D]; }
+  // Returns the blocks not yet released to the free list; the table itself
+  // is left alone (it is dead once the sequence has finished).
+  void release(size_t b) {
+    auto& table = tables_[b];
+    for (size_t i = released_[b]; i < table.size(); ++i) {
+      free_.push_front(table[i]);
+      was_released_[static_cast<size_t>(table[i])] = true;
+    }
+    released_[b] = table.size();
+  }
+  void stats(Result& r) const {
+    r.blocks_allocated = allocated_;
+    r.blocks_reused = reused_;
+  }
+
+ private:
+  int allocate() {
+    if (free_.empty()) throw std::runtime_error("paged KV cache: pool exhausted");
+    const int block = free_.front();
+    free_.pop_front();
+    ++allocated_;
+    reused_ += was_released_[static_cast<size_t>(block)];
+    return block;
+  }
+  size_t slot(int block, int offset) const {
+    return (static_cast<size_t>(block) * static_cast<size_t>(page_) + static_cast<size_t>(offset)) *
+           dims_.token();
+  }
+  size_t where(size_t b, int j) const { return slot(tables_[b][static_cast<size_t>(j / page_)], j % page_); }
+
+  Dims dims_;
+  int page_;
+  bool last_block_offset_;
+  std::vector<double> k_, v_;
+  std::deque<int> free_;
+  std::vector<std::vector<int>> tables_;
+  std::vector<size_t> released_;
+  std::vector<bool> was_released_;
+  int allocated_ = 0, reused_ = 0;
+};
+
+// A padded int8 cache; unused slots hold the invalid code -128. Reads
+// dequantize one head's channels into a scratch row.
+class Int8Cache {
+ public:
+  Int8Cache(const Case& c, const Engine& e)
+      : dims_(c),
+        cap_(capacity(c)),
+        scales_(int8_scales(c, e.per_tensor_scale)),
+        k_(c.seqs.size() * cap_ * dims_.token(), static_cast<int8_t>(-128)),
+        v_(k_.size(), static_cast<int8_t>(-128)),
+        kbuf_(dims_.D),
+        vbuf_(dims_.D) {}
+  int tile() const { return kTile; }
+  void write(size_t b, int t, const double* k, const double* v, bool) {
+    const size_t at = slot(b, t);
+    for (size_t i = 0; i < dims_.token(); ++i) {
+      k_[at + i] = quantize(k[i], scales_.k[i]);
+      v_[at + i] = quantize(v[i], scales_.v[i]);
+    }
+  }
+  const double* key(size_t b, int j, size_t h) { return load(k_, scales_.k, b, j, h, kbuf_); }
+  const double* value(size_t b, int j, size_t h) { return load(v_, scales_.v, b, j, h, vbuf_); }
+  void release(size_t) {}
+  void stats(Result& r) const { r.int8_cache = true; }
+
+ private:
+  size_t slot(size_t b, int t) const { return (b * cap_ + static_cast<size_t>(t)) * dims_.token(); }
+  const double* load(const std::vector<int8_t>& codes, const std::vector<double>& scale, size_t b, int j,
+                     size_t h, std::vector<double>& buf) const {
+    const size_t at = slot(b, j) + h * dims_.D;
+    for (size_t d = 0; d < dims_.D; ++d) buf[d] = codes[at + d] * scale[h * dims_.D + d];
+    return buf.data();
+  }
+  Dims dims_;
+  size_t cap_;
+  ChannelRanges scales_;
+  std::vector<int8_t> k_, v_;
+  std::vector<double> kbuf_, vbuf_;
+};
+
+// One query head over keys [lo, n) of sequence b, tile by tile: running max
+// m, running sum l and accumulator rescaled by exp(m_old - m_new).
+template <typename Cache>
+void attend(Cache& cache, size_t b, size_t kv_head, const double* q, int lo, int n, size_t D, double* out,
+            std::vector<double>& s) {
+  const double alpha = 1 / std::sqrt(static_cast<double>(D));
+  const int tile = cache.tile();
+  double m = -std::numeric_limits<double>::infinity(), l = 0;
+  std::fill(out, out + D, 0.0);
+  for (int start = lo / tile * tile; start < n; start += tile) {
+    const int a = std::max(start, lo), e = std::min(start + tile, n);
+    double tile_max = -std::numeric_limits<double>::infinity();
+    for (int j = a; j < e; ++j) {
+      const double* k = cache.key(b, j, kv_head);
+      double dot = 0;
+      for (size_t d = 0; d < D; ++d) dot += q[d] * k[d];
+      s[static_cast<size_t>(j - a)] = alpha * dot;
+      tile_max = std::max(tile_max, alpha * dot);
+    }
+    const double m_new = std::max(m, tile_max);
+    const double correction = std::exp(m - m_new);  // 0 on the first tile
+    l *= correction;
+    for (size_t d = 0; d < D; ++d) out[d] *= correction;
+    for (int j = a; j < e; ++j) {
+      const double p = std::exp(s[static_cast<size_t>(j - a)] - m_new);
+      const double* v = cache.value(b, j, kv_head);
+      l += p;
+      for (size_t d = 0; d < D; ++d) out[d] += p * v[d];
+    }
+    m = m_new;
+  }
+  for (size_t d = 0; d < D; ++d) out[d] /= l;
+}
+
+template <typename Cache>
+Result run_with(const Case& c, const Engine& e) {
+  const size_t B = c.seqs.size(), D = static_cast<size_t>(c.head_dim);
+  const size_t Hq = static_cast<size_t>(c.q_heads()), g = static_cast<size_t>(c.group);
+  const size_t token = static_cast<size_t>(c.kv_heads) * D;
+  std::vector<Tensors> data;
+  std::vector<std::vector<Work>> plans;
+  int last_step = 0;
+  Result r;
+  for (size_t b = 0; b < B; ++b) {
+    data.push_back(sequence_data(c, b));
+    plans.push_back(schedule(c.seqs[b], e.chunked ? c.chunk : 0));
+    last_step = std::max(last_step, plans[b].back().step);
+    r.out.emplace_back(static_cast<size_t>(c.seqs[b].tokens()) * Hq * D);
+  }
+  Cache cache(c, e);
+  std::vector<double> scratch(static_cast<size_t>(std::max(cache.tile(), 1)));
+  std::vector<size_t> next(B, 0);  // each sequence's next work item
+  for (int step = 0; step <= last_step; ++step) {
+    std::vector<std::pair<size_t, Work>> work;
+    std::vector<size_t> finishing;
+    for (size_t b = 0; b < B; ++b)
+      if (next[b] < plans[b].size() && plans[b][next[b]].step == step) {
+        work.push_back({b, plans[b][next[b]++]});
+        if (next[b] == plans[b].size()) finishing.push_back(b);
+      }
+    if (e.early_release)
+      for (size_t b : finishing) cache.release(b);
+    int padded = 0;  // the padded batch's key width for this step's decodes
+    for (const auto& [b, w] : work) {
+      const int P = c.seqs[b].prompt;
+      for (int t = w.begin; t < w.end; ++t) {
+        const size_t at = static_cast<size_t>(t) * token;
+        cache.write(b, t, &data[b].k[at], &data[b].v[at], t >= P);
+        if (t >= P) padded = std::max(padded, t + 1);
+      }
+    }
+    for (const auto& [b, w] : work) {
+      const int P = c.seqs[b].prompt;
+      for (int t = w.begin; t < w.end; ++t) {
+        const bool decode = t >= P;
+        const int lo = e.chunk_ignores_past && !decode ? w.begin : 0;
+        int n = t + 1;
+        if (decode && e.decode_off_by_one) n = t;
+        if (decode && e.padding_leak) n = padded;
+        for (size_t h = 0; h < Hq; ++h) {
+          const size_t row = static_cast<size_t>(t) * Hq + h;
+          attend(cache, b, h / g, &data[b].q[row * D], lo, n, D, &r.out[b][row * D], scratch);
+        }
+      }
+    }
+    for (size_t b : finishing) cache.release(b);
+  }
+  cache.stats(r);
+  return r;
+}
+
+}  // namespace
+
+Result run(const Case& c, const Engine& e) {
+  if (const std::string why = validate(c); !why.empty()) throw std::invalid_argument("kvcache case: " + why);
+  switch (e.layout) {
+    case Layout::contiguous:
+      return run_with<ContiguousCache>(c, e);
+    case Layout::paged:
+      return run_with<PagedCache>(c, e);
+    case Layout::int8:
+      return run_with<Int8Cache>(c, e);
+  }
+  throw std::logic_error("unknown layout");
+}
+
+Result contiguous(const Case& c) {
+  return run(c, {Layout::contiguous});
+}
+Result paged(const Case& c) {
+  return run(c, {Layout::paged});
+}
+Result chunked_prefill(const Case& c) {
+  return run(c, {Layout::paged, true});
+}
+Result int8(const Case& c) {
+  return run(c, {Layout::int8});
+}
+
+}  // namespace kprop::kvcache

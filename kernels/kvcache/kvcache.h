@@ -1,0 +1,135 @@
+// KV cache: a batch of sequences prefilled, then decoded step by step through a
+// KV cache, with the attention output of every token (FAMILIES.md, kvcache).
+//
+// Contract. Sequence b has a prompt of P_b >= 1 tokens and S_b >= 0 decode
+// steps (T_b = P_b + S_b tokens) and arrives at scheduler step a_b. Each token
+// t has a query [Hq, D] and a key and value [Hkv, D] (GQA: Hq = group * Hkv,
+// query head h reads kv head h / group), all drawn from the sequence's seed.
+// The output of token t is softmax(q_t · K[0..t]^T / sqrt(D)) V[0..t] per
+// query head: causal, the sequence's own tokens only. The reference computes
+// exactly that from scratch for every token (fp64, two-pass softmax).
+//
+// The cached implementations run a scheduler: at step a_b the prompt is
+// prefilled (in one go, or one chunk per step for chunked prefill), then one
+// token is decoded per step; a sequence finishes at the step of its last
+// token and its cache blocks are released at the end of that step. Within a
+// step every scheduled token's K/V is written to the cache first, then every
+// scheduled token attends through the cache. Unused cache slots hold poison
+// (NaN, or K = 0 with V = 1e30 so a leaked slot always carries weight), and
+// released paged blocks keep their stale contents: nothing outside a
+// sequence's first t + 1 slots may influence token t.
+//
+// int8 cache: static per-channel scales, s[h][d] = range[h][d] / 127, from
+// each channel's calibrated range (the case's channel ranges; every K/V
+// element lies within its channel's range, so nothing clips). Codes are
+// round(x / s) in [-127, 127]; attention dequantizes code * s.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kprop::kvcache {
+
+enum class Poison { nan, huge };
+
+struct Sequence {
+  int prompt = 1;     // P >= 1 tokens prefilled
+  int decode = 0;     // S >= 0 tokens decoded one per step
+  int arrive = 0;     // scheduler step of the prefill (or its first chunk)
+  uint64_t seed = 1;  // this sequence's Q, K, V
+  int tokens() const { return prompt + decode; }
+  bool operator==(const Sequence&) const = default;
+};
+
+struct Case {
+  int kv_heads = 1;
+  int group = 1;  // query heads per kv head
+  int head_dim = 1;
+  std::vector<Sequence> seqs;
+  int page_size = 1;             // paged layouts: tokens per block
+  int chunk = 1;                 // chunked prefill: prompt tokens per chunk
+  std::vector<int> block_order;  // the paged pool's free list at start: a permutation of its blocks
+  Poison poison = Poison::nan;
+  double q_scale = 1;   // queries are q_scale * N(0, 1)
+  double k_spread = 1;  // key channel ranges are log-uniform in [1 / k_spread, 1]
+  double v_spread = 1;  // value channel ranges likewise
+  uint64_t seed = 1;    // channel ranges
+  int q_heads() const { return kv_heads * group; }
+  bool operator==(const Case&) const = default;
+};
+
+struct Result {
+  // Per sequence, by token: out[b][(t * Hq + h) * D + d].
+  std::vector<std::vector<double>> out;
+  bool int8_cache = false;  // outputs carry int8 quantization error
+  int blocks_allocated = 0;
+  int blocks_reused = 0;  // allocations that handed out a block released earlier
+};
+
+// ---- data
+struct Tensors {
+  std::vector<double> q;     // [T][Hq][D]
+  std::vector<double> k, v;  // [T][Hkv][D]
+};
+Tensors sequence_data(const Case& c, size_t b);
+struct ChannelRanges {
+  std::vector<double> k, v;  // [Hkv][D]: every element of that channel lies in [-range, range]
+};
+ChannelRanges channel_ranges(const Case& c);
+// Per-channel int8 scales (range / 127), or one per tensor (the largest range / 127).
+ChannelRanges int8_scales(const Case& c, bool per_tensor = false);
+int8_t quantize(double x, double scale);
+// K and V of `t` replaced by their int8 round trip under `scales`.
+Tensors dequantized(const Case& c, Tensors t, const ChannelRanges& scales);
+
+// ---- schedule: which tokens a sequence processes at which step
+struct Work {
+  int step, begin, end;  // tokens [begin, end) at scheduler step `step`
+};
+// Prefill in one piece (chunk <= 0) or in chunks of `chunk` tokens, one per
+// step, then one decode token per step.
+std::vector<Work> schedule(const Sequence& s, int chunk);
+
+// ---- contract helpers
+// Why the case breaks the contract, or "" if it is valid.
+std::string validate(const Case& c);
+// Blocks the paged pool needs: the peak held at once, under full and chunked prefill.
+int blocks_needed(const Case& c);
+// The case with its pool grown (new blocks appended to the free list) to what it needs.
+Case fit_pool(Case c);
+double poison_key(Poison p);
+double poison_value(Poison p);
+
+// ---- implementations
+Result reference(const Case& c);
+// The reference on the int8 cache's dequantized K/V: what an int8 cache must output.
+Result reference_dequantized(const Case& c);
+Result contiguous(const Case& c);
+Result paged(const Case& c);
+Result chunked_prefill(const Case& c);
+Result int8(const Case& c);
+
+// The cached engine with one stage switched to a known bug (mutants.cpp).
+enum class Layout { contiguous, paged, int8 };
+struct Engine {
+  Layout layout = Layout::contiguous;
+  bool chunked = false;
+  // Mutations; all false is the correct engine.
+  bool last_block_offset = false;   // decode write slot taken from the last block before allocating
+  bool chunk_ignores_past = false;  // a prefill chunk attends only to itself
+  bool decode_off_by_one = false;   // decode attends to the cache before its own token
+  bool padding_leak = false;        // decode keys masked by the batch's longest sequence
+  bool per_tensor_scale = false;    // one int8 scale per tensor
+  bool early_release = false;       // finishing sequences release blocks before the step's writes
+};
+Result run(const Case& c, const Engine& engine);
+
+struct Mutant {
+  const char* name;
+  const char* description;
+  Result (*run)(const Case&);
+};
+const std::vector<Mutant>& mutants();
+
+}  // namespace kprop::kvcache

@@ -1,0 +1,79 @@
+// Mutants: each switches exactly one stage of a correct engine to a known
+// KV-cache bug.
+#include "kernels/kvcache/kvcache.h"
+
+namespace kprop::kvcache {
+namespace {
+
+Result with(const Case& c, Engine e) {
+  return run(c, e);
+}
+
+// paged: a decode token that starts a new page is written at offset 0 of the
+// previous last block (the block was looked up before allocating).
+Result paged_last_block_offset(const Case& c) {
+  Engine e{Layout::paged};
+  e.last_block_offset = true;
+  return with(c, e);
+}
+
+// chunked_prefill: each chunk attends to itself only, not to earlier chunks in the cache.
+Result chunk_ignores_past(const Case& c) {
+  Engine e{Layout::paged, true};
+  e.chunk_ignores_past = true;
+  return with(c, e);
+}
+
+// contiguous: a decode token attends to the cache length before its own append.
+Result decode_off_by_one(const Case& c) {
+  Engine e{Layout::contiguous};
+  e.decode_off_by_one = true;
+  return with(c, e);
+}
+
+// contiguous: decode keys masked to the padded batch width (longest decoding
+// sequence) instead of each sequence's own length.
+Result padding_leak(const Case& c) {
+  Engine e{Layout::contiguous};
+  e.padding_leak = true;
+  return with(c, e);
+}
+
+// int8: one scale per tensor (largest channel range / 127) instead of per channel.
+Result per_tensor_scale(const Case& c) {
+  Engine e{Layout::int8};
+  e.per_tensor_scale = true;
+  return with(c, e);
+}
+
+// paged: a finishing sequence's blocks go back to the free list before the
+// step's writes, so this step's allocations reuse blocks it still reads.
+Result stale_block_reuse(const Case& c) {
+  Engine e{Layout::paged};
+  e.early_release = true;
+  return with(c, e);
+}
+
+}  // namespace
+
+const std::vector<Mutant>& mutants() {
+  static const std::vector<Mutant> table = {
+      {"paged_last_block_offset",
+       "paged: a decode token starting a new page is written at offset 0 of the previous last block",
+       paged_last_block_offset},
+      {"chunk_ignores_past", "chunked prefill: a chunk attends only to itself, not to earlier chunks",
+       chunk_ignores_past},
+      {"decode_off_by_one", "decode attends to the cache before its own token is appended (misses itself)",
+       decode_off_by_one},
+      {"padding_leak", "decode keys masked by the padded batch width, not the sequence's own length",
+       padding_leak},
+      {"per_tensor_scale", "int8 cache with one scale per tensor instead of per channel", per_tensor_scale},
+      {"stale_block_reuse",
+       "paged: finishing sequences release blocks before the step's writes, which then reuse blocks still "
+       "being read",
+       stale_block_reuse},
+  };
+  return table;
+}
+
+}  // namespace kprop::kvcache

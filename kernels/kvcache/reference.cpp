@@ -1,0 +1,195 @@
+// Data, the contract's helpers and the reference: full attention recomputed
+// from scratch for every token, fp64, two-pass softmax.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "kernels/kvcache/kvcache.h"
+#include "kprop/rng.h"
+
+namespace kprop::kvcache {
+namespace {
+
+enum Stream : uint64_t { kQ = 1, kK = 2, kV = 3, kRangeK = 10, kRangeV = 11 };
+
+}  // namespace
+
+ChannelRanges channel_ranges(const Case& c) {
+  const size_t n = static_cast<size_t>(c.kv_heads) * static_cast<size_t>(c.head_dim);
+  ChannelRanges r{std::vector<double>(n), std::vector<double>(n)};
+  for (size_t i = 0; i < n; ++i) {
+    r.k[i] = std::pow(c.k_spread, -rng::uniform(c.seed, kRangeK, i));
+    r.v[i] = std::pow(c.v_spread, -rng::uniform(c.seed, kRangeV, i));
+  }
+  return r;
+}
+
+Tensors sequence_data(const Case& c, size_t b) {
+  const Sequence& s = c.seqs.at(b);
+  const size_t T = static_cast<size_t>(s.tokens()), D = static_cast<size_t>(c.head_dim);
+  const size_t Hq = static_cast<size_t>(c.q_heads()), Hkv = static_cast<size_t>(c.kv_heads);
+  const ChannelRanges range = channel_ranges(c);
+  Tensors t{std::vector<double>(T * Hq * D), std::vector<double>(T * Hkv * D),
+            std::vector<double>(T * Hkv * D)};
+  for (size_t i = 0; i < t.q.size(); ++i) t.q[i] = c.q_scale * rng::normal(s.seed, kQ, i);
+  for (size_t i = 0; i < t.k.size(); ++i) {
+    const size_t channel = i % (Hkv * D);
+    t.k[i] = range.k[channel] * (2 * rng::uniform(s.seed, kK, i) - 1);
+    t.v[i] = range.v[channel] * (2 * rng::uniform(s.seed, kV, i) - 1);
+  }
+  return t;
+}
+
+ChannelRanges int8_scales(const Case& c, bool per_tensor) {
+  ChannelRanges s = channel_ranges(c);
+  for (auto* v : {&s.k, &s.v}) {
+    const double top = *std::max_element(v->begin(), v->end());
+    for (double& x : *v) x = (per_tensor ? top : x) / 127;
+  }
+  return s;
+}
+
+int8_t quantize(double x, double scale) {
+  return static_cast<int8_t>(std::clamp(std::nearbyint(x / scale), -127.0, 127.0));
+}
+
+Tensors dequantized(const Case& c, Tensors t, const ChannelRanges& scales) {
+  const size_t channels = static_cast<size_t>(c.kv_heads) * static_cast<size_t>(c.head_dim);
+  for (size_t i = 0; i < t.k.size(); ++i) {
+    const size_t ch = i % channels;
+    t.k[i] = quantize(t.k[i], scales.k[ch]) * scales.k[ch];
+    t.v[i] = quantize(t.v[i], scales.v[ch]) * scales.v[ch];
+  }
+  return t;
+}
+
+std::vector<Work> schedule(const Sequence& s, int chunk) {
+  std::vector<Work> w;
+  const int step = chunk <= 0 ? s.prompt : chunk;
+  int at = s.arrive;
+  for (int begin = 0; begin < s.prompt; begin += step)
+    w.push_back({at++, begin, std::min(s.prompt, begin + step)});
+  for (int t = s.prompt; t < s.tokens(); ++t) w.push_back({at++, t, t + 1});
+  return w;
+}
+
+int blocks_needed(const Case& c) {
+  if (c.page_size < 1) return 0;
+  int peak = 0;
+  for (int chunk : {0, c.chunk}) {
+    std::vector<std::vector<Work>> plans;
+    int last = 0;
+    for (const Sequence& s : c.seqs) {
+      plans.push_back(schedule(s, chunk));
+      last = std::max(last, plans.back().back().step);
+    }
+    for (int step = 0; step <= last; ++step) {
+      int held = 0;
+      for (const auto& plan : plans) {
+        if (step < plan.front().step || step > plan.back().step) continue;
+        int len = 0;
+        for (const Work& w : plan)
+          if (w.step <= step) len = w.end;
+        held += (len + c.page_size - 1) / c.page_size;
+      }
+      peak = std::max(peak, held);
+    }
+  }
+  return peak;
+}
+
+Case fit_pool(Case c) {
+  const int need = blocks_needed(c);
+  for (int b = static_cast<int>(c.block_order.size()); b < need; ++b) c.block_order.push_back(b);
+  return c;
+}
+
+double poison_key(Poison p) {
+  return p == Poison::nan ? std::numeric_limits<double>::quiet_NaN() : 0.0;
+}
+double poison_value(Poison p) {
+  return p == Poison::nan ? std::numeric_limits<double>::quiet_NaN() : 1e30;
+}
+
+std::string validate(const Case& c) {
+  if (c.kv_heads < 1 || c.kv_heads > 64) return "kv_heads must be in [1, 64]";
+  if (c.group < 1 || c.group > 64) return "group must be in [1, 64]";
+  if (c.head_dim < 1 || c.head_dim > 512) return "head_dim must be in [1, 512]";
+  if (c.seqs.empty() || c.seqs.size() > 256) return "the batch needs 1 to 256 sequences";
+  int64_t tokens = 0;
+  for (const Sequence& s : c.seqs) {
+    if (s.prompt < 1) return "every prompt has at least one token";
+    if (s.decode < 0 || s.arrive < 0) return "decode steps and arrival steps are >= 0";
+    if (s.prompt > 4096 || s.decode > 4096 || s.arrive > 4096) return "sequence too long for a test case";
+    tokens += s.tokens();
+  }
+  if (tokens > 1 << 15) return "too many tokens for a test case";
+  if (c.page_size < 1 || c.page_size > 4096) return "page_size must be in [1, 4096]";
+  if (c.chunk < 1 || c.chunk > 4096) return "chunk must be in [1, 4096]";
+  if (!(c.q_scale > 0 && c.q_scale <= 1e3)) return "q_scale must be in (0, 1000]";
+  if (!(c.k_spread >= 1 && c.k_spread <= 1e6 && c.v_spread >= 1 && c.v_spread <= 1e6))
+    return "k_spread and v_spread must be in [1, 1e6]";
+  std::vector<bool> seen(c.block_order.size());
+  for (int b : c.block_order) {
+    if (b < 0 || b >= static_cast<int>(seen.size()) || seen[static_cast<size_t>(b)])
+      return "pool must be a permutation of 0 .. n-1";
+    seen[static_cast<size_t>(b)] = true;
+  }
+  if (const int need = blocks_needed(c); static_cast<int>(c.block_order.size()) < need)
+    return fmt::format("pool has {} blocks, the schedule holds up to {} at once", c.block_order.size(), need);
+  return "";
+}
+
+namespace {
+
+// Output of token t of one sequence from its full K/V: scores, max, exp, sum.
+Result recompute(const Case& c, bool int8_cache) {
+  const size_t D = static_cast<size_t>(c.head_dim), Hq = static_cast<size_t>(c.q_heads());
+  const size_t Hkv = static_cast<size_t>(c.kv_heads), g = static_cast<size_t>(c.group);
+  const double alpha = 1 / std::sqrt(static_cast<double>(D));
+  const ChannelRanges scales = int8_scales(c);
+  Result r;
+  r.int8_cache = int8_cache;
+  for (size_t b = 0; b < c.seqs.size(); ++b) {
+    Tensors x = sequence_data(c, b);
+    if (int8_cache) x = dequantized(c, std::move(x), scales);
+    const size_t T = static_cast<size_t>(c.seqs[b].tokens());
+    std::vector<double> out(T * Hq * D), p(T);
+    for (size_t t = 0; t < T; ++t)
+      for (size_t h = 0; h < Hq; ++h) {
+        const double* q = &x.q[(t * Hq + h) * D];
+        const size_t kvh = h / g;
+        double m = -std::numeric_limits<double>::infinity();
+        for (size_t j = 0; j <= t; ++j) {
+          const double* k = &x.k[(j * Hkv + kvh) * D];
+          double s = 0;
+          for (size_t d = 0; d < D; ++d) s += q[d] * k[d];
+          p[j] = alpha * s;
+          m = std::max(m, p[j]);
+        }
+        double l = 0;
+        for (size_t j = 0; j <= t; ++j) l += p[j] = std::exp(p[j] - m);
+        double* o = &out[(t * Hq + h) * D];
+        for (size_t j = 0; j <= t; ++j) {
+          const double* v = &x.v[(j * Hkv + kvh) * D];
+          for (size_t d = 0; d < D; ++d) o[d] += p[j] / l * v[d];
+        }
+      }
+    r.out.push_back(std::move(out));
+  }
+  return r;
+}
+
+}  // namespace
+
+Result reference(const Case& c) {
+  return recompute(c, false);
+}
+Result reference_dequantized(const Case& c) {
+  return recompute(c, true);
+}
+
+}  // namespace kprop::kvcache

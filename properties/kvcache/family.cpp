@@ -1,0 +1,314 @@
+#include "properties/kvcache/family.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kprop/case_yaml.h"
+#include "kprop/gen.h"
+
+namespace kprop::kvcache {
+
+Schema Traits::domain_schema() {
+  return {
+      field::int_range("batch", {1, 6}, 1, 256, "sequences in the batch"),
+      field::int_range("prompt_len", {1, 24}, 1, 4096, "prompt tokens per sequence"),
+      field::int_range("decode_steps", {0, 12}, 0, 4096, "decode steps per sequence"),
+      field::int_range("arrival", {0, 10}, 0, 4096, "scheduler step at which a sequence arrives"),
+      field::real(
+          "edge_rate", 0.2, 0, 1,
+          "probability of each edge value: a 1-token prompt, 0 decode steps, arrival at step 0, chunk 1"),
+      field::int_range("kv_heads", {1, 3}, 1, 64, "key/value heads"),
+      field::int_range("group", {1, 3}, 1, 64, "query heads per kv head (GQA)"),
+      field::int_range("head_dim", {1, 16}, 1, 512, "channels per head"),
+      field::int_range("page_size", {1, 8}, 1, 4096, "tokens per paged block"),
+      field::real("divisor_rate", 0.3, 0, 1, "probability the page size divides some sequence's length"),
+      field::int_range("chunk", {1, 12}, 1, 4096, "prompt tokens per prefill chunk"),
+      field::int_range("spare_blocks", {0, 4}, 0, 4096, "pool blocks beyond the peak the schedule holds"),
+      field::choices("poison", {"nan", "huge"}, {"nan", "huge"}, "what unused cache slots hold"),
+      field::real_range("q_scale", {0.25, 4.0}, 1e-3, 1e3, "query magnitude (softmax sharpness)"),
+      field::real_range("k_spread", {1, 100}, 1, 1e6, "key channel ranges are log-uniform in [1/spread, 1]"),
+      field::real_range("v_spread", {1, 100}, 1, 1e6,
+                        "value channel ranges are log-uniform in [1/spread, 1]"),
+  };
+}
+
+namespace {
+
+// Reals in cases are multiples of 1/64 so the YAML stays short.
+double tidy(double x) {
+  return std::round(x * 64) / 64;
+}
+
+// One case builder for RapidCheck draws and libFuzzer bytes alike.
+template <typename Draw>
+Case build_case(Draw& draw, const Values& domain) {
+  Case c;
+  const double edge = domain.real("edge_rate");
+  c.kv_heads = static_cast<int>(draw.sized(domain.int_range("kv_heads")));
+  c.group = static_cast<int>(draw.any(domain.int_range("group")));
+  c.head_dim = static_cast<int>(draw.sized(domain.int_range("head_dim")));
+  const int batch = static_cast<int>(draw.sized(domain.int_range("batch")));
+  for (int b = 0; b < batch; ++b) {
+    Sequence s;
+    s.prompt = draw.chance(edge) ? 1 : static_cast<int>(draw.sized(domain.int_range("prompt_len")));
+    s.decode = draw.chance(edge) ? 0 : static_cast<int>(draw.sized(domain.int_range("decode_steps")));
+    s.arrive = draw.chance(edge) ? 0 : static_cast<int>(draw.sized(domain.int_range("arrival")));
+    s.seed = static_cast<uint64_t>(draw.any(IntRange{1, 1 << 30}));
+    c.seqs.push_back(s);
+  }
+  const IntRange pages = domain.int_range("page_size");
+  c.page_size = static_cast<int>(draw.any(pages));
+  if (draw.chance(domain.real("divisor_rate"))) {  // a page size dividing a prompt or a full length
+    const Sequence& s = c.seqs[static_cast<size_t>(draw.any(IntRange{0, batch - 1}))];
+    const int len = draw.chance(0.5) ? s.prompt : s.tokens();
+    std::vector<int> divisors;
+    for (int d = static_cast<int>(pages.lo); d <= std::min<int64_t>(pages.hi, len); ++d)
+      if (len % d == 0) divisors.push_back(d);
+    if (!divisors.empty())
+      c.page_size =
+          divisors[static_cast<size_t>(draw.any(IntRange{0, static_cast<int64_t>(divisors.size()) - 1}))];
+  }
+  c.chunk = draw.chance(edge) ? 1 : static_cast<int>(draw.any(domain.int_range("chunk")));
+  const Choices& poisons = domain.choices("poison");
+  c.poison =
+      poisons[static_cast<size_t>(draw.any(IntRange{0, static_cast<int64_t>(poisons.size()) - 1}))] == "nan"
+          ? Poison::nan
+          : Poison::huge;
+  c.q_scale = std::max(1.0 / 64, tidy(draw.any(domain.real_range("q_scale"))));
+  c.k_spread = std::max(1.0, tidy(draw.any(domain.real_range("k_spread"))));
+  c.v_spread = std::max(1.0, tidy(draw.any(domain.real_range("v_spread"))));
+  c.seed = static_cast<uint64_t>(draw.any(IntRange{1, 1 << 30}));
+  // The pool: what the schedule needs plus spares, in an order drawn here
+  // (identity, reversed or shuffled), which is the free list's initial order.
+  const int n = blocks_needed(c) + static_cast<int>(draw.any(domain.int_range("spare_blocks")));
+  for (int i = 0; i < n; ++i) c.block_order.push_back(i);
+  const int64_t order = draw.any(IntRange{0, 4});
+  if (order == 1) std::reverse(c.block_order.begin(), c.block_order.end());
+  if (order >= 2)
+    for (int i = n - 1; i > 0; --i)
+      std::swap(c.block_order[static_cast<size_t>(i)],
+                c.block_order[static_cast<size_t>(draw.any(IntRange{0, i}))]);
+  return c;
+}
+
+// RapidCheck's inRange scales its range by the current size (at size 0 it
+// always returns the low end), so kprop::gen::any and chance are not uniform
+// on early trials. Draws here fix the size for uniform values and ramp only
+// the `sized` ranges, from a quarter of the way up: the smallest cases (one
+// token, no decode) exercise nothing, and the shrinker, not the ramp, is what
+// makes counterexamples small.
+template <typename T>
+T uniform(rc::Gen<T> g) {
+  return *rc::gen::resize(gen::kFullSize, std::move(g));
+}
+struct RapidCheckDraw {
+  int64_t sized(IntRange r) {
+    return *rc::gen::withSize([r](int size) {
+      const double frac = std::clamp(size, 0, gen::kFullSize) / static_cast<double>(gen::kFullSize);
+      const int64_t hi = r.lo + static_cast<int64_t>((r.hi - r.lo) * std::max(frac, 0.25) + 0.5);
+      return rc::gen::resize(gen::kFullSize, gen::any(IntRange{r.lo, hi}));
+    });
+  }
+  int64_t any(IntRange r) { return uniform(gen::any(r)); }
+  double any(RealRange r) { return uniform(gen::any(r)); }
+  bool chance(double p) { return uniform(gen::chance(p)); }
+};
+
+struct BytesDraw {
+  ByteReader& bytes;
+  int64_t sized(IntRange r) { return bytes.in_range(r); }
+  int64_t any(IntRange r) { return bytes.in_range(r); }
+  double any(RealRange r) { return bytes.in_range(r); }
+  bool chance(double p) { return bytes.unit() < p; }
+};
+
+}  // namespace
+
+rc::Gen<Case> Traits::generator(const Values& domain) {
+  return rc::gen::exec([domain] {
+    RapidCheckDraw draw;
+    return build_case(draw, domain);
+  });
+}
+
+Case Traits::from_bytes(ByteReader& bytes, const Values& domain) {
+  BytesDraw draw{bytes};
+  return build_case(draw, domain);
+}
+
+// One shrink step, boldest first: fewer sequences, shorter sequences, earlier
+// arrivals, fewer and narrower heads, smaller pages and chunks, plain data
+// (nan poison, unit spreads and scales, seed 1), then a tidy pool (identity
+// order, no spare blocks). Pools grow when a candidate needs more blocks.
+rc::Seq<Case> Traits::shrinks(const Case& c) {
+  std::vector<Case> out;
+  auto add = [&](Case s) { out.push_back(fit_pool(std::move(s))); };
+  const size_t B = c.seqs.size();
+  if (B > 1) {
+    Case s = c;
+    s.seqs.resize(B / 2);
+    add(s);
+    for (size_t b = 0; b < B; ++b) {
+      Case t = c;
+      t.seqs.erase(t.seqs.begin() + static_cast<long>(b));
+      add(t);
+    }
+  }
+  for (size_t b = 0; b < B; ++b) {
+    const Sequence& q = c.seqs[b];
+    for (auto change : std::initializer_list<void (*)(Sequence&)>{
+             [](Sequence& s) { s.decode = 0; }, [](Sequence& s) { s.decode /= 2; },
+             [](Sequence& s) { s.decode = std::max(0, s.decode - 1); }, [](Sequence& s) { s.prompt = 1; },
+             [](Sequence& s) { s.prompt = std::max(1, s.prompt / 2); },
+             [](Sequence& s) { s.prompt = std::max(1, s.prompt - 1); }, [](Sequence& s) { s.arrive = 0; },
+             [](Sequence& s) { s.arrive = std::max(0, s.arrive - 1); }, [](Sequence& s) { s.seed = 1; }}) {
+      Case s = c;
+      change(s.seqs[b]);
+      if (!(s.seqs[b] == q)) add(s);
+    }
+  }
+  auto set = [&](auto member, int value) {
+    Case s = c;
+    s.*member = value;
+    add(s);
+  };
+  set(&Case::kv_heads, 1);
+  set(&Case::kv_heads, c.kv_heads - 1);
+  set(&Case::group, 1);
+  set(&Case::group, c.group - 1);
+  set(&Case::head_dim, 1);
+  set(&Case::head_dim, c.head_dim / 2);
+  set(&Case::head_dim, c.head_dim - 1);
+  for (int p = 1; p < c.page_size; ++p) set(&Case::page_size, p);
+  int longest_prompt = 0;
+  for (const Sequence& s : c.seqs) longest_prompt = std::max(longest_prompt, s.prompt);
+  if (c.chunk > longest_prompt) set(&Case::chunk, longest_prompt);  // the same single chunk, a smaller number
+  for (int k = 1; k < std::min(c.chunk, longest_prompt + 1); ++k) set(&Case::chunk, k);
+  {
+    Case s = c;
+    s.poison = Poison::nan;
+    add(s);
+    s = c;
+    s.q_scale = 1;
+    add(s);
+    s = c;
+    s.k_spread = 1;
+    add(s);
+    s = c;
+    s.v_spread = 1;
+    add(s);
+    s = c;
+    s.seed = 1;
+    add(s);
+  }
+  const int need = blocks_needed(c);
+  if (static_cast<int>(c.block_order.size()) > need) {  // drop spare blocks (the highest ids)
+    Case s = c;
+    std::erase_if(s.block_order, [need](int b) { return b >= need; });
+    add(s);
+    s = c;
+    const int top = static_cast<int>(c.block_order.size()) - 1;
+    std::erase(s.block_order, top);
+    add(s);
+  }
+  Case sorted = c;
+  std::sort(sorted.block_order.begin(), sorted.block_order.end());
+  add(sorted);
+  std::erase_if(out, [&c](const Case& s) { return s == c || !validate(s).empty(); });
+  return rc::seq::fromContainer(std::move(out));
+}
+
+namespace {
+const char* poison_name(Poison p) {
+  return p == Poison::nan ? "nan" : "huge";
+}
+YAML::Node real(double x) {
+  return YAML::Node(fmt::format("{}", x));
+}
+}  // namespace
+
+YAML::Node Traits::to_yaml(const Case& c) {
+  YAML::Node n(YAML::NodeType::Map);
+  YAML::Node heads(YAML::NodeType::Map);
+  heads["kv"] = c.kv_heads;
+  heads["group"] = c.group;
+  n["heads"] = heads;
+  n["head_dim"] = c.head_dim;
+  YAML::Node seqs(YAML::NodeType::Sequence);
+  for (const Sequence& s : c.seqs) {
+    YAML::Node q(YAML::NodeType::Map);
+    q["prompt"] = s.prompt;
+    q["decode"] = s.decode;
+    q["arrive"] = s.arrive;
+    q["seed"] = s.seed;
+    seqs.push_back(q);
+  }
+  n["seqs"] = seqs;
+  n["page_size"] = c.page_size;
+  n["chunk"] = c.chunk;
+  n["pool"] = case_yaml::list(c.block_order);
+  n["poison"] = poison_name(c.poison);
+  YAML::Node data(YAML::NodeType::Map);
+  data["q_scale"] = real(c.q_scale);
+  data["k_spread"] = real(c.k_spread);
+  data["v_spread"] = real(c.v_spread);
+  data["seed"] = c.seed;
+  n["data"] = data;
+  return n;
+}
+
+using case_yaml::expect_keys;
+using case_yaml::read;
+
+Case Traits::from_yaml(const YAML::Node& n) {
+  expect_keys(n, {"heads", "head_dim", "seqs", "page_size", "chunk", "pool", "poison", "data"},
+              "kvcache case");
+  Case c;
+  const YAML::Node heads = n["heads"];
+  if (!heads) case_yaml::fail(n, "missing 'heads'");
+  expect_keys(heads, {"kv", "group"}, "heads");
+  c.kv_heads = read<int>(heads, "kv");
+  c.group = read<int>(heads, "group");
+  c.head_dim = read<int>(n, "head_dim");
+  const YAML::Node seqs = n["seqs"];
+  if (!seqs || !seqs.IsSequence()) case_yaml::fail(seqs ? seqs : n, "'seqs' must be a list of sequences");
+  for (const auto& q : seqs) {
+    expect_keys(q, {"prompt", "decode", "arrive", "seed"}, "sequence");
+    c.seqs.push_back({read<int>(q, "prompt"), read<int>(q, "decode"), case_yaml::read_or<int>(q, "arrive", 0),
+                      read<uint64_t>(q, "seed")});
+  }
+  c.page_size = read<int>(n, "page_size");
+  c.chunk = read<int>(n, "chunk");
+  c.block_order = case_yaml::read_list<int>(n, "pool");
+  const std::string poison = read<std::string>(n, "poison");
+  if (poison != "nan" && poison != "huge") case_yaml::fail(n["poison"], "'poison' is nan or huge");
+  c.poison = poison == "nan" ? Poison::nan : Poison::huge;
+  const YAML::Node data = n["data"];
+  if (!data) case_yaml::fail(n, "missing 'data'");
+  expect_keys(data, {"q_scale", "k_spread", "v_spread", "seed"}, "data");
+  c.q_scale = read<double>(data, "q_scale");
+  c.k_spread = read<double>(data, "k_spread");
+  c.v_spread = read<double>(data, "v_spread");
+  c.seed = read<uint64_t>(data, "seed");
+  if (const std::string why = validate(c); !why.empty()) case_yaml::fail(n, why);
+  return c;
+}
+
+CaseStats Traits::stats(const Case& c) {
+  int64_t tokens = 0;
+  std::vector<std::string> seqs;
+  for (const Sequence& s : c.seqs) {
+    tokens += s.tokens();
+    seqs.push_back(fmt::format("{}+{}@{}", s.prompt, s.decode, s.arrive));
+  }
+  return {
+      tokens,
+      fmt::format("{} seq{} (prompt+decode@arrival: {}), heads {}x{}, head_dim {}, page {}, chunk {}, "
+                  "pool {}, poison {}",
+                  c.seqs.size(), c.seqs.size() == 1 ? "" : "s", fmt::join(seqs, ", "), c.kv_heads, c.group,
+                  c.head_dim, c.page_size, c.chunk, c.block_order.size(), poison_name(c.poison))};
+}
+
+}  // namespace kprop::kvcache

@@ -1,0 +1,27 @@
+// KV cache family: case generation, shrinking and encoding (see
+// kernels/kvcache/kvcache.h for the contract, invariants.cpp for the checks).
+#pragma once
+
+#include "kernels/kvcache/kvcache.h"
+#include "kprop/family.h"
+
+namespace kprop::kvcache {
+
+struct Traits {
+  using Case = kvcache::Case;
+  using Result = kvcache::Result;
+  static constexpr const char* name = "kvcache";
+  static constexpr const char* description =
+      "KV cache: variable-length batch prefilled then decoded; contiguous, paged, chunked prefill, int8";
+  static Schema domain_schema();
+  static rc::Gen<Case> generator(const Values& domain);
+  static rc::Seq<Case> shrinks(const Case& c);
+  static YAML::Node to_yaml(const Case& c);
+  static Case from_yaml(const YAML::Node& node);
+  static Case from_bytes(ByteReader& bytes, const Values& domain);
+  static CaseStats stats(const Case& c);
+};
+
+void register_invariants(FamilyDef<Traits>& family);
+
+}  // namespace kprop::kvcache

@@ -1,0 +1,265 @@
+// KV cache invariants. Comparisons between fp64 caches use a tight tolerance
+// (only the summation order differs: online softmax over tiles against a
+// two-pass softmax). A target with an int8 cache is held to the same
+// tolerance wherever both sides see the same quantized cache (itself under
+// another layout, chunking, batch or poison; the reference on dequantized
+// K/V), and to the derived quantization bound where the other side is fp64.
+//
+// The int8 bound, per output element (token t, query head h, channel d):
+//   with per-channel scales sk, sv (range / 127), every dequantized key and
+//   value is within half a step of the true one, so each score moves by at
+//   most eps = alpha * sum_c |q_c| sk[c] / 2 (alpha = 1/sqrt(D)). Softmax
+//   weights then change by a factor within [e^-2eps, e^2eps] and
+//   sum_j |p'_j - p_j| <= 2 tanh(eps). Writing
+//     o' - o = sum_j (p'_j - p_j)(v_j - m) + sum_j p'_j (v'_j - v_j)
+//   with m the midrange of the visible v_j[d] (range R_d):
+//     |o' - o| <= R_d tanh(eps) + sv[d] / 2.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "properties/kvcache/family.h"
+
+namespace kprop::kvcache {
+namespace {
+
+using T = Trial<Traits>;
+using Bound = std::vector<std::vector<double>>;  // per sequence, like Result::out
+
+Schema tol_params(double atol, double rtol, const char* why) {
+  return {field::map("tol",
+                     {field::real("atol", atol, 0, 1e3, "absolute tolerance"),
+                      field::real("rtol", rtol, 0, 1, "relative tolerance")},
+                     why)};
+}
+
+const char* kFp64 = "fp64 against fp64: only the summation order differs";
+
+// Where element i of sequence b's output sits.
+std::string locate(const Case& c, size_t b, size_t i) {
+  const size_t D = static_cast<size_t>(c.head_dim), Hq = static_cast<size_t>(c.q_heads());
+  const size_t t = i / (Hq * D);
+  const Sequence& s = c.seqs[b];
+  return fmt::format("sequence {} ({} token {}), head {}, channel {}", b,
+                     t < static_cast<size_t>(s.prompt) ? "prompt" : "decode", t, i / D % Hq, i % D);
+}
+
+// got ~ want elementwise: |got - want| <= atol + rtol |want| (+ bound), NaN
+// and infinities equal. `what` names the two sides for the message.
+Verdict agree(const Case& c, const Result& got, const Result& want, const Values& p, const Bound* bound,
+              const std::string& what) {
+  const double atol = p.real("tol.atol"), rtol = p.real("tol.rtol");
+  if (got.out.size() != want.out.size())
+    return Verdict::fail(fmt::format("{}: {} sequences vs {}", what, got.out.size(), want.out.size()));
+  for (size_t b = 0; b < want.out.size(); ++b) {
+    const auto &g = got.out[b], &w = want.out[b];
+    if (g.size() != w.size())
+      return Verdict::fail(fmt::format("{}: sequence {} has {} outputs vs {}", what, b, g.size(), w.size()));
+    for (size_t i = 0; i < w.size(); ++i) {
+      const double allowed = atol + rtol * std::fabs(w[i]) + (bound ? (*bound)[b][i] : 0.0);
+      const double err = std::fabs(g[i] - w[i]);
+      const bool same_nan = std::isnan(g[i]) && std::isnan(w[i]);
+      if (!same_nan && !(err <= allowed))
+        return Verdict::fail(fmt::format("{}: {}: {:.17g} vs {:.17g} (error {:.3g} > allowed {:.3g})", what,
+                                         locate(c, b, i), g[i], w[i], err, allowed),
+                             {{"sequence", double(b)},
+                              {"got", g[i]},
+                              {"want", w[i]},
+                              {"abs_error", err},
+                              {"allowed", allowed}});
+    }
+  }
+  return Verdict::pass();
+}
+
+// The derived int8 bound (header comment) for every output element.
+Bound int8_bound(const Case& c) {
+  const size_t D = static_cast<size_t>(c.head_dim), Hq = static_cast<size_t>(c.q_heads());
+  const size_t Hkv = static_cast<size_t>(c.kv_heads), g = static_cast<size_t>(c.group);
+  const double alpha = 1 / std::sqrt(static_cast<double>(D));
+  const ChannelRanges s = int8_scales(c);
+  Bound bound;
+  for (size_t b = 0; b < c.seqs.size(); ++b) {
+    const Tensors x = sequence_data(c, b);
+    const size_t T = static_cast<size_t>(c.seqs[b].tokens());
+    std::vector<double> lo(Hkv * D, INFINITY), hi(Hkv * D, -INFINITY), out(T * Hq * D);
+    for (size_t t = 0; t < T; ++t) {
+      for (size_t i = 0; i < Hkv * D; ++i) {
+        lo[i] = std::min(lo[i], x.v[t * Hkv * D + i]);
+        hi[i] = std::max(hi[i], x.v[t * Hkv * D + i]);
+      }
+      for (size_t h = 0; h < Hq; ++h) {
+        const size_t kv = h / g;
+        double eps = 0;
+        for (size_t d = 0; d < D; ++d) eps += std::fabs(x.q[(t * Hq + h) * D + d]) * s.k[kv * D + d] / 2;
+        eps *= alpha;
+        for (size_t d = 0; d < D; ++d) {
+          const size_t ch = kv * D + d;
+          out[(t * Hq + h) * D + d] = (hi[ch] - lo[ch]) * std::tanh(eps) + s.v[ch] / 2;
+        }
+      }
+    }
+    bound.push_back(std::move(out));
+  }
+  return bound;
+}
+
+Verdict matches_reference(T& t, const Values& p) {
+  const Case& c = t.input();
+  const Result& got = t.target();
+  if (got.int8_cache)
+    return agree(c, got, reference_dequantized(c), p, nullptr,
+                 "target vs the reference on the dequantized int8 cache");
+  return agree(c, got, t.reference(), p, nullptr, "target vs full recomputation");
+}
+
+Verdict int8_error_bound(T& t, const Values& p) {
+  const Case& c = t.input();
+  const Bound bound = int8_bound(c);
+  return agree(c, t.target(), t.reference(), p, &bound, "target vs fp64 reference under the int8 bound");
+}
+
+// The case under another paged layout: page size and a pool in identity or reversed order.
+Case relayout(Case c, int page, bool reversed) {
+  c.page_size = page;
+  c.block_order.clear();
+  c = fit_pool(std::move(c));
+  if (reversed) std::reverse(c.block_order.begin(), c.block_order.end());
+  return c;
+}
+
+Verdict paged_matches_contiguous(T& t, const Values& p) {
+  const Case& c = t.input();
+  const Result want = contiguous(c);
+  const Result& got = t.target();
+  const Bound bound = got.int8_cache ? int8_bound(c) : Bound{};
+  const Bound* b = got.int8_cache ? &bound : nullptr;
+  if (Verdict v = agree(c, got, want, p, b, fmt::format("page {}, case pool vs contiguous", c.page_size));
+      v.outcome == Outcome::fail)
+    return v;
+  int longest = 0;
+  for (const Sequence& s : c.seqs) longest = std::max(longest, s.tokens());
+  for (const auto& [page, reversed] : {std::pair{1, true}, std::pair{longest, false}}) {
+    if (Verdict v =
+            agree(c, t.run_target(relayout(c, page, reversed)), want, p, b,
+                  fmt::format("page {}, {} pool vs contiguous", page, reversed ? "reversed" : "identity"));
+        v.outcome == Outcome::fail)
+      return v;
+  }
+  return Verdict::pass();
+}
+
+Verdict chunked_matches_full_prefill(T& t, const Values& p) {
+  const Case& c = t.input();
+  int longest = 0;
+  for (const Sequence& s : c.seqs) longest = std::max(longest, s.prompt);
+  Case full = c;
+  full.chunk = longest;
+  const Result want = t.run_target(fit_pool(full));
+  if (Verdict v =
+          agree(c, t.target(), want, p, nullptr, fmt::format("chunk {} vs one-chunk prefill", c.chunk));
+      v.outcome == Outcome::fail)
+    return v;
+  Case ones = c;
+  ones.chunk = 1;
+  return agree(c, t.run_target(fit_pool(ones)), want, p, nullptr, "chunk 1 vs one-chunk prefill");
+}
+
+Verdict sequence_independence(T& t, const Values& p) {
+  const Case& c = t.input();
+  const Result& batch = t.target();
+  for (size_t b = 0; b < c.seqs.size() && c.seqs.size() > 1; ++b) {
+    Case alone = c;
+    alone.seqs = {c.seqs[b]};
+    Result one = t.run_target(alone);
+    Result mine;
+    mine.out = {batch.out.at(b)};
+    if (Verdict v = agree(alone, mine, one, p, nullptr, fmt::format("sequence {} in the batch vs alone", b));
+        v.outcome == Outcome::fail)
+      return v;
+  }
+  Case other = c;
+  other.poison = c.poison == Poison::nan ? Poison::huge : Poison::nan;
+  return agree(c, t.run_target(other), batch, p, nullptr, "poison swapped vs the case's poison");
+}
+
+Verdict decode_matches_prefill(T& t, const Values& p) {
+  const Case& c = t.input();
+  Case prefilled = c, decoded = c;
+  for (Sequence& s : prefilled.seqs) s = {s.tokens(), 0, s.arrive, s.seed};
+  for (Sequence& s : decoded.seqs) s = {1, s.tokens() - 1, s.arrive, s.seed};
+  const Result want = t.run_target(fit_pool(prefilled));
+  if (Verdict v = agree(c, t.target(), want, p, nullptr, "case split vs every token prefilled");
+      v.outcome == Outcome::fail)
+    return v;
+  return agree(c, t.run_target(fit_pool(decoded)), want, p, nullptr,
+               "one-token prompt then decode vs every token prefilled");
+}
+
+// Attention averages values: every output lies within the visible values'
+// range per channel (widened by half a per-channel int8 step for int8 caches).
+Verdict output_in_value_hull(T& t, const Values& p) {
+  const Case& c = t.input();
+  const Result& r = t.target();
+  const size_t D = static_cast<size_t>(c.head_dim), Hq = static_cast<size_t>(c.q_heads());
+  const size_t Hkv = static_cast<size_t>(c.kv_heads), g = static_cast<size_t>(c.group);
+  const ChannelRanges s = int8_scales(c);
+  const double atol = p.real("tol.atol"), rtol = p.real("tol.rtol");
+  for (size_t b = 0; b < c.seqs.size(); ++b) {
+    const Tensors x = sequence_data(c, b);
+    std::vector<double> lo(Hkv * D, INFINITY), hi(Hkv * D, -INFINITY);
+    for (size_t tok = 0; tok < static_cast<size_t>(c.seqs[b].tokens()); ++tok) {
+      for (size_t i = 0; i < Hkv * D; ++i) {
+        lo[i] = std::min(lo[i], x.v[tok * Hkv * D + i]);
+        hi[i] = std::max(hi[i], x.v[tok * Hkv * D + i]);
+      }
+      for (size_t h = 0; h < Hq; ++h)
+        for (size_t d = 0; d < D; ++d) {
+          const size_t ch = h / g * D + d, i = (tok * Hq + h) * D + d;
+          const double widen = (r.int8_cache ? s.v[ch] / 2 : 0) + atol + rtol * std::max(-lo[ch], hi[ch]);
+          const double o = r.out.at(b).at(i);
+          if (!(o >= lo[ch] - widen && o <= hi[ch] + widen))
+            return Verdict::fail(
+                fmt::format("{}: output {:.17g} outside the visible values' range [{:.17g}, {:.17g}]",
+                            locate(c, b, i), o, lo[ch], hi[ch]),
+                {{"sequence", double(b)}, {"output", o}, {"min", lo[ch]}, {"max", hi[ch]}});
+        }
+    }
+  }
+  return Verdict::pass();
+}
+
+}  // namespace
+
+void register_invariants(FamilyDef<Traits>& f) {
+  f.invariant({"matches_reference",
+               "every token's output equals full recomputation (int8 caches: on the dequantized K/V)",
+               tol_params(1e-10, 1e-10, kFp64)},
+              matches_reference);
+  f.invariant(
+      {"int8_error_bound", "error against the fp64 reference within R_d tanh(eps) + sv[d]/2 (derived bound)",
+       tol_params(1e-12, 1e-9, "slack for fp64 rounding on top of the bound")},
+      int8_error_bound);
+  f.invariant(
+      {"paged_matches_contiguous",
+       "the case's, a 1-token reversed and a one-block-per-sequence layout all equal the contiguous cache",
+       tol_params(1e-10, 1e-10, kFp64)},
+      paged_matches_contiguous);
+  f.invariant({"chunked_matches_full_prefill", "the case's chunk size and chunk 1 equal a one-chunk prefill",
+               tol_params(1e-10, 1e-10, kFp64)},
+              chunked_matches_full_prefill);
+  f.invariant({"sequence_independence",
+               "each sequence's output equals its output alone; the poison in unused slots changes nothing",
+               tol_params(1e-10, 1e-10, kFp64)},
+              sequence_independence);
+  f.invariant({"decode_matches_prefill",
+               "outputs do not depend on where the prompt ends: all-prefill and 1-token-prompt splits agree",
+               tol_params(1e-10, 1e-10, kFp64)},
+              decode_matches_prefill);
+  f.invariant({"output_in_value_hull", "each output lies within the range of the values its token sees",
+               tol_params(1e-12, 1e-12, "fp64 rounding of a convex combination")},
+              output_in_value_hull);
+}
+
+}  // namespace kprop::kvcache

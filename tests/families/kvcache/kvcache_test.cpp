@@ -1,0 +1,249 @@
+// KV cache: the kernels on hand-made batches, the int8 bound, the codec, the
+// shrinker, and every mutant killed under the committed spec.
+#include "kernels/kvcache/kvcache.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kprop/runner.h"
+#include "properties/kvcache/family.h"
+
+namespace kprop::kvcache {
+namespace {
+
+const std::string kSpec = std::string(KPROP_SOURCE_DIR) + "/specs/kvcache.yaml";
+
+// Three sequences, GQA 2x2, pages of 3 that divide no length, chunks of 2,
+// staggered arrivals so the third sequence reuses blocks released by the first.
+Case batch_case() {
+  Case c;
+  c.kv_heads = 2;
+  c.group = 2;
+  c.head_dim = 4;
+  c.seqs = {{4, 2, 0, 11}, {1, 5, 0, 12}, {5, 3, 3, 13}};
+  c.page_size = 3;
+  c.chunk = 2;
+  c.k_spread = 20;
+  c.v_spread = 30;
+  c.q_scale = 2;
+  c.seed = 5;
+  c.block_order = {4, 1, 6, 0, 3, 5, 2, 7, 8, 9};
+  return fit_pool(c);
+}
+
+double max_error(const Result& a, const Result& b) {
+  double worst = 0;
+  for (size_t s = 0; s < a.out.size(); ++s)
+    for (size_t i = 0; i < a.out[s].size(); ++i)
+      worst = std::max(worst, std::fabs(a.out[s][i] - b.out[s][i]));
+  return worst;
+}
+
+TEST(KvcacheKernels, OneTokenOutputIsItsValue) {
+  Case c;
+  c.head_dim = 3;
+  c.seqs = {{1, 0, 0, 7}};
+  c.block_order = {0};
+  const Tensors x = sequence_data(c, 0);
+  const Result r = reference(c);
+  for (size_t d = 0; d < 3; ++d) EXPECT_DOUBLE_EQ(r.out[0][d], x.v[d]);
+}
+
+TEST(KvcacheKernels, CachedImplementationsMatchTheReference) {
+  const Case c = batch_case();
+  ASSERT_EQ(validate(c), "");
+  const Result want = reference(c);
+  for (auto* impl : {contiguous, paged, chunked_prefill}) EXPECT_LT(max_error(impl(c), want), 1e-12);
+}
+
+TEST(KvcacheKernels, PagedReusesReleasedBlocks) {
+  const Result r = paged(batch_case());
+  EXPECT_GT(r.blocks_reused, 0);
+  EXPECT_GT(r.blocks_allocated, r.blocks_reused);
+}
+
+TEST(KvcacheKernels, PoisonNeverReachesTheOutput) {
+  Case c = batch_case();
+  for (Poison p : {Poison::nan, Poison::huge}) {
+    c.poison = p;
+    for (auto* impl : {contiguous, paged, chunked_prefill, int8})
+      for (const auto& seq : impl(c).out)
+        for (double o : seq) ASSERT_TRUE(std::isfinite(o) && std::fabs(o) <= 1);
+  }
+}
+
+TEST(KvcacheKernels, Int8EqualsTheDequantizedReferenceAndStaysNearFp64) {
+  const Case c = batch_case();
+  const Result q = int8(c);
+  EXPECT_TRUE(q.int8_cache);
+  EXPECT_LT(max_error(q, reference_dequantized(c)), 1e-12);
+  const double err = max_error(q, reference(c));
+  EXPECT_GT(err, 0);
+  EXPECT_LT(err, 0.05);
+}
+
+TEST(KvcacheKernels, QuantizationIsWithinHalfAStep) {
+  const Case c = batch_case();
+  const ChannelRanges s = int8_scales(c), range = channel_ranges(c);
+  for (size_t i = 0; i < s.k.size(); ++i) {
+    EXPECT_DOUBLE_EQ(s.k[i] * 127, range.k[i]);
+    for (double x : {-range.k[i], -0.3 * range.k[i], 0.0, 0.77 * range.k[i], range.k[i]})
+      EXPECT_LE(std::fabs(quantize(x, s.k[i]) * s.k[i] - x), s.k[i] / 2 * (1 + 1e-12));
+  }
+  const ChannelRanges t = int8_scales(c, true);
+  for (size_t i = 1; i < t.v.size(); ++i) EXPECT_EQ(t.v[i], t.v[0]);
+}
+
+TEST(KvcacheKernels, ScheduleChunksThePromptOnePerStep) {
+  const auto w = schedule({5, 2, 3, 1}, 2);
+  ASSERT_EQ(w.size(), 5u);
+  EXPECT_EQ(w[0].step, 3);
+  EXPECT_EQ(w[2].begin, 4);
+  EXPECT_EQ(w[2].end, 5);
+  EXPECT_EQ(w[4].step, 7);
+  EXPECT_EQ(w[4].begin, 6);
+  EXPECT_EQ(schedule({5, 0, 0, 1}, 0).size(), 1u);
+}
+
+TEST(KvcacheKernels, ValidateRejectsSmallOrBrokenPools) {
+  Case c = batch_case();
+  c.block_order.clear();
+  for (int b = 0; b + 1 < blocks_needed(c); ++b) c.block_order.push_back(b);
+  EXPECT_NE(validate(c), "");
+  c.block_order.push_back(static_cast<int>(c.block_order.size()));
+  EXPECT_EQ(validate(c), "");
+  c = batch_case();
+  c.block_order[0] = c.block_order[1];
+  EXPECT_NE(validate(c), "");
+  c = batch_case();
+  c.seqs[0].prompt = 0;
+  EXPECT_NE(validate(c), "");
+  EXPECT_THROW(paged(c), std::invalid_argument);
+}
+
+TEST(KvcacheCodec, YamlRoundTrip) {
+  const Case c = batch_case();
+  EXPECT_EQ(Traits::from_yaml(Traits::to_yaml(c)), c);
+}
+
+TEST(KvcacheCodec, BadCaseNamesLineAndColumn) {
+  const YAML::Node n = YAML::Load(
+      "heads: {kv: 1, group: 1}\nhead_dim: 1\nseqs:\n  - {prompt: 3, decode: 0, arrive: 0, seed: 1}\n"
+      "page_size: 1\nchunk: 1\npool: [0, 1]\npoison: nan\ndata: {q_scale: 1, k_spread: 1, v_spread: 1, seed: "
+      "1}\n");
+  try {
+    Traits::from_yaml(n);
+    FAIL() << "a pool of 2 blocks for 3 tokens of page 1 accepted";
+  } catch (const CaseFormatError& e) {
+    EXPECT_GT(e.line, 0);
+    EXPECT_NE(std::string(e.what()).find("pool"), std::string::npos);
+  }
+}
+
+TEST(KvcacheCodec, EveryByteStringDecodesToAValidCase) {
+  const Spec spec = load_spec(kSpec);
+  for (int len = 0; len < 300; len += 7) {
+    std::vector<uint8_t> bytes(static_cast<size_t>(len));
+    for (int i = 0; i < len; ++i) bytes[static_cast<size_t>(i)] = static_cast<uint8_t>(i * 37 + len);
+    ByteReader reader(bytes.data(), bytes.size());
+    EXPECT_EQ(validate(Traits::from_bytes(reader, spec.domain)), "") << len;
+  }
+}
+
+// The generator reaches what the mutants need: decodes, reuse of released
+// blocks, pages that do and do not divide lengths, multi-chunk prompts.
+TEST(KvcacheGenerator, CoversTheDomain) {
+  const Spec spec = load_spec(kSpec);
+  const auto gen = Traits::generator(spec.domain);
+  int reuse = 0, divides = 0, not_divides = 0, chunked = 0, decodes = 0;
+  for (uint64_t i = 0; i < 100; ++i) {
+    const Case c = gen(rc::Random(i + 1), static_cast<int>(i)).value();
+    ASSERT_EQ(validate(c), "");
+    reuse += paged(c).blocks_reused > 0;
+    for (const Sequence& s : c.seqs) {
+      (s.tokens() % c.page_size == 0 ? divides : not_divides)++;
+      chunked += s.prompt > c.chunk;
+      decodes += s.decode > 0;
+    }
+  }
+  EXPECT_GT(reuse, 20);
+  EXPECT_GT(divides, 20);
+  EXPECT_GT(not_divides, 20);
+  EXPECT_GT(chunked, 20);
+  EXPECT_GT(decodes, 20);
+}
+
+TEST(KvcacheShrinker, EveryCandidateIsValidAndDifferent) {
+  const Case c = batch_case();
+  auto seq = Traits::shrinks(c);
+  int n = 0;
+  while (auto s = seq.next()) {
+    EXPECT_EQ(validate(*s), "");
+    EXPECT_FALSE(*s == c);
+    ++n;
+  }
+  EXPECT_GT(n, 20);
+}
+
+// padding_leak needs two sequences decoding together at different lengths.
+TEST(KvcacheShrinker, PaddingLeakShrinksToTwoSequences) {
+  const Spec spec = load_spec(kSpec);
+  RunOptions o;
+  o.target = "padding_leak";
+  o.seed = 3;
+  o.write_corpus = false;
+  o.stop_on_first_failure = true;
+  o.only_invariants = {"sequence_independence"};
+  const RunReport r = run_spec(spec, o);
+  ASSERT_EQ(r.status, RunStatus::failed);
+  const Case c = Traits::from_yaml(YAML::Load(r.invariants[0].counterexample->case_yaml));
+  EXPECT_EQ(c.seqs.size(), 2u);
+  EXPECT_EQ(c.head_dim, 1);
+}
+
+RunStatus run(const std::string& target, uint64_t seed, std::vector<std::string> only = {}) {
+  const Spec spec = load_spec(kSpec);
+  RunOptions o;
+  o.target = target;
+  o.seed = seed;
+  o.write_corpus = false;
+  o.stop_on_first_failure = true;
+  o.only_invariants = std::move(only);
+  return run_spec(spec, o).status;
+}
+
+// Every mutant dies under the committed spec; 3 fixed seeds here, 20 in the
+// report (prop_runner --mutants).
+class MutantKill : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MutantKill, DiesUnderTheCommittedSpec) {
+  for (uint64_t seed : {1u, 2u, 3u})
+    EXPECT_EQ(run(GetParam(), seed), RunStatus::failed) << GetParam() << " survived seed " << seed;
+}
+
+INSTANTIATE_TEST_SUITE_P(Kvcache, MutantKill,
+                         ::testing::Values("paged_last_block_offset", "chunk_ignores_past",
+                                           "decode_off_by_one", "padding_leak", "per_tensor_scale",
+                                           "stale_block_reuse"));
+
+// Each mutant also dies under the invariant written for its kind of bug alone.
+TEST(KvcacheMutants, EachDiesUnderItsOwnInvariant) {
+  const std::vector<std::pair<const char*, const char*>> pairs = {
+      {"paged_last_block_offset", "paged_matches_contiguous"},
+      {"chunk_ignores_past", "chunked_matches_full_prefill"},
+      {"decode_off_by_one", "decode_matches_prefill"},
+      {"padding_leak", "sequence_independence"},
+      {"per_tensor_scale", "int8_error_bound"},
+      {"stale_block_reuse", "paged_matches_contiguous"}};
+  for (const auto& [mutant, invariant] : pairs)
+    EXPECT_EQ(run(mutant, 5, {invariant}), RunStatus::failed) << mutant << " under " << invariant;
+}
+
+TEST(KvcacheImplementations, CorrectOnesPass) {
+  for (const char* target : {"reference", "contiguous", "paged", "chunked_prefill", "int8"})
+    EXPECT_EQ(run(target, 11), RunStatus::passed) << target;
+}
+
+}  // namespace
+}  // namespace kprop::kvcache
