@@ -1,0 +1,245 @@
+// Reference, fused kernel and naive baseline for softmax + top-k.
+#include "kernels/softmax_topk/softmax_topk.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace kprop::softmax_topk {
+
+const char* dtype_name(DType d) {
+  return d == DType::f32 ? "f32" : "f64";
+}
+
+std::string validate(const Case& c) {
+  if (c.vocab < 1) return "vocab must be at least 1";
+  if (c.k < 1 || c.k > c.vocab) return "k must be in [1, vocab]";
+  if (c.block < 1) return "block must be at least 1";
+  if (c.logits.empty() || c.logits.size() % static_cast<size_t>(c.vocab) != 0)
+    return "logits must be rows x vocab with at least one row";
+  for (double x : c.logits) {
+    if (std::isnan(x) || x == std::numeric_limits<double>::infinity()) return "logits must be finite or -inf";
+    if (c.dtype == DType::f32 && std::isfinite(x) && static_cast<double>(static_cast<float>(x)) != x)
+      return "f32 logits must be exactly representable as float";
+  }
+  return "";
+}
+
+// ---------------------------------------------------------------- reference
+
+std::vector<double> softmax_row(const Case& c, int row) {
+  const double* x = c.logits.data() + static_cast<size_t>(row) * c.vocab;
+  std::vector<double> p(static_cast<size_t>(c.vocab), 0.0);
+  const double m = *std::max_element(x, x + c.vocab);
+  if (m == -std::numeric_limits<double>::infinity()) return p;  // all -inf: every probability is 0
+  double z = 0;
+  for (int i = 0; i < c.vocab; ++i) z += std::exp(x[i] - m);
+  for (int i = 0; i < c.vocab; ++i) p[static_cast<size_t>(i)] = std::exp(x[i] - m) / z;
+  return p;
+}
+
+Result reference(const Case& c) {
+  Result r;
+  for (int row = 0; row < c.rows(); ++row) {
+    const double* x = c.logits.data() + static_cast<size_t>(row) * c.vocab;
+    const std::vector<double> p = softmax_row(c, row);
+    std::vector<int> order(static_cast<size_t>(c.vocab));
+    std::iota(order.begin(), order.end(), 0);
+    // Stable: equal logits (all -inf included) keep index order.
+    std::stable_sort(order.begin(), order.end(), [x](int a, int b) { return x[a] > x[b]; });
+    for (int j = 0; j < c.k; ++j) {
+      r.indices.push_back(order[static_cast<size_t>(j)]);
+      r.probs.push_back(p[static_cast<size_t>(order[static_cast<size_t>(j)])]);
+    }
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------- naive baseline
+
+namespace {
+
+template <typename T>
+std::vector<double> naive_row(const double* xd, int n) {
+  std::vector<T> x(xd, xd + n);
+  std::vector<double> p(static_cast<size_t>(n), 0.0);
+  T m = -std::numeric_limits<T>::infinity();
+  for (T v : x) m = std::max(m, v);
+  if (m == -std::numeric_limits<T>::infinity()) return p;
+  T z = 0;
+  for (T v : x) z += std::exp(v - m);
+  for (int i = 0; i < n; ++i)
+    p[static_cast<size_t>(i)] = static_cast<T>(std::exp(x[static_cast<size_t>(i)] - m) / z);
+  return p;
+}
+
+}  // namespace
+
+std::vector<double> naive_softmax(const Case& c, int row) {
+  const double* x = c.logits.data() + static_cast<size_t>(row) * c.vocab;
+  return c.dtype == DType::f32 ? naive_row<float>(x, c.vocab) : naive_row<double>(x, c.vocab);
+}
+
+// ---------------------------------------------------------------- fused
+
+namespace {
+
+template <typename T>
+struct Entry {
+  T value;
+  int index;
+};
+
+// One row in a single pass over the logits, `block` elements at a time: the
+// block's max updates the running max m (rescaling the running normaliser z
+// by exp(m_old - m_new)), the block's exp(x - m) are added to z, and elements
+// above the running top-k threshold enter a candidate buffer that is cut back
+// to K (nth_element) whenever it reaches 2K. The threshold is the K-th best
+// logit seen so far; a later element equal to it has a higher index and so
+// loses the tie, hence the strict comparison. Works for any K up to V.
+template <typename T>
+void fused_row(const double* xd, const Case& c, const FusedConfig& cfg, double* out_p, int* out_i,
+               std::vector<T>& x, std::vector<Entry<T>>& buf) {
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  const int n = c.vocab;
+  const int keep = cfg.cap > 0 ? std::min(c.k, cfg.cap) : c.k;
+  x.assign(xd, xd + n);  // the kernel's input in its own dtype
+  auto better = [&cfg](const Entry<T>& a, const Entry<T>& b) {
+    if (a.value != b.value) return a.value > b.value;
+    return cfg.ties_to_lower ? a.index < b.index : a.index > b.index;
+  };
+  buf.clear();
+  const size_t cut_at = 2 * static_cast<size_t>(keep);
+  bool have_threshold = false;
+  T threshold = kNegInf, m = kNegInf, z = 0;
+  for (int b0 = 0; b0 < n; b0 += c.block) {
+    const int b1 = std::min(n, b0 + c.block);
+    T bmax = kNegInf;
+    for (int i = b0; i < b1; ++i) bmax = std::max(bmax, x[static_cast<size_t>(i)]);
+    if (cfg.subtract_max && bmax > m) {
+      if (z != 0) z *= cfg.rescale_inverted ? std::exp(bmax - m) : std::exp(m - bmax);
+      m = bmax;
+    }
+    if (!cfg.subtract_max) m = std::max(m, bmax);  // tracked only for the all -inf guard
+    const T shift = cfg.subtract_max ? m : T(0);
+    if (m != kNegInf)
+      for (int i = b0; i < b1; ++i) z += std::exp(x[static_cast<size_t>(i)] - shift);
+    if (!have_threshold) {
+      for (int i = b0; i < b1; ++i) buf.push_back({x[static_cast<size_t>(i)], i});
+    } else if (bmax > threshold) {
+      for (int i = b0; i < b1; ++i)
+        if (x[static_cast<size_t>(i)] > threshold) buf.push_back({x[static_cast<size_t>(i)], i});
+    }
+    if (buf.size() >= cut_at) {
+      std::nth_element(buf.begin(), buf.begin() + (keep - 1), buf.end(), better);
+      buf.resize(static_cast<size_t>(keep));
+      threshold = buf.back().value;
+      have_threshold = true;
+    }
+  }
+  auto prob = [&](T v) -> T {
+    if (m == kNegInf) return T(0);
+    return std::exp(v - (cfg.subtract_max ? m : T(0))) / z;
+  };
+  if (cfg.order_by_probability) {
+    for (auto& e : buf) e.value = prob(e.value);  // the rank key becomes the rounded probability
+  }
+  if (buf.size() > static_cast<size_t>(keep)) {
+    std::nth_element(buf.begin(), buf.begin() + (keep - 1), buf.end(), better);
+    buf.resize(static_cast<size_t>(keep));
+  }
+  if (cfg.sort_output)
+    std::sort(buf.begin(), buf.end(), better);
+  else
+    std::sort(buf.begin(), buf.end(), [](const Entry<T>& a, const Entry<T>& b) { return a.index < b.index; });
+  for (int j = 0; j < c.k; ++j) {
+    if (j < keep) {
+      const Entry<T>& e = buf[static_cast<size_t>(j)];
+      out_i[j] = e.index;
+      out_p[j] = static_cast<double>(cfg.order_by_probability ? e.value : prob(e.value));
+    } else {  // slots past the cap stay as zero-initialised output
+      out_i[j] = 0;
+      out_p[j] = 0;
+    }
+  }
+}
+
+template <typename T>
+Result fused_typed(const Case& c, const FusedConfig& cfg) {
+  Result r;
+  const size_t rows = static_cast<size_t>(c.rows());
+  r.probs.assign(rows * static_cast<size_t>(c.k), 0.0);
+  r.indices.assign(rows * static_cast<size_t>(c.k), 0);
+  std::vector<T> x;
+  std::vector<Entry<T>> buf;
+  buf.reserve(2 * static_cast<size_t>(c.k) + static_cast<size_t>(c.block));
+  for (size_t row = 0; row < rows; ++row)
+    fused_row<T>(c.logits.data() + row * static_cast<size_t>(c.vocab), c, cfg, r.probs.data() + row * c.k,
+                 r.indices.data() + row * c.k, x, buf);
+  return r;
+}
+
+}  // namespace
+
+Result fused_with(const Case& c, const FusedConfig& config) {
+  return c.dtype == DType::f32 ? fused_typed<float>(c, config) : fused_typed<double>(c, config);
+}
+
+Result fused(const Case& c) {
+  return fused_with(c, FusedConfig{});
+}
+
+// ---------------------------------------------------------------- mutants
+
+namespace {
+
+template <void (*Change)(FusedConfig&)>
+Result variant(const Case& c) {
+  FusedConfig cfg;
+  Change(cfg);
+  return fused_with(c, cfg);
+}
+
+void cap32(FusedConfig& f) {
+  f.cap = 32;
+}
+void no_max(FusedConfig& f) {
+  f.subtract_max = false;
+}
+void tie_high(FusedConfig& f) {
+  f.ties_to_lower = false;
+}
+void inverted(FusedConfig& f) {
+  f.rescale_inverted = true;
+}
+void by_prob(FusedConfig& f) {
+  f.order_by_probability = true;
+}
+void unsorted(FusedConfig& f) {
+  f.sort_output = false;
+}
+
+}  // namespace
+
+const std::vector<Mutant>& mutants() {
+  static const std::vector<Mutant> table = {
+      {"k_capped_32", "running top-k holds at most 32 entries; output slots past 32 stay zero (index 0, p 0)",
+       variant<cap32>},
+      {"no_max_subtraction", "normaliser and probabilities from exp(x) without subtracting the running max",
+       variant<no_max>},
+      {"tie_high_index", "equal logits rank the higher index first", variant<tie_high>},
+      {"online_rescale_inverted", "running normaliser rescaled by exp(m_new - m_old) when the max grows",
+       variant<inverted>},
+      {"neg_inf_selected_early",
+       "ranks by the rounded probability: a -inf logit ties with (and at a lower index beats) a finite logit "
+       "whose "
+       "probability underflowed to 0",
+       variant<by_prob>},
+      {"unsorted_output", "the K winners are returned in index order, not sorted by probability",
+       variant<unsorted>},
+  };
+  return table;
+}
+
+}  // namespace kprop::softmax_topk

@@ -1,0 +1,75 @@
+// Fused softmax + top-k (FAMILIES.md, specs/softmax_topk.yaml).
+//
+// Contract. Logits [rows, V] in the case's dtype (f32 or f64), each finite or
+// -inf (+inf and NaN are not valid logits); 1 <= K <= V. For every row the
+// output is the K largest softmax probabilities and their indices, sorted by
+// probability, ties to the lower index. Softmax is strictly increasing in the
+// logit, so "sorted by probability" means sorted by the exact probability:
+// the order is by logit (descending), equal logits by index (ascending). Two
+// probabilities that both round to 0 are not a tie unless their logits are
+// equal. A -inf logit has probability 0 and ranks after every finite logit; a
+// row of all -inf gives probabilities 0 and indices 0..K-1 (lower index first,
+// as for any tie).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kprop::softmax_topk {
+
+enum class DType { f32, f64 };
+const char* dtype_name(DType d);
+
+struct Case {
+  DType dtype = DType::f64;
+  int vocab = 1;               // V
+  int k = 1;                   // K in [1, V]
+  int block = 16;              // elements per step of the fused single pass (tile width)
+  std::vector<double> logits;  // rows x V, row-major; exact values of the dtype
+  int rows() const { return vocab > 0 ? static_cast<int>(logits.size()) / vocab : 0; }
+  bool operator==(const Case&) const = default;
+};
+
+struct Result {
+  std::vector<double> probs;  // rows x K
+  std::vector<int> indices;   // rows x K
+};
+
+// Why the case breaks the contract, or "" if it is valid.
+std::string validate(const Case& c);
+
+// The exact ranking: does index a (logit xa) come before index b (logit xb)?
+inline bool ranks_before(double xa, int a, double xb, int b) {
+  return xa > xb || (xa == xb && a < b);
+}
+
+// Implementations.
+Result reference(const Case& c);  // full softmax in double, stable sort by logit
+Result fused(const Case& c);      // one pass: online max/normalizer + running top-k
+
+// The fused kernel's stages, one switch per known bug (the mutants).
+struct FusedConfig {
+  int cap = 0;                        // most entries the running top-k holds (0: K)
+  bool subtract_max = true;           // exp(x - m) rather than exp(x)
+  bool ties_to_lower = true;          // equal logits: lower index first
+  bool rescale_inverted = false;      // normaliser rescaled by exp(m_new - m_old)
+  bool order_by_probability = false;  // rank by the rounded probability, not the logit
+  bool sort_output = true;            // final sort of the K winners
+};
+Result fused_with(const Case& c, const FusedConfig& config);
+
+// The naive same-precision computation for the tolerance policy: two passes
+// (max, then a sequential sum of exp) in the case's dtype, then p_i.
+std::vector<double> naive_softmax(const Case& c, int row);
+// Full softmax of one row in double (what the reference uses).
+std::vector<double> softmax_row(const Case& c, int row);
+
+struct Mutant {
+  const char* name;
+  const char* description;
+  Result (*run)(const Case&);
+};
+const std::vector<Mutant>& mutants();
+
+}  // namespace kprop::softmax_topk

@@ -1,0 +1,353 @@
+#include "properties/softmax_topk/family.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "kprop/case_yaml.h"
+#include "kprop/gen.h"
+
+namespace kprop::softmax_topk {
+
+namespace {
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+}
+
+Schema Traits::domain_schema() {
+  return {
+      field::choices("dtype", {"f32", "f64"}, {"f32", "f64"},
+                     "input dtypes (the fused kernel computes in the dtype)"),
+      field::int_range("rows", {1, 4}, 1, 1024, "rows per case"),
+      field::int_range("vocab", {1, 100}, 1, 1 << 20, "V: logits per row"),
+      field::real("k_above_32_rate", 0.3, 0, 1,
+                  "probability K is drawn from [33, V] when V > 32 (fixed-cap structures)"),
+      field::int_range("block", {1, 64}, 1, 1 << 16, "fused kernel block width (online max/normaliser step)"),
+      field::map(
+          "values",
+          {
+              field::int_range(
+                  "magnitude_log2", {-20, 100}, -120, 1000,
+                  "scale exponent of the logit grid (clamped per dtype): huge magnitudes overflow exp(x)"),
+              field::int_range("offset_log2", {3, 22}, 0, 22,
+                               "row offsets +-2^j in grid units: large logits with small differences"),
+              field::int_range("tie_levels", {2, 8}, 2, 1 << 20,
+                               "distinct values in a row drawn for exact ties"),
+              field::real_range("neg_inf_rate", {0.0, 0.8}, 0, 1,
+                                "fraction of -inf logits in rows that have some"),
+          },
+          "logit rows: grid values q * 2^e (shift-exact), exact ties, offsets, -inf entries, all -inf rows"),
+  };
+}
+
+namespace {
+
+// One case builder for RapidCheck draws and libFuzzer bytes alike.
+template <typename Draw>
+Case build_case(Draw& draw, const Values& domain) {
+  Case c;
+  const Choices& dtypes = domain.choices("dtype");
+  c.dtype =
+      dtypes[static_cast<size_t>(draw.any(IntRange{0, static_cast<int64_t>(dtypes.size()) - 1}))] == "f32"
+          ? DType::f32
+          : DType::f64;
+  const IntRange vr = domain.int_range("vocab");
+  // A quarter of the cases reach the whole vocab range at once (K > 32 needs V > 32).
+  c.vocab = static_cast<int>(draw.chance(0.25) ? draw.any(vr) : draw.sized(vr));
+  const int rows = static_cast<int>(draw.sized(domain.int_range("rows")));
+  c.block = static_cast<int>(draw.any(domain.int_range("block")));
+  const int v = c.vocab;
+  if (v > 32 && draw.chance(domain.real("k_above_32_rate")))
+    c.k = static_cast<int>(draw.any(IntRange{33, v}));
+  else if (draw.chance(0.2))
+    c.k = 1;
+  else if (draw.chance(0.2))
+    c.k = v;
+  else
+    c.k = static_cast<int>(draw.any(IntRange{1, v}));
+
+  const IntRange mag = domain.int_range("values.magnitude_log2");
+  const IntRange off = domain.int_range("values.offset_log2");
+  const IntRange levels = domain.int_range("values.tie_levels");
+  const RealRange inf_rate = domain.real_range("values.neg_inf_rate");
+  // Grid values (o + q) * 2^e with |o + q| < 2^23 are exact in f32 and f64
+  // and stay exact under shifts by powers of two (shift_invariance).
+  const int max_e = c.dtype == DType::f32 ? 127 - 25 : 1023 - 25;
+  for (int r = 0; r < rows; ++r) {
+    const int64_t levels_here = draw.chance(0.5) ? draw.any(levels) : int64_t{1} << 19;
+    int e = static_cast<int>(draw.chance(0.5) ? draw.any(IntRange{-3, 3}) : draw.any(mag));
+    e = std::clamp(e, -100, max_e);
+    int64_t offset = 0;
+    if (draw.chance(0.3)) offset = (draw.chance(0.5) ? 1 : -1) * (int64_t{1} << draw.any(off));
+    double rate = 0;
+    if (draw.chance(0.5)) rate = draw.chance(0.15) ? 1.0 : draw.any(inf_rate);
+    const bool ascending = draw.chance(0.2);
+    std::vector<double> row;
+    for (int i = 0; i < v; ++i) {
+      const int64_t q = draw.any(IntRange{0, levels_here - 1}) - levels_here / 2;
+      row.push_back(std::ldexp(static_cast<double>(offset + q), e));
+    }
+    if (ascending) std::sort(row.begin(), row.end());
+    for (double& x : row)
+      if (rate > 0 && draw.chance(rate)) x = kNegInf;
+    c.logits.insert(c.logits.end(), row.begin(), row.end());
+  }
+  return c;
+}
+
+struct RapidCheckDraw {
+  int64_t sized(IntRange r) { return *gen::sized(r); }
+  int64_t any(IntRange r) { return *gen::any(r); }
+  double any(RealRange r) { return *gen::any(r); }
+  bool chance(double p) { return *gen::chance(p); }
+};
+
+struct BytesDraw {
+  ByteReader& bytes;
+  int64_t sized(IntRange r) { return bytes.in_range(r); }
+  int64_t any(IntRange r) { return bytes.in_range(r); }
+  double any(RealRange r) { return bytes.in_range(r); }
+  bool chance(double p) { return bytes.unit() < p; }
+};
+
+// Is x exactly a value of the case's dtype?
+bool representable(const Case& c, double x) {
+  return !std::isfinite(x) || c.dtype == DType::f64 || static_cast<double>(static_cast<float>(x)) == x;
+}
+
+// Does exp(x - m) round to 0 in the dtype?
+bool underflows(const Case& c, double x, double m) {
+  if (!std::isfinite(m)) return false;
+  return c.dtype == DType::f32 ? std::exp(static_cast<float>(x - m)) == 0.0f : std::exp(x - m) == 0.0;
+}
+
+// Sum of |x| over a row's finite logits: row transforms must shrink it.
+double row_weight(const Case& c, int r) {
+  double w = 0;
+  for (int j = 0; j < c.vocab; ++j) {
+    const double x = c.logits[static_cast<size_t>(r) * c.vocab + j];
+    if (std::isfinite(x)) w += std::fabs(x);
+  }
+  return w;
+}
+
+Case with_columns(const Case& c, const std::vector<int>& cols) {
+  Case s = c;
+  s.vocab = static_cast<int>(cols.size());
+  s.k = std::min(c.k, s.vocab);
+  s.logits.clear();
+  for (int r = 0; r < c.rows(); ++r)
+    for (int j : cols) s.logits.push_back(c.logits[static_cast<size_t>(r) * c.vocab + j]);
+  return s;
+}
+
+// Simpler stand-ins for one logit, boldest first.
+std::vector<double> simpler_values(double x) {
+  std::vector<double> out;
+  if (x == kNegInf) return {0.0};
+  if (x != 0) out.push_back(0);
+  const double a = std::fabs(x), s = x < 0 ? -1 : 1;
+  if (a > 1) {
+    out.push_back(s);
+    const int e = std::ilogb(a);
+    out.push_back(s * std::ldexp(1.0, e / 2));  // about the square root of the magnitude
+    if (std::trunc(x) != x) out.push_back(std::trunc(x));
+    out.push_back(s * std::ldexp(1.0, e));  // the power of two below
+    out.push_back(std::trunc(x / 2));
+    out.push_back(x - s);  // every candidate is smaller in magnitude: shrinking terminates
+  } else if (a > 0 && a < 1) {
+    out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace
+
+rc::Gen<Case> Traits::generator(const Values& domain) {
+  return rc::gen::exec([domain] {
+    RapidCheckDraw draw;
+    return build_case(draw, domain);
+  });
+}
+
+Case Traits::from_bytes(ByteReader& bytes, const Values& domain) {
+  BytesDraw draw{bytes};
+  return build_case(draw, domain);
+}
+
+// One shrink step, boldest first: fewer rows, fewer columns, smaller K, block
+// 1, whole-row simplifications (dense ranks, halving), then one value at a
+// time towards 0, +-1 and small powers of two. Candidates that break the
+// contract or repeat the case are skipped.
+rc::Seq<Case> Traits::shrinks(const Case& c) {
+  std::vector<Case> out;
+  const int rows = c.rows(), v = c.vocab;
+  if (rows > 1) {
+    for (int r = 0; r < rows; ++r) {
+      Case s = c;
+      s.logits.assign(c.logits.begin() + static_cast<long>(r) * v,
+                      c.logits.begin() + static_cast<long>(r + 1) * v);
+      out.push_back(std::move(s));
+    }
+    Case s = c;  // drop the last row
+    s.logits.resize(static_cast<size_t>(rows - 1) * v);
+    out.push_back(std::move(s));
+  }
+  if (v > 1) {
+    std::vector<int> first, second;
+    for (int j = 0; j < v; ++j) (j < (v + 1) / 2 ? first : second).push_back(j);
+    out.push_back(with_columns(c, first));
+    out.push_back(with_columns(c, second));
+    for (int drop = 0; drop < v; ++drop) {
+      std::vector<int> cols;
+      for (int j = 0; j < v; ++j)
+        if (j != drop) cols.push_back(j);
+      out.push_back(with_columns(c, cols));
+    }
+  }
+  for (int k : {1, c.k / 2, c.k - 1})
+    if (k >= 1 && k < c.k) {
+      Case s = c;
+      s.k = k;
+      out.push_back(std::move(s));
+    }
+  for (int b : {1, c.block / 2})
+    if (b >= 1 && b < c.block) {
+      Case s = c;
+      s.block = b;
+      out.push_back(std::move(s));
+    }
+  for (int r = 0; r < rows; ++r) {
+    const auto begin = c.logits.begin() + static_cast<long>(r) * v;
+    // Dense ranks (0 = lowest finite), -inf kept: the order and the ties survive.
+    std::set<double> distinct;
+    for (auto it = begin; it != begin + v; ++it)
+      if (std::isfinite(*it)) distinct.insert(*it);
+    std::map<double, double> rank;
+    for (double x : distinct) rank.emplace(x, static_cast<double>(rank.size()));
+    Case ranks = c, halved = c;
+    for (int j = 0; j < v; ++j) {
+      double& x = ranks.logits[static_cast<size_t>(r) * v + j];
+      if (std::isfinite(x)) x = rank[x];
+      double& h = halved.logits[static_cast<size_t>(r) * v + j];
+      if (std::isfinite(h) && std::fabs(h) >= 2) h = std::trunc(h / 2);
+    }
+    // The row shifted so its max is 0 (when exact): readable, same softmax.
+    if (!distinct.empty() && *distinct.rbegin() != 0) {
+      const double top = *distinct.rbegin();
+      Case moved = c;
+      bool exact = true;
+      for (int j = 0; j < v; ++j) {
+        double& x = moved.logits[static_cast<size_t>(r) * v + j];
+        if (!std::isfinite(x)) continue;
+        const double y = x - top;
+        exact = exact && y + top == x && representable(c, y);
+        x = y;
+      }
+      if (exact && row_weight(moved, r) <= row_weight(c, r)) out.push_back(std::move(moved));
+    }
+    // Row transforms only where they shrink sum |x|, so that no two undo each other.
+    if (row_weight(ranks, r) < row_weight(c, r)) out.push_back(std::move(ranks));
+    out.push_back(std::move(halved));
+    if (distinct.empty()) {  // an all -inf row: zeros keep every tie
+      Case zeros = c;
+      std::fill(zeros.logits.begin() + static_cast<long>(r) * v,
+                zeros.logits.begin() + static_cast<long>(r + 1) * v, 0.0);
+      out.push_back(std::move(zeros));
+    }
+  }
+  for (int r = 0; r < rows; ++r) {
+    const double m = *std::max_element(c.logits.begin() + static_cast<long>(r) * v,
+                                       c.logits.begin() + static_cast<long>(r + 1) * v);
+    for (int j = 0; j < v; ++j) {
+      const size_t i = static_cast<size_t>(r) * v + j;
+      const double x = c.logits[i];
+      // -inf is the canonical zero-probability logit: a logit whose
+      // probability underflows in the dtype becomes -inf, and -inf becomes 0
+      // only where 0 would not underflow (so the two never undo each other).
+      if (std::isfinite(x) && underflows(c, x, m)) {
+        Case s = c;
+        s.logits[i] = kNegInf;
+        out.push_back(std::move(s));
+      }
+      for (double y : simpler_values(x)) {
+        if (x == kNegInf && std::isfinite(m) && underflows(c, y, m)) continue;
+        Case s = c;
+        s.logits[i] = y;
+        out.push_back(std::move(s));
+      }
+    }
+  }
+  auto all = rc::seq::fromContainer(std::move(out));
+  return rc::seq::filter(std::move(all), [c](const Case& s) {
+    if (s == c || !validate(s).empty()) return false;
+    for (double x : s.logits)
+      if (!representable(s, x)) return false;
+    return true;
+  });
+}
+
+YAML::Node Traits::to_yaml(const Case& c) {
+  YAML::Node n(YAML::NodeType::Map);
+  n["dtype"] = dtype_name(c.dtype);
+  n["k"] = c.k;
+  n["block"] = c.block;
+  YAML::Node rows(YAML::NodeType::Sequence);
+  for (int r = 0; r < c.rows(); ++r) {
+    YAML::Node row =
+        case_yaml::real_list(std::vector<double>(c.logits.begin() + static_cast<long>(r) * c.vocab,
+                                                 c.logits.begin() + static_cast<long>(r + 1) * c.vocab));
+    row.SetStyle(YAML::EmitterStyle::Flow);
+    rows.push_back(row);
+  }
+  n["logits"] = rows;
+  return n;
+}
+
+Case Traits::from_yaml(const YAML::Node& n) {
+  case_yaml::expect_keys(n, {"dtype", "k", "block", "logits"}, "softmax_topk case");
+  Case c;
+  const std::string dtype = case_yaml::read<std::string>(n, "dtype");
+  if (dtype != "f32" && dtype != "f64") case_yaml::fail(n["dtype"], "dtype must be f32 or f64");
+  c.dtype = dtype == "f32" ? DType::f32 : DType::f64;
+  c.k = case_yaml::read<int>(n, "k");
+  c.block = case_yaml::read_or<int>(n, "block", 16);
+  const YAML::Node rows = n["logits"];
+  if (!rows || !rows.IsSequence() || rows.size() == 0)
+    case_yaml::fail(rows ? rows : n, "'logits' must be a non-empty list of rows");
+  c.vocab = -1;
+  for (const auto& item : rows) {
+    const YAML::Node row = item;
+    YAML::Node holder(YAML::NodeType::Map);
+    holder["row"] = row;
+    const std::vector<double> values = case_yaml::read_reals(holder, "row");
+    if (c.vocab >= 0 && static_cast<int>(values.size()) != c.vocab)
+      case_yaml::fail(row, "rows differ in length");
+    if (values.size() > (1u << 22)) case_yaml::fail(row, "row too long for a test case");
+    c.vocab = static_cast<int>(values.size());
+    c.logits.insert(c.logits.end(), values.begin(), values.end());
+  }
+  if (c.logits.size() > (1u << 24)) case_yaml::fail(rows, "case too large");
+  if (const std::string why = validate(c); !why.empty()) case_yaml::fail(n, why);
+  return c;
+}
+
+CaseStats Traits::stats(const Case& c) {
+  int neg_inf = 0;
+  double top = 0;
+  for (double x : c.logits) {
+    if (x == kNegInf)
+      ++neg_inf;
+    else
+      top = std::max(top, std::fabs(x));
+  }
+  return {
+      static_cast<int64_t>(c.logits.size()) + c.k,
+      fmt::format("{} x {} {}, K {}, block {}{}, max |logit| {:g}", c.rows(), c.vocab, dtype_name(c.dtype),
+                  c.k, c.block, neg_inf ? fmt::format(", {} -inf", neg_inf) : "", top)};
+}
+
+}  // namespace kprop::softmax_topk

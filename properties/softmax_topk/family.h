@@ -1,0 +1,29 @@
+// Softmax + top-k family: case generation, shrinking and encoding (see
+// kernels/softmax_topk/softmax_topk.h for the contract, invariants.cpp for
+// the checks).
+#pragma once
+
+#include "kernels/softmax_topk/softmax_topk.h"
+#include "kprop/family.h"
+
+namespace kprop::softmax_topk {
+
+struct Traits {
+  using Case = softmax_topk::Case;
+  using Result = softmax_topk::Result;
+  static constexpr const char* name = "softmax_topk";
+  static constexpr const char* description =
+      "fused softmax + top-k: K largest probabilities and indices per row, ties to the lower index, -inf "
+      "logits";
+  static Schema domain_schema();
+  static rc::Gen<Case> generator(const Values& domain);
+  static rc::Seq<Case> shrinks(const Case& c);
+  static YAML::Node to_yaml(const Case& c);
+  static Case from_yaml(const YAML::Node& node);
+  static Case from_bytes(ByteReader& bytes, const Values& domain);
+  static CaseStats stats(const Case& c);
+};
+
+void register_invariants(FamilyDef<Traits>& family);
+
+}  // namespace kprop::softmax_topk

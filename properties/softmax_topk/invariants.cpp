@@ -1,0 +1,352 @@
+// Softmax + top-k invariants. Ranking checks use the exact logits of the case
+// (softmax is strictly increasing, so the exact order is the logit order);
+// probabilities follow the tolerance policy of DESIGN.md: error against the
+// fp64 reference at most k x the naive same-precision error + a floor of a
+// few dtype epsilons. A mismatch between two distinct logits whose gap is
+// within a few dtype ulps of their distance to the row max (where rounded
+// probabilities could tie) is a near-tie: discarded, never a failure.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "kprop/tolerance.h"
+#include "properties/softmax_topk/family.h"
+
+namespace kprop::softmax_topk {
+namespace {
+
+using T = Trial<Traits>;
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+double eps(DType d) {
+  return d == DType::f32 ? 0x1p-23 : 0x1p-52;
+}
+double logit(const Case& c, int row, int i) {
+  return c.logits[static_cast<size_t>(row) * c.vocab + i];
+}
+double row_max(const Case& c, int row) {
+  double m = kNegInf;
+  for (int i = 0; i < c.vocab; ++i) m = std::max(m, logit(c, row, i));
+  return m;
+}
+
+bool near_tie(const Case& c, int row, int a, int b, double tie_ulps) {
+  const double xa = logit(c, row, a), xb = logit(c, row, b), m = row_max(c, row);
+  if (xa == xb || !std::isfinite(xa) || !std::isfinite(xb)) return false;
+  const double scale = std::max({1.0, std::fabs(xa - m), std::fabs(xb - m)});
+  return std::fabs(xa - xb) <= tie_ulps * eps(c.dtype) * scale;
+}
+
+Schema tol_params() {
+  return {field::map("tol",
+                     {field::real("k", 2, 1, 1e6, "allowed multiple of the naive same-dtype error"),
+                      field::real("floor_eps", 8, 0, 1e9, "absolute floor in units of the dtype epsilon")},
+                     "probability tolerance (DESIGN.md policy)"),
+          field::real("tie_ulps", 16, 0, 1e9,
+                      "logit gaps within this many dtype ulps of |x - max| are near-ties")};
+}
+
+std::string slot(int row, int j) {
+  return fmt::format("row {} slot {}", row, j);
+}
+
+// Output shape and index range; "" when fine.
+std::string shape_problem(const Case& c, const Result& r) {
+  const size_t n = static_cast<size_t>(c.rows()) * c.k;
+  if (r.probs.size() != n || r.indices.size() != n)
+    return fmt::format("output has {} probabilities and {} indices, expected rows x K = {}", r.probs.size(),
+                       r.indices.size(), n);
+  for (size_t i = 0; i < n; ++i)
+    if (r.indices[i] < 0 || r.indices[i] >= c.vocab)
+      return fmt::format("{}: index {} out of range [0, {})",
+                         slot(static_cast<int>(i) / c.k, static_cast<int>(i) % c.k), r.indices[i], c.vocab);
+  return "";
+}
+
+// Probabilities `got` at `indices` against the fp64 full softmax.
+Verdict probabilities_close(const Case& c, const std::vector<int>& indices, const std::vector<double>& got,
+                            const Values& p, const char* what) {
+  std::vector<double> want, naive;
+  for (int row = 0; row < c.rows(); ++row) {
+    const auto full = softmax_row(c, row), base = naive_softmax(c, row);
+    for (int j = 0; j < c.k; ++j) {
+      const int i = indices[static_cast<size_t>(row) * c.k + j];
+      want.push_back(full[static_cast<size_t>(i)]);
+      naive.push_back(base[static_cast<size_t>(i)]);
+    }
+  }
+  const ToleranceReport rep =
+      compare_with_baseline(want, got, naive, p.real("tol.k"), p.real("tol.floor_eps") * eps(c.dtype));
+  if (rep.ok) return Verdict::pass();
+  const int row = static_cast<int>(rep.worst_index) / c.k, j = static_cast<int>(rep.worst_index) % c.k;
+  return Verdict::fail(
+      fmt::format("{}: {}: probability {:.9g} at index {}, softmax gives {:.9g} ({})", what, slot(row, j),
+                  got[rep.worst_index], indices[rep.worst_index], want[rep.worst_index], rep.message),
+      {{"row", double(row)},
+       {"slot", double(j)},
+       {"probability", got[rep.worst_index]},
+       {"expected", want[rep.worst_index]},
+       {"error", rep.target_error},
+       {"allowed", rep.allowed}});
+}
+
+// Indices of `got` equal `want` (same shape), up to near-ties.
+Verdict same_indices(const Case& c, const std::vector<int>& want, const std::vector<int>& got,
+                     double tie_ulps, const char* what) {
+  for (size_t s = 0; s < want.size(); ++s) {
+    if (want[s] == got[s]) continue;
+    const int row = static_cast<int>(s) / c.k, j = static_cast<int>(s) % c.k;
+    if (near_tie(c, row, want[s], got[s], tie_ulps)) return Verdict::discard("near-tie in the top-k");
+    return Verdict::fail(
+        fmt::format("{}: {}: index {} (logit {}), expected index {} (logit {})", what, slot(row, j), got[s],
+                    logit(c, row, got[s]), want[s], logit(c, row, want[s])),
+        {{"row", double(row)},
+         {"slot", double(j)},
+         {"index", double(got[s])},
+         {"expected_index", double(want[s])}});
+  }
+  return Verdict::pass();
+}
+
+Verdict matches_reference(T& t, const Values& p) {
+  const Case& c = t.input();
+  const Result& r = t.target();
+  const Result& ref = t.reference();
+  if (const std::string why = shape_problem(c, r); !why.empty()) return Verdict::fail(why);
+  for (size_t s = 0; s < r.probs.size(); ++s)
+    if (!std::isfinite(r.probs[s]))
+      return Verdict::fail(fmt::format(
+          "{}: probability {}", slot(static_cast<int>(s) / c.k, static_cast<int>(s) % c.k), r.probs[s]));
+  if (Verdict v = same_indices(c, ref.indices, r.indices, p.real("tie_ulps"), "top-k");
+      v.outcome != Outcome::pass)
+    return v;
+  return probabilities_close(c, ref.indices, r.probs, p, "top-k");
+}
+
+Verdict sorted(T& t, const Values& p) {
+  const Case& c = t.input();
+  const Result& r = t.target();
+  if (const std::string why = shape_problem(c, r); !why.empty()) return Verdict::fail(why);
+  for (int row = 0; row < c.rows(); ++row)
+    for (int j = 0; j + 1 < c.k; ++j) {
+      const size_t s = static_cast<size_t>(row) * c.k + j;
+      const int a = r.indices[s], b = r.indices[s + 1];
+      const double xa = logit(c, row, a), xb = logit(c, row, b);
+      const bool order_ok = ranks_before(xa, a, xb, b);
+      const bool probs_ok = r.probs[s] >= r.probs[s + 1];
+      if (order_ok && probs_ok) continue;
+      if (near_tie(c, row, a, b, p.real("tie_ulps"))) return Verdict::discard("near-tie in the ordering");
+      return Verdict::fail(
+          fmt::format(
+              "{}: index {} (logit {}, p {:.9g}) before index {} (logit {}, p {:.9g}): {}", slot(row, j), a,
+              xa, r.probs[s], b, xb, r.probs[s + 1],
+              !probs_ok ? "probabilities increase"
+                        : (xa == xb ? "equal logits not in index order" : "logits not in descending order")),
+          {{"row", double(row)}, {"slot", double(j)}, {"first", double(a)}, {"second", double(b)}});
+    }
+  return Verdict::pass();
+}
+
+Verdict distinct_in_range_indices(T& t, const Values&) {
+  const Case& c = t.input();
+  const Result& r = t.target();
+  if (const std::string why = shape_problem(c, r); !why.empty()) return Verdict::fail(why);
+  for (int row = 0; row < c.rows(); ++row) {
+    std::set<int> seen;
+    for (int j = 0; j < c.k; ++j) {
+      const int i = r.indices[static_cast<size_t>(row) * c.k + j];
+      if (!seen.insert(i).second)
+        return Verdict::fail(fmt::format("{}: index {} appears twice", slot(row, j), i),
+                             {{"row", double(row)}, {"slot", double(j)}, {"index", double(i)}});
+    }
+  }
+  return Verdict::pass();
+}
+
+Verdict probabilities_match_softmax(T& t, const Values& p) {
+  const Case& c = t.input();
+  const Result& r = t.target();
+  if (const std::string why = shape_problem(c, r); !why.empty()) return Verdict::fail(why);
+  return probabilities_close(c, r.indices, r.probs, p, "softmax at the returned indices");
+}
+
+Verdict no_nan(T& t, const Values& p) {
+  const Case& c = t.input();
+  const Result& r = t.target();
+  for (size_t s = 0; s < r.probs.size(); ++s) {
+    const double q = r.probs[s];
+    if (!(q >= 0 && q <= 1))
+      return Verdict::fail(
+          fmt::format("{}: probability {} outside [0, 1]",
+                      slot(static_cast<int>(s) / std::max(c.k, 1), static_cast<int>(s) % std::max(c.k, 1)),
+                      q),
+          {{"probability", q}});
+  }
+  const double slack = p.real("tol.floor_eps") * eps(c.dtype) * c.vocab;
+  for (int row = 0; row < c.rows() && r.probs.size() == static_cast<size_t>(c.rows()) * c.k; ++row) {
+    double sum = 0;
+    for (int j = 0; j < c.k; ++j) sum += r.probs[static_cast<size_t>(row) * c.k + j];
+    if (sum > 1 + slack)
+      return Verdict::fail(fmt::format("row {}: the K probabilities sum to {:.9g} > 1", row, sum),
+                           {{"sum", sum}});
+  }
+  return Verdict::pass();
+}
+
+// The largest power of two S such that every finite logit x +- S of the row is exact in
+// the dtype (all finite logits are multiples of g, the finest ulp among them,
+// and stay below 2^p g in magnitude) and far from overflow; 0 if none.
+double exact_shift(const Case& c, int row) {
+  const int p = c.dtype == DType::f32 ? 24 : 53;
+  const int max_exp = c.dtype == DType::f32 ? 125 : 1021;
+  int g = std::numeric_limits<int>::max();
+  double m = 0;
+  for (int i = 0; i < c.vocab; ++i) {
+    const double x = logit(c, row, i);
+    if (!std::isfinite(x) || x == 0) continue;
+    int e;
+    const double frac = std::frexp(x, &e);  // x = frac * 2^e, 0.5 <= |frac| < 1
+    // Lowest set bit of the significand: x is a multiple of 2^(e - bits).
+    double f = std::fabs(frac);
+    int bits = 0;
+    while (f != std::floor(f) && bits < 1100) f *= 2, ++bits;
+    g = std::min(g, e - bits);
+    m = std::max(m, std::fabs(x));
+  }
+  if (g == std::numeric_limits<int>::max()) return 1024;  // no nonzero finite logit
+  const double room = std::ldexp(1.0, g + p) - m;         // |x + S| must stay below 2^(g+p)
+  if (room < std::ldexp(1.0, g)) return 0;
+  int s = std::ilogb(room);
+  if (std::ldexp(1.0, s) >= room) --s;
+  s = std::min(s, max_exp - 1);
+  if (m >= std::ldexp(1.0, max_exp - 1)) return 0;
+  return s >= g ? std::ldexp(1.0, s) : 0;
+}
+
+Verdict shift_invariance(T& t, const Values& p) {
+  const Case& c = t.input();
+  const Result& r = t.target();
+  const Result& ref = t.reference();
+  if (!shape_problem(c, r).empty()) return Verdict::discard("output shape checked elsewhere");
+  // Each row by its own shift (softmax is per row); one row's logits decide its shift.
+  std::vector<double> shift(static_cast<size_t>(c.rows()));
+  for (int row = 0; row < c.rows(); ++row) {
+    shift[static_cast<size_t>(row)] = exact_shift(c, row);
+    if (shift[static_cast<size_t>(row)] == 0) return Verdict::discard("no exact shift for these logits");
+  }
+  for (double sign : {1.0, -1.0}) {
+    Case shifted = c;
+    for (size_t i = 0; i < shifted.logits.size(); ++i)
+      if (std::isfinite(shifted.logits[i]))
+        shifted.logits[i] += sign * shift[i / static_cast<size_t>(c.vocab)];
+    const double s = shift[0];
+    const Result rs = t.run_target(shifted);
+    if (!shape_problem(shifted, rs).empty())
+      return Verdict::fail(fmt::format("logits shifted by {:+g}: {}", sign * s, shape_problem(shifted, rs)));
+    const std::string what = c.rows() == 1
+                                 ? fmt::format("logits shifted by {:+g}", sign * s)
+                                 : fmt::format("rows shifted by {}{:g}, ...", sign > 0 ? "+" : "-", s);
+    for (size_t i = 0; i < r.indices.size(); ++i)
+      if (rs.indices[i] != r.indices[i])
+        return Verdict::fail(
+            fmt::format("{}: {}: index {}, unshifted gives {}", what,
+                        slot(static_cast<int>(i) / c.k, static_cast<int>(i) % c.k), rs.indices[i],
+                        r.indices[i]),
+            {{"shift", sign * s}, {"index", double(rs.indices[i])}, {"unshifted", double(r.indices[i])}});
+    // The shift is exact, so the true probabilities are the unshifted reference's.
+    std::vector<double> want, naive;
+    for (int row = 0; row < c.rows(); ++row) {
+      const auto full = softmax_row(c, row), base = naive_softmax(shifted, row);
+      for (int j = 0; j < c.k; ++j) {
+        const int i = rs.indices[static_cast<size_t>(row) * c.k + j];
+        want.push_back(full[static_cast<size_t>(i)]);
+        naive.push_back(base[static_cast<size_t>(i)]);
+      }
+    }
+    (void)ref;
+    const ToleranceReport rep =
+        compare_with_baseline(want, rs.probs, naive, p.real("tol.k"), p.real("tol.floor_eps") * eps(c.dtype));
+    if (!rep.ok)
+      return Verdict::fail(fmt::format("{}: probability {:.9g}, unshifted softmax {:.9g} ({})", what,
+                                       rs.probs[rep.worst_index], want[rep.worst_index], rep.message),
+                           {{"shift", sign * s},
+                            {"probability", rs.probs[rep.worst_index]},
+                            {"expected", want[rep.worst_index]}});
+  }
+  return Verdict::pass();
+}
+
+Verdict full_sort_at_k_equals_v(T& t, const Values& p) {
+  const Case& c = t.input();
+  const Result& r = t.target();
+  Case all = c;
+  all.k = c.vocab;
+  const Result full = c.k == c.vocab ? r : t.run_target(all);
+  if (const std::string why = shape_problem(all, full); !why.empty()) return Verdict::fail("K = V: " + why);
+  // The stable sort by logit, independent of any implementation.
+  const Result want = reference(all);
+  if (Verdict v = same_indices(all, want.indices, full.indices, p.real("tie_ulps"), "K = V full sort");
+      v.outcome != Outcome::pass)
+    return v;
+  const double slack = p.real("tol.floor_eps") * eps(c.dtype) * c.vocab;
+  for (int row = 0; row < c.rows(); ++row) {
+    double sum = 0, naive_sum = 0;
+    for (double q : naive_softmax(c, row)) naive_sum += q;
+    for (int j = 0; j < c.vocab; ++j) sum += full.probs[static_cast<size_t>(row) * c.vocab + j];
+    const double expect = row_max(c, row) == kNegInf ? 0.0 : 1.0;
+    const double allowed = p.real("tol.k") * std::fabs(naive_sum - expect) + slack;
+    if (!(std::fabs(sum - expect) <= allowed))
+      return Verdict::fail(
+          fmt::format("K = V: row {} probabilities sum to {:.12g}, expected {} (allowed error {:.3g})", row,
+                      sum, expect, allowed),
+          {{"row", double(row)}, {"sum", sum}});
+    // The K-output is the prefix of the full sort.
+    if (!shape_problem(c, r).empty()) continue;
+    for (int j = 0; j < c.k; ++j)
+      if (r.indices[static_cast<size_t>(row) * c.k + j] !=
+          full.indices[static_cast<size_t>(row) * c.vocab + j])
+        return Verdict::fail(fmt::format("{}: index {} with K = {}, but K = V puts index {} there",
+                                         slot(row, j), r.indices[static_cast<size_t>(row) * c.k + j], c.k,
+                                         full.indices[static_cast<size_t>(row) * c.vocab + j]),
+                             {{"row", double(row)}, {"slot", double(j)}});
+  }
+  return Verdict::pass();
+}
+
+}  // namespace
+
+void register_invariants(FamilyDef<Traits>& f) {
+  f.invariant(
+      {"matches_reference",
+       "indices equal the reference's (near-ties discarded), probabilities within the dtype tolerance",
+       tol_params()},
+      matches_reference);
+  f.invariant(
+      {"sorted", "each row's output is in descending probability and logit order, equal logits by index",
+       tol_params()},
+      sorted);
+  f.invariant({"distinct_in_range_indices", "rows x K outputs; indices in [0, V), distinct within a row", {}},
+              distinct_in_range_indices);
+  f.invariant({"probabilities_match_softmax",
+               "each returned probability equals the full softmax at its index", tol_params()},
+              probabilities_match_softmax);
+  f.invariant(
+      {"shift_invariance",
+       "adding an exact constant (+-S, the largest exact power of two) to every finite logit leaves the "
+       "indices and probabilities unchanged",
+       tol_params()},
+      shift_invariance);
+  f.invariant(
+      {"full_sort_at_k_equals_v",
+       "with K = V the output is the stable sort by logit, sums to 1 (0 for all -inf rows) and has the K "
+       "output as its prefix",
+       tol_params()},
+      full_sort_at_k_equals_v);
+  f.invariant(
+      {"no_nan", "every probability is a number in [0, 1]; the K of a row sum to at most 1", tol_params()},
+      no_nan);
+}
+
+}  // namespace kprop::softmax_topk
