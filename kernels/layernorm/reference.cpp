@@ -1,0 +1,93 @@
+// The fp64 reference: two passes per row, written for clarity.
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "kernels/layernorm/layernorm.h"
+
+namespace kprop::layernorm {
+
+const char* dtype_name(DType t) {
+  return t == DType::f32 ? "f32" : "f64";
+}
+double unit_roundoff(DType t) {
+  return t == DType::f32 ? 0x1.0p-24 : 0x1.0p-53;
+}
+
+std::string validate(const Case& c) {
+  if (c.rows < 1 || c.dim < 1)
+    return fmt::format("shape {}x{}: rows and dim must be at least 1", c.rows, c.dim);
+  const size_t n = static_cast<size_t>(c.rows) * static_cast<size_t>(c.dim);
+  if (c.x.size() != n || c.dy.size() != n) return "x and dy must hold rows x dim values";
+  if (c.gamma.size() != static_cast<size_t>(c.dim) || c.beta.size() != static_cast<size_t>(c.dim))
+    return "gamma and beta must hold dim values";
+  if (!(c.eps > 0) || !std::isfinite(c.eps)) return fmt::format("eps = {} must be finite and > 0", c.eps);
+  for (const auto* v : {&c.x, &c.gamma, &c.beta, &c.dy})
+    for (double e : *v)
+      if (!std::isfinite(e)) return "every value must be finite";
+  return "";
+}
+
+void round_to_dtype(Case& c) {
+  if (c.dtype != DType::f32) return;
+  auto round = [](double v) { return static_cast<double>(static_cast<float>(v)); };
+  for (auto* v : {&c.x, &c.gamma, &c.beta, &c.dy})
+    for (double& e : *v) e = round(e);
+  c.eps = round(c.eps);
+}
+
+Result reference(const Case& c) {
+  const size_t rows = static_cast<size_t>(c.rows), D = static_cast<size_t>(c.dim);
+  Result r;
+  r.y.resize(rows * D);
+  r.xhat.resize(rows * D);
+  r.dx.resize(rows * D);
+  r.mean.resize(rows);
+  r.rstd.resize(rows);
+  r.dgamma.assign(D, 0.0);
+  r.dbeta.assign(D, 0.0);
+  for (size_t i = 0; i < rows; ++i) {
+    const double* x = &c.x[i * D];
+    // Pass 1: the mean. The row is first shifted by its first element; the
+    // shift changes nothing mathematically, and x - x[0] is exact for f32
+    // inputs (and for any row at a large offset), so a 1e4 offset does not
+    // cost the reference u·|μ|/σ of accuracy, which at σ = 1e-4 would be
+    // larger than the error of the fp64 implementations it judges.
+    const double shift = x[0];
+    double sum = 0;
+    for (size_t d = 0; d < D; ++d) sum += x[d] - shift;
+    const double centre = sum / static_cast<double>(D);
+    // Pass 2: the biased variance.
+    double ss = 0;
+    for (size_t d = 0; d < D; ++d) {
+      const double dev = (x[d] - shift) - centre;
+      ss += dev * dev;
+    }
+    const double var = ss / static_cast<double>(D);
+    const double rstd = 1.0 / std::sqrt(var + c.eps);
+    r.mean[i] = shift + centre;
+    r.rstd[i] = rstd;
+    for (size_t d = 0; d < D; ++d) {
+      const double xhat = ((x[d] - shift) - centre) * rstd;
+      r.xhat[i * D + d] = xhat;
+      r.y[i * D + d] = c.gamma[d] * xhat + c.beta[d];
+    }
+    // Backward: g = γ ⊙ dy, dx = rstd · (g − mean(g) − x̂ · mean(g ⊙ x̂)).
+    double sum_g = 0, sum_gx = 0;
+    for (size_t d = 0; d < D; ++d) {
+      const double g = c.gamma[d] * c.dy[i * D + d];
+      sum_g += g;
+      sum_gx += g * r.xhat[i * D + d];
+    }
+    const double mean_g = sum_g / static_cast<double>(D), mean_gx = sum_gx / static_cast<double>(D);
+    for (size_t d = 0; d < D; ++d) {
+      const double g = c.gamma[d] * c.dy[i * D + d];
+      r.dx[i * D + d] = rstd * (g - mean_g - r.xhat[i * D + d] * mean_gx);
+      r.dgamma[d] += c.dy[i * D + d] * r.xhat[i * D + d];
+      r.dbeta[d] += c.dy[i * D + d];
+    }
+  }
+  return r;
+}
+
+}  // namespace kprop::layernorm

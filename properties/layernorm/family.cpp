@@ -1,0 +1,439 @@
+#include "properties/layernorm/family.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+
+#include "kprop/case_yaml.h"
+#include "kprop/gen.h"
+#include "kprop/rng.h"
+
+namespace kprop::layernorm {
+
+Schema Traits::domain_schema() {
+  return {
+      field::choices("dtype", {"f32", "f64"}, {"f32", "f64"}, "element types to draw (one per case)"),
+      field::int_range("rows", {1, 8}, 1, 4096, "rows (independent normalisations)"),
+      field::int_range("dim", {1, 64}, 1, 65536, "D, the normalised (last) dimension"),
+      field::real("dim_one_rate", 0.1, 0, 1, "chance that D = 1 (x̂ = 0, y = β, dx = 0)"),
+      field::real_range("eps_exp", {-12, -2}, -30, 0, "ε = 10^u, u uniform in this range"),
+      field::map(
+          "x",
+          {
+              field::real_range("spread_exp", {-12, 12}, -30, 30,
+                                "a row's standard deviation is 10^u: tiny and huge magnitudes"),
+              field::real("offset_rate", 0.4, 0, 1, "chance a row sits at a large offset from zero"),
+              field::real_range("cond_exp", {2, 12}, 0, 16,
+                                "offset rows: |mean| / std = 10^u (a 1e4 offset with std 1e-2 is u = 6)"),
+              field::real("constant_rate", 0.15, 0, 1, "chance a row is constant (zero variance)"),
+          },
+          "input rows"),
+      field::real_range("gamma_exp", {-3, 3}, -30, 30, "γ = 10^u · N(0, 1), u drawn once per case"),
+      field::real_range("beta_exp", {-3, 3}, -30, 30, "β = 10^u · N(0, 1), u drawn once per case"),
+      field::real_range("dy_exp", {-3, 3}, -30, 30, "dy = 10^u · N(0, 1), u drawn once per case"),
+  };
+}
+
+namespace {
+
+// Streams of kprop::rng for the case's values (one seed per case).
+enum Stream : uint64_t { kRowMean = 1, kGamma = 2, kBeta = 3, kDy = 4, kX = 1000 };
+
+// One case builder for every source of randomness: RapidCheck draws (sized)
+// and libFuzzer bytes, so the fuzzer reaches exactly the generator's domain.
+template <typename Draw>
+Case build_case(Draw& draw, const Values& domain) {
+  Case c;
+  c.dtype = draw.pick(domain.choices("dtype")) == "f32" ? DType::f32 : DType::f64;
+  c.rows = static_cast<int>(draw.sized(domain.int_range("rows")));
+  c.dim =
+      draw.chance(domain.real("dim_one_rate")) ? 1 : static_cast<int>(draw.sized(domain.int_range("dim")));
+  c.eps = std::pow(10.0, draw.any(domain.real_range("eps_exp")));
+  const uint64_t seed = static_cast<uint64_t>(draw.any(IntRange{1, 1 << 30}));
+  const double gamma_scale = std::pow(10.0, draw.any(domain.real_range("gamma_exp")));
+  const double beta_scale = std::pow(10.0, draw.any(domain.real_range("beta_exp")));
+  const double dy_scale = std::pow(10.0, draw.any(domain.real_range("dy_exp")));
+  const size_t D = static_cast<size_t>(c.dim);
+  for (int r = 0; r < c.rows; ++r) {
+    const double spread = std::pow(10.0, draw.any(domain.real_range("x.spread_exp")));
+    double mean = spread * rng::normal(seed, kRowMean, static_cast<uint64_t>(r));
+    if (draw.chance(domain.real("x.offset_rate"))) {
+      const double sign = draw.chance(0.5) ? -1.0 : 1.0;
+      mean = sign * spread * std::pow(10.0, draw.any(domain.real_range("x.cond_exp")));
+    }
+    const bool constant = draw.chance(domain.real("x.constant_rate"));
+    for (size_t d = 0; d < D; ++d)
+      c.x.push_back(constant ? mean : mean + spread * rng::normal(seed, kX + static_cast<uint64_t>(r), d));
+  }
+  for (size_t d = 0; d < D; ++d) {
+    c.gamma.push_back(gamma_scale * rng::normal(seed, kGamma, d));
+    c.beta.push_back(beta_scale * rng::normal(seed, kBeta, d));
+  }
+  for (size_t i = 0; i < c.x.size(); ++i) c.dy.push_back(dy_scale * rng::normal(seed, kDy, i));
+  round_to_dtype(c);
+  return c;
+}
+
+struct RapidCheckDraw {
+  int64_t sized(IntRange r) { return *gen::sized(r); }
+  int64_t any(IntRange r) { return *gen::any(r); }
+  double any(RealRange r) { return *gen::any(r); }
+  bool chance(double p) { return *gen::chance(p); }
+  std::string pick(const Choices& options) { return *rc::gen::elementOf(options); }
+};
+
+struct BytesDraw {
+  ByteReader& bytes;
+  int64_t sized(IntRange r) { return bytes.in_range(r); }
+  int64_t any(IntRange r) { return bytes.in_range(r); }
+  double any(RealRange r) { return bytes.in_range(r); }
+  bool chance(double p) { return bytes.unit() < p; }
+  std::string pick(const Choices& options) { return bytes.pick(options); }
+};
+
+// The shortest text that reads back to v in the dtype.
+std::string number_text(double v, DType dtype) {
+  return dtype == DType::f32 ? fmt::format("{}", static_cast<float>(v)) : fmt::format("{}", v);
+}
+
+// v rounded to k significant decimal digits, then to the dtype.
+double round_digits(double v, int k, DType dtype) {
+  const std::string s = fmt::format("{:.{}e}", v, k - 1);
+  return dtype == DType::f32 ? static_cast<double>(std::strtof(s.c_str(), nullptr))
+                             : std::strtod(s.c_str(), nullptr);
+}
+
+// ---- shrinking
+enum class Tensor { x, gamma, beta, dy };
+
+template <typename C>  // Case or const Case
+auto& tensor(C& c, Tensor t) {
+  switch (t) {
+    case Tensor::x:
+      return c.x;
+    case Tensor::gamma:
+      return c.gamma;
+    case Tensor::beta:
+      return c.beta;
+    case Tensor::dy:
+      return c.dy;
+  }
+  return c.x;
+}
+
+// Simpler values for one element, boldest first: the tensor's canonical
+// value (γ = 1, β = 0, dy and x = 0 or 1), then fewer significant digits. Every
+// candidate has strictly fewer digits, or is canonical (reached once), so
+// shrinking terminates.
+std::vector<double> simpler_values(double v, Tensor t, DType dtype) {
+  std::vector<double> out;
+  auto add = [&](double w) {
+    if (w != v && std::find(out.begin(), out.end(), w) == out.end()) out.push_back(w);
+  };
+  switch (t) {
+    case Tensor::gamma:
+      if (v != 1) add(1);
+      break;
+    case Tensor::beta:
+      add(0);
+      break;
+    case Tensor::dy:
+    case Tensor::x:
+      if (v != 0 && v != 1) add(0), add(1);
+      break;
+  }
+  const int digits = significant_digits(v, dtype);
+  for (int k = 1; k < digits; ++k) {
+    const double w = round_digits(v, k, dtype);
+    if (std::isfinite(w) && significant_digits(w, dtype) < digits) add(w);
+  }
+  return out;
+}
+
+Case keep_rows(const Case& c, const std::vector<int>& keep) {
+  Case s = c;
+  s.rows = static_cast<int>(keep.size());
+  s.x.clear();
+  s.dy.clear();
+  const size_t D = static_cast<size_t>(c.dim);
+  for (int r : keep) {
+    s.x.insert(s.x.end(), c.x.begin() + static_cast<long>(r * D),
+               c.x.begin() + static_cast<long>((r + 1) * D));
+    s.dy.insert(s.dy.end(), c.dy.begin() + static_cast<long>(r * D),
+                c.dy.begin() + static_cast<long>((r + 1) * D));
+  }
+  return s;
+}
+
+Case keep_cols(const Case& c, const std::vector<int>& keep) {
+  Case s = c;
+  s.dim = static_cast<int>(keep.size());
+  s.x.clear();
+  s.dy.clear();
+  s.gamma.clear();
+  s.beta.clear();
+  const size_t D = static_cast<size_t>(c.dim);
+  for (int d : keep)
+    s.gamma.push_back(c.gamma[static_cast<size_t>(d)]), s.beta.push_back(c.beta[static_cast<size_t>(d)]);
+  for (size_t r = 0; r < static_cast<size_t>(c.rows); ++r)
+    for (int d : keep) {
+      s.x.push_back(c.x[r * D + static_cast<size_t>(d)]);
+      s.dy.push_back(c.dy[r * D + static_cast<size_t>(d)]);
+    }
+  return s;
+}
+
+std::vector<int> iota_except(int n, int lo, int hi) {  // [0, n) without [lo, hi)
+  std::vector<int> out;
+  for (int i = 0; i < n; ++i)
+    if (i < lo || i >= hi) out.push_back(i);
+  return out;
+}
+
+int digit_sum(const std::vector<double>& v, size_t lo, size_t hi, DType dtype) {
+  int s = 0;
+  for (size_t i = lo; i < hi; ++i) s += significant_digits(v[i], dtype);
+  return s;
+}
+
+}  // namespace
+
+int significant_digits(double v, DType dtype) {
+  if (v == 0 || !std::isfinite(v)) return 0;
+  const std::string s = number_text(v, dtype);
+  std::string digits;
+  for (char ch : s) {
+    if (ch == 'e' || ch == 'E') break;
+    if (ch >= '0' && ch <= '9') digits += ch;
+  }
+  const size_t first = digits.find_first_not_of('0');
+  if (first == std::string::npos) return 0;
+  const size_t last = digits.find_last_not_of('0');
+  return static_cast<int>(last - first + 1);
+}
+
+rc::Gen<Case> Traits::generator(const Values& domain) {
+  return rc::gen::exec([domain] {
+    RapidCheckDraw draw;
+    return build_case(draw, domain);
+  });
+}
+
+Case Traits::from_bytes(ByteReader& bytes, const Values& domain) {
+  BytesDraw draw{bytes};
+  return build_case(draw, domain);
+}
+
+// One shrink step, boldest first: fewer rows, smaller D, canonical γ, β and
+// dy everywhere, ε a power of ten, constant rows, then each value with fewer
+// significant digits. Lazy: a candidate is built only when reached.
+rc::Seq<Case> Traits::shrinks(const Case& c0) {
+  auto c = std::make_shared<const Case>(c0);
+  const int rows = c->rows, dim = c->dim;
+  std::vector<std::vector<int>> row_sets, col_sets;
+  if (rows > 1) {
+    row_sets.push_back(iota_except(rows, (rows + 1) / 2, rows));  // first half
+    row_sets.push_back(iota_except(rows, 0, rows / 2));           // second half
+    for (int r = 0; r < rows; ++r) row_sets.push_back(iota_except(rows, r, r + 1));
+  }
+  if (dim > 1) {
+    col_sets.push_back(iota_except(dim, (dim + 1) / 2, dim));
+    col_sets.push_back(iota_except(dim, 0, dim / 2));
+    for (int d = 0; d < dim; ++d) col_sets.push_back(iota_except(dim, d, d + 1));
+  }
+  auto structure = rc::seq::concat(rc::seq::map(rc::seq::fromContainer(row_sets),
+                                                [c](const std::vector<int>& k) { return keep_rows(*c, k); }),
+                                   rc::seq::map(rc::seq::fromContainer(col_sets),
+                                                [c](const std::vector<int>& k) { return keep_cols(*c, k); }));
+
+  std::vector<Case> global;
+  auto all_equal = [](const std::vector<double>& v, double w) {
+    return std::all_of(v.begin(), v.end(), [w](double e) { return e == w; });
+  };
+  if (!all_equal(c->gamma, 1)) {
+    Case s = *c;
+    std::fill(s.gamma.begin(), s.gamma.end(), 1.0);
+    global.push_back(std::move(s));
+  }
+  if (!all_equal(c->beta, 0)) {
+    Case s = *c;
+    std::fill(s.beta.begin(), s.beta.end(), 0.0);
+    global.push_back(std::move(s));
+  }
+  if (!all_equal(c->dy, 1) && !all_equal(c->dy, 0)) {
+    Case s = *c;
+    std::fill(s.dy.begin(), s.dy.end(), 1.0);
+    global.push_back(std::move(s));
+  }
+  {
+    Case s = *c;
+    s.eps = std::pow(10.0, std::round(std::log10(c->eps)));
+    round_to_dtype(s);
+    if (s.eps != c->eps && significant_digits(s.eps, c->dtype) <= significant_digits(c->eps, c->dtype))
+      global.push_back(std::move(s));
+  }
+  const size_t D = static_cast<size_t>(dim);
+  for (size_t r = 0; r < static_cast<size_t>(rows); ++r) {  // a constant row (zero variance)
+    Case s = *c;
+    std::fill(s.x.begin() + static_cast<long>(r * D), s.x.begin() + static_cast<long>((r + 1) * D),
+              c->x[r * D]);
+    if (!(s.x == c->x) &&
+        digit_sum(s.x, r * D, (r + 1) * D, c->dtype) <= digit_sum(c->x, r * D, (r + 1) * D, c->dtype))
+      global.push_back(std::move(s));
+  }
+
+  struct Slot {
+    Tensor t;
+    size_t i;
+  };
+  std::vector<Slot> slots;
+  for (Tensor t : {Tensor::gamma, Tensor::beta, Tensor::dy, Tensor::x}) {
+    const size_t n = t == Tensor::x || t == Tensor::dy ? c->x.size() : D;
+    for (size_t i = 0; i < n; ++i) slots.push_back({t, i});
+  }
+  auto values = rc::seq::mapcat(rc::seq::fromContainer(std::move(slots)), [c](const Slot& slot) {
+    const double v = tensor(*c, slot.t)[slot.i];
+    return rc::seq::map(rc::seq::fromContainer(simpler_values(v, slot.t, c->dtype)), [c, slot](double w) {
+      Case s = *c;
+      tensor(s, slot.t)[slot.i] = w;
+      return s;
+    });
+  });
+  auto all =
+      rc::seq::concat(std::move(structure), rc::seq::fromContainer(std::move(global)), std::move(values));
+  return rc::seq::filter(std::move(all), [c](const Case& s) { return !(s == *c) && validate(s).empty(); });
+}
+
+// ---- YAML codec
+namespace {
+
+YAML::Node number_list(const double* v, size_t n, DType dtype) {
+  YAML::Node list(YAML::NodeType::Sequence);
+  for (size_t i = 0; i < n; ++i) list.push_back(number_text(v[i], dtype));
+  return list;
+}
+
+YAML::Node matrix(const std::vector<double>& v, int rows, int dim, DType dtype) {
+  YAML::Node out(YAML::NodeType::Sequence);
+  for (int r = 0; r < rows; ++r)
+    out.push_back(number_list(v.data() + static_cast<size_t>(r) * static_cast<size_t>(dim),
+                              static_cast<size_t>(dim), dtype));
+  return out;
+}
+
+// A finite number of the dtype, parsed directly in that precision.
+double read_number(const YAML::Node& n, DType dtype, const std::string& what) {
+  if (!n.IsScalar()) case_yaml::fail(n, what + " must be a number");
+  const std::string& s = n.Scalar();
+  char* end = nullptr;
+  errno = 0;
+  const double v =
+      dtype == DType::f32 ? static_cast<double>(std::strtof(s.c_str(), &end)) : std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size()) case_yaml::fail(n, what + " has a non-number '" + s + "'");
+  if (!std::isfinite(v) || (errno == ERANGE && std::fabs(v) > 1))
+    case_yaml::fail(n, fmt::format("{} = {} is not a finite {} value", what, s, dtype_name(dtype)));
+  return v;
+}
+
+std::vector<double> read_vector(const YAML::Node& map, const char* key, DType dtype) {
+  const YAML::Node n = map[key];
+  if (!n || !n.IsSequence())
+    case_yaml::fail(n ? n : map, std::string("'") + key + "' must be a list of numbers");
+  std::vector<double> out;
+  for (const auto& e : n) out.push_back(read_number(e, dtype, std::string("'") + key + "' element"));
+  return out;
+}
+
+// A list of rows, all of one length; returns the values row-major.
+std::vector<double> read_matrix(const YAML::Node& map, const char* key, DType dtype, int& rows, int& dim) {
+  const YAML::Node n = map[key];
+  if (!n || !n.IsSequence() || n.size() == 0)
+    case_yaml::fail(n ? n : map, std::string("'") + key + "' must be a non-empty list of rows");
+  std::vector<double> out;
+  rows = static_cast<int>(n.size());
+  dim = -1;
+  for (const auto& row : n) {
+    if (!row.IsSequence())
+      case_yaml::fail(row, std::string("each row of '") + key + "' must be a list of numbers");
+    if (dim >= 0 && static_cast<int>(row.size()) != dim)
+      case_yaml::fail(row, fmt::format("rows of '{}' differ in length ({} and {})", key, dim, row.size()));
+    dim = static_cast<int>(row.size());
+    for (const auto& e : row) out.push_back(read_number(e, dtype, std::string("'") + key + "' element"));
+    if (out.size() > (1u << 24))
+      case_yaml::fail(n, std::string("'") + key + "' is too large for a test case");
+  }
+  return out;
+}
+
+}  // namespace
+
+YAML::Node Traits::to_yaml(const Case& c) {
+  YAML::Node n(YAML::NodeType::Map);
+  n["dtype"] = dtype_name(c.dtype);
+  n["eps"] = number_text(c.eps, c.dtype);
+  n["x"] = matrix(c.x, c.rows, c.dim, c.dtype);
+  n["gamma"] = number_list(c.gamma.data(), c.gamma.size(), c.dtype);
+  n["beta"] = number_list(c.beta.data(), c.beta.size(), c.dtype);
+  n["dy"] = matrix(c.dy, c.rows, c.dim, c.dtype);
+  return n;
+}
+
+Case Traits::from_yaml(const YAML::Node& n) {
+  case_yaml::expect_keys(n, {"dtype", "eps", "x", "gamma", "beta", "dy"}, "layernorm case");
+  Case c;
+  const std::string dtype = case_yaml::read<std::string>(n, "dtype");
+  if (dtype == "f32")
+    c.dtype = DType::f32;
+  else if (dtype == "f64")
+    c.dtype = DType::f64;
+  else
+    case_yaml::fail(n["dtype"], "dtype '" + dtype + "': valid: f32, f64");
+  if (!n["eps"]) case_yaml::fail(n, "missing 'eps'");
+  c.eps = read_number(n["eps"], c.dtype, "'eps'");
+  c.x = read_matrix(n, "x", c.dtype, c.rows, c.dim);
+  int dy_rows = 0, dy_dim = 0;
+  c.dy = read_matrix(n, "dy", c.dtype, dy_rows, dy_dim);
+  if (dy_rows != c.rows || dy_dim != c.dim)
+    case_yaml::fail(n["dy"], fmt::format("'dy' is {}x{}, 'x' is {}x{}", dy_rows, dy_dim, c.rows, c.dim));
+  c.gamma = read_vector(n, "gamma", c.dtype);
+  c.beta = read_vector(n, "beta", c.dtype);
+  if (c.gamma.size() != static_cast<size_t>(c.dim) || c.beta.size() != static_cast<size_t>(c.dim))
+    case_yaml::fail(
+        n, fmt::format("'gamma' and 'beta' must have D = {} values (rows of 'x' have {})", c.dim, c.dim));
+  if (const std::string why = validate(c); !why.empty()) case_yaml::fail(n, why);
+  return c;
+}
+
+CaseStats Traits::stats(const Case& c) {
+  const size_t D = static_cast<size_t>(c.dim);
+  int constant = 0;
+  double worst_cond = 0, min_spread = INFINITY, max_spread = 0;
+  for (size_t r = 0; r < static_cast<size_t>(c.rows); ++r) {
+    double mean = 0, ss = 0;
+    for (size_t d = 0; d < D; ++d) mean += c.x[r * D + d];
+    mean /= static_cast<double>(D);
+    for (size_t d = 0; d < D; ++d) ss += (c.x[r * D + d] - mean) * (c.x[r * D + d] - mean);
+    const double sd = std::sqrt(ss / static_cast<double>(D));
+    if (sd == 0) {
+      ++constant;
+      continue;
+    }
+    worst_cond = std::max(worst_cond, std::fabs(mean) / sd);
+    min_spread = std::min(min_spread, sd);
+    max_spread = std::max(max_spread, sd);
+  }
+  std::string rows_text;
+  if (max_spread > 0)
+    rows_text +=
+        fmt::format(", std {:.2g}..{:.2g}, |mean|/std up to {:.2g}", min_spread, max_spread, worst_cond);
+  if (constant) rows_text += fmt::format(", {} constant row{}", constant, constant == 1 ? "" : "s");
+  return {static_cast<int64_t>(c.rows) * c.dim,
+          fmt::format("{}x{} {}, eps {}{}", c.rows, c.dim, dtype_name(c.dtype), number_text(c.eps, c.dtype),
+                      rows_text)};
+}
+
+}  // namespace kprop::layernorm

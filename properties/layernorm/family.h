@@ -1,0 +1,31 @@
+// LayerNorm family: case generation, shrinking and encoding (see
+// kernels/layernorm/layernorm.h for the contract, invariants.cpp for the checks).
+#pragma once
+
+#include "kernels/layernorm/layernorm.h"
+#include "kprop/family.h"
+
+namespace kprop::layernorm {
+
+struct Traits {
+  using Case = layernorm::Case;
+  using Result = layernorm::Result;
+  static constexpr const char* name = "layernorm";
+  static constexpr const char* description =
+      "LayerNorm forward and backward over the last dim (biased variance), f32 and f64";
+  static Schema domain_schema();
+  static rc::Gen<Case> generator(const Values& domain);
+  static rc::Seq<Case> shrinks(const Case& c);
+  static YAML::Node to_yaml(const Case& c);
+  static Case from_yaml(const YAML::Node& node);
+  static Case from_bytes(ByteReader& bytes, const Values& domain);
+  static CaseStats stats(const Case& c);
+};
+
+void register_invariants(FamilyDef<Traits>& family);
+
+// Significant decimal digits of v as the case prints it (shortest repr in
+// the dtype): the shrinker's measure of how simple a value is.
+int significant_digits(double v, DType dtype);
+
+}  // namespace kprop::layernorm

@@ -1,0 +1,416 @@
+// LayerNorm invariants.
+//
+// Tolerances. Comparisons against the fp64 reference follow DESIGN.md: the
+// target's error may be at most k × the error of the naive computation in
+// the target's own precision, plus a floor. The naive computation is the
+// reference's own algorithm (two passes: μ = Σx/D, then σ² = Σ(x − μ)²/D,
+// sequential sums) written in the case's dtype; see kernel::two_pass. The
+// floor is `floor_ulps` units of roundoff of the dtype times the magnitude
+// an element is built from (|γ x̂| + |β| for y; rstd·(|g| + mean|g| +
+// |x̂|·mean|g x̂|) for dx; Σ|dy x̂| and Σ|dy| for dγ and dβ), so it scales
+// with the data and is the same rule for f32 and f64. Rows are compared one
+// at a time: a badly conditioned row, where the naive error is large, does
+// not loosen the bound on its neighbours.
+//
+// Why this baseline and not another: at a large mean with a small spread the
+// naive two-pass f32 error grows like u·|μ|/σ (its μ is rounded before it is
+// subtracted), which the fused kernel avoids and E[x²] − E[x]² squares
+// (u·(|μ|/σ)²); the bound therefore admits a correct one-pass kernel and
+// rejects the naive-variance one by orders of magnitude. On well-scaled rows
+// all three are within a few ulps and the floor decides.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <span>
+
+#include "kprop/tolerance.h"
+#include "properties/layernorm/family.h"
+
+namespace kprop::layernorm {
+namespace {
+
+using T = Trial<Traits>;
+
+size_t at(size_t r, size_t d, size_t D) {
+  return r * D + d;
+}
+
+std::span<const double> row(const std::vector<double>& v, size_t r, size_t D) {
+  return std::span<const double>(v).subspan(r * D, D);
+}
+
+// Output shapes; "" when every tensor has the size the case implies.
+std::string shape_error(const Case& c, const Result& got) {
+  const size_t n = static_cast<size_t>(c.rows) * static_cast<size_t>(c.dim), D = static_cast<size_t>(c.dim),
+               R = static_cast<size_t>(c.rows);
+  struct Want {
+    const char* name;
+    size_t have, want;
+  };
+  for (const Want& w : {Want{"y", got.y.size(), n}, Want{"xhat", got.xhat.size(), n},
+                        Want{"dx", got.dx.size(), n}, Want{"rstd", got.rstd.size(), R},
+                        Want{"dgamma", got.dgamma.size(), D}, Want{"dbeta", got.dbeta.size(), D}})
+    if (w.have != w.want) return fmt::format("{} has {} values, expected {}", w.name, w.have, w.want);
+  return "";
+}
+
+// ---- magnitudes an element is computed from (from the reference result)
+double y_scale(const Case& c, const Result& ref, size_t r) {
+  const size_t D = static_cast<size_t>(c.dim);
+  double s = 0;
+  for (size_t d = 0; d < D; ++d)
+    s = std::max(s, std::fabs(c.gamma[d] * ref.xhat[at(r, d, D)]) + std::fabs(c.beta[d]));
+  return s;
+}
+
+struct RowGrad {
+  double mean_abs_g = 0, mean_abs_gx = 0, mean_gx = 0, sum_abs_g = 0, sum_abs_xhat = 0, max_abs_g = 0,
+         max_abs_xhat = 0;
+};
+RowGrad row_grad(const Case& c, const Result& ref, size_t r) {
+  const size_t D = static_cast<size_t>(c.dim);
+  RowGrad g;
+  for (size_t d = 0; d < D; ++d) {
+    const double gd = c.gamma[d] * c.dy[at(r, d, D)], xh = ref.xhat[at(r, d, D)];
+    g.sum_abs_g += std::fabs(gd);
+    g.mean_abs_gx += std::fabs(gd * xh);
+    g.mean_gx += gd * xh;
+    g.sum_abs_xhat += std::fabs(xh);
+    g.max_abs_g = std::max(g.max_abs_g, std::fabs(gd));
+    g.max_abs_xhat = std::max(g.max_abs_xhat, std::fabs(xh));
+  }
+  g.mean_abs_g = g.sum_abs_g / static_cast<double>(D);
+  g.mean_abs_gx /= static_cast<double>(D);
+  g.mean_gx /= static_cast<double>(D);
+  return g;
+}
+
+double dx_scale(const Case& c, const Result& ref, size_t r) {
+  const RowGrad g = row_grad(c, ref, r);
+  return ref.rstd[r] * (g.max_abs_g + g.mean_abs_g + g.max_abs_xhat * g.mean_abs_gx);
+}
+
+double dgamma_scale(const Case& c, const Result& ref) {
+  const size_t D = static_cast<size_t>(c.dim);
+  double s = 0;
+  for (size_t d = 0; d < D; ++d) {
+    double col = 0;
+    for (size_t r = 0; r < static_cast<size_t>(c.rows); ++r)
+      col += std::fabs(c.dy[at(r, d, D)] * ref.xhat[at(r, d, D)]);
+    s = std::max(s, col);
+  }
+  return s;
+}
+
+double dbeta_scale(const Case& c) {
+  const size_t D = static_cast<size_t>(c.dim);
+  double s = 0;
+  for (size_t d = 0; d < D; ++d) {
+    double col = 0;
+    for (size_t r = 0; r < static_cast<size_t>(c.rows); ++r) col += std::fabs(c.dy[at(r, d, D)]);
+    s = std::max(s, col);
+  }
+  return s;
+}
+
+Schema ulps_param(double fallback, const std::string& what) {
+  return {field::real("ulps", fallback, 0, 1e12,
+                      "allowed error in units of roundoff of the dtype (2^-24 or 2^-53) times " + what),
+          field::real("atol", 0, 0, 1e300, "absolute floor added to the bound")};
+}
+
+// ---- matches_reference
+Verdict matches_reference(T& t, const Values& p) {
+  const Case& c = t.input();
+  const Result& got = t.target();
+  if (const std::string e = shape_error(c, got); !e.empty()) return Verdict::fail(e);
+  const Result& ref = t.reference();
+  const Result naive = two_pass(c);
+  const double k = p.real("k"), u = unit_roundoff(c.dtype), ulps = p.real("floor_ulps"),
+               atol = p.real("atol");
+  const size_t D = static_cast<size_t>(c.dim);
+  struct Check {
+    const char* name;
+    const std::vector<double>* got;
+    const std::vector<double>* ref;
+    const std::vector<double>* naive;
+  };
+  for (size_t r = 0; r < static_cast<size_t>(c.rows); ++r) {
+    const double floors[2] = {atol + ulps * u * y_scale(c, ref, r), atol + ulps * u * dx_scale(c, ref, r)};
+    const Check checks[2] = {{"y", &got.y, &ref.y, &naive.y}, {"dx", &got.dx, &ref.dx, &naive.dx}};
+    for (int i = 0; i < 2; ++i) {
+      const ToleranceReport rep = compare_with_baseline(row(*checks[i].ref, r, D), row(*checks[i].got, r, D),
+                                                        row(*checks[i].naive, r, D), k, floors[i]);
+      if (!rep.ok) {
+        const size_t e = at(r, rep.worst_index, D);
+        return Verdict::fail(
+            fmt::format("{}[{}][{}] = {:.9g}, reference {:.9g}: {}", checks[i].name, r, rep.worst_index,
+                        (*checks[i].got)[e], (*checks[i].ref)[e], rep.message),
+            {{"row", double(r)},
+             {"col", double(rep.worst_index)},
+             {"target_error", rep.target_error},
+             {"naive_error", rep.baseline_error},
+             {"allowed", rep.allowed}});
+      }
+    }
+  }
+  const double floors[2] = {atol + ulps * u * dgamma_scale(c, ref), atol + ulps * u * dbeta_scale(c)};
+  const Check checks[2] = {{"dgamma", &got.dgamma, &ref.dgamma, &naive.dgamma},
+                           {"dbeta", &got.dbeta, &ref.dbeta, &naive.dbeta}};
+  for (int i = 0; i < 2; ++i) {
+    const ToleranceReport rep =
+        compare_with_baseline(*checks[i].ref, *checks[i].got, *checks[i].naive, k, floors[i]);
+    if (!rep.ok)
+      return Verdict::fail(
+          fmt::format("{}[{}] = {:.9g}, reference {:.9g}: {}", checks[i].name, rep.worst_index,
+                      (*checks[i].got)[rep.worst_index], (*checks[i].ref)[rep.worst_index], rep.message),
+          {{"col", double(rep.worst_index)},
+           {"target_error", rep.target_error},
+           {"naive_error", rep.baseline_error},
+           {"allowed", rep.allowed}});
+  }
+  return Verdict::pass();
+}
+
+// ---- exact identities of the backward, within rounding of the dtype
+Verdict dx_sums_to_zero(T& t, const Values& p) {
+  const Case& c = t.input();
+  const Result& got = t.target();
+  if (const std::string e = shape_error(c, got); !e.empty()) return Verdict::fail(e);
+  const Result& ref = t.reference();
+  const size_t D = static_cast<size_t>(c.dim);
+  const double u = unit_roundoff(c.dtype);
+  for (size_t r = 0; r < static_cast<size_t>(c.rows); ++r) {
+    long double sum = 0, abs_sum = 0;
+    for (size_t d = 0; d < D; ++d) sum += got.dx[at(r, d, D)], abs_sum += std::fabs(got.dx[at(r, d, D)]);
+    const RowGrad g = row_grad(c, ref, r);
+    // Σ dx = rstd·(Σg − D·mean(g) − mean(g x̂)·Σx̂): each term is rounded.
+    const double scale =
+        ref.rstd[r] * (g.sum_abs_g + std::fabs(g.mean_gx) * (g.sum_abs_xhat + static_cast<double>(D)));
+    const double allowed = p.real("atol") + p.real("ulps") * u * scale;
+    if (!(std::fabs(static_cast<double>(sum)) <= allowed))
+      return Verdict::fail(fmt::format("row {}: sum of dx = {:.6g} (sum of |dx| {:.6g}), allowed {:.3g}", r,
+                                       static_cast<double>(sum), static_cast<double>(abs_sum), allowed),
+                           {{"row", double(r)}, {"sum_dx", static_cast<double>(sum)}, {"allowed", allowed}});
+  }
+  return Verdict::pass();
+}
+
+Verdict dbeta_is_sum_dy(T& t, const Values& p) {
+  const Case& c = t.input();
+  const Result& got = t.target();
+  if (const std::string e = shape_error(c, got); !e.empty()) return Verdict::fail(e);
+  const size_t D = static_cast<size_t>(c.dim);
+  const double u = unit_roundoff(c.dtype);
+  for (size_t d = 0; d < D; ++d) {
+    long double sum = 0, abs_sum = 0;
+    for (size_t r = 0; r < static_cast<size_t>(c.rows); ++r)
+      sum += c.dy[at(r, d, D)], abs_sum += std::fabs(c.dy[at(r, d, D)]);
+    const double want = static_cast<double>(sum);
+    const double allowed = p.real("atol") + p.real("ulps") * u * static_cast<double>(abs_sum);
+    if (!(std::fabs(got.dbeta[d] - want) <= allowed))
+      return Verdict::fail(fmt::format("dbeta[{}] = {:.9g}, sum of dy = {:.9g} (allowed error {:.3g})", d,
+                                       got.dbeta[d], want, allowed),
+                           {{"col", double(d)}, {"dbeta", got.dbeta[d]}, {"sum_dy", want}});
+  }
+  return Verdict::pass();
+}
+
+// dγ against the target's own cached x̂: the backward agrees with its forward.
+Verdict dgamma_is_sum_dy_xhat(T& t, const Values& p) {
+  const Case& c = t.input();
+  const Result& got = t.target();
+  if (const std::string e = shape_error(c, got); !e.empty()) return Verdict::fail(e);
+  const size_t D = static_cast<size_t>(c.dim);
+  const double u = unit_roundoff(c.dtype);
+  for (size_t d = 0; d < D; ++d) {
+    long double sum = 0, abs_sum = 0;
+    for (size_t r = 0; r < static_cast<size_t>(c.rows); ++r) {
+      const double term = c.dy[at(r, d, D)] * got.xhat[at(r, d, D)];
+      sum += term, abs_sum += std::fabs(term);
+    }
+    const double want = static_cast<double>(sum);
+    const double allowed = p.real("atol") + p.real("ulps") * u * static_cast<double>(abs_sum);
+    if (!(std::fabs(got.dgamma[d] - want) <= allowed))
+      return Verdict::fail(
+          fmt::format("dgamma[{}] = {:.9g}, sum of dy * xhat (the target's own xhat) = {:.9g} "
+                      "(allowed error {:.3g})",
+                      d, got.dgamma[d], want, allowed),
+          {{"col", double(d)}, {"dgamma", got.dgamma[d]}, {"sum_dy_xhat", want}});
+  }
+  return Verdict::pass();
+}
+
+// ---- stability
+Verdict constant_rows(T& t, const Values& p) {
+  const Case& c = t.input();
+  const Result& got = t.target();
+  if (const std::string e = shape_error(c, got); !e.empty()) return Verdict::fail(e);
+  const size_t D = static_cast<size_t>(c.dim);
+  const double tol = p.real("xhat_tol");
+  for (size_t r = 0; r < static_cast<size_t>(c.rows); ++r) {
+    const auto xr = row(c.x, r, D);
+    if (!std::all_of(xr.begin(), xr.end(), [&](double v) { return v == xr[0]; })) continue;
+    for (size_t d = 0; d < D; ++d) {
+      const double xh = got.xhat[at(r, d, D)], y = got.y[at(r, d, D)];
+      if (!(std::fabs(xh) <= tol) || !(std::fabs(y - c.beta[d]) <= tol * std::fabs(c.gamma[d])))
+        return Verdict::fail(
+            fmt::format("row {} is constant ({:.9g}, zero variance) but xhat[{}] = {:.6g} and "
+                        "y = {:.9g} where beta = {:.9g}",
+                        r, xr[0], d, xh, y, c.beta[d]),
+            {{"row", double(r)}, {"col", double(d)}, {"xhat", xh}});
+    }
+  }
+  return Verdict::pass();
+}
+
+Verdict all_finite(T& t, const Values&) {
+  const Case& c = t.input();
+  const Result& got = t.target();
+  if (const std::string e = shape_error(c, got); !e.empty()) return Verdict::fail(e);
+  const Result& ref = t.reference();
+  struct Named {
+    const char* name;
+    const std::vector<double>* got;
+    const std::vector<double>* ref;
+  };
+  for (const Named& n : {Named{"y", &got.y, &ref.y}, Named{"xhat", &got.xhat, &ref.xhat},
+                         Named{"rstd", &got.rstd, &ref.rstd}, Named{"dx", &got.dx, &ref.dx},
+                         Named{"dgamma", &got.dgamma, &ref.dgamma}, Named{"dbeta", &got.dbeta, &ref.dbeta}}) {
+    for (double v : *n.ref)
+      if (!std::isfinite(v)) return Verdict::discard(fmt::format("the reference's {} is not finite", n.name));
+    for (size_t i = 0; i < n.got->size(); ++i)
+      if (!std::isfinite((*n.got)[i]))
+        return Verdict::fail(fmt::format("{}[{}] = {} where the reference is finite ({:.9g})", n.name, i,
+                                         (*n.got)[i], (*n.ref)[i]),
+                             {{"index", double(i)}});
+  }
+  return Verdict::pass();
+}
+
+// ---- finite differences of the fp64 reference forward
+// L = Σ dy ⊙ y. ∂L/∂x by central differences of each row's x̂ (step
+// `step`/rstd, the row's natural scale; L restricted to the row and without β
+// so the difference is not lost under it); ∂L/∂γ and ∂L/∂β are exact
+// differences of an affine function, taken with a large step.
+Verdict finite_differences(T& t, const Values& p) {
+  const Case& c = t.input();
+  if (c.dtype != DType::f64) return Verdict::discard("finite differences run on f64 cases");
+  if (static_cast<int64_t>(c.rows) * c.dim > p.integer("max_elements"))
+    return Verdict::discard("case larger than max_elements");
+  const Result& got = t.target();
+  if (const std::string e = shape_error(c, got); !e.empty()) return Verdict::fail(e);
+  const Result& ref = t.reference();
+  const size_t D = static_cast<size_t>(c.dim), R = static_cast<size_t>(c.rows);
+  const double step = p.real("step"), rtol = p.real("rtol"), atol = p.real("atol");
+
+  for (size_t r = 0; r < R; ++r) {
+    Case one{DType::f64, 1, c.dim, c.eps, {}, c.gamma, c.beta, {}};
+    one.x.assign(c.x.begin() + static_cast<long>(r * D), c.x.begin() + static_cast<long>((r + 1) * D));
+    one.dy.assign(c.dy.begin() + static_cast<long>(r * D), c.dy.begin() + static_cast<long>((r + 1) * D));
+    auto loss = [&](const Case& k) {
+      const Result f = reference(k);
+      long double l = 0;
+      for (size_t d = 0; d < D; ++d) l += k.dy[d] * k.gamma[d] * f.xhat[d];
+      return static_cast<double>(l);
+    };
+    const double scale = dx_scale(c, ref, r);
+    for (size_t d = 0; d < D; ++d) {
+      const double x0 = one.x[d], h = step / ref.rstd[r];
+      Case plus = one, minus = one;
+      plus.x[d] = x0 + h;
+      minus.x[d] = x0 - h;
+      const double width = plus.x[d] - minus.x[d];
+      if (!(width > 0) || width > 20 * h)
+        return Verdict::discard("x too coarse for the finite-difference step");
+      const double fd = (loss(plus) - loss(minus)) / width;
+      const double g = got.dx[at(r, d, D)];
+      const double allowed = atol + rtol * scale;
+      if (!(std::fabs(g - fd) <= allowed))
+        return Verdict::fail(
+            fmt::format("dx[{}][{}] = {:.9g}, finite differences of the fp64 forward give {:.9g} "
+                        "(allowed error {:.3g})",
+                        r, d, g, fd, allowed),
+            {{"row", double(r)}, {"col", double(d)}, {"dx", g}, {"finite_difference", fd}});
+    }
+  }
+
+  // γ and β: y is affine in each, so any step is exact up to rounding.
+  auto column_loss = [&](const Case& k, size_t d) {
+    const Result f = reference(k);
+    long double l = 0;
+    for (size_t r = 0; r < R; ++r) l += k.dy[at(r, d, D)] * f.y[at(r, d, D)];
+    return static_cast<double>(l);
+  };
+  double max_y = 0, max_gamma = 0, max_beta = 0, max_xhat = 0;
+  for (double v : ref.y) max_y = std::max(max_y, std::fabs(v));
+  for (double v : ref.xhat) max_xhat = std::max(max_xhat, std::fabs(v));
+  for (double v : c.gamma) max_gamma = std::max(max_gamma, std::fabs(v));
+  for (double v : c.beta) max_beta = std::max(max_beta, std::fabs(v));
+  const double gamma_scale = dgamma_scale(c, ref), beta_scale = dbeta_scale(c);
+  for (size_t d = 0; d < D; ++d) {
+    struct Param {
+      const char* name;
+      std::vector<double> Case::*field;
+      double h, got, scale;
+    };
+    const double h_gamma =
+        std::min(1e300, 1e-2 * std::max({max_gamma, max_y / std::max(max_xhat, 1e-300), 1e-300}));
+    const double h_beta = std::min(1e300, 1e-2 * std::max({max_beta, max_y, 1e-300}));
+    for (const Param& q : {Param{"dgamma", &Case::gamma, h_gamma, got.dgamma[d], gamma_scale},
+                           Param{"dbeta", &Case::beta, h_beta, got.dbeta[d], beta_scale}}) {
+      Case plus = c, minus = c;
+      (plus.*q.field)[d] += q.h;
+      (minus.*q.field)[d] -= q.h;
+      const double width = (plus.*q.field)[d] - (minus.*q.field)[d];
+      const double fd = (column_loss(plus, d) - column_loss(minus, d)) / width;
+      const double allowed = atol + rtol * q.scale;
+      if (!(std::fabs(q.got - fd) <= allowed))
+        return Verdict::fail(
+            fmt::format("{}[{}] = {:.9g}, finite differences of the fp64 forward give {:.9g} "
+                        "(allowed error {:.3g})",
+                        q.name, d, q.got, fd, allowed),
+            {{"col", double(d)}, {q.name, q.got}, {"finite_difference", fd}});
+    }
+  }
+  return Verdict::pass();
+}
+
+}  // namespace
+
+void register_invariants(FamilyDef<Traits>& f) {
+  f.invariant(
+      {"matches_reference",
+       "y, dx, dgamma, dbeta within k x the naive same-precision two-pass error + a floor of the fp64 "
+       "reference",
+       {field::real("k", 2, 0, 1e6, "multiple of the naive two-pass error in the case's dtype"),
+        field::real("floor_ulps", 64, 0, 1e12,
+                    "floor: units of roundoff of the dtype times the magnitude each element is built from"),
+        field::real("atol", 0, 0, 1e300, "absolute floor added to the bound")}},
+      matches_reference);
+  f.invariant({"dx_sums_to_zero", "sum over D of dx is 0 in every row (within rounding)",
+               ulps_param(64, "rstd * (sum|g| + |mean(g xhat)| * (sum|xhat| + D))")},
+              dx_sums_to_zero);
+  f.invariant({"dbeta_is_sum_dy", "dbeta = sum over rows of dy (within rounding)", ulps_param(64, "sum|dy|")},
+              dbeta_is_sum_dy);
+  f.invariant(
+      {"dgamma_is_sum_dy_xhat", "dgamma = sum over rows of dy * xhat, with the target's own cached xhat",
+       ulps_param(64, "sum|dy xhat|")},
+      dgamma_is_sum_dy_xhat);
+  f.invariant(
+      {"constant_rows",
+       "a constant row (zero variance) gives xhat = 0 and y = beta",
+       {field::real("xhat_tol", 0, 0, 1e6, "largest |xhat| allowed on a constant row (0: exactly zero)")}},
+      constant_rows);
+  f.invariant({"all_finite", "no NaN or inf in any output where the reference is finite", {}}, all_finite);
+  f.invariant({"finite_differences",
+               "dx, dgamma, dbeta equal central finite differences of the fp64 reference forward (f64 cases)",
+               {field::integer("max_elements", 1024, 1, 1 << 20, "only cases with rows x D up to this"),
+                field::real("step", 1e-4, 1e-12, 1, "step for x as a fraction of the row's sqrt(var + eps)"),
+                field::real("rtol", 1e-6, 0, 1, "allowed error relative to the gradient's natural magnitude"),
+                field::real("atol", 0, 0, 1e300, "absolute floor")}},
+              finite_differences);
+}
+
+}  // namespace kprop::layernorm
