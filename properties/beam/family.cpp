@@ -271,7 +271,9 @@ Case Traits::from_yaml(const YAML::Node& n) {
   c.beam_width = read<int>(n, "beam_width");
   c.max_new_tokens = read<int>(n, "max_new_tokens");
   c.alpha = read<double>(n, "alpha");
-  if (c.model.vocab > 1 << 16 || c.beam_width > 1 << 16 || c.max_new_tokens > 64 || c.prompts.size() > 1024)
+  // Bounds the pools' memory (batch x K x L tokens, K x V candidates per prompt).
+  if (c.model.vocab > 1 << 16 || c.beam_width > 1 << 16 || c.max_new_tokens > 64 || c.prompts.size() > 1024 ||
+      static_cast<int64_t>(c.beam_width) * c.model.vocab * static_cast<int64_t>(c.prompts.size()) > 1 << 24)
     case_yaml::fail(n, "vocab, beam_width, max_new_tokens or batch too large for a test case");
   if (const std::string why = validate(c); !why.empty()) case_yaml::fail(n, why);
   return c;
