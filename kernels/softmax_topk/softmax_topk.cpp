@@ -99,12 +99,10 @@ struct Entry {
 // logit seen so far; a later element equal to it has a higher index and so
 // loses the tie, hence the strict comparison. Works for any K up to V.
 template <typename T>
-void fused_row(const double* xd, const Case& c, const FusedConfig& cfg, double* out_p, int* out_i,
-               std::vector<T>& x, std::vector<Entry<T>>& buf) {
+void fused_row(const T* x, int n, int k, int block, const FusedConfig& cfg, T* out_p, int* out_i,
+               std::vector<Entry<T>>& buf) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
-  const int n = c.vocab;
-  const int keep = cfg.cap > 0 ? std::min(c.k, cfg.cap) : c.k;
-  x.assign(xd, xd + n);  // the kernel's input in its own dtype
+  const int keep = cfg.cap > 0 ? std::min(k, cfg.cap) : k;
   auto better = [&cfg](const Entry<T>& a, const Entry<T>& b) {
     if (a.value != b.value) return a.value > b.value;
     return cfg.ties_to_lower ? a.index < b.index : a.index > b.index;
@@ -113,10 +111,10 @@ void fused_row(const double* xd, const Case& c, const FusedConfig& cfg, double* 
   const size_t cut_at = 2 * static_cast<size_t>(keep);
   bool have_threshold = false;
   T threshold = kNegInf, m = kNegInf, z = 0;
-  for (int b0 = 0; b0 < n; b0 += c.block) {
-    const int b1 = std::min(n, b0 + c.block);
+  for (int b0 = 0; b0 < n; b0 += block) {
+    const int b1 = std::min(n, b0 + block);
     T bmax = kNegInf;
-    for (int i = b0; i < b1; ++i) bmax = std::max(bmax, x[static_cast<size_t>(i)]);
+    for (int i = b0; i < b1; ++i) bmax = std::max(bmax, x[i]);
     if (cfg.subtract_max && bmax > m) {
       if (z != 0) z *= cfg.rescale_inverted ? std::exp(bmax - m) : std::exp(m - bmax);
       m = bmax;
@@ -124,12 +122,12 @@ void fused_row(const double* xd, const Case& c, const FusedConfig& cfg, double* 
     if (!cfg.subtract_max) m = std::max(m, bmax);  // tracked only for the all -inf guard
     const T shift = cfg.subtract_max ? m : T(0);
     if (m != kNegInf)
-      for (int i = b0; i < b1; ++i) z += std::exp(x[static_cast<size_t>(i)] - shift);
+      for (int i = b0; i < b1; ++i) z += std::exp(x[i] - shift);
     if (!have_threshold) {
-      for (int i = b0; i < b1; ++i) buf.push_back({x[static_cast<size_t>(i)], i});
+      for (int i = b0; i < b1; ++i) buf.push_back({x[i], i});
     } else if (bmax > threshold) {
       for (int i = b0; i < b1; ++i)
-        if (x[static_cast<size_t>(i)] > threshold) buf.push_back({x[static_cast<size_t>(i)], i});
+        if (x[i] > threshold) buf.push_back({x[i], i});
     }
     if (buf.size() >= cut_at) {
       std::nth_element(buf.begin(), buf.begin() + (keep - 1), buf.end(), better);
@@ -153,11 +151,11 @@ void fused_row(const double* xd, const Case& c, const FusedConfig& cfg, double* 
     std::sort(buf.begin(), buf.end(), better);
   else
     std::sort(buf.begin(), buf.end(), [](const Entry<T>& a, const Entry<T>& b) { return a.index < b.index; });
-  for (int j = 0; j < c.k; ++j) {
+  for (int j = 0; j < k; ++j) {
     if (j < keep) {
       const Entry<T>& e = buf[static_cast<size_t>(j)];
       out_i[j] = e.index;
-      out_p[j] = static_cast<double>(cfg.order_by_probability ? e.value : prob(e.value));
+      out_p[j] = cfg.order_by_probability ? e.value : prob(e.value);
     } else {  // slots past the cap stay as zero-initialised output
       out_i[j] = 0;
       out_p[j] = 0;
@@ -166,17 +164,23 @@ void fused_row(const double* xd, const Case& c, const FusedConfig& cfg, double* 
 }
 
 template <typename T>
+void fused_rows_t(const T* x, int rows, int vocab, int k, int block, const FusedConfig& cfg, T* probs,
+                  int* indices) {
+  std::vector<Entry<T>> buf;
+  buf.reserve(2 * static_cast<size_t>(k) + static_cast<size_t>(block));
+  for (size_t row = 0; row < static_cast<size_t>(rows); ++row)
+    fused_row<T>(x + row * vocab, vocab, k, block, cfg, probs + row * k, indices + row * k, buf);
+}
+
+template <typename T>
 Result fused_typed(const Case& c, const FusedConfig& cfg) {
   Result r;
-  const size_t rows = static_cast<size_t>(c.rows());
-  r.probs.assign(rows * static_cast<size_t>(c.k), 0.0);
-  r.indices.assign(rows * static_cast<size_t>(c.k), 0);
-  std::vector<T> x;
-  std::vector<Entry<T>> buf;
-  buf.reserve(2 * static_cast<size_t>(c.k) + static_cast<size_t>(c.block));
-  for (size_t row = 0; row < rows; ++row)
-    fused_row<T>(c.logits.data() + row * static_cast<size_t>(c.vocab), c, cfg, r.probs.data() + row * c.k,
-                 r.indices.data() + row * c.k, x, buf);
+  const size_t n = static_cast<size_t>(c.rows()) * static_cast<size_t>(c.k);
+  const std::vector<T> x(c.logits.begin(), c.logits.end());  // the kernel's input in its own dtype
+  std::vector<T> p(n);
+  r.indices.assign(n, 0);
+  fused_rows_t<T>(x.data(), c.rows(), c.vocab, c.k, c.block, cfg, p.data(), r.indices.data());
+  r.probs.assign(p.begin(), p.end());
   return r;
 }
 
@@ -188,6 +192,10 @@ Result fused_with(const Case& c, const FusedConfig& config) {
 
 Result fused(const Case& c) {
   return fused_with(c, FusedConfig{});
+}
+
+void fused_rows(const float* x, int rows, int vocab, int k, int block, float* probs, int* indices) {
+  fused_rows_t<float>(x, rows, vocab, k, block, FusedConfig{}, probs, indices);
 }
 
 // ---------------------------------------------------------------- mutants

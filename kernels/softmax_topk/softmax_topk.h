@@ -58,6 +58,8 @@ struct FusedConfig {
   bool sort_output = true;            // final sort of the K winners
 };
 Result fused_with(const Case& c, const FusedConfig& config);
+// The fused kernel on raw f32 rows (x: rows x vocab; probs, indices: rows x k).
+void fused_rows(const float* x, int rows, int vocab, int k, int block, float* probs, int* indices);
 
 // The naive same-precision computation for the tolerance policy: two passes
 // (max, then a sequential sum of exp) in the case's dtype, then p_i.
