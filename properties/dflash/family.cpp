@@ -30,12 +30,8 @@ Schema Traits::domain_schema() {
   };
 }
 
-namespace {
-
-// One case builder for every source of randomness: RapidCheck draws (sized)
-// and libFuzzer bytes, so the fuzzer reaches exactly the generator's domain.
-template <typename Draw>
-Case build_case(Draw& draw, const Values& domain) {
+// One case builder for RapidCheck draws, fuzz bytes and seed corpora.
+Case Traits::build(Draw& draw, const Values& domain) {
   Case c;
   c.model.vocab = static_cast<int>(draw.sized(domain.int_range("vocab")));
   c.model.heads = static_cast<int>(draw.any(domain.int_range("model.heads")));
@@ -71,7 +67,7 @@ Case build_case(Draw& draw, const Values& domain) {
       if (i > 0 && children[static_cast<size_t>(i - 1)] < max_children && draw.chance(chain_rate))
         parent = i - 1;
       else
-        parent = open[static_cast<size_t>(draw.any(IntRange{0, static_cast<int64_t>(open.size()) - 1}))];
+        parent = open[static_cast<size_t>(draw.index(open.size()))];
       const Autoregressive& at = parent < 0 ? root_state : states[static_cast<size_t>(parent)];
       std::set<int> taken;
       for (int j = 0; j < i; ++j)
@@ -81,7 +77,7 @@ Case build_case(Draw& draw, const Values& domain) {
         std::vector<int> free;
         for (int t = 0; t < c.model.vocab; ++t)
           if (!taken.count(t)) free.push_back(t);
-        token = free[static_cast<size_t>(draw.any(IntRange{0, static_cast<int64_t>(free.size()) - 1}))];
+        token = free[static_cast<size_t>(draw.index(free.size()))];
       }
       tree.tokens.push_back(token);
       tree.parents.push_back(parent);
@@ -109,20 +105,7 @@ Case build_case(Draw& draw, const Values& domain) {
   return c;
 }
 
-struct RapidCheckDraw {
-  int64_t sized(IntRange r) { return *gen::sized(r); }
-  int64_t any(IntRange r) { return *gen::any(r); }
-  double any(RealRange r) { return *gen::any(r); }
-  bool chance(double p) { return *gen::chance(p); }
-};
-
-struct BytesDraw {
-  ByteReader& bytes;
-  int64_t sized(IntRange r) { return bytes.in_range(r); }
-  int64_t any(IntRange r) { return bytes.in_range(r); }
-  double any(RealRange r) { return bytes.in_range(r); }
-  bool chance(double p) { return bytes.unit() < p; }
-};
+namespace {
 
 // Drops nodes; `splice` moves children of a dropped node to its parent,
 // otherwise callers mark whole subtrees. `kept` receives new -> old indices.
@@ -213,18 +196,6 @@ DraftTree redraft(const TinyLM& model, const std::vector<int>& context, DraftTre
 }
 
 }  // namespace
-
-rc::Gen<Case> Traits::generator(const Values& domain) {
-  return rc::gen::exec([domain] {
-    RapidCheckDraw draw;
-    return build_case(draw, domain);
-  });
-}
-
-Case Traits::from_bytes(ByteReader& bytes, const Values& domain) {
-  BytesDraw draw{bytes};
-  return build_case(draw, domain);
-}
 
 // Re-drafts every cycle of `c` against its (possibly new) context so each
 // node keeps the acceptance status `want[k][i]` it had before the edit.

@@ -14,11 +14,10 @@ struct Traits {
   static constexpr const char* description =
       "speculative decoding: draft-tree attention, parent-indexed greedy verification, bonus token";
   static Schema domain_schema();
-  static rc::Gen<Case> generator(const Values& domain);
+  static Case build(Draw& draw, const Values& domain);
   static rc::Seq<Case> shrinks(const Case& c);
   static YAML::Node to_yaml(const Case& c);
   static Case from_yaml(const YAML::Node& node);
-  static Case from_bytes(ByteReader& bytes, const Values& domain);
   static CaseStats stats(const Case& c);
 };
 

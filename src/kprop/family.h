@@ -8,11 +8,13 @@
 //     static constexpr const char* name = "my";
 //     static constexpr const char* description = "one line";
 //     static Schema domain_schema();               // keys of the spec's `domain:`
-//     static rc::Gen<Case> generator(const Values& domain);
+//     static Case build(Draw&, const Values& domain);  // kprop/draw.h: one builder for
+//                                                  // RapidCheck, fuzz bytes and seed corpora
+//     // (or, instead of build: generator(domain) -> rc::Gen<Case> and
+//     //  from_bytes(ByteReader&, domain) -> Case)
 //     static rc::Seq<Case> shrinks(const Case&);   // one step, boldest first (lazy)
 //     static YAML::Node to_yaml(const Case&);
 //     static Case from_yaml(const YAML::Node&);    // throws CaseFormatError
-//     static Case from_bytes(ByteReader&, const Values& domain);  // libFuzzer
 //     static CaseStats stats(const Case&);
 //   };
 //
@@ -28,6 +30,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <concepts>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -37,6 +40,7 @@
 #include <vector>
 
 #include "kprop/bytes.h"
+#include "kprop/draw.h"
 #include "kprop/errors.h"
 #include "kprop/values.h"
 
@@ -117,6 +121,10 @@ class Family {
   virtual YAML::Node to_yaml(const AnyCase& c) const = 0;
   virtual AnyCase from_yaml(const YAML::Node& node) const = 0;
   virtual AnyCase from_bytes(const uint8_t* data, size_t size, const Values& domain) const = 0;
+  // A generated case (RapidCheck seed and size) as bytes that from_bytes
+  // decodes back to it: fuzz seed corpora. Empty if the family has no
+  // Draw-based builder.
+  virtual std::vector<uint8_t> seed_bytes(const Values& domain, uint64_t seed, int size) const = 0;
   virtual CaseStats stats(const AnyCase& c) const = 0;
 
   virtual const std::vector<ImplInfo>& implementations() const = 0;
@@ -145,6 +153,13 @@ class Registry {
 };
 
 // ---------------------------------------------------------------- typed side
+// A family with one Draw-based builder (kprop/draw.h) instead of separate
+// generator() and from_bytes().
+template <typename Traits>
+concept HasBuilder = requires(Draw& d, const Values& v) {
+  { Traits::build(d, v) } -> std::same_as<typename Traits::Case>;
+};
+
 template <typename Traits>
 class FamilyDef;
 
@@ -211,8 +226,28 @@ class FamilyDef final : public Family {
   const char* description() const override { return Traits::description; }
   const Schema& domain_schema() const override { return schema_; }
   rc::Gen<AnyCase> generator(const Values& domain) const override {
-    return rc::gen::map(Traits::generator(domain),
-                        [](Case c) { return box(std::move(c)); });
+    if constexpr (HasBuilder<Traits>) {
+      return rc::gen::exec([domain] {
+        RapidCheckDraw draw;
+        return box(Traits::build(draw, domain));
+      });
+    } else {
+      return rc::gen::map(Traits::generator(domain), [](Case c) { return box(std::move(c)); });
+    }
+  }
+  std::vector<uint8_t> seed_bytes(const Values& domain, uint64_t seed, int size) const override {
+    if constexpr (HasBuilder<Traits>) {
+      auto bytes = std::make_shared<std::vector<uint8_t>>();
+      rc::gen::exec([domain, bytes] {
+        bytes->clear();
+        RapidCheckDraw draw(bytes.get());
+        return Traits::build(draw, domain);
+      })(rc::Random(seed), size)
+          .value();
+      return *bytes;
+    } else {
+      return {};
+    }
   }
   rc::Seq<AnyCase> shrinks(const AnyCase& c) const override {
     // `c` rides along so the family's Seq may refer to the case it shrinks.
@@ -224,7 +259,12 @@ class FamilyDef final : public Family {
   }
   AnyCase from_bytes(const uint8_t* data, size_t size, const Values& domain) const override {
     ByteReader reader(data, size);
-    return box(Traits::from_bytes(reader, domain));
+    if constexpr (HasBuilder<Traits>) {
+      BytesDraw draw(reader);
+      return box(Traits::build(draw, domain));
+    } else {
+      return box(Traits::from_bytes(reader, domain));
+    }
   }
   CaseStats stats(const AnyCase& c) const override { return Traits::stats(unbox(c)); }
   const std::vector<ImplInfo>& implementations() const override { return impls_; }

@@ -13,29 +13,36 @@ namespace kprop::gen {
 // The size the runner ramps up to; families scale ranges against it.
 inline constexpr int kFullSize = 100;
 
+// rc::gen::inRange itself shrinks its span with RapidCheck's size (size 0
+// always gives the low end), so every draw below is made at full size and
+// only `sized` ramps explicitly.
+template <typename T>
+rc::Gen<T> uniform(T lo, T hi_exclusive) {
+  return rc::gen::resize(rc::kNominalSize, rc::gen::inRange<T>(lo, hi_exclusive));
+}
+
 // An integer in [r.lo, r.hi], the upper end scaled by the current size.
 inline rc::Gen<int64_t> sized(IntRange r) {
   return rc::gen::withSize([r](int size) {
     const double frac = std::clamp(size, 0, kFullSize) / static_cast<double>(kFullSize);
     const int64_t hi = r.lo + static_cast<int64_t>((r.hi - r.lo) * frac + 0.5);
-    return rc::gen::inRange<int64_t>(r.lo, hi + 1);
+    return uniform<int64_t>(r.lo, hi + 1);
   });
 }
 
 // An integer anywhere in [r.lo, r.hi].
-inline rc::Gen<int64_t> any(IntRange r) { return rc::gen::inRange<int64_t>(r.lo, r.hi + 1); }
+inline rc::Gen<int64_t> any(IntRange r) { return uniform<int64_t>(r.lo, r.hi + 1); }
 
-// A real in [r.lo, r.hi], uniform.
+// A real in [r.lo, r.hi] at 16-bit resolution (the same grid as fuzz bytes).
 inline rc::Gen<double> any(RealRange r) {
-  return rc::gen::map(rc::gen::inRange<int64_t>(0, 1 << 20), [r](int64_t k) {
-    return r.lo + (r.hi - r.lo) * (static_cast<double>(k) / (1 << 20));
-  });
+  return rc::gen::map(uniform<int64_t>(0, 65536),
+                      [r](int64_t k) { return r.lo + (r.hi - r.lo) * (static_cast<double>(k) / 65535.0); });
 }
 
 // True with probability p.
 inline rc::Gen<bool> chance(double p) {
-  return rc::gen::map(rc::gen::inRange(0, 1 << 16),
-                      [p](int k) { return k < p * (1 << 16); });
+  return rc::gen::map(uniform<int64_t>(0, 65536),
+                      [p](int64_t k) { return static_cast<double>(k) / 65535.0 < p; });
 }
 
 }  // namespace kprop::gen

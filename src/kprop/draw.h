@@ -1,0 +1,66 @@
+// One case builder per family for every source of choices. A family that
+// writes `static Case build(Draw&, const Values& domain)` gets, from the core:
+//   - its RapidCheck generator (draws from RapidCheck, size-ramped),
+//   - its libFuzzer decoder (draws from bytes),
+//   - a case-to-bytes encoder for fuzz seed corpora (a RapidCheck-generated
+//     case recorded as the exact bytes the decoder turns back into it).
+// So the fuzzer reaches exactly the generator's domain, and a seed corpus
+// can be made from the spec itself.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kprop/bytes.h"
+#include "kprop/values.h"
+
+namespace kprop {
+
+class Draw {
+ public:
+  virtual ~Draw() = default;
+  // An integer in r whose upper end grows with RapidCheck's size (bytes: all of r).
+  virtual int64_t sized(IntRange r) = 0;
+  virtual int64_t any(IntRange r) = 0;
+  // 16-bit resolution, identical for every source: lo + (hi - lo) * k / 65535.
+  virtual double any(RealRange r) = 0;
+  // True with probability p (k / 65535 < p).
+  virtual bool chance(double p) = 0;
+
+  int index(size_t n) { return static_cast<int>(any(IntRange{0, static_cast<int64_t>(n) - 1})); }
+  template <typename T>
+  const T& pick(const std::vector<T>& options) {
+    return options[static_cast<size_t>(index(options.size()))];
+  }
+};
+
+// Draws from libFuzzer bytes (missing bytes read as zero: the low end).
+class BytesDraw final : public Draw {
+ public:
+  explicit BytesDraw(ByteReader& bytes) : bytes_(bytes) {}
+  int64_t sized(IntRange r) override { return bytes_.in_range(r); }
+  int64_t any(IntRange r) override { return bytes_.in_range(r); }
+  double any(RealRange r) override { return r.lo + (r.hi - r.lo) * bytes_.unit(); }
+  bool chance(double p) override { return bytes_.unit() < p; }
+
+ private:
+  ByteReader& bytes_;
+};
+
+// Draws from RapidCheck (only inside rc::gen::exec); when `record` is set,
+// appends the bytes that make BytesDraw return the same values.
+class RapidCheckDraw final : public Draw {
+ public:
+  explicit RapidCheckDraw(std::vector<uint8_t>* record = nullptr) : record_(record) {}
+  int64_t sized(IntRange r) override;
+  int64_t any(IntRange r) override;
+  double any(RealRange r) override;
+  bool chance(double p) override;
+
+ private:
+  void put(IntRange r, int64_t value);
+  void put_unit(int64_t k);
+  std::vector<uint8_t>* record_;
+};
+
+}  // namespace kprop
