@@ -211,7 +211,7 @@ Case redraft_all(Case c, const std::vector<std::vector<bool>>& want) {
 }
 
 // Last resort near the bottom: every one-cycle tree with fewer nodes (up to
-// 3) and tokens among the first 4 ids, under this seed and seeds 1-3. Greedy
+// 3) and tokens among the first 4 ids, under this seed and a few small ones. Greedy
 // edits keep which nodes match the target; a minimal counterexample often
 // needs a different pattern (e.g. the first root no longer matching).
 rc::Seq<Case> exhaustive_small(const Case& c) {
@@ -220,12 +220,14 @@ rc::Seq<Case> exhaustive_small(const Case& c) {
   const int max_n = static_cast<int>(std::min<int64_t>(3, nodes - 1));
   if (max_n < 1) return rc::Seq<Case>();
   const int tokens = std::min(c.model.vocab, 4);
-  std::vector<uint64_t> seeds = {c.model.seed};
-  for (uint64_t s = 1; s <= 3; ++s)
-    if (s != c.model.seed) seeds.push_back(s);
+  // Trees of 1-2 nodes are cheap (at most 8 labelled shapes): try many seeds,
+  // since with a 2-token vocabulary a bug shows under about half the models.
   std::vector<std::pair<uint64_t, int>> blocks;  // (seed, n), smallest trees first
-  for (int n = 1; n <= max_n; ++n)
-    for (uint64_t s : seeds) blocks.push_back({s, n});
+  for (int n = 1; n <= max_n; ++n) {
+    blocks.push_back({c.model.seed, n});
+    for (uint64_t s = 1; s <= (n <= 2 ? 16u : 3u); ++s)
+      if (s != c.model.seed) blocks.push_back({s, n});
+  }
   return rc::seq::mapcat(rc::seq::fromContainer(blocks), [c, tokens](std::pair<uint64_t, int> b) {
     const uint64_t seed = b.first;
     const int n = b.second;
