@@ -15,7 +15,8 @@
 // token and its cache blocks are released at the end of that step. Within a
 // step every scheduled token's K/V is written to the cache first, then every
 // scheduled token attends through the cache. Unused cache slots hold poison
-// (NaN, or K = 0 with V = 1e30 so a leaked slot always carries weight), and
+// (NaN, or K = 0 with V = 1e30 so a leaked slot always carries weight; the
+// int8 cache holds the invalid code -128), and
 // released paged blocks keep their stale contents: nothing outside a
 // sequence's first t + 1 slots may influence token t.
 //
