@@ -14,21 +14,21 @@ Result with(const Case& c, Engine e) {
 Result paged_last_block_offset(const Case& c) {
   Engine e{Layout::paged};
   e.last_block_offset = true;
-  return with(c, e);
+  return run(c, e);
 }
 
 // chunked_prefill: each chunk attends to itself only, not to earlier chunks in the cache.
 Result chunk_ignores_past(const Case& c) {
   Engine e{Layout::paged, true};
   e.chunk_ignores_past = true;
-  return with(c, e);
+  return run(c, e);
 }
 
 // contiguous: a decode token attends to the cache length before its own append.
 Result decode_off_by_one(const Case& c) {
   Engine e{Layout::contiguous};
   e.decode_off_by_one = true;
-  return with(c, e);
+  return run(c, e);
 }
 
 // contiguous: decode keys masked to the padded batch width (longest decoding
@@ -36,14 +36,14 @@ Result decode_off_by_one(const Case& c) {
 Result padding_leak(const Case& c) {
   Engine e{Layout::contiguous};
   e.padding_leak = true;
-  return with(c, e);
+  return run(c, e);
 }
 
 // int8: one scale per tensor (largest channel range / 127) instead of per channel.
 Result per_tensor_scale(const Case& c) {
   Engine e{Layout::int8};
   e.per_tensor_scale = true;
-  return with(c, e);
+  return run(c, e);
 }
 
 // paged: a finishing sequence's blocks go back to the free list before the
@@ -51,7 +51,7 @@ Result per_tensor_scale(const Case& c) {
 Result stale_block_reuse(const Case& c) {
   Engine e{Layout::paged};
   e.early_release = true;
-  return with(c, e);
+  return run(c, e);
 }
 
 }  // namespace
