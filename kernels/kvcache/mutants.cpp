@@ -5,10 +5,6 @@
 namespace kprop::kvcache {
 namespace {
 
-Result with(const Case& c, Engine e) {
-  return run(c, e);
-}
-
 // paged: a decode token that starts a new page is written at offset 0 of the
 // previous last block (the block was looked up before allocating).
 Result paged_last_block_offset(const Case& c) {
