@@ -1,0 +1,174 @@
+// Flash attention forward and backward on the CPU (FAMILIES.md, attention.fwd
+// and attention.bwd).
+//
+// Contract. Q [B, Hq, Nq, D], K and V [B, Hkv, Nk, D], dO [B, Hq, Nq, D],
+// row-major in that order. GQA: Hq = g·Hkv and query head h reads kv head
+// h / g. S = scale·Q·Kᵀ with scale = 1/sqrt(D) unless the case gives one.
+// Masks (one kind per case):
+//   none         every key is visible;
+//   causal       aligned bottom-right: query i sees key j iff j <= i + Nk - Nq
+//                (the FlashAttention 2.1+ convention), so Nq > Nk leaves the
+//                first Nq - Nk rows fully masked;
+//   key_padding  batch b sees keys j < key_lengths[b] (0 allowed);
+//   boolean      allowed[b][i][j] (shared by every head; rows may be empty).
+// Outputs O [B, Hq, Nq, D] and LSE [B, Hq, Nq] (natural log of the softmax
+// denominator, scores included). A fully masked row gives O = 0, LSE = -inf
+// and zero gradients — never NaN. The backward takes dO and returns dQ, dK,
+// dV (dK, dV summed over the query heads that share a kv head).
+//
+// Every scratch buffer of the tiled kernels comes from a Workspace (see
+// workspace.h): the `workspace_bounded` invariant reads its high-water mark.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/attention/workspace.h"
+
+namespace kprop::attention {
+
+enum class MaskKind { none, causal, key_padding, boolean };
+enum class DType { f32, f64 };
+const char* mask_name(MaskKind kind);
+const char* dtype_name(DType dtype);
+
+struct Shape {
+  int batch = 1, heads_q = 1, heads_kv = 1, nq = 1, nk = 1, dim = 1;
+  int group() const { return heads_q / heads_kv; }
+  size_t q_size() const { return size_t(batch) * heads_q * nq * dim; }
+  size_t kv_size() const { return size_t(batch) * heads_kv * nk * dim; }
+  size_t rows() const { return size_t(batch) * heads_q * nq; }  // LSE / D entries
+  bool operator==(const Shape&) const = default;
+};
+
+// One case of either family. Tensors are stored as doubles that are exactly
+// representable in `dtype` (the generator and the YAML codec round them), so
+// the reference sees exactly the target's inputs.
+struct Case {
+  Shape shape;
+  int block_q = 1, block_k = 1;  // tile sizes Bq, Bk (may exceed N or not divide it)
+  DType dtype = DType::f64;
+  double scale = 0;  // 0: 1/sqrt(D)
+  MaskKind mask = MaskKind::none;
+  std::vector<int> key_lengths;  // key_padding: one per batch, in [0, Nk]
+  std::vector<uint8_t> allowed;  // boolean: [B, Nq, Nk], 1 = visible
+  std::vector<double> q, k, v;
+  std::vector<double> d_out;  // backward only (empty for the forward family)
+  bool operator==(const Case&) const = default;
+};
+
+// The scale the kernels use, rounded to the case's dtype.
+double effective_scale(const Case& c);
+// Does query i of batch b see key j? (the contract above, for the reference)
+bool visible(const Case& c, int b, int i, int j);
+bool row_fully_masked(const Case& c, int b, int i);
+// Why the case breaks the contract, or "" if valid. `backward` requires dO.
+std::string validate(const Case& c, bool backward);
+// Rounds a value to the case's dtype.
+double round_to(DType dtype, double x);
+
+struct FwdResult {
+  std::vector<double> o, lse;
+  size_t workspace_peak = 0;  // bytes, high-water mark of the kernel's Workspace
+};
+
+struct BwdResult {
+  std::vector<double> o, lse;  // the forward the gradients were taken from
+  std::vector<double> d;       // per row: the rowsum(P ⊙ dP) the kernel used (D)
+  std::vector<double> dq, dk, dv;
+  size_t workspace_peak = 0;
+};
+
+// ---------------------------------------------------------------- typed kernels
+// What the typed kernels see: raw tensors of one precision. `causal_offset`
+// is Nk - Nq for the contract (mutants move it).
+struct MaskView {
+  MaskKind kind = MaskKind::none;
+  int causal_offset = 0;
+  const int* key_lengths = nullptr;
+  const uint8_t* allowed = nullptr;
+};
+
+template <typename T>
+struct Inputs {
+  Shape shape;
+  MaskView mask;
+  T scale = 1;
+  int block_q = 1, block_k = 1;
+  const T* q = nullptr;
+  const T* k = nullptr;
+  const T* v = nullptr;
+  const T* d_out = nullptr;
+};
+
+// Outputs of the backward kernels (caller-allocated, sizes from the shape).
+template <typename T>
+struct Grads {
+  T* dq;
+  T* dk;
+  T* dv;
+  T* d;  // per row: D as the kernel used it
+};
+
+// Deliberate bugs, compiled out of the correct instantiations (FAMILIES.md).
+enum class FwdBug {
+  none,
+  rescale_inverted,    // running-sum correction exp(m_new - m_old)
+  nan_masked_tile,     // no guard for a tile whose row max is -inf
+  no_empty_row_guard,  // O = acc / l with l = 0
+  drop_partial_tile,   // last uneven KV tile skipped
+  gqa_head_map,        // kv head h % Hkv
+  lse_missing_max,     // LSE = log l
+};
+enum class BwdBug {
+  none,
+  dsoftmax_wrong_axis,     // D summed over queries, per key
+  dsoftmax_missing_p,      // dS = dP - D
+  dsoftmax_divide,         // dS = P ⊙ dP / D
+  d_without_do,            // D = rowsum(O)
+  dk_missing_scale,        // dK = dSᵀQ
+  masked_row_nan,          // P = exp(S - LSE) with LSE = -inf
+  stale_tile_max,          // P from the running max at the tile, not the final LSE
+  causal_skip_off_by_one,  // skips the KV tile whose only visible key is the corner
+};
+enum class BwdMode { single_pass_d, two_pass };
+
+// Online-softmax forward; o [B,Hq,Nq,D], lse [B,Hq,Nq].
+template <typename T, FwdBug bug = FwdBug::none>
+void tiled_forward(const Inputs<T>& in, T* o, T* lse, Workspace& ws);
+// Backward from the forward's O and LSE.
+template <typename T, BwdMode mode = BwdMode::single_pass_d, BwdBug bug = BwdBug::none>
+void tiled_backward(const Inputs<T>& in, const T* o, const T* lse, Grads<T> out, Workspace& ws);
+
+// Plain materialized attention in T: scores, softmax and products as whole
+// Nq×Nk matrices (from `ws`). The same-precision baseline of the tolerance
+// policy and the benchmark's comparison point.
+template <typename T>
+void materialized_forward(const Inputs<T>& in, T* o, T* lse, Workspace& ws);
+template <typename T>
+void materialized_backward(const Inputs<T>& in, Grads<T> out, Workspace& ws);
+
+// ---------------------------------------------------------------- implementations
+// fp64, materialized, written for clarity; D reported as rowsum(P ⊙ dP).
+FwdResult reference_forward(const Case& c);
+BwdResult reference_backward(const Case& c);
+// Forward: `tiled` (Bq, Bk from the case). Backward: the tiled forward, then
+// `tiled_d` (single pass, D = rowsum(dO ⊙ O)) or `tiled_two_pass`.
+FwdResult tiled(const Case& c);
+BwdResult tiled_d(const Case& c);
+BwdResult tiled_two_pass(const Case& c);
+// The naive same-precision computation (materialized in the case's dtype).
+FwdResult naive_forward(const Case& c);
+BwdResult naive_backward(const Case& c);
+
+template <typename Result>
+struct Mutant {
+  const char* name;
+  const char* description;
+  Result (*run)(const Case&);
+};
+const std::vector<Mutant<FwdResult>>& forward_mutants();
+const std::vector<Mutant<BwdResult>>& backward_mutants();
+
+}  // namespace kprop::attention

@@ -1,0 +1,147 @@
+#include "properties/attention/bounds.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+#include "kprop/tolerance.h"
+
+namespace kprop::attention {
+
+double epsilon(DType dtype) {
+  return dtype == DType::f32 ? double(std::numeric_limits<float>::epsilon())
+                             : std::numeric_limits<double>::epsilon();
+}
+
+ErrorScales error_scales(const Case& c, bool backward) {
+  const Shape& s = c.shape;
+  const double scale = effective_scale(c);
+  const int g = s.group();
+  ErrorScales e;
+  std::vector<double> smag(size_t(s.nk)), p(size_t(s.nk)), dp(size_t(s.nk)), dpmag(size_t(s.nk));
+  std::vector<double> dk_sum(size_t(s.dim)), dv_sum(size_t(s.dim));
+  // Per (b, kv head): Σ_i of the row terms per key (for dK, dV) and per d (for the sums).
+  std::vector<double> dk_scale(size_t(s.nk) * s.dim), dv_scale(size_t(s.nk) * s.dim);
+  for (int b = 0; b < s.batch; ++b)
+    for (int kvh = 0; kvh < s.heads_kv; ++kvh) {
+      std::fill(dk_scale.begin(), dk_scale.end(), 0.0);
+      std::fill(dv_scale.begin(), dv_scale.end(), 0.0);
+      std::fill(dv_sum.begin(), dv_sum.end(), 0.0);
+      const double* k = &c.k[((size_t(b) * s.heads_kv + kvh) * s.nk) * s.dim];
+      const double* v = &c.v[((size_t(b) * s.heads_kv + kvh) * s.nk) * s.dim];
+      for (int h = kvh * g; h < (kvh + 1) * g; ++h)
+        for (int i = 0; i < s.nq; ++i) {
+          const size_t row = (size_t(b) * s.heads_q + h) * s.nq + i;
+          const double* q = &c.q[row * s.dim];
+          // Scores, their magnitudes, the softmax and the visible |v| max.
+          double m = -std::numeric_limits<double>::infinity(), smax = 0, vmax = 0;
+          int n = 0;
+          for (int j = 0; j < s.nk; ++j) {
+            if (!visible(c, b, i, j)) {
+              p[size_t(j)] = -std::numeric_limits<double>::infinity();
+              smag[size_t(j)] = 0;
+              continue;
+            }
+            double dot = 0, mag = 0;
+            for (int d = 0; d < s.dim; ++d) {
+              dot += q[d] * k[size_t(j) * s.dim + d];
+              mag += std::fabs(q[d] * k[size_t(j) * s.dim + d]);
+              vmax = std::max(vmax, std::fabs(v[size_t(j) * s.dim + d]));
+            }
+            p[size_t(j)] = scale * dot;
+            smag[size_t(j)] = scale * mag;
+            m = std::max(m, p[size_t(j)]);
+            smax = std::max(smax, scale * mag);
+            ++n;
+          }
+          if (n == 0) continue;  // fully masked: exact zeros expected
+          double l = 0;
+          for (double& x : p) l += (x = std::exp(x - m));
+          for (double& x : p) x /= l;
+          const double lse = m + std::log(l);
+          const double ci = 2 + std::sqrt(double(n)) + 2 * smax + std::fabs(lse);
+          e.o = std::max(e.o, ci * vmax);
+          e.lse = std::max(e.lse, ci);
+          if (!backward) continue;
+          const double* d_out = &c.d_out[row * s.dim];
+          double do_l1 = 0, d_row = 0, d_mag = 0;
+          for (int d = 0; d < s.dim; ++d) do_l1 += std::fabs(d_out[d]);
+          for (int j = 0; j < s.nk; ++j) {
+            dp[size_t(j)] = dpmag[size_t(j)] = 0;
+            for (int d = 0; d < s.dim; ++d) {
+              dp[size_t(j)] += d_out[d] * v[size_t(j) * s.dim + d];
+              dpmag[size_t(j)] += std::fabs(d_out[d] * v[size_t(j) * s.dim + d]);
+            }
+            d_row += p[size_t(j)] * dp[size_t(j)];
+            d_mag += p[size_t(j)] * dpmag[size_t(j)];
+          }
+          e.d = std::max(e.d, ci * do_l1 * vmax + d_mag);
+          std::vector<double> dq_scale(size_t(s.dim), 0.0);
+          for (int j = 0; j < s.nk; ++j) {
+            if (p[size_t(j)] == 0) continue;
+            const double err =
+                p[size_t(j)] * (ci * std::fabs(dp[size_t(j)] - d_row) + dpmag[size_t(j)] + ci * do_l1 * vmax);
+            for (int d = 0; d < s.dim; ++d) {
+              dq_scale[size_t(d)] += err * std::fabs(k[size_t(j) * s.dim + d]);
+              dk_scale[size_t(j) * s.dim + d] += err * std::fabs(q[d]);
+              dv_scale[size_t(j) * s.dim + d] += p[size_t(j)] * ci * std::fabs(d_out[d]);
+            }
+          }
+          for (int d = 0; d < s.dim; ++d) {
+            e.dq = std::max(e.dq, scale * dq_scale[size_t(d)]);
+            dv_sum[size_t(d)] += std::fabs(d_out[d]);
+          }
+        }
+      if (!backward) continue;
+      std::fill(dk_sum.begin(), dk_sum.end(), 0.0);
+      for (int j = 0; j < s.nk; ++j)
+        for (int d = 0; d < s.dim; ++d) {
+          e.dk = std::max(e.dk, scale * dk_scale[size_t(j) * s.dim + d]);
+          e.dv = std::max(e.dv, dv_scale[size_t(j) * s.dim + d]);
+          dk_sum[size_t(d)] += scale * dk_scale[size_t(j) * s.dim + d];
+          dv_sum[size_t(d)] += dv_scale[size_t(j) * s.dim + d];
+        }
+      for (int d = 0; d < s.dim; ++d) {
+        e.dk_sum = std::max(e.dk_sum, dk_sum[size_t(d)]);
+        e.dv_sum = std::max(e.dv_sum, dv_sum[size_t(d)]);
+      }
+    }
+  return e;
+}
+
+double max_error(std::span<const double> reference, std::span<const double> x) {
+  double worst = 0;
+  for (size_t i = 0; i < reference.size() && i < x.size(); ++i)
+    if (std::isfinite(reference[i])) worst = std::max(worst, std::fabs(x[i] - reference[i]));
+  return worst;
+}
+
+std::string element_name(size_t index, const std::vector<int>& dims) {
+  std::vector<size_t> at(dims.size());
+  for (size_t a = dims.size(); a-- > 0;) {
+    at[a] = index % size_t(dims[a]);
+    index /= size_t(dims[a]);
+  }
+  return fmt::format("[{}]", fmt::join(at, ","));
+}
+
+Verdict compare_tensor(const std::string& name, const std::vector<int>& dims,
+                       std::span<const double> reference, std::span<const double> target,
+                       std::span<const double> naive, double k, double floor) {
+  const ToleranceReport r = compare_with_baseline(reference, target, naive, k, floor);
+  if (r.ok) return Verdict::pass();
+  const size_t at = r.worst_index;
+  const bool in_range = at < target.size() && at < reference.size();
+  return Verdict::fail(
+      fmt::format("{}{}: {}{}", name, in_range ? element_name(at, dims) : "",
+                  in_range ? fmt::format("{} vs reference {}; ", target[at], reference[at]) : "", r.message),
+      {{"index", double(at)},
+       {"target", in_range ? target[at] : std::nan("")},
+       {"reference", in_range ? reference[at] : std::nan("")},
+       {"target_error", r.target_error},
+       {"naive_error", r.baseline_error},
+       {"allowed", r.allowed}});
+}
+
+}  // namespace kprop::attention

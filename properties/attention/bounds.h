@@ -1,0 +1,50 @@
+// The tolerance policy for attention (DESIGN.md): a target's max error
+// against the fp64 reference may be at most k × the max error of the naive
+// materialized computation in the target's own precision, plus an absolute
+// floor. The floor here is floor_ulps × eps(dtype) × a first-order error
+// scale computed in fp64 from the case, so that it follows the conditioning
+// instead of the output's size:
+//   c_i   = 2 + sqrt(|visible keys|) + 2·max_j |S|_ij + |LSE_i|
+//           (relative error of row i's probabilities; |S|_ij = scale·Σ|q||k|)
+//   O     max_i c_i · max_{visible j} |v_j|∞
+//   LSE   max_i c_i
+//   E_ij  = P_ij (c_i |dP_ij - D_i| + Σ_d |dO||v| + c_i |dO_i|₁ max|v|)
+//           (error scale of dS_ij, with D taken from O or from P ⊙ dP)
+//   dQ    scale · max Σ_j E_ij |k_j|,  dK  scale · max Σ_i E_ij |q_i|,
+//   dV    max Σ_i P_ij c_i |dO_i|,     D   max_i c_i |dO_i|₁ max|v| + Σ_j P_ij Σ|dO||v|
+// The naive computation's error alone cannot serve: on integer or constant
+// inputs it is often exactly 0 while the online rescaling is not.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels/attention/attention.h"
+#include "kprop/family.h"
+
+namespace kprop::attention {
+
+double epsilon(DType dtype);
+
+// Error scales (to be multiplied by floor_ulps × eps) of one case.
+struct ErrorScales {
+  double o = 0, lse = 0;
+  double dq = 0, dk = 0, dv = 0, d = 0;
+  double dk_sum = 0, dv_sum = 0;  // of Σ_j dK_j and Σ_j dV_j per (batch, kv head, d)
+};
+ErrorScales error_scales(const Case& c, bool backward);
+
+// One tensor under the policy: a pass, or a fail naming the tensor, the
+// element (as [b,h,i,d] under `dims`) and the numbers.
+Verdict compare_tensor(const std::string& name, const std::vector<int>& dims,
+                       std::span<const double> reference, std::span<const double> target,
+                       std::span<const double> naive, double k, double floor);
+
+// max |x - reference| over the elements where the reference is finite.
+double max_error(std::span<const double> reference, std::span<const double> x);
+
+// "[1,0,2,3]": the multi-index of flat element `index` of a row-major tensor.
+std::string element_name(size_t index, const std::vector<int>& dims);
+
+}  // namespace kprop::attention

@@ -1,0 +1,135 @@
+#include "properties/attention/checks.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <set>
+
+#include "kprop/rng.h"
+#include "properties/attention/family.h"
+
+namespace kprop::attention {
+
+Schema tolerance_params() {
+  return {field::real("k", 2, 0, 1e6, "allowed multiple of the naive same-precision computation's error"),
+          field::real("floor_ulps", 8, 0, 1e12,
+                      "absolute floor, in eps(dtype) × the case's first-order error scale")};
+}
+
+std::vector<Case> other_tilings(const Case& c) {
+  const int nq = c.shape.nq, nk = c.shape.nk;
+  const int bq = std::min(c.block_q, nq), bk = std::min(c.block_k, nk);
+  std::vector<std::pair<int, int>> tiles = {{nq, nk}, {std::min(bk, nq), std::min(bq, nk)}};
+  if (int64_t(nq) * nk <= 4096) tiles.push_back({1, 1});
+  // A tiling whose last tiles are uneven where this one's are not (and back).
+  auto uneven = [](int b, int n) { return b < n ? b + 1 : std::max(1, b - 1); };
+  tiles.push_back({uneven(bq, nq), uneven(bk, nk)});
+  std::vector<Case> out;
+  std::set<std::pair<int, int>> seen = {{bq, bk}};
+  for (auto [q, k] : tiles)
+    if (seen.insert({q, k}).second) {
+      Case t = c;
+      t.block_q = q;
+      t.block_k = k;
+      out.push_back(std::move(t));
+    }
+  return out;
+}
+
+Case keys_shifted(const Case& c) {
+  const Shape& s = c.shape;
+  Case out = c;
+  double sq = 0;
+  for (double x : c.k) sq += x * x;
+  const double sigma = std::max(1.0, std::sqrt(sq / double(c.k.size())));
+  for (int b = 0; b < s.batch; ++b)
+    for (int kvh = 0; kvh < s.heads_kv; ++kvh) {
+      const size_t base = (size_t(b) * s.heads_kv + kvh) * s.nk * s.dim;
+      for (int d = 0; d < s.dim; ++d) {
+        const double shift = sigma * rng::normal(0x5ee1, 1, (size_t(b) * s.heads_kv + kvh) * s.dim + d);
+        for (int j = 0; j < s.nk; ++j) {
+          double& x = out.k[base + size_t(j) * s.dim + d];
+          x = round_to(c.dtype, x + shift);
+        }
+      }
+    }
+  return out;
+}
+
+namespace {
+
+// Fisher-Yates over [lo, hi) with counter-based randomness (portable, unlike std::shuffle).
+void shuffle(std::vector<int>& v, int lo, int hi, uint64_t stream) {
+  for (int i = hi - 1; i > lo; --i) {
+    const int j = lo + int(rng::hash(0xa77e, stream, uint64_t(i)) % uint64_t(i - lo + 1));
+    std::swap(v[size_t(i)], v[size_t(j)]);
+  }
+}
+
+std::vector<int> identity(int n) {
+  std::vector<int> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+}  // namespace
+
+std::optional<Permutation> permutation_of(const Case& c) {
+  if (c.mask == MaskKind::causal) return std::nullopt;
+  std::vector<int> keys = identity(c.shape.nk), queries = identity(c.shape.nq);
+  std::set<int> cuts = {0, c.shape.nk};
+  for (int len : c.key_lengths) cuts.insert(len);
+  for (auto it = cuts.begin(); std::next(it) != cuts.end(); ++it) shuffle(keys, *it, *std::next(it), 1);
+  shuffle(queries, 0, c.shape.nq, 2);
+  if (keys == identity(c.shape.nk) && queries == identity(c.shape.nq)) return std::nullopt;
+  return Permutation{permuted(c, keys, queries), keys, queries};
+}
+
+std::vector<double> permute_rows(const std::vector<double>& t, const Shape& s, int heads, int length,
+                                 int width, const std::vector<int>& perm) {
+  std::vector<double> out(t.size());
+  for (int b = 0; b < s.batch; ++b)
+    for (int h = 0; h < heads; ++h)
+      for (int p = 0; p < length; ++p) {
+        const size_t to = ((size_t(b) * heads + h) * length + p) * width;
+        const size_t from = ((size_t(b) * heads + h) * length + perm[size_t(p)]) * width;
+        std::copy(t.begin() + long(from), t.begin() + long(from + width), out.begin() + long(to));
+      }
+  return out;
+}
+
+Schema workspace_params() {
+  return {field::real("tile_factor", 4, 0, 1e9,
+                      "budget = tile_factor × sizeof(dtype) × (Bq·Bk + (Bq + Bk)·D + Nq + Nk)")};
+}
+
+Verdict check_workspace(const Case& c, const ImplInfo& target, size_t peak, const Values& params) {
+  if (target.kind == ImplKind::reference) return Verdict::pass();  // materialized by design
+  const Shape& s = c.shape;
+  const double elem = c.dtype == DType::f32 ? 4 : 8;
+  const double bq = std::min(c.block_q, s.nq), bk = std::min(c.block_k, s.nk);
+  const double budget = params.real("tile_factor") * elem * (bq * bk + (bq + bk) * s.dim + s.nq + s.nk);
+  const double full = elem * s.nq * s.nk;
+  if (peak == 0)
+    return Verdict::fail("the target took no scratch from its Workspace, so its memory is not measured",
+                         {{"peak_bytes", 0}});
+  if (double(peak) > budget)
+    return Verdict::fail(
+        fmt::format("peak workspace {} bytes exceeds the tile budget {:.0f} bytes (one Nq×Nk "
+                    "matrix is {:.0f} bytes)",
+                    peak, budget, full),
+        {{"peak_bytes", double(peak)}, {"budget_bytes", budget}, {"nq_nk_bytes", full}});
+  return Verdict::pass();
+}
+
+std::vector<std::pair<int, int>> fully_masked_rows(const Case& c) {
+  std::vector<std::pair<int, int>> rows;
+  for (int b = 0; b < c.shape.batch; ++b)
+    for (int i = 0; i < c.shape.nq; ++i)
+      if (row_fully_masked(c, b, i)) rows.push_back({b, i});
+  return rows;
+}
+
+}  // namespace kprop::attention

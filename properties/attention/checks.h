@@ -1,0 +1,44 @@
+// Pieces shared by the forward and backward invariants: parameters, derived
+// cases for the metamorphic checks, and the workspace budget.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "kernels/attention/attention.h"
+#include "kprop/family.h"
+
+namespace kprop::attention {
+
+// k and floor_ulps of the tolerance policy (bounds.h).
+Schema tolerance_params();
+
+// Other tilings of the same case: one tile, unit tiles (small cases), Bq and
+// Bk swapped, and a tiling that does not divide N where this one does.
+std::vector<Case> other_tilings(const Case& c);
+
+// Every key of (b, kv head) shifted by one vector, rounded to the dtype.
+Case keys_shifted(const Case& c);
+
+// Jointly permuted keys/values and queries (masks moved along), or nothing
+// when the mask is positional (causal). Key permutations keep every padded
+// prefix in place. `key_perm[p]` is the old key at new position p.
+struct Permutation {
+  Case c;
+  std::vector<int> keys, queries;
+};
+std::optional<Permutation> permutation_of(const Case& c);
+
+// The tensors of a result reordered as the permuted case would lay them out.
+std::vector<double> permute_rows(const std::vector<double>& t, const Shape& s, int heads, int length,
+                                 int width, const std::vector<int>& perm);
+
+// Workspace budget: tile_factor × sizeof(dtype) × (Bq·Bk + (Bq + Bk)·D + Nq + Nk)
+// with Bq, Bk clamped to Nq, Nk.
+Schema workspace_params();
+Verdict check_workspace(const Case& c, const ImplInfo& target, size_t peak_bytes, const Values& params);
+
+// Fully masked query rows as (b, i) pairs.
+std::vector<std::pair<int, int>> fully_masked_rows(const Case& c);
+
+}  // namespace kprop::attention

@@ -1,0 +1,50 @@
+// Attention families: attention.fwd and attention.bwd share one Case (the
+// backward adds dO), one generator, one shrinker and one YAML codec; see
+// kernels/attention/attention.h for the contract and invariants_*.cpp for the
+// checks.
+#pragma once
+
+#include "kernels/attention/attention.h"
+#include "kprop/family.h"
+
+namespace kprop::attention {
+
+// Everything but the result type and the names is shared; `backward`
+// decides whether cases carry dO.
+template <bool Backward>
+struct CaseTraits {
+  using Case = attention::Case;
+  static Schema domain_schema();
+  static rc::Gen<Case> generator(const Values& domain);
+  static rc::Seq<Case> shrinks(const Case& c);
+  static YAML::Node to_yaml(const Case& c);
+  static Case from_yaml(const YAML::Node& node);
+  static Case from_bytes(ByteReader& bytes, const Values& domain);
+  static CaseStats stats(const Case& c);
+};
+
+struct FwdTraits : CaseTraits<false> {
+  using Result = FwdResult;
+  static constexpr const char* name = "attention.fwd";
+  static constexpr const char* description =
+      "flash attention forward: online softmax over Bq×Bk tiles, masks, GQA, O and LSE";
+};
+
+struct BwdTraits : CaseTraits<true> {
+  using Result = BwdResult;
+  static constexpr const char* name = "attention.bwd";
+  static constexpr const char* description =
+      "flash attention backward: dQ, dK, dV from recomputed P and D = rowsum(dO ⊙ O)";
+};
+
+void register_forward_invariants(FamilyDef<FwdTraits>& family);
+void register_backward_invariants(FamilyDef<BwdTraits>& family);
+
+// ---- shared by the invariants and the tests
+// The case with keys and values permuted (per batch and kv head, keys j ->
+// perm[j]) and queries permuted (rows i -> qperm[i]), masks moved along.
+Case permuted(const Case& c, const std::vector<int>& key_perm, const std::vector<int>& query_perm);
+// A compact one-line description: "B1 Hq2/Hkv1 Nq3 Nk5 D2 tiles 2x3 f32 causal".
+std::string shape_text(const Case& c);
+
+}  // namespace kprop::attention

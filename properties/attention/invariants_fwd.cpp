@@ -1,0 +1,168 @@
+// attention.fwd invariants. Comparisons use the dtype policy of bounds.h:
+// the fp64 reference is the oracle and the naive materialized computation in
+// the target's precision sets the allowed error.
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "kprop/tolerance.h"
+#include "properties/attention/bounds.h"
+#include "properties/attention/checks.h"
+#include "properties/attention/family.h"
+
+namespace kprop::attention {
+namespace {
+
+using T = Trial<FwdTraits>;
+
+std::vector<int> o_dims(const Shape& s) {
+  return {s.batch, s.heads_q, s.nq, s.dim};
+}
+std::vector<int> lse_dims(const Shape& s) {
+  return {s.batch, s.heads_q, s.nq};
+}
+
+// O and LSE of `got` against `expected` (the reference, possibly rearranged),
+// with `naive` computed on the same inputs as `got`.
+Verdict compare_outputs(const Case& c, const std::string& what, const FwdResult& expected,
+                        const FwdResult& got, const FwdResult& naive, const ErrorScales& e, const Values& p) {
+  const double floor = p.real("floor_ulps") * epsilon(c.dtype), k = p.real("k");
+  Verdict v = compare_tensor(what + "O", o_dims(c.shape), expected.o, got.o, naive.o, k, floor * e.o);
+  if (v.outcome != Outcome::pass) return v;
+  return compare_tensor(what + "LSE", lse_dims(c.shape), expected.lse, got.lse, naive.lse, k, floor * e.lse);
+}
+
+Verdict matches_reference(T& t, const Values& p) {
+  const Case& c = t.input();
+  return compare_outputs(c, "", t.reference(), t.target(), naive_forward(c), error_scales(c, false), p);
+}
+
+// Another tiling changes rounding only: each pair of tilings may differ by
+// what two results within the policy may (2 × (k × naive error + floor)).
+Verdict tile_size_invariance(T& t, const Values& p) {
+  const Case& c = t.input();
+  const FwdResult& a = t.target();
+  const FwdResult& ref = t.reference();
+  const FwdResult naive = naive_forward(c);
+  const ErrorScales e = error_scales(c, false);
+  const double floor = p.real("floor_ulps") * epsilon(c.dtype), k = p.real("k");
+  for (const Case& other : other_tilings(c)) {
+    const FwdResult b = t.run_target(other);
+    struct Part {
+      const char* name;
+      const std::vector<double>& x;
+      const std::vector<double>& y;
+      const std::vector<double>& n;
+      const std::vector<double>& r;
+      double scale;
+    };
+    for (const Part& part :
+         {Part{"O", a.o, b.o, naive.o, ref.o, e.o}, Part{"LSE", a.lse, b.lse, naive.lse, ref.lse, e.lse}}) {
+      const double naive_error = max_error(part.r, part.n);
+      const ToleranceReport r = compare_close(part.x, part.y, 2 * (k * naive_error + floor * part.scale), 0);
+      if (!r.ok)
+        return Verdict::fail(fmt::format("tiles {}x{} vs {}x{}: {} {}", c.block_q, c.block_k, other.block_q,
+                                         other.block_k, part.name, r.message),
+                             {{"other_block_q", double(other.block_q)},
+                              {"other_block_k", double(other.block_k)},
+                              {"difference", r.target_error},
+                              {"allowed", r.allowed}});
+    }
+  }
+  return Verdict::pass();
+}
+
+Verdict masked_rows_zero(T& t, const Values&) {
+  const Case& c = t.input();
+  const Shape& s = c.shape;
+  const FwdResult& r = t.target();
+  for (auto [b, i] : fully_masked_rows(c))
+    for (int h = 0; h < s.heads_q; ++h) {
+      const size_t row = (size_t(b) * s.heads_q + h) * s.nq + i;
+      if (r.lse[row] != -INFINITY)
+        return Verdict::fail(
+            fmt::format("fully masked row [b={},h={},i={}] has LSE {} (expected -inf)", b, h, i, r.lse[row]),
+            {{"batch", double(b)}, {"head", double(h)}, {"row", double(i)}, {"lse", r.lse[row]}});
+      for (int d = 0; d < s.dim; ++d)
+        if (r.o[row * s.dim + d] != 0)
+          return Verdict::fail(
+              fmt::format("fully masked row [b={},h={},i={}] has O[{}] = {} (expected 0)", b, h, i, d,
+                          r.o[row * s.dim + d]),
+              {{"batch", double(b)}, {"head", double(h)}, {"row", double(i)}, {"o", r.o[row * s.dim + d]}});
+    }
+  return Verdict::pass();
+}
+
+Verdict finite_outputs(T& t, const Values&) {
+  const FwdResult& r = t.target();
+  const FwdResult& ref = t.reference();
+  for (auto [name, got, want] : {std::tuple{"O", &r.o, &ref.o}, std::tuple{"LSE", &r.lse, &ref.lse}})
+    for (size_t i = 0; i < want->size() && i < got->size(); ++i)
+      if (std::isfinite((*want)[i]) && !std::isfinite((*got)[i]))
+        return Verdict::fail(
+            fmt::format("{}{} is {} where the reference has {}", name,
+                        element_name(i, std::string(name) == "O" ? o_dims(t.input().shape)
+                                                                 : lse_dims(t.input().shape)),
+                        (*got)[i], (*want)[i]),
+            {{"index", double(i)}, {"value", (*got)[i]}, {"reference", (*want)[i]}});
+  return Verdict::pass();
+}
+
+// Adding one vector to every key adds a constant to each score row: O is
+// unchanged. The target on shifted keys must match the reference on the
+// original ones, up to the naive error on the shifted inputs.
+Verdict shift_invariance(T& t, const Values& p) {
+  const Case& c = t.input();
+  const Case shifted = keys_shifted(c);
+  const FwdResult got = t.run_target(shifted), naive = naive_forward(shifted);
+  const double floor = p.real("floor_ulps") * epsilon(c.dtype) * error_scales(shifted, false).o;
+  Verdict v = compare_tensor("O after shifting every key ", o_dims(c.shape), t.reference().o, got.o, naive.o,
+                             p.real("k"), floor);
+  return v;
+}
+
+// Permuting keys with their values (and queries) permutes nothing but the
+// output rows.
+Verdict permutation_equivariance(T& t, const Values& p) {
+  const Case& c = t.input();
+  const auto perm = permutation_of(c);
+  if (!perm) return Verdict::pass();  // causal: no permutation keeps the mask
+  const Shape& s = c.shape;
+  const FwdResult& ref = t.reference();
+  FwdResult expected;
+  expected.o = permute_rows(ref.o, s, s.heads_q, s.nq, s.dim, perm->queries);
+  expected.lse = permute_rows(ref.lse, s, s.heads_q, s.nq, 1, perm->queries);
+  return compare_outputs(c, "permuted keys and queries: ", expected, t.run_target(perm->c),
+                         naive_forward(perm->c), error_scales(c, false), p);
+}
+
+Verdict workspace_bounded(T& t, const Values& p) {
+  return check_workspace(t.input(), t.target_info(), t.target().workspace_peak, p);
+}
+
+}  // namespace
+
+void register_forward_invariants(FamilyDef<FwdTraits>& f) {
+  f.invariant({"matches_reference",
+               "O and LSE within k × the naive same-precision error + floor of the fp64 reference",
+               tolerance_params()},
+              matches_reference);
+  f.invariant({"tile_size_invariance",
+               "other tilings (one tile, unit, swapped, uneven) agree within the policy", tolerance_params()},
+              tile_size_invariance);
+  f.invariant({"masked_rows_zero", "a fully masked row gives O = 0 and LSE = -inf exactly", {}},
+              masked_rows_zero);
+  f.invariant({"finite_outputs", "no NaN or inf where the reference has none", {}}, finite_outputs);
+  f.invariant({"shift_invariance", "adding one vector to every key leaves O unchanged", tolerance_params()},
+              shift_invariance);
+  f.invariant({"permutation_equivariance",
+               "permuting unmasked keys with their values leaves O unchanged; permuting queries permutes O",
+               tolerance_params()},
+              permutation_equivariance);
+  f.invariant(
+      {"workspace_bounded", "the Workspace high-water mark stays within a budget of tiles (no Nq×Nk buffer)",
+       workspace_params()},
+      workspace_bounded);
+}
+
+}  // namespace kprop::attention

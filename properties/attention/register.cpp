@@ -1,0 +1,28 @@
+#include "properties/attention/family.h"
+
+namespace kprop::attention {
+
+KPROP_REGISTER_FAMILY(FwdTraits, [](FamilyDef<FwdTraits>& f) {
+  f.implementation({"reference", ImplKind::reference, "fp64, materialized row by row, written for clarity"},
+                   reference_forward);
+  f.implementation(
+      {"tiled", ImplKind::optimized, "online softmax over Bq×Bk tiles from the case (f32 or f64)"}, tiled);
+  for (const auto& m : forward_mutants()) f.mutant(m.name, m.description, m.run);
+  register_forward_invariants(f);
+});
+
+KPROP_REGISTER_FAMILY(BwdTraits, [](FamilyDef<BwdTraits>& f) {
+  f.implementation({"reference", ImplKind::reference, "fp64, materialized row by row, written for clarity"},
+                   reference_backward);
+  f.implementation(
+      {"tiled_d", ImplKind::optimized, "tiled forward, then one pass over KV tiles with D = rowsum(dO ⊙ O)"},
+      tiled_d);
+  f.implementation(
+      {"tiled_two_pass", ImplKind::optimized,
+       "tiled forward, then rowsum(P ⊙ dP) in a first pass over the tiles and the gradients in a second"},
+      tiled_two_pass);
+  for (const auto& m : backward_mutants()) f.mutant(m.name, m.description, m.run);
+  register_backward_invariants(f);
+});
+
+}  // namespace kprop::attention
