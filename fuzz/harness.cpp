@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -34,8 +35,20 @@ std::string flag(int argc, char** argv, const char* name, const char* env, const
 
 }  // namespace
 
+// The spec: -kprop_spec=, $KPROP_SPEC, then <this binary>.yaml (how
+// ClusterFuzzLite/OSS-Fuzz ships it beside the fuzzer in $OUT), then the
+// source tree's spec this harness was built for.
+std::string default_spec(const char* argv0) {
+  const std::string beside = std::string(argv0) + ".yaml";
+  if (FILE* f = std::fopen(beside.c_str(), "r")) {
+    std::fclose(f);
+    return beside;
+  }
+  return KPROP_FUZZ_DEFAULT_SPEC;
+}
+
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
-  const std::string spec_path = flag(*argc, *argv, "kprop_spec", "KPROP_SPEC", KPROP_FUZZ_DEFAULT_SPEC);
+  const std::string spec_path = flag(*argc, *argv, "kprop_spec", "KPROP_SPEC", default_spec((*argv)[0]));
   try {
     auto* h = new Harness{kprop::load_spec(spec_path), 0};
     const std::string target = flag(*argc, *argv, "kprop_target", "KPROP_TARGET", h->spec.target);

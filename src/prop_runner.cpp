@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "kprop/fuzz_driver.h"
 #include "kprop/report.h"
 #include "kprop/runner.h"
 
@@ -17,7 +18,7 @@ using namespace kprop;
 namespace {
 
 struct Config {
-  std::string spec;
+  std::vector<std::string> specs;  // several only with --fuzz
   std::string target;
   std::optional<uint64_t> seed;
   std::optional<int64_t> trials;
@@ -30,7 +31,59 @@ struct Config {
   bool mutants = false;
   std::string replay;
   bool list = false;
+  bool fuzz = false;
+  int jobs = 1;
+  std::string work = ".fuzz-work";
+  std::string fuzzer_dir;
+  std::vector<std::string> imports;
+  std::string fuzz_seeds;
+  std::string shard;
+  std::string self;  // argv[0], to find the fuzz harnesses beside this binary
 };
+
+// "I/N" with 0 <= I < N.
+std::pair<int64_t, int64_t> parse_shard(const std::string& text) {
+  const auto slash = text.find('/');
+  try {
+    if (slash != std::string::npos) {
+      const int64_t i = std::stoll(text.substr(0, slash)), n = std::stoll(text.substr(slash + 1));
+      if (n >= 1 && i >= 0 && i < n) return {i, n};
+    }
+  } catch (const std::exception&) {
+  }
+  throw InputError({}, "--shard " + text + ": expected I/N with 0 <= I < N, e.g. 0/4");
+}
+
+int run_fuzz_mode(const Config& cfg, const std::string& corpus_root) {
+  std::vector<Spec> specs;
+  for (const auto& path : cfg.specs) specs.push_back(load_spec(path));
+  FuzzOptions o;
+  o.target = cfg.target;
+  for (const auto& spec : specs)
+    if (!o.target.empty()) resolve_target(spec, o.target);
+  o.time_s = cfg.time.value_or(60);
+  o.jobs = cfg.jobs;
+  o.work_dir = cfg.work;
+  o.fuzzer_dir = cfg.fuzzer_dir.empty() ? (fs::path(cfg.self).parent_path() / "fuzz").string() : cfg.fuzzer_dir;
+  o.corpus_root = corpus_root;
+  o.write_corpus = !cfg.no_corpus;
+  const FuzzReport report = run_fuzz(specs, o);
+  fmt::print("kprop fuzz: {} spec(s), {} new finding(s){}\n", specs.size(), report.new_findings(),
+             report.interrupted ? " (interrupted)" : "");
+  for (const auto& s : report.stats)
+    fmt::print("  {:<16} {:>8.0f} s  {:>12} execs  {:>9.0f} exec/s  cov {}  crash inputs {}\n", s.spec, s.seconds,
+               s.executions, s.executions / std::max(s.seconds, 1e-9), s.coverage, s.crash_inputs);
+  int known = 0;
+  for (const auto& f : report.findings) {
+    if (!f.is_new) {
+      ++known;
+      continue;
+    }
+    fmt::print("  NEW {}: {} ({}){}\n", f.spec, f.invariant, f.summary, f.corpus_path.empty() ? "" : " -> " + f.corpus_path);
+  }
+  if (known) fmt::print("  {} more crash input(s) reproduced findings already in the corpus\n", known);
+  return report.new_findings() > 0 ? 1 : 0;
+}
 
 std::string list_everything() {
   std::string out = "Spec keys (every spec):\n" + describe_spec_keys();
@@ -65,7 +118,32 @@ int run(const Config& cfg) {
   }
   auto reporter = make_reporter(cfg.format);
   if (!reporter) throw InputError({}, "--format " + cfg.format + ": valid: " + join(reporter_names()));
-  const Spec spec = load_spec(cfg.spec);
+  const std::string corpus_root = cfg.corpus.empty() ? default_corpus_dir(cfg.specs[0]) : cfg.corpus;
+  install_interrupt_handler();
+  if (cfg.fuzz) return run_fuzz_mode(cfg, corpus_root);
+  if (cfg.specs.size() > 1) throw InputError({}, "several --spec are only accepted with --fuzz");
+  const Spec spec = load_spec(cfg.specs[0]);
+  if (!cfg.fuzz_seeds.empty()) {
+    const int n = write_fuzz_seeds(spec, cfg.fuzz_seeds, 64);
+    fmt::print("kprop: wrote {} seed inputs for {} to {}\n", n, spec.name, cfg.fuzz_seeds);
+    return n > 0 ? 0 : 2;
+  }
+  if (!cfg.imports.empty()) {
+    const size_t target = resolve_target(spec, cfg.target.empty() ? spec.target : cfg.target);
+    int found = 0;
+    for (const auto& path : cfg.imports) {
+      if (!fs::is_regular_file(path)) throw InputError({path, 0, 0}, "no such fuzzer input");
+      const auto f = import_fuzz_input(spec, target, path, corpus_root, !cfg.no_corpus);
+      if (!f) {
+        fmt::print("  passes  {}\n", path);
+        continue;
+      }
+      ++found;
+      fmt::print("  {} {}: {} broken: {}\n    shrunk: {}{}\n", f->is_new ? "NEW  " : "known", path, f->invariant,
+                 f->message, f->summary, f->corpus_path.empty() ? "" : "\n    stored: " + f->corpus_path);
+    }
+    return found > 0 ? 1 : 0;
+  }
 
   RunOptions options;
   options.target = cfg.target;
@@ -74,10 +152,10 @@ int run(const Config& cfg) {
   options.trials = cfg.trials;
   options.time_budget_s = cfg.time;
   options.only_invariants = cfg.invariants;
-  options.corpus_dir = cfg.corpus.empty() ? default_corpus_dir(cfg.spec) : cfg.corpus;
+  options.corpus_dir = corpus_root;
   options.write_corpus = !cfg.no_corpus;
   options.progress = cfg.format == "text" && cfg.out.empty();
-  install_interrupt_handler();
+  if (!cfg.shard.empty()) std::tie(options.shard_index, options.shard_count) = parse_shard(cfg.shard);
 
   std::string text, formatted;
   int code = 0;
@@ -120,11 +198,11 @@ int run(const Config& cfg) {
 int main(int argc, char** argv) {
   CLI::App app{"kprop property runner: checks a kernel against a YAML spec", "prop_runner"};
   Config cfg;
-  app.add_option("--spec", cfg.spec, "spec file (specs/*.yaml)")->check(CLI::ExistingFile);
+  app.add_option("--spec", cfg.specs, "spec file (specs/*.yaml); repeatable with --fuzz")->check(CLI::ExistingFile);
   app.add_option("--target", cfg.target, "implementation under test (default: the spec's target)");
   app.add_option("--seed", cfg.seed, "seed (default: the spec's; 0 or none draws a fresh one)");
   app.add_option("--trials", cfg.trials, "cases to draw")->check(CLI::PositiveNumber);
-  app.add_option("--time", cfg.time, "time budget in seconds")->check(CLI::PositiveNumber);
+  app.add_option("--time", cfg.time, "time budget in seconds (--fuzz: 0 runs until Ctrl-C)")->check(CLI::NonNegativeNumber);
   app.add_option("--invariant", cfg.invariants, "check only these invariants (repeatable)");
   app.add_option("--format", cfg.format, "report format: text, json or junit");
   app.add_option("--out", cfg.out, "write the report to FILE (text summary still on stdout)");
@@ -133,9 +211,17 @@ int main(int argc, char** argv) {
   auto* mutants = app.add_flag("--mutants", cfg.mutants, "run every mutant of the family; exit 0 only if all die");
   app.add_option("--replay", cfg.replay, "replay a corpus file or folder")->excludes(mutants);
   app.add_flag("--list", cfg.list, "list families, implementations, invariants and spec keys");
+  app.add_flag("--fuzz", cfg.fuzz, "coverage-guided fuzzing with each spec's libFuzzer harness (--time 0: until Ctrl-C)");
+  app.add_option("--jobs", cfg.jobs, "--fuzz: parallel fuzzing processes (libFuzzer -fork=N)")->check(CLI::PositiveNumber);
+  app.add_option("--work", cfg.work, "--fuzz: work folder for coverage corpora and crash inputs");
+  app.add_option("--fuzzer-dir", cfg.fuzzer_dir, "--fuzz: folder with fuzz_<spec> harnesses (default: fuzz/ beside prop_runner)");
+  app.add_option("--import", cfg.imports, "decode fuzzer inputs (crash files), shrink and store the failing ones");
+  app.add_option("--fuzz-seeds", cfg.fuzz_seeds, "write seed inputs for the spec's harness to DIR");
+  app.add_option("--shard", cfg.shard, "I/N: run the I-th of N interleaved shards of the trials");
   try {
     app.parse(argc, argv);
-    if (!cfg.list && cfg.spec.empty()) throw CLI::RequiredError("--spec");
+    if (!cfg.list && cfg.specs.empty()) throw CLI::RequiredError("--spec");
+    cfg.self = argv[0];
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {

@@ -290,7 +290,10 @@ RunReport run_spec(const Spec& spec, const RunOptions& options) {
   const size_t reference = resolve_target(spec, spec.reference);
   report.seed = options.seed.value_or(spec.run.seed);
   if (report.seed == 0) report.seed = fresh_seed();
-  const int64_t trials = options.trials.value_or(spec.run.trials);
+  const int64_t all_trials = options.trials.value_or(spec.run.trials);
+  const int64_t shards = std::max<int64_t>(1, options.shard_count), shard = options.shard_index;
+  // Cases this shard must pass per invariant: indices i < all_trials with i % shards == shard.
+  const int64_t trials = std::max<int64_t>(1, (all_trials - shard + shards - 1) / shards);
   const double time_budget = options.time_budget_s.value_or(spec.run.time_budget_s);
   const auto uses = selected_uses(spec, options);
 
@@ -311,9 +314,11 @@ RunReport run_spec(const Spec& spec, const RunOptions& options) {
   const auto t0 = Clock::now();
   auto last_progress = t0;
   const bool tty = options.progress && isatty(2);
-  const int64_t max_cases = trials * (1 + std::max<int64_t>(spec.run.max_discard_ratio, 0));
+  const int64_t max_cases = all_trials * (1 + std::max<int64_t>(spec.run.max_discard_ratio, 0));
 
   for (int64_t i = 0; any_alive() && i < max_cases; ++i) {
+    const rc::Random case_random = stream.split();
+    if (i % shards != shard) continue;
     if (interrupted()) {
       report.status = RunStatus::interrupted;
       break;
@@ -322,16 +327,16 @@ RunReport run_spec(const Spec& spec, const RunOptions& options) {
       report.time_budget_hit = true;
       break;
     }
-    const int size = trials <= 1 ? static_cast<int>(spec.run.max_size)
-                                 : static_cast<int>(std::min<int64_t>(
-                                       spec.run.max_size, i * spec.run.max_size / (trials - 1)));
+    const int size = all_trials <= 1 ? static_cast<int>(spec.run.max_size)
+                                     : static_cast<int>(std::min<int64_t>(
+                                           spec.run.max_size, i * spec.run.max_size / (all_trials - 1)));
     AnyCase c;
     try {
-      c = generator(stream.split(), size).value();
+      c = generator(case_random, size).value();
     } catch (const rc::GenerationFailure& e) {
       throw InputError({spec.path, 0, 0}, std::string("the domain cannot be generated: ") + e.what());
     }
-    report.trials = i + 1;
+    ++report.trials;
 
     std::unique_ptr<AnyTrial> trial = family.begin_trial(c, target, reference);
     for (size_t k = 0; k < uses.size(); ++k) {
@@ -419,8 +424,8 @@ RunReport run_spec(const Spec& spec, const RunOptions& options) {
     }
     if (tty && since(last_progress) > 0.2) {
       last_progress = Clock::now();
-      fmt::print(stderr, "\r\033[K[{}] {} trial {}/{}  {:.1f} s", spec.name, report.target, i + 1,
-                 trials, since(t0));
+      fmt::print(stderr, "\r\033[K[{}] {} case {}/{}  {:.1f} s", spec.name, report.target, i + 1,
+                 all_trials, since(t0));
     }
   }
   if (tty) fmt::print(stderr, "\r\033[K");

@@ -23,6 +23,10 @@ struct RunOptions {
   bool stop_on_first_failure = false;  // --mutants: the first kill is enough
   bool progress = false;               // live progress line on stderr
   std::string found_by = "rapidcheck";
+  // --shard I/N: check only cases whose index is I mod N. Every shard draws
+  // the same case sequence, so without discards the union of the N shards
+  // checks exactly the cases of the unsharded run.
+  int64_t shard_index = 0, shard_count = 1;
 };
 
 struct Counterexample {

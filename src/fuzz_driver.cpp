@@ -1,0 +1,280 @@
+#include "kprop/fuzz_driver.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+extern char** environ;
+namespace fs = std::filesystem;
+
+namespace kprop {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Runs `argv` with extra environment, streaming its stderr line by line to
+// `on_line`; forwards Ctrl-C (our interrupt flag) as SIGINT. Returns the exit status.
+int run_streaming(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
+                  const std::function<void(const std::string&)>& on_line) {
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) throw std::runtime_error("pipe failed");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], 2);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], 1);
+  posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
+  for (const auto& e : extra_env) env_strings.push_back(e);
+  std::vector<char*> env, args;
+  for (auto& e : env_strings) env.push_back(e.data());
+  env.push_back(nullptr);
+  std::vector<std::string> arg_strings = argv;
+  for (auto& a : arg_strings) args.push_back(a.data());
+  args.push_back(nullptr);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);  // our Ctrl-C handling decides
+  posix_spawnattr_setpgroup(&attr, 0);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, args[0], &actions, &attr, args.data(), env.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  close(pipe_fds[1]);
+  if (rc != 0) {
+    close(pipe_fds[0]);
+    throw InputError({argv[0], 0, 0}, fmt::format("cannot start fuzzer: {}", std::strerror(rc)));
+  }
+  FILE* out = fdopen(pipe_fds[0], "r");
+  char buf[8192];
+  bool forwarded = false;
+  fcntl(pipe_fds[0], F_SETFL, O_NONBLOCK);
+  std::string partial;
+  for (;;) {
+    if (interrupted() && !forwarded) {
+      kill(-pid, SIGINT);
+      forwarded = true;
+    }
+    const ssize_t n = read(pipe_fds[0], buf, sizeof buf);
+    if (n > 0) {
+      partial.append(buf, static_cast<size_t>(n));
+      size_t nl;
+      while ((nl = partial.find('\n')) != std::string::npos) {
+        on_line(partial.substr(0, nl));
+        partial.erase(0, nl + 1);
+      }
+      continue;
+    }
+    if (n == 0) break;
+    if (errno != EAGAIN && errno != EINTR) break;
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      // Drain what is left, then report.
+      fcntl(pipe_fds[0], F_SETFL, 0);
+      while ((fgets(buf, sizeof buf, out)) != nullptr) on_line(std::string(buf));
+      fclose(out);
+      return status;
+    }
+    usleep(50000);
+  }
+  fclose(out);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return status;
+}
+
+std::string harness_path(const Spec& spec, const FuzzOptions& o) {
+  const fs::path p = fs::path(o.fuzzer_dir) / ("fuzz_" + spec.name);
+  if (!fs::exists(p))
+    throw InputError({p.string(), 0, 0},
+                     "no libFuzzer harness for spec " + spec.name +
+                         " (build it with `scripts/dev.sh build-san` and run build-san/prop_runner)");
+  return p.string();
+}
+
+// Parses libFuzzer's status lines ("#123 ... cov: 45 ... exec/s: 67 ...").
+void parse_status(const std::string& line, FuzzSpecStats& s) {
+  static const std::regex execs(R"(^#(\d+))"), cov(R"(cov: (\d+))"), crashes(R"(oom/timeout/crash: \d+/\d+/(\d+))");
+  std::smatch m;
+  if (std::regex_search(line, m, execs)) s.executions = std::stoll(m[1]);
+  if (std::regex_search(line, m, cov)) s.coverage = std::stoll(m[1]);
+  if (std::regex_search(line, m, crashes)) s.crash_inputs = std::stoll(m[1]);
+}
+
+}  // namespace
+
+int FuzzReport::new_findings() const {
+  int n = 0;
+  for (const auto& f : findings) n += f.is_new;
+  return n;
+}
+
+int write_fuzz_seeds(const Spec& spec, const std::string& dir, int count) {
+  fs::create_directories(dir);
+  int written = 0;
+  for (int i = 0; i < count; ++i) {
+    // Small to mid-size cases: the fuzzer grows them; full-size seeds make every run slow.
+    const int size = count <= 1 ? 60 : i * 60 / (count - 1);
+    const auto bytes = spec.family->seed_bytes(spec.domain, static_cast<uint64_t>(i + 1), size);
+    if (bytes.empty()) break;
+    write_file_atomic((fs::path(dir) / fmt::format("seed-{:03}", i)).string(),
+                      std::string(bytes.begin(), bytes.end()));
+    ++written;
+  }
+  return written;
+}
+
+std::optional<FuzzFinding> import_fuzz_input(const Spec& spec, size_t target, const std::string& path,
+                                             const std::string& corpus_root, bool write_corpus) {
+  const auto bytes = read_bytes(path);
+  const AnyCase c = spec.family->from_bytes(bytes.data(), bytes.size(), spec.domain);
+  for (size_t k = 0; k < spec.invariants.size(); ++k) {
+    Verdict v;
+    try {
+      v = check_case(spec, target, spec.invariants[k], c);
+    } catch (const Unsupported&) {
+      return std::nullopt;
+    } catch (const std::exception& e) {
+      v = Verdict::fail(std::string("target threw: ") + e.what());
+    }
+    if (v.outcome != Outcome::fail) continue;
+    const ShrinkResult s = shrink_failure(spec, target, k, c, v, spec.run.shrink_budget_s);
+    const CaseStats stats = spec.family->stats(s.best);
+    FuzzFinding f{spec.name, spec.invariants[k].name, s.verdict.message, stats.summary, "", false};
+    const std::string target_name = spec.family->implementations()[target].name;
+    // A fuzzer hits one bug thousands of times: keep a finding only if its
+    // signature (invariant, implementation) is new to the corpus or its case
+    // is smaller than every stored one with that signature.
+    const fs::path dir = fs::path(corpus_root) / spec.name;
+    if (fs::is_directory(dir))
+      for (const auto& file : list_corpus(dir.string())) {
+        try {
+          const CorpusEntry known = read_entry(file);
+          if (known.invariant == f.invariant && known.found_against == target_name &&
+              spec.family->stats(spec.family->from_yaml(known.case_node)).size <= stats.size) {
+            f.corpus_path = file;
+            return f;  // known
+          }
+        } catch (const std::exception&) {
+          // an unreadable file is replay's problem, not the fuzzer's
+        }
+      }
+    if (write_corpus) {
+      CorpusEntry e;
+      e.spec = spec.name;
+      e.family = spec.family->name();
+      e.invariant = f.invariant;
+      e.found_against = spec.family->implementations()[target].name;
+      e.found_by = "libfuzzer";
+      e.message = f.message;
+      e.case_node = spec.family->to_yaml(s.best);
+      f.corpus_path = write_entry((fs::path(corpus_root) / spec.name).string(), e, &f.is_new);
+    } else {
+      f.is_new = true;
+    }
+    return f;
+  }
+  return std::nullopt;
+}
+
+FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
+  FuzzReport report;
+  for (const auto& spec : specs) report.stats.push_back({spec.name});
+  const bool continuous = o.time_s <= 0;
+  const double slice = continuous ? o.slice_s : o.time_s / static_cast<double>(specs.size());
+  const bool tty = isatty(2);
+  for (int round = 0; !interrupted(); ++round) {
+    for (size_t k = 0; k < specs.size() && !interrupted(); ++k) {
+      const Spec& spec = specs[k];
+      const size_t target = resolve_target(spec, o.target.empty() ? spec.target : o.target);
+      const std::string target_name = spec.family->implementations()[target].name;
+      const fs::path work = fs::path(o.work_dir) / spec.name;
+      const fs::path corpus = work / "corpus", seeds = work / "seeds", crashes = work / "crashes";
+      fs::create_directories(corpus);
+      fs::create_directories(crashes / "imported");
+      if (!fs::exists(seeds)) {
+        const int n = write_fuzz_seeds(spec, seeds.string(), o.seeds);
+        fmt::print(stderr, "[{}] {} seed inputs from the spec's generator\n", spec.name, n);
+      }
+      const std::string harness = harness_path(spec, o);
+      const auto t0 = Clock::now();
+      auto last = t0;
+      FuzzSpecStats& stats = report.stats[k];
+      const long long execs_before = stats.executions;
+      FuzzSpecStats now = stats;
+      const std::vector<std::string> args = {
+          harness,
+          fmt::format("-fork={}", std::max(1, o.jobs)),
+          "-ignore_crashes=1",
+          "-ignore_timeouts=1",
+          "-ignore_ooms=1",
+          fmt::format("-max_total_time={}", std::max(1, static_cast<int>(slice))),
+          fmt::format("-timeout={}", std::max(1, static_cast<int>(spec.run.case_timeout_s))),
+          "-artifact_prefix=" + crashes.string() + "/",
+          corpus.string(),
+          seeds.string()};
+      run_streaming(args, {"KPROP_SPEC=" + spec.path, "KPROP_TARGET=" + target_name}, [&](const std::string& line) {
+        parse_status(line, now);
+        const double since = std::chrono::duration<double>(Clock::now() - last).count();
+        if (since >= (tty ? 1.0 : 10.0)) {
+          last = Clock::now();
+          const double elapsed = std::chrono::duration<double>(last - t0).count();
+          fmt::print(stderr, "{}[{}] {} {:.0f}s  execs {}  exec/s {:.0f}  cov {}  crash inputs {}  findings {}{}",
+                     tty ? "\r\033[K" : "", spec.name, target_name, elapsed, now.executions,
+                     now.executions / std::max(elapsed, 1e-9), now.coverage, now.crash_inputs,
+                     report.new_findings(), tty ? "" : "\n");
+        }
+      });
+      if (tty) fmt::print(stderr, "\r\033[K");
+      stats.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+      stats.executions = execs_before + now.executions;
+      stats.coverage = std::max(stats.coverage, now.coverage);
+      stats.crash_inputs += now.crash_inputs;
+
+      // Every crash input: decode, re-check, shrink, store; then set it aside.
+      for (const auto& entry : fs::directory_iterator(crashes)) {
+        if (!entry.is_regular_file()) continue;
+        if (auto f = import_fuzz_input(spec, target, entry.path().string(), o.corpus_root, o.write_corpus)) {
+          if (f->is_new)
+            fmt::print(stderr, "[{}] new finding: {} broken: {}\n  shrunk: {}{}\n", spec.name, f->invariant, f->message,
+                       f->summary, f->corpus_path.empty() ? "" : "\n  stored: " + f->corpus_path);
+          report.findings.push_back(*f);
+        }
+        std::error_code ec;
+        fs::rename(entry.path(), crashes / "imported" / entry.path().filename(), ec);
+      }
+      // Merge the coverage corpus (minimise it) in place.
+      const fs::path merged = work / "corpus.merged";
+      fs::remove_all(merged);
+      fs::create_directories(merged);
+      run_streaming({harness, "-merge=1", merged.string(), corpus.string()},
+                    {"KPROP_SPEC=" + spec.path, "KPROP_TARGET=" + target_name}, [](const std::string&) {});
+      if (!fs::is_empty(merged)) {
+        fs::remove_all(corpus);
+        fs::rename(merged, corpus);
+      }
+    }
+    if (!continuous) break;
+  }
+  report.interrupted = interrupted();
+  return report;
+}
+
+}  // namespace kprop

@@ -1,0 +1,62 @@
+// prop_runner --fuzz: continuous coverage-guided fuzzing from specs.
+//
+// For each spec, its libFuzzer harness (fuzz_<spec>, built by
+// `scripts/dev.sh build-san`) runs in fork mode on the spec's target, seeded
+// with cases from the spec's own generator encoded as bytes. Every crash
+// input is decoded by the family, re-checked, shrunk with the family's
+// shrinker and stored in corpus/<spec>/ (found_by: libfuzzer), deduplicated
+// by content. The coverage corpus lives in a work folder and is merged at the
+// end of each round.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kprop/runner.h"
+
+namespace kprop {
+
+struct FuzzOptions {
+  std::string target;           // empty: each spec's target
+  double time_s = 60;           // total; 0 = rotate until interrupted
+  double slice_s = 60;          // per spec and round when time_s = 0
+  int jobs = 1;                 // libFuzzer -fork=N
+  std::string work_dir = ".fuzz-work";
+  std::string fuzzer_dir;       // where fuzz_<spec> lives
+  std::string corpus_root;      // corpus/<spec>/ goes under it
+  bool write_corpus = true;
+  int seeds = 64;               // generated seed inputs per spec
+};
+
+struct FuzzFinding {
+  std::string spec, invariant, message, summary, corpus_path;
+  bool is_new = false;
+};
+
+struct FuzzSpecStats {
+  std::string spec;
+  double seconds = 0;
+  long long executions = 0;
+  long long coverage = 0;
+  long long crash_inputs = 0;
+};
+
+struct FuzzReport {
+  std::vector<FuzzSpecStats> stats;
+  std::vector<FuzzFinding> findings;
+  bool interrupted = false;
+  int new_findings() const;
+};
+
+FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& options);
+
+// Decodes one fuzzer input, re-checks it, shrinks it and stores it; returns
+// nothing when the input no longer fails. Used by --fuzz and --import.
+std::optional<FuzzFinding> import_fuzz_input(const Spec& spec, size_t target, const std::string& path,
+                                             const std::string& corpus_root, bool write_corpus);
+
+// Writes `count` seed inputs for the spec (empty if the family has no
+// Draw-based builder); returns how many were written.
+int write_fuzz_seeds(const Spec& spec, const std::string& dir, int count);
+
+}  // namespace kprop
