@@ -10,13 +10,27 @@ std::string Mark::str() const {
   return file + ":" + std::to_string(line) + ":" + std::to_string(col);
 }
 
+// Errors are one line whatever the input held: control characters (a
+// newline inside a quoted YAML key, say) are shown escaped.
+static std::string one_line(const std::string& text) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : text) {
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c < 0x20 || c == 0x7f) out += std::string("\\x") + hex[c >> 4] + hex[c & 15];
+    else out += static_cast<char>(c);
+  }
+  return out;
+}
+
 static std::string located(const Mark& mark, const std::string& message) {
-  const std::string where = mark.str();
-  return where.empty() ? message : where + ": " + message;
+  const std::string where = one_line(mark.str());
+  return where.empty() ? one_line(message) : where + ": " + one_line(message);
 }
 
 InputError::InputError(Mark mark, const std::string& message)
-    : std::runtime_error(located(mark, message)), mark_(std::move(mark)), bare_(message) {}
+    : std::runtime_error(located(mark, message)), mark_(std::move(mark)), bare_(one_line(message)) {}
 
 CaseFormatError::CaseFormatError(int l, int c, const std::string& message)
     : std::runtime_error(message), line(l), col(c) {}

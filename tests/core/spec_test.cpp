@@ -101,3 +101,17 @@ TEST(SpecLoader, EmptyInvariantListIsAnError) {
 
 }  // namespace
 }  // namespace kprop
+
+namespace kprop {
+namespace {
+// Found by fuzz_spec_loader: an escape in a quoted scalar put a raw newline
+// into the message.
+TEST(SpecLoader, ErrorsStayOnOneLine) {
+  for (const char* text : {"spec: \"a\\\nb\"\n", "\"we\\nird\": 1\n", "spec: toy\nfamily: \"toy.\\tsum\"\n"}) {
+    const std::string err = error_of(text);
+    EXPECT_EQ(err.find('\n'), std::string::npos) << err;
+    EXPECT_EQ(err.find('\t'), std::string::npos) << err;
+  }
+}
+}  // namespace
+}  // namespace kprop
