@@ -6,7 +6,6 @@
 #include <cmath>
 
 #include "kprop/case_yaml.h"
-#include "kprop/gen.h"
 
 namespace kprop::kvcache {
 
@@ -41,41 +40,43 @@ double tidy(double x) {
   return std::round(x * 64) / 64;
 }
 
-// One case builder for RapidCheck draws and libFuzzer bytes alike.
-template <typename Draw>
-Case build_case(Draw& draw, const Values& domain) {
+// A size-ramped draw that starts a quarter of the way up the range: the
+// smallest cases (one token, no decode) exercise nothing, and the shrinker,
+// not the ramp, is what makes counterexamples small.
+int64_t ramped(Draw& draw, IntRange r) {
+  return std::max(draw.sized(r), draw.any(IntRange{r.lo, r.lo + (r.hi - r.lo + 2) / 4}));
+}
+
+}  // namespace
+
+Case Traits::build(Draw& draw, const Values& domain) {
   Case c;
   const double edge = domain.real("edge_rate");
-  c.kv_heads = static_cast<int>(draw.sized(domain.int_range("kv_heads")));
+  c.kv_heads = static_cast<int>(ramped(draw, domain.int_range("kv_heads")));
   c.group = static_cast<int>(draw.any(domain.int_range("group")));
-  c.head_dim = static_cast<int>(draw.sized(domain.int_range("head_dim")));
-  const int batch = static_cast<int>(draw.sized(domain.int_range("batch")));
+  c.head_dim = static_cast<int>(ramped(draw, domain.int_range("head_dim")));
+  const int batch = static_cast<int>(ramped(draw, domain.int_range("batch")));
   for (int b = 0; b < batch; ++b) {
     Sequence s;
-    s.prompt = draw.chance(edge) ? 1 : static_cast<int>(draw.sized(domain.int_range("prompt_len")));
-    s.decode = draw.chance(edge) ? 0 : static_cast<int>(draw.sized(domain.int_range("decode_steps")));
-    s.arrive = draw.chance(edge) ? 0 : static_cast<int>(draw.sized(domain.int_range("arrival")));
+    s.prompt = draw.chance(edge) ? 1 : static_cast<int>(ramped(draw, domain.int_range("prompt_len")));
+    s.decode = draw.chance(edge) ? 0 : static_cast<int>(ramped(draw, domain.int_range("decode_steps")));
+    s.arrive = draw.chance(edge) ? 0 : static_cast<int>(ramped(draw, domain.int_range("arrival")));
     s.seed = static_cast<uint64_t>(draw.any(IntRange{1, 1 << 30}));
     c.seqs.push_back(s);
   }
   const IntRange pages = domain.int_range("page_size");
   c.page_size = static_cast<int>(draw.any(pages));
   if (draw.chance(domain.real("divisor_rate"))) {  // a page size dividing a prompt or a full length
-    const Sequence& s = c.seqs[static_cast<size_t>(draw.any(IntRange{0, batch - 1}))];
+    const Sequence& s = c.seqs[static_cast<size_t>(draw.index(c.seqs.size()))];
     const int len = draw.chance(0.5) ? s.prompt : s.tokens();
     std::vector<int> divisors;
     for (int d = static_cast<int>(pages.lo); d <= std::min<int64_t>(pages.hi, len); ++d)
       if (len % d == 0) divisors.push_back(d);
-    if (!divisors.empty())
-      c.page_size =
-          divisors[static_cast<size_t>(draw.any(IntRange{0, static_cast<int64_t>(divisors.size()) - 1}))];
+    if (!divisors.empty()) c.page_size = divisors[static_cast<size_t>(draw.index(divisors.size()))];
   }
   c.chunk = draw.chance(edge) ? 1 : static_cast<int>(draw.any(domain.int_range("chunk")));
   const Choices& poisons = domain.choices("poison");
-  c.poison =
-      poisons[static_cast<size_t>(draw.any(IntRange{0, static_cast<int64_t>(poisons.size()) - 1}))] == "nan"
-          ? Poison::nan
-          : Poison::huge;
+  c.poison = poisons[static_cast<size_t>(draw.index(poisons.size()))] == "nan" ? Poison::nan : Poison::huge;
   c.q_scale = std::max(1.0 / 64, tidy(draw.any(domain.real_range("q_scale"))));
   c.k_spread = std::max(1.0, tidy(draw.any(domain.real_range("k_spread"))));
   c.v_spread = std::max(1.0, tidy(draw.any(domain.real_range("v_spread"))));
@@ -91,51 +92,6 @@ Case build_case(Draw& draw, const Values& domain) {
       std::swap(c.block_order[static_cast<size_t>(i)],
                 c.block_order[static_cast<size_t>(draw.any(IntRange{0, i}))]);
   return c;
-}
-
-// RapidCheck's inRange scales its range by the current size (at size 0 it
-// always returns the low end), so kprop::gen::any and chance are not uniform
-// on early trials. Draws here fix the size for uniform values and ramp only
-// the `sized` ranges, from a quarter of the way up: the smallest cases (one
-// token, no decode) exercise nothing, and the shrinker, not the ramp, is what
-// makes counterexamples small.
-template <typename T>
-T uniform(rc::Gen<T> g) {
-  return *rc::gen::resize(gen::kFullSize, std::move(g));
-}
-struct RapidCheckDraw {
-  int64_t sized(IntRange r) {
-    return *rc::gen::withSize([r](int size) {
-      const double frac = std::clamp(size, 0, gen::kFullSize) / static_cast<double>(gen::kFullSize);
-      const int64_t hi = r.lo + static_cast<int64_t>((r.hi - r.lo) * std::max(frac, 0.25) + 0.5);
-      return rc::gen::resize(gen::kFullSize, gen::any(IntRange{r.lo, hi}));
-    });
-  }
-  int64_t any(IntRange r) { return uniform(gen::any(r)); }
-  double any(RealRange r) { return uniform(gen::any(r)); }
-  bool chance(double p) { return uniform(gen::chance(p)); }
-};
-
-struct BytesDraw {
-  ByteReader& bytes;
-  int64_t sized(IntRange r) { return bytes.in_range(r); }
-  int64_t any(IntRange r) { return bytes.in_range(r); }
-  double any(RealRange r) { return bytes.in_range(r); }
-  bool chance(double p) { return bytes.unit() < p; }
-};
-
-}  // namespace
-
-rc::Gen<Case> Traits::generator(const Values& domain) {
-  return rc::gen::exec([domain] {
-    RapidCheckDraw draw;
-    return build_case(draw, domain);
-  });
-}
-
-Case Traits::from_bytes(ByteReader& bytes, const Values& domain) {
-  BytesDraw draw{bytes};
-  return build_case(draw, domain);
 }
 
 // One shrink step, boldest first: fewer sequences, shorter sequences, earlier

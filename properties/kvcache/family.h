@@ -3,6 +3,7 @@
 #pragma once
 
 #include "kernels/kvcache/kvcache.h"
+#include "kprop/draw.h"
 #include "kprop/family.h"
 
 namespace kprop::kvcache {
@@ -14,11 +15,11 @@ struct Traits {
   static constexpr const char* description =
       "KV cache: variable-length batch prefilled then decoded; contiguous, paged, chunked prefill, int8";
   static Schema domain_schema();
-  static rc::Gen<Case> generator(const Values& domain);
+  // One builder for RapidCheck draws, fuzz bytes and fuzz seed corpora (kprop/draw.h).
+  static Case build(Draw& draw, const Values& domain);
   static rc::Seq<Case> shrinks(const Case& c);
   static YAML::Node to_yaml(const Case& c);
   static Case from_yaml(const YAML::Node& node);
-  static Case from_bytes(ByteReader& bytes, const Values& domain);
   static CaseStats stats(const Case& c);
 };
 
