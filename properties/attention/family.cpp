@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <numeric>
 #include <tuple>
@@ -446,7 +447,8 @@ YAML::Node rows_node(const std::vector<double>& t, int dim, DType dtype) {
   return rows;
 }
 
-std::vector<double> read_rows(const YAML::Node& n, const char* key, int dim) {
+// f32 values are parsed as floats: their shortest text reads back exactly.
+std::vector<double> read_rows(const YAML::Node& n, const char* key, int dim, DType dtype) {
   const YAML::Node rows = n[key];
   if (!rows || !rows.IsSequence())
     case_yaml::fail(rows ? rows : n, std::string("'") + key + "' must be a list of rows");
@@ -456,7 +458,9 @@ std::vector<double> read_rows(const YAML::Node& n, const char* key, int dim) {
       case_yaml::fail(row, fmt::format("each row of '{}' must list dim = {} numbers", key, dim));
     for (const auto& x : row) {
       try {
-        out.push_back(x.as<double>());
+        const double value = x.as<double>();
+        out.push_back(dtype == DType::f32 && x.IsScalar() ? double(std::strtof(x.Scalar().c_str(), nullptr))
+                                                          : value);
       } catch (const YAML::Exception&) {
         case_yaml::fail(x, std::string("'") + key + "' has a non-number");
       }
@@ -550,10 +554,10 @@ Case CaseTraits<B>::from_yaml(const YAML::Node& n) {
       for (char ch : row) c.allowed.push_back(ch == '1');
     }
   }
-  c.q = read_rows(n, "q", s.dim);
-  c.k = read_rows(n, "k", s.dim);
-  c.v = read_rows(n, "v", s.dim);
-  if (B) c.d_out = read_rows(n, "d_out", s.dim);
+  c.q = read_rows(n, "q", s.dim, c.dtype);
+  c.k = read_rows(n, "k", s.dim, c.dtype);
+  c.v = read_rows(n, "v", s.dim, c.dtype);
+  if (B) c.d_out = read_rows(n, "d_out", s.dim, c.dtype);
   if (const std::string why = validate(c, B); !why.empty()) case_yaml::fail(n, why);
   return c;
 }
