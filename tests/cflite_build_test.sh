@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs .clusterfuzzlite/build.sh as OSS-Fuzz would (its variables pointed at
+# clang + libFuzzer + ASan), then checks every fuzzer in $OUT starts from an
+# unrelated folder (finding its spec beside it) and runs a few hundred inputs
+# from its seed corpus. Builds the dflash family only, to stay quick.
+set -euo pipefail
+repo="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/src" "$tmp/out" "$tmp/work"
+ln -s "$repo" "$tmp/src/kprop"
+export SRC="$tmp/src" OUT="$tmp/out" WORK="$tmp/work" CC=clang CXX=clang++
+export CFLAGS="-O1 -fno-omit-frame-pointer -gline-tables-only -fsanitize=address -fsanitize=fuzzer-no-link"
+export CXXFLAGS="$CFLAGS" LIB_FUZZING_ENGINE="-fsanitize=fuzzer" KPROP_FAMILIES=dflash
+bash "$repo/.clusterfuzzlite/build.sh" > "$tmp/build.log" 2>&1 || { tail -40 "$tmp/build.log"; exit 1; }
+cd "$tmp"
+found=0
+for fuzzer in "$OUT"/fuzz_*; do
+  case "$fuzzer" in *.options|*.yaml|*.zip) continue ;; esac
+  name=$(basename "$fuzzer")
+  test -f "$OUT/$name.options" && test -f "$OUT/${name}_seed_corpus.zip"
+  mkdir -p "seeds/$name"
+  (cd "seeds/$name" && cmake -E tar xf "$OUT/${name}_seed_corpus.zip")
+  "$fuzzer" -runs=300 -seed=1 "seeds/$name" > "run-$name.log" 2>&1 || { tail -30 "run-$name.log"; exit 1; }
+  grep -q "Done 300 runs" "run-$name.log" || { tail -30 "run-$name.log"; exit 1; }
+  echo "ok $name ($(ls "seeds/$name" | wc -l) seeds)"
+  found=$((found + 1))
+done
+test "$found" -ge 2
+echo "cflite build.sh: $found fuzzers built and ran"
