@@ -165,3 +165,34 @@ TEST(Reporters, JsonAndJunitAreWellFormed) {
 
 }  // namespace
 }  // namespace kprop
+
+namespace kprop {
+namespace {
+
+// Shards draw the same case sequence and split it by index, so the first
+// failing case over all shards is the unsharded run's first failing case, and
+// without discards the shards together check exactly its cases.
+TEST(Runner, ShardsPartitionTheUnshardedRun) {
+  const Spec spec = toy_spec("invariants: [matches_reference]\n");
+  const RunReport whole = run_spec(spec, options("drops_last"));
+  const RunReport clean = run_spec(spec, options("reference"));
+  int64_t first_failure = INT64_MAX, checked = 0;
+  for (int64_t i = 0; i < 3; ++i) {
+    RunOptions o = options("drops_last");
+    o.shard_index = i;
+    o.shard_count = 3;
+    const RunReport r = run_spec(spec, o);
+    if (r.status == RunStatus::failed) first_failure = std::min(first_failure, r.invariants[0].trials_to_fail);
+    RunOptions c = options("reference");
+    c.shard_index = i;
+    c.shard_count = 3;
+    const RunReport rc = run_spec(spec, c);
+    EXPECT_EQ(rc.status, RunStatus::passed);
+    checked += rc.invariants[0].passed;
+  }
+  EXPECT_EQ(first_failure, whole.invariants[0].trials_to_fail);
+  EXPECT_EQ(checked, clean.invariants[0].passed);
+}
+
+}  // namespace
+}  // namespace kprop
