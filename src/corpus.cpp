@@ -78,6 +78,16 @@ std::string emit_entry(const CorpusEntry& e) {
   root["found_by"] = e.found_by;
   root["seed"] = e.seed;
   root["message"] = e.message;
+  if (!e.also.empty()) {
+    YAML::Node also(YAML::NodeType::Sequence);
+    for (const auto& a : e.also) {
+      YAML::Node item(YAML::NodeType::Map);
+      item["found_against"] = a.found_against;
+      item["invariant"] = a.invariant;
+      also.push_back(item);
+    }
+    root["also_found_against"] = also;
+  }
   root["case"] = e.case_node;
   return emit_yaml(root);
 }
@@ -112,7 +122,17 @@ std::string write_entry(const std::string& dir, const CorpusEntry& entry, bool* 
   const fs::path path = fs::path(dir) / (case_hash(entry.case_node) + ".yaml");
   const bool exists = fs::exists(path);
   if (created) *created = !exists;
-  if (!exists) write_file_atomic(path.string(), emit_entry(entry));
+  if (!exists) {
+    write_file_atomic(path.string(), emit_entry(entry));
+    return path.string();
+  }
+  CorpusEntry stored = read_entry(path.string());
+  bool known = stored.found_against == entry.found_against;
+  for (const auto& a : stored.also) known = known || a.found_against == entry.found_against;
+  if (!known && !entry.found_against.empty()) {
+    stored.also.push_back({entry.found_against, entry.invariant});
+    write_file_atomic(path.string(), emit_entry(stored));
+  }
   return path.string();
 }
 
@@ -132,8 +152,9 @@ CorpusEntry read_entry(const std::string& path) {
     return m.is_null() ? Mark{path, 0, 0} : Mark{path, m.line + 1, m.column + 1};
   };
   if (!root.IsMap()) throw InputError(where(root), "corrupt corpus file: expected a map with 'kprop_corpus: 1'");
-  static const std::set<std::string> known = {"kprop_corpus", "spec",    "family",  "invariant",
-                                              "found_against", "found_by", "seed", "message", "case"};
+  static const std::set<std::string> known = {"kprop_corpus", "spec",     "family", "invariant",
+                                              "found_against", "found_by", "seed",   "message",
+                                              "also_found_against",        "case"};
   for (auto it = root.begin(); it != root.end(); ++it)
     if (!it->first.IsScalar() || !known.count(it->first.Scalar()))
       throw InputError(where(it->first), "corrupt corpus file: unknown key '" +
@@ -163,6 +184,15 @@ CorpusEntry read_entry(const std::string& path) {
       e.seed = root["seed"].as<uint64_t>();
     } catch (const YAML::Exception&) {
       throw InputError(where(root["seed"]), "corrupt corpus file: seed must be an integer");
+    }
+  }
+  if (const YAML::Node also = root["also_found_against"]) {
+    if (!also.IsSequence()) throw InputError(where(also), "corrupt corpus file: also_found_against must be a list");
+    for (const auto& item : also) {
+      if (!item.IsMap() || !item["found_against"] || !item["invariant"] || !item["found_against"].IsScalar() ||
+          !item["invariant"].IsScalar())
+        throw InputError(where(item), "corrupt corpus file: also_found_against entries need found_against and invariant");
+      e.also.push_back({item["found_against"].Scalar(), item["invariant"].Scalar()});
     }
   }
   e.case_node = root["case"];

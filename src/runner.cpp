@@ -504,25 +504,33 @@ std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path,
         break;
       }
     }
-    const int mutant = family.find_implementation(e.found_against);
-    const int invariant = family.find_invariant(e.invariant);
-    if (mutant >= 0 && invariant >= 0 &&
-        family.implementations()[static_cast<size_t>(mutant)].kind == ImplKind::mutant) {
+    // Each implementation the case was found against, if it is a registered
+    // mutant, must still fail the recorded invariant.
+    std::vector<AlsoFound> findings = {{e.found_against, e.invariant}};
+    findings.insert(findings.end(), e.also.begin(), e.also.end());
+    for (const auto& found : findings) {
+      const int mutant = family.find_implementation(found.found_against);
+      const int invariant = family.find_invariant(found.invariant);
+      if (mutant < 0 || invariant < 0 ||
+          family.implementations()[static_cast<size_t>(mutant)].kind != ImplKind::mutant)
+        continue;
       row.mutant_checked = true;
-      InvariantUse use{static_cast<size_t>(invariant), e.invariant,
+      InvariantUse use{static_cast<size_t>(invariant), found.invariant,
                        Values::defaults(family.invariants()[static_cast<size_t>(invariant)].params)};
       for (const auto& u : spec.invariants)
-        if (u.name == e.invariant) use = u;
+        if (u.name == found.invariant) use = u;
       Verdict v;
       try {
         v = check_case(spec, static_cast<size_t>(mutant), use, c);
       } catch (const std::exception& err) {
         v = Verdict::fail(std::string("threw: ") + err.what());
       }
-      row.mutant_still_fails = v.outcome == Outcome::fail;
-      row.mutant_detail = row.mutant_still_fails ? v.message
-                                                 : (v.outcome == Outcome::discard ? "discarded: " + v.message
-                                                                                  : "now passes");
+      if (v.outcome != Outcome::fail && row.mutant_still_fails) {
+        row.mutant_still_fails = false;
+        row.found_against = found.found_against;
+        row.invariant = found.invariant;
+        row.mutant_detail = v.outcome == Outcome::discard ? "discarded: " + v.message : "now passes";
+      }
     }
     rows.push_back(std::move(row));
   }

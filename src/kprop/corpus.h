@@ -10,6 +10,13 @@
 
 namespace kprop {
 
+// Another implementation the same case was found against (a later
+// finding of an identical case, possibly by another invariant).
+struct AlsoFound {
+  std::string found_against;
+  std::string invariant;
+};
+
 struct CorpusEntry {
   int version = 1;
   std::string spec;
@@ -20,6 +27,7 @@ struct CorpusEntry {
   uint64_t seed = 0;
   std::string message;
   YAML::Node case_node;
+  std::vector<AlsoFound> also;  // also_found_against: replay checks each
   std::string path;  // where it was read from or written to
 };
 
@@ -30,7 +38,8 @@ std::string emit_entry(const CorpusEntry& entry);
 std::string case_hash(const YAML::Node& case_node);
 
 // Writes dir/<hash>.yaml (temp file + rename). Returns the path and sets
-// `created` false when an identical case was already stored.
+// `created` false when an identical case was already stored; then a finding
+// against a different implementation is added to its also_found_against.
 std::string write_entry(const std::string& dir, const CorpusEntry& entry, bool* created = nullptr);
 // Reads one entry; throws InputError naming file:line:col on anything malformed.
 CorpusEntry read_entry(const std::string& path);

@@ -104,9 +104,9 @@ struct ReplayRow {
   std::string found_against;
   bool target_ok = true;
   std::string target_detail;
-  bool mutant_checked = false;
-  bool mutant_still_fails = true;
-  std::string mutant_detail;
+  bool mutant_checked = false;    // at least one recorded mutant was re-run
+  bool mutant_still_fails = true;  // every recorded mutant still fails
+  std::string mutant_detail;       // the first that no longer does, and why
 };
 std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path,
                                      const RunOptions& options);

@@ -129,3 +129,23 @@ TEST(EmitYaml, ShortListsAndFlatMapsAreOneLine) {
 
 }  // namespace
 }  // namespace kprop
+
+namespace kprop {
+namespace {
+TEST_F(CorpusTest, SameCaseFoundAgainstAnotherMutantIsRecorded) {
+  const std::string path = write_entry(dir_.string(), entry());
+  CorpusEntry other = entry();
+  other.found_against = "second_mutant";
+  other.invariant = "another_invariant";
+  bool created = true;
+  write_entry(dir_.string(), other, &created);
+  EXPECT_FALSE(created);
+  write_entry(dir_.string(), other, &created);  // recorded once
+  const CorpusEntry back = read_entry(path);
+  EXPECT_EQ(back.found_against, "drops_last");
+  ASSERT_EQ(back.also.size(), 1u);
+  EXPECT_EQ(back.also[0].found_against, "second_mutant");
+  EXPECT_EQ(back.also[0].invariant, "another_invariant");
+}
+}  // namespace
+}  // namespace kprop
