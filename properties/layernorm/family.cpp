@@ -9,7 +9,6 @@
 #include <memory>
 
 #include "kprop/case_yaml.h"
-#include "kprop/gen.h"
 #include "kprop/rng.h"
 
 namespace kprop::layernorm {
@@ -43,10 +42,11 @@ namespace {
 // Streams of kprop::rng for the case's values (one seed per case).
 enum Stream : uint64_t { kRowMean = 1, kGamma = 2, kBeta = 3, kDy = 4, kX = 1000 };
 
-// One case builder for every source of randomness: RapidCheck draws (sized)
-// and libFuzzer bytes, so the fuzzer reaches exactly the generator's domain.
-template <typename Draw>
-Case build_case(Draw& draw, const Values& domain) {
+}  // namespace
+
+// One case builder for RapidCheck draws, fuzz bytes and seed corpora: the
+// draws pick the shape, the scales and a seed; the values come from kprop::rng.
+Case Traits::build(Draw& draw, const Values& domain) {
   Case c;
   c.dtype = draw.pick(domain.choices("dtype")) == "f32" ? DType::f32 : DType::f64;
   c.rows = static_cast<int>(draw.sized(domain.int_range("rows")));
@@ -78,22 +78,7 @@ Case build_case(Draw& draw, const Values& domain) {
   return c;
 }
 
-struct RapidCheckDraw {
-  int64_t sized(IntRange r) { return *gen::sized(r); }
-  int64_t any(IntRange r) { return *gen::any(r); }
-  double any(RealRange r) { return *gen::any(r); }
-  bool chance(double p) { return *gen::chance(p); }
-  std::string pick(const Choices& options) { return *rc::gen::elementOf(options); }
-};
-
-struct BytesDraw {
-  ByteReader& bytes;
-  int64_t sized(IntRange r) { return bytes.in_range(r); }
-  int64_t any(IntRange r) { return bytes.in_range(r); }
-  double any(RealRange r) { return bytes.in_range(r); }
-  bool chance(double p) { return bytes.unit() < p; }
-  std::string pick(const Choices& options) { return bytes.pick(options); }
-};
+namespace {
 
 // The shortest text that reads back to v in the dtype.
 std::string number_text(double v, DType dtype) {
@@ -214,18 +199,6 @@ int significant_digits(double v, DType dtype) {
   if (first == std::string::npos) return 0;
   const size_t last = digits.find_last_not_of('0');
   return static_cast<int>(last - first + 1);
-}
-
-rc::Gen<Case> Traits::generator(const Values& domain) {
-  return rc::gen::exec([domain] {
-    RapidCheckDraw draw;
-    return build_case(draw, domain);
-  });
-}
-
-Case Traits::from_bytes(ByteReader& bytes, const Values& domain) {
-  BytesDraw draw{bytes};
-  return build_case(draw, domain);
 }
 
 // One shrink step, boldest first: fewer rows, smaller D, canonical γ, β and

@@ -136,7 +136,8 @@ TEST(LayerNormCodec, EveryByteStringDecodesToAValidCase) {
     std::vector<uint8_t> bytes(static_cast<size_t>(len));
     for (int i = 0; i < len; ++i) bytes[static_cast<size_t>(i)] = static_cast<uint8_t>(i * 37 + len);
     ByteReader reader(bytes.data(), bytes.size());
-    const Case c = Traits::from_bytes(reader, spec.domain);
+    BytesDraw draw(reader);
+    const Case c = Traits::build(draw, spec.domain);
     EXPECT_EQ(validate(c), "") << len;
     Case rounded = c;
     round_to_dtype(rounded);
