@@ -9,7 +9,6 @@
 #include <set>
 
 #include "kprop/case_yaml.h"
-#include "kprop/gen.h"
 
 namespace kprop::softmax_topk {
 
@@ -43,17 +42,11 @@ Schema Traits::domain_schema() {
   };
 }
 
-namespace {
-
-// One case builder for RapidCheck draws and libFuzzer bytes alike.
-template <typename Draw>
-Case build_case(Draw& draw, const Values& domain) {
+// One case builder for RapidCheck draws, fuzz bytes and seed corpora. Logits
+// are drawn one by one (value-level control: grid values, ties, -inf).
+Case Traits::build(Draw& draw, const Values& domain) {
   Case c;
-  const Choices& dtypes = domain.choices("dtype");
-  c.dtype =
-      dtypes[static_cast<size_t>(draw.any(IntRange{0, static_cast<int64_t>(dtypes.size()) - 1}))] == "f32"
-          ? DType::f32
-          : DType::f64;
+  c.dtype = draw.pick(domain.choices("dtype")) == "f32" ? DType::f32 : DType::f64;
   const IntRange vr = domain.int_range("vocab");
   // A quarter of the cases reach the whole vocab range at once (K > 32 needs V > 32).
   c.vocab = static_cast<int>(draw.chance(0.25) ? draw.any(vr) : draw.sized(vr));
@@ -98,20 +91,7 @@ Case build_case(Draw& draw, const Values& domain) {
   return c;
 }
 
-struct RapidCheckDraw {
-  int64_t sized(IntRange r) { return *gen::sized(r); }
-  int64_t any(IntRange r) { return *gen::any(r); }
-  double any(RealRange r) { return *gen::any(r); }
-  bool chance(double p) { return *gen::chance(p); }
-};
-
-struct BytesDraw {
-  ByteReader& bytes;
-  int64_t sized(IntRange r) { return bytes.in_range(r); }
-  int64_t any(IntRange r) { return bytes.in_range(r); }
-  double any(RealRange r) { return bytes.in_range(r); }
-  bool chance(double p) { return bytes.unit() < p; }
-};
+namespace {
 
 // Is x exactly a value of the case's dtype?
 bool representable(const Case& c, double x) {
@@ -165,18 +145,6 @@ std::vector<double> simpler_values(double x) {
 }
 
 }  // namespace
-
-rc::Gen<Case> Traits::generator(const Values& domain) {
-  return rc::gen::exec([domain] {
-    RapidCheckDraw draw;
-    return build_case(draw, domain);
-  });
-}
-
-Case Traits::from_bytes(ByteReader& bytes, const Values& domain) {
-  BytesDraw draw{bytes};
-  return build_case(draw, domain);
-}
 
 // One shrink step, boldest first: fewer rows, fewer columns, smaller K, block
 // 1, whole-row simplifications (dense ranks, halving), then one value at a
