@@ -6,7 +6,6 @@
 #include <cmath>
 
 #include "kprop/case_yaml.h"
-#include "kprop/gen.h"
 #include "kprop/rng.h"
 
 namespace kprop::ternary {
@@ -52,13 +51,10 @@ Schema Traits::domain_schema() {
   };
 }
 
-namespace {
-
-// One case builder for RapidCheck draws and libFuzzer bytes: the draws pick
-// the shape, the distributions and a seed; the values come from the
+// One case builder for RapidCheck draws, fuzz bytes and seed corpora: the
+// draws pick the shape, the distributions and a seed; the values come from the
 // counter-based rng, so the same draws give the same case everywhere.
-template <typename Draw>
-Case build_case(Draw& draw, const Values& domain) {
+Case Traits::build(Draw& draw, const Values& domain) {
   Case c;
   c.tokens = static_cast<int>(draw.sized(domain.int_range("tokens")));
   c.in_features = static_cast<int>(draw.sized(domain.int_range("in_features")));
@@ -152,36 +148,7 @@ Case build_case(Draw& draw, const Values& domain) {
   return c;
 }
 
-// rc::gen::inRange scales its range by the size as well, so kprop::gen::any
-// would draw only the first distribution kind in early trials; these draws
-// are uniform at every size (sized() still ramps the upper end).
-template <typename V>
-V full(rc::Gen<V> g) {
-  return *rc::gen::resize(gen::kFullSize, std::move(g));
-}
-struct RapidCheckDraw {
-  int64_t sized(IntRange r) {
-    return *rc::gen::withSize([r](int size) {
-      return rc::gen::resize(
-          gen::kFullSize, gen::any(IntRange{r.lo, r.lo + (r.hi - r.lo) * std::clamp(size, 0, gen::kFullSize) /
-                                                             gen::kFullSize}));
-    });
-  }
-  int64_t any(IntRange r) { return full(gen::any(r)); }
-  double any(RealRange r) { return full(gen::any(r)); }
-  std::string pick(const Choices& options) {
-    return options[static_cast<size_t>(
-        full(gen::any(IntRange{0, static_cast<int64_t>(options.size()) - 1})))];
-  }
-};
-
-struct BytesDraw {
-  ByteReader& bytes;
-  int64_t sized(IntRange r) { return bytes.in_range(r); }
-  int64_t any(IntRange r) { return bytes.in_range(r); }
-  double any(RealRange r) { return bytes.in_range(r); }
-  std::string pick(const Choices& options) { return bytes.pick(options); }
-};
+namespace {
 
 // Shape edits: keep a subset of tokens, output rows or input columns.
 Case keep_tokens(const Case& c, const std::vector<int>& keep) {
@@ -247,18 +214,6 @@ std::vector<double> simpler_values(double v) {
 }
 
 }  // namespace
-
-rc::Gen<Case> Traits::generator(const Values& domain) {
-  return rc::gen::exec([domain] {
-    RapidCheckDraw draw;
-    return build_case(draw, domain);
-  });
-}
-
-Case Traits::from_bytes(ByteReader& bytes, const Values& domain) {
-  BytesDraw draw{bytes};
-  return build_case(draw, domain);
-}
 
 // One shrink step, boldest first: halve then drop single tokens, output rows
 // and input columns; set nonzero dy to 1; then simplify single values (x, w,

@@ -15,11 +15,10 @@ struct Traits {
       "BitNet b1.58 linear layer: absmean ternary weights, absmax int8 activations, straight-through "
       "backward";
   static Schema domain_schema();
-  static rc::Gen<Case> generator(const Values& domain);
+  static Case build(Draw& draw, const Values& domain);  // RapidCheck, fuzz bytes and seed corpora
   static rc::Seq<Case> shrinks(const Case& c);
   static YAML::Node to_yaml(const Case& c);
   static Case from_yaml(const YAML::Node& node);
-  static Case from_bytes(ByteReader& bytes, const Values& domain);
   static CaseStats stats(const Case& c);
 };
 

@@ -157,7 +157,8 @@ TEST(TernaryCodec, EveryByteStringDecodesToAValidCase) {
     std::vector<uint8_t> bytes(static_cast<size_t>(len));
     for (int i = 0; i < len; ++i) bytes[static_cast<size_t>(i)] = static_cast<uint8_t>(i * 37 + len);
     ByteReader reader(bytes.data(), bytes.size());
-    EXPECT_EQ(validate(Traits::from_bytes(reader, spec.domain)), "") << len;
+    BytesDraw draw(reader);
+    EXPECT_EQ(validate(Traits::build(draw, spec.domain)), "") << len;
   }
 }
 
