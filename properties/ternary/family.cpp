@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "kprop/case_yaml.h"
 #include "kprop/rng.h"
@@ -190,6 +191,25 @@ Case keep_inputs(const Case& c, const std::vector<int>& keep) {
   return s;
 }
 
+// The weight edit `s` of `from` with mean|W| kept: the largest remaining |w|
+// absorbs the change, so W/s stays put for the other weights and a rounding
+// tie on W/s = 1/2 survives dropping rows or columns of W.
+std::optional<Case> keep_weight_mean(const Case& from, Case s) {
+  if (s.w.empty()) return std::nullopt;
+  double before = 0, after = 0;
+  for (double v : from.w) before += std::fabs(v);
+  for (double v : s.w) after += std::fabs(v);
+  const size_t j =
+      static_cast<size_t>(std::max_element(s.w.begin(), s.w.end(),
+                                           [](double a, double b) { return std::fabs(a) < std::fabs(b); }) -
+                          s.w.begin());
+  const double need = before / static_cast<double>(from.w.size()) * static_cast<double>(s.w.size()) -
+                      (after - std::fabs(s.w[j]));
+  if (!(need >= 0) || !std::isfinite(need) || need == std::fabs(s.w[j])) return std::nullopt;
+  s.w[j] = s.w[j] < 0 ? -need : need;
+  return s;
+}
+
 std::vector<int> iota_except(int n, int drop_from, int drop_to) {  // [0, n) without [drop_from, drop_to)
   std::vector<int> v;
   for (int i = 0; i < n; ++i)
@@ -230,12 +250,19 @@ rc::Seq<Case> Traits::shrinks(const Case& c) {
     shapes.push_back({axis, iota_except(n, 0, n / 2)});
     for (int i = 0; i < n; ++i) shapes.push_back({axis, iota_except(n, i, i + 1)});
   }
+  const auto weight_edits = shapes;  // axes 1 and 2 again below, mean|W| kept
   auto shape_seq =
       rc::seq::map(rc::seq::fromContainer(std::move(shapes)), [c](const std::pair<int, std::vector<int>>& e) {
         return e.first == 0   ? keep_tokens(c, e.second)
                : e.first == 1 ? keep_outputs(c, e.second)
                               : keep_inputs(c, e.second);
       });
+  std::vector<Case> mean_kept;
+  for (const auto& [axis, keep] : weight_edits) {
+    if (axis == 0) continue;
+    auto s = keep_weight_mean(c, axis == 1 ? keep_outputs(c, keep) : keep_inputs(c, keep));
+    if (s) mean_kept.push_back(std::move(*s));
+  }
   // Nonzero dy all set to 1 (zeros stay: 0 is simpler than 1, and undoing a
   // zeroing would let the shrinker cycle).
   std::vector<Case> ones;
@@ -261,9 +288,9 @@ rc::Seq<Case> Traits::shrinks(const Case& c) {
       return s;
     });
   });
-  return rc::seq::filter(
-      rc::seq::concat(std::move(shape_seq), rc::seq::fromContainer(std::move(ones)), std::move(values_seq)),
-      [c](const Case& s) { return !(s == c); });
+  return rc::seq::filter(rc::seq::concat(std::move(shape_seq), rc::seq::fromContainer(std::move(mean_kept)),
+                                         rc::seq::fromContainer(std::move(ones)), std::move(values_seq)),
+                         [c](const Case& s) { return !(s == c); });
 }
 
 YAML::Node Traits::to_yaml(const Case& c) {
