@@ -122,6 +122,22 @@ TEST(DflashShrinker, PositionalLogitsShrinksToTwoRoots) {
     }
 }
 
+// depth_logits needs a depth-2 node under a root other than node 0: 3 nodes.
+TEST(DflashShrinker, DepthLogitsShrinksToAtMostThreeNodes) {
+  const Spec spec = load_spec(kSpec);
+  for (uint64_t seed : {1u, 5u, 9u}) {
+    RunOptions o;
+    o.target = "depth_logits";
+    o.seed = seed;
+    o.write_corpus = false;
+    o.stop_on_first_failure = true;
+    const RunReport r = run_spec(spec, o);
+    ASSERT_EQ(r.status, RunStatus::failed);
+    for (const auto& inv : r.invariants)
+      if (inv.counterexample) EXPECT_LE(inv.counterexample->stats.size, 3) << inv.counterexample->case_yaml;
+  }
+}
+
 TEST(DflashShrinker, EveryCandidateIsValidAndDifferent) {
   Case c = base_case();
   const auto g = greedy(c, c.prompt, 2);
