@@ -133,8 +133,11 @@ TEST(DflashShrinker, DepthLogitsShrinksToAtMostThreeNodes) {
     o.stop_on_first_failure = true;
     const RunReport r = run_spec(spec, o);
     ASSERT_EQ(r.status, RunStatus::failed);
-    for (const auto& inv : r.invariants)
-      if (inv.counterexample) EXPECT_LE(inv.counterexample->stats.size, 3) << inv.counterexample->case_yaml;
+    for (const auto& inv : r.invariants) {
+      if (inv.counterexample) {
+        EXPECT_LE(inv.counterexample->stats.size, 3) << inv.counterexample->case_yaml;
+      }
+    }
   }
 }
 
