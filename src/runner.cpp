@@ -353,8 +353,7 @@ RunReport run_spec(const Spec& spec, const RunOptions& options) {
         for (auto& r : report.invariants) r.status = InvariantStatus::not_run;
         return report;
       } catch (const std::exception& e) {
-        g_guard.spec = &spec, g_guard.target = target, g_guard.input = &c;
-        g_guard.options = &options, g_guard.seed = report.seed;
+        // The guard is disarmed but still describes this case: save it.
         report.status = RunStatus::crashed;
         report.detail = fmt::format("target threw: {}", e.what());
         const std::string path = save_crash(report.detail, "crash");
