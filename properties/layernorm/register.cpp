@@ -1,6 +1,24 @@
 #include "properties/layernorm/family.h"
 
+#if KPROP_HAVE_CUDA
+#include "kernels/layernorm/layernorm_cuda.h"
+#endif
+
 namespace kprop::layernorm {
+namespace {
+
+// The CUDA implementation reports "skipped" (kprop::Unsupported) wherever it
+// cannot run: no CUDA compiler at build time, or no device at run time.
+Result cuda_or_skip([[maybe_unused]] const Case& c) {
+#if KPROP_HAVE_CUDA
+  if (cuda_raw::device_count() <= 0) throw Unsupported("no CUDA device");
+  return cuda(c);
+#else
+  throw Unsupported("built without CUDA");
+#endif
+}
+
+}  // namespace
 
 KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
   f.implementation(
@@ -11,6 +29,12 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
        "one-pass Welford forward (16 lanes, Chan combine, shifted by x[0]) caching xhat and rstd; "
        "fused backward from the cache; f32 or f64 per case"},
       fused);
+  f.implementation(
+      {"cuda", ImplKind::optimized,
+       "one block per row: x shifted by x[0], two-pass mean/variance with tree reductions, "
+       "x-hat cached; dx from the cache; dgamma/dbeta one thread per column; f32 or f64 per case",
+       "cuda"},
+      cuda_or_skip);
   for (const Mutant& m : mutants()) f.mutant(m.name, m.description, m.run);
   register_invariants(f);
 });

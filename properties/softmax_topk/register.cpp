@@ -1,6 +1,24 @@
 #include "properties/softmax_topk/family.h"
 
+#if KPROP_HAVE_CUDA
+#include "kernels/softmax_topk/softmax_topk_cuda.h"
+#endif
+
 namespace kprop::softmax_topk {
+namespace {
+
+// The CUDA implementation reports "skipped" (kprop::Unsupported) wherever it
+// cannot run: no CUDA compiler at build time, or no device at run time.
+Result cuda_or_skip([[maybe_unused]] const Case& c) {
+#if KPROP_HAVE_CUDA
+  if (cuda_raw::device_count() <= 0) throw Unsupported("no CUDA device");
+  return cuda(c);
+#else
+  throw Unsupported("built without CUDA");
+#endif
+}
+
+}  // namespace
 
 KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
   f.implementation({"reference", ImplKind::reference, "full softmax in double, stable sort by logit"},
@@ -9,6 +27,12 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
       {"fused", ImplKind::optimized,
        "single pass: blocked online max and normaliser with a running top-k buffer (any K up to V)"},
       fused);
+  f.implementation(
+      {"cuda", ImplKind::optimized,
+       "one block per row: tree-reduced max and normaliser, then rank selection (each element's "
+       "rank by the contract order, stopping at K; rank < K writes its slot), any K up to V; f32 or f64",
+       "cuda"},
+      cuda_or_skip);
   for (const Mutant& m : mutants()) f.mutant(m.name, m.description, m.run);
   register_invariants(f);
 });

@@ -1,0 +1,39 @@
+// LayerNorm on a CUDA device. Two layers:
+//  * cuda_raw: host arrays in, host arrays out, implemented in
+//    layernorm_cuda.cu. Plain C++17 (nvcc may compile device code at a lower
+//    standard than the C++20 host code), no kprop, RapidCheck or yaml headers.
+//  * cuda(Case): the Case -> Result wrapper (layernorm_cuda.cpp), host
+//    compiler only.
+// Both exist only when the family is built with CUDA (KPROP_HAVE_CUDA);
+// registration turns "no device" into kprop::Unsupported.
+#pragma once
+
+namespace kprop::layernorm::cuda_raw {
+
+// Number of CUDA devices; 0 when there is none or the runtime reports an
+// error (no driver, insufficient driver). Cached after the first call.
+int device_count();
+
+// Forward and backward of rows x dim on device 0: x, dy, y, xhat, dx are
+// rows x dim; gamma, beta, dgamma, dbeta dim; mean, rstd rows. Throws
+// std::runtime_error without a device or on any CUDA error.
+void run(const float* x, const float* gamma, const float* beta, const float* dy, int rows, int dim, float eps,
+         float* y, float* xhat, float* mean, float* rstd, float* dx, float* dgamma, float* dbeta);
+void run(const double* x, const double* gamma, const double* beta, const double* dy, int rows, int dim,
+         double eps, double* y, double* xhat, double* mean, double* rstd, double* dx, double* dgamma,
+         double* dbeta);
+
+}  // namespace kprop::layernorm::cuda_raw
+
+#ifndef __CUDACC__
+#include "kernels/layernorm/layernorm.h"
+
+namespace kprop::layernorm {
+
+// The case on device 0 in its dtype (f32 or f64), widened back to double
+// like the CPU implementations. Requires a device (check
+// cuda_raw::device_count() first); throws std::runtime_error on CUDA errors.
+Result cuda(const Case& c);
+
+}  // namespace kprop::layernorm
+#endif
