@@ -221,37 +221,5 @@ TEST(BeamShrinker, PenaltyCountsPromptShrinksToOneStep) {
     }
 }
 
-// Every mutant dies under the committed spec; 3 fixed seeds here, 20 in the
-// closing note's measurement (prop_runner --mutants).
-class MutantKill : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(MutantKill, DiesUnderTheCommittedSpec) {
-  const Spec spec = load_spec(kSpec);
-  for (uint64_t seed : {1u, 2u, 3u}) {
-    RunOptions o;
-    o.target = GetParam();
-    o.seed = seed;
-    o.write_corpus = false;
-    o.stop_on_first_failure = true;
-    EXPECT_EQ(run_spec(spec, o).status, RunStatus::failed) << GetParam() << " survived seed " << seed;
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Beam, MutantKill,
-                         ::testing::Values("drop_finished", "penalty_compounding", "penalty_counts_prompt",
-                                           "expand_finished", "batch_pool_leak", "stop_at_first_eos"));
-
-TEST(BeamImplementations, CorrectOnesPass) {
-  const Spec spec = load_spec(kSpec);
-  for (const char* target : {"reference", "batched"})
-    for (uint64_t seed : {11u, 12u}) {
-      RunOptions o;
-      o.target = target;
-      o.seed = seed;
-      o.write_corpus = false;
-      EXPECT_EQ(run_spec(spec, o).status, RunStatus::passed) << target << " seed " << seed;
-    }
-}
-
 }  // namespace
 }  // namespace kprop::beam

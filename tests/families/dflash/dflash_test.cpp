@@ -155,36 +155,5 @@ TEST(DflashShrinker, EveryCandidateIsValidAndDifferent) {
   EXPECT_GT(n, 10);
 }
 
-// Every mutant dies under the committed spec; 3 fixed seeds here, 20+ in the
-// closing note's measurement (prop_runner --mutants).
-class MutantKill : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(MutantKill, DiesUnderTheCommittedSpec) {
-  const Spec spec = load_spec(kSpec);
-  for (uint64_t seed : {1u, 2u, 3u}) {
-    RunOptions o;
-    o.target = GetParam();
-    o.seed = seed;
-    o.write_corpus = false;
-    o.stop_on_first_failure = true;
-    EXPECT_EQ(run_spec(spec, o).status, RunStatus::failed) << GetParam() << " survived seed " << seed;
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Dflash, MutantKill,
-                         ::testing::Values("positional_logits", "depth_logits", "index_positions", "parent_only_mask",
-                                           "sibling_leak_mask", "no_subtree_invalidation", "no_bonus_token"));
-
-TEST(DflashImplementations, CorrectOnesPass) {
-  const Spec spec = load_spec(kSpec);
-  for (const char* target : {"reference", "kv_cached"}) {
-    RunOptions o;
-    o.target = target;
-    o.seed = 11;
-    o.write_corpus = false;
-    EXPECT_EQ(run_spec(spec, o).status, RunStatus::passed) << target;
-  }
-}
-
 }  // namespace
 }  // namespace kprop::dflash

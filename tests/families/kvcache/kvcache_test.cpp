@@ -214,20 +214,6 @@ RunStatus run(const std::string& target, uint64_t seed, std::vector<std::string>
   return run_spec(spec, o).status;
 }
 
-// Every mutant dies under the committed spec; 3 fixed seeds here, 20 in the
-// report (prop_runner --mutants).
-class MutantKill : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(MutantKill, DiesUnderTheCommittedSpec) {
-  for (uint64_t seed : {1u, 2u, 3u})
-    EXPECT_EQ(run(GetParam(), seed), RunStatus::failed) << GetParam() << " survived seed " << seed;
-}
-
-INSTANTIATE_TEST_SUITE_P(Kvcache, MutantKill,
-                         ::testing::Values("paged_last_block_offset", "chunk_ignores_past",
-                                           "decode_off_by_one", "padding_leak", "per_tensor_scale",
-                                           "stale_block_reuse"));
-
 // Each mutant also dies under the invariant written for its kind of bug alone.
 TEST(KvcacheMutants, EachDiesUnderItsOwnInvariant) {
   const std::vector<std::pair<const char*, const char*>> pairs = {
@@ -239,11 +225,6 @@ TEST(KvcacheMutants, EachDiesUnderItsOwnInvariant) {
       {"stale_block_reuse", "paged_matches_contiguous"}};
   for (const auto& [mutant, invariant] : pairs)
     EXPECT_EQ(run(mutant, 5, {invariant}), RunStatus::failed) << mutant << " under " << invariant;
-}
-
-TEST(KvcacheImplementations, CorrectOnesPass) {
-  for (const char* target : {"reference", "contiguous", "paged", "chunked_prefill", "int8"})
-    EXPECT_EQ(run(target, 11), RunStatus::passed) << target;
 }
 
 }  // namespace

@@ -196,37 +196,5 @@ TEST(TernaryShrinker, MinimalShapes) {
   }
 }
 
-// Every mutant dies under the committed spec; 3 fixed seeds here, 20 in the
-// measurement of the closing note (prop_runner --mutants).
-class MutantKill : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(MutantKill, DiesUnderTheCommittedSpec) {
-  const Spec spec = load_spec(kSpec);
-  for (uint64_t seed : {1u, 2u, 3u}) {
-    RunOptions o;
-    o.target = GetParam();
-    o.seed = seed;
-    o.write_corpus = false;
-    o.stop_on_first_failure = true;
-    EXPECT_EQ(run_spec(spec, o).status, RunStatus::failed) << GetParam() << " survived seed " << seed;
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Ternary, MutantKill,
-                         ::testing::Values("scale_absmax", "round_toward_zero", "ste_zero_grad", "no_eps",
-                                           "round_half_away"));
-
-TEST(TernaryImplementations, CorrectOnesPass) {
-  const Spec spec = load_spec(kSpec);
-  for (const char* target : {"reference", "packed", "packed_base3"})
-    for (uint64_t seed : {11u, 12u}) {
-      RunOptions o;
-      o.target = target;
-      o.seed = seed;
-      o.write_corpus = false;
-      EXPECT_EQ(run_spec(spec, o).status, RunStatus::passed) << target << " seed " << seed;
-    }
-}
-
 }  // namespace
 }  // namespace kprop::ternary
