@@ -1,9 +1,10 @@
 // DFlash throughput: cases per second of the committed spec (generation plus
 // every invariant on the reference), and the cost of each implementation on
 // full-size cases. Run: build/bench/bench_dflash
+#include "kernels/dflash/dflash.h"
+
 #include <benchmark/benchmark.h>
 
-#include "kernels/dflash/dflash.h"
 #include "kprop/runner.h"
 
 namespace {
@@ -47,7 +48,11 @@ void BM_Implementation(benchmark::State& state) {
     benchmark::DoNotOptimize(Impl(c));
   }
 }
-BENCHMARK(BM_Implementation<kprop::dflash::reference>)->Name("BM_Reference_FullSize")->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_Implementation<kprop::dflash::kv_cached>)->Name("BM_KvCached_FullSize")->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Implementation<kprop::dflash::reference>)
+    ->Name("BM_Reference_FullSize")
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Implementation<kprop::dflash::kv_cached>)
+    ->Name("BM_KvCached_FullSize")
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -4,8 +4,8 @@
 // corpus directory).
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "kprop/spec.h"

@@ -4,7 +4,9 @@
 
 namespace kprop {
 
-uint8_t ByteReader::byte() { return pos_ < size_ ? data_[pos_++] : 0; }
+uint8_t ByteReader::byte() {
+  return pos_ < size_ ? data_[pos_++] : 0;
+}
 
 uint64_t ByteReader::bits(int nbytes) {
   uint64_t v = 0;
@@ -20,6 +22,8 @@ int64_t ByteReader::in_range(int64_t lo, int64_t hi) {
   return lo + static_cast<int64_t>(bits(nbytes) % span);
 }
 
-double ByteReader::unit() { return static_cast<double>(bits(2)) / 65535.0; }
+double ByteReader::unit() {
+  return static_cast<double>(bits(2)) / 65535.0;
+}
 
 }  // namespace kprop

@@ -24,9 +24,12 @@ void expect_keys(const YAML::Node& map, std::initializer_list<const char*> keys,
 YAML::Node real_list(const std::vector<double>& values) {
   YAML::Node n(YAML::NodeType::Sequence);
   for (double v : values) {
-    if (std::isnan(v)) n.push_back(".nan");
-    else if (std::isinf(v)) n.push_back(v > 0 ? ".inf" : "-.inf");
-    else n.push_back(fmt::format("{}", v));
+    if (std::isnan(v))
+      n.push_back(".nan");
+    else if (std::isinf(v))
+      n.push_back(v > 0 ? ".inf" : "-.inf");
+    else
+      n.push_back(fmt::format("{}", v));
   }
   return n;
 }
@@ -38,9 +41,12 @@ std::vector<double> read_reals(const YAML::Node& map, const char* key) {
   for (const auto& x : n) {
     if (!x.IsScalar()) fail(x, std::string("'") + key + "' must be a list of numbers");
     const std::string& s = x.Scalar();
-    if (s == ".nan" || s == ".NaN" || s == "nan") out.push_back(std::numeric_limits<double>::quiet_NaN());
-    else if (s == ".inf" || s == "inf" || s == "+.inf") out.push_back(std::numeric_limits<double>::infinity());
-    else if (s == "-.inf" || s == "-inf") out.push_back(-std::numeric_limits<double>::infinity());
+    if (s == ".nan" || s == ".NaN" || s == "nan")
+      out.push_back(std::numeric_limits<double>::quiet_NaN());
+    else if (s == ".inf" || s == "inf" || s == "+.inf")
+      out.push_back(std::numeric_limits<double>::infinity());
+    else if (s == "-.inf" || s == "-inf")
+      out.push_back(-std::numeric_limits<double>::infinity());
     else {
       try {
         out.push_back(x.as<double>());

@@ -96,8 +96,8 @@ void write_file_atomic(const std::string& path, const std::string& contents) {
   static std::atomic<int> counter{0};
   const fs::path target(path);
   if (target.has_parent_path()) fs::create_directories(target.parent_path());
-  const fs::path tmp = target.parent_path() /
-                       fmt::format(".{}.tmp-{}-{}", target.filename().string(), getpid(), counter++);
+  const fs::path tmp =
+      target.parent_path() / fmt::format(".{}.tmp-{}-{}", target.filename().string(), getpid(), counter++);
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw InputError({path, 0, 0}, "cannot write file");
@@ -151,10 +151,11 @@ CorpusEntry read_entry(const std::string& path) {
     const YAML::Mark m = n.Mark();
     return m.is_null() ? Mark{path, 0, 0} : Mark{path, m.line + 1, m.column + 1};
   };
-  if (!root.IsMap()) throw InputError(where(root), "corrupt corpus file: expected a map with 'kprop_corpus: 1'");
-  static const std::set<std::string> known = {"kprop_corpus", "spec",     "family", "invariant",
-                                              "found_against", "found_by", "seed",   "message",
-                                              "also_found_against",        "case"};
+  if (!root.IsMap())
+    throw InputError(where(root), "corrupt corpus file: expected a map with 'kprop_corpus: 1'");
+  static const std::set<std::string> known = {"kprop_corpus",       "spec",     "family", "invariant",
+                                              "found_against",      "found_by", "seed",   "message",
+                                              "also_found_against", "case"};
   for (auto it = root.begin(); it != root.end(); ++it)
     if (!it->first.IsScalar() || !known.count(it->first.Scalar()))
       throw InputError(where(it->first), "corrupt corpus file: unknown key '" +
@@ -165,13 +166,16 @@ CorpusEntry read_entry(const std::string& path) {
       if (required) throw InputError(where(root), std::string("corrupt corpus file: missing '") + key + "'");
       return "";
     }
-    if (!n.IsScalar()) throw InputError(where(n), std::string("corrupt corpus file: '") + key + "' must be a scalar");
+    if (!n.IsScalar())
+      throw InputError(where(n), std::string("corrupt corpus file: '") + key + "' must be a scalar");
     return n.Scalar();
   };
   CorpusEntry e;
   e.path = path;
   const std::string version = text_of("kprop_corpus", true);
-  if (version != "1") throw InputError(where(root["kprop_corpus"]), "unsupported corpus version '" + version + "' (this kprop reads 1)");
+  if (version != "1")
+    throw InputError(where(root["kprop_corpus"]),
+                     "unsupported corpus version '" + version + "' (this kprop reads 1)");
   e.spec = text_of("spec", false);
   e.family = text_of("family", true);
   e.invariant = text_of("invariant", false);
@@ -187,16 +191,19 @@ CorpusEntry read_entry(const std::string& path) {
     }
   }
   if (const YAML::Node also = root["also_found_against"]) {
-    if (!also.IsSequence()) throw InputError(where(also), "corrupt corpus file: also_found_against must be a list");
+    if (!also.IsSequence())
+      throw InputError(where(also), "corrupt corpus file: also_found_against must be a list");
     for (const auto& item : also) {
-      if (!item.IsMap() || !item["found_against"] || !item["invariant"] || !item["found_against"].IsScalar() ||
-          !item["invariant"].IsScalar())
-        throw InputError(where(item), "corrupt corpus file: also_found_against entries need found_against and invariant");
+      if (!item.IsMap() || !item["found_against"] || !item["invariant"] ||
+          !item["found_against"].IsScalar() || !item["invariant"].IsScalar())
+        throw InputError(where(item),
+                         "corrupt corpus file: also_found_against entries need found_against and invariant");
       e.also.push_back({item["found_against"].Scalar(), item["invariant"].Scalar()});
     }
   }
   e.case_node = root["case"];
-  if (!e.case_node || e.case_node.IsNull()) throw InputError(where(root), "corrupt corpus file: missing 'case'");
+  if (!e.case_node || e.case_node.IsNull())
+    throw InputError(where(root), "corrupt corpus file: missing 'case'");
   return e;
 }
 

@@ -16,10 +16,14 @@ static std::string one_line(const std::string& text) {
   static const char* hex = "0123456789abcdef";
   std::string out;
   for (unsigned char c : text) {
-    if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else if (c < 0x20 || c == 0x7f) out += std::string("\\x") + hex[c >> 4] + hex[c & 15];
-    else out += static_cast<char>(c);
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else if (c < 0x20 || c == 0x7f)
+      out += std::string("\\x") + hex[c >> 4] + hex[c & 15];
+    else
+      out += static_cast<char>(c);
   }
   return out;
 }

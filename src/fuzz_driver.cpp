@@ -9,11 +9,11 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cstring>
-#include <functional>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <regex>
 
 extern char** environ;
@@ -111,7 +111,8 @@ std::string harness_path(const Spec& spec, const FuzzOptions& o) {
 
 // Parses libFuzzer's status lines ("#123 ... cov: 45 ... exec/s: 67 ...").
 void parse_status(const std::string& line, FuzzSpecStats& s) {
-  static const std::regex execs(R"(^#(\d+))"), cov(R"(cov: (\d+))"), crashes(R"(oom/timeout/crash: \d+/\d+/(\d+))");
+  static const std::regex execs(R"(^#(\d+))"), cov(R"(cov: (\d+))"),
+      crashes(R"(oom/timeout/crash: \d+/\d+/(\d+))");
   std::smatch m;
   if (std::regex_search(line, m, execs)) s.executions = std::stoll(m[1]);
   if (std::regex_search(line, m, cov)) s.coverage = std::stoll(m[1]);
@@ -230,18 +231,20 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
           "-artifact_prefix=" + crashes.string() + "/",
           corpus.string(),
           seeds.string()};
-      run_streaming(args, {"KPROP_SPEC=" + spec.path, "KPROP_TARGET=" + target_name}, [&](const std::string& line) {
-        parse_status(line, now);
-        const double since = std::chrono::duration<double>(Clock::now() - last).count();
-        if (since >= (tty ? 1.0 : 10.0)) {
-          last = Clock::now();
-          const double elapsed = std::chrono::duration<double>(last - t0).count();
-          fmt::print(stderr, "{}[{}] {} {:.0f}s  execs {}  exec/s {:.0f}  cov {}  crash inputs {}  findings {}{}",
-                     tty ? "\r\033[K" : "", spec.name, target_name, elapsed, now.executions,
-                     now.executions / std::max(elapsed, 1e-9), now.coverage, now.crash_inputs,
-                     report.new_findings(), tty ? "" : "\n");
-        }
-      });
+      run_streaming(
+          args, {"KPROP_SPEC=" + spec.path, "KPROP_TARGET=" + target_name}, [&](const std::string& line) {
+            parse_status(line, now);
+            const double since = std::chrono::duration<double>(Clock::now() - last).count();
+            if (since >= (tty ? 1.0 : 10.0)) {
+              last = Clock::now();
+              const double elapsed = std::chrono::duration<double>(last - t0).count();
+              fmt::print(stderr,
+                         "{}[{}] {} {:.0f}s  execs {}  exec/s {:.0f}  cov {}  crash inputs {}  findings {}{}",
+                         tty ? "\r\033[K" : "", spec.name, target_name, elapsed, now.executions,
+                         now.executions / std::max(elapsed, 1e-9), now.coverage, now.crash_inputs,
+                         report.new_findings(), tty ? "" : "\n");
+            }
+          });
       if (tty) fmt::print(stderr, "\r\033[K");
       stats.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
       stats.executions = execs_before + now.executions;
@@ -253,8 +256,8 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
         if (!entry.is_regular_file()) continue;
         if (auto f = import_fuzz_input(spec, target, entry.path().string(), o.corpus_root, o.write_corpus)) {
           if (f->is_new)
-            fmt::print(stderr, "[{}] new finding: {} broken: {}\n  shrunk: {}{}\n", spec.name, f->invariant, f->message,
-                       f->summary, f->corpus_path.empty() ? "" : "\n  stored: " + f->corpus_path);
+            fmt::print(stderr, "[{}] new finding: {} broken: {}\n  shrunk: {}{}\n", spec.name, f->invariant,
+                       f->message, f->summary, f->corpus_path.empty() ? "" : "\n  stored: " + f->corpus_path);
           report.findings.push_back(*f);
         }
         std::error_code ec;

@@ -64,22 +64,24 @@ int run_fuzz_mode(const Config& cfg, const std::string& corpus_root) {
   o.time_s = cfg.time.value_or(60);
   o.jobs = cfg.jobs;
   o.work_dir = cfg.work;
-  o.fuzzer_dir = cfg.fuzzer_dir.empty() ? (fs::path(cfg.self).parent_path() / "fuzz").string() : cfg.fuzzer_dir;
+  o.fuzzer_dir =
+      cfg.fuzzer_dir.empty() ? (fs::path(cfg.self).parent_path() / "fuzz").string() : cfg.fuzzer_dir;
   o.corpus_root = corpus_root;
   o.write_corpus = !cfg.no_corpus;
   const FuzzReport report = run_fuzz(specs, o);
   fmt::print("kprop fuzz: {} spec(s), {} new finding(s){}\n", specs.size(), report.new_findings(),
              report.interrupted ? " (interrupted)" : "");
   for (const auto& s : report.stats)
-    fmt::print("  {:<16} {:>8.0f} s  {:>12} execs  {:>9.0f} exec/s  cov {}  crash inputs {}\n", s.spec, s.seconds,
-               s.executions, s.executions / std::max(s.seconds, 1e-9), s.coverage, s.crash_inputs);
+    fmt::print("  {:<16} {:>8.0f} s  {:>12} execs  {:>9.0f} exec/s  cov {}  crash inputs {}\n", s.spec,
+               s.seconds, s.executions, s.executions / std::max(s.seconds, 1e-9), s.coverage, s.crash_inputs);
   int known = 0;
   for (const auto& f : report.findings) {
     if (!f.is_new) {
       ++known;
       continue;
     }
-    fmt::print("  NEW {}: {} ({}){}\n", f.spec, f.invariant, f.summary, f.corpus_path.empty() ? "" : " -> " + f.corpus_path);
+    fmt::print("  NEW {}: {} ({}){}\n", f.spec, f.invariant, f.summary,
+               f.corpus_path.empty() ? "" : " -> " + f.corpus_path);
   }
   if (known) fmt::print("  {} more crash input(s) reproduced findings already in the corpus\n", known);
   return report.new_findings() > 0 ? 1 : 0;
@@ -92,8 +94,8 @@ std::string list_everything() {
                        describe_schema(f->domain_schema(), 4));
     out += "  implementations:\n";
     for (const auto& i : f->implementations())
-      out += fmt::format("    {:<26} {:<9} {:<4} {}\n", i.name, impl_kind_name(i.kind), i.device,
-                         i.description);
+      out +=
+          fmt::format("    {:<26} {:<9} {:<4} {}\n", i.name, impl_kind_name(i.kind), i.device, i.description);
     out += "  invariants:\n";
     for (const auto& inv : f->invariants()) {
       out += fmt::format("    {:<26} {}\n", inv.name, inv.description);
@@ -107,7 +109,8 @@ std::string list_everything() {
 // stores counterexamples in the repository wherever it is started from.
 std::string default_corpus_dir(const std::string& spec_path) {
   const fs::path dir = fs::absolute(spec_path).parent_path();
-  if (dir.filename() == "specs") return (dir.parent_path() / "corpus").lexically_relative(fs::current_path()).string();
+  if (dir.filename() == "specs")
+    return (dir.parent_path() / "corpus").lexically_relative(fs::current_path()).string();
   return "corpus";
 }
 
@@ -139,8 +142,9 @@ int run(const Config& cfg) {
         continue;
       }
       ++found;
-      fmt::print("  {} {}: {} broken: {}\n    shrunk: {}{}\n", f->is_new ? "NEW  " : "known", path, f->invariant,
-                 f->message, f->summary, f->corpus_path.empty() ? "" : "\n    stored: " + f->corpus_path);
+      fmt::print("  {} {}: {} broken: {}\n    shrunk: {}{}\n", f->is_new ? "NEW  " : "known", path,
+                 f->invariant, f->message, f->summary,
+                 f->corpus_path.empty() ? "" : "\n    stored: " + f->corpus_path);
     }
     return found > 0 ? 1 : 0;
   }
@@ -198,24 +202,31 @@ int run(const Config& cfg) {
 int main(int argc, char** argv) {
   CLI::App app{"kprop property runner: checks a kernel against a YAML spec", "prop_runner"};
   Config cfg;
-  app.add_option("--spec", cfg.specs, "spec file (specs/*.yaml); repeatable with --fuzz")->check(CLI::ExistingFile);
+  app.add_option("--spec", cfg.specs, "spec file (specs/*.yaml); repeatable with --fuzz")
+      ->check(CLI::ExistingFile);
   app.add_option("--target", cfg.target, "implementation under test (default: the spec's target)");
   app.add_option("--seed", cfg.seed, "seed (default: the spec's; 0 or none draws a fresh one)");
   app.add_option("--trials", cfg.trials, "cases to draw")->check(CLI::PositiveNumber);
-  app.add_option("--time", cfg.time, "time budget in seconds (--fuzz: 0 runs until Ctrl-C)")->check(CLI::NonNegativeNumber);
+  app.add_option("--time", cfg.time, "time budget in seconds (--fuzz: 0 runs until Ctrl-C)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--invariant", cfg.invariants, "check only these invariants (repeatable)");
   app.add_option("--format", cfg.format, "report format: text, json or junit");
   app.add_option("--out", cfg.out, "write the report to FILE (text summary still on stdout)");
   auto* corpus = app.add_option("--corpus", cfg.corpus, "corpus root (default: corpus/ beside specs/)");
   app.add_flag("--no-corpus", cfg.no_corpus, "do not store counterexamples")->excludes(corpus);
-  auto* mutants = app.add_flag("--mutants", cfg.mutants, "run every mutant of the family; exit 0 only if all die");
+  auto* mutants =
+      app.add_flag("--mutants", cfg.mutants, "run every mutant of the family; exit 0 only if all die");
   app.add_option("--replay", cfg.replay, "replay a corpus file or folder")->excludes(mutants);
   app.add_flag("--list", cfg.list, "list families, implementations, invariants and spec keys");
-  app.add_flag("--fuzz", cfg.fuzz, "coverage-guided fuzzing with each spec's libFuzzer harness (--time 0: until Ctrl-C)");
-  app.add_option("--jobs", cfg.jobs, "--fuzz: parallel fuzzing processes (libFuzzer -fork=N)")->check(CLI::PositiveNumber);
+  app.add_flag("--fuzz", cfg.fuzz,
+               "coverage-guided fuzzing with each spec's libFuzzer harness (--time 0: until Ctrl-C)");
+  app.add_option("--jobs", cfg.jobs, "--fuzz: parallel fuzzing processes (libFuzzer -fork=N)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--work", cfg.work, "--fuzz: work folder for coverage corpora and crash inputs");
-  app.add_option("--fuzzer-dir", cfg.fuzzer_dir, "--fuzz: folder with fuzz_<spec> harnesses (default: fuzz/ beside prop_runner)");
-  app.add_option("--import", cfg.imports, "decode fuzzer inputs (crash files), shrink and store the failing ones");
+  app.add_option("--fuzzer-dir", cfg.fuzzer_dir,
+                 "--fuzz: folder with fuzz_<spec> harnesses (default: fuzz/ beside prop_runner)");
+  app.add_option("--import", cfg.imports,
+                 "decode fuzzer inputs (crash files), shrink and store the failing ones");
   app.add_option("--fuzz-seeds", cfg.fuzz_seeds, "write seed inputs for the spec's harness to DIR");
   app.add_option("--shard", cfg.shard, "I/N: run the I-th of N interleaved shards of the trials");
   try {

@@ -6,10 +6,14 @@ namespace kprop {
 
 const char* impl_kind_name(ImplKind kind) {
   switch (kind) {
-    case ImplKind::reference: return "reference";
-    case ImplKind::optimized: return "optimized";
-    case ImplKind::mutant: return "mutant";
-    case ImplKind::external: return "external";
+    case ImplKind::reference:
+      return "reference";
+    case ImplKind::optimized:
+      return "optimized";
+    case ImplKind::mutant:
+      return "mutant";
+    case ImplKind::external:
+      return "external";
   }
   return "?";
 }
@@ -45,7 +49,9 @@ Registry& Registry::instance() {
   return registry;
 }
 
-void Registry::add(std::unique_ptr<Family> family) { families_.push_back(std::move(family)); }
+void Registry::add(std::unique_ptr<Family> family) {
+  families_.push_back(std::move(family));
+}
 
 const Family* Registry::find(const std::string& name) const {
   for (const auto& f : families_)

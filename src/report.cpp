@@ -41,16 +41,15 @@ std::string invariant_line(const InvariantReport& r) {
       what = fmt::format("{} trials before the run stopped", r.passed);
       break;
   }
-  if (r.discarded && r.status != InvariantStatus::gave_up)
-    what += fmt::format(", {} discarded", r.discarded);
+  if (r.discarded && r.status != InvariantStatus::gave_up) what += fmt::format(", {} discarded", r.discarded);
   return fmt::format("  {:<26} {:<8} {}\n", r.name, invariant_status_name(r.status), what);
 }
 
 class TextReporter final : public Reporter {
  public:
   std::string run(const RunReport& r) const override {
-    std::string out = fmt::format("kprop {} ({}): target {}, reference {}, seed {}\n", r.spec,
-                                  r.family, r.target, r.reference, r.seed);
+    std::string out = fmt::format("kprop {} ({}): target {}, reference {}, seed {}\n", r.spec, r.family,
+                                  r.target, r.reference, r.seed);
     if (r.status == RunStatus::skipped) return out + r.detail + "\n";
     for (const auto& inv : r.invariants) out += invariant_line(inv);
     for (const auto& inv : r.invariants) {
@@ -64,7 +63,8 @@ class TextReporter final : public Reporter {
                          cx.shrink_interrupted ? ", budget reached: best so far" : "");
       out += "  case:\n" + indent(cx.case_yaml, "    ");
       if (!cx.corpus_path.empty())
-        out += fmt::format("  stored: {}{}\n", cx.corpus_path, cx.corpus_new ? "" : " (already in the corpus)");
+        out +=
+            fmt::format("  stored: {}{}\n", cx.corpus_path, cx.corpus_new ? "" : " (already in the corpus)");
     }
     if (!r.replay_command.empty()) out += fmt::format("\nreplay: {}\n", r.replay_command);
     const double rate = r.seconds > 0 ? r.trials / r.seconds : 0;
@@ -79,10 +79,18 @@ class TextReporter final : public Reporter {
         verdict = fmt::format("FAILED: {} of {} invariants broken", n, r.invariants.size());
         break;
       }
-      case RunStatus::gave_up: verdict = "GAVE UP: too many discarded cases; widen the domain"; break;
-      case RunStatus::crashed: verdict = "CRASHED: " + r.detail; break;
-      case RunStatus::interrupted: verdict = "INTERRUPTED"; break;
-      case RunStatus::skipped: verdict = "SKIPPED"; break;
+      case RunStatus::gave_up:
+        verdict = "GAVE UP: too many discarded cases; widen the domain";
+        break;
+      case RunStatus::crashed:
+        verdict = "CRASHED: " + r.detail;
+        break;
+      case RunStatus::interrupted:
+        verdict = "INTERRUPTED";
+        break;
+      case RunStatus::skipped:
+        verdict = "SKIPPED";
+        break;
     }
     out += fmt::format("{} in {:.2f} s ({:.0f} cases/s){}; seed {}\n", verdict, r.seconds, rate,
                        r.time_budget_hit ? ", stopped by the time budget" : "", r.seed);
@@ -92,8 +100,8 @@ class TextReporter final : public Reporter {
   std::string mutants(const Spec& spec, const std::vector<MutantRow>& rows) const override {
     std::string out = fmt::format("kprop {} ({}): mutants, seed {}\n", spec.name, spec.family->name(),
                                   rows.empty() ? 0 : rows[0].report.seed);
-    out += fmt::format("  {:<26} {:<8} {:<26} {:>7} {:>8} {:>7}  {}\n", "mutant", "verdict",
-                       "killed by", "trials", "seconds", "shrunk", "shrunk case");
+    out += fmt::format("  {:<26} {:<8} {:<26} {:>7} {:>8} {:>7}  {}\n", "mutant", "verdict", "killed by",
+                       "trials", "seconds", "shrunk", "shrunk case");
     int killed = 0;
     for (const auto& row : rows) {
       killed += row.killed;
@@ -123,8 +131,10 @@ class TextReporter final : public Reporter {
       const bool ok = row.target_ok && row.mutant_still_fails;
       bad += !ok;
       out += fmt::format("  {:<4} {}", ok ? "ok" : "FAIL", row.path);
-      if (!row.target_ok) out += "\n       target: " + row.target_detail;
-      else if (!row.target_detail.empty()) out += "  (" + row.target_detail + ")";
+      if (!row.target_ok)
+        out += "\n       target: " + row.target_detail;
+      else if (!row.target_detail.empty())
+        out += "  (" + row.target_detail + ")";
       if (row.mutant_checked && !row.mutant_still_fails)
         out += fmt::format("\n       mutant {} no longer fails {}: {}", row.found_against, row.invariant,
                            row.mutant_detail);
@@ -137,10 +147,16 @@ class TextReporter final : public Reporter {
 };
 
 nlohmann::json to_json(const RunReport& r) {
-  nlohmann::json j = {{"spec", r.spec},        {"spec_path", r.spec_path}, {"family", r.family},
-                      {"target", r.target},    {"reference", r.reference}, {"seed", r.seed},
-                      {"trials", r.trials},    {"seconds", r.seconds},
-                      {"status", run_status_name(r.status)}, {"exit_code", exit_code(r.status)},
+  nlohmann::json j = {{"spec", r.spec},
+                      {"spec_path", r.spec_path},
+                      {"family", r.family},
+                      {"target", r.target},
+                      {"reference", r.reference},
+                      {"seed", r.seed},
+                      {"trials", r.trials},
+                      {"seconds", r.seconds},
+                      {"status", run_status_name(r.status)},
+                      {"exit_code", exit_code(r.status)},
                       {"time_budget_hit", r.time_budget_hit}};
   if (!r.detail.empty()) j["detail"] = r.detail;
   if (!r.replay_command.empty()) j["replay"] = r.replay_command;
@@ -158,10 +174,14 @@ nlohmann::json to_json(const RunReport& r) {
       const auto& cx = *inv.counterexample;
       nlohmann::json m = nlohmann::json::object();
       for (const auto& x : cx.measured) m[x.name] = x.value;
-      ji["counterexample"] = {{"message", cx.message},       {"measured", m},
-                              {"summary", cx.stats.summary}, {"size", cx.stats.size},
-                              {"original_size", cx.original_size}, {"shrink_steps", cx.shrink_steps},
-                              {"shrink_seconds", cx.shrink_seconds}, {"case_yaml", cx.case_yaml},
+      ji["counterexample"] = {{"message", cx.message},
+                              {"measured", m},
+                              {"summary", cx.stats.summary},
+                              {"size", cx.stats.size},
+                              {"original_size", cx.original_size},
+                              {"shrink_steps", cx.shrink_steps},
+                              {"shrink_seconds", cx.shrink_seconds},
+                              {"case_yaml", cx.case_yaml},
                               {"corpus_path", cx.corpus_path}};
     }
     j["invariants"].push_back(ji);
@@ -178,8 +198,10 @@ class JsonReporter final : public Reporter {
     bool all = true;
     for (const auto& row : rows) {
       all = all && row.killed;
-      j["mutants"].push_back({{"mutant", row.mutant}, {"description", row.description},
-                              {"killed", row.killed}, {"killed_by", row.killed_by},
+      j["mutants"].push_back({{"mutant", row.mutant},
+                              {"description", row.description},
+                              {"killed", row.killed},
+                              {"killed_by", row.killed_by},
                               {"run", to_json(row.report)}});
     }
     j["all_killed"] = all;
@@ -188,9 +210,12 @@ class JsonReporter final : public Reporter {
   std::string replay(const Spec& spec, const std::vector<ReplayRow>& rows) const override {
     nlohmann::json j = {{"spec", spec.name}, {"files", nlohmann::json::array()}};
     for (const auto& row : rows)
-      j["files"].push_back({{"path", row.path}, {"invariant", row.invariant},
-                            {"found_against", row.found_against}, {"target_ok", row.target_ok},
-                            {"target_detail", row.target_detail}, {"mutant_checked", row.mutant_checked},
+      j["files"].push_back({{"path", row.path},
+                            {"invariant", row.invariant},
+                            {"found_against", row.found_against},
+                            {"target_ok", row.target_ok},
+                            {"target_detail", row.target_detail},
+                            {"mutant_checked", row.mutant_checked},
                             {"mutant_still_fails", row.mutant_still_fails},
                             {"mutant_detail", row.mutant_detail}});
     return j.dump(2) + "\n";
@@ -201,13 +226,23 @@ std::string xml_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') out += ' ';
-        else out += c;
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t')
+          out += ' ';
+        else
+          out += c;
     }
   }
   return out;
@@ -219,8 +254,8 @@ class JunitReporter final : public Reporter {
     int failures = 0, skipped = 0;
     std::string cases;
     for (const auto& inv : r.invariants) {
-      cases += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3f}\">\n",
-                           xml_escape(name), xml_escape(inv.name),
+      cases += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3f}\">\n", xml_escape(name),
+                           xml_escape(inv.name),
                            inv.status == InvariantStatus::failed ? inv.seconds_to_fail : r.seconds);
       if (r.status == RunStatus::skipped) {
         ++skipped;
@@ -229,33 +264,36 @@ class JunitReporter final : public Reporter {
         ++failures;
         std::string body = inv.counterexample ? inv.counterexample->case_yaml : inv.last_discard;
         std::string message = inv.counterexample ? inv.counterexample->message : "gave up: too many discards";
-        cases += fmt::format("      <failure message=\"{}\">{}\nseed {}\n{}</failure>\n",
-                             xml_escape(message), xml_escape(r.replay_command), r.seed, xml_escape(body));
+        cases += fmt::format("      <failure message=\"{}\">{}\nseed {}\n{}</failure>\n", xml_escape(message),
+                             xml_escape(r.replay_command), r.seed, xml_escape(body));
       }
       cases += "    </testcase>\n";
     }
     if (r.status == RunStatus::crashed) {
       ++failures;
-      cases += fmt::format("    <testcase classname=\"{}\" name=\"crash\"><error message=\"{}\"/></testcase>\n",
-                           xml_escape(name), xml_escape(r.detail));
+      cases +=
+          fmt::format("    <testcase classname=\"{}\" name=\"crash\"><error message=\"{}\"/></testcase>\n",
+                      xml_escape(name), xml_escape(r.detail));
     }
     return fmt::format(
         "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" skipped=\"{}\" time=\"{:.3f}\">\n"
-        "    <properties><property name=\"seed\" value=\"{}\"/><property name=\"target\" value=\"{}\"/></properties>\n{}"
+        "    <properties><property name=\"seed\" value=\"{}\"/><property name=\"target\" "
+        "value=\"{}\"/></properties>\n{}"
         "  </testsuite>\n",
         xml_escape(name), r.invariants.size() + (r.status == RunStatus::crashed), failures, skipped,
         r.seconds, r.seed, xml_escape(r.target), cases);
   }
   std::string run(const RunReport& r) const override {
-    return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n" +
-           suite(r, "kprop." + r.spec) + "</testsuites>\n";
+    return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n" + suite(r, "kprop." + r.spec) +
+           "</testsuites>\n";
   }
   std::string mutants(const Spec& spec, const std::vector<MutantRow>& rows) const override {
     std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n";
-    out += fmt::format("  <testsuite name=\"kprop.{}.mutants\" tests=\"{}\">\n", xml_escape(spec.name), rows.size());
+    out += fmt::format("  <testsuite name=\"kprop.{}.mutants\" tests=\"{}\">\n", xml_escape(spec.name),
+                       rows.size());
     for (const auto& row : rows) {
-      out += fmt::format("    <testcase classname=\"kprop.{}.mutants\" name=\"{}\" time=\"{:.3f}\">", xml_escape(spec.name),
-                         xml_escape(row.mutant), row.report.seconds);
+      out += fmt::format("    <testcase classname=\"kprop.{}.mutants\" name=\"{}\" time=\"{:.3f}\">",
+                         xml_escape(spec.name), xml_escape(row.mutant), row.report.seconds);
       if (row.report.status == RunStatus::skipped)
         out += fmt::format("<skipped message=\"{}\"/>", xml_escape(row.report.detail));
       else if (!row.killed)
@@ -266,11 +304,13 @@ class JunitReporter final : public Reporter {
   }
   std::string replay(const Spec& spec, const std::vector<ReplayRow>& rows) const override {
     std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n";
-    out += fmt::format("  <testsuite name=\"kprop.{}.replay\" tests=\"{}\">\n", xml_escape(spec.name), rows.size());
+    out += fmt::format("  <testsuite name=\"kprop.{}.replay\" tests=\"{}\">\n", xml_escape(spec.name),
+                       rows.size());
     for (const auto& row : rows) {
       out += fmt::format("    <testcase classname=\"kprop.{}.replay\" name=\"{}\">", xml_escape(spec.name),
                          xml_escape(row.path));
-      if (!row.target_ok) out += fmt::format("<failure message=\"{}\"/>", xml_escape(row.target_detail));
+      if (!row.target_ok)
+        out += fmt::format("<failure message=\"{}\"/>", xml_escape(row.target_detail));
       else if (!row.mutant_still_fails)
         out += fmt::format("<failure message=\"mutant {} no longer fails\"/>", xml_escape(row.found_against));
       out += "</testcase>\n";
@@ -281,7 +321,9 @@ class JunitReporter final : public Reporter {
 
 }  // namespace
 
-std::vector<std::string> reporter_names() { return {"text", "json", "junit"}; }
+std::vector<std::string> reporter_names() {
+  return {"text", "json", "junit"};
+}
 
 std::unique_ptr<Reporter> make_reporter(const std::string& name) {
   if (name == "text") return std::make_unique<TextReporter>();

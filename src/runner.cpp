@@ -24,7 +24,8 @@ std::atomic<int> g_interrupts{0};
 
 void on_interrupt(int) {
   if (g_interrupts.fetch_add(1) >= 1) _exit(130);
-  static const char msg[] = "\nkprop: interrupted; finishing with the best case so far (Ctrl-C again to quit)\n";
+  static const char msg[] =
+      "\nkprop: interrupted; finishing with the best case so far (Ctrl-C again to quit)\n";
   [[maybe_unused]] auto n = write(2, msg, sizeof msg - 1);
 }
 
@@ -69,8 +70,7 @@ std::string save_crash(const std::string& why, const char* found_by) {
   const std::string path = save_crash(why, found_by);
   if (!path.empty())
     fmt::print(stderr, "kprop: saved {}\nkprop: replay: prop_runner --spec {} --target {} --replay {}\n",
-               path, g_guard.spec->path,
-               g_guard.spec->family->implementations()[g_guard.target].name, path);
+               path, g_guard.spec->path, g_guard.spec->family->implementations()[g_guard.target].name, path);
   std::fflush(stderr);
   _exit(3);
 }
@@ -89,12 +89,11 @@ void watchdog() {
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     const int64_t deadline = g_guard.deadline_ns.load();
-    if (g_guard.armed.load() && deadline != 0 &&
-        Clock::now().time_since_epoch().count() > deadline) {
+    if (g_guard.armed.load() && deadline != 0 && Clock::now().time_since_epoch().count() > deadline) {
       g_guard.armed = false;
-      die_with_case(fmt::format("hung (no result within case_timeout_s = {:g} s)",
-                                g_guard.spec->run.case_timeout_s),
-                    "hang");
+      die_with_case(
+          fmt::format("hung (no result within case_timeout_s = {:g} s)", g_guard.spec->run.case_timeout_s),
+          "hang");
     }
   }
 }
@@ -118,8 +117,7 @@ void install_fatal_handlers() {
 // Arms the guard for the duration of one trial.
 class CaseGuard {
  public:
-  CaseGuard(const Spec& spec, size_t target, const AnyCase& c, const RunOptions& options,
-            uint64_t seed) {
+  CaseGuard(const Spec& spec, size_t target, const AnyCase& c, const RunOptions& options, uint64_t seed) {
     install_fatal_handlers();
     std::call_once(g_watchdog_once, [] { std::thread(watchdog).detach(); });
     g_guard.spec = &spec;
@@ -127,8 +125,8 @@ class CaseGuard {
     g_guard.input = &c;
     g_guard.options = &options;
     g_guard.seed = seed;
-    const auto timeout = std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(spec.run.case_timeout_s));
+    const auto timeout =
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(spec.run.case_timeout_s));
     g_guard.deadline_ns = (Clock::now() + timeout).time_since_epoch().count();
     g_guard.armed = true;
   }
@@ -154,9 +152,9 @@ std::vector<const InvariantUse*> selected_uses(const Spec& spec, const RunOption
       if (u.name == want) found = &u;
     if (!found) {
       const std::string close = closest_match(want, names);
-      throw InputError({}, fmt::format("--invariant {}: not in spec {}{}; the spec checks: {}", want,
-                                       spec.name, close.empty() ? "" : " (did you mean '" + close + "'?)",
-                                       join(names)));
+      throw InputError({},
+                       fmt::format("--invariant {}: not in spec {}{}; the spec checks: {}", want, spec.name,
+                                   close.empty() ? "" : " (did you mean '" + close + "'?)", join(names)));
     }
     uses.push_back(found);
   }
@@ -178,26 +176,38 @@ void install_interrupt_handler() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
 }
-bool interrupted() { return g_interrupts.load() > 0; }
+bool interrupted() {
+  return g_interrupts.load() > 0;
+}
 
 const char* invariant_status_name(InvariantStatus s) {
   switch (s) {
-    case InvariantStatus::passed: return "passed";
-    case InvariantStatus::failed: return "FAILED";
-    case InvariantStatus::gave_up: return "GAVE UP";
-    case InvariantStatus::not_run: return "not run";
+    case InvariantStatus::passed:
+      return "passed";
+    case InvariantStatus::failed:
+      return "FAILED";
+    case InvariantStatus::gave_up:
+      return "GAVE UP";
+    case InvariantStatus::not_run:
+      return "not run";
   }
   return "?";
 }
 
 const char* run_status_name(RunStatus s) {
   switch (s) {
-    case RunStatus::passed: return "passed";
-    case RunStatus::failed: return "failed";
-    case RunStatus::gave_up: return "gave up";
-    case RunStatus::crashed: return "crashed";
-    case RunStatus::skipped: return "skipped";
-    case RunStatus::interrupted: return "interrupted";
+    case RunStatus::passed:
+      return "passed";
+    case RunStatus::failed:
+      return "failed";
+    case RunStatus::gave_up:
+      return "gave up";
+    case RunStatus::crashed:
+      return "crashed";
+    case RunStatus::skipped:
+      return "skipped";
+    case RunStatus::interrupted:
+      return "interrupted";
   }
   return "?";
 }
@@ -205,11 +215,16 @@ const char* run_status_name(RunStatus s) {
 int exit_code(RunStatus s) {
   switch (s) {
     case RunStatus::passed:
-    case RunStatus::skipped: return 0;
-    case RunStatus::failed: return 1;
-    case RunStatus::gave_up: return 2;
-    case RunStatus::crashed: return 3;
-    case RunStatus::interrupted: return 130;
+    case RunStatus::skipped:
+      return 0;
+    case RunStatus::failed:
+      return 1;
+    case RunStatus::gave_up:
+      return 2;
+    case RunStatus::crashed:
+      return 3;
+    case RunStatus::interrupted:
+      return 130;
   }
   return 3;
 }
@@ -227,10 +242,9 @@ size_t resolve_target(const Spec& spec, const std::string& name) {
   if (i >= 0) return static_cast<size_t>(i);
   const auto names = spec.family->implementation_names();
   const std::string close = closest_match(name, names);
-  throw InputError({}, fmt::format("unknown target '{}' for family {}{}; valid: {}", name,
-                                   spec.family->name(),
-                                   close.empty() ? "" : " (did you mean '" + close + "'?)",
-                                   join(names)));
+  throw InputError({},
+                   fmt::format("unknown target '{}' for family {}{}; valid: {}", name, spec.family->name(),
+                               close.empty() ? "" : " (did you mean '" + close + "'?)", join(names)));
 }
 
 Verdict check_case(const Spec& spec, size_t target, const InvariantUse& use, const AnyCase& c) {
@@ -246,9 +260,8 @@ ShrinkResult shrink_failure(const Spec& spec, size_t target, size_t use_index, A
   ShrinkResult result{std::move(failing), std::move(verdict), 0, false};
   // The family's one structural shrinker, as a RapidCheck Shrinkable: the
   // same shrink tree for generated cases, fuzz crashes and corpus files.
-  auto shrinkable = rc::shrinkable::shrinkRecur(result.best, [&family](const AnyCase& c) {
-    return family.shrinks(c);
-  });
+  auto shrinkable =
+      rc::shrinkable::shrinkRecur(result.best, [&family](const AnyCase& c) { return family.shrinks(c); });
   for (bool progressed = true; progressed;) {
     progressed = false;
     auto candidates = shrinkable.shrinks();
@@ -412,8 +425,8 @@ RunReport run_spec(const Spec& spec, const RunOptions& options) {
               cx.corpus_path.empty()
                   ? fmt::format("prop_runner --spec {} --target {} --seed {} --invariant {}",
                                 shell_quote(spec.path), report.target, report.seed, ir.name)
-                  : fmt::format("prop_runner --spec {} --target {} --replay {}",
-                                shell_quote(spec.path), report.target, cx.corpus_path);
+                  : fmt::format("prop_runner --spec {} --target {} --replay {}", shell_quote(spec.path),
+                                report.target, cx.corpus_path);
         ir.counterexample = std::move(cx);
         report.status = RunStatus::failed;
         if (options.stop_on_first_failure) {
@@ -423,8 +436,8 @@ RunReport run_spec(const Spec& spec, const RunOptions& options) {
     }
     if (tty && since(last_progress) > 0.2) {
       last_progress = Clock::now();
-      fmt::print(stderr, "\r\033[K[{}] {} case {}/{}  {:.1f} s", spec.name, report.target, i + 1,
-                 all_trials, since(t0));
+      fmt::print(stderr, "\r\033[K[{}] {} case {}/{}  {:.1f} s", spec.name, report.target, i + 1, all_trials,
+                 since(t0));
     }
   }
   if (tty) fmt::print(stderr, "\r\033[K");
@@ -463,8 +476,7 @@ std::vector<MutantRow> run_mutants(const Spec& spec, const RunOptions& options) 
   return rows;
 }
 
-std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path,
-                                     const RunOptions& options) {
+std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, const RunOptions& options) {
   const Family& family = *spec.family;
   const size_t target = resolve_target(spec, options.target.empty() ? spec.target : options.target);
   const auto uses = selected_uses(spec, options);

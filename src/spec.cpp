@@ -56,15 +56,13 @@ class Loader {
     }
   }
 
-  void check_bounds(const YAML::Node& node, const Field& f, const std::string& key,
-                    double v) const {
+  void check_bounds(const YAML::Node& node, const Field& f, const std::string& key, double v) const {
     if (std::isnan(v) || v < f.min || v > f.max)
       fail(node, fmt::format("'{}' = {:g} is out of bounds [{:g}, {:g}]", key, v, f.min, f.max));
   }
 
   template <typename T, typename Range>
-  Range range(const YAML::Node& node, const Field& f, const std::string& key,
-              const char* what) const {
+  Range range(const YAML::Node& node, const Field& f, const std::string& key, const char* what) const {
     Range r;
     if (node.IsScalar()) {
       r.lo = r.hi = scalar<T>(node, key, what);
@@ -96,9 +94,9 @@ class Loader {
           // find the key node again for its mark
           for (auto it = node.begin(); it != node.end(); ++it)
             if (it->first.Scalar() == key)
-              fail(it->first, "unknown key '" + key + "' in " + what +
-                                  (valid.empty() ? std::string("; it takes no keys")
-                                                 : suggestion(key, valid)));
+              fail(it->first,
+                   "unknown key '" + key + "' in " + what +
+                       (valid.empty() ? std::string("; it takes no keys") : suggestion(key, valid)));
         }
       }
     }
@@ -119,7 +117,8 @@ class Loader {
 
   Value parse_value(const YAML::Node& node, const Field& f, const std::string& key) const {
     switch (f.kind) {
-      case FieldKind::boolean: return scalar<bool>(node, key, "true or false");
+      case FieldKind::boolean:
+        return scalar<bool>(node, key, "true or false");
       case FieldKind::integer: {
         const auto v = scalar<int64_t>(node, key, "an integer");
         check_bounds(node, f, key, static_cast<double>(v));
@@ -132,19 +131,23 @@ class Loader {
       }
       case FieldKind::string: {
         const auto v = scalar<std::string>(node, key, "a string");
-        if (!f.allowed.empty() &&
-            std::find(f.allowed.begin(), f.allowed.end(), v) == f.allowed.end())
+        if (!f.allowed.empty() && std::find(f.allowed.begin(), f.allowed.end(), v) == f.allowed.end())
           fail(node, fmt::format("'{}' = '{}' is not allowed{}", key, v, suggestion(v, f.allowed)));
         return v;
       }
-      case FieldKind::int_range: return range<int64_t, IntRange>(node, f, key, "integer");
-      case FieldKind::real_range: return range<double, RealRange>(node, f, key, "number");
+      case FieldKind::int_range:
+        return range<int64_t, IntRange>(node, f, key, "integer");
+      case FieldKind::real_range:
+        return range<double, RealRange>(node, f, key, "number");
       case FieldKind::choices: {
         Choices picked;
         std::vector<YAML::Node> items;
-        if (node.IsScalar()) items.push_back(node);
-        else if (node.IsSequence()) for (const auto& n : node) items.push_back(n);
-        else fail(node, fmt::format("'{}' must be a list of choices from {{{}}}", key, join(f.allowed)));
+        if (node.IsScalar())
+          items.push_back(node);
+        else if (node.IsSequence())
+          for (const auto& n : node) items.push_back(n);
+        else
+          fail(node, fmt::format("'{}' must be a list of choices from {{{}}}", key, join(f.allowed)));
         if (items.empty()) fail(node, fmt::format("'{}' is empty; pick from {{{}}}", key, join(f.allowed)));
         for (const auto& item : items) {
           const auto v = scalar<std::string>(item, key, "a name");
@@ -156,7 +159,8 @@ class Loader {
         }
         return picked;
       }
-      case FieldKind::map: break;
+      case FieldKind::map:
+        break;
     }
     fail(node, "internal: unhandled field kind");
   }
@@ -176,16 +180,15 @@ std::string required_string(const Loader& l, const YAML::Node& root, const std::
 bool safe_name(const std::string& s) {
   if (s.empty() || s[0] == '.') return false;
   for (char c : s)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'))
-      return false;
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) return false;
   return true;
 }
 
 Spec Loader::load(const YAML::Node& root) {
   if (!root || root.IsNull()) throw InputError({file_, 0, 0}, "spec is empty");
   if (!root.IsMap()) fail(root, "a spec must be a map with keys spec, family, domain, invariants");
-  const std::vector<std::string> top = {"spec",   "description", "family", "target",
-                                        "reference", "run",     "domain", "invariants"};
+  const std::vector<std::string> top = {"spec",      "description", "family", "target",
+                                        "reference", "run",         "domain", "invariants"};
   for (const auto& [key, value] : entries(root, "the spec")) {
     (void)value;
     if (std::find(top.begin(), top.end(), key) == top.end())
@@ -197,22 +200,23 @@ Spec Loader::load(const YAML::Node& root) {
   spec.path = file_;
   spec.name = required_string(*this, root, "spec");
   if (!safe_name(spec.name))
-    fail(root["spec"], "spec name '" + spec.name + "' must use letters, digits, '_', '-', '.' (it names corpus/<spec>/)");
+    fail(root["spec"],
+         "spec name '" + spec.name + "' must use letters, digits, '_', '-', '.' (it names corpus/<spec>/)");
   if (root["description"]) scalar<std::string>(root["description"], "description", "a string");
 
   const std::string family_name = required_string(*this, root, "family");
   spec.family = Registry::instance().find(family_name);
   if (!spec.family)
-    fail(root["family"], "unknown family '" + family_name + "'" +
-                             suggestion(family_name, Registry::instance().names()));
+    fail(root["family"],
+         "unknown family '" + family_name + "'" + suggestion(family_name, Registry::instance().names()));
 
   const auto impl_names = spec.family->implementation_names();
   auto impl = [&](const char* key) {
     const YAML::Node n = root[key];
     const std::string name = n ? scalar<std::string>(n, key, "an implementation name") : "reference";
     if (spec.family->find_implementation(name) < 0)
-      fail(n ? n : root, fmt::format("unknown implementation '{}' for family {}{}", name,
-                                     family_name, suggestion(name, impl_names)));
+      fail(n ? n : root, fmt::format("unknown implementation '{}' for family {}{}", name, family_name,
+                                     suggestion(name, impl_names)));
     return name;
   };
   spec.target = impl("target");
@@ -250,8 +254,9 @@ Spec Loader::load(const YAML::Node& root) {
       for (const auto& used : spec.invariants)
         if (used.name == name) fail(name_node, "invariant '" + name + "' is listed twice");
       InvariantUse use{static_cast<size_t>(index), name, {}};
-      parse_fields(item.IsMap() ? YAML::Node(item) : YAML::Node(), invariants[static_cast<size_t>(index)].params,
-                   "", "invariant " + name, use.params, "name");
+      parse_fields(item.IsMap() ? YAML::Node(item) : YAML::Node(),
+                   invariants[static_cast<size_t>(index)].params, "", "invariant " + name, use.params,
+                   "name");
       spec.invariants.push_back(std::move(use));
     }
   }
@@ -281,12 +286,15 @@ Spec load_spec(const std::string& path) {
 const Schema& run_schema() {
   static const Schema schema = {
       field::integer("trials", 100, 1, 1e9, "cases drawn per run"),
-      field::integer("max_size", 100, 0, 10000, "RapidCheck size reached by the last trial (100 = full domain)"),
+      field::integer("max_size", 100, 0, 10000,
+                     "RapidCheck size reached by the last trial (100 = full domain)"),
       field::integer("seed", 0, 0, 9.2e18, "0 draws a fresh seed, printed so the run can be repeated"),
       field::real("time_budget_s", 60, 0.001, 1e7, "stop drawing cases after this many seconds"),
       field::real("shrink_budget_s", 20, 0, 1e7, "time allowed to shrink one counterexample"),
-      field::integer("max_discard_ratio", 10, 0, 1e6, "give up when an invariant discards more than ratio x trials"),
-      field::real("case_timeout_s", 30, 0.001, 1e7, "a single target call longer than this is reported as a hang (exit 3)"),
+      field::integer("max_discard_ratio", 10, 0, 1e6,
+                     "give up when an invariant discards more than ratio x trials"),
+      field::real("case_timeout_s", 30, 0.001, 1e7,
+                  "a single target call longer than this is reported as a hang (exit 3)"),
   };
   return schema;
 }
@@ -297,7 +305,8 @@ std::string describe_spec_keys() {
          "family: NAME        kernel family (prop_runner --list)\n"
          "target: NAME        implementation under test (default reference; --target overrides)\n"
          "reference: NAME     oracle for comparative invariants (default reference)\n"
-         "run:\n" + describe_schema(run_schema(), 2) +
+         "run:\n" +
+         describe_schema(run_schema(), 2) +
          "domain:             family-specific keys (prop_runner --list)\n"
          "invariants:         list of NAME or {name: NAME, PARAM: VALUE...}; default: all\n";
 }

@@ -8,8 +8,7 @@ namespace kprop {
 namespace {
 
 // NaN/inf positions must agree; returns false (with a message) if not.
-bool nonfinite_agree(std::span<const double> ref, std::span<const double> got,
-                     ToleranceReport& r) {
+bool nonfinite_agree(std::span<const double> ref, std::span<const double> got, ToleranceReport& r) {
   if (ref.size() != got.size()) {
     r.ok = false;
     r.message = fmt::format("length {} != reference length {}", got.size(), ref.size());
@@ -37,8 +36,7 @@ double max_error(std::span<const double> ref, std::span<const double> got, size_
 
 }  // namespace
 
-ToleranceReport compare_with_baseline(std::span<const double> reference,
-                                      std::span<const double> target,
+ToleranceReport compare_with_baseline(std::span<const double> reference, std::span<const double> target,
                                       std::span<const double> naive, double k, double abs_floor) {
   ToleranceReport r;
   if (!nonfinite_agree(reference, target, r)) return r;
@@ -48,15 +46,14 @@ ToleranceReport compare_with_baseline(std::span<const double> reference,
   r.allowed = k * r.baseline_error + abs_floor;
   if (!(r.target_error <= r.allowed)) {
     r.ok = false;
-    r.message = fmt::format(
-        "max error {:.3g} at element {} exceeds {:g} x naive error {:.3g} + floor {:.3g}",
-        r.target_error, r.worst_index, k, r.baseline_error, abs_floor);
+    r.message = fmt::format("max error {:.3g} at element {} exceeds {:g} x naive error {:.3g} + floor {:.3g}",
+                            r.target_error, r.worst_index, k, r.baseline_error, abs_floor);
   }
   return r;
 }
 
-ToleranceReport compare_close(std::span<const double> reference, std::span<const double> target,
-                              double atol, double rtol) {
+ToleranceReport compare_close(std::span<const double> reference, std::span<const double> target, double atol,
+                              double rtol) {
   ToleranceReport r;
   if (!nonfinite_agree(reference, target, r)) return r;
   double worst_excess = 0;
@@ -73,8 +70,8 @@ ToleranceReport compare_close(std::span<const double> reference, std::span<const
     }
   }
   if (!r.ok)
-    r.message = fmt::format("element {}: {} vs reference {} (error {:.3g} > allowed {:.3g})",
-                            r.worst_index, target[r.worst_index], reference[r.worst_index],
+    r.message = fmt::format("element {}: {} vs reference {} (error {:.3g} > allowed {:.3g})", r.worst_index,
+                            target[r.worst_index], reference[r.worst_index],
                             std::fabs(target[r.worst_index] - reference[r.worst_index]), r.allowed);
   return r;
 }

@@ -1,23 +1,31 @@
 #include "kprop/values.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
-#include <fmt/ranges.h>
 #include <stdexcept>
 
 namespace kprop {
 
 const char* kind_name(FieldKind kind) {
   switch (kind) {
-    case FieldKind::boolean: return "bool";
-    case FieldKind::integer: return "integer";
-    case FieldKind::real: return "number";
-    case FieldKind::string: return "string";
-    case FieldKind::int_range: return "integer range [lo, hi]";
-    case FieldKind::real_range: return "number range [lo, hi]";
-    case FieldKind::choices: return "list of choices";
-    case FieldKind::map: return "map";
+    case FieldKind::boolean:
+      return "bool";
+    case FieldKind::integer:
+      return "integer";
+    case FieldKind::real:
+      return "number";
+    case FieldKind::string:
+      return "string";
+    case FieldKind::int_range:
+      return "integer range [lo, hi]";
+    case FieldKind::real_range:
+      return "number range [lo, hi]";
+    case FieldKind::choices:
+      return "list of choices";
+    case FieldKind::map:
+      return "map";
   }
   return "?";
 }
@@ -33,8 +41,7 @@ Field boolean(std::string key, bool fallback, std::string doc) {
   Field f{std::move(key), FieldKind::boolean, fallback, std::move(doc)};
   return f;
 }
-Field string(std::string key, std::string fallback, std::vector<std::string> allowed,
-             std::string doc) {
+Field string(std::string key, std::string fallback, std::vector<std::string> allowed, std::string doc) {
   Field f{std::move(key), FieldKind::string, std::move(fallback), std::move(doc)};
   f.allowed = std::move(allowed);
   return f;
@@ -45,8 +52,7 @@ Field int_range(std::string key, IntRange fallback, double min, double max, std:
 Field real_range(std::string key, RealRange fallback, double min, double max, std::string doc) {
   return {std::move(key), FieldKind::real_range, fallback, std::move(doc), min, max, {}, {}};
 }
-Field choices(std::string key, Choices fallback, std::vector<std::string> allowed,
-              std::string doc) {
+Field choices(std::string key, Choices fallback, std::vector<std::string> allowed, std::string doc) {
   Field f{std::move(key), FieldKind::choices, std::move(fallback), std::move(doc)};
   f.allowed = std::move(allowed);
   return f;
@@ -96,10 +102,10 @@ std::string format_value(const Value& value) {
     std::string operator()(double d) const { return fmt::format("{:g}", d); }
     std::string operator()(const std::string& s) const { return s; }
     std::string operator()(const IntRange& r) const { return fmt::format("[{}, {}]", r.lo, r.hi); }
-    std::string operator()(const RealRange& r) const {
-      return fmt::format("[{:g}, {:g}]", r.lo, r.hi);
+    std::string operator()(const RealRange& r) const { return fmt::format("[{:g}, {:g}]", r.lo, r.hi); }
+    std::string operator()(const Choices& c) const {
+      return "[" + fmt::format("{}", fmt::join(c, ", ")) + "]";
     }
-    std::string operator()(const Choices& c) const { return "[" + fmt::format("{}", fmt::join(c, ", ")) + "]"; }
   };
   return std::visit(Visitor{}, value);
 }
@@ -114,7 +120,8 @@ std::string describe_schema(const Schema& schema, int indent) {
       continue;
     }
     std::string bounds;
-    if (!f.allowed.empty()) bounds = " of {" + fmt::format("{}", fmt::join(f.allowed, ", ")) + "}";
+    if (!f.allowed.empty())
+      bounds = " of {" + fmt::format("{}", fmt::join(f.allowed, ", ")) + "}";
     else if (f.kind != FieldKind::boolean && f.kind != FieldKind::string &&
              (std::isfinite(f.min) || std::isfinite(f.max)))
       bounds = fmt::format(" within [{:g}, {:g}]", f.min, f.max);

@@ -46,7 +46,8 @@ TinyLM::TinyLM(const ModelConfig& c) : config_(c) {
     w.resize(static_cast<size_t>(rows) * cols);
     const double scale = 1.0 / std::sqrt(static_cast<double>(cols));
     for (int r = 0; r < rows; ++r)
-      for (int k = 0; k < cols; ++k) w[static_cast<size_t>(r) * cols + k] = weight(tensor, layer, r, k, scale);
+      for (int k = 0; k < cols; ++k)
+        w[static_cast<size_t>(r) * cols + k] = weight(tensor, layer, r, k, scale);
   };
   fill(token_embedding_, kToken, 0, c.vocab, d);
   for (auto& x : token_embedding_) x *= std::sqrt(static_cast<double>(d));  // unit-variance rows
@@ -72,8 +73,7 @@ TinyLM::Cache TinyLM::empty_cache() const {
 
 std::vector<Logits> TinyLM::forward_block(Cache& cache, std::span<const int> tokens,
                                           std::span<const int> positions,
-                                          const std::function<bool(int, int)>& visible,
-                                          bool commit) const {
+                                          const std::function<bool(int, int)>& visible, bool commit) const {
   const int d = config_.d_model, n = static_cast<int>(tokens.size()), past = cache.length;
   // Residual stream of the block, [n][d].
   std::vector<double> x(static_cast<size_t>(n) * d);
@@ -162,7 +162,8 @@ std::vector<Logits> TinyLM::forward_block(Cache& cache, std::span<const int> tok
 void TinyLM::append(Cache& cache, int token, int position) const {
   const int tokens[1] = {token};
   const int positions[1] = {position};
-  forward_block(cache, tokens, positions, [](int, int) { return true; }, true);
+  forward_block(
+      cache, tokens, positions, [](int, int) { return true; }, true);
 }
 
 Argmax argmax(const Logits& logits) {

@@ -46,10 +46,8 @@ class TinyLM {
   // visible(i, j). Returns one logits row per block token. When `commit` is
   // set, the block's keys/values are appended to the cache (the block must
   // then be causal) and last_logits updated.
-  std::vector<Logits> forward_block(Cache& cache, std::span<const int> tokens,
-                                    std::span<const int> positions,
-                                    const std::function<bool(int, int)>& visible,
-                                    bool commit) const;
+  std::vector<Logits> forward_block(Cache& cache, std::span<const int> tokens, std::span<const int> positions,
+                                    const std::function<bool(int, int)>& visible, bool commit) const;
 
   // Appends one token at `position` (causal decoding step).
   void append(Cache& cache, int token, int position) const;

@@ -31,7 +31,9 @@ Result index_positions(const Case& c) {
 // Node sees its parent and itself, not the rest of its ancestors.
 Result parent_only_mask(const Case& c) {
   return with(c, [](Pipeline& p) {
-    p.sees = [](const DraftTree& t, int i, int j) { return j == i || j == t.parents[static_cast<size_t>(i)]; };
+    p.sees = [](const DraftTree& t, int i, int j) {
+      return j == i || j == t.parents[static_cast<size_t>(i)];
+    };
   });
 }
 
@@ -66,11 +68,15 @@ Result no_bonus_token(const Case& c) {
 const std::vector<Mutant>& mutants() {
   static const std::vector<Mutant> table = {
       {"positional_logits", "node i verified against L[P-1+i] (right only for chains)", positional_logits},
-      {"depth_logits", "node i verified against L[P+d(i)-2] (right only when depth-2 nodes are children of node 0)", depth_logits},
+      {"depth_logits",
+       "node i verified against L[P+d(i)-2] (right only when depth-2 nodes are children of node 0)",
+       depth_logits},
       {"index_positions", "position id P+i instead of P+d(i)-1", index_positions},
       {"parent_only_mask", "node attends to prompt, parent and itself, not all ancestors", parent_only_mask},
-      {"sibling_leak_mask", "node attends to every earlier tree node (causal over the flattened tree)", sibling_leak_mask},
-      {"no_subtree_invalidation", "accepts nodes matching their own prediction under a rejected ancestor", no_subtree_invalidation},
+      {"sibling_leak_mask", "node attends to every earlier tree node (causal over the flattened tree)",
+       sibling_leak_mask},
+      {"no_subtree_invalidation", "accepts nodes matching their own prediction under a rejected ancestor",
+       no_subtree_invalidation},
       {"no_bonus_token", "emits no bonus token at the end of a cycle", no_bonus_token},
   };
   return table;

@@ -60,10 +60,13 @@ Result speculative_generate(const Case& c, const Pipeline& pipeline, bool kv_cac
       for (int j = 0; j < P; ++j) positions.push_back(j);
       positions.insert(positions.end(), trace.position_ids.begin(), trace.position_ids.end());
       TinyLM::Cache empty = model.empty_cache();
-      const auto rows = model.forward_block(empty, tokens, positions, [&](int i, int j) {
-        if (i < P) return j <= i;  // the context is causal
-        return trace.mask[static_cast<size_t>(i - P) * (P + N) + j] != 0;
-      }, false);
+      const auto rows = model.forward_block(
+          empty, tokens, positions,
+          [&](int i, int j) {
+            if (i < P) return j <= i;  // the context is causal
+            return trace.mask[static_cast<size_t>(i - P) * (P + N) + j] != 0;
+          },
+          false);
       trace.logits.assign(rows.begin() + (P - 1), rows.end());
     }
 
@@ -87,7 +90,11 @@ Result speculative_generate(const Case& c, const Pipeline& pipeline, bool kv_cac
   return result;
 }
 
-Result reference(const Case& c) { return speculative_generate(c, correct_pipeline(), false); }
-Result kv_cached(const Case& c) { return speculative_generate(c, correct_pipeline(), true); }
+Result reference(const Case& c) {
+  return speculative_generate(c, correct_pipeline(), false);
+}
+Result kv_cached(const Case& c) {
+  return speculative_generate(c, correct_pipeline(), true);
+}
 
 }  // namespace kprop::dflash

@@ -46,8 +46,7 @@ std::string validate(const Case& c) {
         return "cycle " + std::to_string(k) + ": parent of node " + std::to_string(i) +
                " must be -1 or an earlier node";
       if (!siblings.insert({p, t}).second)
-        return "cycle " + std::to_string(k) + ": node " + std::to_string(i) +
-               " repeats a sibling's token";
+        return "cycle " + std::to_string(k) + ": node " + std::to_string(i) + " repeats a sibling's token";
     }
   }
   return "";
@@ -58,6 +57,8 @@ Autoregressive::Autoregressive(const TinyLM& model, const std::vector<int>& cont
   for (int t : context) push(t);
 }
 
-void Autoregressive::push(int token) { model_->append(cache_, token, cache_.length); }
+void Autoregressive::push(int token) {
+  model_->append(cache_, token, cache_.length);
+}
 
 }  // namespace kprop::dflash

@@ -296,9 +296,9 @@ Verdict batch_independent(T& t, const Values& p) {
     const std::string why =
         compare_ranked(model, c.prompts[b], c.alpha, tie, a.prompts[0].hypotheses, r.prompts[b].hypotheses);
     if (!why.empty())
-      return Verdict::fail(fmt::format("prompt {} of {}, in the batch against alone: {}", b,
-                                       c.prompts.size(), why),
-                           {{"prompt", double(b)}, {"batch", double(c.prompts.size())}});
+      return Verdict::fail(
+          fmt::format("prompt {} of {}, in the batch against alone: {}", b, c.prompts.size(), why),
+          {{"prompt", double(b)}, {"batch", double(c.prompts.size())}});
   }
   return Verdict::pass();
 }

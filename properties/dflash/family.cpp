@@ -14,18 +14,25 @@ Schema Traits::domain_schema() {
   return {
       field::int_range("prompt_len", {1, 12}, 1, 512, "prompt tokens"),
       field::int_range("vocab", {2, 16}, 2, 4096, "vocabulary size"),
-      field::map("model", {
-          field::int_range("d_model", {4, 16}, 1, 256, "width (rounded up to a multiple of heads)"),
-          field::int_range("layers", {1, 2}, 0, 8, "transformer layers"),
-          field::int_range("heads", {1, 2}, 1, 16, "attention heads"),
-      }, "target model shape"),
-      field::map("tree", {
-          field::int_range("nodes", {1, 24}, 1, 512, "draft nodes per cycle"),
-          field::int_range("roots", {1, 4}, 1, 64, "most roots per tree"),
-          field::int_range("max_children", {1, 4}, 1, 64, "most children per node"),
-          field::real_range("chain_rate", {0.0, 0.8}, 0, 1, "probability a node extends the previous node (deep chains)"),
-          field::real_range("match_rate", {0.0, 1.0}, 0, 1, "probability a draft token equals the target's greedy continuation"),
-      }, "draft trees"),
+      field::map(
+          "model",
+          {
+              field::int_range("d_model", {4, 16}, 1, 256, "width (rounded up to a multiple of heads)"),
+              field::int_range("layers", {1, 2}, 0, 8, "transformer layers"),
+              field::int_range("heads", {1, 2}, 1, 16, "attention heads"),
+          },
+          "target model shape"),
+      field::map("tree",
+                 {
+                     field::int_range("nodes", {1, 24}, 1, 512, "draft nodes per cycle"),
+                     field::int_range("roots", {1, 4}, 1, 64, "most roots per tree"),
+                     field::int_range("max_children", {1, 4}, 1, 64, "most children per node"),
+                     field::real_range("chain_rate", {0.0, 0.8}, 0, 1,
+                                       "probability a node extends the previous node (deep chains)"),
+                     field::real_range("match_rate", {0.0, 1.0}, 0, 1,
+                                       "probability a draft token equals the target's greedy continuation"),
+                 },
+                 "draft trees"),
       field::int_range("cycles", {1, 4}, 1, 64, "verification cycles"),
   };
 }
@@ -40,7 +47,8 @@ Case Traits::build(Draw& draw, const Values& domain) {
   c.model.d_model = (width + c.model.heads - 1) / c.model.heads * c.model.heads;
   c.model.seed = static_cast<uint64_t>(draw.any(IntRange{1, 1 << 30}));
   const int prompt_len = static_cast<int>(draw.sized(domain.int_range("prompt_len")));
-  for (int i = 0; i < prompt_len; ++i) c.prompt.push_back(static_cast<int>(draw.any(IntRange{0, c.model.vocab - 1})));
+  for (int i = 0; i < prompt_len; ++i)
+    c.prompt.push_back(static_cast<int>(draw.any(IntRange{0, c.model.vocab - 1})));
 
   const TinyLM model(c.model);
   const double match_rate = draw.any(domain.real_range("tree.match_rate"));
@@ -49,10 +57,12 @@ Case Traits::build(Draw& draw, const Values& domain) {
   std::vector<int> context = c.prompt;
   for (int cycle = 0; cycle < cycles; ++cycle) {
     const int nodes = static_cast<int>(draw.sized(domain.int_range("tree.nodes")));
-    const int max_roots = std::min<int>(static_cast<int>(draw.any(domain.int_range("tree.roots"))), c.model.vocab);
-    const int max_children = std::min<int>(static_cast<int>(draw.any(domain.int_range("tree.max_children"))), c.model.vocab);
+    const int max_roots =
+        std::min<int>(static_cast<int>(draw.any(domain.int_range("tree.roots"))), c.model.vocab);
+    const int max_children =
+        std::min<int>(static_cast<int>(draw.any(domain.int_range("tree.max_children"))), c.model.vocab);
     DraftTree tree;
-    std::vector<int> children;  // per node
+    std::vector<int> children;           // per node
     std::vector<Autoregressive> states;  // AR state after context ++ path(i)
     Autoregressive root_state(model, context);
     int roots = 0;
@@ -82,8 +92,10 @@ Case Traits::build(Draw& draw, const Values& domain) {
       tree.tokens.push_back(token);
       tree.parents.push_back(parent);
       children.push_back(0);
-      if (parent < 0) ++roots;
-      else ++children[static_cast<size_t>(parent)];
+      if (parent < 0)
+        ++roots;
+      else
+        ++children[static_cast<size_t>(parent)];
       Autoregressive next = at;
       next.push(token);
       states.push_back(std::move(next));
@@ -94,7 +106,8 @@ Case Traits::build(Draw& draw, const Values& domain) {
       const int want = walk.next().index;
       int next = -1;
       for (int i = 0; i < tree.size() && next < 0; ++i)
-        if (tree.parents[static_cast<size_t>(i)] == current && tree.tokens[static_cast<size_t>(i)] == want) next = i;
+        if (tree.parents[static_cast<size_t>(i)] == current && tree.tokens[static_cast<size_t>(i)] == want)
+          next = i;
       context.push_back(want);
       if (next < 0) break;
       walk.push(want);
@@ -152,7 +165,8 @@ std::vector<CycleView> views(const TinyLM& model, const Case& c) {
       const int want = walk.next().index;
       int next = -1;
       for (int i = 0; i < tree.size() && next < 0; ++i)
-        if (tree.parents[static_cast<size_t>(i)] == current && tree.tokens[static_cast<size_t>(i)] == want) next = i;
+        if (tree.parents[static_cast<size_t>(i)] == current && tree.tokens[static_cast<size_t>(i)] == want)
+          next = i;
       context.push_back(want);
       if (next < 0) break;
       walk.push(want);
@@ -234,20 +248,21 @@ rc::Seq<Case> exhaustive_small(const Case& c) {
     int64_t structures = 1, labelings = 1;
     for (int i = 1; i <= n; ++i) structures *= i;  // node i picks a parent among i options
     for (int i = 0; i < n; ++i) labelings *= tokens;
-    return rc::seq::map(rc::seq::range<int64_t>(0, structures * labelings), [c, seed, n, tokens, labelings](int64_t index) {
-      Case s = c;
-      s.model.seed = seed;
-      DraftTree tree;
-      int64_t st = index / labelings, lab = index % labelings;
-      for (int i = 0; i < n; ++i) {
-        tree.parents.push_back(static_cast<int>(st % (i + 1)) - 1);
-        st /= i + 1;
-        tree.tokens.push_back(static_cast<int>(lab % tokens));
-        lab /= tokens;
-      }
-      s.cycles = {tree};
-      return s;
-    });
+    return rc::seq::map(rc::seq::range<int64_t>(0, structures * labelings),
+                        [c, seed, n, tokens, labelings](int64_t index) {
+                          Case s = c;
+                          s.model.seed = seed;
+                          DraftTree tree;
+                          int64_t st = index / labelings, lab = index % labelings;
+                          for (int i = 0; i < n; ++i) {
+                            tree.parents.push_back(static_cast<int>(st % (i + 1)) - 1);
+                            st /= i + 1;
+                            tree.tokens.push_back(static_cast<int>(lab % tokens));
+                            lab /= tokens;
+                          }
+                          s.cycles = {tree};
+                          return s;
+                        });
   });
 }
 
@@ -340,10 +355,10 @@ rc::Seq<Case> Traits::shrinks(const Case& c) {
   for (const auto& tree : c.cycles)
     for (int t : tree.tokens) max_token = std::max(max_token, t);
   for (auto change : std::initializer_list<void (*)(ModelConfig&, int)>{
-           [](ModelConfig& m, int top) { m.vocab = std::max(2, top + 1); },
-           [](ModelConfig& m, int) { m.layers = std::max(1, m.layers - 1); },
-           [](ModelConfig& m, int) { m.heads = 1; },
-           [](ModelConfig& m, int) { m.d_model = std::max(m.heads, m.d_model - m.heads); }}) {
+           [](ModelConfig&m, int top) { m.vocab = std::max(2, top + 1); },
+           [](ModelConfig&m, int) { m.layers = std::max(1, m.layers - 1); },
+           [](ModelConfig&m, int) { m.heads = 1; },
+           [](ModelConfig&m, int) { m.d_model = std::max(m.heads, m.d_model - m.heads); }}) {
     Case s = c;
     change(s.model, max_token);
     simpler.push_back(std::move(s));
@@ -425,7 +440,8 @@ Case Traits::from_yaml(const YAML::Node& n) {
   c.model.heads = read<int>(m, "heads");
   c.model.seed = read<uint64_t>(m, "seed");
   const YAML::Node cycles = n["cycles"];
-  if (!cycles || !cycles.IsSequence()) case_yaml::fail(cycles ? cycles : n, "'cycles' must be a list of trees");
+  if (!cycles || !cycles.IsSequence())
+    case_yaml::fail(cycles ? cycles : n, "'cycles' must be a list of trees");
   for (const auto& t : cycles) {
     expect_keys(t, {"tokens", "parents"}, "tree");
     c.cycles.push_back({read_list<int>(t, "tokens"), read_list<int>(t, "parents")});
@@ -446,10 +462,12 @@ CaseStats Traits::stats(const Case& c) {
     max_roots = std::max(max_roots, roots);
     for (int d : depths(tree)) max_depth = std::max(max_depth, d);
   }
-  return {nodes, fmt::format("{}-node tree{} ({} root{}, depth {}), vocab {}, prompt {}, d_model {}, layers {}, heads {}",
-                             nodes, c.cycles.size() > 1 ? fmt::format("s over {} cycles", c.cycles.size()) : "",
-                             max_roots, max_roots == 1 ? "" : "s", max_depth, c.model.vocab, c.prompt.size(),
-                             c.model.d_model, c.model.layers, c.model.heads)};
+  return {nodes,
+          fmt::format(
+              "{}-node tree{} ({} root{}, depth {}), vocab {}, prompt {}, d_model {}, layers {}, heads {}",
+              nodes, c.cycles.size() > 1 ? fmt::format("s over {} cycles", c.cycles.size()) : "", max_roots,
+              max_roots == 1 ? "" : "s", max_depth, c.model.vocab, c.prompt.size(), c.model.d_model,
+              c.model.layers, c.model.heads)};
 }
 
 }  // namespace kprop::dflash

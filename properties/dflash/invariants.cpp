@@ -17,7 +17,9 @@ Schema tie_param() {
                       "argmax gaps below this are near-ties: the case is discarded, never failed")};
 }
 
-std::string tokens_text(const std::vector<int>& v) { return fmt::format("[{}]", fmt::join(v, ", ")); }
+std::string tokens_text(const std::vector<int>& v) {
+  return fmt::format("[{}]", fmt::join(v, ", "));
+}
 
 // Greedy continuation of `context` for `steps` tokens; false on a near-tie.
 bool greedy(const TinyLM& model, const std::vector<int>& context, size_t steps, double tie,
@@ -41,10 +43,12 @@ Verdict lossless(T& t, const Values& p) {
     return Verdict::discard("near-tie in greedy decoding");
   for (size_t i = 0; i < expected.size(); ++i)
     if (r.output[i] != expected[i])
-      return Verdict::fail(fmt::format("output token {} is {}, greedy decoding gives {} (output {}, greedy {})", i,
-                                       r.output[i], expected[i], tokens_text(r.output), tokens_text(expected)),
-                           {{"position", double(i)}, {"output_token", double(r.output[i])},
-                            {"greedy_token", double(expected[i])}});
+      return Verdict::fail(
+          fmt::format("output token {} is {}, greedy decoding gives {} (output {}, greedy {})", i,
+                      r.output[i], expected[i], tokens_text(r.output), tokens_text(expected)),
+          {{"position", double(i)},
+           {"output_token", double(r.output[i])},
+           {"greedy_token", double(expected[i])}});
   return Verdict::pass();
 }
 
@@ -63,7 +67,8 @@ Verdict maximal_acceptance(T& t, const Values& p) {
       if (a.margin < p.real("tie_margin")) return Verdict::discard("near-tie on the draft path");
       int next = -1;
       for (int i = 0; i < tree.size() && next < 0; ++i)
-        if (tree.parents[static_cast<size_t>(i)] == current && tree.tokens[static_cast<size_t>(i)] == a.index) next = i;
+        if (tree.parents[static_cast<size_t>(i)] == current && tree.tokens[static_cast<size_t>(i)] == a.index)
+          next = i;
       if (next < 0) break;
       oracle.push_back(next);
       ar.push(a.index);
@@ -73,10 +78,12 @@ Verdict maximal_acceptance(T& t, const Values& p) {
     // the nodes, not only the count.
     const auto& accepted = r.cycles[k].accepted;
     if (accepted != oracle)
-      return Verdict::fail(fmt::format("cycle {}: target accepted {} node(s) {}, the longest matching root path is {} {}",
-                                       k, accepted.size(), tokens_text(accepted), oracle.size(), tokens_text(oracle)),
-                           {{"cycle", double(k)}, {"accepted", double(accepted.size())},
-                            {"oracle_accepted", double(oracle.size())}});
+      return Verdict::fail(
+          fmt::format("cycle {}: target accepted {} node(s) {}, the longest matching root path is {} {}", k,
+                      accepted.size(), tokens_text(accepted), oracle.size(), tokens_text(oracle)),
+          {{"cycle", double(k)},
+           {"accepted", double(accepted.size())},
+           {"oracle_accepted", double(oracle.size())}});
     // Continue from the target's own context so one wrong cycle is reported once.
     context.insert(context.end(), r.cycles[k].emitted.begin(), r.cycles[k].emitted.end());
   }
@@ -93,7 +100,8 @@ Verdict tree_logits_match_path(T& t, const Values& p) {
     const DraftTree& tree = c.cycles[k];
     const CycleTrace& trace = r.cycles[k];
     if (trace.logits.size() != static_cast<size_t>(tree.size()) + 1)
-      return Verdict::fail(fmt::format("cycle {}: {} logit rows, expected N + 1 = {}", k, trace.logits.size(), tree.size() + 1));
+      return Verdict::fail(fmt::format("cycle {}: {} logit rows, expected N + 1 = {}", k, trace.logits.size(),
+                                       tree.size() + 1));
     for (int row = 0; row <= tree.size(); ++row) {
       // Row 0 predicts after the context; row 1 + i after context ++ path(i).
       std::vector<int> seq = context;
@@ -106,8 +114,12 @@ Verdict tree_logits_match_path(T& t, const Values& p) {
         if (!(err <= atol + rtol * std::fabs(expected[v])))
           return Verdict::fail(
               fmt::format("cycle {}: {} logit[{}] = {:.17g}, autoregressive on its path gives {:.17g}", k,
-                          row == 0 ? std::string("context row") : fmt::format("node {}", row - 1), v, got.at(v), expected[v]),
-              {{"cycle", double(k)}, {"node", double(row - 1)}, {"logit", got.at(v)}, {"expected", expected[v]},
+                          row == 0 ? std::string("context row") : fmt::format("node {}", row - 1), v,
+                          got.at(v), expected[v]),
+              {{"cycle", double(k)},
+               {"node", double(row - 1)},
+               {"logit", got.at(v)},
+               {"expected", expected[v]},
                {"abs_error", err}});
       }
     }
@@ -124,14 +136,16 @@ Verdict mask_is_ancestor_closure(T& t, const Values&) {
     const int P = r.cycles[k].context_length, N = tree.size();
     const auto& mask = r.cycles[k].mask;
     if (mask.size() != static_cast<size_t>(N) * (P + N))
-      return Verdict::fail(fmt::format("cycle {}: mask has {} entries, expected N x (P + N) = {}", k, mask.size(), N * (P + N)));
+      return Verdict::fail(fmt::format("cycle {}: mask has {} entries, expected N x (P + N) = {}", k,
+                                       mask.size(), N * (P + N)));
     for (int i = 0; i < N; ++i)
       for (int j = 0; j < P + N; ++j) {
         const bool want = j < P || is_ancestor_or_self(tree, j - P, i);
         if ((mask[static_cast<size_t>(i) * (P + N) + j] != 0) != want)
-          return Verdict::fail(fmt::format("cycle {}: node {} {} {} {}", k, i, want ? "does not attend to" : "attends to",
-                                           j < P ? "context position" : "node", j < P ? j : j - P),
-                               {{"cycle", double(k)}, {"node", double(i)}, {"column", double(j)}});
+          return Verdict::fail(
+              fmt::format("cycle {}: node {} {} {} {}", k, i, want ? "does not attend to" : "attends to",
+                          j < P ? "context position" : "node", j < P ? j : j - P),
+              {{"cycle", double(k)}, {"node", double(i)}, {"column", double(j)}});
       }
   }
   return Verdict::pass();
@@ -144,13 +158,17 @@ Verdict position_ids_by_depth(T& t, const Values&) {
     const auto d = depths(c.cycles[k]);
     const auto& ids = r.cycles[k].position_ids;
     const int P = r.cycles[k].context_length;
-    if (ids.size() != d.size()) return Verdict::fail(fmt::format("cycle {}: {} position ids for {} nodes", k, ids.size(), d.size()));
+    if (ids.size() != d.size())
+      return Verdict::fail(fmt::format("cycle {}: {} position ids for {} nodes", k, ids.size(), d.size()));
     for (size_t i = 0; i < d.size(); ++i)
       if (ids[i] != P + d[i] - 1)
-        return Verdict::fail(fmt::format("cycle {}: node {} at depth {} has position id {}, expected P + d - 1 = {}", k, i,
-                                         d[i], ids[i], P + d[i] - 1),
-                             {{"cycle", double(k)}, {"node", double(i)}, {"position_id", double(ids[i])},
-                              {"expected", double(P + d[i] - 1)}});
+        return Verdict::fail(
+            fmt::format("cycle {}: node {} at depth {} has position id {}, expected P + d - 1 = {}", k, i,
+                        d[i], ids[i], P + d[i] - 1),
+            {{"cycle", double(k)},
+             {"node", double(i)},
+             {"position_id", double(ids[i])},
+             {"expected", double(P + d[i] - 1)}});
   }
   return Verdict::pass();
 }
@@ -158,11 +176,13 @@ Verdict position_ids_by_depth(T& t, const Values&) {
 Verdict progress(T& t, const Values&) {
   const Result& r = t.target();
   if (r.cycles.size() != t.input().cycles.size())
-    return Verdict::fail(fmt::format("{} cycles reported for {} draft trees", r.cycles.size(), t.input().cycles.size()));
+    return Verdict::fail(
+        fmt::format("{} cycles reported for {} draft trees", r.cycles.size(), t.input().cycles.size()));
   for (size_t k = 0; k < r.cycles.size(); ++k)
     if (r.cycles[k].emitted.empty())
-      return Verdict::fail(fmt::format("cycle {} emitted no token ({} accepted)", k, r.cycles[k].accepted.size()),
-                           {{"cycle", double(k)}, {"emitted", 0}});
+      return Verdict::fail(
+          fmt::format("cycle {} emitted no token ({} accepted)", k, r.cycles[k].accepted.size()),
+          {{"cycle", double(k)}, {"emitted", 0}});
   return Verdict::pass();
 }
 
@@ -179,40 +199,54 @@ Verdict accepted_path_consistent(T& t, const Values&) {
     int parent = -1;
     for (int node : trace.accepted) {
       if (node < 0 || node >= tree.size() || tree.parents[static_cast<size_t>(node)] != parent)
-        return Verdict::fail(fmt::format("cycle {}: accepted nodes {} are not a root path", k, tokens_text(trace.accepted)));
+        return Verdict::fail(
+            fmt::format("cycle {}: accepted nodes {} are not a root path", k, tokens_text(trace.accepted)));
       parent = node;
     }
     if (trace.emitted.size() != trace.accepted.size() + 1)
-      return Verdict::fail(fmt::format("cycle {}: emitted {} tokens for {} accepted nodes (expected accepted + 1 bonus)", k,
-                                       trace.emitted.size(), trace.accepted.size()),
-                           {{"cycle", double(k)}, {"emitted", double(trace.emitted.size())},
-                            {"accepted", double(trace.accepted.size())}});
+      return Verdict::fail(
+          fmt::format("cycle {}: emitted {} tokens for {} accepted nodes (expected accepted + 1 bonus)", k,
+                      trace.emitted.size(), trace.accepted.size()),
+          {{"cycle", double(k)},
+           {"emitted", double(trace.emitted.size())},
+           {"accepted", double(trace.accepted.size())}});
     for (size_t i = 0; i < trace.accepted.size(); ++i)
       if (trace.emitted[i] != tree.tokens[static_cast<size_t>(trace.accepted[i])])
-        return Verdict::fail(fmt::format("cycle {}: emitted token {} is not the accepted node's token", k, i));
+        return Verdict::fail(
+            fmt::format("cycle {}: emitted token {} is not the accepted node's token", k, i));
     output.insert(output.end(), trace.emitted.begin(), trace.emitted.end());
   }
-  if (output != r.output) return Verdict::fail("output is not the concatenation of the cycles' emitted tokens");
+  if (output != r.output)
+    return Verdict::fail("output is not the concatenation of the cycles' emitted tokens");
   return Verdict::pass();
 }
 
 }  // namespace
 
 void register_invariants(FamilyDef<Traits>& f) {
-  f.invariant({"lossless", "output equals plain greedy autoregressive decoding of the same length", tie_param()}, lossless);
-  f.invariant({"maximal_acceptance", "each cycle accepts exactly the (unique) longest root path matching the greedy continuation",
+  f.invariant(
+      {"lossless", "output equals plain greedy autoregressive decoding of the same length", tie_param()},
+      lossless);
+  f.invariant({"maximal_acceptance",
+               "each cycle accepts exactly the (unique) longest root path matching the greedy continuation",
                tie_param()},
               maximal_acceptance);
-  f.invariant({"tree_logits_match_path", "tree logits of node i equal autoregressive logits of context ++ path(i)",
-               {field::map("tol", {field::real("atol", 1e-9, 0, 1e3, "absolute tolerance"),
-                                   field::real("rtol", 1e-9, 0, 1, "relative tolerance")},
+  f.invariant({"tree_logits_match_path",
+               "tree logits of node i equal autoregressive logits of context ++ path(i)",
+               {field::map("tol",
+                           {field::real("atol", 1e-9, 0, 1e3, "absolute tolerance"),
+                            field::real("rtol", 1e-9, 0, 1, "relative tolerance")},
                            "fp64 against fp64: only summation order differs")}},
               tree_logits_match_path);
-  f.invariant({"mask_is_ancestor_closure", "node i attends to the whole context and exactly its ancestors and itself", {}},
+  f.invariant({"mask_is_ancestor_closure",
+               "node i attends to the whole context and exactly its ancestors and itself",
+               {}},
               mask_is_ancestor_closure);
   f.invariant({"position_ids_by_depth", "position id of node i is P + d(i) - 1", {}}, position_ids_by_depth);
   f.invariant({"progress", "every cycle emits at least one token", {}}, progress);
-  f.invariant({"accepted_path_consistent", "accepted nodes form a root path; a cycle emits their tokens plus one bonus", {}},
+  f.invariant({"accepted_path_consistent",
+               "accepted nodes form a root path; a cycle emits their tokens plus one bonus",
+               {}},
               accepted_path_consistent);
 }
 

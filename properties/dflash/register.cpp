@@ -3,9 +3,11 @@
 namespace kprop::dflash {
 
 KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
-  f.implementation({"reference", ImplKind::reference, "full recomputation under the explicit tree mask, fp64"}, reference);
-  f.implementation({"kv_cached", ImplKind::optimized, "context in a KV cache across cycles; only the tree block runs"},
-                   kv_cached);
+  f.implementation(
+      {"reference", ImplKind::reference, "full recomputation under the explicit tree mask, fp64"}, reference);
+  f.implementation(
+      {"kv_cached", ImplKind::optimized, "context in a KV cache across cycles; only the tree block runs"},
+      kv_cached);
   for (const Mutant& m : mutants()) f.mutant(m.name, m.description, m.run);
   register_invariants(f);
 });

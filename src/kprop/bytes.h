@@ -18,7 +18,7 @@ class ByteReader {
   bool empty() const { return pos_ >= size_; }
   size_t remaining() const { return size_ - pos_; }
   uint8_t byte();
-  uint64_t bits(int nbytes);  // little-endian, missing bytes read as 0
+  uint64_t bits(int nbytes);                 // little-endian, missing bytes read as 0
   int64_t in_range(int64_t lo, int64_t hi);  // inclusive
   int64_t in_range(IntRange r) { return in_range(r.lo, r.hi); }
   double unit();  // [0, 1], 16 bits of resolution

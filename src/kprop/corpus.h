@@ -28,7 +28,7 @@ struct CorpusEntry {
   std::string message;
   YAML::Node case_node;
   std::vector<AlsoFound> also;  // also_found_against: replay checks each
-  std::string path;  // where it was read from or written to
+  std::string path;             // where it was read from or written to
 };
 
 // Canonical, human-readable YAML text of a node (flow style for short lists).

@@ -28,13 +28,13 @@
 // Nothing in src/ needs to change to add a family.
 #pragma once
 
+#include <rapidcheck.h>
 #include <yaml-cpp/yaml.h>
 
 #include <concepts>
 #include <functional>
 #include <memory>
 #include <optional>
-#include <rapidcheck.h>
 #include <string>
 #include <utility>
 #include <vector>
@@ -129,8 +129,7 @@ class Family {
 
   virtual const std::vector<ImplInfo>& implementations() const = 0;
   virtual const std::vector<InvariantInfo>& invariants() const = 0;
-  virtual std::unique_ptr<AnyTrial> begin_trial(const AnyCase& c, size_t target,
-                                                size_t reference) const = 0;
+  virtual std::unique_ptr<AnyTrial> begin_trial(const AnyCase& c, size_t target, size_t reference) const = 0;
 
   // Lookups by name; -1 when absent.
   int find_implementation(const std::string& name) const;
@@ -254,9 +253,7 @@ class FamilyDef final : public Family {
     return rc::seq::map(Traits::shrinks(unbox(c)), [keep = c](Case s) { return box(std::move(s)); });
   }
   YAML::Node to_yaml(const AnyCase& c) const override { return Traits::to_yaml(unbox(c)); }
-  AnyCase from_yaml(const YAML::Node& node) const override {
-    return box(Traits::from_yaml(node));
-  }
+  AnyCase from_yaml(const YAML::Node& node) const override { return box(Traits::from_yaml(node)); }
   AnyCase from_bytes(const uint8_t* data, size_t size, const Values& domain) const override {
     ByteReader reader(data, size);
     if constexpr (HasBuilder<Traits>) {
@@ -270,8 +267,7 @@ class FamilyDef final : public Family {
   const std::vector<ImplInfo>& implementations() const override { return impls_; }
   const std::vector<InvariantInfo>& invariants() const override { return invariant_infos_; }
 
-  std::unique_ptr<AnyTrial> begin_trial(const AnyCase& c, size_t target,
-                                        size_t reference) const override {
+  std::unique_ptr<AnyTrial> begin_trial(const AnyCase& c, size_t target, size_t reference) const override {
     struct Erased final : AnyTrial {
       Erased(const FamilyDef& f, const AnyCase& c, size_t t, size_t r)
           : keep(c), family(f), trial(f, unbox(keep), t, r) {}
@@ -310,7 +306,7 @@ bool register_family(Setup&& setup) {
 #define KPROP_CONCAT(a, b) KPROP_CONCAT_INNER(a, b)
 // Registers a family at static-initialisation time. Family code is linked
 // whole-archive (see CMakeLists.txt), so the registrar is never dropped.
-#define KPROP_REGISTER_FAMILY(Traits, ...)                                    \
+#define KPROP_REGISTER_FAMILY(Traits, ...)                                       \
   [[maybe_unused]] static const bool KPROP_CONCAT(kprop_registered_, __LINE__) = \
       ::kprop::detail::register_family<Traits>(__VA_ARGS__)
 

@@ -17,15 +17,15 @@
 namespace kprop {
 
 struct FuzzOptions {
-  std::string target;           // empty: each spec's target
-  double time_s = 60;           // total; 0 = rotate until interrupted
-  double slice_s = 60;          // per spec and round when time_s = 0
-  int jobs = 1;                 // libFuzzer -fork=N
+  std::string target;   // empty: each spec's target
+  double time_s = 60;   // total; 0 = rotate until interrupted
+  double slice_s = 60;  // per spec and round when time_s = 0
+  int jobs = 1;         // libFuzzer -fork=N
   std::string work_dir = ".fuzz-work";
-  std::string fuzzer_dir;       // where fuzz_<spec> lives
-  std::string corpus_root;      // corpus/<spec>/ goes under it
+  std::string fuzzer_dir;   // where fuzz_<spec> lives
+  std::string corpus_root;  // corpus/<spec>/ goes under it
   bool write_corpus = true;
-  int seeds = 64;               // generated seed inputs per spec
+  int seeds = 64;  // generated seed inputs per spec
 };
 
 struct FuzzFinding {

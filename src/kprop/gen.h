@@ -3,8 +3,9 @@
 // small (cheap, readable) and later ones reach the whole domain.
 #pragma once
 
-#include <algorithm>
 #include <rapidcheck.h>
+
+#include <algorithm>
 
 #include "kprop/values.h"
 
@@ -31,7 +32,9 @@ inline rc::Gen<int64_t> sized(IntRange r) {
 }
 
 // An integer anywhere in [r.lo, r.hi].
-inline rc::Gen<int64_t> any(IntRange r) { return uniform<int64_t>(r.lo, r.hi + 1); }
+inline rc::Gen<int64_t> any(IntRange r) {
+  return uniform<int64_t>(r.lo, r.hi + 1);
+}
 
 // A real in [r.lo, r.hi] at 16-bit resolution (the same grid as fuzz bytes).
 inline rc::Gen<double> any(RealRange r) {

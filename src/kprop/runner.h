@@ -13,12 +13,12 @@
 namespace kprop {
 
 struct RunOptions {
-  std::string target;                   // empty: the spec's target
-  std::optional<uint64_t> seed;         // overrides run.seed
-  std::optional<int64_t> trials;        // overrides run.trials
-  std::optional<double> time_budget_s;  // overrides run.time_budget_s
+  std::string target;                        // empty: the spec's target
+  std::optional<uint64_t> seed;              // overrides run.seed
+  std::optional<int64_t> trials;             // overrides run.trials
+  std::optional<double> time_budget_s;       // overrides run.time_budget_s
   std::vector<std::string> only_invariants;  // empty: all in the spec
-  std::string corpus_dir = "corpus";   // counterexamples go to corpus_dir/<spec>/
+  std::string corpus_dir = "corpus";         // counterexamples go to corpus_dir/<spec>/
   bool write_corpus = true;
   bool stop_on_first_failure = false;  // --mutants: the first kill is enough
   bool progress = false;               // live progress line on stderr
@@ -104,12 +104,11 @@ struct ReplayRow {
   std::string found_against;
   bool target_ok = true;
   std::string target_detail;
-  bool mutant_checked = false;    // at least one recorded mutant was re-run
+  bool mutant_checked = false;     // at least one recorded mutant was re-run
   bool mutant_still_fails = true;  // every recorded mutant still fails
   std::string mutant_detail;       // the first that no longer does, and why
 };
-std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path,
-                                     const RunOptions& options);
+std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, const RunOptions& options);
 
 // Shrinks a failing case with the family's shrinker; public so that fuzz
 // crashes and corpus files shrink exactly like generated cases.
@@ -119,8 +118,8 @@ struct ShrinkResult {
   int steps = 0;
   bool interrupted = false;
 };
-ShrinkResult shrink_failure(const Spec& spec, size_t target, size_t invariant_use,
-                            AnyCase failing, Verdict verdict, double budget_s);
+ShrinkResult shrink_failure(const Spec& spec, size_t target, size_t invariant_use, AnyCase failing,
+                            Verdict verdict, double budget_s);
 
 // Checks one case against one invariant use; exceptions from the target
 // propagate (the caller decides: crash report, or failed replay).

@@ -15,13 +15,13 @@
 namespace kprop {
 
 struct RunConfig {
-  int64_t trials = 100;          // cases per run
-  int64_t max_size = 100;        // RapidCheck size reached by the last trial
-  uint64_t seed = 0;             // 0: a fresh seed, printed
-  double time_budget_s = 60;     // stop drawing cases after this long
-  double shrink_budget_s = 20;   // per counterexample
+  int64_t trials = 100;            // cases per run
+  int64_t max_size = 100;          // RapidCheck size reached by the last trial
+  uint64_t seed = 0;               // 0: a fresh seed, printed
+  double time_budget_s = 60;       // stop drawing cases after this long
+  double shrink_budget_s = 20;     // per counterexample
   int64_t max_discard_ratio = 10;  // give up when discards > ratio × trials
-  double case_timeout_s = 30;    // a target call longer than this is a hang (exit 3)
+  double case_timeout_s = 30;      // a target call longer than this is a hang (exit 3)
 };
 
 struct InvariantUse {

@@ -21,13 +21,12 @@ struct ToleranceReport {
 };
 
 // `target` and `naive` have the reference's length. `k` defaults to 2.
-ToleranceReport compare_with_baseline(std::span<const double> reference,
-                                      std::span<const double> target,
+ToleranceReport compare_with_baseline(std::span<const double> reference, std::span<const double> target,
                                       std::span<const double> naive, double k, double abs_floor);
 
 // Plain |a - b| <= atol + rtol·|b| elementwise, non-finite values equal.
-ToleranceReport compare_close(std::span<const double> reference, std::span<const double> target,
-                              double atol, double rtol);
+ToleranceReport compare_close(std::span<const double> reference, std::span<const double> target, double atol,
+                              double rtol);
 
 // True when a and b are both NaN, equal infinities, or finite.
 inline bool same_nonfinite(double a, double b) {

@@ -46,12 +46,10 @@ namespace field {
 Field integer(std::string key, int64_t fallback, double min, double max, std::string doc);
 Field real(std::string key, double fallback, double min, double max, std::string doc);
 Field boolean(std::string key, bool fallback, std::string doc);
-Field string(std::string key, std::string fallback, std::vector<std::string> allowed,
-             std::string doc);
+Field string(std::string key, std::string fallback, std::vector<std::string> allowed, std::string doc);
 Field int_range(std::string key, IntRange fallback, double min, double max, std::string doc);
 Field real_range(std::string key, RealRange fallback, double min, double max, std::string doc);
-Field choices(std::string key, Choices fallback, std::vector<std::string> allowed,
-              std::string doc);
+Field choices(std::string key, Choices fallback, std::vector<std::string> allowed, std::string doc);
 Field map(std::string key, std::vector<Field> children, std::string doc);
 }  // namespace field
 

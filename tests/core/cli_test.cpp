@@ -46,14 +46,16 @@ TEST(Cli, ReferencePassesAndPrintsSeedAndVerdicts) {
 TEST(Cli, MutantFailsWithShrunkCaseAndReplayCommand) {
   const fs::path corpus = temp("corpus");
   fs::remove_all(corpus);
-  const CliRun r = run("--spec " + kSpec + " --target positional_logits --seed 3 --corpus " + corpus.string());
+  const CliRun r =
+      run("--spec " + kSpec + " --target positional_logits --seed 3 --corpus " + corpus.string());
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("2-node tree (2 roots"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("replay: prop_runner --spec"), std::string::npos) << r.out;
   ASSERT_TRUE(fs::exists(corpus / "dflash"));
   const CliRun replay = run("--spec " + kSpec + " --replay " + (corpus / "dflash").string());
   EXPECT_EQ(replay.code, 0) << replay.out;
-  const CliRun on_mutant = run("--spec " + kSpec + " --target positional_logits --replay " + (corpus / "dflash").string());
+  const CliRun on_mutant =
+      run("--spec " + kSpec + " --target positional_logits --replay " + (corpus / "dflash").string());
   EXPECT_EQ(on_mutant.code, 1) << on_mutant.out;
   fs::remove_all(corpus);
 }
@@ -66,7 +68,8 @@ TEST(Cli, MutantsTableExitsZeroWhenAllDie) {
 
 TEST(Cli, JsonReportToFile) {
   const fs::path out = temp("report.json");
-  const CliRun r = run("--spec " + kSpec + " --seed 3 --trials 10 --no-corpus --format json --out " + out.string());
+  const CliRun r =
+      run("--spec " + kSpec + " --seed 3 --trials 10 --no-corpus --format json --out " + out.string());
   EXPECT_EQ(r.code, 0) << r.out;
   std::ifstream in(out);
   const auto j = nlohmann::json::parse(in);
@@ -96,7 +99,8 @@ TEST(Cli, UsageAndSpecErrorsExitTwoWithOneLine) {
 
 TEST(Cli, CorruptCorpusFileExitsTwoNamingTheFile) {
   const fs::path bad = temp("broken.yaml");
-  std::ofstream(bad) << "kprop_corpus: 1\nfamily: dflash\ncase:\n  prompt: [1]\n  model: {vocab: 3}\n  cycles: []\n";
+  std::ofstream(bad)
+      << "kprop_corpus: 1\nfamily: dflash\ncase:\n  prompt: [1]\n  model: {vocab: 3}\n  cycles: []\n";
   const CliRun r = run("--spec " + kSpec + " --replay " + bad.string());
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("broken.yaml:5:"), std::string::npos) << r.out;

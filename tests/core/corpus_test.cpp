@@ -1,11 +1,12 @@
 // Corpus store: round trip, content-addressed dedup, atomic writes, and
 // corrupt files reported with file:line:col.
+#include "kprop/corpus.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 
-#include "kprop/corpus.h"
 #include "kprop/errors.h"
 
 namespace fs = std::filesystem;
@@ -95,7 +96,8 @@ TEST_F(CorpusTest, CorruptFilesAreClearErrors) {
       {"kprop_corpus: 1\nfamily: toy.sum\ncase: {xs: [1\n", "corrupt corpus file"},
       {"kprop_corpus: 1\nfamily: toy.sum\n", "missing 'case'"},
       {"kprop_corpus: 2\nfamily: toy.sum\ncase: {xs: []}\n", "unsupported corpus version '2'"},
-      {"kprop_corpus: 1\nfamily: toy.sum\nsed: 3\ncase: {xs: []}\n", "bad.yaml:3:1: corrupt corpus file: unknown key 'sed'"},
+      {"kprop_corpus: 1\nfamily: toy.sum\nsed: 3\ncase: {xs: []}\n",
+       "bad.yaml:3:1: corrupt corpus file: unknown key 'sed'"},
       {"- just\n- a list\n", "expected a map"},
   };
   for (const auto& [text, expect] : cases) {

@@ -30,8 +30,9 @@ class CrashTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
   // Named by test, not pid: the death test's child re-executes this binary.
-  fs::path dir_ = fs::temp_directory_path() /
-                  (std::string("kprop_crash_test_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  fs::path dir_ =
+      fs::temp_directory_path() /
+      (std::string("kprop_crash_test_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
 };
 
 TEST_F(CrashTest, SegfaultSavesTheCaseAndExitsThree) {

@@ -10,9 +10,13 @@
 namespace kprop {
 namespace {
 
-std::vector<const Family*> all() { return Registry::instance().families(); }
+std::vector<const Family*> all() {
+  return Registry::instance().families();
+}
 
-std::string text(const Family& f, const AnyCase& c) { return emit_yaml(f.to_yaml(c)); }
+std::string text(const Family& f, const AnyCase& c) {
+  return emit_yaml(f.to_yaml(c));
+}
 
 class FamilyContract : public ::testing::TestWithParam<const Family*> {};
 
@@ -69,13 +73,12 @@ TEST_P(FamilyContract, ShrinkCandidatesAreValidCases) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Registered, FamilyContract, ::testing::ValuesIn(all()),
-                         [](const auto& info) {
-                           std::string name = info.param->name();
-                           for (char& ch : name)
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Registered, FamilyContract, ::testing::ValuesIn(all()), [](const auto& info) {
+  std::string name = info.param->name();
+  for (char& ch : name)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return name;
+});
 
 }  // namespace
 }  // namespace kprop

@@ -1,12 +1,13 @@
 // Runner on the toy family: verdicts, shrinking to the known minimum,
 // determinism, give-up, crash and skip statuses, replay, reporters.
+#include "kprop/runner.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "kprop/report.h"
-#include "kprop/runner.h"
 #include "toy_family.h"
 
 namespace fs = std::filesystem;
@@ -27,9 +28,9 @@ RunOptions options(const std::string& target, const fs::path& corpus = {}) {
 }
 
 struct TempDir {
-  fs::path path = fs::temp_directory_path() /
-                  ("kprop_runner_test_" + std::to_string(::getpid()) + "_" +
-                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  fs::path path =
+      fs::temp_directory_path() / ("kprop_runner_test_" + std::to_string(::getpid()) + "_" +
+                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
   TempDir() { fs::remove_all(path); }
   ~TempDir() { fs::remove_all(path); }
 };
@@ -144,7 +145,8 @@ TEST(Runner, MutantsTableReportsKillsAndSurvivors) {
   EXPECT_EQ(rows[1].killed_by, "crash");
   EXPECT_FALSE(rows[2].killed);  // segfaults on 7
   EXPECT_FALSE(rows[3].killed);  // hangs on 7
-  EXPECT_NE(make_reporter("text")->mutants(spec, rows).find("FAILED: 2 of 4 mutants killed"), std::string::npos);
+  EXPECT_NE(make_reporter("text")->mutants(spec, rows).find("FAILED: 2 of 4 mutants killed"),
+            std::string::npos);
 }
 
 TEST(Reporters, JsonAndJunitAreWellFormed) {
@@ -182,7 +184,8 @@ TEST(Runner, ShardsPartitionTheUnshardedRun) {
     o.shard_index = i;
     o.shard_count = 3;
     const RunReport r = run_spec(spec, o);
-    if (r.status == RunStatus::failed) first_failure = std::min(first_failure, r.invariants[0].trials_to_fail);
+    if (r.status == RunStatus::failed)
+      first_failure = std::min(first_failure, r.invariants[0].trials_to_fail);
     RunOptions c = options("reference");
     c.shard_index = i;
     c.shard_count = 3;

@@ -36,7 +36,8 @@ std::vector<SpecTarget> all_spec_targets() {
     }
     for (const auto& impl : spec.family->implementations()) {
       std::string name = spec.name + "_" + impl.name;
-      std::replace_if(name.begin(), name.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');
+      std::replace_if(
+          name.begin(), name.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');
       out.push_back({path, impl.name, impl.kind == ImplKind::mutant, name});
     }
   }
@@ -61,7 +62,8 @@ TEST_P(SpecSuite, MutantsDieAndCorrectImplementationsPass) {
     } else if (r.status == RunStatus::skipped) {
       EXPECT_NE(spec.family->implementations()[resolve_target(spec, p.target)].device, "cpu") << r.detail;
     } else {
-      EXPECT_EQ(r.status, RunStatus::passed) << p.target << " seed " << seed << ": " << run_status_name(r.status);
+      EXPECT_EQ(r.status, RunStatus::passed)
+          << p.target << " seed " << seed << ": " << run_status_name(r.status);
     }
   }
 }

@@ -1,8 +1,8 @@
 // Spec loader: a valid spec, and each class of invalid spec names
 // file:line:col and the valid choices.
-#include <gtest/gtest.h>
-
 #include "kprop/spec.h"
+
+#include <gtest/gtest.h>
 
 namespace kprop {
 namespace {
@@ -74,19 +74,28 @@ TEST_P(SpecErrors, NameFileLineColumnAndChoices) {
 INSTANTIATE_TEST_SUITE_P(
     All, SpecErrors,
     ::testing::Values(
-        BadSpec{"unknown top key", "run:", "runs:", "t.yaml:4:1: unknown top-level key 'runs' (did you mean 'run'?)"},
-        BadSpec{"unknown domain key", "  length:", "  lenght:", "t.yaml:6:3: unknown key 'lenght' in domain (did you mean 'length'?)"},
+        BadSpec{"unknown top key",
+                "run:", "runs:", "t.yaml:4:1: unknown top-level key 'runs' (did you mean 'run'?)"},
+        BadSpec{"unknown domain key", "  length:", "  lenght:",
+                "t.yaml:6:3: unknown key 'lenght' in domain (did you mean 'length'?)"},
         BadSpec{"wrong type", "trials: 50", "trials: many", "'trials' must be an integer, got 'many'"},
         BadSpec{"inverted range", "[1, 5]", "[5, 1]", "t.yaml:6:11: 'length' is an inverted range [5, 1]"},
         BadSpec{"out of bounds", "[1, 5]", "[1, 5000]", "out of bounds"},
         BadSpec{"range shape", "[1, 5]", "[1, 2, 3]", "must be a range [lo, hi]"},
         BadSpec{"empty choices", "[plain, wide]", "[]", "'mode' is empty"},
-        BadSpec{"bad choice", "[plain, wide]", "[plain, wdie]", "unknown choice 'wdie' (did you mean 'wide'?)"},
-        BadSpec{"unknown family", "family: toy.sum", "family: toy.summ", "unknown family 'toy.summ' (did you mean 'toy.sum'?)"},
-        BadSpec{"unknown target", "target: reference", "target: referense", "unknown implementation 'referense' for family toy.sum (did you mean 'reference'?); valid: reference, drops_last"},
-        BadSpec{"unknown invariant", "name: matches_reference", "name: matches_ref", "unknown invariant 'matches_ref'"},
-        BadSpec{"unknown param", "slack: 2", "slak: 2", "unknown key 'slak' in invariant matches_reference (did you mean 'slack'?)"},
-        BadSpec{"duplicate key", "run: {trials: 50, seed: 7}", "run: {trials: 50, trials: 7}", "duplicate key 'trials'"},
+        BadSpec{"bad choice", "[plain, wide]", "[plain, wdie]",
+                "unknown choice 'wdie' (did you mean 'wide'?)"},
+        BadSpec{"unknown family", "family: toy.sum", "family: toy.summ",
+                "unknown family 'toy.summ' (did you mean 'toy.sum'?)"},
+        BadSpec{"unknown target", "target: reference", "target: referense",
+                "unknown implementation 'referense' for family toy.sum (did you mean 'reference'?); valid: "
+                "reference, drops_last"},
+        BadSpec{"unknown invariant", "name: matches_reference", "name: matches_ref",
+                "unknown invariant 'matches_ref'"},
+        BadSpec{"unknown param", "slack: 2", "slak: 2",
+                "unknown key 'slak' in invariant matches_reference (did you mean 'slack'?)"},
+        BadSpec{"duplicate key", "run: {trials: 50, seed: 7}", "run: {trials: 50, trials: 7}",
+                "duplicate key 'trials'"},
         BadSpec{"yaml syntax", "domain:\n", "domain: [\n", "t.yaml:"},
         BadSpec{"missing family", "family: toy.sum\n", "", "missing required key 'family'"},
         BadSpec{"bad spec name", "spec: toy", "spec: ../x", "spec name '../x'"}));
@@ -96,7 +105,8 @@ TEST(SpecLoader, MissingFileIsAnInputError) {
 }
 
 TEST(SpecLoader, EmptyInvariantListIsAnError) {
-  EXPECT_NE(error_of("spec: toy\nfamily: toy.sum\ninvariants: []\n").find("'invariants' is empty"), std::string::npos);
+  EXPECT_NE(error_of("spec: toy\nfamily: toy.sum\ninvariants: []\n").find("'invariants' is empty"),
+            std::string::npos);
 }
 
 }  // namespace
@@ -107,7 +117,8 @@ namespace {
 // Found by fuzz_spec_loader: an escape in a quoted scalar put a raw newline
 // into the message.
 TEST(SpecLoader, ErrorsStayOnOneLine) {
-  for (const char* text : {"spec: \"a\\\nb\"\n", "\"we\\nird\": 1\n", "spec: toy\nfamily: \"toy.\\tsum\"\n"}) {
+  for (const char* text :
+       {"spec: \"a\\\nb\"\n", "\"we\\nird\": 1\n", "spec: toy\nfamily: \"toy.\\tsum\"\n"}) {
     const std::string err = error_of(text);
     EXPECT_EQ(err.find('\n'), std::string::npos) << err;
     EXPECT_EQ(err.find('\t'), std::string::npos) << err;

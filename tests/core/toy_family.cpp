@@ -75,7 +75,8 @@ long sum(const Case& c) {
 }  // namespace
 
 KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
-  f.implementation({"reference", ImplKind::reference, "plain sum"}, [](const Case& c) { return Result{sum(c)}; });
+  f.implementation({"reference", ImplKind::reference, "plain sum"},
+                   [](const Case& c) { return Result{sum(c)}; });
   f.mutant("drops_last", "ignores the last element of lists of 3 or more", [](const Case& c) {
     Case d = c;
     if (d.xs.size() >= 3) d.xs.pop_back();
@@ -101,17 +102,21 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
   });
   f.implementation({"no_device", ImplKind::optimized, "needs hardware this machine lacks", "cuda"},
                    [](const Case&) -> Result { throw Unsupported("no CUDA device"); });
-  f.invariant({"matches_reference", "sum equals the reference", {field::integer("slack", 0, 0, 100, "allowed difference")}},
+  f.invariant({"matches_reference",
+               "sum equals the reference",
+               {field::integer("slack", 0, 0, 100, "allowed difference")}},
               [](Trial<Traits>& t, const Values& p) {
                 const long diff = t.target().sum - t.reference().sum;
                 if (std::labs(diff) <= p.integer("slack")) return Verdict::pass();
-                return Verdict::fail(fmt::format("sum {} != {}", t.target().sum, t.reference().sum),
-                                     {{"target", double(t.target().sum)}, {"reference", double(t.reference().sum)}});
+                return Verdict::fail(
+                    fmt::format("sum {} != {}", t.target().sum, t.reference().sum),
+                    {{"target", double(t.target().sum)}, {"reference", double(t.reference().sum)}});
               });
-  f.invariant({"only_long_lists", "discards everything shorter than 100", {}}, [](Trial<Traits>& t, const Values&) {
-    if (t.input().xs.size() < 100) return Verdict::discard("list too short");
-    return Verdict::pass();
-  });
+  f.invariant({"only_long_lists", "discards everything shorter than 100", {}},
+              [](Trial<Traits>& t, const Values&) {
+                if (t.input().xs.size() < 100) return Verdict::discard("list too short");
+                return Verdict::pass();
+              });
 });
 
 }  // namespace kprop::toy

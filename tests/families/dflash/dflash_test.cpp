@@ -1,8 +1,9 @@
 // DFlash: the kernels on hand-built trees, the shrinker's minimal trees, and
 // every mutant killed under the committed spec with fixed seeds.
+#include "kernels/dflash/dflash.h"
+
 #include <gtest/gtest.h>
 
-#include "kernels/dflash/dflash.h"
 #include "kprop/runner.h"
 #include "properties/dflash/family.h"
 
@@ -83,7 +84,9 @@ TEST(DflashCodec, YamlRoundTrip) {
 }
 
 TEST(DflashCodec, BadCaseNamesLineAndColumn) {
-  const YAML::Node n = YAML::Load("prompt: [1]\nmodel: {vocab: 3, d_model: 4, layers: 1, heads: 1, seed: 1}\ncycles:\n  - {tokens: [1, 1], parents: [-1, -1]}\n");
+  const YAML::Node n = YAML::Load(
+      "prompt: [1]\nmodel: {vocab: 3, d_model: 4, layers: 1, heads: 1, seed: 1}\ncycles:\n  - {tokens: [1, "
+      "1], parents: [-1, -1]}\n");
   try {
     Traits::from_yaml(n);
     FAIL() << "duplicate sibling tokens accepted";
