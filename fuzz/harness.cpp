@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "kprop/corpus.h"
 #include "kprop/runner.h"
@@ -47,7 +48,25 @@ std::string default_spec(const char* argv0) {
   return KPROP_FUZZ_DEFAULT_SPEC;
 }
 
+// libFuzzer grows inputs slowly by default (-len_control), preferring short
+// inputs as simpler. A kprop decoder reads shapes and case kinds (masks,
+// dtypes, trees) from the first bytes and bulk values after them, so length
+// is no measure of simplicity here: without this, mask kinds decoded after a
+// few dozen bytes stay unreached for minutes. An explicit flag wins.
+void default_len_control(int* argc, char*** argv) {
+  for (int i = 1; i < *argc; ++i)
+    if (std::strncmp((*argv)[i], "-len_control=", 13) == 0) return;
+  static std::vector<char*> args;
+  args.assign(*argv, *argv + *argc);
+  static char flag[] = "-len_control=0";
+  args.insert(args.begin() + 1, flag);
+  args.push_back(nullptr);
+  *argc += 1;
+  *argv = args.data();
+}
+
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  default_len_control(argc, argv);
   const std::string spec_path = flag(*argc, *argv, "kprop_spec", "KPROP_SPEC", default_spec((*argv)[0]));
   try {
     auto* h = new Harness{kprop::load_spec(spec_path), 0};
