@@ -57,8 +57,8 @@ Schema CaseTraits<B>::domain_schema() {
 namespace {
 
 // ------------------------------------------------------------ generation
-// One case builder for RapidCheck draws and libFuzzer bytes alike, so the
-// fuzzer reaches exactly the generator's domain. Bulk data (values, masks)
+// One case builder (CaseTraits::build) for RapidCheck draws, libFuzzer bytes
+// and fuzz seed corpora, so the fuzzer reaches exactly the generator's domain. Bulk data (values, masks)
 // comes from counter-based randomness under a drawn seed.
 template <typename Draw>
 int pick_tile(Draw& draw, int n, IntRange r) {
@@ -203,21 +203,6 @@ Case build_case(Draw& draw, const Values& domain, bool backward) {
   fill_values(c, kind, magnitude, growth, large_v, same_keys, seed);
   return c;
 }
-
-struct RapidCheckDraw {
-  int64_t sized(IntRange r) { return *gen::sized(r); }
-  int64_t any(IntRange r) { return *gen::any(r); }
-  double any(RealRange r) { return *gen::any(r); }
-  bool chance(double p) { return *gen::chance(p); }
-};
-
-struct BytesDraw {
-  ByteReader& bytes;
-  int64_t sized(IntRange r) { return bytes.in_range(r); }
-  int64_t any(IntRange r) { return bytes.in_range(r); }
-  double any(RealRange r) { return bytes.in_range(r); }
-  bool chance(double p) { return bytes.unit() < p; }
-};
 
 // ------------------------------------------------------------ shrinking
 // A sub-case: the kept indices along every axis (members are positions
@@ -388,16 +373,7 @@ std::vector<Edit> simplifications(const Case& c) {
 }  // namespace
 
 template <bool B>
-rc::Gen<Case> CaseTraits<B>::generator(const Values& domain) {
-  return rc::gen::exec([domain] {
-    RapidCheckDraw draw;
-    return build_case(draw, domain, B);
-  });
-}
-
-template <bool B>
-Case CaseTraits<B>::from_bytes(ByteReader& bytes, const Values& domain) {
-  BytesDraw draw{bytes};
+Case CaseTraits<B>::build(Draw& draw, const Values& domain) {
   return build_case(draw, domain, B);
 }
 

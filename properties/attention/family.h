@@ -15,11 +15,11 @@ template <bool Backward>
 struct CaseTraits {
   using Case = attention::Case;
   static Schema domain_schema();
-  static rc::Gen<Case> generator(const Values& domain);
+  // One builder: RapidCheck generation, fuzz decoding and fuzz seed corpora.
+  static Case build(Draw& draw, const Values& domain);
   static rc::Seq<Case> shrinks(const Case& c);
   static YAML::Node to_yaml(const Case& c);
   static Case from_yaml(const YAML::Node& node);
-  static Case from_bytes(ByteReader& bytes, const Values& domain);
   static CaseStats stats(const Case& c);
 };
 

@@ -154,8 +154,8 @@ TEST(AttentionCodec, EveryByteStringDecodesToAValidCase) {
       std::vector<uint8_t> bytes(static_cast<size_t>(len));
       for (int i = 0; i < len; ++i) bytes[size_t(i)] = static_cast<uint8_t>(i * 37 + len);
       ByteReader reader(bytes.data(), bytes.size());
-      const Case c =
-          backward ? BwdTraits::from_bytes(reader, spec.domain) : FwdTraits::from_bytes(reader, spec.domain);
+      BytesDraw draw(reader);
+      const Case c = backward ? BwdTraits::build(draw, spec.domain) : FwdTraits::build(draw, spec.domain);
       EXPECT_EQ(validate(c, backward), "") << len;
     }
   }
