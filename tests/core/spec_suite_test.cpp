@@ -44,6 +44,11 @@ std::vector<SpecTarget> all_spec_targets() {
   return out;
 }
 
+// Test listings show "dflash positional_logits", not the struct's bytes.
+void PrintTo(const SpecTarget& p, std::ostream* os) {
+  *os << p.name;
+}
+
 class SpecSuite : public ::testing::TestWithParam<SpecTarget> {};
 
 TEST_P(SpecSuite, MutantsDieAndCorrectImplementationsPass) {
