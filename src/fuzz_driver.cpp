@@ -64,13 +64,21 @@ int run_streaming(const std::vector<std::string>& argv, const std::vector<std::s
   }
   FILE* out = fdopen(pipe_fds[0], "r");
   char buf[8192];
-  bool forwarded = false;
+  // libFuzzer's fork-mode parent treats a job killed by SIGINT as a crash
+  // and goes on, so a stop escalates: SIGINT, then SIGTERM after 5 s, then
+  // SIGKILL after 10 s, to the fuzzer's whole process group.
+  int stop_level = 0;
+  Clock::time_point stop_sent{};
   fcntl(pipe_fds[0], F_SETFL, O_NONBLOCK);
   std::string partial;
   for (;;) {
-    if (interrupted() && !forwarded) {
-      kill(-pid, SIGINT);
-      forwarded = true;
+    if (interrupted()) {
+      const double waited = std::chrono::duration<double>(Clock::now() - stop_sent).count();
+      if (stop_level == 0 || (stop_level < 3 && waited > 5)) {
+        static const int signals[] = {SIGINT, SIGTERM, SIGKILL};
+        kill(-pid, signals[stop_level++]);
+        stop_sent = Clock::now();
+      }
     }
     const ssize_t n = read(pipe_fds[0], buf, sizeof buf);
     if (n > 0) {
@@ -263,7 +271,9 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
         std::error_code ec;
         fs::rename(entry.path(), crashes / "imported" / entry.path().filename(), ec);
       }
-      // Merge the coverage corpus (minimise it) in place.
+      // Merge the coverage corpus (minimise it) in place; not after Ctrl-C,
+      // when a cut-short merge must not replace the corpus.
+      if (interrupted()) break;
       const fs::path merged = work / "corpus.merged";
       fs::remove_all(merged);
       fs::create_directories(merged);
