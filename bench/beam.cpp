@@ -1,5 +1,4 @@
-// Beam throughput: cases per second of the committed spec (generation plus
-// every invariant on the reference), and search throughput of each
+// Beam throughput: search throughput of each
 // implementation on a larger fixed batch. Run: build/bench/bench_beam
 #include "kernels/beam/beam.h"
 
@@ -8,28 +7,6 @@
 #include "kprop/runner.h"
 
 namespace {
-
-const kprop::Spec& spec() {
-  static const kprop::Spec s = kprop::load_spec(std::string(KPROP_SOURCE_DIR) + "/specs/beam.yaml");
-  return s;
-}
-
-// One trial as the runner does it: draw a case, check every invariant.
-void BM_SpecTrial(benchmark::State& state) {
-  const auto& s = spec();
-  const size_t ref = static_cast<size_t>(s.family->find_implementation("reference"));
-  const auto gen = s.family->generator(s.domain);
-  rc::Random random(7);
-  int64_t i = 0;
-  for (auto _ : state) {
-    const auto c = gen(random.split(), static_cast<int>(state.range(0))).value();
-    auto trial = s.family->begin_trial(c, ref, ref);
-    for (const auto& use : s.invariants) benchmark::DoNotOptimize(trial->check(use.index, use.params));
-    ++i;
-  }
-  state.counters["cases/s"] = benchmark::Counter(static_cast<double>(i), benchmark::Counter::kIsRate);
-}
-BENCHMARK(BM_SpecTrial)->Arg(10)->Arg(50)->Arg(100)->Unit(benchmark::kMicrosecond);
 
 // A batch of 16 prompts, vocab 32, K = state.range(0), 16 new tokens, alpha 1.
 kprop::beam::Case big_case(int K) {

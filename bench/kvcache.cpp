@@ -1,6 +1,5 @@
-// KV cache throughput: cases per second of the committed spec (generation plus
-// every invariant, on each correct target), and each implementation on a
-// serving-sized batch. Run: build/bench/bench_kvcache
+// KV cache throughput: each implementation on a serving-sized batch
+// (cases/s of the spec: bench_specs). Run: build/bench/bench_kvcache
 #include "kernels/kvcache/kvcache.h"
 
 #include <benchmark/benchmark.h>
@@ -8,31 +7,6 @@
 #include "kprop/runner.h"
 
 namespace {
-
-const kprop::Spec& spec() {
-  static const kprop::Spec s = kprop::load_spec(std::string(KPROP_SOURCE_DIR) + "/specs/kvcache.yaml");
-  return s;
-}
-
-// One trial as the runner does it: draw a case, check every invariant.
-void BM_SpecTrial(benchmark::State& state, const char* target) {
-  const auto& s = spec();
-  const size_t t = static_cast<size_t>(s.family->find_implementation(target));
-  const size_t ref = static_cast<size_t>(s.family->find_implementation("reference"));
-  const auto gen = s.family->generator(s.domain);
-  rc::Random random(7);
-  int64_t i = 0;
-  for (auto _ : state) {
-    const auto c = gen(random.split(), static_cast<int>(state.range(0))).value();
-    auto trial = s.family->begin_trial(c, t, ref);
-    for (const auto& use : s.invariants) benchmark::DoNotOptimize(trial->check(use.index, use.params));
-    ++i;
-  }
-  state.counters["cases/s"] = benchmark::Counter(static_cast<double>(i), benchmark::Counter::kIsRate);
-}
-BENCHMARK_CAPTURE(BM_SpecTrial, reference, "reference")->Arg(50)->Arg(100)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_SpecTrial, paged, "paged")->Arg(100)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_SpecTrial, int8, "int8")->Arg(100)->Unit(benchmark::kMillisecond);
 
 // 8 sequences, prompts 24..136 tokens, 8..36 decode steps, staggered
 // arrivals; 4 kv heads x 2, head_dim 64, pages of 16, chunks of 32.

@@ -96,21 +96,4 @@ void shapes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_Fused)->Apply(shapes);
 BENCHMARK(BM_TwoPass)->Apply(shapes);
 
-// One trial as the runner does it: draw a case, check every invariant on the reference.
-void BM_SpecTrial(benchmark::State& state) {
-  static const kprop::Spec s = kprop::load_spec(std::string(KPROP_SOURCE_DIR) + "/specs/softmax_topk.yaml");
-  const size_t ref = static_cast<size_t>(s.family->find_implementation("reference"));
-  const auto gen = s.family->generator(s.domain);
-  rc::Random random(7);
-  int64_t i = 0;
-  for (auto _ : state) {
-    const auto c = gen(random.split(), static_cast<int>(state.range(0))).value();
-    auto trial = s.family->begin_trial(c, ref, ref);
-    for (const auto& use : s.invariants) benchmark::DoNotOptimize(trial->check(use.index, use.params));
-    ++i;
-  }
-  state.counters["cases/s"] = benchmark::Counter(static_cast<double>(i), benchmark::Counter::kIsRate);
-}
-BENCHMARK(BM_SpecTrial)->Arg(10)->Arg(50)->Arg(100)->Unit(benchmark::kMicrosecond);
-
 }  // namespace

@@ -1,0 +1,58 @@
+// Cases per second of every committed spec on every non-mutant
+// implementation: one trial = draw a case at the given RapidCheck size and
+// check every invariant of the spec, as prop_runner does. New specs are
+// measured without code. Run: build/bench/bench_specs [--benchmark_filter=dflash]
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "kprop/runner.h"
+
+namespace {
+
+void spec_trial(benchmark::State& state, const kprop::Spec* spec, size_t target) {
+  const size_t reference = kprop::resolve_target(*spec, spec->reference);
+  const auto gen = spec->family->generator(spec->domain);
+  rc::Random random(7);
+  int64_t cases = 0;
+  for (auto _ : state) {
+    const auto c = gen(random.split(), static_cast<int>(state.range(0))).value();
+    auto trial = spec->family->begin_trial(c, target, reference);
+    for (const auto& use : spec->invariants) benchmark::DoNotOptimize(trial->check(use.index, use.params));
+    ++cases;
+  }
+  state.counters["cases/s"] = benchmark::Counter(static_cast<double>(cases), benchmark::Counter::kIsRate);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  static std::vector<std::unique_ptr<kprop::Spec>> specs;
+  std::vector<std::filesystem::path> paths;
+  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(KPROP_SOURCE_DIR) / "specs"))
+    if (e.path().extension() == ".yaml") paths.push_back(e.path());
+  std::sort(paths.begin(), paths.end());
+  for (const auto& path : paths) {
+    try {
+      specs.push_back(std::make_unique<kprop::Spec>(kprop::load_spec(path.string())));
+    } catch (const kprop::InputError&) {
+      continue;  // family not built (KPROP_FAMILIES)
+    }
+    const kprop::Spec* spec = specs.back().get();
+    const auto& impls = spec->family->implementations();
+    for (size_t t = 0; t < impls.size(); ++t) {
+      if (impls[t].kind == kprop::ImplKind::mutant || impls[t].device != "cpu") continue;
+      benchmark::RegisterBenchmark(("SpecTrial/" + spec->name + "/" + impls[t].name).c_str(), spec_trial,
+                                   spec, t)
+          ->Arg(10)
+          ->Arg(50)
+          ->Arg(100)
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
