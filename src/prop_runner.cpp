@@ -23,6 +23,7 @@ struct Config {
   std::optional<uint64_t> seed;
   std::optional<int64_t> trials;
   std::optional<double> time;
+  std::optional<double> case_timeout;
   std::vector<std::string> invariants;
   std::string format = "text";
   std::string out;
@@ -125,7 +126,8 @@ int run(const Config& cfg) {
   install_interrupt_handler();
   if (cfg.fuzz) return run_fuzz_mode(cfg, corpus_root);
   if (cfg.specs.size() > 1) throw InputError({}, "several --spec are only accepted with --fuzz");
-  const Spec spec = load_spec(cfg.specs[0]);
+  Spec spec = load_spec(cfg.specs[0]);
+  if (cfg.case_timeout) spec.run.case_timeout_s = *cfg.case_timeout;
   if (!cfg.fuzz_seeds.empty()) {
     const int n = write_fuzz_seeds(spec, cfg.fuzz_seeds, 64);
     fmt::print("kprop: wrote {} seed inputs for {} to {}\n", n, spec.name, cfg.fuzz_seeds);
@@ -209,6 +211,9 @@ int main(int argc, char** argv) {
   app.add_option("--trials", cfg.trials, "cases to draw")->check(CLI::PositiveNumber);
   app.add_option("--time", cfg.time, "time budget in seconds (--fuzz: 0 runs until Ctrl-C)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--case-timeout", cfg.case_timeout,
+                 "seconds one target call may take before it counts as a hang (overrides run.case_timeout_s)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--invariant", cfg.invariants, "check only these invariants (repeatable)");
   app.add_option("--format", cfg.format, "report format: text, json or junit");
   app.add_option("--out", cfg.out, "write the report to FILE (text summary still on stdout)");

@@ -40,6 +40,9 @@ std::string invariant_line(const InvariantReport& r) {
     case InvariantStatus::not_run:
       what = fmt::format("{} trials before the run stopped", r.passed);
       break;
+    case InvariantStatus::not_applicable:
+      what = r.last_discard;
+      break;
   }
   if (r.discarded && r.status != InvariantStatus::gave_up) what += fmt::format(", {} discarded", r.discarded);
   return fmt::format("  {:<26} {:<8} {}\n", r.name, invariant_status_name(r.status), what);
@@ -257,9 +260,10 @@ class JunitReporter final : public Reporter {
       cases += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3f}\">\n", xml_escape(name),
                            xml_escape(inv.name),
                            inv.status == InvariantStatus::failed ? inv.seconds_to_fail : r.seconds);
-      if (r.status == RunStatus::skipped) {
+      if (r.status == RunStatus::skipped || inv.status == InvariantStatus::not_applicable) {
         ++skipped;
-        cases += fmt::format("      <skipped message=\"{}\"/>\n", xml_escape(r.detail));
+        cases += fmt::format("      <skipped message=\"{}\"/>\n",
+                             xml_escape(r.status == RunStatus::skipped ? r.detail : inv.last_discard));
       } else if (inv.status == InvariantStatus::failed || inv.status == InvariantStatus::gave_up) {
         ++failures;
         std::string body = inv.counterexample ? inv.counterexample->case_yaml : inv.last_discard;

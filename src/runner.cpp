@@ -1,5 +1,7 @@
 #include "kprop/runner.h"
 
+#include "kprop/external.h"
+
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -8,6 +10,8 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -45,23 +49,28 @@ struct GuardState {
 GuardState g_guard;
 std::once_flag g_watchdog_once;
 
-std::string save_crash(const std::string& why, const char* found_by) {
-  const GuardState& g = g_guard;
-  if (!g.spec || !g.input) return "";
+std::string save_case(const Spec& spec, size_t target, const RunOptions& options, uint64_t seed,
+                      const AnyCase& input, const std::string& why, const std::string& found_by) {
   CorpusEntry e;
-  e.spec = g.spec->name;
-  e.family = g.spec->family->name();
+  e.spec = spec.name;
+  e.family = spec.family->name();
   e.invariant = found_by;
-  e.found_against = g.spec->family->implementations()[g.target].name;
+  e.found_against = spec.family->implementations()[target].name;
   e.found_by = found_by;
-  e.seed = g.seed;
+  e.seed = seed;
   e.message = why;
-  e.case_node = g.spec->family->to_yaml(*g.input);
-  if (!g.options->write_corpus) {
+  e.case_node = spec.family->to_yaml(input);
+  if (!options.write_corpus) {
     fmt::print(stderr, "case:\n{}", emit_yaml(e.case_node));
     return "";
   }
-  return write_entry(g.options->corpus_dir + "/" + g.spec->name, e);
+  return write_entry(options.corpus_dir + "/" + spec.name, e);
+}
+
+std::string save_crash(const std::string& why, const char* found_by) {
+  const GuardState& g = g_guard;
+  if (!g.spec || !g.input) return "";
+  return save_case(*g.spec, g.target, *g.options, g.seed, *g.input, why, found_by);
 }
 
 [[noreturn]] void die_with_case(const std::string& why, const char* found_by) {
@@ -125,9 +134,12 @@ class CaseGuard {
     g_guard.input = &c;
     g_guard.options = &options;
     g_guard.seed = seed;
+    // An external target's transport enforces case_timeout_s per call and
+    // keeps the runner alive; the watchdog guards in-process targets.
     const auto timeout =
         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(spec.run.case_timeout_s));
-    g_guard.deadline_ns = (Clock::now() + timeout).time_since_epoch().count();
+    const bool external = spec.family->implementations()[target].kind == ImplKind::external;
+    g_guard.deadline_ns = external ? 0 : (Clock::now() + timeout).time_since_epoch().count();
     g_guard.armed = true;
   }
   ~CaseGuard() {
@@ -190,6 +202,8 @@ const char* invariant_status_name(InvariantStatus s) {
       return "GAVE UP";
     case InvariantStatus::not_run:
       return "not run";
+    case InvariantStatus::not_applicable:
+      return "n/a";
   }
   return "?";
 }
@@ -240,6 +254,13 @@ uint64_t fresh_seed() {
 size_t resolve_target(const Spec& spec, const std::string& name) {
   const int i = spec.family->find_implementation(name);
   if (i >= 0) return static_cast<size_t>(i);
+  if (external::is_external_target(name)) {
+    external::TransportOptions o;
+    o.family = spec.family->name();
+    o.ops = spec.family->external_ops();
+    o.call_timeout_s = spec.run.case_timeout_s;
+    return spec.family->attach_external(name, external::open_target(name, o));
+  }
   const auto names = spec.family->implementation_names();
   const std::string close = closest_match(name, names);
   throw InputError({},
@@ -252,14 +273,15 @@ Verdict check_case(const Spec& spec, size_t target, const InvariantUse& use, con
   return spec.family->begin_trial(c, target, reference)->check(use.index, use.params);
 }
 
-ShrinkResult shrink_failure(const Spec& spec, size_t target, size_t use_index, AnyCase failing,
-                            Verdict verdict, double budget_s) {
+namespace {
+// Greedy descent over the family's one structural shrinker, as a RapidCheck
+// Shrinkable: the same shrink tree for generated cases, fuzz crashes, corpus
+// files and external-target crashes. `reproduces` returns the candidate's
+// verdict when it still shows the failure being shrunk.
+ShrinkResult shrink_with(const Family& family, AnyCase failing, Verdict verdict, double budget_s,
+                         const std::function<std::optional<Verdict>(const AnyCase&)>& reproduces) {
   const auto t0 = Clock::now();
-  const Family& family = *spec.family;
-  const InvariantUse& use = spec.invariants.at(use_index);
   ShrinkResult result{std::move(failing), std::move(verdict), 0, false};
-  // The family's one structural shrinker, as a RapidCheck Shrinkable: the
-  // same shrink tree for generated cases, fuzz crashes and corpus files.
   auto shrinkable =
       rc::shrinkable::shrinkRecur(result.best, [&family](const AnyCase& c) { return family.shrinks(c); });
   for (bool progressed = true; progressed;) {
@@ -270,17 +292,9 @@ ShrinkResult shrink_failure(const Spec& spec, size_t target, size_t use_index, A
         result.interrupted = true;
         return result;
       }
-      Verdict v;
-      try {
-        v = check_case(spec, target, use, candidate->value());
-      } catch (const Unsupported&) {
-        continue;
-      } catch (const std::exception&) {
-        continue;  // a different failure (crash): not the one being shrunk
-      }
-      if (v.outcome == Outcome::fail) {
+      if (auto v = reproduces(candidate->value())) {
         result.best = candidate->value();
-        result.verdict = std::move(v);
+        result.verdict = std::move(*v);
         ++result.steps;
         shrinkable = std::move(*candidate);
         progressed = true;
@@ -289,6 +303,39 @@ ShrinkResult shrink_failure(const Spec& spec, size_t target, size_t use_index, A
     }
   }
   return result;
+}
+
+// An external target that crashed or reported an error: the smallest case
+// that still does the same (a hang is not shrunk: each try costs the timeout).
+ShrinkResult shrink_target_failure(const Spec& spec, size_t target, const InvariantUse& use, AnyCase failing,
+                                   const external::TargetFailure& failure) {
+  const std::string kind = failure.kind();
+  return shrink_with(*spec.family, std::move(failing), Verdict::fail(failure.what()), spec.run.shrink_budget_s,
+                     [&](const AnyCase& c) -> std::optional<Verdict> {
+                       try {
+                         check_case(spec, target, use, c);
+                       } catch (const external::TargetFailure& e) {
+                         if (e.kind() == kind) return Verdict::fail(e.what());
+                       } catch (const std::exception&) {
+                       }
+                       return std::nullopt;
+                     });
+}
+}  // namespace
+
+ShrinkResult shrink_failure(const Spec& spec, size_t target, size_t use_index, AnyCase failing,
+                            Verdict verdict, double budget_s) {
+  const InvariantUse& use = spec.invariants.at(use_index);
+  return shrink_with(*spec.family, std::move(failing), std::move(verdict), budget_s,
+                     [&](const AnyCase& c) -> std::optional<Verdict> {
+                       try {
+                         Verdict v = check_case(spec, target, use, c);
+                         if (v.outcome == Outcome::fail) return v;
+                       } catch (const std::exception&) {
+                         // Unsupported, or a different failure (a crash): not the one being shrunk.
+                       }
+                       return std::nullopt;
+                     });
 }
 
 RunReport run_spec(const Spec& spec, const RunOptions& options) {
@@ -365,6 +412,28 @@ RunReport run_spec(const Spec& spec, const RunOptions& options) {
         report.seconds = since(t0);
         for (auto& r : report.invariants) r.status = InvariantStatus::not_run;
         return report;
+      } catch (const external::TargetFailure& e) {
+        // An external target crashed, hung or reported an error; the runner
+        // lives on: shrink a crash or error to the smallest case that repeats it.
+        report.status = RunStatus::crashed;
+        AnyCase saved = c;
+        report.detail = e.what();
+        if (e.kind() != "hang") {
+          ShrinkResult s = shrink_target_failure(spec, target, *uses[k], c, e);
+          if (s.steps > 0)
+            report.detail = fmt::format("{} (shrunk in {} steps from {} to {})", s.verdict.message, s.steps,
+                                        family.stats(c).summary, family.stats(s.best).summary);
+          saved = s.best;
+        }
+        const std::string path =
+            save_case(spec, target, options, report.seed, saved, report.detail, e.kind());
+        if (!path.empty()) {
+          report.detail += "; case saved to " + path;
+          report.replay_command = fmt::format("prop_runner --spec {} --target {} --replay {}",
+                                              shell_quote(spec.path), shell_quote(report.target), path);
+        }
+        report.seconds = since(t0);
+        return report;
       } catch (const std::exception& e) {
         // The guard is disarmed but still describes this case: save it.
         report.status = RunStatus::crashed;
@@ -373,7 +442,7 @@ RunReport run_spec(const Spec& spec, const RunOptions& options) {
         if (!path.empty()) {
           report.detail += "; case saved to " + path;
           report.replay_command = fmt::format("prop_runner --spec {} --target {} --replay {}",
-                                              shell_quote(spec.path), report.target, path);
+                                              shell_quote(spec.path), shell_quote(report.target), path);
         }
         report.seconds = since(t0);
         return report;
@@ -383,6 +452,10 @@ RunReport run_spec(const Spec& spec, const RunOptions& options) {
           ir.status = InvariantStatus::passed;
           alive[k] = false;
         }
+      } else if (v.outcome == Outcome::not_applicable) {
+        ir.status = InvariantStatus::not_applicable;
+        ir.last_discard = v.message;
+        alive[k] = false;
       } else if (v.outcome == Outcome::discard) {
         ir.last_discard = v.message;
         if (++ir.discarded > spec.run.max_discard_ratio * trials) {
@@ -424,9 +497,9 @@ RunReport run_spec(const Spec& spec, const RunOptions& options) {
           report.replay_command =
               cx.corpus_path.empty()
                   ? fmt::format("prop_runner --spec {} --target {} --seed {} --invariant {}",
-                                shell_quote(spec.path), report.target, report.seed, ir.name)
+                                shell_quote(spec.path), shell_quote(report.target), report.seed, ir.name)
                   : fmt::format("prop_runner --spec {} --target {} --replay {}", shell_quote(spec.path),
-                                report.target, cx.corpus_path);
+                                shell_quote(report.target), cx.corpus_path);
         ir.counterexample = std::move(cx);
         report.status = RunStatus::failed;
         if (options.stop_on_first_failure) {

@@ -1,5 +1,7 @@
 #include "kprop/spec.h"
 
+#include "kprop/external.h"
+
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
@@ -211,16 +213,18 @@ Spec Loader::load(const YAML::Node& root) {
          "unknown family '" + family_name + "'" + suggestion(family_name, Registry::instance().names()));
 
   const auto impl_names = spec.family->implementation_names();
-  auto impl = [&](const char* key) {
+  auto impl = [&](const char* key, bool external_ok) {
     const YAML::Node n = root[key];
     const std::string name = n ? scalar<std::string>(n, key, "an implementation name") : "reference";
+    // plugin:/exec: targets are opened when the run starts (their errors name the target).
+    if (external_ok && external::is_external_target(name)) return name;
     if (spec.family->find_implementation(name) < 0)
       fail(n ? n : root, fmt::format("unknown implementation '{}' for family {}{}", name, family_name,
                                      suggestion(name, impl_names)));
     return name;
   };
-  spec.target = impl("target");
-  spec.reference = impl("reference");
+  spec.target = impl("target", true);
+  spec.reference = impl("reference", false);
 
   Values run;
   parse_fields(root["run"], run_schema(), "", "run", run);

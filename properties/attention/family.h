@@ -38,6 +38,9 @@ struct BwdTraits : CaseTraits<true> {
 };
 
 void register_forward_invariants(FamilyDef<FwdTraits>& family);
+// Kernels built elsewhere (properties/attention/external.cpp).
+void register_forward_external(FamilyDef<FwdTraits>& family);
+void register_backward_external(FamilyDef<BwdTraits>& family);
 void register_backward_invariants(FamilyDef<BwdTraits>& family);
 
 // ---- shared by the invariants and the tests

@@ -9,6 +9,7 @@ KPROP_REGISTER_FAMILY(FwdTraits, [](FamilyDef<FwdTraits>& f) {
       {"tiled", ImplKind::optimized, "online softmax over Bq×Bk tiles from the case (f32 or f64)"}, tiled);
   for (const auto& m : forward_mutants()) f.mutant(m.name, m.description, m.run);
   register_forward_invariants(f);
+  register_forward_external(f);
 });
 
 KPROP_REGISTER_FAMILY(BwdTraits, [](FamilyDef<BwdTraits>& f) {
@@ -23,6 +24,7 @@ KPROP_REGISTER_FAMILY(BwdTraits, [](FamilyDef<BwdTraits>& f) {
       tiled_two_pass);
   for (const auto& m : backward_mutants()) f.mutant(m.name, m.description, m.run);
   register_backward_invariants(f);
+  register_backward_external(f);
 });
 
 }  // namespace kprop::attention

@@ -42,12 +42,15 @@
 #include "kprop/bytes.h"
 #include "kprop/draw.h"
 #include "kprop/errors.h"
+#include "kprop/external.h"
 #include "kprop/values.h"
 
 namespace kprop {
 
 // ---------------------------------------------------------------- verdicts
-enum class Outcome { pass, fail, discard };
+// not_applicable: the invariant cannot observe this target (e.g. the
+// workspace of a kernel built elsewhere); reported as n/a, never as passed.
+enum class Outcome { pass, fail, discard, not_applicable };
 
 struct Measured {
   std::string name;
@@ -61,6 +64,7 @@ struct Verdict {
 
   static Verdict pass() { return {}; }
   static Verdict discard(std::string why) { return {Outcome::discard, std::move(why), {}}; }
+  static Verdict not_applicable(std::string why) { return {Outcome::not_applicable, std::move(why), {}}; }
   static Verdict fail(std::string why, std::vector<Measured> measured = {}) {
     return {Outcome::fail, std::move(why), std::move(measured)};
   }
@@ -130,6 +134,13 @@ class Family {
   virtual const std::vector<ImplInfo>& implementations() const = 0;
   virtual const std::vector<InvariantInfo>& invariants() const = 0;
   virtual std::unique_ptr<AnyTrial> begin_trial(const AnyCase& c, size_t target, size_t reference) const = 0;
+
+  // External targets (kprop/external.h): the ops a plugin or worker must
+  // serve (empty: the family has no external interface), and a new
+  // implementation of kind `external` that drives `transport`. Attaching
+  // extends the family at run time, hence const with mutable members.
+  virtual const std::vector<external::PluginOp>& external_ops() const = 0;
+  virtual size_t attach_external(const std::string& name, std::shared_ptr<external::Transport> transport) const = 0;
 
   // Lookups by name; -1 when absent.
   int find_implementation(const std::string& name) const;
@@ -218,6 +229,14 @@ class FamilyDef final : public Family {
     invariant_fns_.push_back(std::move(fn));
   }
 
+  // Kernels built elsewhere: `ops` says how a plugin serves each request,
+  // `drive` runs one case through a Transport (requests out, Result back).
+  using ExternalFn = std::function<Result(const Case&, external::Transport&)>;
+  void external(std::vector<external::PluginOp> ops, ExternalFn drive) {
+    external_ops_ = std::move(ops);
+    external_drive_ = std::move(drive);
+  }
+
   Result run(size_t impl, const Case& c) const { return impl_fns_.at(impl)(c); }
 
   // -- Family
@@ -266,6 +285,12 @@ class FamilyDef final : public Family {
   CaseStats stats(const AnyCase& c) const override { return Traits::stats(unbox(c)); }
   const std::vector<ImplInfo>& implementations() const override { return impls_; }
   const std::vector<InvariantInfo>& invariants() const override { return invariant_infos_; }
+  const std::vector<external::PluginOp>& external_ops() const override { return external_ops_; }
+  size_t attach_external(const std::string& name, std::shared_ptr<external::Transport> transport) const override {
+    impls_.push_back({name, ImplKind::external, "kernel built elsewhere, through kprop's C ABI / worker protocol"});
+    impl_fns_.push_back([drive = external_drive_, transport](const Case& c) { return drive(c, *transport); });
+    return impls_.size() - 1;
+  }
 
   std::unique_ptr<AnyTrial> begin_trial(const AnyCase& c, size_t target, size_t reference) const override {
     struct Erased final : AnyTrial {
@@ -286,8 +311,10 @@ class FamilyDef final : public Family {
 
  private:
   Schema schema_;
-  std::vector<ImplInfo> impls_;
-  std::vector<ImplFn> impl_fns_;
+  mutable std::vector<ImplInfo> impls_;
+  mutable std::vector<ImplFn> impl_fns_;
+  std::vector<external::PluginOp> external_ops_;
+  ExternalFn external_drive_;
   std::vector<InvariantInfo> invariant_infos_;
   std::vector<InvariantFn> invariant_fns_;
 };

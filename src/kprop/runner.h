@@ -43,7 +43,7 @@ struct Counterexample {
   bool corpus_new = false;
 };
 
-enum class InvariantStatus { passed, failed, gave_up, not_run };
+enum class InvariantStatus { passed, failed, gave_up, not_run, not_applicable };
 const char* invariant_status_name(InvariantStatus status);
 
 struct InvariantReport {

@@ -1,0 +1,109 @@
+/* kprop's C ABI: test a kernel built elsewhere without recompiling kprop.
+ *
+ * A plugin is a shared library that exports
+ *   - kprop_abi_version(), returning KPROP_ABI_VERSION (write KPROP_PLUGIN();),
+ *   - one entry point per kernel op it implements, e.g. kprop_attention_fwd,
+ *     with the signature   int NAME(const ARGS* args, char* error, size_t error_size);
+ * and is run with   prop_runner --spec specs/flash_fwd.yaml --target plugin:./libmine.so
+ * The family comes from the spec. kprop allocates every tensor, inputs and
+ * outputs alike; the plugin writes its outputs into the views it is given.
+ * Return KPROP_OK, KPROP_ERROR (message in `error`: the case is saved and the
+ * run exits 3) or KPROP_UNSUPPORTED (the target is reported as skipped).
+ *
+ * The same args reach a Python or any other worker through the framed
+ * protocol of docs/EXTERNAL.md (`--target exec:COMMAND`): tensors and
+ * attributes carry the names of the struct fields below.
+ *
+ * Compatibility: KPROP_ABI_VERSION changes whenever a struct below changes;
+ * kprop refuses a plugin built against another version (a clear error, exit 2).
+ */
+#ifndef KPROP_ABI_H
+#define KPROP_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KPROP_ABI_VERSION 1
+#define KPROP_MAX_DIMS 6
+
+/* Return codes of an entry point. */
+enum { KPROP_OK = 0, KPROP_ERROR = 1, KPROP_UNSUPPORTED = 2 };
+
+/* Element types; values are stable across ABI versions. */
+typedef enum kprop_dtype {
+  KPROP_F32 = 1,
+  KPROP_F64 = 2,
+  KPROP_F16 = 3,
+  KPROP_BF16 = 4,
+  KPROP_I8 = 5,
+  KPROP_U8 = 6,
+  KPROP_I32 = 7,
+  KPROP_I64 = 8
+} kprop_dtype;
+
+/* Where `data` lives. */
+typedef enum kprop_device { KPROP_HOST = 0, KPROP_CUDA = 1 } kprop_device;
+
+/* A strided view of a tensor. Strides count elements, not bytes. An optional
+ * tensor the case does not have is passed with data == NULL and ndim == 0. */
+typedef struct kprop_tensor {
+  void* data;
+  int32_t dtype;  /* kprop_dtype */
+  int32_t device; /* kprop_device */
+  int32_t ndim;
+  int32_t reserved;
+  int64_t shape[KPROP_MAX_DIMS];
+  int64_t strides[KPROP_MAX_DIMS];
+} kprop_tensor;
+
+/* Element size in bytes (0 for an unknown dtype). */
+static inline size_t kprop_dtype_size(int32_t dtype) {
+  switch (dtype) {
+    case KPROP_F64:
+    case KPROP_I64:
+      return 8;
+    case KPROP_F32:
+    case KPROP_I32:
+      return 4;
+    case KPROP_F16:
+    case KPROP_BF16:
+      return 2;
+    case KPROP_I8:
+    case KPROP_U8:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+/* Offset in elements of index (i0, i1, ...) in t: use it instead of assuming
+ * a contiguous layout. */
+static inline int64_t kprop_offset(const kprop_tensor* t, const int64_t* index) {
+  int64_t off = 0;
+  for (int32_t d = 0; d < t->ndim; ++d) off += index[d] * t->strides[d];
+  return off;
+}
+
+#ifdef __cplusplus
+#define KPROP_EXTERN_C extern "C"
+#else
+#define KPROP_EXTERN_C
+#endif
+#define KPROP_EXPORT KPROP_EXTERN_C __attribute__((visibility("default")))
+
+/* Put this once in a plugin: it exports the version kprop checks. */
+#define KPROP_PLUGIN() \
+  KPROP_EXPORT uint32_t kprop_abi_version(void) { return KPROP_ABI_VERSION; }
+
+#ifdef __cplusplus
+}
+#endif
+
+/* One header per family: the args struct of each op. */
+#include "kprop/abi/attention.h"
+
+#endif /* KPROP_ABI_H */

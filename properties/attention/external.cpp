@@ -1,0 +1,134 @@
+// attention.fwd / attention.bwd for kernels built elsewhere: each case as a
+// request of the ops "attention.fwd" / "attention.bwd" (field names and
+// layouts of include/kprop/abi/attention.h), for plugins and workers alike.
+#include "kernels/attention/attention.h"
+#include "properties/attention/family.h"
+
+namespace kprop::attention {
+namespace {
+
+using external::Message;
+using external::Tensor;
+
+int32_t abi_dtype(DType d) { return d == DType::f32 ? KPROP_F32 : KPROP_F64; }
+
+int32_t abi_mask(MaskKind kind) {
+  switch (kind) {
+    case MaskKind::none: return KPROP_MASK_NONE;
+    case MaskKind::causal: return KPROP_MASK_CAUSAL;
+    case MaskKind::key_padding: return KPROP_MASK_KEY_PADDING;
+    case MaskKind::boolean: return KPROP_MASK_BOOLEAN;
+  }
+  return KPROP_MASK_NONE;
+}
+
+std::vector<int64_t> q_shape(const Shape& s) { return {s.batch, s.heads_q, s.nq, s.dim}; }
+std::vector<int64_t> kv_shape(const Shape& s) { return {s.batch, s.heads_kv, s.nk, s.dim}; }
+std::vector<int64_t> row_shape(const Shape& s) { return {s.batch, s.heads_q, s.nq}; }
+
+// The inputs both ops share.
+Message request(const Case& c, const char* op) {
+  const Shape& s = c.shape;
+  const int32_t dt = abi_dtype(c.dtype);
+  Message m;
+  m.op = op;
+  m.input(Tensor::of("q", dt, q_shape(s), c.q))
+      .input(Tensor::of("k", dt, kv_shape(s), c.k))
+      .input(Tensor::of("v", dt, kv_shape(s), c.v));
+  if (c.mask == MaskKind::key_padding) {
+    const std::vector<int64_t> lengths(c.key_lengths.begin(), c.key_lengths.end());
+    m.input(Tensor::of_ints("key_lengths", KPROP_I32, {s.batch}, lengths));
+  }
+  if (c.mask == MaskKind::boolean) {
+    const std::vector<int64_t> allowed(c.allowed.begin(), c.allowed.end());
+    m.input(Tensor::of_ints("allowed", KPROP_U8, {s.batch, s.nq, s.nk}, allowed));
+  }
+  m.attrs = {{"mask", abi_mask(c.mask)},
+             {"block_q", c.block_q},
+             {"block_k", c.block_k},
+             {"scale", effective_scale(c)}};
+  return m;
+}
+
+FwdResult drive_forward(const Case& c, external::Transport& target) {
+  Message m = request(c, "attention.fwd");
+  const int32_t dt = abi_dtype(c.dtype);
+  m.output("o", dt, q_shape(c.shape)).output("lse", dt, row_shape(c.shape));
+  const Message reply = target.call(m);
+  FwdResult r;
+  r.o = reply.tensor("o").to_doubles();
+  r.lse = reply.tensor("lse").to_doubles();
+  return r;  // workspace_peak stays 0: not observable (workspace_bounded is n/a)
+}
+
+// The backward gets O and LSE of the fp64 reference forward, rounded to the
+// case's dtype, as FlashAttention's backward gets them from its forward.
+BwdResult drive_backward(const Case& c, external::Transport& target) {
+  const FwdResult fwd = reference_forward(c);
+  BwdResult r;
+  r.o = fwd.o;
+  r.lse = fwd.lse;
+  for (double& x : r.o) x = round_to(c.dtype, x);
+  for (double& x : r.lse) x = round_to(c.dtype, x);
+  Message m = request(c, "attention.bwd");
+  const int32_t dt = abi_dtype(c.dtype);
+  m.input(Tensor::of("o", dt, q_shape(c.shape), r.o))
+      .input(Tensor::of("lse", dt, row_shape(c.shape), r.lse))
+      .input(Tensor::of("d_out", dt, q_shape(c.shape), c.d_out));
+  m.output("d", dt, row_shape(c.shape))
+      .output("dq", dt, q_shape(c.shape))
+      .output("dk", dt, kv_shape(c.shape))
+      .output("dv", dt, kv_shape(c.shape));
+  const Message reply = target.call(m);
+  r.d = reply.tensor("d").to_doubles();
+  r.dq = reply.tensor("dq").to_doubles();
+  r.dk = reply.tensor("dk").to_doubles();
+  r.dv = reply.tensor("dv").to_doubles();
+  return r;
+}
+
+template <typename Args>
+void shared_args(Args& a, const Message& req) {
+  using external::in_view;
+  a.q = in_view(req, "q");
+  a.k = in_view(req, "k");
+  a.v = in_view(req, "v");
+  a.key_lengths = in_view(req, "key_lengths", true);
+  a.allowed = in_view(req, "allowed", true);
+  a.mask = req.attrs.at("mask").get<int32_t>();
+  a.block_q = req.attrs.at("block_q").get<int32_t>();
+  a.block_k = req.attrs.at("block_k").get<int32_t>();
+  a.scale = req.attrs.at("scale").get<double>();
+}
+
+void invoke_forward(void* fn, const Message& req, Message& reply) {
+  kprop_attention_fwd_args a{};
+  shared_args(a, req);
+  a.o = external::out_view(reply, "o");
+  a.lse = external::out_view(reply, "lse");
+  external::call_entry(fn, a, req.op);
+}
+
+void invoke_backward(void* fn, const Message& req, Message& reply) {
+  kprop_attention_bwd_args a{};
+  shared_args(a, req);
+  a.o = external::in_view(req, "o");
+  a.lse = external::in_view(req, "lse");
+  a.d_out = external::in_view(req, "d_out");
+  a.d = external::out_view(reply, "d");
+  a.dq = external::out_view(reply, "dq");
+  a.dk = external::out_view(reply, "dk");
+  a.dv = external::out_view(reply, "dv");
+  external::call_entry(fn, a, req.op);
+}
+
+}  // namespace
+
+void register_forward_external(FamilyDef<FwdTraits>& f) {
+  f.external({{"attention.fwd", "kprop_attention_fwd", invoke_forward}}, drive_forward);
+}
+void register_backward_external(FamilyDef<BwdTraits>& f) {
+  f.external({{"attention.bwd", "kprop_attention_bwd", invoke_backward}}, drive_backward);
+}
+
+}  // namespace kprop::attention

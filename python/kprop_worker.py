@@ -1,0 +1,150 @@
+"""Make a plain NumPy function a kprop target.
+
+    import kprop_worker
+
+    def attention_fwd(q, k, v, scale, mask, key_lengths=None, allowed=None, **_):
+        ...
+        return {"o": o, "lse": lse}
+
+    kprop_worker.serve({"attention.fwd": attention_fwd})
+
+and run it with
+
+    prop_runner --spec specs/flash_fwd.yaml --target "exec:python3 my_worker.py"
+
+Each request calls the op's function with the request's tensors (read-only
+NumPy arrays, shapes and dtypes as in include/kprop/abi.h) and attributes
+as keyword arguments. The function returns the declared outputs, as a dict
+by name or a tuple in declaration order; each is converted to its declared
+dtype and must have its declared shape. Raise `Unsupported` for a case the
+kernel cannot run (kprop reports the target as skipped); any other exception
+fails the case (kprop saves it and exits 3), with the traceback on stderr.
+
+The protocol (docs/EXTERNAL.md): frames of b"KPRP", a little-endian u32
+header length, a JSON header, then the tensors' bytes back to back in
+header order (little-endian, C order). kprop sends {"op": "hello", ...}
+first; the worker answers with its ABI version and ops. stdout carries the
+protocol, so print() is redirected to stderr.
+"""
+
+import json
+import os
+import struct
+import sys
+import traceback
+
+import numpy as np
+
+ABI_VERSION = 1
+
+# Mask kinds of attention (KPROP_MASK_* in include/kprop/abi/attention.h).
+MASK_NONE, MASK_CAUSAL, MASK_KEY_PADDING, MASK_BOOLEAN = 0, 1, 2, 3
+
+_DTYPES = {
+    "f32": np.dtype("<f4"),
+    "f64": np.dtype("<f8"),
+    "f16": np.dtype("<f2"),
+    "bf16": np.dtype("<u2"),  # raw bits: NumPy has no bfloat16
+    "i8": np.dtype("i1"),
+    "u8": np.dtype("u1"),
+    "i32": np.dtype("<i4"),
+    "i64": np.dtype("<i8"),
+}
+
+
+class Unsupported(Exception):
+    """The kernel cannot run this case (kprop reports the target as skipped)."""
+
+
+def _read_exact(stream, n):
+    data = bytearray()
+    while len(data) < n:
+        chunk = stream.read(n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return bytes(data)
+
+
+def _read_frame(stream):
+    head = _read_exact(stream, 8)
+    if head is None:
+        return None, None
+    if head[:4] != b"KPRP":
+        raise RuntimeError("kprop_worker: bad frame magic %r" % head[:4])
+    (length,) = struct.unpack("<I", head[4:])
+    header = json.loads(_read_exact(stream, length))
+    tensors = {}
+    for t in header.get("tensors", []):
+        dtype = _DTYPES[t["dtype"]]
+        count = int(np.prod(t["shape"], dtype=np.int64))
+        raw = _read_exact(stream, count * dtype.itemsize)
+        tensors[t["name"]] = np.frombuffer(raw, dtype=dtype, count=count).reshape(t["shape"])
+    return header, tensors
+
+
+def _write_frame(stream, header, arrays=()):
+    text = json.dumps(header).encode()
+    stream.write(b"KPRP" + struct.pack("<I", len(text)) + text)
+    for a in arrays:
+        stream.write(a.tobytes(order="C"))
+    stream.flush()
+
+
+def _outputs(op, declared, result):
+    if isinstance(result, (tuple, list)):
+        if len(result) != len(declared):
+            raise ValueError("%s returned %d outputs, expected %d (%s)"
+                             % (op, len(result), len(declared), ", ".join(d["name"] for d in declared)))
+        result = {d["name"]: r for d, r in zip(declared, result)}
+    if not isinstance(result, dict):
+        raise TypeError("%s must return a dict of outputs or a tuple, not %s" % (op, type(result).__name__))
+    arrays = []
+    for d in declared:
+        if d["name"] not in result:
+            raise KeyError("%s returned no output '%s'" % (op, d["name"]))
+        a = np.ascontiguousarray(np.asarray(result[d["name"]]).astype(_DTYPES[d["dtype"]], copy=False))
+        if list(a.shape) != list(d["shape"]):
+            raise ValueError("%s: output '%s' has shape %s, expected %s"
+                             % (op, d["name"], list(a.shape), d["shape"]))
+        arrays.append(a)
+    extra = set(result) - {d["name"] for d in declared}
+    if extra:
+        raise KeyError("%s returned outputs nobody asked for: %s" % (op, ", ".join(sorted(extra))))
+    return arrays
+
+
+def serve(ops, stdin=None, stdout=None):
+    """Serve `ops` ({"op name": function}) until kprop closes the pipe."""
+    if stdin is None:
+        stdin = sys.stdin.buffer
+    if stdout is None:
+        # The protocol owns the real stdout; print() goes to stderr.
+        stdout = os.fdopen(os.dup(1), "wb")
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+    while True:
+        header, tensors = _read_frame(stdin)
+        if header is None:
+            return
+        op = header.get("op")
+        if op == "hello":
+            _write_frame(stdout, {"ok": True, "abi_version": ABI_VERSION, "ops": sorted(ops)})
+            continue
+        declared = header.get("outputs", [])
+        try:
+            if op not in ops:
+                raise KeyError("this worker serves no op '%s' (it serves: %s)" % (op, ", ".join(sorted(ops))))
+            kwargs = dict(header.get("attrs", {}))
+            kwargs.update(tensors)
+            arrays = _outputs(op, declared, ops[op](**kwargs))
+        except Unsupported as e:
+            _write_frame(stdout, {"ok": False, "unsupported": True, "error": str(e)})
+            continue
+        except Exception as e:  # the case fails; the worker lives on
+            traceback.print_exc(file=sys.stderr)
+            _write_frame(stdout, {"ok": False, "error": "%s: %s" % (type(e).__name__, e)})
+            continue
+        described = [{"name": d["name"], "dtype": d["dtype"], "shape": list(a.shape)}
+                     for d, a in zip(declared, arrays)]
+        _write_frame(stdout, {"ok": True, "tensors": described}, arrays)

@@ -1,0 +1,146 @@
+// External targets: kernels built elsewhere, tested without recompiling kprop.
+//
+//   --target plugin:PATH.so   a shared library with the C ABI of kprop/abi.h,
+//                             run in a forked host process (a crash, abort or
+//                             hang never takes the runner down);
+//   --target exec:COMMAND     a persistent worker speaking the framed protocol
+//                             of docs/EXTERNAL.md over its stdin/stdout.
+//
+// A family opts in with FamilyDef::external(ops, drive): `drive` turns a case
+// into one or more requests (Messages of named tensors and attributes) sent
+// through a Transport and turns the replies into the family's Result; each
+// PluginOp maps a request onto the op's C args struct for plugins. The same
+// Messages travel to plugins, workers and in-process ABI functions.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kprop/abi.h"
+
+namespace kprop::external {
+
+const char* dtype_name(int32_t dtype);
+int32_t dtype_from_name(const std::string& name);  // throws std::runtime_error
+
+// A contiguous little-endian C-order tensor with a name.
+struct Tensor {
+  std::string name;
+  int32_t dtype = KPROP_F64;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+
+  int64_t numel() const;
+  size_t nbytes() const { return static_cast<size_t>(numel()) * kprop_dtype_size(dtype); }
+  // Values converted to `dtype` (floats round to nearest; ints must fit).
+  static Tensor of(std::string name, int32_t dtype, std::vector<int64_t> shape, std::span<const double> values);
+  static Tensor of_ints(std::string name, int32_t dtype, std::vector<int64_t> shape,
+                        std::span<const int64_t> values);
+  // A declared output: shape and dtype, no data yet.
+  static Tensor declare(std::string name, int32_t dtype, std::vector<int64_t> shape);
+  std::vector<double> to_doubles() const;
+  std::vector<int64_t> to_ints() const;
+  // The C view of this tensor (host memory, contiguous strides).
+  kprop_tensor view() const;
+  std::string describe() const;  // "q f32[1,2,3,4]"
+};
+
+// One request or reply. A request names its op, carries input tensors and
+// attributes and declares the outputs it expects; a reply carries outputs.
+struct Message {
+  std::string op;
+  nlohmann::json attrs = nlohmann::json::object();
+  std::vector<Tensor> tensors;
+  std::vector<Tensor> outputs;  // request only: declared (no bytes)
+
+  const Tensor& tensor(const std::string& name) const;  // throws TargetFailure naming it
+  const Tensor* find(const std::string& name) const;
+  Message& input(Tensor t) {
+    tensors.push_back(std::move(t));
+    return *this;
+  }
+  Message& output(std::string name, int32_t dtype, std::vector<int64_t> shape) {
+    outputs.push_back(Tensor::declare(std::move(name), dtype, std::move(shape)));
+    return *this;
+  }
+};
+
+// A target that crashed, hung, or reported an error. The runner saves the
+// case and exits 3; `kind` is "crash", "hang" or "error".
+class TargetFailure : public std::runtime_error {
+ public:
+  TargetFailure(std::string kind, const std::string& message)
+      : std::runtime_error(message), kind_(std::move(kind)) {}
+  const std::string& kind() const { return kind_; }
+
+ private:
+  std::string kind_;
+};
+
+// One round trip to the target. call() validates the reply against the
+// request's declared outputs (names, dtypes, shapes).
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  Message call(const Message& request);
+
+ protected:
+  virtual Message round_trip(const Message& request) = 0;
+};
+
+// How a plugin serves one op: `invoke` builds the op's C args struct from
+// the request, calls the entry point `fn` and leaves the outputs in `reply`
+// (pre-allocated from the declared outputs and filled with a poison pattern,
+// so an output the kernel never writes reads as NaN or garbage).
+struct PluginOp {
+  std::string op;      // "attention.fwd"
+  std::string symbol;  // "kprop_attention_fwd"
+  std::function<void(void* fn, const Message& request, Message& reply)> invoke;
+};
+
+// The reply skeleton for a request: its declared outputs, poisoned.
+Message allocate_reply(const Message& request);
+// A mutable C view of a reply tensor / an input view by name; an absent
+// optional input gives a null view.
+kprop_tensor out_view(Message& reply, const std::string& name);
+kprop_tensor in_view(const Message& request, const std::string& name, bool optional = false);
+
+// Calls a C entry point `int fn(const Args*, char*, size_t)`, turning its
+// return code into exceptions: KPROP_UNSUPPORTED -> Unsupported,
+// anything else but KPROP_OK -> TargetFailure("error").
+[[noreturn]] void throw_entry_error(int rc, const char* error, const std::string& op);
+template <typename Args>
+void call_entry(void* fn, const Args& args, const std::string& op) {
+  char error[1024] = {0};
+  using Fn = int (*)(const Args*, char*, size_t);
+  const int rc = reinterpret_cast<Fn>(fn)(&args, error, sizeof error - 1);
+  if (rc != KPROP_OK) throw_entry_error(rc, error, op);
+}
+
+// ---------------------------------------------------------------- transports
+struct TransportOptions {
+  std::string family;
+  std::vector<PluginOp> ops;   // the family's ops (plugin symbols; names for the worker handshake)
+  double call_timeout_s = 30;  // a call longer than this is a hang
+};
+
+// "plugin:PATH" or "exec:COMMAND": starts the target and checks its ABI
+// version and ops; a bad path, version or symbol throws InputError.
+std::shared_ptr<Transport> open_target(const std::string& target, const TransportOptions& options);
+bool is_external_target(const std::string& target);
+
+// In-process entry points (the GoogleTest helper): symbol name -> function.
+std::shared_ptr<Transport> in_process(std::map<std::string, void*> symbols, const TransportOptions& options);
+
+// Frame codec of docs/EXTERNAL.md (exposed for tests).
+std::vector<uint8_t> encode_frame(const nlohmann::json& header, const std::vector<const Tensor*>& tensors);
+
+}  // namespace kprop::external
