@@ -105,5 +105,11 @@ static inline int64_t kprop_offset(const kprop_tensor* t, const int64_t* index) 
 
 /* One header per family: the args struct of each op. */
 #include "kprop/abi/attention.h"
+#include "kprop/abi/beam.h"
+#include "kprop/abi/dflash.h"
+#include "kprop/abi/kvcache.h"
+#include "kprop/abi/layernorm.h"
+#include "kprop/abi/softmax_topk.h"
+#include "kprop/abi/ternary.h"
 
 #endif /* KPROP_ABI_H */
