@@ -138,7 +138,7 @@ class CaseGuard {
     // keeps the runner alive; the watchdog guards in-process targets.
     const auto timeout =
         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(spec.run.case_timeout_s));
-    const bool external = spec.family->implementations()[target].kind == ImplKind::external;
+    const bool external = external::is_external_target(spec.family->implementations()[target].name);
     g_guard.deadline_ns = external ? 0 : (Clock::now() + timeout).time_since_epoch().count();
     g_guard.armed = true;
   }

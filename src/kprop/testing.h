@@ -1,0 +1,46 @@
+// kprop inside your own GoogleTest binary: run a spec against a kernel linked
+// into the test, through the same C ABI a plugin exports.
+//
+//   #include <kprop/testing.h>
+//   extern "C" int my_attention_fwd(const kprop_attention_fwd_args*, char*, size_t);
+//
+//   TEST(MyKernel, FlashForward) {
+//     KPROP_EXPECT_SPEC_PASSES("specs/flash_fwd.yaml", {{"kprop_attention_fwd", (void*)&my_attention_fwd}});
+//   }
+//
+// The spec's seed, trials and invariants apply; set KPROP_SEED or pass
+// RunOptions to change them. A failure prints the shrunk counterexample and
+// the stored corpus file.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "kprop/report.h"
+#include "kprop/runner.h"
+
+namespace kprop::testing {
+
+// Entry points by ABI symbol name (kprop_attention_fwd, ...).
+using EntryPoints = std::map<std::string, void*>;
+
+// Loads the spec and runs it with the entry points as the target (named
+// "in-process"). Corpus files go to options.corpus_dir (default corpus/).
+RunReport run_in_process(const std::string& spec_path, const EntryPoints& entry_points, RunOptions options = {});
+
+inline ::testing::AssertionResult spec_passes(const RunReport& report) {
+  if (report.status == RunStatus::passed) return ::testing::AssertionSuccess();
+  if (report.status == RunStatus::skipped) return ::testing::AssertionSuccess() << report.detail;
+  return ::testing::AssertionFailure() << make_reporter("text")->run(report);
+}
+
+}  // namespace kprop::testing
+
+#define KPROP_EXPECT_SPEC_PASSES(spec_path, ...)                                                 \
+  do {                                                                                           \
+    const ::kprop::RunReport kprop_report_ = ::kprop::testing::run_in_process(spec_path, __VA_ARGS__); \
+    if (kprop_report_.status == ::kprop::RunStatus::skipped) GTEST_SKIP() << kprop_report_.detail; \
+    EXPECT_TRUE(::kprop::testing::spec_passes(kprop_report_));                                   \
+  } while (0)
