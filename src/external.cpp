@@ -24,15 +24,24 @@ namespace kprop::external {
 // ---------------------------------------------------------------- tensors
 const char* dtype_name(int32_t dtype) {
   switch (dtype) {
-    case KPROP_F32: return "f32";
-    case KPROP_F64: return "f64";
-    case KPROP_F16: return "f16";
-    case KPROP_BF16: return "bf16";
-    case KPROP_I8: return "i8";
-    case KPROP_U8: return "u8";
-    case KPROP_I32: return "i32";
-    case KPROP_I64: return "i64";
-    default: return "?";
+    case KPROP_F32:
+      return "f32";
+    case KPROP_F64:
+      return "f64";
+    case KPROP_F16:
+      return "f16";
+    case KPROP_BF16:
+      return "bf16";
+    case KPROP_I8:
+      return "i8";
+    case KPROP_U8:
+      return "u8";
+    case KPROP_I32:
+      return "i32";
+    case KPROP_I64:
+      return "i64";
+    default:
+      return "?";
   }
 }
 
@@ -72,17 +81,23 @@ Tensor Tensor::declare(std::string name, int32_t dtype, std::vector<int64_t> sha
   return t;
 }
 
-Tensor Tensor::of(std::string name, int32_t dtype, std::vector<int64_t> shape, std::span<const double> values) {
+Tensor Tensor::of(std::string name, int32_t dtype, std::vector<int64_t> shape,
+                  std::span<const double> values) {
   Tensor t = declare(std::move(name), dtype, std::move(shape));
   if (static_cast<size_t>(t.numel()) != values.size())
-    throw std::logic_error(fmt::format("kprop: tensor {} has {} values for {} elements", t.name, values.size(),
-                                       t.numel()));
+    throw std::logic_error(
+        fmt::format("kprop: tensor {} has {} values for {} elements", t.name, values.size(), t.numel()));
   t.bytes.resize(t.nbytes());
   for (size_t i = 0; i < values.size(); ++i) {
     switch (dtype) {
-      case KPROP_F32: store(t.bytes, i, static_cast<float>(values[i])); break;
-      case KPROP_F64: store(t.bytes, i, values[i]); break;
-      default: no_conversion(dtype);
+      case KPROP_F32:
+        store(t.bytes, i, static_cast<float>(values[i]));
+        break;
+      case KPROP_F64:
+        store(t.bytes, i, values[i]);
+        break;
+      default:
+        no_conversion(dtype);
     }
   }
   return t;
@@ -92,16 +107,25 @@ Tensor Tensor::of_ints(std::string name, int32_t dtype, std::vector<int64_t> sha
                        std::span<const int64_t> values) {
   Tensor t = declare(std::move(name), dtype, std::move(shape));
   if (static_cast<size_t>(t.numel()) != values.size())
-    throw std::logic_error(fmt::format("kprop: tensor {} has {} values for {} elements", t.name, values.size(),
-                                       t.numel()));
+    throw std::logic_error(
+        fmt::format("kprop: tensor {} has {} values for {} elements", t.name, values.size(), t.numel()));
   t.bytes.resize(t.nbytes());
   for (size_t i = 0; i < values.size(); ++i) {
     switch (dtype) {
-      case KPROP_I8: store(t.bytes, i, static_cast<int8_t>(values[i])); break;
-      case KPROP_U8: store(t.bytes, i, static_cast<uint8_t>(values[i])); break;
-      case KPROP_I32: store(t.bytes, i, static_cast<int32_t>(values[i])); break;
-      case KPROP_I64: store(t.bytes, i, values[i]); break;
-      default: no_conversion(dtype);
+      case KPROP_I8:
+        store(t.bytes, i, static_cast<int8_t>(values[i]));
+        break;
+      case KPROP_U8:
+        store(t.bytes, i, static_cast<uint8_t>(values[i]));
+        break;
+      case KPROP_I32:
+        store(t.bytes, i, static_cast<int32_t>(values[i]));
+        break;
+      case KPROP_I64:
+        store(t.bytes, i, values[i]);
+        break;
+      default:
+        no_conversion(dtype);
     }
   }
   return t;
@@ -111,9 +135,14 @@ std::vector<double> Tensor::to_doubles() const {
   std::vector<double> out(static_cast<size_t>(numel()));
   for (size_t i = 0; i < out.size(); ++i) {
     switch (dtype) {
-      case KPROP_F32: out[i] = load<float>(bytes, i); break;
-      case KPROP_F64: out[i] = load<double>(bytes, i); break;
-      default: out[i] = static_cast<double>(to_ints()[i]);
+      case KPROP_F32:
+        out[i] = load<float>(bytes, i);
+        break;
+      case KPROP_F64:
+        out[i] = load<double>(bytes, i);
+        break;
+      default:
+        out[i] = static_cast<double>(to_ints()[i]);
     }
   }
   return out;
@@ -123,11 +152,20 @@ std::vector<int64_t> Tensor::to_ints() const {
   std::vector<int64_t> out(static_cast<size_t>(numel()));
   for (size_t i = 0; i < out.size(); ++i) {
     switch (dtype) {
-      case KPROP_I8: out[i] = load<int8_t>(bytes, i); break;
-      case KPROP_U8: out[i] = load<uint8_t>(bytes, i); break;
-      case KPROP_I32: out[i] = load<int32_t>(bytes, i); break;
-      case KPROP_I64: out[i] = load<int64_t>(bytes, i); break;
-      default: no_conversion(dtype);
+      case KPROP_I8:
+        out[i] = load<int8_t>(bytes, i);
+        break;
+      case KPROP_U8:
+        out[i] = load<uint8_t>(bytes, i);
+        break;
+      case KPROP_I32:
+        out[i] = load<int32_t>(bytes, i);
+        break;
+      case KPROP_I64:
+        out[i] = load<int64_t>(bytes, i);
+        break;
+      default:
+        no_conversion(dtype);
     }
   }
   return out;
@@ -150,7 +188,9 @@ kprop_tensor Tensor::view() const {
   return v;
 }
 
-std::string Tensor::describe() const { return fmt::format("{} {}[{}]", name, dtype_name(dtype), fmt::join(shape, ",")); }
+std::string Tensor::describe() const {
+  return fmt::format("{} {}[{}]", name, dtype_name(dtype), fmt::join(shape, ","));
+}
 
 const Tensor* Message::find(const std::string& name) const {
   for (const auto& t : tensors)
@@ -174,7 +214,9 @@ Message allocate_reply(const Message& request) {
   return reply;
 }
 
-kprop_tensor out_view(Message& reply, const std::string& name) { return reply.tensor(name).view(); }
+kprop_tensor out_view(Message& reply, const std::string& name) {
+  return reply.tensor(name).view();
+}
 
 kprop_tensor in_view(const Message& request, const std::string& name, bool optional) {
   if (const Tensor* t = request.find(name)) return t->view();
@@ -193,7 +235,9 @@ Message Transport::call(const Message& request) {
   reply.op = request.op;
   for (const auto& declared : request.outputs) {
     const Tensor* got = reply.find(declared.name);
-    if (!got) throw TargetFailure("error", fmt::format("{}: the reply has no output '{}'", request.op, declared.name));
+    if (!got)
+      throw TargetFailure("error",
+                          fmt::format("{}: the reply has no output '{}'", request.op, declared.name));
     if (got->dtype != declared.dtype || got->shape != declared.shape)
       throw TargetFailure("error", fmt::format("{}: output {} in the reply, expected {}", request.op,
                                                got->describe(), declared.describe()));
@@ -210,7 +254,8 @@ constexpr uint32_t kMaxHeader = 64u << 20;
 
 nlohmann::json describe_tensors(const std::vector<Tensor>& tensors) {
   nlohmann::json list = nlohmann::json::array();
-  for (const auto& t : tensors) list.push_back({{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", t.shape}});
+  for (const auto& t : tensors)
+    list.push_back({{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", t.shape}});
   return list;
 }
 }  // namespace
@@ -253,7 +298,8 @@ class Child {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       // The runner's crash guard must not run in the child: a crash here is
       // the target's, reported by the parent.
-      for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGPIPE, SIGINT, SIGTERM}) signal(sig, SIG_DFL);
+      for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGPIPE, SIGINT, SIGTERM})
+        signal(sig, SIG_DFL);
       // Nothing may unwind out of the child into the runner's code.
       try {
         child_main_(to_child[0], from_child[1]);
@@ -316,8 +362,15 @@ class Child {
     return Io::ok;
   }
 
-  Io read_exact(uint8_t* out, size_t size, Clock::time_point deadline) {
+  Io read_exact(uint8_t* out, size_t size, Clock::time_point deadline, size_t* got = nullptr) {
     size_t done = 0;
+    struct Report {
+      size_t* got;
+      size_t& done;
+      ~Report() {
+        if (got) *got = done;
+      }
+    } report{got, done};
     while (done < size) {
       const ssize_t n = ::read(read_fd_, out + done, size - done);
       if (n > 0) {
@@ -337,7 +390,8 @@ class Child {
  private:
   static Io wait(int fd, short events, Clock::time_point deadline) {
     for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       if (left <= 0) return Io::timeout;
       pollfd p{fd, events, 0};
       const int r = poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
@@ -448,12 +502,14 @@ std::vector<const Tensor*> pointers(const std::vector<Tensor>& tensors) {
 
 // ---------------------------------------------------------------- the plugin host
 // Runs in the forked child: serves frames by calling the plugin's entry points.
-void serve_plugin(int in_fd, int out_fd, const std::vector<PluginOp>& ops, const std::vector<void*>& symbols) {
+void serve_plugin(int in_fd, int out_fd, const std::vector<PluginOp>& ops,
+                  const std::vector<void*>& symbols) {
   dup2(2, 1);  // a chatty plugin's printf must not corrupt the runner's stdout
   for (;;) {
     uint8_t head[8];
     if (!read_fd_exact(in_fd, head, 8)) return;
-    const uint32_t n = uint32_t(head[4]) | uint32_t(head[5]) << 8 | uint32_t(head[6]) << 16 | uint32_t(head[7]) << 24;
+    const uint32_t n =
+        uint32_t(head[4]) | uint32_t(head[5]) << 8 | uint32_t(head[6]) << 16 | uint32_t(head[7]) << 24;
     std::string text(n, '\0');
     if (!read_fd_exact(in_fd, reinterpret_cast<uint8_t*>(text.data()), n)) return;
     const auto header = nlohmann::json::parse(text);
@@ -462,7 +518,8 @@ void serve_plugin(int in_fd, int out_fd, const std::vector<PluginOp>& ops, const
     if (header.value("op", "") == "hello") {
       nlohmann::json served = nlohmann::json::array();
       for (const auto& op : ops) served.push_back(op.op);
-      if (!write_fd_all(out_fd, encode_frame({{"ok", true}, {"abi_version", KPROP_ABI_VERSION}, {"ops", served}}, {})))
+      if (!write_fd_all(
+              out_fd, encode_frame({{"ok", true}, {"abi_version", KPROP_ABI_VERSION}, {"ops", served}}, {})))
         return;
       continue;
     }
@@ -499,7 +556,8 @@ void serve_plugin(int in_fd, int out_fd, const std::vector<PluginOp>& ops, const
 // Both plugins (forked host) and exec workers speak frames to a child.
 class ChildTransport : public Transport {
  public:
-  ChildTransport(std::string target, const TransportOptions& options, std::function<void(int, int)> child_main)
+  ChildTransport(std::string target, const TransportOptions& options,
+                 std::function<void(int, int)> child_main)
       : target_(std::move(target)), options_(options), child_(target_, std::move(child_main)) {}
 
   // Starts the child and shakes hands; setup errors are the user's (exit 2).
@@ -514,8 +572,8 @@ class ChildTransport : public Transport {
  protected:
   Message round_trip(const Message& request) override {
     if (!child_.running()) start();  // restarted after a crash or hang
-    const auto deadline =
-        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.call_timeout_s));
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(options_.call_timeout_s));
     const auto frame = encode_frame(request_header(request), pointers(request.tensors));
     nlohmann::json header;
     std::vector<uint8_t> payload;
@@ -545,11 +603,13 @@ class ChildTransport : public Transport {
     nlohmann::json header;
     std::vector<uint8_t> payload;
     // A worker may take a while to import its libraries.
-    const auto deadline = Clock::now() + std::chrono::seconds(60) +
-                          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.call_timeout_s));
+    const auto deadline =
+        Clock::now() + std::chrono::seconds(60) +
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.call_timeout_s));
     exchange(encode_frame(hello, {}), deadline, "hello", header, payload);
     if (!header.value("ok", false))
-      throw TargetFailure("error", fmt::format("refused the handshake: {}", header.value("error", std::string("?"))));
+      throw TargetFailure("error",
+                          fmt::format("refused the handshake: {}", header.value("error", std::string("?"))));
     const int version = header.value("abi_version", -1);
     if (version != KPROP_ABI_VERSION) {
       child_.kill_now();
@@ -561,8 +621,9 @@ class ChildTransport : public Transport {
     for (const auto& op : options_.ops) {
       if (std::find(served.begin(), served.end(), op.op) == served.end()) {
         child_.kill_now();
-        throw TargetFailure("error", fmt::format("does not serve op '{}' that family {} needs (it serves: {})",
-                                                 op.op, options_.family, served.empty() ? "none" : join(served)));
+        throw TargetFailure("error",
+                            fmt::format("does not serve op '{}' that family {} needs (it serves: {})", op.op,
+                                        options_.family, served.empty() ? "none" : join(served)));
       }
     }
   }
@@ -580,14 +641,19 @@ class ChildTransport : public Transport {
     Child::Io io = child_.write_all(frame, deadline);
     if (io != Child::Io::ok) throw fail(io);
     uint8_t head[8];
-    if ((io = child_.read_exact(head, 8, deadline)) != Child::Io::ok) throw fail(io);
-    if (std::memcmp(head, kMagic, 4) != 0) {
+    size_t got = 0;
+    io = child_.read_exact(head, 8, deadline, &got);
+    // Anything but our magic (even cut short by EOF) is a stray print.
+    const bool stray = std::memcmp(head, kMagic, std::min<size_t>(got, 4)) != 0;
+    if (io != Child::Io::ok && !stray) throw fail(io);
+    if (stray) {
       child_.kill_now();
       throw TargetFailure("error", fmt::format("{}: the reply does not start with \"KPRP\" (is something "
                                                "printing to the protocol's stdout?)",
                                                op));
     }
-    const uint32_t n = uint32_t(head[4]) | uint32_t(head[5]) << 8 | uint32_t(head[6]) << 16 | uint32_t(head[7]) << 24;
+    const uint32_t n =
+        uint32_t(head[4]) | uint32_t(head[5]) << 8 | uint32_t(head[6]) << 16 | uint32_t(head[7]) << 24;
     if (n > kMaxHeader) {
       child_.kill_now();
       throw TargetFailure("error", fmt::format("{}: reply header of {} bytes", op, n));
@@ -669,12 +735,15 @@ std::shared_ptr<Transport> open_target(const std::string& target, const Transpor
                                        "kprop/abi.h)",
                                        target));
     if (version() != KPROP_ABI_VERSION)
-      throw InputError({}, fmt::format("{}: built against kprop ABI version {}, this kprop speaks {}; rebuild "
-                                       "it against this kprop's include/kprop/abi.h",
-                                       target, version(), KPROP_ABI_VERSION));
-    auto symbols = resolve_symbols(target, options, [&](const std::string& s) { return dlsym(handle, s.c_str()); });
+      throw InputError({},
+                       fmt::format("{}: built against kprop ABI version {}, this kprop speaks {}; rebuild "
+                                   "it against this kprop's include/kprop/abi.h",
+                                   target, version(), KPROP_ABI_VERSION));
+    auto symbols =
+        resolve_symbols(target, options, [&](const std::string& s) { return dlsym(handle, s.c_str()); });
     auto transport = std::make_shared<ChildTransport>(
-        target, options, [ops = options.ops, symbols](int in_fd, int out_fd) { serve_plugin(in_fd, out_fd, ops, symbols); });
+        target, options,
+        [ops = options.ops, symbols](int in_fd, int out_fd) { serve_plugin(in_fd, out_fd, ops, symbols); });
     transport->open();
     return transport;
   }

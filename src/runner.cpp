@@ -1,7 +1,5 @@
 #include "kprop/runner.h"
 
-#include "kprop/external.h"
-
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -11,10 +9,12 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
+
+#include "kprop/external.h"
 
 namespace kprop {
 namespace {
@@ -310,8 +310,8 @@ ShrinkResult shrink_with(const Family& family, AnyCase failing, Verdict verdict,
 ShrinkResult shrink_target_failure(const Spec& spec, size_t target, const InvariantUse& use, AnyCase failing,
                                    const external::TargetFailure& failure) {
   const std::string kind = failure.kind();
-  return shrink_with(*spec.family, std::move(failing), Verdict::fail(failure.what()), spec.run.shrink_budget_s,
-                     [&](const AnyCase& c) -> std::optional<Verdict> {
+  return shrink_with(*spec.family, std::move(failing), Verdict::fail(failure.what()),
+                     spec.run.shrink_budget_s, [&](const AnyCase& c) -> std::optional<Verdict> {
                        try {
                          check_case(spec, target, use, c);
                        } catch (const external::TargetFailure& e) {

@@ -1,7 +1,5 @@
 #include "kprop/spec.h"
 
-#include "kprop/external.h"
-
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
@@ -9,6 +7,8 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+
+#include "kprop/external.h"
 
 namespace kprop {
 namespace {

@@ -19,7 +19,8 @@ RunReport run_in_process(const std::string& spec_path, const EntryPoints& entry_
   for (int n = 2; spec.family->find_implementation(name) >= 0; ++n) name = fmt::format("in-process-{}", n);
   spec.family->attach_external(name, external::in_process(entry_points, o));
   options.target = name;
-  if (const char* seed = std::getenv("KPROP_SEED"); seed && !options.seed) options.seed = std::strtoull(seed, nullptr, 10);
+  if (const char* seed = std::getenv("KPROP_SEED"); seed && !options.seed)
+    options.seed = std::strtoull(seed, nullptr, 10);
   RunReport report = run_spec(spec, options);
   fmt::print(stderr, "kprop: spec {} target {} seed {}: {}\n", spec.name, name, report.seed,
              run_status_name(report.status));

@@ -10,21 +10,33 @@ namespace {
 using external::Message;
 using external::Tensor;
 
-int32_t abi_dtype(DType d) { return d == DType::f32 ? KPROP_F32 : KPROP_F64; }
+int32_t abi_dtype(DType d) {
+  return d == DType::f32 ? KPROP_F32 : KPROP_F64;
+}
 
 int32_t abi_mask(MaskKind kind) {
   switch (kind) {
-    case MaskKind::none: return KPROP_MASK_NONE;
-    case MaskKind::causal: return KPROP_MASK_CAUSAL;
-    case MaskKind::key_padding: return KPROP_MASK_KEY_PADDING;
-    case MaskKind::boolean: return KPROP_MASK_BOOLEAN;
+    case MaskKind::none:
+      return KPROP_MASK_NONE;
+    case MaskKind::causal:
+      return KPROP_MASK_CAUSAL;
+    case MaskKind::key_padding:
+      return KPROP_MASK_KEY_PADDING;
+    case MaskKind::boolean:
+      return KPROP_MASK_BOOLEAN;
   }
   return KPROP_MASK_NONE;
 }
 
-std::vector<int64_t> q_shape(const Shape& s) { return {s.batch, s.heads_q, s.nq, s.dim}; }
-std::vector<int64_t> kv_shape(const Shape& s) { return {s.batch, s.heads_kv, s.nk, s.dim}; }
-std::vector<int64_t> row_shape(const Shape& s) { return {s.batch, s.heads_q, s.nq}; }
+std::vector<int64_t> q_shape(const Shape& s) {
+  return {s.batch, s.heads_q, s.nq, s.dim};
+}
+std::vector<int64_t> kv_shape(const Shape& s) {
+  return {s.batch, s.heads_kv, s.nk, s.dim};
+}
+std::vector<int64_t> row_shape(const Shape& s) {
+  return {s.batch, s.heads_q, s.nq};
+}
 
 // The inputs both ops share.
 Message request(const Case& c, const char* op) {

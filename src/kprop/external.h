@@ -13,12 +13,11 @@
 // Messages travel to plugins, workers and in-process ABI functions.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -41,7 +40,8 @@ struct Tensor {
   int64_t numel() const;
   size_t nbytes() const { return static_cast<size_t>(numel()) * kprop_dtype_size(dtype); }
   // Values converted to `dtype` (floats round to nearest; ints must fit).
-  static Tensor of(std::string name, int32_t dtype, std::vector<int64_t> shape, std::span<const double> values);
+  static Tensor of(std::string name, int32_t dtype, std::vector<int64_t> shape,
+                   std::span<const double> values);
   static Tensor of_ints(std::string name, int32_t dtype, std::vector<int64_t> shape,
                         std::span<const int64_t> values);
   // A declared output: shape and dtype, no data yet.

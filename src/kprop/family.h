@@ -140,7 +140,8 @@ class Family {
   // implementation of kind `external` that drives `transport`. Attaching
   // extends the family at run time, hence const with mutable members.
   virtual const std::vector<external::PluginOp>& external_ops() const = 0;
-  virtual size_t attach_external(const std::string& name, std::shared_ptr<external::Transport> transport) const = 0;
+  virtual size_t attach_external(const std::string& name,
+                                 std::shared_ptr<external::Transport> transport) const = 0;
 
   // Lookups by name; -1 when absent.
   int find_implementation(const std::string& name) const;
@@ -286,8 +287,10 @@ class FamilyDef final : public Family {
   const std::vector<ImplInfo>& implementations() const override { return impls_; }
   const std::vector<InvariantInfo>& invariants() const override { return invariant_infos_; }
   const std::vector<external::PluginOp>& external_ops() const override { return external_ops_; }
-  size_t attach_external(const std::string& name, std::shared_ptr<external::Transport> transport) const override {
-    impls_.push_back({name, ImplKind::external, "kernel built elsewhere, through kprop's C ABI / worker protocol"});
+  size_t attach_external(const std::string& name,
+                         std::shared_ptr<external::Transport> transport) const override {
+    impls_.push_back(
+        {name, ImplKind::external, "kernel built elsewhere, through kprop's C ABI / worker protocol"});
     impl_fns_.push_back([drive = external_drive_, transport](const Case& c) { return drive(c, *transport); });
     return impls_.size() - 1;
   }

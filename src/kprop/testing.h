@@ -28,7 +28,8 @@ using EntryPoints = std::map<std::string, void*>;
 
 // Loads the spec and runs it with the entry points as the target (named
 // "in-process"). Corpus files go to options.corpus_dir (default corpus/).
-RunReport run_in_process(const std::string& spec_path, const EntryPoints& entry_points, RunOptions options = {});
+RunReport run_in_process(const std::string& spec_path, const EntryPoints& entry_points,
+                         RunOptions options = {});
 
 inline ::testing::AssertionResult spec_passes(const RunReport& report) {
   if (report.status == RunStatus::passed) return ::testing::AssertionSuccess();
@@ -38,9 +39,9 @@ inline ::testing::AssertionResult spec_passes(const RunReport& report) {
 
 }  // namespace kprop::testing
 
-#define KPROP_EXPECT_SPEC_PASSES(spec_path, ...)                                                 \
-  do {                                                                                           \
+#define KPROP_EXPECT_SPEC_PASSES(spec_path, ...)                                                       \
+  do {                                                                                                 \
     const ::kprop::RunReport kprop_report_ = ::kprop::testing::run_in_process(spec_path, __VA_ARGS__); \
-    if (kprop_report_.status == ::kprop::RunStatus::skipped) GTEST_SKIP() << kprop_report_.detail; \
-    EXPECT_TRUE(::kprop::testing::spec_passes(kprop_report_));                                   \
+    if (kprop_report_.status == ::kprop::RunStatus::skipped) GTEST_SKIP() << kprop_report_.detail;     \
+    EXPECT_TRUE(::kprop::testing::spec_passes(kprop_report_));                                         \
   } while (0)

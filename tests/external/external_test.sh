@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# External targets end to end, through prop_runner exactly as a user runs it:
+#   external_test.sh RUNNER SPEC PLUGIN_DIR BAD_VERSION_SO NO_ENTRY_SO PYTHON
+# PYTHON is empty when no python3 with NumPy exists (the worker checks are
+# then skipped, exit 77).
+set -uo pipefail
+runner="$1" spec="$2" plugins="$3" bad_version="$4" no_entry="$5" python="${6:-}"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+run() {  # run NAME EXPECTED_EXIT prop_runner-args...
+  local name="$1" want="$2"
+  shift 2
+  "$runner" --spec "$spec" --seed 20261122 --trials 150 "$@" > "$tmp/$name.log" 2>&1
+  local got=$?
+  if [ "$got" -ne "$want" ]; then
+    echo "FAIL $name: exit $got, expected $want"
+    tail -20 "$tmp/$name.log"
+    fails=$((fails + 1))
+    return 1
+  fi
+  echo "ok   $name (exit $got)"
+}
+expect_log() {  # expect_log NAME PATTERN: the run's output says PATTERN
+  grep -q -- "$2" "$tmp/$1.log" || { echo "FAIL $1: output lacks '$2'"; tail -20 "$tmp/$1.log"; fails=$((fails + 1)); }
+}
+
+run plugin_correct 0 --no-corpus --target "plugin:$plugins/libattention_fwd_correct.so"
+run plugin_buggy 1 --no-corpus --target "plugin:$plugins/libattention_fwd_buggy.so"
+expect_log plugin_buggy "shrunk: B1 Hq1/Hkv1 Nq1 Nk1 D1"
+
+# A crash is shrunk, saved and reported (exit 3); the runner survives it.
+run plugin_crash 3 --corpus "$tmp/crash" --target "plugin:$plugins/libattention_fwd_crash.so"
+expect_log plugin_crash "killed by signal 11"
+grep -l "found_by: crash" "$tmp/crash/flash_fwd/"*.yaml > /dev/null 2>&1 ||
+  { echo "FAIL plugin_crash: no saved case"; fails=$((fails + 1)); }
+grep -q "nk: 1," "$tmp/crash/flash_fwd/"*.yaml || { echo "FAIL plugin_crash: case not shrunk"; fails=$((fails + 1)); }
+# The saved case replays: it still fails (crashes) on the plugin, and is clean on the reference.
+run crash_replay 1 --no-corpus --target "plugin:$plugins/libattention_fwd_crash.so" --replay "$tmp/crash/flash_fwd"
+run crash_replay_reference 0 --target reference --replay "$tmp/crash/flash_fwd"
+
+# A hang is stopped by the per-case timeout, saved, exit 3.
+run plugin_hang 3 --corpus "$tmp/hang" --case-timeout 1 --target "plugin:$plugins/libattention_fwd_hang.so"
+expect_log plugin_hang "hung (no reply within case_timeout_s = 1 s)"
+grep -l "found_by: hang" "$tmp/hang/flash_fwd/"*.yaml > /dev/null 2>&1 ||
+  { echo "FAIL plugin_hang: no saved case"; fails=$((fails + 1)); }
+
+# Setup errors: one line, exit 2.
+run bad_version 2 --no-corpus --target "plugin:$bad_version"
+expect_log bad_version "built against kprop ABI version 42, this kprop speaks 1"
+run no_entry 2 --no-corpus --target "plugin:$no_entry"
+expect_log no_entry "missing symbol kprop_attention_fwd"
+run no_file 2 --no-corpus --target "plugin:$tmp/nope.so"
+expect_log no_file "no such file"
+run no_command 2 --no-corpus --target "exec:kprop-no-such-worker-command"
+expect_log no_command "status 127 (command not found?)"
+run not_a_worker 2 --no-corpus --target "exec:echo hello"
+expect_log not_a_worker 'does not start with "KPRP"'
+
+if [ -z "$python" ]; then
+  echo "no python3 with NumPy: worker checks skipped"
+  [ "$fails" -eq 0 ] && exit 77
+  exit 1
+fi
+worker="$root/examples/python/attention_fwd.py"
+run worker_correct 0 --no-corpus --target "exec:$python $worker"
+run worker_buggy 1 --no-corpus --target "exec:$python $worker --bug"
+expect_log worker_buggy "causal"
+# A worker that dies mid-case is restarted for the next one, and reported.
+cat > "$tmp/dies.py" <<PY
+import os, sys
+sys.path.insert(0, "$root/python")
+import kprop_worker
+def fwd(**kw):
+    os._exit(9)
+kprop_worker.serve({"attention.fwd": fwd})
+PY
+run worker_dies 3 --corpus "$tmp/dies" --target "exec:$python $tmp/dies.py"
+expect_log worker_dies "exited with status 9"
+# An op that raises fails the case with the exception's message.
+cat > "$tmp/raises.py" <<PY
+import sys
+sys.path.insert(0, "$root/python")
+import kprop_worker
+def fwd(**kw):
+    raise ValueError("kernel refuses this case")
+kprop_worker.serve({"attention.fwd": fwd})
+PY
+run worker_raises 3 --no-corpus --target "exec:$python $tmp/raises.py"
+expect_log worker_raises "ValueError: kernel refuses this case"
+# A worker serving the wrong ops is refused at the handshake.
+cat > "$tmp/wrong_op.py" <<PY
+import sys
+sys.path.insert(0, "$root/python")
+import kprop_worker
+kprop_worker.serve({"attention.bwd": lambda **kw: {}})
+PY
+run worker_wrong_op 2 --no-corpus --target "exec:$python $tmp/wrong_op.py"
+expect_log worker_wrong_op "does not serve op 'attention.fwd'"
+
+[ "$fails" -eq 0 ] || { echo "$fails external-target checks failed"; exit 1; }
+echo "external targets: all checks passed"
