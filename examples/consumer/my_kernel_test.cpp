@@ -1,0 +1,14 @@
+// A user's own GoogleTest binary: kprop runs specs/flash_fwd.yaml against the
+// kernel linked into this test, through the same C ABI a plugin exports.
+#include <kprop/testing.h>
+
+// The kernel under test (examples/plugin/attention_fwd.cpp).
+extern "C" int kprop_attention_fwd(const kprop_attention_fwd_args* args, char* error, size_t error_size);
+
+TEST(MyKernels, FlashAttentionForward) {
+  kprop::RunOptions options;
+  options.trials = 200;
+  options.corpus_dir = "kprop-corpus";  // shrunk counterexamples land here
+  KPROP_EXPECT_SPEC_PASSES(KPROP_SPEC_DIR "/flash_fwd.yaml",
+                           {{"kprop_attention_fwd", reinterpret_cast<void*>(&kprop_attention_fwd)}}, options);
+}

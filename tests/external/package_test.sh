@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# kprop as a CMake package: install the build tree, then configure, build and
+# run examples/consumer (find_package(kprop) + kprop/testing.h) against it.
+#   package_test.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build="$1" source="$2"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cmake --install "$build" --prefix "$tmp/prefix" > "$tmp/install.log"
+generator=()
+command -v ninja > /dev/null && generator=(-G Ninja)
+cmake -S "$source/examples/consumer" -B "$tmp/consumer" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$tmp/prefix" > "$tmp/configure.log" || { cat "$tmp/configure.log"; exit 1; }
+cmake --build "$tmp/consumer" > "$tmp/build.log" 2>&1 || { tail -30 "$tmp/build.log"; exit 1; }
+(cd "$tmp/consumer" && ctest --output-on-failure)
+test -x "$tmp/prefix/bin/prop_runner"
+test -f "$tmp/prefix/share/kprop/python/kprop_worker.py"
+echo "package: installed, found, consumer test passed"
