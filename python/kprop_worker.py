@@ -123,6 +123,7 @@ def serve(ops, stdin=None, stdout=None):
         stdout = os.fdopen(os.dup(1), "wb")
         os.dup2(2, 1)
         sys.stdout = sys.stderr
+    reported = set()
     while True:
         header, tensors = _read_frame(stdin)
         if header is None:
@@ -142,7 +143,11 @@ def serve(ops, stdin=None, stdout=None):
             _write_frame(stdout, {"ok": False, "unsupported": True, "error": str(e)})
             continue
         except Exception as e:  # the case fails; the worker lives on
-            traceback.print_exc(file=sys.stderr)
+            # Shrinking repeats the failure many times: one traceback per distinct error.
+            key = "%s: %s" % (type(e).__name__, e)
+            if key not in reported:
+                reported.add(key)
+                traceback.print_exc(file=sys.stderr)
             _write_frame(stdout, {"ok": False, "error": "%s: %s" % (type(e).__name__, e)})
             continue
         described = [{"name": d["name"], "dtype": d["dtype"], "shape": list(a.shape)}

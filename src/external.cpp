@@ -225,7 +225,7 @@ kprop_tensor in_view(const Message& request, const std::string& name, bool optio
 }
 
 void throw_entry_error(int rc, const char* error, const std::string& op) {
-  const std::string why = error[0] ? error : "no message";
+  const std::string why = error[0] ? error : "(the kernel gave no message)";
   if (rc == KPROP_UNSUPPORTED) throw Unsupported(fmt::format("{}: {}", op, why));
   throw TargetFailure("error", fmt::format("{} returned {}: {}", op, rc, why));
 }
@@ -579,7 +579,10 @@ class ChildTransport : public Transport {
     std::vector<uint8_t> payload;
     exchange(frame, deadline, request.op, header, payload);
     if (!header.value("ok", false)) {
-      const std::string error = header.value("error", std::string("no error message"));
+      std::string error = header.value("error", std::string("(no error message)"));
+      // The plugin host's messages already name the op.
+      if (error.rfind(request.op + ":", 0) == 0) error = error.substr(request.op.size() + 1);
+      if (!error.empty() && error[0] == ' ') error.erase(0, 1);
       if (header.value("unsupported", false)) throw Unsupported(fmt::format("{}: {}", request.op, error));
       throw TargetFailure("error", fmt::format("{}: target reported an error: {}", request.op, error));
     }

@@ -97,6 +97,13 @@ std::string list_everything() {
     for (const auto& i : f->implementations())
       out +=
           fmt::format("    {:<26} {:<9} {:<4} {}\n", i.name, impl_kind_name(i.kind), i.device, i.description);
+    if (f->external_ops().empty()) {
+      out += "  external targets: none yet\n";
+    } else {
+      out += "  external targets (plugin:PATH.so, exec:COMMAND; include/kprop/abi.h, docs/EXTERNAL.md):\n";
+      for (const auto& op : f->external_ops())
+        out += fmt::format("    op {:<23} entry point {}\n", op.op, op.symbol);
+    }
     out += "  invariants:\n";
     for (const auto& inv : f->invariants()) {
       out += fmt::format("    {:<26} {}\n", inv.name, inv.description);

@@ -55,6 +55,9 @@ class TextReporter final : public Reporter {
                                   r.target, r.reference, r.seed);
     if (r.status == RunStatus::skipped) return out + r.detail + "\n";
     for (const auto& inv : r.invariants) out += invariant_line(inv);
+    if (r.unsupported > 0)
+      out += fmt::format("  ({} of {} cases declined by the target, not checked: {})\n", r.unsupported,
+                         r.trials, r.unsupported_reason);
     for (const auto& inv : r.invariants) {
       if (!inv.counterexample) continue;
       const auto& cx = *inv.counterexample;
@@ -162,6 +165,8 @@ nlohmann::json to_json(const RunReport& r) {
                       {"exit_code", exit_code(r.status)},
                       {"time_budget_hit", r.time_budget_hit}};
   if (!r.detail.empty()) j["detail"] = r.detail;
+  if (r.unsupported > 0)
+    j["unsupported_cases"] = {{"count", r.unsupported}, {"last_reason", r.unsupported_reason}};
   if (!r.replay_command.empty()) j["replay"] = r.replay_command;
   j["invariants"] = nlohmann::json::array();
   for (const auto& inv : r.invariants) {

@@ -20,6 +20,8 @@ namespace kprop {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+// Declined cases in a row, from the start, after which the target is skipped.
+constexpr int64_t kDeclinedBeforeSkip = 20;
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -399,7 +401,8 @@ RunReport run_spec(const Spec& spec, const RunOptions& options) {
     ++report.trials;
 
     std::unique_ptr<AnyTrial> trial = family.begin_trial(c, target, reference);
-    for (size_t k = 0; k < uses.size(); ++k) {
+    bool declined = false;
+    for (size_t k = 0; k < uses.size() && !declined; ++k) {
       if (!alive[k]) continue;
       InvariantReport& ir = report.invariants[k];
       Verdict v;
@@ -407,11 +410,18 @@ RunReport run_spec(const Spec& spec, const RunOptions& options) {
         CaseGuard guard(spec, target, c, options, report.seed);
         v = trial->check(uses[k]->index, uses[k]->params);
       } catch (const Unsupported& e) {
-        report.status = RunStatus::skipped;
-        report.detail = std::string("skipped: ") + e.what();
-        report.seconds = since(t0);
-        for (auto& r : report.invariants) r.status = InvariantStatus::not_run;
-        return report;
+        // One declined case is not a verdict; a target that declines the
+        // first cases it sees (no device, no kernel at all) is skipped.
+        ++report.unsupported;
+        report.unsupported_reason = e.what();
+        declined = true;
+        if (report.unsupported == report.trials && report.trials >= kDeclinedBeforeSkip) {
+          report.status = RunStatus::skipped;
+          report.detail = std::string("skipped: ") + e.what();
+          report.seconds = since(t0);
+          for (auto& r : report.invariants) r.status = InvariantStatus::not_run;
+          return report;
+        }
       } catch (const external::TargetFailure& e) {
         // An external target crashed, hung or reported an error; the runner
         // lives on: shrink a crash or error to the smallest case that repeats it.
@@ -515,6 +525,12 @@ RunReport run_spec(const Spec& spec, const RunOptions& options) {
   }
   if (tty) fmt::print(stderr, "\r\033[K");
   report.seconds = since(t0);
+  if (report.trials > 0 && report.unsupported == report.trials && report.status != RunStatus::interrupted) {
+    report.status = RunStatus::skipped;
+    report.detail = "skipped: " + report.unsupported_reason;
+    for (auto& r : report.invariants) r.status = InvariantStatus::not_run;
+    return report;
+  }
   if (report.status == RunStatus::interrupted) {
     bool failed = false;
     for (const auto& r : report.invariants) failed = failed || r.status == InvariantStatus::failed;

@@ -73,6 +73,11 @@ struct RunReport {
   bool time_budget_hit = false;
   RunStatus status = RunStatus::passed;
   std::string detail;  // skip reason, crash message
+  // Cases the target declined (Unsupported, e.g. a dtype it lacks): they are
+  // not checked and count for nothing; a run where every case is declined is
+  // skipped.
+  int64_t unsupported = 0;
+  std::string unsupported_reason;
   std::vector<InvariantReport> invariants;
   std::string replay_command;  // reproduces a failure
 };
