@@ -13,6 +13,7 @@ PACKAGES=(
   clang libclang-rt-14-dev libfuzzer-14-dev
   librapidcheck-dev libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev
+  python3-numpy  # the exec: worker examples (python/kprop_worker.py)
 )
 JOBS="${KPROP_JOBS:-$(nproc)}"
 
