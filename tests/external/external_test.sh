@@ -78,6 +78,7 @@ kprop_worker.serve({"attention.fwd": fwd})
 PY
 run worker_dies 3 --corpus "$tmp/dies" --target "exec:$python $tmp/dies.py"
 expect_log worker_dies "exited with status 9"
+expect_log worker_dies "shrunk in"  # every shrink step restarted the dead worker
 # An op that raises fails the case with the exception's message.
 cat > "$tmp/raises.py" <<PY
 import sys
