@@ -22,6 +22,8 @@ struct Traits {
 };
 
 void register_invariants(FamilyDef<Traits>& family);
+// Kernels built elsewhere (external.cpp): op "layernorm" of include/kprop/abi/layernorm.h.
+void register_external(FamilyDef<Traits>& family);
 
 // Significant decimal digits of v as the case prints it (shortest repr in
 // the dtype): the shrinker's measure of how simple a value is.

@@ -24,5 +24,7 @@ struct Traits {
 };
 
 void register_invariants(FamilyDef<Traits>& family);
+// Kernels built elsewhere (external.cpp): op "softmax_topk" of include/kprop/abi/softmax_topk.h.
+void register_external(FamilyDef<Traits>& family);
 
 }  // namespace kprop::softmax_topk

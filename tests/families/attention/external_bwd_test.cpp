@@ -1,0 +1,148 @@
+// attention.bwd as an external target (kprop_attention_bwd_args in
+// include/kprop/abi/attention.h): kprop's tiled backward kernel behind the C
+// ABI passes specs/flash_bwd.yaml in-process (the plugin binding), and so does
+// the NumPy worker of examples/python/attention_bwd.py through exec: (the
+// worker binding); planted bugs fail with a shrunk counterexample.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "kprop/runner.h"
+#include "kprop/spec.h"
+#include "kprop/testing.h"
+#include "properties/attention/family.h"
+
+namespace {
+
+using namespace kprop::attention;
+
+const std::string kSpec = KPROP_SOURCE_DIR "/specs/flash_bwd.yaml";
+
+// `only`: check (and shrink) this invariant alone.
+kprop::RunOptions quick(const std::string& target = "", const std::string& only = "") {
+  kprop::RunOptions o;
+  o.target = target;
+  if (!only.empty()) o.only_invariants = {only};
+  o.seed = 20261122;
+  o.trials = 60;
+  o.write_corpus = false;
+  return o;
+}
+
+// ------------------------------------ the tiled backward behind the C ABI
+bool contiguous(const kprop_tensor& t) {
+  int64_t stride = 1;
+  for (int32_t d = t.ndim - 1; d >= 0; --d) {
+    if (t.strides[d] != stride) return false;
+    stride *= t.shape[d];
+  }
+  return true;
+}
+
+template <typename T>
+const T* in(const kprop_tensor& t) {
+  return static_cast<const T*>(t.data);
+}
+template <typename T>
+T* out(const kprop_tensor& t) {
+  return static_cast<T*>(t.data);
+}
+
+template <typename T, BwdBug bug>
+void run_tiled(const kprop_attention_bwd_args* a) {
+  Inputs<T> i;
+  i.shape = {static_cast<int>(a->q.shape[0]), static_cast<int>(a->q.shape[1]),
+             static_cast<int>(a->k.shape[1]), static_cast<int>(a->q.shape[2]),
+             static_cast<int>(a->k.shape[2]), static_cast<int>(a->q.shape[3])};
+  // KPROP_MASK_* and MaskKind list the kinds in the same order.
+  i.mask = {static_cast<MaskKind>(a->mask), i.shape.nk - i.shape.nq, in<int32_t>(a->key_lengths),
+            in<uint8_t>(a->allowed)};
+  i.scale = static_cast<T>(a->scale);
+  i.block_q = a->block_q;
+  i.block_k = a->block_k;
+  i.q = in<T>(a->q);
+  i.k = in<T>(a->k);
+  i.v = in<T>(a->v);
+  i.d_out = in<T>(a->d_out);
+  Workspace ws;
+  tiled_backward<T, BwdMode::single_pass_d, bug>(
+      i, in<T>(a->o), in<T>(a->lse), {out<T>(a->dq), out<T>(a->dk), out<T>(a->dv), out<T>(a->d)}, ws);
+}
+
+template <BwdBug bug>
+int tiled_entry(const kprop_attention_bwd_args* a, char* error, size_t size) {
+  for (const kprop_tensor* t :
+       {&a->q, &a->k, &a->v, &a->o, &a->lse, &a->d_out, &a->d, &a->dq, &a->dk, &a->dv})
+    if (!contiguous(*t)) {
+      std::snprintf(error, size, "this wrapper takes contiguous tensors only");
+      return KPROP_ERROR;
+    }
+  if (a->q.dtype == KPROP_F32)
+    run_tiled<float, bug>(a);
+  else
+    run_tiled<double, bug>(a);
+  return KPROP_OK;
+}
+
+// The counterexample of `invariant`, checked to be shrunk to at most
+// `max_size` (B·Hq·Nq·Nk·D).
+void expect_shrunk(const kprop::RunReport& report, const std::string& invariant, int64_t max_size,
+                   const std::string& what) {
+  EXPECT_EQ(report.status, kprop::RunStatus::failed) << what;
+  for (const auto& inv : report.invariants) {
+    if (inv.name != invariant) continue;
+    ASSERT_EQ(inv.status, kprop::InvariantStatus::failed) << what << ": " << invariant;
+    ASSERT_TRUE(inv.counterexample) << what;
+    const kprop::Counterexample& cx = *inv.counterexample;
+    EXPECT_LE(cx.stats.size, max_size) << what << ": " << cx.stats.summary << "\n" << cx.case_yaml;
+    EXPECT_LE(cx.stats.size, cx.original_size) << what;
+    EXPECT_FALSE(cx.case_yaml.empty()) << what;
+    return;
+  }
+  ADD_FAILURE() << what << ": no invariant " << invariant << " in the report";
+}
+
+TEST(AttentionBwdExternal, TiledKernelBehindTheAbiPassesInProcess) {
+  KPROP_EXPECT_SPEC_PASSES(
+      kSpec, {{"kprop_attention_bwd", reinterpret_cast<void*>(&tiled_entry<BwdBug::none>)}}, quick());
+}
+
+TEST(AttentionBwdExternal, PlantedBugFailsInProcess) {
+  const kprop::RunReport report = kprop::testing::run_in_process(
+      kSpec, {{"kprop_attention_bwd", reinterpret_cast<void*>(&tiled_entry<BwdBug::masked_row_nan>)}},
+      quick("", "masked_rows_zero"));
+  expect_shrunk(report, "masked_rows_zero", 1, "in-process masked_row_nan");
+}
+
+// -------------------------------------------------- the NumPy worker, exec:
+std::string worker(const std::string& args = "") {
+  return std::string("exec:") + KPROP_PYTHON + " " + KPROP_SOURCE_DIR "/examples/python/attention_bwd.py" +
+         args;
+}
+
+kprop::RunReport run_worker(const std::string& target, const std::string& only = "") {
+  return kprop::run_spec(kprop::load_spec(kSpec), quick(target, only));
+}
+
+TEST(AttentionBwdExternal, NumpyWorkerPasses) {
+  if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
+  const kprop::RunReport report = run_worker(worker());
+  EXPECT_TRUE(kprop::testing::spec_passes(report));
+  // Only the Workspace is out of an external kernel's reach.
+  for (const auto& inv : report.invariants)
+    EXPECT_EQ(inv.status == kprop::InvariantStatus::not_applicable, inv.name == "workspace_bounded")
+        << inv.name;
+}
+
+TEST(AttentionBwdExternal, NumpyWorkerBugsFailShrunk) {
+  if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
+  // One query, two keys: the smallest case where summing over the wrong axis differs.
+  expect_shrunk(run_worker(worker(" --bug dsoftmax_wrong_axis"), "matches_reference"), "matches_reference", 2,
+                "dsoftmax_wrong_axis");
+  // One fully masked 1x1 row.
+  expect_shrunk(run_worker(worker(" --bug masked_row_nan"), "masked_rows_zero"), "masked_rows_zero", 1,
+                "masked_row_nan");
+}
+
+}  // namespace
