@@ -72,6 +72,18 @@ struct Pipeline {
 };
 Pipeline correct_pipeline();
 
+// The stages of one cycle, split as the external ops split them
+// (include/kprop/abi/dflash.h). build_tree_inputs fills context_length,
+// position_ids and mask; tree_forward gives the logits rows of a full
+// recomputation of context ++ tree tokens (the context causal, node i under
+// row i of `mask` at position_ids[i]); verify_tree reads trace.logits and
+// fills accepted and emitted.
+void build_tree_inputs(const Pipeline& pipeline, const DraftTree& tree, int context_length,
+                       CycleTrace& trace);
+std::vector<Logits> tree_forward(const TinyLM& model, const std::vector<int>& context, const DraftTree& tree,
+                                 const std::vector<int>& position_ids, const std::vector<uint8_t>& mask);
+void verify_tree(const Pipeline& pipeline, const DraftTree& tree, CycleTrace& trace);
+
 // Speculative generation through `pipeline`. With `kv_cache` the context is
 // kept in a KV cache across cycles and only the tree block is run each cycle
 // (what a serving engine does); without, every cycle recomputes the whole
@@ -86,8 +98,11 @@ struct Mutant {
   const char* name;
   const char* description;
   Result (*run)(const Case&);
+  void (*change)(Pipeline&);  // the one stage of correct_pipeline() it replaces
 };
 const std::vector<Mutant>& mutants();
+// correct_pipeline() with the mutant `name`'s stage (std::invalid_argument if unknown).
+Pipeline mutant_pipeline(const std::string& name);
 
 // The autoregressive oracle: plain greedy decoding with a KV cache, shared by
 // the invariants and the generator. Independent of the tree code paths.

@@ -1,85 +1,92 @@
 // Mutants: each reproduces one real draft-tree verification bug by replacing
 // exactly one stage of the correct pipeline.
+#include <stdexcept>
+
 #include "kernels/dflash/dflash.h"
 
 namespace kprop::dflash {
 namespace {
 
-Result with(const Case& c, void (*change)(Pipeline&)) {
+template <void (*change)(Pipeline&)>
+Result run(const Case& c) {
   Pipeline p = correct_pipeline();
   change(p);
   return speculative_generate(c, p, false);
 }
 
 // Node i checked against L[P-1+i]: right only when node i-1 is its parent (chains).
-Result positional_logits(const Case& c) {
-  return with(c, [](Pipeline& p) { p.prediction_row = [](const DraftTree&, int i) { return i; }; });
+void positional_logits(Pipeline& p) {
+  p.prediction_row = [](const DraftTree&, int i) { return i; };
 }
 
 // Node i checked against L[P+d(i)-2]: right only when every depth-2 node hangs off node 0.
-Result depth_logits(const Case& c) {
-  return with(c, [](Pipeline& p) {
-    p.prediction_row = [](const DraftTree& t, int i) { return depths(t)[static_cast<size_t>(i)] - 1; };
-  });
+void depth_logits(Pipeline& p) {
+  p.prediction_row = [](const DraftTree& t, int i) { return depths(t)[static_cast<size_t>(i)] - 1; };
 }
 
 // Position id by flattened index instead of depth.
-Result index_positions(const Case& c) {
-  return with(c, [](Pipeline& p) { p.position_id = [](const DraftTree&, int i, int P) { return P + i; }; });
+void index_positions(Pipeline& p) {
+  p.position_id = [](const DraftTree&, int i, int P) { return P + i; };
 }
 
 // Node sees its parent and itself, not the rest of its ancestors.
-Result parent_only_mask(const Case& c) {
-  return with(c, [](Pipeline& p) {
-    p.sees = [](const DraftTree& t, int i, int j) {
-      return j == i || j == t.parents[static_cast<size_t>(i)];
-    };
-  });
+void parent_only_mask(Pipeline& p) {
+  p.sees = [](const DraftTree& t, int i, int j) { return j == i || j == t.parents[static_cast<size_t>(i)]; };
 }
 
 // Plain causal attention over the flattened tree: siblings and cousins leak in.
-Result sibling_leak_mask(const Case& c) {
-  return with(c, [](Pipeline& p) { p.sees = [](const DraftTree&, int i, int j) { return j <= i; }; });
+void sibling_leak_mask(Pipeline& p) {
+  p.sees = [](const DraftTree&, int i, int j) { return j <= i; };
 }
 
 // Every node matching its own prediction counts, even under a rejected
 // ancestor; the deepest such node's path is emitted.
-Result no_subtree_invalidation(const Case& c) {
-  return with(c, [](Pipeline& p) {
-    p.accept = [](const DraftTree& t, const std::vector<int>& predicted) {
-      const auto d = depths(t);
-      int deepest = -1;
-      for (int i = 0; i < t.size(); ++i)
-        if (t.tokens[static_cast<size_t>(i)] == predicted[static_cast<size_t>(i)] &&
-            (deepest < 0 || d[static_cast<size_t>(i)] > d[static_cast<size_t>(deepest)]))
-          deepest = i;
-      return deepest < 0 ? std::vector<int>{} : path_to(t, deepest);
-    };
-  });
+void no_subtree_invalidation(Pipeline& p) {
+  p.accept = [](const DraftTree& t, const std::vector<int>& predicted) {
+    const auto d = depths(t);
+    int deepest = -1;
+    for (int i = 0; i < t.size(); ++i)
+      if (t.tokens[static_cast<size_t>(i)] == predicted[static_cast<size_t>(i)] &&
+          (deepest < 0 || d[static_cast<size_t>(i)] > d[static_cast<size_t>(deepest)]))
+        deepest = i;
+    return deepest < 0 ? std::vector<int>{} : path_to(t, deepest);
+  };
 }
 
 // The cycle ends without the bonus token.
-Result no_bonus_token(const Case& c) {
-  return with(c, [](Pipeline& p) { p.bonus_token = false; });
+void no_bonus_token(Pipeline& p) {
+  p.bonus_token = false;
 }
 
 }  // namespace
 
 const std::vector<Mutant>& mutants() {
   static const std::vector<Mutant> table = {
-      {"positional_logits", "node i verified against L[P-1+i] (right only for chains)", positional_logits},
+      {"positional_logits", "node i verified against L[P-1+i] (right only for chains)",
+       run<positional_logits>, positional_logits},
       {"depth_logits",
        "node i verified against L[P+d(i)-2] (right only when depth-2 nodes are children of node 0)",
-       depth_logits},
-      {"index_positions", "position id P+i instead of P+d(i)-1", index_positions},
-      {"parent_only_mask", "node attends to prompt, parent and itself, not all ancestors", parent_only_mask},
+       run<depth_logits>, depth_logits},
+      {"index_positions", "position id P+i instead of P+d(i)-1", run<index_positions>, index_positions},
+      {"parent_only_mask", "node attends to prompt, parent and itself, not all ancestors",
+       run<parent_only_mask>, parent_only_mask},
       {"sibling_leak_mask", "node attends to every earlier tree node (causal over the flattened tree)",
-       sibling_leak_mask},
+       run<sibling_leak_mask>, sibling_leak_mask},
       {"no_subtree_invalidation", "accepts nodes matching their own prediction under a rejected ancestor",
-       no_subtree_invalidation},
-      {"no_bonus_token", "emits no bonus token at the end of a cycle", no_bonus_token},
+       run<no_subtree_invalidation>, no_subtree_invalidation},
+      {"no_bonus_token", "emits no bonus token at the end of a cycle", run<no_bonus_token>, no_bonus_token},
   };
   return table;
+}
+
+Pipeline mutant_pipeline(const std::string& name) {
+  for (const Mutant& m : mutants())
+    if (name == m.name) {
+      Pipeline p = correct_pipeline();
+      m.change(p);
+      return p;
+    }
+  throw std::invalid_argument("dflash: no mutant '" + name + "'");
 }
 
 }  // namespace kprop::dflash

@@ -28,6 +28,51 @@ Pipeline correct_pipeline() {
   return p;
 }
 
+void build_tree_inputs(const Pipeline& pipeline, const DraftTree& tree, int context_length,
+                       CycleTrace& trace) {
+  const int P = context_length, N = tree.size();
+  trace.context_length = P;
+  trace.position_ids.clear();
+  for (int i = 0; i < N; ++i) trace.position_ids.push_back(pipeline.position_id(tree, i, P));
+  trace.mask.assign(static_cast<size_t>(N) * (P + N), 0);
+  for (int i = 0; i < N; ++i)
+    for (int j = 0; j < P + N; ++j)
+      trace.mask[static_cast<size_t>(i) * (P + N) + j] = j < P || pipeline.sees(tree, i, j - P);
+}
+
+std::vector<Logits> tree_forward(const TinyLM& model, const std::vector<int>& context, const DraftTree& tree,
+                                 const std::vector<int>& position_ids, const std::vector<uint8_t>& mask) {
+  const int P = static_cast<int>(context.size()), N = tree.size();
+  std::vector<int> tokens = context, positions;
+  tokens.insert(tokens.end(), tree.tokens.begin(), tree.tokens.end());
+  for (int j = 0; j < P; ++j) positions.push_back(j);
+  positions.insert(positions.end(), position_ids.begin(), position_ids.end());
+  TinyLM::Cache empty = model.empty_cache();
+  const auto rows = model.forward_block(
+      empty, tokens, positions,
+      [&](int i, int j) {
+        if (i < P) return j <= i;  // the context is causal
+        return mask[static_cast<size_t>(i - P) * (P + N) + j] != 0;
+      },
+      false);
+  return {rows.begin() + (P - 1), rows.end()};
+}
+
+void verify_tree(const Pipeline& pipeline, const DraftTree& tree, CycleTrace& trace) {
+  const int N = tree.size();
+  std::vector<int> predicted(static_cast<size_t>(N));
+  for (int i = 0; i < N; ++i)
+    predicted[static_cast<size_t>(i)] =
+        argmax(trace.logits.at(static_cast<size_t>(pipeline.prediction_row(tree, i)))).index;
+  trace.accepted = pipeline.accept(tree, predicted);
+  trace.emitted.clear();
+  for (int node : trace.accepted) trace.emitted.push_back(tree.tokens[static_cast<size_t>(node)]);
+  if (pipeline.bonus_token) {
+    const size_t row = trace.accepted.empty() ? 0 : static_cast<size_t>(trace.accepted.back() + 1);
+    trace.emitted.push_back(argmax(trace.logits[row]).index);
+  }
+}
+
 Result speculative_generate(const Case& c, const Pipeline& pipeline, bool kv_cache) {
   const TinyLM model(c.model);
   Result result;
@@ -39,13 +84,7 @@ Result speculative_generate(const Case& c, const Pipeline& pipeline, bool kv_cac
   for (const DraftTree& tree : c.cycles) {
     const int P = static_cast<int>(context.size()), N = tree.size();
     CycleTrace trace;
-    trace.context_length = P;
-    for (int i = 0; i < N; ++i) trace.position_ids.push_back(pipeline.position_id(tree, i, P));
-    trace.mask.assign(static_cast<size_t>(N) * (P + N), 0);
-    for (int i = 0; i < N; ++i)
-      for (int j = 0; j < P + N; ++j)
-        trace.mask[static_cast<size_t>(i) * (P + N) + j] = j < P || pipeline.sees(tree, i, j - P);
-
+    build_tree_inputs(pipeline, tree, P, trace);
     if (kv_cache) {
       // Only the tree block runs; the context is already in the cache.
       trace.logits.push_back(cache.last_logits);
@@ -54,32 +93,9 @@ Result speculative_generate(const Case& c, const Pipeline& pipeline, bool kv_cac
           [&](int i, int j) { return trace.mask[static_cast<size_t>(i) * (P + N) + P + j] != 0; }, false);
       trace.logits.insert(trace.logits.end(), rows.begin(), rows.end());
     } else {
-      // The whole sequence from scratch under the explicit mask.
-      std::vector<int> tokens = context, positions;
-      tokens.insert(tokens.end(), tree.tokens.begin(), tree.tokens.end());
-      for (int j = 0; j < P; ++j) positions.push_back(j);
-      positions.insert(positions.end(), trace.position_ids.begin(), trace.position_ids.end());
-      TinyLM::Cache empty = model.empty_cache();
-      const auto rows = model.forward_block(
-          empty, tokens, positions,
-          [&](int i, int j) {
-            if (i < P) return j <= i;  // the context is causal
-            return trace.mask[static_cast<size_t>(i - P) * (P + N) + j] != 0;
-          },
-          false);
-      trace.logits.assign(rows.begin() + (P - 1), rows.end());
+      trace.logits = tree_forward(model, context, tree, trace.position_ids, trace.mask);
     }
-
-    std::vector<int> predicted(static_cast<size_t>(N));
-    for (int i = 0; i < N; ++i)
-      predicted[static_cast<size_t>(i)] =
-          argmax(trace.logits.at(static_cast<size_t>(pipeline.prediction_row(tree, i)))).index;
-    trace.accepted = pipeline.accept(tree, predicted);
-    for (int node : trace.accepted) trace.emitted.push_back(tree.tokens[static_cast<size_t>(node)]);
-    if (pipeline.bonus_token) {
-      const size_t row = trace.accepted.empty() ? 0 : static_cast<size_t>(trace.accepted.back() + 1);
-      trace.emitted.push_back(argmax(trace.logits[row]).index);
-    }
+    verify_tree(pipeline, tree, trace);
     for (int t : trace.emitted) {
       context.push_back(t);
       if (kv_cache) model.append(cache, t, cache.length);

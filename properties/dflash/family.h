@@ -22,5 +22,7 @@ struct Traits {
 };
 
 void register_invariants(FamilyDef<Traits>& family);
+// The ops of include/kprop/abi/dflash.h for plugin: and exec: targets.
+void register_external(FamilyDef<Traits>& family);
 
 }  // namespace kprop::dflash
