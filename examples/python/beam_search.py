@@ -27,7 +27,7 @@ import kprop_worker  # noqa: E402
 
 BUGS = ("drop_finished", "penalty_compounding", "penalty_counts_prompt",
         "expand_finished", "batch_pool_leak", "stop_at_first_eos")
-BUG = sys.argv[sys.argv.index("--bug") + 1] if "--bug" in sys.argv else None
+BUG = (sys.argv[sys.argv.index("--bug") + 1:] or [""])[0] if "--bug" in sys.argv else None
 if BUG is not None and BUG not in BUGS:
     sys.exit("beam_search.py: unknown bug %r (one of: %s)" % (BUG, ", ".join(BUGS)))
 

@@ -22,5 +22,7 @@ struct Traits {
 };
 
 void register_invariants(FamilyDef<Traits>& family);
+// Kernels built elsewhere: the op "beam.step" (include/kprop/abi/beam.h).
+void register_external(FamilyDef<Traits>& family);
 
 }  // namespace kprop::beam

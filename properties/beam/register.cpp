@@ -11,6 +11,7 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
                    batched);
   for (const Mutant& m : mutants()) f.mutant(m.name, m.description, m.run);
   register_invariants(f);
+  register_external(f);
 });
 
 }  // namespace kprop::beam
