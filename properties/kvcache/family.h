@@ -24,5 +24,7 @@ struct Traits {
 };
 
 void register_invariants(FamilyDef<Traits>& family);
+// Kernels built elsewhere (properties/kvcache/external.cpp).
+void register_external(FamilyDef<Traits>& family);
 
 }  // namespace kprop::kvcache

@@ -19,6 +19,7 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
       {"int8", ImplKind::optimized, "int8 cache, static per-channel scales, dequantized in attention"}, int8);
   for (const Mutant& m : mutants()) f.mutant(m.name, m.description, m.run);
   register_invariants(f);
+  register_external(f);
 });
 
 }  // namespace kprop::kvcache

@@ -23,5 +23,7 @@ struct Traits {
 };
 
 void register_invariants(FamilyDef<Traits>& family);
+// Kernels built elsewhere (properties/ternary/external.cpp).
+void register_external(FamilyDef<Traits>& family);
 
 }  // namespace kprop::ternary

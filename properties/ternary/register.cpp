@@ -13,6 +13,7 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
                    packed_base3);
   for (const Mutant& m : mutants()) f.mutant(m.name, m.description, m.run);
   register_invariants(f);
+  register_external(f);
 });
 
 }  // namespace kprop::ternary

@@ -1,0 +1,95 @@
+// kvcache for engines built elsewhere: each case as one "kvcache.serve"
+// request (field names and layouts of include/kprop/abi/kvcache.h): the
+// whole workload's Q/K/V packed sequence after sequence, the schedule and the
+// cache configuration; the reply is every token's attention output. The
+// engine owns its cache, so all of the family's cache-management bugs stay
+// expressible (and checkable) outside kprop.
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "properties/kvcache/family.h"
+
+namespace kprop::kvcache {
+namespace {
+
+using external::Message;
+using external::Tensor;
+
+Result drive(const Case& c, external::Transport& target) {
+  const int64_t B = static_cast<int64_t>(c.seqs.size()), Hq = c.q_heads(), Hkv = c.kv_heads, D = c.head_dim;
+  std::vector<double> q, k, v;
+  std::vector<int64_t> starts{0}, prompts, arrivals;
+  for (size_t b = 0; b < c.seqs.size(); ++b) {
+    const Tensors x = sequence_data(c, b);
+    q.insert(q.end(), x.q.begin(), x.q.end());
+    k.insert(k.end(), x.k.begin(), x.k.end());
+    v.insert(v.end(), x.v.begin(), x.v.end());
+    starts.push_back(starts.back() + c.seqs[b].tokens());
+    prompts.push_back(c.seqs[b].prompt);
+    arrivals.push_back(c.seqs[b].arrive);
+  }
+  const int64_t N = starts.back();
+  const ChannelRanges range = channel_ranges(c);
+  const std::vector<int64_t> order(c.block_order.begin(), c.block_order.end());
+  Message m;
+  m.op = "kvcache.serve";
+  m.input(Tensor::of("q", KPROP_F64, {N, Hq, D}, q))
+      .input(Tensor::of("k", KPROP_F64, {N, Hkv, D}, k))
+      .input(Tensor::of("v", KPROP_F64, {N, Hkv, D}, v))
+      .input(Tensor::of_ints("seq_starts", KPROP_I32, {B + 1}, starts))
+      .input(Tensor::of_ints("prompt_lens", KPROP_I32, {B}, prompts))
+      .input(Tensor::of_ints("arrivals", KPROP_I32, {B}, arrivals))
+      .input(Tensor::of("k_range", KPROP_F64, {Hkv, D}, range.k))
+      .input(Tensor::of("v_range", KPROP_F64, {Hkv, D}, range.v))
+      .input(Tensor::of_ints("block_order", KPROP_I32, {static_cast<int64_t>(order.size())}, order));
+  m.attrs = {{"page_size", c.page_size},
+             {"chunk", c.chunk},
+             {"poison", c.poison == Poison::nan ? KPROP_KVCACHE_POISON_NAN : KPROP_KVCACHE_POISON_HUGE},
+             {"scale", 1 / std::sqrt(static_cast<double>(D))}};
+  m.output("out", KPROP_F64, {N, Hq, D}).output("cache_dtype", KPROP_I32, {1});
+  const Message reply = target.call(m);
+
+  Result r;
+  const int64_t cache_dtype = reply.tensor("cache_dtype").to_ints()[0];
+  if (cache_dtype != KPROP_F64 && cache_dtype != KPROP_I8)
+    throw external::TargetFailure(
+        "error", fmt::format("kvcache.serve: cache_dtype {} is neither KPROP_F64 ({}) nor KPROP_I8 ({})",
+                             cache_dtype, int{KPROP_F64}, int{KPROP_I8}));
+  r.int8_cache = cache_dtype == KPROP_I8;
+  const std::vector<double> out = reply.tensor("out").to_doubles();
+  const size_t row = static_cast<size_t>(Hq * D);
+  for (size_t b = 0; b < c.seqs.size(); ++b)
+    r.out.emplace_back(out.begin() + static_cast<long>(static_cast<size_t>(starts[b]) * row),
+                       out.begin() + static_cast<long>(static_cast<size_t>(starts[b + 1]) * row));
+  return r;  // blocks_allocated / blocks_reused stay 0: the engine's own bookkeeping
+}
+
+void invoke_serve(void* fn, const Message& req, Message& reply) {
+  using external::in_view;
+  kprop_kvcache_serve_args a{};
+  a.q = in_view(req, "q");
+  a.k = in_view(req, "k");
+  a.v = in_view(req, "v");
+  a.seq_starts = in_view(req, "seq_starts");
+  a.prompt_lens = in_view(req, "prompt_lens");
+  a.arrivals = in_view(req, "arrivals");
+  a.k_range = in_view(req, "k_range");
+  a.v_range = in_view(req, "v_range");
+  a.block_order = in_view(req, "block_order");
+  a.page_size = req.attrs.at("page_size").get<int32_t>();
+  a.chunk = req.attrs.at("chunk").get<int32_t>();
+  a.poison = req.attrs.at("poison").get<int32_t>();
+  a.scale = req.attrs.at("scale").get<double>();
+  a.out = external::out_view(reply, "out");
+  a.cache_dtype = external::out_view(reply, "cache_dtype");
+  external::call_entry(fn, a, req.op);
+}
+
+}  // namespace
+
+void register_external(FamilyDef<Traits>& f) {
+  f.external({{"kvcache.serve", "kprop_kvcache_serve", invoke_serve}}, drive);
+}
+
+}  // namespace kprop::kvcache

@@ -1,0 +1,105 @@
+// ternary for kernels built elsewhere: each case as a "ternary.quantize_weights"
+// request, then a "ternary.linear" request on the packed weights and scale
+// the first one returned (field names and layouts of
+// include/kprop/abi/ternary.h), for plugins and workers alike.
+#include <limits>
+
+#include "properties/ternary/family.h"
+
+namespace kprop::ternary {
+namespace {
+
+using external::Message;
+using external::Tensor;
+
+constexpr int kWeightsPerByte = 4;
+
+int64_t packed_row_bytes(int in_features) {
+  return (in_features + kWeightsPerByte - 1) / kWeightsPerByte;
+}
+
+// The 2-bit codes of the packed layout as quantized weights; the invalid
+// code 11 reads as NaN so that weights_ternary reports it.
+std::vector<double> unpack(const Tensor& packed, int rows, int cols) {
+  const int64_t row_bytes = packed_row_bytes(cols);
+  std::vector<double> w_q;
+  w_q.reserve(static_cast<size_t>(rows) * static_cast<size_t>(cols));
+  for (int n = 0; n < rows; ++n)
+    for (int k = 0; k < cols; ++k) {
+      const uint8_t byte = packed.bytes[static_cast<size_t>(n * row_bytes + k / kWeightsPerByte)];
+      const int code = byte >> (2 * (k % kWeightsPerByte)) & 3;
+      w_q.push_back(code == 0   ? 0.0
+                    : code == 1 ? 1.0
+                    : code == 2 ? -1.0
+                                : std::numeric_limits<double>::quiet_NaN());
+    }
+  return w_q;
+}
+
+Result drive(const Case& c, external::Transport& target) {
+  const int64_t M = c.tokens, K = c.in_features, N = c.out_features;
+  Message quantize;
+  quantize.op = "ternary.quantize_weights";
+  quantize.input(Tensor::of("w", KPROP_F64, {N, K}, c.w));
+  quantize.output("w_packed", KPROP_U8, {N, packed_row_bytes(c.in_features)})
+      .output("w_scale", KPROP_F64, {1});
+  const Message weights = target.call(quantize);
+
+  Result r;
+  r.w_scale = weights.tensor("w_scale").to_doubles()[0];
+  r.w_q = unpack(weights.tensor("w_packed"), c.out_features, c.in_features);
+
+  Message linear;
+  linear.op = "ternary.linear";
+  linear.input(Tensor::of("x", KPROP_F64, {M, K}, c.x))
+      .input(weights.tensor("w_packed"))
+      .input(weights.tensor("w_scale"))
+      .input(Tensor::of("dy", KPROP_F64, {M, N}, c.dy));
+  linear.output("x_scale", KPROP_F64, {M})
+      .output("x_q", KPROP_I8, {M, K})
+      .output("acc", KPROP_I32, {M, N})
+      .output("y", KPROP_F32, {M, N})
+      .output("dx", KPROP_F32, {M, K})
+      .output("dw", KPROP_F32, {N, K});
+  const Message reply = target.call(linear);
+  r.x_scale = reply.tensor("x_scale").to_doubles();
+  r.x_q = reply.tensor("x_q").to_doubles();
+  r.acc = reply.tensor("acc").to_doubles();
+  r.y = reply.tensor("y").to_doubles();
+  r.dx = reply.tensor("dx").to_doubles();
+  r.dw = reply.tensor("dw").to_doubles();
+  return r;
+}
+
+void invoke_quantize_weights(void* fn, const Message& req, Message& reply) {
+  kprop_ternary_quantize_weights_args a{};
+  a.w = external::in_view(req, "w");
+  a.w_packed = external::out_view(reply, "w_packed");
+  a.w_scale = external::out_view(reply, "w_scale");
+  external::call_entry(fn, a, req.op);
+}
+
+void invoke_linear(void* fn, const Message& req, Message& reply) {
+  kprop_ternary_linear_args a{};
+  a.x = external::in_view(req, "x");
+  a.w_packed = external::in_view(req, "w_packed");
+  a.w_scale = external::in_view(req, "w_scale");
+  a.dy = external::in_view(req, "dy");
+  a.x_scale = external::out_view(reply, "x_scale");
+  a.x_q = external::out_view(reply, "x_q");
+  a.acc = external::out_view(reply, "acc");
+  a.y = external::out_view(reply, "y");
+  a.dx = external::out_view(reply, "dx");
+  a.dw = external::out_view(reply, "dw");
+  external::call_entry(fn, a, req.op);
+}
+
+}  // namespace
+
+void register_external(FamilyDef<Traits>& f) {
+  f.external({{"ternary.quantize_weights", "kprop_ternary_quantize_weights", invoke_quantize_weights},
+              {"ternary.linear", "kprop_ternary_linear", invoke_linear}},
+             drive);
+}
+
+}  // namespace kprop::ternary

@@ -1,0 +1,140 @@
+// ternary through the C ABI (include/kprop/abi/ternary.h): the family's own
+// packed kernel behind the two entry points, linked into this test, passes
+// specs/ternary.yaml, and the same kernel reading the packed codes in the
+// wrong order within a byte does not; the NumPy worker
+// (examples/python/ternary_matmul.py) passes, and each bug it can plant is caught.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/ternary/packed.h"
+#include "kprop/spec.h"
+#include "kprop/testing.h"
+
+namespace {
+
+namespace kernel = kprop::ternary::kernel;
+
+const char* const kSpec = KPROP_SOURCE_DIR "/specs/ternary.yaml";
+
+template <typename T>
+T& at(const kprop_tensor& t, int64_t i, int64_t j) {
+  const int64_t index[2] = {i, j};
+  return static_cast<T*>(t.data)[kprop_offset(&t, index)];
+}
+
+// A rows x cols view as a dense row-major vector.
+template <typename T>
+std::vector<T> read(const kprop_tensor& t) {
+  std::vector<T> out;
+  for (int64_t i = 0; i < t.shape[0]; ++i)
+    for (int64_t j = 0; j < t.shape[1]; ++j) out.push_back(at<T>(t, i, j));
+  return out;
+}
+
+template <typename T, typename U>
+void write(const kprop_tensor& t, const U* values) {
+  for (int64_t i = 0; i < t.shape[0]; ++i)
+    for (int64_t j = 0; j < t.shape[1]; ++j) at<T>(t, i, j) = static_cast<T>(*values++);
+}
+
+int packed_quantize_weights(const kprop_ternary_quantize_weights_args* a, char*, size_t) {
+  const std::vector<double> w = read<double>(a->w);
+  const auto p = kernel::quantize_and_pack(w.data(), static_cast<int>(a->w.shape[0]),
+                                           static_cast<int>(a->w.shape[1]), kernel::Packing::two_bit);
+  write<uint8_t>(a->w_packed, p.bytes.data());
+  static_cast<double*>(a->w_scale.data)[0] = p.scale;
+  return KPROP_OK;
+}
+
+// kMsbFirst plants an integration bug: the kernel takes the first weight of
+// a byte from its most significant bits, the opposite of the documented layout.
+template <bool kMsbFirst>
+int packed_linear(const kprop_ternary_linear_args* a, char*, size_t) {
+  const int M = static_cast<int>(a->x.shape[0]), K = static_cast<int>(a->x.shape[1]);
+  const int N = static_cast<int>(a->w_packed.shape[0]);
+  kernel::PackedWeights w;
+  w.rows = N;
+  w.cols = K;
+  w.row_bytes = static_cast<int>(a->w_packed.shape[1]);
+  w.scale = static_cast<const double*>(a->w_scale.data)[0];
+  w.bytes = read<uint8_t>(a->w_packed);
+  if (kMsbFirst)
+    for (uint8_t& byte : w.bytes)
+      byte = static_cast<uint8_t>((byte & 3) << 6 | (byte & 12) << 2 | (byte & 48) >> 2 | (byte & 192) >> 6);
+  const std::vector<double> x = read<double>(a->x), dy = read<double>(a->dy);
+  const kernel::QuantizedActivations xq = kernel::quantize_activations(x.data(), M, K);
+  std::vector<int32_t> acc(static_cast<size_t>(M) * N);
+  std::vector<float> y(acc.size()), dy32(dy.begin(), dy.end()), dx(static_cast<size_t>(M) * K),
+      dw(static_cast<size_t>(N) * K);
+  kernel::matmul_int(xq, w, acc.data());
+  kernel::dequantize(xq, w, acc.data(), y.data());
+  kernel::backward(xq, w, dy32.data(), dx.data(), dw.data());
+  for (int t = 0; t < M; ++t) {
+    static_cast<double*>(a->x_scale.data)[t * a->x_scale.strides[0]] = xq.scale[static_cast<size_t>(t)];
+    for (int k = 0; k < K; ++k) at<int8_t>(a->x_q, t, k) = xq.q[static_cast<size_t>(t * xq.stride + k)];
+  }
+  write<int32_t>(a->acc, acc.data());
+  write<float>(a->y, y.data());
+  write<float>(a->dx, dx.data());
+  write<float>(a->dw, dw.data());
+  return KPROP_OK;
+}
+
+kprop::RunOptions quick(int64_t trials) {
+  kprop::RunOptions o;
+  o.seed = 20261122;
+  o.trials = trials;
+  o.write_corpus = false;
+  return o;
+}
+
+bool has_counterexample(const kprop::RunReport& report) {
+  return std::any_of(report.invariants.begin(), report.invariants.end(),
+                     [](const kprop::InvariantReport& i) { return i.counterexample.has_value(); });
+}
+
+kprop::testing::EntryPoints packed_kernel(bool msb_first) {
+  return {{"kprop_ternary_quantize_weights", reinterpret_cast<void*>(&packed_quantize_weights)},
+          {"kprop_ternary_linear", msb_first ? reinterpret_cast<void*>(&packed_linear<true>)
+                                             : reinterpret_cast<void*>(&packed_linear<false>)}};
+}
+
+TEST(TernaryExternal, PackedKernelPassesInProcess) {
+  KPROP_EXPECT_SPEC_PASSES(kSpec, packed_kernel(false), quick(200));
+}
+
+TEST(TernaryExternal, CodeOrderSwappedFailsInProcess) {
+  const auto report = kprop::testing::run_in_process(kSpec, packed_kernel(true), quick(200));
+  EXPECT_EQ(report.status, kprop::RunStatus::failed);
+  EXPECT_TRUE(has_counterexample(report));
+}
+
+// The NumPy worker through the exec: protocol.
+kprop::RunReport run_worker(const std::string& flags, kprop::RunOptions options) {
+  options.target = std::string("exec:") + KPROP_PYTHON + " " + KPROP_SOURCE_DIR +
+                   "/examples/python/ternary_matmul.py" + (flags.empty() ? "" : " " + flags);
+  return kprop::run_spec(kprop::load_spec(kSpec), options);
+}
+
+TEST(TernaryExternal, PythonWorkerPasses) {
+  if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
+  const auto report = run_worker("", quick(200));
+  EXPECT_TRUE(kprop::testing::spec_passes(report));
+  EXPECT_EQ(report.status, kprop::RunStatus::passed) << report.detail;  // not skipped
+}
+
+TEST(TernaryExternal, PythonWorkerBugsFail) {
+  if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
+  for (const char* bug :
+       {"scale_absmax", "round_toward_zero", "ste_zero_grad", "no_eps", "round_half_away"}) {
+    kprop::RunOptions o = quick(200);
+    o.stop_on_first_failure = true;
+    const auto report = run_worker(std::string("--bug ") + bug, o);
+    EXPECT_EQ(report.status, kprop::RunStatus::failed) << bug;
+    EXPECT_TRUE(has_counterexample(report)) << bug;
+  }
+}
+
+}  // namespace
