@@ -641,13 +641,16 @@ class ChildTransport : public Transport {
       }
       return TargetFailure("crash", fmt::format("{}: the target {} during the call", op, child_.death()));
     };
-    Child::Io io = child_.write_all(frame, deadline);
-    if (io != Child::Io::ok) throw fail(io);
+    const Child::Io wrote = child_.write_all(frame, deadline);
+    if (wrote == Child::Io::timeout) throw fail(wrote);
+    // Read even when the write failed (the child exited): what it printed
+    // before dying explains more than its exit status.
     uint8_t head[8];
     size_t got = 0;
-    io = child_.read_exact(head, 8, deadline, &got);
+    Child::Io io = child_.read_exact(head, 8, deadline, &got);
     // Anything but our magic (even cut short by EOF) is a stray print.
     const bool stray = std::memcmp(head, kMagic, std::min<size_t>(got, 4)) != 0;
+    if (!stray && wrote != Child::Io::ok) throw fail(wrote);
     if (io != Child::Io::ok && !stray) throw fail(io);
     if (stray) {
       child_.kill_now();
