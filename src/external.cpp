@@ -81,54 +81,42 @@ Tensor Tensor::declare(std::string name, int32_t dtype, std::vector<int64_t> sha
   return t;
 }
 
-Tensor Tensor::of(std::string name, int32_t dtype, std::vector<int64_t> shape,
-                  std::span<const double> values) {
-  Tensor t = declare(std::move(name), dtype, std::move(shape));
+namespace {
+// Stores `values` converted to the tensor's dtype; `convert(bytes, i, value)`
+// knows the dtypes of one value kind (floats or integers).
+template <typename Value, typename Convert>
+Tensor filled(std::string name, int32_t dtype, std::vector<int64_t> shape, std::span<const Value> values,
+              Convert convert) {
+  Tensor t = Tensor::declare(std::move(name), dtype, std::move(shape));
   if (static_cast<size_t>(t.numel()) != values.size())
     throw std::logic_error(
         fmt::format("kprop: tensor {} has {} values for {} elements", t.name, values.size(), t.numel()));
   t.bytes.resize(t.nbytes());
-  for (size_t i = 0; i < values.size(); ++i) {
-    switch (dtype) {
-      case KPROP_F32:
-        store(t.bytes, i, static_cast<float>(values[i]));
-        break;
-      case KPROP_F64:
-        store(t.bytes, i, values[i]);
-        break;
-      default:
-        no_conversion(dtype);
-    }
-  }
+  for (size_t i = 0; i < values.size(); ++i) convert(t.bytes, i, values[i]);
   return t;
+}
+}  // namespace
+
+Tensor Tensor::of(std::string name, int32_t dtype, std::vector<int64_t> shape,
+                  std::span<const double> values) {
+  return filled(std::move(name), dtype, std::move(shape), values,
+                [dtype](std::vector<uint8_t>& bytes, size_t i, double v) {
+                  if (dtype == KPROP_F32) return store(bytes, i, static_cast<float>(v));
+                  if (dtype == KPROP_F64) return store(bytes, i, v);
+                  no_conversion(dtype);
+                });
 }
 
 Tensor Tensor::of_ints(std::string name, int32_t dtype, std::vector<int64_t> shape,
                        std::span<const int64_t> values) {
-  Tensor t = declare(std::move(name), dtype, std::move(shape));
-  if (static_cast<size_t>(t.numel()) != values.size())
-    throw std::logic_error(
-        fmt::format("kprop: tensor {} has {} values for {} elements", t.name, values.size(), t.numel()));
-  t.bytes.resize(t.nbytes());
-  for (size_t i = 0; i < values.size(); ++i) {
-    switch (dtype) {
-      case KPROP_I8:
-        store(t.bytes, i, static_cast<int8_t>(values[i]));
-        break;
-      case KPROP_U8:
-        store(t.bytes, i, static_cast<uint8_t>(values[i]));
-        break;
-      case KPROP_I32:
-        store(t.bytes, i, static_cast<int32_t>(values[i]));
-        break;
-      case KPROP_I64:
-        store(t.bytes, i, values[i]);
-        break;
-      default:
-        no_conversion(dtype);
-    }
-  }
-  return t;
+  return filled(std::move(name), dtype, std::move(shape), values,
+                [dtype](std::vector<uint8_t>& bytes, size_t i, int64_t v) {
+                  if (dtype == KPROP_I8) return store(bytes, i, static_cast<int8_t>(v));
+                  if (dtype == KPROP_U8) return store(bytes, i, static_cast<uint8_t>(v));
+                  if (dtype == KPROP_I32) return store(bytes, i, static_cast<int32_t>(v));
+                  if (dtype == KPROP_I64) return store(bytes, i, v);
+                  no_conversion(dtype);
+                });
 }
 
 std::vector<double> Tensor::to_doubles() const {

@@ -31,6 +31,14 @@ using EntryPoints = std::map<std::string, void*>;
 RunReport run_in_process(const std::string& spec_path, const EntryPoints& entry_points,
                          RunOptions options = {});
 
+// The first invariant that failed with a counterexample ("" if none): which
+// property caught the bug.
+inline std::string killed_by(const RunReport& report) {
+  for (const auto& inv : report.invariants)
+    if (inv.status == InvariantStatus::failed && inv.counterexample) return inv.name;
+  return "";
+}
+
 inline ::testing::AssertionResult spec_passes(const RunReport& report) {
   if (report.status == RunStatus::passed) return ::testing::AssertionSuccess();
   if (report.status == RunStatus::skipped) return ::testing::AssertionSuccess() << report.detail;

@@ -12,6 +12,7 @@
 #include "kprop/spec.h"
 #include "kprop/testing.h"
 #include "properties/attention/family.h"
+#include "tests/support/python_worker.h"
 
 namespace {
 
@@ -117,8 +118,7 @@ TEST(AttentionBwdExternal, PlantedBugFailsInProcess) {
 
 // -------------------------------------------------- the NumPy worker, exec:
 std::string worker(const std::string& args = "") {
-  return std::string("exec:") + KPROP_PYTHON + " " + KPROP_SOURCE_DIR "/examples/python/attention_bwd.py" +
-         args;
+  return kprop_test::python_worker("attention_bwd.py", args);
 }
 
 kprop::RunReport run_worker(const std::string& target, const std::string& only = "") {
@@ -126,7 +126,7 @@ kprop::RunReport run_worker(const std::string& target, const std::string& only =
 }
 
 TEST(AttentionBwdExternal, NumpyWorkerPasses) {
-  if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
+  KPROP_REQUIRE_PYTHON();
   const kprop::RunReport report = run_worker(worker());
   EXPECT_TRUE(kprop::testing::spec_passes(report));
   // Only the Workspace is out of an external kernel's reach.
@@ -136,7 +136,7 @@ TEST(AttentionBwdExternal, NumpyWorkerPasses) {
 }
 
 TEST(AttentionBwdExternal, NumpyWorkerBugsFailShrunk) {
-  if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
+  KPROP_REQUIRE_PYTHON();
   // One query, two keys: the smallest case where summing over the wrong axis differs.
   expect_shrunk(run_worker(worker(" --bug dsoftmax_wrong_axis"), "matches_reference"), "matches_reference", 2,
                 "dsoftmax_wrong_axis");

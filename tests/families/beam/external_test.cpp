@@ -12,6 +12,7 @@
 #include "kprop/runner.h"
 #include "kprop/spec.h"
 #include "kprop/testing.h"
+#include "tests/support/python_worker.h"
 
 namespace {
 
@@ -102,11 +103,7 @@ kprop::RunReport run_step(kprop_beam_step_fn step, int64_t trials) {
 }
 
 // The invariant that killed the run, "" when none did.
-std::string killed_by(const kprop::RunReport& report) {
-  for (const auto& inv : report.invariants)
-    if (inv.status == kprop::InvariantStatus::failed && inv.counterexample) return inv.name;
-  return "";
-}
+using kprop::testing::killed_by;
 
 TEST(BeamExternal, CorrectStepPassesInProcess) {
   KPROP_EXPECT_SPEC_PASSES(kSpec, {{"kprop_beam_step", reinterpret_cast<void*>(&beam_step<Bug::none>)}},
@@ -146,8 +143,7 @@ TEST(BeamExternal, EmptyParentBreaksTheProtocol) {
 
 // -------------------------------------------------- the NumPy worker, exec:
 std::string worker(const std::string& args = "") {
-  return std::string("exec:") + KPROP_PYTHON + " " + KPROP_SOURCE_DIR "/examples/python/beam_search.py" +
-         args;
+  return kprop_test::python_worker("beam_search.py", args);
 }
 
 kprop::RunReport run_worker(const std::string& target, int64_t trials, bool expect_failure) {
@@ -157,13 +153,13 @@ kprop::RunReport run_worker(const std::string& target, int64_t trials, bool expe
 }
 
 TEST(BeamExternal, NumpyWorkerPasses) {
-  if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
+  KPROP_REQUIRE_PYTHON();
   const kprop::RunReport report = run_worker(worker(), 60, false);
   EXPECT_TRUE(kprop::testing::spec_passes(report));
 }
 
 TEST(BeamExternal, NumpyWorkerBugsFail) {
-  if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
+  KPROP_REQUIRE_PYTHON();
   for (const char* bug : {"drop_finished", "penalty_compounding", "batch_pool_leak"}) {
     const kprop::RunReport report = run_worker(worker(std::string(" --bug ") + bug), 80, true);
     EXPECT_EQ(report.status, kprop::RunStatus::failed) << bug;

@@ -11,6 +11,7 @@
 #include "kprop/abi.h"
 #include "kprop/spec.h"
 #include "kprop/testing.h"
+#include "tests/support/python_worker.h"
 
 namespace kprop::dflash {
 namespace {
@@ -172,8 +173,7 @@ TEST(DflashExternal, AcceptedNodeOutsideTheTreeIsATargetError) {
 
 // ---- the NumPy worker through the exec: protocol.
 std::string worker(const std::string& args = "") {
-  return std::string("exec:") + KPROP_PYTHON + " " + KPROP_SOURCE_DIR + "/examples/python/dflash_verify.py" +
-         (args.empty() ? "" : " " + args);
+  return kprop_test::python_worker("dflash_verify.py", args);
 }
 
 RunReport run_worker(const std::string& target, RunOptions options) {
@@ -182,13 +182,13 @@ RunReport run_worker(const std::string& target, RunOptions options) {
 }
 
 TEST(DflashExternalWorker, NumpyWorkerPasses) {
-  if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
+  KPROP_REQUIRE_PYTHON();
   const RunReport report = run_worker(worker(), quick(60));
   EXPECT_TRUE(testing::spec_passes(report));
 }
 
 TEST(DflashExternalWorker, PositionalLogitsBugShrinksToTwoRoots) {
-  if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
+  KPROP_REQUIRE_PYTHON();
   const RunReport report = run_worker(worker("--bug positional_logits"), quick(200, {"maximal_acceptance"}));
   ASSERT_EQ(report.status, RunStatus::failed);
   const Counterexample* cex = counterexample(report, "maximal_acceptance");
@@ -198,7 +198,7 @@ TEST(DflashExternalWorker, PositionalLogitsBugShrinksToTwoRoots) {
 }
 
 TEST(DflashExternalWorker, SiblingLeakMaskBugFails) {
-  if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
+  KPROP_REQUIRE_PYTHON();
   const RunReport report = run_worker(worker("--bug sibling_leak_mask"),
                                       quick(200, {"mask_is_ancestor_closure", "tree_logits_match_path"}));
   ASSERT_EQ(report.status, RunStatus::failed);

@@ -12,6 +12,7 @@
 
 #include "kprop/spec.h"
 #include "kprop/testing.h"
+#include "tests/support/python_worker.h"
 
 namespace {
 
@@ -99,8 +100,7 @@ kprop::RunOptions quick(int64_t trials) {
 }
 
 bool has_counterexample(const kprop::RunReport& report) {
-  return std::any_of(report.invariants.begin(), report.invariants.end(),
-                     [](const kprop::InvariantReport& i) { return i.counterexample.has_value(); });
+  return !kprop::testing::killed_by(report).empty();
 }
 
 TEST(KvcacheExternal, ContiguousEnginePassesInProcess) {
@@ -117,13 +117,12 @@ TEST(KvcacheExternal, DecodeOffByOneFailsInProcess) {
 
 // The NumPy worker through the exec: protocol.
 kprop::RunReport run_worker(const std::string& flags, kprop::RunOptions options) {
-  options.target = std::string("exec:") + KPROP_PYTHON + " " + KPROP_SOURCE_DIR +
-                   "/examples/python/kvcache_decode.py" + (flags.empty() ? "" : " " + flags);
+  options.target = kprop_test::python_worker("kvcache_decode.py", flags);
   return kprop::run_spec(kprop::load_spec(kSpec), options);
 }
 
 TEST(KvcacheExternal, PythonWorkerPasses) {
-  if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
+  KPROP_REQUIRE_PYTHON();
   for (const char* flags : {"", "--int8"}) {
     const auto report = run_worker(flags, quick(25));
     EXPECT_TRUE(kprop::testing::spec_passes(report)) << "flags: " << flags;
@@ -132,7 +131,7 @@ TEST(KvcacheExternal, PythonWorkerPasses) {
 }
 
 TEST(KvcacheExternal, PythonWorkerBugsFail) {
-  if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
+  KPROP_REQUIRE_PYTHON();
   for (const char* bug : {"paged_last_block_offset", "chunk_ignores_past", "decode_off_by_one",
                           "padding_leak", "per_tensor_scale", "stale_block_reuse"}) {
     kprop::RunOptions o = quick(100);

@@ -10,6 +10,7 @@
 #include "kprop/spec.h"
 #include "kprop/testing.h"
 #include "properties/layernorm/family.h"
+#include "tests/support/python_worker.h"
 
 namespace {
 
@@ -84,11 +85,7 @@ Result missing_proj_term(const Case& c) {
 }
 
 // The invariant that killed the run with a counterexample, "" when none did.
-std::string killed_by(const kprop::RunReport& report) {
-  for (const auto& inv : report.invariants)
-    if (inv.status == kprop::InvariantStatus::failed && inv.counterexample) return inv.name;
-  return "";
-}
+using kprop::testing::killed_by;
 
 kprop::RunReport run_entry(kprop_layernorm_fn fn) {
   return kprop::testing::run_in_process(kSpec, {{"kprop_layernorm", reinterpret_cast<void*>(fn)}},
@@ -107,7 +104,7 @@ TEST(LayernormExternal, PlantedBugFailsInProcess) {
 
 // -------------------------------------------------- the NumPy worker, exec:
 std::string worker(const std::string& args = "") {
-  return std::string("exec:") + KPROP_PYTHON + " " + KPROP_SOURCE_DIR "/examples/python/layernorm.py" + args;
+  return kprop_test::python_worker("layernorm.py", args);
 }
 
 kprop::RunReport run_worker(const std::string& target, bool bug = false) {
@@ -115,12 +112,12 @@ kprop::RunReport run_worker(const std::string& target, bool bug = false) {
 }
 
 TEST(LayernormExternal, NumpyWorkerPasses) {
-  if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
+  KPROP_REQUIRE_PYTHON();
   EXPECT_TRUE(kprop::testing::spec_passes(run_worker(worker())));
 }
 
 TEST(LayernormExternal, NumpyWorkerBugsFail) {
-  if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
+  KPROP_REQUIRE_PYTHON();
   for (const char* bug : {"naive_variance", "missing_proj_term", "dgamma_no_xhat"}) {
     const kprop::RunReport report = run_worker(worker(std::string(" --bug ") + bug), true);
     EXPECT_EQ(report.status, kprop::RunStatus::failed) << bug;

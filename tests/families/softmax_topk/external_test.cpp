@@ -10,6 +10,7 @@
 #include "kprop/spec.h"
 #include "kprop/testing.h"
 #include "properties/softmax_topk/family.h"
+#include "tests/support/python_worker.h"
 
 namespace {
 
@@ -72,11 +73,7 @@ Result tie_high_index(const Case& c) {
 }
 
 // The invariant that killed the run with a counterexample, "" when none did.
-std::string killed_by(const kprop::RunReport& report) {
-  for (const auto& inv : report.invariants)
-    if (inv.status == kprop::InvariantStatus::failed && inv.counterexample) return inv.name;
-  return "";
-}
+using kprop::testing::killed_by;
 
 TEST(SoftmaxTopkExternal, FusedBehindTheAbiPassesInProcess) {
   KPROP_EXPECT_SPEC_PASSES(kSpec, {{"kprop_softmax_topk", reinterpret_cast<void*>(&entry<fused>)}}, quick());
@@ -91,8 +88,7 @@ TEST(SoftmaxTopkExternal, PlantedBugFailsInProcess) {
 
 // -------------------------------------------------- the NumPy worker, exec:
 std::string worker(const std::string& args = "") {
-  return std::string("exec:") + KPROP_PYTHON + " " + KPROP_SOURCE_DIR "/examples/python/softmax_topk.py" +
-         args;
+  return kprop_test::python_worker("softmax_topk.py", args);
 }
 
 kprop::RunReport run_worker(const std::string& target, bool bug = false) {
@@ -100,12 +96,12 @@ kprop::RunReport run_worker(const std::string& target, bool bug = false) {
 }
 
 TEST(SoftmaxTopkExternal, NumpyWorkerPasses) {
-  if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
+  KPROP_REQUIRE_PYTHON();
   EXPECT_TRUE(kprop::testing::spec_passes(run_worker(worker())));
 }
 
 TEST(SoftmaxTopkExternal, NumpyWorkerBugsFail) {
-  if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
+  KPROP_REQUIRE_PYTHON();
   for (const char* bug : {"tie_high_index", "neg_inf_selected_early", "unsorted_output"}) {
     const kprop::RunReport report = run_worker(worker(std::string(" --bug ") + bug), true);
     EXPECT_EQ(report.status, kprop::RunStatus::failed) << bug;

@@ -11,6 +11,7 @@
 #include "kernels/ternary/packed.h"
 #include "kprop/spec.h"
 #include "kprop/testing.h"
+#include "tests/support/python_worker.h"
 
 namespace {
 
@@ -91,8 +92,7 @@ kprop::RunOptions quick(int64_t trials) {
 }
 
 bool has_counterexample(const kprop::RunReport& report) {
-  return std::any_of(report.invariants.begin(), report.invariants.end(),
-                     [](const kprop::InvariantReport& i) { return i.counterexample.has_value(); });
+  return !kprop::testing::killed_by(report).empty();
 }
 
 kprop::testing::EntryPoints packed_kernel(bool msb_first) {
@@ -113,20 +113,19 @@ TEST(TernaryExternal, CodeOrderSwappedFailsInProcess) {
 
 // The NumPy worker through the exec: protocol.
 kprop::RunReport run_worker(const std::string& flags, kprop::RunOptions options) {
-  options.target = std::string("exec:") + KPROP_PYTHON + " " + KPROP_SOURCE_DIR +
-                   "/examples/python/ternary_matmul.py" + (flags.empty() ? "" : " " + flags);
+  options.target = kprop_test::python_worker("ternary_matmul.py", flags);
   return kprop::run_spec(kprop::load_spec(kSpec), options);
 }
 
 TEST(TernaryExternal, PythonWorkerPasses) {
-  if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
+  KPROP_REQUIRE_PYTHON();
   const auto report = run_worker("", quick(200));
   EXPECT_TRUE(kprop::testing::spec_passes(report));
   EXPECT_EQ(report.status, kprop::RunStatus::passed) << report.detail;  // not skipped
 }
 
 TEST(TernaryExternal, PythonWorkerBugsFail) {
-  if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
+  KPROP_REQUIRE_PYTHON();
   for (const char* bug :
        {"scale_absmax", "round_toward_zero", "ste_zero_grad", "no_eps", "round_half_away"}) {
     kprop::RunOptions o = quick(200);
