@@ -350,15 +350,9 @@ class Child {
     return Io::ok;
   }
 
-  Io read_exact(uint8_t* out, size_t size, Clock::time_point deadline, size_t* got = nullptr) {
-    size_t done = 0;
-    struct Report {
-      size_t* got;
-      size_t& done;
-      ~Report() {
-        if (got) *got = done;
-      }
-    } report{got, done};
+  // `done` counts the bytes read so far, also when the read stops short.
+  Io read_exact(uint8_t* out, size_t size, Clock::time_point deadline, size_t& done) {
+    done = 0;
     while (done < size) {
       const ssize_t n = ::read(read_fd_, out + done, size - done);
       if (n > 0) {
@@ -372,8 +366,6 @@ class Child {
     }
     return Io::ok;
   }
-
-  const std::string& describe() const { return describe_; }
 
  private:
   static Io wait(int fd, short events, Clock::time_point deadline) {
@@ -635,7 +627,7 @@ class ChildTransport : public Transport {
     // before dying explains more than its exit status.
     uint8_t head[8];
     size_t got = 0;
-    Child::Io io = child_.read_exact(head, 8, deadline, &got);
+    Child::Io io = child_.read_exact(head, 8, deadline, got);
     // Anything but our magic (even cut short by EOF) is a stray print.
     const bool stray = std::memcmp(head, kMagic, std::min<size_t>(got, 4)) != 0;
     if (!stray && wrote != Child::Io::ok) throw fail(wrote);
@@ -653,7 +645,7 @@ class ChildTransport : public Transport {
       throw TargetFailure("error", fmt::format("{}: reply header of {} bytes", op, n));
     }
     std::string text(n, '\0');
-    if ((io = child_.read_exact(reinterpret_cast<uint8_t*>(text.data()), n, deadline)) != Child::Io::ok)
+    if ((io = child_.read_exact(reinterpret_cast<uint8_t*>(text.data()), n, deadline, got)) != Child::Io::ok)
       throw fail(io);
     try {
       header = nlohmann::json::parse(text);
@@ -662,7 +654,8 @@ class ChildTransport : public Transport {
       child_.kill_now();
       throw TargetFailure("error", fmt::format("{}: malformed reply header: {}", op, e.what()));
     }
-    if ((io = child_.read_exact(payload.data(), payload.size(), deadline)) != Child::Io::ok) throw fail(io);
+    if ((io = child_.read_exact(payload.data(), payload.size(), deadline, got)) != Child::Io::ok)
+      throw fail(io);
   }
 
   std::string target_;
