@@ -5,7 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <string>
+
+#include "kprop/runner.h"
+#include "kprop/spec.h"
+#include "kprop/testing.h"
 
 namespace kprop_test {
 
@@ -14,6 +19,25 @@ inline std::string python_worker(const std::string& script, std::string args = "
   std::string target =
       std::string("exec:") + KPROP_PYTHON + " " + KPROP_SOURCE_DIR "/examples/python/" + script;
   return args.empty() ? target : target + " " + args;
+}
+
+// Runs the spec file on the worker examples/python/<script> [args].
+inline kprop::RunReport run_python_worker(const std::string& spec, const std::string& script,
+                                          const std::string& args, kprop::RunOptions options) {
+  options.target = python_worker(script, args);
+  return kprop::run_spec(kprop::load_spec(spec), options);
+}
+
+// Each bug planted with `--bug NAME` must fail the spec with a counterexample
+// (shrunk for the first invariant it breaks only).
+inline void expect_planted_bugs_caught(const std::string& spec, const std::string& script,
+                                       std::initializer_list<const char*> bugs, kprop::RunOptions options) {
+  options.stop_on_first_failure = true;
+  for (const char* bug : bugs) {
+    const kprop::RunReport report = run_python_worker(spec, script, std::string("--bug ") + bug, options);
+    EXPECT_EQ(report.status, kprop::RunStatus::failed) << bug;
+    EXPECT_NE(kprop::testing::killed_by(report), "") << bug;
+  }
 }
 
 }  // namespace kprop_test

@@ -103,26 +103,15 @@ TEST(LayernormExternal, PlantedBugFailsInProcess) {
 }
 
 // -------------------------------------------------- the NumPy worker, exec:
-std::string worker(const std::string& args = "") {
-  return kprop_test::python_worker("layernorm.py", args);
-}
-
-kprop::RunReport run_worker(const std::string& target, bool bug = false) {
-  return kprop::run_spec(kprop::load_spec(kSpec), quick(target, bug));
-}
-
 TEST(LayernormExternal, NumpyWorkerPasses) {
   KPROP_REQUIRE_PYTHON();
-  EXPECT_TRUE(kprop::testing::spec_passes(run_worker(worker())));
+  EXPECT_TRUE(kprop::testing::spec_passes(kprop_test::run_python_worker(kSpec, "layernorm.py", "", quick())));
 }
 
 TEST(LayernormExternal, NumpyWorkerBugsFail) {
   KPROP_REQUIRE_PYTHON();
-  for (const char* bug : {"naive_variance", "missing_proj_term", "dgamma_no_xhat"}) {
-    const kprop::RunReport report = run_worker(worker(std::string(" --bug ") + bug), true);
-    EXPECT_EQ(report.status, kprop::RunStatus::failed) << bug;
-    EXPECT_NE(killed_by(report), "") << bug;
-  }
+  kprop_test::expect_planted_bugs_caught(kSpec, "layernorm.py",
+                                         {"naive_variance", "missing_proj_term", "dgamma_no_xhat"}, quick());
 }
 
 }  // namespace

@@ -87,26 +87,16 @@ TEST(SoftmaxTopkExternal, PlantedBugFailsInProcess) {
 }
 
 // -------------------------------------------------- the NumPy worker, exec:
-std::string worker(const std::string& args = "") {
-  return kprop_test::python_worker("softmax_topk.py", args);
-}
-
-kprop::RunReport run_worker(const std::string& target, bool bug = false) {
-  return kprop::run_spec(kprop::load_spec(kSpec), quick(target, bug));
-}
-
 TEST(SoftmaxTopkExternal, NumpyWorkerPasses) {
   KPROP_REQUIRE_PYTHON();
-  EXPECT_TRUE(kprop::testing::spec_passes(run_worker(worker())));
+  EXPECT_TRUE(
+      kprop::testing::spec_passes(kprop_test::run_python_worker(kSpec, "softmax_topk.py", "", quick())));
 }
 
 TEST(SoftmaxTopkExternal, NumpyWorkerBugsFail) {
   KPROP_REQUIRE_PYTHON();
-  for (const char* bug : {"tie_high_index", "neg_inf_selected_early", "unsorted_output"}) {
-    const kprop::RunReport report = run_worker(worker(std::string(" --bug ") + bug), true);
-    EXPECT_EQ(report.status, kprop::RunStatus::failed) << bug;
-    EXPECT_NE(killed_by(report), "") << bug;
-  }
+  kprop_test::expect_planted_bugs_caught(
+      kSpec, "softmax_topk.py", {"tie_high_index", "neg_inf_selected_early", "unsorted_output"}, quick());
 }
 
 }  // namespace
