@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,8 @@ namespace {
 
 struct Harness {
   kprop::Spec spec;
-  size_t target = 0;
+  kprop::RunOptions options;
+  std::unique_ptr<kprop::RunContext> ctx;  // targets resolved once
 };
 Harness* g_harness = nullptr;
 
@@ -69,9 +71,10 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   default_len_control(argc, argv);
   const std::string spec_path = flag(*argc, *argv, "kprop_spec", "KPROP_SPEC", default_spec((*argv)[0]));
   try {
-    auto* h = new Harness{kprop::load_spec(spec_path), 0};
+    auto* h = new Harness{kprop::load_spec(spec_path), {}, nullptr};
     const std::string target = flag(*argc, *argv, "kprop_target", "KPROP_TARGET", h->spec.target);
-    h->target = kprop::resolve_target(h->spec, target);
+    h->options.target = target;
+    h->ctx = std::make_unique<kprop::RunContext>(kprop::make_context(h->spec, h->options, 0));
     g_harness = h;
     fmt::print(stderr, "kprop fuzz: spec {} ({}), target {}\n", h->spec.name, spec_path, target);
   } catch (const std::exception& e) {
@@ -84,19 +87,17 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const kprop::Spec& spec = g_harness->spec;
   const kprop::AnyCase c = spec.family->from_bytes(data, size, spec.domain);
+  // One trial for every invariant: target and reference run once per input.
+  const auto trial = spec.family->begin_trial(c, g_harness->ctx->target, g_harness->ctx->reference);
   for (const auto& use : spec.invariants) {
-    kprop::Verdict v;
-    try {
-      v = kprop::check_case(spec, g_harness->target, use, c);
-    } catch (const kprop::Unsupported&) {
-      return 0;
-    } catch (const std::exception& e) {
-      v = kprop::Verdict::fail(std::string("target threw: ") + e.what());
-    }
-    if (v.outcome == kprop::Outcome::fail) {
-      fmt::print(stderr, "\nkprop fuzz: invariant {} violated by target {}: {}\ncase:\n{}", use.name,
-                 spec.family->implementations()[g_harness->target].name, v.message,
-                 kprop::emit_yaml(spec.family->to_yaml(c)));
+    const kprop::CheckResult r = kprop::check_one(*g_harness->ctx, *trial, use, c);
+    if (r.kind == kprop::CheckResult::Kind::declined) return 0;
+    if (r.failed() || r.kind == kprop::CheckResult::Kind::target_failure) {
+      fmt::print(
+          stderr, "\nkprop fuzz: {} by target {}: {}\ncase:\n{}",
+          r.failed() ? "invariant " + use.name + " violated" : "target failure (" + r.failure_kind + ")",
+          g_harness->ctx->target_name, r.failed() ? r.verdict.message : r.reason,
+          kprop::emit_yaml(spec.family->to_yaml(c)));
       std::abort();
     }
   }

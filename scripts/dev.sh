@@ -53,12 +53,25 @@ case "${1:-}" in
     ;;
   test)
     deps
+    # The suite must leave the checkout as it found it (no test writes into
+    # specs/, corpus/ or any tracked folder): compared after both runs.
+    before=""
+    if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then before="$(git status --porcelain)"; fi
     build
     ctest --test-dir build --output-on-failure -j "$JOBS"
     build_san
     # Leak checking stays on; halt_on_error makes a sanitizer report fail the test.
     ASAN_OPTIONS="detect_leaks=1:halt_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
       ctest --test-dir build-san --output-on-failure -j "$JOBS"
+    if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+      after="$(git status --porcelain)"
+      if [ "$before" != "$after" ]; then
+        echo "kprop: the test suite changed the checkout:" >&2
+        diff <(echo "$before") <(echo "$after") >&2 || true
+        exit 1
+      fi
+      echo "kprop: checkout unchanged by the suite"
+    fi
     ;;
   *)
     echo "usage: scripts/dev.sh run|test|deps|build|build-san" >&2

@@ -1,11 +1,14 @@
 #include "kprop/corpus.h"
 
 #include <fmt/format.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -92,10 +95,26 @@ std::string emit_entry(const CorpusEntry& e) {
   return emit_yaml(root);
 }
 
+// A temp file left by a writer that was killed (".NAME.tmp-PID-N" whose PID
+// no longer runs) is removed on the next write to its folder.
+void remove_stale_temps(const fs::path& dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const auto at = name.rfind(".tmp-");
+    if (name.empty() || name[0] != '.' || at == std::string::npos) continue;
+    const long pid = std::strtol(name.c_str() + at + 5, nullptr, 10);
+    if (pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) fs::remove(e.path(), ec);
+  }
+}
+
 void write_file_atomic(const std::string& path, const std::string& contents) {
   static std::atomic<int> counter{0};
   const fs::path target(path);
-  if (target.has_parent_path()) fs::create_directories(target.parent_path());
+  if (target.has_parent_path()) {
+    fs::create_directories(target.parent_path());
+    remove_stale_temps(target.parent_path());
+  }
   const fs::path tmp =
       target.parent_path() / fmt::format(".{}.tmp-{}-{}", target.filename().string(), getpid(), counter++);
   {
@@ -126,7 +145,16 @@ std::string write_entry(const std::string& dir, const CorpusEntry& entry, bool* 
     write_file_atomic(path.string(), emit_entry(entry));
     return path.string();
   }
-  CorpusEntry stored = read_entry(path.string());
+  CorpusEntry stored;
+  try {
+    stored = read_entry(path.string());
+  } catch (const InputError&) {
+    // A same-named file that does not parse (truncated by a crash or a full
+    // disk) is replaced, atomically, by the case just found.
+    if (created) *created = true;
+    write_file_atomic(path.string(), emit_entry(entry));
+    return path.string();
+  }
   bool known = stored.found_against == entry.found_against;
   for (const auto& a : stored.also) known = known || a.found_against == entry.found_against;
   if (!known && !entry.found_against.empty()) {
@@ -156,10 +184,15 @@ CorpusEntry read_entry(const std::string& path) {
   static const std::set<std::string> known = {"kprop_corpus",       "spec",     "family", "invariant",
                                               "found_against",      "found_by", "seed",   "message",
                                               "also_found_against", "case"};
-  for (auto it = root.begin(); it != root.end(); ++it)
+  std::set<std::string> seen;
+  for (auto it = root.begin(); it != root.end(); ++it) {
     if (!it->first.IsScalar() || !known.count(it->first.Scalar()))
       throw InputError(where(it->first), "corrupt corpus file: unknown key '" +
                                              (it->first.IsScalar() ? it->first.Scalar() : "?") + "'");
+    if (!seen.insert(it->first.Scalar()).second)
+      throw InputError(where(it->first),
+                       "corrupt corpus file: key '" + it->first.Scalar() + "' appears twice");
+  }
   auto text_of = [&](const char* key, bool required) -> std::string {
     const YAML::Node n = root[key];
     if (!n) {

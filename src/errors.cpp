@@ -10,13 +10,33 @@ std::string Mark::str() const {
   return file + ":" + std::to_string(line) + ":" + std::to_string(col);
 }
 
-// Errors are one line whatever the input held: control characters (a
-// newline inside a quoted YAML key, say) are shown escaped.
+// Length of the valid UTF-8 sequence starting at s[i] (0: not valid there).
+static size_t utf8_length(const std::string& s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  const size_t n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k)
+    if ((b(i + k) & 0xc0) != 0x80) return 0;
+  return n;
+}
+
+// Errors are one line of readable text whatever the input held: control
+// characters (a newline inside a quoted YAML key, say) and bytes that are not
+// UTF-8 (a binary file given as a corpus file) are shown escaped.
 static std::string one_line(const std::string& text) {
   static const char* hex = "0123456789abcdef";
   std::string out;
-  for (unsigned char c : text) {
-    if (c == '\n')
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x80) {
+      if (const size_t n = utf8_length(text, i)) {
+        out += text.substr(i, n);
+        i += n - 1;
+      } else {
+        out += std::string("\\x") + hex[c >> 4] + hex[c & 15];
+      }
+    } else if (c == '\n')
       out += "\\n";
     else if (c == '\t')
       out += "\\t";

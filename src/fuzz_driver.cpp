@@ -154,51 +154,50 @@ std::optional<FuzzFinding> import_fuzz_input(const Spec& spec, size_t target, co
                                              const std::string& corpus_root, bool write_corpus) {
   const auto bytes = read_bytes(path);
   const AnyCase c = spec.family->from_bytes(bytes.data(), bytes.size(), spec.domain);
+  const std::string target_name = spec.family->implementations()[target].name;
+  RunOptions options;
+  options.target = target_name;
+  options.corpus_dir = corpus_root;
+  options.write_corpus = write_corpus;
+  options.found_by = "libfuzzer";
+  RunContext ctx = make_context(spec, options, 0);
+  ctx.target = target;  // already resolved by the caller (an external target is opened once)
+  const auto trial = spec.family->begin_trial(c, ctx.target, ctx.reference);
   for (size_t k = 0; k < spec.invariants.size(); ++k) {
-    Verdict v;
-    try {
-      v = check_case(spec, target, spec.invariants[k], c);
-    } catch (const Unsupported&) {
-      return std::nullopt;
-    } catch (const std::exception& e) {
-      v = Verdict::fail(std::string("target threw: ") + e.what());
-    }
-    if (v.outcome != Outcome::fail) continue;
-    const ShrinkResult s = shrink_failure(spec, target, k, c, v, spec.run.shrink_budget_s);
-    const CaseStats stats = spec.family->stats(s.best);
-    FuzzFinding f{spec.name, spec.invariants[k].name, s.verdict.message, stats.summary, "", false};
-    const std::string target_name = spec.family->implementations()[target].name;
+    const CheckResult r = check_one(ctx, *trial, spec.invariants[k], c);
+    if (r.kind == CheckResult::Kind::declined) return std::nullopt;
+    if (!r.failed() && r.kind != CheckResult::Kind::target_failure) continue;
     // A fuzzer hits one bug thousands of times: keep a finding only if its
     // signature (invariant, implementation) is new to the corpus or its case
     // is smaller than every stored one with that signature.
+    const std::string invariant = r.failed() ? spec.invariants[k].name : "";
     const fs::path dir = fs::path(corpus_root) / spec.name;
-    if (fs::is_directory(dir))
+    int64_t known_size = -1;
+    std::string known_path;
+    if (write_corpus && fs::is_directory(dir))
       for (const auto& file : list_corpus(dir.string())) {
         try {
           const CorpusEntry known = read_entry(file);
-          if (known.invariant == f.invariant && known.found_against == target_name &&
-              spec.family->stats(spec.family->from_yaml(known.case_node)).size <= stats.size) {
-            f.corpus_path = file;
-            return f;  // known
+          if (known.invariant == invariant && known.found_against == target_name) {
+            const int64_t size = spec.family->stats(spec.family->from_yaml(known.case_node)).size;
+            if (known_size < 0 || size < known_size) known_size = size, known_path = file;
           }
         } catch (const std::exception&) {
           // an unreadable file is replay's problem, not the fuzzer's
         }
       }
-    if (write_corpus) {
-      CorpusEntry e;
-      e.spec = spec.name;
-      e.family = spec.family->name();
-      e.invariant = f.invariant;
-      e.found_against = spec.family->implementations()[target].name;
-      e.found_by = "libfuzzer";
-      e.message = f.message;
-      e.case_node = spec.family->to_yaml(s.best);
-      f.corpus_path = write_entry((fs::path(corpus_root) / spec.name).string(), e, &f.is_new);
-    } else {
-      f.is_new = true;
+    const Finding f = record_finding(ctx, &spec.invariants[k], c, r);
+    FuzzFinding out{spec.name,     f.kind == "invariant" ? f.invariant : f.kind,
+                    f.message,     f.stats.summary,
+                    f.corpus_path, f.corpus_new};
+    if (known_size >= 0 && known_size <= f.stats.size && f.corpus_path != known_path) {
+      // Known: the stored case is at least as small; drop the new file.
+      std::error_code ec;
+      if (f.corpus_new && !f.corpus_path.empty()) fs::remove(f.corpus_path, ec);
+      out.corpus_path = known_path;
+      out.is_new = false;
     }
-    return f;
+    return out;
   }
   return std::nullopt;
 }

@@ -90,6 +90,9 @@ int run_fuzz_mode(const Config& cfg, const std::string& corpus_root) {
 
 std::string list_everything() {
   std::string out = "Spec keys (every spec):\n" + describe_spec_keys();
+  out +=
+      "\nHealth checks (a run that fails one exits 2; run: {suppress_health_check: [NAME]} turns it off):\n";
+  for (const auto& h : health_checks()) out += fmt::format("  {:<12} {}\n", h.name, h.description);
   for (const Family* f : Registry::instance().families()) {
     out += fmt::format("\nfamily {} — {}\n  domain:\n{}", f->name(), f->description(),
                        describe_schema(f->domain_schema(), 4));
@@ -133,15 +136,15 @@ int run(const Config& cfg) {
   install_interrupt_handler();
   if (cfg.fuzz) return run_fuzz_mode(cfg, corpus_root);
   if (cfg.specs.size() > 1) throw InputError({}, "several --spec are only accepted with --fuzz");
-  Spec spec = load_spec(cfg.specs[0]);
-  if (cfg.case_timeout) spec.run.case_timeout_s = *cfg.case_timeout;
+  const Spec spec = load_spec(cfg.specs[0]);
   if (!cfg.fuzz_seeds.empty()) {
     const int n = write_fuzz_seeds(spec, cfg.fuzz_seeds, 64);
     fmt::print("kprop: wrote {} seed inputs for {} to {}\n", n, spec.name, cfg.fuzz_seeds);
     return n > 0 ? 0 : 2;
   }
   if (!cfg.imports.empty()) {
-    const size_t target = resolve_target(spec, cfg.target.empty() ? spec.target : cfg.target);
+    const size_t target =
+        resolve_target(spec, cfg.target.empty() ? spec.target : cfg.target, cfg.case_timeout);
     int found = 0;
     for (const auto& path : cfg.imports) {
       if (!fs::is_regular_file(path)) throw InputError({path, 0, 0}, "no such fuzzer input");
@@ -160,13 +163,15 @@ int run(const Config& cfg) {
 
   RunOptions options;
   options.target = cfg.target;
-  if (!options.target.empty()) resolve_target(spec, options.target);
   options.seed = cfg.seed;
   options.trials = cfg.trials;
   options.time_budget_s = cfg.time;
+  options.case_timeout_s = cfg.case_timeout;
   options.only_invariants = cfg.invariants;
   options.corpus_dir = corpus_root;
-  options.write_corpus = !cfg.no_corpus;
+  // --mutants finds known bugs: their cases go to the scratch folder unless
+  // --corpus asks for them.
+  options.write_corpus = !cfg.no_corpus && (!cfg.mutants || !cfg.corpus.empty());
   options.progress = cfg.format == "text" && cfg.out.empty();
   if (!cfg.shard.empty()) std::tie(options.shard_index, options.shard_count) = parse_shard(cfg.shard);
 
@@ -175,12 +180,18 @@ int run(const Config& cfg) {
   const auto text_reporter = make_reporter("text");
   if (!cfg.replay.empty()) {
     const auto rows = replay_corpus(spec, cfg.replay, options);
-    for (const auto& r : rows) code = (!r.target_ok || !r.mutant_still_fails) ? 1 : code;
+    bool errors = false;
+    for (const auto& r : rows) {
+      errors = errors || !r.error.empty();
+      if (r.error.empty() && (!r.target_ok || !r.mutant_still_fails)) code = 1;
+    }
+    if (errors && code == 0) code = 2;  // unreadable files: reported, the rest replayed
+    if (interrupted()) code = 130;
     text = text_reporter->replay(spec, rows);
     formatted = reporter->replay(spec, rows);
   } else {
-    if (!options.seed && spec.run.seed == 0) options.seed = fresh_seed();
-    fmt::print(stderr, "kprop: spec {} seed {}\n", spec.name, options.seed.value_or(spec.run.seed));
+    options.seed = resolve_seed(spec, options);  // printed first: a run that dies still names its seed
+    fmt::print(stderr, "kprop: spec {} seed {}\n", spec.name, *options.seed);
     if (cfg.mutants) {
       const auto rows = run_mutants(spec, options);
       for (const auto& r : rows) {
@@ -216,7 +227,7 @@ int main(int argc, char** argv) {
   app.add_option("--target", cfg.target, "implementation under test (default: the spec's target)");
   app.add_option("--seed", cfg.seed, "seed (default: the spec's; 0 or none draws a fresh one)");
   app.add_option("--trials", cfg.trials, "cases to draw")->check(CLI::PositiveNumber);
-  app.add_option("--time", cfg.time, "time budget in seconds (--fuzz: 0 runs until Ctrl-C)")
+  app.add_option("--time", cfg.time, "time budget in seconds; 0: no time limit (--fuzz: until Ctrl-C)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--case-timeout", cfg.case_timeout,
                  "seconds one target call may take before it counts as a hang (overrides run.case_timeout_s)")
@@ -252,7 +263,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    if (cfg.seed && *cfg.seed == 0) cfg.seed.reset();
     return run(cfg);
   } catch (const InputError& e) {
     fmt::print(stderr, "prop_runner: error: {}\n", e.what());

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 namespace kprop {
@@ -29,23 +30,54 @@ std::string invariant_line(const InvariantReport& r) {
   std::string what;
   switch (r.status) {
     case InvariantStatus::passed:
-      what = fmt::format("{} trials", r.passed);
+      what = fmt::format("{} checked", r.passed);
       break;
     case InvariantStatus::failed:
       what = fmt::format("after {} trials ({:.2f} s)", r.trials_to_fail, r.seconds_to_fail);
       break;
     case InvariantStatus::gave_up:
-      what = fmt::format("{} passed, {} discarded (last: {})", r.passed, r.discarded, r.last_discard);
+      what = fmt::format("{} checked, {} discarded (last: {})", r.passed, r.discarded, r.last_discard);
       break;
     case InvariantStatus::not_run:
-      what = fmt::format("{} trials before the run stopped", r.passed);
+      what = fmt::format("{} checked before the run stopped", r.passed);
       break;
     case InvariantStatus::not_applicable:
       what = r.last_discard;
       break;
   }
   if (r.discarded && r.status != InvariantStatus::gave_up) what += fmt::format(", {} discarded", r.discarded);
+  if (r.declined) what += fmt::format(", {} declined", r.declined);
   return fmt::format("  {:<26} {:<8} {}\n", r.name, invariant_status_name(r.status), what);
+}
+
+std::string reasons_text(const std::map<std::string, int64_t>& reasons) {
+  std::vector<std::pair<std::string, int64_t>> v(reasons.begin(), reasons.end());
+  std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::string out;
+  for (size_t i = 0; i < v.size() && i < 5; ++i)
+    out += fmt::format("{}{} ({})", i ? ", " : "", v[i].first, v[i].second);
+  if (v.size() > 5) out += fmt::format(", and {} more", v.size() - 5);
+  return out;
+}
+
+std::string finding_text(const Finding& f, const std::string& target) {
+  std::string out = f.kind == "invariant"
+                        ? fmt::format("\nCounterexample: {} broken by target {}\n", f.invariant, target)
+                        : fmt::format("\nTarget failure ({}): target {}\n", f.kind, target);
+  out += fmt::format("  {}\n", f.message);
+  if (!f.measured.empty()) out += fmt::format("  measured: {}\n", measured_text(f.measured));
+  out += fmt::format("  shrunk: {} (size {} -> {} in {} steps, {:.2f} s{})\n", f.stats.summary,
+                     f.original_size, f.stats.size, f.shrink_steps, f.shrink_seconds,
+                     f.shrink_interrupted ? ", stopped early: best so far" : "");
+  if (!f.case_yaml.empty()) out += "  case:\n" + indent(f.case_yaml, "    ");
+  if (!f.corpus_path.empty())
+    out += fmt::format("  stored: {}{}\n", f.corpus_path,
+                       !f.in_corpus   ? " (not in the corpus)"
+                       : f.corpus_new ? ""
+                                      : " (already in the corpus)");
+  if (!f.store_note.empty()) out += fmt::format("  note: {}\n", f.store_note);
+  if (!f.replay_command.empty()) out += fmt::format("  replay: {}\n", f.replay_command);
+  return out;
 }
 
 class TextReporter final : public Reporter {
@@ -53,46 +85,47 @@ class TextReporter final : public Reporter {
   std::string run(const RunReport& r) const override {
     std::string out = fmt::format("kprop {} ({}): target {}, reference {}, seed {}\n", r.spec, r.family,
                                   r.target, r.reference, r.seed);
-    if (r.status == RunStatus::skipped) return out + r.detail + "\n";
-    for (const auto& inv : r.invariants) out += invariant_line(inv);
-    if (r.unsupported > 0)
-      out += fmt::format("  ({} of {} cases declined by the target, not checked: {})\n", r.unsupported,
-                         r.trials, r.unsupported_reason);
-    for (const auto& inv : r.invariants) {
-      if (!inv.counterexample) continue;
-      const auto& cx = *inv.counterexample;
-      out += fmt::format("\nCounterexample: {} broken by target {}\n", inv.name, r.target);
-      out += fmt::format("  {}\n", cx.message);
-      if (!cx.measured.empty()) out += fmt::format("  measured: {}\n", measured_text(cx.measured));
-      out += fmt::format("  shrunk: {} (size {} -> {} in {} steps, {:.2f} s{})\n", cx.stats.summary,
-                         cx.original_size, cx.stats.size, cx.shrink_steps, cx.shrink_seconds,
-                         cx.shrink_interrupted ? ", budget reached: best so far" : "");
-      out += "  case:\n" + indent(cx.case_yaml, "    ");
-      if (!cx.corpus_path.empty())
-        out +=
-            fmt::format("  stored: {}{}\n", cx.corpus_path, cx.corpus_new ? "" : " (already in the corpus)");
+    if (r.status == RunStatus::skipped) {
+      out += r.detail + "\n";
+      return out + fmt::format("SKIPPED: nothing was checked ({} cases drawn); seed {}\n", r.trials, r.seed);
     }
-    if (!r.replay_command.empty()) out += fmt::format("\nreplay: {}\n", r.replay_command);
+    for (const auto& inv : r.invariants) out += invariant_line(inv);
+    out += fmt::format("  cases: {} drawn, {} checked", r.trials, r.checked);
+    if (r.declined > 0)
+      out += fmt::format(", {} declined by the target (not checked): {}", r.declined,
+                         reasons_text(r.decline_reasons));
+    out += fmt::format("; sizes up to {} of max_size {}\n", std::max<int64_t>(r.size_reached, 0), r.max_size);
+    for (const Finding* f : r.findings()) out += finding_text(*f, r.target);
+    for (const auto& h : r.health) out += fmt::format("\nHealth check '{}' failed: {}\n", h.check, h.message);
     const double rate = r.seconds > 0 ? r.trials / r.seconds : 0;
     std::string verdict;
+    int held = 0, na = 0, broken = 0;
+    std::vector<std::string> na_names;
+    for (const auto& inv : r.invariants) {
+      held += inv.status == InvariantStatus::passed;
+      broken += inv.status == InvariantStatus::failed;
+      if (inv.status == InvariantStatus::not_applicable) ++na, na_names.push_back(inv.name);
+    }
     switch (r.status) {
       case RunStatus::passed:
-        verdict = fmt::format("PASSED: {} invariants held over {} cases", r.invariants.size(), r.trials);
+        verdict = fmt::format("PASSED: {} invariant(s) held over {} checked cases", held, r.checked);
+        if (na) verdict += fmt::format(" ({} n/a: {})", na, join(na_names));
         break;
-      case RunStatus::failed: {
-        int n = 0;
-        for (const auto& inv : r.invariants) n += inv.status == InvariantStatus::failed;
-        verdict = fmt::format("FAILED: {} of {} invariants broken", n, r.invariants.size());
+      case RunStatus::failed:
+        verdict = fmt::format("FAILED: {} of {} invariants broken", broken, r.invariants.size());
+        break;
+      case RunStatus::gave_up: {
+        std::vector<std::string> names;
+        for (const auto& h : r.health) names.push_back(h.check);
+        verdict = "HEALTH CHECK FAILED (" + join(names) + "): too little was checked to call this a pass";
         break;
       }
-      case RunStatus::gave_up:
-        verdict = "GAVE UP: too many discarded cases; widen the domain";
-        break;
       case RunStatus::crashed:
         verdict = "CRASHED: " + r.detail;
         break;
       case RunStatus::interrupted:
-        verdict = "INTERRUPTED";
+        verdict = fmt::format("INTERRUPTED after {} cases ({} finding(s) reported above)", r.trials,
+                              r.findings().size());
         break;
       case RunStatus::skipped:
         verdict = "SKIPPED";
@@ -132,11 +165,17 @@ class TextReporter final : public Reporter {
 
   std::string replay(const Spec& spec, const std::vector<ReplayRow>& rows) const override {
     std::string out = fmt::format("kprop {}: replaying {} corpus file(s)\n", spec.name, rows.size());
-    int bad = 0;
+    int bad = 0, errors = 0, declined = 0;
     for (const auto& row : rows) {
+      if (!row.error.empty()) {
+        ++errors;
+        out += fmt::format("  ERROR {}\n", row.error);
+        continue;
+      }
       const bool ok = row.target_ok && row.mutant_still_fails;
       bad += !ok;
-      out += fmt::format("  {:<4} {}", ok ? "ok" : "FAIL", row.path);
+      declined += ok && row.declined;
+      out += fmt::format("  {:<4} {}", !ok ? "FAIL" : row.declined ? "skip" : "ok", row.path);
       if (!row.target_ok)
         out += "\n       target: " + row.target_detail;
       else if (!row.target_detail.empty())
@@ -146,11 +185,39 @@ class TextReporter final : public Reporter {
                            row.mutant_detail);
       out += "\n";
     }
-    out += fmt::format("{}: {} of {} corpus files\n", bad ? "FAILED" : "PASSED",
-                       rows.size() - static_cast<size_t>(bad), rows.size());
-    return out;
+    const size_t good = rows.size() - static_cast<size_t>(bad + errors + declined);
+    out += fmt::format("{}: {} of {} corpus files passed",
+                       bad      ? "FAILED"
+                       : errors ? "ERROR"
+                                : "PASSED",
+                       good, rows.size());
+    if (bad) out += fmt::format(", {} failed", bad);
+    if (errors) out += fmt::format(", {} could not be read", errors);
+    if (declined) out += fmt::format(", {} declined by the target (not checked)", declined);
+    return out + "\n";
   }
 };
+
+nlohmann::json finding_json(const Finding& f) {
+  nlohmann::json m = nlohmann::json::object();
+  for (const auto& x : f.measured) m[x.name] = x.value;
+  nlohmann::json j = {{"kind", f.kind},
+                      {"invariant", f.invariant},
+                      {"message", f.message},
+                      {"measured", m},
+                      {"summary", f.stats.summary},
+                      {"size", f.stats.size},
+                      {"original_size", f.original_size},
+                      {"shrink_steps", f.shrink_steps},
+                      {"shrink_seconds", f.shrink_seconds},
+                      {"shrink_interrupted", f.shrink_interrupted},
+                      {"case_yaml", f.case_yaml},
+                      {"corpus_path", f.corpus_path},
+                      {"in_corpus", f.in_corpus},
+                      {"replay", f.replay_command}};
+  if (!f.store_note.empty()) j["store_note"] = f.store_note;
+  return j;
+}
 
 nlohmann::json to_json(const RunReport& r) {
   nlohmann::json j = {{"spec", r.spec},
@@ -160,38 +227,38 @@ nlohmann::json to_json(const RunReport& r) {
                       {"reference", r.reference},
                       {"seed", r.seed},
                       {"trials", r.trials},
+                      {"trials_wanted", r.trials_wanted},
+                      {"checked", r.checked},
+                      {"declined", r.declined},
+                      {"decline_reasons", r.decline_reasons},
+                      {"size_reached", r.size_reached},
+                      {"max_size", r.max_size},
+                      {"largest_case", r.largest_case},
                       {"seconds", r.seconds},
                       {"status", run_status_name(r.status)},
                       {"exit_code", exit_code(r.status)},
                       {"time_budget_hit", r.time_budget_hit}};
   if (!r.detail.empty()) j["detail"] = r.detail;
-  if (r.unsupported > 0)
-    j["unsupported_cases"] = {{"count", r.unsupported}, {"last_reason", r.unsupported_reason}};
-  if (!r.replay_command.empty()) j["replay"] = r.replay_command;
+  j["health_checks_failed"] = nlohmann::json::array();
+  for (const auto& h : r.health)
+    j["health_checks_failed"].push_back({{"check", h.check}, {"message", h.message}});
+  if (r.crash) j["crash"] = finding_json(*r.crash);
   j["invariants"] = nlohmann::json::array();
   for (const auto& inv : r.invariants) {
     nlohmann::json ji = {{"name", inv.name},
                          {"status", invariant_status_name(inv.status)},
+                         {"checked", inv.passed},
                          {"passed", inv.passed},
-                         {"discarded", inv.discarded}};
+                         {"discarded", inv.discarded},
+                         {"declined", inv.declined},
+                         {"not_applicable", inv.not_applicable},
+                         {"discard_reasons", inv.discard_reasons}};
     if (inv.status == InvariantStatus::failed) {
       ji["trials_to_fail"] = inv.trials_to_fail;
       ji["seconds_to_fail"] = inv.seconds_to_fail;
     }
-    if (inv.counterexample) {
-      const auto& cx = *inv.counterexample;
-      nlohmann::json m = nlohmann::json::object();
-      for (const auto& x : cx.measured) m[x.name] = x.value;
-      ji["counterexample"] = {{"message", cx.message},
-                              {"measured", m},
-                              {"summary", cx.stats.summary},
-                              {"size", cx.stats.size},
-                              {"original_size", cx.original_size},
-                              {"shrink_steps", cx.shrink_steps},
-                              {"shrink_seconds", cx.shrink_seconds},
-                              {"case_yaml", cx.case_yaml},
-                              {"corpus_path", cx.corpus_path}};
-    }
+    if (!inv.last_discard.empty()) ji["reason"] = inv.last_discard;
+    if (inv.counterexample) ji["counterexample"] = finding_json(*inv.counterexample);
     j["invariants"].push_back(ji);
   }
   return j;
@@ -219,6 +286,8 @@ class JsonReporter final : public Reporter {
     nlohmann::json j = {{"spec", spec.name}, {"files", nlohmann::json::array()}};
     for (const auto& row : rows)
       j["files"].push_back({{"path", row.path},
+                            {"error", row.error},
+                            {"declined", row.declined},
                             {"invariant", row.invariant},
                             {"found_against", row.found_against},
                             {"target_ok", row.target_ok},
@@ -258,39 +327,72 @@ std::string xml_escape(const std::string& s) {
 
 class JunitReporter final : public Reporter {
  public:
+  static std::string finding_body(const Finding& f, uint64_t seed) {
+    std::string body = f.message + "\n";
+    if (!f.measured.empty()) body += "measured: " + measured_text(f.measured) + "\n";
+    body += fmt::format("shrunk: {} (size {} -> {})\nseed {}\ncase:\n{}", f.stats.summary, f.original_size,
+                        f.stats.size, seed, f.case_yaml);
+    if (!f.corpus_path.empty()) body += "stored: " + f.corpus_path + "\n";
+    if (!f.replay_command.empty()) body += "replay: " + f.replay_command + "\n";
+    return xml_escape(body);
+  }
   static std::string suite(const RunReport& r, const std::string& name) {
-    int failures = 0, skipped = 0;
+    int failures = 0, errors = 0, skipped = 0;
     std::string cases;
     for (const auto& inv : r.invariants) {
       cases += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3f}\">\n", xml_escape(name),
                            xml_escape(inv.name),
                            inv.status == InvariantStatus::failed ? inv.seconds_to_fail : r.seconds);
-      if (r.status == RunStatus::skipped || inv.status == InvariantStatus::not_applicable) {
+      if (r.status == RunStatus::skipped) {
         ++skipped;
-        cases += fmt::format("      <skipped message=\"{}\"/>\n",
-                             xml_escape(r.status == RunStatus::skipped ? r.detail : inv.last_discard));
-      } else if (inv.status == InvariantStatus::failed || inv.status == InvariantStatus::gave_up) {
+        cases += fmt::format("      <skipped message=\"{}\"/>\n", xml_escape(r.detail));
+      } else if (inv.status == InvariantStatus::not_applicable) {
+        ++skipped;
+        cases += fmt::format("      <skipped message=\"n/a: {}\"/>\n", xml_escape(inv.last_discard));
+      } else if (inv.status == InvariantStatus::not_run) {
+        ++skipped;
+        cases += fmt::format("      <skipped message=\"not run: the run {} after {} checked case(s)\"/>\n",
+                             run_status_name(r.status), inv.passed);
+      } else if (inv.status == InvariantStatus::failed && inv.counterexample) {
         ++failures;
-        std::string body = inv.counterexample ? inv.counterexample->case_yaml : inv.last_discard;
-        std::string message = inv.counterexample ? inv.counterexample->message : "gave up: too many discards";
-        cases += fmt::format("      <failure message=\"{}\">{}\nseed {}\n{}</failure>\n", xml_escape(message),
-                             xml_escape(r.replay_command), r.seed, xml_escape(body));
+        cases +=
+            fmt::format("      <failure message=\"{}\" type=\"invariant\">{}</failure>\n",
+                        xml_escape(inv.counterexample->message), finding_body(*inv.counterexample, r.seed));
+      } else if (inv.status == InvariantStatus::gave_up) {
+        ++failures;
+        cases += fmt::format(
+            "      <failure message=\"health check: {} checked, {} discarded, {} declined\" "
+            "type=\"health_check\">{}</failure>\n",
+            inv.passed, inv.discarded, inv.declined, xml_escape(inv.last_discard));
       }
       cases += "    </testcase>\n";
     }
-    if (r.status == RunStatus::crashed) {
-      ++failures;
-      cases +=
-          fmt::format("    <testcase classname=\"{}\" name=\"crash\"><error message=\"{}\"/></testcase>\n",
-                      xml_escape(name), xml_escape(r.detail));
+    int extra = 0;
+    if (r.crash) {
+      ++errors, ++extra;
+      cases += fmt::format(
+          "    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3f}\">\n      <error message=\"{}\" "
+          "type=\"{}\">{}</error>\n    </testcase>\n",
+          xml_escape(name), xml_escape("target " + r.crash->kind), r.seconds, xml_escape(r.crash->message),
+          xml_escape(r.crash->kind), finding_body(*r.crash, r.seed));
+    }
+    for (const auto& h : r.health) {
+      if (h.check == "discarded") continue;  // reported on its invariant
+      ++failures, ++extra;
+      cases += fmt::format(
+          "    <testcase classname=\"{}\" name=\"health check {}\" time=\"0\">\n      <failure "
+          "message=\"{}\" "
+          "type=\"health_check\"/>\n    </testcase>\n",
+          xml_escape(name), xml_escape(h.check), xml_escape(h.message));
     }
     return fmt::format(
-        "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" skipped=\"{}\" time=\"{:.3f}\">\n"
+        "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" "
+        "time=\"{:.3f}\">\n"
         "    <properties><property name=\"seed\" value=\"{}\"/><property name=\"target\" "
-        "value=\"{}\"/></properties>\n{}"
+        "value=\"{}\"/><property name=\"cases_checked\" value=\"{}\"/></properties>\n{}"
         "  </testsuite>\n",
-        xml_escape(name), r.invariants.size() + (r.status == RunStatus::crashed), failures, skipped,
-        r.seconds, r.seed, xml_escape(r.target), cases);
+        xml_escape(name), r.invariants.size() + extra, failures, errors, skipped, r.seconds, r.seed,
+        xml_escape(r.target), r.checked, cases);
   }
   std::string run(const RunReport& r) const override {
     return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n" + suite(r, "kprop." + r.spec) +
@@ -318,8 +420,12 @@ class JunitReporter final : public Reporter {
     for (const auto& row : rows) {
       out += fmt::format("    <testcase classname=\"kprop.{}.replay\" name=\"{}\">", xml_escape(spec.name),
                          xml_escape(row.path));
-      if (!row.target_ok)
+      if (!row.error.empty())
+        out += fmt::format("<error message=\"{}\"/>", xml_escape(row.error));
+      else if (!row.target_ok)
         out += fmt::format("<failure message=\"{}\"/>", xml_escape(row.target_detail));
+      else if (row.declined)
+        out += fmt::format("<skipped message=\"{}\"/>", xml_escape(row.target_detail));
       else if (!row.mutant_still_fails)
         out += fmt::format("<failure message=\"mutant {} no longer fails\"/>", xml_escape(row.found_against));
       out += "</testcase>\n";

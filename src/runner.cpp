@@ -1,18 +1,14 @@
+// The property runner: draws cases, checks invariants with honest
+// accounting (checked / discarded / declined / n/a), runs the health checks,
+// and hands every failure to the findings pipeline (src/findings.cpp).
 #include "kprop/runner.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <atomic>
+#include <algorithm>
 #include <chrono>
-#include <csignal>
-#include <cstring>
-#include <filesystem>
-#include <functional>
-#include <mutex>
-#include <optional>
 #include <random>
-#include <thread>
 
 #include "kprop/external.h"
 
@@ -20,137 +16,25 @@ namespace kprop {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-// Declined cases in a row, from the start, after which the target is skipped.
-constexpr int64_t kDeclinedBeforeSkip = 20;
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-std::atomic<int> g_interrupts{0};
+// Sizes ramp from 0 to max_size over a cycle of this many cases and then
+// start again (as RapidCheck's sizes do), so more trials or a time budget
+// never lower the sizes reached: the largest cases come within the first
+// cycle, whatever the budget.
+constexpr int64_t kSizeCycle = 100;
+// More than this share of drawn cases declined fails the `declined` health check.
+constexpr double kMaxDeclinedShare = 0.5;
+// A time-limited run must draw at least this share of its trials.
+constexpr double kMinTrialShare = 0.1;
 
-void on_interrupt(int) {
-  if (g_interrupts.fetch_add(1) >= 1) _exit(130);
-  static const char msg[] =
-      "\nkprop: interrupted; finishing with the best case so far (Ctrl-C again to quit)\n";
-  [[maybe_unused]] auto n = write(2, msg, sizeof msg - 1);
+int size_for(int64_t i, int64_t trials, int64_t max_size) {
+  const int64_t cycle = std::min(trials, kSizeCycle);
+  if (cycle <= 1) return static_cast<int>(max_size);
+  return static_cast<int>((i % cycle) * max_size / (cycle - 1));
 }
-
-// ------------------------------------------------------------ crash guard
-// While a target runs, a fatal signal or a hang must not lose the case: the
-// handler (or the watchdog thread) stores it in the corpus and exits 3, as
-// libFuzzer does with its crash files.
-struct GuardState {
-  const Spec* spec = nullptr;
-  size_t target = 0;
-  const AnyCase* input = nullptr;
-  const RunOptions* options = nullptr;
-  uint64_t seed = 0;
-  std::atomic<bool> armed{false};
-  std::atomic<int64_t> deadline_ns{0};
-};
-GuardState g_guard;
-std::once_flag g_watchdog_once;
-
-std::string save_case(const Spec& spec, size_t target, const RunOptions& options, uint64_t seed,
-                      const AnyCase& input, const std::string& why, const std::string& found_by) {
-  CorpusEntry e;
-  e.spec = spec.name;
-  e.family = spec.family->name();
-  e.invariant = found_by;
-  e.found_against = spec.family->implementations()[target].name;
-  e.found_by = found_by;
-  e.seed = seed;
-  e.message = why;
-  e.case_node = spec.family->to_yaml(input);
-  if (!options.write_corpus) {
-    fmt::print(stderr, "case:\n{}", emit_yaml(e.case_node));
-    return "";
-  }
-  return write_entry(options.corpus_dir + "/" + spec.name, e);
-}
-
-std::string save_crash(const std::string& why, const char* found_by) {
-  const GuardState& g = g_guard;
-  if (!g.spec || !g.input) return "";
-  return save_case(*g.spec, g.target, *g.options, g.seed, *g.input, why, found_by);
-}
-
-[[noreturn]] void die_with_case(const std::string& why, const char* found_by) {
-  fmt::print(stderr, "\nkprop: target '{}' {}; saving the case\n",
-             g_guard.spec->family->implementations()[g_guard.target].name, why);
-  const std::string path = save_crash(why, found_by);
-  if (!path.empty())
-    fmt::print(stderr, "kprop: saved {}\nkprop: replay: prop_runner --spec {} --target {} --replay {}\n",
-               path, g_guard.spec->path, g_guard.spec->family->implementations()[g_guard.target].name, path);
-  std::fflush(stderr);
-  _exit(3);
-}
-
-void on_fatal_signal(int sig) {
-  if (!g_guard.armed.load()) {
-    signal(sig, SIG_DFL);
-    raise(sig);
-    return;
-  }
-  g_guard.armed = false;
-  die_with_case(fmt::format("crashed with signal {} ({})", sig, strsignal(sig)), "crash");
-}
-
-void watchdog() {
-  for (;;) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    const int64_t deadline = g_guard.deadline_ns.load();
-    if (g_guard.armed.load() && deadline != 0 && Clock::now().time_since_epoch().count() > deadline) {
-      g_guard.armed = false;
-      die_with_case(
-          fmt::format("hung (no result within case_timeout_s = {:g} s)", g_guard.spec->run.case_timeout_s),
-          "hang");
-    }
-  }
-}
-
-void install_fatal_handlers() {
-  static bool installed = false;
-  if (installed) return;
-  installed = true;
-  static std::vector<char> alt_stack(1 << 16);
-  stack_t ss{};
-  ss.ss_sp = alt_stack.data();
-  ss.ss_size = alt_stack.size();
-  sigaltstack(&ss, nullptr);
-  struct sigaction sa {};
-  sa.sa_handler = on_fatal_signal;
-  sa.sa_flags = SA_ONSTACK | SA_RESETHAND;
-  sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) sigaction(sig, &sa, nullptr);
-}
-
-// Arms the guard for the duration of one trial.
-class CaseGuard {
- public:
-  CaseGuard(const Spec& spec, size_t target, const AnyCase& c, const RunOptions& options, uint64_t seed) {
-    install_fatal_handlers();
-    std::call_once(g_watchdog_once, [] { std::thread(watchdog).detach(); });
-    g_guard.spec = &spec;
-    g_guard.target = target;
-    g_guard.input = &c;
-    g_guard.options = &options;
-    g_guard.seed = seed;
-    // An external target's transport enforces case_timeout_s per call and
-    // keeps the runner alive; the watchdog guards in-process targets.
-    const auto timeout =
-        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(spec.run.case_timeout_s));
-    const bool external = external::is_external_target(spec.family->implementations()[target].name);
-    g_guard.deadline_ns = external ? 0 : (Clock::now() + timeout).time_since_epoch().count();
-    g_guard.armed = true;
-  }
-  ~CaseGuard() {
-    g_guard.armed = false;
-    g_guard.deadline_ns = 0;
-  }
-  CaseGuard(const CaseGuard&) = delete;
-  CaseGuard& operator=(const CaseGuard&) = delete;
-};
 
 std::vector<const InvariantUse*> selected_uses(const Spec& spec, const RunOptions& options) {
   std::vector<const InvariantUse*> uses;
@@ -175,23 +59,65 @@ std::vector<const InvariantUse*> selected_uses(const Spec& spec, const RunOption
   return uses;
 }
 
-std::string shell_quote(const std::string& s) {
-  if (s.find_first_of(" '\"$\\") == std::string::npos) return s;
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
+// "GQA (40197), Nq≠Nk (14534)": the most frequent reasons first.
+std::string top_reasons(const std::map<std::string, int64_t>& reasons, size_t n = 5) {
+  std::vector<std::pair<std::string, int64_t>> v(reasons.begin(), reasons.end());
+  std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::string out;
+  for (size_t i = 0; i < v.size() && i < n; ++i)
+    out += fmt::format("{}{} ({})", i ? ", " : "", v[i].first, v[i].second);
+  if (v.size() > n) out += fmt::format(", and {} more", v.size() - n);
+  return out;
 }
+
+bool suppressed(const RunConfig& run, const char* check) {
+  return std::find(run.suppress_health_check.begin(), run.suppress_health_check.end(), check) !=
+         run.suppress_health_check.end();
+}
+
+// Live progress on a terminal: the case being checked, or the shrink under way.
+class Progress {
+ public:
+  Progress(bool on, std::string spec) : on_(on && isatty(2)), spec_(std::move(spec)) {}
+  ~Progress() { clear(); }
+  void cases(const std::string& target, int64_t i, int64_t n, int size, double seconds) {
+    if (!on_ || since(last_) < 0.2) return;
+    last_ = Clock::now();
+    fmt::print(stderr, "\r\033[K[{}] {} case {}/{} size {}  {:.1f} s", spec_, target, i, n, size, seconds);
+  }
+  void shrinking(const std::string& what, int64_t from, int64_t to, double seconds) {
+    if (!on_) return;
+    fmt::print(stderr, "\r\033[K[{}] shrinking {}: size {} → {}, {:.1f} s", spec_, what, from, to, seconds);
+  }
+  void clear() {
+    if (on_) fmt::print(stderr, "\r\033[K");
+  }
+
+ private:
+  bool on_;
+  std::string spec_;
+  Clock::time_point last_ = Clock::now();
+};
 
 }  // namespace
 
-void install_interrupt_handler() {
-  struct sigaction sa {};
-  sa.sa_handler = on_interrupt;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
+const std::vector<HealthCheckInfo>& health_checks() {
+  static const std::vector<HealthCheckInfo> checks = {
+      {"declined", "more than half of the drawn cases were declined by the target (reasons listed)"},
+      {"discarded",
+       "an invariant discarded more than run.max_discard_ratio x trials cases (it cannot observe most of "
+       "them)"},
+      {"too_slow", "the time budget stopped the run before it reached max_size or 10% of its trials"},
+  };
+  return checks;
 }
-bool interrupted() {
-  return g_interrupts.load() > 0;
+
+std::vector<const Finding*> RunReport::findings() const {
+  std::vector<const Finding*> out;
+  for (const auto& inv : invariants)
+    if (inv.counterexample) out.push_back(&*inv.counterexample);
+  if (crash) out.push_back(&*crash);
+  return out;
 }
 
 const char* invariant_status_name(InvariantStatus s) {
@@ -253,14 +179,19 @@ uint64_t fresh_seed() {
   return s ? s : 1;
 }
 
-size_t resolve_target(const Spec& spec, const std::string& name) {
+uint64_t resolve_seed(const Spec& spec, const RunOptions& options) {
+  const uint64_t seed = options.seed.value_or(spec.run.seed);
+  return seed == 0 ? fresh_seed() : seed;
+}
+
+size_t resolve_target(const Spec& spec, const std::string& name, std::optional<double> case_timeout_s) {
   const int i = spec.family->find_implementation(name);
   if (i >= 0) return static_cast<size_t>(i);
   if (external::is_external_target(name)) {
     external::TransportOptions o;
     o.family = spec.family->name();
     o.ops = spec.family->external_ops();
-    o.call_timeout_s = spec.run.case_timeout_s;
+    o.call_timeout_s = case_timeout_s.value_or(spec.run.case_timeout_s);
     return spec.family->attach_external(name, external::open_target(name, o));
   }
   const auto names = spec.family->implementation_names();
@@ -270,128 +201,52 @@ size_t resolve_target(const Spec& spec, const std::string& name) {
                                close.empty() ? "" : " (did you mean '" + close + "'?)", join(names)));
 }
 
-Verdict check_case(const Spec& spec, size_t target, const InvariantUse& use, const AnyCase& c) {
-  const size_t reference = resolve_target(spec, spec.reference);
-  return spec.family->begin_trial(c, target, reference)->check(use.index, use.params);
-}
-
-namespace {
-// Greedy descent over the family's one structural shrinker, as a RapidCheck
-// Shrinkable: the same shrink tree for generated cases, fuzz crashes, corpus
-// files and external-target crashes. `reproduces` returns the candidate's
-// verdict when it still shows the failure being shrunk.
-ShrinkResult shrink_with(const Family& family, AnyCase failing, Verdict verdict, double budget_s,
-                         const std::function<std::optional<Verdict>(const AnyCase&)>& reproduces) {
-  const auto t0 = Clock::now();
-  ShrinkResult result{std::move(failing), std::move(verdict), 0, false};
-  auto shrinkable =
-      rc::shrinkable::shrinkRecur(result.best, [&family](const AnyCase& c) { return family.shrinks(c); });
-  for (bool progressed = true; progressed;) {
-    progressed = false;
-    auto candidates = shrinkable.shrinks();
-    while (auto candidate = candidates.next()) {
-      if (interrupted() || since(t0) > budget_s) {
-        result.interrupted = true;
-        return result;
-      }
-      if (auto v = reproduces(candidate->value())) {
-        result.best = candidate->value();
-        result.verdict = std::move(*v);
-        ++result.steps;
-        shrinkable = std::move(*candidate);
-        progressed = true;
-        break;
-      }
-    }
-  }
-  return result;
-}
-
-// An external target that crashed or reported an error: the smallest case
-// that still does the same (a hang is not shrunk: each try costs the timeout).
-ShrinkResult shrink_target_failure(const Spec& spec, size_t target, const InvariantUse& use, AnyCase failing,
-                                   const external::TargetFailure& failure) {
-  const std::string kind = failure.kind();
-  return shrink_with(*spec.family, std::move(failing), Verdict::fail(failure.what()),
-                     spec.run.shrink_budget_s, [&](const AnyCase& c) -> std::optional<Verdict> {
-                       try {
-                         check_case(spec, target, use, c);
-                       } catch (const external::TargetFailure& e) {
-                         if (e.kind() == kind) return Verdict::fail(e.what());
-                       } catch (const std::exception&) {
-                       }
-                       return std::nullopt;
-                     });
-}
-}  // namespace
-
-ShrinkResult shrink_failure(const Spec& spec, size_t target, size_t use_index, AnyCase failing,
-                            Verdict verdict, double budget_s) {
-  const InvariantUse& use = spec.invariants.at(use_index);
-  return shrink_with(*spec.family, std::move(failing), std::move(verdict), budget_s,
-                     [&](const AnyCase& c) -> std::optional<Verdict> {
-                       try {
-                         Verdict v = check_case(spec, target, use, c);
-                         if (v.outcome == Outcome::fail) return v;
-                       } catch (const std::exception&) {
-                         // Unsupported, or a different failure (a crash): not the one being shrunk.
-                       }
-                       return std::nullopt;
-                     });
-}
-
 RunReport run_spec(const Spec& spec, const RunOptions& options) {
   const Family& family = *spec.family;
   RunReport report;
   report.spec = spec.name;
   report.spec_path = spec.path;
   report.family = family.name();
-  report.target = options.target.empty() ? spec.target : options.target;
   report.reference = spec.reference;
-  const size_t target = resolve_target(spec, report.target);
-  const size_t reference = resolve_target(spec, spec.reference);
-  report.seed = options.seed.value_or(spec.run.seed);
-  if (report.seed == 0) report.seed = fresh_seed();
-  const int64_t all_trials = options.trials.value_or(spec.run.trials);
+  report.seed = resolve_seed(spec, options);
+  const RunContext ctx = make_context(spec, options, report.seed);
+  report.target = ctx.target_name;
+  const RunConfig& run = ctx.run;
+  report.max_size = run.max_size;
+  const int64_t all_trials = run.trials;
   const int64_t shards = std::max<int64_t>(1, options.shard_count), shard = options.shard_index;
   // Cases this shard must pass per invariant: indices i < all_trials with i % shards == shard.
   const int64_t trials = std::max<int64_t>(1, (all_trials - shard + shards - 1) / shards);
-  const double time_budget = options.time_budget_s.value_or(spec.run.time_budget_s);
+  report.trials_wanted = trials;
   const auto uses = selected_uses(spec, options);
 
-  for (const auto* u : uses) {
-    InvariantReport r;
-    r.name = u->name;
-    report.invariants.push_back(std::move(r));
-  }
+  for (const auto* u : uses) report.invariants.push_back({u->name});
   std::vector<bool> alive(uses.size(), true);
-  auto any_alive = [&] {
-    for (bool a : alive)
-      if (a) return true;
-    return false;
-  };
+  auto any_alive = [&] { return std::find(alive.begin(), alive.end(), true) != alive.end(); };
 
   const rc::Gen<AnyCase> generator = family.generator(spec.domain);
   rc::Random stream(report.seed);
   const auto t0 = Clock::now();
-  auto last_progress = t0;
-  const bool tty = options.progress && isatty(2);
-  const int64_t max_cases = all_trials * (1 + std::max<int64_t>(spec.run.max_discard_ratio, 0));
+  Progress progress(options.progress, spec.name);
+  const int64_t max_cases = all_trials * (1 + std::max<int64_t>(run.max_discard_ratio, 0));
+  auto finish = [&]() -> RunReport& {
+    report.seconds = since(t0);
+    if (interrupted()) {
+      report.status = RunStatus::interrupted;
+      report.detail = "interrupted (Ctrl-C); what was found so far is reported and stored";
+    }
+    return report;
+  };
 
   for (int64_t i = 0; any_alive() && i < max_cases; ++i) {
     const rc::Random case_random = stream.split();
     if (i % shards != shard) continue;
-    if (interrupted()) {
-      report.status = RunStatus::interrupted;
-      break;
-    }
-    if (since(t0) > time_budget) {
+    if (interrupted()) break;
+    if (run.time_budget_s > 0 && since(t0) > run.time_budget_s) {
       report.time_budget_hit = true;
       break;
     }
-    const int size = all_trials <= 1 ? static_cast<int>(spec.run.max_size)
-                                     : static_cast<int>(std::min<int64_t>(
-                                           spec.run.max_size, i * spec.run.max_size / (all_trials - 1)));
+    const int size = size_for(i, all_trials, run.max_size);
     AnyCase c;
     try {
       c = generator(case_random, size).value();
@@ -399,152 +254,140 @@ RunReport run_spec(const Spec& spec, const RunOptions& options) {
       throw InputError({spec.path, 0, 0}, std::string("the domain cannot be generated: ") + e.what());
     }
     ++report.trials;
+    report.size_reached = std::max<int64_t>(report.size_reached, size);
+    report.largest_case = std::max(report.largest_case, family.stats(c).size);
 
-    std::unique_ptr<AnyTrial> trial = family.begin_trial(c, target, reference);
-    bool declined = false;
-    for (size_t k = 0; k < uses.size() && !declined; ++k) {
+    std::unique_ptr<AnyTrial> trial = family.begin_trial(c, ctx.target, ctx.reference);
+    bool checked = false;
+    for (size_t k = 0; k < uses.size(); ++k) {
       if (!alive[k]) continue;
       InvariantReport& ir = report.invariants[k];
-      Verdict v;
-      try {
-        CaseGuard guard(spec, target, c, options, report.seed);
-        v = trial->check(uses[k]->index, uses[k]->params);
-      } catch (const Unsupported& e) {
-        // One declined case is not a verdict; a target that declines the
-        // first cases it sees (no device, no kernel at all) is skipped.
-        ++report.unsupported;
-        report.unsupported_reason = e.what();
-        declined = true;
-        if (report.unsupported == report.trials && report.trials >= kDeclinedBeforeSkip) {
+      const CheckResult r = check_one(ctx, *trial, *uses[k], c);
+      if (r.kind == CheckResult::Kind::declined) {
+        // A declined case is not a verdict: counted apart, with its reason.
+        ++report.declined;
+        ++report.decline_reasons[r.reason];
+        for (size_t j = 0; j < uses.size(); ++j)
+          if (alive[j]) ++report.invariants[j].declined;
+        if (r.unavailable) {
           report.status = RunStatus::skipped;
-          report.detail = std::string("skipped: ") + e.what();
-          report.seconds = since(t0);
-          for (auto& r : report.invariants) r.status = InvariantStatus::not_run;
-          return report;
+          report.detail = "skipped: " + r.reason;
+          return finish();
         }
-      } catch (const external::TargetFailure& e) {
-        // An external target crashed, hung or reported an error; the runner
-        // lives on: shrink a crash or error to the smallest case that repeats it.
-        report.status = RunStatus::crashed;
-        AnyCase saved = c;
-        report.detail = e.what();
-        if (e.kind() != "hang") {
-          ShrinkResult s = shrink_target_failure(spec, target, *uses[k], c, e);
-          if (s.steps > 0)
-            report.detail = fmt::format("{} (shrunk in {} steps from {} to {})", s.verdict.message, s.steps,
-                                        family.stats(c).summary, family.stats(s.best).summary);
-          saved = s.best;
-        }
-        const std::string path =
-            save_case(spec, target, options, report.seed, saved, report.detail, e.kind());
-        if (!path.empty()) {
-          report.detail += "; case saved to " + path;
-          report.replay_command = fmt::format("prop_runner --spec {} --target {} --replay {}",
-                                              shell_quote(spec.path), shell_quote(report.target), path);
-        }
-        report.seconds = since(t0);
-        return report;
-      } catch (const std::exception& e) {
-        // The guard is disarmed but still describes this case: save it.
-        report.status = RunStatus::crashed;
-        report.detail = fmt::format("target threw: {}", e.what());
-        const std::string path = save_crash(report.detail, "crash");
-        if (!path.empty()) {
-          report.detail += "; case saved to " + path;
-          report.replay_command = fmt::format("prop_runner --spec {} --target {} --replay {}",
-                                              shell_quote(spec.path), shell_quote(report.target), path);
-        }
-        report.seconds = since(t0);
-        return report;
+        break;
       }
-      if (v.outcome == Outcome::pass) {
-        if (++ir.passed >= trials) {
-          ir.status = InvariantStatus::passed;
+      if (r.kind == CheckResult::Kind::target_failure) {
+        // The target crashed, hung or reported an error; the runner lives
+        // on: the smallest case that repeats it is stored with its replay.
+        report.status = RunStatus::crashed;
+        report.crash = record_finding(ctx, uses[k], c, r, [&](int64_t from, int64_t to, double s) {
+          progress.shrinking(r.failure_kind, from, to, s);
+        });
+        report.detail = report.crash->message;
+        if (report.crash->shrink_steps > 0)
+          report.detail += fmt::format(" (shrunk in {} steps from size {} to {})", report.crash->shrink_steps,
+                                       report.crash->original_size, report.crash->stats.size);
+        progress.clear();
+        return finish();
+      }
+      const Verdict& v = r.verdict;
+      switch (v.outcome) {
+        case Outcome::pass:
+          checked = true;
+          if (++ir.passed >= trials) {
+            ir.status = InvariantStatus::passed;
+            alive[k] = false;
+          }
+          break;
+        case Outcome::not_applicable:
+          ++ir.not_applicable;
+          ir.status = InvariantStatus::not_applicable;
+          ir.last_discard = v.message;
           alive[k] = false;
-        }
-      } else if (v.outcome == Outcome::not_applicable) {
-        ir.status = InvariantStatus::not_applicable;
-        ir.last_discard = v.message;
-        alive[k] = false;
-      } else if (v.outcome == Outcome::discard) {
-        ir.last_discard = v.message;
-        if (++ir.discarded > spec.run.max_discard_ratio * trials) {
-          ir.status = InvariantStatus::gave_up;
+          break;
+        case Outcome::discard:
+          ir.last_discard = v.message;
+          ++ir.discard_reasons[v.message];
+          if (++ir.discarded > run.max_discard_ratio * trials) {
+            ir.status = InvariantStatus::gave_up;
+            alive[k] = false;
+          }
+          break;
+        case Outcome::fail:
+          checked = true;
+          ir.status = InvariantStatus::failed;
+          ir.trials_to_fail = i + 1;
+          ir.seconds_to_fail = since(t0);
           alive[k] = false;
-        }
-      } else {
-        ir.status = InvariantStatus::failed;
-        ir.trials_to_fail = i + 1;
-        ir.seconds_to_fail = since(t0);
-        alive[k] = false;
-        const auto shrink_t0 = Clock::now();
-        const size_t use_index = static_cast<size_t>(uses[k] - spec.invariants.data());
-        ShrinkResult s = shrink_failure(spec, target, use_index, c, v, spec.run.shrink_budget_s);
-        Counterexample cx;
-        cx.invariant = ir.name;
-        cx.message = s.verdict.message;
-        cx.measured = s.verdict.measured;
-        cx.original_size = family.stats(c).size;
-        cx.stats = family.stats(s.best);
-        cx.shrink_steps = s.steps;
-        cx.shrink_seconds = since(shrink_t0);
-        cx.shrink_interrupted = s.interrupted;
-        const YAML::Node case_node = family.to_yaml(s.best);
-        cx.case_yaml = emit_yaml(case_node);
-        if (options.write_corpus) {
-          CorpusEntry e;
-          e.spec = spec.name;
-          e.family = family.name();
-          e.invariant = ir.name;
-          e.found_against = report.target;
-          e.found_by = options.found_by;
-          e.seed = report.seed;
-          e.message = cx.message;
-          e.case_node = case_node;
-          cx.corpus_path = write_entry(options.corpus_dir + "/" + spec.name, e, &cx.corpus_new);
-        }
-        if (report.replay_command.empty())
-          report.replay_command =
-              cx.corpus_path.empty()
-                  ? fmt::format("prop_runner --spec {} --target {} --seed {} --invariant {}",
-                                shell_quote(spec.path), shell_quote(report.target), report.seed, ir.name)
-                  : fmt::format("prop_runner --spec {} --target {} --replay {}", shell_quote(spec.path),
-                                shell_quote(report.target), cx.corpus_path);
-        ir.counterexample = std::move(cx);
-        report.status = RunStatus::failed;
-        if (options.stop_on_first_failure) {
-          for (size_t j = 0; j < alive.size(); ++j) alive[j] = false;
-        }
+          ir.counterexample = record_finding(ctx, uses[k], c, r, [&](int64_t from, int64_t to, double s) {
+            progress.shrinking(ir.name, from, to, s);
+          });
+          report.status = RunStatus::failed;
+          if (options.stop_on_first_failure) std::fill(alive.begin(), alive.end(), false);
+          break;
       }
     }
-    if (tty && since(last_progress) > 0.2) {
-      last_progress = Clock::now();
-      fmt::print(stderr, "\r\033[K[{}] {} case {}/{}  {:.1f} s", spec.name, report.target, i + 1, all_trials,
-                 since(t0));
-    }
+    report.checked += checked;
+    progress.cases(report.target, i + 1, all_trials, size, since(t0));
   }
-  if (tty) fmt::print(stderr, "\r\033[K");
-  report.seconds = since(t0);
-  if (report.trials > 0 && report.unsupported == report.trials && report.status != RunStatus::interrupted) {
+  progress.clear();
+  finish();
+  if (report.status == RunStatus::interrupted) return report;
+
+  if (report.trials > 0 && report.declined == report.trials && report.status == RunStatus::passed) {
     report.status = RunStatus::skipped;
-    report.detail = "skipped: " + report.unsupported_reason;
+    report.detail = "skipped: the target declined every case: " + top_reasons(report.decline_reasons);
     for (auto& r : report.invariants) r.status = InvariantStatus::not_run;
     return report;
   }
-  if (report.status == RunStatus::interrupted) {
-    bool failed = false;
-    for (const auto& r : report.invariants) failed = failed || r.status == InvariantStatus::failed;
-    if (failed) report.status = RunStatus::failed;
-    return report;
+  // Invariants still alive ran out of time or cases: they held on what they
+  // checked; one that checked nothing did not pass.
+  for (size_t k = 0; k < uses.size(); ++k) {
+    auto& r = report.invariants[k];
+    if (alive[k] && r.status == InvariantStatus::not_run)
+      r.status = r.passed > 0 ? InvariantStatus::passed : InvariantStatus::gave_up;
+    if (r.status == InvariantStatus::gave_up && r.last_discard.empty())
+      r.last_discard = r.declined > 0 ? "every case it saw was declined by the target" : "no case reached it";
   }
-  // Invariants still alive ran out of time (or of cases): they held so far.
-  for (size_t k = 0; k < uses.size(); ++k)
-    if (alive[k] && report.invariants[k].status == InvariantStatus::not_run &&
-        report.invariants[k].passed > 0)
-      report.invariants[k].status = InvariantStatus::passed;
-  if (report.status != RunStatus::failed)
-    for (const auto& r : report.invariants)
-      if (r.status == InvariantStatus::gave_up) report.status = RunStatus::gave_up;
+  if (report.status != RunStatus::passed) return report;
+
+  // Health checks: a green run must have checked what it claims.
+  const double declined_share = report.trials ? double(report.declined) / double(report.trials) : 0;
+  if (declined_share > kMaxDeclinedShare && !suppressed(run, "declined"))
+    report.health.push_back(
+        {"declined",
+         fmt::format("{:.0f}% of cases were declined by the target ({} of {}): {}; narrow the domain to what "
+                     "the target supports (prop_runner --list shows the keys), or add run: "
+                     "{{suppress_health_check: [declined]}}",
+                     100 * declined_share, report.declined, report.trials,
+                     top_reasons(report.decline_reasons))});
+  for (auto& r : report.invariants) {
+    if (r.status != InvariantStatus::gave_up) continue;
+    if (r.passed > 0 && suppressed(run, "discarded")) {
+      r.status = InvariantStatus::passed;
+      continue;
+    }
+    report.health.push_back(
+        {"discarded",
+         fmt::format("invariant {} checked {} case(s) and discarded {} ({}); widen the domain or raise "
+                     "run.max_discard_ratio{}",
+                     r.name, r.passed, r.discarded,
+                     r.discard_reasons.empty() ? r.last_discard : top_reasons(r.discard_reasons, 3),
+                     r.passed > 0 ? ", or add run: {suppress_health_check: [discarded]}" : "")});
+  }
+  if (report.time_budget_hit && !suppressed(run, "too_slow") &&
+      (report.size_reached < run.max_size || report.trials < kMinTrialShare * trials))
+    report.health.push_back(
+        {"too_slow",
+         fmt::format("the time budget ({:g} s) stopped the run after {} of {} cases, at size {} of "
+                     "max_size {}; raise run.time_budget_s (--time), lower trials or max_size, or "
+                     "add run: {{suppress_health_check: [too_slow]}}",
+                     run.time_budget_s, report.trials, trials, report.size_reached, run.max_size)});
+  bool any_passed = false;
+  for (const auto& r : report.invariants) any_passed = any_passed || r.status == InvariantStatus::passed;
+  if (!any_passed && report.health.empty())
+    report.health.push_back({"nothing_checked", "no invariant checked any case (every one was n/a)"});
+  if (!report.health.empty()) report.status = RunStatus::gave_up;
   return report;
 }
 
@@ -567,40 +410,57 @@ std::vector<MutantRow> run_mutants(const Spec& spec, const RunOptions& options) 
 
 std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, const RunOptions& options) {
   const Family& family = *spec.family;
-  const size_t target = resolve_target(spec, options.target.empty() ? spec.target : options.target);
+  const RunContext ctx = make_context(spec, options, 0);
   const auto uses = selected_uses(spec, options);
   std::vector<ReplayRow> rows;
   for (const auto& file : list_corpus(path)) {
-    const CorpusEntry e = read_entry(file);
-    if (e.family != family.name())
-      throw InputError({file, 0, 0}, fmt::format("corpus case is for family '{}', the spec tests '{}'",
-                                                 e.family, family.name()));
-    AnyCase c;
-    try {
-      c = family.from_yaml(e.case_node);
-    } catch (const CaseFormatError& err) {
-      throw InputError({file, err.line, err.col}, std::string("bad case: ") + err.what());
-    } catch (const YAML::Exception& err) {
-      throw InputError({file, err.mark.line + 1, err.mark.column + 1}, "bad case: " + err.msg);
-    }
+    if (interrupted()) break;
     ReplayRow row;
     row.path = file;
-    row.invariant = e.invariant;
-    row.found_against = e.found_against;
-    for (const auto* use : uses) {
-      Verdict v;
+    AnyCase c;
+    CorpusEntry e;
+    // A file that cannot be read is reported and the folder goes on; the
+    // run exits 2 at the end.
+    try {
+      e = read_entry(file);
+      row.invariant = e.invariant;
+      row.found_against = e.found_against;
+      if (e.family != family.name())
+        throw InputError({file, 0, 0}, fmt::format("corpus case is for family '{}', the spec tests '{}'",
+                                                   e.family, family.name()));
+      if (!e.spec.empty() && e.spec != spec.name)
+        throw InputError({file, 0, 0},
+                         fmt::format("corpus case is for spec '{}', not '{}'", e.spec, spec.name));
       try {
-        CaseGuard guard(spec, target, c, options, e.seed);
-        v = check_case(spec, target, *use, c);
-      } catch (const Unsupported& err) {
-        row.target_detail = std::string("skipped: ") + err.what();
-        break;
-      } catch (const std::exception& err) {
-        v = Verdict::fail(std::string("target threw: ") + err.what());
+        c = family.from_yaml(e.case_node);
+      } catch (const CaseFormatError& err) {
+        throw InputError({file, err.line, err.col}, std::string("bad case: ") + err.what());
+      } catch (const YAML::Exception& err) {
+        throw InputError({file, err.mark.line + 1, err.mark.column + 1}, "bad case: " + err.msg);
       }
-      if (v.outcome == Outcome::fail) {
+    } catch (const InputError& err) {
+      row.error = err.what();
+      rows.push_back(std::move(row));
+      continue;
+    }
+    RunContext file_ctx = ctx;
+    file_ctx.seed = e.seed;
+    const auto trial = family.begin_trial(c, ctx.target, ctx.reference);
+    for (const auto* use : uses) {
+      const CheckResult r = check_one(file_ctx, *trial, *use, c);
+      if (r.kind == CheckResult::Kind::declined) {
+        row.declined = true;
+        row.target_detail = "declined: " + r.reason;
+        break;
+      }
+      if (r.kind == CheckResult::Kind::target_failure) {
         row.target_ok = false;
-        row.target_detail = use->name + ": " + v.message;
+        row.target_detail = use->name + ": " + r.reason;
+        break;
+      }
+      if (r.failed()) {
+        row.target_ok = false;
+        row.target_detail = use->name + ": " + r.verdict.message;
         break;
       }
     }
@@ -619,17 +479,17 @@ std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, 
                        Values::defaults(family.invariants()[static_cast<size_t>(invariant)].params)};
       for (const auto& u : spec.invariants)
         if (u.name == found.invariant) use = u;
-      Verdict v;
-      try {
-        v = check_case(spec, static_cast<size_t>(mutant), use, c);
-      } catch (const std::exception& err) {
-        v = Verdict::fail(std::string("threw: ") + err.what());
-      }
-      if (v.outcome != Outcome::fail && row.mutant_still_fails) {
+      RunContext mctx = ctx;
+      mctx.target = static_cast<size_t>(mutant);
+      mctx.target_name = found.found_against;
+      const CheckResult r = check_one(mctx, use, c);
+      if (!r.failed() && r.kind != CheckResult::Kind::target_failure && row.mutant_still_fails) {
         row.mutant_still_fails = false;
         row.found_against = found.found_against;
         row.invariant = found.invariant;
-        row.mutant_detail = v.outcome == Outcome::discard ? "discarded: " + v.message : "now passes";
+        row.mutant_detail = r.kind == CheckResult::Kind::declined   ? "declined: " + r.reason
+                            : r.verdict.outcome == Outcome::discard ? "discarded: " + r.verdict.message
+                                                                    : "now passes";
       }
     }
     rows.push_back(std::move(row));

@@ -150,7 +150,8 @@ class Loader {
           for (const auto& n : node) items.push_back(n);
         else
           fail(node, fmt::format("'{}' must be a list of choices from {{{}}}", key, join(f.allowed)));
-        if (items.empty()) fail(node, fmt::format("'{}' is empty; pick from {{{}}}", key, join(f.allowed)));
+        // A list that may be empty by default (e.g. run.suppress_health_check) may be given empty.
+        if (items.empty() && !std::get<Choices>(f.fallback).empty()) fail(node, fmt::format("'{}' is empty; pick from {{{}}}", key, join(f.allowed)));
         for (const auto& item : items) {
           const auto v = scalar<std::string>(item, key, "a name");
           if (std::find(f.allowed.begin(), f.allowed.end(), v) == f.allowed.end())
@@ -235,6 +236,7 @@ Spec Loader::load(const YAML::Node& root) {
   spec.run.shrink_budget_s = run.real("shrink_budget_s");
   spec.run.max_discard_ratio = run.integer("max_discard_ratio");
   spec.run.case_timeout_s = run.real("case_timeout_s");
+  spec.run.suppress_health_check = run.choices("suppress_health_check");
 
   parse_fields(root["domain"], spec.family->domain_schema(), "", "domain", spec.domain);
 
@@ -293,12 +295,14 @@ const Schema& run_schema() {
       field::integer("max_size", 100, 0, 10000,
                      "RapidCheck size reached by the last trial (100 = full domain)"),
       field::integer("seed", 0, 0, 9.2e18, "0 draws a fresh seed, printed so the run can be repeated"),
-      field::real("time_budget_s", 60, 0.001, 1e7, "stop drawing cases after this many seconds"),
+      field::real("time_budget_s", 60, 0, 1e7, "stop drawing cases after this many seconds (0: no limit)"),
       field::real("shrink_budget_s", 20, 0, 1e7, "time allowed to shrink one counterexample"),
       field::integer("max_discard_ratio", 10, 0, 1e6,
                      "give up when an invariant discards more than ratio x trials"),
       field::real("case_timeout_s", 30, 0.001, 1e7,
                   "a single target call longer than this is reported as a hang (exit 3)"),
+      field::choices("suppress_health_check", {}, {"declined", "discarded", "too_slow"},
+                     "health checks not to fail the run on (prop_runner --list explains each)"),
   };
   return schema;
 }

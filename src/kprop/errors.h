@@ -35,6 +35,20 @@ class CaseFormatError : public std::runtime_error {
   int line, col;
 };
 
+// A target raises this when it cannot run one case (a dtype or shape it does
+// not support): the case is declined, counted apart and never checked.
+class Unsupported : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A target that cannot run any case here (no CUDA device, no runtime): the
+// run is reported as skipped at once, never as passed.
+class TargetUnavailable : public Unsupported {
+ public:
+  using Unsupported::Unsupported;
+};
+
 // "did you mean" helper: the closest candidate by edit distance, or "".
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);
 // "a, b, c" for error messages listing valid choices.

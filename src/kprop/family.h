@@ -70,13 +70,6 @@ struct Verdict {
   }
 };
 
-// An implementation raises this when it cannot run the case here (e.g. no
-// CUDA device): the runner reports the target as skipped, never passed.
-class Unsupported : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
 // ---------------------------------------------------------------- metadata
 enum class ImplKind { reference, optimized, mutant, external };
 const char* impl_kind_name(ImplKind kind);

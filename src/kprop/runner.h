@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,14 +14,21 @@
 
 namespace kprop {
 
+// How a run is set up. Every override of the spec's `run:` settings that a
+// command line or a caller makes goes through here (never into the Spec).
 struct RunOptions {
   std::string target;                        // empty: the spec's target
-  std::optional<uint64_t> seed;              // overrides run.seed
+  std::optional<uint64_t> seed;              // overrides run.seed (0: a fresh seed)
   std::optional<int64_t> trials;             // overrides run.trials
-  std::optional<double> time_budget_s;       // overrides run.time_budget_s
+  std::optional<double> time_budget_s;       // overrides run.time_budget_s (0: no limit)
+  std::optional<double> case_timeout_s;      // overrides run.case_timeout_s
   std::vector<std::string> only_invariants;  // empty: all in the spec
   std::string corpus_dir = "corpus";         // counterexamples go to corpus_dir/<spec>/
   bool write_corpus = true;
+  // Where a case goes when it is not stored in the corpus (--no-corpus, or
+  // the corpus cannot be written): scratch_dir/<spec>/<hash>.yaml, so every
+  // failure can be replayed from a file.
+  std::string scratch_dir = ".kprop/findings";
   bool stop_on_first_failure = false;  // --mutants: the first kill is enough
   bool progress = false;               // live progress line on stderr
   std::string found_by = "rapidcheck";
@@ -29,8 +38,15 @@ struct RunOptions {
   int64_t shard_index = 0, shard_count = 1;
 };
 
-struct Counterexample {
-  std::string invariant;
+// The spec's run settings with the options' overrides applied (one place).
+RunConfig effective_run(const Spec& spec, const RunOptions& options);
+
+// One failure, as the user gets it: an invariant broken, or the target
+// crashed, hung or reported an error. Every finding has its own case file and
+// its own replay command, which reproduces exactly this failure.
+struct Finding {
+  std::string invariant;           // the invariant broken ("" for a target failure)
+  std::string kind = "invariant";  // invariant, crash, hang, error
   std::string message;
   std::vector<Measured> measured;
   std::string case_yaml;
@@ -39,9 +55,13 @@ struct Counterexample {
   int shrink_steps = 0;
   double shrink_seconds = 0;
   bool shrink_interrupted = false;  // budget or Ctrl-C: best so far
-  std::string corpus_path;          // empty when not stored
+  std::string corpus_path;          // the case file (corpus or scratch); empty if none could be written
+  bool in_corpus = false;           // stored in the corpus (not a scratch or fallback folder)
   bool corpus_new = false;
+  std::string store_note;  // why the case is not where it was meant to go
+  std::string replay_command;
 };
+using Counterexample = Finding;
 
 enum class InvariantStatus { passed, failed, gave_up, not_run, not_applicable };
 const char* invariant_status_name(InvariantStatus status);
@@ -49,16 +69,33 @@ const char* invariant_status_name(InvariantStatus status);
 struct InvariantReport {
   std::string name;
   InvariantStatus status = InvariantStatus::not_run;
-  int64_t passed = 0;
-  int64_t discarded = 0;
+  int64_t passed = 0;          // cases checked and held
+  int64_t discarded = 0;       // cases the invariant could not observe
+  int64_t declined = 0;        // cases the target declined while this invariant was live
+  int64_t not_applicable = 0;  // n/a verdicts (the target hides what it reads)
   int64_t trials_to_fail = 0;  // 1-based index of the failing trial
   double seconds_to_fail = 0;  // from the start of the run
-  std::string last_discard;    // why, for gave_up
-  std::optional<Counterexample> counterexample;
+  std::string last_discard;    // why, for gave_up and n/a
+  std::map<std::string, int64_t> discard_reasons;
+  std::optional<Finding> counterexample;
+};
+
+// Health checks (as Hypothesis has them): a run that checked too little
+// fails with exit 2 instead of passing. Each can be turned off per spec with
+// run: {suppress_health_check: [NAME]}.
+struct HealthCheckInfo {
+  const char* name;
+  const char* description;
+};
+const std::vector<HealthCheckInfo>& health_checks();
+struct HealthFailure {
+  std::string check;
+  std::string message;
 };
 
 enum class RunStatus { passed, failed, gave_up, crashed, skipped, interrupted };
 const char* run_status_name(RunStatus status);
+// 0 passed or skipped, 1 failed, 2 gave up (a health check failed), 3 crashed, 130 interrupted.
 int exit_code(RunStatus status);
 
 struct RunReport {
@@ -68,25 +105,36 @@ struct RunReport {
   std::string target;
   std::string reference;
   uint64_t seed = 0;
-  int64_t trials = 0;  // cases drawn
+  int64_t trials = 0;         // cases drawn (this shard)
+  int64_t trials_wanted = 0;  // cases each invariant had to pass (this shard)
+  int64_t checked = 0;        // cases on which at least one invariant gave a verdict
   double seconds = 0;
   bool time_budget_hit = false;
+  int64_t max_size = 0;       // the spec's run.max_size
+  int64_t size_reached = -1;  // the largest size drawn (-1: none)
+  int64_t largest_case = 0;   // the largest case drawn, by the family's size measure
   RunStatus status = RunStatus::passed;
-  std::string detail;  // skip reason, crash message
-  // Cases the target declined (Unsupported, e.g. a dtype it lacks): they are
-  // not checked and count for nothing; a run where every case is declined is
-  // skipped.
-  int64_t unsupported = 0;
-  std::string unsupported_reason;
+  std::string detail;  // skip reason, crash message, interrupt note
+  // Cases the target declined (Unsupported, e.g. a dtype it lacks): never
+  // checked, counted with their reasons.
+  int64_t declined = 0;
+  std::map<std::string, int64_t> decline_reasons;
   std::vector<InvariantReport> invariants;
-  std::string replay_command;  // reproduces a failure
+  std::optional<Finding> crash;  // the target crashed, hung or reported an error
+  std::vector<HealthFailure> health;
+  // Every finding, in the order found (pointers into invariants/crash).
+  std::vector<const Finding*> findings() const;
 };
 
 // A fresh seed from the clock and the OS (seed: 0 in a spec).
 uint64_t fresh_seed();
+// The run's seed: --seed, else run.seed; 0 draws a fresh one (decided here only).
+uint64_t resolve_seed(const Spec& spec, const RunOptions& options);
 
-// Resolves the target name (with "did you mean") or throws InputError.
-size_t resolve_target(const Spec& spec, const std::string& name);
+// Resolves the target name (with "did you mean") or throws InputError; an
+// external target (plugin:/exec:) is opened with the given call timeout
+// (default: the spec's run.case_timeout_s). Resolve once per run.
+size_t resolve_target(const Spec& spec, const std::string& name, std::optional<double> case_timeout_s = {});
 
 RunReport run_spec(const Spec& spec, const RunOptions& options);
 
@@ -105,6 +153,8 @@ std::vector<MutantRow> run_mutants(const Spec& spec, const RunOptions& options);
 // recorded invariant must still fail).
 struct ReplayRow {
   std::string path;
+  std::string error;      // the file could not be read or decoded (reported; the folder goes on)
+  bool declined = false;  // the target declined the case: not checked
   std::string invariant;
   std::string found_against;
   bool target_ok = true;
@@ -114,6 +164,49 @@ struct ReplayRow {
   std::string mutant_detail;       // the first that no longer does, and why
 };
 std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, const RunOptions& options);
+
+// A run's resolved parts: the spec, its target and reference resolved once.
+struct RunContext {
+  const Spec& spec;
+  const RunOptions& options;
+  size_t target = 0, reference = 0;
+  std::string target_name;
+  uint64_t seed = 0;
+  RunConfig run;  // effective settings
+};
+RunContext make_context(const Spec& spec, const RunOptions& options, uint64_t seed);
+
+// The one exception policy: what checking one case against one invariant
+// gave. Used by runs, replays, fuzz imports and the fuzz harness alike.
+struct CheckResult {
+  enum class Kind { verdict, declined, target_failure };
+  Kind kind = Kind::verdict;
+  Verdict verdict;           // kind == verdict
+  std::string reason;        // declined: the target's reason; target_failure: the message
+  std::string failure_kind;  // target_failure: crash, hang, error (external) or threw (in process)
+  bool unavailable = false;  // declined because the target cannot run anything here
+  bool failed() const { return kind == Kind::verdict && verdict.outcome == Outcome::fail; }
+};
+CheckResult check_one(const RunContext& ctx, AnyTrial& trial, const InvariantUse& use, const AnyCase& c);
+CheckResult check_one(const RunContext& ctx, const InvariantUse& use, const AnyCase& c);
+
+// Shrinks a failure (an invariant verdict or a target failure) to the
+// smallest case that shows the same failure, stores the case (corpus, or the
+// scratch folder; a fallback folder when that cannot be written) and builds
+// its replay command. Never throws: a finding always reaches the user.
+using ShrinkProgress = std::function<void(int64_t from_size, int64_t to_size, double seconds)>;
+Finding record_finding(const RunContext& ctx, const InvariantUse* use, const AnyCase& failing,
+                       const CheckResult& first, const ShrinkProgress& progress = {});
+
+// Stores an entry in dir (falling back to the scratch folder, then the temp
+// folder); returns the path ("" if nothing could be written) and a note
+// saying where it went instead of dir. Never throws.
+struct Stored {
+  std::string path;
+  bool created = false;
+  std::string note;
+};
+Stored store_entry(const std::string& dir, const CorpusEntry& entry, const std::string& fallback_dir);
 
 // Shrinks a failing case with the family's shrinker; public so that fuzz
 // crashes and corpus files shrink exactly like generated cases.
@@ -127,12 +220,15 @@ ShrinkResult shrink_failure(const Spec& spec, size_t target, size_t invariant_us
                             Verdict verdict, double budget_s);
 
 // Checks one case against one invariant use; exceptions from the target
-// propagate (the caller decides: crash report, or failed replay).
+// propagate (for callers that want them, e.g. tests).
 Verdict check_case(const Spec& spec, size_t target, const InvariantUse& use, const AnyCase& c);
 
 // Ctrl-C: the first interrupt asks the runner to stop (keeping the best case
 // found so far); a second one exits at once.
 void install_interrupt_handler();
 bool interrupted();
+void clear_interrupt();  // tests: forget an interrupt that was handled
+// The shell-quoted word, for printed commands.
+std::string shell_quote(const std::string& s);
 
 }  // namespace kprop

@@ -22,6 +22,7 @@ struct RunConfig {
   double shrink_budget_s = 20;     // per counterexample
   int64_t max_discard_ratio = 10;  // give up when discards > ratio × trials
   double case_timeout_s = 30;      // a target call longer than this is a hang (exit 3)
+  std::vector<std::string> suppress_health_check;  // health checks that do not fail the run
 };
 
 struct InvariantUse {

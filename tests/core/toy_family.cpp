@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <chrono>
+#include <csignal>
 #include <stdexcept>
 #include <thread>
 
@@ -101,7 +102,27 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
     return Result{sum(c)};
   });
   f.implementation({"no_device", ImplKind::optimized, "needs hardware this machine lacks", "cuda"},
-                   [](const Case&) -> Result { throw Unsupported("no CUDA device"); });
+                   [](const Case&) -> Result { throw TargetUnavailable("no CUDA device"); });
+  f.implementation({"declines_short", ImplKind::optimized, "supports only lists of 7 or more elements"},
+                   [](const Case& c) {
+                     if (c.xs.size() < 7)
+                       throw Unsupported(fmt::format("needs 7+ elements, got {}", c.xs.size()));
+                     return Result{sum(c)};
+                   });
+  f.mutant("interrupts_while_shrinking",
+           "drops the last element of lists of 3+, and sends itself SIGINT the second time it does "
+           "when a SIGINT handler is installed (a Ctrl-C while the failure is being shrunk)",
+           [](const Case& c) {
+             static int failing_calls = 0;
+             Case d = c;
+             if (d.xs.size() >= 3 && d.xs.back() != 0) {
+               d.xs.pop_back();
+               struct sigaction current {};
+               sigaction(SIGINT, nullptr, &current);
+               if (++failing_calls == 2 && current.sa_handler != SIG_DFL) std::raise(SIGINT);
+             }
+             return Result{sum(d)};
+           });
   f.invariant({"matches_reference",
                "sum equals the reference",
                {field::integer("slack", 0, 0, 100, "allowed difference")}},
@@ -112,6 +133,11 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
                     fmt::format("sum {} != {}", t.target().sum, t.reference().sum),
                     {{"target", double(t.target().sum)}, {"reference", double(t.reference().sum)}});
               });
+  f.invariant({"sum_parity", "the sum's parity equals the reference's", {}}, [](Trial<Traits>& t,
+                                                                                const Values&) {
+    if ((t.target().sum - t.reference().sum) % 2 == 0) return Verdict::pass();
+    return Verdict::fail(fmt::format("sum {} and {} differ in parity", t.target().sum, t.reference().sum));
+  });
   f.invariant({"only_long_lists", "discards everything shorter than 100", {}},
               [](Trial<Traits>& t, const Values&) {
                 if (t.input().xs.size() < 100) return Verdict::discard("list too short");

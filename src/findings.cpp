@@ -1,0 +1,381 @@
+// The findings pipeline: one exception policy for checking a case
+// (check_one), one way from a failure to a shrunk, stored, replayable case
+// (record_finding), and the crash guard that keeps a case when an in-process
+// target dies. Runs, replays, fuzz imports and the fuzz harness all go
+// through here, so the same event gets the same verdict everywhere.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "kprop/external.h"
+#include "kprop/runner.h"
+
+namespace fs = std::filesystem;
+
+namespace kprop {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::atomic<int> g_interrupts{0};
+
+void on_interrupt(int) {
+  if (g_interrupts.fetch_add(1) >= 1) _exit(130);
+  static const char msg[] =
+      "\nkprop: interrupted; finishing with the best case so far (Ctrl-C again to quit)\n";
+  [[maybe_unused]] auto n = write(2, msg, sizeof msg - 1);
+}
+
+// The temp folder for cases when neither the corpus nor the scratch folder
+// can be written (e.g. a read-only checkout).
+std::string temp_fallback(const std::string& spec) {
+  const char* tmp = std::getenv("TMPDIR");
+  return (fs::path(tmp && *tmp ? tmp : "/tmp") / fmt::format("kprop-findings-{}", getuid()) / spec).string();
+}
+
+CorpusEntry entry_for(const RunContext& ctx, const AnyCase& c, const std::string& invariant,
+                      const std::string& message, const std::string& found_by) {
+  CorpusEntry e;
+  e.spec = ctx.spec.name;
+  e.family = ctx.spec.family->name();
+  e.invariant = invariant;
+  e.found_against = ctx.target_name;
+  e.found_by = found_by;
+  e.seed = ctx.seed;
+  e.message = message;
+  e.case_node = ctx.spec.family->to_yaml(c);
+  return e;
+}
+
+std::string replay_command(const RunContext& ctx, const std::string& path, const std::string& invariant) {
+  std::string cmd = fmt::format("prop_runner --spec {} --target {} --replay {}", shell_quote(ctx.spec.path),
+                                shell_quote(ctx.target_name), shell_quote(path));
+  if (!invariant.empty()) cmd += " --invariant " + shell_quote(invariant);
+  if (ctx.options.case_timeout_s) cmd += fmt::format(" --case-timeout {:g}", *ctx.options.case_timeout_s);
+  return cmd;
+}
+
+// Where a finding goes: the corpus when it is written, else the scratch folder.
+std::string primary_dir(const RunContext& ctx) {
+  return ctx.options.write_corpus ? (fs::path(ctx.options.corpus_dir) / ctx.spec.name).string()
+                                  : (fs::path(ctx.options.scratch_dir) / ctx.spec.name).string();
+}
+std::string fallback_dir(const RunContext& ctx) {
+  return ctx.options.write_corpus ? (fs::path(ctx.options.scratch_dir) / ctx.spec.name).string()
+                                  : temp_fallback(ctx.spec.name);
+}
+
+// ------------------------------------------------------------ crash guard
+// While an in-process target runs, a fatal signal or a hang must not lose the
+// case: the handler (or the watchdog thread) stores it and exits 3, as
+// libFuzzer does with its crash files. External targets run in their own
+// processes, whose transport enforces the timeout and keeps the runner alive.
+struct GuardState {
+  const RunContext* ctx = nullptr;
+  const AnyCase* input = nullptr;
+  std::atomic<bool> armed{false};
+  std::atomic<int64_t> deadline_ns{0};
+};
+GuardState g_guard;
+std::once_flag g_watchdog_once;
+
+[[noreturn]] void die_with_case(const std::string& why, const char* found_by) {
+  const RunContext& ctx = *g_guard.ctx;
+  fmt::print(stderr, "\nkprop: target '{}' {}; saving the case\n", ctx.target_name, why);
+  try {
+    const CorpusEntry e = entry_for(ctx, *g_guard.input, "", why, found_by);
+    fmt::print(stderr, "kprop: case:\n{}", emit_yaml(e.case_node));
+    const Stored s = store_entry(primary_dir(ctx), e, fallback_dir(ctx));
+    if (!s.note.empty()) fmt::print(stderr, "kprop: {}\n", s.note);
+    if (!s.path.empty())
+      fmt::print(stderr, "kprop: saved {}\nkprop: replay: {}\n", s.path, replay_command(ctx, s.path, ""));
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "kprop: could not save the case: {}\n", e.what());
+  } catch (...) {
+    fmt::print(stderr, "kprop: could not save the case\n");
+  }
+  std::fflush(stderr);
+  _exit(3);
+}
+
+void on_fatal_signal(int sig) {
+  if (!g_guard.armed.exchange(false)) {
+    signal(sig, SIG_DFL);
+    raise(sig);
+    return;
+  }
+  die_with_case(fmt::format("crashed with signal {} ({})", sig, strsignal(sig)), "crash");
+}
+
+void watchdog() {
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const int64_t deadline = g_guard.deadline_ns.load();
+    if (deadline != 0 && Clock::now().time_since_epoch().count() > deadline && g_guard.armed.exchange(false))
+      die_with_case(
+          fmt::format("hung (no result within case_timeout_s = {:g} s)", g_guard.ctx->run.case_timeout_s),
+          "hang");
+  }
+}
+
+void install_fatal_handlers() {
+  static bool installed = false;
+  if (installed) return;
+  installed = true;
+  static std::vector<char> alt_stack(1 << 16);
+  stack_t ss{};
+  ss.ss_sp = alt_stack.data();
+  ss.ss_size = alt_stack.size();
+  sigaltstack(&ss, nullptr);
+  struct sigaction sa {};
+  sa.sa_handler = on_fatal_signal;
+  sa.sa_flags = SA_ONSTACK | SA_RESETHAND;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) sigaction(sig, &sa, nullptr);
+}
+
+// Arms the guard for the duration of one check.
+class CaseGuard {
+ public:
+  CaseGuard(const RunContext& ctx, const AnyCase& c) {
+    install_fatal_handlers();
+    std::call_once(g_watchdog_once, [] { std::thread(watchdog).detach(); });
+    g_guard.ctx = &ctx;
+    g_guard.input = &c;
+    const auto timeout =
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(ctx.run.case_timeout_s));
+    const bool external = external::is_external_target(ctx.target_name);
+    g_guard.deadline_ns = external ? 0 : (Clock::now() + timeout).time_since_epoch().count();
+    g_guard.armed = true;
+  }
+  ~CaseGuard() {
+    g_guard.armed = false;
+    g_guard.deadline_ns = 0;
+  }
+  CaseGuard(const CaseGuard&) = delete;
+  CaseGuard& operator=(const CaseGuard&) = delete;
+};
+
+// Greedy descent over the family's one structural shrinker, as a RapidCheck
+// Shrinkable: the same shrink tree for generated cases, fuzz crashes, corpus
+// files and target failures. `reproduces` returns the candidate's verdict
+// when it still shows the failure being shrunk.
+ShrinkResult shrink_with(const Family& family, AnyCase failing, Verdict verdict, double budget_s,
+                         const std::function<std::optional<Verdict>(const AnyCase&)>& reproduces,
+                         const ShrinkProgress& progress = {}) {
+  const auto t0 = Clock::now();
+  const int64_t from = family.stats(failing).size;
+  ShrinkResult result{std::move(failing), std::move(verdict), 0, false};
+  auto shrinkable =
+      rc::shrinkable::shrinkRecur(result.best, [&family](const AnyCase& c) { return family.shrinks(c); });
+  for (bool progressed = true; progressed;) {
+    progressed = false;
+    auto candidates = shrinkable.shrinks();
+    while (auto candidate = candidates.next()) {
+      if (interrupted() || since(t0) > budget_s) {
+        result.interrupted = true;
+        return result;
+      }
+      if (auto v = reproduces(candidate->value())) {
+        result.best = candidate->value();
+        result.verdict = std::move(*v);
+        ++result.steps;
+        shrinkable = std::move(*candidate);
+        progressed = true;
+        if (progress) progress(from, family.stats(result.best).size, since(t0));
+        break;
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace
+
+void install_interrupt_handler() {
+  struct sigaction sa {};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+bool interrupted() {
+  return g_interrupts.load() > 0;
+}
+void clear_interrupt() {
+  g_interrupts = 0;
+}
+
+std::string shell_quote(const std::string& s) {
+  if (!s.empty() && s.find_first_of(" '\"$\\`!*?;&|<>(){}[]#~") == std::string::npos) return s;
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+RunConfig effective_run(const Spec& spec, const RunOptions& o) {
+  RunConfig run = spec.run;
+  if (o.seed) run.seed = *o.seed;
+  if (o.trials) run.trials = *o.trials;
+  if (o.time_budget_s) run.time_budget_s = *o.time_budget_s;
+  if (o.case_timeout_s) run.case_timeout_s = *o.case_timeout_s;
+  return run;
+}
+
+RunContext make_context(const Spec& spec, const RunOptions& options, uint64_t seed) {
+  RunContext ctx{spec, options};
+  ctx.run = effective_run(spec, options);
+  ctx.target_name = options.target.empty() ? spec.target : options.target;
+  ctx.target = resolve_target(spec, ctx.target_name, ctx.run.case_timeout_s);
+  ctx.reference = resolve_target(spec, spec.reference, ctx.run.case_timeout_s);
+  ctx.seed = seed;
+  return ctx;
+}
+
+CheckResult check_one(const RunContext& ctx, AnyTrial& trial, const InvariantUse& use, const AnyCase& c) {
+  CheckResult r;
+  try {
+    CaseGuard guard(ctx, c);
+    r.verdict = trial.check(use.index, use.params);
+  } catch (const TargetUnavailable& e) {
+    r.kind = CheckResult::Kind::declined;
+    r.reason = e.what();
+    r.unavailable = true;
+  } catch (const Unsupported& e) {
+    r.kind = CheckResult::Kind::declined;
+    r.reason = e.what();
+  } catch (const external::TargetFailure& e) {
+    r.kind = CheckResult::Kind::target_failure;
+    r.reason = e.what();
+    r.failure_kind = e.kind();
+  } catch (const std::exception& e) {
+    r.kind = CheckResult::Kind::target_failure;
+    r.reason = fmt::format("target threw: {}", e.what());
+    r.failure_kind = "threw";
+  }
+  return r;
+}
+
+CheckResult check_one(const RunContext& ctx, const InvariantUse& use, const AnyCase& c) {
+  const auto trial = ctx.spec.family->begin_trial(c, ctx.target, ctx.reference);
+  return check_one(ctx, *trial, use, c);
+}
+
+Stored store_entry(const std::string& dir, const CorpusEntry& entry, const std::string& fallback) {
+  Stored s;
+  try {
+    s.path = write_entry(dir, entry, &s.created);
+    return s;
+  } catch (const std::exception& e) {
+    s.note = fmt::format("could not store the case in {} ({})", dir, e.what());
+  }
+  for (const std::string& other : {fallback, temp_fallback(entry.spec)}) {
+    if (other.empty() || other == dir) continue;
+    try {
+      s.path = write_entry(other, entry, &s.created);
+      s.note += "; stored in " + other + " instead";
+      return s;
+    } catch (const std::exception& e) {
+      s.note += fmt::format("; nor in {} ({})", other, e.what());
+    }
+  }
+  s.note += "; the case is printed above";
+  return s;
+}
+
+Finding record_finding(const RunContext& ctx, const InvariantUse* use, const AnyCase& failing,
+                       const CheckResult& first, const ShrinkProgress& progress) {
+  const Family& family = *ctx.spec.family;
+  const auto t0 = Clock::now();
+  Finding f;
+  f.original_size = family.stats(failing).size;
+  ShrinkResult s{failing, first.verdict, 0, false};
+  try {
+    if (first.kind == CheckResult::Kind::verdict && use) {
+      f.invariant = use->name;
+      s = shrink_with(
+          family, failing, first.verdict, ctx.run.shrink_budget_s,
+          [&](const AnyCase& c) -> std::optional<Verdict> {
+            const CheckResult r = check_one(ctx, *use, c);
+            if (r.failed()) return r.verdict;
+            return std::nullopt;  // holds, declined, or a different failure (a crash)
+          },
+          progress);
+    } else {
+      f.kind = first.failure_kind == "threw" ? "crash" : first.failure_kind;
+      s.verdict = Verdict::fail(first.reason);
+      // A hang is not shrunk: each try would cost the timeout.
+      if (first.failure_kind != "hang" && use)
+        s = shrink_with(
+            family, failing, s.verdict, ctx.run.shrink_budget_s,
+            [&](const AnyCase& c) -> std::optional<Verdict> {
+              const CheckResult r = check_one(ctx, *use, c);
+              if (r.kind == CheckResult::Kind::target_failure && r.failure_kind == first.failure_kind)
+                return Verdict::fail(r.reason);
+              return std::nullopt;
+            },
+            progress);
+    }
+  } catch (const std::exception& e) {
+    // A shrinker or codec bug must not lose the failing case itself.
+    f.store_note = fmt::format("shrinking stopped: {}", e.what());
+  }
+  f.message = s.verdict.message;
+  f.measured = s.verdict.measured;
+  f.stats = family.stats(s.best);
+  f.shrink_steps = s.steps;
+  f.shrink_interrupted = s.interrupted;
+  f.shrink_seconds = since(t0);
+  const std::string found_by =
+      f.kind == "invariant" ? ctx.options.found_by : (f.kind == "crash" ? "crash" : f.kind);
+  try {
+    const CorpusEntry e = entry_for(ctx, s.best, f.invariant, f.message, found_by);
+    f.case_yaml = emit_yaml(e.case_node);
+    const std::string dir = primary_dir(ctx);
+    const Stored stored = store_entry(dir, e, fallback_dir(ctx));
+    f.corpus_path = stored.path;
+    f.corpus_new = stored.created;
+    f.in_corpus = ctx.options.write_corpus && stored.note.empty();
+    if (!stored.note.empty()) f.store_note += (f.store_note.empty() ? "" : "; ") + stored.note;
+    if (!f.corpus_path.empty()) f.replay_command = replay_command(ctx, f.corpus_path, f.invariant);
+  } catch (const std::exception& e) {
+    f.store_note +=
+        fmt::format("{}could not encode the case: {}", f.store_note.empty() ? "" : "; ", e.what());
+  }
+  return f;
+}
+
+Verdict check_case(const Spec& spec, size_t target, const InvariantUse& use, const AnyCase& c) {
+  const size_t reference = resolve_target(spec, spec.reference);
+  return spec.family->begin_trial(c, target, reference)->check(use.index, use.params);
+}
+
+ShrinkResult shrink_failure(const Spec& spec, size_t target, size_t use_index, AnyCase failing,
+                            Verdict verdict, double budget_s) {
+  const InvariantUse& use = spec.invariants.at(use_index);
+  const size_t reference = resolve_target(spec, spec.reference);
+  return shrink_with(*spec.family, std::move(failing), std::move(verdict), budget_s,
+                     [&](const AnyCase& c) -> std::optional<Verdict> {
+                       try {
+                         Verdict v =
+                             spec.family->begin_trial(c, target, reference)->check(use.index, use.params);
+                         if (v.outcome == Outcome::fail) return v;
+                       } catch (const std::exception&) {
+                         // Unsupported, or a different failure (a crash): not the one being shrunk.
+                       }
+                       return std::nullopt;
+                     });
+}
+
+}  // namespace kprop

@@ -1,0 +1,272 @@
+// Honest accounting: declined cases are never passes, early declines do not
+// skip a run, health checks fail runs that checked too little, sizes reach
+// max_size whatever the budget, every finding replays its own failure, JUnit
+// tells crashes from failures, Ctrl-C keeps the case, a finding survives an
+// unwritable corpus, and a replayed folder survives a bad file.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "kprop/report.h"
+#include "kprop/runner.h"
+#include "toy_family.h"
+
+namespace fs = std::filesystem;
+
+namespace kprop {
+namespace {
+
+Spec toy_spec(const std::string& extra = "", const std::string& run = "{trials: 200, seed: 5}") {
+  return parse_spec("spec: toy\nfamily: toy.sum\nrun: " + run + "\n" + extra, "toy.yaml");
+}
+
+struct TempDir {
+  fs::path path =
+      fs::temp_directory_path() / ("kprop_accounting_" + std::to_string(::getpid()) + "_" +
+                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  TempDir() { fs::remove_all(path); }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+RunOptions options(const std::string& target, const TempDir& dir, bool corpus = false) {
+  RunOptions o;
+  o.target = target;
+  o.write_corpus = corpus;
+  o.corpus_dir = (dir.path / "corpus").string();
+  o.scratch_dir = (dir.path / "scratch").string();
+  return o;
+}
+
+TEST(Accounting, DeclinedCasesAreCountedApartNeverAsPasses) {
+  TempDir dir;
+  const Spec spec = toy_spec("invariants: [matches_reference, sum_parity]\n",
+                             "{trials: 200, seed: 5, suppress_health_check: [declined]}");
+  const RunReport r = run_spec(spec, options("declines_short", dir));
+  EXPECT_EQ(r.status, RunStatus::passed) << r.detail;
+  EXPECT_GT(r.declined, 0);
+  EXPECT_EQ(r.checked + r.declined, r.trials);
+  for (const auto& inv : r.invariants) {
+    EXPECT_EQ(inv.passed, r.checked) << inv.name;  // a pass is a case checked, nothing else
+    EXPECT_EQ(inv.declined, r.declined) << inv.name;
+  }
+  ASSERT_FALSE(r.decline_reasons.empty());
+  EXPECT_EQ(r.decline_reasons.begin()->first.rfind("needs 7+ elements", 0), 0u);
+}
+
+TEST(Accounting, EarlyDeclinesDoNotSkipTheRun) {
+  TempDir dir;
+  // Sizes start at 0: the first cases are short lists, every one declined.
+  const Spec spec = toy_spec("invariants: [matches_reference]\n",
+                             "{trials: 200, seed: 5, suppress_health_check: [declined]}");
+  const RunReport r = run_spec(spec, options("declines_short", dir));
+  EXPECT_NE(r.status, RunStatus::skipped);
+  EXPECT_GT(r.checked, 0);
+  EXPECT_GT(r.declined, 20);
+}
+
+TEST(Accounting, MostlyDecliningTargetFailsTheHealthCheckWithItsReasons) {
+  TempDir dir;
+  const Spec spec = toy_spec("invariants: [matches_reference]\n");
+  const RunReport r = run_spec(spec, options("declines_short", dir));
+  EXPECT_EQ(r.status, RunStatus::gave_up);
+  EXPECT_EQ(exit_code(r.status), 2);
+  ASSERT_EQ(r.health.size(), 1u);
+  EXPECT_EQ(r.health[0].check, "declined");
+  EXPECT_NE(r.health[0].message.find("needs 7+ elements, got 0 ("), std::string::npos) << r.health[0].message;
+  EXPECT_NE(r.health[0].message.find("suppress_health_check"), std::string::npos);
+  const std::string text = make_reporter("text")->run(r);
+  EXPECT_NE(text.find("HEALTH CHECK FAILED (declined)"), std::string::npos) << text;
+}
+
+TEST(Accounting, UnavailableTargetIsSkippedAtOnce) {
+  TempDir dir;
+  const RunReport r = run_spec(toy_spec(), options("no_device", dir));
+  EXPECT_EQ(r.status, RunStatus::skipped);
+  EXPECT_EQ(r.trials, 1);
+  EXPECT_EQ(r.checked, 0);
+  const std::string text = make_reporter("text")->run(r);
+  EXPECT_NE(text.find("SKIPPED: nothing was checked"), std::string::npos) << text;
+}
+
+TEST(Accounting, AnInvariantThatCheckedNothingNeverPasses) {
+  TempDir dir;
+  // only_long_lists discards every case the domain can make.
+  const Spec spec = toy_spec("invariants: [matches_reference, only_long_lists]\n",
+                             "{trials: 20, seed: 5, max_discard_ratio: 1000000}");
+  RunOptions o = options("reference", dir);
+  o.time_budget_s = 0.5;
+  const RunReport r = run_spec(spec, o);
+  EXPECT_EQ(r.invariants[1].passed, 0);
+  EXPECT_EQ(r.invariants[1].status, InvariantStatus::gave_up);
+  EXPECT_EQ(r.status, RunStatus::gave_up);
+}
+
+TEST(SizeSchedule, MoreTrialsAndATimeLimitStillReachMaxSize) {
+  TempDir dir;
+  const Spec spec = toy_spec("invariants: [matches_reference]\n");
+  RunOptions o = options("reference", dir);
+  o.trials = 100000000;
+  o.time_budget_s = 0.3;
+  const RunReport r = run_spec(spec, o);
+  EXPECT_TRUE(r.time_budget_hit);
+  EXPECT_EQ(r.size_reached, r.max_size);
+  // ... and the run says it did not do what was asked.
+  ASSERT_FALSE(r.health.empty());
+  EXPECT_EQ(r.health.back().check, "too_slow");
+  // A mutant that needs lists of 3+ is found under the same budget.
+  const RunReport m = run_spec(spec, [&] {
+    RunOptions mo = options("drops_last", dir);
+    mo.trials = 100000000;
+    mo.time_budget_s = 5;
+    return mo;
+  }());
+  EXPECT_EQ(m.status, RunStatus::failed);
+}
+
+TEST(SizeSchedule, TimeZeroMeansNoTimeLimit) {
+  TempDir dir;
+  RunOptions o = options("reference", dir);
+  o.trials = 50;
+  o.time_budget_s = 0;
+  const RunReport r = run_spec(toy_spec("invariants: [matches_reference]\n"), o);
+  EXPECT_EQ(r.status, RunStatus::passed);
+  EXPECT_EQ(r.invariants[0].passed, 50);
+  EXPECT_FALSE(r.time_budget_hit);
+}
+
+TEST(Findings, EachFailureHasItsOwnFileAndReplayThatReproducesIt) {
+  TempDir dir;
+  const Spec spec = toy_spec("invariants: [matches_reference, sum_parity]\n");
+  RunOptions o = options("drops_last", dir);  // --no-corpus: the scratch folder
+  o.shard_index = 1;
+  o.shard_count = 2;
+  o.trials = 150;
+  const RunReport r = run_spec(spec, o);
+  ASSERT_EQ(r.status, RunStatus::failed);
+  const auto findings = r.findings();
+  ASSERT_EQ(findings.size(), 2u);
+  EXPECT_NE(findings[0]->corpus_path, findings[1]->corpus_path);
+  for (const Finding* f : findings) {
+    ASSERT_TRUE(fs::exists(f->corpus_path)) << f->corpus_path;
+    EXPECT_EQ(fs::path(f->corpus_path).parent_path(), dir.path / "scratch" / "toy");
+    EXPECT_FALSE(f->in_corpus);
+    EXPECT_NE(f->replay_command.find("--replay " + f->corpus_path), std::string::npos) << f->replay_command;
+    EXPECT_NE(f->replay_command.find("--invariant " + f->invariant), std::string::npos) << f->replay_command;
+    // The replay (no seed, trials or shard needed) fails with this finding's invariant.
+    RunOptions ro = options("drops_last", dir);
+    ro.only_invariants = {f->invariant};
+    const auto rows = replay_corpus(spec, f->corpus_path, ro);
+    ASSERT_EQ(rows.size(), 1u);
+    EXPECT_FALSE(rows[0].target_ok);
+    EXPECT_EQ(rows[0].target_detail.rfind(f->invariant + ": ", 0), 0u) << rows[0].target_detail;
+  }
+  EXPECT_FALSE(fs::exists(dir.path / "corpus"));
+}
+
+TEST(Findings, AnUnwritableCorpusFallsBackAndSaysSo) {
+  TempDir dir;
+  const Spec spec = toy_spec("invariants: [matches_reference]\n");
+  RunOptions o = options("drops_last", dir, true);
+  o.corpus_dir = "/dev/null/not-a-folder";
+  const RunReport r = run_spec(spec, o);
+  ASSERT_EQ(r.status, RunStatus::failed);
+  const Finding& f = *r.invariants[0].counterexample;
+  EXPECT_TRUE(fs::exists(f.corpus_path)) << f.store_note;
+  EXPECT_FALSE(f.in_corpus);
+  EXPECT_NE(f.store_note.find("could not store the case in /dev/null/not-a-folder"), std::string::npos);
+  const std::string text = make_reporter("text")->run(r);
+  EXPECT_NE(text.find("case:\n    xs: ["), std::string::npos) << text;  // printed in full as well
+  EXPECT_NE(text.find("stored in " + (dir.path / "scratch" / "toy").string()), std::string::npos) << text;
+}
+
+TEST(Findings, ACorruptFileWithTheSameHashIsReplaced) {
+  TempDir dir;
+  const Spec spec = toy_spec("invariants: [matches_reference]\n");
+  const RunReport first = run_spec(spec, options("drops_last", dir, true));
+  const std::string path = first.invariants[0].counterexample->corpus_path;
+  { std::ofstream(path, std::ios::trunc) << "kprop_corpus: 1\nfamily: toy.s"; }  // truncated
+  EXPECT_THROW(read_entry(path), InputError);
+  const RunReport again = run_spec(spec, options("drops_last", dir, true));
+  EXPECT_EQ(again.invariants[0].counterexample->corpus_path, path);
+  EXPECT_EQ(read_entry(path).found_against, "drops_last");
+}
+
+TEST(Junit, ACrashIsAnErrorWithItsCaseAndReplay) {
+  TempDir dir;
+  const Spec spec = toy_spec("domain: {value: [10, 15]}\ninvariants: [matches_reference, sum_parity]\n");
+  const RunReport r = run_spec(spec, options("throws_on_13", dir));
+  ASSERT_EQ(r.status, RunStatus::crashed);
+  const std::string xml = make_reporter("junit")->run(r);
+  EXPECT_NE(xml.find("errors=\"1\""), std::string::npos) << xml;
+  EXPECT_NE(xml.find("<error message=\"target threw: unlucky\""), std::string::npos) << xml;
+  EXPECT_NE(xml.find("replay: prop_runner"), std::string::npos) << xml;
+  EXPECT_NE(xml.find("xs: ["), std::string::npos) << xml;
+  // The invariant that never got its verdict is skipped, not passed.
+  EXPECT_NE(xml.find("<skipped message=\"not run"), std::string::npos) << xml;
+  const fs::path file = dir.path / "junit.xml";
+  fs::create_directories(dir.path);
+  std::ofstream(file) << xml;
+  const std::string python = KPROP_PYTHON;
+  if (python.empty()) GTEST_SKIP() << "no python3 to parse the XML with";
+  const std::string cmd = python + " " + KPROP_SOURCE_DIR + "/tests/core/junit_check.py " + file.string() +
+                          " --expect-errors 1 --expect-failures 0";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << xml;
+}
+
+TEST(Interrupt, CtrlCWhileShrinkingExits130WithTheCaseStored) {
+  TempDir dir;
+  install_interrupt_handler();
+  const Spec spec = toy_spec("invariants: [matches_reference]\n");
+  const RunReport r = run_spec(spec, options("interrupts_while_shrinking", dir, true));
+  clear_interrupt();
+  EXPECT_EQ(r.status, RunStatus::interrupted);
+  EXPECT_EQ(exit_code(r.status), 130);
+  ASSERT_TRUE(r.invariants[0].counterexample);
+  const Finding& f = *r.invariants[0].counterexample;
+  EXPECT_TRUE(f.shrink_interrupted);
+  EXPECT_TRUE(f.in_corpus);
+  ASSERT_TRUE(fs::exists(f.corpus_path));
+  EXPECT_EQ(read_entry(f.corpus_path).found_against, "interrupts_while_shrinking");
+}
+
+TEST(Replay, ABadFileIsReportedAndTheRestReplayed) {
+  TempDir dir;
+  const Spec spec = toy_spec("invariants: [matches_reference]\n");
+  const RunReport r = run_spec(spec, options("drops_last", dir, true));
+  const fs::path folder = dir.path / "corpus" / "toy";
+  std::ofstream(folder / "0-corrupt.yaml") << "kprop_corpus: 1\nfamily: [\x01\xff";
+  std::ofstream(folder / "1-other-spec.yaml")
+      << "kprop_corpus: 1\nspec: other\nfamily: toy.sum\ncase: {xs: [1]}\n";
+  std::ofstream(folder / "2-dup.yaml")
+      << "kprop_corpus: 1\nfamily: toy.sum\nfamily: toy.sum\ncase: {xs: [1]}\n";
+  const auto rows = replay_corpus(spec, folder.string(), options("reference", dir));
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_FALSE(rows[0].error.empty());
+  EXPECT_EQ(rows[0].error.find('\xff'), std::string::npos) << "raw bytes are escaped";
+  EXPECT_NE(rows[1].error.find("is for spec 'other', not 'toy'"), std::string::npos) << rows[1].error;
+  EXPECT_NE(rows[2].error.find("key 'family' appears twice"), std::string::npos) << rows[2].error;
+  EXPECT_TRUE(rows[3].error.empty());
+  EXPECT_TRUE(rows[3].target_ok);
+  EXPECT_TRUE(rows[3].mutant_still_fails);
+  const std::string text = make_reporter("text")->replay(spec, rows);
+  EXPECT_NE(text.find("ERROR: 1 of 4 corpus files passed, 3 could not be read"), std::string::npos) << text;
+}
+
+TEST(Replay, StaleTempFilesOfDeadWritersAreRemoved) {
+  TempDir dir;
+  fs::create_directories(dir.path);
+  // pid 2^22 + 1 is above Linux's pid_max: no such process.
+  const fs::path stale = dir.path / ".x.yaml.tmp-4194305-0";
+  const fs::path live = dir.path / fmt::format(".y.yaml.tmp-{}-0", ::getpid());
+  std::ofstream(stale) << "half";
+  std::ofstream(live) << "half";
+  write_file_atomic((dir.path / "z.yaml").string(), "z: 1\n");
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(live));
+}
+
+}  // namespace
+}  // namespace kprop
