@@ -1,6 +1,24 @@
 #include "properties/kvcache/family.h"
 
+#if KPROP_HAVE_CUDA
+#include "kernels/kvcache/kvcache_cuda.h"
+#endif
+
 namespace kprop::kvcache {
+namespace {
+
+// The CUDA engine reports "skipped" (kprop::Unsupported) wherever it cannot
+// run: no CUDA compiler at build time, or no device at run time.
+Result cuda_or_skip([[maybe_unused]] const Case& c) {
+#if KPROP_HAVE_CUDA
+  if (cuda_raw::device_count() <= 0) throw Unsupported("no CUDA device");
+  return cuda(c);
+#else
+  throw Unsupported("built without CUDA");
+#endif
+}
+
+}  // namespace
 
 KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
   f.implementation(
