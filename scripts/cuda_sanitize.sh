@@ -7,7 +7,7 @@
 # implementation) and each tool (memcheck with --leak-check full, racecheck,
 # initcheck, synccheck), runs
 #   compute-sanitizer --tool T --error-exitcode 1 \
-#     prop_runner --spec S --target cuda --seed 1 --trials N --no-corpus
+#     prop_runner --spec S --target "$target" --seed 1 --trials N --no-corpus
 # and prints a table tool x target: the errors the tool found, or why the run
 # did not count (the property run failed, was skipped, crashed). Exit 0 only
 # if every cell is clean (0 errors and the property run passed); 1 otherwise;
@@ -17,6 +17,7 @@
 # Environment: KPROP_SANITIZE_TRIALS (default 3) cases per run,
 # KPROP_SANITIZE_JOBS (default: the CPU count, at most 8) runs at once,
 # KPROP_SANITIZE_TOOLS (default "memcheck racecheck initcheck synccheck"),
+# KPROP_SANITIZE_TARGET (default cuda; another only to test this script),
 # COMPUTE_SANITIZER (the tool's path).
 set -u
 
@@ -31,6 +32,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 runner=$build/prop_runner
 [ -x "$runner" ] || { echo "$0: $runner: no prop_runner there (build it first)" >&2; exit 2; }
 trials=${KPROP_SANITIZE_TRIALS:-3}
+target=${KPROP_SANITIZE_TARGET:-cuda}  # another target only to test this script
 tools=${KPROP_SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}
 jobs=${KPROP_SANITIZE_JOBS:-$(nproc 2>/dev/null || echo 1)}
 [ "$jobs" -gt 8 ] && jobs=8
@@ -68,10 +70,10 @@ device_seen=0
 for spec in "$@"; do
   name=$(basename "$spec" .yaml)
   probe=$logs/$name.probe.json
-  "$runner" --spec "$spec" --target cuda --seed 1 --trials 1 --no-corpus --format json --out "$probe" \
+  "$runner" --spec "$spec" --target "$target" --seed 1 --trials 1 --no-corpus --format json --out "$probe" \
     >"$logs/$name.probe.log" 2>&1
   if [ ! -s "$probe" ]; then
-    if grep -qE "unknown target 'cuda'|unknown family" "$logs/$name.probe.log"; then
+    if grep -qE "unknown target '$target'|unknown family" "$logs/$name.probe.log"; then
       continue  # no cuda target (or the family is not in this build)
     fi
     echo "$0: $name: the plain run failed before reporting:" >&2
@@ -98,7 +100,7 @@ run_one() {
   local base=$logs/$name.$tool extra=()
   [ "$tool" = memcheck ] && extra=(--leak-check full)
   "$sanitizer" --tool "$tool" --error-exitcode 1 "${extra[@]}" \
-    "$runner" --spec "$spec" --target cuda --seed 1 --trials "$trials" --no-corpus --case-timeout 600 \
+    "$runner" --spec "$spec" --target "$target" --seed 1 --trials "$trials" --no-corpus --case-timeout 600 \
     --format json --out "$base.json" >"$base.log" 2>&1
   local rc=$? errors status cell
   # memcheck, initcheck, synccheck: "ERROR SUMMARY: N errors";
@@ -147,7 +149,7 @@ for spec in "${specs[@]}"; do
   done
   printf '\n'
 done
-echo "(cuda target, seed 1, $trials trials per run; logs in $logs)"
+echo "($target target, seed 1, $trials trials per run; logs in $logs)"
 if [ "$ok" = 1 ]; then
   echo "compute-sanitizer: clean"
   exit 0

@@ -38,10 +38,18 @@ void check(cudaError_t err, const char* what) {
     throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(err));
 }
 
-__device__ inline float dev_exp(float x) { return expf(x); }
-__device__ inline double dev_exp(double x) { return exp(x); }
-__device__ inline float dev_log(float x) { return logf(x); }
-__device__ inline double dev_log(double x) { return log(x); }
+__device__ inline float dev_exp(float x) {
+  return expf(x);
+}
+__device__ inline double dev_exp(double x) {
+  return exp(x);
+}
+__device__ inline float dev_log(float x) {
+  return logf(x);
+}
+__device__ inline double dev_log(double x) {
+  return log(x);
+}
 
 // Everything the kernels need about the case, by value.
 struct DevMask {
@@ -83,8 +91,9 @@ __device__ inline T dot(const T* a, const T* b, int n) {
 
 // ---------------------------------------------------------------- forward
 template <typename T>
-__global__ void forward_kernel(DevDims s, DevMask m, T scale, const T* __restrict__ q, const T* __restrict__ k,
-                               const T* __restrict__ v, T* __restrict__ o, T* __restrict__ lse) {
+__global__ void forward_kernel(DevDims s, DevMask m, T scale, const T* __restrict__ q,
+                               const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
+                               T* __restrict__ lse) {
   const size_t rows = static_cast<size_t>(s.batch) * s.hq * s.nq;
   const size_t row = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (row >= rows) return;
@@ -203,7 +212,8 @@ __global__ void dkdv_kernel(DevDims s, DevMask m, T scale, const T* __restrict__
         const int rows = min(s.bq, s.nq - i0);
         load_rows(Qs, q + (row0 + i0) * s.dim, rows, s.dim);
         load_rows(dOs, d_out + (row0 + i0) * s.dim, rows, s.dim);
-        for (int i = threadIdx.x; i < rows; i += blockDim.x) lse_s[i] = lse[row0 + i0 + i], d_s[i] = dd[row0 + i0 + i];
+        for (int i = threadIdx.x; i < rows; i += blockDim.x)
+          lse_s[i] = lse[row0 + i0 + i], d_s[i] = dd[row0 + i0 + i];
         __syncthreads();
         probabilities(s, m, scale, b, i0, rows, j0, cols, Qs, dOs, Ks, Vs, lse_s, d_s, Ps, dSs);
         __syncthreads();
@@ -307,7 +317,8 @@ template <typename Kernel>
 void allow_shared(Kernel kernel, size_t bytes, const char* what) {
   int dev = 0, optin = 0;
   check(cudaGetDevice(&dev), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "cudaDeviceGetAttribute");
+  check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+        "cudaDeviceGetAttribute");
   if (bytes > static_cast<size_t>(optin))
     throw std::runtime_error(std::string("attention bwd cuda: ") + what + " tiles need " +
                              std::to_string(bytes) + " bytes of shared memory, the device allows " +
@@ -325,8 +336,9 @@ template <typename T>
 size_t backward_t(const Dims& dims, const Mask& mask, T scale, const T* hq, const T* hk, const T* hv,
                   const T* hdo, T* ho, T* hlse, T* hd, T* hdq, T* hdk, T* hdv) {
   if (device_count() <= 0) throw std::runtime_error("no CUDA device");
-  if (dims.batch < 1 || dims.heads_kv < 1 || dims.heads_q < dims.heads_kv || dims.heads_q % dims.heads_kv != 0 ||
-      dims.nq < 1 || dims.nk < 1 || dims.dim < 1 || dims.block_q < 1 || dims.block_k < 1)
+  if (dims.batch < 1 || dims.heads_kv < 1 || dims.heads_q < dims.heads_kv ||
+      dims.heads_q % dims.heads_kv != 0 || dims.nq < 1 || dims.nk < 1 || dims.dim < 1 || dims.block_q < 1 ||
+      dims.block_k < 1)
     throw std::runtime_error("attention bwd cuda: invalid shape");
   DevDims s{dims.batch,
             dims.heads_q,
@@ -341,8 +353,8 @@ size_t backward_t(const Dims& dims, const Mask& mask, T scale, const T* hq, cons
   Buffers buf;
   const T *q = buf.upload(hq, q_size), *k = buf.upload(hk, kv_size), *v = buf.upload(hv, kv_size),
           *d_out = buf.upload(hdo, q_size);
-  T *o = buf.alloc<T>(q_size), *lse = buf.alloc<T>(rows), *dd = buf.alloc<T>(rows), *dq = buf.alloc<T>(q_size),
-    *dk = buf.alloc<T>(kv_size), *dv = buf.alloc<T>(kv_size);
+  T *o = buf.alloc<T>(q_size), *lse = buf.alloc<T>(rows), *dd = buf.alloc<T>(rows),
+    *dq = buf.alloc<T>(q_size), *dk = buf.alloc<T>(kv_size), *dv = buf.alloc<T>(kv_size);
   DevMask m{mask.kind, mask.causal_offset, nullptr, nullptr};
   if (mask.kind == 2) m.key_lengths = buf.upload(mask.key_lengths, size_t(s.batch));
   if (mask.kind == 3) m.allowed = buf.upload(mask.allowed, size_t(s.batch) * s.nq * s.nk);
@@ -381,8 +393,9 @@ int device_count() {
   return count;
 }
 
-size_t backward(const Dims& dims, const Mask& mask, float scale, const float* q, const float* k, const float* v,
-                const float* d_out, float* o, float* lse, float* d, float* dq, float* dk, float* dv) {
+size_t backward(const Dims& dims, const Mask& mask, float scale, const float* q, const float* k,
+                const float* v, const float* d_out, float* o, float* lse, float* d, float* dq, float* dk,
+                float* dv) {
   return backward_t(dims, mask, scale, q, k, v, d_out, o, lse, d, dq, dk, dv);
 }
 

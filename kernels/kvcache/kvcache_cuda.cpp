@@ -6,13 +6,13 @@
 // tokens too, each as a query over its own first t + 1 keys) through one
 // paged decode-attention launch. Compiled to nothing without CUDA.
 #if KPROP_HAVE_CUDA
+#include "kernels/kvcache/kvcache_cuda.h"
+
 #include <algorithm>
 #include <deque>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include "kernels/kvcache/kvcache_cuda.h"
 
 namespace kprop::kvcache {
 

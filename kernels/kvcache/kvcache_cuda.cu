@@ -98,7 +98,7 @@ __global__ void attend_kernel(AttendArgs a) {
         s = a.alpha * dot;
       }
       const double m_new = fmax(m, warp_max(s));  // finite: lane 0 always holds a key
-      const double corr = exp(m - m_new);          // 0 on the first chunk
+      const double corr = exp(m - m_new);         // 0 on the first chunk
       const double p = j < n ? exp(s - m_new) : 0.0;
       l = l * corr + warp_sum(p);
       for (int c = 0; c < chunks_d; ++c) {  // the same trip count on every lane
@@ -197,7 +197,7 @@ void PagedPool::write(int n, const int* slots, const double* k, const double* v)
   const double* d_k = p.stage_k.upload(k, total);
   const double* d_v = p.stage_v.upload(v, total);
   write_kernel<<<std::min(blocks_for(total, 256), 1024u), 256>>>(n, p.width, d_slots, d_k, d_v, p.k.ptr,
-                                                                   p.v.ptr);
+                                                                 p.v.ptr);
   check(cudaGetLastError(), "write launch");
 }
 

@@ -35,8 +35,8 @@ class PagedPool {
   // table[j / page_size], slot j % page_size); query head h reads kv head
   // h / group. out (host) [n][Hq][D] = softmax(q·Kᵀ / sqrt(D)) V, online
   // softmax over 32-key chunks, fp64.
-  void attend(int n, int group, const double* q, const int* table_begin, const int* lengths, const int* tables,
-              int tables_size, double* out);
+  void attend(int n, int group, const double* q, const int* table_begin, const int* lengths,
+              const int* tables, int tables_size, double* out);
 
  private:
   struct Impl;
