@@ -104,18 +104,25 @@ run_one() {
     --format json --out "$base.json" >"$base.log" 2>&1
   local rc=$? errors status cell
   # memcheck, initcheck, synccheck: "ERROR SUMMARY: N errors";
-  # racecheck: "RACECHECK SUMMARY: H hazards displayed (E errors, W warnings)".
+  # racecheck: "RACECHECK SUMMARY: H hazards displayed (E errors, W warnings)",
+  # counted as E + W (the displayed H is capped).
   errors=$(grep -oE 'ERROR SUMMARY: [0-9]+ error' "$base.log" | tail -1 | grep -oE '[0-9]+')
-  if [ "$tool" = racecheck ]; then
-    local race
-    race=$(grep -oE 'RACECHECK SUMMARY: [0-9]+ hazard' "$base.log" | tail -1 | grep -oE '[0-9]+')
-    [ -n "$race" ] && { [ -z "$errors" ] || [ "$race" -gt "$errors" ]; } && errors=$race
+  if [ "$tool" = racecheck ]; then  # hazards: errors and warnings both count
+    local summary
+    summary=$(grep -oE 'RACECHECK SUMMARY: .*' "$base.log" | tail -1)
+    if [ -n "$summary" ]; then
+      local e w
+      e=$(echo "$summary" | grep -oE '[0-9]+ errors' | grep -oE '[0-9]+')
+      w=$(echo "$summary" | grep -oE '[0-9]+ warnings' | grep -oE '[0-9]+')
+      errors=$((${e:-0} + ${w:-0}))
+    fi
   fi
   status=$(status_of "$base.json")
   if [ -z "$errors" ]; then
     cell="no summary (rc $rc)"
   elif [ "$errors" != 0 ]; then
     cell="$errors errors"
+    [ "$tool" = racecheck ] && cell="$errors hazards"
   elif [ "$status" != passed ]; then
     cell="0 errors, run $status"
   elif [ "$rc" != 0 ]; then
