@@ -1,6 +1,24 @@
 #include "properties/attention/family.h"
 
+#if KPROP_HAVE_CUDA
+#include "kernels/attention/attention_bwd_cuda.h"
+#endif
+
 namespace kprop::attention {
+namespace {
+
+// The CUDA backward reports "skipped" (kprop::Unsupported) wherever it cannot
+// run: no CUDA compiler at build time, or no device at run time.
+BwdResult cuda_backward_or_skip([[maybe_unused]] const Case& c) {
+#if KPROP_HAVE_CUDA
+  if (cuda_bwd_raw::device_count() <= 0) throw Unsupported("no CUDA device");
+  return cuda_backward(c);
+#else
+  throw Unsupported("built without CUDA");
+#endif
+}
+
+}  // namespace
 
 KPROP_REGISTER_FAMILY(FwdTraits, [](FamilyDef<FwdTraits>& f) {
   f.implementation({"reference", ImplKind::reference, "fp64, materialized row by row, written for clarity"},
@@ -22,6 +40,13 @@ KPROP_REGISTER_FAMILY(BwdTraits, [](FamilyDef<BwdTraits>& f) {
       {"tiled_two_pass", ImplKind::optimized,
        "tiled forward, then rowsum(P ⊙ dP) in a first pass over the tiles and the gradients in a second"},
       tiled_two_pass);
+  f.implementation({"cuda", ImplKind::optimized,
+                    "CUDA, FlashAttention-2 order: forward (online softmax, one thread per row), "
+                    "D = rowsum(dO ⊙ O) pre-pass, dK/dV one block per (batch, kv head, key tile) over the "
+                    "group's query heads and tiles, dQ in a separate kernel per query tile (no atomics: "
+                    "deterministic); Bq×Bk tiles from the case in shared memory; f32 or f64 per case",
+                    "cuda"},
+                   cuda_backward_or_skip);
   for (const auto& m : backward_mutants()) f.mutant(m.name, m.description, m.run);
   register_backward_invariants(f);
   register_backward_external(f);

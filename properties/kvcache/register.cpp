@@ -1,6 +1,24 @@
 #include "properties/kvcache/family.h"
 
+#if KPROP_HAVE_CUDA
+#include "kernels/kvcache/kvcache_cuda.h"
+#endif
+
 namespace kprop::kvcache {
+namespace {
+
+// The CUDA engine reports "skipped" (kprop::Unsupported) wherever it cannot
+// run: no CUDA compiler at build time, or no device at run time.
+Result cuda_or_skip([[maybe_unused]] const Case& c) {
+#if KPROP_HAVE_CUDA
+  if (cuda_raw::device_count() <= 0) throw Unsupported("no CUDA device");
+  return cuda(c);
+#else
+  throw Unsupported("built without CUDA");
+#endif
+}
+
+}  // namespace
 
 KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
   f.implementation(
@@ -17,6 +35,13 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
       chunked_prefill);
   f.implementation(
       {"int8", ImplKind::optimized, "int8 cache, static per-channel scales, dequantized in attention"}, int8);
+  f.implementation({"cuda", ImplKind::optimized,
+                    "paged cache on a CUDA device, fp64: scheduler, block tables and LIFO free list on the "
+                    "host; pool, K/V writes and paged decode attention (one warp per query head, keys read "
+                    "through the block table, online softmax over 32-key chunks) on the device; prefill "
+                    "tokens go through the same kernel, each over its own first t + 1 keys",
+                    "cuda"},
+                   cuda_or_skip);
   for (const Mutant& m : mutants()) f.mutant(m.name, m.description, m.run);
   register_invariants(f);
   register_external(f);

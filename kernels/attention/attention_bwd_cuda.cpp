@@ -1,0 +1,48 @@
+// Case -> BwdResult wrapper around the CUDA backward (attention_bwd_cuda.cu);
+// compiled to nothing without CUDA.
+#if KPROP_HAVE_CUDA
+#include "kernels/attention/attention_bwd_cuda.h"
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace kprop::attention {
+namespace {
+
+template <typename T>
+std::vector<double> widen(const std::vector<T>& x) {
+  return std::vector<double>(x.begin(), x.end());
+}
+
+template <typename T>
+BwdResult run_typed(const Case& c) {
+  const Shape& s = c.shape;
+  const std::vector<T> q(c.q.begin(), c.q.end()), k(c.k.begin(), c.k.end()), v(c.v.begin(), c.v.end()),
+      d_out(c.d_out.begin(), c.d_out.end());
+  std::vector<T> o(s.q_size()), lse(s.rows()), d(s.rows()), dq(s.q_size()), dk(s.kv_size()), dv(s.kv_size());
+  const cuda_bwd_raw::Dims dims{s.batch, s.heads_q, s.heads_kv, s.nq, s.nk, s.dim, c.block_q, c.block_k};
+  cuda_bwd_raw::Mask mask;
+  mask.kind = static_cast<int>(c.mask);
+  mask.causal_offset = s.nk - s.nq;
+  mask.key_lengths = c.key_lengths.empty() ? nullptr : c.key_lengths.data();
+  mask.allowed = c.allowed.empty() ? nullptr : c.allowed.data();
+  const size_t peak =
+      cuda_bwd_raw::backward(dims, mask, static_cast<T>(effective_scale(c)), q.data(), k.data(), v.data(),
+                             d_out.data(), o.data(), lse.data(), d.data(), dq.data(), dk.data(), dv.data());
+  return {widen(o), widen(lse), widen(d), widen(dq), widen(dk), widen(dv), peak};
+}
+
+}  // namespace
+
+BwdResult cuda_backward(const Case& c) {
+  if (const std::string why = validate(c, true); !why.empty())
+    throw std::invalid_argument("attention.bwd case: " + why);
+  static_assert(static_cast<int>(MaskKind::none) == 0 && static_cast<int>(MaskKind::causal) == 1 &&
+                    static_cast<int>(MaskKind::key_padding) == 2 && static_cast<int>(MaskKind::boolean) == 3,
+                "cuda_bwd_raw::Mask numbers the kinds as MaskKind");
+  return c.dtype == DType::f32 ? run_typed<float>(c) : run_typed<double>(c);
+}
+
+}  // namespace kprop::attention
+#endif

@@ -1,0 +1,133 @@
+// The `cuda` implementation of attention.bwd. Without a device (or built
+// without CUDA) it must report skipped, never passed or failed; everything
+// that needs a device GTEST_SKIPs here and runs where a GPU is present.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "kernels/attention/attention.h"
+#include "kprop/runner.h"
+#include "kprop/spec.h"
+#include "properties/attention/family.h"
+#if KPROP_HAVE_CUDA
+#include "kernels/attention/attention_bwd_cuda.h"
+#endif
+
+namespace kprop::attention {
+namespace {
+
+const std::string kSpec = std::string(KPROP_SOURCE_DIR) + "/specs/flash_bwd.yaml";
+
+int devices() {
+#if KPROP_HAVE_CUDA
+  return cuda_bwd_raw::device_count();
+#else
+  return 0;
+#endif
+}
+
+const FamilyDef<BwdTraits>& family() {
+  const auto* f = dynamic_cast<const FamilyDef<BwdTraits>*>(Registry::instance().find("attention.bwd"));
+  EXPECT_NE(f, nullptr);
+  return *f;
+}
+
+size_t cuda_index() {
+  const auto& impls = family().implementations();
+  const auto it =
+      std::find_if(impls.begin(), impls.end(), [](const ImplInfo& i) { return i.name == "cuda"; });
+  EXPECT_NE(it, impls.end());
+  return static_cast<size_t>(it - impls.begin());
+}
+
+// GQA 4/2, Nq 7 > Nk 5 under a causal mask (the first two rows fully masked),
+// tiles 3x2 that divide neither length, small integer-ish values.
+Case gqa_case(DType dtype, MaskKind mask) {
+  Case c;
+  c.shape = {2, 4, 2, 7, 5, 3};
+  c.block_q = 3;
+  c.block_k = 2;
+  c.dtype = dtype;
+  c.mask = mask;
+  if (mask == MaskKind::key_padding) c.key_lengths = {0, 4};
+  if (mask == MaskKind::boolean)
+    for (int x = 0; x < 2 * 7 * 5; ++x) c.allowed.push_back(static_cast<uint8_t>((x * 7 % 3) != 0));
+  for (size_t i = 0; i < c.shape.q_size(); ++i)
+    c.q.push_back(0.25 * double(int(i * 7 % 9) - 4)), c.d_out.push_back(0.5 * double(int(i % 5) - 2));
+  for (size_t j = 0; j < c.shape.kv_size(); ++j)
+    c.k.push_back(0.25 * double(int(j * 5 % 7) - 3)), c.v.push_back(double(int(j * 3 % 11) - 5));
+  return c;
+}
+
+TEST(AttentionBwdCuda, RegisteredOnDeviceCuda) {
+  const ImplInfo& info = family().implementations()[cuda_index()];
+  EXPECT_EQ(info.device, "cuda");
+  EXPECT_EQ(info.kind, ImplKind::optimized);
+}
+
+TEST(AttentionBwdCuda, SkippedWithoutDevice) {
+  if (devices() > 0) GTEST_SKIP() << "a CUDA device is present";
+  RunOptions o;
+  o.target = "cuda";
+  o.seed = 1;
+  o.write_corpus = false;
+  const RunReport r = run_spec(load_spec(kSpec), o);
+  EXPECT_EQ(r.status, RunStatus::skipped);
+#if KPROP_HAVE_CUDA
+  EXPECT_EQ(r.detail, "skipped: no CUDA device");
+#else
+  EXPECT_EQ(r.detail, "skipped: built without CUDA");
+#endif
+  for (const auto& inv : r.invariants) EXPECT_EQ(inv.status, InvariantStatus::not_run) << inv.name;
+}
+
+TEST(AttentionBwdCuda, DirectCallThrowsUnsupportedWithoutDevice) {
+  if (devices() > 0) GTEST_SKIP() << "a CUDA device is present";
+  EXPECT_THROW(family().run(cuda_index(), gqa_case(DType::f64, MaskKind::none)), Unsupported);
+}
+
+// --- device only
+
+TEST(AttentionBwdCuda, MatchesTheTiledCpuKernelOnEveryMask) {
+  if (devices() == 0) GTEST_SKIP() << "needs a CUDA device";
+  for (DType dtype : {DType::f64, DType::f32})
+    for (MaskKind mask : {MaskKind::none, MaskKind::causal, MaskKind::key_padding, MaskKind::boolean}) {
+      const Case c = gqa_case(dtype, mask);
+      const BwdResult got = family().run(cuda_index(), c), want = reference_backward(c);
+      // |values| <= 5, D = 3, Nk = 5: gradients are O(100); f32 rounding of a
+      // few dozen terms stays far under 1e-3 of that, f64 under 1e-10.
+      const double tol = dtype == DType::f64 ? 1e-10 : 1e-3;
+      for (auto field : {&BwdResult::dq, &BwdResult::dk, &BwdResult::dv, &BwdResult::d}) {
+        ASSERT_EQ((got.*field).size(), (want.*field).size());
+        for (size_t i = 0; i < (want.*field).size(); ++i)
+          ASSERT_NEAR((got.*field)[i], (want.*field)[i], tol) << mask_name(mask) << " " << dtype_name(dtype);
+      }
+      EXPECT_GT(got.workspace_peak, 0u);
+    }
+}
+
+TEST(AttentionBwdCuda, IsBitwiseDeterministic) {
+  if (devices() == 0) GTEST_SKIP() << "needs a CUDA device";
+  const Case c = gqa_case(DType::f32, MaskKind::causal);
+  const BwdResult a = family().run(cuda_index(), c), b = family().run(cuda_index(), c);
+  EXPECT_EQ(a.dq, b.dq);
+  EXPECT_EQ(a.dk, b.dk);
+  EXPECT_EQ(a.dv, b.dv);
+}
+
+TEST(AttentionBwdCuda, PassesTheSpecOnDevice) {
+  if (devices() == 0) GTEST_SKIP() << "needs a CUDA device";
+  for (uint64_t seed : {11u, 12u}) {
+    RunOptions o;
+    o.target = "cuda";
+    o.seed = seed;
+    o.trials = 100;
+    o.write_corpus = false;
+    EXPECT_EQ(run_spec(load_spec(kSpec), o).status, RunStatus::passed) << "seed " << seed;
+  }
+}
+
+}  // namespace
+}  // namespace kprop::attention
