@@ -1,6 +1,24 @@
 #include "properties/attention/family.h"
 
+#if KPROP_HAVE_CUDA
+#include "kernels/attention/attention_cuda.h"
+#endif
+
 namespace kprop::attention {
+namespace {
+
+// The CUDA forward reports "skipped" (kprop::Unsupported) wherever it cannot
+// run: no CUDA compiler at build time, or no device at run time.
+FwdResult cuda_forward_or_skip([[maybe_unused]] const Case& c) {
+#if KPROP_HAVE_CUDA
+  if (cuda_raw::device_count() <= 0) throw Unsupported("no CUDA device");
+  return cuda_forward(c);
+#else
+  throw Unsupported("built without CUDA");
+#endif
+}
+
+}  // namespace
 
 KPROP_REGISTER_FAMILY(FwdTraits, [](FamilyDef<FwdTraits>& f) {
   f.implementation({"reference", ImplKind::reference, "fp64, materialized row by row, written for clarity"},
