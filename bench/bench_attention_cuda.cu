@@ -29,6 +29,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kernels/attention/attention_cuda.h"
@@ -44,7 +45,8 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 void check(cublasStatus_t e, const char* what) {
-  if (e != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string(what) + ": cuBLAS status " + std::to_string(int(e)));
+  if (e != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string(what) + ": cuBLAS status " + std::to_string(int(e)));
 }
 
 // Uniform values in [-1, 1) from a hash of the index (deterministic, never 0 everywhere).
@@ -104,7 +106,7 @@ struct Config {
   cr::Half type;
   int n, dim;
   bool causal;
-  int warps = 0;
+  int warps = 0, rows_per_warp = 0;
   int batch() const { return std::max(1, 16384 / n); }
   int heads() const { return 2048 / dim; }
   double flops() const { return 4.0 * batch() * heads() * double(n) * n * dim * (causal ? 0.5 : 1.0); }
@@ -126,7 +128,10 @@ struct Buffers {
         void* p = nullptr;
         check(cudaMalloc(&p, elems * 2), "cudaMalloc");
         list->push_back(p);
-        const uint32_t seed = uint32_t(0x1234567u * (i + 1) + list->size() * 77u + (list == &q ? 1u : list == &k ? 2u : 3u));
+        const uint32_t seed = uint32_t(0x1234567u * (i + 1) + list->size() * 77u +
+                                       (list == &q   ? 1u
+                                        : list == &k ? 2u
+                                                     : 3u));
         if (c.type == cr::Half::f16)
           fill_kernel<__half><<<1024, 256>>>(static_cast<__half*>(p), elems, seed);
         else
@@ -136,7 +141,8 @@ struct Buffers {
     check(cudaMalloc(&o, elems * 2), "cudaMalloc");
     check(cudaMalloc(reinterpret_cast<void**>(&lse), size_t(c.batch()) * c.heads() * c.n * sizeof(float)),
           "cudaMalloc");
-    if (baseline) check(cudaMalloc(&s, size_t(c.batch()) * c.heads() * size_t(c.n) * c.n * 2), "cudaMalloc S");
+    if (baseline)
+      check(cudaMalloc(&s, size_t(c.batch()) * c.heads() * size_t(c.n) * c.n * 2), "cudaMalloc S");
     check(cudaDeviceSynchronize(), "fill");
   }
   ~Buffers() {
@@ -193,9 +199,10 @@ void flash(benchmark::State& state, Config c) {
   try {
     Buffers buf(c, false);
     cr::TcParams p;
-    p.type = c.type, p.batch = c.batch(), p.heads_q = p.heads_kv = c.heads(), p.nq = p.nk = c.n, p.dim = c.dim;
+    p.type = c.type, p.batch = c.batch(), p.heads_q = p.heads_kv = c.heads(), p.nq = p.nk = c.n,
+    p.dim = c.dim;
     p.mask = c.causal ? cr::TcMask::causal : cr::TcMask::none;
-    p.o = buf.o, p.lse = buf.lse, p.warps = c.warps;
+    p.o = buf.o, p.lse = buf.lse, p.warps = c.warps, p.rows_per_warp = c.rows_per_warp;
     const double med = run_timed(state, c, [&](int set) {
       p.q = buf.q[size_t(set)], p.k = buf.k[size_t(set)], p.v = buf.v[size_t(set)];
       cr::tc_forward_async(p, nullptr);
@@ -216,19 +223,21 @@ void materialized(benchmark::State& state, Config c) {
     const float scale = 1.f / std::sqrt(float(d)), one = 1.f, zero = 0.f;
     const double med = run_timed(state, c, [&](int set) {
       // Column-major views: Sᵀ (Nk×Nq) = Kᵀᵀ·Qᵀ, Oᵀ (D×Nq) = Vᵀ·Pᵀ.
-      check(cublasGemmStridedBatchedEx(g_cublas, CUBLAS_OP_T, CUBLAS_OP_N, n, n, d, &scale, buf.k[size_t(set)], t, d,
-                                       qkv_stride, buf.q[size_t(set)], t, d, qkv_stride, &zero, buf.s, t, n, s_stride,
-                                       batches, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-            "gemm QK");
+      check(
+          cublasGemmStridedBatchedEx(g_cublas, CUBLAS_OP_T, CUBLAS_OP_N, n, n, d, &scale, buf.k[size_t(set)],
+                                     t, d, qkv_stride, buf.q[size_t(set)], t, d, qkv_stride, &zero, buf.s, t,
+                                     n, s_stride, batches, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "gemm QK");
       if (c.type == cr::Half::f16)
-        softmax_rows<__half><<<unsigned(size_t(batches) * n), 256>>>(static_cast<__half*>(buf.s), n, n, c.causal);
+        softmax_rows<__half>
+            <<<unsigned(size_t(batches) * n), 256>>>(static_cast<__half*>(buf.s), n, n, c.causal);
       else
         softmax_rows<__nv_bfloat16>
             <<<unsigned(size_t(batches) * n), 256>>>(static_cast<__nv_bfloat16*>(buf.s), n, n, c.causal);
       check(cudaGetLastError(), "softmax");
-      check(cublasGemmStridedBatchedEx(g_cublas, CUBLAS_OP_N, CUBLAS_OP_N, d, n, n, &one, buf.v[size_t(set)], t, d,
-                                       qkv_stride, buf.s, t, n, s_stride, &zero, buf.o, t, d, qkv_stride, batches,
-                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      check(cublasGemmStridedBatchedEx(g_cublas, CUBLAS_OP_N, CUBLAS_OP_N, d, n, n, &one, buf.v[size_t(set)],
+                                       t, d, qkv_stride, buf.s, t, n, s_stride, &zero, buf.o, t, d,
+                                       qkv_stride, batches, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
             "gemm PV");
     });
     g_results[c.name()].base_ms = med;
@@ -242,7 +251,8 @@ void ceiling_gemm(benchmark::State& state) {
   if (!have_device()) return state.SkipWithError("no CUDA device");
   const int n = 8192;
   void *a = nullptr, *b = nullptr, *d = nullptr;
-  check(cudaMalloc(&a, size_t(n) * n * 2), "cudaMalloc"), check(cudaMalloc(&b, size_t(n) * n * 2), "cudaMalloc");
+  check(cudaMalloc(&a, size_t(n) * n * 2), "cudaMalloc"),
+      check(cudaMalloc(&b, size_t(n) * n * 2), "cudaMalloc");
   check(cudaMalloc(&d, size_t(n) * n * 2), "cudaMalloc");
   fill_kernel<__half><<<1024, 256>>>(static_cast<__half*>(a), size_t(n) * n, 1);
   fill_kernel<__half><<<1024, 256>>>(static_cast<__half*>(b), size_t(n) * n, 2);
@@ -251,13 +261,13 @@ void ceiling_gemm(benchmark::State& state) {
   cudaEventCreate(&e0), cudaEventCreate(&e1);
   std::vector<double> ms;
   for (int i = 0; i < 3; ++i)
-    check(cublasGemmEx(g_cublas, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16F, n, b, CUDA_R_16F, n, &zero,
-                       d, CUDA_R_16F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+    check(cublasGemmEx(g_cublas, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16F, n, b, CUDA_R_16F, n,
+                       &zero, d, CUDA_R_16F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
           "gemm");
   for (auto _ : state) {
     cudaEventRecord(e0);
-    check(cublasGemmEx(g_cublas, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16F, n, b, CUDA_R_16F, n, &zero,
-                       d, CUDA_R_16F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+    check(cublasGemmEx(g_cublas, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16F, n, b, CUDA_R_16F, n,
+                       &zero, d, CUDA_R_16F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
           "gemm");
     cudaEventRecord(e1);
     cudaEventSynchronize(e1);
@@ -309,32 +319,42 @@ int main(int argc, char** argv) {
       for (int dim : {64, 128})
         for (bool causal : {false, true}) configs.push_back({type, n, dim, causal});
   for (const Config& c : configs) {
-    benchmark::RegisterBenchmark(("flash/" + c.name()).c_str(), flash, c)->UseManualTime()->MinTime(0.1)->Unit(
-        benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("flash/" + c.name()).c_str(), flash, c)
+        ->UseManualTime()
+        ->MinTime(0.1)
+        ->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark(("materialized/" + c.name()).c_str(), materialized, c)
         ->UseManualTime()
         ->MinTime(0.1)
         ->Unit(benchmark::kMillisecond);
   }
-  for (int dim : {64, 128})  // both warp counts at the goal shape
+  for (int dim : {64, 128})  // every tiling at the goal shape: warps x rows per warp
     for (bool causal : {false, true})
-      for (int warps : {4, 8}) {
-        Config c{cr::Half::f16, 4096, dim, causal, warps};
-        benchmark::RegisterBenchmark(("flash_warps" + std::to_string(warps) + "/" + c.name()).c_str(), flash, c)
+      for (const auto& tiling : {std::pair{4, 16}, std::pair{8, 16}, std::pair{4, 32}}) {
+        Config c{cr::Half::f16, 4096, dim, causal, tiling.first, tiling.second};
+        benchmark::RegisterBenchmark(("flash_tiling" + std::to_string(tiling.first) + "x" +
+                                      std::to_string(tiling.second) + "/" + c.name())
+                                         .c_str(),
+                                     flash, c)
             ->UseManualTime()
             ->MinTime(0.1)
             ->Unit(benchmark::kMillisecond);
       }
-  benchmark::RegisterBenchmark("ceiling/gemm_f16_8192", ceiling_gemm)->UseManualTime()->MinTime(0.1)->Unit(
-      benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("ceiling/copy_2GiB", ceiling_copy)->UseManualTime()->MinTime(0.1)->Unit(
-      benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("ceiling/gemm_f16_8192", ceiling_gemm)
+      ->UseManualTime()
+      ->MinTime(0.1)
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("ceiling/copy_2GiB", ceiling_copy)
+      ->UseManualTime()
+      ->MinTime(0.1)
+      ->Unit(benchmark::kMillisecond);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   if (!g_results.empty()) {
-    std::printf("\n%-24s %10s %9s %7s %12s %9s\n", "case", "flash ms", "TFLOP/s", "%peak", "material. ms", "speed-up");
+    std::printf("\n%-24s %10s %9s %7s %12s %9s\n", "case", "flash ms", "TFLOP/s", "%peak", "material. ms",
+                "speed-up");
     for (const Config& c : configs) {
       const auto it = g_results.find(c.name());
       if (it == g_results.end() || it->second.flash_ms <= 0) continue;

@@ -23,13 +23,12 @@
 // the A operand of O += P·V (V through ldmatrix.trans). Tiles past the last
 // visible key are skipped (causal, key_padding); masks are applied only on
 // tiles that cross a boundary.
-#include "kernels/attention/attention_cuda.h"
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "kernels/attention/attention_cuda.h"
 #include "kernels/attention/attention_cuda_common.cuh"
 
 namespace kprop::attention::cuda_raw {
@@ -68,10 +67,18 @@ size_t generic_smem_elems(int bq, int bk, int dim) {
   return size_t(2) * bq * dim + size_t(2) * bk * dim + size_t(bq) * bk + size_t(3) * bq;
 }
 
-__device__ __forceinline__ float ex(float x) { return expf(x); }
-__device__ __forceinline__ double ex(double x) { return exp(x); }
-__device__ __forceinline__ float lg(float x) { return logf(x); }
-__device__ __forceinline__ double lg(double x) { return log(x); }
+__device__ __forceinline__ float ex(float x) {
+  return expf(x);
+}
+__device__ __forceinline__ double ex(double x) {
+  return exp(x);
+}
+__device__ __forceinline__ float lg(float x) {
+  return logf(x);
+}
+__device__ __forceinline__ double lg(double x) {
+  return log(x);
+}
 
 template <typename T>
 __global__ void __launch_bounds__(kGenericThreads) generic_forward_kernel(GenericArgs<T> a) {
@@ -170,7 +177,8 @@ size_t generic_forward(const HostProblem& p, T scale, const T* q, const T* k, co
   int dev = 0;
   check(cudaGetDevice(&dev), "cudaGetDevice");
   int optin = 0;
-  check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "cudaDeviceGetAttribute");
+  check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+        "cudaDeviceGetAttribute");
   while (generic_smem_elems<T>(bq, bk, p.dim) * sizeof(T) > size_t(optin)) {
     if (bq == 1 && bk == 1) throw std::runtime_error("attention cuda forward: head dimension too large");
     if (bq >= bk)
@@ -179,11 +187,12 @@ size_t generic_forward(const HostProblem& p, T scale, const T* q, const T* k, co
       bk = (bk + 1) / 2;
   }
   const size_t smem = generic_smem_elems<T>(bq, bk, p.dim) * sizeof(T);
-  check(cudaFuncSetAttribute(generic_forward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-        "cudaFuncSetAttribute");
+  check(
+      cudaFuncSetAttribute(generic_forward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+      "cudaFuncSetAttribute");
 
-  const size_t qn = size_t(p.batch) * p.heads_q * p.nq * p.dim, kvn = size_t(p.batch) * p.heads_kv * p.nk * p.dim,
-               rows = size_t(p.batch) * p.heads_q * p.nq;
+  const size_t qn = size_t(p.batch) * p.heads_q * p.nq * p.dim,
+               kvn = size_t(p.batch) * p.heads_kv * p.nk * p.dim, rows = size_t(p.batch) * p.heads_q * p.nq;
   DeviceBuffer<T> dq(qn), dk(kvn), dv(kvn), d_o(qn), dlse(rows);
   DeviceBuffer<int> dlen(p.mask == 2 ? size_t(p.batch) : 0);
   DeviceBuffer<uint8_t> dallowed(p.mask == 3 ? size_t(p.batch) * p.nq * p.nk : 0);
@@ -194,8 +203,8 @@ size_t generic_forward(const HostProblem& p, T scale, const T* q, const T* k, co
   if (qn) check(cudaMemset(d_o.ptr, 0xFF, qn * sizeof(T)), "cudaMemset");
   check(cudaMemset(dlse.ptr, 0xFF, rows * sizeof(T)), "cudaMemset");
 
-  GenericArgs<T> a{p.heads_q, p.heads_kv, p.nq,   p.nk,        p.dim,         bq,   bk,     p.mask, p.causal_offset,
-                   dlen.ptr,  dallowed.ptr, scale, dq.ptr,     dk.ptr,        dv.ptr, d_o.ptr, dlse.ptr};
+  GenericArgs<T> a{p.heads_q, p.heads_kv,   p.nq,  p.nk,   p.dim,  bq,     bk,      p.mask,  p.causal_offset,
+                   dlen.ptr,  dallowed.ptr, scale, dq.ptr, dk.ptr, dv.ptr, d_o.ptr, dlse.ptr};
   const dim3 grid(unsigned((p.nq + bq - 1) / bq), unsigned(p.heads_q), unsigned(p.batch));
   generic_forward_kernel<T><<<grid, kGenericThreads, smem>>>(a);
   check(cudaGetLastError(), "attention forward launch");
@@ -237,13 +246,17 @@ __device__ __forceinline__ void load_tile(Elem* tile, const Elem* g, int row0, i
   }
 }
 
+// kMt: 16-row m-tiles per warp (1 or 2; with 2 every K and V fragment read
+// from shared memory feeds two MMAs). Q fragments stay in registers unless
+// that would not fit (kMt = 2 at D = 128: re-read from shared memory).
 // kBug: the test's planted bug (the running-max correction inverted,
 // exp2(m_new − m_old)); compiled into one extra instantiation only.
-template <typename Elem, int D, int kWarps, bool kBug = false>
+template <typename Elem, int D, int kWarps, int kMt, bool kBug = false>
 __global__ void __launch_bounds__(kWarps * 32) tc_forward_kernel(TcArgs a) {
   using cuda_detail::swizzle;
   using M = cuda_detail::Mma<Elem>;
-  constexpr int kThreads = kWarps * 32, Bq = 16 * kWarps, kDt = D / 8, kSt = kBk / 8;
+  constexpr int kThreads = kWarps * 32, Bq = 16 * kMt * kWarps, kDt = D / 8, kSt = kBk / 8;
+  constexpr bool kQInRegs = kMt == 1 || D <= 64;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   Elem* qs = reinterpret_cast<Elem*>(smem_raw);
   Elem* ks = qs + Bq * D;       // two buffers of kBk × D
@@ -263,11 +276,16 @@ __global__ void __launch_bounds__(kWarps * 32) tc_forward_kernel(TcArgs a) {
   if (a.mask == 1) key_end = max(0, min(key_end, i0 + Bq + a.offset));
   const int n_tiles = (key_end + kBk - 1) / kBk;
 
-  float acc[kDt][4];
+  float acc[kMt][kDt][4];
+  float m[kMt][2], l[kMt][2];
 #pragma unroll
-  for (int n = 0; n < kDt; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-  float m[2] = {neg_inf, neg_inf}, l[2] = {0.f, 0.f};
-  uint32_t qf[D / 16][4];
+  for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+    for (int n = 0; n < kDt; ++n) acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.f;
+    m[mt][0] = m[mt][1] = neg_inf;
+    l[mt][0] = l[mt][1] = 0.f;
+  }
+  uint32_t qf[kQInRegs ? kMt : 1][kQInRegs ? D / 16 : 1][4];
 
   if (n_tiles > 0) {
     load_tile<Elem, D, Bq, kThreads>(qs, qg, i0, a.nq);
@@ -275,7 +293,7 @@ __global__ void __launch_bounds__(kWarps * 32) tc_forward_kernel(TcArgs a) {
     load_tile<Elem, D, kBk, kThreads>(vs, vg, 0, a.nk);
     cuda_detail::cp_async_commit();
   }
-  const int row_a = i0 + warp * 16 + g, row_b = row_a + 8;
+  const int row0 = i0 + warp * kMt * 16 + g;  // row of (mt, r): row0 + mt·16 + r·8
   for (int tile = 0; tile < n_tiles; ++tile) {
     const int buf = tile & 1, j0 = tile * kBk;
     if (tile + 1 < n_tiles) {
@@ -287,79 +305,109 @@ __global__ void __launch_bounds__(kWarps * 32) tc_forward_kernel(TcArgs a) {
       cuda_detail::cp_async_wait<0>();
     }
     __syncthreads();
-    if (tile == 0) {
+    if (kQInRegs && tile == 0) {
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk)
-        cuda_detail::ldmatrix_x4(qf[kk], qs + swizzle<D>(warp * 16 + lane % 16, kk * 2 + lane / 16));
+      for (int mt = 0; mt < (kQInRegs ? kMt : 1); ++mt)
+#pragma unroll
+        for (int kk = 0; kk < (kQInRegs ? D / 16 : 1); ++kk)
+          cuda_detail::ldmatrix_x4(qf[mt][kk],
+                                   qs + swizzle<D>((warp * kMt + mt) * 16 + lane % 16, kk * 2 + lane / 16));
     }
     const Elem* kt = ks + buf * kBk * D;
     const Elem* vt = vs + buf * kBk * D;
 
-    // S = Q Kᵀ for this warp's 16 rows and the tile's 64 keys.
-    float s[kSt][4];
+    // S = Q Kᵀ for this warp's rows and the tile's 64 keys.
+    float s[kMt][kSt][4];
 #pragma unroll
-    for (int n = 0; n < kSt; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+      for (int n = 0; n < kSt; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t qa[kMt][4];
+      if (!kQInRegs) {
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt)
+          cuda_detail::ldmatrix_x4(qa[mt],
+                                   qs + swizzle<D>((warp * kMt + mt) * 16 + lane % 16, kk * 2 + lane / 16));
+      }
 #pragma unroll
       for (int np = 0; np < kSt / 2; ++np) {
         uint32_t kb[4];
-        cuda_detail::ldmatrix_x4(kb, kt + swizzle<D>(np * 16 + lane % 8 + (lane / 16) * 8, kk * 2 + (lane / 8) % 2));
-        M::run(s[2 * np], qf[kk], kb[0], kb[1]);
-        M::run(s[2 * np + 1], qf[kk], kb[2], kb[3]);
+        cuda_detail::ldmatrix_x4(
+            kb, kt + swizzle<D>(np * 16 + lane % 8 + (lane / 16) * 8, kk * 2 + (lane / 8) % 2));
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+          const uint32_t(&af)[4] = kQInRegs ? qf[kQInRegs ? mt : 0][kQInRegs ? kk : 0] : qa[mt];
+          M::run(s[mt][2 * np], af, kb[0], kb[1]);
+          M::run(s[mt][2 * np + 1], af, kb[2], kb[3]);
+        }
       }
     }
 
     // Scores in the base-2 domain, masked where the tile crosses a boundary.
     const bool need_mask = j0 + kBk > key_limit || (a.mask == 1 && j0 + kBk - 1 > i0 + a.offset);
 #pragma unroll
-    for (int n = 0; n < kSt; ++n)
+    for (int mt = 0; mt < kMt; ++mt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = s[n][e] * a.scale_log2;
-        if (need_mask) {
-          const int col = j0 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row_a : row_b;
-          if (col >= key_limit || (a.mask == 1 && col > row + a.offset)) x = neg_inf;
+      for (int n = 0; n < kSt; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float x = s[mt][n][e] * a.scale_log2;
+          if (need_mask) {
+            const int col = j0 + n * 8 + 2 * t + (e & 1), row = row0 + mt * 16 + (e / 2) * 8;
+            if (col >= key_limit || (a.mask == 1 && col > row + a.offset)) x = neg_inf;
+          }
+          s[mt][n][e] = x;
         }
-        s[n][e] = x;
+
+        // Online softmax on the rows this thread holds (r = 0: row g, 1: g + 8).
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx = m[mt][r];
+#pragma unroll
+        for (int n = 0; n < kSt; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * r], s[mt][n][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float base = mx == neg_inf ? 0.f : mx;  // nothing visible yet: every P is exp2(−inf) = 0
+        float corr = exp2f(m[mt][r] - base);          // m = −inf: 0
+        if (kBug) corr = m[mt][r] == neg_inf ? 0.f : exp2f(base - m[mt][r]);
+        float sum = 0.f;
+#pragma unroll
+        for (int n = 0; n < kSt; ++n) {
+          s[mt][n][2 * r] = exp2f(s[mt][n][2 * r] - base);
+          s[mt][n][2 * r + 1] = exp2f(s[mt][n][2 * r + 1] - base);
+          sum += s[mt][n][2 * r] + s[mt][n][2 * r + 1];
+        }
+        l[mt][r] = l[mt][r] * corr + sum;  // this thread's columns; the quad is summed at the end
+        m[mt][r] = mx;
+#pragma unroll
+        for (int n = 0; n < kDt; ++n) acc[mt][n][2 * r] *= corr, acc[mt][n][2 * r + 1] *= corr;
       }
 
-    // Online softmax on the two rows this thread holds (r = 0: row g, 1: g + 8).
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = m[r];
-#pragma unroll
-      for (int n = 0; n < kSt; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float base = mx == neg_inf ? 0.f : mx;  // nothing visible yet: every P is exp2(−inf) = 0
-      float corr = exp2f(m[r] - base);  // m = −inf: 0
-      if (kBug) corr = m[r] == neg_inf ? 0.f : exp2f(base - m[r]);
-      float sum = 0.f;
-#pragma unroll
-      for (int n = 0; n < kSt; ++n) {
-        s[n][2 * r] = exp2f(s[n][2 * r] - base);
-        s[n][2 * r + 1] = exp2f(s[n][2 * r + 1] - base);
-        sum += s[n][2 * r] + s[n][2 * r + 1];
-      }
-      l[r] = l[r] * corr + sum;  // this thread's columns; the quad is summed at the end
-      m[r] = mx;
-#pragma unroll
-      for (int n = 0; n < kDt; ++n) acc[n][2 * r] *= corr, acc[n][2 * r + 1] *= corr;
-    }
-
-    // O += P V, P from the score registers (rounded to Elem).
+      // O += P V, P from the score registers (rounded to Elem).
 #pragma unroll
     for (int kk = 0; kk < kBk / 16; ++kk) {
-      const uint32_t pa[4] = {M::pack(s[2 * kk][0], s[2 * kk][1]), M::pack(s[2 * kk][2], s[2 * kk][3]),
-                              M::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              M::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      uint32_t pa[kMt][4];
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+        pa[mt][0] = M::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        pa[mt][1] = M::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        pa[mt][2] = M::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        pa[mt][3] = M::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int dp = 0; dp < D / 16; ++dp) {
         uint32_t vb[4];
-        cuda_detail::ldmatrix_x4_trans(vb, vt + swizzle<D>(kk * 16 + lane % 8 + ((lane / 8) % 2) * 8, dp * 2 + lane / 16));
-        M::run(acc[2 * dp], pa, vb[0], vb[1]);
-        M::run(acc[2 * dp + 1], pa, vb[2], vb[3]);
+        cuda_detail::ldmatrix_x4_trans(
+            vb, vt + swizzle<D>(kk * 16 + lane % 8 + ((lane / 8) % 2) * 8, dp * 2 + lane / 16));
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+          M::run(acc[mt][2 * dp], pa[mt], vb[0], vb[1]);
+          M::run(acc[mt][2 * dp + 1], pa[mt], vb[2], vb[3]);
+        }
       }
     }
     __syncthreads();  // the next iteration's copy overwrites this buffer
@@ -369,51 +417,56 @@ __global__ void __launch_bounds__(kWarps * 32) tc_forward_kernel(TcArgs a) {
   Elem* og = static_cast<Elem*>(a.o) + (size_t(b) * a.hq + h) * size_t(a.nq) * D;
   float* lg = a.lse + (size_t(b) * a.hq + h) * size_t(a.nq);
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float lr = l[r];
-    lr += __shfl_xor_sync(0xffffffffu, lr, 1);
-    lr += __shfl_xor_sync(0xffffffffu, lr, 2);
-    const int row = r == 0 ? row_a : row_b;
-    if (row >= a.nq) continue;
-    const float inv = lr > 0.f ? 1.f / lr : 0.f;
+  for (int mt = 0; mt < kMt; ++mt)
 #pragma unroll
-    for (int n = 0; n < kDt; ++n) {
-      const uint32_t packed = M::pack(acc[n][2 * r] * inv, acc[n][2 * r + 1] * inv);
-      *reinterpret_cast<uint32_t*>(og + size_t(row) * D + n * 8 + 2 * t) = packed;
+    for (int r = 0; r < 2; ++r) {
+      float lr = l[mt][r];
+      lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+      lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+      const int row = row0 + mt * 16 + r * 8;
+      if (row >= a.nq) continue;
+      const float inv = lr > 0.f ? 1.f / lr : 0.f;
+#pragma unroll
+      for (int n = 0; n < kDt; ++n) {
+        const uint32_t packed = M::pack(acc[mt][n][2 * r] * inv, acc[mt][n][2 * r + 1] * inv);
+        *reinterpret_cast<uint32_t*>(og + size_t(row) * D + n * 8 + 2 * t) = packed;
+      }
+      if (t == 0) lg[row] = lr > 0.f ? m[mt][r] * 0.69314718055994531f + logf(lr) : neg_inf;
     }
-    if (t == 0) lg[row] = lr > 0.f ? m[r] * 0.69314718055994531f + logf(lr) : neg_inf;
-  }
 }
 
-template <typename Elem, int D, int kWarps, bool kBug = false>
+template <typename Elem, int D, int kWarps, int kMt, bool kBug = false>
 void launch_tc(const TcParams& p, const TcArgs& a, cudaStream_t stream) {
-  constexpr size_t smem = tc_smem_bytes<D, kWarps>();
+  constexpr size_t smem = tc_smem_bytes<D, kWarps * kMt>();
   static const bool configured = [] {
-    check(cudaFuncSetAttribute(tc_forward_kernel<Elem, D, kWarps, kBug>,
+    check(cudaFuncSetAttribute(tc_forward_kernel<Elem, D, kWarps, kMt, kBug>,
                                cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
           "cudaFuncSetAttribute");
     return true;
   }();
   (void)configured;
-  constexpr int Bq = 16 * kWarps;
+  constexpr int Bq = 16 * kMt * kWarps;
   const dim3 grid(unsigned((p.nq + Bq - 1) / Bq), unsigned(p.heads_q), unsigned(p.batch));
-  tc_forward_kernel<Elem, D, kWarps, kBug><<<grid, kWarps * 32, smem, stream>>>(a);
+  tc_forward_kernel<Elem, D, kWarps, kMt, kBug><<<grid, kWarps * 32, smem, stream>>>(a);
   check(cudaGetLastError(), "attention tensor-core forward launch");
 }
 
+template <typename Elem, int D>
+void dispatch_tc_d(const TcParams& p, const TcArgs& a, cudaStream_t stream, int warps, int rows) {
+  if (rows == 32)
+    launch_tc<Elem, D, 4, 2>(p, a, stream);
+  else if (warps == 8)
+    launch_tc<Elem, D, 8, 1>(p, a, stream);
+  else
+    launch_tc<Elem, D, 4, 1>(p, a, stream);
+}
+
 template <typename Elem>
-void dispatch_tc(const TcParams& p, const TcArgs& a, cudaStream_t stream, int warps) {
-  if (p.dim == 64) {
-    if (warps == 8)
-      launch_tc<Elem, 64, 8>(p, a, stream);
-    else
-      launch_tc<Elem, 64, 4>(p, a, stream);
-  } else {
-    if (warps == 8)
-      launch_tc<Elem, 128, 8>(p, a, stream);
-    else
-      launch_tc<Elem, 128, 4>(p, a, stream);
-  }
+void dispatch_tc(const TcParams& p, const TcArgs& a, cudaStream_t stream, int warps, int rows) {
+  if (p.dim == 64)
+    dispatch_tc_d<Elem, 64>(p, a, stream, warps, rows);
+  else
+    dispatch_tc_d<Elem, 128>(p, a, stream, warps, rows);
 }
 
 }  // namespace
@@ -437,6 +490,10 @@ bool tc_supported(const TcParams& p, const char** why) {
     reason = "heads_q must be a multiple of heads_kv";
   else if (p.warps != 0 && p.warps != 4 && p.warps != 8)
     reason = "warps must be 0, 4 or 8";
+  else if (p.rows_per_warp != 0 && p.rows_per_warp != 16 && p.rows_per_warp != 32)
+    reason = "rows_per_warp must be 0, 16 or 32";
+  else if (p.rows_per_warp == 32 && p.warps == 8)
+    reason = "32 rows per warp runs with 4 warps";
   else if (p.mask == TcMask::key_padding && p.key_lengths == nullptr)
     reason = "key_padding needs key_lengths";
   else if (p.planted_bug && (p.type != Half::f16 || p.dim != 64))
@@ -449,16 +506,18 @@ void tc_forward_async(const TcParams& p, void* stream) {
   const char* why = nullptr;
   if (!tc_supported(p, &why)) throw std::runtime_error(std::string("attention tensor-core forward: ") + why);
   const float scale = p.scale != 0 ? p.scale : 1.f / std::sqrt(float(p.dim));
-  const TcArgs a{p.heads_q, p.heads_kv, p.nq, p.nk, int(p.mask), p.nk - p.nq, p.key_lengths,
-                 scale * 1.4426950408889634f, p.q, p.k, p.v, p.o, p.lse};
-  const int warps = p.warps != 0 ? p.warps : (p.dim == 64 ? 8 : 4);
+  const TcArgs a{
+      p.heads_q, p.heads_kv, p.nq, p.nk, int(p.mask), p.nk - p.nq, p.key_lengths, scale * 1.4426950408889634f,
+      p.q,       p.k,        p.v,  p.o,  p.lse};
+  const int warps = p.warps != 0 ? p.warps : 4;
+  const int rows = p.rows_per_warp != 0 ? p.rows_per_warp : (p.warps == 0 ? 32 : 16);
   const auto s = static_cast<cudaStream_t>(stream);
   if (p.planted_bug)
-    launch_tc<__half, 64, 4, true>(p, a, s);
+    launch_tc<__half, 64, 4, 1, true>(p, a, s);
   else if (p.type == Half::f16)
-    dispatch_tc<__half>(p, a, s, warps);
+    dispatch_tc<__half>(p, a, s, warps, rows);
   else
-    dispatch_tc<__nv_bfloat16>(p, a, s, warps);
+    dispatch_tc<__nv_bfloat16>(p, a, s, warps, rows);
 }
 
 float round_half(Half type, float x) {
@@ -467,7 +526,7 @@ float round_half(Half type, float x) {
 
 void tc_forward_host(Half type, int batch, int heads_q, int heads_kv, int nq, int nk, int dim, TcMask mask,
                      const int* key_lengths, float scale, const float* q, const float* k, const float* v,
-                     float* o, float* lse, bool planted_bug) {
+                     float* o, float* lse, int warps, int rows_per_warp, bool planted_bug) {
   if (device_count() <= 0) throw std::runtime_error("no CUDA device");
   const size_t qn = size_t(batch) * heads_q * nq * dim, kvn = size_t(batch) * heads_kv * nk * dim,
                rows = size_t(batch) * heads_q * nq;
@@ -496,6 +555,7 @@ void tc_forward_host(Half type, int batch, int heads_q, int heads_kv, int nq, in
   TcParams p;
   p.type = type, p.batch = batch, p.heads_q = heads_q, p.heads_kv = heads_kv, p.nq = nq, p.nk = nk;
   p.dim = dim, p.mask = mask, p.scale = scale, p.planted_bug = planted_bug;
+  p.warps = warps, p.rows_per_warp = rows_per_warp;
   p.q = dq.ptr, p.k = dk.ptr, p.v = dv.ptr, p.o = d_o.ptr, p.lse = dlse.ptr, p.key_lengths = dlen.ptr;
   tc_forward_async(p, nullptr);
   check(cudaDeviceSynchronize(), "attention tensor-core forward");

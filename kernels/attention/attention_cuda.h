@@ -30,9 +30,9 @@ struct HostProblem {
   int batch = 1, heads_q = 1, heads_kv = 1, nq = 1, nk = 1, dim = 1;
   int block_q = 1, block_k = 1;  // tile sizes (clamped to N; halved if shared memory is short)
   int mask = 0;
-  int causal_offset = 0;                // Nk - Nq for the contract
-  const int* key_lengths = nullptr;     // key_padding: [batch]
-  const uint8_t* allowed = nullptr;     // boolean: [batch, nq, nk]
+  int causal_offset = 0;             // Nk - Nq for the contract
+  const int* key_lengths = nullptr;  // key_padding: [batch]
+  const uint8_t* allowed = nullptr;  // boolean: [batch, nq, nk]
 };
 
 // O [B,Hq,Nq,D] and LSE [B,Hq,Nq] on device 0 from host arrays, in T.
@@ -63,7 +63,9 @@ struct TcParams {
   void* o = nullptr;
   float* lse = nullptr;
   const int* key_lengths = nullptr;
-  int warps = 0;  // 4 (Bq = 64) or 8 (Bq = 128); 0 picks
+  // Tiling: `warps` (4 or 8) × `rows_per_warp` (16 or 32, the latter with 4
+  // warps) query rows per block; 0, 0 picks (4 × 32 = 128 rows).
+  int warps = 0, rows_per_warp = 0;
   // Tests only: the running-max correction inverted (f16, D = 64), so the
   // test can show it catches a wrong rescale.
   bool planted_bug = false;
@@ -81,7 +83,7 @@ void tc_forward_async(const TcParams& p, void* stream);
 // rounded to `type` by the kernel). key_lengths on the host. Synchronous.
 void tc_forward_host(Half type, int batch, int heads_q, int heads_kv, int nq, int nk, int dim, TcMask mask,
                      const int* key_lengths, float scale, const float* q, const float* k, const float* v,
-                     float* o, float* lse, bool planted_bug = false);
+                     float* o, float* lse, int warps = 0, int rows_per_warp = 0, bool planted_bug = false);
 // x rounded to nearest-even in `type`, as a float.
 float round_half(Half type, float x);
 

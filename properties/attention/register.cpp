@@ -25,6 +25,11 @@ KPROP_REGISTER_FAMILY(FwdTraits, [](FamilyDef<FwdTraits>& f) {
                    reference_forward);
   f.implementation(
       {"tiled", ImplKind::optimized, "online softmax over Bq×Bk tiles from the case (f32 or f64)"}, tiled);
+  f.implementation({"cuda", ImplKind::optimized,
+                    "one block per (q tile, head, batch), the case's Bq×Bk tiles in shared memory, online "
+                    "softmax with exact empty-row handling; f32 or f64 per case",
+                    "cuda"},
+                   cuda_forward_or_skip);
   for (const auto& m : forward_mutants()) f.mutant(m.name, m.description, m.run);
   register_forward_invariants(f);
   register_forward_external(f);

@@ -42,7 +42,8 @@ const FamilyDef<FwdTraits>& family() {
 
 size_t cuda_index() {
   const auto& impls = family().implementations();
-  const auto it = std::find_if(impls.begin(), impls.end(), [](const ImplInfo& i) { return i.name == "cuda"; });
+  const auto it =
+      std::find_if(impls.begin(), impls.end(), [](const ImplInfo& i) { return i.name == "cuda"; });
   EXPECT_NE(it, impls.end());
   return static_cast<size_t>(it - impls.begin());
 }
@@ -113,7 +114,8 @@ struct TcErrors {
 // So |ΔO| <= max|V|·(2u + e·(2A(D+3) + 2.6N + 20)) and
 // |ΔLSE| <= e·(A(D+3) + 1.1N + 2A + 2 ln N + 12); first-order bounds, a
 // factor 2 would only hide a real bug (a wrong rescale is off by O(1)).
-TcErrors run_tc(cuda_raw::Half type, const TcCase& tc, uint32_t seed, bool planted_bug = false) {
+TcErrors run_tc(cuda_raw::Half type, const TcCase& tc, uint32_t seed, int warps = 0, int rows_per_warp = 0,
+                bool planted_bug = false) {
   Case c;
   c.shape = {tc.batch, tc.heads_q, tc.heads_kv, tc.nq, tc.nk, tc.dim};
   c.dtype = DType::f64;
@@ -149,7 +151,7 @@ TcErrors run_tc(cuda_raw::Half type, const TcCase& tc, uint32_t seed, bool plant
   std::vector<float> o(q.size(), nan), lse(c.shape.rows(), nan);  // poisoned (the device buffers are too)
   cuda_raw::tc_forward_host(type, tc.batch, tc.heads_q, tc.heads_kv, tc.nq, tc.nk, tc.dim, tc.mask,
                             tc.key_lengths.empty() ? nullptr : tc.key_lengths.data(), 0.f, q.data(), k.data(),
-                            v.data(), o.data(), lse.data(), planted_bug);
+                            v.data(), o.data(), lse.data(), warps, rows_per_warp, planted_bug);
 
   const double e = std::ldexp(1.0, -24), uu = std::ldexp(1.0, type == cuda_raw::Half::f16 ? -11 : -8);
   double qmax = 0, kmax = 0, vmax = 0;
@@ -186,38 +188,44 @@ using cuda_raw::TcMask;
 TEST(AttentionCudaTensorCore, MatchesTheFp64Reference) {
   if (devices() == 0) GTEST_SKIP() << "needs a CUDA device";
   const TcCase cases[] = {
-      {1, 2, 2, 200, 200, 64, TcMask::none, {}},             // N not a multiple of Bq or Bk
-      {2, 4, 2, 128, 128, 128, TcMask::none, {}},            // GQA, group 2
-      {1, 6, 2, 77, 333, 128, TcMask::none, {}},             // GQA, group 3, Nq != Nk
-      {1, 3, 1, 100, 300, 128, TcMask::causal, {}},          // causal, Nq < Nk
-      {1, 2, 2, 300, 100, 64, TcMask::causal, {}},           // causal, Nq > Nk: 200 empty rows
-      {2, 2, 2, 129, 129, 64, TcMask::causal, {}},           // causal, square, one row past a tile
+      {1, 2, 2, 200, 200, 64, TcMask::none, {}},                   // N not a multiple of Bq or Bk
+      {2, 4, 2, 128, 128, 128, TcMask::none, {}},                  // GQA, group 2
+      {1, 6, 2, 77, 333, 128, TcMask::none, {}},                   // GQA, group 3, Nq != Nk
+      {1, 3, 1, 100, 300, 128, TcMask::causal, {}},                // causal, Nq < Nk
+      {1, 2, 2, 300, 100, 64, TcMask::causal, {}},                 // causal, Nq > Nk: 200 empty rows
+      {2, 2, 2, 129, 129, 64, TcMask::causal, {}},                 // causal, square, one row past a tile
       {3, 2, 1, 65, 130, 128, TcMask::key_padding, {0, 77, 130}},  // an empty batch, a partial tile
-      {1, 1, 1, 1, 1, 64, TcMask::none, {}},                 // one query, one key
+      {1, 1, 1, 1, 1, 64, TcMask::none, {}},                       // one query, one key
   };
+  // Every tiling: 4 or 8 warps of 16 rows, and 4 warps of 32 rows (the default).
+  const int tilings[][2] = {{4, 16}, {8, 16}, {4, 32}};
   uint32_t seed = 100;
   for (cuda_raw::Half type : {cuda_raw::Half::f16, cuda_raw::Half::bf16})
-    for (const TcCase& tc : cases) {
-      const TcErrors r = run_tc(type, tc, ++seed);
-      const std::string what = std::string(type == cuda_raw::Half::f16 ? "f16" : "bf16") + " B=" +
-                               std::to_string(tc.batch) + " Hq=" + std::to_string(tc.heads_q) + " Hkv=" +
-                               std::to_string(tc.heads_kv) + " Nq=" + std::to_string(tc.nq) + " Nk=" +
-                               std::to_string(tc.nk) + " D=" + std::to_string(tc.dim) + " mask " +
-                               std::to_string(int(tc.mask));
-      EXPECT_EQ(r.nan, 0u) << what;
-      EXPECT_LE(r.o_ratio, 1.0) << what;
-      EXPECT_LE(r.lse_ratio, 1.0) << what;
-      EXPECT_EQ(r.masked_rows_wrong, 0u) << what;
-      std::printf("[ tc ] %-44s O err/tol %.3f  LSE err/tol %.3f  empty rows %zu\n", what.c_str(), r.o_ratio,
-                  r.lse_ratio, r.masked_rows);
-    }
+    for (const TcCase& tc : cases)
+      for (const auto& tiling : tilings) {
+        const TcErrors r = run_tc(type, tc, ++seed, tiling[0], tiling[1]);
+        const std::string what = std::string(type == cuda_raw::Half::f16 ? "f16" : "bf16") +
+                                 " B=" + std::to_string(tc.batch) + " Hq=" + std::to_string(tc.heads_q) +
+                                 " Hkv=" + std::to_string(tc.heads_kv) + " Nq=" + std::to_string(tc.nq) +
+                                 " Nk=" + std::to_string(tc.nk) + " D=" + std::to_string(tc.dim) + " mask " +
+                                 std::to_string(int(tc.mask)) + " tiling " + std::to_string(tiling[0]) + "x" +
+                                 std::to_string(tiling[1]);
+        EXPECT_EQ(r.nan, 0u) << what;
+        EXPECT_LE(r.o_ratio, 1.0) << what;
+        EXPECT_LE(r.lse_ratio, 1.0) << what;
+        EXPECT_EQ(r.masked_rows_wrong, 0u) << what;
+        std::printf("[ tc ] %-58s O err/tol %.3f  LSE err/tol %.3f  empty rows %zu\n", what.c_str(),
+                    r.o_ratio, r.lse_ratio, r.masked_rows);
+      }
 }
 
 TEST(AttentionCudaTensorCore, EmptyRowsAreCounted) {
   // The masked-row check above must see rows: causal Nq > Nk and key length 0.
   if (devices() == 0) GTEST_SKIP() << "needs a CUDA device";
-  EXPECT_EQ(run_tc(cuda_raw::Half::f16, {1, 2, 2, 300, 100, 64, TcMask::causal, {}}, 7).masked_rows, 2u * 200u);
-  EXPECT_EQ(run_tc(cuda_raw::Half::bf16, {2, 1, 1, 64, 64, 64, TcMask::key_padding, {0, 5}}, 8).masked_rows, 64u);
+  EXPECT_EQ(run_tc(cuda_raw::Half::f16, {1, 2, 2, 300, 100, 64, TcMask::causal, {}}, 7).masked_rows,
+            2u * 200u);
+  EXPECT_EQ(run_tc(cuda_raw::Half::bf16, {2, 1, 1, 64, 64, 64, TcMask::key_padding, {0, 5}}, 8).masked_rows,
+            64u);
 }
 
 TEST(AttentionCudaTensorCore, CatchesAnInvertedRescale) {
@@ -228,10 +236,10 @@ TEST(AttentionCudaTensorCore, CatchesAnInvertedRescale) {
   const TcErrors good = run_tc(cuda_raw::Half::f16, tc, 3);
   EXPECT_LE(good.o_ratio, 1.0);
   EXPECT_LE(good.lse_ratio, 1.0);
-  const TcErrors bad = run_tc(cuda_raw::Half::f16, tc, 3, true);
+  const TcErrors bad = run_tc(cuda_raw::Half::f16, tc, 3, 4, 16, true);
   EXPECT_GT(std::max(bad.o_ratio, bad.lse_ratio), 1.0);
-  std::printf("[ tc ] planted bug: O err/tol %.3g  LSE err/tol %.3g (correct kernel: %.3f, %.3f)\n", bad.o_ratio,
-              bad.lse_ratio, good.o_ratio, good.lse_ratio);
+  std::printf("[ tc ] planted bug: O err/tol %.3g  LSE err/tol %.3g (correct kernel: %.3f, %.3f)\n",
+              bad.o_ratio, bad.lse_ratio, good.o_ratio, good.lse_ratio);
 }
 
 TEST(AttentionCudaTensorCore, RejectsUnsupportedShapes) {
@@ -244,7 +252,9 @@ TEST(AttentionCudaTensorCore, RejectsUnsupportedShapes) {
   EXPECT_FALSE(cuda_raw::tc_supported(p, &why));
 }
 #else
-TEST(AttentionCudaTensorCore, MatchesTheFp64Reference) { GTEST_SKIP() << "built without CUDA"; }
+TEST(AttentionCudaTensorCore, MatchesTheFp64Reference) {
+  GTEST_SKIP() << "built without CUDA";
+}
 #endif
 
 }  // namespace
