@@ -107,6 +107,7 @@ struct Config {
   int n, dim;
   bool causal;
   int warps = 0, rows_per_warp = 0;
+  cr::TcKernel kernel = cr::TcKernel::automatic;
   int batch() const { return std::max(1, 16384 / n); }
   int heads() const { return 2048 / dim; }
   double flops() const { return 4.0 * batch() * heads() * double(n) * n * dim * (causal ? 0.5 : 1.0); }
@@ -203,11 +204,12 @@ void flash(benchmark::State& state, Config c) {
     p.dim = c.dim;
     p.mask = c.causal ? cr::TcMask::causal : cr::TcMask::none;
     p.o = buf.o, p.lse = buf.lse, p.warps = c.warps, p.rows_per_warp = c.rows_per_warp;
+    p.kernel = c.kernel;
     const double med = run_timed(state, c, [&](int set) {
       p.q = buf.q[size_t(set)], p.k = buf.k[size_t(set)], p.v = buf.v[size_t(set)];
       cr::tc_forward_async(p, nullptr);
     });
-    if (c.warps == 0) g_results[c.name()].flash_ms = med;
+    if (c.warps == 0 && c.kernel == cr::TcKernel::automatic) g_results[c.name()].flash_ms = med;
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -340,6 +342,15 @@ int main(int argc, char** argv) {
             ->MinTime(0.1)
             ->Unit(benchmark::kMillisecond);
       }
+  for (int dim : {64, 128})  // the mma.sync kernel's default tiling next to the automatic choice
+    for (bool causal : {false, true}) {
+      Config c{cr::Half::f16, 4096, dim, causal};
+      c.kernel = cr::TcKernel::mma_sync;
+      benchmark::RegisterBenchmark(("flash_mma_sync/" + c.name()).c_str(), flash, c)
+          ->UseManualTime()
+          ->MinTime(0.1)
+          ->Unit(benchmark::kMillisecond);
+    }
   benchmark::RegisterBenchmark("ceiling/gemm_f16_8192", ceiling_gemm)
       ->UseManualTime()
       ->MinTime(0.1)
@@ -352,6 +363,9 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
+  if (device)
+    std::printf("\nflash = the automatic kernel choice: %s\n",
+                cr::tc_wgmma_available() ? "wgmma (sm_90a)" : "mma.sync (no sm_90a image for this device)");
   if (!g_results.empty()) {
     std::printf("\n%-24s %10s %9s %7s %12s %9s\n", "case", "flash ms", "TFLOP/s", "%peak", "material. ms",
                 "speed-up");

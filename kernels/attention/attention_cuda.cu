@@ -215,16 +215,7 @@ size_t generic_forward(const HostProblem& p, T scale, const T* q, const T* k, co
 }
 
 // ================================================================ f16 / bf16
-struct TcArgs {
-  int hq, hkv, nq, nk, mask, offset;
-  const int* key_lengths;
-  float scale_log2;
-  const void* q;
-  const void* k;
-  const void* v;
-  void* o;
-  float* lse;
-};
+using cuda_detail::TcArgs;
 
 constexpr int kBk = 64;
 
@@ -494,6 +485,10 @@ bool tc_supported(const TcParams& p, const char** why) {
     reason = "rows_per_warp must be 0, 16 or 32";
   else if (p.rows_per_warp == 32 && p.warps == 8)
     reason = "32 rows per warp runs with 4 warps";
+  else if (p.kernel == TcKernel::wgmma && (p.warps != 0 || p.rows_per_warp != 0 || p.planted_bug))
+    reason = "the wgmma kernel has one tiling (warps and rows_per_warp 0) and no planted bug";
+  else if (p.kernel == TcKernel::wgmma && !tc_wgmma_available())
+    reason = "the wgmma kernel needs a compute capability 9.0 device and the sm_90a build";
   else if (p.mask == TcMask::key_padding && p.key_lengths == nullptr)
     reason = "key_padding needs key_lengths";
   else if (p.planted_bug && (p.type != Half::f16 || p.dim != 64))
@@ -512,12 +507,21 @@ void tc_forward_async(const TcParams& p, void* stream) {
   const int warps = p.warps != 0 ? p.warps : 4;
   const int rows = p.rows_per_warp != 0 ? p.rows_per_warp : (p.warps == 0 ? 32 : 16);
   const auto s = static_cast<cudaStream_t>(stream);
-  if (p.planted_bug)
+  const bool wgmma =
+      !p.planted_bug && p.warps == 0 && p.rows_per_warp == 0 &&
+      (p.kernel == TcKernel::wgmma || (p.kernel == TcKernel::automatic && tc_wgmma_available()));
+  if (wgmma)
+    cuda_detail::wgmma_launch(p.type == Half::bf16, p.dim, p.batch, a, s);
+  else if (p.planted_bug)
     launch_tc<__half, 64, 4, 1, true>(p, a, s);
   else if (p.type == Half::f16)
     dispatch_tc<__half>(p, a, s, warps, rows);
   else
     dispatch_tc<__nv_bfloat16>(p, a, s, warps, rows);
+}
+
+bool tc_wgmma_available() {
+  return cuda_detail::wgmma_available();
 }
 
 float round_half(Half type, float x) {
@@ -526,7 +530,7 @@ float round_half(Half type, float x) {
 
 void tc_forward_host(Half type, int batch, int heads_q, int heads_kv, int nq, int nk, int dim, TcMask mask,
                      const int* key_lengths, float scale, const float* q, const float* k, const float* v,
-                     float* o, float* lse, int warps, int rows_per_warp, bool planted_bug) {
+                     float* o, float* lse, int warps, int rows_per_warp, bool planted_bug, TcKernel kernel) {
   if (device_count() <= 0) throw std::runtime_error("no CUDA device");
   const size_t qn = size_t(batch) * heads_q * nq * dim, kvn = size_t(batch) * heads_kv * nk * dim,
                rows = size_t(batch) * heads_q * nq;
@@ -555,7 +559,7 @@ void tc_forward_host(Half type, int batch, int heads_q, int heads_kv, int nq, in
   TcParams p;
   p.type = type, p.batch = batch, p.heads_q = heads_q, p.heads_kv = heads_kv, p.nq = nq, p.nk = nk;
   p.dim = dim, p.mask = mask, p.scale = scale, p.planted_bug = planted_bug;
-  p.warps = warps, p.rows_per_warp = rows_per_warp;
+  p.warps = warps, p.rows_per_warp = rows_per_warp, p.kernel = kernel;
   p.q = dq.ptr, p.k = dk.ptr, p.v = dv.ptr, p.o = d_o.ptr, p.lse = dlse.ptr, p.key_lengths = dlen.ptr;
   tc_forward_async(p, nullptr);
   check(cudaDeviceSynchronize(), "attention tensor-core forward");

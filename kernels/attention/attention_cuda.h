@@ -1,15 +1,17 @@
 // Flash attention FORWARD on a CUDA device (attention.fwd; contract in
-// attention.h). Two kernels, both in attention_cuda.cu (plain C++17 for nvcc,
-// no kprop, RapidCheck or yaml headers there):
+// attention.h). Kernels in attention_cuda.cu and attention_cuda_wgmma.cu
+// (plain C++17 for nvcc, no kprop, RapidCheck or yaml headers there):
 //  * the spec-checked path, f32 or f64 per case: online softmax over Bq×Bk
 //    tiles (the case's tile sizes), every mask kind, GQA, any Nq, Nk, D;
 //    registered as implementation "cuda" of attention.fwd through the
 //    Case -> FwdResult wrapper `cuda_forward` (attention_cuda.cpp);
-//  * the tensor-core path, f16 or bf16 inputs with f32 accumulation
-//    (mma.sync m16n8k16, ldmatrix, cp.async double buffering), D = 64 or
-//    128, masks none / causal (bottom-right) / key_padding, GQA; device
-//    pointers for benchmarks, host arrays for tests. Not a spec target: the
-//    spec's cases are f32/f64.
+//  * the tensor-core path, f16 or bf16 inputs with f32 accumulation, D = 64
+//    or 128, masks none / causal (bottom-right) / key_padding, GQA; two
+//    kernels: FlashAttention-2 style mma.sync m16n8k16 (ldmatrix, cp.async
+//    double buffering; sm_80 and up) and a Hopper one with wgmma (sm_90a
+//    build). Device pointers for benchmarks, host arrays for tests. Not a
+//    spec target: the spec's cases are f32/f64. Boolean masks are not
+//    supported on this path.
 // Everything here exists only when the family is built with CUDA
 // (KPROP_HAVE_CUDA); registration turns "no device" into kprop::Unsupported.
 #pragma once
@@ -47,6 +49,12 @@ size_t forward(const HostProblem& p, double scale, const double* q, const double
 // ---------------------------------------------------------------- f16 / bf16
 enum class Half { f16, bf16 };
 enum class TcMask { none = 0, causal = 1, key_padding = 2 };
+// mma_sync: the FlashAttention-2 kernel (sm_80 and up); wgmma: the Hopper
+// kernel (sm_90a build, compute capability 9.0; Bq = 128, Bk = 64, tiling
+// fields ignored); automatic: wgmma where available, else mma_sync.
+enum class TcKernel { automatic, mma_sync, wgmma };
+// Does this build hold the sm_90a kernel and device 0 run it?
+bool tc_wgmma_available();
 
 // Device pointers; Q, O [B, Hq, Nq, D], K, V [B, Hkv, Nk, D] (16-bit values
 // of `type`, 16-byte aligned), LSE [B, Hq, Nq] f32 (natural log; -inf for a
@@ -66,6 +74,7 @@ struct TcParams {
   // Tiling: `warps` (4 or 8) × `rows_per_warp` (16 or 32, the latter with 4
   // warps) query rows per block; 0, 0 picks (4 × 32 = 128 rows).
   int warps = 0, rows_per_warp = 0;
+  TcKernel kernel = TcKernel::automatic;
   // Tests only: the running-max correction inverted (f16, D = 64), so the
   // test can show it catches a wrong rescale.
   bool planted_bug = false;
@@ -83,7 +92,8 @@ void tc_forward_async(const TcParams& p, void* stream);
 // rounded to `type` by the kernel). key_lengths on the host. Synchronous.
 void tc_forward_host(Half type, int batch, int heads_q, int heads_kv, int nq, int nk, int dim, TcMask mask,
                      const int* key_lengths, float scale, const float* q, const float* k, const float* v,
-                     float* o, float* lse, int warps = 0, int rows_per_warp = 0, bool planted_bug = false);
+                     float* o, float* lse, int warps = 0, int rows_per_warp = 0, bool planted_bug = false,
+                     TcKernel kernel = TcKernel::automatic);
 // x rounded to nearest-even in `type`, as a float.
 float round_half(Half type, float x);
 

@@ -109,4 +109,22 @@ struct Mma<__nv_bfloat16> {
   }
 };
 
+// Arguments of the tensor-core kernels (attention_cuda.cu, attention_cuda_wgmma.cu).
+struct TcArgs {
+  int hq, hkv, nq, nk, mask, offset;  // mask: 0 none, 1 causal, 2 key_padding; offset = Nk − Nq
+  const int* key_lengths;
+  float scale_log2;  // scale · log2 e
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  float* lse;
+};
+
+// attention_cuda_wgmma.cu: the sm_90a kernel (Bq = 128: two warpgroups of
+// 64 rows, Bk = 64). wgmma_available: this build holds its sm_90a code and
+// device 0 runs it (probed once); wgmma_launch throws where it does not.
+bool wgmma_available();
+void wgmma_launch(bool bf16, int dim, int batch, const TcArgs& a, cudaStream_t stream);
+
 }  // namespace kprop::attention::cuda_detail

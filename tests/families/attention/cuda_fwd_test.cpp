@@ -115,7 +115,7 @@ struct TcErrors {
 // |ΔLSE| <= e·(A(D+3) + 1.1N + 2A + 2 ln N + 12); first-order bounds, a
 // factor 2 would only hide a real bug (a wrong rescale is off by O(1)).
 TcErrors run_tc(cuda_raw::Half type, const TcCase& tc, uint32_t seed, int warps = 0, int rows_per_warp = 0,
-                bool planted_bug = false) {
+                bool planted_bug = false, cuda_raw::TcKernel kernel = cuda_raw::TcKernel::mma_sync) {
   Case c;
   c.shape = {tc.batch, tc.heads_q, tc.heads_kv, tc.nq, tc.nk, tc.dim};
   c.dtype = DType::f64;
@@ -151,7 +151,7 @@ TcErrors run_tc(cuda_raw::Half type, const TcCase& tc, uint32_t seed, int warps 
   std::vector<float> o(q.size(), nan), lse(c.shape.rows(), nan);  // poisoned (the device buffers are too)
   cuda_raw::tc_forward_host(type, tc.batch, tc.heads_q, tc.heads_kv, tc.nq, tc.nk, tc.dim, tc.mask,
                             tc.key_lengths.empty() ? nullptr : tc.key_lengths.data(), 0.f, q.data(), k.data(),
-                            v.data(), o.data(), lse.data(), warps, rows_per_warp, planted_bug);
+                            v.data(), o.data(), lse.data(), warps, rows_per_warp, planted_bug, kernel);
 
   const double e = std::ldexp(1.0, -24), uu = std::ldexp(1.0, type == cuda_raw::Half::f16 ? -11 : -8);
   double qmax = 0, kmax = 0, vmax = 0;
@@ -185,9 +185,8 @@ TcErrors run_tc(cuda_raw::Half type, const TcCase& tc, uint32_t seed, int warps 
 
 using cuda_raw::TcMask;
 
-TEST(AttentionCudaTensorCore, MatchesTheFp64Reference) {
-  if (devices() == 0) GTEST_SKIP() << "needs a CUDA device";
-  const TcCase cases[] = {
+std::vector<TcCase> tc_cases() {
+  return {
       {1, 2, 2, 200, 200, 64, TcMask::none, {}},                   // N not a multiple of Bq or Bk
       {2, 4, 2, 128, 128, 128, TcMask::none, {}},                  // GQA, group 2
       {1, 6, 2, 77, 333, 128, TcMask::none, {}},                   // GQA, group 3, Nq != Nk
@@ -196,27 +195,47 @@ TEST(AttentionCudaTensorCore, MatchesTheFp64Reference) {
       {2, 2, 2, 129, 129, 64, TcMask::causal, {}},                 // causal, square, one row past a tile
       {3, 2, 1, 65, 130, 128, TcMask::key_padding, {0, 77, 130}},  // an empty batch, a partial tile
       {1, 1, 1, 1, 1, 64, TcMask::none, {}},                       // one query, one key
+      {1, 2, 1, 256, 1000, 128, TcMask::causal, {}, true},         // a rising max over 16 tiles
   };
-  // Every tiling: 4 or 8 warps of 16 rows, and 4 warps of 32 rows (the default).
+}
+
+std::string describe(cuda_raw::Half type, const TcCase& tc, const std::string& kernel) {
+  return std::string(type == cuda_raw::Half::f16 ? "f16" : "bf16") + " B=" + std::to_string(tc.batch) +
+         " Hq=" + std::to_string(tc.heads_q) + " Hkv=" + std::to_string(tc.heads_kv) +
+         " Nq=" + std::to_string(tc.nq) + " Nk=" + std::to_string(tc.nk) + " D=" + std::to_string(tc.dim) +
+         " mask " + std::to_string(int(tc.mask)) + " " + kernel;
+}
+
+void expect_within(const TcErrors& r, const std::string& what) {
+  EXPECT_EQ(r.nan, 0u) << what;
+  EXPECT_LE(r.o_ratio, 1.0) << what;
+  EXPECT_LE(r.lse_ratio, 1.0) << what;
+  EXPECT_EQ(r.masked_rows_wrong, 0u) << what;
+  std::printf("[ tc ] %-64s O err/tol %.3f  LSE err/tol %.3f  empty rows %zu\n", what.c_str(), r.o_ratio,
+              r.lse_ratio, r.masked_rows);
+}
+
+TEST(AttentionCudaTensorCore, MatchesTheFp64Reference) {
+  if (devices() == 0) GTEST_SKIP() << "needs a CUDA device";
+  // Every mma.sync tiling: 4 or 8 warps of 16 rows, and 4 warps of 32 rows.
   const int tilings[][2] = {{4, 16}, {8, 16}, {4, 32}};
   uint32_t seed = 100;
   for (cuda_raw::Half type : {cuda_raw::Half::f16, cuda_raw::Half::bf16})
-    for (const TcCase& tc : cases)
-      for (const auto& tiling : tilings) {
-        const TcErrors r = run_tc(type, tc, ++seed, tiling[0], tiling[1]);
-        const std::string what = std::string(type == cuda_raw::Half::f16 ? "f16" : "bf16") +
-                                 " B=" + std::to_string(tc.batch) + " Hq=" + std::to_string(tc.heads_q) +
-                                 " Hkv=" + std::to_string(tc.heads_kv) + " Nq=" + std::to_string(tc.nq) +
-                                 " Nk=" + std::to_string(tc.nk) + " D=" + std::to_string(tc.dim) + " mask " +
-                                 std::to_string(int(tc.mask)) + " tiling " + std::to_string(tiling[0]) + "x" +
-                                 std::to_string(tiling[1]);
-        EXPECT_EQ(r.nan, 0u) << what;
-        EXPECT_LE(r.o_ratio, 1.0) << what;
-        EXPECT_LE(r.lse_ratio, 1.0) << what;
-        EXPECT_EQ(r.masked_rows_wrong, 0u) << what;
-        std::printf("[ tc ] %-58s O err/tol %.3f  LSE err/tol %.3f  empty rows %zu\n", what.c_str(),
-                    r.o_ratio, r.lse_ratio, r.masked_rows);
-      }
+    for (const TcCase& tc : tc_cases())
+      for (const auto& tiling : tilings)
+        expect_within(
+            run_tc(type, tc, ++seed, tiling[0], tiling[1]),
+            describe(type, tc, "mma.sync " + std::to_string(tiling[0]) + "x" + std::to_string(tiling[1])));
+}
+
+TEST(AttentionCudaTensorCore, WgmmaMatchesTheFp64Reference) {
+  if (devices() == 0) GTEST_SKIP() << "needs a CUDA device";
+  if (!cuda_raw::tc_wgmma_available()) GTEST_SKIP() << "no sm_90a image for this device";
+  uint32_t seed = 500;
+  for (cuda_raw::Half type : {cuda_raw::Half::f16, cuda_raw::Half::bf16})
+    for (const TcCase& tc : tc_cases())
+      expect_within(run_tc(type, tc, ++seed, 0, 0, false, cuda_raw::TcKernel::wgmma),
+                    describe(type, tc, "wgmma"));
 }
 
 TEST(AttentionCudaTensorCore, EmptyRowsAreCounted) {
