@@ -108,6 +108,7 @@ struct Config {
   bool causal;
   int warps = 0, rows_per_warp = 0;
   cr::TcKernel kernel = cr::TcKernel::automatic;
+  int min_blocks = 0;
   int batch() const { return std::max(1, 16384 / n); }
   int heads() const { return 2048 / dim; }
   double flops() const { return 4.0 * batch() * heads() * double(n) * n * dim * (causal ? 0.5 : 1.0); }
@@ -204,12 +205,13 @@ void flash(benchmark::State& state, Config c) {
     p.dim = c.dim;
     p.mask = c.causal ? cr::TcMask::causal : cr::TcMask::none;
     p.o = buf.o, p.lse = buf.lse, p.warps = c.warps, p.rows_per_warp = c.rows_per_warp;
-    p.kernel = c.kernel;
+    p.kernel = c.kernel, p.wgmma_min_blocks = c.min_blocks;
     const double med = run_timed(state, c, [&](int set) {
       p.q = buf.q[size_t(set)], p.k = buf.k[size_t(set)], p.v = buf.v[size_t(set)];
       cr::tc_forward_async(p, nullptr);
     });
-    if (c.warps == 0 && c.kernel == cr::TcKernel::automatic) g_results[c.name()].flash_ms = med;
+    if (c.warps == 0 && c.kernel == cr::TcKernel::automatic && c.min_blocks == 0)
+      g_results[c.name()].flash_ms = med;
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -347,6 +349,15 @@ int main(int argc, char** argv) {
       Config c{cr::Half::f16, 4096, dim, causal};
       c.kernel = cr::TcKernel::mma_sync;
       benchmark::RegisterBenchmark(("flash_mma_sync/" + c.name()).c_str(), flash, c)
+          ->UseManualTime()
+          ->MinTime(0.1)
+          ->Unit(benchmark::kMillisecond);
+    }
+  for (int dim : {64, 128})  // wgmma with registers for one block per SM (the default budgets two)
+    for (bool causal : {false, true}) {
+      Config c{cr::Half::f16, 4096, dim, causal};
+      c.kernel = cr::TcKernel::wgmma, c.min_blocks = 1;
+      benchmark::RegisterBenchmark(("flash_wgmma_1block/" + c.name()).c_str(), flash, c)
           ->UseManualTime()
           ->MinTime(0.1)
           ->Unit(benchmark::kMillisecond);

@@ -511,7 +511,7 @@ void tc_forward_async(const TcParams& p, void* stream) {
       !p.planted_bug && p.warps == 0 && p.rows_per_warp == 0 &&
       (p.kernel == TcKernel::wgmma || (p.kernel == TcKernel::automatic && tc_wgmma_available()));
   if (wgmma)
-    cuda_detail::wgmma_launch(p.type == Half::bf16, p.dim, p.batch, a, s);
+    cuda_detail::wgmma_launch(p.type == Half::bf16, p.dim, p.batch, p.wgmma_min_blocks, a, s);
   else if (p.planted_bug)
     launch_tc<__half, 64, 4, 1, true>(p, a, s);
   else if (p.type == Half::f16)

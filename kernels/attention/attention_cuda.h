@@ -75,6 +75,8 @@ struct TcParams {
   // warps) query rows per block; 0, 0 picks (4 × 32 = 128 rows).
   int warps = 0, rows_per_warp = 0;
   TcKernel kernel = TcKernel::automatic;
+  // wgmma only: registers budgeted for 1 or 2 blocks per SM (0: 2).
+  int wgmma_min_blocks = 0;
   // Tests only: the running-max correction inverted (f16, D = 64), so the
   // test can show it catches a wrong rescale.
   bool planted_bug = false;

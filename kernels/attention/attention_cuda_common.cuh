@@ -125,6 +125,7 @@ struct TcArgs {
 // 64 rows, Bk = 64). wgmma_available: this build holds its sm_90a code and
 // device 0 runs it (probed once); wgmma_launch throws where it does not.
 bool wgmma_available();
-void wgmma_launch(bool bf16, int dim, int batch, const TcArgs& a, cudaStream_t stream);
+// min_blocks: 1 or 2 (0: 2), the blocks per SM the registers are budgeted for.
+void wgmma_launch(bool bf16, int dim, int batch, int min_blocks, const TcArgs& a, cudaStream_t stream);
 
 }  // namespace kprop::attention::cuda_detail

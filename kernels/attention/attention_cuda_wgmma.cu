@@ -208,8 +208,10 @@ constexpr size_t wg_smem_bytes() {
   return size_t(kWgBq * D + 4 * kWgBk * D) * 2 + 1024;  // + alignment slack
 }
 
-template <typename Elem, int D>
-__global__ void __launch_bounds__(kWgThreads, 1) wg_forward_kernel(TcArgs a) {
+// kMinBlocks: blocks per SM the register budget is cut for (2: at most 128
+// registers, so a second block's GEMMs can run while this one is in softmax).
+template <typename Elem, int D, int kMinBlocks>
+__global__ void __launch_bounds__(kWgThreads, kMinBlocks) wg_forward_kernel(TcArgs a) {
 #ifdef KPROP_WGMMA
   using M = Mma<Elem>;
   constexpr int Bq = kWgBq, Bk = kWgBk, kSt = Bk / 8;
@@ -363,18 +365,18 @@ __global__ void wg_probe(int* flag) {
 #endif
 }
 
-template <typename Elem, int D>
+template <typename Elem, int D, int kMinBlocks>
 void launch(int batch, const TcArgs& a, cudaStream_t stream) {
   constexpr size_t smem = wg_smem_bytes<D>();
   static const bool configured = [] {
-    check(cudaFuncSetAttribute(wg_forward_kernel<Elem, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               int(smem)),
+    check(cudaFuncSetAttribute(wg_forward_kernel<Elem, D, kMinBlocks>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
           "cudaFuncSetAttribute");
     return true;
   }();
   (void)configured;
   const dim3 grid(unsigned((a.nq + kWgBq - 1) / kWgBq), unsigned(a.hq), unsigned(batch));
-  wg_forward_kernel<Elem, D><<<grid, kWgThreads, smem, stream>>>(a);
+  wg_forward_kernel<Elem, D, kMinBlocks><<<grid, kWgThreads, smem, stream>>>(a);
   check(cudaGetLastError(), "attention wgmma forward launch");
 }
 
@@ -398,13 +400,23 @@ bool wgmma_available() {
   return ok;
 }
 
-void wgmma_launch(bool bf16, int dim, int batch, const TcArgs& a, cudaStream_t stream) {
+template <int kMinBlocks>
+void launch_typed(bool bf16, int dim, int batch, const TcArgs& a, cudaStream_t stream) {
+  if (dim == 64)
+    bf16 ? launch<__nv_bfloat16, 64, kMinBlocks>(batch, a, stream)
+         : launch<__half, 64, kMinBlocks>(batch, a, stream);
+  else
+    bf16 ? launch<__nv_bfloat16, 128, kMinBlocks>(batch, a, stream)
+         : launch<__half, 128, kMinBlocks>(batch, a, stream);
+}
+
+void wgmma_launch(bool bf16, int dim, int batch, int min_blocks, const TcArgs& a, cudaStream_t stream) {
   if (!wgmma_available())
     throw std::runtime_error("attention wgmma forward: needs an sm_90 device and the sm_90a build");
-  if (dim == 64)
-    bf16 ? launch<__nv_bfloat16, 64>(batch, a, stream) : launch<__half, 64>(batch, a, stream);
+  if (min_blocks == 1)
+    launch_typed<1>(bf16, dim, batch, a, stream);
   else
-    bf16 ? launch<__nv_bfloat16, 128>(batch, a, stream) : launch<__half, 128>(batch, a, stream);
+    launch_typed<2>(bf16, dim, batch, a, stream);
 }
 
 }  // namespace kprop::attention::cuda_detail
