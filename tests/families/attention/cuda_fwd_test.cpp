@@ -1,6 +1,7 @@
 // The CUDA attention forward: the "cuda" implementation of attention.fwd
 // (f32/f64, spec-checked) reports skipped without a device; on a device it
-// passes the spec, and the tensor-core f16/bf16 kernel matches the fp64
+// passes the spec, and both tensor-core f16/bf16 kernels (mma.sync, every
+// tiling; wgmma where the sm_90a image runs) match the fp64
 // reference (kprop::attention::reference_forward) within a tolerance derived
 // below. Everything that needs a device GTEST_SKIPs without one.
 #include <gtest/gtest.h>
