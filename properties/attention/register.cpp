@@ -2,19 +2,30 @@
 
 #if KPROP_HAVE_CUDA
 #include "kernels/attention/attention_bwd_cuda.h"
+#include "kernels/attention/attention_cuda.h"
 #endif
 
 namespace kprop::attention {
 namespace {
 
-// The CUDA backward reports "skipped" (kprop::Unsupported) wherever it cannot
-// run: no CUDA compiler at build time, or no device at run time.
+// The CUDA implementations cannot run without a CUDA compiler at build time
+// or a device at run time: the target is then skipped (TargetUnavailable),
+// never passed.
+FwdResult cuda_forward_or_skip([[maybe_unused]] const Case& c) {
+#if KPROP_HAVE_CUDA
+  if (cuda_raw::device_count() <= 0) throw TargetUnavailable("no CUDA device");
+  return cuda_forward(c);
+#else
+  throw TargetUnavailable("built without CUDA");
+#endif
+}
+
 BwdResult cuda_backward_or_skip([[maybe_unused]] const Case& c) {
 #if KPROP_HAVE_CUDA
-  if (cuda_bwd_raw::device_count() <= 0) throw Unsupported("no CUDA device");
+  if (cuda_bwd_raw::device_count() <= 0) throw TargetUnavailable("no CUDA device");
   return cuda_backward(c);
 #else
-  throw Unsupported("built without CUDA");
+  throw TargetUnavailable("built without CUDA");
 #endif
 }
 
@@ -25,6 +36,11 @@ KPROP_REGISTER_FAMILY(FwdTraits, [](FamilyDef<FwdTraits>& f) {
                    reference_forward);
   f.implementation(
       {"tiled", ImplKind::optimized, "online softmax over Bq×Bk tiles from the case (f32 or f64)"}, tiled);
+  f.implementation({"cuda", ImplKind::optimized,
+                    "one block per (q tile, head, batch), the case's Bq×Bk tiles in shared memory, online "
+                    "softmax with exact empty-row handling; f32 or f64 per case",
+                    "cuda"},
+                   cuda_forward_or_skip);
   for (const auto& m : forward_mutants()) f.mutant(m.name, m.description, m.run);
   register_forward_invariants(f);
   register_forward_external(f);

@@ -7,14 +7,14 @@
 namespace kprop::layernorm {
 namespace {
 
-// The CUDA implementation reports "skipped" (kprop::Unsupported) wherever it
+// The CUDA implementation reports "skipped" (kprop::TargetUnavailable) wherever it
 // cannot run: no CUDA compiler at build time, or no device at run time.
 Result cuda_or_skip([[maybe_unused]] const Case& c) {
 #if KPROP_HAVE_CUDA
-  if (cuda_raw::device_count() <= 0) throw Unsupported("no CUDA device");
+  if (cuda_raw::device_count() <= 0) throw TargetUnavailable("no CUDA device");
   return cuda(c);
 #else
-  throw Unsupported("built without CUDA");
+  throw TargetUnavailable("built without CUDA");
 #endif
 }
 

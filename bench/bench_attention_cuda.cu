@@ -1,0 +1,394 @@
+// Flash attention forward on the GPU: the tensor-core kernel
+// (attention_cuda.h, f16/bf16 in, f32 accumulation) against a materialized
+// baseline in the same binary (cuBLAS S = scale·QKᵀ, f16/bf16 out with f32
+// compute; a softmax kernel, one block per row, in place; cuBLAS O = P·V).
+//
+// Shapes after the FlashAttention-2 paper: batch·N = 16384 tokens, H·D = 2048
+// (H = 32 at D = 64, 16 at D = 128), N ∈ {1k, 4k, 16k}, causal or not.
+// FLOPs = 4·B·H·N²·D, halved when causal (the FlashAttention convention;
+// the baseline is charged the same). Peak: 989.4 TFLOP/s, the H100 SXM dense
+// f16/bf16 tensor rate from the datasheet (not measured; the `ceiling/gemm`
+// benchmark measures what cuBLAS reaches). Each iteration is timed alone
+// with CUDA events around the launch(es), after warm-up, rotating over three
+// random input sets (never zeros); the counters report the median.
+// Without a device every benchmark reports an error (skipped) and the
+// program exits 0.
+//
+//   bench_attention_cuda                                   # everything
+//   bench_attention_cuda --benchmark_filter='flash/f16/4096'
+#include <benchmark/benchmark.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kernels/attention/attention_cuda.h"
+
+namespace {
+
+namespace cr = kprop::attention::cuda_raw;
+
+constexpr double kPeakTflops = 989.4;  // H100 SXM, dense f16/bf16 (datasheet)
+constexpr int kSets = 3;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+void check(cublasStatus_t e, const char* what) {
+  if (e != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string(what) + ": cuBLAS status " + std::to_string(int(e)));
+}
+
+// Uniform values in [-1, 1) from a hash of the index (deterministic, never 0 everywhere).
+template <typename Elem>
+__global__ void fill_kernel(Elem* x, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 0x9E3779B9u ^ seed;
+    h ^= h >> 16, h *= 0x85EBCA6Bu, h ^= h >> 13, h *= 0xC2B2AE35u, h ^= h >> 16;
+    const float v = float(h >> 8) * (1.f / 8388608.f) - 1.f;
+    if constexpr (std::is_same_v<Elem, __half>)
+      x[i] = __float2half_rn(v);
+    else
+      x[i] = __float2bfloat16_rn(v);
+  }
+}
+
+// In place: row r of S (n_cols wide) becomes softmax(S[r]) with keys j > i
+// (i = r mod n_rows) masked when causal (Nq = Nk, so bottom-right = top-left).
+template <typename Elem>
+__global__ void softmax_rows(Elem* s, int n_rows, int n_cols, bool causal) {
+  __shared__ float red[32];
+  const size_t r = blockIdx.x;
+  Elem* row = s + r * size_t(n_cols);
+  const int last = causal ? int(r % size_t(n_rows)) : n_cols - 1;
+  auto block_reduce = [&](float v, bool is_max) {
+    for (int o = 16; o > 0; o /= 2) {
+      const float w = __shfl_xor_sync(0xffffffffu, v, o);
+      v = is_max ? fmaxf(v, w) : v + w;
+    }
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = threadIdx.x < blockDim.x / 32 ? red[threadIdx.x] : (is_max ? -INFINITY : 0.f);
+    for (int o = 16; o > 0; o /= 2) {
+      const float w = __shfl_xor_sync(0xffffffffu, v, o);
+      v = is_max ? fmaxf(v, w) : v + w;
+    }
+    return v;
+  };
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j <= last; j += blockDim.x) m = fmaxf(m, float(row[j]));
+  m = block_reduce(m, true);
+  float sum = 0.f;
+  for (int j = threadIdx.x; j <= last; j += blockDim.x) sum += __expf(float(row[j]) - m);
+  sum = block_reduce(sum, false);
+  const float inv = 1.f / sum;
+  for (int j = threadIdx.x; j < n_cols; j += blockDim.x) {
+    const float p = j <= last ? __expf(float(row[j]) - m) * inv : 0.f;
+    if constexpr (std::is_same_v<Elem, __half>)
+      row[j] = __float2half_rn(p);
+    else
+      row[j] = __float2bfloat16_rn(p);
+  }
+}
+
+struct Config {
+  cr::Half type;
+  int n, dim;
+  bool causal;
+  int warps = 0, rows_per_warp = 0;
+  cr::TcKernel kernel = cr::TcKernel::automatic;
+  int min_blocks = 0;
+  int batch() const { return std::max(1, 16384 / n); }
+  int heads() const { return 2048 / dim; }
+  double flops() const { return 4.0 * batch() * heads() * double(n) * n * dim * (causal ? 0.5 : 1.0); }
+  std::string name() const {
+    return std::string(type == cr::Half::f16 ? "f16" : "bf16") + "/N" + std::to_string(n) + "/D" +
+           std::to_string(dim) + (causal ? "/causal" : "/full");
+  }
+};
+
+struct Buffers {
+  std::vector<void*> q, k, v;
+  void* o = nullptr;
+  float* lse = nullptr;
+  void* s = nullptr;  // baseline only
+  explicit Buffers(const Config& c, bool baseline) {
+    const size_t elems = size_t(c.batch()) * c.heads() * c.n * c.dim;
+    for (int i = 0; i < kSets; ++i)
+      for (auto* list : {&q, &k, &v}) {
+        void* p = nullptr;
+        check(cudaMalloc(&p, elems * 2), "cudaMalloc");
+        list->push_back(p);
+        const uint32_t seed = uint32_t(0x1234567u * (i + 1) + list->size() * 77u +
+                                       (list == &q   ? 1u
+                                        : list == &k ? 2u
+                                                     : 3u));
+        if (c.type == cr::Half::f16)
+          fill_kernel<__half><<<1024, 256>>>(static_cast<__half*>(p), elems, seed);
+        else
+          fill_kernel<__nv_bfloat16><<<1024, 256>>>(static_cast<__nv_bfloat16*>(p), elems, seed);
+        check(cudaGetLastError(), "fill");
+      }
+    check(cudaMalloc(&o, elems * 2), "cudaMalloc");
+    check(cudaMalloc(reinterpret_cast<void**>(&lse), size_t(c.batch()) * c.heads() * c.n * sizeof(float)),
+          "cudaMalloc");
+    if (baseline)
+      check(cudaMalloc(&s, size_t(c.batch()) * c.heads() * size_t(c.n) * c.n * 2), "cudaMalloc S");
+    check(cudaDeviceSynchronize(), "fill");
+  }
+  ~Buffers() {
+    for (auto* list : {&q, &k, &v})
+      for (void* p : *list) cudaFree(p);
+    cudaFree(o), cudaFree(lse), cudaFree(s);
+  }
+};
+
+struct Timing {
+  double flash_ms = 0, base_ms = 0;
+};
+std::map<std::string, Timing> g_results;
+cublasHandle_t g_cublas = nullptr;
+
+bool have_device() {
+  return cr::device_count() > 0;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Times fn(set) per iteration with events; warm-up first.
+template <typename Fn>
+double run_timed(benchmark::State& state, const Config& c, Fn fn) {
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "event"), check(cudaEventCreate(&b), "event");
+  for (int i = 0; i < 3; ++i) fn(i % kSets);
+  check(cudaDeviceSynchronize(), "warm-up");
+  std::vector<double> ms;
+  int it = 0;
+  for (auto _ : state) {
+    check(cudaEventRecord(a), "record");
+    fn(it++ % kSets);
+    check(cudaEventRecord(b), "record");
+    check(cudaEventSynchronize(b), "sync");
+    float t = 0;
+    check(cudaEventElapsedTime(&t, a, b), "elapsed");
+    state.SetIterationTime(t / 1e3);
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a), cudaEventDestroy(b);
+  const double med = median(ms);
+  state.counters["median_ms"] = med;
+  state.counters["TFLOPs"] = c.flops() / (med * 1e-3) / 1e12;
+  state.counters["pct_peak"] = 100.0 * c.flops() / (med * 1e-3) / 1e12 / kPeakTflops;
+  return med;
+}
+
+void flash(benchmark::State& state, Config c) {
+  if (!have_device()) return state.SkipWithError("no CUDA device");
+  try {
+    Buffers buf(c, false);
+    cr::TcParams p;
+    p.type = c.type, p.batch = c.batch(), p.heads_q = p.heads_kv = c.heads(), p.nq = p.nk = c.n,
+    p.dim = c.dim;
+    p.mask = c.causal ? cr::TcMask::causal : cr::TcMask::none;
+    p.o = buf.o, p.lse = buf.lse, p.warps = c.warps, p.rows_per_warp = c.rows_per_warp;
+    p.kernel = c.kernel, p.wgmma_min_blocks = c.min_blocks;
+    const double med = run_timed(state, c, [&](int set) {
+      p.q = buf.q[size_t(set)], p.k = buf.k[size_t(set)], p.v = buf.v[size_t(set)];
+      cr::tc_forward_async(p, nullptr);
+    });
+    if (c.warps == 0 && c.kernel == cr::TcKernel::automatic && c.min_blocks == 0)
+      g_results[c.name()].flash_ms = med;
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void materialized(benchmark::State& state, Config c) {
+  if (!have_device()) return state.SkipWithError("no CUDA device");
+  try {
+    Buffers buf(c, true);
+    const cudaDataType_t t = c.type == cr::Half::f16 ? CUDA_R_16F : CUDA_R_16BF;
+    const int n = c.n, d = c.dim, batches = c.batch() * c.heads();
+    const long long qkv_stride = (long long)n * d, s_stride = (long long)n * n;
+    const float scale = 1.f / std::sqrt(float(d)), one = 1.f, zero = 0.f;
+    const double med = run_timed(state, c, [&](int set) {
+      // Column-major views: Sᵀ (Nk×Nq) = Kᵀᵀ·Qᵀ, Oᵀ (D×Nq) = Vᵀ·Pᵀ.
+      check(
+          cublasGemmStridedBatchedEx(g_cublas, CUBLAS_OP_T, CUBLAS_OP_N, n, n, d, &scale, buf.k[size_t(set)],
+                                     t, d, qkv_stride, buf.q[size_t(set)], t, d, qkv_stride, &zero, buf.s, t,
+                                     n, s_stride, batches, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "gemm QK");
+      if (c.type == cr::Half::f16)
+        softmax_rows<__half>
+            <<<unsigned(size_t(batches) * n), 256>>>(static_cast<__half*>(buf.s), n, n, c.causal);
+      else
+        softmax_rows<__nv_bfloat16>
+            <<<unsigned(size_t(batches) * n), 256>>>(static_cast<__nv_bfloat16*>(buf.s), n, n, c.causal);
+      check(cudaGetLastError(), "softmax");
+      check(cublasGemmStridedBatchedEx(g_cublas, CUBLAS_OP_N, CUBLAS_OP_N, d, n, n, &one, buf.v[size_t(set)],
+                                       t, d, qkv_stride, buf.s, t, n, s_stride, &zero, buf.o, t, d,
+                                       qkv_stride, batches, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            "gemm PV");
+    });
+    g_results[c.name()].base_ms = med;
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+// The two ceilings (METHOD.md): a large cuBLAS f16 GEMM and a device-to-device copy.
+void ceiling_gemm(benchmark::State& state) {
+  if (!have_device()) return state.SkipWithError("no CUDA device");
+  const int n = 8192;
+  void *a = nullptr, *b = nullptr, *d = nullptr;
+  check(cudaMalloc(&a, size_t(n) * n * 2), "cudaMalloc"),
+      check(cudaMalloc(&b, size_t(n) * n * 2), "cudaMalloc");
+  check(cudaMalloc(&d, size_t(n) * n * 2), "cudaMalloc");
+  fill_kernel<__half><<<1024, 256>>>(static_cast<__half*>(a), size_t(n) * n, 1);
+  fill_kernel<__half><<<1024, 256>>>(static_cast<__half*>(b), size_t(n) * n, 2);
+  const float one = 1.f, zero = 0.f;
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0), cudaEventCreate(&e1);
+  std::vector<double> ms;
+  for (int i = 0; i < 3; ++i)
+    check(cublasGemmEx(g_cublas, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16F, n, b, CUDA_R_16F, n,
+                       &zero, d, CUDA_R_16F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "gemm");
+  for (auto _ : state) {
+    cudaEventRecord(e0);
+    check(cublasGemmEx(g_cublas, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16F, n, b, CUDA_R_16F, n,
+                       &zero, d, CUDA_R_16F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "gemm");
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float t = 0;
+    cudaEventElapsedTime(&t, e0, e1);
+    state.SetIterationTime(t / 1e3);
+    ms.push_back(t);
+  }
+  const double med = median(ms);
+  state.counters["TFLOPs"] = 2.0 * n * double(n) * n / (med * 1e-3) / 1e12;
+  cudaFree(a), cudaFree(b), cudaFree(d);
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+}
+
+void ceiling_copy(benchmark::State& state) {
+  if (!have_device()) return state.SkipWithError("no CUDA device");
+  const size_t bytes = size_t(2) << 30;
+  void *a = nullptr, *b = nullptr;
+  check(cudaMalloc(&a, bytes), "cudaMalloc"), check(cudaMalloc(&b, bytes), "cudaMalloc");
+  check(cudaMemset(a, 1, bytes), "memset");
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0), cudaEventCreate(&e1);
+  check(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice), "copy");
+  std::vector<double> ms;
+  for (auto _ : state) {
+    cudaEventRecord(e0);
+    cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float t = 0;
+    cudaEventElapsedTime(&t, e0, e1);
+    state.SetIterationTime(t / 1e3);
+    ms.push_back(t);
+  }
+  state.counters["GBps_read_plus_write"] = 2.0 * double(bytes) / (median(ms) * 1e-3) / 1e9;
+  cudaFree(a), cudaFree(b);
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool device = have_device();
+  if (!device) std::printf("bench_attention_cuda: no CUDA device; every benchmark reports skipped\n");
+  if (device) check(cublasCreate(&g_cublas), "cublasCreate");
+  std::vector<Config> configs;
+  for (cr::Half type : {cr::Half::f16, cr::Half::bf16})
+    for (int n : {1024, 4096, 16384})
+      for (int dim : {64, 128})
+        for (bool causal : {false, true}) configs.push_back({type, n, dim, causal});
+  for (const Config& c : configs) {
+    benchmark::RegisterBenchmark(("flash/" + c.name()).c_str(), flash, c)
+        ->UseManualTime()
+        ->MinTime(0.1)
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("materialized/" + c.name()).c_str(), materialized, c)
+        ->UseManualTime()
+        ->MinTime(0.1)
+        ->Unit(benchmark::kMillisecond);
+  }
+  for (int dim : {64, 128})  // every tiling at the goal shape: warps x rows per warp
+    for (bool causal : {false, true})
+      for (const auto& tiling : {std::pair{4, 16}, std::pair{8, 16}, std::pair{4, 32}}) {
+        Config c{cr::Half::f16, 4096, dim, causal, tiling.first, tiling.second};
+        benchmark::RegisterBenchmark(("flash_tiling" + std::to_string(tiling.first) + "x" +
+                                      std::to_string(tiling.second) + "/" + c.name())
+                                         .c_str(),
+                                     flash, c)
+            ->UseManualTime()
+            ->MinTime(0.1)
+            ->Unit(benchmark::kMillisecond);
+      }
+  for (int dim : {64, 128})  // the mma.sync kernel's default tiling next to the automatic choice
+    for (bool causal : {false, true}) {
+      Config c{cr::Half::f16, 4096, dim, causal};
+      c.kernel = cr::TcKernel::mma_sync;
+      benchmark::RegisterBenchmark(("flash_mma_sync/" + c.name()).c_str(), flash, c)
+          ->UseManualTime()
+          ->MinTime(0.1)
+          ->Unit(benchmark::kMillisecond);
+    }
+  for (int dim : {64, 128})  // wgmma with registers for one block per SM (the default budgets two)
+    for (bool causal : {false, true}) {
+      Config c{cr::Half::f16, 4096, dim, causal};
+      c.kernel = cr::TcKernel::wgmma, c.min_blocks = 1;
+      benchmark::RegisterBenchmark(("flash_wgmma_1block/" + c.name()).c_str(), flash, c)
+          ->UseManualTime()
+          ->MinTime(0.1)
+          ->Unit(benchmark::kMillisecond);
+    }
+  benchmark::RegisterBenchmark("ceiling/gemm_f16_8192", ceiling_gemm)
+      ->UseManualTime()
+      ->MinTime(0.1)
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("ceiling/copy_2GiB", ceiling_copy)
+      ->UseManualTime()
+      ->MinTime(0.1)
+      ->Unit(benchmark::kMillisecond);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  if (device)
+    std::printf("\nflash = the automatic kernel choice: %s\n",
+                cr::tc_wgmma_available() ? "wgmma (sm_90a)" : "mma.sync (no sm_90a image for this device)");
+  if (!g_results.empty()) {
+    std::printf("\n%-24s %10s %9s %7s %12s %9s\n", "case", "flash ms", "TFLOP/s", "%peak", "material. ms",
+                "speed-up");
+    for (const Config& c : configs) {
+      const auto it = g_results.find(c.name());
+      if (it == g_results.end() || it->second.flash_ms <= 0) continue;
+      const Timing& t = it->second;
+      const double tf = c.flops() / (t.flash_ms * 1e-3) / 1e12;
+      std::printf("%-24s %10.3f %9.1f %6.1f%% %12.3f %8.2fx\n", c.name().c_str(), t.flash_ms, tf,
+                  100 * tf / kPeakTflops, t.base_ms, t.base_ms > 0 ? t.base_ms / t.flash_ms : 0.0);
+    }
+  }
+  if (g_cublas) cublasDestroy(g_cublas);
+  return 0;
+}

@@ -1,0 +1,115 @@
+// Flash attention FORWARD on a CUDA device (attention.fwd; contract in
+// attention.h). Kernels in attention_cuda.cu and attention_cuda_wgmma.cu
+// (plain C++17 for nvcc, no kprop, RapidCheck or yaml headers there):
+//  * the spec-checked path, f32 or f64 per case: online softmax over Bq×Bk
+//    tiles (the case's tile sizes), every mask kind, GQA, any Nq, Nk, D;
+//    registered as implementation "cuda" of attention.fwd through the
+//    Case -> FwdResult wrapper `cuda_forward` (attention_cuda.cpp);
+//  * the tensor-core path, f16 or bf16 inputs with f32 accumulation, D = 64
+//    or 128, masks none / causal (bottom-right) / key_padding, GQA; two
+//    kernels: FlashAttention-2 style mma.sync m16n8k16 (ldmatrix, cp.async
+//    double buffering; sm_80 and up) and a Hopper one with wgmma (sm_90a
+//    build). Device pointers for benchmarks, host arrays for tests. Not a
+//    spec target: the spec's cases are f32/f64. Boolean masks are not
+//    supported on this path.
+// Everything here exists only when the family is built with CUDA
+// (KPROP_HAVE_CUDA); registration turns "no device" into kprop::Unsupported.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kprop::attention::cuda_raw {
+
+// Number of CUDA devices; 0 when there is none or the runtime reports an
+// error (no driver, insufficient driver). Cached after the first call.
+int device_count();
+
+// ---------------------------------------------------------------- f32 / f64
+// Mask kinds as in attention.h's MaskKind (none 0, causal 1, key_padding 2,
+// boolean 3).
+struct HostProblem {
+  int batch = 1, heads_q = 1, heads_kv = 1, nq = 1, nk = 1, dim = 1;
+  int block_q = 1, block_k = 1;  // tile sizes (clamped to N; halved if shared memory is short)
+  int mask = 0;
+  int causal_offset = 0;             // Nk - Nq for the contract
+  const int* key_lengths = nullptr;  // key_padding: [batch]
+  const uint8_t* allowed = nullptr;  // boolean: [batch, nq, nk]
+};
+
+// O [B,Hq,Nq,D] and LSE [B,Hq,Nq] on device 0 from host arrays, in T.
+// Returns the shared-memory bytes one block used (its tile scratch: the
+// analogue of the CPU kernels' Workspace; nothing Nq×Nk is allocated).
+// Throws std::runtime_error without a device or on any CUDA error.
+size_t forward(const HostProblem& p, float scale, const float* q, const float* k, const float* v, float* o,
+               float* lse);
+size_t forward(const HostProblem& p, double scale, const double* q, const double* k, const double* v,
+               double* o, double* lse);
+
+// ---------------------------------------------------------------- f16 / bf16
+enum class Half { f16, bf16 };
+enum class TcMask { none = 0, causal = 1, key_padding = 2 };
+// mma_sync: the FlashAttention-2 kernel (sm_80 and up); wgmma: the Hopper
+// kernel (sm_90a build, compute capability 9.0; Bq = 128, Bk = 64, tiling
+// fields ignored); automatic: wgmma where available, else mma_sync.
+enum class TcKernel { automatic, mma_sync, wgmma };
+// Does this build hold the sm_90a kernel and device 0 run it?
+bool tc_wgmma_available();
+
+// Device pointers; Q, O [B, Hq, Nq, D], K, V [B, Hkv, Nk, D] (16-bit values
+// of `type`, 16-byte aligned), LSE [B, Hq, Nq] f32 (natural log; -inf for a
+// fully masked row, whose O is 0). key_lengths: device [batch] for
+// key_padding. scale 0: 1/sqrt(D).
+struct TcParams {
+  Half type = Half::f16;
+  int batch = 1, heads_q = 1, heads_kv = 1, nq = 1, nk = 1, dim = 64;
+  TcMask mask = TcMask::none;
+  float scale = 0;
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;
+  const int* key_lengths = nullptr;
+  // Tiling: `warps` (4 or 8) × `rows_per_warp` (16 or 32, the latter with 4
+  // warps) query rows per block; 0, 0 picks (4 × 32 = 128 rows).
+  int warps = 0, rows_per_warp = 0;
+  TcKernel kernel = TcKernel::automatic;
+  // wgmma only: registers budgeted for 1 or 2 blocks per SM (0: 2).
+  int wgmma_min_blocks = 0;
+  // Tests only: the running-max correction inverted (f16, D = 64), so the
+  // test can show it catches a wrong rescale.
+  bool planted_bug = false;
+};
+// Is the shape supported (D = 64 or 128, every dimension >= 1, Hq a
+// multiple of Hkv)? The reason in `why` otherwise.
+bool tc_supported(const TcParams& p, const char** why);
+// Launches on `stream` (a cudaStream_t, nullptr: the default stream); no
+// synchronization. Throws std::runtime_error on an unsupported shape or a
+// launch error.
+void tc_forward_async(const TcParams& p, void* stream);
+
+// Host convenience for tests: inputs as floats that must already be exactly
+// representable in `type` (round with round_half), outputs as floats (O
+// rounded to `type` by the kernel). key_lengths on the host. Synchronous.
+void tc_forward_host(Half type, int batch, int heads_q, int heads_kv, int nq, int nk, int dim, TcMask mask,
+                     const int* key_lengths, float scale, const float* q, const float* k, const float* v,
+                     float* o, float* lse, int warps = 0, int rows_per_warp = 0, bool planted_bug = false,
+                     TcKernel kernel = TcKernel::automatic);
+// x rounded to nearest-even in `type`, as a float.
+float round_half(Half type, float x);
+
+}  // namespace kprop::attention::cuda_raw
+
+#ifndef __CUDACC__
+#include "kernels/attention/attention.h"
+
+namespace kprop::attention {
+
+// The case on device 0 in its dtype (f32 or f64) through the spec-checked
+// kernel, widened back to double like the CPU implementations. Requires a
+// device (check cuda_raw::device_count() first).
+FwdResult cuda_forward(const Case& c);
+
+}  // namespace kprop::attention
+#endif
