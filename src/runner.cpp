@@ -423,6 +423,12 @@ RunReport run_spec(const Spec& spec, const RunOptions& options) {
           return report;
         }
       } catch (const external::TargetFailure& e) {
+        // Ctrl-C while waiting on an external target: no verdict; the loop
+        // stops as interrupted, keeping what was found.
+        if (e.kind() == "interrupted") {
+          report.status = RunStatus::interrupted;
+          break;
+        }
         // An external target crashed, hung or reported an error; the runner
         // lives on: shrink a crash or error to the smallest case that repeats it.
         report.status = RunStatus::crashed;
