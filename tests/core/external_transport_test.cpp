@@ -3,6 +3,7 @@
 // a worker's whole process tree dies with it, and the handshake timeout says
 // what it waited for.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
