@@ -77,7 +77,7 @@ int64_t Tensor::numel() const {
 size_t Tensor::nbytes() const {
   numel();  // throws, naming the shape
   const auto n = checked_nbytes(shape, dtype);
-  if (!n) throw std::length_error(fmt::format("tensor {}: {} bytes overflow", name, describe()));
+  if (!n) throw std::length_error(fmt::format("tensor {}: its size in bytes overflows", describe()));
   return *n;
 }
 
