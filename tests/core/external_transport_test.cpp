@@ -134,23 +134,28 @@ TEST(ExternalReply, EveryMismatchIsNamed) {
   const auto o = [](const char* name, const char* dtype, nlohmann::json shape) {
     return nlohmann::json{{"name", name}, {"dtype", dtype}, {"shape", std::move(shape)}};
   };
-  EXPECT_NE(refused(ok_with({o("o", "f64", {2, 3})}))
+  EXPECT_NE(refused(ok_with(nlohmann::json::array({o("o", "f64", {2, 3})})))
                 .find("o f64[2,3] (48 bytes), the request declared o f32[2,3]"),
             std::string::npos);
-  EXPECT_NE(refused(ok_with({o("p", "f32", {2, 3})}))
+  EXPECT_NE(refused(ok_with(nlohmann::json::array({o("p", "f32", {2, 3})})))
                 .find("tensor 'p' was not asked for (the request declared: o)"),
             std::string::npos);
-  EXPECT_NE(
-      refused(ok_with({o("o", "f32", {2, 3}), o("o", "f32", {2, 3})})).find("tensor 'o' is listed twice"),
-      std::string::npos);
+  EXPECT_NE(refused(ok_with(nlohmann::json::array({o("o", "f32", {2, 3}), o("o", "f32", {2, 3})})))
+                .find("tensor 'o' is listed twice"),
+            std::string::npos);
   EXPECT_NE(refused(ok_with(nlohmann::json::array())).find("the reply has no output 'o'"), std::string::npos);
-  EXPECT_NE(refused(ok_with({o("o", "q99", {2, 3})})).find("o q99[2,3] (no valid size)"), std::string::npos);
-  EXPECT_NE(refused(ok_with({o("o", "f32", {2.5, 3})})).find("not a list of integers"), std::string::npos);
+  EXPECT_NE(
+      refused(ok_with(nlohmann::json::array({o("o", "q99", {2, 3})}))).find("o q99[2,3] (no valid size)"),
+      std::string::npos);
+  EXPECT_NE(refused(ok_with(nlohmann::json::array({o("o", "f32", {2.5, 3})}))).find("not a list of integers"),
+            std::string::npos);
   EXPECT_NE(refused(ok_with({{{"name", "o"}}})).find("lacks a name, dtype or shape"), std::string::npos);
   EXPECT_NE(refused(ok_with("o")).find("\"tensors\" is not a list"), std::string::npos);
-  EXPECT_NE(refused({{"ok", false}, {"error", "boom"}, {"tensors", {o("o", "f32", {1 << 30})}}})
-                .find("a reply that is not ok carries tensors"),
-            std::string::npos);
+  EXPECT_NE(
+      refused(
+          {{"ok", false}, {"error", "boom"}, {"tensors", nlohmann::json::array({o("o", "f32", {1 << 30})})}})
+          .find("a reply that is not ok carries tensors"),
+      std::string::npos);
 }
 
 TEST(ExternalReply, AMatchingReplyIsRead) {
