@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -18,6 +19,7 @@
 
 #include "kprop/errors.h"
 #include "kprop/family.h"
+#include "kprop/runner.h"
 
 namespace kprop::external {
 
@@ -51,10 +53,32 @@ int32_t dtype_from_name(const std::string& name) {
   throw std::runtime_error(fmt::format("unknown dtype '{}'", name));
 }
 
+std::optional<size_t> checked_nbytes(const std::vector<int64_t>& shape, int32_t dtype) {
+  size_t n = kprop_dtype_size(dtype);
+  if (n == 0) return std::nullopt;
+  for (int64_t s : shape) {
+    if (s < 0 || __builtin_mul_overflow(n, static_cast<uint64_t>(s), &n)) return std::nullopt;
+  }
+  // Element counts are int64_t in the C views.
+  if (n / kprop_dtype_size(dtype) > static_cast<size_t>(std::numeric_limits<int64_t>::max()))
+    return std::nullopt;
+  return n;
+}
+
 int64_t Tensor::numel() const {
   int64_t n = 1;
-  for (int64_t s : shape) n *= s;
+  for (int64_t s : shape)
+    if (s < 0 || __builtin_mul_overflow(n, s, &n))
+      throw std::length_error(fmt::format("tensor {} has shape [{}]: {}", name, fmt::join(shape, ","),
+                                          s < 0 ? "a negative dimension" : "too many elements"));
   return n;
+}
+
+size_t Tensor::nbytes() const {
+  numel();  // throws, naming the shape
+  const auto n = checked_nbytes(shape, dtype);
+  if (!n) throw std::length_error(fmt::format("tensor {}: its size in bytes overflows", describe()));
+  return *n;
 }
 
 namespace {
@@ -202,12 +226,149 @@ Message allocate_reply(const Message& request) {
   return reply;
 }
 
+// ---------------------------------------------------------------- device tensors
+// Ops a plugin declares with kprop_op_device(op) == KPROP_CUDA get their
+// tensors in CUDA memory. Only the plugin host process (a forked child)
+// touches CUDA, through the runtime it loads with dlopen: prop_runner itself
+// needs no CUDA and runs where there is none.
+namespace {
+namespace cuda {
+using Err = int;  // cudaError_t; cudaSuccess == 0
+constexpr int kHostToDevice = 1, kDeviceToHost = 2;
+
+struct Runtime {
+  Err (*get_device_count)(int*) = nullptr;
+  Err (*malloc)(void**, size_t) = nullptr;
+  Err (*free)(void*) = nullptr;
+  Err (*memcpy)(void*, const void*, size_t, int) = nullptr;
+  Err (*memset)(void*, int, size_t) = nullptr;
+  Err (*synchronize)() = nullptr;
+  Err (*get_last_error)() = nullptr;
+  const char* (*error_name)(Err) = nullptr;
+  const char* (*error_string)(Err) = nullptr;
+  std::string missing;  // why it could not be loaded; empty when loaded
+
+  std::string describe(Err e) const { return fmt::format("{}: {}", error_name(e), error_string(e)); }
+};
+
+template <typename Fn>
+bool bind(void* lib, const char* symbol, Fn& fn) {
+  fn = reinterpret_cast<Fn>(dlsym(lib, symbol));
+  return fn != nullptr;
+}
+
+const Runtime& runtime() {
+  static const Runtime rt = [] {
+    Runtime r;
+    void* lib = nullptr;
+    std::string tried;
+    for (const char* name : {"libcudart.so.13", "libcudart.so.12", "libcudart.so"}) {
+      if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
+      tried += fmt::format("{}{}", tried.empty() ? "" : "; ", dlerror());
+    }
+    if (!lib) {
+      r.missing = fmt::format("no CUDA runtime ({})", tried);
+      return r;
+    }
+    const bool ok =
+        bind(lib, "cudaGetDeviceCount", r.get_device_count) && bind(lib, "cudaMalloc", r.malloc) &&
+        bind(lib, "cudaFree", r.free) && bind(lib, "cudaMemcpy", r.memcpy) &&
+        bind(lib, "cudaMemset", r.memset) && bind(lib, "cudaDeviceSynchronize", r.synchronize) &&
+        bind(lib, "cudaGetLastError", r.get_last_error) && bind(lib, "cudaGetErrorName", r.error_name) &&
+        bind(lib, "cudaGetErrorString", r.error_string);
+    if (!ok) r.missing = "the CUDA runtime lacks a function kprop needs";
+    return r;
+  }();
+  return rt;
+}
+
+// A CUDA error: the context may be unusable (sticky errors), so the plugin
+// host replies with it and exits; the next case starts a fresh one.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The device side of one call: inputs copied in, outputs poisoned with 0xFF
+// bytes as on the host, copied back after a synchronize.
+class Scope {
+ public:
+  explicit Scope(const std::string& op) : rt_(runtime()), op_(op) {
+    if (!rt_.missing.empty()) throw TargetUnavailable(fmt::format("{}: no CUDA device: {}", op, rt_.missing));
+    int count = 0;
+    const Err e = rt_.get_device_count(&count);
+    if (e != 0) throw TargetUnavailable(fmt::format("{}: no CUDA device ({})", op, rt_.describe(e)));
+    if (count == 0) throw TargetUnavailable(fmt::format("{}: no CUDA device", op));
+  }
+  ~Scope() {
+    for (void* p : allocations_) rt_.free(p);  // errors ignored: a broken context dies with the host
+  }
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+  kprop_tensor input(const Tensor& t) {
+    kprop_tensor v = t.view();
+    v.data = allocate(t);
+    if (!t.bytes.empty())
+      check(rt_.memcpy(v.data, t.bytes.data(), t.bytes.size(), kHostToDevice), "cudaMemcpy", t);
+    v.device = KPROP_CUDA;
+    return v;
+  }
+  kprop_tensor output(Tensor& t) {
+    kprop_tensor v = t.view();
+    v.data = allocate(t);
+    check(rt_.memset(v.data, 0xFF, t.bytes.size()), "cudaMemset", t);
+    v.device = KPROP_CUDA;
+    outputs_.emplace_back(&t, v.data);
+    return v;
+  }
+  // After the entry point returned: a CUDA error (launch, asynchronous
+  // fault, sticky context error) or nothing.
+  std::optional<std::string> pending_error() {
+    Err e = rt_.synchronize();
+    if (e == 0) e = rt_.get_last_error();
+    if (e == 0) return std::nullopt;
+    return rt_.describe(e);
+  }
+  void copy_back() {
+    for (auto& [t, p] : outputs_)
+      if (!t->bytes.empty())
+        check(rt_.memcpy(t->bytes.data(), p, t->bytes.size(), kDeviceToHost), "cudaMemcpy", *t);
+  }
+
+ private:
+  void* allocate(const Tensor& t) {
+    void* p = nullptr;
+    // Never NULL, even for an empty tensor: NULL marks an absent optional input.
+    check(rt_.malloc(&p, std::max<size_t>(t.bytes.size(), 1)), "cudaMalloc", t);
+    allocations_.push_back(p);
+    return p;
+  }
+  void check(Err e, const char* what, const Tensor& t) {
+    if (e != 0)
+      throw Error(fmt::format("{}: {} for {} ({} bytes) failed: {}", op_, what, t.describe(), t.bytes.size(),
+                              rt_.describe(e)));
+  }
+
+  const Runtime& rt_;
+  std::string op_;
+  std::vector<void*> allocations_;
+  std::vector<std::pair<Tensor*, void*>> outputs_;
+};
+
+// The scope of the call in progress in this (plugin host) process, if any.
+thread_local Scope* g_scope = nullptr;
+}  // namespace cuda
+}  // namespace
+
 kprop_tensor out_view(Message& reply, const std::string& name) {
-  return reply.tensor(name).view();
+  for (auto& t : reply.tensors)
+    if (t.name == name) return cuda::g_scope ? cuda::g_scope->output(t) : t.view();
+  return reply.tensor(name).view();  // throws, naming it
 }
 
 kprop_tensor in_view(const Message& request, const std::string& name, bool optional) {
-  if (const Tensor* t = request.find(name)) return t->view();
+  if (const Tensor* t = request.find(name)) return cuda::g_scope ? cuda::g_scope->input(*t) : t->view();
   if (optional) return kprop_tensor{};
   return request.tensor(name).view();  // throws, naming it
 }
@@ -261,6 +422,80 @@ std::vector<uint8_t> encode_frame(const nlohmann::json& header, const std::vecto
 namespace {
 using Clock = std::chrono::steady_clock;
 
+// ---------------------------------------------------------------- process trees
+// A worker may start processes of its own, and one that calls setsid leaves
+// the worker's process group. Every child gets a token in its environment
+// (inherited by everything it starts), and the runner is a child subreaper,
+// so orphans of the tree are re-parented to it rather than to init.
+constexpr char kTokenVar[] = "KPROP_WORKER_TOKEN";
+
+struct ProcEntry {
+  pid_t pid, ppid;
+  char state;
+};
+
+std::vector<ProcEntry> list_processes() {
+  std::vector<ProcEntry> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    FILE* f = std::fopen((entry.path() / "stat").c_str(), "r");
+    if (!f) continue;
+    char buf[512];
+    const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    buf[n] = '\0';
+    // "pid (comm) S ppid ...": comm may hold spaces and parentheses.
+    const char* close = std::strrchr(buf, ')');
+    char state = 0;
+    int ppid = 0;
+    if (!close || std::sscanf(close + 1, " %c %d", &state, &ppid) != 2) continue;
+    out.push_back({static_cast<pid_t>(std::stoi(name)), static_cast<pid_t>(ppid), state});
+  }
+  return out;
+}
+
+bool has_token(pid_t pid, const std::string& entry) {
+  FILE* f = std::fopen(fmt::format("/proc/{}/environ", pid).c_str(), "r");
+  if (!f) return false;  // gone, or not ours to read
+  std::string env;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) env.append(buf, n);
+  std::fclose(f);
+  size_t at = 0;
+  for (size_t end; (end = env.find('\0', at)) != std::string::npos; at = end + 1)
+    if (env.compare(at, end - at, entry) == 0) return true;
+  return false;
+}
+
+// Live (not zombie) processes of a child's tree: descendants of `root` by
+// parent links, and every process carrying the child's token.
+std::vector<pid_t> tree_members(pid_t root, const std::string& token_entry) {
+  const auto procs = list_processes();
+  std::vector<pid_t> tree{root}, out;
+  for (size_t i = 0; i < tree.size(); ++i)
+    for (const auto& p : procs)
+      if (p.ppid == tree[i] && std::find(tree.begin(), tree.end(), p.pid) == tree.end())
+        tree.push_back(p.pid);
+  for (const auto& p : procs) {
+    if (p.state == 'Z' || p.state == 'X' || p.pid == getpid()) continue;
+    if (std::find(tree.begin(), tree.end(), p.pid) != tree.end() || has_token(p.pid, token_entry))
+      out.push_back(p.pid);
+  }
+  return out;
+}
+
+// Killed processes that were re-parented to the runner: reaped when they die.
+std::vector<pid_t>& strays() {
+  static std::vector<pid_t> s;
+  return s;
+}
+void reap_strays() {
+  auto& s = strays();
+  std::erase_if(s, [](pid_t p) { return waitpid(p, nullptr, WNOHANG) != 0; });  // reaped, or not our child
+}
+
 // A child process with a request pipe and a reply pipe, in its own process
 // group (killed as a whole) and killed if the runner dies.
 class Child {
@@ -275,6 +510,11 @@ class Child {
 
   void start() {
     signal(SIGPIPE, SIG_IGN);  // a dead worker is an EPIPE, not the runner's death
+    // Orphans of the child's tree (a daemonised grandchild) come to the runner.
+    static const bool subreaper = prctl(PR_SET_CHILD_SUBREAPER, 1) == 0;
+    (void)subreaper;
+    static int serial = 0;
+    token_ = fmt::format("{}.{}", getpid(), ++serial);
     int to_child[2], from_child[2];
     if (pipe2(to_child, O_CLOEXEC) != 0 || pipe2(from_child, O_CLOEXEC) != 0)
       throw std::runtime_error(fmt::format("pipe: {}", strerror(errno)));
@@ -284,6 +524,8 @@ class Child {
     if (pid == 0) {
       setpgid(0, 0);
       prctl(PR_SET_PDEATHSIG, SIGKILL);
+      prctl(PR_SET_CHILD_SUBREAPER, 0);  // not inherited anyway; the child's orphans are the runner's
+      setenv(kTokenVar, token_.c_str(), 1);
       // The runner's crash guard must not run in the child: a crash here is
       // the target's, reported by the parent.
       for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGPIPE, SIGINT, SIGTERM})
@@ -332,7 +574,7 @@ class Child {
     reap(0);
   }
 
-  enum class Io { ok, eof, timeout };
+  enum class Io { ok, eof, timeout, interrupted };
 
   Io write_all(const std::vector<uint8_t>& data, Clock::time_point deadline) {
     size_t done = 0;
@@ -368,13 +610,17 @@ class Child {
   }
 
  private:
+  // Polls in slices of 50 ms so that Ctrl-C (the runner's interrupt flag;
+  // the signal may land on another thread and not wake this poll) stops the
+  // wait at once rather than at the deadline.
   static Io wait(int fd, short events, Clock::time_point deadline) {
     for (;;) {
+      if (kprop::interrupted()) return Io::interrupted;
       const auto left =
           std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       if (left <= 0) return Io::timeout;
       pollfd p{fd, events, 0};
-      const int r = poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+      const int r = poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 50)));
       if (r > 0) return Io::ok;  // readable, writable, or hung up: the next read/write tells
       if (r < 0 && errno != EINTR) return Io::eof;
     }
@@ -386,7 +632,8 @@ class Child {
     write_fd_ = read_fd_ = -1;
   }
   // Waits up to `polls` × 5 ms for the child to exit, then kills its whole
-  // group (grandchildren included) and returns the wait status.
+  // tree (its group, its descendants, every process with its token) and
+  // returns the wait status.
   int reap(int polls) {
     int status = 0;
     bool exited = false;
@@ -395,13 +642,28 @@ class Child {
       if (!exited) usleep(5000);
     }
     kill(-pid_, SIGKILL);
+    const std::string entry = fmt::format("{}={}", kTokenVar, token_);
+    // A process may fork while it is being killed: repeat until the tree is
+    // empty (bounded: a fork bomb outpacing SIGKILL is not stopped here).
+    for (int round = 0; round < 100; ++round) {
+      const auto members = tree_members(exited ? -1 : pid_, entry);  // a reaped pid may be reused
+      if (members.empty()) break;
+      for (pid_t p : members) {
+        kill(p, SIGKILL);
+        if (p != pid_ && std::find(strays().begin(), strays().end(), p) == strays().end())
+          strays().push_back(p);
+      }
+      usleep(1000);
+    }
     if (!exited) waitpid(pid_, &status, 0);
+    reap_strays();
     pid_ = -1;
     return status;
   }
 
   std::string describe_;
   std::function<void(int, int)> child_main_;
+  std::string token_;
   pid_t pid_ = -1;
   int write_fd_ = -1, read_fd_ = -1;
 };
@@ -440,10 +702,10 @@ std::vector<Tensor> tensors_from(const nlohmann::json& list, const std::vector<u
   for (const auto& item : list) {
     Tensor t = Tensor::declare(item.at("name").get<std::string>(), dtype_from_name(item.at("dtype")),
                                item.at("shape").get<std::vector<int64_t>>());
-    for (int64_t s : t.shape)
-      if (s < 0) throw std::runtime_error(fmt::format("tensor '{}' has a negative dimension", t.name));
-    const size_t n = t.nbytes();
-    if (offset + n > payload.size())
+    const auto bytes = checked_nbytes(t.shape, t.dtype);
+    if (!bytes) throw std::runtime_error(fmt::format("tensor {} has no valid size", t.describe()));
+    const size_t n = *bytes;
+    if (offset > payload.size() || n > payload.size() - offset)
       throw std::runtime_error(fmt::format("tensor '{}' runs past the end of the frame", t.name));
     t.bytes.assign(payload.begin() + static_cast<ptrdiff_t>(offset),
                    payload.begin() + static_cast<ptrdiff_t>(offset + n));
@@ -453,18 +715,80 @@ std::vector<Tensor> tensors_from(const nlohmann::json& list, const std::vector<u
   return out;
 }
 
+// The payload of a frame from the runner (plugin host side).
 size_t payload_size(const nlohmann::json& list) {
   size_t n = 0;
   if (list.is_null()) return 0;
   for (const auto& item : list) {
-    size_t count = 1;
-    for (int64_t s : item.at("shape").get<std::vector<int64_t>>()) {
-      if (s < 0) throw std::runtime_error("negative dimension in the header");
-      count *= static_cast<size_t>(s);
-    }
-    n += count * kprop_dtype_size(dtype_from_name(item.at("dtype")));
+    const auto shape = item.at("shape").get<std::vector<int64_t>>();
+    const auto bytes = checked_nbytes(shape, dtype_from_name(item.at("dtype")));
+    if (!bytes || __builtin_add_overflow(n, *bytes, &n))
+      throw std::runtime_error(fmt::format("tensor shape [{}] has no valid size", fmt::join(shape, ",")));
   }
   return n;
+}
+
+// The payload a reply header announces, checked against the request's
+// declared outputs before a byte of it is read or allocated: the worker
+// does not size the runner's memory. An error reply (and the handshake's
+// reply) carries no tensors; an ok reply carries each declared output once,
+// with its declared dtype and shape, in any order. Throws naming the
+// mismatch.
+size_t checked_reply_payload(const nlohmann::json& header, const std::vector<Tensor>& declared) {
+  if (!header.is_object()) throw std::runtime_error("the header is not a JSON object");
+  const nlohmann::json list = header.value("tensors", nlohmann::json());
+  if (list.is_null()) {
+    if (header.value("ok", false) && !declared.empty())
+      throw std::runtime_error(
+          fmt::format("the reply lists no tensors (the request declared {})", declared.front().describe()));
+    return 0;
+  }
+  if (!list.is_array()) throw std::runtime_error("\"tensors\" is not a list");
+  if (!list.empty() && !header.value("ok", false))
+    throw std::runtime_error("a reply that is not ok carries tensors");
+  std::vector<bool> seen(declared.size(), false);
+  std::vector<std::string> names;
+  for (const auto& d : declared) names.push_back(d.name);
+  for (const auto& item : list) {
+    if (!item.is_object() || !item.contains("name") || !item["name"].is_string() || !item.contains("dtype") ||
+        !item["dtype"].is_string() || !item.contains("shape") || !item["shape"].is_array())
+      throw std::runtime_error(fmt::format("tensor entry {} lacks a name, dtype or shape", item.dump()));
+    const std::string name = item["name"].get<std::string>();
+    size_t k = 0;
+    while (k < declared.size() && declared[k].name != name) ++k;
+    if (k == declared.size())
+      throw std::runtime_error(fmt::format("tensor '{}' was not asked for (the request declared: {})", name,
+                                           names.empty() ? "none" : join(names)));
+    if (seen[k]) throw std::runtime_error(fmt::format("tensor '{}' is listed twice", name));
+    seen[k] = true;
+    const Tensor& want = declared[k];
+    std::vector<int64_t> shape;
+    for (const auto& s : item["shape"]) {
+      if (!s.is_number_integer())
+        throw std::runtime_error(
+            fmt::format("tensor '{}' has shape {}, not a list of integers", name, item["shape"].dump()));
+      shape.push_back(
+          s.get<int64_t>());  // a value past int64 reads as a negative or wrong number: refused below
+    }
+    const std::string dtype = item["dtype"].get<std::string>();
+    if (dtype != dtype_name(want.dtype) || shape != want.shape) {
+      std::string bytes = "no valid size";
+      for (int32_t d = KPROP_F32; d <= KPROP_I64; ++d)
+        if (dtype == dtype_name(d))
+          if (const auto n = checked_nbytes(shape, d)) bytes = fmt::format("{} bytes", *n);
+      throw std::runtime_error(fmt::format("tensor {} {}[{}] ({}), the request declared {}", name, dtype,
+                                           fmt::join(shape, ","), bytes, want.describe()));
+    }
+  }
+  for (size_t k = 0; k < declared.size(); ++k)
+    if (!seen[k]) throw std::runtime_error(fmt::format("the reply has no output '{}'", declared[k].name));
+  size_t total = 0;
+  for (const auto& d : declared) {
+    const auto n = checked_nbytes(d.shape, d.dtype);
+    if (!n || __builtin_add_overflow(total, *n, &total))
+      throw std::runtime_error(fmt::format("output {} has no valid size", d.describe()));
+  }
+  return total;
 }
 
 nlohmann::json request_header(const Message& m) {
@@ -482,8 +806,11 @@ std::vector<const Tensor*> pointers(const std::vector<Tensor>& tensors) {
 
 // ---------------------------------------------------------------- the plugin host
 // Runs in the forked child: serves frames by calling the plugin's entry points.
-void serve_plugin(int in_fd, int out_fd, const std::vector<PluginOp>& ops,
-                  const std::vector<void*>& symbols) {
+// An op in `device` gets its tensors in CUDA memory (cuda::Scope); after a
+// CUDA error the host replies, then exits (the runner starts a fresh one:
+// a sticky error leaves the context unusable).
+void serve_plugin(int in_fd, int out_fd, const std::vector<PluginOp>& ops, const std::vector<void*>& symbols,
+                  const std::vector<bool>& device) {
   dup2(2, 1);  // a chatty plugin's printf must not corrupt the runner's stdout
   for (;;) {
     uint8_t head[8];
@@ -505,6 +832,7 @@ void serve_plugin(int in_fd, int out_fd, const std::vector<PluginOp>& ops,
     }
     nlohmann::json reply_header;
     Message reply;
+    bool restart = false;
     try {
       Message request;
       request.op = header.at("op").get<std::string>();
@@ -519,16 +847,42 @@ void serve_plugin(int in_fd, int out_fd, const std::vector<PluginOp>& ops,
       while (k < ops.size() && ops[k].op != request.op) ++k;
       if (k == ops.size()) throw std::runtime_error(fmt::format("no op '{}'", request.op));
       reply = allocate_reply(request);
-      ops[k].invoke(symbols[k], request, reply);
+      if (device[k]) {
+        cuda::Scope scope(request.op);  // Unsupported without a device
+        cuda::g_scope = &scope;
+        try {
+          ops[k].invoke(symbols[k], request, reply);
+        } catch (const std::exception& e) {
+          cuda::g_scope = nullptr;
+          if (auto cuda_error = scope.pending_error())
+            throw cuda::Error(fmt::format("{}: CUDA error in the plugin: {} (the plugin said: {})",
+                                          request.op, *cuda_error, e.what()));
+          throw;
+        }
+        cuda::g_scope = nullptr;
+        if (auto cuda_error = scope.pending_error())
+          throw cuda::Error(fmt::format("{}: CUDA error in the plugin: {}", request.op, *cuda_error));
+        scope.copy_back();
+      } else {
+        ops[k].invoke(symbols[k], request, reply);
+      }
       reply_header = {{"ok", true}, {"tensors", describe_tensors(reply.tensors)}};
+    } catch (const cuda::Error& e) {
+      reply = {};
+      reply_header = {
+          {"ok", false}, {"error", fmt::format("{} (plugin host restarted)", e.what())}, {"restart", true}};
+      restart = true;
     } catch (const Unsupported& e) {
       reply = {};
       reply_header = {{"ok", false}, {"unsupported", true}, {"error", e.what()}};
+      // A target that cannot run anything here (no device) is skipped at once.
+      if (dynamic_cast<const TargetUnavailable*>(&e)) reply_header["unavailable"] = true;
     } catch (const std::exception& e) {
       reply = {};
       reply_header = {{"ok", false}, {"error", e.what()}};
     }
     if (!write_fd_all(out_fd, encode_frame(reply_header, pointers(reply.tensors)))) return;
+    if (restart) return;
   }
 }
 
@@ -557,12 +911,16 @@ class ChildTransport : public Transport {
     const auto frame = encode_frame(request_header(request), pointers(request.tensors));
     nlohmann::json header;
     std::vector<uint8_t> payload;
-    exchange(frame, deadline, request.op, header, payload);
+    exchange(frame, deadline, request.op, request.outputs,
+             fmt::format("no reply within case_timeout_s = {:g} s", options_.call_timeout_s), header,
+             payload);
+    if (header.value("restart", false)) child_.stop();  // the plugin host asks for a fresh process
     if (!header.value("ok", false)) {
       std::string error = header.value("error", std::string("(no error message)"));
       // The plugin host's messages already name the op.
       if (error.rfind(request.op + ":", 0) == 0) error = error.substr(request.op.size() + 1);
       if (!error.empty() && error[0] == ' ') error.erase(0, 1);
+      if (header.value("unavailable", false)) throw TargetUnavailable(fmt::format("{}: {}", request.op, error));
       if (header.value("unsupported", false)) throw Unsupported(fmt::format("{}: {}", request.op, error));
       throw TargetFailure("error", fmt::format("{}: target reported an error: {}", request.op, error));
     }
@@ -586,10 +944,14 @@ class ChildTransport : public Transport {
     nlohmann::json header;
     std::vector<uint8_t> payload;
     // A worker may take a while to import its libraries.
+    const double wait_s = options_.startup_timeout_s + options_.call_timeout_s;
     const auto deadline =
-        Clock::now() + std::chrono::seconds(60) +
-        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.call_timeout_s));
-    exchange(encode_frame(hello, {}), deadline, "hello", header, payload);
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait_s));
+    exchange(encode_frame(hello, {}), deadline, "hello", {},
+             fmt::format("no reply to the handshake within {:g} s (start-up allowance {:g} s + "
+                         "case_timeout_s = {:g} s)",
+                         wait_s, options_.startup_timeout_s, options_.call_timeout_s),
+             header, payload);
     if (!header.value("ok", false))
       throw TargetFailure("error",
                           fmt::format("refused the handshake: {}", header.value("error", std::string("?"))));
@@ -611,13 +973,20 @@ class ChildTransport : public Transport {
     }
   }
 
+  // Sends `frame` and reads the reply; `declared` is what an ok reply must
+  // carry, `waited` says what the deadline was (for the hang message).
   void exchange(const std::vector<uint8_t>& frame, Clock::time_point deadline, const std::string& op,
-                nlohmann::json& header, std::vector<uint8_t>& payload) {
+                const std::vector<Tensor>& declared, const std::string& waited, nlohmann::json& header,
+                std::vector<uint8_t>& payload) {
     auto fail = [&](Child::Io io) -> TargetFailure {
       if (io == Child::Io::timeout) {
         child_.kill_now();
-        return TargetFailure("hang", fmt::format("{}: hung (no reply within case_timeout_s = {:g} s); killed",
-                                                 op, options_.call_timeout_s));
+        return TargetFailure("hang", fmt::format("{}: hung ({}); killed", op, waited));
+      }
+      if (io == Child::Io::interrupted) {
+        child_.kill_now();
+        return TargetFailure("interrupted",
+                             fmt::format("{}: interrupted while waiting for the target; killed it", op));
       }
       return TargetFailure("crash", fmt::format("{}: the target {} during the call", op, child_.death()));
     };
@@ -649,11 +1018,19 @@ class ChildTransport : public Transport {
       throw fail(io);
     try {
       header = nlohmann::json::parse(text);
-      payload.resize(payload_size(header.value("tensors", nlohmann::json())));
     } catch (const std::exception& e) {
       child_.kill_now();
       throw TargetFailure("error", fmt::format("{}: malformed reply header: {}", op, e.what()));
     }
+    size_t size = 0;
+    try {
+      size = checked_reply_payload(header, declared);
+    } catch (const std::exception& e) {
+      child_.kill_now();  // its payload is unread: the stream is out of step
+      throw TargetFailure("error",
+                          fmt::format("{}: reply refused before reading its payload: {}", op, e.what()));
+    }
+    payload.resize(size);
     if ((io = child_.read_exact(payload.data(), payload.size(), deadline, got)) != Child::Io::ok)
       throw fail(io);
   }
@@ -728,9 +1105,22 @@ std::shared_ptr<Transport> open_target(const std::string& target, const Transpor
                                    target, version(), KPROP_ABI_VERSION));
     auto symbols =
         resolve_symbols(target, options, [&](const std::string& s) { return dlsym(handle, s.c_str()); });
+    // Optional: the ops that want their tensors in device memory.
+    std::vector<bool> device(options.ops.size(), false);
+    if (auto where = reinterpret_cast<kprop_op_device_fn>(dlsym(handle, "kprop_op_device"))) {
+      for (size_t k = 0; k < options.ops.size(); ++k) {
+        const int32_t d = where(options.ops[k].op.c_str());
+        if (d != KPROP_HOST && d != KPROP_CUDA)
+          throw InputError({}, fmt::format("{}: kprop_op_device(\"{}\") returned {}, not KPROP_HOST ({}) or "
+                                           "KPROP_CUDA ({})",
+                                           target, options.ops[k].op, d, int(KPROP_HOST), int(KPROP_CUDA)));
+        device[k] = d == KPROP_CUDA;
+      }
+    }
     auto transport = std::make_shared<ChildTransport>(
-        target, options,
-        [ops = options.ops, symbols](int in_fd, int out_fd) { serve_plugin(in_fd, out_fd, ops, symbols); });
+        target, options, [ops = options.ops, symbols, device](int in_fd, int out_fd) {
+          serve_plugin(in_fd, out_fd, ops, symbols, device);
+        });
     transport->open();
     return transport;
   }

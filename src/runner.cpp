@@ -276,6 +276,7 @@ RunReport run_spec(const Spec& spec, const RunOptions& options) {
         }
         break;
       }
+      if (r.kind == CheckResult::Kind::target_failure && r.failure_kind == "interrupted") break;  // Ctrl-C
       if (r.kind == CheckResult::Kind::target_failure) {
         // The target crashed, hung or reported an error; the runner lives
         // on: the smallest case that repeats it is stored with its replay.
@@ -453,6 +454,7 @@ std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, 
         row.target_detail = "declined: " + r.reason;
         break;
       }
+      if (r.kind == CheckResult::Kind::target_failure && r.failure_kind == "interrupted") return rows;
       if (r.kind == CheckResult::Kind::target_failure) {
         row.target_ok = false;
         row.target_detail = use->name + ": " + r.reason;

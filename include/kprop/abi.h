@@ -48,6 +48,21 @@ typedef enum kprop_dtype {
 /* Where `data` lives. */
 typedef enum kprop_device { KPROP_HOST = 0, KPROP_CUDA = 1 } kprop_device;
 
+/* Optional export: where an op wants its tensors.
+ *   KPROP_EXPORT int32_t kprop_op_device(const char* op) {
+ *     return strcmp(op, "attention.fwd") == 0 ? KPROP_CUDA : KPROP_HOST;
+ *   }
+ * For an op answered with KPROP_CUDA, kprop copies every input to CUDA device
+ * memory (device 0), fills the outputs on the device with 0xFF bytes, calls
+ * the entry point with tensor.device == KPROP_CUDA and device pointers in
+ * tensor.data, synchronizes, and copies the outputs back. The args struct and
+ * `error` stay in host memory. kprop synchronizes the device after the call,
+ * so kernels still running on any stream are waited for. A CUDA error (a fault in
+ * a kernel, out of memory) fails the case and restarts the plugin host; no
+ * CUDA device makes the op unsupported (the target is skipped). Without this
+ * export, or for KPROP_HOST, tensors are in host memory. */
+typedef int32_t (*kprop_op_device_fn)(const char* op);
+
 /* A strided view of a tensor. Strides count elements, not bytes. An optional
  * tensor the case does not have is passed with data == NULL and ndim == 0. */
 typedef struct kprop_tensor {
@@ -96,8 +111,10 @@ static inline int64_t kprop_offset(const kprop_tensor* t, const int64_t* index) 
 #define KPROP_EXPORT KPROP_EXTERN_C __attribute__((visibility("default")))
 
 /* Put this once in a plugin: it exports the version kprop checks. */
-#define KPROP_PLUGIN() \
-  KPROP_EXPORT uint32_t kprop_abi_version(void) { return KPROP_ABI_VERSION; }
+#define KPROP_PLUGIN()                            \
+  KPROP_EXPORT uint32_t kprop_abi_version(void) { \
+    return KPROP_ABI_VERSION;                     \
+  }
 
 #ifdef __cplusplus
 }

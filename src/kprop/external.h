@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -30,6 +31,11 @@ namespace kprop::external {
 const char* dtype_name(int32_t dtype);
 int32_t dtype_from_name(const std::string& name);  // throws std::runtime_error
 
+// prod(shape) * itemsize, or nothing when a dimension is negative, the dtype
+// unknown or the product overflows: every size that comes from outside
+// (a reply header, a frame) goes through here before anything is allocated.
+std::optional<size_t> checked_nbytes(const std::vector<int64_t>& shape, int32_t dtype);
+
 // A contiguous little-endian C-order tensor with a name.
 struct Tensor {
   std::string name;
@@ -37,8 +43,8 @@ struct Tensor {
   std::vector<int64_t> shape;
   std::vector<uint8_t> bytes;
 
-  int64_t numel() const;
-  size_t nbytes() const { return static_cast<size_t>(numel()) * kprop_dtype_size(dtype); }
+  int64_t numel() const;  // throws std::length_error on a negative dimension or overflow
+  size_t nbytes() const;  // likewise
   // Values converted to `dtype` (floats round to nearest; ints must fit).
   static Tensor of(std::string name, int32_t dtype, std::vector<int64_t> shape,
                    std::span<const double> values);
@@ -74,7 +80,9 @@ struct Message {
 };
 
 // A target that crashed, hung, or reported an error. The runner saves the
-// case and exits 3; `kind` is "crash", "hang" or "error".
+// case and exits 3; `kind` is "crash", "hang" or "error". Kind "interrupted"
+// is no verdict on the target: Ctrl-C arrived while kprop waited for it (the
+// target was killed); the runner stops as interrupted (exit 130).
 class TargetFailure : public std::runtime_error {
  public:
   TargetFailure(std::string kind, const std::string& message)
@@ -130,10 +138,20 @@ struct TransportOptions {
   std::string family;
   std::vector<PluginOp> ops;   // the family's ops (plugin symbols; names for the worker handshake)
   double call_timeout_s = 30;  // a call longer than this is a hang
+  // The handshake waits startup_timeout_s + call_timeout_s: a worker may
+  // take a while to import its libraries.
+  double startup_timeout_s = 60;
 };
 
 // "plugin:PATH" or "exec:COMMAND": starts the target and checks its ABI
 // version and ops; a bad path, version or symbol throws InputError.
+// A plugin exporting kprop_op_device (kprop/abi.h) gets the tensors of the
+// ops it names in CUDA memory; the CUDA runtime is loaded (dlopen) only then,
+// in the plugin host process.
+// Process hygiene: the runner becomes a child subreaper, and stopping a
+// child kills its whole tree (its process group, its descendants, and every
+// process that inherited the child's KPROP_WORKER_TOKEN environment entry,
+// setsid or not).
 std::shared_ptr<Transport> open_target(const std::string& target, const TransportOptions& options);
 bool is_external_target(const std::string& target);
 

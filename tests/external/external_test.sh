@@ -90,6 +90,29 @@ kprop_worker.serve({"attention.fwd": fwd})
 PY
 run worker_raises 3 --no-corpus --target "exec:$python $tmp/raises.py"
 expect_log worker_raises "ValueError: kernel refuses this case"
+# A reply header claiming 3 GiB is refused before anything is allocated or
+# read: the case fails as a target error, shrunk and saved (exit 3).
+cat > "$tmp/huge.py" <<PY
+import sys
+sys.path.insert(0, "$root/python")
+import kprop_worker as kw
+stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+while True:
+    header, _ = kw._read_frame(stdin)
+    if header is None:
+        break
+    if header["op"] == "hello":
+        kw._write_frame(stdout, {"ok": True, "abi_version": 1, "ops": ["attention.fwd"]})
+        continue
+    tensors = [dict(d) for d in header["outputs"]]
+    tensors[0]["shape"] = [805306368]
+    kw._write_frame(stdout, {"ok": True, "tensors": tensors})
+PY
+run worker_huge_reply 3 --corpus "$tmp/huge" --target "exec:$python $tmp/huge.py"
+expect_log worker_huge_reply "reply refused before reading its payload: tensor o f[0-9]*\[805306368\] ([0-9]* bytes), the request declared o f"
+expect_log worker_huge_reply "shrunk in"
+grep -l "found_by: error" "$tmp/huge/flash_fwd/"*.yaml > /dev/null 2>&1 ||
+  { echo "FAIL worker_huge_reply: no saved case"; fails=$((fails + 1)); }
 # A worker serving the wrong ops is refused at the handshake.
 cat > "$tmp/wrong_op.py" <<PY
 import sys
