@@ -4,7 +4,11 @@
 // target dies. Runs, replays, fuzz imports and the fuzz harness all go
 // through here, so the same event gets the same verdict everywhere.
 #include <fmt/format.h>
+#include <poll.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -267,9 +271,139 @@ CheckResult check_one(const RunContext& ctx, AnyTrial& trial, const InvariantUse
   return r;
 }
 
-CheckResult check_one(const RunContext& ctx, const InvariantUse& use, const AnyCase& c) {
+namespace {
+
+bool isolated(const RunContext& ctx) {
+  return ctx.options.isolate && !external::is_external_target(ctx.target_name);
+}
+
+std::vector<CheckResult> check_uses_here(const RunContext& ctx, const std::vector<const InvariantUse*>& uses,
+                                         const AnyCase& c) {
   const auto trial = ctx.spec.family->begin_trial(c, ctx.target, ctx.reference);
-  return check_one(ctx, *trial, use, c);
+  std::vector<CheckResult> out;
+  for (const auto* use : uses) {
+    out.push_back(check_one(ctx, *trial, *use, c));
+    if (out.back().kind != CheckResult::Kind::verdict) break;
+  }
+  return out;
+}
+
+nlohmann::json to_json(const CheckResult& r) {
+  nlohmann::json measured = nlohmann::json::array();
+  for (const auto& m : r.verdict.measured) measured.push_back({m.name, m.value});
+  return {{"kind", static_cast<int>(r.kind)},      {"outcome", static_cast<int>(r.verdict.outcome)},
+          {"message", r.verdict.message},          {"measured", measured},
+          {"reason", r.reason},                    {"failure_kind", r.failure_kind},
+          {"unavailable", r.unavailable}};
+}
+
+CheckResult from_json(const nlohmann::json& j) {
+  CheckResult r;
+  r.kind = static_cast<CheckResult::Kind>(j.at("kind").get<int>());
+  r.verdict.outcome = static_cast<Outcome>(j.at("outcome").get<int>());
+  r.verdict.message = j.at("message").get<std::string>();
+  for (const auto& m : j.at("measured")) r.verdict.measured.push_back({m[0].get<std::string>(), m[1].get<double>()});
+  r.reason = j.at("reason").get<std::string>();
+  r.failure_kind = j.at("failure_kind").get<std::string>();
+  r.unavailable = j.at("unavailable").get<bool>();
+  return r;
+}
+
+CheckResult child_failure(const std::string& kind, const std::string& message) {
+  CheckResult r;
+  r.kind = CheckResult::Kind::target_failure;
+  r.failure_kind = kind;
+  r.reason = message;
+  return r;
+}
+
+// The checks of one case in a forked child: the parent holds the case and
+// never runs target code, so whatever the target does to its own memory, the
+// corpus and the report stay the parent's. Results come back as JSON.
+std::vector<CheckResult> check_uses_forked(const RunContext& ctx, const std::vector<const InvariantUse*>& uses,
+                                           const AnyCase& c) {
+  std::fflush(nullptr);
+  int fds[2];
+  if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    close(fds[0]);
+    signal(SIGINT, SIG_IGN);  // the parent handles Ctrl-C
+    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) signal(sig, SIG_DFL);
+    nlohmann::json out = nlohmann::json::array();
+    try {
+      RunOptions o = ctx.options;
+      o.isolate = false;
+      for (const auto& r : check_uses_here(RunContext{ctx.spec, o, ctx.target, ctx.reference, ctx.target_name,
+                                                      ctx.seed, ctx.run},
+                                           uses, c))
+        out.push_back(to_json(r));
+    } catch (const std::exception& e) {
+      out = nlohmann::json::array({to_json(child_failure("threw", std::string("target threw: ") + e.what()))});
+    }
+    const std::string text = out.dump();
+    for (size_t done = 0; done < text.size();) {
+      const ssize_t n = write(fds[1], text.data() + done, text.size() - done);
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    std::fflush(nullptr);
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string text;
+  char buf[1 << 14];
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(ctx.run.case_timeout_s));
+  bool hung = false;
+  for (;;) {
+    pollfd p{fds[0], POLLIN, 0};
+    const int ready = poll(&p, 1, 50);
+    if (ready > 0) {
+      const ssize_t n = read(fds[0], buf, sizeof buf);
+      if (n > 0) {
+        text.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      if (n == 0) break;
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (Clock::now() > deadline) {
+      hung = true;
+      break;
+    }
+  }
+  close(fds[0]);
+  if (hung) kill(pid, SIGKILL);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (hung)
+    return {child_failure("hang", fmt::format("hung (no result within case_timeout_s = {:g} s)", ctx.run.case_timeout_s))};
+  if (WIFSIGNALED(status))
+    return {child_failure("threw", fmt::format("crashed with signal {} ({})", WTERMSIG(status),
+                                               strsignal(WTERMSIG(status))))};
+  try {
+    std::vector<CheckResult> out;
+    for (const auto& j : nlohmann::json::parse(text)) out.push_back(from_json(j));
+    if (!out.empty()) return out;
+  } catch (const std::exception&) {
+  }
+  return {child_failure("threw", fmt::format("the checking process exited with status {} and no result",
+                                             WIFEXITED(status) ? WEXITSTATUS(status) : -1))};
+}
+
+}  // namespace
+
+std::vector<CheckResult> check_uses(const RunContext& ctx, const std::vector<const InvariantUse*>& uses,
+                                    const AnyCase& c) {
+  return isolated(ctx) ? check_uses_forked(ctx, uses, c) : check_uses_here(ctx, uses, c);
+}
+
+CheckResult check_one(const RunContext& ctx, const InvariantUse& use, const AnyCase& c) {
+  return check_uses(ctx, {&use}, c).front();
 }
 
 Stored store_entry(const std::string& dir, const CorpusEntry& entry, const std::string& fallback) {

@@ -29,6 +29,7 @@ struct Config {
   std::string out;
   std::string corpus;
   bool no_corpus = false;
+  std::optional<bool> isolate;
   bool mutants = false;
   std::string replay;
   bool list = false;
@@ -172,6 +173,8 @@ int run(const Config& cfg) {
   // --mutants finds known bugs: their cases go to the scratch folder unless
   // --corpus asks for them.
   options.write_corpus = !cfg.no_corpus && (!cfg.mutants || !cfg.corpus.empty());
+  // Mutants are known-broken code: each case runs in a forked child by default.
+  options.isolate = cfg.isolate.value_or(cfg.mutants);
   options.progress = cfg.format == "text" && cfg.out.empty();
   if (!cfg.shard.empty()) std::tie(options.shard_index, options.shard_count) = parse_shard(cfg.shard);
 
@@ -237,6 +240,8 @@ int main(int argc, char** argv) {
   app.add_option("--out", cfg.out, "write the report to FILE (text summary still on stdout)");
   auto* corpus = app.add_option("--corpus", cfg.corpus, "corpus root (default: corpus/ beside specs/)");
   app.add_flag("--no-corpus", cfg.no_corpus, "do not store counterexamples")->excludes(corpus);
+  app.add_flag("--isolate,!--no-isolate", cfg.isolate,
+               "run each case of an in-process target in a forked child (default with --mutants)");
   auto* mutants =
       app.add_flag("--mutants", cfg.mutants, "run every mutant of the family; exit 0 only if all die");
   app.add_option("--replay", cfg.replay, "replay a corpus file or folder")->excludes(mutants);

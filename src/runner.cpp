@@ -257,12 +257,16 @@ RunReport run_spec(const Spec& spec, const RunOptions& options) {
     report.size_reached = std::max<int64_t>(report.size_reached, size);
     report.largest_case = std::max(report.largest_case, family.stats(c).size);
 
-    std::unique_ptr<AnyTrial> trial = family.begin_trial(c, ctx.target, ctx.reference);
+    std::vector<size_t> live;
+    std::vector<const InvariantUse*> live_uses;
+    for (size_t k = 0; k < uses.size(); ++k)
+      if (alive[k]) live.push_back(k), live_uses.push_back(uses[k]);
+    const std::vector<CheckResult> results = check_uses(ctx, live_uses, c);
     bool checked = false;
-    for (size_t k = 0; k < uses.size(); ++k) {
-      if (!alive[k]) continue;
+    for (size_t n = 0; n < results.size(); ++n) {
+      const size_t k = live[n];
       InvariantReport& ir = report.invariants[k];
-      const CheckResult r = check_one(ctx, *trial, *uses[k], c);
+      const CheckResult& r = results[n];
       if (r.kind == CheckResult::Kind::declined) {
         // A declined case is not a verdict: counted apart, with its reason.
         ++report.declined;

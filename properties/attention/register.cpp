@@ -1,4 +1,5 @@
 #include "properties/attention/family.h"
+#include "kprop/determinism.h"
 
 #if KPROP_HAVE_CUDA
 #include "kernels/attention/attention_bwd_cuda.h"
@@ -43,6 +44,9 @@ KPROP_REGISTER_FAMILY(FwdTraits, [](FamilyDef<FwdTraits>& f) {
                    cuda_forward_or_skip);
   for (const auto& m : forward_mutants()) f.mutant(m.name, m.description, m.run);
   register_forward_invariants(f);
+  register_deterministic(f, [](const FwdResult& r) {
+    return std::vector<OutputView>{{"o", r.o}, {"lse", r.lse}};
+  });
   register_forward_external(f);
 });
 
@@ -65,6 +69,9 @@ KPROP_REGISTER_FAMILY(BwdTraits, [](FamilyDef<BwdTraits>& f) {
                    cuda_backward_or_skip);
   for (const auto& m : backward_mutants()) f.mutant(m.name, m.description, m.run);
   register_backward_invariants(f);
+  register_deterministic(f, [](const BwdResult& r) {
+    return std::vector<OutputView>{{"dq", r.dq}, {"dk", r.dk}, {"dv", r.dv}, {"o", r.o}, {"lse", r.lse}, {"d", r.d}};
+  });
   register_backward_external(f);
 });
 

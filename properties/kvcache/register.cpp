@@ -1,4 +1,5 @@
 #include "properties/kvcache/family.h"
+#include "kprop/determinism.h"
 
 #if KPROP_HAVE_CUDA
 #include "kernels/kvcache/kvcache_cuda.h"
@@ -44,6 +45,12 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
                    cuda_or_skip);
   for (const Mutant& m : mutants()) f.mutant(m.name, m.description, m.run);
   register_invariants(f);
+  register_deterministic(f, [](const Result& r) {
+    std::vector<OutputView> out;
+    for (size_t b = 0; b < r.out.size(); ++b) out.push_back({"out[" + std::to_string(b) + "]", r.out[b]});
+    out.push_back({"blocks_allocated", {double(r.blocks_allocated)}});
+    return out;
+  });
   register_external(f);
 });
 

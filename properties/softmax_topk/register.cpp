@@ -1,4 +1,5 @@
 #include "properties/softmax_topk/family.h"
+#include "kprop/determinism.h"
 
 #if KPROP_HAVE_CUDA
 #include "kernels/softmax_topk/softmax_topk_cuda.h"
@@ -35,6 +36,9 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
       cuda_or_skip);
   for (const Mutant& m : mutants()) f.mutant(m.name, m.description, m.run);
   register_invariants(f);
+  register_deterministic(f, [](const Result& r) {
+    return std::vector<OutputView>{{"probs", r.probs}, {"indices", {r.indices.begin(), r.indices.end()}}};
+  });
   register_external(f);
 });
 

@@ -79,6 +79,9 @@ struct ImplInfo {
   ImplKind kind = ImplKind::optimized;
   std::string description;
   std::string device = "cpu";  // "cpu" or "cuda"
+  // false: repeated runs may differ in rounding by design (atomics); the
+  // `deterministic` invariant then reports n/a instead of failing.
+  bool deterministic = true;
 };
 
 struct InvariantInfo {

@@ -30,6 +30,10 @@ struct RunOptions {
   // failure can be replayed from a file.
   std::string scratch_dir = ".kprop/findings";
   bool stop_on_first_failure = false;  // --mutants: the first kill is enough
+  // Run each in-process check in a forked child (--isolate; default for
+  // --mutants): a target that corrupts its heap, crashes or hangs takes only
+  // the child down, and the runner, which holds the case, reports it.
+  bool isolate = false;
   bool progress = false;               // live progress line on stderr
   std::string found_by = "rapidcheck";
   // --shard I/N: check only cases whose index is I mod N. Every shard draws
@@ -189,6 +193,11 @@ struct CheckResult {
 };
 CheckResult check_one(const RunContext& ctx, AnyTrial& trial, const InvariantUse& use, const AnyCase& c);
 CheckResult check_one(const RunContext& ctx, const InvariantUse& use, const AnyCase& c);
+// Every use on one case, sharing one trial (target and reference run once);
+// stops at the first that is not a verdict (declined, target failure). With
+// options.isolate (in-process targets), all of it runs in one forked child.
+std::vector<CheckResult> check_uses(const RunContext& ctx, const std::vector<const InvariantUse*>& uses,
+                                    const AnyCase& c);
 
 // Shrinks a failure (an invariant verdict or a target failure) to the
 // smallest case that shows the same failure, stores the case (corpus, or the

@@ -270,3 +270,51 @@ TEST(Replay, StaleTempFilesOfDeadWritersAreRemoved) {
 
 }  // namespace
 }  // namespace kprop
+
+namespace kprop {
+namespace {
+
+TEST(Isolation, ASegfaultingTargetIsACrashAndTheRunnerLivesOn) {
+  TempDir dir;
+  const Spec spec = toy_spec("domain: {value: [5, 9]}\ninvariants: [matches_reference]\n");
+  RunOptions o = options("segfaults", dir, true);
+  o.isolate = true;
+  const RunReport r = run_spec(spec, o);  // in process, this would end the test binary
+  ASSERT_EQ(r.status, RunStatus::crashed);
+  ASSERT_TRUE(r.crash);
+  EXPECT_EQ(r.crash->kind, "crash");
+  EXPECT_NE(r.crash->message.find("crashed with signal"), std::string::npos) << r.crash->message;
+  EXPECT_EQ(r.crash->case_yaml, "xs: [7]\n");  // shrunk to the element that crashes
+  ASSERT_TRUE(fs::exists(r.crash->corpus_path));
+  EXPECT_EQ(read_entry(r.crash->corpus_path).found_by, "crash");
+}
+
+TEST(Isolation, AHangIsKilledAfterTheCaseTimeout) {
+  TempDir dir;
+  const Spec spec = toy_spec("domain: {value: [5, 9]}\ninvariants: [matches_reference]\n");
+  RunOptions o = options("hangs", dir, true);
+  o.isolate = true;
+  o.case_timeout_s = 0.3;
+  const RunReport r = run_spec(spec, o);
+  ASSERT_EQ(r.status, RunStatus::crashed);
+  EXPECT_EQ(r.crash->kind, "hang");
+  EXPECT_TRUE(fs::exists(r.crash->corpus_path));
+}
+
+TEST(Isolation, SameVerdictsAsInProcess) {
+  TempDir dir;
+  const Spec spec = toy_spec("invariants: [matches_reference, sum_parity]\n");
+  RunOptions a = options("drops_last", dir), b = options("drops_last", dir);
+  b.isolate = true;
+  const RunReport x = run_spec(spec, a), y = run_spec(spec, b);
+  ASSERT_EQ(x.status, RunStatus::failed);
+  EXPECT_EQ(y.status, RunStatus::failed);
+  EXPECT_EQ(x.trials, y.trials);
+  for (size_t k = 0; k < x.invariants.size(); ++k) {
+    ASSERT_TRUE(y.invariants[k].counterexample);
+    EXPECT_EQ(x.invariants[k].counterexample->case_yaml, y.invariants[k].counterexample->case_yaml);
+  }
+}
+
+}  // namespace
+}  // namespace kprop

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Every check that needs a GPU, in one go (device time is short):
+#
+#   scripts/gpu_check.sh BUILD_DIR [LOG_DIR]
+#
+#  1. each spec with a `cuda` target: prop_runner on it, two seeds, the spec's
+#     trials and unchanged tolerances;
+#  2. each of those specs' named mutants still dies (--mutants);
+#  3. the CUDA GoogleTests of each family binary (*Cuda*);
+#  4. the CUDA example plugin (device tensors) end to end;
+#  5. compute-sanitizer memcheck/racecheck/initcheck/synccheck on every cuda
+#     target (scripts/cuda_sanitize.sh);
+#  6. bench_attention_cuda (forward TFLOP/s, % of peak, vs cuBLAS materialized).
+# Prints a summary table last; full logs in LOG_DIR (default BUILD_DIR/gpu_check).
+# Exit 0 only if every step passed; 77 without a device.
+set -u
+build=$(cd "$1" && pwd)
+logs=${2:-$build/gpu_check}
+root=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$logs"
+if ! nvidia-smi -L > "$logs/smi.txt" 2>&1; then
+  echo "gpu_check: no CUDA device (nvidia-smi: $(head -1 "$logs/smi.txt"))"
+  exit 77
+fi
+cat "$logs/smi.txt"
+summary=()
+fails=0
+step() {  # step NAME LOG COMMAND...: runs it, records pass/fail
+  local name=$1 log=$2
+  shift 2
+  local t0=$SECONDS
+  "$@" > "$logs/$log" 2>&1
+  local rc=$?
+  local verdict=ok
+  [ $rc -eq 0 ] || { verdict="FAIL (exit $rc)"; fails=$((fails + 1)); }
+  summary+=("$(printf '%-44s %-14s %4ss  %s' "$name" "$verdict" $((SECONDS - t0)) "$(tail -1 "$logs/$log" | cut -c1-90)")")
+}
+specs=(flash_fwd flash_bwd kvcache layernorm softmax_topk)
+for s in "${specs[@]}"; do
+  for seed in 1 2; do
+    step "$s --target cuda --seed $seed" "$s.cuda.$seed.txt" \
+      "$build/prop_runner" --spec "$root/specs/$s.yaml" --target cuda --seed $seed --no-corpus --time 0
+  done
+done
+for s in "${specs[@]}"; do
+  step "$s --mutants" "$s.mutants.txt" \
+    "$build/prop_runner" --spec "$root/specs/$s.yaml" --mutants --seed 20261122 --no-corpus
+done
+for f in attention kvcache layernorm softmax_topk; do
+  step "kprop_${f}_tests *Cuda*" "gtest.$f.txt" "$build/tests/kprop_${f}_tests" --gtest_filter='*Cuda*:*cuda*'
+done
+if [ -d "$build/examples" ]; then
+  plugin_dir=$(dirname "$(find "$build/examples" -name 'libattention_fwd_cuda_correct.so' -o -name 'attention_fwd_cuda_correct.so' | head -1)")
+  step "CUDA plugin (device tensors)" plugin.txt \
+    bash "$root/tests/external/cuda_plugin_test.sh" "$build/prop_runner" "$root/specs/flash_fwd.yaml" "$plugin_dir"
+fi
+step "compute-sanitizer (4 tools x targets)" sanitize.txt \
+  env KPROP_SANITIZE_TRIALS=${KPROP_SANITIZE_TRIALS:-10} bash "$root/scripts/cuda_sanitize.sh" "$build"
+if [ -x "$build/bench/bench_attention_cuda" ]; then
+  step "bench_attention_cuda" bench.txt "$build/bench/bench_attention_cuda" ${KPROP_BENCH_ARGS:-}
+fi
+echo
+echo "== sanitizer table"
+sed -n '/^target/,$p' "$logs/sanitize.txt" | head -20
+echo "== benchmark (tail)"
+tail -30 "$logs/bench.txt" 2>/dev/null | cut -c1-160
+echo
+echo "== summary"
+printf '%s\n' "${summary[@]}"
+echo "gpu_check: $fails step(s) failed"
+[ $fails -eq 0 ]

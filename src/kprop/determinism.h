@@ -1,0 +1,66 @@
+// The `deterministic` invariant: the target run twice on the same case gives
+// bitwise-identical outputs. GPU kernels are where this breaks (atomics in a
+// reduction order that depends on scheduling, a race, a read of memory
+// nothing wrote); a forward kernel must be deterministic. A target that is
+// nondeterministic by design (atomicAdd accumulation, ImplInfo::deterministic
+// false) is classified n/a here — its outputs are still held to the
+// reference's tolerance by every other invariant — and so reported, never
+// failed and never counted as a pass.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kprop/family.h"
+
+namespace kprop {
+
+// A named output as flat doubles (ints widened exactly).
+struct OutputView {
+  std::string name;
+  std::vector<double> values;
+};
+
+namespace detail {
+// First index where a and b differ bitwise (NaN payloads and -0 included), or -1.
+inline int64_t first_bit_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(double)) != 0) return static_cast<int64_t>(i);
+  return -1;
+}
+}  // namespace detail
+
+// Registers `deterministic` for a family; `outputs` lists a result's outputs.
+template <typename Traits, typename Outputs>
+void register_deterministic(FamilyDef<Traits>& f, Outputs outputs) {
+  f.invariant(
+      {"deterministic",
+       "two runs of the target on the same case give bitwise-identical outputs (n/a for a target "
+       "declared nondeterministic, e.g. atomics; its outputs are checked within tolerance elsewhere)",
+       {}},
+      [outputs](Trial<Traits>& t, const Values&) {
+        if (!t.target_info().deterministic)
+          return Verdict::not_applicable("target " + t.target_info().name +
+                                         " is nondeterministic by design; checked within tolerance only");
+        const std::vector<OutputView> first = outputs(t.target());
+        const std::vector<OutputView> second = outputs(t.run_target(t.input()));
+        for (size_t k = 0; k < first.size() && k < second.size(); ++k) {
+          const int64_t i = detail::first_bit_difference(first[k].values, second[k].values);
+          if (i < 0) continue;
+          const auto at = static_cast<size_t>(i);
+          const double a = at < first[k].values.size() ? first[k].values[at] : 0;
+          const double b = at < second[k].values.size() ? second[k].values[at] : 0;
+          return Verdict::fail(fmt::format("{}[{}] differs between two runs on the same case: {:.17g} then {:.17g}",
+                                           first[k].name, i, a, b),
+                               {{"index", double(i)}, {"first", a}, {"second", b}});
+        }
+        return Verdict::pass();
+      });
+}
+
+}  // namespace kprop
