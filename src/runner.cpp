@@ -280,12 +280,13 @@ namespace {
 // Shrinkable: the same shrink tree for generated cases, fuzz crashes, corpus
 // files and external-target crashes. `reproduces` returns the candidate's
 // verdict when it still shows the failure being shrunk.
-ShrinkResult shrink_with(const Family& family, AnyCase failing, Verdict verdict, double budget_s,
+ShrinkResult shrink_with(const Family& family, const Values& domain, AnyCase failing, Verdict verdict,
+                         double budget_s,
                          const std::function<std::optional<Verdict>(const AnyCase&)>& reproduces) {
   const auto t0 = Clock::now();
   ShrinkResult result{std::move(failing), std::move(verdict), 0, false};
   auto shrinkable =
-      rc::shrinkable::shrinkRecur(result.best, [&family](const AnyCase& c) { return family.shrinks(c); });
+      rc::shrinkable::shrinkRecur(result.best, [&family, &domain](const AnyCase& c) { return family.shrinks(c, domain); });
   for (bool progressed = true; progressed;) {
     progressed = false;
     auto candidates = shrinkable.shrinks();
@@ -312,7 +313,7 @@ ShrinkResult shrink_with(const Family& family, AnyCase failing, Verdict verdict,
 ShrinkResult shrink_target_failure(const Spec& spec, size_t target, const InvariantUse& use, AnyCase failing,
                                    const external::TargetFailure& failure) {
   const std::string kind = failure.kind();
-  return shrink_with(*spec.family, std::move(failing), Verdict::fail(failure.what()),
+  return shrink_with(*spec.family, spec.domain, std::move(failing), Verdict::fail(failure.what()),
                      spec.run.shrink_budget_s, [&](const AnyCase& c) -> std::optional<Verdict> {
                        try {
                          check_case(spec, target, use, c);
@@ -328,7 +329,7 @@ ShrinkResult shrink_target_failure(const Spec& spec, size_t target, const Invari
 ShrinkResult shrink_failure(const Spec& spec, size_t target, size_t use_index, AnyCase failing,
                             Verdict verdict, double budget_s) {
   const InvariantUse& use = spec.invariants.at(use_index);
-  return shrink_with(*spec.family, std::move(failing), std::move(verdict), budget_s,
+  return shrink_with(*spec.family, spec.domain, std::move(failing), std::move(verdict), budget_s,
                      [&](const AnyCase& c) -> std::optional<Verdict> {
                        try {
                          Verdict v = check_case(spec, target, use, c);
