@@ -285,8 +285,8 @@ ShrinkResult shrink_with(const Family& family, const Values& domain, AnyCase fai
                          const std::function<std::optional<Verdict>(const AnyCase&)>& reproduces) {
   const auto t0 = Clock::now();
   ShrinkResult result{std::move(failing), std::move(verdict), 0, false};
-  auto shrinkable =
-      rc::shrinkable::shrinkRecur(result.best, [&family, &domain](const AnyCase& c) { return family.shrinks(c, domain); });
+  auto shrinkable = rc::shrinkable::shrinkRecur(
+      result.best, [&family, &domain](const AnyCase& c) { return family.shrinks(c, domain); });
   for (bool progressed = true; progressed;) {
     progressed = false;
     auto candidates = shrinkable.shrinks();

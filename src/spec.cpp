@@ -260,7 +260,8 @@ Spec Loader::load(const YAML::Node& root) {
       if (invariants[i].needs && !invariants[i].needs(spec.domain, params).empty()) continue;
       spec.invariants.push_back({i, invariants[i].name, std::move(params)});
     }
-    if (spec.invariants.empty()) fail(root, "no invariant of family " + family_name + " can observe this domain");
+    if (spec.invariants.empty())
+      fail(root, "no invariant of family " + family_name + " can observe this domain");
   } else {
     if (!list.IsSequence()) fail(list, "'invariants' must be a list of names or {name: ..., params}");
     if (list.size() == 0) fail(list, "'invariants' is empty; valid: " + join(invariant_names));
@@ -318,7 +319,8 @@ std::string needs_choice(const Values& domain, const std::string& key, const std
                          const std::string& what) {
   const Choices& listed = domain.choices(key);
   if (std::find(listed.begin(), listed.end(), choice) != listed.end()) return "";
-  return fmt::format("{} but domain.{} is [{}]; add {} or drop the invariant", what, key, join(listed), choice);
+  return fmt::format("{} but domain.{} is [{}]; add {} or drop the invariant", what, key, join(listed),
+                     choice);
 }
 
 std::string outside_int_range(const Values& domain, const std::string& key, int64_t v) {

@@ -431,12 +431,12 @@ std::string CaseTraits<B>::in_domain(const Case& c, const Values& d) {
     return fmt::format("nk = {} but same_length_rate = 1 ties it to nq = {}", s.nk, s.nq);
   if (d.real("custom_scale_rate") <= 0 && c.scale != 0)
     return fmt::format("scale {} but custom_scale_rate = 0", c.scale);
-  return first_problem({outside_int_range(d, "batch", s.batch), outside_int_range(d, "heads_kv", s.heads_kv),
-                        outside_int_range(d, "group", s.group()), outside_int_range(d, "nq", s.nq),
-                        outside_int_range(d, "nk", s.nk), outside_int_range(d, "dim", s.dim),
-                        outside_int_range(d, "block_q", c.block_q), outside_int_range(d, "block_k", c.block_k),
-                        outside_choices(d, "dtypes", dtype_name(c.dtype)),
-                        outside_choices(d, "masks", mask_name(c.mask))});
+  return first_problem(
+      {outside_int_range(d, "batch", s.batch), outside_int_range(d, "heads_kv", s.heads_kv),
+       outside_int_range(d, "group", s.group()), outside_int_range(d, "nq", s.nq),
+       outside_int_range(d, "nk", s.nk), outside_int_range(d, "dim", s.dim),
+       outside_int_range(d, "block_q", c.block_q), outside_int_range(d, "block_k", c.block_k),
+       outside_choices(d, "dtypes", dtype_name(c.dtype)), outside_choices(d, "masks", mask_name(c.mask))});
 }
 
 namespace {

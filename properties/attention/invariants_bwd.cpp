@@ -330,8 +330,9 @@ Verdict shift_invariance(T& t, const Values& p) {
 Verdict permutation_equivariance(T& t, const Values& p) {
   const Case& c = t.input();
   const auto perm = permutation_of(c);
-  if (!perm) return Verdict::discard(c.mask == MaskKind::causal ? "causal: no permutation keeps the mask"
-                                                                : "a single key and query: nothing to permute");
+  if (!perm)
+    return Verdict::discard(c.mask == MaskKind::causal ? "causal: no permutation keeps the mask"
+                                                       : "a single key and query: nothing to permute");
   const Shape& s = c.shape;
   const BwdResult& ref = t.reference();
   BwdResult expected;
@@ -383,10 +384,10 @@ void register_backward_invariants(FamilyDef<BwdTraits>& f) {
   f.invariant({"shift_invariance", "adding one vector to every key leaves dQ, dK and dV unchanged",
                tolerance_params()},
               shift_invariance);
-  f.invariant({"permutation_equivariance",
-               "permuting keys with values and queries with dO permutes the gradients", tolerance_params(),
-               needs_permutation},
-              permutation_equivariance);
+  f.invariant(
+      {"permutation_equivariance", "permuting keys with values and queries with dO permutes the gradients",
+       tolerance_params(), needs_permutation},
+      permutation_equivariance);
   f.invariant(
       {"workspace_bounded", "the Workspace high-water mark stays within a budget of tiles (no Nq×Nk buffer)",
        workspace_params()},

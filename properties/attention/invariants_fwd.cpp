@@ -130,8 +130,9 @@ Verdict shift_invariance(T& t, const Values& p) {
 Verdict permutation_equivariance(T& t, const Values& p) {
   const Case& c = t.input();
   const auto perm = permutation_of(c);
-  if (!perm) return Verdict::discard(c.mask == MaskKind::causal ? "causal: no permutation keeps the mask"
-                                                                : "a single key and query: nothing to permute");
+  if (!perm)
+    return Verdict::discard(c.mask == MaskKind::causal ? "causal: no permutation keeps the mask"
+                                                       : "a single key and query: nothing to permute");
   const Shape& s = c.shape;
   const FwdResult& ref = t.reference();
   FwdResult expected;
@@ -152,13 +153,13 @@ void register_forward_invariants(FamilyDef<FwdTraits>& f) {
                "O and LSE within k × the naive same-precision error + floor of the fp64 reference",
                tolerance_params()},
               matches_reference);
-  f.invariant({"tile_size_invariance",
-               "other tilings (one tile, unit, swapped, uneven) agree within the policy", tolerance_params(),
-               needs_other_tiling},
-              tile_size_invariance);
-  f.invariant({"masked_rows_zero", "a fully masked row gives O = 0 and LSE = -inf exactly", {},
-               needs_masked_rows},
-              masked_rows_zero);
+  f.invariant(
+      {"tile_size_invariance", "other tilings (one tile, unit, swapped, uneven) agree within the policy",
+       tolerance_params(), needs_other_tiling},
+      tile_size_invariance);
+  f.invariant(
+      {"masked_rows_zero", "a fully masked row gives O = 0 and LSE = -inf exactly", {}, needs_masked_rows},
+      masked_rows_zero);
   f.invariant({"finite_outputs", "no NaN or inf where the reference has none", {}}, finite_outputs);
   f.invariant({"shift_invariance", "adding one vector to every key leaves O unchanged", tolerance_params()},
               shift_invariance);

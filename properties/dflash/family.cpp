@@ -408,13 +408,13 @@ std::string Traits::in_domain(const Case& c, const Values& d) {
   const IntRange w = d.int_range("model.d_model");
   const int64_t lo = (w.lo + m.heads - 1) / m.heads * m.heads, hi = (w.hi + m.heads - 1) / m.heads * m.heads;
   if (m.d_model < lo || m.d_model > hi)
-    return fmt::format("model.d_model = {} is outside [{}, {}] rounded up to a multiple of {} heads", m.d_model,
-                       w.lo, w.hi, m.heads);
-  if (std::string why = first_problem(
-          {outside_int_range(d, "vocab", m.vocab), outside_int_range(d, "model.heads", m.heads),
-           outside_int_range(d, "model.layers", m.layers),
-           outside_int_range(d, "prompt_len", static_cast<int64_t>(c.prompt.size())),
-           outside_int_range(d, "cycles", static_cast<int64_t>(c.cycles.size()))});
+    return fmt::format("model.d_model = {} is outside [{}, {}] rounded up to a multiple of {} heads",
+                       m.d_model, w.lo, w.hi, m.heads);
+  if (std::string why =
+          first_problem({outside_int_range(d, "vocab", m.vocab), outside_int_range(d, "model.heads", m.heads),
+                         outside_int_range(d, "model.layers", m.layers),
+                         outside_int_range(d, "prompt_len", static_cast<int64_t>(c.prompt.size())),
+                         outside_int_range(d, "cycles", static_cast<int64_t>(c.cycles.size()))});
       !why.empty())
     return why;
   for (size_t k = 0; k < c.cycles.size(); ++k) {

@@ -184,11 +184,14 @@ std::string Traits::in_domain(const Case& c, const Values& d) {
   if (std::string why = outside_int_range(d, "batch", static_cast<int64_t>(c.seqs.size())); !why.empty())
     return why;
   for (const Sequence& s : c.seqs) {
-    if (std::string why = outside_int_range(d, "prompt_len", s.prompt); !why.empty() && !(edges && s.prompt == 1))
+    if (std::string why = outside_int_range(d, "prompt_len", s.prompt);
+        !why.empty() && !(edges && s.prompt == 1))
       return why;
-    if (std::string why = outside_int_range(d, "decode_steps", s.decode); !why.empty() && !(edges && s.decode == 0))
+    if (std::string why = outside_int_range(d, "decode_steps", s.decode);
+        !why.empty() && !(edges && s.decode == 0))
       return why;
-    if (std::string why = outside_int_range(d, "arrival", s.arrive); !why.empty() && !(edges && s.arrive == 0))
+    if (std::string why = outside_int_range(d, "arrival", s.arrive);
+        !why.empty() && !(edges && s.arrive == 0))
       return why;
   }
   if (std::string why = outside_int_range(d, "chunk", c.chunk); !why.empty() && !(edges && c.chunk == 1))
@@ -235,11 +238,13 @@ CaseSize Traits::max_case_bytes(const Values& d) {
 }
 
 std::string Traits::check_domain(const Values& d) {
-  const int64_t tokens = d.int_range("batch").hi * (d.int_range("prompt_len").hi + d.int_range("decode_steps").hi);
+  const int64_t tokens =
+      d.int_range("batch").hi * (d.int_range("prompt_len").hi + d.int_range("decode_steps").hi);
   if (tokens <= kMaxTokens) return "";
-  return fmt::format("the largest case of this domain holds batch x (prompt_len + decode_steps) = {} tokens, "
-                     "over the {} a case may hold; narrow batch, prompt_len or decode_steps",
-                     tokens, kMaxTokens);
+  return fmt::format(
+      "the largest case of this domain holds batch x (prompt_len + decode_steps) = {} tokens, "
+      "over the {} a case may hold; narrow batch, prompt_len or decode_steps",
+      tokens, kMaxTokens);
 }
 
 namespace {

@@ -288,8 +288,8 @@ std::string Traits::in_domain(const Case& c, const Values& d) {
   const double lo = std::pow(10.0, e.lo) * (1 - 1e-6), hi = std::pow(10.0, e.hi) * (1 + 1e-6);
   if (!(c.eps >= lo && c.eps <= hi))
     return fmt::format("eps = {:g} is outside 10^[{}, {}]", c.eps, e.lo, e.hi);
-  return first_problem({outside_choices(d, "dtype", dtype_name(c.dtype)), outside_int_range(d, "rows", c.rows),
-                        outside_int_range(d, "dim", c.dim)});
+  return first_problem({outside_choices(d, "dtype", dtype_name(c.dtype)),
+                        outside_int_range(d, "rows", c.rows), outside_int_range(d, "dim", c.dim)});
 }
 
 namespace {
@@ -306,7 +306,8 @@ double Traits::case_bytes(const Case& c) {
 
 CaseSize Traits::max_case_bytes(const Values& d) {
   const int64_t rows = d.int_range("rows").hi, dim = d.int_range("dim").hi;
-  return {layernorm_bytes(double(rows), double(dim)), fmt::format("rows {} x D {}", rows, dim), "rows or dim"};
+  return {layernorm_bytes(double(rows), double(dim)), fmt::format("rows {} x D {}", rows, dim),
+          "rows or dim"};
 }
 
 // ---- YAML codec

@@ -422,9 +422,10 @@ void register_invariants(FamilyDef<Traits>& f) {
                  if (std::string why = needs_choice(d, "dtype", "f64", "f64 cases"); !why.empty()) return why;
                  const int64_t smallest = d.int_range("rows").lo * d.int_range("dim").lo;
                  if (smallest > p.integer("max_elements"))
-                   return fmt::format("cases of at most max_elements = {} elements, but the smallest case of "
-                                      "the domain has rows x D = {}; raise max_elements or narrow rows or dim",
-                                      p.integer("max_elements"), smallest);
+                   return fmt::format(
+                       "cases of at most max_elements = {} elements, but the smallest case of "
+                       "the domain has rows x D = {}; raise max_elements or narrow rows or dim",
+                       p.integer("max_elements"), smallest);
                  return "";
                }},
               finite_differences);

@@ -259,8 +259,9 @@ rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
 }
 
 std::string Traits::in_domain(const Case& c, const Values& d) {
-  return first_problem({outside_choices(d, "dtype", dtype_name(c.dtype)), outside_int_range(d, "rows", c.rows()),
-                        outside_int_range(d, "vocab", c.vocab), outside_int_range(d, "block", c.block)});
+  return first_problem({outside_choices(d, "dtype", dtype_name(c.dtype)),
+                        outside_int_range(d, "rows", c.rows()), outside_int_range(d, "vocab", c.vocab),
+                        outside_int_range(d, "block", c.block)});
 }
 
 namespace {

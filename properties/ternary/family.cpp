@@ -294,7 +294,8 @@ rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
 }
 
 std::string Traits::in_domain(const Case& c, const Values& d) {
-  return first_problem({outside_int_range(d, "tokens", c.tokens), outside_int_range(d, "in_features", c.in_features),
+  return first_problem({outside_int_range(d, "tokens", c.tokens),
+                        outside_int_range(d, "in_features", c.in_features),
                         outside_int_range(d, "out_features", c.out_features)});
 }
 

@@ -310,15 +310,14 @@ void register_invariants(FamilyDef<Traits>& f) {
   f.invariant(
       {"zeros_not_nan", "finite outputs; zero weights, zero tokens and zero dy give zeros, never NaN", {}},
       zeros_not_nan);
-  f.invariant(
-      {"token_independence",
-       "a token's quantized row and output do not depend on the other tokens",
-       {},
-       [](const Values& d, const Values&) -> std::string {
-         if (d.int_range("tokens").hi >= 2) return "";
-         return "two tokens, but domain.tokens is [1, 1]; widen tokens or drop the invariant";
-       }},
-      token_independence);
+  f.invariant({"token_independence",
+               "a token's quantized row and output do not depend on the other tokens",
+               {},
+               [](const Values& d, const Values&) -> std::string {
+                 if (d.int_range("tokens").hi >= 2) return "";
+                 return "two tokens, but domain.tokens is [1, 1]; widen tokens or drop the invariant";
+               }},
+              token_independence);
 }
 
 }  // namespace kprop::ternary

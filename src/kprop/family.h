@@ -324,9 +324,8 @@ class FamilyDef final : public Family {
   }
   rc::Seq<AnyCase> shrinks(const AnyCase& c, const Values& domain) const override {
     // `c` rides along so the family's Seq may refer to the case it shrinks.
-    auto inside = rc::seq::filter(Traits::shrinks(unbox(c), domain), [domain](const Case& s) {
-      return Traits::in_domain(s, domain).empty();
-    });
+    auto inside = rc::seq::filter(Traits::shrinks(unbox(c), domain),
+                                  [domain](const Case& s) { return Traits::in_domain(s, domain).empty(); });
     return rc::seq::map(std::move(inside), [keep = c](Case s) { return box(std::move(s)); });
   }
   std::string in_domain(const AnyCase& c, const Values& domain) const override {

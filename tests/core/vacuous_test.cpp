@@ -146,16 +146,18 @@ invariants:
 }
 
 TEST(InvariantNeeds, OtherNeedsAreChecked) {
-  EXPECT_THROW(parse_spec("spec: t\nfamily: ternary\ndomain: {tokens: [1, 1]}\ninvariants: [token_independence]\n",
-                          "t.yaml"),
-               InputError);
+  EXPECT_THROW(
+      parse_spec("spec: t\nfamily: ternary\ndomain: {tokens: [1, 1]}\ninvariants: [token_independence]\n",
+                 "t.yaml"),
+      InputError);
   EXPECT_THROW(parse_spec("spec: t\nfamily: attention.fwd\ndomain: {masks: [causal]}\n"
                           "invariants: [permutation_equivariance]\n",
                           "t.yaml"),
                InputError);
-  EXPECT_NO_THROW(parse_spec("spec: t\nfamily: attention.fwd\ndomain: {masks: [none]}\n"
-                             "invariants: [permutation_equivariance]\n",
-                             "t.yaml"));
+  EXPECT_NO_THROW(
+      parse_spec("spec: t\nfamily: attention.fwd\ndomain: {masks: [none]}\n"
+                 "invariants: [permutation_equivariance]\n",
+                 "t.yaml"));
 }
 
 }  // namespace
