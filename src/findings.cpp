@@ -175,14 +175,16 @@ class CaseGuard {
 // Shrinkable: the same shrink tree for generated cases, fuzz crashes, corpus
 // files and target failures. `reproduces` returns the candidate's verdict
 // when it still shows the failure being shrunk.
-ShrinkResult shrink_with(const Family& family, AnyCase failing, Verdict verdict, double budget_s,
+ShrinkResult shrink_with(const Family& family, const Values& domain, AnyCase failing, Verdict verdict,
+                         double budget_s,
                          const std::function<std::optional<Verdict>(const AnyCase&)>& reproduces,
                          const ShrinkProgress& progress = {}) {
   const auto t0 = Clock::now();
   const int64_t from = family.stats(failing).size;
   ShrinkResult result{std::move(failing), std::move(verdict), 0, false};
-  auto shrinkable =
-      rc::shrinkable::shrinkRecur(result.best, [&family](const AnyCase& c) { return family.shrinks(c); });
+  // Candidates stay inside the spec's domain (the family filters them).
+  auto shrinkable = rc::shrinkable::shrinkRecur(
+      result.best, [&family, &domain](const AnyCase& c) { return family.shrinks(c, domain); });
   for (bool progressed = true; progressed;) {
     progressed = false;
     auto candidates = shrinkable.shrinks();
@@ -439,7 +441,7 @@ Finding record_finding(const RunContext& ctx, const InvariantUse* use, const Any
     if (first.kind == CheckResult::Kind::verdict && use) {
       f.invariant = use->name;
       s = shrink_with(
-          family, failing, first.verdict, ctx.run.shrink_budget_s,
+          family, ctx.spec.domain, failing, first.verdict, ctx.run.shrink_budget_s,
           [&](const AnyCase& c) -> std::optional<Verdict> {
             const CheckResult r = check_one(ctx, *use, c);
             if (r.failed()) return r.verdict;
@@ -452,7 +454,7 @@ Finding record_finding(const RunContext& ctx, const InvariantUse* use, const Any
       // A hang is not shrunk: each try would cost the timeout.
       if (first.failure_kind != "hang" && use)
         s = shrink_with(
-            family, failing, s.verdict, ctx.run.shrink_budget_s,
+            family, ctx.spec.domain, failing, s.verdict, ctx.run.shrink_budget_s,
             [&](const AnyCase& c) -> std::optional<Verdict> {
               const CheckResult r = check_one(ctx, *use, c);
               if (r.kind == CheckResult::Kind::target_failure && r.failure_kind == first.failure_kind)
@@ -499,7 +501,7 @@ ShrinkResult shrink_failure(const Spec& spec, size_t target, size_t use_index, A
                             Verdict verdict, double budget_s) {
   const InvariantUse& use = spec.invariants.at(use_index);
   const size_t reference = resolve_target(spec, spec.reference);
-  return shrink_with(*spec.family, std::move(failing), std::move(verdict), budget_s,
+  return shrink_with(*spec.family, spec.domain, std::move(failing), std::move(verdict), budget_s,
                      [&](const AnyCase& c) -> std::optional<Verdict> {
                        try {
                          Verdict v =

@@ -237,15 +237,33 @@ Spec Loader::load(const YAML::Node& root) {
   spec.run.max_discard_ratio = run.integer("max_discard_ratio");
   spec.run.case_timeout_s = run.real("case_timeout_s");
   spec.run.suppress_health_check = run.choices("suppress_health_check");
+  spec.run.max_case_mb = run.integer("max_case_mb");
 
   parse_fields(root["domain"], spec.family->domain_schema(), "", "domain", spec.domain);
+  const YAML::Node domain_node = root["domain"] ? root["domain"] : root;
+  if (const std::string why = spec.family->check_domain(spec.domain); !why.empty()) fail(domain_node, why);
+  {
+    const CaseSize largest = spec.family->max_case_bytes(spec.domain);
+    const double mb = largest.bytes / (1024.0 * 1024.0);
+    if (mb > double(spec.run.max_case_mb))
+      fail(domain_node,
+           fmt::format("the largest case of this domain needs ~{:.0f} MB ({}), over run.max_case_mb = {}; "
+                       "narrow {} or raise run.max_case_mb",
+                       std::ceil(mb), largest.dims, spec.run.max_case_mb, largest.keys));
+  }
 
   const auto& invariants = spec.family->invariants();
   const auto invariant_names = spec.family->invariant_names();
   const YAML::Node list = root["invariants"];
   if (!list || list.IsNull()) {
-    for (size_t i = 0; i < invariants.size(); ++i)
-      spec.invariants.push_back({i, invariants[i].name, Values::defaults(invariants[i].params)});
+    // Every invariant that the domain lets observe something (InvariantInfo::needs).
+    for (size_t i = 0; i < invariants.size(); ++i) {
+      Values params = Values::defaults(invariants[i].params);
+      if (invariants[i].needs && !invariants[i].needs(spec.domain, params).empty()) continue;
+      spec.invariants.push_back({i, invariants[i].name, std::move(params)});
+    }
+    if (spec.invariants.empty())
+      fail(root, "no invariant of family " + family_name + " can observe this domain");
   } else {
     if (!list.IsSequence()) fail(list, "'invariants' must be a list of names or {name: ..., params}");
     if (list.size() == 0) fail(list, "'invariants' is empty; valid: " + join(invariant_names));
@@ -263,6 +281,9 @@ Spec Loader::load(const YAML::Node& root) {
       parse_fields(item.IsMap() ? YAML::Node(item) : YAML::Node(),
                    invariants[static_cast<size_t>(index)].params, "", "invariant " + name, use.params,
                    "name");
+      if (const auto& needs = invariants[static_cast<size_t>(index)].needs)
+        if (const std::string why = needs(spec.domain, use.params); !why.empty())
+          fail(name_node, fmt::format("invariant {} needs {}", name, why));
       spec.invariants.push_back(std::move(use));
     }
   }
@@ -289,6 +310,45 @@ Spec load_spec(const std::string& path) {
   return parse_spec(text.str(), path);
 }
 
+std::string check_case_budget(const Spec& spec, const AnyCase& c) {
+  const double mb = spec.family->case_bytes(c) / (1024.0 * 1024.0);
+  if (mb <= double(spec.run.max_case_mb)) return "";
+  return fmt::format("case needs ~{:.0f} MB ({}), over run.max_case_mb = {} of {}; raise run.max_case_mb",
+                     std::ceil(mb), spec.family->stats(c).summary, spec.run.max_case_mb, spec.path);
+}
+
+std::string needs_choice(const Values& domain, const std::string& key, const std::string& choice,
+                         const std::string& what) {
+  const Choices& listed = domain.choices(key);
+  if (std::find(listed.begin(), listed.end(), choice) != listed.end()) return "";
+  return fmt::format("{} but domain.{} is [{}]; add {} or drop the invariant", what, key, join(listed),
+                     choice);
+}
+
+std::string outside_int_range(const Values& domain, const std::string& key, int64_t v) {
+  const IntRange r = domain.int_range(key);
+  if (v >= r.lo && v <= r.hi) return "";
+  return fmt::format("{} = {} is outside [{}, {}]", key, v, r.lo, r.hi);
+}
+
+std::string outside_real_range(const Values& domain, const std::string& key, double v) {
+  const RealRange r = domain.real_range(key);
+  if (v >= r.lo && v <= r.hi) return "";
+  return fmt::format("{} = {} is outside [{}, {}]", key, v, r.lo, r.hi);
+}
+
+std::string outside_choices(const Values& domain, const std::string& key, const std::string& v) {
+  const Choices& listed = domain.choices(key);
+  if (std::find(listed.begin(), listed.end(), v) != listed.end()) return "";
+  return fmt::format("{} = {} is not in [{}]", key, v, join(listed));
+}
+
+std::string first_problem(std::initializer_list<std::string> problems) {
+  for (const std::string& p : problems)
+    if (!p.empty()) return p;
+  return "";
+}
+
 const Schema& run_schema() {
   static const Schema schema = {
       field::integer("trials", 100, 1, 1e9, "cases drawn per run"),
@@ -303,6 +363,9 @@ const Schema& run_schema() {
                   "a single target call longer than this is reported as a hang (exit 3)"),
       field::choices("suppress_health_check", {}, {"declined", "discarded", "too_slow"},
                      "health checks not to fail the run on (prop_runner --list explains each)"),
+      field::integer("max_case_mb", 1024, 1, 1 << 30,
+                     "peak memory one case may need (inputs, outputs, reference, intermediates); a spec "
+                     "whose domain allows more is rejected, a corpus case over it is bad input"),
   };
   return schema;
 }
@@ -316,7 +379,9 @@ std::string describe_spec_keys() {
          "run:\n" +
          describe_schema(run_schema(), 2) +
          "domain:             family-specific keys (prop_runner --list)\n"
-         "invariants:         list of NAME or {name: NAME, PARAM: VALUE...}; default: all\n";
+         "invariants:         list of NAME or {name: NAME, PARAM: VALUE...}; default: all that the\n"
+         "                    domain lets observe a case (an invariant listed whose needs the domain\n"
+         "                    does not meet, e.g. f64 cases, is an error)\n";
 }
 
 }  // namespace kprop

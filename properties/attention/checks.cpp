@@ -100,13 +100,45 @@ std::vector<double> permute_rows(const std::vector<double>& t, const Shape& s, i
   return out;
 }
 
+std::string needs_permutation(const Values& d, const Values&) {
+  const Choices& masks = d.choices("masks");
+  if (masks.size() == 1 && masks[0] == "causal")
+    return "a mask a permutation keeps, but domain.masks is [causal]; add none, key_padding or boolean or "
+           "drop "
+           "the invariant";
+  if (d.int_range("nq").hi < 2 && d.int_range("nk").hi < 2)
+    return "two queries or keys to permute, but domain.nq and domain.nk are [1, 1]; widen one or drop the "
+           "invariant";
+  return "";
+}
+
+std::string needs_other_tiling(const Values& d, const Values&) {
+  if (d.int_range("nq").hi < 2 && d.int_range("nk").hi < 2)
+    return "a second tiling, but domain.nq and domain.nk are [1, 1]; widen one or drop the invariant";
+  return "";
+}
+
+std::string needs_masked_rows(const Values& d, const Values&) {
+  for (const std::string& m : d.choices("masks")) {
+    if (m == "key_padding") return "";  // a key length of 0 is always drawable
+    if (m == "boolean" && (d.real("empty_row_rate") > 0 || d.real_range("mask_density").lo < 1)) return "";
+    if (m == "causal" && d.int_range("nq").hi > d.int_range("nk").lo)
+      return "";  // Nq > Nk: rows above the diagonal
+  }
+  return fmt::format(
+      "fully masked rows, but domain.masks is [{}]; add key_padding or boolean or drop the "
+      "invariant",
+      join(d.choices("masks")));
+}
+
 Schema workspace_params() {
   return {field::real("tile_factor", 4, 0, 1e9,
                       "budget = tile_factor × sizeof(dtype) × (Bq·Bk + (Bq + Bk)·D + Nq + Nk)")};
 }
 
 Verdict check_workspace(const Case& c, const ImplInfo& target, size_t peak, const Values& params) {
-  if (target.kind == ImplKind::reference) return Verdict::pass();  // materialized by design
+  if (target.kind == ImplKind::reference)
+    return Verdict::not_applicable("the reference materializes Nq×Nk by design");
   if (target.kind == ImplKind::external)
     return Verdict::not_applicable("a kernel built elsewhere does not allocate from kprop's Workspace");
   const Shape& s = c.shape;

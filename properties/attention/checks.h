@@ -38,6 +38,13 @@ std::vector<double> permute_rows(const std::vector<double>& t, const Shape& s, i
 Schema workspace_params();
 Verdict check_workspace(const Case& c, const ImplInfo& target, size_t peak_bytes, const Values& params);
 
+// InvariantInfo::needs of the invariants that only some domains let observe
+// anything: a permutation that keeps the mask (not causal, Nq or Nk > 1),
+// another tiling (Nq or Nk > 1), a fully masked row.
+std::string needs_permutation(const Values& domain, const Values& params);
+std::string needs_other_tiling(const Values& domain, const Values& params);
+std::string needs_masked_rows(const Values& domain, const Values& params);
+
 // Fully masked query rows as (b, i) pairs.
 std::vector<std::pair<int, int>> fully_masked_rows(const Case& c);
 

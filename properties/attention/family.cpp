@@ -378,7 +378,7 @@ Case CaseTraits<B>::build(Draw& draw, const Values& domain) {
 }
 
 template <bool B>
-rc::Seq<Case> CaseTraits<B>::shrinks(const Case& c) {
+rc::Seq<Case> CaseTraits<B>::shrinks(const Case& c, const Values& domain) {
   const Selection all = everything(c);
   std::vector<Selection> selections;
   auto along = [&](std::vector<int> Selection::*axis, int n, bool singles) {
@@ -391,12 +391,28 @@ rc::Seq<Case> CaseTraits<B>::shrinks(const Case& c) {
   along(&Selection::batches, c.shape.batch, true);
   along(&Selection::kv_heads, c.shape.heads_kv, true);
   along(&Selection::members, c.shape.group(), true);
+  // Queries and keys together first: where the domain ties Nk to Nq
+  // (same_length_rate = 1) only these keep the case inside it.
+  if (c.shape.nq == c.shape.nk)
+    for (auto& kept : reductions(c.shape.nq, false)) {
+      Selection s = all;
+      s.rows = kept;
+      s.cols = std::move(kept);
+      selections.push_back(std::move(s));
+    }
   along(&Selection::rows, c.shape.nq, false);
   along(&Selection::cols, c.shape.nk, false);
   along(&Selection::dims, c.shape.dim, true);
   auto structural = rc::seq::map(rc::seq::fromContainer(std::move(selections)),
                                  [c](const Selection& s) { return select(c, s); });
-  auto simpler = rc::seq::map(rc::seq::fromContainer(simplifications(c)), [c](const Edit& edit) {
+  std::vector<Edit> edits = simplifications(c);
+  // One tile each, as close as the domain's tile ranges allow.
+  const IntRange bq = domain.int_range("block_q"), bk = domain.int_range("block_k");
+  edits.insert(edits.begin(), [bq, bk](Case& x) {
+    x.block_q = int(std::clamp<int64_t>(x.shape.nq, bq.lo, bq.hi));
+    x.block_k = int(std::clamp<int64_t>(x.shape.nk, bk.lo, bk.hi));
+  });
+  auto simpler = rc::seq::map(rc::seq::fromContainer(std::move(edits)), [c](const Edit& edit) {
     Case s = c;
     edit(s);
     return s;
@@ -405,6 +421,50 @@ rc::Seq<Case> CaseTraits<B>::shrinks(const Case& c) {
                          [c, before = complexity(c)](const Case& s) {
                            return validate(s, B).empty() && complexity(s) < before;
                          });
+}
+
+template <bool B>
+std::string CaseTraits<B>::in_domain(const Case& c, const Values& d) {
+  const Shape& s = c.shape;
+  const IntRange nk = d.int_range("nk");
+  if (d.real("same_length_rate") >= 1 && s.nk != std::clamp<int64_t>(s.nq, nk.lo, nk.hi))
+    return fmt::format("nk = {} but same_length_rate = 1 ties it to nq = {}", s.nk, s.nq);
+  if (d.real("custom_scale_rate") <= 0 && c.scale != 0)
+    return fmt::format("scale {} but custom_scale_rate = 0", c.scale);
+  return first_problem(
+      {outside_int_range(d, "batch", s.batch), outside_int_range(d, "heads_kv", s.heads_kv),
+       outside_int_range(d, "group", s.group()), outside_int_range(d, "nq", s.nq),
+       outside_int_range(d, "nk", s.nk), outside_int_range(d, "dim", s.dim),
+       outside_int_range(d, "block_q", c.block_q), outside_int_range(d, "block_k", c.block_k),
+       outside_choices(d, "dtypes", dtype_name(c.dtype)), outside_choices(d, "masks", mask_name(c.mask))});
+}
+
+namespace {
+// Doubles held at once by one trial: the inputs (Q, K, V, dO), three results
+// (target, reference, naive: O or dQ of Q's size, LSE, dK, dV) and the four
+// Nq×Nk matrices the reference materializes; plus the boolean mask in bytes.
+double attention_bytes(double batch, double heads_kv, double group, double nq, double nk, double dim) {
+  const double q = batch * heads_kv * group * nq * dim, kv = batch * heads_kv * nk * dim;
+  const double scores = batch * heads_kv * group * nq * nk;
+  return 8 * (2 * q + 2 * kv + 3 * (q + 2 * kv + batch * heads_kv * group * nq) + 4 * scores) +
+         batch * nq * nk;
+}
+}  // namespace
+
+template <bool B>
+double CaseTraits<B>::case_bytes(const Case& c) {
+  const Shape& s = c.shape;
+  return attention_bytes(s.batch, s.heads_kv, s.group(), s.nq, s.nk, s.dim);
+}
+
+template <bool B>
+CaseSize CaseTraits<B>::max_case_bytes(const Values& d) {
+  const auto hi = [&](const char* key) { return d.int_range(key).hi; };
+  return {attention_bytes(double(hi("batch")), double(hi("heads_kv")), double(hi("group")), double(hi("nq")),
+                          double(hi("nk")), double(hi("dim"))),
+          fmt::format("B {} x Hkv {} x group {} x Nq {} x Nk {} x D {}", hi("batch"), hi("heads_kv"),
+                      hi("group"), hi("nq"), hi("nk"), hi("dim")),
+          "batch, heads_kv, group, nq, nk or dim"};
 }
 
 // ------------------------------------------------------------ YAML

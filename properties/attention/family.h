@@ -17,7 +17,12 @@ struct CaseTraits {
   static Schema domain_schema();
   // One builder: RapidCheck generation, fuzz decoding and fuzz seed corpora.
   static Case build(Draw& draw, const Values& domain);
-  static rc::Seq<Case> shrinks(const Case& c);
+  static rc::Seq<Case> shrinks(const Case& c, const Values& domain);
+  static std::string in_domain(const Case& c, const Values& domain);
+  // Inputs, the target's, reference's and naive results, and the reference's
+  // materialized Nq×Nk matrices (S, P, dP, dS), in fp64.
+  static double case_bytes(const Case& c);
+  static CaseSize max_case_bytes(const Values& domain);
   static YAML::Node to_yaml(const Case& c);
   static Case from_yaml(const YAML::Node& node);
   static CaseStats stats(const Case& c);

@@ -3,6 +3,7 @@
 // Σ dO ⊙ O, and the identities of the softmax gradient.
 #include <fmt/format.h>
 
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -51,28 +52,62 @@ Verdict matches_reference(T& t, const Values& p) {
 }
 
 // ---- finite differences of L = Σ dO ⊙ O, in fp64 straight from the contract
-double row_loss(const Case& c, int b, int h, int i) {
+//
+// Rounding error of one evaluation of a row's loss (u = eps/2, first order,
+// every γ_n = n·u rounded up to n·eps):
+//   s_j = scale·Σ_d q_d k_jd          |Δs_j| <= D·eps·scale·Σ_d |q_d k_jd|
+//   m   = max_j s_j                   |Δm|   <= max_j |Δs_j|
+//   e_j = exp(s_j - m)                rel    <= |Δs_j| + |Δm| + eps·(|s_j - m| + 2)   =: ρ_j
+//   l   = Σ_j e_j                     rel    <= max_j ρ_j + Nk·eps
+//   p_j = e_j / l                     rel    <= 2·max_j ρ_j + (Nk + 1)·eps            =: π
+//   L   = Σ_j Σ_d p_j dO_d v_jd       |ΔL|   <= Σ_j p_j A_j · (π + (Nk·D + 1)·eps),
+//                                                A_j = Σ_d |dO_d v_jd|.
+// The bound follows the magnitude of the summands, not of L: when they
+// cancel (a gradient of 3e-8 made of terms of size 3) eps·|L| is far too
+// small. Summing R rows adds R·eps·Σ|L_row|. Twice the first-order bound
+// covers the second-order terms.
+struct Loss {
+  double value = 0;
+  double rounding = 0;  // bound on |computed - exact|, derived above
+};
+
+Loss row_loss(const Case& c, int b, int h, int i) {
   const Shape& s = c.shape;
-  const double scale = effective_scale(c);
+  const double scale = effective_scale(c), eps = std::numeric_limits<double>::epsilon();
   const size_t row = (size_t(b) * s.heads_q + h) * s.nq + i;
   const size_t kv = (size_t(b) * s.heads_kv + h / s.group()) * s.nk;
-  std::vector<double> sc(size_t(s.nk), -std::numeric_limits<double>::infinity());
-  double m = -std::numeric_limits<double>::infinity();
+  std::vector<double> sc(size_t(s.nk), -std::numeric_limits<double>::infinity()), ds(size_t(s.nk), 0.0);
+  double m = -std::numeric_limits<double>::infinity(), dm = 0;
   for (int j = 0; j < s.nk; ++j)
     if (visible(c, b, i, j)) {
-      double dot = 0;
-      for (int d = 0; d < s.dim; ++d) dot += c.q[row * s.dim + d] * c.k[(kv + j) * s.dim + d];
+      double dot = 0, abs_dot = 0;
+      for (int d = 0; d < s.dim; ++d) {
+        const double term = c.q[row * s.dim + d] * c.k[(kv + j) * s.dim + d];
+        dot += term;
+        abs_dot += std::fabs(term);
+      }
       m = std::max(m, sc[size_t(j)] = scale * dot);
+      dm = std::max(dm, ds[size_t(j)] = s.dim * eps * scale * abs_dot);
     }
-  if (m == -std::numeric_limits<double>::infinity()) return 0;
-  double l = 0, loss = 0;
-  for (int j = 0; j < s.nk; ++j) l += std::exp(sc[size_t(j)] - m);
+  if (m == -std::numeric_limits<double>::infinity()) return {};
+  double l = 0, rho = 0;
+  for (int j = 0; j < s.nk; ++j) {
+    l += std::exp(sc[size_t(j)] - m);
+    if (std::isfinite(sc[size_t(j)]))
+      rho = std::max(rho, ds[size_t(j)] + dm + eps * (std::fabs(sc[size_t(j)] - m) + 2));
+  }
+  const double pi = 2 * rho + (s.nk + 1) * eps;
+  double loss = 0, weighted = 0;
   for (int j = 0; j < s.nk; ++j) {
     const double pj = std::exp(sc[size_t(j)] - m) / l;
     if (pj == 0) continue;
-    for (int d = 0; d < s.dim; ++d) loss += pj * c.d_out[row * s.dim + d] * c.v[(kv + j) * s.dim + d];
+    for (int d = 0; d < s.dim; ++d) {
+      const double term = c.d_out[row * s.dim + d] * c.v[(kv + j) * s.dim + d];
+      loss += pj * term;
+      weighted += pj * std::fabs(term);
+    }
   }
-  return loss;
+  return {loss, weighted * (pi + (double(s.nk) * s.dim + 1) * eps)};
 }
 
 Verdict finite_differences(T& t, const Values& p) {
@@ -84,6 +119,7 @@ Verdict finite_differences(T& t, const Values& p) {
   const ErrorScales scales = error_scales(c, true);
   const size_t nq_all = c.q.size(), nkv = c.k.size(), total = nq_all + 2 * nkv;
   const int64_t samples = std::min<int64_t>(p.integer("samples"), int64_t(total));
+  const double eps = std::numeric_limits<double>::epsilon();
   for (int64_t n = 0; n < samples; ++n) {
     const size_t flat =
         samples == int64_t(total) ? size_t(n) : size_t(rng::hash(0xfd, 0, uint64_t(n)) % total);
@@ -104,28 +140,44 @@ Verdict finite_differences(T& t, const Values& p) {
         for (int i = 0; i < s.nq; ++i) rows.push_back({b, h, i});
     }
     const double x0 = x[at];
-    auto loss_at = [&](double value) {
-      x[at] = value;
-      double sum = 0;
-      for (auto [b, h, i] : rows) sum += row_loss(c, b, h, i);
+    // The loss at x0 + offset, with the bound on its rounding error (row_loss
+    // plus the sum over rows, doubled for the second-order terms).
+    auto loss_at = [&](double offset) {
+      x[at] = x0 + offset;
+      Loss sum;
+      double abs_rows = 0;
+      for (auto [b, h, i] : rows) {
+        const Loss r = row_loss(c, b, h, i);
+        sum.value += r.value;
+        sum.rounding += r.rounding;
+        abs_rows += std::fabs(r.value);
+      }
+      sum.rounding = 2 * (sum.rounding + double(rows.size()) * eps * abs_rows);
       x[at] = x0;
       return sum;
     };
     const double h = p.real("step") * std::max(1.0, std::fabs(x0));
-    const double l1p = loss_at(x0 + h), l1m = loss_at(x0 - h), l2p = loss_at(x0 + h / 2),
-                 l2m = loss_at(x0 - h / 2);
-    const double fd1 = (l1p - l1m) / (2 * h), fd2 = (l2p - l2m) / h;
-    // Rounding in the losses, amplified by 1/h.
-    const double roundoff = 64 * std::numeric_limits<double>::epsilon() *
-                            (std::fabs(l1p) + std::fabs(l1m) + std::fabs(l2p) + std::fabs(l2m) + 1e-300) / h;
+    const Loss l1p = loss_at(h), l1m = loss_at(-h), l2p = loss_at(h / 2), l2m = loss_at(-h / 2);
+    const double fd1 = (l1p.value - l1m.value) / (2 * h), fd2 = (l2p.value - l2m.value) / h;
     const double estimate = (4 * fd2 - fd1) / 3;  // Richardson: O(h⁴)
+    // Rounding of the differences: |Δfd1| <= (δ1p + δ1m) / 2h, |Δfd2| <= (δ2p + δ2m) / h,
+    // and the estimate (4·fd2 - fd1) / 3 carries (4·|Δfd2| + |Δfd1|) / 3. (x0 ± h is itself
+    // rounded: the step changes by at most eps·|x0| / h <= 1e4·eps relative for the
+    // default step, a relative error of the estimate far inside rtol.)
+    const double roundoff =
+        (4 * (l2p.rounding + l2m.rounding) / h + (l1p.rounding + l1m.rounding) / (2 * h)) / 3;
+    // Truncation: fd1 = f' + h²·f'''/6 + O(h⁴) and fd2 = f' + h²·f'''/24 + O(h⁴); Richardson
+    // removes the h² term and leaves O(h⁴), which |fd2 - fd1| (= h²·|f'''|/8 + O(h⁴)) bounds
+    // with room while h is inside the function's scale; 4 × that for safety. |fd2 - fd1|
+    // also carries rounding noise, which only widens the bound.
+    const double truncation = 4 * std::fabs(fd2 - fd1);
     const std::vector<double>& ref_t = ref.*g.field;
     double magnitude = 0;
     for (double r : ref_t) magnitude = std::max(magnitude, std::fabs(r));
     // The kernel's own fp64 rounding (bounds.h) on top of the difference's error.
-    const double kernel = p.real("floor_ulps") * std::numeric_limits<double>::epsilon() * (scales.*g.scale);
+    const double kernel = p.real("floor_ulps") * eps * (scales.*g.scale);
     const double allowed =
-        p.real("rtol") * (magnitude + std::fabs(estimate)) + 4 * std::fabs(fd2 - fd1) + roundoff + kernel;
+        p.real("rtol") * (magnitude + std::fabs(estimate)) + truncation + roundoff + kernel;
     const double value = (got.*g.field)[at];
     if (!(std::fabs(value - estimate) <= allowed))
       return Verdict::fail(
@@ -183,8 +235,17 @@ Verdict dv_sums_to_do(T& t, const Values& p) {
 Verdict masked_rows_zero(T& t, const Values&) {
   const Case& c = t.input();
   const Shape& s = c.shape;
+  const auto masked = fully_masked_rows(c);
+  bool unseen_key = false;
+  for (int b = 0; b < s.batch && !unseen_key; ++b)
+    for (int j = 0; j < s.nk && !unseen_key; ++j) {
+      bool seen = false;
+      for (int i = 0; i < s.nq && !seen; ++i) seen = visible(c, b, i, j);
+      unseen_key = !seen;
+    }
+  if (masked.empty() && !unseen_key) return Verdict::discard("no fully masked row and no unseen key");
   const BwdResult& r = t.target();
-  for (auto [b, i] : fully_masked_rows(c))
+  for (auto [b, i] : masked)
     for (int h = 0; h < s.heads_q; ++h) {
       const size_t row = (size_t(b) * s.heads_q + h) * s.nq + i;
       for (int d = 0; d < s.dim; ++d)
@@ -237,7 +298,9 @@ Verdict tile_size_invariance(T& t, const Values& p) {
   const BwdResult naive = naive_backward(c);
   const ErrorScales e = error_scales(c, true);
   const double floor = p.real("floor_ulps") * epsilon(c.dtype), k = p.real("k");
-  for (const Case& other : other_tilings(c)) {
+  const std::vector<Case> others = other_tilings(c);
+  if (others.empty()) return Verdict::discard("Nq = Nk = 1: no other tiling");
+  for (const Case& other : others) {
     const BwdResult b = t.run_target(other);
     for (const Grad& g : kGrads) {
       const double naive_error = max_error(ref.*g.field, naive.*g.field);
@@ -267,7 +330,9 @@ Verdict shift_invariance(T& t, const Values& p) {
 Verdict permutation_equivariance(T& t, const Values& p) {
   const Case& c = t.input();
   const auto perm = permutation_of(c);
-  if (!perm) return Verdict::pass();  // causal: no permutation keeps the mask
+  if (!perm)
+    return Verdict::discard(c.mask == MaskKind::causal ? "causal: no permutation keeps the mask"
+                                                       : "a single key and query: nothing to permute");
   const Shape& s = c.shape;
   const BwdResult& ref = t.reference();
   BwdResult expected;
@@ -308,18 +373,21 @@ void register_backward_invariants(FamilyDef<BwdTraits>& f) {
       dv_sums_to_do);
   f.invariant({"masked_rows_zero",
                "fully masked rows get dQ = 0 and keys no query sees get dK = dV = 0, exactly",
-               {}},
+               {},
+               needs_masked_rows},
               masked_rows_zero);
   f.invariant({"finite_outputs", "no NaN or inf in dQ, dK, dV where the reference has none", {}},
               finite_outputs);
-  f.invariant({"tile_size_invariance", "other tilings agree within the policy", tolerance_params()},
+  f.invariant({"tile_size_invariance", "other tilings agree within the policy", tolerance_params(),
+               needs_other_tiling},
               tile_size_invariance);
   f.invariant({"shift_invariance", "adding one vector to every key leaves dQ, dK and dV unchanged",
                tolerance_params()},
               shift_invariance);
-  f.invariant({"permutation_equivariance",
-               "permuting keys with values and queries with dO permutes the gradients", tolerance_params()},
-              permutation_equivariance);
+  f.invariant(
+      {"permutation_equivariance", "permuting keys with values and queries with dO permutes the gradients",
+       tolerance_params(), needs_permutation},
+      permutation_equivariance);
   f.invariant(
       {"workspace_bounded", "the Workspace high-water mark stays within a budget of tiles (no Nq×Nk buffer)",
        workspace_params()},

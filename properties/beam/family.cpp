@@ -130,7 +130,7 @@ Case with_vocab(Case c, int vocab) {
 // One shrink step, boldest first: fewer prompts, fewer steps, narrower beams,
 // smaller vocabularies, shorter prompts, plainer alpha and model parameters,
 // smaller seeds, smaller token ids. Candidates that break the contract are skipped.
-rc::Seq<Case> Traits::shrinks(const Case& c) {
+rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
   std::vector<Case> out;
   const int B = static_cast<int>(c.prompts.size());
   if (B > 1) {
@@ -214,6 +214,67 @@ YAML::Node real(double v) {
   return YAML::Node(fmt::format("{}", v));
 }
 }  // namespace
+
+// The generator's exceptions to the ranges mirrored: K = 1 (one_rate), K
+// above the hypothesis count with L lowered (unpruned_rate), alpha 0 or 1,
+// scale 0 (tie_rate), shift 0.
+std::string Traits::in_domain(const Case& c, const Values& d) {
+  const ModelConfig& m = c.model;
+  const int64_t all = count_hypotheses(m.vocab, c.max_new_tokens);
+  const bool unpruned = d.real("beam_width.unpruned_rate") > 0 && c.beam_width >= all;
+  if (std::string why = outside_int_range(d, "beam_width.range", c.beam_width);
+      !why.empty() && !(c.beam_width == 1 && d.real("beam_width.one_rate") > 0) && !unpruned)
+    return why;
+  if (std::string why = outside_int_range(d, "max_new_tokens", c.max_new_tokens);
+      !why.empty() && !(unpruned && c.max_new_tokens < d.int_range("max_new_tokens").lo))
+    return why;
+  if (std::string why = outside_real_range(d, "alpha.range", c.alpha);
+      !why.empty() && !(c.alpha == 0 && d.real("alpha.zero_rate") > 0) &&
+      !(c.alpha == 1 && d.real("alpha.one_rate") > 0))
+    return why;
+  if (std::string why = outside_real_range(d, "model.scale", m.scale);
+      !why.empty() && !(m.scale == 0 && d.real("model.tie_rate") > 0))
+    return why;
+  if (std::string why = outside_real_range(d, "model.shift", m.shift);
+      !why.empty() && !(m.shift == 0 && d.real("model.shift_rate") < 1))
+    return why;
+  if (std::string why = outside_int_range(d, "batch", static_cast<int64_t>(c.prompts.size())); !why.empty())
+    return why;
+  for (const auto& p : c.prompts)
+    if (std::string why = outside_int_range(d, "prompt_len", static_cast<int64_t>(p.size())); !why.empty())
+      return why;
+  return first_problem({outside_int_range(d, "vocab", m.vocab),
+                        outside_real_range(d, "model.eos_bias", m.eos_bias),
+                        outside_real_range(d, "model.eos_slope", m.eos_slope),
+                        outside_real_range(d, "model.sharpen", m.sharpen)});
+}
+
+namespace {
+// Bytes of one trial: per prompt and step K × V candidate scores (and their
+// order), the pool trace (L pools of K hypotheses of up to L tokens), and the
+// exhaustive oracle (matches_exhaustive enumerates at most 20000 hypotheses
+// by default), for the target, the reference and the checks' reruns (x 3).
+double beam_bytes(double batch, double prompt, double k, double vocab, double steps) {
+  const double per_prompt = 16 * k * vocab + steps * k * (4 * (prompt + steps) + 32);
+  return 3 * batch * per_prompt + 20000 * (4 * steps + 32);
+}
+}  // namespace
+
+double Traits::case_bytes(const Case& c) {
+  size_t prompt = 0;
+  for (const auto& p : c.prompts) prompt = std::max(prompt, p.size());
+  return beam_bytes(double(c.prompts.size()), double(prompt), c.beam_width, c.model.vocab, c.max_new_tokens);
+}
+
+CaseSize Traits::max_case_bytes(const Values& d) {
+  const int64_t batch = d.int_range("batch").hi, prompt = d.int_range("prompt_len").hi,
+                vocab = d.int_range("vocab").hi, steps = d.int_range("max_new_tokens").hi;
+  int64_t k = d.int_range("beam_width.range").hi;
+  if (d.real("beam_width.unpruned_rate") > 0) k = std::max(k, d.integer("beam_width.unpruned_max") + 2);
+  return {beam_bytes(double(batch), double(prompt), double(k), double(vocab), double(steps)),
+          fmt::format("batch {} x K {} x V {} x L {}", batch, k, vocab, steps),
+          "batch, beam_width.range, vocab or max_new_tokens"};
+}
 
 YAML::Node Traits::to_yaml(const Case& c) {
   YAML::Node n(YAML::NodeType::Map);

@@ -4,6 +4,7 @@
 // boundary could change which beams survive, the case is discarded.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <set>
@@ -108,6 +109,8 @@ Verdict valid_hypotheses(T& t, const Values&) {
 // Best first by reported score; exact ties lexicographic; no duplicates.
 Verdict sorted_distinct(T& t, const Values&) {
   const Result& r = t.target();
+  if (std::all_of(r.prompts.begin(), r.prompts.end(), [](const Beams& b) { return b.hypotheses.size() < 2; }))
+    return Verdict::discard("fewer than two hypotheses per prompt: no order to check");
   for (size_t b = 0; b < r.prompts.size(); ++b) {
     const auto& hyps = r.prompts[b].hypotheses;
     std::set<std::vector<int>> seen;
@@ -365,8 +368,16 @@ void register_invariants(FamilyDef<Traits>& f) {
                "min(K, #possible) hypotheses per prompt; EOS only last; unfinished ones have L tokens",
                {}},
               valid_hypotheses);
-  f.invariant({"sorted_distinct", "best first by score, exact ties lexicographic, no duplicates", {}},
-              sorted_distinct);
+  f.invariant(
+      {"sorted_distinct",
+       "best first by score, exact ties lexicographic, no duplicates",
+       {},
+       [](const Values& d, const Values&) -> std::string {
+         if (d.int_range("beam_width.range").hi >= 2 || d.real("beam_width.unpruned_rate") > 0) return "";
+         return "K >= 2, but domain.beam_width.range is [1, 1] and unpruned_rate is 0; widen it or drop "
+                "the invariant";
+       }},
+      sorted_distinct);
   f.invariant({"scores_recomputed",
                "reported log-probs and scores equal the model's (penalty on generated length)",
                {tol_field("fp64 sums of at most L log-probs")}},
@@ -376,17 +387,45 @@ void register_invariants(FamilyDef<Traits>& f) {
        "a finished beam leaves the pool only when K better exist; stop only when all finished or at L",
        {tie_field()}},
       finished_retained);
-  f.invariant({"greedy_when_k1",
-               "K = 1 equals greedy decoding (any alpha: all candidates share a length)",
-               {tie_field()}},
-              greedy_when_k1);
+  f.invariant(
+      {"greedy_when_k1",
+       "K = 1 equals greedy decoding (any alpha: all candidates share a length)",
+       {tie_field()},
+       [](const Values& d, const Values&) -> std::string {
+         if (d.int_range("beam_width.range").lo <= 1 || d.real("beam_width.one_rate") > 0) return "";
+         return "K = 1, but domain.beam_width.range excludes 1 and one_rate is 0; add one or drop the "
+                "invariant";
+       }},
+      greedy_when_k1);
   f.invariant({"matches_exhaustive",
                "equals the exhaustive top K when nothing is pruned (top K - 1 for vocab 2, alpha <= 0)",
-               {tie_field(), field::integer("max_hypotheses", 20000, 1, 1e7, "enumerate at most this many")}},
+               {tie_field(), field::integer("max_hypotheses", 20000, 1, 1e7, "enumerate at most this many")},
+               [](const Values& d, const Values& p) -> std::string {
+                 const int64_t fewest =
+                     count_hypotheses(int(d.int_range("vocab").lo), int(d.int_range("max_new_tokens").lo));
+                 if (fewest > p.integer("max_hypotheses"))
+                   return fmt::format(
+                       "at most max_hypotheses = {} hypotheses, but the smallest case of the "
+                       "domain has {}; narrow vocab or max_new_tokens",
+                       p.integer("max_hypotheses"), fewest);
+                 const bool unpruned =
+                     d.real("beam_width.unpruned_rate") > 0 || d.int_range("beam_width.range").hi >= fewest;
+                 const bool vocab2 = d.int_range("vocab").lo == 2 &&
+                                     d.int_range("beam_width.range").hi >= 2 &&
+                                     (d.real_range("alpha.range").lo <= 0 || d.real("alpha.zero_rate") > 0);
+                 if (unpruned || vocab2) return "";
+                 return "cases where beam search is exact (nothing pruned, or vocab 2 with alpha <= 0), but "
+                        "beam_width.unpruned_rate is 0 and vocab excludes 2; add one or drop the invariant";
+               }},
               matches_exhaustive);
-  f.invariant(
-      {"batch_independent", "each prompt's result equals the target's result for it alone", {tie_field()}},
-      batch_independent);
+  f.invariant({"batch_independent",
+               "each prompt's result equals the target's result for it alone",
+               {tie_field()},
+               [](const Values& d, const Values&) -> std::string {
+                 if (d.int_range("batch").hi >= 2) return "";
+                 return "two prompts, but domain.batch is [1, 1]; widen batch or drop the invariant";
+               }},
+              batch_independent);
   f.invariant({"logit_shift_invariant",
                "a per-prefix constant added to every logit changes nothing",
                {tie_field(), field::real("shift", 40, 0, 1000, "shift amplitude used when the case has none"),

@@ -270,7 +270,7 @@ rc::Seq<Case> exhaustive_small(const Case& c) {
 // acceptance pattern re-drafted, then as is), shorter prompts, smaller
 // models, shallower trees, the same structure under a smaller model seed,
 // smaller tokens. Candidates that break the contract are skipped.
-rc::Seq<Case> Traits::shrinks(const Case& c) {
+rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
   const TinyLM model(c.model);
   const std::vector<CycleView> view = views(model, c);
   std::vector<std::vector<bool>> pattern;
@@ -400,6 +400,69 @@ rc::Seq<Case> Traits::shrinks(const Case& c) {
                              reseeded(reparent_seq), std::move(seed_only),
                              rc::seq::fromContainer(std::move(tokens)), exhaustive_small(c));
   return rc::seq::filter(std::move(all), [c](const Case& s) { return !(s == c) && validate(s).empty(); });
+}
+
+std::string Traits::in_domain(const Case& c, const Values& d) {
+  const ModelConfig& m = c.model;
+  // d_model is a drawn width rounded up to a multiple of heads.
+  const IntRange w = d.int_range("model.d_model");
+  const int64_t lo = (w.lo + m.heads - 1) / m.heads * m.heads, hi = (w.hi + m.heads - 1) / m.heads * m.heads;
+  if (m.d_model < lo || m.d_model > hi)
+    return fmt::format("model.d_model = {} is outside [{}, {}] rounded up to a multiple of {} heads",
+                       m.d_model, w.lo, w.hi, m.heads);
+  if (std::string why =
+          first_problem({outside_int_range(d, "vocab", m.vocab), outside_int_range(d, "model.heads", m.heads),
+                         outside_int_range(d, "model.layers", m.layers),
+                         outside_int_range(d, "prompt_len", static_cast<int64_t>(c.prompt.size())),
+                         outside_int_range(d, "cycles", static_cast<int64_t>(c.cycles.size()))});
+      !why.empty())
+    return why;
+  for (size_t k = 0; k < c.cycles.size(); ++k) {
+    const DraftTree& tree = c.cycles[k];
+    // A tree stops short of its drawn node count only when no node has room left.
+    if (tree.size() < 1 || tree.size() > d.int_range("tree.nodes").hi)
+      return fmt::format("cycle {}: {} nodes, outside [1, {}]", k, tree.size(), d.int_range("tree.nodes").hi);
+    std::vector<int> children(static_cast<size_t>(tree.size()), 0);
+    int roots = 0;
+    for (int p : tree.parents) (p < 0 ? roots : children[static_cast<size_t>(p)]) += 1;
+    if (roots > d.int_range("tree.roots").hi)
+      return fmt::format("cycle {}: {} roots, over tree.roots = {}", k, roots, d.int_range("tree.roots").hi);
+    if (*std::max_element(children.begin(), children.end()) > d.int_range("tree.max_children").hi)
+      return fmt::format("cycle {}: a node has more than tree.max_children = {} children", k,
+                         d.int_range("tree.max_children").hi);
+  }
+  return "";
+}
+
+namespace {
+// Doubles of one trial: the model's weights (about 12 d² per layer plus the
+// embedding and unembedding), the generator's and the oracle's per-node
+// autoregressive states (a K/V cache per layer over the whole context) and
+// the N + 1 logit rows per cycle, for target and reference.
+double dflash_bytes(double vocab, double d_model, double layers, double prompt, double nodes, double cycles) {
+  const double context = prompt + cycles * (nodes + 1);
+  const double weights = layers * 12 * d_model * d_model + 2 * vocab * d_model;
+  const double states = nodes * context * layers * 2 * d_model;
+  const double logits = cycles * (nodes + 1) * vocab;
+  return 8 * (weights + 2 * (states + logits + context * layers * 2 * d_model));
+}
+}  // namespace
+
+double Traits::case_bytes(const Case& c) {
+  int nodes = 0;
+  for (const DraftTree& t : c.cycles) nodes = std::max(nodes, t.size());
+  return dflash_bytes(c.model.vocab, c.model.d_model, std::max(1, c.model.layers), double(c.prompt.size()),
+                      nodes, double(c.cycles.size()));
+}
+
+CaseSize Traits::max_case_bytes(const Values& d) {
+  const auto hi = [&](const char* key) { return d.int_range(key).hi; };
+  const int64_t heads = hi("model.heads"), width = (hi("model.d_model") + heads - 1) / heads * heads;
+  return {dflash_bytes(double(hi("vocab")), double(width), double(std::max<int64_t>(1, hi("model.layers"))),
+                       double(hi("prompt_len")), double(hi("tree.nodes")), double(hi("cycles"))),
+          fmt::format("V {} x d_model {} x layers {}, prompt {} + {} cycles of {} nodes", hi("vocab"), width,
+                      hi("model.layers"), hi("prompt_len"), hi("cycles"), hi("tree.nodes")),
+          "vocab, model.d_model, model.layers, prompt_len, tree.nodes or cycles"};
 }
 
 YAML::Node Traits::to_yaml(const Case& c) {

@@ -15,7 +15,10 @@ struct Traits {
       "speculative decoding: draft-tree attention, parent-indexed greedy verification, bonus token";
   static Schema domain_schema();
   static Case build(Draw& draw, const Values& domain);
-  static rc::Seq<Case> shrinks(const Case& c);
+  static rc::Seq<Case> shrinks(const Case& c, const Values& domain);
+  static std::string in_domain(const Case& c, const Values& domain);
+  static double case_bytes(const Case& c);
+  static CaseSize max_case_bytes(const Values& domain);
   static YAML::Node to_yaml(const Case& c);
   static Case from_yaml(const YAML::Node& node);
   static CaseStats stats(const Case& c);

@@ -98,7 +98,7 @@ Case Traits::build(Draw& draw, const Values& domain) {
 // arrivals, fewer and narrower heads, smaller pages and chunks, plain data
 // (nan poison, unit spreads and scales, seed 1), then a tidy pool (identity
 // order, no spare blocks). Pools grow when a candidate needs more blocks.
-rc::Seq<Case> Traits::shrinks(const Case& c) {
+rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
   std::vector<Case> out;
   auto add = [&](Case s) { out.push_back(fit_pool(std::move(s))); };
   const size_t B = c.seqs.size();
@@ -174,6 +174,77 @@ rc::Seq<Case> Traits::shrinks(const Case& c) {
   add(sorted);
   std::erase_if(out, [&c](const Case& s) { return s == c || !validate(s).empty(); });
   return rc::seq::fromContainer(std::move(out));
+}
+
+// The generator's edge values (edge_rate) and its rounding of the reals to
+// 1/64 mirrored. The pool (spare blocks, order) is the case's own layout and
+// not checked here.
+std::string Traits::in_domain(const Case& c, const Values& d) {
+  const bool edges = d.real("edge_rate") > 0;
+  if (std::string why = outside_int_range(d, "batch", static_cast<int64_t>(c.seqs.size())); !why.empty())
+    return why;
+  for (const Sequence& s : c.seqs) {
+    if (std::string why = outside_int_range(d, "prompt_len", s.prompt);
+        !why.empty() && !(edges && s.prompt == 1))
+      return why;
+    if (std::string why = outside_int_range(d, "decode_steps", s.decode);
+        !why.empty() && !(edges && s.decode == 0))
+      return why;
+    if (std::string why = outside_int_range(d, "arrival", s.arrive);
+        !why.empty() && !(edges && s.arrive == 0))
+      return why;
+  }
+  if (std::string why = outside_int_range(d, "chunk", c.chunk); !why.empty() && !(edges && c.chunk == 1))
+    return why;
+  auto real_in = [&](const char* key, double v, double floor) -> std::string {
+    const RealRange r = d.real_range(key);
+    const double lo = std::max(floor, tidy(r.lo) - 1.0 / 64), hi = std::max(floor, tidy(r.hi) + 1.0 / 64);
+    if (v >= lo && v <= hi) return "";
+    return fmt::format("{} = {} is outside [{}, {}]", key, v, r.lo, r.hi);
+  };
+  return first_problem({outside_int_range(d, "kv_heads", c.kv_heads), outside_int_range(d, "group", c.group),
+                        outside_int_range(d, "head_dim", c.head_dim),
+                        outside_int_range(d, "page_size", c.page_size),
+                        outside_choices(d, "poison", c.poison == Poison::nan ? "nan" : "huge"),
+                        real_in("q_scale", c.q_scale, 1.0 / 64), real_in("k_spread", c.k_spread, 1),
+                        real_in("v_spread", c.v_spread, 1)});
+}
+
+namespace {
+// Doubles of one trial: per token Q and the outputs of Hq·D (target,
+// reference, the reruns of the checks: about 5 results), K and V of Hkv·D
+// (the case's, the paged pool's and a contiguous copy), and one row of
+// scores of the longest sequence.
+double kvcache_bytes(double tokens, double longest, double q_heads, double kv_heads, double dim) {
+  return 8 * (tokens * dim * (6 * q_heads + 6 * kv_heads) + longest);
+}
+constexpr int64_t kMaxTokens = int64_t(1) << 15;  // validate()'s limit
+}  // namespace
+
+double Traits::case_bytes(const Case& c) {
+  double tokens = 0, longest = 0;
+  for (const Sequence& s : c.seqs) tokens += s.tokens(), longest = std::max(longest, double(s.tokens()));
+  return kvcache_bytes(tokens, longest, c.q_heads(), c.kv_heads, c.head_dim);
+}
+
+CaseSize Traits::max_case_bytes(const Values& d) {
+  const auto hi = [&](const char* key) { return d.int_range(key).hi; };
+  const int64_t longest = hi("prompt_len") + hi("decode_steps"), tokens = hi("batch") * longest;
+  return {kvcache_bytes(double(tokens), double(longest), double(hi("kv_heads") * hi("group")),
+                        double(hi("kv_heads")), double(hi("head_dim"))),
+          fmt::format("{} sequences of {} tokens x {} query heads x D {}", hi("batch"), longest,
+                      hi("kv_heads") * hi("group"), hi("head_dim")),
+          "batch, prompt_len, decode_steps, kv_heads, group or head_dim"};
+}
+
+std::string Traits::check_domain(const Values& d) {
+  const int64_t tokens =
+      d.int_range("batch").hi * (d.int_range("prompt_len").hi + d.int_range("decode_steps").hi);
+  if (tokens <= kMaxTokens) return "";
+  return fmt::format(
+      "the largest case of this domain holds batch x (prompt_len + decode_steps) = {} tokens, "
+      "over the {} a case may hold; narrow batch, prompt_len or decode_steps",
+      tokens, kMaxTokens);
 }
 
 namespace {

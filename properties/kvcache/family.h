@@ -17,7 +17,12 @@ struct Traits {
   static Schema domain_schema();
   // One builder for RapidCheck draws, fuzz bytes and fuzz seed corpora (kprop/draw.h).
   static Case build(Draw& draw, const Values& domain);
-  static rc::Seq<Case> shrinks(const Case& c);
+  static rc::Seq<Case> shrinks(const Case& c, const Values& domain);
+  static std::string in_domain(const Case& c, const Values& domain);
+  static double case_bytes(const Case& c);
+  static CaseSize max_case_bytes(const Values& domain);
+  // A case holds at most 2^15 tokens (validate): batch × (prompt + decode) must fit.
+  static std::string check_domain(const Values& domain);
   static YAML::Node to_yaml(const Case& c);
   static Case from_yaml(const YAML::Node& node);
   static CaseStats stats(const Case& c);

@@ -50,8 +50,9 @@ Case Traits::build(Draw& draw, const Values& domain) {
   Case c;
   c.dtype = draw.pick(domain.choices("dtype")) == "f32" ? DType::f32 : DType::f64;
   c.rows = static_cast<int>(draw.sized(domain.int_range("rows")));
-  c.dim =
-      draw.chance(domain.real("dim_one_rate")) ? 1 : static_cast<int>(draw.sized(domain.int_range("dim")));
+  // D = 1 only where the dim range allows it (dim: [3, 4] means D in [3, 4]).
+  const bool dim_one = draw.chance(domain.real("dim_one_rate")) && domain.int_range("dim").lo <= 1;
+  c.dim = dim_one ? 1 : static_cast<int>(draw.sized(domain.int_range("dim")));
   c.eps = std::pow(10.0, draw.any(domain.real_range("eps_exp")));
   const uint64_t seed = static_cast<uint64_t>(draw.any(IntRange{1, 1 << 30}));
   const double gamma_scale = std::pow(10.0, draw.any(domain.real_range("gamma_exp")));
@@ -204,7 +205,7 @@ int significant_digits(double v, DType dtype) {
 // One shrink step, boldest first: fewer rows, smaller D, canonical γ, β and
 // dy everywhere, ε a power of ten, constant rows, then each value with fewer
 // significant digits. Lazy: a candidate is built only when reached.
-rc::Seq<Case> Traits::shrinks(const Case& c0) {
+rc::Seq<Case> Traits::shrinks(const Case& c0, const Values&) {
   auto c = std::make_shared<const Case>(c0);
   const int rows = c->rows, dim = c->dim;
   std::vector<std::vector<int>> row_sets, col_sets;
@@ -279,6 +280,34 @@ rc::Seq<Case> Traits::shrinks(const Case& c0) {
   auto all =
       rc::seq::concat(std::move(structure), rc::seq::fromContainer(std::move(global)), std::move(values));
   return rc::seq::filter(std::move(all), [c](const Case& s) { return !(s == *c) && validate(s).empty(); });
+}
+
+std::string Traits::in_domain(const Case& c, const Values& d) {
+  // ε is 10^u rounded to the dtype: compare with a relative slack of f32's roundoff.
+  const RealRange e = d.real_range("eps_exp");
+  const double lo = std::pow(10.0, e.lo) * (1 - 1e-6), hi = std::pow(10.0, e.hi) * (1 + 1e-6);
+  if (!(c.eps >= lo && c.eps <= hi))
+    return fmt::format("eps = {:g} is outside 10^[{}, {}]", c.eps, e.lo, e.hi);
+  return first_problem({outside_choices(d, "dtype", dtype_name(c.dtype)),
+                        outside_int_range(d, "rows", c.rows), outside_int_range(d, "dim", c.dim)});
+}
+
+namespace {
+// Doubles of one trial: x and dy, then three results (target, reference,
+// the naive two-pass: y, x̂, dx of R×D, γ-sized dγ, dβ and R of rstd) and γ, β.
+double layernorm_bytes(double rows, double dim) {
+  return 8 * (2 * rows * dim + 3 * (3 * rows * dim + 2 * dim + rows) + 2 * dim);
+}
+}  // namespace
+
+double Traits::case_bytes(const Case& c) {
+  return layernorm_bytes(c.rows, c.dim);
+}
+
+CaseSize Traits::max_case_bytes(const Values& d) {
+  const int64_t rows = d.int_range("rows").hi, dim = d.int_range("dim").hi;
+  return {layernorm_bytes(double(rows), double(dim)), fmt::format("rows {} x D {}", rows, dim),
+          "rows or dim"};
 }
 
 // ---- YAML codec

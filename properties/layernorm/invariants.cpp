@@ -249,9 +249,11 @@ Verdict constant_rows(T& t, const Values& p) {
   if (const std::string e = shape_error(c, got); !e.empty()) return Verdict::fail(e);
   const size_t D = static_cast<size_t>(c.dim);
   const double tol = p.real("xhat_tol");
+  bool any_constant = false;
   for (size_t r = 0; r < static_cast<size_t>(c.rows); ++r) {
     const auto xr = row(c.x, r, D);
     if (!std::all_of(xr.begin(), xr.end(), [&](double v) { return v == xr[0]; })) continue;
+    any_constant = true;
     for (size_t d = 0; d < D; ++d) {
       const double xh = got.xhat[at(r, d, D)], y = got.y[at(r, d, D)];
       if (!(std::fabs(xh) <= tol) || !(std::fabs(y - c.beta[d]) <= tol * std::fabs(c.gamma[d])))
@@ -262,6 +264,7 @@ Verdict constant_rows(T& t, const Values& p) {
             {{"row", double(r)}, {"col", double(d)}, {"xhat", xh}});
     }
   }
+  if (!any_constant) return Verdict::discard("no constant row");
   return Verdict::pass();
 }
 
@@ -401,7 +404,12 @@ void register_invariants(FamilyDef<Traits>& f) {
   f.invariant(
       {"constant_rows",
        "a constant row (zero variance) gives xhat = 0 and y = beta",
-       {field::real("xhat_tol", 0, 0, 1e6, "largest |xhat| allowed on a constant row (0: exactly zero)")}},
+       {field::real("xhat_tol", 0, 0, 1e6, "largest |xhat| allowed on a constant row (0: exactly zero)")},
+       [](const Values& d, const Values&) -> std::string {
+         if (d.int_range("dim").lo <= 1 || d.real("x.constant_rate") > 0) return "";
+         return "constant rows, but domain.x.constant_rate is 0 and domain.dim excludes 1; raise one or drop "
+                "the invariant";
+       }},
       constant_rows);
   f.invariant({"all_finite", "no NaN or inf in any output where the reference is finite", {}}, all_finite);
   f.invariant({"finite_differences",
@@ -409,7 +417,17 @@ void register_invariants(FamilyDef<Traits>& f) {
                {field::integer("max_elements", 1024, 1, 1 << 20, "only cases with rows x D up to this"),
                 field::real("step", 1e-4, 1e-12, 1, "step for x as a fraction of the row's sqrt(var + eps)"),
                 field::real("rtol", 1e-6, 0, 1, "allowed error relative to the gradient's natural magnitude"),
-                field::real("atol", 0, 0, 1e300, "absolute floor")}},
+                field::real("atol", 0, 0, 1e300, "absolute floor")},
+               [](const Values& d, const Values& p) -> std::string {
+                 if (std::string why = needs_choice(d, "dtype", "f64", "f64 cases"); !why.empty()) return why;
+                 const int64_t smallest = d.int_range("rows").lo * d.int_range("dim").lo;
+                 if (smallest > p.integer("max_elements"))
+                   return fmt::format(
+                       "cases of at most max_elements = {} elements, but the smallest case of "
+                       "the domain has rows x D = {}; raise max_elements or narrow rows or dim",
+                       p.integer("max_elements"), smallest);
+                 return "";
+               }},
               finite_differences);
 }
 

@@ -150,7 +150,7 @@ std::vector<double> simpler_values(double x) {
 // 1, whole-row simplifications (dense ranks, halving), then one value at a
 // time towards 0, +-1 and small powers of two. Candidates that break the
 // contract or repeat the case are skipped.
-rc::Seq<Case> Traits::shrinks(const Case& c) {
+rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
   std::vector<Case> out;
   const int rows = c.rows(), v = c.vocab;
   if (rows > 1) {
@@ -256,6 +256,30 @@ rc::Seq<Case> Traits::shrinks(const Case& c) {
       if (!representable(s, x)) return false;
     return true;
   });
+}
+
+std::string Traits::in_domain(const Case& c, const Values& d) {
+  return first_problem({outside_choices(d, "dtype", dtype_name(c.dtype)),
+                        outside_int_range(d, "rows", c.rows()), outside_int_range(d, "vocab", c.vocab),
+                        outside_int_range(d, "block", c.block)});
+}
+
+namespace {
+// Bytes of one trial: the logits, three results of K ≤ V probabilities and
+// indices (target, reference, the K = V full sort), and two softmax rows.
+double softmax_bytes(double rows, double vocab) {
+  return 8 * rows * vocab + 3 * 16 * rows * vocab + 2 * 8 * vocab;
+}
+}  // namespace
+
+double Traits::case_bytes(const Case& c) {
+  return softmax_bytes(c.rows(), c.vocab);
+}
+
+CaseSize Traits::max_case_bytes(const Values& d) {
+  const int64_t rows = d.int_range("rows").hi, vocab = d.int_range("vocab").hi;
+  return {softmax_bytes(double(rows), double(vocab)), fmt::format("rows {} x V {}", rows, vocab),
+          "rows or vocab"};
 }
 
 YAML::Node Traits::to_yaml(const Case& c) {

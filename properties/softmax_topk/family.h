@@ -17,7 +17,10 @@ struct Traits {
       "logits";
   static Schema domain_schema();
   static Case build(Draw& draw, const Values& domain);  // RapidCheck, fuzz bytes and seed corpora
-  static rc::Seq<Case> shrinks(const Case& c);
+  static rc::Seq<Case> shrinks(const Case& c, const Values& domain);
+  static std::string in_domain(const Case& c, const Values& domain);
+  static double case_bytes(const Case& c);
+  static CaseSize max_case_bytes(const Values& domain);
   static YAML::Node to_yaml(const Case& c);
   static Case from_yaml(const YAML::Node& node);
   static CaseStats stats(const Case& c);

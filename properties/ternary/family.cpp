@@ -240,7 +240,7 @@ std::vector<double> simpler_values(double v) {
 // dy) to 0, +-1 or fewer significant digits. Every edit strictly simplifies
 // (fewer values, or a value lower in 0 < +-1 < fewer digits), so shrinking
 // ends. Built lazily: value candidates are only made when no shape edit fails.
-rc::Seq<Case> Traits::shrinks(const Case& c) {
+rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
   std::vector<std::pair<int, std::vector<int>>> shapes;  // (axis, kept indices)
   const int dims[] = {c.tokens, c.out_features, c.in_features};
   for (int axis = 0; axis < 3; ++axis) {
@@ -291,6 +291,32 @@ rc::Seq<Case> Traits::shrinks(const Case& c) {
   return rc::seq::filter(rc::seq::concat(std::move(shape_seq), rc::seq::fromContainer(std::move(mean_kept)),
                                          rc::seq::fromContainer(std::move(ones)), std::move(values_seq)),
                          [c](const Case& s) { return !(s == c); });
+}
+
+std::string Traits::in_domain(const Case& c, const Values& d) {
+  return first_problem({outside_int_range(d, "tokens", c.tokens),
+                        outside_int_range(d, "in_features", c.in_features),
+                        outside_int_range(d, "out_features", c.out_features)});
+}
+
+namespace {
+// Doubles of one trial: x, W, dy; three results (target, reference, the
+// dense gradients: w_q, dW of N×K, x_q, dx of M×K, acc, y of M×N) and the
+// dequantized x~, W~ of the STE check.
+double ternary_bytes(double m, double k, double n) {
+  return 8 * ((m * k + n * k + m * n) + 3 * (2 * n * k + 2 * m * k + 2 * m * n + m) + m * k + n * k);
+}
+}  // namespace
+
+double Traits::case_bytes(const Case& c) {
+  return ternary_bytes(c.tokens, c.in_features, c.out_features);
+}
+
+CaseSize Traits::max_case_bytes(const Values& d) {
+  const int64_t m = d.int_range("tokens").hi, k = d.int_range("in_features").hi,
+                n = d.int_range("out_features").hi;
+  return {ternary_bytes(double(m), double(k), double(n)), fmt::format("tokens {} x in {} x out {}", m, k, n),
+          "tokens, in_features or out_features"};
 }
 
 YAML::Node Traits::to_yaml(const Case& c) {

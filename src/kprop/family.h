@@ -12,7 +12,20 @@
 //                                                  // RapidCheck, fuzz bytes and seed corpora
 //     // (or, instead of build: generator(domain) -> rc::Gen<Case> and
 //     //  from_bytes(ByteReader&, domain) -> Case)
-//     static rc::Seq<Case> shrinks(const Case&);   // one step, boldest first (lazy)
+//     // One step, boldest first (lazy). Candidates outside `domain` are
+//     // dropped by FamilyDef (in_domain); the family uses `domain` to move
+//     // coupled dims together (e.g. Nq with Nk when the domain ties them).
+//     static rc::Seq<Case> shrinks(const Case&, const Values& domain);
+//     // "" when the generator could have drawn this case from `domain` (its
+//     // ranges, choice lists and coupled constraints), else why not.
+//     static std::string in_domain(const Case&, const Values& domain);
+//     // Peak memory of one trial (inputs, outputs, reference, intermediates),
+//     // and the largest that `domain` allows (kprop::CaseSize).
+//     static double case_bytes(const Case&);
+//     static CaseSize max_case_bytes(const Values& domain);
+//     // optional: constraints across domain keys the schema cannot state,
+//     // "" when fine (checked when a spec loads)
+//     static std::string check_domain(const Values& domain);
 //     static YAML::Node to_yaml(const Case&);
 //     static Case from_yaml(const YAML::Node&);    // throws CaseFormatError
 //     static CaseStats stats(const Case&);
@@ -88,6 +101,34 @@ struct InvariantInfo {
   std::string name;
   std::string description;
   Schema params;  // typed parameters, set per use in the spec
+  // What the invariant needs of the domain to observe any case: "" when the
+  // domain (with these params) can produce cases it observes, else the end
+  // of "invariant NAME needs ...", e.g. "f64 cases but domain.dtype is
+  // [f32]; add f64 or drop the invariant". Checked when a spec loads.
+  std::function<std::string(const Values& domain, const Values& params)> needs;
+};
+
+// "" when `key` (a choices field of the domain) lists `choice`, else the
+// message for InvariantInfo::needs ("<what> but domain.<key> is [...]; add
+// <choice> or drop the invariant").
+std::string needs_choice(const Values& domain, const std::string& key, const std::string& choice,
+                         const std::string& what);
+
+// Helpers for Traits::in_domain: "" when inside, else "key = v is outside
+// [lo, hi]" / "key does not list 'v'".
+std::string outside_int_range(const Values& domain, const std::string& key, int64_t v);
+std::string outside_real_range(const Values& domain, const std::string& key, double v);
+std::string outside_choices(const Values& domain, const std::string& key, const std::string& v);
+// The first non-empty message, or "".
+std::string first_problem(std::initializer_list<std::string> problems);
+
+// The memory of a case (Traits::max_case_bytes): bytes, the dims that give
+// them ("B 2 x Hq 9 x Nq 40 x Nk 40 x D 24") and the domain keys that drive
+// them ("nq, nk or dim"), for the spec loader's message.
+struct CaseSize {
+  double bytes = 0;
+  std::string dims;
+  std::string keys;
 };
 
 struct CaseStats {
@@ -116,8 +157,16 @@ class Family {
   virtual const Schema& domain_schema() const = 0;
   virtual rc::Gen<AnyCase> generator(const Values& domain) const = 0;
   // One shrink step, boldest candidate first; lazy so that expensive
-  // candidates are only built when the cheap ones did not reproduce.
-  virtual rc::Seq<AnyCase> shrinks(const AnyCase& c) const = 0;
+  // candidates are only built when the cheap ones did not reproduce. Every
+  // candidate lies inside `domain` (in_domain).
+  virtual rc::Seq<AnyCase> shrinks(const AnyCase& c, const Values& domain) const = 0;
+  // "" when the case lies inside the domain (one the generator could draw).
+  virtual std::string in_domain(const AnyCase& c, const Values& domain) const = 0;
+  // Peak memory of one trial on this case, and the largest the domain allows.
+  virtual double case_bytes(const AnyCase& c) const = 0;
+  virtual CaseSize max_case_bytes(const Values& domain) const = 0;
+  // Constraints across domain keys: "" when fine.
+  virtual std::string check_domain(const Values& domain) const = 0;
   virtual YAML::Node to_yaml(const AnyCase& c) const = 0;
   virtual AnyCase from_yaml(const YAML::Node& node) const = 0;
   virtual AnyCase from_bytes(const uint8_t* data, size_t size, const Values& domain) const = 0;
@@ -165,6 +214,11 @@ class Registry {
 template <typename Traits>
 concept HasBuilder = requires(Draw& d, const Values& v) {
   { Traits::build(d, v) } -> std::same_as<typename Traits::Case>;
+};
+
+template <typename Traits>
+concept HasDomainCheck = requires(const Values& v) {
+  { Traits::check_domain(v) } -> std::convertible_to<std::string>;
 };
 
 template <typename Traits>
@@ -264,9 +318,22 @@ class FamilyDef final : public Family {
       return {};
     }
   }
-  rc::Seq<AnyCase> shrinks(const AnyCase& c) const override {
+  rc::Seq<AnyCase> shrinks(const AnyCase& c, const Values& domain) const override {
     // `c` rides along so the family's Seq may refer to the case it shrinks.
-    return rc::seq::map(Traits::shrinks(unbox(c)), [keep = c](Case s) { return box(std::move(s)); });
+    auto inside = rc::seq::filter(Traits::shrinks(unbox(c), domain),
+                                  [domain](const Case& s) { return Traits::in_domain(s, domain).empty(); });
+    return rc::seq::map(std::move(inside), [keep = c](Case s) { return box(std::move(s)); });
+  }
+  std::string in_domain(const AnyCase& c, const Values& domain) const override {
+    return Traits::in_domain(unbox(c), domain);
+  }
+  double case_bytes(const AnyCase& c) const override { return Traits::case_bytes(unbox(c)); }
+  CaseSize max_case_bytes(const Values& domain) const override { return Traits::max_case_bytes(domain); }
+  std::string check_domain(const Values& domain) const override {
+    if constexpr (HasDomainCheck<Traits>)
+      return Traits::check_domain(domain);
+    else
+      return "";
   }
   YAML::Node to_yaml(const AnyCase& c) const override { return Traits::to_yaml(unbox(c)); }
   AnyCase from_yaml(const YAML::Node& node) const override { return box(Traits::from_yaml(node)); }

@@ -23,6 +23,7 @@ struct RunConfig {
   int64_t max_discard_ratio = 10;  // give up when discards > ratio × trials
   double case_timeout_s = 30;      // a target call longer than this is a hang (exit 3)
   std::vector<std::string> suppress_health_check;  // health checks that do not fail the run
+  int64_t max_case_mb = 1024;      // a case's peak memory (Family::case_bytes) may be at most this
 };
 
 struct InvariantUse {
@@ -46,6 +47,11 @@ struct Spec {
 Spec load_spec(const std::string& path);
 // Same, from text (tests, the spec-loader fuzzer); `path` names it in errors.
 Spec parse_spec(const std::string& text, const std::string& path);
+
+// "" when the case fits the spec's memory budget (run.max_case_mb), else a
+// one-line message "case needs ~N MB, over run.max_case_mb = M of SPEC; ..."
+// (corpus replay reports it as bad input, exit 2).
+std::string check_case_budget(const Spec& spec, const AnyCase& c);
 
 // Documentation of the top-level and `run:` keys.
 const Schema& run_schema();

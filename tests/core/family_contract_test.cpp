@@ -65,7 +65,7 @@ TEST_P(FamilyContract, ShrinkCandidatesAreValidCases) {
   const Values domain = Values::defaults(f.domain_schema());
   rc::Random random(5);
   const AnyCase c = f.generator(domain)(random, 60).value();
-  auto seq = f.shrinks(c);
+  auto seq = f.shrinks(c, domain);
   int n = 0;
   while (auto s = seq.next()) {
     EXPECT_NO_THROW(f.from_yaml(YAML::Load(text(f, *s)))) << f.name();

@@ -29,7 +29,7 @@ rc::Gen<Case> Traits::generator(const Values& d) {
   });
 }
 
-rc::Seq<Case> Traits::shrinks(const Case& c) {
+rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
   std::vector<Case> out;
   for (size_t i = 0; i < c.xs.size(); ++i) {
     Case s = c;
@@ -43,6 +43,24 @@ rc::Seq<Case> Traits::shrinks(const Case& c) {
       out.push_back(s);
     }
   return rc::seq::fromContainer(out);
+}
+
+std::string Traits::in_domain(const Case& c, const Values& d) {
+  if (std::string why = outside_int_range(d, "length", static_cast<int64_t>(c.xs.size())); !why.empty())
+    return why;
+  for (int x : c.xs)
+    if (std::string why = outside_int_range(d, "value", x); !why.empty()) return why;
+  return "";
+}
+
+double Traits::case_bytes(const Case& c) {
+  return static_cast<double>(c.xs.size() * sizeof(int) + sizeof(Case) + sizeof(Result));
+}
+
+CaseSize Traits::max_case_bytes(const Values& d) {
+  const int64_t n = d.int_range("length").hi;
+  return {static_cast<double>(n) * sizeof(int) + sizeof(Case) + sizeof(Result), fmt::format("length {}", n),
+          "length"};
 }
 
 YAML::Node Traits::to_yaml(const Case& c) {

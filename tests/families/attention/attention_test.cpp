@@ -173,7 +173,7 @@ TEST(AttentionShrinker, EveryCandidateIsValidAndDifferent) {
   c.dtype = DType::f32;
   c.mask = MaskKind::key_padding;
   c.key_lengths = {3, 0};
-  auto seq = BwdTraits::shrinks(c);
+  auto seq = BwdTraits::shrinks(c, Values::defaults(BwdTraits::domain_schema()));
   int n = 0;
   while (auto s = seq.next()) {
     EXPECT_EQ(validate(*s, true), "");

@@ -192,7 +192,7 @@ TEST(BeamShrinker, EveryCandidateIsValidAndDifferent) {
   c.prompts = {{1, 8, 3}, {4}, {0, 0}};
   c.model.eos = 4;
   c.model.shift = 3.3;
-  auto seq = Traits::shrinks(c);
+  auto seq = Traits::shrinks(c, Values::defaults(Traits::domain_schema()));
   int n = 0;
   while (auto s = seq.next()) {
     EXPECT_EQ(validate(*s), "");

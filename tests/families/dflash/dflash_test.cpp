@@ -148,7 +148,7 @@ TEST(DflashShrinker, EveryCandidateIsValidAndDifferent) {
   Case c = base_case();
   const auto g = greedy(c, c.prompt, 2);
   c.cycles = {{{g[0], 3, g[1], 6}, {-1, -1, 0, 1}}, {{2}, {-1}}};
-  auto seq = Traits::shrinks(c);
+  auto seq = Traits::shrinks(c, Values::defaults(Traits::domain_schema()));
   int n = 0;
   while (auto s = seq.next()) {
     EXPECT_EQ(validate(*s), "");

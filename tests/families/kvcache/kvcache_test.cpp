@@ -177,7 +177,7 @@ TEST(KvcacheGenerator, CoversTheDomain) {
 
 TEST(KvcacheShrinker, EveryCandidateIsValidAndDifferent) {
   const Case c = batch_case();
-  auto seq = Traits::shrinks(c);
+  auto seq = Traits::shrinks(c, Values::defaults(Traits::domain_schema()));
   int n = 0;
   while (auto s = seq.next()) {
     EXPECT_EQ(validate(*s), "");

@@ -149,7 +149,7 @@ TEST(LayerNormShrinker, EveryCandidateIsValidAndSimpler) {
   std::vector<double> x;
   for (int i = 0; i < 12; ++i) x.push_back(1e4 + 0.0123 * i);
   const Case c = make(DType::f32, 3, 4, x, 2.5e-6);
-  auto seq = Traits::shrinks(c);
+  auto seq = Traits::shrinks(c, Values::defaults(Traits::domain_schema()));
   int n = 0;
   while (auto s = seq.next()) {
     EXPECT_EQ(validate(*s), "");

@@ -126,7 +126,7 @@ TEST(SoftmaxTopkCodec, EveryByteStringDecodesToAValidCase) {
 
 TEST(SoftmaxTopkShrinker, EveryCandidateIsValidAndDifferent) {
   const Case c = make(DType::f32, 3, 5, {{-kInf, 7.5, 1e20f, -3, 2}, {-kInf, -kInf, -kInf, -kInf, -kInf}});
-  auto seq = Traits::shrinks(c);
+  auto seq = Traits::shrinks(c, Values::defaults(Traits::domain_schema()));
   int n = 0;
   while (auto s = seq.next()) {
     EXPECT_EQ(validate(*s), "");

@@ -164,7 +164,7 @@ TEST(TernaryCodec, EveryByteStringDecodesToAValidCase) {
 
 TEST(TernaryShrinker, EveryCandidateIsValidAndDifferent) {
   const Case c = random_case(3, 5, 2, 4);
-  auto seq = Traits::shrinks(c);
+  auto seq = Traits::shrinks(c, Values::defaults(Traits::domain_schema()));
   int n = 0;
   while (auto s = seq.next()) {
     EXPECT_EQ(validate(*s), "");
