@@ -34,17 +34,12 @@ step() {  # step NAME LOG COMMAND...: runs it, records pass/fail
   local verdict=ok
   [ $rc -eq 0 ] || { verdict="FAIL (exit $rc)"; fails=$((fails + 1)); }
   summary+=("$(printf '%-44s %-14s %4ss  %s' "$name" "$verdict" $((SECONDS - t0)) "$(tail -1 "$logs/$log" | cut -c1-90)")")
+  echo "${summary[-1]}" | tee -a "$logs/summary.txt"
 }
 specs=(flash_fwd flash_bwd kvcache layernorm softmax_topk)
 for s in "${specs[@]}"; do
-  for seed in 1 2; do
-    step "$s --target cuda --seed $seed" "$s.cuda.$seed.txt" \
-      "$build/prop_runner" --spec "$root/specs/$s.yaml" --target cuda --seed $seed --no-corpus --time 0
-  done
-done
-for s in "${specs[@]}"; do
-  step "$s --mutants" "$s.mutants.txt" \
-    "$build/prop_runner" --spec "$root/specs/$s.yaml" --mutants --seed 20261122 --no-corpus
+  step "$s --target cuda --seed 1" "$s.cuda.1.txt" \
+    "$build/prop_runner" --spec "$root/specs/$s.yaml" --target cuda --seed 1 --no-corpus --time 0
 done
 for f in attention kvcache layernorm softmax_topk; do
   step "kprop_${f}_tests *Cuda*" "gtest.$f.txt" "$build/tests/kprop_${f}_tests" --gtest_filter='*Cuda*:*cuda*'
@@ -59,6 +54,14 @@ step "compute-sanitizer (4 tools x targets)" sanitize.txt \
 if [ -x "$build/bench/bench_attention_cuda" ]; then
   step "bench_attention_cuda" bench.txt "$build/bench/bench_attention_cuda" ${KPROP_BENCH_ARGS:-}
 fi
+for s in "${specs[@]}"; do
+  step "$s --mutants" "$s.mutants.txt" \
+    "$build/prop_runner" --spec "$root/specs/$s.yaml" --mutants --seed 20261122 --no-corpus
+done
+for s in "${specs[@]}"; do
+  step "$s --target cuda --seed 2" "$s.cuda.2.txt" \
+    "$build/prop_runner" --spec "$root/specs/$s.yaml" --target cuda --seed 2 --no-corpus --time 0
+done
 echo
 echo "== sanitizer table"
 sed -n '/^target/,$p' "$logs/sanitize.txt" | head -20

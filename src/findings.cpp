@@ -93,6 +93,9 @@ struct GuardState {
 };
 GuardState g_guard;
 std::once_flag g_watchdog_once;
+// In an isolated child the parent is the guard: a crash kills the child with
+// its signal, a hang is timed out by the parent, and only the parent stores.
+bool g_isolated_child = false;
 
 [[noreturn]] void die_with_case(const std::string& why, const char* found_by) {
   const RunContext& ctx = *g_guard.ctx;
@@ -153,6 +156,7 @@ void install_fatal_handlers() {
 class CaseGuard {
  public:
   CaseGuard(const RunContext& ctx, const AnyCase& c) {
+    if (g_isolated_child) return;
     install_fatal_handlers();
     std::call_once(g_watchdog_once, [] { std::thread(watchdog).detach(); });
     g_guard.ctx = &ctx;
@@ -333,6 +337,9 @@ std::vector<CheckResult> check_uses_forked(const RunContext& ctx, const std::vec
     close(fds[0]);
     signal(SIGINT, SIG_IGN);  // the parent handles Ctrl-C
     for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) signal(sig, SIG_DFL);
+    g_isolated_child = true;
+    g_guard.armed = false;
+    g_guard.deadline_ns = 0;
     nlohmann::json out = nlohmann::json::array();
     try {
       RunOptions o = ctx.options;
