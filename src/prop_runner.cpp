@@ -1,6 +1,7 @@
 // prop_runner: the command-line front end. The flag table below is the whole
-// CLI contract (DESIGN.md); exit codes: 0 held, 1 an invariant failed,
-// 2 usage/spec/corpus error, 3 the target crashed or an internal error.
+// CLI contract (README, "Using prop_runner"); exit codes (docs/DESIGN.md, "A run"):
+// 0 held or skipped, 1 an invariant failed, 2 usage/spec/corpus error or a failed
+// health check, 3 the target crashed or an internal error, 130 interrupted.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>

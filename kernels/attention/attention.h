@@ -1,5 +1,5 @@
-// Flash attention forward and backward on the CPU (FAMILIES.md, attention.fwd
-// and attention.bwd).
+// Flash attention forward and backward on the CPU (docs/FAMILIES.md,
+// attention.fwd and attention.bwd).
 //
 // Contract. Q [B, Hq, Nq, D], K and V [B, Hkv, Nk, D], dO [B, Hq, Nq, D],
 // row-major in that order. GQA: Hq = g·Hkv and query head h reads kv head
@@ -111,7 +111,8 @@ struct Grads {
   T* d;  // per row: D as the kernel used it
 };
 
-// Deliberate bugs, compiled out of the correct instantiations (FAMILIES.md).
+// Deliberate bugs, compiled out of the correct instantiations (the mutants of
+// docs/FAMILIES.md, attention.fwd and attention.bwd).
 enum class FwdBug {
   none,
   rescale_inverted,    // running-sum correction exp(m_new - m_old)

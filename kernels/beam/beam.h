@@ -1,4 +1,4 @@
-// Beam search with EOS retention and a length penalty (FAMILIES.md, `beam`).
+// Beam search with EOS retention and a length penalty (docs/FAMILIES.md, `beam`).
 //
 // Contract. A batch of prompts, beam width K, at most L new tokens, length
 // penalty alpha. A hypothesis is the generated continuation only (the prompt is

@@ -1,4 +1,4 @@
-// DFlash: speculative decoding with draft-tree verification (FAMILIES.md).
+// DFlash: speculative decoding with draft-tree verification (docs/FAMILIES.md, dflash).
 //
 // Contract. Prompt x[0..P-1]. A draft tree of N nodes in topological order:
 // tokens t[i], parents p[i] in {-1} ∪ [0, i-1], depth d(i) = 1 for roots and

@@ -1,5 +1,5 @@
 // KV cache: a batch of sequences prefilled, then decoded step by step through a
-// KV cache, with the attention output of every token (FAMILIES.md, kvcache).
+// KV cache, with the attention output of every token (docs/FAMILIES.md, kvcache).
 //
 // Contract. Sequence b has a prompt of P_b >= 1 tokens and S_b >= 0 decode
 // steps (T_b = P_b + S_b tokens) and arrives at scheduler step a_b. Each token

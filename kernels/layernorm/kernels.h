@@ -19,9 +19,9 @@
 //    form.
 //  * two_pass: the reference algorithm written naively in T — μ = Σx / D,
 //    σ² = Σ(x − μ)² / D, sequential sums, μ and rstd saved, x̂ recomputed in
-//    the backward. It is the tolerance baseline (DESIGN.md: the error of a
-//    naive computation in the target's own precision) and the benchmark's
-//    "reference-style" comparison.
+//    the backward. It is the tolerance baseline (docs/DESIGN.md, "Tolerance
+//    policy": the error of a naive computation in the target's own
+//    precision) and the benchmark's "reference-style" comparison.
 //
 // Mutants reuse the fused kernel with one deliberate bug (Bug below).
 #pragma once

@@ -1,4 +1,4 @@
-// LayerNorm forward and backward (FAMILIES.md, `layernorm`).
+// LayerNorm forward and backward (docs/FAMILIES.md, `layernorm`).
 //
 // Contract. x is [rows, D] row-major, γ and β are [D]; per row
 //   μ = mean(x),  σ² = mean((x − μ)²)  (biased),  rstd = 1 / sqrt(σ² + ε)

@@ -1,4 +1,4 @@
-// Fused softmax + top-k (FAMILIES.md, specs/softmax_topk.yaml).
+// Fused softmax + top-k (docs/FAMILIES.md, specs/softmax_topk.yaml).
 //
 // Contract. Logits [rows, V] in the case's dtype (f32 or f64), each finite or
 // -inf (+inf and NaN are not valid logits); 1 <= K <= V. For every row the

@@ -1,4 +1,4 @@
-// Ternary: the BitNet b1.58 linear layer (FAMILIES.md, specs/ternary.yaml).
+// Ternary: the BitNet b1.58 linear layer (docs/FAMILIES.md, specs/ternary.yaml).
 //
 // Contract. Input x [M tokens, K], latent weights W [N, K], upstream
 // gradient dy [M, N], all finite doubles. With eps = 1e-5 (BitNet's clamp):

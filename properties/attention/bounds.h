@@ -1,4 +1,4 @@
-// The tolerance policy for attention (DESIGN.md): a target's max error
+// The tolerance policy for attention (docs/DESIGN.md): a target's max error
 // against the fp64 reference may be at most k × the max error of the naive
 // materialized computation in the target's own precision, plus an absolute
 // floor. The floor here is floor_ulps × eps(dtype) × a first-order error

@@ -1,6 +1,6 @@
 // LayerNorm invariants.
 //
-// Tolerances. Comparisons against the fp64 reference follow DESIGN.md: the
+// Tolerances. Comparisons against the fp64 reference follow docs/DESIGN.md: the
 // target's error may be at most k × the error of the naive computation in
 // the target's own precision, plus a floor. The naive computation is the
 // reference's own algorithm (two passes: μ = Σx/D, then σ² = Σ(x − μ)²/D,

@@ -1,6 +1,6 @@
 // Softmax + top-k invariants. Ranking checks use the exact logits of the case
 // (softmax is strictly increasing, so the exact order is the logit order);
-// probabilities follow the tolerance policy of DESIGN.md: error against the
+// probabilities follow the tolerance policy of docs/DESIGN.md: error against the
 // fp64 reference at most k x the naive same-precision error + a floor of a
 // few dtype epsilons. A mismatch between two distinct logits whose gap is
 // within a few dtype ulps of their distance to the row max (where rounded
@@ -43,7 +43,7 @@ Schema tol_params() {
   return {field::map("tol",
                      {field::real("k", 2, 1, 1e6, "allowed multiple of the naive same-dtype error"),
                       field::real("floor_eps", 8, 0, 1e9, "absolute floor in units of the dtype epsilon")},
-                     "probability tolerance (DESIGN.md policy)"),
+                     "probability tolerance (docs/DESIGN.md policy)"),
           field::real("tie_ulps", 16, 0, 1e9,
                       "logit gaps within this many dtype ulps of |x - max| are near-ties")};
 }

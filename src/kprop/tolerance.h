@@ -1,7 +1,8 @@
 // The tolerance policy for comparing an implementation against the fp64
-// reference (DESIGN.md, after FlashAttention's tests): the target's error may
-// be at most k × the error of a naive computation in the target's own
-// precision, plus an absolute floor. NaN and ±inf must match exactly.
+// reference (docs/DESIGN.md, "Tolerance policy"; after FlashAttention's
+// tests): the target's error may be at most k × the error of a naive
+// computation in the target's own precision, plus an absolute floor. NaN and
+// ±inf must match exactly.
 #pragma once
 
 #include <cmath>

@@ -1,4 +1,4 @@
-/* attention.fwd and attention.bwd (FAMILIES.md; kernels/attention/attention.h).
+/* attention.fwd and attention.bwd (docs/FAMILIES.md; kernels/attention/attention.h).
  * Included by kprop/abi.h. */
 #ifndef KPROP_ABI_ATTENTION_H
 #define KPROP_ABI_ATTENTION_H

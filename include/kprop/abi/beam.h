@@ -1,4 +1,4 @@
-/* beam (FAMILIES.md; kernels/beam/beam.h). Included by kprop/abi.h.
+/* beam (docs/FAMILIES.md; kernels/beam/beam.h). Included by kprop/abi.h.
  *
  * The kernel under test is one beam search STEP, as a serving engine runs it:
  * kprop owns the language model (a table LM no external code can reproduce)

@@ -1,5 +1,5 @@
 /* dflash: draft-tree verification, one cycle of speculative decoding
- * (FAMILIES.md; kernels/dflash/dflash.h). Included by kprop/abi.h.
+ * (docs/FAMILIES.md; kernels/dflash/dflash.h). Included by kprop/abi.h.
  *
  * The kernel under test is the verification pipeline, not the model: kprop
  * keeps its own tiny target LM. A cycle is two ops, as a serving engine splits

@@ -1,4 +1,4 @@
-/* kvcache (FAMILIES.md; kernels/kvcache/kvcache.h). Included by kprop/abi.h.
+/* kvcache (docs/FAMILIES.md; kernels/kvcache/kvcache.h). Included by kprop/abi.h.
  *
  * Op "kvcache.serve", entry point kprop_kvcache_serve: a serving engine's
  * attention path over one whole workload. The bugs this family hunts live in

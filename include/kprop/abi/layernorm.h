@@ -1,4 +1,4 @@
-/* layernorm: forward and backward over the last dim (FAMILIES.md;
+/* layernorm: forward and backward over the last dim (docs/FAMILIES.md;
  * kernels/layernorm/layernorm.h). Included by kprop/abi.h.
  *
  * One op runs the forward and then the backward on the forward's own cache,

@@ -1,4 +1,4 @@
-/* softmax_topk: fused softmax + top-k (FAMILIES.md;
+/* softmax_topk: fused softmax + top-k (docs/FAMILIES.md;
  * kernels/softmax_topk/softmax_topk.h). Included by kprop/abi.h.
  *
  * For every row of logits, the K largest softmax probabilities and their

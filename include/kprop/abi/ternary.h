@@ -1,5 +1,5 @@
-/* ternary: the BitNet b1.58 linear layer (FAMILIES.md; kernels/ternary/ternary.h).
- * Included by kprop/abi.h.
+/* ternary: the BitNet b1.58 linear layer (docs/FAMILIES.md;
+ * kernels/ternary/ternary.h). Included by kprop/abi.h.
  *
  * Two ops, called in this order for every case, as a BitNet model is served:
  * the latent weights are quantized and packed once (checkpoint conversion),

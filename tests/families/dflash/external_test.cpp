@@ -159,7 +159,7 @@ TEST(DflashExternal, PositionalLogitsShrinksToTwoRoots) {
   g_pipeline = correct_pipeline();
   const Counterexample* cex = counterexample(report, "maximal_acceptance");
   ASSERT_NE(cex, nullptr);
-  EXPECT_EQ(cex->stats.size, 2) << cex->case_yaml;  // FAMILIES.md: a 2-node tree (two roots)
+  EXPECT_EQ(cex->stats.size, 2) << cex->case_yaml;  // docs/FAMILIES.md, dflash: a 2-node tree (two roots)
 }
 
 TEST(DflashExternal, AcceptedNodeOutsideTheTreeIsATargetError) {
