@@ -95,6 +95,7 @@ struct Node {
   // static type
   DType dtype = DType::real;
   Shape shape;
+  int height = 1;  // of the tree below: the checker and evaluator recurse this deep
 };
 
 namespace {
@@ -213,10 +214,35 @@ class Parser {
     n->end = prev_end();
     n->op = std::move(op);
     n->args = std::move(args);
+    seal(*n);
     return n;
   }
+  // Bounds the tree's height: `1 + 1 + ... + 1` parses in a loop but is
+  // checked and evaluated recursively.
+  void seal(Node& n) {
+    n.height = 1;
+    for (const auto& a : n.args) n.height = std::max(n.height, a->height + 1);
+    for (const auto& item : n.items)
+      for (const NodeP& e : {item.e, item.lo, item.hi})
+        if (e) n.height = std::max(n.height, e->height + 1);
+    if (n.height > kMaxDepth) throw ExprError(n.begin, "the expression nests too deeply");
+  }
 
-  NodeP expr() { return or_(); }
+  // Nesting deeper than this is refused (the recursion must not exhaust the
+  // stack on hostile input, e.g. from the spec-loader fuzzer).
+  static constexpr int kMaxDepth = 200;
+  struct Depth {
+    Depth(Parser& p) : p(p) {
+      if (++p.depth_ > kMaxDepth) throw ExprError(p.peek().pos, "the expression nests too deeply");
+    }
+    ~Depth() { --p.depth_; }
+    Parser& p;
+  };
+
+  NodeP expr() {
+    Depth d(*this);
+    return or_();
+  }
   NodeP or_() {
     NodeP l = and_();
     while (is_word("or")) {
@@ -236,6 +262,7 @@ class Parser {
     return l;
   }
   NodeP not_() {
+    Depth d(*this);
     if (is_word("not")) {
       const size_t b = take().pos;
       NodeP a = not_();
@@ -275,6 +302,7 @@ class Parser {
     return l;
   }
   NodeP unary() {
+    Depth d(*this);
     if (is_op("-") || is_op("+")) {
       const Token t = take();
       NodeP a = unary();
@@ -328,6 +356,7 @@ class Parser {
         break;
       }
       idx->end = prev_end();
+      seal(*idx);
       n = idx;
     }
     return n;
@@ -402,6 +431,7 @@ class Parser {
         item.lo = k;
         call->items.push_back(std::move(item));
       }
+      seal(*call);
       return call;
     }
     if (t.t == Token::T::end) throw ExprError(t.pos, "unexpected end of the expression");
@@ -410,6 +440,7 @@ class Parser {
 
   std::vector<Token> tokens_;
   size_t at_ = 0;
+  int depth_ = 0;
 };
 
 // ---------------------------------------------------------------- static checks

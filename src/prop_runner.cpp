@@ -122,7 +122,8 @@ std::string list_everything() {
                            expr::dtype_name(t.dtype), t.meaning);
     }
   }
-  out += "\nExpression functions (invariants {name, expect: EXPR, when: EXPR}):\n" + expr::describe_functions();
+  out +=
+      "\nExpression functions (invariants {name, expect: EXPR, when: EXPR}):\n" + expr::describe_functions();
   return out;
 }
 

@@ -213,8 +213,9 @@ InvariantUse expression_invariant(const Loader& l, const YAML::Node& item, const
                                   name, family.name()));
   if (!item["expect"]) l.fail(item, fmt::format("expression invariant '{}' needs 'expect: EXPR'", name));
   if (family.tensor_infos().empty())
-    l.fail(item["expect"], fmt::format("family {} publishes no named tensors: it takes no expression invariants",
-                                       family.name()));
+    l.fail(item["expect"],
+           fmt::format("family {} publishes no named tensors: it takes no expression invariants",
+                       family.name()));
   auto compile = [&](const char* key) {
     const YAML::Node n = item[key];
     const auto text = l.scalar<std::string>(n, key, "an expression");
@@ -229,9 +230,11 @@ InvariantUse expression_invariant(const Loader& l, const YAML::Node& item, const
                        fmt::format("invariant '{}', {}: {}", name, key, err.what()));
     }
   };
-  auto inv = std::make_shared<ExpressionInvariant>(ExpressionInvariant{compile("expect"), std::nullopt, "", l.mark(item), {}});
+  auto inv = std::make_shared<ExpressionInvariant>(
+      ExpressionInvariant{compile("expect"), std::nullopt, "", l.mark(item), {}});
   if (item["when"]) inv->when = compile("when");
-  if (item["description"]) inv->description = l.scalar<std::string>(item["description"], "description", "a string");
+  if (item["description"])
+    inv->description = l.scalar<std::string>(item["description"], "description", "a string");
   std::set<std::string> names(inv->expect.names().begin(), inv->expect.names().end());
   if (inv->when) names.insert(inv->when->names().begin(), inv->when->names().end());
   inv->names.assign(names.begin(), names.end());

@@ -26,6 +26,9 @@ TensorInfos common_infos(bool backward) {
       {"Nk", {}, DType::integer, "keys per head"},
       {"D", {}, DType::integer, "head dimension"},
       {"scale", {}, DType::real, "softmax scale as the kernels use it (1/sqrt(D) unless the case gives one)"},
+      {"Bq", {}, DType::integer, "the case's query tile size (may exceed Nq)"},
+      {"Bk", {}, DType::integer, "the case's key tile size (may exceed Nk)"},
+      {"dtype_bytes", {}, DType::integer, "bytes per element of the case's dtype (4 or 8)"},
       {"eps", {}, DType::real, "machine epsilon of the case's dtype (2^-23 for f32, 2^-52 for f64)"},
       {"q", {"B", "Hq", "Nq", "D"}, DType::real, "queries"},
       {"k", {"B", "Hkv", "Nk", "D"}, DType::real, "keys"},
@@ -42,6 +45,10 @@ TensorInfos common_infos(bool backward) {
       {"row_fully_masked", {"B", "1", "Nq"}, DType::boolean, "query i sees no key"},
       {"target.o", {"B", "Hq", "Nq", "D"}, DType::real, "the target's output O"},
       {"target.lse", {"B", "Hq", "Nq"}, DType::real, "the target's log-sum-exp (-inf on fully masked rows)"},
+      {"target.workspace_peak",
+       {},
+       DType::integer,
+       "high-water mark in bytes of the target's Workspace (0: it took none, or was built elsewhere)"},
       {"reference.o", {"B", "Hq", "Nq", "D"}, DType::real, "the reference's O"},
       {"reference.lse", {"B", "Hq", "Nq"}, DType::real, "the reference's LSE"},
       {"reference.s", {"B", "Hq", "Nq", "Nk"}, DType::real, "scores scale·QKᵀ in fp64, -inf where masked"},
@@ -166,6 +173,9 @@ void put_common(const Case& c, bool backward, TensorMap& out) {
   out.put("D", Tensor::scalar(D, DType::integer));
   out.put("scale", Tensor::scalar(effective_scale(c)));
   out.put("eps", Tensor::scalar(epsilon(c.dtype)));
+  out.put("Bq", Tensor::scalar(c.block_q, DType::integer));
+  out.put("Bk", Tensor::scalar(c.block_k, DType::integer));
+  out.put("dtype_bytes", Tensor::scalar(c.dtype == DType::f32 ? 4 : 8, DType::integer));
   if (out.wanted("q")) out.put("q", Tensor::of(dims({B, Hq, Nq, D}), c.q));
   if (out.wanted("k")) out.put("k", Tensor::of(dims({B, Hkv, Nk, D}), c.k));
   if (out.wanted("v")) out.put("v", Tensor::of(dims({B, Hkv, Nk, D}), c.v));
@@ -226,6 +236,8 @@ void put_outputs(const Case& c, const std::string& who, const Result& r, TensorM
   };
   put("o", dims({B, Hq, Nq, D}), r.o);
   put("lse", dims({B, Hq, Nq}), r.lse);
+  if (out.wanted(who + ".workspace_peak"))
+    out.put(who + ".workspace_peak", Tensor::scalar(static_cast<double>(r.workspace_peak), DType::integer));
   if constexpr (std::is_same_v<Result, BwdResult>) {
     put("d", dims({B, Hq, Nq}), r.d);
     put("dq", dims({B, Hq, Nq, D}), r.dq);

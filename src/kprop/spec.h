@@ -34,8 +34,8 @@ struct ExpressionInvariant {
   expr::Expression expect;               // boolean; holds when every element is true
   std::optional<expr::Expression> when;  // boolean; the case is discarded unless all true
   std::string description;
-  Mark mark;                             // where the spec states it
-  std::vector<std::string> names;        // tensors both read, sorted
+  Mark mark;                       // where the spec states it
+  std::vector<std::string> names;  // tensors both read, sorted
 };
 
 struct InvariantUse {

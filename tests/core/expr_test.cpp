@@ -202,6 +202,12 @@ TEST(ExprErrors, SyntaxErrorsPointAtTheToken) {
   EXPECT_EQ(error_of("0 < x < 1"), "6: chained comparisons are ambiguous: write (a < b) and (b < c)");
   EXPECT_EQ(error_of("x[0, 0, 0]"), "0: too many indices (3) for [N, M] of rank 2");
   EXPECT_EQ(error_of("  "), "0: the expression is empty");
+  // Hostile nesting is refused, not a stack overflow.
+  std::string chain = "1";
+  for (int i = 0; i < 100000; ++i) chain += "+1";
+  EXPECT_NE(error_of(chain).find("nests too deeply"), std::string::npos);
+  EXPECT_NE(error_of(std::string(100000, '(') + "1").find("nests too deeply"), std::string::npos);
+  EXPECT_NE(error_of(std::string(100000, '-') + "1").find("nests too deeply"), std::string::npos);
 }
 
 }  // namespace
