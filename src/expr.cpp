@@ -834,7 +834,22 @@ Dims broadcast_rt(const Dims& a, const Dims& b) {
   return out;
 }
 
-// `t` broadcast to `shape` (a copy only when the shape differs).
+// A value during evaluation: a published tensor borrowed from the map (no
+// copy), or a computed one owned here.
+class Ref {
+ public:
+  Ref(Tensor t) : own_(std::make_shared<const Tensor>(std::move(t))), p_(own_.get()) {}
+  static Ref borrow(const Tensor& t) { return Ref(&t); }
+  const Tensor& operator*() const { return *p_; }
+  const Tensor* operator->() const { return p_; }
+
+ private:
+  explicit Ref(const Tensor* t) : p_(t) {}
+  std::shared_ptr<const Tensor> own_;
+  const Tensor* p_;
+};
+
+// `t` broadcast to `shape` (callers skip it when the shape is already right).
 Tensor expand(const Tensor& t, const Dims& shape) {
   if (t.shape == shape) return t;
   Tensor out{shape, std::vector<double>(static_cast<size_t>(count(shape))), t.dtype};
@@ -868,9 +883,21 @@ Tensor expand(const Tensor& t, const Dims& shape) {
 template <typename F>
 Tensor zip(const Tensor& a, const Tensor& b, DType dtype, F f) {
   const Dims shape = broadcast_rt(a.shape, b.shape);
-  const Tensor x = expand(a, shape), y = expand(b, shape);
-  Tensor out{shape, std::vector<double>(x.size()), dtype};
-  for (size_t i = 0; i < out.data.size(); ++i) out.data[i] = f(x.data[i], y.data[i]);
+  Tensor out{shape, std::vector<double>(static_cast<size_t>(count(shape))), dtype};
+  const size_t n = out.data.size();
+  double* o = out.data.data();
+  if (a.shape == shape && b.shape == shape) {
+    for (size_t i = 0; i < n; ++i) o[i] = f(a.data[i], b.data[i]);
+  } else if (a.shape == shape && b.size() == 1) {
+    const double y = b.data[0];
+    for (size_t i = 0; i < n; ++i) o[i] = f(a.data[i], y);
+  } else if (b.shape == shape && a.size() == 1) {
+    const double x = a.data[0];
+    for (size_t i = 0; i < n; ++i) o[i] = f(x, b.data[i]);
+  } else {
+    const Tensor x = expand(a, shape), y = expand(b, shape);
+    for (size_t i = 0; i < n; ++i) o[i] = f(x.data[i], y.data[i]);
+  }
   return out;
 }
 
@@ -1024,34 +1051,38 @@ Tensor take(const Tensor& x, const Tensor& idx, size_t axis) {
   return out;
 }
 
-Tensor evaluate(const Node& n, const TensorMap& m);
+Ref evaluate(const Node& n, const TensorMap& m);
 
 // close()'s operands and tolerances, broadcast to one shape.
 struct CloseArgs {
   Dims shape;
-  Tensor a, b, rtol, atol;
+  Ref a = Tensor(), b = Tensor(), rtol = Tensor(), atol = Tensor();
+  // Element i of a tolerance (a scalar is not expanded).
+  static double at(const Ref& t, size_t i) { return t->size() == 1 ? t->data[0] : t->data[i]; }
 };
-CloseArgs close_args(const Node& n, const TensorMap& m) {
+CloseArgs close_args(const Node& n, const TensorMap& m, bool tolerances) {
   CloseArgs c;
   c.a = evaluate(*n.args[0], m);
   c.b = evaluate(*n.args[1], m);
-  c.rtol = n.rtol ? evaluate(*n.rtol, m) : Tensor::scalar(1e-5);
-  c.atol = n.atol ? evaluate(*n.atol, m) : Tensor::scalar(1e-8);
-  c.shape = broadcast_rt(broadcast_rt(broadcast_rt(c.a.shape, c.b.shape), c.rtol.shape), c.atol.shape);
-  c.a = expand(c.a, c.shape);
-  c.b = expand(c.b, c.shape);
-  c.rtol = expand(c.rtol, c.shape);
-  c.atol = expand(c.atol, c.shape);
+  c.shape = broadcast_rt(c.a->shape, c.b->shape);
+  if (tolerances) {
+    c.rtol = n.rtol ? evaluate(*n.rtol, m) : Ref(Tensor::scalar(1e-5));
+    c.atol = n.atol ? evaluate(*n.atol, m) : Ref(Tensor::scalar(1e-8));
+    c.shape = broadcast_rt(broadcast_rt(c.shape, c.rtol->shape), c.atol->shape);
+  }
+  for (Ref* t : {&c.a, &c.b})
+    if ((*t)->shape != c.shape) *t = Ref(expand(**t, c.shape));
+  for (Ref* t : {&c.rtol, &c.atol})  // scalars stay scalars (CloseArgs::at)
+    if (tolerances && (*t)->size() != 1 && (*t)->shape != c.shape) *t = Ref(expand(**t, c.shape));
   return c;
 }
 
 int64_t scalar_int(const Node& n, const TensorMap& m) {
-  const Tensor t = evaluate(n, m);
-  return static_cast<int64_t>(t.data.at(0));
+  return static_cast<int64_t>(evaluate(n, m)->data.at(0));
 }
 
 Tensor index_rt(const Node& n, const TensorMap& m) {
-  Tensor x = evaluate(*n.args[0], m);
+  Tensor x = *evaluate(*n.args[0], m);
   size_t consumed = 0;
   for (const auto& item : n.items)
     if (item.k != Item::K::ellipsis && item.k != Item::K::newaxis) ++consumed;
@@ -1078,7 +1109,8 @@ Tensor index_rt(const Node& n, const TensorMap& m) {
         break;
       }
       case Item::K::expr: {
-        const Tensor idx = evaluate(*item.e, m);
+        const Ref ridx = evaluate(*item.e, m);
+        const Tensor& idx = *ridx;
         x = take(x, idx, axis);
         axis += idx.shape.size();
         --consumed;
@@ -1089,7 +1121,7 @@ Tensor index_rt(const Node& n, const TensorMap& m) {
   return x;
 }
 
-Tensor evaluate(const Node& n, const TensorMap& m) {
+Ref evaluate(const Node& n, const TensorMap& m) {
   switch (n.kind) {
     case Kind::number:
       return Tensor::scalar(n.value, n.dtype);
@@ -1099,21 +1131,24 @@ Tensor evaluate(const Node& n, const TensorMap& m) {
       if (t->shape.size() != n.shape.size())
         throw EvalError(
             fmt::format("'{}' has shape {}, declared {}", n.op, shape_text(t->shape), shape_text(n.shape)));
-      return *t;
+      return Ref::borrow(*t);
     }
     case Kind::unary: {
-      const Tensor a = evaluate(*n.args[0], m);
+      const Ref ra = evaluate(*n.args[0], m);
+      const Tensor& a = *ra;
       if (n.op == "not") return map(a, DType::boolean, [](double v) { return v == 0 ? 1.0 : 0.0; });
       return map(a, n.dtype, [](double v) { return -v; });
     }
     case Kind::binary: {
       const std::string& op = n.op;
-      const Tensor a = evaluate(*n.args[0], m);
+      const Ref ra = evaluate(*n.args[0], m);
+      const Tensor& a = *ra;
       if (op == "and" && a.size() == 1 && a.data[0] == 0 && n.shape.empty())
         return Tensor::scalar(0, DType::boolean);
       if (op == "or" && a.size() == 1 && a.data[0] != 0 && n.shape.empty())
         return Tensor::scalar(1, DType::boolean);
-      const Tensor b = evaluate(*n.args[1], m);
+      const Ref rb = evaluate(*n.args[1], m);
+      const Tensor& b = *rb;
       if (op == "@") return matmul_rt(a, b, n.dtype);
       if (op == "+") return zip(a, b, n.dtype, [](double x, double y) { return x + y; });
       if (op == "-") return zip(a, b, n.dtype, [](double x, double y) { return x - y; });
@@ -1133,30 +1168,33 @@ Tensor evaluate(const Node& n, const TensorMap& m) {
     }
     case Kind::call: {
       const std::string& f = n.op;
-      std::vector<Tensor> a;
-      for (const auto& arg : n.args) a.push_back(evaluate(*arg, m));
-      if (f == "sum" || f == "mean" || f == "any" || f == "all" || f == "min" || f == "max" || f == "rowsum")
-        return reduce(n, a[0]);
-      if (f == "diff" || f == "cummax" || f == "cumsum") return scan(n, a[0]);
-      if (f == "abs") return map(a[0], n.dtype, [](double v) { return std::fabs(v); });
-      if (f == "exp") return map(a[0], n.dtype, [](double v) { return std::exp(v); });
-      if (f == "log") return map(a[0], n.dtype, [](double v) { return std::log(v); });
-      if (f == "sqrt") return map(a[0], n.dtype, [](double v) { return std::sqrt(v); });
-      if (f == "isfinite") return map(a[0], n.dtype, [](double v) { return double(std::isfinite(v)); });
-      if (f == "isnan") return map(a[0], n.dtype, [](double v) { return double(std::isnan(v)); });
-      if (f == "isinf") return map(a[0], n.dtype, [](double v) { return double(std::isinf(v)); });
-      if (f == "minimum") return zip(a[0], a[1], n.dtype, nan_min);
-      if (f == "maximum") return zip(a[0], a[1], n.dtype, nan_max);
       if (f == "close") {
-        const CloseArgs c = close_args(n, m);
-        Tensor out{c.shape, std::vector<double>(c.a.size()), DType::boolean};
+        const CloseArgs c = close_args(n, m, true);
+        Tensor out{c.shape, std::vector<double>(c.a->size()), DType::boolean};
         for (size_t i = 0; i < out.size(); ++i)
-          out.data[i] = is_close(c.a.data[i], c.b.data[i], c.rtol.data[i], c.atol.data[i]);
+          out.data[i] =
+              is_close(c.a->data[i], c.b->data[i], CloseArgs::at(c.rtol, i), CloseArgs::at(c.atol, i));
         return out;
       }
-      if (f == "matmul") return matmul_rt(a[0], a[1], n.dtype);
+      std::vector<Ref> refs;
+      for (const auto& arg : n.args) refs.push_back(evaluate(*arg, m));
+      std::vector<std::reference_wrapper<const Tensor>> a;
+      for (const auto& r : refs) a.push_back(*r);
+      if (f == "sum" || f == "mean" || f == "any" || f == "all" || f == "min" || f == "max" || f == "rowsum")
+        return reduce(n, a[0].get());
+      if (f == "diff" || f == "cummax" || f == "cumsum") return scan(n, a[0].get());
+      if (f == "abs") return map(a[0].get(), n.dtype, [](double v) { return std::fabs(v); });
+      if (f == "exp") return map(a[0].get(), n.dtype, [](double v) { return std::exp(v); });
+      if (f == "log") return map(a[0].get(), n.dtype, [](double v) { return std::log(v); });
+      if (f == "sqrt") return map(a[0].get(), n.dtype, [](double v) { return std::sqrt(v); });
+      if (f == "isfinite") return map(a[0].get(), n.dtype, [](double v) { return double(std::isfinite(v)); });
+      if (f == "isnan") return map(a[0].get(), n.dtype, [](double v) { return double(std::isnan(v)); });
+      if (f == "isinf") return map(a[0].get(), n.dtype, [](double v) { return double(std::isinf(v)); });
+      if (f == "minimum") return zip(a[0].get(), a[1].get(), n.dtype, nan_min);
+      if (f == "maximum") return zip(a[0].get(), a[1].get(), n.dtype, nan_max);
+      if (f == "matmul") return matmul_rt(a[0].get(), a[1].get(), n.dtype);
       if (f == "transpose") {
-        const Tensor& x = a[0];
+        const Tensor& x = a[0].get();
         const size_t r = x.shape.size();
         const int64_t rows = x.shape[r - 2], cols = x.shape[r - 1],
                       batch = count(x.shape) / std::max<int64_t>(rows * cols, 1);
@@ -1170,8 +1208,9 @@ Tensor evaluate(const Node& n, const TensorMap& m) {
         return out;
       }
       if (f == "where") {
-        const Dims shape = broadcast_rt(broadcast_rt(a[0].shape, a[1].shape), a[2].shape);
-        const Tensor c = expand(a[0], shape), x = expand(a[1], shape), y = expand(a[2], shape);
+        const Dims shape = broadcast_rt(broadcast_rt(a[0].get().shape, a[1].get().shape), a[2].get().shape);
+        const Tensor c = expand(a[0].get(), shape), x = expand(a[1].get(), shape),
+                     y = expand(a[2].get(), shape);
         Tensor out{shape, std::vector<double>(c.size()), n.dtype};
         for (size_t i = 0; i < c.size(); ++i) out.data[i] = c.data[i] != 0 ? x.data[i] : y.data[i];
         return out;
@@ -1221,7 +1260,7 @@ std::string Expression::shape() const {
 }
 
 Tensor Expression::evaluate(const TensorMap& tensors) const {
-  return expr::evaluate(*root_, tensors);
+  return *expr::evaluate(*root_, tensors);
 }
 
 namespace {
@@ -1239,18 +1278,9 @@ Expression::Outcome explain(const std::string& text, const Node& n, const Tensor
   static const std::set<std::string> comparisons = {"==", "!=", "<", "<=", ">", ">="};
   const bool is_cmp = n.kind == Kind::binary && comparisons.count(n.op);
   if (is_close_call || is_cmp) {
-    CloseArgs c;
-    if (is_close_call) {
-      c = close_args(n, m);
-    } else {
-      c.a = evaluate(*n.args[0], m);
-      c.b = evaluate(*n.args[1], m);
-      c.shape = broadcast_rt(c.a.shape, c.b.shape);
-      c.a = expand(c.a, c.shape);
-      c.b = expand(c.b, c.shape);
-    }
+    const CloseArgs c = close_args(n, m, is_close_call);
     const Dims& shape = c.shape;
-    const Tensor &a = c.a, &b = c.b;
+    const Tensor &a = *c.a, &b = *c.b;
     size_t failing = 0, worst = 0;
     double worst_score = -1;
     for (size_t i = 0; i < a.size(); ++i) {
@@ -1258,9 +1288,9 @@ Expression::Outcome explain(const std::string& text, const Node& n, const Tensor
       bool ok;
       double score;  // how badly the element fails; NaN/inf mismatches first
       if (is_close_call) {
-        ok = is_close(x, y, c.rtol.data[i], c.atol.data[i]);
+        ok = is_close(x, y, CloseArgs::at(c.rtol, i), CloseArgs::at(c.atol, i));
         score = std::isfinite(x) && std::isfinite(y)
-                    ? std::fabs(x - y) - (c.atol.data[i] + c.rtol.data[i] * std::fabs(y))
+                    ? std::fabs(x - y) - (CloseArgs::at(c.atol, i) + CloseArgs::at(c.rtol, i) * std::fabs(y))
                     : std::numeric_limits<double>::infinity();
       } else {
         const std::string& op = n.op;
@@ -1285,7 +1315,7 @@ Expression::Outcome explain(const std::string& text, const Node& n, const Tensor
     out.measured = {{"lhs", x}, {"rhs", y}, {"difference", std::fabs(x - y)}};
     std::string detail;
     if (is_close_call) {
-      const double rtol = c.rtol.data[worst], atol = c.atol.data[worst];
+      const double rtol = CloseArgs::at(c.rtol, worst), atol = CloseArgs::at(c.atol, worst);
       const double allowed = atol + rtol * std::fabs(y);
       out.measured.push_back({"allowed", allowed});
       detail = fmt::format("|lhs - rhs| = {} > allowed {} (atol {} + rtol {} × |rhs|)", num(std::fabs(x - y)),
@@ -1298,7 +1328,8 @@ Expression::Outcome explain(const std::string& text, const Node& n, const Tensor
                               src(*n.args[1]), num(y), detail);
     return out;
   }
-  const Tensor t = evaluate(n, m);
+  const Ref rt = evaluate(n, m);
+  const Tensor& t = *rt;
   size_t failing = 0, first = 0;
   for (size_t i = 0; i < t.size(); ++i)
     if (t.data[i] == 0 && failing++ == 0) first = i;

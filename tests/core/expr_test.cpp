@@ -169,7 +169,8 @@ TEST(Expr, CheckExplainsTheWorstElement) {
 
 // ---- one test per load-time error class
 TEST(ExprErrors, UnknownNameSuggestsTheClosest) {
-  EXPECT_EQ(error_of("close(t.oo, x)").substr(0, 44), "6: unknown name 't.oo' (did you mean 't.o'?);");
+  EXPECT_EQ(error_of("close(t.oo, x)").find("6: unknown name 't.oo' (did you mean 't.o'?); valid: x, y, v"),
+            0u);
 }
 TEST(ExprErrors, UnknownFunction) {
   EXPECT_NE(error_of("x + rowsun(x)").find("4: unknown function 'rowsun' (did you mean 'rowsum'?)"),
@@ -261,8 +262,8 @@ TEST(ExprSpec, ErrorsPointIntoTheExpression) {
   EXPECT_EQ(spec_error(kHead + "  - name: D_identity\n    expect: all(d_out == d_out)\n"),
             "s.yaml:4:11: 'D_identity' names a built-in invariant of attention.bwd; give the expression its "
             "own name");
-  EXPECT_EQ(spec_error(kHead + "  - name: a\n    expect: all(d_out == d_out)\n    tol: 1\n").substr(0, 60),
-            "s.yaml:6:5: unknown key 'tol' in expression invariant a; va");
+  EXPECT_EQ(spec_error(kHead + "  - name: a\n    expect: all(d_out == d_out)\n    tol: 1\n").substr(0, 64),
+            "s.yaml:6:5: unknown key 'tol' in expression invariant a; valid: ");
   EXPECT_EQ(spec_error("spec: e\nfamily: toy.sum\ninvariants:\n  - name: a\n    expect: all(x == x)\n"),
             "s.yaml:5:13: family toy.sum publishes no named tensors: it takes no expression invariants");
 }
