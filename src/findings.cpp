@@ -257,7 +257,7 @@ CheckResult check_one(const RunContext& ctx, AnyTrial& trial, const InvariantUse
   CheckResult r;
   try {
     CaseGuard guard(ctx, c);
-    r.verdict = trial.check(use.index, use.params);
+    r.verdict = check_invariant(trial, use);
   } catch (const TargetUnavailable& e) {
     r.kind = CheckResult::Kind::declined;
     r.reason = e.what();
@@ -501,7 +501,7 @@ Finding record_finding(const RunContext& ctx, const InvariantUse* use, const Any
 
 Verdict check_case(const Spec& spec, size_t target, const InvariantUse& use, const AnyCase& c) {
   const size_t reference = resolve_target(spec, spec.reference);
-  return spec.family->begin_trial(c, target, reference)->check(use.index, use.params);
+  return check_invariant(*spec.family->begin_trial(c, target, reference), use);
 }
 
 ShrinkResult shrink_failure(const Spec& spec, size_t target, size_t use_index, AnyCase failing,
@@ -511,8 +511,7 @@ ShrinkResult shrink_failure(const Spec& spec, size_t target, size_t use_index, A
   return shrink_with(*spec.family, spec.domain, std::move(failing), std::move(verdict), budget_s,
                      [&](const AnyCase& c) -> std::optional<Verdict> {
                        try {
-                         Verdict v =
-                             spec.family->begin_trial(c, target, reference)->check(use.index, use.params);
+                         Verdict v = check_invariant(*spec.family->begin_trial(c, target, reference), use);
                          if (v.outcome == Outcome::fail) return v;
                        } catch (const std::exception&) {
                          // Unsupported, or a different failure (a crash): not the one being shrunk.

@@ -114,7 +114,18 @@ std::string list_everything() {
       out += fmt::format("    {:<26} {}\n", inv.name, inv.description);
       out += describe_schema(inv.params, 6);
     }
+    // Named tensors: what `expect:` / `when:` expressions may read.
+    if (f->tensor_infos().empty()) {
+      out += "  tensors: none yet (no expression invariants)\n";
+    } else {
+      out += "  tensors (for invariants {name, expect: EXPR, when: EXPR}; docs/SPEC.md):\n";
+      for (const auto& t : f->tensor_infos())
+        out += fmt::format("    {:<18} {:<20} {:<4} {}\n", t.name, expr::shape_text(t.shape),
+                           expr::dtype_name(t.dtype), t.meaning);
+    }
   }
+  out +=
+      "\nExpression functions (invariants {name, expect: EXPR, when: EXPR}):\n" + expr::describe_functions();
   return out;
 }
 

@@ -479,14 +479,20 @@ std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, 
     for (const auto& found : findings) {
       const int mutant = family.find_implementation(found.found_against);
       const int invariant = family.find_invariant(found.invariant);
-      if (mutant < 0 || invariant < 0 ||
+      // An expression invariant exists only in the spec: it is re-evaluated from there.
+      const InvariantUse* in_spec = nullptr;
+      for (const auto& u : spec.invariants)
+        if (u.name == found.invariant) in_spec = &u;
+      if (mutant < 0 || (invariant < 0 && !in_spec) ||
           family.implementations()[static_cast<size_t>(mutant)].kind != ImplKind::mutant)
         continue;
       row.mutant_checked = true;
-      InvariantUse use{static_cast<size_t>(invariant), found.invariant,
-                       Values::defaults(family.invariants()[static_cast<size_t>(invariant)].params)};
-      for (const auto& u : spec.invariants)
-        if (u.name == found.invariant) use = u;
+      InvariantUse use;
+      if (in_spec)
+        use = *in_spec;
+      else
+        use = {static_cast<size_t>(invariant), found.invariant,
+               Values::defaults(family.invariants()[static_cast<size_t>(invariant)].params)};
       RunContext mctx = ctx;
       mctx.target = static_cast<size_t>(mutant);
       mctx.target_name = found.found_against;

@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -170,9 +171,78 @@ class Loader {
 
   Spec load(const YAML::Node& root);
 
+  const std::string* text = nullptr;  // the spec's text, for positions inside expressions
+
  private:
   std::string file_;
 };
+
+// ---------------------------------------------------------------- expression invariants
+// Where byte `offset` of scalar `node`'s value lies in the file, so an error
+// inside an expression points at its column; the scalar's own mark when its
+// value is not in the text verbatim (escapes, a folded block scalar).
+Mark expression_mark(const Loader& l, const YAML::Node& node, size_t offset) {
+  const Mark fallback = l.mark(node);
+  if (!l.text || node.Mark().is_null() || node.Mark().pos < 0) return fallback;
+  const std::string& src = *l.text;
+  const size_t start = static_cast<size_t>(node.Mark().pos);
+  const size_t at = src.find(node.Scalar(), start);
+  if (at == std::string::npos) return fallback;
+  for (size_t i = start; i < at; ++i)  // only a quote or a block indicator may come first
+    if (!std::strchr("\"'|>-+0123456789 \t\r\n", src[i])) return fallback;
+  const size_t p = std::min(at + offset, src.size());
+  const size_t line_start = src.rfind('\n', p == 0 ? 0 : p - 1);
+  const int line = static_cast<int>(std::count(src.begin(), src.begin() + static_cast<long>(p), '\n')) + 1;
+  const size_t col = line_start == std::string::npos || p == 0 ? p : p - line_start - 1;
+  return {fallback.file, line, static_cast<int>(col) + 1};
+}
+
+// `{name: N, expect: EXPR, when: EXPR, description: TEXT}`, checked against
+// the family's named tensors.
+InvariantUse expression_invariant(const Loader& l, const YAML::Node& item, const YAML::Node& name_node,
+                                  const std::string& name, const Family& family) {
+  const std::vector<std::string> keys = {"name", "expect", "when", "description"};
+  for (auto it = item.begin(); it != item.end(); ++it) {
+    const std::string key = it->first.Scalar();
+    if (std::find(keys.begin(), keys.end(), key) == keys.end())
+      l.fail(it->first, fmt::format("unknown key '{}' in expression invariant {}{}", key, name,
+                                    l.suggestion(key, keys)));
+  }
+  if (family.find_invariant(name) >= 0)
+    l.fail(name_node, fmt::format("'{}' names a built-in invariant of {}; give the expression its own name",
+                                  name, family.name()));
+  if (!item["expect"]) l.fail(item, fmt::format("expression invariant '{}' needs 'expect: EXPR'", name));
+  if (family.tensor_infos().empty())
+    l.fail(item["expect"],
+           fmt::format("family {} publishes no named tensors: it takes no expression invariants",
+                       family.name()));
+  auto compile = [&](const char* key) {
+    const YAML::Node n = item[key];
+    const auto text = l.scalar<std::string>(n, key, "an expression");
+    try {
+      expr::Expression e = expr::Expression::compile(text, family.tensor_infos());
+      if (e.dtype() != expr::DType::boolean)
+        throw expr::ExprError(0, fmt::format("must be boolean (a comparison, close(), all(...)); `{}` is {}",
+                                             text, expr::dtype_name(e.dtype())));
+      return e;
+    } catch (const expr::ExprError& err) {
+      throw InputError(expression_mark(l, n, err.offset),
+                       fmt::format("invariant '{}', {}: {}", name, key, err.what()));
+    }
+  };
+  auto inv = std::make_shared<ExpressionInvariant>(
+      ExpressionInvariant{compile("expect"), std::nullopt, "", l.mark(item), {}});
+  if (item["when"]) inv->when = compile("when");
+  if (item["description"])
+    inv->description = l.scalar<std::string>(item["description"], "description", "a string");
+  std::set<std::string> names(inv->expect.names().begin(), inv->expect.names().end());
+  if (inv->when) names.insert(inv->when->names().begin(), inv->when->names().end());
+  inv->names.assign(names.begin(), names.end());
+  InvariantUse use;
+  use.name = name;
+  use.expression = std::move(inv);
+  return use;
+}
 
 std::string required_string(const Loader& l, const YAML::Node& root, const std::string& key) {
   const YAML::Node n = root[key];
@@ -271,6 +341,12 @@ Spec Loader::load(const YAML::Node& root) {
       YAML::Node name_node = item.IsMap() ? item["name"] : item;
       if (!name_node) fail(item, "invariant entry needs a 'name'");
       const auto name = scalar<std::string>(name_node, "name", "an invariant name");
+      if (item.IsMap() && (item["expect"] || item["when"])) {  // an expression invariant
+        for (const auto& used : spec.invariants)
+          if (used.name == name) fail(name_node, "invariant '" + name + "' is listed twice");
+        spec.invariants.push_back(expression_invariant(*this, item, name_node, name, *spec.family));
+        continue;
+      }
       const int index = spec.family->find_invariant(name);
       if (index < 0)
         fail(name_node, fmt::format("unknown invariant '{}' for family {}{}", name, family_name,
@@ -299,7 +375,9 @@ Spec parse_spec(const std::string& text, const std::string& path) {
   } catch (const YAML::ParserException& e) {
     throw InputError({path, e.mark.line + 1, e.mark.column + 1}, "invalid YAML: " + e.msg);
   }
-  return Loader(path).load(root);
+  Loader loader(path);
+  loader.text = &text;
+  return loader.load(root);
 }
 
 Spec load_spec(const std::string& path) {

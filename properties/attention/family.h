@@ -30,6 +30,9 @@ struct CaseTraits {
 
 struct FwdTraits : CaseTraits<false> {
   using Result = FwdResult;
+  // Named tensors for expression invariants (tensors.cpp).
+  static const expr::TensorInfos& tensor_infos();
+  static void tensors(const Case& c, const Result* target, const Result* reference, expr::TensorMap& out);
   static constexpr const char* name = "attention.fwd";
   static constexpr const char* description =
       "flash attention forward: online softmax over Bq×Bk tiles, masks, GQA, O and LSE";
@@ -37,6 +40,9 @@ struct FwdTraits : CaseTraits<false> {
 
 struct BwdTraits : CaseTraits<true> {
   using Result = BwdResult;
+  // Named tensors for expression invariants (tensors.cpp).
+  static const expr::TensorInfos& tensor_infos();
+  static void tensors(const Case& c, const Result* target, const Result* reference, expr::TensorMap& out);
   static constexpr const char* name = "attention.bwd";
   static constexpr const char* description =
       "flash attention backward: dQ, dK, dV from recomputed P and D = rowsum(dO ⊙ O)";

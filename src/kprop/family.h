@@ -55,6 +55,7 @@
 #include "kprop/bytes.h"
 #include "kprop/draw.h"
 #include "kprop/errors.h"
+#include "kprop/expr.h"
 #include "kprop/external.h"
 #include "kprop/values.h"
 
@@ -146,6 +147,16 @@ class AnyTrial {
  public:
   virtual ~AnyTrial() = default;
   virtual Verdict check(size_t invariant, const Values& params) = 0;
+
+  // ---- named tensors (expression invariants, kprop/expr.h)
+  // This trial's tensors, holding at least `names` that the family publishes
+  // for this case (the target and reference run only if a name needs them),
+  // cached for the trial's other invariants. nullptr: the family publishes
+  // no tensors.
+  virtual const expr::TensorMap* tensors(const std::vector<std::string>& names) {
+    (void)names;
+    return nullptr;
+  }
 };
 
 // What the core sees of a family.
@@ -188,6 +199,15 @@ class Family {
   virtual size_t attach_external(const std::string& name,
                                  std::shared_ptr<external::Transport> transport) const = 0;
 
+  // ---- named tensors (expression invariants, kprop/expr.h)
+  // What expressions in a spec may name: inputs, target.* and reference.*
+  // outputs and reference intermediates, with symbolic shapes. Empty: this
+  // family publishes no tensors.
+  virtual const expr::TensorInfos& tensor_infos() const {
+    static const expr::TensorInfos none;
+    return none;
+  }
+
   // Lookups by name; -1 when absent.
   int find_implementation(const std::string& name) const;
   int find_invariant(const std::string& name) const;
@@ -214,6 +234,18 @@ class Registry {
 template <typename Traits>
 concept HasBuilder = requires(Draw& d, const Values& v) {
   { Traits::build(d, v) } -> std::same_as<typename Traits::Case>;
+};
+
+// ---- named tensors: a family that publishes tensors adds to its traits
+//   static const expr::TensorInfos& tensor_infos();   // names, symbolic shapes, meanings
+//   static void tensors(const Case&, const Result* target, const Result* reference,
+//                       expr::TensorMap& out);         // put() what out.wanted();
+//                                                      // target/reference null unless needed
+template <typename Traits>
+concept HasTensors = requires(const typename Traits::Case& c, const typename Traits::Result* r,
+                              expr::TensorMap& m) {
+  { Traits::tensor_infos() } -> std::convertible_to<const expr::TensorInfos&>;
+  Traits::tensors(c, r, r, m);
 };
 
 template <typename Traits>
@@ -350,6 +382,12 @@ class FamilyDef final : public Family {
   const std::vector<ImplInfo>& implementations() const override { return impls_; }
   const std::vector<InvariantInfo>& invariants() const override { return invariant_infos_; }
   const std::vector<external::PluginOp>& external_ops() const override { return external_ops_; }
+  const expr::TensorInfos& tensor_infos() const override {
+    if constexpr (HasTensors<Traits>)
+      return Traits::tensor_infos();
+    else
+      return Family::tensor_infos();
+  }
   size_t attach_external(const std::string& name,
                          std::shared_ptr<external::Transport> transport) const override {
     impls_.push_back(
@@ -365,6 +403,21 @@ class FamilyDef final : public Family {
       Verdict check(size_t invariant, const Values& params) override {
         return family.invariant_fns_.at(invariant)(trial, params);
       }
+      const expr::TensorMap* tensors(const std::vector<std::string>& names) override {
+        if constexpr (HasTensors<Traits>) {
+          for (const auto& n : names) named.want(n);
+          if (!named.missing().empty()) {
+            const Result* t = named.wants_prefix("target.") ? &trial.target() : nullptr;
+            const Result* r = named.wants_prefix("reference.") ? &trial.reference() : nullptr;
+            Traits::tensors(trial.input(), t, r, named);
+          }
+          return &named;
+        } else {
+          (void)names;
+          return nullptr;
+        }
+      }
+      expr::TensorMap named;
       AnyCase keep;
       const FamilyDef& family;
       Trial<Traits> trial;

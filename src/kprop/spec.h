@@ -5,10 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kprop/errors.h"
+#include "kprop/expr.h"
 #include "kprop/family.h"
 #include "kprop/values.h"
 
@@ -26,11 +29,29 @@ struct RunConfig {
   int64_t max_case_mb = 1024;      // a case's peak memory (Family::case_bytes) may be at most this
 };
 
+// ---- expression invariants: `{name: N, expect: EXPR, when: EXPR}` in a
+// spec's invariants (kprop/expr.h, docs/SPEC.md "Invariants as expressions").
+struct ExpressionInvariant {
+  expr::Expression expect;               // boolean; holds when every element is true
+  std::optional<expr::Expression> when;  // boolean; the case is discarded unless all true
+  std::string description;
+  Mark mark;                       // where the spec states it
+  std::vector<std::string> names;  // tensors both read, sorted
+};
+
 struct InvariantUse {
-  size_t index = 0;  // into family->invariants()
+  size_t index = 0;  // into family->invariants() (unused for an expression)
   std::string name;
   Values params;
+  // Set for an invariant written in the spec: evaluated on the family's
+  // named tensors instead of a registered C++ invariant.
+  std::shared_ptr<const ExpressionInvariant> expression;
 };
+
+// Checks one invariant of a trial: the family's C++ invariant, or the
+// spec's expression on the trial's named tensors. What every caller of
+// AnyTrial::check for an InvariantUse goes through.
+Verdict check_invariant(AnyTrial& trial, const InvariantUse& use);
 
 struct Spec {
   std::string path;

@@ -1,0 +1,279 @@
+// Named tensors of attention.fwd and attention.bwd for expression invariants
+// (kprop/expr.h): the case's inputs and masks, the target's and reference's
+// outputs, and the fp64 intermediates S, P, dP, dS computed here from the
+// case, obviously, one row at a time (the contract in attention.h).
+#include <cmath>
+#include <limits>
+
+#include "properties/attention/bounds.h"
+#include "properties/attention/family.h"
+
+namespace kprop::attention {
+namespace {
+
+using expr::DType;
+using expr::Tensor;
+using expr::TensorInfo;
+using expr::TensorInfos;
+using expr::TensorMap;
+
+TensorInfos common_infos(bool backward) {
+  TensorInfos t = {
+      {"B", {}, DType::integer, "batch size"},
+      {"Hq", {}, DType::integer, "query heads"},
+      {"Hkv", {}, DType::integer, "key/value heads (GQA: query head h reads kv head h / (Hq / Hkv))"},
+      {"Nq", {}, DType::integer, "queries per head"},
+      {"Nk", {}, DType::integer, "keys per head"},
+      {"D", {}, DType::integer, "head dimension"},
+      {"scale", {}, DType::real, "softmax scale as the kernels use it (1/sqrt(D) unless the case gives one)"},
+      {"Bq", {}, DType::integer, "the case's query tile size (may exceed Nq)"},
+      {"Bk", {}, DType::integer, "the case's key tile size (may exceed Nk)"},
+      {"dtype_bytes", {}, DType::integer, "bytes per element of the case's dtype (4 or 8)"},
+      {"eps", {}, DType::real, "machine epsilon of the case's dtype (2^-23 for f32, 2^-52 for f64)"},
+      {"q", {"B", "Hq", "Nq", "D"}, DType::real, "queries"},
+      {"k", {"B", "Hkv", "Nk", "D"}, DType::real, "keys"},
+      {"v", {"B", "Hkv", "Nk", "D"}, DType::real, "values"},
+      {"kh",
+       {"B", "Hq", "Nk", "D"},
+       DType::real,
+       "the keys each query head reads (k with GQA heads repeated)"},
+      {"vh", {"B", "Hq", "Nk", "D"}, DType::real, "the values each query head reads"},
+      {"allowed",
+       {"B", "1", "Nq", "Nk"},
+       DType::boolean,
+       "query i sees key j (any mask kind; shared by heads)"},
+      {"row_fully_masked", {"B", "1", "Nq"}, DType::boolean, "query i sees no key"},
+      {"target.o", {"B", "Hq", "Nq", "D"}, DType::real, "the target's output O"},
+      {"target.lse", {"B", "Hq", "Nq"}, DType::real, "the target's log-sum-exp (-inf on fully masked rows)"},
+      {"target.workspace_peak",
+       {},
+       DType::integer,
+       "high-water mark in bytes of the target's Workspace (0: it took none, or was built elsewhere)"},
+      {"reference.o", {"B", "Hq", "Nq", "D"}, DType::real, "the reference's O"},
+      {"reference.lse", {"B", "Hq", "Nq"}, DType::real, "the reference's LSE"},
+      {"reference.s", {"B", "Hq", "Nq", "Nk"}, DType::real, "scores scale·QKᵀ in fp64, -inf where masked"},
+      {"reference.p",
+       {"B", "Hq", "Nq", "Nk"},
+       DType::real,
+       "probabilities softmax(S) in fp64, 0 where masked and on fully masked rows"},
+      {"naive.o",
+       {"B", "Hq", "Nq", "D"},
+       DType::real,
+       "O of the naive materialized computation in the case's dtype (the policy's same-precision baseline)"},
+      {"naive.lse", {"B", "Hq", "Nq"}, DType::real, "LSE of the naive computation"},
+      {"err.o", {}, DType::real, "first-order error scale of O (bounds.h; times eps for a floor)"},
+      {"err.lse", {}, DType::real, "first-order error scale of LSE"},
+  };
+  if (backward) {
+    const TensorInfos more = {
+        {"d_out", {"B", "Hq", "Nq", "D"}, DType::real, "dO, the gradient flowing into O"},
+        {"target.d", {"B", "Hq", "Nq"}, DType::real, "the D = rowsum(P ⊙ dP) the target used"},
+        {"target.dq", {"B", "Hq", "Nq", "D"}, DType::real, "the target's dQ"},
+        {"target.dk",
+         {"B", "Hkv", "Nk", "D"},
+         DType::real,
+         "the target's dK (summed over a kv head's queries)"},
+        {"target.dv", {"B", "Hkv", "Nk", "D"}, DType::real, "the target's dV"},
+        {"reference.d", {"B", "Hq", "Nq"}, DType::real, "the reference's D"},
+        {"reference.dq", {"B", "Hq", "Nq", "D"}, DType::real, "the reference's dQ"},
+        {"reference.dk", {"B", "Hkv", "Nk", "D"}, DType::real, "the reference's dK"},
+        {"reference.dv", {"B", "Hkv", "Nk", "D"}, DType::real, "the reference's dV"},
+        {"reference.dp", {"B", "Hq", "Nq", "Nk"}, DType::real, "dP = dO·Vᵀ in fp64 (0 where masked)"},
+        {"reference.ds", {"B", "Hq", "Nq", "Nk"}, DType::real, "dS = P ⊙ (dP - rowsum(P ⊙ dP)) in fp64"},
+        {"naive.d", {"B", "Hq", "Nq"}, DType::real, "D of the naive same-precision backward"},
+        {"naive.dq", {"B", "Hq", "Nq", "D"}, DType::real, "dQ of the naive same-precision backward"},
+        {"naive.dk", {"B", "Hkv", "Nk", "D"}, DType::real, "dK of the naive same-precision backward"},
+        {"naive.dv", {"B", "Hkv", "Nk", "D"}, DType::real, "dV of the naive same-precision backward"},
+        {"err.d", {}, DType::real, "first-order error scale of D"},
+        {"err.dq", {}, DType::real, "first-order error scale of dQ"},
+        {"err.dk", {}, DType::real, "first-order error scale of dK"},
+        {"err.dv", {}, DType::real, "first-order error scale of dV"},
+        {"err.dk_sum", {}, DType::real, "first-order error scale of sum(dK, axis=2)"},
+        {"err.dv_sum", {}, DType::real, "first-order error scale of sum(dV, axis=2)"},
+    };
+    t.insert(t.end(), more.begin(), more.end());
+  }
+  return t;
+}
+
+std::vector<int64_t> dims(std::initializer_list<int> d) {
+  return {d.begin(), d.end()};
+}
+
+// S, P, dP, dS of every (b, h, i) row in fp64, straight from the contract.
+struct Intermediates {
+  std::vector<double> s, p, dp, ds;
+};
+Intermediates intermediates(const Case& c, bool want_dp) {
+  const Shape& sh = c.shape;
+  const double scale = effective_scale(c);
+  const int g = sh.group();
+  const size_t n = sh.rows() * size_t(sh.nk);
+  Intermediates r;
+  r.s.assign(n, -std::numeric_limits<double>::infinity());
+  r.p.assign(n, 0.0);
+  if (want_dp) r.dp.assign(n, 0.0), r.ds.assign(n, 0.0);
+  for (int b = 0; b < sh.batch; ++b)
+    for (int h = 0; h < sh.heads_q; ++h)
+      for (int i = 0; i < sh.nq; ++i) {
+        const size_t row = (size_t(b) * sh.heads_q + h) * sh.nq + i;
+        const double* q = &c.q[row * sh.dim];
+        double* s = &r.s[row * sh.nk];
+        double m = -std::numeric_limits<double>::infinity();
+        for (int j = 0; j < sh.nk; ++j) {
+          if (!visible(c, b, i, j)) continue;
+          const double* k = &c.k[((size_t(b) * sh.heads_kv + h / g) * sh.nk + j) * sh.dim];
+          double acc = 0;
+          for (int d = 0; d < sh.dim; ++d) acc += q[d] * k[d];
+          s[j] = scale * acc;
+          m = std::max(m, s[j]);
+        }
+        if (m == -std::numeric_limits<double>::infinity()) continue;  // fully masked: P = 0
+        double l = 0;
+        for (int j = 0; j < sh.nk; ++j) l += std::exp(s[j] - m);
+        double* p = &r.p[row * sh.nk];
+        for (int j = 0; j < sh.nk; ++j) p[j] = std::exp(s[j] - m) / l;
+        if (!want_dp) continue;
+        double* dp = &r.dp[row * sh.nk];
+        double dsum = 0;
+        for (int j = 0; j < sh.nk; ++j) {
+          if (!visible(c, b, i, j)) continue;
+          const double* v = &c.v[((size_t(b) * sh.heads_kv + h / g) * sh.nk + j) * sh.dim];
+          double acc = 0;
+          for (int d = 0; d < sh.dim; ++d) acc += c.d_out[row * sh.dim + d] * v[d];
+          dp[j] = acc;
+          dsum += p[j] * acc;
+        }
+        for (int j = 0; j < sh.nk; ++j) r.ds[row * sh.nk + j] = p[j] * (dp[j] - dsum);
+      }
+  return r;
+}
+
+// k or v per query head: [B, Hq, Nk, D].
+std::vector<double> per_query_head(const Case& c, const std::vector<double>& kv) {
+  const Shape& s = c.shape;
+  std::vector<double> out;
+  out.reserve(size_t(s.batch) * s.heads_q * s.nk * s.dim);
+  for (int b = 0; b < s.batch; ++b)
+    for (int h = 0; h < s.heads_q; ++h) {
+      const auto at = kv.begin() + static_cast<long>((size_t(b) * s.heads_kv + h / s.group()) * s.nk * s.dim);
+      out.insert(out.end(), at, at + s.nk * s.dim);
+    }
+  return out;
+}
+
+void put_common(const Case& c, bool backward, TensorMap& out) {
+  const Shape& s = c.shape;
+  const auto B = s.batch, Hq = s.heads_q, Hkv = s.heads_kv, Nq = s.nq, Nk = s.nk, D = s.dim;
+  out.put("B", Tensor::scalar(B, DType::integer));
+  out.put("Hq", Tensor::scalar(Hq, DType::integer));
+  out.put("Hkv", Tensor::scalar(Hkv, DType::integer));
+  out.put("Nq", Tensor::scalar(Nq, DType::integer));
+  out.put("Nk", Tensor::scalar(Nk, DType::integer));
+  out.put("D", Tensor::scalar(D, DType::integer));
+  out.put("scale", Tensor::scalar(effective_scale(c)));
+  out.put("eps", Tensor::scalar(epsilon(c.dtype)));
+  out.put("Bq", Tensor::scalar(c.block_q, DType::integer));
+  out.put("Bk", Tensor::scalar(c.block_k, DType::integer));
+  out.put("dtype_bytes", Tensor::scalar(c.dtype == attention::DType::f32 ? 4 : 8, DType::integer));
+  if (out.wanted("q")) out.put("q", Tensor::of(dims({B, Hq, Nq, D}), c.q));
+  if (out.wanted("k")) out.put("k", Tensor::of(dims({B, Hkv, Nk, D}), c.k));
+  if (out.wanted("v")) out.put("v", Tensor::of(dims({B, Hkv, Nk, D}), c.v));
+  if (out.wanted("kh")) out.put("kh", Tensor::of(dims({B, Hq, Nk, D}), per_query_head(c, c.k)));
+  if (out.wanted("vh")) out.put("vh", Tensor::of(dims({B, Hq, Nk, D}), per_query_head(c, c.v)));
+  if (backward && out.wanted("d_out")) out.put("d_out", Tensor::of(dims({B, Hq, Nq, D}), c.d_out));
+  if (out.wanted("allowed") || out.wanted("row_fully_masked")) {
+    std::vector<double> allowed, masked;
+    for (int b = 0; b < B; ++b)
+      for (int i = 0; i < Nq; ++i) {
+        bool any = false;
+        for (int j = 0; j < Nk; ++j) {
+          const bool v = visible(c, b, i, j);
+          allowed.push_back(v);
+          any = any || v;
+        }
+        masked.push_back(!any);
+      }
+    out.put("allowed", Tensor::of(dims({B, 1, Nq, Nk}), std::move(allowed), DType::boolean));
+    out.put("row_fully_masked", Tensor::of(dims({B, 1, Nq}), std::move(masked), DType::boolean));
+  }
+  const bool want_dp = backward && (out.wanted("reference.dp") || out.wanted("reference.ds"));
+  if (out.wanted("reference.s") || out.wanted("reference.p") || want_dp) {
+    Intermediates r = intermediates(c, want_dp);
+    out.put("reference.s", Tensor::of(dims({B, Hq, Nq, Nk}), std::move(r.s)));
+    out.put("reference.p", Tensor::of(dims({B, Hq, Nq, Nk}), std::move(r.p)));
+    if (want_dp) {
+      out.put("reference.dp", Tensor::of(dims({B, Hq, Nq, Nk}), std::move(r.dp)));
+      out.put("reference.ds", Tensor::of(dims({B, Hq, Nq, Nk}), std::move(r.ds)));
+    }
+  }
+  if (out.wants_prefix("err.")) {
+    const ErrorScales e = error_scales(c, backward);
+    for (auto [name, value] : {std::pair{"err.o", e.o},
+                               {"err.lse", e.lse},
+                               {"err.d", e.d},
+                               {"err.dq", e.dq},
+                               {"err.dk", e.dk},
+                               {"err.dv", e.dv},
+                               {"err.dk_sum", e.dk_sum},
+                               {"err.dv_sum", e.dv_sum}})
+      out.put(name, Tensor::scalar(value));
+  }
+}
+
+template <typename Result>
+void put_outputs(const Case& c, const std::string& who, const Result& r, TensorMap& out) {
+  const Shape& s = c.shape;
+  const auto B = s.batch, Hq = s.heads_q, Hkv = s.heads_kv, Nq = s.nq, Nk = s.nk, D = s.dim;
+  // Tensor::of checks the sizes: an external kernel's short output fails the invariant.
+  auto put = [&](const char* name, std::vector<int64_t> shape, const std::vector<double>& data) {
+    const std::string full = who + "." + name;
+    if (!out.wanted(full)) return;
+    int64_t n = 1;
+    for (auto d : shape) n *= d;
+    if (static_cast<int64_t>(data.size()) != n) return;  // left unpublished: evaluation names it
+    out.put(full, Tensor::of(std::move(shape), data));
+  };
+  put("o", dims({B, Hq, Nq, D}), r.o);
+  put("lse", dims({B, Hq, Nq}), r.lse);
+  if (out.wanted(who + ".workspace_peak"))
+    out.put(who + ".workspace_peak", Tensor::scalar(static_cast<double>(r.workspace_peak), DType::integer));
+  if constexpr (std::is_same_v<Result, BwdResult>) {
+    put("d", dims({B, Hq, Nq}), r.d);
+    put("dq", dims({B, Hq, Nq, D}), r.dq);
+    put("dk", dims({B, Hkv, Nk, D}), r.dk);
+    put("dv", dims({B, Hkv, Nk, D}), r.dv);
+  }
+}
+
+template <typename Result>
+void put_all(const Case& c, bool backward, const Result* target, const Result* reference, TensorMap& out) {
+  put_common(c, backward, out);
+  if (out.wants_prefix("naive.")) {
+    if constexpr (std::is_same_v<Result, BwdResult>)
+      put_outputs(c, "naive", naive_backward(c), out);
+    else
+      put_outputs(c, "naive", naive_forward(c), out);
+  }
+  if (target) put_outputs(c, "target", *target, out);
+  if (reference) put_outputs(c, "reference", *reference, out);
+}
+
+}  // namespace
+
+const expr::TensorInfos& FwdTraits::tensor_infos() {
+  static const TensorInfos infos = common_infos(false);
+  return infos;
+}
+void FwdTraits::tensors(const Case& c, const Result* target, const Result* reference, TensorMap& out) {
+  put_all(c, false, target, reference, out);
+}
+const expr::TensorInfos& BwdTraits::tensor_infos() {
+  static const TensorInfos infos = common_infos(true);
+  return infos;
+}
+void BwdTraits::tensors(const Case& c, const Result* target, const Result* reference, TensorMap& out) {
+  put_all(c, true, target, reference, out);
+}
+
+}  // namespace kprop::attention

@@ -1,0 +1,1356 @@
+// The expression language of spec invariants (kprop/expr.h).
+//
+// A hand-written recursive-descent parser: no packaged library fits. Debian
+// has parser generators (bison, re2c, PEGTL) and formula evaluators
+// (muParser, exprtk), but the generators would add a build-time tool for a
+// grammar of a dozen rules, and the evaluators work on scalars: none has
+// NumPy broadcasting, axes, gather, or the symbolic shape check that lets a
+// spec fail at load time with file:line:col. The grammar (lowest first):
+//
+//   expr    := or
+//   or      := and ('or' and)*
+//   and     := not ('and' not)*
+//   not     := 'not' not | compare
+//   compare := sum (('=='|'!='|'<'|'<='|'>'|'>=') sum)?
+//   sum     := product (('+'|'-') product)*
+//   product := unary (('*'|'/'|'@') unary)*
+//   unary   := ('-'|'+') unary | power
+//   power   := postfix ('**' unary)?
+//   postfix := primary ('[' item (',' item)* ']')*
+//   item    := expr | expr? ':' expr? | 'None' | '...'
+//   primary := NUMBER | 'true' | 'false' | 'inf' | 'nan' | NAME | NAME '(' args ')' | '(' expr ')'
+//   args    := (expr | KEY '=' expr) (',' ...)*
+#include "kprop/expr.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <optional>
+
+#include "kprop/errors.h"
+
+namespace kprop::expr {
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::boolean:
+      return "bool";
+    case DType::integer:
+      return "int";
+    case DType::real:
+      return "real";
+  }
+  return "?";
+}
+
+Tensor Tensor::scalar(double value, DType dtype) {
+  return {{}, {value}, dtype};
+}
+
+Tensor Tensor::of(std::vector<int64_t> shape, std::vector<double> data, DType dtype) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  if (n != static_cast<int64_t>(data.size()))
+    throw std::logic_error(fmt::format("tensor of shape {} given {} values", shape_text(shape), data.size()));
+  return {std::move(shape), std::move(data), dtype};
+}
+
+std::string shape_text(const std::vector<std::string>& shape) {
+  return "[" + join(shape) + "]";
+}
+std::string shape_text(const std::vector<int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+bool TensorMap::wants_prefix(const std::string& prefix) const {
+  const auto it = wanted_.lower_bound(prefix);
+  return it != wanted_.end() && it->compare(0, prefix.size(), prefix) == 0;
+}
+
+using Shape = std::vector<std::string>;  // symbolic: a dim name, a number, or "?"
+using NodeP = std::shared_ptr<Node>;
+
+enum class Kind { number, name, unary, binary, call, index };
+
+struct Item {
+  enum class K { expr, slice, newaxis, ellipsis } k = K::expr;
+  NodeP e, lo, hi;
+  size_t pos = 0;
+};
+
+struct Node {
+  Kind kind = Kind::number;
+  size_t begin = 0, end = 0;  // span in the text
+  std::string op;             // unary/binary operator, function or tensor name
+  double value = 0;
+  std::vector<NodeP> args;
+  std::vector<Item> items;
+  // keywords of calls
+  std::optional<int> axis;
+  bool keepdims = false;
+  NodeP rtol, atol;  // close(): scalar or broadcast tolerances; NumPy's defaults 1e-5, 1e-8 when null
+  // static type
+  DType dtype = DType::real;
+  Shape shape;
+  int height = 1;  // of the tree below: the checker and evaluator recurse this deep
+};
+
+namespace {
+
+// ---------------------------------------------------------------- lexer
+struct Token {
+  enum class T { end, number, name, op } t = T::end;
+  std::string s;
+  size_t pos = 0;
+  double num = 0;
+  bool integral = false;
+};
+
+std::vector<Token> lex(const std::string& text) {
+  std::vector<Token> out;
+  size_t i = 0;
+  const auto is_name_start = [](char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; };
+  const auto is_name = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  while (i < text.size()) {
+    const char c = text[i];
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      ++i;
+      continue;
+    }
+    Token t;
+    t.pos = i;
+    if (std::isdigit(static_cast<unsigned char>(c)) ||
+        (c == '.' && i + 1 < text.size() && std::isdigit(static_cast<unsigned char>(text[i + 1])))) {
+      size_t j = i;
+      bool integral = true;
+      while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
+      if (j < text.size() && text[j] == '.' && text.compare(j, 3, "...") != 0) {
+        integral = false;
+        ++j;
+        while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
+      }
+      if (j < text.size() && (text[j] == 'e' || text[j] == 'E')) {
+        size_t k = j + 1;
+        if (k < text.size() && (text[k] == '+' || text[k] == '-')) ++k;
+        if (k < text.size() && std::isdigit(static_cast<unsigned char>(text[k]))) {
+          integral = false;
+          j = k;
+          while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
+        }
+      }
+      t.t = Token::T::number;
+      t.s = text.substr(i, j - i);
+      t.num = std::strtod(t.s.c_str(), nullptr);
+      t.integral = integral;
+      i = j;
+    } else if (is_name_start(c)) {
+      // Dotted names: target.o, reference.lse.
+      size_t j = i;
+      while (j < text.size() &&
+             (is_name(text[j]) || (text[j] == '.' && j + 1 < text.size() && is_name_start(text[j + 1]))))
+        ++j;
+      t.t = Token::T::name;
+      t.s = text.substr(i, j - i);
+      i = j;
+    } else {
+      static const char* ops[] = {"...", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/",
+                                  "@",   "(",  ")",  "[",  "]",  ",",  ":", "=", "<", ">"};
+      bool found = false;
+      for (const char* op : ops)
+        if (text.compare(i, std::char_traits<char>::length(op), op) == 0) {
+          t.t = Token::T::op;
+          t.s = op;
+          i += t.s.size();
+          found = true;
+          break;
+        }
+      if (!found) {
+        if (c == '&' || c == '|' || c == '~' || c == '!')
+          throw ExprError(i, fmt::format("unexpected '{}': write and, or, not", c));
+        throw ExprError(i, fmt::format("unexpected character '{}'", c));
+      }
+    }
+    out.push_back(std::move(t));
+  }
+  Token end;
+  end.pos = text.size();
+  out.push_back(end);
+  return out;
+}
+
+// ---------------------------------------------------------------- parser
+class Parser {
+ public:
+  explicit Parser(const std::string& text) : tokens_(lex(text)) {}
+
+  NodeP parse() {
+    NodeP n = expr();
+    if (peek().t != Token::T::end) throw ExprError(peek().pos, fmt::format("unexpected '{}'", peek().s));
+    return n;
+  }
+
+ private:
+  const Token& peek() const { return tokens_[at_]; }
+  bool is_op(const char* s) const { return peek().t == Token::T::op && peek().s == s; }
+  bool is_word(const char* s) const { return peek().t == Token::T::name && peek().s == s; }
+  Token take() { return tokens_[at_++]; }
+  void expect_op(const char* s) {
+    if (!is_op(s)) {
+      const Token& t = peek();
+      throw ExprError(t.pos, t.t == Token::T::end ? fmt::format("expected '{}' before the end", s)
+                                                  : fmt::format("expected '{}', got '{}'", s, t.s));
+    }
+    ++at_;
+  }
+  size_t prev_end() const { return tokens_[at_ - 1].pos + tokens_[at_ - 1].s.size(); }
+
+  NodeP make(Kind kind, size_t begin, std::string op, std::vector<NodeP> args) {
+    auto n = std::make_shared<Node>();
+    n->kind = kind;
+    n->begin = begin;
+    n->end = prev_end();
+    n->op = std::move(op);
+    n->args = std::move(args);
+    seal(*n);
+    return n;
+  }
+  // Bounds the tree's height: `1 + 1 + ... + 1` parses in a loop but is
+  // checked and evaluated recursively.
+  void seal(Node& n) {
+    n.height = 1;
+    for (const auto& a : n.args) n.height = std::max(n.height, a->height + 1);
+    for (const auto& item : n.items)
+      for (const NodeP& e : {item.e, item.lo, item.hi})
+        if (e) n.height = std::max(n.height, e->height + 1);
+    if (n.height > kMaxDepth) throw ExprError(n.begin, "the expression nests too deeply");
+  }
+
+  // Nesting deeper than this is refused (the recursion must not exhaust the
+  // stack on hostile input, e.g. from the spec-loader fuzzer).
+  static constexpr int kMaxDepth = 200;
+  struct Depth {
+    Depth(Parser& p) : p(p) {
+      if (++p.depth_ > kMaxDepth) throw ExprError(p.peek().pos, "the expression nests too deeply");
+    }
+    ~Depth() { --p.depth_; }
+    Parser& p;
+  };
+
+  NodeP expr() {
+    Depth d(*this);
+    return or_();
+  }
+  NodeP or_() {
+    NodeP l = and_();
+    while (is_word("or")) {
+      take();
+      NodeP r = and_();
+      l = make(Kind::binary, l->begin, "or", {l, r});
+    }
+    return l;
+  }
+  NodeP and_() {
+    NodeP l = not_();
+    while (is_word("and")) {
+      take();
+      NodeP r = not_();
+      l = make(Kind::binary, l->begin, "and", {l, r});
+    }
+    return l;
+  }
+  NodeP not_() {
+    Depth d(*this);
+    if (is_word("not")) {
+      const size_t b = take().pos;
+      NodeP a = not_();
+      return make(Kind::unary, b, "not", {a});
+    }
+    return compare();
+  }
+  NodeP compare() {
+    NodeP l = sum();
+    for (const char* op : {"==", "!=", "<=", ">=", "<", ">"})
+      if (is_op(op)) {
+        take();
+        NodeP r = sum();
+        for (const char* again : {"==", "!=", "<=", ">=", "<", ">"})
+          if (is_op(again))
+            throw ExprError(peek().pos, "chained comparisons are ambiguous: write (a < b) and (b < c)");
+        return make(Kind::binary, l->begin, op, {l, r});
+      }
+    return l;
+  }
+  NodeP sum() {
+    NodeP l = product();
+    while (is_op("+") || is_op("-")) {
+      const std::string op = take().s;
+      NodeP r = product();
+      l = make(Kind::binary, l->begin, op, {l, r});
+    }
+    return l;
+  }
+  NodeP product() {
+    NodeP l = unary();
+    while (is_op("*") || is_op("/") || is_op("@")) {
+      const std::string op = take().s;
+      NodeP r = unary();
+      l = make(Kind::binary, l->begin, op, {l, r});
+    }
+    return l;
+  }
+  NodeP unary() {
+    Depth d(*this);
+    if (is_op("-") || is_op("+")) {
+      const Token t = take();
+      NodeP a = unary();
+      if (t.s == "+") return a;
+      return make(Kind::unary, t.pos, "-", {a});
+    }
+    return power();
+  }
+  NodeP power() {
+    NodeP l = postfix();
+    if (is_op("**")) {
+      take();
+      NodeP r = unary();
+      return make(Kind::binary, l->begin, "**", {l, r});
+    }
+    return l;
+  }
+  NodeP postfix() {
+    NodeP n = primary();
+    while (is_op("[")) {
+      take();
+      auto idx = std::make_shared<Node>();
+      idx->kind = Kind::index;
+      idx->begin = n->begin;
+      idx->args = {n};
+      while (true) {
+        Item item;
+        item.pos = peek().pos;
+        if (is_op("...")) {
+          take();
+          item.k = Item::K::ellipsis;
+        } else if (is_word("None")) {
+          take();
+          item.k = Item::K::newaxis;
+        } else {
+          if (!is_op(":")) item.e = expr();
+          if (is_op(":")) {
+            take();
+            item.k = Item::K::slice;
+            item.lo = item.e;
+            item.e = nullptr;
+            if (!is_op(",") && !is_op("]")) item.hi = expr();
+          }
+        }
+        idx->items.push_back(std::move(item));
+        if (is_op(",")) {
+          take();
+          continue;
+        }
+        expect_op("]");
+        break;
+      }
+      idx->end = prev_end();
+      seal(*idx);
+      n = idx;
+    }
+    return n;
+  }
+  NodeP primary() {
+    const Token t = peek();
+    if (t.t == Token::T::number) {
+      take();
+      NodeP n = make(Kind::number, t.pos, "", {});
+      n->value = t.num;
+      n->dtype = t.integral ? DType::integer : DType::real;
+      return n;
+    }
+    if (is_op("(")) {
+      take();
+      NodeP n = expr();
+      expect_op(")");
+      return n;
+    }
+    if (t.t == Token::T::name) {
+      if (t.s == "true" || t.s == "false" || t.s == "True" || t.s == "False") {
+        take();
+        NodeP n = make(Kind::number, t.pos, "", {});
+        n->value = (t.s == "true" || t.s == "True") ? 1 : 0;
+        n->dtype = DType::boolean;
+        return n;
+      }
+      if (t.s == "inf" || t.s == "nan") {
+        take();
+        NodeP n = make(Kind::number, t.pos, "", {});
+        n->value =
+            t.s == "inf" ? std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
+        n->dtype = DType::real;
+        return n;
+      }
+      if (t.s == "and" || t.s == "or" || t.s == "not" || t.s == "None")
+        throw ExprError(t.pos, fmt::format("unexpected '{}'", t.s));
+      take();
+      if (!is_op("(")) return make(Kind::name, t.pos, t.s, {});
+      take();
+      NodeP call = make(Kind::call, t.pos, t.s, {});
+      std::vector<std::pair<Token, NodeP>> keywords;
+      if (!is_op(")")) {
+        while (true) {
+          if (peek().t == Token::T::name && tokens_[at_ + 1].t == Token::T::op && tokens_[at_ + 1].s == "=") {
+            const Token key = take();
+            take();
+            keywords.emplace_back(key, expr());
+          } else {
+            if (!keywords.empty())
+              throw ExprError(peek().pos, "a positional argument after a keyword argument");
+            call->args.push_back(expr());
+          }
+          if (is_op(",")) {
+            take();
+            continue;
+          }
+          break;
+        }
+      }
+      expect_op(")");
+      call->end = prev_end();
+      // Keywords are kept as named children; the checker resolves them.
+      for (auto& [key, value] : keywords) {
+        Item item;
+        item.pos = key.pos;
+        item.e = value;
+        auto k = std::make_shared<Node>();
+        k->op = key.s;
+        k->begin = key.pos;
+        k->end = key.pos + key.s.size();
+        item.lo = k;
+        call->items.push_back(std::move(item));
+      }
+      seal(*call);
+      return call;
+    }
+    if (t.t == Token::T::end) throw ExprError(t.pos, "unexpected end of the expression");
+    throw ExprError(t.pos, fmt::format("unexpected '{}'", t.s));
+  }
+
+  std::vector<Token> tokens_;
+  size_t at_ = 0;
+  int depth_ = 0;
+};
+
+// ---------------------------------------------------------------- static checks
+DType promote(DType a, DType b) {
+  return std::max(a, b);
+}
+DType arith(DType a, DType b) {
+  return std::max(promote(a, b), DType::integer);
+}
+
+Shape broadcast(const Shape& a, const Shape& b, const Node& at) {
+  const size_t r = std::max(a.size(), b.size());
+  Shape out(r);
+  for (size_t i = 0; i < r; ++i) {
+    const std::string da = i < a.size() ? a[a.size() - 1 - i] : "1";
+    const std::string db = i < b.size() ? b[b.size() - 1 - i] : "1";
+    std::string d;
+    if (da == db || db == "1")
+      d = da;
+    else if (da == "1")
+      d = db;
+    else if (da == "?")
+      d = db;
+    else if (db == "?")
+      d = da;
+    else
+      throw ExprError(at.begin, fmt::format("shapes {} and {} do not broadcast ({} vs {})", shape_text(a),
+                                            shape_text(b), da, db));
+    out[r - 1 - i] = d;
+  }
+  return out;
+}
+
+struct FunctionInfo {
+  const char* name;
+  int min_args, max_args;
+  std::vector<std::string> keywords;
+  const char* doc;
+};
+
+const std::vector<FunctionInfo>& functions() {
+  static const std::vector<FunctionInfo> fns = {
+      {"abs", 1, 1, {}, "abs(x): |x| elementwise"},
+      {"exp", 1, 1, {}, "exp(x)"},
+      {"log", 1, 1, {}, "log(x): natural log (log 0 = -inf)"},
+      {"sqrt", 1, 1, {}, "sqrt(x)"},
+      {"isfinite", 1, 1, {}, "isfinite(x): bool, neither NaN nor ±inf"},
+      {"isnan", 1, 1, {}, "isnan(x): bool"},
+      {"isinf", 1, 1, {}, "isinf(x): bool"},
+      {"where", 3, 3, {}, "where(cond, a, b): a where cond is true, else b (broadcast)"},
+      {"min",
+       1,
+       2,
+       {"axis", "keepdims"},
+       "min(x, axis=k, keepdims=false): reduction (all axes without axis); min(a, b): elementwise"},
+      {"max", 1, 2, {"axis", "keepdims"}, "max(x, axis=k, keepdims=false) or max(a, b): as min"},
+      {"minimum", 2, 2, {}, "minimum(a, b): elementwise (NaN propagates)"},
+      {"maximum", 2, 2, {}, "maximum(a, b): elementwise (NaN propagates)"},
+      {"sum", 1, 1, {"axis", "keepdims"}, "sum(x, axis=k, keepdims=false)"},
+      {"mean", 1, 1, {"axis", "keepdims"}, "mean(x, axis=k, keepdims=false)"},
+      {"any", 1, 1, {"axis", "keepdims"}, "any(b, axis=k): bool reduction (false on empty)"},
+      {"all", 1, 1, {"axis", "keepdims"}, "all(b, axis=k): bool reduction (true on empty)"},
+      {"rowsum", 1, 1, {"keepdims"}, "rowsum(x) = sum(x, axis=-1)"},
+      {"diff", 1, 1, {"axis"}, "diff(x, axis=-1): x[i+1] - x[i] along the axis (one shorter)"},
+      {"cummax", 1, 1, {"axis"}, "cummax(x, axis=-1): running maximum along the axis"},
+      {"cumsum", 1, 1, {"axis"}, "cumsum(x, axis=-1): running sum along the axis"},
+      {"matmul", 2, 2, {}, "matmul(a, b) or a @ b: NumPy matmul (batch dims broadcast)"},
+      {"transpose", 1, 1, {}, "transpose(x): swaps the last two axes"},
+      {"close",
+       2,
+       2,
+       {"rtol", "atol"},
+       "close(a, b, rtol=1e-5, atol=1e-8): bool, |a - b| <= atol + rtol·|b|; NaN and ±inf are close only to "
+       "themselves"},
+  };
+  return fns;
+}
+
+const FunctionInfo* find_function(const std::string& name) {
+  for (const auto& f : functions())
+    if (name == f.name) return &f;
+  return nullptr;
+}
+
+std::vector<std::string> function_names() {
+  std::vector<std::string> out;
+  for (const auto& f : functions()) out.push_back(f.name);
+  return out;
+}
+
+class Checker {
+ public:
+  Checker(const TensorInfos& infos, std::set<std::string>& used) : infos_(infos), used_(used) {}
+
+  void check(Node& n) {
+    switch (n.kind) {
+      case Kind::number:
+        n.shape = {};
+        return;
+      case Kind::name:
+        return name(n);
+      case Kind::unary:
+        return unary(n);
+      case Kind::binary:
+        return binary(n);
+      case Kind::call:
+        return call(n);
+      case Kind::index:
+        return index(n);
+    }
+  }
+
+ private:
+  void name(Node& n) {
+    for (const auto& t : infos_)
+      if (t.name == n.op) {
+        n.shape = t.shape;
+        n.dtype = t.dtype;
+        used_.insert(n.op);
+        return;
+      }
+    std::vector<std::string> names;
+    for (const auto& t : infos_) names.push_back(t.name);
+    if (find_function(n.op)) throw ExprError(n.begin, fmt::format("'{}' is a function: call it", n.op));
+    const std::string close = closest_match(n.op, names);
+    throw ExprError(
+        n.begin,
+        fmt::format("unknown name '{}'{}{}", n.op, close.empty() ? "" : " (did you mean '" + close + "'?)",
+                    names.empty() ? "; this family publishes no tensors" : "; valid: " + join(names)));
+  }
+
+  static void need_bool(const Node& n, const char* what) {
+    if (n.dtype != DType::boolean)
+      throw ExprError(n.begin, fmt::format("{} needs a bool operand, got {} (compare it: x > 0)", what,
+                                           dtype_name(n.dtype)));
+  }
+
+  void unary(Node& n) {
+    Node& a = *n.args[0];
+    check(a);
+    n.shape = a.shape;
+    if (n.op == "not") {
+      need_bool(a, "'not'");
+      n.dtype = DType::boolean;
+    } else {
+      n.dtype = arith(a.dtype, a.dtype);
+    }
+  }
+
+  void binary(Node& n) {
+    Node& a = *n.args[0];
+    Node& b = *n.args[1];
+    check(a);
+    check(b);
+    if (n.op == "@") return matmul(n, a, b);
+    n.shape = broadcast(a.shape, b.shape, n);
+    if (n.op == "and" || n.op == "or") {
+      need_bool(a, n.op == "and" ? "'and'" : "'or'");
+      need_bool(b, n.op == "and" ? "'and'" : "'or'");
+      n.dtype = DType::boolean;
+    } else if (n.op == "==" || n.op == "!=" || n.op == "<" || n.op == "<=" || n.op == ">" || n.op == ">=") {
+      n.dtype = DType::boolean;
+    } else if (n.op == "/" || n.op == "**") {
+      n.dtype = DType::real;
+    } else {
+      n.dtype = arith(a.dtype, b.dtype);
+    }
+  }
+
+  void matmul(Node& n, const Node& a, const Node& b) {
+    if (a.shape.empty() || b.shape.empty())
+      throw ExprError(n.begin, "matmul needs operands of rank >= 1 (use * for scalars)");
+    Shape sa = a.shape, sb = b.shape;
+    const bool va = sa.size() == 1, vb = sb.size() == 1;
+    if (va) sa.insert(sa.begin(), "1");
+    if (vb) sb.push_back("1");
+    const std::string ka = sa.back(), kb = sb[sb.size() - 2];
+    if (ka != kb && ka != "?" && kb != "?")
+      throw ExprError(n.begin, fmt::format("matmul: inner dims differ ({} of {} vs {} of {})", ka,
+                                           shape_text(a.shape), kb, shape_text(b.shape)));
+    Shape batch = broadcast(Shape(sa.begin(), sa.end() - 2), Shape(sb.begin(), sb.end() - 2), n);
+    if (!va) batch.push_back(sa[sa.size() - 2]);
+    if (!vb) batch.push_back(sb.back());
+    n.shape = batch;
+    n.dtype = arith(a.dtype, b.dtype);
+  }
+
+  int axis_of(const Node& n, const Item& kw, int rank) {
+    const Node& v = *kw.e;
+    const bool neg = v.kind == Kind::unary && v.op == "-" && v.args[0]->kind == Kind::number;
+    const Node& lit = neg ? *v.args[0] : v;
+    if (lit.kind != Kind::number || lit.dtype != DType::integer)
+      throw ExprError(v.begin, "axis must be an integer literal");
+    const int axis = static_cast<int>(neg ? -lit.value : lit.value);
+    if (axis < -rank || axis >= rank)
+      throw ExprError(v.begin, fmt::format("axis {} is out of range for {} of rank {}{}", axis,
+                                           shape_text(n.args[0]->shape), rank,
+                                           rank ? fmt::format(" (valid: {}..{})", -rank, rank - 1) : ""));
+    return axis < 0 ? axis + rank : axis;
+  }
+
+  // A tolerance: any real expression that broadcasts with the compared
+  // tensors (e.g. 8 * eps * err.d); a literal must be >= 0.
+  NodeP tolerance(const Item& kw) {
+    Node& v = *kw.e;
+    check(v);
+    if (v.dtype == DType::boolean) throw ExprError(v.begin, fmt::format("{} must be a number", kw.lo->op));
+    if (v.kind == Kind::unary && v.op == "-" && v.args[0]->kind == Kind::number)
+      throw ExprError(v.begin, fmt::format("{} must be >= 0", kw.lo->op));
+    return kw.e;
+  }
+
+  void call(Node& n) {
+    const FunctionInfo* f = find_function(n.op);
+    if (!f) {
+      const std::string close = closest_match(n.op, function_names());
+      throw ExprError(n.begin, fmt::format("unknown function '{}'{}; functions: {}", n.op,
+                                           close.empty() ? "" : " (did you mean '" + close + "'?)",
+                                           join(function_names())));
+    }
+    const int argc = static_cast<int>(n.args.size());
+    if (argc < f->min_args || argc > f->max_args)
+      throw ExprError(
+          n.begin, fmt::format("{}() takes {} argument{}, got {}", n.op,
+                               f->min_args == f->max_args ? std::to_string(f->min_args)
+                                                          : fmt::format("{} or {}", f->min_args, f->max_args),
+                               f->max_args == 1 ? "" : "s", argc));
+    for (auto& a : n.args) check(*a);
+    // min(a, b) / max(a, b) are elementwise; they take no keywords.
+    const bool elementwise_minmax = (n.op == "min" || n.op == "max") && argc == 2;
+    if (elementwise_minmax) n.op = n.op == "min" ? "minimum" : "maximum";
+    std::set<std::string> seen;
+    for (const auto& kw : n.items) {
+      const std::string& key = kw.lo->op;
+      const auto& allowed = elementwise_minmax ? std::vector<std::string>{} : f->keywords;
+      if (std::find(allowed.begin(), allowed.end(), key) == allowed.end())
+        throw ExprError(kw.pos, fmt::format("{}() takes no keyword '{}'{}", n.op, key,
+                                            allowed.empty() ? "" : "; keywords: " + join(allowed)));
+      if (!seen.insert(key).second) throw ExprError(kw.pos, fmt::format("keyword '{}' given twice", key));
+    }
+    const int rank = argc ? static_cast<int>(n.args[0]->shape.size()) : 0;
+    const bool reduction = n.op == "sum" || n.op == "mean" || n.op == "any" || n.op == "all" ||
+                           n.op == "min" || n.op == "max" || n.op == "rowsum";
+    const bool scan = n.op == "diff" || n.op == "cummax" || n.op == "cumsum";
+    if (n.op == "rowsum" || scan) {
+      if (rank == 0)
+        throw ExprError(n.begin, fmt::format("{}() needs a tensor of rank >= 1, got a scalar", n.op));
+      n.axis = rank - 1;
+    }
+    for (const auto& kw : n.items) {
+      const std::string& key = kw.lo->op;
+      if (key == "axis") n.axis = axis_of(n, kw, rank);
+      if (key == "keepdims") {
+        const Node& v = *kw.e;
+        if (v.kind != Kind::number || v.dtype != DType::boolean)
+          throw ExprError(v.begin, "keepdims must be true or false");
+        n.keepdims = v.value != 0;
+      }
+      if (key == "rtol") n.rtol = tolerance(kw);
+      if (key == "atol") n.atol = tolerance(kw);
+    }
+    const Node& x = *n.args[0];
+    if (reduction) {
+      if (n.op == "any" || n.op == "all") need_bool(x, (n.op + "()").c_str());
+      if (!n.axis) {
+        n.shape = n.keepdims ? Shape(x.shape.size(), "1") : Shape{};
+      } else {
+        n.shape = x.shape;
+        if (n.keepdims)
+          n.shape[static_cast<size_t>(*n.axis)] = "1";
+        else
+          n.shape.erase(n.shape.begin() + *n.axis);
+      }
+      n.dtype = n.op == "any" || n.op == "all"   ? DType::boolean
+                : n.op == "mean"                 ? DType::real
+                : n.op == "min" || n.op == "max" ? x.dtype
+                                                 : arith(x.dtype, x.dtype);
+      return;
+    }
+    if (scan) {
+      n.shape = x.shape;
+      if (n.op == "diff") n.shape[static_cast<size_t>(*n.axis)] = "?";
+      n.dtype = n.op == "cummax" ? x.dtype : arith(x.dtype, x.dtype);
+      return;
+    }
+    if (n.op == "isfinite" || n.op == "isnan" || n.op == "isinf") {
+      n.shape = x.shape;
+      n.dtype = DType::boolean;
+    } else if (n.op == "abs") {
+      n.shape = x.shape;
+      n.dtype = arith(x.dtype, x.dtype);
+    } else if (n.op == "exp" || n.op == "log" || n.op == "sqrt") {
+      n.shape = x.shape;
+      n.dtype = DType::real;
+    } else if (n.op == "where") {
+      need_bool(x, "where()'s condition");
+      n.shape = broadcast(broadcast(x.shape, n.args[1]->shape, n), n.args[2]->shape, n);
+      n.dtype = promote(n.args[1]->dtype, n.args[2]->dtype);
+    } else if (n.op == "minimum" || n.op == "maximum") {
+      n.shape = broadcast(x.shape, n.args[1]->shape, n);
+      n.dtype = promote(x.dtype, n.args[1]->dtype);
+    } else if (n.op == "close") {
+      n.shape = broadcast(x.shape, n.args[1]->shape, n);
+      if (n.rtol) n.shape = broadcast(n.shape, n.rtol->shape, *n.rtol);
+      if (n.atol) n.shape = broadcast(n.shape, n.atol->shape, *n.atol);
+      n.dtype = DType::boolean;
+    } else if (n.op == "matmul") {
+      matmul(n, x, *n.args[1]);
+    } else if (n.op == "transpose") {
+      if (x.shape.size() < 2) throw ExprError(n.begin, "transpose() needs a tensor of rank >= 2");
+      n.shape = x.shape;
+      std::swap(n.shape[n.shape.size() - 1], n.shape[n.shape.size() - 2]);
+      n.dtype = x.dtype;
+    }
+  }
+
+  void index(Node& n) {
+    Node& base = *n.args[0];
+    check(base);
+    size_t consumed = 0, ellipses = 0, tensors = 0;
+    for (auto& item : n.items) {
+      if (item.e) check(*item.e);
+      if (item.lo) check(*item.lo);
+      if (item.hi) check(*item.hi);
+      if (item.k == Item::K::ellipsis) {
+        if (++ellipses > 1) throw ExprError(item.pos, "only one '...' per index");
+        continue;
+      }
+      if (item.k == Item::K::newaxis) continue;
+      ++consumed;
+      for (const NodeP& e : {item.e, item.lo, item.hi}) {
+        if (!e) continue;
+        if (e->dtype != DType::integer)
+          throw ExprError(e->begin, fmt::format("an index must be an integer, got {}", dtype_name(e->dtype)));
+        if (e != item.e && !e->shape.empty()) throw ExprError(e->begin, "slice bounds must be scalars");
+      }
+      if (item.e && !item.e->shape.empty() && ++tensors > 1)
+        throw ExprError(item.pos, "only one tensor index (gather) per subscript");
+    }
+    if (consumed > base.shape.size())
+      throw ExprError(n.begin, fmt::format("too many indices ({}) for {} of rank {}", consumed,
+                                           shape_text(base.shape), base.shape.size()));
+    Shape out;
+    size_t axis = 0;
+    for (const auto& item : n.items) {
+      switch (item.k) {
+        case Item::K::ellipsis:
+          for (size_t k = 0; k < base.shape.size() - consumed; ++k) out.push_back(base.shape[axis++]);
+          break;
+        case Item::K::newaxis:
+          out.push_back("1");
+          break;
+        case Item::K::slice:
+          out.push_back(item.lo || item.hi ? "?" : base.shape[axis]);
+          ++axis;
+          break;
+        case Item::K::expr:
+          for (const auto& d : item.e->shape) out.push_back(d);  // gather: the index's dims
+          ++axis;
+          break;
+      }
+    }
+    for (; axis < base.shape.size(); ++axis) out.push_back(base.shape[axis]);
+    n.shape = out;
+    n.dtype = base.dtype;
+  }
+
+  const TensorInfos& infos_;
+  std::set<std::string>& used_;
+};
+
+// ---------------------------------------------------------------- evaluation
+using Dims = std::vector<int64_t>;
+
+int64_t count(const Dims& d) {
+  int64_t n = 1;
+  for (int64_t x : d) n *= x;
+  return n;
+}
+
+Dims broadcast_rt(const Dims& a, const Dims& b) {
+  const size_t r = std::max(a.size(), b.size());
+  Dims out(r);
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t da = i < a.size() ? a[a.size() - 1 - i] : 1;
+    const int64_t db = i < b.size() ? b[b.size() - 1 - i] : 1;
+    if (da != db && da != 1 && db != 1)
+      throw EvalError(fmt::format("shapes {} and {} do not broadcast", shape_text(a), shape_text(b)));
+    out[r - 1 - i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+// A value during evaluation: a published tensor borrowed from the map (no
+// copy), or a computed one owned here.
+class Ref {
+ public:
+  Ref(Tensor t) : own_(std::make_shared<const Tensor>(std::move(t))), p_(own_.get()) {}
+  static Ref borrow(const Tensor& t) { return Ref(&t); }
+  const Tensor& operator*() const { return *p_; }
+  const Tensor* operator->() const { return p_; }
+
+ private:
+  explicit Ref(const Tensor* t) : p_(t) {}
+  std::shared_ptr<const Tensor> own_;
+  const Tensor* p_;
+};
+
+// `t` broadcast to `shape` (callers skip it when the shape is already right).
+Tensor expand(const Tensor& t, const Dims& shape) {
+  if (t.shape == shape) return t;
+  Tensor out{shape, std::vector<double>(static_cast<size_t>(count(shape))), t.dtype};
+  if (t.size() == 1) {
+    std::fill(out.data.begin(), out.data.end(), t.data[0]);
+    return out;
+  }
+  const size_t r = shape.size();
+  std::vector<int64_t> stride(r, 0);
+  int64_t s = 1;
+  for (size_t i = 0; i < t.shape.size(); ++i) {
+    const size_t k = t.shape.size() - 1 - i;
+    const size_t o = r - 1 - i;
+    stride[o] = t.shape[k] == 1 ? 0 : s;
+    s *= t.shape[k];
+  }
+  std::vector<int64_t> idx(r, 0);
+  int64_t src = 0;
+  for (size_t n = 0; n < out.data.size(); ++n) {
+    out.data[n] = t.data[static_cast<size_t>(src)];
+    for (size_t k = r; k-- > 0;) {
+      src += stride[k];
+      if (++idx[k] < shape[k]) break;
+      src -= stride[k] * shape[k];
+      idx[k] = 0;
+    }
+  }
+  return out;
+}
+
+template <typename F>
+Tensor zip(const Tensor& a, const Tensor& b, DType dtype, F f) {
+  const Dims shape = broadcast_rt(a.shape, b.shape);
+  Tensor out{shape, std::vector<double>(static_cast<size_t>(count(shape))), dtype};
+  const size_t n = out.data.size();
+  double* o = out.data.data();
+  if (a.shape == shape && b.shape == shape) {
+    for (size_t i = 0; i < n; ++i) o[i] = f(a.data[i], b.data[i]);
+  } else if (a.shape == shape && b.size() == 1) {
+    const double y = b.data[0];
+    for (size_t i = 0; i < n; ++i) o[i] = f(a.data[i], y);
+  } else if (b.shape == shape && a.size() == 1) {
+    const double x = a.data[0];
+    for (size_t i = 0; i < n; ++i) o[i] = f(x, b.data[i]);
+  } else {
+    const Tensor x = expand(a, shape), y = expand(b, shape);
+    for (size_t i = 0; i < n; ++i) o[i] = f(x.data[i], y.data[i]);
+  }
+  return out;
+}
+
+template <typename F>
+Tensor map(const Tensor& a, DType dtype, F f) {
+  Tensor out{a.shape, std::vector<double>(a.size()), dtype};
+  for (size_t i = 0; i < out.data.size(); ++i) out.data[i] = f(a.data[i]);
+  return out;
+}
+
+double nan_max(double a, double b) {
+  return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
+}
+double nan_min(double a, double b) {
+  return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b);
+}
+
+bool is_close(double a, double b, double rtol, double atol) {
+  if (std::isfinite(a) && std::isfinite(b)) return std::fabs(a - b) <= atol + rtol * std::fabs(b);
+  return (std::isnan(a) && std::isnan(b)) || a == b;
+}
+
+struct Split {
+  int64_t outer, n, inner;
+};
+Split split(const Dims& shape, int axis) {
+  Split s{1, shape[static_cast<size_t>(axis)], 1};
+  for (int k = 0; k < axis; ++k) s.outer *= shape[static_cast<size_t>(k)];
+  for (size_t k = static_cast<size_t>(axis) + 1; k < shape.size(); ++k) s.inner *= shape[k];
+  return s;
+}
+
+Tensor reduce(const Node& n, const Tensor& x) {
+  Dims out_shape;
+  Split s{1, static_cast<int64_t>(x.size()), 1};
+  if (n.axis) {
+    s = split(x.shape, *n.axis);
+    out_shape = x.shape;
+    if (n.keepdims)
+      out_shape[static_cast<size_t>(*n.axis)] = 1;
+    else
+      out_shape.erase(out_shape.begin() + *n.axis);
+  } else if (n.keepdims) {
+    out_shape = Dims(x.shape.size(), 1);
+  }
+  const std::string& op = n.op;
+  const double init = op == "min"   ? std::numeric_limits<double>::infinity()
+                      : op == "max" ? -std::numeric_limits<double>::infinity()
+                      : op == "all" ? 1
+                                    : 0;
+  Tensor out{out_shape, std::vector<double>(static_cast<size_t>(s.outer * s.inner), init), n.dtype};
+  for (int64_t o = 0; o < s.outer; ++o)
+    for (int64_t k = 0; k < s.n; ++k)
+      for (int64_t i = 0; i < s.inner; ++i) {
+        double& acc = out.data[static_cast<size_t>(o * s.inner + i)];
+        const double v = x.data[static_cast<size_t>((o * s.n + k) * s.inner + i)];
+        if (op == "sum" || op == "mean" || op == "rowsum")
+          acc += v;
+        else if (op == "max")
+          acc = nan_max(acc, v);
+        else if (op == "min")
+          acc = nan_min(acc, v);
+        else if (op == "any")
+          acc = (acc != 0 || v != 0) ? 1 : 0;
+        else if (op == "all")
+          acc = (acc != 0 && v != 0) ? 1 : 0;
+      }
+  if (op == "mean")
+    for (double& v : out.data) v = s.n ? v / static_cast<double>(s.n) : NAN;
+  return out;
+}
+
+Tensor scan(const Node& n, const Tensor& x) {
+  const Split s = split(x.shape, *n.axis);
+  if (n.op == "diff") {
+    Dims shape = x.shape;
+    const int64_t m = std::max<int64_t>(s.n - 1, 0);
+    shape[static_cast<size_t>(*n.axis)] = m;
+    Tensor out{shape, std::vector<double>(static_cast<size_t>(s.outer * m * s.inner)), n.dtype};
+    for (int64_t o = 0; o < s.outer; ++o)
+      for (int64_t k = 0; k < m; ++k)
+        for (int64_t i = 0; i < s.inner; ++i)
+          out.data[static_cast<size_t>((o * m + k) * s.inner + i)] =
+              x.data[static_cast<size_t>((o * s.n + k + 1) * s.inner + i)] -
+              x.data[static_cast<size_t>((o * s.n + k) * s.inner + i)];
+    return out;
+  }
+  Tensor out = x;
+  out.dtype = n.dtype;
+  for (int64_t o = 0; o < s.outer; ++o)
+    for (int64_t k = 1; k < s.n; ++k)
+      for (int64_t i = 0; i < s.inner; ++i) {
+        const double prev = out.data[static_cast<size_t>((o * s.n + k - 1) * s.inner + i)];
+        double& v = out.data[static_cast<size_t>((o * s.n + k) * s.inner + i)];
+        v = n.op == "cummax" ? nan_max(prev, v) : prev + v;
+      }
+  return out;
+}
+
+Tensor matmul_rt(const Tensor& a0, const Tensor& b0, DType dtype) {
+  Tensor a = a0, b = b0;
+  const bool va = a.shape.size() == 1, vb = b.shape.size() == 1;
+  if (va) a.shape.insert(a.shape.begin(), 1);
+  if (vb) b.shape.push_back(1);
+  const int64_t n = a.shape[a.shape.size() - 2], k = a.shape.back(), m = b.shape.back();
+  if (b.shape[b.shape.size() - 2] != k)
+    throw EvalError(
+        fmt::format("matmul: inner dims differ ({} vs {})", shape_text(a0.shape), shape_text(b0.shape)));
+  Dims batch =
+      broadcast_rt(Dims(a.shape.begin(), a.shape.end() - 2), Dims(b.shape.begin(), b.shape.end() - 2));
+  Dims sa = batch, sb = batch;
+  sa.insert(sa.end(), {n, k});
+  sb.insert(sb.end(), {k, m});
+  a = expand(a, sa);
+  b = expand(b, sb);
+  const int64_t nb = count(batch);
+  Dims shape = batch;
+  if (!va) shape.push_back(n);
+  if (!vb) shape.push_back(m);
+  Tensor out{shape, std::vector<double>(static_cast<size_t>(nb * n * m), 0.0), dtype};
+  for (int64_t z = 0; z < nb; ++z)
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < m; ++j) {
+        double acc = 0;
+        for (int64_t p = 0; p < k; ++p)
+          acc += a.data[static_cast<size_t>((z * n + i) * k + p)] *
+                 b.data[static_cast<size_t>((z * k + p) * m + j)];
+        out.data[static_cast<size_t>((z * n + i) * m + j)] = acc;
+      }
+  return out;
+}
+
+// x with axis `axis` replaced by the dims of `idx` (x.take(idx, axis)).
+Tensor take(const Tensor& x, const Tensor& idx, size_t axis) {
+  const Split s = split(x.shape, static_cast<int>(axis));
+  Dims shape(x.shape.begin(), x.shape.begin() + static_cast<long>(axis));
+  shape.insert(shape.end(), idx.shape.begin(), idx.shape.end());
+  shape.insert(shape.end(), x.shape.begin() + static_cast<long>(axis) + 1, x.shape.end());
+  const int64_t m = static_cast<int64_t>(idx.size());
+  Tensor out{shape, std::vector<double>(static_cast<size_t>(s.outer * m * s.inner)), x.dtype};
+  for (int64_t j = 0; j < m; ++j) {
+    const double v = idx.data[static_cast<size_t>(j)];
+    if (!(v >= -static_cast<double>(s.n) && v < static_cast<double>(s.n)) || v != std::floor(v))
+      throw EvalError(fmt::format("index {} is out of range for an axis of length {}", v, s.n));
+    const int64_t k = v < 0 ? static_cast<int64_t>(v) + s.n : static_cast<int64_t>(v);
+    for (int64_t o = 0; o < s.outer; ++o)
+      for (int64_t i = 0; i < s.inner; ++i)
+        out.data[static_cast<size_t>((o * m + j) * s.inner + i)] =
+            x.data[static_cast<size_t>((o * s.n + k) * s.inner + i)];
+  }
+  return out;
+}
+
+Ref evaluate(const Node& n, const TensorMap& m);
+
+// close()'s operands and tolerances, broadcast to one shape.
+struct CloseArgs {
+  Dims shape;
+  Ref a = Tensor(), b = Tensor(), rtol = Tensor(), atol = Tensor();
+  // Element i of a tolerance (a scalar is not expanded).
+  static double at(const Ref& t, size_t i) { return t->size() == 1 ? t->data[0] : t->data[i]; }
+};
+CloseArgs close_args(const Node& n, const TensorMap& m, bool tolerances) {
+  CloseArgs c;
+  c.a = evaluate(*n.args[0], m);
+  c.b = evaluate(*n.args[1], m);
+  c.shape = broadcast_rt(c.a->shape, c.b->shape);
+  if (tolerances) {
+    c.rtol = n.rtol ? evaluate(*n.rtol, m) : Ref(Tensor::scalar(1e-5));
+    c.atol = n.atol ? evaluate(*n.atol, m) : Ref(Tensor::scalar(1e-8));
+    c.shape = broadcast_rt(broadcast_rt(c.shape, c.rtol->shape), c.atol->shape);
+  }
+  for (Ref* t : {&c.a, &c.b})
+    if ((*t)->shape != c.shape) *t = Ref(expand(**t, c.shape));
+  for (Ref* t : {&c.rtol, &c.atol})  // scalars stay scalars (CloseArgs::at)
+    if (tolerances && (*t)->size() != 1 && (*t)->shape != c.shape) *t = Ref(expand(**t, c.shape));
+  return c;
+}
+
+int64_t scalar_int(const Node& n, const TensorMap& m) {
+  return static_cast<int64_t>(evaluate(n, m)->data.at(0));
+}
+
+Tensor index_rt(const Node& n, const TensorMap& m) {
+  Tensor x = *evaluate(*n.args[0], m);
+  size_t consumed = 0;
+  for (const auto& item : n.items)
+    if (item.k != Item::K::ellipsis && item.k != Item::K::newaxis) ++consumed;
+  size_t axis = 0;  // position in the (changing) x
+  for (const auto& item : n.items) {
+    switch (item.k) {
+      case Item::K::ellipsis:
+        axis += x.shape.size() - axis - (consumed - 0);
+        break;
+      case Item::K::newaxis:
+        x.shape.insert(x.shape.begin() + static_cast<long>(axis), 1);
+        ++axis;
+        break;
+      case Item::K::slice: {
+        const int64_t len = x.shape[axis];
+        auto clampi = [&](int64_t v) { return std::clamp(v < 0 ? v + len : v, int64_t{0}, len); };
+        const int64_t lo = item.lo ? clampi(scalar_int(*item.lo, m)) : 0;
+        const int64_t hi = std::max(lo, item.hi ? clampi(scalar_int(*item.hi, m)) : len);
+        Tensor range{{hi - lo}, {}, DType::integer};
+        for (int64_t v = lo; v < hi; ++v) range.data.push_back(static_cast<double>(v));
+        x = take(x, range, axis);
+        ++axis;
+        --consumed;
+        break;
+      }
+      case Item::K::expr: {
+        const Ref ridx = evaluate(*item.e, m);
+        const Tensor& idx = *ridx;
+        x = take(x, idx, axis);
+        axis += idx.shape.size();
+        --consumed;
+        break;
+      }
+    }
+  }
+  return x;
+}
+
+Ref evaluate(const Node& n, const TensorMap& m) {
+  switch (n.kind) {
+    case Kind::number:
+      return Tensor::scalar(n.value, n.dtype);
+    case Kind::name: {
+      const Tensor* t = m.find(n.op);
+      if (!t) throw EvalError(fmt::format("the family published no '{}' for this case", n.op));
+      if (t->shape.size() != n.shape.size())
+        throw EvalError(
+            fmt::format("'{}' has shape {}, declared {}", n.op, shape_text(t->shape), shape_text(n.shape)));
+      return Ref::borrow(*t);
+    }
+    case Kind::unary: {
+      const Ref ra = evaluate(*n.args[0], m);
+      const Tensor& a = *ra;
+      if (n.op == "not") return map(a, DType::boolean, [](double v) { return v == 0 ? 1.0 : 0.0; });
+      return map(a, n.dtype, [](double v) { return -v; });
+    }
+    case Kind::binary: {
+      const std::string& op = n.op;
+      const Ref ra = evaluate(*n.args[0], m);
+      const Tensor& a = *ra;
+      if (op == "and" && a.size() == 1 && a.data[0] == 0 && n.shape.empty())
+        return Tensor::scalar(0, DType::boolean);
+      if (op == "or" && a.size() == 1 && a.data[0] != 0 && n.shape.empty())
+        return Tensor::scalar(1, DType::boolean);
+      const Ref rb = evaluate(*n.args[1], m);
+      const Tensor& b = *rb;
+      if (op == "@") return matmul_rt(a, b, n.dtype);
+      if (op == "+") return zip(a, b, n.dtype, [](double x, double y) { return x + y; });
+      if (op == "-") return zip(a, b, n.dtype, [](double x, double y) { return x - y; });
+      if (op == "*") return zip(a, b, n.dtype, [](double x, double y) { return x * y; });
+      if (op == "/") return zip(a, b, n.dtype, [](double x, double y) { return x / y; });
+      if (op == "**") return zip(a, b, n.dtype, [](double x, double y) { return std::pow(x, y); });
+      const DType B = DType::boolean;
+      if (op == "==") return zip(a, b, B, [](double x, double y) { return double(x == y); });
+      if (op == "!=") return zip(a, b, B, [](double x, double y) { return double(x != y); });
+      if (op == "<") return zip(a, b, B, [](double x, double y) { return double(x < y); });
+      if (op == "<=") return zip(a, b, B, [](double x, double y) { return double(x <= y); });
+      if (op == ">") return zip(a, b, B, [](double x, double y) { return double(x > y); });
+      if (op == ">=") return zip(a, b, B, [](double x, double y) { return double(x >= y); });
+      if (op == "and") return zip(a, b, B, [](double x, double y) { return double(x != 0 && y != 0); });
+      if (op == "or") return zip(a, b, B, [](double x, double y) { return double(x != 0 || y != 0); });
+      throw std::logic_error("expr: unknown operator " + op);
+    }
+    case Kind::call: {
+      const std::string& f = n.op;
+      if (f == "close") {
+        const CloseArgs c = close_args(n, m, true);
+        Tensor out{c.shape, std::vector<double>(c.a->size()), DType::boolean};
+        for (size_t i = 0; i < out.size(); ++i)
+          out.data[i] =
+              is_close(c.a->data[i], c.b->data[i], CloseArgs::at(c.rtol, i), CloseArgs::at(c.atol, i));
+        return out;
+      }
+      std::vector<Ref> refs;
+      for (const auto& arg : n.args) refs.push_back(evaluate(*arg, m));
+      std::vector<std::reference_wrapper<const Tensor>> a;
+      for (const auto& r : refs) a.push_back(*r);
+      if (f == "sum" || f == "mean" || f == "any" || f == "all" || f == "min" || f == "max" || f == "rowsum")
+        return reduce(n, a[0].get());
+      if (f == "diff" || f == "cummax" || f == "cumsum") return scan(n, a[0].get());
+      if (f == "abs") return map(a[0].get(), n.dtype, [](double v) { return std::fabs(v); });
+      if (f == "exp") return map(a[0].get(), n.dtype, [](double v) { return std::exp(v); });
+      if (f == "log") return map(a[0].get(), n.dtype, [](double v) { return std::log(v); });
+      if (f == "sqrt") return map(a[0].get(), n.dtype, [](double v) { return std::sqrt(v); });
+      if (f == "isfinite") return map(a[0].get(), n.dtype, [](double v) { return double(std::isfinite(v)); });
+      if (f == "isnan") return map(a[0].get(), n.dtype, [](double v) { return double(std::isnan(v)); });
+      if (f == "isinf") return map(a[0].get(), n.dtype, [](double v) { return double(std::isinf(v)); });
+      if (f == "minimum") return zip(a[0].get(), a[1].get(), n.dtype, nan_min);
+      if (f == "maximum") return zip(a[0].get(), a[1].get(), n.dtype, nan_max);
+      if (f == "matmul") return matmul_rt(a[0].get(), a[1].get(), n.dtype);
+      if (f == "transpose") {
+        const Tensor& x = a[0].get();
+        const size_t r = x.shape.size();
+        const int64_t rows = x.shape[r - 2], cols = x.shape[r - 1],
+                      batch = count(x.shape) / std::max<int64_t>(rows * cols, 1);
+        Tensor out = x;
+        std::swap(out.shape[r - 1], out.shape[r - 2]);
+        for (int64_t z = 0; z < batch && rows * cols != 0; ++z)
+          for (int64_t i = 0; i < rows; ++i)
+            for (int64_t j = 0; j < cols; ++j)
+              out.data[static_cast<size_t>(z * rows * cols + j * rows + i)] =
+                  x.data[static_cast<size_t>(z * rows * cols + i * cols + j)];
+        return out;
+      }
+      if (f == "where") {
+        const Dims shape = broadcast_rt(broadcast_rt(a[0].get().shape, a[1].get().shape), a[2].get().shape);
+        const Tensor c = expand(a[0].get(), shape), x = expand(a[1].get(), shape),
+                     y = expand(a[2].get(), shape);
+        Tensor out{shape, std::vector<double>(c.size()), n.dtype};
+        for (size_t i = 0; i < c.size(); ++i) out.data[i] = c.data[i] != 0 ? x.data[i] : y.data[i];
+        return out;
+      }
+      throw std::logic_error("expr: unknown function " + f);
+    }
+    case Kind::index:
+      return index_rt(n, m);
+  }
+  throw std::logic_error("expr: unknown node");
+}
+
+std::string index_text(const Dims& shape, size_t flat) {
+  if (shape.empty()) return "[]";
+  std::vector<int64_t> idx(shape.size());
+  for (size_t k = shape.size(); k-- > 0;) {
+    idx[k] = static_cast<int64_t>(flat) % std::max<int64_t>(shape[k], 1);
+    flat /= static_cast<size_t>(std::max<int64_t>(shape[k], 1));
+  }
+  return fmt::format("[{}]", fmt::join(idx, ", "));
+}
+
+std::string num(double v) {
+  return fmt::format("{}", v);
+}  // shortest exact
+
+}  // namespace
+
+// ---------------------------------------------------------------- Expression
+Expression Expression::compile(const std::string& text, const TensorInfos& tensors) {
+  Expression e;
+  e.text_ = text;
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos) throw ExprError(0, "the expression is empty");
+  NodeP root = Parser(text).parse();
+  std::set<std::string> used;
+  Checker(tensors, used).check(*root);
+  e.root_ = root;
+  e.names_.assign(used.begin(), used.end());
+  return e;
+}
+
+DType Expression::dtype() const {
+  return root_->dtype;
+}
+std::string Expression::shape() const {
+  return shape_text(root_->shape);
+}
+
+Tensor Expression::evaluate(const TensorMap& tensors) const {
+  return *expr::evaluate(*root_, tensors);
+}
+
+namespace {
+
+Expression::Outcome explain(const std::string& text, const Node& n, const TensorMap& m) {
+  Expression::Outcome out;
+  const auto src = [&](const Node& x) { return text.substr(x.begin, x.end - x.begin); };
+  if (n.kind == Kind::call && n.op == "all" && !n.axis) return explain(text, *n.args[0], m);
+  if (n.kind == Kind::binary && n.op == "and") {
+    out = explain(text, *n.args[0], m);
+    if (!out.holds) return out;
+    return explain(text, *n.args[1], m);
+  }
+  const bool is_close_call = n.kind == Kind::call && n.op == "close";
+  static const std::set<std::string> comparisons = {"==", "!=", "<", "<=", ">", ">="};
+  const bool is_cmp = n.kind == Kind::binary && comparisons.count(n.op);
+  if (is_close_call || is_cmp) {
+    const CloseArgs c = close_args(n, m, is_close_call);
+    const Dims& shape = c.shape;
+    const Tensor &a = *c.a, &b = *c.b;
+    size_t failing = 0, worst = 0;
+    double worst_score = -1;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const double x = a.data[i], y = b.data[i];
+      bool ok;
+      double score;  // how badly the element fails; NaN/inf mismatches first
+      if (is_close_call) {
+        ok = is_close(x, y, CloseArgs::at(c.rtol, i), CloseArgs::at(c.atol, i));
+        score = std::isfinite(x) && std::isfinite(y)
+                    ? std::fabs(x - y) - (CloseArgs::at(c.atol, i) + CloseArgs::at(c.rtol, i) * std::fabs(y))
+                    : std::numeric_limits<double>::infinity();
+      } else {
+        const std::string& op = n.op;
+        ok = op == "=="   ? x == y
+             : op == "!=" ? x != y
+             : op == "<"  ? x < y
+             : op == "<=" ? x <= y
+             : op == ">"  ? x > y
+                          : x >= y;
+        score = (op == "<" || op == "<=") ? x - y : (op == ">" || op == ">=") ? y - x : 0;
+        if (std::isnan(score)) score = std::numeric_limits<double>::infinity();
+      }
+      if (ok) continue;
+      if (failing++ == 0 || score > worst_score) {
+        worst = i;
+        worst_score = score;
+      }
+    }
+    if (!failing) return out;
+    out.holds = false;
+    const double x = a.data[worst], y = b.data[worst];
+    out.measured = {{"lhs", x}, {"rhs", y}, {"difference", std::fabs(x - y)}};
+    std::string detail;
+    if (is_close_call) {
+      const double rtol = CloseArgs::at(c.rtol, worst), atol = CloseArgs::at(c.atol, worst);
+      const double allowed = atol + rtol * std::fabs(y);
+      out.measured.push_back({"allowed", allowed});
+      detail = fmt::format("|lhs - rhs| = {} > allowed {} (atol {} + rtol {} × |rhs|)", num(std::fabs(x - y)),
+                           num(allowed), num(atol), num(rtol));
+    } else {
+      detail = fmt::format("{} {} {} is false", num(x), n.op, num(y));
+    }
+    out.message = fmt::format("`{}` fails at {} ({} of {} elements): lhs `{}` = {}, rhs `{}` = {}; {}",
+                              src(n), index_text(shape, worst), failing, a.size(), src(*n.args[0]), num(x),
+                              src(*n.args[1]), num(y), detail);
+    return out;
+  }
+  const Ref rt = evaluate(n, m);
+  const Tensor& t = *rt;
+  size_t failing = 0, first = 0;
+  for (size_t i = 0; i < t.size(); ++i)
+    if (t.data[i] == 0 && failing++ == 0) first = i;
+  if (!failing) return out;
+  out.holds = false;
+  out.message = fmt::format("`{}` is false at {} ({} of {} elements)", src(n), index_text(t.shape, first),
+                            failing, t.size());
+  out.measured = {{"false_elements", static_cast<double>(failing)}};
+  return out;
+}
+
+}  // namespace
+
+Expression::Outcome Expression::check(const TensorMap& tensors) const {
+  return explain(text_, *root_, tensors);
+}
+
+std::string describe_functions() {
+  std::string out;
+  for (const auto& f : functions()) out += fmt::format("  {}\n", f.doc);
+  return out;
+}
+
+}  // namespace kprop::expr

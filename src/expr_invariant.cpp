@@ -1,0 +1,38 @@
+// Expression invariants at run time: a spec's `{name, expect, when}` checked
+// on one trial through the family's named tensors (kprop/spec.h).
+#include <fmt/format.h>
+
+#include "kprop/spec.h"
+
+namespace kprop {
+
+Verdict check_invariant(AnyTrial& trial, const InvariantUse& use) {
+  if (!use.expression) return trial.check(use.index, use.params);
+  const ExpressionInvariant& e = *use.expression;
+  const expr::Expression* current = nullptr;
+  try {
+    if (e.when) {
+      // `when` first, with only its own tensors: a discarded case need not run the target.
+      current = &*e.when;
+      const expr::TensorMap* tensors = trial.tensors(e.when->names());
+      if (!tensors) return Verdict::not_applicable("the family publishes no named tensors");
+      const expr::Tensor w = e.when->evaluate(*tensors);
+      for (double v : w.data)
+        if (v == 0) return Verdict::discard(fmt::format("when `{}` is false", e.when->text()));
+    }
+    current = &e.expect;
+    const expr::TensorMap* tensors = trial.tensors(e.expect.names());
+    if (!tensors) return Verdict::not_applicable("the family publishes no named tensors");
+    expr::Expression::Outcome o = e.expect.check(*tensors);
+    if (o.holds) return Verdict::pass();
+    std::vector<Measured> measured;
+    for (auto& [name, value] : o.measured) measured.push_back({name, value});
+    return Verdict::fail(o.message, std::move(measured));
+  } catch (const expr::EvalError& err) {
+    // A kernel's output that breaks the expression (an index it returned out
+    // of range, a tensor of the wrong size) fails the invariant.
+    return Verdict::fail(fmt::format("`{}` could not be evaluated: {}", current->text(), err.what()));
+  }
+}
+
+}  // namespace kprop

@@ -1,0 +1,136 @@
+// Invariants written in the spec: expressions over a family's named tensors.
+//
+//   close(rowsum(reference.p * reference.dp), rowsum(d_out * reference.o), rtol=1e-9)
+//
+// A small NumPy-like language (docs/SPEC.md, "Invariants as expressions"):
+// numbers, named tensors, elementwise arithmetic and comparisons with NumPy
+// broadcasting, and/or/not, reductions along an axis, indexing and gather,
+// matmul and close(). Expressions are parsed and checked once, when the spec
+// loads (names, arity, axes, dtypes and shapes in the family's symbolic
+// dims), then evaluated in double precision on each case.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kprop::expr {
+
+// What a tensor holds; every value is stored as a double.
+enum class DType { boolean, integer, real };
+const char* dtype_name(DType dtype);
+
+// A dense row-major tensor; rank 0 is a scalar (one element).
+struct Tensor {
+  std::vector<int64_t> shape;
+  std::vector<double> data;
+  DType dtype = DType::real;
+
+  size_t size() const { return data.size(); }
+  int rank() const { return static_cast<int>(shape.size()); }
+  static Tensor scalar(double value, DType dtype = DType::real);
+  // Throws std::logic_error when data.size() is not the product of shape.
+  static Tensor of(std::vector<int64_t> shape, std::vector<double> data, DType dtype = DType::real);
+  // Integer and boolean tensors from the containers families use.
+  template <typename Int>
+  static Tensor ints(std::vector<int64_t> shape, const std::vector<Int>& values,
+                     DType dtype = DType::integer) {
+    return of(std::move(shape), std::vector<double>(values.begin(), values.end()), dtype);
+  }
+};
+
+// One tensor a family publishes: its name, its shape in the family's
+// symbolic dims ("B", "Nq", or a number), dtype and a one-line meaning.
+struct TensorInfo {
+  std::string name;
+  std::vector<std::string> shape;
+  DType dtype = DType::real;
+  std::string meaning;
+};
+using TensorInfos = std::vector<TensorInfo>;
+// "[B, Hq, Nq, D]"
+std::string shape_text(const std::vector<std::string>& shape);
+std::string shape_text(const std::vector<int64_t>& shape);
+
+// The tensors of one trial by name. An evaluator asks for the names it reads
+// (want); the family's hook computes only those still wanted (wanted) and
+// hands them over (put). Entries stay, so several invariants of one trial
+// share them.
+class TensorMap {
+ public:
+  void want(const std::string& name) {
+    if (!tensors_.count(name)) wanted_.insert(name);
+  }
+  bool wanted(const std::string& name) const { return wanted_.count(name) != 0; }
+  // Is some wanted name "prefix..."? (e.g. "target." before running the target)
+  bool wants_prefix(const std::string& prefix) const;
+  void put(const std::string& name, Tensor t) {
+    if (!wanted(name)) return;
+    wanted_.erase(name);
+    tensors_[name] = std::move(t);
+  }
+  const Tensor* find(const std::string& name) const {
+    const auto it = tensors_.find(name);
+    return it == tensors_.end() ? nullptr : &it->second;
+  }
+  const std::set<std::string>& missing() const { return wanted_; }
+
+ private:
+  std::set<std::string> wanted_;
+  std::map<std::string, Tensor> tensors_;
+};
+
+// A load-time error: `offset` is a byte position in the expression's text.
+class ExprError : public std::runtime_error {
+ public:
+  ExprError(size_t offset, const std::string& message) : std::runtime_error(message), offset(offset) {}
+  size_t offset;
+};
+
+// An evaluation that cannot complete on this case (an index out of range, a
+// shape the family's dims did not rule out).
+class EvalError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct Node;
+
+class Expression {
+ public:
+  // Parses `text` and checks it against `tensors`; throws ExprError.
+  static Expression compile(const std::string& text, const TensorInfos& tensors);
+
+  const std::string& text() const { return text_; }
+  DType dtype() const;
+  std::string shape() const;                                        // symbolic, e.g. "[B, Hq, Nq]"
+  const std::vector<std::string>& names() const { return names_; }  // tensors it reads, sorted
+
+  // The value on one trial's tensors (every name in names() present).
+  Tensor evaluate(const TensorMap& tensors) const;
+
+  // A boolean expression holds when every element is true. When it does not,
+  // `message` explains the worst element: its index, the values on both
+  // sides of the comparison or close() there, and the tolerance.
+  struct Outcome {
+    bool holds = true;
+    std::string message;
+    std::vector<std::pair<std::string, double>> measured;
+  };
+  Outcome check(const TensorMap& tensors) const;
+
+ private:
+  std::string text_;
+  std::shared_ptr<const Node> root_;
+  std::vector<std::string> names_;
+};
+
+// The functions the language knows, one line each (docs and --list).
+std::string describe_functions();
+
+}  // namespace kprop::expr

@@ -1,0 +1,329 @@
+// The expression language of spec invariants (kprop/expr.h): evaluation
+// (broadcasting, reductions, gather, NaN semantics, close), one test per
+// load-time error class, the spec loader's positions, and prop_runner end to
+// end (an expression invariant kills a mutant and its stored case replays).
+#include "kprop/expr.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "kprop/spec.h"
+
+namespace kprop::expr {
+namespace {
+
+const TensorInfos kInfos = {
+    {"x", {"N", "M"}, DType::real, "a matrix"},
+    {"y", {"M"}, DType::real, "a row"},
+    {"v", {"N"}, DType::real, "a column"},
+    {"b", {"N", "M"}, DType::boolean, "a mask"},
+    {"idx", {"K"}, DType::integer, "row indices"},
+    {"z", {"K"}, DType::real, "NaN and inf"},
+    {"w", {"K"}, DType::real, "NaN and inf, other signs"},
+    {"t.o", {"N", "M"}, DType::real, "a dotted name"},
+};
+
+TensorMap tensors() {
+  TensorMap m;
+  for (const auto& i : kInfos) m.want(i.name);
+  m.put("x", Tensor::of({2, 3}, {1, 2, 3, 4, 5, 6}));
+  m.put("y", Tensor::of({3}, {10, 20, 30}));
+  m.put("v", Tensor::of({2}, {100, 200}));
+  m.put("b", Tensor::of({2, 3}, {1, 0, 1, 0, 0, 0}, DType::boolean));
+  m.put("idx", Tensor::of({3}, {1, 0, -1}, DType::integer));
+  m.put("z", Tensor::of({3}, {NAN, INFINITY, 1.0}));
+  m.put("w", Tensor::of({3}, {NAN, -INFINITY, NAN}));
+  m.put("t.o", Tensor::of({2, 3}, {1, 2, 3, 4, 5, 6}));
+  return m;
+}
+
+Tensor eval(const std::string& text) {
+  return Expression::compile(text, kInfos).evaluate(tensors());
+}
+std::vector<double> values(const std::string& text) {
+  return eval(text).data;
+}
+std::vector<int64_t> shape(const std::string& text) {
+  return eval(text).shape;
+}
+
+// The load-time error of `text`, as "offset: message".
+std::string error_of(const std::string& text) {
+  try {
+    Expression::compile(text, kInfos);
+  } catch (const ExprError& e) {
+    return std::to_string(e.offset) + ": " + e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Expr, ArithmeticAndBroadcasting) {
+  EXPECT_EQ(values("x + y"), (std::vector<double>{11, 22, 33, 14, 25, 36}));
+  EXPECT_EQ(values("x * v[:, None]"), (std::vector<double>{100, 200, 300, 800, 1000, 1200}));
+  EXPECT_EQ(values("-x[0] / 2 + 1"), (std::vector<double>{0.5, 0, -0.5}));
+  EXPECT_EQ(values("2 ** 3 - 1"), (std::vector<double>{7}));
+  EXPECT_EQ(shape("x[..., None] + y[None, None, :]"), (std::vector<int64_t>{2, 3, 3}));
+  EXPECT_EQ(Expression::compile("x + y", kInfos).shape(), "[N, M]");
+  EXPECT_EQ(values("t.o - x"), (std::vector<double>(6, 0.0)));
+}
+
+TEST(Expr, ComparisonsLogicAndWhere) {
+  EXPECT_EQ(values("x > 2 and not b"), (std::vector<double>{0, 0, 0, 1, 1, 1}));
+  EXPECT_EQ(values("b or x == 5"), (std::vector<double>{1, 0, 1, 0, 1, 0}));
+  EXPECT_EQ(values("where(b, x, -1)"), (std::vector<double>{1, -1, 3, -1, -1, -1}));
+  EXPECT_EQ(eval("x >= 1").dtype, DType::boolean);
+  EXPECT_EQ(eval("x[0, 0] + 1").dtype, DType::real);
+  EXPECT_EQ(eval("idx + 1").dtype, DType::integer);
+  EXPECT_EQ(values("min(x, 2.5)"), (std::vector<double>{1, 2, 2.5, 2.5, 2.5, 2.5}));
+  EXPECT_EQ(values("maximum(y, 15)"), (std::vector<double>{15, 20, 30}));
+  EXPECT_EQ(values("abs(-x[1])"), (std::vector<double>{4, 5, 6}));
+  EXPECT_DOUBLE_EQ(values("sqrt(exp(log(16)))")[0], 4);
+}
+
+TEST(Expr, ReductionsAlongAxes) {
+  EXPECT_EQ(values("sum(x, axis=0)"), (std::vector<double>{5, 7, 9}));
+  EXPECT_EQ(values("sum(x, axis=-1)"), (std::vector<double>{6, 15}));
+  EXPECT_EQ(values("rowsum(x)"), (std::vector<double>{6, 15}));
+  EXPECT_EQ(shape("sum(x, axis=1, keepdims=true)"), (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(shape("sum(x)"), (std::vector<int64_t>{}));
+  EXPECT_EQ(shape("max(x, keepdims=true)"), (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(values("sum(x)"), (std::vector<double>{21}));
+  EXPECT_EQ(values("mean(x, axis=0)"), (std::vector<double>{2.5, 3.5, 4.5}));
+  EXPECT_EQ(values("max(x, axis=0)"), (std::vector<double>{4, 5, 6}));
+  EXPECT_EQ(values("min(x, axis=-1)"), (std::vector<double>{1, 4}));
+  EXPECT_EQ(values("any(b, axis=1)"), (std::vector<double>{1, 0}));
+  EXPECT_EQ(values("all(x > 0)"), (std::vector<double>{1}));
+  EXPECT_EQ(values("sum(b)"), (std::vector<double>{2}));
+  // Division is by the axis length; the reductions keep NumPy's NaN rules.
+  EXPECT_TRUE(std::isnan(values("max(z)")[0]));
+  EXPECT_TRUE(std::isnan(values("sum(z)")[0]));
+}
+
+TEST(Expr, DiffAndRunningMaximum) {
+  EXPECT_EQ(values("diff(x)"), (std::vector<double>{1, 1, 1, 1}));
+  EXPECT_EQ(shape("diff(x, axis=0)"), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(values("cummax(y * -1 + 25)"), (std::vector<double>{15, 15, 15}));
+  EXPECT_EQ(values("cummax(x[:, 0:3] * 0 + y - 2 * x, axis=0)"), (std::vector<double>{8, 16, 24, 8, 16, 24}));
+  EXPECT_EQ(values("cumsum(y)"), (std::vector<double>{10, 30, 60}));
+  // "the best score never gets worse": a running maximum never decreases.
+  EXPECT_EQ(values("all(diff(cummax(y)) >= 0)"), (std::vector<double>{1}));
+}
+
+TEST(Expr, IndexingAndGather) {
+  EXPECT_EQ(values("x[1]"), (std::vector<double>{4, 5, 6}));
+  EXPECT_EQ(values("x[:, -1]"), (std::vector<double>{3, 6}));
+  EXPECT_EQ(values("x[0, 1:]"), (std::vector<double>{2, 3}));
+  EXPECT_EQ(values("y[idx]"), (std::vector<double>{20, 10, 30}));
+  EXPECT_EQ(shape("x[idx[0:2]]"), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(values("x[idx[0:2]]"), (std::vector<double>{4, 5, 6, 1, 2, 3}));
+  EXPECT_EQ(values("x[:, idx]"), (std::vector<double>{2, 1, 3, 5, 4, 6}));
+  EXPECT_EQ(values("y[where(idx < 0, 2, idx)]"), (std::vector<double>{20, 10, 30}));
+  EXPECT_THROW(eval("y[idx + 2]"), EvalError);  // 3 is out of range for length 3
+}
+
+TEST(Expr, MatmulAndTranspose) {
+  EXPECT_EQ(values("x @ y"), (std::vector<double>{140, 320}));
+  EXPECT_EQ(values("matmul(x, transpose(x))"), (std::vector<double>{14, 32, 32, 77}));
+  EXPECT_EQ(shape("transpose(x) @ x"), (std::vector<int64_t>{3, 3}));
+}
+
+TEST(Expr, NanAndInfinityAreCloseOnlyToThemselves) {
+  // z = [nan, inf, 1], w = [nan, -inf, nan]
+  EXPECT_EQ(values("close(z, z)"), (std::vector<double>{1, 1, 1}));
+  EXPECT_EQ(values("close(z, w)"), (std::vector<double>{1, 0, 0}));
+  EXPECT_EQ(values("z == z"), (std::vector<double>{0, 1, 1}));  // IEEE: NaN != NaN
+  EXPECT_EQ(values("isfinite(z)"), (std::vector<double>{0, 0, 1}));
+  EXPECT_EQ(values("isnan(w)"), (std::vector<double>{1, 0, 1}));
+  EXPECT_EQ(values("isinf(w)"), (std::vector<double>{0, 1, 0}));
+}
+
+TEST(Expr, CloseUsesRtolAndAtol) {
+  EXPECT_EQ(values("close(y + 0.001, y)"), (std::vector<double>{0, 0, 0}));
+  EXPECT_EQ(values("close(y + 0.001, y, rtol=1e-4)"), (std::vector<double>{1, 1, 1}));
+  EXPECT_EQ(values("close(y + 0.001, y, rtol=0, atol=0.002)"), (std::vector<double>{1, 1, 1}));
+}
+
+TEST(Expr, CheckExplainsTheWorstElement) {
+  const auto ok = Expression::compile("close(x, t.o)", kInfos).check(tensors());
+  EXPECT_TRUE(ok.holds);
+  const auto o = Expression::compile("close(x + 0.5 * b, t.o, atol=0.1)", kInfos).check(tensors());
+  ASSERT_FALSE(o.holds);
+  EXPECT_NE(o.message.find("`close(x + 0.5 * b, t.o, atol=0.1)` fails at [0, 0] (2 of 6 elements)"),
+            std::string::npos)
+      << o.message;
+  EXPECT_NE(o.message.find("lhs `x + 0.5 * b` = 1.5, rhs `t.o` = 1"), std::string::npos) << o.message;
+  EXPECT_NE(o.message.find("allowed 0.10001"), std::string::npos) << o.message;
+  // The worst of several failures, through all(...) and `and`.
+  const auto c = Expression::compile("all(x > 0) and all(x <= y / 5)", kInfos).check(tensors());
+  ASSERT_FALSE(c.holds);
+  EXPECT_NE(c.message.find("`x <= y / 5` fails at [1, 0] (2 of 6 elements)"), std::string::npos) << c.message;
+  const auto f = Expression::compile("all(b, axis=0)", kInfos).check(tensors());
+  ASSERT_FALSE(f.holds);
+  EXPECT_NE(f.message.find("is false at [0] (3 of 3 elements)"), std::string::npos) << f.message;
+}
+
+// ---- one test per load-time error class
+TEST(ExprErrors, UnknownNameSuggestsTheClosest) {
+  EXPECT_EQ(error_of("close(t.oo, x)").find("6: unknown name 't.oo' (did you mean 't.o'?); valid: x, y, v"),
+            0u);
+}
+TEST(ExprErrors, UnknownFunction) {
+  EXPECT_NE(error_of("x + rowsun(x)").find("4: unknown function 'rowsun' (did you mean 'rowsum'?)"),
+            std::string::npos);
+}
+TEST(ExprErrors, WrongArity) {
+  EXPECT_EQ(error_of("where(b, x)"), "0: where() takes 3 arguments, got 2");
+  EXPECT_EQ(error_of("close(x)"), "0: close() takes 2 arguments, got 1");
+}
+TEST(ExprErrors, UnknownKeyword) {
+  EXPECT_EQ(error_of("sum(x, axes=1)"), "7: sum() takes no keyword 'axes'; keywords: axis, keepdims");
+}
+TEST(ExprErrors, AxisOutOfRange) {
+  EXPECT_EQ(error_of("sum(x, axis=2)"), "12: axis 2 is out of range for [N, M] of rank 2 (valid: -2..1)");
+  EXPECT_EQ(error_of("any(b, axis=-3)"), "12: axis -3 is out of range for [N, M] of rank 2 (valid: -2..1)");
+}
+TEST(ExprErrors, ShapeMismatchInSymbolicDims) {
+  EXPECT_EQ(error_of("x + v"), "0: shapes [N, M] and [N] do not broadcast (M vs N)");
+  EXPECT_EQ(error_of("x @ v"), "0: matmul: inner dims differ (M of [N, M] vs N of [N])");
+}
+TEST(ExprErrors, TypeErrors) {
+  EXPECT_EQ(error_of("x and b"), "0: 'and' needs a bool operand, got real (compare it: x > 0)");
+  EXPECT_EQ(error_of("where(x, 1, 2)").substr(0, 38), "6: where()'s condition needs a bool op");
+  EXPECT_EQ(error_of("y[1.5]"), "2: an index must be an integer, got real");
+}
+TEST(ExprErrors, SyntaxErrorsPointAtTheToken) {
+  EXPECT_EQ(error_of("close(x, t.o"), "12: expected ')' before the end");
+  EXPECT_EQ(error_of("x + * y"), "4: unexpected '*'");
+  EXPECT_EQ(error_of("x & b"), "2: unexpected '&': write and, or, not");
+  EXPECT_EQ(error_of("0 < x < 1"), "6: chained comparisons are ambiguous: write (a < b) and (b < c)");
+  EXPECT_EQ(error_of("x[0, 0, 0]"), "0: too many indices (3) for [N, M] of rank 2");
+  EXPECT_EQ(error_of("  "), "0: the expression is empty");
+  // Hostile nesting is refused, not a stack overflow.
+  std::string chain = "1";
+  for (int i = 0; i < 100000; ++i) chain += "+1";
+  EXPECT_NE(error_of(chain).find("nests too deeply"), std::string::npos);
+  EXPECT_NE(error_of(std::string(100000, '(') + "1").find("nests too deeply"), std::string::npos);
+  EXPECT_NE(error_of(std::string(100000, '-') + "1").find("nests too deeply"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kprop::expr
+
+// ---- the spec loader: expression invariants, positions, exit codes
+namespace kprop {
+namespace {
+
+std::string spec_error(const std::string& text) {
+  try {
+    parse_spec(text, "s.yaml");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+const std::string kHead = "spec: e\nfamily: attention.bwd\ninvariants:\n";
+
+TEST(ExprSpec, LoadsExpressionInvariantsNextToBuiltIns) {
+  const Spec s =
+      parse_spec(kHead +
+                     "  - D_identity\n"
+                     "  - name: d_identity\n"
+                     "    expect: close(rowsum(reference.p * reference.dp), rowsum(d_out * reference.o))\n"
+                     "  - name: masked\n"
+                     "    when: any(row_fully_masked)\n"
+                     "    expect: all(isfinite(target.o))\n",
+                 "s.yaml");
+  ASSERT_EQ(s.invariants.size(), 3u);
+  EXPECT_FALSE(s.invariants[0].expression);
+  ASSERT_TRUE(s.invariants[1].expression);
+  EXPECT_EQ(s.invariants[1].expression->names,
+            (std::vector<std::string>{"d_out", "reference.dp", "reference.o", "reference.p"}));
+  ASSERT_TRUE(s.invariants[2].expression->when);
+}
+
+TEST(ExprSpec, ErrorsPointIntoTheExpression) {
+  // line 5, column of 'reference.pp': "    expect: close(" is 18 characters.
+  EXPECT_EQ(spec_error(kHead + "  - D_identity\n  - name: a\n    expect: close(reference.pp, reference.p)\n")
+                .substr(0, 72),
+            "s.yaml:6:19: invariant 'a', expect: unknown name 'reference.pp' (did you");
+  // Quoted scalars count their quote.
+  EXPECT_EQ(spec_error(kHead + "  - name: a\n    expect: \"all(sum(reference.p, axis=4) > 0)\"\n"),
+            "s.yaml:5:40: invariant 'a', expect: axis 4 is out of range for [B, Hq, Nq, Nk] of rank 4 "
+            "(valid: -4..3)");
+  EXPECT_EQ(spec_error(kHead + "  - name: a\n    when: rowsum(d_out)\n    expect: all(d_out == d_out)\n"),
+            "s.yaml:5:11: invariant 'a', when: must be boolean (a comparison, close(), all(...)); "
+            "`rowsum(d_out)` is real");
+  EXPECT_EQ(spec_error(kHead + "  - name: D_identity\n    expect: all(d_out == d_out)\n"),
+            "s.yaml:4:11: 'D_identity' names a built-in invariant of attention.bwd; give the expression its "
+            "own name");
+  EXPECT_EQ(spec_error(kHead + "  - name: a\n    expect: all(d_out == d_out)\n    tol: 1\n").substr(0, 64),
+            "s.yaml:6:5: unknown key 'tol' in expression invariant a; valid: ");
+  EXPECT_EQ(spec_error("spec: e\nfamily: toy.sum\ninvariants:\n  - name: a\n    expect: all(x == x)\n"),
+            "s.yaml:5:13: family toy.sum publishes no named tensors: it takes no expression invariants");
+}
+
+// ---- prop_runner end to end
+struct CliRun {
+  int code;
+  std::string out;
+};
+CliRun run(const std::string& args) {
+  const std::string cmd = std::string(KPROP_RUNNER) + " " + args + " 2>&1";
+  std::array<char, 4096> buf{};
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  while (p && fgets(buf.data(), buf.size(), p)) out += buf.data();
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+const std::string kBwdExpr = std::string(KPROP_SOURCE_DIR) + "/specs/examples/flash_bwd_expr.yaml";
+
+TEST(ExprCli, ExpressionInvariantKillsAMutantAndItsCaseReplays) {
+  namespace fs = std::filesystem;
+  const fs::path corpus = fs::temp_directory_path() / ("kprop_expr_" + std::to_string(::getpid()));
+  fs::remove_all(corpus);
+  // d_without_do computes D = rowsum(O): only the D expressions see it.
+  const CliRun r = run("--spec " + kBwdExpr +
+                       " --target d_without_do --seed 20261122 --trials 200 --corpus " + corpus.string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("d_is_rowsum_p_dp"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fails at ["), std::string::npos) << r.out;
+  const fs::path dir = corpus / "flash_bwd_expr";
+  ASSERT_TRUE(fs::exists(dir)) << r.out;
+  // The stored case passes on the correct kernel and still fails the mutant.
+  const CliRun ok = run("--spec " + kBwdExpr + " --replay " + dir.string());
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  const CliRun bad = run("--spec " + kBwdExpr + " --target d_without_do --replay " + dir.string());
+  EXPECT_EQ(bad.code, 1) << bad.out;
+  fs::remove_all(corpus);
+}
+
+TEST(ExprCli, BadExpressionExitsTwoWithPosition) {
+  namespace fs = std::filesystem;
+  const fs::path spec =
+      fs::temp_directory_path() / ("kprop_expr_bad_" + std::to_string(::getpid()) + ".yaml");
+  {
+    FILE* f = std::fopen(spec.c_str(), "w");
+    std::fputs(
+        "spec: e\nfamily: attention.fwd\ninvariants:\n  - name: a\n    expect: all(isfinite(target.oo))\n",
+        f);
+    std::fclose(f);
+  }
+  const CliRun r = run("--spec " + spec.string() + " --no-corpus");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find(spec.string() + ":5:26: invariant 'a', expect: unknown name 'target.oo' (did you mean "
+                                       "'target.o'?)"),
+            std::string::npos)
+      << r.out;
+  fs::remove(spec);
+}
+
+}  // namespace
+}  // namespace kprop
