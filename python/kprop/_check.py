@@ -289,7 +289,15 @@ def _importable(fn) -> str:
 
 
 def _worker_command(fn, tensors: str) -> str:
-    env = "PYTHONPATH=" + shlex.quote(os.pathsep.join(p or os.getcwd() for p in sys.path))
+    # This process's sys.path, with the folder of this very kprop first (a
+    # source tree's python/ on sys.path, as the examples add it, must not win).
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = []
+    for p in [here] + sys.path:
+        p = os.path.abspath(p or os.getcwd())
+        if p not in paths:
+            paths.append(p)
+    env = "PYTHONPATH=" + shlex.quote(os.pathsep.join(paths))
     args = [sys.executable, "-m", "kprop.worker", _importable(fn)]
     if tensors != "numpy":
         args += ["--tensors", tensors]

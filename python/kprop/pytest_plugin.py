@@ -77,8 +77,7 @@ def pytest_pycollect_makeitem(collector, name, obj):
                                            options=options, invariants=[invariant], stored=None))
     for item in items:
         item.add_marker("kprop")
-        for mark in getattr(obj, "pytestmark", []):
-            item.add_marker(mark)
+        item.own_markers.extend(getattr(obj, "pytestmark", []))  # -m, skip and xfail marks
     return items
 
 

@@ -107,7 +107,8 @@ nb::object view(const Tensor& t, bool writable) {
 // Ctrl-C does: kprop's interrupt flag is raised through its own handler,
 // which is installed just for that moment.
 void raise_kprop_interrupt() {
-  struct sigaction old_int {}, old_term {};
+  struct sigaction old_int {
+  }, old_term{};
   sigaction(SIGINT, nullptr, &old_int);
   sigaction(SIGTERM, nullptr, &old_term);
   kprop::install_interrupt_handler();
@@ -120,10 +121,15 @@ class PythonTransport final : public kprop::external::Transport {
  public:
   explicit PythonTransport(nb::object call) : call_(std::move(call)) {}
   bool interrupted = false;
+  // The family keeps its attached implementations (and this transport) until
+  // exit, after Python is gone: the reference to fn is dropped when the run
+  // ends, with the GIL held.
+  void detach() { call_ = nb::object(); }
 
  protected:
   Message round_trip(const Message& request) override {
     if (interrupted) throw TargetFailure("interrupted", "interrupted (KeyboardInterrupt)");
+    if (!call_.is_valid()) throw TargetFailure("error", "this Python target's run has ended");
     Message reply = kprop::external::allocate_reply(request);
     nb::dict inputs;
     for (const auto& t : request.tensors) inputs[t.name.c_str()] = view(t, false);
@@ -328,6 +334,12 @@ Prepared prepare(const std::string& spec_arg, bool spec_is_text, nb::object call
 template <typename F>
 auto guarded(Prepared& p, F&& body) {
   kprop::clear_interrupt();
+  struct Detach {
+    PythonTransport* t;
+    ~Detach() {
+      if (t) t->detach();
+    }
+  } detach{p.transport.get()};
   auto result = [&] {
     SignalScope signals;
     try {
