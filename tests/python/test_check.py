@@ -203,3 +203,20 @@ def test_only_selected_invariants_run(example, corpus):
     result = kprop.check("softmax_topk", mod.softmax_topk, seed=SEED, trials=10, invariants=["sorted"],
                          corpus=corpus)
     assert [i.name for i in result.invariants] == ["sorted"]
+
+
+def test_keyboard_interrupt_in_fn_stops_the_run(example, corpus):
+    mod = example("softmax_topk")
+    calls = []
+
+    def interrupted(logits, k, **attrs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return mod.softmax_topk(logits, k, **attrs)
+
+    with pytest.raises(KeyboardInterrupt):
+        kprop.check("softmax_topk", interrupted, seed=SEED, trials=200, corpus=corpus)
+    assert len(calls) == 3  # no further call once interrupted
+    # The interpreter's own SIGINT handling is back: a later run is unaffected.
+    assert kprop.check("softmax_topk", mod.softmax_topk, seed=SEED, trials=5, corpus=corpus).passed
