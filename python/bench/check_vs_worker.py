@@ -1,6 +1,6 @@
 """Cases per second of one NumPy target, in process vs the exec: worker.
 
-    [KPROP_BENCH_SPEC=flash_fwd] PYTHONPATH=build/python .venv/bin/python python/bench_check.py [--trials 300]
+    [KPROP_BENCH_SPEC=flash_fwd] PYTHONPATH=build/python .venv/bin/python python/bench/check_vs_worker.py [--trials 300]
 
 Runs examples/python/<example>.py's function on the spec with a fixed seed
 and trial count, first in process (kprop.check), then with isolate=True
@@ -20,7 +20,7 @@ EXAMPLES = {"flash_fwd": ("attention_fwd", "attention_fwd"), "layernorm": ("laye
 SPEC = os.environ.get("KPROP_BENCH_SPEC", "flash_fwd")
 _file, _name = EXAMPLES[SPEC]
 _spec = importlib.util.spec_from_file_location("bench_example",
-                                               os.path.join(HERE, "..", "examples", "python", _file + ".py"))
+                                               os.path.join(HERE, "..", "..", "examples", "python", _file + ".py"))
 _example = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_example)
 
