@@ -14,7 +14,12 @@ PACKAGES=(
   librapidcheck-dev libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev
   python3-numpy  # the exec: worker examples (python/kprop_worker.py)
+  python3-dev python3-venv  # the Python package (pyproject.toml, docs/PYTHON.md)
 )
+# From PyPI, into .venv/ (git-ignored; Debian's python3 with its numpy):
+# nanobind and scikit-build-core build the extension kprop._kprop, pytest
+# runs tests/python (the ctest python.pytest).
+PYPI_PACKAGES=(nanobind==3.1.0 scikit-build-core==1.1.2 pytest==9.2.0)
 JOBS="${KPROP_JOBS:-$(nproc)}"
 
 deps() {
@@ -28,6 +33,19 @@ deps() {
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+  venv
+}
+
+# .venv/: /usr/bin/python3 with Debian's site packages (numpy) plus PYPI_PACKAGES.
+venv() {
+  if [ ! -x .venv/bin/python ]; then
+    echo "kprop: creating .venv (python3 -m venv --system-site-packages)"
+    /usr/bin/python3 -m venv --system-site-packages .venv
+  fi
+  if ! .venv/bin/python -c "import nanobind, scikit_build_core, pytest" 2>/dev/null; then
+    echo "kprop: installing ${PYPI_PACKAGES[*]} into .venv"
+    .venv/bin/python -m pip install -q --disable-pip-version-check "${PYPI_PACKAGES[@]}"
   fi
 }
 
@@ -58,6 +76,12 @@ case "${1:-}" in
     before=""
     if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then before="$(git status --porcelain)"; fi
     build
+    # The Python package's suite (tests/python) runs in there as the ctest
+    # python.pytest, against build/python: it must exist, never be silently dropped.
+    if ! ctest --test-dir build -N -R '^python\.pytest$' | grep -q "Total Tests: 1"; then
+      echo "kprop: the Python module was not built (no ctest python.pytest; is nanobind in .venv?)" >&2
+      exit 1
+    fi
     ctest --test-dir build --output-on-failure -j "$JOBS"
     build_san
     # Leak checking stays on; halt_on_error makes a sanitizer report fail the test.

@@ -1,0 +1,45 @@
+"""kprop from Python: property-based testing of ML kernels against kprop's specs.
+
+    import kprop
+
+    def attention_fwd(q, k, v, scale, mask, key_lengths=None, allowed=None, **_):
+        ...  # NumPy in, NumPy out
+        return {"o": o, "lse": lse}
+
+    kprop.check("flash_fwd", attention_fwd)  # raises kprop.Counterexample on a failure
+
+and in pytest (the plugin is registered by the package):
+
+    @kprop.spec("flash_fwd")
+    def test_attention(q, k, v, scale, mask, key_lengths=None, allowed=None, **_):
+        return attention_fwd(q, k, v, scale, mask, key_lengths, allowed)
+
+See docs/PYTHON.md.
+"""
+
+from ._check import (SPECS_DIR, CheckResult, Counterexample, Finding, HealthCheckFailure, InvariantResult,
+                     Skipped, Unsupported, check, format_finding, replay, shipped_specs, spec_info)
+
+# Mask kinds of attention (KPROP_MASK_* in include/kprop/abi/attention.h).
+MASK_NONE, MASK_CAUSAL, MASK_KEY_PADDING, MASK_BOOLEAN = 0, 1, 2, 3
+
+__version__ = "0.1.0"
+
+
+def spec(name, **options):
+    """Marks a test function as a kprop target for the pytest plugin: one
+    pytest item per invariant of the spec (and one per stored counterexample,
+    replayed first). The function is the target: it receives the op's tensors
+    and attributes and returns its outputs, as for kprop.check. `options` are
+    kprop.check's (seed, trials, time, invariants, isolate, tensors, ...)."""
+
+    def mark(fn):
+        fn._kprop_spec = (name, dict(options))
+        return fn
+
+    return mark
+
+
+__all__ = ["check", "replay", "spec", "spec_info", "shipped_specs", "Unsupported", "Counterexample",
+           "HealthCheckFailure", "Skipped", "CheckResult", "InvariantResult", "Finding", "format_finding",
+           "SPECS_DIR", "MASK_NONE", "MASK_CAUSAL", "MASK_KEY_PADDING", "MASK_BOOLEAN"]

@@ -1,0 +1,492 @@
+"""kprop.check: a spec run in process with a Python function as the target."""
+
+import glob
+import json
+import os
+import shlex
+import sys
+import tempfile
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _kprop
+
+__all__ = ["check", "replay", "Unsupported", "Counterexample", "HealthCheckFailure", "Skipped",
+           "CheckResult", "InvariantResult", "Finding", "spec_info", "shipped_specs", "SPECS_DIR"]
+
+SPECS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "specs")
+
+
+class Unsupported(Exception):
+    """Raised by the target for a case it cannot run (a dtype it lacks): the
+    case is declined, counted apart and never checked; a run whose every case
+    is declined is skipped, never passed."""
+
+
+def _is_unsupported(e: BaseException) -> bool:
+    # kprop_worker.Unsupported (python/kprop_worker.py, the examples) counts too.
+    return isinstance(e, Unsupported) or (type(e).__name__ == "Unsupported"
+                                          and type(e).__module__ in ("kprop_worker", "kprop"))
+
+
+class Counterexample(AssertionError):
+    """An invariant failed (or the target raised, crashed or hung) on a case;
+    the message holds the invariant, the measured values, the shrunk case as
+    YAML and how to replay it. `.finding` and `.result` carry the details."""
+
+    def __init__(self, message: str, finding: "Finding", result: Optional["CheckResult"] = None):
+        super().__init__(message)
+        self.finding = finding
+        self.result = result
+
+
+class HealthCheckFailure(Exception):
+    """The run checked too little to be trusted (every case discarded, the
+    time budget hit early, ...): not a pass. `.result` has the statistics."""
+
+    def __init__(self, message: str, result: "CheckResult"):
+        super().__init__(message)
+        self.result = result
+
+
+def _skip_base():
+    # Under pytest a skipped run is reported as skipped, with or without the plugin.
+    if "pytest" in sys.modules:
+        import pytest
+        return pytest.skip.Exception
+    return Exception
+
+
+class Skipped(_skip_base()):
+    """The target declined every case (or cannot run here): skipped, not passed."""
+
+    def __init__(self, message: str, result: Optional["CheckResult"] = None):
+        super().__init__(message)
+        self.result = result
+
+
+@dataclass
+class Finding:
+    invariant: str  # "" for a target failure
+    kind: str  # invariant, crash, hang, error, replay
+    message: str
+    measured: List[Tuple[str, float]]
+    case_yaml: str
+    path: str  # the case file ("" if none could be written)
+    replay: str  # how to replay it
+    size: int = 0
+    original_size: int = 0
+    shrink_steps: int = 0
+    summary: str = ""
+    traceback: str = ""  # the target's Python traceback, for errors raised by fn
+
+
+@dataclass
+class InvariantResult:
+    name: str
+    status: str  # passed, failed, gave_up, not_run, not_applicable
+    passed: int  # cases checked that held
+    discarded: int
+    declined: int
+    not_applicable: int
+    discard_reasons: Dict[str, int]
+    counterexample: Optional[Finding]
+
+
+@dataclass
+class CheckResult:
+    """What a run did: never counts a declined or discarded case as passed."""
+    spec: str
+    family: str
+    target: str
+    status: str  # passed, failed, gave_up, crashed, skipped, interrupted
+    seed: int
+    trials: int  # cases drawn
+    trials_wanted: int
+    checked: int  # cases on which at least one invariant gave a verdict
+    declined: int
+    decline_reasons: Dict[str, int]
+    seconds: float
+    max_size: int
+    size_reached: int
+    largest_case: int
+    time_budget_hit: bool
+    invariants: List[InvariantResult]
+    health: List[Tuple[str, str]]
+    detail: str
+    replayed: int = 0  # stored cases replayed first
+    findings: List[Finding] = field(default_factory=list)
+    report: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    @property
+    def discarded(self) -> int:
+        return sum(i.discarded for i in self.invariants)
+
+    @property
+    def cases_per_second(self) -> float:
+        return self.trials / self.seconds if self.seconds > 0 else float("inf")
+
+    def summary(self) -> str:
+        parts = ["%s: %s on %s, seed %d: %d cases drawn, %d checked, %d declined, %d discarded, "
+                 "size reached %d of %d, %.2f s" % (self.spec, self.status, self.target, self.seed, self.trials,
+                                                   self.checked, self.declined, self.discarded,
+                                                   self.size_reached, self.max_size, self.seconds)]
+        for i in self.invariants:
+            parts.append("  %-28s %-14s %d passed, %d discarded, %d declined" % (i.name, i.status, i.passed,
+                                                                               i.discarded, i.declined))
+        if self.decline_reasons:
+            parts.append("  declined: " + "; ".join("%s (%d)" % kv for kv in self.decline_reasons.items()))
+        return "\n".join(parts)
+
+
+# ----------------------------------------------------------------------- specs
+def shipped_specs() -> List[str]:
+    return sorted(os.path.splitext(os.path.basename(p))[0] for p in glob.glob(os.path.join(SPECS_DIR, "*.yaml")))
+
+
+def _resolve_spec(spec) -> Tuple[str, bool]:
+    """(path or text, is_text) for a path, a shipped spec name or a dict."""
+    if isinstance(spec, Mapping):
+        return json.dumps(spec), True  # JSON is YAML
+    spec = os.fspath(spec)
+    if os.path.exists(spec):
+        return spec, False
+    shipped = os.path.join(SPECS_DIR, spec + ".yaml")
+    if os.sep not in spec and not spec.endswith((".yaml", ".yml")) and os.path.exists(shipped):
+        return shipped, False
+    raise ValueError("kprop: no spec file %r and no shipped spec of that name (shipped: %s)"
+                     % (spec, ", ".join(shipped_specs())))
+
+
+def spec_info(spec) -> Dict[str, Any]:
+    """The spec's name, family, ops, invariants and run settings."""
+    text, is_text = _resolve_spec(spec)
+    return _kprop.spec_info(text, is_text)
+
+
+# ------------------------------------------------------------------ the target
+def _to_numpy(value):
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, on any device
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def _write_outputs(op: str, outputs, result) -> None:
+    """Fills kprop's output buffers from fn's result (dict by name, or a tuple
+    in declared order), converted to the declared dtype, shape-checked."""
+    names = [name for name, _, _ in outputs]
+    if isinstance(result, (tuple, list)):
+        if len(result) != len(outputs):
+            raise ValueError("%s returned %d outputs, expected %d (%s)" % (op, len(result), len(outputs),
+                                                                         ", ".join(names)))
+        result = dict(zip(names, result))
+    elif not isinstance(result, Mapping):
+        if len(outputs) == 1 and result is not None:
+            result = {names[0]: result}
+        else:
+            raise TypeError("%s must return a dict of outputs or a tuple (%s), not %s"
+                            % (op, ", ".join(names), type(result).__name__))
+    extra = set(result) - set(names)
+    if extra:
+        raise KeyError("%s returned outputs nobody asked for: %s" % (op, ", ".join(sorted(extra))))
+    for name, dtype, out in outputs:
+        if name not in result:
+            raise KeyError("%s returned no output '%s'" % (op, name))
+        a = _to_numpy(result[name])
+        if a.shape != out.shape:
+            raise ValueError("%s: output '%s' has shape %s, expected %s"
+                             % (op, name, list(a.shape), list(out.shape)))
+        out[...] = a.astype(out.dtype, copy=False)
+
+
+class _Target:
+    """The trampoline kprop's in-process transport calls for each request."""
+
+    def __init__(self, fn, ops: Sequence[str], tensors: str = "numpy", device: Optional[str] = None):
+        if tensors not in ("numpy", "torch"):
+            raise ValueError("kprop: tensors must be 'numpy' or 'torch', not %r" % (tensors,))
+        if isinstance(fn, Mapping):
+            missing = [op for op in ops if op not in fn]
+            if missing:
+                raise ValueError("kprop: no function for op(s) %s (the dict serves %s)"
+                                 % (", ".join(missing), ", ".join(sorted(fn))))
+        elif not callable(fn):
+            raise TypeError("kprop: the target must be a function or a dict {op: function}, not %s"
+                            % type(fn).__name__)
+        self.fn = fn
+        self.multi_op = len(ops) > 1
+        self.tensors = tensors
+        self.device = device
+        self.tracebacks: Dict[str, str] = {}
+        self.declines: Dict[str, int] = {}
+        if tensors == "torch":
+            import torch  # noqa: F401  (an ImportError here is the user's to see)
+            if self.device is None:
+                self.device = "cuda" if torch.cuda.is_available() else "cpu"
+
+    def _inputs(self, inputs):
+        if self.tensors == "numpy":
+            return inputs
+        import torch
+        import warnings
+        out = {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # from_numpy on a read-only view warns; the view is not written
+            for name, a in inputs.items():
+                t = torch.from_numpy(a)
+                out[name] = t.to(self.device) if self.device != "cpu" else t
+        return out
+
+    def __call__(self, op, attrs, inputs, outputs):
+        try:
+            if isinstance(self.fn, Mapping):
+                f = self.fn[op]
+                kwargs = dict(attrs)
+            else:
+                f = self.fn
+                kwargs = dict(attrs)
+                if self.multi_op:
+                    kwargs["op"] = op
+            kwargs.update(self._inputs(inputs))
+            _write_outputs(op, outputs, f(**kwargs))
+            return None
+        except Exception as e:  # KeyboardInterrupt and SystemExit go through: they stop the run
+            message = "%s: %s" % (type(e).__name__, e) if not _is_unsupported(e) else str(e)
+            if _is_unsupported(e):
+                return ("unsupported", message)
+            # Shrinking repeats the failure many times: one traceback per distinct error.
+            self.tracebacks.setdefault(message, traceback.format_exc())
+            return ("error", message)
+
+
+def _target_name(fn) -> str:
+    if isinstance(fn, Mapping):
+        return "python:" + "+".join(sorted(fn))
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+    return "python:" + name
+
+
+def _importable(fn) -> str:
+    """"module:qualname" (or "path.py:qualname" for __main__) for the worker."""
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None)
+    if isinstance(fn, Mapping) or not module or not qualname or "<" in qualname:
+        raise ValueError("kprop: isolate=True runs fn in a worker process, which imports it: fn must be "
+                         "a module-level function (not a lambda, closure or dict), got %r" % (fn,))
+    if module == "__main__":
+        main = getattr(sys.modules["__main__"], "__file__", None)
+        if not main:
+            raise ValueError("kprop: isolate=True cannot import %s from an interactive __main__" % qualname)
+        return "%s:%s" % (os.path.abspath(main), qualname)
+    return "%s:%s" % (module, qualname)
+
+
+def _worker_command(fn, tensors: str) -> str:
+    # This process's sys.path, with the folder of this very kprop first (a
+    # source tree's python/ on sys.path, as the examples add it, must not win).
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = []
+    for p in [here] + sys.path:
+        p = os.path.abspath(p or os.getcwd())
+        if p not in paths:
+            paths.append(p)
+    env = "PYTHONPATH=" + shlex.quote(os.pathsep.join(paths))
+    args = [sys.executable, "-m", "kprop.worker", _importable(fn)]
+    if tensors != "numpy":
+        args += ["--tensors", tensors]
+    return env + " exec " + " ".join(shlex.quote(a) for a in args)
+
+
+# --------------------------------------------------------------------- results
+def _finding(d, target: Optional[_Target], spec_ref: str, fn_name: str, command: Optional[str]) -> Finding:
+    tb = ""
+    if target is not None and d["kind"] == "error":
+        # The message is "op: TypeName: text"; the traceback was kept by that text.
+        for key, text in target.tracebacks.items():
+            if d["message"].endswith(key):
+                tb = text
+                break
+    if command:
+        replay = d["replay_command"]
+    elif d["path"]:
+        replay = "kprop.replay(%r, %s, %r)" % (spec_ref, fn_name, d["path"])
+    else:
+        replay = ""
+    return Finding(invariant=d["invariant"], kind=d["kind"], message=d["message"], measured=list(d["measured"]),
+                   case_yaml=d["case_yaml"], path=d["path"], replay=replay, size=d["size"],
+                   original_size=d["original_size"], shrink_steps=d["shrink_steps"], summary=d["summary"],
+                   traceback=tb)
+
+
+def _result(r, findings, replayed=0) -> CheckResult:
+    invariants = []
+    by_name = {}
+    for f in findings:
+        by_name.setdefault(f.invariant, f)
+    for i in r["invariants"]:
+        invariants.append(InvariantResult(
+            name=i["name"], status=i["status"], passed=i["passed"], discarded=i["discarded"],
+            declined=i["declined"], not_applicable=i["not_applicable"], discard_reasons=dict(i["discard_reasons"]),
+            counterexample=by_name.get(i["name"]) if i["counterexample"] is not None else None))
+    return CheckResult(spec=r["spec"], family=r["family"], target=r["target"], status=r["status"], seed=r["seed"],
+                       trials=r["trials"], trials_wanted=r["trials_wanted"], checked=r["checked"],
+                       declined=r["declined"], decline_reasons=dict(r["decline_reasons"]), seconds=r["seconds"],
+                       max_size=r["max_size"], size_reached=r["size_reached"], largest_case=r["largest_case"],
+                       time_budget_hit=r["time_budget_hit"], invariants=invariants, health=list(r["health"]),
+                       detail=r["detail"], replayed=replayed, findings=findings, report=r)
+
+
+def format_finding(f: Finding, spec: str, target: str, seed: Optional[int] = None) -> str:
+    if f.kind == "invariant":
+        head = "kprop: %s: invariant %s failed on %s" % (spec, f.invariant, target)
+    elif f.kind == "replay":
+        head = "kprop: %s: a stored counterexample fails again on %s" % (spec, target)
+    else:
+        head = "kprop: %s: the target %s (%s)" % (spec, {"error": "raised an error", "crash": "crashed",
+                                                      "hang": "hung"}.get(f.kind, f.kind), target)
+    lines = [head + (", seed %d" % seed if seed is not None else ""), "  " + f.message.replace("\n", "\n  ")]
+    if f.measured:
+        lines.append("  measured: " + ", ".join("%s = %.6g" % (n, v) for n, v in f.measured))
+    if f.traceback:
+        lines.append("  raised by the target:\n    " + f.traceback.rstrip().replace("\n", "\n    "))
+    if f.kind != "replay":
+        lines.append("shrunk case (size %d, from %d in %d steps)%s:" % (f.size, f.original_size, f.shrink_steps,
+                                                                      ": " + f.summary if f.summary else ""))
+    else:
+        lines.append("case:")
+    lines.append("  " + f.case_yaml.rstrip().replace("\n", "\n  "))
+    if f.path:
+        lines.append("saved: " + f.path)
+    if f.replay:
+        lines.append("replay: " + f.replay)
+    return "\n".join(lines)
+
+
+def _scratch(corpus: Optional[str]) -> str:
+    if corpus is not None:
+        return os.path.join(corpus, "findings")
+    return os.path.join(tempfile.gettempdir(), "kprop-findings-%d" % os.getuid())
+
+
+# ---------------------------------------------------------------------- entry
+def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[int] = None,
+          trials: Optional[int] = None, time: Optional[float] = None,
+          invariants: Optional[Sequence[str]] = None, corpus: Optional[str] = ".kprop/",
+          isolate: bool = False, tensors: str = "numpy", device: Optional[str] = None,
+          replay_stored: bool = True, case_timeout: Optional[float] = None) -> CheckResult:
+    """Runs `spec` with `fn` as its target, in this process.
+
+    spec: a path, a shipped spec name ("flash_fwd") or a dict.
+    fn: called once per op request with the op's input tensors (read-only
+        NumPy views, valid during the call) and attributes as keyword
+        arguments; returns the outputs as a dict, a tuple in declared order or
+        (one output) the array. Families with several ops: a dict {op: function},
+        or one function that also gets op=NAME. Raise kprop.Unsupported to decline.
+    seed, trials, time: override the spec's run settings (seed 0: a fresh one).
+    invariants: only these (names as in the spec).
+    corpus: folder of stored counterexamples (CORPUS/<spec>/*.yaml): they are
+        replayed first (replay_stored), and a new one is stored there. None:
+        nothing stored (a failing case goes to a temp folder).
+    isolate: run fn in a worker process (python -m kprop.worker), so a crash or
+        a hang (run.case_timeout_s, or case_timeout) is reported with the case
+        saved instead of ending this process; fn must be importable.
+    tensors: "numpy" (default) or "torch" (torch.from_numpy, zero-copy, moved to
+        `device`, by default CUDA when available).
+
+    Returns a CheckResult; raises Counterexample (an AssertionError) on a
+    failure, Skipped when every case was declined, HealthCheckFailure when the
+    run checked too little to count.
+    """
+    text, is_text = _resolve_spec(spec)
+    info = _kprop.spec_info(text, is_text)
+    spec_ref = spec if isinstance(spec, str) else text if not is_text else "<dict spec>"
+    fn_name = getattr(fn, "__name__", "fn")
+    target = _Target(fn, info["ops"], tensors, device)
+    command = _worker_command(fn, tensors) if isolate else None
+    name = _target_name(fn)
+    invariants = list(invariants or [])
+    case_timeout = None if case_timeout is None else float(case_timeout)
+
+    replayed = 0
+    if replay_stored and corpus is not None:
+        stored_dir = os.path.join(corpus, info["name"])
+        if os.path.isdir(stored_dir) and glob.glob(os.path.join(stored_dir, "*.yaml")):
+            rows = _kprop.replay(text, is_text, target, name, command, stored_dir, invariants, case_timeout)
+            for row in rows:
+                replayed += 1
+                if row["error"]:
+                    raise ValueError("kprop: stored case %s cannot be read: %s" % (row["path"], row["error"]))
+                if not row["ok"]:
+                    f = _stored_finding(row, target, spec_ref, fn_name, command)
+                    raise Counterexample(format_finding(f, info["name"], name), f)
+
+    r = _kprop.run(text, is_text, target, name, command, seed, trials, None if time is None else float(time),
+                   invariants, None if corpus is None else os.fspath(corpus), _scratch(corpus), case_timeout)
+    findings = []
+    for i in r["invariants"]:
+        if i["counterexample"] is not None:
+            findings.append(_finding(i["counterexample"], target, spec_ref, fn_name, command))
+    if r["crash"] is not None:
+        findings.append(_finding(r["crash"], target, spec_ref, fn_name, command))
+    result = _result(r, findings, replayed)
+    status = result.status
+    if status == "interrupted":
+        raise KeyboardInterrupt("kprop: interrupted")
+    if findings:
+        message = "\n\n".join(format_finding(f, result.spec, result.target, result.seed) for f in findings)
+        if len(findings) > 1:
+            message = "%d failures\n\n%s" % (len(findings), message)
+        raise Counterexample(message + "\n\n" + result.summary(), findings[0], result)
+    if status == "skipped":
+        raise Skipped("kprop: %s on %s: %s" % (result.spec, result.target, result.detail), result)
+    if status == "gave_up":
+        raise HealthCheckFailure("kprop: %s on %s checked too little to pass:\n%s\n%s" % (
+            result.spec, result.target, "\n".join("  %s: %s" % h for h in result.health), result.summary()),
+            result)
+    return result
+
+
+def _stored_finding(row, target, spec_ref, fn_name, command) -> Finding:
+    with open(row["path"]) as f:
+        text = f.read()
+    tb = ""
+    for key, t in target.tracebacks.items():
+        if row["detail"].endswith(key):
+            tb = t
+    replay = ("prop_runner --spec %s --target %s --replay %s" % (spec_ref, shlex.quote("exec:" + command),
+                                                                  row["path"])
+              if command else "kprop.replay(%r, %s, %r)" % (spec_ref, fn_name, row["path"]))
+    return Finding(invariant=row["invariant"], kind="replay", message=row["detail"], measured=[], case_yaml=text,
+                   path=row["path"], replay=replay, traceback=tb)
+
+
+def replay(spec, fn, path: str, *, invariants: Optional[Sequence[str]] = None, isolate: bool = False,
+           tensors: str = "numpy", device: Optional[str] = None, case_timeout: Optional[float] = None) -> int:
+    """Replays a stored case file (or every case in a folder) on fn: raises
+    Counterexample for the first that fails; returns how many were checked
+    (a declined case is not counted)."""
+    text, is_text = _resolve_spec(spec)
+    info = _kprop.spec_info(text, is_text)
+    target = _Target(fn, info["ops"], tensors, device)
+    command = _worker_command(fn, tensors) if isolate else None
+    if not os.path.exists(path):
+        raise FileNotFoundError(path)
+    rows = _kprop.replay(text, is_text, target, _target_name(fn), command, os.fspath(path), list(invariants or []),
+                         case_timeout)
+    checked = 0
+    for row in rows:
+        if row["error"]:
+            raise ValueError("kprop: %s" % row["error"])
+        if not row["ok"]:
+            f = _stored_finding(row, target, spec if isinstance(spec, str) else "<spec>",
+                                getattr(fn, "__name__", "fn"), command)
+            raise Counterexample(format_finding(f, info["name"], _target_name(fn)), f)
+        checked += not row["declined"]
+    return checked

@@ -1,0 +1,116 @@
+"""pytest plugin of kprop (entry point pytest11): @kprop.spec tests.
+
+    @kprop.spec("flash_fwd", seed=1)
+    def test_attention(q, k, v, scale, mask, key_lengths=None, allowed=None, **_):
+        return my_attention(q, k, v, scale, mask, key_lengths, allowed)
+
+collects one item per invariant of the spec, `test_attention[matches_reference]`,
+..., so -k, -x and markers select them; every stored counterexample under
+the corpus folder (--kprop-corpus, default .kprop/ in the rootdir) for that
+spec comes first as its own item, `test_attention[stored:<file>]`, as
+Hypothesis replays its database. A failure renders the shrunk case; a run
+whose every case is declined is skipped; JUnit comes from --junitxml.
+"""
+
+import glob
+import inspect
+import os
+
+import pytest
+
+from . import _check
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("kprop", "kprop property tests (@kprop.spec)")
+    group.addoption("--kprop-seed", type=int, default=None,
+                    help="seed of every @kprop.spec run (overrides the decorator and the spec; 0: a fresh one)")
+    group.addoption("--kprop-trials", type=int, default=None, help="cases per invariant (overrides the spec)")
+    group.addoption("--kprop-time", type=float, default=None, help="time budget per item in seconds")
+    group.addoption("--kprop-corpus", default=None,
+                    help="folder of stored counterexamples, replayed first (default: .kprop/ in the rootdir)")
+    group.addoption("--kprop-no-corpus", action="store_true",
+                    help="neither replay nor store counterexamples")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "kprop: a kprop property item (added by @kprop.spec)")
+
+
+def _corpus(config):
+    if config.getoption("kprop_no_corpus"):
+        return None
+    given = config.getoption("kprop_corpus")
+    return given if given is not None else str(config.rootpath / ".kprop")
+
+
+def pytest_report_header(config):
+    seed = config.getoption("kprop_seed")
+    return "kprop: corpus %s%s" % (_corpus(config) or "(none)", "" if seed is None else ", seed %d" % seed)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector, name, obj):
+    marked = getattr(obj, "_kprop_spec", None)
+    if marked is None or not inspect.isfunction(obj) or not collector.funcnamefilter(name):
+        return None
+    spec, options = marked
+    options = dict(options)
+    try:
+        info = _check.spec_info(spec)
+    except Exception as e:
+        raise collector.CollectError("kprop: %s: %s" % (name, e))
+    invariants = options.pop("invariants", None) or info["invariants"]
+    unknown = [i for i in invariants if i not in info["invariants"]]
+    if unknown:
+        raise collector.CollectError("kprop: %s: spec %s has no invariant %s (it has: %s)"
+                                     % (name, info["name"], ", ".join(unknown), ", ".join(info["invariants"])))
+    items = []
+    corpus = _corpus(collector.config)
+    if corpus is not None:
+        for path in sorted(glob.glob(os.path.join(corpus, info["name"], "*.yaml"))):
+            items.append(KpropItem.from_parent(collector, name="%s[stored:%s]" % (name, os.path.basename(path)),
+                                               fn=obj, spec=spec, options=options, invariants=invariants,
+                                               stored=path))
+    for invariant in invariants:
+        items.append(KpropItem.from_parent(collector, name="%s[%s]" % (name, invariant), fn=obj, spec=spec,
+                                           options=options, invariants=[invariant], stored=None))
+    for item in items:
+        item.add_marker("kprop")
+        item.own_markers.extend(getattr(obj, "pytestmark", []))  # -m, skip and xfail marks
+    return items
+
+
+class KpropItem(pytest.Item):
+    def __init__(self, *, fn, spec, options, invariants, stored, **kwargs):
+        super().__init__(**kwargs)
+        self.fn = fn
+        self.spec = spec
+        self.options = options
+        self.invariants = invariants
+        self.stored = stored
+
+    def runtest(self):
+        config = self.config
+        options = dict(self.options)
+        if self.stored is not None:
+            options = {k: v for k, v in options.items() if k in ("isolate", "tensors", "device", "case_timeout")}
+            checked = _check.replay(self.spec, self.fn, self.stored, invariants=self.invariants, **options)
+            if checked == 0:
+                pytest.skip("kprop: the target declined the stored case %s" % self.stored)
+            return
+        for flag, key in (("kprop_seed", "seed"), ("kprop_trials", "trials"), ("kprop_time", "time")):
+            if config.getoption(flag) is not None:
+                options[key] = config.getoption(flag)
+        options.setdefault("corpus", _corpus(config))
+        options["replay_stored"] = False  # the stored cases are items of their own
+        _check.check(self.spec, self.fn, invariants=self.invariants, **options)
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, (_check.Counterexample, _check.HealthCheckFailure)):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self):
+        code = getattr(self.fn, "__code__", None)
+        return self.path, (code.co_firstlineno - 1 if code else None), self.name

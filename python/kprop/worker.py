@@ -1,0 +1,150 @@
+"""python -m kprop.worker MODULE:NAME [--tensors numpy|torch]
+
+Serves a Python function as an `exec:` target (docs/EXTERNAL.md's worker
+protocol): what kprop.check(..., isolate=True) starts, once per (re)start.
+MODULE is a module name or a path to a .py file (loaded as __kprop_main__,
+so a script guarded by `if __name__ == "__main__":` does not run again);
+NAME is the function's qualified name. Also usable directly:
+
+    prop_runner --spec specs/flash_fwd.yaml --target "exec:python3 -m kprop.worker mymod:attention_fwd"
+"""
+
+import argparse
+import importlib
+import importlib.util
+import json
+import os
+import struct
+import sys
+import traceback
+
+import numpy as np
+
+ABI_VERSION = 1
+
+_DTYPES = {
+    "f32": np.dtype("<f4"),
+    "f64": np.dtype("<f8"),
+    "f16": np.dtype("<f2"),
+    "bf16": np.dtype("<u2"),  # raw bits: NumPy has no bfloat16
+    "i8": np.dtype("i1"),
+    "u8": np.dtype("u1"),
+    "i32": np.dtype("<i4"),
+    "i64": np.dtype("<i8"),
+}
+
+
+def _read_exact(stream, n):
+    data = bytearray()
+    while len(data) < n:
+        chunk = stream.read(n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return bytes(data)
+
+
+def _read_frame(stream):
+    head = _read_exact(stream, 8)
+    if head is None:
+        return None, None
+    if head[:4] != b"KPRP":
+        raise RuntimeError("kprop.worker: bad frame magic %r" % head[:4])
+    (length,) = struct.unpack("<I", head[4:])
+    header = json.loads(_read_exact(stream, length))
+    tensors = {}
+    for t in header.get("tensors", []):
+        dtype = _DTYPES[t["dtype"]]
+        count = int(np.prod(t["shape"], dtype=np.int64))
+        raw = _read_exact(stream, count * dtype.itemsize)
+        tensors[t["name"]] = np.frombuffer(raw, dtype=dtype, count=count).reshape(t["shape"])
+    return header, tensors
+
+
+def _write_frame(stream, header, arrays=()):
+    text = json.dumps(header).encode()
+    stream.write(b"KPRP" + struct.pack("<I", len(text)) + text)
+    for a in arrays:
+        stream.write(a.tobytes(order="C"))
+    stream.flush()
+
+
+def load(spec):
+    """The object named by "module:qualname" or "path.py:qualname"."""
+    module_name, _, qualname = spec.rpartition(":")
+    if not module_name or not qualname:
+        raise ValueError("kprop.worker: expected MODULE:NAME, got %r" % spec)
+    if module_name.endswith(".py") or os.sep in module_name:
+        loader_spec = importlib.util.spec_from_file_location("__kprop_main__", module_name)
+        module = importlib.util.module_from_spec(loader_spec)
+        sys.modules["__kprop_main__"] = module
+        loader_spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(module_name)
+    obj = module
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def serve(fn, tensors="numpy", stdin=None, stdout=None):
+    """Serves fn (a function or a dict {op: function}) until kprop closes the pipe."""
+    from ._check import _Target  # the same trampoline as in process
+
+    if stdin is None:
+        stdin = sys.stdin.buffer
+    if stdout is None:
+        # The protocol owns the real stdout; print() goes to stderr.
+        stdout = os.fdopen(os.dup(1), "wb")
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+    target = None
+    reported = set()
+    while True:
+        header, inputs = _read_frame(stdin)
+        if header is None:
+            return
+        op = header.get("op")
+        if op == "hello":
+            ops = list(header.get("ops", []))
+            try:
+                target = _Target(fn, ops, tensors)
+                _write_frame(stdout, {"ok": True, "abi_version": ABI_VERSION, "ops": ops})
+            except Exception as e:
+                _write_frame(stdout, {"ok": False, "error": "%s: %s" % (type(e).__name__, e)})
+            continue
+        outputs = []
+        for d in header.get("outputs", []):
+            a = np.empty(d["shape"], _DTYPES[d["dtype"]])
+            a.reshape(-1).view(np.uint8).fill(0xFF)  # poison, as kprop's own buffers
+            outputs.append((d["name"], d["dtype"], a))
+        for name in inputs:
+            inputs[name].flags.writeable = False
+        status = target(op, dict(header.get("attrs", {})), inputs, outputs)
+        if status is None:
+            described = [{"name": n, "dtype": dt, "shape": list(a.shape)} for n, dt, a in outputs]
+            _write_frame(stdout, {"ok": True, "tensors": described}, [a for _, _, a in outputs])
+        elif status[0] == "unsupported":
+            _write_frame(stdout, {"ok": False, "unsupported": True, "error": status[1]})
+        else:
+            if status[1] not in reported:
+                reported.add(status[1])
+                sys.stderr.write(target.tracebacks.get(status[1], status[1] + "\n"))
+            _write_frame(stdout, {"ok": False, "error": status[1]})
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m kprop.worker", description=__doc__.split("\n\n")[0])
+    parser.add_argument("target", help="MODULE:NAME or PATH.py:NAME")
+    parser.add_argument("--tensors", choices=["numpy", "torch"], default="numpy")
+    args = parser.parse_args(argv)
+    try:
+        fn = load(args.target)
+    except Exception:
+        traceback.print_exc()
+        sys.exit("kprop.worker: cannot load %s" % args.target)
+    serve(fn, args.tensors)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,428 @@
+// kprop._kprop: kprop's runner inside a Python process (docs/PYTHON.md).
+//
+// A Python callable becomes an external target through an in-process
+// Transport: each request of the family's `drive` reaches the Python
+// trampoline (kprop/_check.py) as NumPy arrays that are views of kprop's own
+// buffers (inputs read-only; outputs poisoned with 0xFF, as for plugins and
+// workers), so every invariant of the spec runs unchanged. The GIL is held
+// for the whole run: the runner calls Python on this thread only.
+#include <fmt/format.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <csignal>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kprop/errors.h"
+#include "kprop/external.h"
+#include "kprop/family.h"
+#include "kprop/runner.h"
+#include "kprop/spec.h"
+
+namespace nb = nanobind;
+
+namespace {
+
+using kprop::external::Message;
+using kprop::external::TargetFailure;
+using kprop::external::Tensor;
+
+nb::object to_py(const nlohmann::json& j) {
+  switch (j.type()) {
+    case nlohmann::json::value_t::null:
+      return nb::none();
+    case nlohmann::json::value_t::boolean:
+      return nb::bool_(j.get<bool>());
+    case nlohmann::json::value_t::number_integer:
+      return nb::int_(j.get<int64_t>());
+    case nlohmann::json::value_t::number_unsigned:
+      return nb::int_(j.get<uint64_t>());
+    case nlohmann::json::value_t::number_float:
+      return nb::float_(j.get<double>());
+    case nlohmann::json::value_t::string:
+      return nb::str(j.get<std::string>().c_str());
+    case nlohmann::json::value_t::array: {
+      nb::list l;
+      for (const auto& x : j) l.append(to_py(x));
+      return l;
+    }
+    case nlohmann::json::value_t::object: {
+      nb::dict d;
+      for (auto it = j.begin(); it != j.end(); ++it) d[it.key().c_str()] = to_py(it.value());
+      return d;
+    }
+    default:
+      throw std::runtime_error("kprop: an attribute of a type Python cannot take");
+  }
+}
+
+nb::dlpack::dtype dl_dtype(int32_t dtype) {
+  using nb::dlpack::dtype_code;
+  auto d = [](dtype_code code, int bits) {
+    return nb::dlpack::dtype{static_cast<uint8_t>(code), static_cast<uint8_t>(bits), 1};
+  };
+  switch (dtype) {
+    case KPROP_F32:
+      return d(dtype_code::Float, 32);
+    case KPROP_F64:
+      return d(dtype_code::Float, 64);
+    case KPROP_F16:
+      return d(dtype_code::Float, 16);
+    case KPROP_BF16:
+      return d(dtype_code::UInt, 16);  // raw bits, as the worker gives them: NumPy has no bfloat16
+    case KPROP_I8:
+      return d(dtype_code::Int, 8);
+    case KPROP_U8:
+      return d(dtype_code::UInt, 8);
+    case KPROP_I32:
+      return d(dtype_code::Int, 32);
+    case KPROP_I64:
+      return d(dtype_code::Int, 64);
+    default:
+      throw TargetFailure("error", fmt::format("kprop: dtype {} has no NumPy equivalent", dtype));
+  }
+}
+
+// A NumPy array viewing the tensor's bytes (no copy; valid during the call).
+nb::object view(const Tensor& t, bool writable) {
+  static uint8_t empty = 0;  // a zero-size tensor still needs a non-null pointer
+  void* data = t.bytes.empty() ? &empty : const_cast<uint8_t*>(t.bytes.data());
+  std::vector<size_t> shape(t.shape.begin(), t.shape.end());
+  if (writable)
+    return nb::ndarray<nb::numpy>(data, shape.size(), shape.data(), nb::handle(), nullptr, dl_dtype(t.dtype))
+        .cast(nb::rv_policy::reference);
+  return nb::ndarray<nb::numpy, nb::ro>(data, shape.size(), shape.data(), nb::handle(), nullptr,
+                                        dl_dtype(t.dtype))
+      .cast(nb::rv_policy::reference);
+}
+
+// Ctrl-C inside fn (KeyboardInterrupt) stops the run as prop_runner's
+// Ctrl-C does: kprop's interrupt flag is raised through its own handler,
+// which is installed just for that moment.
+void raise_kprop_interrupt() {
+  struct sigaction old_int {
+  }, old_term{};
+  sigaction(SIGINT, nullptr, &old_int);
+  sigaction(SIGTERM, nullptr, &old_term);
+  kprop::install_interrupt_handler();
+  std::raise(SIGINT);
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+}
+
+class PythonTransport final : public kprop::external::Transport {
+ public:
+  explicit PythonTransport(nb::object call) : call_(std::move(call)) {}
+  bool interrupted = false;
+  // The family keeps its attached implementations (and this transport) until
+  // exit, after Python is gone: the reference to fn is dropped when the run
+  // ends, with the GIL held.
+  void detach() { call_ = nb::object(); }
+
+ protected:
+  Message round_trip(const Message& request) override {
+    if (interrupted) throw TargetFailure("interrupted", "interrupted (KeyboardInterrupt)");
+    if (!call_.is_valid()) throw TargetFailure("error", "this Python target's run has ended");
+    Message reply = kprop::external::allocate_reply(request);
+    nb::dict inputs;
+    for (const auto& t : request.tensors) inputs[t.name.c_str()] = view(t, false);
+    nb::list outputs;
+    for (const auto& t : reply.tensors)
+      outputs.append(nb::make_tuple(nb::str(t.name.c_str()), nb::str(kprop::external::dtype_name(t.dtype)),
+                                    view(t, true)));
+    nb::object status;
+    try {
+      status = call_(nb::str(request.op.c_str()), to_py(request.attrs), inputs, outputs);
+    } catch (nb::python_error& e) {
+      if (e.matches(PyExc_KeyboardInterrupt)) {
+        interrupted = true;
+        raise_kprop_interrupt();
+        throw TargetFailure("interrupted", "interrupted (KeyboardInterrupt)");
+      }
+      throw TargetFailure("error", fmt::format("{}: kprop's trampoline failed: {}", request.op, e.what()));
+    }
+    // The trampoline answers None (outputs written), or (kind, message).
+    if (!status.is_none()) {
+      const auto kind = nb::cast<std::string>(status[0]);
+      const auto message = nb::cast<std::string>(status[1]);
+      if (kind == "unsupported") throw kprop::Unsupported(fmt::format("{}: {}", request.op, message));
+      throw TargetFailure("error", fmt::format("{}: {}", request.op, message));
+    }
+    // The inputs are views of buffers that die with this call: a function
+    // that kept one (or a view of one) would read freed memory later.
+    for (auto [name, array] : inputs)
+      if (Py_REFCNT(array.ptr()) > 1)
+        throw TargetFailure("error", fmt::format("{}: the function kept input '{}' (or a view of it) after "
+                                                 "returning; inputs are views valid during the call only: "
+                                                 "keep a copy (np.array(x))",
+                                                 request.op, nb::cast<std::string>(name)));
+    return reply;
+  }
+
+ private:
+  nb::object call_;
+};
+
+kprop::Spec load(const std::string& spec, bool is_text) {
+  return is_text ? kprop::parse_spec(spec, "<dict>") : kprop::load_spec(spec);
+}
+
+// The handlers kprop's crash guard installs (SIGSEGV, ...) are kprop's only
+// while a run is under way; Python's (faulthandler) come back after it.
+class SignalScope {
+ public:
+  SignalScope() {
+    for (size_t k = 0; k < kSignals.size(); ++k) {
+      sigaction(kSignals[k], nullptr, &outer_[k]);
+      if (kprop_saved()) sigaction(kSignals[k], &kprop_handlers()[k], nullptr);
+    }
+  }
+  ~SignalScope() {
+    for (size_t k = 0; k < kSignals.size(); ++k) {
+      struct sigaction now {};
+      sigaction(kSignals[k], nullptr, &now);
+      if (now.sa_handler != outer_[k].sa_handler) {
+        kprop_handlers()[k] = now;
+        kprop_saved() = true;
+      }
+      sigaction(kSignals[k], &outer_[k], nullptr);
+    }
+  }
+
+ private:
+  static constexpr std::array<int, 5> kSignals = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+  static std::array<struct sigaction, 5>& kprop_handlers() {
+    static std::array<struct sigaction, 5> h{};
+    return h;
+  }
+  static bool& kprop_saved() {
+    static bool saved = false;
+    return saved;
+  }
+  std::array<struct sigaction, 5> outer_{};
+};
+
+nb::dict finding_dict(const kprop::Finding& f) {
+  nb::dict d;
+  d["invariant"] = f.invariant;
+  d["kind"] = f.kind;
+  d["message"] = f.message;
+  nb::list measured;
+  for (const auto& m : f.measured) measured.append(nb::make_tuple(m.name, m.value));
+  d["measured"] = measured;
+  d["case_yaml"] = f.case_yaml;
+  d["size"] = f.stats.size;
+  d["summary"] = f.stats.summary;
+  d["original_size"] = f.original_size;
+  d["shrink_steps"] = f.shrink_steps;
+  d["shrink_seconds"] = f.shrink_seconds;
+  d["shrink_interrupted"] = f.shrink_interrupted;
+  d["path"] = f.corpus_path;
+  d["in_corpus"] = f.in_corpus;
+  d["corpus_new"] = f.corpus_new;
+  d["store_note"] = f.store_note;
+  d["replay_command"] = f.replay_command;
+  return d;
+}
+
+nb::dict counts(const std::map<std::string, int64_t>& m) {
+  nb::dict d;
+  for (const auto& [k, v] : m) d[k.c_str()] = v;
+  return d;
+}
+
+nb::dict report_dict(const kprop::RunReport& r) {
+  nb::dict d;
+  d["spec"] = r.spec;
+  d["spec_path"] = r.spec_path;
+  d["family"] = r.family;
+  d["target"] = r.target;
+  d["reference"] = r.reference;
+  d["seed"] = r.seed;
+  d["trials"] = r.trials;
+  d["trials_wanted"] = r.trials_wanted;
+  d["checked"] = r.checked;
+  d["seconds"] = r.seconds;
+  d["time_budget_hit"] = r.time_budget_hit;
+  d["max_size"] = r.max_size;
+  d["size_reached"] = r.size_reached;
+  d["largest_case"] = r.largest_case;
+  d["status"] = kprop::run_status_name(r.status);
+  d["detail"] = r.detail;
+  d["declined"] = r.declined;
+  d["decline_reasons"] = counts(r.decline_reasons);
+  nb::list invariants;
+  for (const auto& i : r.invariants) {
+    nb::dict x;
+    x["name"] = i.name;
+    x["status"] = kprop::invariant_status_name(i.status);
+    x["passed"] = i.passed;
+    x["discarded"] = i.discarded;
+    x["declined"] = i.declined;
+    x["not_applicable"] = i.not_applicable;
+    x["trials_to_fail"] = i.trials_to_fail;
+    x["last_discard"] = i.last_discard;
+    x["discard_reasons"] = counts(i.discard_reasons);
+    x["counterexample"] = i.counterexample ? nb::object(finding_dict(*i.counterexample)) : nb::none();
+    invariants.append(x);
+  }
+  d["invariants"] = invariants;
+  d["crash"] = r.crash ? nb::object(finding_dict(*r.crash)) : nb::none();
+  nb::list health;
+  for (const auto& h : r.health) health.append(nb::make_tuple(h.check, h.message));
+  d["health"] = health;
+  return d;
+}
+
+// Attaches the target (a fresh implementation name per call) and fills the options.
+struct Prepared {
+  kprop::Spec spec;
+  kprop::RunOptions options;
+  std::shared_ptr<PythonTransport> transport;
+};
+
+Prepared prepare(const std::string& spec_arg, bool spec_is_text, nb::object call, const std::string& name,
+                 const std::optional<std::string>& exec_command, std::optional<uint64_t> seed,
+                 std::optional<int64_t> trials, std::optional<double> time_s,
+                 const std::vector<std::string>& invariants, const std::optional<std::string>& corpus,
+                 const std::string& scratch, std::optional<double> case_timeout_s) {
+  Prepared p{load(spec_arg, spec_is_text), {}, nullptr};
+  const kprop::Family& family = *p.spec.family;
+  if (family.external_ops().empty())
+    throw nb::value_error(
+        fmt::format("family {} has no external interface, so it cannot be tested from Python", family.name())
+            .c_str());
+  for (const auto& inv : invariants)
+    if (std::none_of(p.spec.invariants.begin(), p.spec.invariants.end(),
+                     [&](const kprop::InvariantUse& u) { return u.name == inv; }))
+      throw nb::value_error(fmt::format("spec {} has no invariant '{}'", p.spec.name, inv).c_str());
+  kprop::RunOptions& o = p.options;
+  if (exec_command) {
+    o.target = "exec:" + *exec_command;  // resolve_target opens the worker
+    o.case_timeout_s = case_timeout_s;
+  } else {
+    std::string target = name;
+    for (int n = 2; family.find_implementation(target) >= 0; ++n) target = fmt::format("{}-{}", name, n);
+    p.transport = std::make_shared<PythonTransport>(std::move(call));
+    family.attach_external(target, p.transport);
+    o.target = target;
+    // In process there is no isolation: kprop's watchdog would end the whole
+    // interpreter on a slow case, so it waits as long as fn takes (isolate=True
+    // enforces run.case_timeout_s).
+    o.case_timeout_s = case_timeout_s.value_or(1e7);
+  }
+  o.seed = seed;
+  o.trials = trials;
+  o.time_budget_s = time_s;
+  o.only_invariants = invariants;
+  o.write_corpus = corpus.has_value();
+  if (corpus) o.corpus_dir = *corpus;
+  o.scratch_dir = scratch;
+  o.found_by = "python";
+  return p;
+}
+
+// Runs `body` with Python's signal handlers kept, and a KeyboardInterrupt
+// inside fn turned back into one after the runner has stopped.
+template <typename F>
+auto guarded(Prepared& p, F&& body) {
+  kprop::clear_interrupt();
+  struct Detach {
+    PythonTransport* t;
+    ~Detach() {
+      if (t) t->detach();
+    }
+  } detach{p.transport.get()};
+  auto result = [&] {
+    SignalScope signals;
+    try {
+      return body();
+    } catch (const kprop::InputError& e) {
+      throw nb::value_error(e.what());
+    }
+  }();
+  const bool stop = p.transport && p.transport->interrupted;
+  kprop::clear_interrupt();
+  if (stop) {
+    PyErr_SetNone(PyExc_KeyboardInterrupt);
+    throw nb::python_error();
+  }
+  return result;
+}
+
+nb::dict run(const std::string& spec, bool spec_is_text, nb::object call, const std::string& name,
+             std::optional<std::string> exec_command, std::optional<uint64_t> seed,
+             std::optional<int64_t> trials, std::optional<double> time_s, std::vector<std::string> invariants,
+             std::optional<std::string> corpus, std::string scratch, std::optional<double> case_timeout_s) {
+  Prepared p = prepare(spec, spec_is_text, std::move(call), name, exec_command, seed, trials, time_s,
+                       invariants, corpus, scratch, case_timeout_s);
+  kprop::RunReport report = guarded(p, [&] { return kprop::run_spec(p.spec, p.options); });
+  return report_dict(report);
+}
+
+nb::list replay(const std::string& spec, bool spec_is_text, nb::object call, const std::string& name,
+                std::optional<std::string> exec_command, const std::string& path,
+                std::vector<std::string> invariants, std::optional<double> case_timeout_s) {
+  Prepared p = prepare(spec, spec_is_text, std::move(call), name, exec_command, std::nullopt, std::nullopt,
+                       std::nullopt, invariants, std::nullopt, ".kprop/findings", case_timeout_s);
+  const auto rows = guarded(p, [&] { return kprop::replay_corpus(p.spec, path, p.options); });
+  nb::list out;
+  for (const auto& r : rows) {
+    nb::dict d;
+    d["path"] = r.path;
+    d["error"] = r.error;
+    d["declined"] = r.declined;
+    d["invariant"] = r.invariant;
+    d["found_against"] = r.found_against;
+    d["ok"] = r.target_ok;
+    d["detail"] = r.target_detail;
+    out.append(d);
+  }
+  return out;
+}
+
+nb::dict spec_info(const std::string& spec_arg, bool spec_is_text) {
+  try {
+    const kprop::Spec spec = load(spec_arg, spec_is_text);
+    nb::dict d;
+    d["name"] = spec.name;
+    d["path"] = spec.path;
+    d["family"] = spec.family->name();
+    d["target"] = spec.target;
+    d["reference"] = spec.reference;
+    d["seed"] = spec.run.seed;
+    d["trials"] = spec.run.trials;
+    d["case_timeout_s"] = spec.run.case_timeout_s;
+    nb::list invariants;
+    for (const auto& u : spec.invariants) invariants.append(u.name);
+    d["invariants"] = invariants;
+    nb::list ops;
+    for (const auto& op : spec.family->external_ops()) ops.append(op.op);
+    d["ops"] = ops;
+    return d;
+  } catch (const kprop::InputError& e) {
+    throw nb::value_error(e.what());
+  }
+}
+
+}  // namespace
+
+NB_MODULE(_kprop, m) {
+  m.doc() = "kprop's runner in process (use the kprop package, not this module)";
+  m.def("run", &run, nb::arg("spec"), nb::arg("spec_is_text"), nb::arg("call"), nb::arg("name"),
+        nb::arg("exec_command").none(), nb::arg("seed").none(), nb::arg("trials").none(),
+        nb::arg("time").none(), nb::arg("invariants"), nb::arg("corpus").none(), nb::arg("scratch"),
+        nb::arg("case_timeout").none());
+  m.def("replay", &replay, nb::arg("spec"), nb::arg("spec_is_text"), nb::arg("call"), nb::arg("name"),
+        nb::arg("exec_command").none(), nb::arg("path"), nb::arg("invariants"),
+        nb::arg("case_timeout").none());
+  m.def("spec_info", &spec_info, nb::arg("spec"), nb::arg("spec_is_text"));
+  m.def("fresh_seed", &kprop::fresh_seed);
+}

@@ -1,0 +1,30 @@
+"""Shared fixtures of the Python package's tests (tests/python)."""
+import importlib.util
+import itertools
+import os
+
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+EXAMPLES = os.path.join(REPO, "examples", "python")
+_fresh = itertools.count()
+
+
+def load_example(name):
+    """A fresh copy of examples/python/NAME.py (its BUG globals untouched)."""
+    spec = importlib.util.spec_from_file_location("kprop_example_%s_%d" % (name, next(_fresh)),
+                                                  os.path.join(EXAMPLES, name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def example():
+    return load_example
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    """Counterexamples of one test go to its own temp folder, never the checkout."""
+    return str(tmp_path / "corpus")

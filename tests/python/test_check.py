@@ -1,0 +1,222 @@
+"""kprop.check in process: NumPy targets of examples/python, correct and with
+planted bugs (each must be caught and shrunk), declines, errors, replay."""
+import os
+
+import numpy as np
+import pytest
+
+import kprop
+
+SEED = 20261122
+
+
+def _assert_shrunk_counterexample(excinfo, corpus, invariant=None):
+    f = excinfo.value.finding
+    message = str(excinfo.value)
+    if invariant is not None:
+        assert f.invariant == invariant
+    assert f.case_yaml.strip(), message
+    assert "shrunk case" in message
+    assert f.size <= f.original_size
+    assert f.path and os.path.exists(f.path) and f.path.startswith(corpus), f.path
+    assert f.replay and f.path in f.replay
+    return f
+
+
+# ------------------------------------------------------------------ attention
+def test_attention_fwd_correct_passes(example, corpus):
+    mod = example("attention_fwd")
+    result = kprop.check("flash_fwd", mod.attention_fwd, seed=SEED, trials=60, corpus=corpus)
+    assert result.passed and result.status == "passed"
+    assert result.trials >= 60 and result.checked > 0 and result.declined == 0
+    assert any(i.status == "passed" and i.passed >= 60 for i in result.invariants)
+    assert not os.path.exists(corpus) or not os.listdir(corpus)
+
+
+def test_attention_fwd_top_left_causal_is_caught_and_shrunk(example, corpus):
+    mod = example("attention_fwd")
+    mod.TOP_LEFT_CAUSAL = True  # the planted bug of examples/python/attention_fwd.py --bug
+    with pytest.raises(kprop.Counterexample) as excinfo:
+        kprop.check("flash_fwd", mod.attention_fwd, seed=SEED, trials=200, corpus=corpus)
+    f = _assert_shrunk_counterexample(excinfo, corpus)
+    assert f.kind == "invariant"
+    assert "causal" in f.case_yaml
+    result = excinfo.value.result
+    assert result is not None and result.status == "failed"
+
+
+# ------------------------------------------------------------------ layernorm
+def test_layernorm_correct_passes(example, corpus):
+    mod = example("layernorm")
+    result = kprop.check("layernorm", mod.layernorm, seed=SEED, trials=60, corpus=corpus)
+    assert result.passed and result.checked > 0
+
+
+@pytest.mark.parametrize("bug", ["naive_variance", "eps_outside_sqrt", "missing_mean_term", "dgamma_no_xhat"])
+def test_layernorm_bugs_are_caught_and_shrunk(example, corpus, bug):
+    mod = example("layernorm")
+    mod.BUG = bug
+    with pytest.raises(kprop.Counterexample) as excinfo:
+        kprop.check("layernorm", mod.layernorm, seed=SEED, trials=200, corpus=corpus)
+    _assert_shrunk_counterexample(excinfo, corpus)
+
+
+# --------------------------------------------------------------- softmax_topk
+def test_softmax_topk_correct_passes(example, corpus):
+    mod = example("softmax_topk")
+    result = kprop.check("softmax_topk", mod.softmax_topk, seed=SEED, trials=80, corpus=corpus)
+    assert result.passed and result.checked > 0
+
+
+@pytest.mark.parametrize("bug", ["k_capped_32", "no_max_subtraction", "tie_high_index", "unsorted_output"])
+def test_softmax_topk_bugs_are_caught_and_shrunk(example, corpus, bug):
+    mod = example("softmax_topk")
+    mod.BUG = bug
+    with pytest.raises(kprop.Counterexample) as excinfo:
+        kprop.check("softmax_topk", mod.softmax_topk, seed=SEED, trials=400, corpus=corpus)
+    _assert_shrunk_counterexample(excinfo, corpus)
+
+
+# ---------------------------------------------------------- declines, errors
+def test_declined_cases_are_counted_not_passed(example, corpus):
+    mod = example("softmax_topk")
+
+    def f32_only(logits, k, **attrs):
+        if logits.dtype != np.float32:
+            raise kprop.Unsupported("only f32")
+        return mod.softmax_topk(logits, k, **attrs)
+
+    result = kprop.check("softmax_topk", f32_only, seed=SEED, trials=40, corpus=corpus)
+    assert result.declined > 0
+    assert sum(result.decline_reasons.values()) == result.declined
+    assert any("only f32" in reason for reason in result.decline_reasons)
+    # Every drawn case was either checked or declined; the declined ones passed nothing.
+    assert result.checked + result.declined <= result.trials
+    for inv in result.invariants:
+        assert inv.declined > 0
+
+
+def test_declining_everything_is_skipped_not_passed(corpus):
+    def nothing(**_):
+        raise kprop.Unsupported("no kernel here")
+
+    with pytest.raises(kprop.Skipped) as excinfo:
+        kprop.check("softmax_topk", nothing, seed=SEED, trials=10, corpus=corpus)
+    assert excinfo.value.result.status == "skipped"
+    assert excinfo.value.result.declined == excinfo.value.result.trials
+
+
+def test_an_exception_in_fn_is_a_shrunk_target_error(example, corpus):
+    mod = example("softmax_topk")
+
+    def breaks_on_wide_rows(logits, k, **attrs):
+        if logits.shape[-1] > 3:
+            raise ValueError("rows wider than 3")
+        return mod.softmax_topk(logits, k, **attrs)
+
+    with pytest.raises(kprop.Counterexample) as excinfo:
+        kprop.check("softmax_topk", breaks_on_wide_rows, seed=SEED, trials=100, corpus=corpus)
+    f = excinfo.value.finding
+    assert f.kind == "error"
+    assert "ValueError: rows wider than 3" in f.message
+    assert "breaks_on_wide_rows" in f.traceback  # the target's own traceback
+    assert f.path and os.path.exists(f.path)
+
+
+def test_outputs_are_checked(example, corpus):
+    def wrong_shape(logits, k, **_):
+        return {"probs": np.zeros((1,)), "indices": np.zeros((1,))}
+
+    with pytest.raises(kprop.Counterexample, match="has shape"):
+        kprop.check("softmax_topk", wrong_shape, seed=SEED, trials=5, corpus=corpus)
+
+
+def test_an_output_fn_forgets_reads_as_poison(example, corpus):
+    # Only `o` is returned: the reply is refused (missing output), never zero-filled.
+    mod = example("attention_fwd")
+
+    def only_o(**kw):
+        return {"o": mod.attention_fwd(**kw)["o"]}
+
+    with pytest.raises(kprop.Counterexample, match="no output 'lse'"):
+        kprop.check("flash_fwd", only_o, seed=SEED, trials=5, corpus=corpus)
+
+
+def test_keeping_an_input_view_is_refused(example, corpus):
+    mod = example("softmax_topk")
+    kept = []
+
+    def keeps(logits, k, **attrs):
+        kept.append(logits[:1])  # a view of kprop's buffer, used after the call
+        return mod.softmax_topk(logits, k, **attrs)
+
+    with pytest.raises(kprop.Counterexample, match="kept input 'logits'"):
+        kprop.check("softmax_topk", keeps, seed=SEED, trials=5, corpus=corpus)
+
+
+def test_inputs_are_read_only(corpus):
+    def writes(logits, k, **_):
+        logits[...] = 0
+        return None
+
+    with pytest.raises(kprop.Counterexample, match="read-only"):
+        kprop.check("softmax_topk", writes, seed=SEED, trials=5, corpus=corpus)
+
+
+# ------------------------------------------------------- stored cases, replay
+def test_stored_counterexample_replays_first_and_replay_api(example, corpus):
+    buggy = example("softmax_topk")
+    buggy.BUG = "unsorted_output"
+    with pytest.raises(kprop.Counterexample) as excinfo:
+        kprop.check("softmax_topk", buggy.softmax_topk, seed=SEED, trials=400, corpus=corpus)
+    path = excinfo.value.finding.path
+    stored = {f.path for f in excinfo.value.result.findings}  # one file per failing invariant (or shared)
+    assert path in stored and len(os.listdir(os.path.dirname(path))) == len(stored)
+
+    # The next run replays the stored cases before drawing any: a fresh seed cannot hide them.
+    with pytest.raises(kprop.Counterexample) as again:
+        kprop.check("softmax_topk", buggy.softmax_topk, seed=1, trials=1, corpus=corpus)
+    assert again.value.finding.kind == "replay" and again.value.finding.path in stored
+
+    good = example("softmax_topk")
+    result = kprop.check("softmax_topk", good.softmax_topk, seed=SEED, trials=20, corpus=corpus)
+    assert result.passed and result.replayed == len(stored)
+    assert kprop.replay("softmax_topk", good.softmax_topk, path) == 1
+    with pytest.raises(kprop.Counterexample):
+        kprop.replay("softmax_topk", buggy.softmax_topk, path)
+
+
+# ------------------------------------------------------------------ spec input
+def test_spec_by_path_and_unknown_names(example, corpus):
+    mod = example("softmax_topk")
+    path = os.path.join(kprop.SPECS_DIR, "softmax_topk.yaml")
+    assert kprop.check(path, mod.softmax_topk, seed=SEED, trials=10, corpus=corpus).passed
+    with pytest.raises(ValueError, match="no spec file"):
+        kprop.check("no_such_spec", mod.softmax_topk)
+    with pytest.raises(ValueError, match="no invariant"):
+        kprop.check("softmax_topk", mod.softmax_topk, invariants=["nope"], corpus=corpus)
+    assert "flash_fwd" in kprop.shipped_specs()
+
+
+def test_only_selected_invariants_run(example, corpus):
+    mod = example("softmax_topk")
+    result = kprop.check("softmax_topk", mod.softmax_topk, seed=SEED, trials=10, invariants=["sorted"],
+                         corpus=corpus)
+    assert [i.name for i in result.invariants] == ["sorted"]
+
+
+def test_keyboard_interrupt_in_fn_stops_the_run(example, corpus):
+    mod = example("softmax_topk")
+    calls = []
+
+    def interrupted(logits, k, **attrs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return mod.softmax_topk(logits, k, **attrs)
+
+    with pytest.raises(KeyboardInterrupt):
+        kprop.check("softmax_topk", interrupted, seed=SEED, trials=200, corpus=corpus)
+    assert len(calls) == 3  # no further call once interrupted
+    # The interpreter's own SIGINT handling is back: a later run is unaffected.
+    assert kprop.check("softmax_topk", mod.softmax_topk, seed=SEED, trials=5, corpus=corpus).passed

@@ -1,0 +1,41 @@
+"""kprop.check(isolate=True): fn in a worker process (python -m kprop.worker),
+so a crash is a reported, shrunk, saved failure instead of a dead pytest."""
+import ctypes
+import os
+
+import pytest
+
+import kprop
+from conftest import load_example
+
+_softmax = load_example("softmax_topk")
+SEED = 20261122
+
+
+def softmax_topk(logits, k, **attrs):
+    return _softmax.softmax_topk(logits, k, **attrs)
+
+
+def segfaults_on_wide_rows(logits, k, **attrs):
+    if logits.shape[-1] > 2:
+        ctypes.string_at(0)  # SIGSEGV in the worker
+    return _softmax.softmax_topk(logits, k, **attrs)
+
+
+def test_isolated_correct_target_passes(corpus):
+    result = kprop.check("softmax_topk", softmax_topk, seed=SEED, trials=20, corpus=corpus, isolate=True)
+    assert result.passed and result.target.startswith("exec:")
+
+
+def test_isolated_crash_is_reported_shrunk_and_saved(corpus):
+    with pytest.raises(kprop.Counterexample) as excinfo:
+        kprop.check("softmax_topk", segfaults_on_wide_rows, seed=SEED, trials=50, corpus=corpus, isolate=True)
+    f = excinfo.value.finding
+    assert f.kind == "crash", str(excinfo.value)
+    assert f.path and os.path.exists(f.path)
+    assert f.replay.startswith("prop_runner ") and "kprop.worker" in f.replay
+
+
+def test_isolate_needs_an_importable_function(corpus):
+    with pytest.raises(ValueError, match="module-level"):
+        kprop.check("softmax_topk", lambda **kw: None, corpus=corpus, isolate=True)

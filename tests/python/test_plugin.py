@@ -1,0 +1,110 @@
+"""The pytest plugin (@kprop.spec), through pytester."""
+import os
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from conftest import EXAMPLES
+
+HEADER = """
+import importlib.util
+import kprop
+
+def load(tag, bug=None):
+    spec = importlib.util.spec_from_file_location("ex_" + tag, {path!r})
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.BUG = bug
+    return module
+
+good = load("good")
+bad = load("bad", "unsorted_output")
+""".format(path=os.path.join(EXAMPLES, "softmax_topk.py"))
+
+TESTS = HEADER + """
+@kprop.spec("softmax_topk", seed=20261122, trials=30)
+def test_good(logits, k, **attrs):
+    return good.softmax_topk(logits, k, **attrs)
+
+@kprop.spec("softmax_topk", seed=20261122, trials=300, invariants=["sorted"])
+def test_bad(logits, k, **attrs):
+    return bad.softmax_topk(logits, k, **attrs)
+
+@kprop.spec("softmax_topk", seed=20261122, trials=10, invariants=["no_nan"])
+def test_declines(logits, k, **attrs):
+    raise kprop.Unsupported("not here")
+
+@kprop.spec("softmax_topk")
+def helper_not_a_test(logits, k, **attrs):
+    raise AssertionError("never collected: not named test_*")
+"""
+
+N_INVARIANTS = 7  # specs/softmax_topk.yaml
+
+
+def test_one_item_per_invariant_failures_render_the_shrunk_case(pytester, tmp_path):
+    pytester.makepyfile(test_sm=TESTS)
+    corpus = tmp_path / "corpus"
+    junit = tmp_path / "out.xml"
+    result = pytester.runpytest("--kprop-corpus", str(corpus), "--junitxml", str(junit), "-v")
+    result.assert_outcomes(passed=N_INVARIANTS, failed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*test_good?matches_reference? PASSED*", "*test_bad?sorted? FAILED*",
+                                 "*test_declines?no_nan? SKIPPED*"])
+    result.stdout.fnmatch_lines(["*invariant sorted failed*", "*shrunk case*", "*replay: kprop.replay*"])
+    assert "helper_not_a_test" not in result.stdout.str()
+    # JUnit through pytest's own --junitxml, the failure with its case.
+    failures = [tc for tc in ET.parse(junit).getroot().iter("testcase") if tc.find("failure") is not None]
+    assert [tc.get("name") for tc in failures] == ["test_bad[sorted]"]
+    assert "shrunk case" in failures[0].find("failure").text
+    stored = os.listdir(corpus / "softmax_topk")
+    assert len(stored) == 1
+
+    # Next run: the stored counterexample replays first, as its own item for each spec test.
+    result = pytester.runpytest("--kprop-corpus", str(corpus), "-v", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*test_good?stored:%s? PASSED*" % stored[0],
+                                 "*test_bad?stored:%s? FAILED*" % stored[0]])
+    # test_bad fails twice (stored + sorted); test_declines' stored case is declined: skipped.
+    result.assert_outcomes(passed=N_INVARIANTS + 1, failed=2, skipped=2)
+
+
+def test_k_selects_invariants_and_options_override(pytester, tmp_path):
+    pytester.makepyfile(test_sm=TESTS)
+    result = pytester.runpytest("--kprop-no-corpus", "-k", "test_good and sorted", "--kprop-trials", "5",
+                                "--kprop-seed", "7", "-v")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*kprop: corpus (none), seed 7*", "*test_good?sorted? PASSED*"])
+
+
+def test_x_stops_at_the_first_failure(pytester, tmp_path):
+    pytester.makepyfile(test_sm=TESTS)
+    result = pytester.runpytest("--kprop-no-corpus", "-x", "-k", "test_bad")
+    result.assert_outcomes(failed=1)
+
+
+def test_markers_reach_the_items(pytester):
+    pytester.makepyfile(test_sm=HEADER + """
+import pytest
+
+@pytest.mark.slow
+@kprop.spec("softmax_topk", seed=1, trials=5)
+def test_marked(logits, k, **attrs):
+    return good.softmax_topk(logits, k, **attrs)
+""")
+    pytester.makeini("[pytest]\nmarkers = slow\n")
+    result = pytester.runpytest("--kprop-no-corpus", "-m", "not slow")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    result = pytester.runpytest("--kprop-no-corpus", "-m", "slow")
+    result.assert_outcomes(passed=N_INVARIANTS)
+
+
+def test_unknown_spec_is_a_collection_error(pytester):
+    pytester.makepyfile(test_sm="""
+import kprop
+
+@kprop.spec("no_such_spec")
+def test_x(**_):
+    pass
+""")
+    result = pytester.runpytest()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*no spec file 'no_such_spec'*"])
