@@ -173,6 +173,9 @@ def parse_list(text):
             continue  # the spec keys and health checks before the first family
         indent = len(line) - len(line.lstrip(" "))
         body = line.strip()
+        if indent == 0:
+            fam = None  # a block after the families (e.g. the expression functions)
+            continue
         if indent == 2:
             stack = []
             if body == "domain:":
@@ -185,11 +188,15 @@ def parse_list(text):
                 section = None
             elif body.startswith("external targets"):
                 section = "ops"
+            elif body.startswith("tensors"):
+                section = "tensors"  # listed by prop_runner --list and docs/SPEC.md, not here
             else:
                 bad("unknown section")
             continue
         if section is None or indent < 4:
             bad("line outside a section")
+        if section == "tensors":
+            continue
         if section == "impls":
             parts = body.split(None, 3)
             if indent != 4 or len(parts) < 3:

@@ -8,8 +8,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
-
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -17,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "kprop/external.h"
@@ -297,9 +296,12 @@ std::vector<CheckResult> check_uses_here(const RunContext& ctx, const std::vecto
 nlohmann::json to_json(const CheckResult& r) {
   nlohmann::json measured = nlohmann::json::array();
   for (const auto& m : r.verdict.measured) measured.push_back({m.name, m.value});
-  return {{"kind", static_cast<int>(r.kind)},      {"outcome", static_cast<int>(r.verdict.outcome)},
-          {"message", r.verdict.message},          {"measured", measured},
-          {"reason", r.reason},                    {"failure_kind", r.failure_kind},
+  return {{"kind", static_cast<int>(r.kind)},
+          {"outcome", static_cast<int>(r.verdict.outcome)},
+          {"message", r.verdict.message},
+          {"measured", measured},
+          {"reason", r.reason},
+          {"failure_kind", r.failure_kind},
           {"unavailable", r.unavailable}};
 }
 
@@ -308,7 +310,8 @@ CheckResult from_json(const nlohmann::json& j) {
   r.kind = static_cast<CheckResult::Kind>(j.at("kind").get<int>());
   r.verdict.outcome = static_cast<Outcome>(j.at("outcome").get<int>());
   r.verdict.message = j.at("message").get<std::string>();
-  for (const auto& m : j.at("measured")) r.verdict.measured.push_back({m[0].get<std::string>(), m[1].get<double>()});
+  for (const auto& m : j.at("measured"))
+    r.verdict.measured.push_back({m[0].get<std::string>(), m[1].get<double>()});
   r.reason = j.at("reason").get<std::string>();
   r.failure_kind = j.at("failure_kind").get<std::string>();
   r.unavailable = j.at("unavailable").get<bool>();
@@ -326,8 +329,8 @@ CheckResult child_failure(const std::string& kind, const std::string& message) {
 // The checks of one case in a forked child: the parent holds the case and
 // never runs target code, so whatever the target does to its own memory, the
 // corpus and the report stay the parent's. Results come back as JSON.
-std::vector<CheckResult> check_uses_forked(const RunContext& ctx, const std::vector<const InvariantUse*>& uses,
-                                           const AnyCase& c) {
+std::vector<CheckResult> check_uses_forked(const RunContext& ctx,
+                                           const std::vector<const InvariantUse*>& uses, const AnyCase& c) {
   std::fflush(nullptr);
   int fds[2];
   if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
@@ -344,12 +347,13 @@ std::vector<CheckResult> check_uses_forked(const RunContext& ctx, const std::vec
     try {
       RunOptions o = ctx.options;
       o.isolate = false;
-      for (const auto& r : check_uses_here(RunContext{ctx.spec, o, ctx.target, ctx.reference, ctx.target_name,
-                                                      ctx.seed, ctx.run},
-                                           uses, c))
+      for (const auto& r : check_uses_here(
+               RunContext{ctx.spec, o, ctx.target, ctx.reference, ctx.target_name, ctx.seed, ctx.run}, uses,
+               c))
         out.push_back(to_json(r));
     } catch (const std::exception& e) {
-      out = nlohmann::json::array({to_json(child_failure("threw", std::string("target threw: ") + e.what()))});
+      out =
+          nlohmann::json::array({to_json(child_failure("threw", std::string("target threw: ") + e.what()))});
     }
     const std::string text = out.dump();
     for (size_t done = 0; done < text.size();) {
@@ -390,10 +394,11 @@ std::vector<CheckResult> check_uses_forked(const RunContext& ctx, const std::vec
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (hung)
-    return {child_failure("hang", fmt::format("hung (no result within case_timeout_s = {:g} s)", ctx.run.case_timeout_s))};
+    return {child_failure(
+        "hang", fmt::format("hung (no result within case_timeout_s = {:g} s)", ctx.run.case_timeout_s))};
   if (WIFSIGNALED(status))
-    return {child_failure("threw", fmt::format("crashed with signal {} ({})", WTERMSIG(status),
-                                               strsignal(WTERMSIG(status))))};
+    return {child_failure(
+        "threw", fmt::format("crashed with signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status))))};
   try {
     std::vector<CheckResult> out;
     for (const auto& j : nlohmann::json::parse(text)) out.push_back(from_json(j));

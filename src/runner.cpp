@@ -444,7 +444,8 @@ std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, 
         throw InputError({file, err.mark.line + 1, err.mark.column + 1}, "bad case: " + err.msg);
       }
       // A case larger than run.max_case_mb is bad input, not the target's fault.
-      if (const std::string why = check_case_budget(spec, c); !why.empty()) throw InputError({file, 0, 0}, why);
+      if (const std::string why = check_case_budget(spec, c); !why.empty())
+        throw InputError({file, 0, 0}, why);
     } catch (const InputError& err) {
       row.error = err.what();
       rows.push_back(std::move(row));

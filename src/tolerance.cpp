@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 namespace kprop {
 namespace {
@@ -18,6 +20,9 @@ bool nonfinite_agree(std::span<const double> ref, std::span<const double> got, T
     if (!same_nonfinite(ref[i], got[i])) {
       r.ok = false;
       r.worst_index = i;
+      // A NaN or inf where the reference has something else is an unbounded
+      // error, not 0 (which is what an unset error would print).
+      r.target_error = std::numeric_limits<double>::infinity();
       r.message = fmt::format("element {}: {} where the reference has {}", i, got[i], ref[i]);
       return false;
     }

@@ -1,5 +1,5 @@
-#include "properties/attention/family.h"
 #include "kprop/determinism.h"
+#include "properties/attention/family.h"
 
 #if KPROP_HAVE_CUDA
 #include "kernels/attention/attention_bwd_cuda.h"
@@ -70,7 +70,8 @@ KPROP_REGISTER_FAMILY(BwdTraits, [](FamilyDef<BwdTraits>& f) {
   for (const auto& m : backward_mutants()) f.mutant(m.name, m.description, m.run);
   register_backward_invariants(f);
   register_deterministic(f, [](const BwdResult& r) {
-    return std::vector<OutputView>{{"dq", r.dq}, {"dk", r.dk}, {"dv", r.dv}, {"o", r.o}, {"lse", r.lse}, {"d", r.d}};
+    return std::vector<OutputView>{{"dq", r.dq}, {"dk", r.dk},   {"dv", r.dv},
+                                   {"o", r.o},   {"lse", r.lse}, {"d", r.d}};
   });
   register_backward_external(f);
 });

@@ -1,5 +1,5 @@
-#include "properties/kvcache/family.h"
 #include "kprop/determinism.h"
+#include "properties/kvcache/family.h"
 
 #if KPROP_HAVE_CUDA
 #include "kernels/kvcache/kvcache_cuda.h"

@@ -1,5 +1,5 @@
-#include "properties/layernorm/family.h"
 #include "kprop/determinism.h"
+#include "properties/layernorm/family.h"
 
 #if KPROP_HAVE_CUDA
 #include "kernels/layernorm/layernorm_cuda.h"
@@ -39,8 +39,8 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
   for (const Mutant& m : mutants()) f.mutant(m.name, m.description, m.run);
   register_invariants(f);
   register_deterministic(f, [](const Result& r) {
-    return std::vector<OutputView>{{"y", r.y},       {"xhat", r.xhat}, {"mean", r.mean},    {"rstd", r.rstd},
-                                   {"dx", r.dx},     {"dgamma", r.dgamma}, {"dbeta", r.dbeta}};
+    return std::vector<OutputView>{{"y", r.y},   {"xhat", r.xhat},     {"mean", r.mean},  {"rstd", r.rstd},
+                                   {"dx", r.dx}, {"dgamma", r.dgamma}, {"dbeta", r.dbeta}};
   });
   register_external(f);
 });

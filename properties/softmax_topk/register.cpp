@@ -1,5 +1,5 @@
-#include "properties/softmax_topk/family.h"
 #include "kprop/determinism.h"
+#include "properties/softmax_topk/family.h"
 
 #if KPROP_HAVE_CUDA
 #include "kernels/softmax_topk/softmax_topk_cuda.h"
