@@ -18,6 +18,7 @@
 #include "kprop/runner.h"
 #include "kprop/spec.h"
 #include "properties/attention/family.h"
+#include "tests/support/registered.h"
 #if KPROP_HAVE_CUDA
 #include "kernels/attention/attention_cuda.h"
 #endif
@@ -36,17 +37,10 @@ int devices() {
 }
 
 const FamilyDef<FwdTraits>& family() {
-  const auto* f = dynamic_cast<const FamilyDef<FwdTraits>*>(Registry::instance().find("attention.fwd"));
-  EXPECT_NE(f, nullptr);
-  return *f;
+  return testing::registered_family<FwdTraits>("attention.fwd");
 }
-
 size_t cuda_index() {
-  const auto& impls = family().implementations();
-  const auto it =
-      std::find_if(impls.begin(), impls.end(), [](const ImplInfo& i) { return i.name == "cuda"; });
-  EXPECT_NE(it, impls.end());
-  return static_cast<size_t>(it - impls.begin());
+  return testing::implementation_index(family(), "cuda");
 }
 
 TEST(AttentionCudaFwd, RegisteredOnDeviceCuda) {

@@ -11,6 +11,7 @@
 #include "kprop/runner.h"
 #include "kprop/spec.h"
 #include "properties/kvcache/family.h"
+#include "tests/support/registered.h"
 #if KPROP_HAVE_CUDA
 #include "kernels/kvcache/kvcache_cuda.h"
 #endif
@@ -29,17 +30,10 @@ int devices() {
 }
 
 const FamilyDef<Traits>& family() {
-  const auto* f = dynamic_cast<const FamilyDef<Traits>*>(Registry::instance().find("kvcache"));
-  EXPECT_NE(f, nullptr);
-  return *f;
+  return testing::registered_family<Traits>("kvcache");
 }
-
 size_t cuda_index() {
-  const auto& impls = family().implementations();
-  const auto it =
-      std::find_if(impls.begin(), impls.end(), [](const ImplInfo& i) { return i.name == "cuda"; });
-  EXPECT_NE(it, impls.end());
-  return static_cast<size_t>(it - impls.begin());
+  return testing::implementation_index(family(), "cuda");
 }
 
 // Three sequences, GQA 2x2, pages of 3 that divide no length, staggered

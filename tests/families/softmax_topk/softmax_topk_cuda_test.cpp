@@ -12,6 +12,7 @@
 #include "kprop/runner.h"
 #include "kprop/spec.h"
 #include "properties/softmax_topk/family.h"
+#include "tests/support/registered.h"
 #if KPROP_HAVE_CUDA
 #include "kernels/softmax_topk/softmax_topk_cuda.h"
 #endif
@@ -31,17 +32,10 @@ int devices() {
 }
 
 const FamilyDef<Traits>& family() {
-  const auto* f = dynamic_cast<const FamilyDef<Traits>*>(Registry::instance().find("softmax_topk"));
-  EXPECT_NE(f, nullptr);
-  return *f;
+  return testing::registered_family<Traits>("softmax_topk");
 }
-
 size_t cuda_index() {
-  const auto& impls = family().implementations();
-  const auto it =
-      std::find_if(impls.begin(), impls.end(), [](const ImplInfo& i) { return i.name == "cuda"; });
-  EXPECT_NE(it, impls.end());
-  return static_cast<size_t>(it - impls.begin());
+  return testing::implementation_index(family(), "cuda");
 }
 
 Case make(DType dtype, int k, std::vector<std::vector<double>> rows) {
