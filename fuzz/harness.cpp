@@ -74,6 +74,7 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
     auto* h = new Harness{kprop::load_spec(spec_path), {}, nullptr};
     const std::string target = flag(*argc, *argv, "kprop_target", "KPROP_TARGET", h->spec.target);
     h->options.target = target;
+    h->options.crash_guard = false;  // libFuzzer saves the crashing input itself
     h->ctx = std::make_unique<kprop::RunContext>(kprop::make_context(h->spec, h->options, 0));
     g_harness = h;
     fmt::print(stderr, "kprop fuzz: spec {} ({}), target {}\n", h->spec.name, spec_path, target);

@@ -115,9 +115,13 @@ bool g_isolated_child = false;
   _exit(3);
 }
 
+// The handlers that were installed before ours (libFuzzer's, Python's
+// faulthandler): a fatal signal outside a guarded check goes to them.
+struct sigaction g_previous[NSIG];
+
 void on_fatal_signal(int sig) {
   if (!g_guard.armed.exchange(false)) {
-    signal(sig, SIG_DFL);
+    sigaction(sig, &g_previous[sig], nullptr);
     raise(sig);
     return;
   }
@@ -148,14 +152,14 @@ void install_fatal_handlers() {
   sa.sa_handler = on_fatal_signal;
   sa.sa_flags = SA_ONSTACK | SA_RESETHAND;
   sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) sigaction(sig, &sa, nullptr);
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) sigaction(sig, &sa, &g_previous[sig]);
 }
 
 // Arms the guard for the duration of one check.
 class CaseGuard {
  public:
   CaseGuard(const RunContext& ctx, const AnyCase& c) {
-    if (g_isolated_child) return;
+    if (g_isolated_child || !ctx.options.crash_guard) return;
     install_fatal_handlers();
     std::call_once(g_watchdog_once, [] { std::thread(watchdog).detach(); });
     g_guard.ctx = &ctx;

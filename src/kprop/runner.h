@@ -34,6 +34,9 @@ struct RunOptions {
   // --mutants): a target that corrupts its heap, crashes or hangs takes only
   // the child down, and the runner, which holds the case, reports it.
   bool isolate = false;
+  // The in-process crash guard (fatal signals and hangs store the case and
+  // exit 3). Off where another guard owns the process (a libFuzzer harness).
+  bool crash_guard = true;
   bool progress = false;               // live progress line on stderr
   std::string found_by = "rapidcheck";
   // --shard I/N: check only cases whose index is I mod N. Every shard draws
