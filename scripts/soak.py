@@ -64,7 +64,7 @@ def main():
     ap.add_argument("--first-seed", type=int, default=20261123)
     args = ap.parse_args()
 
-    runner = str(Path(args.build) / "prop_runner")
+    runner = str(Path(args.build).resolve() / "prop_runner")
     impls = implementations(runner)
     specs = sorted((ROOT / "specs").glob("*.yaml"))
     if args.specs:
