@@ -282,6 +282,11 @@ int main(int argc, char** argv) {
   try {
     return run(cfg);
   } catch (const InputError& e) {
+    // Ctrl-C while a worker was starting (its handshake) is an interrupt, not bad input.
+    if (interrupted()) {
+      fmt::print(stderr, "prop_runner: interrupted ({})\n", e.what());
+      return 130;
+    }
     fmt::print(stderr, "prop_runner: error: {}\n", e.what());
     return 2;
   } catch (const std::exception& e) {
