@@ -391,12 +391,15 @@ std::vector<CheckResult> check_uses_forked(const RunContext& ctx,
       hung = true;
       break;
     }
+    if (interrupted()) break;  // Ctrl-C: the parent stops within a poll interval
   }
   close(fds[0]);
-  if (hung) kill(pid, SIGKILL);
+  const bool stopped = !hung && interrupted();
+  if (hung || stopped) kill(pid, SIGKILL);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  if (stopped) return {child_failure("interrupted", "interrupted while the target ran; stopped it")};
   if (hung)
     return {child_failure(
         "hang", fmt::format("hung (no result within case_timeout_s = {:g} s)", ctx.run.case_timeout_s))};
