@@ -48,25 +48,12 @@ Case make(DType dtype, int k, std::vector<std::vector<double>> rows) {
 }
 
 TEST(SoftmaxTopkCuda, RegisteredOnDeviceCuda) {
-  const ImplInfo& info = family().implementations()[cuda_index()];
-  EXPECT_EQ(info.device, "cuda");
-  EXPECT_EQ(info.kind, ImplKind::optimized);
+  testing::expect_registered_on_cuda(family(), cuda_index());
 }
 
 TEST(SoftmaxTopkCuda, SkippedWithoutDevice) {
   if (devices() > 0) GTEST_SKIP() << "a CUDA device is present";
-  RunOptions o;
-  o.target = "cuda";
-  o.seed = 1;
-  o.write_corpus = false;
-  const RunReport r = run_spec(load_spec(kSpec), o);
-  EXPECT_EQ(r.status, RunStatus::skipped);
-#if KPROP_HAVE_CUDA
-  EXPECT_EQ(r.detail, "skipped: no CUDA device");
-#else
-  EXPECT_EQ(r.detail, "skipped: built without CUDA");
-#endif
-  for (const auto& inv : r.invariants) EXPECT_EQ(inv.status, InvariantStatus::not_run) << inv.name;
+  testing::expect_cuda_run_skipped(kSpec);
 }
 
 TEST(SoftmaxTopkCuda, DirectCallThrowsUnsupportedWithoutDevice) {
