@@ -13,7 +13,7 @@
 //    spec target: the spec's cases are f32/f64. Boolean masks are not
 //    supported on this path.
 // Everything here exists only when the family is built with CUDA
-// (KPROP_HAVE_CUDA); registration turns "no device" into kprop::Unsupported.
+// (KPROP_HAVE_CUDA); registration turns "no device" into kprop::TargetUnavailable (skipped).
 #pragma once
 
 #include <cstddef>

@@ -5,7 +5,7 @@
 //  * cuda(Case): the scheduler, block tables, LIFO free list and statistics on
 //    the host (kvcache_cuda.cpp), the cache and the attention on the device.
 // Both exist only when the family is built with CUDA (KPROP_HAVE_CUDA);
-// registration turns "no device" into kprop::Unsupported.
+// registration turns "no device" into kprop::TargetUnavailable (skipped).
 #pragma once
 
 namespace kprop::kvcache::cuda_raw {

@@ -6,7 +6,7 @@
 //  * cuda(Case): the Case -> Result wrapper (softmax_topk_cuda.cpp), host
 //    compiler only.
 // Both exist only when the family is built with CUDA (KPROP_HAVE_CUDA);
-// registration turns "no device" into kprop::Unsupported.
+// registration turns "no device" into kprop::TargetUnavailable (skipped).
 #pragma once
 
 namespace kprop::softmax_topk::cuda_raw {
