@@ -8,23 +8,8 @@ runner="$1" spec="$2" plugins="$3" bad_version="$4" no_entry="$5" python="${6:-}
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fails=0
-run() {  # run NAME EXPECTED_EXIT prop_runner-args...
-  local name="$1" want="$2"
-  shift 2
-  "$runner" --spec "$spec" --seed 20261122 --trials 150 "$@" > "$tmp/$name.log" 2>&1
-  local got=$?
-  if [ "$got" -ne "$want" ]; then
-    echo "FAIL $name: exit $got, expected $want"
-    tail -20 "$tmp/$name.log"
-    fails=$((fails + 1))
-    return 1
-  fi
-  echo "ok   $name (exit $got)"
-}
-expect_log() {  # expect_log NAME PATTERN: the run's output says PATTERN
-  grep -q -- "$2" "$tmp/$1.log" || { echo "FAIL $1: output lacks '$2'"; tail -20 "$tmp/$1.log"; fails=$((fails + 1)); }
-}
+# run, expect_log and the failure count $fails
+source "$(dirname "$0")/lib.sh"
 
 run plugin_correct 0 --no-corpus --target "plugin:$plugins/libattention_fwd_correct.so"
 run plugin_buggy 1 --no-corpus --target "plugin:$plugins/libattention_fwd_buggy.so"
