@@ -516,20 +516,4 @@ Verdict check_case(const Spec& spec, size_t target, const InvariantUse& use, con
   return check_invariant(*spec.family->begin_trial(c, target, reference), use);
 }
 
-ShrinkResult shrink_failure(const Spec& spec, size_t target, size_t use_index, AnyCase failing,
-                            Verdict verdict, double budget_s) {
-  const InvariantUse& use = spec.invariants.at(use_index);
-  const size_t reference = resolve_target(spec, spec.reference);
-  return shrink_with(*spec.family, spec.domain, std::move(failing), std::move(verdict), budget_s,
-                     [&](const AnyCase& c) -> std::optional<Verdict> {
-                       try {
-                         Verdict v = check_invariant(*spec.family->begin_trial(c, target, reference), use);
-                         if (v.outcome == Outcome::fail) return v;
-                       } catch (const std::exception&) {
-                         // Unsupported, or a different failure (a crash): not the one being shrunk.
-                       }
-                       return std::nullopt;
-                     });
-}
-
 }  // namespace kprop

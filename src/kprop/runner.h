@@ -220,16 +220,13 @@ struct Stored {
 };
 Stored store_entry(const std::string& dir, const CorpusEntry& entry, const std::string& fallback_dir);
 
-// Shrinks a failing case with the family's shrinker; public so that fuzz
-// crashes and corpus files shrink exactly like generated cases.
+// What a shrink gave: the smallest case that still showed the failure.
 struct ShrinkResult {
   AnyCase best;
   Verdict verdict;
   int steps = 0;
   bool interrupted = false;
 };
-ShrinkResult shrink_failure(const Spec& spec, size_t target, size_t invariant_use, AnyCase failing,
-                            Verdict verdict, double budget_s);
 
 // Checks one case against one invariant use; exceptions from the target
 // propagate (for callers that want them, e.g. tests).
