@@ -65,6 +65,14 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
+const Tensor* TensorMap::find(const std::string& name) const {
+  if (const auto it = tensors_.find(name); it != tensors_.end()) return &it->second;
+  for (const Link& l : links_)
+    if (name.compare(0, l.prefix.size(), l.prefix) == 0)
+      if (const Tensor* t = l.other->find(l.strip ? name.substr(l.prefix.size()) : name)) return t;
+  return nullptr;
+}
+
 bool TensorMap::wants_prefix(const std::string& prefix) const {
   const auto it = wanted_.lower_bound(prefix);
   return it != wanted_.end() && it->compare(0, prefix.size(), prefix) == 0;
@@ -512,9 +520,11 @@ const std::vector<FunctionInfo>& functions() {
       {"close",
        2,
        2,
-       {"rtol", "atol"},
+       {"rtol", "atol", "k"},
        "close(a, b, rtol=1e-5, atol=1e-8): bool, |a - b| <= atol + rtol·|b|; NaN and ±inf are close only to "
-       "themselves"},
+       "themselves. close(a, b, k=K): kprop's dtype-aware policy; each operand that is a target output "
+       "target.X (or transformed.target.X) may err by K × the family's same-precision baseline error "
+       "max|naive.X - reference.X| (where reference.X is finite) + its floor floor.X"},
   };
   return fns;
 }
@@ -653,6 +663,67 @@ class Checker {
     return kw.e;
   }
 
+  // close(a, b, k=K) is close(a, b, rtol=0, atol=budget(a) + budget(b)):
+  // an operand naming a target output X (target.X, or transformed.target.X
+  // for a metamorphic relation) may err by K × the same-precision baseline's
+  // error on this case plus the family's floor for X, as the built-in
+  // invariants allow (docs/DESIGN.md, "Tolerance policy"); any other operand
+  // (the fp64 reference, an expression over it) is taken as exact.
+  void policy(Node& n, const Item& kw) {
+    for (const auto& other : n.items)
+      if (other.lo->op == "rtol" || other.lo->op == "atol")
+        throw ExprError(other.pos, "k= sets the tolerance from the policy; give rtol/atol or k, not both");
+    NodeP k = tolerance(kw);
+    if (!k->shape.empty()) throw ExprError(k->begin, "k must be a scalar");
+    const size_t at = kw.pos, end = k->end;
+    auto node = [&](Kind kind, std::string op, std::vector<NodeP> args) {
+      auto x = std::make_shared<Node>();
+      x->kind = kind, x->begin = at, x->end = end, x->op = std::move(op), x->args = std::move(args);
+      for (const auto& a : x->args) x->height = std::max(x->height, a->height + 1);
+      return x;
+    };
+    auto num = [&](double v) {
+      NodeP x = node(Kind::number, "", {});
+      x->value = v;
+      return x;
+    };
+    NodeP budget;
+    for (const NodeP& operand : {n.args[0], n.args[1]}) {
+      if (operand->kind != Kind::name) continue;
+      const std::string& full = operand->op;
+      const std::string pre = full.rfind("transformed.", 0) == 0 ? "transformed." : "";
+      if (full.compare(pre.size(), 7, "target.") != 0) continue;
+      const std::string x = full.substr(pre.size() + 7);
+      for (const std::string& need : {"naive." + x, "reference." + x, "floor." + x})
+        if (!has(pre + need))
+          throw ExprError(
+              operand->begin,
+              fmt::format("close(k=) on {}: the family publishes no '{}' (the policy needs the "
+                          "same-precision baseline naive.{}, reference.{} and the floor floor.{})",
+                          full, pre + need, x, x, x));
+      auto name = [&](const std::string& t) { return node(Kind::name, pre + t, {}); };
+      // K × max(where(isfinite(reference.X), abs(naive.X - reference.X), 0)) + floor.X
+      NodeP err =
+          node(Kind::call, "abs", {node(Kind::binary, "-", {name("naive." + x), name("reference." + x)})});
+      NodeP finite = node(Kind::call, "isfinite", {name("reference." + x)});
+      NodeP worst = node(Kind::call, "max", {node(Kind::call, "where", {finite, err, num(0)})});
+      NodeP one = node(Kind::binary, "+", {node(Kind::binary, "*", {k, worst}), name("floor." + x)});
+      budget = budget ? node(Kind::binary, "+", {budget, one}) : one;
+    }
+    if (!budget)
+      throw ExprError(n.begin,
+                      "close(k=) needs a target output (target.X or transformed.target.X) as an operand: "
+                      "k scales that output's same-precision baseline error");
+    check(*budget);
+    n.rtol = num(0);
+    n.atol = budget;
+  }
+  bool has(const std::string& name) const {
+    for (const auto& t : infos_)
+      if (t.name == name) return true;
+    return false;
+  }
+
   void call(Node& n) {
     const FunctionInfo* f = find_function(n.op);
     if (!f) {
@@ -701,6 +772,7 @@ class Checker {
       }
       if (key == "rtol") n.rtol = tolerance(kw);
       if (key == "atol") n.atol = tolerance(kw);
+      if (key == "k") policy(n, kw);
     }
     const Node& x = *n.args[0];
     if (reduction) {

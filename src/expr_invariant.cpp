@@ -10,18 +10,23 @@ Verdict check_invariant(AnyTrial& trial, const InvariantUse& use) {
   if (!use.expression) return trial.check(use.index, use.params);
   const ExpressionInvariant& e = *use.expression;
   const expr::Expression* current = nullptr;
+  // The trial's tensors, or with a transform those of the derived case too.
+  auto tensors_for = [&](const std::vector<std::string>& names) {
+    return e.transform ? trial.transformed_tensors(&e, e.transform->index, e.transform->params, names)
+                       : trial.tensors(names);
+  };
   try {
     if (e.when) {
       // `when` first, with only its own tensors: a discarded case need not run the target.
       current = &*e.when;
-      const expr::TensorMap* tensors = trial.tensors(e.when->names());
+      const expr::TensorMap* tensors = tensors_for(e.when->names());
       if (!tensors) return Verdict::not_applicable("the family publishes no named tensors");
       const expr::Tensor w = e.when->evaluate(*tensors);
       for (double v : w.data)
         if (v == 0) return Verdict::discard(fmt::format("when `{}` is false", e.when->text()));
     }
     current = &e.expect;
-    const expr::TensorMap* tensors = trial.tensors(e.expect.names());
+    const expr::TensorMap* tensors = tensors_for(e.expect.names());
     if (!tensors) return Verdict::not_applicable("the family publishes no named tensors");
     expr::Expression::Outcome o = e.expect.check(*tensors);
     if (o.holds) return Verdict::pass();

@@ -152,7 +152,8 @@ class Loader {
         else
           fail(node, fmt::format("'{}' must be a list of choices from {{{}}}", key, join(f.allowed)));
         // A list that may be empty by default (e.g. run.suppress_health_check) may be given empty.
-        if (items.empty() && !std::get<Choices>(f.fallback).empty()) fail(node, fmt::format("'{}' is empty; pick from {{{}}}", key, join(f.allowed)));
+        if (items.empty() && !std::get<Choices>(f.fallback).empty())
+          fail(node, fmt::format("'{}' is empty; pick from {{{}}}", key, join(f.allowed)));
         for (const auto& item : items) {
           const auto v = scalar<std::string>(item, key, "a name");
           if (std::find(f.allowed.begin(), f.allowed.end(), v) == f.allowed.end())
@@ -201,7 +202,7 @@ Mark expression_mark(const Loader& l, const YAML::Node& node, size_t offset) {
 // the family's named tensors.
 InvariantUse expression_invariant(const Loader& l, const YAML::Node& item, const YAML::Node& name_node,
                                   const std::string& name, const Family& family) {
-  const std::vector<std::string> keys = {"name", "expect", "when", "description"};
+  const std::vector<std::string> keys = {"name", "expect", "when", "description", "transform"};
   for (auto it = item.begin(); it != item.end(); ++it) {
     const std::string key = it->first.Scalar();
     if (std::find(keys.begin(), keys.end(), key) == keys.end())
@@ -216,11 +217,48 @@ InvariantUse expression_invariant(const Loader& l, const YAML::Node& item, const
     l.fail(item["expect"],
            fmt::format("family {} publishes no named tensors: it takes no expression invariants",
                        family.name()));
+  // `transform: NAME` or `transform: {NAME: {params}}`: a metamorphic
+  // relation; its expressions may also read "transformed.*" (every tensor of
+  // the family, on the derived case) and the transform's "transform.*".
+  std::optional<ExpressionInvariant::Transform> transform;
+  expr::TensorInfos infos = family.tensor_infos();
+  if (const YAML::Node t = item["transform"]) {
+    std::vector<std::string> valid;
+    for (const auto& info : family.transforms()) valid.push_back(info.name);
+    if (valid.empty())
+      l.fail(t, fmt::format("family {} exports no transforms (metamorphic relations)", family.name()));
+    YAML::Node name_at = t, params_at;
+    if (t.IsMap()) {
+      const auto items = l.entries(t, "transform of invariant " + name);
+      if (items.size() != 1)
+        l.fail(t, "transform must name one transform: NAME or {NAME: {params}}; valid: " + join(valid));
+      auto it = t.begin();
+      name_at.reset(it->first);  // rebinds (operator= would write into the node)
+      params_at.reset(it->second);
+    }
+    const auto tname = l.scalar<std::string>(name_at, "transform", "a transform name");
+    const auto found = std::find(valid.begin(), valid.end(), tname);
+    if (found == valid.end())
+      l.fail(name_at, fmt::format("unknown transform '{}' for family {}{}", tname, family.name(),
+                                  l.suggestion(tname, valid)));
+    const auto index = static_cast<size_t>(found - valid.begin());
+    const TransformInfo& info = family.transforms()[index];
+    transform = ExpressionInvariant::Transform{index, tname, {}};
+    l.parse_fields(params_at, info.params, "", "transform " + tname, transform->params);
+    const expr::TensorInfos own = infos;
+    for (const auto& tensor : own) {
+      expr::TensorInfo derived = tensor;
+      derived.name = "transformed." + tensor.name;
+      derived.meaning = tensor.meaning + " (on the transformed case)";
+      infos.push_back(std::move(derived));
+    }
+    infos.insert(infos.end(), info.tensors.begin(), info.tensors.end());
+  }
   auto compile = [&](const char* key) {
     const YAML::Node n = item[key];
     const auto text = l.scalar<std::string>(n, key, "an expression");
     try {
-      expr::Expression e = expr::Expression::compile(text, family.tensor_infos());
+      expr::Expression e = expr::Expression::compile(text, infos);
       if (e.dtype() != expr::DType::boolean)
         throw expr::ExprError(0, fmt::format("must be boolean (a comparison, close(), all(...)); `{}` is {}",
                                              text, expr::dtype_name(e.dtype())));
@@ -231,7 +269,7 @@ InvariantUse expression_invariant(const Loader& l, const YAML::Node& item, const
     }
   };
   auto inv = std::make_shared<ExpressionInvariant>(
-      ExpressionInvariant{compile("expect"), std::nullopt, "", l.mark(item), {}});
+      ExpressionInvariant{compile("expect"), std::nullopt, "", l.mark(item), {}, std::move(transform)});
   if (item["when"]) inv->when = compile("when");
   if (item["description"])
     inv->description = l.scalar<std::string>(item["description"], "description", "a string");

@@ -26,6 +26,11 @@ struct CaseTraits {
   static YAML::Node to_yaml(const Case& c);
   static Case from_yaml(const YAML::Node& node);
   static CaseStats stats(const Case& c);
+  // Metamorphic transforms (transforms.cpp): permute keys, permute queries,
+  // shift keys, retile.
+  static const std::vector<TransformInfo>& transforms();
+  static Case transform(const std::string& name, const Case& c, const Values& params, uint64_t seed,
+                        expr::TensorMap& out);
 };
 
 struct FwdTraits : CaseTraits<false> {

@@ -63,6 +63,8 @@ TensorInfos common_infos(bool backward) {
       {"naive.lse", {"B", "Hq", "Nq"}, DType::real, "LSE of the naive computation"},
       {"err.o", {}, DType::real, "first-order error scale of O (bounds.h; times eps for a floor)"},
       {"err.lse", {}, DType::real, "first-order error scale of LSE"},
+      {"floor.o", {}, DType::real, "the policy's absolute floor for O: 8 × eps × err.o (close(k=))"},
+      {"floor.lse", {}, DType::real, "the policy's absolute floor for LSE: 8 × eps × err.lse"},
   };
   if (backward) {
     const TensorInfos more = {
@@ -90,6 +92,10 @@ TensorInfos common_infos(bool backward) {
         {"err.dv", {}, DType::real, "first-order error scale of dV"},
         {"err.dk_sum", {}, DType::real, "first-order error scale of sum(dK, axis=2)"},
         {"err.dv_sum", {}, DType::real, "first-order error scale of sum(dV, axis=2)"},
+        {"floor.d", {}, DType::real, "the policy's absolute floor for D: 8 × eps × err.d"},
+        {"floor.dq", {}, DType::real, "the policy's absolute floor for dQ: 8 × eps × err.dq"},
+        {"floor.dk", {}, DType::real, "the policy's absolute floor for dK: 8 × eps × err.dk"},
+        {"floor.dv", {}, DType::real, "the policy's absolute floor for dV: 8 × eps × err.dv"},
     };
     t.insert(t.end(), more.begin(), more.end());
   }
@@ -207,8 +213,17 @@ void put_common(const Case& c, bool backward, TensorMap& out) {
       out.put("reference.ds", Tensor::of(dims({B, Hq, Nq, Nk}), std::move(r.ds)));
     }
   }
-  if (out.wants_prefix("err.")) {
+  if (out.wants_prefix("err.") || out.wants_prefix("floor.")) {
+    // The built-in invariants' floor: floor_ulps (8, properties/attention/checks.cpp) × eps × scale.
     const ErrorScales e = error_scales(c, backward);
+    const double ulps = 8 * epsilon(c.dtype);
+    for (auto [name, value] : {std::pair{"floor.o", e.o},
+                               {"floor.lse", e.lse},
+                               {"floor.d", e.d},
+                               {"floor.dq", e.dq},
+                               {"floor.dk", e.dk},
+                               {"floor.dv", e.dv}})
+      out.put(name, Tensor::scalar(ulps * value));
     for (auto [name, value] : {std::pair{"err.o", e.o},
                                {"err.lse", e.lse},
                                {"err.d", e.d},

@@ -74,15 +74,27 @@ class TensorMap {
     wanted_.erase(name);
     tensors_[name] = std::move(t);
   }
-  const Tensor* find(const std::string& name) const {
-    const auto it = tensors_.find(name);
-    return it == tensors_.end() ? nullptr : &it->second;
-  }
+  // Its own tensors first, then the links in the order they were made.
+  const Tensor* find(const std::string& name) const;
   const std::set<std::string>& missing() const { return wanted_; }
 
+  // A view over other maps: a name starting with `prefix` is looked up in
+  // `other`, without the prefix when `strip`. How a metamorphic invariant
+  // reads the trial's tensors and "transformed.*" ones of the derived case
+  // in one expression without copying either.
+  void link(std::string prefix, const TensorMap* other, bool strip) {
+    links_.push_back({std::move(prefix), other, strip});
+  }
+
  private:
+  struct Link {
+    std::string prefix;
+    const TensorMap* other;
+    bool strip;
+  };
   std::set<std::string> wanted_;
   std::map<std::string, Tensor> tensors_;
+  std::vector<Link> links_;
 };
 
 // A load-time error: `offset` is a byte position in the expression's text.

@@ -46,6 +46,7 @@
 
 #include <concepts>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -57,6 +58,7 @@
 #include "kprop/errors.h"
 #include "kprop/expr.h"
 #include "kprop/external.h"
+#include "kprop/rng.h"
 #include "kprop/values.h"
 
 namespace kprop {
@@ -157,6 +159,32 @@ class AnyTrial {
     (void)names;
     return nullptr;
   }
+
+  // ---- metamorphic relations (Family::transforms())
+  // The tensors of this trial together with those of its case after
+  // transform `index` with `params`: "transformed.X" is X computed on the
+  // derived case (same target and reference), "transform.*" what the
+  // transform drew (e.g. a permutation). `names` may mix all three kinds.
+  // The derived case is built once per `key` (one per invariant) and trial.
+  virtual const expr::TensorMap* transformed_tensors(const void* key, size_t index, const Values& params,
+                                                     const std::vector<std::string>& names) {
+    (void)key, (void)index, (void)params, (void)names;
+    return nullptr;
+  }
+};
+
+// A metamorphic relation a family exports: a named change of the case whose
+// effect on the outputs a spec states as an expression, e.g. permuting the
+// keys together with their values leaves O unchanged:
+//   transform: {permute_keys: {}}
+//   expect: close(transformed.target.o, target.o, k=2)
+// Its randomness is a function of the case (a hash of the case as YAML), so a
+// shrunk, stored case replays the same derived case.
+struct TransformInfo {
+  std::string name;
+  std::string description;
+  Schema params;              // typed parameters, set per use in the spec
+  expr::TensorInfos tensors;  // "transform.*" tensors it publishes
 };
 
 // What the core sees of a family.
@@ -207,6 +235,11 @@ class Family {
     static const expr::TensorInfos none;
     return none;
   }
+  // The metamorphic transforms it exports (empty: none).
+  virtual const std::vector<TransformInfo>& transforms() const {
+    static const std::vector<TransformInfo> none;
+    return none;
+  }
 
   // Lookups by name; -1 when absent.
   int find_implementation(const std::string& name) const;
@@ -246,6 +279,19 @@ concept HasTensors = requires(const typename Traits::Case& c, const typename Tra
                               expr::TensorMap& m) {
   { Traits::tensor_infos() } -> std::convertible_to<const expr::TensorInfos&>;
   Traits::tensors(c, r, r, m);
+};
+
+// ---- metamorphic transforms: a family that exports them adds to its traits
+//   static const std::vector<TransformInfo>& transforms();
+//   static Case transform(const std::string& name, const Case& c, const Values& params,
+//                         uint64_t seed, expr::TensorMap& out);
+// returning the derived case; `seed` (a hash of the case and the invariant)
+// feeds kprop::rng for any randomness, and the transform put()s the
+// "transform.*" tensors it declared when out.wanted() them.
+template <typename Traits>
+concept HasTransforms = requires(const typename Traits::Case& c, const Values& v, expr::TensorMap& m) {
+  { Traits::transforms() } -> std::convertible_to<const std::vector<TransformInfo>&>;
+  { Traits::transform(std::string(), c, v, uint64_t{}, m) } -> std::same_as<typename Traits::Case>;
 };
 
 template <typename Traits>
@@ -388,6 +434,12 @@ class FamilyDef final : public Family {
     else
       return Family::tensor_infos();
   }
+  const std::vector<TransformInfo>& transforms() const override {
+    if constexpr (HasTransforms<Traits>)
+      return Traits::transforms();
+    else
+      return Family::transforms();
+  }
   size_t attach_external(const std::string& name,
                          std::shared_ptr<external::Transport> transport) const override {
     impls_.push_back(
@@ -399,7 +451,7 @@ class FamilyDef final : public Family {
   std::unique_ptr<AnyTrial> begin_trial(const AnyCase& c, size_t target, size_t reference) const override {
     struct Erased final : AnyTrial {
       Erased(const FamilyDef& f, const AnyCase& c, size_t t, size_t r)
-          : keep(c), family(f), trial(f, unbox(keep), t, r) {}
+          : keep(c), family(f), target(t), reference(r), trial(f, unbox(keep), t, r) {}
       Verdict check(size_t invariant, const Values& params) override {
         return family.invariant_fns_.at(invariant)(trial, params);
       }
@@ -417,12 +469,62 @@ class FamilyDef final : public Family {
           return nullptr;
         }
       }
+      const expr::TensorMap* transformed_tensors(const void* key, size_t index, const Values& params,
+                                                 const std::vector<std::string>& names) override {
+        if constexpr (HasTensors<Traits> && HasTransforms<Traits>) {
+          static const std::string derived = "transformed.", drawn = "transform.";
+          std::vector<std::string> own, theirs;
+          for (const auto& n : names) {
+            if (n.compare(0, derived.size(), derived) == 0)
+              theirs.push_back(n.substr(derived.size()));
+            else if (n.compare(0, drawn.size(), drawn) != 0)
+              own.push_back(n);
+          }
+          Derived& d = derived_[key];
+          if (!d.trial) {
+            const TransformInfo& info = Traits::transforms().at(index);
+            auto sub = std::make_unique<expr::TensorMap>();
+            for (const auto& t : info.tensors) sub->want(t.name);
+            AnyCase c = box(
+                Traits::transform(info.name, trial.input(), params, family.case_seed(keep, info.name), *sub));
+            d.trial = std::make_unique<Erased>(family, c, target, reference);
+            d.drawn = std::move(sub);
+            d.view.link(derived, &d.trial->named, true);
+            d.view.link(drawn, d.drawn.get(), false);
+            d.view.link("", &named, false);
+          }
+          if (!own.empty()) tensors(own);
+          if (!theirs.empty()) d.trial->tensors(theirs);
+          return &d.view;
+        } else {
+          (void)key, (void)index, (void)params, (void)names;
+          return nullptr;
+        }
+      }
+      struct Derived {
+        std::unique_ptr<Erased> trial;
+        std::unique_ptr<expr::TensorMap> drawn;
+        expr::TensorMap view;
+      };
       expr::TensorMap named;
       AnyCase keep;
       const FamilyDef& family;
+      size_t target, reference;
       Trial<Traits> trial;
+      std::map<const void*, Derived> derived_;
     };
     return std::make_unique<Erased>(*this, c, target, reference);
+  }
+
+  // The randomness of a transform on `c`: a function of the case's content
+  // (its YAML) and the transform's name, so replaying a stored case derives
+  // the same transformed case.
+  uint64_t case_seed(const AnyCase& c, const std::string& transform) const {
+    YAML::Emitter out;
+    out << to_yaml(c);
+    uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a
+    for (const char ch : std::string(out.c_str()) + "/" + transform) h = (h ^ uint8_t(ch)) * 0x100000001b3ULL;
+    return rng::mix(h);
   }
 
   static AnyCase box(Case c) { return std::make_shared<const Case>(std::move(c)); }

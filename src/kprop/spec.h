@@ -18,15 +18,15 @@
 namespace kprop {
 
 struct RunConfig {
-  int64_t trials = 100;            // cases per run
-  int64_t max_size = 100;          // RapidCheck size reached by the last trial
-  uint64_t seed = 0;               // 0: a fresh seed, printed
-  double time_budget_s = 60;       // stop drawing cases after this long
-  double shrink_budget_s = 20;     // per counterexample
-  int64_t max_discard_ratio = 10;  // give up when discards > ratio × trials
-  double case_timeout_s = 30;      // a target call longer than this is a hang (exit 3)
+  int64_t trials = 100;                            // cases per run
+  int64_t max_size = 100;                          // RapidCheck size reached by the last trial
+  uint64_t seed = 0;                               // 0: a fresh seed, printed
+  double time_budget_s = 60;                       // stop drawing cases after this long
+  double shrink_budget_s = 20;                     // per counterexample
+  int64_t max_discard_ratio = 10;                  // give up when discards > ratio × trials
+  double case_timeout_s = 30;                      // a target call longer than this is a hang (exit 3)
   std::vector<std::string> suppress_health_check;  // health checks that do not fail the run
-  int64_t max_case_mb = 1024;      // a case's peak memory (Family::case_bytes) may be at most this
+  int64_t max_case_mb = 1024;  // a case's peak memory (Family::case_bytes) may be at most this
 };
 
 // ---- expression invariants: `{name: N, expect: EXPR, when: EXPR}` in a
@@ -37,6 +37,14 @@ struct ExpressionInvariant {
   std::string description;
   Mark mark;                       // where the spec states it
   std::vector<std::string> names;  // tensors both read, sorted
+  // A metamorphic relation: `transform: {NAME: {params}}` derives a second
+  // case whose tensors the expressions read as "transformed.*".
+  struct Transform {
+    size_t index = 0;  // into family->transforms()
+    std::string name;
+    Values params;
+  };
+  std::optional<Transform> transform;
 };
 
 struct InvariantUse {
