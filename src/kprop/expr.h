@@ -144,5 +144,7 @@ class Expression {
 
 // The functions the language knows, one line each (docs and --list).
 std::string describe_functions();
+// The same as (name, one-line doc) pairs (prop_runner --list --format json).
+std::vector<std::pair<std::string, std::string>> function_docs();
 
 }  // namespace kprop::expr
