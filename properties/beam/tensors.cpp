@@ -41,7 +41,10 @@ TensorInfos infos() {
   };
   for (const std::string w : {"target", "reference"}) {
     const TensorInfos mine = {
-        {w + ".tokens", {"B", "K", "L"}, DType::integer, "generated tokens of result hypothesis (b, i), -1 padded"},
+        {w + ".tokens",
+         {"B", "K", "L"},
+         DType::integer,
+         "generated tokens of result hypothesis (b, i), -1 padded"},
         {w + ".valid", {"B", "K"}, DType::boolean, "result slot (b, i) holds a hypothesis"},
         {w + ".lengths", {"B", "K"}, DType::integer, "generated length incl. EOS (0: empty slot)"},
         {w + ".finished", {"B", "K"}, DType::boolean, "the hypothesis is reported finished"},
@@ -104,7 +107,8 @@ struct Padded {
     for (int i = 0; i < slots; ++i) {
       const Hypothesis* h = i < static_cast<int>(hyps.size()) ? &hyps[size_t(i)] : nullptr;
       if (h && static_cast<int>(h->tokens.size()) > L) return false;
-      for (int j = 0; j < L; ++j) tokens.push_back(h && j < int(h->tokens.size()) ? h->tokens[size_t(j)] : -1);
+      for (int j = 0; j < L; ++j)
+        tokens.push_back(h && j < int(h->tokens.size()) ? h->tokens[size_t(j)] : -1);
       valid.push_back(h != nullptr);
       lengths.push_back(h ? double(h->tokens.size()) : 0);
       finished.push_back(h && h->finished);

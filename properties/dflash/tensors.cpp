@@ -52,8 +52,12 @@ TensorInfos infos() {
       {"oracle.prediction_logits",
        {"T", "V"},
        DType::real,
-       "autoregressive logits after context ++ path(parent(g)): the row whose argmax node g is checked against"},
-      {"oracle.accepted", {"T"}, DType::boolean, "node g is on the longest root path matching greedy decoding"},
+       "autoregressive logits after context ++ path(parent(g)): the row whose argmax node g is checked "
+       "against"},
+      {"oracle.accepted",
+       {"T"},
+       DType::boolean,
+       "node g is on the longest root path matching greedy decoding"},
       {"oracle.accepted_count", {"C"}, DType::integer, "nodes the oracle accepts per cycle"},
       {"oracle.margin",
        {},
@@ -131,7 +135,8 @@ void put_case(const Case& c, TensorMap& out) {
       cycle.push_back(static_cast<int>(k));
       index.push_back(i);
       depth.push_back(d[size_t(i)]);
-      for (int n = i; n >= 0; n = tree.parents[size_t(n)]) anc[size_t(off[k] + i) * size_t(T) + size_t(off[k] + n)] = 1;
+      for (int n = i; n >= 0; n = tree.parents[size_t(n)])
+        anc[size_t(off[k] + i) * size_t(T) + size_t(off[k] + n)] = 1;
     }
   }
   if (out.wanted("tree_sizes")) out.put("tree_sizes", Tensor::ints({C}, sizes));
@@ -140,7 +145,8 @@ void put_case(const Case& c, TensorMap& out) {
   if (out.wanted("cycle")) out.put("cycle", Tensor::ints({T}, cycle));
   if (out.wanted("node_index")) out.put("node_index", Tensor::ints({T}, index));
   if (out.wanted("depth")) out.put("depth", Tensor::ints({T}, depth));
-  if (out.wanted("ancestor_or_self")) out.put("ancestor_or_self", Tensor::of({T, T}, std::move(anc), DType::boolean));
+  if (out.wanted("ancestor_or_self"))
+    out.put("ancestor_or_self", Tensor::of({T, T}, std::move(anc), DType::boolean));
 }
 
 // Greedy verification done by the autoregressive oracle, cycle by cycle.
@@ -219,7 +225,8 @@ void put_result(const Case& c, const std::string& who, const Result& r, TensorMa
   const std::vector<int> off = offsets(c);
   bool ids_ok = true, mask_ok = true, logits_ok = true, accepted_ok = true;
   std::vector<int> ids;
-  std::vector<double> mask(size_t(T * T), 0.0), sees_context, ctx_logits, node_logits, accepted(size_t(T), 0.0);
+  std::vector<double> mask(size_t(T * T), 0.0), sees_context, ctx_logits, node_logits,
+      accepted(size_t(T), 0.0);
   for (size_t k = 0; k < c.cycles.size(); ++k) {
     const CycleTrace& tr = r.cycles[k];
     const int N = c.cycles[k].size(), P = tr.context_length;
@@ -230,13 +237,17 @@ void put_result(const Case& c, const std::string& who, const Result& r, TensorMa
       for (int i = 0; i < N; ++i) {
         const uint8_t* row = &tr.mask[size_t(i) * size_t(P + N)];
         sees_context.push_back(std::all_of(row, row + P, [](uint8_t m) { return m != 0; }));
-        for (int j = 0; j < N; ++j) mask[size_t(off[k] + i) * size_t(T) + size_t(off[k] + j)] = row[P + j] != 0;
+        for (int j = 0; j < N; ++j)
+          mask[size_t(off[k] + i) * size_t(T) + size_t(off[k] + j)] = row[P + j] != 0;
       }
     logits_ok = logits_ok && tr.logits.size() == size_t(N) + 1 &&
-                std::all_of(tr.logits.begin(), tr.logits.end(), [&](const Logits& l) { return l.size() == size_t(V); });
+                std::all_of(tr.logits.begin(), tr.logits.end(),
+                            [&](const Logits& l) { return l.size() == size_t(V); });
     if (logits_ok) {
       ctx_logits.insert(ctx_logits.end(), tr.logits[0].begin(), tr.logits[0].end());
-      for (int i = 0; i < N; ++i) node_logits.insert(node_logits.end(), tr.logits[size_t(i) + 1].begin(), tr.logits[size_t(i) + 1].end());
+      for (int i = 0; i < N; ++i)
+        node_logits.insert(node_logits.end(), tr.logits[size_t(i) + 1].begin(),
+                           tr.logits[size_t(i) + 1].end());
     }
     for (int n : tr.accepted)
       if (n < 0 || n >= N)
@@ -246,7 +257,8 @@ void put_result(const Case& c, const std::string& who, const Result& r, TensorMa
   }
   if (ids_ok && want("position_ids")) put("position_ids", Tensor::ints({T}, ids));
   if (mask_ok && want("tree_mask")) put("tree_mask", Tensor::of({T, T}, std::move(mask), DType::boolean));
-  if (mask_ok && want("sees_context")) put("sees_context", Tensor::of({T}, std::move(sees_context), DType::boolean));
+  if (mask_ok && want("sees_context"))
+    put("sees_context", Tensor::of({T}, std::move(sees_context), DType::boolean));
   if (logits_ok && want("context_logits")) put("context_logits", Tensor::of({C, V}, std::move(ctx_logits)));
   if (logits_ok && want("node_logits")) put("node_logits", Tensor::of({T, V}, std::move(node_logits)));
   if (accepted_ok && want("accepted")) put("accepted", Tensor::of({T}, std::move(accepted), DType::boolean));
