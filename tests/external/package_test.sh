@@ -14,5 +14,10 @@ cmake -S "$source/examples/consumer" -B "$tmp/consumer" "${generator[@]}" -DCMAK
 cmake --build "$tmp/consumer" > "$tmp/build.log" 2>&1 || { tail -30 "$tmp/build.log"; exit 1; }
 (cd "$tmp/consumer" && ctest --output-on-failure)
 test -x "$tmp/prefix/bin/prop_runner"
+# Only the public headers are installed (kprop/testing.h's closure and the ABI).
+test -f "$tmp/prefix/include/kprop/abi.h"
+for internal in listing.h fuzz_driver.h gen.h case_yaml.h; do
+  if [ -e "$tmp/prefix/include/kprop/$internal" ]; then echo "internal header installed: $internal"; exit 1; fi
+done
 test -f "$tmp/prefix/share/kprop/python/kprop_worker.py"
 echo "package: installed, found, consumer test passed"
