@@ -465,21 +465,25 @@ std::string first_problem(std::initializer_list<std::string> problems) {
   return "";
 }
 
+// The `run:` keys; their defaults are RunConfig's (spec.h), the one copy.
 const Schema& run_schema() {
+  static const RunConfig d;
   static const Schema schema = {
-      field::integer("trials", 100, 1, 1e9, "cases drawn per run"),
-      field::integer("max_size", 100, 0, 10000,
+      field::integer("trials", d.trials, 1, 1e9, "cases drawn per run"),
+      field::integer("max_size", d.max_size, 0, 10000,
                      "RapidCheck size reached by the last trial (100 = full domain)"),
-      field::integer("seed", 0, 0, 9.2e18, "0 draws a fresh seed, printed so the run can be repeated"),
-      field::real("time_budget_s", 60, 0, 1e7, "stop drawing cases after this many seconds (0: no limit)"),
-      field::real("shrink_budget_s", 20, 0, 1e7, "time allowed to shrink one counterexample"),
-      field::integer("max_discard_ratio", 10, 0, 1e6,
+      field::integer("seed", static_cast<int64_t>(d.seed), 0, 9.2e18,
+                     "0 draws a fresh seed, printed so the run can be repeated"),
+      field::real("time_budget_s", d.time_budget_s, 0, 1e7,
+                  "stop drawing cases after this many seconds (0: no limit)"),
+      field::real("shrink_budget_s", d.shrink_budget_s, 0, 1e7, "time allowed to shrink one counterexample"),
+      field::integer("max_discard_ratio", d.max_discard_ratio, 0, 1e6,
                      "give up when an invariant discards more than ratio x trials"),
-      field::real("case_timeout_s", 30, 0.001, 1e7,
+      field::real("case_timeout_s", d.case_timeout_s, 0.001, 1e7,
                   "a single target call longer than this is reported as a hang (exit 3)"),
-      field::choices("suppress_health_check", {}, {"declined", "discarded", "too_slow"},
+      field::choices("suppress_health_check", d.suppress_health_check, {"declined", "discarded", "too_slow"},
                      "health checks not to fail the run on (prop_runner --list explains each)"),
-      field::integer("max_case_mb", 1024, 1, 1 << 30,
+      field::integer("max_case_mb", d.max_case_mb, 1, 1 << 30,
                      "peak memory one case may need (inputs, outputs, reference, intermediates); a spec "
                      "whose domain allows more is rejected, a corpus case over it is bad input"),
   };
