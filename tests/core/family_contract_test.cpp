@@ -1,7 +1,9 @@
 // Contract checks run on every registered family, so a new family is held to
-// them without writing a test: the YAML codec round-trips generated cases,
-// every byte string decodes, seed bytes decode back to the generated case,
-// shrink candidates decode too, and a reference implementation exists.
+// them without writing a test (and families keep no copies of them): the
+// YAML codec round-trips generated cases, every byte string decodes to a
+// valid case, seed bytes decode back to the generated case, shrink
+// candidates are valid, inside the domain and different from the case, and a
+// reference implementation exists.
 #include <gtest/gtest.h>
 
 #include "kprop/corpus.h"
@@ -39,11 +41,13 @@ TEST_P(FamilyContract, YamlRoundTripsGeneratedCases) {
 TEST_P(FamilyContract, EveryByteStringDecodes) {
   const Family& f = *GetParam();
   const Values domain = Values::defaults(f.domain_schema());
-  for (size_t len : {0u, 1u, 3u, 17u, 64u, 300u}) {
+  for (size_t len = 0; len < 400; len += 7) {
     std::vector<uint8_t> bytes(len);
     for (size_t i = 0; i < len; ++i) bytes[i] = static_cast<uint8_t>(i * 131 + len);
     const AnyCase c = f.from_bytes(bytes.data(), bytes.size(), domain);
+    // from_yaml validates: the decoded case keeps the family's contract.
     EXPECT_NO_THROW(f.from_yaml(YAML::Load(text(f, c)))) << f.name() << " len " << len;
+    EXPECT_EQ(f.in_domain(c, domain), "") << f.name() << " len " << len;
   }
 }
 
@@ -60,16 +64,25 @@ TEST_P(FamilyContract, SeedBytesDecodeToTheGeneratedCase) {
     }
 }
 
-TEST_P(FamilyContract, ShrinkCandidatesAreValidCases) {
+// Every shrink candidate of generated cases (five, of growing size) is a
+// valid case (from_yaml validates it against the contract), inside the
+// domain, and not the case itself (a step that changes nothing would loop).
+TEST_P(FamilyContract, ShrinkCandidatesAreValidAndDifferent) {
   const Family& f = *GetParam();
   const Values domain = Values::defaults(f.domain_schema());
   rc::Random random(5);
-  const AnyCase c = f.generator(domain)(random, 60).value();
-  auto seq = f.shrinks(c, domain);
-  int n = 0;
-  while (auto s = seq.next()) {
-    EXPECT_NO_THROW(f.from_yaml(YAML::Load(text(f, *s)))) << f.name();
-    if (++n >= 200) break;
+  for (int k = 0; k < 5; ++k) {
+    const AnyCase c = f.generator(domain)(random.split(), 20 + 20 * k).value();
+    const std::string original = text(f, c);
+    auto seq = f.shrinks(c, domain);
+    int n = 0;
+    while (auto s = seq.next()) {
+      const std::string candidate = text(f, *s);
+      EXPECT_NO_THROW(f.from_yaml(YAML::Load(candidate))) << f.name() << ":\n" << candidate;
+      EXPECT_EQ(f.in_domain(*s, domain), "") << f.name();
+      EXPECT_NE(candidate, original) << f.name() << ": a shrink candidate equal to the case";
+      if (++n >= 100) break;
+    }
   }
 }
 

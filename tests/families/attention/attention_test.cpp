@@ -146,43 +146,6 @@ TEST(AttentionCodec, BadCaseNamesLineAndColumn) {
   }
 }
 
-TEST(AttentionCodec, EveryByteStringDecodesToAValidCase) {
-  for (const auto* path : {&kFwdSpec, &kBwdSpec}) {
-    const Spec spec = load_spec(*path);
-    const bool backward = path == &kBwdSpec;
-    for (int len = 0; len < 300; len += 7) {
-      std::vector<uint8_t> bytes(static_cast<size_t>(len));
-      for (int i = 0; i < len; ++i) bytes[size_t(i)] = static_cast<uint8_t>(i * 37 + len);
-      ByteReader reader(bytes.data(), bytes.size());
-      BytesDraw draw(reader);
-      const Case c = backward ? BwdTraits::build(draw, spec.domain) : FwdTraits::build(draw, spec.domain);
-      EXPECT_EQ(validate(c, backward), "") << len;
-    }
-  }
-}
-
-TEST(AttentionShrinker, EveryCandidateIsValidAndDifferent) {
-  Case c = small_case(5, 6, true);
-  c.shape.batch = 2;
-  c.shape.heads_kv = 2;
-  c.shape.heads_q = 4;
-  c.q.assign(c.shape.q_size(), 1.5);
-  c.d_out.assign(c.shape.q_size(), -0.5);
-  c.k.assign(c.shape.kv_size(), 2.25);
-  c.v.assign(c.shape.kv_size(), 1.0);
-  c.dtype = DType::f32;
-  c.mask = MaskKind::key_padding;
-  c.key_lengths = {3, 0};
-  auto seq = BwdTraits::shrinks(c, Values::defaults(BwdTraits::domain_schema()));
-  int n = 0;
-  while (auto s = seq.next()) {
-    EXPECT_EQ(validate(*s, true), "");
-    EXPECT_FALSE(*s == c);
-    if (++n > 5000) break;
-  }
-  EXPECT_GT(n, 20);
-}
-
 // rescale_inverted is right on easy inputs (one tile, or the max in the
 // first tile) and wrong once the running max rises across tiles.
 TEST(AttentionMutants, RescaleInvertedNeedsARisingMax) {

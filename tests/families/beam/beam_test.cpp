@@ -156,14 +156,6 @@ TEST(BeamMutants, MisbehaveOnTinyCases) {
   EXPECT_TRUE(leaked);
 }
 
-TEST(BeamCodec, YamlRoundTrip) {
-  Case c = small_case(5, 3, 2, 0.7312, 42);
-  c.prompts = {{1, 2}, {4}};
-  c.model.shift = 12.5;
-  c.model.sharpen = 0.1;
-  EXPECT_EQ(Traits::from_yaml(Traits::to_yaml(c)), c);
-}
-
 TEST(BeamCodec, BadCaseNamesLineAndColumn) {
   const YAML::Node n = YAML::Load(
       "model: {vocab: 2, eos: 3, seed: 1, scale: 1, eos_bias: 0, eos_slope: 0, sharpen: 0, shift: 0}\n"
@@ -175,31 +167,6 @@ TEST(BeamCodec, BadCaseNamesLineAndColumn) {
     EXPECT_GT(e.line, 0);
     EXPECT_NE(std::string(e.what()).find("eos"), std::string::npos);
   }
-}
-
-TEST(BeamCodec, EveryByteStringDecodesToAValidCase) {
-  const Spec spec = load_spec(kSpec);
-  for (int len = 0; len < 300; len += 7) {
-    std::vector<uint8_t> bytes(static_cast<size_t>(len));
-    for (int i = 0; i < len; ++i) bytes[static_cast<size_t>(i)] = static_cast<uint8_t>(i * 37 + len);
-    const AnyCase c = spec.family->from_bytes(bytes.data(), bytes.size(), spec.domain);
-    EXPECT_EQ(validate(*static_cast<const Case*>(c.get())), "") << len;
-  }
-}
-
-TEST(BeamShrinker, EveryCandidateIsValidAndDifferent) {
-  Case c = small_case(9, 5, 6, 0.7312, 77);
-  c.prompts = {{1, 8, 3}, {4}, {0, 0}};
-  c.model.eos = 4;
-  c.model.shift = 3.3;
-  auto seq = Traits::shrinks(c, Values::defaults(Traits::domain_schema()));
-  int n = 0;
-  while (auto s = seq.next()) {
-    EXPECT_EQ(validate(*s), "");
-    EXPECT_FALSE(*s == c);
-    ++n;
-  }
-  EXPECT_GT(n, 20);
 }
 
 // penalty_counts_prompt shrinks to one step over a two-token vocabulary.

@@ -113,28 +113,5 @@ TEST(SoftmaxTopkCodec, BadCasesNameLineAndColumn) {
   }
 }
 
-TEST(SoftmaxTopkCodec, EveryByteStringDecodesToAValidCase) {
-  const Spec spec = load_spec(kSpec);
-  for (int len = 0; len < 400; len += 7) {
-    std::vector<uint8_t> bytes(static_cast<size_t>(len));
-    for (int i = 0; i < len; ++i) bytes[static_cast<size_t>(i)] = static_cast<uint8_t>(i * 37 + len);
-    ByteReader reader(bytes.data(), bytes.size());
-    BytesDraw draw(reader);
-    EXPECT_EQ(validate(Traits::build(draw, spec.domain)), "") << len;
-  }
-}
-
-TEST(SoftmaxTopkShrinker, EveryCandidateIsValidAndDifferent) {
-  const Case c = make(DType::f32, 3, 5, {{-kInf, 7.5, 1e20f, -3, 2}, {-kInf, -kInf, -kInf, -kInf, -kInf}});
-  auto seq = Traits::shrinks(c, Values::defaults(Traits::domain_schema()));
-  int n = 0;
-  while (auto s = seq.next()) {
-    EXPECT_EQ(validate(*s), "");
-    EXPECT_FALSE(*s == c);
-    ++n;
-  }
-  EXPECT_GT(n, 10);
-}
-
 }  // namespace
 }  // namespace kprop::softmax_topk

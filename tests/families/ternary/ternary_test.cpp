@@ -132,11 +132,6 @@ TEST(TernaryPacking, RoundTripsEveryWidthAndPattern) {
     }
 }
 
-TEST(TernaryCodec, YamlRoundTripIsExact) {
-  const Case c = random_case(2, 3, 2, 9);
-  EXPECT_EQ(Traits::from_yaml(Traits::to_yaml(c)), c);
-}
-
 TEST(TernaryCodec, BadCaseNamesLineAndColumn) {
   const YAML::Node n = YAML::Load("tokens: 1\nin_features: 2\nout_features: 1\nx: [1]\nw: [1, 2]\ndy: [1]\n");
   try {
@@ -149,29 +144,6 @@ TEST(TernaryCodec, BadCaseNamesLineAndColumn) {
   EXPECT_THROW(Traits::from_yaml(
                    YAML::Load("tokens: 1\nin_features: 1\nout_features: 1\nx: [.nan]\nw: [1]\ndy: [1]\n")),
                CaseFormatError);
-}
-
-TEST(TernaryCodec, EveryByteStringDecodesToAValidCase) {
-  const Spec spec = load_spec(kSpec);
-  for (int len = 0; len < 300; len += 7) {
-    std::vector<uint8_t> bytes(static_cast<size_t>(len));
-    for (int i = 0; i < len; ++i) bytes[static_cast<size_t>(i)] = static_cast<uint8_t>(i * 37 + len);
-    ByteReader reader(bytes.data(), bytes.size());
-    BytesDraw draw(reader);
-    EXPECT_EQ(validate(Traits::build(draw, spec.domain)), "") << len;
-  }
-}
-
-TEST(TernaryShrinker, EveryCandidateIsValidAndDifferent) {
-  const Case c = random_case(3, 5, 2, 4);
-  auto seq = Traits::shrinks(c, Values::defaults(Traits::domain_schema()));
-  int n = 0;
-  while (auto s = seq.next()) {
-    EXPECT_EQ(validate(*s), "");
-    EXPECT_FALSE(*s == c);
-    ++n;
-  }
-  EXPECT_GT(n, 20);
 }
 
 // The shrinker ends at the smallest shapes that can show each bug.
