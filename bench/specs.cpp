@@ -1,7 +1,10 @@
 // Cases per second of every committed spec on every non-mutant
 // implementation: one trial = draw a case at the given RapidCheck size and
-// check every invariant of the spec, as prop_runner does. New specs are
-// measured without code. Run: build/bench/bench_specs [--benchmark_filter=dflash]
+// check every invariant of the spec (built-in or expression), as prop_runner
+// does. New specs are measured without code: specs/, specs/examples/ and
+// bench/specs/ (pairs stating the same properties in C++ and as expressions,
+// e.g. fwd_same_cpp vs fwd_same_expr). Run:
+//   build/bench/bench_specs [--benchmark_filter=dflash]
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -19,7 +22,7 @@ void spec_trial(benchmark::State& state, const kprop::Spec* spec, size_t target)
   for (auto _ : state) {
     const auto c = gen(random.split(), static_cast<int>(state.range(0))).value();
     auto trial = spec->family->begin_trial(c, target, reference);
-    for (const auto& use : spec->invariants) benchmark::DoNotOptimize(trial->check(use.index, use.params));
+    for (const auto& use : spec->invariants) benchmark::DoNotOptimize(kprop::check_invariant(*trial, use));
     ++cases;
   }
   state.counters["cases/s"] = benchmark::Counter(static_cast<double>(cases), benchmark::Counter::kIsRate);
@@ -30,8 +33,10 @@ void spec_trial(benchmark::State& state, const kprop::Spec* spec, size_t target)
 int main(int argc, char** argv) {
   static std::vector<std::unique_ptr<kprop::Spec>> specs;
   std::vector<std::filesystem::path> paths;
-  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(KPROP_SOURCE_DIR) / "specs"))
-    if (e.path().extension() == ".yaml") paths.push_back(e.path());
+  const std::filesystem::path root(KPROP_SOURCE_DIR);
+  for (const auto& dir : {root / "specs", root / "specs" / "examples", root / "bench" / "specs"})
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+      if (e.path().extension() == ".yaml") paths.push_back(e.path());
   std::sort(paths.begin(), paths.end());
   for (const auto& path : paths) {
     try {

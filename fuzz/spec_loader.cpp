@@ -1,7 +1,7 @@
 // Fuzzes the spec loader with arbitrary text: every input must either load
 // or be rejected with an InputError (one clear line). Any other exception,
-// crash, hang or leak is a bug. Seeds: the committed specs (pass specs/ as a
-// corpus directory).
+// crash, hang or leak is a bug. Seeds: the committed specs (pass specs/ and
+// specs/examples/, with expression invariants and transforms, as corpus directories).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>

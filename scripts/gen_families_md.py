@@ -188,7 +188,7 @@ def parse_list(text):
                 section = None
             elif body.startswith("external targets"):
                 section = "ops"
-            elif body.startswith("tensors"):
+            elif body.startswith("tensors") or body.startswith("transforms"):
                 section = "tensors"  # listed by prop_runner --list and docs/SPEC.md, not here
             else:
                 bad("unknown section")

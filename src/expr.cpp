@@ -1425,4 +1425,10 @@ std::string describe_functions() {
   return out;
 }
 
+std::vector<std::pair<std::string, std::string>> function_docs() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& f : functions()) out.emplace_back(f.name, f.doc);
+  return out;
+}
+
 }  // namespace kprop::expr

@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "kprop/fuzz_driver.h"
+#include "kprop/listing.h"
 #include "kprop/report.h"
 #include "kprop/runner.h"
 
@@ -90,45 +91,6 @@ int run_fuzz_mode(const Config& cfg, const std::string& corpus_root) {
   return report.new_findings() > 0 ? 1 : 0;
 }
 
-std::string list_everything() {
-  std::string out = "Spec keys (every spec):\n" + describe_spec_keys();
-  out +=
-      "\nHealth checks (a run that fails one exits 2; run: {suppress_health_check: [NAME]} turns it off):\n";
-  for (const auto& h : health_checks()) out += fmt::format("  {:<12} {}\n", h.name, h.description);
-  for (const Family* f : Registry::instance().families()) {
-    out += fmt::format("\nfamily {} — {}\n  domain:\n{}", f->name(), f->description(),
-                       describe_schema(f->domain_schema(), 4));
-    out += "  implementations:\n";
-    for (const auto& i : f->implementations())
-      out +=
-          fmt::format("    {:<26} {:<9} {:<4} {}\n", i.name, impl_kind_name(i.kind), i.device, i.description);
-    if (f->external_ops().empty()) {
-      out += "  external targets: none yet\n";
-    } else {
-      out += "  external targets (plugin:PATH.so, exec:COMMAND; include/kprop/abi.h, docs/EXTERNAL.md):\n";
-      for (const auto& op : f->external_ops())
-        out += fmt::format("    op {:<23} entry point {}\n", op.op, op.symbol);
-    }
-    out += "  invariants:\n";
-    for (const auto& inv : f->invariants()) {
-      out += fmt::format("    {:<26} {}\n", inv.name, inv.description);
-      out += describe_schema(inv.params, 6);
-    }
-    // Named tensors: what `expect:` / `when:` expressions may read.
-    if (f->tensor_infos().empty()) {
-      out += "  tensors: none yet (no expression invariants)\n";
-    } else {
-      out += "  tensors (for invariants {name, expect: EXPR, when: EXPR}; docs/SPEC.md):\n";
-      for (const auto& t : f->tensor_infos())
-        out += fmt::format("    {:<18} {:<20} {:<4} {}\n", t.name, expr::shape_text(t.shape),
-                           expr::dtype_name(t.dtype), t.meaning);
-    }
-  }
-  out +=
-      "\nExpression functions (invariants {name, expect: EXPR, when: EXPR}):\n" + expr::describe_functions();
-  return out;
-}
-
 // corpus/ beside the spec's folder (specs/x.yaml -> corpus/), so the run
 // stores counterexamples in the repository wherever it is started from.
 std::string default_corpus_dir(const std::string& spec_path) {
@@ -140,7 +102,9 @@ std::string default_corpus_dir(const std::string& spec_path) {
 
 int run(const Config& cfg) {
   if (cfg.list) {
-    std::cout << list_everything();
+    if (cfg.format != "text" && cfg.format != "json")
+      throw InputError({}, "--list --format " + cfg.format + ": valid: text, json");
+    std::cout << (cfg.format == "json" ? list_json() : list_text());
     return 0;
   }
   auto reporter = make_reporter(cfg.format);

@@ -41,6 +41,11 @@ struct ModelConfig {
   double eos_slope = 0;
   double sharpen = 0;
   double shift = 0;
+  // Vocabulary relabeling (empty: none): the model whose token relabel[v]
+  // plays the role of this config's token v otherwise (logits, prefix
+  // hashing). `eos` is given in the relabeled vocabulary. The relabel_vocab
+  // transform (properties/beam/transforms.cpp) sets it.
+  std::vector<int> relabel;
   bool operator==(const ModelConfig&) const = default;
 };
 
@@ -52,7 +57,7 @@ struct Prefix {
 
 class TableLM {
  public:
-  explicit TableLM(const ModelConfig& config) : config_(config) {}
+  explicit TableLM(const ModelConfig& config);
   const ModelConfig& config() const { return config_; }
   int vocab() const { return config_.vocab; }
   Prefix start(const std::vector<int>& prompt) const;
@@ -61,7 +66,11 @@ class TableLM {
   std::vector<double> log_probs(Prefix p) const;
 
  private:
+  int original(int token) const {  // the token before relabeling
+    return inverse_.empty() ? token : inverse_[static_cast<size_t>(token)];
+  }
   ModelConfig config_;
+  std::vector<int> inverse_;  // inverse of config_.relabel
 };
 
 // out[v] = x[v] - max - log(sum exp(x - max)), summed in index order.

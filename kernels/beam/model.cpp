@@ -13,6 +13,12 @@ namespace {
 constexpr uint64_t kShiftIndex = uint64_t(1) << 40;
 }  // namespace
 
+TableLM::TableLM(const ModelConfig& config) : config_(config) {
+  inverse_.resize(config.relabel.size());
+  for (size_t v = 0; v < config.relabel.size(); ++v)
+    inverse_[static_cast<size_t>(config.relabel[v])] = static_cast<int>(v);
+}
+
 Prefix TableLM::start(const std::vector<int>& prompt) const {
   Prefix p{rng::mix(config_.seed ^ 0x6265616d5f6c6dULL), 0};
   for (int t : prompt) p = push(p, t);
@@ -20,7 +26,8 @@ Prefix TableLM::start(const std::vector<int>& prompt) const {
 }
 
 Prefix TableLM::push(Prefix p, int token) const {
-  return {rng::mix(p.hash ^ (static_cast<uint64_t>(token) + 1) * 0x9e3779b97f4a7c15ULL), p.length + 1};
+  return {rng::mix(p.hash ^ (static_cast<uint64_t>(original(token)) + 1) * 0x9e3779b97f4a7c15ULL),
+          p.length + 1};
 }
 
 void TableLM::logits(Prefix p, double* out) const {
@@ -28,7 +35,8 @@ void TableLM::logits(Prefix p, double* out) const {
   const double spread = m.scale * (1 + m.sharpen * p.length);
   const double shift = m.shift == 0 ? 0 : m.shift * rng::normal(m.seed, p.hash, kShiftIndex);
   for (int v = 0; v < m.vocab; ++v) {
-    double x = spread == 0 ? 0 : spread * rng::normal(m.seed, p.hash, static_cast<uint64_t>(v));
+    const auto drawn = static_cast<uint64_t>(original(v));
+    double x = spread == 0 ? 0 : spread * rng::normal(m.seed, p.hash, drawn);
     if (v == m.eos) x += m.eos_bias + m.eos_slope * p.length;
     out[v] = x + shift;
   }
@@ -63,6 +71,16 @@ std::string validate(const Case& c) {
   for (double x : {m.scale, m.eos_bias, m.eos_slope, m.sharpen, m.shift, c.alpha})
     if (!std::isfinite(x)) return "model parameters and alpha must be finite";
   if (m.scale < 0 || m.sharpen < 0) return "scale and sharpen must be >= 0";
+  if (!m.relabel.empty()) {
+    std::vector<bool> seen(static_cast<size_t>(m.vocab));
+    bool ok = static_cast<int>(m.relabel.size()) == m.vocab;
+    for (size_t v = 0; ok && v < m.relabel.size(); ++v) {
+      const int r = m.relabel[v];
+      ok = r >= 0 && r < m.vocab && !seen[static_cast<size_t>(r)];
+      if (ok) seen[static_cast<size_t>(r)] = true;
+    }
+    if (!ok) return "model.relabel must be a permutation of the vocabulary";
+  }
   if (c.prompts.empty()) return "empty batch";
   for (size_t b = 0; b < c.prompts.size(); ++b) {
     if (c.prompts[b].empty()) return fmt::format("prompt {} is empty", b);

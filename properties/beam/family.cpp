@@ -287,6 +287,7 @@ YAML::Node Traits::to_yaml(const Case& c) {
   m["eos_slope"] = real(c.model.eos_slope);
   m["sharpen"] = real(c.model.sharpen);
   m["shift"] = real(c.model.shift);
+  if (!c.model.relabel.empty()) m["relabel"] = case_yaml::list(c.model.relabel);
   n["model"] = m;
   YAML::Node prompts(YAML::NodeType::Sequence);
   for (const auto& p : c.prompts) prompts.push_back(case_yaml::list(p));
@@ -305,7 +306,8 @@ Case Traits::from_yaml(const YAML::Node& n) {
   Case c;
   const YAML::Node m = n["model"];
   if (!m) case_yaml::fail(n, "missing 'model'");
-  expect_keys(m, {"vocab", "eos", "seed", "scale", "eos_bias", "eos_slope", "sharpen", "shift"}, "model");
+  expect_keys(m, {"vocab", "eos", "seed", "scale", "eos_bias", "eos_slope", "sharpen", "shift", "relabel"},
+              "model");
   c.model.vocab = read<int>(m, "vocab");
   c.model.eos = read<int>(m, "eos");
   c.model.seed = read<uint64_t>(m, "seed");
@@ -314,6 +316,17 @@ Case Traits::from_yaml(const YAML::Node& n) {
   c.model.eos_slope = read<double>(m, "eos_slope");
   c.model.sharpen = read<double>(m, "sharpen");
   c.model.shift = read<double>(m, "shift");
+  if (const YAML::Node r = m["relabel"]) {
+    if (!r.IsSequence()) case_yaml::fail(r, "'relabel' must be a list of tokens");
+    if (r.size() > 1 << 16) case_yaml::fail(r, "'relabel' too long");
+    for (const auto& t : r) {
+      try {
+        c.model.relabel.push_back(t.as<int>());
+      } catch (const YAML::Exception&) {
+        case_yaml::fail(t, "relabel entry is not an integer");
+      }
+    }
+  }
   const YAML::Node prompts = n["prompts"];
   if (!prompts || !prompts.IsSequence())
     case_yaml::fail(prompts ? prompts : n, "'prompts' must be a list of token lists");

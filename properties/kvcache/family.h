@@ -26,7 +26,19 @@ struct Traits {
   static YAML::Node to_yaml(const Case& c);
   static Case from_yaml(const YAML::Node& node);
   static CaseStats stats(const Case& c);
+
+  // Named tensors for expression invariants (tensors.cpp).
+  static const expr::TensorInfos& tensor_infos();
+  static void tensors(const Case& c, const Result* target, const Result* reference, expr::TensorMap& out);
+  // Metamorphic transforms (transforms.cpp): reorder_sequences, change_block_size.
+  static const std::vector<TransformInfo>& transforms();
+  static Case transform(const std::string& name, const Case& c, const Values& params, uint64_t seed,
+                        expr::TensorMap& out);
 };
+
+// The derived int8 error bound (invariants.cpp) of every output element, per
+// sequence like Result::out.
+std::vector<std::vector<double>> int8_bound(const Case& c);
 
 void register_invariants(FamilyDef<Traits>& family);
 // Kernels built elsewhere (properties/kvcache/external.cpp).

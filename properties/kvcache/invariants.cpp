@@ -22,6 +22,38 @@
 #include "properties/kvcache/family.h"
 
 namespace kprop::kvcache {
+
+// The derived int8 bound (header comment) for every output element.
+std::vector<std::vector<double>> int8_bound(const Case& c) {
+  const size_t D = static_cast<size_t>(c.head_dim), Hq = static_cast<size_t>(c.q_heads());
+  const size_t Hkv = static_cast<size_t>(c.kv_heads), g = static_cast<size_t>(c.group);
+  const double alpha = 1 / std::sqrt(static_cast<double>(D));
+  const ChannelRanges s = int8_scales(c);
+  std::vector<std::vector<double>> bound;
+  for (size_t b = 0; b < c.seqs.size(); ++b) {
+    const Tensors x = sequence_data(c, b);
+    const size_t T = static_cast<size_t>(c.seqs[b].tokens());
+    std::vector<double> lo(Hkv * D, INFINITY), hi(Hkv * D, -INFINITY), out(T * Hq * D);
+    for (size_t t = 0; t < T; ++t) {
+      for (size_t i = 0; i < Hkv * D; ++i) {
+        lo[i] = std::min(lo[i], x.v[t * Hkv * D + i]);
+        hi[i] = std::max(hi[i], x.v[t * Hkv * D + i]);
+      }
+      for (size_t h = 0; h < Hq; ++h) {
+        const size_t kv = h / g;
+        double eps = 0;
+        for (size_t d = 0; d < D; ++d) eps += std::fabs(x.q[(t * Hq + h) * D + d]) * s.k[kv * D + d] / 2;
+        eps *= alpha;
+        for (size_t d = 0; d < D; ++d) {
+          const size_t ch = kv * D + d;
+          out[(t * Hq + h) * D + d] = (hi[ch] - lo[ch]) * std::tanh(eps) + s.v[ch] / 2;
+        }
+      }
+    }
+    bound.push_back(std::move(out));
+  }
+  return bound;
+}
 namespace {
 
 using T = Trial<Traits>;
@@ -71,38 +103,6 @@ Verdict agree(const Case& c, const Result& got, const Result& want, const Values
     }
   }
   return Verdict::pass();
-}
-
-// The derived int8 bound (header comment) for every output element.
-Bound int8_bound(const Case& c) {
-  const size_t D = static_cast<size_t>(c.head_dim), Hq = static_cast<size_t>(c.q_heads());
-  const size_t Hkv = static_cast<size_t>(c.kv_heads), g = static_cast<size_t>(c.group);
-  const double alpha = 1 / std::sqrt(static_cast<double>(D));
-  const ChannelRanges s = int8_scales(c);
-  Bound bound;
-  for (size_t b = 0; b < c.seqs.size(); ++b) {
-    const Tensors x = sequence_data(c, b);
-    const size_t T = static_cast<size_t>(c.seqs[b].tokens());
-    std::vector<double> lo(Hkv * D, INFINITY), hi(Hkv * D, -INFINITY), out(T * Hq * D);
-    for (size_t t = 0; t < T; ++t) {
-      for (size_t i = 0; i < Hkv * D; ++i) {
-        lo[i] = std::min(lo[i], x.v[t * Hkv * D + i]);
-        hi[i] = std::max(hi[i], x.v[t * Hkv * D + i]);
-      }
-      for (size_t h = 0; h < Hq; ++h) {
-        const size_t kv = h / g;
-        double eps = 0;
-        for (size_t d = 0; d < D; ++d) eps += std::fabs(x.q[(t * Hq + h) * D + d]) * s.k[kv * D + d] / 2;
-        eps *= alpha;
-        for (size_t d = 0; d < D; ++d) {
-          const size_t ch = kv * D + d;
-          out[(t * Hq + h) * D + d] = (hi[ch] - lo[ch]) * std::tanh(eps) + s.v[ch] / 2;
-        }
-      }
-    }
-    bound.push_back(std::move(out));
-  }
-  return bound;
 }
 
 Verdict matches_reference(T& t, const Values& p) {

@@ -69,8 +69,11 @@ class TensorMap {
   bool wanted(const std::string& name) const { return wanted_.count(name) != 0; }
   // Is some wanted name "prefix..."? (e.g. "target." before running the target)
   bool wants_prefix(const std::string& prefix) const;
+  // Keeps `t` when wanted, and any scalar (cheap to keep): a family that
+  // computes a group of scalars at once (error scales, floors) then serves
+  // the trial's later invariants without computing the group again.
   void put(const std::string& name, Tensor t) {
-    if (!wanted(name)) return;
+    if (!wanted(name) && (t.size() > 1 || tensors_.count(name))) return;
     wanted_.erase(name);
     tensors_[name] = std::move(t);
   }
@@ -144,5 +147,7 @@ class Expression {
 
 // The functions the language knows, one line each (docs and --list).
 std::string describe_functions();
+// The same as (name, one-line doc) pairs (prop_runner --list --format json).
+std::vector<std::pair<std::string, std::string>> function_docs();
 
 }  // namespace kprop::expr

@@ -517,13 +517,28 @@ class FamilyDef final : public Family {
   }
 
   // The randomness of a transform on `c`: a function of the case's content
-  // (its YAML) and the transform's name, so replaying a stored case derives
-  // the same transformed case.
+  // (its YAML tree, walked without emitting it) and the transform's name, so
+  // replaying a stored case derives the same transformed case.
   uint64_t case_seed(const AnyCase& c, const std::string& transform) const {
-    YAML::Emitter out;
-    out << to_yaml(c);
-    uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a
-    for (const char ch : std::string(out.c_str()) + "/" + transform) h = (h ^ uint8_t(ch)) * 0x100000001b3ULL;
+    uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a over the scalars and the tree's shape
+    auto bytes = [&h](const std::string& s) {
+      for (const char ch : s) h = (h ^ uint8_t(ch)) * 0x100000001b3ULL;
+      h = (h ^ 0xffu) * 0x100000001b3ULL;
+    };
+    auto walk = [&](const YAML::Node& n, auto&& self) -> void {
+      if (n.IsScalar()) return bytes(n.Scalar());
+      bytes(n.IsMap() ? "{" : "[");
+      for (auto it = n.begin(); it != n.end(); ++it) {
+        if (n.IsMap()) {
+          self(it->first, self);
+          self(it->second, self);
+        } else {
+          self(*it, self);
+        }
+      }
+    };
+    walk(to_yaml(c), walk);
+    bytes(transform);
     return rng::mix(h);
   }
 

@@ -148,6 +148,48 @@ TEST(Expr, CloseUsesRtolAndAtol) {
   EXPECT_EQ(values("close(y + 0.001, y, rtol=0, atol=0.002)"), (std::vector<double>{1, 1, 1}));
 }
 
+// close(k=): each target operand may err by k × its same-precision baseline's
+// worst error plus its floor; the fp64 side is exact.
+TEST(Expr, ClosePolicyScalesTheBaselineError) {
+  const TensorInfos infos = {{"target.x", {"N"}, DType::real, ""},
+                             {"reference.x", {"N"}, DType::real, ""},
+                             {"naive.x", {"N"}, DType::real, ""},
+                             {"floor.x", {}, DType::real, ""},
+                             {"transformed.target.x", {"N"}, DType::real, ""},
+                             {"transformed.reference.x", {"N"}, DType::real, ""},
+                             {"transformed.naive.x", {"N"}, DType::real, ""},
+                             {"transformed.floor.x", {}, DType::real, ""}};
+  auto holds = [&](const std::string& text, std::vector<double> target) {
+    TensorMap m;
+    for (const auto& i : infos) m.want(i.name);
+    m.put("target.x", Tensor::of({3}, target));
+    m.put("reference.x", Tensor::of({3}, {1, 2, INFINITY}));
+    m.put("naive.x", Tensor::of({3}, {1.25, 2, 5}));  // worst finite error 0.25 (inf excluded)
+    m.put("floor.x", Tensor::scalar(0.125));
+    m.put("transformed.target.x", Tensor::of({3}, {1, 2, INFINITY}));
+    m.put("transformed.reference.x", Tensor::of({3}, {1, 2, INFINITY}));
+    m.put("transformed.naive.x", Tensor::of({3}, {1, 2.5, INFINITY}));  // worst error 0.5
+    m.put("transformed.floor.x", Tensor::scalar(0));
+    return Expression::compile(text, infos).check(m).holds;
+  };
+  // allowed = 2 × 0.25 + 0.125 = 0.625
+  EXPECT_TRUE(holds("all(close(target.x, reference.x, k=2))", {1.625, 2, INFINITY}));
+  EXPECT_FALSE(holds("all(close(target.x, reference.x, k=2))", {1.6251, 2, INFINITY}));
+  EXPECT_FALSE(holds("all(close(target.x, reference.x, k=2))", {1, 2, -INFINITY}));
+  // Two target operands: the budgets add (0.625 + 2 × 0.5 + 0).
+  EXPECT_TRUE(holds("all(close(transformed.target.x, target.x, k=2))", {2.625, 2, INFINITY}));
+  EXPECT_FALSE(holds("all(close(transformed.target.x, target.x, k=2))", {2.626, 2, INFINITY}));
+  const std::string why = [&] {
+    try {
+      Expression::compile("close(reference.x, naive.x, k=1)", infos);
+    } catch (const ExprError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  }();
+  EXPECT_NE(why.find("needs a target output"), std::string::npos) << why;
+}
+
 TEST(Expr, CheckExplainsTheWorstElement) {
   const auto ok = Expression::compile("close(x, t.o)", kInfos).check(tensors());
   EXPECT_TRUE(ok.holds);
@@ -182,6 +224,24 @@ TEST(ExprErrors, WrongArity) {
 }
 TEST(ExprErrors, UnknownKeyword) {
   EXPECT_EQ(error_of("sum(x, axes=1)"), "7: sum() takes no keyword 'axes'; keywords: axis, keepdims");
+}
+TEST(ExprErrors, ClosePolicyNeedsTheBaselineAndExcludesRtol) {
+  // t.o is not target.*: no operand has a policy to scale.
+  EXPECT_EQ(error_of("close(t.o, x, k=2)").substr(0, 37), "0: close(k=) needs a target output (t");
+  const TensorInfos infos = {{"target.o", {"N"}, DType::real, ""}, {"reference.o", {"N"}, DType::real, ""}};
+  try {
+    Expression::compile("close(target.o, reference.o, k=2)", infos);
+    FAIL() << "no error";
+  } catch (const ExprError& e) {
+    EXPECT_EQ(e.offset, 6u);
+    EXPECT_NE(std::string(e.what()).find("publishes no 'naive.o'"), std::string::npos) << e.what();
+  }
+  try {
+    Expression::compile("close(target.o, reference.o, rtol=0, k=2)", infos);
+    FAIL() << "no error";
+  } catch (const ExprError& e) {
+    EXPECT_NE(std::string(e.what()).find("not both"), std::string::npos) << e.what();
+  }
 }
 TEST(ExprErrors, AxisOutOfRange) {
   EXPECT_EQ(error_of("sum(x, axis=2)"), "12: axis 2 is out of range for [N, M] of rank 2 (valid: -2..1)");
@@ -268,6 +328,35 @@ TEST(ExprSpec, ErrorsPointIntoTheExpression) {
             "s.yaml:5:13: family toy.sum publishes no named tensors: it takes no expression invariants");
 }
 
+TEST(ExprSpec, TransformsAreCheckedAtLoad) {
+  auto starts = [](const std::string& got, const std::string& want) {
+    if (got.rfind(want, 0) == 0) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << got;
+  };
+  const std::string inv = "  - name: a\n";
+  EXPECT_TRUE(
+      starts(spec_error(kHead + inv +
+                        "    transform: permute_kes\n    expect: all(transformed.target.o == target.o)\n"),
+             "s.yaml:5:16: unknown transform 'permute_kes' for family attention.bwd (did you mean "
+             "'permute_keys'?)"));
+  EXPECT_TRUE(starts(
+      spec_error(kHead + inv +
+                 "    transform: {shift_keys: {magnitud: 1}}\n    expect: all(target.o == target.o)\n"),
+      "s.yaml:5:30: unknown key 'magnitud' in transform shift_ke"));
+  EXPECT_TRUE(starts(spec_error(kHead + inv + "    expect: all(transformed.target.o == target.o)\n"),
+                     "s.yaml:5:17: invariant 'a', expect: unknown name 'transformed.t"));
+  EXPECT_TRUE(starts(
+      spec_error(kHead + inv +
+                 "    transform: {permute_keys: {}, retile: {}}\n    expect: all(target.o == target.o)\n"),
+      "s.yaml:5:16: transform must name one transform: NAME or {NA"));
+  const Spec s = parse_spec(kHead + inv + "    transform: {shift_keys: {magnitude: 3}}\n" +
+                                "    expect: close(transformed.target.o, target.o, k=2)\n",
+                            "s.yaml");
+  ASSERT_TRUE(s.invariants[0].expression->transform);
+  EXPECT_EQ(s.invariants[0].expression->transform->name, "shift_keys");
+  EXPECT_EQ(s.invariants[0].expression->transform->params.real("magnitude"), 3.0);
+}
+
 // ---- prop_runner end to end
 struct CliRun {
   int code;
@@ -303,6 +392,49 @@ TEST(ExprCli, ExpressionInvariantKillsAMutantAndItsCaseReplays) {
   const CliRun bad = run("--spec " + kBwdExpr + " --target d_without_do --replay " + dir.string());
   EXPECT_EQ(bad.code, 1) << bad.out;
   fs::remove_all(corpus);
+}
+
+// A metamorphic relation finds a mask bug without any reference: permuting
+// the queries of a causal case must permute O's rows, which an off-by-one
+// causal diagonal breaks. The stored case replays the same transform.
+TEST(ExprCli, TransformKillsAMutantAndItsCaseReplays) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("kprop_transform_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path spec = dir / "perm.yaml";
+  {
+    FILE* f = std::fopen(spec.c_str(), "w");
+    std::fputs(
+        "spec: perm\nfamily: attention.fwd\ntarget: tiled\ndomain: {masks: [causal], nq: [1, 8], nk: [1, "
+        "8]}\n"
+        "invariants:\n  - name: queries_permuted\n    transform: permute_queries\n"
+        "    expect: close(transformed.target.o, target.o[:, :, transform.query_perm], k=2)\n",
+        f);
+    std::fclose(f);
+  }
+  const std::string corpus = (dir / "corpus").string();
+  const CliRun ok = run("--spec " + spec.string() + " --seed 7 --trials 300 --no-corpus");
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  const CliRun r =
+      run("--spec " + spec.string() + " --target causal_off_by_one --seed 7 --trials 300 --corpus " + corpus);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("queries_permuted"), std::string::npos) << r.out;
+  ASSERT_TRUE(fs::exists(dir / "corpus" / "perm")) << r.out;
+  EXPECT_EQ(run("--spec " + spec.string() + " --replay " + corpus + "/perm").code, 0);
+  const CliRun bad =
+      run("--spec " + spec.string() + " --target causal_off_by_one --replay " + corpus + "/perm");
+  EXPECT_EQ(bad.code, 1) << bad.out;
+  fs::remove_all(dir);
+}
+
+TEST(ExprCli, ListAsJsonNamesTensorsAndTransforms) {
+  const CliRun r = run("--list --format json");
+  ASSERT_EQ(r.code, 0) << r.out.substr(0, 400);
+  for (const char* want :
+       {"\"transforms\"", "\"permute_queries\"", "\"transform.query_perm\"", "\"floor.o\"", "\"functions\""})
+    EXPECT_NE(r.out.find(want), std::string::npos) << want;
+  EXPECT_EQ(run("--list --format junit").code, 2);
 }
 
 TEST(ExprCli, BadExpressionExitsTwoWithPosition) {

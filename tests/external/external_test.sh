@@ -52,6 +52,29 @@ worker="$root/examples/python/attention_fwd.py"
 run worker_correct 0 --no-corpus --target "exec:$python $worker"
 run worker_buggy 1 --no-corpus --target "exec:$python $worker --bug"
 expect_log worker_buggy "causal"
+# Expression invariants and a metamorphic relation through the worker: the
+# named tensors come from the worker's outputs, the transformed case is sent
+# to the worker too, and its stored case replays through it.
+sed -n '/^invariants:/q;p' "$spec" | sed 's/^spec: .*/spec: worker_expr/' > "$tmp/worker_expr.yaml"
+cat >> "$tmp/worker_expr.yaml" <<YAML
+invariants:
+  - name: o_policy
+    expect: close(target.o, reference.o, k=2)
+  - name: masked_rows_zero_expr
+    when: any(row_fully_masked)
+    expect: all(where(row_fully_masked[..., None], target.o == 0, true))
+  - name: queries_permuted
+    transform: permute_queries
+    expect: close(transformed.target.o, target.o[:, :, transform.query_perm], k=2)
+YAML
+spec_saved="$spec"
+spec="$tmp/worker_expr.yaml"
+run worker_expr_correct 0 --no-corpus --target "exec:$python $worker"
+run worker_expr_buggy 1 --corpus "$tmp/expr" --target "exec:$python $worker --bug"
+expect_log worker_expr_buggy "Counterexample: \(o_policy\|queries_permuted\)"
+run worker_expr_replay 1 --target "exec:$python $worker --bug" --replay "$tmp/expr/worker_expr"
+run worker_expr_replay_ok 0 --target "exec:$python $worker" --replay "$tmp/expr/worker_expr"
+spec="$spec_saved"
 # A worker that dies mid-case is restarted for the next one, and reported.
 cat > "$tmp/dies.py" <<PY
 import os, sys

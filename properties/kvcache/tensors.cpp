@@ -1,0 +1,185 @@
+// Named tensors of kvcache for expression invariants (kprop/expr.h).
+//
+// Layout. Sequences have different lengths, so per-token tensors put the
+// tokens of every sequence on one flat axis N (sequence 0's tokens first, in
+// order); `seq[n]` and `pos[n]` say whose token n is and where. Outputs are
+// [N, Hq, D] (Result::out concatenated); inputs q [N, Hq, D], k, v [N, Hkv, D]
+// and, per query head, kh, vh [N, Hq, D] (GQA heads repeated).
+#include <cmath>
+
+#include "properties/kvcache/family.h"
+
+namespace kprop::kvcache {
+namespace {
+
+using expr::DType;
+using expr::Tensor;
+using expr::TensorInfos;
+using expr::TensorMap;
+
+TensorInfos infos() {
+  TensorInfos t = {
+      {"Bs", {}, DType::integer, "sequences in the batch"},
+      {"Hq", {}, DType::integer, "query heads"},
+      {"Hkv", {}, DType::integer, "key/value heads (query head h reads kv head h / G)"},
+      {"G", {}, DType::integer, "query heads per kv head"},
+      {"D", {}, DType::integer, "head dimension"},
+      {"N", {}, DType::integer, "tokens over all sequences (the flat token axis)"},
+      {"NB", {}, DType::integer, "blocks in the paged pool"},
+      {"page_size", {}, DType::integer, "tokens per paged block"},
+      {"chunk", {}, DType::integer, "prompt tokens per chunk (chunked prefill)"},
+      {"blocks_needed",
+       {},
+       DType::integer,
+       "most blocks the schedule holds at once (full or chunked prefill)"},
+      {"prompt_lengths", {"Bs"}, DType::integer, "prompt tokens P of each sequence"},
+      {"decode_steps", {"Bs"}, DType::integer, "decode steps S of each sequence"},
+      {"arrivals", {"Bs"}, DType::integer, "scheduler step of each sequence's prefill"},
+      {"seq", {"N"}, DType::integer, "the sequence of token n"},
+      {"pos", {"N"}, DType::integer, "token n's position in its sequence"},
+      {"is_decode", {"N"}, DType::boolean, "token n is decoded (pos >= its prompt length)"},
+      {"visible",
+       {"N", "N"},
+       DType::boolean,
+       "[n, m]: token n attends to token m (same sequence, pos <= pos[n])"},
+      {"block_order",
+       {"NB"},
+       DType::integer,
+       "the paged pool's free list at start (a permutation of its blocks)"},
+      {"q", {"N", "Hq", "D"}, DType::real, "queries"},
+      {"k", {"N", "Hkv", "D"}, DType::real, "keys"},
+      {"v", {"N", "Hkv", "D"}, DType::real, "values"},
+      {"kh", {"N", "Hq", "D"}, DType::real, "the key each query head reads (k with GQA heads repeated)"},
+      {"vh", {"N", "Hq", "D"}, DType::real, "the value each query head reads"},
+      {"k_scale", {"Hkv", "D"}, DType::real, "int8 cache's per-channel key scale (range / 127)"},
+      {"v_scale", {"Hkv", "D"}, DType::real, "int8 cache's per-channel value scale (range / 127)"},
+      {"int8_bound",
+       {"N", "Hq", "D"},
+       DType::real,
+       "the derived bound on |int8 output - fp64 output| (properties/kvcache/invariants.cpp)"},
+      {"dequantized.out",
+       {"N", "Hq", "D"},
+       DType::real,
+       "the reference run on the int8 cache's dequantized K/V: what an int8 cache must output"},
+  };
+  for (const std::string w : {"target", "reference"}) {
+    const TensorInfos mine = {
+        {w + ".out", {"N", "Hq", "D"}, DType::real, "attention output of every token"},
+        {w + ".int8_cache", {}, DType::boolean, "the outputs carry int8 quantization error"},
+        {w + ".blocks_allocated", {}, DType::integer, "paged blocks handed out (0: not paged)"},
+        {w + ".blocks_reused", {}, DType::integer, "allocations that reused a block released earlier"},
+    };
+    t.insert(t.end(), mine.begin(), mine.end());
+  }
+  return t;
+}
+
+int64_t total_tokens(const Case& c) {
+  int64_t n = 0;
+  for (const auto& s : c.seqs) n += s.tokens();
+  return n;
+}
+
+// Per-sequence [T_b, inner] blocks concatenated, or empty when one has the wrong size.
+std::vector<double> flat(const Case& c, const std::vector<std::vector<double>>& per_seq, int64_t inner) {
+  std::vector<double> out;
+  if (per_seq.size() != c.seqs.size()) return out;
+  for (size_t b = 0; b < c.seqs.size(); ++b) {
+    if (static_cast<int64_t>(per_seq[b].size()) != c.seqs[b].tokens() * inner) return {};
+    out.insert(out.end(), per_seq[b].begin(), per_seq[b].end());
+  }
+  return out;
+}
+
+void put_case(const Case& c, TensorMap& out) {
+  const int64_t Bs = static_cast<int64_t>(c.seqs.size()), N = total_tokens(c), Hq = c.q_heads(),
+                Hkv = c.kv_heads, D = c.head_dim, NB = static_cast<int64_t>(c.block_order.size());
+  for (auto [name, value] : {std::pair{"Bs", Bs},
+                             {"Hq", Hq},
+                             {"Hkv", Hkv},
+                             {"G", int64_t(c.group)},
+                             {"D", D},
+                             {"N", N},
+                             {"NB", NB},
+                             {"page_size", int64_t(c.page_size)},
+                             {"chunk", int64_t(c.chunk)},
+                             {"blocks_needed", int64_t(blocks_needed(c))}})
+    out.put(name, Tensor::scalar(double(value), DType::integer));
+  std::vector<double> prompts, decodes, arrivals, seq, pos, decode;
+  for (size_t b = 0; b < c.seqs.size(); ++b) {
+    const Sequence& s = c.seqs[b];
+    prompts.push_back(s.prompt), decodes.push_back(s.decode), arrivals.push_back(s.arrive);
+    for (int t = 0; t < s.tokens(); ++t)
+      seq.push_back(double(b)), pos.push_back(t), decode.push_back(t >= s.prompt);
+  }
+  if (out.wanted("prompt_lengths")) out.put("prompt_lengths", Tensor::of({Bs}, prompts, DType::integer));
+  if (out.wanted("decode_steps")) out.put("decode_steps", Tensor::of({Bs}, decodes, DType::integer));
+  if (out.wanted("arrivals")) out.put("arrivals", Tensor::of({Bs}, arrivals, DType::integer));
+  if (out.wanted("visible")) {
+    std::vector<double> vis(size_t(N * N), 0.0);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t m = n - int64_t(pos[size_t(n)]); m <= n; ++m) vis[size_t(n * N + m)] = 1;
+    out.put("visible", Tensor::of({N, N}, std::move(vis), DType::boolean));
+  }
+  if (out.wanted("seq")) out.put("seq", Tensor::of({N}, std::move(seq), DType::integer));
+  if (out.wanted("pos")) out.put("pos", Tensor::of({N}, std::move(pos), DType::integer));
+  if (out.wanted("is_decode")) out.put("is_decode", Tensor::of({N}, std::move(decode), DType::boolean));
+  if (out.wanted("block_order")) out.put("block_order", Tensor::ints({NB}, c.block_order));
+  if (out.wanted("q") || out.wanted("k") || out.wanted("v") || out.wanted("kh") || out.wanted("vh")) {
+    std::vector<double> q, k, v, kh, vh;
+    for (size_t b = 0; b < c.seqs.size(); ++b) {
+      const Tensors x = sequence_data(c, b);
+      q.insert(q.end(), x.q.begin(), x.q.end());
+      k.insert(k.end(), x.k.begin(), x.k.end());
+      v.insert(v.end(), x.v.begin(), x.v.end());
+      for (int t = 0; t < c.seqs[b].tokens(); ++t)
+        for (int64_t h = 0; h < Hq; ++h) {
+          const size_t at = size_t((t * Hkv + h / c.group) * D);
+          kh.insert(kh.end(), x.k.begin() + long(at), x.k.begin() + long(at + size_t(D)));
+          vh.insert(vh.end(), x.v.begin() + long(at), x.v.begin() + long(at + size_t(D)));
+        }
+    }
+    out.put("q", Tensor::of({N, Hq, D}, std::move(q)));
+    out.put("k", Tensor::of({N, Hkv, D}, std::move(k)));
+    out.put("v", Tensor::of({N, Hkv, D}, std::move(v)));
+    out.put("kh", Tensor::of({N, Hq, D}, std::move(kh)));
+    out.put("vh", Tensor::of({N, Hq, D}, std::move(vh)));
+  }
+  if (out.wanted("k_scale") || out.wanted("v_scale")) {
+    ChannelRanges s = int8_scales(c);
+    out.put("k_scale", Tensor::of({Hkv, D}, std::move(s.k)));
+    out.put("v_scale", Tensor::of({Hkv, D}, std::move(s.v)));
+  }
+  if (out.wanted("int8_bound")) out.put("int8_bound", Tensor::of({N, Hq, D}, flat(c, int8_bound(c), Hq * D)));
+  if (out.wanted("dequantized.out"))
+    out.put("dequantized.out", Tensor::of({N, Hq, D}, flat(c, reference_dequantized(c).out, Hq * D)));
+}
+
+void put_result(const Case& c, const std::string& who, const Result& r, TensorMap& out) {
+  const int64_t N = total_tokens(c), Hq = c.q_heads(), D = c.head_dim;
+  if (out.wanted(who + ".out")) {
+    std::vector<double> o = flat(c, r.out, Hq * D);
+    // A report of the wrong size (an external kernel's) stays unpublished:
+    // the invariant naming it fails, naming it.
+    if (static_cast<int64_t>(o.size()) == N * Hq * D)
+      out.put(who + ".out", Tensor::of({N, Hq, D}, std::move(o)));
+  }
+  out.put(who + ".int8_cache", Tensor::scalar(r.int8_cache, DType::boolean));
+  out.put(who + ".blocks_allocated", Tensor::scalar(r.blocks_allocated, DType::integer));
+  out.put(who + ".blocks_reused", Tensor::scalar(r.blocks_reused, DType::integer));
+}
+
+}  // namespace
+
+const expr::TensorInfos& Traits::tensor_infos() {
+  static const TensorInfos t = infos();
+  return t;
+}
+
+void Traits::tensors(const Case& c, const Result* target, const Result* reference, TensorMap& out) {
+  put_case(c, out);
+  if (target) put_result(c, "target", *target, out);
+  if (reference) put_result(c, "reference", *reference, out);
+}
+
+}  // namespace kprop::kvcache
