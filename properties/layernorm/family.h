@@ -22,9 +22,25 @@ struct Traits {
   static YAML::Node to_yaml(const Case& c);
   static Case from_yaml(const YAML::Node& node);
   static CaseStats stats(const Case& c);
+
+  // Named tensors for expression invariants (tensors.cpp).
+  static const expr::TensorInfos& tensor_infos();
+  static void tensors(const Case& c, const Result* target, const Result* reference, expr::TensorMap& out);
+  // Metamorphic transforms (transforms.cpp): shift_rows, scale_rows.
+  static const std::vector<TransformInfo>& transforms();
+  static Case transform(const std::string& name, const Case& c, const Values& params, uint64_t seed,
+                        expr::TensorMap& out);
 };
 
 void register_invariants(FamilyDef<Traits>& family);
+
+// The magnitude each element of an output is computed from (invariants.cpp),
+// from a reference result: matches_reference's floor is floor_ulps × unit
+// roundoff × these, and the floor.* tensors publish the same.
+double y_scale(const Case& c, const Result& ref, size_t row);  // max_d |γ x̂| + |β|
+double dx_scale(const Case& c, const Result& ref, size_t row);  // rstd (max|g| + mean|g| + max|x̂| mean|g x̂|)
+double dgamma_scale(const Case& c, const Result& ref);          // max_d Σ_rows |dy x̂|
+double dbeta_scale(const Case& c);                              // max_d Σ_rows |dy|
 // Kernels built elsewhere (external.cpp): op "layernorm" of include/kprop/abi/layernorm.h.
 void register_external(FamilyDef<Traits>& family);
 

@@ -55,7 +55,10 @@ std::string shape_error(const Case& c, const Result& got) {
   return "";
 }
 
-// ---- magnitudes an element is computed from (from the reference result)
+}  // namespace
+
+// ---- magnitudes an element is computed from (from the reference result);
+// shared with the floor.* tensors (tensors.cpp), so both use one floor.
 double y_scale(const Case& c, const Result& ref, size_t r) {
   const size_t D = static_cast<size_t>(c.dim);
   double s = 0;
@@ -64,6 +67,7 @@ double y_scale(const Case& c, const Result& ref, size_t r) {
   return s;
 }
 
+namespace {
 struct RowGrad {
   double mean_abs_g = 0, mean_abs_gx = 0, mean_gx = 0, sum_abs_g = 0, sum_abs_xhat = 0, max_abs_g = 0,
          max_abs_xhat = 0;
@@ -85,6 +89,7 @@ RowGrad row_grad(const Case& c, const Result& ref, size_t r) {
   g.mean_gx /= static_cast<double>(D);
   return g;
 }
+}  // namespace
 
 double dx_scale(const Case& c, const Result& ref, size_t r) {
   const RowGrad g = row_grad(c, ref, r);
@@ -113,6 +118,8 @@ double dbeta_scale(const Case& c) {
   }
   return s;
 }
+
+namespace {
 
 Schema ulps_param(double fallback, const std::string& what) {
   return {field::real("ulps", fallback, 0, 1e12,

@@ -23,6 +23,14 @@ struct Traits {
   static YAML::Node to_yaml(const Case& c);
   static Case from_yaml(const YAML::Node& node);
   static CaseStats stats(const Case& c);
+
+  // Named tensors for expression invariants (tensors.cpp).
+  static const expr::TensorInfos& tensor_infos();
+  static void tensors(const Case& c, const Result* target, const Result* reference, expr::TensorMap& out);
+  // Metamorphic transforms (transforms.cpp): permute_out_features.
+  static const std::vector<TransformInfo>& transforms();
+  static Case transform(const std::string& name, const Case& c, const Values& params, uint64_t seed,
+                        expr::TensorMap& out);
 };
 
 void register_invariants(FamilyDef<Traits>& family);

@@ -1,0 +1,155 @@
+// Named tensors of layernorm for expression invariants (kprop/expr.h): the
+// case's inputs, the target's and reference's outputs (y, x̂, μ, rstd, dx, dγ,
+// dβ), the fp64 biased variance σ² of each row, the naive same-precision
+// two-pass computation (the tolerance baseline) and the floors of the
+// built-in matches_reference, so close(k=) states that policy.
+#include <cmath>
+
+#include "properties/layernorm/family.h"
+
+namespace kprop::layernorm {
+namespace {
+
+using XT = expr::DType;
+using expr::Tensor;
+using expr::TensorInfos;
+using expr::TensorMap;
+
+// matches_reference's floor_ulps as specs/layernorm.yaml sets it (64, also
+// the invariant's default): floor.X = 64 × unit roundoff × the magnitude an
+// element of X is built from (y_scale ... dbeta_scale, invariants.cpp).
+constexpr double kFloorUlps = 64;
+
+TensorInfos infos() {
+  TensorInfos t = {
+      {"R", {}, XT::integer, "rows (independent normalisations)"},
+      {"D", {}, XT::integer, "the normalised (last) dimension"},
+      {"eps", {}, XT::real, "the case's ε under the square root: rstd = 1 / sqrt(σ² + ε)"},
+      {"u", {}, XT::real, "unit roundoff of the case's dtype (2^-24 for f32, 2^-53 for f64)"},
+      {"dtype_bytes", {}, XT::integer, "bytes per element of the case's dtype (4 or 8)"},
+      {"x", {"R", "D"}, XT::real, "input rows"},
+      {"gamma", {"D"}, XT::real, "scale γ"},
+      {"beta", {"D"}, XT::real, "shift β"},
+      {"dy", {"R", "D"}, XT::real, "upstream gradient dy"},
+      {"reference.var",
+       {"R"},
+       XT::real,
+       "biased variance σ² = mean((x - μ)²) of each row in fp64 (two passes, from the case)"},
+  };
+  struct Out {
+    const char* name;
+    std::vector<std::string> shape;
+    const char* meaning;
+  };
+  const Out outs[] = {
+      {"y", {"R", "D"}, "output y = γ x̂ + β"},
+      {"xhat", {"R", "D"}, "normalised input x̂ = (x - μ) rstd, as cached for the backward"},
+      {"mean", {"R"}, "row mean μ"},
+      {"rstd", {"R"}, "1 / sqrt(σ² + ε)"},
+      {"dx", {"R", "D"}, "dx = rstd (g - mean(g) - x̂ mean(g x̂)), g = γ dy"},
+      {"dgamma", {"D"}, "dγ = Σ_rows dy x̂"},
+      {"dbeta", {"D"}, "dβ = Σ_rows dy"},
+  };
+  for (const char* who : {"target", "reference", "naive"})
+    for (const Out& o : outs) {
+      const std::string w = who;
+      const std::string m = w == "target"      ? std::string("the target's ") + o.meaning
+                            : w == "reference" ? std::string("the reference's ") + o.meaning
+                                               : std::string(
+                                                     "the naive two-pass computation in the case's "
+                                                     "dtype (the policy's baseline): ") +
+                                                     o.meaning;
+      t.push_back({w + "." + o.name, o.shape, XT::real, m});
+    }
+  const TensorInfos floors = {
+      {"floor.y",
+       {"R", "1"},
+       XT::real,
+       "matches_reference's floor for a row of y: 64 u max_d(|γ x̂| + |β|) (close(k=))"},
+      {"floor.dx",
+       {"R", "1"},
+       XT::real,
+       "matches_reference's floor for a row of dx: 64 u rstd (max|g| + mean|g| + max|x̂| mean|g x̂|)"},
+      {"floor.dgamma", {}, XT::real, "matches_reference's floor for dγ: 64 u max_d Σ_rows |dy x̂|"},
+      {"floor.dbeta", {}, XT::real, "matches_reference's floor for dβ: 64 u max_d Σ_rows |dy|"},
+  };
+  t.insert(t.end(), floors.begin(), floors.end());
+  return t;
+}
+
+// σ² of each row in fp64, two passes, straight from the contract.
+std::vector<double> variances(const Case& c) {
+  const size_t D = static_cast<size_t>(c.dim);
+  std::vector<double> v;
+  for (size_t r = 0; r < static_cast<size_t>(c.rows); ++r) {
+    const double* x = &c.x[r * D];
+    double sum = 0;
+    for (size_t d = 0; d < D; ++d) sum += x[d] - x[0];  // shifted: exact-ish at large offsets
+    const double centre = sum / static_cast<double>(D);
+    double ss = 0;
+    for (size_t d = 0; d < D; ++d) ss += ((x[d] - x[0]) - centre) * ((x[d] - x[0]) - centre);
+    v.push_back(ss / static_cast<double>(D));
+  }
+  return v;
+}
+
+void put_outputs(const Case& c, const std::string& who, const Result& r, TensorMap& out) {
+  const int64_t R = c.rows, D = c.dim;
+  // An implementation's output of the wrong size (an external kernel) stays
+  // unpublished: the evaluation then names it and the invariant fails.
+  auto put = [&](const char* name, std::vector<int64_t> shape, const std::vector<double>& data) {
+    const std::string full = who + "." + name;
+    if (!out.wanted(full)) return;
+    int64_t n = 1;
+    for (auto d : shape) n *= d;
+    if (static_cast<int64_t>(data.size()) != n) return;
+    out.put(full, Tensor::of(std::move(shape), data));
+  };
+  put("y", {R, D}, r.y);
+  put("xhat", {R, D}, r.xhat);
+  put("mean", {R}, r.mean);
+  put("rstd", {R}, r.rstd);
+  put("dx", {R, D}, r.dx);
+  put("dgamma", {D}, r.dgamma);
+  put("dbeta", {D}, r.dbeta);
+}
+
+}  // namespace
+
+const expr::TensorInfos& Traits::tensor_infos() {
+  static const TensorInfos t = infos();
+  return t;
+}
+
+void Traits::tensors(const Case& c, const Result* target, const Result* reference_result, TensorMap& out) {
+  const int64_t R = c.rows, D = c.dim;
+  out.put("R", Tensor::scalar(static_cast<double>(R), XT::integer));
+  out.put("D", Tensor::scalar(static_cast<double>(D), XT::integer));
+  out.put("eps", Tensor::scalar(c.eps));
+  out.put("u", Tensor::scalar(unit_roundoff(c.dtype)));
+  out.put("dtype_bytes", Tensor::scalar(c.dtype == DType::f32 ? 4 : 8, XT::integer));
+  if (out.wanted("x")) out.put("x", Tensor::of({R, D}, c.x));
+  if (out.wanted("gamma")) out.put("gamma", Tensor::of({D}, c.gamma));
+  if (out.wanted("beta")) out.put("beta", Tensor::of({D}, c.beta));
+  if (out.wanted("dy")) out.put("dy", Tensor::of({R, D}, c.dy));
+  if (out.wanted("reference.var")) out.put("reference.var", Tensor::of({R}, variances(c)));
+  if (out.wants_prefix("naive.")) put_outputs(c, "naive", two_pass(c), out);
+  if (out.wants_prefix("floor.")) {
+    // The floors from the fp64 reference, as matches_reference takes them.
+    const Result ref = reference(c);
+    const double ulps = kFloorUlps * unit_roundoff(c.dtype);
+    std::vector<double> fy, fdx;
+    for (size_t r = 0; r < static_cast<size_t>(R); ++r) {
+      fy.push_back(ulps * y_scale(c, ref, r));
+      fdx.push_back(ulps * dx_scale(c, ref, r));
+    }
+    out.put("floor.y", Tensor::of({R, 1}, std::move(fy)));
+    out.put("floor.dx", Tensor::of({R, 1}, std::move(fdx)));
+    out.put("floor.dgamma", Tensor::scalar(ulps * dgamma_scale(c, ref)));
+    out.put("floor.dbeta", Tensor::scalar(ulps * dbeta_scale(c)));
+  }
+  if (target) put_outputs(c, "target", *target, out);
+  if (reference_result) put_outputs(c, "reference", *reference_result, out);
+}
+
+}  // namespace kprop::layernorm

@@ -1,0 +1,137 @@
+// Named tensors of softmax_topk for expression invariants (kprop/expr.h): the
+// logits, the target's and reference's top-k (probabilities and indices),
+// the full fp64 softmax of every row, the naive same-dtype softmax (the
+// tolerance baseline) and gathers at the returned indices (logit, softmax,
+// naive softmax), since a per-row gather is not a NumPy take.
+#include <cmath>
+#include <limits>
+
+#include "properties/softmax_topk/family.h"
+
+namespace kprop::softmax_topk {
+namespace {
+
+using XT = expr::DType;
+using expr::Tensor;
+using expr::TensorInfos;
+using expr::TensorMap;
+
+// The built-in invariants' floor: tol.floor_eps (8, as specs/softmax_topk.yaml
+// leaves it) × the dtype epsilon (properties/softmax_topk/invariants.cpp).
+constexpr double kFloorEps = 8;
+
+double epsilon(DType d) {
+  return d == DType::f32 ? 0x1p-23 : 0x1p-52;
+}
+
+TensorInfos infos() {
+  TensorInfos t = {
+      {"R", {}, XT::integer, "rows"},
+      {"V", {}, XT::integer, "vocabulary size (logits per row)"},
+      {"K", {}, XT::integer, "outputs per row, 1 <= K <= V"},
+      {"block", {}, XT::integer, "the fused kernel's tile width"},
+      {"eps", {}, XT::real, "machine epsilon of the case's dtype (2^-23 for f32, 2^-52 for f64)"},
+      {"dtype_bytes", {}, XT::integer, "bytes per element of the case's dtype (4 or 8)"},
+      {"logits", {"R", "V"}, XT::real, "the logits, finite or -inf"},
+      {"target.probs", {"R", "K"}, XT::real, "the target's K largest probabilities per row, sorted"},
+      {"target.indices",
+       {"R", "K"},
+       XT::integer,
+       "the target's indices of those probabilities (ties to the lower index)"},
+      {"reference.probs", {"R", "K"}, XT::real, "the reference's top-k probabilities"},
+      {"reference.indices", {"R", "K"}, XT::integer, "the reference's top-k indices"},
+      {"reference.softmax",
+       {"R", "V"},
+       XT::real,
+       "the full softmax of each row in fp64 (0 at -inf logits and on all -inf rows), from the case"},
+      {"naive.softmax",
+       {"R", "V"},
+       XT::real,
+       "the naive two-pass softmax in the case's dtype (max, then a sequential sum of exp)"},
+      {"naive.probs",
+       {"R", "K"},
+       XT::real,
+       "naive.softmax at the reference's indices: the policy's baseline for target.probs (close(k=))"},
+      {"floor.probs", {}, XT::real, "the policy's absolute floor for probabilities: 8 × eps"},
+      {"target.logit_at", {"R", "K"}, XT::real, "the logit at each index the target returned"},
+      {"target.softmax_at", {"R", "K"}, XT::real, "reference.softmax at each index the target returned"},
+      {"target.naive_at", {"R", "K"}, XT::real, "naive.softmax at each index the target returned"},
+      {"reference.logit_at", {"R", "K"}, XT::real, "the logit at each index the reference returned"},
+  };
+  return t;
+}
+
+// Row-wise gather of a [R, V] table at [R, K] indices; false if an index is
+// out of range or the sizes are off (then the tensor stays unpublished).
+bool gather(const Case& c, const std::vector<double>& table, const std::vector<int>& indices,
+            std::vector<double>& out) {
+  const size_t n = static_cast<size_t>(c.rows()) * static_cast<size_t>(c.k);
+  if (indices.size() != n) return false;
+  out.resize(n);
+  for (size_t s = 0; s < n; ++s) {
+    const int i = indices[s];
+    if (i < 0 || i >= c.vocab) return false;
+    out[s] = table[s / static_cast<size_t>(c.k) * static_cast<size_t>(c.vocab) + static_cast<size_t>(i)];
+  }
+  return true;
+}
+
+std::vector<double> full(const Case& c, bool naive) {
+  std::vector<double> all;
+  for (int row = 0; row < c.rows(); ++row) {
+    const auto p = naive ? naive_softmax(c, row) : softmax_row(c, row);
+    all.insert(all.end(), p.begin(), p.end());
+  }
+  return all;
+}
+
+void put_outputs(const Case& c, const std::string& who, const Result& r, TensorMap& out) {
+  const int64_t R = c.rows(), K = c.k;
+  const size_t n = static_cast<size_t>(R * K);
+  // An external kernel's output of the wrong size stays unpublished: the
+  // evaluation then names it and the invariant fails.
+  if (out.wanted(who + ".probs") && r.probs.size() == n) out.put(who + ".probs", Tensor::of({R, K}, r.probs));
+  if (out.wanted(who + ".indices") && r.indices.size() == n)
+    out.put(who + ".indices", Tensor::ints({R, K}, r.indices));
+  std::vector<double> g;
+  if (out.wanted(who + ".logit_at") && gather(c, c.logits, r.indices, g))
+    out.put(who + ".logit_at", Tensor::of({R, K}, g));
+  if (who != "target") return;
+  if (out.wanted("target.softmax_at") && gather(c, full(c, false), r.indices, g))
+    out.put("target.softmax_at", Tensor::of({R, K}, g));
+  if (out.wanted("target.naive_at") && gather(c, full(c, true), r.indices, g))
+    out.put("target.naive_at", Tensor::of({R, K}, g));
+}
+
+}  // namespace
+
+const expr::TensorInfos& Traits::tensor_infos() {
+  static const TensorInfos t = infos();
+  return t;
+}
+
+void Traits::tensors(const Case& c, const Result* target, const Result* reference_result, TensorMap& out) {
+  const int64_t R = c.rows(), V = c.vocab, K = c.k;
+  out.put("R", Tensor::scalar(static_cast<double>(R), XT::integer));
+  out.put("V", Tensor::scalar(static_cast<double>(V), XT::integer));
+  out.put("K", Tensor::scalar(static_cast<double>(K), XT::integer));
+  out.put("block", Tensor::scalar(c.block, XT::integer));
+  out.put("eps", Tensor::scalar(epsilon(c.dtype)));
+  out.put("dtype_bytes", Tensor::scalar(c.dtype == DType::f32 ? 4 : 8, XT::integer));
+  out.put("floor.probs", Tensor::scalar(kFloorEps * epsilon(c.dtype)));
+  if (out.wanted("logits")) out.put("logits", Tensor::of({R, V}, c.logits));
+  if (out.wanted("reference.softmax")) out.put("reference.softmax", Tensor::of({R, V}, full(c, false)));
+  if (out.wanted("naive.softmax") || out.wanted("naive.probs")) {
+    const std::vector<double> naive = full(c, true);
+    std::vector<double> g;
+    // The baseline at the reference's indices, whatever the spec's reference:
+    // matches_reference takes the exact ranking (the fp64 reference's).
+    if (out.wanted("naive.probs") && gather(c, naive, reference(c).indices, g))
+      out.put("naive.probs", Tensor::of({R, K}, std::move(g)));
+    out.put("naive.softmax", Tensor::of({R, V}, naive));
+  }
+  if (target) put_outputs(c, "target", *target, out);
+  if (reference_result) put_outputs(c, "reference", *reference_result, out);
+}
+
+}  // namespace kprop::softmax_topk

@@ -1,0 +1,135 @@
+// Named tensors of ternary for expression invariants (kprop/expr.h): the
+// case's inputs, every stage of the target's and reference's pipeline (scales,
+// quantized values, the integer product, y and the straight-through
+// gradients), the dequantized operands x̃ = x_q / a_t and W̃ = s w_q of the
+// reference, and the f32 error scales the gradient checks use.
+#include <cmath>
+
+#include "properties/ternary/family.h"
+
+namespace kprop::ternary {
+namespace {
+
+using XT = expr::DType;
+using expr::Tensor;
+using expr::TensorInfos;
+using expr::TensorMap;
+
+TensorInfos infos() {
+  TensorInfos t = {
+      {"M", {}, XT::integer, "tokens"},
+      {"K", {}, XT::integer, "input features"},
+      {"N", {}, XT::integer, "output features"},
+      {"eps", {}, XT::real, "the contract's clamp ε = 1e-5 of both scales' denominators"},
+      {"u32", {}, XT::real, "unit roundoff of f32 (2^-24): the packed kernels scale and accumulate in f32"},
+      {"x", {"M", "K"}, XT::real, "input activations"},
+      {"w", {"N", "K"}, XT::real, "latent weights"},
+      {"dy", {"M", "N"}, XT::real, "upstream gradient"},
+  };
+  struct Out {
+    const char* name;
+    std::vector<std::string> shape;
+    const char* meaning;
+  };
+  const Out outs[] = {
+      {"w_scale", {}, "weight scale s = max(mean|W|, ε)"},
+      {"w_q", {"N", "K"}, "ternary weights clamp(round(W / s), -1, 1)"},
+      {"x_scale", {"M"}, "activation scale a_t = 127 / max(max_k |x_tk|, ε) per token"},
+      {"x_q", {"M", "K"}, "int8 activations clamp(round(x a_t), -128, 127)"},
+      {"acc", {"M", "N"}, "integer product x_q · w_qᵀ"},
+      {"y", {"M", "N"}, "output acc · s / a_t"},
+      {"dx", {"M", "K"}, "straight-through dx = dy · W̃"},
+      {"dw", {"N", "K"}, "straight-through dW = dyᵀ · x̃"},
+  };
+  for (const char* who : {"target", "reference"})
+    for (const Out& o : outs)
+      t.push_back(
+          {std::string(who) + "." + o.name, o.shape, XT::real,
+           std::string(who == std::string("target") ? "the target's " : "the reference's ") + o.meaning});
+  const TensorInfos more = {
+      {"reference.x_deq", {"M", "K"}, XT::real, "dequantized activations x̃ = x_q / a_t (reference)"},
+      {"reference.w_deq", {"N", "K"}, XT::real, "dequantized weights W̃ = s w_q (reference)"},
+      {"err.dx",
+       {"M", "K"},
+       XT::real,
+       "f32 error bound of dx: u32 (N + 2) Σ_n |dy W̃| (ste_matches_dense allows k × this)"},
+      {"err.dw",
+       {"N", "K"},
+       XT::real,
+       "f32 error bound of dW: u32 (M + 2) Σ_t |dy x̃| (ste_matches_dense allows k × this)"},
+  };
+  t.insert(t.end(), more.begin(), more.end());
+  return t;
+}
+
+void put_outputs(const Case& c, const std::string& who, const Result& r, TensorMap& out) {
+  const int64_t M = c.tokens, K = c.in_features, N = c.out_features;
+  // An external kernel's output of the wrong size stays unpublished: the
+  // evaluation then names it and the invariant fails.
+  auto put = [&](const char* name, std::vector<int64_t> shape, const std::vector<double>& data) {
+    const std::string full = who + "." + name;
+    if (!out.wanted(full)) return;
+    int64_t n = 1;
+    for (auto d : shape) n *= d;
+    if (static_cast<int64_t>(data.size()) != n) return;
+    out.put(full, Tensor::of(std::move(shape), data));
+  };
+  if (out.wanted(who + ".w_scale")) out.put(who + ".w_scale", Tensor::scalar(r.w_scale));
+  put("w_q", {N, K}, r.w_q);
+  put("x_scale", {M}, r.x_scale);
+  put("x_q", {M, K}, r.x_q);
+  put("acc", {M, N}, r.acc);
+  put("y", {M, N}, r.y);
+  put("dx", {M, K}, r.dx);
+  put("dw", {N, K}, r.dw);
+}
+
+}  // namespace
+
+const expr::TensorInfos& Traits::tensor_infos() {
+  static const TensorInfos t = infos();
+  return t;
+}
+
+void Traits::tensors(const Case& c, const Result* target, const Result* reference_result, TensorMap& out) {
+  const int64_t M = c.tokens, K = c.in_features, N = c.out_features;
+  const auto m = static_cast<size_t>(M), k = static_cast<size_t>(K), n = static_cast<size_t>(N);
+  out.put("M", Tensor::scalar(static_cast<double>(M), XT::integer));
+  out.put("K", Tensor::scalar(static_cast<double>(K), XT::integer));
+  out.put("N", Tensor::scalar(static_cast<double>(N), XT::integer));
+  out.put("eps", Tensor::scalar(kEps));
+  out.put("u32", Tensor::scalar(0x1p-24));
+  if (out.wanted("x")) out.put("x", Tensor::of({M, K}, c.x));
+  if (out.wanted("w")) out.put("w", Tensor::of({N, K}, c.w));
+  if (out.wanted("dy")) out.put("dy", Tensor::of({M, N}, c.dy));
+  if (out.wanted("reference.x_deq") || out.wanted("reference.w_deq") || out.wants_prefix("err.")) {
+    // The quantized point from the fp64 reference pipeline, whatever the spec's reference.
+    const Result q = reference(c);
+    std::vector<double> xt(m * k), wt(n * k);
+    for (size_t t = 0; t < m; ++t)
+      for (size_t i = 0; i < k; ++i) xt[t * k + i] = q.x_q[t * k + i] / q.x_scale[t];
+    for (size_t i = 0; i < wt.size(); ++i) wt[i] = q.w_scale * q.w_q[i];
+    if (out.wants_prefix("err.")) {
+      // As ste_matches_dense (properties/ternary/invariants.cpp): u32 (terms + 2) Σ|terms|.
+      std::vector<double> dx_mag(m * k), dw_mag(n * k);
+      for (size_t t = 0; t < m; ++t)
+        for (size_t o = 0; o < n; ++o) {
+          const double g = c.dy[t * n + o];
+          for (size_t i = 0; i < k; ++i) {
+            dx_mag[t * k + i] += std::fabs(g * wt[o * k + i]);
+            dw_mag[o * k + i] += std::fabs(g * xt[t * k + i]);
+          }
+        }
+      for (double& v : dx_mag) v *= 0x1p-24 * static_cast<double>(N + 2);
+      for (double& v : dw_mag) v *= 0x1p-24 * static_cast<double>(M + 2);
+      out.put("err.dx", Tensor::of({M, K}, std::move(dx_mag)));
+      out.put("err.dw", Tensor::of({N, K}, std::move(dw_mag)));
+    }
+    out.put("reference.x_deq", Tensor::of({M, K}, std::move(xt)));
+    out.put("reference.w_deq", Tensor::of({N, K}, std::move(wt)));
+  }
+  if (target) put_outputs(c, "target", *target, out);
+  if (reference_result) put_outputs(c, "reference", *reference_result, out);
+}
+
+}  // namespace kprop::ternary

@@ -1,0 +1,65 @@
+// ternary's named tensors and its transform: every declared tensor is
+// published with its declared shape, the transform yields a valid case, and
+// the reference's outputs move as the description claims.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kprop/rng.h"
+#include "kprop/spec.h"
+#include "properties/ternary/family.h"
+#include "tests/support/tensor_shapes.h"
+
+namespace kprop::ternary {
+namespace {
+
+const std::string kSpec = std::string(KPROP_SOURCE_DIR) + "/specs/ternary.yaml";
+
+TEST(TernaryTensors, EveryDeclaredTensorHasItsShape) {
+  testing_support::check_named_tensors(load_spec(kSpec), 50);
+}
+
+TEST(TernaryTensors, TransformsGiveValidCases) {
+  const Spec spec = load_spec(kSpec);
+  int derived = 0;
+  for (int seed = 1; seed <= 50; ++seed) {
+    const auto bytes = spec.family->seed_bytes(spec.domain, static_cast<uint64_t>(seed), 1 + seed % 60);
+    const AnyCase any = spec.family->from_bytes(bytes.data(), bytes.size(), spec.domain);
+    const Case& c = *static_cast<const Case*>(any.get());
+    for (const TransformInfo& tr : Traits::transforms()) {
+      expr::TensorMap drawn;
+      const Case t =
+          Traits::transform(tr.name, c, Values::defaults(tr.params), rng::mix(uint64_t(seed)), drawn);
+      EXPECT_EQ(validate(t), "") << tr.name << " on case " << seed;
+      ++derived;
+    }
+  }
+  EXPECT_EQ(derived, 50 * static_cast<int>(Traits::transforms().size()));
+}
+
+TEST(TernaryTensors, PermuteOutFeaturesPermutesTheReferenceOutputs) {
+  Case c;
+  c.tokens = 3, c.in_features = 7, c.out_features = 5;
+  for (int i = 0; i < 21; ++i) c.x.push_back(rng::normal(1, 1, static_cast<uint64_t>(i)));
+  for (int i = 0; i < 35; ++i) c.w.push_back(rng::normal(1, 2, static_cast<uint64_t>(i)));
+  for (int i = 0; i < 15; ++i) c.dy.push_back(rng::normal(1, 3, static_cast<uint64_t>(i)));
+  expr::TensorMap drawn;
+  drawn.want("transform.perm");
+  const Case t = Traits::transform("permute_out_features", c, Values::defaults({}), 4, drawn);
+  ASSERT_EQ(validate(t), "");
+  const std::vector<double>& perm = drawn.find("transform.perm")->data;
+  const Result r = reference(c), s = reference(t);
+  EXPECT_EQ(s.x_q, r.x_q);
+  EXPECT_EQ(s.x_scale, r.x_scale);
+  for (size_t n = 0; n < 5; ++n) {
+    const auto from = static_cast<size_t>(perm[n]);
+    for (size_t k = 0; k < 7; ++k) EXPECT_EQ(s.w_q[n * 7 + k], r.w_q[from * 7 + k]);
+    for (size_t m = 0; m < 3; ++m) {
+      EXPECT_EQ(s.acc[m * 5 + n], r.acc[m * 5 + from]);
+      EXPECT_NEAR(s.y[m * 5 + n], r.y[m * 5 + from], 1e-12 * std::fabs(r.y[m * 5 + from]));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kprop::ternary
