@@ -17,16 +17,6 @@ namespace {
 using XT = expr::DType;
 using expr::Tensor;
 
-std::vector<int> permutation(int n, uint64_t seed, uint64_t stream) {
-  std::vector<int> p(static_cast<size_t>(n));
-  std::iota(p.begin(), p.end(), 0);
-  for (int i = n - 1; i > 0; --i) {  // Fisher-Yates on counter-based draws
-    const auto j = static_cast<int>(rng::hash(seed, stream, static_cast<uint64_t>(i)) % uint64_t(i + 1));
-    std::swap(p[static_cast<size_t>(i)], p[static_cast<size_t>(j)]);
-  }
-  return p;
-}
-
 // The case's mask as an explicit boolean [B, Nq, Nk] (any kind), so rows or
 // columns can be permuted with the tensors.
 std::vector<uint8_t> explicit_mask(const Case& c) {
@@ -93,7 +83,7 @@ Case CaseTraits<Backward>::transform(const std::string& name, const Case& c, con
   const Shape& s = c.shape;
   Case t = c;
   if (name == "permute_keys") {
-    const std::vector<int> perm = permutation(s.nk, seed, 1);
+    const std::vector<int> perm = rng::permutation(size_t(s.nk), seed, 1);
     const std::vector<uint8_t> m = explicit_mask(c);
     t.mask = MaskKind::boolean;
     t.key_lengths.clear();
@@ -105,7 +95,7 @@ Case CaseTraits<Backward>::transform(const std::string& name, const Case& c, con
     t.v = permute_rows(c.v, heads, s.nk, size_t(s.dim), perm);
     put_perm(out, "transform.key_perm", perm);
   } else if (name == "permute_queries") {
-    const std::vector<int> perm = permutation(s.nq, seed, 2);
+    const std::vector<int> perm = rng::permutation(size_t(s.nq), seed, 2);
     const std::vector<uint8_t> m = explicit_mask(c);
     t.mask = MaskKind::boolean;
     t.key_lengths.clear();

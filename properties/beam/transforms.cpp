@@ -39,10 +39,7 @@ Case Traits::transform(const std::string& name, const Case& c, const Values&, ui
                        expr::TensorMap& out) {
   if (name != "relabel_vocab") throw std::logic_error("beam: no transform '" + name + "'");
   const int V = c.model.vocab;
-  std::vector<int> pi(static_cast<size_t>(V));
-  std::iota(pi.begin(), pi.end(), 0);
-  for (size_t i = pi.size(); i-- > 1;)  // Fisher-Yates on counter-based draws
-    std::swap(pi[i], pi[static_cast<size_t>(rng::hash(seed, 1, i) % (i + 1))]);
+  const std::vector<int> pi = rng::permutation(static_cast<size_t>(V), seed, 1);
   Case t = c;
   // Compose with a relabeling the case already has: original token u is
   // c's relabel[u], now pi[relabel[u]].

@@ -23,13 +23,6 @@ namespace {
 using XT = expr::DType;
 using expr::Tensor;
 
-void shuffle(std::vector<int>& v, uint64_t seed, uint64_t stream) {
-  for (size_t i = v.size(); i-- > 1;) {
-    const auto j = static_cast<size_t>(rng::hash(seed, stream, i) % (i + 1));
-    std::swap(v[i], v[j]);
-  }
-}
-
 }  // namespace
 
 const std::vector<TransformInfo>& Traits::transforms() {
@@ -57,7 +50,7 @@ Case Traits::transform(const std::string& name, const Case& c, const Values&, ui
     const int N = tree.size();
     std::vector<std::vector<int>> children(size_t(N) + 1);  // [0]: roots, [1 + p]: children of p
     for (int i = 0; i < N; ++i) children[size_t(tree.parents[size_t(i)] + 1)].push_back(i);
-    for (size_t p = 0; p < children.size(); ++p) shuffle(children[p], seed, k * 4096 + p);
+    for (size_t p = 0; p < children.size(); ++p) rng::shuffle(children[p], seed, k * 4096 + p);
     // Depth-first preorder over the shuffled children: order[n] = old index of new node n.
     std::vector<int> order, stack(children[0].rbegin(), children[0].rend());
     while (!stack.empty()) {

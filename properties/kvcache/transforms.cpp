@@ -20,16 +20,6 @@
 #include "properties/kvcache/family.h"
 
 namespace kprop::kvcache {
-namespace {
-
-std::vector<int> permutation(size_t n, uint64_t seed, uint64_t stream) {
-  std::vector<int> p(n);
-  std::iota(p.begin(), p.end(), 0);
-  for (size_t i = n; i-- > 1;) std::swap(p[i], p[static_cast<size_t>(rng::hash(seed, stream, i) % (i + 1))]);
-  return p;
-}
-
-}  // namespace
 
 const std::vector<TransformInfo>& Traits::transforms() {
   static const std::vector<TransformInfo> infos = {
@@ -57,7 +47,7 @@ Case Traits::transform(const std::string& name, const Case& c, const Values&, ui
                        expr::TensorMap& out) {
   Case t = c;
   if (name == "reorder_sequences") {
-    const std::vector<int> perm = permutation(c.seqs.size(), seed, 1);
+    const std::vector<int> perm = rng::permutation(c.seqs.size(), seed, 1);
     std::vector<int> offset, tokens;
     int n = 0;
     for (const Sequence& s : c.seqs) offset.push_back(n), n += s.tokens();
@@ -76,7 +66,7 @@ Case Traits::transform(const std::string& name, const Case& c, const Values&, ui
     t.page_size = page;
     t.block_order.clear();
     t = fit_pool(std::move(t));
-    const std::vector<int> shuffle = permutation(t.block_order.size(), seed, 3);
+    const std::vector<int> shuffle = rng::permutation(t.block_order.size(), seed, 3);
     for (size_t i = 0; i < shuffle.size(); ++i) t.block_order[i] = shuffle[i];
     if (out.wanted("transform.page_size"))
       out.put("transform.page_size", expr::Tensor::scalar(page, expr::DType::integer));

@@ -109,10 +109,7 @@ Case Traits::transform(const std::string& name, const Case& c, const Values& par
     }
     if (out.wanted("transform.shift")) out.put("transform.shift", Tensor::of({c.rows()}, std::move(shift)));
   } else if (name == "permute_row") {
-    std::vector<int> perm(V);
-    std::iota(perm.begin(), perm.end(), 0);
-    for (size_t i = V; i-- > 1;)  // Fisher-Yates on counter-based draws
-      std::swap(perm[i], perm[rng::hash(seed, 3, i) % (i + 1)]);
+    const std::vector<int> perm = rng::permutation(V, seed, 3);
     for (size_t r = 0; r < static_cast<size_t>(c.rows()); ++r)
       for (size_t j = 0; j < V; ++j) t.logits[r * V + j] = c.logits[r * V + static_cast<size_t>(perm[j])];
     if (out.wanted("transform.perm")) out.put("transform.perm", Tensor::ints({c.vocab}, perm));

@@ -40,10 +40,7 @@ Case Traits::transform(const std::string& name, const Case& c, const Values&, ui
   if (name == "permute_out_features") {
     const auto M = static_cast<size_t>(c.tokens), K = static_cast<size_t>(c.in_features),
                N = static_cast<size_t>(c.out_features);
-    std::vector<int> perm(N);
-    std::iota(perm.begin(), perm.end(), 0);
-    for (size_t i = N; i-- > 1;)  // Fisher-Yates on counter-based draws
-      std::swap(perm[i], perm[rng::hash(seed, 1, i) % (i + 1)]);
+    const std::vector<int> perm = rng::permutation(N, seed, 1);
     for (size_t n = 0; n < N; ++n) {
       const auto from = static_cast<size_t>(perm[n]);
       for (size_t k = 0; k < K; ++k) t.w[n * K + k] = c.w[from * K + k];

@@ -485,8 +485,8 @@ class FamilyDef final : public Family {
             const TransformInfo& info = Traits::transforms().at(index);
             auto sub = std::make_unique<expr::TensorMap>();
             for (const auto& t : info.tensors) sub->want(t.name);
-            AnyCase c = box(
-                Traits::transform(info.name, trial.input(), params, family.case_seed(keep, info.name), *sub));
+            AnyCase c =
+                box(Traits::transform(info.name, trial.input(), params, transform_seed(info.name), *sub));
             d.trial = std::make_unique<Erased>(family, c, target, reference);
             d.drawn = std::move(sub);
             d.view.link(derived, &d.trial->named, true);
@@ -501,6 +501,15 @@ class FamilyDef final : public Family {
           return nullptr;
         }
       }
+      // A transform's randomness: the case's content hash (once per trial)
+      // mixed with the transform's name.
+      uint64_t transform_seed(const std::string& transform) {
+        if (!content) content = family.content_hash(keep);
+        uint64_t h = *content;
+        for (const char ch : transform) h = rng::mix(h ^ uint8_t(ch));
+        return h;
+      }
+      std::optional<uint64_t> content;
       struct Derived {
         std::unique_ptr<Erased> trial;
         std::unique_ptr<expr::TensorMap> drawn;
@@ -516,10 +525,10 @@ class FamilyDef final : public Family {
     return std::make_unique<Erased>(*this, c, target, reference);
   }
 
-  // The randomness of a transform on `c`: a function of the case's content
-  // (its YAML tree, walked without emitting it) and the transform's name, so
-  // replaying a stored case derives the same transformed case.
-  uint64_t case_seed(const AnyCase& c, const std::string& transform) const {
+  // A hash of the case's content (its YAML tree, walked without emitting
+  // it): what a transform's randomness derives from, so replaying a stored
+  // case derives the same transformed case.
+  uint64_t content_hash(const AnyCase& c) const {
     uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a over the scalars and the tree's shape
     auto bytes = [&h](const std::string& s) {
       for (const char ch : s) h = (h ^ uint8_t(ch)) * 0x100000001b3ULL;
@@ -538,7 +547,6 @@ class FamilyDef final : public Family {
       }
     };
     walk(to_yaml(c), walk);
-    bytes(transform);
     return rng::mix(h);
   }
 

@@ -6,6 +6,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <numeric>
+#include <utility>
+#include <vector>
 
 namespace kprop::rng {
 
@@ -30,6 +33,22 @@ inline double normal(uint64_t seed, uint64_t stream, uint64_t index) {
   const double u1 = uniform(seed, stream, 2 * index) + 0x1.0p-54;
   const double u2 = uniform(seed, stream, 2 * index + 1);
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+// Shuffles `v` in place: Fisher-Yates on the counter draws (seed, stream, i),
+// so the same seed and stream give the same order (metamorphic transforms).
+template <typename T>
+void shuffle(std::vector<T>& v, uint64_t seed, uint64_t stream) {
+  for (size_t i = v.size(); i-- > 1;)
+    std::swap(v[i], v[static_cast<size_t>(hash(seed, stream, i) % (i + 1))]);
+}
+
+// 0, 1, ..., n-1 shuffled.
+inline std::vector<int> permutation(size_t n, uint64_t seed, uint64_t stream) {
+  std::vector<int> p(n);
+  std::iota(p.begin(), p.end(), 0);
+  shuffle(p, seed, stream);
+  return p;
 }
 
 }  // namespace kprop::rng
