@@ -113,4 +113,20 @@ Result reference(const Case& c);
 // intermediate rounded to the output's dtype, the result rounded to it.
 Result naive(const Case& c);
 
+// The absolute floor of the dtype-aware tolerance for output `output`:
+//   floor.Y = (8 + 2 · ceil(log2 n)) · u(dtype of Y) · max|reference.Y|,
+// n the largest dim extent of the case. A correct kernel that orders its
+// rounding steps differently from the naive one differs from it even where
+// the naive computation happens to be exact (D = 1, integer or repeated
+// values, which shrinking seeks out): a few ulps per element for reordered
+// elementwise steps (rsqrt then multiply, fused multiply-add: 8), and for a
+// reduction of n terms summed pairwise or in blocks (NumPy, PyTorch, CUB),
+// up to ~log2(n) ulps of the sum, doubled for its propagation through
+// divisions and roots. Found necessary: NumPy's pairwise mean of 72 f64
+// squares against an exact naive sum differed by 8.5 ulps of y. For f64
+// outputs the fp64 reference is no more precise than the target (naive ==
+// reference), so its own sequential-sum error counts: 2 · n instead of
+// 2 · ceil(log2 n) (NumPy's pairwise f64 mean of 60 squares: 24 ulps).
+double floor_of(const Case& c, size_t output, const std::vector<double>& reference);
+
 }  // namespace kprop::op

@@ -124,6 +124,20 @@ double to_f64(double v) {
 }
 }  // namespace
 
+double floor_of(const Case& c, size_t output, const std::vector<double>& ref) {
+  double m = 0;
+  for (double x : ref)
+    if (std::isfinite(x)) m = std::max(m, std::fabs(x));
+  int64_t n = 2;
+  for (int64_t d : c.dims) n = std::max(n, d);
+  // f64 outputs: the fp64 reference is itself a same-precision computation
+  // whose sequential sums err by up to (n - 1) u: that error counts too.
+  const DType dt = c.output_dtype(output);
+  const double steps =
+      dt == DType::f64 ? 2.0 * static_cast<double>(n) : 2 * std::ceil(std::log2(static_cast<double>(n)));
+  return (8 + steps) * unit_roundoff(dt) * m;
+}
+
 Result reference(const Case& c) {
   const expr::TensorMap m = inputs_map(c, false);
   Result r;

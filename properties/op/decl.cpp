@@ -16,8 +16,9 @@ class Parser {
   explicit Parser(const DeclaredFamilyContext& ctx) : ctx_(ctx) {}
 
   [[noreturn]] void fail(const YAML::Node& n, const std::string& message, size_t offset = 0) const {
-    throw InputError(ctx_.mark(n, offset), message);
+    throw InputError(ctx_.mark(n.IsDefined() ? n : section_, n.IsDefined() ? offset : 0), message);
   }
+  YAML::Node section_;
 
   std::vector<std::pair<YAML::Node, YAML::Node>> entries(const YAML::Node& map,
                                                          const std::string& what) const {
@@ -102,6 +103,7 @@ class Parser {
     d.name = key.Scalar();
     const std::string what = "dim " + d.name;
     YAML::Node range = v;
+    bool has_range = true;
     if (v.IsMap()) {
       only_keys(v, {"range", "multiple_of", "one_of"}, what);
       if (v["multiple_of"]) {
@@ -113,16 +115,17 @@ class Parser {
         if (!list.IsSequence() || list.size() == 0) fail(list, what + ".one_of must be a non-empty list");
         for (const auto& e : list) d.one_of.push_back(scalar<int64_t>(e, what + ".one_of", "an integer"));
       }
-      range = v["range"];
-      if (!range) {
+      has_range = static_cast<bool>(v["range"]);
+      if (has_range) {
+        range.reset(v["range"]);
+      } else {
         if (d.one_of.empty()) fail(v, what + " needs range: [lo, hi] or one_of: [...]");
         d.lo = *std::min_element(d.one_of.begin(), d.one_of.end());
         d.hi = *std::max_element(d.one_of.begin(), d.one_of.end());
-        range = YAML::Node();
       }
     }
-    if (range) std::tie(d.lo, d.hi) = int_range(range, what);
-    if (d.lo < 1) fail(range ? range : v, fmt::format("{}: extents start at 1 (got {})", what, d.lo));
+    if (has_range) std::tie(d.lo, d.hi) = int_range(range, what);
+    if (d.lo < 1) fail(range, fmt::format("{}: extents start at 1 (got {})", what, d.lo));
     if (d.hi > (1 << 24))
       fail(range ? range : v, fmt::format("{}: {} is too large for a test case", what, d.hi));
     for (int64_t o : d.one_of)
@@ -139,24 +142,28 @@ class Parser {
     a.name = key.Scalar();
     const std::string what = "attr " + a.name;
     YAML::Node one_of, range;
+    bool has_one_of = false, has_range = false;
     if (v.IsScalar()) {
       a.one_of.push_back(number(v, what));
     } else if (v.IsSequence()) {
-      range = v;
+      range.reset(v);
+      has_range = true;
     } else if (v.IsMap()) {
       only_keys(v, {"one_of", "range", "int"}, what);
       if (v["int"]) a.integer = scalar<bool>(v["int"], what + ".int", "true or false");
-      one_of = v["one_of"];
-      range = v["range"];
-      if (!!one_of == !!range) fail(v, what + " needs exactly one of one_of: [...] or range: [lo, hi]");
+      has_one_of = static_cast<bool>(v["one_of"]);
+      has_range = static_cast<bool>(v["range"]);
+      if (has_one_of) one_of.reset(v["one_of"]);
+      if (has_range) range.reset(v["range"]);
+      if (has_one_of == has_range) fail(v, what + " needs exactly one of one_of: [...] or range: [lo, hi]");
     } else {
       fail(v, what + " must be a number, [lo, hi], {one_of: [...]} or {range: [lo, hi]}");
     }
-    if (one_of) {
+    if (has_one_of) {
       if (!one_of.IsSequence() || one_of.size() == 0) fail(one_of, what + ".one_of must be a non-empty list");
       for (const auto& e : one_of) a.one_of.push_back(number(e, what + ".one_of"));
     }
-    if (range) {
+    if (has_range) {
       if (!range.IsSequence() || range.size() != 2) fail(range, what + " range must be [lo, hi]");
       a.lo = number(range[0], what);
       a.hi = number(range[1], what);
@@ -283,6 +290,7 @@ class Parser {
   }
 
   std::shared_ptr<const Decl> parse(const YAML::Node& s) {
+    section_.reset(s);
     only_keys(s, {"name", "dims", "attrs", "inputs", "outputs", "reference"}, "op");
     auto d = std::make_shared<Decl>();
     d->name = s["name"] ? scalar<std::string>(s["name"], "op.name", "a name") : ctx_.spec_name;

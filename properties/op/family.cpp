@@ -471,24 +471,9 @@ const expr::TensorInfos& Traits::tensor_infos() {
   return none;
 }
 
-namespace {
+namespace {}  // namespace
 
-double max_abs_finite(const std::vector<double>& v) {
-  double m = 0;
-  for (double x : v)
-    if (std::isfinite(x)) m = std::max(m, std::fabs(x));
-  return m;
-}
-
-}  // namespace
-
-// floor.Y = 8 · u(dtype of Y) · max|reference.Y| (finite elements): a
-// correct kernel that orders its few rounding steps per element
-// differently from the naive one (rsqrt then multiply, a fused
-// multiply-add, a pairwise instead of a sequential sum) differs from it by
-// a few ulps of the largest element even where the naive computation
-// happens to be exact (D = 1, integer inputs); 8 ulps covers such
-// reorderings of up to ~8 rounding steps.
+// floor.Y: op::floor_of (kernels/op/op.h, its derivation).
 void Traits::tensors(const Case& c, const Result* target, const Result* reference, expr::TensorMap& out) {
   const Decl& d = *c.decl;
   put_inputs(c, out, false);
@@ -510,8 +495,7 @@ void Traits::tensors(const Case& c, const Result* target, const Result* referenc
     if (want_naive && out.wanted("naive." + o.name))
       out.put("naive." + o.name, expr::Tensor::of(ext, naive_res->outputs[i]));
     if (out.wanted("floor." + o.name))
-      out.put("floor." + o.name,
-              expr::Tensor::scalar(8 * unit_roundoff(c.output_dtype(i)) * max_abs_finite(ref().outputs[i])));
+      out.put("floor." + o.name, expr::Tensor::scalar(op::floor_of(c, i, ref().outputs[i])));
   }
 }
 
@@ -560,8 +544,10 @@ OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
     infos_.push_back({"reference." + o.name, o.shape, expr::DType::real, "the reference expression in fp64"});
     infos_.push_back({"naive." + o.name, o.shape, expr::DType::real,
                       "the reference expression with every intermediate rounded to the output's dtype"});
-    infos_.push_back(
-        {"floor." + o.name, {}, expr::DType::real, "8 × u(dtype) × max|reference." + o.name + "|"});
+    infos_.push_back({"floor." + o.name,
+                      {},
+                      expr::DType::real,
+                      "(8 + 2 ceil(log2 max dim)) × u(dtype) × max|reference." + o.name + "| (close(k=))"});
   }
   Schema scale, shift;
   for (const auto& in : d.inputs) {

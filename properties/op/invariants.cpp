@@ -4,7 +4,7 @@
 // generalized. The target may err by k × the error of the naive
 // computation of the reference expression in the output's own dtype (every
 // intermediate rounded: kernels/op/reference.cpp) on this very case, plus
-// the floor 8 · u · max|reference| (family.cpp, Traits::tensors):
+// the floor op::floor_of (kernels/op/op.h, with its derivation):
 //     |target - reference| <= k · max|naive - reference| + floor
 // Elements where the naive computation is not finite but the fp64 reference
 // is (an intermediate overflows the dtype, e.g. x² of a large f32 x) are not
@@ -35,13 +35,6 @@ double naive_error(const std::vector<double>& ref, const std::vector<double>& na
   return e;
 }
 
-double floor_of(const std::vector<double>& ref, DType dt) {
-  double m = 0;
-  for (double x : ref)
-    if (std::isfinite(x)) m = std::max(m, std::fabs(x));
-  return 8 * unit_roundoff(dt) * m;
-}
-
 std::string index_text(const std::vector<int64_t>& ext, size_t flat) {
   std::vector<int64_t> idx(ext.size());
   for (size_t k = ext.size(); k-- > 0;) {
@@ -63,8 +56,7 @@ std::string compare(const Case& c, size_t out, const std::vector<double>& got,
                     std::vector<Measured>& measured, const std::string& what) {
   const Decl& d = *c.decl;
   const auto& o = d.outputs[out];
-  const DType dt = c.output_dtype(out);
-  const double bound = runs * (k * naive_error(ref, naive) + floor_of(ref, dt));
+  const double bound = runs * (k * naive_error(ref, naive) + floor_of(c, out, ref));
   double worst = -1;
   size_t at = 0;
   bool mismatch = false;
@@ -90,7 +82,7 @@ std::string compare(const Case& c, size_t out, const std::vector<double>& got,
       "{}.{}{} = {} but {} = {} (|error| {:.3g} > bound {:.3g} = {} × ({} × naive error {:.3g} + floor "
       "{:.3g}))",
       "target", o.name, index_text(ext, at), got[at], what, want[at], std::fabs(got[at] - want[at]), bound,
-      runs, k, naive_error(ref, naive), floor_of(ref, dt));
+      runs, k, naive_error(ref, naive), floor_of(c, out, ref));
 }
 
 }  // namespace
