@@ -952,6 +952,17 @@ Tensor expand(const Tensor& t, const Dims& shape) {
   return out;
 }
 
+// Expression::evaluate_rounded: the rounding applied to real intermediates
+// (nullptr: none, plain fp64).
+thread_local double (*t_round)(double) = nullptr;
+inline void round_real(Tensor& t) {
+  if (t_round && t.dtype == DType::real)
+    for (double& v : t.data) v = t_round(v);
+}
+inline double round_acc(double v) {
+  return t_round ? t_round(v) : v;
+}
+
 template <typename F>
 Tensor zip(const Tensor& a, const Tensor& b, DType dtype, F f) {
   const Dims shape = broadcast_rt(a.shape, b.shape);
@@ -970,6 +981,7 @@ Tensor zip(const Tensor& a, const Tensor& b, DType dtype, F f) {
     const Tensor x = expand(a, shape), y = expand(b, shape);
     for (size_t i = 0; i < n; ++i) o[i] = f(x.data[i], y.data[i]);
   }
+  round_real(out);
   return out;
 }
 
@@ -977,6 +989,7 @@ template <typename F>
 Tensor map(const Tensor& a, DType dtype, F f) {
   Tensor out{a.shape, std::vector<double>(a.size()), dtype};
   for (size_t i = 0; i < out.data.size(); ++i) out.data[i] = f(a.data[i]);
+  round_real(out);
   return out;
 }
 
@@ -1027,7 +1040,7 @@ Tensor reduce(const Node& n, const Tensor& x) {
         double& acc = out.data[static_cast<size_t>(o * s.inner + i)];
         const double v = x.data[static_cast<size_t>((o * s.n + k) * s.inner + i)];
         if (op == "sum" || op == "mean" || op == "rowsum")
-          acc += v;
+          acc = n.dtype == DType::real ? round_acc(acc + v) : acc + v;
         else if (op == "max")
           acc = nan_max(acc, v);
         else if (op == "min")
@@ -1038,7 +1051,7 @@ Tensor reduce(const Node& n, const Tensor& x) {
           acc = (acc != 0 && v != 0) ? 1 : 0;
       }
   if (op == "mean")
-    for (double& v : out.data) v = s.n ? v / static_cast<double>(s.n) : NAN;
+    for (double& v : out.data) v = s.n ? round_acc(v / static_cast<double>(s.n)) : NAN;
   return out;
 }
 
@@ -1064,7 +1077,7 @@ Tensor scan(const Node& n, const Tensor& x) {
       for (int64_t i = 0; i < s.inner; ++i) {
         const double prev = out.data[static_cast<size_t>((o * s.n + k - 1) * s.inner + i)];
         double& v = out.data[static_cast<size_t>((o * s.n + k) * s.inner + i)];
-        v = n.op == "cummax" ? nan_max(prev, v) : prev + v;
+        v = n.op == "cummax" ? nan_max(prev, v) : (n.dtype == DType::real ? round_acc(prev + v) : prev + v);
       }
   return out;
 }
@@ -1095,8 +1108,8 @@ Tensor matmul_rt(const Tensor& a0, const Tensor& b0, DType dtype) {
       for (int64_t j = 0; j < m; ++j) {
         double acc = 0;
         for (int64_t p = 0; p < k; ++p)
-          acc += a.data[static_cast<size_t>((z * n + i) * k + p)] *
-                 b.data[static_cast<size_t>((z * k + p) * m + j)];
+          acc = round_acc(acc + round_acc(a.data[static_cast<size_t>((z * n + i) * k + p)] *
+                                          b.data[static_cast<size_t>((z * k + p) * m + j)]));
         out.data[static_cast<size_t>((z * n + i) * m + j)] = acc;
       }
   return out;
@@ -1333,6 +1346,17 @@ std::string Expression::shape() const {
 
 Tensor Expression::evaluate(const TensorMap& tensors) const {
   return *expr::evaluate(*root_, tensors);
+}
+
+Tensor Expression::evaluate_rounded(const TensorMap& tensors, double (*round)(double)) const {
+  struct Scope {  // restores the rounding even when evaluation throws
+    double (*saved)(double) = t_round;
+    ~Scope() { t_round = saved; }
+  } scope;
+  t_round = round;
+  Tensor out = *expr::evaluate(*root_, tensors);
+  round_real(out);
+  return out;
 }
 
 namespace {

@@ -171,6 +171,7 @@ class Loader {
   }
 
   Spec load(const YAML::Node& root);
+  void declared_family(const YAML::Node& root, const std::string& family_name, Spec& spec) const;
 
   const std::string* text = nullptr;  // the spec's text, for positions inside expressions
 
@@ -295,11 +296,33 @@ bool safe_name(const std::string& s) {
   return true;
 }
 
+// `family: F` where F is declared by the spec (DeclaredFamily): builds the
+// spec's own Family from its section; other declared sections are refused.
+void Loader::declared_family(const YAML::Node& root, const std::string& family_name, Spec& spec) const {
+  for (const auto& d : declared_families()) {
+    if (d.family != family_name) {
+      if (root[d.key]) fail(root[d.key], fmt::format("'{}:' belongs to family: {}", d.key, d.family));
+      continue;
+    }
+    const YAML::Node section = root[d.key];
+    if (!section || section.IsNull())
+      fail(root["family"],
+           fmt::format("family {} needs a '{}:' section declaring the kernel", d.family, d.key));
+    DeclaredFamilyContext context{spec.name, [this](const YAML::Node& n, size_t offset) {
+                                    return offset == 0 || !n.IsScalar() ? mark(n)
+                                                                        : expression_mark(*this, n, offset);
+                                  }};
+    spec.declared_family = d.build(section, context);
+    spec.family = spec.declared_family.get();
+  }
+}
+
 Spec Loader::load(const YAML::Node& root) {
   if (!root || root.IsNull()) throw InputError({file_, 0, 0}, "spec is empty");
   if (!root.IsMap()) fail(root, "a spec must be a map with keys spec, family, domain, invariants");
-  const std::vector<std::string> top = {"spec",      "description", "family", "target",
-                                        "reference", "run",         "domain", "invariants"};
+  std::vector<std::string> top = {"spec",      "description", "family", "target",
+                                  "reference", "run",         "domain", "invariants"};
+  for (const auto& d : declared_families()) top.push_back(d.key);
   for (const auto& [key, value] : entries(root, "the spec")) {
     (void)value;
     if (std::find(top.begin(), top.end(), key) == top.end())
@@ -317,6 +340,12 @@ Spec Loader::load(const YAML::Node& root) {
 
   const std::string family_name = required_string(*this, root, "family");
   spec.family = Registry::instance().find(family_name);
+  if (!spec.family) {
+    declared_family(root, family_name, spec);
+  } else {
+    for (const auto& d : declared_families())
+      if (root[d.key]) fail(root[d.key], fmt::format("'{}:' belongs to family: {}", d.key, d.family));
+  }
   if (!spec.family)
     fail(root["family"],
          "unknown family '" + family_name + "'" + suggestion(family_name, Registry::instance().names()));
@@ -424,6 +453,22 @@ Spec load_spec(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   return parse_spec(text.str(), path);
+}
+
+namespace {
+std::vector<DeclaredFamily>& declared_list() {
+  static std::vector<DeclaredFamily> list;
+  return list;
+}
+}  // namespace
+
+bool register_declared_family(DeclaredFamily declared) {
+  declared_list().push_back(std::move(declared));
+  return true;
+}
+
+const std::vector<DeclaredFamily>& declared_families() {
+  return declared_list();
 }
 
 std::string check_case_budget(const Spec& spec, const AnyCase& c) {

@@ -128,6 +128,12 @@ class Expression {
 
   // The value on one trial's tensors (every name in names() present).
   Tensor evaluate(const TensorMap& tensors) const;
+  // The value as a naive kernel computes it in a lower precision: every
+  // real intermediate (each elementwise result, each step of a sequential
+  // sum, mean or matmul accumulation, in index order) is rounded by `round`
+  // (e.g. to float). Booleans and integers are not rounded. The declared op
+  // family's same-precision baseline (naive.Y).
+  Tensor evaluate_rounded(const TensorMap& tensors, double (*round)(double)) const;
 
   // A boolean expression holds when every element is true. When it does not,
   // `message` explains the worst element: its index, the values on both

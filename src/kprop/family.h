@@ -336,7 +336,7 @@ class Trial {
 };
 
 template <typename Traits>
-class FamilyDef final : public Family {
+class FamilyDef : public Family {
  public:
   using Case = typename Traits::Case;
   using Result = typename Traits::Result;

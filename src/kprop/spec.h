@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -65,12 +66,33 @@ struct Spec {
   std::string path;
   std::string name;
   const Family* family = nullptr;
+  // A family declared by the spec itself (DeclaredFamily): owns *family.
+  std::shared_ptr<const Family> declared_family;
   std::string target;
   std::string reference;
   RunConfig run;
   Values domain;
   std::vector<InvariantUse> invariants;
 };
+
+// ---- families declared in the spec (`family: op` + an `op:` section): the
+// loader builds a Family per spec from the section and the Spec owns it
+// (Spec::declared_family; Spec::family points at it). Errors in the section
+// are InputErrors naming file:line:col; `mark(node, offset)` gives the
+// position of a node, or of byte `offset` inside a scalar (an expression).
+struct DeclaredFamilyContext {
+  std::string spec_name;
+  std::function<Mark(const YAML::Node&, size_t offset)> mark;
+};
+struct DeclaredFamily {
+  std::string family;  // the `family:` value, e.g. "op"
+  std::string key;     // its top-level section, e.g. "op"
+  std::string description;
+  std::function<std::shared_ptr<const Family>(const YAML::Node& section, const DeclaredFamilyContext&)> build;
+};
+// Registered at static-initialisation time by the declaring family's code.
+bool register_declared_family(DeclaredFamily declared);
+const std::vector<DeclaredFamily>& declared_families();
 
 // Loads and validates a spec; throws InputError naming file:line:col.
 Spec load_spec(const std::string& path);

@@ -1,0 +1,132 @@
+// The `op` family: a kernel kprop has never heard of, declared in the spec
+// (`family: op` + an `op:` section; docs/SPEC.md "Ops declared in the spec").
+//
+// The declaration (Decl) names symbolic dims with their ranges, attrs,
+// input tensors (shape in dims, dtype choices, value kinds), output tensors
+// and a reference expression per output, evaluated in fp64 on the inputs.
+// A case fixes the dims, attrs and dtypes and holds every input's values;
+// a result holds every output's values. Both are row-major doubles holding
+// values exact in their dtype.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kprop/expr.h"
+
+namespace kprop::op {
+
+enum class DType { f32, f64 };
+const char* dtype_name(DType dtype);
+double round_to(DType dtype, double v);  // v as the nearest value of dtype
+double unit_roundoff(DType dtype);       // 2^-24 or 2^-53
+
+struct DimDecl {
+  std::string name;
+  int64_t lo = 1, hi = 1;                              // inclusive
+  int64_t multiple_of = 1;                             // every drawn value is a multiple
+  std::vector<int64_t> one_of;                         // when set, the only values drawn (within [lo, hi])
+  bool valid(int64_t v) const;                         // the generator could draw v
+  std::vector<int64_t> values_below(int64_t v) const;  // valid values < v, smallest first
+  int64_t smallest() const;                            // the least valid value
+};
+
+struct AttrDecl {
+  std::string name;
+  bool integer = false;        // an integer attr (sent as a JSON integer)
+  std::vector<double> one_of;  // choices, or
+  double lo = 0, hi = 0;       // a range (when one_of is empty)
+  bool valid(double v) const;
+};
+
+// How an input's values are drawn (one kind per input per case):
+//   normal {mean, std}   mean + std · N(0, 1)
+//   uniform {lo, hi}     U[lo, hi)
+//   integer {lo, hi}     integers in [lo, hi]: exact sums, ties
+//   large {lo, hi}       N(0, 1) · 10^u, u in [lo, hi] once per case (overflow of x², cancellation)
+//   small {lo, hi}       N(0, 1) · 10^-u, u in [lo, hi] (underflow, f32 denormals)
+//   constant_rows        each row along the last axis constant (zero variance)
+// The kinds are the generator's distribution, not a constraint on a case:
+// shrinking moves values toward 0, 1 and short decimals regardless.
+enum class ValueKind { normal, uniform, integer, large, small, constant_rows };
+const char* value_kind_name(ValueKind kind);
+struct ValueSpec {
+  ValueKind kind = ValueKind::normal;
+  double a = 0, b = 1;  // normal: mean, std; uniform, integer, large, small: lo, hi
+};
+
+struct InputDecl {
+  std::string name;
+  std::vector<std::string> shape;  // dim names or integers
+  std::vector<DType> dtypes;       // empty: the case's dtype (that of the first input listing dtypes)
+  std::vector<ValueSpec> values;
+};
+
+struct OutputDecl {
+  std::string name;
+  std::vector<std::string> shape;
+  std::optional<DType> dtype;                         // none: the case's dtype
+  std::shared_ptr<const expr::Expression> reference;  // fp64, on inputs, dims and attrs
+};
+
+struct Decl {
+  std::string name;  // the op's name in requests (op.name, default the spec's name)
+  std::vector<DimDecl> dims;
+  std::vector<AttrDecl> attrs;
+  std::vector<InputDecl> inputs;
+  std::vector<OutputDecl> outputs;
+  std::vector<DType> case_dtypes;     // of the first input listing dtypes (default [f32, f64])
+  expr::TensorInfos reference_infos;  // what reference expressions may read
+
+  int dim_index(const std::string& name) const;  // -1 when absent
+  // A shape's extents on a case's dims (numbers stay numbers).
+  std::vector<int64_t> extents(const std::vector<std::string>& shape, const std::vector<int64_t>& dims) const;
+};
+
+struct Case {
+  std::shared_ptr<const Decl> decl;
+  std::vector<int64_t> dims;                // per decl.dims
+  std::vector<double> attrs;                // per decl.attrs
+  DType dtype = DType::f32;                 // the case's dtype
+  std::vector<DType> dtypes;                // per decl.inputs
+  std::vector<std::vector<double>> inputs;  // per decl.inputs, row-major, exact in its dtype
+
+  DType output_dtype(size_t output) const;
+  bool operator==(const Case& o) const {
+    return dims == o.dims && attrs == o.attrs && dtype == o.dtype && dtypes == o.dtypes && inputs == o.inputs;
+  }
+};
+
+struct Result {
+  std::vector<std::vector<double>> outputs;  // per decl.outputs, row-major
+};
+
+// The inputs, dims and attrs of a case as named tensors (what the reference
+// expressions read). `round`: inputs and attrs rounded for the naive baseline.
+void put_inputs(const Case& c, expr::TensorMap& out, bool rounded);
+// The reference: each output's expression in fp64, rounded to nothing.
+Result reference(const Case& c);
+// The same-precision baseline: each expression evaluated with every real
+// intermediate rounded to the output's dtype, the result rounded to it.
+Result naive(const Case& c);
+
+// The absolute floor of the dtype-aware tolerance for output `output`:
+//   floor.Y = (8 + 2 · ceil(log2 n)) · u(dtype of Y) · max|reference.Y|,
+// n the largest dim extent of the case. A correct kernel that orders its
+// rounding steps differently from the naive one differs from it even where
+// the naive computation happens to be exact (D = 1, integer or repeated
+// values, which shrinking seeks out): a few ulps per element for reordered
+// elementwise steps (rsqrt then multiply, fused multiply-add: 8), and for a
+// reduction of n terms summed pairwise or in blocks (NumPy, PyTorch, CUB),
+// up to ~log2(n) ulps of the sum, doubled for its propagation through
+// divisions and roots. Found necessary: NumPy's pairwise mean of 72 f64
+// squares against an exact naive sum differed by 8.5 ulps of y. For f64
+// outputs the fp64 reference is no more precise than the target (naive ==
+// reference), so its own sequential-sum error counts: 2 · n instead of
+// 2 · ceil(log2 n) (NumPy's pairwise f64 mean of 60 squares: 24 ulps).
+double floor_of(const Case& c, size_t output, const std::vector<double>& reference);
+
+}  // namespace kprop::op

@@ -1,0 +1,80 @@
+// The `op` family: a kernel declared in the spec (kernels/op/op.h). One
+// OpFamily per spec, built by the loader from the spec's `op:` section
+// (kprop::DeclaredFamily); it reuses FamilyDef for trials, named tensors,
+// transforms and external targets, and overrides what depends on the
+// declaration (generation, decoding, tensor names, transform parameters).
+#pragma once
+
+#include <memory>
+
+#include "kernels/op/op.h"
+#include "kprop/family.h"
+#include "kprop/spec.h"
+
+namespace kprop::op {
+
+// The static side FamilyDef needs. Functions that depend on the
+// declaration read it from the case (Case::decl); those that cannot
+// (build, from_yaml, max_case_bytes, tensor_infos) are overridden by OpFamily.
+struct Traits {
+  using Case = op::Case;
+  using Result = op::Result;
+  static constexpr const char* name = "op";
+  static constexpr const char* description =
+      "a kernel declared in the spec: dims, attrs, inputs, outputs and reference expressions (op:)";
+  static Schema domain_schema() { return {}; }
+  static Case build(Draw&, const Values&);  // unused: OpFamily builds from its Decl
+  static rc::Seq<Case> shrinks(const Case& c, const Values& domain);
+  static std::string in_domain(const Case& c, const Values& domain);
+  static double case_bytes(const Case& c);
+  static CaseSize max_case_bytes(const Values&) { return {}; }
+  static YAML::Node to_yaml(const Case& c);
+  static Case from_yaml(const YAML::Node&);  // unused: OpFamily decodes against its Decl
+  static CaseStats stats(const Case& c);
+  static const expr::TensorInfos& tensor_infos();  // unused: OpFamily's are per declaration
+  static void tensors(const Case& c, const Result* target, const Result* reference, expr::TensorMap& out);
+  // scale, shift, then permute_dim0 .. permute_dim15 (permute along decl dim k);
+  // OpFamily::transforms() gives the same order with per-declaration names and params.
+  static const std::vector<TransformInfo>& transforms();
+  static Case transform(const std::string& name, const Case& c, const Values& params, uint64_t seed,
+                        expr::TensorMap& out);
+};
+
+constexpr size_t kMaxDims = 16;
+
+class OpFamily final : public FamilyDef<Traits> {
+ public:
+  explicit OpFamily(std::shared_ptr<const Decl> decl);
+  const Decl& decl() const { return *decl_; }
+
+  rc::Gen<AnyCase> generator(const Values& domain) const override;
+  std::vector<uint8_t> seed_bytes(const Values& domain, uint64_t seed, int size) const override;
+  AnyCase from_bytes(const uint8_t* data, size_t size, const Values& domain) const override;
+  AnyCase from_yaml(const YAML::Node& node) const override;
+  CaseSize max_case_bytes(const Values& domain) const override;
+  const expr::TensorInfos& tensor_infos() const override { return infos_; }
+  const std::vector<TransformInfo>& transforms() const override { return transforms_; }
+
+  Case build(Draw& draw) const;
+
+ private:
+  std::shared_ptr<const Decl> decl_;
+  expr::TensorInfos infos_;
+  std::vector<TransformInfo> transforms_;
+};
+
+// Parses and checks an `op:` section (errors: InputError at file:line:col).
+std::shared_ptr<const Decl> parse_decl(const YAML::Node& section, const DeclaredFamilyContext& context);
+
+// Case surgery shared by shrinking, invariants and transforms: keep the
+// indices `keep` (in order) of dim `dim` in every input that has it.
+Case keep_indices(const Case& c, size_t dim, const std::vector<int64_t>& keep);
+// Gathers indices `keep` along every axis of `shape` named dim `dim`.
+std::vector<double> gather(const std::vector<double>& data, const std::vector<int64_t>& extents,
+                           const std::vector<std::string>& shape, const std::string& dim,
+                           const std::vector<int64_t>& keep);
+
+void register_invariants(OpFamily& family);
+void register_external(OpFamily& family);
+
+}  // namespace kprop::op

@@ -1,0 +1,215 @@
+// The generic invariants every declared op gets by name.
+//
+// Tolerance (matches_reference, rows_independent): FlashAttention's rule,
+// generalized. The target may err by k × the error of the naive
+// computation of the reference expression in the output's own dtype (every
+// intermediate rounded: kernels/op/reference.cpp) on this very case, plus
+// the floor op::floor_of (kernels/op/op.h, with its derivation):
+//     |target - reference| <= k · max|naive - reference| + floor
+// Elements where the naive computation is not finite but the fp64 reference
+// is (an intermediate overflows the dtype, e.g. x² of a large f32 x) are not
+// judged: the dtype cannot carry the computation the contract states, so no
+// answer there is wrong; a case where every element is so excused is
+// discarded, never passed.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "properties/op/family.h"
+
+namespace kprop::op {
+namespace {
+
+using T = Trial<Traits>;
+
+struct Budget {
+  double bound = 0;
+  size_t judged = 0;
+};
+
+double naive_error(const std::vector<double>& ref, const std::vector<double>& naive) {
+  double e = 0;
+  for (size_t i = 0; i < ref.size(); ++i)
+    if (std::isfinite(ref[i]) && std::isfinite(naive[i])) e = std::max(e, std::fabs(naive[i] - ref[i]));
+  return e;
+}
+
+std::string index_text(const std::vector<int64_t>& ext, size_t flat) {
+  std::vector<int64_t> idx(ext.size());
+  for (size_t k = ext.size(); k-- > 0;) {
+    idx[k] = static_cast<int64_t>(flat) % std::max<int64_t>(ext[k], 1);
+    flat /= static_cast<size_t>(std::max<int64_t>(ext[k], 1));
+  }
+  return fmt::format("[{}]", fmt::join(idx, ", "));
+}
+
+bool same_bits(double a, double b) {
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
+
+// Compares `got` with `want` elementwise under the budget of `runs` runs.
+// Returns a failure message, or "" (and counts judged elements).
+std::string compare(const Case& c, size_t out, const std::vector<double>& got,
+                    const std::vector<double>& want, const std::vector<double>& ref,
+                    const std::vector<double>& naive, double k, double runs, size_t& judged,
+                    std::vector<Measured>& measured, const std::string& what) {
+  const Decl& d = *c.decl;
+  const auto& o = d.outputs[out];
+  const double bound = runs * (k * naive_error(ref, naive) + floor_of(c, out, ref));
+  double worst = -1;
+  size_t at = 0;
+  bool mismatch = false;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(naive[i]) && std::isfinite(ref[i])) continue;  // the dtype cannot carry it
+    ++judged;
+    if (!std::isfinite(want[i]) || !std::isfinite(got[i])) {
+      const bool same = (std::isnan(want[i]) && std::isnan(got[i])) || want[i] == got[i];
+      if (!same) {
+        at = i, mismatch = true;
+        break;
+      }
+      continue;
+    }
+    const double err = std::fabs(got[i] - want[i]);
+    if (err > bound && err - bound > worst) worst = err - bound, at = i;
+  }
+  if (!mismatch && worst < 0) return "";
+  const auto ext = d.extents(o.shape, c.dims);
+  measured = {
+      {"got", got[at]}, {"want", want[at]}, {"error", std::fabs(got[at] - want[at])}, {"bound", bound}};
+  return fmt::format(
+      "{}.{}{} = {} but {} = {} (|error| {:.3g} > bound {:.3g} = {} × ({} × naive error {:.3g} + floor "
+      "{:.3g}))",
+      "target", o.name, index_text(ext, at), got[at], what, want[at], std::fabs(got[at] - want[at]), bound,
+      runs, k, naive_error(ref, naive), floor_of(c, out, ref));
+}
+
+}  // namespace
+
+void register_invariants(OpFamily& f) {
+  const Decl& decl = f.decl();
+
+  f.invariant({"matches_reference",
+               "every output within k × the naive same-precision error of the reference expression + a floor "
+               "(elements the dtype cannot carry are not judged)",
+               {field::real("k", 2, 1, 1e6, "multiple of the naive same-precision error allowed")}},
+              [](T& t, const Values& p) {
+                const Case& c = t.input();
+                const Result& got = t.target();
+                const Result& ref = t.reference();
+                const Result naive = op::naive(c);
+                size_t judged = 0;
+                for (size_t i = 0; i < c.decl->outputs.size(); ++i) {
+                  std::vector<Measured> m;
+                  const std::string why = compare(c, i, got.outputs[i], ref.outputs[i], ref.outputs[i],
+                                                  naive.outputs[i], p.real("k"), 1, judged, m, "reference");
+                  if (!why.empty()) return Verdict::fail(why, m);
+                }
+                if (judged == 0) return Verdict::discard("the naive computation overflows on every element");
+                return Verdict::pass();
+              });
+
+  f.invariant(
+      {"finite_outputs", "the target is finite wherever the reference and the naive computation are", {}},
+      [](T& t, const Values&) {
+        const Case& c = t.input();
+        const Result& got = t.target();
+        const Result& ref = t.reference();
+        const Result naive = op::naive(c);
+        size_t judged = 0;
+        for (size_t i = 0; i < c.decl->outputs.size(); ++i)
+          for (size_t k = 0; k < got.outputs[i].size(); ++k) {
+            if (!std::isfinite(ref.outputs[i][k]) || !std::isfinite(naive.outputs[i][k])) continue;
+            ++judged;
+            if (!std::isfinite(got.outputs[i][k]))
+              return Verdict::fail(
+                  fmt::format("target.{}{} = {} where the reference is {}", c.decl->outputs[i].name,
+                              index_text(c.decl->extents(c.decl->outputs[i].shape, c.dims), k),
+                              got.outputs[i][k], ref.outputs[i][k]));
+          }
+        if (judged == 0) return Verdict::discard("no element has a finite reference");
+        return Verdict::pass();
+      });
+
+  f.invariant(
+      {"deterministic", "two runs of the target on the same case are bitwise equal", {}},
+      [](T& t, const Values&) {
+        if (!t.target_info().deterministic)
+          return Verdict::not_applicable("the target declares itself non-deterministic");
+        const Result& a = t.target();
+        const Result b = t.run_target(t.input());
+        for (size_t i = 0; i < a.outputs.size(); ++i)
+          for (size_t k = 0; k < a.outputs[i].size(); ++k)
+            if (!same_bits(a.outputs[i][k], b.outputs[i][k]))
+              return Verdict::fail(fmt::format(
+                  "target.{}{} is {} on one run and {} on the next", t.input().decl->outputs[i].name,
+                  index_text(t.input().decl->extents(t.input().decl->outputs[i].shape, t.input().dims), k),
+                  a.outputs[i][k], b.outputs[i][k]));
+        return Verdict::pass();
+      });
+
+  std::vector<std::string> dim_names;
+  for (const auto& dd : decl.dims) dim_names.push_back(dd.name);
+  Choices batch_default;
+  if (!decl.outputs.empty() && !decl.outputs[0].shape.empty() &&
+      decl.dim_index(decl.outputs[0].shape[0]) >= 0)
+    batch_default.push_back(decl.outputs[0].shape[0]);
+  else if (!dim_names.empty())
+    batch_default.push_back(dim_names[0]);
+  if (!dim_names.empty()) {
+    InvariantInfo info{
+        "rows_independent",
+        "a slice along a batch dim computed alone equals the same slice of the batch (within twice the "
+        "matches_reference budget): no leak across rows, no wrong stride",
+        {field::choices("batch_dims", batch_default, dim_names, "dims along which outputs are independent"),
+         field::real("k", 2, 1, 1e6, "multiple of the naive same-precision error allowed per run")},
+        [d = &decl](const Values&, const Values& p) -> std::string {
+          for (const auto& b : p.choices("batch_dims")) {
+            const DimDecl& dim = d->dims[static_cast<size_t>(d->dim_index(b))];
+            if (dim.smallest() == dim.values_below(dim.hi + 1).back())
+              return fmt::format("dim {} to take more than one value; it is fixed at {}", b, dim.smallest());
+            bool in_output = false;
+            for (const auto& o : d->outputs)
+              in_output = in_output || std::find(o.shape.begin(), o.shape.end(), b) != o.shape.end();
+            if (!in_output) return fmt::format("an output with an axis {}; none has", b);
+          }
+          return "";
+        }};
+    f.invariant(std::move(info), [](T& t, const Values& p) {
+      const Case& c = t.input();
+      const Decl& d = *c.decl;
+      const Result& batch = t.target();
+      bool observed = false;
+      for (const auto& b : p.choices("batch_dims")) {
+        const size_t k = static_cast<size_t>(d.dim_index(b));
+        const int64_t n = c.dims[k], s = d.dims[k].smallest();
+        if (n <= s) continue;
+        // The last s indices alone: a wrong stride or offset shows at the tail.
+        std::vector<int64_t> keep(static_cast<size_t>(s));
+        for (int64_t j = 0; j < s; ++j) keep[static_cast<size_t>(j)] = n - s + j;
+        const Case sub = keep_indices(c, k, keep);
+        const Result alone = t.run_target(sub);
+        const Result ref = op::reference(sub), naive = op::naive(sub);
+        for (size_t i = 0; i < d.outputs.size(); ++i) {
+          const auto& o = d.outputs[i];
+          const std::vector<double> slice =
+              gather(batch.outputs[i], d.extents(o.shape, c.dims), o.shape, b, keep);
+          size_t judged = 0;
+          std::vector<Measured> m;
+          const std::string why =
+              compare(sub, i, alone.outputs[i], slice, ref.outputs[i], naive.outputs[i], p.real("k"), 2,
+                      judged, m, fmt::format("the same slice in the batch ({} = {})", b, n));
+          if (!why.empty())
+            return Verdict::fail(
+                fmt::format("{} computed alone ({} = {}, the last of {}): {}", o.name, b, s, n, why), m);
+        }
+        observed = true;
+      }
+      if (!observed) return Verdict::discard("every batch dim is at its smallest: nothing to slice");
+      return Verdict::pass();
+    });
+  }
+}
+
+}  // namespace kprop::op
