@@ -96,6 +96,7 @@ class PagedCache {
   void stats(Result& r) const {
     r.blocks_allocated = allocated_;
     r.blocks_reused = reused_;
+    r.block_tables = tables_;
   }
 
  private:

@@ -66,6 +66,9 @@ struct Result {
   bool int8_cache = false;  // outputs carry int8 quantization error
   int blocks_allocated = 0;
   int blocks_reused = 0;  // allocations that handed out a block released earlier
+  // Per sequence, the physical block of each of its logical blocks (pages)
+  // at the end of the run; empty when the implementation does not page.
+  std::vector<std::vector<int>> block_tables;
 };
 
 // ---- data

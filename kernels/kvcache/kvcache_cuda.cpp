@@ -95,6 +95,7 @@ Result cuda(const Case& c) {
         was_released[static_cast<size_t>(block)] = true;
       }
   }
+  r.block_tables = tables;
   return r;
 }
 

@@ -37,6 +37,7 @@ TensorInfos infos() {
       {"arrivals", {"Bs"}, DType::integer, "scheduler step of each sequence's prefill"},
       {"seq", {"N"}, DType::integer, "the sequence of token n"},
       {"pos", {"N"}, DType::integer, "token n's position in its sequence"},
+      {"page", {"N"}, DType::integer, "token n's logical block in its sequence: pos // page_size"},
       {"is_decode", {"N"}, DType::boolean, "token n is decoded (pos >= its prompt length)"},
       {"visible",
        {"N", "N"},
@@ -68,6 +69,11 @@ TensorInfos infos() {
         {w + ".int8_cache", {}, DType::boolean, "the outputs carry int8 quantization error"},
         {w + ".blocks_allocated", {}, DType::integer, "paged blocks handed out (0: not paged)"},
         {w + ".blocks_reused", {}, DType::integer, "allocations that reused a block released earlier"},
+        {w + ".block_table",
+         {"N"},
+         DType::integer,
+         "the physical block holding token n (its sequence's block table at its page, logical -> physical); "
+         "-1 when the implementation does not page"},
     };
     t.insert(t.end(), mine.begin(), mine.end());
   }
@@ -111,6 +117,11 @@ void put_case(const Case& c, TensorMap& out) {
     prompts.push_back(s.prompt), decodes.push_back(s.decode), arrivals.push_back(s.arrive);
     for (int t = 0; t < s.tokens(); ++t)
       seq.push_back(double(b)), pos.push_back(t), decode.push_back(t >= s.prompt);
+  }
+  if (out.wanted("page")) {
+    std::vector<double> page;
+    for (double p : pos) page.push_back(std::floor(p / c.page_size));
+    out.put("page", Tensor::of({N}, std::move(page), DType::integer));
   }
   if (out.wanted("prompt_lengths")) out.put("prompt_lengths", Tensor::of({Bs}, prompts, DType::integer));
   if (out.wanted("decode_steps")) out.put("decode_steps", Tensor::of({Bs}, decodes, DType::integer));
@@ -167,6 +178,18 @@ void put_result(const Case& c, const std::string& who, const Result& r, TensorMa
   out.put(who + ".int8_cache", Tensor::scalar(r.int8_cache, DType::boolean));
   out.put(who + ".blocks_allocated", Tensor::scalar(r.blocks_allocated, DType::integer));
   out.put(who + ".blocks_reused", Tensor::scalar(r.blocks_reused, DType::integer));
+  if (out.wanted(who + ".block_table")) {
+    // Token n of sequence s at position p lives in block tables[s][p / page].
+    std::vector<double> block;
+    block.reserve(static_cast<size_t>(N));
+    for (size_t s = 0; s < c.seqs.size(); ++s)
+      for (int p = 0; p < c.seqs[s].tokens(); ++p) {
+        const size_t page = static_cast<size_t>(p / c.page_size);
+        const bool has = s < r.block_tables.size() && page < r.block_tables[s].size();
+        block.push_back(has ? r.block_tables[s][page] : -1);
+      }
+    out.put(who + ".block_table", Tensor::of({N}, std::move(block), DType::integer));
+  }
 }
 
 }  // namespace
