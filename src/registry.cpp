@@ -4,6 +4,33 @@
 
 namespace kprop {
 
+// ---- what derives from Family::build
+// `this` outlives the generator: families are registered for the program's
+// life or owned by the Spec that runs them.
+rc::Gen<AnyCase> Family::generator(const Values& domain) const {
+  return rc::gen::exec([this, domain] {
+    RapidCheckDraw draw;
+    return build(draw, domain);
+  });
+}
+
+AnyCase Family::from_bytes(const uint8_t* data, size_t size, const Values& domain) const {
+  ByteReader reader(data, size);
+  BytesDraw draw(reader);
+  return build(draw, domain);
+}
+
+std::vector<uint8_t> Family::seed_bytes(const Values& domain, uint64_t seed, int size) const {
+  auto bytes = std::make_shared<std::vector<uint8_t>>();
+  rc::gen::exec([this, domain, bytes] {
+    bytes->clear();  // RapidCheck may run the body more than once
+    RapidCheckDraw draw(bytes.get());
+    return build(draw, domain);
+  })(rc::Random(seed), size)
+      .value();
+  return *bytes;
+}
+
 const char* impl_kind_name(ImplKind kind) {
   switch (kind) {
     case ImplKind::reference:

@@ -10,7 +10,6 @@
 #include <tuple>
 
 #include "kprop/case_yaml.h"
-#include "kprop/gen.h"
 #include "kprop/rng.h"
 
 namespace kprop::attention {

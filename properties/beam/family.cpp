@@ -6,7 +6,6 @@
 #include <cmath>
 
 #include "kprop/case_yaml.h"
-#include "kprop/gen.h"
 
 namespace kprop::beam {
 

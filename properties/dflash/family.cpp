@@ -6,7 +6,6 @@
 #include <set>
 
 #include "kprop/case_yaml.h"
-#include "kprop/gen.h"
 
 namespace kprop::dflash {
 

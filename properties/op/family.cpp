@@ -108,7 +108,7 @@ Case Traits::build(Draw&, const Values&) {
   throw std::logic_error("op: cases are built by OpFamily from its declaration");
 }
 
-Case OpFamily::build(Draw& draw) const {
+Case OpFamily::build_case(Draw& draw) const {
   const Decl& d = *decl_;
   Case c;
   c.decl = decl_;
@@ -165,30 +165,6 @@ Case OpFamily::build(Draw& draw) const {
     c.inputs.push_back(std::move(x));
   }
   return c;
-}
-
-rc::Gen<AnyCase> OpFamily::generator(const Values&) const {
-  return rc::gen::exec([this] {
-    RapidCheckDraw draw;
-    return box(build(draw));
-  });
-}
-
-std::vector<uint8_t> OpFamily::seed_bytes(const Values&, uint64_t seed, int size) const {
-  auto bytes = std::make_shared<std::vector<uint8_t>>();
-  rc::gen::exec([this, bytes] {
-    bytes->clear();
-    RapidCheckDraw draw(bytes.get());
-    return build(draw);
-  })(rc::Random(seed), size)
-      .value();
-  return *bytes;
-}
-
-AnyCase OpFamily::from_bytes(const uint8_t* data, size_t size, const Values&) const {
-  ByteReader reader(data, size);
-  BytesDraw draw(reader);
-  return box(build(draw));
 }
 
 // ---------------------------------------------------------------- shrinking

@@ -47,15 +47,14 @@ class OpFamily final : public FamilyDef<Traits> {
   explicit OpFamily(std::shared_ptr<const Decl> decl);
   const Decl& decl() const { return *decl_; }
 
-  rc::Gen<AnyCase> generator(const Values& domain) const override;
-  std::vector<uint8_t> seed_bytes(const Values& domain, uint64_t seed, int size) const override;
-  AnyCase from_bytes(const uint8_t* data, size_t size, const Values& domain) const override;
+  // Cases come from the declaration, not the (empty) domain.
+  AnyCase build(Draw& draw, const Values&) const override { return box(build_case(draw)); }
   AnyCase from_yaml(const YAML::Node& node) const override;
   CaseSize max_case_bytes(const Values& domain) const override;
   const expr::TensorInfos& tensor_infos() const override { return infos_; }
   const std::vector<TransformInfo>& transforms() const override { return transforms_; }
 
-  Case build(Draw& draw) const;
+  Case build_case(Draw& draw) const;
 
  private:
   std::shared_ptr<const Decl> decl_;

@@ -8,10 +8,8 @@
 //     static constexpr const char* name = "my";
 //     static constexpr const char* description = "one line";
 //     static Schema domain_schema();               // keys of the spec's `domain:`
-//     static Case build(Draw&, const Values& domain);  // kprop/draw.h: one builder for
+//     static Case build(Draw&, const Values& domain);  // kprop/draw.h: the one builder for
 //                                                  // RapidCheck, fuzz bytes and seed corpora
-//     // (or, instead of build: generator(domain) -> rc::Gen<Case> and
-//     //  from_bytes(ByteReader&, domain) -> Case)
 //     // One step, boldest first (lazy). Candidates outside `domain` are
 //     // dropped by FamilyDef (in_domain); the family uses `domain` to move
 //     // coupled dims together (e.g. Nq with Nk when the domain ties them).
@@ -194,7 +192,15 @@ class Family {
   virtual const char* name() const = 0;
   virtual const char* description() const = 0;
   virtual const Schema& domain_schema() const = 0;
-  virtual rc::Gen<AnyCase> generator(const Values& domain) const = 0;
+  // The one way a family makes cases: from a Draw (kprop/draw.h), so
+  // RapidCheck generation, fuzz-byte decoding and fuzz seed corpora are the
+  // same code. The three below derive from it (registry.cpp).
+  virtual AnyCase build(Draw& draw, const Values& domain) const = 0;
+  rc::Gen<AnyCase> generator(const Values& domain) const;
+  AnyCase from_bytes(const uint8_t* data, size_t size, const Values& domain) const;
+  // A generated case (RapidCheck seed and size) as the bytes from_bytes
+  // decodes back to it: fuzz seed corpora.
+  std::vector<uint8_t> seed_bytes(const Values& domain, uint64_t seed, int size) const;
   // One shrink step, boldest candidate first; lazy so that expensive
   // candidates are only built when the cheap ones did not reproduce. Every
   // candidate lies inside `domain` (in_domain).
@@ -208,11 +214,6 @@ class Family {
   virtual std::string check_domain(const Values& domain) const = 0;
   virtual YAML::Node to_yaml(const AnyCase& c) const = 0;
   virtual AnyCase from_yaml(const YAML::Node& node) const = 0;
-  virtual AnyCase from_bytes(const uint8_t* data, size_t size, const Values& domain) const = 0;
-  // A generated case (RapidCheck seed and size) as bytes that from_bytes
-  // decodes back to it: fuzz seed corpora. Empty if the family has no
-  // Draw-based builder.
-  virtual std::vector<uint8_t> seed_bytes(const Values& domain, uint64_t seed, int size) const = 0;
   virtual CaseStats stats(const AnyCase& c) const = 0;
 
   virtual const std::vector<ImplInfo>& implementations() const = 0;
@@ -262,12 +263,6 @@ class Registry {
 };
 
 // ---------------------------------------------------------------- typed side
-// A family with one Draw-based builder (kprop/draw.h) instead of separate
-// generator() and from_bytes().
-template <typename Traits>
-concept HasBuilder = requires(Draw& d, const Values& v) {
-  { Traits::build(d, v) } -> std::same_as<typename Traits::Case>;
-};
 
 // ---- named tensors: a family that publishes tensors adds to its traits
 //   static const expr::TensorInfos& tensor_infos();   // names, symbolic shapes, meanings
@@ -326,7 +321,6 @@ class Trial {
   }
   // For metamorphic invariants: run the implementations on a derived case.
   Result run_target(const Case& c) const { return family_.run(target_index_, c); }
-  Result run_reference(const Case& c) const { return family_.run(reference_index_, c); }
 
  private:
   const FamilyDef<Traits>& family_;
@@ -372,30 +366,7 @@ class FamilyDef : public Family {
   const char* name() const override { return Traits::name; }
   const char* description() const override { return Traits::description; }
   const Schema& domain_schema() const override { return schema_; }
-  rc::Gen<AnyCase> generator(const Values& domain) const override {
-    if constexpr (HasBuilder<Traits>) {
-      return rc::gen::exec([domain] {
-        RapidCheckDraw draw;
-        return box(Traits::build(draw, domain));
-      });
-    } else {
-      return rc::gen::map(Traits::generator(domain), [](Case c) { return box(std::move(c)); });
-    }
-  }
-  std::vector<uint8_t> seed_bytes(const Values& domain, uint64_t seed, int size) const override {
-    if constexpr (HasBuilder<Traits>) {
-      auto bytes = std::make_shared<std::vector<uint8_t>>();
-      rc::gen::exec([domain, bytes] {
-        bytes->clear();
-        RapidCheckDraw draw(bytes.get());
-        return Traits::build(draw, domain);
-      })(rc::Random(seed), size)
-          .value();
-      return *bytes;
-    } else {
-      return {};
-    }
-  }
+  AnyCase build(Draw& draw, const Values& domain) const override { return box(Traits::build(draw, domain)); }
   rc::Seq<AnyCase> shrinks(const AnyCase& c, const Values& domain) const override {
     // `c` rides along so the family's Seq may refer to the case it shrinks.
     auto inside = rc::seq::filter(Traits::shrinks(unbox(c), domain),
@@ -415,15 +386,7 @@ class FamilyDef : public Family {
   }
   YAML::Node to_yaml(const AnyCase& c) const override { return Traits::to_yaml(unbox(c)); }
   AnyCase from_yaml(const YAML::Node& node) const override { return box(Traits::from_yaml(node)); }
-  AnyCase from_bytes(const uint8_t* data, size_t size, const Values& domain) const override {
-    ByteReader reader(data, size);
-    if constexpr (HasBuilder<Traits>) {
-      BytesDraw draw(reader);
-      return box(Traits::build(draw, domain));
-    } else {
-      return box(Traits::from_bytes(reader, domain));
-    }
-  }
+
   CaseStats stats(const AnyCase& c) const override { return Traits::stats(unbox(c)); }
   const std::vector<ImplInfo>& implementations() const override { return impls_; }
   const std::vector<InvariantInfo>& invariants() const override { return invariant_infos_; }

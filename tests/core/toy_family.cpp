@@ -9,7 +9,6 @@
 #include <thread>
 
 #include "kprop/case_yaml.h"
-#include "kprop/gen.h"
 
 namespace kprop::toy {
 
@@ -19,14 +18,11 @@ Schema Traits::domain_schema() {
           field::choices("mode", {"plain"}, {"plain", "wide"}, "a choices field for loader tests")};
 }
 
-rc::Gen<Case> Traits::generator(const Values& d) {
-  const IntRange len = d.int_range("length"), val = d.int_range("value");
-  return rc::gen::exec([=] {
-    Case c;
-    const auto n = *gen::sized(len);
-    for (int64_t i = 0; i < n; ++i) c.xs.push_back(static_cast<int>(*gen::any(val)));
-    return c;
-  });
+Case Traits::build(Draw& draw, const Values& d) {
+  Case c;
+  const auto n = draw.sized(d.int_range("length"));
+  for (int64_t i = 0; i < n; ++i) c.xs.push_back(static_cast<int>(draw.any(d.int_range("value"))));
+  return c;
 }
 
 rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
@@ -72,13 +68,6 @@ YAML::Node Traits::to_yaml(const Case& c) {
 Case Traits::from_yaml(const YAML::Node& n) {
   case_yaml::expect_keys(n, {"xs"}, "toy case");
   return {case_yaml::read_list<int>(n, "xs")};
-}
-
-Case Traits::from_bytes(ByteReader& bytes, const Values& d) {
-  Case c;
-  const auto n = bytes.in_range(d.int_range("length"));
-  for (int64_t i = 0; i < n; ++i) c.xs.push_back(static_cast<int>(bytes.in_range(d.int_range("value"))));
-  return c;
 }
 
 CaseStats Traits::stats(const Case& c) {

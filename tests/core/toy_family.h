@@ -20,14 +20,13 @@ struct Traits {
   static constexpr const char* name = "toy.sum";
   static constexpr const char* description = "sum of a list (framework tests)";
   static Schema domain_schema();
-  static rc::Gen<Case> generator(const Values& domain);
+  static Case build(Draw& draw, const Values& domain);
   static rc::Seq<Case> shrinks(const Case& c, const Values& domain);
   static std::string in_domain(const Case& c, const Values& domain);
   static double case_bytes(const Case& c);
   static CaseSize max_case_bytes(const Values& domain);
   static YAML::Node to_yaml(const Case& c);
   static Case from_yaml(const YAML::Node& node);
-  static Case from_bytes(ByteReader& bytes, const Values& domain);
   static CaseStats stats(const Case& c);
 };
 
