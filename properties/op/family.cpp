@@ -45,16 +45,17 @@ double round_digits(double v, int k, DType dtype) {
   return round_to(dtype, std::strtod(s.c_str(), nullptr));
 }
 
-// Simpler values for one element, boldest first: 0, 1, then fewer
-// significant digits. Each candidate is 0, 1 or has strictly fewer digits,
-// so shrinking terminates.
+// Simpler values for one element, boldest first: 0, 1, -v for a negative
+// v, then fewer significant digits. Each candidate is 0, 1 (never for 1
+// itself), positive, or has strictly fewer digits, so shrinking terminates.
 std::vector<double> simpler_values(double v, DType dtype) {
   std::vector<double> out;
   auto add = [&](double w) {
     if (w != v && std::find(out.begin(), out.end(), w) == out.end()) out.push_back(w);
   };
   if (!std::isfinite(v)) return {0.0, 1.0};
-  if (v != 0 && v != 1) add(0), add(1);
+  if (v != 0) add(0);
+  if (v != 0 && v != 1) add(1);
   if (v < 0) add(-v);
   const int digits = significant_digits(v, dtype);
   for (int k = 1; k < digits; ++k) {
@@ -239,9 +240,15 @@ rc::Seq<Case> Traits::shrinks(const Case& c0, const Values&) {
         options.push_back(o);
       }
     } else {
-      for (double o : {ad.lo, 0.0, 1.0}) options.push_back(o);
-      for (int k = 1; k < significant_digits(c->attrs[a], DType::f64); ++k)
-        options.push_back(round_digits(c->attrs[a], k, DType::f64));
+      // Ranked lo < 0 < 1 < anything else (then by fewer digits): only a
+      // lower rank is offered, so no two values shrink into each other.
+      auto rank = [&](double v) { return v == ad.lo ? 0 : v == 0 ? 1 : v == 1 ? 2 : 3; };
+      const double cur = c->attrs[a];
+      for (double o : {ad.lo, 0.0, 1.0})
+        if (rank(o) < rank(cur)) options.push_back(o);
+      if (rank(cur) == 3)
+        for (int k = 1; k < significant_digits(cur, DType::f64); ++k)
+          options.push_back(round_digits(cur, k, DType::f64));
     }
     for (double o : options)
       if (o != c->attrs[a] && ad.valid(o)) {
@@ -252,9 +259,13 @@ rc::Seq<Case> Traits::shrinks(const Case& c0, const Values&) {
   }
   for (size_t i = 0; i < d.inputs.size(); ++i)
     for (double w : {0.0, 1.0}) {
+      // All 1 only where no element is 0 already (0 is simpler than 1):
+      // otherwise all-0 and all-1 would shrink into each other.
+      const auto& x = c->inputs[i];
+      if (w == 1 && std::find(x.begin(), x.end(), 0.0) != x.end()) continue;
       Case s = *c;
       std::fill(s.inputs[i].begin(), s.inputs[i].end(), w);
-      if (!(s.inputs[i] == c->inputs[i])) global.push_back(std::move(s));
+      if (!(s.inputs[i] == x)) global.push_back(std::move(s));
     }
 
   struct Slot {
