@@ -558,7 +558,8 @@ OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
     infos_.push_back({"floor." + o.name,
                       {},
                       expr::DType::real,
-                      "(8 + 2 ceil(log2 max dim)) × u(dtype) × max|reference." + o.name + "| (close(k=))"});
+                      "(8 + 2 ceil(log2 n)) × u(dtype) × max|reference." + o.name +
+                          "|, n the largest dim (8 + 2n for f64 outputs); close(k=) adds it"});
   }
   Schema scale, shift;
   for (const auto& in : d.inputs) {
@@ -582,11 +583,48 @@ OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
 }
 
 namespace {
+
+std::vector<DeclaredKey> section_keys() {
+  std::vector<std::string> kinds;
+  for (auto k : {ValueKind::normal, ValueKind::uniform, ValueKind::integer, ValueKind::large,
+                 ValueKind::small, ValueKind::constant_rows})
+    kinds.push_back(value_kind_name(k));
+  return {
+      {"name", "NAME", "the op's name in exec:/plugin: requests (default: the spec's name)"},
+      {"dims", "{DIM: [lo, hi] | N | {range: [lo, hi], multiple_of: M, one_of: [N, ...]}}",
+       "symbolic extents drawn per case (1 <= lo <= hi <= 2^24); shrinking moves each toward its least valid "
+       "value"},
+      {"attrs", "{ATTR: X | [lo, hi] | {one_of: [X, ...]} | {range: [lo, hi]}, with int: true for integers}",
+       "scalars drawn per case, sent as JSON attrs; references read them by name"},
+      {"inputs",
+       "{NAME: {shape: [DIM | N, ...], dtype: f32 | f64 | [f32, f64], values: KIND | [KIND, ...] | {KIND: "
+       "{params}}}}",
+       "input tensors; the first input listing dtypes sets the case's dtype; value kinds: " + join(kinds) +
+           " (normal/constant_rows take mean, std; the others lo, hi)"},
+      {"outputs", "{NAME: {shape: [DIM | N, ...], dtype: f32 | f64}}",
+       "output tensors the target returns (dtype default: the case's)"},
+      {"reference", "{OUTPUT: EXPR}",
+       "one expression per output, evaluated in fp64 on the inputs, dims and attrs (docs/SPEC.md expression "
+       "functions); also evaluated with every intermediate rounded to the output's dtype (naive.OUTPUT)"},
+  };
+}
+
 [[maybe_unused]] const bool registered = register_declared_family(
     {"op", "op", "a kernel declared in the spec itself",
      [](const YAML::Node& section, const DeclaredFamilyContext& context) -> std::shared_ptr<const Family> {
        return std::make_shared<OpFamily>(parse_decl(section, context));
-     }});
+     },
+     section_keys(),
+     "dims: {T: [1, 64], D: [1, 512]}\n"
+     "attrs: {eps: {one_of: [1.0e-5, 1.0e-6]}}\n"
+     "inputs:\n"
+     "  x: {shape: [T, D], dtype: [f32, f64], values: [normal, large, constant_rows, integer]}\n"
+     "  w: {shape: [D], values: {normal: {mean: 1, std: 0.1}}}\n"
+     "outputs:\n"
+     "  y: {shape: [T, D]}\n"
+     "reference:\n"
+     "  y: x / sqrt(mean(x * x, axis=-1, keepdims=true) + eps) * w\n"});
+
 }  // namespace
 
 }  // namespace kprop::op

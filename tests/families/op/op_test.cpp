@@ -13,10 +13,12 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <string>
 
+#include "kprop/listing.h"
 #include "kprop/runner.h"
 #include "kprop/spec.h"
 #include "properties/op/family.h"
@@ -385,6 +387,45 @@ TEST(OpFuzz, EveryByteStringDecodesToAValidCase) {
       EXPECT_EQ(round_trip(f, c), c) << "length " << len;
     }
   }
+}
+
+}  // namespace
+}  // namespace kprop::op
+
+namespace kprop::op {
+namespace {
+
+// ---------------------------------------------------------------- --list
+// prop_runner --list shows the declared family, the keys of its section and
+// what every declaration gets (built from the example section), in text and
+// in JSON; the registered families' listing is unchanged by it.
+TEST(OpList, ListShowsTheDeclaredFamilyAndItsSectionKeys) {
+  const std::string text = list_text();
+  const size_t at = text.find("\nDeclared families (");
+  ASSERT_NE(at, std::string::npos) << text;
+  const std::string declared = text.substr(at);
+  for (const char* want :
+       {"\n  op — a kernel declared in the spec itself\n", "\n    section op:\n",
+        "\n      dims: {DIM: [lo, hi]", "\n      reference: {OUTPUT: EXPR}", "\n      matches_reference ",
+        "\n      rows_independent ", "\n      permute_T ", "\n      floor.y "})
+    EXPECT_NE(declared.find(want), std::string::npos) << want;
+  // No line of the block starts with "family " (scripts/gen_families_md.py
+  // reads those as registered families).
+  EXPECT_EQ(declared.find("\nfamily "), std::string::npos);
+
+  const auto json = nlohmann::json::parse(list_json());
+  ASSERT_EQ(json["declared_families"].size(), 1u);
+  const auto& op = json["declared_families"][0];
+  EXPECT_EQ(op["name"], "op");
+  EXPECT_EQ(op["section"], "op");
+  std::vector<std::string> keys;
+  for (const auto& k : op["keys"]) keys.push_back(k["key"]);
+  EXPECT_EQ(keys, (std::vector<std::string>{"name", "dims", "attrs", "inputs", "outputs", "reference"}));
+  std::vector<std::string> invariants;
+  for (const auto& i : op["example_family"]["invariants"]) invariants.push_back(i["name"]);
+  EXPECT_EQ(invariants, (std::vector<std::string>{"matches_reference", "finite_outputs", "deterministic",
+                                                  "rows_independent"}));
+  for (const auto& f : json["families"]) EXPECT_NE(f["name"], "op");
 }
 
 }  // namespace
