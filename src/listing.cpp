@@ -12,6 +12,93 @@
 
 namespace kprop {
 
+namespace {
+
+std::string pad(int n) {
+  return std::string(static_cast<size_t>(n), ' ');
+}
+
+// A family's invariants, named tensors and transforms, their headers at
+// `indent` (2 for a registered family).
+std::string invariants_tensors_transforms_text(const Family& f, int indent) {
+  const std::string h = pad(indent), i = pad(indent + 2), j = pad(indent + 4);
+  std::string out = h + "invariants:\n";
+  for (const auto& inv : f.invariants()) {
+    out += fmt::format("{}{:<26} {}\n", i, inv.name, inv.description);
+    out += describe_schema(inv.params, indent + 4);
+  }
+  // Named tensors: what `expect:` / `when:` expressions may read.
+  if (f.tensor_infos().empty()) {
+    out += h + "tensors: none yet (no expression invariants)\n";
+  } else {
+    out += h + "tensors (for invariants {name, expect: EXPR, when: EXPR}; docs/SPEC.md):\n";
+    for (const auto& t : f.tensor_infos())
+      out += fmt::format("{}{:<18} {:<20} {:<4} {}\n", i, t.name, expr::shape_text(t.shape),
+                         expr::dtype_name(t.dtype), t.meaning);
+  }
+  // Metamorphic transforms: `transform: NAME` in an expression invariant.
+  if (f.transforms().empty()) {
+    out += h + "transforms: none yet\n";
+  } else {
+    out += h + "transforms (for invariants {name, transform: NAME, expect: EXPR}; docs/SPEC.md):\n";
+    for (const auto& t : f.transforms()) {
+      out += fmt::format("{}{:<26} {}\n", i, t.name, t.description);
+      out += describe_schema(t.params, indent + 4);
+      for (const auto& x : t.tensors)
+        out += fmt::format("{}{:<24} {:<20} {:<4} {}\n", j, x.name, expr::shape_text(x.shape),
+                           expr::dtype_name(x.dtype), x.meaning);
+    }
+  }
+  return out;
+}
+
+// A declared family built from its example section (what every
+// declaration gets: invariants, tensors by kind, transforms).
+std::shared_ptr<const Family> build_example(const DeclaredFamily& d) {
+  const YAML::Node section = YAML::Load(d.example);
+  const DeclaredFamilyContext context{"example", [](const YAML::Node& n, size_t) {
+                                        return Mark{"<example>", n.Mark().line + 1, n.Mark().column + 1};
+                                      }};
+  return d.build(section, context);
+}
+
+std::string indented(const std::string& text, int indent) {
+  std::string out;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t end = text.find('\n', at);
+    const std::string line = text.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    out += line.empty() ? "\n" : pad(indent) + line + "\n";
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return out;
+}
+
+// Families a spec declares itself (`family: op` + an `op:` section).
+std::string declared_text() {
+  if (declared_families().empty()) return "";
+  std::string out =
+      "\nDeclared families (family: NAME plus a NAME: section that declares the kernel; docs/SPEC.md "
+      "\"Ops declared in the spec\"):\n";
+  for (const auto& d : declared_families()) {
+    out += fmt::format("  {} — {}\n", d.family, d.description);
+    out += fmt::format("    section {}:\n", d.key);
+    for (const auto& k : d.keys) out += fmt::format("      {}: {}  — {}\n", k.key, k.form, k.doc);
+    if (d.example.empty()) continue;
+    out += fmt::format("    example (what the lists below are built from):\n      {}:\n", d.key);
+    out += indented(d.example, 8);
+    const auto example = build_example(d);
+    out += fmt::format("    implementations (in process; plus any exec:/plugin: target):\n");
+    for (const auto& i : example->implementations())
+      out += fmt::format("      {:<24} {:<9} {}\n", i.name, impl_kind_name(i.kind), i.description);
+    out += invariants_tensors_transforms_text(*example, 4);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string list_text() {
   std::string out = "Spec keys (every spec):\n" + describe_spec_keys();
   out +=
@@ -31,34 +118,9 @@ std::string list_text() {
       for (const auto& op : f->external_ops())
         out += fmt::format("    op {:<23} entry point {}\n", op.op, op.symbol);
     }
-    out += "  invariants:\n";
-    for (const auto& inv : f->invariants()) {
-      out += fmt::format("    {:<26} {}\n", inv.name, inv.description);
-      out += describe_schema(inv.params, 6);
-    }
-    // Named tensors: what `expect:` / `when:` expressions may read.
-    if (f->tensor_infos().empty()) {
-      out += "  tensors: none yet (no expression invariants)\n";
-    } else {
-      out += "  tensors (for invariants {name, expect: EXPR, when: EXPR}; docs/SPEC.md):\n";
-      for (const auto& t : f->tensor_infos())
-        out += fmt::format("    {:<18} {:<20} {:<4} {}\n", t.name, expr::shape_text(t.shape),
-                           expr::dtype_name(t.dtype), t.meaning);
-    }
-    // Metamorphic transforms: `transform: NAME` in an expression invariant.
-    if (f->transforms().empty()) {
-      out += "  transforms: none yet\n";
-    } else {
-      out += "  transforms (for invariants {name, transform: NAME, expect: EXPR}; docs/SPEC.md):\n";
-      for (const auto& t : f->transforms()) {
-        out += fmt::format("    {:<26} {}\n", t.name, t.description);
-        out += describe_schema(t.params, 6);
-        for (const auto& x : t.tensors)
-          out += fmt::format("      {:<24} {:<20} {:<4} {}\n", x.name, expr::shape_text(x.shape),
-                             expr::dtype_name(x.dtype), x.meaning);
-      }
-    }
+    out += invariants_tensors_transforms_text(*f, 2);
   }
+  out += declared_text();
   out +=
       "\nExpression functions (invariants {name, expect: EXPR, when: EXPR}):\n" + expr::describe_functions();
   return out;
@@ -105,35 +167,49 @@ json tensors_json(const expr::TensorInfos& infos) {
   return out;
 }
 
+json family_json(const Family& f) {
+  json impls = json::array(), invariants = json::array(), ops = json::array(), transforms = json::array();
+  for (const auto& i : f.implementations())
+    impls.push_back({{"name", i.name},
+                     {"kind", impl_kind_name(i.kind)},
+                     {"device", i.device},
+                     {"deterministic", i.deterministic},
+                     {"description", i.description}});
+  for (const auto& i : f.invariants())
+    invariants.push_back(
+        {{"name", i.name}, {"description", i.description}, {"params", schema_json(i.params)}});
+  for (const auto& op : f.external_ops()) ops.push_back({{"op", op.op}, {"symbol", op.symbol}});
+  for (const auto& t : f.transforms())
+    transforms.push_back({{"name", t.name},
+                          {"description", t.description},
+                          {"params", schema_json(t.params)},
+                          {"tensors", tensors_json(t.tensors)}});
+  return json({{"name", f.name()},
+               {"description", f.description()},
+               {"domain", schema_json(f.domain_schema())},
+               {"implementations", std::move(impls)},
+               {"external_ops", std::move(ops)},
+               {"invariants", std::move(invariants)},
+               {"tensors", tensors_json(f.tensor_infos())},
+               {"transforms", std::move(transforms)}});
+}
+
 }  // namespace
 
 std::string list_json() {
   json families = json::array();
-  for (const Family* f : Registry::instance().families()) {
-    json impls = json::array(), invariants = json::array(), ops = json::array(), transforms = json::array();
-    for (const auto& i : f->implementations())
-      impls.push_back({{"name", i.name},
-                       {"kind", impl_kind_name(i.kind)},
-                       {"device", i.device},
-                       {"deterministic", i.deterministic},
-                       {"description", i.description}});
-    for (const auto& i : f->invariants())
-      invariants.push_back(
-          {{"name", i.name}, {"description", i.description}, {"params", schema_json(i.params)}});
-    for (const auto& op : f->external_ops()) ops.push_back({{"op", op.op}, {"symbol", op.symbol}});
-    for (const auto& t : f->transforms())
-      transforms.push_back({{"name", t.name},
-                            {"description", t.description},
-                            {"params", schema_json(t.params)},
-                            {"tensors", tensors_json(t.tensors)}});
-    families.push_back({{"name", f->name()},
-                        {"description", f->description()},
-                        {"domain", schema_json(f->domain_schema())},
-                        {"implementations", std::move(impls)},
-                        {"external_ops", std::move(ops)},
-                        {"invariants", std::move(invariants)},
-                        {"tensors", tensors_json(f->tensor_infos())},
-                        {"transforms", std::move(transforms)}});
+  for (const Family* f : Registry::instance().families()) families.push_back(family_json(*f));
+  json declared = json::array();
+  for (const auto& d : declared_families()) {
+    json keys = json::array();
+    for (const auto& k : d.keys) keys.push_back({{"key", k.key}, {"form", k.form}, {"doc", k.doc}});
+    json entry = {{"name", d.family}, {"section", d.key}, {"description", d.description}, {"keys", keys}};
+    if (!d.example.empty()) {
+      const auto example = build_example(d);
+      entry["example"] = d.example;
+      entry["example_family"] = family_json(*example);
+    }
+    declared.push_back(std::move(entry));
   }
   json checks = json::array();
   for (const auto& h : health_checks()) checks.push_back({{"name", h.name}, {"description", h.description}});
@@ -142,6 +218,7 @@ std::string list_json() {
   const json out = {{"spec_keys", describe_spec_keys()},
                     {"health_checks", std::move(checks)},
                     {"families", std::move(families)},
+                    {"declared_families", std::move(declared)},
                     {"functions", std::move(functions)}};
   return out.dump(2) + "\n";
 }

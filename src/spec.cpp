@@ -296,18 +296,27 @@ bool safe_name(const std::string& s) {
   return true;
 }
 
+// The key node of `key` in map `root` (its position: where an error about
+// the whole section points).
+YAML::Node key_node(const YAML::Node& root, const std::string& key) {
+  for (auto it = root.begin(); it != root.end(); ++it)
+    if (it->first.IsScalar() && it->first.Scalar() == key) return it->first;
+  return root[key];
+}
+
 // `family: F` where F is declared by the spec (DeclaredFamily): builds the
 // spec's own Family from its section; other declared sections are refused.
 void Loader::declared_family(const YAML::Node& root, const std::string& family_name, Spec& spec) const {
   for (const auto& d : declared_families()) {
     if (d.family != family_name) {
-      if (root[d.key]) fail(root[d.key], fmt::format("'{}:' belongs to family: {}", d.key, d.family));
+      if (root[d.key])
+        fail(key_node(root, d.key), fmt::format("'{}:' belongs to family: {}", d.key, d.family));
       continue;
     }
     const YAML::Node section = root[d.key];
     if (!section || section.IsNull())
       fail(root["family"],
-           fmt::format("family {} needs a '{}:' section declaring the kernel", d.family, d.key));
+           fmt::format("family {} needs its '{}:' section declaring the kernel", d.family, d.key));
     DeclaredFamilyContext context{spec.name, [this](const YAML::Node& n, size_t offset) {
                                     return offset == 0 || !n.IsScalar() ? mark(n)
                                                                         : expression_mark(*this, n, offset);
@@ -344,7 +353,9 @@ Spec Loader::load(const YAML::Node& root) {
     declared_family(root, family_name, spec);
   } else {
     for (const auto& d : declared_families())
-      if (root[d.key]) fail(root[d.key], fmt::format("'{}:' belongs to family: {}", d.key, d.family));
+      if (root[d.key])
+        fail(key_node(root, d.key),
+             fmt::format("'{}:' belongs to family: {}, not {}", d.key, d.family, family_name));
   }
   if (!spec.family)
     fail(root["family"],

@@ -45,16 +45,17 @@ double round_digits(double v, int k, DType dtype) {
   return round_to(dtype, std::strtod(s.c_str(), nullptr));
 }
 
-// Simpler values for one element, boldest first: 0, 1, then fewer
-// significant digits. Each candidate is 0, 1 or has strictly fewer digits,
-// so shrinking terminates.
+// Simpler values for one element, boldest first: 0, 1, -v for a negative
+// v, then fewer significant digits. Each candidate is 0, 1 (never for 1
+// itself), positive, or has strictly fewer digits, so shrinking terminates.
 std::vector<double> simpler_values(double v, DType dtype) {
   std::vector<double> out;
   auto add = [&](double w) {
     if (w != v && std::find(out.begin(), out.end(), w) == out.end()) out.push_back(w);
   };
   if (!std::isfinite(v)) return {0.0, 1.0};
-  if (v != 0 && v != 1) add(0), add(1);
+  if (v != 0) add(0);
+  if (v != 0 && v != 1) add(1);
   if (v < 0) add(-v);
   const int digits = significant_digits(v, dtype);
   for (int k = 1; k < digits; ++k) {
@@ -215,9 +216,15 @@ rc::Seq<Case> Traits::shrinks(const Case& c0, const Values&) {
         options.push_back(o);
       }
     } else {
-      for (double o : {ad.lo, 0.0, 1.0}) options.push_back(o);
-      for (int k = 1; k < significant_digits(c->attrs[a], DType::f64); ++k)
-        options.push_back(round_digits(c->attrs[a], k, DType::f64));
+      // Ranked lo < 0 < 1 < anything else (then by fewer digits): only a
+      // lower rank is offered, so no two values shrink into each other.
+      auto rank = [&](double v) { return v == ad.lo ? 0 : v == 0 ? 1 : v == 1 ? 2 : 3; };
+      const double cur = c->attrs[a];
+      for (double o : {ad.lo, 0.0, 1.0})
+        if (rank(o) < rank(cur)) options.push_back(o);
+      if (rank(cur) == 3)
+        for (int k = 1; k < significant_digits(cur, DType::f64); ++k)
+          options.push_back(round_digits(cur, k, DType::f64));
     }
     for (double o : options)
       if (o != c->attrs[a] && ad.valid(o)) {
@@ -228,9 +235,13 @@ rc::Seq<Case> Traits::shrinks(const Case& c0, const Values&) {
   }
   for (size_t i = 0; i < d.inputs.size(); ++i)
     for (double w : {0.0, 1.0}) {
+      // All 1 only where no element is 0 already (0 is simpler than 1):
+      // otherwise all-0 and all-1 would shrink into each other.
+      const auto& x = c->inputs[i];
+      if (w == 1 && std::find(x.begin(), x.end(), 0.0) != x.end()) continue;
       Case s = *c;
       std::fill(s.inputs[i].begin(), s.inputs[i].end(), w);
-      if (!(s.inputs[i] == c->inputs[i])) global.push_back(std::move(s));
+      if (!(s.inputs[i] == x)) global.push_back(std::move(s));
     }
 
   struct Slot {
@@ -523,7 +534,8 @@ OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
     infos_.push_back({"floor." + o.name,
                       {},
                       expr::DType::real,
-                      "(8 + 2 ceil(log2 max dim)) × u(dtype) × max|reference." + o.name + "| (close(k=))"});
+                      "(8 + 2 ceil(log2 n)) × u(dtype) × max|reference." + o.name +
+                          "|, n the largest dim (8 + 2n for f64 outputs); close(k=) adds it"});
   }
   Schema scale, shift;
   for (const auto& in : d.inputs) {
@@ -547,11 +559,48 @@ OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
 }
 
 namespace {
+
+std::vector<DeclaredKey> section_keys() {
+  std::vector<std::string> kinds;
+  for (auto k : {ValueKind::normal, ValueKind::uniform, ValueKind::integer, ValueKind::large,
+                 ValueKind::small, ValueKind::constant_rows})
+    kinds.push_back(value_kind_name(k));
+  return {
+      {"name", "NAME", "the op's name in exec:/plugin: requests (default: the spec's name)"},
+      {"dims", "{DIM: [lo, hi] | N | {range: [lo, hi], multiple_of: M, one_of: [N, ...]}}",
+       "symbolic extents drawn per case (1 <= lo <= hi <= 2^24); shrinking moves each toward its least valid "
+       "value"},
+      {"attrs", "{ATTR: X | [lo, hi] | {one_of: [X, ...]} | {range: [lo, hi]}, with int: true for integers}",
+       "scalars drawn per case, sent as JSON attrs; references read them by name"},
+      {"inputs",
+       "{NAME: {shape: [DIM | N, ...], dtype: f32 | f64 | [f32, f64], values: KIND | [KIND, ...] | {KIND: "
+       "{params}}}}",
+       "input tensors; the first input listing dtypes sets the case's dtype; value kinds: " + join(kinds) +
+           " (normal/constant_rows take mean, std; the others lo, hi)"},
+      {"outputs", "{NAME: {shape: [DIM | N, ...], dtype: f32 | f64}}",
+       "output tensors the target returns (dtype default: the case's)"},
+      {"reference", "{OUTPUT: EXPR}",
+       "one expression per output, evaluated in fp64 on the inputs, dims and attrs (docs/SPEC.md expression "
+       "functions); also evaluated with every intermediate rounded to the output's dtype (naive.OUTPUT)"},
+  };
+}
+
 [[maybe_unused]] const bool registered = register_declared_family(
     {"op", "op", "a kernel declared in the spec itself",
      [](const YAML::Node& section, const DeclaredFamilyContext& context) -> std::shared_ptr<const Family> {
        return std::make_shared<OpFamily>(parse_decl(section, context));
-     }});
+     },
+     section_keys(),
+     "dims: {T: [1, 64], D: [1, 512]}\n"
+     "attrs: {eps: {one_of: [1.0e-5, 1.0e-6]}}\n"
+     "inputs:\n"
+     "  x: {shape: [T, D], dtype: [f32, f64], values: [normal, large, constant_rows, integer]}\n"
+     "  w: {shape: [D], values: {normal: {mean: 1, std: 0.1}}}\n"
+     "outputs:\n"
+     "  y: {shape: [T, D]}\n"
+     "reference:\n"
+     "  y: x / sqrt(mean(x * x, axis=-1, keepdims=true) + eps) * w\n"});
+
 }  // namespace
 
 }  // namespace kprop::op

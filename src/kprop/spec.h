@@ -84,11 +84,21 @@ struct DeclaredFamilyContext {
   std::string spec_name;
   std::function<Mark(const YAML::Node&, size_t offset)> mark;
 };
+// One key of a declared section, for `prop_runner --list` and the docs.
+struct DeclaredKey {
+  std::string key;   // e.g. "dims"
+  std::string form;  // what it takes, e.g. "{DIM: [lo, hi] | {range: [lo, hi], multiple_of: M}}"
+  std::string doc;
+};
 struct DeclaredFamily {
   std::string family;  // the `family:` value, e.g. "op"
   std::string key;     // its top-level section, e.g. "op"
   std::string description;
   std::function<std::shared_ptr<const Family>(const YAML::Node& section, const DeclaredFamilyContext&)> build;
+  std::vector<DeclaredKey> keys;  // the section's keys
+  // A small section (YAML) that --list builds to show the invariants,
+  // tensors and transforms every declaration gets.
+  std::string example;
 };
 // Registered at static-initialisation time by the declaring family's code.
 bool register_declared_family(DeclaredFamily declared);
