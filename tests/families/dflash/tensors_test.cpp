@@ -17,18 +17,8 @@ TEST(DflashTensors, EveryDeclaredTensorHasItsShape) {
 }
 
 TEST(DflashTensors, TransformsGiveValidCases) {
-  const Spec spec = load_spec(kSpec);
-  for (int seed = 1; seed <= 50; ++seed) {
-    const auto bytes = spec.family->seed_bytes(spec.domain, static_cast<uint64_t>(seed), 1 + seed % 60);
-    const AnyCase any = spec.family->from_bytes(bytes.data(), bytes.size(), spec.domain);
-    const Case& c = *static_cast<const Case*>(any.get());
-    for (const TransformInfo& tr : Traits::transforms()) {
-      expr::TensorMap drawn;
-      const Case t =
-          Traits::transform(tr.name, c, Values::defaults(tr.params), rng::mix(uint64_t(seed)), drawn);
-      EXPECT_EQ(validate(t), "") << tr.name << " on case " << seed;
-    }
-  }
+  testing_support::check_transforms_valid<Traits>(load_spec(kSpec), 50,
+                                                  [](const Case&, const Case& t) { return validate(t); });
 }
 
 }  // namespace

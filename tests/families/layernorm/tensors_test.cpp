@@ -20,21 +20,8 @@ TEST(LayerNormTensors, EveryDeclaredTensorHasItsShape) {
 }
 
 TEST(LayerNormTensors, TransformsGiveValidCases) {
-  const Spec spec = load_spec(kSpec);
-  int derived = 0;
-  for (int seed = 1; seed <= 50; ++seed) {
-    const auto bytes = spec.family->seed_bytes(spec.domain, static_cast<uint64_t>(seed), 1 + seed % 60);
-    const AnyCase any = spec.family->from_bytes(bytes.data(), bytes.size(), spec.domain);
-    const Case& c = *static_cast<const Case*>(any.get());
-    for (const TransformInfo& tr : Traits::transforms()) {
-      expr::TensorMap drawn;
-      const Case t =
-          Traits::transform(tr.name, c, Values::defaults(tr.params), rng::mix(uint64_t(seed)), drawn);
-      EXPECT_EQ(validate(t), "") << tr.name << " on case " << seed;
-      ++derived;
-    }
-  }
-  EXPECT_EQ(derived, 50 * static_cast<int>(Traits::transforms().size()));
+  testing_support::check_transforms_valid<Traits>(load_spec(kSpec), 50,
+                                                  [](const Case&, const Case& t) { return validate(t); });
 }
 
 Case random_case(DType dtype, int rows, int dim, uint64_t seed) {
