@@ -58,4 +58,17 @@ std::vector<double> read_reals(const YAML::Node& map, const char* key) {
   return out;
 }
 
+int significant_digits(double v, bool f32) {
+  if (v == 0 || !std::isfinite(v)) return 0;
+  const std::string s = f32 ? fmt::format("{}", static_cast<float>(v)) : fmt::format("{}", v);
+  std::string digits;
+  for (char ch : s) {
+    if (ch == 'e' || ch == 'E') break;
+    if (ch >= '0' && ch <= '9') digits += ch;
+  }
+  const size_t first = digits.find_first_not_of('0');
+  if (first == std::string::npos) return 0;
+  return static_cast<int>(digits.find_last_not_of('0') - first + 1);
+}
+
 }  // namespace kprop::case_yaml

@@ -189,17 +189,7 @@ int digit_sum(const std::vector<double>& v, size_t lo, size_t hi, DType dtype) {
 }  // namespace
 
 int significant_digits(double v, DType dtype) {
-  if (v == 0 || !std::isfinite(v)) return 0;
-  const std::string s = number_text(v, dtype);
-  std::string digits;
-  for (char ch : s) {
-    if (ch == 'e' || ch == 'E') break;
-    if (ch >= '0' && ch <= '9') digits += ch;
-  }
-  const size_t first = digits.find_first_not_of('0');
-  if (first == std::string::npos) return 0;
-  const size_t last = digits.find_last_not_of('0');
-  return static_cast<int>(last - first + 1);
+  return case_yaml::significant_digits(v, dtype == DType::f32);
 }
 
 // One shrink step, boldest first: fewer rows, smaller D, canonical γ, β and

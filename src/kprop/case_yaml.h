@@ -60,4 +60,9 @@ YAML::Node list(const std::vector<T>& values) {
 YAML::Node real_list(const std::vector<double>& values);
 std::vector<double> read_reals(const YAML::Node& map, const char* key);
 
+// Significant decimal digits of v's shortest round-trip text in f32 (when
+// `f32`) or f64: 0 for 0 and non-finite values. Shrinkers that simplify
+// numbers step toward fewer digits (layernorm, op).
+int significant_digits(double v, bool f32);
+
 }  // namespace kprop::case_yaml
