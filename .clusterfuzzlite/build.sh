@@ -1,7 +1,7 @@
 #!/bin/bash -eu
 # ClusterFuzzLite / OSS-Fuzz build. Uses the environment's $CC, $CXX,
 # $CXXFLAGS (sanitizers, coverage), $LIB_FUZZING_ENGINE, $SRC, $OUT, $WORK.
-# Ships, per spec: fuzz_<spec>, fuzz_<spec>.yaml (the spec, found beside the
+# Ships, per spec: fuzz_<spec> (fuzz_op_<name> for specs/ops/<name>.yaml), fuzz_<spec>.yaml (the spec, found beside the
 # binary), fuzz_<spec>.options and fuzz_<spec>_seed_corpus.zip (cases from
 # the spec's own generator); plus fuzz_spec_loader seeded with every spec.
 # KPROP_FAMILIES (optional) limits the build to some family folders.
@@ -22,6 +22,7 @@ for fuzzer in "$build"/fuzz/fuzz_*; do
   ldd "$fuzzer" | awk '/libyaml-cpp|libfmt/ {print $3}' | xargs -r -I{} cp -L {} "$OUT/lib/"
   printf '[libfuzzer]\nmax_len = 4096\n' > "$OUT/$name.options"
   spec="$src/specs/${name#fuzz_}.yaml"
+  case "$name" in fuzz_op_*) [ -f "$src/specs/ops/${name#fuzz_op_}.yaml" ] && spec="$src/specs/ops/${name#fuzz_op_}.yaml" ;; esac
   seeds="$build/seeds/$name"
   rm -rf "$seeds"
   mkdir -p "$seeds"

@@ -126,6 +126,7 @@ static inline int64_t kprop_offset(const kprop_tensor* t, const int64_t* index) 
 #include "kprop/abi/dflash.h"
 #include "kprop/abi/kvcache.h"
 #include "kprop/abi/layernorm.h"
+#include "kprop/abi/op.h"
 #include "kprop/abi/softmax_topk.h"
 #include "kprop/abi/ternary.h"
 

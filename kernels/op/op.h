@@ -65,11 +65,23 @@ struct InputDecl {
   std::vector<ValueSpec> values;
 };
 
+struct Case;
+struct Result;
+// A reference in the user's own eager code (op.reference: exec:COMMAND or
+// plugin:PATH): called with every floating tensor in f64 for reference.Y
+// (the oracle) and in the case's dtypes for naive.Y (the same-precision
+// baseline). The transport behind it lives in properties/op/external.cpp;
+// this layer sees only the call.
+struct ExternalReference {
+  virtual ~ExternalReference() = default;
+  virtual Result call(const Case& c, bool fp64) const = 0;
+};
+
 struct OutputDecl {
   std::string name;
   std::vector<std::string> shape;
   std::optional<DType> dtype;                         // none: the case's dtype
-  std::shared_ptr<const expr::Expression> reference;  // fp64, on inputs, dims and attrs
+  std::shared_ptr<const expr::Expression> reference;  // fp64, on inputs, dims and attrs (none: external)
 };
 
 struct Decl {
@@ -80,6 +92,7 @@ struct Decl {
   std::vector<OutputDecl> outputs;
   std::vector<DType> case_dtypes;     // of the first input listing dtypes (default [f32, f64])
   expr::TensorInfos reference_infos;  // what reference expressions may read
+  std::shared_ptr<const ExternalReference> external_reference;  // set: it replaces the expressions
 
   int dim_index(const std::string& name) const;  // -1 when absent
   // A shape's extents on a case's dims (numbers stay numbers).
@@ -107,10 +120,12 @@ struct Result {
 // The inputs, dims and attrs of a case as named tensors (what the reference
 // expressions read). `round`: inputs and attrs rounded for the naive baseline.
 void put_inputs(const Case& c, expr::TensorMap& out, bool rounded);
-// The reference: each output's expression in fp64, rounded to nothing.
+// The reference: each output's expression in fp64, rounded to nothing (or
+// the external reference, called in f64).
 Result reference(const Case& c);
 // The same-precision baseline: each expression evaluated with every real
-// intermediate rounded to the output's dtype, the result rounded to it.
+// intermediate rounded to the output's dtype, the result rounded to it (or
+// the external reference, called in the case's dtypes).
 Result naive(const Case& c);
 
 // The absolute floor of the dtype-aware tolerance for output `output`:

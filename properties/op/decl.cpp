@@ -294,6 +294,11 @@ class Parser {
     only_keys(s, {"name", "dims", "attrs", "inputs", "outputs", "reference"}, "op");
     auto d = std::make_shared<Decl>();
     d->name = s["name"] ? scalar<std::string>(s["name"], "op.name", "a name") : ctx_.spec_name;
+    // kprop_op_device is the ABI's device query (include/kprop/abi.h).
+    if (plugin_symbol(d->name) == "kprop_op_device")
+      fail(s["name"] ? s["name"] : s,
+           "op.name 'device' would export kprop_op_device, the ABI's device query; "
+           "pick another name");
     std::set<std::string> taken;
     if (s["dims"] && !s["dims"].IsNull())
       for (const auto& [k, v] : entries(s["dims"], "op.dims")) {
@@ -349,7 +354,23 @@ class Parser {
       d->reference_infos.push_back(
           {a.name, {}, a.integer ? expr::DType::integer : expr::DType::real, "attr " + a.name});
     const YAML::Node ref = s["reference"];
-    if (!ref || ref.IsNull()) fail(s, "op needs reference: {OUTPUT: EXPR} for every output");
+    if (!ref || ref.IsNull())
+      fail(s,
+           "op needs reference: {OUTPUT: EXPR} for every output, or reference: exec:COMMAND | plugin:PATH");
+    if (ref.IsScalar()) {
+      const std::string target = ref.Scalar();
+      if (target.rfind("exec:", 0) != 0 && target.rfind("plugin:", 0) != 0)
+        fail(ref, fmt::format("reference '{}' is neither {{OUTPUT: EXPR}} nor exec:COMMAND / plugin:PATH",
+                              target));
+      if (target.find_first_not_of(" \t", target.find(':') + 1) == std::string::npos)
+        fail(ref, fmt::format("reference '{}' names no command or path", target));
+      // Started from the spec's folder: paths in it are relative to the spec.
+      const std::string file = ctx_.mark(ref, 0).file;
+      const auto slash = file.rfind('/');
+      d->external_reference =
+          external_reference(target, slash == std::string::npos ? "." : file.substr(0, slash), d->name);
+      return d;
+    }
     std::vector<std::string> outs;
     for (const auto& o : d->outputs) outs.push_back(o.name);
     for (const auto& [k, v] : entries(ref, "op.reference")) {

@@ -1,24 +1,32 @@
 // A declared op for kernels built elsewhere: each case is one request named
 // after the op (op.name, default the spec's name) carrying every input as a
 // named tensor in its dtype, the attrs as JSON and the declared outputs, for
-// exec: workers (python/kprop_worker.py serve({name: fn})).
+// exec: workers (python/kprop_worker.py serve({name: fn})) and plugins (the
+// generic entry point kprop_op_<name> of include/kprop/abi/op.h).
 #include <fmt/format.h>
+
+#include <cctype>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "properties/op/family.h"
 
 namespace kprop::op {
 namespace {
 
-int32_t abi_dtype(DType dt) {
-  return dt == DType::f32 ? KPROP_F32 : KPROP_F64;
+int32_t abi_dtype(DType dt, bool fp64 = false) {
+  return dt == DType::f32 && !fp64 ? KPROP_F32 : KPROP_F64;
 }
 
-Result drive(const Case& c, external::Transport& target) {
+// `fp64`: every floating tensor sent and asked for in f64 (an external
+// reference computing reference.Y); the values are the case's either way.
+Result drive(const Case& c, external::Transport& target, bool fp64 = false) {
   const Decl& d = *c.decl;
   external::Message m;
   m.op = d.name;
   for (size_t i = 0; i < d.inputs.size(); ++i)
-    m.input(external::Tensor::of(d.inputs[i].name, abi_dtype(c.dtypes[i]),
+    m.input(external::Tensor::of(d.inputs[i].name, abi_dtype(c.dtypes[i], fp64),
                                  d.extents(d.inputs[i].shape, c.dims), c.inputs[i]));
   for (size_t a = 0; a < d.attrs.size(); ++a) {
     if (d.attrs[a].integer)
@@ -27,27 +35,111 @@ Result drive(const Case& c, external::Transport& target) {
       m.attrs[d.attrs[a].name] = c.attrs[a];
   }
   for (size_t i = 0; i < d.outputs.size(); ++i)
-    m.output(d.outputs[i].name, abi_dtype(c.output_dtype(i)), d.extents(d.outputs[i].shape, c.dims));
+    m.output(d.outputs[i].name, abi_dtype(c.output_dtype(i), fp64), d.extents(d.outputs[i].shape, c.dims));
   const external::Message reply = target.call(m);
   Result r;
   for (const auto& o : d.outputs) r.outputs.push_back(reply.tensor(o.name).to_doubles());
   return r;
 }
 
+// The plugin entry point of a declared op (include/kprop/abi/op.h): the
+// request's tensors and attrs as name-indexed arrays, the outputs as views of
+// the poisoned reply.
+void invoke(void* fn, const external::Message& request, external::Message& reply) {
+  std::vector<kprop_named_tensor> inputs, outputs;
+  for (const auto& t : request.tensors)
+    inputs.push_back({t.name.c_str(), external::in_view(request, t.name)});
+  for (const auto& t : request.outputs)
+    outputs.push_back({t.name.c_str(), external::out_view(reply, t.name)});
+  std::vector<std::string> names;  // stable storage for the attr names
+  for (const auto& [k, v] : request.attrs.items()) names.push_back(k);
+  std::vector<kprop_op_attr> attrs;
+  for (const auto& k : names) {
+    const auto& v = request.attrs.at(k);
+    attrs.push_back({k.c_str(), v.get<double>(), v.is_number_integer() ? 1 : 0, 0});
+  }
+  const std::string json = request.attrs.dump();
+  kprop_op_args a{};
+  a.op = request.op.c_str();
+  a.n_inputs = static_cast<int32_t>(inputs.size());
+  a.n_outputs = static_cast<int32_t>(outputs.size());
+  a.n_attrs = static_cast<int32_t>(attrs.size());
+  a.inputs = inputs.data();
+  a.outputs = outputs.data();
+  a.attrs = attrs.data();
+  a.attrs_json = json.c_str();
+  external::call_entry(fn, a, request.op);
+}
+
+std::string quote(const std::string& s) {  // for /bin/sh
+  std::string q = "'";
+  for (const char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q + "'";
+}
+
+// op.reference: exec:COMMAND | plugin:PATH. Started on its first call (a
+// spec that is only listed or validated starts nothing), from the spec's
+// folder; its failures name it as the reference, never as the target.
+class TargetReference final : public ExternalReference {
+ public:
+  TargetReference(std::string target, const std::string& dir, std::string op)
+      : shown_(std::move(target)), op_(std::move(op)) {
+    if (shown_.rfind("exec:", 0) == 0) {
+      target_ = "exec:cd " + quote(dir) + " && exec " + shown_.substr(5);
+    } else {
+      std::string path = shown_.substr(7);
+      path.erase(0, path.find_first_not_of(" \t"));
+      target_ = "plugin:" + (path.front() == '/' ? path : dir + "/" + path);
+    }
+  }
+
+  Result call(const Case& c, bool fp64) const override {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    try {
+      if (!transport_) {
+        external::TransportOptions o;
+        o.family = "op";
+        o.ops = {{op_, plugin_symbol(op_), invoke}};
+        transport_ = external::open_target(target_, o);
+      }
+      return drive(c, *transport_, fp64);
+    } catch (const external::TargetFailure& e) {
+      throw external::TargetFailure(e.kind(), named(e.what()));
+    } catch (const InputError& e) {
+      throw external::TargetFailure("error", named(e.what()));
+    }
+  }
+
+ private:
+  // "the reference exec:COMMAND: why", without the transport's own prefix
+  // (the command with the folder change kprop added).
+  std::string named(std::string why) const {
+    if (why.rfind(target_ + ": ", 0) == 0) why.erase(0, target_.size() + 2);
+    return fmt::format("the reference {}: {}", shown_, why);
+  }
+
+  std::string shown_, target_, op_;
+  mutable std::mutex mutex_;
+  mutable std::shared_ptr<external::Transport> transport_;
+};
+
 }  // namespace
+
+std::shared_ptr<const ExternalReference> external_reference(const std::string& target, const std::string& dir,
+                                                            const std::string& op_name) {
+  return std::make_shared<TargetReference>(target, dir, op_name);
+}
+
+std::string plugin_symbol(const std::string& op_name) {
+  std::string s = "kprop_op_";
+  for (const char ch : op_name) s += (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_') ? ch : '_';
+  return s;
+}
 
 void register_external(OpFamily& f) {
   const std::string name = f.decl().name;
-  // Plugins: a generic named-tensor ABI entry is not there yet (issue 19);
-  // a plugin target is refused when it is called.
-  f.external(
-      {{name, "kprop_op_" + name,
-        [name](void*, const external::Message&, external::Message&) {
-          throw external::TargetFailure(
-              "error",
-              fmt::format("op {}: plugin targets for declared ops are not supported yet; use exec:", name));
-        }}},
-      drive);
+  f.external({{name, plugin_symbol(name), invoke}},
+             [](const Case& c, external::Transport& target) { return drive(c, target); });
 }
 
 }  // namespace kprop::op

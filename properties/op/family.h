@@ -75,5 +75,12 @@ std::vector<double> gather(const std::vector<double>& data, const std::vector<in
 
 void register_invariants(OpFamily& family);
 void register_external(OpFamily& family);
+// The plugin entry point of op `op_name`: kprop_op_ + the name, every
+// character other than a letter, digit or '_' written as '_'.
+std::string plugin_symbol(const std::string& op_name);
+// An external reference: `target` (exec:COMMAND | plugin:PATH) started, on
+// its first call, from folder `dir` and asked for op `op_name`.
+std::shared_ptr<const ExternalReference> external_reference(const std::string& target, const std::string& dir,
+                                                            const std::string& op_name);
 
 }  // namespace kprop::op

@@ -1,0 +1,63 @@
+"""A bitonic sort in NumPy (the network a GPU sort kernel runs), tested by
+kprop as a declared op whose reference is NumPy's own sort (specs/ops/sort.yaml).
+
+    prop_runner --spec specs/ops/sort.yaml --target "exec:/usr/bin/python3 examples/ops/sort.py"
+
+Each row of x [B, N] is padded to the next power of two with +inf, sorted by
+the bitonic network of compare-exchange steps (partner = i xor j), and cut
+back to N. Computes in the input's dtype.
+
+`--bug NAME` plants a realistic bug:
+    pad_with_zero     pads with 0 instead of +inf: a row with a positive
+                      value and N not a power of two loses its largest value
+    skip_last_step    the final merge's last compare-exchange stage (j = 1)
+                      is skipped: neighbours are left unordered
+    flat              sorts the whole [B, N] block as one row (a launch that
+                      forgot the batch stride): values move between rows
+"""
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+import kprop_worker  # noqa: E402
+
+BUGS = ("pad_with_zero", "skip_last_step", "flat")
+BUG = sys.argv[sys.argv.index("--bug") + 1] if "--bug" in sys.argv[:-1] else None
+if "--bug" in sys.argv and BUG not in BUGS:
+    sys.exit("sort.py: --bug takes one of: %s" % ", ".join(BUGS))
+
+
+def bitonic(a):
+    """Sorts each row of a [B, P], P a power of two, ascending."""
+    p = a.shape[-1]
+    i = np.arange(p)
+    k = 2
+    while k <= p:
+        j = k // 2
+        while j > 0:
+            if not (BUG == "skip_last_step" and k == p and j == 1):
+                partner = i ^ j
+                ascending = (i & k) == 0
+                lo = np.minimum(a, a[:, partner])
+                hi = np.maximum(a, a[:, partner])
+                a = np.where((i < partner) == ascending, lo, hi)
+            j //= 2
+        k *= 2
+    return a
+
+
+def sort(x, **_):
+    b, n = x.shape
+    rows = x.reshape(1, b * n) if BUG == "flat" else x
+    p = 1
+    while p < rows.shape[-1]:
+        p *= 2
+    pad = 0 if BUG == "pad_with_zero" else np.inf
+    padded = np.concatenate([rows, np.full((rows.shape[0], p - rows.shape[-1]), pad, x.dtype)], axis=-1)
+    return {"y": bitonic(padded)[:, : rows.shape[-1]].reshape(b, n)}
+
+
+if __name__ == "__main__":
+    kprop_worker.serve({"sort": sort})

@@ -1,0 +1,93 @@
+// A declared op's external side (issue 19): the external reference
+// (op.reference: exec:COMMAND | plugin:PATH) is called in f64 for
+// reference.Y and in the case's dtypes for naive.Y; its load-time errors; the
+// generic plugin entry point's symbol. End to end through a NumPy worker and
+// a C++ plugin: ctests op.sort.* and op.rmsnorm.plugin.*.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/op/op.h"
+#include "kprop/spec.h"
+#include "properties/op/family.h"
+
+namespace kprop::op {
+namespace {
+
+std::string load_error(const std::string& text) {
+  try {
+    parse_spec(text, "op.yaml");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string spec_with_reference(const std::string& reference, const std::string& name = "") {
+  return "spec: t\nfamily: op\nop:\n" + name +
+         "  dims: {N: [1, 4]}\n"
+         "  inputs: {x: {shape: [N], dtype: [f32, f64]}}\n"
+         "  outputs: {y: {shape: [N]}}\n"
+         "  reference: " +
+         reference + "\ntarget: reference\n";
+}
+
+TEST(OpExternalReference, LoadsWithoutStartingAnything) {
+  // The worker does not exist: loading (and --list, validation) starts nothing.
+  EXPECT_EQ(load_error(spec_with_reference("exec:/nonexistent/worker --flag")), "");
+  EXPECT_EQ(load_error(spec_with_reference("plugin:./libnothing.so")), "");
+}
+
+TEST(OpExternalReference, AScalarReferenceMustNameExecOrPlugin) {
+  EXPECT_EQ(
+      load_error(spec_with_reference("python3 ref.py")),
+      "op.yaml:7:14: reference 'python3 ref.py' is neither {OUTPUT: EXPR} nor exec:COMMAND / plugin:PATH");
+  EXPECT_EQ(load_error(spec_with_reference("'exec:  '")),
+            "op.yaml:7:14: reference 'exec:  ' names no command or path");
+}
+
+TEST(OpExternalReference, OpNamedDeviceWouldShadowTheDeviceQuery) {
+  EXPECT_EQ(load_error(spec_with_reference("{y: x}", "  name: device\n")).substr(0, 21),
+            "op.yaml:4:9: op.name ");
+  EXPECT_EQ(load_error(spec_with_reference("{y: x}", "  name: device2\n")), "");
+}
+
+TEST(OpPlugin, SymbolIsThePrefixedNameWithNonIdentifierCharactersReplaced) {
+  EXPECT_EQ(plugin_symbol("rmsnorm"), "kprop_op_rmsnorm");
+  EXPECT_EQ(plugin_symbol("swiglu.fwd-v2"), "kprop_op_swiglu_fwd_v2");
+}
+
+// A stand-in for the worker: records how it was called and answers with
+// the inputs' first values scaled by a marker of the precision asked for.
+struct Recording final : ExternalReference {
+  mutable std::vector<bool> calls;
+  Result call(const Case& c, bool fp64) const override {
+    calls.push_back(fp64);
+    Result r;
+    r.outputs.push_back(c.inputs[0]);
+    for (double& v : r.outputs[0]) v *= fp64 ? 2 : 3;
+    return r;
+  }
+};
+
+TEST(OpExternalReference, ReferenceIsTheF64CallAndNaiveTheSamePrecisionCall) {
+  const Spec spec = parse_spec(spec_with_reference("exec:/nonexistent/worker"), "op.yaml");
+  const auto& family = dynamic_cast<const OpFamily&>(*spec.family);
+  auto decl = std::make_shared<Decl>(family.decl());
+  auto recording = std::make_shared<Recording>();
+  decl->external_reference = recording;
+  Case c;
+  c.decl = decl;
+  c.dims = {2};
+  c.dtype = DType::f32;
+  c.dtypes = {DType::f32};
+  c.inputs = {{1.5, -4}};
+  EXPECT_EQ(reference(c).outputs[0], (std::vector<double>{3, -8}));
+  EXPECT_EQ(naive(c).outputs[0], (std::vector<double>{4.5, -12}));
+  EXPECT_EQ(recording->calls, (std::vector<bool>{true, false}));
+}
+
+}  // namespace
+}  // namespace kprop::op
