@@ -173,12 +173,14 @@ void normalize_structured(Case& c) {
   }
 }
 
-std::string check_structured(const Case& c) {
+std::string check_input(const Case& c, size_t i) {
   const Decl& d = *c.decl;
-  for (size_t i = 0; i < d.inputs.size(); ++i) {
+  {
     const auto& in = d.inputs[i];
     const auto& x = c.inputs[i];
     if (!is_float(c.dtypes[i])) {
+      if (x.size() != static_cast<size_t>(count(d.extents(in.shape, c.dims))))
+        return fmt::format("input {} has {} values, not {}", in.name, x.size(), expr::shape_text(in.shape));
       const double lo = c.dtypes[i] == DType::boolean ? 0 : c.dtypes[i] == DType::i32 ? -0x1p31 : -0x1p63;
       const double hi = c.dtypes[i] == DType::boolean ? 1 : c.dtypes[i] == DType::i32 ? 0x1p31 - 1 : 0x1p63;
       for (double e : x)
@@ -187,7 +189,7 @@ std::string check_structured(const Case& c) {
                              dtype_name(c.dtypes[i]), e);
     }
     const ValueSpec* v = structured_kind(c, i);
-    if (!v) continue;
+    if (!v) return "";
     const auto ext = d.extents(in.shape, c.dims);
     std::string why;
     switch (v->kind) {
@@ -235,8 +237,13 @@ std::string check_structured(const Case& c) {
       default:
         break;
     }
-    if (!why.empty()) return why;
+    return why;
   }
+}
+
+std::string check_structured(const Case& c) {
+  for (size_t i = 0; i < c.decl->inputs.size(); ++i)
+    if (auto why = check_input(c, i); !why.empty()) return why;
   return "";
 }
 
@@ -917,7 +924,8 @@ AnyCase OpFamily::from_yaml(const YAML::Node& n) const {
     const DType dt = read_dtype(t["dtype"]);
     int kind = -1;
     if (!in.floating()) {
-      // The first declared kind of that name (kinds of one name differ only in params).
+      // The first declared kind of that name the values satisfy (kinds of
+      // one name differ only in their params).
       if (!t["kind"] || !t["kind"].IsScalar())
         case_yaml::fail(t, "input " + in.name + " needs kind: (its value kind)");
       for (size_t k = 0; k < in.values.size() && kind < 0; ++k)
@@ -937,6 +945,14 @@ AnyCase OpFamily::from_yaml(const YAML::Node& n) const {
     c.dtypes.push_back(dt);
     c.kinds.push_back(kind);
     c.inputs.push_back(std::move(v));
+    const size_t i = c.inputs.size() - 1;
+    if (kind >= 0 && !check_input(c, i).empty())
+      for (size_t k = static_cast<size_t>(kind) + 1; k < in.values.size(); ++k) {
+        if (in.values[k].kind != in.values[static_cast<size_t>(kind)].kind) continue;
+        c.kinds[i] = static_cast<int>(k);
+        if (check_input(c, i).empty()) break;
+        c.kinds[i] = kind;
+      }
   }
   return box(std::move(c));
 }

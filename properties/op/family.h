@@ -75,8 +75,10 @@ Case keep_indices(const Case& c, size_t dim, const std::vector<int64_t>& keep);
 // Makes every index tensor and mask of `c` valid for its kind again (a
 // no-op on a valid case).
 void normalize_structured(Case& c);
-// "" when every index tensor and mask satisfies its kind, else why not.
+// "" when every index tensor and mask satisfies its kind, else why not
+// (check_input: input i alone; its values need only be decoded and dims set).
 std::string check_structured(const Case& c);
+std::string check_input(const Case& c, size_t i);
 // Gathers indices `keep` along every axis of `shape` named dim `dim`.
 std::vector<double> gather(const std::vector<double>& data, const std::vector<int64_t>& extents,
                            const std::vector<std::string>& shape, const std::string& dim,
