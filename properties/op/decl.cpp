@@ -296,8 +296,9 @@ class Parser {
         break;
       case ValueKind::ids: {
         keys({"below"});
-        const YAML::Node below = params && params.IsMap() ? params["below"] : YAML::Node();
-        if (!below) fail(at, w + " needs below: V (a dim or a positive integer): ids are in [0, V)");
+        if (!(params && params.IsMap() && params["below"]))
+          fail(at, w + " needs below: V (a dim or a positive integer): ids are in [0, V)");
+        const YAML::Node below = params["below"];
         const auto text = scalar<std::string>(below, w + ".below", "a dim or a positive integer");
         v.bound_dim = d.dim_index(text);
         if (v.bound_dim < 0) {
@@ -459,6 +460,8 @@ class Parser {
         };
         size_t oa = 0, ob = 0;
         const std::string a = trimmed(0, at, oa), b = trimmed(at + len, t.size(), ob);
+        if (!identifier(a) || !identifier(b))
+          fail(e, fmt::format("op.relations: '{}' must be A OP B with OP one of <, <=, ==, >=, >", t));
         r.a = dim_at(e, a, oa);
         r.b = dim_at(e, b, ob);
       } else if (e.IsMap()) {
