@@ -40,10 +40,8 @@ def masked_softmax(x, mask, **_):
         s = e.sum(axis=-1, keepdims=True)
         if BUG == "empty_row_nan":
             return {"y": e / s}
-        # A row whose valid logits are all -inf is NaN (as the reference says).
-        any_valid = valid.any(axis=-1, keepdims=True)
-        y = np.where(any_valid, e / np.where(any_valid, s, 1), zero)
-        return {"y": y.astype(x.dtype)}
+        # Masked entries 0 whatever the logits; a row with no valid entry all 0.
+        return {"y": np.where(valid, e / np.where(s != 0, s, 1), zero).astype(x.dtype)}
 
 
 if __name__ == "__main__":
