@@ -258,7 +258,10 @@ Case keep_indices(const Case& c, size_t dim, const std::vector<int64_t>& keep) {
     if (v && v->kind == ValueKind::ids && v->bound_dim == static_cast<int>(dim)) {
       std::vector<int64_t> where(static_cast<size_t>(c.dims[dim]), 0);
       for (size_t p = keep.size(); p-- > 0;) where[static_cast<size_t>(keep[p])] = static_cast<int64_t>(p);
-      for (double& e : s.inputs[i]) e = static_cast<double>(where[static_cast<size_t>(e)]);
+      for (double& e : s.inputs[i])
+        e = e >= 0 && e < static_cast<double>(where.size())
+                ? static_cast<double>(where[static_cast<size_t>(e)])
+                : 0;
     }
   }
   s.dims[dim] = static_cast<int64_t>(keep.size());
