@@ -144,19 +144,13 @@ Tensor Tensor::of_ints(std::string name, int32_t dtype, std::vector<int64_t> sha
 }
 
 std::vector<double> Tensor::to_doubles() const {
-  std::vector<double> out(static_cast<size_t>(numel()));
-  for (size_t i = 0; i < out.size(); ++i) {
-    switch (dtype) {
-      case KPROP_F32:
-        out[i] = load<float>(bytes, i);
-        break;
-      case KPROP_F64:
-        out[i] = load<double>(bytes, i);
-        break;
-      default:
-        out[i] = static_cast<double>(to_ints()[i]);
-    }
+  if (dtype != KPROP_F32 && dtype != KPROP_F64) {  // integers: converted once, not per element
+    const std::vector<int64_t> ints = to_ints();
+    return std::vector<double>(ints.begin(), ints.end());
   }
+  std::vector<double> out(static_cast<size_t>(numel()));
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = dtype == KPROP_F32 ? load<float>(bytes, i) : load<double>(bytes, i);
   return out;
 }
 

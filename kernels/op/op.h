@@ -19,10 +19,15 @@
 
 namespace kprop::op {
 
-enum class DType { f32, f64 };
+// Floating inputs and outputs are f32 / f64; index tensors i32 / i64 (sent
+// as KPROP_I32 / KPROP_I64); masks `bool` (sent as KPROP_U8, 0 or 1).
+enum class DType { f32, f64, i32, i64, boolean };
 const char* dtype_name(DType dtype);
-double round_to(DType dtype, double v);  // v as the nearest value of dtype
-double unit_roundoff(DType dtype);       // 2^-24 or 2^-53
+bool is_float(DType dtype);
+double round_to(DType dtype, double v);  // v as the nearest value of dtype (integers unchanged)
+double unit_roundoff(DType dtype);       // 2^-24 or 2^-53 (0 for integer dtypes)
+double min_normal(DType dtype);          // 2^-126 or 2^-1022
+double denorm_min(DType dtype);          // 2^-149 or 2^-1074
 
 struct DimDecl {
   std::string name;
@@ -32,6 +37,20 @@ struct DimDecl {
   bool valid(int64_t v) const;                         // the generator could draw v
   std::vector<int64_t> values_below(int64_t v) const;  // valid values < v, smallest first
   int64_t smallest() const;                            // the least valid value
+  int64_t largest() const;                             // the greatest valid value
+};
+
+// A relation between two dims (op.relations): `a OP b`, always; or, for
+// `{equal: [a, b], rate: r}`, a == b in a fraction r of the cases (the
+// generator forces it; a case where a != b is still in the domain).
+enum class RelOp { lt, le, eq, ge, gt };
+struct Relation {
+  int a = 0, b = 0;  // dim indices
+  RelOp op = RelOp::eq;
+  double rate = 1;  // < 1: a soft equality drawn at this rate
+  bool hard() const { return rate >= 1; }
+  bool holds(int64_t va, int64_t vb) const;
+  std::string text(const std::vector<DimDecl>& dims) const;
 };
 
 struct AttrDecl {
@@ -51,11 +70,49 @@ struct AttrDecl {
 //   constant_rows        each row along the last axis constant (zero variance)
 // The kinds are the generator's distribution, not a constraint on a case:
 // shrinking moves values toward 0, 1 and short decimals regardless.
-enum class ValueKind { normal, uniform, integer, large, small, constant_rows };
+//   denormal {}          subnormals of the input's dtype, random sign
+// Index tensors (dtype i32 / i64):
+//   ids {below: V}       integers in [0, V), V a dim or a positive number
+//   permutation {axis}   each line along `axis` (default -1) a permutation of [0, n)
+// Masks (dtype bool):
+//   causal {align}       the last two axes [rows, cols]: col <= row (top_left) or
+//                        col <= row + cols - rows (bottom_right)
+//   padding {min}        per row (along the last axis) a valid prefix of length in [min, n]
+//   bernoulli {p}        each element true with probability p
+enum class ValueKind {
+  normal,
+  uniform,
+  integer,
+  large,
+  small,
+  constant_rows,
+  denormal,
+  ids,
+  permutation,
+  causal,
+  padding,
+  bernoulli
+};
 const char* value_kind_name(ValueKind kind);
 struct ValueSpec {
   ValueKind kind = ValueKind::normal;
-  double a = 0, b = 1;  // normal: mean, std; uniform, integer, large, small: lo, hi
+  double a = 0, b = 1;        // normal: mean, std; uniform, integer, large, small: lo, hi;
+                              // ids: a = the bound when a number; padding: a = min; bernoulli: a = p
+  int bound_dim = -1;         // ids: the dim that bounds them (or -1: the number a)
+  int axis = -1;              // permutation: the axis (normalized to >= 0 by the parser)
+  bool bottom_right = false;  // causal
+};
+bool is_index_kind(ValueKind kind);  // ids, permutation
+bool is_mask_kind(ValueKind kind);   // causal, padding, bernoulli
+
+// Special values injected into a floating input (`specials:`): in a case
+// where they are on (half the cases), each element becomes one of `values`
+// (picked uniformly) with probability `rate`.
+enum class Special { nan, pos_inf, neg_inf, pos_zero, neg_zero, denormal };
+const char* special_name(Special s);
+struct Specials {
+  double rate = 0;  // 0: none
+  std::vector<Special> values;
 };
 
 struct InputDecl {
@@ -63,6 +120,8 @@ struct InputDecl {
   std::vector<std::string> shape;  // dim names or integers
   std::vector<DType> dtypes;       // empty: the case's dtype (that of the first input listing dtypes)
   std::vector<ValueSpec> values;
+  Specials specials;
+  bool floating() const { return dtypes.empty() || is_float(dtypes[0]); }
 };
 
 struct Case;
@@ -87,6 +146,7 @@ struct OutputDecl {
 struct Decl {
   std::string name;  // the op's name in requests (op.name, default the spec's name)
   std::vector<DimDecl> dims;
+  std::vector<Relation> relations;
   std::vector<AttrDecl> attrs;
   std::vector<InputDecl> inputs;
   std::vector<OutputDecl> outputs;
@@ -95,21 +155,34 @@ struct Decl {
   std::shared_ptr<const ExternalReference> external_reference;  // set: it replaces the expressions
 
   int dim_index(const std::string& name) const;  // -1 when absent
+  // The dims' valid values under the hard relations and `extra` (forced
+  // equalities), pruned to arc consistency: every value left extends to an
+  // assignment satisfying all of them (inequalities and equalities are
+  // max-closed, so arc consistency decides satisfiability). Fixed dims
+  // (`fixed[k] >= 0`) have that one value. Empty domains: unsatisfiable.
+  std::vector<std::vector<int64_t>> consistent_domains(const std::vector<int64_t>& fixed,
+                                                       const std::vector<Relation>& extra = {}) const;
+  std::string relations_violated(const std::vector<int64_t>& dims) const;  // "" when all hard ones hold
   // A shape's extents on a case's dims (numbers stay numbers).
   std::vector<int64_t> extents(const std::vector<std::string>& shape, const std::vector<int64_t>& dims) const;
 };
 
 struct Case {
   std::shared_ptr<const Decl> decl;
-  std::vector<int64_t> dims;                // per decl.dims
-  std::vector<double> attrs;                // per decl.attrs
-  DType dtype = DType::f32;                 // the case's dtype
-  std::vector<DType> dtypes;                // per decl.inputs
+  std::vector<int64_t> dims;  // per decl.dims
+  std::vector<double> attrs;  // per decl.attrs
+  DType dtype = DType::f32;   // the case's dtype
+  std::vector<DType> dtypes;  // per decl.inputs
+  // per decl.inputs: the index in its `values` of the kind an index tensor
+  // or a mask was drawn from (what in_domain checks it against); -1 for
+  // floating inputs, whose kinds shape the distribution only.
+  std::vector<int> kinds;
   std::vector<std::vector<double>> inputs;  // per decl.inputs, row-major, exact in its dtype
 
   DType output_dtype(size_t output) const;
   bool operator==(const Case& o) const {
-    return dims == o.dims && attrs == o.attrs && dtype == o.dtype && dtypes == o.dtypes && inputs == o.inputs;
+    return dims == o.dims && attrs == o.attrs && dtype == o.dtype && dtypes == o.dtypes && kinds == o.kinds &&
+           inputs == o.inputs;
   }
 };
 
@@ -117,6 +190,8 @@ struct Result {
   std::vector<std::vector<double>> outputs;  // per decl.outputs, row-major
 };
 
+// How the expressions see a tensor of `dtype`: real, integer or boolean.
+expr::DType expr_dtype(DType dtype);
 // The inputs, dims and attrs of a case as named tensors (what the reference
 // expressions read). `round`: inputs and attrs rounded for the naive baseline.
 void put_inputs(const Case& c, expr::TensorMap& out, bool rounded);

@@ -1,6 +1,8 @@
 // The op family's in-process implementations: the declared reference
 // expressions, in fp64 (`reference`) and in the case's own precision
 // (`naive`, the same-precision baseline of the dtype-aware tolerance).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -10,7 +12,23 @@
 namespace kprop::op {
 
 const char* dtype_name(DType dtype) {
-  return dtype == DType::f32 ? "f32" : "f64";
+  switch (dtype) {
+    case DType::f32:
+      return "f32";
+    case DType::f64:
+      return "f64";
+    case DType::i32:
+      return "i32";
+    case DType::i64:
+      return "i64";
+    case DType::boolean:
+      return "bool";
+  }
+  return "?";
+}
+
+bool is_float(DType dtype) {
+  return dtype == DType::f32 || dtype == DType::f64;
 }
 
 double round_to(DType dtype, double v) {
@@ -18,7 +36,41 @@ double round_to(DType dtype, double v) {
 }
 
 double unit_roundoff(DType dtype) {
-  return dtype == DType::f32 ? 0x1.0p-24 : 0x1.0p-53;
+  return dtype == DType::f32 ? 0x1.0p-24 : dtype == DType::f64 ? 0x1.0p-53 : 0.0;
+}
+
+double min_normal(DType dtype) {
+  return dtype == DType::f32 ? 0x1.0p-126 : 0x1.0p-1022;
+}
+
+double denorm_min(DType dtype) {
+  return dtype == DType::f32 ? 0x1.0p-149 : 0x1.0p-1074;
+}
+
+bool is_index_kind(ValueKind kind) {
+  return kind == ValueKind::ids || kind == ValueKind::permutation;
+}
+
+bool is_mask_kind(ValueKind kind) {
+  return kind == ValueKind::causal || kind == ValueKind::padding || kind == ValueKind::bernoulli;
+}
+
+const char* special_name(Special s) {
+  switch (s) {
+    case Special::nan:
+      return "nan";
+    case Special::pos_inf:
+      return "inf";
+    case Special::neg_inf:
+      return "-inf";
+    case Special::pos_zero:
+      return "0";
+    case Special::neg_zero:
+      return "-0";
+    case Special::denormal:
+      return "denormal";
+  }
+  return "?";
 }
 
 const char* value_kind_name(ValueKind kind) {
@@ -35,6 +87,18 @@ const char* value_kind_name(ValueKind kind) {
       return "small";
     case ValueKind::constant_rows:
       return "constant_rows";
+    case ValueKind::denormal:
+      return "denormal";
+    case ValueKind::ids:
+      return "ids";
+    case ValueKind::permutation:
+      return "permutation";
+    case ValueKind::causal:
+      return "causal";
+    case ValueKind::padding:
+      return "padding";
+    case ValueKind::bernoulli:
+      return "bernoulli";
   }
   return "?";
 }
@@ -66,6 +130,114 @@ int64_t DimDecl::smallest() const {
   return below.front();
 }
 
+int64_t DimDecl::largest() const {
+  const auto below = values_below(hi + 1);
+  if (below.empty()) throw std::logic_error("op: dim " + name + " has no valid value");
+  return below.back();
+}
+
+bool Relation::holds(int64_t va, int64_t vb) const {
+  switch (op) {
+    case RelOp::lt:
+      return va < vb;
+    case RelOp::le:
+      return va <= vb;
+    case RelOp::eq:
+      return va == vb;
+    case RelOp::ge:
+      return va >= vb;
+    case RelOp::gt:
+      return va > vb;
+  }
+  return false;
+}
+
+std::string Relation::text(const std::vector<DimDecl>& d) const {
+  static const char* ops[] = {"<", "<=", "==", ">=", ">"};
+  return d[static_cast<size_t>(a)].name + " " + ops[static_cast<int>(op)] + " " +
+         d[static_cast<size_t>(b)].name;
+}
+
+namespace {
+// Keeps the values of `x` that have a partner in `y` under `x op y`;
+// true when something was removed.
+bool revise(std::vector<int64_t>& x, const std::vector<int64_t>& y, RelOp op) {
+  if (y.empty()) {
+    const bool changed = !x.empty();
+    x.clear();
+    return changed;
+  }
+  const size_t before = x.size();
+  const int64_t lo = y.front(), hi = y.back();
+  std::erase_if(x, [&](int64_t v) {
+    switch (op) {
+      case RelOp::lt:
+        return !(v < hi);
+      case RelOp::le:
+        return !(v <= hi);
+      case RelOp::ge:
+        return !(v >= lo);
+      case RelOp::gt:
+        return !(v > lo);
+      case RelOp::eq:
+        return !std::binary_search(y.begin(), y.end(), v);
+    }
+    return true;
+  });
+  return x.size() != before;
+}
+RelOp converse(RelOp op) {
+  switch (op) {
+    case RelOp::lt:
+      return RelOp::gt;
+    case RelOp::le:
+      return RelOp::ge;
+    case RelOp::ge:
+      return RelOp::le;
+    case RelOp::gt:
+      return RelOp::lt;
+    case RelOp::eq:
+      return RelOp::eq;
+  }
+  return op;
+}
+}  // namespace
+
+std::vector<std::vector<int64_t>> Decl::consistent_domains(const std::vector<int64_t>& fixed,
+                                                           const std::vector<Relation>& extra) const {
+  std::vector<std::vector<int64_t>> dom(dims.size());
+  for (size_t k = 0; k < dims.size(); ++k) {
+    if (k < fixed.size() && fixed[k] >= 0) {
+      if (dims[k].valid(fixed[k])) dom[k] = {fixed[k]};
+    } else {
+      dom[k] = dims[k].values_below(dims[k].hi + 1);
+    }
+  }
+  std::vector<Relation> all;
+  for (const auto& r : relations)
+    if (r.hard()) all.push_back(r);
+  all.insert(all.end(), extra.begin(), extra.end());
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const auto& r : all) {
+      auto& x = dom[static_cast<size_t>(r.a)];
+      auto& y = dom[static_cast<size_t>(r.b)];
+      changed = revise(x, y, r.op) || changed;
+      changed = revise(y, x, converse(r.op)) || changed;
+    }
+  }
+  return dom;
+}
+
+std::string Decl::relations_violated(const std::vector<int64_t>& d) const {
+  for (const auto& r : relations)
+    if (r.hard() && !r.holds(d[static_cast<size_t>(r.a)], d[static_cast<size_t>(r.b)]))
+      return fmt::format("{} does not hold ({} = {}, {} = {})", r.text(dims),
+                         dims[static_cast<size_t>(r.a)].name, d[static_cast<size_t>(r.a)],
+                         dims[static_cast<size_t>(r.b)].name, d[static_cast<size_t>(r.b)]);
+  return "";
+}
+
 bool AttrDecl::valid(double v) const {
   if (integer && v != std::floor(v)) return false;
   if (one_of.empty()) return v >= lo && v <= hi;
@@ -95,10 +267,17 @@ DType Case::output_dtype(size_t output) const {
   return o.dtype ? *o.dtype : dtype;
 }
 
+expr::DType expr_dtype(DType dtype) {
+  return dtype == DType::boolean ? expr::DType::boolean
+         : is_float(dtype)       ? expr::DType::real
+                                 : expr::DType::integer;
+}
+
 void put_inputs(const Case& c, expr::TensorMap& out, bool rounded) {
   const Decl& d = *c.decl;
   for (size_t i = 0; i < d.inputs.size(); ++i)
-    out.put(d.inputs[i].name, expr::Tensor::of(d.extents(d.inputs[i].shape, c.dims), c.inputs[i]));
+    out.put(d.inputs[i].name,
+            expr::Tensor::of(d.extents(d.inputs[i].shape, c.dims), c.inputs[i], expr_dtype(c.dtypes[i])));
   for (size_t i = 0; i < d.dims.size(); ++i)
     out.put(d.dims[i].name, expr::Tensor::scalar(static_cast<double>(c.dims[i]), expr::DType::integer));
   for (size_t i = 0; i < d.attrs.size(); ++i)

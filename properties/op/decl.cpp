@@ -201,34 +201,59 @@ class Parser {
   }
 
   std::vector<DType> dtypes(const YAML::Node& n, const std::string& what) const {
+    static const std::vector<std::string> names = {"f32", "f64", "i32", "i64", "bool"};
     std::vector<YAML::Node> items;
     if (n.IsScalar())
       items.push_back(n);
     else if (n.IsSequence())
       for (const auto& e : n) items.push_back(e);
     else
-      fail(n, what + ".dtype must be f32, f64 or a list of them");
-    if (items.empty()) fail(n, what + ".dtype is empty; valid: f32, f64");
+      fail(n, what + ".dtype must be a dtype or a list of them; valid: " + join(names));
+    if (items.empty()) fail(n, what + ".dtype is empty; valid: " + join(names));
     std::vector<DType> out;
     for (const auto& e : items) {
-      const auto s = scalar<std::string>(e, what + ".dtype", "f32 or f64");
-      if (s != "f32" && s != "f64") fail(e, fmt::format("{}: unknown dtype '{}'; valid: f32, f64", what, s));
-      const DType t = s == "f32" ? DType::f32 : DType::f64;
+      const auto s = scalar<std::string>(e, what + ".dtype", "a dtype");
+      const auto found = std::find(names.begin(), names.end(), s);
+      if (found == names.end())
+        fail(e, fmt::format("{}: unknown dtype '{}'{}", what, s, suggestion(s, names)));
+      const DType t = static_cast<DType>(found - names.begin());
       if (std::find(out.begin(), out.end(), t) != out.end()) fail(e, what + ".dtype lists " + s + " twice");
+      if (!out.empty() &&
+          (is_float(t) != is_float(out[0]) || (t == DType::boolean) != (out[0] == DType::boolean)))
+        fail(e, fmt::format("{}.dtype mixes {} and {}: a tensor is floating, integer or bool", what,
+                            dtype_name(out[0]), s));
       out.push_back(t);
     }
     return out;
   }
 
-  ValueSpec value_kind(const YAML::Node& key, const YAML::Node& params, const std::string& what) const {
-    static const std::vector<std::string> kinds = {"normal", "uniform", "integer",
-                                                   "large",  "small",   "constant_rows"};
+  // The kinds of values an input of dtype class `cls` takes (f: floating, i: integer, b: bool).
+  static const std::vector<std::string>& kinds_of(char cls) {
+    static const std::vector<std::string> f = {"normal", "uniform",       "integer", "large",
+                                               "small",  "constant_rows", "denormal"};
+    static const std::vector<std::string> i = {"ids", "permutation", "integer"};
+    static const std::vector<std::string> b = {"causal", "padding", "bernoulli"};
+    return cls == 'f' ? f : cls == 'i' ? i : b;
+  }
+
+  ValueSpec value_kind(const YAML::Node& key, const YAML::Node& params, const std::string& what, char cls,
+                       const std::vector<std::string>& shape, const Decl& d) const {
+    static const std::vector<std::string> all = {"normal",      "uniform",       "integer",  "large",
+                                                 "small",       "constant_rows", "denormal", "ids",
+                                                 "permutation", "causal",        "padding",  "bernoulli"};
     const auto k = scalar<std::string>(key, what + ".values", "a value kind");
-    const auto found = std::find(kinds.begin(), kinds.end(), k);
-    if (found == kinds.end())
-      fail(key, fmt::format("{}: unknown value kind '{}'{}", what, k, suggestion(k, kinds)));
+    const auto& valid = kinds_of(cls);
+    const auto found = std::find(all.begin(), all.end(), k);
+    if (found == all.end())
+      fail(key, fmt::format("{}: unknown value kind '{}'{}", what, k, suggestion(k, valid)));
+    if (std::find(valid.begin(), valid.end(), k) == valid.end())
+      fail(key, fmt::format("{}: value kind '{}' is not for a {} tensor; valid: {}", what, k,
+                            cls == 'f'   ? "floating"
+                            : cls == 'i' ? "integer (i32, i64)"
+                                         : "bool",
+                            join(valid)));
     ValueSpec v;
-    v.kind = static_cast<ValueKind>(found - kinds.begin());
+    v.kind = static_cast<ValueKind>(found - all.begin());
     const std::string w = what + ".values." + k;
     auto pair = [&](const char* a, const char* b, double da, double db) {
       v.a = da, v.b = db;
@@ -237,6 +262,11 @@ class Parser {
       if (params[a]) v.a = number(params[a], w + "." + a);
       if (params[b]) v.b = number(params[b], w + "." + b);
     };
+    auto keys = [&](const std::vector<std::string>& ks) {
+      if (params && !params.IsNull()) only_keys(params, ks, w);
+    };
+    const YAML::Node at = params && !params.IsNull() ? params : key;
+    const int rank = static_cast<int>(shape.size());
     switch (v.kind) {
       case ValueKind::normal:
         pair("mean", "std", 0, 1);
@@ -249,6 +279,8 @@ class Parser {
         pair("lo", "hi", -4, 4);
         if (v.a != std::floor(v.a) || v.b != std::floor(v.b))
           fail(params, w + ": lo and hi must be integers");
+        if (cls == 'i' && (std::fabs(v.a) > 0x1p31 || std::fabs(v.b) > 0x1p31))
+          fail(params, w + ": lo and hi must fit in i32");
         break;
       case ValueKind::large:
         pair("lo", "hi", 2, 12);  // decimal exponents
@@ -259,29 +291,102 @@ class Parser {
       case ValueKind::constant_rows:
         pair("mean", "std", 0, 1);
         break;
+      case ValueKind::denormal:
+        keys({});
+        break;
+      case ValueKind::ids: {
+        keys({"below"});
+        if (!(params && params.IsMap() && params["below"]))
+          fail(at, w + " needs below: V (a dim or a positive integer): ids are in [0, V)");
+        const YAML::Node below = params["below"];
+        const auto text = scalar<std::string>(below, w + ".below", "a dim or a positive integer");
+        v.bound_dim = d.dim_index(text);
+        if (v.bound_dim < 0) {
+          int64_t n = 0;
+          try {
+            size_t used = 0;
+            n = std::stoll(text, &used);
+            if (used != text.size()) throw std::invalid_argument(text);
+          } catch (const std::exception&) {
+            std::vector<std::string> names;
+            for (const auto& dd : d.dims) names.push_back(dd.name);
+            fail(below, fmt::format("{}.below: '{}' is neither a dim nor a positive integer{}", w, text,
+                                    suggestion(text, names)));
+          }
+          if (n < 1 || n > (int64_t{1} << 31))
+            fail(below, fmt::format("{}.below must be in [1, 2^31] (got {})", w, n));
+          v.a = static_cast<double>(n);
+        }
+        break;
+      }
+      case ValueKind::permutation: {
+        keys({"axis"});
+        if (rank == 0) fail(at, w + ": a permutation needs at least one axis");
+        int64_t axis = -1;
+        if (params && params.IsMap() && params["axis"])
+          axis = scalar<int64_t>(params["axis"], w + ".axis", "an integer");
+        if (axis < -rank || axis >= rank)
+          fail(params && params.IsMap() && params["axis"] ? params["axis"] : at,
+               fmt::format("{}.axis {} is out of range for shape {}", w, axis, expr::shape_text(shape)));
+        v.axis = static_cast<int>(axis < 0 ? axis + rank : axis);
+        break;
+      }
+      case ValueKind::causal: {
+        keys({"align"});
+        if (rank < 2)
+          fail(at, fmt::format("{}: a causal mask needs 2 axes [.., rows, cols]; shape {} has {}", w,
+                               expr::shape_text(shape), rank));
+        if (params && params.IsMap() && params["align"]) {
+          const auto a = scalar<std::string>(params["align"], w + ".align", "top_left or bottom_right");
+          if (a != "top_left" && a != "bottom_right")
+            fail(params["align"], fmt::format("{}.align: '{}'; valid: top_left, bottom_right", w, a));
+          v.bottom_right = a == "bottom_right";
+        }
+        break;
+      }
+      case ValueKind::padding:
+        keys({"min"});
+        if (rank < 1) fail(at, w + ": a padding mask needs an axis (per row along the last one)");
+        v.a = 1;
+        if (params && params.IsMap() && params["min"]) {
+          v.a = static_cast<double>(scalar<int64_t>(params["min"], w + ".min", "an integer"));
+          if (v.a < 0) fail(params["min"], w + ".min must be >= 0");
+        }
+        break;
+      case ValueKind::bernoulli:
+        keys({"p"});
+        v.a = 0.5;
+        if (params && params.IsMap() && params["p"]) v.a = number(params["p"], w + ".p");
+        if (v.a < 0 || v.a > 1) fail(params["p"], fmt::format("{}.p must be in [0, 1] (got {})", w, v.a));
+        break;
     }
-    if (v.kind != ValueKind::normal && v.kind != ValueKind::constant_rows && v.a > v.b)
+    if ((v.kind == ValueKind::uniform || v.kind == ValueKind::integer || v.kind == ValueKind::large ||
+         v.kind == ValueKind::small) &&
+        v.a > v.b)
       fail(params, fmt::format("{}: lo must be <= hi (got {} > {})", w, v.a, v.b));
     return v;
   }
 
-  std::vector<ValueSpec> values(const YAML::Node& n, const std::string& what) const {
+  std::vector<ValueSpec> values(const YAML::Node& n, const std::string& what, char cls,
+                                const std::vector<std::string>& shape, const Decl& d) const {
     std::vector<ValueSpec> out;
-    if (!n) return {ValueSpec{}};
+    auto kind = [&](const YAML::Node& k, const YAML::Node& p) {
+      out.push_back(value_kind(k, p, what, cls, shape, d));
+    };
     if (n.IsScalar()) {
-      out.push_back(value_kind(n, YAML::Node(), what));
+      kind(n, YAML::Node());
     } else if (n.IsSequence()) {
       for (const auto& e : n) {
         if (e.IsMap()) {
           if (e.size() != 1) fail(e, what + ".values: each entry is KIND or {KIND: {params}}");
           auto it = e.begin();
-          out.push_back(value_kind(it->first, it->second, what));
+          kind(it->first, it->second);
         } else {
-          out.push_back(value_kind(e, YAML::Node(), what));
+          kind(e, YAML::Node());
         }
       }
     } else if (n.IsMap()) {
-      for (const auto& [k, v] : entries(n, what + ".values")) out.push_back(value_kind(k, v, what));
+      for (const auto& [k, v] : entries(n, what + ".values")) kind(k, v);
     } else {
       fail(n, what + ".values must be a kind, a list of kinds or {KIND: {params}}");
     }
@@ -289,9 +394,110 @@ class Parser {
     return out;
   }
 
+  // specials: RATE | {rate: RATE, values: [nan, inf, -inf, 0, -0, denormal]}
+  Specials specials(const YAML::Node& n, const std::string& what) const {
+    static const std::vector<std::string> names = {"nan", "inf", "-inf", "0", "-0", "denormal"};
+    const std::string w = what + ".specials";
+    Specials s;
+    YAML::Node rate = n;
+    if (n.IsMap()) {
+      only_keys(n, {"rate", "values"}, w);
+      if (!n["rate"]) fail(n, w + " needs rate: (0, 1]");
+      rate.reset(n["rate"]);
+      if (n["values"]) {
+        const YAML::Node list = n["values"];
+        if (!list.IsSequence() || list.size() == 0) fail(list, w + ".values must be a non-empty list");
+        for (const auto& e : list) {
+          const auto v = scalar<std::string>(e, w + ".values", "a special value");
+          const auto found = std::find(names.begin(), names.end(), v);
+          if (found == names.end())
+            fail(e, fmt::format("{}: unknown special value '{}'{}", w, v, suggestion(v, names)));
+          s.values.push_back(static_cast<Special>(found - names.begin()));
+        }
+      }
+    }
+    s.rate = number(rate, w + ".rate");
+    if (!(s.rate > 0 && s.rate <= 1))
+      fail(rate, fmt::format("{}.rate must be in (0, 1] (got {})", w, s.rate));
+    if (s.values.empty())
+      for (size_t k = 0; k < names.size(); ++k) s.values.push_back(static_cast<Special>(k));
+    return s;
+  }
+
+  // relations: ["A >= B", {equal: [A, B], rate: R}, ...]
+  void relations(const YAML::Node& n, Decl& d) const {
+    if (!n.IsSequence()) fail(n, "op.relations must be a list of \"A OP B\" or {equal: [A, B], rate: R}");
+    std::vector<std::string> names;
+    for (const auto& dd : d.dims) names.push_back(dd.name);
+    auto dim_at = [&](const YAML::Node& node, const std::string& s, size_t offset) {
+      const int k = d.dim_index(s);
+      if (k < 0)
+        fail(node, fmt::format("op.relations: '{}' is not a declared dim{}", s, suggestion(s, names)),
+             offset);
+      return k;
+    };
+    for (const auto& e : n) {
+      Relation r;
+      if (e.IsScalar()) {
+        const std::string& t = e.Scalar();
+        static const std::vector<std::pair<std::string, RelOp>> ops = {
+            {"<=", RelOp::le}, {">=", RelOp::ge}, {"==", RelOp::eq}, {"<", RelOp::lt}, {">", RelOp::gt}};
+        size_t at = std::string::npos, len = 0;
+        for (const auto& [o, op] : ops) {
+          const size_t p = t.find(o);
+          if (p != std::string::npos) {
+            at = p, len = o.size(), r.op = op;
+            break;
+          }
+        }
+        if (at == std::string::npos)
+          fail(e, fmt::format("op.relations: '{}' must be A OP B with OP one of <, <=, ==, >=, >", t));
+        auto trimmed = [&](size_t from, size_t to, size_t& offset) {
+          while (from < to && t[from] == ' ') ++from;
+          while (to > from && t[to - 1] == ' ') --to;
+          offset = from;
+          return t.substr(from, to - from);
+        };
+        size_t oa = 0, ob = 0;
+        const std::string a = trimmed(0, at, oa), b = trimmed(at + len, t.size(), ob);
+        if (!identifier(a) || !identifier(b))
+          fail(e, fmt::format("op.relations: '{}' must be A OP B with OP one of <, <=, ==, >=, >", t));
+        r.a = dim_at(e, a, oa);
+        r.b = dim_at(e, b, ob);
+      } else if (e.IsMap()) {
+        only_keys(e, {"equal", "rate"}, "op.relations entry");
+        const YAML::Node eq = e["equal"];
+        if (!eq || !eq.IsSequence() || eq.size() != 2)
+          fail(eq ? eq : e, "op.relations: equal: takes two dims [A, B]");
+        r.a = dim_at(eq[0], scalar<std::string>(eq[0], "op.relations.equal", "a dim"), 0);
+        r.b = dim_at(eq[1], scalar<std::string>(eq[1], "op.relations.equal", "a dim"), 0);
+        r.op = RelOp::eq;
+        if (e["rate"]) {
+          r.rate = number(e["rate"], "op.relations.rate");
+          if (!(r.rate > 0 && r.rate <= 1))
+            fail(e["rate"], fmt::format("op.relations: rate must be in (0, 1] (got {})", r.rate));
+        }
+      } else {
+        fail(e, "op.relations: each entry is \"A OP B\" or {equal: [A, B], rate: R}");
+      }
+      if (r.a == r.b) fail(e, "op.relations: a relation between a dim and itself");
+      d.relations.push_back(r);
+      // Satisfiable together with the hard relations so far (a soft
+      // equality: when forced).
+      const auto dom =
+          d.consistent_domains({}, r.hard() ? std::vector<Relation>{} : std::vector<Relation>{r});
+      for (size_t k = 0; k < dom.size(); ++k)
+        if (dom[k].empty())
+          fail(e,
+               fmt::format("op.relations: {} cannot hold with the dims' ranges and the relations before it "
+                           "(dim {} has no value left)",
+                           r.text(d.dims), d.dims[k].name));
+    }
+  }
+
   std::shared_ptr<const Decl> parse(const YAML::Node& s) {
     section_.reset(s);
-    only_keys(s, {"name", "dims", "attrs", "inputs", "outputs", "reference"}, "op");
+    only_keys(s, {"name", "dims", "relations", "attrs", "inputs", "outputs", "reference"}, "op");
     auto d = std::make_shared<Decl>();
     d->name = s["name"] ? scalar<std::string>(s["name"], "op.name", "a name") : ctx_.spec_name;
     // kprop_op_device is the ABI's device query (include/kprop/abi.h).
@@ -307,6 +513,7 @@ class Parser {
       }
     if (d->dims.size() > kMaxDims)
       fail(s["dims"], fmt::format("op.dims declares {} dims; at most {}", d->dims.size(), kMaxDims));
+    if (s["relations"] && !s["relations"].IsNull()) relations(s["relations"], *d);
     if (s["attrs"] && !s["attrs"].IsNull())
       for (const auto& [k, v] : entries(s["attrs"], "op.attrs")) {
         name(k, taken);
@@ -316,16 +523,41 @@ class Parser {
     for (const auto& [k, v] : entries(s["inputs"], "op.inputs")) {
       name(k, taken);
       const std::string what = "input " + k.Scalar();
-      only_keys(v, {"shape", "dtype", "values"}, what);
+      only_keys(v, {"shape", "dtype", "values", "specials"}, what);
       InputDecl in;
       in.name = k.Scalar();
       in.shape = shape(v["shape"] ? v["shape"] : v, what, *d);
       if (v["dtype"]) in.dtypes = dtypes(v["dtype"], what);
-      in.values = values(v["values"], what);
+      // The dtype class: declared, or the one of the first value kind
+      // (masks default to bool, index kinds to i64).
+      char cls = in.dtypes.empty()                ? 'f'
+                 : in.dtypes[0] == DType::boolean ? 'b'
+                 : is_float(in.dtypes[0])         ? 'f'
+                                                  : 'i';
+      if (in.dtypes.empty() && v["values"]) {
+        const YAML::Node first =
+            v["values"].IsSequence() && v["values"].size() > 0 ? v["values"][0] : v["values"];
+        const YAML::Node key = first.IsMap() && first.size() > 0 ? first.begin()->first : first;
+        if (key.IsScalar()) {
+          const auto& b = kinds_of('b');
+          if (std::find(b.begin(), b.end(), key.Scalar()) != b.end()) cls = 'b', in.dtypes = {DType::boolean};
+          if (key.Scalar() == "ids" || key.Scalar() == "permutation") cls = 'i', in.dtypes = {DType::i64};
+        }
+      }
+      if (v["values"])
+        in.values = values(v["values"], what, cls, in.shape, *d);
+      else if (cls == 'f')
+        in.values = {ValueSpec{}};
+      else
+        fail(v, fmt::format("{} ({}) needs values: {}", what, dtype_name(in.dtypes[0]), join(kinds_of(cls))));
+      if (v["specials"]) {
+        if (cls != 'f') fail(v["specials"], what + ".specials: special values are for floating inputs");
+        in.specials = specials(v["specials"], what);
+      }
       d->inputs.push_back(std::move(in));
     }
     for (const auto& in : d->inputs)
-      if (!in.dtypes.empty()) {
+      if (!in.dtypes.empty() && is_float(in.dtypes[0])) {
         d->case_dtypes = in.dtypes;
         break;
       }
@@ -341,13 +573,16 @@ class Parser {
       if (v["dtype"]) {
         const auto t = dtypes(v["dtype"], what);
         if (t.size() != 1) fail(v["dtype"], what + ".dtype must be one dtype (default: the case's)");
+        if (!is_float(t[0])) fail(v["dtype"], what + ".dtype must be f32 or f64");
         out.dtype = t[0];
       }
       d->outputs.push_back(std::move(out));
     }
     // What reference expressions read: inputs, dims and attrs (as scalars).
     for (const auto& in : d->inputs)
-      d->reference_infos.push_back({in.name, in.shape, expr::DType::real, "input " + in.name});
+      d->reference_infos.push_back({in.name, in.shape,
+                                    in.dtypes.empty() ? expr::DType::real : expr_dtype(in.dtypes[0]),
+                                    "input " + in.name});
     for (const auto& dd : d->dims)
       d->reference_infos.push_back({dd.name, {}, expr::DType::integer, "dim " + dd.name});
     for (const auto& a : d->attrs)

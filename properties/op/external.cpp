@@ -15,8 +15,30 @@
 namespace kprop::op {
 namespace {
 
+// Index tensors travel as KPROP_I32 / KPROP_I64, masks as KPROP_U8 (0 / 1).
+// `fp64`: floating tensors in f64 whatever their dtype (an external
+// reference computing reference.Y).
 int32_t abi_dtype(DType dt, bool fp64 = false) {
-  return dt == DType::f32 && !fp64 ? KPROP_F32 : KPROP_F64;
+  switch (dt) {
+    case DType::f32:
+      return fp64 ? KPROP_F64 : KPROP_F32;
+    case DType::f64:
+      return KPROP_F64;
+    case DType::i32:
+      return KPROP_I32;
+    case DType::i64:
+      return KPROP_I64;
+    case DType::boolean:
+      return KPROP_U8;
+  }
+  return KPROP_F64;
+}
+
+external::Tensor input_tensor(const std::string& name, DType dt, std::vector<int64_t> shape,
+                              const std::vector<double>& values, bool fp64) {
+  if (is_float(dt)) return external::Tensor::of(name, abi_dtype(dt, fp64), std::move(shape), values);
+  const std::vector<int64_t> ints(values.begin(), values.end());
+  return external::Tensor::of_ints(name, abi_dtype(dt), std::move(shape), ints);
 }
 
 // `fp64`: every floating tensor sent and asked for in f64 (an external
@@ -26,8 +48,8 @@ Result drive(const Case& c, external::Transport& target, bool fp64 = false) {
   external::Message m;
   m.op = d.name;
   for (size_t i = 0; i < d.inputs.size(); ++i)
-    m.input(external::Tensor::of(d.inputs[i].name, abi_dtype(c.dtypes[i], fp64),
-                                 d.extents(d.inputs[i].shape, c.dims), c.inputs[i]));
+    m.input(
+        input_tensor(d.inputs[i].name, c.dtypes[i], d.extents(d.inputs[i].shape, c.dims), c.inputs[i], fp64));
   for (size_t a = 0; a < d.attrs.size(); ++a) {
     if (d.attrs[a].integer)
       m.attrs[d.attrs[a].name] = static_cast<int64_t>(c.attrs[a]);

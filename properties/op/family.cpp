@@ -22,6 +22,7 @@ int64_t count(const std::vector<int64_t>& shape) {
 
 // The shortest text that reads back to v in the dtype.
 std::string number_text(double v, DType dtype) {
+  if (!is_float(dtype)) return fmt::format("{}", static_cast<int64_t>(v));
   if (std::isnan(v)) return ".nan";
   if (std::isinf(v)) return v > 0 ? ".inf" : "-.inf";
   return dtype == DType::f32 ? fmt::format("{}", static_cast<float>(v)) : fmt::format("{}", v);
@@ -85,13 +86,186 @@ std::vector<double> gather(const std::vector<double>& data, const std::vector<in
   return cur;
 }
 
+namespace {
+
+// Calls f(line, base, stride, n) for every line of `ext` along `axis`.
+template <typename F>
+void for_lines(const std::vector<int64_t>& ext, size_t axis, F f) {
+  int64_t outer = 1, inner = 1;
+  for (size_t k = 0; k < axis; ++k) outer *= ext[k];
+  for (size_t k = axis + 1; k < ext.size(); ++k) inner *= ext[k];
+  const int64_t n = ext[axis];
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) f(o * inner + i, o * n * inner + i, inner, n);
+}
+
+// The causal mask of extents `ext` (the last two axes rows, cols).
+std::vector<double> causal_mask(const std::vector<int64_t>& ext, bool bottom_right) {
+  const int64_t rows = ext[ext.size() - 2], cols = ext.back();
+  std::vector<double> m(static_cast<size_t>(count(ext)));
+  const int64_t shift = bottom_right ? cols - rows : 0;
+  for (size_t k = 0; k < m.size(); ++k) {
+    const int64_t col = static_cast<int64_t>(k) % cols, row = (static_cast<int64_t>(k) / cols) % rows;
+    m[k] = col <= row + shift ? 1 : 0;
+  }
+  return m;
+}
+
+// The least valid length of a padding row of n elements.
+int64_t padding_min(const ValueSpec& v, int64_t n) {
+  return std::min(static_cast<int64_t>(v.a), n);
+}
+
+// ids' exclusive bound on a case's dims.
+int64_t ids_bound(const ValueSpec& v, const std::vector<int64_t>& dims) {
+  return v.bound_dim >= 0 ? dims[static_cast<size_t>(v.bound_dim)] : static_cast<int64_t>(v.a);
+}
+
+const ValueSpec* structured_kind(const Case& c, size_t i) {
+  if (c.kinds.size() <= i || c.kinds[i] < 0) return nullptr;
+  return &c.decl->inputs[i].values[static_cast<size_t>(c.kinds[i])];
+}
+
+}  // namespace
+
+void normalize_structured(Case& c) {
+  const Decl& d = *c.decl;
+  for (size_t i = 0; i < d.inputs.size(); ++i) {
+    const ValueSpec* v = structured_kind(c, i);
+    if (!v) continue;
+    auto& x = c.inputs[i];
+    const auto ext = d.extents(d.inputs[i].shape, c.dims);
+    switch (v->kind) {
+      case ValueKind::permutation:  // each line re-ranked: a permutation of [0, n)
+        for_lines(ext, static_cast<size_t>(v->axis), [&](int64_t, int64_t base, int64_t stride, int64_t n) {
+          std::vector<std::pair<double, int64_t>> line;
+          for (int64_t j = 0; j < n; ++j) line.push_back({x[static_cast<size_t>(base + j * stride)], j});
+          std::sort(line.begin(), line.end());
+          for (int64_t r = 0; r < n; ++r)
+            x[static_cast<size_t>(base + line[static_cast<size_t>(r)].second * stride)] =
+                static_cast<double>(r);
+        });
+        break;
+      case ValueKind::ids: {
+        const double bound = static_cast<double>(ids_bound(*v, c.dims));
+        for (double& e : x)
+          if (!(e >= 0 && e < bound)) e = 0;
+        break;
+      }
+      case ValueKind::causal:
+        x = causal_mask(ext, v->bottom_right);
+        break;
+      case ValueKind::padding:  // the valid count of each row as a prefix, at least the minimum
+        if (!ext.empty())
+          for_lines(ext, ext.size() - 1, [&](int64_t, int64_t base, int64_t stride, int64_t n) {
+            int64_t len = 0;
+            for (int64_t j = 0; j < n; ++j) len += x[static_cast<size_t>(base + j * stride)] != 0;
+            len = std::max(len, padding_min(*v, n));
+            for (int64_t j = 0; j < n; ++j) x[static_cast<size_t>(base + j * stride)] = j < len ? 1 : 0;
+          });
+        break;
+      case ValueKind::bernoulli:
+        for (double& e : x) e = e != 0 ? 1 : 0;
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+std::string check_input(const Case& c, size_t i) {
+  const Decl& d = *c.decl;
+  {
+    const auto& in = d.inputs[i];
+    const auto& x = c.inputs[i];
+    if (!is_float(c.dtypes[i])) {
+      if (x.size() != static_cast<size_t>(count(d.extents(in.shape, c.dims))))
+        return fmt::format("input {} has {} values, not {}", in.name, x.size(), expr::shape_text(in.shape));
+      const double lo = c.dtypes[i] == DType::boolean ? 0 : c.dtypes[i] == DType::i32 ? -0x1p31 : -0x1p63;
+      const double hi = c.dtypes[i] == DType::boolean ? 1 : c.dtypes[i] == DType::i32 ? 0x1p31 - 1 : 0x1p63;
+      for (double e : x)
+        if (e != std::floor(e) || e < lo || e > hi)
+          return fmt::format("input {} ({}) holds {}, not a value of its dtype", in.name,
+                             dtype_name(c.dtypes[i]), e);
+    }
+    const ValueSpec* v = structured_kind(c, i);
+    if (!v) return "";
+    const auto ext = d.extents(in.shape, c.dims);
+    std::string why;
+    switch (v->kind) {
+      case ValueKind::ids: {
+        const int64_t bound = ids_bound(*v, c.dims);
+        for (size_t k = 0; k < x.size() && why.empty(); ++k)
+          if (x[k] < 0 || x[k] >= static_cast<double>(bound))
+            why = fmt::format("input {}: id {} at {} is outside [0, {})", in.name, x[k], k, bound);
+        break;
+      }
+      case ValueKind::integer:
+        for (size_t k = 0; k < x.size() && why.empty(); ++k)
+          if (x[k] < v->a || x[k] > v->b)
+            why = fmt::format("input {}: {} at {} is outside [{}, {}]", in.name, x[k], k, v->a, v->b);
+        break;
+      case ValueKind::permutation:
+        for_lines(
+            ext, static_cast<size_t>(v->axis), [&](int64_t line, int64_t base, int64_t stride, int64_t n) {
+              std::vector<bool> seen(static_cast<size_t>(n));
+              for (int64_t j = 0; j < n && why.empty(); ++j) {
+                const double e = x[static_cast<size_t>(base + j * stride)];
+                if (e < 0 || e >= static_cast<double>(n) || seen[static_cast<size_t>(e)])
+                  why = fmt::format("input {}: line {} is not a permutation of [0, {})", in.name, line, n);
+                else
+                  seen[static_cast<size_t>(e)] = true;
+              }
+            });
+        break;
+      case ValueKind::causal:
+        if (x != causal_mask(ext, v->bottom_right))
+          why = fmt::format("input {} is not the causal mask", in.name);
+        break;
+      case ValueKind::padding:
+        for_lines(ext, ext.size() - 1, [&](int64_t line, int64_t base, int64_t stride, int64_t n) {
+          int64_t len = 0;
+          while (len < n && x[static_cast<size_t>(base + len * stride)] != 0) ++len;
+          for (int64_t j = len; j < n && why.empty(); ++j)
+            if (x[static_cast<size_t>(base + j * stride)] != 0)
+              why = fmt::format("input {}: row {} is not a valid prefix", in.name, line);
+          if (why.empty() && len < padding_min(*v, n))
+            why = fmt::format("input {}: row {} has {} valid elements, fewer than {}", in.name, line, len,
+                              padding_min(*v, n));
+        });
+        break;
+      default:
+        break;
+    }
+    return why;
+  }
+}
+
+std::string check_structured(const Case& c) {
+  for (size_t i = 0; i < c.decl->inputs.size(); ++i)
+    if (auto why = check_input(c, i); !why.empty()) return why;
+  return "";
+}
+
 Case keep_indices(const Case& c, size_t dim, const std::vector<int64_t>& keep) {
   const Decl& d = *c.decl;
   Case s = c;
-  for (size_t i = 0; i < d.inputs.size(); ++i)
+  for (size_t i = 0; i < d.inputs.size(); ++i) {
     s.inputs[i] =
         gather(c.inputs[i], d.extents(d.inputs[i].shape, c.dims), d.inputs[i].shape, d.dims[dim].name, keep);
+    // ids into the cut dim follow their rows (kept index keep[p] -> p; dropped -> 0)
+    const ValueSpec* v = structured_kind(c, i);
+    if (v && v->kind == ValueKind::ids && v->bound_dim == static_cast<int>(dim)) {
+      std::vector<int64_t> where(static_cast<size_t>(c.dims[dim]), 0);
+      for (size_t p = keep.size(); p-- > 0;) where[static_cast<size_t>(keep[p])] = static_cast<int64_t>(p);
+      for (double& e : s.inputs[i])
+        e = e >= 0 && e < static_cast<double>(where.size())
+                ? static_cast<double>(where[static_cast<size_t>(e)])
+                : 0;
+    }
+  }
   s.dims[dim] = static_cast<int64_t>(keep.size());
+  normalize_structured(s);
   return s;
 }
 
@@ -100,14 +274,71 @@ Case Traits::build(Draw&, const Values&) {
   throw std::logic_error("op: cases are built by OpFamily from its declaration");
 }
 
+namespace {
+
+// Dims in declaration order. Without relations, each uniformly (size-ramped)
+// among its valid values. With relations, each soft equality is forced at
+// its rate (when it can hold with those forced before it), then each dim is
+// drawn among the values left by arc consistency given the dims drawn
+// before it: as the relations are max-closed, every value left extends to
+// a full assignment, so the draw never dead-ends.
+std::vector<int64_t> draw_dims(const Decl& d, Draw& draw) {
+  std::vector<int64_t> out;
+  if (d.relations.empty()) {
+    for (const auto& dim : d.dims) {
+      const std::vector<int64_t> values = dim.values_below(dim.hi + 1);
+      out.push_back(values[static_cast<size_t>(draw.sized({0, static_cast<int64_t>(values.size()) - 1}))]);
+    }
+    return out;
+  }
+  std::vector<Relation> forced;
+  for (const auto& r : d.relations)
+    if (!r.hard() && draw.chance(r.rate)) {
+      forced.push_back(r);
+      forced.back().rate = 1;
+      bool ok = true;
+      for (const auto& dom : d.consistent_domains({}, forced)) ok = ok && !dom.empty();
+      if (!ok) forced.pop_back();
+    }
+  std::vector<int64_t> fixed(d.dims.size(), -1);
+  for (size_t k = 0; k < d.dims.size(); ++k) {
+    const auto dom = d.consistent_domains(fixed, forced);
+    const auto& values = dom[k];
+    if (values.empty()) throw std::logic_error("op: the relations dead-ended at dim " + d.dims[k].name);
+    fixed[k] = values[static_cast<size_t>(draw.sized({0, static_cast<int64_t>(values.size()) - 1}))];
+  }
+  return fixed;
+}
+
+// The special value `s` in `dt` (a denormal: from the hash h).
+double special_value(Special s, DType dt, uint64_t h) {
+  switch (s) {
+    case Special::nan:
+      return NAN;
+    case Special::pos_inf:
+      return INFINITY;
+    case Special::neg_inf:
+      return -INFINITY;
+    case Special::pos_zero:
+      return 0.0;
+    case Special::neg_zero:
+      return -0.0;
+    case Special::denormal: {
+      const uint64_t mant = dt == DType::f32 ? (uint64_t{1} << 23) - 1 : (uint64_t{1} << 52) - 1;
+      const double v = static_cast<double>(1 + (h >> 1) % mant) * denorm_min(dt);
+      return h & 1 ? -v : v;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
 Case OpFamily::build_case(Draw& draw) const {
   const Decl& d = *decl_;
   Case c;
   c.decl = decl_;
-  for (const auto& dim : d.dims) {
-    const std::vector<int64_t> values = dim.values_below(dim.hi + 1);
-    c.dims.push_back(values[static_cast<size_t>(draw.sized({0, static_cast<int64_t>(values.size()) - 1}))]);
-  }
+  c.dims = draw_dims(d, draw);
   for (const auto& a : d.attrs) {
     if (!a.one_of.empty())
       c.attrs.push_back(draw.pick(a.one_of));
@@ -121,38 +352,88 @@ Case OpFamily::build_case(Draw& draw) const {
   const uint64_t seed = static_cast<uint64_t>(draw.any(IntRange{1, 1 << 30}));
   for (size_t i = 0; i < d.inputs.size(); ++i) {
     const InputDecl& in = d.inputs[i];
+    const bool floating = in.floating();
     const DType dt = in.dtypes.empty() || in.dtypes == d.case_dtypes ? c.dtype : draw.pick(in.dtypes);
     c.dtypes.push_back(dt);
-    const ValueSpec& v = draw.pick(in.values);
+    const int kind = draw.index(in.values.size());
+    const ValueSpec& v = in.values[static_cast<size_t>(kind)];
+    c.kinds.push_back(floating ? -1 : kind);
     const double u =
         (v.kind == ValueKind::large || v.kind == ValueKind::small) ? draw.any(RealRange{v.a, v.b}) : 0;
+    // Specials on in half the cases (the other half stays clean).
+    const bool specials = in.specials.rate > 0 && draw.chance(0.5);
     const std::vector<int64_t> ext = d.extents(in.shape, c.dims);
     const size_t n = static_cast<size_t>(count(ext));
     const size_t row = ext.empty() ? 1 : static_cast<size_t>(ext.back());
     std::vector<double> x(n);
-    for (size_t k = 0; k < n; ++k) {
-      const double z = rng::normal(seed, stream(i, 1), k), w = rng::uniform(seed, stream(i, 2), k);
-      switch (v.kind) {
-        case ValueKind::normal:
-          x[k] = v.a + v.b * z;
-          break;
-        case ValueKind::uniform:
-          x[k] = v.a + (v.b - v.a) * w;
-          break;
-        case ValueKind::integer:
-          x[k] = std::floor(v.a + (v.b - v.a + 1) * w);
-          break;
-        case ValueKind::large:
-          x[k] = z * std::pow(10.0, u);
-          break;
-        case ValueKind::small:
-          x[k] = z * std::pow(10.0, -u);
-          break;
-        case ValueKind::constant_rows:
-          x[k] = v.a + v.b * rng::normal(seed, stream(i, 3), k / std::max<size_t>(row, 1));
-          break;
-      }
-      x[k] = round_to(dt, x[k]);
+    switch (v.kind) {
+      case ValueKind::permutation:  // Fisher-Yates per line on kprop::rng
+        for_lines(
+            ext, static_cast<size_t>(v.axis), [&](int64_t line, int64_t base, int64_t stride, int64_t m) {
+              std::vector<int64_t> p(static_cast<size_t>(m));
+              std::iota(p.begin(), p.end(), 0);
+              for (int64_t j = m - 1; j > 0; --j)
+                std::swap(p[static_cast<size_t>(j)],
+                          p[rng::hash(seed, stream(i, 7), static_cast<uint64_t>(line * m + j)) %
+                            static_cast<uint64_t>(j + 1)]);
+              for (int64_t j = 0; j < m; ++j)
+                x[static_cast<size_t>(base + j * stride)] = static_cast<double>(p[static_cast<size_t>(j)]);
+            });
+        break;
+      case ValueKind::causal:
+        x = causal_mask(ext, v.bottom_right);
+        break;
+      case ValueKind::padding:
+        for_lines(ext, ext.size() - 1, [&](int64_t line, int64_t base, int64_t stride, int64_t m) {
+          const int64_t lo = padding_min(v, m);
+          const int64_t len =
+              lo + static_cast<int64_t>(rng::uniform(seed, stream(i, 8), static_cast<uint64_t>(line)) *
+                                        static_cast<double>(m - lo + 1));
+          for (int64_t j = 0; j < m; ++j) x[static_cast<size_t>(base + j * stride)] = j < len ? 1 : 0;
+        });
+        break;
+      default:
+        for (size_t k = 0; k < n; ++k) {
+          const double z = rng::normal(seed, stream(i, 1), k), w = rng::uniform(seed, stream(i, 2), k);
+          switch (v.kind) {
+            case ValueKind::normal:
+              x[k] = v.a + v.b * z;
+              break;
+            case ValueKind::uniform:
+              x[k] = v.a + (v.b - v.a) * w;
+              break;
+            case ValueKind::integer:
+              x[k] = std::min(v.b, std::floor(v.a + (v.b - v.a + 1) * w));
+              break;
+            case ValueKind::large:
+              x[k] = z * std::pow(10.0, u);
+              break;
+            case ValueKind::small:
+              x[k] = z * std::pow(10.0, -u);
+              break;
+            case ValueKind::constant_rows:
+              x[k] = v.a + v.b * rng::normal(seed, stream(i, 3), k / std::max<size_t>(row, 1));
+              break;
+            case ValueKind::denormal:
+              x[k] = special_value(Special::denormal, dt, rng::hash(seed, stream(i, 6), k));
+              break;
+            case ValueKind::ids:
+              x[k] = std::min(std::floor(w * static_cast<double>(ids_bound(v, c.dims))),
+                              static_cast<double>(ids_bound(v, c.dims) - 1));
+              break;
+            case ValueKind::bernoulli:
+              x[k] = w < v.a ? 1 : 0;
+              break;
+            default:
+              break;
+          }
+          if (specials && rng::uniform(seed, stream(i, 4), k) < in.specials.rate) {
+            const auto& sv = in.specials.values;
+            x[k] = special_value(sv[rng::hash(seed, stream(i, 5), k) % sv.size()], dt,
+                                 rng::hash(seed, stream(i, 6), k));
+          }
+          x[k] = round_to(dt, x[k]);
+        }
     }
     c.inputs.push_back(std::move(x));
   }
@@ -160,14 +441,86 @@ Case OpFamily::build_case(Draw& draw) const {
 }
 
 // ---------------------------------------------------------------- shrinking
+namespace {
+
+// The dims after setting dim k to m, with the dims the hard relations
+// couple to it lowered as little as needed (each to its largest valid value
+// that satisfies them); none when that would need a dim to grow.
+std::optional<std::vector<int64_t>> coupled_dims(const Decl& d, std::vector<int64_t> dims, size_t k,
+                                                 int64_t m) {
+  dims[k] = m;
+  // The largest valid value of dim j that is <= cap and makes r hold.
+  auto lower = [&](size_t j, int64_t cap, auto ok) -> bool {
+    for (int64_t v : [&] {
+           auto below = d.dims[j].values_below(cap + 1);
+           std::reverse(below.begin(), below.end());
+           return below;
+         }())
+      if (ok(v)) {
+        dims[j] = v;
+        return true;
+      }
+    return false;
+  };
+  for (size_t round = 0; round <= 4 * d.dims.size() + 4; ++round) {
+    bool violated = false;
+    for (const auto& r : d.relations) {
+      if (!r.hard()) continue;
+      const size_t a = static_cast<size_t>(r.a), b = static_cast<size_t>(r.b);
+      if (r.holds(dims[a], dims[b])) continue;
+      violated = true;
+      bool ok = false;
+      switch (r.op) {
+        case RelOp::ge:
+        case RelOp::gt:  // b too large: lower b
+          ok = lower(b, dims[b], [&](int64_t v) { return r.holds(dims[a], v); });
+          break;
+        case RelOp::le:
+        case RelOp::lt:  // a too large: lower a
+          ok = lower(a, dims[a], [&](int64_t v) { return r.holds(v, dims[b]); });
+          break;
+        case RelOp::eq: {  // both to the largest value valid for both <= the smaller
+          const int64_t cap = std::min(dims[a], dims[b]);
+          ok = lower(a, cap, [&](int64_t v) { return d.dims[b].valid(v); });
+          if (ok) dims[b] = dims[a];
+          break;
+        }
+      }
+      if (!ok) return std::nullopt;
+    }
+    if (!violated) return dims;
+  }
+  return std::nullopt;
+}
+
+// Simpler values for an element of an integer tensor: 0, then half.
+std::vector<double> simpler_ints(double v) {
+  if (v == 0) return {};
+  std::vector<double> out = {0};
+  const double h = std::trunc(v / 2);
+  if (h != 0) out.push_back(h);
+  return out;
+}
+
+}  // namespace
+
 // One step, boldest first: each dim toward its smallest valid value (the
-// leading indices kept; then, for short dims, each single index dropped),
-// attrs toward their first choice / round values, each input all 0 or all
-// 1, then each element toward 0, 1 and fewer significant digits. Lazy.
+// leading or trailing indices kept; then, for short dims, each single index
+// dropped; dims coupled by a hard relation lowered with it, cut the same
+// way when they had its extent), attrs toward their first choice / round
+// values, each floating input all 0 or all 1 or its special values 0, each
+// index tensor all 0 / identity, each mask all true; then each element
+// toward 0, 1 and fewer significant digits (ids toward 0 and halves, one
+// transposition toward the identity per permutation line, one mask element
+// toward true). Lazy.
 rc::Seq<Case> Traits::shrinks(const Case& c0, const Values&) {
   auto c = std::make_shared<const Case>(c0);
   const Decl& d = *c->decl;
-  std::vector<std::pair<size_t, std::vector<int64_t>>> cuts;
+  struct Cut {
+    size_t dim;
+    std::vector<int64_t> keep;
+  };
+  std::vector<Cut> cuts;
   for (size_t k = 0; k < d.dims.size(); ++k) {
     const int64_t n = c->dims[k];
     const std::vector<int64_t> below = d.dims[k].values_below(n);
@@ -194,8 +547,26 @@ rc::Seq<Case> Traits::shrinks(const Case& c0, const Values&) {
         cuts.push_back({k, keep});
       }
   }
-  auto structure = rc::seq::map(rc::seq::fromContainer(std::move(cuts)),
-                                [c](const auto& cut) { return keep_indices(*c, cut.first, cut.second); });
+  auto structure = rc::seq::mapcat(rc::seq::fromContainer(std::move(cuts)), [c](const Cut& cut) {
+    const Decl& d = *c->decl;
+    const int64_t m = static_cast<int64_t>(cut.keep.size());
+    std::vector<Case> out;
+    const auto dims =
+        d.relations.empty() ? std::optional(std::vector<int64_t>{}) : coupled_dims(d, c->dims, cut.dim, m);
+    if (!dims) return rc::seq::fromContainer(std::move(out));
+    Case s = keep_indices(*c, cut.dim, cut.keep);
+    for (size_t j = 0; j < dims->size(); ++j) {
+      if (j == cut.dim || (*dims)[j] == c->dims[j]) continue;
+      std::vector<int64_t> keep(static_cast<size_t>((*dims)[j]));
+      if ((*dims)[j] == m && c->dims[j] == c->dims[cut.dim])
+        keep = cut.keep;  // the same indices as the dim it is coupled to
+      else
+        std::iota(keep.begin(), keep.end(), 0);
+      s = keep_indices(s, j, keep);
+    }
+    out.push_back(std::move(s));
+    return rc::seq::fromContainer(std::move(out));
+  });
 
   std::vector<Case> global;
   for (size_t a = 0; a < d.attrs.size(); ++a) {
@@ -224,31 +595,135 @@ rc::Seq<Case> Traits::shrinks(const Case& c0, const Values&) {
         global.push_back(std::move(s));
       }
   }
-  for (size_t i = 0; i < d.inputs.size(); ++i)
-    for (double w : {0.0, 1.0}) {
+  auto offer = [&](size_t i, std::vector<double> x) {
+    if (x == c->inputs[i]) return;
+    Case s = *c;
+    s.inputs[i] = std::move(x);
+    global.push_back(std::move(s));
+  };
+  for (size_t i = 0; i < d.inputs.size(); ++i) {
+    const auto& x = c->inputs[i];
+    const ValueSpec* v = c->kinds.size() > i && c->kinds[i] >= 0
+                             ? &d.inputs[i].values[static_cast<size_t>(c->kinds[i])]
+                             : nullptr;
+    if (!v) {
       // All 1 only where no element is 0 already (0 is simpler than 1):
       // otherwise all-0 and all-1 would shrink into each other.
-      const auto& x = c->inputs[i];
-      if (w == 1 && std::find(x.begin(), x.end(), 0.0) != x.end()) continue;
-      Case s = *c;
-      std::fill(s.inputs[i].begin(), s.inputs[i].end(), w);
-      if (!(s.inputs[i] == x)) global.push_back(std::move(s));
+      offer(i, std::vector<double>(x.size(), 0.0));
+      if (std::find(x.begin(), x.end(), 0.0) == x.end()) offer(i, std::vector<double>(x.size(), 1.0));
+      // Every special value (NaN, ±inf) 0 at once.
+      std::vector<double> clean = x;
+      for (double& e : clean)
+        if (!std::isfinite(e)) e = 0;
+      offer(i, std::move(clean));
+      continue;
     }
+    switch (v->kind) {
+      case ValueKind::ids:
+      case ValueKind::integer:
+        if (v->kind == ValueKind::ids || (v->a <= 0 && v->b >= 0))
+          offer(i, std::vector<double>(x.size(), 0.0));
+        break;
+      case ValueKind::permutation: {  // the identity: re-ranking the positions
+        std::vector<double> id = x;
+        const auto ext = d.extents(d.inputs[i].shape, c->dims);
+        for_lines(ext, static_cast<size_t>(v->axis), [&](int64_t, int64_t base, int64_t stride, int64_t n) {
+          for (int64_t j = 0; j < n; ++j) id[static_cast<size_t>(base + j * stride)] = static_cast<double>(j);
+        });
+        offer(i, std::move(id));
+        break;
+      }
+      case ValueKind::padding:
+      case ValueKind::bernoulli:
+        offer(i, std::vector<double>(x.size(), 1.0));
+        break;
+      default:
+        break;
+    }
+  }
 
   struct Slot {
     size_t input, index;
   };
   std::vector<Slot> slots;
-  for (size_t i = 0; i < d.inputs.size(); ++i)
+  for (size_t i = 0; i < d.inputs.size(); ++i) {
+    const ValueSpec* v = c->kinds.size() > i && c->kinds[i] >= 0
+                             ? &d.inputs[i].values[static_cast<size_t>(c->kinds[i])]
+                             : nullptr;
+    if (v && v->kind == ValueKind::causal) continue;  // fixed by the shape
+    if (v && v->kind == ValueKind::permutation) {
+      // One slot per line (index = the line).
+      const auto ext = d.extents(d.inputs[i].shape, c->dims);
+      const int64_t n = ext[static_cast<size_t>(v->axis)];
+      for (size_t line = 0; line < c->inputs[i].size() / static_cast<size_t>(std::max<int64_t>(n, 1)); ++line)
+        slots.push_back({i, line});
+      continue;
+    }
+    if (v && v->kind == ValueKind::padding) {  // one slot per row: its full length
+      const size_t n =
+          static_cast<size_t>(std::max<int64_t>(d.extents(d.inputs[i].shape, c->dims).back(), 1));
+      for (size_t row = 0; row < c->inputs[i].size() / n; ++row) slots.push_back({i, row});
+      continue;
+    }
     for (size_t k = 0; k < c->inputs[i].size(); ++k) slots.push_back({i, k});
+  }
   auto values = rc::seq::mapcat(rc::seq::fromContainer(std::move(slots)), [c](const Slot& slot) {
-    const double v = c->inputs[slot.input][slot.index];
-    return rc::seq::map(rc::seq::fromContainer(simpler_values(v, c->dtypes[slot.input])),
-                        [c, slot](double w) {
-                          Case s = *c;
-                          s.inputs[slot.input][slot.index] = w;
-                          return s;
-                        });
+    const Decl& d = *c->decl;
+    const auto& x = c->inputs[slot.input];
+    const ValueSpec* v = c->kinds.size() > slot.input && c->kinds[slot.input] >= 0
+                             ? &d.inputs[slot.input].values[static_cast<size_t>(c->kinds[slot.input])]
+                             : nullptr;
+    std::vector<Case> out;
+    auto with = [&](std::vector<double> y) {
+      if (y == x) return;
+      Case s = *c;
+      s.inputs[slot.input] = std::move(y);
+      out.push_back(std::move(s));
+    };
+    const auto ext = d.extents(d.inputs[slot.input].shape, c->dims);
+    if (v && v->kind == ValueKind::permutation) {
+      // The first misplaced element of the line swapped into place: one
+      // more fixed point each step.
+      for_lines(ext, static_cast<size_t>(v->axis),
+                [&](int64_t line, int64_t base, int64_t stride, int64_t n) {
+                  if (static_cast<size_t>(line) != slot.index) return;
+                  for (int64_t j = 0; j < n; ++j) {
+                    const size_t at = static_cast<size_t>(base + j * stride);
+                    if (x[at] == static_cast<double>(j)) continue;
+                    std::vector<double> y = x;
+                    for (int64_t q = j + 1; q < n; ++q)
+                      if (x[static_cast<size_t>(base + q * stride)] == static_cast<double>(j))
+                        std::swap(y[at], y[static_cast<size_t>(base + q * stride)]);
+                    with(std::move(y));
+                    return;
+                  }
+                });
+    } else if (v && v->kind == ValueKind::padding) {
+      const size_t n = static_cast<size_t>(ext.back());
+      std::vector<double> y = x;
+      std::fill_n(y.begin() + static_cast<std::ptrdiff_t>(slot.index * n), n, 1.0);
+      with(std::move(y));
+    } else if (v && v->kind == ValueKind::bernoulli) {
+      if (x[slot.index] == 0) {
+        std::vector<double> y = x;
+        y[slot.index] = 1;
+        with(std::move(y));
+      }
+    } else if (v) {  // ids, integer
+      for (double w : simpler_ints(x[slot.index])) {
+        if (v->kind == ValueKind::integer && (w < v->a || w > v->b)) continue;
+        std::vector<double> y = x;
+        y[slot.index] = w;
+        with(std::move(y));
+      }
+    } else {
+      for (double w : simpler_values(x[slot.index], c->dtypes[slot.input])) {
+        std::vector<double> y = x;
+        y[slot.index] = w;
+        with(std::move(y));
+      }
+    }
+    return rc::seq::fromContainer(std::move(out));
   });
   return rc::seq::concat(std::move(structure), rc::seq::fromContainer(std::move(global)), std::move(values));
 }
@@ -263,8 +738,10 @@ std::string Traits::in_domain(const Case& c, const Values&) {
   for (size_t a = 0; a < d.attrs.size(); ++a)
     if (!d.attrs[a].valid(c.attrs[a]))
       return fmt::format("attr {} = {} is not a value the declaration draws", d.attrs[a].name, c.attrs[a]);
+  if (auto why = d.relations_violated(c.dims); !why.empty()) return why;
   if (std::find(d.case_dtypes.begin(), d.case_dtypes.end(), c.dtype) == d.case_dtypes.end())
     return fmt::format("dtype {} is not declared", dtype_name(c.dtype));
+  if (c.kinds.size() != d.inputs.size()) return "the case does not record each input's kind";
   for (size_t i = 0; i < d.inputs.size(); ++i) {
     const auto& in = d.inputs[i];
     const bool ok = in.dtypes.empty()
@@ -274,8 +751,10 @@ std::string Traits::in_domain(const Case& c, const Values&) {
     if (static_cast<int64_t>(c.inputs[i].size()) != count(d.extents(in.shape, c.dims)))
       return fmt::format("input {} has {} values, not {}", in.name, c.inputs[i].size(),
                          expr::shape_text(in.shape));
+    if (in.floating() ? c.kinds[i] != -1 : c.kinds[i] < 0 || c.kinds[i] >= static_cast<int>(in.values.size()))
+      return fmt::format("input {} has no valid kind ({})", in.name, c.kinds[i]);
   }
-  return "";
+  return check_structured(c);
 }
 
 double Traits::case_bytes(const Case& c) {
@@ -327,6 +806,19 @@ YAML::Node nested(const std::vector<double>& v, const std::vector<int64_t>& ext,
 double read_number(const YAML::Node& n, DType dtype, const std::string& what) {
   if (!n.IsScalar()) case_yaml::fail(n, what + " must be a number");
   const std::string& s = n.Scalar();
+  if (!is_float(dtype)) {
+    if (dtype == DType::boolean && (s == "true" || s == "false")) return s == "true" ? 1 : 0;
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(s.c_str(), &end, 10);
+    if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE)
+      case_yaml::fail(n, fmt::format("{} has '{}', not an integer", what, s));
+    const double lo = dtype == DType::boolean ? 0 : dtype == DType::i32 ? -0x1p31 : -0x1p53;
+    const double hi = dtype == DType::boolean ? 1 : dtype == DType::i32 ? 0x1p31 - 1 : 0x1p53;
+    if (static_cast<double>(v) < lo || static_cast<double>(v) > hi)
+      case_yaml::fail(n, fmt::format("{} has {}, outside {}", what, v, dtype_name(dtype)));
+    return static_cast<double>(v);
+  }
   if (s == ".nan" || s == ".NaN") return NAN;
   if (s == ".inf" || s == "+.inf") return INFINITY;
   if (s == "-.inf") return -INFINITY;
@@ -351,9 +843,9 @@ void read_nested(const YAML::Node& n, const std::vector<int64_t>& ext, size_t ax
 }
 
 DType read_dtype(const YAML::Node& n) {
-  if (!n || !n.IsScalar() || (n.Scalar() != "f32" && n.Scalar() != "f64"))
-    case_yaml::fail(n, "dtype must be f32 or f64");
-  return n.Scalar() == "f32" ? DType::f32 : DType::f64;
+  for (DType t : {DType::f32, DType::f64, DType::i32, DType::i64, DType::boolean})
+    if (n && n.IsScalar() && n.Scalar() == dtype_name(t)) return t;
+  case_yaml::fail(n, "dtype must be f32, f64, i32, i64 or bool");
 }
 
 }  // namespace
@@ -376,6 +868,8 @@ YAML::Node Traits::to_yaml(const Case& c) {
   for (size_t i = 0; i < d.inputs.size(); ++i) {
     YAML::Node t(YAML::NodeType::Map);
     t["dtype"] = dtype_name(c.dtypes[i]);
+    if (c.kinds[i] >= 0)
+      t["kind"] = value_kind_name(d.inputs[i].values[static_cast<size_t>(c.kinds[i])].kind);
     size_t at = 0;
     t["values"] = nested(c.inputs[i], d.extents(d.inputs[i].shape, c.dims), 0, at, c.dtypes[i]);
     inputs[d.inputs[i].name] = t;
@@ -429,8 +923,22 @@ AnyCase OpFamily::from_yaml(const YAML::Node& n) const {
   for (const auto& in : d.inputs) {
     const YAML::Node t = inputs[in.name];
     if (!t) case_yaml::fail(inputs, "missing input '" + in.name + "'");
-    case_yaml::expect_keys(t, {"dtype", "values"}, "input " + in.name);
+    case_yaml::expect_keys(t, {"dtype", "kind", "values"}, "input " + in.name);
     const DType dt = read_dtype(t["dtype"]);
+    int kind = -1;
+    if (!in.floating()) {
+      // The first declared kind of that name the values satisfy (kinds of
+      // one name differ only in their params).
+      if (!t["kind"] || !t["kind"].IsScalar())
+        case_yaml::fail(t, "input " + in.name + " needs kind: (its value kind)");
+      for (size_t k = 0; k < in.values.size() && kind < 0; ++k)
+        if (t["kind"].Scalar() == value_kind_name(in.values[k].kind)) kind = static_cast<int>(k);
+      if (kind < 0)
+        case_yaml::fail(t["kind"],
+                        "input " + in.name + ": kind '" + t["kind"].Scalar() + "' is not declared");
+    } else if (t["kind"]) {
+      case_yaml::fail(t["kind"], "input " + in.name + " is floating: its values have no kind");
+    }
     const auto ext = d.extents(in.shape, c.dims);
     total += static_cast<double>(count(ext));
     if (total > double(1 << 26)) case_yaml::fail(t, "the case is too large");
@@ -438,7 +946,16 @@ AnyCase OpFamily::from_yaml(const YAML::Node& n) const {
     if (!t["values"]) case_yaml::fail(t, "input " + in.name + " needs values");
     read_nested(t["values"], ext, 0, dt, "input " + in.name, v);
     c.dtypes.push_back(dt);
+    c.kinds.push_back(kind);
     c.inputs.push_back(std::move(v));
+    const size_t i = c.inputs.size() - 1;
+    if (kind >= 0 && !check_input(c, i).empty())
+      for (size_t k = static_cast<size_t>(kind) + 1; k < in.values.size(); ++k) {
+        if (in.values[k].kind != in.values[static_cast<size_t>(kind)].kind) continue;
+        c.kinds[i] = static_cast<int>(k);
+        if (check_input(c, i).empty()) break;
+        c.kinds[i] = kind;
+      }
   }
   return box(std::move(c));
 }
@@ -495,6 +1012,7 @@ Case Traits::transform(const std::string& name, const Case& c, const Values& par
   Case s = c;
   if (name == "scale" || name == "shift") {
     for (size_t i = 0; i < d.inputs.size(); ++i) {
+      if (!is_float(c.dtypes[i])) continue;
       const double f = params.real(d.inputs[i].name);
       for (double& v : s.inputs[i]) v = round_to(c.dtypes[i], name == "scale" ? v * f : v + f);
     }
@@ -530,6 +1048,7 @@ OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
   }
   Schema scale, shift;
   for (const auto& in : d.inputs) {
+    if (!in.floating()) continue;
     scale.push_back(field::real(in.name, 1.0, -1e300, 1e300, "factor applied to input " + in.name));
     shift.push_back(field::real(in.name, 0.0, -1e300, 1e300, "offset added to input " + in.name));
   }
@@ -552,22 +1071,24 @@ OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
 namespace {
 
 std::vector<DeclaredKey> section_keys() {
-  std::vector<std::string> kinds;
-  for (auto k : {ValueKind::normal, ValueKind::uniform, ValueKind::integer, ValueKind::large,
-                 ValueKind::small, ValueKind::constant_rows})
-    kinds.push_back(value_kind_name(k));
   return {
       {"name", "NAME", "the op's name in exec:/plugin: requests (default: the spec's name)"},
       {"dims", "{DIM: [lo, hi] | N | {range: [lo, hi], multiple_of: M, one_of: [N, ...]}}",
        "symbolic extents drawn per case (1 <= lo <= hi <= 2^24); shrinking moves each toward its least valid "
        "value"},
+      {"relations", "[\"A OP B\" (OP: <, <=, ==, >=, >), {equal: [A, B], rate: R}, ...]",
+       "relations between dims: always hold, or an equality forced in a fraction R of the cases; checked "
+       "satisfiable at load; shrinking lowers coupled dims together"},
       {"attrs", "{ATTR: X | [lo, hi] | {one_of: [X, ...]} | {range: [lo, hi]}, with int: true for integers}",
        "scalars drawn per case, sent as JSON attrs; references read them by name"},
       {"inputs",
-       "{NAME: {shape: [DIM | N, ...], dtype: f32 | f64 | [f32, f64], values: KIND | [KIND, ...] | {KIND: "
-       "{params}}}}",
-       "input tensors; the first input listing dtypes sets the case's dtype; value kinds: " + join(kinds) +
-           " (normal/constant_rows take mean, std; the others lo, hi)"},
+       "{NAME: {shape: [DIM | N, ...], dtype: f32 | f64 | i32 | i64 | bool | [..], values: KIND | [KIND, "
+       "...] | "
+       "{KIND: {params}}, specials: RATE | {rate: R, values: [nan, inf, -inf, 0, -0, denormal]}}}",
+       "input tensors; the first floating input listing dtypes sets the case's dtype; floating kinds: "
+       "normal, "
+       "uniform, integer, large, small, constant_rows, denormal; index tensors (i32, i64): ids {below: V}, "
+       "permutation {axis}, integer; masks (bool, sent as u8): causal {align}, padding {min}, bernoulli {p}"},
       {"outputs", "{NAME: {shape: [DIM | N, ...], dtype: f32 | f64}}",
        "output tensors the target returns (dtype default: the case's)"},
       {"reference", "{OUTPUT: EXPR}",

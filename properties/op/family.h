@@ -66,8 +66,19 @@ class OpFamily final : public FamilyDef<Traits> {
 std::shared_ptr<const Decl> parse_decl(const YAML::Node& section, const DeclaredFamilyContext& context);
 
 // Case surgery shared by shrinking, invariants and transforms: keep the
-// indices `keep` (in order) of dim `dim` in every input that has it.
+// indices `keep` (in order) of dim `dim` in every input that has it. Index
+// tensors and masks stay valid: ids bounded by `dim` are remapped (an id
+// pointing at kept index keep[p] becomes p, one pointing at a dropped index
+// 0), permutations re-ranked, causal masks rebuilt, padding masks made a
+// valid prefix again (normalize_structured).
 Case keep_indices(const Case& c, size_t dim, const std::vector<int64_t>& keep);
+// Makes every index tensor and mask of `c` valid for its kind again (a
+// no-op on a valid case).
+void normalize_structured(Case& c);
+// "" when every index tensor and mask satisfies its kind, else why not
+// (check_input: input i alone; its values need only be decoded and dims set).
+std::string check_structured(const Case& c);
+std::string check_input(const Case& c, size_t i);
 // Gathers indices `keep` along every axis of `shape` named dim `dim`.
 std::vector<double> gather(const std::vector<double>& data, const std::vector<int64_t>& extents,
                            const std::vector<std::string>& shape, const std::string& dim,

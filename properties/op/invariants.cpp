@@ -189,6 +189,9 @@ void register_invariants(OpFamily& f) {
         std::vector<int64_t> keep(static_cast<size_t>(s));
         for (int64_t j = 0; j < s; ++j) keep[static_cast<size_t>(j)] = n - s + j;
         const Case sub = keep_indices(c, k, keep);
+        // A slice the relations rule out (Nq alone under Nk >= Nq, say) is
+        // no case of the op: that dim is not observed on this case.
+        if (!d.relations_violated(sub.dims).empty()) continue;
         const Result alone = t.run_target(sub);
         const Result ref = op::reference(sub), naive = op::naive(sub);
         for (size_t i = 0; i < d.outputs.size(); ++i) {

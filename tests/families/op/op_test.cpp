@@ -13,9 +13,11 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 
 #include "kprop/listing.h"
@@ -420,12 +422,447 @@ TEST(OpList, ListShowsTheDeclaredFamilyAndItsSectionKeys) {
   EXPECT_EQ(op["section"], "op");
   std::vector<std::string> keys;
   for (const auto& k : op["keys"]) keys.push_back(k["key"]);
-  EXPECT_EQ(keys, (std::vector<std::string>{"name", "dims", "attrs", "inputs", "outputs", "reference"}));
+  EXPECT_EQ(keys, (std::vector<std::string>{"name", "dims", "relations", "attrs", "inputs", "outputs",
+                                            "reference"}));
   std::vector<std::string> invariants;
   for (const auto& i : op["example_family"]["invariants"]) invariants.push_back(i["name"]);
   EXPECT_EQ(invariants, (std::vector<std::string>{"matches_reference", "finite_outputs", "deterministic",
                                                   "rows_independent"}));
   for (const auto& f : json["families"]) EXPECT_NE(f["name"], "op");
+}
+
+}  // namespace
+}  // namespace kprop::op
+
+// ================================================================ the domain (issue 19)
+// Dim relations, special values and denormals, index tensors, masks.
+namespace kprop::op {
+namespace {
+
+// Every new kind of the domain in one declaration: a hard relation
+// (Nk >= Nq) and an equality at a rate, specials and denormals in x, ids
+// bounded by a dim (gathering rows of `table`), a fixed-bound id tensor, a
+// permutation per row, and masks of every kind (two causal alignments).
+const char* const kRichSpec = R"(spec: rich
+family: op
+op:
+  dims:
+    B: [1, 3]
+    Nq: [1, 9]
+    Nk: [1, 9]
+    V: [1, 12]
+    D: [1, 6]
+  relations: ["Nk >= Nq", {equal: [Nq, Nk], rate: 0.5}]
+  inputs:
+    x: {shape: [B, Nq, Nk], dtype: [f32, f64], values: [normal, denormal], specials: {rate: 0.2}}
+    table: {shape: [V, D]}
+    ids: {shape: [B, Nq], dtype: [i32, i64], values: {ids: {below: V}}}
+    tok: {shape: [Nk], dtype: i32, values: {ids: {below: 5}}}
+    perm: {shape: [B, Nk], dtype: i64, values: permutation}
+    mask: {shape: [Nq, Nk], values: [causal, {causal: {align: bottom_right}}, padding, {bernoulli: {p: 0.3}}]}
+  outputs:
+    y: {shape: [B, Nq, Nk]}
+    e: {shape: [B, Nq, D]}
+  reference:
+    y: where(mask, x, 0)
+    e: table[ids]
+target: reference
+invariants:
+  - matches_reference
+)";
+
+size_t input_index(const Decl& d, const std::string& name) {
+  for (size_t i = 0; i < d.inputs.size(); ++i)
+    if (d.inputs[i].name == name) return i;
+  throw std::logic_error("no input " + name);
+}
+
+const std::vector<double>& values_of(const Case& c, const std::string& name) {
+  return c.inputs[input_index(*c.decl, name)];
+}
+
+std::string kind_of(const Case& c, const std::string& name) {
+  const size_t i = input_index(*c.decl, name);
+  const ValueSpec& v = c.decl->inputs[i].values[static_cast<size_t>(c.kinds[i])];
+  return std::string(value_kind_name(v.kind)) + (v.bottom_right ? "_br" : "");
+}
+
+// Each constraint of kRichSpec, checked here from first principles (not by
+// in_domain, which the test checks separately).
+void expect_rich_constraints(const Case& c, const std::string& where) {
+  const int64_t B = dim(c, "B"), Nq = dim(c, "Nq"), Nk = dim(c, "Nk"), V = dim(c, "V");
+  ASSERT_GE(Nk, Nq) << where;
+  for (double id : values_of(c, "ids")) ASSERT_TRUE(id >= 0 && id < V && id == std::floor(id)) << where;
+  for (double id : values_of(c, "tok")) ASSERT_TRUE(id >= 0 && id < 5 && id == std::floor(id)) << where;
+  const auto& perm = values_of(c, "perm");
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<double> row(perm.begin() + b * Nk, perm.begin() + (b + 1) * Nk);
+    std::sort(row.begin(), row.end());
+    for (int64_t j = 0; j < Nk; ++j) ASSERT_EQ(row[static_cast<size_t>(j)], j) << where;
+  }
+  const auto& m = values_of(c, "mask");
+  const std::string kind = kind_of(c, "mask");
+  for (int64_t r = 0; r < Nq; ++r) {
+    int64_t valid = 0;
+    for (int64_t k = 0; k < Nk; ++k) {
+      const double e = m[static_cast<size_t>(r * Nk + k)];
+      ASSERT_TRUE(e == 0 || e == 1) << where;
+      if (kind == "causal") {
+        ASSERT_EQ(e, k <= r ? 1 : 0) << where;
+      }
+      if (kind == "causal_br") {
+        ASSERT_EQ(e, k <= r + Nk - Nq ? 1 : 0) << where;
+      }
+      if (kind == "padding") {
+        ASSERT_EQ(e, k == valid ? e : 0) << where << " (not a prefix)";
+      }
+      valid += e != 0;
+    }
+    if (kind == "padding") {
+      ASSERT_GE(valid, 1) << where;
+    }
+  }
+  const size_t x = input_index(*c.decl, "x");
+  for (double v : c.inputs[x]) ASSERT_TRUE(std::isnan(v) || v == round_to(c.dtypes[x], v)) << where;
+}
+
+// Equal cases; an index tensor or mask may come back under another declared
+// kind of the same name its values also satisfy (a square causal mask is
+// both top-left and bottom-right aligned).
+bool same_case(const Case& a, const Case& b) {
+  if (a.dims != b.dims || a.attrs != b.attrs || a.dtype != b.dtype || a.dtypes != b.dtypes ||
+      a.kinds.size() != b.kinds.size())
+    return false;
+  for (size_t i = 0; i < a.kinds.size(); ++i)
+    if (a.kinds[i] != b.kinds[i] && (a.kinds[i] < 0 || b.kinds[i] < 0 ||
+                                     a.decl->inputs[i].values[static_cast<size_t>(a.kinds[i])].kind !=
+                                         b.decl->inputs[i].values[static_cast<size_t>(b.kinds[i])].kind ||
+                                     !check_input(b, i).empty()))
+      return false;
+  for (size_t i = 0; i < a.inputs.size(); ++i)
+    if (!same_bits(a.inputs[i], b.inputs[i])) return false;
+  return true;
+}
+
+// The libFuzzer path: 2,000 random byte strings (and the all-0 / all-1
+// ones) decode to cases satisfying every constraint, which the reference
+// evaluates and the corpus codec round-trips bit for bit.
+TEST(OpDomain, EveryByteStringDecodesToACaseSatisfyingEveryConstraint) {
+  const Spec spec = parse_spec(kRichSpec, "rich.yaml");
+  const OpFamily& f = op_family(spec);
+  std::mt19937 rng(20261123);
+  std::set<std::string> mask_kinds;
+  for (int n = 0; n < 2002; ++n) {
+    std::vector<uint8_t> bytes(rng() % 300);
+    for (auto& b : bytes) b = n == 2000 ? 0x00 : n == 2001 ? 0xff : static_cast<uint8_t>(rng());
+    const AnyCase any = f.from_bytes(bytes.data(), bytes.size(), spec.domain);
+    const Case& c = as_case(any);
+    const std::string where = fmt::format("byte string {} ({} bytes)", n, bytes.size());
+    ASSERT_EQ(f.in_domain(any, spec.domain), "") << where;
+    expect_rich_constraints(c, where);
+    if (HasFatalFailure()) return;
+    mask_kinds.insert(kind_of(c, "mask"));
+    const Result r = op::reference(c);
+    ASSERT_EQ(r.outputs.size(), 2u);
+    ASSERT_TRUE(same_case(round_trip(f, c), c)) << where;
+  }
+  EXPECT_EQ(mask_kinds.size(), 4u) << "every mask kind drawn";
+}
+
+// The generator (RapidCheck, as a run draws) honours the rates: Nq == Nk in
+// at least the forced half of the cases, specials and denormals appear.
+TEST(OpDomain, RatesAndKindsAsDeclared) {
+  const Spec spec = parse_spec(kRichSpec, "rich.yaml");
+  const OpFamily& f = op_family(spec);
+  int equal = 0, with_nan = 0, with_inf = 0, with_denormal = 0, clean = 0;
+  const int n = 600;
+  for (uint64_t seed = 1; seed <= n; ++seed) {
+    const std::vector<uint8_t> bytes = f.seed_bytes(spec.domain, seed, 100);
+    const AnyCase any = f.from_bytes(bytes.data(), bytes.size(), spec.domain);
+    const Case& c = as_case(any);
+    ASSERT_EQ(f.in_domain(any, spec.domain), "");
+    equal += dim(c, "Nq") == dim(c, "Nk");
+    const auto& x = values_of(c, "x");
+    const double tiny = min_normal(c.dtypes[input_index(*c.decl, "x")]);
+    bool special = false;
+    for (double v : x) {
+      with_nan += std::isnan(v), with_inf += std::isinf(v);
+      with_denormal += v != 0 && std::fabs(v) < tiny;
+      special = special || !std::isfinite(v);
+    }
+    clean += !special;
+  }
+  EXPECT_GE(equal, n / 2) << "equal: [Nq, Nk] at rate 0.5";
+  EXPECT_GT(with_nan, 0);
+  EXPECT_GT(with_inf, 0);
+  EXPECT_GT(with_denormal, 0);
+  EXPECT_GT(clean, n / 3) << "specials are on in about half the cases";
+}
+
+// The index tensors and masks reach the target in their ABI dtypes.
+TEST(OpDomain, IndexTensorsAndMasksAreIntegerTensorsForTargets) {
+  const Spec spec = parse_spec(kRichSpec, "rich.yaml");
+  const OpFamily& f = op_family(spec);
+  const Case c = drawn_case(f, spec.domain, [](const Case&) { return true; });
+  // The reference reads ids as gather indices: e[b, q, :] = table[ids[b, q], :].
+  const Result r = op::reference(c);
+  const int64_t D = dim(c, "D");
+  const auto& ids = values_of(c, "ids");
+  const auto& table = values_of(c, "table");
+  for (size_t k = 0; k < ids.size(); ++k)
+    for (int64_t j = 0; j < D; ++j)
+      ASSERT_EQ(r.outputs[1][static_cast<size_t>(static_cast<int64_t>(k) * D + j)],
+                table[static_cast<size_t>(static_cast<int64_t>(ids[k]) * D + j)]);
+  std::map<std::string, std::string> dtypes;
+  for (size_t i = 0; i < c.decl->inputs.size(); ++i) dtypes[c.decl->inputs[i].name] = dtype_name(c.dtypes[i]);
+  EXPECT_TRUE(dtypes["ids"] == "i32" || dtypes["ids"] == "i64");
+  EXPECT_EQ(dtypes["tok"], "i32");
+  EXPECT_EQ(dtypes["perm"], "i64");
+  EXPECT_EQ(dtypes["mask"], "bool");
+}
+
+// ---------------------------------------------------------------- load-time errors of the domain
+std::string rich_with(const std::string& from, const std::string& to) {
+  std::string s = kRichSpec;
+  const size_t at = s.find(from);
+  if (at == std::string::npos) throw std::logic_error("no '" + from + "' in kRichSpec");
+  return s.replace(at, from.size(), to);
+}
+
+TEST(OpDomainDecl, TheRichSpecLoads) {
+  EXPECT_EQ(load_error(kRichSpec), "");
+}
+
+TEST(OpDomainDecl, RelationOnAnUnknownDim) {
+  EXPECT_LOAD_ERROR(rich_with(R"("Nk >= Nq")", R"("Nk >= Nx")"),
+                    "op.yaml:10:22: op.relations: 'Nx' is not a declared dim (did you mean 'Nq'?)");
+  EXPECT_LOAD_ERROR(rich_with("equal: [Nq, Nk]", "equal: [Nq, K]"),
+                    "op.yaml:10:40: op.relations: 'K' is not a declared dim");
+}
+
+TEST(OpDomainDecl, RelationSyntax) {
+  EXPECT_LOAD_ERROR(rich_with(R"("Nk >= Nq")", R"("Nk => Nq")"),
+                    "op.yaml:10:15: op.relations: 'Nk => Nq' must be A OP B");
+  EXPECT_LOAD_ERROR(rich_with(R"("Nk >= Nq")", R"("Nk >= Nk")"),
+                    "op.yaml:10:15: op.relations: a relation between a dim and itself");
+  EXPECT_LOAD_ERROR(rich_with("rate: 0.5", "rate: 1.5"),
+                    "op.yaml:10:51: op.relations: rate must be in (0, 1]");
+  EXPECT_LOAD_ERROR(rich_with("{equal: [Nq, Nk], rate: 0.5}", "{same: [Nq, Nk]}"),
+                    "op.yaml:10:28: unknown key 'same' in op.relations entry");
+}
+
+TEST(OpDomainDecl, UnsatisfiableRelations) {
+  // A plain contradiction, reported at the relation that completes it.
+  EXPECT_LOAD_ERROR(rich_with(R"("Nk >= Nq")", R"("B > V", "V > B")"),
+                    "op.yaml:10:24: op.relations: V > B cannot hold with the dims' ranges and the relations "
+                    "before it");
+  // Disjoint ranges: Nk in [1, 9] never equals V in [10, 12].
+  std::string s = rich_with("V: [1, 12]", "V: [10, 12]");
+  s.replace(s.find(R"("Nk >= Nq")"), 10, R"("Nk == V")");
+  EXPECT_LOAD_ERROR(s, "op.yaml:10:15: op.relations: Nk == V cannot hold");
+  // A chain through ranges: Nq > Nk contradicts Nk >= Nq.
+  EXPECT_LOAD_ERROR(rich_with(R"("Nk >= Nq")", R"("Nk >= Nq", "Nq > Nk")"),
+                    "op.yaml:10:27: op.relations: Nq > Nk cannot hold");
+}
+
+TEST(OpDomainDecl, IndexBoundNotADimOrPositive) {
+  EXPECT_LOAD_ERROR(rich_with("{ids: {below: V}}", "{ids: {below: W}}"),
+                    "op.yaml:14:68: input ids.values.ids.below: 'W' is neither a dim nor a positive integer");
+  EXPECT_LOAD_ERROR(rich_with("{ids: {below: 5}}", "{ids: {below: 0}}"),
+                    "op.yaml:15:58: input tok.values.ids.below must be in [1, 2^31] (got 0)");
+  EXPECT_LOAD_ERROR(rich_with("{ids: {below: 5}}", "ids"),
+                    "op.yaml:15:44: input tok.values.ids needs below: V");
+}
+
+TEST(OpDomainDecl, MaskShapeAndKindErrors) {
+  // A causal mask needs rows and cols.
+  EXPECT_LOAD_ERROR(rich_with("mask: {shape: [Nq, Nk]", "mask: {shape: [Nk]"),
+                    "op.yaml:17:34: input mask.values.causal: a causal mask needs 2 axes [.., rows, cols]; "
+                    "shape [Nk] has 1");
+  // A floating kind for a bool tensor, a mask kind for a floating one.
+  EXPECT_LOAD_ERROR(rich_with("mask: {shape: [Nq, Nk], values: [causal",
+                              "mask: {shape: [Nq, Nk], dtype: bool, values: [normal"),
+                    "op.yaml:17:51: input mask: value kind 'normal' is not for a bool tensor; valid: causal, "
+                    "padding, bernoulli");
+  EXPECT_LOAD_ERROR(rich_with("values: [normal, denormal]", "values: [normal, padding]"),
+                    "op.yaml:12:65: input x: value kind 'padding' is not for a floating tensor");
+  EXPECT_LOAD_ERROR(rich_with("{causal: {align: bottom_right}}", "{causal: {align: bottom}}"),
+                    "op.yaml:17:63: input mask.values.causal.align: 'bottom'; valid: top_left, bottom_right");
+  EXPECT_LOAD_ERROR(rich_with("{bernoulli: {p: 0.3}}", "{bernoulli: {p: 3}}"),
+                    "op.yaml:17:104: input mask.values.bernoulli.p must be in [0, 1] (got 3)");
+  EXPECT_LOAD_ERROR(rich_with("values: permutation}", "values: {permutation: {axis: 2}}}"),
+                    "op.yaml:16:69: input perm.values.permutation.axis 2 is out of range for shape [B, Nk]");
+}
+
+TEST(OpDomainDecl, DtypeAndSpecialsErrors) {
+  EXPECT_LOAD_ERROR(
+      rich_with("dtype: [i32, i64]", "dtype: [i32, f32]"),
+      "op.yaml:14:40: input ids.dtype mixes i32 and f32: a tensor is floating, integer or bool");
+  EXPECT_LOAD_ERROR(rich_with("dtype: [i32, i64]", "dtype: [i32, u16]"),
+                    "op.yaml:14:40: input ids: unknown dtype 'u16'");
+  EXPECT_LOAD_ERROR(
+      rich_with("tok: {shape: [Nk], dtype: i32,", "tok: {shape: [Nk], dtype: i32, specials: 0.1,"),
+      "op.yaml:15:46: input tok.specials: special values are for floating inputs");
+  EXPECT_LOAD_ERROR(rich_with("specials: {rate: 0.2}", "specials: {rate: 0}"),
+                    "op.yaml:12:93: input x.specials.rate must be in (0, 1] (got 0)");
+  EXPECT_LOAD_ERROR(rich_with("specials: {rate: 0.2}", "specials: {rate: 0.2, values: [nan, +inf]}"),
+                    "op.yaml:12:112: input x.specials: unknown special value '+inf'");
+  EXPECT_LOAD_ERROR(rich_with("specials: {rate: 0.2}", "specials: {rate: 0.2, vals: [nan]}"),
+                    "op.yaml:12:98: unknown key 'vals' in input x.specials");
+  // An integer tensor without values, and an output that is not floating.
+  EXPECT_LOAD_ERROR(rich_with("tok: {shape: [Nk], dtype: i32, values: {ids: {below: 5}}}",
+                              "tok: {shape: [Nk], dtype: i32}"),
+                    "op.yaml:15:10: input tok (i32) needs values: ids, permutation, integer");
+  EXPECT_LOAD_ERROR(rich_with("e: {shape: [B, Nq, D]}", "e: {shape: [B, Nq, D], dtype: i32}"),
+                    "op.yaml:20:35: output e.dtype must be f32 or f64");
+}
+
+// ---------------------------------------------------------------- shrinking in the domain
+// Greedy shrinking with the raw shrinker of a failure that needs D >= 3
+// (D tied to E by E >= D and D >= E, so neither moves alone, and to T by an
+// equality at a rate): every candidate stays in the domain; the end is
+// D = 3, E = 3 (lowered with D), T = 1, with ids all 0, the permutation the identity, the padding
+// mask all true and no special value left in x.
+const char* const kCoupledSpec = R"(spec: coupled
+family: op
+op:
+  dims: {T: [1, 6], D: [1, 12], E: [1, 12], V: [1, 7]}
+  relations: ["E >= D", "D >= E", {equal: [T, D], rate: 0.5}]
+  inputs:
+    x: {shape: [T, D], dtype: [f32, f64], values: [normal, denormal, integer], specials: 0.3}
+    ids: {shape: [T], dtype: i32, values: {ids: {below: V}}}
+    perm: {shape: [E], dtype: i64, values: permutation}
+    mask: {shape: [T, E], values: [padding, bernoulli]}
+  outputs:
+    y: {shape: [T, D]}
+  reference:
+    y: x * 2
+target: reference
+invariants:
+  - matches_reference
+)";
+
+TEST(OpDomainShrink, CoupledDimsIndexTensorsAndMasksShrinkToTheMinimalCase) {
+  const Spec spec = parse_spec(kCoupledSpec, "coupled.yaml");
+  const OpFamily& f = op_family(spec);
+  auto fails = [](const Case& c) { return dim(c, "D") >= 3; };
+  const Case start = drawn_case(f, spec.domain, [&](const Case& c) {
+    bool special = false;
+    for (double v : values_of(c, "x")) special = special || !std::isfinite(v);
+    return dim(c, "D") > 5 && dim(c, "T") > 1 && special && dim(c, "V") > 2 &&
+           kind_of(c, "mask") == "padding";
+  });
+  ASSERT_EQ(Traits::in_domain(start, spec.domain), "");
+  Case c = start;
+  int steps = 0, candidates = 0;
+  for (bool progress = true; progress && steps < 10000;) {
+    progress = false;
+    std::optional<Case> first;
+    rc::Seq<Case> seq = Traits::shrinks(c, spec.domain);
+    while (auto next = seq.next()) {
+      ++candidates;
+      ASSERT_EQ(Traits::in_domain(*next, spec.domain), "") << "candidate " << candidates;
+      if (!first && fails(*next)) first = std::move(*next);
+    }
+    if (first) c = std::move(*first), ++steps, progress = true;
+  }
+  EXPECT_EQ(dim(c, "D"), 3);
+  EXPECT_EQ(dim(c, "E"), 3);
+  EXPECT_EQ(dim(c, "T"), 1);
+  EXPECT_EQ(dim(c, "V"), 1);
+  for (double v : values_of(c, "x")) EXPECT_EQ(v, 0);
+  for (double v : values_of(c, "ids")) EXPECT_EQ(v, 0);
+  EXPECT_EQ(values_of(c, "perm"), (std::vector<double>{0, 1, 2}));
+  EXPECT_EQ(values_of(c, "mask"), (std::vector<double>{1, 1, 1}));
+}
+
+// Through the runner, with a C++ target wrong only when D >= 3 (it drops
+// the third column): the counterexample is D = 3, E = 3, T = 1, V = 1.
+TEST(OpDomainShrink, RunnerShrinksAPlantedBugNeedingDAtLeast3) {
+  Spec spec = parse_spec(kCoupledSpec, "coupled.yaml");
+  const OpFamily& loaded = op_family(spec);
+  auto f = std::make_shared<OpFamily>(std::shared_ptr<const Decl>(spec.declared_family, &loaded.decl()));
+  f->mutant("third_column_dropped", "y[:, 2] is 0 when D >= 3", [](const Case& c) {
+    Result r = op::reference(c);
+    const int64_t T = dim(c, "T"), D = dim(c, "D");
+    for (int64_t t = 0; t < T && D >= 3; ++t) r.outputs[0][static_cast<size_t>(t * D + 2)] = 0;
+    return r;
+  });
+  spec.declared_family = f;
+  spec.family = f.get();
+  RunOptions o;
+  o.target = "third_column_dropped";
+  o.seed = 20261123;
+  o.trials = 300;
+  o.write_corpus = false;
+  o.scratch_dir = (std::filesystem::temp_directory_path() / "kprop_op_domain_findings").string();
+  const RunReport report = run_spec(spec, o);
+  ASSERT_EQ(report.status, RunStatus::failed);
+  ASSERT_TRUE(report.invariants[0].counterexample);
+  const Finding& found = *report.invariants[0].counterexample;
+  YAML::Node n = YAML::Load(found.case_yaml);
+  if (n["case"]) n = n["case"];
+  EXPECT_EQ(n["dims"]["D"].as<int>(), 3) << found.case_yaml;
+  EXPECT_EQ(n["dims"]["E"].as<int>(), 3) << found.case_yaml;
+  EXPECT_EQ(n["dims"]["T"].as<int>(), 1) << found.case_yaml;
+  EXPECT_EQ(n["dims"]["V"].as<int>(), 1) << found.case_yaml;
+  const AnyCase back = f->from_yaml(n);
+  EXPECT_EQ(f->in_domain(back, spec.domain), "");
+  o.target = "reference";
+  EXPECT_EQ(run_spec(spec, o).status, RunStatus::passed);
+}
+
+// A failure caused by a NaN keeps one NaN and zeroes the rest.
+TEST(OpDomainShrink, SpecialValuesShrinkToTheOneThatMatters) {
+  const Spec spec = parse_spec(kCoupledSpec, "coupled.yaml");
+  const OpFamily& f = op_family(spec);
+  auto fails = [](const Case& c) {
+    for (double v : values_of(c, "x"))
+      if (std::isnan(v)) return true;
+    return false;
+  };
+  Case c = drawn_case(f, spec.domain, fails);
+  for (bool progress = true; progress;) {
+    progress = false;
+    rc::Seq<Case> seq = Traits::shrinks(c, spec.domain);
+    while (auto next = seq.next())
+      if (Traits::in_domain(*next, spec.domain).empty() && fails(*next)) {
+        c = std::move(*next), progress = true;
+        break;
+      }
+  }
+  EXPECT_EQ(dim(c, "T"), 1);
+  EXPECT_EQ(dim(c, "D"), 1);
+  ASSERT_EQ(values_of(c, "x").size(), 1u);
+  EXPECT_TRUE(std::isnan(values_of(c, "x")[0]));
+}
+
+// The corpus file names the kind of each index tensor and mask and holds
+// them as integers; it decodes back bit for bit (also a bottom-right causal
+// mask, which shares its kind's name with the top-left one).
+TEST(OpDomainCorpus, NewKindsRoundTrip) {
+  const Spec spec = parse_spec(kRichSpec, "rich.yaml");
+  const OpFamily& f = op_family(spec);
+  for (const char* kind : {"causal", "causal_br", "padding", "bernoulli"}) {
+    const Case c = drawn_case(f, spec.domain, [&](const Case& k) {
+      bool special = false;
+      for (double v : values_of(k, "x")) special = special || !std::isfinite(v);
+      return kind_of(k, "mask") == kind && special && dim(k, "Nk") > dim(k, "Nq");
+    });
+    YAML::Emitter out;
+    out << Traits::to_yaml(c);
+    const std::string text = out.c_str();
+    EXPECT_NE(text.find("kind: permutation"), std::string::npos) << text;
+    EXPECT_NE(text.find("dtype: bool"), std::string::npos) << text;
+    const Case back = round_trip(f, c);
+    EXPECT_TRUE(same_case(back, c)) << kind << "\n" << text;
+    EXPECT_EQ(kind_of(back, "mask"), kind);
+  }
+  // A corpus file whose mask is not what its kind says is refused by the domain check.
+  Case c = drawn_case(f, spec.domain,
+                      [&](const Case& k) { return kind_of(k, "mask") == "causal" && dim(k, "Nk") > 1; });
+  c.inputs[input_index(*c.decl, "mask")][1] = 1;  // above the diagonal
+  EXPECT_NE(Traits::in_domain(c, spec.domain), "");
 }
 
 }  // namespace
