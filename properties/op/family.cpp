@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -787,7 +788,7 @@ CaseStats Traits::stats(const Case& c) {
     size += c.dims[k];
   }
   for (const auto& x : c.inputs)
-    for (double v : x) size += significant_digits(v, DType::f64) > 0 ? 1 : 0;
+    for (double v : x) size += v != 0 && std::isfinite(v) ? 1 : 0;  // a value not yet shrunk away
   return {size, fmt::format("{} {}", join(parts, ", "), dtype_name(c.dtype))};
 }
 
@@ -849,6 +850,25 @@ DType read_dtype(const YAML::Node& n) {
 }
 
 }  // namespace
+
+// What the corpus file keeps exactly (dtypes, dims, attrs, values with -0
+// kept, NaN payloads not), hashed word by word; not the kinds of index
+// tensors and masks, which a file may read back as another kind that fits
+// the same values.
+uint64_t Traits::content_hash(const Case& c) {
+  uint64_t h = 0x6f70u;  // "op"
+  auto add = [&h](uint64_t w) { h = rng::mix(h ^ w); };
+  auto real = [&add](double v) { add(std::isnan(v) ? 0x7ff8000000000000ULL : std::bit_cast<uint64_t>(v)); };
+  add(static_cast<uint64_t>(c.dtype));
+  for (const int64_t d : c.dims) add(static_cast<uint64_t>(d));
+  for (const double a : c.attrs) real(a);
+  for (const DType t : c.dtypes) add(static_cast<uint64_t>(t));
+  for (const auto& in : c.inputs) {
+    add(in.size());
+    for (const double v : in) real(v);
+  }
+  return h;
+}
 
 YAML::Node Traits::to_yaml(const Case& c) {
   const Decl& d = *c.decl;

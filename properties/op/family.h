@@ -29,6 +29,7 @@ struct Traits {
   static double case_bytes(const Case& c);
   static CaseSize max_case_bytes(const Values&) { return {}; }
   static YAML::Node to_yaml(const Case& c);
+  static uint64_t content_hash(const Case& c);  // without the YAML tree (FamilyDef::content_hash)
   static Case from_yaml(const YAML::Node&);  // unused: OpFamily decodes against its Decl
   static CaseStats stats(const Case& c);
   static const expr::TensorInfos& tensor_infos();  // unused: OpFamily's are per declaration
