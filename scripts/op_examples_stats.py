@@ -50,7 +50,8 @@ def main():
     ap.add_argument("--correct-seeds", type=int, default=4)
     ap.add_argument("--correct-trials", type=int, default=5000)
     args = ap.parse_args()
-    names = args.examples or sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "examples/ops/*.py")))
+    workers = glob.glob(os.path.join(ROOT, "examples/ops/*.py"))
+    names = args.examples or sorted(os.path.basename(p)[:-3] for p in workers)
     bad = False
     kills, correct = [], []
     for name in names:
