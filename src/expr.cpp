@@ -495,6 +495,10 @@ const std::vector<FunctionInfo>& functions() {
       {"exp", 1, 1, {}, "exp(x)"},
       {"log", 1, 1, {}, "log(x): natural log (log 0 = -inf)"},
       {"sqrt", 1, 1, {}, "sqrt(x)"},
+      {"tanh", 1, 1, {}, "tanh(x)"},
+      {"erf", 1, 1, {}, "erf(x): the error function (GELU: 0.5 * x * (1 + erf(x / sqrt(2))))"},
+      {"sin", 1, 1, {}, "sin(x): x in radians"},
+      {"cos", 1, 1, {}, "cos(x): x in radians"},
       {"isfinite", 1, 1, {}, "isfinite(x): bool, neither NaN nor ±inf"},
       {"isnan", 1, 1, {}, "isnan(x): bool"},
       {"isinf", 1, 1, {}, "isinf(x): bool"},
@@ -804,7 +808,8 @@ class Checker {
     } else if (n.op == "abs") {
       n.shape = x.shape;
       n.dtype = arith(x.dtype, x.dtype);
-    } else if (n.op == "exp" || n.op == "log" || n.op == "sqrt") {
+    } else if (n.op == "exp" || n.op == "log" || n.op == "sqrt" || n.op == "tanh" || n.op == "erf" ||
+               n.op == "sin" || n.op == "cos") {
       n.shape = x.shape;
       n.dtype = DType::real;
     } else if (n.op == "where") {
@@ -1272,6 +1277,10 @@ Ref evaluate(const Node& n, const TensorMap& m) {
       if (f == "exp") return map(a[0].get(), n.dtype, [](double v) { return std::exp(v); });
       if (f == "log") return map(a[0].get(), n.dtype, [](double v) { return std::log(v); });
       if (f == "sqrt") return map(a[0].get(), n.dtype, [](double v) { return std::sqrt(v); });
+      if (f == "tanh") return map(a[0].get(), n.dtype, [](double v) { return std::tanh(v); });
+      if (f == "erf") return map(a[0].get(), n.dtype, [](double v) { return std::erf(v); });
+      if (f == "sin") return map(a[0].get(), n.dtype, [](double v) { return std::sin(v); });
+      if (f == "cos") return map(a[0].get(), n.dtype, [](double v) { return std::cos(v); });
       if (f == "isfinite") return map(a[0].get(), n.dtype, [](double v) { return double(std::isfinite(v)); });
       if (f == "isnan") return map(a[0].get(), n.dtype, [](double v) { return double(std::isnan(v)); });
       if (f == "isinf") return map(a[0].get(), n.dtype, [](double v) { return double(std::isinf(v)); });

@@ -85,6 +85,44 @@ TEST(Expr, ComparisonsLogicAndWhere) {
   EXPECT_DOUBLE_EQ(values("sqrt(exp(log(16)))")[0], 4);
 }
 
+// tanh, erf, sin, cos: elementwise in fp64 (C's <cmath>), real-valued, and
+// rounded like exp/log/sqrt in the same-precision baseline.
+TEST(Expr, TranscendentalFunctions) {
+  // Within 4 ulps: the compiler may fold std::cos(100.0) more exactly than libm.
+  const auto near = [](const std::vector<double>& got, const std::vector<double>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_DOUBLE_EQ(got[i], want[i]) << i;
+  };
+  near(values("tanh(x[0] - 2)"), {std::tanh(-1.0), 0, std::tanh(1.0)});
+  near(values("erf(y / 10 - 2)"), {std::erf(-1.0), 0, std::erf(1.0)});
+  near(values("sin(x[1])"), {std::sin(4.0), std::sin(5.0), std::sin(6.0)});
+  near(values("cos(v)"), {std::cos(100.0), std::cos(200.0)});
+  EXPECT_EQ(eval("erf(idx)").dtype, DType::real);
+  EXPECT_EQ(shape("cos(x[..., None])"), (std::vector<int64_t>{2, 3, 1}));
+  // GELU, exact (erf) and its tanh approximation, differ by 1.5e-4 at 1.
+  EXPECT_NEAR(values("0.5 * y / 10 * (1 + erf(y / 10 / sqrt(2)))")[0], 0.8413447460685429, 1e-15);
+  EXPECT_NEAR(values("0.5 * (1 + tanh(sqrt(2 / 3.141592653589793) * (1 + 0.044715)))")[0] -
+                  values("0.5 * (1 + erf(1 / sqrt(2)))")[0],
+              -0.000152755, 1e-9);
+  // NaN and infinities pass through as in C: tanh(±inf) = ±1, erf(±inf) = ±1,
+  // sin(inf) and cos(inf) are NaN.
+  EXPECT_EQ(values("tanh(z[1:])"), (std::vector<double>{1, std::tanh(1.0)}));
+  EXPECT_EQ(values("erf(w[1])"), (std::vector<double>{-1}));
+  EXPECT_TRUE(std::isnan(values("sin(z[1])")[0]));
+  EXPECT_TRUE(std::isnan(values("cos(z[0])")[0]));
+  // The same-precision baseline rounds each result to the dtype.
+  const auto to_f32 = [](double v) { return static_cast<double>(static_cast<float>(v)); };
+  for (const std::string f : {"tanh", "erf", "sin", "cos"}) {
+    const Tensor t = Expression::compile(f + "(x / 7)", kInfos).evaluate_rounded(tensors(), to_f32);
+    const Tensor r = eval(f + "(x / 7)");
+    for (size_t i = 0; i < t.data.size(); ++i) {
+      EXPECT_EQ(t.data[i], to_f32(t.data[i])) << f;
+      EXPECT_NEAR(t.data[i], r.data[i], 1e-7) << f;
+    }
+  }
+  EXPECT_EQ(error_of("erf(x, y)"), "0: erf() takes 1 argument, got 2");
+}
+
 TEST(Expr, ReductionsAlongAxes) {
   EXPECT_EQ(values("sum(x, axis=0)"), (std::vector<double>{5, 7, 9}));
   EXPECT_EQ(values("sum(x, axis=-1)"), (std::vector<double>{6, 15}));

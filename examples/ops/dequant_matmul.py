@@ -1,0 +1,48 @@
+"""int8 per-channel dequantizing matmul in NumPy, tested by kprop as a declared op
+(specs/ops/dequant_matmul.yaml).
+
+    prop_runner --spec specs/ops/dequant_matmul.yaml --target "exec:/usr/bin/python3 examples/ops/dequant_matmul.py"
+
+y = x @ ((w_q - zp) * scale): w_q [K, N] int8 values, zp and scale one per
+output channel n. Dequantizes to the input's dtype, then multiplies.
+
+`--bug NAME` plants a realistic bug:
+    per_tensor_scale   one scale for the whole tensor (scale[0]): a per-tensor kernel fed per-channel scales
+    zero_point_sign    (w_q + zp) * scale: the zero point added instead of subtracted
+    scale_wrong_axis   scale indexed by the input channel k (row of w_q) instead of the output channel n
+"""
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+import kprop_worker  # noqa: E402
+
+BUGS = ("per_tensor_scale", "zero_point_sign", "scale_wrong_axis")
+BUG = sys.argv[sys.argv.index("--bug") + 1] if "--bug" in sys.argv[:-1] else None
+if "--bug" in sys.argv and BUG not in BUGS:
+    sys.exit("dequant_matmul.py: --bug takes one of: %s" % ", ".join(BUGS))
+
+
+def dequant_matmul(x, w_q, zp, scale, **_):
+    dt = x.dtype
+    # Integer arithmetic on w_q - zp, as an int8 kernel does (in int32: the
+    # spec's values are int8, but shrinking may step outside [-128, 127],
+    # e.g. 135 -> 130, and an int8 cast would wrap where the reference does not).
+    q = w_q.astype(np.int32)
+    z = zp.astype(np.int32)
+    s = scale.astype(dt)
+    centered = (q + z) if BUG == "zero_point_sign" else (q - z)  # exact in int32
+    if BUG == "per_tensor_scale":
+        s = np.full_like(s, s[0])
+    if BUG == "scale_wrong_axis":
+        k = q.shape[0]
+        w = centered.astype(dt) * np.resize(s, k)[:, None]  # scale[k] per row
+    else:
+        w = centered.astype(dt) * s[None, :]
+    return {"y": x @ w}
+
+
+if __name__ == "__main__":
+    kprop_worker.serve({"dequant_matmul": dequant_matmul})

@@ -1,0 +1,66 @@
+"""Top-p (nucleus) filter on logits in NumPy, tested by kprop as a declared op (specs/ops/top_p.yaml).
+
+    prop_runner --spec specs/ops/top_p.yaml --target "exec:/usr/bin/python3 examples/ops/top_p.py"
+
+Softmax over the last dim, then keep the most probable tokens until their
+mass reaches p, renormalize, zero the rest. Ties: every token tied with the
+boundary token is kept (token i is kept iff the mass of the tokens strictly
+more probable than i is < p), as the spec defines. A sort-based kernel, in
+the input's dtype: sort descending, exclusive cumulative mass, and for tied
+tokens the mass before the first of their tie group.
+
+`--bug NAME` plants a realistic bug:
+    ties_by_index     the exclusive cumsum in sorted order used as is: tied tokens ranked by index,
+                      so the boundary's tie group is cut in two
+    no_renormalize    the kept probabilities are not divided by their sum
+    inclusive_cumsum  keep iff the cumulative mass INCLUDING the token is < p (the top token always
+                      kept): the token that crosses p is dropped, the kept mass never reaches p
+"""
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+import kprop_worker  # noqa: E402
+
+BUGS = ("ties_by_index", "no_renormalize", "inclusive_cumsum")
+BUG = sys.argv[sys.argv.index("--bug") + 1] if "--bug" in sys.argv[:-1] else None
+if "--bug" in sys.argv and BUG not in BUGS:
+    sys.exit("top_p.py: --bug takes one of: %s" % ", ".join(BUGS))
+
+
+def top_p(logits, p, **_):
+    p = logits.dtype.type(p)
+    v = logits.shape[-1]
+    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    prob = e / e.sum(axis=-1, keepdims=True)
+    order = np.argsort(-logits, axis=-1, kind="stable")  # descending, ties by index
+    ls = np.take_along_axis(logits, order, axis=-1)
+    ps = np.take_along_axis(prob, order, axis=-1)
+    incl = np.cumsum(ps, axis=-1)
+    excl = np.concatenate([np.zeros_like(incl[:, :1]), incl[:, :-1]], axis=-1)
+    if BUG == "ties_by_index":
+        above = excl
+    else:
+        # The mass strictly above a token: the exclusive cumsum at the first
+        # position of its tie group.
+        first = np.ones(ls.shape, dtype=bool)
+        first[:, 1:] = ls[:, 1:] != ls[:, :-1]
+        start = np.maximum.accumulate(np.where(first, np.arange(v), 0), axis=-1)
+        above = np.take_along_axis(excl, start, axis=-1)
+    if BUG == "inclusive_cumsum":
+        keep_sorted = incl < p
+        keep_sorted[:, 0] = True
+    else:
+        keep_sorted = above < p
+    keep = np.empty_like(keep_sorted)
+    np.put_along_axis(keep, order, keep_sorted, axis=-1)
+    kept = np.where(keep, prob, 0).astype(logits.dtype)
+    if BUG == "no_renormalize":
+        return {"y": kept}
+    return {"y": kept / kept.sum(axis=-1, keepdims=True)}
+
+
+if __name__ == "__main__":
+    kprop_worker.serve({"top_p": top_p})
