@@ -1018,9 +1018,12 @@ void Traits::tensors(const Case& c, const Result* target, const Result* referenc
 const std::vector<TransformInfo>& Traits::transforms() {
   static const std::vector<TransformInfo> list = [] {
     std::vector<TransformInfo> l = {{"scale", "", {}, {}}, {"shift", "", {}, {}}};
-    for (size_t k = 0; k < kMaxDims; ++k)
+    for (size_t k = 0; k < kMaxDims; ++k) {
       l.push_back(
           {fmt::format("permute_dim{}", k), "", {}, {{"transform.perm", {}, expr::DType::integer, ""}}});
+      l.push_back(
+          {fmt::format("slice_dim{}", k), "", {}, {{"transform.index", {}, expr::DType::integer, ""}}});
+    }
     return l;
   }();
   return list;
@@ -1036,6 +1039,25 @@ Case Traits::transform(const std::string& name, const Case& c, const Values& par
       const double f = params.real(d.inputs[i].name);
       for (double& v : s.inputs[i]) v = round_to(c.dtypes[i], name == "scale" ? v * f : v + f);
     }
+    return s;
+  }
+  if (name.rfind("slice_dim", 0) == 0) {
+    // A contiguous run [a, a + m) along dim k, m drawn among the smaller
+    // values the dim and the hard relations allow (none: the whole dim).
+    const size_t k = static_cast<size_t>(std::stoul(name.substr(std::string("slice_dim").size())));
+    const int64_t n = c.dims[k];
+    std::vector<int64_t> sizes;
+    for (const int64_t m : d.dims[k].values_below(n)) {
+      std::vector<int64_t> dims = c.dims;
+      dims[k] = m;
+      if (d.relations_violated(dims).empty()) sizes.push_back(m);
+    }
+    const int64_t m = sizes.empty() ? n : sizes[rng::hash(seed, 11, 0) % sizes.size()];
+    const int64_t a = static_cast<int64_t>(rng::hash(seed, 11, 1) % static_cast<uint64_t>(n - m + 1));
+    std::vector<int64_t> keep(static_cast<size_t>(m));
+    std::iota(keep.begin(), keep.end(), a);
+    s = keep_indices(c, k, keep);
+    out.put("transform.index", expr::Tensor::ints({m}, keep));
     return s;
   }
   const size_t k = static_cast<size_t>(std::stoul(name.substr(std::string("permute_dim").size())));
@@ -1074,11 +1096,18 @@ OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
   }
   transforms_.push_back({"scale", "every input times its factor (rounded to its dtype)", scale, {}});
   transforms_.push_back({"shift", "every input plus its offset (rounded to its dtype)", shift, {}});
-  for (const auto& dim : d.dims)
+  for (const auto& dim : d.dims) {  // in the order of Traits::transforms()
     transforms_.push_back({"permute_" + dim.name,
                            "a random permutation along every axis named " + dim.name,
                            {},
                            {{"transform.perm", {dim.name}, expr::DType::integer, "the permutation drawn"}}});
+    transforms_.push_back(
+        {"slice_" + dim.name,
+         "a random contiguous run of indices along every axis named " + dim.name +
+             " (a smaller valid extent; the whole dim when the relations allow none)",
+         {},
+         {{"transform.index", {dim.name}, expr::DType::integer, "the indices kept, ascending"}}});
+  }
   implementation({"reference", ImplKind::reference, "the declared reference expressions, in fp64"},
                  op::reference);
   implementation({"naive", ImplKind::optimized,

@@ -30,11 +30,12 @@ struct Traits {
   static CaseSize max_case_bytes(const Values&) { return {}; }
   static YAML::Node to_yaml(const Case& c);
   static uint64_t content_hash(const Case& c);  // without the YAML tree (FamilyDef::content_hash)
-  static Case from_yaml(const YAML::Node&);  // unused: OpFamily decodes against its Decl
+  static Case from_yaml(const YAML::Node&);     // unused: OpFamily decodes against its Decl
   static CaseStats stats(const Case& c);
   static const expr::TensorInfos& tensor_infos();  // unused: OpFamily's are per declaration
   static void tensors(const Case& c, const Result* target, const Result* reference, expr::TensorMap& out);
-  // scale, shift, then permute_dim0 .. permute_dim15 (permute along decl dim k);
+  // scale, shift, then permute_dim0, slice_dim0, .. permute_dim15, slice_dim15
+  // (a permutation / a contiguous run of indices along decl dim k);
   // OpFamily::transforms() gives the same order with per-declaration names and params.
   static const std::vector<TransformInfo>& transforms();
   static Case transform(const std::string& name, const Case& c, const Values& params, uint64_t seed,

@@ -371,6 +371,53 @@ TEST(OpCorpus, RoundTripIsExactInBothDtypesWithSpecialValues) {
 // The libFuzzer path: any byte string (short ones run out and read zeros)
 // decodes to a case the declaration could have drawn, which the reference
 // evaluates and the codec stores.
+// slice_<DIM>: a contiguous run of a smaller valid extent along the dim,
+// within the hard relations (Nk >= Nq: slicing Nk stops at Nq), the other
+// dims and every value of the kept indices unchanged; transform.index names
+// the run.
+TEST(OpTransform, SliceKeepsAContiguousRunInsideTheDomain) {
+  const Spec spec = parse_spec(R"(spec: slice
+family: op
+op:
+  dims: {Nq: [1, 6], Nk: {range: [2, 12], multiple_of: 2}}
+  relations: ["Nk >= Nq"]
+  inputs: {x: {shape: [Nq, Nk], dtype: [f64]}}
+  outputs: {y: {shape: [Nq, Nk]}}
+  reference: {y: x}
+target: reference
+)",
+                               "slice.yaml");
+  const OpFamily& f = op_family(spec);
+  int sliced = 0;
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    const Case c =
+        drawn_case(f, spec.domain, [&](const Case& k) { return dim(k, "Nk") >= 4 + int(seed % 3); });
+    for (const char* name : {"slice_dim0", "slice_dim1"}) {
+      expr::TensorMap out;
+      out.want("transform.index");
+      const Case s = Traits::transform(name, c, Values{}, seed, out);
+      ASSERT_EQ(Traits::in_domain(s, spec.domain), "") << name << " seed " << seed;
+      const size_t k = static_cast<size_t>(name[9] - '0');
+      const expr::Tensor* found = out.find("transform.index");
+      ASSERT_NE(found, nullptr);
+      const expr::Tensor& index = *found;
+      ASSERT_EQ(static_cast<int64_t>(index.data.size()), s.dims[k]);
+      ASSERT_LE(s.dims[k], c.dims[k]);
+      if (s.dims[k] < c.dims[k]) ++sliced;
+      for (size_t p = 1; p < index.data.size(); ++p) ASSERT_EQ(index.data[p], index.data[p - 1] + 1);
+      ASSERT_EQ(s.dims[1 - k], c.dims[1 - k]);
+      const int64_t cols = c.dims[1], scols = s.dims[1];
+      for (int64_t i = 0; i < s.dims[0]; ++i)
+        for (int64_t j = 0; j < scols; ++j) {
+          const int64_t oi = k == 0 ? static_cast<int64_t>(index.data[size_t(i)]) : i;
+          const int64_t oj = k == 1 ? static_cast<int64_t>(index.data[size_t(j)]) : j;
+          ASSERT_EQ(s.inputs[0][size_t(i * scols + j)], c.inputs[0][size_t(oi * cols + oj)]);
+        }
+    }
+  }
+  EXPECT_GT(sliced, 100);  // not the whole dim every time
+}
+
 TEST(OpFuzz, EveryByteStringDecodesToAValidCase) {
   const Spec spec = parse_spec(kDomainSpec, "shrink.yaml");
   const OpFamily& f = op_family(spec);
