@@ -914,7 +914,8 @@ class ChildTransport : public Transport {
       // The plugin host's messages already name the op.
       if (error.rfind(request.op + ":", 0) == 0) error = error.substr(request.op.size() + 1);
       if (!error.empty() && error[0] == ' ') error.erase(0, 1);
-      if (header.value("unavailable", false)) throw TargetUnavailable(fmt::format("{}: {}", request.op, error));
+      if (header.value("unavailable", false))
+        throw TargetUnavailable(fmt::format("{}: {}", request.op, error));
       if (header.value("unsupported", false)) throw Unsupported(fmt::format("{}: {}", request.op, error));
       throw TargetFailure("error", fmt::format("{}: target reported an error: {}", request.op, error));
     }

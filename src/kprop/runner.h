@@ -37,7 +37,7 @@ struct RunOptions {
   // The in-process crash guard (fatal signals and hangs store the case and
   // exit 3). Off where another guard owns the process (a libFuzzer harness).
   bool crash_guard = true;
-  bool progress = false;               // live progress line on stderr
+  bool progress = false;  // live progress line on stderr
   std::string found_by = "rapidcheck";
   // --shard I/N: check only cases whose index is I mod N. Every shard draws
   // the same case sequence, so without discards the union of the N shards

@@ -27,9 +27,9 @@ typedef struct kprop_attention_fwd_args {
   int32_t mask;             /* KPROP_MASK_* */
   int32_t block_q, block_k; /* tile sizes the case asks for (a kernel may ignore them) */
   int32_t reserved;
-  double scale;             /* already resolved: 1/sqrt(D) unless the case sets one */
-  kprop_tensor o;           /* out: [B, Hq, Nq, D], dtype of q */
-  kprop_tensor lse;         /* out: [B, Hq, Nq], natural log of the softmax denominator */
+  double scale;     /* already resolved: 1/sqrt(D) unless the case sets one */
+  kprop_tensor o;   /* out: [B, Hq, Nq, D], dtype of q */
+  kprop_tensor lse; /* out: [B, Hq, Nq], natural log of the softmax denominator */
 } kprop_attention_fwd_args;
 typedef int (*kprop_attention_fwd_fn)(const kprop_attention_fwd_args* args, char* error, size_t error_size);
 
