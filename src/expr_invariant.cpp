@@ -16,6 +16,14 @@ Verdict check_invariant(AnyTrial& trial, const InvariantUse& use) {
                        : trial.tensors(names);
   };
   try {
+    // A transform that leaves this case as it is (a slice of a dim with no
+    // smaller extent) says so with the scalar transform.applies = false:
+    // the relation would compare the case with itself, so nothing is checked.
+    if (e.transform)
+      if (const expr::TensorMap* t = tensors_for({}))
+        if (const expr::Tensor* applies = t->find("transform.applies");
+            applies && applies->data.size() == 1 && applies->data[0] == 0)
+          return Verdict::discard(fmt::format("transform {} does not apply to this case", e.transform->name));
     if (e.when) {
       // `when` first, with only its own tensors: a discarded case need not run the target.
       current = &*e.when;

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kprop/expr.h"
@@ -25,9 +26,16 @@ enum class DType { f32, f64, i32, i64, boolean };
 const char* dtype_name(DType dtype);
 bool is_float(DType dtype);
 double round_to(DType dtype, double v);  // v as the nearest value of dtype (integers unchanged)
-double unit_roundoff(DType dtype);       // 2^-24 or 2^-53 (0 for integer dtypes)
-double min_normal(DType dtype);          // 2^-126 or 2^-1022
-double denorm_min(DType dtype);          // 2^-149 or 2^-1074
+// The integers a non-floating dtype holds here (as doubles, so i64 within
+// ±2^53, where every integer is exact): [lo, hi].
+inline std::pair<double, double> int_range(DType dtype) {
+  if (dtype == DType::boolean) return {0, 1};
+  if (dtype == DType::i32) return {-0x1p31, 0x1p31 - 1};
+  return {-0x1p53, 0x1p53};
+}
+double unit_roundoff(DType dtype);  // 2^-24 or 2^-53 (0 for integer dtypes)
+double min_normal(DType dtype);     // 2^-126 or 2^-1022
+double denorm_min(DType dtype);     // 2^-149 or 2^-1074
 
 struct DimDecl {
   std::string name;
@@ -37,7 +45,6 @@ struct DimDecl {
   bool valid(int64_t v) const;                         // the generator could draw v
   std::vector<int64_t> values_below(int64_t v) const;  // valid values < v, smallest first
   int64_t smallest() const;                            // the least valid value
-  int64_t largest() const;                             // the greatest valid value
 };
 
 // A relation between two dims (op.relations): `a OP b`, always; or, for
@@ -58,6 +65,9 @@ struct AttrDecl {
   bool integer = false;        // an integer attr (sent as a JSON integer)
   std::vector<double> one_of;  // choices, or
   double lo = 0, hi = 0;       // a range (when one_of is empty)
+  // A named choice ({one_of: [gelu, tanh]}): the case holds the index
+  // (one_of = 0, 1, ..., integer), targets get the name, expressions the index.
+  std::vector<std::string> labels;
   bool valid(double v) const;
 };
 
@@ -102,14 +112,11 @@ struct ValueSpec {
   int axis = -1;              // permutation: the axis (normalized to >= 0 by the parser)
   bool bottom_right = false;  // causal
 };
-bool is_index_kind(ValueKind kind);  // ids, permutation
-bool is_mask_kind(ValueKind kind);   // causal, padding, bernoulli
 
 // Special values injected into a floating input (`specials:`): in a case
 // where they are on (half the cases), each element becomes one of `values`
 // (picked uniformly) with probability `rate`.
 enum class Special { nan, pos_inf, neg_inf, pos_zero, neg_zero, denormal };
-const char* special_name(Special s);
 struct Specials {
   double rate = 0;  // 0: none
   std::vector<Special> values;
@@ -158,8 +165,14 @@ struct Decl {
   // The dims' valid values under the hard relations and `extra` (forced
   // equalities), pruned to arc consistency: every value left extends to an
   // assignment satisfying all of them (inequalities and equalities are
-  // max-closed, so arc consistency decides satisfiability). Fixed dims
+  // max-closed; but see extends() for gaps). Fixed dims
   // (`fixed[k] >= 0`) have that one value. Empty domains: unsatisfiable.
+  // An assignment of every dim satisfying the hard relations and `extra`
+  // extends `fixed` (-1: free). Arc consistency is not enough where valid
+  // values have gaps (multiple_of, one_of: a value can survive pruning and
+  // still wipe a domain out once fixed), so this searches, depth first over
+  // the pruned domains, smallest values first.
+  bool extends(std::vector<int64_t> fixed, const std::vector<Relation>& extra) const;
   std::vector<std::vector<int64_t>> consistent_domains(const std::vector<int64_t>& fixed,
                                                        const std::vector<Relation>& extra = {}) const;
   std::string relations_violated(const std::vector<int64_t>& dims) const;  // "" when all hard ones hold

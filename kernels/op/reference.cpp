@@ -47,32 +47,6 @@ double denorm_min(DType dtype) {
   return dtype == DType::f32 ? 0x1.0p-149 : 0x1.0p-1074;
 }
 
-bool is_index_kind(ValueKind kind) {
-  return kind == ValueKind::ids || kind == ValueKind::permutation;
-}
-
-bool is_mask_kind(ValueKind kind) {
-  return kind == ValueKind::causal || kind == ValueKind::padding || kind == ValueKind::bernoulli;
-}
-
-const char* special_name(Special s) {
-  switch (s) {
-    case Special::nan:
-      return "nan";
-    case Special::pos_inf:
-      return "inf";
-    case Special::neg_inf:
-      return "-inf";
-    case Special::pos_zero:
-      return "0";
-    case Special::neg_zero:
-      return "-0";
-    case Special::denormal:
-      return "denormal";
-  }
-  return "?";
-}
-
 const char* value_kind_name(ValueKind kind) {
   switch (kind) {
     case ValueKind::normal:
@@ -128,12 +102,6 @@ int64_t DimDecl::smallest() const {
   const auto below = values_below(hi + 1);
   if (below.empty()) throw std::logic_error("op: dim " + name + " has no valid value");
   return below.front();
-}
-
-int64_t DimDecl::largest() const {
-  const auto below = values_below(hi + 1);
-  if (below.empty()) throw std::logic_error("op: dim " + name + " has no valid value");
-  return below.back();
 }
 
 bool Relation::holds(int64_t va, int64_t vb) const {
@@ -202,6 +170,20 @@ RelOp converse(RelOp op) {
   return op;
 }
 }  // namespace
+
+bool Decl::extends(std::vector<int64_t> fixed, const std::vector<Relation>& extra) const {
+  const auto dom = consistent_domains(fixed, extra);
+  for (const auto& values : dom)
+    if (values.empty()) return false;
+  size_t k = 0;
+  while (k < fixed.size() && fixed[k] >= 0) ++k;
+  if (k == fixed.size()) return true;
+  for (const int64_t v : dom[k]) {
+    fixed[k] = v;
+    if (extends(fixed, extra)) return true;
+  }
+  return false;
+}
 
 std::vector<std::vector<int64_t>> Decl::consistent_domains(const std::vector<int64_t>& fixed,
                                                            const std::vector<Relation>& extra) const {

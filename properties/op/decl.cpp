@@ -161,7 +161,24 @@ class Parser {
     }
     if (has_one_of) {
       if (!one_of.IsSequence() || one_of.size() == 0) fail(one_of, what + ".one_of must be a non-empty list");
-      for (const auto& e : one_of) a.one_of.push_back(number(e, what + ".one_of"));
+      double ignored = 0;
+      size_t names = 0;
+      for (const auto& e : one_of)
+        names += e.IsScalar() && !YAML::convert<double>::decode(e, ignored) ? 1 : 0;
+      if (names == 0) {
+        for (const auto& e : one_of) a.one_of.push_back(number(e, what + ".one_of"));
+      } else {
+        // Named choices: every one a distinct name; the case holds its index.
+        for (const auto& e : one_of) {
+          if (!e.IsScalar() || YAML::convert<double>::decode(e, ignored))
+            fail(e, what + ".one_of mixes names and numbers; use one or the other");
+          if (std::find(a.labels.begin(), a.labels.end(), e.Scalar()) != a.labels.end())
+            fail(e, fmt::format("{}.one_of lists '{}' twice", what, e.Scalar()));
+          a.one_of.push_back(static_cast<double>(a.labels.size()));
+          a.labels.push_back(e.Scalar());
+        }
+        a.integer = true;
+      }
     }
     if (has_range) {
       if (!range.IsSequence() || range.size() != 2) fail(range, what + " range must be [lo, hi]");
@@ -279,7 +296,7 @@ class Parser {
         pair("lo", "hi", -4, 4);
         if (v.a != std::floor(v.a) || v.b != std::floor(v.b))
           fail(params, w + ": lo and hi must be integers");
-        if (cls == 'i' && (std::fabs(v.a) > 0x1p31 || std::fabs(v.b) > 0x1p31))
+        if (cls == 'i' && (v.a < op::int_range(DType::i32).first || v.b > op::int_range(DType::i32).second))
           fail(params, w + ": lo and hi must fit in i32");
         break;
       case ValueKind::large:
@@ -492,6 +509,12 @@ class Parser {
                fmt::format("op.relations: {} cannot hold with the dims' ranges and the relations before it "
                            "(dim {} has no value left)",
                            r.text(d.dims), d.dims[k].name));
+      // Arc consistency alone misses gaps (multiple_of, one_of): search.
+      if (!d.extends(std::vector<int64_t>(d.dims.size(), -1),
+                     r.hard() ? std::vector<Relation>{} : std::vector<Relation>{r}))
+        fail(e, fmt::format(
+                    "op.relations: {} cannot hold with the dims' valid values and the relations before it",
+                    r.text(d.dims)));
     }
   }
 
@@ -500,11 +523,14 @@ class Parser {
     only_keys(s, {"name", "dims", "relations", "attrs", "inputs", "outputs", "reference"}, "op");
     auto d = std::make_shared<Decl>();
     d->name = s["name"] ? scalar<std::string>(s["name"], "op.name", "a name") : ctx_.spec_name;
-    // kprop_op_device is the ABI's device query (include/kprop/abi.h).
-    if (plugin_symbol(d->name) == "kprop_op_device")
-      fail(s["name"] ? s["name"] : s,
-           "op.name 'device' would export kprop_op_device, the ABI's device query; "
-           "pick another name");
+    // The ABI's own kprop_op_* names (include/kprop/abi.h, abi/op.h).
+    for (const char* taken : {"device", "device_fn", "args", "attr", "fn", "input", "output", "attr_value",
+                              "attr_text", "named_tensor"})
+      if (plugin_symbol(d->name) == std::string("kprop_op_") + taken)
+        fail(s["name"] ? s["name"] : s,
+             fmt::format("op.name '{}' would export {}, a name of kprop's ABI (include/kprop/abi/op.h); pick "
+                         "another name",
+                         d->name, plugin_symbol(d->name)));
     std::set<std::string> taken;
     if (s["dims"] && !s["dims"].IsNull())
       for (const auto& [k, v] : entries(s["dims"], "op.dims")) {
@@ -602,8 +628,8 @@ class Parser {
       // Started from the spec's folder: paths in it are relative to the spec.
       const std::string file = ctx_.mark(ref, 0).file;
       const auto slash = file.rfind('/');
-      d->external_reference =
-          external_reference(target, slash == std::string::npos ? "." : file.substr(0, slash), d->name);
+      d->external_reference = external_reference(
+          target, slash == std::string::npos ? "." : file.substr(0, slash), d->name, ctx_.mark(ref, 0).str());
       return d;
     }
     std::vector<std::string> outs;

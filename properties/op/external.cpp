@@ -51,7 +51,9 @@ Result drive(const Case& c, external::Transport& target, bool fp64 = false) {
     m.input(
         input_tensor(d.inputs[i].name, c.dtypes[i], d.extents(d.inputs[i].shape, c.dims), c.inputs[i], fp64));
   for (size_t a = 0; a < d.attrs.size(); ++a) {
-    if (d.attrs[a].integer)
+    if (!d.attrs[a].labels.empty())
+      m.attrs[d.attrs[a].name] = d.attrs[a].labels.at(static_cast<size_t>(c.attrs[a]));
+    else if (d.attrs[a].integer)
       m.attrs[d.attrs[a].name] = static_cast<int64_t>(c.attrs[a]);
     else
       m.attrs[d.attrs[a].name] = c.attrs[a];
@@ -78,7 +80,10 @@ void invoke(void* fn, const external::Message& request, external::Message& reply
   std::vector<kprop_op_attr> attrs;
   for (const auto& k : names) {
     const auto& v = request.attrs.at(k);
-    attrs.push_back({k.c_str(), v.get<double>(), v.is_number_integer() ? 1 : 0, 0});
+    if (v.is_string())
+      attrs.push_back({k.c_str(), 0, 0, 0, v.get_ref<const std::string&>().c_str()});
+    else
+      attrs.push_back({k.c_str(), v.get<double>(), v.is_number_integer() ? 1 : 0, 0, nullptr});
   }
   const std::string json = request.attrs.dump();
   kprop_op_args a{};
@@ -104,8 +109,8 @@ std::string quote(const std::string& s) {  // for /bin/sh
 // folder; its failures name it as the reference, never as the target.
 class TargetReference final : public ExternalReference {
  public:
-  TargetReference(std::string target, const std::string& dir, std::string op)
-      : shown_(std::move(target)), op_(std::move(op)) {
+  TargetReference(std::string target, const std::string& dir, std::string op, std::string where)
+      : shown_(std::move(target)), op_(std::move(op)), where_(std::move(where)) {
     if (shown_.rfind("exec:", 0) == 0) {
       target_ = "exec:cd " + quote(dir) + " && exec " + shown_.substr(5);
     } else {
@@ -133,14 +138,14 @@ class TargetReference final : public ExternalReference {
   }
 
  private:
-  // "the reference exec:COMMAND: why", without the transport's own prefix
+  // "the reference exec:COMMAND (spec:line:col): why", without the transport's own prefix
   // (the command with the folder change kprop added).
   std::string named(std::string why) const {
     if (why.rfind(target_ + ": ", 0) == 0) why.erase(0, target_.size() + 2);
-    return fmt::format("the reference {}: {}", shown_, why);
+    return fmt::format("the reference {} ({}): {}", shown_, where_, why);
   }
 
-  std::string shown_, target_, op_;
+  std::string shown_, target_, op_, where_;
   mutable std::mutex mutex_;
   mutable std::shared_ptr<external::Transport> transport_;
 };
@@ -148,8 +153,9 @@ class TargetReference final : public ExternalReference {
 }  // namespace
 
 std::shared_ptr<const ExternalReference> external_reference(const std::string& target, const std::string& dir,
-                                                            const std::string& op_name) {
-  return std::make_shared<TargetReference>(target, dir, op_name);
+                                                            const std::string& op_name,
+                                                            const std::string& where) {
+  return std::make_shared<TargetReference>(target, dir, op_name, where);
 }
 
 std::string plugin_symbol(const std::string& op_name) {

@@ -182,8 +182,7 @@ std::string check_input(const Case& c, size_t i) {
     if (!is_float(c.dtypes[i])) {
       if (x.size() != static_cast<size_t>(count(d.extents(in.shape, c.dims))))
         return fmt::format("input {} has {} values, not {}", in.name, x.size(), expr::shape_text(in.shape));
-      const double lo = c.dtypes[i] == DType::boolean ? 0 : c.dtypes[i] == DType::i32 ? -0x1p31 : -0x1p63;
-      const double hi = c.dtypes[i] == DType::boolean ? 1 : c.dtypes[i] == DType::i32 ? 0x1p31 - 1 : 0x1p63;
+      const auto [lo, hi] = int_range(c.dtypes[i]);
       for (double e : x)
         if (e != std::floor(e) || e < lo || e > hi)
           return fmt::format("input {} ({}) holds {}, not a value of its dtype", in.name,
@@ -281,8 +280,9 @@ namespace {
 // among its valid values. With relations, each soft equality is forced at
 // its rate (when it can hold with those forced before it), then each dim is
 // drawn among the values left by arc consistency given the dims drawn
-// before it: as the relations are max-closed, every value left extends to
-// a full assignment, so the draw never dead-ends.
+// before it that extend to a full assignment (Decl::extends: with gaps in
+// the valid values, arc consistency alone can leave a dead end), so the
+// draw never dead-ends.
 std::vector<int64_t> draw_dims(const Decl& d, Draw& draw) {
   std::vector<int64_t> out;
   if (d.relations.empty()) {
@@ -297,16 +297,20 @@ std::vector<int64_t> draw_dims(const Decl& d, Draw& draw) {
     if (!r.hard() && draw.chance(r.rate)) {
       forced.push_back(r);
       forced.back().rate = 1;
-      bool ok = true;
-      for (const auto& dom : d.consistent_domains({}, forced)) ok = ok && !dom.empty();
-      if (!ok) forced.pop_back();
+      if (!d.extends(std::vector<int64_t>(d.dims.size(), -1), forced)) forced.pop_back();
     }
+  // Each dim among its pruned values; a value that extends to no full
+  // assignment (possible with gaps) is dropped and the draw repeated.
   std::vector<int64_t> fixed(d.dims.size(), -1);
   for (size_t k = 0; k < d.dims.size(); ++k) {
-    const auto dom = d.consistent_domains(fixed, forced);
-    const auto& values = dom[k];
-    if (values.empty()) throw std::logic_error("op: the relations dead-ended at dim " + d.dims[k].name);
-    fixed[k] = values[static_cast<size_t>(draw.sized({0, static_cast<int64_t>(values.size()) - 1}))];
+    std::vector<int64_t> values = d.consistent_domains(fixed, forced)[k];
+    for (;;) {
+      if (values.empty()) throw std::logic_error("op: the relations dead-ended at dim " + d.dims[k].name);
+      const auto i = static_cast<size_t>(draw.sized({0, static_cast<int64_t>(values.size()) - 1}));
+      fixed[k] = values[i];
+      if (d.extends(fixed, forced)) break;
+      values.erase(values.begin() + static_cast<std::ptrdiff_t>(i));
+    }
   }
   return fixed;
 }
@@ -489,7 +493,9 @@ std::optional<std::vector<int64_t>> coupled_dims(const Decl& d, std::vector<int6
       }
       if (!ok) return std::nullopt;
     }
-    if (!violated) return dims;
+    // The cut dim keeps m: a partner that needed it lowered further (an
+    // equality where m is not valid for the partner) gives no candidate.
+    if (!violated) return dims[k] == m ? std::optional(dims) : std::nullopt;
   }
   return std::nullopt;
 }
@@ -814,8 +820,7 @@ double read_number(const YAML::Node& n, DType dtype, const std::string& what) {
     const long long v = std::strtoll(s.c_str(), &end, 10);
     if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE)
       case_yaml::fail(n, fmt::format("{} has '{}', not an integer", what, s));
-    const double lo = dtype == DType::boolean ? 0 : dtype == DType::i32 ? -0x1p31 : -0x1p53;
-    const double hi = dtype == DType::boolean ? 1 : dtype == DType::i32 ? 0x1p31 - 1 : 0x1p53;
+    const auto [lo, hi] = int_range(dtype);
     if (static_cast<double>(v) < lo || static_cast<double>(v) > hi)
       case_yaml::fail(n, fmt::format("{} has {}, outside {}", what, v, dtype_name(dtype)));
     return static_cast<double>(v);
@@ -881,8 +886,10 @@ YAML::Node Traits::to_yaml(const Case& c) {
   if (!d.attrs.empty()) {
     attrs.SetStyle(YAML::EmitterStyle::Flow);
     for (size_t a = 0; a < d.attrs.size(); ++a)
-      attrs[d.attrs[a].name] = d.attrs[a].integer ? fmt::format("{}", static_cast<int64_t>(c.attrs[a]))
-                                                  : number_text(c.attrs[a], DType::f64);
+      attrs[d.attrs[a].name] = !d.attrs[a].labels.empty()
+                                   ? d.attrs[a].labels.at(static_cast<size_t>(c.attrs[a]))
+                               : d.attrs[a].integer ? fmt::format("{}", static_cast<int64_t>(c.attrs[a]))
+                                                    : number_text(c.attrs[a], DType::f64);
     n["attrs"] = attrs;
   }
   for (size_t i = 0; i < d.inputs.size(); ++i) {
@@ -930,7 +937,14 @@ AnyCase OpFamily::from_yaml(const YAML::Node& n) const {
     }
   for (const auto& a : d.attrs) {
     if (!attrs[a.name]) case_yaml::fail(attrs, "missing attr '" + a.name + "'");
-    c.attrs.push_back(read_number(attrs[a.name], DType::f64, "attr " + a.name));
+    if (a.labels.empty()) {
+      c.attrs.push_back(read_number(attrs[a.name], DType::f64, "attr " + a.name));
+      continue;
+    }
+    const auto at = std::find(a.labels.begin(), a.labels.end(), attrs[a.name].Scalar());
+    if (!attrs[a.name].IsScalar() || at == a.labels.end())
+      case_yaml::fail(attrs[a.name], fmt::format("attr {} must be one of {}", a.name, join(a.labels, ", ")));
+    c.attrs.push_back(static_cast<double>(at - a.labels.begin()));
   }
   const YAML::Node inputs = n["inputs"];
   if (!inputs || !inputs.IsMap()) case_yaml::fail(inputs ? inputs : n, "'inputs' must be a map");
@@ -1021,8 +1035,11 @@ const std::vector<TransformInfo>& Traits::transforms() {
     for (size_t k = 0; k < kMaxDims; ++k) {
       l.push_back(
           {fmt::format("permute_dim{}", k), "", {}, {{"transform.perm", {}, expr::DType::integer, ""}}});
-      l.push_back(
-          {fmt::format("slice_dim{}", k), "", {}, {{"transform.index", {}, expr::DType::integer, ""}}});
+      l.push_back({fmt::format("slice_dim{}", k),
+                   "",
+                   {},
+                   {{"transform.index", {}, expr::DType::integer, ""},
+                    {"transform.applies", {}, expr::DType::boolean, ""}}});
     }
     return l;
   }();
@@ -1043,7 +1060,8 @@ Case Traits::transform(const std::string& name, const Case& c, const Values& par
   }
   if (name.rfind("slice_dim", 0) == 0) {
     // A contiguous run [a, a + m) along dim k, m drawn among the smaller
-    // values the dim and the hard relations allow (none: the whole dim).
+    // values the dim and the hard relations allow (none: the whole dim, and
+    // transform.applies = false, so the check is discarded).
     const size_t k = static_cast<size_t>(std::stoul(name.substr(std::string("slice_dim").size())));
     const int64_t n = c.dims[k];
     std::vector<int64_t> sizes;
@@ -1058,16 +1076,14 @@ Case Traits::transform(const std::string& name, const Case& c, const Values& par
     std::iota(keep.begin(), keep.end(), a);
     s = keep_indices(c, k, keep);
     out.put("transform.index", expr::Tensor::ints({m}, keep));
+    out.put("transform.applies", expr::Tensor::scalar(m < n ? 1 : 0, expr::DType::boolean));
     return s;
   }
   const size_t k = static_cast<size_t>(std::stoul(name.substr(std::string("permute_dim").size())));
   const int64_t n = c.dims[k];
   std::vector<int64_t> perm(static_cast<size_t>(n));
   std::iota(perm.begin(), perm.end(), 0);
-  for (int64_t j = n - 1; j > 0; --j)  // Fisher-Yates on kprop::rng
-    std::swap(perm[static_cast<size_t>(j)],
-              perm[static_cast<size_t>(rng::hash(seed, 7, static_cast<uint64_t>(j)) %
-                                       static_cast<uint64_t>(j + 1))]);
+  rng::shuffle(perm, seed, 7);
   s = keep_indices(c, k, perm);
   out.put("transform.perm", expr::Tensor::ints({n}, perm));
   return s;
@@ -1106,7 +1122,11 @@ OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
          "a random contiguous run of indices along every axis named " + dim.name +
              " (a smaller valid extent; the whole dim when the relations allow none)",
          {},
-         {{"transform.index", {dim.name}, expr::DType::integer, "the indices kept, ascending"}}});
+         {{"transform.index", {dim.name}, expr::DType::integer, "the indices kept, ascending"},
+          {"transform.applies",
+           {},
+           expr::DType::boolean,
+           "false when no smaller extent is valid: the invariant is discarded, not passed"}}});
   }
   implementation({"reference", ImplKind::reference, "the declared reference expressions, in fp64"},
                  op::reference);
@@ -1129,7 +1149,8 @@ std::vector<DeclaredKey> section_keys() {
        "relations between dims: always hold, or an equality forced in a fraction R of the cases; checked "
        "satisfiable at load; shrinking lowers coupled dims together"},
       {"attrs", "{ATTR: X | [lo, hi] | {one_of: [X, ...]} | {range: [lo, hi]}, with int: true for integers}",
-       "scalars drawn per case, sent as JSON attrs; references read them by name"},
+       "scalars drawn per case, sent as JSON attrs; references read them by name; one_of of names (e.g. "
+       "[gelu, tanh]) is a named choice: targets get the name, references its index (0, 1, ...)"},
       {"inputs",
        "{NAME: {shape: [DIM | N, ...], dtype: f32 | f64 | i32 | i64 | bool | [..], values: KIND | [KIND, "
        "...] | "

@@ -12,7 +12,8 @@
  * (dims resolved); outputs are allocated by kprop with the declared dtype and
  * shape and poisoned (NaN or garbage until the kernel writes them). Look them
  * up by name with kprop_op_input / kprop_op_output, and attrs with
- * kprop_op_attr_value (numbers; integer attrs hold exact integers). The same attrs
+ * kprop_op_attr_value (numbers; integer attrs hold exact integers) or
+ * kprop_op_attr_text (named choices, e.g. "gelu"). The same attrs
  * come as a JSON object in attrs_json for kernels that already parse JSON.
  * Every pointer in args lives for the duration of the call only.
  */
@@ -32,9 +33,10 @@ typedef struct kprop_named_tensor {
 
 typedef struct kprop_op_attr {
   const char* name;
-  double value;       /* an integer attr holds an exact integer */
+  double value;       /* an integer attr holds an exact integer; 0 for a named choice */
   int32_t is_integer; /* 1 for an attr declared `int: true` */
   int32_t reserved;
+  const char* text; /* a named choice ({one_of: [gelu, tanh]}): its name; NULL for numbers */
 } kprop_op_attr;
 
 typedef struct kprop_op_args {
@@ -61,10 +63,17 @@ static inline const kprop_tensor* kprop_op_output(const kprop_op_args* a, const 
     if (strcmp(a->outputs[i].name, name) == 0) return &a->outputs[i].tensor;
   return NULL;
 }
-/* 1 and *value set when the op has an attr `name`, else 0. */
+/* The named choice of attr `name`, or NULL when the op has no such attr or
+ * it is a number. */
+static inline const char* kprop_op_attr_text(const kprop_op_args* a, const char* name) {
+  for (int32_t i = 0; i < a->n_attrs; ++i)
+    if (strcmp(a->attrs[i].name, name) == 0) return a->attrs[i].text;
+  return NULL;
+}
+/* 1 and *value set when the op has a numeric attr `name`, else 0. */
 static inline int kprop_op_attr_value(const kprop_op_args* a, const char* name, double* value) {
   for (int32_t i = 0; i < a->n_attrs; ++i)
-    if (strcmp(a->attrs[i].name, name) == 0) {
+    if (strcmp(a->attrs[i].name, name) == 0 && !a->attrs[i].text) {
       *value = a->attrs[i].value;
       return 1;
     }

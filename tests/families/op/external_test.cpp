@@ -4,6 +4,7 @@
 // generic plugin entry point's symbol. End to end through a NumPy worker and
 // a C++ plugin: ctests op.sort.* and op.rmsnorm.plugin.*.
 #include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
 
 #include <memory>
 #include <string>
@@ -48,10 +49,70 @@ TEST(OpExternalReference, AScalarReferenceMustNameExecOrPlugin) {
             "op.yaml:7:14: reference 'exec:  ' names no command or path");
 }
 
-TEST(OpExternalReference, OpNamedDeviceWouldShadowTheDeviceQuery) {
+TEST(OpExternalReference, OpNamedLikeAnAbiNameIsRefused) {
   EXPECT_EQ(load_error(spec_with_reference("{y: x}", "  name: device\n")).substr(0, 21),
             "op.yaml:4:9: op.name ");
+  EXPECT_EQ(load_error(spec_with_reference("{y: x}", "  name: input\n")).substr(0, 21),
+            "op.yaml:4:9: op.name ");
   EXPECT_EQ(load_error(spec_with_reference("{y: x}", "  name: device2\n")), "");
+}
+
+// A named choice ({one_of: [gelu, tanh]}): the case holds the index, which
+// the reference reads; the corpus file holds the name and reads it back; an
+// unknown name in a file is refused naming the valid ones.
+TEST(OpAttr, NamedChoiceIsAnIndexForExpressionsAndANameInFiles) {
+  const Spec spec = parse_spec(R"(spec: act
+family: op
+op:
+  dims: {N: [1, 4]}
+  attrs: {act: {one_of: [gelu, tanh]}}
+  inputs: {x: {shape: [N], dtype: [f64]}}
+  outputs: {y: {shape: [N]}}
+  reference:
+    y: where(act == 1, 2 * x, x)
+target: reference
+)",
+                               "act.yaml");
+  const auto& family = dynamic_cast<const OpFamily&>(*spec.family);
+  EXPECT_EQ(family.decl().attrs[0].labels, (std::vector<std::string>{"gelu", "tanh"}));
+  Case c;
+  c.decl = std::make_shared<Decl>(family.decl());
+  c.dims = {2};
+  c.dtype = DType::f64;
+  c.dtypes = {DType::f64};
+  c.kinds = {-1};
+  c.inputs = {{1.5, -4}};
+  for (const double act : {0.0, 1.0}) {
+    c.attrs = {act};
+    EXPECT_EQ(reference(c).outputs[0], act == 1 ? (std::vector<double>{3, -8}) : c.inputs[0]);
+    YAML::Emitter out;
+    out << Traits::to_yaml(c);
+    const std::string text = out.c_str();
+    EXPECT_NE(text.find(act == 1 ? "act: tanh" : "act: gelu"), std::string::npos) << text;
+    const auto back = family.from_yaml(YAML::Load(text));
+    EXPECT_EQ(static_cast<const Case*>(back.get())->attrs, c.attrs);
+  }
+  YAML::Emitter out;
+  out << Traits::to_yaml(c);
+  std::string text = out.c_str();
+  text.replace(text.find("tanh"), 4, "relu");
+  try {
+    family.from_yaml(YAML::Load(text));
+    ADD_FAILURE() << "an unknown name was read";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("attr act must be one of gelu, tanh"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(OpAttr, NamedChoicesMustBeDistinctNamesOnly) {
+  const auto with = [](const std::string& one_of) {
+    return load_error("spec: t\nfamily: op\nop:\n  dims: {N: [1, 4]}\n  attrs: {act: {one_of: " + one_of +
+                      "}}\n  inputs: {x: {shape: [N]}}\n  outputs: {y: {shape: [N]}}\n  reference: {y: x}\n");
+  };
+  EXPECT_EQ(with("[gelu, tanh]"), "");
+  EXPECT_EQ(with("[gelu, 2]"), "op.yaml:5:32: attr act.one_of mixes names and numbers; use one or the other");
+  EXPECT_EQ(with("[gelu, gelu]"), "op.yaml:5:32: attr act.one_of lists 'gelu' twice");
 }
 
 TEST(OpPlugin, SymbolIsThePrefixedNameWithNonIdentifierCharactersReplaced) {
