@@ -371,6 +371,33 @@ TEST(OpCorpus, RoundTripIsExactInBothDtypesWithSpecialValues) {
 // The libFuzzer path: any byte string (short ones run out and read zeros)
 // decodes to a case the declaration could have drawn, which the reference
 // evaluates and the codec stores.
+// Gaps in the valid values (multiple_of) defeat arc consistency alone:
+// H = 20 survives pruning under Nk >= H >= Nq == Nk with Nq, Nk multiples
+// of 16, yet fixing it leaves Nq no value. Every draw still completes.
+TEST(OpRelations, DrawsNeverDeadEndWhereValidValuesHaveGaps) {
+  const Spec spec = parse_spec(R"(spec: gaps
+family: op
+op:
+  dims:
+    H: [1, 64]
+    Nq: {range: [16, 64], multiple_of: 16}
+    Nk: {range: [16, 64], multiple_of: 16}
+  relations: ["Nk >= H", "H >= Nq", "Nq == Nk"]
+  inputs: {x: {shape: [H], dtype: [f64]}}
+  outputs: {y: {shape: [H]}}
+  reference: {y: x}
+target: reference
+)",
+                               "gaps.yaml");
+  const OpFamily& f = op_family(spec);
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    const std::vector<uint8_t> bytes = f.seed_bytes(spec.domain, seed, 100);
+    const Case c = as_case(f.from_bytes(bytes.data(), bytes.size(), spec.domain));
+    ASSERT_EQ(Traits::in_domain(c, spec.domain), "") << "seed " << seed;
+    ASSERT_EQ(dim(c, "H"), dim(c, "Nq")) << "seed " << seed;  // the only solutions
+  }
+}
+
 // slice_<DIM>: a contiguous run of a smaller valid extent along the dim,
 // within the hard relations (Nk >= Nq: slicing Nk stops at Nq), the other
 // dims and every value of the kept indices unchanged; transform.index names
