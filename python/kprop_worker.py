@@ -52,7 +52,7 @@ try:  # a real bfloat16 dtype for NumPy, when installed
     import ml_dtypes
 
     BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
-except ImportError:
+except Exception:  # not installed, or built for another NumPy (it raises AttributeError then)
     BFLOAT16 = None
 
 _DTYPES = {

@@ -204,3 +204,15 @@ def test_worker_round_trip_f16_bf16(returns):
     nanb = np.array([is_nan_bits(b) for b in range(65536)]).reshape(256, 256)
     assert np.array_equal(out["yb"][~nanb], bf[~nanb])
     assert all(is_nan_bits(int(b)) for b in out["yb"][nanb])
+
+
+def test_helpers_agree_with_ml_dtypes_when_installed():
+    if kw.BFLOAT16 is None:
+        pytest.skip("ml_dtypes is not importable: bf16 travels as uint16 bits")
+    xs, _ = _between_points()
+    arr = np.concatenate([np.array(xs, np.float32), -np.array(xs, np.float32)])
+    assert np.array_equal(kw.float32_to_bf16(arr), arr.astype(kw.BFLOAT16).view(np.uint16))
+    f = ALL.view(kw.BFLOAT16).astype(np.float32)
+    g = kw.bf16_to_float32(ALL)
+    assert np.array_equal(np.isnan(f), np.isnan(g))
+    assert np.array_equal(f[~np.isnan(f)].view(np.uint32), g[~np.isnan(g)].view(np.uint32))
