@@ -25,6 +25,14 @@ header length, a JSON header, then the tensors' bytes back to back in
 header order (little-endian, C order). kprop sends {"op": "hello", ...}
 first; the worker answers with its ABI version and ops. stdout carries the
 protocol, so print() is redirected to stderr.
+
+Half precision: f16 tensors are NumPy float16 arrays. NumPy has no bfloat16,
+so bf16 tensors arrive as ml_dtypes.bfloat16 arrays when the ml_dtypes
+package is importable (`BFLOAT16` is then its dtype), else as uint16 arrays
+of the raw bits (`BFLOAT16` is None); `bf16_to_float32(bits)` and
+`float32_to_bf16(x)` convert between those bits and floats (round to
+nearest even, NaN kept NaN). A bf16 output may be returned as bfloat16, as
+uint16 bits, or as floats (rounded once, to nearest even).
 """
 
 import json
@@ -40,16 +48,75 @@ ABI_VERSION = 1
 # Mask kinds of attention (KPROP_MASK_* in include/kprop/abi/attention.h).
 MASK_NONE, MASK_CAUSAL, MASK_KEY_PADDING, MASK_BOOLEAN = 0, 1, 2, 3
 
+try:  # a real bfloat16 dtype for NumPy, when installed
+    import ml_dtypes
+
+    BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+except Exception:  # not installed, or built for another NumPy (it raises AttributeError then)
+    BFLOAT16 = None
+
 _DTYPES = {
     "f32": np.dtype("<f4"),
     "f64": np.dtype("<f8"),
     "f16": np.dtype("<f2"),
-    "bf16": np.dtype("<u2"),  # raw bits: NumPy has no bfloat16
+    "bf16": BFLOAT16 if BFLOAT16 is not None else np.dtype("<u2"),  # else the raw bits
     "i8": np.dtype("i1"),
     "u8": np.dtype("u1"),
     "i32": np.dtype("<i4"),
     "i64": np.dtype("<i8"),
 }
+
+
+def bf16_to_float32(bits):
+    """float32 values of bf16 bit patterns (a uint16 array): exact.
+
+    A bf16 is the top half of a float32. NaNs come back quiet (payload kept).
+    """
+    b = np.asarray(bits)
+    if b.dtype != np.uint16:
+        raise TypeError("bf16_to_float32 expects uint16 bits, not %s" % b.dtype)
+    b = b.astype(np.uint32)
+    nan = ((b & 0x7F80) == 0x7F80) & ((b & 0x007F) != 0)
+    b = np.where(nan, b | 0x0040, b)  # quiet bit
+    return (b << 16).view(np.float32)
+
+
+def float32_to_bf16(x):
+    """bf16 bit patterns (uint16) of float values, rounded to nearest, ties to even.
+
+    Overflow goes to +-inf, NaN stays NaN (sign and the payload's top bits kept,
+    quiet bit set). float64 input is rounded once, straight to bf16 (through
+    float32 rounded to odd, which cannot round twice); other inputs go through
+    float32 first.
+    """
+    x = np.asarray(x)
+    shape = x.shape
+    x = np.ascontiguousarray(x).reshape(-1)
+    if x.dtype == np.float64:
+        with np.errstate(invalid="ignore", over="ignore"):
+            f = x.astype(np.float32)  # nearest; made round-to-odd: toward zero, low bit sticky
+            back = f.astype(np.float64)
+            inexact = (back != x) & ~np.isnan(x)
+            f = np.where(inexact & (np.abs(back) > np.abs(x)), np.nextafter(f, np.float32(0)), f)
+        u = f.astype(np.float32).view(np.uint32)
+        u = np.where(inexact, u | np.uint32(1), u).astype(np.uint32)
+    else:
+        u = x.astype(np.float32).view(np.uint32)
+    nan = ((u & 0x7F800000) == 0x7F800000) & ((u & 0x007FFFFF) != 0)
+    rounded = (u + (0x7FFF + ((u >> 16) & 1))) >> 16  # RNE; a carry reaches the exponent (or inf)
+    return np.where(nan, (u >> 16) | 0x0040, rounded).astype(np.uint16).reshape(shape)
+
+
+def _to_dtype(dtype_name, value):
+    """`value` as the wire dtype of `dtype_name` (bf16: bits, bfloat16 or floats)."""
+    a = np.asarray(value)
+    if dtype_name != "bf16":
+        return a.astype(_DTYPES[dtype_name], copy=False)
+    if a.dtype == np.uint16 or (BFLOAT16 is not None and a.dtype == BFLOAT16):
+        return a.view(_DTYPES["bf16"])
+    if a.dtype.kind not in "fiub":  # e.g. a torch-less object array
+        raise TypeError("a bf16 output must be floats, bfloat16 or uint16 bits, not %s" % a.dtype)
+    return float32_to_bf16(a if a.dtype == np.float64 else a.astype(np.float32)).view(_DTYPES["bf16"])
 
 
 class Unsupported(Exception):
@@ -103,7 +170,7 @@ def _outputs(op, declared, result):
     for d in declared:
         if d["name"] not in result:
             raise KeyError("%s returned no output '%s'" % (op, d["name"]))
-        a = np.ascontiguousarray(np.asarray(result[d["name"]]).astype(_DTYPES[d["dtype"]], copy=False))
+        a = np.ascontiguousarray(_to_dtype(d["dtype"], result[d["name"]]))
         if list(a.shape) != list(d["shape"]):
             raise ValueError("%s: output '%s' has shape %s, expected %s"
                              % (op, d["name"], list(a.shape), d["shape"]))

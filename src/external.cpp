@@ -19,6 +19,7 @@
 
 #include "kprop/errors.h"
 #include "kprop/family.h"
+#include "kprop/half.h"
 #include "kprop/runner.h"
 
 namespace kprop::external {
@@ -127,6 +128,9 @@ Tensor Tensor::of(std::string name, int32_t dtype, std::vector<int64_t> shape,
                 [dtype](std::vector<uint8_t>& bytes, size_t i, double v) {
                   if (dtype == KPROP_F32) return store(bytes, i, static_cast<float>(v));
                   if (dtype == KPROP_F64) return store(bytes, i, v);
+                  // Halves round to nearest even straight from the double (kprop/half.h).
+                  if (dtype == KPROP_F16) return store(bytes, i, half::f16_from_double(v));
+                  if (dtype == KPROP_BF16) return store(bytes, i, half::bf16_from_double(v));
                   no_conversion(dtype);
                 });
 }
@@ -144,13 +148,27 @@ Tensor Tensor::of_ints(std::string name, int32_t dtype, std::vector<int64_t> sha
 }
 
 std::vector<double> Tensor::to_doubles() const {
-  if (dtype != KPROP_F32 && dtype != KPROP_F64) {  // integers: converted once, not per element
+  const bool real = dtype == KPROP_F32 || dtype == KPROP_F64 || dtype == KPROP_F16 || dtype == KPROP_BF16;
+  if (!real) {  // integers: converted once, not per element
     const std::vector<int64_t> ints = to_ints();
     return std::vector<double>(ints.begin(), ints.end());
   }
   std::vector<double> out(static_cast<size_t>(numel()));
-  for (size_t i = 0; i < out.size(); ++i)
-    out[i] = dtype == KPROP_F32 ? load<float>(bytes, i) : load<double>(bytes, i);
+  for (size_t i = 0; i < out.size(); ++i) {
+    switch (dtype) {  // all exact
+      case KPROP_F32:
+        out[i] = load<float>(bytes, i);
+        break;
+      case KPROP_F16:
+        out[i] = half::f16_to_double(load<uint16_t>(bytes, i));
+        break;
+      case KPROP_BF16:
+        out[i] = half::bf16_to_double(load<uint16_t>(bytes, i));
+        break;
+      default:
+        out[i] = load<double>(bytes, i);
+    }
+  }
   return out;
 }
 

@@ -7,6 +7,10 @@ so a script guarded by `if __name__ == "__main__":` does not run again);
 NAME is the function's qualified name. Also usable directly:
 
     prop_runner --spec specs/flash_fwd.yaml --target "exec:python3 -m kprop.worker mymod:attention_fwd"
+
+f16 tensors are NumPy float16 arrays; bf16 tensors are ml_dtypes.bfloat16
+arrays when ml_dtypes is importable, else uint16 arrays of the raw bits
+(kprop_worker.bf16_to_float32 / float32_to_bf16 convert those).
 """
 
 import argparse
@@ -22,11 +26,19 @@ import numpy as np
 
 ABI_VERSION = 1
 
+try:  # a real bfloat16 dtype for NumPy, when installed (as python/kprop_worker.py)
+    import ml_dtypes
+
+    BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+except Exception:  # not installed, or built for another NumPy (it raises AttributeError then)
+    BFLOAT16 = None
+
 _DTYPES = {
     "f32": np.dtype("<f4"),
     "f64": np.dtype("<f8"),
     "f16": np.dtype("<f2"),
-    "bf16": np.dtype("<u2"),  # raw bits: NumPy has no bfloat16
+    # bf16: ml_dtypes.bfloat16 when importable, else the raw bits (NumPy has no bfloat16)
+    "bf16": BFLOAT16 if BFLOAT16 is not None else np.dtype("<u2"),
     "i8": np.dtype("i1"),
     "u8": np.dtype("u1"),
     "i32": np.dtype("<i4"),
