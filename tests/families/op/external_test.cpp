@@ -13,18 +13,12 @@
 #include "kernels/op/op.h"
 #include "kprop/spec.h"
 #include "properties/op/family.h"
+#include "tests/families/op/op_support.h"
 
 namespace kprop::op {
 namespace {
 
-std::string load_error(const std::string& text) {
-  try {
-    parse_spec(text, "op.yaml");
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+using namespace kprop::op::testing;
 
 std::string spec_with_reference(const std::string& reference, const std::string& name = "") {
   return "spec: t\nfamily: op\nop:\n" + name +

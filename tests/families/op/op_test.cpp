@@ -24,9 +24,12 @@
 #include "kprop/runner.h"
 #include "kprop/spec.h"
 #include "properties/op/family.h"
+#include "tests/families/op/op_support.h"
 
 namespace kprop::op {
 namespace {
+
+using namespace kprop::op::testing;
 
 // A declaration using every kind of constraint the shrinker must respect:
 // plain ranges, multiple_of (H), one_of (K), a real and an integer attr
@@ -57,26 +60,7 @@ invariants:
   - matches_reference
 )";
 
-const Case& as_case(const AnyCase& c) {
-  return *static_cast<const Case*>(c.get());
-}
-
-const OpFamily& op_family(const Spec& spec) {
-  const auto* f = dynamic_cast<const OpFamily*>(spec.family);
-  if (!f) throw std::logic_error("spec " + spec.name + " is not an op spec");
-  return *f;
-}
-
 // ---------------------------------------------------------------- load-time errors
-// The loader's message for `text`, or "" when it loads.
-std::string load_error(const std::string& text) {
-  try {
-    parse_spec(text, "op.yaml");
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // A valid rmsnorm-like spec; each error test replaces one line of it:
 // line 4 the dims, 7 input x, 8 the outputs, 10 the reference.
@@ -284,29 +268,18 @@ TEST(OpShrink, RunnerShrinksABugNeedingThreeColumnsToTheMinimalDims) {
   });
   spec.declared_family = f;
   spec.family = f.get();
-  RunOptions o;
-  o.target = "sum_two_columns";
-  o.seed = 20261122;
-  o.trials = 200;
-  o.write_corpus = false;
-  o.scratch_dir = (std::filesystem::temp_directory_path() / "kprop_op_test_findings").string();
+  const RunOptions o = scratch_run("sum_two_columns", 20261122, 200, "kprop_op_test_findings");
   const RunReport report = run_spec(spec, o);
   ASSERT_EQ(report.status, RunStatus::failed);
   ASSERT_EQ(report.invariants.size(), 1u);
   ASSERT_TRUE(report.invariants[0].counterexample);
   const Finding& found = *report.invariants[0].counterexample;
-  YAML::Node n = YAML::Load(found.case_yaml);
-  if (n["case"]) n = n["case"];
+  const YAML::Node n = case_node(found);
   EXPECT_EQ(n["dims"]["T"].as<int>(), 1) << found.case_yaml;
   EXPECT_EQ(n["dims"]["D"].as<int>(), 3) << found.case_yaml;
   EXPECT_EQ(n["dims"]["H"].as<int>(), 2) << found.case_yaml;
   EXPECT_EQ(n["dims"]["K"].as<int>(), 3) << found.case_yaml;
-  // The case decodes, lies in the domain and still fails the same way.
-  const AnyCase back = f->from_yaml(n);
-  EXPECT_EQ(f->in_domain(back, spec.domain), "");
-  // Control: the correct kernel passes the same run.
-  o.target = "reference";
-  EXPECT_EQ(run_spec(spec, o).status, RunStatus::passed);
+  expect_in_domain_and_reference_passes(spec, *f, n, o);
 }
 
 // ---------------------------------------------------------------- corpus codec
@@ -864,26 +837,17 @@ TEST(OpDomainShrink, RunnerShrinksAPlantedBugNeedingDAtLeast3) {
   });
   spec.declared_family = f;
   spec.family = f.get();
-  RunOptions o;
-  o.target = "third_column_dropped";
-  o.seed = 20261123;
-  o.trials = 300;
-  o.write_corpus = false;
-  o.scratch_dir = (std::filesystem::temp_directory_path() / "kprop_op_domain_findings").string();
+  const RunOptions o = scratch_run("third_column_dropped", 20261123, 300, "kprop_op_domain_findings");
   const RunReport report = run_spec(spec, o);
   ASSERT_EQ(report.status, RunStatus::failed);
   ASSERT_TRUE(report.invariants[0].counterexample);
   const Finding& found = *report.invariants[0].counterexample;
-  YAML::Node n = YAML::Load(found.case_yaml);
-  if (n["case"]) n = n["case"];
+  const YAML::Node n = case_node(found);
   EXPECT_EQ(n["dims"]["D"].as<int>(), 3) << found.case_yaml;
   EXPECT_EQ(n["dims"]["E"].as<int>(), 3) << found.case_yaml;
   EXPECT_EQ(n["dims"]["T"].as<int>(), 1) << found.case_yaml;
   EXPECT_EQ(n["dims"]["V"].as<int>(), 1) << found.case_yaml;
-  const AnyCase back = f->from_yaml(n);
-  EXPECT_EQ(f->in_domain(back, spec.domain), "");
-  o.target = "reference";
-  EXPECT_EQ(run_spec(spec, o).status, RunStatus::passed);
+  expect_in_domain_and_reference_passes(spec, *f, n, o);
 }
 
 // A failure caused by a NaN keeps one NaN and zeroes the rest.

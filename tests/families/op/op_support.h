@@ -1,0 +1,67 @@
+// Helpers the op family's tests share (op_test.cpp, external_test.cpp).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/op/op.h"
+#include "kprop/runner.h"
+#include "kprop/spec.h"
+#include "properties/op/family.h"
+
+namespace kprop::op::testing {
+
+inline const Case& as_case(const AnyCase& c) {
+  return *static_cast<const Case*>(c.get());
+}
+
+inline const OpFamily& op_family(const Spec& spec) {
+  const auto* f = dynamic_cast<const OpFamily*>(spec.family);
+  if (!f) throw std::logic_error("spec " + spec.name + " is not an op spec");
+  return *f;
+}
+
+// The loader's message for `text`, or "" when it loads.
+inline std::string load_error(const std::string& text) {
+  try {
+    parse_spec(text, "op.yaml");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A run of `target` with a fixed seed and budget, findings in a scratch
+// folder under the system's temp dir, nothing written to a corpus.
+inline RunOptions scratch_run(const std::string& target, uint64_t seed, int trials,
+                              const std::string& scratch) {
+  RunOptions o;
+  o.target = target;
+  o.seed = seed;
+  o.trials = trials;
+  o.write_corpus = false;
+  o.scratch_dir = (std::filesystem::temp_directory_path() / scratch).string();
+  return o;
+}
+
+// A counterexample's case (the `case:` section of its YAML).
+inline YAML::Node case_node(const Finding& found) {
+  YAML::Node n = YAML::Load(found.case_yaml);
+  return n["case"] ? n["case"] : n;
+}
+
+// The shrunk case `n` decodes into the domain, and the reference passes the
+// run `o` that found it (the control: the failure is the target's).
+inline void expect_in_domain_and_reference_passes(const Spec& spec, const Family& f, const YAML::Node& n,
+                                                  RunOptions o) {
+  const AnyCase back = f.from_yaml(n);
+  EXPECT_EQ(f.in_domain(back, spec.domain), "");
+  o.target = "reference";
+  EXPECT_EQ(run_spec(spec, o).status, RunStatus::passed);
+}
+
+}  // namespace kprop::op::testing
