@@ -11,7 +11,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
