@@ -4,6 +4,16 @@
 
 namespace kprop {
 
+Verdict both(Verdict a, Verdict b) {
+  if (a.outcome != Outcome::pass) return a;
+  if (b.outcome != Outcome::pass) return b;
+  double ratio = -1;
+  for (const Verdict* v : {&a, &b})
+    for (const Measured& m : v->measured)
+      if (m.name == kErrorRatio) ratio = std::max(ratio, m.value);
+  return ratio < 0 ? Verdict::pass() : Verdict::pass({{kErrorRatio, ratio}});
+}
+
 // ---- what derives from Family::build
 // `this` outlives the generator: families are registered for the program's
 // life or owned by the Spec that runs them.

@@ -47,6 +47,7 @@ std::string invariant_line(const InvariantReport& r) {
   }
   if (r.discarded && r.status != InvariantStatus::gave_up) what += fmt::format(", {} discarded", r.discarded);
   if (r.declined) what += fmt::format(", {} declined", r.declined);
+  if (r.max_error_ratio >= 0) what += fmt::format(", worst error/allowed {:.3g}", r.max_error_ratio);
   return fmt::format("  {:<26} {:<8} {}\n", r.name, invariant_status_name(r.status), what);
 }
 
@@ -253,6 +254,7 @@ nlohmann::json to_json(const RunReport& r) {
                          {"declined", inv.declined},
                          {"not_applicable", inv.not_applicable},
                          {"discard_reasons", inv.discard_reasons}};
+    if (inv.max_error_ratio >= 0) ji["max_error_ratio"] = inv.max_error_ratio;
     if (inv.status == InvariantStatus::failed) {
       ji["trials_to_fail"] = inv.trials_to_fail;
       ji["seconds_to_fail"] = inv.seconds_to_fail;

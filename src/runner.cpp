@@ -299,6 +299,8 @@ RunReport run_spec(const Spec& spec, const RunOptions& options) {
       switch (v.outcome) {
         case Outcome::pass:
           checked = true;
+          for (const Measured& m : v.measured)
+            if (m.name == kErrorRatio) ir.max_error_ratio = std::max(ir.max_error_ratio, m.value);
           if (++ir.passed >= trials) {
             ir.status = InvariantStatus::passed;
             alive[k] = false;

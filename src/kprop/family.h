@@ -71,18 +71,30 @@ struct Measured {
   double value;
 };
 
+// The measured name of a held tolerance check's margin: its largest
+// |target - reference| over what the policy allowed (1 = at the bound). The
+// runner reports the largest seen per invariant.
+inline constexpr const char* kErrorRatio = "error_ratio";
+
 struct Verdict {
   Outcome outcome = Outcome::pass;
   std::string message;             // why it failed or was discarded
   std::vector<Measured> measured;  // the numbers behind a failure
 
   static Verdict pass() { return {}; }
+  // A pass with its numbers: a tolerance check reports
+  // {kErrorRatio, error / allowed} so a run can say how close it came.
+  static Verdict pass(std::vector<Measured> measured) { return {Outcome::pass, {}, std::move(measured)}; }
   static Verdict discard(std::string why) { return {Outcome::discard, std::move(why), {}}; }
   static Verdict not_applicable(std::string why) { return {Outcome::not_applicable, std::move(why), {}}; }
   static Verdict fail(std::string why, std::vector<Measured> measured = {}) {
     return {Outcome::fail, std::move(why), std::move(measured)};
   }
 };
+
+// Both checks: the first failure (or discard) as it is, else a pass with the
+// larger kErrorRatio of the two.
+Verdict both(Verdict a, Verdict b);
 
 // ---------------------------------------------------------------- metadata
 enum class ImplKind { reference, optimized, mutant, external };
