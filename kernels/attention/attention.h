@@ -18,6 +18,15 @@
 //
 // Every scratch buffer of the tiled kernels comes from a Workspace (see
 // workspace.h): the `workspace_bounded` invariant reads its high-water mark.
+//
+// Precision (as FlashAttention 2 does it on tensor cores). f32 and f64 cases
+// compute in their own precision. f16 and bf16 cases store Q, K, V, dO, O,
+// dQ, dK, dV in the half type and compute in f32: scores, the online max and
+// row sum, the O accumulator, dP and the dK/dV/dQ accumulators are f32; P is
+// rounded to the half type before P·V and Pᵀ·dO, dS before dS·K and dSᵀ·Q
+// (the operands a tensor core takes), outputs are rounded when stored; LSE
+// and D are kept in f32 (softmax_lse and softmax_d are float in FA2). The
+// scale is an f32 kernel argument. Rounding is to nearest, ties to even.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +38,7 @@
 namespace kprop::attention {
 
 enum class MaskKind { none, causal, key_padding, boolean };
-enum class DType { f32, f64 };
+enum class DType { f32, f64, f16, bf16 };
 const char* mask_name(MaskKind kind);
 const char* dtype_name(DType dtype);
 
@@ -67,6 +76,9 @@ bool row_fully_masked(const Case& c, int b, int i);
 std::string validate(const Case& c, bool backward);
 // Rounds a value to the case's dtype.
 double round_to(DType dtype, double x);
+bool is_half(DType dtype);
+// The precision LSE and D are kept in: f32 for half cases, else the dtype.
+DType stats_dtype(DType dtype);
 
 struct FwdResult {
   std::vector<double> o, lse;
@@ -90,10 +102,16 @@ struct MaskView {
   const uint8_t* allowed = nullptr;
 };
 
+// Where a kernel computing in T stores half-precision tensors (the Precision
+// note above): `same` stores in T; the others round P and dS tiles and the
+// outputs to f16 / bf16, to nearest even.
+enum class Storage { same, f16, bf16 };
+
 template <typename T>
 struct Inputs {
   Shape shape;
   MaskView mask;
+  Storage store = Storage::same;
   T scale = 1;
   int block_q = 1, block_k = 1;
   const T* q = nullptr;
@@ -121,6 +139,10 @@ enum class FwdBug {
   drop_partial_tile,   // last uneven KV tile skipped
   gqa_head_map,        // kv head h % Hkv
   lse_missing_max,     // LSE = log l
+  // Precision bugs (differ from the correct kernel on f16/bf16 cases only):
+  pv_in_storage,      // the P·V accumulator held in the storage type
+  rowsum_in_storage,  // the running row sum l held in the storage type
+  lse_in_storage,     // LSE stored in the storage type instead of f32
 };
 enum class BwdBug {
   none,

@@ -2,6 +2,8 @@
 // keeps that tile's dK, dV in scratch; the inner loop walks the query tiles
 // that can see it, recomputes P = exp(S - LSE) from the forward's LSE and
 // accumulates dV += Pᵀ·dO, dS = P ⊙ (dP - D), dQ += dS·K, dK += dSᵀ·Q.
+// Half-precision storage (in.store): P and dS rounded before the products
+// (dS from the unrounded P), dQ, dK, dV when stored; D stays in T.
 //   single_pass_d  D = rowsum(dO ⊙ O), from the forward's output;
 //   two_pass       D = rowsum(P ⊙ dP), accumulated by a first pass over the tiles.
 // Scratch: K and V tiles (transposed), two Bq×Bk tiles, Bk×D dK/dV
@@ -154,7 +156,6 @@ void tiled_backward(const Inputs<T>& in, const T* o, const T* lse, Grads<T> out,
           const int rows = std::min(bq, nq - i0);
           scores(i0, rows, j0, cols);
           probabilities(i0, rows, cols);
-          ops::accumulate_transposed(pt.data(), bk, rows, cols, d_out + size_t(i0) * dim, dim, dv_acc.data());
           d_probabilities(i0, rows, cols);
           for (int i = 0; i < rows; ++i) {
             const T* pr = pt.data() + size_t(i) * bk;
@@ -171,6 +172,10 @@ void tiled_backward(const Inputs<T>& in, const T* o, const T* lse, Grads<T> out,
                 dr[j] = pr[j] * (dr[j] - di);
             }
           }
+          // dS came from the f32 P; the products take P and dS in the storage type.
+          ops::store_tile(in.store, pt.data(), rows, cols, bk);
+          ops::store_tile(in.store, dst.data(), rows, cols, bk);
+          ops::accumulate_transposed(pt.data(), bk, rows, cols, d_out + size_t(i0) * dim, dim, dv_acc.data());
           ops::accumulate(dst.data(), bk, rows, cols, k + size_t(j0) * dim, dim, dq + size_t(i0) * dim);
           ops::accumulate_transposed(dst.data(), bk, rows, cols, q + size_t(i0) * dim, dim, dk_acc.data());
         }
@@ -184,6 +189,10 @@ void tiled_backward(const Inputs<T>& in, const T* o, const T* lse, Grads<T> out,
       }
       for (size_t x = 0; x < size_t(nq) * dim; ++x) dq[x] *= in.scale;
     }
+  // Accumulated in T across tiles and the heads of a group; stored once.
+  ops::store_all(in.store, out.dq, s.q_size());
+  ops::store_all(in.store, out.dk, s.kv_size());
+  ops::store_all(in.store, out.dv, s.kv_size());
 }
 
 #define KPROP_BWD(T, mode, bug) \

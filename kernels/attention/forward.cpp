@@ -2,6 +2,7 @@
 // running max m, running sum l and unnormalized accumulator, rescaled by
 // exp(m_old - m_new) whenever a key tile raises the max. Scratch: one K tile
 // (transposed), one score tile, the accumulator and m, l — nothing Nq×Nk.
+// Half-precision storage (in.store): P rounded before P·V, O when stored.
 #include <cmath>
 #include <limits>
 
@@ -57,13 +58,29 @@ void tiled_forward(const Inputs<T>& in, T* o, T* lse, Workspace& ws) {
             else
               alpha = std::exp(m_old - m_use);
             T sum = 0;
-            for (int j = 0; j < cols; ++j) sum += (sr[j] = std::exp(sr[j] - m_use));
-            l[size_t(i)] = alpha * l[size_t(i)] + sum;
+            if constexpr (bug == FwdBug::rowsum_in_storage) {
+              for (int j = 0; j < cols; ++j) sum = ops::stored(in.store, sum + (sr[j] = std::exp(sr[j] - m_use)));
+              l[size_t(i)] = ops::stored(in.store, alpha * l[size_t(i)] + sum);
+            } else {
+              for (int j = 0; j < cols; ++j) sum += (sr[j] = std::exp(sr[j] - m_use));
+              l[size_t(i)] = alpha * l[size_t(i)] + sum;
+            }
             T* ar = acc.data() + size_t(i) * dim;
             for (int d = 0; d < dim; ++d) ar[d] *= alpha;
             m[size_t(i)] = m_new;
           }
-          ops::accumulate(st.data(), bk, rows, cols, v + size_t(j0) * dim, dim, acc.data());
+          // l has the f32 probabilities; P·V takes them in the storage type.
+          ops::store_tile(in.store, st.data(), rows, cols, bk);
+          if constexpr (bug == FwdBug::pv_in_storage) {
+            for (int i = 0; i < rows; ++i)
+              for (int j = 0; j < cols; ++j)
+                for (int d = 0; d < dim; ++d) {
+                  T& a = acc[size_t(i) * dim + d];
+                  a = ops::stored(in.store, a + st[size_t(i) * bk + j] * v[size_t(j0 + j) * dim + d]);
+                }
+          } else {
+            ops::accumulate(st.data(), bk, rows, cols, v + size_t(j0) * dim, dim, acc.data());
+          }
         }
         for (int i = 0; i < rows; ++i) {
           T* out = o + (qrow + size_t(i0 + i)) * dim;
@@ -74,9 +91,10 @@ void tiled_forward(const Inputs<T>& in, T* o, T* lse, Workspace& ws) {
             lse[qrow + size_t(i0 + i)] = kNegInf;
             continue;
           }
-          for (int d = 0; d < dim; ++d) out[d] = ar[d] / li;
-          lse[qrow + size_t(i0 + i)] =
-              bug == FwdBug::lse_missing_max ? std::log(li) : m[size_t(i)] + std::log(li);
+          for (int d = 0; d < dim; ++d) out[d] = ops::stored(in.store, ar[d] / li);
+          T& row_lse = lse[qrow + size_t(i0 + i)];
+          row_lse = bug == FwdBug::lse_missing_max ? std::log(li) : m[size_t(i)] + std::log(li);
+          if constexpr (bug == FwdBug::lse_in_storage) row_lse = ops::stored(in.store, row_lse);
         }
       }
     }
@@ -89,7 +107,10 @@ void tiled_forward(const Inputs<T>& in, T* o, T* lse, Workspace& ws) {
   template void tiled_forward<T, FwdBug::no_empty_row_guard>(const Inputs<T>&, T*, T*, Workspace&); \
   template void tiled_forward<T, FwdBug::drop_partial_tile>(const Inputs<T>&, T*, T*, Workspace&);  \
   template void tiled_forward<T, FwdBug::gqa_head_map>(const Inputs<T>&, T*, T*, Workspace&);       \
-  template void tiled_forward<T, FwdBug::lse_missing_max>(const Inputs<T>&, T*, T*, Workspace&);
+  template void tiled_forward<T, FwdBug::lse_missing_max>(const Inputs<T>&, T*, T*, Workspace&);   \
+  template void tiled_forward<T, FwdBug::pv_in_storage>(const Inputs<T>&, T*, T*, Workspace&);     \
+  template void tiled_forward<T, FwdBug::rowsum_in_storage>(const Inputs<T>&, T*, T*, Workspace&); \
+  template void tiled_forward<T, FwdBug::lse_in_storage>(const Inputs<T>&, T*, T*, Workspace&);
 KPROP_FWD(float)
 KPROP_FWD(double)
 #undef KPROP_FWD

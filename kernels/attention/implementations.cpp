@@ -2,6 +2,7 @@
 // of its precision, runs a typed kernel with a fresh Workspace and widens
 // the outputs. Mutants are the same kernels with one bug compiled in (or the
 // causal offset moved), so each differs from `tiled` in exactly one place.
+// f16/bf16 cases run the float kernels with half-precision Storage.
 #include <cmath>
 
 #include "kernels/attention/attention.h"
@@ -26,6 +27,9 @@ struct Typed {
   Typed(const Case& c, int causal_offset)
       : q(narrow<T>(c.q)), k(narrow<T>(c.k)), v(narrow<T>(c.v)), d_out(narrow<T>(c.d_out)) {
     in.shape = c.shape;
+    in.store = c.dtype == DType::f16    ? Storage::f16
+               : c.dtype == DType::bf16 ? Storage::bf16
+                                        : Storage::same;
     in.mask = {c.mask, causal_offset, c.key_lengths.data(), c.allowed.data()};
     in.scale = static_cast<T>(effective_scale(c));
     in.block_q = c.block_q;
@@ -55,8 +59,8 @@ FwdResult run_forward(const Case& c, ForwardKernel<T> kernel, int causal_offset)
 
 template <FwdBug bug>
 FwdResult forward(const Case& c, int causal_offset) {
-  return c.dtype == DType::f32 ? run_forward<float>(c, tiled_forward<float, bug>, causal_offset)
-                               : run_forward<double>(c, tiled_forward<double, bug>, causal_offset);
+  return c.dtype == DType::f64 ? run_forward<double>(c, tiled_forward<double, bug>, causal_offset)
+                               : run_forward<float>(c, tiled_forward<float, bug>, causal_offset);
 }
 template <FwdBug bug>
 FwdResult forward(const Case& c) {
@@ -78,7 +82,7 @@ BwdResult run_backward(const Case& c) {
 
 template <BwdMode mode, BwdBug bug = BwdBug::none>
 BwdResult backward(const Case& c) {
-  return c.dtype == DType::f32 ? run_backward<float, mode, bug>(c) : run_backward<double, mode, bug>(c);
+  return c.dtype == DType::f64 ? run_backward<double, mode, bug>(c) : run_backward<float, mode, bug>(c);
 }
 
 template <typename T>
@@ -106,11 +110,11 @@ BwdResult tiled_two_pass(const Case& c) {
 
 FwdResult naive_forward(const Case& c) {
   const int offset = contract_offset(c);
-  return c.dtype == DType::f32 ? run_forward<float>(c, materialized_forward<float>, offset)
-                               : run_forward<double>(c, materialized_forward<double>, offset);
+  return c.dtype == DType::f64 ? run_forward<double>(c, materialized_forward<double>, offset)
+                               : run_forward<float>(c, materialized_forward<float>, offset);
 }
 BwdResult naive_backward(const Case& c) {
-  return c.dtype == DType::f32 ? run_naive_backward<float>(c) : run_naive_backward<double>(c);
+  return c.dtype == DType::f64 ? run_naive_backward<double>(c) : run_naive_backward<float>(c);
 }
 
 const std::vector<Mutant<FwdResult>>& forward_mutants() {
@@ -129,6 +133,13 @@ const std::vector<Mutant<FwdResult>>& forward_mutants() {
       {"gqa_head_map", "query head h reads kv head h % Hkv instead of h / (Hq / Hkv)",
        forward<FwdBug::gqa_head_map>},
       {"lse_missing_max", "LSE = log l, without the running max", forward<FwdBug::lse_missing_max>},
+      {"pv_in_storage", "f16/bf16: the P·V accumulator held in the storage type instead of f32",
+       forward<FwdBug::pv_in_storage>},
+      {"rowsum_in_storage", "f16/bf16: the running row sum l held in the storage type instead of f32",
+       forward<FwdBug::rowsum_in_storage>},
+      {"lse_in_storage", "f16/bf16: LSE stored in the storage type instead of f32",
+       forward<FwdBug::lse_in_storage>},
+
       {"materialized_scores",
        "correct values from a materialized Nq×Nk score matrix (breaks workspace_bounded)", naive_forward},
   };

@@ -2,7 +2,10 @@
 // matrix, a safe softmax over each row, then matrix products — what autograd
 // through softmax(Q·Kᵀ)·V computes. It is the "naive computation in the
 // target's own precision" of the tolerance policy and the benchmark's
-// baseline, built from the same inner loops as the tiled kernels.
+// baseline, built from the same inner loops as the tiled kernels. With a
+// half-precision Storage it is what eager half-precision code computes:
+// every materialized tensor (P, dP, dS, the outputs) rounded to the storage
+// type, products accumulated in T (f32).
 #include <cmath>
 #include <limits>
 
@@ -50,9 +53,11 @@ void materialized_forward(const Inputs<T>& in, T* o, T* lse, Workspace& ws) {
       const size_t kvrow = (size_t(b) * s.heads_kv + h / s.group()) * s.nk;
       ops::transpose(in.k + kvrow * s.dim, s.nk, s.dim, kt.data(), s.nk);
       softmax_rows(in, b, in.q + qrow * s.dim, kt.data(), p.data(), lse + qrow);
+      ops::store_all(in.store, p.data(), size_t(s.nq) * s.nk);  // softmax's output tensor
       T* out = o + qrow * s.dim;
       std::fill(out, out + size_t(s.nq) * s.dim, T(0));
       ops::accumulate(p.data(), s.nk, s.nq, s.nk, in.v + kvrow * s.dim, s.dim, out);
+      ops::store_all(in.store, out, size_t(s.nq) * s.dim);
     }
 }
 
@@ -77,13 +82,16 @@ void materialized_backward(const Inputs<T>& in, Grads<T> out, Workspace& ws) {
       ops::transpose(in.v + kvrow * s.dim, s.nk, s.dim, vt.data(), s.nk);
       softmax_rows(in, b, q, kt.data(), p.data(), lse.data());
       ops::scores(d_out, s.nq, vt.data(), s.nk, s.nk, s.dim, T(1), ds.data(), s.nk);  // dP = dO·Vᵀ
+      // Every materialized tensor (P, dP, then dS) in the storage type.
+      ops::store_all(in.store, p.data(), size_t(s.nq) * s.nk);
+      ops::store_all(in.store, ds.data(), size_t(s.nq) * s.nk);
       for (int i = 0; i < s.nq; ++i) {
         const T* pr = p.data() + size_t(i) * s.nk;
         T* dr = ds.data() + size_t(i) * s.nk;
         T d_row = 0;
         for (int j = 0; j < s.nk; ++j) d_row += pr[j] * dr[j];
         out.d[qrow + size_t(i)] = d_row;
-        for (int j = 0; j < s.nk; ++j) dr[j] = pr[j] * (dr[j] - d_row);
+        for (int j = 0; j < s.nk; ++j) dr[j] = ops::stored(in.store, pr[j] * (dr[j] - d_row));
       }
       ops::accumulate(ds.data(), s.nk, s.nq, s.nk, in.k + kvrow * s.dim, s.dim, out.dq + qrow * s.dim);
       ops::accumulate_transposed(ds.data(), s.nk, s.nq, s.nk, q, s.dim, out.dk + kvrow * s.dim);
@@ -91,6 +99,9 @@ void materialized_backward(const Inputs<T>& in, Grads<T> out, Workspace& ws) {
     }
   for (size_t x = 0; x < s.q_size(); ++x) out.dq[x] *= in.scale;
   for (size_t x = 0; x < s.kv_size(); ++x) out.dk[x] *= in.scale;
+  ops::store_all(in.store, out.dq, s.q_size());
+  ops::store_all(in.store, out.dk, s.kv_size());
+  ops::store_all(in.store, out.dv, s.kv_size());
 }
 
 template void materialized_forward<float>(const Inputs<float>&, float*, float*, Workspace&);

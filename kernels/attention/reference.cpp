@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "kernels/attention/attention.h"
+#include "kprop/half.h"
 
 namespace kprop::attention {
 
@@ -24,15 +25,44 @@ const char* mask_name(MaskKind kind) {
 }
 
 const char* dtype_name(DType dtype) {
-  return dtype == DType::f32 ? "f32" : "f64";
+  switch (dtype) {
+    case DType::f32:
+      return "f32";
+    case DType::f64:
+      return "f64";
+    case DType::f16:
+      return "f16";
+    case DType::bf16:
+      return "bf16";
+  }
+  return "?";
 }
 
 double round_to(DType dtype, double x) {
-  return dtype == DType::f32 ? static_cast<double>(static_cast<float>(x)) : x;
+  switch (dtype) {
+    case DType::f32:
+      return static_cast<double>(static_cast<float>(x));
+    case DType::f64:
+      return x;
+    case DType::f16:
+      return half::round_to_f16(x);
+    case DType::bf16:
+      return half::round_to_bf16(x);
+  }
+  return x;
 }
 
+bool is_half(DType dtype) {
+  return dtype == DType::f16 || dtype == DType::bf16;
+}
+
+DType stats_dtype(DType dtype) {
+  return is_half(dtype) ? DType::f32 : dtype;
+}
+
+// The scale is a kernel argument in the compute precision (f32 for halves).
 double effective_scale(const Case& c) {
-  return round_to(c.dtype, c.scale != 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.shape.dim)));
+  return round_to(stats_dtype(c.dtype), c.scale != 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.shape.dim)));
 }
 
 bool visible(const Case& c, int b, int i, int j) {

@@ -7,8 +7,39 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
+
+#include "kernels/attention/attention.h"
+#include "kprop/half.h"
 
 namespace kprop::attention::ops {
+
+// x as stored in `s` (see Storage in attention.h).
+template <typename T>
+inline T stored(Storage s, T x) {
+  switch (s) {
+    case Storage::same:
+      return x;
+    case Storage::f16:
+      return static_cast<T>(half::round_to_f16(double(x)));
+    case Storage::bf16:
+      return static_cast<T>(half::round_to_bf16(double(x)));
+  }
+  return x;
+}
+
+// Rows × cols of a tile with leading dimension ld, as stored in `s`.
+template <typename T>
+inline void store_tile(Storage s, T* x, int rows, int cols, int ld) {
+  if (s == Storage::same) return;
+  for (int i = 0; i < rows; ++i)
+    for (int j = 0; j < cols; ++j) x[size_t(i) * ld + j] = stored(s, x[size_t(i) * ld + j]);
+}
+template <typename T>
+inline void store_all(Storage s, T* x, size_t n) {
+  if (s == Storage::same) return;
+  for (size_t i = 0; i < n; ++i) x[i] = stored(s, x[i]);
+}
 
 template <typename T>
 inline constexpr int kWidth = 64 / static_cast<int>(sizeof(T));

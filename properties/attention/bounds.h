@@ -14,6 +14,26 @@
 //   dV    max Σ_i P_ij c_i |dO_i|,     D   max_i c_i |dO_i|₁ max|v| + Σ_j P_ij Σ|dO||v|
 // The naive computation's error alone cannot serve: on integer or constant
 // inputs it is often exactly 0 while the online rescaling is not.
+//
+// f16/bf16 cases compute in f32 (attention.h, "Precision"): eps is f32's and
+// the naive baseline is the materialized computation with every tensor it
+// materializes stored in the half type. The floor adds the storage roundings
+// a correct kernel makes, with u = 2^-11 (f16) or 2^-8 (bf16) the unit
+// roundoff of the storage type and τ = half its smallest subnormal (the
+// absolute error of rounding a tiny value), first-order terms:
+//   O    P rounded before P·V: Σ_j (u·P_j + τ)|v_j| <= (u + Nk·τ)·max|v|;
+//        O rounded when stored: u·|O| <= u·max|v|. With the product
+//        u·(u·max|v|) of the two: (2u + u² + Nk·τ)·max|v| over the visible
+//        keys of any row (ErrorScales::vmax, ::keys).
+//   LSE  kept in f32: no storage term.
+//   D    rowsum(dO ⊙ O) from the stored O: u·Σ|dO||O| <= u·|dO|₁·max|v|,
+//        at most u·E_D / c_i <= u·E_D (c_i >= 2).
+//   dQ, dK, dV (and the key sums): four roundings, each at most u/2 × the
+//        error scale above since c_i >= 2 — P before Pᵀ·dO (relative u on
+//        each P_ij), dS before dS·K and dSᵀ·Q (relative u on dS_ij), O in D
+//        (u·|dO|₁·max|v| per dS_ij / P_ij), the stored output (relative u)
+//        — so 2u × the error scale; plus τ per rounded P or dS element:
+//        dQ τ·scale·Nk·max|k|, dK τ·scale·Nq·g·max|q|, dV τ·Nq·g·max|dO|.
 #pragma once
 
 #include <span>
@@ -25,15 +45,24 @@
 
 namespace kprop::attention {
 
+// Machine epsilon of the precision the kernels compute in (f32 for halves).
 double epsilon(DType dtype);
+// Unit roundoff of the storage type: 2^-11 (f16), 2^-8 (bf16), else 0.
+double storage_roundoff(DType dtype);
 
 // Error scales (to be multiplied by floor_ulps × eps) of one case.
 struct ErrorScales {
   double o = 0, lse = 0;
   double dq = 0, dk = 0, dv = 0, d = 0;
   double dk_sum = 0, dv_sum = 0;  // of Σ_j dK_j and Σ_j dV_j per (batch, kv head, d)
+  double vmax = 0;                // max |v| over the visible keys of any row
+  int keys = 0;                   // most visible keys of any row
 };
 ErrorScales error_scales(const Case& c, bool backward);
+
+// The absolute floor of every tensor: floor_ulps × eps × its error scale,
+// plus the storage terms above for f16/bf16 cases.
+ErrorScales floors(const Case& c, bool backward, double floor_ulps);
 
 // One tensor under the policy: a pass, or a fail naming the tensor, the
 // element (as [b,h,i,d] under `dims`) and the numbers.

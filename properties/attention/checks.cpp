@@ -142,7 +142,7 @@ Verdict check_workspace(const Case& c, const ImplInfo& target, size_t peak, cons
   if (target.kind == ImplKind::external)
     return Verdict::not_applicable("a kernel built elsewhere does not allocate from kprop's Workspace");
   const Shape& s = c.shape;
-  const double elem = c.dtype == DType::f32 ? 4 : 8;
+  const double elem = c.dtype == DType::f64 ? 8 : 4;  // the CPU kernels' scratch is f32 for f16/bf16 cases
   const double bq = std::min(c.block_q, s.nq), bk = std::min(c.block_k, s.nk);
   const double budget = params.real("tile_factor") * elem * (bq * bk + (bq + bk) * s.dim + s.nq + s.nk);
   const double full = elem * s.nq * s.nk;

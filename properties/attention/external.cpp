@@ -11,7 +11,17 @@ using external::Message;
 using external::Tensor;
 
 int32_t abi_dtype(DType d) {
-  return d == DType::f32 ? KPROP_F32 : KPROP_F64;
+  switch (d) {
+    case DType::f32:
+      return KPROP_F32;
+    case DType::f16:
+      return KPROP_F16;
+    case DType::bf16:
+      return KPROP_BF16;
+    case DType::f64:
+      break;
+  }
+  return KPROP_F64;
 }
 
 int32_t abi_mask(MaskKind kind) {
@@ -65,7 +75,7 @@ Message request(const Case& c, const char* op) {
 FwdResult drive_forward(const Case& c, external::Transport& target) {
   Message m = request(c, "attention.fwd");
   const int32_t dt = abi_dtype(c.dtype);
-  m.output("o", dt, q_shape(c.shape)).output("lse", dt, row_shape(c.shape));
+  m.output("o", dt, q_shape(c.shape)).output("lse", abi_dtype(stats_dtype(c.dtype)), row_shape(c.shape));
   const Message reply = target.call(m);
   FwdResult r;
   r.o = reply.tensor("o").to_doubles();
@@ -74,20 +84,21 @@ FwdResult drive_forward(const Case& c, external::Transport& target) {
 }
 
 // The backward gets O and LSE of the fp64 reference forward, rounded to the
-// case's dtype, as FlashAttention's backward gets them from its forward.
+// case's dtype (LSE to f32 for f16/bf16 cases), as FlashAttention's backward
+// gets them from its forward.
 BwdResult drive_backward(const Case& c, external::Transport& target) {
   const FwdResult fwd = reference_forward(c);
   BwdResult r;
   r.o = fwd.o;
   r.lse = fwd.lse;
   for (double& x : r.o) x = round_to(c.dtype, x);
-  for (double& x : r.lse) x = round_to(c.dtype, x);
+  for (double& x : r.lse) x = round_to(stats_dtype(c.dtype), x);
   Message m = request(c, "attention.bwd");
-  const int32_t dt = abi_dtype(c.dtype);
+  const int32_t dt = abi_dtype(c.dtype), stats = abi_dtype(stats_dtype(c.dtype));
   m.input(Tensor::of("o", dt, q_shape(c.shape), r.o))
-      .input(Tensor::of("lse", dt, row_shape(c.shape), r.lse))
+      .input(Tensor::of("lse", stats, row_shape(c.shape), r.lse))
       .input(Tensor::of("d_out", dt, q_shape(c.shape), c.d_out));
-  m.output("d", dt, row_shape(c.shape))
+  m.output("d", stats, row_shape(c.shape))
       .output("dq", dt, q_shape(c.shape))
       .output("dk", dt, kv_shape(c.shape))
       .output("dv", dt, kv_shape(c.shape));

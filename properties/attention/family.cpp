@@ -10,11 +10,13 @@
 #include <tuple>
 
 #include "kprop/case_yaml.h"
+#include "kprop/errors.h"
+#include "kprop/half.h"
 #include "kprop/rng.h"
 
 namespace kprop::attention {
 
-const Choices kDtypes = {"f32", "f64"};
+const Choices kDtypes = {"f32", "f64", "f16", "bf16"};
 const Choices kMasks = {"none", "causal", "key_padding", "boolean"};
 // Value distributions (per case, for Q, K, V and dO):
 //   normal         N(0, 1);
@@ -25,7 +27,16 @@ const Choices kMasks = {"none", "causal", "key_padding", "boolean"};
 //                  and the running max rises tile after tile;
 //   integer        integers in [-3, 3] (exact products, ties in the scores);
 //   constant_rows  every row constant (ties everywhere), sometimes every key equal.
-const Choices kValues = {"normal", "large", "growing_keys", "integer", "constant_rows"};
+//   near_uniform   tiny scores (P close to 1/Nk) and V around 1: the running
+//                  sum l and the P·V accumulator grow like Nk, so an
+//                  accumulator kept in f16/bf16 rounds at every key;
+//   wide           V spread over 2^0..2^12 (up to 65504 in magnitude for any
+//                  dtype): the unnormalized P·V accumulator passes f16's max
+//                  after a few keys while O itself stays in range. The
+//                  backward scales dO down by as much, so dP = dO·Vᵀ and
+//                  the gradients stay inside every dtype's range.
+// Values are rounded to the case's dtype, never past its largest finite value.
+const Choices kValues = {"normal", "large", "growing_keys", "integer", "constant_rows", "near_uniform", "wide"};
 
 template <bool B>
 Schema CaseTraits<B>::domain_schema() {
@@ -54,6 +65,16 @@ Schema CaseTraits<B>::domain_schema() {
 }
 
 namespace {
+
+DType dtype_named(const std::string& name) {
+  for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16})
+    if (name == dtype_name(d)) return d;
+  throw std::logic_error("attention: unknown dtype " + name);
+}
+// Shrinking order: f64 < f32 < bf16 < f16 (fewer roundings first).
+int dtype_rank(DType d) {
+  return d == DType::f64 ? 0 : d == DType::f32 ? 1 : d == DType::bf16 ? 2 : 3;
+}
 
 // ------------------------------------------------------------ generation
 // One case builder (CaseTraits::build) for RapidCheck draws, libFuzzer bytes
@@ -108,8 +129,13 @@ void fill_values(Case& c, const std::string& kind, double magnitude, double grow
   if (kind == "large") {
     for (double& x : c.q) x *= magnitude;
     for (double& x : c.k) x *= magnitude;
-    if (large_v)
+    if (large_v) {
       for (double& x : c.v) x *= magnitude;
+      // Half cases: dO shrinks as V grows, so dP = dO·Vᵀ and dQ = dS·K
+      // (≈ |dP|·|K|) stay far inside f16's range.
+      if (is_half(c.dtype))
+        for (double& x : c.d_out) x /= magnitude;
+    }
   } else if (kind == "growing_keys") {
     const double scale = effective_scale(c), along = 3;
     const double step = growth / (scale * along * std::max(1, s.nk - 1));
@@ -148,6 +174,32 @@ void fill_values(Case& c, const std::string& kind, double magnitude, double grow
     constant_rows(c.q, 20, false);
     constant_rows(c.k, 21, same_keys);
     constant_rows(c.v, 22, false);
+  } else if (kind == "near_uniform") {
+    // Half the time every key and every value row of a head is the same:
+    // P = 1/Nk exactly and O = that row, so the accumulators add one
+    // constant Nk times (the most coherent rounding an f16/bf16
+    // accumulator can make).
+    for (double& x : c.q) x *= 0.02;
+    const size_t heads = size_t(s.batch) * s.heads_kv, row = size_t(s.dim);
+    for (size_t h = 0; h < heads; ++h)
+      for (int j = 0; j < s.nk; ++j)
+        for (int d = 0; d < s.dim; ++d) {
+          const size_t at = (h * s.nk + size_t(j)) * row + size_t(d), first = h * s.nk * row + size_t(d);
+          c.v[at] = 1 + 0.25 * normal(23, same_keys ? first : at);
+          if (same_keys) c.k[at] = c.k[first];
+        }
+  } else if (kind == "wide") {
+    // One magnitude 2^e per (b, kv head), e in [0, 15], V around it (mostly
+    // positive): O stays below 65504, the unnormalized P·V sum need not.
+    int widest = 0;
+    const size_t per_head = size_t(s.nk) * s.dim;
+    for (size_t h = 0; h < size_t(s.batch) * s.heads_kv; ++h) {
+      const int e = int(std::floor(rng::uniform(seed, 24, h) * 16));
+      widest = std::max(widest, e);
+      for (size_t i = h * per_head; i < (h + 1) * per_head; ++i)
+        c.v[i] = std::clamp(std::ldexp(1 + 0.5 * c.v[i], e), -60000.0, 60000.0);
+    }
+    for (double& x : c.d_out) x = std::ldexp(x, -widest);
   }
   for (auto* t : {&c.q, &c.k, &c.v, &c.d_out})
     for (double& x : *t) x = round_to(c.dtype, x);
@@ -167,7 +219,7 @@ Case build_case(Draw& draw, const Values& domain, bool backward) {
   s.dim = int(draw.sized(domain.int_range("dim")));
   c.block_q = pick_tile(draw, s.nq, domain.int_range("block_q"));
   c.block_k = pick_tile(draw, s.nk, domain.int_range("block_k"));
-  c.dtype = pick(draw, domain.choices("dtypes")) == "f32" ? DType::f32 : DType::f64;
+  c.dtype = dtype_named(pick(draw, domain.choices("dtypes")));
   if (draw.chance(domain.real("custom_scale_rate"))) {
     static const double fixed[] = {1.0, 0.5, 0.125, 2.0};
     const int64_t which = draw.any(IntRange{0, 4});
@@ -313,7 +365,7 @@ auto complexity(const Case& c) {
   return std::tuple{int64_t(s.batch) * s.heads_q * s.nq * s.nk * s.dim,
                     int(c.mask),
                     masked,
-                    int(c.dtype == DType::f32),
+                    dtype_rank(c.dtype),
                     int(c.scale != 0),
                     tiles,
                     c.block_q + c.block_k,
@@ -331,7 +383,9 @@ std::vector<Edit> simplifications(const Case& c) {
     x.block_q = std::min(x.block_q, x.shape.nq);
     x.block_k = std::min(x.block_k, x.shape.nk);
   });
+  // Wider dtypes first (every value of a narrower one is exact in them).
   edits.push_back([](Case& x) { x.dtype = DType::f64; });
+  if (is_half(c.dtype)) edits.push_back([](Case& x) { x.dtype = DType::f32; });
   edits.push_back([](Case& x) { x.scale = 0; });
   // Masks: none, then one batch or row at a time fully visible.
   edits.push_back([](Case& x) {
@@ -469,20 +523,33 @@ CaseSize CaseTraits<B>::max_case_bytes(const Values& d) {
 // ------------------------------------------------------------ YAML
 namespace {
 
+// The shortest text that reads back (as a double, rounded to the dtype) to x.
+std::string value_text(double x, DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return fmt::format("{}", static_cast<float>(x));
+    case DType::f16:
+      return half::f16_text(half::f16_from_double(x));
+    case DType::bf16:
+      return half::bf16_text(half::bf16_from_double(x));
+    case DType::f64:
+      break;
+  }
+  return fmt::format("{}", x);
+}
+
 YAML::Node rows_node(const std::vector<double>& t, int dim, DType dtype) {
   YAML::Node rows(YAML::NodeType::Sequence);
   for (size_t r = 0; r < t.size() / size_t(dim); ++r) {
     YAML::Node row(YAML::NodeType::Sequence);
-    for (int d = 0; d < dim; ++d) {
-      const double x = t[r * size_t(dim) + size_t(d)];
-      row.push_back(dtype == DType::f32 ? fmt::format("{}", static_cast<float>(x)) : fmt::format("{}", x));
-    }
+    for (int d = 0; d < dim; ++d) row.push_back(value_text(t[r * size_t(dim) + size_t(d)], dtype));
     rows.push_back(row);
   }
   return rows;
 }
 
-// f32 values are parsed as floats: their shortest text reads back exactly.
+// f32 values are parsed as floats, f16/bf16 ones rounded from the double:
+// the shortest text of either reads back exactly.
 std::vector<double> read_rows(const YAML::Node& n, const char* key, int dim, DType dtype) {
   const YAML::Node rows = n[key];
   if (!rows || !rows.IsSequence())
@@ -495,7 +562,7 @@ std::vector<double> read_rows(const YAML::Node& n, const char* key, int dim, DTy
       try {
         const double value = x.as<double>();
         out.push_back(dtype == DType::f32 && x.IsScalar() ? double(std::strtof(x.Scalar().c_str(), nullptr))
-                                                          : value);
+                                                          : round_to(dtype, value));
       } catch (const YAML::Exception&) {
         case_yaml::fail(x, std::string("'") + key + "' has a non-number");
       }
@@ -572,8 +639,9 @@ Case CaseTraits<B>::from_yaml(const YAML::Node& n) {
   c.block_q = read<int>(tiles, "q");
   c.block_k = read<int>(tiles, "k");
   const std::string dtype = read<std::string>(n, "dtype");
-  if (dtype != "f32" && dtype != "f64") case_yaml::fail(n["dtype"], "dtype must be f32 or f64");
-  c.dtype = dtype == "f32" ? DType::f32 : DType::f64;
+  if (std::find(kDtypes.begin(), kDtypes.end(), dtype) == kDtypes.end())
+    case_yaml::fail(n["dtype"], "dtype must be one of " + join(kDtypes));
+  c.dtype = dtype_named(dtype);
   c.scale = case_yaml::read_or<double>(n, "scale", 0.0);
   const std::string mask = read<std::string>(n, "mask");
   const auto it = std::find(kMasks.begin(), kMasks.end(), mask);

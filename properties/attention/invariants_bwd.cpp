@@ -36,19 +36,21 @@ const Grad kGrads[] = {{"dQ", &BwdResult::dq, &ErrorScales::dq, true},
                        {"dV", &BwdResult::dv, &ErrorScales::dv, false}};
 
 Verdict compare_grads(const Case& c, const std::string& what, const BwdResult& expected, const BwdResult& got,
-                      const BwdResult& naive, const ErrorScales& e, const Values& p) {
-  const double floor = p.real("floor_ulps") * epsilon(c.dtype), k = p.real("k");
+                      const BwdResult& naive, const ErrorScales& f, const Values& p) {
+  const double k = p.real("k");
+  Verdict all = Verdict::pass();
   for (const Grad& g : kGrads) {
-    Verdict v = compare_tensor(what + g.name, g.query_side ? q_dims(c.shape) : kv_dims(c.shape),
-                               expected.*g.field, got.*g.field, naive.*g.field, k, floor * (e.*g.scale));
-    if (v.outcome != Outcome::pass) return v;
+    all = both(std::move(all), compare_tensor(what + g.name, g.query_side ? q_dims(c.shape) : kv_dims(c.shape),
+                                              expected.*g.field, got.*g.field, naive.*g.field, k, f.*g.scale));
+    if (all.outcome != Outcome::pass) return all;
   }
-  return Verdict::pass();
+  return all;
 }
 
 Verdict matches_reference(T& t, const Values& p) {
   const Case& c = t.input();
-  return compare_grads(c, "", t.reference(), t.target(), naive_backward(c), error_scales(c, true), p);
+  return compare_grads(c, "", t.reference(), t.target(), naive_backward(c),
+                       floors(c, true, p.real("floor_ulps")), p);
 }
 
 // ---- finite differences of L = Σ dO ⊙ O, in fp64 straight from the contract
@@ -194,7 +196,7 @@ Verdict d_identity(T& t, const Values& p) {
   const Shape& s = c.shape;
   return compare_tensor("D (rowsum(P ⊙ dP) = rowsum(dO ⊙ O)) ", {s.batch, s.heads_q, s.nq}, t.reference().d,
                         t.target().d, naive_backward(c).d, p.real("k"),
-                        p.real("floor_ulps") * epsilon(c.dtype) * error_scales(c, true).d);
+                        floors(c, true, p.real("floor_ulps")).d);
 }
 
 // Σ_j over keys of one (batch, kv head), per d.
@@ -212,7 +214,7 @@ Verdict dk_sums_to_zero(T& t, const Values& p) {
   const std::vector<double> zero(size_t(s.batch) * s.heads_kv * s.dim, 0.0);
   return compare_tensor("Σ_j dK_j ", {s.batch, s.heads_kv, s.dim}, zero, key_sums(s, t.target().dk),
                         key_sums(s, naive_backward(c).dk), p.real("k"),
-                        p.real("floor_ulps") * epsilon(c.dtype) * error_scales(c, true).dk_sum);
+                        floors(c, true, p.real("floor_ulps")).dk_sum);
 }
 
 Verdict dv_sums_to_do(T& t, const Values& p) {
@@ -229,7 +231,7 @@ Verdict dv_sums_to_do(T& t, const Values& p) {
     }
   return compare_tensor("Σ_j dV_j vs Σ_i dO_i over rows not fully masked ", {s.batch, s.heads_kv, s.dim},
                         expected, key_sums(s, t.target().dv), key_sums(s, naive_backward(c).dv), p.real("k"),
-                        p.real("floor_ulps") * epsilon(c.dtype) * error_scales(c, true).dv_sum);
+                        floors(c, true, p.real("floor_ulps")).dv_sum);
 }
 
 Verdict masked_rows_zero(T& t, const Values&) {
@@ -296,8 +298,8 @@ Verdict tile_size_invariance(T& t, const Values& p) {
   const BwdResult& a = t.target();
   const BwdResult& ref = t.reference();
   const BwdResult naive = naive_backward(c);
-  const ErrorScales e = error_scales(c, true);
-  const double floor = p.real("floor_ulps") * epsilon(c.dtype), k = p.real("k");
+  const ErrorScales f = floors(c, true, p.real("floor_ulps"));
+  const double k = p.real("k");
   const std::vector<Case> others = other_tilings(c);
   if (others.empty()) return Verdict::discard("Nq = Nk = 1: no other tiling");
   for (const Case& other : others) {
@@ -305,7 +307,7 @@ Verdict tile_size_invariance(T& t, const Values& p) {
     for (const Grad& g : kGrads) {
       const double naive_error = max_error(ref.*g.field, naive.*g.field);
       const ToleranceReport r =
-          compare_close(a.*g.field, b.*g.field, 2 * (k * naive_error + floor * (e.*g.scale)), 0);
+          compare_close(a.*g.field, b.*g.field, 2 * (k * naive_error + f.*g.scale), 0);
       if (!r.ok)
         return Verdict::fail(fmt::format("tiles {}x{} vs {}x{}: {} {}", c.block_q, c.block_k, other.block_q,
                                          other.block_k, g.name, r.message),
@@ -324,7 +326,7 @@ Verdict shift_invariance(T& t, const Values& p) {
   const Case& c = t.input();
   const Case shifted = keys_shifted(c);
   return compare_grads(c, "after shifting every key: ", t.reference(), t.run_target(shifted),
-                       naive_backward(shifted), error_scales(shifted, true), p);
+                       naive_backward(shifted), floors(shifted, true, p.real("floor_ulps")), p);
 }
 
 Verdict permutation_equivariance(T& t, const Values& p) {
@@ -340,7 +342,7 @@ Verdict permutation_equivariance(T& t, const Values& p) {
   expected.dk = permute_rows(ref.dk, s, s.heads_kv, s.nk, s.dim, perm->keys);
   expected.dv = permute_rows(ref.dv, s, s.heads_kv, s.nk, s.dim, perm->keys);
   return compare_grads(c, "permuted keys and queries: ", expected, t.run_target(perm->c),
-                       naive_backward(perm->c), error_scales(c, true), p);
+                       naive_backward(perm->c), floors(c, true, p.real("floor_ulps")), p);
 }
 
 Verdict workspace_bounded(T& t, const Values& p) {

@@ -25,16 +25,16 @@ std::vector<int> lse_dims(const Shape& s) {
 // O and LSE of `got` against `expected` (the reference, possibly rearranged),
 // with `naive` computed on the same inputs as `got`.
 Verdict compare_outputs(const Case& c, const std::string& what, const FwdResult& expected,
-                        const FwdResult& got, const FwdResult& naive, const ErrorScales& e, const Values& p) {
-  const double floor = p.real("floor_ulps") * epsilon(c.dtype), k = p.real("k");
-  Verdict v = compare_tensor(what + "O", o_dims(c.shape), expected.o, got.o, naive.o, k, floor * e.o);
-  if (v.outcome != Outcome::pass) return v;
-  return compare_tensor(what + "LSE", lse_dims(c.shape), expected.lse, got.lse, naive.lse, k, floor * e.lse);
+                        const FwdResult& got, const FwdResult& naive, const ErrorScales& f, const Values& p) {
+  const double k = p.real("k");
+  return both(compare_tensor(what + "O", o_dims(c.shape), expected.o, got.o, naive.o, k, f.o),
+              compare_tensor(what + "LSE", lse_dims(c.shape), expected.lse, got.lse, naive.lse, k, f.lse));
 }
 
 Verdict matches_reference(T& t, const Values& p) {
   const Case& c = t.input();
-  return compare_outputs(c, "", t.reference(), t.target(), naive_forward(c), error_scales(c, false), p);
+  return compare_outputs(c, "", t.reference(), t.target(), naive_forward(c),
+                         floors(c, false, p.real("floor_ulps")), p);
 }
 
 // Another tiling changes rounding only: each pair of tilings may differ by
@@ -44,8 +44,8 @@ Verdict tile_size_invariance(T& t, const Values& p) {
   const FwdResult& a = t.target();
   const FwdResult& ref = t.reference();
   const FwdResult naive = naive_forward(c);
-  const ErrorScales e = error_scales(c, false);
-  const double floor = p.real("floor_ulps") * epsilon(c.dtype), k = p.real("k");
+  const ErrorScales f = floors(c, false, p.real("floor_ulps"));
+  const double k = p.real("k");
   const std::vector<Case> others = other_tilings(c);
   if (others.empty()) return Verdict::discard("Nq = Nk = 1: no other tiling");
   for (const Case& other : others) {
@@ -56,12 +56,12 @@ Verdict tile_size_invariance(T& t, const Values& p) {
       const std::vector<double>& y;
       const std::vector<double>& n;
       const std::vector<double>& r;
-      double scale;
+      double floor;
     };
     for (const Part& part :
-         {Part{"O", a.o, b.o, naive.o, ref.o, e.o}, Part{"LSE", a.lse, b.lse, naive.lse, ref.lse, e.lse}}) {
+         {Part{"O", a.o, b.o, naive.o, ref.o, f.o}, Part{"LSE", a.lse, b.lse, naive.lse, ref.lse, f.lse}}) {
       const double naive_error = max_error(part.r, part.n);
-      const ToleranceReport r = compare_close(part.x, part.y, 2 * (k * naive_error + floor * part.scale), 0);
+      const ToleranceReport r = compare_close(part.x, part.y, 2 * (k * naive_error + part.floor), 0);
       if (!r.ok)
         return Verdict::fail(fmt::format("tiles {}x{} vs {}x{}: {} {}", c.block_q, c.block_k, other.block_q,
                                          other.block_k, part.name, r.message),
@@ -119,10 +119,8 @@ Verdict shift_invariance(T& t, const Values& p) {
   const Case& c = t.input();
   const Case shifted = keys_shifted(c);
   const FwdResult got = t.run_target(shifted), naive = naive_forward(shifted);
-  const double floor = p.real("floor_ulps") * epsilon(c.dtype) * error_scales(shifted, false).o;
-  Verdict v = compare_tensor("O after shifting every key ", o_dims(c.shape), t.reference().o, got.o, naive.o,
-                             p.real("k"), floor);
-  return v;
+  return compare_tensor("O after shifting every key ", o_dims(c.shape), t.reference().o, got.o, naive.o,
+                        p.real("k"), floors(shifted, false, p.real("floor_ulps")).o);
 }
 
 // Permuting keys with their values (and queries) permutes nothing but the
@@ -139,7 +137,7 @@ Verdict permutation_equivariance(T& t, const Values& p) {
   expected.o = permute_rows(ref.o, s, s.heads_q, s.nq, s.dim, perm->queries);
   expected.lse = permute_rows(ref.lse, s, s.heads_q, s.nq, 1, perm->queries);
   return compare_outputs(c, "permuted keys and queries: ", expected, t.run_target(perm->c),
-                         naive_forward(perm->c), error_scales(c, false), p);
+                         naive_forward(perm->c), floors(c, false, p.real("floor_ulps")), p);
 }
 
 Verdict workspace_bounded(T& t, const Values& p) {

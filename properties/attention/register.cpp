@@ -15,6 +15,7 @@ namespace {
 FwdResult cuda_forward_or_skip([[maybe_unused]] const Case& c) {
 #if KPROP_HAVE_CUDA
   if (cuda_raw::device_count() <= 0) throw TargetUnavailable("no CUDA device");
+  if (is_half(c.dtype)) throw Unsupported("the CUDA forward takes f32 or f64 cases");
   return cuda_forward(c);
 #else
   throw TargetUnavailable("built without CUDA");
@@ -24,6 +25,7 @@ FwdResult cuda_forward_or_skip([[maybe_unused]] const Case& c) {
 BwdResult cuda_backward_or_skip([[maybe_unused]] const Case& c) {
 #if KPROP_HAVE_CUDA
   if (cuda_bwd_raw::device_count() <= 0) throw TargetUnavailable("no CUDA device");
+  if (is_half(c.dtype)) throw Unsupported("the CUDA backward takes f32 or f64 cases");
   return cuda_backward(c);
 #else
   throw TargetUnavailable("built without CUDA");
@@ -36,7 +38,7 @@ KPROP_REGISTER_FAMILY(FwdTraits, [](FamilyDef<FwdTraits>& f) {
   f.implementation({"reference", ImplKind::reference, "fp64, materialized row by row, written for clarity"},
                    reference_forward);
   f.implementation(
-      {"tiled", ImplKind::optimized, "online softmax over Bq×Bk tiles from the case (f32 or f64)"}, tiled);
+      {"tiled", ImplKind::optimized, "online softmax over Bq×Bk tiles from the case (f32, f64; f16/bf16 stored, f32 arithmetic)"}, tiled);
   f.implementation({"cuda", ImplKind::optimized,
                     "one block per (q tile, head, batch), the case's Bq×Bk tiles in shared memory, online "
                     "softmax with exact empty-row handling; f32 or f64 per case",

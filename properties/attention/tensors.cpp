@@ -28,8 +28,8 @@ TensorInfos common_infos(bool backward) {
       {"scale", {}, DType::real, "softmax scale as the kernels use it (1/sqrt(D) unless the case gives one)"},
       {"Bq", {}, DType::integer, "the case's query tile size (may exceed Nq)"},
       {"Bk", {}, DType::integer, "the case's key tile size (may exceed Nk)"},
-      {"dtype_bytes", {}, DType::integer, "bytes per element of the case's dtype (4 or 8)"},
-      {"eps", {}, DType::real, "machine epsilon of the case's dtype (2^-23 for f32, 2^-52 for f64)"},
+      {"dtype_bytes", {}, DType::integer, "bytes per element of the case's dtype (2, 4 or 8)"},
+      {"eps", {}, DType::real, "machine epsilon of the precision the kernels compute in (2^-52 for f64, else f32's 2^-23)"},
       {"q", {"B", "Hq", "Nq", "D"}, DType::real, "queries"},
       {"k", {"B", "Hkv", "Nk", "D"}, DType::real, "keys"},
       {"v", {"B", "Hkv", "Nk", "D"}, DType::real, "values"},
@@ -181,7 +181,10 @@ void put_common(const Case& c, bool backward, TensorMap& out) {
   out.put("eps", Tensor::scalar(epsilon(c.dtype)));
   out.put("Bq", Tensor::scalar(c.block_q, DType::integer));
   out.put("Bk", Tensor::scalar(c.block_k, DType::integer));
-  out.put("dtype_bytes", Tensor::scalar(c.dtype == attention::DType::f32 ? 4 : 8, DType::integer));
+  out.put("dtype_bytes", Tensor::scalar(c.dtype == attention::DType::f64   ? 8
+                                        : c.dtype == attention::DType::f32 ? 4
+                                                                           : 2,
+                                        DType::integer));
   if (out.wanted("q")) out.put("q", Tensor::of(dims({B, Hq, Nq, D}), c.q));
   if (out.wanted("k")) out.put("k", Tensor::of(dims({B, Hkv, Nk, D}), c.k));
   if (out.wanted("v")) out.put("v", Tensor::of(dims({B, Hkv, Nk, D}), c.v));
@@ -215,15 +218,15 @@ void put_common(const Case& c, bool backward, TensorMap& out) {
   }
   if (out.wants_prefix("err.") || out.wants_prefix("floor.")) {
     // The built-in invariants' floor: floor_ulps (8, properties/attention/checks.cpp) × eps × scale.
-    const ErrorScales e = error_scales(c, backward);
-    const double ulps = 8 * epsilon(c.dtype);
-    for (auto [name, value] : {std::pair{"floor.o", e.o},
-                               {"floor.lse", e.lse},
-                               {"floor.d", e.d},
-                               {"floor.dq", e.dq},
-                               {"floor.dk", e.dk},
-                               {"floor.dv", e.dv}})
-      out.put(name, Tensor::scalar(ulps * value));
+    // (bounds.h: plus the storage roundings of f16/bf16 cases).
+    const ErrorScales e = error_scales(c, backward), f = floors(c, backward, 8);
+    for (auto [name, value] : {std::pair{"floor.o", f.o},
+                               {"floor.lse", f.lse},
+                               {"floor.d", f.d},
+                               {"floor.dq", f.dq},
+                               {"floor.dk", f.dk},
+                               {"floor.dv", f.dv}})
+      out.put(name, Tensor::scalar(value));
     for (auto [name, value] : {std::pair{"err.o", e.o},
                                {"err.lse", e.lse},
                                {"err.d", e.d},

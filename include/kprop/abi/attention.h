@@ -19,7 +19,7 @@ enum {
  * GQA: Hq = g * Hkv and query head h reads kv head h / g. S = scale * Q K^T.
  * A fully masked row must give O = 0 and LSE = -inf, never NaN. */
 typedef struct kprop_attention_fwd_args {
-  kprop_tensor q;           /* [B, Hq, Nq, D]  f32 or f64 */
+  kprop_tensor q;           /* [B, Hq, Nq, D]  f32, f64, f16 or bf16 */
   kprop_tensor k;           /* [B, Hkv, Nk, D] same dtype */
   kprop_tensor v;           /* [B, Hkv, Nk, D] same dtype */
   kprop_tensor key_lengths; /* [B] i32; only with KPROP_MASK_KEY_PADDING */
@@ -29,7 +29,8 @@ typedef struct kprop_attention_fwd_args {
   int32_t reserved;
   double scale;     /* already resolved: 1/sqrt(D) unless the case sets one */
   kprop_tensor o;   /* out: [B, Hq, Nq, D], dtype of q */
-  kprop_tensor lse; /* out: [B, Hq, Nq], natural log of the softmax denominator */
+  kprop_tensor lse; /* out: [B, Hq, Nq], natural log of the softmax denominator;
+                       f32 when q is f16 or bf16 (as FlashAttention keeps it) */
 } kprop_attention_fwd_args;
 typedef int (*kprop_attention_fwd_fn)(const kprop_attention_fwd_args* args, char* error, size_t error_size);
 
@@ -45,9 +46,9 @@ typedef struct kprop_attention_bwd_args {
   int32_t reserved;
   double scale;
   kprop_tensor o;     /* [B, Hq, Nq, D] the forward's output */
-  kprop_tensor lse;   /* [B, Hq, Nq] the forward's LSE (-inf on fully masked rows) */
+  kprop_tensor lse;   /* [B, Hq, Nq] the forward's LSE (-inf on fully masked rows); f32 for f16/bf16 */
   kprop_tensor d_out; /* [B, Hq, Nq, D] dO */
-  kprop_tensor d;     /* out: [B, Hq, Nq] D = rowsum(dO * O) as the kernel used it */
+  kprop_tensor d;     /* out: [B, Hq, Nq] D = rowsum(dO * O) as the kernel used it; f32 for f16/bf16 */
   kprop_tensor dq;    /* out: [B, Hq, Nq, D] */
   kprop_tensor dk;    /* out: [B, Hkv, Nk, D] */
   kprop_tensor dv;    /* out: [B, Hkv, Nk, D] */

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <string>
 
+#include "kprop/half.h"
 #include "kprop/runner.h"
 #include "kprop/spec.h"
 #include "kprop/testing.h"
@@ -71,6 +72,54 @@ void run_tiled(const kprop_attention_bwd_args* a) {
       i, in<T>(a->o), in<T>(a->lse), {out<T>(a->dq), out<T>(a->dk), out<T>(a->dv), out<T>(a->d)}, ws);
 }
 
+// f16/bf16 cases: the float kernel with half-precision storage, on float
+// copies of the half tensors (exact) written back to them (exact too: the
+// kernel rounds what it stores). LSE and D are f32 tensors then.
+size_t count(const kprop_tensor& t) {
+  size_t n = 1;
+  for (int32_t d = 0; d < t.ndim; ++d) n *= size_t(t.shape[d]);
+  return n;
+}
+std::vector<float> widened(const kprop_tensor& t) {
+  const auto* h = static_cast<const uint16_t*>(t.data);
+  std::vector<float> x(count(t));
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = t.dtype == KPROP_F16 ? kprop::half::f16_to_float(h[i]) : kprop::half::bf16_to_float(h[i]);
+  return x;
+}
+void narrow_into(const std::vector<float>& x, const kprop_tensor& t) {
+  auto* h = static_cast<uint16_t*>(t.data);
+  for (size_t i = 0; i < x.size(); ++i)
+    h[i] = t.dtype == KPROP_F16 ? kprop::half::f16_from_float(x[i]) : kprop::half::bf16_from_float(x[i]);
+}
+
+template <BwdBug bug>
+void run_tiled_half(const kprop_attention_bwd_args* a) {
+  const std::vector<float> q = widened(a->q), k = widened(a->k), v = widened(a->v), o = widened(a->o),
+                           d_out = widened(a->d_out);
+  std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
+  Inputs<float> i;
+  i.shape = {static_cast<int>(a->q.shape[0]), static_cast<int>(a->q.shape[1]),
+             static_cast<int>(a->k.shape[1]), static_cast<int>(a->q.shape[2]),
+             static_cast<int>(a->k.shape[2]), static_cast<int>(a->q.shape[3])};
+  i.mask = {static_cast<MaskKind>(a->mask), i.shape.nk - i.shape.nq, in<int32_t>(a->key_lengths),
+            in<uint8_t>(a->allowed)};
+  i.store = a->q.dtype == KPROP_F16 ? Storage::f16 : Storage::bf16;
+  i.scale = static_cast<float>(a->scale);
+  i.block_q = a->block_q;
+  i.block_k = a->block_k;
+  i.q = q.data();
+  i.k = k.data();
+  i.v = v.data();
+  i.d_out = d_out.data();
+  Workspace ws;
+  tiled_backward<float, BwdMode::single_pass_d, bug>(i, o.data(), in<float>(a->lse),
+                                                     {dq.data(), dk.data(), dv.data(), out<float>(a->d)}, ws);
+  narrow_into(dq, a->dq);
+  narrow_into(dk, a->dk);
+  narrow_into(dv, a->dv);
+}
+
 template <BwdBug bug>
 int tiled_entry(const kprop_attention_bwd_args* a, char* error, size_t size) {
   for (const kprop_tensor* t :
@@ -79,7 +128,9 @@ int tiled_entry(const kprop_attention_bwd_args* a, char* error, size_t size) {
       std::snprintf(error, size, "this wrapper takes contiguous tensors only");
       return KPROP_ERROR;
     }
-  if (a->q.dtype == KPROP_F32)
+  if (a->q.dtype == KPROP_F16 || a->q.dtype == KPROP_BF16)
+    run_tiled_half<bug>(a);
+  else if (a->q.dtype == KPROP_F32)
     run_tiled<float, bug>(a);
   else
     run_tiled<double, bug>(a);

@@ -1,0 +1,171 @@
+// Attention in f16/bf16: the kernels store in the half type and compute in
+// f32 (attention.h, "Precision"), the codec round-trips half values exactly,
+// cases drawn from bytes hold representable values, and each precision
+// mutant differs from the correct kernel only where its bug bites.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernels/attention/attention.h"
+#include "kprop/draw.h"
+#include "kprop/half.h"
+#include "properties/attention/bounds.h"
+#include "properties/attention/family.h"
+
+namespace kprop::attention {
+namespace {
+
+// One head, Nq × Nk, D = 2, values exact in every dtype.
+Case head(DType dtype, int nq, int nk, bool backward) {
+  Case c;
+  c.dtype = dtype;
+  c.shape = {1, 1, 1, nq, nk, 2};
+  c.block_q = 2;
+  c.block_k = 3;
+  for (int i = 0; i < nq * 2; ++i) c.q.push_back(0.25 * ((i * 7 % 5) - 2));
+  for (int j = 0; j < nk * 2; ++j) c.k.push_back(0.5 * ((j * 3 % 5) - 2)), c.v.push_back((j * 5 % 7) - 3);
+  if (backward)
+    for (int i = 0; i < nq * 2; ++i) c.d_out.push_back((i % 3) - 1);
+  return c;
+}
+
+double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+const Mutant<FwdResult>& forward_mutant(const std::string& name) {
+  for (const auto& m : forward_mutants())
+    if (name == m.name) return m;
+  throw std::logic_error("no forward mutant " + name);
+}
+
+TEST(AttentionHalf, OutputsAreStoredInTheHalfTypeAndStatsInF32) {
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    Case c = head(dtype, 5, 7, true);
+    c.mask = MaskKind::causal;
+    const FwdResult f = tiled(c);
+    for (double x : f.o) EXPECT_EQ(round_to(dtype, x), x) << dtype_name(dtype);
+    for (double x : f.lse) {
+      if (std::isfinite(x)) {
+        EXPECT_EQ(double(float(x)), x);
+      }
+    }
+    for (auto impl : {tiled_d, tiled_two_pass}) {
+      const BwdResult b = impl(c);
+      for (const auto* t : {&b.dq, &b.dk, &b.dv})
+        for (double x : *t) EXPECT_EQ(round_to(dtype, x), x) << dtype_name(dtype);
+    }
+  }
+}
+
+// Every correct implementation stays inside the policy's floor alone (the
+// naive error only widens it), on inputs where the half roundings matter.
+TEST(AttentionHalf, CorrectKernelsStayInsideTheDerivedFloor) {
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    Case c = head(dtype, 6, 9, true);
+    for (double& x : c.v) x = round_to(dtype, x * 1.37 + 0.11);
+    for (double& x : c.q) x = round_to(dtype, x * 3.1);
+    const ErrorScales f = floors(c, true, 8);
+    const FwdResult rf = reference_forward(c), tf = tiled(c);
+    EXPECT_LE(max_diff(rf.o, tf.o), f.o) << dtype_name(dtype);
+    EXPECT_LE(max_diff(rf.lse, tf.lse), f.lse) << dtype_name(dtype);
+    const BwdResult rb = reference_backward(c);
+    for (auto impl : {tiled_d, tiled_two_pass}) {
+      const BwdResult b = impl(c);
+      EXPECT_LE(max_diff(rb.dq, b.dq), f.dq) << dtype_name(dtype);
+      EXPECT_LE(max_diff(rb.dk, b.dk), f.dk) << dtype_name(dtype);
+      EXPECT_LE(max_diff(rb.dv, b.dv), f.dv) << dtype_name(dtype);
+    }
+    // The storage term is what makes room: an f32 floor alone is too tight.
+    Case single = c;
+    single.dtype = DType::f32;
+    EXPECT_GT(max_diff(rf.o, tf.o), floors(single, false, 8).o);
+  }
+}
+
+TEST(AttentionHalf, PrecisionMutantsEqualTheKernelOutsideHalfCases) {
+  for (const char* name : {"pv_in_storage", "rowsum_in_storage", "lse_in_storage"})
+    for (DType dtype : {DType::f32, DType::f64}) {
+      const Case c = head(dtype, 4, 7, false);
+      const FwdResult a = forward_mutant(name).run(c), b = tiled(c);
+      EXPECT_EQ(a.o, b.o) << name;
+      EXPECT_EQ(a.lse, b.lse) << name;
+    }
+}
+
+// An f16 accumulator for Σ_j P_j v_j overflows once the sum passes 65504
+// while every V and O stay in range.
+TEST(AttentionHalf, PvInStorageOverflowsInF16) {
+  Case c = head(DType::f16, 1, 4, false);
+  c.q.assign(2, 0);  // P uniform: O is the mean of V
+  c.v = {30000, 1, 30000, 1, 30000, 1, 30000, 1};
+  const FwdResult good = tiled(c), bad = forward_mutant("pv_in_storage").run(c);
+  EXPECT_EQ(good.o[0], 30000);
+  EXPECT_TRUE(std::isinf(bad.o[0]));
+}
+
+// bf16 holds 8 significant bits: a row sum of ones stops at 256.
+TEST(AttentionHalf, RowsumInStorageStagnatesInBf16) {
+  Case c = head(DType::bf16, 1, 300, false);
+  c.q.assign(2, 0);
+  c.block_k = 300;
+  const FwdResult good = tiled(c), bad = forward_mutant("rowsum_in_storage").run(c);
+  EXPECT_NEAR(good.lse[0], std::log(300.0), 1e-6);
+  EXPECT_NEAR(bad.lse[0], std::log(256.0), 1e-6);
+}
+
+TEST(AttentionHalf, LseInStorageLosesBitsTheF32LseKeeps) {
+  Case c = head(DType::f16, 1, 3, false);
+  c.q = {4, 4};
+  const FwdResult good = tiled(c), bad = forward_mutant("lse_in_storage").run(c);
+  const double u = storage_roundoff(DType::f16);
+  EXPECT_LT(std::fabs(good.lse[0] - reference_forward(c).lse[0]), 1e-5);
+  EXPECT_EQ(bad.lse[0], half::round_to_f16(good.lse[0]));
+  EXPECT_NE(bad.lse[0], good.lse[0]);
+  EXPECT_LE(std::fabs(bad.lse[0] - good.lse[0]), u * std::fabs(good.lse[0]));
+}
+
+// Special values through the YAML codec: ±0, subnormals and the largest
+// finite value of each half type read back bit-exactly.
+TEST(AttentionHalf, YamlRoundTripIsExact) {
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    const double tiny = dtype == DType::f16 ? half::f16_min_subnormal : half::bf16_min_subnormal;
+    const double big = dtype == DType::f16 ? half::f16_max : half::bf16_max;
+    Case c = head(dtype, 2, 3, true);
+    c.q = {0.0, -0.0, tiny, -3 * tiny};
+    c.k = {big, -big, round_to(dtype, 0.1), round_to(dtype, 1.0 / 3), 7 * tiny, 0.5};
+    c.v = {round_to(dtype, 65504.0 / 3), 1, 2, 3, 4, 5};
+    c.scale = 0.3;
+    const Case back = BwdTraits::from_yaml(BwdTraits::to_yaml(c));
+    EXPECT_EQ(back, c) << dtype_name(dtype);
+    EXPECT_TRUE(std::signbit(back.q[1]));
+    Case f = c;
+    f.d_out.clear();
+    EXPECT_EQ(FwdTraits::from_yaml(FwdTraits::to_yaml(f)), f);
+  }
+}
+
+// libFuzzer's bytes reach half cases through the same builder; what they
+// decode to is valid (every value representable in the dtype) and survives
+// the YAML codec.
+TEST(AttentionHalf, CasesFromBytesAreRepresentableAndRoundTrip) {
+  const Values domain = Values::defaults(BwdTraits::domain_schema());
+  int halves = 0;
+  for (uint32_t seed = 1; seed <= 400; ++seed) {
+    std::vector<uint8_t> bytes(512);
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = uint8_t((seed * 2654435761u + i * 40503u) >> 13);
+    ByteReader reader(bytes.data(), bytes.size());
+    BytesDraw draw(reader);
+    const Case c = BwdTraits::build(draw, domain);
+    if (!is_half(c.dtype)) continue;
+    ++halves;
+    EXPECT_EQ(validate(c, true), "") << seed;
+    EXPECT_EQ(BwdTraits::from_yaml(BwdTraits::to_yaml(c)), c) << seed;
+  }
+  EXPECT_GT(halves, 50);
+}
+
+}  // namespace
+}  // namespace kprop::attention
