@@ -77,7 +77,12 @@ double exact_shift(const Case& c, size_t r, double want) {
   if (g == std::numeric_limits<int>::max()) return rounded;  // a zero row: x + c = c
   const double unit = std::ldexp(1.0, g);
   // |c| <= 2^(g+p) - m keeps every x + c on the grid of 2^g below 2^(g+p); cap at 2^100.
-  const double room = std::min(std::ldexp(1.0, g + precision(c.dtype)) - m, std::ldexp(1.0, 100));
+  // A row spanning more than p bits of its finest ulp (common at bf16's 8)
+  // has no room: shift 0 rather than an inexact shift.
+  // A half case also keeps x + c under a quarter of the largest finite value.
+  const double top = is_half(c.dtype) ? max_finite(c.dtype) / 4 - m : std::ldexp(1.0, 100);
+  const double room =
+      std::max(0.0, std::min({std::ldexp(1.0, g + precision(c.dtype)) - m, std::ldexp(1.0, 100), top}));
   const double steps = std::floor(std::min(std::fabs(want), room) / unit);
   return std::copysign(steps * unit, want);
 }

@@ -61,7 +61,11 @@ double exact_shift(const Case& c, int row, double want) {
     return std::copysign(round_value(w, c.dtype), want);
   }
   const double unit = std::ldexp(1.0, g);
-  const double room = std::min(std::ldexp(1.0, g + p) - m, cap);
+  // No room (a row whose values span more than p bits of the finest ulp,
+  // common at bf16's 8): no exact shift but 0; a negative room would have
+  // given an inexact one.
+  const double top = c.dtype == DType::f16 ? 65504.0 - m : cap;  // f16: x + c stays finite
+  const double room = std::max(0.0, std::min({std::ldexp(1.0, g + p) - m, cap, top}));
   return std::copysign(std::floor(std::min(std::fabs(want), room) / unit) * unit, want);
 }
 

@@ -288,6 +288,10 @@ Spec spec_for(const std::string& dtype) {
   const size_t at = s.find(line);
   EXPECT_NE(at, std::string::npos) << "specs/layernorm.yaml has no '" << line << "'";
   if (at != std::string::npos) s.replace(at, line.size(), "dtype: [" + dtype + "]");
+  // finite_differences runs on f64 cases only: dropped from a half domain.
+  const size_t fd = s.find("  - name: finite_differences\n");
+  EXPECT_NE(fd, std::string::npos);
+  if (fd != std::string::npos) s.erase(fd, s.find("\n  - ", fd + 1) + 1 - fd);
   return parse_spec(s, "layernorm_" + dtype + ".yaml");
 }
 

@@ -181,7 +181,7 @@ TEST(SoftmaxTopkHalf, YamlRoundTripOfEdgeValues) {
   EXPECT_EQ(s.logits[0], half::f16_min_subnormal);
   // Other texts must be exact values of the dtype (as for f32); beyond the
   // range is an error too. Both with a position.
-  for (const char* text : {"dtype: f16\nk: 1\nblock: 1\nlogits:\n  - [0, 0.1001]\n",
+  for (const char* text : {"dtype: f16\nk: 1\nblock: 1\nlogits:\n  - [0, 0.10001]\n",
                            "dtype: f16\nk: 1\nblock: 1\nlogits:\n  - [65520]\n",
                            "dtype: bf16\nk: 1\nblock: 1\nlogits:\n  - [1.001]\n"}) {
     try {
