@@ -269,6 +269,12 @@ Verdict dx_sums_to_zero(T& t, const Values& p) {
   for (size_t r = 0; r < static_cast<size_t>(c.rows); ++r) {
     long double sum = 0, abs_sum = 0;
     for (size_t d = 0; d < D; ++d) sum += got.dx[at(r, d, D)], abs_sum += std::fabs(got.dx[at(r, d, D)]);
+    // The half terms below bound each store by the stored value itself
+    // (u_s |dx|): only for finite values, or an inf would allow itself.
+    if (is_half(c.dtype) && !std::isfinite(static_cast<double>(abs_sum)))
+      return Verdict::fail(
+          fmt::format("row {}: dx is not finite (sum of |dx| {})", r, static_cast<double>(abs_sum)),
+          {{"row", double(r)}});
     const RowGrad g = row_grad(c, ref, r);
     // Σ dx = rstd·(Σg − D·mean(g) − mean(g x̂)·Σx̂): each term is rounded.
     const double scale =
