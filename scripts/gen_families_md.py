@@ -97,12 +97,18 @@ Over the last dim D of x `[rows, D]`: `mu = mean(x)`,
 `xhat = (x - mu)·rstd`, `y = gamma ⊙ xhat + beta`. Backward with
 `g = gamma ⊙ dy`: `dx = rstd·(g - mean(g) - xhat ⊙ mean(g ⊙ xhat))`,
 `dgamma = Σ_rows dy ⊙ xhat`, `dbeta = Σ_rows dy`. A constant row gives
-`xhat = 0`, `y = beta`; `D = 1` gives `y = beta`, `dx = 0`. Each case is f32
-or f64; f32 inputs are exactly representable in float, so the fp64
-reference sees the same inputs. Tolerance baseline: the naive two-pass
-algorithm in the case's dtype (`kernels/layernorm/kernels.h`).""",
+`xhat = 0`, `y = beta`; `D = 1` gives `y = beta`, `dx = 0`. Each case is
+f16, bf16, f32 or f64; its inputs are exactly representable in the dtype, so
+the fp64 reference sees the same inputs. f16/bf16 (as GPU kernels): inputs
+stored in half, `eps` an f32 attribute, all arithmetic and accumulation in
+f32, `mu` and `rstd` kept in f32 (f32 tensors through the ABI), and y, the
+xhat cache the backward reads, dx, dgamma, dbeta rounded to the dtype
+(nearest even) at the store. Tolerance baseline: the naive two-pass
+algorithm in the case's dtype (half: half storage, f32 arithmetic;
+`kernels/layernorm/kernels.h`); the half floors add the derived cost of the
+stores (`properties/layernorm/invariants.cpp`).""",
     "softmax_topk": """\
-Logits `[rows, V]` in f32 or f64, each finite or -inf; `1 <= K <= V`. Each
+Logits `[rows, V]`, each finite or -inf; `1 <= K <= V`. Each
 row's output is the K largest softmax probabilities with their indices,
 sorted by probability, ties to the lower index. Softmax is strictly
 increasing in the logit, so the order is the exact logit order (equal
@@ -110,7 +116,14 @@ logits by ascending index), and two probabilities that both underflow to 0
 are not tied unless their logits are equal. A -inf logit has probability 0
 and ranks after every finite logit; an all -inf row gives probabilities 0
 and indices `0..K-1`. Probabilities are returned in the input dtype; only
-near-ties (distinct logits within `tie_ulps` dtype ulps) are discarded.""",
+near-ties (distinct logits within `tie_ulps` dtype ulps) are discarded.
+Logits may be f16, bf16, f32 or f64. f16/bf16 (as GPU kernels): logits stored
+in half, the max, the normaliser, exp and the division in f32, the
+probabilities rounded to the dtype (nearest even) at the store; the ranking
+is by logit, so indices are unaffected. Tolerance baseline: the naive
+two-pass softmax in the case's dtype (half: f32 arithmetic, probabilities
+stored in half), floor `floor_eps` f32 epsilons plus the store's
+`u_s·max p + s`.""",
     "ternary": """\
 The BitNet b1.58 linear layer, with `eps = 1e-5`: weight scale
 `s = max(mean|W|, eps)` (absmean, per tensor), `w_q = clamp(round(W/s), -1, 1)`;

@@ -2,7 +2,9 @@
 
     prop_runner --spec specs/layernorm.yaml --target "exec:/usr/bin/python3 examples/python/layernorm.py"
 
-Computes in the inputs' dtype. The statistics are taken of x shifted by its
+Computes in the inputs' dtype; f16 and bf16 inputs (bf16 as ml_dtypes
+arrays or raw uint16 bits) are computed in float32, as GPU kernels do, and
+the worker rounds the outputs to the case's dtype. The statistics are taken of x shifted by its
 first element, the textbook cure for a large mean: x - x[0] is exact near
 the offset, so the variance never sees it (a plain x.var() in float32 loses
 every digit of a row at 1e4 with spread 1e-2).
@@ -46,7 +48,15 @@ def statistics(x):
     return shift + center, centred, var
 
 
+def as_compute(a):
+    """float32 values of a half tensor (f16, bfloat16 or bf16 bits); others unchanged."""
+    if a.dtype == np.uint16:
+        return kprop_worker.bf16_to_float32(a)
+    return a.astype(np.float32) if a.dtype.itemsize == 2 else a
+
+
 def layernorm(x, gamma, beta, dy, eps, **_):
+    x, gamma, beta, dy = (as_compute(a) for a in (x, gamma, beta, dy))
     eps = x.dtype.type(eps)
     with np.errstate(divide="ignore", invalid="ignore"):  # the unbiased bug divides by 0 when D = 1
         mean, centred, var = statistics(x)

@@ -2,7 +2,9 @@
 
     prop_runner --spec specs/softmax_topk.yaml --target "exec:/usr/bin/python3 examples/python/softmax_topk.py"
 
-Two passes in the logits' dtype (max, then the normaliser), then a stable
+Two passes in the logits' dtype (f16 and bf16 logits, bf16 as ml_dtypes
+arrays or raw uint16 bits, in float32, as GPU kernels do; the worker rounds
+the probabilities to the case's dtype) (max, then the normaliser), then a stable
 sort by logit: the contract's order is the exact logit order, equal logits
 by ascending index, -inf last. A row of all -inf has probabilities 0.
 
@@ -49,6 +51,10 @@ def ranking(logits, probs):
 
 
 def softmax_topk(logits, k, **_):
+    if logits.dtype == np.uint16:
+        logits = kprop_worker.bf16_to_float32(logits)
+    elif logits.dtype.itemsize == 2:
+        logits = logits.astype(np.float32)
     probs = softmax(logits)
     top = ranking(logits, probs)[:, :k]
     if BUG == "unsorted_output":

@@ -41,7 +41,15 @@ enum class Bug {
   eps_outside_sqrt,   // rstd = 1 / (sqrt(σ²) + ε)
   unbiased_variance,  // σ² = M2 / (D − 1)
   dgamma_no_xhat,     // dγ = Σ dy ⊙ x (the raw input instead of x̂)
+  // Welford's M2 (the running sum of squared deviations) rounded to the
+  // storage type after every update and combine (`store`, a half-precision
+  // case's f16/bf16 rounding): overflows at f16's 65504, loses bits in bf16.
+  variance_in_storage,
 };
+
+// Rounds a value to the storage type (identity when null).
+template <typename T>
+using StoreFn = T (*)(T);
 
 // Independent Welford accumulators per row; a multiple of every SIMD width.
 inline constexpr int kLanes = 16;
@@ -54,7 +62,7 @@ struct Welford {
 
 // Chan et al.'s pairwise combination of two partial (count, mean, M2).
 template <typename T>
-inline Welford<T> combine(Welford<T> a, const Welford<T>& b) {
+inline Welford<T> combine(Welford<T> a, const Welford<T>& b, StoreFn<T> m2_store = nullptr) {
   if (b.n == 0) return a;
   if (a.n == 0) return b;
   const T n = a.n + b.n;
@@ -62,14 +70,17 @@ inline Welford<T> combine(Welford<T> a, const Welford<T>& b) {
   const T wb = b.n / n;
   a.mean += delta * wb;
   a.m2 += b.m2 + delta * delta * a.n * wb;
+  if (m2_store) a.m2 = m2_store(a.m2);
   a.n = n;
   return a;
 }
 
 // Forward of one row. Writes y and x̂ (D each), the row's mean and rstd.
+// `store` is used by Bug::variance_in_storage only.
 template <typename T, Bug B = Bug::none>
 inline void fused_forward_row(const T* x, const T* gamma, const T* beta, int D, T eps, T* y, T* xhat,
-                              T* mean_out, T* rstd_out) {
+                              T* mean_out, T* rstd_out, [[maybe_unused]] StoreFn<T> store = nullptr) {
+  const StoreFn<T> m2_store = B == Bug::variance_in_storage ? store : nullptr;
   T shift = 0, center = 0, var = 0;
   if constexpr (B == Bug::naive_variance) {
     T s[kLanes] = {}, s2[kLanes] = {};
@@ -99,6 +110,7 @@ inline void fused_forward_row(const T* x, const T* gamma, const T* beta, int D, 
         const T delta = d - m[j];
         m[j] += delta * inv;
         m2[j] += delta * (d - m[j]);
+        if (m2_store) m2[j] = m2_store(m2[j]);
       }
     }
     const int rem = D - steps * kLanes;
@@ -110,12 +122,13 @@ inline void fused_forward_row(const T* x, const T* gamma, const T* beta, int D, 
         const T delta = d - m[j];
         m[j] += delta * inv;
         m2[j] += delta * (d - m[j]);
+        if (m2_store) m2[j] = m2_store(m2[j]);
       }
     }
     Welford<T> w[kLanes];
     for (int j = 0; j < kLanes; ++j) w[j] = {T(steps + (j < rem ? 1 : 0)), m[j], m2[j]};
     for (int h = kLanes / 2; h > 0; h /= 2)
-      for (int j = 0; j < h; ++j) w[j] = combine(w[j], w[j + h]);
+      for (int j = 0; j < h; ++j) w[j] = combine(w[j], w[j + h], m2_store);
     center = w[0].mean;
     if constexpr (B == Bug::unbiased_variance)
       var = w[0].m2 / T(D - 1);
@@ -178,10 +191,10 @@ inline void fused_backward_row(const T* dy, const T* gamma, const T* xhat, T rst
 
 template <typename T, Bug B = Bug::none>
 void fused_forward(const T* x, const T* gamma, const T* beta, int rows, int D, T eps, T* y, T* xhat, T* mean,
-                   T* rstd) {
+                   T* rstd, StoreFn<T> store = nullptr) {
   for (int r = 0; r < rows; ++r) {
     const size_t o = static_cast<size_t>(r) * static_cast<size_t>(D);
-    fused_forward_row<T, B>(x + o, gamma, beta, D, eps, y + o, xhat + o, mean + r, rstd + r);
+    fused_forward_row<T, B>(x + o, gamma, beta, D, eps, y + o, xhat + o, mean + r, rstd + r, store);
   }
 }
 

@@ -9,9 +9,18 @@
 // ε > 0, D ≥ 1; a constant row (σ² = 0) gives x̂ = 0, y = β and
 // dx = (g − mean(g)) / sqrt(ε); D = 1 gives y = β and dx = 0.
 //
-// A case carries its dtype: f32 cases hold values that are exactly
-// representable in float (the decoder rounds them), so every implementation
-// and the fp64 reference see the same inputs.
+// A case carries its dtype: its values are exactly representable in it (the
+// decoder and the generator round them), so every implementation and the
+// fp64 reference see the same inputs.
+//
+// Precision contract of the half-precision dtypes (f16, bf16), as GPU
+// kernels do it: x, γ, β, dy are stored in f16/bf16; ε is an f32 attribute
+// (kernels take it as float: 1e-12 is not an f16 value); all arithmetic and
+// every accumulation is in f32 (float); the statistics μ and rstd stay f32
+// (not rounded to the storage type); the outputs y, x̂ (the cache the
+// backward reads), dx, dγ and dβ are rounded to the storage dtype with
+// round-to-nearest-even when stored, dγ and dβ after their f32 sums over
+// the rows. f32 and f64 cases compute in their own dtype throughout.
 #pragma once
 
 #include <cstdint>
@@ -20,10 +29,26 @@
 
 namespace kprop::layernorm {
 
-enum class DType { f32, f64 };
+enum class DType { f32, f64, f16, bf16 };
 const char* dtype_name(DType t);
-// Unit roundoff of the dtype: 2^-24 or 2^-53.
+// The dtype named `name` ("f32", "f64", "f16", "bf16"); false if none.
+bool parse_dtype(const std::string& name, DType& out);
+bool is_half(DType t);  // f16 or bf16
+// Unit roundoff of the storage dtype: 2^-24, 2^-53, 2^-11 (f16), 2^-8 (bf16).
 double unit_roundoff(DType t);
+// Unit roundoff of the arithmetic: the dtype's own, f32's (2^-24) for halves.
+double accumulation_roundoff(DType t);
+// Half the smallest positive subnormal of the storage dtype: the largest
+// absolute error of rounding a result that lands among the subnormals (where
+// the relative bound u·|v| does not hold). 0 for f32 and f64, whose
+// arithmetic is the storage and whose floors never reach there.
+double subnormal_half_step(DType t);
+// The largest finite value of the storage dtype.
+double max_finite(DType t);
+// The nearest value of the dtype to v (round to nearest even); ε of a half
+// case is rounded to f32 (see the precision contract above).
+double round_value(double v, DType t);
+double round_eps(double eps, DType t);
 
 struct Case {
   DType dtype = DType::f64;
@@ -53,8 +78,9 @@ void round_to_dtype(Case& c);
 // Implementations.
 Result reference(const Case& c);  // fp64, two-pass, written for clarity
 Result fused(const Case& c);      // one-pass Welford forward, fused backward, in the case's dtype
-// The naive two-pass algorithm in the case's dtype: the tolerance baseline
-// (not registered as an implementation).
+// The naive two-pass algorithm in the case's dtype (a half case: half
+// storage of inputs and outputs, f32 arithmetic, μ and rstd f32): the
+// tolerance baseline (not registered as an implementation).
 Result two_pass(const Case& c);
 
 struct Mutant {

@@ -1,5 +1,7 @@
 // Case -> Result wrapper around the CUDA LayerNorm (layernorm_cuda.cu);
-// compiled to nothing without CUDA.
+// compiled to nothing without CUDA. A half case (f16, bf16) runs the f32
+// kernel on its half values and rounds the stored outputs (y, x̂, dx, dγ, dβ)
+// to the case's dtype; μ and rstd stay f32 (layernorm.h, precision contract).
 #if KPROP_HAVE_CUDA
 #include "kernels/layernorm/layernorm_cuda.h"
 
@@ -23,7 +25,12 @@ Result run_typed(const Case& c) {
 }  // namespace
 
 Result cuda(const Case& c) {
-  return c.dtype == DType::f32 ? run_typed<float>(c) : run_typed<double>(c);
+  if (c.dtype == DType::f64) return run_typed<double>(c);
+  Result r = run_typed<float>(c);
+  if (is_half(c.dtype))
+    for (auto* v : {&r.y, &r.xhat, &r.dx, &r.dgamma, &r.dbeta})
+      for (double& e : *v) e = round_value(e, c.dtype);
+  return r;
 }
 
 }  // namespace kprop::layernorm

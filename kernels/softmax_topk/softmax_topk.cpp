@@ -5,11 +5,69 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <type_traits>
+
+#include "kprop/half.h"
 
 namespace kprop::softmax_topk {
 
 const char* dtype_name(DType d) {
-  return d == DType::f32 ? "f32" : "f64";
+  switch (d) {
+    case DType::f32:
+      return "f32";
+    case DType::f64:
+      return "f64";
+    case DType::f16:
+      return "f16";
+    case DType::bf16:
+      return "bf16";
+  }
+  return "f64";
+}
+bool parse_dtype(const std::string& name, DType& out) {
+  for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16})
+    if (name == dtype_name(d)) {
+      out = d;
+      return true;
+    }
+  return false;
+}
+bool is_half(DType d) {
+  return d == DType::f16 || d == DType::bf16;
+}
+double round_value(double x, DType d) {
+  switch (d) {
+    case DType::f32:
+      return static_cast<double>(static_cast<float>(x));
+    case DType::f64:
+      return x;
+    case DType::f16:
+      return half::round_to_f16(x);
+    case DType::bf16:
+      return half::round_to_bf16(x);
+  }
+  return x;
+}
+double storage_roundoff(DType d) {
+  switch (d) {
+    case DType::f32:
+      return 0x1p-24;
+    case DType::f64:
+      return 0x1p-53;
+    case DType::f16:
+      return 0x1p-11;
+    case DType::bf16:
+      return 0x1p-8;
+  }
+  return 0x1p-53;
+}
+double subnormal_half_step(DType d) {
+  if (d == DType::f16) return half::f16_min_subnormal / 2;
+  if (d == DType::bf16) return half::bf16_min_subnormal / 2;
+  return 0;
+}
+double arithmetic_epsilon(DType d) {
+  return d == DType::f64 ? 0x1p-52 : 0x1p-23;
 }
 
 std::string validate(const Case& c) {
@@ -20,8 +78,10 @@ std::string validate(const Case& c) {
     return "logits must be rows x vocab with at least one row";
   for (double x : c.logits) {
     if (std::isnan(x) || x == std::numeric_limits<double>::infinity()) return "logits must be finite or -inf";
-    if (c.dtype == DType::f32 && std::isfinite(x) && static_cast<double>(static_cast<float>(x)) != x)
-      return "f32 logits must be exactly representable as float";
+    if (c.dtype != DType::f64 && std::isfinite(x) && round_value(x, c.dtype) != x)
+      return c.dtype == DType::f32 ? "f32 logits must be exactly representable as float"
+                                   : std::string(dtype_name(c.dtype)) + " logits must be exact " +
+                                         dtype_name(c.dtype) + " values";
   }
   return "";
 }
@@ -78,7 +138,11 @@ std::vector<double> naive_row(const double* xd, int n) {
 
 std::vector<double> naive_softmax(const Case& c, int row) {
   const double* x = c.logits.data() + static_cast<size_t>(row) * c.vocab;
-  return c.dtype == DType::f32 ? naive_row<float>(x, c.vocab) : naive_row<double>(x, c.vocab);
+  if (c.dtype == DType::f64) return naive_row<double>(x, c.vocab);
+  std::vector<double> p = naive_row<float>(x, c.vocab);
+  if (is_half(c.dtype))
+    for (double& q : p) q = round_value(q, c.dtype);  // stored in the dtype
+  return p;
 }
 
 // ---------------------------------------------------------------- fused
@@ -98,10 +162,13 @@ struct Entry {
 // to K (nth_element) whenever it reaches 2K. The threshold is the K-th best
 // logit seen so far; a later element equal to it has a higher index and so
 // loses the tie, hence the strict comparison. Works for any K up to V.
+// `store`: a half case's rounding to the storage dtype (null otherwise),
+// applied to every exp(.) by the exp_in_storage mutant only.
 template <typename T>
 void fused_row(const T* x, int n, int k, int block, const FusedConfig& cfg, T* out_p, int* out_i,
-               std::vector<Entry<T>>& buf) {
+               std::vector<Entry<T>>& buf, T (*store)(T) = nullptr) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  auto ex = [&](T v) -> T { return cfg.exp_in_storage && store ? store(std::exp(v)) : std::exp(v); };
   const int keep = cfg.cap > 0 ? std::min(k, cfg.cap) : k;
   auto better = [&cfg](const Entry<T>& a, const Entry<T>& b) {
     if (a.value != b.value) return a.value > b.value;
@@ -122,7 +189,7 @@ void fused_row(const T* x, int n, int k, int block, const FusedConfig& cfg, T* o
     if (!cfg.subtract_max) m = std::max(m, bmax);  // tracked only for the all -inf guard
     const T shift = cfg.subtract_max ? m : T(0);
     if (m != kNegInf)
-      for (int i = b0; i < b1; ++i) z += std::exp(x[i] - shift);
+      for (int i = b0; i < b1; ++i) z += ex(x[i] - shift);
     if (!have_threshold) {
       for (int i = b0; i < b1; ++i) buf.push_back({x[i], i});
     } else if (bmax > threshold) {
@@ -138,7 +205,7 @@ void fused_row(const T* x, int n, int k, int block, const FusedConfig& cfg, T* o
   }
   auto prob = [&](T v) -> T {
     if (m == kNegInf) return T(0);
-    return std::exp(v - (cfg.subtract_max ? m : T(0))) / z;
+    return ex(v - (cfg.subtract_max ? m : T(0))) / z;
   };
   if (cfg.order_by_probability) {
     for (auto& e : buf) e.value = prob(e.value);  // the rank key becomes the rounded probability
@@ -165,13 +232,22 @@ void fused_row(const T* x, int n, int k, int block, const FusedConfig& cfg, T* o
 
 template <typename T>
 void fused_rows_t(const T* x, int rows, int vocab, int k, int block, const FusedConfig& cfg, T* probs,
-                  int* indices) {
+                  int* indices, T (*store)(T) = nullptr) {
   std::vector<Entry<T>> buf;
   buf.reserve(2 * static_cast<size_t>(k) + static_cast<size_t>(block));
   for (size_t row = 0; row < static_cast<size_t>(rows); ++row)
-    fused_row<T>(x + row * vocab, vocab, k, block, cfg, probs + row * k, indices + row * k, buf);
+    fused_row<T>(x + row * vocab, vocab, k, block, cfg, probs + row * k, indices + row * k, buf, store);
 }
 
+float store_f16(float v) {
+  return half::f16_to_float(half::f16_from_float(v));
+}
+float store_bf16(float v) {
+  return half::bf16_to_float(half::bf16_from_float(v));
+}
+
+// A half case runs the f32 kernel on its half logits (exact as floats) and
+// stores the probabilities in the dtype (round to nearest even).
 template <typename T>
 Result fused_typed(const Case& c, const FusedConfig& cfg) {
   Result r;
@@ -179,7 +255,14 @@ Result fused_typed(const Case& c, const FusedConfig& cfg) {
   const std::vector<T> x(c.logits.begin(), c.logits.end());  // the kernel's input in its own dtype
   std::vector<T> p(n);
   r.indices.assign(n, 0);
-  fused_rows_t<T>(x.data(), c.rows(), c.vocab, c.k, c.block, cfg, p.data(), r.indices.data());
+  T (*store)(T) = nullptr;
+  if constexpr (std::is_same_v<T, float>) {
+    if (c.dtype == DType::f16) store = store_f16;
+    if (c.dtype == DType::bf16) store = store_bf16;
+  }
+  fused_rows_t<T>(x.data(), c.rows(), c.vocab, c.k, c.block, cfg, p.data(), r.indices.data(), store);
+  if (store)
+    for (T& q : p) q = store(q);
   r.probs.assign(p.begin(), p.end());
   return r;
 }
@@ -187,7 +270,7 @@ Result fused_typed(const Case& c, const FusedConfig& cfg) {
 }  // namespace
 
 Result fused_with(const Case& c, const FusedConfig& config) {
-  return c.dtype == DType::f32 ? fused_typed<float>(c, config) : fused_typed<double>(c, config);
+  return c.dtype == DType::f64 ? fused_typed<double>(c, config) : fused_typed<float>(c, config);
 }
 
 Result fused(const Case& c) {
@@ -227,6 +310,10 @@ void by_prob(FusedConfig& f) {
 void unsorted(FusedConfig& f) {
   f.sort_output = false;
 }
+void exp_half_no_max(FusedConfig& f) {
+  f.subtract_max = false;
+  f.exp_in_storage = true;
+}
 
 }  // namespace
 
@@ -246,6 +333,10 @@ const std::vector<Mutant>& mutants() {
        variant<by_prob>},
       {"unsorted_output", "the K winners are returned in index order, not sorted by probability",
        variant<unsorted>},
+      {"exp_in_f16_no_max",
+       "softmax without max subtraction, each exp(x) rounded to the storage dtype: inf past 11.09 in f16, so "
+       "inf / inf = NaN (f32, f64 cases: as no_max_subtraction)",
+       variant<exp_half_no_max>},
   };
   return table;
 }

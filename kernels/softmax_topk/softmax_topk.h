@@ -10,6 +10,14 @@
 // equal. A -inf logit has probability 0 and ranks after every finite logit; a
 // row of all -inf gives probabilities 0 and indices 0..K-1 (lower index first,
 // as for any tie).
+//
+// Precision contract of the half-precision dtypes (f16, bf16), as GPU kernels
+// do it: logits are stored in f16/bf16; the kernel computes in f32 (float):
+// the running max and the normaliser are f32 statistics, exp(x - m) and the
+// division are f32; the probabilities are rounded to the storage dtype with
+// round-to-nearest-even when stored. The ranking is by logit (the contract
+// above), so indices do not depend on any rounding. f32 and f64 cases compute
+// in their own dtype throughout.
 #pragma once
 
 #include <cstdint>
@@ -18,8 +26,21 @@
 
 namespace kprop::softmax_topk {
 
-enum class DType { f32, f64 };
+enum class DType { f32, f64, f16, bf16 };
 const char* dtype_name(DType d);
+// The dtype named `name` ("f32", "f64", "f16", "bf16"); false if none.
+bool parse_dtype(const std::string& name, DType& out);
+bool is_half(DType d);  // f16 or bf16
+// The nearest value of the dtype to x (round to nearest even).
+double round_value(double x, DType d);
+// Unit roundoff of the storage dtype (2^-24, 2^-53, 2^-11, 2^-8) and half its
+// smallest subnormal (0 for f32, f64), the absolute error of a rounding that
+// lands among the subnormals.
+double storage_roundoff(DType d);
+double subnormal_half_step(DType d);
+// Machine epsilon of the arithmetic: 2^-52 for f64, 2^-23 otherwise (f16 and
+// bf16 compute in f32).
+double arithmetic_epsilon(DType d);
 
 struct Case {
   DType dtype = DType::f64;
@@ -56,13 +77,18 @@ struct FusedConfig {
   bool rescale_inverted = false;      // normaliser rescaled by exp(m_new - m_old)
   bool order_by_probability = false;  // rank by the rounded probability, not the logit
   bool sort_output = true;            // final sort of the K winners
+  // A half case: every exp(.) rounded to the storage dtype as it is
+  // computed (the exp_in_f16_no_max mutant; overflows to inf past 11.09 in
+  // f16).
+  bool exp_in_storage = false;
 };
 Result fused_with(const Case& c, const FusedConfig& config);
 // The fused kernel on raw f32 rows (x: rows x vocab; probs, indices: rows x k).
 void fused_rows(const float* x, int rows, int vocab, int k, int block, float* probs, int* indices);
 
 // The naive same-precision computation for the tolerance policy: two passes
-// (max, then a sequential sum of exp) in the case's dtype, then p_i.
+// (max, then a sequential sum of exp) in the case's dtype, then p_i (a half
+// case: in f32, p_i rounded to the storage dtype).
 std::vector<double> naive_softmax(const Case& c, int row);
 // Full softmax of one row in double (what the reference uses).
 std::vector<double> softmax_row(const Case& c, int row);

@@ -22,8 +22,15 @@ Result run_typed(const Case& c) {
 
 }  // namespace
 
+// A half case (f16, bf16) runs the f32 kernel on its half logits (exact as
+// floats) and rounds the probabilities to the dtype (softmax_topk.h,
+// precision contract).
 Result cuda(const Case& c) {
-  return c.dtype == DType::f32 ? run_typed<float>(c) : run_typed<double>(c);
+  if (c.dtype == DType::f64) return run_typed<double>(c);
+  Result r = run_typed<float>(c);
+  if (is_half(c.dtype))
+    for (double& q : r.probs) q = round_value(q, c.dtype);
+  return r;
 }
 
 }  // namespace kprop::softmax_topk

@@ -10,8 +10,25 @@ namespace {
 using external::Message;
 using external::Tensor;
 
+// The kprop_tensor dtype of a case's tensors. A half case's statistics
+// (mean, rstd) are f32 tensors: the precision contract keeps them in f32
+// (rstd = 1/sqrt(eps) reaches 1e6, past f16's range).
+int32_t abi_dtype(DType t) {
+  switch (t) {
+    case DType::f32:
+      return KPROP_F32;
+    case DType::f64:
+      return KPROP_F64;
+    case DType::f16:
+      return KPROP_F16;
+    case DType::bf16:
+      return KPROP_BF16;
+  }
+  return KPROP_F64;
+}
+
 Result drive(const Case& c, external::Transport& target) {
-  const int32_t dt = c.dtype == DType::f32 ? KPROP_F32 : KPROP_F64;
+  const int32_t dt = abi_dtype(c.dtype), stats_dt = is_half(c.dtype) ? KPROP_F32 : dt;
   const std::vector<int64_t> matrix = {c.rows, c.dim}, rows = {c.rows}, cols = {c.dim};
   Message m;
   m.op = "layernorm";
@@ -22,8 +39,8 @@ Result drive(const Case& c, external::Transport& target) {
   m.attrs = {{"eps", c.eps}};
   m.output("y", dt, matrix)
       .output("xhat", dt, matrix)
-      .output("mean", dt, rows)
-      .output("rstd", dt, rows)
+      .output("mean", stats_dt, rows)
+      .output("rstd", stats_dt, rows)
       .output("dx", dt, matrix)
       .output("dgamma", dt, cols)
       .output("dbeta", dt, cols);

@@ -9,13 +9,15 @@
 #include <memory>
 
 #include "kprop/case_yaml.h"
+#include "kprop/half.h"
 #include "kprop/rng.h"
 
 namespace kprop::layernorm {
 
 Schema Traits::domain_schema() {
   return {
-      field::choices("dtype", {"f32", "f64"}, {"f32", "f64"}, "element types to draw (one per case)"),
+      field::choices("dtype", {"f16", "bf16", "f32", "f64"}, {"f16", "bf16", "f32", "f64"},
+                     "element types to draw (one per case; f16/bf16 store in half and compute in f32)"),
       field::int_range("rows", {1, 8}, 1, 4096, "rows (independent normalisations)"),
       field::int_range("dim", {1, 64}, 1, 65536, "D, the normalised (last) dimension"),
       field::real("dim_one_rate", 0.1, 0, 1, "chance that D = 1 (x̂ = 0, y = β, dx = 0)"),
@@ -42,13 +44,47 @@ namespace {
 // Streams of kprop::rng for the case's values (one seed per case).
 enum Stream : uint64_t { kRowMean = 1, kGamma = 2, kBeta = 3, kDy = 4, kX = 1000 };
 
+// f16 rows: a standard deviation in [1e-4, 2e4] (10^u clamped): below, the
+// row is made of a few subnormals; above, every value clamps at 65504. Rows
+// at the top of the range hold values of a few 1e4, whose squares (and the
+// sum of squared deviations) overflow if accumulated in f16.
+constexpr double kF16SpreadLo = 1e-4, kF16SpreadHi = 2e4;
+
+// Fits a half case's drawn values into its dtype: x clamped to the finite
+// range, then γ, β and dy scaled down (only where needed) so that no output
+// can overflow the storage type: |y| <= max|γ| sqrt(D) + max|β| (|x̂| <=
+// sqrt(D - 1)); |dx| <= rstd max|γ| max|dy| (2 + sqrt(D)); |dγ| <= rows
+// max|dy| sqrt(D); |dβ| <= rows max|dy|. Each bound is kept under a quarter
+// of the largest finite value. Values are rounded to the dtype afterwards.
+void fit_half(Case& c) {
+  const double top = max_finite(c.dtype), D = c.dim;
+  for (double& v : c.x) v = round_value(std::clamp(v, -top, top), c.dtype);
+  c.eps = round_eps(c.eps, c.dtype);
+  auto max_abs = [](const std::vector<double>& v) {
+    double m = 0;
+    for (double e : v) m = std::max(m, std::fabs(e));
+    return m;
+  };
+  auto scale = [](std::vector<double>& v, double f) {
+    for (double& e : v) e *= f;
+  };
+  const double y_bound = max_abs(c.gamma) * std::sqrt(D) + max_abs(c.beta);
+  if (y_bound > top / 4) scale(c.gamma, top / 4 / y_bound), scale(c.beta, top / 4 / y_bound);
+  double rstd = 0;
+  const Result ref_stats = reference(Case{c.dtype, c.rows, c.dim, c.eps, c.x, c.gamma, c.beta, c.x});
+  for (double r : ref_stats.rstd) rstd = std::max(rstd, r);
+  const double per_dy = std::max(rstd * max_abs(c.gamma) * (2 + std::sqrt(D)), c.rows * std::sqrt(D));
+  const double dx_bound = per_dy * max_abs(c.dy);
+  if (dx_bound > top / 4) scale(c.dy, top / 4 / dx_bound);
+}
+
 }  // namespace
 
 // One case builder for RapidCheck draws, fuzz bytes and seed corpora: the
 // draws pick the shape, the scales and a seed; the values come from kprop::rng.
 Case Traits::build(Draw& draw, const Values& domain) {
   Case c;
-  c.dtype = draw.pick(domain.choices("dtype")) == "f32" ? DType::f32 : DType::f64;
+  parse_dtype(draw.pick(domain.choices("dtype")), c.dtype);  // the schema allows only valid names
   c.rows = static_cast<int>(draw.sized(domain.int_range("rows")));
   // D = 1 only where the dim range allows it (dim: [3, 4] means D in [3, 4]).
   const bool dim_one = draw.chance(domain.real("dim_one_rate")) && domain.int_range("dim").lo <= 1;
@@ -60,12 +96,14 @@ Case Traits::build(Draw& draw, const Values& domain) {
   const double dy_scale = std::pow(10.0, draw.any(domain.real_range("dy_exp")));
   const size_t D = static_cast<size_t>(c.dim);
   for (int r = 0; r < c.rows; ++r) {
-    const double spread = std::pow(10.0, draw.any(domain.real_range("x.spread_exp")));
+    double spread = std::pow(10.0, draw.any(domain.real_range("x.spread_exp")));
+    if (c.dtype == DType::f16) spread = std::clamp(spread, kF16SpreadLo, kF16SpreadHi);
     double mean = spread * rng::normal(seed, kRowMean, static_cast<uint64_t>(r));
     if (draw.chance(domain.real("x.offset_rate"))) {
       const double sign = draw.chance(0.5) ? -1.0 : 1.0;
       mean = sign * spread * std::pow(10.0, draw.any(domain.real_range("x.cond_exp")));
     }
+    if (is_half(c.dtype)) mean = std::clamp(mean, -max_finite(c.dtype) / 2, max_finite(c.dtype) / 2);
     const bool constant = draw.chance(domain.real("x.constant_rate"));
     for (size_t d = 0; d < D; ++d)
       c.x.push_back(constant ? mean : mean + spread * rng::normal(seed, kX + static_cast<uint64_t>(r), d));
@@ -75,22 +113,39 @@ Case Traits::build(Draw& draw, const Values& domain) {
     c.beta.push_back(beta_scale * rng::normal(seed, kBeta, d));
   }
   for (size_t i = 0; i < c.x.size(); ++i) c.dy.push_back(dy_scale * rng::normal(seed, kDy, i));
+  if (is_half(c.dtype)) fit_half(c);
   round_to_dtype(c);
   return c;
 }
 
 namespace {
 
-// The shortest text that reads back to v in the dtype.
+// The shortest text that reads back to v in the dtype (a half value: the
+// shortest text of kprop/half.h, read back as a double rounded to the dtype).
 std::string number_text(double v, DType dtype) {
-  return dtype == DType::f32 ? fmt::format("{}", static_cast<float>(v)) : fmt::format("{}", v);
+  switch (dtype) {
+    case DType::f32:
+      return fmt::format("{}", static_cast<float>(v));
+    case DType::f64:
+      return fmt::format("{}", v);
+    case DType::f16:
+      return half::f16_text(half::f16_from_double(v));
+    case DType::bf16:
+      return half::bf16_text(half::bf16_from_double(v));
+  }
+  return fmt::format("{}", v);
+}
+
+// ε's text: a half case's ε is an f32 value (layernorm.h, precision contract).
+DType eps_dtype(DType dtype) {
+  return is_half(dtype) ? DType::f32 : dtype;
 }
 
 // v rounded to k significant decimal digits, then to the dtype.
 double round_digits(double v, int k, DType dtype) {
   const std::string s = fmt::format("{:.{}e}", v, k - 1);
   return dtype == DType::f32 ? static_cast<double>(std::strtof(s.c_str(), nullptr))
-                             : std::strtod(s.c_str(), nullptr);
+                             : round_value(std::strtod(s.c_str(), nullptr), dtype);
 }
 
 // ---- shrinking
@@ -189,7 +244,16 @@ int digit_sum(const std::vector<double>& v, size_t lo, size_t hi, DType dtype) {
 }  // namespace
 
 int significant_digits(double v, DType dtype) {
-  return case_yaml::significant_digits(v, dtype == DType::f32);
+  if (!is_half(dtype)) return case_yaml::significant_digits(v, dtype == DType::f32);
+  if (v == 0 || !std::isfinite(v)) return 0;
+  std::string digits;  // of the shortest text, as case_yaml counts them
+  for (char ch : number_text(v, dtype)) {
+    if (ch == 'e' || ch == 'E') break;
+    if (ch >= '0' && ch <= '9') digits += ch;
+  }
+  const size_t first = digits.find_first_not_of('0');
+  if (first == std::string::npos) return 0;
+  return static_cast<int>(digits.find_last_not_of('0') - first + 1);
 }
 
 // One shrink step, boldest first: fewer rows, smaller D, canonical γ, β and
@@ -237,7 +301,8 @@ rc::Seq<Case> Traits::shrinks(const Case& c0, const Values&) {
     Case s = *c;
     s.eps = std::pow(10.0, std::round(std::log10(c->eps)));
     round_to_dtype(s);
-    if (s.eps != c->eps && significant_digits(s.eps, c->dtype) <= significant_digits(c->eps, c->dtype))
+    const DType et = eps_dtype(c->dtype);
+    if (s.eps != c->eps && significant_digits(s.eps, et) <= significant_digits(c->eps, et))
       global.push_back(std::move(s));
   }
   const size_t D = static_cast<size_t>(dim);
@@ -317,14 +382,16 @@ YAML::Node matrix(const std::vector<double>& v, int rows, int dim, DType dtype) 
   return out;
 }
 
-// A finite number of the dtype, parsed directly in that precision.
+// A finite number of the dtype, parsed directly in that precision (f32) or
+// as a double rounded to nearest even in the dtype (f16, bf16), as the f32
+// path rounds a decimal that is not a float.
 double read_number(const YAML::Node& n, DType dtype, const std::string& what) {
   if (!n.IsScalar()) case_yaml::fail(n, what + " must be a number");
   const std::string& s = n.Scalar();
   char* end = nullptr;
   errno = 0;
-  const double v =
-      dtype == DType::f32 ? static_cast<double>(std::strtof(s.c_str(), &end)) : std::strtod(s.c_str(), &end);
+  const double v = dtype == DType::f32 ? static_cast<double>(std::strtof(s.c_str(), &end))
+                                       : round_value(std::strtod(s.c_str(), &end), dtype);
   if (s.empty() || end != s.c_str() + s.size()) case_yaml::fail(n, what + " has a non-number '" + s + "'");
   if (!std::isfinite(v) || (errno == ERANGE && std::fabs(v) > 1))
     case_yaml::fail(n, fmt::format("{} = {} is not a finite {} value", what, s, dtype_name(dtype)));
@@ -366,7 +433,7 @@ std::vector<double> read_matrix(const YAML::Node& map, const char* key, DType dt
 YAML::Node Traits::to_yaml(const Case& c) {
   YAML::Node n(YAML::NodeType::Map);
   n["dtype"] = dtype_name(c.dtype);
-  n["eps"] = number_text(c.eps, c.dtype);
+  n["eps"] = number_text(c.eps, eps_dtype(c.dtype));
   n["x"] = matrix(c.x, c.rows, c.dim, c.dtype);
   n["gamma"] = number_list(c.gamma.data(), c.gamma.size(), c.dtype);
   n["beta"] = number_list(c.beta.data(), c.beta.size(), c.dtype);
@@ -378,14 +445,10 @@ Case Traits::from_yaml(const YAML::Node& n) {
   case_yaml::expect_keys(n, {"dtype", "eps", "x", "gamma", "beta", "dy"}, "layernorm case");
   Case c;
   const std::string dtype = case_yaml::read<std::string>(n, "dtype");
-  if (dtype == "f32")
-    c.dtype = DType::f32;
-  else if (dtype == "f64")
-    c.dtype = DType::f64;
-  else
-    case_yaml::fail(n["dtype"], "dtype '" + dtype + "': valid: f32, f64");
+  if (!parse_dtype(dtype, c.dtype))
+    case_yaml::fail(n["dtype"], "dtype '" + dtype + "': valid: f16, bf16, f32, f64");
   if (!n["eps"]) case_yaml::fail(n, "missing 'eps'");
-  c.eps = read_number(n["eps"], c.dtype, "'eps'");
+  c.eps = read_number(n["eps"], eps_dtype(c.dtype), "'eps'");
   c.x = read_matrix(n, "x", c.dtype, c.rows, c.dim);
   int dy_rows = 0, dy_dim = 0;
   c.dy = read_matrix(n, "dy", c.dtype, dy_rows, dy_dim);
@@ -424,8 +487,8 @@ CaseStats Traits::stats(const Case& c) {
         fmt::format(", std {:.2g}..{:.2g}, |mean|/std up to {:.2g}", min_spread, max_spread, worst_cond);
   if (constant) rows_text += fmt::format(", {} constant row{}", constant, constant == 1 ? "" : "s");
   return {static_cast<int64_t>(c.rows) * c.dim,
-          fmt::format("{}x{} {}, eps {}{}", c.rows, c.dim, dtype_name(c.dtype), number_text(c.eps, c.dtype),
-                      rows_text)};
+          fmt::format("{}x{} {}, eps {}{}", c.rows, c.dim, dtype_name(c.dtype),
+                      number_text(c.eps, eps_dtype(c.dtype)), rows_text)};
 }
 
 }  // namespace kprop::layernorm

@@ -12,7 +12,8 @@ struct Traits {
   using Result = layernorm::Result;
   static constexpr const char* name = "layernorm";
   static constexpr const char* description =
-      "LayerNorm forward and backward over the last dim (biased variance), f32 and f64";
+      "LayerNorm forward and backward over the last dim (biased variance), f16, bf16 (f32 arithmetic), f32 "
+      "and f64";
   static Schema domain_schema();
   static Case build(Draw& draw, const Values& domain);  // RapidCheck, fuzz bytes and seed corpora
   static rc::Seq<Case> shrinks(const Case& c, const Values& domain);
@@ -41,6 +42,13 @@ double y_scale(const Case& c, const Result& ref, size_t row);  // max_d |γ x̂|
 double dx_scale(const Case& c, const Result& ref, size_t row);  // rstd (max|g| + mean|g| + max|x̂| mean|g x̂|)
 double dgamma_scale(const Case& c, const Result& ref);          // max_d Σ_rows |dy x̂|
 double dbeta_scale(const Case& c);                              // max_d Σ_rows |dy|
+// matches_reference's floors without its atol: `ulps` × the arithmetic's
+// roundoff (f32's for a half case) × the scale above, plus, for a half
+// case, the cost of storing in f16/bf16 (derived in invariants.cpp).
+double y_floor(const Case& c, const Result& ref, size_t row, double ulps);
+double dx_floor(const Case& c, const Result& ref, size_t row, double ulps);
+double dgamma_floor(const Case& c, const Result& ref, double ulps);
+double dbeta_floor(const Case& c, double ulps);
 // Kernels built elsewhere (external.cpp): op "layernorm" of include/kprop/abi/layernorm.h.
 void register_external(FamilyDef<Traits>& family);
 

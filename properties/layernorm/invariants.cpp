@@ -18,6 +18,25 @@
 // (u·(|μ|/σ)²); the bound therefore admits a correct one-pass kernel and
 // rejects the naive-variance one by orders of magnitude. On well-scaled rows
 // all three are within a few ulps and the floor decides.
+//
+// Half-precision cases (f16, bf16; the precision contract of layernorm.h:
+// half storage, f32 arithmetic). The baseline is two_pass with the same
+// storage (half inputs and outputs, f32 arithmetic, μ and rstd f32). The
+// floor keeps floor_ulps × f32's roundoff u × the magnitude (the f32
+// arithmetic, as for f32 cases) and adds what storing in half costs, with
+// u_s the storage dtype's unit roundoff (2^-11, 2^-8) and s half its
+// smallest subnormal (the absolute error of a rounding that lands there):
+//   y:  rounded once at the store: u_s |y| + s <= u_s y_scale + s.
+//   dx: rounded once at the store (u_s dx_scale + s), and computed from the
+//       x̂ cache stored in half: x̂'_i = x̂_i + e_i, |e_i| <= u_s |x̂_i| + s,
+//       so dx_i moves by rstd (|e_i| |mean(g x̂)| + |x̂_i| |mean(g e)|)
+//       <= 2 u_s dx_scale + 2 s max|x̂| dx_scale (rstd mean|g| and
+//       rstd mean|g x̂| / max|x̂| are each at most dx_scale), max|x̂| <= sqrt(D).
+//   dγ: rounded at the store (u_s dγ_scale + s) after an f32 sum of dy x̂'
+//       over the rows: the cache adds u_s Σ|dy x̂| + s Σ|dy|, i.e. u_s
+//       dγ_scale + s dβ_scale.
+//   dβ: rounded at the store: u_s dβ_scale + s.
+// For f32 and f64 cases these terms are 0 and every bound is as before.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -31,6 +50,12 @@ namespace kprop::layernorm {
 namespace {
 
 using T = Trial<Traits>;
+
+// The storage terms of a half case (see the header comment): u_s; 0 for
+// f32 and f64 (s is subnormal_half_step, also 0 there).
+double store_u(DType t) {
+  return is_half(t) ? unit_roundoff(t) : 0;
+}
 
 size_t at(size_t r, size_t d, size_t D) {
   return r * D + d;
@@ -119,12 +144,60 @@ double dbeta_scale(const Case& c) {
   return s;
 }
 
+// matches_reference's floors (the header comment derives the half terms).
+double y_floor(const Case& c, const Result& ref, size_t r, double ulps) {
+  const double u = accumulation_roundoff(c.dtype), us = store_u(c.dtype), s = subnormal_half_step(c.dtype);
+  const double ys = y_scale(c, ref, r);
+  return ulps * u * ys + us * ys + s;
+}
+double dx_floor(const Case& c, const Result& ref, size_t r, double ulps) {
+  const double u = accumulation_roundoff(c.dtype), us = store_u(c.dtype), s = subnormal_half_step(c.dtype);
+  const double dxs = dx_scale(c, ref, r), root_d = std::sqrt(static_cast<double>(c.dim));
+  return ulps * u * dxs + (3 * us + 2 * s * root_d) * dxs + s;
+}
+double dgamma_floor(const Case& c, const Result& ref, double ulps) {
+  const double u = accumulation_roundoff(c.dtype), us = store_u(c.dtype), s = subnormal_half_step(c.dtype);
+  const double gs = dgamma_scale(c, ref);
+  return ulps * u * gs + 2 * us * gs + s * dbeta_scale(c) + s;
+}
+double dbeta_floor(const Case& c, double ulps) {
+  const double u = accumulation_roundoff(c.dtype), us = store_u(c.dtype), s = subnormal_half_step(c.dtype);
+  const double bs = dbeta_scale(c);
+  return ulps * u * bs + us * bs + s;
+}
+
 namespace {
 
 Schema ulps_param(double fallback, const std::string& what) {
   return {field::real("ulps", fallback, 0, 1e12,
-                      "allowed error in units of roundoff of the dtype (2^-24 or 2^-53) times " + what),
+                      "allowed error in units of roundoff of the arithmetic (2^-24 for f32, f16, bf16; 2^-53 "
+                      "for f64) times " +
+                          what),
           field::real("atol", 0, 0, 1e300, "absolute floor added to the bound")};
+}
+
+// A half case whose exact outputs do not fit the storage dtype cannot be
+// judged (a correct kernel stores inf): "" when they fit, else why not.
+// The generator keeps outputs under a quarter of the range; shrinking can
+// leave it (dy = 1 at a large rstd).
+std::string beyond_range(const Case& c, const Result& ref) {
+  if (!is_half(c.dtype)) return "";
+  const double top = max_finite(c.dtype) * (1 - 2 * unit_roundoff(c.dtype));
+  struct Named {
+    const char* name;
+    const std::vector<double>* v;
+  };
+  for (const Named& n : {Named{"y", &ref.y}, Named{"xhat", &ref.xhat}, Named{"dx", &ref.dx},
+                         Named{"dgamma", &ref.dgamma}, Named{"dbeta", &ref.dbeta}})
+    for (double v : *n.v)
+      if (!(std::fabs(v) <= top))
+        return fmt::format("the reference's {} = {:.6g} is beyond the {} range", n.name, v,
+                           dtype_name(c.dtype));
+  return "";
+}
+
+double ratio(const ToleranceReport& rep) {
+  return rep.allowed > 0 ? rep.target_error / rep.allowed : (rep.target_error > 0 ? INFINITY : 0);
 }
 
 // ---- matches_reference
@@ -133,10 +206,11 @@ Verdict matches_reference(T& t, const Values& p) {
   const Result& got = t.target();
   if (const std::string e = shape_error(c, got); !e.empty()) return Verdict::fail(e);
   const Result& ref = t.reference();
+  if (const std::string why = beyond_range(c, ref); !why.empty()) return Verdict::discard(why);
   const Result naive = two_pass(c);
-  const double k = p.real("k"), u = unit_roundoff(c.dtype), ulps = p.real("floor_ulps"),
-               atol = p.real("atol");
+  const double k = p.real("k"), ulps = p.real("floor_ulps"), atol = p.real("atol");
   const size_t D = static_cast<size_t>(c.dim);
+  double worst = 0;
   struct Check {
     const char* name;
     const std::vector<double>* got;
@@ -144,11 +218,12 @@ Verdict matches_reference(T& t, const Values& p) {
     const std::vector<double>* naive;
   };
   for (size_t r = 0; r < static_cast<size_t>(c.rows); ++r) {
-    const double floors[2] = {atol + ulps * u * y_scale(c, ref, r), atol + ulps * u * dx_scale(c, ref, r)};
+    const double floors[2] = {atol + y_floor(c, ref, r, ulps), atol + dx_floor(c, ref, r, ulps)};
     const Check checks[2] = {{"y", &got.y, &ref.y, &naive.y}, {"dx", &got.dx, &ref.dx, &naive.dx}};
     for (int i = 0; i < 2; ++i) {
       const ToleranceReport rep = compare_with_baseline(row(*checks[i].ref, r, D), row(*checks[i].got, r, D),
                                                         row(*checks[i].naive, r, D), k, floors[i]);
+      worst = std::max(worst, ratio(rep));
       if (!rep.ok) {
         const size_t e = at(r, rep.worst_index, D);
         return Verdict::fail(
@@ -162,12 +237,13 @@ Verdict matches_reference(T& t, const Values& p) {
       }
     }
   }
-  const double floors[2] = {atol + ulps * u * dgamma_scale(c, ref), atol + ulps * u * dbeta_scale(c)};
+  const double floors[2] = {atol + dgamma_floor(c, ref, ulps), atol + dbeta_floor(c, ulps)};
   const Check checks[2] = {{"dgamma", &got.dgamma, &ref.dgamma, &naive.dgamma},
                            {"dbeta", &got.dbeta, &ref.dbeta, &naive.dbeta}};
   for (int i = 0; i < 2; ++i) {
     const ToleranceReport rep =
         compare_with_baseline(*checks[i].ref, *checks[i].got, *checks[i].naive, k, floors[i]);
+    worst = std::max(worst, ratio(rep));
     if (!rep.ok)
       return Verdict::fail(
           fmt::format("{}[{}] = {:.9g}, reference {:.9g}: {}", checks[i].name, rep.worst_index,
@@ -177,7 +253,7 @@ Verdict matches_reference(T& t, const Values& p) {
            {"naive_error", rep.baseline_error},
            {"allowed", rep.allowed}});
   }
-  return Verdict::pass();
+  return Verdict::pass({{kErrorRatio, worst}});
 }
 
 // ---- exact identities of the backward, within rounding of the dtype
@@ -186,42 +262,64 @@ Verdict dx_sums_to_zero(T& t, const Values& p) {
   const Result& got = t.target();
   if (const std::string e = shape_error(c, got); !e.empty()) return Verdict::fail(e);
   const Result& ref = t.reference();
+  if (const std::string why = beyond_range(c, ref); !why.empty()) return Verdict::discard(why);
   const size_t D = static_cast<size_t>(c.dim);
-  const double u = unit_roundoff(c.dtype);
+  const double u = accumulation_roundoff(c.dtype), us = store_u(c.dtype), s = subnormal_half_step(c.dtype);
+  double worst = 0;
   for (size_t r = 0; r < static_cast<size_t>(c.rows); ++r) {
     long double sum = 0, abs_sum = 0;
     for (size_t d = 0; d < D; ++d) sum += got.dx[at(r, d, D)], abs_sum += std::fabs(got.dx[at(r, d, D)]);
+    // The half terms below bound each store by the stored value itself
+    // (u_s |dx|): only for finite values, or an inf would allow itself.
+    if (is_half(c.dtype) && !std::isfinite(static_cast<double>(abs_sum)))
+      return Verdict::fail(
+          fmt::format("row {}: dx is not finite (sum of |dx| {})", r, static_cast<double>(abs_sum)),
+          {{"row", double(r)}});
     const RowGrad g = row_grad(c, ref, r);
     // Σ dx = rstd·(Σg − D·mean(g) − mean(g x̂)·Σx̂): each term is rounded.
     const double scale =
         ref.rstd[r] * (g.sum_abs_g + std::fabs(g.mean_gx) * (g.sum_abs_xhat + static_cast<double>(D)));
-    const double allowed = p.real("atol") + p.real("ulps") * u * scale;
+    // A half case also stores each dx (u_s |dx| + s each) and computes from
+    // the x̂ cache stored in half (x̂' = x̂ + e, |e| <= u_s |x̂| + s): Σ dx'
+    // gains rstd |mean(g x̂')| |Σ e|, with |mean(g x̂')| <= |mean(g x̂)| +
+    // u_s mean|g x̂| + s mean|g|. 0 for f32 and f64.
+    const double half_terms = us * static_cast<double>(abs_sum) + static_cast<double>(D) * s +
+                              ref.rstd[r] * (std::fabs(g.mean_gx) + us * g.mean_abs_gx + s * g.mean_abs_g) *
+                                  (us * g.sum_abs_xhat + static_cast<double>(D) * s);
+    const double allowed = p.real("atol") + p.real("ulps") * u * scale + half_terms;
+    worst = std::max(worst, allowed > 0 ? std::fabs(static_cast<double>(sum)) / allowed : 0.0);
     if (!(std::fabs(static_cast<double>(sum)) <= allowed))
       return Verdict::fail(fmt::format("row {}: sum of dx = {:.6g} (sum of |dx| {:.6g}), allowed {:.3g}", r,
                                        static_cast<double>(sum), static_cast<double>(abs_sum), allowed),
                            {{"row", double(r)}, {"sum_dx", static_cast<double>(sum)}, {"allowed", allowed}});
   }
-  return Verdict::pass();
+  return Verdict::pass({{kErrorRatio, worst}});
 }
 
 Verdict dbeta_is_sum_dy(T& t, const Values& p) {
   const Case& c = t.input();
   const Result& got = t.target();
   if (const std::string e = shape_error(c, got); !e.empty()) return Verdict::fail(e);
+  if (const std::string why = beyond_range(c, t.reference()); !why.empty()) return Verdict::discard(why);
   const size_t D = static_cast<size_t>(c.dim);
-  const double u = unit_roundoff(c.dtype);
+  const double u = accumulation_roundoff(c.dtype), us = store_u(c.dtype), s = subnormal_half_step(c.dtype);
+  double worst = 0;
   for (size_t d = 0; d < D; ++d) {
     long double sum = 0, abs_sum = 0;
     for (size_t r = 0; r < static_cast<size_t>(c.rows); ++r)
       sum += c.dy[at(r, d, D)], abs_sum += std::fabs(c.dy[at(r, d, D)]);
     const double want = static_cast<double>(sum);
-    const double allowed = p.real("atol") + p.real("ulps") * u * static_cast<double>(abs_sum);
+    // The f32 sum (ulps u Σ|dy|), then, for a half case, its rounding to
+    // the storage dtype: u_s times the f32 sum's magnitude, or s.
+    const double acc = p.real("ulps") * u * static_cast<double>(abs_sum);
+    const double allowed = p.real("atol") + acc + us * (std::fabs(want) + acc) + s;
+    worst = std::max(worst, allowed > 0 ? std::fabs(got.dbeta[d] - want) / allowed : 0.0);
     if (!(std::fabs(got.dbeta[d] - want) <= allowed))
       return Verdict::fail(fmt::format("dbeta[{}] = {:.9g}, sum of dy = {:.9g} (allowed error {:.3g})", d,
                                        got.dbeta[d], want, allowed),
                            {{"col", double(d)}, {"dbeta", got.dbeta[d]}, {"sum_dy", want}});
   }
-  return Verdict::pass();
+  return Verdict::pass({{kErrorRatio, worst}});
 }
 
 // dγ against the target's own cached x̂: the backward agrees with its forward.
@@ -229,16 +327,27 @@ Verdict dgamma_is_sum_dy_xhat(T& t, const Values& p) {
   const Case& c = t.input();
   const Result& got = t.target();
   if (const std::string e = shape_error(c, got); !e.empty()) return Verdict::fail(e);
+  if (const std::string why = beyond_range(c, t.reference()); !why.empty()) return Verdict::discard(why);
   const size_t D = static_cast<size_t>(c.dim);
-  const double u = unit_roundoff(c.dtype);
+  const double u = accumulation_roundoff(c.dtype), us = store_u(c.dtype), s = subnormal_half_step(c.dtype);
+  double worst = 0;
   for (size_t d = 0; d < D; ++d) {
     long double sum = 0, abs_sum = 0;
+    long double abs_dy = 0;
     for (size_t r = 0; r < static_cast<size_t>(c.rows); ++r) {
       const double term = c.dy[at(r, d, D)] * got.xhat[at(r, d, D)];
-      sum += term, abs_sum += std::fabs(term);
+      sum += term, abs_sum += std::fabs(term), abs_dy += std::fabs(c.dy[at(r, d, D)]);
     }
     const double want = static_cast<double>(sum);
-    const double allowed = p.real("atol") + p.real("ulps") * u * static_cast<double>(abs_sum);
+    // As dbeta_is_sum_dy: the f32 sum, then a half case's store. A half case
+    // reports x̂ rounded to the dtype, and a kernel may sum dγ from its f32 x̂
+    // before that store (the NumPy worker, the CUDA wrapper) as well as from
+    // the stored cache (fused): the two sums differ by at most Σ|dy| |e| with
+    // |e| <= u_s |x̂_f32| + s <= u_s |x̂'| / (1 - u_s) + s.
+    const double acc = p.real("ulps") * u * static_cast<double>(abs_sum);
+    const double cache = us * static_cast<double>(abs_sum) / (1 - us) + s * static_cast<double>(abs_dy);
+    const double allowed = p.real("atol") + acc + cache + us * (std::fabs(want) + acc + cache) + s;
+    worst = std::max(worst, allowed > 0 ? std::fabs(got.dgamma[d] - want) / allowed : 0.0);
     if (!(std::fabs(got.dgamma[d] - want) <= allowed))
       return Verdict::fail(
           fmt::format("dgamma[{}] = {:.9g}, sum of dy * xhat (the target's own xhat) = {:.9g} "
@@ -246,7 +355,7 @@ Verdict dgamma_is_sum_dy_xhat(T& t, const Values& p) {
                       d, got.dgamma[d], want, allowed),
           {{"col", double(d)}, {"dgamma", got.dgamma[d]}, {"sum_dy_xhat", want}});
   }
-  return Verdict::pass();
+  return Verdict::pass({{kErrorRatio, worst}});
 }
 
 // ---- stability
@@ -280,6 +389,7 @@ Verdict all_finite(T& t, const Values&) {
   const Result& got = t.target();
   if (const std::string e = shape_error(c, got); !e.empty()) return Verdict::fail(e);
   const Result& ref = t.reference();
+  if (const std::string why = beyond_range(c, ref); !why.empty()) return Verdict::discard(why);
   struct Named {
     const char* name;
     const std::vector<double>* got;

@@ -17,7 +17,8 @@ using expr::TensorMap;
 
 // matches_reference's floor_ulps as specs/layernorm.yaml sets it (64, also
 // the invariant's default): floor.X = 64 × unit roundoff × the magnitude an
-// element of X is built from (y_scale ... dbeta_scale, invariants.cpp).
+// element of X is built from (y_scale ... dbeta_scale, invariants.cpp); a
+// half case: f32's roundoff there, plus the storage terms (y_floor ...).
 constexpr double kFloorUlps = 64;
 
 TensorInfos infos() {
@@ -25,8 +26,12 @@ TensorInfos infos() {
       {"R", {}, XT::integer, "rows (independent normalisations)"},
       {"D", {}, XT::integer, "the normalised (last) dimension"},
       {"eps", {}, XT::real, "the case's ε under the square root: rstd = 1 / sqrt(σ² + ε)"},
-      {"u", {}, XT::real, "unit roundoff of the case's dtype (2^-24 for f32, 2^-53 for f64)"},
-      {"dtype_bytes", {}, XT::integer, "bytes per element of the case's dtype (4 or 8)"},
+      {"u",
+       {},
+       XT::real,
+       "unit roundoff of the case's (storage) dtype (2^-24 for f32, 2^-53 for f64, 2^-11 for f16, 2^-8 for "
+       "bf16)"},
+      {"dtype_bytes", {}, XT::integer, "bytes per element of the case's dtype (2, 4 or 8)"},
       {"x", {"R", "D"}, XT::real, "input rows"},
       {"gamma", {"D"}, XT::real, "scale γ"},
       {"beta", {"D"}, XT::real, "shift β"},
@@ -73,6 +78,8 @@ TensorInfos infos() {
       {"floor.dgamma", {}, XT::real, "matches_reference's floor for dγ: 64 u max_d Σ_rows |dy x̂|"},
       {"floor.dbeta", {}, XT::real, "matches_reference's floor for dβ: 64 u max_d Σ_rows |dy|"},
   };
+  // (For f16/bf16 cases each floor uses f32's roundoff for u and adds the
+  // storage terms of invariants.cpp: y_floor, dx_floor, dgamma_floor, dbeta_floor.)
   t.insert(t.end(), floors.begin(), floors.end());
   return t;
 }
@@ -127,7 +134,10 @@ void Traits::tensors(const Case& c, const Result* target, const Result* referenc
   out.put("D", Tensor::scalar(static_cast<double>(D), XT::integer));
   out.put("eps", Tensor::scalar(c.eps));
   out.put("u", Tensor::scalar(unit_roundoff(c.dtype)));
-  out.put("dtype_bytes", Tensor::scalar(c.dtype == DType::f32 ? 4 : 8, XT::integer));
+  out.put("dtype_bytes", Tensor::scalar(c.dtype == DType::f64   ? 8
+                                        : c.dtype == DType::f32 ? 4
+                                                                : 2,
+                                        XT::integer));
   if (out.wanted("x")) out.put("x", Tensor::of({R, D}, c.x));
   if (out.wanted("gamma")) out.put("gamma", Tensor::of({D}, c.gamma));
   if (out.wanted("beta")) out.put("beta", Tensor::of({D}, c.beta));
@@ -137,16 +147,15 @@ void Traits::tensors(const Case& c, const Result* target, const Result* referenc
   if (out.wants_prefix("floor.")) {
     // The floors from the fp64 reference, as matches_reference takes them.
     const Result ref = reference(c);
-    const double ulps = kFloorUlps * unit_roundoff(c.dtype);
     std::vector<double> fy, fdx;
     for (size_t r = 0; r < static_cast<size_t>(R); ++r) {
-      fy.push_back(ulps * y_scale(c, ref, r));
-      fdx.push_back(ulps * dx_scale(c, ref, r));
+      fy.push_back(y_floor(c, ref, r, kFloorUlps));
+      fdx.push_back(dx_floor(c, ref, r, kFloorUlps));
     }
     out.put("floor.y", Tensor::of({R, 1}, std::move(fy)));
     out.put("floor.dx", Tensor::of({R, 1}, std::move(fdx)));
-    out.put("floor.dgamma", Tensor::scalar(ulps * dgamma_scale(c, ref)));
-    out.put("floor.dbeta", Tensor::scalar(ulps * dbeta_scale(c)));
+    out.put("floor.dgamma", Tensor::scalar(dgamma_floor(c, ref, kFloorUlps)));
+    out.put("floor.dbeta", Tensor::scalar(dbeta_floor(c, kFloorUlps)));
   }
   if (target) put_outputs(c, "target", *target, out);
   if (reference_result) put_outputs(c, "reference", *reference_result, out);

@@ -35,11 +35,21 @@ using XT = expr::DType;
 using expr::Tensor;
 
 int precision(DType t) {
-  return t == DType::f32 ? 24 : 53;
+  switch (t) {
+    case DType::f32:
+      return 24;
+    case DType::f64:
+      return 53;
+    case DType::f16:
+      return 11;
+    case DType::bf16:
+      return 8;
+  }
+  return 53;
 }
 
 bool representable(DType t, double v) {
-  return std::isfinite(v) && (t == DType::f64 || static_cast<double>(static_cast<float>(v)) == v);
+  return std::isfinite(v) && round_value(v, t) == v;
 }
 
 // The exponent of the lowest set bit of v (v = odd × 2^result), v finite, nonzero.
@@ -63,11 +73,16 @@ double exact_shift(const Case& c, size_t r, double want) {
     g = std::min(g, lowest_bit(x));
     m = std::max(m, std::fabs(x));
   }
-  const double rounded = c.dtype == DType::f32 ? static_cast<double>(static_cast<float>(want)) : want;
+  const double rounded = round_value(want, c.dtype);
   if (g == std::numeric_limits<int>::max()) return rounded;  // a zero row: x + c = c
   const double unit = std::ldexp(1.0, g);
   // |c| <= 2^(g+p) - m keeps every x + c on the grid of 2^g below 2^(g+p); cap at 2^100.
-  const double room = std::min(std::ldexp(1.0, g + precision(c.dtype)) - m, std::ldexp(1.0, 100));
+  // A row spanning more than p bits of its finest ulp (common at bf16's 8)
+  // has no room: shift 0 rather than an inexact shift.
+  // A half case also keeps x + c under a quarter of the largest finite value.
+  const double top = is_half(c.dtype) ? max_finite(c.dtype) / 4 - m : std::ldexp(1.0, 100);
+  const double room =
+      std::max(0.0, std::min({std::ldexp(1.0, g + precision(c.dtype)) - m, std::ldexp(1.0, 100), top}));
   const double steps = std::floor(std::min(std::fabs(want), room) / unit);
   return std::copysign(steps * unit, want);
 }
@@ -92,6 +107,12 @@ std::pair<int, int> scale_range(const Case& c, size_t r) {
   if (spread > 0) {
     hi = std::min(hi, 50 - std::ilogb(spread) - 1);
     lo = std::max(lo, -50 - std::ilogb(spread) + 1);
+  }
+  // f16 holds normal values in [2^-14, 2^16): stay a power of two inside,
+  // under a quarter of 65504 (its squares are computed in f32).
+  if (c.dtype == DType::f16) {
+    if (most > 0) hi = std::min(hi, 13 - std::ilogb(most));
+    if (least < std::numeric_limits<double>::infinity()) lo = std::max(lo, -14 - std::ilogb(least));
   }
   return {lo, hi};
 }

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "kprop/case_yaml.h"
+#include "kprop/half.h"
 
 namespace kprop::softmax_topk {
 
@@ -18,8 +19,9 @@ constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 Schema Traits::domain_schema() {
   return {
-      field::choices("dtype", {"f32", "f64"}, {"f32", "f64"},
-                     "input dtypes (the fused kernel computes in the dtype)"),
+      field::choices("dtype", {"f16", "bf16", "f32", "f64"}, {"f16", "bf16", "f32", "f64"},
+                     "input dtypes (the fused kernel computes in the dtype; f16/bf16 in f32, probabilities "
+                     "stored in the dtype)"),
       field::int_range("rows", {1, 4}, 1, 1024, "rows per case"),
       field::int_range("vocab", {1, 100}, 1, 1 << 20, "V: logits per row"),
       field::real("k_above_32_rate", 0.3, 0, 1,
@@ -46,7 +48,7 @@ Schema Traits::domain_schema() {
 // are drawn one by one (value-level control: grid values, ties, -inf).
 Case Traits::build(Draw& draw, const Values& domain) {
   Case c;
-  c.dtype = draw.pick(domain.choices("dtype")) == "f32" ? DType::f32 : DType::f64;
+  parse_dtype(draw.pick(domain.choices("dtype")), c.dtype);  // the schema allows only valid names
   const IntRange vr = domain.int_range("vocab");
   // A quarter of the cases reach the whole vocab range at once (K > 32 needs V > 32).
   c.vocab = static_cast<int>(draw.chance(0.25) ? draw.any(vr) : draw.sized(vr));
@@ -67,12 +69,24 @@ Case Traits::build(Draw& draw, const Values& domain) {
   const IntRange levels = domain.int_range("values.tie_levels");
   const RealRange inf_rate = domain.real_range("values.neg_inf_rate");
   // Grid values (o + q) * 2^e with |o + q| < 2^23 are exact in f32 and f64
-  // and stay exact under shifts by powers of two (shift_invariance).
-  const int max_e = c.dtype == DType::f32 ? 127 - 25 : 1023 - 25;
+  // and stay exact under shifts by powers of two (shift_invariance). A half
+  // case draws the same rows, e clamped to its exponent range (f16: e in
+  // [-24, 3], so values reach thousands: exp(x) overflows f16 past 11.09;
+  // bf16: f32's range), then rounds each value to the dtype (clamped to its
+  // largest finite value first: never an inf from rounding). The rounding
+  // merges nearby grid values into exact ties, as storing in half does.
+  const int max_e = c.dtype == DType::f32    ? 127 - 25
+                    : c.dtype == DType::f16  ? 3
+                    : c.dtype == DType::bf16 ? 127 - 25
+                                             : 1023 - 25;
+  const int min_e = c.dtype == DType::f16 ? -24 : -100;
+  const double top = c.dtype == DType::f16    ? half::f16_max
+                     : c.dtype == DType::bf16 ? half::bf16_max
+                                              : HUGE_VAL;
   for (int r = 0; r < rows; ++r) {
     const int64_t levels_here = draw.chance(0.5) ? draw.any(levels) : int64_t{1} << 19;
     int e = static_cast<int>(draw.chance(0.5) ? draw.any(IntRange{-3, 3}) : draw.any(mag));
-    e = std::clamp(e, -100, max_e);
+    e = std::clamp(e, min_e, max_e);
     int64_t offset = 0;
     if (draw.chance(0.3)) offset = (draw.chance(0.5) ? 1 : -1) * (int64_t{1} << draw.any(off));
     double rate = 0;
@@ -83,6 +97,8 @@ Case Traits::build(Draw& draw, const Values& domain) {
       const int64_t q = draw.any(IntRange{0, levels_here - 1}) - levels_here / 2;
       row.push_back(std::ldexp(static_cast<double>(offset + q), e));
     }
+    if (is_half(c.dtype))
+      for (double& x : row) x = round_value(std::clamp(x, -top, top), c.dtype);
     if (ascending) std::sort(row.begin(), row.end());
     for (double& x : row)
       if (rate > 0 && draw.chance(rate)) x = kNegInf;
@@ -95,13 +111,16 @@ namespace {
 
 // Is x exactly a value of the case's dtype?
 bool representable(const Case& c, double x) {
-  return !std::isfinite(x) || c.dtype == DType::f64 || static_cast<double>(static_cast<float>(x)) == x;
+  return !std::isfinite(x) || round_value(x, c.dtype) == x;
 }
 
-// Does exp(x - m) round to 0 in the dtype?
+// Does exp(x - m) round to 0 in the dtype (a half case: computed in f32,
+// stored in the dtype)?
 bool underflows(const Case& c, double x, double m) {
   if (!std::isfinite(m)) return false;
-  return c.dtype == DType::f32 ? std::exp(static_cast<float>(x - m)) == 0.0f : std::exp(x - m) == 0.0;
+  if (c.dtype == DType::f64) return std::exp(x - m) == 0.0;
+  const float e = std::exp(static_cast<float>(x - m));
+  return round_value(e, c.dtype) == 0.0;
 }
 
 // Sum of |x| over a row's finite logits: row transforms must shrink it.
@@ -289,9 +308,15 @@ YAML::Node Traits::to_yaml(const Case& c) {
   n["block"] = c.block;
   YAML::Node rows(YAML::NodeType::Sequence);
   for (int r = 0; r < c.rows(); ++r) {
-    YAML::Node row =
-        case_yaml::real_list(std::vector<double>(c.logits.begin() + static_cast<long>(r) * c.vocab,
-                                                 c.logits.begin() + static_cast<long>(r + 1) * c.vocab));
+    const std::vector<double> values(c.logits.begin() + static_cast<long>(r) * c.vocab,
+                                     c.logits.begin() + static_cast<long>(r + 1) * c.vocab);
+    YAML::Node row = case_yaml::real_list(values);
+    if (is_half(c.dtype)) {  // the shortest text that reads back (rounded to the dtype) to the value
+      row = YAML::Node(YAML::NodeType::Sequence);
+      for (double x : values)
+        row.push_back(c.dtype == DType::f16 ? half::f16_text(half::f16_from_double(x))
+                                            : half::bf16_text(half::bf16_from_double(x)));
+    }
     row.SetStyle(YAML::EmitterStyle::Flow);
     rows.push_back(row);
   }
@@ -303,8 +328,7 @@ Case Traits::from_yaml(const YAML::Node& n) {
   case_yaml::expect_keys(n, {"dtype", "k", "block", "logits"}, "softmax_topk case");
   Case c;
   const std::string dtype = case_yaml::read<std::string>(n, "dtype");
-  if (dtype != "f32" && dtype != "f64") case_yaml::fail(n["dtype"], "dtype must be f32 or f64");
-  c.dtype = dtype == "f32" ? DType::f32 : DType::f64;
+  if (!parse_dtype(dtype, c.dtype)) case_yaml::fail(n["dtype"], "dtype must be f16, bf16, f32 or f64");
   c.k = case_yaml::read<int>(n, "k");
   c.block = case_yaml::read_or<int>(n, "block", 16);
   const YAML::Node rows = n["logits"];
@@ -315,7 +339,23 @@ Case Traits::from_yaml(const YAML::Node& n) {
     const YAML::Node row = item;
     YAML::Node holder(YAML::NodeType::Map);
     holder["row"] = row;
-    const std::vector<double> values = case_yaml::read_reals(holder, "row");
+    std::vector<double> values = case_yaml::read_reals(holder, "row");
+    // A half case's values are written as their shortest text (kprop/half.h),
+    // which reads back as the nearest double, then rounds to the dtype. Any
+    // other text must be an exact value of the dtype (as for f32): no silent
+    // rounding of a hand-written corpus value.
+    if (is_half(c.dtype))
+      for (size_t i = 0; i < values.size(); ++i) {
+        const double v = values[i], h = round_value(v, c.dtype);
+        if (!std::isfinite(v) || h == v) continue;
+        const std::string shortest = c.dtype == DType::f16 ? half::f16_text(half::f16_from_double(h))
+                                                           : half::bf16_text(half::bf16_from_double(h));
+        if (std::isfinite(h) && row[i].Scalar() == shortest)
+          values[i] = h;
+        else
+          case_yaml::fail(row[i], fmt::format("logit {} is not a {} value (nearest: {})", row[i].Scalar(),
+                                              dtype, shortest));
+      }
     if (c.vocab >= 0 && static_cast<int>(values.size()) != c.vocab)
       case_yaml::fail(row, "rows differ in length");
     if (values.size() > (1u << 22)) case_yaml::fail(row, "row too long for a test case");

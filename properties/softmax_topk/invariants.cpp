@@ -5,6 +5,17 @@
 // few dtype epsilons. A mismatch between two distinct logits whose gap is
 // within a few dtype ulps of their distance to the row max (where rounded
 // probabilities could tie) is a near-tie: discarded, never a failure.
+//
+// Half-precision cases (f16, bf16; softmax_topk.h's precision contract: f32
+// arithmetic, probabilities stored in the dtype). The baseline is the naive
+// softmax in f32 with its probabilities stored in the dtype; "the dtype
+// epsilon" of the floors and near-ties is the arithmetic's (f32's 2^-23).
+// Storing a probability p in the dtype adds at most u_s p + s (u_s the
+// dtype's unit roundoff, 2^-11 or 2^-8; s half its smallest subnormal, the
+// absolute error of a rounding among the subnormals), so the probability
+// floor adds u_s max p + s (max over the compared probabilities), and a sum
+// of V stored probabilities (no_nan, full_sort_at_k_equals_v) may move by
+// u_s × the sum + V s. For f32 and f64 cases these terms are 0.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -21,7 +32,26 @@ using T = Trial<Traits>;
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 double eps(DType d) {
-  return d == DType::f32 ? 0x1p-23 : 0x1p-52;
+  return arithmetic_epsilon(d);
+}
+// The storage terms of a half case (0 for f32 and f64).
+double store_u(DType d) {
+  return is_half(d) ? storage_roundoff(d) : 0;
+}
+// The probability floor: floor_eps dtype epsilons, plus a half case's store
+// of the largest compared probability.
+double prob_floor(const Case& c, const std::vector<double>& want, const Values& p) {
+  double top = 0;
+  for (double w : want) top = std::max(top, std::fabs(w));
+  return p.real("tol.floor_eps") * eps(c.dtype) + store_u(c.dtype) * top + subnormal_half_step(c.dtype);
+}
+// The slack of a sum of `n` stored probabilities about `total`.
+double sum_slack(const Case& c, const Values& p, int n, double total) {
+  const double f32_part = p.real("tol.floor_eps") * eps(c.dtype) * n;
+  return f32_part + store_u(c.dtype) * (total + f32_part) + n * subnormal_half_step(c.dtype);
+}
+double ratio(const ToleranceReport& rep) {
+  return rep.allowed > 0 ? rep.target_error / rep.allowed : (rep.target_error > 0 ? INFINITY : 0);
 }
 double logit(const Case& c, int row, int i) {
   return c.logits[static_cast<size_t>(row) * c.vocab + i];
@@ -78,8 +108,8 @@ Verdict probabilities_close(const Case& c, const std::vector<int>& indices, cons
     }
   }
   const ToleranceReport rep =
-      compare_with_baseline(want, got, naive, p.real("tol.k"), p.real("tol.floor_eps") * eps(c.dtype));
-  if (rep.ok) return Verdict::pass();
+      compare_with_baseline(want, got, naive, p.real("tol.k"), prob_floor(c, want, p));
+  if (rep.ok) return Verdict::pass({{kErrorRatio, ratio(rep)}});
   const int row = static_cast<int>(rep.worst_index) / c.k, j = static_cast<int>(rep.worst_index) % c.k;
   return Verdict::fail(
       fmt::format("{}: {}: probability {:.9g} at index {}, softmax gives {:.9g} ({})", what, slot(row, j),
@@ -185,7 +215,7 @@ Verdict no_nan(T& t, const Values& p) {
                       q),
           {{"probability", q}});
   }
-  const double slack = p.real("tol.floor_eps") * eps(c.dtype) * c.vocab;
+  const double slack = sum_slack(c, p, c.vocab, 1);
   for (int row = 0; row < c.rows() && r.probs.size() == static_cast<size_t>(c.rows()) * c.k; ++row) {
     double sum = 0;
     for (int j = 0; j < c.k; ++j) sum += r.probs[static_cast<size_t>(row) * c.k + j];
@@ -200,8 +230,8 @@ Verdict no_nan(T& t, const Values& p) {
 // the dtype (all finite logits are multiples of g, the finest ulp among them,
 // and stay below 2^p g in magnitude) and far from overflow; 0 if none.
 double exact_shift(const Case& c, int row) {
-  const int p = c.dtype == DType::f32 ? 24 : 53;
-  const int max_exp = c.dtype == DType::f32 ? 125 : 1021;
+  const int p = c.dtype == DType::f32 ? 24 : c.dtype == DType::f16 ? 11 : c.dtype == DType::bf16 ? 8 : 53;
+  const int max_exp = c.dtype == DType::f16 ? 13 : c.dtype == DType::f64 ? 1021 : 125;
   int g = std::numeric_limits<int>::max();
   double m = 0;
   for (int i = 0; i < c.vocab; ++i) {
@@ -268,7 +298,7 @@ Verdict shift_invariance(T& t, const Values& p) {
     }
     (void)ref;
     const ToleranceReport rep =
-        compare_with_baseline(want, rs.probs, naive, p.real("tol.k"), p.real("tol.floor_eps") * eps(c.dtype));
+        compare_with_baseline(want, rs.probs, naive, p.real("tol.k"), prob_floor(c, want, p));
     if (!rep.ok)
       return Verdict::fail(fmt::format("{}: probability {:.9g}, unshifted softmax {:.9g} ({})", what,
                                        rs.probs[rep.worst_index], want[rep.worst_index], rep.message),
@@ -291,7 +321,7 @@ Verdict full_sort_at_k_equals_v(T& t, const Values& p) {
   if (Verdict v = same_indices(all, want.indices, full.indices, p.real("tie_ulps"), "K = V full sort");
       v.outcome != Outcome::pass)
     return v;
-  const double slack = p.real("tol.floor_eps") * eps(c.dtype) * c.vocab;
+  const double slack = sum_slack(c, p, c.vocab, 1);
   for (int row = 0; row < c.rows(); ++row) {
     double sum = 0, naive_sum = 0;
     for (double q : naive_softmax(c, row)) naive_sum += q;

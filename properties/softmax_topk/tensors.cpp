@@ -3,6 +3,7 @@
 // the full fp64 softmax of every row, the naive same-dtype softmax (the
 // tolerance baseline) and gathers at the returned indices (logit, softmax,
 // naive softmax), since a per-row gather is not a NumPy take.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -21,7 +22,7 @@ using expr::TensorMap;
 constexpr double kFloorEps = 8;
 
 double epsilon(DType d) {
-  return d == DType::f32 ? 0x1p-23 : 0x1p-52;
+  return arithmetic_epsilon(d);  // f32's for f16 and bf16 (they compute in f32)
 }
 
 TensorInfos infos() {
@@ -30,8 +31,11 @@ TensorInfos infos() {
       {"V", {}, XT::integer, "vocabulary size (logits per row)"},
       {"K", {}, XT::integer, "outputs per row, 1 <= K <= V"},
       {"block", {}, XT::integer, "the fused kernel's tile width"},
-      {"eps", {}, XT::real, "machine epsilon of the case's dtype (2^-23 for f32, 2^-52 for f64)"},
-      {"dtype_bytes", {}, XT::integer, "bytes per element of the case's dtype (4 or 8)"},
+      {"eps",
+       {},
+       XT::real,
+       "machine epsilon of the case's arithmetic (2^-23 for f32, f16, bf16; 2^-52 for f64)"},
+      {"dtype_bytes", {}, XT::integer, "bytes per element of the case's dtype (2, 4 or 8)"},
       {"logits", {"R", "V"}, XT::real, "the logits, finite or -inf"},
       {"target.probs", {"R", "K"}, XT::real, "the target's K largest probabilities per row, sorted"},
       {"target.indices",
@@ -52,7 +56,11 @@ TensorInfos infos() {
        {"R", "K"},
        XT::real,
        "naive.softmax at the reference's indices: the policy's baseline for target.probs (close(k=))"},
-      {"floor.probs", {}, XT::real, "the policy's absolute floor for probabilities: 8 × eps"},
+      {"floor.probs",
+       {},
+       XT::real,
+       "the policy's absolute floor for probabilities: 8 × eps (f16, bf16: + u_s max p + s, the store of a "
+       "probability in the dtype)"},
       {"target.logit_at", {"R", "K"}, XT::real, "the logit at each index the target returned"},
       {"target.softmax_at", {"R", "K"}, XT::real, "reference.softmax at each index the target returned"},
       {"target.naive_at", {"R", "K"}, XT::real, "naive.softmax at each index the target returned"},
@@ -117,8 +125,19 @@ void Traits::tensors(const Case& c, const Result* target, const Result* referenc
   out.put("K", Tensor::scalar(static_cast<double>(K), XT::integer));
   out.put("block", Tensor::scalar(c.block, XT::integer));
   out.put("eps", Tensor::scalar(epsilon(c.dtype)));
-  out.put("dtype_bytes", Tensor::scalar(c.dtype == DType::f32 ? 4 : 8, XT::integer));
-  out.put("floor.probs", Tensor::scalar(kFloorEps * epsilon(c.dtype)));
+  out.put("dtype_bytes", Tensor::scalar(c.dtype == DType::f64   ? 8
+                                        : c.dtype == DType::f32 ? 4
+                                                                : 2,
+                                        XT::integer));
+  // As the built-in invariants: a half case adds the store of the largest
+  // probability (u_s max p, the max over the whole fp64 softmax here) + s.
+  double store = 0;
+  if (is_half(c.dtype)) {
+    double top = 0;
+    for (double q : full(c, false)) top = std::max(top, q);
+    store = storage_roundoff(c.dtype) * top + subnormal_half_step(c.dtype);
+  }
+  out.put("floor.probs", Tensor::scalar(kFloorEps * epsilon(c.dtype) + store));
   if (out.wanted("logits")) out.put("logits", Tensor::of({R, V}, c.logits));
   if (out.wanted("reference.softmax")) out.put("reference.softmax", Tensor::of({R, V}, full(c, false)));
   if (out.wanted("naive.softmax") || out.wanted("naive.probs")) {

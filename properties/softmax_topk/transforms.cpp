@@ -44,7 +44,7 @@ int lowest_bit(double v) {
 
 // An exact shift of about `want` for row `row` (see add_constant above).
 double exact_shift(const Case& c, int row, double want) {
-  const int p = c.dtype == DType::f32 ? 24 : 53;
+  const int p = c.dtype == DType::f32 ? 24 : c.dtype == DType::f16 ? 11 : c.dtype == DType::bf16 ? 8 : 53;
   int g = std::numeric_limits<int>::max();
   double m = 0;
   for (int i = 0; i < c.vocab; ++i) {
@@ -53,14 +53,19 @@ double exact_shift(const Case& c, int row, double want) {
     g = std::min(g, lowest_bit(x));
     m = std::max(m, std::fabs(x));
   }
-  // Cap at 2^100 (f32 overflows at 2^128; f64 logits of the domain stay far below).
-  const double cap = std::ldexp(1.0, 100);
+  // Cap at 2^100 (f32 overflows at 2^128; f64 logits of the domain stay far
+  // below); f16 at 2^14 (it overflows at 65520).
+  const double cap = std::ldexp(1.0, c.dtype == DType::f16 ? 14 : 100);
   if (g == std::numeric_limits<int>::max()) {  // only zeros and -inf: x + c = c
     const double w = std::min(std::fabs(want), cap);
-    return std::copysign(c.dtype == DType::f32 ? static_cast<double>(static_cast<float>(w)) : w, want);
+    return std::copysign(round_value(w, c.dtype), want);
   }
   const double unit = std::ldexp(1.0, g);
-  const double room = std::min(std::ldexp(1.0, g + p) - m, cap);
+  // No room (a row whose values span more than p bits of the finest ulp,
+  // common at bf16's 8): no exact shift but 0; a negative room would have
+  // given an inexact one.
+  const double top = c.dtype == DType::f16 ? 65504.0 - m : cap;  // f16: x + c stays finite
+  const double room = std::max(0.0, std::min({std::ldexp(1.0, g + p) - m, cap, top}));
   return std::copysign(std::floor(std::min(std::fabs(want), room) / unit) * unit, want);
 }
 

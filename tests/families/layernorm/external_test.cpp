@@ -1,11 +1,14 @@
 // layernorm as an external target (include/kprop/abi/layernorm.h): kprop's
 // own fused kernel behind the C ABI passes specs/layernorm.yaml in-process,
 // and so does the NumPy worker of examples/python/layernorm.py through exec:;
-// a planted bug fails either way with a counterexample.
+// a planted bug fails either way with a counterexample. The committed spec
+// draws f16, bf16, f32 and f64 cases, so each run reaches half cases through
+// the ABI (KPROP_F16 / KPROP_BF16 tensors; mean and rstd are f32 there).
 #include <gtest/gtest.h>
 
 #include <string>
 
+#include "kprop/half.h"
 #include "kprop/runner.h"
 #include "kprop/spec.h"
 #include "kprop/testing.h"
@@ -30,28 +33,55 @@ kprop::RunOptions quick(const std::string& target = "", bool bug = false) {
 }
 
 // ---------------------------------------- an ABI entry point around a Result
-// Element (i0, i1) of a view of either float dtype, through its strides.
+// Element (i0, i1) of a view of any float dtype, through its strides.
 double element(const kprop_tensor& t, int64_t i0, int64_t i1 = 0) {
   const int64_t index[2] = {i0, i1};
   const int64_t at = kprop_offset(&t, index);
-  return t.dtype == KPROP_F32 ? static_cast<const float*>(t.data)[at]
-                              : static_cast<const double*>(t.data)[at];
+  switch (t.dtype) {
+    case KPROP_F32:
+      return static_cast<const float*>(t.data)[at];
+    case KPROP_F16:
+      return kprop::half::f16_to_double(static_cast<const uint16_t*>(t.data)[at]);
+    case KPROP_BF16:
+      return kprop::half::bf16_to_double(static_cast<const uint16_t*>(t.data)[at]);
+    default:
+      return static_cast<const double*>(t.data)[at];
+  }
 }
 
+// Stores v (already a value of the view's dtype for the results of `Impl`).
 void store(const kprop_tensor& t, double v, int64_t i0, int64_t i1 = 0) {
   const int64_t index[2] = {i0, i1};
   const int64_t at = kprop_offset(&t, index);
   if (t.dtype == KPROP_F32)
     static_cast<float*>(t.data)[at] = static_cast<float>(v);
+  else if (t.dtype == KPROP_F16)
+    static_cast<uint16_t*>(t.data)[at] = kprop::half::f16_from_double(v);
+  else if (t.dtype == KPROP_BF16)
+    static_cast<uint16_t*>(t.data)[at] = kprop::half::bf16_from_double(v);
   else
     static_cast<double*>(t.data)[at] = v;
+}
+
+DType case_dtype(int32_t abi) {
+  switch (abi) {
+    case KPROP_F32:
+      return DType::f32;
+    case KPROP_F16:
+      return DType::f16;
+    case KPROP_BF16:
+      return DType::bf16;
+    default:
+      return DType::f64;
+  }
 }
 
 // Runs `Impl` (an implementation of kprop's family) on the views.
 template <Result (*Impl)(const Case&)>
 int entry(const kprop_layernorm_args* a, char*, size_t) {
   Case c;
-  c.dtype = a->x.dtype == KPROP_F32 ? DType::f32 : DType::f64;
+  c.dtype = case_dtype(a->x.dtype);
+  if (is_half(c.dtype) && (a->mean.dtype != KPROP_F32 || a->rstd.dtype != KPROP_F32)) return KPROP_ERROR;
   c.rows = static_cast<int>(a->x.shape[0]);
   c.dim = static_cast<int>(a->x.shape[1]);
   c.eps = a->eps;

@@ -5,9 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <random>
+#include <sstream>
 
 #include "kernels/layernorm/kernels.h"
+#include "kprop/draw.h"
+#include "kprop/half.h"
 #include "kprop/runner.h"
+#include "kprop/spec.h"
 #include "properties/layernorm/family.h"
 
 namespace kprop::layernorm {
@@ -118,7 +124,7 @@ TEST(LayerNormCodec, YamlRoundTripIsExact) {
 
 TEST(LayerNormCodec, BadCasesNameTheProblem) {
   const char* bad[] = {
-      "dtype: f16\neps: 1e-5\nx: [[1]]\ngamma: [1]\nbeta: [0]\ndy: [[1]]\n",
+      "dtype: f8\neps: 1e-5\nx: [[1]]\ngamma: [1]\nbeta: [0]\ndy: [[1]]\n",
       "dtype: f32\neps: 1e-5\nx: [[1, 2], [3]]\ngamma: [1, 1]\nbeta: [0, 0]\ndy: [[1, 1], [1]]\n",
       "dtype: f32\neps: 0\nx: [[1]]\ngamma: [1]\nbeta: [0]\ndy: [[1]]\n",
       "dtype: f32\neps: 1e-5\nx: [[1e39]]\ngamma: [1]\nbeta: [0]\ndy: [[1]]\n",
@@ -153,6 +159,169 @@ TEST(LayerNormShrinker, SignificantDigits) {
   EXPECT_EQ(significant_digits(10000, DType::f64), 1);
   EXPECT_EQ(significant_digits(-1.25e-7, DType::f64), 3);
   EXPECT_EQ(significant_digits(0.1, DType::f32), 1);
+}
+
+// ---------------------------------------------------------------- f16 / bf16
+bool in_dtype(const std::vector<double>& v, DType t) {
+  for (double e : v)
+    if (round_value(e, t) != e) return false;
+  return true;
+}
+
+TEST(LayerNormHalf, FusedStoresOutputsInTheDtypeAndStatisticsInF32) {
+  std::vector<double> x;
+  for (int i = 0; i < 2 * 40; ++i) x.push_back(std::cos(0.7 * i) * (1 + i % 5));
+  for (DType t : {DType::f16, DType::bf16}) {
+    const Case c = make(t, 2, 40, x);
+    ASSERT_TRUE(in_dtype(c.x, t) && in_dtype(c.gamma, t) && in_dtype(c.dy, t));
+    EXPECT_EQ(c.eps, static_cast<double>(1e-5f));  // an f32 attribute
+    const Result a = reference(c), b = fused(c);
+    for (const auto* v : {&b.y, &b.xhat, &b.dx, &b.dgamma, &b.dbeta}) EXPECT_TRUE(in_dtype(*v, t));
+    EXPECT_FALSE(in_dtype(b.rstd, t)) << "rstd is an f32 statistic, not rounded to " << dtype_name(t);
+    // A few storage ulps of each output's magnitude (y, dx are O(1..10) here).
+    const double u = unit_roundoff(t);
+    EXPECT_LT(max_abs_diff(a.y, b.y), 8 * u * 8);
+    EXPECT_LT(max_abs_diff(a.dx, b.dx), 16 * u * 16);
+    EXPECT_LT(max_abs_diff(a.dbeta, b.dbeta), 4 * u * 4);
+  }
+}
+
+// Rows at |x| ~ 3e4: the f32 statistics are fine, M2 in f16 overflows (the
+// squared deviations alone pass 65504) and y collapses to beta.
+TEST(LayerNormHalf, VarianceInStorageOverflowsInF16) {
+  std::vector<double> x;
+  for (int i = 0; i < 32; ++i) x.push_back(3e4 * std::sin(1.0 + 3 * i));
+  const Case c = make(DType::f16, 1, 32, x);
+  const Result ref = reference(c), good = fused(c);
+  EXPECT_LT(max_abs_diff(ref.y, good.y), 0.05);
+  const Result bad = [&] {
+    for (const Mutant& m : mutants())
+      if (std::string(m.name) == "variance_in_storage") return m.run(c);
+    ADD_FAILURE() << "no variance_in_storage";
+    return Result{};
+  }();
+  EXPECT_GT(max_abs_diff(ref.y, bad.y), 1.0);
+  // f32 cases: the storage is f32, so the mutant is the fused kernel.
+  const Case f = make(DType::f32, 1, 32, x);
+  EXPECT_EQ(fused(f).y, mutants().back().run(make(DType::f32, 1, 32, x)).y);
+}
+
+TEST(LayerNormHalf, Bf16TruncateRoundsTowardZeroOnBf16Only) {
+  const Mutant* trunc = nullptr;
+  for (const Mutant& m : mutants())
+    if (std::string(m.name) == "bf16_truncate") trunc = &m;
+  ASSERT_NE(trunc, nullptr);
+  std::vector<double> x;
+  for (int i = 0; i < 64; ++i) x.push_back(std::sin(0.37 * i) * 3 + 0.1 * i);
+  const Case b = make(DType::bf16, 1, 64, x);
+  const Result good = fused(b), bad = trunc->run(b);
+  int differ = 0;
+  for (size_t i = 0; i < good.y.size(); ++i) {
+    EXPECT_LE(std::fabs(bad.y[i]), std::fabs(good.y[i]) + 1e-30);  // toward zero, never away
+    differ += bad.y[i] != good.y[i];
+  }
+  EXPECT_GT(differ, 8);
+  const Case h = make(DType::f16, 1, 64, x);
+  EXPECT_EQ(trunc->run(h).y, fused(h).y);
+}
+
+// +-0, the smallest subnormal, the largest finite value: exact through YAML.
+TEST(LayerNormHalf, YamlRoundTripOfEdgeValues) {
+  struct Edge {
+    DType t;
+    double max, sub;
+  };
+  for (const Edge& e : {Edge{DType::f16, half::f16_max, half::f16_min_subnormal},
+                        Edge{DType::bf16, half::bf16_max, half::bf16_min_subnormal}}) {
+    Case c = make(e.t, 1, 6, {0.0, -0.0, e.sub, -3 * e.sub, e.max, -e.max}, 1e-12);
+    c.gamma = {1, -0.0, e.sub, 0.1, 1.5, -2};
+    round_to_dtype(c);
+    const std::string text = emit_yaml(Traits::to_yaml(c));
+    const Case back = Traits::from_yaml(YAML::Load(text));
+    EXPECT_EQ(back, c) << text;
+    EXPECT_TRUE(std::signbit(back.x[1]) && !std::signbit(back.x[0])) << text;
+    EXPECT_TRUE(std::signbit(back.gamma[1])) << text;
+    EXPECT_EQ(back.eps, static_cast<double>(1e-12f)) << text;
+  }
+  // Past the largest finite value: rounds to inf, an error with a position.
+  for (const char* text : {"dtype: f16\neps: 1e-5\nx: [[65520]]\ngamma: [1]\nbeta: [0]\ndy: [[1]]\n",
+                           "dtype: bf16\neps: 1e-5\nx: [[1e39]]\ngamma: [1]\nbeta: [0]\ndy: [[1]]\n"})
+    EXPECT_THROW(Traits::from_yaml(YAML::Load(text)), CaseFormatError) << text;
+  // A decimal between two f16 values rounds to the nearest, as f32 does.
+  const Case r = Traits::from_yaml(
+      YAML::Load("dtype: f16\neps: 1e-5\nx: [[0.1, 2049]]\ngamma: [1, 1]\nbeta: [0, 0]\ndy: [[1, 1]]\n"));
+  EXPECT_EQ(r.x[0], half::round_to_f16(0.1));
+  EXPECT_EQ(r.x[1], 2048.0);  // a tie, to even
+}
+
+TEST(LayerNormHalf, GeneratedCasesAreInTheDtypeAndInRange) {
+  const Values domain = Values::defaults(Traits::domain_schema());
+  int half_cases = 0, big_rows = 0;
+  // Fuzz bytes (libFuzzer's decoder): random bytes reach every dtype.
+  std::mt19937_64 rng(7);
+  for (int n = 0; n < 400; ++n) {
+    std::vector<uint8_t> bytes(4096);
+    for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+    ByteReader reader(bytes.data(), bytes.size());
+    BytesDraw draw(reader);
+    const Case c = Traits::build(draw, domain);
+    if (!is_half(c.dtype)) continue;
+    ++half_cases;
+    ASSERT_EQ(validate(c), "");
+    for (const auto* v : {&c.x, &c.gamma, &c.beta, &c.dy}) ASSERT_TRUE(in_dtype(*v, c.dtype));
+    double most = 0;
+    for (double e : c.x) most = std::max(most, std::fabs(e));
+    if (c.dtype == DType::f16 && most > 1e4) ++big_rows;
+  }
+  EXPECT_GT(half_cases, 100);
+  EXPECT_GT(big_rows, 10);  // f16 rows whose squares overflow f16
+}
+
+// The committed spec with its domain narrowed to one dtype (a temporary
+// copy, parsed in memory: nothing is written).
+Spec spec_for(const std::string& dtype) {
+  std::ifstream in(kSpec);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string s = text.str();
+  const std::string line = "dtype: [f16, bf16, f32, f64]";
+  const size_t at = s.find(line);
+  EXPECT_NE(at, std::string::npos) << "specs/layernorm.yaml has no '" << line << "'";
+  if (at != std::string::npos) s.replace(at, line.size(), "dtype: [" + dtype + "]");
+  // finite_differences runs on f64 cases only: dropped from a half domain.
+  const size_t fd = s.find("  - name: finite_differences\n");
+  EXPECT_NE(fd, std::string::npos);
+  if (fd != std::string::npos) s.erase(fd, s.find("\n  - ", fd + 1) + 1 - fd);
+  return parse_spec(s, "layernorm_" + dtype + ".yaml");
+}
+
+RunOptions half_run(const std::string& target, bool bug) {
+  RunOptions o;
+  o.target = target;
+  o.seed = 20261123;
+  o.trials = bug ? 400 : 200;
+  o.write_corpus = false;
+  o.stop_on_first_failure = bug;
+  o.scratch_dir = ::testing::TempDir() + "kprop_layernorm_half";
+  return o;
+}
+
+TEST(LayerNormHalf, FusedPassesTheSpecOnHalfCases) {
+  for (const char* dtype : {"f16", "bf16"}) {
+    const RunReport r = run_spec(spec_for(dtype), half_run("fused", false));
+    EXPECT_EQ(r.status, RunStatus::passed) << dtype;
+  }
+}
+
+TEST(LayerNormHalf, PrecisionMutantsAreKilled) {
+  struct Kill {
+    const char* mutant;
+    const char* dtype;
+  };
+  for (const Kill& k : {Kill{"variance_in_storage", "f16"}, Kill{"bf16_truncate", "bf16"}}) {
+    const RunReport r = run_spec(spec_for(k.dtype), half_run(k.mutant, true));
+    EXPECT_EQ(r.status, RunStatus::failed) << k.mutant << " on " << k.dtype;
+  }
 }
 
 }  // namespace

@@ -1,11 +1,14 @@
 // softmax_topk as an external target (include/kprop/abi/softmax_topk.h):
 // kprop's own fused kernel behind the C ABI passes specs/softmax_topk.yaml
 // in-process, and so does the NumPy worker of examples/python/softmax_topk.py
-// through exec:; a planted bug fails either way with a counterexample.
+// through exec:; a planted bug fails either way with a counterexample. The
+// committed spec draws f16, bf16, f32 and f64 cases, so each run reaches half
+// cases through the ABI (KPROP_F16 / KPROP_BF16 logits and probabilities).
 #include <gtest/gtest.h>
 
 #include <string>
 
+#include "kprop/half.h"
 #include "kprop/runner.h"
 #include "kprop/spec.h"
 #include "kprop/testing.h"
@@ -36,31 +39,60 @@ int64_t offset(const kprop_tensor& t, int64_t row, int64_t col) {
   return kprop_offset(&t, index);
 }
 
+double element(const kprop_tensor& t, int64_t at) {
+  switch (t.dtype) {
+    case KPROP_F32:
+      return static_cast<const float*>(t.data)[at];
+    case KPROP_F16:
+      return kprop::half::f16_to_double(static_cast<const uint16_t*>(t.data)[at]);
+    case KPROP_BF16:
+      return kprop::half::bf16_to_double(static_cast<const uint16_t*>(t.data)[at]);
+    default:
+      return static_cast<const double*>(t.data)[at];
+  }
+}
+
+void store(const kprop_tensor& t, int64_t at, double v) {
+  if (t.dtype == KPROP_F32)
+    static_cast<float*>(t.data)[at] = static_cast<float>(v);
+  else if (t.dtype == KPROP_F16)
+    static_cast<uint16_t*>(t.data)[at] = kprop::half::f16_from_double(v);
+  else if (t.dtype == KPROP_BF16)
+    static_cast<uint16_t*>(t.data)[at] = kprop::half::bf16_from_double(v);
+  else
+    static_cast<double*>(t.data)[at] = v;
+}
+
 // Runs `Impl` (an implementation of kprop's family) on the views.
 template <Result (*Impl)(const Case&)>
 int entry(const kprop_softmax_topk_args* a, char*, size_t) {
-  const bool f32 = a->logits.dtype == KPROP_F32;
   const int64_t rows = a->logits.shape[0];
   Case c;
-  c.dtype = f32 ? DType::f32 : DType::f64;
+  switch (a->logits.dtype) {
+    case KPROP_F32:
+      c.dtype = DType::f32;
+      break;
+    case KPROP_F16:
+      c.dtype = DType::f16;
+      break;
+    case KPROP_BF16:
+      c.dtype = DType::bf16;
+      break;
+    default:
+      c.dtype = DType::f64;
+  }
   c.vocab = static_cast<int>(a->logits.shape[1]);
   c.k = a->k;
   c.block = a->block;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t i = 0; i < c.vocab; ++i) {
-      const int64_t at = offset(a->logits, r, i);
-      c.logits.push_back(f32 ? static_cast<const float*>(a->logits.data)[at]
-                             : static_cast<const double*>(a->logits.data)[at]);
+      c.logits.push_back(element(a->logits, offset(a->logits, r, i)));
     }
   const Result res = Impl(c);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < c.k; ++j) {
       const size_t slot = static_cast<size_t>(r * c.k + j);
-      const int64_t at = offset(a->probs, r, j);
-      if (f32)
-        static_cast<float*>(a->probs.data)[at] = static_cast<float>(res.probs[slot]);
-      else
-        static_cast<double*>(a->probs.data)[at] = res.probs[slot];
+      store(a->probs, offset(a->probs, r, j), res.probs[slot]);
       static_cast<int32_t*>(a->indices.data)[offset(a->indices, r, j)] = res.indices[slot];
     }
   return KPROP_OK;

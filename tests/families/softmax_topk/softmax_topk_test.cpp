@@ -6,8 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <limits>
+#include <random>
+#include <sstream>
 
+#include "kprop/corpus.h"
+#include "kprop/draw.h"
+#include "kprop/half.h"
 #include "kprop/rng.h"
 #include "kprop/runner.h"
 #include "kprop/spec.h"
@@ -111,6 +117,135 @@ TEST(SoftmaxTopkCodec, BadCasesNameLineAndColumn) {
       EXPECT_GT(e.line, 0) << text;
     }
   }
+}
+
+// ---------------------------------------------------------------- f16 / bf16
+bool in_dtype(const std::vector<double>& v, DType t) {
+  for (double e : v)
+    if (round_value(e, t) != e) return false;
+  return true;
+}
+
+Result run_mutant(const char* name, const Case& c) {
+  for (const Mutant& m : mutants())
+    if (std::string(m.name) == name) return m.run(c);
+  ADD_FAILURE() << "no mutant " << name;
+  return Result{};
+}
+
+TEST(SoftmaxTopkHalf, FusedStoresProbabilitiesInTheDtype) {
+  std::vector<double> row;
+  for (int i = 0; i < 100; ++i) row.push_back(std::sin(0.37 * i) * 20);
+  for (DType t : {DType::f16, DType::bf16}) {
+    std::vector<double> x = row;
+    for (double& v : x) v = round_value(v, t);
+    const Case c = make(t, 10, 7, {x});
+    ASSERT_EQ(validate(c), "");
+    const Result a = reference(c), b = fused(c);
+    EXPECT_EQ(a.indices, b.indices) << dtype_name(t);
+    EXPECT_TRUE(in_dtype(b.probs, t));
+    for (size_t i = 0; i < a.probs.size(); ++i)  // the store (u_s p) and a few f32 roundings
+      EXPECT_LE(std::fabs(a.probs[i] - b.probs[i]), storage_roundoff(t) * a.probs[i] + 1e-6);
+  }
+}
+
+// Logits past 11.09: exp overflows f16 without the max subtracted, inf / inf.
+TEST(SoftmaxTopkHalf, ExpInF16WithoutTheMaxIsNaN) {
+  const Case h = make(DType::f16, 2, 4, {{12, 0, -3}});
+  EXPECT_TRUE(std::isnan(run_mutant("exp_in_f16_no_max", h).probs[0]));
+  EXPECT_NEAR(fused(h).probs[0], 1 / (1 + std::exp(-12.0) + std::exp(-15.0)), 1e-3);
+  // Below the threshold the mutant is only less accurate.
+  EXPECT_FALSE(std::isnan(run_mutant("exp_in_f16_no_max", make(DType::f16, 1, 4, {{11, 0}})).probs[0]));
+  // bf16 has f32's range: exp overflows past 88.7.
+  EXPECT_TRUE(std::isnan(run_mutant("exp_in_f16_no_max", make(DType::bf16, 1, 4, {{96, 0}})).probs[0]));
+}
+
+// +-0, the smallest subnormal, the largest finite value and -inf: exact
+// through YAML, printed as their shortest text.
+TEST(SoftmaxTopkHalf, YamlRoundTripOfEdgeValues) {
+  struct Edge {
+    DType t;
+    double max, sub;
+  };
+  for (const Edge& e : {Edge{DType::f16, half::f16_max, half::f16_min_subnormal},
+                        Edge{DType::bf16, half::bf16_max, half::bf16_min_subnormal}}) {
+    const Case c = make(e.t, 2, 3, {{0.0, -0.0, e.sub, -e.sub, e.max, -e.max, -kInf, 0.1875}});
+    ASSERT_EQ(validate(c), "");
+    const std::string text = emit_yaml(Traits::to_yaml(c));
+    const Case back = Traits::from_yaml(YAML::Load(text));
+    EXPECT_EQ(back, c) << text;
+    EXPECT_TRUE(std::signbit(back.logits[1]) && !std::signbit(back.logits[0])) << text;
+  }
+  // f16's shortest text of 2^-24 is 6e-08: it reads back exactly.
+  const Case s = Traits::from_yaml(YAML::Load("dtype: f16\nk: 1\nblock: 1\nlogits:\n  - [6e-08]\n"));
+  EXPECT_EQ(s.logits[0], half::f16_min_subnormal);
+  // Other texts must be exact values of the dtype (as for f32); beyond the
+  // range is an error too. Both with a position.
+  for (const char* text : {"dtype: f16\nk: 1\nblock: 1\nlogits:\n  - [0, 0.10001]\n",
+                           "dtype: f16\nk: 1\nblock: 1\nlogits:\n  - [65520]\n",
+                           "dtype: bf16\nk: 1\nblock: 1\nlogits:\n  - [1.001]\n"}) {
+    try {
+      Traits::from_yaml(YAML::Load(text));
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const CaseFormatError& e) {
+      EXPECT_GT(e.line, 0) << text;
+    }
+  }
+}
+
+TEST(SoftmaxTopkHalf, GeneratedCasesAreInTheDtypeAndReachF16Overflow) {
+  const Values domain = Values::defaults(Traits::domain_schema());
+  std::mt19937_64 rng(11);
+  int half_cases = 0, past_overflow = 0;
+  for (int n = 0; n < 400; ++n) {  // fuzz bytes: libFuzzer's decoder reaches every dtype
+    std::vector<uint8_t> bytes(8192);
+    for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+    ByteReader reader(bytes.data(), bytes.size());
+    BytesDraw draw(reader);
+    const Case c = Traits::build(draw, domain);
+    if (!is_half(c.dtype)) continue;
+    ++half_cases;
+    ASSERT_EQ(validate(c), "");
+    double top = -kInf, low = kInf;
+    for (double x : c.logits)
+      if (std::isfinite(x)) top = std::max(top, x), low = std::min(low, x);
+    if (c.dtype == DType::f16 && top - std::min(low, 0.0) > 11.1) ++past_overflow;
+  }
+  EXPECT_GT(half_cases, 100);
+  EXPECT_GT(past_overflow, 20);
+}
+
+// The committed spec with its domain narrowed to one dtype (parsed in memory).
+Spec spec_for(const std::string& dtype) {
+  std::ifstream in(kSpec);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string s = text.str();
+  const std::string line = "dtype: [f16, bf16, f32, f64]";
+  const size_t at = s.find(line);
+  EXPECT_NE(at, std::string::npos) << "specs/softmax_topk.yaml has no '" << line << "'";
+  if (at != std::string::npos) s.replace(at, line.size(), "dtype: [" + dtype + "]");
+  return parse_spec(s, "softmax_topk_" + dtype + ".yaml");
+}
+
+RunOptions half_run(const std::string& target, bool bug) {
+  RunOptions o;
+  o.target = target;
+  o.seed = 20261123;
+  o.trials = bug ? 400 : 200;
+  o.write_corpus = false;
+  o.stop_on_first_failure = bug;
+  o.scratch_dir = ::testing::TempDir() + "kprop_softmax_topk_half";
+  return o;
+}
+
+TEST(SoftmaxTopkHalf, FusedPassesTheSpecOnHalfCases) {
+  for (const char* dtype : {"f16", "bf16"})
+    EXPECT_EQ(run_spec(spec_for(dtype), half_run("fused", false)).status, RunStatus::passed) << dtype;
+}
+
+TEST(SoftmaxTopkHalf, ExpInF16NoMaxIsKilled) {
+  EXPECT_EQ(run_spec(spec_for("f16"), half_run("exp_in_f16_no_max", true)).status, RunStatus::failed);
 }
 
 }  // namespace
