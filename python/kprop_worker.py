@@ -31,8 +31,9 @@ so bf16 tensors arrive as ml_dtypes.bfloat16 arrays when the ml_dtypes
 package is importable (`BFLOAT16` is then its dtype), else as uint16 arrays
 of the raw bits (`BFLOAT16` is None); `bf16_to_float32(bits)` and
 `float32_to_bf16(x)` convert between those bits and floats (round to
-nearest even, NaN kept NaN). A bf16 output may be returned as bfloat16, as
-uint16 bits, or as floats (rounded once, to nearest even).
+nearest even, NaN kept NaN), and `as_float32(a)` gives any half tensor as
+float32 for a kernel that computes in f32. A bf16 output may be returned as
+bfloat16, as uint16 bits, or as floats (rounded once, to nearest even).
 """
 
 import json
@@ -105,6 +106,21 @@ def float32_to_bf16(x):
     nan = ((u & 0x7F800000) == 0x7F800000) & ((u & 0x007FFFFF) != 0)
     rounded = (u + (0x7FFF + ((u >> 16) & 1))) >> 16  # RNE; a carry reaches the exponent (or inf)
     return np.where(nan, (u >> 16) | 0x0040, rounded).astype(np.uint16).reshape(shape)
+
+
+def as_float32(a):
+    """float32 values of a half-precision tensor, exactly; any other array as it is.
+
+    Takes f16, ml_dtypes bfloat16 or bf16 bits (uint16), for kernels that
+    compute in float32 what they store in f16/bf16, as GPU kernels do (the
+    worker rounds the returned outputs to the case's dtype).
+    """
+    a = np.asarray(a)
+    if a.dtype == np.uint16:
+        return bf16_to_float32(a)
+    if a.dtype == np.float16 or (BFLOAT16 is not None and a.dtype == BFLOAT16):
+        return a.astype(np.float32)
+    return a
 
 
 def _to_dtype(dtype_name, value):

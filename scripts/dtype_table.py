@@ -4,21 +4,22 @@
     scripts/dtype_table.py specs/flash_fwd.yaml [--key dtypes] [--dtypes f16,bf16,f32,f64]
                            [--trials 10000] [--seed 1] [--target NAME] [--runner build/prop_runner]
 
-For each dtype, writes a copy of the spec (in a temporary folder, beside
-nothing tracked) whose domain draws that dtype only, runs
+For each dtype, writes a copy of the spec (in a temporary folder) whose
+domain draws that dtype only, runs
 `prop_runner --spec COPY --trials N --seed S --no-corpus --format json` and
 reports: the run's status, cases checked, and per invariant that reports a
 margin the largest error/allowed ratio seen (1 = at the bound). Exits 1 if
 any run did not pass.
 
-The copy keeps the spec's folder-relative paths working by living in the
-spec's own folder under a name starting with '.' that is removed afterwards.
+Specs that name files relative to their own folder (an op spec's
+`reference: exec:...`) are not supported: the copy lives elsewhere.
 """
 import argparse
 import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import yaml
 
@@ -47,11 +48,11 @@ def main():
     print("| dtype | status | cases checked | largest error/allowed (invariant) |")
     print("|---|---|---|---|")
     failed = False
-    folder = os.path.dirname(os.path.abspath(args.spec))
+    folder = tempfile.mkdtemp(prefix="dtype_table_")
     for dtype in dtypes:
         copy = dict(spec)
         copy["domain"] = dict(domain, **{key: [dtype]})
-        path = os.path.join(folder, f".dtype_table_{os.getpid()}_{dtype}.yaml")
+        path = os.path.join(folder, f"{spec.get('spec', 'spec')}_{dtype}.yaml")
         try:
             with open(path, "w") as f:
                 yaml.safe_dump(copy, f, sort_keys=False)
@@ -72,6 +73,7 @@ def main():
         worst = max(ratios) if ratios else None
         margin = f"{worst[0]:.3f} ({worst[1]})" if worst else "-"
         print(f"| {dtype} | {run['status']} | {run['checked']} | {margin} |")
+    os.rmdir(folder)
     sys.exit(1 if failed else 0)
 
 

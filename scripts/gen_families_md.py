@@ -41,15 +41,21 @@ masked); key padding (one key length per batch, 0 allowed); boolean
 (natural log of the softmax denominator). A fully masked row gives `O = 0`
 and `LSE = -inf`, never NaN. Tiled kernels take every scratch buffer from a
 `Workspace`, whose high-water mark `workspace_bounded` reads (no `Nq×Nk`
-buffer). Tolerance: `properties/attention/bounds.h`.""",
+buffer). Precision: f32 and f64 cases compute in their dtype; f16 and bf16
+cases store Q, K, V and O in the half type and compute in f32, as
+FlashAttention 2 does (P rounded to the half type before `P·V`, LSE kept in
+f32). Tolerance: `properties/attention/bounds.h` (for halves the floor adds
+the derived storage roundings).""",
     "attention.bwd": """\
 Cases are the forward's (see attention.fwd) plus dO `[B, Hq, Nq, D]`; the
 target runs its forward and then its backward on that O and LSE, returning
 dQ, dK, dV. dK and dV of a kv head sum over the query heads that share it;
 a fully masked row gives `dQ = 0` and contributes nothing to dK, dV, never
 NaN. D is the per-row `rowsum(P ⊙ dP)` the kernel used (`tiled_d` computes
-it as `rowsum(dO ⊙ O)`, `tiled_two_pass` as `rowsum(P ⊙ dP)`). Tolerance as
-for the forward, with first-order error scales for the gradients
+it as `rowsum(dO ⊙ O)`, `tiled_two_pass` as `rowsum(P ⊙ dP)`). f16/bf16
+cases as in the forward: P and dS rounded to the half type before the
+products, dQ, dK, dV stored in it, D in f32. Tolerance as for the forward,
+with first-order error scales for the gradients
 (`properties/attention/bounds.h`).""",
     "beam": """\
 A batch of prompts, beam width K, at most L new tokens, length penalty

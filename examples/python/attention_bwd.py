@@ -2,8 +2,9 @@
 
     prop_runner --spec specs/flash_bwd.yaml --target "exec:/usr/bin/python3 examples/python/attention_bwd.py"
 
-FlashAttention's backward, materialized, in the inputs' dtype: kprop sends
-the forward's O and LSE (as FlashAttention's backward gets them from its
+FlashAttention's backward, materialized, in the inputs' dtype (f16/bf16
+inputs in float32, as GPU kernels compute them; LSE comes as f32): kprop
+sends the forward's O and LSE (as FlashAttention's backward gets them from its
 forward) with dO, and the worker recomputes P from S and LSE:
 
     P  = exp(S - LSE)                 (0 on a fully masked row, LSE = -inf)
@@ -51,6 +52,7 @@ def per_kv_head(grad, heads_kv):
 
 
 def attention_bwd(q, k, v, o, lse, d_out, scale, mask, key_lengths=None, allowed=None, **_):
+    q, k, v, o, d_out = (kprop_worker.as_float32(a) for a in (q, k, v, o, d_out))  # f16/bf16: f32 arithmetic
     batch, heads_q, nq, _dim = q.shape
     heads_kv, nk = k.shape[1], k.shape[2]
     group = heads_q // heads_kv

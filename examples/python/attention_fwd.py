@@ -2,7 +2,9 @@
 
     prop_runner --spec specs/flash_fwd.yaml --target "exec:python3 examples/python/attention_fwd.py"
 
-Materialized softmax attention in the inputs' dtype. `--bug` plants the
+Materialized softmax attention in the inputs' dtype (f16/bf16 inputs in
+float32, as GPU kernels compute them; the worker rounds O to the case's
+dtype, LSE comes back as f32). `--bug` plants the
 classic causal-mask bug: aligning the mask top-left (query i sees keys
 j <= i), which is right only when Nq == Nk.
 """
@@ -32,6 +34,7 @@ def visible_keys(mask, batch, nq, nk, key_lengths, allowed):
 
 
 def attention_fwd(q, k, v, scale, mask, key_lengths=None, allowed=None, **_):
+    q, k, v = (kprop_worker.as_float32(a) for a in (q, k, v))  # f16/bf16: f32 arithmetic
     batch, heads_q, nq, _dim = q.shape
     heads_kv, nk = k.shape[1], k.shape[2]
     group = heads_q // heads_kv

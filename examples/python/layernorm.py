@@ -48,15 +48,8 @@ def statistics(x):
     return shift + center, centred, var
 
 
-def as_compute(a):
-    """float32 values of a half tensor (f16, bfloat16 or bf16 bits); others unchanged."""
-    if a.dtype == np.uint16:
-        return kprop_worker.bf16_to_float32(a)
-    return a.astype(np.float32) if a.dtype.itemsize == 2 else a
-
-
 def layernorm(x, gamma, beta, dy, eps, **_):
-    x, gamma, beta, dy = (as_compute(a) for a in (x, gamma, beta, dy))
+    x, gamma, beta, dy = (kprop_worker.as_float32(a) for a in (x, gamma, beta, dy))
     eps = x.dtype.type(eps)
     with np.errstate(divide="ignore", invalid="ignore"):  # the unbiased bug divides by 0 when D = 1
         mean, centred, var = statistics(x)

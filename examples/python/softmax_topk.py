@@ -51,10 +51,7 @@ def ranking(logits, probs):
 
 
 def softmax_topk(logits, k, **_):
-    if logits.dtype == np.uint16:
-        logits = kprop_worker.bf16_to_float32(logits)
-    elif logits.dtype.itemsize == 2:
-        logits = logits.astype(np.float32)
+    logits = kprop_worker.as_float32(logits)
     probs = softmax(logits)
     top = ranking(logits, probs)[:, :k]
     if BUG == "unsorted_output":
