@@ -3,10 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <set>
 
+#include "kprop/half.h"
 #include "kprop/rng.h"
 #include "properties/attention/family.h"
 
@@ -38,6 +41,32 @@ std::vector<Case> other_tilings(const Case& c) {
   return out;
 }
 
+double exact_key_shift(const Case& c, int d, double want) {
+  if (!is_half(c.dtype)) return round_to(c.dtype, want);  // the policy's floor covers x + shift rounding
+  const int precision = c.dtype == DType::f64 ? 53 : c.dtype == DType::f32 ? 24 : c.dtype == DType::f16 ? 11 : 8;
+  int finest = std::numeric_limits<int>::max();
+  double most = 0;
+  for (size_t i = size_t(d); i < c.k.size(); i += size_t(c.shape.dim)) {
+    const double x = c.k[i];
+    if (x == 0) continue;
+    int e = 0;
+    const double m = std::frexp(std::fabs(x), &e);  // |x| = m·2^e, m in [0.5, 1)
+    finest = std::min(finest, e - 53 + std::countr_zero(uint64_t(std::ldexp(m, 53))));
+    most = std::max(most, std::fabs(x));
+  }
+  const double rounded = round_to(c.dtype, want);
+  if (finest == std::numeric_limits<int>::max()) return rounded;  // an all-zero column: x + c = c
+  const double unit = std::ldexp(1.0, finest);
+  const double top = is_half(c.dtype) ? (c.dtype == DType::f16 ? half::f16_max : half::bf16_max) / 4
+                                      : std::ldexp(1.0, 100);
+  const double room = std::max(0.0, std::min(std::ldexp(1.0, finest + precision), top) - most);
+  return std::copysign(std::floor(std::min(std::fabs(rounded), room) / unit) * unit, want);
+}
+
+// f32/f64: the rounding of x + shift is inside the policy's floor (its
+// error scale grows with the scores). f16/bf16: a rounded key would move its
+// scores by far more than the floor allows, so the shift is exact
+// (exact_key_shift) and every score of a row moves by the same amount.
 Case keys_shifted(const Case& c) {
   const Shape& s = c.shape;
   Case out = c;
@@ -48,7 +77,8 @@ Case keys_shifted(const Case& c) {
     for (int kvh = 0; kvh < s.heads_kv; ++kvh) {
       const size_t base = (size_t(b) * s.heads_kv + kvh) * s.nk * s.dim;
       for (int d = 0; d < s.dim; ++d) {
-        const double shift = sigma * rng::normal(0x5ee1, 1, (size_t(b) * s.heads_kv + kvh) * s.dim + d);
+        const double want = sigma * rng::normal(0x5ee1, 1, (size_t(b) * s.heads_kv + kvh) * s.dim + d);
+        const double shift = is_half(c.dtype) ? exact_key_shift(c, d, want) : want;
         for (int j = 0; j < s.nk; ++j) {
           double& x = out.k[base + size_t(j) * s.dim + d];
           x = round_to(c.dtype, x + shift);

@@ -20,6 +20,12 @@ std::vector<Case> other_tilings(const Case& c);
 // Every key of (b, kv head) shifted by one vector, rounded to the dtype.
 Case keys_shifted(const Case& c);
 
+// f16/bf16: the shift nearest `want` (toward 0) that moves every key's
+// element d exactly: a multiple of the column's finest ulp, small enough
+// that no sum needs more bits than the dtype has and far below its largest
+// finite value (0 when the column has no room). f32/f64: `want` rounded.
+double exact_key_shift(const Case& c, int d, double want);
+
 // Jointly permuted keys/values and queries (masks moved along), or nothing
 // when the mask is positional (causal). Key permutations keep every padded
 // prefix in place. `key_perm[p]` is the old key at new position p.

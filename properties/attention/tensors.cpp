@@ -30,6 +30,7 @@ TensorInfos common_infos(bool backward) {
       {"Bk", {}, DType::integer, "the case's key tile size (may exceed Nk)"},
       {"dtype_bytes", {}, DType::integer, "bytes per element of the case's dtype (2, 4 or 8)"},
       {"eps", {}, DType::real, "machine epsilon of the precision the kernels compute in (2^-52 for f64, else f32's 2^-23)"},
+      {"compute_bytes", {}, DType::integer, "bytes per element of the precision the kernels compute in (8 or 4)"},
       {"q", {"B", "Hq", "Nq", "D"}, DType::real, "queries"},
       {"k", {"B", "Hkv", "Nk", "D"}, DType::real, "keys"},
       {"v", {"B", "Hkv", "Nk", "D"}, DType::real, "values"},
@@ -63,7 +64,10 @@ TensorInfos common_infos(bool backward) {
       {"naive.lse", {"B", "Hq", "Nq"}, DType::real, "LSE of the naive computation"},
       {"err.o", {}, DType::real, "first-order error scale of O (bounds.h; times eps for a floor)"},
       {"err.lse", {}, DType::real, "first-order error scale of LSE"},
-      {"floor.o", {}, DType::real, "the policy's absolute floor for O: 8 × eps × err.o (close(k=))"},
+      {"floor.o",
+       {},
+       DType::real,
+       "the policy's absolute floor for O: 8 × eps × err.o, plus the storage terms of f16/bf16 (close(k=))"},
       {"floor.lse", {}, DType::real, "the policy's absolute floor for LSE: 8 × eps × err.lse"},
   };
   if (backward) {
@@ -96,6 +100,8 @@ TensorInfos common_infos(bool backward) {
         {"floor.dq", {}, DType::real, "the policy's absolute floor for dQ: 8 × eps × err.dq"},
         {"floor.dk", {}, DType::real, "the policy's absolute floor for dK: 8 × eps × err.dk"},
         {"floor.dv", {}, DType::real, "the policy's absolute floor for dV: 8 × eps × err.dv"},
+        {"floor.dk_sum", {}, DType::real, "the policy's absolute floor for sum(dK, axis=2): 8 × eps × err.dk_sum"},
+        {"floor.dv_sum", {}, DType::real, "the policy's absolute floor for sum(dV, axis=2): 8 × eps × err.dv_sum"},
     };
     t.insert(t.end(), more.begin(), more.end());
   }
@@ -181,6 +187,7 @@ void put_common(const Case& c, bool backward, TensorMap& out) {
   out.put("eps", Tensor::scalar(epsilon(c.dtype)));
   out.put("Bq", Tensor::scalar(c.block_q, DType::integer));
   out.put("Bk", Tensor::scalar(c.block_k, DType::integer));
+  out.put("compute_bytes", Tensor::scalar(c.dtype == attention::DType::f64 ? 8 : 4, DType::integer));
   out.put("dtype_bytes", Tensor::scalar(c.dtype == attention::DType::f64   ? 8
                                         : c.dtype == attention::DType::f32 ? 4
                                                                            : 2,
@@ -225,7 +232,9 @@ void put_common(const Case& c, bool backward, TensorMap& out) {
                                {"floor.d", f.d},
                                {"floor.dq", f.dq},
                                {"floor.dk", f.dk},
-                               {"floor.dv", f.dv}})
+                               {"floor.dv", f.dv},
+                               {"floor.dk_sum", f.dk_sum},
+                               {"floor.dv_sum", f.dv_sum}})
       out.put(name, Tensor::scalar(value));
     for (auto [name, value] : {std::pair{"err.o", e.o},
                                {"err.lse", e.lse},

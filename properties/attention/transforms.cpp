@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "kprop/rng.h"
+#include "properties/attention/checks.h"
 #include "properties/attention/family.h"
 
 namespace kprop::attention {
@@ -108,7 +109,7 @@ Case CaseTraits<Backward>::transform(const std::string& name, const Case& c, con
     const double magnitude = params.real("magnitude");
     std::vector<double> shift(static_cast<size_t>(s.dim));
     for (int d = 0; d < s.dim; ++d)
-      shift[size_t(d)] = round_to(c.dtype, magnitude * (2 * rng::uniform(seed, 3, uint64_t(d)) - 1));
+      shift[size_t(d)] = exact_key_shift(c, d, magnitude * (2 * rng::uniform(seed, 3, uint64_t(d)) - 1));
     for (size_t i = 0; i < t.k.size(); ++i) t.k[i] = round_to(c.dtype, c.k[i] + shift[i % size_t(s.dim)]);
     if (out.wanted("transform.shift")) out.put("transform.shift", Tensor::of({s.dim}, shift));
   } else if (name == "retile") {

@@ -26,12 +26,7 @@ import numpy as np
 
 ABI_VERSION = 1
 
-try:  # a real bfloat16 dtype for NumPy, when installed (as python/kprop_worker.py)
-    import ml_dtypes
-
-    BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
-except Exception:  # not installed, or built for another NumPy (it raises AttributeError then)
-    BFLOAT16 = None
+from ._half import BFLOAT16  # ml_dtypes.bfloat16 when importable, else None
 
 _DTYPES = {
     "f32": np.dtype("<f4"),
