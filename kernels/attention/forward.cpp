@@ -59,7 +59,8 @@ void tiled_forward(const Inputs<T>& in, T* o, T* lse, Workspace& ws) {
               alpha = std::exp(m_old - m_use);
             T sum = 0;
             if constexpr (bug == FwdBug::rowsum_in_storage) {
-              for (int j = 0; j < cols; ++j) sum = ops::stored(in.store, sum + (sr[j] = std::exp(sr[j] - m_use)));
+              for (int j = 0; j < cols; ++j)
+                sum = ops::stored(in.store, sum + (sr[j] = std::exp(sr[j] - m_use)));
               l[size_t(i)] = ops::stored(in.store, alpha * l[size_t(i)] + sum);
             } else {
               for (int j = 0; j < cols; ++j) sum += (sr[j] = std::exp(sr[j] - m_use));
@@ -107,9 +108,9 @@ void tiled_forward(const Inputs<T>& in, T* o, T* lse, Workspace& ws) {
   template void tiled_forward<T, FwdBug::no_empty_row_guard>(const Inputs<T>&, T*, T*, Workspace&); \
   template void tiled_forward<T, FwdBug::drop_partial_tile>(const Inputs<T>&, T*, T*, Workspace&);  \
   template void tiled_forward<T, FwdBug::gqa_head_map>(const Inputs<T>&, T*, T*, Workspace&);       \
-  template void tiled_forward<T, FwdBug::lse_missing_max>(const Inputs<T>&, T*, T*, Workspace&);   \
-  template void tiled_forward<T, FwdBug::pv_in_storage>(const Inputs<T>&, T*, T*, Workspace&);     \
-  template void tiled_forward<T, FwdBug::rowsum_in_storage>(const Inputs<T>&, T*, T*, Workspace&); \
+  template void tiled_forward<T, FwdBug::lse_missing_max>(const Inputs<T>&, T*, T*, Workspace&);    \
+  template void tiled_forward<T, FwdBug::pv_in_storage>(const Inputs<T>&, T*, T*, Workspace&);      \
+  template void tiled_forward<T, FwdBug::rowsum_in_storage>(const Inputs<T>&, T*, T*, Workspace&);  \
   template void tiled_forward<T, FwdBug::lse_in_storage>(const Inputs<T>&, T*, T*, Workspace&);
 KPROP_FWD(float)
 KPROP_FWD(double)

@@ -27,9 +27,7 @@ struct Typed {
   Typed(const Case& c, int causal_offset)
       : q(narrow<T>(c.q)), k(narrow<T>(c.k)), v(narrow<T>(c.v)), d_out(narrow<T>(c.d_out)) {
     in.shape = c.shape;
-    in.store = c.dtype == DType::f16    ? Storage::f16
-               : c.dtype == DType::bf16 ? Storage::bf16
-                                        : Storage::same;
+    in.store = c.dtype == DType::f16 ? Storage::f16 : c.dtype == DType::bf16 ? Storage::bf16 : Storage::same;
     in.mask = {c.mask, causal_offset, c.key_lengths.data(), c.allowed.data()};
     in.scale = static_cast<T>(effective_scale(c));
     in.block_q = c.block_q;

@@ -62,7 +62,8 @@ DType stats_dtype(DType dtype) {
 
 // The scale is a kernel argument in the compute precision (f32 for halves).
 double effective_scale(const Case& c) {
-  return round_to(stats_dtype(c.dtype), c.scale != 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.shape.dim)));
+  return round_to(stats_dtype(c.dtype),
+                  c.scale != 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.shape.dim)));
 }
 
 bool visible(const Case& c, int b, int i, int j) {

@@ -23,8 +23,9 @@ ErrorScales floors(const Case& c, bool backward, double floor_ulps) {
   const ErrorScales e = error_scales(c, backward);
   const double a = floor_ulps * epsilon(c.dtype);
   ErrorScales f = e;
-  for (double ErrorScales::*x : {&ErrorScales::o, &ErrorScales::lse, &ErrorScales::dq, &ErrorScales::dk,
-                                 &ErrorScales::dv, &ErrorScales::d, &ErrorScales::dk_sum, &ErrorScales::dv_sum})
+  for (double ErrorScales::*x :
+       {&ErrorScales::o, &ErrorScales::lse, &ErrorScales::dq, &ErrorScales::dk, &ErrorScales::dv,
+        &ErrorScales::d, &ErrorScales::dk_sum, &ErrorScales::dv_sum})
     f.*x = a * e.*x;
   if (!is_half(c.dtype)) return f;
   const Shape& s = c.shape;

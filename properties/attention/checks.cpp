@@ -43,7 +43,10 @@ std::vector<Case> other_tilings(const Case& c) {
 
 double exact_key_shift(const Case& c, int d, double want) {
   if (!is_half(c.dtype)) return round_to(c.dtype, want);  // the policy's floor covers x + shift rounding
-  const int precision = c.dtype == DType::f64 ? 53 : c.dtype == DType::f32 ? 24 : c.dtype == DType::f16 ? 11 : 8;
+  const int precision = c.dtype == DType::f64   ? 53
+                        : c.dtype == DType::f32 ? 24
+                        : c.dtype == DType::f16 ? 11
+                                                : 8;
   int finest = std::numeric_limits<int>::max();
   double most = 0;
   for (size_t i = size_t(d); i < c.k.size(); i += size_t(c.shape.dim)) {
@@ -57,8 +60,8 @@ double exact_key_shift(const Case& c, int d, double want) {
   const double rounded = round_to(c.dtype, want);
   if (finest == std::numeric_limits<int>::max()) return rounded;  // an all-zero column: x + c = c
   const double unit = std::ldexp(1.0, finest);
-  const double top = is_half(c.dtype) ? (c.dtype == DType::f16 ? half::f16_max : half::bf16_max) / 4
-                                      : std::ldexp(1.0, 100);
+  const double top =
+      is_half(c.dtype) ? (c.dtype == DType::f16 ? half::f16_max : half::bf16_max) / 4 : std::ldexp(1.0, 100);
   const double room = std::max(0.0, std::min(std::ldexp(1.0, finest + precision), top) - most);
   return std::copysign(std::floor(std::min(std::fabs(rounded), room) / unit) * unit, want);
 }

@@ -36,7 +36,8 @@ const Choices kMasks = {"none", "causal", "key_padding", "boolean"};
 //                  backward scales dO down by as much, so dP = dO·Vᵀ and
 //                  the gradients stay inside every dtype's range.
 // Values are rounded to the case's dtype, never past its largest finite value.
-const Choices kValues = {"normal", "large", "growing_keys", "integer", "constant_rows", "near_uniform", "wide"};
+const Choices kValues = {"normal",        "large",        "growing_keys", "integer",
+                         "constant_rows", "near_uniform", "wide"};
 
 template <bool B>
 Schema CaseTraits<B>::domain_schema() {

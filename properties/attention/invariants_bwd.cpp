@@ -40,8 +40,9 @@ Verdict compare_grads(const Case& c, const std::string& what, const BwdResult& e
   const double k = p.real("k");
   Verdict all = Verdict::pass();
   for (const Grad& g : kGrads) {
-    all = both(std::move(all), compare_tensor(what + g.name, g.query_side ? q_dims(c.shape) : kv_dims(c.shape),
-                                              expected.*g.field, got.*g.field, naive.*g.field, k, f.*g.scale));
+    all =
+        both(std::move(all), compare_tensor(what + g.name, g.query_side ? q_dims(c.shape) : kv_dims(c.shape),
+                                            expected.*g.field, got.*g.field, naive.*g.field, k, f.*g.scale));
     if (all.outcome != Outcome::pass) return all;
   }
   return all;
@@ -306,8 +307,7 @@ Verdict tile_size_invariance(T& t, const Values& p) {
     const BwdResult b = t.run_target(other);
     for (const Grad& g : kGrads) {
       const double naive_error = max_error(ref.*g.field, naive.*g.field);
-      const ToleranceReport r =
-          compare_close(a.*g.field, b.*g.field, 2 * (k * naive_error + f.*g.scale), 0);
+      const ToleranceReport r = compare_close(a.*g.field, b.*g.field, 2 * (k * naive_error + f.*g.scale), 0);
       if (!r.ok)
         return Verdict::fail(fmt::format("tiles {}x{} vs {}x{}: {} {}", c.block_q, c.block_k, other.block_q,
                                          other.block_k, g.name, r.message),

@@ -38,7 +38,9 @@ KPROP_REGISTER_FAMILY(FwdTraits, [](FamilyDef<FwdTraits>& f) {
   f.implementation({"reference", ImplKind::reference, "fp64, materialized row by row, written for clarity"},
                    reference_forward);
   f.implementation(
-      {"tiled", ImplKind::optimized, "online softmax over Bq×Bk tiles from the case (f32, f64; f16/bf16 stored, f32 arithmetic)"}, tiled);
+      {"tiled", ImplKind::optimized,
+       "online softmax over Bq×Bk tiles from the case (f32, f64; f16/bf16 stored, f32 arithmetic)"},
+      tiled);
   f.implementation({"cuda", ImplKind::optimized,
                     "one block per (q tile, head, batch), the case's Bq×Bk tiles in shared memory, online "
                     "softmax with exact empty-row handling; f32 or f64 per case",

@@ -2,13 +2,14 @@
 // f32 (attention.h, "Precision"), the codec round-trips half values exactly,
 // cases drawn from bytes hold representable values, and each precision
 // mutant differs from the correct kernel only where its bug bites.
+#include "kprop/half.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "kernels/attention/attention.h"
 #include "kprop/draw.h"
-#include "kprop/half.h"
 #include "properties/attention/bounds.h"
 #include "properties/attention/family.h"
 
