@@ -182,9 +182,10 @@ CorpusEntry read_entry(const std::string& path) {
   };
   if (!root.IsMap())
     throw InputError(where(root), "corrupt corpus file: expected a map with 'kprop_corpus: 1'");
-  static const std::set<std::string> known = {"kprop_corpus",  "spec",     "profile", "family",
-                                              "invariant",     "found_against", "found_by", "seed",
-                                              "message",       "also_found_against", "case"};
+  static const std::set<std::string> known = {
+      "kprop_corpus",  "spec",     "profile", "family",  "invariant",
+      "found_against", "found_by", "seed",    "message", "also_found_against",
+      "case"};
   std::set<std::string> seen;
   for (auto it = root.begin(); it != root.end(); ++it) {
     if (!it->first.IsScalar() || !known.count(it->first.Scalar()))

@@ -92,7 +92,8 @@ class Loader {
     std::vector<int64_t> out;
     for (const auto& item : node) {
       const auto v = scalar<int64_t>(item, key, "an integer");
-      if (std::find(out.begin(), out.end(), v) != out.end()) fail(item, fmt::format("'{}' lists {} twice", key, v));
+      if (std::find(out.begin(), out.end(), v) != out.end())
+        fail(item, fmt::format("'{}' lists {} twice", key, v));
       check(item, v);
       out.push_back(v);
     }
@@ -138,11 +139,11 @@ class Loader {
       const int64_t m = r.multiple_of;
       r.offsets = int_list(offsets, key + ".offsets", [&](const YAML::Node& item, int64_t v) {
         if (v <= -m || v >= m)
-          fail(item, fmt::format("'{}.offsets' value {} must be within ({}, {}) (multiple_of {})", key, v, -m, m, m));
+          fail(item, fmt::format("'{}.offsets' value {} must be within ({}, {}) (multiple_of {})", key, v, -m,
+                                 m, m));
       });
     }
-    if (r.count() == 0)
-      fail(node, fmt::format("'{}' = {} holds no allowed value", key, format_value(r)));
+    if (r.count() == 0) fail(node, fmt::format("'{}' = {} holds no allowed value", key, format_value(r)));
     return r;
   }
 
@@ -415,7 +416,8 @@ std::vector<std::string> Loader::profile_names(const YAML::Node& root) const {
     for (const auto& [key, value] : entries(body, "profile " + name)) {
       (void)value;
       if (std::find(keys.begin(), keys.end(), key) == keys.end())
-        fail(key_of(body, key), fmt::format("unknown key '{}' in profile {}{}", key, name, suggestion(key, keys)));
+        fail(key_of(body, key),
+             fmt::format("unknown key '{}' in profile {}{}", key, name, suggestion(key, keys)));
     }
     if (body["description"]) scalar<std::string>(body["description"], "description", "a string");
     names.push_back(name);
@@ -527,7 +529,9 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
 
   parse_fields(section("domain", spec.family->domain_schema()), spec.family->domain_schema(), "",
                "domain" + in_profile, spec.domain);
-  const YAML::Node domain_node = chosen && chosen["domain"] ? chosen["domain"] : root["domain"] ? root["domain"] : root;
+  const YAML::Node domain_node = chosen && chosen["domain"] ? chosen["domain"]
+                                 : root["domain"]           ? root["domain"]
+                                                            : root;
   if (const std::string why = spec.family->check_domain(spec.domain); !why.empty()) fail(domain_node, why);
   {
     const CaseSize largest = spec.family->max_case_bytes(spec.domain);
@@ -656,7 +660,8 @@ std::string outside_int_range(const Values& domain, const std::string& key, int6
   const IntRange r = domain.int_range(key);
   if (r.allows(v)) return "";
   if (!r.one_of.empty()) return fmt::format("{} = {} is not one_of [{}]", key, v, fmt::join(r.one_of, ", "));
-  if (v >= r.lo && v <= r.hi) return fmt::format("{} = {} breaks {} of [{}, {}]", key, v, r.constraint(), r.lo, r.hi);
+  if (v >= r.lo && v <= r.hi)
+    return fmt::format("{} = {} breaks {} of [{}, {}]", key, v, r.constraint(), r.lo, r.hi);
   return fmt::format("{} = {} is outside [{}, {}]", key, v, r.lo, r.hi);
 }
 
@@ -711,10 +716,14 @@ std::string describe_spec_keys() {
          "reference: NAME     oracle for comparative invariants (default reference)\n"
          "run:\n" +
          describe_schema(run_schema(), 2) +
-         "domain:             family-specific keys (prop_runner --list)\n"
+         "domain:             family-specific keys (prop_runner --list); an integer range is [lo, hi],\n"
+         "                    a value, {one_of: [v, ...]} or {range: [lo, hi], multiple_of: M,\n"
+         "                    offsets: [o, ...]} (values k*M + o)\n"
          "invariants:         list of NAME or {name: NAME, PARAM: VALUE...}; default: all that the\n"
          "                    domain lets observe a case (an invariant listed whose needs the domain\n"
-         "                    does not meet, e.g. f64 cases, is an error)\n";
+         "                    does not meet, e.g. f64 cases, is an error)\n"
+         "profiles:           optional, {NAME: {domain: {...}, run: {...}}}: overrides of domain/run\n"
+         "                    keys selected with --profile NAME (a nested map merges key by key)\n";
 }
 
 }  // namespace kprop

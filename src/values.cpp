@@ -81,7 +81,8 @@ int64_t IntRange::count() const {
 }
 
 int64_t IntRange::at(int64_t i) const {
-  if (i < 0 || i >= count()) throw std::logic_error(fmt::format("kprop: IntRange::at({}) outside its {} values", i, count()));
+  if (i < 0 || i >= count())
+    throw std::logic_error(fmt::format("kprop: IntRange::at({}) outside its {} values", i, count()));
   if (!one_of.empty()) return listed(*this)[static_cast<size_t>(i)];
   if (multiple_of <= 1) return lo + i;
   const auto res = residues(*this);

@@ -23,8 +23,12 @@ class Draw {
   // of r). A constrained r (one_of, multiple_of: IntRange) gives only its
   // allowed values: the draw picks an index into them, smallest first, so
   // the size ramp and RapidCheck's shrinking still favour small values.
-  int64_t sized(const IntRange& r) { return r.constrained() ? r.at(sized_in(0, allowed(r) - 1)) : sized_in(r.lo, r.hi); }
-  int64_t any(const IntRange& r) { return r.constrained() ? r.at(any_in(0, allowed(r) - 1)) : any_in(r.lo, r.hi); }
+  int64_t sized(const IntRange& r) {
+    return r.constrained() ? r.at(sized_in(0, allowed(r) - 1)) : sized_in(r.lo, r.hi);
+  }
+  int64_t any(const IntRange& r) {
+    return r.constrained() ? r.at(any_in(0, allowed(r) - 1)) : any_in(r.lo, r.hi);
+  }
   // 16-bit resolution, identical for every source: lo + (hi - lo) * k / 65535.
   virtual double any(RealRange r) = 0;
   // True with probability p (k / 65535 < p).

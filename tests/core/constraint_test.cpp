@@ -95,9 +95,9 @@ TEST(IntRangeConstraint, CountAtAllowsAndNearestAgreeWithTheDefinition) {
 // ---------------------------------------------------------------- parsing
 
 TEST(ConstraintParsing, MapFormsAndTheListForm) {
-  const Spec s = toy(
-      "  length: {range: [1, 40], multiple_of: 8, offsets: [-1, 0, 1]}\n"
-      "  value: {one_of: [9, -4, 7]}\n");
+  const Spec s =
+      toy("  length: {range: [1, 40], multiple_of: 8, offsets: [-1, 0, 1]}\n"
+          "  value: {one_of: [9, -4, 7]}\n");
   const IntRange length = s.domain.int_range("length");
   EXPECT_EQ(length, (IntRange{1, 40, 8, {-1, 0, 1}}));
   EXPECT_EQ(s.domain.int_range("value"), (IntRange{-4, 9, 1, {}, {-4, 7, 9}}));  // sorted, lo/hi from it
@@ -148,7 +148,8 @@ TEST(ConstraintParsing, ListingShowsTheConstraint) {
 }
 
 TEST(ConstraintParsing, OutsideIntRangeNamesTheConstraint) {
-  const Spec s = toy("  length: {range: [1, 40], multiple_of: 8, offsets: [-1, 0, 1]}\n  value: {one_of: [3, 5]}\n");
+  const Spec s =
+      toy("  length: {range: [1, 40], multiple_of: 8, offsets: [-1, 0, 1]}\n  value: {one_of: [3, 5]}\n");
   EXPECT_EQ(outside_int_range(s.domain, "length", 9), "");
   EXPECT_EQ(outside_int_range(s.domain, "length", 12),
             "length = 12 breaks multiple_of 8 with offsets [-1, 0, 1] of [1, 40]");
@@ -208,7 +209,9 @@ TEST(ConstraintDraws, SizedDrawsStartSmall) {
 }
 
 TEST(ConstraintDraws, FamilyGeneratorStaysInTheConstrainedDomain) {
-  const Spec s = toy("  length: {range: [0, 40], multiple_of: 4, offsets: [-1]}\n  value: {range: [-20, 20], multiple_of: 5}\n");
+  const Spec s =
+      toy("  length: {range: [0, 40], multiple_of: 4, offsets: [-1]}\n  value: {range: [-20, 20], "
+          "multiple_of: 5}\n");
   for (int i = 0; i < 200; ++i) {
     const AnyCase c = s.family->generator(s.domain)(rc::Random(uint64_t(i)), i % 101).value();
     EXPECT_EQ(s.family->in_domain(c, s.domain), "") << s.family->stats(c).summary;
@@ -223,13 +226,15 @@ TEST(ConstraintDraws, FamilyGeneratorStaysInTheConstrainedDomain) {
 // domain (length 3, 4, 7, 8, ...; values multiples of 5), never the
 // unconstrained minimum [0, 0, 1].
 TEST(ConstraintShrinking, ShrunkCaseStaysInTheConstrainedDomain) {
-  const Spec s = toy("  length: {range: [3, 40], multiple_of: 4, offsets: [-1, 0]}\n"
-                     "  value: {range: [-40, 40], multiple_of: 5}\n",
-                     "invariants: [matches_reference]\n");
+  const Spec s =
+      toy("  length: {range: [3, 40], multiple_of: 4, offsets: [-1, 0]}\n"
+          "  value: {range: [-40, 40], multiple_of: 5}\n",
+          "invariants: [matches_reference]\n");
   RunOptions o;
   o.target = "drops_last";
   o.write_corpus = false;
-  o.scratch_dir = (fs::temp_directory_path() / ("kprop_constraint_test_" + std::to_string(::getpid()))).string();
+  o.scratch_dir =
+      (fs::temp_directory_path() / ("kprop_constraint_test_" + std::to_string(::getpid()))).string();
   const RunReport r = run_spec(s, o);
   fs::remove_all(o.scratch_dir);
   ASSERT_EQ(r.status, RunStatus::failed);
@@ -311,10 +316,11 @@ TEST(Profiles, ErrorsInsideAProfilePointAtItsOwnLines) {
   // Checked whichever profile is selected (here none): validated as the base keys are.
   EXPECT_EQ(load_error(with("value: {one_of: [0, 4, 8]}", "value: {one_of: []}")),
             "t.yaml:12:23: 'value.one_of' is empty");
-  EXPECT_EQ(load_error(with("run: {trials: 30}", "run: {trails: 30}")),
-            "t.yaml:13:11: unknown key 'trails' in run (profile big) (did you mean 'trials'?); valid: trials, "
-            "max_size, seed, time_budget_s, shrink_budget_s, max_discard_ratio, case_timeout_s, "
-            "suppress_health_check, max_case_mb");
+  EXPECT_EQ(
+      load_error(with("run: {trials: 30}", "run: {trails: 30}")),
+      "t.yaml:13:11: unknown key 'trails' in run (profile big) (did you mean 'trials'?); valid: trials, "
+      "max_size, seed, time_budget_s, shrink_budget_s, max_discard_ratio, case_timeout_s, "
+      "suppress_health_check, max_case_mb");
   EXPECT_EQ(load_error(with("run: {trials: 50, seed: 9}", "run: {trials: 0}")),
             "t.yaml:15:19: 'trials' = 0 is out of bounds [1, 1e+09]");
   EXPECT_EQ(load_error(with("  ci:\n", "  ci:\n    domian: {}\n")),
