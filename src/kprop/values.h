@@ -24,10 +24,10 @@ namespace kprop {
 // Draws (kprop/draw.h) give only allowed values, smallest first by index;
 // outside_int_range (kprop/family.h) rejects the others.
 struct IntRange {
-  int64_t lo = 0, hi = 0;        // inclusive
-  int64_t multiple_of = 1;       // >= 1; with offsets: the period
-  std::vector<int64_t> offsets;  // empty: {0}; each in (-multiple_of, multiple_of)
-  std::vector<int64_t> one_of;   // non-empty: the allowed values, sorted, distinct
+  int64_t lo = 0, hi = 0;          // inclusive
+  int64_t multiple_of = 1;         // >= 1; with offsets: the period
+  std::vector<int64_t> offsets{};  // empty: {0}; each in (-multiple_of, multiple_of)
+  std::vector<int64_t> one_of{};   // non-empty: the allowed values, sorted, distinct
   bool operator==(const IntRange&) const = default;
 
   bool constrained() const { return !one_of.empty() || multiple_of > 1; }
