@@ -71,13 +71,15 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   default_len_control(argc, argv);
   const std::string spec_path = flag(*argc, *argv, "kprop_spec", "KPROP_SPEC", default_spec((*argv)[0]));
   try {
-    auto* h = new Harness{kprop::load_spec(spec_path), {}, nullptr};
+    const std::string profile = flag(*argc, *argv, "kprop_profile", "KPROP_PROFILE", "");
+    auto* h = new Harness{kprop::load_spec(spec_path, profile), {}, nullptr};
     const std::string target = flag(*argc, *argv, "kprop_target", "KPROP_TARGET", h->spec.target);
     h->options.target = target;
     h->options.crash_guard = false;  // libFuzzer saves the crashing input itself
     h->ctx = std::make_unique<kprop::RunContext>(kprop::make_context(h->spec, h->options, 0));
     g_harness = h;
-    fmt::print(stderr, "kprop fuzz: spec {} ({}), target {}\n", h->spec.name, spec_path, target);
+    fmt::print(stderr, "kprop fuzz: spec {} ({}{}), target {}\n", h->spec.name, spec_path,
+               profile.empty() ? "" : ", profile " + profile, target);
   } catch (const std::exception& e) {
     fmt::print(stderr, "kprop fuzz: error: {}\n", e.what());
     std::exit(2);

@@ -75,6 +75,7 @@ std::string emit_entry(const CorpusEntry& e) {
   YAML::Node root(YAML::NodeType::Map);
   root["kprop_corpus"] = e.version;
   root["spec"] = e.spec;
+  if (!e.profile.empty()) root["profile"] = e.profile;
   root["family"] = e.family;
   root["invariant"] = e.invariant;
   root["found_against"] = e.found_against;
@@ -181,9 +182,10 @@ CorpusEntry read_entry(const std::string& path) {
   };
   if (!root.IsMap())
     throw InputError(where(root), "corrupt corpus file: expected a map with 'kprop_corpus: 1'");
-  static const std::set<std::string> known = {"kprop_corpus",       "spec",     "family", "invariant",
-                                              "found_against",      "found_by", "seed",   "message",
-                                              "also_found_against", "case"};
+  static const std::set<std::string> known = {
+      "kprop_corpus",  "spec",     "profile", "family",  "invariant",
+      "found_against", "found_by", "seed",    "message", "also_found_against",
+      "case"};
   std::set<std::string> seen;
   for (auto it = root.begin(); it != root.end(); ++it) {
     if (!it->first.IsScalar() || !known.count(it->first.Scalar()))
@@ -210,6 +212,7 @@ CorpusEntry read_entry(const std::string& path) {
     throw InputError(where(root["kprop_corpus"]),
                      "unsupported corpus version '" + version + "' (this kprop reads 1)");
   e.spec = text_of("spec", false);
+  e.profile = text_of("profile", false);
   e.family = text_of("family", true);
   e.invariant = text_of("invariant", false);
   e.found_against = text_of("found_against", false);

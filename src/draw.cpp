@@ -1,5 +1,7 @@
 #include "kprop/draw.h"
 
+#include <stdexcept>
+
 #include "kprop/gen.h"
 
 namespace kprop {
@@ -20,15 +22,21 @@ void RapidCheckDraw::put_unit(int64_t k) {
   record_->push_back(static_cast<uint8_t>(k >> 8));
 }
 
-int64_t RapidCheckDraw::sized(IntRange r) {
-  const int64_t v = *gen::sized(r);
-  put(r, v);
+int64_t Draw::allowed(const IntRange& r) {
+  const int64_t n = r.count();
+  if (n < 1) throw std::logic_error("kprop: drawing from " + format_value(r) + ", which allows no value");
+  return n;
+}
+
+int64_t RapidCheckDraw::sized_in(int64_t lo, int64_t hi) {
+  const int64_t v = *gen::sized(IntRange{lo, hi});
+  put(IntRange{lo, hi}, v);
   return v;
 }
 
-int64_t RapidCheckDraw::any(IntRange r) {
-  const int64_t v = *gen::any(r);
-  put(r, v);
+int64_t RapidCheckDraw::any_in(int64_t lo, int64_t hi) {
+  const int64_t v = *gen::any(IntRange{lo, hi});
+  put(IntRange{lo, hi}, v);
   return v;
 }
 

@@ -51,6 +51,7 @@ CorpusEntry entry_for(const RunContext& ctx, const AnyCase& c, const std::string
                       const std::string& message, const std::string& found_by) {
   CorpusEntry e;
   e.spec = ctx.spec.name;
+  e.profile = ctx.spec.profile;
   e.family = ctx.spec.family->name();
   e.invariant = invariant;
   e.found_against = ctx.target_name;

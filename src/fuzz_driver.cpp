@@ -239,7 +239,8 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
           corpus.string(),
           seeds.string()};
       run_streaming(
-          args, {"KPROP_SPEC=" + spec.path, "KPROP_TARGET=" + target_name}, [&](const std::string& line) {
+          args, {"KPROP_SPEC=" + spec.path, "KPROP_PROFILE=" + spec.profile, "KPROP_TARGET=" + target_name},
+          [&](const std::string& line) {
             parse_status(line, now);
             const double since = std::chrono::duration<double>(Clock::now() - last).count();
             if (since >= (tty ? 1.0 : 10.0)) {
@@ -276,8 +277,10 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
       const fs::path merged = work / "corpus.merged";
       fs::remove_all(merged);
       fs::create_directories(merged);
-      run_streaming({harness, "-merge=1", merged.string(), corpus.string()},
-                    {"KPROP_SPEC=" + spec.path, "KPROP_TARGET=" + target_name}, [](const std::string&) {});
+      run_streaming(
+          {harness, "-merge=1", merged.string(), corpus.string()},
+          {"KPROP_SPEC=" + spec.path, "KPROP_PROFILE=" + spec.profile, "KPROP_TARGET=" + target_name},
+          [](const std::string&) {});
       if (!fs::is_empty(merged)) {
         fs::remove_all(corpus);
         fs::rename(merged, corpus);

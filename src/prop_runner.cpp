@@ -21,6 +21,7 @@ namespace {
 
 struct Config {
   std::vector<std::string> specs;  // several only with --fuzz
+  std::string profile;             // the specs' profile (docs/SPEC.md "Profiles")
   std::string target;
   std::optional<uint64_t> seed;
   std::optional<int64_t> trials;
@@ -60,7 +61,7 @@ std::pair<int64_t, int64_t> parse_shard(const std::string& text) {
 
 int run_fuzz_mode(const Config& cfg, const std::string& corpus_root) {
   std::vector<Spec> specs;
-  for (const auto& path : cfg.specs) specs.push_back(load_spec(path));
+  for (const auto& path : cfg.specs) specs.push_back(load_spec(path, cfg.profile));
   FuzzOptions o;
   o.target = cfg.target;
   for (const auto& spec : specs)
@@ -113,7 +114,7 @@ int run(const Config& cfg) {
   install_interrupt_handler();
   if (cfg.fuzz) return run_fuzz_mode(cfg, corpus_root);
   if (cfg.specs.size() > 1) throw InputError({}, "several --spec are only accepted with --fuzz");
-  const Spec spec = load_spec(cfg.specs[0]);
+  const Spec spec = load_spec(cfg.specs[0], cfg.profile);
   if (!cfg.fuzz_seeds.empty()) {
     const int n = write_fuzz_seeds(spec, cfg.fuzz_seeds, 64);
     fmt::print("kprop: wrote {} seed inputs for {} to {}\n", n, spec.name, cfg.fuzz_seeds);
@@ -170,7 +171,8 @@ int run(const Config& cfg) {
     formatted = reporter->replay(spec, rows);
   } else {
     options.seed = resolve_seed(spec, options);  // printed first: a run that dies still names its seed
-    fmt::print(stderr, "kprop: spec {} seed {}\n", spec.name, *options.seed);
+    fmt::print(stderr, "kprop: spec {} seed {}{}\n", spec.name, *options.seed,
+               spec.profile.empty() ? "" : " profile " + spec.profile);
     if (cfg.mutants) {
       const auto rows = run_mutants(spec, options);
       for (const auto& r : rows) {
@@ -203,6 +205,8 @@ int main(int argc, char** argv) {
   Config cfg;
   app.add_option("--spec", cfg.specs, "spec file (specs/*.yaml); repeatable with --fuzz")
       ->check(CLI::ExistingFile);
+  app.add_option("--profile", cfg.profile,
+                 "apply the spec's profile NAME (its profiles: domain/run overrides; e.g. gpu)");
   app.add_option("--target", cfg.target, "implementation under test (default: the spec's target)");
   app.add_option("--seed", cfg.seed, "seed (default: the spec's; 0 or none draws a fresh one)");
   app.add_option("--trials", cfg.trials, "cases to draw")->check(CLI::PositiveNumber);

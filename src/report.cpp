@@ -81,11 +81,16 @@ std::string finding_text(const Finding& f, const std::string& target) {
   return out;
 }
 
+// ", profile NAME" for a header line when a spec profile is in effect.
+static std::string profile_note(const std::string& profile) {
+  return profile.empty() ? "" : ", profile " + profile;
+}
+
 class TextReporter final : public Reporter {
  public:
   std::string run(const RunReport& r) const override {
-    std::string out = fmt::format("kprop {} ({}): target {}, reference {}, seed {}\n", r.spec, r.family,
-                                  r.target, r.reference, r.seed);
+    std::string out = fmt::format("kprop {} ({}): target {}, reference {}, seed {}{}\n", r.spec, r.family,
+                                  r.target, r.reference, r.seed, profile_note(r.profile));
     if (r.status == RunStatus::skipped) {
       out += r.detail + "\n";
       return out + fmt::format("SKIPPED: nothing was checked ({} cases drawn); seed {}\n", r.trials, r.seed);
@@ -138,8 +143,8 @@ class TextReporter final : public Reporter {
   }
 
   std::string mutants(const Spec& spec, const std::vector<MutantRow>& rows) const override {
-    std::string out = fmt::format("kprop {} ({}): mutants, seed {}\n", spec.name, spec.family->name(),
-                                  rows.empty() ? 0 : rows[0].report.seed);
+    std::string out = fmt::format("kprop {} ({}): mutants, seed {}{}\n", spec.name, spec.family->name(),
+                                  rows.empty() ? 0 : rows[0].report.seed, profile_note(spec.profile));
     out += fmt::format("  {:<26} {:<8} {:<26} {:>7} {:>8} {:>7}  {}\n", "mutant", "verdict", "killed by",
                        "trials", "seconds", "shrunk", "shrunk case");
     int killed = 0;
@@ -239,6 +244,7 @@ nlohmann::json to_json(const RunReport& r) {
                       {"status", run_status_name(r.status)},
                       {"exit_code", exit_code(r.status)},
                       {"time_budget_hit", r.time_budget_hit}};
+  if (!r.profile.empty()) j["profile"] = r.profile;
   if (!r.detail.empty()) j["detail"] = r.detail;
   j["health_checks_failed"] = nlohmann::json::array();
   for (const auto& h : r.health)
@@ -271,6 +277,7 @@ class JsonReporter final : public Reporter {
   std::string run(const RunReport& r) const override { return to_json(r).dump(2) + "\n"; }
   std::string mutants(const Spec& spec, const std::vector<MutantRow>& rows) const override {
     nlohmann::json j = {{"spec", spec.name}, {"family", spec.family->name()}};
+    if (!spec.profile.empty()) j["profile"] = spec.profile;
     j["mutants"] = nlohmann::json::array();
     bool all = true;
     for (const auto& row : rows) {

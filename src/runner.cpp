@@ -206,6 +206,7 @@ RunReport run_spec(const Spec& spec, const RunOptions& options) {
   RunReport report;
   report.spec = spec.name;
   report.spec_path = spec.path;
+  report.profile = spec.profile;
   report.family = family.name();
   report.reference = spec.reference;
   report.seed = resolve_seed(spec, options);
@@ -446,7 +447,7 @@ std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, 
         throw InputError({file, err.mark.line + 1, err.mark.column + 1}, "bad case: " + err.msg);
       }
       // A case larger than run.max_case_mb is bad input, not the target's fault.
-      if (const std::string why = check_case_budget(spec, c); !why.empty())
+      if (const std::string why = check_case_budget(spec, c, e.profile); !why.empty())
         throw InputError({file, 0, 0}, why);
     } catch (const InputError& err) {
       row.error = err.what();

@@ -1,6 +1,7 @@
 #include "kprop/spec.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
@@ -83,6 +84,76 @@ class Loader {
     return r;
   }
 
+  // A list of distinct integers (one_of, offsets), each checked by `check`.
+  std::vector<int64_t> int_list(const YAML::Node& node, const std::string& key,
+                                const std::function<void(const YAML::Node&, int64_t)>& check) const {
+    if (!node.IsSequence()) fail(node, fmt::format("'{}' must be a list of integers", key));
+    if (node.size() == 0) fail(node, fmt::format("'{}' is empty", key));
+    std::vector<int64_t> out;
+    for (const auto& item : node) {
+      const auto v = scalar<int64_t>(item, key, "an integer");
+      if (std::find(out.begin(), out.end(), v) != out.end())
+        fail(item, fmt::format("'{}' lists {} twice", key, v));
+      check(item, v);
+      out.push_back(v);
+    }
+    return out;
+  }
+
+  // The map form of an integer range (values.h, IntRange):
+  // {one_of: [..]} | {range: [lo, hi], multiple_of: M, offsets: [..]}.
+  IntRange constrained_range(const YAML::Node& node, const Field& f, const std::string& key) const {
+    const std::vector<std::string> keys = {"range", "one_of", "multiple_of", "offsets"};
+    for (const auto& [k, v] : entries(node, "'" + key + "'")) {
+      (void)v;
+      if (std::find(keys.begin(), keys.end(), k) == keys.end())
+        fail(key_of(node, k), fmt::format("unknown key '{}' in '{}'{}", k, key, suggestion(k, keys)));
+    }
+    IntRange r;
+    const YAML::Node range_node = node["range"], one_of = node["one_of"], multiple = node["multiple_of"],
+                     offsets = node["offsets"];
+    if (range_node) r = range<int64_t, IntRange>(range_node, f, key + ".range", "integer");
+    if (one_of) {
+      if (multiple || offsets)
+        fail(key_of(node, multiple ? "multiple_of" : "offsets"),
+             fmt::format("'{}' takes one_of or multiple_of/offsets, not both", key));
+      r.one_of = int_list(one_of, key + ".one_of", [&](const YAML::Node& item, int64_t v) {
+        check_bounds(item, f, key + ".one_of", static_cast<double>(v));
+        if (range_node && (v < r.lo || v > r.hi))
+          fail(item, fmt::format("'{}.one_of' value {} is outside its range [{}, {}]", key, v, r.lo, r.hi));
+      });
+      std::sort(r.one_of.begin(), r.one_of.end());
+      r.lo = r.one_of.front();
+      r.hi = r.one_of.back();
+      return r;
+    }
+    if (!range_node)
+      fail(node, fmt::format("'{}' needs range: [lo, hi] (with multiple_of: M) or one_of: [values]", key));
+    if (multiple) {
+      r.multiple_of = scalar<int64_t>(multiple, key + ".multiple_of", "an integer");
+      if (r.multiple_of < 1)
+        fail(multiple, fmt::format("'{}.multiple_of' = {} must be >= 1", key, r.multiple_of));
+    }
+    if (offsets) {
+      if (!multiple) fail(key_of(node, "offsets"), fmt::format("'{}.offsets' needs multiple_of", key));
+      const int64_t m = r.multiple_of;
+      r.offsets = int_list(offsets, key + ".offsets", [&](const YAML::Node& item, int64_t v) {
+        if (v <= -m || v >= m)
+          fail(item, fmt::format("'{}.offsets' value {} must be within ({}, {}) (multiple_of {})", key, v, -m,
+                                 m, m));
+      });
+    }
+    if (r.count() == 0) fail(node, fmt::format("'{}' = {} holds no allowed value", key, format_value(r)));
+    return r;
+  }
+
+  // The key node of `key` in map `map` (for an error about the key itself).
+  static YAML::Node key_of(const YAML::Node& map, const std::string& key) {
+    for (auto it = map.begin(); it != map.end(); ++it)
+      if (it->first.IsScalar() && it->first.Scalar() == key) return it->first;
+    return map[key];
+  }
+
   // `skip` is a key that belongs to the caller (an invariant's `name`).
   void parse_fields(const YAML::Node& node, const Schema& schema, const std::string& prefix,
                     const std::string& what, Values& out, const std::string& skip = "") const {
@@ -139,6 +210,7 @@ class Loader {
         return v;
       }
       case FieldKind::int_range:
+        if (node.IsMap()) return constrained_range(node, f, key);
         return range<int64_t, IntRange>(node, f, key, "integer");
       case FieldKind::real_range:
         return range<double, RealRange>(node, f, key, "number");
@@ -170,7 +242,12 @@ class Loader {
     fail(node, "internal: unhandled field kind");
   }
 
-  Spec load(const YAML::Node& root);
+  Spec load(const YAML::Node& root, const std::string& profile);
+  // The names of root's `profiles:`, each checked for its form.
+  std::vector<std::string> profile_names(const YAML::Node& root) const;
+  // `base` with the keys of `over` replacing its own; a map field (by
+  // `schema`) present in both merges key by key. Nodes keep their marks.
+  YAML::Node overlay(const YAML::Node& base, const YAML::Node& over, const Schema& schema) const;
   void declared_family(const YAML::Node& root, const std::string& family_name, Spec& spec) const;
 
   const std::string* text = nullptr;  // the spec's text, for positions inside expressions
@@ -326,11 +403,56 @@ void Loader::declared_family(const YAML::Node& root, const std::string& family_n
   }
 }
 
-Spec Loader::load(const YAML::Node& root) {
+std::vector<std::string> Loader::profile_names(const YAML::Node& root) const {
+  std::vector<std::string> names;
+  const YAML::Node profiles = root["profiles"];
+  if (!profiles || profiles.IsNull()) return names;
+  const std::vector<std::string> keys = {"description", "domain", "run"};
+  for (const auto& [name, body] : entries(profiles, "profiles")) {
+    if (!safe_name(name))
+      fail(key_of(profiles, name), "profile name '" + name + "' must use letters, digits, '_', '-', '.'");
+    if (!body.IsMap())
+      fail(body, fmt::format("profile '{}' must be a map with domain: and/or run: overrides", name));
+    for (const auto& [key, value] : entries(body, "profile " + name)) {
+      (void)value;
+      if (std::find(keys.begin(), keys.end(), key) == keys.end())
+        fail(key_of(body, key),
+             fmt::format("unknown key '{}' in profile {}{}", key, name, suggestion(key, keys)));
+    }
+    if (body["description"]) scalar<std::string>(body["description"], "description", "a string");
+    names.push_back(name);
+  }
+  return names;
+}
+
+YAML::Node Loader::overlay(const YAML::Node& base, const YAML::Node& over, const Schema& schema) const {
+  if (!base || base.IsNull() || !base.IsMap() || !over.IsMap()) return over;
+  YAML::Node merged(YAML::NodeType::Map);
+  for (auto it = base.begin(); it != base.end(); ++it) {
+    const std::string key = it->first.IsScalar() ? it->first.Scalar() : "";
+    const YAML::Node replaced = key.empty() ? YAML::Node() : over[key];
+    if (!replaced) {
+      merged.force_insert(it->first, it->second);
+      continue;
+    }
+    const Field* field = nullptr;
+    for (const auto& f : schema)
+      if (f.key == key) field = &f;
+    if (field && field->kind == FieldKind::map && it->second.IsMap() && replaced.IsMap())
+      merged.force_insert(it->first, overlay(it->second, replaced, field->children));
+    else
+      merged.force_insert(key_of(over, key), replaced);
+  }
+  for (auto it = over.begin(); it != over.end(); ++it)
+    if (!it->first.IsScalar() || !base[it->first.Scalar()]) merged.force_insert(it->first, it->second);
+  return merged;
+}
+
+Spec Loader::load(const YAML::Node& root, const std::string& profile) {
   if (!root || root.IsNull()) throw InputError({file_, 0, 0}, "spec is empty");
   if (!root.IsMap()) fail(root, "a spec must be a map with keys spec, family, domain, invariants");
-  std::vector<std::string> top = {"spec",      "description", "family", "target",
-                                  "reference", "run",         "domain", "invariants"};
+  std::vector<std::string> top = {"spec", "description", "family",     "target",  "reference",
+                                  "run",  "domain",      "invariants", "profiles"};
   for (const auto& d : declared_families()) top.push_back(d.key);
   for (const auto& [key, value] : entries(root, "the spec")) {
     (void)value;
@@ -346,6 +468,24 @@ Spec Loader::load(const YAML::Node& root) {
     fail(root["spec"],
          "spec name '" + spec.name + "' must use letters, digits, '_', '-', '.' (it names corpus/<spec>/)");
   if (root["description"]) scalar<std::string>(root["description"], "description", "a string");
+  spec.profiles = profile_names(root);
+  YAML::Node chosen;  // the selected profile's overrides
+  if (!profile.empty()) {
+    if (spec.profiles.empty())
+      throw InputError({file_, 0, 0},
+                       fmt::format("unknown profile '{}': spec {} declares no profiles", profile, spec.name));
+    if (std::find(spec.profiles.begin(), spec.profiles.end(), profile) == spec.profiles.end())
+      fail(key_of(root, "profiles"), fmt::format("unknown profile '{}' for spec {}{}", profile, spec.name,
+                                                 suggestion(profile, spec.profiles)));
+    chosen = root["profiles"][profile];
+    spec.profile = profile;
+  }
+  // The section `key` of the spec, with the profile's overrides of it.
+  const std::string in_profile = profile.empty() ? "" : " (profile " + profile + ")";
+  auto section = [&](const char* key, const Schema& schema) -> YAML::Node {
+    if (chosen && chosen[key]) return overlay(root[key], chosen[key], schema);
+    return root[key];
+  };
 
   const std::string family_name = required_string(*this, root, "family");
   spec.family = Registry::instance().find(family_name);
@@ -376,7 +516,7 @@ Spec Loader::load(const YAML::Node& root) {
   spec.reference = impl("reference", false);
 
   Values run;
-  parse_fields(root["run"], run_schema(), "", "run", run);
+  parse_fields(section("run", run_schema()), run_schema(), "", "run" + in_profile, run);
   spec.run.trials = run.integer("trials");
   spec.run.max_size = run.integer("max_size");
   spec.run.seed = static_cast<uint64_t>(run.integer("seed"));
@@ -387,8 +527,11 @@ Spec Loader::load(const YAML::Node& root) {
   spec.run.suppress_health_check = run.choices("suppress_health_check");
   spec.run.max_case_mb = run.integer("max_case_mb");
 
-  parse_fields(root["domain"], spec.family->domain_schema(), "", "domain", spec.domain);
-  const YAML::Node domain_node = root["domain"] ? root["domain"] : root;
+  parse_fields(section("domain", spec.family->domain_schema()), spec.family->domain_schema(), "",
+               "domain" + in_profile, spec.domain);
+  const YAML::Node domain_node = chosen && chosen["domain"] ? chosen["domain"]
+                                 : root["domain"]           ? root["domain"]
+                                                            : root;
   if (const std::string why = spec.family->check_domain(spec.domain); !why.empty()) fail(domain_node, why);
   {
     const CaseSize largest = spec.family->max_case_bytes(spec.domain);
@@ -446,7 +589,7 @@ Spec Loader::load(const YAML::Node& root) {
 
 }  // namespace
 
-Spec parse_spec(const std::string& text, const std::string& path) {
+Spec parse_spec(const std::string& text, const std::string& path, const std::string& profile) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -455,15 +598,27 @@ Spec parse_spec(const std::string& text, const std::string& path) {
   }
   Loader loader(path);
   loader.text = &text;
-  return loader.load(root);
+  // The base spec, then every profile: each is validated whichever is
+  // selected, so a broken profile fails the spec's own checks.
+  Spec spec = loader.load(root, "");
+  std::optional<Spec> selected;
+  for (const std::string& name : spec.profiles) {
+    Spec p = loader.load(root, name);
+    spec.profile_case_mb[name] = p.run.max_case_mb;
+    if (name == profile) selected = std::move(p);
+  }
+  if (!profile.empty() && !selected) loader.load(root, profile);  // throws: an unknown profile
+  if (!selected) return spec;
+  selected->profile_case_mb = spec.profile_case_mb;
+  return std::move(*selected);
 }
 
-Spec load_spec(const std::string& path) {
+Spec load_spec(const std::string& path, const std::string& profile) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError({path, 0, 0}, "cannot read spec file");
   std::stringstream text;
   text << in.rdbuf();
-  return parse_spec(text.str(), path);
+  return parse_spec(text.str(), path, profile);
 }
 
 namespace {
@@ -482,11 +637,15 @@ const std::vector<DeclaredFamily>& declared_families() {
   return declared_list();
 }
 
-std::string check_case_budget(const Spec& spec, const AnyCase& c) {
+std::string check_case_budget(const Spec& spec, const AnyCase& c, const std::string& found_in_profile) {
   const double mb = spec.family->case_bytes(c) / (1024.0 * 1024.0);
-  if (mb <= double(spec.run.max_case_mb)) return "";
+  // A case found under a profile may be as large as that profile allowed.
+  int64_t budget = spec.run.max_case_mb;
+  if (const auto it = spec.profile_case_mb.find(found_in_profile); it != spec.profile_case_mb.end())
+    budget = std::max(budget, it->second);
+  if (mb <= double(budget)) return "";
   return fmt::format("case needs ~{:.0f} MB ({}), over run.max_case_mb = {} of {}; raise run.max_case_mb",
-                     std::ceil(mb), spec.family->stats(c).summary, spec.run.max_case_mb, spec.path);
+                     std::ceil(mb), spec.family->stats(c).summary, budget, spec.path);
 }
 
 std::string needs_choice(const Values& domain, const std::string& key, const std::string& choice,
@@ -499,7 +658,10 @@ std::string needs_choice(const Values& domain, const std::string& key, const std
 
 std::string outside_int_range(const Values& domain, const std::string& key, int64_t v) {
   const IntRange r = domain.int_range(key);
-  if (v >= r.lo && v <= r.hi) return "";
+  if (r.allows(v)) return "";
+  if (!r.one_of.empty()) return fmt::format("{} = {} is not one_of [{}]", key, v, fmt::join(r.one_of, ", "));
+  if (v >= r.lo && v <= r.hi)
+    return fmt::format("{} = {} breaks {} of [{}, {}]", key, v, r.constraint(), r.lo, r.hi);
   return fmt::format("{} = {} is outside [{}, {}]", key, v, r.lo, r.hi);
 }
 
@@ -554,10 +716,14 @@ std::string describe_spec_keys() {
          "reference: NAME     oracle for comparative invariants (default reference)\n"
          "run:\n" +
          describe_schema(run_schema(), 2) +
-         "domain:             family-specific keys (prop_runner --list)\n"
+         "domain:             family-specific keys (prop_runner --list); an integer range is [lo, hi],\n"
+         "                    a value, {one_of: [v, ...]} or {range: [lo, hi], multiple_of: M,\n"
+         "                    offsets: [o, ...]} (values k*M + o)\n"
          "invariants:         list of NAME or {name: NAME, PARAM: VALUE...}; default: all that the\n"
          "                    domain lets observe a case (an invariant listed whose needs the domain\n"
-         "                    does not meet, e.g. f64 cases, is an error)\n";
+         "                    does not meet, e.g. f64 cases, is an error)\n"
+         "profiles:           optional, {NAME: {domain: {...}, run: {...}}}: overrides of domain/run\n"
+         "                    keys selected with --profile NAME (a nested map merges key by key)\n";
 }
 
 }  // namespace kprop

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -28,6 +29,100 @@ const char* kind_name(FieldKind kind) {
       return "map";
   }
   return "?";
+}
+
+// ---------------------------------------------------------------- IntRange
+namespace {
+int64_t floor_div(int64_t a, int64_t m) {
+  return a >= 0 ? a / m : -((-a + m - 1) / m);
+}
+// The residues modulo multiple_of that offsets allow, sorted and distinct.
+std::vector<int64_t> residues(const IntRange& r) {
+  std::vector<int64_t> out;
+  if (r.offsets.empty()) out.push_back(0);
+  for (int64_t o : r.offsets) out.push_back(((o % r.multiple_of) + r.multiple_of) % r.multiple_of);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+// One_of values inside [lo, hi].
+std::vector<int64_t> listed(const IntRange& r) {
+  std::vector<int64_t> out;
+  for (int64_t v : r.one_of)
+    if (v >= r.lo && v <= r.hi) out.push_back(v);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+// Allowed values (residue form) in [base, x], base = the multiple of m at or below lo.
+int64_t count_upto(const IntRange& r, const std::vector<int64_t>& res, int64_t x) {
+  const int64_t m = r.multiple_of, base = floor_div(r.lo, m) * m;
+  if (x < base) return 0;
+  const int64_t d = x - base;
+  const int64_t rem = d % m;
+  return d / m * static_cast<int64_t>(res.size()) +
+         (std::upper_bound(res.begin(), res.end(), rem) - res.begin());
+}
+}  // namespace
+
+bool IntRange::allows(int64_t v) const {
+  if (v < lo || v > hi) return false;
+  if (!one_of.empty()) return std::find(one_of.begin(), one_of.end(), v) != one_of.end();
+  if (multiple_of <= 1) return true;
+  const auto res = residues(*this);
+  return std::binary_search(res.begin(), res.end(), ((v % multiple_of) + multiple_of) % multiple_of);
+}
+
+int64_t IntRange::count() const {
+  if (hi < lo) return 0;
+  if (!one_of.empty()) return static_cast<int64_t>(listed(*this).size());
+  if (multiple_of <= 1) return hi - lo + 1;
+  const auto res = residues(*this);
+  return count_upto(*this, res, hi) - count_upto(*this, res, lo - 1);
+}
+
+int64_t IntRange::at(int64_t i) const {
+  if (i < 0 || i >= count())
+    throw std::logic_error(fmt::format("kprop: IntRange::at({}) outside its {} values", i, count()));
+  if (!one_of.empty()) return listed(*this)[static_cast<size_t>(i)];
+  if (multiple_of <= 1) return lo + i;
+  const auto res = residues(*this);
+  const int64_t q = static_cast<int64_t>(res.size()), base = floor_div(lo, multiple_of) * multiple_of;
+  const int64_t t = i + count_upto(*this, res, lo - 1);
+  return base + t / q * multiple_of + res[static_cast<size_t>(t % q)];
+}
+
+int64_t IntRange::nearest(int64_t v) const {
+  const int64_t n = count();
+  if (n == 0) return lo;
+  if (!constrained()) return std::clamp(v, lo, hi);
+  // Allowed values <= v: the one below is at(k - 1), the one above at(k).
+  int64_t k = 0;
+  if (!one_of.empty()) {
+    const auto vals = listed(*this);
+    k = std::upper_bound(vals.begin(), vals.end(), v) - vals.begin();
+  } else {
+    const auto res = residues(*this);
+    k = std::clamp<int64_t>(count_upto(*this, res, std::min(v, hi)) - count_upto(*this, res, lo - 1), 0, n);
+  }
+  if (k == 0) return at(0);
+  if (k == n) return at(n - 1);
+  const int64_t below = at(k - 1), above = at(k);
+  return v - below <= above - v ? below : above;
+}
+
+IntRange IntRange::upto(int64_t top) const {
+  IntRange r = *this;
+  r.hi = std::min(hi, count() > 0 ? std::max(top, at(0)) : top);
+  return r;
+}
+
+std::string IntRange::constraint() const {
+  if (!one_of.empty()) return fmt::format("one_of [{}]", fmt::join(one_of, ", "));
+  if (multiple_of <= 1) return "";
+  std::string out = fmt::format("multiple_of {}", multiple_of);
+  if (!offsets.empty() && offsets != std::vector<int64_t>{0})
+    out += fmt::format(" with offsets [{}]", fmt::join(offsets, ", "));
+  return out;
 }
 
 namespace field {
@@ -101,7 +196,13 @@ std::string format_value(const Value& value) {
     std::string operator()(int64_t i) const { return std::to_string(i); }
     std::string operator()(double d) const { return fmt::format("{:g}", d); }
     std::string operator()(const std::string& s) const { return s; }
-    std::string operator()(const IntRange& r) const { return fmt::format("[{}, {}]", r.lo, r.hi); }
+    std::string operator()(const IntRange& r) const {
+      if (!r.one_of.empty()) return fmt::format("{{one_of: [{}]}}", fmt::join(r.one_of, ", "));
+      if (r.multiple_of <= 1) return fmt::format("[{}, {}]", r.lo, r.hi);
+      std::string out = fmt::format("{{range: [{}, {}], multiple_of: {}", r.lo, r.hi, r.multiple_of);
+      if (!r.offsets.empty()) out += fmt::format(", offsets: [{}]", fmt::join(r.offsets, ", "));
+      return out + "}";
+    }
     std::string operator()(const RealRange& r) const { return fmt::format("[{:g}, {:g}]", r.lo, r.hi); }
     std::string operator()(const Choices& c) const {
       return "[" + fmt::format("{}", fmt::join(c, ", ")) + "]";

@@ -44,7 +44,7 @@ double tidy(double x) {
 // smallest cases (one token, no decode) exercise nothing, and the shrinker,
 // not the ramp, is what makes counterexamples small.
 int64_t ramped(Draw& draw, IntRange r) {
-  return std::max(draw.sized(r), draw.any(IntRange{r.lo, r.lo + (r.hi - r.lo + 2) / 4}));
+  return std::max(draw.sized(r), draw.any(r.upto(r.lo + (r.hi - r.lo + 2) / 4)));
 }
 
 }  // namespace
@@ -71,7 +71,7 @@ Case Traits::build(Draw& draw, const Values& domain) {
     const int len = draw.chance(0.5) ? s.prompt : s.tokens();
     std::vector<int> divisors;
     for (int d = static_cast<int>(pages.lo); d <= std::min<int64_t>(pages.hi, len); ++d)
-      if (len % d == 0) divisors.push_back(d);
+      if (len % d == 0 && pages.allows(d)) divisors.push_back(d);
     if (!divisors.empty()) c.page_size = divisors[static_cast<size_t>(draw.index(divisors.size()))];
   }
   c.chunk = draw.chance(edge) ? 1 : static_cast<int>(draw.any(domain.int_range("chunk")));

@@ -87,7 +87,7 @@ Case Traits::build(Draw& draw, const Values& domain) {
   parse_dtype(draw.pick(domain.choices("dtype")), c.dtype);  // the schema allows only valid names
   c.rows = static_cast<int>(draw.sized(domain.int_range("rows")));
   // D = 1 only where the dim range allows it (dim: [3, 4] means D in [3, 4]).
-  const bool dim_one = draw.chance(domain.real("dim_one_rate")) && domain.int_range("dim").lo <= 1;
+  const bool dim_one = draw.chance(domain.real("dim_one_rate")) && domain.int_range("dim").allows(1);
   c.dim = dim_one ? 1 : static_cast<int>(draw.sized(domain.int_range("dim")));
   c.eps = std::pow(10.0, draw.any(domain.real_range("eps_exp")));
   const uint64_t seed = static_cast<uint64_t>(draw.any(IntRange{1, 1 << 30}));

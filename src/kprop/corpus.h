@@ -20,6 +20,7 @@ struct AlsoFound {
 struct CorpusEntry {
   int version = 1;
   std::string spec;
+  std::string profile;  // the spec profile it was found under ("" = none); replay ignores it
   std::string family;
   std::string invariant;
   std::string found_against;

@@ -19,9 +19,16 @@ namespace kprop {
 class Draw {
  public:
   virtual ~Draw() = default;
-  // An integer in r whose upper end grows with RapidCheck's size (bytes: all of r).
-  virtual int64_t sized(IntRange r) = 0;
-  virtual int64_t any(IntRange r) = 0;
+  // An integer in r whose upper end grows with RapidCheck's size (bytes: all
+  // of r). A constrained r (one_of, multiple_of: IntRange) gives only its
+  // allowed values: the draw picks an index into them, smallest first, so
+  // the size ramp and RapidCheck's shrinking still favour small values.
+  int64_t sized(const IntRange& r) {
+    return r.constrained() ? r.at(sized_in(0, allowed(r) - 1)) : sized_in(r.lo, r.hi);
+  }
+  int64_t any(const IntRange& r) {
+    return r.constrained() ? r.at(any_in(0, allowed(r) - 1)) : any_in(r.lo, r.hi);
+  }
   // 16-bit resolution, identical for every source: lo + (hi - lo) * k / 65535.
   virtual double any(RealRange r) = 0;
   // True with probability p (k / 65535 < p).
@@ -32,16 +39,27 @@ class Draw {
   const T& pick(const std::vector<T>& options) {
     return options[static_cast<size_t>(index(options.size()))];
   }
+
+ protected:
+  // Plain draws in [lo, hi] (inclusive), what sized/any make of every range.
+  virtual int64_t sized_in(int64_t lo, int64_t hi) = 0;
+  virtual int64_t any_in(int64_t lo, int64_t hi) = 0;
+
+ private:
+  static int64_t allowed(const IntRange& r);  // r.count(); throws when r allows nothing
 };
 
 // Draws from libFuzzer bytes (missing bytes read as zero: the low end).
 class BytesDraw final : public Draw {
  public:
   explicit BytesDraw(ByteReader& bytes) : bytes_(bytes) {}
-  int64_t sized(IntRange r) override { return bytes_.in_range(r); }
-  int64_t any(IntRange r) override { return bytes_.in_range(r); }
+  using Draw::any;
   double any(RealRange r) override { return r.lo + (r.hi - r.lo) * bytes_.unit(); }
   bool chance(double p) override { return bytes_.unit() < p; }
+
+ protected:
+  int64_t sized_in(int64_t lo, int64_t hi) override { return bytes_.in_range(lo, hi); }
+  int64_t any_in(int64_t lo, int64_t hi) override { return bytes_.in_range(lo, hi); }
 
  private:
   ByteReader& bytes_;
@@ -52,10 +70,13 @@ class BytesDraw final : public Draw {
 class RapidCheckDraw final : public Draw {
  public:
   explicit RapidCheckDraw(std::vector<uint8_t>* record = nullptr) : record_(record) {}
-  int64_t sized(IntRange r) override;
-  int64_t any(IntRange r) override;
+  using Draw::any;
   double any(RealRange r) override;
   bool chance(double p) override;
+
+ protected:
+  int64_t sized_in(int64_t lo, int64_t hi) override;
+  int64_t any_in(int64_t lo, int64_t hi) override;
 
  private:
   void put(IntRange r, int64_t value);

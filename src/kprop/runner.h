@@ -109,6 +109,7 @@ int exit_code(RunStatus status);
 struct RunReport {
   std::string spec;
   std::string spec_path;
+  std::string profile;  // the spec's profile in effect ("" = none)
   std::string family;
   std::string target;
   std::string reference;

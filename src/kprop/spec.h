@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -73,6 +74,12 @@ struct Spec {
   RunConfig run;
   Values domain;
   std::vector<InvariantUse> invariants;
+  // `profiles:` (docs/SPEC.md "Profiles"): the names the spec declares, the
+  // one in effect ("" = the base spec) and each one's run.max_case_mb (a
+  // corpus case found under a profile replays within that budget).
+  std::string profile;
+  std::vector<std::string> profiles;
+  std::map<std::string, int64_t> profile_case_mb;
 };
 
 // ---- families declared in the spec (`family: op` + an `op:` section): the
@@ -104,15 +111,18 @@ struct DeclaredFamily {
 bool register_declared_family(DeclaredFamily declared);
 const std::vector<DeclaredFamily>& declared_families();
 
-// Loads and validates a spec; throws InputError naming file:line:col.
-Spec load_spec(const std::string& path);
+// Loads and validates a spec and every profile it declares; throws
+// InputError naming file:line:col. `profile` (prop_runner --profile)
+// selects one: its domain:/run: keys replace the base spec's.
+Spec load_spec(const std::string& path, const std::string& profile = "");
 // Same, from text (tests, the spec-loader fuzzer); `path` names it in errors.
-Spec parse_spec(const std::string& text, const std::string& path);
+Spec parse_spec(const std::string& text, const std::string& path, const std::string& profile = "");
 
 // "" when the case fits the spec's memory budget (run.max_case_mb), else a
 // one-line message "case needs ~N MB, over run.max_case_mb = M of SPEC; ..."
 // (corpus replay reports it as bad input, exit 2).
-std::string check_case_budget(const Spec& spec, const AnyCase& c);
+// `found_in_profile`: the profile a corpus case records (its budget applies).
+std::string check_case_budget(const Spec& spec, const AnyCase& c, const std::string& found_in_profile = "");
 
 // Documentation of the top-level and `run:` keys.
 const Schema& run_schema();

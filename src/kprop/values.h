@@ -13,9 +13,35 @@
 
 namespace kprop {
 
+// An integer range [lo, hi], optionally constrained (the YAML map form,
+// docs/SPEC.md "Dim constraints"):
+//   {one_of: [64, 128]}                                  only these values
+//   {range: [64, 1024], multiple_of: 64}                 64, 128, ..., 1024
+//   {range: [1, 1024], multiple_of: 64, offsets: [-1, 0, 1]}
+//                                      v = k*64 + o for o in offsets: 1, 63, 64, 65, 127, ...
+// Without a constraint (`IntRange{lo, hi}`, the list form) every value in
+// [lo, hi] is allowed. With one_of, lo/hi are the least and largest value.
+// Draws (kprop/draw.h) give only allowed values, smallest first by index;
+// outside_int_range (kprop/family.h) rejects the others.
 struct IntRange {
-  int64_t lo = 0, hi = 0;  // inclusive
+  int64_t lo = 0, hi = 0;          // inclusive
+  int64_t multiple_of = 1;         // >= 1; with offsets: the period
+  std::vector<int64_t> offsets{};  // empty: {0}; each in (-multiple_of, multiple_of)
+  std::vector<int64_t> one_of{};   // non-empty: the allowed values, sorted, distinct
   bool operator==(const IntRange&) const = default;
+
+  bool constrained() const { return !one_of.empty() || multiple_of > 1; }
+  bool allows(int64_t v) const;
+  // Allowed values in [lo, hi], and the i-th smallest (0 <= i < count()).
+  int64_t count() const;
+  int64_t at(int64_t i) const;
+  // The allowed value nearest v (the smaller on a tie); lo when none is allowed.
+  int64_t nearest(int64_t v) const;
+  // The same constraint over [lo, min(hi, top)], with top raised to the least
+  // allowed value so the result is never empty (when this one is not).
+  IntRange upto(int64_t top) const;
+  // "multiple_of 64 with offsets [-1, 0, 1]", "one_of [64, 128]", "" when unconstrained.
+  std::string constraint() const;
 };
 struct RealRange {
   double lo = 0, hi = 0;  // inclusive
