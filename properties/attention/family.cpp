@@ -83,10 +83,11 @@ int dtype_rank(DType d) {
 // comes from counter-based randomness under a drawn seed.
 template <typename Draw>
 int pick_tile(Draw& draw, int n, IntRange r) {
-  auto clamp = [&](int64_t x) { return static_cast<int>(std::clamp<int64_t>(x, r.lo, r.hi)); };
+  // The allowed value nearest x (a plain range clamps; one_of / multiple_of snap).
+  auto clamp = [&](int64_t x) { return static_cast<int>(r.nearest(x)); };
   std::vector<int> divisors, others;
   for (int64_t t = r.lo; t <= std::min<int64_t>(r.hi, n); ++t)
-    (n % t == 0 ? divisors : others).push_back(int(t));
+    if (r.allows(t)) (n % t == 0 ? divisors : others).push_back(int(t));
   switch (draw.any(IntRange{0, 4})) {
     case 0:
       if (!divisors.empty()) return divisors[size_t(draw.any(IntRange{0, int64_t(divisors.size()) - 1}))];
@@ -215,7 +216,7 @@ Case build_case(Draw& draw, const Values& domain, bool backward) {
   s.heads_q = s.heads_kv * int(draw.any(domain.int_range("group")));
   s.nq = int(draw.sized(domain.int_range("nq")));
   s.nk = draw.chance(domain.real("same_length_rate"))
-             ? std::clamp<int>(s.nq, int(domain.int_range("nk").lo), int(domain.int_range("nk").hi))
+             ? int(domain.int_range("nk").nearest(s.nq))
              : int(draw.sized(domain.int_range("nk")));
   s.dim = int(draw.sized(domain.int_range("dim")));
   c.block_q = pick_tile(draw, s.nq, domain.int_range("block_q"));
@@ -463,8 +464,8 @@ rc::Seq<Case> CaseTraits<B>::shrinks(const Case& c, const Values& domain) {
   // One tile each, as close as the domain's tile ranges allow.
   const IntRange bq = domain.int_range("block_q"), bk = domain.int_range("block_k");
   edits.insert(edits.begin(), [bq, bk](Case& x) {
-    x.block_q = int(std::clamp<int64_t>(x.shape.nq, bq.lo, bq.hi));
-    x.block_k = int(std::clamp<int64_t>(x.shape.nk, bk.lo, bk.hi));
+    x.block_q = int(bq.nearest(x.shape.nq));
+    x.block_k = int(bk.nearest(x.shape.nk));
   });
   auto simpler = rc::seq::map(rc::seq::fromContainer(std::move(edits)), [c](const Edit& edit) {
     Case s = c;
@@ -481,7 +482,7 @@ template <bool B>
 std::string CaseTraits<B>::in_domain(const Case& c, const Values& d) {
   const Shape& s = c.shape;
   const IntRange nk = d.int_range("nk");
-  if (d.real("same_length_rate") >= 1 && s.nk != std::clamp<int64_t>(s.nq, nk.lo, nk.hi))
+  if (d.real("same_length_rate") >= 1 && s.nk != nk.nearest(s.nq))
     return fmt::format("nk = {} but same_length_rate = 1 ties it to nq = {}", s.nk, s.nq);
   if (d.real("custom_scale_rate") <= 0 && c.scale != 0)
     return fmt::format("scale {} but custom_scale_rate = 0", c.scale);

@@ -392,7 +392,7 @@ TEST_P(ShippedProfile, CasesAndShrinkCandidatesStayInside) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Gpu, ShippedProfile, ::testing::Values("layernorm", "softmax_topk", "kvcache"));
+INSTANTIATE_TEST_SUITE_P(Gpu, ShippedProfile, ::testing::Values("layernorm", "softmax_topk", "kvcache", "flash_fwd", "flash_bwd"));
 
 }  // namespace
 }  // namespace kprop
