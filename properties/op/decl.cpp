@@ -218,7 +218,8 @@ class Parser {
   }
 
   std::vector<DType> dtypes(const YAML::Node& n, const std::string& what) const {
-    static const std::vector<std::string> names = {"f32", "f64", "i32", "i64", "bool"};
+    // In the order of DType (kernels/op/op.h).
+    static const std::vector<std::string> names = {"f32", "f64", "i32", "i64", "bool", "f16", "bf16"};
     std::vector<YAML::Node> items;
     if (n.IsScalar())
       items.push_back(n);
@@ -599,7 +600,7 @@ class Parser {
       if (v["dtype"]) {
         const auto t = dtypes(v["dtype"], what);
         if (t.size() != 1) fail(v["dtype"], what + ".dtype must be one dtype (default: the case's)");
-        if (!is_float(t[0])) fail(v["dtype"], what + ".dtype must be f32 or f64");
+        if (!is_float(t[0])) fail(v["dtype"], what + ".dtype must be f32, f64, f16 or bf16");
         out.dtype = t[0];
       }
       d->outputs.push_back(std::move(out));
