@@ -128,7 +128,9 @@ struct ValueSpec {
 // Special values injected into a floating input (`specials:`): in a case
 // where they are on (half the cases), each element becomes one of `values`
 // (picked uniformly) with probability `rate`.
-enum class Special { nan, pos_inf, neg_inf, pos_zero, neg_zero, denormal };
+// `max`: the largest finite magnitude of the dtype (65504 for f16), random
+// sign; listed explicitly only (not among the defaults).
+enum class Special { nan, pos_inf, neg_inf, pos_zero, neg_zero, denormal, max };
 struct Specials {
   double rate = 0;  // 0: none
   std::vector<Special> values;

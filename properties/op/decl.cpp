@@ -412,9 +412,10 @@ class Parser {
     return out;
   }
 
-  // specials: RATE | {rate: RATE, values: [nan, inf, -inf, 0, -0, denormal]}
+  // specials: RATE | {rate: RATE, values: [nan, inf, -inf, 0, -0, denormal, max]}
+  // (default: the first six; `max` only when listed)
   Specials specials(const YAML::Node& n, const std::string& what) const {
-    static const std::vector<std::string> names = {"nan", "inf", "-inf", "0", "-0", "denormal"};
+    static const std::vector<std::string> names = {"nan", "inf", "-inf", "0", "-0", "denormal", "max"};
     const std::string w = what + ".specials";
     Specials s;
     YAML::Node rate = n;
@@ -438,7 +439,8 @@ class Parser {
     if (!(s.rate > 0 && s.rate <= 1))
       fail(rate, fmt::format("{}.rate must be in (0, 1] (got {})", w, s.rate));
     if (s.values.empty())
-      for (size_t k = 0; k < names.size(); ++k) s.values.push_back(static_cast<Special>(k));
+      for (size_t k = 0; k < static_cast<size_t>(Special::max); ++k)
+        s.values.push_back(static_cast<Special>(k));
     return s;
   }
 

@@ -354,6 +354,8 @@ double special_value(Special s, DType dt, uint64_t h) {
       const double v = static_cast<double>(1 + (h >> 1) % mant) * denorm_min(dt);
       return h & 1 ? -v : v;
     }
+    case Special::max:
+      return h & 1 ? -max_finite(dt) : max_finite(dt);
   }
   return 0;
 }
@@ -1193,7 +1195,7 @@ std::vector<DeclaredKey> section_keys() {
        "{NAME: {shape: [DIM | N, ...], dtype: f32 | f64 | f16 | bf16 | i32 | i64 | bool | [..], values: KIND "
        "| [KIND, "
        "...] | "
-       "{KIND: {params}}, specials: RATE | {rate: R, values: [nan, inf, -inf, 0, -0, denormal]}}}",
+       "{KIND: {params}}, specials: RATE | {rate: R, values: [nan, inf, -inf, 0, -0, denormal, max]}}}",
        "input tensors; the first floating input listing dtypes sets the case's dtype; floating kinds: "
        "normal, "
        "uniform, integer, large, small, constant_rows, denormal; index tensors (i32, i64): ids {below: V}, "

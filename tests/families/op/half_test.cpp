@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <string>
 
 #include "kernels/op/op.h"
@@ -169,7 +170,7 @@ family: op
 op:
   dims: {D: [1, 64]}
   inputs:
-    x: {shape: [D], dtype: [f16, bf16], values: [large, denormal, normal]}
+    x: {shape: [D], dtype: [f16, bf16], values: [large, denormal, normal], specials: {rate: 0.2, values: [max, denormal]}}
   outputs:
     y: {shape: [D]}
   reference:
@@ -180,7 +181,7 @@ invariants:
 )",
                                "halfgen.yaml");
   const OpFamily& f = op_family(spec);
-  int large_seen = 0, subnormal_seen = 0;
+  int large_seen = 0, subnormal_seen = 0, max_seen = 0;
   for (uint64_t seed = 1; seed <= 400; ++seed) {
     const std::vector<uint8_t> bytes = f.seed_bytes(spec.domain, seed, 100);
     const Case c = as_case(f.from_bytes(bytes.data(), bytes.size(), spec.domain));
@@ -189,11 +190,23 @@ invariants:
       ASSERT_TRUE(std::isfinite(v)) << dtype_name(c.dtype) << " seed " << seed;
       ASSERT_TRUE(same_bits(round_to(c.dtype, v), v)) << v;
       large_seen += std::fabs(v) > 256;
+      max_seen += std::fabs(v) == max_finite(c.dtype);
       subnormal_seen += v != 0 && std::fabs(v) < min_normal(c.dtype);
     }
   }
   EXPECT_GT(large_seen, 0);
   EXPECT_GT(subnormal_seen, 0);
+  EXPECT_GT(max_seen, 0);
+  // Any byte string (the fuzz harness's input) decodes to halves in the domain.
+  std::mt19937_64 gen(20261123);
+  for (int n = 0; n < 300; ++n) {
+    std::vector<uint8_t> bytes(gen() % 400);
+    for (auto& b : bytes) b = static_cast<uint8_t>(gen());
+    const AnyCase any = f.from_bytes(bytes.data(), bytes.size(), spec.domain);
+    ASSERT_EQ(f.in_domain(any, spec.domain), "");
+    for (const double v : as_case(any).inputs[0])
+      ASSERT_TRUE(std::isfinite(v) && same_bits(round_to(as_case(any).dtype, v), v)) << v;
+  }
 }
 
 // ---------------------------------------------------------------- the shipped spec
