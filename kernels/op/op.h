@@ -87,12 +87,15 @@ struct AttrDecl {
 //   normal {mean, std}   mean + std · N(0, 1)
 //   uniform {lo, hi}     U[lo, hi)
 //   integer {lo, hi}     integers in [lo, hi]: exact sums, ties
-//   large {lo, hi}       N(0, 1) · 10^u, u in [lo, hi] once per case (overflow of x², cancellation)
+//   large {lo, hi}       N(0, 1) · 10^u, u in [lo, hi] once per case (overflow of x², cancellation);
+//                        for f16/bf16, 10^u at most a quarter of the max finite value
+// (Half dtypes: every drawn value clamped to the finite range, so none is
+// infinite by rounding; inf only as a declared special.)
 //   small {lo, hi}       N(0, 1) · 10^-u, u in [lo, hi] (underflow, f32 denormals)
 //   constant_rows        each row along the last axis constant (zero variance)
 // The kinds are the generator's distribution, not a constraint on a case:
 // shrinking moves values toward 0, 1 and short decimals regardless.
-//   denormal {}          subnormals of the input's dtype, random sign
+//   denormal {}          subnormals of the input's dtype (f16: k · 2^-24, bf16: k · 2^-133), random sign
 // Index tensors (dtype i32 / i64):
 //   ids {below: V}       integers in [0, V), V a dim or a positive number
 //   permutation {axis}   each line along `axis` (default -1) a permutation of [0, n)

@@ -58,6 +58,14 @@ double round_digits(double v, int k, DType dtype) {
   return round_to(dtype, std::strtod(s.c_str(), nullptr));
 }
 
+// v's first k significant digits (toward zero), in the dtype.
+double truncate_digits(double v, int k, DType dtype) {
+  std::string s = fmt::format("{:.20e}", v);  // [-]d.dddd...e[+-]XX
+  const size_t dot = s.find('.'), e = s.find('e');
+  s.erase(dot + static_cast<size_t>(k), e - dot - static_cast<size_t>(k));
+  return round_to(dtype, std::strtod(s.c_str(), nullptr));
+}
+
 // Simpler values for one element, boldest first: 0, 1, -v for a negative
 // v, then fewer significant digits. Each candidate is 0, 1 (never for 1
 // itself), positive, or has strictly fewer digits, so shrinking terminates.
@@ -72,7 +80,10 @@ std::vector<double> simpler_values(double v, DType dtype) {
   if (v < 0) add(-v);
   const int digits = significant_digits(v, dtype);
   for (int k = 1; k < digits; ++k) {
-    const double w = round_digits(v, k, dtype);
+    double w = round_digits(v, k, dtype);
+    // Rounded past the top of the range (f16's 65504 to 7e4): the k digits
+    // truncated instead (6e4).
+    if (!std::isfinite(w)) w = truncate_digits(v, k, dtype);
     if (std::isfinite(w) && significant_digits(w, dtype) < digits) add(w);
   }
   return out;

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -206,6 +207,40 @@ invariants:
     ASSERT_EQ(f.in_domain(any, spec.domain), "");
     for (const double v : as_case(any).inputs[0])
       ASSERT_TRUE(std::isfinite(v) && same_bits(round_to(as_case(any).dtype, v), v)) << v;
+  }
+}
+
+// Shrinking a half element: every candidate is exact in its dtype and in
+// the domain; a value with several significant digits gets a shorter one
+// (0.3333 -> 0.3, rounded to f16), and greedy shrinking toward "element 0
+// stays above 100" ends at a short decimal.
+TEST(OpHalfShrink, ElementsShrinkToShortHalfValues) {
+  const Spec spec = parse_spec(kSumSpec, "halfsum.yaml");
+  for (const DType dt : {DType::f16, DType::bf16}) {
+    Case c = sum_case(spec, dt, {round_to(dt, 1.0 / 3), max_finite(dt), round_to(dt, -12345.678)});
+    bool shorter = false;
+    rc::Seq<Case> seq = Traits::shrinks(c, spec.domain);
+    while (auto next = seq.next()) {
+      ASSERT_EQ(Traits::in_domain(*next, spec.domain), "");
+      for (const double v : next->inputs[0]) ASSERT_TRUE(same_bits(round_to(dt, v), v)) << v;
+      shorter = shorter || (next->dims[0] == 3 && next->inputs[0][0] == round_to(dt, 0.3));
+    }
+    EXPECT_TRUE(shorter) << dtype_name(dt);
+    // Greedy: the first candidate that keeps x[0] > 100.
+    for (int steps = 0; steps < 1000; ++steps) {
+      std::optional<Case> first;
+      rc::Seq<Case> s = Traits::shrinks(c, spec.domain);
+      while (auto next = s.next())
+        if (next->inputs[0][0] > 100) {
+          first = std::move(*next);
+          break;
+        }
+      if (!first) break;
+      c = std::move(*first);
+    }
+    EXPECT_EQ(c.dims[0], 1) << dtype_name(dt);
+    // f16's max: 7e4 rounds to inf, so its first digit truncated: 6e4.
+    EXPECT_EQ(c.inputs[0][0], round_to(dt, dt == DType::f16 ? 6e4 : 3e38)) << dtype_name(dt);
   }
 }
 
