@@ -2,14 +2,18 @@
 """Kill table and false-positive count of the shipped declared-op examples (issue 19).
 
     scripts/op_examples_stats.py [--runner build/prop_runner] [--python /usr/bin/python3]
-                                 [--seeds 10] [--correct-seeds 4] [--correct-trials 5000] [EXAMPLE ...]
+                                 [--seeds 10] [--correct-seeds 4] [--correct-trials 5000]
+                                 [--per-dtype] [EXAMPLE ...]
 
 For each example (specs/ops/NAME.yaml with examples/ops/NAME.py; default: all):
   - every `--bug` the worker lists, run with seeds 1..--seeds at the spec's
     trial budget: killed on how many seeds, median trials and seconds to the
     first failing invariant, which invariants failed first, the shrunk dims;
   - the correct worker, --correct-seeds seeds (1001, 1002, ...) x
-    --correct-trials trials: checked cases and failures (want 0).
+    --correct-trials trials: checked cases and failures (want 0), and the
+    largest error/allowed ratio the tolerance checks reported; with
+    --per-dtype, once per case dtype the spec lists (a temporary copy of the
+    spec drawing that dtype only: the first input listing floating dtypes).
 Prints Markdown tables; exits 1 if a bug survived a seed or the correct worker failed.
 """
 import argparse
@@ -21,6 +25,9 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
+
+import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -33,6 +40,31 @@ def run(runner, spec, target, seed, trials=None):
     if out.returncode not in (0, 1):
         sys.exit(f"{' '.join(cmd)}: exit {out.returncode}: {out.stderr.strip()[-2000:]}")
     return out.returncode, json.loads(out.stdout)
+
+
+def spec_per_dtype(spec, per_dtype):
+    """[(dtype, spec path)]: the spec itself ("all"), or a temporary copy per case dtype."""
+    if not per_dtype:
+        return [("all", spec)]
+    with open(spec) as f:
+        doc = yaml.safe_load(f)
+    floating = {"f16", "bf16", "f32", "f64"}
+    for decl in (doc.get("op") or {}).get("inputs", {}).values():
+        dts = decl.get("dtype") if isinstance(decl, dict) else None
+        dts = [dts] if isinstance(dts, str) else dts
+        if dts and dts[0] in floating:
+            break
+    else:
+        return [("f32,f64", spec)]  # no input lists dtypes: the default
+    folder = tempfile.mkdtemp(prefix="op_examples_stats_")
+    out = []
+    for dt in dts:
+        decl["dtype"] = [dt]
+        path = os.path.join(folder, f"{os.path.basename(spec)[:-5]}_{dt}.yaml")
+        with open(path, "w") as f:
+            yaml.safe_dump(doc, f, sort_keys=False)
+        out.append((dt, path))
+    return out
 
 
 def bugs_of(worker):
@@ -49,9 +81,14 @@ def main():
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--correct-seeds", type=int, default=4)
     ap.add_argument("--correct-trials", type=int, default=5000)
+    ap.add_argument("--per-dtype", action="store_true", help="the correct worker once per case dtype")
     args = ap.parse_args()
     workers = glob.glob(os.path.join(ROOT, "examples/ops/*.py"))
-    names = args.examples or sorted(os.path.basename(p)[:-3] for p in workers)
+    # Workers with a spec of their name (sort_reference.py is a reference, not an example).
+    names = args.examples or sorted(
+        os.path.basename(p)[:-3]
+        for p in workers
+        if os.path.exists(os.path.join(ROOT, "specs/ops", os.path.basename(p)[:-3] + ".yaml")))
     bad = False
     kills, correct = [], []
     for name in names:
@@ -71,19 +108,24 @@ def main():
                 first[f["name"]] += 1
                 cx = f.get("counterexample")
                 if cx:
-                    dims[re.sub(r" f(32|64)$", "", cx["summary"])] += 1
+                    dims[re.sub(r" b?f(16|32|64)$", "", cx["summary"])] += 1
             bad |= len(trials) < args.seeds
             kills.append((name, bug, len(trials), trials, seconds, first, dims))
             print(f"  {name} --bug {bug}: killed {len(trials)}/{args.seeds}", file=sys.stderr)
-        drawn, checked, failures = 0, 0, 0
-        for k in range(args.correct_seeds):
-            rc, rep = run(args.runner, spec, target, 1001 + k, args.correct_trials)
-            drawn += rep["trials"]
-            checked += rep["checked"]
-            failures += sum(1 for i in rep["invariants"] if i["status"] == "FAILED")
-        bad |= failures > 0
-        correct.append((name, drawn, checked, failures))
-        print(f"  {name} correct: {checked} checked, {failures} failures", file=sys.stderr)
+        for dtype, path in spec_per_dtype(spec, args.per_dtype):
+            drawn, checked, failures, ratio = 0, 0, 0, {}
+            for k in range(args.correct_seeds):
+                rc, rep = run(args.runner, path, target, 1001 + k, args.correct_trials)
+                drawn += rep["trials"]
+                checked += rep["checked"]
+                failures += sum(1 for i in rep["invariants"] if i["status"] == "FAILED")
+                for i in rep["invariants"]:
+                    if i.get("max_error_ratio") is not None:
+                        ratio[i["name"]] = max(ratio.get(i["name"], 0), i["max_error_ratio"])
+            bad |= failures > 0
+            worst = max(ratio.items(), key=lambda kv: kv[1]) if ratio else None
+            correct.append((name, dtype, drawn, checked, failures, worst))
+            print(f"  {name} correct ({dtype}): {checked} checked, {failures} failures", file=sys.stderr)
 
     med = lambda xs: f"{statistics.median(xs):g}" if xs else "-"
     print(f"Kill table: seeds 1..{args.seeds}, the spec's trial budget\n")
@@ -94,10 +136,11 @@ def main():
         shr = ", ".join(f"{k} ({v})" for k, v in dims.most_common())
         print(f"| {name} | {bug} | {killed}/{args.seeds} | {med(trials)} | {med(seconds)} | {inv} | {shr} |")
     print(f"\nCorrect workers: seeds 1001..{1000 + args.correct_seeds} x {args.correct_trials} trials\n")
-    print("| example | trials | cases checked | invariants failed |")
-    print("|---|---|---|---|")
-    for name, drawn, checked, failures in correct:
-        print(f"| {name} | {drawn} | {checked} | {failures} |")
+    print("| example | dtype | trials | cases checked | invariants failed | largest error/allowed (invariant) |")
+    print("|---|---|---|---|---|---|")
+    for name, dtype, drawn, checked, failures, worst in correct:
+        w = f"{worst[1]:.3g} ({worst[0]})" if worst else "-"
+        print(f"| {name} | {dtype} | {drawn} | {checked} | {failures} | {w} |")
     return 1 if bad else 0
 
 

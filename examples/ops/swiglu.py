@@ -3,13 +3,16 @@
     prop_runner --spec specs/ops/swiglu.yaml --target "exec:/usr/bin/python3 examples/ops/swiglu.py"
 
 y = silu(gate) * up with silu(g) = g * sigmoid(g) = g / (1 + exp(-g)),
-computed in the input's dtype.
+computed in the input's dtype; f16/bf16 inputs (half storage) as GPU kernels
+do: loaded into f32, computed in f32, y returned as f32 (the worker rounds it
+to the half type at the store).
 
 `--bug NAME` plants a realistic bug:
     gate_up_swapped   silu(up) * gate: the halves of the fused projection read in the other order
     sigmoid_sign      g / (1 + exp(g)) = g * sigmoid(-g): the sign inside the exponent lost
     glu_not_swish     sigmoid(gate) * up: GLU instead of SwiGLU (the factor g dropped)
-    f16_activation    silu computed in float16 (a half-precision activation buffer)
+    f16_activation    silu computed in float16 (a half-precision activation buffer; for
+                      f16/bf16 inputs: in float16 arithmetic instead of f32)
 """
 import os
 import sys
@@ -26,6 +29,7 @@ if "--bug" in sys.argv and BUG not in BUGS:
 
 
 def swiglu(gate, up, **_):
+    gate, up = kprop_worker.as_float32(gate), kprop_worker.as_float32(up)  # f16/bf16: f32 arithmetic
     up = up.astype(gate.dtype)
     if BUG == "gate_up_swapped":
         gate, up = up, gate

@@ -20,9 +20,16 @@
 
 namespace kprop::op {
 
-// Floating inputs and outputs are f32 / f64; index tensors i32 / i64 (sent
-// as KPROP_I32 / KPROP_I64); masks `bool` (sent as KPROP_U8, 0 or 1).
-enum class DType { f32, f64, i32, i64, boolean };
+// Floating inputs and outputs are f32 / f64 / f16 / bf16 (sent as KPROP_F32,
+// KPROP_F64, KPROP_F16, KPROP_BF16); index tensors i32 / i64 (sent as
+// KPROP_I32 / KPROP_I64); masks `bool` (sent as KPROP_U8, 0 or 1).
+//
+// Precision of the half dtypes (f16, bf16): storage only, as in real GPU
+// kernels. A half tensor holds half values; a kernel loads them, computes in
+// f32 and rounds each half output to nearest even at its store. The naive
+// baseline does exactly that (naive(): every intermediate rounded to f32,
+// the result to the half type) and floor_of() adds the store's rounding.
+enum class DType { f32, f64, i32, i64, boolean, f16, bf16 };
 const char* dtype_name(DType dtype);
 bool is_float(DType dtype);
 double round_to(DType dtype, double v);  // v as the nearest value of dtype (integers unchanged)
@@ -33,9 +40,14 @@ inline std::pair<double, double> int_range(DType dtype) {
   if (dtype == DType::i32) return {-0x1p31, 0x1p31 - 1};
   return {-0x1p53, 0x1p53};
 }
-double unit_roundoff(DType dtype);  // 2^-24 or 2^-53 (0 for integer dtypes)
-double min_normal(DType dtype);     // 2^-126 or 2^-1022
-double denorm_min(DType dtype);     // 2^-149 or 2^-1074
+double unit_roundoff(DType dtype);  // 2^-24, 2^-53, 2^-11 (f16), 2^-8 (bf16); 0 for integer dtypes
+double min_normal(DType dtype);     // 2^-126, 2^-1022, 2^-14 (f16), 2^-126 (bf16)
+double denorm_min(DType dtype);     // 2^-149, 2^-1074, 2^-24 (f16), 2^-133 (bf16)
+double max_finite(DType dtype);     // FLT_MAX, DBL_MAX, 65504 (f16), (2 - 2^-7) 2^127 (bf16)
+bool is_half(DType dtype);          // f16 or bf16
+// The precision a kernel computes a `dtype` output in: f32 for the halves
+// (storage only), the dtype itself otherwise.
+DType arithmetic_dtype(DType dtype);
 
 struct DimDecl {
   std::string name;
@@ -75,12 +87,15 @@ struct AttrDecl {
 //   normal {mean, std}   mean + std · N(0, 1)
 //   uniform {lo, hi}     U[lo, hi)
 //   integer {lo, hi}     integers in [lo, hi]: exact sums, ties
-//   large {lo, hi}       N(0, 1) · 10^u, u in [lo, hi] once per case (overflow of x², cancellation)
+//   large {lo, hi}       N(0, 1) · 10^u, u in [lo, hi] once per case (overflow of x², cancellation);
+//                        for f16/bf16, 10^u at most a quarter of the max finite value
+// (Half dtypes: every drawn value clamped to the finite range, so none is
+// infinite by rounding; inf only as a declared special.)
 //   small {lo, hi}       N(0, 1) · 10^-u, u in [lo, hi] (underflow, f32 denormals)
 //   constant_rows        each row along the last axis constant (zero variance)
 // The kinds are the generator's distribution, not a constraint on a case:
 // shrinking moves values toward 0, 1 and short decimals regardless.
-//   denormal {}          subnormals of the input's dtype, random sign
+//   denormal {}          subnormals of the input's dtype (f16: k · 2^-24, bf16: k · 2^-133), random sign
 // Index tensors (dtype i32 / i64):
 //   ids {below: V}       integers in [0, V), V a dim or a positive number
 //   permutation {axis}   each line along `axis` (default -1) a permutation of [0, n)
@@ -116,7 +131,9 @@ struct ValueSpec {
 // Special values injected into a floating input (`specials:`): in a case
 // where they are on (half the cases), each element becomes one of `values`
 // (picked uniformly) with probability `rate`.
-enum class Special { nan, pos_inf, neg_inf, pos_zero, neg_zero, denormal };
+// `max`: the largest finite magnitude of the dtype (65504 for f16), random
+// sign; listed explicitly only (not among the defaults).
+enum class Special { nan, pos_inf, neg_inf, pos_zero, neg_zero, denormal, max };
 struct Specials {
   double rate = 0;  // 0: none
   std::vector<Special> values;
@@ -212,8 +229,10 @@ void put_inputs(const Case& c, expr::TensorMap& out, bool rounded);
 // the external reference, called in f64).
 Result reference(const Case& c);
 // The same-precision baseline: each expression evaluated with every real
-// intermediate rounded to the output's dtype, the result rounded to it (or
-// the external reference, called in the case's dtypes).
+// intermediate rounded to the output's arithmetic dtype (f32 for a half
+// output, as a GPU kernel computes), the result rounded to the output's
+// dtype (round-to-nearest-even at the store); or the external reference,
+// called in the case's dtypes.
 Result naive(const Case& c);
 
 // The absolute floor of the dtype-aware tolerance for output `output`:
@@ -230,6 +249,20 @@ Result naive(const Case& c);
 // outputs the fp64 reference is no more precise than the target (naive ==
 // reference), so its own sequential-sum error counts: 2 · n instead of
 // 2 · ceil(log2 n) (NumPy's pairwise f64 mean of 60 squares: 24 ulps).
+//
+// Half outputs (f16, bf16; storage only, f32 arithmetic): a real kernel's
+// value before its store, t32, differs from the reference as an f32 output
+// may (the term above with f32's u = 2^-24: the arithmetic is f32's whatever
+// the storage); the store rounds t32 to nearest in the half type, which adds
+// at most u_store · |t32| for a normal result (u_store = 2^-11 for f16, 2^-8
+// for bf16) and at most half the smallest subnormal below the normal range.
+// The naive error (k · max|naive - reference|) usually covers the store
+// already, but not where the naive value happens to be exact while the
+// target's t32, a few f32 ulps away, rounds to the neighbouring half value
+// (integer inputs, D = 1: what shrinking seeks). With |t32| <= m (1 + a few
+// f32 ulps, which the f32 term's constant 8 absorbs):
+//   floor.Y = (8 + 2 ceil(log2 n)) · 2^-24 · m + u_store · m + denorm_min(Y) / 2,
+// m = max|reference.Y|.
 double floor_of(const Case& c, size_t output, const std::vector<double>& reference);
 
 }  // namespace kprop::op

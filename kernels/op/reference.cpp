@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 #include "kernels/op/op.h"
+#include "kprop/half.h"
 
 namespace kprop::op {
 
@@ -23,28 +25,90 @@ const char* dtype_name(DType dtype) {
       return "i64";
     case DType::boolean:
       return "bool";
+    case DType::f16:
+      return "f16";
+    case DType::bf16:
+      return "bf16";
   }
   return "?";
 }
 
 bool is_float(DType dtype) {
-  return dtype == DType::f32 || dtype == DType::f64;
+  return dtype == DType::f32 || dtype == DType::f64 || is_half(dtype);
+}
+
+bool is_half(DType dtype) {
+  return dtype == DType::f16 || dtype == DType::bf16;
+}
+
+DType arithmetic_dtype(DType dtype) {
+  return is_half(dtype) ? DType::f32 : dtype;
 }
 
 double round_to(DType dtype, double v) {
-  return dtype == DType::f32 ? static_cast<double>(static_cast<float>(v)) : v;
+  switch (dtype) {
+    case DType::f32:
+      return static_cast<double>(static_cast<float>(v));
+    case DType::f16:
+      return half::round_to_f16(v);
+    case DType::bf16:
+      return half::round_to_bf16(v);
+    default:
+      return v;
+  }
 }
 
 double unit_roundoff(DType dtype) {
-  return dtype == DType::f32 ? 0x1.0p-24 : dtype == DType::f64 ? 0x1.0p-53 : 0.0;
+  switch (dtype) {
+    case DType::f32:
+      return 0x1.0p-24;
+    case DType::f64:
+      return 0x1.0p-53;
+    case DType::f16:
+      return 0x1.0p-11;
+    case DType::bf16:
+      return 0x1.0p-8;
+    default:
+      return 0.0;
+  }
 }
 
 double min_normal(DType dtype) {
-  return dtype == DType::f32 ? 0x1.0p-126 : 0x1.0p-1022;
+  switch (dtype) {
+    case DType::f32:
+    case DType::bf16:
+      return 0x1.0p-126;
+    case DType::f16:
+      return 0x1.0p-14;
+    default:
+      return 0x1.0p-1022;
+  }
 }
 
 double denorm_min(DType dtype) {
-  return dtype == DType::f32 ? 0x1.0p-149 : 0x1.0p-1074;
+  switch (dtype) {
+    case DType::f32:
+      return 0x1.0p-149;
+    case DType::f16:
+      return 0x1.0p-24;
+    case DType::bf16:
+      return 0x1.0p-133;
+    default:
+      return 0x1.0p-1074;
+  }
+}
+
+double max_finite(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return static_cast<double>(std::numeric_limits<float>::max());
+    case DType::f16:
+      return half::f16_max;
+    case DType::bf16:
+      return half::bf16_max;
+    default:
+      return std::numeric_limits<double>::max();
+  }
 }
 
 const char* value_kind_name(ValueKind kind) {
@@ -265,7 +329,8 @@ void put_inputs(const Case& c, expr::TensorMap& out, bool rounded) {
   for (size_t i = 0; i < d.attrs.size(); ++i)
     out.put(d.attrs[i].name,
             d.attrs[i].integer ? expr::Tensor::scalar(c.attrs[i], expr::DType::integer)
-                               : expr::Tensor::scalar(rounded ? round_to(c.dtype, c.attrs[i]) : c.attrs[i]));
+                               : expr::Tensor::scalar(
+                                     rounded ? round_to(arithmetic_dtype(c.dtype), c.attrs[i]) : c.attrs[i]));
 }
 
 namespace {
@@ -296,7 +361,9 @@ double floor_of(const Case& c, size_t output, const std::vector<double>& ref) {
   const DType dt = c.output_dtype(output);
   const double steps =
       dt == DType::f64 ? 2.0 * static_cast<double>(n) : 2 * std::ceil(std::log2(static_cast<double>(n)));
-  return (8 + steps) * unit_roundoff(dt) * m;
+  const double arithmetic = (8 + steps) * unit_roundoff(arithmetic_dtype(dt)) * m;
+  // A half output: plus its store's rounding (derivation in op.h).
+  return is_half(dt) ? arithmetic + unit_roundoff(dt) * m + denorm_min(dt) / 2 : arithmetic;
 }
 
 Result reference(const Case& c) {
@@ -311,10 +378,18 @@ Result naive(const Case& c) {
   if (c.decl->external_reference) return c.decl->external_reference->call(c, false);
   const expr::TensorMap m = inputs_map(c, true);
   Result r;
-  for (size_t i = 0; i < c.decl->outputs.size(); ++i)
-    r.outputs.push_back(c.decl->outputs[i]
-                            .reference->evaluate_rounded(m, c.output_dtype(i) == DType::f32 ? to_f32 : to_f64)
-                            .data);
+  for (size_t i = 0; i < c.decl->outputs.size(); ++i) {
+    // Intermediates in the arithmetic dtype (f32 for a half output), then
+    // the store: rounded to the output's dtype, to nearest even.
+    const DType dt = c.output_dtype(i);
+    std::vector<double> y =
+        c.decl->outputs[i]
+            .reference->evaluate_rounded(m, arithmetic_dtype(dt) == DType::f32 ? to_f32 : to_f64)
+            .data;
+    if (is_half(dt))
+      for (double& v : y) v = round_to(dt, v);
+    r.outputs.push_back(std::move(y));
+  }
   return r;
 }
 

@@ -218,7 +218,8 @@ class Parser {
   }
 
   std::vector<DType> dtypes(const YAML::Node& n, const std::string& what) const {
-    static const std::vector<std::string> names = {"f32", "f64", "i32", "i64", "bool"};
+    // In the order of DType (kernels/op/op.h).
+    static const std::vector<std::string> names = {"f32", "f64", "i32", "i64", "bool", "f16", "bf16"};
     std::vector<YAML::Node> items;
     if (n.IsScalar())
       items.push_back(n);
@@ -411,9 +412,10 @@ class Parser {
     return out;
   }
 
-  // specials: RATE | {rate: RATE, values: [nan, inf, -inf, 0, -0, denormal]}
+  // specials: RATE | {rate: RATE, values: [nan, inf, -inf, 0, -0, denormal, max]}
+  // (default: the first six; `max` only when listed)
   Specials specials(const YAML::Node& n, const std::string& what) const {
-    static const std::vector<std::string> names = {"nan", "inf", "-inf", "0", "-0", "denormal"};
+    static const std::vector<std::string> names = {"nan", "inf", "-inf", "0", "-0", "denormal", "max"};
     const std::string w = what + ".specials";
     Specials s;
     YAML::Node rate = n;
@@ -437,7 +439,8 @@ class Parser {
     if (!(s.rate > 0 && s.rate <= 1))
       fail(rate, fmt::format("{}.rate must be in (0, 1] (got {})", w, s.rate));
     if (s.values.empty())
-      for (size_t k = 0; k < names.size(); ++k) s.values.push_back(static_cast<Special>(k));
+      for (size_t k = 0; k < static_cast<size_t>(Special::max); ++k)
+        s.values.push_back(static_cast<Special>(k));
     return s;
   }
 
@@ -599,7 +602,7 @@ class Parser {
       if (v["dtype"]) {
         const auto t = dtypes(v["dtype"], what);
         if (t.size() != 1) fail(v["dtype"], what + ".dtype must be one dtype (default: the case's)");
-        if (!is_float(t[0])) fail(v["dtype"], what + ".dtype must be f32 or f64");
+        if (!is_float(t[0])) fail(v["dtype"], what + ".dtype must be f32, f64, f16 or bf16");
         out.dtype = t[0];
       }
       d->outputs.push_back(std::move(out));

@@ -15,8 +15,9 @@
 namespace kprop::op {
 namespace {
 
-// Index tensors travel as KPROP_I32 / KPROP_I64, masks as KPROP_U8 (0 / 1).
-// `fp64`: floating tensors in f64 whatever their dtype (an external
+// Floating tensors travel in their dtype (KPROP_F32, KPROP_F64, KPROP_F16,
+// KPROP_BF16), index tensors as KPROP_I32 / KPROP_I64, masks as KPROP_U8 (0 /
+// 1). `fp64`: floating tensors in f64 whatever their dtype (an external
 // reference computing reference.Y).
 int32_t abi_dtype(DType dt, bool fp64 = false) {
   switch (dt) {
@@ -24,6 +25,10 @@ int32_t abi_dtype(DType dt, bool fp64 = false) {
       return fp64 ? KPROP_F64 : KPROP_F32;
     case DType::f64:
       return KPROP_F64;
+    case DType::f16:
+      return fp64 ? KPROP_F64 : KPROP_F16;
+    case DType::bf16:
+      return fp64 ? KPROP_F64 : KPROP_BF16;
     case DType::i32:
       return KPROP_I32;
     case DType::i64:

@@ -12,6 +12,7 @@
 #include <numeric>
 
 #include "kprop/case_yaml.h"
+#include "kprop/half.h"
 #include "kprop/rng.h"
 
 namespace kprop::op {
@@ -26,15 +27,42 @@ std::string number_text(double v, DType dtype) {
   if (!is_float(dtype)) return fmt::format("{}", static_cast<int64_t>(v));
   if (std::isnan(v)) return ".nan";
   if (std::isinf(v)) return v > 0 ? ".inf" : "-.inf";
-  return dtype == DType::f32 ? fmt::format("{}", static_cast<float>(v)) : fmt::format("{}", v);
+  switch (dtype) {
+    case DType::f32:
+      return fmt::format("{}", static_cast<float>(v));
+    case DType::f16:  // the shortest text that reads back (strtod, then round to nearest f16)
+      return half::f16_text(half::f16_from_double(v));
+    case DType::bf16:
+      return half::bf16_text(half::bf16_from_double(v));
+    default:
+      return fmt::format("{}", v);
+  }
 }
 
+// The significant digits of number_text(v) (0 for 0 and non-finite values).
 int significant_digits(double v, DType dtype) {
-  return case_yaml::significant_digits(v, dtype == DType::f32);
+  if (v == 0 || !std::isfinite(v)) return 0;
+  if (!is_half(dtype)) return case_yaml::significant_digits(v, dtype == DType::f32);
+  std::string digits;
+  for (const char ch : number_text(v, dtype)) {
+    if (ch == 'e' || ch == 'E') break;
+    if (ch >= '0' && ch <= '9') digits += ch;
+  }
+  const size_t first = digits.find_first_not_of('0');
+  if (first == std::string::npos) return 0;
+  return static_cast<int>(digits.find_last_not_of('0') - first + 1);
 }
 
 double round_digits(double v, int k, DType dtype) {
   const std::string s = fmt::format("{:.{}e}", v, k - 1);
+  return round_to(dtype, std::strtod(s.c_str(), nullptr));
+}
+
+// v's first k significant digits (toward zero), in the dtype.
+double truncate_digits(double v, int k, DType dtype) {
+  std::string s = fmt::format("{:.20e}", v);  // [-]d.dddd...e[+-]XX
+  const size_t dot = s.find('.'), e = s.find('e');
+  s.erase(dot + static_cast<size_t>(k), e - dot - static_cast<size_t>(k));
   return round_to(dtype, std::strtod(s.c_str(), nullptr));
 }
 
@@ -52,7 +80,10 @@ std::vector<double> simpler_values(double v, DType dtype) {
   if (v < 0) add(-v);
   const int digits = significant_digits(v, dtype);
   for (int k = 1; k < digits; ++k) {
-    const double w = round_digits(v, k, dtype);
+    double w = round_digits(v, k, dtype);
+    // Rounded past the top of the range (f16's 65504 to 7e4): the k digits
+    // truncated instead (6e4).
+    if (!std::isfinite(w)) w = truncate_digits(v, k, dtype);
     if (std::isfinite(w) && significant_digits(w, dtype) < digits) add(w);
   }
   return out;
@@ -328,11 +359,14 @@ double special_value(Special s, DType dt, uint64_t h) {
       return 0.0;
     case Special::neg_zero:
       return -0.0;
-    case Special::denormal: {
-      const uint64_t mant = dt == DType::f32 ? (uint64_t{1} << 23) - 1 : (uint64_t{1} << 52) - 1;
+    case Special::denormal: {  // a subnormal of dt: k · denorm_min, 0 < k < 2^(mantissa bits)
+      const int bits = dt == DType::f32 ? 23 : dt == DType::f16 ? 10 : dt == DType::bf16 ? 7 : 52;
+      const uint64_t mant = (uint64_t{1} << bits) - 1;
       const double v = static_cast<double>(1 + (h >> 1) % mant) * denorm_min(dt);
       return h & 1 ? -v : v;
     }
+    case Special::max:
+      return h & 1 ? -max_finite(dt) : max_finite(dt);
   }
   return 0;
 }
@@ -411,7 +445,10 @@ Case OpFamily::build_case(Draw& draw) const {
               x[k] = std::min(v.b, std::floor(v.a + (v.b - v.a + 1) * w));
               break;
             case ValueKind::large:
-              x[k] = z * std::pow(10.0, u);
+              // Half dtypes: 10^u capped at a quarter of the largest finite
+              // value (f16: 16376), so the tensor spans the top of the range
+              // (x² overflows f16 from |x| = 256 on) without saturating.
+              x[k] = z * (is_half(dt) ? std::min(std::pow(10.0, u), max_finite(dt) / 4) : std::pow(10.0, u));
               break;
             case ValueKind::small:
               x[k] = z * std::pow(10.0, -u);
@@ -437,6 +474,9 @@ Case OpFamily::build_case(Draw& draw) const {
             x[k] = special_value(sv[rng::hash(seed, stream(i, 5), k) % sv.size()], dt,
                                  rng::hash(seed, stream(i, 6), k));
           }
+          // Half dtypes: every finite value clamped to the finite range, so
+          // no value becomes inf by rounding (inf only as a declared special).
+          if (is_half(dt) && std::isfinite(x[k])) x[k] = std::clamp(x[k], -max_finite(dt), max_finite(dt));
           x[k] = round_to(dt, x[k]);
         }
     }
@@ -830,9 +870,13 @@ double read_number(const YAML::Node& n, DType dtype, const std::string& what) {
   if (s == "-.inf") return -INFINITY;
   char* end = nullptr;
   errno = 0;
-  const double v =
+  // f32: the nearest float (strtof). Halves: the decimal's double rounded to
+  // nearest even in the half type (half::round_to_*; exact for the text
+  // number_text writes, which is the shortest that reads back this way).
+  double v =
       dtype == DType::f32 ? static_cast<double>(std::strtof(s.c_str(), &end)) : std::strtod(s.c_str(), &end);
   if (s.empty() || end != s.c_str() + s.size()) case_yaml::fail(n, what + " has a non-number '" + s + "'");
+  if (is_half(dtype)) v = round_to(dtype, v);
   return v;
 }
 
@@ -849,9 +893,9 @@ void read_nested(const YAML::Node& n, const std::vector<int64_t>& ext, size_t ax
 }
 
 DType read_dtype(const YAML::Node& n) {
-  for (DType t : {DType::f32, DType::f64, DType::i32, DType::i64, DType::boolean})
+  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::boolean})
     if (n && n.IsScalar() && n.Scalar() == dtype_name(t)) return t;
-  case_yaml::fail(n, "dtype must be f32, f64, i32, i64 or bool");
+  case_yaml::fail(n, "dtype must be f32, f64, f16, bf16, i32, i64 or bool");
 }
 
 }  // namespace
@@ -1096,13 +1140,18 @@ OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
   for (const auto& o : d.outputs) {
     infos_.push_back({"target." + o.name, o.shape, expr::DType::real, "output " + o.name + " of the target"});
     infos_.push_back({"reference." + o.name, o.shape, expr::DType::real, "the reference expression in fp64"});
-    infos_.push_back({"naive." + o.name, o.shape, expr::DType::real,
-                      "the reference expression with every intermediate rounded to the output's dtype"});
-    infos_.push_back({"floor." + o.name,
-                      {},
-                      expr::DType::real,
-                      "(8 + 2 ceil(log2 n)) × u(dtype) × max|reference." + o.name +
-                          "|, n the largest dim (8 + 2n for f64 outputs); close(k=) adds it"});
+    infos_.push_back(
+        {"naive." + o.name, o.shape, expr::DType::real,
+         "the reference expression with every intermediate rounded to the output's dtype (f32 for a "
+         "half output, then rounded to the half at the store)"});
+    infos_.push_back(
+        {"floor." + o.name,
+         {},
+         expr::DType::real,
+         "(8 + 2 ceil(log2 n)) × u(dtype) × max|reference." + o.name +
+             "|, n the largest dim (8 + 2n for f64 outputs; for f16/bf16 outputs u = 2^-24 plus u_store × "
+             "max|reference." +
+             o.name + "| + denorm_min/2); close(k=) adds it"});
   }
   Schema scale, shift;
   for (const auto& in : d.inputs) {
@@ -1130,9 +1179,11 @@ OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
   }
   implementation({"reference", ImplKind::reference, "the declared reference expressions, in fp64"},
                  op::reference);
-  implementation({"naive", ImplKind::optimized,
-                  "the reference expressions with every intermediate rounded to the output's dtype"},
-                 op::naive);
+  implementation(
+      {"naive", ImplKind::optimized,
+       "the reference expressions with every intermediate rounded to the output's dtype (f32 for a "
+       "half output, stored rounded to nearest even)"},
+      op::naive);
   register_invariants(*this);
   register_external(*this);
 }
@@ -1152,18 +1203,22 @@ std::vector<DeclaredKey> section_keys() {
        "scalars drawn per case, sent as JSON attrs; references read them by name; one_of of names (e.g. "
        "[gelu, tanh]) is a named choice: targets get the name, references its index (0, 1, ...)"},
       {"inputs",
-       "{NAME: {shape: [DIM | N, ...], dtype: f32 | f64 | i32 | i64 | bool | [..], values: KIND | [KIND, "
+       "{NAME: {shape: [DIM | N, ...], dtype: f32 | f64 | f16 | bf16 | i32 | i64 | bool | [..], values: KIND "
+       "| [KIND, "
        "...] | "
-       "{KIND: {params}}, specials: RATE | {rate: R, values: [nan, inf, -inf, 0, -0, denormal]}}}",
+       "{KIND: {params}}, specials: RATE | {rate: R, values: [nan, inf, -inf, 0, -0, denormal, max]}}}",
        "input tensors; the first floating input listing dtypes sets the case's dtype; floating kinds: "
        "normal, "
        "uniform, integer, large, small, constant_rows, denormal; index tensors (i32, i64): ids {below: V}, "
        "permutation {axis}, integer; masks (bool, sent as u8): causal {align}, padding {min}, bernoulli {p}"},
-      {"outputs", "{NAME: {shape: [DIM | N, ...], dtype: f32 | f64}}",
-       "output tensors the target returns (dtype default: the case's)"},
+      {"outputs", "{NAME: {shape: [DIM | N, ...], dtype: f32 | f64 | f16 | bf16}}",
+       "output tensors the target returns (dtype default: the case's; f16/bf16 store in half, computed in "
+       "f32)"},
       {"reference", "{OUTPUT: EXPR}",
        "one expression per output, evaluated in fp64 on the inputs, dims and attrs (docs/SPEC.md expression "
-       "functions); also evaluated with every intermediate rounded to the output's dtype (naive.OUTPUT)"},
+       "functions); also evaluated with every intermediate rounded to the output's dtype (naive.OUTPUT; f32 "
+       "for a "
+       "half output, then rounded to it)"},
   };
 }
 

@@ -49,11 +49,12 @@ bool same_bits(double a, double b) {
 }
 
 // Compares `got` with `want` elementwise under the budget of `runs` runs.
-// Returns a failure message, or "" (and counts judged elements).
+// Returns a failure message, or "" (and counts judged elements, and raises
+// `ratio` to the largest |got - want| / bound seen).
 std::string compare(const Case& c, size_t out, const std::vector<double>& got,
                     const std::vector<double>& want, const std::vector<double>& ref,
                     const std::vector<double>& naive, double k, double runs, size_t& judged,
-                    std::vector<Measured>& measured, const std::string& what) {
+                    std::vector<Measured>& measured, const std::string& what, double& ratio) {
   const Decl& d = *c.decl;
   const auto& o = d.outputs[out];
   const double bound = runs * (k * naive_error(ref, naive) + floor_of(c, out, ref));
@@ -72,6 +73,7 @@ std::string compare(const Case& c, size_t out, const std::vector<double>& got,
       continue;
     }
     const double err = std::fabs(got[i] - want[i]);
+    if (err > 0) ratio = std::max(ratio, bound > 0 ? err / bound : HUGE_VAL);
     if (err > bound && err - bound > worst) worst = err - bound, at = i;
   }
   if (!mismatch && worst < 0) return "";
@@ -100,14 +102,16 @@ void register_invariants(OpFamily& f) {
                 const Result& ref = t.reference();
                 const Result naive = op::naive(c);
                 size_t judged = 0;
+                double ratio = 0;
                 for (size_t i = 0; i < c.decl->outputs.size(); ++i) {
                   std::vector<Measured> m;
-                  const std::string why = compare(c, i, got.outputs[i], ref.outputs[i], ref.outputs[i],
-                                                  naive.outputs[i], p.real("k"), 1, judged, m, "reference");
+                  const std::string why =
+                      compare(c, i, got.outputs[i], ref.outputs[i], ref.outputs[i], naive.outputs[i],
+                              p.real("k"), 1, judged, m, "reference", ratio);
                   if (!why.empty()) return Verdict::fail(why, m);
                 }
                 if (judged == 0) return Verdict::discard("the naive computation overflows on every element");
-                return Verdict::pass();
+                return Verdict::pass({{kErrorRatio, ratio}});
               });
 
   f.invariant(
@@ -181,6 +185,7 @@ void register_invariants(OpFamily& f) {
       const Decl& d = *c.decl;
       const Result& batch = t.target();
       bool observed = false;
+      double ratio = 0;
       for (const auto& b : p.choices("batch_dims")) {
         const size_t k = static_cast<size_t>(d.dim_index(b));
         const int64_t n = c.dims[k], s = d.dims[k].smallest();
@@ -202,7 +207,7 @@ void register_invariants(OpFamily& f) {
           std::vector<Measured> m;
           const std::string why =
               compare(sub, i, alone.outputs[i], slice, ref.outputs[i], naive.outputs[i], p.real("k"), 2,
-                      judged, m, fmt::format("the same slice in the batch ({} = {})", b, n));
+                      judged, m, fmt::format("the same slice in the batch ({} = {})", b, n), ratio);
           if (!why.empty())
             return Verdict::fail(
                 fmt::format("{} computed alone ({} = {}, the last of {}): {}", o.name, b, s, n, why), m);
@@ -210,7 +215,7 @@ void register_invariants(OpFamily& f) {
         observed = true;
       }
       if (!observed) return Verdict::discard("every batch dim is at its smallest: nothing to slice");
-      return Verdict::pass();
+      return Verdict::pass({{kErrorRatio, ratio}});
     });
   }
 }

@@ -760,7 +760,11 @@ TEST(OpDomainDecl, DtypeAndSpecialsErrors) {
                               "tok: {shape: [Nk], dtype: i32}"),
                     "op.yaml:15:10: input tok (i32) needs values: ids, permutation, integer");
   EXPECT_LOAD_ERROR(rich_with("e: {shape: [B, Nq, D]}", "e: {shape: [B, Nq, D], dtype: i32}"),
-                    "op.yaml:20:35: output e.dtype must be f32 or f64");
+                    "op.yaml:20:35: output e.dtype must be f32, f64, f16 or bf16");
+  // Half dtypes are floating: listed with f32, as an output's dtype; mixing them with ints is an error.
+  EXPECT_EQ(load_error(rich_with("e: {shape: [B, Nq, D]}", "e: {shape: [B, Nq, D], dtype: bf16}")), "");
+  EXPECT_LOAD_ERROR(rich_with("dtype: [i32, i64]", "dtype: [i32, f16]"),
+                    "op.yaml:14:40: input ids.dtype mixes i32 and f16: a tensor is floating, integer or bool");
 }
 
 // ---------------------------------------------------------------- shrinking in the domain
