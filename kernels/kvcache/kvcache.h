@@ -76,10 +76,10 @@ struct Case {
   int chunk = 1;                 // chunked prefill: prompt tokens per chunk
   std::vector<int> block_order;  // the paged pool's free list at start: a permutation of its blocks
   Poison poison = Poison::nan;
-  double q_scale = 1;   // queries are q_scale * N(0, 1)
-  double k_spread = 1;  // key channel ranges are log-uniform in [1 / k_spread, 1]
-  double v_spread = 1;  // value channel ranges likewise
-  uint64_t seed = 1;    // channel ranges
+  double q_scale = 1;        // queries are q_scale * N(0, 1)
+  double k_spread = 1;       // key channel ranges are log-uniform in [1 / k_spread, 1]
+  double v_spread = 1;       // value channel ranges likewise
+  uint64_t seed = 1;         // channel ranges
   DType dtype = DType::f64;  // the Precision note above
   int q_heads() const { return kv_heads * group; }
   bool operator==(const Case&) const = default;

@@ -79,9 +79,9 @@ Result drive(const Case& c, external::Transport& target) {
         "error", fmt::format("kvcache.serve: cache_dtype {} is neither KPROP_F64 ({}) nor KPROP_I8 ({})",
                              cache_dtype, int{KPROP_F64}, int{KPROP_I8}));
   if (c.dtype != DType::f64 && cache_dtype != dt)
-    throw external::TargetFailure("error",
-                                  fmt::format("kvcache.serve: a {} case's cache_dtype must be {}, not {}",
-                                              dtype_name(c.dtype), dt, cache_dtype));
+    throw external::TargetFailure(
+        "error", fmt::format("kvcache.serve: a {} case's cache_dtype must be {}, not {}", dtype_name(c.dtype),
+                             dt, cache_dtype));
   r.int8_cache = cache_dtype == KPROP_I8;
   const std::vector<double> out = reply.tensor("out").to_doubles();
   const size_t row = static_cast<size_t>(Hq * D);

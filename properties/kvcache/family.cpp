@@ -95,7 +95,8 @@ Case Traits::build(Draw& draw, const Values& domain) {
   // The dtype, drawn last among the case's fields so that a spec drawing f64
   // only draws the cases it drew before dtypes existed.
   const Choices& dtypes = domain.choices("dtypes");
-  c.dtype = dtype_named(dtypes.size() == 1 ? dtypes[0] : dtypes[static_cast<size_t>(draw.index(dtypes.size()))]);
+  c.dtype =
+      dtype_named(dtypes.size() == 1 ? dtypes[0] : dtypes[static_cast<size_t>(draw.index(dtypes.size()))]);
   // The pool: what the schedule needs plus spares, in an order drawn here
   // (identity, reversed or shuffled), which is the free list's initial order.
   const int n = blocks_needed(c) + static_cast<int>(draw.any(domain.int_range("spare_blocks")));
@@ -220,13 +221,12 @@ std::string Traits::in_domain(const Case& c, const Values& d) {
     if (v >= lo && v <= hi) return "";
     return fmt::format("{} = {} is outside [{}, {}]", key, v, r.lo, r.hi);
   };
-  return first_problem({outside_int_range(d, "kv_heads", c.kv_heads), outside_int_range(d, "group", c.group),
-                        outside_int_range(d, "head_dim", c.head_dim),
-                        outside_int_range(d, "page_size", c.page_size),
-                        outside_choices(d, "poison", c.poison == Poison::nan ? "nan" : "huge"),
-                        outside_choices(d, "dtypes", dtype_name(c.dtype)),
-                        real_in("q_scale", c.q_scale, 1.0 / 64), real_in("k_spread", c.k_spread, 1),
-                        real_in("v_spread", c.v_spread, 1)});
+  return first_problem(
+      {outside_int_range(d, "kv_heads", c.kv_heads), outside_int_range(d, "group", c.group),
+       outside_int_range(d, "head_dim", c.head_dim), outside_int_range(d, "page_size", c.page_size),
+       outside_choices(d, "poison", c.poison == Poison::nan ? "nan" : "huge"),
+       outside_choices(d, "dtypes", dtype_name(c.dtype)), real_in("q_scale", c.q_scale, 1.0 / 64),
+       real_in("k_spread", c.k_spread, 1), real_in("v_spread", c.v_spread, 1)});
 }
 
 namespace {
@@ -355,13 +355,12 @@ CaseStats Traits::stats(const Case& c) {
     tokens += s.tokens();
     seqs.push_back(fmt::format("{}+{}@{}", s.prompt, s.decode, s.arrive));
   }
-  return {
-      tokens,
-      fmt::format("{} seq{} (prompt+decode@arrival: {}), heads {}x{}, head_dim {}, page {}, chunk {}, "
-                  "pool {}, poison {}, {}",
-                  c.seqs.size(), c.seqs.size() == 1 ? "" : "s", fmt::join(seqs, ", "), c.kv_heads, c.group,
-                  c.head_dim, c.page_size, c.chunk, c.block_order.size(), poison_name(c.poison),
-                  dtype_name(c.dtype))};
+  return {tokens,
+          fmt::format("{} seq{} (prompt+decode@arrival: {}), heads {}x{}, head_dim {}, page {}, chunk {}, "
+                      "pool {}, poison {}, {}",
+                      c.seqs.size(), c.seqs.size() == 1 ? "" : "s", fmt::join(seqs, ", "), c.kv_heads,
+                      c.group, c.head_dim, c.page_size, c.chunk, c.block_order.size(), poison_name(c.poison),
+                      dtype_name(c.dtype))};
 }
 
 }  // namespace kprop::kvcache

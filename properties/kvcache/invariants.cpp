@@ -231,9 +231,9 @@ Verdict matches_reference(T& t, const Values& p) {
       const double e = std::fabs(base.out[s][i] - ref.out[s][i]);
       if (std::isfinite(e)) b[s][i] += k * e;
     }
-  return agree(c, got, ref, p, &b,
-               fmt::format("target vs full recomputation ({}: derived floor + naive baseline)",
-                           dtype_name(c.dtype)));
+  return agree(
+      c, got, ref, p, &b,
+      fmt::format("target vs full recomputation ({}: derived floor + naive baseline)", dtype_name(c.dtype)));
 }
 
 Verdict int8_error_bound(T& t, const Values& p) {
@@ -262,8 +262,9 @@ Verdict paged_matches_contiguous(T& t, const Values& p) {
   int longest = 0;
   for (const Sequence& s : c.seqs) longest = std::max(longest, s.tokens());
   for (const auto& [page, reversed] : {std::pair{1, true}, std::pair{longest, false}}) {
-    v = both(v, agree(c, t.run_target(relayout(c, page, reversed)), want, p, b,
-                      fmt::format("page {}, {} pool vs contiguous", page, reversed ? "reversed" : "identity")));
+    v = both(v,
+             agree(c, t.run_target(relayout(c, page, reversed)), want, p, b,
+                   fmt::format("page {}, {} pool vs contiguous", page, reversed ? "reversed" : "identity")));
     if (v.outcome == Outcome::fail) return v;
   }
   return v;

@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <limits>
+#include <sstream>
 #include <vector>
 
 #include "kprop/half.h"
@@ -163,15 +165,26 @@ TEST(KvcacheExternal, DecodeOffByOneFailsInProcess) {
 }
 
 // The NumPy worker through the exec: protocol.
-kprop::RunReport run_worker(const std::string& flags, kprop::RunOptions options) {
+// `f64_only`: the committed spec with its domain narrowed to f64 cases (the
+// int8 cache declines the others), parsed in memory.
+kprop::RunReport run_worker(const std::string& flags, kprop::RunOptions options, bool f64_only = false) {
   options.target = kprop_test::python_worker("kvcache_decode.py", flags);
-  return kprop::run_spec(kprop::load_spec(kSpec), options);
+  if (!f64_only) return kprop::run_spec(kprop::load_spec(kSpec), options);
+  std::ifstream in(kSpec);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string s = text.str();
+  const std::string line = "dtypes: [f64, f32, f16, bf16]";
+  const size_t at = s.find(line);
+  EXPECT_NE(at, std::string::npos);
+  if (at != std::string::npos) s.replace(at, line.size(), "dtypes: [f64]");
+  return kprop::run_spec(kprop::parse_spec(s, "kvcache_f64.yaml"), options);
 }
 
 TEST(KvcacheExternal, PythonWorkerPasses) {
   KPROP_REQUIRE_PYTHON();
   for (const char* flags : {"", "--int8"}) {
-    const auto report = run_worker(flags, quick(25));
+    const auto report = run_worker(flags, quick(25), std::string(flags) == "--int8");
     EXPECT_TRUE(kprop::testing::spec_passes(report)) << "flags: " << flags;
     EXPECT_EQ(report.status, kprop::RunStatus::passed) << report.detail;  // not skipped
   }
@@ -179,9 +192,9 @@ TEST(KvcacheExternal, PythonWorkerPasses) {
 
 TEST(KvcacheExternal, PythonWorkerBugsFail) {
   KPROP_REQUIRE_PYTHON();
-  for (const char* bug : {"paged_last_block_offset", "chunk_ignores_past", "decode_off_by_one",
-                          "padding_leak", "per_tensor_scale", "stale_block_reuse", "cache_truncated_bf16",
-                          "decode_accumulate_in_storage"}) {
+  for (const char* bug :
+       {"paged_last_block_offset", "chunk_ignores_past", "decode_off_by_one", "padding_leak",
+        "per_tensor_scale", "stale_block_reuse", "cache_truncated_bf16", "decode_accumulate_in_storage"}) {
     kprop::RunOptions o = quick(100);
     o.stop_on_first_failure = true;
     const auto report = run_worker(std::string("--bug ") + bug, o);

@@ -3,6 +3,8 @@
 // engines stay inside the derived floor, the int8 cache declines, each
 // precision mutant's bug on a hand-made case, the YAML dtype round trip, and
 // the committed spec on one-dtype copies.
+#include "kprop/half.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +13,6 @@
 
 #include "kernels/kvcache/kvcache.h"
 #include "kprop/errors.h"
-#include "kprop/half.h"
 #include "kprop/runner.h"
 #include "kprop/spec.h"
 #include "properties/kvcache/family.h"
