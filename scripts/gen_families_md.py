@@ -96,7 +96,17 @@ last token (LIFO free list). Unused slots hold poison (NaN, or K = 0 with
 V = 1e30; code -128 in the int8 cache) and released blocks keep stale data:
 nothing outside a sequence's first t + 1 slots may influence token t. The
 int8 cache uses static per-channel scales `range/127` (no clipping); its
-error bound is derived in `properties/kvcache/invariants.cpp`.""",
+error bound is derived in `properties/kvcache/invariants.cpp`. Precision
+(the case's dtype): f64 cases compute in fp64 throughout. f32, f16 and bf16
+cases keep the KV cache in the dtype, as vLLM and FlashInfer keep an
+fp16/bf16 cache: Q is in the dtype, K/V arrive in f32 and the cache write
+rounds them to nearest even; attention computes in f32 (scores, softmax max
+and sum, rescale, P·V) and rounds each output to the dtype at the store. The
+reference sees the cached values; every comparison allows the derived floor
+`u|o| + tau + f32_k × (first-order f32 error)` (u = 2^-24, 2^-11, 2^-8),
+matches_reference also `naive_k ×` the naive same-precision baseline's
+error. The int8 cache and the CUDA engine take f64 cases only (others are
+declined).""",
     "layernorm": """\
 Over the last dim D of x `[rows, D]`: `mu = mean(x)`,
 `var = mean((x - mu)²)` (biased), `rstd = 1/sqrt(var + eps)`,

@@ -10,7 +10,13 @@ and runs one batched paged-attention decode over every decoding sequence,
 whose block tables are padded to the widest with block 0 as a batched
 kernel receives them. Finished sequences release their blocks at the end
 of the step. `--int8` stores int8 codes with static per-channel scales
-(range / 127) instead of float64.
+(range / 127) instead of float64 (f64 cases only; others are declined).
+
+dtypes (kernels/kvcache/kvcache.h, Precision): an f64 case's cache is
+float64. An f32, f16 or bf16 case (q and out in that dtype, k and v in f32)
+keeps its cache in the dtype (float32, float16, or bf16 bits as uint16),
+rounding K/V to nearest even at the write, and attends in float32
+(kprop_worker.as_float32); the worker rounds the outputs to the dtype.
 
 `--bug NAME` plants one of the family's mutants (kernels/kvcache/mutants.cpp):
   paged_last_block_offset  a decode token starting a new page is written at
@@ -21,6 +27,10 @@ of the step. `--int8` stores int8 codes with static per-channel scales
   per_tensor_scale         int8 cache with one scale per tensor (implies --int8)
   stale_block_reuse        finishing sequences release their blocks before
                            the step's writes, which then overwrite them
+  cache_truncated_bf16     a bf16 cache written by truncating the f32 K/V
+  decode_accumulate_in_storage
+                           decode's P·V sum and softmax row sum kept in the
+                           storage dtype (f16/bf16), rounded after every key
 """
 import argparse
 import collections
@@ -33,8 +43,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import kprop_worker  # noqa: E402
 
 BUGS = ("paged_last_block_offset", "chunk_ignores_past", "decode_off_by_one", "padding_leak",
-        "per_tensor_scale", "stale_block_reuse")
-F64, I8 = 2, 5  # kprop_dtype values (include/kprop/abi.h)
+        "per_tensor_scale", "stale_block_reuse", "cache_truncated_bf16", "decode_accumulate_in_storage")
+F32, F64, F16, BF16, I8 = 1, 2, 3, 4, 5  # kprop_dtype values (include/kprop/abi.h)
 POISON_NAN = 0  # KPROP_KVCACHE_POISON_NAN; KPROP_KVCACHE_POISON_HUGE is K = 0, V = 1e30
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -45,13 +55,46 @@ BUG = ARGS.bug
 INT8 = ARGS.int8 or BUG == "per_tensor_scale"
 
 
+def dtype_of(q):
+    """The case's dtype code, from q's wire dtype."""
+    if q.dtype == np.float64:
+        return F64
+    if q.dtype == np.float32:
+        return F32
+    if q.dtype == np.float16:
+        return F16
+    return BF16  # uint16 bits, or ml_dtypes.bfloat16
+
+
+def to_storage(x, dtype):
+    """float32 K/V rows as the cache of `dtype` stores them (bf16: uint16 bits)."""
+    if dtype == F16:
+        return x.astype(np.float16)  # float32 -> float16 rounds to nearest even
+    if dtype == BF16:
+        if BUG == "cache_truncated_bf16":
+            return (np.ascontiguousarray(x, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+        return kprop_worker.float32_to_bf16(x)
+    return x
+
+
+def round_to(x, dtype):
+    """float32 values rounded to `dtype` and back (the storage type's values)."""
+    return kprop_worker.as_float32(to_storage(x, dtype)) if dtype in (F16, BF16) else x
+
+
 class PagedCache:
     """A block pool [blocks, page, Hkv, D], block tables and a LIFO free list."""
 
-    def __init__(self, block_order, page, kv_heads, head_dim, poison, k_range, v_range):
+    def __init__(self, block_order, page, kv_heads, head_dim, poison, k_range, v_range, dtype=F64):
         shape = (len(block_order), page, kv_heads, head_dim)
         self.page = page
-        if INT8:
+        self.dtype = dtype
+        if dtype != F64:
+            nan = poison == POISON_NAN
+            huge = np.float32(65504.0 if dtype == F16 else 1e30)  # the dtype's value of 1e30 (f16: its max)
+            self.k = to_storage(np.full(shape, np.nan if nan else 0.0, dtype=np.float32), dtype)
+            self.v = to_storage(np.full(shape, np.nan if nan else huge, dtype=np.float32), dtype)
+        elif INT8:
             self.scales = [r / 127 for r in (k_range, v_range)]
             if BUG == "per_tensor_scale":
                 self.scales = [np.full_like(s, s.max()) for s in self.scales]
@@ -82,6 +125,8 @@ class PagedCache:
             block = table[t // self.page]
         if INT8:
             k, v = (np.clip(np.rint(x / s), -127, 127).astype(np.int8) for x, s in zip((k, v), self.scales))
+        elif self.dtype != F64:
+            k, v = to_storage(k, self.dtype), to_storage(v, self.dtype)
         self.k[block, offset] = k
         self.v[block, offset] = v
 
@@ -98,7 +143,7 @@ class PagedCache:
         k, v = self.k[blocks, j % self.page], self.v[blocks, j % self.page]
         if INT8:
             k, v = k * self.scales[0], v * self.scales[1]
-        return k, v
+        return kprop_worker.as_float32(k), kprop_worker.as_float32(v)
 
     def padded_tables(self, seqs, n):
         """The block tables of `seqs` padded with block 0 to cover n positions."""
@@ -110,16 +155,28 @@ class PagedCache:
         return out
 
 
-def attend(q, k, v, visible, scale):
-    """Softmax attention of queries q [m, Hq, D] over keys/values [m, n, Hkv, D] where visible [m, n]."""
+def attend(q, k, v, visible, scale, in_storage=None):
+    """Softmax attention of queries q [m, Hq, D] over keys/values [m, n, Hkv, D] where visible [m, n].
+
+    In q's precision (float64, or float32 for the f32/f16/bf16 cases). `in_storage` (a dtype code: the
+    decode_accumulate_in_storage bug) sums P·V and the row sum key by key, rounded to it each time.
+    """
     m, heads_q, dim = q.shape
     heads_kv = k.shape[2]
+    scale = q.dtype.type(scale)
     q = q.reshape(m, heads_kv, heads_q // heads_kv, dim)  # query head h reads kv head h // group
     s = np.einsum("mhgd,mnhd->mhgn", q, k) * scale
     s = np.where(visible[:, None, None, :], s, -np.inf)  # unseen slots may hold NaN: never read them
     p = np.exp(s - s.max(axis=-1, keepdims=True))
-    p /= p.sum(axis=-1, keepdims=True)
     v = np.where(visible[:, :, None, None], v, 0.0)
+    if in_storage is not None:
+        acc = np.zeros((m, heads_kv, heads_q // heads_kv, dim), dtype=np.float32)
+        total = np.zeros(p.shape[:-1] + (1,), dtype=np.float32)
+        for j in range(p.shape[-1]):
+            total = round_to(total + p[..., j:j + 1], in_storage)
+            acc = round_to(acc + p[..., j:j + 1] * v[:, j][:, :, None, :], in_storage)
+        return (acc / total).reshape(m, heads_q, dim)
+    p /= p.sum(axis=-1, keepdims=True)
     return np.einsum("mhgn,mnhd->mhgd", p, v).reshape(m, heads_q, dim)
 
 
@@ -146,13 +203,18 @@ def decode(cache, decodes, q, scale):
     if BUG == "padding_leak":
         lengths[:] = width
     keys, values = cache.gather(cache.padded_tables([seq for seq, _ in decodes], width), width)
-    return attend(q, keys, values, np.arange(width)[None, :] < lengths[:, None], scale)
+    in_storage = cache.dtype if BUG == "decode_accumulate_in_storage" and cache.dtype in (F16, BF16) else None
+    return attend(q, keys, values, np.arange(width)[None, :] < lengths[:, None], scale, in_storage)
 
 
 def serve(q, k, v, seq_starts, prompt_lens, arrivals, k_range, v_range, block_order, page_size, chunk,
           poison, scale, **_):
-    cache = PagedCache(block_order, page_size, k.shape[1], k.shape[2], poison, k_range, v_range)
-    out = np.zeros(q.shape)
+    dtype = dtype_of(q)
+    if INT8 and dtype != F64:
+        raise kprop_worker.Unsupported("the int8 cache takes f64 cases")
+    q = kprop_worker.as_float32(q)  # f32/f16/bf16 cases compute in float32
+    cache = PagedCache(block_order, page_size, k.shape[1], k.shape[2], poison, k_range, v_range, dtype)
+    out = np.zeros(q.shape, dtype=q.dtype)
     starts, prompts = [int(x) for x in seq_starts], [int(x) for x in prompt_lens]
     plans = [schedule(prompt, end - start, int(arrival), chunk)
              for prompt, start, end, arrival in zip(prompts, starts, starts[1:], arrivals)]
@@ -175,7 +237,7 @@ def serve(q, k, v, seq_starts, prompt_lens, arrivals, k_range, v_range, block_or
             out[rows] = decode(cache, decodes, q[rows], scale)
         for b in finishing:
             cache.release(b)
-    return {"out": out, "cache_dtype": np.array([I8 if INT8 else F64])}
+    return {"out": out, "cache_dtype": np.array([I8 if INT8 else dtype])}
 
 
 if __name__ == "__main__":

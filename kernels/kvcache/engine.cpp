@@ -1,7 +1,11 @@
 // The cached engine: a scheduler stepping a batch through a KV cache, three
 // cache layouts, and one attention kernel (online softmax over key tiles;
 // for the paged layout one tile is one page, as a paged-attention kernel
-// walks the block table).
+// walks the block table). Non-f64 cases (kvcache.h, Precision): the
+// scheduler rounds each K/V row to the dtype before the cache write, and
+// attention runs in f32, its outputs rounded to the dtype when stored.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <deque>
@@ -9,6 +13,8 @@
 #include <stdexcept>
 
 #include "kernels/kvcache/kvcache.h"
+#include "kprop/errors.h"
+#include "kprop/half.h"
 
 namespace kprop::kvcache {
 namespace {
@@ -34,7 +40,7 @@ class ContiguousCache {
       : dims_(c),
         cap_(capacity(c)),
         k_(c.seqs.size() * cap_ * dims_.token(), poison_key(c.poison)),
-        v_(k_.size(), poison_value(c.poison)) {}
+        v_(k_.size(), poison_value(c.poison, c.dtype)) {}
   int tile() const { return kTile; }
   void write(size_t b, int t, const double* k, const double* v, bool) {
     std::copy(k, k + dims_.token(), &k_[slot(b, t)]);
@@ -62,7 +68,7 @@ class PagedCache {
         page_(c.page_size),
         last_block_offset_(e.last_block_offset),
         k_(c.block_order.size() * static_cast<size_t>(page_) * dims_.token(), poison_key(c.poison)),
-        v_(k_.size(), poison_value(c.poison)),
+        v_(k_.size(), poison_value(c.poison, c.dtype)),
         free_(c.block_order.begin(), c.block_order.end()),
         tables_(c.seqs.size()),
         released_(c.seqs.size(), 0),
@@ -165,41 +171,58 @@ class Int8Cache {
   std::vector<double> kbuf_, vbuf_;
 };
 
-// One query head over keys [lo, n) of sequence b, tile by tile: running max
-// m, running sum l and accumulator rescaled by exp(m_old - m_new).
-template <typename Cache>
-void attend(Cache& cache, size_t b, size_t kv_head, const double* q, int lo, int n, size_t D, double* out,
-            std::vector<double>& s) {
-  const double alpha = 1 / std::sqrt(static_cast<double>(D));
+// One query head over keys [lo, n) of sequence b, tile by tile, in Acc
+// (double for f64 cases, float otherwise): running max m, running sum l and
+// accumulator rescaled by exp(m_old - m_new). `in_storage` (a mutant) rounds
+// l and the accumulator to the dtype after every update.
+template <typename Acc, typename Cache>
+void attend(Cache& cache, size_t b, size_t kv_head, const double* q, int lo, int n, size_t D, Acc* out,
+            std::vector<Acc>& s, DType in_storage) {
+  const Acc alpha = static_cast<Acc>(1 / std::sqrt(static_cast<double>(D)));
   const int tile = cache.tile();
-  double m = -std::numeric_limits<double>::infinity(), l = 0;
-  std::fill(out, out + D, 0.0);
+  const bool keep = in_storage != DType::f64;
+  auto store = [in_storage](Acc x) { return static_cast<Acc>(round_to(in_storage, static_cast<double>(x))); };
+  Acc m = -std::numeric_limits<Acc>::infinity(), l = 0;
+  std::fill(out, out + D, Acc(0));
   for (int start = lo / tile * tile; start < n; start += tile) {
     const int a = std::max(start, lo), e = std::min(start + tile, n);
-    double tile_max = -std::numeric_limits<double>::infinity();
+    Acc tile_max = -std::numeric_limits<Acc>::infinity();
     for (int j = a; j < e; ++j) {
       const double* k = cache.key(b, j, kv_head);
-      double dot = 0;
-      for (size_t d = 0; d < D; ++d) dot += q[d] * k[d];
+      Acc dot = 0;
+      for (size_t d = 0; d < D; ++d) dot += static_cast<Acc>(q[d]) * static_cast<Acc>(k[d]);
       s[static_cast<size_t>(j - a)] = alpha * dot;
       tile_max = std::max(tile_max, alpha * dot);
     }
-    const double m_new = std::max(m, tile_max);
-    const double correction = std::exp(m - m_new);  // 0 on the first tile
+    const Acc m_new = std::max(m, tile_max);
+    const Acc correction = std::exp(m - m_new);  // 0 on the first tile
     l *= correction;
-    for (size_t d = 0; d < D; ++d) out[d] *= correction;
+    if (keep) l = store(l);
+    for (size_t d = 0; d < D; ++d) out[d] = keep ? store(out[d] * correction) : out[d] * correction;
     for (int j = a; j < e; ++j) {
-      const double p = std::exp(s[static_cast<size_t>(j - a)] - m_new);
+      const Acc p = std::exp(s[static_cast<size_t>(j - a)] - m_new);
       const double* v = cache.value(b, j, kv_head);
       l += p;
-      for (size_t d = 0; d < D; ++d) out[d] += p * v[d];
+      if (keep) l = store(l);
+      for (size_t d = 0; d < D; ++d) {
+        out[d] += p * static_cast<Acc>(v[d]);
+        if (keep) out[d] = store(out[d]);
+      }
     }
     m = m_new;
   }
   for (size_t d = 0; d < D; ++d) out[d] /= l;
 }
 
-template <typename Cache>
+// A K or V element as the cache write stores it: rounded to the dtype (the
+// truncate_bf16 mutant truncates a bf16 cache's f32 input instead).
+double cache_store(DType dtype, bool truncate_bf16, double x) {
+  if (truncate_bf16 && dtype == DType::bf16)
+    return half::bf16_to_double(half::bf16_truncate(static_cast<float>(x)));
+  return round_to(dtype, x);
+}
+
+template <typename Cache, typename Acc>
 Result run_with(const Case& c, const Engine& e) {
   const size_t B = c.seqs.size(), D = static_cast<size_t>(c.head_dim);
   const size_t Hq = static_cast<size_t>(c.q_heads()), g = static_cast<size_t>(c.group);
@@ -215,7 +238,8 @@ Result run_with(const Case& c, const Engine& e) {
     r.out.emplace_back(static_cast<size_t>(c.seqs[b].tokens()) * Hq * D);
   }
   Cache cache(c, e);
-  std::vector<double> scratch(static_cast<size_t>(std::max(cache.tile(), 1)));
+  std::vector<Acc> scratch(static_cast<size_t>(std::max(cache.tile(), 1))), acc(D);
+  std::vector<double> krow(token), vrow(token);
   std::vector<size_t> next(B, 0);  // each sequence's next work item
   for (int step = 0; step <= last_step; ++step) {
     std::vector<std::pair<size_t, Work>> work;
@@ -232,7 +256,11 @@ Result run_with(const Case& c, const Engine& e) {
       const int P = c.seqs[b].prompt;
       for (int t = w.begin; t < w.end; ++t) {
         const size_t at = static_cast<size_t>(t) * token;
-        cache.write(b, t, &data[b].k[at], &data[b].v[at], t >= P);
+        for (size_t i = 0; i < token; ++i) {
+          krow[i] = cache_store(c.dtype, e.truncate_bf16, data[b].k[at + i]);
+          vrow[i] = cache_store(c.dtype, e.truncate_bf16, data[b].v[at + i]);
+        }
+        cache.write(b, t, krow.data(), vrow.data(), t >= P);
         if (t >= P) padded = std::max(padded, t + 1);
       }
     }
@@ -244,9 +272,12 @@ Result run_with(const Case& c, const Engine& e) {
         int n = t + 1;
         if (decode && e.decode_off_by_one) n = t;
         if (decode && e.padding_leak) n = padded;
+        const DType in_storage = decode && e.decode_acc_in_storage ? c.dtype : DType::f64;
         for (size_t h = 0; h < Hq; ++h) {
           const size_t row = static_cast<size_t>(t) * Hq + h;
-          attend(cache, b, h / g, &data[b].q[row * D], lo, n, D, &r.out[b][row * D], scratch);
+          attend(cache, b, h / g, &data[b].q[row * D], lo, n, D, acc.data(), scratch, in_storage);
+          double* dst = &r.out[b][row * D];
+          for (size_t d = 0; d < D; ++d) dst[d] = round_to(c.dtype, static_cast<double>(acc[d]));
         }
       }
     }
@@ -256,17 +287,25 @@ Result run_with(const Case& c, const Engine& e) {
   return r;
 }
 
+template <typename Cache>
+Result run_in(const Case& c, const Engine& e) {
+  return c.dtype == DType::f64 ? run_with<Cache, double>(c, e) : run_with<Cache, float>(c, e);
+}
+
 }  // namespace
 
 Result run(const Case& c, const Engine& e) {
   if (const std::string why = validate(c); !why.empty()) throw std::invalid_argument("kvcache case: " + why);
   switch (e.layout) {
     case Layout::contiguous:
-      return run_with<ContiguousCache>(c, e);
+      return run_in<ContiguousCache>(c, e);
     case Layout::paged:
-      return run_with<PagedCache>(c, e);
+      return run_in<PagedCache>(c, e);
     case Layout::int8:
-      return run_with<Int8Cache>(c, e);
+      if (c.dtype != DType::f64)
+        throw Unsupported(fmt::format("the int8 cache quantizes fp64 K/V: it takes f64 cases, not {}",
+                                      dtype_name(c.dtype)));
+      return run_with<Int8Cache, double>(c, e);
   }
   throw std::logic_error("unknown layout");
 }

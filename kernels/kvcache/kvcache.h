@@ -24,6 +24,21 @@
 // each channel's calibrated range (the case's channel ranges; every K/V
 // element lies within its channel's range, so nothing clips). Codes are
 // round(x / s) in [-127, 127]; attention dequantizes code * s.
+//
+// Precision (the case's dtype; an fp16/bf16 KV cache as vLLM and FlashInfer
+// keep it). f64 cases are what the family always did: data, caches and
+// attention all fp64. f32, f16 and bf16 cases: Q is drawn in the dtype (its
+// values are exactly representable); the new tokens' K and V arrive as f32
+// (the f32 output of the projection / RoPE that a fused append kernel writes)
+// and the cache write rounds them to the dtype, to nearest, ties to even, so
+// the cache holds dtype values; attention computes in f32 (the scores, the
+// softmax max and sum, the rescale, the P·V accumulator, P itself stays f32:
+// a decode kernel on CUDA cores), and each output is rounded to the dtype
+// when stored. The reference sees the same inputs: Q and the cache's rounded
+// K/V (stored_data), in fp64. The int8 cache quantizes fp64 K/V and takes f64
+// cases only: it declines the others (Unsupported). Unused slots of a
+// non-f64 cache hold the dtype's poison: NaN, or V = the dtype's value of
+// 1e30 (65504, its largest finite value, for f16).
 #pragma once
 
 #include <cstdint>
@@ -33,6 +48,15 @@
 namespace kprop::kvcache {
 
 enum class Poison { nan, huge };
+enum class DType { f32, f64, f16, bf16 };
+const char* dtype_name(DType d);
+bool is_half(DType d);
+// x rounded to the dtype (to nearest, ties to even; f64: x).
+double round_to(DType d, double x);
+// Unit roundoff of the dtype's storage: 2^-24 (f32), 2^-11 (f16), 2^-8 (bf16), 0 (f64).
+double storage_roundoff(DType d);
+// Half the dtype's smallest subnormal: the absolute error of rounding a tiny value (0 for f64).
+double storage_tiny(DType d);
 
 struct Sequence {
   int prompt = 1;     // P >= 1 tokens prefilled
@@ -52,10 +76,11 @@ struct Case {
   int chunk = 1;                 // chunked prefill: prompt tokens per chunk
   std::vector<int> block_order;  // the paged pool's free list at start: a permutation of its blocks
   Poison poison = Poison::nan;
-  double q_scale = 1;   // queries are q_scale * N(0, 1)
-  double k_spread = 1;  // key channel ranges are log-uniform in [1 / k_spread, 1]
-  double v_spread = 1;  // value channel ranges likewise
-  uint64_t seed = 1;    // channel ranges
+  double q_scale = 1;        // queries are q_scale * N(0, 1)
+  double k_spread = 1;       // key channel ranges are log-uniform in [1 / k_spread, 1]
+  double v_spread = 1;       // value channel ranges likewise
+  uint64_t seed = 1;         // channel ranges
+  DType dtype = DType::f64;  // the Precision note above
   int q_heads() const { return kv_heads * group; }
   bool operator==(const Case&) const = default;
 };
@@ -76,7 +101,11 @@ struct Tensors {
   std::vector<double> q;     // [T][Hq][D]
   std::vector<double> k, v;  // [T][Hkv][D]
 };
+// What the target is given: Q in the dtype, K and V as they arrive at the
+// cache write (f32 for non-f64 cases; see Precision).
 Tensors sequence_data(const Case& c, size_t b);
+// What the cache holds and attention reads: K and V rounded to the dtype.
+Tensors stored_data(const Case& c, size_t b);
 struct ChannelRanges {
   std::vector<double> k, v;  // [Hkv][D]: every element of that channel lies in [-range, range]
 };
@@ -103,12 +132,16 @@ int blocks_needed(const Case& c);
 // The case with its pool grown (new blocks appended to the free list) to what it needs.
 Case fit_pool(Case c);
 double poison_key(Poison p);
-double poison_value(Poison p);
+double poison_value(Poison p, DType d = DType::f64);
 
 // ---- implementations
 Result reference(const Case& c);
 // The reference on the int8 cache's dequantized K/V: what an int8 cache must output.
 Result reference_dequantized(const Case& c);
+// The same-precision naive baseline: the reference's two-pass computation in
+// the precision a non-f64 kernel computes in (f32), output rounded to the
+// dtype (f64 cases: the reference).
+Result naive(const Case& c);
 Result contiguous(const Case& c);
 Result paged(const Case& c);
 Result chunked_prefill(const Case& c);
@@ -126,6 +159,9 @@ struct Engine {
   bool padding_leak = false;        // decode keys masked by the batch's longest sequence
   bool per_tensor_scale = false;    // one int8 scale per tensor
   bool early_release = false;       // finishing sequences release blocks before the step's writes
+  // Precision mutations (differ from the correct engine on non-f64 cases only):
+  bool truncate_bf16 = false;          // bf16 cache written by truncation, not round-to-nearest-even
+  bool decode_acc_in_storage = false;  // decode's P·V accumulator and row sum kept in the dtype
 };
 Result run(const Case& c, const Engine& engine);
 

@@ -14,10 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "kprop/errors.h"
+
 namespace kprop::kvcache {
 
 Result cuda(const Case& c) {
   if (const std::string why = validate(c); !why.empty()) throw std::invalid_argument("kvcache case: " + why);
+  if (c.dtype != DType::f64) throw Unsupported("the CUDA engine's cache is fp64: it takes f64 cases");
   const size_t B = c.seqs.size(), D = static_cast<size_t>(c.head_dim);
   const size_t Hq = static_cast<size_t>(c.q_heads()), token = static_cast<size_t>(c.kv_heads) * D;
   const int page = c.page_size;

@@ -50,6 +50,24 @@ Result stale_block_reuse(const Case& c) {
   return run(c, e);
 }
 
+// paged, bf16 cases: the cache write converts the f32 K/V to bf16 by
+// dropping the low 16 bits (truncation toward zero) instead of rounding to
+// nearest even; every cached value loses up to a whole bf16 ulp, biased toward 0.
+Result cache_truncated_bf16(const Case& c) {
+  Engine e{Layout::paged};
+  e.truncate_bf16 = true;
+  return run(c, e);
+}
+
+// contiguous, f32/f16/bf16 cases: a decode step's P·V accumulator and
+// softmax row sum are held in the storage type (rounded after every update)
+// instead of f32.
+Result decode_accumulate_in_storage(const Case& c) {
+  Engine e{Layout::contiguous};
+  e.decode_acc_in_storage = true;
+  return run(c, e);
+}
+
 }  // namespace
 
 const std::vector<Mutant>& mutants() {
@@ -68,6 +86,12 @@ const std::vector<Mutant>& mutants() {
        "paged: finishing sequences release blocks before the step's writes, which then reuse blocks still "
        "being read",
        stale_block_reuse},
+      {"cache_truncated_bf16",
+       "paged, bf16: K/V written to the bf16 cache by truncation instead of round-to-nearest-even",
+       cache_truncated_bf16},
+      {"decode_accumulate_in_storage",
+       "decode's P·V accumulator and softmax row sum held in the storage type (f16/bf16), not f32",
+       decode_accumulate_in_storage},
   };
   return table;
 }

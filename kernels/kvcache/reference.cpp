@@ -6,8 +6,10 @@
 #include <cmath>
 #include <limits>
 #include <set>
+#include <type_traits>
 
 #include "kernels/kvcache/kvcache.h"
+#include "kprop/half.h"
 #include "kprop/rng.h"
 
 namespace kprop::kvcache {
@@ -16,6 +18,66 @@ namespace {
 enum Stream : uint64_t { kQ = 1, kK = 2, kV = 3, kRangeK = 10, kRangeV = 11 };
 
 }  // namespace
+
+const char* dtype_name(DType d) {
+  switch (d) {
+    case DType::f32:
+      return "f32";
+    case DType::f64:
+      return "f64";
+    case DType::f16:
+      return "f16";
+    case DType::bf16:
+      return "bf16";
+  }
+  return "?";
+}
+
+bool is_half(DType d) {
+  return d == DType::f16 || d == DType::bf16;
+}
+
+double round_to(DType d, double x) {
+  switch (d) {
+    case DType::f32:
+      return static_cast<double>(static_cast<float>(x));
+    case DType::f64:
+      return x;
+    case DType::f16:
+      return half::round_to_f16(x);
+    case DType::bf16:
+      return half::round_to_bf16(x);
+  }
+  return x;
+}
+
+double storage_roundoff(DType d) {
+  switch (d) {
+    case DType::f32:
+      return 0x1p-24;
+    case DType::f64:
+      return 0;
+    case DType::f16:
+      return 0x1p-11;
+    case DType::bf16:
+      return 0x1p-8;
+  }
+  return 0;
+}
+
+double storage_tiny(DType d) {
+  switch (d) {
+    case DType::f32:
+      return 0x1p-150;
+    case DType::f64:
+      return 0;
+    case DType::f16:
+      return half::f16_min_subnormal / 2;
+    case DType::bf16:
+      return half::bf16_min_subnormal / 2;
+  }
+  return 0;
+}
 
 ChannelRanges channel_ranges(const Case& c) {
   const size_t n = static_cast<size_t>(c.kv_heads) * static_cast<size_t>(c.head_dim);
@@ -34,12 +96,21 @@ Tensors sequence_data(const Case& c, size_t b) {
   const ChannelRanges range = channel_ranges(c);
   Tensors t{std::vector<double>(T * Hq * D), std::vector<double>(T * Hkv * D),
             std::vector<double>(T * Hkv * D)};
-  for (size_t i = 0; i < t.q.size(); ++i) t.q[i] = c.q_scale * rng::normal(s.seed, kQ, i);
+  // K/V arrive at the cache write as f32 in non-f64 cases (Precision).
+  const DType arrive = c.dtype == DType::f64 ? DType::f64 : DType::f32;
+  for (size_t i = 0; i < t.q.size(); ++i) t.q[i] = round_to(c.dtype, c.q_scale * rng::normal(s.seed, kQ, i));
   for (size_t i = 0; i < t.k.size(); ++i) {
     const size_t channel = i % (Hkv * D);
-    t.k[i] = range.k[channel] * (2 * rng::uniform(s.seed, kK, i) - 1);
-    t.v[i] = range.v[channel] * (2 * rng::uniform(s.seed, kV, i) - 1);
+    t.k[i] = round_to(arrive, range.k[channel] * (2 * rng::uniform(s.seed, kK, i) - 1));
+    t.v[i] = round_to(arrive, range.v[channel] * (2 * rng::uniform(s.seed, kV, i) - 1));
   }
+  return t;
+}
+
+Tensors stored_data(const Case& c, size_t b) {
+  Tensors t = sequence_data(c, b);
+  for (auto* x : {&t.k, &t.v})
+    for (double& e : *x) e = round_to(c.dtype, e);
   return t;
 }
 
@@ -110,8 +181,9 @@ Case fit_pool(Case c) {
 double poison_key(Poison p) {
   return p == Poison::nan ? std::numeric_limits<double>::quiet_NaN() : 0.0;
 }
-double poison_value(Poison p) {
-  return p == Poison::nan ? std::numeric_limits<double>::quiet_NaN() : 1e30;
+double poison_value(Poison p, DType d) {
+  if (p == Poison::nan) return std::numeric_limits<double>::quiet_NaN();
+  return d == DType::f16 ? half::f16_max : round_to(d, 1e30);
 }
 
 std::string validate(const Case& c) {
@@ -130,6 +202,7 @@ std::string validate(const Case& c) {
   if (c.page_size < 1 || c.page_size > 4096) return "page_size must be in [1, 4096]";
   if (c.chunk < 1 || c.chunk > 4096) return "chunk must be in [1, 4096]";
   if (!(c.q_scale > 0 && c.q_scale <= 1e3)) return "q_scale must be in (0, 1000]";
+  if (c.dtype != DType::f64 && c.dtype != DType::f32 && !is_half(c.dtype)) return "unknown dtype";
   if (!(c.k_spread >= 1 && c.k_spread <= 1e6 && c.v_spread >= 1 && c.v_spread <= 1e6))
     return "k_spread and v_spread must be in [1, 1e6]";
   std::vector<bool> seen(c.block_order.size());
@@ -145,38 +218,44 @@ std::string validate(const Case& c) {
 
 namespace {
 
-// Output of token t of one sequence from its full K/V: scores, max, exp, sum.
+// Output of token t of one sequence from its full K/V: scores, max, exp, sum,
+// in T (double: the reference; float: the naive same-precision baseline,
+// whose outputs are then rounded to the dtype).
+template <typename T>
 Result recompute(const Case& c, bool int8_cache) {
   const size_t D = static_cast<size_t>(c.head_dim), Hq = static_cast<size_t>(c.q_heads());
   const size_t Hkv = static_cast<size_t>(c.kv_heads), g = static_cast<size_t>(c.group);
-  const double alpha = 1 / std::sqrt(static_cast<double>(D));
+  const T alpha = static_cast<T>(1 / std::sqrt(static_cast<double>(D)));
   const ChannelRanges scales = int8_scales(c);
   Result r;
   r.int8_cache = int8_cache;
   for (size_t b = 0; b < c.seqs.size(); ++b) {
-    Tensors x = sequence_data(c, b);
-    if (int8_cache) x = dequantized(c, std::move(x), scales);
-    const size_t T = static_cast<size_t>(c.seqs[b].tokens());
-    std::vector<double> out(T * Hq * D), p(T);
-    for (size_t t = 0; t < T; ++t)
+    Tensors x = int8_cache ? dequantized(c, sequence_data(c, b), scales) : stored_data(c, b);
+    const size_t T_ = static_cast<size_t>(c.seqs[b].tokens());
+    std::vector<double> out(T_ * Hq * D);
+    std::vector<T> p(T_), o(D);
+    for (size_t t = 0; t < T_; ++t)
       for (size_t h = 0; h < Hq; ++h) {
         const double* q = &x.q[(t * Hq + h) * D];
         const size_t kvh = h / g;
-        double m = -std::numeric_limits<double>::infinity();
+        T m = -std::numeric_limits<T>::infinity();
         for (size_t j = 0; j <= t; ++j) {
           const double* k = &x.k[(j * Hkv + kvh) * D];
-          double s = 0;
-          for (size_t d = 0; d < D; ++d) s += q[d] * k[d];
+          T s = 0;
+          for (size_t d = 0; d < D; ++d) s += static_cast<T>(q[d]) * static_cast<T>(k[d]);
           p[j] = alpha * s;
           m = std::max(m, p[j]);
         }
-        double l = 0;
+        T l = 0;
         for (size_t j = 0; j <= t; ++j) l += p[j] = std::exp(p[j] - m);
-        double* o = &out[(t * Hq + h) * D];
+        std::fill(o.begin(), o.end(), T(0));
         for (size_t j = 0; j <= t; ++j) {
           const double* v = &x.v[(j * Hkv + kvh) * D];
-          for (size_t d = 0; d < D; ++d) o[d] += p[j] / l * v[d];
+          for (size_t d = 0; d < D; ++d) o[d] += p[j] / l * static_cast<T>(v[d]);
         }
+        double* dst = &out[(t * Hq + h) * D];
+        for (size_t d = 0; d < D; ++d)
+          dst[d] = std::is_same_v<T, double> ? o[d] : round_to(c.dtype, static_cast<double>(o[d]));
       }
     r.out.push_back(std::move(out));
   }
@@ -185,11 +264,16 @@ Result recompute(const Case& c, bool int8_cache) {
 
 }  // namespace
 
+// The reference keeps its outputs in fp64 whatever the dtype.
 Result reference(const Case& c) {
-  return recompute(c, false);
+  return recompute<double>(c, false);
 }
 Result reference_dequantized(const Case& c) {
-  return recompute(c, true);
+  return recompute<double>(c, true);
+}
+Result naive(const Case& c) {
+  if (c.dtype == DType::f64) return reference(c);
+  return recompute<float>(c, false);
 }
 
 }  // namespace kprop::kvcache

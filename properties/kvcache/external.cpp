@@ -4,6 +4,13 @@
 // cache configuration; the reply is every token's attention output. The
 // engine owns its cache, so all of the family's cache-management bugs stay
 // expressible (and checkable) outside kprop.
+//
+// dtypes (kernels/kvcache/kvcache.h, Precision): q and out travel in the
+// case's dtype (KPROP_F64, KPROP_F32, KPROP_F16 or KPROP_BF16); k and v in
+// f64 for f64 cases, else in f32 (as they arrive at the cache write, which
+// rounds them to the dtype). The reply's cache_dtype must be the case's
+// dtype, or KPROP_I8 for an int8 cache on an f64 case; an engine that lacks
+// a dtype answers KPROP_UNSUPPORTED (the case is declined, not passed).
 #include <fmt/format.h>
 
 #include <cmath>
@@ -15,6 +22,20 @@ namespace {
 
 using external::Message;
 using external::Tensor;
+
+int32_t abi_dtype(DType d) {
+  switch (d) {
+    case DType::f32:
+      return KPROP_F32;
+    case DType::f16:
+      return KPROP_F16;
+    case DType::bf16:
+      return KPROP_BF16;
+    case DType::f64:
+      break;
+  }
+  return KPROP_F64;
+}
 
 Result drive(const Case& c, external::Transport& target) {
   const int64_t B = static_cast<int64_t>(c.seqs.size()), Hq = c.q_heads(), Hkv = c.kv_heads, D = c.head_dim;
@@ -32,11 +53,12 @@ Result drive(const Case& c, external::Transport& target) {
   const int64_t N = starts.back();
   const ChannelRanges range = channel_ranges(c);
   const std::vector<int64_t> order(c.block_order.begin(), c.block_order.end());
+  const int32_t dt = abi_dtype(c.dtype), kv_dt = c.dtype == DType::f64 ? KPROP_F64 : KPROP_F32;
   Message m;
   m.op = "kvcache.serve";
-  m.input(Tensor::of("q", KPROP_F64, {N, Hq, D}, q))
-      .input(Tensor::of("k", KPROP_F64, {N, Hkv, D}, k))
-      .input(Tensor::of("v", KPROP_F64, {N, Hkv, D}, v))
+  m.input(Tensor::of("q", dt, {N, Hq, D}, q))
+      .input(Tensor::of("k", kv_dt, {N, Hkv, D}, k))
+      .input(Tensor::of("v", kv_dt, {N, Hkv, D}, v))
       .input(Tensor::of_ints("seq_starts", KPROP_I32, {B + 1}, starts))
       .input(Tensor::of_ints("prompt_lens", KPROP_I32, {B}, prompts))
       .input(Tensor::of_ints("arrivals", KPROP_I32, {B}, arrivals))
@@ -47,15 +69,19 @@ Result drive(const Case& c, external::Transport& target) {
              {"chunk", c.chunk},
              {"poison", c.poison == Poison::nan ? KPROP_KVCACHE_POISON_NAN : KPROP_KVCACHE_POISON_HUGE},
              {"scale", 1 / std::sqrt(static_cast<double>(D))}};
-  m.output("out", KPROP_F64, {N, Hq, D}).output("cache_dtype", KPROP_I32, {1});
+  m.output("out", dt, {N, Hq, D}).output("cache_dtype", KPROP_I32, {1});
   const Message reply = target.call(m);
 
   Result r;
   const int64_t cache_dtype = reply.tensor("cache_dtype").to_ints()[0];
-  if (cache_dtype != KPROP_F64 && cache_dtype != KPROP_I8)
+  if (c.dtype == DType::f64 && cache_dtype != KPROP_F64 && cache_dtype != KPROP_I8)
     throw external::TargetFailure(
         "error", fmt::format("kvcache.serve: cache_dtype {} is neither KPROP_F64 ({}) nor KPROP_I8 ({})",
                              cache_dtype, int{KPROP_F64}, int{KPROP_I8}));
+  if (c.dtype != DType::f64 && cache_dtype != dt)
+    throw external::TargetFailure(
+        "error", fmt::format("kvcache.serve: a {} case's cache_dtype must be {}, not {}", dtype_name(c.dtype),
+                             dt, cache_dtype));
   r.int8_cache = cache_dtype == KPROP_I8;
   const std::vector<double> out = reply.tensor("out").to_doubles();
   const size_t row = static_cast<size_t>(Hq * D);

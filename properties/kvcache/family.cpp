@@ -8,6 +8,14 @@
 #include "kprop/case_yaml.h"
 
 namespace kprop::kvcache {
+namespace {
+const Choices kDtypes = {"f64", "f32", "f16", "bf16"};
+DType dtype_named(const std::string& name) {
+  for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16})
+    if (name == dtype_name(d)) return d;
+  throw std::logic_error("kvcache: unknown dtype " + name);
+}
+}  // namespace
 
 Schema Traits::domain_schema() {
   return {
@@ -30,6 +38,9 @@ Schema Traits::domain_schema() {
       field::real_range("k_spread", {1, 100}, 1, 1e6, "key channel ranges are log-uniform in [1/spread, 1]"),
       field::real_range("v_spread", {1, 100}, 1, 1e6,
                         "value channel ranges are log-uniform in [1/spread, 1]"),
+      field::choices("dtypes", kDtypes, kDtypes,
+                     "the case's dtype: f64 computes in fp64; f32/f16/bf16 store Q, the cache and the "
+                     "outputs in the dtype and compute in f32 (kernels/kvcache/kvcache.h, Precision)"),
   };
 }
 
@@ -81,6 +92,11 @@ Case Traits::build(Draw& draw, const Values& domain) {
   c.k_spread = std::max(1.0, tidy(draw.any(domain.real_range("k_spread"))));
   c.v_spread = std::max(1.0, tidy(draw.any(domain.real_range("v_spread"))));
   c.seed = static_cast<uint64_t>(draw.any(IntRange{1, 1 << 30}));
+  // The dtype, drawn last among the case's fields so that a spec drawing f64
+  // only draws the cases it drew before dtypes existed.
+  const Choices& dtypes = domain.choices("dtypes");
+  c.dtype =
+      dtype_named(dtypes.size() == 1 ? dtypes[0] : dtypes[static_cast<size_t>(draw.index(dtypes.size()))]);
   // The pool: what the schedule needs plus spares, in an order drawn here
   // (identity, reversed or shuffled), which is the free list's initial order.
   const int n = blocks_needed(c) + static_cast<int>(draw.any(domain.int_range("spare_blocks")));
@@ -125,7 +141,7 @@ rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
       if (!(s.seqs[b] == q)) add(s);
     }
   }
-  auto set = [&](auto member, int value) {
+  auto set = [&](auto member, auto value) {
     Case s = c;
     s.*member = value;
     add(s);
@@ -142,6 +158,9 @@ rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
   for (const Sequence& s : c.seqs) longest_prompt = std::max(longest_prompt, s.prompt);
   if (c.chunk > longest_prompt) set(&Case::chunk, longest_prompt);  // the same single chunk, a smaller number
   for (int k = 1; k < std::min(c.chunk, longest_prompt + 1); ++k) set(&Case::chunk, k);
+  // Wider dtypes first: f64, then f32 (the same data, less rounding).
+  if (c.dtype != DType::f64) set(&Case::dtype, DType::f64);
+  if (is_half(c.dtype)) set(&Case::dtype, DType::f32);
   {
     Case s = c;
     s.poison = Poison::nan;
@@ -202,12 +221,12 @@ std::string Traits::in_domain(const Case& c, const Values& d) {
     if (v >= lo && v <= hi) return "";
     return fmt::format("{} = {} is outside [{}, {}]", key, v, r.lo, r.hi);
   };
-  return first_problem({outside_int_range(d, "kv_heads", c.kv_heads), outside_int_range(d, "group", c.group),
-                        outside_int_range(d, "head_dim", c.head_dim),
-                        outside_int_range(d, "page_size", c.page_size),
-                        outside_choices(d, "poison", c.poison == Poison::nan ? "nan" : "huge"),
-                        real_in("q_scale", c.q_scale, 1.0 / 64), real_in("k_spread", c.k_spread, 1),
-                        real_in("v_spread", c.v_spread, 1)});
+  return first_problem(
+      {outside_int_range(d, "kv_heads", c.kv_heads), outside_int_range(d, "group", c.group),
+       outside_int_range(d, "head_dim", c.head_dim), outside_int_range(d, "page_size", c.page_size),
+       outside_choices(d, "poison", c.poison == Poison::nan ? "nan" : "huge"),
+       outside_choices(d, "dtypes", dtype_name(c.dtype)), real_in("q_scale", c.q_scale, 1.0 / 64),
+       real_in("k_spread", c.k_spread, 1), real_in("v_spread", c.v_spread, 1)});
 }
 
 namespace {
@@ -277,6 +296,7 @@ YAML::Node Traits::to_yaml(const Case& c) {
   n["chunk"] = c.chunk;
   n["pool"] = case_yaml::list(c.block_order);
   n["poison"] = poison_name(c.poison);
+  n["dtype"] = dtype_name(c.dtype);
   YAML::Node data(YAML::NodeType::Map);
   data["q_scale"] = real(c.q_scale);
   data["k_spread"] = real(c.k_spread);
@@ -290,7 +310,7 @@ using case_yaml::expect_keys;
 using case_yaml::read;
 
 Case Traits::from_yaml(const YAML::Node& n) {
-  expect_keys(n, {"heads", "head_dim", "seqs", "page_size", "chunk", "pool", "poison", "data"},
+  expect_keys(n, {"heads", "head_dim", "seqs", "page_size", "chunk", "pool", "poison", "dtype", "data"},
               "kvcache case");
   Case c;
   const YAML::Node heads = n["heads"];
@@ -312,6 +332,11 @@ Case Traits::from_yaml(const YAML::Node& n) {
   const std::string poison = read<std::string>(n, "poison");
   if (poison != "nan" && poison != "huge") case_yaml::fail(n["poison"], "'poison' is nan or huge");
   c.poison = poison == "nan" ? Poison::nan : Poison::huge;
+  // Corpus files from before dtypes were f64 cases.
+  const std::string dtype = case_yaml::read_or<std::string>(n, "dtype", "f64");
+  if (std::find(kDtypes.begin(), kDtypes.end(), dtype) == kDtypes.end())
+    case_yaml::fail(n["dtype"], "'dtype' is one of f64, f32, f16, bf16");
+  c.dtype = dtype_named(dtype);
   const YAML::Node data = n["data"];
   if (!data) case_yaml::fail(n, "missing 'data'");
   expect_keys(data, {"q_scale", "k_spread", "v_spread", "seed"}, "data");
@@ -330,12 +355,12 @@ CaseStats Traits::stats(const Case& c) {
     tokens += s.tokens();
     seqs.push_back(fmt::format("{}+{}@{}", s.prompt, s.decode, s.arrive));
   }
-  return {
-      tokens,
-      fmt::format("{} seq{} (prompt+decode@arrival: {}), heads {}x{}, head_dim {}, page {}, chunk {}, "
-                  "pool {}, poison {}",
-                  c.seqs.size(), c.seqs.size() == 1 ? "" : "s", fmt::join(seqs, ", "), c.kv_heads, c.group,
-                  c.head_dim, c.page_size, c.chunk, c.block_order.size(), poison_name(c.poison))};
+  return {tokens,
+          fmt::format("{} seq{} (prompt+decode@arrival: {}), heads {}x{}, head_dim {}, page {}, chunk {}, "
+                      "pool {}, poison {}, {}",
+                      c.seqs.size(), c.seqs.size() == 1 ? "" : "s", fmt::join(seqs, ", "), c.kv_heads,
+                      c.group, c.head_dim, c.page_size, c.chunk, c.block_order.size(), poison_name(c.poison),
+                      dtype_name(c.dtype))};
 }
 
 }  // namespace kprop::kvcache

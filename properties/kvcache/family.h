@@ -39,6 +39,10 @@ struct Traits {
 // The derived int8 error bound (invariants.cpp) of every output element, per
 // sequence like Result::out.
 std::vector<std::vector<double>> int8_bound(const Case& c);
+// The derived floor (invariants.cpp) of every output element of an f32, f16
+// or bf16 case, from the reference's outputs (zeros for f64 cases): the f32
+// arithmetic error (× f32_k) and the rounding of the output to the dtype.
+std::vector<std::vector<double>> storage_floor(const Case& c, const Result& reference, double f32_k);
 
 void register_invariants(FamilyDef<Traits>& family);
 // Kernels built elsewhere (properties/kvcache/external.cpp).

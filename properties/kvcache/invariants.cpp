@@ -14,6 +14,35 @@
 //     o' - o = sum_j (p'_j - p_j)(v_j - m) + sum_j p'_j (v'_j - v_j)
 //   with m the midrange of the visible v_j[d] (range R_d):
 //     |o' - o| <= R_d tanh(eps) + sv[d] / 2.
+//
+// f32, f16 and bf16 cases (kernels/kvcache/kvcache.h, Precision). The
+// reference runs in fp64 on the same inputs as the cache holds them (Q and
+// the rounded K/V), so a correct target's error has two sources: f32
+// arithmetic and the rounding of its outputs to the dtype. Per output element
+// (token t, n = t + 1 visible keys, query head h, channel d), with eps =
+// 2^-24 (f32's unit roundoff), smax = max_j |q|·|k_j| / sqrt(D) (the largest
+// score magnitude), vmax_d = max_j |v_j[d]|, o the reference output, u the
+// storage unit roundoff (2^-24 f32, 2^-11 f16, 2^-8 bf16) and tau half the
+// dtype's smallest subnormal:
+//   scores: each dot product of D terms and the scale, (D + 2) eps smax;
+//     s_j - m and the rescale exponents m_k - m_k+1 (they telescope to at
+//     most 2 smax in all): 4 eps smax; the exps and the <= n rescale
+//     products: 3n + 3 eps; so each weight p_j carries a relative error
+//     eta <= eps (2 (D + 2) smax + 4 smax + 3n + 3);
+//   sums: the numerator sum_j p_j v_j and l = sum_j p_j each add n terms and
+//     are rescaled <= n times: a further 2n + 2 eps relative per term;
+//   o = N / l: weights perturbed by theta_j in N and phi_j in l give
+//     |o^ - o| <= (max theta + max phi) vmax_d, plus eps |o| for the division:
+//     e32 = 2 eps (2 (D + 2) smax + 4 smax + 5n + 5) vmax_d + eps vmax_d;
+//   store: |round(o32) - o32| <= u |o32| + tau, |o32| <= |o| + e32.
+// So |o^ - o| <= floor = u |o| + tau + (1 + u) f32_k e32, f32_k (spec
+// parameter, default 2) covering the second-order terms left out. Against
+// the reference (matches_reference) the allowed error is that floor plus
+// naive_k × the same-precision naive baseline's own error there (naive():
+// the reference's two-pass computation in f32, stored in the dtype). Two
+// runs of the target (the metamorphic invariants) each lie within the floor
+// of the reference: they may differ by twice it. The value hull widens by
+// the floor. f64 cases keep the fp64 tolerances (no floor).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -54,16 +83,85 @@ std::vector<std::vector<double>> int8_bound(const Case& c) {
   }
   return bound;
 }
+// The derived floor (header comment) of every output element of a non-f64
+// case, from the reference's outputs; zeros for f64 cases.
+std::vector<std::vector<double>> storage_floor(const Case& c, const Result& ref, double f32_k) {
+  const size_t D = static_cast<size_t>(c.head_dim), Hq = static_cast<size_t>(c.q_heads());
+  const size_t Hkv = static_cast<size_t>(c.kv_heads), g = static_cast<size_t>(c.group);
+  const double alpha = 1 / std::sqrt(static_cast<double>(D)), eps = 0x1p-24;
+  const double u = storage_roundoff(c.dtype), tau = storage_tiny(c.dtype);
+  std::vector<std::vector<double>> floor;
+  for (size_t b = 0; b < c.seqs.size(); ++b) {
+    const size_t T_ = static_cast<size_t>(c.seqs[b].tokens());
+    std::vector<double> out(T_ * Hq * D, 0.0);
+    if (c.dtype == DType::f64 || b >= ref.out.size() || ref.out[b].size() != out.size()) {
+      floor.push_back(std::move(out));
+      continue;
+    }
+    const Tensors x = stored_data(c, b);
+    std::vector<double> vmax(Hkv * D, 0.0), smax(Hq, 0.0);
+    for (size_t t = 0; t < T_; ++t) {
+      for (size_t i = 0; i < Hkv * D; ++i) vmax[i] = std::max(vmax[i], std::fabs(x.v[t * Hkv * D + i]));
+      for (size_t h = 0; h < Hq; ++h) {
+        const double* q = &x.q[(t * Hq + h) * D];
+        double top = 0;
+        for (size_t j = 0; j <= t; ++j) {
+          const double* k = &x.k[(j * Hkv + h / g) * D];
+          double s = 0;
+          for (size_t d = 0; d < D; ++d) s += std::fabs(q[d] * k[d]);
+          top = std::max(top, alpha * s);
+        }
+        const double n = static_cast<double>(t + 1);
+        const double rel = 2 * eps * (2 * (double(D) + 2) * top + 4 * top + 5 * n + 5) + eps;
+        for (size_t d = 0; d < D; ++d) {
+          const size_t i = (t * Hq + h) * D + d;
+          const double e32 = rel * vmax[h / g * D + d];
+          const double o = std::fabs(ref.out[b][i]);
+          out[i] = u * (std::isfinite(o) ? o : 0.0) + tau + (1 + u) * f32_k * e32;
+        }
+      }
+    }
+    floor.push_back(std::move(out));
+  }
+  return floor;
+}
+
 namespace {
 
 using T = Trial<Traits>;
 using Bound = std::vector<std::vector<double>>;  // per sequence, like Result::out
 
-Schema tol_params(double atol, double rtol, const char* why) {
-  return {field::map("tol",
-                     {field::real("atol", atol, 0, 1e3, "absolute tolerance"),
-                      field::real("rtol", rtol, 0, 1, "relative tolerance")},
-                     why)};
+Schema tol_params(double atol, double rtol, const char* why, bool naive = false) {
+  Schema s = {field::map("tol",
+                         {field::real("atol", atol, 0, 1e3, "absolute tolerance (all dtypes)"),
+                          field::real("rtol", rtol, 0, 1, "relative tolerance (all dtypes)")},
+                         why),
+              field::real("f32_k", 2, 1, 1e3,
+                          "f32/f16/bf16 cases: multiple of the first-order f32 error bound in the derived "
+                          "floor (properties/kvcache/invariants.cpp)")};
+  if (naive)
+    s.push_back(field::real("naive_k", 1, 0, 1e3,
+                            "f32/f16/bf16 cases: multiple of the naive same-precision baseline's error "
+                            "allowed on top of the floor"));
+  return s;
+}
+
+// The extra allowance of a non-f64 case: `times` × the derived floor (empty for f64 cases).
+Bound half_bound(T& t, const Values& p, double times) {
+  const Case& c = t.input();
+  if (c.dtype == DType::f64) return {};
+  Bound f = storage_floor(c, t.reference(), p.real("f32_k"));
+  for (auto& row : f)
+    for (double& x : row) x *= times;
+  return f;
+}
+
+// a + b elementwise (either may be empty: none).
+Bound add(Bound a, const Bound& b) {
+  if (a.empty()) return b;
+  for (size_t s = 0; s < a.size() && s < b.size(); ++s)
+    for (size_t i = 0; i < a[s].size() && i < b[s].size(); ++i) a[s][i] += b[s][i];
+  return a;
 }
 
 const char* kFp64 = "fp64 against fp64: only the summation order differs";
@@ -84,12 +182,14 @@ Verdict agree(const Case& c, const Result& got, const Result& want, const Values
   const double atol = p.real("tol.atol"), rtol = p.real("tol.rtol");
   if (got.out.size() != want.out.size())
     return Verdict::fail(fmt::format("{}: {} sequences vs {}", what, got.out.size(), want.out.size()));
+  double ratio = 0;
   for (size_t b = 0; b < want.out.size(); ++b) {
     const auto &g = got.out[b], &w = want.out[b];
     if (g.size() != w.size())
       return Verdict::fail(fmt::format("{}: sequence {} has {} outputs vs {}", what, b, g.size(), w.size()));
+    const bool bounded = bound && b < bound->size() && (*bound)[b].size() == w.size();
     for (size_t i = 0; i < w.size(); ++i) {
-      const double allowed = atol + rtol * std::fabs(w[i]) + (bound ? (*bound)[b][i] : 0.0);
+      const double allowed = atol + rtol * std::fabs(w[i]) + (bounded ? (*bound)[b][i] : 0.0);
       const double err = std::fabs(g[i] - w[i]);
       const bool same_nan = std::isnan(g[i]) && std::isnan(w[i]);
       if (!same_nan && !(err <= allowed))
@@ -100,9 +200,18 @@ Verdict agree(const Case& c, const Result& got, const Result& want, const Values
                               {"want", w[i]},
                               {"abs_error", err},
                               {"allowed", allowed}});
+      if (!same_nan && allowed > 0) ratio = std::max(ratio, err / allowed);
     }
   }
-  return Verdict::pass();
+  return Verdict::pass({{kErrorRatio, ratio}});
+}
+
+// agree() with a non-f64 case's floor: `times` × the floor on top of the
+// tolerance (2: two target runs, each within the floor of the reference).
+Verdict agree_t(T& t, const Result& got, const Result& want, const Values& p, double times,
+                const std::string& what) {
+  const Bound b = half_bound(t, p, times);
+  return agree(t.input(), got, want, p, b.empty() ? nullptr : &b, what);
 }
 
 Verdict matches_reference(T& t, const Values& p) {
@@ -111,12 +220,25 @@ Verdict matches_reference(T& t, const Values& p) {
   if (got.int8_cache)
     return agree(c, got, reference_dequantized(c), p, nullptr,
                  "target vs the reference on the dequantized int8 cache");
-  return agree(c, got, t.reference(), p, nullptr, "target vs full recomputation");
+  if (c.dtype == DType::f64) return agree(c, got, t.reference(), p, nullptr, "target vs full recomputation");
+  // Floor plus naive_k × the naive same-precision baseline's error, per element.
+  const Result& ref = t.reference();
+  const Result base = naive(c);
+  Bound b = half_bound(t, p, 1);
+  const double k = p.real("naive_k");
+  for (size_t s = 0; s < b.size() && s < base.out.size(); ++s)
+    for (size_t i = 0; i < b[s].size() && i < base.out[s].size(); ++i) {
+      const double e = std::fabs(base.out[s][i] - ref.out[s][i]);
+      if (std::isfinite(e)) b[s][i] += k * e;
+    }
+  return agree(
+      c, got, ref, p, &b,
+      fmt::format("target vs full recomputation ({}: derived floor + naive baseline)", dtype_name(c.dtype)));
 }
 
 Verdict int8_error_bound(T& t, const Values& p) {
   const Case& c = t.input();
-  const Bound bound = int8_bound(c);
+  const Bound bound = add(int8_bound(c), half_bound(t, p, 1));
   return agree(c, t.target(), t.reference(), p, &bound, "target vs fp64 reference under the int8 bound");
 }
 
@@ -133,21 +255,19 @@ Verdict paged_matches_contiguous(T& t, const Values& p) {
   const Case& c = t.input();
   const Result want = contiguous(c);
   const Result& got = t.target();
-  const Bound bound = got.int8_cache ? int8_bound(c) : Bound{};
-  const Bound* b = got.int8_cache ? &bound : nullptr;
-  if (Verdict v = agree(c, got, want, p, b, fmt::format("page {}, case pool vs contiguous", c.page_size));
-      v.outcome == Outcome::fail)
-    return v;
+  const Bound bound = got.int8_cache ? int8_bound(c) : half_bound(t, p, 2);
+  const Bound* b = bound.empty() ? nullptr : &bound;
+  Verdict v = agree(c, got, want, p, b, fmt::format("page {}, case pool vs contiguous", c.page_size));
+  if (v.outcome == Outcome::fail) return v;
   int longest = 0;
   for (const Sequence& s : c.seqs) longest = std::max(longest, s.tokens());
   for (const auto& [page, reversed] : {std::pair{1, true}, std::pair{longest, false}}) {
-    if (Verdict v =
-            agree(c, t.run_target(relayout(c, page, reversed)), want, p, b,
-                  fmt::format("page {}, {} pool vs contiguous", page, reversed ? "reversed" : "identity"));
-        v.outcome == Outcome::fail)
-      return v;
+    v = both(v,
+             agree(c, t.run_target(relayout(c, page, reversed)), want, p, b,
+                   fmt::format("page {}, {} pool vs contiguous", page, reversed ? "reversed" : "identity")));
+    if (v.outcome == Outcome::fail) return v;
   }
-  return Verdict::pass();
+  return v;
 }
 
 Verdict chunked_matches_full_prefill(T& t, const Values& p) {
@@ -157,31 +277,33 @@ Verdict chunked_matches_full_prefill(T& t, const Values& p) {
   Case full = c;
   full.chunk = longest;
   const Result want = t.run_target(fit_pool(full));
-  if (Verdict v =
-          agree(c, t.target(), want, p, nullptr, fmt::format("chunk {} vs one-chunk prefill", c.chunk));
-      v.outcome == Outcome::fail)
-    return v;
+  Verdict v = agree_t(t, t.target(), want, p, 2, fmt::format("chunk {} vs one-chunk prefill", c.chunk));
+  if (v.outcome == Outcome::fail) return v;
   Case ones = c;
   ones.chunk = 1;
-  return agree(c, t.run_target(fit_pool(ones)), want, p, nullptr, "chunk 1 vs one-chunk prefill");
+  return both(v, agree_t(t, t.run_target(fit_pool(ones)), want, p, 2, "chunk 1 vs one-chunk prefill"));
 }
 
 Verdict sequence_independence(T& t, const Values& p) {
   const Case& c = t.input();
   const Result& batch = t.target();
+  const Bound twice = half_bound(t, p, 2);
+  Verdict v = Verdict::pass();
   for (size_t b = 0; b < c.seqs.size() && c.seqs.size() > 1; ++b) {
     Case alone = c;
     alone.seqs = {c.seqs[b]};
     Result one = t.run_target(alone);
     Result mine;
     mine.out = {batch.out.at(b)};
-    if (Verdict v = agree(alone, mine, one, p, nullptr, fmt::format("sequence {} in the batch vs alone", b));
-        v.outcome == Outcome::fail)
-      return v;
+    const Bound mine_bound = twice.empty() ? Bound{} : Bound{twice.at(b)};
+    v = both(v, agree(alone, mine, one, p, mine_bound.empty() ? nullptr : &mine_bound,
+                      fmt::format("sequence {} in the batch vs alone", b)));
+    if (v.outcome == Outcome::fail) return v;
   }
   Case other = c;
   other.poison = c.poison == Poison::nan ? Poison::huge : Poison::nan;
-  return agree(c, t.run_target(other), batch, p, nullptr, "poison swapped vs the case's poison");
+  return both(v, agree(c, t.run_target(other), batch, p, twice.empty() ? nullptr : &twice,
+                       "poison swapped vs the case's poison"));
 }
 
 Verdict decode_matches_prefill(T& t, const Values& p) {
@@ -190,15 +312,15 @@ Verdict decode_matches_prefill(T& t, const Values& p) {
   for (Sequence& s : prefilled.seqs) s = {s.tokens(), 0, s.arrive, s.seed};
   for (Sequence& s : decoded.seqs) s = {1, s.tokens() - 1, s.arrive, s.seed};
   const Result want = t.run_target(fit_pool(prefilled));
-  if (Verdict v = agree(c, t.target(), want, p, nullptr, "case split vs every token prefilled");
-      v.outcome == Outcome::fail)
-    return v;
-  return agree(c, t.run_target(fit_pool(decoded)), want, p, nullptr,
-               "one-token prompt then decode vs every token prefilled");
+  Verdict v = agree_t(t, t.target(), want, p, 2, "case split vs every token prefilled");
+  if (v.outcome == Outcome::fail) return v;
+  return both(v, agree_t(t, t.run_target(fit_pool(decoded)), want, p, 2,
+                         "one-token prompt then decode vs every token prefilled"));
 }
 
 // Attention averages values: every output lies within the visible values'
-// range per channel (widened by half a per-channel int8 step for int8 caches).
+// range per channel (widened by half a per-channel int8 step for int8 caches,
+// by the derived floor for f32/f16/bf16 cases).
 Verdict output_in_value_hull(T& t, const Values& p) {
   const Case& c = t.input();
   const Result& r = t.target();
@@ -206,8 +328,9 @@ Verdict output_in_value_hull(T& t, const Values& p) {
   const size_t Hkv = static_cast<size_t>(c.kv_heads), g = static_cast<size_t>(c.group);
   const ChannelRanges s = int8_scales(c);
   const double atol = p.real("tol.atol"), rtol = p.real("tol.rtol");
+  const Bound floor = half_bound(t, p, 1);  // f32/f16/bf16 cases: f32 arithmetic and the output's store
   for (size_t b = 0; b < c.seqs.size(); ++b) {
-    const Tensors x = sequence_data(c, b);
+    const Tensors x = stored_data(c, b);
     std::vector<double> lo(Hkv * D, INFINITY), hi(Hkv * D, -INFINITY);
     for (size_t tok = 0; tok < static_cast<size_t>(c.seqs[b].tokens()); ++tok) {
       for (size_t i = 0; i < Hkv * D; ++i) {
@@ -217,7 +340,8 @@ Verdict output_in_value_hull(T& t, const Values& p) {
       for (size_t h = 0; h < Hq; ++h)
         for (size_t d = 0; d < D; ++d) {
           const size_t ch = h / g * D + d, i = (tok * Hq + h) * D + d;
-          const double widen = (r.int8_cache ? s.v[ch] / 2 : 0) + atol + rtol * std::max(-lo[ch], hi[ch]);
+          const double widen = (r.int8_cache ? s.v[ch] / 2 : 0) + atol + rtol * std::max(-lo[ch], hi[ch]) +
+                               (floor.empty() ? 0.0 : floor[b][i]);
           const double o = r.out.at(b).at(i);
           if (!(o >= lo[ch] - widen && o <= hi[ch] + widen))
             return Verdict::fail(
@@ -234,8 +358,9 @@ Verdict output_in_value_hull(T& t, const Values& p) {
 
 void register_invariants(FamilyDef<Traits>& f) {
   f.invariant({"matches_reference",
-               "every token's output equals full recomputation (int8 caches: on the dequantized K/V)",
-               tol_params(1e-10, 1e-10, kFp64)},
+               "every token's output equals full recomputation (int8 caches: on the dequantized K/V; "
+               "f32/f16/bf16: within the derived floor + naive_k x the naive same-precision error)",
+               tol_params(1e-10, 1e-10, kFp64, true)},
               matches_reference);
   f.invariant(
       {"int8_error_bound", "error against the fp64 reference within R_d tanh(eps) + sv[d]/2 (derived bound)",

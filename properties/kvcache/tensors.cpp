@@ -58,6 +58,16 @@ TensorInfos infos() {
        {"N", "Hq", "D"},
        DType::real,
        "the derived bound on |int8 output - fp64 output| (properties/kvcache/invariants.cpp)"},
+      {"naive.out",
+       {"N", "Hq", "D"},
+       DType::real,
+       "the naive same-precision baseline (kvcache::naive: two-pass softmax in f32, outputs rounded to the "
+       "dtype; f64 cases: the reference)"},
+      {"floor.out",
+       {"N", "Hq", "D"},
+       DType::real,
+       "the derived floor of an f32/f16/bf16 case's output error, f32_k = 2 (properties/kvcache/"
+       "invariants.cpp); 0 for f64 cases"},
       {"dequantized.out",
        {"N", "Hq", "D"},
        DType::real,
@@ -162,6 +172,9 @@ void put_case(const Case& c, TensorMap& out) {
     out.put("v_scale", Tensor::of({Hkv, D}, std::move(s.v)));
   }
   if (out.wanted("int8_bound")) out.put("int8_bound", Tensor::of({N, Hq, D}, flat(c, int8_bound(c), Hq * D)));
+  if (out.wanted("naive.out")) out.put("naive.out", Tensor::of({N, Hq, D}, flat(c, naive(c).out, Hq * D)));
+  if (out.wanted("floor.out"))
+    out.put("floor.out", Tensor::of({N, Hq, D}, flat(c, storage_floor(c, reference(c), 2), Hq * D)));
   if (out.wanted("dequantized.out"))
     out.put("dequantized.out", Tensor::of({N, Hq, D}, flat(c, reference_dequantized(c).out, Hq * D)));
 }

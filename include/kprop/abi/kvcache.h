@@ -19,6 +19,12 @@
  *   out[t][h] = softmax(scale * q_t[h] . K[0..t]^T) V[0..t]
  * over the sequence's own tokens 0..t only (causal), in double.
  *
+ * dtypes (kernels/kvcache/kvcache.h, Precision). An f64 case (q in f64) is
+ * all double. An f32, f16 or bf16 case: q and out are in that dtype, k and v
+ * arrive in f32; the cache holds the dtype (K/V rounded to nearest even at
+ * the write), attention computes in f32, outputs are rounded to the dtype.
+ * An engine that lacks a dtype returns KPROP_UNSUPPORTED.
+ *
  * Schedule (the one kprop sized the pool for). At step arrivals[b] the prompt
  * is prefilled in one piece or, by an engine that chunks prefill, in chunks
  * of `chunk` tokens, one chunk per step; then one token is decoded per step.
@@ -58,9 +64,9 @@ enum {
 };
 
 typedef struct kprop_kvcache_serve_args {
-  kprop_tensor q;           /* [N, Hq, D] f64 */
-  kprop_tensor k;           /* [N, Hkv, D] f64 */
-  kprop_tensor v;           /* [N, Hkv, D] f64 */
+  kprop_tensor q;           /* [N, Hq, D] in the case's dtype: f64, f32, f16 or bf16 */
+  kprop_tensor k;           /* [N, Hkv, D] f64 for f64 cases, else f32 (rounded to the dtype when cached) */
+  kprop_tensor v;           /* [N, Hkv, D] like k */
   kprop_tensor seq_starts;  /* [B + 1] i32: seq_starts[0] = 0, seq_starts[B] = N */
   kprop_tensor prompt_lens; /* [B] i32: P_b >= 1 */
   kprop_tensor arrivals;    /* [B] i32: the step of the prefill (or its first chunk), >= 0 */
@@ -72,9 +78,9 @@ typedef struct kprop_kvcache_serve_args {
   int32_t poison;           /* KPROP_KVCACHE_POISON_* */
   int32_t reserved;
   double scale;             /* 1 / sqrt(D) */
-  kprop_tensor out;         /* out: [N, Hq, D] f64, every token's attention output */
-  kprop_tensor cache_dtype; /* out: [1] i32, the cache's element type: KPROP_F64, or KPROP_I8 for the
-                               int8 cache above (any other value is an error) */
+  kprop_tensor out;         /* out: [N, Hq, D] in q's dtype, every token's attention output */
+  kprop_tensor cache_dtype; /* out: [1] i32, the cache's element type: q's dtype, or KPROP_I8 for the
+                               int8 cache above on an f64 case (any other value is an error) */
 } kprop_kvcache_serve_args;
 typedef int (*kprop_kvcache_serve_fn)(const kprop_kvcache_serve_args* args, char* error, size_t error_size);
 

@@ -2,14 +2,18 @@
 // written against the ABI alone, linked into this test, passes
 // specs/kvcache.yaml and the same engine with a decode off-by-one does not;
 // the NumPy worker (examples/python/kvcache_decode.py) passes, and each bug it
-// can plant is caught.
+// can plant is caught. f32/f16/bf16 cases travel as those dtypes (q, out;
+// k and v in f32): the in-process engine keeps its cache in the case's dtype.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <limits>
+#include <sstream>
 #include <vector>
 
+#include "kprop/half.h"
 #include "kprop/spec.h"
 #include "kprop/testing.h"
 #include "tests/support/python_worker.h"
@@ -23,10 +27,53 @@ T& at(const kprop_tensor& t, std::initializer_list<int64_t> index) {
   return static_cast<T*>(t.data)[kprop_offset(&t, std::data(index))];
 }
 
+// Element `index` of a float view of any dtype, as a double.
+double element(const kprop_tensor& t, std::initializer_list<int64_t> index) {
+  const int64_t i = kprop_offset(&t, std::data(index));
+  switch (t.dtype) {
+    case KPROP_F32:
+      return static_cast<const float*>(t.data)[i];
+    case KPROP_F16:
+      return kprop::half::f16_to_double(static_cast<const uint16_t*>(t.data)[i]);
+    case KPROP_BF16:
+      return kprop::half::bf16_to_double(static_cast<const uint16_t*>(t.data)[i]);
+    default:
+      return static_cast<const double*>(t.data)[i];
+  }
+}
+
+// x rounded to the dtype and stored (round to nearest even).
+void store(const kprop_tensor& t, std::initializer_list<int64_t> index, double x) {
+  const int64_t i = kprop_offset(&t, std::data(index));
+  if (t.dtype == KPROP_F32)
+    static_cast<float*>(t.data)[i] = static_cast<float>(x);
+  else if (t.dtype == KPROP_F16)
+    static_cast<uint16_t*>(t.data)[i] = kprop::half::f16_from_double(x);
+  else if (t.dtype == KPROP_BF16)
+    static_cast<uint16_t*>(t.data)[i] = kprop::half::bf16_from_double(x);
+  else
+    static_cast<double*>(t.data)[i] = x;
+}
+
+// x as a cache of `dtype` holds it.
+double cached(int32_t dtype, double x) {
+  switch (dtype) {
+    case KPROP_F32:
+      return static_cast<float>(x);
+    case KPROP_F16:
+      return kprop::half::round_to_f16(x);
+    case KPROP_BF16:
+      return kprop::half::round_to_bf16(x);
+    default:
+      return x;
+  }
+}
+
 // A contiguous-cache engine: a padded [B][longest][Hkv][D] cache filled with
 // the poison, whole-prompt prefill at each sequence's arrival, one decode
 // token per step, writes before reads within a step, and a two-pass softmax
-// per token over its cached keys. kDecodeOffByOne plants the family's
+// per token over its cached keys, in double; the cache holds the case's
+// dtype (q's) and outputs are rounded to it. kDecodeOffByOne plants the family's
 // decode_off_by_one: a decode token attends to the cache before its own key.
 template <bool kDecodeOffByOne>
 int contiguous_engine(const kprop_kvcache_serve_args* a, char*, size_t) {
@@ -45,9 +92,11 @@ int contiguous_engine(const kprop_kvcache_serve_args* a, char*, size_t) {
     last_step = std::max(last_step, seqs.back().arrive + seqs.back().length - seqs.back().prompt);
   }
   const bool nan = a->poison == KPROP_KVCACHE_POISON_NAN;
+  const int32_t dtype = a->q.dtype;
+  const double huge = dtype == KPROP_F16 ? kprop::half::f16_max : cached(dtype, 1e30);
   std::vector<double> k_cache(static_cast<size_t>(B * longest * Hkv * D),
                               nan ? std::numeric_limits<double>::quiet_NaN() : 0.0);
-  std::vector<double> v_cache(k_cache.size(), nan ? std::numeric_limits<double>::quiet_NaN() : 1e30);
+  std::vector<double> v_cache(k_cache.size(), nan ? std::numeric_limits<double>::quiet_NaN() : huge);
   std::vector<double> scores_buffer(static_cast<size_t>(longest));
   double* scores = scores_buffer.data();
   const auto slot = [&](std::vector<double>& cache, const Sequence& s, int64_t t, int64_t h) {
@@ -62,8 +111,8 @@ int contiguous_engine(const kprop_kvcache_serve_args* a, char*, size_t) {
       for (int64_t t = s.begin; t < s.end; ++t)
         for (int64_t h = 0; h < Hkv; ++h)
           for (int64_t d = 0; d < D; ++d) {
-            slot(k_cache, s, t, h)[d] = at<double>(a->k, {s.start + t, h, d});
-            slot(v_cache, s, t, h)[d] = at<double>(a->v, {s.start + t, h, d});
+            slot(k_cache, s, t, h)[d] = cached(dtype, element(a->k, {s.start + t, h, d}));
+            slot(v_cache, s, t, h)[d] = cached(dtype, element(a->v, {s.start + t, h, d}));
           }
     }
     for (const Sequence& s : seqs)
@@ -74,7 +123,7 @@ int contiguous_engine(const kprop_kvcache_serve_args* a, char*, size_t) {
           for (int64_t j = 0; j < seen; ++j) {
             double dot = 0;
             for (int64_t d = 0; d < D; ++d)
-              dot += at<double>(a->q, {s.start + t, h, d}) * slot(k_cache, s, j, h / group)[d];
+              dot += element(a->q, {s.start + t, h, d}) * slot(k_cache, s, j, h / group)[d];
             scores[j] = a->scale * dot;
             top = std::max(top, scores[j]);
           }
@@ -82,12 +131,12 @@ int contiguous_engine(const kprop_kvcache_serve_args* a, char*, size_t) {
           for (int64_t d = 0; d < D; ++d) {
             double o = 0;
             for (int64_t j = 0; j < seen; ++j) o += scores[j] / sum * slot(v_cache, s, j, h / group)[d];
-            at<double>(a->out, {s.start + t, h, d}) = o;
+            store(a->out, {s.start + t, h, d}, o);
           }
         }
       }
   }
-  at<int32_t>(a->cache_dtype, {0}) = KPROP_F64;
+  at<int32_t>(a->cache_dtype, {0}) = dtype;
   return KPROP_OK;
 }
 
@@ -116,15 +165,26 @@ TEST(KvcacheExternal, DecodeOffByOneFailsInProcess) {
 }
 
 // The NumPy worker through the exec: protocol.
-kprop::RunReport run_worker(const std::string& flags, kprop::RunOptions options) {
+// `f64_only`: the committed spec with its domain narrowed to f64 cases (the
+// int8 cache declines the others), parsed in memory.
+kprop::RunReport run_worker(const std::string& flags, kprop::RunOptions options, bool f64_only = false) {
   options.target = kprop_test::python_worker("kvcache_decode.py", flags);
-  return kprop::run_spec(kprop::load_spec(kSpec), options);
+  if (!f64_only) return kprop::run_spec(kprop::load_spec(kSpec), options);
+  std::ifstream in(kSpec);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string s = text.str();
+  const std::string line = "dtypes: [f64, f32, f16, bf16]";
+  const size_t at = s.find(line);
+  EXPECT_NE(at, std::string::npos);
+  if (at != std::string::npos) s.replace(at, line.size(), "dtypes: [f64]");
+  return kprop::run_spec(kprop::parse_spec(s, "kvcache_f64.yaml"), options);
 }
 
 TEST(KvcacheExternal, PythonWorkerPasses) {
   KPROP_REQUIRE_PYTHON();
   for (const char* flags : {"", "--int8"}) {
-    const auto report = run_worker(flags, quick(25));
+    const auto report = run_worker(flags, quick(25), std::string(flags) == "--int8");
     EXPECT_TRUE(kprop::testing::spec_passes(report)) << "flags: " << flags;
     EXPECT_EQ(report.status, kprop::RunStatus::passed) << report.detail;  // not skipped
   }
@@ -132,8 +192,9 @@ TEST(KvcacheExternal, PythonWorkerPasses) {
 
 TEST(KvcacheExternal, PythonWorkerBugsFail) {
   KPROP_REQUIRE_PYTHON();
-  for (const char* bug : {"paged_last_block_offset", "chunk_ignores_past", "decode_off_by_one",
-                          "padding_leak", "per_tensor_scale", "stale_block_reuse"}) {
+  for (const char* bug :
+       {"paged_last_block_offset", "chunk_ignores_past", "decode_off_by_one", "padding_leak",
+        "per_tensor_scale", "stale_block_reuse", "cache_truncated_bf16", "decode_accumulate_in_storage"}) {
     kprop::RunOptions o = quick(100);
     o.stop_on_first_failure = true;
     const auto report = run_worker(std::string("--bug ") + bug, o);

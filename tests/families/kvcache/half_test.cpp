@@ -1,0 +1,232 @@
+// kvcache in f32/f16/bf16 (kernels/kvcache/kvcache.h, Precision): the cache
+// and the outputs hold dtype values, attention computes in f32, the correct
+// engines stay inside the derived floor, the int8 cache declines, each
+// precision mutant's bug on a hand-made case, the YAML dtype round trip, and
+// the committed spec on one-dtype copies.
+#include "kprop/half.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "kernels/kvcache/kvcache.h"
+#include "kprop/errors.h"
+#include "kprop/runner.h"
+#include "kprop/spec.h"
+#include "properties/kvcache/family.h"
+
+namespace kprop::kvcache {
+namespace {
+
+const std::string kSpec = std::string(KPROP_SOURCE_DIR) + "/specs/kvcache.yaml";
+
+// Three sequences, GQA 2x2, pages of 3, chunks of 2, staggered arrivals.
+Case batch_case(DType dtype) {
+  Case c;
+  c.kv_heads = 2;
+  c.group = 2;
+  c.head_dim = 4;
+  c.seqs = {{4, 2, 0, 11}, {1, 5, 0, 12}, {5, 3, 3, 13}};
+  c.page_size = 3;
+  c.chunk = 2;
+  c.k_spread = 20;
+  c.v_spread = 30;
+  c.q_scale = 2;
+  c.seed = 5;
+  c.dtype = dtype;
+  return fit_pool(c);
+}
+
+bool in_dtype(const std::vector<double>& v, DType d) {
+  for (double x : v)
+    if (!(round_to(d, x) == x)) return false;
+  return true;
+}
+
+// max over elements of |got - want| / allowed (allowed from `floor`).
+double worst_ratio(const Result& got, const Result& want, const std::vector<std::vector<double>>& floor) {
+  double worst = 0;
+  for (size_t s = 0; s < want.out.size(); ++s)
+    for (size_t i = 0; i < want.out[s].size(); ++i)
+      worst = std::max(worst, std::fabs(got.out[s][i] - want.out[s][i]) / floor[s][i]);
+  return worst;
+}
+
+TEST(KvcacheHalf, DataCacheAndOutputsAreInTheDtype) {
+  for (DType d : {DType::f32, DType::f16, DType::bf16}) {
+    const Case c = batch_case(d);
+    for (size_t b = 0; b < c.seqs.size(); ++b) {
+      const Tensors in = sequence_data(c, b), cached = stored_data(c, b);
+      EXPECT_TRUE(in_dtype(in.q, d)) << dtype_name(d);
+      EXPECT_TRUE(in_dtype(in.k, DType::f32) && in_dtype(in.v, DType::f32));  // K/V arrive in f32
+      EXPECT_TRUE(in_dtype(cached.k, d) && in_dtype(cached.v, d));
+      if (d != DType::f32) {
+        EXPECT_FALSE(in_dtype(in.v, d)) << "arriving V already in " << dtype_name(d);
+      }
+    }
+    for (auto* impl : {contiguous, paged, chunked_prefill, naive})
+      for (const auto& seq : impl(c).out) EXPECT_TRUE(in_dtype(seq, d)) << dtype_name(d);
+    EXPECT_FALSE(in_dtype(reference(c).out[0], d)) << "the reference keeps fp64 outputs";
+  }
+}
+
+TEST(KvcacheHalf, CorrectEnginesStayInsideTheDerivedFloor) {
+  for (DType d : {DType::f32, DType::f16, DType::bf16})
+    for (Poison p : {Poison::nan, Poison::huge}) {
+      Case c = batch_case(d);
+      c.poison = p;
+      const Result want = reference(c);
+      const auto floor = storage_floor(c, want, 2);
+      for (auto* impl : {contiguous, paged, chunked_prefill, naive}) {
+        const double r = worst_ratio(impl(c), want, floor);
+        EXPECT_LE(r, 1) << dtype_name(d);
+        EXPECT_GT(r, 0) << dtype_name(d) << ": nothing rounded?";
+      }
+    }
+}
+
+TEST(KvcacheHalf, F64CasesAreUnchangedAndFloorIsZero) {
+  const Case c = batch_case(DType::f64);
+  for (const auto& row : storage_floor(c, reference(c), 2))
+    for (double x : row) ASSERT_EQ(x, 0);
+  const Result a = contiguous(c), b = naive(c), want = reference(c);
+  EXPECT_EQ(b.out, want.out);
+  for (size_t s = 0; s < a.out.size(); ++s)
+    for (size_t i = 0; i < a.out[s].size(); ++i) EXPECT_NEAR(a.out[s][i], want.out[s][i], 1e-12);
+}
+
+TEST(KvcacheHalf, Int8CacheDeclinesNonF64Cases) {
+  for (DType d : {DType::f32, DType::f16, DType::bf16}) EXPECT_THROW(int8(batch_case(d)), Unsupported);
+  EXPECT_NO_THROW(int8(batch_case(DType::f64)));
+}
+
+const Mutant& mutant(const std::string& name) {
+  for (const Mutant& m : mutants())
+    if (name == m.name) return m;
+  throw std::logic_error("no mutant " + name);
+}
+
+// One token: the output is its own cached V. A truncated bf16 cache holds
+// V rounded toward zero, off the round-to-nearest value by a whole ulp on
+// about half the channels; the correct paged engine outputs round(V) exactly.
+TEST(KvcacheHalf, TruncatedBf16CacheRoundsTowardZero) {
+  Case c;
+  c.head_dim = 16;
+  c.seqs = {{1, 0, 0, 7}};
+  c.dtype = DType::bf16;
+  c = fit_pool(c);
+  const Tensors in = sequence_data(c, 0);
+  const Result good = paged(c), bad = mutant("cache_truncated_bf16").run(c), want = reference(c);
+  const auto floor = storage_floor(c, want, 2);
+  int differ = 0;
+  for (size_t d = 0; d < 16; ++d) {
+    EXPECT_EQ(good.out[0][d], half::round_to_bf16(in.v[d]));
+    EXPECT_EQ(bad.out[0][d], half::bf16_to_double(half::bf16_truncate(static_cast<float>(in.v[d]))));
+    EXPECT_LE(std::fabs(bad.out[0][d]), std::fabs(in.v[d]));
+    if (bad.out[0][d] != good.out[0][d]) {
+      ++differ;
+      EXPECT_GT(std::fabs(bad.out[0][d] - want.out[0][d]), floor[0][d]);
+    }
+  }
+  EXPECT_GE(differ, 3);
+  // f16 and f32 caches are written correctly by the mutant.
+  for (DType d : {DType::f16, DType::f32, DType::f64}) {
+    c.dtype = d;
+    EXPECT_EQ(mutant("cache_truncated_bf16").run(c).out, paged(c).out) << dtype_name(d);
+  }
+}
+
+// Near-uniform weights over 300 decoded keys: a bf16 row sum of ~1s stops
+// growing at 256 (8 significant bits), so the output drifts far past the floor.
+TEST(KvcacheHalf, DecodeAccumulatorInStorageStagnatesInBf16) {
+  Case c;
+  c.head_dim = 2;
+  c.seqs = {{1, 299, 0, 3}};
+  c.q_scale = 1.0 / 64;
+  c.dtype = DType::bf16;
+  c = fit_pool(c);
+  const Result want = reference(c), good = contiguous(c), bad = mutant("decode_accumulate_in_storage").run(c);
+  const auto floor = storage_floor(c, want, 2);
+  EXPECT_LE(worst_ratio(good, want, floor), 1);
+  EXPECT_GT(worst_ratio(bad, want, floor), 4);
+  // Prompt tokens and f64/f32 cases are untouched by the mutant.
+  const size_t first = 0;
+  EXPECT_EQ(bad.out[0][first], good.out[0][first]);
+  for (DType d : {DType::f64, DType::f32}) {
+    c.dtype = d;
+    EXPECT_EQ(mutant("decode_accumulate_in_storage").run(c).out, contiguous(c).out) << dtype_name(d);
+  }
+}
+
+TEST(KvcacheHalf, YamlCarriesTheDtype) {
+  for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    const Case c = batch_case(d);
+    const YAML::Node n = Traits::to_yaml(c);
+    EXPECT_EQ(n["dtype"].as<std::string>(), dtype_name(d));
+    const Case back = Traits::from_yaml(YAML::Load(YAML::Dump(n)));
+    EXPECT_TRUE(back == c) << dtype_name(d);
+    EXPECT_EQ(contiguous(back).out, contiguous(c).out);
+  }
+  // A corpus file from before dtypes is an f64 case; an unknown dtype names its line.
+  YAML::Node old = Traits::to_yaml(batch_case(DType::f64));
+  old.remove("dtype");
+  EXPECT_EQ(Traits::from_yaml(YAML::Load(YAML::Dump(old))).dtype, DType::f64);
+  YAML::Node bad = Traits::to_yaml(batch_case(DType::f16));
+  bad["dtype"] = "f8";
+  try {
+    Traits::from_yaml(YAML::Load(YAML::Dump(bad)));
+    FAIL() << "dtype f8 accepted";
+  } catch (const CaseFormatError& e) {
+    EXPECT_GT(e.line, 0);
+    EXPECT_NE(std::string(e.what()).find("dtype"), std::string::npos);
+  }
+}
+
+// The committed spec with its domain narrowed to one dtype (parsed in memory).
+Spec spec_for(const std::string& dtype) {
+  std::ifstream in(kSpec);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string s = text.str();
+  const std::string line = "dtypes: [f64, f32, f16, bf16]";
+  const size_t at = s.find(line);
+  EXPECT_NE(at, std::string::npos) << "specs/kvcache.yaml has no '" << line << "'";
+  if (at != std::string::npos) s.replace(at, line.size(), "dtypes: [" + dtype + "]");
+  return parse_spec(s, "kvcache_" + dtype + ".yaml");
+}
+
+RunOptions half_run(const std::string& target, bool bug) {
+  RunOptions o;
+  o.target = target;
+  o.seed = 20261123;
+  o.trials = bug ? 300 : 100;
+  o.write_corpus = false;
+  o.stop_on_first_failure = bug;
+  o.scratch_dir = ::testing::TempDir() + "kprop_kvcache_half";
+  return o;
+}
+
+TEST(KvcacheHalf, CorrectEnginesPassTheSpecOnOneDtype) {
+  for (const char* dtype : {"f16", "bf16", "f32"})
+    for (const char* target : {"contiguous", "paged", "chunked_prefill"}) {
+      const RunReport r = run_spec(spec_for(dtype), half_run(target, false));
+      EXPECT_EQ(r.status, RunStatus::passed) << target << " on " << dtype;
+    }
+}
+
+TEST(KvcacheHalf, PrecisionMutantsAreKilled) {
+  struct Kill {
+    const char* mutant;
+    const char* dtype;
+  };
+  for (const Kill& k : {Kill{"cache_truncated_bf16", "bf16"}, Kill{"decode_accumulate_in_storage", "bf16"},
+                        Kill{"decode_accumulate_in_storage", "f16"}}) {
+    const RunReport r = run_spec(spec_for(k.dtype), half_run(k.mutant, true));
+    EXPECT_EQ(r.status, RunStatus::failed) << k.mutant << " on " << k.dtype;
+  }
+}
+
+}  // namespace
+}  // namespace kprop::kvcache
