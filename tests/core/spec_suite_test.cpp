@@ -53,7 +53,11 @@ class SpecSuite : public ::testing::TestWithParam<SpecTarget> {};
 
 TEST_P(SpecSuite, MutantsDieAndCorrectImplementationsPass) {
   const SpecTarget& p = GetParam();
-  const Spec spec = load_spec(p.spec_path);
+  // A profile named after the implementation narrows the domain to what it
+  // supports (kvcache's int8 cache takes f64 cases only).
+  const Spec declared = load_spec(p.spec_path);
+  const bool own = std::count(declared.profiles.begin(), declared.profiles.end(), p.target) > 0;
+  const Spec spec = own ? load_spec(p.spec_path, p.target) : declared;
   for (uint64_t seed : p.mutant ? std::vector<uint64_t>{1, 2, 3} : std::vector<uint64_t>{11, 12}) {
     RunOptions o;
     o.target = p.target;
