@@ -10,7 +10,9 @@ of an invariant (or a real bug), printed with its replay command.
 
 --total is split evenly over the (spec, implementation) pairs and then over
 the seeds. CUDA implementations are skipped without a device (and reported
-as such). Exit 0 only if no pair failed, crashed or failed a health check.
+as such). A spec's profile named after an implementation (kvcache's `int8`)
+is that implementation's domain and is selected for it. Exit 0 only if no
+pair failed, crashed or failed a health check.
 Not part of CI (it takes tens of minutes); CI runs the short version
 (--total 2000) through ctest's soak.short.
 """
@@ -55,6 +57,19 @@ def spec_family(path):
     return None
 
 
+def spec_profiles(path):
+    """Names under the spec's top-level `profiles:` (two-space-indented keys)."""
+    names, inside = set(), False
+    for line in path.read_text().splitlines():
+        if re.match(r"^\S", line):
+            inside = line.startswith("profiles:")
+            continue
+        m = re.match(r"^  ([A-Za-z0-9_.-]+):", line)
+        if inside and m:
+            names.add(m.group(1))
+    return names
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=str(ROOT / "build"))
@@ -88,6 +103,8 @@ def main():
             seed = args.first_seed + k
             cmd = pin + [runner, "--spec", str(spec), "--target", name, "--seed", str(seed), "--trials",
                          str(per_run), "--time", "0", "--no-corpus", "--format", "json"]
+            if name in spec_profiles(spec):  # a profile named after the implementation: its domain
+                cmd += ["--profile", name]
             t0 = time.time()
             p = subprocess.run(cmd, capture_output=True, text=True, cwd=scratch)
             seconds += time.time() - t0
