@@ -1,5 +1,6 @@
 // Expression invariants at run time: a spec's `{name, expect, when}` checked
-// on one trial through the family's named tensors (kprop/spec.h).
+// on one trial through the family's named tensors (kprop/spec.h); and the
+// caller's invariants given as code, on the same tensors.
 #include <fmt/format.h>
 
 #include "kprop/spec.h"
@@ -7,6 +8,11 @@
 namespace kprop {
 
 Verdict check_invariant(AnyTrial& trial, const InvariantUse& use) {
+  if (use.callback) {
+    const expr::TensorMap* tensors = trial.tensors(use.callback->names);
+    if (!tensors) return Verdict::not_applicable("the family publishes no named tensors");
+    return use.callback->check(*tensors);
+  }
   if (!use.expression) return trial.check(use.index, use.params);
   const ExpressionInvariant& e = *use.expression;
   const expr::Expression* current = nullptr;

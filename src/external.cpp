@@ -25,6 +25,12 @@
 namespace kprop::external {
 
 // ---------------------------------------------------------------- tensors
+namespace {
+bool is_real(int32_t dtype) {
+  return dtype == KPROP_F32 || dtype == KPROP_F64 || dtype == KPROP_F16 || dtype == KPROP_BF16;
+}
+}  // namespace
+
 const char* dtype_name(int32_t dtype) {
   switch (dtype) {
     case KPROP_F32:
@@ -148,8 +154,7 @@ Tensor Tensor::of_ints(std::string name, int32_t dtype, std::vector<int64_t> sha
 }
 
 std::vector<double> Tensor::to_doubles() const {
-  const bool real = dtype == KPROP_F32 || dtype == KPROP_F64 || dtype == KPROP_F16 || dtype == KPROP_BF16;
-  if (!real) {  // integers: converted once, not per element
+  if (!is_real(dtype)) {  // integers: converted once, not per element
     const std::vector<int64_t> ints = to_ints();
     return std::vector<double>(ints.begin(), ints.end());
   }
@@ -399,11 +404,41 @@ Message Transport::call(const Message& request) {
     if (!got)
       throw TargetFailure("error",
                           fmt::format("{}: the reply has no output '{}'", request.op, declared.name));
-    if (got->dtype != declared.dtype || got->shape != declared.shape)
+    const bool widened = widens() && is_real(declared.dtype) && got->dtype == KPROP_F64;
+    if ((got->dtype != declared.dtype && !widened) || got->shape != declared.shape)
       throw TargetFailure("error", fmt::format("{}: output {} in the reply, expected {}", request.op,
                                                got->describe(), declared.describe()));
   }
   return reply;
+}
+
+namespace {
+class Widened final : public Transport {
+ public:
+  explicit Widened(std::shared_ptr<Transport> inner) : inner_(std::move(inner)) {}
+
+ protected:
+  bool widens() const override { return true; }
+  Message round_trip(const Message& request) override {
+    Message wide;
+    wide.op = request.op;
+    wide.attrs = request.attrs;
+    for (const auto& t : request.tensors)
+      wide.tensors.push_back(is_real(t.dtype) && t.dtype != KPROP_F64
+                                 ? Tensor::of(t.name, KPROP_F64, t.shape, t.to_doubles())
+                                 : t);
+    for (const auto& o : request.outputs)
+      wide.outputs.push_back(is_real(o.dtype) ? Tensor::declare(o.name, KPROP_F64, o.shape) : o);
+    return inner_->call(wide);
+  }
+
+ private:
+  std::shared_ptr<Transport> inner_;
+};
+}  // namespace
+
+std::shared_ptr<Transport> widened_to_f64(std::shared_ptr<Transport> inner) {
+  return std::make_shared<Widened>(std::move(inner));
 }
 
 // ---------------------------------------------------------------- frames

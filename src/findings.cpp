@@ -65,6 +65,7 @@ CorpusEntry entry_for(const RunContext& ctx, const AnyCase& c, const std::string
 std::string replay_command(const RunContext& ctx, const std::string& path, const std::string& invariant) {
   std::string cmd = fmt::format("prop_runner --spec {} --target {} --replay {}", shell_quote(ctx.spec.path),
                                 shell_quote(ctx.target_name), shell_quote(path));
+  if (!ctx.options.reference.empty()) cmd += " --reference " + shell_quote(ctx.options.reference);
   if (!invariant.empty()) cmd += " --invariant " + shell_quote(invariant);
   if (ctx.options.case_timeout_s) cmd += fmt::format(" --case-timeout {:g}", *ctx.options.case_timeout_s);
   return cmd;
@@ -252,7 +253,8 @@ RunContext make_context(const Spec& spec, const RunOptions& options, uint64_t se
   ctx.run = effective_run(spec, options);
   ctx.target_name = options.target.empty() ? spec.target : options.target;
   ctx.target = resolve_target(spec, ctx.target_name, ctx.run.case_timeout_s);
-  ctx.reference = resolve_target(spec, spec.reference, ctx.run.case_timeout_s);
+  ctx.reference_name = reference_name(spec, options);
+  ctx.reference = resolve_target(spec, ctx.reference_name, ctx.run.case_timeout_s, true);
   ctx.seed = seed;
   return ctx;
 }
@@ -352,9 +354,9 @@ std::vector<CheckResult> check_uses_forked(const RunContext& ctx,
     try {
       RunOptions o = ctx.options;
       o.isolate = false;
-      for (const auto& r : check_uses_here(
-               RunContext{ctx.spec, o, ctx.target, ctx.reference, ctx.target_name, ctx.seed, ctx.run}, uses,
-               c))
+      for (const auto& r : check_uses_here(RunContext{ctx.spec, o, ctx.target, ctx.reference, ctx.target_name,
+                                                      ctx.seed, ctx.run, ctx.reference_name},
+                                           uses, c))
         out.push_back(to_json(r));
     } catch (const std::exception& e) {
       out =

@@ -23,6 +23,7 @@ struct Config {
   std::vector<std::string> specs;  // several only with --fuzz
   std::string profile;             // the specs' profile (docs/SPEC.md "Profiles")
   std::string target;
+  std::string reference;
   std::optional<uint64_t> seed;
   std::optional<int64_t> trials;
   std::optional<double> time;
@@ -112,6 +113,10 @@ int run(const Config& cfg) {
   if (!reporter) throw InputError({}, "--format " + cfg.format + ": valid: " + join(reporter_names()));
   const std::string corpus_root = cfg.corpus.empty() ? default_corpus_dir(cfg.specs[0]) : cfg.corpus;
   install_interrupt_handler();
+  if (!cfg.reference.empty() && (cfg.fuzz || !cfg.imports.empty() || !cfg.fuzz_seeds.empty()))
+    throw InputError({},
+                     "--reference applies to property runs, --mutants and --replay, not to --fuzz, "
+                     "--import or --fuzz-seeds (they check against the spec's reference)");
   if (cfg.fuzz) return run_fuzz_mode(cfg, corpus_root);
   if (cfg.specs.size() > 1) throw InputError({}, "several --spec are only accepted with --fuzz");
   const Spec spec = load_spec(cfg.specs[0], cfg.profile);
@@ -141,6 +146,7 @@ int run(const Config& cfg) {
 
   RunOptions options;
   options.target = cfg.target;
+  options.reference = cfg.reference;
   options.seed = cfg.seed;
   options.trials = cfg.trials;
   options.time_budget_s = cfg.time;
@@ -208,6 +214,9 @@ int main(int argc, char** argv) {
   app.add_option("--profile", cfg.profile,
                  "apply the spec's profile NAME (its profiles: domain/run overrides; e.g. gpu)");
   app.add_option("--target", cfg.target, "implementation under test (default: the spec's target)");
+  app.add_option("--reference", cfg.reference,
+                 "oracle of the comparative invariants (default: the spec's reference): an implementation, "
+                 "plugin:PATH or exec:COMMAND, which is called with f64 tensors");
   app.add_option("--seed", cfg.seed, "seed (default: the spec's; 0 or none draws a fresh one)");
   app.add_option("--trials", cfg.trials, "cases to draw")->check(CLI::PositiveNumber);
   app.add_option("--time", cfg.time, "time budget in seconds; 0: no time limit (--fuzz: until Ctrl-C)")

@@ -184,7 +184,12 @@ uint64_t resolve_seed(const Spec& spec, const RunOptions& options) {
   return seed == 0 ? fresh_seed() : seed;
 }
 
-size_t resolve_target(const Spec& spec, const std::string& name, std::optional<double> case_timeout_s) {
+std::string reference_name(const Spec& spec, const RunOptions& options) {
+  return options.reference.empty() ? spec.reference : options.reference;
+}
+
+size_t resolve_target(const Spec& spec, const std::string& name, std::optional<double> case_timeout_s,
+                      bool as_reference) {
   const int i = spec.family->find_implementation(name);
   if (i >= 0) return static_cast<size_t>(i);
   if (external::is_external_target(name)) {
@@ -192,13 +197,15 @@ size_t resolve_target(const Spec& spec, const std::string& name, std::optional<d
     o.family = spec.family->name();
     o.ops = spec.family->external_ops();
     o.call_timeout_s = case_timeout_s.value_or(spec.run.case_timeout_s);
-    return spec.family->attach_external(name, external::open_target(name, o));
+    auto transport = external::open_target(name, o);
+    if (as_reference) transport = external::widened_to_f64(std::move(transport));
+    return spec.family->attach_external(name, std::move(transport));
   }
   const auto names = spec.family->implementation_names();
   const std::string close = closest_match(name, names);
-  throw InputError({},
-                   fmt::format("unknown target '{}' for family {}{}; valid: {}", name, spec.family->name(),
-                               close.empty() ? "" : " (did you mean '" + close + "'?)", join(names)));
+  throw InputError({}, fmt::format("unknown {} '{}' for family {}{}; valid: {}",
+                                   as_reference ? "reference" : "target", name, spec.family->name(),
+                                   close.empty() ? "" : " (did you mean '" + close + "'?)", join(names)));
 }
 
 RunReport run_spec(const Spec& spec, const RunOptions& options) {
@@ -208,7 +215,7 @@ RunReport run_spec(const Spec& spec, const RunOptions& options) {
   report.spec_path = spec.path;
   report.profile = spec.profile;
   report.family = family.name();
-  report.reference = spec.reference;
+  report.reference = reference_name(spec, options);
   report.seed = resolve_seed(spec, options);
   const RunContext ctx = make_context(spec, options, report.seed);
   report.target = ctx.target_name;

@@ -50,7 +50,9 @@ POISON_NAN = 0  # KPROP_KVCACHE_POISON_NAN; KPROP_KVCACHE_POISON_HUGE is K = 0, 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--int8", action="store_true", help="int8 cache with static per-channel scales")
 parser.add_argument("--bug", choices=BUGS, help="plant one of the family's mutants")
-ARGS = parser.parse_args()
+# Imported as a module (kprop.check, tests/python): no bug and an f64 cache
+# unless BUG / INT8 are set.
+ARGS = parser.parse_args() if __name__ == "__main__" else parser.parse_args([])
 BUG = ARGS.bug
 INT8 = ARGS.int8 or BUG == "per_tensor_scale"
 

@@ -29,7 +29,8 @@ CODE_ZERO, CODE_PLUS, CODE_MINUS = 0, 1, 2  # 2-bit codes; weight k of a row at 
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--bug", choices=BUGS, help="plant one of the family's mutants")
-BUG = parser.parse_args().bug
+# Imported as a module (kprop.check, tests/python): no bug unless BUG is set.
+BUG = (parser.parse_args() if __name__ == "__main__" else parser.parse_args([])).bug
 
 
 def round_to_int(x):

@@ -17,8 +17,9 @@ and in pytest (the plugin is registered by the package):
 See docs/PYTHON.md.
 """
 
-from ._check import (SPECS_DIR, CheckResult, Counterexample, Finding, HealthCheckFailure, InvariantResult,
-                     Skipped, Unsupported, check, format_finding, replay, shipped_specs, spec_info)
+from ._check import (SPECS_DIR, CheckResult, Counterexample, Discard, Finding, HealthCheckFailure, InvariantResult,
+                     Skipped, Unsupported, assume, check, format_finding, invariant, replay, shipped_specs,
+                     spec_info)
 
 # Mask kinds of attention (KPROP_MASK_* in include/kprop/abi/attention.h).
 MASK_NONE, MASK_CAUSAL, MASK_KEY_PADDING, MASK_BOOLEAN = 0, 1, 2, 3
@@ -40,6 +41,7 @@ def spec(name, **options):
     return mark
 
 
-__all__ = ["check", "replay", "spec", "spec_info", "shipped_specs", "Unsupported", "Counterexample",
+__all__ = ["check", "replay", "spec", "invariant", "assume", "spec_info", "shipped_specs", "Unsupported",
+           "Discard", "Counterexample",
            "HealthCheckFailure", "Skipped", "CheckResult", "InvariantResult", "Finding", "format_finding",
            "SPECS_DIR", "MASK_NONE", "MASK_CAUSAL", "MASK_KEY_PADDING", "MASK_BOOLEAN"]

@@ -1,6 +1,7 @@
 """kprop.check: a spec run in process with a Python function as the target."""
 
 import glob
+import inspect
 import json
 import os
 import shlex
@@ -14,8 +15,9 @@ import numpy as np
 
 from . import _half, _kprop
 
-__all__ = ["check", "replay", "Unsupported", "Counterexample", "HealthCheckFailure", "Skipped",
-           "CheckResult", "InvariantResult", "Finding", "spec_info", "shipped_specs", "SPECS_DIR"]
+__all__ = ["check", "replay", "invariant", "assume", "Unsupported", "Discard", "Counterexample",
+           "HealthCheckFailure", "Skipped", "CheckResult", "InvariantResult", "Finding", "spec_info",
+           "shipped_specs", "SPECS_DIR"]
 
 SPECS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "specs")
 
@@ -24,6 +26,19 @@ class Unsupported(Exception):
     """Raised by the target for a case it cannot run (a dtype it lacks): the
     case is declined, counted apart and never checked; a run whose every case
     is declined is skipped, never passed."""
+
+
+class Discard(Exception):
+    """Raised by a @kprop.invariant function for a case it cannot judge: the
+    case is discarded for that invariant (counted with the reason), never
+    passed. kprop.assume(condition) raises it."""
+
+
+def assume(condition, why: str = "") -> None:
+    """Inside a @kprop.invariant: discard the case unless `condition` holds
+    (as Hypothesis's assume)."""
+    if not condition:
+        raise Discard(why or "kprop.assume() was false")
 
 
 def _is_unsupported(e: BaseException) -> bool:
@@ -165,16 +180,144 @@ def _resolve_spec(spec) -> Tuple[str, bool]:
                      % (spec, ", ".join(shipped_specs())))
 
 
-def spec_info(spec) -> Dict[str, Any]:
-    """The spec's name, family, ops, invariants and run settings."""
+def spec_info(spec, profile: Optional[str] = None) -> Dict[str, Any]:
+    """The spec's name, family, ops, invariants, run settings, profiles and
+    the named tensors its family publishes (name -> (shape, dtype, meaning):
+    what @kprop.invariant functions and the spec's expressions read)."""
     text, is_text = _resolve_spec(spec)
-    return _kprop.spec_info(text, is_text)
+    try:
+        return _kprop.spec_info(text, is_text, profile or "")
+    except ValueError as e:
+        raise ValueError("kprop: %s" % e) from None
+
+
+# ------------------------------------------------------------ invariants
+_PREFIXES = ("transformed_target", "transformed_reference", "target", "reference", "naive", "floor", "transform")
+
+
+class _InvariantDef:
+    def __init__(self, fn, name, description, tensors):
+        self.fn = fn
+        self.name = name or fn.__name__
+        self.description = description or (inspect.getdoc(fn) or "").split("\n")[0]
+        self.tensors = dict(tensors or {})
+        self.params = []
+        for p in inspect.signature(fn).parameters.values():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise TypeError("kprop.invariant %s: *args/**kwargs cannot name tensors; name each one "
+                                "(e.g. target_o for target.o)" % self.name)
+            self.params.append((p.name, p.default is not p.empty))
+
+    def resolve(self, published: Mapping[str, Any], family: str) -> List[Tuple[str, str]]:
+        """(parameter, tensor name) for each parameter of fn."""
+        out = []
+        for param, has_default in self.params:
+            name = self.tensors.get(param)
+            if name is None:
+                name = param if param in published else None
+            if name is None:
+                for prefix in _PREFIXES:
+                    if param.startswith(prefix + "_"):
+                        candidate = prefix.replace("_", ".") + "." + param[len(prefix) + 1:]
+                        if candidate in published:
+                            name = candidate
+                            break
+            if name is None or name not in published:
+                if has_default and name is None:
+                    continue
+                raise ValueError("kprop: invariant %s: parameter %r names no tensor of family %s (write target.o "
+                                 "as target_o, or map it: @kprop.invariant(tensors={%r: 'target.o'})); the family "
+                                 "publishes: %s" % (self.name, param, family, param, ", ".join(sorted(published))))
+            out.append((param, name))
+        return out
+
+
+def invariant(fn=None, *, name: Optional[str] = None, description: Optional[str] = None,
+              tensors: Optional[Mapping[str, str]] = None):
+    """Declares a Python invariant over the spec's named tensors, to pass to
+    kprop.check(..., extra_invariants=[f]) or @kprop.spec(..., extra_invariants=[f]).
+
+        @kprop.invariant
+        def lse_bounds_o(target_lse, target_o, reference_o):   # target.lse, target.o, reference.o
+            return np.all(np.isfinite(target_lse) | np.isneginf(target_lse))
+
+    Each parameter names a tensor (kprop.spec_info(spec)["tensors"]): a
+    prefix and a dot become an underscore (target.o: target_o); `tensors=`
+    maps a parameter to a name explicitly. Arrays are float64 (real), int64
+    or bool copies; a tensor this case does not have is None. The function
+    holds when it returns None, True or an array of all True; it fails when it
+    returns False (or any False) or raises (AssertionError's message is
+    reported); kprop.assume(cond) / raising kprop.Discard discards the case.
+    The target and reference run only if a parameter reads their outputs."""
+
+    def mark(f):
+        f._kprop_invariant = _InvariantDef(f, name, description, tensors)
+        return f
+
+    return mark(fn) if fn is not None else mark
+
+
+class _InvariantCall:
+    """The trampoline kprop calls for a Python invariant: the named tensors
+    in, None (holds) or (kind, message) out."""
+
+    def __init__(self, defn: _InvariantDef, mapping: List[Tuple[str, str]]):
+        self.defn = defn
+        self.mapping = mapping
+
+    def __call__(self, tensors):
+        try:
+            answer = self.defn.fn(**{param: tensors[name] for param, name in self.mapping})
+        except Discard as e:
+            return ("discard", str(e) or "discarded")
+        except AssertionError as e:
+            return ("fail", "%s: %s" % (self.defn.name, e) if str(e) else
+                    "%s: assertion failed\n%s" % (self.defn.name, _short_traceback()))
+        except Exception as e:  # KeyboardInterrupt goes through: it stops the run
+            return ("fail", "%s raised %s: %s\n%s" % (self.defn.name, type(e).__name__, e, _short_traceback()))
+        if answer is None or answer is True:
+            return None
+        if isinstance(answer, np.ndarray):
+            if answer.size == 0 or bool(np.all(answer)):
+                return None
+            bad = np.argwhere(~answer.astype(bool))
+            return ("fail", "%s: %d of %d elements false, first at %s" % (
+                self.defn.name, len(bad), answer.size, list(map(int, bad[0]))))
+        if bool(answer):
+            return None
+        return ("fail", "%s returned %r" % (self.defn.name, answer))
+
+
+def _short_traceback() -> str:
+    lines = traceback.format_exc().rstrip().splitlines()
+    return "\n".join(lines[-6:])
+
+
+def _extra_invariants(extra, info) -> list:
+    out = []
+    seen = set()
+    for f in extra or []:
+        defn = getattr(f, "_kprop_invariant", None)
+        if defn is None:
+            if not callable(f):
+                raise TypeError("kprop: extra_invariants takes @kprop.invariant functions, not %r" % (f,))
+            defn = invariant(f)._kprop_invariant
+        if defn.name in seen:
+            raise ValueError("kprop: two extra invariants are named %r" % defn.name)
+        seen.add(defn.name)
+        mapping = defn.resolve(info["tensors"], info["family"])
+        out.append((defn.name, [name for _, name in mapping], defn.description, _InvariantCall(defn, mapping)))
+    return out
 
 
 # ------------------------------------------------------------------ the target
 def _to_numpy(value):
     if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, on any device
-        value = value.detach().cpu().numpy()
+        value = value.detach().cpu()
+        if str(value.dtype) == "torch.bfloat16":  # NumPy has no bfloat16: its raw bits, as kprop carries them
+            import torch
+            return value.contiguous().view(torch.int16).numpy().view(np.uint16)
+        value = value.numpy()
     return np.asarray(value)
 
 
@@ -207,7 +350,8 @@ def _write_outputs(op: str, outputs, result) -> None:
             # bf16 outputs are raw bits here (NumPy has no bfloat16): floats round once, to nearest even.
             out[...] = _half.float32_to_bf16(a if a.dtype == np.float64 else a.astype(np.float32))
         else:
-            out[...] = a.astype(out.dtype, copy=False)
+            with np.errstate(over="ignore"):  # a value past the dtype's range stores as inf, as a kernel's would
+                out[...] = a.astype(out.dtype, copy=False)
 
 
 class _Target:
@@ -244,7 +388,10 @@ class _Target:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # from_numpy on a read-only view warns; the view is not written
             for name, a in inputs.items():
-                t = torch.from_numpy(a)
+                if a.dtype == np.uint16:  # bf16 travels as its raw bits (the ABI has no uint16)
+                    t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+                else:
+                    t = torch.from_numpy(a)
                 out[name] = t.to(self.device) if self.device != "cpu" else t
         return out
 
@@ -309,24 +456,25 @@ def _worker_command(fn, tensors: str) -> str:
 
 
 # --------------------------------------------------------------------- results
-def _finding(d, target: Optional[_Target], spec_ref: str, fn_name: str, command: Optional[str]) -> Finding:
-    tb = ""
-    if target is not None and d["kind"] == "error":
-        # The message is "op: TypeName: text"; the traceback was kept by that text.
-        for key, text in target.tracebacks.items():
-            if d["message"].endswith(key):
-                tb = text
-                break
+def _finding(d, targets, replay_text, command: Optional[str]) -> Finding:
+    # An error's message is "op: TypeName: text"; the traceback was kept by that text.
+    tb = _traceback_for(targets, d["message"]) if d["kind"] == "error" else ""
     if command:
         replay = d["replay_command"]
     elif d["path"]:
-        replay = "kprop.replay(%r, %s, %r)" % (spec_ref, fn_name, d["path"])
+        replay = replay_text(d["path"])
     else:
         replay = ""
     return Finding(invariant=d["invariant"], kind=d["kind"], message=d["message"], measured=list(d["measured"]),
                    case_yaml=d["case_yaml"], path=d["path"], replay=replay, size=d["size"],
                    original_size=d["original_size"], shrink_steps=d["shrink_steps"], summary=d["summary"],
                    traceback=tb)
+
+
+def _status(text: str) -> str:
+    """The runner's status words ("gave up", "FAILED", "n/a", ...) as the
+    identifiers CheckResult and InvariantResult document."""
+    return {"n/a": "not_applicable"}.get(text, text.lower().replace(" ", "_"))
 
 
 def _result(r, findings, replayed=0) -> CheckResult:
@@ -336,10 +484,10 @@ def _result(r, findings, replayed=0) -> CheckResult:
         by_name.setdefault(f.invariant, f)
     for i in r["invariants"]:
         invariants.append(InvariantResult(
-            name=i["name"], status=i["status"], passed=i["passed"], discarded=i["discarded"],
+            name=i["name"], status=_status(i["status"]), passed=i["passed"], discarded=i["discarded"],
             declined=i["declined"], not_applicable=i["not_applicable"], discard_reasons=dict(i["discard_reasons"]),
             counterexample=by_name.get(i["name"]) if i["counterexample"] is not None else None))
-    return CheckResult(spec=r["spec"], family=r["family"], target=r["target"], status=r["status"], seed=r["seed"],
+    return CheckResult(spec=r["spec"], family=r["family"], target=r["target"], status=_status(r["status"]), seed=r["seed"],
                        trials=r["trials"], trials_wanted=r["trials_wanted"], checked=r["checked"],
                        declined=r["declined"], decline_reasons=dict(r["decline_reasons"]), seconds=r["seconds"],
                        max_size=r["max_size"], size_reached=r["size_reached"], largest_case=r["largest_case"],
@@ -380,11 +528,48 @@ def _scratch(corpus: Optional[str]) -> str:
 
 
 # ---------------------------------------------------------------------- entry
+def _impl(name: str, call, fn, tensors: str, isolate: bool) -> Dict[str, Any]:
+    return {"name": name, "call": call, "exec": _worker_command(fn, tensors) if isolate else None}
+
+
+def _args(spec, fn, *, reference, extra_invariants, profile, seed, trials, time, invariants, corpus, isolate,
+          tensors, device, case_timeout):
+    """Resolves the spec and builds the extension's arguments: (text, is_text,
+    info, args, the target's trampoline, the reference's or None)."""
+    text, is_text = _resolve_spec(spec)
+    info = spec_info(spec, profile)
+    target = _Target(fn, info["ops"], tensors, device)
+    ref_target = None
+    a = {"target": _impl(_target_name(fn), target, fn, tensors, isolate), "reference": None}
+    if reference is not None:
+        ref_target = _Target(reference, info["ops"], tensors, device)
+        a["reference"] = _impl("python-reference:" + _target_name(reference)[len("python:"):], ref_target,
+                               reference, tensors, isolate)
+    a.update(extra=_extra_invariants(extra_invariants, info), profile=profile or "", seed=seed, trials=trials,
+             time=None if time is None else float(time), invariants=list(invariants or []),
+             corpus=None if corpus is None else os.fspath(corpus), scratch=_scratch(corpus),
+             case_timeout=None if case_timeout is None else float(case_timeout))
+    return text, is_text, info, a, target, ref_target
+
+
+def _replay_text(spec_ref, fn, path, reference, extra_invariants, profile) -> str:
+    parts = [repr(spec_ref), getattr(fn, "__name__", "fn"), repr(path)]
+    if reference is not None:
+        parts.append("reference=%s" % getattr(reference, "__name__", "reference"))
+    if extra_invariants:
+        parts.append("extra_invariants=[%s]" % ", ".join(getattr(f, "__name__", "f") for f in extra_invariants))
+    if profile:
+        parts.append("profile=%r" % profile)
+    return "kprop.replay(%s)" % ", ".join(parts)
+
+
 def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[int] = None,
           trials: Optional[int] = None, time: Optional[float] = None,
           invariants: Optional[Sequence[str]] = None, corpus: Optional[str] = ".kprop/",
           isolate: bool = False, tensors: str = "numpy", device: Optional[str] = None,
-          replay_stored: bool = True, case_timeout: Optional[float] = None) -> CheckResult:
+          replay_stored: bool = True, case_timeout: Optional[float] = None,
+          reference: Union[None, Callable, Mapping[str, Callable]] = None,
+          extra_invariants: Optional[Sequence[Callable]] = None, profile: Optional[str] = None) -> CheckResult:
     """Runs `spec` with `fn` as its target, in this process.
 
     spec: a path, a shipped spec name ("flash_fwd") or a dict.
@@ -394,51 +579,58 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
         (one output) the array. Families with several ops: a dict {op: function},
         or one function that also gets op=NAME. Raise kprop.Unsupported to decline.
     seed, trials, time: override the spec's run settings (seed 0: a fresh one).
-    invariants: only these (names as in the spec).
+    invariants: only these (names as in the spec, or of extra_invariants).
     corpus: folder of stored counterexamples (CORPUS/<spec>/*.yaml): they are
         replayed first (replay_stored), and a new one is stored there. None:
         nothing stored (a failing case goes to a temp folder).
-    isolate: run fn in a worker process (python -m kprop.worker), so a crash or
-        a hang (run.case_timeout_s, or case_timeout) is reported with the case
-        saved instead of ending this process; fn must be importable.
+    isolate: run fn (and reference) in a worker process (python -m kprop.worker),
+        so a crash or a hang (run.case_timeout_s, or case_timeout) is reported
+        with the case saved instead of ending this process; fn must be importable.
     tensors: "numpy" (default) or "torch" (torch.from_numpy, zero-copy, moved to
         `device`, by default CUDA when available).
+    reference: your own eager code as the oracle of the comparative invariants
+        (instead of the spec's fp64 reference): called like fn, but with every
+        floating-point input widened to float64 and its outputs taken in
+        float64.
+    extra_invariants: @kprop.invariant functions over the named tensors,
+        checked next to the spec's own invariants.
+    profile: one of the spec's profiles (its domain and run settings).
 
     Returns a CheckResult; raises Counterexample (an AssertionError) on a
     failure, Skipped when every case was declined, HealthCheckFailure when the
     run checked too little to count.
     """
-    text, is_text = _resolve_spec(spec)
-    info = _kprop.spec_info(text, is_text)
+    text, is_text, info, args, target, ref_target = _args(
+        spec, fn, reference=reference, extra_invariants=extra_invariants, profile=profile, seed=seed,
+        trials=trials, time=time, invariants=invariants, corpus=corpus, isolate=isolate, tensors=tensors,
+        device=device, case_timeout=case_timeout)
     spec_ref = spec if isinstance(spec, str) else text if not is_text else "<dict spec>"
-    fn_name = getattr(fn, "__name__", "fn")
-    target = _Target(fn, info["ops"], tensors, device)
-    command = _worker_command(fn, tensors) if isolate else None
-    name = _target_name(fn)
-    invariants = list(invariants or [])
-    case_timeout = None if case_timeout is None else float(case_timeout)
+    name = args["target"]["name"]
+    targets = [t for t in (target, ref_target) if t is not None]
+    command = args["target"]["exec"]
 
     replayed = 0
     if replay_stored and corpus is not None:
         stored_dir = os.path.join(corpus, info["name"])
         if os.path.isdir(stored_dir) and glob.glob(os.path.join(stored_dir, "*.yaml")):
-            rows = _kprop.replay(text, is_text, target, name, command, stored_dir, invariants, case_timeout)
+            rows = _kprop.replay(text, is_text, args, stored_dir)
             for row in rows:
                 replayed += 1
                 if row["error"]:
                     raise ValueError("kprop: stored case %s cannot be read: %s" % (row["path"], row["error"]))
                 if not row["ok"]:
-                    f = _stored_finding(row, target, spec_ref, fn_name, command)
+                    f = _stored_finding(row, targets, spec_ref, fn, command, reference, extra_invariants,
+                                        profile)
                     raise Counterexample(format_finding(f, info["name"], name), f)
 
-    r = _kprop.run(text, is_text, target, name, command, seed, trials, None if time is None else float(time),
-                   invariants, None if corpus is None else os.fspath(corpus), _scratch(corpus), case_timeout)
+    r = _kprop.run(text, is_text, args)
+    replay_text = lambda path: _replay_text(spec_ref, fn, path, reference, extra_invariants, profile)  # noqa: E731
     findings = []
     for i in r["invariants"]:
         if i["counterexample"] is not None:
-            findings.append(_finding(i["counterexample"], target, spec_ref, fn_name, command))
+            findings.append(_finding(i["counterexample"], targets, replay_text, command))
     if r["crash"] is not None:
-        findings.append(_finding(r["crash"], target, spec_ref, fn_name, command))
+        findings.append(_finding(r["crash"], targets, replay_text, command))
     result = _result(r, findings, replayed)
     status = result.status
     if status == "interrupted":
@@ -457,40 +649,48 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
     return result
 
 
-def _stored_finding(row, target, spec_ref, fn_name, command) -> Finding:
+def _traceback_for(targets, message: str) -> str:
+    for t in targets:
+        for key, text in t.tracebacks.items():
+            if message.endswith(key):
+                return text
+    return ""
+
+
+def _stored_finding(row, targets, spec_ref, fn, command, reference, extra_invariants, profile) -> Finding:
     with open(row["path"]) as f:
         text = f.read()
-    tb = ""
-    for key, t in target.tracebacks.items():
-        if row["detail"].endswith(key):
-            tb = t
-    replay = ("prop_runner --spec %s --target %s --replay %s" % (spec_ref, shlex.quote("exec:" + command),
-                                                                  row["path"])
-              if command else "kprop.replay(%r, %s, %r)" % (spec_ref, fn_name, row["path"]))
+    if command:
+        replay = "prop_runner --spec %s --target %s --replay %s" % (spec_ref, shlex.quote("exec:" + command),
+                                                                    row["path"])
+    else:
+        replay = _replay_text(spec_ref, fn, row["path"], reference, extra_invariants, profile)
     return Finding(invariant=row["invariant"], kind="replay", message=row["detail"], measured=[], case_yaml=text,
-                   path=row["path"], replay=replay, traceback=tb)
+                   path=row["path"], replay=replay, traceback=_traceback_for(targets, row["detail"]))
 
 
 def replay(spec, fn, path: str, *, invariants: Optional[Sequence[str]] = None, isolate: bool = False,
-           tensors: str = "numpy", device: Optional[str] = None, case_timeout: Optional[float] = None) -> int:
+           tensors: str = "numpy", device: Optional[str] = None, case_timeout: Optional[float] = None,
+           reference: Union[None, Callable, Mapping[str, Callable]] = None,
+           extra_invariants: Optional[Sequence[Callable]] = None, profile: Optional[str] = None) -> int:
     """Replays a stored case file (or every case in a folder) on fn: raises
     Counterexample for the first that fails; returns how many were checked
     (a declined case is not counted)."""
-    text, is_text = _resolve_spec(spec)
-    info = _kprop.spec_info(text, is_text)
-    target = _Target(fn, info["ops"], tensors, device)
-    command = _worker_command(fn, tensors) if isolate else None
     if not os.path.exists(path):
         raise FileNotFoundError(path)
-    rows = _kprop.replay(text, is_text, target, _target_name(fn), command, os.fspath(path), list(invariants or []),
-                         case_timeout)
+    text, is_text, info, args, target, ref_target = _args(
+        spec, fn, reference=reference, extra_invariants=extra_invariants, profile=profile, seed=None,
+        trials=None, time=None, invariants=invariants, corpus=None, isolate=isolate, tensors=tensors,
+        device=device, case_timeout=case_timeout)
+    rows = _kprop.replay(text, is_text, args, os.fspath(path))
     checked = 0
     for row in rows:
         if row["error"]:
             raise ValueError("kprop: %s" % row["error"])
         if not row["ok"]:
-            f = _stored_finding(row, target, spec if isinstance(spec, str) else "<spec>",
-                                getattr(fn, "__name__", "fn"), command)
-            raise Counterexample(format_finding(f, info["name"], _target_name(fn)), f)
+            f = _stored_finding(row, [t for t in (target, ref_target) if t is not None],
+                                spec if isinstance(spec, str) else "<spec>", fn, args["target"]["exec"], reference,
+                                extra_invariants, profile)
+            raise Counterexample(format_finding(f, info["name"], args["target"]["name"]), f)
         checked += not row["declined"]
     return checked

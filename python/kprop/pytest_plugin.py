@@ -27,6 +27,8 @@ def pytest_addoption(parser):
                     help="seed of every @kprop.spec run (overrides the decorator and the spec; 0: a fresh one)")
     group.addoption("--kprop-trials", type=int, default=None, help="cases per invariant (overrides the spec)")
     group.addoption("--kprop-time", type=float, default=None, help="time budget per item in seconds")
+    group.addoption("--kprop-profile", default=None,
+                    help="the specs' profile (their `profiles:`; overrides the decorator's profile=)")
     group.addoption("--kprop-corpus", default=None,
                     help="folder of stored counterexamples, replayed first (default: .kprop/ in the rootdir)")
     group.addoption("--kprop-no-corpus", action="store_true",
@@ -46,7 +48,9 @@ def _corpus(config):
 
 def pytest_report_header(config):
     seed = config.getoption("kprop_seed")
-    return "kprop: corpus %s%s" % (_corpus(config) or "(none)", "" if seed is None else ", seed %d" % seed)
+    profile = config.getoption("kprop_profile")
+    return "kprop: corpus %s%s%s" % (_corpus(config) or "(none)", "" if seed is None else ", seed %d" % seed,
+                                     "" if profile is None else ", profile %s" % profile)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -56,15 +60,20 @@ def pytest_pycollect_makeitem(collector, name, obj):
         return None
     spec, options = marked
     options = dict(options)
+    profile = collector.config.getoption("kprop_profile")
+    if profile is not None:
+        options["profile"] = profile
     try:
-        info = _check.spec_info(spec)
+        info = _check.spec_info(spec, options.get("profile"))
+        extra = [name for name, _, _, _ in _check._extra_invariants(options.get("extra_invariants"), info)]
     except Exception as e:
         raise collector.CollectError("kprop: %s: %s" % (name, e))
-    invariants = options.pop("invariants", None) or info["invariants"]
-    unknown = [i for i in invariants if i not in info["invariants"]]
+    known = info["invariants"] + extra
+    invariants = options.pop("invariants", None) or known
+    unknown = [i for i in invariants if i not in known]
     if unknown:
         raise collector.CollectError("kprop: %s: spec %s has no invariant %s (it has: %s)"
-                                     % (name, info["name"], ", ".join(unknown), ", ".join(info["invariants"])))
+                                     % (name, info["name"], ", ".join(unknown), ", ".join(known)))
     items = []
     corpus = _corpus(collector.config)
     if corpus is not None:
@@ -94,7 +103,9 @@ class KpropItem(pytest.Item):
         config = self.config
         options = dict(self.options)
         if self.stored is not None:
-            options = {k: v for k, v in options.items() if k in ("isolate", "tensors", "device", "case_timeout")}
+            options = {k: v for k, v in options.items()
+                       if k in ("isolate", "tensors", "device", "case_timeout", "reference", "extra_invariants",
+                                "profile")}
             checked = _check.replay(self.spec, self.fn, self.stored, invariants=self.invariants, **options)
             if checked == 0:
                 pytest.skip("kprop: the target declined the stored case %s" % self.stored)

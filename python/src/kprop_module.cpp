@@ -17,7 +17,9 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kprop/errors.h"
@@ -117,10 +119,18 @@ void raise_kprop_interrupt() {
   sigaction(SIGTERM, &old_term, nullptr);
 }
 
+// A KeyboardInterrupt inside a Python target, reference or invariant stops
+// the run (kprop's interrupt flag) and is raised again once it has stopped.
+[[noreturn]] void on_keyboard_interrupt(bool& interrupted) {
+  interrupted = true;
+  raise_kprop_interrupt();
+  throw TargetFailure("interrupted", "interrupted (KeyboardInterrupt)");
+}
+
 class PythonTransport final : public kprop::external::Transport {
  public:
-  explicit PythonTransport(nb::object call) : call_(std::move(call)) {}
-  bool interrupted = false;
+  PythonTransport(nb::object call, std::shared_ptr<bool> interrupted)
+      : call_(std::move(call)), interrupted_(std::move(interrupted)) {}
   // The family keeps its attached implementations (and this transport) until
   // exit, after Python is gone: the reference to fn is dropped when the run
   // ends, with the GIL held.
@@ -128,7 +138,7 @@ class PythonTransport final : public kprop::external::Transport {
 
  protected:
   Message round_trip(const Message& request) override {
-    if (interrupted) throw TargetFailure("interrupted", "interrupted (KeyboardInterrupt)");
+    if (*interrupted_) throw TargetFailure("interrupted", "interrupted (KeyboardInterrupt)");
     if (!call_.is_valid()) throw TargetFailure("error", "this Python target's run has ended");
     Message reply = kprop::external::allocate_reply(request);
     nb::dict inputs;
@@ -141,11 +151,7 @@ class PythonTransport final : public kprop::external::Transport {
     try {
       status = call_(nb::str(request.op.c_str()), to_py(request.attrs), inputs, outputs);
     } catch (nb::python_error& e) {
-      if (e.matches(PyExc_KeyboardInterrupt)) {
-        interrupted = true;
-        raise_kprop_interrupt();
-        throw TargetFailure("interrupted", "interrupted (KeyboardInterrupt)");
-      }
+      if (e.matches(PyExc_KeyboardInterrupt)) on_keyboard_interrupt(*interrupted_);
       throw TargetFailure("error", fmt::format("{}: kprop's trampoline failed: {}", request.op, e.what()));
     }
     // The trampoline answers None (outputs written), or (kind, message).
@@ -168,10 +174,65 @@ class PythonTransport final : public kprop::external::Transport {
 
  private:
   nb::object call_;
+  std::shared_ptr<bool> interrupted_;
 };
 
-kprop::Spec load(const std::string& spec, bool is_text) {
-  return is_text ? kprop::parse_spec(spec, "<dict>") : kprop::load_spec(spec);
+// A named tensor as a NumPy array of its own (a copy: an invariant may keep it).
+template <typename T>
+nb::object owned_array(const kprop::expr::Tensor& t) {
+  T* data = new T[std::max<size_t>(t.data.size(), 1)];
+  for (size_t i = 0; i < t.data.size(); ++i) data[i] = static_cast<T>(t.data[i]);
+  nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<T*>(p); });
+  std::vector<size_t> shape(t.shape.begin(), t.shape.end());
+  return nb::ndarray<nb::numpy, T>(data, shape.size(), shape.data(), owner).cast();
+}
+
+nb::object to_numpy(const kprop::expr::Tensor& t) {
+  switch (t.dtype) {
+    case kprop::expr::DType::boolean:
+      return owned_array<bool>(t);
+    case kprop::expr::DType::integer:
+      return owned_array<int64_t>(t);
+    case kprop::expr::DType::real:
+      break;
+  }
+  return owned_array<double>(t);
+}
+
+// A Python invariant (@kprop.invariant, kprop/_check.py): `call` gets a dict
+// of the named tensors it reads (None for one this case does not have) and
+// answers None (holds) or (kind, message) with kind "fail" or "discard".
+std::shared_ptr<const kprop::CallbackInvariant> python_invariant(std::vector<std::string> names,
+                                                                 std::string description, nb::object call,
+                                                                 std::shared_ptr<bool> interrupted) {
+  auto inv = std::make_shared<kprop::CallbackInvariant>();
+  inv->names = names;
+  inv->description = std::move(description);
+  inv->check = [names, call = std::move(call),
+                interrupted = std::move(interrupted)](const kprop::expr::TensorMap& tensors) {
+    nb::dict args;
+    for (const auto& n : names) {
+      const kprop::expr::Tensor* t = tensors.find(n);
+      args[n.c_str()] = t ? to_numpy(*t) : nb::none();
+    }
+    nb::object answer;
+    try {
+      answer = call(args);
+    } catch (nb::python_error& e) {
+      if (e.matches(PyExc_KeyboardInterrupt)) on_keyboard_interrupt(*interrupted);
+      return kprop::Verdict::fail(fmt::format("kprop's invariant trampoline failed: {}", e.what()));
+    }
+    if (answer.is_none()) return kprop::Verdict::pass();
+    const auto kind = nb::cast<std::string>(answer[0]);
+    auto message = nb::cast<std::string>(answer[1]);
+    if (kind == "discard") return kprop::Verdict::discard(std::move(message));
+    return kprop::Verdict::fail(std::move(message));
+  };
+  return inv;
+}
+
+kprop::Spec load(const std::string& spec, bool is_text, const std::string& profile) {
+  return is_text ? kprop::parse_spec(spec, "<dict>", profile) : kprop::load_spec(spec, profile);
 }
 
 // The handlers kprop's crash guard installs (SIGSEGV, ...) are kprop's only
@@ -281,50 +342,133 @@ nb::dict report_dict(const kprop::RunReport& r) {
   return d;
 }
 
-// Attaches the target (a fresh implementation name per call) and fills the options.
+// One Python function as the target or the reference: in process (`call`,
+// the trampoline of kprop/_check.py) or in a worker process (`exec`, the
+// command of `python -m kprop.worker`).
+struct PyImpl {
+  std::string name;
+  nb::object call;
+  std::optional<std::string> exec;
+};
+
+// kprop.check's arguments after the spec.
+struct Args {
+  PyImpl target;
+  std::optional<PyImpl> reference;  // none: the spec's reference
+  // @kprop.invariant functions: (name, tensors read, description, trampoline)
+  std::vector<std::tuple<std::string, std::vector<std::string>, std::string, nb::object>> extra;
+  std::string profile;
+  std::optional<uint64_t> seed;
+  std::optional<int64_t> trials;
+  std::optional<double> time_s;
+  std::vector<std::string> invariants;
+  std::optional<std::string> corpus;
+  std::string scratch;
+  std::optional<double> case_timeout_s;
+};
+
+// kprop/_check.py's _args() dict (plain Python objects only: nothing of this
+// module outlives a run).
+template <typename T>
+std::optional<T> optional_item(const nb::dict& d, const char* key) {
+  if (!d.contains(key) || d[key].is_none()) return std::nullopt;
+  return nb::cast<T>(d[key]);
+}
+
+PyImpl impl_from(const nb::handle& h) {
+  const nb::dict d = nb::cast<nb::dict>(h);
+  return {nb::cast<std::string>(d["name"]), nb::borrow<nb::object>(d["call"]),
+          optional_item<std::string>(d, "exec")};
+}
+
+Args args_from(const nb::dict& d) {
+  Args a;
+  a.target = impl_from(d["target"]);
+  if (d.contains("reference") && !d["reference"].is_none()) a.reference = impl_from(d["reference"]);
+  for (nb::handle x : nb::cast<nb::list>(d["extra"])) {
+    const nb::tuple t = nb::cast<nb::tuple>(x);
+    a.extra.emplace_back(nb::cast<std::string>(t[0]), nb::cast<std::vector<std::string>>(t[1]),
+                         nb::cast<std::string>(t[2]), nb::borrow<nb::object>(t[3]));
+  }
+  a.profile = nb::cast<std::string>(d["profile"]);
+  a.seed = optional_item<uint64_t>(d, "seed");
+  a.trials = optional_item<int64_t>(d, "trials");
+  a.time_s = optional_item<double>(d, "time");
+  a.invariants = nb::cast<std::vector<std::string>>(d["invariants"]);
+  a.corpus = optional_item<std::string>(d, "corpus");
+  a.scratch = nb::cast<std::string>(d["scratch"]);
+  a.case_timeout_s = optional_item<double>(d, "case_timeout");
+  return a;
+}
+
+// Attaches the target and reference (a fresh implementation name per call)
+// and the Python invariants, and fills the options.
 struct Prepared {
   kprop::Spec spec;
   kprop::RunOptions options;
-  std::shared_ptr<PythonTransport> transport;
+  std::shared_ptr<bool> interrupted = std::make_shared<bool>(false);
+  std::vector<std::shared_ptr<PythonTransport>> transports;
 };
 
-Prepared prepare(const std::string& spec_arg, bool spec_is_text, nb::object call, const std::string& name,
-                 const std::optional<std::string>& exec_command, std::optional<uint64_t> seed,
-                 std::optional<int64_t> trials, std::optional<double> time_s,
-                 const std::vector<std::string>& invariants, const std::optional<std::string>& corpus,
-                 const std::string& scratch, std::optional<double> case_timeout_s) {
-  Prepared p{load(spec_arg, spec_is_text), {}, nullptr};
+std::string fresh_name(const kprop::Family& family, const std::string& name) {
+  std::string out = name;
+  for (int n = 2; family.find_implementation(out) >= 0; ++n) out = fmt::format("{}-{}", name, n);
+  return out;
+}
+
+Prepared prepare(const std::string& spec_arg, bool spec_is_text, const Args& a) {
+  Prepared p{load(spec_arg, spec_is_text, a.profile), {}};
   const kprop::Family& family = *p.spec.family;
   if (family.external_ops().empty())
     throw nb::value_error(
         fmt::format("family {} has no external interface, so it cannot be tested from Python", family.name())
             .c_str());
-  for (const auto& inv : invariants)
+  std::set<std::string> published;
+  for (const auto& t : family.tensor_infos()) published.insert(t.name);
+  for (const auto& [name, names, description, call] : a.extra) {
+    for (const auto& u : p.spec.invariants)
+      if (u.name == name)
+        throw nb::value_error(
+            fmt::format("invariant '{}' is already one of spec {}'s invariants: name yours otherwise", name,
+                        p.spec.name)
+                .c_str());
+    for (const auto& n : names)
+      if (!published.count(n))
+        throw nb::value_error(
+            fmt::format("invariant '{}' reads '{}', which family {} does not publish", name, n, family.name())
+                .c_str());
+    kprop::InvariantUse use;
+    use.name = name;
+    use.callback = python_invariant(names, description, call, p.interrupted);
+    p.spec.invariants.push_back(std::move(use));
+  }
+  for (const auto& inv : a.invariants)
     if (std::none_of(p.spec.invariants.begin(), p.spec.invariants.end(),
                      [&](const kprop::InvariantUse& u) { return u.name == inv; }))
       throw nb::value_error(fmt::format("spec {} has no invariant '{}'", p.spec.name, inv).c_str());
   kprop::RunOptions& o = p.options;
-  if (exec_command) {
-    o.target = "exec:" + *exec_command;  // resolve_target opens the worker
-    o.case_timeout_s = case_timeout_s;
-  } else {
-    std::string target = name;
-    for (int n = 2; family.find_implementation(target) >= 0; ++n) target = fmt::format("{}-{}", name, n);
-    p.transport = std::make_shared<PythonTransport>(std::move(call));
-    family.attach_external(target, p.transport);
-    o.target = target;
-    // In process there is no isolation: kprop's watchdog would end the whole
-    // interpreter on a slow case, so it waits as long as fn takes (isolate=True
-    // enforces run.case_timeout_s).
-    o.case_timeout_s = case_timeout_s.value_or(1e7);
-  }
-  o.seed = seed;
-  o.trials = trials;
-  o.time_budget_s = time_s;
-  o.only_invariants = invariants;
-  o.write_corpus = corpus.has_value();
-  if (corpus) o.corpus_dir = *corpus;
-  o.scratch_dir = scratch;
+  // In process there is no isolation: kprop's watchdog would end the whole
+  // interpreter on a slow case, so it waits as long as fn takes (isolate=True
+  // enforces run.case_timeout_s).
+  o.case_timeout_s = a.target.exec ? a.case_timeout_s : a.case_timeout_s.value_or(1e7);
+  auto attach = [&](const PyImpl& impl, bool as_reference) -> std::string {
+    if (impl.exec) return "exec:" + *impl.exec;  // resolve_target opens the worker
+    auto t = std::make_shared<PythonTransport>(impl.call, p.interrupted);
+    p.transports.push_back(t);
+    const std::string name = fresh_name(family, impl.name);
+    family.attach_external(name, as_reference ? kprop::external::widened_to_f64(t)
+                                              : std::shared_ptr<kprop::external::Transport>(t));
+    return name;
+  };
+  o.target = attach(a.target, false);
+  if (a.reference) o.reference = attach(*a.reference, true);
+  o.seed = a.seed;
+  o.trials = a.trials;
+  o.time_budget_s = a.time_s;
+  o.only_invariants = a.invariants;
+  o.write_corpus = a.corpus.has_value();
+  if (a.corpus) o.corpus_dir = *a.corpus;
+  o.scratch_dir = a.scratch;
   o.found_by = "python";
   return p;
 }
@@ -335,11 +479,11 @@ template <typename F>
 auto guarded(Prepared& p, F&& body) {
   kprop::clear_interrupt();
   struct Detach {
-    PythonTransport* t;
+    Prepared& p;
     ~Detach() {
-      if (t) t->detach();
+      for (const auto& t : p.transports) t->detach();
     }
-  } detach{p.transport.get()};
+  } detach{p};
   auto result = [&] {
     SignalScope signals;
     try {
@@ -348,7 +492,7 @@ auto guarded(Prepared& p, F&& body) {
       throw nb::value_error(e.what());
     }
   }();
-  const bool stop = p.transport && p.transport->interrupted;
+  const bool stop = *p.interrupted;
   kprop::clear_interrupt();
   if (stop) {
     PyErr_SetNone(PyExc_KeyboardInterrupt);
@@ -357,21 +501,20 @@ auto guarded(Prepared& p, F&& body) {
   return result;
 }
 
-nb::dict run(const std::string& spec, bool spec_is_text, nb::object call, const std::string& name,
-             std::optional<std::string> exec_command, std::optional<uint64_t> seed,
-             std::optional<int64_t> trials, std::optional<double> time_s, std::vector<std::string> invariants,
-             std::optional<std::string> corpus, std::string scratch, std::optional<double> case_timeout_s) {
-  Prepared p = prepare(spec, spec_is_text, std::move(call), name, exec_command, seed, trials, time_s,
-                       invariants, corpus, scratch, case_timeout_s);
+nb::dict run(const std::string& spec, bool spec_is_text, const nb::dict& args) {
+  Prepared p = prepare(spec, spec_is_text, args_from(args));
   kprop::RunReport report = guarded(p, [&] { return kprop::run_spec(p.spec, p.options); });
   return report_dict(report);
 }
 
-nb::list replay(const std::string& spec, bool spec_is_text, nb::object call, const std::string& name,
-                std::optional<std::string> exec_command, const std::string& path,
-                std::vector<std::string> invariants, std::optional<double> case_timeout_s) {
-  Prepared p = prepare(spec, spec_is_text, std::move(call), name, exec_command, std::nullopt, std::nullopt,
-                       std::nullopt, invariants, std::nullopt, ".kprop/findings", case_timeout_s);
+nb::list replay(const std::string& spec, bool spec_is_text, const nb::dict& arg_dict,
+                const std::string& path) {
+  Args args = args_from(arg_dict);
+  args.seed = args.trials = std::nullopt;
+  args.time_s = std::nullopt;
+  args.corpus = std::nullopt;
+  args.scratch = ".kprop/findings";
+  Prepared p = prepare(spec, spec_is_text, args);
   const auto rows = guarded(p, [&] { return kprop::replay_corpus(p.spec, path, p.options); });
   nb::list out;
   for (const auto& r : rows) {
@@ -388,9 +531,9 @@ nb::list replay(const std::string& spec, bool spec_is_text, nb::object call, con
   return out;
 }
 
-nb::dict spec_info(const std::string& spec_arg, bool spec_is_text) {
+nb::dict spec_info(const std::string& spec_arg, bool spec_is_text, const std::string& profile) {
   try {
-    const kprop::Spec spec = load(spec_arg, spec_is_text);
+    const kprop::Spec spec = load(spec_arg, spec_is_text, profile);
     nb::dict d;
     d["name"] = spec.name;
     d["path"] = spec.path;
@@ -406,6 +549,17 @@ nb::dict spec_info(const std::string& spec_arg, bool spec_is_text) {
     nb::list ops;
     for (const auto& op : spec.family->external_ops()) ops.append(op.op);
     d["ops"] = ops;
+    nb::list profiles;
+    for (const auto& name : spec.profiles) profiles.append(name);
+    d["profiles"] = profiles;
+    d["profile"] = spec.profile;
+    nb::dict tensors;  // name -> (symbolic shape, dtype, meaning)
+    for (const auto& t : spec.family->tensor_infos()) {
+      nb::list shape;
+      for (const auto& dim : t.shape) shape.append(dim);
+      tensors[t.name.c_str()] = nb::make_tuple(shape, kprop::expr::dtype_name(t.dtype), t.meaning);
+    }
+    d["tensors"] = tensors;
     return d;
   } catch (const kprop::InputError& e) {
     throw nb::value_error(e.what());
@@ -416,13 +570,8 @@ nb::dict spec_info(const std::string& spec_arg, bool spec_is_text) {
 
 NB_MODULE(_kprop, m) {
   m.doc() = "kprop's runner in process (use the kprop package, not this module)";
-  m.def("run", &run, nb::arg("spec"), nb::arg("spec_is_text"), nb::arg("call"), nb::arg("name"),
-        nb::arg("exec_command").none(), nb::arg("seed").none(), nb::arg("trials").none(),
-        nb::arg("time").none(), nb::arg("invariants"), nb::arg("corpus").none(), nb::arg("scratch"),
-        nb::arg("case_timeout").none());
-  m.def("replay", &replay, nb::arg("spec"), nb::arg("spec_is_text"), nb::arg("call"), nb::arg("name"),
-        nb::arg("exec_command").none(), nb::arg("path"), nb::arg("invariants"),
-        nb::arg("case_timeout").none());
-  m.def("spec_info", &spec_info, nb::arg("spec"), nb::arg("spec_is_text"));
+  m.def("run", &run, nb::arg("spec"), nb::arg("spec_is_text"), nb::arg("args"));
+  m.def("replay", &replay, nb::arg("spec"), nb::arg("spec_is_text"), nb::arg("args"), nb::arg("path"));
+  m.def("spec_info", &spec_info, nb::arg("spec"), nb::arg("spec_is_text"), nb::arg("profile") = "");
   m.def("fresh_seed", &kprop::fresh_seed);
 }

@@ -102,7 +102,17 @@ class Transport {
 
  protected:
   virtual Message round_trip(const Message& request) = 0;
+  // true: floating-point outputs come back in f64 whatever was declared
+  // (widened_to_f64); call() accepts that.
+  virtual bool widens() const { return false; }
 };
+
+// The transport of an oracle built elsewhere (prop_runner --reference
+// exec:/plugin:, kprop.check(reference=fn)): every floating-point input
+// travels widened to f64 (exact) and every floating-point output is asked
+// for, and taken, in f64, so the user's reference computes in double
+// precision as kprop's own references do; integer tensors are unchanged.
+std::shared_ptr<Transport> widened_to_f64(std::shared_ptr<Transport> inner);
 
 // How a plugin serves one op: `invoke` builds the op's C args struct from
 // the request, calls the entry point `fn` and leaves the outputs in `reply`

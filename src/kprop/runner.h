@@ -17,7 +17,11 @@ namespace kprop {
 // How a run is set up. Every override of the spec's `run:` settings that a
 // command line or a caller makes goes through here (never into the Spec).
 struct RunOptions {
-  std::string target;                        // empty: the spec's target
+  std::string target;  // empty: the spec's target
+  // The oracle of comparative invariants; empty: the spec's reference. An
+  // external one (plugin:/exec:) is called with f64 tensors
+  // (external::widened_to_f64).
+  std::string reference;
   std::optional<uint64_t> seed;              // overrides run.seed (0: a fresh seed)
   std::optional<int64_t> trials;             // overrides run.trials
   std::optional<double> time_budget_s;       // overrides run.time_budget_s (0: no limit)
@@ -142,8 +146,12 @@ uint64_t resolve_seed(const Spec& spec, const RunOptions& options);
 
 // Resolves the target name (with "did you mean") or throws InputError; an
 // external target (plugin:/exec:) is opened with the given call timeout
-// (default: the spec's run.case_timeout_s). Resolve once per run.
-size_t resolve_target(const Spec& spec, const std::string& name, std::optional<double> case_timeout_s = {});
+// (default: the spec's run.case_timeout_s), widened to f64 when it is to be
+// the reference. Resolve once per run.
+size_t resolve_target(const Spec& spec, const std::string& name, std::optional<double> case_timeout_s = {},
+                      bool as_reference = false);
+// The run's reference: RunOptions::reference, else the spec's.
+std::string reference_name(const Spec& spec, const RunOptions& options);
 
 RunReport run_spec(const Spec& spec, const RunOptions& options);
 
@@ -182,6 +190,7 @@ struct RunContext {
   std::string target_name;
   uint64_t seed = 0;
   RunConfig run;  // effective settings
+  std::string reference_name;
 };
 RunContext make_context(const Spec& spec, const RunOptions& options, uint64_t seed);
 

@@ -49,13 +49,25 @@ struct ExpressionInvariant {
   std::optional<Transform> transform;
 };
 
+// ---- invariants given as code by the caller (kprop.check's
+// @kprop.invariant functions, docs/PYTHON.md): a function of the trial's
+// named tensors, which are computed (and the target and reference run) only
+// as far as `names` needs.
+struct CallbackInvariant {
+  std::vector<std::string> names;  // the tensors it reads
+  std::string description;
+  std::function<Verdict(const expr::TensorMap&)> check;
+};
+
 struct InvariantUse {
-  size_t index = 0;  // into family->invariants() (unused for an expression)
+  size_t index = 0;  // into family->invariants() (unused for an expression or callback)
   std::string name;
   Values params;
   // Set for an invariant written in the spec: evaluated on the family's
   // named tensors instead of a registered C++ invariant.
   std::shared_ptr<const ExpressionInvariant> expression;
+  // Set for an invariant given as code by the caller.
+  std::shared_ptr<const CallbackInvariant> callback;
 };
 
 // Checks one invariant of a trial: the family's C++ invariant, or the

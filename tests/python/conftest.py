@@ -7,13 +7,14 @@ import pytest
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 EXAMPLES = os.path.join(REPO, "examples", "python")
+OP_EXAMPLES = os.path.join(REPO, "examples", "ops")
 _fresh = itertools.count()
 
 
-def load_example(name):
+def load_example(name, folder=EXAMPLES):
     """A fresh copy of examples/python/NAME.py (its BUG globals untouched)."""
     spec = importlib.util.spec_from_file_location("kprop_example_%s_%d" % (name, next(_fresh)),
-                                                  os.path.join(EXAMPLES, name + ".py"))
+                                                  os.path.join(folder, name + ".py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -22,6 +23,12 @@ def load_example(name):
 @pytest.fixture
 def example():
     return load_example
+
+
+@pytest.fixture
+def op_example():
+    """A fresh copy of examples/ops/NAME.py (a declared op's NumPy kernel)."""
+    return lambda name: load_example(name, OP_EXAMPLES)
 
 
 @pytest.fixture

@@ -86,7 +86,11 @@ def test_declined_cases_are_counted_not_passed(example, corpus):
             raise kprop.Unsupported("only f32")
         return mod.softmax_topk(logits, k, **attrs)
 
-    result = kprop.check("softmax_topk", f32_only, seed=SEED, trials=40, corpus=corpus)
+    # Most cases are declined (3 dtypes of 4): the `declined` health check fails the run, which is not a pass.
+    with pytest.raises(kprop.HealthCheckFailure, match="declined") as excinfo:
+        kprop.check("softmax_topk", f32_only, seed=SEED, trials=40, corpus=corpus)
+    result = excinfo.value.result
+    assert result.status == "gave_up" and [h for h, _ in result.health] == ["declined"]
     assert result.declined > 0
     assert sum(result.decline_reasons.values()) == result.declined
     assert any("only f32" in reason for reason in result.decline_reasons)

@@ -1,0 +1,210 @@
+"""kprop.check(reference=fn), @kprop.invariant functions and profile=."""
+import os
+
+import numpy as np
+import pytest
+
+import kprop
+
+SEED = 20261122
+
+
+# -------------------------------------------------------------- reference=fn
+def test_own_reference_passes_a_correct_kernel_and_is_called_in_f64(example, corpus):
+    target = example("softmax_topk")
+    oracle = example("softmax_topk")
+    seen = set()
+
+    def reference(logits, k, **attrs):
+        seen.add(logits.dtype)
+        return oracle.softmax_topk(logits, k, **attrs)
+
+    result = kprop.check("softmax_topk", target.softmax_topk, reference=reference, seed=SEED, trials=80,
+                         corpus=corpus)
+    assert result.passed and result.checked > 0
+    assert result.report["reference"].startswith("python-reference:")
+    # Every floating-point input reaches the reference widened to float64 (exact), whatever the case's dtype.
+    assert seen == {np.dtype(np.float64)}
+
+
+def test_a_bug_is_caught_against_your_own_reference(example, corpus):
+    buggy = example("attention_fwd")
+    buggy.TOP_LEFT_CAUSAL = True
+    oracle = example("attention_fwd")
+    with pytest.raises(kprop.Counterexample) as excinfo:
+        kprop.check("flash_fwd", buggy.attention_fwd, reference=oracle.attention_fwd, seed=SEED, trials=200,
+                    invariants=["matches_reference"], corpus=corpus)
+    f = excinfo.value.finding
+    assert f.invariant == "matches_reference" and "causal" in f.case_yaml
+    assert "reference=attention_fwd" in f.replay
+    # The stored case replays with the same reference: still failing on the bug, passing on the fix.
+    with pytest.raises(kprop.Counterexample):
+        kprop.replay("flash_fwd", buggy.attention_fwd, f.path, reference=oracle.attention_fwd,
+                     invariants=["matches_reference"])
+    assert kprop.replay("flash_fwd", oracle.attention_fwd, f.path, reference=oracle.attention_fwd,
+                        invariants=["matches_reference"]) == 1
+
+
+def test_the_reference_is_really_used(example, corpus):
+    # A correct kernel against a wrong reference fails: the verdict comes from the reference given.
+    good = example("softmax_topk")
+    wrong = example("softmax_topk")
+    wrong.BUG = "unsorted_output"  # the top k in index order, not by logit
+
+    with pytest.raises(kprop.Counterexample) as excinfo:
+        kprop.check("softmax_topk", good.softmax_topk, reference=wrong.softmax_topk, seed=SEED, trials=200,
+                    invariants=["matches_reference"], corpus=corpus)
+    assert excinfo.value.finding.invariant == "matches_reference"
+
+
+def test_a_reference_that_raises_is_a_reported_failure(example, corpus):
+    good = example("softmax_topk")
+
+    def broken_reference(logits, k, **_):
+        raise RuntimeError("reference broke")
+
+    with pytest.raises(kprop.Counterexample, match="reference broke"):
+        kprop.check("softmax_topk", good.softmax_topk, reference=broken_reference, seed=SEED, trials=5,
+                    corpus=corpus)
+
+
+# ------------------------------------------------------------ @kprop.invariant
+@kprop.invariant
+def probs_in_unit_interval(target_probs):
+    """every returned probability lies in [0, 1]"""
+    return np.all((target_probs >= 0) & (target_probs <= 1))
+
+
+@kprop.invariant
+def indices_in_range(target_indices, V):
+    assert np.all((target_indices >= 0) & (target_indices < V)), "an index outside [0, V)"
+
+
+@kprop.invariant(name="top1_is_argmax", tensors={"idx": "target.indices"})
+def _top1(idx, logits):
+    kprop.assume(logits.shape[-1] > 1 and np.all(np.isfinite(logits)), "a row with -inf or one logit")
+    best = logits.max(axis=-1)
+    return logits[np.arange(len(idx)), idx[:, 0]] == best
+
+
+def test_python_invariants_run_next_to_the_spec(example, corpus):
+    mod = example("softmax_topk")
+    extra = [probs_in_unit_interval, indices_in_range, _top1]
+    result = kprop.check("softmax_topk", mod.softmax_topk, extra_invariants=extra, seed=SEED, trials=60,
+                         corpus=corpus)
+    names = [i.name for i in result.invariants]
+    assert {"probs_in_unit_interval", "indices_in_range", "top1_is_argmax"} <= set(names)
+    assert set(kprop.spec_info("softmax_topk")["invariants"]) <= set(names)  # the spec's own still run
+    by_name = {i.name: i for i in result.invariants}
+    assert by_name["probs_in_unit_interval"].passed >= 60
+    assert by_name["top1_is_argmax"].discarded > 0  # assume() discards, never passes
+    assert by_name["top1_is_argmax"].passed >= 60
+
+
+def test_a_python_invariant_catches_a_bug_and_shrinks(example, corpus):
+    mod = example("softmax_topk")
+    mod.BUG = "unsorted_output"
+
+    @kprop.invariant
+    def sorted_descending(target_probs):
+        return np.all(np.diff(target_probs, axis=-1) <= 0)
+
+    with pytest.raises(kprop.Counterexample) as excinfo:
+        kprop.check("softmax_topk", mod.softmax_topk, extra_invariants=[sorted_descending],
+                    invariants=["sorted_descending"], seed=SEED, trials=300, corpus=corpus)
+    f = excinfo.value.finding
+    assert f.invariant == "sorted_descending" and f.message == "sorted_descending returned False"
+    assert f.size <= f.original_size and os.path.exists(f.path)
+    assert "extra_invariants=[sorted_descending]" in f.replay
+
+
+def test_an_invariant_that_raises_fails_with_its_error(example, corpus):
+    mod = example("softmax_topk")
+
+    @kprop.invariant
+    def broken(target_probs):
+        raise ZeroDivisionError("oops")
+
+    with pytest.raises(kprop.Counterexample, match="broken raised ZeroDivisionError: oops"):
+        kprop.check("softmax_topk", mod.softmax_topk, extra_invariants=[broken], invariants=["broken"], seed=SEED,
+                    trials=5, corpus=corpus)
+
+
+def test_an_invariant_that_discards_everything_is_not_a_pass(example, corpus):
+    mod = example("softmax_topk")
+
+    @kprop.invariant
+    def never(logits):
+        kprop.assume(False, "never")
+
+    with pytest.raises(kprop.HealthCheckFailure, match="never") as excinfo:
+        kprop.check("softmax_topk", mod.softmax_topk, extra_invariants=[never], invariants=["never"], seed=SEED,
+                    trials=5, corpus=corpus)
+    result = excinfo.value.result
+    assert result.status == "gave_up" and result.invariants[0].status == "gave_up"
+    assert result.invariants[0].passed == 0 and result.invariants[0].discard_reasons == {"never": 51}
+
+
+def test_invariant_reading_only_inputs_does_not_run_the_target(corpus):
+    calls = []
+
+    def target(**_):
+        calls.append(1)
+        raise AssertionError("never called")
+
+    @kprop.invariant
+    def logits_shape(logits, R, V):
+        return logits.shape == (int(R), int(V))
+
+    result = kprop.check("softmax_topk", target, extra_invariants=[logits_shape], invariants=["logits_shape"],
+                         seed=SEED, trials=20, corpus=corpus)
+    assert result.passed and not calls
+
+
+def test_bad_invariant_declarations_are_clear_errors(example, corpus):
+    mod = example("softmax_topk")
+
+    @kprop.invariant
+    def unknown(target_nothing):
+        return True
+
+    with pytest.raises(ValueError, match="parameter 'target_nothing' names no tensor of family softmax_topk"):
+        kprop.check("softmax_topk", mod.softmax_topk, extra_invariants=[unknown], corpus=corpus)
+
+    @kprop.invariant(name="sorted")
+    def clash(target_probs):
+        return True
+
+    with pytest.raises(ValueError, match="already one of spec softmax_topk's invariants"):
+        kprop.check("softmax_topk", mod.softmax_topk, extra_invariants=[clash], corpus=corpus)
+
+    with pytest.raises(TypeError, match="cannot name tensors"):
+        @kprop.invariant
+        def star(**tensors):
+            return True
+
+
+# ------------------------------------------------------------------- profile=
+def test_profile_selects_the_specs_profile(example, corpus):
+    info = kprop.spec_info("softmax_topk", profile="gpu")
+    assert info["profile"] == "gpu" and "gpu" in info["profiles"]
+    with pytest.raises(ValueError, match="profile"):
+        kprop.spec_info("softmax_topk", profile="no_such_profile")
+    mod = example("softmax_topk")
+    result = kprop.check("softmax_topk", mod.softmax_topk, profile="gpu", seed=SEED, trials=3, corpus=corpus)
+    assert result.passed and result.largest_case > 0
+
+
+def test_docs_attention_invariant_example(example, corpus):
+    # docs/PYTHON.md's example, as written there.
+    @kprop.invariant
+    def lse_not_below_max_score(target_lse, reference_s):  # target.lse, reference.s
+        """LSE >= the row's largest visible score"""
+        kprop.assume(np.isfinite(target_lse).all(), "a fully masked row")
+        m = reference_s.max(axis=-1)
+        return np.all(target_lse >= m - 1e-4 * (1 + np.abs(m)))  # LSE is f32: a few ulps, far below 1e-4
+
+    mod = example("attention_fwd")
+    result = kprop.check("flash_fwd", mod.attention_fwd, extra_invariants=[lse_not_below_max_score], seed=SEED,
+                         trials=60, invariants=["lse_not_below_max_score"], corpus=corpus)
+    assert result.passed and result.invariants[0].passed >= 60
