@@ -122,3 +122,25 @@ def test_x(**_):
     result = pytester.runpytest()
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*no spec file 'no_such_spec'*"])
+
+
+def test_extra_invariants_are_items_and_the_profile_option(pytester):
+    pytester.makepyfile(test_sm=HEADER + """
+import numpy as np
+
+@kprop.invariant
+def probs_nonnegative(target_probs):
+    return np.all(target_probs >= 0)
+
+@kprop.spec("softmax_topk", seed=1, trials=5, invariants=["sorted", "probs_nonnegative"],
+            extra_invariants=[probs_nonnegative], reference=good.softmax_topk)
+def test_x(logits, k, **attrs):
+    return good.softmax_topk(logits, k, **attrs)
+""")
+    result = pytester.runpytest("--kprop-no-corpus", "--kprop-profile", "gpu", "-v")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*kprop: corpus (none), profile gpu*", "*test_x?sorted? PASSED*",
+                                 "*test_x?probs_nonnegative? PASSED*"])
+    result = pytester.runpytest("--kprop-no-corpus", "--kprop-profile", "no_such_profile")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*no_such_profile*"])
