@@ -158,7 +158,8 @@ int run(const Config& cfg) {
   options.write_corpus = !cfg.no_corpus && (!cfg.mutants || !cfg.corpus.empty());
   // Mutants are known-broken code: each case runs in a forked child by default.
   options.isolate = cfg.isolate.value_or(cfg.mutants);
-  options.progress = cfg.format == "text" && cfg.out.empty();
+  const auto progress = make_progress_line();
+  if (cfg.format == "text" && cfg.out.empty()) options.listener = progress.get();
   if (!cfg.shard.empty()) std::tie(options.shard_index, options.shard_count) = parse_shard(cfg.shard);
 
   std::string text, formatted;

@@ -1,8 +1,10 @@
 #include "kprop/report.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <nlohmann/json.hpp>
 
 namespace kprop {
@@ -454,6 +456,42 @@ std::unique_ptr<Reporter> make_reporter(const std::string& name) {
   if (name == "json") return std::make_unique<JsonReporter>();
   if (name == "junit") return std::make_unique<JunitReporter>();
   return nullptr;
+}
+
+namespace {
+class ProgressLine final : public RunListener {
+ public:
+  ProgressLine() : on_(isatty(2)) {}
+  void run_started(const RunReport& header) override {
+    spec_ = header.spec;
+    target_ = header.target;
+  }
+  void case_done(int64_t index, int64_t trials, int size, double seconds) override {
+    const auto now = std::chrono::steady_clock::now();
+    if (!on_ || now - last_ < std::chrono::milliseconds(200)) return;
+    last_ = now;
+    fmt::print(stderr, "\r\033[K[{}] {} case {}/{} size {}  {:.1f} s", spec_, target_, index, trials, size,
+               seconds);
+  }
+  void shrinking(const std::string& what, int64_t from, int64_t to, double seconds) override {
+    if (on_)
+      fmt::print(stderr, "\r\033[K[{}] shrinking {}: size {} → {}, {:.1f} s", spec_, what, from, to, seconds);
+  }
+  void failure(const Finding&) override { clear(); }
+  void run_finished(const RunReport&) override { clear(); }
+
+ private:
+  void clear() {
+    if (on_) fmt::print(stderr, "\r\033[K");
+  }
+  bool on_;
+  std::string spec_, target_;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+}  // namespace
+
+std::unique_ptr<RunListener> make_progress_line() {
+  return std::make_unique<ProgressLine>();
 }
 
 }  // namespace kprop

@@ -75,29 +75,10 @@ bool suppressed(const RunConfig& run, const char* check) {
          run.suppress_health_check.end();
 }
 
-// Live progress on a terminal: the case being checked, or the shrink under way.
-class Progress {
- public:
-  Progress(bool on, std::string spec) : on_(on && isatty(2)), spec_(std::move(spec)) {}
-  ~Progress() { clear(); }
-  void cases(const std::string& target, int64_t i, int64_t n, int size, double seconds) {
-    if (!on_ || since(last_) < 0.2) return;
-    last_ = Clock::now();
-    fmt::print(stderr, "\r\033[K[{}] {} case {}/{} size {}  {:.1f} s", spec_, target, i, n, size, seconds);
-  }
-  void shrinking(const std::string& what, int64_t from, int64_t to, double seconds) {
-    if (!on_) return;
-    fmt::print(stderr, "\r\033[K[{}] shrinking {}: size {} → {}, {:.1f} s", spec_, what, from, to, seconds);
-  }
-  void clear() {
-    if (on_) fmt::print(stderr, "\r\033[K");
-  }
-
- private:
-  bool on_;
-  std::string spec_;
-  Clock::time_point last_ = Clock::now();
-};
+RunListener& listener_of(const RunOptions& options) {
+  static RunListener none;
+  return options.listener ? *options.listener : none;
+}
 
 }  // namespace
 
@@ -208,7 +189,19 @@ size_t resolve_target(const Spec& spec, const std::string& name, std::optional<d
                                    close.empty() ? "" : " (did you mean '" + close + "'?)", join(names)));
 }
 
+namespace {
+RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& events);
+}  // namespace
+
 RunReport run_spec(const Spec& spec, const RunOptions& options) {
+  RunListener& events = listener_of(options);
+  RunReport report = run_cases(spec, options, events);
+  events.run_finished(report);
+  return report;
+}
+
+namespace {
+RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& events) {
   const Family& family = *spec.family;
   RunReport report;
   report.spec = spec.name;
@@ -219,6 +212,7 @@ RunReport run_spec(const Spec& spec, const RunOptions& options) {
   report.seed = resolve_seed(spec, options);
   const RunContext ctx = make_context(spec, options, report.seed);
   report.target = ctx.target_name;
+  events.run_started(report);
   const RunConfig& run = ctx.run;
   report.max_size = run.max_size;
   const int64_t all_trials = run.trials;
@@ -235,7 +229,6 @@ RunReport run_spec(const Spec& spec, const RunOptions& options) {
   const rc::Gen<AnyCase> generator = family.generator(spec.domain);
   rc::Random stream(report.seed);
   const auto t0 = Clock::now();
-  Progress progress(options.progress, spec.name);
   const int64_t max_cases = all_trials * (1 + std::max<int64_t>(run.max_discard_ratio, 0));
   auto finish = [&]() -> RunReport& {
     report.seconds = since(t0);
@@ -294,13 +287,13 @@ RunReport run_spec(const Spec& spec, const RunOptions& options) {
         // on: the smallest case that repeats it is stored with its replay.
         report.status = RunStatus::crashed;
         report.crash = record_finding(ctx, uses[k], c, r, [&](int64_t from, int64_t to, double s) {
-          progress.shrinking(r.failure_kind, from, to, s);
+          events.shrinking(r.failure_kind, from, to, s);
         });
+        events.failure(*report.crash);
         report.detail = report.crash->message;
         if (report.crash->shrink_steps > 0)
           report.detail += fmt::format(" (shrunk in {} steps from size {} to {})", report.crash->shrink_steps,
                                        report.crash->original_size, report.crash->stats.size);
-        progress.clear();
         return finish();
       }
       const Verdict& v = r.verdict;
@@ -335,17 +328,17 @@ RunReport run_spec(const Spec& spec, const RunOptions& options) {
           ir.seconds_to_fail = since(t0);
           alive[k] = false;
           ir.counterexample = record_finding(ctx, uses[k], c, r, [&](int64_t from, int64_t to, double s) {
-            progress.shrinking(ir.name, from, to, s);
+            events.shrinking(ir.name, from, to, s);
           });
+          events.failure(*ir.counterexample);
           report.status = RunStatus::failed;
           if (options.stop_on_first_failure) std::fill(alive.begin(), alive.end(), false);
           break;
       }
     }
     report.checked += checked;
-    progress.cases(report.target, i + 1, all_trials, size, since(t0));
+    events.case_done(i + 1, all_trials, size, since(t0));
   }
-  progress.clear();
   finish();
   if (report.status == RunStatus::interrupted) return report;
 
@@ -405,6 +398,8 @@ RunReport run_spec(const Spec& spec, const RunOptions& options) {
   if (!report.health.empty()) report.status = RunStatus::gave_up;
   return report;
 }
+
+}  // namespace
 
 std::vector<MutantRow> run_mutants(const Spec& spec, const RunOptions& options) {
   std::vector<MutantRow> rows;

@@ -20,4 +20,9 @@ class Reporter {
 std::vector<std::string> reporter_names();
 std::unique_ptr<Reporter> make_reporter(const std::string& name);  // nullptr if unknown
 
+// The live progress line on a terminal (stderr): the case being checked, or
+// the shrink under way; cleared when the run ends. Silent when stderr is not
+// a terminal.
+std::unique_ptr<RunListener> make_progress_line();
+
 }  // namespace kprop

@@ -14,6 +14,32 @@
 
 namespace kprop {
 
+struct RunReport;
+struct Finding;
+
+// What a run tells as it goes, as google-benchmark's reporters are told:
+// the progress line of prop_runner is one such listener (report.h). Every
+// event has a default that does nothing.
+class RunListener {
+ public:
+  virtual ~RunListener() = default;
+  // The report's header (spec, family, target, reference, seed) is filled.
+  virtual void run_started(const RunReport& header) { (void)header; }
+  // Drawn case `index` (1-based; `trials` are wanted) was handled: checked,
+  // declined or discarded; drawn at RapidCheck size `size`.
+  virtual void case_done(int64_t index, int64_t trials, int size, double seconds) {
+    (void)index, (void)trials, (void)size, (void)seconds;
+  }
+  // A shrink step of the failure of `what` (an invariant, or crash/hang/error).
+  virtual void shrinking(const std::string& what, int64_t from_size, int64_t to_size, double seconds) {
+    (void)what, (void)from_size, (void)to_size, (void)seconds;
+  }
+  // A failure, shrunk and stored.
+  virtual void failure(const Finding& finding) { (void)finding; }
+  // The run ended (every return of run_spec, interrupted ones included).
+  virtual void run_finished(const RunReport& report) { (void)report; }
+};
+
 // How a run is set up. Every override of the spec's `run:` settings that a
 // command line or a caller makes goes through here (never into the Spec).
 struct RunOptions {
@@ -41,7 +67,7 @@ struct RunOptions {
   // The in-process crash guard (fatal signals and hangs store the case and
   // exit 3). Off where another guard owns the process (a libFuzzer harness).
   bool crash_guard = true;
-  bool progress = false;  // live progress line on stderr
+  RunListener* listener = nullptr;  // events of the run (nullptr: none)
   std::string found_by = "rapidcheck";
   // --shard I/N: check only cases whose index is I mod N. Every shard draws
   // the same case sequence, so without discards the union of the N shards

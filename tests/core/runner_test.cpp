@@ -59,6 +59,47 @@ TEST(Runner, FailureShrinksToTheKnownMinimum) {
   ASSERT_EQ(cx->measured.size(), 2u);
 }
 
+// The events a listener gets (the progress line is one): started and
+// finished once each, one case_done per drawn case, the shrink steps and the
+// failure of the failing invariant, in that order.
+struct Recorder final : RunListener {
+  std::vector<std::string> events;
+  int64_t cases = 0, shrink_steps = 0;
+  void run_started(const RunReport& h) override { events.push_back("started " + h.target); }
+  void case_done(int64_t index, int64_t, int, double) override {
+    if (index != ++cases) events.push_back("case out of order");
+  }
+  void shrinking(const std::string& what, int64_t from, int64_t to, double) override {
+    ++shrink_steps;
+    if (to > from) events.push_back("shrink grew " + what);
+  }
+  void failure(const Finding& f) override { events.push_back("failure " + f.invariant); }
+  void run_finished(const RunReport& r) override {
+    events.push_back(std::string("finished ") + run_status_name(r.status));
+  }
+};
+
+TEST(Runner, ListenerGetsTheRunsEvents) {
+  const Spec spec = toy_spec("invariants: [matches_reference]\n");
+  Recorder rec;
+  RunOptions o = options("drops_last");
+  o.listener = &rec;
+  const RunReport r = run_spec(spec, o);
+  ASSERT_EQ(r.status, RunStatus::failed);
+  EXPECT_EQ(rec.events,
+            (std::vector<std::string>{"started drops_last", "failure matches_reference", "finished failed"}));
+  EXPECT_EQ(rec.cases, r.trials);
+  EXPECT_EQ(rec.shrink_steps, r.invariants[0].counterexample->shrink_steps);
+
+  Recorder pass;
+  o = options("reference");
+  o.listener = &pass;
+  const RunReport ok = run_spec(spec, o);
+  EXPECT_EQ(pass.events, (std::vector<std::string>{"started reference", "finished passed"}));
+  EXPECT_EQ(pass.cases, ok.trials);
+  EXPECT_EQ(pass.shrink_steps, 0);
+}
+
 TEST(Runner, SameSeedSameCasesAndVerdicts) {
   const Spec spec = toy_spec("invariants: [matches_reference]\n");
   for (const char* target : {"reference", "drops_last"}) {
