@@ -245,9 +245,9 @@ Verdict int8_error_bound(T& t, const Values& p) {
 // The case under another paged layout: page size and a pool in identity or reversed order.
 Case relayout(Case c, int page, bool reversed) {
   c.page_size = page;
-  c.block_order.clear();
+  c.pool.clear();
   c = fit_pool(std::move(c));
-  if (reversed) std::reverse(c.block_order.begin(), c.block_order.end());
+  if (reversed) std::reverse(c.pool.begin(), c.pool.end());
   return c;
 }
 
