@@ -65,7 +65,7 @@ ToleranceReport compare_close(std::span<const double> reference, std::span<const
   for (size_t i = 0; i < reference.size(); ++i) {
     if (!std::isfinite(reference[i])) continue;
     const double e = std::fabs(target[i] - reference[i]);
-    const double allowed = atol + rtol * std::fabs(reference[i]);
+    const double allowed = allowed_error(atol, rtol, std::fabs(reference[i]));
     r.target_error = std::max(r.target_error, e);
     if (e > allowed && e - allowed >= worst_excess) {
       worst_excess = e - allowed;
@@ -80,5 +80,22 @@ ToleranceReport compare_close(std::span<const double> reference, std::span<const
                             std::fabs(target[r.worst_index] - reference[r.worst_index]), r.allowed);
   return r;
 }
+
+namespace field {
+Field atol(double fallback, std::string doc, double max) {
+  return real("atol", fallback, 0, max, std::move(doc));
+}
+Field rtol(double fallback, std::string doc) {
+  return real("rtol", fallback, 0, 1, std::move(doc));
+}
+Field k(double fallback, std::string doc, double min) {
+  return real("k", fallback, min, 1e6, std::move(doc));
+}
+Field tolerance(double atol_fallback, double rtol_fallback, std::string doc, std::string atol_doc,
+                std::string rtol_doc) {
+  return map("tol", {atol(atol_fallback, std::move(atol_doc)), rtol(rtol_fallback, std::move(rtol_doc))},
+             std::move(doc));
+}
+}  // namespace field
 
 }  // namespace kprop

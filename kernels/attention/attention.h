@@ -185,6 +185,8 @@ BwdResult tiled_two_pass(const Case& c);
 FwdResult naive_forward(const Case& c);
 BwdResult naive_backward(const Case& c);
 
+// The mutants (mutants.cpp): the tiled kernels with one FwdBug / BwdBug
+// switched on or the causal offset moved.
 template <typename Result>
 struct Mutant {
   const char* name;

@@ -139,6 +139,7 @@ Result search(const Case& c, const Semantics& semantics);
 Result reference(const Case& c);  // one clear search per prompt
 Result batched(const Case& c);    // every prompt in one flat pool, vectorized scoring
 
+// The mutants (mutants.cpp): search() with one Semantics switch flipped.
 struct Mutant {
   const char* name;
   const char* description;

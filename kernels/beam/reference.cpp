@@ -1,5 +1,5 @@
-// The reference beam search (one pool per prompt, written for clarity) and the
-// mutants, each the same search with one known bug switched on.
+// The reference beam search (one pool per prompt, written for clarity). The
+// mutants (mutants.cpp) are the same search with one Semantics switch flipped.
 #include <algorithm>
 #include <cmath>
 
@@ -76,12 +76,6 @@ void run_pool(const TableLM& model, const Case& c, const Semantics& s, const std
   }
 }
 
-Result with(const Case& c, void (*change)(Semantics&)) {
-  Semantics s;
-  change(s);
-  return search(c, s);
-}
-
 }  // namespace
 
 Result search(const Case& c, const Semantics& s) {
@@ -102,24 +96,6 @@ Result search(const Case& c, const Semantics& s) {
 
 Result reference(const Case& c) {
   return search(c, Semantics{});
-}
-
-const std::vector<Mutant>& mutants() {
-  static const std::vector<Mutant> table = {
-      {"drop_finished", "finished (EOS) beams leave the pool instead of competing at later steps",
-       [](const Case& c) { return with(c, [](Semantics& s) { s.retain_finished = false; }); }},
-      {"penalty_compounding", "length penalty applied to the running (already normalised) score every step",
-       [](const Case& c) { return with(c, [](Semantics& s) { s.compound_penalty = true; }); }},
-      {"penalty_counts_prompt", "length penalty divides by (prompt + generated length)^alpha",
-       [](const Case& c) { return with(c, [](Semantics& s) { s.penalty_counts_prompt = true; }); }},
-      {"expand_finished", "finished beams are expanded like unfinished ones (tokens appended after EOS)",
-       [](const Case& c) { return with(c, [](Semantics& s) { s.expand_finished = true; }); }},
-      {"batch_pool_leak", "one top-(K x batch) pool shared by every prompt of the batch",
-       [](const Case& c) { return with(c, [](Semantics& s) { s.shared_pool = true; }); }},
-      {"stop_at_first_eos", "search stops as soon as any beam in the pool has finished",
-       [](const Case& c) { return with(c, [](Semantics& s) { s.stop_at_first_eos = true; }); }},
-  };
-  return table;
 }
 
 }  // namespace kprop::beam

@@ -67,12 +67,12 @@ class PagedCache {
       : dims_(c),
         page_(c.page_size),
         last_block_offset_(e.last_block_offset),
-        k_(c.block_order.size() * static_cast<size_t>(page_) * dims_.token(), poison_key(c.poison)),
+        k_(c.pool.size() * static_cast<size_t>(page_) * dims_.token(), poison_key(c.poison)),
         v_(k_.size(), poison_value(c.poison, c.dtype)),
-        free_(c.block_order.begin(), c.block_order.end()),
+        free_(c.pool.begin(), c.pool.end()),
         tables_(c.seqs.size()),
         released_(c.seqs.size(), 0),
-        was_released_(c.block_order.size(), false) {}
+        was_released_(c.pool.size(), false) {}
   int tile() const { return page_; }
   void write(size_t b, int t, const double* k, const double* v, bool decode) {
     auto& table = tables_[b];
@@ -249,7 +249,7 @@ Result run_with(const Case& c, const Engine& e) {
         work.push_back({b, plans[b][next[b]++]});
         if (next[b] == plans[b].size()) finishing.push_back(b);
       }
-    if (e.early_release)
+    if (e.stale_block_reuse)
       for (size_t b : finishing) cache.release(b);
     int padded = 0;  // the padded batch's key width for this step's decodes
     for (const auto& [b, w] : work) {

@@ -72,9 +72,9 @@ struct Case {
   int group = 1;  // query heads per kv head
   int head_dim = 1;
   std::vector<Sequence> seqs;
-  int page_size = 1;             // paged layouts: tokens per block
-  int chunk = 1;                 // chunked prefill: prompt tokens per chunk
-  std::vector<int> block_order;  // the paged pool's free list at start: a permutation of its blocks
+  int page_size = 1;      // paged layouts: tokens per block
+  int chunk = 1;          // chunked prefill: prompt tokens per chunk
+  std::vector<int> pool;  // the paged pool's free list at start: a permutation of its blocks
   Poison poison = Poison::nan;
   double q_scale = 1;        // queries are q_scale * N(0, 1)
   double k_spread = 1;       // key channel ranges are log-uniform in [1 / k_spread, 1]
@@ -158,7 +158,7 @@ struct Engine {
   bool decode_off_by_one = false;   // decode attends to the cache before its own token
   bool padding_leak = false;        // decode keys masked by the batch's longest sequence
   bool per_tensor_scale = false;    // one int8 scale per tensor
-  bool early_release = false;       // finishing sequences release blocks before the step's writes
+  bool stale_block_reuse = false;   // finishing sequences release blocks before the step's writes
   // Precision mutations (differ from the correct engine on non-f64 cases only):
   bool truncate_bf16 = false;          // bf16 cache written by truncation, not round-to-nearest-even
   bool decode_acc_in_storage = false;  // decode's P·V accumulator and row sum kept in the dtype

@@ -35,10 +35,10 @@ Result cuda(const Case& c) {
     r.out.emplace_back(static_cast<size_t>(c.seqs[b].tokens()) * Hq * D);
   }
 
-  cuda_raw::PagedPool pool(static_cast<int>(c.block_order.size()), page, c.kv_heads, c.head_dim,
+  cuda_raw::PagedPool pool(static_cast<int>(c.pool.size()), page, c.kv_heads, c.head_dim,
                            poison_key(c.poison), poison_value(c.poison));
-  std::deque<int> free_list(c.block_order.begin(), c.block_order.end());
-  std::vector<bool> was_released(c.block_order.size(), false);
+  std::deque<int> free_list(c.pool.begin(), c.pool.end());
+  std::vector<bool> was_released(c.pool.size(), false);
   std::vector<std::vector<int>> tables(B);
   auto allocate = [&] {
     if (free_list.empty()) throw std::runtime_error("paged KV cache: pool exhausted");

@@ -46,7 +46,7 @@ Result per_tensor_scale(const Case& c) {
 // step's writes, so this step's allocations reuse blocks it still reads.
 Result stale_block_reuse(const Case& c) {
   Engine e{Layout::paged};
-  e.early_release = true;
+  e.stale_block_reuse = true;
   return run(c, e);
 }
 

@@ -174,7 +174,7 @@ int blocks_needed(const Case& c) {
 
 Case fit_pool(Case c) {
   const int need = blocks_needed(c);
-  for (int b = static_cast<int>(c.block_order.size()); b < need; ++b) c.block_order.push_back(b);
+  for (int b = static_cast<int>(c.pool.size()); b < need; ++b) c.pool.push_back(b);
   return c;
 }
 
@@ -205,14 +205,14 @@ std::string validate(const Case& c) {
   if (c.dtype != DType::f64 && c.dtype != DType::f32 && !is_half(c.dtype)) return "unknown dtype";
   if (!(c.k_spread >= 1 && c.k_spread <= 1e6 && c.v_spread >= 1 && c.v_spread <= 1e6))
     return "k_spread and v_spread must be in [1, 1e6]";
-  std::vector<bool> seen(c.block_order.size());
-  for (int b : c.block_order) {
+  std::vector<bool> seen(c.pool.size());
+  for (int b : c.pool) {
     if (b < 0 || b >= static_cast<int>(seen.size()) || seen[static_cast<size_t>(b)])
       return "pool must be a permutation of 0 .. n-1";
     seen[static_cast<size_t>(b)] = true;
   }
-  if (const int need = blocks_needed(c); static_cast<int>(c.block_order.size()) < need)
-    return fmt::format("pool has {} blocks, the schedule holds up to {} at once", c.block_order.size(), need);
+  if (const int need = blocks_needed(c); static_cast<int>(c.pool.size()) < need)
+    return fmt::format("pool has {} blocks, the schedule holds up to {} at once", c.pool.size(), need);
   return "";
 }
 

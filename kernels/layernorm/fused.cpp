@@ -1,9 +1,11 @@
 // Case -> Result wrappers around the row kernels of kernels.h: the fused
-// implementation, the naive two-pass baseline and the mutants, each run in
+// implementation (fused_with: with a kernel::Bug switch flipped, which the
+// mutants in mutants.cpp run) and the naive two-pass baseline, each run in
 // the case's dtype. A half case (f16, bf16) runs the float kernels on its
 // half values and rounds what a GPU kernel stores (layernorm.h, "Precision
 // contract"): y and the x̂ cache after the forward (the backward reads the
 // rounded cache), dx, dγ, dβ after the backward; μ and rstd stay f32.
+#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -29,10 +31,6 @@ float store_f16(float v) {
 }
 float store_bf16(float v) {
   return half::bf16_to_float(half::bf16_from_float(v));
-}
-// The bf16_truncate mutant's store: the low 16 bits dropped.
-float store_bf16_truncated(float v) {
-  return half::bf16_to_float(half::bf16_truncate(v));
 }
 
 // The storage rounding of a case's dtype (null: f32 and f64 store exactly).
@@ -67,18 +65,12 @@ Result run_fused(const Case& c, kernel::StoreFn<T> store = nullptr, kernel::Stor
   return {widen(y), widen(xhat), widen(mean), widen(rstd), widen(dx), widen(dgamma), widen(dbeta)};
 }
 
+// `store`: replaces a half case's storage rounding (null: the dtype's).
 template <kernel::Bug B>
-Result by_dtype(const Case& c) {
+Result by_dtype(const Case& c, kernel::StoreFn<float> store = nullptr) {
   if (c.dtype == DType::f64) return run_fused<double, B>(c);
-  const kernel::StoreFn<float> store = storage_of(c.dtype);
+  if (!store) store = storage_of(c.dtype);
   return run_fused<float, B>(c, store, store);
-}
-
-// The bf16_truncate mutant: the correct kernel, but a bf16 case's outputs
-// (and x̂ cache) are converted to bf16 by truncation; other dtypes as fused.
-Result bf16_truncated(const Case& c) {
-  if (c.dtype != DType::bf16) return by_dtype<kernel::Bug::none>(c);
-  return run_fused<float, kernel::Bug::none>(c, store_bf16_truncated);
 }
 
 template <typename T>
@@ -111,34 +103,27 @@ Result two_pass(const Case& c) {
   return c.dtype == DType::f64 ? run_two_pass<double>(c) : run_two_pass<float>(c, storage_of(c.dtype));
 }
 
-const std::vector<Mutant>& mutants() {
+Result fused_with(const Case& c, kernel::Bug bug, kernel::StoreFn<float> store) {
   using kernel::Bug;
-  static const std::vector<Mutant> table = {
-      {"naive_variance",
-       "sigma^2 = E[x^2] - E[x]^2 in one pass over raw x (clamped at 0): cancels catastrophically at large "
-       "means",
-       by_dtype<Bug::naive_variance>},
-      {"missing_mean_term", "dx = rstd * (g - xhat * mean(g xhat)): the -mean(g) term dropped",
-       by_dtype<Bug::missing_mean_term>},
-      {"missing_proj_term", "dx = rstd * (g - mean(g)): the -xhat * mean(g xhat) projection dropped",
-       by_dtype<Bug::missing_proj_term>},
-      {"eps_outside_sqrt", "rstd = 1 / (sqrt(sigma^2) + eps) instead of 1 / sqrt(sigma^2 + eps)",
-       by_dtype<Bug::eps_outside_sqrt>},
-      {"unbiased_variance", "sigma^2 = M2 / (D - 1) instead of the biased M2 / D",
-       by_dtype<Bug::unbiased_variance>},
-      {"dgamma_no_xhat",
-       "dgamma = sum dy * x: the raw input instead of xhat (right only for normalised inputs)",
-       by_dtype<Bug::dgamma_no_xhat>},
-      {"variance_in_storage",
-       "Welford's M2 (the sum of squared deviations) accumulated in the storage type (f16/bf16) instead of "
-       "f32: overflows past f16's 65504; f32 and f64 cases as fused",
-       by_dtype<Bug::variance_in_storage>},
-      {"bf16_truncate",
-       "outputs (and the xhat cache) converted to bf16 by truncation instead of round-to-nearest-even; "
-       "other dtypes as fused",
-       bf16_truncated},
-  };
-  return table;
+  switch (bug) {
+    case Bug::none:
+      return by_dtype<Bug::none>(c, store);
+    case Bug::naive_variance:
+      return by_dtype<Bug::naive_variance>(c, store);
+    case Bug::missing_mean_term:
+      return by_dtype<Bug::missing_mean_term>(c, store);
+    case Bug::missing_proj_term:
+      return by_dtype<Bug::missing_proj_term>(c, store);
+    case Bug::eps_outside_sqrt:
+      return by_dtype<Bug::eps_outside_sqrt>(c, store);
+    case Bug::unbiased_variance:
+      return by_dtype<Bug::unbiased_variance>(c, store);
+    case Bug::dgamma_no_xhat:
+      return by_dtype<Bug::dgamma_no_xhat>(c, store);
+    case Bug::variance_in_storage:
+      return by_dtype<Bug::variance_in_storage>(c, store);
+  }
+  throw std::invalid_argument("layernorm: unknown kernel::Bug");
 }
 
 }  // namespace kprop::layernorm

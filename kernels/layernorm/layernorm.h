@@ -83,6 +83,15 @@ Result fused(const Case& c);      // one-pass Welford forward, fused backward, i
 // tolerance baseline (not registered as an implementation).
 Result two_pass(const Case& c);
 
+namespace kernel {
+enum class Bug;  // kernels.h
+}
+// The fused implementation with one of the fused kernel's bug switches
+// flipped (kernel::Bug; none: as fused); `store`, when set, replaces a half
+// case's rounding of the stored outputs. What the mutants run.
+Result fused_with(const Case& c, kernel::Bug bug, float (*store)(float) = nullptr);
+
+// The mutants (mutants.cpp): fused_with() with one switch flipped.
 struct Mutant {
   const char* name;
   const char* description;

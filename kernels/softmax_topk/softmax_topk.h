@@ -93,6 +93,7 @@ std::vector<double> naive_softmax(const Case& c, int row);
 // Full softmax of one row in double (what the reference uses).
 std::vector<double> softmax_row(const Case& c, int row);
 
+// The mutants (mutants.cpp): fused_with() with one FusedConfig switch flipped.
 struct Mutant {
   const char* name;
   const char* description;

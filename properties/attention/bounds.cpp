@@ -166,7 +166,7 @@ Verdict compare_tensor(const std::string& name, const std::vector<int>& dims,
                        std::span<const double> reference, std::span<const double> target,
                        std::span<const double> naive, double k, double floor) {
   const ToleranceReport r = compare_with_baseline(reference, target, naive, k, floor);
-  if (r.ok) return Verdict::pass({{kErrorRatio, r.allowed > 0 ? r.target_error / r.allowed : 0}});
+  if (r.ok) return Verdict::pass({{kErrorRatio, error_ratio(r)}});
   const size_t at = r.worst_index;
   const bool in_range = at < target.size() && at < reference.size();
   return Verdict::fail(

@@ -11,12 +11,13 @@
 
 #include "kprop/half.h"
 #include "kprop/rng.h"
+#include "kprop/tolerance.h"
 #include "properties/attention/family.h"
 
 namespace kprop::attention {
 
-Schema tolerance_params() {
-  return {field::real("k", 2, 0, 1e6, "allowed multiple of the naive same-precision computation's error"),
+Schema policy_params() {
+  return {field::k(2, field::kKDoc, 0),
           field::real("floor_ulps", 8, 0, 1e12,
                       "absolute floor, in eps(dtype) × the case's first-order error scale")};
 }

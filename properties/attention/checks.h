@@ -10,8 +10,8 @@
 
 namespace kprop::attention {
 
-// k and floor_ulps of the tolerance policy (bounds.h).
-Schema tolerance_params();
+// k (field::k) and floor_ulps of the tolerance policy (bounds.h).
+Schema policy_params();
 
 // Other tilings of the same case: one tile, unit tiles (small cases), Bq and
 // Bk swapped, and a tiling that does not divide N where this one does.

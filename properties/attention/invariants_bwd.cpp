@@ -352,26 +352,25 @@ Verdict workspace_bounded(T& t, const Values& p) {
 }  // namespace
 
 void register_backward_invariants(FamilyDef<BwdTraits>& f) {
-  f.invariant({"matches_reference",
-               "dQ, dK, dV within k × the naive same-precision error + floor of the fp64 reference",
-               tolerance_params()},
-              matches_reference);
+  f.invariant(
+      {"matches_reference",
+       "dQ, dK, dV within k × the naive same-precision error + floor of the fp64 reference", policy_params()},
+      matches_reference);
   f.invariant(
       {"finite_differences",
        "gradients of the fp64 path match central differences (Richardson) of Σ dO ⊙ O",
        {field::integer("samples", 32, 1, 1 << 20, "elements of Q, K, V checked per case (all when fewer)"),
         field::real("step", 1e-4, 1e-12, 1, "difference step, relative to max(1, |x|)"),
-        field::real("rtol", 1e-6, 0, 1, "allowed error relative to the largest gradient entry"),
+        field::rtol(1e-6, "allowed error relative to the largest gradient entry"),
         field::real("floor_ulps", 8, 0, 1e12, "plus the kernel's fp64 rounding, as in matches_reference")}},
       finite_differences);
-  f.invariant(
-      {"D_identity", "the D the kernel used equals rowsum(P ⊙ dP) = rowsum(dO ⊙ O)", tolerance_params()},
-      d_identity);
+  f.invariant({"D_identity", "the D the kernel used equals rowsum(P ⊙ dP) = rowsum(dO ⊙ O)", policy_params()},
+              d_identity);
   f.invariant({"dk_sums_to_zero", "Σ_j dK_j = 0 per (batch, kv head): softmax gradients sum to zero",
-               tolerance_params()},
+               policy_params()},
               dk_sums_to_zero);
   f.invariant(
-      {"dv_sums_to_do", "Σ_j dV_j = Σ_i dO_i over the rows that are not fully masked", tolerance_params()},
+      {"dv_sums_to_do", "Σ_j dV_j = Σ_i dO_i over the rows that are not fully masked", policy_params()},
       dv_sums_to_do);
   f.invariant({"masked_rows_zero",
                "fully masked rows get dQ = 0 and keys no query sees get dK = dV = 0, exactly",
@@ -380,15 +379,15 @@ void register_backward_invariants(FamilyDef<BwdTraits>& f) {
               masked_rows_zero);
   f.invariant({"finite_outputs", "no NaN or inf in dQ, dK, dV where the reference has none", {}},
               finite_outputs);
-  f.invariant({"tile_size_invariance", "other tilings agree within the policy", tolerance_params(),
-               needs_other_tiling},
-              tile_size_invariance);
-  f.invariant({"shift_invariance", "adding one vector to every key leaves dQ, dK and dV unchanged",
-               tolerance_params()},
-              shift_invariance);
+  f.invariant(
+      {"tile_size_invariance", "other tilings agree within the policy", policy_params(), needs_other_tiling},
+      tile_size_invariance);
+  f.invariant(
+      {"shift_invariance", "adding one vector to every key leaves dQ, dK and dV unchanged", policy_params()},
+      shift_invariance);
   f.invariant(
       {"permutation_equivariance", "permuting keys with values and queries with dO permutes the gradients",
-       tolerance_params(), needs_permutation},
+       policy_params(), needs_permutation},
       permutation_equivariance);
   f.invariant(
       {"workspace_bounded", "the Workspace high-water mark stays within a budget of tiles (no Nq×Nk buffer)",

@@ -147,23 +147,23 @@ Verdict workspace_bounded(T& t, const Values& p) {
 }  // namespace
 
 void register_forward_invariants(FamilyDef<FwdTraits>& f) {
-  f.invariant({"matches_reference",
-               "O and LSE within k × the naive same-precision error + floor of the fp64 reference",
-               tolerance_params()},
-              matches_reference);
+  f.invariant(
+      {"matches_reference",
+       "O and LSE within k × the naive same-precision error + floor of the fp64 reference", policy_params()},
+      matches_reference);
   f.invariant(
       {"tile_size_invariance", "other tilings (one tile, unit, swapped, uneven) agree within the policy",
-       tolerance_params(), needs_other_tiling},
+       policy_params(), needs_other_tiling},
       tile_size_invariance);
   f.invariant(
       {"masked_rows_zero", "a fully masked row gives O = 0 and LSE = -inf exactly", {}, needs_masked_rows},
       masked_rows_zero);
   f.invariant({"finite_outputs", "no NaN or inf where the reference has none", {}}, finite_outputs);
-  f.invariant({"shift_invariance", "adding one vector to every key leaves O unchanged", tolerance_params()},
+  f.invariant({"shift_invariance", "adding one vector to every key leaves O unchanged", policy_params()},
               shift_invariance);
   f.invariant({"permutation_equivariance",
                "permuting unmasked keys with their values leaves O unchanged; permuting queries permutes O",
-               tolerance_params(), needs_permutation},
+               policy_params(), needs_permutation},
               permutation_equivariance);
   f.invariant(
       {"workspace_bounded", "the Workspace high-water mark stays within a budget of tiles (no Nq×Nk buffer)",

@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 
+#include "kprop/tolerance.h"
 #include "properties/beam/family.h"
 
 namespace kprop::beam {
@@ -145,7 +146,7 @@ Verdict scores_recomputed(T& t, const Values& p) {
       const Hypothesis want = rescore(model, c.prompts[b], h.tokens, c.alpha);
       for (auto [name, got, expected] :
            {std::tuple{"log-prob", h.logprob, want.logprob}, std::tuple{"score", h.score, want.score}})
-        if (!(std::fabs(got - expected) <= atol + rtol * std::fabs(expected)))
+        if (!within(got, expected, atol, rtol))
           return Verdict::fail(
               fmt::format("prompt {}: {} {} reported {:.17g}, the model gives {:.17g} (alpha {}, "
                           "{} generated tokens)",
@@ -327,8 +328,7 @@ Verdict logit_shift_invariant(T& t, const Values& p) {
           fmt::format("prompt {}: with logits shifted by {} per prefix, {}", b, shifted.model.shift, why),
           {{"prompt", double(b)}, {"shift", shifted.model.shift}});
     for (size_t i = 0; i < orig.size() && i < moved.size(); ++i)
-      if (orig[i].tokens == moved[i].tokens &&
-          !(std::fabs(orig[i].score - moved[i].score) <= atol + rtol * std::fabs(orig[i].score)))
+      if (orig[i].tokens == moved[i].tokens && !within(moved[i].score, orig[i].score, atol, rtol))
         return Verdict::fail(
             fmt::format("prompt {}: {} scores {:.17g}, {:.17g} with shifted logits", b, text(orig[i].tokens),
                         orig[i].score, moved[i].score),
@@ -354,13 +354,6 @@ Verdict matches_reference(T& t, const Values& p) {
   return Verdict::pass();
 }
 
-Field tol_field(const char* doc) {
-  return field::map("tol",
-                    {field::real("atol", 1e-9, 0, 1e3, "absolute tolerance"),
-                     field::real("rtol", 1e-9, 0, 1, "relative tolerance")},
-                    doc);
-}
-
 }  // namespace
 
 void register_invariants(FamilyDef<Traits>& f) {
@@ -380,7 +373,7 @@ void register_invariants(FamilyDef<Traits>& f) {
       sorted_distinct);
   f.invariant({"scores_recomputed",
                "reported log-probs and scores equal the model's (penalty on generated length)",
-               {tol_field("fp64 sums of at most L log-probs")}},
+               {field::tolerance(1e-9, 1e-9, "fp64 sums of at most L log-probs")}},
               scores_recomputed);
   f.invariant(
       {"finished_retained",
@@ -429,7 +422,7 @@ void register_invariants(FamilyDef<Traits>& f) {
   f.invariant({"logit_shift_invariant",
                "a per-prefix constant added to every logit changes nothing",
                {tie_field(), field::real("shift", 40, 0, 1000, "shift amplitude used when the case has none"),
-                tol_field("scores before and after the shift")}},
+                field::tolerance(1e-9, 1e-9, "scores before and after the shift")}},
               logit_shift_invariant);
   f.invariant({"matches_reference", "the same hypotheses as the reference implementation", {tie_field()}},
               matches_reference);

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "kprop/tolerance.h"
 #include "properties/dflash/family.h"
 
 namespace kprop::dflash {
@@ -111,7 +112,7 @@ Verdict tree_logits_match_path(T& t, const Values& p) {
       const Logits& got = trace.logits[static_cast<size_t>(row)];
       for (size_t v = 0; v < expected.size(); ++v) {
         const double err = std::fabs(got.at(v) - expected[v]);
-        if (!(err <= atol + rtol * std::fabs(expected[v])))
+        if (!within(got.at(v), expected[v], atol, rtol))
           return Verdict::fail(
               fmt::format("cycle {}: {} logit[{}] = {:.17g}, autoregressive on its path gives {:.17g}", k,
                           row == 0 ? std::string("context row") : fmt::format("node {}", row - 1), v,
@@ -233,10 +234,7 @@ void register_invariants(FamilyDef<Traits>& f) {
               maximal_acceptance);
   f.invariant({"tree_logits_match_path",
                "tree logits of node i equal autoregressive logits of context ++ path(i)",
-               {field::map("tol",
-                           {field::real("atol", 1e-9, 0, 1e3, "absolute tolerance"),
-                            field::real("rtol", 1e-9, 0, 1, "relative tolerance")},
-                           "fp64 against fp64: only summation order differs")}},
+               {field::tolerance(1e-9, 1e-9, "fp64 against fp64: only summation order differs")}},
               tree_logits_match_path);
   f.invariant({"mask_is_ancestor_closure",
                "node i attends to the whole context and exactly its ancestors and itself",

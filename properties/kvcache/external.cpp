@@ -52,7 +52,7 @@ Result drive(const Case& c, external::Transport& target) {
   }
   const int64_t N = starts.back();
   const ChannelRanges range = channel_ranges(c);
-  const std::vector<int64_t> order(c.block_order.begin(), c.block_order.end());
+  const std::vector<int64_t> order(c.pool.begin(), c.pool.end());
   const int32_t dt = abi_dtype(c.dtype), kv_dt = c.dtype == DType::f64 ? KPROP_F64 : KPROP_F32;
   Message m;
   m.op = "kvcache.serve";

@@ -100,13 +100,12 @@ Case Traits::build(Draw& draw, const Values& domain) {
   // The pool: what the schedule needs plus spares, in an order drawn here
   // (identity, reversed or shuffled), which is the free list's initial order.
   const int n = blocks_needed(c) + static_cast<int>(draw.any(domain.int_range("spare_blocks")));
-  for (int i = 0; i < n; ++i) c.block_order.push_back(i);
+  for (int i = 0; i < n; ++i) c.pool.push_back(i);
   const int64_t order = draw.any(IntRange{0, 4});
-  if (order == 1) std::reverse(c.block_order.begin(), c.block_order.end());
+  if (order == 1) std::reverse(c.pool.begin(), c.pool.end());
   if (order >= 2)
     for (int i = n - 1; i > 0; --i)
-      std::swap(c.block_order[static_cast<size_t>(i)],
-                c.block_order[static_cast<size_t>(draw.any(IntRange{0, i}))]);
+      std::swap(c.pool[static_cast<size_t>(i)], c.pool[static_cast<size_t>(draw.any(IntRange{0, i}))]);
   return c;
 }
 
@@ -179,17 +178,17 @@ rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
     add(s);
   }
   const int need = blocks_needed(c);
-  if (static_cast<int>(c.block_order.size()) > need) {  // drop spare blocks (the highest ids)
+  if (static_cast<int>(c.pool.size()) > need) {  // drop spare blocks (the highest ids)
     Case s = c;
-    std::erase_if(s.block_order, [need](int b) { return b >= need; });
+    std::erase_if(s.pool, [need](int b) { return b >= need; });
     add(s);
     s = c;
-    const int top = static_cast<int>(c.block_order.size()) - 1;
-    std::erase(s.block_order, top);
+    const int top = static_cast<int>(c.pool.size()) - 1;
+    std::erase(s.pool, top);
     add(s);
   }
   Case sorted = c;
-  std::sort(sorted.block_order.begin(), sorted.block_order.end());
+  std::sort(sorted.pool.begin(), sorted.pool.end());
   add(sorted);
   std::erase_if(out, [&c](const Case& s) { return s == c || !validate(s).empty(); });
   return rc::seq::fromContainer(std::move(out));
@@ -294,7 +293,7 @@ YAML::Node Traits::to_yaml(const Case& c) {
   n["seqs"] = seqs;
   n["page_size"] = c.page_size;
   n["chunk"] = c.chunk;
-  n["pool"] = case_yaml::list(c.block_order);
+  n["pool"] = case_yaml::list(c.pool);
   n["poison"] = poison_name(c.poison);
   n["dtype"] = dtype_name(c.dtype);
   YAML::Node data(YAML::NodeType::Map);
@@ -328,7 +327,7 @@ Case Traits::from_yaml(const YAML::Node& n) {
   }
   c.page_size = read<int>(n, "page_size");
   c.chunk = read<int>(n, "chunk");
-  c.block_order = case_yaml::read_list<int>(n, "pool");
+  c.pool = case_yaml::read_list<int>(n, "pool");
   const std::string poison = read<std::string>(n, "poison");
   if (poison != "nan" && poison != "huge") case_yaml::fail(n["poison"], "'poison' is nan or huge");
   c.poison = poison == "nan" ? Poison::nan : Poison::huge;
@@ -359,7 +358,7 @@ CaseStats Traits::stats(const Case& c) {
           fmt::format("{} seq{} (prompt+decode@arrival: {}), heads {}x{}, head_dim {}, page {}, chunk {}, "
                       "pool {}, poison {}, {}",
                       c.seqs.size(), c.seqs.size() == 1 ? "" : "s", fmt::join(seqs, ", "), c.kv_heads,
-                      c.group, c.head_dim, c.page_size, c.chunk, c.block_order.size(), poison_name(c.poison),
+                      c.group, c.head_dim, c.page_size, c.chunk, c.pool.size(), poison_name(c.poison),
                       dtype_name(c.dtype))};
 }
 

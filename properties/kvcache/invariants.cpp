@@ -48,6 +48,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kprop/tolerance.h"
 #include "properties/kvcache/family.h"
 
 namespace kprop::kvcache {
@@ -131,14 +132,13 @@ namespace {
 using T = Trial<Traits>;
 using Bound = std::vector<std::vector<double>>;  // per sequence, like Result::out
 
-Schema tol_params(double atol, double rtol, const char* why, bool naive = false) {
-  Schema s = {field::map("tol",
-                         {field::real("atol", atol, 0, 1e3, "absolute tolerance (all dtypes)"),
-                          field::real("rtol", rtol, 0, 1, "relative tolerance (all dtypes)")},
-                         why),
-              field::real("f32_k", 2, 1, 1e3,
-                          "f32/f16/bf16 cases: multiple of the first-order f32 error bound in the derived "
-                          "floor (properties/kvcache/invariants.cpp)")};
+// The fp64 tolerance `tol` (field::tolerance) and the f32/f16/bf16 floor's parameters.
+Schema kv_params(double atol, double rtol, const char* why, bool naive = false) {
+  Schema s = {
+      field::tolerance(atol, rtol, why, "absolute tolerance (all dtypes)", "relative tolerance (all dtypes)"),
+      field::real("f32_k", 2, 1, 1e3,
+                  "f32/f16/bf16 cases: multiple of the first-order f32 error bound in the derived "
+                  "floor (properties/kvcache/invariants.cpp)")};
   if (naive)
     s.push_back(field::real("naive_k", 1, 0, 1e3,
                             "f32/f16/bf16 cases: multiple of the naive same-precision baseline's error "
@@ -189,7 +189,7 @@ Verdict agree(const Case& c, const Result& got, const Result& want, const Values
       return Verdict::fail(fmt::format("{}: sequence {} has {} outputs vs {}", what, b, g.size(), w.size()));
     const bool bounded = bound && b < bound->size() && (*bound)[b].size() == w.size();
     for (size_t i = 0; i < w.size(); ++i) {
-      const double allowed = atol + rtol * std::fabs(w[i]) + (bounded ? (*bound)[b][i] : 0.0);
+      const double allowed = allowed_error(atol, rtol, std::fabs(w[i])) + (bounded ? (*bound)[b][i] : 0.0);
       const double err = std::fabs(g[i] - w[i]);
       const bool same_nan = std::isnan(g[i]) && std::isnan(w[i]);
       if (!same_nan && !(err <= allowed))
@@ -200,7 +200,7 @@ Verdict agree(const Case& c, const Result& got, const Result& want, const Values
                               {"want", w[i]},
                               {"abs_error", err},
                               {"allowed", allowed}});
-      if (!same_nan && allowed > 0) ratio = std::max(ratio, err / allowed);
+      if (!same_nan) ratio = std::max(ratio, error_ratio(err, allowed));
     }
   }
   return Verdict::pass({{kErrorRatio, ratio}});
@@ -245,9 +245,9 @@ Verdict int8_error_bound(T& t, const Values& p) {
 // The case under another paged layout: page size and a pool in identity or reversed order.
 Case relayout(Case c, int page, bool reversed) {
   c.page_size = page;
-  c.block_order.clear();
+  c.pool.clear();
   c = fit_pool(std::move(c));
-  if (reversed) std::reverse(c.block_order.begin(), c.block_order.end());
+  if (reversed) std::reverse(c.pool.begin(), c.pool.end());
   return c;
 }
 
@@ -340,8 +340,10 @@ Verdict output_in_value_hull(T& t, const Values& p) {
       for (size_t h = 0; h < Hq; ++h)
         for (size_t d = 0; d < D; ++d) {
           const size_t ch = h / g * D + d, i = (tok * Hq + h) * D + d;
-          const double widen = (r.int8_cache ? s.v[ch] / 2 : 0) + atol + rtol * std::max(-lo[ch], hi[ch]) +
-                               (floor.empty() ? 0.0 : floor[b][i]);
+          // Absolute part: half an int8 step (int8 caches) + atol.
+          const double widen =
+              allowed_error((r.int8_cache ? s.v[ch] / 2 : 0) + atol, rtol, std::max(-lo[ch], hi[ch])) +
+              (floor.empty() ? 0.0 : floor[b][i]);
           const double o = r.out.at(b).at(i);
           if (!(o >= lo[ch] - widen && o <= hi[ch] + widen))
             return Verdict::fail(
@@ -360,30 +362,30 @@ void register_invariants(FamilyDef<Traits>& f) {
   f.invariant({"matches_reference",
                "every token's output equals full recomputation (int8 caches: on the dequantized K/V; "
                "f32/f16/bf16: within the derived floor + naive_k x the naive same-precision error)",
-               tol_params(1e-10, 1e-10, kFp64, true)},
+               kv_params(1e-10, 1e-10, kFp64, true)},
               matches_reference);
   f.invariant(
       {"int8_error_bound", "error against the fp64 reference within R_d tanh(eps) + sv[d]/2 (derived bound)",
-       tol_params(1e-12, 1e-9, "slack for fp64 rounding on top of the bound")},
+       kv_params(1e-12, 1e-9, "slack for fp64 rounding on top of the bound")},
       int8_error_bound);
   f.invariant(
       {"paged_matches_contiguous",
        "the case's, a 1-token reversed and a one-block-per-sequence layout all equal the contiguous cache",
-       tol_params(1e-10, 1e-10, kFp64)},
+       kv_params(1e-10, 1e-10, kFp64)},
       paged_matches_contiguous);
   f.invariant({"chunked_matches_full_prefill", "the case's chunk size and chunk 1 equal a one-chunk prefill",
-               tol_params(1e-10, 1e-10, kFp64)},
+               kv_params(1e-10, 1e-10, kFp64)},
               chunked_matches_full_prefill);
   f.invariant({"sequence_independence",
                "each sequence's output equals its output alone; the poison in unused slots changes nothing",
-               tol_params(1e-10, 1e-10, kFp64)},
+               kv_params(1e-10, 1e-10, kFp64)},
               sequence_independence);
   f.invariant({"decode_matches_prefill",
                "outputs do not depend on where the prompt ends: all-prefill and 1-token-prompt splits agree",
-               tol_params(1e-10, 1e-10, kFp64)},
+               kv_params(1e-10, 1e-10, kFp64)},
               decode_matches_prefill);
   f.invariant({"output_in_value_hull", "each output lies within the range of the values its token sees",
-               tol_params(1e-12, 1e-12, "fp64 rounding of a convex combination")},
+               kv_params(1e-12, 1e-12, "fp64 rounding of a convex combination")},
               output_in_value_hull);
 }
 

@@ -109,7 +109,7 @@ std::vector<double> flat(const Case& c, const std::vector<std::vector<double>>& 
 
 void put_case(const Case& c, TensorMap& out) {
   const int64_t Bs = static_cast<int64_t>(c.seqs.size()), N = total_tokens(c), Hq = c.q_heads(),
-                Hkv = c.kv_heads, D = c.head_dim, NB = static_cast<int64_t>(c.block_order.size());
+                Hkv = c.kv_heads, D = c.head_dim, NB = static_cast<int64_t>(c.pool.size());
   for (auto [name, value] : {std::pair{"Bs", Bs},
                              {"Hq", Hq},
                              {"Hkv", Hkv},
@@ -145,7 +145,7 @@ void put_case(const Case& c, TensorMap& out) {
   if (out.wanted("seq")) out.put("seq", Tensor::of({N}, std::move(seq), DType::integer));
   if (out.wanted("pos")) out.put("pos", Tensor::of({N}, std::move(pos), DType::integer));
   if (out.wanted("is_decode")) out.put("is_decode", Tensor::of({N}, std::move(decode), DType::boolean));
-  if (out.wanted("block_order")) out.put("block_order", Tensor::ints({NB}, c.block_order));
+  if (out.wanted("block_order")) out.put("block_order", Tensor::ints({NB}, c.pool));
   if (out.wanted("q") || out.wanted("k") || out.wanted("v") || out.wanted("kh") || out.wanted("vh")) {
     std::vector<double> q, k, v, kh, vh;
     for (size_t b = 0; b < c.seqs.size(); ++b) {

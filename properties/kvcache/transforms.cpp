@@ -64,10 +64,10 @@ Case Traits::transform(const std::string& name, const Case& c, const Values&, ui
     int page = 1 + static_cast<int>(rng::hash(seed, 2, 0) % 7);  // [1, 7]
     if (page >= c.page_size) ++page;                             // [1, 8] without the case's own
     t.page_size = page;
-    t.block_order.clear();
+    t.pool.clear();
     t = fit_pool(std::move(t));
-    const std::vector<int> shuffle = rng::permutation(t.block_order.size(), seed, 3);
-    for (size_t i = 0; i < shuffle.size(); ++i) t.block_order[i] = shuffle[i];
+    const std::vector<int> shuffle = rng::permutation(t.pool.size(), seed, 3);
+    for (size_t i = 0; i < shuffle.size(); ++i) t.pool[i] = shuffle[i];
     if (out.wanted("transform.page_size"))
       out.put("transform.page_size", expr::Tensor::scalar(page, expr::DType::integer));
   } else {

@@ -173,7 +173,7 @@ Schema ulps_param(double fallback, const std::string& what) {
                       "allowed error in units of roundoff of the arithmetic (2^-24 for f32, f16, bf16; 2^-53 "
                       "for f64) times " +
                           what),
-          field::real("atol", 0, 0, 1e300, "absolute floor added to the bound")};
+          field::atol(0, "absolute floor added to the bound", 1e300)};
 }
 
 // A half case whose exact outputs do not fit the storage dtype cannot be
@@ -194,10 +194,6 @@ std::string beyond_range(const Case& c, const Result& ref) {
         return fmt::format("the reference's {} = {:.6g} is beyond the {} range", n.name, v,
                            dtype_name(c.dtype));
   return "";
-}
-
-double ratio(const ToleranceReport& rep) {
-  return rep.allowed > 0 ? rep.target_error / rep.allowed : (rep.target_error > 0 ? INFINITY : 0);
 }
 
 // ---- matches_reference
@@ -223,7 +219,7 @@ Verdict matches_reference(T& t, const Values& p) {
     for (int i = 0; i < 2; ++i) {
       const ToleranceReport rep = compare_with_baseline(row(*checks[i].ref, r, D), row(*checks[i].got, r, D),
                                                         row(*checks[i].naive, r, D), k, floors[i]);
-      worst = std::max(worst, ratio(rep));
+      worst = std::max(worst, error_ratio(rep));
       if (!rep.ok) {
         const size_t e = at(r, rep.worst_index, D);
         return Verdict::fail(
@@ -243,7 +239,7 @@ Verdict matches_reference(T& t, const Values& p) {
   for (int i = 0; i < 2; ++i) {
     const ToleranceReport rep =
         compare_with_baseline(*checks[i].ref, *checks[i].got, *checks[i].naive, k, floors[i]);
-    worst = std::max(worst, ratio(rep));
+    worst = std::max(worst, error_ratio(rep));
     if (!rep.ok)
       return Verdict::fail(
           fmt::format("{}[{}] = {:.9g}, reference {:.9g}: {}", checks[i].name, rep.worst_index,
@@ -287,7 +283,7 @@ Verdict dx_sums_to_zero(T& t, const Values& p) {
                               ref.rstd[r] * (std::fabs(g.mean_gx) + us * g.mean_abs_gx + s * g.mean_abs_g) *
                                   (us * g.sum_abs_xhat + static_cast<double>(D) * s);
     const double allowed = p.real("atol") + p.real("ulps") * u * scale + half_terms;
-    worst = std::max(worst, allowed > 0 ? std::fabs(static_cast<double>(sum)) / allowed : 0.0);
+    worst = std::max(worst, error_ratio(std::fabs(static_cast<double>(sum)), allowed));
     if (!(std::fabs(static_cast<double>(sum)) <= allowed))
       return Verdict::fail(fmt::format("row {}: sum of dx = {:.6g} (sum of |dx| {:.6g}), allowed {:.3g}", r,
                                        static_cast<double>(sum), static_cast<double>(abs_sum), allowed),
@@ -313,7 +309,7 @@ Verdict dbeta_is_sum_dy(T& t, const Values& p) {
     // the storage dtype: u_s times the f32 sum's magnitude, or s.
     const double acc = p.real("ulps") * u * static_cast<double>(abs_sum);
     const double allowed = p.real("atol") + acc + us * (std::fabs(want) + acc) + s;
-    worst = std::max(worst, allowed > 0 ? std::fabs(got.dbeta[d] - want) / allowed : 0.0);
+    worst = std::max(worst, error_ratio(std::fabs(got.dbeta[d] - want), allowed));
     if (!(std::fabs(got.dbeta[d] - want) <= allowed))
       return Verdict::fail(fmt::format("dbeta[{}] = {:.9g}, sum of dy = {:.9g} (allowed error {:.3g})", d,
                                        got.dbeta[d], want, allowed),
@@ -347,7 +343,7 @@ Verdict dgamma_is_sum_dy_xhat(T& t, const Values& p) {
     const double acc = p.real("ulps") * u * static_cast<double>(abs_sum);
     const double cache = us * static_cast<double>(abs_sum) / (1 - us) + s * static_cast<double>(abs_dy);
     const double allowed = p.real("atol") + acc + cache + us * (std::fabs(want) + acc + cache) + s;
-    worst = std::max(worst, allowed > 0 ? std::fabs(got.dgamma[d] - want) / allowed : 0.0);
+    worst = std::max(worst, error_ratio(std::fabs(got.dgamma[d] - want), allowed));
     if (!(std::fabs(got.dgamma[d] - want) <= allowed))
       return Verdict::fail(
           fmt::format("dgamma[{}] = {:.9g}, sum of dy * xhat (the target's own xhat) = {:.9g} "
@@ -446,7 +442,7 @@ Verdict finite_differences(T& t, const Values& p) {
         return Verdict::discard("x too coarse for the finite-difference step");
       const double fd = (loss(plus) - loss(minus)) / width;
       const double g = got.dx[at(r, d, D)];
-      const double allowed = atol + rtol * scale;
+      const double allowed = allowed_error(atol, rtol, scale);
       if (!(std::fabs(g - fd) <= allowed))
         return Verdict::fail(
             fmt::format("dx[{}][{}] = {:.9g}, finite differences of the fp64 forward give {:.9g} "
@@ -485,7 +481,7 @@ Verdict finite_differences(T& t, const Values& p) {
       (minus.*q.field)[d] -= q.h;
       const double width = (plus.*q.field)[d] - (minus.*q.field)[d];
       const double fd = (column_loss(plus, d) - column_loss(minus, d)) / width;
-      const double allowed = atol + rtol * q.scale;
+      const double allowed = allowed_error(atol, rtol, q.scale);
       if (!(std::fabs(q.got - fd) <= allowed))
         return Verdict::fail(
             fmt::format("{}[{}] = {:.9g}, finite differences of the fp64 forward give {:.9g} "
@@ -504,10 +500,10 @@ void register_invariants(FamilyDef<Traits>& f) {
       {"matches_reference",
        "y, dx, dgamma, dbeta within k x the naive same-precision two-pass error + a floor of the fp64 "
        "reference",
-       {field::real("k", 2, 0, 1e6, "multiple of the naive two-pass error in the case's dtype"),
+       {field::k(2, "multiple of the naive two-pass error in the case's dtype", 0),
         field::real("floor_ulps", 64, 0, 1e12,
                     "floor: units of roundoff of the dtype times the magnitude each element is built from"),
-        field::real("atol", 0, 0, 1e300, "absolute floor added to the bound")}},
+        field::atol(0, "absolute floor added to the bound", 1e300)}},
       matches_reference);
   f.invariant({"dx_sums_to_zero", "sum over D of dx is 0 in every row (within rounding)",
                ulps_param(64, "rstd * (sum|g| + |mean(g xhat)| * (sum|xhat| + D))")},
@@ -533,8 +529,8 @@ void register_invariants(FamilyDef<Traits>& f) {
                "dx, dgamma, dbeta equal central finite differences of the fp64 reference forward (f64 cases)",
                {field::integer("max_elements", 1024, 1, 1 << 20, "only cases with rows x D up to this"),
                 field::real("step", 1e-4, 1e-12, 1, "step for x as a fraction of the row's sqrt(var + eps)"),
-                field::real("rtol", 1e-6, 0, 1, "allowed error relative to the gradient's natural magnitude"),
-                field::real("atol", 0, 0, 1e300, "absolute floor")},
+                field::rtol(1e-6, "allowed error relative to the gradient's natural magnitude"),
+                field::atol(0, "absolute floor", 1e300)},
                [](const Values& d, const Values& p) -> std::string {
                  if (std::string why = needs_choice(d, "dtype", "f64", "f64 cases"); !why.empty()) return why;
                  const int64_t smallest = d.int_range("rows").lo * d.int_range("dim").lo;

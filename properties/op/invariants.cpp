@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kprop/tolerance.h"
 #include "properties/op/family.h"
 
 namespace kprop::op {
@@ -73,7 +74,7 @@ std::string compare(const Case& c, size_t out, const std::vector<double>& got,
       continue;
     }
     const double err = std::fabs(got[i] - want[i]);
-    if (err > 0) ratio = std::max(ratio, bound > 0 ? err / bound : HUGE_VAL);
+    if (err > 0) ratio = std::max(ratio, error_ratio(err, bound));
     if (err > bound && err - bound > worst) worst = err - bound, at = i;
   }
   if (!mismatch && worst < 0) return "";
@@ -95,7 +96,7 @@ void register_invariants(OpFamily& f) {
   f.invariant({"matches_reference",
                "every output within k × the naive same-precision error of the reference expression + a floor "
                "(elements the dtype cannot carry are not judged)",
-               {field::real("k", 2, 1, 1e6, "multiple of the naive same-precision error allowed")}},
+               {field::k(2, "multiple of the naive same-precision error allowed")}},
               [](T& t, const Values& p) {
                 const Case& c = t.input();
                 const Result& got = t.target();
@@ -167,7 +168,7 @@ void register_invariants(OpFamily& f) {
         "a slice along a batch dim computed alone equals the same slice of the batch (within twice the "
         "matches_reference budget): no leak across rows, no wrong stride",
         {field::choices("batch_dims", batch_default, dim_names, "dims along which outputs are independent"),
-         field::real("k", 2, 1, 1e6, "multiple of the naive same-precision error allowed per run")},
+         field::k(2, "multiple of the naive same-precision error allowed per run")},
         [d = &decl](const Values&, const Values& p) -> std::string {
           for (const auto& b : p.choices("batch_dims")) {
             const DimDecl& dim = d->dims[static_cast<size_t>(d->dim_index(b))];

@@ -50,9 +50,6 @@ double sum_slack(const Case& c, const Values& p, int n, double total) {
   const double f32_part = p.real("tol.floor_eps") * eps(c.dtype) * n;
   return f32_part + store_u(c.dtype) * (total + f32_part) + n * subnormal_half_step(c.dtype);
 }
-double ratio(const ToleranceReport& rep) {
-  return rep.allowed > 0 ? rep.target_error / rep.allowed : (rep.target_error > 0 ? INFINITY : 0);
-}
 double logit(const Case& c, int row, int i) {
   return c.logits[static_cast<size_t>(row) * c.vocab + i];
 }
@@ -69,9 +66,10 @@ bool near_tie(const Case& c, int row, int a, int b, double tie_ulps) {
   return std::fabs(xa - xb) <= tie_ulps * eps(c.dtype) * scale;
 }
 
-Schema tol_params() {
+// The probability tolerance (k, floor) and the near-tie width.
+Schema prob_params() {
   return {field::map("tol",
-                     {field::real("k", 2, 1, 1e6, "allowed multiple of the naive same-dtype error"),
+                     {field::k(2, "allowed multiple of the naive same-dtype error"),
                       field::real("floor_eps", 8, 0, 1e9, "absolute floor in units of the dtype epsilon")},
                      "probability tolerance (docs/DESIGN.md policy)"),
           field::real("tie_ulps", 16, 0, 1e9,
@@ -109,7 +107,7 @@ Verdict probabilities_close(const Case& c, const std::vector<int>& indices, cons
   }
   const ToleranceReport rep =
       compare_with_baseline(want, got, naive, p.real("tol.k"), prob_floor(c, want, p));
-  if (rep.ok) return Verdict::pass({{kErrorRatio, ratio(rep)}});
+  if (rep.ok) return Verdict::pass({{kErrorRatio, error_ratio(rep)}});
   const int row = static_cast<int>(rep.worst_index) / c.k, j = static_cast<int>(rep.worst_index) % c.k;
   return Verdict::fail(
       fmt::format("{}: {}: probability {:.9g} at index {}, softmax gives {:.9g} ({})", what, slot(row, j),
@@ -352,11 +350,11 @@ void register_invariants(FamilyDef<Traits>& f) {
   f.invariant(
       {"matches_reference",
        "indices equal the reference's (near-ties discarded), probabilities within the dtype tolerance",
-       tol_params()},
+       prob_params()},
       matches_reference);
   f.invariant(
       {"sorted", "each row's output is in descending probability and logit order, equal logits by index",
-       tol_params(),
+       prob_params(),
        [](const Values& d, const Values&) -> std::string {
          if (d.int_range("vocab").hi >= 2) return "";
          return "K >= 2, but domain.vocab is [1, 1]; widen vocab or drop the invariant";
@@ -365,22 +363,22 @@ void register_invariants(FamilyDef<Traits>& f) {
   f.invariant({"distinct_in_range_indices", "rows x K outputs; indices in [0, V), distinct within a row", {}},
               distinct_in_range_indices);
   f.invariant({"probabilities_match_softmax",
-               "each returned probability equals the full softmax at its index", tol_params()},
+               "each returned probability equals the full softmax at its index", prob_params()},
               probabilities_match_softmax);
   f.invariant(
       {"shift_invariance",
        "adding an exact constant (+-S, the largest exact power of two) to every finite logit leaves the "
        "indices and probabilities unchanged",
-       tol_params()},
+       prob_params()},
       shift_invariance);
   f.invariant(
       {"full_sort_at_k_equals_v",
        "with K = V the output is the stable sort by logit, sums to 1 (0 for all -inf rows) and has the K "
        "output as its prefix",
-       tol_params()},
+       prob_params()},
       full_sort_at_k_equals_v);
   f.invariant(
-      {"no_nan", "every probability is a number in [0, 1]; the K of a row sum to at most 1", tol_params()},
+      {"no_nan", "every probability is a number in [0, 1]; the K of a row sum to at most 1", prob_params()},
       no_nan);
 }
 

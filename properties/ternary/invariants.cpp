@@ -53,7 +53,7 @@ Verdict weight_scale_absmean(T& t, const Values& p) {
   double sum = 0;
   for (double v : c.w) sum += std::fabs(v);
   const double mean = sum / static_cast<double>(c.w.size()), expected = std::max(mean, kEps);
-  if (!(std::fabs(r.w_scale - expected) <= p.real("rtol") * expected))
+  if (!within(r.w_scale, expected, 0, p.real("rtol")))
     return Verdict::fail(
         fmt::format("weight scale s = {:.17g}, expected max(mean|W|, eps) = max({:.17g}, {:g}) = {:.17g}",
                     r.w_scale, mean, kEps, expected),
@@ -70,7 +70,7 @@ Verdict activations_int8(T& t, const Values& p) {
     double amax = 0;
     for (int k = 0; k < K; ++k) amax = std::max(amax, std::fabs(c.x[at(tok, K, k)]));
     const double expected = 127.0 / std::max(amax, kEps), got = r.x_scale[static_cast<size_t>(tok)];
-    if (!(std::fabs(got - expected) <= p.real("rtol") * expected))
+    if (!within(got, expected, 0, p.real("rtol")))
       return Verdict::fail(
           fmt::format("token {}: activation scale {:.17g}, expected 127 / max(max|x|, eps) = {:.17g}", tok,
                       got, expected),
@@ -275,11 +275,8 @@ Verdict token_independence(T& t, const Values&) {
   return Verdict::pass();
 }
 
-Schema rtol_param(double fallback, const char* doc) {
-  return {field::real("rtol", fallback, 0, 1, doc)};
-}
 Schema k_param() {
-  return {field::real("k", 2, 1, 1e6, "allowed error: k x the f32 bound u32 x (terms + 2) x sum of |terms|")};
+  return {field::k(2, "allowed error: k x the f32 bound u32 x (terms + 2) x sum of |terms|")};
 }
 
 }  // namespace
@@ -289,19 +286,21 @@ void register_invariants(FamilyDef<Traits>& f) {
                "quantized weights are in {-1, 0, +1} (dequantized in {-s, 0, +s}); s > 0 and finite",
                {}},
               weights_ternary);
-  f.invariant({"weight_scale_absmean", "s = max(mean|W|, eps)",
-               rtol_param(1e-12, "relative tolerance (summation order only)")},
+  f.invariant({"weight_scale_absmean",
+               "s = max(mean|W|, eps)",
+               {field::rtol(1e-12, "relative tolerance (summation order only)")}},
               weight_scale_absmean);
   f.invariant({"activations_int8",
                "a_t = 127 / max(max|x_t|, eps); x_q are int8 and the absmax entry quantizes to +-127",
-               rtol_param(0, "relative tolerance on a_t (one division: exact)")},
+               {field::rtol(0, "relative tolerance on a_t (one division: exact)")}},
               activations_int8);
   f.invariant({"integer_part_exact", "w_q, x_q and acc equal the reference's exactly; acc = x_q . w_qᵀ", {}},
               integer_part_exact);
-  f.invariant(
-      {"output_matches_reference", "y = acc s / a_t within the f32 scaling error of the reference",
-       rtol_param(0x1p-22, "relative tolerance: 2 x the two f32 roundings of the scaling (2 x 2 x 2^-24)")},
-      output_matches_reference);
+  f.invariant({"output_matches_reference",
+               "y = acc s / a_t within the f32 scaling error of the reference",
+               {field::rtol(0x1p-22,
+                            "relative tolerance: 2 x the two f32 roundings of the scaling (2 x 2 x 2^-24)")}},
+              output_matches_reference);
   f.invariant({"ste_matches_dense", "dx = dy W~ and dW = dyᵀ x~, the dense gradients at the quantized point",
                k_param()},
               ste_matches_dense);

@@ -32,7 +32,7 @@
 //   KPROP_REGISTER_FAMILY(MyTraits, [](FamilyDef<MyTraits>& f) {
 //     f.implementation({"reference", ImplKind::reference, "double, obvious"}, my::reference);
 //     f.mutant("off_by_one", "loop stops one early", my::off_by_one);
-//     f.invariant({"matches_reference", "...", {field::real("atol", 1e-9, 0, 1, "...")}},
+//     f.invariant({"matches_reference", "...", {field::atol(1e-9)}},
 //                 [](Trial<MyTraits>& t, const Values& p) { ... return Verdict::pass(); });
 //   });
 //

@@ -2,13 +2,17 @@
 // reference (docs/DESIGN.md, "Tolerance policy"; after FlashAttention's
 // tests): the target's error may be at most k × the error of a naive
 // computation in the target's own precision, plus an absolute floor. NaN and
-// ±inf must match exactly.
+// ±inf must match exactly. fp64-against-fp64 checks use atol + rtol·|want|
+// instead (within). Every family declares these parameters with the field::
+// helpers below and reports kErrorRatio with error_ratio.
 #pragma once
 
 #include <cmath>
 #include <cstddef>
 #include <span>
 #include <string>
+
+#include "kprop/values.h"
 
 namespace kprop {
 
@@ -25,9 +29,49 @@ struct ToleranceReport {
 ToleranceReport compare_with_baseline(std::span<const double> reference, std::span<const double> target,
                                       std::span<const double> naive, double k, double abs_floor);
 
-// Plain |a - b| <= atol + rtol·|b| elementwise, non-finite values equal.
+// Plain |a - b| <= atol + rtol·|b| elementwise (within), non-finite values equal.
 ToleranceReport compare_close(std::span<const double> reference, std::span<const double> target, double atol,
                               double rtol);
+
+// The one atol/rtol rule (numpy.isclose's) for every family's elementwise
+// checks, with the parameters declared by field::atol / field::rtol /
+// field::tolerance (below). The error allowed an element of magnitude
+// `magnitude` (|want|, or a check's own natural scale):
+inline double allowed_error(double atol, double rtol, double magnitude) {
+  return atol + rtol * magnitude;
+}
+// |got - want| <= atol + rtol·|want|; false when either is NaN.
+inline bool within(double got, double want, double atol, double rtol) {
+  return std::fabs(got - want) <= allowed_error(atol, rtol, std::fabs(want));
+}
+
+// error / allowed, the kErrorRatio (kprop/family.h) a passing check reports:
+// 0 for no error, +inf for an error where none is allowed.
+inline double error_ratio(double error, double allowed) {
+  return allowed > 0 ? error / allowed : (error > 0 ? INFINITY : 0);
+}
+inline double error_ratio(const ToleranceReport& r) {
+  return error_ratio(r.target_error, r.allowed);
+}
+
+// Tolerance parameters of an invariant, keyed, bounded and documented alike
+// in every family (checked with the functions above):
+//   atol  absolute tolerance, in [0, max]
+//   rtol  relative tolerance, in [0, 1]
+//   k     allowed multiple of the naive same-precision computation's error
+//         (compare_with_baseline), in [min, 1e6]
+namespace field {
+inline constexpr const char* kAtolDoc = "absolute tolerance";
+inline constexpr const char* kRtolDoc = "relative tolerance";
+inline constexpr const char* kKDoc = "allowed multiple of the naive same-precision computation's error";
+Field atol(double fallback, std::string doc = kAtolDoc, double max = 1e3);
+Field rtol(double fallback, std::string doc = kRtolDoc);
+Field k(double fallback, std::string doc = kKDoc, double min = 1);
+// The map `tol: {atol, rtol}` (an fp64-against-fp64 comparison: within),
+// `doc` saying why these values.
+Field tolerance(double atol_fallback, double rtol_fallback, std::string doc, std::string atol_doc = kAtolDoc,
+                std::string rtol_doc = kRtolDoc);
+}  // namespace field
 
 // True when a and b are both NaN, equal infinities, or finite.
 inline bool same_nonfinite(double a, double b) {

@@ -49,7 +49,7 @@ Case batch_case() {
   c.v_spread = 30;
   c.q_scale = 2;
   c.seed = 5;
-  c.block_order = {4, 1, 6, 0, 3, 5, 2, 7, 8, 9};
+  c.pool = {4, 1, 6, 0, 3, 5, 2, 7, 8, 9};
   return fit_pool(c);
 }
 

@@ -28,7 +28,7 @@ Case batch_case() {
   c.v_spread = 30;
   c.q_scale = 2;
   c.seed = 5;
-  c.block_order = {4, 1, 6, 0, 3, 5, 2, 7, 8, 9};
+  c.pool = {4, 1, 6, 0, 3, 5, 2, 7, 8, 9};
   return fit_pool(c);
 }
 
@@ -44,7 +44,7 @@ TEST(KvcacheKernels, OneTokenOutputIsItsValue) {
   Case c;
   c.head_dim = 3;
   c.seqs = {{1, 0, 0, 7}};
-  c.block_order = {0};
+  c.pool = {0};
   const Tensors x = sequence_data(c, 0);
   const Result r = reference(c);
   for (size_t d = 0; d < 3; ++d) EXPECT_DOUBLE_EQ(r.out[0][d], x.v[d]);
@@ -108,13 +108,13 @@ TEST(KvcacheKernels, ScheduleChunksThePromptOnePerStep) {
 
 TEST(KvcacheKernels, ValidateRejectsSmallOrBrokenPools) {
   Case c = batch_case();
-  c.block_order.clear();
-  for (int b = 0; b + 1 < blocks_needed(c); ++b) c.block_order.push_back(b);
+  c.pool.clear();
+  for (int b = 0; b + 1 < blocks_needed(c); ++b) c.pool.push_back(b);
   EXPECT_NE(validate(c), "");
-  c.block_order.push_back(static_cast<int>(c.block_order.size()));
+  c.pool.push_back(static_cast<int>(c.pool.size()));
   EXPECT_EQ(validate(c), "");
   c = batch_case();
-  c.block_order[0] = c.block_order[1];
+  c.pool[0] = c.pool[1];
   EXPECT_NE(validate(c), "");
   c = batch_case();
   c.seqs[0].prompt = 0;

@@ -1,0 +1,69 @@
+// Mutants: the tiled kernels with one bug switch compiled in (the template
+// argument FwdBug / BwdBug of tiled_forward / tiled_backward, attention.h)
+// or the causal offset moved, so each differs from `tiled` / `tiled_d` in
+// exactly one place; materialized_scores is the correct materialized
+// computation (naive_forward / naive_backward), which breaks only the
+// workspace bound.
+#include "kernels/attention/attention.h"
+#include "kernels/attention/typed.h"
+
+namespace kprop::attention {
+
+using namespace typed;
+
+const std::vector<Mutant<FwdResult>>& forward_mutants() {
+  static const std::vector<Mutant<FwdResult>> table = {
+      {"rescale_inverted", "online-softmax correction exp(m_new - m_old) instead of exp(m_old - m_new)",
+       forward<FwdBug::rescale_inverted>},
+      {"nan_masked_tile", "no guard for a fully masked tile: exp(-inf - (-inf)) = NaN",
+       forward<FwdBug::nan_masked_tile>},
+      {"no_empty_row_guard", "O = acc / l with l = 0 on a fully masked row",
+       forward<FwdBug::no_empty_row_guard>},
+      {"causal_top_left", "causal mask aligned top-left (key j <= i) even when Nq != Nk",
+       [](const Case& c) { return forward<FwdBug::none>(c, 0); }},
+      {"causal_off_by_one", "causal mask excludes the diagonal (j < i + Nk - Nq)",
+       [](const Case& c) { return forward<FwdBug::none>(c, contract_offset(c) - 1); }},
+      {"drop_partial_tile", "the last, uneven KV tile is skipped", forward<FwdBug::drop_partial_tile>},
+      {"gqa_head_map", "query head h reads kv head h % Hkv instead of h / (Hq / Hkv)",
+       forward<FwdBug::gqa_head_map>},
+      {"lse_missing_max", "LSE = log l, without the running max", forward<FwdBug::lse_missing_max>},
+      {"pv_in_storage", "f16/bf16: the P·V accumulator held in the storage type instead of f32",
+       forward<FwdBug::pv_in_storage>},
+      {"rowsum_in_storage", "f16/bf16: the running row sum l held in the storage type instead of f32",
+       forward<FwdBug::rowsum_in_storage>},
+      {"lse_in_storage", "f16/bf16: LSE stored in the storage type instead of f32",
+       forward<FwdBug::lse_in_storage>},
+
+      {"materialized_scores",
+       "correct values from a materialized Nq×Nk score matrix (breaks workspace_bounded)", naive_forward},
+  };
+  return table;
+}
+
+const std::vector<Mutant<BwdResult>>& backward_mutants() {
+  using M = BwdMode;
+  static const std::vector<Mutant<BwdResult>> table = {
+      {"dsoftmax_wrong_axis", "dS = P ⊙ (dP - D) with D summed over the queries (per key) instead of per row",
+       backward<M::single_pass_d, BwdBug::dsoftmax_wrong_axis>},
+      {"dsoftmax_missing_p", "dS = dP - rowsum(P ⊙ dP), without the factor P",
+       backward<M::single_pass_d, BwdBug::dsoftmax_missing_p>},
+      {"dsoftmax_divide", "dS = P ⊙ dP / rowsum(P ⊙ dP)",
+       backward<M::single_pass_d, BwdBug::dsoftmax_divide>},
+      {"d_without_do", "D = rowsum(O) instead of rowsum(dO ⊙ O)",
+       backward<M::single_pass_d, BwdBug::d_without_do>},
+      {"dk_missing_scale", "dK = dSᵀ·Q without the softmax scale",
+       backward<M::single_pass_d, BwdBug::dk_missing_scale>},
+      {"masked_row_nan", "no guard for fully masked rows: P = exp(-inf - (-inf)) = NaN",
+       backward<M::single_pass_d, BwdBug::masked_row_nan>},
+      {"stale_tile_max", "P recomputed with the running max at each KV tile instead of the final LSE",
+       backward<M::single_pass_d, BwdBug::stale_tile_max>},
+      {"causal_skip_off_by_one",
+       "causal tile skipping drops the query tile whose last row sees only the tile's first key",
+       backward<M::single_pass_d, BwdBug::causal_skip_off_by_one>},
+      {"materialized_scores", "correct gradients from materialized Nq×Nk matrices (breaks workspace_bounded)",
+       naive_backward},
+  };
+  return table;
+}
+
+}  // namespace kprop::attention

@@ -1,0 +1,34 @@
+// Mutants: each is the reference search (search(), reference.cpp) with
+// exactly one Semantics switch (beam.h) flipped to a known bug.
+#include "kernels/beam/beam.h"
+
+namespace kprop::beam {
+namespace {
+
+Result with(const Case& c, void (*change)(Semantics&)) {
+  Semantics s;
+  change(s);
+  return search(c, s);
+}
+
+}  // namespace
+
+const std::vector<Mutant>& mutants() {
+  static const std::vector<Mutant> table = {
+      {"drop_finished", "finished (EOS) beams leave the pool instead of competing at later steps",
+       [](const Case& c) { return with(c, [](Semantics& s) { s.retain_finished = false; }); }},
+      {"penalty_compounding", "length penalty applied to the running (already normalised) score every step",
+       [](const Case& c) { return with(c, [](Semantics& s) { s.compound_penalty = true; }); }},
+      {"penalty_counts_prompt", "length penalty divides by (prompt + generated length)^alpha",
+       [](const Case& c) { return with(c, [](Semantics& s) { s.penalty_counts_prompt = true; }); }},
+      {"expand_finished", "finished beams are expanded like unfinished ones (tokens appended after EOS)",
+       [](const Case& c) { return with(c, [](Semantics& s) { s.expand_finished = true; }); }},
+      {"batch_pool_leak", "one top-(K x batch) pool shared by every prompt of the batch",
+       [](const Case& c) { return with(c, [](Semantics& s) { s.shared_pool = true; }); }},
+      {"stop_at_first_eos", "search stops as soon as any beam in the pool has finished",
+       [](const Case& c) { return with(c, [](Semantics& s) { s.stop_at_first_eos = true; }); }},
+  };
+  return table;
+}
+
+}  // namespace kprop::beam

@@ -1,0 +1,60 @@
+// Mutants: each is the fused implementation (fused_with, fused.cpp) with
+// exactly one switch flipped to a known bug: a kernel::Bug of the fused
+// kernel (kernels.h), or for bf16_truncate the output store.
+#include "kernels/layernorm/kernels.h"
+#include "kernels/layernorm/layernorm.h"
+#include "kprop/half.h"
+
+namespace kprop::layernorm {
+namespace {
+
+using kernel::Bug;
+
+template <Bug B>
+Result with(const Case& c) {
+  return fused_with(c, B);
+}
+
+// The correct kernel, but a bf16 case's outputs (and x̂ cache) are converted
+// to bf16 by truncation (the low 16 bits dropped, the store switch of
+// fused_with); other dtypes as fused.
+float store_bf16_truncated(float v) {
+  return half::bf16_to_float(half::bf16_truncate(v));
+}
+Result bf16_truncate(const Case& c) {
+  if (c.dtype != DType::bf16) return fused(c);
+  return fused_with(c, Bug::none, store_bf16_truncated);
+}
+
+}  // namespace
+
+const std::vector<Mutant>& mutants() {
+  static const std::vector<Mutant> table = {
+      {"naive_variance",
+       "sigma^2 = E[x^2] - E[x]^2 in one pass over raw x (clamped at 0): cancels catastrophically at large "
+       "means",
+       with<Bug::naive_variance>},
+      {"missing_mean_term", "dx = rstd * (g - xhat * mean(g xhat)): the -mean(g) term dropped",
+       with<Bug::missing_mean_term>},
+      {"missing_proj_term", "dx = rstd * (g - mean(g)): the -xhat * mean(g xhat) projection dropped",
+       with<Bug::missing_proj_term>},
+      {"eps_outside_sqrt", "rstd = 1 / (sqrt(sigma^2) + eps) instead of 1 / sqrt(sigma^2 + eps)",
+       with<Bug::eps_outside_sqrt>},
+      {"unbiased_variance", "sigma^2 = M2 / (D - 1) instead of the biased M2 / D",
+       with<Bug::unbiased_variance>},
+      {"dgamma_no_xhat",
+       "dgamma = sum dy * x: the raw input instead of xhat (right only for normalised inputs)",
+       with<Bug::dgamma_no_xhat>},
+      {"variance_in_storage",
+       "Welford's M2 (the sum of squared deviations) accumulated in the storage type (f16/bf16) instead of "
+       "f32: overflows past f16's 65504; f32 and f64 cases as fused",
+       with<Bug::variance_in_storage>},
+      {"bf16_truncate",
+       "outputs (and the xhat cache) converted to bf16 by truncation instead of round-to-nearest-even; "
+       "other dtypes as fused",
+       bf16_truncate},
+  };
+  return table;
+}
+
+}  // namespace kprop::layernorm

@@ -1,0 +1,66 @@
+// Mutants: each is the fused kernel (fused_with, softmax_topk.cpp) with
+// exactly one FusedConfig switch (softmax_topk.h) flipped to a known bug
+// (exp_in_f16_no_max: two, subtract_max and exp_in_storage).
+#include "kernels/softmax_topk/softmax_topk.h"
+
+namespace kprop::softmax_topk {
+
+namespace {
+
+template <void (*Change)(FusedConfig&)>
+Result variant(const Case& c) {
+  FusedConfig cfg;
+  Change(cfg);
+  return fused_with(c, cfg);
+}
+
+void cap32(FusedConfig& f) {
+  f.cap = 32;
+}
+void no_max(FusedConfig& f) {
+  f.subtract_max = false;
+}
+void tie_high(FusedConfig& f) {
+  f.ties_to_lower = false;
+}
+void inverted(FusedConfig& f) {
+  f.rescale_inverted = true;
+}
+void by_prob(FusedConfig& f) {
+  f.order_by_probability = true;
+}
+void unsorted(FusedConfig& f) {
+  f.sort_output = false;
+}
+void exp_half_no_max(FusedConfig& f) {
+  f.subtract_max = false;
+  f.exp_in_storage = true;
+}
+
+}  // namespace
+
+const std::vector<Mutant>& mutants() {
+  static const std::vector<Mutant> table = {
+      {"k_capped_32", "running top-k holds at most 32 entries; output slots past 32 stay zero (index 0, p 0)",
+       variant<cap32>},
+      {"no_max_subtraction", "normaliser and probabilities from exp(x) without subtracting the running max",
+       variant<no_max>},
+      {"tie_high_index", "equal logits rank the higher index first", variant<tie_high>},
+      {"online_rescale_inverted", "running normaliser rescaled by exp(m_new - m_old) when the max grows",
+       variant<inverted>},
+      {"neg_inf_selected_early",
+       "ranks by the rounded probability: a -inf logit ties with (and at a lower index beats) a finite logit "
+       "whose "
+       "probability underflowed to 0",
+       variant<by_prob>},
+      {"unsorted_output", "the K winners are returned in index order, not sorted by probability",
+       variant<unsorted>},
+      {"exp_in_f16_no_max",
+       "softmax without max subtraction, each exp(x) rounded to the storage dtype: inf past 11.09 in f16, so "
+       "inf / inf = NaN (f32, f64 cases: as no_max_subtraction)",
+       variant<exp_half_no_max>},
+  };
+  return table;
+}
+
+}  // namespace kprop::softmax_topk
