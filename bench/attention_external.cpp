@@ -25,20 +25,21 @@ const std::string kPlugin = std::string(KPROP_EXAMPLES_DIR) + "/libattention_fwd
 
 void property_run(benchmark::State& state, std::string target) {
   Spec spec = load_spec(KPROP_SOURCE_DIR "/specs/flash_fwd.yaml");
-  if (target == "abi_in_process" && spec.family->find_implementation(target) < 0) {
+  RunOptions options;
+  if (target == "abi_in_process") {
     void* handle = dlopen(kPlugin.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!handle) return state.SkipWithError(dlerror());
     external::TransportOptions o{spec.family->name(), spec.family->external_ops(), spec.run.case_timeout_s};
-    spec.family->attach_external(
-        target, external::in_process({{"kprop_attention_fwd", dlsym(handle, "kprop_attention_fwd")}}, o));
+    options.target_transport =
+        external::in_process({{"kprop_attention_fwd", dlsym(handle, "kprop_attention_fwd")}}, o);
   }
   if (target == "python_worker") {
     if (std::string(KPROP_PYTHON).empty()) return state.SkipWithError("no python3 with NumPy");
     target = std::string("exec:") + KPROP_PYTHON + " " + KPROP_SOURCE_DIR "/examples/python/attention_fwd.py";
   }
   if (target == "plugin") target = "plugin:" + kPlugin;
-  resolve_target(spec, target);  // start a worker or plugin host outside the timing
-  RunOptions options;
+  // Start a worker or plugin host once, outside the timing.
+  if (!options.target_transport) options.target_transport = resolve_target(spec, target).external;
   options.seed = 20261122;
   options.trials = state.range(0);
   options.write_corpus = false;

@@ -14,8 +14,9 @@
 
 namespace {
 
-void spec_trial(benchmark::State& state, const kprop::Spec* spec, size_t target) {
-  const size_t reference = kprop::resolve_target(*spec, spec->reference);
+void spec_trial(benchmark::State& state, const kprop::Spec* spec, size_t target_index) {
+  const kprop::Impl target = spec->family->registered(target_index);
+  const kprop::Impl reference = kprop::resolve_target(*spec, spec->reference);
   const auto gen = spec->family->generator(spec->domain);
   rc::Random random(7);
   int64_t cases = 0;

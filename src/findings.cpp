@@ -252,9 +252,14 @@ RunContext make_context(const Spec& spec, const RunOptions& options, uint64_t se
   RunContext ctx{spec, options};
   ctx.run = effective_run(spec, options);
   ctx.target_name = options.target.empty() ? spec.target : options.target;
-  ctx.target = resolve_target(spec, ctx.target_name, ctx.run.case_timeout_s);
+  ctx.target = options.target_transport
+                   ? spec.family->external_impl(ctx.target_name, options.target_transport)
+                   : resolve_target(spec, ctx.target_name, ctx.run.case_timeout_s);
   ctx.reference_name = reference_name(spec, options);
-  ctx.reference = resolve_target(spec, ctx.reference_name, ctx.run.case_timeout_s, true);
+  ctx.reference = options.reference_transport
+                      ? spec.family->external_impl(ctx.reference_name,
+                                                   external::widened_to_f64(options.reference_transport))
+                      : resolve_target(spec, ctx.reference_name, ctx.run.case_timeout_s, true);
   ctx.seed = seed;
   return ctx;
 }
@@ -286,7 +291,7 @@ CheckResult check_one(const RunContext& ctx, AnyTrial& trial, const InvariantUse
 namespace {
 
 bool isolated(const RunContext& ctx) {
-  return ctx.options.isolate && !external::is_external_target(ctx.target_name);
+  return ctx.options.isolate && ctx.target.index >= 0;
 }
 
 std::vector<CheckResult> check_uses_here(const RunContext& ctx, const std::vector<const InvariantUse*>& uses,
@@ -514,8 +519,8 @@ Finding record_finding(const RunContext& ctx, const InvariantUse* use, const Any
   return f;
 }
 
-Verdict check_case(const Spec& spec, size_t target, const InvariantUse& use, const AnyCase& c) {
-  const size_t reference = resolve_target(spec, spec.reference);
+Verdict check_case(const Spec& spec, const Impl& target, const InvariantUse& use, const AnyCase& c) {
+  const Impl reference = resolve_target(spec, spec.reference);
   return check_invariant(*spec.family->begin_trial(c, target, reference), use);
 }
 

@@ -150,18 +150,18 @@ int write_fuzz_seeds(const Spec& spec, const std::string& dir, int count) {
   return written;
 }
 
-std::optional<FuzzFinding> import_fuzz_input(const Spec& spec, size_t target, const std::string& path,
+std::optional<FuzzFinding> import_fuzz_input(const Spec& spec, const Impl& target, const std::string& path,
                                              const std::string& corpus_root, bool write_corpus) {
   const auto bytes = read_bytes(path);
   const AnyCase c = spec.family->from_bytes(bytes.data(), bytes.size(), spec.domain);
-  const std::string target_name = spec.family->implementations()[target].name;
+  const std::string target_name = target.info.name;
   RunOptions options;
   options.target = target_name;
+  options.target_transport = target.external;  // an external target is opened once, by the caller
   options.corpus_dir = corpus_root;
   options.write_corpus = write_corpus;
   options.found_by = "libfuzzer";
-  RunContext ctx = make_context(spec, options, 0);
-  ctx.target = target;  // already resolved by the caller (an external target is opened once)
+  const RunContext ctx = make_context(spec, options, 0);
   const auto trial = spec.family->begin_trial(c, ctx.target, ctx.reference);
   for (size_t k = 0; k < spec.invariants.size(); ++k) {
     const CheckResult r = check_one(ctx, *trial, spec.invariants[k], c);
@@ -211,8 +211,8 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
   for (int round = 0; !interrupted(); ++round) {
     for (size_t k = 0; k < specs.size() && !interrupted(); ++k) {
       const Spec& spec = specs[k];
-      const size_t target = resolve_target(spec, o.target.empty() ? spec.target : o.target);
-      const std::string target_name = spec.family->implementations()[target].name;
+      const Impl target = resolve_target(spec, o.target.empty() ? spec.target : o.target);
+      const std::string target_name = target.info.name;
       const fs::path work = fs::path(o.work_dir) / spec.name;
       const fs::path corpus = work / "corpus", seeds = work / "seeds", crashes = work / "crashes";
       fs::create_directories(corpus);

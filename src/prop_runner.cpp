@@ -126,8 +126,7 @@ int run(const Config& cfg) {
     return n > 0 ? 0 : 2;
   }
   if (!cfg.imports.empty()) {
-    const size_t target =
-        resolve_target(spec, cfg.target.empty() ? spec.target : cfg.target, cfg.case_timeout);
+    const Impl target = resolve_target(spec, cfg.target.empty() ? spec.target : cfg.target, cfg.case_timeout);
     int found = 0;
     for (const auto& path : cfg.imports) {
       if (!fs::is_regular_file(path)) throw InputError({path, 0, 0}, "no such fuzzer input");

@@ -55,6 +55,19 @@ const char* impl_kind_name(ImplKind kind) {
   return "?";
 }
 
+Impl Family::registered(size_t index) const {
+  return {static_cast<int>(index), nullptr, implementations().at(index)};
+}
+
+Impl Family::external_impl(const std::string& name, std::shared_ptr<external::Transport> transport) const {
+  if (external_ops().empty())
+    throw InputError({}, std::string("family ") + this->name() + " has no external interface, so '" + name +
+                             "' cannot be tested");
+  return {-1,
+          std::move(transport),
+          {name, ImplKind::external, "kernel built elsewhere, through kprop's C ABI / worker protocol"}};
+}
+
 int Family::find_implementation(const std::string& name) const {
   const auto& impls = implementations();
   for (size_t i = 0; i < impls.size(); ++i)

@@ -169,10 +169,10 @@ std::string reference_name(const Spec& spec, const RunOptions& options) {
   return options.reference.empty() ? spec.reference : options.reference;
 }
 
-size_t resolve_target(const Spec& spec, const std::string& name, std::optional<double> case_timeout_s,
-                      bool as_reference) {
+Impl resolve_target(const Spec& spec, const std::string& name, std::optional<double> case_timeout_s,
+                    bool as_reference) {
   const int i = spec.family->find_implementation(name);
-  if (i >= 0) return static_cast<size_t>(i);
+  if (i >= 0) return spec.family->registered(static_cast<size_t>(i));
   if (external::is_external_target(name)) {
     external::TransportOptions o;
     o.family = spec.family->name();
@@ -180,7 +180,7 @@ size_t resolve_target(const Spec& spec, const std::string& name, std::optional<d
     o.call_timeout_s = case_timeout_s.value_or(spec.run.case_timeout_s);
     auto transport = external::open_target(name, o);
     if (as_reference) transport = external::widened_to_f64(std::move(transport));
-    return spec.family->attach_external(name, std::move(transport));
+    return spec.family->external_impl(name, std::move(transport));
   }
   const auto names = spec.family->implementation_names();
   const std::string close = closest_match(name, names);
@@ -500,7 +500,7 @@ std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, 
         use = {static_cast<size_t>(invariant), found.invariant,
                Values::defaults(family.invariants()[static_cast<size_t>(invariant)].params)};
       RunContext mctx = ctx;
-      mctx.target = static_cast<size_t>(mutant);
+      mctx.target = family.registered(static_cast<size_t>(mutant));
       mctx.target_name = found.found_against;
       const CheckResult r = check_one(mctx, use, c);
       if (!r.failed() && r.kind != CheckResult::Kind::target_failure && row.mutant_still_fails) {

@@ -14,11 +14,10 @@ RunReport run_in_process(const std::string& spec_path, const EntryPoints& entry_
   o.family = spec.family->name();
   o.ops = spec.family->external_ops();
   o.call_timeout_s = spec.run.case_timeout_s;
-  // Each call may bring other entry points: a fresh implementation name.
-  std::string name = "in-process";
-  for (int n = 2; spec.family->find_implementation(name) >= 0; ++n) name = fmt::format("in-process-{}", n);
-  spec.family->attach_external(name, external::in_process(entry_points, o));
+  // The entry points are this run's target (run-local: the family is unchanged).
+  const std::string name = "in-process";
   options.target = name;
+  options.target_transport = external::in_process(entry_points, o);
   if (const char* seed = std::getenv("KPROP_SEED"); seed && !options.seed)
     options.seed = std::strtoull(seed, nullptr, 10);
   RunReport report = run_spec(spec, options);

@@ -131,9 +131,8 @@ class PythonTransport final : public kprop::external::Transport {
  public:
   PythonTransport(nb::object call, std::shared_ptr<bool> interrupted)
       : call_(std::move(call)), interrupted_(std::move(interrupted)) {}
-  // The family keeps its attached implementations (and this transport) until
-  // exit, after Python is gone: the reference to fn is dropped when the run
-  // ends, with the GIL held.
+  // A transport may outlive the run (a Finding's trial, a static): the
+  // reference to fn is dropped when the run ends, with the GIL held.
   void detach() { call_ = nb::object(); }
 
  protected:
@@ -410,12 +409,6 @@ struct Prepared {
   std::vector<std::shared_ptr<PythonTransport>> transports;
 };
 
-std::string fresh_name(const kprop::Family& family, const std::string& name) {
-  std::string out = name;
-  for (int n = 2; family.find_implementation(out) >= 0; ++n) out = fmt::format("{}-{}", name, n);
-  return out;
-}
-
 Prepared prepare(const std::string& spec_arg, bool spec_is_text, const Args& a) {
   Prepared p{load(spec_arg, spec_is_text, a.profile), {}};
   const kprop::Family& family = *p.spec.family;
@@ -451,17 +444,21 @@ Prepared prepare(const std::string& spec_arg, bool spec_is_text, const Args& a) 
   // interpreter on a slow case, so it waits as long as fn takes (isolate=True
   // enforces run.case_timeout_s).
   o.case_timeout_s = a.target.exec ? a.case_timeout_s : a.case_timeout_s.value_or(1e7);
-  auto attach = [&](const PyImpl& impl, bool as_reference) -> std::string {
-    if (impl.exec) return "exec:" + *impl.exec;  // resolve_target opens the worker
+  // Each Python function is this run's own implementation (run-local: the
+  // family is unchanged); a worker (isolate=True) is opened by the run.
+  auto use = [&](const PyImpl& impl, std::string& name,
+                 std::shared_ptr<kprop::external::Transport>& transport) {
+    if (impl.exec) {
+      name = "exec:" + *impl.exec;
+      return;
+    }
     auto t = std::make_shared<PythonTransport>(impl.call, p.interrupted);
     p.transports.push_back(t);
-    const std::string name = fresh_name(family, impl.name);
-    family.attach_external(name, as_reference ? kprop::external::widened_to_f64(t)
-                                              : std::shared_ptr<kprop::external::Transport>(t));
-    return name;
+    name = impl.name;
+    transport = std::move(t);
   };
-  o.target = attach(a.target, false);
-  if (a.reference) o.reference = attach(*a.reference, true);
+  use(a.target, o.target, o.target_transport);
+  if (a.reference) use(*a.reference, o.reference, o.reference_transport);
   o.seed = a.seed;
   o.trials = a.trials;
   o.time_budget_s = a.time_s;

@@ -110,6 +110,16 @@ struct ImplInfo {
   bool deterministic = true;
 };
 
+// An implementation as a run uses it: one the family registered (by index),
+// or a kernel built elsewhere behind a transport (plugin, worker, in-process
+// entry points, a Python function), which lives with the run that opened it:
+// the family itself never changes at run time.
+struct Impl {
+  int index = -1;                                 // a registered implementation; -1: external
+  std::shared_ptr<external::Transport> external;  // set when index < 0
+  ImplInfo info;
+};
+
 struct InvariantInfo {
   std::string name;
   std::string description;
@@ -230,15 +240,19 @@ class Family {
 
   virtual const std::vector<ImplInfo>& implementations() const = 0;
   virtual const std::vector<InvariantInfo>& invariants() const = 0;
-  virtual std::unique_ptr<AnyTrial> begin_trial(const AnyCase& c, size_t target, size_t reference) const = 0;
+  virtual std::unique_ptr<AnyTrial> begin_trial(const AnyCase& c, const Impl& target,
+                                                const Impl& reference) const = 0;
+  // Registered implementations by index (tests, benchmarks).
+  std::unique_ptr<AnyTrial> begin_trial(const AnyCase& c, size_t target, size_t reference) const {
+    return begin_trial(c, registered(target), registered(reference));
+  }
+  Impl registered(size_t index) const;
 
   // External targets (kprop/external.h): the ops a plugin or worker must
-  // serve (empty: the family has no external interface), and a new
-  // implementation of kind `external` that drives `transport`. Attaching
-  // extends the family at run time, hence const with mutable members.
+  // serve (empty: the family has no external interface), and a run-local
+  // implementation of kind `external` named `name` that drives `transport`.
   virtual const std::vector<external::PluginOp>& external_ops() const = 0;
-  virtual size_t attach_external(const std::string& name,
-                                 std::shared_ptr<external::Transport> transport) const = 0;
+  Impl external_impl(const std::string& name, std::shared_ptr<external::Transport> transport) const;
 
   // ---- named tensors (expression invariants, kprop/expr.h)
   // What expressions in a spec may name: inputs, target.* and reference.*
@@ -321,27 +335,32 @@ class Trial {
   using Case = typename Traits::Case;
   using Result = typename Traits::Result;
 
-  Trial(const FamilyDef<Traits>& family, const Case& c, size_t target, size_t reference)
-      : family_(family), case_(c), target_index_(target), reference_index_(reference) {}
+  Trial(const FamilyDef<Traits>& family, const Case& c, const Impl& target, const Impl& reference)
+      : family_(family), case_(c), target_impl_(target), reference_impl_(reference) {}
 
   const Case& input() const { return case_; }
-  const ImplInfo& target_info() const { return family_.implementations()[target_index_]; }
+  const ImplInfo& target_info() const { return target_impl_.info; }
   const Result& target() {
-    if (!target_) target_ = family_.run(target_index_, case_);
+    if (!target_) target_ = family_.run(target_impl_, case_);
     return *target_;
   }
   const Result& reference() {
-    if (target_index_ == reference_index_) return target();
-    if (!reference_) reference_ = family_.run(reference_index_, case_);
+    if (same_impl()) return target();
+    if (!reference_) reference_ = family_.run(reference_impl_, case_);
     return *reference_;
   }
   // For metamorphic invariants: run the implementations on a derived case.
-  Result run_target(const Case& c) const { return family_.run(target_index_, c); }
+  Result run_target(const Case& c) const { return family_.run(target_impl_, c); }
 
  private:
+  bool same_impl() const {
+    return target_impl_.index >= 0 ? target_impl_.index == reference_impl_.index
+                                   : target_impl_.external == reference_impl_.external;
+  }
   const FamilyDef<Traits>& family_;
   const Case& case_;
-  size_t target_index_, reference_index_;
+  const Impl& target_impl_;
+  const Impl& reference_impl_;
   std::optional<Result> target_, reference_;
 };
 
@@ -377,6 +396,12 @@ class FamilyDef : public Family {
   }
 
   Result run(size_t impl, const Case& c) const { return impl_fns_.at(impl)(c); }
+  Result run(const Impl& impl, const Case& c) const {
+    if (impl.index >= 0) return run(static_cast<size_t>(impl.index), c);
+    if (!impl.external || !external_drive_)
+      throw std::logic_error("an external implementation of a family without an external interface");
+    return external_drive_(c, *impl.external);
+  }
 
   // -- Family
   const char* name() const override { return Traits::name; }
@@ -419,18 +444,12 @@ class FamilyDef : public Family {
     else
       return Family::transforms();
   }
-  size_t attach_external(const std::string& name,
-                         std::shared_ptr<external::Transport> transport) const override {
-    impls_.push_back(
-        {name, ImplKind::external, "kernel built elsewhere, through kprop's C ABI / worker protocol"});
-    impl_fns_.push_back([drive = external_drive_, transport](const Case& c) { return drive(c, *transport); });
-    return impls_.size() - 1;
-  }
-
-  std::unique_ptr<AnyTrial> begin_trial(const AnyCase& c, size_t target, size_t reference) const override {
+  using Family::begin_trial;
+  std::unique_ptr<AnyTrial> begin_trial(const AnyCase& c, const Impl& target,
+                                        const Impl& reference) const override {
     struct Erased final : AnyTrial {
-      Erased(const FamilyDef& f, const AnyCase& c, size_t t, size_t r)
-          : keep(c), family(f), target(t), reference(r), trial(f, unbox(keep), t, r) {}
+      Erased(const FamilyDef& f, const AnyCase& c, const Impl& t, const Impl& r)
+          : keep(c), family(f), target(t), reference(r), trial(f, unbox(keep), target, reference) {}
       Verdict check(size_t invariant, const Values& params) override {
         return family.invariant_fns_.at(invariant)(trial, params);
       }
@@ -497,7 +516,7 @@ class FamilyDef : public Family {
       expr::TensorMap named;
       AnyCase keep;
       const FamilyDef& family;
-      size_t target, reference;
+      Impl target, reference;  // copies: the trial outlives no one's Impl
       Trial<Traits> trial;
       std::map<const void*, Derived> derived_;
     };
@@ -537,8 +556,8 @@ class FamilyDef : public Family {
 
  private:
   Schema schema_;
-  mutable std::vector<ImplInfo> impls_;
-  mutable std::vector<ImplFn> impl_fns_;
+  std::vector<ImplInfo> impls_;
+  std::vector<ImplFn> impl_fns_;
   std::vector<external::PluginOp> external_ops_;
   ExternalFn external_drive_;
   std::vector<InvariantInfo> invariant_infos_;

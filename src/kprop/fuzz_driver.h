@@ -52,7 +52,7 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& options);
 
 // Decodes one fuzzer input, re-checks it, shrinks it and stores it; returns
 // nothing when the input no longer fails. Used by --fuzz and --import.
-std::optional<FuzzFinding> import_fuzz_input(const Spec& spec, size_t target, const std::string& path,
+std::optional<FuzzFinding> import_fuzz_input(const Spec& spec, const Impl& target, const std::string& path,
                                              const std::string& corpus_root, bool write_corpus);
 
 // Writes `count` seed inputs for the spec (empty if the family has no

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kprop/corpus.h"
+#include "kprop/external.h"
 #include "kprop/spec.h"
 
 namespace kprop {
@@ -48,6 +49,11 @@ struct RunOptions {
   // external one (plugin:/exec:) is called with f64 tensors
   // (external::widened_to_f64).
   std::string reference;
+  // Kernels the caller opened itself (in-process entry points, a Python
+  // function): the run's target / reference instead of resolving the names
+  // above, which then only name them in reports. The reference's transport
+  // is widened to f64 by the run.
+  std::shared_ptr<external::Transport> target_transport, reference_transport;
   std::optional<uint64_t> seed;              // overrides run.seed (0: a fresh seed)
   std::optional<int64_t> trials;             // overrides run.trials
   std::optional<double> time_budget_s;       // overrides run.time_budget_s (0: no limit)
@@ -174,8 +180,8 @@ uint64_t resolve_seed(const Spec& spec, const RunOptions& options);
 // external target (plugin:/exec:) is opened with the given call timeout
 // (default: the spec's run.case_timeout_s), widened to f64 when it is to be
 // the reference. Resolve once per run.
-size_t resolve_target(const Spec& spec, const std::string& name, std::optional<double> case_timeout_s = {},
-                      bool as_reference = false);
+Impl resolve_target(const Spec& spec, const std::string& name, std::optional<double> case_timeout_s = {},
+                    bool as_reference = false);
 // The run's reference: RunOptions::reference, else the spec's.
 std::string reference_name(const Spec& spec, const RunOptions& options);
 
@@ -212,7 +218,7 @@ std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, 
 struct RunContext {
   const Spec& spec;
   const RunOptions& options;
-  size_t target = 0, reference = 0;
+  Impl target, reference;
   std::string target_name;
   uint64_t seed = 0;
   RunConfig run;  // effective settings
@@ -267,7 +273,7 @@ struct ShrinkResult {
 
 // Checks one case against one invariant use; exceptions from the target
 // propagate (for callers that want them, e.g. tests).
-Verdict check_case(const Spec& spec, size_t target, const InvariantUse& use, const AnyCase& c);
+Verdict check_case(const Spec& spec, const Impl& target, const InvariantUse& use, const AnyCase& c);
 
 // Ctrl-C: the first interrupt asks the runner to stop (keeping the best case
 // found so far); a second one exits at once.

@@ -112,7 +112,7 @@ TEST(AttentionWorkspace, TiledStaysSmallMaterializedDoesNot) {
     if (spec.invariants[i].name == "workspace_bounded") use = int(i);
   ASSERT_GE(use, 0);
   auto boxed = std::make_shared<const Case>(c);
-  const size_t materialized = resolve_target(spec, "materialized_scores");
+  const Impl materialized = resolve_target(spec, "materialized_scores");
   EXPECT_EQ(check_case(spec, materialized, spec.invariants[size_t(use)], boxed).outcome, Outcome::fail);
   EXPECT_EQ(check_case(spec, resolve_target(spec, "tiled"), spec.invariants[size_t(use)], boxed).outcome,
             Outcome::pass);
