@@ -33,10 +33,26 @@ def pytest_addoption(parser):
                     help="folder of stored counterexamples, replayed first (default: .kprop/ in the rootdir)")
     group.addoption("--kprop-no-corpus", action="store_true",
                     help="neither replay nor store counterexamples")
+    group.addoption("--kprop-show-statistics", action="store_true",
+                    help="after the run, each kprop item's statistics: cases drawn, checked, declined (with "
+                         "reasons), discarded, sizes reached, time (as --hypothesis-show-statistics)")
+
+
+_STATS = pytest.StashKey[list]()
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "kprop: a kprop property item (added by @kprop.spec)")
+    config.stash[_STATS] = []
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if not config.getoption("kprop_show_statistics"):
+        return
+    terminalreporter.write_sep("=", "kprop statistics")
+    for nodeid, result in config.stash[_STATS]:
+        terminalreporter.write_line("%s:" % nodeid)
+        terminalreporter.write_line("  " + result.summary().replace("\n", "\n  "))
 
 
 def _corpus(config):
@@ -115,7 +131,13 @@ class KpropItem(pytest.Item):
                 options[key] = config.getoption(flag)
         options.setdefault("corpus", _corpus(config))
         options["replay_stored"] = False  # the stored cases are items of their own
-        _check.check(self.spec, self.fn, invariants=self.invariants, **options)
+        try:
+            result = _check.check(self.spec, self.fn, invariants=self.invariants, **options)
+        except (_check.Counterexample, _check.HealthCheckFailure, _check.Skipped) as e:
+            if getattr(e, "result", None) is not None:
+                config.stash[_STATS].append((self.nodeid, e.result))
+            raise
+        config.stash[_STATS].append((self.nodeid, result))
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, (_check.Counterexample, _check.HealthCheckFailure)):

@@ -224,3 +224,19 @@ def test_keyboard_interrupt_in_fn_stops_the_run(example, corpus):
     assert len(calls) == 3  # no further call once interrupted
     # The interpreter's own SIGINT handling is back: a later run is unaffected.
     assert kprop.check("softmax_topk", mod.softmax_topk, seed=SEED, trials=5, corpus=corpus).passed
+
+
+def test_spec_as_a_dict(example, corpus):
+    mod = example("softmax_topk")
+    spec = {"spec": "topk_f64_small", "family": "softmax_topk", "run": {"trials": 30, "seed": 3},
+            "domain": {"dtype": ["f64"], "rows": [1, 2], "vocab": [1, 16]},
+            "invariants": ["matches_reference", "sorted"]}
+    result = kprop.check(spec, mod.softmax_topk, corpus=corpus)
+    assert result.passed and result.spec == "topk_f64_small" and result.seed == 3
+    assert [i.name for i in result.invariants] == ["matches_reference", "sorted"]
+    mod.BUG = "unsorted_output"
+    with pytest.raises(kprop.Counterexample) as excinfo:
+        kprop.check(spec, mod.softmax_topk, corpus=corpus)
+    assert "/topk_f64_small/" in excinfo.value.finding.path
+    with pytest.raises(ValueError, match="dtype"):
+        kprop.check(dict(spec, domain={"dtype": ["f8"]}), mod.softmax_topk, corpus=corpus)

@@ -39,3 +39,14 @@ def test_isolated_crash_is_reported_shrunk_and_saved(corpus):
 def test_isolate_needs_an_importable_function(corpus):
     with pytest.raises(ValueError, match="module-level"):
         kprop.check("softmax_topk", lambda **kw: None, corpus=corpus, isolate=True)
+
+
+def reference_topk(logits, k, **attrs):
+    assert logits.dtype.itemsize == 8, "the reference is called with float64 inputs"
+    return _softmax.softmax_topk(logits, k, **attrs)
+
+
+def test_isolated_target_and_reference_each_in_a_worker(corpus):
+    result = kprop.check("softmax_topk", softmax_topk, reference=reference_topk, seed=SEED, trials=20,
+                         corpus=corpus, isolate=True, invariants=["matches_reference"])
+    assert result.passed and result.report["reference"].startswith("exec:")

@@ -81,6 +81,16 @@ def test_one_item_per_invariant_failures_render_the_shrunk_case(pytester, tmp_pa
     result.assert_outcomes(passed=N_INVARIANTS + 1, failed=2, skipped=2)
 
 
+def test_show_statistics(pytester):
+    pytester.makepyfile(test_sm=TESTS)
+    result = pytester.runpytest("--kprop-no-corpus", "-k", "test_good and (sorted or no_nan) and not expr",
+                                "--kprop-show-statistics")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*= kprop statistics =*", "test_sm.py::test_good?sorted?:",
+                                 "*softmax_topk: passed on python:test_good, seed 20261122: * cases drawn, * checked*",
+                                 "*sorted * passed*", "test_sm.py::test_good?no_nan?:"])
+
+
 def test_k_selects_invariants_and_options_override(pytester, tmp_path):
     pytester.makepyfile(test_sm=TESTS)
     result = pytester.runpytest("--kprop-no-corpus", "-k", "test_good and sorted and not expr", "--kprop-trials", "5",
