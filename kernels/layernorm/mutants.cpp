@@ -1,6 +1,7 @@
 // Mutants: each is the fused implementation (fused_with, fused.cpp) with
 // exactly one switch flipped to a known bug: a kernel::Bug of the fused
-// kernel (kernels.h), or for bf16_truncate the output store.
+// kernel (kernels.h), for bf16_truncate the output store, for
+// saved_std_not_rstd the saved statistic.
 #include "kernels/layernorm/kernels.h"
 #include "kernels/layernorm/layernorm.h"
 #include "kprop/half.h"
@@ -24,6 +25,17 @@ float store_bf16_truncated(float v) {
 Result bf16_truncate(const Case& c) {
   if (c.dtype != DType::bf16) return fused(c);
   return fused_with(c, Bug::none, store_bf16_truncated);
+}
+
+// The correct kernel, but the rstd it saves for the backward kernel is the
+// standard deviation sqrt(sigma^2 + eps), the inverse of what the contract
+// names, while y, x̂ and the fused backward use the right rstd internally:
+// only the saved statistic is wrong (f32 for a half case, as kept).
+Result saved_std_not_rstd(const Case& c) {
+  Result r = fused(c);
+  for (double& v : r.rstd)
+    v = c.dtype == DType::f64 ? 1.0 / v : static_cast<double>(1.0f / static_cast<float>(v));
+  return r;
 }
 
 }  // namespace
@@ -53,6 +65,9 @@ const std::vector<Mutant>& mutants() {
        "outputs (and the xhat cache) converted to bf16 by truncation instead of round-to-nearest-even; "
        "other dtypes as fused",
        bf16_truncate},
+      {"saved_std_not_rstd",
+       "the rstd saved for the backward is sqrt(sigma^2 + eps), its inverse; y, xhat and dx are right",
+       saved_std_not_rstd},
   };
   return table;
 }

@@ -49,6 +49,10 @@ double y_floor(const Case& c, const Result& ref, size_t row, double ulps);
 double dx_floor(const Case& c, const Result& ref, size_t row, double ulps);
 double dgamma_floor(const Case& c, const Result& ref, double ulps);
 double dbeta_floor(const Case& c, double ulps);
+// saved_statistics' floors for row `row` (derived in invariants.cpp):
+// `ulps` × the arithmetic's roundoff × Σ|x|/D for μ, × rstd for rstd.
+double mean_floor(const Case& c, size_t row, double ulps);
+double rstd_floor(const Case& c, const Result& ref, size_t row, double ulps);
 // Kernels built elsewhere (external.cpp): op "layernorm" of include/kprop/abi/layernorm.h.
 void register_external(FamilyDef<Traits>& family);
 

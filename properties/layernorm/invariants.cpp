@@ -166,6 +166,24 @@ double dbeta_floor(const Case& c, double ulps) {
   return ulps * u * bs + us * bs + s;
 }
 
+// saved_statistics' floors. μ = Σx/D: a sum of D terms rounds within a few
+// u × Σ|x| (the k × naive term covers long sums), divided by D; storing μ
+// rounds by u |μ| <= u Σ|x|/D. rstd = 1/sqrt(σ² + ε): σ² + ε is a sum of
+// non-negative terms, so on a well-conditioned row its relative rounding
+// is a few u, and 1/sqrt halves a relative error and adds one rounding:
+// u × rstd. An ill-conditioned row (large |μ|/σ) is the k × naive term's,
+// as for y. u is the arithmetic's roundoff (f32's for a half case, whose
+// μ and rstd are stored in f32: no storage term).
+double mean_floor(const Case& c, size_t r, double ulps) {
+  const size_t D = static_cast<size_t>(c.dim);
+  double sum = 0;
+  for (size_t d = 0; d < D; ++d) sum += std::fabs(c.x[r * D + d]);
+  return ulps * accumulation_roundoff(c.dtype) * sum / static_cast<double>(D);
+}
+double rstd_floor(const Case& c, const Result& ref, size_t r, double ulps) {
+  return ulps * accumulation_roundoff(c.dtype) * std::fabs(ref.rstd[r]);
+}
+
 namespace {
 
 Schema ulps_param(double fallback, const std::string& what) {
@@ -248,6 +266,43 @@ Verdict matches_reference(T& t, const Values& p) {
            {"target_error", rep.target_error},
            {"naive_error", rep.baseline_error},
            {"allowed", rep.allowed}});
+  }
+  return Verdict::pass({{kErrorRatio, worst}});
+}
+
+// ---- saved_statistics: μ and rstd, which a forward saves for its backward
+// kernel, compared row by row with the fp64 reference by the policy of
+// matches_reference (k × the naive two-pass error + the floors above).
+Verdict saved_statistics(T& t, const Values& p) {
+  const Case& c = t.input();
+  const Result& got = t.target();
+  if (const std::string e = shape_error(c, got); !e.empty()) return Verdict::fail(e);
+  const Result& ref = t.reference();
+  if (const std::string why = beyond_range(c, ref); !why.empty()) return Verdict::discard(why);
+  const Result naive = two_pass(c);
+  const double k = p.real("k"), ulps = p.real("floor_ulps");
+  double worst = 0;
+  for (size_t r = 0; r < static_cast<size_t>(c.rows); ++r) {
+    const struct {
+      const char* name;
+      const std::vector<double>& got;
+      const std::vector<double>& ref;
+      const std::vector<double>& naive;
+      double floor;
+    } checks[2] = {{"mean", got.mean, ref.mean, naive.mean, mean_floor(c, r, ulps)},
+                   {"rstd", got.rstd, ref.rstd, naive.rstd, rstd_floor(c, ref, r, ulps)}};
+    for (const auto& ch : checks) {
+      const ToleranceReport rep = compare_with_baseline(std::span(&ch.ref[r], 1), std::span(&ch.got[r], 1),
+                                                        std::span(&ch.naive[r], 1), k, ch.floor);
+      worst = std::max(worst, error_ratio(rep));
+      if (!rep.ok)
+        return Verdict::fail(fmt::format("saved {}[{}] = {:.9g}, reference {:.9g}: {}", ch.name, r, ch.got[r],
+                                         ch.ref[r], rep.message),
+                             {{"row", double(r)},
+                              {"target_error", rep.target_error},
+                              {"naive_error", rep.baseline_error},
+                              {"allowed", rep.allowed}});
+    }
   }
   return Verdict::pass({{kErrorRatio, worst}});
 }
@@ -505,6 +560,14 @@ void register_invariants(FamilyDef<Traits>& f) {
                     "floor: units of roundoff of the dtype times the magnitude each element is built from"),
         field::atol(0, "absolute floor added to the bound", 1e300)}},
       matches_reference);
+  f.invariant(
+      {"saved_statistics",
+       "mean and rstd saved for the backward within k x the naive two-pass error + a floor of the fp64 "
+       "reference, row by row",
+       {field::k(2, "multiple of the naive two-pass error in the case's dtype", 0),
+        field::real("floor_ulps", 64, 0, 1e12,
+                    "floor: units of roundoff times sum|x|/D (mean) or rstd (rstd)")}},
+      saved_statistics);
   f.invariant({"dx_sums_to_zero", "sum over D of dx is 0 in every row (within rounding)",
                ulps_param(64, "rstd * (sum|g| + |mean(g xhat)| * (sum|xhat| + D))")},
               dx_sums_to_zero);

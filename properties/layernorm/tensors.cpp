@@ -77,6 +77,8 @@ TensorInfos infos() {
        "matches_reference's floor for a row of dx: 64 u rstd (max|g| + mean|g| + max|x̂| mean|g x̂|)"},
       {"floor.dgamma", {}, XT::real, "matches_reference's floor for dγ: 64 u max_d Σ_rows |dy x̂|"},
       {"floor.dbeta", {}, XT::real, "matches_reference's floor for dβ: 64 u max_d Σ_rows |dy|"},
+      {"floor.mean", {"R"}, XT::real, "saved_statistics' floor for μ: 64 u Σ_d |x| / D"},
+      {"floor.rstd", {"R"}, XT::real, "saved_statistics' floor for rstd: 64 u rstd"},
   };
   // (For f16/bf16 cases each floor uses f32's roundoff for u and adds the
   // storage terms of invariants.cpp: y_floor, dx_floor, dgamma_floor, dbeta_floor.)
@@ -147,11 +149,15 @@ void Traits::tensors(const Case& c, const Result* target, const Result* referenc
   if (out.wants_prefix("floor.")) {
     // The floors from the fp64 reference, as matches_reference takes them.
     const Result ref = reference(c);
-    std::vector<double> fy, fdx;
+    std::vector<double> fy, fdx, fmean, frstd;
     for (size_t r = 0; r < static_cast<size_t>(R); ++r) {
       fy.push_back(y_floor(c, ref, r, kFloorUlps));
       fdx.push_back(dx_floor(c, ref, r, kFloorUlps));
+      fmean.push_back(mean_floor(c, r, kFloorUlps));
+      frstd.push_back(rstd_floor(c, ref, r, kFloorUlps));
     }
+    out.put("floor.mean", Tensor::of({R}, std::move(fmean)));
+    out.put("floor.rstd", Tensor::of({R}, std::move(frstd)));
     out.put("floor.y", Tensor::of({R, 1}, std::move(fy)));
     out.put("floor.dx", Tensor::of({R, 1}, std::move(fdx)));
     out.put("floor.dgamma", Tensor::scalar(dgamma_floor(c, ref, kFloorUlps)));
