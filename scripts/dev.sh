@@ -3,6 +3,7 @@
 #   scripts/dev.sh run [prop_runner flags]   install, build, run specs/dflash.yaml
 #   scripts/dev.sh test                      install, build, run the whole suite
 #                                            (optimised build, then ASan+UBSan+libFuzzer build)
+#   scripts/dev.sh san-run --spec S [flags]  install, build under ASan+UBSan, run prop_runner there
 # Also: deps (install packages only), build, build-san.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,6 +70,17 @@ case "${1:-}" in
     deps && build
     exec build/prop_runner --spec specs/dflash.yaml "$@"
     ;;
+  san-run)
+    # Any spec and target in process under ASan+UBSan: an out-of-bounds read
+    # or write, a use after free, a leak or undefined behaviour in a kernel
+    # stops the run with the sanitizer's report (exit 3 for the crash guard's
+    # saved case, or the sanitizer's own exit code).
+    shift
+    [ $# -gt 0 ] || { echo "usage: scripts/dev.sh san-run --spec FILE [prop_runner flags]" >&2; exit 2; }
+    deps && build_san
+    ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1}" \
+      UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" exec build-san/prop_runner "$@"
+    ;;
   test)
     deps
     # The suite must leave the checkout as it found it (no test writes into
@@ -98,7 +110,7 @@ case "${1:-}" in
     fi
     ;;
   *)
-    echo "usage: scripts/dev.sh run|test|deps|build|build-san" >&2
+    echo "usage: scripts/dev.sh run|test|san-run|deps|build|build-san" >&2
     exit 2
     ;;
 esac
