@@ -400,8 +400,8 @@ Args args_from(const nb::dict& d) {
   return a;
 }
 
-// Attaches the target and reference (a fresh implementation name per call)
-// and the Python invariants, and fills the options.
+// The spec with the Python invariants added, and the options with the
+// target and reference (this run's own transports) and the overrides.
 struct Prepared {
   kprop::Spec spec;
   kprop::RunOptions options;
@@ -507,7 +507,8 @@ nb::dict run(const std::string& spec, bool spec_is_text, const nb::dict& args) {
 nb::list replay(const std::string& spec, bool spec_is_text, const nb::dict& arg_dict,
                 const std::string& path) {
   Args args = args_from(arg_dict);
-  args.seed = args.trials = std::nullopt;
+  args.seed = std::nullopt;
+  args.trials = std::nullopt;
   args.time_s = std::nullopt;
   args.corpus = std::nullopt;
   args.scratch = ".kprop/findings";
