@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "kprop/coverage.h"
 #include "kprop/fuzz_driver.h"
 #include "kprop/listing.h"
 #include "kprop/report.h"
@@ -35,6 +36,7 @@ struct Config {
   bool no_corpus = false;
   std::optional<bool> isolate;
   bool mutants = false;
+  bool output_coverage = false;
   std::string replay;
   bool list = false;
   bool fuzz = false;
@@ -113,6 +115,8 @@ int run(const Config& cfg) {
   if (!reporter) throw InputError({}, "--format " + cfg.format + ": valid: " + join(reporter_names()));
   const std::string corpus_root = cfg.corpus.empty() ? default_corpus_dir(cfg.specs[0]) : cfg.corpus;
   install_interrupt_handler();
+  if (cfg.output_coverage && cfg.format != "text")
+    throw InputError({}, "--output-coverage reports as text only (--format text)");
   if (!cfg.reference.empty() && (cfg.fuzz || !cfg.imports.empty() || !cfg.fuzz_seeds.empty()))
     throw InputError({},
                      "--reference applies to property runs, --mutants and --replay, not to --fuzz, "
@@ -179,7 +183,11 @@ int run(const Config& cfg) {
     options.seed = resolve_seed(spec, options);  // printed first: a run that dies still names its seed
     fmt::print(stderr, "kprop: spec {} seed {}{}\n", spec.name, *options.seed,
                spec.profile.empty() ? "" : " profile " + spec.profile);
-    if (cfg.mutants) {
+    if (cfg.output_coverage) {
+      const CoverageReport report = output_coverage(spec, options);
+      text = formatted = coverage_text(report);
+      code = report.baseline.status != RunStatus::passed ? 2 : report.unchecked().empty() ? 0 : 1;
+    } else if (cfg.mutants) {
       const auto rows = run_mutants(spec, options);
       for (const auto& r : rows) {
         if (!r.killed && r.report.status != RunStatus::skipped) code = 1;
@@ -233,7 +241,12 @@ int main(int argc, char** argv) {
                "run each case of an in-process target in a forked child (default with --mutants)");
   auto* mutants =
       app.add_flag("--mutants", cfg.mutants, "run every mutant of the family; exit 0 only if all die");
-  app.add_option("--replay", cfg.replay, "replay a corpus file or folder")->excludes(mutants);
+  auto* replay = app.add_option("--replay", cfg.replay, "replay a corpus file or folder")->excludes(mutants);
+  app.add_flag("--output-coverage", cfg.output_coverage,
+               "corrupt each output of the target (plugin:/exec:, a correct kernel) in turn and report the "
+               "outputs no invariant catches; exit 1 if any")
+      ->excludes(mutants)
+      ->excludes(replay);
   app.add_flag("--list", cfg.list, "list families, implementations, invariants and spec keys");
   app.add_flag("--fuzz", cfg.fuzz,
                "coverage-guided fuzzing with each spec's libFuzzer harness (--time 0: until Ctrl-C)");
