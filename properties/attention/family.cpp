@@ -68,8 +68,8 @@ Schema CaseTraits<B>::domain_schema() {
 namespace {
 
 DType dtype_named(const std::string& name) {
-  for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16})
-    if (name == dtype_name(d)) return d;
+  DType d = DType::f64;
+  if (parse_dtype(name, d)) return d;
   throw std::logic_error("attention: unknown dtype " + name);
 }
 // Shrinking order: f64 < f32 < bf16 < f16 (fewer roundings first).
@@ -215,9 +215,8 @@ Case build_case(Draw& draw, const Values& domain, bool backward) {
   s.heads_kv = int(draw.any(domain.int_range("heads_kv")));
   s.heads_q = s.heads_kv * int(draw.any(domain.int_range("group")));
   s.nq = int(draw.sized(domain.int_range("nq")));
-  s.nk = draw.chance(domain.real("same_length_rate"))
-             ? int(domain.int_range("nk").nearest(s.nq))
-             : int(draw.sized(domain.int_range("nk")));
+  s.nk = draw.chance(domain.real("same_length_rate")) ? int(domain.int_range("nk").nearest(s.nq))
+                                                      : int(draw.sized(domain.int_range("nk")));
   s.dim = int(draw.sized(domain.int_range("dim")));
   c.block_q = pick_tile(draw, s.nq, domain.int_range("block_q"));
   c.block_k = pick_tile(draw, s.nk, domain.int_range("block_k"));

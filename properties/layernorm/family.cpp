@@ -58,7 +58,7 @@ constexpr double kF16SpreadLo = 1e-4, kF16SpreadHi = 2e4;
 // of the largest finite value. Values are rounded to the dtype afterwards.
 void fit_half(Case& c) {
   const double top = max_finite(c.dtype), D = c.dim;
-  for (double& v : c.x) v = round_value(std::clamp(v, -top, top), c.dtype);
+  for (double& v : c.x) v = round_to(c.dtype, std::clamp(v, -top, top));
   c.eps = round_eps(c.eps, c.dtype);
   auto max_abs = [](const std::vector<double>& v) {
     double m = 0;
@@ -145,7 +145,7 @@ DType eps_dtype(DType dtype) {
 double round_digits(double v, int k, DType dtype) {
   const std::string s = fmt::format("{:.{}e}", v, k - 1);
   return dtype == DType::f32 ? static_cast<double>(std::strtof(s.c_str(), nullptr))
-                             : round_value(std::strtod(s.c_str(), nullptr), dtype);
+                             : round_to(dtype, std::strtod(s.c_str(), nullptr));
 }
 
 // ---- shrinking
@@ -391,7 +391,7 @@ double read_number(const YAML::Node& n, DType dtype, const std::string& what) {
   char* end = nullptr;
   errno = 0;
   const double v = dtype == DType::f32 ? static_cast<double>(std::strtof(s.c_str(), &end))
-                                       : round_value(std::strtod(s.c_str(), &end), dtype);
+                                       : round_to(dtype, std::strtod(s.c_str(), &end));
   if (s.empty() || end != s.c_str() + s.size()) case_yaml::fail(n, what + " has a non-number '" + s + "'");
   if (!std::isfinite(v) || (errno == ERANGE && std::fabs(v) > 1))
     case_yaml::fail(n, fmt::format("{} = {} is not a finite {} value", what, s, dtype_name(dtype)));
