@@ -6,7 +6,6 @@
 
 #include "kprop/case_yaml.h"
 #include "kprop/errors.h"
-#include "kprop/half.h"
 #include "properties/attention/family_parts.h"
 
 namespace kprop::attention {
@@ -14,26 +13,11 @@ namespace kprop::attention {
 // ------------------------------------------------------------ YAML
 namespace {
 
-// The shortest text that reads back (as a double, rounded to the dtype) to x.
-std::string value_text(double x, DType dtype) {
-  switch (dtype) {
-    case DType::f32:
-      return fmt::format("{}", static_cast<float>(x));
-    case DType::f16:
-      return half::f16_text(half::f16_from_double(x));
-    case DType::bf16:
-      return half::bf16_text(half::bf16_from_double(x));
-    case DType::f64:
-      break;
-  }
-  return fmt::format("{}", x);
-}
-
 YAML::Node rows_node(const std::vector<double>& t, int dim, DType dtype) {
   YAML::Node rows(YAML::NodeType::Sequence);
   for (size_t r = 0; r < t.size() / size_t(dim); ++r) {
     YAML::Node row(YAML::NodeType::Sequence);
-    for (int d = 0; d < dim; ++d) row.push_back(value_text(t[r * size_t(dim) + size_t(d)], dtype));
+    for (int d = 0; d < dim; ++d) row.push_back(value_text(dtype, t[r * size_t(dim) + size_t(d)]));
     rows.push_back(row);
   }
   return rows;

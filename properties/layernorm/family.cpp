@@ -9,7 +9,6 @@
 #include <memory>
 
 #include "kprop/case_yaml.h"
-#include "kprop/half.h"
 #include "kprop/rng.h"
 
 namespace kprop::layernorm {
@@ -119,22 +118,6 @@ Case Traits::build(Draw& draw, const Values& domain) {
 }
 
 namespace {
-
-// The shortest text that reads back to v in the dtype (a half value: the
-// shortest text of kprop/half.h, read back as a double rounded to the dtype).
-std::string number_text(double v, DType dtype) {
-  switch (dtype) {
-    case DType::f32:
-      return fmt::format("{}", static_cast<float>(v));
-    case DType::f64:
-      return fmt::format("{}", v);
-    case DType::f16:
-      return half::f16_text(half::f16_from_double(v));
-    case DType::bf16:
-      return half::bf16_text(half::bf16_from_double(v));
-  }
-  return fmt::format("{}", v);
-}
 
 // ε's text: a half case's ε is an f32 value (layernorm.h, precision contract).
 DType eps_dtype(DType dtype) {
@@ -247,7 +230,7 @@ int significant_digits(double v, DType dtype) {
   if (!is_half(dtype)) return case_yaml::significant_digits(v, dtype == DType::f32);
   if (v == 0 || !std::isfinite(v)) return 0;
   std::string digits;  // of the shortest text, as case_yaml counts them
-  for (char ch : number_text(v, dtype)) {
+  for (char ch : value_text(dtype, v)) {
     if (ch == 'e' || ch == 'E') break;
     if (ch >= '0' && ch <= '9') digits += ch;
   }
@@ -370,7 +353,7 @@ namespace {
 
 YAML::Node number_list(const double* v, size_t n, DType dtype) {
   YAML::Node list(YAML::NodeType::Sequence);
-  for (size_t i = 0; i < n; ++i) list.push_back(number_text(v[i], dtype));
+  for (size_t i = 0; i < n; ++i) list.push_back(value_text(dtype, v[i]));
   return list;
 }
 
@@ -433,7 +416,7 @@ std::vector<double> read_matrix(const YAML::Node& map, const char* key, DType dt
 YAML::Node Traits::to_yaml(const Case& c) {
   YAML::Node n(YAML::NodeType::Map);
   n["dtype"] = dtype_name(c.dtype);
-  n["eps"] = number_text(c.eps, eps_dtype(c.dtype));
+  n["eps"] = value_text(eps_dtype(c.dtype), c.eps);
   n["x"] = matrix(c.x, c.rows, c.dim, c.dtype);
   n["gamma"] = number_list(c.gamma.data(), c.gamma.size(), c.dtype);
   n["beta"] = number_list(c.beta.data(), c.beta.size(), c.dtype);
@@ -488,7 +471,7 @@ CaseStats Traits::stats(const Case& c) {
   if (constant) rows_text += fmt::format(", {} constant row{}", constant, constant == 1 ? "" : "s");
   return {static_cast<int64_t>(c.rows) * c.dim,
           fmt::format("{}x{} {}, eps {}{}", c.rows, c.dim, dtype_name(c.dtype),
-                      number_text(c.eps, eps_dtype(c.dtype)), rows_text)};
+                      value_text(eps_dtype(c.dtype), c.eps), rows_text)};
 }
 
 }  // namespace kprop::layernorm

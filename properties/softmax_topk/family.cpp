@@ -313,9 +313,7 @@ YAML::Node Traits::to_yaml(const Case& c) {
     YAML::Node row = case_yaml::real_list(values);
     if (is_half(c.dtype)) {  // the shortest text that reads back (rounded to the dtype) to the value
       row = YAML::Node(YAML::NodeType::Sequence);
-      for (double x : values)
-        row.push_back(c.dtype == DType::f16 ? half::f16_text(half::f16_from_double(x))
-                                            : half::bf16_text(half::bf16_from_double(x)));
+      for (double x : values) row.push_back(value_text(c.dtype, x));
     }
     row.SetStyle(YAML::EmitterStyle::Flow);
     rows.push_back(row);
@@ -348,8 +346,7 @@ Case Traits::from_yaml(const YAML::Node& n) {
       for (size_t i = 0; i < values.size(); ++i) {
         const double v = values[i], h = round_to(c.dtype, v);
         if (!std::isfinite(v) || h == v) continue;
-        const std::string shortest = c.dtype == DType::f16 ? half::f16_text(half::f16_from_double(h))
-                                                           : half::bf16_text(half::bf16_from_double(h));
+        const std::string shortest = value_text(c.dtype, h);
         if (std::isfinite(h) && row[i].Scalar() == shortest)
           values[i] = h;
         else

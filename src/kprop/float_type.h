@@ -5,7 +5,8 @@
 // and booleans, map their floating ones onto it).
 //
 // Self-contained like half.h (which it builds on): kernels include it
-// without depending on the framework; header-only.
+// without depending on the framework; all inline but value_text
+// (src/float_type.cpp, like half.h's texts in src/half.cpp).
 #pragma once
 
 #include <limits>
@@ -126,5 +127,11 @@ inline double max_finite(FloatType t) {
   }
   return std::numeric_limits<double>::max();
 }
+
+// The shortest text that reads back to x in the type (read as a double,
+// then rounded to it): fmt's shortest text of the float (f32) or double
+// (f64), half.h's f16_text / bf16_text; a non-finite value as YAML writes
+// it (".nan", ".inf", "-.inf").
+std::string value_text(FloatType t, double x);
 
 }  // namespace kprop

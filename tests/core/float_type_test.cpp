@@ -1,5 +1,5 @@
 // The numeric families' case dtype (src/kprop/float_type.h): YAML names,
-// rounding and constants, against values computed independently (the
+// rounding, constants and value texts, against values computed independently (the
 // standard library's float and double limits, powers of two, half.h's
 // exhaustively tested conversions).
 #include "kprop/float_type.h"
@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <string>
 
@@ -81,6 +82,25 @@ TEST(FloatType, RoundsToNearestEven) {
     EXPECT_EQ(round_to(t, max_finite(t)), max_finite(t));
     EXPECT_EQ(round_to(t, denorm_min(t)), denorm_min(t));
     EXPECT_EQ(round_to(t, -min_normal(t)), -min_normal(t));
+  }
+}
+
+TEST(FloatType, ValueTextReadsBack) {
+  for (FloatType t : kAll)
+    for (double x : {0.1, -1.0 / 3, 65504.0, 1e-7, 0.0, -0.0, 3.0}) {
+      const double v = round_to(t, x);
+      const std::string text = value_text(t, v);
+      EXPECT_EQ(round_to(t, std::strtod(text.c_str(), nullptr)), v) << dtype_name(t) << " " << text;
+      EXPECT_EQ(std::signbit(round_to(t, std::strtod(text.c_str(), nullptr))), std::signbit(v));
+    }
+  EXPECT_EQ(value_text(FloatType::f32, 0.1), "0.1");
+  EXPECT_EQ(value_text(FloatType::f64, 0.1), "0.1");
+  EXPECT_EQ(value_text(FloatType::f16, round_to(FloatType::f16, 0.1)),
+            half::f16_text(half::f16_from_double(0.1)));
+  for (FloatType t : kAll) {
+    EXPECT_EQ(value_text(t, std::nan("")), ".nan");
+    EXPECT_EQ(value_text(t, HUGE_VAL), ".inf");
+    EXPECT_EQ(value_text(t, -HUGE_VAL), "-.inf");
   }
 }
 
