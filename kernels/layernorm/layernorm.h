@@ -44,6 +44,10 @@ double subnormal_half_step(DType t);
 // ε rounded to the case's dtype; ε of a half case is rounded to f32 (see the
 // precision contract above).
 double round_eps(double eps, DType t);
+// ε's dtype: a half case's ε is an f32 value (the precision contract).
+inline DType eps_dtype(DType dtype) {
+  return is_half(dtype) ? DType::f32 : dtype;
+}
 
 struct Case {
   DType dtype = DType::f64;
