@@ -34,13 +34,14 @@
 #include <vector>
 
 #include "kernels/attention/workspace.h"
+#include "kprop/float_type.h"
 
 namespace kprop::attention {
 
 enum class MaskKind { none, causal, key_padding, boolean };
-enum class DType { f32, f64, f16, bf16 };
+// The case's dtype: f32, f64, f16, bf16 (kprop/float_type.h: names, rounding, constants).
+using DType = FloatType;
 const char* mask_name(MaskKind kind);
-const char* dtype_name(DType dtype);
 
 struct Shape {
   int batch = 1, heads_q = 1, heads_kv = 1, nq = 1, nk = 1, dim = 1;
@@ -74,9 +75,6 @@ bool visible(const Case& c, int b, int i, int j);
 bool row_fully_masked(const Case& c, int b, int i);
 // Why the case breaks the contract, or "" if valid. `backward` requires dO.
 std::string validate(const Case& c, bool backward);
-// Rounds a value to the case's dtype.
-double round_to(DType dtype, double x);
-bool is_half(DType dtype);
 // The precision LSE and D are kept in: f32 for half cases, else the dtype.
 DType stats_dtype(DType dtype);
 

@@ -6,7 +6,6 @@
 #include <limits>
 
 #include "kernels/attention/attention.h"
-#include "kprop/half.h"
 
 namespace kprop::attention {
 
@@ -24,40 +23,8 @@ const char* mask_name(MaskKind kind) {
   return "?";
 }
 
-const char* dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::f32:
-      return "f32";
-    case DType::f64:
-      return "f64";
-    case DType::f16:
-      return "f16";
-    case DType::bf16:
-      return "bf16";
-  }
-  return "?";
-}
-
-double round_to(DType dtype, double x) {
-  switch (dtype) {
-    case DType::f32:
-      return static_cast<double>(static_cast<float>(x));
-    case DType::f64:
-      return x;
-    case DType::f16:
-      return half::round_to_f16(x);
-    case DType::bf16:
-      return half::round_to_bf16(x);
-  }
-  return x;
-}
-
-bool is_half(DType dtype) {
-  return dtype == DType::f16 || dtype == DType::bf16;
-}
-
 DType stats_dtype(DType dtype) {
-  return is_half(dtype) ? DType::f32 : dtype;
+  return arithmetic_type(dtype);
 }
 
 // The scale is a kernel argument in the compute precision (f32 for halves).

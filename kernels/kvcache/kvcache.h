@@ -45,14 +45,14 @@
 #include <string>
 #include <vector>
 
+#include "kprop/float_type.h"
+
 namespace kprop::kvcache {
 
 enum class Poison { nan, huge };
-enum class DType { f32, f64, f16, bf16 };
-const char* dtype_name(DType d);
-bool is_half(DType d);
-// x rounded to the dtype (to nearest, ties to even; f64: x).
-double round_to(DType d, double x);
+// The case's dtype: f32, f64, f16, bf16 (kprop/float_type.h: names, rounding,
+// constants).
+using DType = FloatType;
 // Unit roundoff of the dtype's storage: 2^-24 (f32), 2^-11 (f16), 2^-8 (bf16), 0 (f64).
 double storage_roundoff(DType d);
 // Half the dtype's smallest subnormal: the absolute error of rounding a tiny value (0 for f64).

@@ -19,64 +19,12 @@ enum Stream : uint64_t { kQ = 1, kK = 2, kV = 3, kRangeK = 10, kRangeV = 11 };
 
 }  // namespace
 
-const char* dtype_name(DType d) {
-  switch (d) {
-    case DType::f32:
-      return "f32";
-    case DType::f64:
-      return "f64";
-    case DType::f16:
-      return "f16";
-    case DType::bf16:
-      return "bf16";
-  }
-  return "?";
-}
-
-bool is_half(DType d) {
-  return d == DType::f16 || d == DType::bf16;
-}
-
-double round_to(DType d, double x) {
-  switch (d) {
-    case DType::f32:
-      return static_cast<double>(static_cast<float>(x));
-    case DType::f64:
-      return x;
-    case DType::f16:
-      return half::round_to_f16(x);
-    case DType::bf16:
-      return half::round_to_bf16(x);
-  }
-  return x;
-}
-
 double storage_roundoff(DType d) {
-  switch (d) {
-    case DType::f32:
-      return 0x1p-24;
-    case DType::f64:
-      return 0;
-    case DType::f16:
-      return 0x1p-11;
-    case DType::bf16:
-      return 0x1p-8;
-  }
-  return 0;
+  return d == DType::f64 ? 0 : unit_roundoff(d);
 }
 
 double storage_tiny(DType d) {
-  switch (d) {
-    case DType::f32:
-      return 0x1p-150;
-    case DType::f64:
-      return 0;
-    case DType::f16:
-      return half::f16_min_subnormal / 2;
-    case DType::bf16:
-      return half::bf16_min_subnormal / 2;
-  }
-  return 0;
+  return d == DType::f64 ? 0 : denorm_min(d) / 2;
 }
 
 ChannelRanges channel_ranges(const Case& c) {

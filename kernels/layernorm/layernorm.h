@@ -27,15 +27,13 @@
 #include <string>
 #include <vector>
 
+#include "kprop/float_type.h"
+
 namespace kprop::layernorm {
 
-enum class DType { f32, f64, f16, bf16 };
-const char* dtype_name(DType t);
-// The dtype named `name` ("f32", "f64", "f16", "bf16"); false if none.
-bool parse_dtype(const std::string& name, DType& out);
-bool is_half(DType t);  // f16 or bf16
-// Unit roundoff of the storage dtype: 2^-24, 2^-53, 2^-11 (f16), 2^-8 (bf16).
-double unit_roundoff(DType t);
+// The case's dtype: f32, f64, f16, bf16 (kprop/float_type.h: names, rounding,
+// unit_roundoff, max_finite, ...).
+using DType = FloatType;
 // Unit roundoff of the arithmetic: the dtype's own, f32's (2^-24) for halves.
 double accumulation_roundoff(DType t);
 // Half the smallest positive subnormal of the storage dtype: the largest
@@ -43,12 +41,13 @@ double accumulation_roundoff(DType t);
 // the relative bound u·|v| does not hold). 0 for f32 and f64, whose
 // arithmetic is the storage and whose floors never reach there.
 double subnormal_half_step(DType t);
-// The largest finite value of the storage dtype.
-double max_finite(DType t);
-// The nearest value of the dtype to v (round to nearest even); ε of a half
-// case is rounded to f32 (see the precision contract above).
-double round_value(double v, DType t);
+// ε rounded to the case's dtype; ε of a half case is rounded to f32 (see the
+// precision contract above).
 double round_eps(double eps, DType t);
+// ε's dtype: a half case's ε is an f32 value (the precision contract).
+inline DType eps_dtype(DType dtype) {
+  return is_half(dtype) ? DType::f32 : dtype;
+}
 
 struct Case {
   DType dtype = DType::f64;

@@ -29,7 +29,7 @@ Result cuda(const Case& c) {
   Result r = run_typed<float>(c);
   if (is_half(c.dtype))
     for (auto* v : {&r.y, &r.xhat, &r.dx, &r.dgamma, &r.dbeta})
-      for (double& e : *v) e = round_value(e, c.dtype);
+      for (double& e : *v) e = round_to(c.dtype, e);
   return r;
 }
 

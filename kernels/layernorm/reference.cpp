@@ -4,80 +4,14 @@
 #include <cmath>
 
 #include "kernels/layernorm/layernorm.h"
-#include "kprop/half.h"
 
 namespace kprop::layernorm {
 
-const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::f32:
-      return "f32";
-    case DType::f64:
-      return "f64";
-    case DType::f16:
-      return "f16";
-    case DType::bf16:
-      return "bf16";
-  }
-  return "f64";
-}
-bool parse_dtype(const std::string& name, DType& out) {
-  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16})
-    if (name == dtype_name(t)) {
-      out = t;
-      return true;
-    }
-  return false;
-}
-bool is_half(DType t) {
-  return t == DType::f16 || t == DType::bf16;
-}
-double unit_roundoff(DType t) {
-  switch (t) {
-    case DType::f32:
-      return 0x1.0p-24;
-    case DType::f64:
-      return 0x1.0p-53;
-    case DType::f16:
-      return 0x1.0p-11;
-    case DType::bf16:
-      return 0x1.0p-8;
-  }
-  return 0x1.0p-53;
-}
 double accumulation_roundoff(DType t) {
-  return t == DType::f64 ? 0x1.0p-53 : 0x1.0p-24;
+  return unit_roundoff(arithmetic_type(t));
 }
 double subnormal_half_step(DType t) {
-  if (t == DType::f16) return half::f16_min_subnormal / 2;
-  if (t == DType::bf16) return half::bf16_min_subnormal / 2;
-  return 0;
-}
-double max_finite(DType t) {
-  switch (t) {
-    case DType::f32:
-      return 3.4028234663852886e38;
-    case DType::f64:
-      return 1.7976931348623157e308;
-    case DType::f16:
-      return half::f16_max;
-    case DType::bf16:
-      return half::bf16_max;
-  }
-  return 1.7976931348623157e308;
-}
-double round_value(double v, DType t) {
-  switch (t) {
-    case DType::f32:
-      return static_cast<double>(static_cast<float>(v));
-    case DType::f64:
-      return v;
-    case DType::f16:
-      return half::round_to_f16(v);
-    case DType::bf16:
-      return half::round_to_bf16(v);
-  }
-  return v;
+  return is_half(t) ? denorm_min(t) / 2 : 0;
 }
 double round_eps(double eps, DType t) {
   return t == DType::f64 ? eps : static_cast<double>(static_cast<float>(eps));
@@ -100,7 +34,7 @@ std::string validate(const Case& c) {
 void round_to_dtype(Case& c) {
   if (c.dtype == DType::f64) return;
   for (auto* v : {&c.x, &c.gamma, &c.beta, &c.dy})
-    for (double& e : *v) e = round_value(e, c.dtype);
+    for (double& e : *v) e = round_to(c.dtype, e);
   c.eps = round_eps(c.eps, c.dtype);
 }
 

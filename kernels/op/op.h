@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kprop/expr.h"
+#include "kprop/float_type.h"
 
 namespace kprop::op {
 
@@ -32,6 +33,8 @@ namespace kprop::op {
 enum class DType { f32, f64, i32, i64, boolean, f16, bf16 };
 const char* dtype_name(DType dtype);
 bool is_float(DType dtype);
+// The floating type of a floating dtype (kprop/float_type.h); none for the others.
+std::optional<FloatType> float_type(DType dtype);
 double round_to(DType dtype, double v);  // v as the nearest value of dtype (integers unchanged)
 // The integers a non-floating dtype holds here (as doubles, so i64 within
 // ±2^53, where every integer is exact): [lo, hi].

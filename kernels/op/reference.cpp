@@ -9,7 +9,6 @@
 #include <stdexcept>
 
 #include "kernels/op/op.h"
-#include "kprop/half.h"
 
 namespace kprop::op {
 
@@ -33,8 +32,23 @@ const char* dtype_name(DType dtype) {
   return "?";
 }
 
+std::optional<FloatType> float_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return FloatType::f32;
+    case DType::f64:
+      return FloatType::f64;
+    case DType::f16:
+      return FloatType::f16;
+    case DType::bf16:
+      return FloatType::bf16;
+    default:
+      return std::nullopt;
+  }
+}
+
 bool is_float(DType dtype) {
-  return dtype == DType::f32 || dtype == DType::f64 || is_half(dtype);
+  return float_type(dtype).has_value();
 }
 
 bool is_half(DType dtype) {
@@ -45,70 +59,29 @@ DType arithmetic_dtype(DType dtype) {
   return is_half(dtype) ? DType::f32 : dtype;
 }
 
+// The floating dtypes' values and constants are kprop/float_type.h's; an
+// integer or boolean dtype keeps its values and has f64's range constants
+// and no roundoff.
 double round_to(DType dtype, double v) {
-  switch (dtype) {
-    case DType::f32:
-      return static_cast<double>(static_cast<float>(v));
-    case DType::f16:
-      return half::round_to_f16(v);
-    case DType::bf16:
-      return half::round_to_bf16(v);
-    default:
-      return v;
-  }
+  const auto t = float_type(dtype);
+  return t ? kprop::round_to(*t, v) : v;
 }
 
 double unit_roundoff(DType dtype) {
-  switch (dtype) {
-    case DType::f32:
-      return 0x1.0p-24;
-    case DType::f64:
-      return 0x1.0p-53;
-    case DType::f16:
-      return 0x1.0p-11;
-    case DType::bf16:
-      return 0x1.0p-8;
-    default:
-      return 0.0;
-  }
+  const auto t = float_type(dtype);
+  return t ? kprop::unit_roundoff(*t) : 0.0;
 }
 
 double min_normal(DType dtype) {
-  switch (dtype) {
-    case DType::f32:
-    case DType::bf16:
-      return 0x1.0p-126;
-    case DType::f16:
-      return 0x1.0p-14;
-    default:
-      return 0x1.0p-1022;
-  }
+  return kprop::min_normal(float_type(dtype).value_or(FloatType::f64));
 }
 
 double denorm_min(DType dtype) {
-  switch (dtype) {
-    case DType::f32:
-      return 0x1.0p-149;
-    case DType::f16:
-      return 0x1.0p-24;
-    case DType::bf16:
-      return 0x1.0p-133;
-    default:
-      return 0x1.0p-1074;
-  }
+  return kprop::denorm_min(float_type(dtype).value_or(FloatType::f64));
 }
 
 double max_finite(DType dtype) {
-  switch (dtype) {
-    case DType::f32:
-      return static_cast<double>(std::numeric_limits<float>::max());
-    case DType::f16:
-      return half::f16_max;
-    case DType::bf16:
-      return half::bf16_max;
-    default:
-      return std::numeric_limits<double>::max();
-  }
+  return kprop::max_finite(float_type(dtype).value_or(FloatType::f64));
 }
 
 const char* value_kind_name(ValueKind kind) {

@@ -13,60 +13,8 @@
 
 namespace kprop::softmax_topk {
 
-const char* dtype_name(DType d) {
-  switch (d) {
-    case DType::f32:
-      return "f32";
-    case DType::f64:
-      return "f64";
-    case DType::f16:
-      return "f16";
-    case DType::bf16:
-      return "bf16";
-  }
-  return "f64";
-}
-bool parse_dtype(const std::string& name, DType& out) {
-  for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16})
-    if (name == dtype_name(d)) {
-      out = d;
-      return true;
-    }
-  return false;
-}
-bool is_half(DType d) {
-  return d == DType::f16 || d == DType::bf16;
-}
-double round_value(double x, DType d) {
-  switch (d) {
-    case DType::f32:
-      return static_cast<double>(static_cast<float>(x));
-    case DType::f64:
-      return x;
-    case DType::f16:
-      return half::round_to_f16(x);
-    case DType::bf16:
-      return half::round_to_bf16(x);
-  }
-  return x;
-}
-double storage_roundoff(DType d) {
-  switch (d) {
-    case DType::f32:
-      return 0x1p-24;
-    case DType::f64:
-      return 0x1p-53;
-    case DType::f16:
-      return 0x1p-11;
-    case DType::bf16:
-      return 0x1p-8;
-  }
-  return 0x1p-53;
-}
 double subnormal_half_step(DType d) {
-  if (d == DType::f16) return half::f16_min_subnormal / 2;
-  if (d == DType::bf16) return half::bf16_min_subnormal / 2;
-  return 0;
+  return is_half(d) ? denorm_min(d) / 2 : 0;
 }
 double arithmetic_epsilon(DType d) {
   return d == DType::f64 ? 0x1p-52 : 0x1p-23;
@@ -80,7 +28,7 @@ std::string validate(const Case& c) {
     return "logits must be rows x vocab with at least one row";
   for (double x : c.logits) {
     if (std::isnan(x) || x == std::numeric_limits<double>::infinity()) return "logits must be finite or -inf";
-    if (c.dtype != DType::f64 && std::isfinite(x) && round_value(x, c.dtype) != x)
+    if (c.dtype != DType::f64 && std::isfinite(x) && round_to(c.dtype, x) != x)
       return c.dtype == DType::f32 ? "f32 logits must be exactly representable as float"
                                    : std::string(dtype_name(c.dtype)) + " logits must be exact " +
                                          dtype_name(c.dtype) + " values";
@@ -143,7 +91,7 @@ std::vector<double> naive_softmax(const Case& c, int row) {
   if (c.dtype == DType::f64) return naive_row<double>(x, c.vocab);
   std::vector<double> p = naive_row<float>(x, c.vocab);
   if (is_half(c.dtype))
-    for (double& q : p) q = round_value(q, c.dtype);  // stored in the dtype
+    for (double& q : p) q = round_to(c.dtype, q);  // stored in the dtype
   return p;
 }
 

@@ -24,19 +24,15 @@
 #include <string>
 #include <vector>
 
+#include "kprop/float_type.h"
+
 namespace kprop::softmax_topk {
 
-enum class DType { f32, f64, f16, bf16 };
-const char* dtype_name(DType d);
-// The dtype named `name` ("f32", "f64", "f16", "bf16"); false if none.
-bool parse_dtype(const std::string& name, DType& out);
-bool is_half(DType d);  // f16 or bf16
-// The nearest value of the dtype to x (round to nearest even).
-double round_value(double x, DType d);
-// Unit roundoff of the storage dtype (2^-24, 2^-53, 2^-11, 2^-8) and half its
-// smallest subnormal (0 for f32, f64), the absolute error of a rounding that
-// lands among the subnormals.
-double storage_roundoff(DType d);
+// The case's dtype: f32, f64, f16, bf16 (kprop/float_type.h: names, rounding,
+// unit_roundoff, ...).
+using DType = FloatType;
+// Half the storage dtype's smallest subnormal (0 for f32, f64), the absolute
+// error of a rounding that lands among the subnormals.
 double subnormal_half_step(DType d);
 // Machine epsilon of the arithmetic: 2^-52 for f64, 2^-23 otherwise (f16 and
 // bf16 compute in f32).

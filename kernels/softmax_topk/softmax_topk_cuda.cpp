@@ -29,7 +29,7 @@ Result cuda(const Case& c) {
   if (c.dtype == DType::f64) return run_typed<double>(c);
   Result r = run_typed<float>(c);
   if (is_half(c.dtype))
-    for (double& q : r.probs) q = round_value(q, c.dtype);
+    for (double& q : r.probs) q = round_to(c.dtype, q);
   return r;
 }
 

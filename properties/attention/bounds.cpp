@@ -5,7 +5,6 @@
 #include <cmath>
 #include <limits>
 
-#include "kprop/half.h"
 #include "kprop/tolerance.h"
 
 namespace kprop::attention {
@@ -16,7 +15,7 @@ double epsilon(DType dtype) {
 }
 
 double storage_roundoff(DType dtype) {
-  return dtype == DType::f16 ? 0x1p-11 : dtype == DType::bf16 ? 0x1p-8 : 0;
+  return is_half(dtype) ? unit_roundoff(dtype) : 0;
 }
 
 ErrorScales floors(const Case& c, bool backward, double floor_ulps) {
@@ -30,7 +29,7 @@ ErrorScales floors(const Case& c, bool backward, double floor_ulps) {
   if (!is_half(c.dtype)) return f;
   const Shape& s = c.shape;
   const double u = storage_roundoff(c.dtype);
-  const double tau = (c.dtype == DType::f16 ? half::f16_min_subnormal : half::bf16_min_subnormal) / 2;
+  const double tau = denorm_min(c.dtype) / 2;
   auto max_abs = [](const std::vector<double>& t) {
     double m = 0;
     for (double x : t) m = std::max(m, std::fabs(x));

@@ -11,8 +11,8 @@ namespace kprop::kvcache {
 namespace {
 const Choices kDtypes = {"f64", "f32", "f16", "bf16"};
 DType dtype_named(const std::string& name) {
-  for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16})
-    if (name == dtype_name(d)) return d;
+  DType d = DType::f64;
+  if (parse_dtype(name, d)) return d;
   throw std::logic_error("kvcache: unknown dtype " + name);
 }
 }  // namespace

@@ -49,7 +49,7 @@ int precision(DType t) {
 }
 
 bool representable(DType t, double v) {
-  return std::isfinite(v) && round_value(v, t) == v;
+  return std::isfinite(v) && round_to(t, v) == v;
 }
 
 // The exponent of the lowest set bit of v (v = odd × 2^result), v finite, nonzero.
@@ -73,7 +73,7 @@ double exact_shift(const Case& c, size_t r, double want) {
     g = std::min(g, lowest_bit(x));
     m = std::max(m, std::fabs(x));
   }
-  const double rounded = round_value(want, c.dtype);
+  const double rounded = round_to(c.dtype, want);
   if (g == std::numeric_limits<int>::max()) return rounded;  // a zero row: x + c = c
   const double unit = std::ldexp(1.0, g);
   // |c| <= 2^(g+p) - m keeps every x + c on the grid of 2^g below 2^(g+p); cap at 2^100.

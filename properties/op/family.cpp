@@ -12,7 +12,6 @@
 #include <numeric>
 
 #include "kprop/case_yaml.h"
-#include "kprop/half.h"
 #include "kprop/rng.h"
 
 namespace kprop::op {
@@ -24,19 +23,8 @@ int64_t count(const std::vector<int64_t>& shape) {
 
 // The shortest text that reads back to v in the dtype.
 std::string number_text(double v, DType dtype) {
-  if (!is_float(dtype)) return fmt::format("{}", static_cast<int64_t>(v));
-  if (std::isnan(v)) return ".nan";
-  if (std::isinf(v)) return v > 0 ? ".inf" : "-.inf";
-  switch (dtype) {
-    case DType::f32:
-      return fmt::format("{}", static_cast<float>(v));
-    case DType::f16:  // the shortest text that reads back (strtod, then round to nearest f16)
-      return half::f16_text(half::f16_from_double(v));
-    case DType::bf16:
-      return half::bf16_text(half::bf16_from_double(v));
-    default:
-      return fmt::format("{}", v);
-  }
+  const auto t = float_type(dtype);
+  return t ? value_text(*t, v) : fmt::format("{}", static_cast<int64_t>(v));
 }
 
 // The significant digits of number_text(v) (0 for 0 and non-finite values).

@@ -98,7 +98,7 @@ Case Traits::build(Draw& draw, const Values& domain) {
       row.push_back(std::ldexp(static_cast<double>(offset + q), e));
     }
     if (is_half(c.dtype))
-      for (double& x : row) x = round_value(std::clamp(x, -top, top), c.dtype);
+      for (double& x : row) x = round_to(c.dtype, std::clamp(x, -top, top));
     if (ascending) std::sort(row.begin(), row.end());
     for (double& x : row)
       if (rate > 0 && draw.chance(rate)) x = kNegInf;
@@ -111,7 +111,7 @@ namespace {
 
 // Is x exactly a value of the case's dtype?
 bool representable(const Case& c, double x) {
-  return !std::isfinite(x) || round_value(x, c.dtype) == x;
+  return !std::isfinite(x) || round_to(c.dtype, x) == x;
 }
 
 // Does exp(x - m) round to 0 in the dtype (a half case: computed in f32,
@@ -120,7 +120,7 @@ bool underflows(const Case& c, double x, double m) {
   if (!std::isfinite(m)) return false;
   if (c.dtype == DType::f64) return std::exp(x - m) == 0.0;
   const float e = std::exp(static_cast<float>(x - m));
-  return round_value(e, c.dtype) == 0.0;
+  return round_to(c.dtype, e) == 0.0;
 }
 
 // Sum of |x| over a row's finite logits: row transforms must shrink it.
@@ -313,9 +313,7 @@ YAML::Node Traits::to_yaml(const Case& c) {
     YAML::Node row = case_yaml::real_list(values);
     if (is_half(c.dtype)) {  // the shortest text that reads back (rounded to the dtype) to the value
       row = YAML::Node(YAML::NodeType::Sequence);
-      for (double x : values)
-        row.push_back(c.dtype == DType::f16 ? half::f16_text(half::f16_from_double(x))
-                                            : half::bf16_text(half::bf16_from_double(x)));
+      for (double x : values) row.push_back(value_text(c.dtype, x));
     }
     row.SetStyle(YAML::EmitterStyle::Flow);
     rows.push_back(row);
@@ -346,10 +344,9 @@ Case Traits::from_yaml(const YAML::Node& n) {
     // rounding of a hand-written corpus value.
     if (is_half(c.dtype))
       for (size_t i = 0; i < values.size(); ++i) {
-        const double v = values[i], h = round_value(v, c.dtype);
+        const double v = values[i], h = round_to(c.dtype, v);
         if (!std::isfinite(v) || h == v) continue;
-        const std::string shortest = c.dtype == DType::f16 ? half::f16_text(half::f16_from_double(h))
-                                                           : half::bf16_text(half::bf16_from_double(h));
+        const std::string shortest = value_text(c.dtype, h);
         if (std::isfinite(h) && row[i].Scalar() == shortest)
           values[i] = h;
         else

@@ -36,7 +36,7 @@ double eps(DType d) {
 }
 // The storage terms of a half case (0 for f32 and f64).
 double store_u(DType d) {
-  return is_half(d) ? storage_roundoff(d) : 0;
+  return is_half(d) ? unit_roundoff(d) : 0;
 }
 // The probability floor: floor_eps dtype epsilons, plus a half case's store
 // of the largest compared probability.

@@ -135,7 +135,7 @@ void Traits::tensors(const Case& c, const Result* target, const Result* referenc
   if (is_half(c.dtype)) {
     double top = 0;
     for (double q : full(c, false)) top = std::max(top, q);
-    store = storage_roundoff(c.dtype) * top + subnormal_half_step(c.dtype);
+    store = unit_roundoff(c.dtype) * top + subnormal_half_step(c.dtype);
   }
   out.put("floor.probs", Tensor::scalar(kFloorEps * epsilon(c.dtype) + store));
   if (out.wanted("logits")) out.put("logits", Tensor::of({R, V}, c.logits));

@@ -58,7 +58,7 @@ double exact_shift(const Case& c, int row, double want) {
   const double cap = std::ldexp(1.0, c.dtype == DType::f16 ? 14 : 100);
   if (g == std::numeric_limits<int>::max()) {  // only zeros and -inf: x + c = c
     const double w = std::min(std::fabs(want), cap);
-    return std::copysign(round_value(w, c.dtype), want);
+    return std::copysign(round_to(c.dtype, w), want);
   }
   const double unit = std::ldexp(1.0, g);
   // No room (a row whose values span more than p bits of the finest ulp,

@@ -164,7 +164,7 @@ TEST(LayerNormShrinker, SignificantDigits) {
 // ---------------------------------------------------------------- f16 / bf16
 bool in_dtype(const std::vector<double>& v, DType t) {
   for (double e : v)
-    if (round_value(e, t) != e) return false;
+    if (round_to(t, e) != e) return false;
   return true;
 }
 

@@ -122,7 +122,7 @@ TEST(SoftmaxTopkCodec, BadCasesNameLineAndColumn) {
 // ---------------------------------------------------------------- f16 / bf16
 bool in_dtype(const std::vector<double>& v, DType t) {
   for (double e : v)
-    if (round_value(e, t) != e) return false;
+    if (round_to(t, e) != e) return false;
   return true;
 }
 
@@ -138,14 +138,14 @@ TEST(SoftmaxTopkHalf, FusedStoresProbabilitiesInTheDtype) {
   for (int i = 0; i < 100; ++i) row.push_back(std::sin(0.37 * i) * 20);
   for (DType t : {DType::f16, DType::bf16}) {
     std::vector<double> x = row;
-    for (double& v : x) v = round_value(v, t);
+    for (double& v : x) v = round_to(t, v);
     const Case c = make(t, 10, 7, {x});
     ASSERT_EQ(validate(c), "");
     const Result a = reference(c), b = fused(c);
     EXPECT_EQ(a.indices, b.indices) << dtype_name(t);
     EXPECT_TRUE(in_dtype(b.probs, t));
     for (size_t i = 0; i < a.probs.size(); ++i)  // the store (u_s p) and a few f32 roundings
-      EXPECT_LE(std::fabs(a.probs[i] - b.probs[i]), storage_roundoff(t) * a.probs[i] + 1e-6);
+      EXPECT_LE(std::fabs(a.probs[i] - b.probs[i]), unit_roundoff(t) * a.probs[i] + 1e-6);
   }
 }
 

@@ -1,0 +1,193 @@
+// The one case builder of the attention families.
+#include <algorithm>
+#include <cmath>
+
+#include "kprop/rng.h"
+#include "properties/attention/family_parts.h"
+
+namespace kprop::attention {
+namespace {
+
+// ------------------------------------------------------------ generation
+// One case builder (CaseTraits::build) for RapidCheck draws, libFuzzer bytes
+// and fuzz seed corpora, so the fuzzer reaches exactly the generator's domain. Bulk data (values, masks)
+// comes from counter-based randomness under a drawn seed.
+template <typename Draw>
+int pick_tile(Draw& draw, int n, IntRange r) {
+  // The allowed value nearest x (a plain range clamps; one_of / multiple_of snap).
+  auto clamp = [&](int64_t x) { return static_cast<int>(r.nearest(x)); };
+  std::vector<int> divisors, others;
+  for (int64_t t = r.lo; t <= std::min<int64_t>(r.hi, n); ++t)
+    if (r.allows(t)) (n % t == 0 ? divisors : others).push_back(int(t));
+  switch (draw.any(IntRange{0, 4})) {
+    case 0:
+      if (!divisors.empty()) return divisors[size_t(draw.any(IntRange{0, int64_t(divisors.size()) - 1}))];
+      return clamp(n);
+    case 1:
+      if (!others.empty()) return others[size_t(draw.any(IntRange{0, int64_t(others.size()) - 1}))];
+      return clamp(n);
+    case 2:
+      return clamp(n + draw.any(IntRange{0, 3}));  // one tile (maybe larger than N)
+    case 3:
+      return clamp(1);
+    default:
+      return clamp(draw.any(r));
+  }
+}
+
+template <typename Draw>
+const std::string& pick(Draw& draw, const Choices& options) {
+  return options[size_t(draw.any(IntRange{0, int64_t(options.size()) - 1}))];
+}
+
+void fill_values(Case& c, const std::string& kind, double magnitude, double growth, bool large_v,
+                 bool same_keys, uint64_t seed) {
+  const Shape& s = c.shape;
+  auto normal = [&](int stream, size_t i) { return rng::normal(seed, uint64_t(stream), i); };
+  auto fill = [&](std::vector<double>& t, size_t n, int stream, double sigma) {
+    t.resize(n);
+    for (size_t i = 0; i < n; ++i) t[i] = sigma * normal(stream, i);
+  };
+  fill(c.q, s.q_size(), 1, 1);
+  fill(c.k, s.kv_size(), 2, 1);
+  fill(c.v, s.kv_size(), 3, 1);
+  if (!c.d_out.empty()) fill(c.d_out, s.q_size(), 4, 1);
+  if (kind == "large") {
+    for (double& x : c.q) x *= magnitude;
+    for (double& x : c.k) x *= magnitude;
+    if (large_v) {
+      for (double& x : c.v) x *= magnitude;
+      // Half cases: dO shrinks as V grows, so dP = dO·Vᵀ and dQ = dS·K
+      // (≈ |dP|·|K|) stay far inside f16's range.
+      if (is_half(c.dtype))
+        for (double& x : c.d_out) x /= magnitude;
+    }
+  } else if (kind == "growing_keys") {
+    const double scale = effective_scale(c), along = 3;
+    const double step = growth / (scale * along * std::max(1, s.nk - 1));
+    for (int b = 0; b < s.batch; ++b)
+      for (int kvh = 0; kvh < s.heads_kv; ++kvh) {
+        std::vector<double> u(size_t(s.dim));
+        double norm = 0;
+        for (int d = 0; d < s.dim; ++d)
+          norm += (u[size_t(d)] = normal(5, (size_t(b) * s.heads_kv + kvh) * s.dim + d)) * u[size_t(d)];
+        norm = std::sqrt(norm) + 1e-12;
+        for (double& x : u) x /= norm;
+        for (int j = 0; j < s.nk; ++j)
+          for (int d = 0; d < s.dim; ++d) {
+            double& x = c.k[kv_at(s, b, kvh, j) + d];
+            x = 0.5 * x + step * j * u[size_t(d)];
+          }
+        for (int r = 0; r < s.group(); ++r)
+          for (int i = 0; i < s.nq; ++i)
+            for (int d = 0; d < s.dim; ++d)
+              c.q[q_at(s, b, kvh * s.group() + r, i) + d] += along * u[size_t(d)];
+      }
+  } else if (kind == "integer") {
+    int stream = 10;
+    for (auto* t : {&c.q, &c.k, &c.v, &c.d_out}) {
+      for (size_t i = 0; i < t->size(); ++i)
+        (*t)[i] = std::floor(rng::uniform(seed, uint64_t(stream), i) * 7) - 3;
+      ++stream;
+    }
+  } else if (kind == "constant_rows") {
+    auto constant_rows = [&](std::vector<double>& t, int stream, bool all_equal) {
+      for (size_t row = 0; row < t.size() / size_t(s.dim); ++row) {
+        const double x = std::round(4 * normal(stream, all_equal ? 0 : row)) / 4;
+        std::fill(t.begin() + long(row * s.dim), t.begin() + long((row + 1) * s.dim), x);
+      }
+    };
+    constant_rows(c.q, 20, false);
+    constant_rows(c.k, 21, same_keys);
+    constant_rows(c.v, 22, false);
+  } else if (kind == "near_uniform") {
+    // Half the time every key and every value row of a head is the same:
+    // P = 1/Nk exactly and O = that row, so the accumulators add one
+    // constant Nk times (the most coherent rounding an f16/bf16
+    // accumulator can make).
+    for (double& x : c.q) x *= 0.02;
+    const size_t heads = size_t(s.batch) * s.heads_kv, row = size_t(s.dim);
+    for (size_t h = 0; h < heads; ++h)
+      for (int j = 0; j < s.nk; ++j)
+        for (int d = 0; d < s.dim; ++d) {
+          const size_t at = (h * s.nk + size_t(j)) * row + size_t(d), first = h * s.nk * row + size_t(d);
+          c.v[at] = 1 + 0.25 * normal(23, same_keys ? first : at);
+          if (same_keys) c.k[at] = c.k[first];
+        }
+  } else if (kind == "wide") {
+    // One magnitude 2^e per (b, kv head), e in [0, 15], V around it (mostly
+    // positive): O stays below 65504, the unnormalized P·V sum need not.
+    int widest = 0;
+    const size_t per_head = size_t(s.nk) * s.dim;
+    for (size_t h = 0; h < size_t(s.batch) * s.heads_kv; ++h) {
+      const int e = int(std::floor(rng::uniform(seed, 24, h) * 16));
+      widest = std::max(widest, e);
+      for (size_t i = h * per_head; i < (h + 1) * per_head; ++i)
+        c.v[i] = std::clamp(std::ldexp(1 + 0.5 * c.v[i], e), -60000.0, 60000.0);
+    }
+    for (double& x : c.d_out) x = std::ldexp(x, -widest);
+  }
+  for (auto* t : {&c.q, &c.k, &c.v, &c.d_out})
+    for (double& x : *t) x = round_to(c.dtype, x);
+}
+
+template <typename Draw>
+Case build_case(Draw& draw, const Values& domain, bool backward) {
+  Case c;
+  Shape& s = c.shape;
+  s.batch = int(draw.sized(domain.int_range("batch")));
+  s.heads_kv = int(draw.any(domain.int_range("heads_kv")));
+  s.heads_q = s.heads_kv * int(draw.any(domain.int_range("group")));
+  s.nq = int(draw.sized(domain.int_range("nq")));
+  s.nk = draw.chance(domain.real("same_length_rate")) ? int(domain.int_range("nk").nearest(s.nq))
+                                                      : int(draw.sized(domain.int_range("nk")));
+  s.dim = int(draw.sized(domain.int_range("dim")));
+  c.block_q = pick_tile(draw, s.nq, domain.int_range("block_q"));
+  c.block_k = pick_tile(draw, s.nk, domain.int_range("block_k"));
+  c.dtype = dtype_named(pick(draw, domain.choices("dtypes")));
+  if (draw.chance(domain.real("custom_scale_rate"))) {
+    static const double fixed[] = {1.0, 0.5, 0.125, 2.0};
+    const int64_t which = draw.any(IntRange{0, 4});
+    c.scale = which < 4 ? fixed[which] : 0.05 + 1.5 * draw.any(RealRange{0, 1});
+  }
+  const std::string mask = pick(draw, domain.choices("masks"));
+  const uint64_t seed = uint64_t(draw.any(IntRange{1, int64_t(1) << 40}));
+  if (mask == "causal") {
+    c.mask = MaskKind::causal;
+  } else if (mask == "key_padding") {
+    c.mask = MaskKind::key_padding;
+    for (int b = 0; b < s.batch; ++b)
+      c.key_lengths.push_back(draw.chance(domain.real("empty_batch_rate")) ? 0
+                              : draw.chance(0.25)                          ? s.nk
+                                                  : int(draw.any(IntRange{0, s.nk})));
+  } else if (mask == "boolean") {
+    c.mask = MaskKind::boolean;
+    const double density = draw.any(domain.real_range("mask_density"));
+    const double empty = domain.real("empty_row_rate");
+    c.allowed.resize(size_t(s.batch) * s.nq * s.nk);
+    for (size_t row = 0; row < size_t(s.batch) * s.nq; ++row) {
+      const bool hidden = rng::uniform(seed, 30, row) < empty;
+      for (int j = 0; j < s.nk; ++j)
+        c.allowed[row * s.nk + j] = !hidden && rng::uniform(seed, 31, row * s.nk + j) < density;
+    }
+  }
+  const std::string kind = pick(draw, domain.choices("values"));
+  const double magnitude = draw.any(domain.real_range("large_magnitude"));
+  const double growth = draw.any(domain.real_range("key_growth"));
+  const bool large_v = draw.chance(0.5), same_keys = draw.chance(0.5);
+  if (backward) c.d_out.resize(s.q_size());
+  fill_values(c, kind, magnitude, growth, large_v, same_keys, seed);
+  return c;
+}
+
+}  // namespace
+
+template <bool B>
+Case CaseTraits<B>::build(Draw& draw, const Values& domain) {
+  return build_case(draw, domain, B);
+}
+
+template struct CaseTraits<false>;
+template struct CaseTraits<true>;
+
+}  // namespace kprop::attention

@@ -1,0 +1,90 @@
+// The dflash family's one case builder.
+#include <algorithm>
+#include <set>
+
+#include "properties/dflash/family.h"
+
+namespace kprop::dflash {
+
+// One case builder for RapidCheck draws, fuzz bytes and seed corpora.
+Case Traits::build(Draw& draw, const Values& domain) {
+  Case c;
+  c.model.vocab = static_cast<int>(draw.sized(domain.int_range("vocab")));
+  c.model.heads = static_cast<int>(draw.any(domain.int_range("model.heads")));
+  c.model.layers = static_cast<int>(draw.any(domain.int_range("model.layers")));
+  const int width = static_cast<int>(draw.sized(domain.int_range("model.d_model")));
+  c.model.d_model = (width + c.model.heads - 1) / c.model.heads * c.model.heads;
+  c.model.seed = static_cast<uint64_t>(draw.any(IntRange{1, 1 << 30}));
+  const int prompt_len = static_cast<int>(draw.sized(domain.int_range("prompt_len")));
+  for (int i = 0; i < prompt_len; ++i)
+    c.prompt.push_back(static_cast<int>(draw.any(IntRange{0, c.model.vocab - 1})));
+
+  const TinyLM model(c.model);
+  const double match_rate = draw.any(domain.real_range("tree.match_rate"));
+  const double chain_rate = draw.any(domain.real_range("tree.chain_rate"));
+  const int cycles = static_cast<int>(draw.sized(domain.int_range("cycles")));
+  std::vector<int> context = c.prompt;
+  for (int cycle = 0; cycle < cycles; ++cycle) {
+    const int nodes = static_cast<int>(draw.sized(domain.int_range("tree.nodes")));
+    const int max_roots =
+        std::min<int>(static_cast<int>(draw.any(domain.int_range("tree.roots"))), c.model.vocab);
+    const int max_children =
+        std::min<int>(static_cast<int>(draw.any(domain.int_range("tree.max_children"))), c.model.vocab);
+    DraftTree tree;
+    std::vector<int> children;           // per node
+    std::vector<Autoregressive> states;  // AR state after context ++ path(i)
+    Autoregressive root_state(model, context);
+    int roots = 0;
+    for (int i = 0; i < nodes; ++i) {
+      // Candidate parents with room left; -1 (a new root) while roots remain.
+      std::vector<int> open;
+      if (roots < max_roots) open.push_back(-1);
+      for (int p = 0; p < i; ++p)
+        if (children[static_cast<size_t>(p)] < max_children) open.push_back(p);
+      if (open.empty()) break;
+      int parent;
+      if (i > 0 && children[static_cast<size_t>(i - 1)] < max_children && draw.chance(chain_rate))
+        parent = i - 1;
+      else
+        parent = open[static_cast<size_t>(draw.index(open.size()))];
+      const Autoregressive& at = parent < 0 ? root_state : states[static_cast<size_t>(parent)];
+      std::set<int> taken;
+      for (int j = 0; j < i; ++j)
+        if (tree.parents[static_cast<size_t>(j)] == parent) taken.insert(tree.tokens[static_cast<size_t>(j)]);
+      int token = at.next().index;
+      if (taken.count(token) || !draw.chance(match_rate)) {
+        std::vector<int> free;
+        for (int t = 0; t < c.model.vocab; ++t)
+          if (!taken.count(t)) free.push_back(t);
+        token = free[static_cast<size_t>(draw.index(free.size()))];
+      }
+      tree.tokens.push_back(token);
+      tree.parents.push_back(parent);
+      children.push_back(0);
+      if (parent < 0)
+        ++roots;
+      else
+        ++children[static_cast<size_t>(parent)];
+      Autoregressive next = at;
+      next.push(token);
+      states.push_back(std::move(next));
+    }
+    // Advance the context as a correct verifier would (greedy path + bonus).
+    Autoregressive walk = root_state;
+    for (int current = -1;;) {
+      const int want = walk.next().index;
+      int next = -1;
+      for (int i = 0; i < tree.size() && next < 0; ++i)
+        if (tree.parents[static_cast<size_t>(i)] == current && tree.tokens[static_cast<size_t>(i)] == want)
+          next = i;
+      context.push_back(want);
+      if (next < 0) break;
+      walk.push(want);
+      current = next;
+    }
+    c.cycles.push_back(std::move(tree));
+  }
+  return c;
+}
+
+}  // namespace kprop::dflash

@@ -1,0 +1,212 @@
+// The layernorm family's shrinker.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+
+#include "kprop/case_yaml.h"
+#include "properties/layernorm/family.h"
+
+namespace kprop::layernorm {
+
+namespace {
+
+// v rounded to k significant decimal digits, then to the dtype.
+double round_digits(double v, int k, DType dtype) {
+  const std::string s = fmt::format("{:.{}e}", v, k - 1);
+  return dtype == DType::f32 ? static_cast<double>(std::strtof(s.c_str(), nullptr))
+                             : round_to(dtype, std::strtod(s.c_str(), nullptr));
+}
+
+// ---- shrinking
+enum class Tensor { x, gamma, beta, dy };
+
+template <typename C>  // Case or const Case
+auto& tensor(C& c, Tensor t) {
+  switch (t) {
+    case Tensor::x:
+      return c.x;
+    case Tensor::gamma:
+      return c.gamma;
+    case Tensor::beta:
+      return c.beta;
+    case Tensor::dy:
+      return c.dy;
+  }
+  return c.x;
+}
+
+// Simpler values for one element, boldest first: the tensor's canonical
+// value (γ = 1, β = 0, dy and x = 0 or 1), then fewer significant digits. Every
+// candidate has strictly fewer digits, or is canonical (reached once), so
+// shrinking terminates.
+std::vector<double> simpler_values(double v, Tensor t, DType dtype) {
+  std::vector<double> out;
+  auto add = [&](double w) {
+    if (w != v && std::find(out.begin(), out.end(), w) == out.end()) out.push_back(w);
+  };
+  switch (t) {
+    case Tensor::gamma:
+      if (v != 1) add(1);
+      break;
+    case Tensor::beta:
+      add(0);
+      break;
+    case Tensor::dy:
+    case Tensor::x:
+      if (v != 0 && v != 1) add(0), add(1);
+      break;
+  }
+  const int digits = significant_digits(v, dtype);
+  for (int k = 1; k < digits; ++k) {
+    const double w = round_digits(v, k, dtype);
+    if (std::isfinite(w) && significant_digits(w, dtype) < digits) add(w);
+  }
+  return out;
+}
+
+Case keep_rows(const Case& c, const std::vector<int>& keep) {
+  Case s = c;
+  s.rows = static_cast<int>(keep.size());
+  s.x.clear();
+  s.dy.clear();
+  const size_t D = static_cast<size_t>(c.dim);
+  for (int r : keep) {
+    s.x.insert(s.x.end(), c.x.begin() + static_cast<long>(r * D),
+               c.x.begin() + static_cast<long>((r + 1) * D));
+    s.dy.insert(s.dy.end(), c.dy.begin() + static_cast<long>(r * D),
+                c.dy.begin() + static_cast<long>((r + 1) * D));
+  }
+  return s;
+}
+
+Case keep_cols(const Case& c, const std::vector<int>& keep) {
+  Case s = c;
+  s.dim = static_cast<int>(keep.size());
+  s.x.clear();
+  s.dy.clear();
+  s.gamma.clear();
+  s.beta.clear();
+  const size_t D = static_cast<size_t>(c.dim);
+  for (int d : keep)
+    s.gamma.push_back(c.gamma[static_cast<size_t>(d)]), s.beta.push_back(c.beta[static_cast<size_t>(d)]);
+  for (size_t r = 0; r < static_cast<size_t>(c.rows); ++r)
+    for (int d : keep) {
+      s.x.push_back(c.x[r * D + static_cast<size_t>(d)]);
+      s.dy.push_back(c.dy[r * D + static_cast<size_t>(d)]);
+    }
+  return s;
+}
+
+std::vector<int> iota_except(int n, int lo, int hi) {  // [0, n) without [lo, hi)
+  std::vector<int> out;
+  for (int i = 0; i < n; ++i)
+    if (i < lo || i >= hi) out.push_back(i);
+  return out;
+}
+
+int digit_sum(const std::vector<double>& v, size_t lo, size_t hi, DType dtype) {
+  int s = 0;
+  for (size_t i = lo; i < hi; ++i) s += significant_digits(v[i], dtype);
+  return s;
+}
+
+}  // namespace
+
+int significant_digits(double v, DType dtype) {
+  if (!is_half(dtype)) return case_yaml::significant_digits(v, dtype == DType::f32);
+  if (v == 0 || !std::isfinite(v)) return 0;
+  std::string digits;  // of the shortest text, as case_yaml counts them
+  for (char ch : value_text(dtype, v)) {
+    if (ch == 'e' || ch == 'E') break;
+    if (ch >= '0' && ch <= '9') digits += ch;
+  }
+  const size_t first = digits.find_first_not_of('0');
+  if (first == std::string::npos) return 0;
+  return static_cast<int>(digits.find_last_not_of('0') - first + 1);
+}
+
+// One shrink step, boldest first: fewer rows, smaller D, canonical γ, β and
+// dy everywhere, ε a power of ten, constant rows, then each value with fewer
+// significant digits. Lazy: a candidate is built only when reached.
+rc::Seq<Case> Traits::shrinks(const Case& c0, const Values&) {
+  auto c = std::make_shared<const Case>(c0);
+  const int rows = c->rows, dim = c->dim;
+  std::vector<std::vector<int>> row_sets, col_sets;
+  if (rows > 1) {
+    row_sets.push_back(iota_except(rows, (rows + 1) / 2, rows));  // first half
+    row_sets.push_back(iota_except(rows, 0, rows / 2));           // second half
+    for (int r = 0; r < rows; ++r) row_sets.push_back(iota_except(rows, r, r + 1));
+  }
+  if (dim > 1) {
+    col_sets.push_back(iota_except(dim, (dim + 1) / 2, dim));
+    col_sets.push_back(iota_except(dim, 0, dim / 2));
+    for (int d = 0; d < dim; ++d) col_sets.push_back(iota_except(dim, d, d + 1));
+  }
+  auto structure = rc::seq::concat(rc::seq::map(rc::seq::fromContainer(row_sets),
+                                                [c](const std::vector<int>& k) { return keep_rows(*c, k); }),
+                                   rc::seq::map(rc::seq::fromContainer(col_sets),
+                                                [c](const std::vector<int>& k) { return keep_cols(*c, k); }));
+
+  std::vector<Case> global;
+  auto all_equal = [](const std::vector<double>& v, double w) {
+    return std::all_of(v.begin(), v.end(), [w](double e) { return e == w; });
+  };
+  if (!all_equal(c->gamma, 1)) {
+    Case s = *c;
+    std::fill(s.gamma.begin(), s.gamma.end(), 1.0);
+    global.push_back(std::move(s));
+  }
+  if (!all_equal(c->beta, 0)) {
+    Case s = *c;
+    std::fill(s.beta.begin(), s.beta.end(), 0.0);
+    global.push_back(std::move(s));
+  }
+  if (!all_equal(c->dy, 1) && !all_equal(c->dy, 0)) {
+    Case s = *c;
+    std::fill(s.dy.begin(), s.dy.end(), 1.0);
+    global.push_back(std::move(s));
+  }
+  {
+    Case s = *c;
+    s.eps = std::pow(10.0, std::round(std::log10(c->eps)));
+    round_to_dtype(s);
+    const DType et = eps_dtype(c->dtype);
+    if (s.eps != c->eps && significant_digits(s.eps, et) <= significant_digits(c->eps, et))
+      global.push_back(std::move(s));
+  }
+  const size_t D = static_cast<size_t>(dim);
+  for (size_t r = 0; r < static_cast<size_t>(rows); ++r) {  // a constant row (zero variance)
+    Case s = *c;
+    std::fill(s.x.begin() + static_cast<long>(r * D), s.x.begin() + static_cast<long>((r + 1) * D),
+              c->x[r * D]);
+    if (!(s.x == c->x) &&
+        digit_sum(s.x, r * D, (r + 1) * D, c->dtype) <= digit_sum(c->x, r * D, (r + 1) * D, c->dtype))
+      global.push_back(std::move(s));
+  }
+
+  struct Slot {
+    Tensor t;
+    size_t i;
+  };
+  std::vector<Slot> slots;
+  for (Tensor t : {Tensor::gamma, Tensor::beta, Tensor::dy, Tensor::x}) {
+    const size_t n = t == Tensor::x || t == Tensor::dy ? c->x.size() : D;
+    for (size_t i = 0; i < n; ++i) slots.push_back({t, i});
+  }
+  auto values = rc::seq::mapcat(rc::seq::fromContainer(std::move(slots)), [c](const Slot& slot) {
+    const double v = tensor(*c, slot.t)[slot.i];
+    return rc::seq::map(rc::seq::fromContainer(simpler_values(v, slot.t, c->dtype)), [c, slot](double w) {
+      Case s = *c;
+      tensor(s, slot.t)[slot.i] = w;
+      return s;
+    });
+  });
+  auto all =
+      rc::seq::concat(std::move(structure), rc::seq::fromContainer(std::move(global)), std::move(values));
+  return rc::seq::filter(std::move(all), [c](const Case& s) { return !(s == *c) && validate(s).empty(); });
+}
+
+}  // namespace kprop::layernorm

@@ -1,0 +1,137 @@
+// The floating-point types a kernel case is stored in (a case's `dtype`:
+// f32, f64, f16, bf16), their names in YAML, rounding to them and their
+// constants. One type for every numeric family (attention, layernorm,
+// softmax_topk, kvcache; the op family's tensor types, which add integers
+// and booleans, map their floating ones onto it).
+//
+// Self-contained like half.h (which it builds on): kernels include it
+// without depending on the framework; all inline but value_text
+// (src/float_type.cpp, like half.h's texts in src/half.cpp).
+#pragma once
+
+#include <limits>
+#include <string>
+
+#include "kprop/half.h"
+
+namespace kprop {
+
+enum class FloatType { f32, f64, f16, bf16 };
+
+// "f32", "f64", "f16", "bf16": the names in specs and case YAML.
+inline const char* dtype_name(FloatType t) {
+  switch (t) {
+    case FloatType::f32:
+      return "f32";
+    case FloatType::f64:
+      return "f64";
+    case FloatType::f16:
+      return "f16";
+    case FloatType::bf16:
+      return "bf16";
+  }
+  return "?";
+}
+
+// The type named `name`; false if none.
+inline bool parse_dtype(const std::string& name, FloatType& out) {
+  for (FloatType t : {FloatType::f32, FloatType::f64, FloatType::f16, FloatType::bf16})
+    if (name == dtype_name(t)) {
+      out = t;
+      return true;
+    }
+  return false;
+}
+
+// f16 or bf16: storage only, the arithmetic is f32 (as on GPUs).
+inline bool is_half(FloatType t) {
+  return t == FloatType::f16 || t == FloatType::bf16;
+}
+
+// The precision a kernel computes a `t` value in: f32 for the halves, the
+// type itself otherwise.
+inline FloatType arithmetic_type(FloatType t) {
+  return is_half(t) ? FloatType::f32 : t;
+}
+
+// The nearest value of the type to x (round to nearest, ties to even; f64: x).
+inline double round_to(FloatType t, double x) {
+  switch (t) {
+    case FloatType::f32:
+      return static_cast<double>(static_cast<float>(x));
+    case FloatType::f64:
+      return x;
+    case FloatType::f16:
+      return half::round_to_f16(x);
+    case FloatType::bf16:
+      return half::round_to_bf16(x);
+  }
+  return x;
+}
+
+// Unit roundoff: 2^-24 (f32), 2^-53 (f64), 2^-11 (f16), 2^-8 (bf16).
+inline double unit_roundoff(FloatType t) {
+  switch (t) {
+    case FloatType::f32:
+      return 0x1.0p-24;
+    case FloatType::f64:
+      return 0x1.0p-53;
+    case FloatType::f16:
+      return 0x1.0p-11;
+    case FloatType::bf16:
+      return 0x1.0p-8;
+  }
+  return 0x1.0p-53;
+}
+
+// The smallest positive normal: 2^-126 (f32, bf16), 2^-1022 (f64), 2^-14 (f16).
+inline double min_normal(FloatType t) {
+  switch (t) {
+    case FloatType::f32:
+    case FloatType::bf16:
+      return 0x1.0p-126;
+    case FloatType::f16:
+      return 0x1.0p-14;
+    case FloatType::f64:
+      break;
+  }
+  return 0x1.0p-1022;
+}
+
+// The smallest positive subnormal: 2^-149 (f32), 2^-1074 (f64), 2^-24 (f16), 2^-133 (bf16).
+inline double denorm_min(FloatType t) {
+  switch (t) {
+    case FloatType::f32:
+      return 0x1.0p-149;
+    case FloatType::f16:
+      return half::f16_min_subnormal;
+    case FloatType::bf16:
+      return half::bf16_min_subnormal;
+    case FloatType::f64:
+      break;
+  }
+  return 0x1.0p-1074;
+}
+
+// The largest finite value: FLT_MAX, DBL_MAX, 65504 (f16), (2 - 2^-7) 2^127 (bf16).
+inline double max_finite(FloatType t) {
+  switch (t) {
+    case FloatType::f32:
+      return static_cast<double>(std::numeric_limits<float>::max());
+    case FloatType::f16:
+      return half::f16_max;
+    case FloatType::bf16:
+      return half::bf16_max;
+    case FloatType::f64:
+      break;
+  }
+  return std::numeric_limits<double>::max();
+}
+
+// The shortest text that reads back to x in the type (read as a double,
+// then rounded to it): fmt's shortest text of the float (f32) or double
+// (f64), half.h's f16_text / bf16_text; a non-finite value as YAML writes
+// it (".nan", ".inf", "-.inf").
+std::string value_text(FloatType t, double x);
+
+}  // namespace kprop
