@@ -103,12 +103,21 @@ Verdict tree_logits_match_path(T& t, const Values& p) {
     if (trace.logits.size() != static_cast<size_t>(tree.size()) + 1)
       return Verdict::fail(fmt::format("cycle {}: {} logit rows, expected N + 1 = {}", k, trace.logits.size(),
                                        tree.size() + 1));
+    // Row 0 predicts after the context; row 1 + i after context ++ path(i).
+    // Each node's decoder state is its parent's plus its own token (a parent
+    // comes before its children: validate()), so every tree edge is decoded
+    // once, with the same pushes in the same order as decoding the path from
+    // scratch, and the same logits bit for bit.
+    const Autoregressive root(model, context);
+    std::vector<Autoregressive> at;  // at[i]: context ++ path(i)
+    at.reserve(static_cast<size_t>(tree.size()));
     for (int row = 0; row <= tree.size(); ++row) {
-      // Row 0 predicts after the context; row 1 + i after context ++ path(i).
-      std::vector<int> seq = context;
-      if (row > 0)
-        for (int n : path_to(tree, row - 1)) seq.push_back(tree.tokens[static_cast<size_t>(n)]);
-      const Logits expected = Autoregressive(model, seq).logits();
+      if (row > 0) {
+        const int parent = tree.parents[static_cast<size_t>(row - 1)];
+        at.push_back(parent < 0 ? root : at[static_cast<size_t>(parent)]);
+        at.back().push(tree.tokens[static_cast<size_t>(row - 1)]);
+      }
+      const Logits& expected = row == 0 ? root.logits() : at.back().logits();
       const Logits& got = trace.logits[static_cast<size_t>(row)];
       for (size_t v = 0; v < expected.size(); ++v) {
         const double err = std::fabs(got.at(v) - expected[v]);
