@@ -69,22 +69,25 @@ Case Traits::build(Draw& draw, const Values& domain) {
       next.push(token);
       states.push_back(std::move(next));
     }
-    // Advance the context as a correct verifier would (greedy path + bonus).
-    Autoregressive walk = root_state;
-    for (int current = -1;;) {
-      const int want = walk.next().index;
-      int next = -1;
-      for (int i = 0; i < tree.size() && next < 0; ++i)
-        if (tree.parents[static_cast<size_t>(i)] == current && tree.tokens[static_cast<size_t>(i)] == want)
-          next = i;
-      context.push_back(want);
-      if (next < 0) break;
-      walk.push(want);
-      current = next;
-    }
+    advance_context(root_state, tree, context);
     c.cycles.push_back(std::move(tree));
   }
   return c;
+}
+
+void advance_context(const Autoregressive& root, const DraftTree& tree, std::vector<int>& context) {
+  Autoregressive walk = root;
+  for (int current = -1;;) {
+    const int want = walk.next().index;
+    int next = -1;
+    for (int i = 0; i < tree.size() && next < 0; ++i)
+      if (tree.parents[static_cast<size_t>(i)] == current && tree.tokens[static_cast<size_t>(i)] == want)
+        next = i;
+    context.push_back(want);
+    if (next < 0) break;
+    walk.push(want);
+    current = next;
+  }
 }
 
 }  // namespace kprop::dflash

@@ -32,6 +32,11 @@ struct Traits {
                         expr::TensorMap& out);
 };
 
+// Advances `context` as a correct verifier would after `tree` (root: the
+// decoder after the context): the greedy path through the tree plus the
+// bonus token (build.cpp; the builder and the shrinker share it).
+void advance_context(const Autoregressive& root, const DraftTree& tree, std::vector<int>& context);
+
 void register_invariants(FamilyDef<Traits>& family);
 // The ops of include/kprop/abi/dflash.h for plugin: and exec: targets.
 void register_external(FamilyDef<Traits>& family);

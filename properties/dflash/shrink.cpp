@@ -48,18 +48,7 @@ std::vector<CycleView> views(const TinyLM& model, const Case& c) {
       at.push(tree.tokens[static_cast<size_t>(i)]);
       states.push_back(std::move(at));
     }
-    Autoregressive walk = root;
-    for (int current = -1;;) {
-      const int want = walk.next().index;
-      int next = -1;
-      for (int i = 0; i < tree.size() && next < 0; ++i)
-        if (tree.parents[static_cast<size_t>(i)] == current && tree.tokens[static_cast<size_t>(i)] == want)
-          next = i;
-      context.push_back(want);
-      if (next < 0) break;
-      walk.push(want);
-      current = next;
-    }
+    advance_context(root, tree, context);
     out.push_back(std::move(v));
     if (out.size() > 64) break;
   }
