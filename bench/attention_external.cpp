@@ -1,4 +1,4 @@
-// Cases per second of a whole property run of specs/flash_fwd.yaml (case
+// Cases per second of a whole property run of specs/attention_fwd.yaml (case
 // generation, the target, the fp64 reference, every invariant) for the same
 // seed and cases, by how the target is reached:
 //   tiled          kprop's own optimized kernel, a direct C++ call;
@@ -24,7 +24,7 @@ using namespace kprop;
 const std::string kPlugin = std::string(KPROP_EXAMPLES_DIR) + "/libattention_fwd_correct.so";
 
 void property_run(benchmark::State& state, std::string target) {
-  Spec spec = load_spec(KPROP_SOURCE_DIR "/specs/flash_fwd.yaml");
+  Spec spec = load_spec(KPROP_SOURCE_DIR "/specs/attention_fwd.yaml");
   RunOptions options;
   if (target == "abi_in_process") {
     void* handle = dlopen(kPlugin.c_str(), RTLD_NOW | RTLD_LOCAL);

@@ -10,7 +10,7 @@
 
 and run it with
 
-    prop_runner --spec specs/flash_fwd.yaml --target "exec:python3 my_worker.py"
+    prop_runner --spec specs/attention_fwd.yaml --target "exec:python3 my_worker.py"
 
 Each request calls the op's function with the request's tensors (read-only
 NumPy arrays, shapes and dtypes as in include/kprop/abi.h) and attributes

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Per-dtype correctness table of a spec's target, as Markdown.
 
-    scripts/dtype_table.py specs/flash_fwd.yaml [--key dtypes] [--dtypes f16,bf16,f32,f64]
+    scripts/dtype_table.py specs/attention_fwd.yaml [--key dtypes] [--dtypes f16,bf16,f32,f64]
                            [--trials 10000] [--seed 1] [--target NAME] [--runner build/prop_runner]
 
 For each dtype, writes a copy of the spec (in a temporary folder) whose

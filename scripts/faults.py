@@ -3,7 +3,7 @@
 
 Replays a folder of hostile corpus files and runs hostile exec: workers
 (garbage frames, a huge reply header, a hang, an early exit, a 4 GB
-allocation inside the worker, a setsid grandchild) against specs/flash_fwd.yaml,
+allocation inside the worker, a setsid grandchild) against specs/attention_fwd.yaml,
 and reports for each: prop_runner's exit code, its peak RSS (the runner
 alone: each worker is its own process, measured apart), the wall time,
 whether the failing case was kept (a file written, or printed in full), and
@@ -128,7 +128,7 @@ def main():
     ap.add_argument("--budget-mb", type=float, default=1024)
     args = ap.parse_args()
     runner = str(Path(args.build).resolve() / "prop_runner")
-    spec = str(ROOT / "specs" / "flash_fwd.yaml")
+    spec = str(ROOT / "specs" / "attention_fwd.yaml")
     work = tempfile.mkdtemp(prefix="kprop-faults-")
     worker = Path(work, "hostile_worker.py")
     worker.write_text(WORKER)

@@ -36,7 +36,7 @@ step() {  # step NAME LOG COMMAND...: runs it, records pass/fail
   summary+=("$(printf '%-44s %-14s %4ss  %s' "$name" "$verdict" $((SECONDS - t0)) "$(tail -1 "$logs/$log" | cut -c1-90)")")
   echo "${summary[-1]}" | tee -a "$logs/summary.txt"
 }
-specs=(flash_fwd flash_bwd kvcache layernorm softmax_topk)
+specs=(attention_fwd attention_bwd kvcache layernorm softmax_topk)
 for s in "${specs[@]}"; do
   step "$s --target cuda --seed 1" "$s.cuda.1.txt" \
     "$build/prop_runner" --spec "$root/specs/$s.yaml" --target cuda --seed 1 --no-corpus --time 0
@@ -47,7 +47,7 @@ done
 if [ -d "$build/examples" ]; then
   plugin_dir=$(dirname "$(find "$build/examples" -name 'libattention_fwd_cuda_correct.so' -o -name 'attention_fwd_cuda_correct.so' | head -1)")
   step "CUDA plugin (device tensors)" plugin.txt \
-    bash "$root/tests/external/cuda_plugin_test.sh" "$build/prop_runner" "$root/specs/flash_fwd.yaml" "$plugin_dir"
+    bash "$root/tests/external/cuda_plugin_test.sh" "$build/prop_runner" "$root/specs/attention_fwd.yaml" "$plugin_dir"
 fi
 step "compute-sanitizer (4 tools x targets)" sanitize.txt \
   env KPROP_SANITIZE_TRIALS=${KPROP_SANITIZE_TRIALS:-10} bash "$root/scripts/cuda_sanitize.sh" "$build"

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -613,9 +614,25 @@ Spec parse_spec(const std::string& text, const std::string& path, const std::str
   return std::move(*selected);
 }
 
+const std::vector<std::pair<std::string, std::string>>& renamed_specs() {
+  static const std::vector<std::pair<std::string, std::string>> renamed = {{"flash_fwd", "attention_fwd"},
+                                                                           {"flash_bwd", "attention_bwd"}};
+  return renamed;
+}
+
 Spec load_spec(const std::string& path, const std::string& profile) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError({path, 0, 0}, "cannot read spec file");
+  if (!in) {
+    const std::filesystem::path p(path);
+    for (const auto& [old_stem, new_stem] : renamed_specs()) {
+      const auto renamed = std::filesystem::path(p).replace_filename(new_stem + p.extension().string());
+      if (p.stem() == old_stem && std::filesystem::exists(renamed)) {
+        fmt::print(stderr, "kprop: note: spec {} is now {}; loading that\n", path, renamed.string());
+        return load_spec(renamed.string(), profile);
+      }
+    }
+    throw InputError({path, 0, 0}, "cannot read spec file");
+  }
   std::stringstream text;
   text << in.rdbuf();
   return parse_spec(text.str(), path, profile);

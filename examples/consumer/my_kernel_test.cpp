@@ -1,4 +1,4 @@
-// A user's own GoogleTest binary: kprop runs specs/flash_fwd.yaml against the
+// A user's own GoogleTest binary: kprop runs specs/attention_fwd.yaml against the
 // kernel linked into this test, through the same C ABI a plugin exports.
 #include <kprop/testing.h>
 
@@ -9,6 +9,6 @@ TEST(MyKernels, FlashAttentionForward) {
   kprop::RunOptions options;
   options.trials = 200;
   options.corpus_dir = "kprop-corpus";  // shrunk counterexamples land here
-  KPROP_EXPECT_SPEC_PASSES(KPROP_SPEC_DIR "/flash_fwd.yaml",
+  KPROP_EXPECT_SPEC_PASSES(KPROP_SPEC_DIR "/attention_fwd.yaml",
                            {{"kprop_attention_fwd", reinterpret_cast<void*>(&kprop_attention_fwd)}}, options);
 }

@@ -2,7 +2,7 @@
 // C ABI. It needs only include/kprop/abi.h:
 //
 //   c++ -std=c++17 -O2 -shared -fPIC -I kprop/include attention_fwd.cpp -o libattention_fwd.so
-//   prop_runner --spec specs/flash_fwd.yaml --target plugin:./libattention_fwd.so
+//   prop_runner --spec specs/attention_fwd.yaml --target plugin:./libattention_fwd.so
 //
 // Online softmax over key tiles of the size the case asks for (block_k), in
 // the case's dtype, reading every tensor through its strides.

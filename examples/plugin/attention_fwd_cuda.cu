@@ -4,7 +4,7 @@
 //
 //   nvcc -O2 -shared -Xcompiler -fPIC -cudart shared -I kprop/include attention_fwd_cuda.cu \
 //        -o libattention_fwd_cuda.so
-//   prop_runner --spec specs/flash_fwd.yaml --target plugin:./libattention_fwd_cuda.so
+//   prop_runner --spec specs/attention_fwd.yaml --target plugin:./libattention_fwd_cuda.so
 //
 // Simple, not fast: one thread per query row, two passes over the keys (the
 // row maximum, then the exponentials and the weighted sum of V), in f32,

@@ -1,6 +1,6 @@
 """attention.bwd in NumPy, tested by kprop through the worker protocol.
 
-    prop_runner --spec specs/flash_bwd.yaml --target "exec:/usr/bin/python3 examples/python/attention_bwd.py"
+    prop_runner --spec specs/attention_bwd.yaml --target "exec:/usr/bin/python3 examples/python/attention_bwd.py"
 
 FlashAttention's backward, materialized, in the inputs' dtype (f16/bf16
 inputs in float32, as GPU kernels compute them; LSE comes as f32): kprop

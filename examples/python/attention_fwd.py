@@ -1,6 +1,6 @@
 """attention.fwd in NumPy, tested by kprop through the worker protocol.
 
-    prop_runner --spec specs/flash_fwd.yaml --target "exec:python3 examples/python/attention_fwd.py"
+    prop_runner --spec specs/attention_fwd.yaml --target "exec:python3 examples/python/attention_fwd.py"
 
 Materialized softmax attention in the inputs' dtype (f16/bf16 inputs in
 float32, as GPU kernels compute them; the worker rounds O to the case's

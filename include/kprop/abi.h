@@ -4,7 +4,7 @@
  *   - kprop_abi_version(), returning KPROP_ABI_VERSION (write KPROP_PLUGIN();),
  *   - one entry point per kernel op it implements, e.g. kprop_attention_fwd,
  *     with the signature   int NAME(const ARGS* args, char* error, size_t error_size);
- * and is run with   prop_runner --spec specs/flash_fwd.yaml --target plugin:./libmine.so
+ * and is run with   prop_runner --spec specs/attention_fwd.yaml --target plugin:./libmine.so
  * The family comes from the spec. kprop allocates every tensor, inputs and
  * outputs alike; the plugin writes its outputs into the views it is given.
  * Return KPROP_OK, KPROP_ERROR (message in `error`: the case is saved and the

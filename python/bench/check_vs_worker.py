@@ -1,6 +1,6 @@
 """Cases per second of one NumPy target, in process vs the exec: worker.
 
-    [KPROP_BENCH_SPEC=flash_fwd] PYTHONPATH=build/python .venv/bin/python python/bench/check_vs_worker.py [--trials 300]
+    [KPROP_BENCH_SPEC=attention_fwd] PYTHONPATH=build/python .venv/bin/python python/bench/check_vs_worker.py [--trials 300]
 
 Runs examples/python/<example>.py's function on the spec with a fixed seed
 and trial count, first in process (kprop.check), then with isolate=True
@@ -15,9 +15,9 @@ import sys
 import kprop
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-EXAMPLES = {"flash_fwd": ("attention_fwd", "attention_fwd"), "layernorm": ("layernorm", "layernorm"),
+EXAMPLES = {"attention_fwd": ("attention_fwd", "attention_fwd"), "layernorm": ("layernorm", "layernorm"),
             "softmax_topk": ("softmax_topk", "softmax_topk")}
-SPEC = os.environ.get("KPROP_BENCH_SPEC", "flash_fwd")
+SPEC = os.environ.get("KPROP_BENCH_SPEC", "attention_fwd")
 _file, _name = EXAMPLES[SPEC]
 _spec = importlib.util.spec_from_file_location("bench_example",
                                                os.path.join(HERE, "..", "..", "examples", "python", _file + ".py"))

@@ -37,8 +37,8 @@ def _plant(m, bug):
 
 # spec, example, target from a module (and a bug for dflash, whose bugs are arguments), planted bugs
 ROWS = [
-    ("flash_fwd", "attention_fwd", lambda m, b: m.attention_fwd, ["top_left_causal"]),
-    ("flash_bwd", "attention_bwd", lambda m, b: m.attention_bwd,
+    ("attention_fwd", "attention_fwd", lambda m, b: m.attention_fwd, ["top_left_causal"]),
+    ("attention_bwd", "attention_bwd", lambda m, b: m.attention_bwd,
      ["dsoftmax_wrong_axis", "masked_row_nan", "dk_missing_scale", "d_without_do"]),
     ("layernorm", "layernorm", lambda m, b: m.layernorm,
      ["naive_variance", "eps_outside_sqrt", "missing_mean_term", "dgamma_no_xhat"]),

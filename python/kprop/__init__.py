@@ -6,11 +6,11 @@
         ...  # NumPy in, NumPy out
         return {"o": o, "lse": lse}
 
-    kprop.check("flash_fwd", attention_fwd)  # raises kprop.Counterexample on a failure
+    kprop.check("attention_fwd", attention_fwd)  # raises kprop.Counterexample on a failure
 
 and in pytest (the plugin is registered by the package):
 
-    @kprop.spec("flash_fwd")
+    @kprop.spec("attention_fwd")
     def test_attention(q, k, v, scale, mask, key_lengths=None, allowed=None, **_):
         return attention_fwd(q, k, v, scale, mask, key_lengths, allowed)
 

@@ -166,6 +166,10 @@ def shipped_specs() -> List[str]:
     return sorted(os.path.splitext(os.path.basename(p))[0] for p in glob.glob(os.path.join(SPECS_DIR, "*.yaml")))
 
 
+# Old names of renamed shipped specs (the C++ loader's renamed_specs()).
+_RENAMED_SPECS = {"flash_fwd": "attention_fwd", "flash_bwd": "attention_bwd"}
+
+
 def _resolve_spec(spec) -> Tuple[str, bool]:
     """(path or text, is_text) for a path, a shipped spec name or a dict."""
     if isinstance(spec, Mapping):
@@ -173,7 +177,7 @@ def _resolve_spec(spec) -> Tuple[str, bool]:
     spec = os.fspath(spec)
     if os.path.exists(spec):
         return spec, False
-    shipped = os.path.join(SPECS_DIR, spec + ".yaml")
+    shipped = os.path.join(SPECS_DIR, _RENAMED_SPECS.get(spec, spec) + ".yaml")
     if os.sep not in spec and not spec.endswith((".yaml", ".yml")) and os.path.exists(shipped):
         return shipped, False
     raise ValueError("kprop: no spec file %r and no shipped spec of that name (shipped: %s)"
@@ -577,7 +581,7 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
           extra_invariants: Optional[Sequence[Callable]] = None, profile: Optional[str] = None) -> CheckResult:
     """Runs `spec` with `fn` as its target, in this process.
 
-    spec: a path, a shipped spec name ("flash_fwd") or a dict.
+    spec: a path, a shipped spec name ("attention_fwd") or a dict.
     fn: called once per op request with the op's input tensors (read-only
         NumPy views, valid during the call) and attributes as keyword
         arguments; returns the outputs as a dict, a tuple in declared order or

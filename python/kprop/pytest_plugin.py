@@ -1,6 +1,6 @@
 """pytest plugin of kprop (entry point pytest11): @kprop.spec tests.
 
-    @kprop.spec("flash_fwd", seed=1)
+    @kprop.spec("attention_fwd", seed=1)
     def test_attention(q, k, v, scale, mask, key_lengths=None, allowed=None, **_):
         return my_attention(q, k, v, scale, mask, key_lengths, allowed)
 

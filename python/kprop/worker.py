@@ -6,7 +6,7 @@ MODULE is a module name or a path to a .py file (loaded as __kprop_main__,
 so a script guarded by `if __name__ == "__main__":` does not run again);
 NAME is the function's qualified name. Also usable directly:
 
-    prop_runner --spec specs/flash_fwd.yaml --target "exec:python3 -m kprop.worker mymod:attention_fwd"
+    prop_runner --spec specs/attention_fwd.yaml --target "exec:python3 -m kprop.worker mymod:attention_fwd"
 
 f16 tensors are NumPy float16 arrays; bf16 tensors are ml_dtypes.bfloat16
 arrays when ml_dtypes is importable, else uint16 arrays of the raw bits

@@ -123,9 +123,15 @@ struct DeclaredFamily {
 bool register_declared_family(DeclaredFamily declared);
 const std::vector<DeclaredFamily>& declared_families();
 
+// Shipped specs that were renamed, old stem -> new stem (flash_fwd ->
+// attention_fwd: a spec file is named after its family, '.' -> '_').
+const std::vector<std::pair<std::string, std::string>>& renamed_specs();
+
 // Loads and validates a spec and every profile it declares; throws
 // InputError naming file:line:col. `profile` (prop_runner --profile)
-// selects one: its domain:/run: keys replace the base spec's.
+// selects one: its domain:/run: keys replace the base spec's. A missing
+// file whose name is an old name of renamed_specs() loads the new file
+// beside it, with a one-line note on stderr.
 Spec load_spec(const std::string& path, const std::string& profile = "");
 // Same, from text (tests, the spec-loader fuzzer); `path` names it in errors.
 Spec parse_spec(const std::string& text, const std::string& path, const std::string& profile = "");

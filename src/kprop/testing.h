@@ -5,7 +5,7 @@
 //   extern "C" int my_attention_fwd(const kprop_attention_fwd_args*, char*, size_t);
 //
 //   TEST(MyKernel, FlashForward) {
-//     KPROP_EXPECT_SPEC_PASSES("specs/flash_fwd.yaml", {{"kprop_attention_fwd", (void*)&my_attention_fwd}});
+//     KPROP_EXPECT_SPEC_PASSES("specs/attention_fwd.yaml", {{"kprop_attention_fwd", (void*)&my_attention_fwd}});
 //   }
 //
 // The spec's seed, trials and invariants apply; set KPROP_SEED or pass

@@ -69,7 +69,7 @@ TEST(Budget, ShippedSpecsLoadAndCasesOverTheBudgetAreNamed) {
       EXPECT_NO_THROW(load_spec(e.path().string())) << e.path();
     }
   }
-  Spec spec = load_spec((fs::path(KPROP_SOURCE_DIR) / "specs" / "flash_fwd.yaml").string());
+  Spec spec = load_spec((fs::path(KPROP_SOURCE_DIR) / "specs" / "attention_fwd.yaml").string());
   const AnyCase c = spec.family->generator(spec.domain)(rc::Random(3), 100).value();
   EXPECT_EQ(check_case_budget(spec, c), "");
   spec.run.max_case_mb = 1;

@@ -370,8 +370,8 @@ namespace kprop {
 namespace {
 
 // The shipped gpu profiles: generated cases and a sample of their first-level
-// shrink candidates are inside the profile's (constrained) domain. flash_fwd
-// and flash_bwd join this list once attention's tile and same-length picks
+// shrink candidates are inside the profile's (constrained) domain. attention_fwd
+// and attention_bwd join this list once attention's tile and same-length picks
 // keep to constrained ranges (pick_tile, nk = clamp(nq, ...)).
 class ShippedProfile : public ::testing::TestWithParam<std::string> {};
 
@@ -392,7 +392,7 @@ TEST_P(ShippedProfile, CasesAndShrinkCandidatesStayInside) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Gpu, ShippedProfile, ::testing::Values("layernorm", "softmax_topk", "kvcache", "flash_fwd", "flash_bwd"));
+INSTANTIATE_TEST_SUITE_P(Gpu, ShippedProfile, ::testing::Values("layernorm", "softmax_topk", "kvcache", "attention_fwd", "attention_bwd"));
 
 }  // namespace
 }  // namespace kprop

@@ -410,7 +410,7 @@ CliRun run(const std::string& args) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
 }
 
-const std::string kBwdExpr = std::string(KPROP_SOURCE_DIR) + "/specs/examples/flash_bwd_expr.yaml";
+const std::string kBwdExpr = std::string(KPROP_SOURCE_DIR) + "/specs/examples/attention_bwd_expr.yaml";
 
 TEST(ExprCli, ExpressionInvariantKillsAMutantAndItsCaseReplays) {
   namespace fs = std::filesystem;
@@ -422,7 +422,7 @@ TEST(ExprCli, ExpressionInvariantKillsAMutantAndItsCaseReplays) {
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("d_is_rowsum_p_dp"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("fails at ["), std::string::npos) << r.out;
-  const fs::path dir = corpus / "flash_bwd_expr";
+  const fs::path dir = corpus / "attention_bwd_expr";
   ASSERT_TRUE(fs::exists(dir)) << r.out;
   // The stored case passes on the correct kernel and still fails the mutant.
   const CliRun ok = run("--spec " + kBwdExpr + " --replay " + dir.string());

@@ -235,7 +235,7 @@ TEST(ExternalInterrupt, CtrlCStopsAWaitOnAHungWorker) {
       fmt::format("exec:cat {}; head -c 8 > /dev/null; echo $$ > {}.tmp && mv {}.tmp {}; exec sleep 300",
                   (dir.path / "hello").string(), ready.string(), ready.string(), ready.string());
   const std::string log = (dir.path / "runner.log").string();
-  const std::string spec = std::string(KPROP_SOURCE_DIR) + "/specs/flash_fwd.yaml";
+  const std::string spec = std::string(KPROP_SOURCE_DIR) + "/specs/attention_fwd.yaml";
   const pid_t runner = fork();
   ASSERT_GE(runner, 0);
   if (runner == 0) {

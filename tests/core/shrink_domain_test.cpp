@@ -146,7 +146,7 @@ TEST(ShrinkCoupled, LayernormNeverShrinksBelowTheRanges) {
 }
 
 TEST(ShrinkCoupled, AttentionShrinksNqWithNkWhenTheDomainTiesThem) {
-  const Spec spec = spec_with("flash_fwd.yaml", "  nq: [1, 40]\n  nk: [1, 40]\n  same_length_rate: 0.25",
+  const Spec spec = spec_with("attention_fwd.yaml", "  nq: [1, 40]\n  nk: [1, 40]\n  same_length_rate: 0.25",
                               "  nq: [3, 8]\n  nk: [3, 8]\n  same_length_rate: 1");
   for (int i = 0; i < 10; ++i) {
     const AnyCase c = spec.family->generator(spec.domain)(rc::Random(uint64_t(i)), 100).value();

@@ -3,6 +3,10 @@
 #include "kprop/spec.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 namespace kprop {
 namespace {
@@ -102,6 +106,17 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(SpecLoader, MissingFileIsAnInputError) {
   EXPECT_THROW(load_spec("/nonexistent/spec.yaml"), InputError);
+}
+
+// specs/flash_fwd.yaml was renamed specs/attention_fwd.yaml (a spec file is
+// named after its family): the old path still loads, the new file.
+TEST(SpecLoader, ARenamedSpecLoadsUnderItsOldName) {
+  const auto dir = std::filesystem::temp_directory_path() / ("kprop_renamed_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream((dir / "attention_fwd.yaml").string()) << kValid;
+  EXPECT_EQ(load_spec((dir / "flash_fwd.yaml").string()).name, "toy");
+  EXPECT_THROW(load_spec((dir / "flash_bwd.yaml").string()), InputError);  // no attention_bwd.yaml there
+  std::filesystem::remove_all(dir);
 }
 
 TEST(SpecLoader, EmptyInvariantListIsAnError) {

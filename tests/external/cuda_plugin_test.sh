@@ -34,7 +34,7 @@ cat "$tmp/cuda_buggy.log"
 run cuda_sticky 3 --corpus "$tmp/sticky" --target "plugin:$plugins/libattention_fwd_cuda_sticky.so"
 expect_log cuda_sticky "CUDA error in the plugin: cudaErrorIllegalAddress"
 expect_log cuda_sticky "plugin host restarted"
-grep -l "found_by: error" "$tmp/sticky/flash_fwd/"*.yaml > /dev/null 2>&1 ||
+grep -l "found_by: error" "$tmp/sticky/attention_fwd/"*.yaml > /dev/null 2>&1 ||
   { echo "FAIL cuda_sticky: no saved case"; fails=$((fails + 1)); }
 cat "$tmp/cuda_sticky.log"
 

@@ -18,17 +18,17 @@ expect_log plugin_buggy "shrunk: B1 Hq1/Hkv1 Nq1 Nk1 D1"
 # A crash is shrunk, saved and reported (exit 3); the runner survives it.
 run plugin_crash 3 --corpus "$tmp/crash" --target "plugin:$plugins/libattention_fwd_crash.so"
 expect_log plugin_crash "killed by signal 11"
-grep -l "found_by: crash" "$tmp/crash/flash_fwd/"*.yaml > /dev/null 2>&1 ||
+grep -l "found_by: crash" "$tmp/crash/attention_fwd/"*.yaml > /dev/null 2>&1 ||
   { echo "FAIL plugin_crash: no saved case"; fails=$((fails + 1)); }
-grep -q "nk: 1," "$tmp/crash/flash_fwd/"*.yaml || { echo "FAIL plugin_crash: case not shrunk"; fails=$((fails + 1)); }
+grep -q "nk: 1," "$tmp/crash/attention_fwd/"*.yaml || { echo "FAIL plugin_crash: case not shrunk"; fails=$((fails + 1)); }
 # The saved case replays: it still fails (crashes) on the plugin, and is clean on the reference.
-run crash_replay 1 --no-corpus --target "plugin:$plugins/libattention_fwd_crash.so" --replay "$tmp/crash/flash_fwd"
-run crash_replay_reference 0 --target reference --replay "$tmp/crash/flash_fwd"
+run crash_replay 1 --no-corpus --target "plugin:$plugins/libattention_fwd_crash.so" --replay "$tmp/crash/attention_fwd"
+run crash_replay_reference 0 --target reference --replay "$tmp/crash/attention_fwd"
 
 # A hang is stopped by the per-case timeout, saved, exit 3.
 run plugin_hang 3 --corpus "$tmp/hang" --case-timeout 1 --target "plugin:$plugins/libattention_fwd_hang.so"
 expect_log plugin_hang "hung (no reply within case_timeout_s = 1 s)"
-grep -l "found_by: hang" "$tmp/hang/flash_fwd/"*.yaml > /dev/null 2>&1 ||
+grep -l "found_by: hang" "$tmp/hang/attention_fwd/"*.yaml > /dev/null 2>&1 ||
   { echo "FAIL plugin_hang: no saved case"; fails=$((fails + 1)); }
 
 # Setup errors: one line, exit 2.
@@ -119,7 +119,7 @@ PY
 run worker_huge_reply 3 --corpus "$tmp/huge" --target "exec:$python $tmp/huge.py"
 expect_log worker_huge_reply "reply refused before reading its payload: tensor o f[0-9]*\[805306368\] ([0-9]* bytes), the request declared o f"
 expect_log worker_huge_reply "shrunk in"
-grep -l "found_by: error" "$tmp/huge/flash_fwd/"*.yaml > /dev/null 2>&1 ||
+grep -l "found_by: error" "$tmp/huge/attention_fwd/"*.yaml > /dev/null 2>&1 ||
   { echo "FAIL worker_huge_reply: no saved case"; fails=$((fails + 1)); }
 # A worker serving the wrong ops is refused at the handshake.
 cat > "$tmp/wrong_op.py" <<PY

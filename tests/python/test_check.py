@@ -26,7 +26,7 @@ def _assert_shrunk_counterexample(excinfo, corpus, invariant=None):
 # ------------------------------------------------------------------ attention
 def test_attention_fwd_correct_passes(example, corpus):
     mod = example("attention_fwd")
-    result = kprop.check("flash_fwd", mod.attention_fwd, seed=SEED, trials=60, corpus=corpus)
+    result = kprop.check("attention_fwd", mod.attention_fwd, seed=SEED, trials=60, corpus=corpus)
     assert result.passed and result.status == "passed"
     assert result.trials >= 60 and result.checked > 0 and result.declined == 0
     assert any(i.status == "passed" and i.passed >= 60 for i in result.invariants)
@@ -37,7 +37,7 @@ def test_attention_fwd_top_left_causal_is_caught_and_shrunk(example, corpus):
     mod = example("attention_fwd")
     mod.TOP_LEFT_CAUSAL = True  # the planted bug of examples/python/attention_fwd.py --bug
     with pytest.raises(kprop.Counterexample) as excinfo:
-        kprop.check("flash_fwd", mod.attention_fwd, seed=SEED, trials=200, corpus=corpus)
+        kprop.check("attention_fwd", mod.attention_fwd, seed=SEED, trials=200, corpus=corpus)
     f = _assert_shrunk_counterexample(excinfo, corpus)
     assert f.kind == "invariant"
     assert "causal" in f.case_yaml
@@ -143,7 +143,7 @@ def test_an_output_fn_forgets_reads_as_poison(example, corpus):
         return {"o": mod.attention_fwd(**kw)["o"]}
 
     with pytest.raises(kprop.Counterexample, match="no output 'lse'"):
-        kprop.check("flash_fwd", only_o, seed=SEED, trials=5, corpus=corpus)
+        kprop.check("attention_fwd", only_o, seed=SEED, trials=5, corpus=corpus)
 
 
 def test_keeping_an_input_view_is_refused(example, corpus):
@@ -199,7 +199,9 @@ def test_spec_by_path_and_unknown_names(example, corpus):
         kprop.check("no_such_spec", mod.softmax_topk)
     with pytest.raises(ValueError, match="no invariant"):
         kprop.check("softmax_topk", mod.softmax_topk, invariants=["nope"], corpus=corpus)
-    assert "flash_fwd" in kprop.shipped_specs()
+    assert "attention_fwd" in kprop.shipped_specs()
+    # flash_fwd was renamed attention_fwd (spec files are named after their family)
+    assert kprop.spec_info("flash_fwd")["name"] == "attention_fwd"
 
 
 def test_only_selected_invariants_run(example, corpus):

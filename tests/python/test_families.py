@@ -25,17 +25,17 @@ def _caught_and_shrunk(spec, fn, corpus, trials, **kw):
 
 
 # ------------------------------------------------------------ attention.bwd
-def test_flash_bwd_correct_passes(example, corpus):
+def test_attention_bwd_correct_passes(example, corpus):
     mod = example("attention_bwd")
-    result = kprop.check("flash_bwd", mod.attention_bwd, seed=SEED, trials=40, corpus=corpus)
+    result = kprop.check("attention_bwd", mod.attention_bwd, seed=SEED, trials=40, corpus=corpus)
     assert result.passed and result.checked > 0 and result.declined == 0
 
 
 @pytest.mark.parametrize("bug", ["dsoftmax_wrong_axis", "masked_row_nan", "dk_missing_scale", "d_without_do"])
-def test_flash_bwd_bugs_are_caught(example, corpus, bug):
+def test_attention_bwd_bugs_are_caught(example, corpus, bug):
     mod = example("attention_bwd")
     mod.BUG = bug
-    _caught_and_shrunk("flash_bwd", mod.attention_bwd, corpus, 300)
+    _caught_and_shrunk("attention_bwd", mod.attention_bwd, corpus, 300)
 
 
 # ------------------------------------------------------------------- dflash

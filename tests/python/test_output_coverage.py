@@ -21,9 +21,9 @@ def _dflash(m):
 
 # spec -> (example module, its ops, {op: every output of the op's contract})
 FAMILIES = {
-    "flash_fwd": ("attention_fwd", lambda m: {"attention.fwd": m.attention_fwd},
+    "attention_fwd": ("attention_fwd", lambda m: {"attention.fwd": m.attention_fwd},
                   {"attention.fwd": ["o", "lse"]}),
-    "flash_bwd": ("attention_bwd", lambda m: {"attention.bwd": m.attention_bwd},
+    "attention_bwd": ("attention_bwd", lambda m: {"attention.bwd": m.attention_bwd},
                   {"attention.bwd": ["d", "dq", "dk", "dv"]}),
     "layernorm": ("layernorm", lambda m: {"layernorm": m.layernorm},
                   {"layernorm": ["y", "xhat", "mean", "rstd", "dx", "dgamma", "dbeta"]}),

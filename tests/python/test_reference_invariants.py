@@ -32,16 +32,16 @@ def test_a_bug_is_caught_against_your_own_reference(example, corpus):
     buggy.TOP_LEFT_CAUSAL = True
     oracle = example("attention_fwd")
     with pytest.raises(kprop.Counterexample) as excinfo:
-        kprop.check("flash_fwd", buggy.attention_fwd, reference=oracle.attention_fwd, seed=SEED, trials=200,
+        kprop.check("attention_fwd", buggy.attention_fwd, reference=oracle.attention_fwd, seed=SEED, trials=200,
                     invariants=["matches_reference"], corpus=corpus)
     f = excinfo.value.finding
     assert f.invariant == "matches_reference" and "causal" in f.case_yaml
     assert "reference=attention_fwd" in f.replay
     # The stored case replays with the same reference: still failing on the bug, passing on the fix.
     with pytest.raises(kprop.Counterexample):
-        kprop.replay("flash_fwd", buggy.attention_fwd, f.path, reference=oracle.attention_fwd,
+        kprop.replay("attention_fwd", buggy.attention_fwd, f.path, reference=oracle.attention_fwd,
                      invariants=["matches_reference"])
-    assert kprop.replay("flash_fwd", oracle.attention_fwd, f.path, reference=oracle.attention_fwd,
+    assert kprop.replay("attention_fwd", oracle.attention_fwd, f.path, reference=oracle.attention_fwd,
                         invariants=["matches_reference"]) == 1
 
 
@@ -205,6 +205,6 @@ def test_docs_attention_invariant_example(example, corpus):
         return np.all(target_lse >= m - 1e-4 * (1 + np.abs(m)))  # LSE is f32: a few ulps, far below 1e-4
 
     mod = example("attention_fwd")
-    result = kprop.check("flash_fwd", mod.attention_fwd, extra_invariants=[lse_not_below_max_score], seed=SEED,
+    result = kprop.check("attention_fwd", mod.attention_fwd, extra_invariants=[lse_not_below_max_score], seed=SEED,
                          trials=60, invariants=["lse_not_below_max_score"], corpus=corpus)
     assert result.passed and result.invariants[0].passed >= 60

@@ -79,6 +79,6 @@ def test_torch_attention_with_torch_reference(corpus):
         dtypes.add(q.dtype)
         return attention(q, **kw)
 
-    result = kprop.check("flash_fwd", attention, reference=reference, seed=1, trials=60, corpus=corpus,
+    result = kprop.check("attention_fwd", attention, reference=reference, seed=1, trials=60, corpus=corpus,
                          tensors="torch", invariants=["matches_reference", "masked_rows_zero"])
     assert result.passed and dtypes == {torch.float64}

@@ -19,7 +19,7 @@
 namespace kprop::attention {
 namespace {
 
-const std::string kSpec = std::string(KPROP_SOURCE_DIR) + "/specs/flash_bwd.yaml";
+const std::string kSpec = std::string(KPROP_SOURCE_DIR) + "/specs/attention_bwd.yaml";
 
 int devices() {
 #if KPROP_HAVE_CUDA

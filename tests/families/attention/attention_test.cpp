@@ -13,8 +13,8 @@
 namespace kprop::attention {
 namespace {
 
-const std::string kFwdSpec = std::string(KPROP_SOURCE_DIR) + "/specs/flash_fwd.yaml";
-const std::string kBwdSpec = std::string(KPROP_SOURCE_DIR) + "/specs/flash_bwd.yaml";
+const std::string kFwdSpec = std::string(KPROP_SOURCE_DIR) + "/specs/attention_fwd.yaml";
+const std::string kBwdSpec = std::string(KPROP_SOURCE_DIR) + "/specs/attention_bwd.yaml";
 
 // B=1, Hq=Hkv=1, Nq x Nk, D = 2 with small integer values.
 Case small_case(int nq, int nk, bool backward) {

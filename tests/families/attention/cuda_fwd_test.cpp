@@ -26,7 +26,7 @@
 namespace kprop::attention {
 namespace {
 
-const std::string kSpec = std::string(KPROP_SOURCE_DIR) + "/specs/flash_fwd.yaml";
+const std::string kSpec = std::string(KPROP_SOURCE_DIR) + "/specs/attention_fwd.yaml";
 
 int devices() {
 #if KPROP_HAVE_CUDA

@@ -1,6 +1,6 @@
 // attention.bwd as an external target (kprop_attention_bwd_args in
 // include/kprop/abi/attention.h): kprop's tiled backward kernel behind the C
-// ABI passes specs/flash_bwd.yaml in-process (the plugin binding), and so does
+// ABI passes specs/attention_bwd.yaml in-process (the plugin binding), and so does
 // the NumPy worker of examples/python/attention_bwd.py through exec: (the
 // worker binding); planted bugs fail with a shrunk counterexample.
 #include <gtest/gtest.h>
@@ -19,7 +19,7 @@ namespace {
 
 using namespace kprop::attention;
 
-const std::string kSpec = KPROP_SOURCE_DIR "/specs/flash_bwd.yaml";
+const std::string kSpec = KPROP_SOURCE_DIR "/specs/attention_bwd.yaml";
 
 // `only`: check (and shrink) this invariant alone.
 kprop::RunOptions quick(const std::string& target = "", const std::string& only = "") {

@@ -1,5 +1,5 @@
 // attention.fwd through the C ABI inside this test binary (kprop/testing.h):
-// the example plugin's entry point, linked in, must pass specs/flash_fwd.yaml;
+// the example plugin's entry point, linked in, must pass specs/attention_fwd.yaml;
 // the same code with its planted bug must not.
 #include <gtest/gtest.h>
 
@@ -20,7 +20,7 @@ kprop::RunOptions quick() {
 }
 
 TEST(AttentionFwdExternal, ExamplePluginPassesInProcess) {
-  KPROP_EXPECT_SPEC_PASSES(KPROP_SOURCE_DIR "/specs/flash_fwd.yaml",
+  KPROP_EXPECT_SPEC_PASSES(KPROP_SOURCE_DIR "/specs/attention_fwd.yaml",
                            {{"kprop_attention_fwd", reinterpret_cast<void*>(&example::kprop_attention_fwd)}},
                            quick());
 }
@@ -33,7 +33,7 @@ int writes_nothing(const kprop_attention_fwd_args*, char*, size_t) {
 
 TEST(AttentionFwdExternal, UnwrittenOutputsFail) {
   const auto report = kprop::testing::run_in_process(
-      KPROP_SOURCE_DIR "/specs/flash_fwd.yaml",
+      KPROP_SOURCE_DIR "/specs/attention_fwd.yaml",
       {{"kprop_attention_fwd", reinterpret_cast<void*>(&writes_nothing)}}, quick());
   EXPECT_EQ(report.status, kprop::RunStatus::failed);
   EXPECT_FALSE(kprop::testing::spec_passes(report));
@@ -46,14 +46,14 @@ int refuses(const kprop_attention_fwd_args*, char* error, size_t size) {
 
 TEST(AttentionFwdExternal, UnsupportedIsSkippedNotPassed) {
   const auto report =
-      kprop::testing::run_in_process(KPROP_SOURCE_DIR "/specs/flash_fwd.yaml",
+      kprop::testing::run_in_process(KPROP_SOURCE_DIR "/specs/attention_fwd.yaml",
                                      {{"kprop_attention_fwd", reinterpret_cast<void*>(&refuses)}}, quick());
   EXPECT_EQ(report.status, kprop::RunStatus::skipped);
   EXPECT_NE(report.detail.find("no f64 on this device"), std::string::npos) << report.detail;
 }
 
 TEST(AttentionFwdExternal, MissingEntryPointIsAnInputError) {
-  EXPECT_THROW(kprop::testing::run_in_process(KPROP_SOURCE_DIR "/specs/flash_fwd.yaml", {}, quick()),
+  EXPECT_THROW(kprop::testing::run_in_process(KPROP_SOURCE_DIR "/specs/attention_fwd.yaml", {}, quick()),
                kprop::InputError);
 }
 

@@ -11,8 +11,8 @@
 namespace kprop::attention {
 namespace {
 
-const std::string kFwd = std::string(KPROP_SOURCE_DIR) + "/specs/flash_fwd.yaml";
-const std::string kBwd = std::string(KPROP_SOURCE_DIR) + "/specs/flash_bwd.yaml";
+const std::string kFwd = std::string(KPROP_SOURCE_DIR) + "/specs/attention_fwd.yaml";
+const std::string kBwd = std::string(KPROP_SOURCE_DIR) + "/specs/attention_bwd.yaml";
 
 TEST(AttentionTensors, EveryDeclaredTensorHasItsShape) {
   testing_support::check_named_tensors(load_spec(kFwd), 50);
