@@ -236,15 +236,19 @@ def parse_list(text):
             fam["impls"].append({"name": name, "kind": kind, "device": device,
                                  "description": parts[3] if len(parts) > 3 else ""})
         elif section == "ops":
-            m = re.match(r"^op (\S+)\s+entry point (\S+)$", body)
+            m = re.match(r"^op (\S+)\s+entry point (\S+), outputs (.*)$", body)
             if indent != 4 or not m:
                 bad("external op line")
-            fam["ops"].append({"op": m.group(1), "symbol": m.group(2)})
+            fam["ops"].append({"op": m.group(1), "symbol": m.group(2), "outputs": m.group(3)})
         elif section == "invariants" and indent == 4:
             parts = body.split(None, 1)
             fam["invariants"].append({"name": parts[0], "description": parts[1] if len(parts) > 1 else "",
-                                      "params": []})
+                                      "params": [], "reads": ""})
             stack = []
+        elif section == "invariants" and indent == 6 and body.startswith("reads: "):
+            if not fam["invariants"]:
+                bad("reads before any invariant")
+            fam["invariants"][-1]["reads"] = body[len("reads: "):]
         else:
             # A schema line: domain keys (indent 4+) or an invariant's
             # parameters (indent 6+); nested maps indent by 2.
@@ -363,23 +367,24 @@ def render(families):
         else:
             out.append("none.")
         out.append("")
-        out.append("**Invariants** (parameters with their defaults):")
+        out.append("**Invariants** (parameters with their defaults; the outputs each reads, `*` all, "
+                   "are what output coverage counts: `prop_runner --list --spec S`):")
         out.append("")
-        out.append("| invariant | checks | parameters |")
-        out.append("|---|---|---|")
+        out.append("| invariant | checks | reads (outputs) | parameters |")
+        out.append("|---|---|---|---|")
         for inv in f["invariants"]:
             params = ", ".join(f"{code(p['key'])} {cell(p['default'])}" for p in inv["params"]
                                if p["type"] != "map")
-            out.append(f"| {code(inv['name'])} | {cell(inv['description'])} | {params} |")
+            out.append(f"| {code(inv['name'])} | {cell(inv['description'])} | {cell(inv['reads'])} | {params} |")
         out.append("")
         if f["ops"]:
             out.append("**External targets** (`plugin:PATH.so`, `exec:COMMAND`; "
                        f"`include/kprop/abi/{folder}.h`, docs/EXTERNAL.md):")
             out.append("")
-            out.append("| op | C entry point |")
-            out.append("|---|---|")
+            out.append("| op | C entry point | outputs |")
+            out.append("|---|---|---|")
             for op in f["ops"]:
-                out.append(f"| {code(op['op'])} | {code(op['symbol'])} |")
+                out.append(f"| {code(op['op'])} | {code(op['symbol'])} | {cell(op['outputs'])} |")
         else:
             out.append("**External targets:** none.")
         out.append("")

@@ -37,9 +37,14 @@ YAML::Node real_list(const std::vector<double>& values) {
 std::vector<double> read_reals(const YAML::Node& map, const char* key) {
   const YAML::Node n = map[key];
   if (!n || !n.IsSequence()) fail(n ? n : map, std::string("'") + key + "' must be a list of numbers");
+  return read_real_list(n, std::string("'") + key + "'");
+}
+
+std::vector<double> read_real_list(const YAML::Node& n, const std::string& what) {
+  if (!n.IsSequence()) fail(n, what + " must be a list of numbers");
   std::vector<double> out;
   for (const auto& x : n) {
-    if (!x.IsScalar()) fail(x, std::string("'") + key + "' must be a list of numbers");
+    if (!x.IsScalar()) fail(x, what + " must be a list of numbers");
     const std::string& s = x.Scalar();
     if (s == ".nan" || s == ".NaN" || s == "nan")
       out.push_back(std::numeric_limits<double>::quiet_NaN());
@@ -51,7 +56,7 @@ std::vector<double> read_reals(const YAML::Node& map, const char* key) {
       try {
         out.push_back(x.as<double>());
       } catch (const YAML::Exception&) {
-        fail(x, std::string("'") + key + "' has a non-number '" + s + "'");
+        fail(x, what + " has a non-number '" + s + "'");
       }
     }
   }

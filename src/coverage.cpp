@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kprop/output_reads.h"
+
 namespace kprop {
 namespace {
 
@@ -77,6 +79,13 @@ class Corrupting final : public Transport {
 
 }  // namespace
 
+std::vector<std::string> CoverageReport::undeclared() const {
+  std::vector<std::string> out;
+  for (const auto& o : outputs)
+    for (const auto& name : o.undeclared) out.push_back(o.op + "." + o.output + ": " + name);
+  return out;
+}
+
 std::vector<std::string> CoverageReport::unchecked() const {
   std::vector<std::string> out;
   for (const auto& o : outputs)
@@ -117,6 +126,12 @@ CoverageReport output_coverage(const Spec& spec, const RunOptions& options) {
     OutputCoverage c{op, output, {}, {}};
     for (const auto& inv : r.invariants)
       if (inv.status == InvariantStatus::failed) c.caught_by.push_back(inv.name);
+    for (const auto& use : spec.invariants) {
+      if (std::find(c.caught_by.begin(), c.caught_by.end(), use.name) == c.caught_by.end()) continue;
+      const auto reads = invariant_reads(spec, use);
+      if (!reads || std::find(reads->begin(), reads->end(), output) == reads->end())
+        c.undeclared.push_back(use.name);
+    }
     if (r.crash) c.rejected = r.crash->message;
     report.outputs.push_back(std::move(c));
   }
@@ -139,6 +154,11 @@ std::string coverage_text(const CoverageReport& r) {
       by += (by.empty() ? "" : "; ") + std::string("the contract's checks: ") + o.rejected;
     out += fmt::format("  {:<{}}  {}\n", o.op + "." + o.output, width, o.checked() ? by : "UNCHECKED");
   }
+  for (const auto& u : r.undeclared())
+    out += fmt::format(
+        "caught by an invariant that does not declare reading it: {} (add it to the invariant's "
+        "reads: the static coverage of prop_runner --list would miss it)\n",
+        u);
   const auto unchecked = r.unchecked();
   out += unchecked.empty()
              ? fmt::format("every output of {} is checked ({} outputs)\n", r.target, r.outputs.size())

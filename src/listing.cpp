@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kprop/family.h"
+#include "kprop/output_reads.h"
 #include "kprop/runner.h"
 #include "kprop/spec.h"
 
@@ -25,6 +26,8 @@ std::string invariants_tensors_transforms_text(const Family& f, int indent) {
   std::string out = h + "invariants:\n";
   for (const auto& inv : f.invariants()) {
     out += fmt::format("{}{:<26} {}\n", i, inv.name, inv.description);
+    if (inv.reads)
+      out += fmt::format("{}reads: {}\n", j, inv.reads->empty() ? "no output" : join(*inv.reads));
     out += describe_schema(inv.params, indent + 4);
   }
   // Named tensors: what `expect:` / `when:` expressions may read.
@@ -99,7 +102,27 @@ std::string declared_text() {
 
 }  // namespace
 
-std::string list_text() {
+static std::string spec_outputs_text(const Spec& spec) {
+  std::string out =
+      fmt::format("spec {} (family {}): each output of the target and the invariants that read it\n",
+                  spec.name, spec.family->name());
+  size_t width = 6;
+  const auto table = output_readers(spec);
+  for (const auto& r : table) width = std::max(width, r.op.size() + 1 + r.output.size());
+  for (const auto& r : table)
+    out += fmt::format("  {:<{}}  {}\n", r.op + "." + r.output, width,
+                       r.read_by.empty() ? "UNCHECKED" : join(r.read_by));
+  std::vector<std::string> undeclared;
+  for (const auto& use : spec.invariants)
+    if (!invariant_reads(spec, use)) undeclared.push_back(use.name);
+  if (!undeclared.empty()) out += "  reads not declared by: " + join(undeclared) + "\n";
+  const auto unchecked = unchecked_outputs(spec);
+  out += "  unchecked outputs: " + (unchecked.empty() ? std::string("none") : join(unchecked)) + "\n";
+  return out;
+}
+
+std::string list_text(const Spec* spec) {
+  if (spec) return spec_outputs_text(*spec);
   std::string out = "Spec keys (every spec):\n" + describe_spec_keys();
   out +=
       "\nHealth checks (a run that fails one exits 2; run: {suppress_health_check: [NAME]} turns it off):\n";
@@ -116,7 +139,7 @@ std::string list_text() {
     } else {
       out += "  external targets (plugin:PATH.so, exec:COMMAND; include/kprop/abi.h, docs/EXTERNAL.md):\n";
       for (const auto& op : f->external_ops())
-        out += fmt::format("    op {:<23} entry point {}\n", op.op, op.symbol);
+        out += fmt::format("    op {:<23} entry point {}, outputs {}\n", op.op, op.symbol, join(op.outputs));
     }
     out += invariants_tensors_transforms_text(*f, 2);
   }
@@ -175,10 +198,13 @@ json family_json(const Family& f) {
                      {"device", i.device},
                      {"deterministic", i.deterministic},
                      {"description", i.description}});
-  for (const auto& i : f.invariants())
-    invariants.push_back(
-        {{"name", i.name}, {"description", i.description}, {"params", schema_json(i.params)}});
-  for (const auto& op : f.external_ops()) ops.push_back({{"op", op.op}, {"symbol", op.symbol}});
+  for (const auto& i : f.invariants()) {
+    json inv = {{"name", i.name}, {"description", i.description}, {"params", schema_json(i.params)}};
+    if (i.reads) inv["reads"] = *i.reads;
+    invariants.push_back(std::move(inv));
+  }
+  for (const auto& op : f.external_ops())
+    ops.push_back({{"op", op.op}, {"symbol", op.symbol}, {"outputs", op.outputs}});
   for (const auto& t : f.transforms())
     transforms.push_back({{"name", t.name},
                           {"description", t.description},
@@ -196,7 +222,22 @@ json family_json(const Family& f) {
 
 }  // namespace
 
-std::string list_json() {
+std::string list_json(const Spec* spec) {
+  if (spec) {
+    json outputs = json::array();
+    for (const auto& r : output_readers(*spec))
+      outputs.push_back({{"op", r.op}, {"output", r.output}, {"read_by", r.read_by}});
+    json undeclared = json::array();
+    for (const auto& use : spec->invariants)
+      if (!invariant_reads(*spec, use)) undeclared.push_back(use.name);
+    return json({{"spec", spec->name},
+                 {"family", spec->family->name()},
+                 {"outputs", std::move(outputs)},
+                 {"reads_not_declared", std::move(undeclared)},
+                 {"unchecked_outputs", unchecked_outputs(*spec)}})
+               .dump(2) +
+           "\n";
+  }
   json families = json::array();
   for (const Family* f : Registry::instance().families()) families.push_back(family_json(*f));
   json declared = json::array();

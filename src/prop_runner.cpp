@@ -108,7 +108,11 @@ int run(const Config& cfg) {
   if (cfg.list) {
     if (cfg.format != "text" && cfg.format != "json")
       throw InputError({}, "--list --format " + cfg.format + ": valid: text, json");
-    std::cout << (cfg.format == "json" ? list_json() : list_text());
+    if (cfg.specs.size() > 1) throw InputError({}, "--list takes one --spec");
+    std::optional<Spec> spec;
+    if (!cfg.specs.empty()) spec = load_spec(cfg.specs[0], cfg.profile);
+    const Spec* s = spec ? &*spec : nullptr;
+    std::cout << (cfg.format == "json" ? list_json(s) : list_text(s));
     return 0;
   }
   auto reporter = make_reporter(cfg.format);
@@ -186,7 +190,9 @@ int run(const Config& cfg) {
     if (cfg.output_coverage) {
       const CoverageReport report = output_coverage(spec, options);
       text = formatted = coverage_text(report);
-      code = report.baseline.status != RunStatus::passed ? 2 : report.unchecked().empty() ? 0 : 1;
+      code = report.baseline.status != RunStatus::passed                 ? 2
+             : report.unchecked().empty() && report.undeclared().empty() ? 0
+                                                                         : 1;
     } else if (cfg.mutants) {
       const auto rows = run_mutants(spec, options);
       for (const auto& r : rows) {
@@ -247,7 +253,9 @@ int main(int argc, char** argv) {
                "outputs no invariant catches; exit 1 if any")
       ->excludes(mutants)
       ->excludes(replay);
-  app.add_flag("--list", cfg.list, "list families, implementations, invariants and spec keys");
+  app.add_flag("--list", cfg.list,
+               "list families, implementations, invariants and spec keys; with --spec, the spec's outputs "
+               "and the invariants that read them (unchecked outputs)");
   app.add_flag("--fuzz", cfg.fuzz,
                "coverage-guided fuzzing with each spec's libFuzzer harness (--time 0: until Ctrl-C)");
   app.add_option("--jobs", cfg.jobs, "--fuzz: parallel fuzzing processes (libFuzzer -fork=N)")

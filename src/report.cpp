@@ -105,6 +105,10 @@ class TextReporter final : public Reporter {
     out += fmt::format("; sizes up to {} of max_size {}\n", std::max<int64_t>(r.size_reached, 0), r.max_size);
     for (const Finding* f : r.findings()) out += finding_text(*f, r.target);
     for (const auto& h : r.health) out += fmt::format("\nHealth check '{}' failed: {}\n", h.check, h.message);
+    if (!r.unchecked_outputs.empty())
+      out +=
+          fmt::format("  unchecked outputs: {} (no invariant of this run reads them; prop_runner --list)\n",
+                      join(r.unchecked_outputs));
     const double rate = r.seconds > 0 ? r.trials / r.seconds : 0;
     std::string verdict;
     int held = 0, na = 0, broken = 0;
@@ -159,12 +163,14 @@ class TextReporter final : public Reporter {
         out += fmt::format("  {:<26} {:<8} {}\n", row.mutant, "skipped", row.report.detail);
         continue;
       }
-      out += fmt::format("  {:<26} {:<8} {:<26} {:>7} {:>8.2f} {:>7}  {}\n", row.mutant,
-                         row.killed ? "killed" : "SURVIVED", row.killed ? row.killed_by : "-",
-                         by ? by->trials_to_fail : row.report.trials,
-                         by ? by->seconds_to_fail : row.report.seconds,
-                         by && by->counterexample ? std::to_string(by->counterexample->stats.size) : "-",
-                         by && by->counterexample ? by->counterexample->stats.summary : "");
+      // A mutant run under the profile its bug needs (profiles: {P: {mutants: [...]}}).
+      const std::string by_name = (row.killed ? row.killed_by : "-") +
+                                  (row.report.profile != spec.profile ? " [" + row.report.profile + "]" : "");
+      out += fmt::format(
+          "  {:<26} {:<8} {:<26} {:>7} {:>8.2f} {:>7}  {}\n", row.mutant, row.killed ? "killed" : "SURVIVED",
+          by_name, by ? by->trials_to_fail : row.report.trials, by ? by->seconds_to_fail : row.report.seconds,
+          by && by->counterexample ? std::to_string(by->counterexample->stats.size) : "-",
+          by && by->counterexample ? by->counterexample->stats.summary : "");
     }
     out += fmt::format("{}: {} of {} mutants killed\n",
                        killed == static_cast<int>(rows.size()) ? "PASSED" : "FAILED", killed, rows.size());
@@ -252,6 +258,7 @@ nlohmann::json to_json(const RunReport& r) {
   for (const auto& h : r.health)
     j["health_checks_failed"].push_back({{"check", h.check}, {"message", h.message}});
   if (r.crash) j["crash"] = finding_json(*r.crash);
+  j["unchecked_outputs"] = r.unchecked_outputs;
   j["invariants"] = nlohmann::json::array();
   for (const auto& inv : r.invariants) {
     nlohmann::json ji = {{"name", inv.name},

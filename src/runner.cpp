@@ -11,6 +11,7 @@
 #include <random>
 
 #include "kprop/external.h"
+#include "kprop/output_reads.h"
 
 namespace kprop {
 namespace {
@@ -212,6 +213,7 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
   report.seed = resolve_seed(spec, options);
   const RunContext ctx = make_context(spec, options, report.seed);
   report.target = ctx.target_name;
+  report.unchecked_outputs = unchecked_outputs(spec);
   events.run_started(report);
   const RunConfig& run = ctx.run;
   report.max_size = run.max_size;
@@ -409,7 +411,10 @@ std::vector<MutantRow> run_mutants(const Spec& spec, const RunOptions& options) 
     RunOptions o = options;
     o.target = impl.name;
     o.stop_on_first_failure = true;
-    MutantRow row{impl.name, impl.description, run_spec(spec, o), false, ""};
+    // A mutant only a profile's sizes reach runs under that profile.
+    const auto own = spec.mutant_profiles.find(impl.name);
+    const Spec& s = own != spec.mutant_profiles.end() ? *own->second : spec;
+    MutantRow row{impl.name, impl.description, run_spec(s, o), false, ""};
     for (const auto& r : row.report.invariants)
       if (r.status == InvariantStatus::failed) row.killed = true, row.killed_by = r.name;
     if (row.report.status == RunStatus::crashed) row.killed = true, row.killed_by = "crash";
@@ -438,7 +443,11 @@ std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, 
       if (e.family != family.name())
         throw InputError({file, 0, 0}, fmt::format("corpus case is for family '{}', the spec tests '{}'",
                                                    e.family, family.name()));
-      if (!e.spec.empty() && e.spec != spec.name)
+      // A case stored under a spec's old name (renamed_specs()) is still its own.
+      const bool renamed = std::any_of(renamed_specs().begin(), renamed_specs().end(), [&](const auto& r) {
+        return r.first == e.spec && r.second == spec.name;
+      });
+      if (!e.spec.empty() && e.spec != spec.name && !renamed)
         throw InputError({file, 0, 0},
                          fmt::format("corpus case is for spec '{}', not '{}'", e.spec, spec.name));
       try {

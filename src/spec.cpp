@@ -408,7 +408,7 @@ std::vector<std::string> Loader::profile_names(const YAML::Node& root) const {
   std::vector<std::string> names;
   const YAML::Node profiles = root["profiles"];
   if (!profiles || profiles.IsNull()) return names;
-  const std::vector<std::string> keys = {"description", "domain", "run"};
+  const std::vector<std::string> keys = {"description", "domain", "run", "mutants", "skip_invariants"};
   for (const auto& [name, body] : entries(profiles, "profiles")) {
     if (!safe_name(name))
       fail(key_of(profiles, name), "profile name '" + name + "' must use letters, digits, '_', '-', '.'");
@@ -547,9 +547,34 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
   const auto& invariants = spec.family->invariants();
   const auto invariant_names = spec.family->invariant_names();
   const YAML::Node list = root["invariants"];
+  // A profile's skip_invariants: invariants of the base list its sizes
+  // cannot observe (an exhaustive enumeration, finite differences of every
+  // element); each must be in the base list (or the family's defaults).
+  std::vector<std::string> skip;
+  if (const YAML::Node s = chosen ? chosen["skip_invariants"] : YAML::Node(); s && !s.IsNull()) {
+    if (!s.IsSequence()) fail(s, "skip_invariants must be a list of invariant names");
+    for (const auto& item : s) {
+      const auto name = scalar<std::string>(item, "skip_invariants", "an invariant name");
+      // An invariant of the family, or an expression of the spec: a typo is an error.
+      bool known = spec.family->find_invariant(name) >= 0;
+      if (list && list.IsSequence())
+        for (const auto& entry : list) {
+          const YAML::Node n = entry.IsMap() ? entry["name"] : entry;
+          known = known || (n && n.IsScalar() && n.Scalar() == name);
+        }
+      if (!known)
+        fail(item, fmt::format("skip_invariants: '{}' is no invariant of family {}{}", name, family_name,
+                               suggestion(name, invariant_names)));
+      skip.push_back(name);
+    }
+  }
+  const auto skipped = [&](const std::string& name) {
+    return std::find(skip.begin(), skip.end(), name) != skip.end();
+  };
   if (!list || list.IsNull()) {
     // Every invariant that the domain lets observe something (InvariantInfo::needs).
     for (size_t i = 0; i < invariants.size(); ++i) {
+      if (skipped(invariants[i].name)) continue;
       Values params = Values::defaults(invariants[i].params);
       if (invariants[i].needs && !invariants[i].needs(spec.domain, params).empty()) continue;
       spec.invariants.push_back({i, invariants[i].name, std::move(params)});
@@ -563,6 +588,7 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
       YAML::Node name_node = item.IsMap() ? item["name"] : item;
       if (!name_node) fail(item, "invariant entry needs a 'name'");
       const auto name = scalar<std::string>(name_node, "name", "an invariant name");
+      if (skipped(name)) continue;
       if (item.IsMap() && (item["expect"] || item["when"])) {  // an expression invariant
         for (const auto& used : spec.invariants)
           if (used.name == name) fail(name_node, "invariant '" + name + "' is listed twice");
@@ -606,11 +632,29 @@ Spec parse_spec(const std::string& text, const std::string& path, const std::str
   for (const std::string& name : spec.profiles) {
     Spec p = loader.load(root, name);
     spec.profile_case_mb[name] = p.run.max_case_mb;
+    if (const YAML::Node list = root["profiles"][name]["mutants"]) {
+      if (!list.IsSequence())
+        loader.fail(list, "profile " + name + ": mutants must be a list of mutant names");
+      std::vector<std::string> mutants;
+      for (const auto& impl : p.family->implementations())
+        if (impl.kind == ImplKind::mutant) mutants.push_back(impl.name);
+      auto shared = std::make_shared<const Spec>(p);
+      for (const auto& item : list) {
+        const std::string m = loader.scalar<std::string>(item, "mutants", "a mutant name");
+        if (std::find(mutants.begin(), mutants.end(), m) == mutants.end())
+          loader.fail(item, fmt::format("profile {}: '{}' is no mutant of family {}{}", name, m,
+                                        p.family->name(), loader.suggestion(m, mutants)));
+        if (spec.mutant_profiles.count(m))
+          loader.fail(item, fmt::format("profile {}: mutant '{}' is listed by another profile too", name, m));
+        spec.mutant_profiles[m] = shared;
+      }
+    }
     if (name == profile) selected = std::move(p);
   }
   if (!profile.empty() && !selected) loader.load(root, profile);  // throws: an unknown profile
   if (!selected) return spec;
   selected->profile_case_mb = spec.profile_case_mb;
+  selected->mutant_profiles = spec.mutant_profiles;
   return std::move(*selected);
 }
 

@@ -116,6 +116,11 @@ void tiled_backward(const Inputs<T>& in, const T* o, const T* lse, Grads<T> out,
           d_rows[size_t(i)] = sum;
         }
       }
+      if constexpr (bug == BwdBug::d_rows_4096) {  // written in row order, read back by slot
+        constexpr int kSlots = 4096;
+        for (int i = kSlots; i < nq; ++i) d_rows[size_t(i % kSlots)] = d_rows[size_t(i)];
+        for (int i = kSlots; i < nq; ++i) d_rows[size_t(i)] = d_rows[size_t(i % kSlots)];
+      }
       for (int i = 0; i < nq; ++i)
         out.d[qrow + size_t(i)] = bug == BwdBug::dsoftmax_wrong_axis ? T(0) : d_rows[size_t(i)];
 
@@ -197,17 +202,18 @@ void tiled_backward(const Inputs<T>& in, const T* o, const T* lse, Grads<T> out,
 
 #define KPROP_BWD(T, mode, bug) \
   template void tiled_backward<T, mode, bug>(const Inputs<T>&, const T*, const T*, Grads<T>, Workspace&);
-#define KPROP_BWD_ALL(T)                                            \
-  KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::none)                \
-  KPROP_BWD(T, BwdMode::two_pass, BwdBug::none)                     \
-  KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::dsoftmax_wrong_axis) \
-  KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::dsoftmax_missing_p)  \
-  KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::dsoftmax_divide)     \
-  KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::d_without_do)        \
-  KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::dk_missing_scale)    \
-  KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::masked_row_nan)      \
-  KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::stale_tile_max)      \
-  KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::causal_skip_off_by_one)
+#define KPROP_BWD_ALL(T)                                               \
+  KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::none)                   \
+  KPROP_BWD(T, BwdMode::two_pass, BwdBug::none)                        \
+  KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::dsoftmax_wrong_axis)    \
+  KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::dsoftmax_missing_p)     \
+  KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::dsoftmax_divide)        \
+  KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::d_without_do)           \
+  KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::dk_missing_scale)       \
+  KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::masked_row_nan)         \
+  KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::stale_tile_max)         \
+  KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::causal_skip_off_by_one) \
+  KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::d_rows_4096)
 KPROP_BWD_ALL(float)
 KPROP_BWD_ALL(double)
 #undef KPROP_BWD_ALL

@@ -11,6 +11,25 @@ namespace kprop::attention {
 
 using namespace typed;
 
+namespace {
+
+// The tiled forward with LSE staged in a 4096-row buffer per (batch, head),
+// as a kernel sized for the old Nq cap of 4096 keeps it: row i lands in
+// slot i mod 4096 and is read back from there, so past 4096 rows later rows
+// overwrite earlier ones (specs/attention_fwd.yaml, profile large).
+FwdResult lse_rows_4096(const Case& c) {
+  constexpr size_t kSlots = 4096;
+  FwdResult r = forward<FwdBug::none>(c);
+  const size_t nq = size_t(c.shape.nq);
+  for (size_t base = 0; base + nq <= r.lse.size(); base += nq) {
+    for (size_t i = kSlots; i < nq; ++i) r.lse[base + i % kSlots] = r.lse[base + i];
+    for (size_t i = kSlots; i < nq; ++i) r.lse[base + i] = r.lse[base + i % kSlots];
+  }
+  return r;
+}
+
+}  // namespace
+
 const std::vector<Mutant<FwdResult>>& forward_mutants() {
   static const std::vector<Mutant<FwdResult>> table = {
       {"rescale_inverted", "online-softmax correction exp(m_new - m_old) instead of exp(m_old - m_new)",
@@ -36,6 +55,10 @@ const std::vector<Mutant<FwdResult>>& forward_mutants() {
 
       {"materialized_scores",
        "correct values from a materialized Nq×Nk score matrix (breaks workspace_bounded)", naive_forward},
+      {"lse_rows_4096",
+       "LSE staged in a 4096-row buffer (row i in slot i mod 4096): past Nq = 4096 later rows overwrite "
+       "earlier ones",
+       lse_rows_4096},
   };
   return table;
 }
@@ -62,6 +85,9 @@ const std::vector<Mutant<BwdResult>>& backward_mutants() {
        backward<M::single_pass_d, BwdBug::causal_skip_off_by_one>},
       {"materialized_scores", "correct gradients from materialized Nq×Nk matrices (breaks workspace_bounded)",
        naive_backward},
+      {"d_rows_4096",
+       "D staged in a 4096-row buffer (row i in slot i mod 4096): past Nq = 4096 rows use another row's D",
+       backward<M::single_pass_d, BwdBug::d_rows_4096>},
   };
   return table;
 }

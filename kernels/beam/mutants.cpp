@@ -11,6 +11,22 @@ Result with(const Case& c, void (*change)(Semantics&)) {
   return search(c, s);
 }
 
+// Token ids written through uint16 output buffers (a kernel written for
+// vocabularies below 2^16): an id of 65536 or more wraps (vocabularies of
+// 128k; specs/beam.yaml, profile large).
+Result tokens_u16(const Case& c) {
+  Result r = batched(c);
+  auto wrap = [](Hypothesis& h) {
+    for (int& t : h.tokens) t = static_cast<uint16_t>(t);
+  };
+  for (Beams& b : r.prompts) {
+    for (Hypothesis& h : b.hypotheses) wrap(h);
+    for (auto& pool : b.pools)
+      for (Hypothesis& h : pool) wrap(h);
+  }
+  return r;
+}
+
 }  // namespace
 
 const std::vector<Mutant>& mutants() {
@@ -27,6 +43,8 @@ const std::vector<Mutant>& mutants() {
        [](const Case& c) { return with(c, [](Semantics& s) { s.shared_pool = true; }); }},
       {"stop_at_first_eos", "search stops as soon as any beam in the pool has finished",
        [](const Case& c) { return with(c, [](Semantics& s) { s.stop_at_first_eos = true; }); }},
+      {"token_ids_u16", "batched search writes token ids through uint16 buffers: an id >= 65536 wraps",
+       tokens_u16},
   };
   return table;
 }

@@ -98,7 +98,7 @@ struct Mutant {
   const char* name;
   const char* description;
   Result (*run)(const Case&);
-  void (*change)(Pipeline&);  // the one stage of correct_pipeline() it replaces
+  void (*change)(Pipeline&);  // the one stage of correct_pipeline() it replaces (null: none, an output bug)
 };
 const std::vector<Mutant>& mutants();
 // correct_pipeline() with the mutant `name`'s stage (std::invalid_argument if unknown).

@@ -58,6 +58,17 @@ void no_bonus_token(Pipeline& p) {
   p.bonus_token = false;
 }
 
+// Emitted tokens written through uint16 output buffers (a kernel written for
+// vocabularies below 2^16): an id of 65536 or more wraps (vocabularies of
+// 128k-152k; specs/dflash.yaml, profile large).
+Result tokens_u16(const Case& c) {
+  Result r = kv_cached(c);
+  for (int& t : r.output) t = static_cast<uint16_t>(t);
+  for (CycleTrace& cycle : r.cycles)
+    for (int& t : cycle.emitted) t = static_cast<uint16_t>(t);
+  return r;
+}
+
 }  // namespace
 
 const std::vector<Mutant>& mutants() {
@@ -75,6 +86,8 @@ const std::vector<Mutant>& mutants() {
       {"no_subtree_invalidation", "accepts nodes matching their own prediction under a rejected ancestor",
        run<no_subtree_invalidation>, no_subtree_invalidation},
       {"no_bonus_token", "emits no bonus token at the end of a cycle", run<no_bonus_token>, no_bonus_token},
+      {"token_ids_u16", "emitted tokens written through uint16 buffers: an id >= 65536 wraps", tokens_u16,
+       nullptr},
   };
   return table;
 }
@@ -82,6 +95,7 @@ const std::vector<Mutant>& mutants() {
 Pipeline mutant_pipeline(const std::string& name) {
   for (const Mutant& m : mutants())
     if (name == m.name) {
+      if (!m.change) throw std::invalid_argument("dflash: mutant '" + name + "' is no pipeline stage");
       Pipeline p = correct_pipeline();
       m.change(p);
       return p;

@@ -67,6 +67,7 @@ class PagedCache {
       : dims_(c),
         page_(c.page_size),
         last_block_offset_(e.last_block_offset),
+        table_entries_4096_(e.table_entries_4096),
         k_(c.pool.size() * static_cast<size_t>(page_) * dims_.token(), poison_key(c.poison)),
         v_(k_.size(), poison_value(c.poison, c.dtype)),
         free_(c.pool.begin(), c.pool.end()),
@@ -82,7 +83,7 @@ class PagedCache {
       if (offset == 0) table.push_back(allocate());
     } else {
       if (offset == 0) table.push_back(allocate());
-      block = table[static_cast<size_t>(t / page_)];
+      block = table[entry(t / page_)];
     }
     std::copy(k, k + dims_.token(), &k_[slot(block, offset)]);
     std::copy(v, v + dims_.token(), &v_[slot(block, offset)]);
@@ -118,11 +119,15 @@ class PagedCache {
     return (static_cast<size_t>(block) * static_cast<size_t>(page_) + static_cast<size_t>(offset)) *
            dims_.token();
   }
-  size_t where(size_t b, int j) const { return slot(tables_[b][static_cast<size_t>(j / page_)], j % page_); }
+  size_t where(size_t b, int j) const { return slot(tables_[b][entry(j / page_)], j % page_); }
+  // The table entry of logical block l (the mutant's table has 4096 entries
+  // and wraps: a sequence past 4096 blocks overwrites its first blocks).
+  size_t entry(int l) const { return static_cast<size_t>(table_entries_4096_ ? l % 4096 : l); }
 
   Dims dims_;
   int page_;
   bool last_block_offset_;
+  bool table_entries_4096_;
   std::vector<double> k_, v_;
   std::deque<int> free_;
   std::vector<std::vector<int>> tables_;

@@ -68,6 +68,16 @@ Result decode_accumulate_in_storage(const Case& c) {
   return run(c, e);
 }
 
+// paged: each sequence's block table has 4096 entries (a kernel written for
+// the old prompt cap of 4096 tokens at page size 1) and logical block l uses
+// entry l mod 4096, so past 4096 blocks a sequence overwrites its first
+// blocks (specs/kvcache.yaml, profile large).
+Result table_entries_4096(const Case& c) {
+  Engine e{Layout::paged};
+  e.table_entries_4096 = true;
+  return run(c, e);
+}
+
 }  // namespace
 
 const std::vector<Mutant>& mutants() {
@@ -92,6 +102,10 @@ const std::vector<Mutant>& mutants() {
       {"decode_accumulate_in_storage",
        "decode's P·V accumulator and softmax row sum held in the storage type (f16/bf16), not f32",
        decode_accumulate_in_storage},
+      {"table_entries_4096",
+       "paged: a block table of 4096 entries, logical block l at entry l mod 4096: past 4096 blocks a "
+       "sequence overwrites its first blocks",
+       table_entries_4096},
   };
   return table;
 }

@@ -2,6 +2,10 @@
 // exactly one switch flipped to a known bug: a kernel::Bug of the fused
 // kernel (kernels.h), for bf16_truncate the output store, for
 // saved_std_not_rstd the saved statistic.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
 #include "kernels/layernorm/kernels.h"
 #include "kernels/layernorm/layernorm.h"
 #include "kprop/half.h"
@@ -38,6 +42,40 @@ Result saved_std_not_rstd(const Case& c) {
   return r;
 }
 
+// The row length held in a uint16 (a kernel written for D < 65536, the old
+// cap of the spec): for D >= 65536 each row is normalised over its first
+// D mod 65536 elements only, the rest of y, x̂ and dx stays 0 and dgamma,
+// dbeta count those columns only (specs/layernorm.yaml, profile large).
+Result dim_u16(const Case& c) {
+  const int kept = static_cast<uint16_t>(c.dim);
+  if (kept == c.dim) return fused(c);
+  const size_t D = size_t(c.dim), K = size_t(kept), R = size_t(c.rows);
+  Result r;
+  r.y.assign(R * D, 0), r.xhat.assign(R * D, 0), r.dx.assign(R * D, 0);
+  r.dgamma.assign(D, 0), r.dbeta.assign(D, 0);
+  r.mean.assign(R, 0), r.rstd.assign(R, 1 / std::sqrt(c.eps));
+  if (K == 0) return r;
+  Case head = c;
+  head.dim = kept;
+  head.gamma.resize(K), head.beta.resize(K);
+  head.x.clear(), head.dy.clear();
+  for (size_t i = 0; i < R; ++i) {
+    head.x.insert(head.x.end(), c.x.begin() + long(i * D), c.x.begin() + long(i * D + K));
+    head.dy.insert(head.dy.end(), c.dy.begin() + long(i * D), c.dy.begin() + long(i * D + K));
+  }
+  const Result h = fused(head);
+  for (size_t i = 0; i < R; ++i)
+    for (size_t j = 0; j < K; ++j) {
+      r.y[i * D + j] = h.y[i * K + j];
+      r.xhat[i * D + j] = h.xhat[i * K + j];
+      r.dx[i * D + j] = h.dx[i * K + j];
+    }
+  std::copy(h.dgamma.begin(), h.dgamma.end(), r.dgamma.begin());
+  std::copy(h.dbeta.begin(), h.dbeta.end(), r.dbeta.begin());
+  r.mean = h.mean, r.rstd = h.rstd;
+  return r;
+}
+
 }  // namespace
 
 const std::vector<Mutant>& mutants() {
@@ -68,6 +106,10 @@ const std::vector<Mutant>& mutants() {
       {"saved_std_not_rstd",
        "the rstd saved for the backward is sqrt(sigma^2 + eps), its inverse; y, xhat and dx are right",
        saved_std_not_rstd},
+      {"dim_u16",
+       "row length held in a uint16: for D >= 65536 only the first D mod 65536 elements of a row are "
+       "normalised, the rest of y, xhat and dx stays 0",
+       dim_u16},
   };
   return table;
 }

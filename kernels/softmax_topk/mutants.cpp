@@ -37,6 +37,15 @@ void exp_half_no_max(FusedConfig& f) {
   f.exp_in_storage = true;
 }
 
+// Indices written through a uint16 output buffer (a kernel written for
+// vocabularies below 2^16): an index of 65536 or more wraps (vocabularies of
+// 128k-256k; specs/softmax_topk.yaml, profile large).
+Result indices_u16(const Case& c) {
+  Result r = fused(c);
+  for (int& i : r.indices) i = static_cast<uint16_t>(i);
+  return r;
+}
+
 }  // namespace
 
 const std::vector<Mutant>& mutants() {
@@ -59,6 +68,7 @@ const std::vector<Mutant>& mutants() {
        "softmax without max subtraction, each exp(x) rounded to the storage dtype: inf past 11.09 in f16, so "
        "inf / inf = NaN (f32, f64 cases: as no_max_subtraction)",
        variant<exp_half_no_max>},
+      {"indices_u16", "indices written through a uint16 buffer: an index >= 65536 wraps", indices_u16},
   };
   return table;
 }

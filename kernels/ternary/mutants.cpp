@@ -20,6 +20,26 @@ double away_round(double v) {
   return std::round(v);
 }
 
+// A packed kernel written for K <= 4096 (the old cap of the spec): the dot
+// product walks K in chunks of 4096 and handles a tail only when K < 4096,
+// so past the cap the last K mod 4096 columns never reach acc (and y). As
+// the packed kernel's output with those products taken out again.
+Result k_tail_dropped(const Case& c) {
+  Result r = packed(c);
+  const int K = c.in_features, N = c.out_features, chunk = 4096;
+  if (K <= chunk || K % chunk == 0) return r;
+  const int kept = K / chunk * chunk;
+  for (int t = 0; t < c.tokens; ++t)
+    for (int n = 0; n < N; ++n) {
+      const size_t at = static_cast<size_t>(t) * N + n;
+      for (int k = kept; k < K; ++k)
+        r.acc[at] -= r.x_q[static_cast<size_t>(t) * K + k] * r.w_q[static_cast<size_t>(n) * K + k];
+      r.y[at] =
+          static_cast<float>(r.acc[at]) * static_cast<float>(r.w_scale / r.x_scale[static_cast<size_t>(t)]);
+    }
+  return r;
+}
+
 }  // namespace
 
 const std::vector<Mutant>& mutants() {
@@ -34,6 +54,15 @@ const std::vector<Mutant>& mutants() {
        [](const Case& c) { return with(c, [](Pipeline& p) { p.eps_guard = false; }); }},
       {"round_half_away", "ties rounded half away from zero (std::round) instead of half to even",
        [](const Case& c) { return with(c, [](Pipeline& p) { p.round = away_round; }); }},
+      {"k_tail_dropped_past_4096",
+       "packed kernel written for K <= 4096: past it, the last K mod 4096 columns never reach acc "
+       "(specs/ternary.yaml profile large)",
+       k_tail_dropped},
+      {"packed_row_read_late",
+       "unpack reads each packed row one byte late: shifted weights, and one byte past the buffer on the "
+       "last "
+       "row (an out-of-bounds read AddressSanitizer reports: scripts/dev.sh san-run)",
+       [](const Case& c) { return packed_reading_late(c, 1); }},
   };
   return table;
 }

@@ -138,7 +138,7 @@ QuantizedActivations quantize_activations(const float* x, int tokens, int cols) 
 void unpack_row(const PackedWeights& p, int n, int8_t* out) {
   const auto& table = p.packing == Packing::two_bit ? tables().two_bit : tables().base3;
   const int per = per_byte(p.packing);
-  const uint8_t* bytes = p.bytes.data() + static_cast<size_t>(n) * p.row_bytes;
+  const uint8_t* bytes = p.bytes.data() + static_cast<size_t>(n) * p.row_bytes + p.read_offset;
   for (int b = 0; b < p.row_bytes; ++b) std::memcpy(out + b * per, table[bytes[b]].data(), 8);
   std::fill(out + p.cols, out + padded(p.cols) + kSlack, int8_t{0});
 }
@@ -193,9 +193,10 @@ void backward(const QuantizedActivations& x, const PackedWeights& w, const float
 namespace kprop::ternary {
 namespace {
 
-Result run_packed(const Case& c, kernel::Packing packing) {
+Result run_packed(const Case& c, kernel::Packing packing, int read_offset = 0) {
   const int M = c.tokens, K = c.in_features, N = c.out_features;
-  const kernel::PackedWeights w = kernel::quantize_and_pack(c.w.data(), N, K, packing);
+  kernel::PackedWeights w = kernel::quantize_and_pack(c.w.data(), N, K, packing);
+  w.read_offset = read_offset;
   const kernel::QuantizedActivations x = kernel::quantize_activations(c.x.data(), M, K);
   std::vector<int32_t> acc(static_cast<size_t>(M) * N);
   std::vector<float> y(acc.size()), dy(c.dy.begin(), c.dy.end()), dx(static_cast<size_t>(M) * K),
@@ -229,6 +230,9 @@ Result packed(const Case& c) {
 }
 Result packed_base3(const Case& c) {
   return run_packed(c, kernel::Packing::base3);
+}
+Result packed_reading_late(const Case& c, int bytes) {
+  return run_packed(c, kernel::Packing::two_bit, bytes);
 }
 
 }  // namespace kprop::ternary

@@ -17,6 +17,10 @@ struct PackedWeights {
   int row_bytes = 0;       // ceil(K / 4) or ceil(K / 5); the tail of a row is padded with zeros
   double scale = 0;        // s
   std::vector<uint8_t> bytes;
+  // Bytes a row's read starts late: 0, except in a mutant (1: every row is
+  // read one byte late, and the last row one byte past the buffer, which
+  // AddressSanitizer reports as a heap-buffer-overflow).
+  int read_offset = 0;
 };
 
 // Quantizes latent weights (absmean, eps, round half to even) and packs them.

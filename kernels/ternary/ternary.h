@@ -69,6 +69,8 @@ Result run_pipeline(const Case& c, const Pipeline& p);
 Result reference(const Case& c);     // run_pipeline with the correct stages, in double
 Result packed(const Case& c);        // 2 bits per weight, 4 per byte
 Result packed_base3(const Case& c);  // 5 weights per byte (3^5 = 243)
+// Mutants: `packed` with every row's bytes read `bytes` late (PackedWeights::read_offset).
+Result packed_reading_late(const Case& c, int bytes);
 
 struct Mutant {
   const char* name;

@@ -107,7 +107,7 @@ Case CaseTraits<B>::from_yaml(const YAML::Node& n) {
   s.nk = read<int>(shape, "nk");
   s.dim = read<int>(shape, "dim");
   for (int x : {s.batch, s.heads_q, s.heads_kv, s.nq, s.nk, s.dim})
-    if (x < 1 || x > 1 << 16) case_yaml::fail(shape, "every dimension must be in [1, 65536]");
+    if (x < 1 || x > 1 << 24) case_yaml::fail(shape, "every dimension must be in [1, 2^24]");
   const YAML::Node tiles = n["tiles"];
   if (!tiles) case_yaml::fail(n, "missing 'tiles'");
   case_yaml::expect_keys(tiles, {"q", "k"}, "tiles");

@@ -148,10 +148,11 @@ void invoke_backward(void* fn, const Message& req, Message& reply) {
 }  // namespace
 
 void register_forward_external(FamilyDef<FwdTraits>& f) {
-  f.external({{"attention.fwd", "kprop_attention_fwd", invoke_forward}}, drive_forward);
+  f.external({{"attention.fwd", "kprop_attention_fwd", invoke_forward, {"o", "lse"}}}, drive_forward);
 }
 void register_backward_external(FamilyDef<BwdTraits>& f) {
-  f.external({{"attention.bwd", "kprop_attention_bwd", invoke_backward}}, drive_backward);
+  f.external({{"attention.bwd", "kprop_attention_bwd", invoke_backward, {"d", "dq", "dk", "dv"}}},
+             drive_backward);
 }
 
 }  // namespace kprop::attention

@@ -51,6 +51,14 @@ KPROP_REGISTER_FAMILY(FwdTraits, [](FamilyDef<FwdTraits>& f) {
   register_deterministic(f, [](const FwdResult& r) {
     return std::vector<OutputView>{{"o", r.o}, {"lse", r.lse}};
   });
+  // Output coverage (prop_runner --list --spec specs/attention_fwd.yaml).
+  f.reads({{"matches_reference", {"o", "lse"}},
+           {"tile_size_invariance", {"o", "lse"}},
+           {"masked_rows_zero", {"o", "lse"}},
+           {"finite_outputs", {"o", "lse"}},
+           {"shift_invariance", {"o"}},  // LSE moves with a key shift by design
+           {"permutation_equivariance", {"o", "lse"}},
+           {"workspace_bounded", {}}});  // the workspace measure, no output
   register_forward_external(f);
 });
 
@@ -77,6 +85,18 @@ KPROP_REGISTER_FAMILY(BwdTraits, [](FamilyDef<BwdTraits>& f) {
     return std::vector<OutputView>{{"dq", r.dq}, {"dk", r.dk},   {"dv", r.dv},
                                    {"o", r.o},   {"lse", r.lse}, {"d", r.d}};
   });
+  // Output coverage (prop_runner --list --spec specs/attention_bwd.yaml).
+  f.reads({{"matches_reference", {"dq", "dk", "dv"}},
+           {"finite_differences", {"dq", "dk", "dv"}},
+           {"D_identity", {"d"}},
+           {"dk_sums_to_zero", {"dk"}},
+           {"dv_sums_to_do", {"dv"}},
+           {"masked_rows_zero", {"dq", "dk", "dv"}},
+           {"finite_outputs", {"dq", "dk", "dv"}},
+           {"tile_size_invariance", {"dq", "dk", "dv"}},
+           {"shift_invariance", {"dq", "dk", "dv"}},
+           {"permutation_equivariance", {"dq", "dk", "dv"}},
+           {"workspace_bounded", {}}});  // the workspace measure, no output
   register_backward_external(f);
 });
 

@@ -174,7 +174,11 @@ void invoke_step(void* fn, const Message& req, Message& reply) {
 }  // namespace
 
 void register_external(FamilyDef<Traits>& f) {
-  f.external({{"beam.step", "kprop_beam_step", invoke_step}}, drive_search);
+  f.external({{"beam.step",
+               "kprop_beam_step",
+               invoke_step,
+               {"parent", "token", "next_logprob", "next_score", "next_done"}}},
+             drive_search);
 }
 
 }  // namespace kprop::beam

@@ -11,9 +11,9 @@ namespace kprop::beam {
 
 Schema Traits::domain_schema() {
   return {
-      field::int_range("batch", {1, 4}, 1, 64, "prompts per batch"),
-      field::int_range("prompt_len", {1, 4}, 1, 512, "tokens per prompt"),
-      field::int_range("vocab", {2, 32}, 2, 4096, "vocabulary size (EOS included)"),
+      field::int_range("batch", {1, 4}, 1, 1 << 16, "prompts per batch"),
+      field::int_range("prompt_len", {1, 4}, 1, 1 << 20, "tokens per prompt"),
+      field::int_range("vocab", {2, 32}, 2, 1 << 24, "vocabulary size (EOS included)"),
       field::int_range("max_new_tokens", {1, 6}, 1, 64, "L: most generated tokens"),
       field::map(
           "beam_width",
@@ -317,7 +317,7 @@ Case Traits::from_yaml(const YAML::Node& n) {
   c.model.shift = read<double>(m, "shift");
   if (const YAML::Node r = m["relabel"]) {
     if (!r.IsSequence()) case_yaml::fail(r, "'relabel' must be a list of tokens");
-    if (r.size() > 1 << 16) case_yaml::fail(r, "'relabel' too long");
+    if (r.size() > 1 << 24) case_yaml::fail(r, "'relabel' too long");
     for (const auto& t : r) {
       try {
         c.model.relabel.push_back(t.as<int>());
@@ -345,8 +345,8 @@ Case Traits::from_yaml(const YAML::Node& n) {
   c.max_new_tokens = read<int>(n, "max_new_tokens");
   c.alpha = read<double>(n, "alpha");
   // Bounds the pools' memory (batch x K x L tokens, K x V candidates per prompt).
-  if (c.model.vocab > 1 << 16 || c.beam_width > 1 << 16 || c.max_new_tokens > 64 || c.prompts.size() > 1024 ||
-      static_cast<int64_t>(c.beam_width) * c.model.vocab * static_cast<int64_t>(c.prompts.size()) > 1 << 24)
+  if (c.model.vocab > 1 << 24 || c.beam_width > 1 << 16 || c.max_new_tokens > 64 || c.prompts.size() > 1024 ||
+      static_cast<int64_t>(c.beam_width) * c.model.vocab * static_cast<int64_t>(c.prompts.size()) > 1 << 28)
     case_yaml::fail(n, "vocab, beam_width, max_new_tokens or batch too large for a test case");
   if (const std::string why = validate(c); !why.empty()) case_yaml::fail(n, why);
   return c;

@@ -11,6 +11,34 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
                    batched);
   for (const Mutant& m : mutants()) f.mutant(m.name, m.description, m.run);
   register_invariants(f);
+  // Output coverage (prop_runner --list --spec specs/beam.yaml): a
+  // hypothesis is traced back through `parent`, so whatever reads the
+  // hypotheses' tokens reads it too.
+  // Every named tensor of the result is assembled from the steps' outputs.
+  f.tensor_outputs({{"tokens", {"*"}},
+                    {"valid", {"*"}},
+                    {"lengths", {"*"}},
+                    {"finished", {"*"}},
+                    {"logprobs", {"*"}},
+                    {"scores", {"*"}},
+                    {"model_logprobs", {"*"}},
+                    {"model_scores", {"*"}},
+                    {"steps", {"*"}},
+                    {"pool_tokens", {"*"}},
+                    {"pool_valid", {"*"}},
+                    {"pool_scores", {"*"}},
+                    {"pool_lengths", {"*"}},
+                    {"pool_finished", {"*"}},
+                    {"prune_margin", {"*"}}});
+  f.reads({{"valid_hypotheses", {"parent", "token", "next_done"}},
+           {"sorted_distinct", {"parent", "token", "next_score"}},
+           {"scores_recomputed", {"parent", "token", "next_logprob", "next_score"}},
+           {"finished_retained", {"*"}},  // which beams stay depends on every score
+           {"greedy_when_k1", {"parent", "token", "next_done"}},
+           {"matches_exhaustive", {"*"}},
+           {"batch_independent", {"*"}},
+           {"logit_shift_invariant", {"*"}},
+           {"matches_reference", {"*"}}});
   register_external(f);
 });
 

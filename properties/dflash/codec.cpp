@@ -50,7 +50,8 @@ Case Traits::from_yaml(const YAML::Node& n) {
     expect_keys(t, {"tokens", "parents"}, "tree");
     c.cycles.push_back({read_list<int>(t, "tokens"), read_list<int>(t, "parents")});
   }
-  if (c.model.d_model > 4096 || c.model.layers > 64 || c.model.vocab > 1 << 20 || c.prompt.size() > 1 << 16)
+  if (c.model.d_model > 1 << 16 || c.model.layers > 64 || c.model.vocab > 1 << 24 ||
+      c.prompt.size() > 1 << 20)
     case_yaml::fail(m, "model or prompt too large for a test case");
   if (const std::string why = validate(c); !why.empty()) case_yaml::fail(n, why);
   return c;

@@ -125,9 +125,10 @@ void invoke_verify(void* fn, const Message& req, Message& reply) {
 }  // namespace
 
 void register_external(FamilyDef<Traits>& f) {
-  f.external({{"dflash.tree_inputs", "kprop_dflash_tree_inputs", invoke_tree_inputs},
-              {"dflash.verify", "kprop_dflash_verify", invoke_verify}},
-             drive);
+  f.external(
+      {{"dflash.tree_inputs", "kprop_dflash_tree_inputs", invoke_tree_inputs, {"position_ids", "mask"}},
+       {"dflash.verify", "kprop_dflash_verify", invoke_verify, {"accepted", "bonus"}}},
+      drive);
 }
 
 }  // namespace kprop::dflash

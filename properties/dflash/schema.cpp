@@ -9,12 +9,12 @@ namespace kprop::dflash {
 
 Schema Traits::domain_schema() {
   return {
-      field::int_range("prompt_len", {1, 12}, 1, 512, "prompt tokens"),
-      field::int_range("vocab", {2, 16}, 2, 4096, "vocabulary size"),
+      field::int_range("prompt_len", {1, 12}, 1, 1 << 20, "prompt tokens"),
+      field::int_range("vocab", {2, 16}, 2, 1 << 24, "vocabulary size"),
       field::map(
           "model",
           {
-              field::int_range("d_model", {4, 16}, 1, 256, "width (rounded up to a multiple of heads)"),
+              field::int_range("d_model", {4, 16}, 1, 1 << 16, "width (rounded up to a multiple of heads)"),
               field::int_range("layers", {1, 2}, 0, 8, "transformer layers"),
               field::int_range("heads", {1, 2}, 1, 16, "attention heads"),
           },

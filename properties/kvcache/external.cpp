@@ -115,7 +115,7 @@ void invoke_serve(void* fn, const Message& req, Message& reply) {
 }  // namespace
 
 void register_external(FamilyDef<Traits>& f) {
-  f.external({{"kvcache.serve", "kprop_kvcache_serve", invoke_serve}}, drive);
+  f.external({{"kvcache.serve", "kprop_kvcache_serve", invoke_serve, {"out", "cache_dtype"}}}, drive);
 }
 
 }  // namespace kprop::kvcache

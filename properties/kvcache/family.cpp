@@ -19,20 +19,20 @@ DType dtype_named(const std::string& name) {
 
 Schema Traits::domain_schema() {
   return {
-      field::int_range("batch", {1, 6}, 1, 256, "sequences in the batch"),
-      field::int_range("prompt_len", {1, 24}, 1, 4096, "prompt tokens per sequence"),
-      field::int_range("decode_steps", {0, 12}, 0, 4096, "decode steps per sequence"),
-      field::int_range("arrival", {0, 10}, 0, 4096, "scheduler step at which a sequence arrives"),
+      field::int_range("batch", {1, 6}, 1, 1 << 16, "sequences in the batch"),
+      field::int_range("prompt_len", {1, 24}, 1, 1 << 24, "prompt tokens per sequence"),
+      field::int_range("decode_steps", {0, 12}, 0, 1 << 24, "decode steps per sequence"),
+      field::int_range("arrival", {0, 10}, 0, 1 << 24, "scheduler step at which a sequence arrives"),
       field::real(
           "edge_rate", 0.2, 0, 1,
           "probability of each edge value: a 1-token prompt, 0 decode steps, arrival at step 0, chunk 1"),
       field::int_range("kv_heads", {1, 3}, 1, 64, "key/value heads"),
       field::int_range("group", {1, 3}, 1, 64, "query heads per kv head (GQA)"),
-      field::int_range("head_dim", {1, 16}, 1, 512, "channels per head"),
-      field::int_range("page_size", {1, 8}, 1, 4096, "tokens per paged block"),
+      field::int_range("head_dim", {1, 16}, 1, 1 << 16, "channels per head"),
+      field::int_range("page_size", {1, 8}, 1, 1 << 20, "tokens per paged block"),
       field::real("divisor_rate", 0.3, 0, 1, "probability the page size divides some sequence's length"),
-      field::int_range("chunk", {1, 12}, 1, 4096, "prompt tokens per prefill chunk"),
-      field::int_range("spare_blocks", {0, 4}, 0, 4096, "pool blocks beyond the peak the schedule holds"),
+      field::int_range("chunk", {1, 12}, 1, 1 << 24, "prompt tokens per prefill chunk"),
+      field::int_range("spare_blocks", {0, 4}, 0, 1 << 20, "pool blocks beyond the peak the schedule holds"),
       field::choices("poison", {"nan", "huge"}, {"nan", "huge"}, "what unused cache slots hold"),
       field::real_range("q_scale", {0.25, 4.0}, 1e-3, 1e3, "query magnitude (softmax sharpness)"),
       field::real_range("k_spread", {1, 100}, 1, 1e6, "key channel ranges are log-uniform in [1/spread, 1]"),

@@ -51,6 +51,16 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
     out.push_back({"blocks_allocated", {double(r.blocks_allocated)}});
     return out;
   });
+  // Output coverage (prop_runner --list --spec specs/kvcache.yaml):
+  // cache_dtype says which cache the kernel kept, which decides the bound.
+  f.tensor_outputs({{"int8_cache", {"cache_dtype"}}});
+  f.reads({{"matches_reference", {"out", "cache_dtype"}},
+           {"int8_error_bound", {"out", "cache_dtype"}},
+           {"paged_matches_contiguous", {"out"}},
+           {"chunked_matches_full_prefill", {"out"}},
+           {"sequence_independence", {"out"}},
+           {"decode_matches_prefill", {"out"}},
+           {"output_in_value_hull", {"out"}}});
   register_external(f);
 });
 

@@ -78,7 +78,9 @@ void invoke(void* fn, const Message& req, Message& reply) {
 }  // namespace
 
 void register_external(FamilyDef<Traits>& f) {
-  f.external({{"layernorm", "kprop_layernorm", invoke}}, drive);
+  f.external(
+      {{"layernorm", "kprop_layernorm", invoke, {"y", "xhat", "mean", "rstd", "dx", "dgamma", "dbeta"}}},
+      drive);
 }
 
 }  // namespace kprop::layernorm

@@ -42,6 +42,15 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
     return std::vector<OutputView>{{"y", r.y},   {"xhat", r.xhat},     {"mean", r.mean},  {"rstd", r.rstd},
                                    {"dx", r.dx}, {"dgamma", r.dgamma}, {"dbeta", r.dbeta}};
   });
+  // Output coverage (prop_runner --list --spec specs/layernorm.yaml).
+  f.reads({{"matches_reference", {"y", "dx", "dgamma", "dbeta"}},
+           {"saved_statistics", {"mean", "rstd"}},
+           {"dx_sums_to_zero", {"dx"}},
+           {"dbeta_is_sum_dy", {"dbeta"}},
+           {"dgamma_is_sum_dy_xhat", {"xhat", "dgamma"}},
+           {"constant_rows", {"xhat", "y"}},
+           {"all_finite", {"*"}},
+           {"finite_differences", {"dx", "dgamma", "dbeta"}}});
   register_external(f);
 });
 

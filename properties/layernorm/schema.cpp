@@ -11,8 +11,8 @@ Schema Traits::domain_schema() {
   return {
       field::choices("dtype", {"f16", "bf16", "f32", "f64"}, {"f16", "bf16", "f32", "f64"},
                      "element types to draw (one per case; f16/bf16 store in half and compute in f32)"),
-      field::int_range("rows", {1, 8}, 1, 4096, "rows (independent normalisations)"),
-      field::int_range("dim", {1, 64}, 1, 65536, "D, the normalised (last) dimension"),
+      field::int_range("rows", {1, 8}, 1, 1 << 24, "rows (independent normalisations)"),
+      field::int_range("dim", {1, 64}, 1, 1 << 24, "D, the normalised (last) dimension"),
       field::real("dim_one_rate", 0.1, 0, 1, "chance that D = 1 (x̂ = 0, y = β, dx = 0)"),
       field::real_range("eps_exp", {-12, -2}, -30, 0, "ε = 10^u, u uniform in this range"),
       field::map(

@@ -131,24 +131,29 @@ int significant_digits(double v, DType dtype) {
 // One shrink step, boldest first: fewer rows, smaller D, canonical γ, β and
 // dy everywhere, ε a power of ten, constant rows, then each value with fewer
 // significant digits. Lazy: a candidate is built only when reached.
-rc::Seq<Case> Traits::shrinks(const Case& c0, const Values&) {
+rc::Seq<Case> Traits::shrinks(const Case& c0, const Values& domain) {
   auto c = std::make_shared<const Case>(c0);
   const int rows = c->rows, dim = c->dim;
-  std::vector<std::vector<int>> row_sets, col_sets;
-  if (rows > 1) {
-    row_sets.push_back(iota_except(rows, (rows + 1) / 2, rows));  // first half
-    row_sets.push_back(iota_except(rows, 0, rows / 2));           // second half
-    for (int r = 0; r < rows; ++r) row_sets.push_back(iota_except(rows, r, r + 1));
-  }
-  if (dim > 1) {
-    col_sets.push_back(iota_except(dim, (dim + 1) / 2, dim));
-    col_sets.push_back(iota_except(dim, 0, dim / 2));
-    for (int d = 0; d < dim; ++d) col_sets.push_back(iota_except(dim, d, d + 1));
-  }
-  auto structure = rc::seq::concat(rc::seq::map(rc::seq::fromContainer(row_sets),
-                                                [c](const std::vector<int>& k) { return keep_rows(*c, k); }),
-                                   rc::seq::map(rc::seq::fromContainer(col_sets),
-                                                [c](const std::vector<int>& k) { return keep_cols(*c, k); }));
+  // Which rows / columns to drop, [lo, hi): each half, then each single one,
+  // made on demand (a 131073-wide row has 131073 single-column candidates).
+  // Single drops only where the domain admits n - 1 (a profile of one_of
+  // sizes may not): else each would be built and filtered out.
+  const auto drops = [&domain](int n, const char* key) {
+    using Drop = std::pair<int, int>;
+    if (n <= 1) return rc::Seq<Drop>();
+    const int singles = outside_int_range(domain, key, n - 1).empty() ? n : 0;
+    return rc::seq::concat(rc::seq::just(Drop{(n + 1) / 2, n}, Drop{0, n / 2}),
+                           rc::seq::map(rc::seq::range(0, singles), [](int i) {
+                             return Drop{i, i + 1};
+                           }));
+  };
+  auto structure = rc::seq::concat(
+      rc::seq::map(
+          drops(rows, "rows"),
+          [c](std::pair<int, int> d) { return keep_rows(*c, iota_except(c->rows, d.first, d.second)); }),
+      rc::seq::map(drops(dim, "dim"), [c](std::pair<int, int> d) {
+        return keep_cols(*c, iota_except(c->dim, d.first, d.second));
+      }));
 
   std::vector<Case> global;
   auto all_equal = [](const std::vector<double>& v, double w) {

@@ -171,7 +171,9 @@ std::string plugin_symbol(const std::string& op_name) {
 
 void register_external(OpFamily& f) {
   const std::string name = f.decl().name;
-  f.external({{name, plugin_symbol(name), invoke}},
+  std::vector<std::string> outputs;
+  for (const auto& o : f.decl().outputs) outputs.push_back(o.name);
+  f.external({{name, plugin_symbol(name), invoke, std::move(outputs)}},
              [](const Case& c, external::Transport& target) { return drive(c, target); });
 }
 

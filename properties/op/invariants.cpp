@@ -113,46 +113,49 @@ void register_invariants(OpFamily& f) {
                 }
                 if (judged == 0) return Verdict::discard("the naive computation overflows on every element");
                 return Verdict::pass({{kErrorRatio, ratio}});
-              });
+              })
+      .reading({"*"});
 
   f.invariant(
-      {"finite_outputs", "the target is finite wherever the reference and the naive computation are", {}},
-      [](T& t, const Values&) {
-        const Case& c = t.input();
-        const Result& got = t.target();
-        const Result& ref = t.reference();
-        const Result naive = op::naive(c);
-        size_t judged = 0;
-        for (size_t i = 0; i < c.decl->outputs.size(); ++i)
-          for (size_t k = 0; k < got.outputs[i].size(); ++k) {
-            if (!std::isfinite(ref.outputs[i][k]) || !std::isfinite(naive.outputs[i][k])) continue;
-            ++judged;
-            if (!std::isfinite(got.outputs[i][k]))
-              return Verdict::fail(
-                  fmt::format("target.{}{} = {} where the reference is {}", c.decl->outputs[i].name,
-                              index_text(c.decl->extents(c.decl->outputs[i].shape, c.dims), k),
-                              got.outputs[i][k], ref.outputs[i][k]));
-          }
-        if (judged == 0) return Verdict::discard("no element has a finite reference");
-        return Verdict::pass();
-      });
+       {"finite_outputs", "the target is finite wherever the reference and the naive computation are", {}},
+       [](T& t, const Values&) {
+         const Case& c = t.input();
+         const Result& got = t.target();
+         const Result& ref = t.reference();
+         const Result naive = op::naive(c);
+         size_t judged = 0;
+         for (size_t i = 0; i < c.decl->outputs.size(); ++i)
+           for (size_t k = 0; k < got.outputs[i].size(); ++k) {
+             if (!std::isfinite(ref.outputs[i][k]) || !std::isfinite(naive.outputs[i][k])) continue;
+             ++judged;
+             if (!std::isfinite(got.outputs[i][k]))
+               return Verdict::fail(
+                   fmt::format("target.{}{} = {} where the reference is {}", c.decl->outputs[i].name,
+                               index_text(c.decl->extents(c.decl->outputs[i].shape, c.dims), k),
+                               got.outputs[i][k], ref.outputs[i][k]));
+           }
+         if (judged == 0) return Verdict::discard("no element has a finite reference");
+         return Verdict::pass();
+       })
+      .reading({"*"});
 
   f.invariant(
-      {"deterministic", "two runs of the target on the same case are bitwise equal", {}},
-      [](T& t, const Values&) {
-        if (!t.target_info().deterministic)
-          return Verdict::not_applicable("the target declares itself non-deterministic");
-        const Result& a = t.target();
-        const Result b = t.run_target(t.input());
-        for (size_t i = 0; i < a.outputs.size(); ++i)
-          for (size_t k = 0; k < a.outputs[i].size(); ++k)
-            if (!same_bits(a.outputs[i][k], b.outputs[i][k]))
-              return Verdict::fail(fmt::format(
-                  "target.{}{} is {} on one run and {} on the next", t.input().decl->outputs[i].name,
-                  index_text(t.input().decl->extents(t.input().decl->outputs[i].shape, t.input().dims), k),
-                  a.outputs[i][k], b.outputs[i][k]));
-        return Verdict::pass();
-      });
+       {"deterministic", "two runs of the target on the same case are bitwise equal", {}},
+       [](T& t, const Values&) {
+         if (!t.target_info().deterministic)
+           return Verdict::not_applicable("the target declares itself non-deterministic");
+         const Result& a = t.target();
+         const Result b = t.run_target(t.input());
+         for (size_t i = 0; i < a.outputs.size(); ++i)
+           for (size_t k = 0; k < a.outputs[i].size(); ++k)
+             if (!same_bits(a.outputs[i][k], b.outputs[i][k]))
+               return Verdict::fail(fmt::format(
+                   "target.{}{} is {} on one run and {} on the next", t.input().decl->outputs[i].name,
+                   index_text(t.input().decl->extents(t.input().decl->outputs[i].shape, t.input().dims), k),
+                   a.outputs[i][k], b.outputs[i][k]));
+         return Verdict::pass();
+       })
+      .reading({"*"});
 
   std::vector<std::string> dim_names;
   for (const auto& dd : decl.dims) dim_names.push_back(dd.name);
@@ -182,42 +185,42 @@ void register_invariants(OpFamily& f) {
           return "";
         }};
     f.invariant(std::move(info), [](T& t, const Values& p) {
-      const Case& c = t.input();
-      const Decl& d = *c.decl;
-      const Result& batch = t.target();
-      bool observed = false;
-      double ratio = 0;
-      for (const auto& b : p.choices("batch_dims")) {
-        const size_t k = static_cast<size_t>(d.dim_index(b));
-        const int64_t n = c.dims[k], s = d.dims[k].smallest();
-        if (n <= s) continue;
-        // The last s indices alone: a wrong stride or offset shows at the tail.
-        std::vector<int64_t> keep(static_cast<size_t>(s));
-        for (int64_t j = 0; j < s; ++j) keep[static_cast<size_t>(j)] = n - s + j;
-        const Case sub = keep_indices(c, k, keep);
-        // A slice the relations rule out (Nq alone under Nk >= Nq, say) is
-        // no case of the op: that dim is not observed on this case.
-        if (!d.relations_violated(sub.dims).empty()) continue;
-        const Result alone = t.run_target(sub);
-        const Result ref = op::reference(sub), naive = op::naive(sub);
-        for (size_t i = 0; i < d.outputs.size(); ++i) {
-          const auto& o = d.outputs[i];
-          const std::vector<double> slice =
-              gather(batch.outputs[i], d.extents(o.shape, c.dims), o.shape, b, keep);
-          size_t judged = 0;
-          std::vector<Measured> m;
-          const std::string why =
-              compare(sub, i, alone.outputs[i], slice, ref.outputs[i], naive.outputs[i], p.real("k"), 2,
-                      judged, m, fmt::format("the same slice in the batch ({} = {})", b, n), ratio);
-          if (!why.empty())
-            return Verdict::fail(
-                fmt::format("{} computed alone ({} = {}, the last of {}): {}", o.name, b, s, n, why), m);
-        }
-        observed = true;
-      }
-      if (!observed) return Verdict::discard("every batch dim is at its smallest: nothing to slice");
-      return Verdict::pass({{kErrorRatio, ratio}});
-    });
+       const Case& c = t.input();
+       const Decl& d = *c.decl;
+       const Result& batch = t.target();
+       bool observed = false;
+       double ratio = 0;
+       for (const auto& b : p.choices("batch_dims")) {
+         const size_t k = static_cast<size_t>(d.dim_index(b));
+         const int64_t n = c.dims[k], s = d.dims[k].smallest();
+         if (n <= s) continue;
+         // The last s indices alone: a wrong stride or offset shows at the tail.
+         std::vector<int64_t> keep(static_cast<size_t>(s));
+         for (int64_t j = 0; j < s; ++j) keep[static_cast<size_t>(j)] = n - s + j;
+         const Case sub = keep_indices(c, k, keep);
+         // A slice the relations rule out (Nq alone under Nk >= Nq, say) is
+         // no case of the op: that dim is not observed on this case.
+         if (!d.relations_violated(sub.dims).empty()) continue;
+         const Result alone = t.run_target(sub);
+         const Result ref = op::reference(sub), naive = op::naive(sub);
+         for (size_t i = 0; i < d.outputs.size(); ++i) {
+           const auto& o = d.outputs[i];
+           const std::vector<double> slice =
+               gather(batch.outputs[i], d.extents(o.shape, c.dims), o.shape, b, keep);
+           size_t judged = 0;
+           std::vector<Measured> m;
+           const std::string why =
+               compare(sub, i, alone.outputs[i], slice, ref.outputs[i], naive.outputs[i], p.real("k"), 2,
+                       judged, m, fmt::format("the same slice in the batch ({} = {})", b, n), ratio);
+           if (!why.empty())
+             return Verdict::fail(
+                 fmt::format("{} computed alone ({} = {}, the last of {}): {}", o.name, b, s, n, why), m);
+         }
+         observed = true;
+       }
+       if (!observed) return Verdict::discard("every batch dim is at its smallest: nothing to slice");
+       return Verdict::pass({{kErrorRatio, ratio}});
+     }).reading({"*"});
   }
 }
 

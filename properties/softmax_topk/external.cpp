@@ -54,7 +54,7 @@ void invoke(void* fn, const Message& req, Message& reply) {
 }  // namespace
 
 void register_external(FamilyDef<Traits>& f) {
-  f.external({{"softmax_topk", "kprop_softmax_topk", invoke}}, drive);
+  f.external({{"softmax_topk", "kprop_softmax_topk", invoke, {"probs", "indices"}}}, drive);
 }
 
 }  // namespace kprop::softmax_topk

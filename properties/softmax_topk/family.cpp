@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "kprop/case_yaml.h"
@@ -22,11 +23,11 @@ Schema Traits::domain_schema() {
       field::choices("dtype", {"f16", "bf16", "f32", "f64"}, {"f16", "bf16", "f32", "f64"},
                      "input dtypes (the fused kernel computes in the dtype; f16/bf16 in f32, probabilities "
                      "stored in the dtype)"),
-      field::int_range("rows", {1, 4}, 1, 1024, "rows per case"),
-      field::int_range("vocab", {1, 100}, 1, 1 << 20, "V: logits per row"),
+      field::int_range("rows", {1, 4}, 1, 1 << 24, "rows per case"),
+      field::int_range("vocab", {1, 100}, 1, 1 << 24, "V: logits per row"),
       field::real("k_above_32_rate", 0.3, 0, 1,
                   "probability K is drawn from [33, V] when V > 32 (fixed-cap structures)"),
-      field::int_range("block", {1, 64}, 1, 1 << 16, "fused kernel block width (online max/normaliser step)"),
+      field::int_range("block", {1, 64}, 1, 1 << 24, "fused kernel block width (online max/normaliser step)"),
       field::map(
           "values",
           {
@@ -169,7 +170,7 @@ std::vector<double> simpler_values(double x) {
 // 1, whole-row simplifications (dense ranks, halving), then one value at a
 // time towards 0, +-1 and small powers of two. Candidates that break the
 // contract or repeat the case are skipped.
-rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
+rc::Seq<Case> Traits::shrinks(const Case& c, const Values& domain) {
   std::vector<Case> out;
   const int rows = c.rows(), v = c.vocab;
   if (rows > 1) {
@@ -188,13 +189,21 @@ rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
     for (int j = 0; j < v; ++j) (j < (v + 1) / 2 ? first : second).push_back(j);
     out.push_back(with_columns(c, first));
     out.push_back(with_columns(c, second));
-    for (int drop = 0; drop < v; ++drop) {
-      std::vector<int> cols;
-      for (int j = 0; j < v; ++j)
-        if (j != drop) cols.push_back(j);
-      out.push_back(with_columns(c, cols));
-    }
   }
+  // Every candidate past this point is made on demand: a 131072-wide row has
+  // 131072 single-column drops and ~5 simpler values per logit, each a copy.
+  auto shared = std::make_shared<const Case>(c);
+  // Only where the domain admits V - 1 (a profile of one_of vocabularies
+  // does not): else each of them would be built and filtered out.
+  const bool drops = v > 1 && outside_int_range(domain, "vocab", v - 1).empty();
+  auto column_drops = rc::seq::map(rc::seq::range(0, drops ? v : 0), [shared](int drop) {
+    std::vector<int> cols;
+    for (int j = 0; j < shared->vocab; ++j)
+      if (j != drop) cols.push_back(j);
+    return with_columns(*shared, cols);
+  });
+  std::vector<Case> head = std::move(out);
+  out.clear();
   for (int k : {1, c.k / 2, c.k - 1})
     if (k >= 1 && k < c.k) {
       Case s = c;
@@ -246,29 +255,29 @@ rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
       out.push_back(std::move(zeros));
     }
   }
-  for (int r = 0; r < rows; ++r) {
-    const double m = *std::max_element(c.logits.begin() + static_cast<long>(r) * v,
-                                       c.logits.begin() + static_cast<long>(r + 1) * v);
-    for (int j = 0; j < v; ++j) {
-      const size_t i = static_cast<size_t>(r) * v + j;
-      const double x = c.logits[i];
-      // -inf is the canonical zero-probability logit: a logit whose
-      // probability underflows in the dtype becomes -inf, and -inf becomes 0
-      // only where 0 would not underflow (so the two never undo each other).
-      if (std::isfinite(x) && underflows(c, x, m)) {
-        Case s = c;
-        s.logits[i] = kNegInf;
-        out.push_back(std::move(s));
-      }
-      for (double y : simpler_values(x)) {
-        if (x == kNegInf && std::isfinite(m) && underflows(c, y, m)) continue;
-        Case s = c;
-        s.logits[i] = y;
-        out.push_back(std::move(s));
-      }
-    }
-  }
-  auto all = rc::seq::fromContainer(std::move(out));
+  std::vector<double> row_max;
+  for (int r = 0; r < rows; ++r)
+    row_max.push_back(*std::max_element(c.logits.begin() + static_cast<long>(r) * v,
+                                        c.logits.begin() + static_cast<long>(r + 1) * v));
+  auto values = rc::seq::mapcat(rc::seq::range<size_t>(0, c.logits.size()), [shared, row_max](size_t i) {
+    const Case& c = *shared;
+    const double m = row_max[i / static_cast<size_t>(c.vocab)];
+    const double x = c.logits[i];
+    // -inf is the canonical zero-probability logit: a logit whose
+    // probability underflows in the dtype becomes -inf, and -inf becomes 0
+    // only where 0 would not underflow (so the two never undo each other).
+    std::vector<double> ys;
+    if (std::isfinite(x) && underflows(c, x, m)) ys.push_back(kNegInf);
+    for (double y : simpler_values(x))
+      if (!(x == kNegInf && std::isfinite(m) && underflows(c, y, m))) ys.push_back(y);
+    return rc::seq::map(rc::seq::fromContainer(std::move(ys)), [shared, i](double y) {
+      Case s = *shared;
+      s.logits[i] = y;
+      return s;
+    });
+  });
+  auto all = rc::seq::concat(rc::seq::fromContainer(std::move(head)), std::move(column_drops),
+                             rc::seq::fromContainer(std::move(out)), std::move(values));
   return rc::seq::filter(std::move(all), [c](const Case& s) {
     if (s == c || !validate(s).empty()) return false;
     for (double x : s.logits)
@@ -335,9 +344,9 @@ Case Traits::from_yaml(const YAML::Node& n) {
   c.vocab = -1;
   for (const auto& item : rows) {
     const YAML::Node row = item;
-    YAML::Node holder(YAML::NodeType::Map);
-    holder["row"] = row;
-    std::vector<double> values = case_yaml::read_reals(holder, "row");
+    // Read in place: assigning the row into a holder map merges yaml-cpp's
+    // node memory, quadratic in the rows of a large case.
+    std::vector<double> values = case_yaml::read_real_list(row, "'row'");
     // A half case's values are written as their shortest text (kprop/half.h),
     // which reads back as the nearest double, then rounds to the dtype. Any
     // other text must be an exact value of the dtype (as for f32): no silent

@@ -39,6 +39,16 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
   register_deterministic(f, [](const Result& r) {
     return std::vector<OutputView>{{"probs", r.probs}, {"indices", {r.indices.begin(), r.indices.end()}}};
   });
+  // Output coverage (prop_runner --list --spec specs/softmax_topk.yaml).
+  // Values gathered at the indices the target returned.
+  f.tensor_outputs({{"logit_at", {"indices"}}, {"softmax_at", {"indices"}}, {"naive_at", {"indices"}}});
+  f.reads({{"matches_reference", {"probs", "indices"}},
+           {"sorted", {"probs", "indices"}},
+           {"distinct_in_range_indices", {"indices"}},
+           {"probabilities_match_softmax", {"probs", "indices"}},
+           {"shift_invariance", {"probs", "indices"}},
+           {"full_sort_at_k_equals_v", {"probs", "indices"}},
+           {"no_nan", {"probs"}}});
   register_external(f);
 });
 

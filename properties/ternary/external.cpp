@@ -97,9 +97,13 @@ void invoke_linear(void* fn, const Message& req, Message& reply) {
 }  // namespace
 
 void register_external(FamilyDef<Traits>& f) {
-  f.external({{"ternary.quantize_weights", "kprop_ternary_quantize_weights", invoke_quantize_weights},
-              {"ternary.linear", "kprop_ternary_linear", invoke_linear}},
-             drive);
+  f.external(
+      {{"ternary.quantize_weights",
+        "kprop_ternary_quantize_weights",
+        invoke_quantize_weights,
+        {"w_packed", "w_scale"}},
+       {"ternary.linear", "kprop_ternary_linear", invoke_linear, {"x_scale", "x_q", "acc", "y", "dx", "dw"}}},
+      drive);
 }
 
 }  // namespace kprop::ternary

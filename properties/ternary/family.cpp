@@ -19,11 +19,11 @@ const std::vector<std::string> kActivationKinds = {"normal", "outlier", "zero_ro
 
 Schema Traits::domain_schema() {
   return {
-      field::int_range("tokens", {1, 6}, 1, 4096,
+      field::int_range("tokens", {1, 6}, 1, 1 << 24,
                        "M: tokens (rows of x), each with its own activation scale"),
-      field::int_range("in_features", {1, 70}, 1, 4096,
+      field::int_range("in_features", {1, 70}, 1, 1 << 24,
                        "K: input features (not a multiple of 4 or 5 most of the time)"),
-      field::int_range("out_features", {1, 12}, 1, 4096, "N: output features (rows of W)"),
+      field::int_range("out_features", {1, 12}, 1, 1 << 24, "N: output features (rows of W)"),
       field::map(
           "weights",
           {

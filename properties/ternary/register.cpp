@@ -13,6 +13,18 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
                    packed_base3);
   for (const Mutant& m : mutants()) f.mutant(m.name, m.description, m.run);
   register_invariants(f);
+  // Output coverage (prop_runner --list --spec specs/ternary.yaml).
+  // w_q is read back through the packed bytes.
+  f.tensor_outputs({{"w_q", {"w_packed"}}});
+  f.reads({{"weights_ternary", {"w_packed", "w_scale"}},
+           {"weight_scale_absmean", {"w_scale"}},
+           {"activations_int8", {"x_scale", "x_q"}},
+           {"integer_part_exact", {"w_packed", "x_q", "acc"}},
+           {"output_matches_reference", {"w_packed", "w_scale", "y"}},
+           {"ste_matches_dense", {"w_packed", "w_scale", "dx", "dw"}},
+           {"ste_adjoint", {"w_packed", "x_scale", "x_q", "y", "dx", "dw"}},
+           {"zeros_not_nan", {"w_packed", "x_q", "y", "dx", "dw"}},
+           {"token_independence", {"x_q", "acc", "y"}}});
   register_external(f);
 });
 

@@ -59,6 +59,8 @@ YAML::Node list(const std::vector<T>& values) {
 // Doubles as the shortest text that reads back bit-exactly (inf/nan as YAML's .inf/.nan).
 YAML::Node real_list(const std::vector<double>& values);
 std::vector<double> read_reals(const YAML::Node& map, const char* key);
+// The same for a list node itself; `what` names it in errors.
+std::vector<double> read_real_list(const YAML::Node& list, const std::string& what);
 
 // Significant decimal digits of v's shortest round-trip text in f32 (when
 // `f32`) or f64: 0 for 0 and non-finite values. Shrinkers that simplify

@@ -39,29 +39,30 @@ inline int64_t first_bit_difference(const std::vector<double>& a, const std::vec
 template <typename Traits, typename Outputs>
 void register_deterministic(FamilyDef<Traits>& f, Outputs outputs) {
   f.invariant(
-      {"deterministic",
-       "two runs of the target on the same case give bitwise-identical outputs (n/a for a target "
-       "declared nondeterministic, e.g. atomics; its outputs are checked within tolerance elsewhere)",
-       {}},
-      [outputs](Trial<Traits>& t, const Values&) {
-        if (!t.target_info().deterministic)
-          return Verdict::not_applicable("target " + t.target_info().name +
-                                         " is nondeterministic by design; checked within tolerance only");
-        const std::vector<OutputView> first = outputs(t.target());
-        const std::vector<OutputView> second = outputs(t.run_target(t.input()));
-        for (size_t k = 0; k < first.size() && k < second.size(); ++k) {
-          const int64_t i = detail::first_bit_difference(first[k].values, second[k].values);
-          if (i < 0) continue;
-          const auto at = static_cast<size_t>(i);
-          const double a = at < first[k].values.size() ? first[k].values[at] : 0;
-          const double b = at < second[k].values.size() ? second[k].values[at] : 0;
-          return Verdict::fail(
-              fmt::format("{}[{}] differs between two runs on the same case: {:.17g} then {:.17g}",
-                          first[k].name, i, a, b),
-              {{"index", double(i)}, {"first", a}, {"second", b}});
-        }
-        return Verdict::pass();
-      });
+       {"deterministic",
+        "two runs of the target on the same case give bitwise-identical outputs (n/a for a target "
+        "declared nondeterministic, e.g. atomics; its outputs are checked within tolerance elsewhere)",
+        {}},
+       [outputs](Trial<Traits>& t, const Values&) {
+         if (!t.target_info().deterministic)
+           return Verdict::not_applicable("target " + t.target_info().name +
+                                          " is nondeterministic by design; checked within tolerance only");
+         const std::vector<OutputView> first = outputs(t.target());
+         const std::vector<OutputView> second = outputs(t.run_target(t.input()));
+         for (size_t k = 0; k < first.size() && k < second.size(); ++k) {
+           const int64_t i = detail::first_bit_difference(first[k].values, second[k].values);
+           if (i < 0) continue;
+           const auto at = static_cast<size_t>(i);
+           const double a = at < first[k].values.size() ? first[k].values[at] : 0;
+           const double b = at < second[k].values.size() ? second[k].values[at] : 0;
+           return Verdict::fail(
+               fmt::format("{}[{}] differs between two runs on the same case: {:.17g} then {:.17g}",
+                           first[k].name, i, a, b),
+               {{"index", double(i)}, {"first", a}, {"second", b}});
+         }
+         return Verdict::pass();
+       })
+      .reading({"*"});
 }
 
 }  // namespace kprop

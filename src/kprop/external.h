@@ -122,6 +122,9 @@ struct PluginOp {
   std::string op;      // "attention.fwd"
   std::string symbol;  // "kprop_attention_fwd"
   std::function<void(void* fn, const Message& request, Message& reply)> invoke;
+  // The outputs a reply carries ("o", "lse"): the kernel's contract, which
+  // output coverage counts (InvariantInfo::reads names these).
+  std::vector<std::string> outputs;
 };
 
 // The reply skeleton for a request: its declared outputs, poisoned.

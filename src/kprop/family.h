@@ -42,11 +42,13 @@
 #include <rapidcheck.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <concepts>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -129,6 +131,17 @@ struct InvariantInfo {
   // of "invariant NAME needs ...", e.g. "f64 cases but domain.dtype is
   // [f32]; add f64 or drop the invariant". Checked when a spec loads.
   std::function<std::string(const Values& domain, const Values& params)> needs;
+  // The outputs of the kernel under test whose value the verdict depends on
+  // (names of the family's external ops' outputs, external::PluginOp::
+  // outputs; "*" = all of them; empty = none, e.g. a workspace measure).
+  // Unset: not declared. What output coverage counts statically (prop_runner
+  // --list, "unchecked outputs" at the end of a run); --output-coverage
+  // checks it against what corrupting each output really trips.
+  std::optional<std::vector<std::string>> reads;
+  InvariantInfo& reading(std::vector<std::string> outputs) {
+    reads = std::move(outputs);
+    return *this;
+  }
 };
 
 // "" when `key` (a choices field of the domain) lists `choice`, else the
@@ -262,6 +275,14 @@ class Family {
     static const expr::TensorInfos none;
     return none;
   }
+  // Named tensors target.X computed from the kernel's outputs rather than
+  // being one (X -> the outputs it is computed from; "*": all): what an
+  // expression reading target.X reads, for output coverage
+  // (kprop/output_reads.h). A target.X whose X is an output needs no entry.
+  virtual const std::map<std::string, std::vector<std::string>>& tensor_outputs() const {
+    static const std::map<std::string, std::vector<std::string>> none;
+    return none;
+  }
   // The metamorphic transforms it exports (empty: none).
   virtual const std::vector<TransformInfo>& transforms() const {
     static const std::vector<TransformInfo> none;
@@ -382,9 +403,29 @@ class FamilyDef : public Family {
   void mutant(std::string name, std::string description, ImplFn fn) {
     implementation({std::move(name), ImplKind::mutant, std::move(description)}, std::move(fn));
   }
-  void invariant(InvariantInfo info, InvariantFn fn) {
+  // Returns the registered info, for `.reading({...})`.
+  InvariantInfo& invariant(InvariantInfo info, InvariantFn fn) {
     invariant_infos_.push_back(std::move(info));
     invariant_fns_.push_back(std::move(fn));
+    return invariant_infos_.back();
+  }
+  // Family::tensor_outputs.
+  void tensor_outputs(std::map<std::string, std::vector<std::string>> table) {
+    tensor_outputs_ = std::move(table);
+  }
+  const std::map<std::string, std::vector<std::string>>& tensor_outputs() const override {
+    return tensor_outputs_;
+  }
+  // What each named invariant reads (InvariantInfo::reads), as one table
+  // per family: the family's output-coverage audit in one place.
+  void reads(const std::vector<std::pair<std::string, std::vector<std::string>>>& table) {
+    for (const auto& [name, outputs] : table) {
+      auto it = std::find_if(invariant_infos_.begin(), invariant_infos_.end(),
+                             [&](const InvariantInfo& i) { return i.name == name; });
+      if (it == invariant_infos_.end())
+        throw std::logic_error(std::string(Traits::name) + ": reads() of unknown invariant " + name);
+      it->reads = outputs;
+    }
   }
 
   // Kernels built elsewhere: `ops` says how a plugin serves each request,
@@ -561,6 +602,7 @@ class FamilyDef : public Family {
   std::vector<external::PluginOp> external_ops_;
   ExternalFn external_drive_;
   std::vector<InvariantInfo> invariant_infos_;
+  std::map<std::string, std::vector<std::string>> tensor_outputs_;
   std::vector<InvariantFn> invariant_fns_;
 };
 

@@ -167,6 +167,9 @@ struct RunReport {
   std::vector<InvariantReport> invariants;
   std::optional<Finding> crash;  // the target crashed, hung or reported an error
   std::vector<HealthFailure> health;
+  // "op.output" of each output of the kernel no invariant of the run reads
+  // (kprop/output_reads.h): reported, not a failure.
+  std::vector<std::string> unchecked_outputs;
   // Every finding, in the order found (pointers into invariants/crash).
   std::vector<const Finding*> findings() const;
 };

@@ -92,6 +92,10 @@ struct Spec {
   std::string profile;
   std::vector<std::string> profiles;
   std::map<std::string, int64_t> profile_case_mb;
+  // Mutants whose bug only the sizes or values of a profile reach (a
+  // profile's `mutants: [NAME, ...]`, e.g. a 16-bit index that wraps past
+  // 65535): --mutants and the spec suite run each under its profile.
+  std::map<std::string, std::shared_ptr<const Spec>> mutant_profiles;
 };
 
 // ---- families declared in the spec (`family: op` + an `op:` section): the

@@ -325,7 +325,7 @@ TEST(Profiles, ErrorsInsideAProfilePointAtItsOwnLines) {
             "t.yaml:15:19: 'trials' = 0 is out of bounds [1, 1e+09]");
   EXPECT_EQ(load_error(with("  ci:\n", "  ci:\n    domian: {}\n")),
             "t.yaml:15:5: unknown key 'domian' in profile ci (did you mean 'domain'?); valid: description, "
-            "domain, run");
+            "domain, run, mutants, skip_invariants");
   EXPECT_EQ(load_error(with("      length: {range", "      lenght: {range")),
             "t.yaml:11:7: unknown key 'lenght' in domain (profile big) (did you mean 'length'?); valid: "
             "length, value, mode");
@@ -392,7 +392,9 @@ TEST_P(ShippedProfile, CasesAndShrinkCandidatesStayInside) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Gpu, ShippedProfile, ::testing::Values("layernorm", "softmax_topk", "kvcache", "attention_fwd", "attention_bwd"));
+INSTANTIATE_TEST_SUITE_P(Gpu, ShippedProfile,
+                         ::testing::Values("layernorm", "softmax_topk", "kvcache", "attention_fwd",
+                                           "attention_bwd"));
 
 }  // namespace
 }  // namespace kprop

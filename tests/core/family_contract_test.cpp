@@ -2,9 +2,12 @@
 // them without writing a test (and families keep no copies of them): the
 // YAML codec round-trips generated cases, every byte string decodes to a
 // valid case, seed bytes decode back to the generated case, shrink
-// candidates are valid, inside the domain and different from the case, and a
-// reference implementation exists.
+// candidates are valid, inside the domain and different from the case, a
+// reference implementation exists, and every invariant says which outputs it
+// reads.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "kprop/corpus.h"
 #include "kprop/family.h"
@@ -82,6 +85,25 @@ TEST_P(FamilyContract, ShrinkCandidatesAreValidAndDifferent) {
       EXPECT_NE(candidate, original) << f.name() << ": a shrink candidate equal to the case";
       if (++n >= 100) break;
     }
+  }
+}
+
+// Output coverage counts on these declarations (kprop/output_reads.h): an
+// invariant that does not say what it reads, or names no output of the
+// family's contract, would make "unchecked outputs" lie.
+TEST_P(FamilyContract, EveryInvariantDeclaresTheOutputsItReads) {
+  const Family& f = *GetParam();
+  std::vector<std::string> outputs;
+  for (const auto& op : f.external_ops()) outputs.insert(outputs.end(), op.outputs.begin(), op.outputs.end());
+  if (!f.external_ops().empty()) {
+    ASSERT_FALSE(outputs.empty()) << f.name() << ": its external ops declare no outputs";
+  }
+  for (const auto& inv : f.invariants()) {
+    ASSERT_TRUE(inv.reads.has_value())
+        << f.name() << " invariant " << inv.name << " does not declare its reads";
+    for (const auto& r : *inv.reads)
+      EXPECT_TRUE(r == "*" || std::find(outputs.begin(), outputs.end(), r) != outputs.end())
+          << f.name() << " invariant " << inv.name << " reads '" << r << "', not an output of the family";
   }
 }
 

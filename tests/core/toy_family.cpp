@@ -150,6 +150,7 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
                 if (t.input().xs.size() < 100) return Verdict::discard("list too short");
                 return Verdict::pass();
               });
+  f.reads({{"matches_reference", {"*"}}, {"sum_parity", {"*"}}, {"only_long_lists", {}}});
 });
 
 }  // namespace kprop::toy

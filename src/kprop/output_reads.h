@@ -1,0 +1,33 @@
+// Static output coverage: which invariants of a spec read each output of
+// the kernel under test. The outputs are the family's contract (its
+// external ops' outputs, external::PluginOp::outputs); an invariant reads
+// what it declares (InvariantInfo::reads), an expression or a caller's
+// callback what its target.* tensors name. An output no invariant of the
+// spec reads is unchecked: prop_runner --list names it and a run reports it
+// at the end. --output-coverage (kprop/coverage.h) measures the same thing
+// by corrupting each output of a kernel and checks these declarations.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kprop/spec.h"
+
+namespace kprop {
+
+struct OutputReaders {
+  std::string op;                    // the external op whose reply carries it
+  std::string output;                // its name in the reply
+  std::vector<std::string> read_by;  // the spec's invariants that read it
+};
+
+// The family's outputs in contract order, each with its readers in the spec.
+std::vector<OutputReaders> output_readers(const Spec& spec);
+// "op.output" of each output no invariant of the spec reads.
+std::vector<std::string> unchecked_outputs(const Spec& spec);
+// The outputs an invariant of the spec reads (what InvariantInfo::reads,
+// an expression's or a callback's tensor names say; "*" expanded); nullopt
+// when the invariant does not declare it.
+std::optional<std::vector<std::string>> invariant_reads(const Spec& spec, const InvariantUse& use);
+
+}  // namespace kprop
