@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "kprop/mutant.h"
+
 namespace kprop::ternary {
 
 inline constexpr double kEps = 1e-5;
@@ -70,11 +72,7 @@ Result reference(const Case& c);     // run_pipeline with the correct stages, in
 Result packed(const Case& c);        // 2 bits per weight, 4 per byte
 Result packed_base3(const Case& c);  // 5 weights per byte (3^5 = 243)
 
-struct Mutant {
-  const char* name;
-  const char* description;
-  Result (*run)(const Case&);
-};
+using Mutant = kprop::Mutant<Case, Result>;
 const std::vector<Mutant>& mutants();
 
 }  // namespace kprop::ternary
