@@ -36,46 +36,42 @@ float32 for a kernel that computes in f32. A bf16 output may be returned as
 bfloat16, as uint16 bits, or as floats (rounded once, to nearest even).
 """
 
-import json
 import os
-import struct
 import sys
 import traceback
 
 import numpy as np
 
-ABI_VERSION = 1
-
 # Mask kinds of attention (KPROP_MASK_* in include/kprop/abi/attention.h).
 MASK_NONE, MASK_CAUSAL, MASK_KEY_PADDING, MASK_BOOLEAN = 0, 1, 2, 3
 
-def _load_half():
-    """python/kprop/_half.py, by path: the worker must not need the built kprop package."""
+
+def _load(name):
+    """python/kprop/NAME.py, by path: the worker must not need the built kprop package."""
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kprop", "_half.py")
-    spec = importlib.util.spec_from_file_location("_kprop_half", path)
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kprop", name + ".py")
+    spec = importlib.util.spec_from_file_location("_kprop" + name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-_half = _load_half()
+_half = _load("_half")
+_wire = _load("_wire")  # the framing, shared with kprop.worker
 BFLOAT16 = _half.BFLOAT16  # ml_dtypes.bfloat16 when importable, else None
 bf16_to_float32 = _half.bf16_to_float32
 float32_to_bf16 = _half.float32_to_bf16
 as_float32 = _half.as_float32
+ABI_VERSION = _wire.ABI_VERSION
+_DTYPES = _wire.dtypes(BFLOAT16)
 
-_DTYPES = {
-    "f32": np.dtype("<f4"),
-    "f64": np.dtype("<f8"),
-    "f16": np.dtype("<f2"),
-    "bf16": BFLOAT16 if BFLOAT16 is not None else np.dtype("<u2"),  # else the raw bits
-    "i8": np.dtype("i1"),
-    "u8": np.dtype("u1"),
-    "i32": np.dtype("<i4"),
-    "i64": np.dtype("<i8"),
-}
+
+def _read_frame(stream):
+    return _wire.read_frame(stream, _DTYPES)
+
+
+_write_frame = _wire.write_frame
 
 
 def _to_dtype(dtype_name, value):
@@ -92,41 +88,6 @@ def _to_dtype(dtype_name, value):
 
 class Unsupported(Exception):
     """The kernel cannot run this case (kprop reports the target as skipped)."""
-
-
-def _read_exact(stream, n):
-    data = bytearray()
-    while len(data) < n:
-        chunk = stream.read(n - len(data))
-        if not chunk:
-            return None
-        data += chunk
-    return bytes(data)
-
-
-def _read_frame(stream):
-    head = _read_exact(stream, 8)
-    if head is None:
-        return None, None
-    if head[:4] != b"KPRP":
-        raise RuntimeError("kprop_worker: bad frame magic %r" % head[:4])
-    (length,) = struct.unpack("<I", head[4:])
-    header = json.loads(_read_exact(stream, length))
-    tensors = {}
-    for t in header.get("tensors", []):
-        dtype = _DTYPES[t["dtype"]]
-        count = int(np.prod(t["shape"], dtype=np.int64))
-        raw = _read_exact(stream, count * dtype.itemsize)
-        tensors[t["name"]] = np.frombuffer(raw, dtype=dtype, count=count).reshape(t["shape"])
-    return header, tensors
-
-
-def _write_frame(stream, header, arrays=()):
-    text = json.dumps(header).encode()
-    stream.write(b"KPRP" + struct.pack("<I", len(text)) + text)
-    for a in arrays:
-        stream.write(a.tobytes(order="C"))
-    stream.flush()
 
 
 def _outputs(op, declared, result):
@@ -157,10 +118,7 @@ def serve(ops, stdin=None, stdout=None):
     if stdin is None:
         stdin = sys.stdin.buffer
     if stdout is None:
-        # The protocol owns the real stdout; print() goes to stderr.
-        stdout = os.fdopen(os.dup(1), "wb")
-        os.dup2(2, 1)
-        sys.stdout = sys.stderr
+        stdout = _wire.protocol_stdout()
     reported = set()
     while True:
         header, tensors = _read_frame(stdin)

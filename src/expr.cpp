@@ -31,6 +31,7 @@
 #include <optional>
 
 #include "kprop/errors.h"
+#include "kprop/tolerance.h"
 
 namespace kprop::expr {
 
@@ -1006,7 +1007,7 @@ double nan_min(double a, double b) {
 }
 
 bool is_close(double a, double b, double rtol, double atol) {
-  if (std::isfinite(a) && std::isfinite(b)) return std::fabs(a - b) <= atol + rtol * std::fabs(b);
+  if (std::isfinite(a) && std::isfinite(b)) return within(a, b, atol, rtol);
   return (std::isnan(a) && std::isnan(b)) || a == b;
 }
 
@@ -1421,7 +1422,7 @@ Expression::Outcome explain(const std::string& text, const Node& n, const Tensor
     std::string detail;
     if (is_close_call) {
       const double rtol = CloseArgs::at(c.rtol, worst), atol = CloseArgs::at(c.atol, worst);
-      const double allowed = atol + rtol * std::fabs(y);
+      const double allowed = allowed_error(atol, rtol, std::fabs(y));
       out.measured.push_back({"allowed", allowed});
       detail = fmt::format("|lhs - rhs| = {} > allowed {} (atol {} + rtol {} × |rhs|)", num(std::fabs(x - y)),
                            num(allowed), num(atol), num(rtol));

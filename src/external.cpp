@@ -19,6 +19,7 @@
 
 #include "kprop/errors.h"
 #include "kprop/family.h"
+#include "kprop/float_type.h"
 #include "kprop/half.h"
 #include "kprop/runner.h"
 
@@ -52,6 +53,20 @@ const char* dtype_name(int32_t dtype) {
     default:
       return "?";
   }
+}
+
+int32_t abi_dtype(FloatType t) {
+  switch (t) {
+    case FloatType::f32:
+      return KPROP_F32;
+    case FloatType::f16:
+      return KPROP_F16;
+    case FloatType::bf16:
+      return KPROP_BF16;
+    case FloatType::f64:
+      break;
+  }
+  return KPROP_F64;
 }
 
 int32_t dtype_from_name(const std::string& name) {

@@ -35,6 +35,7 @@
 
 #include "kernels/attention/workspace.h"
 #include "kprop/float_type.h"
+#include "kprop/mutant.h"
 
 namespace kprop::attention {
 
@@ -188,12 +189,20 @@ BwdResult naive_backward(const Case& c);
 // The mutants (mutants.cpp): the tiled kernels with one FwdBug / BwdBug
 // switched on or the causal offset moved.
 template <typename Result>
-struct Mutant {
-  const char* name;
-  const char* description;
-  Result (*run)(const Case&);
-};
+using Mutant = kprop::Mutant<Case, Result>;
 const std::vector<Mutant<FwdResult>>& forward_mutants();
 const std::vector<Mutant<BwdResult>>& backward_mutants();
+
+// CUDA (attention_cuda.cpp; only in a build with CUDA, KPROP_HAVE_CUDA):
+// The case on device 0 in its dtype (f32 or f64) through the spec-checked
+// kernel, widened back to double like the CPU implementations. Requires a
+// device (check cuda_raw::device_count() first).
+FwdResult cuda_forward(const Case& c);
+
+// CUDA (attention_bwd_cuda.cpp; only in a build with CUDA, KPROP_HAVE_CUDA):
+// The case on device 0 in its dtype (f32 or f64), widened back to double like
+// the CPU implementations; workspace_peak is the per-block shared-memory
+// scratch. Requires a device (check cuda_bwd_raw::device_count() first).
+BwdResult cuda_backward(const Case& c);
 
 }  // namespace kprop::attention

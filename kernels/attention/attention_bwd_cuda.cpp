@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention/attention.h"
+
 namespace kprop::attention {
 namespace {
 

@@ -3,7 +3,7 @@
 //  * cuda_bwd_raw: host arrays in, host arrays out, implemented in
 //    attention_bwd_cuda.cu. Plain C++17, no kprop, RapidCheck or yaml headers.
 //  * cuda_backward(Case): the Case -> BwdResult wrapper
-//    (attention_bwd_cuda.cpp), host compiler only.
+//    (attention_bwd_cuda.cpp), host compiler only; declared in attention.h.
 // Both exist only when the family is built with CUDA (KPROP_HAVE_CUDA);
 // registration turns "no device" into kprop::TargetUnavailable (skipped).
 #pragma once
@@ -45,16 +45,3 @@ size_t backward(const Dims& dims, const Mask& mask, double scale, const double* 
                 double* dk, double* dv);
 
 }  // namespace kprop::attention::cuda_bwd_raw
-
-#ifndef __CUDACC__
-#include "kernels/attention/attention.h"
-
-namespace kprop::attention {
-
-// The case on device 0 in its dtype (f32 or f64), widened back to double like
-// the CPU implementations; workspace_peak is the per-block shared-memory
-// scratch. Requires a device (check cuda_bwd_raw::device_count() first).
-BwdResult cuda_backward(const Case& c);
-
-}  // namespace kprop::attention
-#endif

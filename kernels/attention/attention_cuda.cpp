@@ -5,6 +5,8 @@
 
 #include <vector>
 
+#include "kernels/attention/attention.h"
+
 namespace kprop::attention {
 namespace {
 

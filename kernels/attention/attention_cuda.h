@@ -4,7 +4,8 @@
 //  * the spec-checked path, f32 or f64 per case: online softmax over Bq×Bk
 //    tiles (the case's tile sizes), every mask kind, GQA, any Nq, Nk, D;
 //    registered as implementation "cuda" of attention.fwd through the
-//    Case -> FwdResult wrapper `cuda_forward` (attention_cuda.cpp);
+//    Case -> FwdResult wrapper `cuda_forward` (attention_cuda.cpp, declared
+//    in attention.h);
 //  * the tensor-core path, f16 or bf16 inputs with f32 accumulation, D = 64
 //    or 128, masks none / causal (bottom-right) / key_padding, GQA; two
 //    kernels: FlashAttention-2 style mma.sync m16n8k16 (ldmatrix, cp.async
@@ -100,16 +101,3 @@ void tc_forward_host(Half type, int batch, int heads_q, int heads_kv, int nq, in
 float round_half(Half type, float x);
 
 }  // namespace kprop::attention::cuda_raw
-
-#ifndef __CUDACC__
-#include "kernels/attention/attention.h"
-
-namespace kprop::attention {
-
-// The case on device 0 in its dtype (f32 or f64) through the spec-checked
-// kernel, widened back to double like the CPU implementations. Requires a
-// device (check cuda_raw::device_count() first).
-FwdResult cuda_forward(const Case& c);
-
-}  // namespace kprop::attention
-#endif

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "kprop/mutant.h"
+
 namespace kprop::beam {
 
 // A deterministic random table LM: the logits at a prefix are a pure function
@@ -140,11 +142,7 @@ Result reference(const Case& c);  // one clear search per prompt
 Result batched(const Case& c);    // every prompt in one flat pool, vectorized scoring
 
 // The mutants (mutants.cpp): search() with one Semantics switch flipped.
-struct Mutant {
-  const char* name;
-  const char* description;
-  Result (*run)(const Case&);
-};
+using Mutant = kprop::Mutant<Case, Result>;
 const std::vector<Mutant>& mutants();
 
 }  // namespace kprop::beam

@@ -5,9 +5,11 @@
 namespace kprop::beam {
 namespace {
 
-Result with(const Case& c, void (*change)(Semantics&)) {
+// The reference search with the one Semantics switch Flag set to Value.
+template <bool Semantics::*Flag, bool Value>
+Result flipped(const Case& c) {
   Semantics s;
-  change(s);
+  s.*Flag = Value;
   return search(c, s);
 }
 
@@ -32,17 +34,17 @@ Result tokens_u16(const Case& c) {
 const std::vector<Mutant>& mutants() {
   static const std::vector<Mutant> table = {
       {"drop_finished", "finished (EOS) beams leave the pool instead of competing at later steps",
-       [](const Case& c) { return with(c, [](Semantics& s) { s.retain_finished = false; }); }},
+       flipped<&Semantics::retain_finished, false>},
       {"penalty_compounding", "length penalty applied to the running (already normalised) score every step",
-       [](const Case& c) { return with(c, [](Semantics& s) { s.compound_penalty = true; }); }},
+       flipped<&Semantics::compound_penalty, true>},
       {"penalty_counts_prompt", "length penalty divides by (prompt + generated length)^alpha",
-       [](const Case& c) { return with(c, [](Semantics& s) { s.penalty_counts_prompt = true; }); }},
+       flipped<&Semantics::penalty_counts_prompt, true>},
       {"expand_finished", "finished beams are expanded like unfinished ones (tokens appended after EOS)",
-       [](const Case& c) { return with(c, [](Semantics& s) { s.expand_finished = true; }); }},
+       flipped<&Semantics::expand_finished, true>},
       {"batch_pool_leak", "one top-(K x batch) pool shared by every prompt of the batch",
-       [](const Case& c) { return with(c, [](Semantics& s) { s.shared_pool = true; }); }},
+       flipped<&Semantics::shared_pool, true>},
       {"stop_at_first_eos", "search stops as soon as any beam in the pool has finished",
-       [](const Case& c) { return with(c, [](Semantics& s) { s.stop_at_first_eos = true; }); }},
+       flipped<&Semantics::stop_at_first_eos, true>},
       {"token_ids_u16", "batched search writes token ids through uint16 buffers: an id >= 65536 wraps",
        tokens_u16},
   };

@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "kprop/float_type.h"
+#include "kprop/mutant.h"
 
 namespace kprop::kvcache {
 
@@ -166,11 +167,13 @@ struct Engine {
 };
 Result run(const Case& c, const Engine& engine);
 
-struct Mutant {
-  const char* name;
-  const char* description;
-  Result (*run)(const Case&);
-};
+using Mutant = kprop::Mutant<Case, Result>;
 const std::vector<Mutant>& mutants();
+
+// CUDA (kvcache_cuda.cpp; only in a build with CUDA, KPROP_HAVE_CUDA):
+// The paged engine (full prefill, one decode token per step) with the cache
+// and the attention on device 0. Requires a device (check
+// cuda_raw::device_count() first); throws std::runtime_error on CUDA errors.
+Result cuda(const Case& c);
 
 }  // namespace kprop::kvcache

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/kvcache/kvcache.h"
 #include "kprop/errors.h"
 
 namespace kprop::kvcache {

@@ -3,7 +3,8 @@
 //    scatter kernel for the writes and the paged decode-attention kernel.
 //    kvcache_cuda.cu; plain C++17, no kprop, RapidCheck or yaml headers.
 //  * cuda(Case): the scheduler, block tables, LIFO free list and statistics on
-//    the host (kvcache_cuda.cpp), the cache and the attention on the device.
+//    the host (kvcache_cuda.cpp), the cache and the attention on the device;
+//    declared in kvcache.h.
 // Both exist only when the family is built with CUDA (KPROP_HAVE_CUDA);
 // registration turns "no device" into kprop::TargetUnavailable (skipped).
 #pragma once
@@ -44,16 +45,3 @@ class PagedPool {
 };
 
 }  // namespace kprop::kvcache::cuda_raw
-
-#ifndef __CUDACC__
-#include "kernels/kvcache/kvcache.h"
-
-namespace kprop::kvcache {
-
-// The paged engine (full prefill, one decode token per step) with the cache
-// and the attention on device 0. Requires a device (check
-// cuda_raw::device_count() first); throws std::runtime_error on CUDA errors.
-Result cuda(const Case& c);
-
-}  // namespace kprop::kvcache
-#endif

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "kprop/float_type.h"
+#include "kprop/mutant.h"
 
 namespace kprop::layernorm {
 
@@ -91,11 +92,13 @@ enum class Bug;  // kernels.h
 Result fused_with(const Case& c, kernel::Bug bug, float (*store)(float) = nullptr);
 
 // The mutants (mutants.cpp): fused_with() with one switch flipped.
-struct Mutant {
-  const char* name;
-  const char* description;
-  Result (*run)(const Case&);
-};
+using Mutant = kprop::Mutant<Case, Result>;
 const std::vector<Mutant>& mutants();
+
+// CUDA (layernorm_cuda.cpp; only in a build with CUDA, KPROP_HAVE_CUDA):
+// The case on device 0 in its dtype (f32 or f64), widened back to double
+// like the CPU implementations. Requires a device (check
+// cuda_raw::device_count() first); throws std::runtime_error on CUDA errors.
+Result cuda(const Case& c);
 
 }  // namespace kprop::layernorm

@@ -7,6 +7,8 @@
 
 #include <vector>
 
+#include "kernels/layernorm/layernorm.h"
+
 namespace kprop::layernorm {
 namespace {
 

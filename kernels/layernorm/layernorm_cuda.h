@@ -3,7 +3,7 @@
 //    layernorm_cuda.cu. Plain C++17 (nvcc may compile device code at a lower
 //    standard than the C++20 host code), no kprop, RapidCheck or yaml headers.
 //  * cuda(Case): the Case -> Result wrapper (layernorm_cuda.cpp), host
-//    compiler only.
+//    compiler only; declared in layernorm.h.
 // Both exist only when the family is built with CUDA (KPROP_HAVE_CUDA);
 // registration turns "no device" into kprop::TargetUnavailable (skipped).
 #pragma once
@@ -24,16 +24,3 @@ void run(const double* x, const double* gamma, const double* beta, const double*
          double* dbeta);
 
 }  // namespace kprop::layernorm::cuda_raw
-
-#ifndef __CUDACC__
-#include "kernels/layernorm/layernorm.h"
-
-namespace kprop::layernorm {
-
-// The case on device 0 in its dtype (f32 or f64), widened back to double
-// like the CPU implementations. Requires a device (check
-// cuda_raw::device_count() first); throws std::runtime_error on CUDA errors.
-Result cuda(const Case& c);
-
-}  // namespace kprop::layernorm
-#endif

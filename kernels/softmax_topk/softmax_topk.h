@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kprop/float_type.h"
+#include "kprop/mutant.h"
 
 namespace kprop::softmax_topk {
 
@@ -90,11 +91,13 @@ std::vector<double> naive_softmax(const Case& c, int row);
 std::vector<double> softmax_row(const Case& c, int row);
 
 // The mutants (mutants.cpp): fused_with() with one FusedConfig switch flipped.
-struct Mutant {
-  const char* name;
-  const char* description;
-  Result (*run)(const Case&);
-};
+using Mutant = kprop::Mutant<Case, Result>;
 const std::vector<Mutant>& mutants();
+
+// CUDA (softmax_topk_cuda.cpp; only in a build with CUDA, KPROP_HAVE_CUDA):
+// The case on device 0 in its dtype (f32 or f64), probabilities widened
+// back to double like the CPU implementations. Requires a device (check
+// cuda_raw::device_count() first); throws std::runtime_error on CUDA errors.
+Result cuda(const Case& c);
 
 }  // namespace kprop::softmax_topk

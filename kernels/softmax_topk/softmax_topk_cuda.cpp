@@ -5,6 +5,8 @@
 
 #include <vector>
 
+#include "kernels/softmax_topk/softmax_topk.h"
+
 namespace kprop::softmax_topk {
 namespace {
 

@@ -4,7 +4,7 @@
 //    lower standard than the C++20 host code), no kprop, RapidCheck or yaml
 //    headers.
 //  * cuda(Case): the Case -> Result wrapper (softmax_topk_cuda.cpp), host
-//    compiler only.
+//    compiler only; declared in softmax_topk.h.
 // Both exist only when the family is built with CUDA (KPROP_HAVE_CUDA);
 // registration turns "no device" into kprop::TargetUnavailable (skipped).
 #pragma once
@@ -22,16 +22,3 @@ void run(const float* logits, int rows, int vocab, int k, float* probs, int* ind
 void run(const double* logits, int rows, int vocab, int k, double* probs, int* indices);
 
 }  // namespace kprop::softmax_topk::cuda_raw
-
-#ifndef __CUDACC__
-#include "kernels/softmax_topk/softmax_topk.h"
-
-namespace kprop::softmax_topk {
-
-// The case on device 0 in its dtype (f32 or f64), probabilities widened
-// back to double like the CPU implementations. Requires a device (check
-// cuda_raw::device_count() first); throws std::runtime_error on CUDA errors.
-Result cuda(const Case& c);
-
-}  // namespace kprop::softmax_topk
-#endif

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "kprop/mutant.h"
+
 namespace kprop::ternary {
 
 inline constexpr double kEps = 1e-5;
@@ -72,11 +74,7 @@ Result packed_base3(const Case& c);  // 5 weights per byte (3^5 = 243)
 // Mutants: `packed` with every row's bytes read `bytes` late (PackedWeights::read_offset).
 Result packed_reading_late(const Case& c, int bytes);
 
-struct Mutant {
-  const char* name;
-  const char* description;
-  Result (*run)(const Case&);
-};
+using Mutant = kprop::Mutant<Case, Result>;
 const std::vector<Mutant>& mutants();
 
 }  // namespace kprop::ternary

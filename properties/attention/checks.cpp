@@ -110,6 +110,11 @@ std::vector<int> identity(int n) {
 
 }  // namespace
 
+Verdict no_permutation(const Case& c) {
+  return Verdict::discard(c.mask == MaskKind::causal ? "causal: no permutation keeps the mask"
+                                                     : "a single key and query: nothing to permute");
+}
+
 std::optional<Permutation> permutation_of(const Case& c) {
   if (c.mask == MaskKind::causal) return std::nullopt;
   std::vector<int> keys = identity(c.shape.nk), queries = identity(c.shape.nq);

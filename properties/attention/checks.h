@@ -34,6 +34,8 @@ struct Permutation {
   std::vector<int> keys, queries;
 };
 std::optional<Permutation> permutation_of(const Case& c);
+// The discard of an invariant over permutations when permutation_of(c) is none.
+Verdict no_permutation(const Case& c);
 
 // The tensors of a result reordered as the permuted case would lay them out.
 std::vector<double> permute_rows(const std::vector<double>& t, const Shape& s, int heads, int length,
@@ -43,6 +45,16 @@ std::vector<double> permute_rows(const std::vector<double>& t, const Shape& s, i
 // with Bq, Bk clamped to Nq, Nk.
 Schema workspace_params();
 Verdict check_workspace(const Case& c, const ImplInfo& target, size_t peak_bytes, const Values& params);
+// The invariant workspace_bounded of attention.fwd and attention.bwd alike.
+template <typename Traits>
+void register_workspace_bounded(FamilyDef<Traits>& f) {
+  f.invariant(
+      {"workspace_bounded", "the Workspace high-water mark stays within a budget of tiles (no Nq×Nk buffer)",
+       workspace_params()},
+      [](Trial<Traits>& t, const Values& p) {
+        return check_workspace(t.input(), t.target_info(), t.target().workspace_peak, p);
+      });
+}
 
 // InvariantInfo::needs of the invariants that only some domains let observe
 // anything: a permutation that keeps the mask (not causal, Nq or Nk > 1),

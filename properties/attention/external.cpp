@@ -10,20 +10,6 @@ namespace {
 using external::Message;
 using external::Tensor;
 
-int32_t abi_dtype(DType d) {
-  switch (d) {
-    case DType::f32:
-      return KPROP_F32;
-    case DType::f16:
-      return KPROP_F16;
-    case DType::bf16:
-      return KPROP_BF16;
-    case DType::f64:
-      break;
-  }
-  return KPROP_F64;
-}
-
 int32_t abi_mask(MaskKind kind) {
   switch (kind) {
     case MaskKind::none:
@@ -51,7 +37,7 @@ std::vector<int64_t> row_shape(const Shape& s) {
 // The inputs both ops share.
 Message request(const Case& c, const char* op) {
   const Shape& s = c.shape;
-  const int32_t dt = abi_dtype(c.dtype);
+  const int32_t dt = external::abi_dtype(c.dtype);
   Message m;
   m.op = op;
   m.input(Tensor::of("q", dt, q_shape(s), c.q))
@@ -74,8 +60,9 @@ Message request(const Case& c, const char* op) {
 
 FwdResult drive_forward(const Case& c, external::Transport& target) {
   Message m = request(c, "attention.fwd");
-  const int32_t dt = abi_dtype(c.dtype);
-  m.output("o", dt, q_shape(c.shape)).output("lse", abi_dtype(stats_dtype(c.dtype)), row_shape(c.shape));
+  const int32_t dt = external::abi_dtype(c.dtype);
+  m.output("o", dt, q_shape(c.shape))
+      .output("lse", external::abi_dtype(stats_dtype(c.dtype)), row_shape(c.shape));
   const Message reply = target.call(m);
   FwdResult r;
   r.o = reply.tensor("o").to_doubles();
@@ -94,7 +81,7 @@ BwdResult drive_backward(const Case& c, external::Transport& target) {
   for (double& x : r.o) x = round_to(c.dtype, x);
   for (double& x : r.lse) x = round_to(stats_dtype(c.dtype), x);
   Message m = request(c, "attention.bwd");
-  const int32_t dt = abi_dtype(c.dtype), stats = abi_dtype(stats_dtype(c.dtype));
+  const int32_t dt = external::abi_dtype(c.dtype), stats = external::abi_dtype(stats_dtype(c.dtype));
   m.input(Tensor::of("o", dt, q_shape(c.shape), r.o))
       .input(Tensor::of("lse", stats, row_shape(c.shape), r.lse))
       .input(Tensor::of("d_out", dt, q_shape(c.shape), c.d_out));

@@ -13,44 +13,24 @@ namespace kprop::attention {
 // decides whether cases carry dO.
 template <bool Backward>
 struct CaseTraits {
-  using Case = attention::Case;
-  static Schema domain_schema();
-  // One builder: RapidCheck generation, fuzz decoding and fuzz seed corpora.
-  static Case build(Draw& draw, const Values& domain);
-  static rc::Seq<Case> shrinks(const Case& c, const Values& domain);
-  static std::string in_domain(const Case& c, const Values& domain);
-  // Inputs, the target's, reference's and naive results, and the reference's
-  // materialized Nq×Nk matrices (S, P, dP, dS), in fp64.
-  static double case_bytes(const Case& c);
-  static CaseSize max_case_bytes(const Values& domain);
-  static YAML::Node to_yaml(const Case& c);
-  static Case from_yaml(const YAML::Node& node);
-  static CaseStats stats(const Case& c);
+  // case_bytes: inputs, the target's, reference's and naive results, and the
+  // reference's materialized Nq×Nk matrices (S, P, dP, dS), in fp64.
+  KPROP_FAMILY_CASE_TRAITS(attention::Case);
   // Metamorphic transforms (transforms.cpp): permute keys, permute queries,
   // shift keys, retile.
-  static const std::vector<TransformInfo>& transforms();
-  static Case transform(const std::string& name, const Case& c, const Values& params, uint64_t seed,
-                        expr::TensorMap& out);
+  KPROP_FAMILY_TRANSFORMS();
 };
 
 struct FwdTraits : CaseTraits<false> {
-  using Result = FwdResult;
-  // Named tensors for expression invariants (tensors.cpp).
-  static const expr::TensorInfos& tensor_infos();
-  static void tensors(const Case& c, const Result* target, const Result* reference, expr::TensorMap& out);
-  static constexpr const char* name = "attention.fwd";
-  static constexpr const char* description =
-      "flash attention forward: online softmax over Bq×Bk tiles, masks, GQA, O and LSE";
+  KPROP_FAMILY_RESULT(FwdResult, "attention.fwd",
+                      "flash attention forward: online softmax over Bq×Bk tiles, masks, GQA, O and LSE");
+  KPROP_FAMILY_TENSORS();  // tensors.cpp
 };
 
 struct BwdTraits : CaseTraits<true> {
-  using Result = BwdResult;
-  // Named tensors for expression invariants (tensors.cpp).
-  static const expr::TensorInfos& tensor_infos();
-  static void tensors(const Case& c, const Result* target, const Result* reference, expr::TensorMap& out);
-  static constexpr const char* name = "attention.bwd";
-  static constexpr const char* description =
-      "flash attention backward: dQ, dK, dV from recomputed P and D = rowsum(dO ⊙ O)";
+  KPROP_FAMILY_RESULT(BwdResult, "attention.bwd",
+                      "flash attention backward: dQ, dK, dV from recomputed P and D = rowsum(dO ⊙ O)");
+  KPROP_FAMILY_TENSORS();  // tensors.cpp
 };
 
 void register_forward_invariants(FamilyDef<FwdTraits>& family);

@@ -332,9 +332,7 @@ Verdict shift_invariance(T& t, const Values& p) {
 Verdict permutation_equivariance(T& t, const Values& p) {
   const Case& c = t.input();
   const auto perm = permutation_of(c);
-  if (!perm)
-    return Verdict::discard(c.mask == MaskKind::causal ? "causal: no permutation keeps the mask"
-                                                       : "a single key and query: nothing to permute");
+  if (!perm) return no_permutation(c);
   const Shape& s = c.shape;
   const BwdResult& ref = t.reference();
   BwdResult expected;
@@ -343,10 +341,6 @@ Verdict permutation_equivariance(T& t, const Values& p) {
   expected.dv = permute_rows(ref.dv, s, s.heads_kv, s.nk, s.dim, perm->keys);
   return compare_grads(c, "permuted keys and queries: ", expected, t.run_target(perm->c),
                        naive_backward(perm->c), floors(c, true, p.real("floor_ulps")), p);
-}
-
-Verdict workspace_bounded(T& t, const Values& p) {
-  return check_workspace(t.input(), t.target_info(), t.target().workspace_peak, p);
 }
 
 }  // namespace
@@ -389,10 +383,7 @@ void register_backward_invariants(FamilyDef<BwdTraits>& f) {
       {"permutation_equivariance", "permuting keys with values and queries with dO permutes the gradients",
        policy_params(), needs_permutation},
       permutation_equivariance);
-  f.invariant(
-      {"workspace_bounded", "the Workspace high-water mark stays within a budget of tiles (no Nq×Nk buffer)",
-       workspace_params()},
-      workspace_bounded);
+  register_workspace_bounded(f);
 }
 
 }  // namespace kprop::attention

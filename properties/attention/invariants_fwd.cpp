@@ -128,9 +128,7 @@ Verdict shift_invariance(T& t, const Values& p) {
 Verdict permutation_equivariance(T& t, const Values& p) {
   const Case& c = t.input();
   const auto perm = permutation_of(c);
-  if (!perm)
-    return Verdict::discard(c.mask == MaskKind::causal ? "causal: no permutation keeps the mask"
-                                                       : "a single key and query: nothing to permute");
+  if (!perm) return no_permutation(c);
   const Shape& s = c.shape;
   const FwdResult& ref = t.reference();
   FwdResult expected;
@@ -138,10 +136,6 @@ Verdict permutation_equivariance(T& t, const Values& p) {
   expected.lse = permute_rows(ref.lse, s, s.heads_q, s.nq, 1, perm->queries);
   return compare_outputs(c, "permuted keys and queries: ", expected, t.run_target(perm->c),
                          naive_forward(perm->c), floors(c, false, p.real("floor_ulps")), p);
-}
-
-Verdict workspace_bounded(T& t, const Values& p) {
-  return check_workspace(t.input(), t.target_info(), t.target().workspace_peak, p);
 }
 
 }  // namespace
@@ -165,10 +159,7 @@ void register_forward_invariants(FamilyDef<FwdTraits>& f) {
                "permuting unmasked keys with their values leaves O unchanged; permuting queries permutes O",
                policy_params(), needs_permutation},
               permutation_equivariance);
-  f.invariant(
-      {"workspace_bounded", "the Workspace high-water mark stays within a budget of tiles (no Nq×Nk buffer)",
-       workspace_params()},
-      workspace_bounded);
+  register_workspace_bounded(f);
 }
 
 }  // namespace kprop::attention

@@ -7,33 +7,6 @@
 #endif
 
 namespace kprop::attention {
-namespace {
-
-// The CUDA implementations cannot run without a CUDA compiler at build time
-// or a device at run time: the target is then skipped (TargetUnavailable),
-// never passed.
-FwdResult cuda_forward_or_skip([[maybe_unused]] const Case& c) {
-#if KPROP_HAVE_CUDA
-  if (cuda_raw::device_count() <= 0) throw TargetUnavailable("no CUDA device");
-  if (is_half(c.dtype)) throw Unsupported("the CUDA forward takes f32 or f64 cases");
-  return cuda_forward(c);
-#else
-  throw TargetUnavailable("built without CUDA");
-#endif
-}
-
-BwdResult cuda_backward_or_skip([[maybe_unused]] const Case& c) {
-#if KPROP_HAVE_CUDA
-  if (cuda_bwd_raw::device_count() <= 0) throw TargetUnavailable("no CUDA device");
-  if (is_half(c.dtype)) throw Unsupported("the CUDA backward takes f32 or f64 cases");
-  return cuda_backward(c);
-#else
-  throw TargetUnavailable("built without CUDA");
-#endif
-}
-
-}  // namespace
-
 KPROP_REGISTER_FAMILY(FwdTraits, [](FamilyDef<FwdTraits>& f) {
   f.implementation({"reference", ImplKind::reference, "fp64, materialized row by row, written for clarity"},
                    reference_forward);
@@ -45,8 +18,11 @@ KPROP_REGISTER_FAMILY(FwdTraits, [](FamilyDef<FwdTraits>& f) {
                     "one block per (q tile, head, batch), the case's Bq×Bk tiles in shared memory, online "
                     "softmax with exact empty-row handling; f32 or f64 per case",
                     "cuda"},
-                   cuda_forward_or_skip);
-  for (const auto& m : forward_mutants()) f.mutant(m.name, m.description, m.run);
+                   KPROP_CUDA_IMPL(FwdTraits, cuda_raw::device_count, [](const Case& c) {
+                     if (is_half(c.dtype)) throw Unsupported("the CUDA forward takes f32 or f64 cases");
+                     return cuda_forward(c);
+                   }));
+  f.mutants(forward_mutants());
   register_forward_invariants(f);
   register_deterministic(f, [](const FwdResult& r) {
     return std::vector<OutputView>{{"o", r.o}, {"lse", r.lse}};
@@ -78,8 +54,11 @@ KPROP_REGISTER_FAMILY(BwdTraits, [](FamilyDef<BwdTraits>& f) {
                     "group's query heads and tiles, dQ in a separate kernel per query tile (no atomics: "
                     "deterministic); Bq×Bk tiles from the case in shared memory; f32 or f64 per case",
                     "cuda"},
-                   cuda_backward_or_skip);
-  for (const auto& m : backward_mutants()) f.mutant(m.name, m.description, m.run);
+                   KPROP_CUDA_IMPL(BwdTraits, cuda_bwd_raw::device_count, [](const Case& c) {
+                     if (is_half(c.dtype)) throw Unsupported("the CUDA backward takes f32 or f64 cases");
+                     return cuda_backward(c);
+                   }));
+  f.mutants(backward_mutants());
   register_backward_invariants(f);
   register_deterministic(f, [](const BwdResult& r) {
     return std::vector<OutputView>{{"dq", r.dq}, {"dk", r.dk},   {"dv", r.dv},

@@ -8,28 +8,13 @@
 namespace kprop::beam {
 
 struct Traits {
-  using Case = beam::Case;
-  using Result = beam::Result;
-  static constexpr const char* name = "beam";
-  static constexpr const char* description =
-      "beam search with finished beams retained in the pool and a length penalty on generated tokens";
-  static Schema domain_schema();
-  static Case build(Draw& draw, const Values& domain);  // RapidCheck draws and fuzz bytes alike
-  static rc::Seq<Case> shrinks(const Case& c, const Values& domain);
-  static std::string in_domain(const Case& c, const Values& domain);
-  static double case_bytes(const Case& c);
-  static CaseSize max_case_bytes(const Values& domain);
-  static YAML::Node to_yaml(const Case& c);
-  static Case from_yaml(const YAML::Node& node);
-  static CaseStats stats(const Case& c);
+  KPROP_FAMILY_TRAITS(
+      beam::Case, beam::Result, "beam",
+      "beam search with finished beams retained in the pool and a length penalty on generated tokens");
 
-  // Named tensors for expression invariants (tensors.cpp).
-  static const expr::TensorInfos& tensor_infos();
-  static void tensors(const Case& c, const Result* target, const Result* reference, expr::TensorMap& out);
-  // Metamorphic transforms (transforms.cpp): relabel_vocab.
-  static const std::vector<TransformInfo>& transforms();
-  static Case transform(const std::string& name, const Case& c, const Values& params, uint64_t seed,
-                        expr::TensorMap& out);
+  // Named tensors (tensors.cpp) and metamorphic transforms (transforms.cpp):
+  // relabel_vocab.
+  KPROP_FAMILY_EXPRESSIONS();
 };
 
 void register_invariants(FamilyDef<Traits>& family);

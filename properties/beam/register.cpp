@@ -9,7 +9,7 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
   f.implementation({"batched", ImplKind::optimized,
                     "every prompt in one flat B x K pool, [rows x V] log-softmax, per-prompt partial sort"},
                    batched);
-  for (const Mutant& m : mutants()) f.mutant(m.name, m.description, m.run);
+  f.mutants(mutants());
   register_invariants(f);
   // Output coverage (prop_runner --list --spec specs/beam.yaml): a
   // hypothesis is traced back through `parent`, so whatever reads the

@@ -8,7 +8,7 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
   f.implementation(
       {"kv_cached", ImplKind::optimized, "context in a KV cache across cycles; only the tree block runs"},
       kv_cached);
-  for (const Mutant& m : mutants()) f.mutant(m.name, m.description, m.run);
+  f.mutants(mutants());
   register_invariants(f);
   // Output coverage (prop_runner --list --spec specs/dflash.yaml): the tree
   // inputs steer the target model, so the decoded tokens read them too.

@@ -23,20 +23,6 @@ namespace {
 using external::Message;
 using external::Tensor;
 
-int32_t abi_dtype(DType d) {
-  switch (d) {
-    case DType::f32:
-      return KPROP_F32;
-    case DType::f16:
-      return KPROP_F16;
-    case DType::bf16:
-      return KPROP_BF16;
-    case DType::f64:
-      break;
-  }
-  return KPROP_F64;
-}
-
 Result drive(const Case& c, external::Transport& target) {
   const int64_t B = static_cast<int64_t>(c.seqs.size()), Hq = c.q_heads(), Hkv = c.kv_heads, D = c.head_dim;
   std::vector<double> q, k, v;
@@ -53,7 +39,7 @@ Result drive(const Case& c, external::Transport& target) {
   const int64_t N = starts.back();
   const ChannelRanges range = channel_ranges(c);
   const std::vector<int64_t> order(c.pool.begin(), c.pool.end());
-  const int32_t dt = abi_dtype(c.dtype), kv_dt = c.dtype == DType::f64 ? KPROP_F64 : KPROP_F32;
+  const int32_t dt = external::abi_dtype(c.dtype), kv_dt = c.dtype == DType::f64 ? KPROP_F64 : KPROP_F32;
   Message m;
   m.op = "kvcache.serve";
   m.input(Tensor::of("q", dt, {N, Hq, D}, q))

@@ -6,21 +6,6 @@
 #endif
 
 namespace kprop::kvcache {
-namespace {
-
-// The CUDA engine reports "skipped" (kprop::TargetUnavailable) wherever it cannot
-// run: no CUDA compiler at build time, or no device at run time.
-Result cuda_or_skip([[maybe_unused]] const Case& c) {
-#if KPROP_HAVE_CUDA
-  if (cuda_raw::device_count() <= 0) throw TargetUnavailable("no CUDA device");
-  return cuda(c);
-#else
-  throw TargetUnavailable("built without CUDA");
-#endif
-}
-
-}  // namespace
-
 KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
   f.implementation(
       {"reference", ImplKind::reference, "full attention recomputed from scratch for every token, fp64"},
@@ -42,8 +27,8 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
                     "through the block table, online softmax over 32-key chunks) on the device; prefill "
                     "tokens go through the same kernel, each over its own first t + 1 keys",
                     "cuda"},
-                   cuda_or_skip);
-  for (const Mutant& m : mutants()) f.mutant(m.name, m.description, m.run);
+                   KPROP_CUDA_IMPL(Traits, cuda_raw::device_count, cuda));
+  f.mutants(mutants());
   register_invariants(f);
   register_deterministic(f, [](const Result& r) {
     std::vector<OutputView> out;

@@ -10,25 +10,11 @@ namespace {
 using external::Message;
 using external::Tensor;
 
-// The kprop_tensor dtype of a case's tensors. A half case's statistics
-// (mean, rstd) are f32 tensors: the precision contract keeps them in f32
-// (rstd = 1/sqrt(eps) reaches 1e6, past f16's range).
-int32_t abi_dtype(DType t) {
-  switch (t) {
-    case DType::f32:
-      return KPROP_F32;
-    case DType::f64:
-      return KPROP_F64;
-    case DType::f16:
-      return KPROP_F16;
-    case DType::bf16:
-      return KPROP_BF16;
-  }
-  return KPROP_F64;
-}
-
 Result drive(const Case& c, external::Transport& target) {
-  const int32_t dt = abi_dtype(c.dtype), stats_dt = is_half(c.dtype) ? KPROP_F32 : dt;
+  // A half case's statistics (mean, rstd) are f32 tensors: the precision
+  // contract keeps them in f32 (rstd = 1/sqrt(eps) reaches 1e6, past f16's
+  // range).
+  const int32_t dt = external::abi_dtype(c.dtype), stats_dt = is_half(c.dtype) ? KPROP_F32 : dt;
   const std::vector<int64_t> matrix = {c.rows, c.dim}, rows = {c.rows}, cols = {c.dim};
   Message m;
   m.op = "layernorm";

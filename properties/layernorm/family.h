@@ -8,29 +8,14 @@
 namespace kprop::layernorm {
 
 struct Traits {
-  using Case = layernorm::Case;
-  using Result = layernorm::Result;
-  static constexpr const char* name = "layernorm";
-  static constexpr const char* description =
+  KPROP_FAMILY_TRAITS(
+      layernorm::Case, layernorm::Result, "layernorm",
       "LayerNorm forward and backward over the last dim (biased variance), f16, bf16 (f32 arithmetic), f32 "
-      "and f64";
-  static Schema domain_schema();
-  static Case build(Draw& draw, const Values& domain);  // RapidCheck, fuzz bytes and seed corpora
-  static rc::Seq<Case> shrinks(const Case& c, const Values& domain);
-  static std::string in_domain(const Case& c, const Values& domain);
-  static double case_bytes(const Case& c);
-  static CaseSize max_case_bytes(const Values& domain);
-  static YAML::Node to_yaml(const Case& c);
-  static Case from_yaml(const YAML::Node& node);
-  static CaseStats stats(const Case& c);
+      "and f64");
 
-  // Named tensors for expression invariants (tensors.cpp).
-  static const expr::TensorInfos& tensor_infos();
-  static void tensors(const Case& c, const Result* target, const Result* reference, expr::TensorMap& out);
-  // Metamorphic transforms (transforms.cpp): shift_rows, scale_rows.
-  static const std::vector<TransformInfo>& transforms();
-  static Case transform(const std::string& name, const Case& c, const Values& params, uint64_t seed,
-                        expr::TensorMap& out);
+  // Named tensors (tensors.cpp) and metamorphic transforms (transforms.cpp):
+  // shift_rows, scale_rows.
+  KPROP_FAMILY_EXPRESSIONS();
 };
 
 void register_invariants(FamilyDef<Traits>& family);

@@ -41,6 +41,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <span>
 
 #include "kprop/tolerance.h"
@@ -214,13 +215,29 @@ std::string beyond_range(const Case& c, const Result& ref) {
   return "";
 }
 
+// The numbers behind a failed comparison: where, then the target's and the
+// naive computation's errors and what was allowed.
+std::vector<Measured> measured_error(const ToleranceReport& rep, std::vector<Measured> where) {
+  where.push_back({"target_error", rep.target_error});
+  where.push_back({"naive_error", rep.baseline_error});
+  where.push_back({"allowed", rep.allowed});
+  return where;
+}
+
+// What every comparison starts with: the target's outputs have the case's
+// shapes (else it fails) and the reference stays in the dtype's range (else
+// the case is discarded). Nothing: go on.
+std::optional<Verdict> unusable(const Case& c, const Result& got, const Result& ref) {
+  if (const std::string e = shape_error(c, got); !e.empty()) return Verdict::fail(e);
+  if (const std::string why = beyond_range(c, ref); !why.empty()) return Verdict::discard(why);
+  return std::nullopt;
+}
+
 // ---- matches_reference
 Verdict matches_reference(T& t, const Values& p) {
   const Case& c = t.input();
-  const Result& got = t.target();
-  if (const std::string e = shape_error(c, got); !e.empty()) return Verdict::fail(e);
-  const Result& ref = t.reference();
-  if (const std::string why = beyond_range(c, ref); !why.empty()) return Verdict::discard(why);
+  const Result &got = t.target(), &ref = t.reference();
+  if (auto v = unusable(c, got, ref)) return *v;
   const Result naive = two_pass(c);
   const double k = p.real("k"), ulps = p.real("floor_ulps"), atol = p.real("atol");
   const size_t D = static_cast<size_t>(c.dim);
@@ -243,11 +260,7 @@ Verdict matches_reference(T& t, const Values& p) {
         return Verdict::fail(
             fmt::format("{}[{}][{}] = {:.9g}, reference {:.9g}: {}", checks[i].name, r, rep.worst_index,
                         (*checks[i].got)[e], (*checks[i].ref)[e], rep.message),
-            {{"row", double(r)},
-             {"col", double(rep.worst_index)},
-             {"target_error", rep.target_error},
-             {"naive_error", rep.baseline_error},
-             {"allowed", rep.allowed}});
+            measured_error(rep, {{"row", double(r)}, {"col", double(rep.worst_index)}}));
       }
     }
   }
@@ -262,10 +275,7 @@ Verdict matches_reference(T& t, const Values& p) {
       return Verdict::fail(
           fmt::format("{}[{}] = {:.9g}, reference {:.9g}: {}", checks[i].name, rep.worst_index,
                       (*checks[i].got)[rep.worst_index], (*checks[i].ref)[rep.worst_index], rep.message),
-          {{"col", double(rep.worst_index)},
-           {"target_error", rep.target_error},
-           {"naive_error", rep.baseline_error},
-           {"allowed", rep.allowed}});
+          measured_error(rep, {{"col", double(rep.worst_index)}}));
   }
   return Verdict::pass({{kErrorRatio, worst}});
 }
@@ -275,10 +285,8 @@ Verdict matches_reference(T& t, const Values& p) {
 // matches_reference (k × the naive two-pass error + the floors above).
 Verdict saved_statistics(T& t, const Values& p) {
   const Case& c = t.input();
-  const Result& got = t.target();
-  if (const std::string e = shape_error(c, got); !e.empty()) return Verdict::fail(e);
-  const Result& ref = t.reference();
-  if (const std::string why = beyond_range(c, ref); !why.empty()) return Verdict::discard(why);
+  const Result &got = t.target(), &ref = t.reference();
+  if (auto v = unusable(c, got, ref)) return *v;
   const Result naive = two_pass(c);
   const double k = p.real("k"), ulps = p.real("floor_ulps");
   double worst = 0;
@@ -298,10 +306,7 @@ Verdict saved_statistics(T& t, const Values& p) {
       if (!rep.ok)
         return Verdict::fail(fmt::format("saved {}[{}] = {:.9g}, reference {:.9g}: {}", ch.name, r, ch.got[r],
                                          ch.ref[r], rep.message),
-                             {{"row", double(r)},
-                              {"target_error", rep.target_error},
-                              {"naive_error", rep.baseline_error},
-                              {"allowed", rep.allowed}});
+                             measured_error(rep, {{"row", double(r)}}));
     }
   }
   return Verdict::pass({{kErrorRatio, worst}});
@@ -310,10 +315,8 @@ Verdict saved_statistics(T& t, const Values& p) {
 // ---- exact identities of the backward, within rounding of the dtype
 Verdict dx_sums_to_zero(T& t, const Values& p) {
   const Case& c = t.input();
-  const Result& got = t.target();
-  if (const std::string e = shape_error(c, got); !e.empty()) return Verdict::fail(e);
-  const Result& ref = t.reference();
-  if (const std::string why = beyond_range(c, ref); !why.empty()) return Verdict::discard(why);
+  const Result &got = t.target(), &ref = t.reference();
+  if (auto v = unusable(c, got, ref)) return *v;
   const size_t D = static_cast<size_t>(c.dim);
   const double u = accumulation_roundoff(c.dtype), us = store_u(c.dtype), s = subnormal_half_step(c.dtype);
   double worst = 0;
@@ -350,8 +353,7 @@ Verdict dx_sums_to_zero(T& t, const Values& p) {
 Verdict dbeta_is_sum_dy(T& t, const Values& p) {
   const Case& c = t.input();
   const Result& got = t.target();
-  if (const std::string e = shape_error(c, got); !e.empty()) return Verdict::fail(e);
-  if (const std::string why = beyond_range(c, t.reference()); !why.empty()) return Verdict::discard(why);
+  if (auto v = unusable(c, got, t.reference())) return *v;
   const size_t D = static_cast<size_t>(c.dim);
   const double u = accumulation_roundoff(c.dtype), us = store_u(c.dtype), s = subnormal_half_step(c.dtype);
   double worst = 0;
@@ -377,8 +379,7 @@ Verdict dbeta_is_sum_dy(T& t, const Values& p) {
 Verdict dgamma_is_sum_dy_xhat(T& t, const Values& p) {
   const Case& c = t.input();
   const Result& got = t.target();
-  if (const std::string e = shape_error(c, got); !e.empty()) return Verdict::fail(e);
-  if (const std::string why = beyond_range(c, t.reference()); !why.empty()) return Verdict::discard(why);
+  if (auto v = unusable(c, got, t.reference())) return *v;
   const size_t D = static_cast<size_t>(c.dim);
   const double u = accumulation_roundoff(c.dtype), us = store_u(c.dtype), s = subnormal_half_step(c.dtype);
   double worst = 0;
@@ -437,10 +438,8 @@ Verdict constant_rows(T& t, const Values& p) {
 
 Verdict all_finite(T& t, const Values&) {
   const Case& c = t.input();
-  const Result& got = t.target();
-  if (const std::string e = shape_error(c, got); !e.empty()) return Verdict::fail(e);
-  const Result& ref = t.reference();
-  if (const std::string why = beyond_range(c, ref); !why.empty()) return Verdict::discard(why);
+  const Result &got = t.target(), &ref = t.reference();
+  if (auto v = unusable(c, got, ref)) return *v;
   struct Named {
     const char* name;
     const std::vector<double>* got;

@@ -6,21 +6,6 @@
 #endif
 
 namespace kprop::layernorm {
-namespace {
-
-// The CUDA implementation reports "skipped" (kprop::TargetUnavailable) wherever it
-// cannot run: no CUDA compiler at build time, or no device at run time.
-Result cuda_or_skip([[maybe_unused]] const Case& c) {
-#if KPROP_HAVE_CUDA
-  if (cuda_raw::device_count() <= 0) throw TargetUnavailable("no CUDA device");
-  return cuda(c);
-#else
-  throw TargetUnavailable("built without CUDA");
-#endif
-}
-
-}  // namespace
-
 KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
   f.implementation(
       {"reference", ImplKind::reference, "fp64, two passes per row (mean, then variance), for clarity"},
@@ -35,8 +20,8 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
        "one block per row: x shifted by x[0], two-pass mean/variance with tree reductions, "
        "x-hat cached; dx from the cache; dgamma/dbeta one thread per column; f32 or f64 per case",
        "cuda"},
-      cuda_or_skip);
-  for (const Mutant& m : mutants()) f.mutant(m.name, m.description, m.run);
+      KPROP_CUDA_IMPL(Traits, cuda_raw::device_count, cuda));
+  f.mutants(mutants());
   register_invariants(f);
   register_deterministic(f, [](const Result& r) {
     return std::vector<OutputView>{{"y", r.y},   {"xhat", r.xhat},     {"mean", r.mean},  {"rstd", r.rstd},

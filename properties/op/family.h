@@ -15,31 +15,18 @@ namespace kprop::op {
 
 // The static side FamilyDef needs. Functions that depend on the
 // declaration read it from the case (Case::decl); those that cannot
-// (build, from_yaml, max_case_bytes, tensor_infos) are overridden by OpFamily.
+// (build, from_yaml, max_case_bytes, tensor_infos) are overridden by OpFamily
+// and unused here; domain_schema is empty (the domain is the `op:` section).
 struct Traits {
-  using Case = op::Case;
-  using Result = op::Result;
-  static constexpr const char* name = "op";
-  static constexpr const char* description =
-      "a kernel declared in the spec: dims, attrs, inputs, outputs and reference expressions (op:)";
-  static Schema domain_schema() { return {}; }
-  static Case build(Draw&, const Values&);  // unused: OpFamily builds from its Decl
-  static rc::Seq<Case> shrinks(const Case& c, const Values& domain);
-  static std::string in_domain(const Case& c, const Values& domain);
-  static double case_bytes(const Case& c);
-  static CaseSize max_case_bytes(const Values&) { return {}; }
-  static YAML::Node to_yaml(const Case& c);
+  KPROP_FAMILY_TRAITS(
+      op::Case, op::Result, "op",
+      "a kernel declared in the spec: dims, attrs, inputs, outputs and reference expressions (op:)");
   static uint64_t content_hash(const Case& c);  // without the YAML tree (FamilyDef::content_hash)
-  static Case from_yaml(const YAML::Node&);     // unused: OpFamily decodes against its Decl
-  static CaseStats stats(const Case& c);
-  static const expr::TensorInfos& tensor_infos();  // unused: OpFamily's are per declaration
-  static void tensors(const Case& c, const Result* target, const Result* reference, expr::TensorMap& out);
+  KPROP_FAMILY_TENSORS();
   // scale, shift, then permute_dim0, slice_dim0, .. permute_dim15, slice_dim15
   // (a permutation / a contiguous run of indices along decl dim k);
   // OpFamily::transforms() gives the same order with per-declaration names and params.
-  static const std::vector<TransformInfo>& transforms();
-  static Case transform(const std::string& name, const Case& c, const Values& params, uint64_t seed,
-                        expr::TensorMap& out);
+  KPROP_FAMILY_TRANSFORMS();
 };
 
 constexpr size_t kMaxDims = 16;

@@ -11,23 +11,8 @@ namespace {
 using external::Message;
 using external::Tensor;
 
-// The kprop_tensor dtype of a case's logits and probabilities.
-int32_t abi_dtype(DType d) {
-  switch (d) {
-    case DType::f32:
-      return KPROP_F32;
-    case DType::f64:
-      return KPROP_F64;
-    case DType::f16:
-      return KPROP_F16;
-    case DType::bf16:
-      return KPROP_BF16;
-  }
-  return KPROP_F64;
-}
-
 Result drive(const Case& c, external::Transport& target) {
-  const int32_t dt = abi_dtype(c.dtype);
+  const int32_t dt = external::abi_dtype(c.dtype);
   const std::vector<int64_t> top = {c.rows(), c.k};
   Message m;
   m.op = "softmax_topk";

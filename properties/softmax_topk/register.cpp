@@ -6,21 +6,6 @@
 #endif
 
 namespace kprop::softmax_topk {
-namespace {
-
-// The CUDA implementation reports "skipped" (kprop::TargetUnavailable) wherever it
-// cannot run: no CUDA compiler at build time, or no device at run time.
-Result cuda_or_skip([[maybe_unused]] const Case& c) {
-#if KPROP_HAVE_CUDA
-  if (cuda_raw::device_count() <= 0) throw TargetUnavailable("no CUDA device");
-  return cuda(c);
-#else
-  throw TargetUnavailable("built without CUDA");
-#endif
-}
-
-}  // namespace
-
 KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
   f.implementation({"reference", ImplKind::reference, "full softmax in double, stable sort by logit"},
                    reference);
@@ -33,8 +18,8 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
        "one block per row: tree-reduced max and normaliser, then rank selection (each element's "
        "rank by the contract order, stopping at K; rank < K writes its slot), any K up to V; f32 or f64",
        "cuda"},
-      cuda_or_skip);
-  for (const Mutant& m : mutants()) f.mutant(m.name, m.description, m.run);
+      KPROP_CUDA_IMPL(Traits, cuda_raw::device_count, cuda));
+  f.mutants(mutants());
   register_invariants(f);
   register_deterministic(f, [](const Result& r) {
     return std::vector<OutputView>{{"probs", r.probs}, {"indices", {r.indices.begin(), r.indices.end()}}};

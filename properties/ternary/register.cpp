@@ -11,7 +11,7 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
   f.implementation({"packed_base3", ImplKind::optimized,
                     "base-3 packed weights (5 per byte), same int matmul, f32 scaling"},
                    packed_base3);
-  for (const Mutant& m : mutants()) f.mutant(m.name, m.description, m.run);
+  f.mutants(mutants());
   register_invariants(f);
   // Output coverage (prop_runner --list --spec specs/ternary.yaml).
   // w_q is read back through the packed bytes.

@@ -16,64 +16,17 @@ arrays when ml_dtypes is importable, else uint16 arrays of the raw bits
 import argparse
 import importlib
 import importlib.util
-import json
 import os
-import struct
 import sys
 import traceback
 
 import numpy as np
 
-ABI_VERSION = 1
-
+from . import _wire
 from ._half import BFLOAT16  # ml_dtypes.bfloat16 when importable, else None
 
-_DTYPES = {
-    "f32": np.dtype("<f4"),
-    "f64": np.dtype("<f8"),
-    "f16": np.dtype("<f2"),
-    # bf16: ml_dtypes.bfloat16 when importable, else the raw bits (NumPy has no bfloat16)
-    "bf16": BFLOAT16 if BFLOAT16 is not None else np.dtype("<u2"),
-    "i8": np.dtype("i1"),
-    "u8": np.dtype("u1"),
-    "i32": np.dtype("<i4"),
-    "i64": np.dtype("<i8"),
-}
-
-
-def _read_exact(stream, n):
-    data = bytearray()
-    while len(data) < n:
-        chunk = stream.read(n - len(data))
-        if not chunk:
-            return None
-        data += chunk
-    return bytes(data)
-
-
-def _read_frame(stream):
-    head = _read_exact(stream, 8)
-    if head is None:
-        return None, None
-    if head[:4] != b"KPRP":
-        raise RuntimeError("kprop.worker: bad frame magic %r" % head[:4])
-    (length,) = struct.unpack("<I", head[4:])
-    header = json.loads(_read_exact(stream, length))
-    tensors = {}
-    for t in header.get("tensors", []):
-        dtype = _DTYPES[t["dtype"]]
-        count = int(np.prod(t["shape"], dtype=np.int64))
-        raw = _read_exact(stream, count * dtype.itemsize)
-        tensors[t["name"]] = np.frombuffer(raw, dtype=dtype, count=count).reshape(t["shape"])
-    return header, tensors
-
-
-def _write_frame(stream, header, arrays=()):
-    text = json.dumps(header).encode()
-    stream.write(b"KPRP" + struct.pack("<I", len(text)) + text)
-    for a in arrays:
-        stream.write(a.tobytes(order="C"))
-    stream.flush()
+ABI_VERSION = _wire.ABI_VERSION
+_DTYPES = _wire.dtypes(BFLOAT16)
 
 
 def load(spec):
@@ -101,14 +54,11 @@ def serve(fn, tensors="numpy", stdin=None, stdout=None):
     if stdin is None:
         stdin = sys.stdin.buffer
     if stdout is None:
-        # The protocol owns the real stdout; print() goes to stderr.
-        stdout = os.fdopen(os.dup(1), "wb")
-        os.dup2(2, 1)
-        sys.stdout = sys.stderr
+        stdout = _wire.protocol_stdout()
     target = None
     reported = set()
     while True:
-        header, inputs = _read_frame(stdin)
+        header, inputs = _wire.read_frame(stdin, _DTYPES)
         if header is None:
             return
         op = header.get("op")
@@ -116,9 +66,9 @@ def serve(fn, tensors="numpy", stdin=None, stdout=None):
             ops = list(header.get("ops", []))
             try:
                 target = _Target(fn, ops, tensors)
-                _write_frame(stdout, {"ok": True, "abi_version": ABI_VERSION, "ops": ops})
+                _wire.write_frame(stdout, {"ok": True, "abi_version": ABI_VERSION, "ops": ops})
             except Exception as e:
-                _write_frame(stdout, {"ok": False, "error": "%s: %s" % (type(e).__name__, e)})
+                _wire.write_frame(stdout, {"ok": False, "error": "%s: %s" % (type(e).__name__, e)})
             continue
         outputs = []
         for d in header.get("outputs", []):
@@ -130,14 +80,14 @@ def serve(fn, tensors="numpy", stdin=None, stdout=None):
         status = target(op, dict(header.get("attrs", {})), inputs, outputs)
         if status is None:
             described = [{"name": n, "dtype": dt, "shape": list(a.shape)} for n, dt, a in outputs]
-            _write_frame(stdout, {"ok": True, "tensors": described}, [a for _, _, a in outputs])
+            _wire.write_frame(stdout, {"ok": True, "tensors": described}, [a for _, _, a in outputs])
         elif status[0] == "unsupported":
-            _write_frame(stdout, {"ok": False, "unsupported": True, "error": status[1]})
+            _wire.write_frame(stdout, {"ok": False, "unsupported": True, "error": status[1]})
         else:
             if status[1] not in reported:
                 reported.add(status[1])
                 sys.stderr.write(target.tracebacks.get(status[1], status[1] + "\n"))
-            _write_frame(stdout, {"ok": False, "error": status[1]})
+            _wire.write_frame(stdout, {"ok": False, "error": status[1]})
 
 
 def main(argv=None):

@@ -26,10 +26,16 @@
 
 #include "kprop/abi.h"
 
+namespace kprop {
+enum class FloatType;  // kprop/float_type.h
+}  // namespace kprop
+
 namespace kprop::external {
 
 const char* dtype_name(int32_t dtype);
 int32_t dtype_from_name(const std::string& name);  // throws std::runtime_error
+// The kprop_tensor dtype of a case's floating-point tensors.
+int32_t abi_dtype(FloatType t);
 
 // prod(shape) * itemsize, or nothing when a dimension is negative, the dtype
 // unknown or the product overflows: every size that comes from outside

@@ -3,10 +3,14 @@
 // A family author writes a traits struct and registers it once:
 //
 //   struct MyTraits {
+//     // kprop/family_traits.h: Case, Result, name, description and the
+//     // functions below, for the family to define
+//     KPROP_FAMILY_TRAITS(my::Case, my::Result, "my", "one line");
+//   };
+//
+// KPROP_FAMILY_TRAITS declares:
 //     using Case = my::Case;                       // plain data
 //     using Result = my::Result;                   // what an implementation returns
-//     static constexpr const char* name = "my";
-//     static constexpr const char* description = "one line";
 //     static Schema domain_schema();               // keys of the spec's `domain:`
 //     static Case build(Draw&, const Values& domain);  // kprop/draw.h: the one builder for
 //                                                  // RapidCheck, fuzz bytes and seed corpora
@@ -21,13 +25,16 @@
 //     // and the largest that `domain` allows (kprop::CaseSize).
 //     static double case_bytes(const Case&);
 //     static CaseSize max_case_bytes(const Values& domain);
-//     // optional: constraints across domain keys the schema cannot state,
-//     // "" when fine (checked when a spec loads)
-//     static std::string check_domain(const Values& domain);
 //     static YAML::Node to_yaml(const Case&);
 //     static Case from_yaml(const YAML::Node&);    // throws CaseFormatError
 //     static CaseStats stats(const Case&);
-//   };
+// Optional, declared by the family itself:
+//     // constraints across domain keys the schema cannot state, "" when
+//     // fine (checked when a spec loads)
+//     static std::string check_domain(const Values& domain);
+//     static uint64_t content_hash(const Case&);   // see FamilyDef::content_hash
+// and named tensors and transforms (KPROP_FAMILY_EXPRESSIONS(); HasTensors,
+// HasTransforms below).
 //
 //   KPROP_REGISTER_FAMILY(MyTraits, [](FamilyDef<MyTraits>& f) {
 //     f.implementation({"reference", ImplKind::reference, "double, obvious"}, my::reference);
@@ -58,6 +65,7 @@
 #include "kprop/errors.h"
 #include "kprop/expr.h"
 #include "kprop/external.h"
+#include "kprop/family_traits.h"
 #include "kprop/rng.h"
 #include "kprop/values.h"
 
@@ -403,6 +411,25 @@ class FamilyDef : public Family {
   void mutant(std::string name, std::string description, ImplFn fn) {
     implementation({std::move(name), ImplKind::mutant, std::move(description)}, std::move(fn));
   }
+  // Every mutant of a kernel's table (kernels/<f>/mutants.cpp: a range of
+  // {name, description, run}).
+  template <typename Table>
+  void mutants(const Table& table) {
+    for (const auto& m : table) mutant(m.name, m.description, m.run);
+  }
+
+  // An implementation that cannot run here: every case raises
+  // TargetUnavailable(why), so the run is skipped, never passed.
+  static ImplFn unavailable(std::string why) {
+    return [why = std::move(why)](const Case&) -> Result { throw TargetUnavailable(why); };
+  }
+  // `run` where `device_count()` finds a CUDA device, else unavailable.
+  static ImplFn on_cuda_device(int (*device_count)(), ImplFn run) {
+    return [device_count, run = std::move(run)](const Case& c) -> Result {
+      if (device_count() <= 0) throw TargetUnavailable("no CUDA device");
+      return run(c);
+    };
+  }
   // Returns the registered info, for `.reading({...})`.
   InvariantInfo& invariant(InvariantInfo info, InvariantFn fn) {
     invariant_infos_.push_back(std::move(info));
@@ -605,6 +632,19 @@ class FamilyDef : public Family {
   std::map<std::string, std::vector<std::string>> tensor_outputs_;
   std::vector<InvariantFn> invariant_fns_;
 };
+
+// A family's CUDA implementation (FamilyDef::implementation's function):
+// the run function given after `device_count` (a kernel's CUDA entry point,
+// or a lambda around it) where a device is present. Built without CUDA
+// (KPROP_HAVE_CUDA unset) neither is named, and the target is skipped
+// ("built without CUDA"), never passed; so is a run with no device.
+#if KPROP_HAVE_CUDA
+#define KPROP_CUDA_IMPL(Traits, device_count, ...) \
+  ::kprop::FamilyDef<Traits>::on_cuda_device(device_count, __VA_ARGS__)
+#else
+#define KPROP_CUDA_IMPL(Traits, device_count, ...) \
+  ::kprop::FamilyDef<Traits>::unavailable("built without CUDA")
+#endif
 
 namespace detail {
 template <typename Traits, typename Setup>

@@ -1,9 +1,8 @@
 // prop_runner as a user runs it: exit codes 0/1/2/3 and one-line errors.
-#include <gtest/gtest.h>
-#include <sys/wait.h>
+#include "tests/support/cli.h"
 
-#include <array>
-#include <cstdio>
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -14,22 +13,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kRunner = KPROP_RUNNER;
 const std::string kSpec = std::string(KPROP_SOURCE_DIR) + "/specs/dflash.yaml";
 
-struct CliRun {
-  int code;
-  std::string out;  // stdout + stderr
-};
-
+using kprop::testing::CliRun;
 CliRun run(const std::string& args) {
-  const std::string cmd = kRunner + " " + args + " 2>&1";
-  std::array<char, 4096> buf{};
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  while (p && fgets(buf.data(), buf.size(), p)) out += buf.data();
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+  return kprop::testing::run_cli(args);
 }
 
 fs::path temp(const std::string& name) {

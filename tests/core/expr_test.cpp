@@ -5,14 +5,13 @@
 #include "kprop/expr.h"
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 
 #include "kprop/spec.h"
+#include "tests/support/cli.h"
 
 namespace kprop::expr {
 namespace {
@@ -396,18 +395,9 @@ TEST(ExprSpec, TransformsAreCheckedAtLoad) {
 }
 
 // ---- prop_runner end to end
-struct CliRun {
-  int code;
-  std::string out;
-};
+using testing::CliRun;
 CliRun run(const std::string& args) {
-  const std::string cmd = std::string(KPROP_RUNNER) + " " + args + " 2>&1";
-  std::array<char, 4096> buf{};
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  while (p && fgets(buf.data(), buf.size(), p)) out += buf.data();
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+  return testing::run_cli(args);
 }
 
 const std::string kBwdExpr = std::string(KPROP_SOURCE_DIR) + "/specs/examples/attention_bwd_expr.yaml";

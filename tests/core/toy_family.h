@@ -15,19 +15,7 @@ struct Result {
 };
 
 struct Traits {
-  using Case = toy::Case;
-  using Result = toy::Result;
-  static constexpr const char* name = "toy.sum";
-  static constexpr const char* description = "sum of a list (framework tests)";
-  static Schema domain_schema();
-  static Case build(Draw& draw, const Values& domain);
-  static rc::Seq<Case> shrinks(const Case& c, const Values& domain);
-  static std::string in_domain(const Case& c, const Values& domain);
-  static double case_bytes(const Case& c);
-  static CaseSize max_case_bytes(const Values& domain);
-  static YAML::Node to_yaml(const Case& c);
-  static Case from_yaml(const YAML::Node& node);
-  static CaseStats stats(const Case& c);
+  KPROP_FAMILY_TRAITS(toy::Case, toy::Result, "toy.sum", "sum of a list (framework tests)");
 };
 
 }  // namespace kprop::toy

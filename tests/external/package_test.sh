@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # kprop as a CMake package: install the build tree, then configure, build and
 # run examples/consumer (find_package(kprop) + kprop/testing.h) against it.
-#   package_test.sh BUILD_DIR SOURCE_DIR
+#   package_test.sh BUILD_DIR SOURCE_DIR [PYTHON]
 set -euo pipefail
-build="$1" source="$2"
+build="$1" source="$2" python="${3:-python3}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" > "$tmp/install.log"
@@ -19,5 +19,11 @@ test -f "$tmp/prefix/include/kprop/abi.h"
 for internal in listing.h fuzz_driver.h gen.h case_yaml.h; do
   if [ -e "$tmp/prefix/include/kprop/$internal" ]; then echo "internal header installed: $internal"; exit 1; fi
 done
-test -f "$tmp/prefix/share/kprop/python/kprop_worker.py"
+# The installed worker has what it loads by path beside it, and imports
+# (where this Python has NumPy, which the worker needs).
+test -f "$tmp/prefix/share/kprop/python/kprop/_half.py"
+test -f "$tmp/prefix/share/kprop/python/kprop/_wire.py"
+if "$python" -c "import numpy" 2> /dev/null; then
+  "$python" -c "import sys; sys.path.insert(0, '$tmp/prefix/share/kprop/python'); import kprop_worker"
+fi
 echo "package: installed, found, consumer test passed"

@@ -45,35 +45,28 @@ def test_attention_fwd_top_left_causal_is_caught_and_shrunk(example, corpus):
     assert result is not None and result.status == "failed"
 
 
-# ------------------------------------------------------------------ layernorm
-def test_layernorm_correct_passes(example, corpus):
-    mod = example("layernorm")
-    result = kprop.check("layernorm", mod.layernorm, seed=SEED, trials=60, corpus=corpus)
+# ------------------------------------------------------ layernorm, softmax_topk
+# spec (= the example module and its function): (trials of the correct run,
+# trials to catch a bug, the bugs planted)
+EXAMPLES = {
+    "layernorm": (60, 200, ["naive_variance", "eps_outside_sqrt", "missing_mean_term", "dgamma_no_xhat"]),
+    "softmax_topk": (80, 400, ["k_capped_32", "no_max_subtraction", "tie_high_index", "unsorted_output"]),
+}
+
+
+@pytest.mark.parametrize("spec", sorted(EXAMPLES))
+def test_correct_example_passes(example, corpus, spec):
+    mod = example(spec)
+    result = kprop.check(spec, getattr(mod, spec), seed=SEED, trials=EXAMPLES[spec][0], corpus=corpus)
     assert result.passed and result.checked > 0
 
 
-@pytest.mark.parametrize("bug", ["naive_variance", "eps_outside_sqrt", "missing_mean_term", "dgamma_no_xhat"])
-def test_layernorm_bugs_are_caught_and_shrunk(example, corpus, bug):
-    mod = example("layernorm")
+@pytest.mark.parametrize("spec,bug", [(spec, bug) for spec in sorted(EXAMPLES) for bug in EXAMPLES[spec][2]])
+def test_planted_bug_is_caught_and_shrunk(example, corpus, spec, bug):
+    mod = example(spec)
     mod.BUG = bug
     with pytest.raises(kprop.Counterexample) as excinfo:
-        kprop.check("layernorm", mod.layernorm, seed=SEED, trials=200, corpus=corpus)
-    _assert_shrunk_counterexample(excinfo, corpus)
-
-
-# --------------------------------------------------------------- softmax_topk
-def test_softmax_topk_correct_passes(example, corpus):
-    mod = example("softmax_topk")
-    result = kprop.check("softmax_topk", mod.softmax_topk, seed=SEED, trials=80, corpus=corpus)
-    assert result.passed and result.checked > 0
-
-
-@pytest.mark.parametrize("bug", ["k_capped_32", "no_max_subtraction", "tie_high_index", "unsorted_output"])
-def test_softmax_topk_bugs_are_caught_and_shrunk(example, corpus, bug):
-    mod = example("softmax_topk")
-    mod.BUG = bug
-    with pytest.raises(kprop.Counterexample) as excinfo:
-        kprop.check("softmax_topk", mod.softmax_topk, seed=SEED, trials=400, corpus=corpus)
+        kprop.check(spec, getattr(mod, spec), seed=SEED, trials=EXAMPLES[spec][1], corpus=corpus)
     _assert_shrunk_counterexample(excinfo, corpus)
 
 

@@ -24,18 +24,38 @@ def _caught_and_shrunk(spec, fn, corpus, trials, **kw):
     return f
 
 
-# ------------------------------------------------------------ attention.bwd
-def test_attention_bwd_correct_passes(example, corpus):
-    mod = example("attention_bwd")
-    result = kprop.check("attention_bwd", mod.attention_bwd, seed=SEED, trials=40, corpus=corpus)
-    assert result.passed and result.checked > 0 and result.declined == 0
+# ------------------------------------- attention.bwd, beam, kvcache, ternary
+def _ternary(mod):
+    return {"ternary.quantize_weights": mod.quantize_weights, "ternary.linear": mod.linear}
 
 
-@pytest.mark.parametrize("bug", ["dsoftmax_wrong_axis", "masked_row_nan", "dk_missing_scale", "d_without_do"])
-def test_attention_bwd_bugs_are_caught(example, corpus, bug):
-    mod = example("attention_bwd")
+# spec: (example module, what it serves (a function or {op: function}), trials
+# of the correct run, trials to catch a bug, the bugs planted, whether the
+# correct run may decline cases)
+EXAMPLES = {
+    "attention_bwd": ("attention_bwd", lambda m: m.attention_bwd, 40, 300,
+                      ["dsoftmax_wrong_axis", "masked_row_nan", "dk_missing_scale", "d_without_do"], False),
+    "beam": ("beam_search", lambda m: m.beam_step, 40, 400,
+             ["drop_finished", "penalty_compounding", "stop_at_first_eos"], True),
+    "kvcache": ("kvcache_decode", lambda m: m.serve, 20, 300,
+                ["paged_last_block_offset", "decode_off_by_one", "stale_block_reuse"], True),
+    "ternary": ("ternary_matmul", _ternary, 60, 400, ["scale_absmax", "round_toward_zero", "ste_zero_grad"], True),
+}
+
+
+@pytest.mark.parametrize("spec", sorted(EXAMPLES))
+def test_correct_example_passes(example, corpus, spec):
+    module, serves, trials, _, _, may_decline = EXAMPLES[spec]
+    result = kprop.check(spec, serves(example(module)), seed=SEED, trials=trials, corpus=corpus)
+    assert result.passed and result.checked > 0 and (may_decline or result.declined == 0)
+
+
+@pytest.mark.parametrize("spec,bug", [(spec, bug) for spec in sorted(EXAMPLES) for bug in EXAMPLES[spec][4]])
+def test_planted_bug_is_caught_and_shrunk(example, corpus, spec, bug):
+    module, serves, _, trials, _, _ = EXAMPLES[spec]
+    mod = example(module)
     mod.BUG = bug
-    _caught_and_shrunk("attention_bwd", mod.attention_bwd, corpus, 300)
+    _caught_and_shrunk(spec, serves(mod), corpus, trials)
 
 
 # ------------------------------------------------------------------- dflash
@@ -53,51 +73,6 @@ def test_dflash_correct_passes(example, corpus):
 def test_dflash_bugs_are_caught_and_shrunk(example, corpus, bug):
     f = _caught_and_shrunk("dflash", _dflash(example("dflash_verify"), bug), corpus, 300)
     assert "cycles" in f.case_yaml
-
-
-# --------------------------------------------------------------------- beam
-def test_beam_correct_passes(example, corpus):
-    mod = example("beam_search")
-    result = kprop.check("beam", mod.beam_step, seed=SEED, trials=40, corpus=corpus)
-    assert result.passed and result.checked > 0
-
-
-@pytest.mark.parametrize("bug", ["drop_finished", "penalty_compounding", "stop_at_first_eos"])
-def test_beam_bugs_are_caught(example, corpus, bug):
-    mod = example("beam_search")
-    mod.BUG = bug
-    _caught_and_shrunk("beam", mod.beam_step, corpus, 400)
-
-
-# ------------------------------------------------------------------ kvcache
-def test_kvcache_correct_passes(example, corpus):
-    mod = example("kvcache_decode")
-    result = kprop.check("kvcache", mod.serve, seed=SEED, trials=20, corpus=corpus)
-    assert result.passed and result.checked > 0
-
-
-@pytest.mark.parametrize("bug", ["paged_last_block_offset", "decode_off_by_one", "stale_block_reuse"])
-def test_kvcache_bugs_are_caught(example, corpus, bug):
-    mod = example("kvcache_decode")
-    mod.BUG = bug
-    _caught_and_shrunk("kvcache", mod.serve, corpus, 300)
-
-
-# ------------------------------------------------------------------ ternary
-def _ternary(mod):
-    return {"ternary.quantize_weights": mod.quantize_weights, "ternary.linear": mod.linear}
-
-
-def test_ternary_correct_passes(example, corpus):
-    result = kprop.check("ternary", _ternary(example("ternary_matmul")), seed=SEED, trials=60, corpus=corpus)
-    assert result.passed and result.checked > 0
-
-
-@pytest.mark.parametrize("bug", ["scale_absmax", "round_toward_zero", "ste_zero_grad"])
-def test_ternary_bugs_are_caught(example, corpus, bug):
-    mod = example("ternary_matmul")
-    mod.BUG = bug
-    _caught_and_shrunk("ternary", _ternary(mod), corpus, 400)
 
 
 # ---------------------------------------------------- a declared op (family: op)

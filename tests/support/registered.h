@@ -1,12 +1,23 @@
-// Lookups shared by family tests: a registered family with its typed side,
-// and an implementation's index by name (a test fails if either is absent).
+// Helpers shared by family tests: a registered family with its typed side
+// and an implementation's index by name (a test fails if either is absent),
+// the shrunk counterexamples of a run that must fail, and a case file the
+// family's decoder must refuse with its position.
 #pragma once
 
 #include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <sstream>
 #include <string>
+#include <vector>
 
+#include "kprop/bytes.h"
+#include "kprop/draw.h"
 #include "kprop/family.h"
 #include "kprop/runner.h"
 #include "kprop/spec.h"
@@ -27,28 +38,123 @@ inline size_t implementation_index(const Family& family, const std::string& name
   return static_cast<size_t>(it - impls.begin());
 }
 
-// A `cuda` implementation is registered as an optimized target on device cuda.
-inline void expect_registered_on_cuda(const Family& family, size_t index) {
-  const ImplInfo& info = family.implementations()[index];
-  EXPECT_EQ(info.device, "cuda");
-  EXPECT_EQ(info.kind, ImplKind::optimized);
+// The shipped specs (specs/*.yaml) whose family is built and passes `keep`,
+// sorted: what the spec-wide tests (tests/core) run on.
+inline std::vector<std::string> shipped_specs(const std::function<bool(const Family&)>& keep) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(KPROP_SOURCE_DIR) + "/specs")) {
+    if (e.path().extension() != ".yaml") continue;
+    const Family* f =
+        Registry::instance().find(YAML::LoadFile(e.path().string())["family"].as<std::string>());
+    if (f && keep(*f)) out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+// A spec path's stem, as a test parameter's name.
+inline std::string spec_stem(const ::testing::TestParamInfo<std::string>& info) {
+  return std::filesystem::path(info.param).stem().string();
 }
 
-// Without a device (or built without CUDA) a spec run on the `cuda` target
-// is skipped at once, every invariant not run: never passed, never failed.
-inline void expect_cuda_run_skipped(const std::string& spec_path) {
+// Implementation `name` of a registered family, called on typed cases.
+template <typename Traits>
+struct Implementation {
+  const FamilyDef<Traits>& family;
+  size_t index;
+  typename Traits::Result operator()(const typename Traits::Case& c) const { return family.run(index, c); }
+};
+template <typename Traits>
+Implementation<Traits> registered_implementation(const char* family, const std::string& name) {
+  const FamilyDef<Traits>& f = registered_family<Traits>(family);
+  return {f, implementation_index(f, name)};
+}
+
+// A run of `target` (seed `seed`, only the invariants `only` when given)
+// that stops at its first failure and writes nothing.
+inline RunOptions first_failure(const std::string& target, uint64_t seed,
+                                std::vector<std::string> only = {}) {
   RunOptions o;
-  o.target = "cuda";
-  o.seed = 1;
+  o.target = target;
+  o.seed = seed;
   o.write_corpus = false;
-  const RunReport r = run_spec(load_spec(spec_path), o);
-  EXPECT_EQ(r.status, RunStatus::skipped);
-#if KPROP_HAVE_CUDA
-  EXPECT_EQ(r.detail, "skipped: no CUDA device");
-#else
-  EXPECT_EQ(r.detail, "skipped: built without CUDA");
-#endif
-  for (const auto& inv : r.invariants) EXPECT_EQ(inv.status, InvariantStatus::not_run) << inv.name;
+  o.stop_on_first_failure = true;
+  o.only_invariants = std::move(only);
+  return o;
+}
+
+// The shrunk counterexamples of a first_failure run on the spec at
+// `spec_path` that must fail.
+inline std::vector<Finding> counterexamples(const std::string& spec_path, const std::string& target,
+                                            uint64_t seed, std::vector<std::string> only = {}) {
+  const RunReport r = run_spec(load_spec(spec_path), first_failure(target, seed, std::move(only)));
+  EXPECT_EQ(r.status, RunStatus::failed) << target << ", seed " << seed;
+  std::vector<Finding> out;
+  for (const auto& inv : r.invariants)
+    if (inv.counterexample) out.push_back(*inv.counterexample);
+  EXPECT_FALSE(out.empty()) << target << ", seed " << seed << ": no counterexample";
+  return out;
+}
+// The same, decoded.
+template <typename Traits>
+std::vector<typename Traits::Case> shrunk_cases(const std::string& spec_path, const std::string& target,
+                                                uint64_t seed, std::vector<std::string> only = {}) {
+  std::vector<typename Traits::Case> out;
+  for (const Finding& f : counterexamples(spec_path, target, seed, std::move(only)))
+    out.push_back(Traits::from_yaml(YAML::Load(f.case_yaml)));
+  return out;
+}
+
+// Traits::from_yaml refuses the case file `text` with a CaseFormatError that
+// names a line and, when `word` is given, contains it.
+template <typename Traits>
+void expect_bad_case(const std::string& text, const std::string& word = "") {
+  try {
+    Traits::from_yaml(YAML::Load(text));
+    ADD_FAILURE() << "accepted: " << text;
+  } catch (const CaseFormatError& e) {
+    EXPECT_GT(e.line, 0) << text;
+    EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << e.what();
+  }
+}
+
+// The spec at `path` with its line `line` replaced by `replacement` (and
+// `edit` applied to the text), parsed in memory as `name`: nothing is
+// written. A test fails if `line` is absent.
+inline Spec spec_with(const std::string& path, const std::string& line, const std::string& replacement,
+                      const std::string& name, const std::function<void(std::string&)>& edit = {}) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string s = text.str();
+  const size_t at = s.find(line);
+  EXPECT_NE(at, std::string::npos) << path << " has no '" << line << "'";
+  if (at != std::string::npos) s.replace(at, line.size(), replacement);
+  if (edit) edit(s);
+  return parse_spec(s, name);
+}
+
+// A run of the half-precision tests: fixed seed, `trials`, findings in a
+// scratch folder under the test's temp dir; `bug`: a planted bug, stopped at
+// its first failure.
+inline RunOptions half_run(const std::string& target, bool bug, int64_t trials, const std::string& scratch) {
+  RunOptions o;
+  o.target = target;
+  o.seed = 20261123;
+  o.trials = trials;
+  o.write_corpus = false;
+  o.stop_on_first_failure = bug;
+  o.scratch_dir = ::testing::TempDir() + scratch;
+  return o;
+}
+
+// A case decoded from `n` random bytes of `rng`, as libFuzzer's decoder does.
+template <typename Traits>
+typename Traits::Case from_random_bytes(std::mt19937_64& rng, size_t n, const Values& domain) {
+  std::vector<uint8_t> bytes(n);
+  for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+  ByteReader reader(bytes.data(), bytes.size());
+  BytesDraw draw(reader);
+  return Traits::build(draw, domain);
 }
 
 }  // namespace kprop::testing

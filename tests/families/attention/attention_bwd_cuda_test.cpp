@@ -1,6 +1,7 @@
-// The `cuda` implementation of attention.bwd. Without a device (or built
-// without CUDA) it must report skipped, never passed or failed; everything
-// that needs a device GTEST_SKIPs here and runs where a GPU is present.
+// The `cuda` implementation of attention.bwd on a device (every test here
+// GTEST_SKIPs without one: reported SKIPPED, never passed). What every
+// `cuda` implementation shares (skipped without a device, passes its spec
+// on one) is tests/core/cuda_target_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,32 +9,15 @@
 #include <string>
 
 #include "kernels/attention/attention.h"
-#include "kprop/runner.h"
-#include "kprop/spec.h"
 #include "properties/attention/family.h"
+#include "tests/support/cuda.h"
 #include "tests/support/registered.h"
-#if KPROP_HAVE_CUDA
-#include "kernels/attention/attention_bwd_cuda.h"
-#endif
 
 namespace kprop::attention {
 namespace {
 
-const std::string kSpec = std::string(KPROP_SOURCE_DIR) + "/specs/attention_bwd.yaml";
-
-int devices() {
-#if KPROP_HAVE_CUDA
-  return cuda_bwd_raw::device_count();
-#else
-  return 0;
-#endif
-}
-
-const FamilyDef<BwdTraits>& family() {
-  return testing::registered_family<BwdTraits>("attention.bwd");
-}
-size_t cuda_index() {
-  return testing::implementation_index(family(), "cuda");
+BwdResult run_cuda(const Case& c) {
+  return testing::registered_implementation<BwdTraits>("attention.bwd", "cuda")(c);
 }
 
 // GQA 4/2, Nq 7 > Nk 5 under a causal mask (the first two rows fully masked),
@@ -55,28 +39,14 @@ Case gqa_case(DType dtype, MaskKind mask) {
   return c;
 }
 
-TEST(AttentionBwdCuda, RegisteredOnDeviceCuda) {
-  testing::expect_registered_on_cuda(family(), cuda_index());
-}
-
-TEST(AttentionBwdCuda, SkippedWithoutDevice) {
-  if (devices() > 0) GTEST_SKIP() << "a CUDA device is present";
-  testing::expect_cuda_run_skipped(kSpec);
-}
-
-TEST(AttentionBwdCuda, DirectCallThrowsUnsupportedWithoutDevice) {
-  if (devices() > 0) GTEST_SKIP() << "a CUDA device is present";
-  EXPECT_THROW(family().run(cuda_index(), gqa_case(DType::f64, MaskKind::none)), Unsupported);
-}
-
 // --- device only
 
 TEST(AttentionBwdCuda, MatchesTheTiledCpuKernelOnEveryMask) {
-  if (devices() == 0) GTEST_SKIP() << "needs a CUDA device";
+  if (!testing::cuda_device_present()) GTEST_SKIP() << "needs a CUDA device";
   for (DType dtype : {DType::f64, DType::f32})
     for (MaskKind mask : {MaskKind::none, MaskKind::causal, MaskKind::key_padding, MaskKind::boolean}) {
       const Case c = gqa_case(dtype, mask);
-      const BwdResult got = family().run(cuda_index(), c), want = reference_backward(c);
+      const BwdResult got = run_cuda(c), want = reference_backward(c);
       // |values| <= 5, D = 3, Nk = 5: gradients are O(100); f32 rounding of a
       // few dozen terms stays far under 1e-3 of that, f64 under 1e-10.
       const double tol = dtype == DType::f64 ? 1e-10 : 1e-3;
@@ -90,24 +60,12 @@ TEST(AttentionBwdCuda, MatchesTheTiledCpuKernelOnEveryMask) {
 }
 
 TEST(AttentionBwdCuda, IsBitwiseDeterministic) {
-  if (devices() == 0) GTEST_SKIP() << "needs a CUDA device";
+  if (!testing::cuda_device_present()) GTEST_SKIP() << "needs a CUDA device";
   const Case c = gqa_case(DType::f32, MaskKind::causal);
-  const BwdResult a = family().run(cuda_index(), c), b = family().run(cuda_index(), c);
+  const BwdResult a = run_cuda(c), b = run_cuda(c);
   EXPECT_EQ(a.dq, b.dq);
   EXPECT_EQ(a.dk, b.dk);
   EXPECT_EQ(a.dv, b.dv);
-}
-
-TEST(AttentionBwdCuda, PassesTheSpecOnDevice) {
-  if (devices() == 0) GTEST_SKIP() << "needs a CUDA device";
-  for (uint64_t seed : {11u, 12u}) {
-    RunOptions o;
-    o.target = "cuda";
-    o.seed = seed;
-    o.trials = 100;
-    o.write_corpus = false;
-    EXPECT_EQ(run_spec(load_spec(kSpec), o).status, RunStatus::passed) << "seed " << seed;
-  }
 }
 
 }  // namespace

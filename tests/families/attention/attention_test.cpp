@@ -9,6 +9,7 @@
 
 #include "kprop/runner.h"
 #include "properties/attention/family.h"
+#include "tests/support/registered.h"
 
 namespace kprop::attention {
 namespace {
@@ -137,13 +138,7 @@ TEST(AttentionCodec, BadCaseNamesLineAndColumn) {
   const YAML::Node n = YAML::Load(
       "shape: {batch: 1, heads_q: 3, heads_kv: 2, nq: 1, nk: 1, dim: 1}\ntiles: {q: 1, k: 1}\ndtype: f64\n"
       "mask: none\nq: [[1], [1], [1]]\nk: [[1], [1]]\nv: [[1], [1]]\n");
-  try {
-    FwdTraits::from_yaml(n);
-    FAIL() << "heads_q not a multiple of heads_kv accepted";
-  } catch (const CaseFormatError& e) {
-    EXPECT_GT(e.line, 0);
-    EXPECT_NE(std::string(e.what()).find("multiple"), std::string::npos);
-  }
+  testing::expect_bad_case<FwdTraits>(YAML::Dump(n), "multiple");  // heads_q not a multiple of heads_kv
 }
 
 // rescale_inverted is right on easy inputs (one tile, or the max in the

@@ -1,9 +1,9 @@
-// The CUDA attention forward: the "cuda" implementation of attention.fwd
-// (f32/f64, spec-checked) reports skipped without a device; on a device it
-// passes the spec, and both tensor-core f16/bf16 kernels (mma.sync, every
-// tiling; wgmma where the sm_90a image runs) match the fp64
-// reference (kprop::attention::reference_forward) within a tolerance derived
-// below. Everything that needs a device GTEST_SKIPs without one.
+// The CUDA attention forward's tensor-core f16/bf16 kernels (mma.sync, every
+// tiling; wgmma where the sm_90a image runs) match the fp64 reference
+// (kprop::attention::reference_forward) within a tolerance derived below.
+// Everything that needs a device GTEST_SKIPs without one. The "cuda"
+// implementation of attention.fwd (f32/f64) is checked with every other
+// `cuda` target in tests/core/cuda_target_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,53 +15,13 @@
 #include <vector>
 
 #include "kernels/attention/attention.h"
-#include "kprop/runner.h"
-#include "kprop/spec.h"
-#include "properties/attention/family.h"
-#include "tests/support/registered.h"
+#include "tests/support/cuda.h"
 #if KPROP_HAVE_CUDA
 #include "kernels/attention/attention_cuda.h"
 #endif
 
 namespace kprop::attention {
 namespace {
-
-const std::string kSpec = std::string(KPROP_SOURCE_DIR) + "/specs/attention_fwd.yaml";
-
-int devices() {
-#if KPROP_HAVE_CUDA
-  return cuda_raw::device_count();
-#else
-  return 0;
-#endif
-}
-
-const FamilyDef<FwdTraits>& family() {
-  return testing::registered_family<FwdTraits>("attention.fwd");
-}
-size_t cuda_index() {
-  return testing::implementation_index(family(), "cuda");
-}
-
-TEST(AttentionCudaFwd, RegisteredOnDeviceCuda) {
-  testing::expect_registered_on_cuda(family(), cuda_index());
-}
-
-TEST(AttentionCudaFwd, SkippedWithoutDevice) {
-  if (devices() > 0) GTEST_SKIP() << "a CUDA device is present";
-  testing::expect_cuda_run_skipped(kSpec);
-}
-
-TEST(AttentionCudaFwd, PassesTheSpecOnDevice) {
-  if (devices() == 0) GTEST_SKIP() << "needs a CUDA device";
-  for (uint64_t seed : {11u, 12u}) {
-    RunOptions o;
-    o.target = "cuda";
-    o.seed = seed;
-    o.write_corpus = false;
-    EXPECT_EQ(run_spec(load_spec(kSpec), o).status, RunStatus::passed) << "seed " << seed;
-  }
-}
 
 #if KPROP_HAVE_CUDA
 // ---------------------------------------------------------------- tensor cores
@@ -199,7 +159,7 @@ void expect_within(const TcErrors& r, const std::string& what) {
 }
 
 TEST(AttentionCudaTensorCore, MatchesTheFp64Reference) {
-  if (devices() == 0) GTEST_SKIP() << "needs a CUDA device";
+  if (!testing::cuda_device_present()) GTEST_SKIP() << "needs a CUDA device";
   // Every mma.sync tiling: 4 or 8 warps of 16 rows, and 4 warps of 32 rows.
   const int tilings[][2] = {{4, 16}, {8, 16}, {4, 32}};
   uint32_t seed = 100;
@@ -212,7 +172,7 @@ TEST(AttentionCudaTensorCore, MatchesTheFp64Reference) {
 }
 
 TEST(AttentionCudaTensorCore, WgmmaMatchesTheFp64Reference) {
-  if (devices() == 0) GTEST_SKIP() << "needs a CUDA device";
+  if (!testing::cuda_device_present()) GTEST_SKIP() << "needs a CUDA device";
   if (!cuda_raw::tc_wgmma_available()) GTEST_SKIP() << "no sm_90a image for this device";
   uint32_t seed = 500;
   for (cuda_raw::Half type : {cuda_raw::Half::f16, cuda_raw::Half::bf16})
@@ -223,7 +183,7 @@ TEST(AttentionCudaTensorCore, WgmmaMatchesTheFp64Reference) {
 
 TEST(AttentionCudaTensorCore, EmptyRowsAreCounted) {
   // The masked-row check above must see rows: causal Nq > Nk and key length 0.
-  if (devices() == 0) GTEST_SKIP() << "needs a CUDA device";
+  if (!testing::cuda_device_present()) GTEST_SKIP() << "needs a CUDA device";
   EXPECT_EQ(run_tc(cuda_raw::Half::f16, {1, 2, 2, 300, 100, 64, TcMask::causal, {}}, 7).masked_rows,
             2u * 200u);
   EXPECT_EQ(run_tc(cuda_raw::Half::bf16, {2, 1, 1, 64, 64, 64, TcMask::key_padding, {0, 5}}, 8).masked_rows,
@@ -233,7 +193,7 @@ TEST(AttentionCudaTensorCore, EmptyRowsAreCounted) {
 TEST(AttentionCudaTensorCore, CatchesAnInvertedRescale) {
   // The same check on the kernel with the running-max correction inverted
   // (a planted bug compiled into one instantiation) must fail.
-  if (devices() == 0) GTEST_SKIP() << "needs a CUDA device";
+  if (!testing::cuda_device_present()) GTEST_SKIP() << "needs a CUDA device";
   const TcCase tc{1, 2, 2, 128, 256, 64, TcMask::none, {}, true};
   const TcErrors good = run_tc(cuda_raw::Half::f16, tc, 3);
   EXPECT_LE(good.o_ratio, 1.0);

@@ -37,9 +37,7 @@ double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
 }
 
 const Mutant<FwdResult>& forward_mutant(const std::string& name) {
-  for (const auto& m : forward_mutants())
-    if (name == m.name) return m;
-  throw std::logic_error("no forward mutant " + name);
+  return find_mutant(forward_mutants(), name);
 }
 
 TEST(AttentionHalf, OutputsAreStoredInTheHalfTypeAndStatsInF32) {

@@ -8,6 +8,8 @@
 
 #include "kprop/runner.h"
 #include "properties/beam/family.h"
+#include "tests/support/registered.h"
+#include "tests/support/tensor_shapes.h"
 
 namespace kprop::beam {
 namespace {
@@ -34,9 +36,7 @@ Case small_case(int vocab, int L, int K, double alpha, uint64_t seed) {
 }
 
 const Mutant& mutant(const std::string& name) {
-  for (const Mutant& m : mutants())
-    if (name == m.name) return m;
-  throw std::logic_error("no mutant " + name);
+  return find_mutant(mutants(), name);
 }
 
 TEST(BeamKernels, CountHypotheses) {
@@ -160,32 +160,23 @@ TEST(BeamCodec, BadCaseNamesLineAndColumn) {
   const YAML::Node n = YAML::Load(
       "model: {vocab: 2, eos: 3, seed: 1, scale: 1, eos_bias: 0, eos_slope: 0, sharpen: 0, shift: 0}\n"
       "prompts: [[1]]\nbeam_width: 1\nmax_new_tokens: 1\nalpha: 0\n");
-  try {
-    Traits::from_yaml(n);
-    FAIL() << "eos outside the vocabulary accepted";
-  } catch (const CaseFormatError& e) {
-    EXPECT_GT(e.line, 0);
-    EXPECT_NE(std::string(e.what()).find("eos"), std::string::npos);
-  }
+  testing::expect_bad_case<Traits>(YAML::Dump(n), "eos");  // outside the vocabulary
 }
 
 // penalty_counts_prompt shrinks to one step over a two-token vocabulary.
 TEST(BeamShrinker, PenaltyCountsPromptShrinksToOneStep) {
-  const Spec spec = load_spec(kSpec);
-  RunOptions o;
-  o.target = "penalty_counts_prompt";
-  o.seed = 7;
-  o.write_corpus = false;
-  o.stop_on_first_failure = true;
-  const RunReport r = run_spec(spec, o);
-  ASSERT_EQ(r.status, RunStatus::failed);
-  for (const auto& inv : r.invariants)
-    if (inv.counterexample) {
-      const Case c = Traits::from_yaml(YAML::Load(inv.counterexample->case_yaml));
-      EXPECT_EQ(c.model.vocab, 2);
-      EXPECT_EQ(c.max_new_tokens, 1);
-      EXPECT_EQ(c.prompts.size(), 1u);
-    }
+  for (const Case& c : testing::shrunk_cases<Traits>(kSpec, "penalty_counts_prompt", 7)) {
+    EXPECT_EQ(c.model.vocab, 2);
+    EXPECT_EQ(c.max_new_tokens, 1);
+    EXPECT_EQ(c.prompts.size(), 1u);
+  }
+}
+
+// Every transform gives a valid case (its tensors' shapes:
+// tests/core/spec_contract_test.cpp).
+TEST(BeamTensors, TransformsGiveValidCases) {
+  testing_support::check_transforms_valid<Traits>(load_spec(kSpec), 50,
+                                                  [](const Case&, const Case& t) { return validate(t); });
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 
 #include "kprop/runner.h"
 #include "properties/dflash/family.h"
+#include "tests/support/registered.h"
+#include "tests/support/tensor_shapes.h"
 
 namespace kprop::dflash {
 namespace {
@@ -81,51 +83,31 @@ TEST(DflashCodec, BadCaseNamesLineAndColumn) {
   const YAML::Node n = YAML::Load(
       "prompt: [1]\nmodel: {vocab: 3, d_model: 4, layers: 1, heads: 1, seed: 1}\ncycles:\n  - {tokens: [1, "
       "1], parents: [-1, -1]}\n");
-  try {
-    Traits::from_yaml(n);
-    FAIL() << "duplicate sibling tokens accepted";
-  } catch (const CaseFormatError& e) {
-    EXPECT_GT(e.line, 0);
-    EXPECT_NE(std::string(e.what()).find("sibling"), std::string::npos);
-  }
+  testing::expect_bad_case<Traits>(YAML::Dump(n), "sibling");  // duplicate sibling tokens
 }
 
 // Shrinking a failing case for positional_logits reaches the two-root tree.
 TEST(DflashShrinker, PositionalLogitsShrinksToTwoRoots) {
-  const Spec spec = load_spec(kSpec);
-  RunOptions o;
-  o.target = "positional_logits";
-  o.seed = 7;
-  o.write_corpus = false;
-  o.stop_on_first_failure = true;
-  const RunReport r = run_spec(spec, o);
-  ASSERT_EQ(r.status, RunStatus::failed);
-  for (const auto& inv : r.invariants)
-    if (inv.counterexample) {
-      EXPECT_EQ(inv.counterexample->stats.size, 2);
-      const Case c = Traits::from_yaml(YAML::Load(inv.counterexample->case_yaml));
-      ASSERT_EQ(c.cycles.size(), 1u);
-      EXPECT_EQ(c.cycles[0].parents, (std::vector<int>{-1, -1}));
-    }
+  for (const Finding& f : testing::counterexamples(kSpec, "positional_logits", 7)) {
+    EXPECT_EQ(f.stats.size, 2);
+    const Case c = Traits::from_yaml(YAML::Load(f.case_yaml));
+    ASSERT_EQ(c.cycles.size(), 1u);
+    EXPECT_EQ(c.cycles[0].parents, (std::vector<int>{-1, -1}));
+  }
 }
 
 // depth_logits needs a depth-2 node under a root other than node 0: 3 nodes.
 TEST(DflashShrinker, DepthLogitsShrinksToAtMostThreeNodes) {
-  const Spec spec = load_spec(kSpec);
-  for (uint64_t seed : {1u, 5u, 9u}) {
-    RunOptions o;
-    o.target = "depth_logits";
-    o.seed = seed;
-    o.write_corpus = false;
-    o.stop_on_first_failure = true;
-    const RunReport r = run_spec(spec, o);
-    ASSERT_EQ(r.status, RunStatus::failed);
-    for (const auto& inv : r.invariants) {
-      if (inv.counterexample) {
-        EXPECT_LE(inv.counterexample->stats.size, 3) << inv.counterexample->case_yaml;
-      }
-    }
-  }
+  for (uint64_t seed : {1u, 5u, 9u})
+    for (const Finding& f : testing::counterexamples(kSpec, "depth_logits", seed))
+      EXPECT_LE(f.stats.size, 3) << f.case_yaml;
+}
+
+// Every transform gives a valid case (its tensors' shapes:
+// tests/core/spec_contract_test.cpp).
+TEST(DflashTensors, TransformsGiveValidCases) {
+  testing_support::check_transforms_valid<Traits>(load_spec(kSpec), 50,
+                                                  [](const Case&, const Case& t) { return validate(t); });
 }
 
 }  // namespace

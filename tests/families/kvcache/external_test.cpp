@@ -16,43 +16,18 @@
 #include "kprop/half.h"
 #include "kprop/spec.h"
 #include "kprop/testing.h"
+#include "tests/support/abi_entry.h"
 #include "tests/support/python_worker.h"
 
 namespace {
+
+using namespace kprop::testing;  // element, store, quick, has_counterexample (abi_entry.h)
 
 const char* const kSpec = KPROP_SOURCE_DIR "/specs/kvcache.yaml";
 
 template <typename T>
 T& at(const kprop_tensor& t, std::initializer_list<int64_t> index) {
   return static_cast<T*>(t.data)[kprop_offset(&t, std::data(index))];
-}
-
-// Element `index` of a float view of any dtype, as a double.
-double element(const kprop_tensor& t, std::initializer_list<int64_t> index) {
-  const int64_t i = kprop_offset(&t, std::data(index));
-  switch (t.dtype) {
-    case KPROP_F32:
-      return static_cast<const float*>(t.data)[i];
-    case KPROP_F16:
-      return kprop::half::f16_to_double(static_cast<const uint16_t*>(t.data)[i]);
-    case KPROP_BF16:
-      return kprop::half::bf16_to_double(static_cast<const uint16_t*>(t.data)[i]);
-    default:
-      return static_cast<const double*>(t.data)[i];
-  }
-}
-
-// x rounded to the dtype and stored (round to nearest even).
-void store(const kprop_tensor& t, std::initializer_list<int64_t> index, double x) {
-  const int64_t i = kprop_offset(&t, std::data(index));
-  if (t.dtype == KPROP_F32)
-    static_cast<float*>(t.data)[i] = static_cast<float>(x);
-  else if (t.dtype == KPROP_F16)
-    static_cast<uint16_t*>(t.data)[i] = kprop::half::f16_from_double(x);
-  else if (t.dtype == KPROP_BF16)
-    static_cast<uint16_t*>(t.data)[i] = kprop::half::bf16_from_double(x);
-  else
-    static_cast<double*>(t.data)[i] = x;
 }
 
 // x as a cache of `dtype` holds it.
@@ -140,26 +115,14 @@ int contiguous_engine(const kprop_kvcache_serve_args* a, char*, size_t) {
   return KPROP_OK;
 }
 
-kprop::RunOptions quick(int64_t trials) {
-  kprop::RunOptions o;
-  o.seed = 20261122;
-  o.trials = trials;
-  o.write_corpus = false;
-  return o;
-}
-
-bool has_counterexample(const kprop::RunReport& report) {
-  return !kprop::testing::killed_by(report).empty();
-}
-
 TEST(KvcacheExternal, ContiguousEnginePassesInProcess) {
   KPROP_EXPECT_SPEC_PASSES(
-      kSpec, {{"kprop_kvcache_serve", reinterpret_cast<void*>(&contiguous_engine<false>)}}, quick(60));
+      kSpec, {{"kprop_kvcache_serve", reinterpret_cast<void*>(&contiguous_engine<false>)}}, quick(false, 60));
 }
 
 TEST(KvcacheExternal, DecodeOffByOneFailsInProcess) {
   const auto report = kprop::testing::run_in_process(
-      kSpec, {{"kprop_kvcache_serve", reinterpret_cast<void*>(&contiguous_engine<true>)}}, quick(60));
+      kSpec, {{"kprop_kvcache_serve", reinterpret_cast<void*>(&contiguous_engine<true>)}}, quick(false, 60));
   EXPECT_EQ(report.status, kprop::RunStatus::failed);
   EXPECT_TRUE(has_counterexample(report));
 }
@@ -184,7 +147,7 @@ kprop::RunReport run_worker(const std::string& flags, kprop::RunOptions options,
 TEST(KvcacheExternal, PythonWorkerPasses) {
   KPROP_REQUIRE_PYTHON();
   for (const char* flags : {"", "--int8"}) {
-    const auto report = run_worker(flags, quick(25), std::string(flags) == "--int8");
+    const auto report = run_worker(flags, quick(false, 25), std::string(flags) == "--int8");
     EXPECT_TRUE(kprop::testing::spec_passes(report)) << "flags: " << flags;
     EXPECT_EQ(report.status, kprop::RunStatus::passed) << report.detail;  // not skipped
   }
@@ -195,7 +158,7 @@ TEST(KvcacheExternal, PythonWorkerBugsFail) {
   for (const char* bug :
        {"paged_last_block_offset", "chunk_ignores_past", "decode_off_by_one", "padding_leak",
         "per_tensor_scale", "stale_block_reuse", "cache_truncated_bf16", "decode_accumulate_in_storage"}) {
-    kprop::RunOptions o = quick(100);
+    kprop::RunOptions o = quick(false, 100);
     o.stop_on_first_failure = true;
     const auto report = run_worker(std::string("--bug ") + bug, o);
     EXPECT_EQ(report.status, kprop::RunStatus::failed) << bug;

@@ -8,35 +8,23 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 #include "kernels/kvcache/kvcache.h"
 #include "kprop/errors.h"
 #include "kprop/runner.h"
 #include "kprop/spec.h"
 #include "properties/kvcache/family.h"
+#include "tests/families/kvcache/three_sequences.h"
+#include "tests/support/registered.h"
 
 namespace kprop::kvcache {
 namespace {
 
 const std::string kSpec = std::string(KPROP_SOURCE_DIR) + "/specs/kvcache.yaml";
 
-// Three sequences, GQA 2x2, pages of 3, chunks of 2, staggered arrivals.
+// Chunks of 2, the free list in block order.
 Case batch_case(DType dtype) {
-  Case c;
-  c.kv_heads = 2;
-  c.group = 2;
-  c.head_dim = 4;
-  c.seqs = {{4, 2, 0, 11}, {1, 5, 0, 12}, {5, 3, 3, 13}};
-  c.page_size = 3;
-  c.chunk = 2;
-  c.k_spread = 20;
-  c.v_spread = 30;
-  c.q_scale = 2;
-  c.seed = 5;
-  c.dtype = dtype;
-  return fit_pool(c);
+  return three_sequences(3, 2, {}, dtype);
 }
 
 bool in_dtype(const std::vector<double>& v, DType d) {
@@ -103,9 +91,7 @@ TEST(KvcacheHalf, Int8CacheDeclinesNonF64Cases) {
 }
 
 const Mutant& mutant(const std::string& name) {
-  for (const Mutant& m : mutants())
-    if (name == m.name) return m;
-  throw std::logic_error("no mutant " + name);
+  return find_mutant(mutants(), name);
 }
 
 // One token: the output is its own cached V. A truncated bf16 cache holds
@@ -175,37 +161,17 @@ TEST(KvcacheHalf, YamlCarriesTheDtype) {
   EXPECT_EQ(Traits::from_yaml(YAML::Load(YAML::Dump(old))).dtype, DType::f64);
   YAML::Node bad = Traits::to_yaml(batch_case(DType::f16));
   bad["dtype"] = "f8";
-  try {
-    Traits::from_yaml(YAML::Load(YAML::Dump(bad)));
-    FAIL() << "dtype f8 accepted";
-  } catch (const CaseFormatError& e) {
-    EXPECT_GT(e.line, 0);
-    EXPECT_NE(std::string(e.what()).find("dtype"), std::string::npos);
-  }
+  testing::expect_bad_case<Traits>(YAML::Dump(bad), "dtype");
 }
 
 // The committed spec with its domain narrowed to one dtype (parsed in memory).
 Spec spec_for(const std::string& dtype) {
-  std::ifstream in(kSpec);
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string s = text.str();
-  const std::string line = "dtypes: [f64, f32, f16, bf16]";
-  const size_t at = s.find(line);
-  EXPECT_NE(at, std::string::npos) << "specs/kvcache.yaml has no '" << line << "'";
-  if (at != std::string::npos) s.replace(at, line.size(), "dtypes: [" + dtype + "]");
-  return parse_spec(s, "kvcache_" + dtype + ".yaml");
+  return testing::spec_with(kSpec, "dtypes: [f64, f32, f16, bf16]", "dtypes: [" + dtype + "]",
+                            "kvcache_" + dtype + ".yaml");
 }
 
 RunOptions half_run(const std::string& target, bool bug) {
-  RunOptions o;
-  o.target = target;
-  o.seed = 20261123;
-  o.trials = bug ? 300 : 100;
-  o.write_corpus = false;
-  o.stop_on_first_failure = bug;
-  o.scratch_dir = ::testing::TempDir() + "kprop_kvcache_half";
-  return o;
+  return testing::half_run(target, bug, bug ? 300 : 100, "kprop_kvcache_half");
 }
 
 TEST(KvcacheHalf, CorrectEnginesPassTheSpecOnOneDtype) {

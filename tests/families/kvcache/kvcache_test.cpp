@@ -8,28 +8,18 @@
 
 #include "kprop/runner.h"
 #include "properties/kvcache/family.h"
+#include "tests/families/kvcache/three_sequences.h"
+#include "tests/support/registered.h"
+#include "tests/support/tensor_shapes.h"
 
 namespace kprop::kvcache {
 namespace {
 
 const std::string kSpec = std::string(KPROP_SOURCE_DIR) + "/specs/kvcache.yaml";
 
-// Three sequences, GQA 2x2, pages of 3 that divide no length, chunks of 2,
-// staggered arrivals so the third sequence reuses blocks released by the first.
+// The third sequence reuses blocks released by the first; chunks of 2.
 Case batch_case() {
-  Case c;
-  c.kv_heads = 2;
-  c.group = 2;
-  c.head_dim = 4;
-  c.seqs = {{4, 2, 0, 11}, {1, 5, 0, 12}, {5, 3, 3, 13}};
-  c.page_size = 3;
-  c.chunk = 2;
-  c.k_spread = 20;
-  c.v_spread = 30;
-  c.q_scale = 2;
-  c.seed = 5;
-  c.pool = {4, 1, 6, 0, 3, 5, 2, 7, 8, 9};
-  return fit_pool(c);
+  return three_sequences(3, 2, kShuffledPool);
 }
 
 double max_error(const Result& a, const Result& b) {
@@ -127,13 +117,7 @@ TEST(KvcacheCodec, BadCaseNamesLineAndColumn) {
       "heads: {kv: 1, group: 1}\nhead_dim: 1\nseqs:\n  - {prompt: 3, decode: 0, arrive: 0, seed: 1}\n"
       "page_size: 1\nchunk: 1\npool: [0, 1]\npoison: nan\ndata: {q_scale: 1, k_spread: 1, v_spread: 1, seed: "
       "1}\n");
-  try {
-    Traits::from_yaml(n);
-    FAIL() << "a pool of 2 blocks for 3 tokens of page 1 accepted";
-  } catch (const CaseFormatError& e) {
-    EXPECT_GT(e.line, 0);
-    EXPECT_NE(std::string(e.what()).find("pool"), std::string::npos);
-  }
+  testing::expect_bad_case<Traits>(YAML::Dump(n), "pool");  // 2 blocks for 3 tokens of page 1
 }
 
 // The generator reaches what the mutants need: decodes, reuse of released
@@ -162,29 +146,14 @@ TEST(KvcacheGenerator, CoversTheDomain) {
 
 // padding_leak needs two sequences decoding together at different lengths.
 TEST(KvcacheShrinker, PaddingLeakShrinksToTwoSequences) {
-  const Spec spec = load_spec(kSpec);
-  RunOptions o;
-  o.target = "padding_leak";
-  o.seed = 3;
-  o.write_corpus = false;
-  o.stop_on_first_failure = true;
-  o.only_invariants = {"sequence_independence"};
-  const RunReport r = run_spec(spec, o);
-  ASSERT_EQ(r.status, RunStatus::failed);
-  const Case c = Traits::from_yaml(YAML::Load(r.invariants[0].counterexample->case_yaml));
-  EXPECT_EQ(c.seqs.size(), 2u);
-  EXPECT_EQ(c.head_dim, 1);
+  for (const Case& c : testing::shrunk_cases<Traits>(kSpec, "padding_leak", 3, {"sequence_independence"})) {
+    EXPECT_EQ(c.seqs.size(), 2u);
+    EXPECT_EQ(c.head_dim, 1);
+  }
 }
 
 RunStatus run(const std::string& target, uint64_t seed, std::vector<std::string> only = {}) {
-  const Spec spec = load_spec(kSpec);
-  RunOptions o;
-  o.target = target;
-  o.seed = seed;
-  o.write_corpus = false;
-  o.stop_on_first_failure = true;
-  o.only_invariants = std::move(only);
-  return run_spec(spec, o).status;
+  return run_spec(load_spec(kSpec), testing::first_failure(target, seed, std::move(only))).status;
 }
 
 // Each mutant also dies under the invariant written for its kind of bug alone.
@@ -198,6 +167,13 @@ TEST(KvcacheMutants, EachDiesUnderItsOwnInvariant) {
       {"stale_block_reuse", "paged_matches_contiguous"}};
   for (const auto& [mutant, invariant] : pairs)
     EXPECT_EQ(run(mutant, 5, {invariant}), RunStatus::failed) << mutant << " under " << invariant;
+}
+
+// Every transform gives a valid case (its tensors' shapes:
+// tests/core/spec_contract_test.cpp).
+TEST(KvcacheTensors, TransformsGiveValidCases) {
+  testing_support::check_transforms_valid<Traits>(load_spec(kSpec), 50,
+                                                  [](const Case&, const Case& t) { return validate(t); });
 }
 
 }  // namespace

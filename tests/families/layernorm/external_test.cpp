@@ -13,56 +13,17 @@
 #include "kprop/spec.h"
 #include "kprop/testing.h"
 #include "properties/layernorm/family.h"
+#include "tests/support/abi_entry.h"
 #include "tests/support/python_worker.h"
 
 namespace {
 
 using namespace kprop::layernorm;
+using namespace kprop::testing;  // element, store, quick (abi_entry.h)
 
 const std::string kSpec = KPROP_SOURCE_DIR "/specs/layernorm.yaml";
 
-// `bug`: a planted bug, shrunk for the first invariant it breaks only.
-kprop::RunOptions quick(const std::string& target = "", bool bug = false) {
-  kprop::RunOptions o;
-  o.target = target;
-  o.stop_on_first_failure = bug;
-  o.seed = 20261122;
-  o.trials = 100;
-  o.write_corpus = false;
-  return o;
-}
-
 // ---------------------------------------- an ABI entry point around a Result
-// Element (i0, i1) of a view of any float dtype, through its strides.
-double element(const kprop_tensor& t, int64_t i0, int64_t i1 = 0) {
-  const int64_t index[2] = {i0, i1};
-  const int64_t at = kprop_offset(&t, index);
-  switch (t.dtype) {
-    case KPROP_F32:
-      return static_cast<const float*>(t.data)[at];
-    case KPROP_F16:
-      return kprop::half::f16_to_double(static_cast<const uint16_t*>(t.data)[at]);
-    case KPROP_BF16:
-      return kprop::half::bf16_to_double(static_cast<const uint16_t*>(t.data)[at]);
-    default:
-      return static_cast<const double*>(t.data)[at];
-  }
-}
-
-// Stores v (already a value of the view's dtype for the results of `Impl`).
-void store(const kprop_tensor& t, double v, int64_t i0, int64_t i1 = 0) {
-  const int64_t index[2] = {i0, i1};
-  const int64_t at = kprop_offset(&t, index);
-  if (t.dtype == KPROP_F32)
-    static_cast<float*>(t.data)[at] = static_cast<float>(v);
-  else if (t.dtype == KPROP_F16)
-    static_cast<uint16_t*>(t.data)[at] = kprop::half::f16_from_double(v);
-  else if (t.dtype == KPROP_BF16)
-    static_cast<uint16_t*>(t.data)[at] = kprop::half::bf16_from_double(v);
-  else
-    static_cast<double*>(t.data)[at] = v;
-}
-
 DType case_dtype(int32_t abi) {
   switch (abi) {
     case KPROP_F32:
@@ -86,32 +47,31 @@ int entry(const kprop_layernorm_args* a, char*, size_t) {
   c.dim = static_cast<int>(a->x.shape[1]);
   c.eps = a->eps;
   for (int r = 0; r < c.rows; ++r)
-    for (int d = 0; d < c.dim; ++d) c.x.push_back(element(a->x, r, d)), c.dy.push_back(element(a->dy, r, d));
+    for (int d = 0; d < c.dim; ++d)
+      c.x.push_back(element(a->x, {r, d})), c.dy.push_back(element(a->dy, {r, d}));
   for (int d = 0; d < c.dim; ++d)
-    c.gamma.push_back(element(a->gamma, d)), c.beta.push_back(element(a->beta, d));
+    c.gamma.push_back(element(a->gamma, {d})), c.beta.push_back(element(a->beta, {d}));
   const Result res = Impl(c);
   const size_t D = static_cast<size_t>(c.dim);
   for (int r = 0; r < c.rows; ++r) {
     for (int d = 0; d < c.dim; ++d) {
       const size_t at = static_cast<size_t>(r) * D + static_cast<size_t>(d);
-      store(a->y, res.y[at], r, d);
-      store(a->xhat, res.xhat[at], r, d);
-      store(a->dx, res.dx[at], r, d);
+      store(a->y, {r, d}, res.y[at]);
+      store(a->xhat, {r, d}, res.xhat[at]);
+      store(a->dx, {r, d}, res.dx[at]);
     }
-    store(a->mean, res.mean[static_cast<size_t>(r)], r);
-    store(a->rstd, res.rstd[static_cast<size_t>(r)], r);
+    store(a->mean, {r}, res.mean[static_cast<size_t>(r)]);
+    store(a->rstd, {r}, res.rstd[static_cast<size_t>(r)]);
   }
   for (int d = 0; d < c.dim; ++d) {
-    store(a->dgamma, res.dgamma[static_cast<size_t>(d)], d);
-    store(a->dbeta, res.dbeta[static_cast<size_t>(d)], d);
+    store(a->dgamma, {d}, res.dgamma[static_cast<size_t>(d)]);
+    store(a->dbeta, {d}, res.dbeta[static_cast<size_t>(d)]);
   }
   return KPROP_OK;
 }
 
 Result missing_proj_term(const Case& c) {
-  for (const Mutant& m : mutants())
-    if (std::string(m.name) == "missing_proj_term") return m.run(c);
-  throw std::logic_error("no mutant missing_proj_term");
+  return kprop::find_mutant(mutants(), "missing_proj_term").run(c);
 }
 
 // The invariant that killed the run with a counterexample, "" when none did.
@@ -119,7 +79,7 @@ using kprop::testing::killed_by;
 
 kprop::RunReport run_entry(kprop_layernorm_fn fn) {
   return kprop::testing::run_in_process(kSpec, {{"kprop_layernorm", reinterpret_cast<void*>(fn)}},
-                                        quick("", true));
+                                        quick(true));
 }
 
 TEST(LayernormExternal, FusedBehindTheAbiPassesInProcess) {

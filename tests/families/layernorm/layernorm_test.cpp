@@ -5,16 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <fstream>
 #include <random>
-#include <sstream>
 
 #include "kernels/layernorm/kernels.h"
-#include "kprop/draw.h"
 #include "kprop/half.h"
 #include "kprop/runner.h"
 #include "kprop/spec.h"
 #include "properties/layernorm/family.h"
+#include "tests/support/registered.h"
 
 namespace kprop::layernorm {
 namespace {
@@ -194,12 +192,7 @@ TEST(LayerNormHalf, VarianceInStorageOverflowsInF16) {
   const Case c = make(DType::f16, 1, 32, x);
   const Result ref = reference(c), good = fused(c);
   EXPECT_LT(max_abs_diff(ref.y, good.y), 0.05);
-  const Result bad = [&] {
-    for (const Mutant& m : mutants())
-      if (std::string(m.name) == "variance_in_storage") return m.run(c);
-    ADD_FAILURE() << "no variance_in_storage";
-    return Result{};
-  }();
+  const Result bad = find_mutant(mutants(), "variance_in_storage").run(c);
   EXPECT_GT(max_abs_diff(ref.y, bad.y), 1.0);
   // f32 cases: the storage is f32, so the mutant is the fused kernel.
   const Case f = make(DType::f32, 1, 32, x);
@@ -207,10 +200,7 @@ TEST(LayerNormHalf, VarianceInStorageOverflowsInF16) {
 }
 
 TEST(LayerNormHalf, Bf16TruncateRoundsTowardZeroOnBf16Only) {
-  const Mutant* trunc = nullptr;
-  for (const Mutant& m : mutants())
-    if (std::string(m.name) == "bf16_truncate") trunc = &m;
-  ASSERT_NE(trunc, nullptr);
+  const Mutant* trunc = &find_mutant(mutants(), "bf16_truncate");
   std::vector<double> x;
   for (int i = 0; i < 64; ++i) x.push_back(std::sin(0.37 * i) * 3 + 0.1 * i);
   const Case b = make(DType::bf16, 1, 64, x);
@@ -260,11 +250,7 @@ TEST(LayerNormHalf, GeneratedCasesAreInTheDtypeAndInRange) {
   // Fuzz bytes (libFuzzer's decoder): random bytes reach every dtype.
   std::mt19937_64 rng(7);
   for (int n = 0; n < 400; ++n) {
-    std::vector<uint8_t> bytes(4096);
-    for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
-    ByteReader reader(bytes.data(), bytes.size());
-    BytesDraw draw(reader);
-    const Case c = Traits::build(draw, domain);
+    const Case c = testing::from_random_bytes<Traits>(rng, 4096, domain);
     if (!is_half(c.dtype)) continue;
     ++half_cases;
     ASSERT_EQ(validate(c), "");
@@ -277,33 +263,20 @@ TEST(LayerNormHalf, GeneratedCasesAreInTheDtypeAndInRange) {
   EXPECT_GT(big_rows, 10);  // f16 rows whose squares overflow f16
 }
 
-// The committed spec with its domain narrowed to one dtype (a temporary
-// copy, parsed in memory: nothing is written).
+// The committed spec with its domain narrowed to one dtype (parsed in
+// memory: nothing is written).
 Spec spec_for(const std::string& dtype) {
-  std::ifstream in(kSpec);
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string s = text.str();
-  const std::string line = "dtype: [f16, bf16, f32, f64]";
-  const size_t at = s.find(line);
-  EXPECT_NE(at, std::string::npos) << "specs/layernorm.yaml has no '" << line << "'";
-  if (at != std::string::npos) s.replace(at, line.size(), "dtype: [" + dtype + "]");
-  // finite_differences runs on f64 cases only: dropped from a half domain.
-  const size_t fd = s.find("  - name: finite_differences\n");
-  EXPECT_NE(fd, std::string::npos);
-  if (fd != std::string::npos) s.erase(fd, s.find("\n  - ", fd + 1) + 1 - fd);
-  return parse_spec(s, "layernorm_" + dtype + ".yaml");
+  return testing::spec_with(kSpec, "dtype: [f16, bf16, f32, f64]", "dtype: [" + dtype + "]",
+                            "layernorm_" + dtype + ".yaml", [](std::string& s) {
+                              // finite_differences runs on f64 cases only: dropped from a half domain.
+                              const size_t fd = s.find("  - name: finite_differences\n");
+                              EXPECT_NE(fd, std::string::npos);
+                              if (fd != std::string::npos) s.erase(fd, s.find("\n  - ", fd + 1) + 1 - fd);
+                            });
 }
 
 RunOptions half_run(const std::string& target, bool bug) {
-  RunOptions o;
-  o.target = target;
-  o.seed = 20261123;
-  o.trials = bug ? 400 : 200;
-  o.write_corpus = false;
-  o.stop_on_first_failure = bug;
-  o.scratch_dir = ::testing::TempDir() + "kprop_layernorm_half";
-  return o;
+  return testing::half_run(target, bug, bug ? 400 : 200, "kprop_layernorm_half");
 }
 
 TEST(LayerNormHalf, FusedPassesTheSpecOnHalfCases) {

@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -62,6 +63,33 @@ inline void expect_in_domain_and_reference_passes(const Spec& spec, const Family
   EXPECT_EQ(f.in_domain(back, spec.domain), "");
   o.target = "reference";
   EXPECT_EQ(run_spec(spec, o).status, RunStatus::passed);
+}
+
+// Greedy shrinking to a fixed point of `fails`: each step takes the first
+// candidate that still fails, after checking that every candidate of the
+// step is inside the domain (not only those up to the first that fails).
+struct Shrunk {
+  Case c;
+  int steps = 0;
+  int candidates = 0;
+};
+template <typename Fails>
+Shrunk shrink_while(Case c, const Values& domain, Fails fails) {
+  Shrunk out{std::move(c)};
+  for (bool progress = true; progress && out.steps < 10000;) {
+    progress = false;
+    std::optional<Case> first;
+    rc::Seq<Case> seq = Traits::shrinks(out.c, domain);
+    while (auto next = seq.next()) {
+      ++out.candidates;
+      const std::string why = Traits::in_domain(*next, domain);
+      EXPECT_EQ(why, "") << "candidate " << out.candidates << " outside the domain";
+      if (!why.empty()) return out;
+      if (!first && fails(*next)) first = std::move(*next);
+    }
+    if (first) out.c = std::move(*first), ++out.steps, progress = true;
+  }
+  return out;
 }
 
 }  // namespace kprop::op::testing

@@ -205,25 +205,9 @@ TEST(OpShrink, StaysInTheDomainAndReachesTheMinimalDims) {
   };
   const Case start = drawn_case(f, spec.domain, [&](const Case& c) { return fails(c) && dim(c, "D") > 8; });
   ASSERT_EQ(Traits::in_domain(start, spec.domain), "");
-  Case c = start;
-  int steps = 0, candidates = 0;
-  for (bool progress = true; progress && steps < 10000;) {
-    progress = false;
-    // Every candidate of every step is checked, not only those up to the
-    // first that still fails.
-    std::optional<Case> first;
-    rc::Seq<Case> seq = Traits::shrinks(c, spec.domain);
-    while (auto next = seq.next()) {
-      ++candidates;
-      const std::string why = Traits::in_domain(*next, spec.domain);
-      ASSERT_EQ(why, "") << "candidate " << candidates << " outside the domain";
-      if (!first && fails(*next)) first = std::move(*next);
-    }
-    if (first) {
-      c = std::move(*first);
-      ++steps, progress = true;
-    }
-  }
+  const Shrunk shrunk = shrink_while(start, spec.domain, fails);
+  const Case& c = shrunk.c;
+  const int steps = shrunk.steps;
   EXPECT_GT(steps, 0);
   EXPECT_LT(steps, 10000) << "shrinking did not reach a fixed point";
   EXPECT_EQ(dim(c, "T"), 1);
@@ -803,19 +787,7 @@ TEST(OpDomainShrink, CoupledDimsIndexTensorsAndMasksShrinkToTheMinimalCase) {
            kind_of(c, "mask") == "padding";
   });
   ASSERT_EQ(Traits::in_domain(start, spec.domain), "");
-  Case c = start;
-  int steps = 0, candidates = 0;
-  for (bool progress = true; progress && steps < 10000;) {
-    progress = false;
-    std::optional<Case> first;
-    rc::Seq<Case> seq = Traits::shrinks(c, spec.domain);
-    while (auto next = seq.next()) {
-      ++candidates;
-      ASSERT_EQ(Traits::in_domain(*next, spec.domain), "") << "candidate " << candidates;
-      if (!first && fails(*next)) first = std::move(*next);
-    }
-    if (first) c = std::move(*first), ++steps, progress = true;
-  }
+  const Case c = shrink_while(start, spec.domain, fails).c;
   EXPECT_EQ(dim(c, "D"), 3);
   EXPECT_EQ(dim(c, "E"), 3);
   EXPECT_EQ(dim(c, "T"), 1);

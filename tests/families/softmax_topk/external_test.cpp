@@ -13,54 +13,21 @@
 #include "kprop/spec.h"
 #include "kprop/testing.h"
 #include "properties/softmax_topk/family.h"
+#include "tests/support/abi_entry.h"
 #include "tests/support/python_worker.h"
 
 namespace {
 
 using namespace kprop::softmax_topk;
+using namespace kprop::testing;  // element, store, quick (abi_entry.h)
 
 const std::string kSpec = KPROP_SOURCE_DIR "/specs/softmax_topk.yaml";
-
-// `bug`: a planted bug, shrunk for the first invariant it breaks only.
-kprop::RunOptions quick(const std::string& target = "", bool bug = false) {
-  kprop::RunOptions o;
-  o.target = target;
-  o.stop_on_first_failure = bug;
-  o.seed = 20261122;
-  o.trials = 100;
-  o.write_corpus = false;
-  return o;
-}
 
 // ---------------------------------------- an ABI entry point around a Result
 // Offset of element (row, col) of a 2-D view, through its strides.
 int64_t offset(const kprop_tensor& t, int64_t row, int64_t col) {
   const int64_t index[2] = {row, col};
   return kprop_offset(&t, index);
-}
-
-double element(const kprop_tensor& t, int64_t at) {
-  switch (t.dtype) {
-    case KPROP_F32:
-      return static_cast<const float*>(t.data)[at];
-    case KPROP_F16:
-      return kprop::half::f16_to_double(static_cast<const uint16_t*>(t.data)[at]);
-    case KPROP_BF16:
-      return kprop::half::bf16_to_double(static_cast<const uint16_t*>(t.data)[at]);
-    default:
-      return static_cast<const double*>(t.data)[at];
-  }
-}
-
-void store(const kprop_tensor& t, int64_t at, double v) {
-  if (t.dtype == KPROP_F32)
-    static_cast<float*>(t.data)[at] = static_cast<float>(v);
-  else if (t.dtype == KPROP_F16)
-    static_cast<uint16_t*>(t.data)[at] = kprop::half::f16_from_double(v);
-  else if (t.dtype == KPROP_BF16)
-    static_cast<uint16_t*>(t.data)[at] = kprop::half::bf16_from_double(v);
-  else
-    static_cast<double*>(t.data)[at] = v;
 }
 
 // Runs `Impl` (an implementation of kprop's family) on the views.
@@ -86,22 +53,20 @@ int entry(const kprop_softmax_topk_args* a, char*, size_t) {
   c.block = a->block;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t i = 0; i < c.vocab; ++i) {
-      c.logits.push_back(element(a->logits, offset(a->logits, r, i)));
+      c.logits.push_back(element(a->logits, {r, i}));
     }
   const Result res = Impl(c);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < c.k; ++j) {
       const size_t slot = static_cast<size_t>(r * c.k + j);
-      store(a->probs, offset(a->probs, r, j), res.probs[slot]);
+      store(a->probs, {r, j}, res.probs[slot]);
       static_cast<int32_t*>(a->indices.data)[offset(a->indices, r, j)] = res.indices[slot];
     }
   return KPROP_OK;
 }
 
 Result tie_high_index(const Case& c) {
-  for (const Mutant& m : mutants())
-    if (std::string(m.name) == "tie_high_index") return m.run(c);
-  throw std::logic_error("no mutant tie_high_index");
+  return kprop::find_mutant(mutants(), "tie_high_index").run(c);
 }
 
 // The invariant that killed the run with a counterexample, "" when none did.
@@ -113,7 +78,7 @@ TEST(SoftmaxTopkExternal, FusedBehindTheAbiPassesInProcess) {
 
 TEST(SoftmaxTopkExternal, PlantedBugFailsInProcess) {
   const kprop::RunReport report = kprop::testing::run_in_process(
-      kSpec, {{"kprop_softmax_topk", reinterpret_cast<void*>(&entry<tie_high_index>)}}, quick("", true));
+      kSpec, {{"kprop_softmax_topk", reinterpret_cast<void*>(&entry<tie_high_index>)}}, quick(true));
   EXPECT_EQ(report.status, kprop::RunStatus::failed);
   EXPECT_NE(killed_by(report), "");
 }

@@ -6,18 +6,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <random>
-#include <sstream>
 
 #include "kprop/corpus.h"
-#include "kprop/draw.h"
 #include "kprop/half.h"
 #include "kprop/rng.h"
 #include "kprop/runner.h"
 #include "kprop/spec.h"
 #include "properties/softmax_topk/family.h"
+#include "tests/support/registered.h"
 
 namespace kprop::softmax_topk {
 namespace {
@@ -83,12 +81,7 @@ TEST(SoftmaxTopkKernels, FusedMatchesReferenceForEveryKAndBlock) {
 }
 
 TEST(SoftmaxTopkKernels, MutantsBreakTheirStage) {
-  auto run = [](const char* name, const Case& c) {
-    for (const Mutant& m : mutants())
-      if (std::string(m.name) == name) return m.run(c);
-    ADD_FAILURE() << name;
-    return Result{};
-  };
+  auto run = [](const char* name, const Case& c) { return find_mutant(mutants(), name).run(c); };
   EXPECT_EQ(run("tie_high_index", make(DType::f32, 1, 1, {{0, 0}})).indices, (std::vector<int>{1}));
   EXPECT_TRUE(std::isnan(run("no_max_subtraction", make(DType::f32, 1, 1, {{128}})).probs[0]));
   EXPECT_NEAR(run("online_rescale_inverted", make(DType::f64, 1, 1, {{0, 1}})).probs[0],
@@ -110,12 +103,7 @@ TEST(SoftmaxTopkCodec, BadCasesNameLineAndColumn) {
                            "dtype: f32\nk: 3\nblock: 1\nlogits:\n  - [0, 1]\n",
                            "dtype: f32\nk: 1\nblock: 1\nlogits:\n  - [0.1, .inf]\n",
                            "dtype: f32\nk: 1\nblock: 1\nlogits:\n  - [0.1]\n"}) {
-    try {
-      Traits::from_yaml(YAML::Load(text));
-      ADD_FAILURE() << "accepted: " << text;
-    } catch (const CaseFormatError& e) {
-      EXPECT_GT(e.line, 0) << text;
-    }
+    testing::expect_bad_case<Traits>(text);
   }
 }
 
@@ -127,10 +115,7 @@ bool in_dtype(const std::vector<double>& v, DType t) {
 }
 
 Result run_mutant(const char* name, const Case& c) {
-  for (const Mutant& m : mutants())
-    if (std::string(m.name) == name) return m.run(c);
-  ADD_FAILURE() << "no mutant " << name;
-  return Result{};
+  return find_mutant(mutants(), name).run(c);
 }
 
 TEST(SoftmaxTopkHalf, FusedStoresProbabilitiesInTheDtype) {
@@ -184,12 +169,7 @@ TEST(SoftmaxTopkHalf, YamlRoundTripOfEdgeValues) {
   for (const char* text : {"dtype: f16\nk: 1\nblock: 1\nlogits:\n  - [0, 0.10001]\n",
                            "dtype: f16\nk: 1\nblock: 1\nlogits:\n  - [65520]\n",
                            "dtype: bf16\nk: 1\nblock: 1\nlogits:\n  - [1.001]\n"}) {
-    try {
-      Traits::from_yaml(YAML::Load(text));
-      ADD_FAILURE() << "accepted: " << text;
-    } catch (const CaseFormatError& e) {
-      EXPECT_GT(e.line, 0) << text;
-    }
+    testing::expect_bad_case<Traits>(text);
   }
 }
 
@@ -198,11 +178,7 @@ TEST(SoftmaxTopkHalf, GeneratedCasesAreInTheDtypeAndReachF16Overflow) {
   std::mt19937_64 rng(11);
   int half_cases = 0, past_overflow = 0;
   for (int n = 0; n < 400; ++n) {  // fuzz bytes: libFuzzer's decoder reaches every dtype
-    std::vector<uint8_t> bytes(8192);
-    for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
-    ByteReader reader(bytes.data(), bytes.size());
-    BytesDraw draw(reader);
-    const Case c = Traits::build(draw, domain);
+    const Case c = testing::from_random_bytes<Traits>(rng, 8192, domain);
     if (!is_half(c.dtype)) continue;
     ++half_cases;
     ASSERT_EQ(validate(c), "");
@@ -217,26 +193,12 @@ TEST(SoftmaxTopkHalf, GeneratedCasesAreInTheDtypeAndReachF16Overflow) {
 
 // The committed spec with its domain narrowed to one dtype (parsed in memory).
 Spec spec_for(const std::string& dtype) {
-  std::ifstream in(kSpec);
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string s = text.str();
-  const std::string line = "dtype: [f16, bf16, f32, f64]";
-  const size_t at = s.find(line);
-  EXPECT_NE(at, std::string::npos) << "specs/softmax_topk.yaml has no '" << line << "'";
-  if (at != std::string::npos) s.replace(at, line.size(), "dtype: [" + dtype + "]");
-  return parse_spec(s, "softmax_topk_" + dtype + ".yaml");
+  return testing::spec_with(kSpec, "dtype: [f16, bf16, f32, f64]", "dtype: [" + dtype + "]",
+                            "softmax_topk_" + dtype + ".yaml");
 }
 
 RunOptions half_run(const std::string& target, bool bug) {
-  RunOptions o;
-  o.target = target;
-  o.seed = 20261123;
-  o.trials = bug ? 400 : 200;
-  o.write_corpus = false;
-  o.stop_on_first_failure = bug;
-  o.scratch_dir = ::testing::TempDir() + "kprop_softmax_topk_half";
-  return o;
+  return testing::half_run(target, bug, bug ? 400 : 200, "kprop_softmax_topk_half");
 }
 
 TEST(SoftmaxTopkHalf, FusedPassesTheSpecOnHalfCases) {

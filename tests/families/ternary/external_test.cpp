@@ -11,9 +11,12 @@
 #include "kernels/ternary/packed.h"
 #include "kprop/spec.h"
 #include "kprop/testing.h"
+#include "tests/support/abi_entry.h"
 #include "tests/support/python_worker.h"
 
 namespace {
+
+using namespace kprop::testing;  // quick, has_counterexample (abi_entry.h)
 
 namespace kernel = kprop::ternary::kernel;
 
@@ -83,18 +86,6 @@ int packed_linear(const kprop_ternary_linear_args* a, char*, size_t) {
   return KPROP_OK;
 }
 
-kprop::RunOptions quick(int64_t trials) {
-  kprop::RunOptions o;
-  o.seed = 20261122;
-  o.trials = trials;
-  o.write_corpus = false;
-  return o;
-}
-
-bool has_counterexample(const kprop::RunReport& report) {
-  return !kprop::testing::killed_by(report).empty();
-}
-
 kprop::testing::EntryPoints packed_kernel(bool msb_first) {
   return {{"kprop_ternary_quantize_weights", reinterpret_cast<void*>(&packed_quantize_weights)},
           {"kprop_ternary_linear", msb_first ? reinterpret_cast<void*>(&packed_linear<true>)
@@ -102,11 +93,11 @@ kprop::testing::EntryPoints packed_kernel(bool msb_first) {
 }
 
 TEST(TernaryExternal, PackedKernelPassesInProcess) {
-  KPROP_EXPECT_SPEC_PASSES(kSpec, packed_kernel(false), quick(200));
+  KPROP_EXPECT_SPEC_PASSES(kSpec, packed_kernel(false), quick(false, 200));
 }
 
 TEST(TernaryExternal, CodeOrderSwappedFailsInProcess) {
-  const auto report = kprop::testing::run_in_process(kSpec, packed_kernel(true), quick(200));
+  const auto report = kprop::testing::run_in_process(kSpec, packed_kernel(true), quick(false, 200));
   EXPECT_EQ(report.status, kprop::RunStatus::failed);
   EXPECT_TRUE(has_counterexample(report));
 }
@@ -119,7 +110,7 @@ kprop::RunReport run_worker(const std::string& flags, kprop::RunOptions options)
 
 TEST(TernaryExternal, PythonWorkerPasses) {
   KPROP_REQUIRE_PYTHON();
-  const auto report = run_worker("", quick(200));
+  const auto report = run_worker("", quick(false, 200));
   EXPECT_TRUE(kprop::testing::spec_passes(report));
   EXPECT_EQ(report.status, kprop::RunStatus::passed) << report.detail;  // not skipped
 }
@@ -128,7 +119,7 @@ TEST(TernaryExternal, PythonWorkerBugsFail) {
   KPROP_REQUIRE_PYTHON();
   for (const char* bug :
        {"scale_absmax", "round_toward_zero", "ste_zero_grad", "no_eps", "round_half_away"}) {
-    kprop::RunOptions o = quick(200);
+    kprop::RunOptions o = quick(false, 200);
     o.stop_on_first_failure = true;
     const auto report = run_worker(std::string("--bug ") + bug, o);
     EXPECT_EQ(report.status, kprop::RunStatus::failed) << bug;

@@ -11,6 +11,7 @@
 #include "kprop/rng.h"
 #include "kprop/runner.h"
 #include "properties/ternary/family.h"
+#include "tests/support/registered.h"
 
 namespace kprop::ternary {
 namespace {
@@ -133,14 +134,8 @@ TEST(TernaryPacking, RoundTripsEveryWidthAndPattern) {
 }
 
 TEST(TernaryCodec, BadCaseNamesLineAndColumn) {
-  const YAML::Node n = YAML::Load("tokens: 1\nin_features: 2\nout_features: 1\nx: [1]\nw: [1, 2]\ndy: [1]\n");
-  try {
-    Traits::from_yaml(n);
-    FAIL() << "wrong x length accepted";
-  } catch (const CaseFormatError& e) {
-    EXPECT_GT(e.line, 0);
-    EXPECT_NE(std::string(e.what()).find("x has 1 values"), std::string::npos) << e.what();
-  }
+  testing::expect_bad_case<Traits>("tokens: 1\nin_features: 2\nout_features: 1\nx: [1]\nw: [1, 2]\ndy: [1]\n",
+                                   "x has 1 values");
   EXPECT_THROW(Traits::from_yaml(
                    YAML::Load("tokens: 1\nin_features: 1\nout_features: 1\nx: [.nan]\nw: [1]\ndy: [1]\n")),
                CaseFormatError);
@@ -148,24 +143,13 @@ TEST(TernaryCodec, BadCaseNamesLineAndColumn) {
 
 // The shrinker ends at the smallest shapes that can show each bug.
 TEST(TernaryShrinker, MinimalShapes) {
-  const Spec spec = load_spec(kSpec);
   for (auto [mutant, K] :
-       {std::pair{"scale_absmax", 2}, std::pair{"ste_zero_grad", 1}, std::pair{"no_eps", 1}}) {
-    RunOptions o;
-    o.target = mutant;
-    o.seed = 7;
-    o.write_corpus = false;
-    o.stop_on_first_failure = true;
-    const RunReport r = run_spec(spec, o);
-    ASSERT_EQ(r.status, RunStatus::failed) << mutant;
-    for (const auto& inv : r.invariants)
-      if (inv.counterexample) {
-        const Case c = Traits::from_yaml(YAML::Load(inv.counterexample->case_yaml));
-        EXPECT_EQ(c.tokens, 1) << mutant;
-        EXPECT_EQ(c.out_features, 1) << mutant;
-        EXPECT_EQ(c.in_features, K) << mutant;
-      }
-  }
+       {std::pair{"scale_absmax", 2}, std::pair{"ste_zero_grad", 1}, std::pair{"no_eps", 1}})
+    for (const Case& c : testing::shrunk_cases<Traits>(kSpec, mutant, 7)) {
+      EXPECT_EQ(c.tokens, 1) << mutant;
+      EXPECT_EQ(c.out_features, 1) << mutant;
+      EXPECT_EQ(c.in_features, K) << mutant;
+    }
 }
 
 }  // namespace

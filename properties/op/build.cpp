@@ -1,0 +1,208 @@
+// The op family: cases drawn from the declaration (OpFamily::build_case).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <optional>
+
+#include "kprop/rng.h"
+#include "properties/op/family_parts.h"
+
+namespace kprop::op {
+
+// ---------------------------------------------------------------- generation
+Schema Traits::domain_schema() {
+  return {};
+}
+
+Case Traits::build(Draw&, const Values&) {
+  throw std::logic_error("op: cases are built by OpFamily from its declaration");
+}
+
+namespace {
+
+// Streams of kprop::rng: one block per input.
+uint64_t stream(size_t input, uint64_t what) {
+  return 1000 * (static_cast<uint64_t>(input) + 1) + what;
+}
+
+// Dims in declaration order. Without relations, each uniformly (size-ramped)
+// among its valid values. With relations, each soft equality is forced at
+// its rate (when it can hold with those forced before it), then each dim is
+// drawn among the values left by arc consistency given the dims drawn
+// before it that extend to a full assignment (Decl::extends: with gaps in
+// the valid values, arc consistency alone can leave a dead end), so the
+// draw never dead-ends.
+std::vector<int64_t> draw_dims(const Decl& d, Draw& draw) {
+  std::vector<int64_t> out;
+  if (d.relations.empty()) {
+    for (const auto& dim : d.dims) {
+      const std::vector<int64_t> values = dim.values_below(dim.hi + 1);
+      out.push_back(values[static_cast<size_t>(draw.sized({0, static_cast<int64_t>(values.size()) - 1}))]);
+    }
+    return out;
+  }
+  std::vector<Relation> forced;
+  for (const auto& r : d.relations)
+    if (!r.hard() && draw.chance(r.rate)) {
+      forced.push_back(r);
+      forced.back().rate = 1;
+      if (!d.extends(std::vector<int64_t>(d.dims.size(), -1), forced)) forced.pop_back();
+    }
+  // Each dim among its pruned values; a value that extends to no full
+  // assignment (possible with gaps) is dropped and the draw repeated.
+  std::vector<int64_t> fixed(d.dims.size(), -1);
+  for (size_t k = 0; k < d.dims.size(); ++k) {
+    std::vector<int64_t> values = d.consistent_domains(fixed, forced)[k];
+    for (;;) {
+      if (values.empty()) throw std::logic_error("op: the relations dead-ended at dim " + d.dims[k].name);
+      const auto i = static_cast<size_t>(draw.sized({0, static_cast<int64_t>(values.size()) - 1}));
+      fixed[k] = values[i];
+      if (d.extends(fixed, forced)) break;
+      values.erase(values.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+  return fixed;
+}
+
+// The special value `s` in `dt` (a denormal: from the hash h).
+double special_value(Special s, DType dt, uint64_t h) {
+  switch (s) {
+    case Special::nan:
+      return NAN;
+    case Special::pos_inf:
+      return INFINITY;
+    case Special::neg_inf:
+      return -INFINITY;
+    case Special::pos_zero:
+      return 0.0;
+    case Special::neg_zero:
+      return -0.0;
+    case Special::denormal: {  // a subnormal of dt: k · denorm_min, 0 < k < 2^(mantissa bits)
+      const int bits = dt == DType::f32 ? 23 : dt == DType::f16 ? 10 : dt == DType::bf16 ? 7 : 52;
+      const uint64_t mant = (uint64_t{1} << bits) - 1;
+      const double v = static_cast<double>(1 + (h >> 1) % mant) * denorm_min(dt);
+      return h & 1 ? -v : v;
+    }
+    case Special::max:
+      return h & 1 ? -max_finite(dt) : max_finite(dt);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Case OpFamily::build_case(Draw& draw) const {
+  const Decl& d = *decl_;
+  Case c;
+  c.decl = decl_;
+  c.dims = draw_dims(d, draw);
+  for (const auto& a : d.attrs) {
+    if (!a.one_of.empty())
+      c.attrs.push_back(draw.pick(a.one_of));
+    else if (a.integer)
+      c.attrs.push_back(
+          static_cast<double>(draw.any(IntRange{static_cast<int64_t>(a.lo), static_cast<int64_t>(a.hi)})));
+    else
+      c.attrs.push_back(draw.any(RealRange{a.lo, a.hi}));
+  }
+  c.dtype = draw.pick(d.case_dtypes);
+  const uint64_t seed = static_cast<uint64_t>(draw.any(IntRange{1, 1 << 30}));
+  for (size_t i = 0; i < d.inputs.size(); ++i) {
+    const InputDecl& in = d.inputs[i];
+    const bool floating = in.floating();
+    const DType dt = in.dtypes.empty() || in.dtypes == d.case_dtypes ? c.dtype : draw.pick(in.dtypes);
+    c.dtypes.push_back(dt);
+    const int kind = draw.index(in.values.size());
+    const ValueSpec& v = in.values[static_cast<size_t>(kind)];
+    c.kinds.push_back(floating ? -1 : kind);
+    const double u =
+        (v.kind == ValueKind::large || v.kind == ValueKind::small) ? draw.any(RealRange{v.a, v.b}) : 0;
+    // Specials on in half the cases (the other half stays clean).
+    const bool specials = in.specials.rate > 0 && draw.chance(0.5);
+    const std::vector<int64_t> ext = d.extents(in.shape, c.dims);
+    const size_t n = static_cast<size_t>(count(ext));
+    const size_t row = ext.empty() ? 1 : static_cast<size_t>(ext.back());
+    std::vector<double> x(n);
+    switch (v.kind) {
+      case ValueKind::permutation:  // Fisher-Yates per line on kprop::rng
+        for_lines(
+            ext, static_cast<size_t>(v.axis), [&](int64_t line, int64_t base, int64_t stride, int64_t m) {
+              std::vector<int64_t> p(static_cast<size_t>(m));
+              std::iota(p.begin(), p.end(), 0);
+              for (int64_t j = m - 1; j > 0; --j)
+                std::swap(p[static_cast<size_t>(j)],
+                          p[rng::hash(seed, stream(i, 7), static_cast<uint64_t>(line * m + j)) %
+                            static_cast<uint64_t>(j + 1)]);
+              for (int64_t j = 0; j < m; ++j)
+                x[static_cast<size_t>(base + j * stride)] = static_cast<double>(p[static_cast<size_t>(j)]);
+            });
+        break;
+      case ValueKind::causal:
+        x = causal_mask(ext, v.bottom_right);
+        break;
+      case ValueKind::padding:
+        for_lines(ext, ext.size() - 1, [&](int64_t line, int64_t base, int64_t stride, int64_t m) {
+          const int64_t lo = padding_min(v, m);
+          const int64_t len =
+              lo + static_cast<int64_t>(rng::uniform(seed, stream(i, 8), static_cast<uint64_t>(line)) *
+                                        static_cast<double>(m - lo + 1));
+          for (int64_t j = 0; j < m; ++j) x[static_cast<size_t>(base + j * stride)] = j < len ? 1 : 0;
+        });
+        break;
+      default:
+        for (size_t k = 0; k < n; ++k) {
+          const double z = rng::normal(seed, stream(i, 1), k), w = rng::uniform(seed, stream(i, 2), k);
+          switch (v.kind) {
+            case ValueKind::normal:
+              x[k] = v.a + v.b * z;
+              break;
+            case ValueKind::uniform:
+              x[k] = v.a + (v.b - v.a) * w;
+              break;
+            case ValueKind::integer:
+              x[k] = std::min(v.b, std::floor(v.a + (v.b - v.a + 1) * w));
+              break;
+            case ValueKind::large:
+              // Half dtypes: 10^u capped at a quarter of the largest finite
+              // value (f16: 16376), so the tensor spans the top of the range
+              // (x² overflows f16 from |x| = 256 on) without saturating.
+              x[k] = z * (is_half(dt) ? std::min(std::pow(10.0, u), max_finite(dt) / 4) : std::pow(10.0, u));
+              break;
+            case ValueKind::small:
+              x[k] = z * std::pow(10.0, -u);
+              break;
+            case ValueKind::constant_rows:
+              x[k] = v.a + v.b * rng::normal(seed, stream(i, 3), k / std::max<size_t>(row, 1));
+              break;
+            case ValueKind::denormal:
+              x[k] = special_value(Special::denormal, dt, rng::hash(seed, stream(i, 6), k));
+              break;
+            case ValueKind::ids:
+              x[k] = std::min(std::floor(w * static_cast<double>(ids_bound(v, c.dims))),
+                              static_cast<double>(ids_bound(v, c.dims) - 1));
+              break;
+            case ValueKind::bernoulli:
+              x[k] = w < v.a ? 1 : 0;
+              break;
+            default:
+              break;
+          }
+          if (specials && rng::uniform(seed, stream(i, 4), k) < in.specials.rate) {
+            const auto& sv = in.specials.values;
+            x[k] = special_value(sv[rng::hash(seed, stream(i, 5), k) % sv.size()], dt,
+                                 rng::hash(seed, stream(i, 6), k));
+          }
+          // Half dtypes: every finite value clamped to the finite range, so
+          // no value becomes inf by rounding (inf only as a declared special).
+          if (is_half(dt) && std::isfinite(x[k])) x[k] = std::clamp(x[k], -max_finite(dt), max_finite(dt));
+          x[k] = round_to(dt, x[k]);
+        }
+    }
+    c.inputs.push_back(std::move(x));
+  }
+  return c;
+}
+
+}  // namespace kprop::op

@@ -1,0 +1,74 @@
+"""The worker protocol's framing (docs/EXTERNAL.md), shared by kprop.worker and
+python/kprop_worker.py: frames of b"KPRP", a little-endian u32 header length,
+a JSON header, then the tensors' bytes back to back in header order
+(little-endian, C order). NumPy only and no relative imports, so that
+kprop_worker.py can load it by path without the built kprop package.
+"""
+
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+
+ABI_VERSION = 1
+
+
+def dtypes(bfloat16):
+    """The NumPy dtype of each wire dtype; bf16 is `bfloat16` (ml_dtypes.bfloat16)
+    when given, else the raw bits as uint16 (NumPy has no bfloat16)."""
+    return {
+        "f32": np.dtype("<f4"),
+        "f64": np.dtype("<f8"),
+        "f16": np.dtype("<f2"),
+        "bf16": bfloat16 if bfloat16 is not None else np.dtype("<u2"),
+        "i8": np.dtype("i1"),
+        "u8": np.dtype("u1"),
+        "i32": np.dtype("<i4"),
+        "i64": np.dtype("<i8"),
+    }
+
+
+def read_exact(stream, n):
+    data = bytearray()
+    while len(data) < n:
+        chunk = stream.read(n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return bytes(data)
+
+
+def read_frame(stream, dtype_of):
+    """(header, {name: read-only array}), or (None, None) at the end of the stream."""
+    head = read_exact(stream, 8)
+    if head is None:
+        return None, None
+    if head[:4] != b"KPRP":
+        raise RuntimeError("kprop worker: bad frame magic %r" % head[:4])
+    (length,) = struct.unpack("<I", head[4:])
+    header = json.loads(read_exact(stream, length))
+    tensors = {}
+    for t in header.get("tensors", []):
+        dtype = dtype_of[t["dtype"]]
+        count = int(np.prod(t["shape"], dtype=np.int64))
+        raw = read_exact(stream, count * dtype.itemsize)
+        tensors[t["name"]] = np.frombuffer(raw, dtype=dtype, count=count).reshape(t["shape"])
+    return header, tensors
+
+
+def write_frame(stream, header, arrays=()):
+    text = json.dumps(header).encode()
+    stream.write(b"KPRP" + struct.pack("<I", len(text)) + text)
+    for a in arrays:
+        stream.write(a.tobytes(order="C"))
+    stream.flush()
+
+
+def protocol_stdout():
+    """The real stdout, for the protocol alone: print() goes to stderr from now on."""
+    stdout = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return stdout
