@@ -11,7 +11,7 @@ namespace fs = std::filesystem;
 namespace kprop {
 namespace {
 
-void run_until_death(const std::string& target, const fs::path& corpus) {
+void run_until_death(const std::string& target, const fs::path& corpus, int jobs = 1) {
   const Spec spec = parse_spec(
       "spec: toy\nfamily: toy.sum\nrun: {trials: 200, seed: 3, case_timeout_s: 0.5}\n"
       "domain: {value: [5, 9]}\ninvariants: [matches_reference]\n",
@@ -19,6 +19,7 @@ void run_until_death(const std::string& target, const fs::path& corpus) {
   RunOptions o;
   o.target = target;
   o.corpus_dir = corpus.string();
+  o.jobs = jobs;
   run_spec(spec, o);
 }
 
@@ -47,6 +48,27 @@ TEST_F(CrashTest, SegfaultSavesTheCaseAndExitsThree) {
 
 TEST_F(CrashTest, HangIsStoppedByTheCaseTimeout) {
   EXPECT_EXIT(run_until_death("hangs", dir_), ::testing::ExitedWithCode(3), "hung");
+  const auto files = list_corpus((dir_ / "toy").string());
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(read_entry(files[0]).found_by, "hang");
+}
+
+// With --jobs, a crash or hang in a forked job is not trusted: the runner
+// checks that case again itself, so exactly one case is stored, by the
+// runner, with the exit code of --jobs 1.
+TEST_F(CrashTest, JobsSegfaultIsStoredOnceByTheRunner) {
+  for (const int jobs : {2, 3}) {
+    fs::remove_all(dir_);
+    EXPECT_EXIT(run_until_death("segfaults", dir_, jobs), ::testing::ExitedWithCode(3),
+                "crashed with signal 11");
+    const auto files = list_corpus((dir_ / "toy").string());
+    ASSERT_EQ(files.size(), 1u) << jobs << " jobs";
+    EXPECT_EQ(read_entry(files[0]).found_by, "crash");
+  }
+}
+
+TEST_F(CrashTest, JobsHangIsStoredOnceByTheRunner) {
+  EXPECT_EXIT(run_until_death("hangs", dir_, 2), ::testing::ExitedWithCode(3), "hung");
   const auto files = list_corpus((dir_ / "toy").string());
   ASSERT_EQ(files.size(), 1u);
   EXPECT_EQ(read_entry(files[0]).found_by, "hang");
