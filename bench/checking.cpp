@@ -10,10 +10,14 @@
 //   fuzz      every spec's harness work per input (decode the bytes, one
 //             trial, every invariant, as fuzz/harness.cpp does; here without
 //             coverage instrumentation) over a fixed set of inputs:
-//             inputs per CPU-second.
+//             inputs per CPU-second. --full-size puts the size byte 255
+//             before every input, which decodes the rest as the decoder did
+//             before it had a size byte (every sized draw over its whole
+//             range): the cost the size ramp saves.
 //
 // Deterministic inputs (fixed seeds), CPU time (the machine may be shared):
 //   build/bench/bench_checking [--cases N] [--inputs N] [--filter TEXT] [--fuzz-only | --checking-only]
+//                              [--full-size]
 // Not a test: nothing here asserts a time.
 #include <fmt/format.h>
 #include <time.h>
@@ -25,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "kprop/draw.h"
 #include "kprop/rng.h"
 #include "kprop/runner.h"
 
@@ -93,13 +98,14 @@ void checking_rows(const kprop::Spec& spec, const std::string& domain_name, int 
 }
 
 // Fixed inputs: a size byte spread over 0..255 and 0..511 random bytes.
-void fuzz_row(const kprop::Spec& spec, int inputs) {
+void fuzz_row(const kprop::Spec& spec, int inputs, bool full_size) {
   kprop::RunOptions options;
   options.crash_guard = false;
   const kprop::RunContext ctx = kprop::make_context(spec, options, 0);
   std::vector<std::vector<uint8_t>> data(static_cast<size_t>(inputs));
   for (int n = 0; n < inputs; ++n) {
     const uint64_t length = kprop::rng::hash(0xf022, 0, uint64_t(n)) % 512;
+    if (full_size) data[size_t(n)].push_back(kprop::BytesDraw::kFullSize);
     for (uint64_t b = 0; b < length; ++b)
       data[size_t(n)].push_back(uint8_t(kprop::rng::hash(0xf022, uint64_t(n) + 1, b)));
   }
@@ -124,7 +130,7 @@ void fuzz_row(const kprop::Spec& spec, int inputs) {
 int main(int argc, char** argv) {
   int cases = 200, inputs = 2000;
   std::string filter;
-  bool checking = true, fuzz = true;
+  bool checking = true, fuzz = true, full_size = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--cases" && i + 1 < argc)
@@ -140,7 +146,7 @@ int main(int argc, char** argv) {
     else {
       fmt::print(stderr,
                  "usage: bench_checking [--cases N] [--inputs N] [--filter TEXT] [--fuzz-only | "
-                 "--checking-only]\n");
+                 "--checking-only] [--full-size]\n");
       return 2;
     }
   }
@@ -168,7 +174,7 @@ int main(int argc, char** argv) {
     }
     if (fuzz) {
       fmt::print("{:<16} {:>7} {:>10} {:>10}\n", "harness", "inputs", "inputs/s", "cpu s");
-      for (const auto& path : paths) fuzz_row(kprop::load_spec(path.string()), inputs);
+      for (const auto& path : paths) fuzz_row(kprop::load_spec(path.string()), inputs, full_size);
     }
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_checking: {}\n", e.what());
