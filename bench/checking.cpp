@@ -143,6 +143,8 @@ int main(int argc, char** argv) {
       checking = false;
     else if (a == "--checking-only")
       fuzz = false;
+    else if (a == "--full-size")
+      full_size = true;
     else {
       fmt::print(stderr,
                  "usage: bench_checking [--cases N] [--inputs N] [--filter TEXT] [--fuzz-only | "
