@@ -22,6 +22,12 @@ void RapidCheckDraw::put_unit(int64_t k) {
   record_->push_back(static_cast<uint8_t>(k >> 8));
 }
 
+int64_t BytesDraw::sized_in(int64_t lo, int64_t hi) {
+  if (size_ == kFullSize || hi <= lo) return bytes_.in_range(lo, hi);
+  const long double share = (size_ / 255.0L) * (size_ / 255.0L);
+  return bytes_.in_range(lo, lo + static_cast<int64_t>(static_cast<long double>(hi - lo) * share));
+}
+
 int64_t Draw::allowed(const IntRange& r) {
   const int64_t n = r.count();
   if (n < 1) throw std::logic_error("kprop: drawing from " + format_value(r) + ", which allows no value");

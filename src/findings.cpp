@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include <thread>
 
 #include "kprop/external.h"
+#include "kprop/jobs.h"
 #include "kprop/runner.h"
 
 namespace fs = std::filesystem;
@@ -93,12 +95,19 @@ struct GuardState {
   std::atomic<int64_t> deadline_ns{0};
 };
 GuardState g_guard;
-std::once_flag g_watchdog_once;
+// The process whose watchdog thread runs: a forked --jobs worker has none
+// (threads do not survive fork) and starts its own.
+pid_t g_watchdog_pid = 0;
+std::mutex g_watchdog_mutex;
 // In an isolated child the parent is the guard: a crash kills the child with
 // its signal, a hang is timed out by the parent, and only the parent stores.
 bool g_isolated_child = false;
+// A --jobs worker (kprop/jobs.h): a crash or a hang ends it without storing
+// anything; its caller redoes the case under its own guard.
+bool g_worker = false;
 
 [[noreturn]] void die_with_case(const std::string& why, const char* found_by) {
+  if (g_worker) _exit(3);
   const RunContext& ctx = *g_guard.ctx;
   fmt::print(stderr, "\nkprop: target '{}' {}; saving the case\n", ctx.target_name, why);
   try {
@@ -162,8 +171,14 @@ class CaseGuard {
  public:
   CaseGuard(const RunContext& ctx, const AnyCase& c) {
     if (g_isolated_child || !ctx.options.crash_guard) return;
-    install_fatal_handlers();
-    std::call_once(g_watchdog_once, [] { std::thread(watchdog).detach(); });
+    if (!g_worker) install_fatal_handlers();
+    {
+      const std::lock_guard<std::mutex> lock(g_watchdog_mutex);
+      if (g_watchdog_pid != getpid()) {
+        g_watchdog_pid = getpid();
+        std::thread(watchdog).detach();
+      }
+    }
     g_guard.ctx = &ctx;
     g_guard.input = &c;
     const auto timeout =
@@ -217,6 +232,13 @@ ShrinkResult shrink_with(const Family& family, const Values& domain, AnyCase fai
 }
 
 }  // namespace
+
+void enter_worker_process() {
+  g_worker = true;
+  g_guard.armed = false;
+  g_guard.deadline_ns = 0;
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) signal(sig, SIG_DFL);
+}
 
 void install_interrupt_handler() {
   struct sigaction sa {};
@@ -305,9 +327,14 @@ std::vector<CheckResult> check_uses_here(const RunContext& ctx, const std::vecto
   return out;
 }
 
-nlohmann::json to_json(const CheckResult& r) {
+}  // namespace
+
+nlohmann::json check_result_json(const CheckResult& r) {
   nlohmann::json measured = nlohmann::json::array();
-  for (const auto& m : r.verdict.measured) measured.push_back({m.name, m.value});
+  // JSON has no NaN or infinity: those travel as their names.
+  for (const auto& m : r.verdict.measured)
+    measured.push_back({m.name, std::isfinite(m.value) ? nlohmann::json(m.value)
+                                                       : nlohmann::json(fmt::format("{}", m.value))});
   return {{"kind", static_cast<int>(r.kind)},
           {"outcome", static_cast<int>(r.verdict.outcome)},
           {"message", r.verdict.message},
@@ -317,18 +344,22 @@ nlohmann::json to_json(const CheckResult& r) {
           {"unavailable", r.unavailable}};
 }
 
-CheckResult from_json(const nlohmann::json& j) {
+CheckResult check_result_from_json(const nlohmann::json& j) {
   CheckResult r;
   r.kind = static_cast<CheckResult::Kind>(j.at("kind").get<int>());
   r.verdict.outcome = static_cast<Outcome>(j.at("outcome").get<int>());
   r.verdict.message = j.at("message").get<std::string>();
   for (const auto& m : j.at("measured"))
-    r.verdict.measured.push_back({m[0].get<std::string>(), m[1].get<double>()});
+    r.verdict.measured.push_back({m[0].get<std::string>(), m[1].is_string()
+                                                               ? std::stod(m[1].get<std::string>())
+                                                               : m[1].get<double>()});
   r.reason = j.at("reason").get<std::string>();
   r.failure_kind = j.at("failure_kind").get<std::string>();
   r.unavailable = j.at("unavailable").get<bool>();
   return r;
 }
+
+namespace {
 
 CheckResult child_failure(const std::string& kind, const std::string& message) {
   CheckResult r;
@@ -362,10 +393,10 @@ std::vector<CheckResult> check_uses_forked(const RunContext& ctx,
       for (const auto& r : check_uses_here(RunContext{ctx.spec, o, ctx.target, ctx.reference, ctx.target_name,
                                                       ctx.seed, ctx.run, ctx.reference_name},
                                            uses, c))
-        out.push_back(to_json(r));
+        out.push_back(check_result_json(r));
     } catch (const std::exception& e) {
-      out =
-          nlohmann::json::array({to_json(child_failure("threw", std::string("target threw: ") + e.what()))});
+      out = nlohmann::json::array(
+          {check_result_json(child_failure("threw", std::string("target threw: ") + e.what()))});
     }
     const std::string text = out.dump();
     for (size_t done = 0; done < text.size();) {
@@ -416,7 +447,7 @@ std::vector<CheckResult> check_uses_forked(const RunContext& ctx,
         "threw", fmt::format("crashed with signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status))))};
   try {
     std::vector<CheckResult> out;
-    for (const auto& j : nlohmann::json::parse(text)) out.push_back(from_json(j));
+    for (const auto& j : nlohmann::json::parse(text)) out.push_back(check_result_from_json(j));
     if (!out.empty()) return out;
   } catch (const std::exception&) {
   }

@@ -11,6 +11,7 @@
 
 #include "kprop/coverage.h"
 #include "kprop/fuzz_driver.h"
+#include "kprop/jobs.h"
 #include "kprop/listing.h"
 #include "kprop/report.h"
 #include "kprop/runner.h"
@@ -40,7 +41,7 @@ struct Config {
   std::string replay;
   bool list = false;
   bool fuzz = false;
-  int jobs = 1;
+  std::optional<int> jobs;
   std::string work = ".fuzz-work";
   std::string fuzzer_dir;
   std::vector<std::string> imports;
@@ -70,7 +71,7 @@ int run_fuzz_mode(const Config& cfg, const std::string& corpus_root) {
   for (const auto& spec : specs)
     if (!o.target.empty()) resolve_target(spec, o.target);
   o.time_s = cfg.time.value_or(60);
-  o.jobs = cfg.jobs;
+  o.jobs = cfg.jobs.value_or(1);
   o.work_dir = cfg.work;
   o.fuzzer_dir =
       cfg.fuzzer_dir.empty() ? (fs::path(cfg.self).parent_path() / "fuzz").string() : cfg.fuzzer_dir;
@@ -168,6 +169,7 @@ int run(const Config& cfg) {
   const auto progress = make_progress_line();
   if (cfg.format == "text" && cfg.out.empty()) options.listener = progress.get();
   if (!cfg.shard.empty()) std::tie(options.shard_index, options.shard_count) = parse_shard(cfg.shard);
+  options.jobs = cfg.jobs.value_or(default_jobs());
 
   std::string text, formatted;
   int code = 0;
@@ -258,7 +260,9 @@ int main(int argc, char** argv) {
                "and the invariants that read them (unchecked outputs)");
   app.add_flag("--fuzz", cfg.fuzz,
                "coverage-guided fuzzing with each spec's libFuzzer harness (--time 0: until Ctrl-C)");
-  app.add_option("--jobs", cfg.jobs, "--fuzz: parallel fuzzing processes (libFuzzer -fork=N)")
+  app.add_option("--jobs", cfg.jobs,
+                 "processes: property runs, --mutants and --replay of a folder check cases on N processes "
+                 "with the verdicts of --jobs 1 (default: all cores); --fuzz: libFuzzer -fork=N (default 1)")
       ->check(CLI::PositiveNumber);
   app.add_option("--work", cfg.work, "--fuzz: work folder for coverage corpora and crash inputs");
   app.add_option("--fuzzer-dir", cfg.fuzzer_dir,

@@ -25,15 +25,17 @@ rc::Gen<AnyCase> Family::generator(const Values& domain) const {
 }
 
 AnyCase Family::from_bytes(const uint8_t* data, size_t size, const Values& domain) const {
+  // The first byte is the size (BytesDraw): an empty input is the smallest case.
   ByteReader reader(data, size);
-  BytesDraw draw(reader);
+  const uint8_t case_size = reader.byte();
+  BytesDraw draw(reader, case_size);
   return build(draw, domain);
 }
 
 std::vector<uint8_t> Family::seed_bytes(const Values& domain, uint64_t seed, int size) const {
   auto bytes = std::make_shared<std::vector<uint8_t>>();
   rc::gen::exec([this, domain, bytes] {
-    bytes->clear();  // RapidCheck may run the body more than once
+    bytes->assign(1, BytesDraw::kFullSize);  // the size byte; RapidCheck may run the body more than once
     RapidCheckDraw draw(bytes.get());
     return build(draw, domain);
   })(rc::Random(seed), size)

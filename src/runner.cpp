@@ -8,10 +8,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "kprop/external.h"
 #include "kprop/output_reads.h"
+#include "kprop/jobs.h"
 
 namespace kprop {
 namespace {
@@ -229,6 +231,13 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
   auto any_alive = [&] { return std::find(alive.begin(), alive.end(), true) != alive.end(); };
 
   const rc::Gen<AnyCase> generator = family.generator(spec.domain);
+  auto draw = [&](const rc::Random& random, int size) {
+    try {
+      return generator(random, size).value();
+    } catch (const rc::GenerationFailure& e) {
+      throw InputError({spec.path, 0, 0}, std::string("the domain cannot be generated: ") + e.what());
+    }
+  };
   rc::Random stream(report.seed);
   const auto t0 = Clock::now();
   const int64_t max_cases = all_trials * (1 + std::max<int64_t>(run.max_discard_ratio, 0));
@@ -241,30 +250,100 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
     return report;
   };
 
+  // --jobs: the n-th case of this shard is checked by job n % jobs, ahead of
+  // this loop, which takes the results in order (kprop/jobs.h).
+  const int64_t shard_cases = max_cases > shard ? (max_cases - shard + shards - 1) / shards : 0;
+  auto job_setup = [&]() -> WorkerPool::Work {
+    // An external target or reference is opened again: one worker process per job.
+    const bool external = ctx.target.index < 0 || ctx.reference.index < 0;
+    auto own = std::make_shared<RunContext>(external ? make_context(spec, options, report.seed) : ctx);
+    return [&, own, stream = rc::Random(report.seed), next = int64_t(0)](
+               int64_t n, const std::string& live_note) mutable -> std::string {
+      const int64_t i = shard + n * shards;
+      for (; next < i; ++next) stream.split();
+      const rc::Random case_random = stream.split();
+      ++next;
+      const AnyCase c = draw(case_random, size_for(i, all_trials, run.max_size));
+      std::vector<const InvariantUse*> live_uses;
+      nlohmann::json out = {{"size", family.stats(c).size},
+                            {"uses", nlohmann::json::array()},
+                            {"results", nlohmann::json::array()}};
+      for (size_t k = 0; k < uses.size(); ++k)
+        if (live_note[k] == '1') live_uses.push_back(uses[k]), out["uses"].push_back(k);
+      for (const CheckResult& r : check_uses(*own, live_uses, c))
+        out["results"].push_back(check_result_json(r));
+      return out.dump();
+    };
+  };
+  auto alive_note = [&] {
+    std::string note;
+    for (const bool a : alive) note += a ? '1' : '0';
+    return note;
+  };
+  // The results a job sent for the live invariants, as this loop would have
+  // computed them; false when they cannot stand for them (a dead invariant
+  // the job still checked declined or crashed first): the loop checks the case.
+  auto from_job = [](const std::string& payload, const std::vector<size_t>& live,
+                     std::vector<CheckResult>& out, int64_t& case_size) {
+    try {
+      const auto j = nlohmann::json::parse(payload);
+      case_size = j.at("size").get<int64_t>();
+      const auto& checked = j.at("uses");
+      const auto& results = j.at("results");
+      for (size_t m = 0; m < results.size(); ++m) {
+        const size_t k = checked.at(m).get<size_t>();
+        CheckResult r = check_result_from_json(results[m]);
+        const bool stop = r.kind != CheckResult::Kind::verdict;
+        const bool is_live = std::find(live.begin(), live.end(), k) != live.end();
+        if (is_live) out.push_back(std::move(r));
+        if (stop) return is_live;
+      }
+      return out.size() == live.size();
+    } catch (const std::exception&) {
+      return false;  // garbled: checked here instead
+    }
+  };
+  const int jobs = options.target_transport || options.reference_transport ? 1 : options.jobs;
+  std::optional<WorkerPool> pool;
+  if (jobs > 1) pool.emplace(jobs, shard_cases, std::max(16 * jobs, 64), job_setup, alive_note());
+
+  int64_t nth = -1;  // the case's index in this shard
   for (int64_t i = 0; any_alive() && i < max_cases; ++i) {
     const rc::Random case_random = stream.split();
     if (i % shards != shard) continue;
+    ++nth;
     if (interrupted()) break;
     if (run.time_budget_s > 0 && since(t0) > run.time_budget_s) {
       report.time_budget_hit = true;
       break;
     }
     const int size = size_for(i, all_trials, run.max_size);
-    AnyCase c;
-    try {
-      c = generator(case_random, size).value();
-    } catch (const rc::GenerationFailure& e) {
-      throw InputError({spec.path, 0, 0}, std::string("the domain cannot be generated: ") + e.what());
-    }
-    ++report.trials;
-    report.size_reached = std::max<int64_t>(report.size_reached, size);
-    report.largest_case = std::max(report.largest_case, family.stats(c).size);
+    // Drawn here only when this process checks the case or records a finding.
+    AnyCase drawn;
+    auto the_case = [&]() -> const AnyCase& {
+      if (!drawn) drawn = draw(case_random, size);
+      return drawn;
+    };
 
     std::vector<size_t> live;
     std::vector<const InvariantUse*> live_uses;
     for (size_t k = 0; k < uses.size(); ++k)
       if (alive[k]) live.push_back(k), live_uses.push_back(uses[k]);
-    const std::vector<CheckResult> results = check_uses(ctx, live_uses, c);
+    std::vector<CheckResult> results;
+    int64_t case_size = 0;
+    std::optional<std::string> payload;
+    if (pool) {
+      pool->broadcast(alive_note());
+      payload = pool->take(nth);
+      if (interrupted()) break;
+    }
+    if (!payload || !from_job(*payload, live, results, case_size)) {
+      results = check_uses(ctx, live_uses, the_case());
+      case_size = family.stats(the_case()).size;
+    }
+    ++report.trials;
+    report.size_reached = std::max<int64_t>(report.size_reached, size);
+    report.largest_case = std::max(report.largest_case, case_size);
     bool checked = false;
     for (size_t n = 0; n < results.size(); ++n) {
       const size_t k = live[n];
@@ -288,7 +367,7 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
         // The target crashed, hung or reported an error; the runner lives
         // on: the smallest case that repeats it is stored with its replay.
         report.status = RunStatus::crashed;
-        report.crash = record_finding(ctx, uses[k], c, r, [&](int64_t from, int64_t to, double s) {
+        report.crash = record_finding(ctx, uses[k], the_case(), r, [&](int64_t from, int64_t to, double s) {
           events.shrinking(r.failure_kind, from, to, s);
         });
         events.failure(*report.crash);
@@ -329,9 +408,9 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
           ir.trials_to_fail = i + 1;
           ir.seconds_to_fail = since(t0);
           alive[k] = false;
-          ir.counterexample = record_finding(ctx, uses[k], c, r, [&](int64_t from, int64_t to, double s) {
-            events.shrinking(ir.name, from, to, s);
-          });
+          ir.counterexample = record_finding(
+              ctx, uses[k], the_case(), r,
+              [&](int64_t from, int64_t to, double s) { events.shrinking(ir.name, from, to, s); });
           events.failure(*ir.counterexample);
           report.status = RunStatus::failed;
           if (options.stop_on_first_failure) std::fill(alive.begin(), alive.end(), false);
@@ -423,105 +502,150 @@ std::vector<MutantRow> run_mutants(const Spec& spec, const RunOptions& options) 
   return rows;
 }
 
-std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, const RunOptions& options) {
+namespace {
+
+// One corpus file of a replay; `stopped` when Ctrl-C stopped the target.
+ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUse*>& uses,
+                      const std::string& file, bool& stopped) {
+  const Spec& spec = ctx.spec;
   const Family& family = *spec.family;
+  ReplayRow row;
+  row.path = file;
+  AnyCase c;
+  CorpusEntry e;
+  // A file that cannot be read is reported and the folder goes on; the
+  // run exits 2 at the end.
+  try {
+    e = read_entry(file);
+    row.invariant = e.invariant;
+    row.found_against = e.found_against;
+    if (e.family != family.name())
+      throw InputError({file, 0, 0}, fmt::format("corpus case is for family '{}', the spec tests '{}'",
+                                                 e.family, family.name()));
+    // A case stored under a spec's old name (renamed_specs()) is still its own.
+    const bool renamed = std::any_of(renamed_specs().begin(), renamed_specs().end(), [&](const auto& r) {
+      return r.first == e.spec && r.second == spec.name;
+    });
+    if (!e.spec.empty() && e.spec != spec.name && !renamed)
+      throw InputError({file, 0, 0},
+                       fmt::format("corpus case is for spec '{}', not '{}'", e.spec, spec.name));
+    try {
+      c = family.from_yaml(e.case_node);
+    } catch (const CaseFormatError& err) {
+      throw InputError({file, err.line, err.col}, std::string("bad case: ") + err.what());
+    } catch (const YAML::Exception& err) {
+      throw InputError({file, err.mark.line + 1, err.mark.column + 1}, "bad case: " + err.msg);
+    }
+    // A case larger than run.max_case_mb is bad input, not the target's fault.
+    if (const std::string why = check_case_budget(spec, c, e.profile); !why.empty())
+      throw InputError({file, 0, 0}, why);
+  } catch (const InputError& err) {
+    row.error = err.what();
+    return row;
+  }
+  RunContext file_ctx = ctx;
+  file_ctx.seed = e.seed;
+  const auto trial = family.begin_trial(c, ctx.target, ctx.reference);
+  for (const auto* use : uses) {
+    const CheckResult r = check_one(file_ctx, *trial, *use, c);
+    if (r.kind == CheckResult::Kind::declined) {
+      row.declined = true;
+      row.target_detail = "declined: " + r.reason;
+      break;
+    }
+    if (r.kind == CheckResult::Kind::target_failure && r.failure_kind == "interrupted") {
+      stopped = true;
+      return row;
+    }
+    if (r.kind == CheckResult::Kind::target_failure) {
+      row.target_ok = false;
+      row.target_detail = use->name + ": " + r.reason;
+      break;
+    }
+    if (r.failed()) {
+      row.target_ok = false;
+      row.target_detail = use->name + ": " + r.verdict.message;
+      break;
+    }
+  }
+  // Each implementation the case was found against, if it is a registered
+  // mutant, must still fail the recorded invariant.
+  std::vector<AlsoFound> findings = {{e.found_against, e.invariant}};
+  findings.insert(findings.end(), e.also.begin(), e.also.end());
+  for (const auto& found : findings) {
+    const int mutant = family.find_implementation(found.found_against);
+    const int invariant = family.find_invariant(found.invariant);
+    // An expression invariant exists only in the spec: it is re-evaluated from there.
+    const InvariantUse* in_spec = nullptr;
+    for (const auto& u : spec.invariants)
+      if (u.name == found.invariant) in_spec = &u;
+    if (mutant < 0 || (invariant < 0 && !in_spec) ||
+        family.implementations()[static_cast<size_t>(mutant)].kind != ImplKind::mutant)
+      continue;
+    row.mutant_checked = true;
+    InvariantUse use;
+    if (in_spec)
+      use = *in_spec;
+    else
+      use = {static_cast<size_t>(invariant), found.invariant,
+             Values::defaults(family.invariants()[static_cast<size_t>(invariant)].params)};
+    RunContext mctx = ctx;
+    mctx.target = family.registered(static_cast<size_t>(mutant));
+    mctx.target_name = found.found_against;
+    const CheckResult r = check_one(mctx, use, c);
+    if (!r.failed() && r.kind != CheckResult::Kind::target_failure && row.mutant_still_fails) {
+      row.mutant_still_fails = false;
+      row.found_against = found.found_against;
+      row.invariant = found.invariant;
+      row.mutant_detail = r.kind == CheckResult::Kind::declined   ? "declined: " + r.reason
+                          : r.verdict.outcome == Outcome::discard ? "discarded: " + r.verdict.message
+                                                                  : "now passes";
+    }
+  }
+  return row;
+}
+
+nlohmann::json replay_row_json(const ReplayRow& r) {
+  return {r.path,      r.error,         r.declined,       r.invariant,          r.found_against,
+          r.target_ok, r.target_detail, r.mutant_checked, r.mutant_still_fails, r.mutant_detail};
+}
+
+ReplayRow replay_row_from_json(const nlohmann::json& j) {
+  ReplayRow r;
+  j.at(0).get_to(r.path), j.at(1).get_to(r.error), j.at(2).get_to(r.declined), j.at(3).get_to(r.invariant);
+  j.at(4).get_to(r.found_against), j.at(5).get_to(r.target_ok), j.at(6).get_to(r.target_detail);
+  j.at(7).get_to(r.mutant_checked), j.at(8).get_to(r.mutant_still_fails), j.at(9).get_to(r.mutant_detail);
+  return r;
+}
+
+}  // namespace
+
+std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, const RunOptions& options) {
   const RunContext ctx = make_context(spec, options, 0);
   const auto uses = selected_uses(spec, options);
+  const std::vector<std::string> files = list_corpus(path);
+  // --jobs: file n is replayed by job n % jobs (kprop/jobs.h).
+  const int jobs = options.target_transport || options.reference_transport ? 1 : options.jobs;
+  WorkerPool pool(jobs, int64_t(files.size()), std::max(4 * jobs, 16), [&]() -> WorkerPool::Work {
+    const bool external = ctx.target.index < 0 || ctx.reference.index < 0;
+    auto own = std::make_shared<RunContext>(external ? make_context(spec, options, 0) : ctx);
+    return [&, own](int64_t n, const std::string&) {
+      bool stopped = false;
+      return replay_row_json(replay_file(*own, uses, files[size_t(n)], stopped)).dump();
+    };
+  });
   std::vector<ReplayRow> rows;
-  for (const auto& file : list_corpus(path)) {
+  for (size_t n = 0; n < files.size(); ++n) {
     if (interrupted()) break;
-    ReplayRow row;
-    row.path = file;
-    AnyCase c;
-    CorpusEntry e;
-    // A file that cannot be read is reported and the folder goes on; the
-    // run exits 2 at the end.
-    try {
-      e = read_entry(file);
-      row.invariant = e.invariant;
-      row.found_against = e.found_against;
-      if (e.family != family.name())
-        throw InputError({file, 0, 0}, fmt::format("corpus case is for family '{}', the spec tests '{}'",
-                                                   e.family, family.name()));
-      // A case stored under a spec's old name (renamed_specs()) is still its own.
-      const bool renamed = std::any_of(renamed_specs().begin(), renamed_specs().end(), [&](const auto& r) {
-        return r.first == e.spec && r.second == spec.name;
-      });
-      if (!e.spec.empty() && e.spec != spec.name && !renamed)
-        throw InputError({file, 0, 0},
-                         fmt::format("corpus case is for spec '{}', not '{}'", e.spec, spec.name));
-      try {
-        c = family.from_yaml(e.case_node);
-      } catch (const CaseFormatError& err) {
-        throw InputError({file, err.line, err.col}, std::string("bad case: ") + err.what());
-      } catch (const YAML::Exception& err) {
-        throw InputError({file, err.mark.line + 1, err.mark.column + 1}, "bad case: " + err.msg);
-      }
-      // A case larger than run.max_case_mb is bad input, not the target's fault.
-      if (const std::string why = check_case_budget(spec, c, e.profile); !why.empty())
-        throw InputError({file, 0, 0}, why);
-    } catch (const InputError& err) {
-      row.error = err.what();
-      rows.push_back(std::move(row));
-      continue;
+    const std::optional<std::string> payload = pool.take(int64_t(n));
+    if (interrupted()) break;
+    bool stopped = false;
+    rows.push_back(payload ? replay_row_from_json(nlohmann::json::parse(*payload))
+                           : replay_file(ctx, uses, files[n], stopped));
+    if (stopped) {
+      rows.pop_back();
+      break;
     }
-    RunContext file_ctx = ctx;
-    file_ctx.seed = e.seed;
-    const auto trial = family.begin_trial(c, ctx.target, ctx.reference);
-    for (const auto* use : uses) {
-      const CheckResult r = check_one(file_ctx, *trial, *use, c);
-      if (r.kind == CheckResult::Kind::declined) {
-        row.declined = true;
-        row.target_detail = "declined: " + r.reason;
-        break;
-      }
-      if (r.kind == CheckResult::Kind::target_failure && r.failure_kind == "interrupted") return rows;
-      if (r.kind == CheckResult::Kind::target_failure) {
-        row.target_ok = false;
-        row.target_detail = use->name + ": " + r.reason;
-        break;
-      }
-      if (r.failed()) {
-        row.target_ok = false;
-        row.target_detail = use->name + ": " + r.verdict.message;
-        break;
-      }
-    }
-    // Each implementation the case was found against, if it is a registered
-    // mutant, must still fail the recorded invariant.
-    std::vector<AlsoFound> findings = {{e.found_against, e.invariant}};
-    findings.insert(findings.end(), e.also.begin(), e.also.end());
-    for (const auto& found : findings) {
-      const int mutant = family.find_implementation(found.found_against);
-      const int invariant = family.find_invariant(found.invariant);
-      // An expression invariant exists only in the spec: it is re-evaluated from there.
-      const InvariantUse* in_spec = nullptr;
-      for (const auto& u : spec.invariants)
-        if (u.name == found.invariant) in_spec = &u;
-      if (mutant < 0 || (invariant < 0 && !in_spec) ||
-          family.implementations()[static_cast<size_t>(mutant)].kind != ImplKind::mutant)
-        continue;
-      row.mutant_checked = true;
-      InvariantUse use;
-      if (in_spec)
-        use = *in_spec;
-      else
-        use = {static_cast<size_t>(invariant), found.invariant,
-               Values::defaults(family.invariants()[static_cast<size_t>(invariant)].params)};
-      RunContext mctx = ctx;
-      mctx.target = family.registered(static_cast<size_t>(mutant));
-      mctx.target_name = found.found_against;
-      const CheckResult r = check_one(mctx, use, c);
-      if (!r.failed() && r.kind != CheckResult::Kind::target_failure && row.mutant_still_fails) {
-        row.mutant_still_fails = false;
-        row.found_against = found.found_against;
-        row.invariant = found.invariant;
-        row.mutant_detail = r.kind == CheckResult::Kind::declined   ? "declined: " + r.reason
-                            : r.verdict.outcome == Outcome::discard ? "discarded: " + r.verdict.message
-                                                                    : "now passes";
-      }
-    }
-    rows.push_back(std::move(row));
   }
   return rows;
 }

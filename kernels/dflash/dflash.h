@@ -113,6 +113,10 @@ class Autoregressive {
   Argmax next() const { return argmax(cache_.last_logits); }
   void push(int token);
   int length() const { return cache_.length; }
+  // Back to an earlier `length` with the logits it had there: the positions
+  // after it are dropped, which leaves exactly the state push() left at that
+  // length (pushes only append).
+  void truncate(int length, Logits logits);
 
  private:
   const TinyLM* model_;

@@ -61,4 +61,12 @@ void Autoregressive::push(int token) {
   model_->append(cache_, token, cache_.length);
 }
 
+void Autoregressive::truncate(int length, Logits logits) {
+  const size_t width = static_cast<size_t>(model_->config().d_model);
+  for (auto& k : cache_.keys) k.resize(static_cast<size_t>(length) * width);
+  for (auto& v : cache_.values) v.resize(static_cast<size_t>(length) * width);
+  cache_.length = length;
+  cache_.last_logits = std::move(logits);
+}
+
 }  // namespace kprop::dflash

@@ -18,8 +18,18 @@ double storage_roundoff(DType dtype) {
   return is_half(dtype) ? unit_roundoff(dtype) : 0;
 }
 
+ErrorScales forward_scales(const Case& c) {
+  return error_scales(c, false);
+}
+ErrorScales backward_scales(const Case& c) {
+  return error_scales(c, true);
+}
+
 ErrorScales floors(const Case& c, bool backward, double floor_ulps) {
-  const ErrorScales e = error_scales(c, backward);
+  return floors(c, error_scales(c, backward), backward, floor_ulps);
+}
+
+ErrorScales floors(const Case& c, const ErrorScales& e, bool backward, double floor_ulps) {
   const double a = floor_ulps * epsilon(c.dtype);
   ErrorScales f = e;
   for (double ErrorScales::*x :

@@ -59,9 +59,15 @@ struct ErrorScales {
   int keys = 0;                   // most visible keys of any row
 };
 ErrorScales error_scales(const Case& c, bool backward);
+// The same, as functions of the case alone: what Trial::once caches, so the
+// invariants of one case compute them once (they cost O(B·H·Nq·Nk·D)).
+ErrorScales forward_scales(const Case& c);
+ErrorScales backward_scales(const Case& c);
 
 // The absolute floor of every tensor: floor_ulps × eps × its error scale,
-// plus the storage terms above for f16/bf16 cases.
+// plus the storage terms above for f16/bf16 cases; `scales` are
+// error_scales(c, backward).
+ErrorScales floors(const Case& c, const ErrorScales& scales, bool backward, double floor_ulps);
 ErrorScales floors(const Case& c, bool backward, double floor_ulps);
 
 // One tensor under the policy: a pass, or a fail naming the tensor, the

@@ -3,9 +3,11 @@
 // Σ dO ⊙ O, and the identities of the softmax gradient.
 #include <fmt/format.h>
 
-#include <array>
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <tuple>
+#include <utility>
 
 #include "kprop/rng.h"
 #include "kprop/tolerance.h"
@@ -48,10 +50,17 @@ Verdict compare_grads(const Case& c, const std::string& what, const BwdResult& e
   return all;
 }
 
+// The case's naive baseline and floors, computed once per trial.
+const BwdResult& naive(T& t) {
+  return t.once<naive_backward>();
+}
+ErrorScales case_floors(T& t, const Values& p) {
+  return floors(t.input(), t.once<backward_scales>(), true, p.real("floor_ulps"));
+}
+
 Verdict matches_reference(T& t, const Values& p) {
   const Case& c = t.input();
-  return compare_grads(c, "", t.reference(), t.target(), naive_backward(c),
-                       floors(c, true, p.real("floor_ulps")), p);
+  return compare_grads(c, "", t.reference(), t.target(), naive(t), case_floors(t, p), p);
 }
 
 // ---- finite differences of L = Σ dO ⊙ O, in fp64 straight from the contract
@@ -63,54 +72,99 @@ Verdict matches_reference(T& t, const Values& p) {
 //   e_j = exp(s_j - m)                rel    <= |Δs_j| + |Δm| + eps·(|s_j - m| + 2)   =: ρ_j
 //   l   = Σ_j e_j                     rel    <= max_j ρ_j + Nk·eps
 //   p_j = e_j / l                     rel    <= 2·max_j ρ_j + (Nk + 1)·eps            =: π
-//   L   = Σ_j Σ_d p_j dO_d v_jd       |ΔL|   <= Σ_j p_j A_j · (π + (Nk·D + 1)·eps),
-//                                                A_j = Σ_d |dO_d v_jd|.
-// The bound follows the magnitude of the summands, not of L: when they
-// cancel (a gradient of 3e-8 made of terms of size 3) eps·|L| is far too
-// small. Summing R rows adds R·eps·Σ|L_row|. Twice the first-order bound
-// covers the second-order terms.
+//   T_j = Σ_d dO_d v_jd               |ΔT_j| <= D·eps·A_j,  A_j = Σ_d |dO_d v_jd|
+//   L   = Σ_j p_j T_j                 |ΔL|   <= Σ_j p_j A_j · (π + (Nk + D + 1)·eps)
+//                                            <= Σ_j p_j A_j · (π + (Nk·D + 1)·eps)
+// (the last since Nk + D <= Nk·D + 1). The bound follows the magnitude of
+// the summands, not of L: when they cancel (a gradient of 3e-8 made of terms
+// of size 3) eps·|L| is far too small. Summing R rows adds R·eps·Σ|L_row|.
+// Twice the first-order bound covers the second-order terms.
 struct Loss {
   double value = 0;
   double rounding = 0;  // bound on |computed - exact|, derived above
 };
 
-Loss row_loss(const Case& c, int b, int h, int i) {
+// What a row's loss is made of, per key j: s_j and its bound |Δs_j| (-inf
+// and 0 where j is not visible), T_j and A_j. Moving one element of key j
+// (of K or of V) changes key j's entries only, and recomputing them alone
+// gives the same numbers as recomputing the row (the same operations in the
+// same order): a finite difference of K or V costs O(Nk) per row, not O(Nk·D).
+struct RowParts {
+  int b = 0, h = 0, i = 0;
+  std::vector<double> s, ds, t, a;
+  int dim = 0;
+};
+
+size_t q_row(const Shape& s, int b, int h, int i) {
+  return (size_t(b) * s.heads_q + h) * s.nq + i;
+}
+size_t kv_base(const Shape& s, int b, int h) {
+  return (size_t(b) * s.heads_kv + h / s.group()) * s.nk;
+}
+
+// Σ_d x_d y_d and Σ_d |x_d y_d|, summed in order d = 0, 1, ...
+std::pair<double, double> dot_abs(const double* x, const double* y, int n) {
+  double dot = 0, abs_dot = 0;
+  for (int d = 0; d < n; ++d) {
+    const double term = x[d] * y[d];
+    dot += term;
+    abs_dot += std::fabs(term);
+  }
+  return {dot, abs_dot};
+}
+
+void score_part(const Case& c, RowParts& r, int j) {
   const Shape& s = c.shape;
   const double scale = effective_scale(c), eps = std::numeric_limits<double>::epsilon();
-  const size_t row = (size_t(b) * s.heads_q + h) * s.nq + i;
-  const size_t kv = (size_t(b) * s.heads_kv + h / s.group()) * s.nk;
-  std::vector<double> sc(size_t(s.nk), -std::numeric_limits<double>::infinity()), ds(size_t(s.nk), 0.0);
+  r.s[size_t(j)] = -std::numeric_limits<double>::infinity();
+  r.ds[size_t(j)] = 0;
+  if (!visible(c, r.b, r.i, j)) return;
+  const size_t row = q_row(s, r.b, r.h, r.i), kv = kv_base(s, r.b, r.h);
+  const auto [dot, abs_dot] = dot_abs(&c.q[row * s.dim], &c.k[(kv + j) * s.dim], s.dim);
+  r.s[size_t(j)] = scale * dot;
+  r.ds[size_t(j)] = s.dim * eps * scale * abs_dot;
+}
+
+void value_part(const Case& c, RowParts& r, int j) {
+  const Shape& s = c.shape;
+  const size_t row = q_row(s, r.b, r.h, r.i), kv = kv_base(s, r.b, r.h);
+  std::tie(r.t[size_t(j)], r.a[size_t(j)]) = dot_abs(&c.d_out[row * s.dim], &c.v[(kv + j) * s.dim], s.dim);
+}
+
+RowParts row_parts(const Case& c, int b, int h, int i) {
+  const int nk = c.shape.nk;
+  RowParts r{b,
+             h,
+             i,
+             std::vector<double>(size_t(nk)),
+             std::vector<double>(size_t(nk)),
+             std::vector<double>(size_t(nk)),
+             std::vector<double>(size_t(nk)),
+             c.shape.dim};
+  for (int j = 0; j < nk; ++j) score_part(c, r, j), value_part(c, r, j);
+  return r;
+}
+
+Loss row_loss(const RowParts& r) {
+  const double eps = std::numeric_limits<double>::epsilon();
+  const size_t nk = r.s.size();
   double m = -std::numeric_limits<double>::infinity(), dm = 0;
-  for (int j = 0; j < s.nk; ++j)
-    if (visible(c, b, i, j)) {
-      double dot = 0, abs_dot = 0;
-      for (int d = 0; d < s.dim; ++d) {
-        const double term = c.q[row * s.dim + d] * c.k[(kv + j) * s.dim + d];
-        dot += term;
-        abs_dot += std::fabs(term);
-      }
-      m = std::max(m, sc[size_t(j)] = scale * dot);
-      dm = std::max(dm, ds[size_t(j)] = s.dim * eps * scale * abs_dot);
-    }
+  for (size_t j = 0; j < nk; ++j) m = std::max(m, r.s[j]), dm = std::max(dm, r.ds[j]);
   if (m == -std::numeric_limits<double>::infinity()) return {};
   double l = 0, rho = 0;
-  for (int j = 0; j < s.nk; ++j) {
-    l += std::exp(sc[size_t(j)] - m);
-    if (std::isfinite(sc[size_t(j)]))
-      rho = std::max(rho, ds[size_t(j)] + dm + eps * (std::fabs(sc[size_t(j)] - m) + 2));
+  for (size_t j = 0; j < nk; ++j) {
+    l += std::exp(r.s[j] - m);
+    if (std::isfinite(r.s[j])) rho = std::max(rho, r.ds[j] + dm + eps * (std::fabs(r.s[j] - m) + 2));
   }
-  const double pi = 2 * rho + (s.nk + 1) * eps;
+  const double pi = 2 * rho + (double(nk) + 1) * eps;
   double loss = 0, weighted = 0;
-  for (int j = 0; j < s.nk; ++j) {
-    const double pj = std::exp(sc[size_t(j)] - m) / l;
+  for (size_t j = 0; j < nk; ++j) {
+    const double pj = std::exp(r.s[j] - m) / l;
     if (pj == 0) continue;
-    for (int d = 0; d < s.dim; ++d) {
-      const double term = c.d_out[row * s.dim + d] * c.v[(kv + j) * s.dim + d];
-      loss += pj * term;
-      weighted += pj * std::fabs(term);
-    }
+    loss += pj * r.t[j];
+    weighted += pj * r.a[j];
   }
-  return {loss, weighted * (pi + (double(s.nk) * s.dim + 1) * eps)};
+  return {loss, weighted * (pi + (double(nk) * r.dim + 1) * eps)};
 }
 
 Verdict finite_differences(T& t, const Values& p) {
@@ -119,10 +173,27 @@ Verdict finite_differences(T& t, const Values& p) {
   const Shape& s = c.shape;
   const BwdResult got = t.run_target(c);
   const BwdResult& ref = t.reference();
-  const ErrorScales scales = error_scales(c, true);
+  // Of the fp64 copy: the same as the case's own (cached) unless the scale
+  // rounds differently in the case's dtype.
+  const ErrorScales scales =
+      t.input().dtype == DType::f64 ? t.once<backward_scales>() : error_scales(c, true);
+  double magnitude[3] = {0, 0, 0};  // the largest reference gradient entry per tensor
+  for (int w = 0; w < 3; ++w)
+    for (double r : ref.*kGrads[w].field) magnitude[w] = std::max(magnitude[w], std::fabs(r));
   const size_t nq_all = c.q.size(), nkv = c.k.size(), total = nq_all + 2 * nkv;
   const int64_t samples = std::min<int64_t>(p.integer("samples"), int64_t(total));
   const double eps = std::numeric_limits<double>::epsilon();
+  // Every row's parts on the unmoved case, made when a sample first needs
+  // them and kept for the others (unless that would take more than 64 MB).
+  const size_t all_rows = size_t(s.batch) * s.heads_q * s.nq;
+  const bool keep = double(all_rows) * s.nk * 4 * sizeof(double) <= 64e6;
+  std::vector<std::optional<RowParts>> kept(keep ? all_rows : 0);
+  auto parts_of = [&](int b, int h, int i) -> RowParts {
+    if (!keep) return row_parts(c, b, h, i);
+    auto& slot = kept[q_row(s, b, h, i)];
+    if (!slot) slot = row_parts(c, b, h, i);
+    return *slot;
+  };
   for (int64_t n = 0; n < samples; ++n) {
     const size_t flat =
         samples == int64_t(total) ? size_t(n) : size_t(rng::hash(0xfd, 0, uint64_t(n)) % total);
@@ -130,17 +201,25 @@ Verdict finite_differences(T& t, const Values& p) {
     const size_t at = which == 0 ? flat : which == 1 ? flat - nq_all : flat - nq_all - nkv;
     std::vector<double>& x = which == 0 ? c.q : which == 1 ? c.k : c.v;
     const Grad& g = kGrads[which];
-    // The rows whose loss depends on this element.
-    std::vector<std::array<int, 3>> rows;
+    // The rows whose loss depends on this element, and the key it moves.
+    std::vector<RowParts> rows;
+    int key = -1;
     if (which == 0) {
       const size_t row = at / size_t(s.dim);
-      rows.push_back({int(row / size_t(s.heads_q * s.nq)), int(row / size_t(s.nq) % size_t(s.heads_q)),
-                      int(row % size_t(s.nq))});
+      rows.push_back({int(row / size_t(s.heads_q * s.nq)),
+                      int(row / size_t(s.nq) % size_t(s.heads_q)),
+                      int(row % size_t(s.nq)),
+                      {},
+                      {},
+                      {},
+                      {},
+                      s.dim});
     } else {
       const size_t bh = at / size_t(s.dim) / size_t(s.nk);
       const int b = int(bh / size_t(s.heads_kv)), kvh = int(bh % size_t(s.heads_kv));
+      key = int(at / size_t(s.dim) % size_t(s.nk));
       for (int h = kvh * s.group(); h < (kvh + 1) * s.group(); ++h)
-        for (int i = 0; i < s.nq; ++i) rows.push_back({b, h, i});
+        for (int i = 0; i < s.nq; ++i) rows.push_back(parts_of(b, h, i));
     }
     const double x0 = x[at];
     // The loss at x0 + offset, with the bound on its rounding error (row_loss
@@ -149,11 +228,14 @@ Verdict finite_differences(T& t, const Values& p) {
       x[at] = x0 + offset;
       Loss sum;
       double abs_rows = 0;
-      for (auto [b, h, i] : rows) {
-        const Loss r = row_loss(c, b, h, i);
-        sum.value += r.value;
-        sum.rounding += r.rounding;
-        abs_rows += std::fabs(r.value);
+      for (RowParts& r : rows) {
+        if (which == 0) r = row_parts(c, r.b, r.h, r.i);
+        if (which == 1) score_part(c, r, key);
+        if (which == 2) value_part(c, r, key);
+        const Loss l = row_loss(r);
+        sum.value += l.value;
+        sum.rounding += l.rounding;
+        abs_rows += std::fabs(l.value);
       }
       sum.rounding = 2 * (sum.rounding + double(rows.size()) * eps * abs_rows);
       x[at] = x0;
@@ -174,13 +256,10 @@ Verdict finite_differences(T& t, const Values& p) {
     // with room while h is inside the function's scale; 4 × that for safety. |fd2 - fd1|
     // also carries rounding noise, which only widens the bound.
     const double truncation = 4 * std::fabs(fd2 - fd1);
-    const std::vector<double>& ref_t = ref.*g.field;
-    double magnitude = 0;
-    for (double r : ref_t) magnitude = std::max(magnitude, std::fabs(r));
     // The kernel's own fp64 rounding (bounds.h) on top of the difference's error.
     const double kernel = p.real("floor_ulps") * eps * (scales.*g.scale);
     const double allowed =
-        p.real("rtol") * (magnitude + std::fabs(estimate)) + truncation + roundoff + kernel;
+        p.real("rtol") * (magnitude[which] + std::fabs(estimate)) + truncation + roundoff + kernel;
     const double value = (got.*g.field)[at];
     if (!(std::fabs(value - estimate) <= allowed))
       return Verdict::fail(
@@ -196,8 +275,7 @@ Verdict d_identity(T& t, const Values& p) {
   const Case& c = t.input();
   const Shape& s = c.shape;
   return compare_tensor("D (rowsum(P ⊙ dP) = rowsum(dO ⊙ O)) ", {s.batch, s.heads_q, s.nq}, t.reference().d,
-                        t.target().d, naive_backward(c).d, p.real("k"),
-                        floors(c, true, p.real("floor_ulps")).d);
+                        t.target().d, naive(t).d, p.real("k"), case_floors(t, p).d);
 }
 
 // Σ_j over keys of one (batch, kv head), per d.
@@ -214,8 +292,7 @@ Verdict dk_sums_to_zero(T& t, const Values& p) {
   const Shape& s = c.shape;
   const std::vector<double> zero(size_t(s.batch) * s.heads_kv * s.dim, 0.0);
   return compare_tensor("Σ_j dK_j ", {s.batch, s.heads_kv, s.dim}, zero, key_sums(s, t.target().dk),
-                        key_sums(s, naive_backward(c).dk), p.real("k"),
-                        floors(c, true, p.real("floor_ulps")).dk_sum);
+                        key_sums(s, naive(t).dk), p.real("k"), case_floors(t, p).dk_sum);
 }
 
 Verdict dv_sums_to_do(T& t, const Values& p) {
@@ -231,8 +308,8 @@ Verdict dv_sums_to_do(T& t, const Values& p) {
               c.d_out[((size_t(b) * s.heads_q + h) * s.nq + i) * s.dim + d];
     }
   return compare_tensor("Σ_j dV_j vs Σ_i dO_i over rows not fully masked ", {s.batch, s.heads_kv, s.dim},
-                        expected, key_sums(s, t.target().dv), key_sums(s, naive_backward(c).dv), p.real("k"),
-                        floors(c, true, p.real("floor_ulps")).dv_sum);
+                        expected, key_sums(s, t.target().dv), key_sums(s, naive(t).dv), p.real("k"),
+                        case_floors(t, p).dv_sum);
 }
 
 Verdict masked_rows_zero(T& t, const Values&) {
@@ -298,15 +375,15 @@ Verdict tile_size_invariance(T& t, const Values& p) {
   const Case& c = t.input();
   const BwdResult& a = t.target();
   const BwdResult& ref = t.reference();
-  const BwdResult naive = naive_backward(c);
-  const ErrorScales f = floors(c, true, p.real("floor_ulps"));
+  const BwdResult& baseline = naive(t);
+  const ErrorScales f = case_floors(t, p);
   const double k = p.real("k");
   const std::vector<Case> others = other_tilings(c);
   if (others.empty()) return Verdict::discard("Nq = Nk = 1: no other tiling");
   for (const Case& other : others) {
     const BwdResult b = t.run_target(other);
     for (const Grad& g : kGrads) {
-      const double naive_error = max_error(ref.*g.field, naive.*g.field);
+      const double naive_error = max_error(ref.*g.field, baseline.*g.field);
       const ToleranceReport r = compare_close(a.*g.field, b.*g.field, 2 * (k * naive_error + f.*g.scale), 0);
       if (!r.ok)
         return Verdict::fail(fmt::format("tiles {}x{} vs {}x{}: {} {}", c.block_q, c.block_k, other.block_q,
@@ -340,7 +417,7 @@ Verdict permutation_equivariance(T& t, const Values& p) {
   expected.dk = permute_rows(ref.dk, s, s.heads_kv, s.nk, s.dim, perm->keys);
   expected.dv = permute_rows(ref.dv, s, s.heads_kv, s.nk, s.dim, perm->keys);
   return compare_grads(c, "permuted keys and queries: ", expected, t.run_target(perm->c),
-                       naive_backward(perm->c), floors(c, true, p.real("floor_ulps")), p);
+                       naive_backward(perm->c), case_floors(t, p), p);
 }
 
 }  // namespace

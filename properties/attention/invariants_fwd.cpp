@@ -31,10 +31,17 @@ Verdict compare_outputs(const Case& c, const std::string& what, const FwdResult&
               compare_tensor(what + "LSE", lse_dims(c.shape), expected.lse, got.lse, naive.lse, k, f.lse));
 }
 
+// The case's naive baseline and floors, computed once per trial.
+const FwdResult& naive(T& t) {
+  return t.once<naive_forward>();
+}
+ErrorScales case_floors(T& t, const Values& p) {
+  return floors(t.input(), t.once<forward_scales>(), false, p.real("floor_ulps"));
+}
+
 Verdict matches_reference(T& t, const Values& p) {
   const Case& c = t.input();
-  return compare_outputs(c, "", t.reference(), t.target(), naive_forward(c),
-                         floors(c, false, p.real("floor_ulps")), p);
+  return compare_outputs(c, "", t.reference(), t.target(), naive(t), case_floors(t, p), p);
 }
 
 // Another tiling changes rounding only: each pair of tilings may differ by
@@ -43,8 +50,8 @@ Verdict tile_size_invariance(T& t, const Values& p) {
   const Case& c = t.input();
   const FwdResult& a = t.target();
   const FwdResult& ref = t.reference();
-  const FwdResult naive = naive_forward(c);
-  const ErrorScales f = floors(c, false, p.real("floor_ulps"));
+  const FwdResult& baseline = naive(t);
+  const ErrorScales f = case_floors(t, p);
   const double k = p.real("k");
   const std::vector<Case> others = other_tilings(c);
   if (others.empty()) return Verdict::discard("Nq = Nk = 1: no other tiling");
@@ -58,8 +65,8 @@ Verdict tile_size_invariance(T& t, const Values& p) {
       const std::vector<double>& r;
       double floor;
     };
-    for (const Part& part :
-         {Part{"O", a.o, b.o, naive.o, ref.o, f.o}, Part{"LSE", a.lse, b.lse, naive.lse, ref.lse, f.lse}}) {
+    for (const Part& part : {Part{"O", a.o, b.o, baseline.o, ref.o, f.o},
+                             Part{"LSE", a.lse, b.lse, baseline.lse, ref.lse, f.lse}}) {
       const double naive_error = max_error(part.r, part.n);
       const ToleranceReport r = compare_close(part.x, part.y, 2 * (k * naive_error + part.floor), 0);
       if (!r.ok)
@@ -118,9 +125,9 @@ Verdict finite_outputs(T& t, const Values&) {
 Verdict shift_invariance(T& t, const Values& p) {
   const Case& c = t.input();
   const Case shifted = keys_shifted(c);
-  const FwdResult got = t.run_target(shifted), naive = naive_forward(shifted);
-  return compare_tensor("O after shifting every key ", o_dims(c.shape), t.reference().o, got.o, naive.o,
-                        p.real("k"), floors(shifted, false, p.real("floor_ulps")).o);
+  const FwdResult got = t.run_target(shifted), shifted_naive = naive_forward(shifted);
+  return compare_tensor("O after shifting every key ", o_dims(c.shape), t.reference().o, got.o,
+                        shifted_naive.o, p.real("k"), floors(shifted, false, p.real("floor_ulps")).o);
 }
 
 // Permuting keys with their values (and queries) permutes nothing but the
@@ -135,7 +142,7 @@ Verdict permutation_equivariance(T& t, const Values& p) {
   expected.o = permute_rows(ref.o, s, s.heads_q, s.nq, s.dim, perm->queries);
   expected.lse = permute_rows(ref.lse, s, s.heads_q, s.nq, 1, perm->queries);
   return compare_outputs(c, "permuted keys and queries: ", expected, t.run_target(perm->c),
-                         naive_forward(perm->c), floors(c, false, p.real("floor_ulps")), p);
+                         naive_forward(perm->c), case_floors(t, p), p);
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <memory>
+#include <optional>
 
 #include "kprop/tolerance.h"
 #include "properties/dflash/family.h"
@@ -16,6 +18,12 @@ using T = Trial<Traits>;
 Schema tie_param() {
   return {field::real("tie_margin", 1e-6, 0, 1e3,
                       "argmax gaps below this are near-ties: the case is discarded, never failed")};
+}
+
+// The case's model, built once per trial (its weights are drawn from the
+// seed: the oracles of three invariants share it).
+TinyLM model_of(const Case& c) {
+  return TinyLM(c.model);
 }
 
 std::string tokens_text(const std::vector<int>& v) {
@@ -40,7 +48,7 @@ Verdict lossless(T& t, const Values& p) {
   const Case& c = t.input();
   const Result& r = t.target();
   std::vector<int> expected;
-  if (!greedy(TinyLM(c.model), c.prompt, r.output.size(), p.real("tie_margin"), expected))
+  if (!greedy(t.once<model_of>(), c.prompt, r.output.size(), p.real("tie_margin"), expected))
     return Verdict::discard("near-tie in greedy decoding");
   for (size_t i = 0; i < expected.size(); ++i)
     if (r.output[i] != expected[i])
@@ -56,7 +64,7 @@ Verdict lossless(T& t, const Values& p) {
 Verdict maximal_acceptance(T& t, const Values& p) {
   const Case& c = t.input();
   const Result& r = t.target();
-  const TinyLM model(c.model);
+  const TinyLM& model = t.once<model_of>();
   std::vector<int> context = c.prompt;
   for (size_t k = 0; k < c.cycles.size() && k < r.cycles.size(); ++k) {
     const DraftTree& tree = c.cycles[k];
@@ -94,7 +102,7 @@ Verdict maximal_acceptance(T& t, const Values& p) {
 Verdict tree_logits_match_path(T& t, const Values& p) {
   const Case& c = t.input();
   const Result& r = t.target();
-  const TinyLM model(c.model);
+  const TinyLM& model = t.once<model_of>();
   const double atol = p.real("tol.atol"), rtol = p.real("tol.rtol");
   std::vector<int> context = c.prompt;
   for (size_t k = 0; k < c.cycles.size() && k < r.cycles.size(); ++k) {
@@ -104,25 +112,22 @@ Verdict tree_logits_match_path(T& t, const Values& p) {
       return Verdict::fail(fmt::format("cycle {}: {} logit rows, expected N + 1 = {}", k, trace.logits.size(),
                                        tree.size() + 1));
     // Row 0 predicts after the context; row 1 + i after context ++ path(i).
-    // Each node's decoder state is its parent's plus its own token (a parent
-    // comes before its children: validate()), so every tree edge is decoded
-    // once, with the same pushes in the same order as decoding the path from
-    // scratch, and the same logits bit for bit.
-    const Autoregressive root(model, context);
-    std::vector<Autoregressive> at;  // at[i]: context ++ path(i)
-    at.reserve(static_cast<size_t>(tree.size()));
-    for (int row = 0; row <= tree.size(); ++row) {
-      if (row > 0) {
-        const int parent = tree.parents[static_cast<size_t>(row - 1)];
-        at.push_back(parent < 0 ? root : at[static_cast<size_t>(parent)]);
-        at.back().push(tree.tokens[static_cast<size_t>(row - 1)]);
-      }
-      const Logits& expected = row == 0 ? root.logits() : at.back().logits();
+    // Each node's decoder state is its parent's plus its own token, so a
+    // depth-first walk decodes every tree edge once, with the same pushes in
+    // the same order as decoding the path from scratch (the same logits bit
+    // for bit), and goes back up by truncating the cache (no state copies).
+    // The first failing row in row order is reported, as a row-by-row check
+    // would.
+    std::optional<Verdict> first;
+    int first_row = tree.size() + 1;
+    auto check_row = [&](int row, const Logits& expected) {
+      if (row >= first_row) return;
       const Logits& got = trace.logits[static_cast<size_t>(row)];
       for (size_t v = 0; v < expected.size(); ++v) {
         const double err = std::fabs(got.at(v) - expected[v]);
-        if (!within(got.at(v), expected[v], atol, rtol))
-          return Verdict::fail(
+        if (!within(got.at(v), expected[v], atol, rtol)) {
+          first_row = row;
+          first = Verdict::fail(
               fmt::format("cycle {}: {} logit[{}] = {:.17g}, autoregressive on its path gives {:.17g}", k,
                           row == 0 ? std::string("context row") : fmt::format("node {}", row - 1), v,
                           got.at(v), expected[v]),
@@ -131,8 +136,37 @@ Verdict tree_logits_match_path(T& t, const Values& p) {
                {"logit", got.at(v)},
                {"expected", expected[v]},
                {"abs_error", err}});
+          return;
+        }
       }
+    };
+    Autoregressive ar(model, context);
+    check_row(0, ar.logits());
+    std::vector<std::vector<int>> children(static_cast<size_t>(tree.size()) + 1);  // [parent + 1]
+    for (int i = 0; i < tree.size(); ++i)
+      children[static_cast<size_t>(tree.parents[static_cast<size_t>(i)] + 1)].push_back(i);
+    // (node, the length and logits of its parent's state), deepest last.
+    struct Visit {
+      int node;
+      int length;
+      std::shared_ptr<const Logits> parent_logits;
+    };
+    std::vector<Visit> stack;
+    const auto root_logits = std::make_shared<const Logits>(ar.logits());
+    for (auto it = children[0].rbegin(); it != children[0].rend(); ++it)
+      stack.push_back({*it, ar.length(), root_logits});
+    while (!stack.empty()) {
+      const Visit visit = std::move(stack.back());
+      stack.pop_back();
+      if (ar.length() != visit.length) ar.truncate(visit.length, *visit.parent_logits);
+      ar.push(tree.tokens[static_cast<size_t>(visit.node)]);
+      check_row(visit.node + 1, ar.logits());
+      const auto& below = children[static_cast<size_t>(visit.node) + 1];
+      if (below.empty()) continue;
+      const auto mine = std::make_shared<const Logits>(ar.logits());
+      for (auto it = below.rbegin(); it != below.rend(); ++it) stack.push_back({*it, ar.length(), mine});
     }
+    if (first) return *first;
     context.insert(context.end(), trace.emitted.begin(), trace.emitted.end());
   }
   return Verdict::pass();

@@ -50,19 +50,26 @@ class Draw {
 };
 
 // Draws from libFuzzer bytes (missing bytes read as zero: the low end).
+// `size` plays RapidCheck's size: a sized draw in [lo, hi] reads from
+// [lo, lo + (hi - lo)·(size/255)²], so most inputs a fuzzer makes (their
+// size byte, Family::from_bytes, is anything) decode to small, cheap cases,
+// and 255 reaches all of [lo, hi]. Squared, not linear: a case's cost grows
+// with the product of its dims.
 class BytesDraw final : public Draw {
  public:
-  explicit BytesDraw(ByteReader& bytes) : bytes_(bytes) {}
+  static constexpr uint8_t kFullSize = 255;
+  explicit BytesDraw(ByteReader& bytes, uint8_t size = kFullSize) : bytes_(bytes), size_(size) {}
   using Draw::any;
   double any(RealRange r) override { return r.lo + (r.hi - r.lo) * bytes_.unit(); }
   bool chance(double p) override { return bytes_.unit() < p; }
 
  protected:
-  int64_t sized_in(int64_t lo, int64_t hi) override { return bytes_.in_range(lo, hi); }
+  int64_t sized_in(int64_t lo, int64_t hi) override;
   int64_t any_in(int64_t lo, int64_t hi) override { return bytes_.in_range(lo, hi); }
 
  private:
   ByteReader& bytes_;
+  uint8_t size_;
 };
 
 // Draws from RapidCheck (only inside rc::gen::exec); when `record` is set,

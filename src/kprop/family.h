@@ -240,6 +240,7 @@ class Family {
   // same code. The three below derive from it (registry.cpp).
   virtual AnyCase build(Draw& draw, const Values& domain) const = 0;
   rc::Gen<AnyCase> generator(const Values& domain) const;
+  // libFuzzer bytes: the first is the size (BytesDraw), the rest the draws.
   AnyCase from_bytes(const uint8_t* data, size_t size, const Values& domain) const;
   // A generated case (RapidCheck seed and size) as the bytes from_bytes
   // decodes back to it: fuzz seed corpora.
@@ -263,6 +264,9 @@ class Family {
   virtual const std::vector<InvariantInfo>& invariants() const = 0;
   virtual std::unique_ptr<AnyTrial> begin_trial(const AnyCase& c, const Impl& target,
                                                 const Impl& reference) const = 0;
+  // One run of `impl` on the case, result dropped (benchmarks: the cost of
+  // checking against the cost of the kernels).
+  virtual void run_once(const Impl& impl, const AnyCase& c) const = 0;
   // Registered implementations by index (tests, benchmarks).
   std::unique_ptr<AnyTrial> begin_trial(const AnyCase& c, size_t target, size_t reference) const {
     return begin_trial(c, registered(target), registered(reference));
@@ -380,6 +384,17 @@ class Trial {
   }
   // For metamorphic invariants: run the implementations on a derived case.
   Result run_target(const Case& c) const { return family_.run(target_impl_, c); }
+  // Fn(input()), computed once per trial: what several invariants derive
+  // from the same case (tolerance scales, same-precision baselines), e.g.
+  // t.once<naive_forward>(). Fn must be a pure function of the case.
+  template <auto Fn>
+  const auto& once() {
+    using Value = std::decay_t<decltype(Fn(case_))>;
+    static const char key = 0;  // one per Fn
+    std::shared_ptr<const void>& slot = once_[&key];
+    if (!slot) slot = std::make_shared<const Value>(Fn(case_));
+    return *static_cast<const Value*>(slot.get());
+  }
 
  private:
   bool same_impl() const {
@@ -391,6 +406,7 @@ class Trial {
   const Impl& target_impl_;
   const Impl& reference_impl_;
   std::optional<Result> target_, reference_;
+  std::map<const void*, std::shared_ptr<const void>> once_;
 };
 
 template <typename Traits>
@@ -512,6 +528,7 @@ class FamilyDef : public Family {
     else
       return Family::transforms();
   }
+  void run_once(const Impl& impl, const AnyCase& c) const override { (void)run(impl, unbox(c)); }
   using Family::begin_trial;
   std::unique_ptr<AnyTrial> begin_trial(const AnyCase& c, const Impl& target,
                                         const Impl& reference) const override {

@@ -79,6 +79,10 @@ struct RunOptions {
   // the same case sequence, so without discards the union of the N shards
   // checks exactly the cases of the unsharded run.
   int64_t shard_index = 0, shard_count = 1;
+  // --jobs N: processes checking cases (runs) or files (folder replays);
+  // the same cases, verdicts and findings whatever N (kprop/jobs.h). 1 with
+  // a caller-opened transport, which cannot be opened again per job.
+  int jobs = 1;
 };
 
 // The spec's run settings with the options' overrides applied (one place).

@@ -56,6 +56,48 @@ TEST(Cli, MutantsTableExitsZeroWhenAllDie) {
   EXPECT_NE(r.out.find("8 of 8 mutants killed"), std::string::npos) << r.out;
 }
 
+// The report less its times (they differ from run to run, nothing else may).
+nlohmann::json without_times(nlohmann::json j) {
+  if (j.is_object()) {
+    for (const char* key : {"seconds", "seconds_to_fail", "shrink_seconds"}) j.erase(key);
+    for (auto& [key, value] : j.items()) value = without_times(value);
+  } else if (j.is_array()) {
+    for (auto& value : j) value = without_times(value);
+  }
+  return j;
+}
+
+// --jobs N: the same cases, verdicts, counts, shrunk counterexamples and
+// stored files as --jobs 1 (a passing run, a failing mutant, the mutants
+// table, a sharded run, a folder replay), whatever N.
+TEST(Cli, JobsGiveTheReportOfOneJob) {
+  const fs::path out = temp("jobs.json"), corpus = temp("jobs_corpus");
+  const std::string replay = std::string(KPROP_SOURCE_DIR) + "/corpus/dflash";
+  // (arguments, job counts): 1 first, 3 where cases do not split evenly.
+  const std::vector<std::pair<std::string, std::vector<int>>> runs = {
+      {"--seed 3 --trials 150", {1, 2, 3}},
+      {"--target positional_logits --seed 5", {1, 2}},
+      {"--mutants --seed 4", {1, 2}},
+      {"--seed 7 --trials 40 --shard 1/3", {1, 3}},
+      {"--replay " + replay, {1, 2}}};
+  for (const auto& [args, counts] : runs) {
+    nlohmann::json one;
+    for (const int jobs : counts) {
+      fs::remove_all(corpus);
+      const CliRun r = run("--spec " + kSpec + " " + args + " --corpus " + corpus.string() +
+                           " --format json --out " + out.string() + " --jobs " + std::to_string(jobs));
+      ASSERT_LE(r.code, 1) << args << " --jobs " << jobs << "\n" << r.out;
+      std::ifstream in(out);
+      const nlohmann::json report = without_times(nlohmann::json::parse(in));
+      if (jobs == 1)
+        one = report;
+      else
+        EXPECT_EQ(report, one) << args << " --jobs " << jobs;
+    }
+  }
+  fs::remove_all(corpus);
+}
+
 TEST(Cli, JsonReportToFile) {
   const fs::path out = temp("report.json");
   const CliRun r =

@@ -11,7 +11,7 @@ namespace fs = std::filesystem;
 namespace kprop {
 namespace {
 
-void run_until_death(const std::string& target, const fs::path& corpus) {
+void run_until_death(const std::string& target, const fs::path& corpus, int jobs = 1) {
   const Spec spec = parse_spec(
       "spec: toy\nfamily: toy.sum\nrun: {trials: 200, seed: 3, case_timeout_s: 0.5}\n"
       "domain: {value: [5, 9]}\ninvariants: [matches_reference]\n",
@@ -19,6 +19,7 @@ void run_until_death(const std::string& target, const fs::path& corpus) {
   RunOptions o;
   o.target = target;
   o.corpus_dir = corpus.string();
+  o.jobs = jobs;
   run_spec(spec, o);
 }
 
@@ -50,6 +51,31 @@ TEST_F(CrashTest, HangIsStoppedByTheCaseTimeout) {
   const auto files = list_corpus((dir_ / "toy").string());
   ASSERT_EQ(files.size(), 1u);
   EXPECT_EQ(read_entry(files[0]).found_by, "hang");
+}
+
+// With --jobs, a crash or hang in a forked job is not trusted: the runner
+// checks that case again itself, so exactly one case is stored, by the
+// runner, with the exit code of --jobs 1. (One death test per test: a
+// threadsafe death test re-runs the test body up to its own statement.)
+void expect_stored_once(const fs::path& dir, const std::string& found_by) {
+  const auto files = list_corpus((dir / "toy").string());
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(read_entry(files[0]).found_by, found_by);
+}
+
+TEST_F(CrashTest, TwoJobsSegfaultIsStoredOnceByTheRunner) {
+  EXPECT_EXIT(run_until_death("segfaults", dir_, 2), ::testing::ExitedWithCode(3), "crashed with signal 11");
+  expect_stored_once(dir_, "crash");
+}
+
+TEST_F(CrashTest, ThreeJobsSegfaultIsStoredOnceByTheRunner) {
+  EXPECT_EXIT(run_until_death("segfaults", dir_, 3), ::testing::ExitedWithCode(3), "crashed with signal 11");
+  expect_stored_once(dir_, "crash");
+}
+
+TEST_F(CrashTest, JobsHangIsStoredOnceByTheRunner) {
+  EXPECT_EXIT(run_until_death("hangs", dir_, 2), ::testing::ExitedWithCode(3), "hung");
+  expect_stored_once(dir_, "hang");
 }
 
 }  // namespace
