@@ -194,8 +194,11 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
 }  // namespace
 
 RunReport run_spec(const Spec& spec, const RunOptions& options) {
-  RunListener& events = listener_of(options);
+  // Statistics come from the events (src/stats.cpp); the collector passes
+  // every event on to the caller's listener.
+  StatsCollector events(listener_of(options));
   RunReport report = run_cases(spec, options, events);
+  report.stats = events.result(report);
   events.run_finished(report);
   return report;
 }
@@ -248,21 +251,25 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
       break;
     }
     const int size = size_for(i, all_trials, run.max_size);
+    const auto generation_start = Clock::now();
     AnyCase c;
     try {
       c = generator(case_random, size).value();
     } catch (const rc::GenerationFailure& e) {
       throw InputError({spec.path, 0, 0}, std::string("the domain cannot be generated: ") + e.what());
     }
+    const double generation_seconds = since(generation_start);
     ++report.trials;
     report.size_reached = std::max<int64_t>(report.size_reached, size);
-    report.largest_case = std::max(report.largest_case, family.stats(c).size);
+    const CaseStats case_stats = family.stats(c);
+    report.largest_case = std::max(report.largest_case, case_stats.size);
 
     std::vector<size_t> live;
     std::vector<const InvariantUse*> live_uses;
     for (size_t k = 0; k < uses.size(); ++k)
       if (alive[k]) live.push_back(k), live_uses.push_back(uses[k]);
     const std::vector<CheckResult> results = check_uses(ctx, live_uses, c);
+    events.case_checked({i + 1, size, case_stats, generation_seconds, live_uses, results});
     bool checked = false;
     for (size_t n = 0; n < results.size(); ++n) {
       const size_t k = live[n];
@@ -408,7 +415,7 @@ std::vector<MutantRow> run_mutants(const Spec& spec, const RunOptions& options) 
     if (interrupted()) break;
     RunOptions o = options;
     o.target = impl.name;
-    o.stop_on_first_failure = true;
+    o.stop_on_first_failure = !options.kill_matrix;
     MutantRow row{impl.name, impl.description, run_spec(spec, o), false, ""};
     for (const auto& r : row.report.invariants)
       if (r.status == InvariantStatus::failed) row.killed = true, row.killed_by = r.name;
