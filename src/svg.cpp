@@ -140,7 +140,9 @@ double Canvas::swatch(double x, double y, const std::string& fill, const std::st
     rect(x, y - 10, 12, 12, fill, stroke, 1.5);
   text(x + 17, y, label, 11);
   // About 6.2 px per character at 11 px (the report's sans-serif).
-  return x + 17 + 6.2 * static_cast<double>(label.size()) + 14;
+  const double end = x + 17 + 6.2 * static_cast<double>(label.size()) + 14;
+  fit(end, y + 6);
+  return end;
 }
 
 Canvas& Canvas::error_legend(double x, double y, double width) {
