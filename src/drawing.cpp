@@ -72,7 +72,8 @@ double heatmap(svg::Canvas& c, double x, double y, const std::string& title, int
   for (int i = 0; i < rows; ++i)
     for (int j = 0; j < cols; ++j) {
       const double r = ratio(i, j);
-      c.rect(x + j * cell, top + i * cell, cell, cell, svg::error_color(r), svg::color::grid, cell > 6 ? 0.5 : 0,
+      c.rect(x + j * cell, top + i * cell, cell, cell, svg::error_color(r), svg::color::grid,
+             cell > 6 ? 0.5 : 0,
              tooltip ? tooltip(i, j) : fmt::format("[{}, {}] |error|/bound {:.3g}", i, j, r), css);
     }
   c.rect(x, top, cols * cell, rows * cell, "none", svg::color::tile, 1);
@@ -135,11 +136,12 @@ Drawing generic_drawing(const Family& family, const AnyCase& c, const Impl& targ
     };
     y += draw::heatmap(
              canvas, 8, y,
-             fmt::format("{} {}{}", o, expr::shape_text(t->shape), rows > rr || cols > cc ? " (corner)" : ""), rr,
-             cc, ratio, cell, "cell",
+             fmt::format("{} {}{}", o, expr::shape_text(t->shape), rows > rr || cols > cc ? " (corner)" : ""),
+             rr, cc, ratio, cell, "cell",
              [&](int i, int j) {
                const size_t k = static_cast<size_t>(i) * static_cast<size_t>(cols) + static_cast<size_t>(j);
-               return fmt::format("{}[{}, {}]: target {:.6g}, reference {:.6g}", o, i, j, t->data[k], r->data[k]);
+               return fmt::format("{}[{}, {}]: target {:.6g}, reference {:.6g}", o, i, j, t->data[k],
+                                  r->data[k]);
              }) +
          18;
   }

@@ -344,7 +344,8 @@ CheckResult from_json(const nlohmann::json& j) {
   r.failure_kind = j.at("failure_kind").get<std::string>();
   r.unavailable = j.at("unavailable").get<bool>();
   const auto& t = j.at("seconds");
-  r.seconds = t[0].get<double>(), r.target_seconds = t[1].get<double>(), r.reference_seconds = t[2].get<double>();
+  r.seconds = t[0].get<double>(), r.target_seconds = t[1].get<double>(),
+  r.reference_seconds = t[2].get<double>();
   return r;
 }
 
@@ -391,8 +392,8 @@ ChildResult in_child(const std::function<std::string()>& fn, double timeout_s) {
   close(fds[1]);
   ChildResult out;
   char buf[1 << 14];
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(timeout_s));
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
   for (;;) {
     pollfd p{fds[0], POLLIN, 0};
     const int ready = poll(&p, 1, 50);
@@ -429,9 +430,10 @@ std::vector<CheckResult> check_uses_forked(const RunContext& ctx,
         try {
           RunOptions o = ctx.options;
           o.isolate = false;
-          for (const auto& r : check_uses_here(RunContext{ctx.spec, o, ctx.target, ctx.reference,
-                                                          ctx.target_name, ctx.seed, ctx.run, ctx.reference_name},
-                                               uses, c))
+          for (const auto& r :
+               check_uses_here(RunContext{ctx.spec, o, ctx.target, ctx.reference, ctx.target_name, ctx.seed,
+                                          ctx.run, ctx.reference_name},
+                               uses, c))
             out.push_back(to_json(r));
         } catch (const std::exception& e) {
           out = nlohmann::json::array(

@@ -42,7 +42,8 @@ std::string status_class(RunStatus s) {
 std::string page(const std::string& title, const std::string& body) {
   return fmt::format(
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-      "<meta name=\"generator\" content=\"kprop prop_runner\">\n<title>{}</title>\n<style>{}</style>\n</head>\n"
+      "<meta name=\"generator\" content=\"kprop "
+      "prop_runner\">\n<title>{}</title>\n<style>{}</style>\n</head>\n"
       "<body>\n{}</body>\n</html>\n",
       escape(title), kStyle, body);
 }
@@ -59,11 +60,12 @@ std::string finding_html(const Finding& f, const RunReport& r) {
   std::string out = fmt::format("<section class=\"failure\" data-invariant=\"{}\" data-kind=\"{}\">",
                                 escape(f.invariant), escape(f.kind));
   out += f.kind == "invariant"
-             ? fmt::format("<h3>Counterexample: {} broken by target {}</h3>", escape(f.invariant), escape(r.target))
+             ? fmt::format("<h3>Counterexample: {} broken by target {}</h3>", escape(f.invariant),
+                           escape(r.target))
              : fmt::format("<h3>Target failure ({}): target {}</h3>", escape(f.kind), escape(r.target));
   out += fmt::format("<div class=\"msg\">{}</div>", escape(f.message));
-  out += fmt::format("<p class=\"sub\">shrunk: {} (size {} → {} in {} steps, {:.2f} s{})</p>", escape(f.stats.summary),
-                     f.original_size, f.stats.size, f.shrink_steps, f.shrink_seconds,
+  out += fmt::format("<p class=\"sub\">shrunk: {} (size {} → {} in {} steps, {:.2f} s{})</p>",
+                     escape(f.stats.summary), f.original_size, f.stats.size, f.shrink_steps, f.shrink_seconds,
                      f.shrink_interrupted ? ", stopped early: best so far" : "");
   if (!f.drawing_svg.empty()) out += "<div class=\"drawing\">" + f.drawing_svg + "</div>";
   if (!f.drawing_note.empty()) out += fmt::format("<p class=\"note\">{}</p>", escape(f.drawing_note));
@@ -85,7 +87,8 @@ std::string invariants_table(const RunReport& r) {
     for (const auto& [why, n] : inv.discard_reasons)
       reasons += fmt::format("{}{} ({})", reasons.empty() ? "" : "<br>", escape(why), n);
     out += fmt::format(
-        "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
+        "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td "
+        "class=\"num\">{}</td>"
         "<td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
         escape(inv.name), escape(invariant_status_name(inv.status)), inv.passed, inv.discarded, inv.declined,
         inv.not_applicable, inv.max_error_ratio >= 0 ? fmt::format("{:.3g}", inv.max_error_ratio) : "",
@@ -107,7 +110,8 @@ std::string time_chart(const TimeSplit& t) {
   double x = 0;
   for (size_t i = 0; i < parts.size(); ++i) {
     const double w = total > 0 ? 540 * parts[i].second / total : 0;
-    c.rect(x, 20, w, 18, colors[i], "none", 0, fmt::format("{}: {:.4f} s", parts[i].first, parts[i].second), "bar");
+    c.rect(x, 20, w, 18, colors[i], "none", 0, fmt::format("{}: {:.4f} s", parts[i].first, parts[i].second),
+           "bar");
     x += w;
   }
   double lx = 0;
@@ -119,16 +123,19 @@ std::string time_chart(const TimeSplit& t) {
 
 std::string stats_html(const RunReport& r) {
   const RunStats& s = r.stats;
-  std::string out = fmt::format("<h2>Statistics</h2><p class=\"sub\">{} case(s) drawn and checked; the family's size "
-                                "measure: min {:g}, median {:g}, max {:g}</p><div class=\"charts\">",
-                                s.cases, s.size.min(), s.size.median(), s.size.max());
+  std::string out = fmt::format(
+      "<h2>Statistics</h2><p class=\"sub\">{} case(s) drawn and checked; the family's size "
+      "measure: min {:g}, median {:g}, max {:g}</p><div class=\"charts\">",
+      s.cases, s.size.min(), s.size.median(), s.size.max());
   out += svg::bar_chart("size (the family's measure)", s.size.histogram());
   for (const auto& d : s.dims)
     out += svg::bar_chart(d.kinds.empty() ? fmt::format("{} (median {:g})", d.name, d.median()) : d.name,
                           d.histogram());
   out += "</div><div class=\"charts\">" + time_chart(s.time) + "</div>";
-  out += "<h3>Error / bound of the passing checks</h3><p class=\"sub\">how close the target came to each numeric "
-         "bound (1 = at the bound), log scale</p><div class=\"charts\">";
+  out +=
+      "<h3>Error / bound of the passing checks</h3><p class=\"sub\">how close the target came to each "
+      "numeric "
+      "bound (1 = at the bound), log scale</p><div class=\"charts\">";
   bool any = false;
   for (const auto& [name, q] : s.ratios) {
     if (q.ratios.empty()) continue;
@@ -144,12 +151,13 @@ std::string run_body(const RunReport& r) {
       "<h1>kprop {} <span class=\"status {}\">{}</span></h1>"
       "<p class=\"sub\">family {} · target {} · reference {} · seed {} · {} drawn, {} checked, {} declined · "
       "{:.2f} s{}</p>",
-      escape(r.spec), status_class(r.status), escape(run_status_name(r.status)), escape(r.family), escape(r.target),
-      escape(r.reference), r.seed, r.trials, r.checked, r.declined, r.seconds,
+      escape(r.spec), status_class(r.status), escape(run_status_name(r.status)), escape(r.family),
+      escape(r.target), escape(r.reference), r.seed, r.trials, r.checked, r.declined, r.seconds,
       r.profile.empty() ? "" : " · profile " + escape(r.profile));
   if (!r.detail.empty()) out += fmt::format("<p class=\"note\">{}</p>", escape(r.detail));
   for (const auto& h : r.health)
-    out += fmt::format("<p class=\"note\">health check {} failed: {}</p>", escape(h.check), escape(h.message));
+    out +=
+        fmt::format("<p class=\"note\">health check {} failed: {}</p>", escape(h.check), escape(h.message));
   out += "<h2>Invariants</h2>" + invariants_table(r);
   const auto findings = r.findings();
   if (!findings.empty()) {
@@ -189,9 +197,11 @@ std::string kill_matrix_svg(const KillMatrix& m) {
       if (cell.state == KillCell::State::crashed) fill = "#d6402b";
       c.rect(x, y, cell_w, cell_h, fill, "#ffffff", 1,
              fmt::format("{} × {}: {}", m.mutants[i], m.invariants[k],
-                         cell.state == KillCell::State::killed ? fmt::format("killed after {} trial(s)", cell.trials)
-                         : cell.state == KillCell::State::held ? fmt::format("held on {} checked case(s)", cell.trials)
-                                                               : cell.text()),
+                         cell.state == KillCell::State::killed
+                             ? fmt::format("killed after {} trial(s)", cell.trials)
+                         : cell.state == KillCell::State::held
+                             ? fmt::format("held on {} checked case(s)", cell.trials)
+                             : cell.text()),
              cell.state == KillCell::State::killed ? "kill" : "cell");
       c.text(x + cell_w / 2, y + 15, cell.text(), 11, "middle",
              cell.state == KillCell::State::killed && cell.trials * 3 < most ? "#ffffff" : svg::color::ink);
@@ -213,7 +223,8 @@ class HtmlReporter final : public Reporter {
     for (const auto& row : rows) killed += row.killed;
     const bool all = killed == static_cast<int>(rows.size());
     std::string body = fmt::format(
-        "<h1>kprop {} — mutants <span class=\"status {}\">{} of {} killed</span></h1><p class=\"sub\">family {} · "
+        "<h1>kprop {} — mutants <span class=\"status {}\">{} of {} killed</span></h1><p class=\"sub\">family "
+        "{} · "
         "seed {}</p>",
         escape(spec.name), all ? "passed" : "failed", killed, rows.size(), escape(spec.family->name()),
         rows.empty() ? 0 : rows[0].report.seed);
@@ -229,7 +240,8 @@ class HtmlReporter final : public Reporter {
     for (const auto& row : rows) {
       const auto findings = row.report.findings();
       if (findings.empty()) continue;
-      body += fmt::format("<details><summary>{}: {} finding(s)</summary>", escape(row.mutant), findings.size());
+      body +=
+          fmt::format("<details><summary>{}: {} finding(s)</summary>", escape(row.mutant), findings.size());
       for (const Finding* f : findings) body += finding_html(*f, row.report);
       body += "</details>";
     }
@@ -237,7 +249,8 @@ class HtmlReporter final : public Reporter {
   }
 
   std::string replay(const Spec& spec, const std::vector<ReplayRow>& rows) const override {
-    std::string body = fmt::format("<h1>kprop {} — replay of {} corpus file(s)</h1>", escape(spec.name), rows.size());
+    std::string body =
+        fmt::format("<h1>kprop {} — replay of {} corpus file(s)</h1>", escape(spec.name), rows.size());
     body += "<table><tr><th>file</th><th>result</th><th>detail</th></tr>";
     for (const auto& row : rows) {
       const bool ok = row.error.empty() && row.target_ok && row.mutant_still_fails;
@@ -246,10 +259,10 @@ class HtmlReporter final : public Reporter {
                           : !ok              ? "<b>FAIL</b>"
                           : row.declined     ? "declined"
                                              : "ok",
-                          escape(!row.error.empty()       ? row.error
-                                 : !row.target_ok         ? row.target_detail
+                          escape(!row.error.empty()        ? row.error
+                                 : !row.target_ok          ? row.target_detail
                                  : !row.mutant_still_fails ? row.mutant_detail
-                                                          : row.target_detail));
+                                                           : row.target_detail));
     }
     return page("kprop " + spec.name + " replay", body + "</table>");
   }

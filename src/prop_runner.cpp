@@ -236,11 +236,13 @@ int main(int argc, char** argv) {
                  "seconds one target call may take before it counts as a hang (overrides run.case_timeout_s)")
       ->check(CLI::PositiveNumber);
   app.add_option("--invariant", cfg.invariants, "check only these invariants (repeatable)");
-  app.add_option("--format", cfg.format,
-                 "report format: text, json, junit or html (self-contained page: statistics, failures drawn)");
-  app.add_flag("--stats", cfg.stats,
-               "print the run's statistics: sizes and dims drawn, checked/discarded/declined per invariant, the "
-               "time split, error/bound ratios (JSON always has them); with --mutants, the kill matrix");
+  app.add_option(
+      "--format", cfg.format,
+      "report format: text, json, junit or html (self-contained page: statistics, failures drawn)");
+  app.add_flag(
+      "--stats", cfg.stats,
+      "print the run's statistics: sizes and dims drawn, checked/discarded/declined per invariant, the "
+      "time split, error/bound ratios (JSON always has them); with --mutants, the kill matrix");
   app.add_option("--out", cfg.out, "write the report to FILE (text summary still on stdout)");
   auto* corpus = app.add_option("--corpus", cfg.corpus, "corpus root (default: corpus/ beside specs/)");
   app.add_flag("--no-corpus", cfg.no_corpus, "do not store counterexamples")->excludes(corpus);

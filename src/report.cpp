@@ -97,7 +97,8 @@ std::string kill_matrix_text(const std::vector<MutantRow>& rows) {
     for (const auto& cell : m.cells[i]) out += fmt::format(" {:>4}", cell.text());
     out += "\n";
   }
-  for (size_t k = 0; k < m.invariants.size(); ++k) out += fmt::format("    i{} = {}\n", k + 1, m.invariants[k]);
+  for (size_t k = 0; k < m.invariants.size(); ++k)
+    out += fmt::format("    i{} = {}\n", k + 1, m.invariants[k]);
   return out;
 }
 
@@ -502,8 +503,8 @@ KillMatrix kill_matrix(const std::vector<MutantRow>& rows) {
     m.mutants.push_back(row.mutant);
     std::vector<KillCell> cells(m.invariants.size());
     for (const auto& inv : row.report.invariants) {
-      const size_t k = static_cast<size_t>(
-          std::find(m.invariants.begin(), m.invariants.end(), inv.name) - m.invariants.begin());
+      const size_t k = static_cast<size_t>(std::find(m.invariants.begin(), m.invariants.end(), inv.name) -
+                                           m.invariants.begin());
       KillCell& c = cells[k];
       switch (inv.status) {
         case InvariantStatus::failed:
@@ -519,7 +520,8 @@ KillMatrix kill_matrix(const std::vector<MutantRow>& rows) {
           c = {KillCell::State::not_applicable, 0};
           break;
         case InvariantStatus::not_run:
-          c = {row.report.status == RunStatus::crashed ? KillCell::State::crashed : KillCell::State::not_reached,
+          c = {row.report.status == RunStatus::crashed ? KillCell::State::crashed
+                                                       : KillCell::State::not_reached,
                inv.passed};
           break;
       }

@@ -63,8 +63,9 @@ std::vector<std::pair<std::string, double>> DimStats::histogram(int bins) const 
   }
   for (size_t b = 0; b < counts.size(); ++b) {
     const double a = lo + width * static_cast<double>(b);
-    out.push_back({integers ? (width == 1 ? fmt::format("{:g}", a) : fmt::format("{:g}–{:g}", a, a + width - 1))
-                            : fmt::format("{:.3g}–{:.3g}", a, a + width),
+    out.push_back({integers
+                       ? (width == 1 ? fmt::format("{:g}", a) : fmt::format("{:g}–{:g}", a, a + width - 1))
+                       : fmt::format("{:.3g}–{:.3g}", a, a + width),
                    counts[b]});
   }
   return out;
@@ -198,20 +199,23 @@ std::string stats_text(const RunReport& r) {
                : fmt::format("    {:<18} {}\n", d.name, kinds_text(d));
   const TimeSplit& t = s.time;
   const double total = std::max(total_time(t), 1e-12);
-  auto part = [&](const char* name, double v) { return fmt::format("{} {:.3f} s ({:.0f}%)", name, v, 100 * v / total); };
-  out += fmt::format("    time: {}, {}, {}, {}, {}, {}\n", part("generation", t.generation),
-                     part("target", t.target), part("reference", t.reference), part("invariants", t.invariants),
-                     part("shrinking", t.shrinking), part("other", t.other));
-  out += fmt::format("    {:<26} {:>8} {:>9} {:>8} {:>5}   {}\n", "invariant", "checked", "discarded", "declined",
-                     "n/a", "error/bound: median  p99    max   (log histogram 1e-6..10)");
+  auto part = [&](const char* name, double v) {
+    return fmt::format("{} {:.3f} s ({:.0f}%)", name, v, 100 * v / total);
+  };
+  out +=
+      fmt::format("    time: {}, {}, {}, {}, {}, {}\n", part("generation", t.generation),
+                  part("target", t.target), part("reference", t.reference), part("invariants", t.invariants),
+                  part("shrinking", t.shrinking), part("other", t.other));
+  out += fmt::format("    {:<26} {:>8} {:>9} {:>8} {:>5}   {}\n", "invariant", "checked", "discarded",
+                     "declined", "n/a", "error/bound: median  p99    max   (log histogram 1e-6..10)");
   for (const auto& inv : r.invariants) {
-    out += fmt::format("    {:<26} {:>8} {:>9} {:>8} {:>5}", inv.name, inv.passed, inv.discarded, inv.declined,
-                       inv.not_applicable);
+    out += fmt::format("    {:<26} {:>8} {:>9} {:>8} {:>5}", inv.name, inv.passed, inv.discarded,
+                       inv.declined, inv.not_applicable);
     const auto it = s.ratios.find(inv.name);
     if (it != s.ratios.end() && !it->second.ratios.empty()) {
       const RatioStats& q = it->second;
-      out += fmt::format("   {:>19.3g} {:>6.3g} {:>6.3g}  {}", q.quantile(0.5), q.quantile(0.99), q.quantile(1.0),
-                         sparkline(q.histogram()));
+      out += fmt::format("   {:>19.3g} {:>6.3g} {:>6.3g}  {}", q.quantile(0.5), q.quantile(0.99),
+                         q.quantile(1.0), sparkline(q.histogram()));
     }
     out += "\n";
     for (const auto& [why, n] : inv.discard_reasons) out += fmt::format("      discarded {}x: {}\n", n, why);
@@ -233,18 +237,18 @@ std::string stats_json(const RunReport& r) {
                  {"total", total_time(t)}};
   j["invariants"] = nlohmann::json::array();
   for (const auto& inv : r.invariants) {
-    nlohmann::json ji = {{"name", inv.name},
-                         {"checked", inv.passed},
-                         {"discarded", inv.discarded},
-                         {"discard_reasons", inv.discard_reasons},
-                         {"declined", inv.declined},
-                         {"not_applicable", inv.not_applicable}};
+    nlohmann::json ji = {{"name", inv.name},           {"checked", inv.passed},
+                         {"discarded", inv.discarded}, {"discard_reasons", inv.discard_reasons},
+                         {"declined", inv.declined},   {"not_applicable", inv.not_applicable}};
     const auto it = s.ratios.find(inv.name);
     if (it != s.ratios.end() && !it->second.ratios.empty()) {
       const RatioStats& q = it->second;
-      ji["error_ratio"] = {{"count", q.ratios.size()},   {"min", q.quantile(0)},
-                           {"median", q.quantile(0.5)},  {"p90", q.quantile(0.9)},
-                           {"p99", q.quantile(0.99)},    {"max", q.quantile(1.0)},
+      ji["error_ratio"] = {{"count", q.ratios.size()},
+                           {"min", q.quantile(0)},
+                           {"median", q.quantile(0.5)},
+                           {"p90", q.quantile(0.9)},
+                           {"p99", q.quantile(0.99)},
+                           {"max", q.quantile(1.0)},
                            {"histogram", bars_json(q.histogram())}};
     }
     j["invariants"].push_back(ji);

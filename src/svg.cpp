@@ -85,19 +85,20 @@ void Canvas::fit(double width, double height) {
   height_ = std::max(height_, height);
 }
 
-Canvas& Canvas::rect(double x, double y, double w, double h, const std::string& fill, const std::string& stroke,
-                     double stroke_width, const std::string& tooltip, const std::string& css_class) {
-  body_ += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="{}" stroke="{}" stroke-width="{}"{})",
-                       num(x), num(y), num(std::max(w, 0.0)), num(std::max(h, 0.0)), fill, stroke,
-                       num(stroke_width), cls(css_class));
+Canvas& Canvas::rect(double x, double y, double w, double h, const std::string& fill,
+                     const std::string& stroke, double stroke_width, const std::string& tooltip,
+                     const std::string& css_class) {
+  body_ += fmt::format(
+      R"(<rect x="{}" y="{}" width="{}" height="{}" fill="{}" stroke="{}" stroke-width="{}"{})", num(x),
+      num(y), num(std::max(w, 0.0)), num(std::max(h, 0.0)), fill, stroke, num(stroke_width), cls(css_class));
   body_ += tooltip.empty() ? "/>" : ">" + tip(tooltip) + "</rect>";
   return *this;
 }
 
 Canvas& Canvas::line(double x1, double y1, double x2, double y2, const std::string& stroke, double width,
                      const std::string& dash, const std::string& css_class) {
-  body_ += fmt::format(R"(<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="{}" stroke-width="{}"{}{}/>)", num(x1),
-                       num(y1), num(x2), num(y2), stroke, num(width),
+  body_ += fmt::format(R"(<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="{}" stroke-width="{}"{}{}/>)",
+                       num(x1), num(y1), num(x2), num(y2), stroke, num(width),
                        dash.empty() ? "" : " stroke-dasharray=\"" + dash + "\"", cls(css_class));
   return *this;
 }
@@ -112,23 +113,27 @@ Canvas& Canvas::circle(double cx, double cy, double r, const std::string& fill, 
 
 Canvas& Canvas::text(double x, double y, const std::string& text, double size, const std::string& anchor,
                      const std::string& fill, const std::string& css_class, bool bold) {
-  body_ += fmt::format(R"(<text x="{}" y="{}" font-size="{}" text-anchor="{}" fill="{}"{}{}>{}</text>)", num(x),
-                       num(y), num(size), anchor, fill, bold ? " font-weight=\"bold\"" : "", cls(css_class),
-                       escape(text));
+  // Grow to hold the text: about 0.6 em per character in the report's sans-serif.
+  const double w = 0.6 * size * static_cast<double>(text.size()) * (bold ? 1.08 : 1.0);
+  fit(anchor == "start" ? x + w + 4 : anchor == "middle" ? x + w / 2 + 4 : x + 4, y + 4);
+  body_ += fmt::format(R"(<text x="{}" y="{}" font-size="{}" text-anchor="{}" fill="{}"{}{}>{}</text>)",
+                       num(x), num(y), num(size), anchor, fill, bold ? " font-weight=\"bold\"" : "",
+                       cls(css_class), escape(text));
   return *this;
 }
 
 Canvas& Canvas::rotated_text(double x, double y, const std::string& text, double size, double degrees,
                              const std::string& css_class) {
-  body_ += fmt::format(R"svg(<text x="{0}" y="{1}" font-size="{2}" fill="{3}" transform="rotate({4} {0} {1})"{5}>{6}</text>)svg",
-                       num(x), num(y), num(size), color::ink, num(degrees), cls(css_class), escape(text));
+  body_ += fmt::format(
+      R"svg(<text x="{0}" y="{1}" font-size="{2}" fill="{3}" transform="rotate({4} {0} {1})"{5}>{6}</text>)svg",
+      num(x), num(y), num(size), color::ink, num(degrees), cls(css_class), escape(text));
   return *this;
 }
 
 Canvas& Canvas::path(const std::string& d, const std::string& stroke, double width, const std::string& fill,
                      const std::string& css_class, const std::string& dash) {
-  body_ += fmt::format(R"(<path d="{}" stroke="{}" stroke-width="{}" fill="{}"{}{}/>)", d, stroke, num(width), fill,
-                       dash.empty() ? "" : " stroke-dasharray=\"" + dash + "\"", cls(css_class));
+  body_ += fmt::format(R"(<path d="{}" stroke="{}" stroke-width="{}" fill="{}"{}{}/>)", d, stroke, num(width),
+                       fill, dash.empty() ? "" : " stroke-dasharray=\"" + dash + "\"", cls(css_class));
   return *this;
 }
 

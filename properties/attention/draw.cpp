@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <type_traits>
 
 #include "kprop/drawing.h"
 #include "properties/attention/bounds.h"
@@ -44,7 +46,7 @@ Scored scored(const std::string& name, const std::vector<double>& t, const std::
 struct View {
   const Case& c;
   int b = 0, h = 0;
-  Scored o, lse;                  // forward (the backward's forward too)
+  Scored o, lse;                     // forward (the backward's forward too)
   std::optional<Scored> dq, dk, dv;  // backward
 };
 
@@ -80,7 +82,8 @@ std::string text_map(const View& v) {
   const Shape& s = c.shape;
   const int rows = std::min(s.nq, 24), keys = std::min(s.nk, 48), dims = std::min(s.dim, 32);
   std::string out = fmt::format(
-      "error map (batch {}, head {}): mask per key (# seen, . masked, | tile edge) | |error|/bound of {} per d{}\n"
+      "error map (batch {}, head {}): mask per key (# seen, . masked, | tile edge) | |error|/bound of {} per "
+      "d{}\n"
       "  (' ' <0.25  . <0.5  : <1  + <2  # >=2 beyond the bound  ! NaN/inf; * fully masked row)\n",
       v.b, v.h, v.dq ? "dQ" : "O", v.dq ? "" : " | LSE");
   for (int i = 0; i < rows; ++i) {
@@ -94,9 +97,11 @@ std::string text_map(const View& v) {
     line += " | ";
     const Scored& out_t = v.dq ? *v.dq : v.o;
     for (int d = 0; d < dims; ++d) line += draw::error_char(out_t.ratio(q_at(s, v.b, v.h, i) + size_t(d)));
-    if (!v.dq) line += fmt::format(" | {}", draw::error_char(v.lse.ratio((size_t(v.b) * s.heads_q + v.h) * s.nq + i)));
+    if (!v.dq)
+      line += fmt::format(" | {}", draw::error_char(v.lse.ratio((size_t(v.b) * s.heads_q + v.h) * s.nq + i)));
     out += line + "\n";
-    if (i + 1 < rows && (i + 1) % c.block_q == 0) out += "       " + std::string(size_t(keys + (keys - 1) / c.block_k), '-') + "\n";
+    if (i + 1 < rows && (i + 1) % c.block_q == 0)
+      out += "       " + std::string(size_t(keys + (keys - 1) / c.block_k), '-') + "\n";
   }
   if (rows < s.nq) out += fmt::format("  … {} more rows\n", s.nq - rows);
   return out;
@@ -105,30 +110,33 @@ std::string text_map(const View& v) {
 std::string svg_map(const View& v, const std::string& family) {
   const Case& c = v.c;
   const Shape& s = c.shape;
-  const double cell = std::clamp(300.0 / std::max({s.nq, s.nk, s.dim, 1}), 7.0, 28.0);
+  const double cell = std::clamp(300.0 / std::max({s.nq, s.nk, s.dim, 1}), 7.0, 34.0);
   svg::Canvas canvas(400, 100, "kprop-drawing " + family, "attention error map");
-  canvas.text(8, 18,
-              fmt::format("batch {}, query head {} (kv head {}): {}", v.b, v.h, v.h / s.group(), shape_text(c)), 13,
-              "start", color::ink, "", true);
+  canvas.text(
+      8, 18,
+      fmt::format("batch {}, query head {} (kv head {}): {}", v.b, v.h, v.h / s.group(), shape_text(c)), 13,
+      "start", color::ink, "", true);
   // The mask, rows = queries, columns = keys.
   const double mx = 46, my = 64;
-  canvas.text(mx, my - 22, fmt::format("mask ({}), tiles {}×{}", mask_name(c.mask), c.block_q, c.block_k), 12,
-              "start", color::ink, "", true);
+  const std::string mask_label =
+      fmt::format("mask ({}), tiles {}×{}", mask_name(c.mask), c.block_q, c.block_k);
+  canvas.text(mx, my - 22, mask_label, 12, "start", color::ink, "", true);
   canvas.text(mx + s.nk * cell / 2, my - 6, "key j →", 10, "middle", color::neutral);
   canvas.rotated_text(mx - 30, my + s.nq * cell / 2 + 20, "query i →", 10, -90);
   for (int i = 0; i < s.nq; ++i) {
     const bool empty = row_fully_masked(c, v.b, i);
     if (s.nq <= 40 || i % 5 == 0)
-      canvas.text(mx - 4, my + (i + 0.5) * cell + 3.5, std::to_string(i), 9, "end", empty ? color::bad : color::neutral);
+      canvas.text(mx - 4, my + (i + 0.5) * cell + 3.5, std::to_string(i), 9, "end",
+                  empty ? color::bad : color::neutral);
     for (int j = 0; j < s.nk; ++j) {
       const bool seen = visible(c, v.b, i, j);
-      canvas.rect(mx + j * cell, my + i * cell, cell, cell, seen ? color::visible : color::masked, color::grid,
-                  cell > 6 ? 0.6 : 0, fmt::format("query {} {} key {}", i, seen ? "sees" : "does not see", j),
-                  "mask-cell");
+      canvas.rect(mx + j * cell, my + i * cell, cell, cell, seen ? color::visible : color::masked,
+                  color::grid, cell > 6 ? 0.6 : 0,
+                  fmt::format("query {} {} key {}", i, seen ? "sees" : "does not see", j), "mask-cell");
     }
     if (empty) {
-      canvas.rect(mx, my + i * cell, s.nk * cell, cell, "none", color::bad, 2, "fully masked row: O = 0, LSE = -inf",
-                  "empty-row");
+      canvas.rect(mx, my + i * cell, s.nk * cell, cell, "none", color::bad, 2,
+                  "fully masked row: O = 0, LSE = -inf", "empty-row");
       canvas.line(mx, my + (i + 0.5) * cell, mx + s.nk * cell, my + (i + 0.5) * cell, color::bad, 1.2, "4 3");
     }
   }
@@ -138,21 +146,25 @@ std::string svg_map(const View& v, const std::string& family) {
   for (int j = c.block_k; j < s.nk; j += c.block_k)
     canvas.line(mx + j * cell, my, mx + j * cell, my + s.nq * cell, color::tile, 2, "", "tile-edge");
   canvas.rect(mx, my, s.nk * cell, s.nq * cell, "none", color::tile, 2);
-  double right = mx + s.nk * cell + 30;
+  // The error panels to the right of the mask and of its label.
+  double right = std::max(mx + s.nk * cell + 30, mx + 7.0 * static_cast<double>(mask_label.size()) + 16);
   // The error of the outputs that share the query axis.
   auto query_side = [&](const Scored& t, int cols, const std::string& label) {
     canvas.text(right, my - 22, label, 12, "start", color::ink, "", true);
+    const double label_w = 7.0 * static_cast<double>(label.size()) + 16;
     for (int i = 0; i < s.nq; ++i)
       for (int d = 0; d < cols; ++d) {
-        const size_t k = cols == 1 ? (size_t(v.b) * s.heads_q + v.h) * s.nq + i : q_at(s, v.b, v.h, i) + size_t(d);
+        const size_t k =
+            cols == 1 ? (size_t(v.b) * s.heads_q + v.h) * s.nq + i : q_at(s, v.b, v.h, i) + size_t(d);
         const double r = t.ratio(k);
-        canvas.rect(right + d * cell, my + i * cell, cell, cell, svg::error_color(r), color::grid, cell > 6 ? 0.6 : 0,
-                    fmt::format("{}[{}{}]: target {:.6g}, reference {:.6g}, |error|/bound {:.3g}", t.name, i,
-                                cols == 1 ? "" : fmt::format(", {}", d), (*t.target)[k], (*t.reference)[k], r),
-                    "err-cell");
+        canvas.rect(
+            right + d * cell, my + i * cell, cell, cell, svg::error_color(r), color::grid, cell > 6 ? 0.6 : 0,
+            fmt::format("{}[{}{}]: target {:.6g}, reference {:.6g}, |error|/bound {:.3g}", t.name, i,
+                        cols == 1 ? "" : fmt::format(", {}", d), (*t.target)[k], (*t.reference)[k], r),
+            "err-cell");
       }
     canvas.rect(right, my, cols * cell, s.nq * cell, "none", color::tile, 1);
-    right += cols * cell + 26;
+    right += std::max(cols * cell + 26, label_w);
   };
   query_side(v.dq ? *v.dq : v.o, s.dim, v.dq ? "dQ per (i, d)" : "O per (i, d)");
   if (!v.dq) query_side(v.lse, 1, "LSE");
@@ -169,8 +181,8 @@ std::string svg_map(const View& v, const std::string& family) {
           const double r = t->ratio(k);
           canvas.rect(mx + j * cell, bottom + d * cell, cell, cell, svg::error_color(r), color::grid,
                       cell > 6 ? 0.6 : 0,
-                      fmt::format("{}[key {}, {}]: target {:.6g}, reference {:.6g}, |error|/bound {:.3g}", t->name, j,
-                                  d, (*t->target)[k], (*t->reference)[k], r),
+                      fmt::format("{}[key {}, {}]: target {:.6g}, reference {:.6g}, |error|/bound {:.3g}",
+                                  t->name, j, d, (*t->target)[k], (*t->reference)[k], r),
                       "err-cell");
         }
       canvas.rect(mx, bottom, s.nk * cell, s.dim * cell, "none", color::tile, 1);
@@ -188,37 +200,32 @@ std::string svg_map(const View& v, const std::string& family) {
   return canvas.str();
 }
 
-Drawing draw_fwd(const Case& c, const FwdResult* target, const FwdResult* reference, const DrawContext& ctx) {
+// Both families: the forward's O and LSE, and the backward's gradients.
+template <typename R>
+Drawing draw(const Case& c, const R* target, const R* reference, const DrawContext& ctx) {
+  constexpr bool backward = std::is_same_v<R, BwdResult>;
   if (!target || !reference) return {"", "", "the target or the reference gave no outputs to compare"};
   const double k = ctx.param("k", 2);
-  const ErrorScales f = floors(c, false, ctx.param("floor_ulps", 8));
-  const FwdResult naive = naive_forward(c);
+  const ErrorScales f = floors(c, backward, ctx.param("floor_ulps", 8));
+  R naive;
+  if constexpr (backward)
+    naive = naive_backward(c);
+  else
+    naive = naive_forward(c);
   View v{c, 0, 0, scored("O", target->o, reference->o, naive.o, k, f.o),
-         scored("LSE", target->lse, reference->lse, naive.lse, k, f.lse), {}, {}, {}};
+         scored("LSE", target->lse, reference->lse, naive.lse, k, f.lse)};
+  if constexpr (backward) {
+    v.dq = scored("dQ", target->dq, reference->dq, naive.dq, k, f.dq);
+    v.dk = scored("dK", target->dk, reference->dk, naive.dk, k, f.dk);
+    v.dv = scored("dV", target->dv, reference->dv, naive.dv, k, f.dv);
+  }
   pick_head(v);
-  return {svg_map(v, "attention-fwd"), text_map(v), ""};
-}
-
-Drawing draw_bwd(const Case& c, const BwdResult* target, const BwdResult* reference, const DrawContext& ctx) {
-  if (!target || !reference) return {"", "", "the target or the reference gave no outputs to compare"};
-  const double k = ctx.param("k", 2);
-  const ErrorScales f = floors(c, true, ctx.param("floor_ulps", 8));
-  const BwdResult naive = naive_backward(c);
-  View v{c,
-         0,
-         0,
-         scored("O", target->o, reference->o, naive.o, k, f.o),
-         scored("LSE", target->lse, reference->lse, naive.lse, k, f.lse),
-         scored("dQ", target->dq, reference->dq, naive.dq, k, f.dq),
-         scored("dK", target->dk, reference->dk, naive.dk, k, f.dk),
-         scored("dV", target->dv, reference->dv, naive.dv, k, f.dv)};
-  pick_head(v);
-  return {svg_map(v, "attention-bwd"), text_map(v), ""};
+  return {svg_map(v, backward ? "attention-bwd" : "attention-fwd"), text_map(v), ""};
 }
 
 }  // namespace
 
-KPROP_REGISTER_DRAWING(FwdTraits, draw_fwd);
-KPROP_REGISTER_DRAWING(BwdTraits, draw_bwd);
+KPROP_REGISTER_DRAWING(FwdTraits, draw<FwdResult>);
+KPROP_REGISTER_DRAWING(BwdTraits, draw<BwdResult>);
 
 }  // namespace kprop::attention

@@ -110,11 +110,13 @@ double draw_mask(svg::Canvas& c, double x0, double y0, const DraftTree& t, const
   c.text(x0, y0 + 12, "tree mask: target vs ancestor closure", 12, "start", color::ink, "", true);
   const double gx = x0 + 30, gy = y0 + 40;
   c.text(gx + cell / 2, gy - 6, "ctx", 9, "middle", color::neutral);
-  for (int j = 0; j < n; ++j) c.text(gx + (j + 1.5) * cell, gy - 6, std::to_string(j), 9, "middle", color::neutral);
+  for (int j = 0; j < n; ++j)
+    c.text(gx + (j + 1.5) * cell, gy - 6, std::to_string(j), 9, "middle", color::neutral);
   const int P = trace ? trace->context_length : 0;
   const bool sized = trace && trace->mask.size() == static_cast<size_t>(n) * static_cast<size_t>(P + n);
   auto seen = [&](int i, int col) {
-    return sized && trace->mask[static_cast<size_t>(i) * static_cast<size_t>(P + n) + static_cast<size_t>(col)] != 0;
+    return sized &&
+           trace->mask[static_cast<size_t>(i) * static_cast<size_t>(P + n) + static_cast<size_t>(col)] != 0;
   };
   for (int i = 0; i < n; ++i) {
     const double y = gy + i * cell;
@@ -127,15 +129,17 @@ double draw_mask(svg::Canvas& c, double x0, double y0, const DraftTree& t, const
       const bool want = is_ancestor_or_self(t, j, i);
       const bool got = seen(i, P + j);
       const double x = gx + (j + 1) * cell;
-      const std::string fill = !sized ? color::masked : got == want ? (want ? color::visible : color::masked)
-                                                    : got          ? color::target
-                                                                   : color::highlight;
+      const std::string fill = !sized        ? color::masked
+                               : got == want ? (want ? color::visible : color::masked)
+                               : got         ? color::target
+                                             : color::highlight;
       c.rect(x, y, cell, cell, fill, color::grid, 1,
              fmt::format("node {} → node {}: target {}, must {}", i, j, got ? "sees" : "does not see",
                          want ? "see (ancestor or self)" : "not see"),
              "mask-cell");
       if (sized && got != want)
-        c.text(x + cell / 2, y + cell / 2 + 4, got ? "×" : "−", std::min(cell, 14.0), "middle", "#ffffff", "", true);
+        c.text(x + cell / 2, y + cell / 2 + 4, got ? "×" : "−", std::min(cell, 14.0), "middle", "#ffffff", "",
+               true);
     }
   }
   const double ly = gy + n * cell + 22;

@@ -24,8 +24,9 @@ Drawing draw(const Case& c, const Result* target, const Result* reference, const
   const double cell = 30;
   svg::Canvas canvas(420, 100, "kprop-drawing kvcache", "block table");
   canvas.text(8, 16,
-              fmt::format("{} sequence(s), page {} tokens, chunk {}, pool {} blocks, {} allocated, {} reused", c.seqs.size(),
-                          c.page_size, c.chunk, c.pool.size(), target->blocks_allocated, target->blocks_reused),
+              fmt::format("{} sequence(s), page {} tokens, chunk {}, pool {} blocks, {} allocated, {} reused",
+                          c.seqs.size(), c.page_size, c.chunk, c.pool.size(), target->blocks_allocated,
+                          target->blocks_reused),
               13, "start", color::ink, "", true);
   double y = 34;
   // Who maps each physical block.
@@ -34,7 +35,8 @@ Drawing draw(const Case& c, const Result* target, const Result* reference, const
     for (int b : t) ++users[b];
   std::map<int, std::pair<double, double>> logical_at;  // a physical block -> where a page of it was drawn
   if (tables.empty()) {
-    canvas.text(8, y + 14, "the target does not page (no block table): the outputs only", 11, "start", color::neutral);
+    canvas.text(8, y + 14, "the target does not page (no block table): the outputs only", 11, "start",
+                color::neutral);
     y += 26;
   } else {
     canvas.text(8, y + 12, "block table (logical page → physical block)", 12, "start", color::ink, "", true);
@@ -46,11 +48,13 @@ Drawing draw(const Case& c, const Result* target, const Result* reference, const
         const int b = tables[s][l];
         const bool shared = users[b] > 1;
         const double x = 130 + static_cast<double>(l) * (cell + 4);
-        canvas.rect(x, y, cell, cell, shared ? color::bad : color::visible, color::tile, 1,
-                    fmt::format("seq {} page {} → physical block {}{}", s, l, b,
-                                shared ? fmt::format(" (reused: mapped by {} pages of the run)", users[b]) : ""),
-                    shared ? "page stale" : "page");
-        canvas.text(x + cell / 2, y + 19, std::to_string(b), 11, "middle", shared ? "#ffffff" : color::ink, "", true);
+        canvas.rect(
+            x, y, cell, cell, shared ? color::bad : color::visible, color::tile, 1,
+            fmt::format("seq {} page {} → physical block {}{}", s, l, b,
+                        shared ? fmt::format(" (reused: mapped by {} pages of the run)", users[b]) : ""),
+            shared ? "page stale" : "page");
+        canvas.text(x + cell / 2, y + 19, std::to_string(b), 11, "middle", shared ? "#ffffff" : color::ink,
+                    "", true);
         logical_at[b] = {x + cell / 2, y + cell};
         canvas.fit(x + cell + 10, 0);
       }
@@ -64,10 +68,13 @@ Drawing draw(const Case& c, const Result* target, const Result* reference, const
       const double x = 130 + b * (cell + 4);
       const int u = users.count(b) ? users[b] : 0;
       if (logical_at.count(b))
-        canvas.line(logical_at[b].first, logical_at[b].second, x + cell / 2, y, u > 1 ? color::bad : color::neutral,
-                    u > 1 ? 2 : 1);
-      canvas.rect(x, y, cell, cell, u > 1 ? color::bad : u == 1 ? color::visible : color::masked, color::tile, 1,
-                  fmt::format("physical block {}: mapped by {} page(s)", b, u), "block");
+        canvas.line(logical_at[b].first, logical_at[b].second, x + cell / 2, y,
+                    u > 1 ? color::bad : color::neutral, u > 1 ? 2 : 1);
+      canvas.rect(x, y, cell, cell,
+                  u > 1    ? color::bad
+                  : u == 1 ? color::visible
+                           : color::masked,
+                  color::tile, 1, fmt::format("physical block {}: mapped by {} page(s)", b, u), "block");
       canvas.text(x + cell / 2, y + 19, std::to_string(b), 11, "middle", u > 1 ? "#ffffff" : color::ink);
       canvas.fit(x + cell + 10, 0);
     }
@@ -79,14 +86,14 @@ Drawing draw(const Case& c, const Result* target, const Result* reference, const
     for (size_t s = 0; s < target->out.size(); ++s)
       for (size_t k = 0; k < std::min(target->out[s].size(), reference->out[s].size()); ++k)
         largest = std::max(largest, std::fabs(target->out[s][k] - reference->out[s][k]));
-    canvas.text(8, y + 14,
-                fmt::format("output error per token, relative to the largest ({:.3g})", largest), 12, "start",
-                color::ink, "", true);
+    canvas.text(8, y + 14, fmt::format("output error per token, relative to the largest ({:.3g})", largest),
+                12, "start", color::ink, "", true);
     y += 22;
     const size_t token = static_cast<size_t>(c.q_heads() * c.head_dim);
     for (size_t s = 0; s < target->out.size(); ++s) {
       canvas.text(8, y + 11, fmt::format("seq {}", s), 11, "start");
-      const size_t tokens = std::min(target->out[s].size(), reference->out[s].size()) / std::max<size_t>(token, 1);
+      const size_t tokens =
+          std::min(target->out[s].size(), reference->out[s].size()) / std::max<size_t>(token, 1);
       for (size_t t = 0; t < tokens; ++t) {
         double e = 0;
         bool finite = true;

@@ -40,9 +40,10 @@ Drawing draw(const Case& c, const Result* target, const Result* reference, const
     mean /= static_cast<double>(D);
     for (size_t d = 0; d < D; ++d) ss += (c.x[r * D + d] - mean) * (c.x[r * D + d] - mean);
     const double sd = std::sqrt(ss / static_cast<double>(D));
-    rows.push_back({sd > 0 ? std::fabs(mean) / sd : INFINITY, row_error(target->y, reference->y, r, D),
-                    row_error(target->dx, reference->dx, r, D),
-                    std::max(row_error(naive.y, reference->y, r, D), row_error(naive.dx, reference->dx, r, D))});
+    rows.push_back(
+        {sd > 0 ? std::fabs(mean) / sd : INFINITY, row_error(target->y, reference->y, r, D),
+         row_error(target->dx, reference->dx, r, D),
+         std::max(row_error(naive.y, reference->y, r, D), row_error(naive.dx, reference->dx, r, D))});
   }
   // Log axes over what is drawn; 0 errors sit on the bottom edge, inf on the top.
   const double allowed = ctx.value("allowed", 0);
@@ -69,8 +70,10 @@ Drawing draw(const Case& c, const Result* target, const Result* reference, const
     return py + ph - ph * (std::log10(e) - e0) / (e1 - e0);
   };
   svg::Canvas canvas(px + pw + 40, py + ph + 80, "kprop-drawing layernorm", "error per row");
-  canvas.text(8, 16, fmt::format("{} rows × {} {}: per-row max |error| against |mean| / std", R, D, dtype_name(c.dtype)),
-              13, "start", color::ink, "", true);
+  canvas.text(
+      8, 16,
+      fmt::format("{} rows × {} {}: per-row max |error| against |mean| / std", R, D, dtype_name(c.dtype)), 13,
+      "start", color::ink, "", true);
   canvas.rect(px, py, pw, ph, "#fbfcfd", color::neutral, 1);
   for (int k = static_cast<int>(std::ceil(e0)); k <= static_cast<int>(std::floor(e1)); ++k) {
     const double y = Y(std::pow(10.0, k));
@@ -82,21 +85,26 @@ Drawing draw(const Case& c, const Result* target, const Result* reference, const
     canvas.line(x, py, x, py + ph, "#e6e9ed", 1);
     canvas.text(x, py + ph + 14, fmt::format("1e{}", k), 10, "middle", color::neutral);
   }
-  canvas.text(px + pw / 2, py + ph + 32, "|mean| / std of the row (log; constant rows at the right edge)", 11, "middle");
+  canvas.text(px + pw / 2, py + ph + 32, "|mean| / std of the row (log; constant rows at the right edge)", 11,
+              "middle");
   canvas.rotated_text(18, py + ph - 40, "max |error| (log)", 11, -90);
   if (allowed > 0) {
     canvas.line(px, Y(allowed), px + pw, Y(allowed), color::bad, 1.5, "6 4");
-    canvas.text(px + pw - 4, Y(allowed) - 5, fmt::format("bound broken: {:.3g}", allowed), 10, "end", color::bad);
+    canvas.text(px + pw - 4, Y(allowed) - 5, fmt::format("bound broken: {:.3g}", allowed), 10, "end",
+                color::bad);
   }
   const double failing = ctx.value("row", -1);
   for (size_t r = 0; r < rows.size(); ++r) {
     const Row& w = rows[r];
     const double x = X(w.cond);
-    canvas.circle(x, Y(w.naive), 4, color::neutral, "none", 0, fmt::format("row {}: naive error {:.3g}", r, w.naive), "naive");
-    canvas.circle(x, Y(w.dx), 4.5, "none", color::oracle, 2, fmt::format("row {}: dx error {:.3g}", r, w.dx), "row dx");
-    canvas.circle(x, Y(w.y), 4.5, color::target, "none", 0, fmt::format("row {}: y error {:.3g}, |mean|/std {:.3g}", r, w.y, w.cond),
-                  "row y");
-    if (static_cast<double>(r) == failing) canvas.circle(x, Y(std::max(w.y, w.dx)), 10, "none", color::ink, 1.5, "the failing row");
+    canvas.circle(x, Y(w.naive), 4, color::neutral, "none", 0,
+                  fmt::format("row {}: naive error {:.3g}", r, w.naive), "naive");
+    canvas.circle(x, Y(w.dx), 4.5, "none", color::oracle, 2, fmt::format("row {}: dx error {:.3g}", r, w.dx),
+                  "row dx");
+    canvas.circle(x, Y(w.y), 4.5, color::target, "none", 0,
+                  fmt::format("row {}: y error {:.3g}, |mean|/std {:.3g}", r, w.y, w.cond), "row y");
+    if (static_cast<double>(r) == failing)
+      canvas.circle(x, Y(std::max(w.y, w.dx)), 10, "none", color::ink, 1.5, "the failing row");
   }
   double lx = canvas.swatch(px, py + ph + 56, color::target, "target y", true);
   lx = canvas.swatch(lx, py + ph + 56, "none", "target dx", true, color::oracle);

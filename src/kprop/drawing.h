@@ -18,14 +18,14 @@
 namespace kprop {
 
 struct Drawing {
-  std::string svg;    // one <svg> element ("" when there is nothing to draw)
-  std::string text;   // a few lines for the terminal ("" when none)
-  std::string note;   // why something is missing (e.g. the target threw while drawing)
+  std::string svg;   // one <svg> element ("" when there is nothing to draw)
+  std::string text;  // a few lines for the terminal ("" when none)
+  std::string note;  // why something is missing (e.g. the target threw while drawing)
 };
 
 // What a drawing knows about the failure besides the case and the results.
 struct DrawContext {
-  std::string invariant;           // the invariant broken ("" for a crash)
+  std::string invariant;  // the invariant broken ("" for a crash)
   const std::vector<Measured>* measured = nullptr;
   const Values* params = nullptr;  // the invariant's parameters in the spec (may be null)
   // A measured value by name, or `fallback`.
@@ -36,8 +36,8 @@ struct DrawContext {
 
 // The type-erased drawing: runs the target and the reference on the case
 // (each may be absent: a target that threw) and draws.
-using AnyDrawFn = std::function<Drawing(const Family&, const AnyCase&, const Impl& target, const Impl& reference,
-                                        const DrawContext&)>;
+using AnyDrawFn = std::function<Drawing(const Family&, const AnyCase&, const Impl& target,
+                                        const Impl& reference, const DrawContext&)>;
 bool register_drawing(const std::string& family, AnyDrawFn fn);
 const AnyDrawFn* find_drawing(const std::string& family);
 

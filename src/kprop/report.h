@@ -29,7 +29,7 @@ std::unique_ptr<Reporter> make_html_reporter();
 struct KillCell {
   enum class State { killed, held, not_reached, gave_up, not_applicable, crashed };
   State state = State::not_reached;
-  int64_t trials = 0;  // killed: trials to kill; held: cases checked
+  int64_t trials = 0;        // killed: trials to kill; held: cases checked
   std::string text() const;  // "12", "-", ".", "?", "n/a", "crash"
 };
 struct KillMatrix {

@@ -17,8 +17,8 @@ namespace kprop {
 // counts per value: dims are sizes, few distinct values) or named kinds.
 struct DimStats {
   std::string name;
-  std::map<double, int64_t> values;       // numeric dims
-  std::map<std::string, int64_t> kinds;   // categorical dims (mask kind, dtype)
+  std::map<double, int64_t> values;      // numeric dims
+  std::map<std::string, int64_t> kinds;  // categorical dims (mask kind, dtype)
   int64_t count() const;
   double min() const;
   double median() const;
@@ -46,11 +46,11 @@ struct TimeSplit {
 };
 
 struct RunStats {
-  int64_t cases = 0;  // cases drawn and handed to the invariants
-  DimStats size;      // the family's size measure (CaseStats::size)
-  DimStats rc_size;   // the RapidCheck size each case was drawn at
-  std::vector<DimStats> dims;                 // in the family's order
-  std::map<std::string, RatioStats> ratios;   // per invariant
+  int64_t cases = 0;                         // cases drawn and handed to the invariants
+  DimStats size;                             // the family's size measure (CaseStats::size)
+  DimStats rc_size;                          // the RapidCheck size each case was drawn at
+  std::vector<DimStats> dims;                // in the family's order
+  std::map<std::string, RatioStats> ratios;  // per invariant
   TimeSplit time;
   DimStats& dim(const std::string& name);
 };

@@ -52,13 +52,15 @@ class Canvas {
   Canvas& circle(double cx, double cy, double r, const std::string& fill, const std::string& stroke = "none",
                  double stroke_width = 1, const std::string& tooltip = "", const std::string& css_class = "");
   // anchor: start, middle, end.
-  Canvas& text(double x, double y, const std::string& text, double size = 11, const std::string& anchor = "start",
-               const std::string& fill = color::ink, const std::string& css_class = "", bool bold = false);
+  Canvas& text(double x, double y, const std::string& text, double size = 11,
+               const std::string& anchor = "start", const std::string& fill = color::ink,
+               const std::string& css_class = "", bool bold = false);
   // Text turned by `degrees` about its anchor (x, y), left-aligned.
   Canvas& rotated_text(double x, double y, const std::string& text, double size, double degrees,
                        const std::string& css_class = "");
-  Canvas& path(const std::string& d, const std::string& stroke, double width = 1, const std::string& fill = "none",
-               const std::string& css_class = "", const std::string& dash = "");
+  Canvas& path(const std::string& d, const std::string& stroke, double width = 1,
+               const std::string& fill = "none", const std::string& css_class = "",
+               const std::string& dash = "");
   // A legend entry: a swatch (square or circle) and its label; returns the x after it.
   double swatch(double x, double y, const std::string& fill, const std::string& label, bool round = false,
                 const std::string& stroke = "none");
