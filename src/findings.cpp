@@ -269,18 +269,6 @@ CheckResult check_one(const RunContext& ctx, AnyTrial& trial, const InvariantUse
   CheckResult r;
   const auto t0 = Clock::now();
   const TrialTimes before = trial.times();
-  struct Timed {  // the time split (kprop/stats.h), whichever way the check ends
-    CheckResult& r;
-    AnyTrial& trial;
-    const TrialTimes& before;
-    Clock::time_point t0;
-    ~Timed() {
-      const TrialTimes after = trial.times();
-      r.seconds = since(t0);
-      r.target_seconds = after.target - before.target;
-      r.reference_seconds = after.reference - before.reference;
-    }
-  } timed{r, trial, before, t0};
   try {
     CaseGuard guard(ctx, c);
     r.verdict = check_invariant(trial, use);
@@ -300,6 +288,11 @@ CheckResult check_one(const RunContext& ctx, AnyTrial& trial, const InvariantUse
     r.reason = fmt::format("target threw: {}", e.what());
     r.failure_kind = "threw";
   }
+  // The time split (kprop/stats.h): every way out of the check above ends here.
+  const TrialTimes after = trial.times();
+  r.seconds = since(t0);
+  r.target_seconds = after.target - before.target;
+  r.reference_seconds = after.reference - before.reference;
   return r;
 }
 

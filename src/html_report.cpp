@@ -124,7 +124,7 @@ std::string time_chart(const TimeSplit& t) {
 std::string stats_html(const RunReport& r) {
   const RunStats& s = r.stats;
   std::string out = fmt::format(
-      "<h2>Statistics</h2><p class=\"sub\">{} case(s) drawn and checked; the family's size "
+      "<h2>Statistics</h2><p class=\"sub\">{} case(s) drawn; the family's size "
       "measure: min {:g}, median {:g}, max {:g}</p><div class=\"charts\">",
       s.cases, s.size.min(), s.size.median(), s.size.max());
   out += svg::bar_chart("size (the family's measure)", s.size.histogram());

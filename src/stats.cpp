@@ -190,7 +190,7 @@ nlohmann::json bars_json(const std::vector<std::pair<std::string, double>>& bars
 
 std::string stats_text(const RunReport& r) {
   const RunStats& s = r.stats;
-  std::string out = fmt::format("  statistics: {} case(s) drawn and checked\n", s.cases);
+  std::string out = fmt::format("  statistics: {} case(s) drawn\n", s.cases);
   if (s.cases == 0) return out;
   out += fmt::format("    {:<18} {:<36} {}\n", "size", range_text(s.size), sparkline(s.size.histogram(24)));
   for (const auto& d : s.dims)

@@ -28,7 +28,7 @@ Drawing draw(const Case& c, const Result* target, const Result* reference, const
   for (double w : c.w)
     ++counts[static_cast<size_t>(std::clamp(static_cast<int>((w - lo) / (hi - lo) * bins), 0, bins - 1))];
   const int most = std::max(1, *std::max_element(counts.begin(), counts.end()));
-  const double px = 50, py = 50, pw = 560, ph = 200;
+  const double px = 50, py = 58, pw = 560, ph = 200;
   auto X = [&](double w) { return px + pw * (w - lo) / (hi - lo); };
   svg::Canvas canvas(px + pw + 30, py + ph + 120, "kprop-drawing ternary", "weight histogram");
   canvas.text(8, 16,
@@ -54,16 +54,16 @@ Drawing draw(const Case& c, const Result* target, const Result* reference, const
     canvas.text(X(t), py + ph + 14, fmt::format("{:.3g}", t), 10, "middle", color::neutral);
   auto marks = [&](double s, const std::string& col, const std::string& who, double label_y) {
     if (!std::isfinite(s)) {
-      canvas.text(px + pw, label_y, fmt::format("{} s = {}", who, s), 11, "end", col);
+      canvas.text(px, label_y, fmt::format("{}: s = {}", who, s), 11, "start", col);
       return;
     }
     for (double t : {-s, s}) canvas.line(X(t), py - 6, X(t), py + ph, col, 2, "", "scale");
     for (double t : {-s / 2, s / 2}) canvas.line(X(t), py - 6, X(t), py + ph, col, 1.5, "5 4", "threshold");
-    canvas.text(X(s) + 4, label_y, fmt::format("{} s = {:.4g} (thresholds ±s/2 dashed)", who, s), 11, "start",
-                col);
+    canvas.text(px, label_y, fmt::format("{}: s = {:.4g} (solid ±s, dashed thresholds ±s/2)", who, s), 11,
+                "start", col);
   };
-  marks(s_ref, color::oracle, "reference", py - 22);
-  if (s_tgt != s_ref) marks(s_tgt, color::target, "target", py - 8);
+  marks(s_ref, color::oracle, "reference", py - 30);
+  if (s_tgt != s_ref) marks(s_tgt, color::target, "target", py - 14);
   // Weights quantized differently.
   int differ = 0;
   for (size_t k = 0; k < c.w.size() && k < target->w_q.size() && k < reference->w_q.size(); ++k)
