@@ -16,6 +16,7 @@ PACKAGES=(
   libcli11-dev nlohmann-json3-dev libfmt-dev
   python3-numpy  # the exec: worker examples (python/kprop_worker.py)
   python3-dev python3-venv  # the Python package (pyproject.toml, docs/PYTHON.md)
+  chromium python3-yaml  # the HTML report test (tests/report/html_report_test.py, ctest report.html.chromium)
 )
 # From PyPI, into .venv/ (git-ignored; Debian's python3 with its numpy):
 # nanobind and scikit-build-core build the extension kprop._kprop, pytest

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "kprop/drawing.h"
 #include "kprop/external.h"
 #include "kprop/jobs.h"
 #include "kprop/runner.h"
@@ -288,6 +289,8 @@ RunContext make_context(const Spec& spec, const RunOptions& options, uint64_t se
 
 CheckResult check_one(const RunContext& ctx, AnyTrial& trial, const InvariantUse& use, const AnyCase& c) {
   CheckResult r;
+  const auto t0 = Clock::now();
+  const TrialTimes before = trial.times();
   try {
     CaseGuard guard(ctx, c);
     r.verdict = check_invariant(trial, use);
@@ -307,6 +310,11 @@ CheckResult check_one(const RunContext& ctx, AnyTrial& trial, const InvariantUse
     r.reason = fmt::format("target threw: {}", e.what());
     r.failure_kind = "threw";
   }
+  // The time split (kprop/stats.h): every way out of the check above ends here.
+  const TrialTimes after = trial.times();
+  r.seconds = since(t0);
+  r.target_seconds = after.target - before.target;
+  r.reference_seconds = after.reference - before.reference;
   return r;
 }
 
@@ -341,7 +349,8 @@ nlohmann::json check_result_json(const CheckResult& r) {
           {"measured", measured},
           {"reason", r.reason},
           {"failure_kind", r.failure_kind},
-          {"unavailable", r.unavailable}};
+          {"unavailable", r.unavailable},
+          {"seconds", {r.seconds, r.target_seconds, r.reference_seconds}}};
 }
 
 CheckResult check_result_from_json(const nlohmann::json& j) {
@@ -356,6 +365,9 @@ CheckResult check_result_from_json(const nlohmann::json& j) {
   r.reason = j.at("reason").get<std::string>();
   r.failure_kind = j.at("failure_kind").get<std::string>();
   r.unavailable = j.at("unavailable").get<bool>();
+  const auto& t = j.at("seconds");
+  r.seconds = t[0].get<double>(), r.target_seconds = t[1].get<double>(),
+  r.reference_seconds = t[2].get<double>();
   return r;
 }
 
@@ -369,11 +381,17 @@ CheckResult child_failure(const std::string& kind, const std::string& message) {
   return r;
 }
 
-// The checks of one case in a forked child: the parent holds the case and
-// never runs target code, so whatever the target does to its own memory, the
-// corpus and the report stay the parent's. Results come back as JSON.
-std::vector<CheckResult> check_uses_forked(const RunContext& ctx,
-                                           const std::vector<const InvariantUse*>& uses, const AnyCase& c) {
+// Runs `fn` in a forked child and collects what it writes: the parent holds
+// the case and never runs target code, so whatever the target does to its
+// own memory, the corpus and the report stay the parent's. The child is
+// killed after `timeout_s` or on Ctrl-C.
+struct ChildResult {
+  std::string text;
+  bool hung = false, stopped = false;
+  int status = 0;  // waitpid's
+  bool ok() const { return !hung && !stopped && WIFEXITED(status) && WEXITSTATUS(status) == 0; }
+};
+ChildResult in_child(const std::function<std::string()>& fn, double timeout_s) {
   std::fflush(nullptr);
   int fds[2];
   if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
@@ -386,19 +404,7 @@ std::vector<CheckResult> check_uses_forked(const RunContext& ctx,
     g_isolated_child = true;
     g_guard.armed = false;
     g_guard.deadline_ns = 0;
-    nlohmann::json out = nlohmann::json::array();
-    try {
-      RunOptions o = ctx.options;
-      o.isolate = false;
-      for (const auto& r : check_uses_here(RunContext{ctx.spec, o, ctx.target, ctx.reference, ctx.target_name,
-                                                      ctx.seed, ctx.run, ctx.reference_name},
-                                           uses, c))
-        out.push_back(check_result_json(r));
-    } catch (const std::exception& e) {
-      out = nlohmann::json::array(
-          {check_result_json(child_failure("threw", std::string("target threw: ") + e.what()))});
-    }
-    const std::string text = out.dump();
+    const std::string text = fn();
     for (size_t done = 0; done < text.size();) {
       const ssize_t n = write(fds[1], text.data() + done, text.size() - done);
       if (n <= 0) break;
@@ -408,18 +414,17 @@ std::vector<CheckResult> check_uses_forked(const RunContext& ctx,
     _exit(0);
   }
   close(fds[1]);
-  std::string text;
+  ChildResult out;
   char buf[1 << 14];
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(ctx.run.case_timeout_s));
-  bool hung = false;
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
   for (;;) {
     pollfd p{fds[0], POLLIN, 0};
     const int ready = poll(&p, 1, 50);
     if (ready > 0) {
       const ssize_t n = read(fds[0], buf, sizeof buf);
       if (n > 0) {
-        text.append(buf, static_cast<size_t>(n));
+        out.text.append(buf, static_cast<size_t>(n));
         continue;
       }
       if (n == 0) break;
@@ -427,19 +432,43 @@ std::vector<CheckResult> check_uses_forked(const RunContext& ctx,
       break;
     }
     if (Clock::now() > deadline) {
-      hung = true;
+      out.hung = true;
       break;
     }
     if (interrupted()) break;  // Ctrl-C: the parent stops within a poll interval
   }
   close(fds[0]);
-  const bool stopped = !hung && interrupted();
-  if (hung || stopped) kill(pid, SIGKILL);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  out.stopped = !out.hung && interrupted();
+  if (out.hung || out.stopped) kill(pid, SIGKILL);
+  while (waitpid(pid, &out.status, 0) < 0 && errno == EINTR) {
   }
-  if (stopped) return {child_failure("interrupted", "interrupted while the target ran; stopped it")};
-  if (hung)
+  return out;
+}
+
+// The checks of one case in a forked child (in_child); results come back as JSON.
+std::vector<CheckResult> check_uses_forked(const RunContext& ctx,
+                                           const std::vector<const InvariantUse*>& uses, const AnyCase& c) {
+  const ChildResult child = in_child(
+      [&] {
+        nlohmann::json out = nlohmann::json::array();
+        try {
+          RunOptions o = ctx.options;
+          o.isolate = false;
+          for (const auto& r :
+               check_uses_here(RunContext{ctx.spec, o, ctx.target, ctx.reference, ctx.target_name, ctx.seed,
+                                          ctx.run, ctx.reference_name},
+                               uses, c))
+            out.push_back(check_result_json(r));
+        } catch (const std::exception& e) {
+          out = nlohmann::json::array(
+              {check_result_json(child_failure("threw", std::string("target threw: ") + e.what()))});
+        }
+        return out.dump();
+      },
+      ctx.run.case_timeout_s);
+  const int status = child.status;
+  if (child.stopped) return {child_failure("interrupted", "interrupted while the target ran; stopped it")};
+  if (child.hung)
     return {child_failure(
         "hang", fmt::format("hung (no result within case_timeout_s = {:g} s)", ctx.run.case_timeout_s))};
   if (WIFSIGNALED(status))
@@ -447,7 +476,7 @@ std::vector<CheckResult> check_uses_forked(const RunContext& ctx,
         "threw", fmt::format("crashed with signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status))))};
   try {
     std::vector<CheckResult> out;
-    for (const auto& j : nlohmann::json::parse(text)) out.push_back(check_result_from_json(j));
+    for (const auto& j : nlohmann::json::parse(child.text)) out.push_back(check_result_from_json(j));
     if (!out.empty()) return out;
   } catch (const std::exception&) {
   }
@@ -487,6 +516,40 @@ Stored store_entry(const std::string& dir, const CorpusEntry& entry, const std::
   s.note += "; the case is printed above";
   return s;
 }
+
+namespace {
+
+// Draws the shrunk case of a finding (kprop/drawing.h); an isolated run draws
+// in a forked child, as it checks.
+void draw_finding(const RunContext& ctx, const InvariantUse* use, const AnyCase& c, Finding& f) {
+  DrawContext dc;
+  dc.invariant = f.invariant;
+  dc.measured = &f.measured;
+  dc.params = use ? &use->params : nullptr;
+  auto draw = [&] {
+    const Drawing d = draw_case(*ctx.spec.family, c, ctx.target, ctx.reference, dc);
+    return nlohmann::json{d.svg, d.text, d.note}.dump();
+  };
+  std::string json;
+  try {
+    if (isolated(ctx)) {
+      const ChildResult child = in_child(draw, ctx.run.case_timeout_s);
+      if (!child.ok()) throw std::runtime_error("the target died or hung while drawing");
+      json = child.text;
+    } else {
+      json = draw();
+    }
+  } catch (const std::exception& e) {
+    f.drawing_note = std::string("no drawing: ") + e.what();
+    return;
+  }
+  const auto j = nlohmann::json::parse(json);
+  f.drawing_svg = j[0].get<std::string>();
+  f.drawing_text = j[1].get<std::string>();
+  f.drawing_note = j[2].get<std::string>();
+}
+
+}  // namespace
 
 Finding record_finding(const RunContext& ctx, const InvariantUse* use, const AnyCase& failing,
                        const CheckResult& first, const ShrinkProgress& progress) {
@@ -547,6 +610,9 @@ Finding record_finding(const RunContext& ctx, const InvariantUse* use, const Any
     f.store_note +=
         fmt::format("{}could not encode the case: {}", f.store_note.empty() ? "" : "; ", e.what());
   }
+  // Only an invariant's failure is drawn with the target's results: a crash
+  // or hang would repeat itself.
+  if (f.kind == "invariant") draw_finding(ctx, use, s.best, f);
   return f;
 }
 

@@ -37,6 +37,7 @@ struct Config {
   bool no_corpus = false;
   std::optional<bool> isolate;
   bool mutants = false;
+  bool stats = false;
   bool output_coverage = false;
   std::string replay;
   bool list = false;
@@ -116,7 +117,7 @@ int run(const Config& cfg) {
     std::cout << (cfg.format == "json" ? list_json(s) : list_text(s));
     return 0;
   }
-  auto reporter = make_reporter(cfg.format);
+  auto reporter = make_reporter(cfg.format, cfg.stats);
   if (!reporter) throw InputError({}, "--format " + cfg.format + ": valid: " + join(reporter_names()));
   const std::string corpus_root = cfg.corpus.empty() ? default_corpus_dir(cfg.specs[0]) : cfg.corpus;
   install_interrupt_handler();
@@ -166,6 +167,8 @@ int run(const Config& cfg) {
   options.write_corpus = !cfg.no_corpus && (!cfg.mutants || !cfg.corpus.empty());
   // Mutants are known-broken code: each case runs in a forked child by default.
   options.isolate = cfg.isolate.value_or(cfg.mutants);
+  // The kill matrix (--stats, the HTML report) needs every invariant tried on every mutant.
+  options.kill_matrix = cfg.mutants && (cfg.stats || cfg.format == "html");
   const auto progress = make_progress_line();
   if (cfg.format == "text" && cfg.out.empty()) options.listener = progress.get();
   if (!cfg.shard.empty()) std::tie(options.shard_index, options.shard_count) = parse_shard(cfg.shard);
@@ -173,7 +176,7 @@ int run(const Config& cfg) {
 
   std::string text, formatted;
   int code = 0;
-  const auto text_reporter = make_reporter("text");
+  const auto text_reporter = make_reporter("text", cfg.stats);
   if (!cfg.replay.empty()) {
     const auto rows = replay_corpus(spec, cfg.replay, options);
     bool errors = false;
@@ -241,7 +244,13 @@ int main(int argc, char** argv) {
                  "seconds one target call may take before it counts as a hang (overrides run.case_timeout_s)")
       ->check(CLI::PositiveNumber);
   app.add_option("--invariant", cfg.invariants, "check only these invariants (repeatable)");
-  app.add_option("--format", cfg.format, "report format: text, json or junit");
+  app.add_option(
+      "--format", cfg.format,
+      "report format: text, json, junit or html (self-contained page: statistics, failures drawn)");
+  app.add_flag(
+      "--stats", cfg.stats,
+      "print the run's statistics: sizes and dims drawn, checked/discarded/declined per invariant, the "
+      "time split, error/bound ratios (JSON always has them); with --mutants, the kill matrix");
   app.add_option("--out", cfg.out, "write the report to FILE (text summary still on stdout)");
   auto* corpus = app.add_option("--corpus", cfg.corpus, "corpus root (default: corpus/ beside specs/)");
   app.add_flag("--no-corpus", cfg.no_corpus, "do not store counterexamples")->excludes(corpus);

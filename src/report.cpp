@@ -73,6 +73,7 @@ std::string finding_text(const Finding& f, const std::string& target) {
                      f.original_size, f.stats.size, f.shrink_steps, f.shrink_seconds,
                      f.shrink_interrupted ? ", stopped early: best so far" : "");
   if (!f.case_yaml.empty()) out += "  case:\n" + indent(f.case_yaml, "    ");
+  if (!f.drawing_text.empty()) out += indent(f.drawing_text, "  ");
   if (!f.corpus_path.empty())
     out += fmt::format("  stored: {}{}\n", f.corpus_path,
                        !f.in_corpus   ? " (not in the corpus)"
@@ -83,6 +84,24 @@ std::string finding_text(const Finding& f, const std::string& target) {
   return out;
 }
 
+// --mutants --stats: trials to kill per mutant (rows) and invariant (columns).
+std::string kill_matrix_text(const std::vector<MutantRow>& rows) {
+  const KillMatrix m = kill_matrix(rows);
+  if (m.invariants.empty()) return "";
+  std::string out = "  kill matrix (trials to kill; '-' held, '.' not reached):\n";
+  out += fmt::format("    {:<26}", "");
+  for (size_t k = 0; k < m.invariants.size(); ++k) out += fmt::format(" {:>4}", fmt::format("i{}", k + 1));
+  out += "\n";
+  for (size_t i = 0; i < m.mutants.size(); ++i) {
+    out += fmt::format("    {:<26}", m.mutants[i]);
+    for (const auto& cell : m.cells[i]) out += fmt::format(" {:>4}", cell.text());
+    out += "\n";
+  }
+  for (size_t k = 0; k < m.invariants.size(); ++k)
+    out += fmt::format("    i{} = {}\n", k + 1, m.invariants[k]);
+  return out;
+}
+
 // ", profile NAME" for a header line when a spec profile is in effect.
 static std::string profile_note(const std::string& profile) {
   return profile.empty() ? "" : ", profile " + profile;
@@ -90,6 +109,7 @@ static std::string profile_note(const std::string& profile) {
 
 class TextReporter final : public Reporter {
  public:
+  explicit TextReporter(bool stats) : stats_(stats) {}
   std::string run(const RunReport& r) const override {
     std::string out = fmt::format("kprop {} ({}): target {}, reference {}, seed {}{}\n", r.spec, r.family,
                                   r.target, r.reference, r.seed, profile_note(r.profile));
@@ -103,6 +123,7 @@ class TextReporter final : public Reporter {
       out += fmt::format(", {} declined by the target (not checked): {}", r.declined,
                          reasons_text(r.decline_reasons));
     out += fmt::format("; sizes up to {} of max_size {}\n", std::max<int64_t>(r.size_reached, 0), r.max_size);
+    if (stats_) out += stats_text(r);
     for (const Finding* f : r.findings()) out += finding_text(*f, r.target);
     for (const auto& h : r.health) out += fmt::format("\nHealth check '{}' failed: {}\n", h.check, h.message);
     if (!r.unchecked_outputs.empty())
@@ -172,6 +193,7 @@ class TextReporter final : public Reporter {
           by && by->counterexample ? std::to_string(by->counterexample->stats.size) : "-",
           by && by->counterexample ? by->counterexample->stats.summary : "");
     }
+    if (stats_) out += kill_matrix_text(rows);
     out += fmt::format("{}: {} of {} mutants killed\n",
                        killed == static_cast<int>(rows.size()) ? "PASSED" : "FAILED", killed, rows.size());
     return out;
@@ -210,6 +232,9 @@ class TextReporter final : public Reporter {
     if (declined) out += fmt::format(", {} declined by the target (not checked)", declined);
     return out + "\n";
   }
+
+ private:
+  bool stats_;
 };
 
 nlohmann::json finding_json(const Finding& f) {
@@ -230,6 +255,8 @@ nlohmann::json finding_json(const Finding& f) {
                       {"in_corpus", f.in_corpus},
                       {"replay", f.replay_command}};
   if (!f.store_note.empty()) j["store_note"] = f.store_note;
+  if (!f.drawing_text.empty()) j["drawing_text"] = f.drawing_text;
+  if (!f.drawing_note.empty()) j["drawing_note"] = f.drawing_note;
   return j;
 }
 
@@ -259,6 +286,7 @@ nlohmann::json to_json(const RunReport& r) {
     j["health_checks_failed"].push_back({{"check", h.check}, {"message", h.message}});
   if (r.crash) j["crash"] = finding_json(*r.crash);
   j["unchecked_outputs"] = r.unchecked_outputs;
+  j["statistics"] = nlohmann::json::parse(stats_json(r));
   j["invariants"] = nlohmann::json::array();
   for (const auto& inv : r.invariants) {
     nlohmann::json ji = {{"name", inv.name},
@@ -454,12 +482,69 @@ class JunitReporter final : public Reporter {
 
 }  // namespace
 
-std::vector<std::string> reporter_names() {
-  return {"text", "json", "junit"};
+std::string KillCell::text() const {
+  switch (state) {
+    case State::killed:
+      return std::to_string(trials);
+    case State::held:
+      return "-";
+    case State::not_reached:
+      return ".";
+    case State::gave_up:
+      return "?";
+    case State::not_applicable:
+      return "n/a";
+    case State::crashed:
+      return "crash";
+  }
+  return "?";
 }
 
-std::unique_ptr<Reporter> make_reporter(const std::string& name) {
-  if (name == "text") return std::make_unique<TextReporter>();
+KillMatrix kill_matrix(const std::vector<MutantRow>& rows) {
+  KillMatrix m;
+  for (const auto& row : rows)
+    for (const auto& inv : row.report.invariants)
+      if (std::find(m.invariants.begin(), m.invariants.end(), inv.name) == m.invariants.end())
+        m.invariants.push_back(inv.name);
+  for (const auto& row : rows) {
+    m.mutants.push_back(row.mutant);
+    std::vector<KillCell> cells(m.invariants.size());
+    for (const auto& inv : row.report.invariants) {
+      const size_t k = static_cast<size_t>(std::find(m.invariants.begin(), m.invariants.end(), inv.name) -
+                                           m.invariants.begin());
+      KillCell& c = cells[k];
+      switch (inv.status) {
+        case InvariantStatus::failed:
+          c = {KillCell::State::killed, inv.trials_to_fail};
+          break;
+        case InvariantStatus::passed:
+          c = {KillCell::State::held, inv.passed};
+          break;
+        case InvariantStatus::gave_up:
+          c = {KillCell::State::gave_up, inv.passed};
+          break;
+        case InvariantStatus::not_applicable:
+          c = {KillCell::State::not_applicable, 0};
+          break;
+        case InvariantStatus::not_run:
+          c = {row.report.status == RunStatus::crashed ? KillCell::State::crashed
+                                                       : KillCell::State::not_reached,
+               inv.passed};
+          break;
+      }
+    }
+    m.cells.push_back(std::move(cells));
+  }
+  return m;
+}
+
+std::vector<std::string> reporter_names() {
+  return {"text", "json", "junit", "html"};
+}
+
+std::unique_ptr<Reporter> make_reporter(const std::string& name, bool stats) {
+  if (name == "text") return std::make_unique<TextReporter>(stats);
+  if (name == "html") return make_html_reporter();
   if (name == "json") return std::make_unique<JsonReporter>();
   if (name == "junit") return std::make_unique<JunitReporter>();
   return nullptr;

@@ -197,8 +197,11 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
 }  // namespace
 
 RunReport run_spec(const Spec& spec, const RunOptions& options) {
-  RunListener& events = listener_of(options);
+  // Statistics come from the events (src/stats.cpp); the collector passes
+  // every event on to the caller's listener.
+  StatsCollector events(listener_of(options));
   RunReport report = run_cases(spec, options, events);
+  report.stats = events.result(report);
   events.run_finished(report);
   return report;
 }
@@ -318,10 +321,16 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
       break;
     }
     const int size = size_for(i, all_trials, run.max_size);
-    // Drawn here only when this process checks the case or records a finding.
+    // Drawn here when this process checks the case, records a finding or
+    // describes it in the run's statistics (which cover every drawn case).
     AnyCase drawn;
+    double generation_seconds = 0;
     auto the_case = [&]() -> const AnyCase& {
-      if (!drawn) drawn = draw(case_random, size);
+      if (!drawn) {
+        const auto generation_start = Clock::now();
+        drawn = draw(case_random, size);
+        generation_seconds = since(generation_start);
+      }
       return drawn;
     };
 
@@ -344,6 +353,8 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
     ++report.trials;
     report.size_reached = std::max<int64_t>(report.size_reached, size);
     report.largest_case = std::max(report.largest_case, case_size);
+    const CaseStats case_stats = family.stats(the_case());
+    events.case_checked({i + 1, size, case_stats, generation_seconds, live_uses, results});
     bool checked = false;
     for (size_t n = 0; n < results.size(); ++n) {
       const size_t k = live[n];
@@ -489,7 +500,7 @@ std::vector<MutantRow> run_mutants(const Spec& spec, const RunOptions& options) 
     if (interrupted()) break;
     RunOptions o = options;
     o.target = impl.name;
-    o.stop_on_first_failure = true;
+    o.stop_on_first_failure = !options.kill_matrix;
     // A mutant only a profile's sizes reach runs under that profile.
     const auto own = spec.mutant_profiles.find(impl.name);
     const Spec& s = own != spec.mutant_profiles.end() ? *own->second : spec;

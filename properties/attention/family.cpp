@@ -18,7 +18,15 @@ DType dtype_named(const std::string& name) {
 template <bool B>
 CaseStats CaseTraits<B>::stats(const Case& c) {
   const Shape& s = c.shape;
-  return {int64_t(s.batch) * s.heads_q * s.nq * s.nk * s.dim, shape_text(c)};
+  return CaseStats{int64_t(s.batch) * s.heads_q * s.nq * s.nk * s.dim, shape_text(c)}
+      .dim("Nq", s.nq)
+      .dim("Nk", s.nk)
+      .dim("D", s.dim)
+      .dim("Hq", s.heads_q)
+      .dim("GQA group", s.group())
+      .dim("batch", s.batch)
+      .kind("mask", mask_name(c.mask))
+      .kind("dtype", dtype_name(c.dtype));
 }
 
 std::string shape_text(const Case& c) {

@@ -354,12 +354,19 @@ CaseStats Traits::stats(const Case& c) {
     tokens += s.tokens();
     seqs.push_back(fmt::format("{}+{}@{}", s.prompt, s.decode, s.arrive));
   }
-  return {tokens,
-          fmt::format("{} seq{} (prompt+decode@arrival: {}), heads {}x{}, head_dim {}, page {}, chunk {}, "
-                      "pool {}, poison {}, {}",
-                      c.seqs.size(), c.seqs.size() == 1 ? "" : "s", fmt::join(seqs, ", "), c.kv_heads,
-                      c.group, c.head_dim, c.page_size, c.chunk, c.pool.size(), poison_name(c.poison),
-                      dtype_name(c.dtype))};
+  return CaseStats{
+      tokens,
+      fmt::format("{} seq{} (prompt+decode@arrival: {}), heads {}x{}, head_dim {}, page {}, chunk {}, "
+                  "pool {}, poison {}, {}",
+                  c.seqs.size(), c.seqs.size() == 1 ? "" : "s", fmt::join(seqs, ", "), c.kv_heads, c.group,
+                  c.head_dim, c.page_size, c.chunk, c.pool.size(), poison_name(c.poison),
+                  dtype_name(c.dtype))}
+      .dim("sequences", double(c.seqs.size()))
+      .dim("tokens", double(tokens))
+      .dim("page size", c.page_size)
+      .dim("chunk", c.chunk)
+      .dim("GQA group", c.group)
+      .kind("dtype", dtype_name(c.dtype));
 }
 
 }  // namespace kprop::kvcache

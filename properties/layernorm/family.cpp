@@ -32,9 +32,13 @@ CaseStats Traits::stats(const Case& c) {
     rows_text +=
         fmt::format(", std {:.2g}..{:.2g}, |mean|/std up to {:.2g}", min_spread, max_spread, worst_cond);
   if (constant) rows_text += fmt::format(", {} constant row{}", constant, constant == 1 ? "" : "s");
-  return {static_cast<int64_t>(c.rows) * c.dim,
-          fmt::format("{}x{} {}, eps {}{}", c.rows, c.dim, dtype_name(c.dtype),
-                      value_text(eps_dtype(c.dtype), c.eps), rows_text)};
+  return CaseStats{static_cast<int64_t>(c.rows) * c.dim,
+                   fmt::format("{}x{} {}, eps {}{}", c.rows, c.dim, dtype_name(c.dtype),
+                               value_text(eps_dtype(c.dtype), c.eps), rows_text)}
+      .dim("rows", c.rows)
+      .dim("dim", c.dim)
+      .dim("constant rows", constant)
+      .kind("dtype", dtype_name(c.dtype));
 }
 
 }  // namespace kprop::layernorm

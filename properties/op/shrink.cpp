@@ -417,7 +417,9 @@ CaseStats Traits::stats(const Case& c) {
   }
   for (const auto& x : c.inputs)
     for (double v : x) size += v != 0 && std::isfinite(v) ? 1 : 0;  // a value not yet shrunk away
-  return {size, fmt::format("{} {}", join(parts, ", "), dtype_name(c.dtype))};
+  CaseStats s{size, fmt::format("{} {}", join(parts, ", "), dtype_name(c.dtype))};
+  for (size_t k = 0; k < d.dims.size(); ++k) s.dim(d.dims[k].name, double(c.dims[k]));  // the declared dims
+  return s.kind("dtype", dtype_name(c.dtype));
 }
 
 }  // namespace kprop::op

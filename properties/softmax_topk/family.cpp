@@ -382,10 +382,15 @@ CaseStats Traits::stats(const Case& c) {
     else
       top = std::max(top, std::fabs(x));
   }
-  return {
+  return CaseStats{
       static_cast<int64_t>(c.logits.size()) + c.k,
       fmt::format("{} x {} {}, K {}, block {}{}, max |logit| {:g}", c.rows(), c.vocab, dtype_name(c.dtype),
-                  c.k, c.block, neg_inf ? fmt::format(", {} -inf", neg_inf) : "", top)};
+                  c.k, c.block, neg_inf ? fmt::format(", {} -inf", neg_inf) : "", top)}
+      .dim("rows", c.rows())
+      .dim("vocab", c.vocab)
+      .dim("K", c.k)
+      .dim("-inf logits", neg_inf)
+      .kind("dtype", dtype_name(c.dtype));
 }
 
 }  // namespace kprop::softmax_topk

@@ -50,6 +50,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <chrono>
 #include <concepts>
 #include <functional>
 #include <map>
@@ -178,6 +179,28 @@ struct CaseSize {
 struct CaseStats {
   int64_t size = 0;     // the shrinker's measure (e.g. tree nodes): smaller is simpler
   std::string summary;  // one line, e.g. "2-node tree (2 roots), vocab 3, prompt 1"
+  // The dims a run's statistics histogram (kprop/stats.h), declared by the
+  // family's stats() one line each: .dim("nodes", n).kind("mask", "causal").
+  struct Dim {
+    std::string name;
+    double value = 0;
+    std::string kind;  // categorical dims: the value's name ("" for numeric)
+  };
+  std::vector<Dim> dims;
+  CaseStats& dim(std::string name, double value) {
+    dims.push_back({std::move(name), value, {}});
+    return *this;
+  }
+  CaseStats& kind(std::string name, std::string value) {
+    dims.push_back({std::move(name), 0, std::move(value)});
+    return *this;
+  }
+};
+
+// Seconds one trial spent inside the target and the reference (derived
+// cases of metamorphic invariants included): the runner's time split.
+struct TrialTimes {
+  double target = 0, reference = 0;
 };
 
 // Type-erased case and result: the core never looks inside.
@@ -190,6 +213,7 @@ class AnyTrial {
  public:
   virtual ~AnyTrial() = default;
   virtual Verdict check(size_t invariant, const Values& params) = 0;
+  virtual TrialTimes times() const { return {}; }
 
   // ---- named tensors (expression invariants, kprop/expr.h)
   // This trial's tensors, holding at least `names` that the family publishes
@@ -374,16 +398,17 @@ class Trial {
   const Case& input() const { return case_; }
   const ImplInfo& target_info() const { return target_impl_.info; }
   const Result& target() {
-    if (!target_) target_ = family_.run(target_impl_, case_);
+    if (!target_) target_ = timed(times_.target, target_impl_, case_);
     return *target_;
   }
   const Result& reference() {
     if (same_impl()) return target();
-    if (!reference_) reference_ = family_.run(reference_impl_, case_);
+    if (!reference_) reference_ = timed(times_.reference, reference_impl_, case_);
     return *reference_;
   }
   // For metamorphic invariants: run the implementations on a derived case.
-  Result run_target(const Case& c) const { return family_.run(target_impl_, c); }
+  Result run_target(const Case& c) const { return timed(times_.target, target_impl_, c); }
+  const TrialTimes& times() const { return times_; }
   // Fn(input()), computed once per trial: what several invariants derive
   // from the same case (tolerance scales, same-precision baselines), e.g.
   // t.once<naive_forward>(). Fn must be a pure function of the case.
@@ -401,6 +426,16 @@ class Trial {
     return target_impl_.index >= 0 ? target_impl_.index == reference_impl_.index
                                    : target_impl_.external == reference_impl_.external;
   }
+  Result timed(double& seconds, const Impl& impl, const Case& c) const {
+    const auto t0 = std::chrono::steady_clock::now();
+    struct Add {  // counted when the implementation throws too
+      double& s;
+      std::chrono::steady_clock::time_point t0;
+      ~Add() { s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+    } add{seconds, t0};
+    return family_.run(impl, c);
+  }
+  mutable TrialTimes times_;
   const FamilyDef<Traits>& family_;
   const Case& case_;
   const Impl& target_impl_;
@@ -537,6 +572,14 @@ class FamilyDef : public Family {
           : keep(c), family(f), target(t), reference(r), trial(f, unbox(keep), target, reference) {}
       Verdict check(size_t invariant, const Values& params) override {
         return family.invariant_fns_.at(invariant)(trial, params);
+      }
+      TrialTimes times() const override {
+        TrialTimes t = trial.times();
+        for (const auto& [key, d] : derived_) {
+          const TrialTimes dt = d.trial->times();
+          t.target += dt.target, t.reference += dt.reference;
+        }
+        return t;
       }
       const expr::TensorMap* tensors(const std::vector<std::string>& names) override {
         if constexpr (HasTensors<Traits>) {

@@ -1,4 +1,4 @@
-// Reporters: one small interface, chosen by name (--format text|json|junit).
+// Reporters: one small interface, chosen by name (--format text|json|junit|html).
 #pragma once
 
 #include <memory>
@@ -18,7 +18,25 @@ class Reporter {
 };
 
 std::vector<std::string> reporter_names();
-std::unique_ptr<Reporter> make_reporter(const std::string& name);  // nullptr if unknown
+// nullptr if unknown; `stats`: the text reporter adds the run's statistics
+// (--stats) and the kill matrix of --mutants. JSON always has them.
+std::unique_ptr<Reporter> make_reporter(const std::string& name, bool stats = false);
+// The self-contained HTML report (src/html_report.cpp): summary, statistics
+// charts, each failure drawn by its family (kprop/drawing.h), kill matrix.
+std::unique_ptr<Reporter> make_html_reporter();
+
+// --mutants: mutant x invariant, what each invariant did against each mutant.
+struct KillCell {
+  enum class State { killed, held, not_reached, gave_up, not_applicable, crashed };
+  State state = State::not_reached;
+  int64_t trials = 0;        // killed: trials to kill; held: cases checked
+  std::string text() const;  // "12", "-", ".", "?", "n/a", "crash"
+};
+struct KillMatrix {
+  std::vector<std::string> mutants, invariants;
+  std::vector<std::vector<KillCell>> cells;  // [mutant][invariant]
+};
+KillMatrix kill_matrix(const std::vector<MutantRow>& rows);
 
 // The live progress line on a terminal (stderr): the case being checked, or
 // the shrink under way; cleared when the run ends. Silent when stderr is not

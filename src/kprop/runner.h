@@ -12,11 +12,13 @@
 #include "kprop/corpus.h"
 #include "kprop/external.h"
 #include "kprop/spec.h"
+#include "kprop/stats.h"
 
 namespace kprop {
 
 struct RunReport;
 struct Finding;
+struct CaseEvent;
 
 // What a run tells as it goes, as google-benchmark's reporters are told:
 // the progress line of prop_runner is one such listener (report.h). Every
@@ -31,6 +33,9 @@ class RunListener {
   virtual void case_done(int64_t index, int64_t trials, int size, double seconds) {
     (void)index, (void)trials, (void)size, (void)seconds;
   }
+  // Drawn case `event.index` was checked (before the runner accounts for the
+  // results): what statistics are made of (kprop/stats.h).
+  virtual void case_checked(const CaseEvent& event) { (void)event; }
   // A shrink step of the failure of `what` (an invariant, or crash/hang/error).
   virtual void shrinking(const std::string& what, int64_t from_size, int64_t to_size, double seconds) {
     (void)what, (void)from_size, (void)to_size, (void)seconds;
@@ -66,6 +71,9 @@ struct RunOptions {
   // failure can be replayed from a file.
   std::string scratch_dir = ".kprop/findings";
   bool stop_on_first_failure = false;  // --mutants: the first kill is enough
+  // --mutants: check every invariant on every mutant (the kill matrix of
+  // --stats and --format html) instead of stopping at the first kill.
+  bool kill_matrix = false;
   // Run each in-process check in a forked child (--isolate; default for
   // --mutants): a target that corrupts its heap, crashes or hangs takes only
   // the child down, and the runner, which holds the case, reports it.
@@ -107,6 +115,9 @@ struct Finding {
   bool corpus_new = false;
   std::string store_note;  // why the case is not where it was meant to go
   std::string replay_command;
+  // The shrunk case drawn by its family (kprop/drawing.h): SVG for the HTML
+  // report, a text map for the terminal (attention), a note when missing.
+  std::string drawing_svg, drawing_text, drawing_note;
 };
 using Counterexample = Finding;
 
@@ -174,8 +185,32 @@ struct RunReport {
   // "op.output" of each output of the kernel no invariant of the run reads
   // (kprop/output_reads.h): reported, not a failure.
   std::vector<std::string> unchecked_outputs;
+  RunStats stats;  // what was drawn, the time split, error/bound ratios
   // Every finding, in the order found (pointers into invariants/crash).
   std::vector<const Finding*> findings() const;
+};
+
+// Collects a run's statistics (kprop/stats.h) from its events and passes
+// every event on to `next` (src/stats.cpp).
+class StatsCollector final : public RunListener {
+ public:
+  explicit StatsCollector(RunListener& next) : next_(next) {}
+  void run_started(const RunReport& header) override { next_.run_started(header); }
+  void case_done(int64_t index, int64_t trials, int size, double seconds) override {
+    next_.case_done(index, trials, size, seconds);
+  }
+  void case_checked(const CaseEvent& event) override;
+  void shrinking(const std::string& what, int64_t from, int64_t to, double seconds) override {
+    next_.shrinking(what, from, to, seconds);
+  }
+  void failure(const Finding& finding) override;
+  void run_finished(const RunReport& report) override { next_.run_finished(report); }
+  // The statistics, with the time not accounted for as `other`.
+  RunStats result(const RunReport& report) const;
+
+ private:
+  RunListener& next_;
+  RunStats stats_;
 };
 
 // A fresh seed from the clock and the OS (seed: 0 in a spec).
@@ -242,10 +277,23 @@ struct CheckResult {
   std::string reason;        // declined: the target's reason; target_failure: the message
   std::string failure_kind;  // target_failure: crash, hang, error (external) or threw (in process)
   bool unavailable = false;  // declined because the target cannot run anything here
+  // Seconds this check took, and of them inside the target and the
+  // reference (a trial runs them once: the first check that needs them pays).
+  double seconds = 0, target_seconds = 0, reference_seconds = 0;
   bool failed() const { return kind == Kind::verdict && verdict.outcome == Outcome::fail; }
 };
 CheckResult check_one(const RunContext& ctx, AnyTrial& trial, const InvariantUse& use, const AnyCase& c);
 CheckResult check_one(const RunContext& ctx, const InvariantUse& use, const AnyCase& c);
+
+// One drawn case, checked: CaseEvent for RunListener::case_checked.
+struct CaseEvent {
+  int64_t index = 0;  // 1-based
+  int size = 0;       // RapidCheck size
+  const CaseStats& stats;
+  double generation_seconds = 0;
+  const std::vector<const InvariantUse*>& uses;  // the invariants still alive, in results' order
+  const std::vector<CheckResult>& results;       // may be shorter: stops at a decline or target failure
+};
 // Every use on one case, sharing one trial (target and reference run once);
 // stops at the first that is not a verdict (declined, target failure). With
 // options.isolate (in-process targets), all of it runs in one forked child.
