@@ -226,6 +226,7 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
   std::vector<bool> alive(uses.size(), true);
   auto any_alive = [&] { return std::find(alive.begin(), alive.end(), true) != alive.end(); };
 
+  Search search(ctx, uses);  // kprop/search.h: after the random phase, when enabled
   const rc::Gen<AnyCase> generator = family.generator(spec.domain);
   rc::Random stream(report.seed);
   const auto t0 = Clock::now();
@@ -300,8 +301,7 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
       switch (v.outcome) {
         case Outcome::pass:
           checked = true;
-          for (const Measured& m : v.measured)
-            if (m.name == kErrorRatio) ir.max_error_ratio = std::max(ir.max_error_ratio, m.value);
+          note_ratios(ir, v);
           if (++ir.passed >= trials) {
             ir.status = InvariantStatus::passed;
             alive[k] = false;
@@ -337,6 +337,7 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
       }
     }
     report.checked += checked;
+    if (search.enabled()) search.offer(case_random, size, c, live, results);
     events.case_done(i + 1, all_trials, size, since(t0));
   }
   finish();
@@ -356,6 +357,11 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
       r.status = r.passed > 0 ? InvariantStatus::passed : InvariantStatus::gave_up;
     if (r.status == InvariantStatus::gave_up && r.last_discard.empty())
       r.last_discard = r.declined > 0 ? "every case it saw was declined by the target" : "no case reached it";
+  }
+  if (search.enabled() && (report.status == RunStatus::passed ||
+                           (report.status == RunStatus::failed && !options.stop_on_first_failure))) {
+    search.run(report, events);
+    if (finish().status == RunStatus::interrupted || report.status != RunStatus::passed) return report;
   }
   if (report.status != RunStatus::passed) return report;
 

@@ -11,6 +11,7 @@
 
 #include "kprop/corpus.h"
 #include "kprop/external.h"
+#include "kprop/search.h"
 #include "kprop/spec.h"
 
 namespace kprop {
@@ -58,6 +59,8 @@ struct RunOptions {
   std::optional<int64_t> trials;             // overrides run.trials
   std::optional<double> time_budget_s;       // overrides run.time_budget_s (0: no limit)
   std::optional<double> case_timeout_s;      // overrides run.case_timeout_s
+  std::optional<bool> search;                // overrides run.search.enabled (--search)
+  std::optional<int64_t> search_trials;      // overrides run.search.trials (--search-trials)
   std::vector<std::string> only_invariants;  // empty: all in the spec
   std::string corpus_dir = "corpus";         // counterexamples go to corpus_dir/<spec>/
   bool write_corpus = true;
@@ -112,14 +115,16 @@ const char* invariant_status_name(InvariantStatus status);
 struct InvariantReport {
   std::string name;
   InvariantStatus status = InvariantStatus::not_run;
-  int64_t passed = 0;           // cases checked and held
-  int64_t discarded = 0;        // cases the invariant could not observe
-  int64_t declined = 0;         // cases the target declined while this invariant was live
-  int64_t not_applicable = 0;   // n/a verdicts (the target hides what it reads)
-  int64_t trials_to_fail = 0;   // 1-based index of the failing trial
-  double seconds_to_fail = 0;   // from the start of the run
-  std::string last_discard;     // why, for gave_up and n/a
-  double max_error_ratio = -1;  // largest kErrorRatio of a pass (-1: none reported)
+  int64_t passed = 0;                           // cases checked and held
+  int64_t discarded = 0;                        // cases the invariant could not observe
+  int64_t declined = 0;                         // cases the target declined while this invariant was live
+  int64_t not_applicable = 0;                   // n/a verdicts (the target hides what it reads)
+  int64_t trials_to_fail = 0;                   // 1-based index of the failing trial
+  double seconds_to_fail = 0;                   // from the start of the run
+  std::string last_discard;                     // why, for gave_up and n/a
+  double max_error_ratio = -1;                  // largest kErrorRatio of a pass (-1: none reported)
+  std::map<std::string, double> output_ratios;  // largest "error_ratio.<output>" of a pass, per output
+  RatioHistogram ratios;                        // every pass's kErrorRatio (random phase and search)
   std::map<std::string, int64_t> discard_reasons;
   std::optional<Finding> counterexample;
 };
@@ -167,6 +172,7 @@ struct RunReport {
   std::vector<InvariantReport> invariants;
   std::optional<Finding> crash;  // the target crashed, hung or reported an error
   std::vector<HealthFailure> health;
+  SearchReport search;  // the targeted search (run.search / --search); search.ran false when off
   // Every finding, in the order found (pointers into invariants/crash).
   std::vector<const Finding*> findings() const;
 };
