@@ -115,16 +115,20 @@ const char* invariant_status_name(InvariantStatus status);
 struct InvariantReport {
   std::string name;
   InvariantStatus status = InvariantStatus::not_run;
-  int64_t passed = 0;                           // cases checked and held
-  int64_t discarded = 0;                        // cases the invariant could not observe
-  int64_t declined = 0;                         // cases the target declined while this invariant was live
-  int64_t not_applicable = 0;                   // n/a verdicts (the target hides what it reads)
-  int64_t trials_to_fail = 0;                   // 1-based index of the failing trial
-  double seconds_to_fail = 0;                   // from the start of the run
-  std::string last_discard;                     // why, for gave_up and n/a
-  double max_error_ratio = -1;                  // largest kErrorRatio of a pass (-1: none reported)
-  std::map<std::string, double> output_ratios;  // largest "error_ratio.<output>" of a pass, per output
-  RatioHistogram ratios;                        // every pass's kErrorRatio (random phase and search)
+  int64_t passed = 0;           // cases checked and held
+  int64_t discarded = 0;        // cases the invariant could not observe
+  int64_t declined = 0;         // cases the target declined while this invariant was live
+  int64_t not_applicable = 0;   // n/a verdicts (the target hides what it reads)
+  int64_t trials_to_fail = 0;   // 1-based index of the failing trial
+  double seconds_to_fail = 0;   // from the start of the run
+  std::string last_discard;     // why, for gave_up and n/a
+  double max_error_ratio = -1;  // largest kErrorRatio of a pass (-1: none reported)
+
+  // The largest "error_ratio.<output>" of a pass, per output (kprop/search.h).
+  std::map<std::string, double> output_ratios;
+  // Every pass's kErrorRatio (random phase and search).
+  RatioHistogram ratios;
+
   std::map<std::string, int64_t> discard_reasons;
   std::optional<Finding> counterexample;
 };
