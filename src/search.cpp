@@ -92,6 +92,8 @@ constexpr int kPatience = 24;
 // Moves that leave the domain are not cases; past this many per allowed
 // case the search stops (a domain that rejects nearly every move).
 constexpr int64_t kMaxRejectedPerCase = 50;
+// Every climb's share of the turns, besides its ratio.
+constexpr double kFloorShare = 0.05;
 // The stream of kprop::rng draws that steer the search (any constant).
 constexpr uint64_t kStream = 0x5ea5c4;
 
@@ -445,14 +447,21 @@ void Search::run(RunReport& report, RunListener& events) {
   const auto t0 = Clock::now();
   const double before = report.seconds;
   int64_t rejected_in_a_row = 0;
-  size_t turn = 0;
   while (!climbs.empty() && sr.cases < sr.budget) {
     if (interrupted()) break;
     if (ctx.run.search_time_budget_s > 0 && since(t0) > ctx.run.search_time_budget_s) {
       sr.time_budget_hit = true;
       break;
     }
-    const size_t mover = turn++ % climbs.size();
+    // Turns go to the climbs in proportion to how close each already is
+    // (its ratio, plus a share for those still far), so the budget goes
+    // where a failure is nearest.
+    double total = 0;
+    for (const Climb& c : climbs) total += std::max(c.ratio, 0.0) + kFloorShare;
+    double pick = double(st.dice.next() >> 11) * 0x1.0p-53 * total;
+    size_t mover = 0;
+    while (mover + 1 < climbs.size() && (pick -= std::max(climbs[mover].ratio, 0.0) + kFloorShare) > 0)
+      ++mover;
     Climb& climb = climbs[mover];
     if (climb.stale >= kPatience) {  // restart from the next start, then from the best so far
       const auto& pool = st.starts[climb.use];
