@@ -268,6 +268,8 @@ RunConfig effective_run(const Spec& spec, const RunOptions& o) {
   if (o.trials) run.trials = *o.trials;
   if (o.time_budget_s) run.time_budget_s = *o.time_budget_s;
   if (o.case_timeout_s) run.case_timeout_s = *o.case_timeout_s;
+  if (o.search) run.search = *o.search;
+  if (o.search_trials) run.search_trials = *o.search_trials;
   return run;
 }
 

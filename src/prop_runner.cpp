@@ -30,6 +30,8 @@ struct Config {
   std::optional<int64_t> trials;
   std::optional<double> time;
   std::optional<double> case_timeout;
+  bool search = false;
+  std::optional<int64_t> search_trials;
   std::vector<std::string> invariants;
   std::string format = "text";
   std::string out;
@@ -160,6 +162,8 @@ int run(const Config& cfg) {
   options.trials = cfg.trials;
   options.time_budget_s = cfg.time;
   options.case_timeout_s = cfg.case_timeout;
+  if (cfg.search || cfg.search_trials) options.search = true;
+  options.search_trials = cfg.search_trials;
   options.only_invariants = cfg.invariants;
   options.corpus_dir = corpus_root;
   // --mutants finds known bugs: their cases go to the scratch folder unless
@@ -242,6 +246,11 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--case-timeout", cfg.case_timeout,
                  "seconds one target call may take before it counts as a hang (overrides run.case_timeout_s)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--search", cfg.search,
+               "after the random cases, hill-climb from those with the highest error/allowed ratio toward a "
+               "failure (run.search; budget: run.search.trials, run.search.time_budget_s)");
+  app.add_option("--search-trials", cfg.search_trials, "cases the search may run (implies --search)")
       ->check(CLI::PositiveNumber);
   app.add_option("--invariant", cfg.invariants, "check only these invariants (repeatable)");
   app.add_option(

@@ -1,17 +1,31 @@
 #include <algorithm>
 
 #include "kprop/family.h"
+#include "kprop/search.h"
 
 namespace kprop {
 
 Verdict both(Verdict a, Verdict b) {
   if (a.outcome != Outcome::pass) return a;
   if (b.outcome != Outcome::pass) return b;
+  // The larger ratio, and each output's ratio (kprop/search.h, for_output).
   double ratio = -1;
+  std::vector<Measured> outputs;
   for (const Verdict* v : {&a, &b})
     for (const Measured& m : v->measured)
-      if (m.name == kErrorRatio) ratio = std::max(ratio, m.value);
-  return ratio < 0 ? Verdict::pass() : Verdict::pass({{kErrorRatio, ratio}});
+      if (m.name == kErrorRatio) {
+        ratio = std::max(ratio, m.value);
+      } else if (m.name.rfind(kErrorRatioOf, 0) == 0) {
+        auto same =
+            std::find_if(outputs.begin(), outputs.end(), [&](const Measured& o) { return o.name == m.name; });
+        if (same == outputs.end())
+          outputs.push_back(m);
+        else
+          same->value = std::max(same->value, m.value);
+      }
+  if (ratio < 0) return Verdict::pass();
+  outputs.insert(outputs.begin(), {kErrorRatio, ratio});
+  return Verdict::pass(std::move(outputs));
 }
 
 // ---- what derives from Family::build

@@ -102,6 +102,33 @@ std::string kill_matrix_text(const std::vector<MutantRow>& rows) {
   return out;
 }
 
+// The targeted search's lines (kprop/search.h): its cases, and per invariant
+// the worst error/allowed reached from where the random phase left it, per
+// output, and how the ratios of every checked case spread.
+std::string search_text(const RunReport& r) {
+  const SearchReport& s = r.search;
+  if (!s.ran) return "";
+  std::string out = fmt::format("  search: {} of {} cases in {:.2f} s, {} checked", s.cases, s.budget,
+                                s.seconds, s.checked);
+  if (s.declined) out += fmt::format(", {} declined by the target", s.declined);
+  if (s.rejected) out += fmt::format("; {} moves left the domain (not run)", s.rejected);
+  if (s.time_budget_hit) out += "; stopped by run.search.time_budget_s";
+  out += "\n";
+  if (!s.note.empty()) out += "    " + s.note + "\n";
+  for (const SearchInvariant& si : s.invariants) {
+    out += fmt::format("    {:<26} worst error/allowed {:.3g} -> {:.3g}{}", si.name, si.start_ratio,
+                       std::max(si.start_ratio, si.worst_ratio), si.failed ? " (FAILED)" : "");
+    std::string outputs;
+    for (const auto& [name, ratio] : si.output_ratios)
+      outputs += fmt::format("{}{} {:.3g}", outputs.empty() ? "" : ", ", name, ratio);
+    if (!outputs.empty()) out += " [search: " + outputs + "]";
+    out += fmt::format(", {} improving moves\n", si.improvements);
+  }
+  for (const auto& inv : r.invariants)
+    if (inv.ratios.total() > 0) out += fmt::format("    ratios {:<19} {}\n", inv.name, inv.ratios.text());
+  return out;
+}
+
 // ", profile NAME" for a header line when a spec profile is in effect.
 static std::string profile_note(const std::string& profile) {
   return profile.empty() ? "" : ", profile " + profile;
@@ -122,7 +149,9 @@ class TextReporter final : public Reporter {
     if (r.declined > 0)
       out += fmt::format(", {} declined by the target (not checked): {}", r.declined,
                          reasons_text(r.decline_reasons));
+    if (r.search.checked > 0) out += fmt::format(" ({} by the search)", r.search.checked);
     out += fmt::format("; sizes up to {} of max_size {}\n", std::max<int64_t>(r.size_reached, 0), r.max_size);
+    out += search_text(r);
     if (stats_) out += stats_text(r);
     for (const Finding* f : r.findings()) out += finding_text(*f, r.target);
     for (const auto& h : r.health) out += fmt::format("\nHealth check '{}' failed: {}\n", h.check, h.message);
@@ -130,7 +159,7 @@ class TextReporter final : public Reporter {
       out +=
           fmt::format("  unchecked outputs: {} (no invariant of this run reads them; prop_runner --list)\n",
                       join(r.unchecked_outputs));
-    const double rate = r.seconds > 0 ? r.trials / r.seconds : 0;
+    const double rate = r.seconds > 0 ? double(r.trials + r.search.cases) / r.seconds : 0;
     std::string verdict;
     int held = 0, na = 0, broken = 0;
     std::vector<std::string> na_names;
@@ -287,6 +316,28 @@ nlohmann::json to_json(const RunReport& r) {
   if (r.crash) j["crash"] = finding_json(*r.crash);
   j["unchecked_outputs"] = r.unchecked_outputs;
   j["statistics"] = nlohmann::json::parse(stats_json(r));
+  if (r.search.ran) {
+    const SearchReport& s = r.search;
+    nlohmann::json js = {{"budget", s.budget},
+                         {"cases", s.cases},
+                         {"checked", s.checked},
+                         {"declined", s.declined},
+                         {"rejected", s.rejected},
+                         {"seconds", s.seconds},
+                         {"time_budget_hit", s.time_budget_hit}};
+    if (!s.note.empty()) js["note"] = s.note;
+    js["invariants"] = nlohmann::json::array();
+    for (const SearchInvariant& si : s.invariants)
+      js["invariants"].push_back({{"name", si.name},
+                                  {"start_ratio", si.start_ratio},
+                                  {"worst_ratio", si.worst_ratio},
+                                  {"output_ratios", si.output_ratios},
+                                  {"passed", si.passed},
+                                  {"discarded", si.discarded},
+                                  {"improvements", si.improvements},
+                                  {"failed", si.failed}});
+    j["search"] = js;
+  }
   j["invariants"] = nlohmann::json::array();
   for (const auto& inv : r.invariants) {
     nlohmann::json ji = {{"name", inv.name},
@@ -298,6 +349,9 @@ nlohmann::json to_json(const RunReport& r) {
                          {"not_applicable", inv.not_applicable},
                          {"discard_reasons", inv.discard_reasons}};
     if (inv.max_error_ratio >= 0) ji["max_error_ratio"] = inv.max_error_ratio;
+    if (!inv.output_ratios.empty()) ji["output_error_ratios"] = inv.output_ratios;
+    if (inv.ratios.total() > 0)
+      ji["error_ratio_histogram"] = {{"upper_edges", RatioHistogram::edges()}, {"counts", inv.ratios.counts}};
     if (inv.status == InvariantStatus::failed) {
       ji["trials_to_fail"] = inv.trials_to_fail;
       ji["seconds_to_fail"] = inv.seconds_to_fail;

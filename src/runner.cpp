@@ -12,8 +12,8 @@
 #include <random>
 
 #include "kprop/external.h"
-#include "kprop/output_reads.h"
 #include "kprop/jobs.h"
+#include "kprop/output_reads.h"
 
 namespace kprop {
 namespace {
@@ -233,6 +233,7 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
   std::vector<bool> alive(uses.size(), true);
   auto any_alive = [&] { return std::find(alive.begin(), alive.end(), true) != alive.end(); };
 
+  Search search(ctx, uses);  // kprop/search.h: after the random phase, when enabled
   const rc::Gen<AnyCase> generator = family.generator(spec.domain);
   auto draw = [&](const rc::Random& random, int size) {
     try {
@@ -392,8 +393,7 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
       switch (v.outcome) {
         case Outcome::pass:
           checked = true;
-          for (const Measured& m : v.measured)
-            if (m.name == kErrorRatio) ir.max_error_ratio = std::max(ir.max_error_ratio, m.value);
+          note_ratios(ir, v);
           if (++ir.passed >= trials) {
             ir.status = InvariantStatus::passed;
             alive[k] = false;
@@ -429,6 +429,7 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
       }
     }
     report.checked += checked;
+    if (search.enabled()) search.offer(case_random, size, the_case(), live, results);
     events.case_done(i + 1, all_trials, size, since(t0));
   }
   finish();
@@ -448,6 +449,11 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
       r.status = r.passed > 0 ? InvariantStatus::passed : InvariantStatus::gave_up;
     if (r.status == InvariantStatus::gave_up && r.last_discard.empty())
       r.last_discard = r.declined > 0 ? "every case it saw was declined by the target" : "no case reached it";
+  }
+  if (search.enabled() && (report.status == RunStatus::passed ||
+                           (report.status == RunStatus::failed && !options.stop_on_first_failure))) {
+    search.run(report, events);
+    if (finish().status == RunStatus::interrupted || report.status != RunStatus::passed) return report;
   }
   if (report.status != RunStatus::passed) return report;
 

@@ -527,6 +527,9 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
   spec.run.case_timeout_s = run.real("case_timeout_s");
   spec.run.suppress_health_check = run.choices("suppress_health_check");
   spec.run.max_case_mb = run.integer("max_case_mb");
+  spec.run.search = run.boolean("search.enabled");
+  spec.run.search_trials = run.integer("search.trials");
+  spec.run.search_time_budget_s = run.real("search.time_budget_s");
 
   parse_fields(section("domain", spec.family->domain_schema()), spec.family->domain_schema(), "",
                "domain" + in_profile, spec.domain);
@@ -765,6 +768,14 @@ const Schema& run_schema() {
       field::integer("max_case_mb", d.max_case_mb, 1, 1 << 30,
                      "peak memory one case may need (inputs, outputs, reference, intermediates); a spec "
                      "whose domain allows more is rejected, a corpus case over it is bad input"),
+      field::map("search",
+                 {field::boolean("enabled", d.search,
+                                 "after the random phase, hill-climb from the cases with the highest "
+                                 "error/allowed ratio toward a failure (prop_runner --search)"),
+                  field::integer("trials", d.search_trials, 1, 1e9, "cases the search may run"),
+                  field::real("time_budget_s", d.search_time_budget_s, 0, 1e7,
+                              "stop the search after this many seconds (0: no limit)")},
+                 "targeted search (docs/SPEC.md \"Targeted search\")"),
   };
   return schema;
 }

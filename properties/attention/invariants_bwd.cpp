@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "kprop/rng.h"
+#include "kprop/search.h"
 #include "kprop/tolerance.h"
 #include "properties/attention/bounds.h"
 #include "properties/attention/checks.h"
@@ -29,22 +30,24 @@ std::vector<int> kv_dims(const Shape& s) {
 
 struct Grad {
   const char* name;
+  const char* output;  // its tensor name (target.dq, ...): the per-output ratio's key
   std::vector<double> BwdResult::*field;
   double ErrorScales::*scale;
   bool query_side;
 };
-const Grad kGrads[] = {{"dQ", &BwdResult::dq, &ErrorScales::dq, true},
-                       {"dK", &BwdResult::dk, &ErrorScales::dk, false},
-                       {"dV", &BwdResult::dv, &ErrorScales::dv, false}};
+const Grad kGrads[] = {{"dQ", "dq", &BwdResult::dq, &ErrorScales::dq, true},
+                       {"dK", "dk", &BwdResult::dk, &ErrorScales::dk, false},
+                       {"dV", "dv", &BwdResult::dv, &ErrorScales::dv, false}};
 
 Verdict compare_grads(const Case& c, const std::string& what, const BwdResult& expected, const BwdResult& got,
                       const BwdResult& naive, const ErrorScales& f, const Values& p) {
   const double k = p.real("k");
   Verdict all = Verdict::pass();
   for (const Grad& g : kGrads) {
-    all =
-        both(std::move(all), compare_tensor(what + g.name, g.query_side ? q_dims(c.shape) : kv_dims(c.shape),
-                                            expected.*g.field, got.*g.field, naive.*g.field, k, f.*g.scale));
+    all = both(
+        std::move(all),
+        for_output(g.output, compare_tensor(what + g.name, g.query_side ? q_dims(c.shape) : kv_dims(c.shape),
+                                            expected.*g.field, got.*g.field, naive.*g.field, k, f.*g.scale)));
     if (all.outcome != Outcome::pass) return all;
   }
   return all;

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "kprop/search.h"
 #include "kprop/tolerance.h"
 #include "properties/attention/bounds.h"
 #include "properties/attention/checks.h"
@@ -27,8 +28,10 @@ std::vector<int> lse_dims(const Shape& s) {
 Verdict compare_outputs(const Case& c, const std::string& what, const FwdResult& expected,
                         const FwdResult& got, const FwdResult& naive, const ErrorScales& f, const Values& p) {
   const double k = p.real("k");
-  return both(compare_tensor(what + "O", o_dims(c.shape), expected.o, got.o, naive.o, k, f.o),
-              compare_tensor(what + "LSE", lse_dims(c.shape), expected.lse, got.lse, naive.lse, k, f.lse));
+  return both(
+      for_output("o", compare_tensor(what + "O", o_dims(c.shape), expected.o, got.o, naive.o, k, f.o)),
+      for_output("lse", compare_tensor(what + "LSE", lse_dims(c.shape), expected.lse, got.lse, naive.lse, k,
+                                       f.lse)));
 }
 
 // The case's naive baseline and floors, computed once per trial.

@@ -41,9 +41,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <optional>
 #include <span>
 
+#include "kprop/search.h"
 #include "kprop/tolerance.h"
 #include "properties/layernorm/family.h"
 
@@ -233,6 +235,13 @@ std::optional<Verdict> unusable(const Case& c, const Result& got, const Result& 
   return std::nullopt;
 }
 
+// A pass with its ratio, and each output's (kprop/search.h, kErrorRatioOf).
+Verdict with_outputs(double worst, const std::map<std::string, double>& per_output) {
+  std::vector<Measured> m = {{kErrorRatio, worst}};
+  for (const auto& [name, ratio] : per_output) m.push_back({kErrorRatioOf + name, ratio});
+  return Verdict::pass(std::move(m));
+}
+
 // ---- matches_reference
 Verdict matches_reference(T& t, const Values& p) {
   const Case& c = t.input();
@@ -242,6 +251,7 @@ Verdict matches_reference(T& t, const Values& p) {
   const double k = p.real("k"), ulps = p.real("floor_ulps"), atol = p.real("atol");
   const size_t D = static_cast<size_t>(c.dim);
   double worst = 0;
+  std::map<std::string, double> per_output;  // kprop/search.h: ratios per output
   struct Check {
     const char* name;
     const std::vector<double>* got;
@@ -255,6 +265,7 @@ Verdict matches_reference(T& t, const Values& p) {
       const ToleranceReport rep = compare_with_baseline(row(*checks[i].ref, r, D), row(*checks[i].got, r, D),
                                                         row(*checks[i].naive, r, D), k, floors[i]);
       worst = std::max(worst, error_ratio(rep));
+      per_output[checks[i].name] = std::max(per_output[checks[i].name], error_ratio(rep));
       if (!rep.ok) {
         const size_t e = at(r, rep.worst_index, D);
         return Verdict::fail(
@@ -271,13 +282,14 @@ Verdict matches_reference(T& t, const Values& p) {
     const ToleranceReport rep =
         compare_with_baseline(*checks[i].ref, *checks[i].got, *checks[i].naive, k, floors[i]);
     worst = std::max(worst, error_ratio(rep));
+    per_output[checks[i].name] = std::max(per_output[checks[i].name], error_ratio(rep));
     if (!rep.ok)
       return Verdict::fail(
           fmt::format("{}[{}] = {:.9g}, reference {:.9g}: {}", checks[i].name, rep.worst_index,
                       (*checks[i].got)[rep.worst_index], (*checks[i].ref)[rep.worst_index], rep.message),
           measured_error(rep, {{"col", double(rep.worst_index)}}));
   }
-  return Verdict::pass({{kErrorRatio, worst}});
+  return with_outputs(worst, per_output);
 }
 
 // ---- saved_statistics: μ and rstd, which a forward saves for its backward
@@ -290,6 +302,7 @@ Verdict saved_statistics(T& t, const Values& p) {
   const Result naive = two_pass(c);
   const double k = p.real("k"), ulps = p.real("floor_ulps");
   double worst = 0;
+  std::map<std::string, double> per_output;
   for (size_t r = 0; r < static_cast<size_t>(c.rows); ++r) {
     const struct {
       const char* name;
@@ -303,13 +316,14 @@ Verdict saved_statistics(T& t, const Values& p) {
       const ToleranceReport rep = compare_with_baseline(std::span(&ch.ref[r], 1), std::span(&ch.got[r], 1),
                                                         std::span(&ch.naive[r], 1), k, ch.floor);
       worst = std::max(worst, error_ratio(rep));
+      per_output[ch.name] = std::max(per_output[ch.name], error_ratio(rep));
       if (!rep.ok)
         return Verdict::fail(fmt::format("saved {}[{}] = {:.9g}, reference {:.9g}: {}", ch.name, r, ch.got[r],
                                          ch.ref[r], rep.message),
                              measured_error(rep, {{"row", double(r)}}));
     }
   }
-  return Verdict::pass({{kErrorRatio, worst}});
+  return with_outputs(worst, per_output);
 }
 
 // ---- exact identities of the backward, within rounding of the dtype

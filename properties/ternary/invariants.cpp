@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kprop/search.h"
 #include "kprop/tolerance.h"
 #include "properties/ternary/family.h"
 
@@ -126,20 +127,28 @@ Verdict integer_part_exact(T& t, const Values&) {
 Verdict output_matches_reference(T& t, const Values& p) {
   const Result& r = t.target();
   if (Verdict v = check_sizes(t.input(), r); v.outcome == Outcome::fail) return v;
-  const ToleranceReport rep = compare_close(t.reference().y, r.y, 0, p.real("rtol"));
+  const std::vector<double>& want = t.reference().y;
+  const ToleranceReport rep = compare_close(want, r.y, 0, p.real("rtol"));
   if (!rep.ok)
     return Verdict::fail("y " + rep.message,
                          {{"index", double(rep.worst_index)}, {"max_error", rep.target_error}});
-  return Verdict::pass();
+  double ratio = 0;  // how close it came (kErrorRatio), over the finite elements
+  for (size_t i = 0; i < want.size() && i < r.y.size(); ++i)
+    if (std::isfinite(want[i]))
+      ratio = std::max(ratio, error_ratio(std::fabs(r.y[i] - want[i]),
+                                          allowed_error(0, p.real("rtol"), std::fabs(want[i]))));
+  return Verdict::pass({{kErrorRatio, ratio}});
 }
 
 // Compares `got` with `want` where each entry's f32 error bound is
 // k · u32 · (terms + 2) · magnitude (sum of |terms|).
 Verdict within_f32_bound(const char* name, const std::vector<double>& got, const std::vector<double>& want,
                          const std::vector<double>& magnitude, int terms, double k) {
+  double ratio = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     const double allowed = k * kF32Unit * (terms + 2) * magnitude[i];
     const double err = std::fabs(got[i] - want[i]);
+    ratio = std::max(ratio, error_ratio(err, allowed));
     if (!(err <= allowed))
       return Verdict::fail(
           fmt::format(
@@ -147,7 +156,7 @@ Verdict within_f32_bound(const char* name, const std::vector<double>& got, const
               name, i, got[i], want[i], err, allowed),
           {{"index", double(i)}, {"got", got[i]}, {"dense", want[i]}, {"abs_error", err}});
   }
-  return Verdict::pass();
+  return for_output(name, Verdict::pass({{kErrorRatio, ratio}}));
 }
 
 Verdict ste_matches_dense(T& t, const Values& p) {
@@ -174,9 +183,8 @@ Verdict ste_matches_dense(T& t, const Values& p) {
         dw_mag[at(n, K, k)] += std::fabs(g * xt[at(tok, K, k)]);
       }
     }
-  if (Verdict v = within_f32_bound("dx", r.dx, dx, dx_mag, N, p.real("k")); v.outcome == Outcome::fail)
-    return v;
-  return within_f32_bound("dW", r.dw, dw, dw_mag, M, p.real("k"));
+  return both(within_f32_bound("dx", r.dx, dx, dx_mag, N, p.real("k")),
+              within_f32_bound("dW", r.dw, dw, dw_mag, M, p.real("k")));
 }
 
 // <dy, y> = <dx, x̃> = <dW, W̃> for the target's own quantized point: the
@@ -199,12 +207,15 @@ Verdict ste_adjoint(T& t, const Values& p) {
       dxx += r.dx[at(tok, K, k)] * r.x_q[at(tok, K, k)] / r.x_scale[static_cast<size_t>(tok)];
   for (size_t i = 0; i < r.dw.size(); ++i) dww += r.dw[i] * r.w_scale * r.w_q[i];
   const double allowed = p.real("k") * kF32Unit * (M + N + K + 4) * mag;
-  for (auto [name, v] : {std::pair{"<dx, x~>", dxx}, std::pair{"<dW, W~>", dww}})
+  double ratio = 0;
+  for (auto [name, v] : {std::pair{"<dx, x~>", dxx}, std::pair{"<dW, W~>", dww}}) {
     if (!(std::fabs(v - dyy) <= allowed))
       return Verdict::fail(
           fmt::format("{} = {:.9g} but <dy, y> = {:.9g} (allowed difference {:.3g})", name, v, dyy, allowed),
           {{"dy_dot_y", dyy}, {"inner", v}, {"allowed", allowed}});
-  return Verdict::pass();
+    ratio = std::max(ratio, error_ratio(std::fabs(v - dyy), allowed));
+  }
+  return Verdict::pass({{kErrorRatio, ratio}});
 }
 
 // Every output finite; zero weights give zero outputs and dx; a zero token

@@ -11,6 +11,7 @@
 
 #include "kprop/corpus.h"
 #include "kprop/external.h"
+#include "kprop/search.h"
 #include "kprop/spec.h"
 #include "kprop/stats.h"
 
@@ -63,6 +64,8 @@ struct RunOptions {
   std::optional<int64_t> trials;             // overrides run.trials
   std::optional<double> time_budget_s;       // overrides run.time_budget_s (0: no limit)
   std::optional<double> case_timeout_s;      // overrides run.case_timeout_s
+  std::optional<bool> search;                // overrides run.search.enabled (--search)
+  std::optional<int64_t> search_trials;      // overrides run.search.trials (--search-trials)
   std::vector<std::string> only_invariants;  // empty: all in the spec
   std::string corpus_dir = "corpus";         // counterexamples go to corpus_dir/<spec>/
   bool write_corpus = true;
@@ -135,6 +138,12 @@ struct InvariantReport {
   double seconds_to_fail = 0;   // from the start of the run
   std::string last_discard;     // why, for gave_up and n/a
   double max_error_ratio = -1;  // largest kErrorRatio of a pass (-1: none reported)
+
+  // The largest "error_ratio.<output>" of a pass, per output (kprop/search.h).
+  std::map<std::string, double> output_ratios;
+  // Every pass's kErrorRatio (random phase and search).
+  RatioHistogram ratios;
+
   std::map<std::string, int64_t> discard_reasons;
   std::optional<Finding> counterexample;
 };
@@ -185,7 +194,8 @@ struct RunReport {
   // "op.output" of each output of the kernel no invariant of the run reads
   // (kprop/output_reads.h): reported, not a failure.
   std::vector<std::string> unchecked_outputs;
-  RunStats stats;  // what was drawn, the time split, error/bound ratios
+  RunStats stats;       // what was drawn, the time split, error/bound ratios
+  SearchReport search;  // the targeted search (run.search / --search); search.ran false when off
   // Every finding, in the order found (pointers into invariants/crash).
   std::vector<const Finding*> findings() const;
 };

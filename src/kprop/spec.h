@@ -29,6 +29,10 @@ struct RunConfig {
   double case_timeout_s = 30;                      // a target call longer than this is a hang (exit 3)
   std::vector<std::string> suppress_health_check;  // health checks that do not fail the run
   int64_t max_case_mb = 1024;  // a case's peak memory (Family::case_bytes) may be at most this
+  // run.search (kprop/search.h): the targeted search after the random phase.
+  bool search = false;               // search.enabled (prop_runner --search)
+  int64_t search_trials = 200;       // search.trials: cases the search may run
+  double search_time_budget_s = 60;  // search.time_budget_s (0: no limit)
 };
 
 // ---- expression invariants: `{name: N, expect: EXPR, when: EXPR}` in a
