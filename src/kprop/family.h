@@ -497,7 +497,9 @@ class FamilyDef : public Family {
   // What each named invariant reads (InvariantInfo::reads), as one table
   // per family: the family's output-coverage audit in one place.
   void reads(const std::vector<std::pair<std::string, std::vector<std::string>>>& table) {
-    for (const auto& [name, outputs] : table) {
+    for (const auto& entry : table) {
+      const std::string& name = entry.first;  // not a structured binding: clang 14 cannot capture one
+      const std::vector<std::string>& outputs = entry.second;
       auto it = std::find_if(invariant_infos_.begin(), invariant_infos_.end(),
                              [&](const InvariantInfo& i) { return i.name == name; });
       if (it == invariant_infos_.end())
