@@ -24,6 +24,13 @@ PACKAGES=(
 PYPI_PACKAGES=(nanobind==3.1.0 scikit-build-core==1.1.2 pytest==9.2.0)
 JOBS="${KPROP_JOBS:-$(nproc)}"
 
+# Wall time of each step of `test`, so a slow CI run says where it went.
+_phase_start=$SECONDS
+phase() {
+  echo "kprop: $1 took $((SECONDS - _phase_start)) s"
+  _phase_start=$SECONDS
+}
+
 deps() {
   local missing=()
   for p in "${PACKAGES[@]}"; do
@@ -57,8 +64,12 @@ build() {
 }
 
 # One clang build serves both the sanitizer run of the suite and the fuzzers.
+# Line tables are all a sanitizer report's stack needs (full -g costs a
+# fifth more compile time); the benchmarks are timed in the optimised build.
 build_san() {
-  CC=clang CXX=clang++ cmake -S . -B build-san -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKPROP_FUZZ=ON
+  local flags="-O2 -gline-tables-only -DNDEBUG"
+  CC=clang CXX=clang++ cmake -S . -B build-san -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKPROP_FUZZ=ON \
+    -DKPROP_BENCH=OFF -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" -DCMAKE_C_FLAGS_RELWITHDEBINFO="$flags"
   cmake --build build-san -j "$JOBS"
 }
 
@@ -88,7 +99,9 @@ case "${1:-}" in
     # specs/, corpus/ or any tracked folder): compared after both runs.
     before=""
     if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then before="$(git status --porcelain)"; fi
+    phase "install"
     build
+    phase "optimised build"
     # The Python package's suite (tests/python) runs in there as the ctest
     # python.pytest, against build/python: it must exist, never be silently dropped.
     if ! ctest --test-dir build -N -R '^python\.pytest$' | grep -q "Total Tests: 1"; then
@@ -96,10 +109,13 @@ case "${1:-}" in
       exit 1
     fi
     ctest --test-dir build --output-on-failure -j "$JOBS"
+    phase "optimised suite"
     build_san
+    phase "sanitizer build"
     # Leak checking stays on; halt_on_error makes a sanitizer report fail the test.
     ASAN_OPTIONS="detect_leaks=1:halt_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
       ctest --test-dir build-san --output-on-failure -j "$JOBS"
+    phase "sanitizer suite"
     if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
       after="$(git status --porcelain)"
       if [ "$before" != "$after" ]; then

@@ -23,6 +23,7 @@
 #include "kprop/external.h"
 #include "kprop/jobs.h"
 #include "kprop/runner.h"
+#include "kprop/sanitizer.h"
 
 namespace fs = std::filesystem;
 
@@ -323,7 +324,8 @@ CheckResult check_one(const RunContext& ctx, AnyTrial& trial, const InvariantUse
 namespace {
 
 bool isolated(const RunContext& ctx) {
-  return ctx.options.isolate && ctx.target.index >= 0;
+  return (ctx.options.isolate || (kAddressSanitizer && ctx.target.info.out_of_bounds)) &&
+         ctx.target.index >= 0;
 }
 
 std::vector<CheckResult> check_uses_here(const RunContext& ctx, const std::vector<const InvariantUse*>& uses,

@@ -62,7 +62,7 @@ const std::vector<Mutant>& mutants() {
        "unpack reads each packed row one byte late: shifted weights, and one byte past the buffer on the "
        "last "
        "row (an out-of-bounds read AddressSanitizer reports: scripts/dev.sh san-run)",
-       [](const Case& c) { return packed_reading_late(c, 1); }},
+       [](const Case& c) { return packed_reading_late(c, 1); }, /*out_of_bounds=*/true},
   };
   return table;
 }

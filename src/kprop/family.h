@@ -119,6 +119,12 @@ struct ImplInfo {
   // false: repeated runs may differ in rounding by design (atomics); the
   // `deterministic` invariant then reports n/a instead of failing.
   bool deterministic = true;
+  // A mutant whose bug reads or writes outside its buffers: under
+  // AddressSanitizer its cases are checked in forked children whatever
+  // --isolate says, so the sanitizer's report kills a child and the run
+  // reports the crash (a fork of an ASan process is too dear to isolate
+  // every target by default there).
+  bool out_of_bounds = false;
 };
 
 // An implementation as a run uses it: one the family registered (by index),
@@ -459,14 +465,20 @@ class FamilyDef : public Family {
     impls_.push_back(std::move(info));
     impl_fns_.push_back(std::move(fn));
   }
-  void mutant(std::string name, std::string description, ImplFn fn) {
-    implementation({std::move(name), ImplKind::mutant, std::move(description)}, std::move(fn));
+  void mutant(std::string name, std::string description, ImplFn fn, bool out_of_bounds = false) {
+    ImplInfo info{std::move(name), ImplKind::mutant, std::move(description)};
+    info.out_of_bounds = out_of_bounds;
+    implementation(std::move(info), std::move(fn));
   }
   // Every mutant of a kernel's table (kernels/<f>/mutants.cpp: a range of
-  // {name, description, run}).
+  // kprop::Mutant rows).
   template <typename Table>
   void mutants(const Table& table) {
-    for (const auto& m : table) mutant(m.name, m.description, m.run);
+    for (const auto& m : table) {
+      bool out_of_bounds = false;
+      if constexpr (requires { m.out_of_bounds; }) out_of_bounds = m.out_of_bounds;
+      mutant(m.name, m.description, m.run, out_of_bounds);
+    }
   }
 
   // An implementation that cannot run here: every case raises

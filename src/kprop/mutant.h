@@ -15,6 +15,8 @@ struct Mutant {
   const char* name;
   const char* description;
   Result (*run)(const Case&);
+  // The bug reads or writes outside its buffers (ImplInfo::out_of_bounds).
+  bool out_of_bounds = false;
 };
 
 // The row named `name` of `table`; std::logic_error when there is none.

@@ -67,6 +67,26 @@ nlohmann::json without_times(nlohmann::json j) {
   return j;
 }
 
+// A shrink that ran out of its wall-clock shrink_budget_s (the large
+// profile's vocab-131072 dflash cases take long to check, more so under ASan
+// or on a loaded machine) stops at a step that depends on the clock: where
+// either report's shrink was cut short, only the failure itself (invariant,
+// original size) is compared, in both.
+void without_interrupted_shrinks(nlohmann::json& a, nlohmann::json& b) {
+  if (a.is_object() && b.is_object()) {
+    if (a.value("shrink_interrupted", false) || b.value("shrink_interrupted", false))
+      for (const char* key : {"case_yaml", "corpus_path", "replay", "shrink_steps", "size", "measured",
+                              "message", "summary", "diff", "shrink_interrupted"}) {
+        a.erase(key);
+        b.erase(key);
+      }
+    for (auto& [key, value] : a.items())
+      if (b.contains(key)) without_interrupted_shrinks(value, b[key]);
+  } else if (a.is_array() && b.is_array() && a.size() == b.size()) {
+    for (size_t i = 0; i < a.size(); ++i) without_interrupted_shrinks(a[i], b[i]);
+  }
+}
+
 // --jobs N: the same cases, verdicts, counts, shrunk counterexamples and
 // stored files as --jobs 1 (a passing run, a failing mutant, the mutants
 // table, a sharded run, a folder replay), whatever N.
@@ -88,11 +108,14 @@ TEST(Cli, JobsGiveTheReportOfOneJob) {
                            " --format json --out " + out.string() + " --jobs " + std::to_string(jobs));
       ASSERT_LE(r.code, 1) << args << " --jobs " << jobs << "\n" << r.out;
       std::ifstream in(out);
-      const nlohmann::json report = without_times(nlohmann::json::parse(in));
-      if (jobs == 1)
+      nlohmann::json report = without_times(nlohmann::json::parse(in));
+      if (jobs == 1) {
         one = report;
-      else
-        EXPECT_EQ(report, one) << args << " --jobs " << jobs;
+      } else {
+        nlohmann::json first = one;
+        without_interrupted_shrinks(first, report);
+        EXPECT_EQ(report, first) << args << " --jobs " << jobs;
+      }
     }
   }
   fs::remove_all(corpus);
