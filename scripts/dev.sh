@@ -58,8 +58,12 @@ venv() {
   fi
 }
 
+# -g1: line tables and function names, what a backtrace needs; full -g costs
+# a quarter more compile time (CI builds twice, from scratch, on 2 cores).
 build() {
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  local flags="-O2 -g1 -DNDEBUG"
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" \
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="$flags"
   cmake --build build -j "$JOBS"
 }
 

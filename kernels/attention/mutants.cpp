@@ -28,6 +28,18 @@ FwdResult lse_rows_4096(const Case& c) {
   return r;
 }
 
+// The softmax scale passed as a kernel argument in the storage type (f16 or
+// bf16) instead of f32: every score is off by the scale's rounding, a
+// relative 2^-9 at most in bf16 (2^-12 in f16; exact where 1/sqrt(D) is a
+// power of two, D = 1, 4, 16, 64, 256). A small effect on random inputs,
+// where P's own rounding is as large; a large one where |S| is (large
+// logits, the cases --search climbs toward). f32/f64 cases are unaffected.
+Case with_scale_in_storage(const Case& c) {
+  Case h = c;
+  h.scale = round_to(c.dtype, effective_scale(c));
+  return h;
+}
+
 }  // namespace
 
 const std::vector<Mutant<FwdResult>>& forward_mutants() {
@@ -52,6 +64,11 @@ const std::vector<Mutant<FwdResult>>& forward_mutants() {
        forward<FwdBug::rowsum_in_storage>},
       {"lse_in_storage", "f16/bf16: LSE stored in the storage type instead of f32",
        forward<FwdBug::lse_in_storage>},
+      {"scale_in_storage",
+       "f16/bf16: the softmax scale rounded to the storage type instead of passed as f32 (small effect but "
+       "on "
+       "large logits)",
+       [](const Case& c) { return forward<FwdBug::none>(with_scale_in_storage(c)); }},
 
       {"materialized_scores",
        "correct values from a materialized Nq×Nk score matrix (breaks workspace_bounded)", naive_forward},

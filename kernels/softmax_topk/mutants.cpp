@@ -32,6 +32,9 @@ void by_prob(FusedConfig& f) {
 void unsorted(FusedConfig& f) {
   f.sort_output = false;
 }
+void z_half(FusedConfig& f) {
+  f.z_in_storage = true;
+}
 void exp_half_no_max(FusedConfig& f) {
   f.subtract_max = false;
   f.exp_in_storage = true;
@@ -68,6 +71,10 @@ const std::vector<Mutant>& mutants() {
        "softmax without max subtraction, each exp(x) rounded to the storage dtype: inf past 11.09 in f16, so "
        "inf / inf = NaN (f32, f64 cases: as no_max_subtraction)",
        variant<exp_half_no_max>},
+      {"z_in_storage",
+       "f16/bf16: the running normaliser summed in the storage type instead of f32 (small effect but on long "
+       "flat rows)",
+       variant<z_half>},
       {"indices_u16", "indices written through a uint16 buffer: an index >= 65536 wraps", indices_u16},
   };
   return table;

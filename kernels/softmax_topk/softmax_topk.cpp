@@ -113,12 +113,14 @@ struct Entry {
 // logit seen so far; a later element equal to it has a higher index and so
 // loses the tie, hence the strict comparison. Works for any K up to V.
 // `store`: a half case's rounding to the storage dtype (null otherwise),
-// applied to every exp(.) by the exp_in_storage mutant only.
+// applied to every exp(.) by the exp_in_storage mutant and to the running
+// normaliser by z_in_storage only.
 template <typename T>
 void fused_row(const T* x, int n, int k, int block, const FusedConfig& cfg, T* out_p, int* out_i,
                std::vector<Entry<T>>& buf, T (*store)(T) = nullptr) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   auto ex = [&](T v) -> T { return cfg.exp_in_storage && store ? store(std::exp(v)) : std::exp(v); };
+  auto zs = [&](T v) -> T { return cfg.z_in_storage && store ? store(v) : v; };
   const int keep = cfg.cap > 0 ? std::min(k, cfg.cap) : k;
   auto better = [&cfg](const Entry<T>& a, const Entry<T>& b) {
     if (a.value != b.value) return a.value > b.value;
@@ -133,13 +135,13 @@ void fused_row(const T* x, int n, int k, int block, const FusedConfig& cfg, T* o
     T bmax = kNegInf;
     for (int i = b0; i < b1; ++i) bmax = std::max(bmax, x[i]);
     if (cfg.subtract_max && bmax > m) {
-      if (z != 0) z *= cfg.rescale_inverted ? std::exp(bmax - m) : std::exp(m - bmax);
+      if (z != 0) z = zs(z * (cfg.rescale_inverted ? std::exp(bmax - m) : std::exp(m - bmax)));
       m = bmax;
     }
     if (!cfg.subtract_max) m = std::max(m, bmax);  // tracked only for the all -inf guard
     const T shift = cfg.subtract_max ? m : T(0);
     if (m != kNegInf)
-      for (int i = b0; i < b1; ++i) z += ex(x[i] - shift);
+      for (int i = b0; i < b1; ++i) z = zs(z + ex(x[i] - shift));
     if (!have_threshold) {
       for (int i = b0; i < b1; ++i) buf.push_back({x[i], i});
     } else if (bmax > threshold) {

@@ -78,6 +78,11 @@ struct FusedConfig {
   // computed (the exp_in_f16_no_max mutant; overflows to inf past 11.09 in
   // f16).
   bool exp_in_storage = false;
+  // A half case: the running normaliser z rounded to the storage dtype
+  // after every update (the z_in_storage mutant). Its relative error grows
+  // with the terms added: small on short rows, and once z passes 2^11 (f16;
+  // 2^8 in bf16) an exp(.) below half an ulp of z no longer moves it.
+  bool z_in_storage = false;
 };
 Result fused_with(const Case& c, const FusedConfig& config);
 // The fused kernel on raw f32 rows (x: rows x vocab; probs, indices: rows x k).
