@@ -7,6 +7,8 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "kprop/svg.h"
+
 namespace kprop {
 namespace {
 
@@ -399,32 +401,6 @@ class JsonReporter final : public Reporter {
   }
 };
 
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t')
-          out += ' ';
-        else
-          out += c;
-    }
-  }
-  return out;
-}
-
 class JunitReporter final : public Reporter {
  public:
   static std::string finding_body(const Finding& f, uint64_t seed) {
@@ -434,21 +410,21 @@ class JunitReporter final : public Reporter {
                         f.stats.size, seed, f.case_yaml);
     if (!f.corpus_path.empty()) body += "stored: " + f.corpus_path + "\n";
     if (!f.replay_command.empty()) body += "replay: " + f.replay_command + "\n";
-    return xml_escape(body);
+    return svg::escape(body);
   }
   static std::string suite(const RunReport& r, const std::string& name) {
     int failures = 0, errors = 0, skipped = 0;
     std::string cases;
     for (const auto& inv : r.invariants) {
-      cases += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3f}\">\n", xml_escape(name),
-                           xml_escape(inv.name),
+      cases += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3f}\">\n", svg::escape(name),
+                           svg::escape(inv.name),
                            inv.status == InvariantStatus::failed ? inv.seconds_to_fail : r.seconds);
       if (r.status == RunStatus::skipped) {
         ++skipped;
-        cases += fmt::format("      <skipped message=\"{}\"/>\n", xml_escape(r.detail));
+        cases += fmt::format("      <skipped message=\"{}\"/>\n", svg::escape(r.detail));
       } else if (inv.status == InvariantStatus::not_applicable) {
         ++skipped;
-        cases += fmt::format("      <skipped message=\"n/a: {}\"/>\n", xml_escape(inv.last_discard));
+        cases += fmt::format("      <skipped message=\"n/a: {}\"/>\n", svg::escape(inv.last_discard));
       } else if (inv.status == InvariantStatus::not_run) {
         ++skipped;
         cases += fmt::format("      <skipped message=\"not run: the run {} after {} checked case(s)\"/>\n",
@@ -457,13 +433,13 @@ class JunitReporter final : public Reporter {
         ++failures;
         cases +=
             fmt::format("      <failure message=\"{}\" type=\"invariant\">{}</failure>\n",
-                        xml_escape(inv.counterexample->message), finding_body(*inv.counterexample, r.seed));
+                        svg::escape(inv.counterexample->message), finding_body(*inv.counterexample, r.seed));
       } else if (inv.status == InvariantStatus::gave_up) {
         ++failures;
         cases += fmt::format(
             "      <failure message=\"health check: {} checked, {} discarded, {} declined\" "
             "type=\"health_check\">{}</failure>\n",
-            inv.passed, inv.discarded, inv.declined, xml_escape(inv.last_discard));
+            inv.passed, inv.discarded, inv.declined, svg::escape(inv.last_discard));
       }
       cases += "    </testcase>\n";
     }
@@ -473,8 +449,8 @@ class JunitReporter final : public Reporter {
       cases += fmt::format(
           "    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3f}\">\n      <error message=\"{}\" "
           "type=\"{}\">{}</error>\n    </testcase>\n",
-          xml_escape(name), xml_escape("target " + r.crash->kind), r.seconds, xml_escape(r.crash->message),
-          xml_escape(r.crash->kind), finding_body(*r.crash, r.seed));
+          svg::escape(name), svg::escape("target " + r.crash->kind), r.seconds, svg::escape(r.crash->message),
+          svg::escape(r.crash->kind), finding_body(*r.crash, r.seed));
     }
     for (const auto& h : r.health) {
       if (h.check == "discarded") continue;  // reported on its invariant
@@ -483,7 +459,7 @@ class JunitReporter final : public Reporter {
           "    <testcase classname=\"{}\" name=\"health check {}\" time=\"0\">\n      <failure "
           "message=\"{}\" "
           "type=\"health_check\"/>\n    </testcase>\n",
-          xml_escape(name), xml_escape(h.check), xml_escape(h.message));
+          svg::escape(name), svg::escape(h.check), svg::escape(h.message));
     }
     return fmt::format(
         "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" "
@@ -491,8 +467,8 @@ class JunitReporter final : public Reporter {
         "    <properties><property name=\"seed\" value=\"{}\"/><property name=\"target\" "
         "value=\"{}\"/><property name=\"cases_checked\" value=\"{}\"/></properties>\n{}"
         "  </testsuite>\n",
-        xml_escape(name), r.invariants.size() + extra, failures, errors, skipped, r.seconds, r.seed,
-        xml_escape(r.target), r.checked, cases);
+        svg::escape(name), r.invariants.size() + extra, failures, errors, skipped, r.seconds, r.seed,
+        svg::escape(r.target), r.checked, cases);
   }
   std::string run(const RunReport& r) const override {
     return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n" + suite(r, "kprop." + r.spec) +
@@ -500,34 +476,35 @@ class JunitReporter final : public Reporter {
   }
   std::string mutants(const Spec& spec, const std::vector<MutantRow>& rows) const override {
     std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n";
-    out += fmt::format("  <testsuite name=\"kprop.{}.mutants\" tests=\"{}\">\n", xml_escape(spec.name),
+    out += fmt::format("  <testsuite name=\"kprop.{}.mutants\" tests=\"{}\">\n", svg::escape(spec.name),
                        rows.size());
     for (const auto& row : rows) {
       out += fmt::format("    <testcase classname=\"kprop.{}.mutants\" name=\"{}\" time=\"{:.3f}\">",
-                         xml_escape(spec.name), xml_escape(row.mutant), row.report.seconds);
+                         svg::escape(spec.name), svg::escape(row.mutant), row.report.seconds);
       if (row.report.status == RunStatus::skipped)
-        out += fmt::format("<skipped message=\"{}\"/>", xml_escape(row.report.detail));
+        out += fmt::format("<skipped message=\"{}\"/>", svg::escape(row.report.detail));
       else if (!row.killed)
-        out += fmt::format("<failure message=\"mutant survived: {}\"/>", xml_escape(row.description));
+        out += fmt::format("<failure message=\"mutant survived: {}\"/>", svg::escape(row.description));
       out += "</testcase>\n";
     }
     return out + "  </testsuite>\n</testsuites>\n";
   }
   std::string replay(const Spec& spec, const std::vector<ReplayRow>& rows) const override {
     std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n";
-    out += fmt::format("  <testsuite name=\"kprop.{}.replay\" tests=\"{}\">\n", xml_escape(spec.name),
+    out += fmt::format("  <testsuite name=\"kprop.{}.replay\" tests=\"{}\">\n", svg::escape(spec.name),
                        rows.size());
     for (const auto& row : rows) {
-      out += fmt::format("    <testcase classname=\"kprop.{}.replay\" name=\"{}\">", xml_escape(spec.name),
-                         xml_escape(row.path));
+      out += fmt::format("    <testcase classname=\"kprop.{}.replay\" name=\"{}\">", svg::escape(spec.name),
+                         svg::escape(row.path));
       if (!row.error.empty())
-        out += fmt::format("<error message=\"{}\"/>", xml_escape(row.error));
+        out += fmt::format("<error message=\"{}\"/>", svg::escape(row.error));
       else if (!row.target_ok)
-        out += fmt::format("<failure message=\"{}\"/>", xml_escape(row.target_detail));
+        out += fmt::format("<failure message=\"{}\"/>", svg::escape(row.target_detail));
       else if (row.declined)
-        out += fmt::format("<skipped message=\"{}\"/>", xml_escape(row.target_detail));
+        out += fmt::format("<skipped message=\"{}\"/>", svg::escape(row.target_detail));
       else if (!row.mutant_still_fails)
-        out += fmt::format("<failure message=\"mutant {} no longer fails\"/>", xml_escape(row.found_against));
+        out +=
+            fmt::format("<failure message=\"mutant {} no longer fails\"/>", svg::escape(row.found_against));
       out += "</testcase>\n";
     }
     return out + "  </testsuite>\n</testsuites>\n";
