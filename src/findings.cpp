@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "kprop/clock.h"
 #include "kprop/drawing.h"
 #include "kprop/external.h"
 #include "kprop/jobs.h"
@@ -29,11 +30,6 @@ namespace fs = std::filesystem;
 
 namespace kprop {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 std::atomic<int> g_interrupts{0};
 

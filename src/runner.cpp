@@ -11,17 +11,13 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "kprop/clock.h"
 #include "kprop/external.h"
 #include "kprop/jobs.h"
 #include "kprop/output_reads.h"
 
 namespace kprop {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // Sizes ramp from 0 to max_size over a cycle of this many cases and then
 // start again (as RapidCheck's sizes do), so more trials or a time budget

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "kprop/clock.h"
 #include "kprop/rng.h"
 #include "kprop/runner.h"
 
@@ -78,11 +79,6 @@ Verdict for_output(const std::string& output, Verdict v) {
 
 // ------------------------------------------------------------ the search
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // Per invariant, the random phase's cases with the highest ratios are the
 // starting points: a few, so a climb stuck on one can restart on another.
