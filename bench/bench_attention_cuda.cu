@@ -109,9 +109,24 @@ struct Config {
   int warps = 0, rows_per_warp = 0;
   cr::TcKernel kernel = cr::TcKernel::automatic;
   int min_blocks = 0;
+  int ws_block_k = 0;
+  bool ws_pingpong = true;
   int batch() const { return std::max(1, 16384 / n); }
   int heads() const { return 2048 / dim; }
   double flops() const { return 4.0 * batch() * heads() * double(n) * n * dim * (causal ? 0.5 : 1.0); }
+  std::string variant() const {  // the kernel and its knobs, as the benchmark names them
+    switch (kernel) {
+      case cr::TcKernel::mma_sync:
+        return "mma_sync";
+      case cr::TcKernel::wgmma:
+        return "wgmma_" + std::to_string(min_blocks) + "block";
+      case cr::TcKernel::wgmma_ws:
+        return "ws_bk" + std::to_string(ws_block_k) + (ws_pingpong ? "_pp" : "");
+      default:
+        return warps == 0 ? "automatic"
+                          : "mma_sync_" + std::to_string(warps) + "x" + std::to_string(rows_per_warp);
+    }
+  }
   std::string name() const {
     return std::string(type == cr::Half::f16 ? "f16" : "bf16") + "/N" + std::to_string(n) + "/D" +
            std::to_string(dim) + (causal ? "/causal" : "/full");
@@ -158,6 +173,11 @@ struct Timing {
   double flash_ms = 0, base_ms = 0;
 };
 std::map<std::string, Timing> g_results;
+struct Variant {
+  std::string name;
+  double ms, tflops;
+};
+std::vector<Variant> g_variants;  // every flash run other than the automatic choice
 cublasHandle_t g_cublas = nullptr;
 
 bool have_device() {
@@ -206,12 +226,15 @@ void flash(benchmark::State& state, Config c) {
     p.mask = c.causal ? cr::TcMask::causal : cr::TcMask::none;
     p.o = buf.o, p.lse = buf.lse, p.warps = c.warps, p.rows_per_warp = c.rows_per_warp;
     p.kernel = c.kernel, p.wgmma_min_blocks = c.min_blocks;
+    p.ws_block_k = c.ws_block_k, p.ws_pingpong = c.ws_pingpong;
     const double med = run_timed(state, c, [&](int set) {
       p.q = buf.q[size_t(set)], p.k = buf.k[size_t(set)], p.v = buf.v[size_t(set)];
       cr::tc_forward_async(p, nullptr);
     });
     if (c.warps == 0 && c.kernel == cr::TcKernel::automatic && c.min_blocks == 0)
       g_results[c.name()].flash_ms = med;
+    else
+      g_variants.push_back({c.variant() + "/" + c.name(), med, c.flops() / (med * 1e-3) / 1e12});
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -353,15 +376,34 @@ int main(int argc, char** argv) {
           ->MinTime(0.1)
           ->Unit(benchmark::kMillisecond);
     }
-  for (int dim : {64, 128})  // wgmma with registers for one block per SM (the default budgets two)
-    for (bool causal : {false, true}) {
-      Config c{cr::Half::f16, 4096, dim, causal};
-      c.kernel = cr::TcKernel::wgmma, c.min_blocks = 1;
-      benchmark::RegisterBenchmark(("flash_wgmma_1block/" + c.name()).c_str(), flash, c)
-          ->UseManualTime()
-          ->MinTime(0.1)
-          ->Unit(benchmark::kMillisecond);
-    }
+  for (int blocks : {1, 2})  // the v3 wgmma kernel, registers for one or two blocks per SM
+    for (int dim : {64, 128})
+      for (bool causal : {false, true}) {
+        Config c{cr::Half::f16, 4096, dim, causal};
+        c.kernel = cr::TcKernel::wgmma, c.min_blocks = blocks;
+        benchmark::RegisterBenchmark(("flash_wgmma_" + std::to_string(blocks) + "block/" + c.name()).c_str(),
+                                     flash, c)
+            ->UseManualTime()
+            ->MinTime(0.1)
+            ->Unit(benchmark::kMillisecond);
+      }
+  // The warp-specialized kernel (TMA producer, two consumer warpgroups):
+  // keys per tile x ping-pong, at the goal shape and N = 16k.
+  for (int n : {4096, 16384})
+    for (int dim : {64, 128})
+      for (bool causal : {false, true})
+        for (int block_k : {64, 128})
+          for (bool pingpong : {false, true}) {
+            if (n == 16384 && dim == 64) continue;
+            Config c{cr::Half::f16, n, dim, causal};
+            c.kernel = cr::TcKernel::wgmma_ws, c.ws_block_k = block_k, c.ws_pingpong = pingpong;
+            benchmark::RegisterBenchmark(
+                ("flash_ws_bk" + std::to_string(block_k) + (pingpong ? "_pp/" : "/") + c.name()).c_str(),
+                flash, c)
+                ->UseManualTime()
+                ->MinTime(0.1)
+                ->Unit(benchmark::kMillisecond);
+          }
   benchmark::RegisterBenchmark("ceiling/gemm_f16_8192", ceiling_gemm)
       ->UseManualTime()
       ->MinTime(0.1)
@@ -376,7 +418,8 @@ int main(int argc, char** argv) {
   benchmark::Shutdown();
   if (device)
     std::printf("\nflash = the automatic kernel choice: %s\n",
-                cr::tc_wgmma_available() ? "wgmma (sm_90a)" : "mma.sync (no sm_90a image for this device)");
+                cr::tc_wgmma_available() ? "warp-specialized wgmma (sm_90a; TMA, Bk 128, ping-pong)"
+                                         : "mma.sync (no sm_90a image for this device)");
   if (!g_results.empty()) {
     std::printf("\n%-24s %10s %9s %7s %12s %9s\n", "case", "flash ms", "TFLOP/s", "%peak", "material. ms",
                 "speed-up");
@@ -388,6 +431,12 @@ int main(int argc, char** argv) {
       std::printf("%-24s %10.3f %9.1f %6.1f%% %12.3f %8.2fx\n", c.name().c_str(), t.flash_ms, tf,
                   100 * tf / kPeakTflops, t.base_ms, t.base_ms > 0 ? t.base_ms / t.flash_ms : 0.0);
     }
+  }
+  if (!g_variants.empty()) {
+    std::printf("\n%-44s %10s %9s %7s\n", "variant", "ms", "TFLOP/s", "%peak");
+    for (const Variant& v : g_variants)
+      std::printf("%-44s %10.3f %9.1f %6.1f%%\n", v.name.c_str(), v.ms, v.tflops,
+                  100 * v.tflops / kPeakTflops);
   }
   if (g_cublas) cublasDestroy(g_cublas);
   return 0;

@@ -12,12 +12,13 @@
 # did not count (the property run failed, was skipped, crashed). Exit 0 only
 # if every cell is clean (0 errors and the property run passed); 1 otherwise;
 # 77 (skip) without compute-sanitizer or without a CUDA device (or a build
-# without CUDA). Logs and JSON reports go to BUILD_DIR/cuda_sanitize/.
+# without CUDA). Logs and JSON reports go to KPROP_SANITIZE_LOGS.
 #
 # Environment: KPROP_SANITIZE_TRIALS (default 3) cases per run,
 # KPROP_SANITIZE_JOBS (default: the CPU count, at most 8) runs at once,
 # KPROP_SANITIZE_TOOLS (default "memcheck racecheck initcheck synccheck"),
 # KPROP_SANITIZE_TARGET (default cuda; another only to test this script),
+# KPROP_SANITIZE_LOGS (default BUILD_DIR/cuda_sanitize: logs and reports),
 # COMPUTE_SANITIZER (the tool's path).
 set -u
 
@@ -47,7 +48,7 @@ if [ -z "$sanitizer" ] || [ ! -x "$sanitizer" ]; then
   exit 77
 fi
 
-logs=$build/cuda_sanitize
+logs=${KPROP_SANITIZE_LOGS:-$build/cuda_sanitize}
 rm -rf "$logs"
 mkdir -p "$logs" || exit 2
 

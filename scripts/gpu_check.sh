@@ -3,15 +3,20 @@
 #
 #   scripts/gpu_check.sh BUILD_DIR [LOG_DIR]
 #
-#  1. each spec with a `cuda` target: prop_runner on it, two seeds, the spec's
-#     trials and unchanged tolerances;
-#  2. each of those specs' named mutants still dies (--mutants);
-#  3. the CUDA GoogleTests of each family binary (*Cuda*);
+#  1. each spec with a `cuda` target: prop_runner on it (seed 1, the spec's
+#     trials and unchanged tolerances; attention_fwd's gpu profile too, whose
+#     f16/bf16 cases run the tensor-core kernel);
+#  2. the CUDA GoogleTests of each family binary (*Cuda*);
+#  3. bench_attention_cuda (forward TFLOP/s, % of peak, vs cuBLAS materialized);
 #  4. the CUDA example plugin (device tensors) end to end;
 #  5. compute-sanitizer memcheck/racecheck/initcheck/synccheck on every cuda
-#     target (scripts/cuda_sanitize.sh);
-#  6. bench_attention_cuda (forward TFLOP/s, % of peak, vs cuBLAS materialized).
+#     target (scripts/cuda_sanitize.sh) and on the tensor-core kernels' tests;
+#  6. the named mutants (CPU kernels: skipped with KPROP_GPU_CHECK_QUICK=1,
+#     run them on any machine) and each spec's cuda target on a second seed
+#     (also skipped when quick).
 # Prints a summary table last; full logs in LOG_DIR (default BUILD_DIR/gpu_check).
+# Each step is stopped after KPROP_GPU_STEP_TIMEOUT seconds (default 900: a
+# hung kernel fails its step, it does not eat the device time).
 # Exit 0 only if every step passed; 77 without a device.
 set -u
 build=$(cd "$1" && pwd)
@@ -29,10 +34,11 @@ step() {  # step NAME LOG COMMAND...: runs it, records pass/fail
   local name=$1 log=$2
   shift 2
   local t0=$SECONDS
-  "$@" > "$logs/$log" 2>&1
+  timeout -k 10 "${KPROP_GPU_STEP_TIMEOUT:-900}" "$@" > "$logs/$log" 2>&1
   local rc=$?
   local verdict=ok
-  [ $rc -eq 0 ] || { verdict="FAIL (exit $rc)"; fails=$((fails + 1)); }
+  [ $rc -eq 124 ] && verdict="TIMEOUT"
+  [ $rc -eq 0 ] || { [ $rc -eq 124 ] || verdict="FAIL (exit $rc)"; fails=$((fails + 1)); }
   summary+=("$(printf '%-44s %-14s %4ss  %s' "$name" "$verdict" $((SECONDS - t0)) "$(tail -1 "$logs/$log" | cut -c1-90)")")
   echo "${summary[-1]}" | tee -a "$logs/summary.txt"
 }
@@ -41,27 +47,45 @@ for s in "${specs[@]}"; do
   step "$s --target cuda --seed 1" "$s.cuda.1.txt" \
     "$build/prop_runner" --spec "$root/specs/$s.yaml" --target cuda --seed 1 --no-corpus --time 0
 done
+# The gpu profile: D = 64 / 128 and real tiles, so the f16/bf16 cases run the
+# tensor-core kernel (the default domain's D mostly declines it).
+step "attention_fwd --target cuda --profile gpu" attention_fwd.cuda.gpu.txt \
+  "$build/prop_runner" --spec "$root/specs/attention_fwd.yaml" --target cuda --profile gpu --seed 1 --no-corpus --time 0
 for f in attention kvcache layernorm softmax_topk; do
   step "kprop_${f}_tests *Cuda*" "gtest.$f.txt" "$build/tests/kprop_${f}_tests" --gtest_filter='*Cuda*:*cuda*'
 done
+if [ -x "$build/bench/bench_attention_cuda" ]; then
+  step "bench_attention_cuda" bench.txt "$build/bench/bench_attention_cuda" ${KPROP_BENCH_ARGS:-}
+fi
 if [ -d "$build/examples" ]; then
   plugin_dir=$(dirname "$(find "$build/examples" -name 'libattention_fwd_cuda_correct.so' -o -name 'attention_fwd_cuda_correct.so' | head -1)")
   step "CUDA plugin (device tensors)" plugin.txt \
     bash "$root/tests/external/cuda_plugin_test.sh" "$build/prop_runner" "$root/specs/attention_fwd.yaml" "$plugin_dir"
 fi
 step "compute-sanitizer (4 tools x targets)" sanitize.txt \
-  env KPROP_SANITIZE_TRIALS=${KPROP_SANITIZE_TRIALS:-10} bash "$root/scripts/cuda_sanitize.sh" "$build"
-if [ -x "$build/bench/bench_attention_cuda" ]; then
-  step "bench_attention_cuda" bench.txt "$build/bench/bench_attention_cuda" ${KPROP_BENCH_ARGS:-}
+  env KPROP_SANITIZE_TRIALS=${KPROP_SANITIZE_TRIALS:-10} KPROP_SANITIZE_LOGS="$logs/cuda_sanitize" \
+  bash "$root/scripts/cuda_sanitize.sh" "$build"
+# The tensor-core kernels are not spec targets at every shape: their tests
+# under the sanitizer too (the warp-specialized kernel's TMA, mbarriers and
+# named barriers included).
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+for tool in memcheck racecheck synccheck; do
+  cases=9
+  [ "$tool" = racecheck ] && cases=3  # racecheck takes minutes on the larger cases
+  step "compute-sanitizer $tool tensor-core tests" "sanitize.tc.$tool.txt" \
+    env KPROP_TC_MAX_CASES=$cases "$sanitizer" --tool "$tool" --error-exitcode 1 "$build/tests/kprop_attention_tests" \
+    --gtest_filter='AttentionCudaTensorCore.Wgmma*:AttentionCudaTensorCore.WarpSpecialized*'
+done
+if [ "${KPROP_GPU_CHECK_QUICK:-0}" != 1 ]; then
+  for s in "${specs[@]}"; do
+    step "$s --mutants" "$s.mutants.txt" \
+      "$build/prop_runner" --spec "$root/specs/$s.yaml" --mutants --seed 20261122 --no-corpus
+  done
+  for s in "${specs[@]}"; do
+    step "$s --target cuda --seed 2" "$s.cuda.2.txt" \
+      "$build/prop_runner" --spec "$root/specs/$s.yaml" --target cuda --seed 2 --no-corpus --time 0
+  done
 fi
-for s in "${specs[@]}"; do
-  step "$s --mutants" "$s.mutants.txt" \
-    "$build/prop_runner" --spec "$root/specs/$s.yaml" --mutants --seed 20261122 --no-corpus
-done
-for s in "${specs[@]}"; do
-  step "$s --target cuda --seed 2" "$s.cuda.2.txt" \
-    "$build/prop_runner" --spec "$root/specs/$s.yaml" --target cuda --seed 2 --no-corpus --time 0
-done
 echo
 echo "== sanitizer table"
 sed -n '/^target/,$p' "$logs/sanitize.txt" | head -20

@@ -24,6 +24,7 @@ namespace {
 struct Config {
   std::vector<std::string> specs;  // several only with --fuzz
   std::string profile;             // the specs' profile (docs/SPEC.md "Profiles")
+  std::string domain;              // --domain: domain keys overridden for this run (YAML map)
   std::string target;
   std::string reference;
   std::optional<uint64_t> seed;
@@ -68,7 +69,7 @@ std::pair<int64_t, int64_t> parse_shard(const std::string& text) {
 
 int run_fuzz_mode(const Config& cfg, const std::string& corpus_root) {
   std::vector<Spec> specs;
-  for (const auto& path : cfg.specs) specs.push_back(load_spec(path, cfg.profile));
+  for (const auto& path : cfg.specs) specs.push_back(load_spec(path, cfg.profile, cfg.domain));
   FuzzOptions o;
   o.target = cfg.target;
   for (const auto& spec : specs)
@@ -114,7 +115,7 @@ int run(const Config& cfg) {
       throw InputError({}, "--list --format " + cfg.format + ": valid: text, json");
     if (cfg.specs.size() > 1) throw InputError({}, "--list takes one --spec");
     std::optional<Spec> spec;
-    if (!cfg.specs.empty()) spec = load_spec(cfg.specs[0], cfg.profile);
+    if (!cfg.specs.empty()) spec = load_spec(cfg.specs[0], cfg.profile, cfg.domain);
     const Spec* s = spec ? &*spec : nullptr;
     std::cout << (cfg.format == "json" ? list_json(s) : list_text(s));
     return 0;
@@ -131,7 +132,7 @@ int run(const Config& cfg) {
                      "--import or --fuzz-seeds (they check against the spec's reference)");
   if (cfg.fuzz) return run_fuzz_mode(cfg, corpus_root);
   if (cfg.specs.size() > 1) throw InputError({}, "several --spec are only accepted with --fuzz");
-  const Spec spec = load_spec(cfg.specs[0], cfg.profile);
+  const Spec spec = load_spec(cfg.specs[0], cfg.profile, cfg.domain);
   if (!cfg.fuzz_seeds.empty()) {
     const int n = write_fuzz_seeds(spec, cfg.fuzz_seeds, 64);
     fmt::print("kprop: wrote {} seed inputs for {} to {}\n", n, spec.name, cfg.fuzz_seeds);
@@ -194,8 +195,9 @@ int run(const Config& cfg) {
     formatted = reporter->replay(spec, rows);
   } else {
     options.seed = resolve_seed(spec, options);  // printed first: a run that dies still names its seed
-    fmt::print(stderr, "kprop: spec {} seed {}{}\n", spec.name, *options.seed,
-               spec.profile.empty() ? "" : " profile " + spec.profile);
+    fmt::print(stderr, "kprop: spec {} seed {}{}{}\n", spec.name, *options.seed,
+               spec.profile.empty() ? "" : " profile " + spec.profile,
+               spec.domain_overrides.empty() ? "" : " domain " + spec.domain_overrides);
     if (cfg.output_coverage) {
       const CoverageReport report = output_coverage(spec, options);
       text = formatted = coverage_text(report);
@@ -236,6 +238,9 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_option("--profile", cfg.profile,
                  "apply the spec's profile NAME (its profiles: domain/run overrides; e.g. gpu)");
+  app.add_option("--domain", cfg.domain,
+                 "override domain keys for this run, a YAML map applied after --profile: e.g. "
+                 "--domain '{dtypes: [f32]}' for a kernel that takes f32 only");
   app.add_option("--target", cfg.target, "implementation under test (default: the spec's target)");
   app.add_option("--reference", cfg.reference,
                  "oracle of the comparative invariants (default: the spec's reference): an implementation, "

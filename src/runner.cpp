@@ -459,8 +459,8 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
     report.health.push_back(
         {"declined",
          fmt::format("{:.0f}% of cases were declined by the target ({} of {}): {}; narrow the domain to what "
-                     "the target supports (prop_runner --list shows the keys), or add run: "
-                     "{{suppress_health_check: [declined]}}",
+                     "the target supports (e.g. prop_runner --domain '{{dtypes: [f32]}}'; --list shows the "
+                     "keys), or add run: {{suppress_health_check: [declined]}}",
                      100 * declined_share, report.declined, report.trials,
                      top_reasons(report.decline_reasons))});
   for (auto& r : report.invariants) {

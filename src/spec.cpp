@@ -252,6 +252,7 @@ class Loader {
   void declared_family(const YAML::Node& root, const std::string& family_name, Spec& spec) const;
 
   const std::string* text = nullptr;  // the spec's text, for positions inside expressions
+  YAML::Node cli_domain;              // prop_runner --domain, over the domain (and the profile's)
 
  private:
   std::string file_;
@@ -484,8 +485,9 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
   // The section `key` of the spec, with the profile's overrides of it.
   const std::string in_profile = profile.empty() ? "" : " (profile " + profile + ")";
   auto section = [&](const char* key, const Schema& schema) -> YAML::Node {
-    if (chosen && chosen[key]) return overlay(root[key], chosen[key], schema);
-    return root[key];
+    YAML::Node n = chosen && chosen[key] ? overlay(root[key], chosen[key], schema) : root[key];
+    if (cli_domain.IsMap() && std::string_view(key) == "domain") n = overlay(n, cli_domain, schema);
+    return n;
   };
 
   const std::string family_name = required_string(*this, root, "family");
@@ -619,7 +621,28 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
 
 }  // namespace
 
-Spec parse_spec(const std::string& text, const std::string& path, const std::string& profile) {
+// --domain's text as a map of domain keys, each checked against the
+// family's schema on its own (errors point into the option's text).
+YAML::Node cli_domain(const std::string& text, const YAML::Node& root, const std::string& path) {
+  YAML::Node node;
+  try {
+    node = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    throw InputError({"--domain", e.mark.line + 1, e.mark.column + 1}, "invalid YAML: " + e.msg);
+  }
+  Loader cli("--domain");
+  if (!node.IsMap() || node.size() == 0)
+    cli.fail(node, "expected a map of domain keys, e.g. --domain '{dtypes: [f32], dim: [64, 128]}'");
+  const std::string family = root["family"] && root["family"].IsScalar() ? root["family"].Scalar() : "";
+  if (const Family* f = Registry::instance().find(family)) {
+    Values unused;
+    cli.parse_fields(node, f->domain_schema(), "", "the domain of " + path, unused);
+  }
+  return node;
+}
+
+Spec parse_spec(const std::string& text, const std::string& path, const std::string& profile,
+                const std::string& domain_overrides) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -628,6 +651,7 @@ Spec parse_spec(const std::string& text, const std::string& path, const std::str
   }
   Loader loader(path);
   loader.text = &text;
+  if (!domain_overrides.empty()) loader.cli_domain = cli_domain(domain_overrides, root, path);
   // The base spec, then every profile: each is validated whichever is
   // selected, so a broken profile fails the spec's own checks.
   Spec spec = loader.load(root, "");
@@ -655,7 +679,9 @@ Spec parse_spec(const std::string& text, const std::string& path, const std::str
     if (name == profile) selected = std::move(p);
   }
   if (!profile.empty() && !selected) loader.load(root, profile);  // throws: an unknown profile
+  spec.domain_overrides = domain_overrides;
   if (!selected) return spec;
+  selected->domain_overrides = domain_overrides;
   selected->profile_case_mb = spec.profile_case_mb;
   selected->mutant_profiles = spec.mutant_profiles;
   return std::move(*selected);
@@ -667,7 +693,7 @@ const std::vector<std::pair<std::string, std::string>>& renamed_specs() {
   return renamed;
 }
 
-Spec load_spec(const std::string& path, const std::string& profile) {
+Spec load_spec(const std::string& path, const std::string& profile, const std::string& domain_overrides) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const std::filesystem::path p(path);
@@ -675,14 +701,14 @@ Spec load_spec(const std::string& path, const std::string& profile) {
       const auto renamed = std::filesystem::path(p).replace_filename(new_stem + p.extension().string());
       if (p.stem() == old_stem && std::filesystem::exists(renamed)) {
         fmt::print(stderr, "kprop: note: spec {} is now {}; loading that\n", path, renamed.string());
-        return load_spec(renamed.string(), profile);
+        return load_spec(renamed.string(), profile, domain_overrides);
       }
     }
     throw InputError({path, 0, 0}, "cannot read spec file");
   }
   std::stringstream text;
   text << in.rdbuf();
-  return parse_spec(text.str(), path, profile);
+  return parse_spec(text.str(), path, profile, domain_overrides);
 }
 
 namespace {

@@ -82,6 +82,9 @@ DType stats_dtype(DType dtype);
 struct FwdResult {
   std::vector<double> o, lse;
   size_t workspace_peak = 0;  // bytes, high-water mark of the kernel's Workspace
+  // The kernel's scratch is tiles of its own fixed size whatever the case's
+  // Bq, Bk, Nq and Nk (the CUDA tensor-core path): workspace_bounded is n/a.
+  bool fixed_tiles = false;
 };
 
 struct BwdResult {
@@ -89,6 +92,7 @@ struct BwdResult {
   std::vector<double> d;       // per row: the rowsum(P ⊙ dP) the kernel used (D)
   std::vector<double> dq, dk, dv;
   size_t workspace_peak = 0;
+  bool fixed_tiles = false;  // as FwdResult's
 };
 
 // ---------------------------------------------------------------- typed kernels

@@ -1,5 +1,8 @@
-// Case -> FwdResult wrapper around the spec-checked CUDA forward
-// (attention_cuda.cu); compiled to nothing without CUDA.
+// Case -> FwdResult wrapper around the spec-checked CUDA forwards
+// (attention_cuda.cu): f32/f64 cases run the generic kernel with the case's
+// tiles, f16/bf16 cases the tensor-core kernel (wgmma on an sm_90 device,
+// else mma.sync; D = 64 or 128, no boolean mask: the registration declines
+// the rest). Compiled to nothing without CUDA.
 #if KPROP_HAVE_CUDA
 #include "kernels/attention/attention_cuda.h"
 
@@ -31,9 +34,31 @@ FwdResult run_typed(const Case& c) {
   return r;
 }
 
+// f16/bf16: the case's values are already exact in its dtype; the kernel
+// takes them as 16-bit inputs, accumulates in f32 and stores O in the dtype,
+// LSE in f32 (stats_dtype).
+FwdResult run_half(const Case& c) {
+  const Shape& s = c.shape;
+  const auto type = c.dtype == DType::bf16 ? cuda_raw::Half::bf16 : cuda_raw::Half::f16;
+  const auto mask = c.mask == MaskKind::causal        ? cuda_raw::TcMask::causal
+                    : c.mask == MaskKind::key_padding ? cuda_raw::TcMask::key_padding
+                                                      : cuda_raw::TcMask::none;
+  const std::vector<float> q(c.q.begin(), c.q.end()), k(c.k.begin(), c.k.end()), v(c.v.begin(), c.v.end());
+  std::vector<float> o(s.q_size()), lse(s.rows());
+  cuda_raw::tc_forward_host(type, s.batch, s.heads_q, s.heads_kv, s.nq, s.nk, s.dim, mask,
+                            c.key_lengths.data(), static_cast<float>(effective_scale(c)), q.data(), k.data(),
+                            v.data(), o.data(), lse.data());
+  FwdResult r;
+  r.o.assign(o.begin(), o.end());
+  r.lse.assign(lse.begin(), lse.end());
+  r.fixed_tiles = true;
+  return r;
+}
+
 }  // namespace
 
 FwdResult cuda_forward(const Case& c) {
+  if (is_half(c.dtype)) return run_half(c);
   return c.dtype == DType::f32 ? run_typed<float>(c) : run_typed<double>(c);
 }
 

@@ -485,10 +485,13 @@ bool tc_supported(const TcParams& p, const char** why) {
     reason = "rows_per_warp must be 0, 16 or 32";
   else if (p.rows_per_warp == 32 && p.warps == 8)
     reason = "32 rows per warp runs with 4 warps";
-  else if (p.kernel == TcKernel::wgmma && (p.warps != 0 || p.rows_per_warp != 0 || p.planted_bug))
-    reason = "the wgmma kernel has one tiling (warps and rows_per_warp 0) and no planted bug";
-  else if (p.kernel == TcKernel::wgmma && !tc_wgmma_available())
-    reason = "the wgmma kernel needs a compute capability 9.0 device and the sm_90a build";
+  else if ((p.kernel == TcKernel::wgmma || p.kernel == TcKernel::wgmma_ws) &&
+           (p.warps != 0 || p.rows_per_warp != 0 || p.planted_bug))
+    reason = "the wgmma kernels have one tiling (warps and rows_per_warp 0) and no planted bug";
+  else if ((p.kernel == TcKernel::wgmma || p.kernel == TcKernel::wgmma_ws) && !tc_wgmma_available())
+    reason = "the wgmma kernels need a compute capability 9.0 device and the sm_90a build";
+  else if (p.kernel == TcKernel::wgmma_ws && p.ws_block_k != 0 && p.ws_block_k != 64 && p.ws_block_k != 128)
+    reason = "ws_block_k must be 0, 64 or 128";
   else if (p.mask == TcMask::key_padding && p.key_lengths == nullptr)
     reason = "key_padding needs key_lengths";
   else if (p.planted_bug && (p.type != Half::f16 || p.dim != 64))
@@ -507,10 +510,14 @@ void tc_forward_async(const TcParams& p, void* stream) {
   const int warps = p.warps != 0 ? p.warps : 4;
   const int rows = p.rows_per_warp != 0 ? p.rows_per_warp : (p.warps == 0 ? 32 : 16);
   const auto s = static_cast<cudaStream_t>(stream);
-  const bool wgmma =
-      !p.planted_bug && p.warps == 0 && p.rows_per_warp == 0 &&
-      (p.kernel == TcKernel::wgmma || (p.kernel == TcKernel::automatic && tc_wgmma_available()));
-  if (wgmma)
+  // automatic: the warp-specialized kernel where the sm_90a image runs (the
+  // fastest measured: docs/CUDA_ATTENTION_NOTES.md), else mma.sync.
+  const bool hopper = !p.planted_bug && p.warps == 0 && p.rows_per_warp == 0 && tc_wgmma_available();
+  const bool wgmma = p.kernel == TcKernel::wgmma && hopper;
+  if (p.kernel == TcKernel::wgmma_ws || (p.kernel == TcKernel::automatic && hopper))
+    cuda_detail::ws_launch(p.type == Half::bf16, p.dim, p.batch, p.ws_block_k != 0 ? p.ws_block_k : 128,
+                           p.ws_pingpong, a, s);
+  else if (wgmma)
     cuda_detail::wgmma_launch(p.type == Half::bf16, p.dim, p.batch, p.wgmma_min_blocks, a, s);
   else if (p.planted_bug)
     launch_tc<__half, 64, 4, 1, true>(p, a, s);
@@ -530,7 +537,8 @@ float round_half(Half type, float x) {
 
 void tc_forward_host(Half type, int batch, int heads_q, int heads_kv, int nq, int nk, int dim, TcMask mask,
                      const int* key_lengths, float scale, const float* q, const float* k, const float* v,
-                     float* o, float* lse, int warps, int rows_per_warp, bool planted_bug, TcKernel kernel) {
+                     float* o, float* lse, int warps, int rows_per_warp, bool planted_bug, TcKernel kernel,
+                     int ws_block_k, bool ws_pingpong) {
   if (device_count() <= 0) throw std::runtime_error("no CUDA device");
   const size_t qn = size_t(batch) * heads_q * nq * dim, kvn = size_t(batch) * heads_kv * nk * dim,
                rows = size_t(batch) * heads_q * nq;
@@ -560,6 +568,7 @@ void tc_forward_host(Half type, int batch, int heads_q, int heads_kv, int nq, in
   p.type = type, p.batch = batch, p.heads_q = heads_q, p.heads_kv = heads_kv, p.nq = nq, p.nk = nk;
   p.dim = dim, p.mask = mask, p.scale = scale, p.planted_bug = planted_bug;
   p.warps = warps, p.rows_per_warp = rows_per_warp, p.kernel = kernel;
+  p.ws_block_k = ws_block_k, p.ws_pingpong = ws_pingpong;
   p.q = dq.ptr, p.k = dk.ptr, p.v = dv.ptr, p.o = d_o.ptr, p.lse = dlse.ptr, p.key_lengths = dlen.ptr;
   tc_forward_async(p, nullptr);
   check(cudaDeviceSynchronize(), "attention tensor-core forward");

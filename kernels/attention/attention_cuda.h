@@ -10,9 +10,10 @@
 //    or 128, masks none / causal (bottom-right) / key_padding, GQA; two
 //    kernels: FlashAttention-2 style mma.sync m16n8k16 (ldmatrix, cp.async
 //    double buffering; sm_80 and up) and a Hopper one with wgmma (sm_90a
-//    build). Device pointers for benchmarks, host arrays for tests. Not a
-//    spec target: the spec's cases are f32/f64. Boolean masks are not
-//    supported on this path.
+//    build). Device pointers for benchmarks, host arrays for tests and for
+//    the spec's f16/bf16 cases (the `cuda` target routes them here through
+//    `cuda_forward`; it declines other D and boolean masks, which this path
+//    does not support).
 // Everything here exists only when the family is built with CUDA
 // (KPROP_HAVE_CUDA); registration turns "no device" into kprop::TargetUnavailable (skipped).
 #pragma once
@@ -52,8 +53,12 @@ enum class Half { f16, bf16 };
 enum class TcMask { none = 0, causal = 1, key_padding = 2 };
 // mma_sync: the FlashAttention-2 kernel (sm_80 and up); wgmma: the Hopper
 // kernel (sm_90a build, compute capability 9.0; Bq = 128, Bk = 64, tiling
-// fields ignored); automatic: wgmma where available, else mma_sync.
-enum class TcKernel { automatic, mma_sync, wgmma };
+// fields ignored); wgmma_ws: the warp-specialized Hopper kernel
+// (FlashAttention-3's structure: a TMA producer warpgroup, two consumer
+// warpgroups, the next S issued before this tile's softmax; Bq = 128,
+// Bk = ws_block_k); automatic: wgmma_ws (Bk 128, ping-pong) where the
+// sm_90a image runs, else mma_sync.
+enum class TcKernel { automatic, mma_sync, wgmma, wgmma_ws };
 // Does this build hold the sm_90a kernel and device 0 run it?
 bool tc_wgmma_available();
 
@@ -78,6 +83,10 @@ struct TcParams {
   TcKernel kernel = TcKernel::automatic;
   // wgmma only: registers budgeted for 1 or 2 blocks per SM (0: 2).
   int wgmma_min_blocks = 0;
+  // wgmma_ws only: keys per tile (64 or 128; 0: 128) and whether the two
+  // consumer warpgroups take turns issuing their GEMMs (ping-pong).
+  int ws_block_k = 0;
+  bool ws_pingpong = true;
   // Tests only: the running-max correction inverted (f16, D = 64), so the
   // test can show it catches a wrong rescale.
   bool planted_bug = false;
@@ -96,7 +105,7 @@ void tc_forward_async(const TcParams& p, void* stream);
 void tc_forward_host(Half type, int batch, int heads_q, int heads_kv, int nq, int nk, int dim, TcMask mask,
                      const int* key_lengths, float scale, const float* q, const float* k, const float* v,
                      float* o, float* lse, int warps = 0, int rows_per_warp = 0, bool planted_bug = false,
-                     TcKernel kernel = TcKernel::automatic);
+                     TcKernel kernel = TcKernel::automatic, int ws_block_k = 0, bool ws_pingpong = true);
 // x rounded to nearest-even in `type`, as a float.
 float round_half(Half type, float x);
 

@@ -127,5 +127,10 @@ struct TcArgs {
 bool wgmma_available();
 // min_blocks: 1 or 2 (0: 2), the blocks per SM the registers are budgeted for.
 void wgmma_launch(bool bf16, int dim, int batch, int min_blocks, const TcArgs& a, cudaStream_t stream);
+// The warp-specialized sm_90a kernel (a TMA producer warpgroup, two
+// consumer warpgroups of 64 rows; Bk = block_k, 64 or 128; pingpong: the
+// consumers take turns issuing their GEMMs). Same availability as wgmma.
+void ws_launch(bool bf16, int dim, int batch, int block_k, bool pingpong, const TcArgs& a,
+               cudaStream_t stream);
 
 }  // namespace kprop::attention::cuda_detail

@@ -4,7 +4,9 @@
 // attention on the device (kvcache_cuda.cu). Each step writes every scheduled
 // token's K/V in one scatter launch, then runs every scheduled token (prefill
 // tokens too, each as a query over its own first t + 1 keys) through one
-// paged decode-attention launch. Compiled to nothing without CUDA.
+// paged decode-attention launch. Every dtype: the pool stores K/V in it and
+// attention runs in f32 for non-f64 cases (kvcache_cuda.h). Compiled to
+// nothing without CUDA.
 #if KPROP_HAVE_CUDA
 #include "kernels/kvcache/kvcache_cuda.h"
 
@@ -15,13 +17,11 @@
 #include <vector>
 
 #include "kernels/kvcache/kvcache.h"
-#include "kprop/errors.h"
 
 namespace kprop::kvcache {
 
 Result cuda(const Case& c) {
   if (const std::string why = validate(c); !why.empty()) throw std::invalid_argument("kvcache case: " + why);
-  if (c.dtype != DType::f64) throw Unsupported("the CUDA engine's cache is fp64: it takes f64 cases");
   const size_t B = c.seqs.size(), D = static_cast<size_t>(c.head_dim);
   const size_t Hq = static_cast<size_t>(c.q_heads()), token = static_cast<size_t>(c.kv_heads) * D;
   const int page = c.page_size;
@@ -36,8 +36,12 @@ Result cuda(const Case& c) {
     r.out.emplace_back(static_cast<size_t>(c.seqs[b].tokens()) * Hq * D);
   }
 
+  const auto precision = c.dtype == DType::f32    ? cuda_raw::Precision::f32
+                         : c.dtype == DType::f16  ? cuda_raw::Precision::f16
+                         : c.dtype == DType::bf16 ? cuda_raw::Precision::bf16
+                                                  : cuda_raw::Precision::f64;
   cuda_raw::PagedPool pool(static_cast<int>(c.pool.size()), page, c.kv_heads, c.head_dim,
-                           poison_key(c.poison), poison_value(c.poison));
+                           poison_key(c.poison), poison_value(c.poison, c.dtype), precision);
   std::deque<int> free_list(c.pool.begin(), c.pool.end());
   std::vector<bool> was_released(c.pool.size(), false);
   std::vector<std::vector<int>> tables(B);

@@ -15,19 +15,25 @@ namespace kprop::kvcache::cuda_raw {
 // error (no driver, insufficient driver). Cached after the first call.
 int device_count();
 
+// The case's dtype: the pool's storage type (f64 cases also attend in f64,
+// the others in f32; outputs are rounded to it).
+enum class Precision { f64, f32, f16, bf16 };
+
 // `blocks` blocks of `page_size` token slots, each slot one token's K (and V)
-// for every kv head: [block][page_size][kv_heads][head_dim] doubles, every
-// element initialised to the poison. Released blocks keep their contents.
+// for every kv head: [block][page_size][kv_heads][head_dim] elements of the
+// precision's storage type, every element initialised to the poison (rounded
+// to it). Released blocks keep their contents.
 // Every method throws std::runtime_error on a CUDA error (or without a device).
 class PagedPool {
  public:
-  PagedPool(int blocks, int page_size, int kv_heads, int head_dim, double poison_key, double poison_value);
+  PagedPool(int blocks, int page_size, int kv_heads, int head_dim, double poison_key, double poison_value,
+            Precision precision = Precision::f64);
   ~PagedPool();
   PagedPool(const PagedPool&) = delete;
   PagedPool& operator=(const PagedPool&) = delete;
 
   // Writes n tokens: slot i (block * page_size + offset) gets k, v rows i of
-  // the host arrays [n][kv_heads * head_dim].
+  // the host arrays [n][kv_heads * head_dim], rounded to the storage type.
   void write(int n, const int* slots, const double* k, const double* v);
 
   // Decode attention for n queries, each [group * kv_heads][head_dim] (host
@@ -35,7 +41,8 @@ class PagedPool {
   // block table starts at tables[table_begin[i]] (key j lives in block
   // table[j / page_size], slot j % page_size); query head h reads kv head
   // h / group. out (host) [n][Hq][D] = softmax(q·Kᵀ / sqrt(D)) V, online
-  // softmax over 32-key chunks, fp64.
+  // softmax over 32-key chunks in f64 (f64 pools) or f32, each output
+  // rounded to the storage type.
   void attend(int n, int group, const double* q, const int* table_begin, const int* lengths,
               const int* tables, int tables_size, double* out);
 

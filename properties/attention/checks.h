@@ -52,6 +52,9 @@ void register_workspace_bounded(FamilyDef<Traits>& f) {
       {"workspace_bounded", "the Workspace high-water mark stays within a budget of tiles (no Nq×Nk buffer)",
        workspace_params()},
       [](Trial<Traits>& t, const Values& p) {
+        if (t.target().fixed_tiles)
+          return Verdict::not_applicable(
+              "the kernel's shared-memory tiles have a fixed size, not the case's");
         return check_workspace(t.input(), t.target_info(), t.target().workspace_peak, p);
       });
 }

@@ -14,14 +14,20 @@ KPROP_REGISTER_FAMILY(FwdTraits, [](FamilyDef<FwdTraits>& f) {
       {"tiled", ImplKind::optimized,
        "online softmax over Bq×Bk tiles from the case (f32, f64; f16/bf16 stored, f32 arithmetic)"},
       tiled);
-  f.implementation({"cuda", ImplKind::optimized,
-                    "one block per (q tile, head, batch), the case's Bq×Bk tiles in shared memory, online "
-                    "softmax with exact empty-row handling; f32 or f64 per case",
-                    "cuda"},
-                   KPROP_CUDA_IMPL(FwdTraits, cuda_raw::device_count, [](const Case& c) {
-                     if (is_half(c.dtype)) throw Unsupported("the CUDA forward takes f32 or f64 cases");
-                     return cuda_forward(c);
-                   }));
+  f.implementation(
+      {"cuda", ImplKind::optimized,
+       "f32/f64: one block per (q tile, head, batch), the case's Bq×Bk tiles in shared memory, "
+       "online softmax with exact empty-row handling; f16/bf16: the tensor-core kernel (wgmma on "
+       "sm_90, else mma.sync; 128×64 tiles, f32 accumulation, P and O rounded to the dtype), "
+       "D = 64 or 128, no boolean mask",
+       "cuda"},
+      KPROP_CUDA_IMPL(FwdTraits, cuda_raw::device_count, [](const Case& c) {
+        if (is_half(c.dtype) && c.shape.dim != 64 && c.shape.dim != 128)
+          throw Unsupported("the CUDA tensor-core forward (f16/bf16) takes D = 64 or 128");
+        if (is_half(c.dtype) && c.mask == MaskKind::boolean)
+          throw Unsupported("the CUDA tensor-core forward (f16/bf16) has no boolean mask");
+        return cuda_forward(c);
+      }));
   f.mutants(forward_mutants());
   register_forward_invariants(f);
   register_deterministic(f, [](const FwdResult& r) {

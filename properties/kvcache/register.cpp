@@ -22,7 +22,8 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
   f.implementation(
       {"int8", ImplKind::optimized, "int8 cache, static per-channel scales, dequantized in attention"}, int8);
   f.implementation({"cuda", ImplKind::optimized,
-                    "paged cache on a CUDA device, fp64: scheduler, block tables and LIFO free list on the "
+                    "paged cache on a CUDA device (K/V stored in the dtype, attention in f64 for f64 cases, "
+                    "else f32): scheduler, block tables and LIFO free list on the "
                     "host; pool, K/V writes and paged decode attention (one warp per query head, keys read "
                     "through the block table, online softmax over 32-key chunks) on the device; prefill "
                     "tokens go through the same kernel, each over its own first t + 1 keys",

@@ -94,6 +94,9 @@ struct Spec {
   // one in effect ("" = the base spec) and each one's run.max_case_mb (a
   // corpus case found under a profile replays within that budget).
   std::string profile;
+  // prop_runner --domain: domain keys overridden for this run (a YAML map,
+  // applied after the profile's), "" when none.
+  std::string domain_overrides;
   std::vector<std::string> profiles;
   std::map<std::string, int64_t> profile_case_mb;
   // Mutants whose bug only the sizes or values of a profile reach (a
@@ -140,9 +143,14 @@ const std::vector<std::pair<std::string, std::string>>& renamed_specs();
 // selects one: its domain:/run: keys replace the base spec's. A missing
 // file whose name is an old name of renamed_specs() loads the new file
 // beside it, with a one-line note on stderr.
-Spec load_spec(const std::string& path, const std::string& profile = "");
+// domain_overrides: a YAML map of domain keys that replace the spec's (and
+// the profile's) for this run, e.g. "{dtypes: [f32]}"; errors in it name
+// "--domain".
+Spec load_spec(const std::string& path, const std::string& profile = "",
+               const std::string& domain_overrides = "");
 // Same, from text (tests, the spec-loader fuzzer); `path` names it in errors.
-Spec parse_spec(const std::string& text, const std::string& path, const std::string& profile = "");
+Spec parse_spec(const std::string& text, const std::string& path, const std::string& profile = "",
+                const std::string& domain_overrides = "");
 
 // "" when the case fits the spec's memory budget (run.max_case_mb), else a
 // one-line message "case needs ~N MB, over run.max_case_mb = M of SPEC; ..."

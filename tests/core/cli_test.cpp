@@ -50,6 +50,36 @@ TEST(Cli, MutantFailsWithShrunkCaseAndReplayCommand) {
   fs::remove_all(corpus);
 }
 
+TEST(Cli, DomainOverridesNarrowTheDrawnCases) {
+  // --domain replaces domain keys for this run: every case is f32 with D = 7.
+  const std::string attention = std::string(KPROP_SOURCE_DIR) + "/specs/attention_fwd.yaml";
+  const CliRun r = run("--spec " + attention +
+                       " --seed 1 --trials 20 --no-corpus --stats --domain '{dtypes: [f32], dim: [7, 7]}'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("seed 1 domain {dtypes: [f32], dim: [7, 7]}"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("min 7, median 7, max 7"), std::string::npos) << r.out;
+  const size_t at = r.out.find("    dtype ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+  EXPECT_NE(line.find("f32"), std::string::npos) << line;
+  for (const char* other : {"f64", "f16", "bf16"}) EXPECT_EQ(line.find(other), std::string::npos) << line;
+}
+
+TEST(Cli, DomainOverrideErrorsPointIntoTheOption) {
+  const std::string attention = std::string(KPROP_SOURCE_DIR) + "/specs/attention_fwd.yaml";
+  const CliRun unknown = run("--spec " + attention + " --no-corpus --domain '{dtype: [f32]}'");
+  EXPECT_EQ(unknown.code, 2) << unknown.out;
+  EXPECT_NE(unknown.out.find("--domain:1:2: unknown key 'dtype'"), std::string::npos) << unknown.out;
+  EXPECT_NE(unknown.out.find("did you mean 'dtypes'"), std::string::npos) << unknown.out;
+  const CliRun inverted = run("--spec " + attention + " --no-corpus --domain 'nq: [5, 2]'");
+  EXPECT_EQ(inverted.code, 2) << inverted.out;
+  EXPECT_NE(inverted.out.find("--domain:1:5: 'nq' is an inverted range"), std::string::npos) << inverted.out;
+  const CliRun not_map = run("--spec " + attention + " --no-corpus --domain x");
+  EXPECT_EQ(not_map.code, 2) << not_map.out;
+  EXPECT_NE(not_map.out.find("--domain:1:1: expected a map of domain keys"), std::string::npos)
+      << not_map.out;
+}
+
 TEST(Cli, MutantsTableExitsZeroWhenAllDie) {
   const CliRun r = run("--spec " + kSpec + " --mutants --seed 4 --no-corpus");
   EXPECT_EQ(r.code, 0) << r.out;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <string>
@@ -58,7 +59,8 @@ struct TcErrors {
 // |ΔLSE| <= e·(A(D+3) + 1.1N + 2A + 2 ln N + 12); first-order bounds, a
 // factor 2 would only hide a real bug (a wrong rescale is off by O(1)).
 TcErrors run_tc(cuda_raw::Half type, const TcCase& tc, uint32_t seed, int warps = 0, int rows_per_warp = 0,
-                bool planted_bug = false, cuda_raw::TcKernel kernel = cuda_raw::TcKernel::mma_sync) {
+                bool planted_bug = false, cuda_raw::TcKernel kernel = cuda_raw::TcKernel::mma_sync,
+                int ws_block_k = 0, bool ws_pingpong = true) {
   Case c;
   c.shape = {tc.batch, tc.heads_q, tc.heads_kv, tc.nq, tc.nk, tc.dim};
   c.dtype = DType::f64;
@@ -94,7 +96,8 @@ TcErrors run_tc(cuda_raw::Half type, const TcCase& tc, uint32_t seed, int warps 
   std::vector<float> o(q.size(), nan), lse(c.shape.rows(), nan);  // poisoned (the device buffers are too)
   cuda_raw::tc_forward_host(type, tc.batch, tc.heads_q, tc.heads_kv, tc.nq, tc.nk, tc.dim, tc.mask,
                             tc.key_lengths.empty() ? nullptr : tc.key_lengths.data(), 0.f, q.data(), k.data(),
-                            v.data(), o.data(), lse.data(), warps, rows_per_warp, planted_bug, kernel);
+                            v.data(), o.data(), lse.data(), warps, rows_per_warp, planted_bug, kernel,
+                            ws_block_k, ws_pingpong);
 
   const double e = std::ldexp(1.0, -24), uu = std::ldexp(1.0, type == cuda_raw::Half::f16 ? -11 : -8);
   double qmax = 0, kmax = 0, vmax = 0;
@@ -128,8 +131,10 @@ TcErrors run_tc(cuda_raw::Half type, const TcCase& tc, uint32_t seed, int warps 
 
 using cuda_raw::TcMask;
 
+// KPROP_TC_MAX_CASES=N keeps the first N (scripts/gpu_check.sh: racecheck
+// is slow on the larger ones).
 std::vector<TcCase> tc_cases() {
-  return {
+  std::vector<TcCase> cases = {
       {1, 2, 2, 200, 200, 64, TcMask::none, {}},                   // N not a multiple of Bq or Bk
       {2, 4, 2, 128, 128, 128, TcMask::none, {}},                  // GQA, group 2
       {1, 6, 2, 77, 333, 128, TcMask::none, {}},                   // GQA, group 3, Nq != Nk
@@ -140,6 +145,9 @@ std::vector<TcCase> tc_cases() {
       {1, 1, 1, 1, 1, 64, TcMask::none, {}},                       // one query, one key
       {1, 2, 1, 256, 1000, 128, TcMask::causal, {}, true},         // a rising max over 16 tiles
   };
+  if (const char* max = std::getenv("KPROP_TC_MAX_CASES"))
+    cases.resize(std::min(cases.size(), static_cast<size_t>(std::max(1, std::atoi(max)))));
+  return cases;
 }
 
 std::string describe(cuda_raw::Half type, const TcCase& tc, const std::string& kernel) {
@@ -179,6 +187,21 @@ TEST(AttentionCudaTensorCore, WgmmaMatchesTheFp64Reference) {
     for (const TcCase& tc : tc_cases())
       expect_within(run_tc(type, tc, ++seed, 0, 0, false, cuda_raw::TcKernel::wgmma),
                     describe(type, tc, "wgmma"));
+}
+
+TEST(AttentionCudaTensorCore, WarpSpecializedMatchesTheFp64Reference) {
+  // Every variant of the TMA + warp-specialized kernel: 64 or 128 keys per
+  // tile, the consumers' GEMMs in turns (ping-pong) or free.
+  if (!testing::cuda_device_present()) GTEST_SKIP() << "needs a CUDA device";
+  if (!cuda_raw::tc_wgmma_available()) GTEST_SKIP() << "no sm_90a image for this device";
+  uint32_t seed = 900;
+  for (int block_k : {64, 128})
+    for (bool pingpong : {false, true})
+      for (cuda_raw::Half type : {cuda_raw::Half::f16, cuda_raw::Half::bf16})
+        for (const TcCase& tc : tc_cases())
+          expect_within(
+              run_tc(type, tc, ++seed, 0, 0, false, cuda_raw::TcKernel::wgmma_ws, block_k, pingpong),
+              describe(type, tc, "wgmma_ws Bk " + std::to_string(block_k) + (pingpong ? " ping-pong" : "")));
 }
 
 TEST(AttentionCudaTensorCore, EmptyRowsAreCounted) {
