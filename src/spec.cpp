@@ -621,8 +621,10 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
 
 }  // namespace
 
+namespace {
 // --domain's text as a map of domain keys, each checked against the
-// family's schema on its own (errors point into the option's text).
+// family's schema on its own (errors point into the option's text; a family
+// declared by the spec itself is checked with the rest of the spec).
 YAML::Node cli_domain(const std::string& text, const YAML::Node& root, const std::string& path) {
   YAML::Node node;
   try {
@@ -640,6 +642,7 @@ YAML::Node cli_domain(const std::string& text, const YAML::Node& root, const std
   }
   return node;
 }
+}  // namespace
 
 Spec parse_spec(const std::string& text, const std::string& path, const std::string& profile,
                 const std::string& domain_overrides) {
