@@ -263,9 +263,19 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
       for (; next < i; ++next) stream.split();
       const rc::Random case_random = stream.split();
       ++next;
+      const auto generation_start = Clock::now();
       const AnyCase c = draw(case_random, size_for(i, all_trials, run.max_size));
+      const double generation_seconds = since(generation_start);
       std::vector<const InvariantUse*> live_uses;
-      nlohmann::json out = {{"size", family.stats(c).size},
+      // The case's statistics travel with the results, so the caller need
+      // not draw the case again (it does only to record a finding).
+      const CaseStats st = family.stats(c);
+      nlohmann::json dims = nlohmann::json::array();
+      for (const auto& d : st.dims) dims.push_back({d.name, d.value, d.kind});
+      nlohmann::json out = {{"size", st.size},
+                            {"summary", st.summary},
+                            {"dims", std::move(dims)},
+                            {"generation_s", generation_seconds},
                             {"uses", nlohmann::json::array()},
                             {"results", nlohmann::json::array()}};
       for (size_t k = 0; k < uses.size(); ++k)
@@ -284,10 +294,14 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
   // computed them; false when they cannot stand for them (a dead invariant
   // the job still checked declined or crashed first): the loop checks the case.
   auto from_job = [](const std::string& payload, const std::vector<size_t>& live,
-                     std::vector<CheckResult>& out, int64_t& case_size) {
+                     std::vector<CheckResult>& out, CaseStats& stats, double& generation_s) {
     try {
       const auto j = nlohmann::json::parse(payload);
-      case_size = j.at("size").get<int64_t>();
+      stats.size = j.at("size").get<int64_t>();
+      stats.summary = j.at("summary").get<std::string>();
+      for (const auto& d : j.at("dims"))
+        stats.dims.push_back({d.at(0).get<std::string>(), d.at(1).get<double>(), d.at(2).get<std::string>()});
+      generation_s = j.at("generation_s").get<double>();
       const auto& checked = j.at("uses");
       const auto& results = j.at("results");
       for (size_t m = 0; m < results.size(); ++m) {
@@ -336,21 +350,20 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
     for (size_t k = 0; k < uses.size(); ++k)
       if (alive[k]) live.push_back(k), live_uses.push_back(uses[k]);
     std::vector<CheckResult> results;
-    int64_t case_size = 0;
+    CaseStats case_stats;
     std::optional<std::string> payload;
     if (pool) {
       pool->broadcast(alive_note());
       payload = pool->take(nth);
       if (interrupted()) break;
     }
-    if (!payload || !from_job(*payload, live, results, case_size)) {
+    if (!payload || !from_job(*payload, live, results, case_stats, generation_seconds)) {
       results = check_uses(ctx, live_uses, the_case());
-      case_size = family.stats(the_case()).size;
+      case_stats = family.stats(the_case());
     }
     ++report.trials;
     report.size_reached = std::max<int64_t>(report.size_reached, size);
-    report.largest_case = std::max(report.largest_case, case_size);
-    const CaseStats case_stats = family.stats(the_case());
+    report.largest_case = std::max(report.largest_case, case_stats.size);
     events.case_checked({i + 1, size, case_stats, generation_seconds, live_uses, results});
     bool checked = false;
     for (size_t n = 0; n < results.size(); ++n) {
