@@ -1,0 +1,47 @@
+// The expression language's syntax tree, shared by the parser and checker
+// (expr.cpp) and the evaluator (expr_eval.cpp). Internal to kprop_core.
+//
+// Two files because the fuzz builds instrument them differently: parsing
+// decides a spec's structure and keeps comparison tracing for the spec
+// loader's fuzzer, while evaluation is numeric work over a case's tensors,
+// compiled with edges only (fuzz/CMakeLists.txt).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kprop/expr.h"
+
+namespace kprop::expr {
+
+using Shape = std::vector<std::string>;  // symbolic: a dim name, a number, or "?"
+using NodeP = std::shared_ptr<Node>;
+
+enum class Kind { number, name, unary, binary, call, index };
+
+struct Item {
+  enum class K { expr, slice, newaxis, ellipsis } k = K::expr;
+  NodeP e, lo, hi;
+  size_t pos = 0;
+};
+
+struct Node {
+  Kind kind = Kind::number;
+  size_t begin = 0, end = 0;  // span in the text
+  std::string op;             // unary/binary operator, function or tensor name
+  double value = 0;
+  std::vector<NodeP> args;
+  std::vector<Item> items;
+  // keywords of calls
+  std::optional<int> axis;
+  bool keepdims = false;
+  NodeP rtol, atol;  // close(): scalar or broadcast tolerances; NumPy's defaults 1e-5, 1e-8 when null
+  // static type
+  DType dtype = DType::real;
+  Shape shape;
+  int height = 1;  // of the tree below: the checker and evaluator recurse this deep
+};
+
+}  // namespace kprop::expr

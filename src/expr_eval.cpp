@@ -1,0 +1,564 @@
+// The expression language's evaluator (kprop/expr.h): NumPy-style
+// broadcasting over a case's named tensors, the reductions, gathers and
+// close(), and the explanation of a failing invariant. The parser and the
+// static checks are in expr.cpp; the tree both use is in expr_ast.h.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <set>
+
+#include "expr_ast.h"
+#include "kprop/errors.h"
+#include "kprop/tolerance.h"
+
+namespace kprop::expr {
+namespace {
+
+// ---------------------------------------------------------------- evaluation
+using Dims = std::vector<int64_t>;
+
+int64_t count(const Dims& d) {
+  int64_t n = 1;
+  for (int64_t x : d) n *= x;
+  return n;
+}
+
+Dims broadcast_rt(const Dims& a, const Dims& b) {
+  const size_t r = std::max(a.size(), b.size());
+  Dims out(r);
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t da = i < a.size() ? a[a.size() - 1 - i] : 1;
+    const int64_t db = i < b.size() ? b[b.size() - 1 - i] : 1;
+    if (da != db && da != 1 && db != 1)
+      throw EvalError(fmt::format("shapes {} and {} do not broadcast", shape_text(a), shape_text(b)));
+    out[r - 1 - i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+// A value during evaluation: a published tensor borrowed from the map (no
+// copy), or a computed one owned here.
+class Ref {
+ public:
+  Ref(Tensor t) : own_(std::make_shared<const Tensor>(std::move(t))), p_(own_.get()) {}
+  static Ref borrow(const Tensor& t) { return Ref(&t); }
+  const Tensor& operator*() const { return *p_; }
+  const Tensor* operator->() const { return p_; }
+
+ private:
+  explicit Ref(const Tensor* t) : p_(t) {}
+  std::shared_ptr<const Tensor> own_;
+  const Tensor* p_;
+};
+
+// `t` broadcast to `shape` (callers skip it when the shape is already right).
+Tensor expand(const Tensor& t, const Dims& shape) {
+  if (t.shape == shape) return t;
+  Tensor out{shape, std::vector<double>(static_cast<size_t>(count(shape))), t.dtype};
+  if (t.size() == 1) {
+    std::fill(out.data.begin(), out.data.end(), t.data[0]);
+    return out;
+  }
+  const size_t r = shape.size();
+  std::vector<int64_t> stride(r, 0);
+  int64_t s = 1;
+  for (size_t i = 0; i < t.shape.size(); ++i) {
+    const size_t k = t.shape.size() - 1 - i;
+    const size_t o = r - 1 - i;
+    stride[o] = t.shape[k] == 1 ? 0 : s;
+    s *= t.shape[k];
+  }
+  std::vector<int64_t> idx(r, 0);
+  int64_t src = 0;
+  for (size_t n = 0; n < out.data.size(); ++n) {
+    out.data[n] = t.data[static_cast<size_t>(src)];
+    for (size_t k = r; k-- > 0;) {
+      src += stride[k];
+      if (++idx[k] < shape[k]) break;
+      src -= stride[k] * shape[k];
+      idx[k] = 0;
+    }
+  }
+  return out;
+}
+
+// Expression::evaluate_rounded: the rounding applied to real intermediates
+// (nullptr: none, plain fp64).
+thread_local double (*t_round)(double) = nullptr;
+inline void round_real(Tensor& t) {
+  if (t_round && t.dtype == DType::real)
+    for (double& v : t.data) v = t_round(v);
+}
+inline double round_acc(double v) {
+  return t_round ? t_round(v) : v;
+}
+
+template <typename F>
+Tensor zip(const Tensor& a, const Tensor& b, DType dtype, F f) {
+  const Dims shape = broadcast_rt(a.shape, b.shape);
+  Tensor out{shape, std::vector<double>(static_cast<size_t>(count(shape))), dtype};
+  const size_t n = out.data.size();
+  double* o = out.data.data();
+  if (a.shape == shape && b.shape == shape) {
+    for (size_t i = 0; i < n; ++i) o[i] = f(a.data[i], b.data[i]);
+  } else if (a.shape == shape && b.size() == 1) {
+    const double y = b.data[0];
+    for (size_t i = 0; i < n; ++i) o[i] = f(a.data[i], y);
+  } else if (b.shape == shape && a.size() == 1) {
+    const double x = a.data[0];
+    for (size_t i = 0; i < n; ++i) o[i] = f(x, b.data[i]);
+  } else {
+    const Tensor x = expand(a, shape), y = expand(b, shape);
+    for (size_t i = 0; i < n; ++i) o[i] = f(x.data[i], y.data[i]);
+  }
+  round_real(out);
+  return out;
+}
+
+template <typename F>
+Tensor map(const Tensor& a, DType dtype, F f) {
+  Tensor out{a.shape, std::vector<double>(a.size()), dtype};
+  for (size_t i = 0; i < out.data.size(); ++i) out.data[i] = f(a.data[i]);
+  round_real(out);
+  return out;
+}
+
+double nan_max(double a, double b) {
+  return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
+}
+double nan_min(double a, double b) {
+  return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b);
+}
+
+bool is_close(double a, double b, double rtol, double atol) {
+  if (std::isfinite(a) && std::isfinite(b)) return within(a, b, atol, rtol);
+  return (std::isnan(a) && std::isnan(b)) || a == b;
+}
+
+struct Split {
+  int64_t outer, n, inner;
+};
+Split split(const Dims& shape, int axis) {
+  Split s{1, shape[static_cast<size_t>(axis)], 1};
+  for (int k = 0; k < axis; ++k) s.outer *= shape[static_cast<size_t>(k)];
+  for (size_t k = static_cast<size_t>(axis) + 1; k < shape.size(); ++k) s.inner *= shape[k];
+  return s;
+}
+
+Tensor reduce(const Node& n, const Tensor& x) {
+  Dims out_shape;
+  Split s{1, static_cast<int64_t>(x.size()), 1};
+  if (n.axis) {
+    s = split(x.shape, *n.axis);
+    out_shape = x.shape;
+    if (n.keepdims)
+      out_shape[static_cast<size_t>(*n.axis)] = 1;
+    else
+      out_shape.erase(out_shape.begin() + *n.axis);
+  } else if (n.keepdims) {
+    out_shape = Dims(x.shape.size(), 1);
+  }
+  const std::string& op = n.op;
+  const double init = op == "min"   ? std::numeric_limits<double>::infinity()
+                      : op == "max" ? -std::numeric_limits<double>::infinity()
+                      : op == "all" ? 1
+                                    : 0;
+  Tensor out{out_shape, std::vector<double>(static_cast<size_t>(s.outer * s.inner), init), n.dtype};
+  for (int64_t o = 0; o < s.outer; ++o)
+    for (int64_t k = 0; k < s.n; ++k)
+      for (int64_t i = 0; i < s.inner; ++i) {
+        double& acc = out.data[static_cast<size_t>(o * s.inner + i)];
+        const double v = x.data[static_cast<size_t>((o * s.n + k) * s.inner + i)];
+        if (op == "sum" || op == "mean" || op == "rowsum")
+          acc = n.dtype == DType::real ? round_acc(acc + v) : acc + v;
+        else if (op == "max")
+          acc = nan_max(acc, v);
+        else if (op == "min")
+          acc = nan_min(acc, v);
+        else if (op == "any")
+          acc = (acc != 0 || v != 0) ? 1 : 0;
+        else if (op == "all")
+          acc = (acc != 0 && v != 0) ? 1 : 0;
+      }
+  if (op == "mean")
+    for (double& v : out.data) v = s.n ? round_acc(v / static_cast<double>(s.n)) : NAN;
+  return out;
+}
+
+Tensor scan(const Node& n, const Tensor& x) {
+  const Split s = split(x.shape, *n.axis);
+  if (n.op == "diff") {
+    Dims shape = x.shape;
+    const int64_t m = std::max<int64_t>(s.n - 1, 0);
+    shape[static_cast<size_t>(*n.axis)] = m;
+    Tensor out{shape, std::vector<double>(static_cast<size_t>(s.outer * m * s.inner)), n.dtype};
+    for (int64_t o = 0; o < s.outer; ++o)
+      for (int64_t k = 0; k < m; ++k)
+        for (int64_t i = 0; i < s.inner; ++i)
+          out.data[static_cast<size_t>((o * m + k) * s.inner + i)] =
+              x.data[static_cast<size_t>((o * s.n + k + 1) * s.inner + i)] -
+              x.data[static_cast<size_t>((o * s.n + k) * s.inner + i)];
+    return out;
+  }
+  Tensor out = x;
+  out.dtype = n.dtype;
+  for (int64_t o = 0; o < s.outer; ++o)
+    for (int64_t k = 1; k < s.n; ++k)
+      for (int64_t i = 0; i < s.inner; ++i) {
+        const double prev = out.data[static_cast<size_t>((o * s.n + k - 1) * s.inner + i)];
+        double& v = out.data[static_cast<size_t>((o * s.n + k) * s.inner + i)];
+        v = n.op == "cummax" ? nan_max(prev, v) : (n.dtype == DType::real ? round_acc(prev + v) : prev + v);
+      }
+  return out;
+}
+
+Tensor matmul_rt(const Tensor& a0, const Tensor& b0, DType dtype) {
+  Tensor a = a0, b = b0;
+  const bool va = a.shape.size() == 1, vb = b.shape.size() == 1;
+  if (va) a.shape.insert(a.shape.begin(), 1);
+  if (vb) b.shape.push_back(1);
+  const int64_t n = a.shape[a.shape.size() - 2], k = a.shape.back(), m = b.shape.back();
+  if (b.shape[b.shape.size() - 2] != k)
+    throw EvalError(
+        fmt::format("matmul: inner dims differ ({} vs {})", shape_text(a0.shape), shape_text(b0.shape)));
+  Dims batch =
+      broadcast_rt(Dims(a.shape.begin(), a.shape.end() - 2), Dims(b.shape.begin(), b.shape.end() - 2));
+  Dims sa = batch, sb = batch;
+  sa.insert(sa.end(), {n, k});
+  sb.insert(sb.end(), {k, m});
+  a = expand(a, sa);
+  b = expand(b, sb);
+  const int64_t nb = count(batch);
+  Dims shape = batch;
+  if (!va) shape.push_back(n);
+  if (!vb) shape.push_back(m);
+  Tensor out{shape, std::vector<double>(static_cast<size_t>(nb * n * m), 0.0), dtype};
+  for (int64_t z = 0; z < nb; ++z)
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < m; ++j) {
+        double acc = 0;
+        for (int64_t p = 0; p < k; ++p)
+          acc = round_acc(acc + round_acc(a.data[static_cast<size_t>((z * n + i) * k + p)] *
+                                          b.data[static_cast<size_t>((z * k + p) * m + j)]));
+        out.data[static_cast<size_t>((z * n + i) * m + j)] = acc;
+      }
+  return out;
+}
+
+// x with axis `axis` replaced by the dims of `idx` (x.take(idx, axis)).
+Tensor take(const Tensor& x, const Tensor& idx, size_t axis) {
+  const Split s = split(x.shape, static_cast<int>(axis));
+  Dims shape(x.shape.begin(), x.shape.begin() + static_cast<long>(axis));
+  shape.insert(shape.end(), idx.shape.begin(), idx.shape.end());
+  shape.insert(shape.end(), x.shape.begin() + static_cast<long>(axis) + 1, x.shape.end());
+  const int64_t m = static_cast<int64_t>(idx.size());
+  Tensor out{shape, std::vector<double>(static_cast<size_t>(s.outer * m * s.inner)), x.dtype};
+  for (int64_t j = 0; j < m; ++j) {
+    const double v = idx.data[static_cast<size_t>(j)];
+    if (!(v >= -static_cast<double>(s.n) && v < static_cast<double>(s.n)) || v != std::floor(v))
+      throw EvalError(fmt::format("index {} is out of range for an axis of length {}", v, s.n));
+    const int64_t k = v < 0 ? static_cast<int64_t>(v) + s.n : static_cast<int64_t>(v);
+    for (int64_t o = 0; o < s.outer; ++o)
+      for (int64_t i = 0; i < s.inner; ++i)
+        out.data[static_cast<size_t>((o * m + j) * s.inner + i)] =
+            x.data[static_cast<size_t>((o * s.n + k) * s.inner + i)];
+  }
+  return out;
+}
+
+Ref evaluate(const Node& n, const TensorMap& m);
+
+// close()'s operands and tolerances, broadcast to one shape.
+struct CloseArgs {
+  Dims shape;
+  Ref a = Tensor(), b = Tensor(), rtol = Tensor(), atol = Tensor();
+  // Element i of a tolerance (a scalar is not expanded).
+  static double at(const Ref& t, size_t i) { return t->size() == 1 ? t->data[0] : t->data[i]; }
+};
+CloseArgs close_args(const Node& n, const TensorMap& m, bool tolerances) {
+  CloseArgs c;
+  c.a = evaluate(*n.args[0], m);
+  c.b = evaluate(*n.args[1], m);
+  c.shape = broadcast_rt(c.a->shape, c.b->shape);
+  if (tolerances) {
+    c.rtol = n.rtol ? evaluate(*n.rtol, m) : Ref(Tensor::scalar(1e-5));
+    c.atol = n.atol ? evaluate(*n.atol, m) : Ref(Tensor::scalar(1e-8));
+    c.shape = broadcast_rt(broadcast_rt(c.shape, c.rtol->shape), c.atol->shape);
+  }
+  for (Ref* t : {&c.a, &c.b})
+    if ((*t)->shape != c.shape) *t = Ref(expand(**t, c.shape));
+  for (Ref* t : {&c.rtol, &c.atol})  // scalars stay scalars (CloseArgs::at)
+    if (tolerances && (*t)->size() != 1 && (*t)->shape != c.shape) *t = Ref(expand(**t, c.shape));
+  return c;
+}
+
+int64_t scalar_int(const Node& n, const TensorMap& m) {
+  return static_cast<int64_t>(evaluate(n, m)->data.at(0));
+}
+
+Tensor index_rt(const Node& n, const TensorMap& m) {
+  Tensor x = *evaluate(*n.args[0], m);
+  size_t consumed = 0;
+  for (const auto& item : n.items)
+    if (item.k != Item::K::ellipsis && item.k != Item::K::newaxis) ++consumed;
+  size_t axis = 0;  // position in the (changing) x
+  for (const auto& item : n.items) {
+    switch (item.k) {
+      case Item::K::ellipsis:
+        axis += x.shape.size() - axis - (consumed - 0);
+        break;
+      case Item::K::newaxis:
+        x.shape.insert(x.shape.begin() + static_cast<long>(axis), 1);
+        ++axis;
+        break;
+      case Item::K::slice: {
+        const int64_t len = x.shape[axis];
+        auto clampi = [&](int64_t v) { return std::clamp(v < 0 ? v + len : v, int64_t{0}, len); };
+        const int64_t lo = item.lo ? clampi(scalar_int(*item.lo, m)) : 0;
+        const int64_t hi = std::max(lo, item.hi ? clampi(scalar_int(*item.hi, m)) : len);
+        Tensor range{{hi - lo}, {}, DType::integer};
+        for (int64_t v = lo; v < hi; ++v) range.data.push_back(static_cast<double>(v));
+        x = take(x, range, axis);
+        ++axis;
+        --consumed;
+        break;
+      }
+      case Item::K::expr: {
+        const Ref ridx = evaluate(*item.e, m);
+        const Tensor& idx = *ridx;
+        x = take(x, idx, axis);
+        axis += idx.shape.size();
+        --consumed;
+        break;
+      }
+    }
+  }
+  return x;
+}
+
+Ref evaluate(const Node& n, const TensorMap& m) {
+  switch (n.kind) {
+    case Kind::number:
+      return Tensor::scalar(n.value, n.dtype);
+    case Kind::name: {
+      const Tensor* t = m.find(n.op);
+      if (!t) throw EvalError(fmt::format("the family published no '{}' for this case", n.op));
+      if (t->shape.size() != n.shape.size())
+        throw EvalError(
+            fmt::format("'{}' has shape {}, declared {}", n.op, shape_text(t->shape), shape_text(n.shape)));
+      return Ref::borrow(*t);
+    }
+    case Kind::unary: {
+      const Ref ra = evaluate(*n.args[0], m);
+      const Tensor& a = *ra;
+      if (n.op == "not") return map(a, DType::boolean, [](double v) { return v == 0 ? 1.0 : 0.0; });
+      return map(a, n.dtype, [](double v) { return -v; });
+    }
+    case Kind::binary: {
+      const std::string& op = n.op;
+      const Ref ra = evaluate(*n.args[0], m);
+      const Tensor& a = *ra;
+      if (op == "and" && a.size() == 1 && a.data[0] == 0 && n.shape.empty())
+        return Tensor::scalar(0, DType::boolean);
+      if (op == "or" && a.size() == 1 && a.data[0] != 0 && n.shape.empty())
+        return Tensor::scalar(1, DType::boolean);
+      const Ref rb = evaluate(*n.args[1], m);
+      const Tensor& b = *rb;
+      if (op == "@") return matmul_rt(a, b, n.dtype);
+      if (op == "+") return zip(a, b, n.dtype, [](double x, double y) { return x + y; });
+      if (op == "-") return zip(a, b, n.dtype, [](double x, double y) { return x - y; });
+      if (op == "*") return zip(a, b, n.dtype, [](double x, double y) { return x * y; });
+      if (op == "/") return zip(a, b, n.dtype, [](double x, double y) { return x / y; });
+      if (op == "**") return zip(a, b, n.dtype, [](double x, double y) { return std::pow(x, y); });
+      const DType B = DType::boolean;
+      if (op == "==") return zip(a, b, B, [](double x, double y) { return double(x == y); });
+      if (op == "!=") return zip(a, b, B, [](double x, double y) { return double(x != y); });
+      if (op == "<") return zip(a, b, B, [](double x, double y) { return double(x < y); });
+      if (op == "<=") return zip(a, b, B, [](double x, double y) { return double(x <= y); });
+      if (op == ">") return zip(a, b, B, [](double x, double y) { return double(x > y); });
+      if (op == ">=") return zip(a, b, B, [](double x, double y) { return double(x >= y); });
+      if (op == "and") return zip(a, b, B, [](double x, double y) { return double(x != 0 && y != 0); });
+      if (op == "or") return zip(a, b, B, [](double x, double y) { return double(x != 0 || y != 0); });
+      throw std::logic_error("expr: unknown operator " + op);
+    }
+    case Kind::call: {
+      const std::string& f = n.op;
+      if (f == "close") {
+        const CloseArgs c = close_args(n, m, true);
+        Tensor out{c.shape, std::vector<double>(c.a->size()), DType::boolean};
+        for (size_t i = 0; i < out.size(); ++i)
+          out.data[i] =
+              is_close(c.a->data[i], c.b->data[i], CloseArgs::at(c.rtol, i), CloseArgs::at(c.atol, i));
+        return out;
+      }
+      std::vector<Ref> refs;
+      for (const auto& arg : n.args) refs.push_back(evaluate(*arg, m));
+      std::vector<std::reference_wrapper<const Tensor>> a;
+      for (const auto& r : refs) a.push_back(*r);
+      if (f == "sum" || f == "mean" || f == "any" || f == "all" || f == "min" || f == "max" || f == "rowsum")
+        return reduce(n, a[0].get());
+      if (f == "diff" || f == "cummax" || f == "cumsum") return scan(n, a[0].get());
+      if (f == "abs") return map(a[0].get(), n.dtype, [](double v) { return std::fabs(v); });
+      if (f == "exp") return map(a[0].get(), n.dtype, [](double v) { return std::exp(v); });
+      if (f == "log") return map(a[0].get(), n.dtype, [](double v) { return std::log(v); });
+      if (f == "sqrt") return map(a[0].get(), n.dtype, [](double v) { return std::sqrt(v); });
+      if (f == "tanh") return map(a[0].get(), n.dtype, [](double v) { return std::tanh(v); });
+      if (f == "erf") return map(a[0].get(), n.dtype, [](double v) { return std::erf(v); });
+      if (f == "sin") return map(a[0].get(), n.dtype, [](double v) { return std::sin(v); });
+      if (f == "cos") return map(a[0].get(), n.dtype, [](double v) { return std::cos(v); });
+      if (f == "isfinite") return map(a[0].get(), n.dtype, [](double v) { return double(std::isfinite(v)); });
+      if (f == "isnan") return map(a[0].get(), n.dtype, [](double v) { return double(std::isnan(v)); });
+      if (f == "isinf") return map(a[0].get(), n.dtype, [](double v) { return double(std::isinf(v)); });
+      if (f == "minimum") return zip(a[0].get(), a[1].get(), n.dtype, nan_min);
+      if (f == "maximum") return zip(a[0].get(), a[1].get(), n.dtype, nan_max);
+      if (f == "matmul") return matmul_rt(a[0].get(), a[1].get(), n.dtype);
+      if (f == "transpose") {
+        const Tensor& x = a[0].get();
+        const size_t r = x.shape.size();
+        const int64_t rows = x.shape[r - 2], cols = x.shape[r - 1],
+                      batch = count(x.shape) / std::max<int64_t>(rows * cols, 1);
+        Tensor out = x;
+        std::swap(out.shape[r - 1], out.shape[r - 2]);
+        for (int64_t z = 0; z < batch && rows * cols != 0; ++z)
+          for (int64_t i = 0; i < rows; ++i)
+            for (int64_t j = 0; j < cols; ++j)
+              out.data[static_cast<size_t>(z * rows * cols + j * rows + i)] =
+                  x.data[static_cast<size_t>(z * rows * cols + i * cols + j)];
+        return out;
+      }
+      if (f == "where") {
+        const Dims shape = broadcast_rt(broadcast_rt(a[0].get().shape, a[1].get().shape), a[2].get().shape);
+        const Tensor c = expand(a[0].get(), shape), x = expand(a[1].get(), shape),
+                     y = expand(a[2].get(), shape);
+        Tensor out{shape, std::vector<double>(c.size()), n.dtype};
+        for (size_t i = 0; i < c.size(); ++i) out.data[i] = c.data[i] != 0 ? x.data[i] : y.data[i];
+        return out;
+      }
+      throw std::logic_error("expr: unknown function " + f);
+    }
+    case Kind::index:
+      return index_rt(n, m);
+  }
+  throw std::logic_error("expr: unknown node");
+}
+
+std::string index_text(const Dims& shape, size_t flat) {
+  if (shape.empty()) return "[]";
+  std::vector<int64_t> idx(shape.size());
+  for (size_t k = shape.size(); k-- > 0;) {
+    idx[k] = static_cast<int64_t>(flat) % std::max<int64_t>(shape[k], 1);
+    flat /= static_cast<size_t>(std::max<int64_t>(shape[k], 1));
+  }
+  return fmt::format("[{}]", fmt::join(idx, ", "));
+}
+
+std::string num(double v) {
+  return fmt::format("{}", v);
+}  // shortest exact
+
+}  // namespace
+
+Tensor Expression::evaluate(const TensorMap& tensors) const {
+  return *expr::evaluate(*root_, tensors);
+}
+
+Tensor Expression::evaluate_rounded(const TensorMap& tensors, double (*round)(double)) const {
+  struct Scope {  // restores the rounding even when evaluation throws
+    double (*saved)(double) = t_round;
+    ~Scope() { t_round = saved; }
+  } scope;
+  t_round = round;
+  Tensor out = *expr::evaluate(*root_, tensors);
+  round_real(out);
+  return out;
+}
+
+namespace {
+
+Expression::Outcome explain(const std::string& text, const Node& n, const TensorMap& m) {
+  Expression::Outcome out;
+  const auto src = [&](const Node& x) { return text.substr(x.begin, x.end - x.begin); };
+  if (n.kind == Kind::call && n.op == "all" && !n.axis) return explain(text, *n.args[0], m);
+  if (n.kind == Kind::binary && n.op == "and") {
+    out = explain(text, *n.args[0], m);
+    if (!out.holds) return out;
+    return explain(text, *n.args[1], m);
+  }
+  const bool is_close_call = n.kind == Kind::call && n.op == "close";
+  static const std::set<std::string> comparisons = {"==", "!=", "<", "<=", ">", ">="};
+  const bool is_cmp = n.kind == Kind::binary && comparisons.count(n.op);
+  if (is_close_call || is_cmp) {
+    const CloseArgs c = close_args(n, m, is_close_call);
+    const Dims& shape = c.shape;
+    const Tensor &a = *c.a, &b = *c.b;
+    size_t failing = 0, worst = 0;
+    double worst_score = -1;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const double x = a.data[i], y = b.data[i];
+      bool ok;
+      double score;  // how badly the element fails; NaN/inf mismatches first
+      if (is_close_call) {
+        ok = is_close(x, y, CloseArgs::at(c.rtol, i), CloseArgs::at(c.atol, i));
+        score = std::isfinite(x) && std::isfinite(y)
+                    ? std::fabs(x - y) - (CloseArgs::at(c.atol, i) + CloseArgs::at(c.rtol, i) * std::fabs(y))
+                    : std::numeric_limits<double>::infinity();
+      } else {
+        const std::string& op = n.op;
+        ok = op == "=="   ? x == y
+             : op == "!=" ? x != y
+             : op == "<"  ? x < y
+             : op == "<=" ? x <= y
+             : op == ">"  ? x > y
+                          : x >= y;
+        score = (op == "<" || op == "<=") ? x - y : (op == ">" || op == ">=") ? y - x : 0;
+        if (std::isnan(score)) score = std::numeric_limits<double>::infinity();
+      }
+      if (ok) continue;
+      if (failing++ == 0 || score > worst_score) {
+        worst = i;
+        worst_score = score;
+      }
+    }
+    if (!failing) return out;
+    out.holds = false;
+    const double x = a.data[worst], y = b.data[worst];
+    out.measured = {{"lhs", x}, {"rhs", y}, {"difference", std::fabs(x - y)}};
+    std::string detail;
+    if (is_close_call) {
+      const double rtol = CloseArgs::at(c.rtol, worst), atol = CloseArgs::at(c.atol, worst);
+      const double allowed = allowed_error(atol, rtol, std::fabs(y));
+      out.measured.push_back({"allowed", allowed});
+      detail = fmt::format("|lhs - rhs| = {} > allowed {} (atol {} + rtol {} × |rhs|)", num(std::fabs(x - y)),
+                           num(allowed), num(atol), num(rtol));
+    } else {
+      detail = fmt::format("{} {} {} is false", num(x), n.op, num(y));
+    }
+    out.message = fmt::format("`{}` fails at {} ({} of {} elements): lhs `{}` = {}, rhs `{}` = {}; {}",
+                              src(n), index_text(shape, worst), failing, a.size(), src(*n.args[0]), num(x),
+                              src(*n.args[1]), num(y), detail);
+    return out;
+  }
+  const Ref rt = evaluate(n, m);
+  const Tensor& t = *rt;
+  size_t failing = 0, first = 0;
+  for (size_t i = 0; i < t.size(); ++i)
+    if (t.data[i] == 0 && failing++ == 0) first = i;
+  if (!failing) return out;
+  out.holds = false;
+  out.message = fmt::format("`{}` is false at {} ({} of {} elements)", src(n), index_text(t.shape, first),
+                            failing, t.size());
+  out.measured = {{"false_elements", static_cast<double>(failing)}};
+  return out;
+}
+
+}  // namespace
+
+Expression::Outcome Expression::check(const TensorMap& tensors) const {
+  return explain(text_, *root_, tensors);
+}
+
+}  // namespace kprop::expr
