@@ -17,15 +17,17 @@ KPROP_REGISTER_FAMILY(FwdTraits, [](FamilyDef<FwdTraits>& f) {
   f.implementation(
       {"cuda", ImplKind::optimized,
        "f32/f64: one block per (q tile, head, batch), the case's Bq×Bk tiles in shared memory, "
-       "online softmax with exact empty-row handling; f16/bf16: the tensor-core kernel (wgmma on "
-       "sm_90, else mma.sync; 128×64 tiles, f32 accumulation, P and O rounded to the dtype), "
-       "D = 64 or 128, no boolean mask",
+       "online softmax with exact empty-row handling; f16/bf16: the tensor-core kernel (on sm_90 the "
+       "warp-specialized wgmma one, 128×128 tiles; else mma.sync, 128×64), f32 accumulation, P and O "
+       "rounded to the dtype; D = 64 or 128, no boolean mask",
        "cuda"},
       KPROP_CUDA_IMPL(FwdTraits, cuda_raw::device_count, [](const Case& c) {
         if (is_half(c.dtype) && c.shape.dim != 64 && c.shape.dim != 128)
           throw Unsupported("the CUDA tensor-core forward (f16/bf16) takes D = 64 or 128");
         if (is_half(c.dtype) && c.mask == MaskKind::boolean)
           throw Unsupported("the CUDA tensor-core forward (f16/bf16) has no boolean mask");
+        if (is_half(c.dtype) && effective_scale(c) == 0)  // the kernels read a scale of 0 as 1/sqrt(D)
+          throw Unsupported("the CUDA tensor-core forward (f16/bf16) takes no scale that rounds to 0 in f32");
         return cuda_forward(c);
       }));
   f.mutants(forward_mutants());
