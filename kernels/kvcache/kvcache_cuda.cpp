@@ -1,16 +1,19 @@
 // The CUDA paged engine: the scheduler, block tables, LIFO free list and
 // block statistics on the host, exactly as the CPU `paged` engine
 // (engine.cpp) with full prefill; the block pool, the K/V writes and the
-// attention on the device (kvcache_cuda.cu). Each step writes every scheduled
-// token's K/V in one scatter launch, then runs every scheduled token (prefill
-// tokens too, each as a query over its own first t + 1 keys) through one
-// paged decode-attention launch. Every dtype: the pool stores K/V in it and
+// attention on the device (kvcache_cuda.cu). The host plans every step first
+// (cuda_raw::Program), then the device runs them in stream order with one
+// upload and one download per case: each step writes every scheduled token's
+// K/V in one scatter launch, then runs every scheduled token (prefill tokens
+// too, each as a query over its own first t + 1 keys) through one paged
+// decode-attention launch. Every dtype: the pool stores K/V in it and
 // attention runs in f32 for non-f64 cases (kvcache_cuda.h). Compiled to
 // nothing without CUDA.
 #if KPROP_HAVE_CUDA
 #include "kernels/kvcache/kvcache_cuda.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <deque>
 #include <stdexcept>
 #include <string>
@@ -36,12 +39,14 @@ Result cuda(const Case& c) {
     r.out.emplace_back(static_cast<size_t>(c.seqs[b].tokens()) * Hq * D);
   }
 
-  const auto precision = c.dtype == DType::f32    ? cuda_raw::Precision::f32
-                         : c.dtype == DType::f16  ? cuda_raw::Precision::f16
-                         : c.dtype == DType::bf16 ? cuda_raw::Precision::bf16
-                                                  : cuda_raw::Precision::f64;
-  cuda_raw::PagedPool pool(static_cast<int>(c.pool.size()), page, c.kv_heads, c.head_dim,
-                           poison_key(c.poison), poison_value(c.poison, c.dtype), precision);
+  cuda_raw::Program prog;
+  prog.precision = c.dtype == DType::f32    ? cuda_raw::Precision::f32
+                   : c.dtype == DType::f16  ? cuda_raw::Precision::f16
+                   : c.dtype == DType::bf16 ? cuda_raw::Precision::bf16
+                                            : cuda_raw::Precision::f64;
+  prog.blocks = static_cast<int>(c.pool.size()), prog.page_size = page;
+  prog.kv_heads = c.kv_heads, prog.head_dim = c.head_dim, prog.group = c.group;
+  prog.poison_key = poison_key(c.poison), prog.poison_value = poison_value(c.poison, c.dtype);
   std::deque<int> free_list(c.pool.begin(), c.pool.end());
   std::vector<bool> was_released(c.pool.size(), false);
   std::vector<std::vector<int>> tables(B);
@@ -54,9 +59,14 @@ Result cuda(const Case& c) {
     return block;
   };
 
+  // The whole run is planned here (the schedule does not depend on the
+  // device's results), then runs on the device in one go.
   std::vector<size_t> next(B, 0);  // each sequence's next work item
-  std::vector<int> slots, table_begin, lengths, flat_tables;
-  std::vector<double> k, v, q, out;
+  struct Query {
+    size_t b;
+    int t;
+  };
+  std::vector<Query> queries;  // the device's output rows, in order
   for (int step = 0; step <= last_step; ++step) {
     std::vector<std::pair<size_t, Work>> work;
     std::vector<size_t> finishing;
@@ -65,37 +75,32 @@ Result cuda(const Case& c) {
         work.push_back({b, plans[b][next[b]++]});
         if (next[b] == plans[b].size()) finishing.push_back(b);
       }
+    cuda_raw::Program::Step st;
     // Writes: every scheduled token's K/V, allocating a block at each page start.
-    slots.clear(), k.clear(), v.clear();
     for (const auto& [b, w] : work)
       for (int t = w.begin; t < w.end; ++t) {
         if (t % page == 0) tables[b].push_back(allocate());
-        slots.push_back(tables[b][static_cast<size_t>(t / page)] * page + t % page);
+        prog.slots.push_back(tables[b][static_cast<size_t>(t / page)] * page + t % page);
         const size_t at = static_cast<size_t>(t) * token;
-        k.insert(k.end(), data[b].k.begin() + at, data[b].k.begin() + at + token);
-        v.insert(v.end(), data[b].v.begin() + at, data[b].v.begin() + at + token);
+        prog.k.insert(prog.k.end(), data[b].k.begin() + at, data[b].k.begin() + at + token);
+        prog.v.insert(prog.v.end(), data[b].v.begin() + at, data[b].v.begin() + at + token);
+        ++st.writes;
       }
-    pool.write(static_cast<int>(slots.size()), slots.data(), k.data(), v.data());
-    // Attention: token t of sequence b over its keys 0 .. t through b's table.
-    table_begin.clear(), lengths.clear(), flat_tables.clear(), q.clear();
+    // Attention: token t of sequence b over its keys 0 .. t through b's
+    // table as it is at this step.
     for (const auto& [b, w] : work) {
-      const int begin = static_cast<int>(flat_tables.size());
-      flat_tables.insert(flat_tables.end(), tables[b].begin(), tables[b].end());
+      const int begin = static_cast<int>(prog.tables.size());
+      prog.tables.insert(prog.tables.end(), tables[b].begin(), tables[b].end());
       for (int t = w.begin; t < w.end; ++t) {
-        table_begin.push_back(begin);
-        lengths.push_back(t + 1);
+        prog.table_begin.push_back(begin);
+        prog.lengths.push_back(t + 1);
         const size_t at = static_cast<size_t>(t) * Hq * D;
-        q.insert(q.end(), data[b].q.begin() + at, data[b].q.begin() + at + Hq * D);
+        prog.q.insert(prog.q.end(), data[b].q.begin() + at, data[b].q.begin() + at + Hq * D);
+        queries.push_back({b, t});
+        ++st.queries;
       }
     }
-    out.resize(q.size());
-    pool.attend(static_cast<int>(lengths.size()), c.group, q.data(), table_begin.data(), lengths.data(),
-                flat_tables.data(), static_cast<int>(flat_tables.size()), out.data());
-    size_t row = 0;
-    for (const auto& [b, w] : work)
-      for (int t = w.begin; t < w.end; ++t, ++row)
-        std::copy(out.begin() + row * Hq * D, out.begin() + (row + 1) * Hq * D,
-                  r.out[b].begin() + static_cast<size_t>(t) * Hq * D);
+    prog.steps.push_back(st);
     // Finished sequences return their blocks (LIFO) at the end of the step.
     for (size_t b : finishing)
       for (int block : tables[b]) {
@@ -103,6 +108,12 @@ Result cuda(const Case& c) {
         was_released[static_cast<size_t>(block)] = true;
       }
   }
+  const std::vector<double> out = cuda_raw::run(prog);
+  for (size_t row = 0; row < queries.size(); ++row)
+    std::copy(out.begin() + static_cast<std::ptrdiff_t>(row * Hq * D),
+              out.begin() + static_cast<std::ptrdiff_t>((row + 1) * Hq * D),
+              r.out[queries[row].b].begin() +
+                  static_cast<std::ptrdiff_t>(static_cast<size_t>(queries[row].t) * Hq * D));
   r.block_tables = tables;
   return r;
 }

@@ -26,9 +26,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/kvcache/kvcache_cuda.h"
 
@@ -159,48 +161,29 @@ __global__ void attend_kernel(AttendArgs<C> a) {
   }
 }
 
-// A device buffer that grows on demand and is freed on every path.
-template <typename T>
-struct DeviceArray {
-  T* ptr = nullptr;
-  size_t cap = 0;
-  DeviceArray() = default;
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  ~DeviceArray() { cudaFree(ptr); }
-  T* reserve(size_t n) {
-    n = std::max<size_t>(n, 1);
-    if (n > cap) {
-      check(cudaFree(ptr), "cudaFree");
-      ptr = nullptr, cap = 0;
-      check(cudaMalloc(&ptr, n * sizeof(T)), "cudaMalloc");
-      cap = n;
-    }
-    return ptr;
-  }
-  T* upload(const T* h, size_t n) {
-    reserve(n);
-    if (n > 0) check(cudaMemcpy(ptr, h, n * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy to device");
-    return ptr;
-  }
-};
-
 unsigned blocks_for(size_t n, int threads) {
   return static_cast<unsigned>(std::max<size_t>((n + threads - 1) / threads, 1));
 }
 
-}  // namespace
-
-struct PagedPool::Impl {
-  int blocks = 0, page = 1, hkv = 1, dim = 1;
-  Precision precision = Precision::f64;
-  size_t width = 1;                 // elements per slot
-  DeviceArray<unsigned char> k, v;  // the pool, in the storage type
-  DeviceArray<double> stage_k, stage_v, q, out;
-  DeviceArray<int> slots, table_begin, lengths, tables;
+// One device allocation per case, freed on every path.
+struct DeviceBytes {
+  unsigned char* ptr = nullptr;
+  explicit DeviceBytes(size_t n) { check(cudaMalloc(&ptr, std::max<size_t>(n, 1)), "cudaMalloc"); }
+  DeviceBytes(const DeviceBytes&) = delete;
+  DeviceBytes& operator=(const DeviceBytes&) = delete;
+  ~DeviceBytes() { cudaFree(ptr); }
 };
 
-namespace {
+// Sub-arrays of the case's one allocation (and of its host image), each at a
+// 256-byte boundary.
+struct Layout {
+  size_t bytes = 0;
+  size_t place(size_t n) {
+    const size_t at = (bytes + 255) / 256 * 256;
+    bytes = at + n;
+    return at;
+  }
+};
 
 // Calls fn(C{}, A{}) with the storage and accumulation types of `p`.
 template <typename Fn>
@@ -217,6 +200,33 @@ void with_types(Precision p, Fn&& fn) {
   }
 }
 
+void validate(const Program& p) {
+  auto fail = [](const char* why) { throw std::runtime_error(std::string("kvcache cuda: ") + why); };
+  if (p.blocks < 0 || p.page_size < 1 || p.kv_heads < 1 || p.head_dim < 1 || p.group < 1)
+    fail("invalid pool shape");
+  const size_t width = static_cast<size_t>(p.kv_heads) * p.head_dim;
+  size_t writes = 0, queries = 0;
+  for (const auto& st : p.steps) {
+    if (st.writes < 0 || st.queries < 0) fail("negative step size");
+    writes += static_cast<size_t>(st.writes), queries += static_cast<size_t>(st.queries);
+  }
+  if (p.slots.size() != writes || p.k.size() != writes * width || p.v.size() != writes * width)
+    fail("writes do not match the steps");
+  if (p.table_begin.size() != queries || p.lengths.size() != queries ||
+      p.q.size() != queries * width * static_cast<size_t>(p.group))
+    fail("queries do not match the steps");
+  const size_t slots = static_cast<size_t>(p.blocks) * p.page_size;
+  for (int s : p.slots)
+    if (s < 0 || static_cast<size_t>(s) >= slots) fail("write slot outside the pool");
+  for (size_t i = 0; i < queries; ++i) {
+    const long long begin = p.table_begin[i], pages = (p.lengths[i] + p.page_size - 1) / p.page_size;
+    if (p.lengths[i] < 1 || begin < 0 || begin + pages > static_cast<long long>(p.tables.size()))
+      fail("query table outside the tables");
+  }
+  for (int b : p.tables)
+    if (b < 0 || b >= p.blocks) fail("table entry outside the pool");
+}
+
 }  // namespace
 
 int device_count() {
@@ -227,76 +237,82 @@ int device_count() {
   return count;
 }
 
-PagedPool::PagedPool(int blocks, int page_size, int kv_heads, int head_dim, double poison_key,
-                     double poison_value, Precision precision)
-    : impl_(nullptr) {
+std::vector<double> run(const Program& p) {
   if (device_count() <= 0) throw std::runtime_error("no CUDA device");
-  if (blocks < 0 || page_size < 1 || kv_heads < 1 || head_dim < 1)
-    throw std::runtime_error("kvcache cuda: invalid pool shape");
-  impl_ = new Impl();
-  impl_->blocks = blocks, impl_->page = page_size, impl_->hkv = kv_heads, impl_->dim = head_dim;
-  impl_->precision = precision;
-  impl_->width = static_cast<size_t>(kv_heads) * static_cast<size_t>(head_dim);
-  try {
-    const size_t n = static_cast<size_t>(blocks) * page_size * impl_->width;
-    with_types(precision, [&](auto c, auto) {
-      using C = decltype(c);
-      auto* k = reinterpret_cast<C*>(impl_->k.reserve(n * sizeof(C)));
-      auto* v = reinterpret_cast<C*>(impl_->v.reserve(n * sizeof(C)));
-      fill_kernel<C><<<blocks_for(n, 256), 256>>>(k, n, poison_key);
-      check(cudaGetLastError(), "poison launch");
-      fill_kernel<C><<<blocks_for(n, 256), 256>>>(v, n, poison_value);
-      check(cudaGetLastError(), "poison launch");
-    });
-  } catch (...) {
-    delete impl_;
-    throw;
-  }
-}
-
-PagedPool::~PagedPool() {
-  delete impl_;
-}
-
-void PagedPool::write(int n, const int* slots, const double* k, const double* v) {
-  if (n <= 0) return;
-  Impl& p = *impl_;
-  const size_t total = static_cast<size_t>(n) * p.width;
-  const int* d_slots = p.slots.upload(slots, static_cast<size_t>(n));
-  const double* d_k = p.stage_k.upload(k, total);
-  const double* d_v = p.stage_v.upload(v, total);
-  with_types(p.precision, [&](auto c, auto) {
-    using C = decltype(c);
-    write_kernel<C><<<std::min(blocks_for(total, 256), 1024u), 256>>>(
-        n, p.width, d_slots, d_k, d_v, reinterpret_cast<C*>(p.k.ptr), reinterpret_cast<C*>(p.v.ptr));
-  });
-  check(cudaGetLastError(), "write launch");
-}
-
-void PagedPool::attend(int n, int group, const double* q, const int* table_begin, const int* lengths,
-                       const int* tables, int tables_size, double* out) {
-  if (n <= 0) return;
-  Impl& p = *impl_;
-  if (group < 1) throw std::runtime_error("kvcache cuda: invalid group");
-  const size_t rows = static_cast<size_t>(n) * p.hkv * group * p.dim;
-  const double* d_q = p.q.upload(q, rows);
-  const int* d_begin = p.table_begin.upload(table_begin, static_cast<size_t>(n));
-  const int* d_lengths = p.lengths.upload(lengths, static_cast<size_t>(n));
-  const int* d_tables = p.tables.upload(tables, static_cast<size_t>(std::max(tables_size, 0)));
-  double* d_out = p.out.reserve(rows);
-  const int warps = std::min(group, kMaxWarps);
+  validate(p);
+  const size_t width = static_cast<size_t>(p.kv_heads) * p.head_dim;
+  const size_t pool = static_cast<size_t>(p.blocks) * p.page_size * width;
+  std::vector<double> out(p.q.size());
+  if (p.steps.empty()) return out;
   with_types(p.precision, [&](auto c, auto acc) {
     using C = decltype(c);
     using A = decltype(acc);
+    // Device layout: the pool (not uploaded), the uploaded inputs, the output.
+    Layout lay;
+    const size_t at_k = lay.place(pool * sizeof(C)), at_v = lay.place(pool * sizeof(C));
+    const size_t upload = lay.place(0);
+    auto put = [&](size_t bytes) { return lay.place(bytes) - upload; };  // offsets in the upload
+    const size_t at_wk = put(p.k.size() * sizeof(double)), at_wv = put(p.v.size() * sizeof(double));
+    const size_t at_q = put(p.q.size() * sizeof(double)), at_slots = put(p.slots.size() * sizeof(int));
+    const size_t at_begin = put(p.table_begin.size() * sizeof(int));
+    const size_t at_len = put(p.lengths.size() * sizeof(int)), at_tables = put(p.tables.size() * sizeof(int));
+    const size_t upload_bytes = lay.bytes - upload;
+    const size_t at_out = lay.place(out.size() * sizeof(double));
+
+    std::vector<unsigned char> image(upload_bytes);
+    auto copy = [&](size_t at, const auto& v) {
+      if (!v.empty()) std::memcpy(image.data() + at, v.data(), v.size() * sizeof(v[0]));
+    };
+    copy(at_wk, p.k), copy(at_wv, p.v), copy(at_q, p.q), copy(at_slots, p.slots);
+    copy(at_begin, p.table_begin), copy(at_len, p.lengths), copy(at_tables, p.tables);
+
+    DeviceBytes dev(lay.bytes);
+    unsigned char* base = dev.ptr;
+    check(cudaMemcpy(base + upload, image.data(), upload_bytes, cudaMemcpyHostToDevice),
+          "cudaMemcpy to device");
+    auto* pool_k = reinterpret_cast<C*>(base + at_k);
+    auto* pool_v = reinterpret_cast<C*>(base + at_v);
+    const unsigned char* in = base + upload;
+    const auto* wk = reinterpret_cast<const double*>(in + at_wk);
+    const auto* wv = reinterpret_cast<const double*>(in + at_wv);
+    const auto* q = reinterpret_cast<const double*>(in + at_q);
+    const auto* slots = reinterpret_cast<const int*>(in + at_slots);
+    const auto* begin = reinterpret_cast<const int*>(in + at_begin);
+    const auto* lengths = reinterpret_cast<const int*>(in + at_len);
+    auto* d_out = reinterpret_cast<double*>(base + at_out);
+
+    if (pool > 0) {
+      fill_kernel<C><<<blocks_for(pool, 256), 256>>>(pool_k, pool, p.poison_key);
+      fill_kernel<C><<<blocks_for(pool, 256), 256>>>(pool_v, pool, p.poison_value);
+      check(cudaGetLastError(), "poison launch");
+    }
     AttendArgs<C> a{};
-    a.hkv = p.hkv, a.group = group, a.dim = p.dim, a.page = p.page;
-    a.alpha = 1 / std::sqrt(static_cast<double>(p.dim));
-    a.pool_k = reinterpret_cast<const C*>(p.k.ptr), a.pool_v = reinterpret_cast<const C*>(p.v.ptr);
-    a.q = d_q, a.table_begin = d_begin, a.lengths = d_lengths, a.tables = d_tables, a.out = d_out;
-    attend_kernel<C, A><<<static_cast<unsigned>(n) * static_cast<unsigned>(p.hkv), 32 * warps>>>(a);
+    a.hkv = p.kv_heads, a.group = p.group, a.dim = p.head_dim, a.page = p.page_size;
+    a.alpha = 1 / std::sqrt(static_cast<double>(p.head_dim));
+    a.pool_k = pool_k, a.pool_v = pool_v;
+    a.tables = reinterpret_cast<const int*>(in + at_tables);
+    const size_t row = width * static_cast<size_t>(p.group);  // one query's elements
+    const int warps = std::min(p.group, kMaxWarps);
+    size_t w = 0, qi = 0;  // the step's first write and query
+    for (const auto& st : p.steps) {
+      if (st.writes > 0) {
+        const size_t total = static_cast<size_t>(st.writes) * width;
+        write_kernel<C><<<std::min(blocks_for(total, 256), 1024u), 256>>>(
+            st.writes, width, slots + w, wk + w * width, wv + w * width, pool_k, pool_v);
+        check(cudaGetLastError(), "write launch");
+      }
+      if (st.queries > 0) {
+        a.q = q + qi * row, a.table_begin = begin + qi, a.lengths = lengths + qi, a.out = d_out + qi * row;
+        attend_kernel<C, A>
+            <<<static_cast<unsigned>(st.queries) * static_cast<unsigned>(p.kv_heads), 32 * warps>>>(a);
+        check(cudaGetLastError(), "attend launch");
+      }
+      w += static_cast<size_t>(st.writes), qi += static_cast<size_t>(st.queries);
+    }
+    check(cudaMemcpy(out.data(), d_out, out.size() * sizeof(double), cudaMemcpyDeviceToHost),
+          "cudaMemcpy to host");
   });
-  check(cudaGetLastError(), "attend launch");
-  check(cudaMemcpy(out, d_out, rows * sizeof(double), cudaMemcpyDeviceToHost), "cudaMemcpy to host");
+  return out;
 }
 
 }  // namespace kprop::kvcache::cuda_raw
