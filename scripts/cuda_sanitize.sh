@@ -101,7 +101,7 @@ run_one() {
   local base=$logs/$name.$tool extra=()
   [ "$tool" = memcheck ] && extra=(--leak-check full)
   "$sanitizer" --tool "$tool" --error-exitcode 1 "${extra[@]}" \
-    "$runner" --spec "$spec" --target "$target" --seed 1 --trials "$trials" --no-corpus --case-timeout 600 \
+    "$runner" --spec "$spec" --target "$target" --seed 1 --trials "$trials" --no-corpus --time 0 --case-timeout 600 \
     --format json --out "$base.json" >"$base.log" 2>&1
   local rc=$? errors status cell
   # memcheck, initcheck, synccheck: "ERROR SUMMARY: N errors";
