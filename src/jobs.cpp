@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,8 +14,10 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <new>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
 
 namespace kprop {
 namespace {
@@ -24,6 +27,13 @@ struct Header {
   int64_t index;
   uint64_t size;
 };
+
+// owner[n % ring] once worker w has claimed item n (0: not yet published).
+static_assert(std::atomic<int64_t>::is_always_lock_free, "shared across processes");
+
+int64_t owner_tag(int64_t n, int w) {
+  return n * 1024 + w + 1;
+}
 
 bool write_all(int fd, const void* data, size_t size) {
   const char* p = static_cast<const char*>(data);
@@ -62,7 +72,47 @@ bool read_all(int fd, void* data, size_t size, bool patient) {
 
 bool send_frame(int fd, int64_t index, const std::string& payload) {
   const Header h{index, payload.size()};
-  return write_all(fd, &h, sizeof h) && write_all(fd, payload.data(), payload.size());
+  std::string frame(reinterpret_cast<const char*>(&h), sizeof h);  // one write per frame
+  frame += payload;
+  return write_all(fd, frame.data(), frame.size());
+}
+
+// The caller's read of a worker's results: whatever the pipe holds at once
+// into `inbox` (a worker ahead of the caller has sent several frames), then
+// the frames from there, so a frame costs no system call of its own.
+//
+// While nothing is there it naps for 1 ms rather than block in poll: a
+// caller woken by every frame (a context switch per case, on a machine whose
+// cores all run workers) cost the cheap specs a fifth of the speed-up
+// (2 cores, 20000 trials: beam 1.74x with a blocking poll, 1.84x with 1 ms
+// naps). The workers are a window of items ahead, so the caller's lateness
+// costs them nothing; at most 1 ms at the end of a run or after Ctrl-C.
+std::optional<std::pair<int64_t, std::string>> read_buffered_frame(int fd, std::string& inbox) {
+  constexpr useconds_t kNap = 1000;
+  for (;;) {
+    if (inbox.size() >= sizeof(Header)) {
+      Header h{};
+      std::memcpy(&h, inbox.data(), sizeof h);
+      if (inbox.size() - sizeof h >= h.size) {
+        std::pair<int64_t, std::string> frame{h.index, inbox.substr(sizeof h, h.size)};
+        inbox.erase(0, sizeof h + h.size);
+        return frame;
+      }
+    }
+    pollfd pf{fd, POLLIN, 0};
+    const int ready = poll(&pf, 1, 0);
+    if (ready < 0 && errno != EINTR) return std::nullopt;
+    if (ready <= 0) {
+      if (interrupted()) return std::nullopt;
+      usleep(kNap);
+      continue;
+    }
+    char chunk[1 << 16];
+    const ssize_t n = read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return std::nullopt;
+    inbox.append(chunk, size_t(n));
+  }
 }
 
 std::optional<std::pair<int64_t, std::string>> read_frame(int fd, bool patient) {
@@ -73,13 +123,16 @@ std::optional<std::pair<int64_t, std::string>> read_frame(int fd, bool patient) 
   return std::pair{h.index, std::move(payload)};
 }
 
-// A worker's life: compute items w, w + jobs, ... while the caller allows
-// them, send each back, exit when done or when the caller hangs up.
-[[noreturn]] void worker_main(int w, int jobs, int64_t count, int64_t limit, std::string note, int results,
-                              int control, const WorkerPool::Setup& setup) {
+// A worker's life: claim the next unclaimed item while the caller allows
+// it, compute it, send it back; exit when every item is claimed or when the
+// caller hangs up.
+[[noreturn]] void worker_main(int w, int64_t count, int64_t limit, std::string note, int results, int control,
+                              WorkerPool::Shared* shared, int64_t ring, const WorkerPool::Setup& setup) {
   try {
     const WorkerPool::Work work = setup();
-    for (int64_t n = w; n < count; n += jobs) {
+    for (;;) {
+      int64_t n = shared->next.load(std::memory_order_relaxed);
+      if (n >= count) break;
       // The latest note and allowance: wait while n is beyond what is allowed.
       for (;;) {
         pollfd pf{control, POLLIN, 0};
@@ -89,7 +142,11 @@ std::optional<std::pair<int64_t, std::string>> read_frame(int fd, bool patient) 
         if (!frame) _exit(0);  // the caller is done with us
         limit = frame->first;
         note = std::move(frame->second);
+        n = shared->next.load(std::memory_order_relaxed);
       }
+      if (n >= count) break;
+      if (!shared->next.compare_exchange_weak(n, n + 1, std::memory_order_acq_rel)) continue;  // taken
+      shared->owner()[n % ring].store(owner_tag(n, w), std::memory_order_release);
       if (!send_frame(results, n, work(n, note))) _exit(0);
     }
   } catch (...) {
@@ -106,14 +163,20 @@ int default_jobs() {
 }
 
 WorkerPool::WorkerPool(int jobs, int64_t count, int64_t window, const Setup& setup, const std::string& note)
-    : jobs_(std::max(1, jobs)), window_(std::max<int64_t>(window, jobs)), note_(note) {
-  workers_.resize(size_t(jobs_));
+    : jobs_(std::clamp(jobs, 1, kMaxJobs)), window_(std::max<int64_t>(window, jobs)), note_(note) {
   if (jobs_ == 1 || count <= 1) return;
+  ring_ = 2 * window_ + 2;  // an item's slot is reused only after the caller took it
+  const size_t bytes = sizeof(Shared) + size_t(ring_) * sizeof(std::atomic<int64_t>);
+  void* map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (map == MAP_FAILED) return;  // no pool: the caller computes everything
+  shared_ = new (map) Shared{};
+  for (int64_t k = 0; k < ring_; ++k) new (shared_->owner() + k) std::atomic<int64_t>(0);
+  shared_bytes_ = bytes;
   allowed_ = window_;
   // A dead worker is an EPIPE on its control pipe, not the caller's death.
   signal(SIGPIPE, SIG_IGN);
   std::fflush(nullptr);
-  for (int w = 1; w < jobs_ && w < count; ++w) {
+  for (int w = 0; w < jobs_ && w < count; ++w) {
     int to_caller[2], to_worker[2];
     if (pipe2(to_caller, O_CLOEXEC) != 0) throw std::runtime_error(fmt::format("pipe: {}", strerror(errno)));
     if (pipe2(to_worker, O_CLOEXEC) != 0) {
@@ -123,7 +186,7 @@ WorkerPool::WorkerPool(int jobs, int64_t count, int64_t window, const Setup& set
     const pid_t pid = fork();
     if (pid < 0) {
       for (int fd : {to_caller[0], to_caller[1], to_worker[0], to_worker[1]}) close(fd);
-      break;  // fewer jobs: the caller computes the rest
+      break;  // fewer jobs: the others (or the caller) compute the rest
     }
     if (pid == 0) {
       // Our own process group: the pool stops a worker with everything it
@@ -137,33 +200,39 @@ WorkerPool::WorkerPool(int jobs, int64_t count, int64_t window, const Setup& set
         if (other.pid > 0) close(other.results), close(other.control);
       close(to_caller[0]), close(to_worker[1]);
       enter_worker_process();
-      worker_main(w, jobs_, count, allowed_, note_, to_caller[1], to_worker[0], setup);
+      worker_main(w, count, allowed_, note_, to_caller[1], to_worker[0], shared_, ring_, setup);
     }
     setpgid(pid, pid);  // either side may win the race; both set the same group
     close(to_caller[1]), close(to_worker[0]);
-    workers_[size_t(w)] = {pid, to_caller[0], to_worker[1], false};
+    workers_.push_back({pid, to_caller[0], to_worker[1]});
   }
 }
 
 WorkerPool::~WorkerPool() {
   for (Worker& w : workers_)
     if (w.pid > 0) retire(w);
+  if (shared_) munmap(shared_, shared_bytes_);
 }
 
 void WorkerPool::retire(Worker& w) {
   if (w.pid <= 0) return;
   close(w.results), close(w.control);
-  kill(-w.pid, SIGKILL);
+  kill(-w.pid, SIGKILL);  // its group: whatever it started goes too
   int status = 0;
-  while (waitpid(w.pid, &status, 0) < 0 && errno == EINTR) {
+  while (!w.reaped && waitpid(w.pid, &status, 0) < 0 && errno == EINTR) {
   }
-  w = {-1, -1, -1, true};
+  w = Worker{};  // pid -1: its items are the caller's
+  w.exited = w.reaped = true;
 }
 
 void WorkerPool::allow(int64_t limit) {
   allowed_ = limit;
   for (Worker& w : workers_)
-    if (w.pid > 0 && !send_frame(w.control, limit, note_)) retire(w);
+    if (w.pid > 0 && !w.exited && !send_frame(w.control, limit, note_)) {
+      // Gone (done or dead): it claims nothing more, but what it sent is
+      // still in its pipe; a read that fails retires it.
+      w.exited = true;
+    }
 }
 
 void WorkerPool::broadcast(const std::string& note) {
@@ -173,15 +242,165 @@ void WorkerPool::broadcast(const std::string& note) {
 }
 
 std::optional<std::string> WorkerPool::take(int64_t n) {
+  if (!shared_) return std::nullopt;
   // Keep the workers `window` items ahead; renew when half is used.
-  if (jobs_ > 1 && n + window_ / 2 >= allowed_) allow(n + window_);
-  Worker& w = workers_[size_t(n % jobs_)];
-  if (w.pid <= 0) return std::nullopt;
-  auto frame = read_frame(w.results, false);
-  if (frame && frame->first == n) return std::move(frame->second);
-  // Died (or Ctrl-C, or out of step, which cannot happen): the caller takes over its items.
-  retire(w);
-  return std::nullopt;
+  if (n + window_ / 2 >= allowed_) allow(n + window_);
+  std::atomic<int64_t>& owner = shared_->owner()[n % ring_];
+  for (int spins = 0;; ++spins) {
+    const int64_t tag = owner.load(std::memory_order_acquire);
+    if (tag > 0 && (tag - 1) / 1024 == n) {
+      Worker& w = workers_[size_t((tag - 1) % 1024)];
+      if (w.pid <= 0) return std::nullopt;  // its worker died: compute it here
+      // A worker claims items in increasing order and this loop takes every
+      // item in order, so the next frame on its pipe is item n.
+      auto frame = read_buffered_frame(w.results, w.inbox);
+      if (frame && frame->first == n) return std::move(frame->second);
+      // Died (or Ctrl-C, or out of step): the caller computes the items it
+      // had claimed.
+      retire(w);
+      return std::nullopt;
+    }
+    // Unclaimed, and no worker is left to claim it: the caller computes it.
+    // (While one is alive it will: items are claimed in order, so nothing
+    // past n is waiting in a pipe for this loop.)
+    int64_t unclaimed = n;
+    if (!any_alive() && shared_->next.compare_exchange_strong(unclaimed, n + 1, std::memory_order_acq_rel))
+      return std::nullopt;
+    if (interrupted()) return std::nullopt;
+    // Claimed by a worker that died before saying so (killed between its
+    // claim and its tag): computed here after a while. Were it a live
+    // worker after all, its frame comes out of step and it is retired.
+    if (spins > kPatience + 2000 && reaped_any_) return std::nullopt;
+    if (spins < kPatience) {
+      sched_yield();
+    } else {
+      reap_exited();
+      usleep(100);
+    }
+  }
+}
+
+bool WorkerPool::any_alive() const {
+  for (const Worker& w : workers_)
+    if (w.pid > 0 && !w.exited) return true;
+  return false;
+}
+
+void WorkerPool::reap_exited() {
+  for (Worker& w : workers_) {
+    int status = 0;
+    if (w.pid > 0 && !w.reaped && waitpid(w.pid, &status, WNOHANG) == w.pid) {
+      // Its results pipe keeps what it sent: read to the end, then retired.
+      w.reaped = w.exited = true;
+      reaped_any_ = true;
+    }
+  }
+}
+
+namespace {
+
+// Hand-rolled, as the frames above: the payload is a few numbers and short
+// strings between two copies of one binary.
+struct Writer {
+  std::string out;
+  template <typename T>
+  void pod(T v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    out.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  void str(const std::string& s) {
+    pod<uint64_t>(s.size());
+    out += s;
+  }
+};
+
+struct Reader {
+  const std::string& in;
+  size_t at = 0;
+  template <typename T>
+  T pod() {
+    T v{};
+    if (in.size() - at < sizeof v) throw std::out_of_range("truncated");
+    std::memcpy(&v, in.data() + at, sizeof v);
+    at += sizeof v;
+    return v;
+  }
+  std::string str() {
+    const auto n = pod<uint64_t>();
+    if (in.size() - at < n) throw std::out_of_range("truncated");
+    std::string s = in.substr(at, n);
+    at += n;
+    return s;
+  }
+  uint64_t count(size_t least_bytes_each) {  // an element count that fits what is left
+    const auto n = pod<uint64_t>();
+    if (n > (in.size() - at) / std::max<size_t>(least_bytes_each, 1)) throw std::out_of_range("bad count");
+    return n;
+  }
+};
+
+}  // namespace
+
+std::string encode_case_outcome(const CaseOutcome& o) {
+  Writer w;
+  w.pod<int64_t>(o.stats.size);
+  w.str(o.stats.summary);
+  w.pod<uint64_t>(o.stats.dims.size());
+  for (const auto& d : o.stats.dims) w.str(d.name), w.pod(d.value), w.str(d.kind);
+  w.pod(o.generation_seconds);
+  w.pod<uint64_t>(o.uses.size());
+  for (size_t k : o.uses) w.pod<uint64_t>(k);
+  w.pod<uint64_t>(o.results.size());
+  for (const CheckResult& r : o.results) {
+    w.pod<int32_t>(static_cast<int32_t>(r.kind));
+    w.pod<int32_t>(static_cast<int32_t>(r.verdict.outcome));
+    w.str(r.verdict.message);
+    w.pod<uint64_t>(r.verdict.measured.size());
+    for (const auto& m : r.verdict.measured) w.str(m.name), w.pod(m.value);
+    w.str(r.reason), w.str(r.failure_kind);
+    w.pod<uint8_t>(r.unavailable);
+    w.pod(r.seconds), w.pod(r.target_seconds), w.pod(r.reference_seconds);
+  }
+  return std::move(w.out);
+}
+
+bool decode_case_outcome(const std::string& bytes, CaseOutcome& o) {
+  try {
+    Reader r{bytes};
+    CaseOutcome out;
+    out.stats.size = r.pod<int64_t>();
+    out.stats.summary = r.str();
+    for (uint64_t n = r.count(24); n > 0; --n) {
+      CaseStats::Dim d;
+      d.name = r.str(), d.value = r.pod<double>(), d.kind = r.str();
+      out.stats.dims.push_back(std::move(d));
+    }
+    out.generation_seconds = r.pod<double>();
+    for (uint64_t n = r.count(8); n > 0; --n) out.uses.push_back(size_t(r.pod<uint64_t>()));
+    for (uint64_t n = r.count(60); n > 0; --n) {
+      CheckResult c;
+      const auto kind = r.pod<int32_t>(), outcome = r.pod<int32_t>();
+      if (kind < 0 || kind > static_cast<int32_t>(CheckResult::Kind::target_failure) || outcome < 0 ||
+          outcome > static_cast<int32_t>(Outcome::not_applicable))
+        return false;
+      c.kind = static_cast<CheckResult::Kind>(kind);
+      c.verdict.outcome = static_cast<Outcome>(outcome);
+      c.verdict.message = r.str();
+      for (uint64_t m = r.count(16); m > 0; --m) {
+        std::string name = r.str();
+        c.verdict.measured.push_back({std::move(name), r.pod<double>()});
+      }
+      c.reason = r.str(), c.failure_kind = r.str();
+      c.unavailable = r.pod<uint8_t>() != 0;
+      c.seconds = r.pod<double>(), c.target_seconds = r.pod<double>(), c.reference_seconds = r.pod<double>();
+      out.results.push_back(std::move(c));
+    }
+    if (r.at != bytes.size()) return false;
+    o = std::move(out);
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 }  // namespace kprop

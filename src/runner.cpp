@@ -250,8 +250,9 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
     return report;
   };
 
-  // --jobs: the n-th case of this shard is checked by job n % jobs, ahead of
-  // this loop, which takes the results in order (kprop/jobs.h).
+  // --jobs: the n-th case of this shard is checked by whichever worker
+  // claims it, ahead of this loop, which takes the results in order
+  // (kprop/jobs.h).
   const int64_t shard_cases = max_cases > shard ? (max_cases - shard + shards - 1) / shards : 0;
   auto job_setup = [&]() -> WorkerPool::Work {
     // An external target or reference is opened again: one worker process per job.
@@ -269,20 +270,13 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
       std::vector<const InvariantUse*> live_uses;
       // The case's statistics travel with the results, so the caller need
       // not draw the case again (it does only to record a finding).
-      const CaseStats st = family.stats(c);
-      nlohmann::json dims = nlohmann::json::array();
-      for (const auto& d : st.dims) dims.push_back({d.name, d.value, d.kind});
-      nlohmann::json out = {{"size", st.size},
-                            {"summary", st.summary},
-                            {"dims", std::move(dims)},
-                            {"generation_s", generation_seconds},
-                            {"uses", nlohmann::json::array()},
-                            {"results", nlohmann::json::array()}};
+      CaseOutcome out;
+      out.stats = family.stats(c);
+      out.generation_seconds = generation_seconds;
       for (size_t k = 0; k < uses.size(); ++k)
-        if (live_note[k] == '1') live_uses.push_back(uses[k]), out["uses"].push_back(k);
-      for (const CheckResult& r : check_uses(*own, live_uses, c))
-        out["results"].push_back(check_result_json(r));
-      return out.dump();
+        if (live_note[k] == '1') live_uses.push_back(uses[k]), out.uses.push_back(k);
+      out.results = check_uses(*own, live_uses, c);
+      return encode_case_outcome(out);
     };
   };
   auto alive_note = [&] {
@@ -295,31 +289,23 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
   // the job still checked declined or crashed first): the loop checks the case.
   auto from_job = [](const std::string& payload, const std::vector<size_t>& live,
                      std::vector<CheckResult>& out, CaseStats& stats, double& generation_s) {
-    try {
-      const auto j = nlohmann::json::parse(payload);
-      stats.size = j.at("size").get<int64_t>();
-      stats.summary = j.at("summary").get<std::string>();
-      for (const auto& d : j.at("dims"))
-        stats.dims.push_back({d.at(0).get<std::string>(), d.at(1).get<double>(), d.at(2).get<std::string>()});
-      generation_s = j.at("generation_s").get<double>();
-      const auto& checked = j.at("uses");
-      const auto& results = j.at("results");
-      for (size_t m = 0; m < results.size(); ++m) {
-        const size_t k = checked.at(m).get<size_t>();
-        CheckResult r = check_result_from_json(results[m]);
-        const bool stop = r.kind != CheckResult::Kind::verdict;
-        const bool is_live = std::find(live.begin(), live.end(), k) != live.end();
-        if (is_live) out.push_back(std::move(r));
-        if (stop) return is_live;
-      }
-      return out.size() == live.size();
-    } catch (const std::exception&) {
+    CaseOutcome job;
+    if (!decode_case_outcome(payload, job) || job.uses.size() < job.results.size())
       return false;  // garbled: checked here instead
+    stats = std::move(job.stats);
+    generation_s = job.generation_seconds;
+    for (size_t m = 0; m < job.results.size(); ++m) {
+      CheckResult& r = job.results[m];
+      const bool stop = r.kind != CheckResult::Kind::verdict;
+      const bool is_live = std::find(live.begin(), live.end(), job.uses[m]) != live.end();
+      if (is_live) out.push_back(std::move(r));
+      if (stop) return is_live;
     }
+    return out.size() == live.size();
   };
   const int jobs = options.target_transport || options.reference_transport ? 1 : options.jobs;
   std::optional<WorkerPool> pool;
-  if (jobs > 1) pool.emplace(jobs, shard_cases, std::max(16 * jobs, 64), job_setup, alive_note());
+  if (jobs > 1) pool.emplace(jobs, shard_cases, std::max(64 * jobs, 256), job_setup, alive_note());
 
   int64_t nth = -1;  // the case's index in this shard
   for (int64_t i = 0; any_alive() && i < max_cases; ++i) {
@@ -650,7 +636,7 @@ std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, 
   const RunContext ctx = make_context(spec, options, 0);
   const auto uses = selected_uses(spec, options);
   const std::vector<std::string> files = list_corpus(path);
-  // --jobs: file n is replayed by job n % jobs (kprop/jobs.h).
+  // --jobs: file n is replayed by whichever worker claims it (kprop/jobs.h).
   const int jobs = options.target_transport || options.reference_transport ? 1 : options.jobs;
   WorkerPool pool(jobs, int64_t(files.size()), std::max(4 * jobs, 16), [&]() -> WorkerPool::Work {
     const bool external = ctx.target.index < 0 || ctx.reference.index < 0;

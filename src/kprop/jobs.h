@@ -2,10 +2,14 @@
 // the cases, verdicts and findings of --jobs 1.
 //
 // The caller consumes items 0, 1, 2, ... in order, as the sequential loop
-// does; item n belongs to worker n % N. Worker 0 is the caller itself (it
-// computes its items when it reaches them); workers 1..N-1 are forked
-// processes that compute theirs ahead of the caller, at most `window` items
-// past it, and send each result back as bytes. Nothing a worker computes has
+// does. N forked workers compute them ahead of it, at most `window` items
+// past it: each claims the next unclaimed item (a counter in shared memory,
+// so a worker on a slow item does not hold the others back), computes it and
+// sends the result back as bytes; the caller reads item n from the pipe of
+// the worker that claimed it. The caller computes an item itself only when
+// its worker died, or when no worker is left (or none could be forked).
+// Which process computes an item never changes its result: an item is a
+// function of its index and the note. Nothing a worker computes has
 // side effects (no corpus writes, no events): the caller decides what each
 // result means, shrinks and stores, so the order of events is the
 // sequential one. A worker that dies (the target crashed or hung in it) is
@@ -19,6 +23,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -41,32 +46,49 @@ class WorkerPool {
   using Work = std::function<std::string(int64_t n, const std::string& note)>;
   using Setup = std::function<Work()>;
   // jobs <= 1 forks nothing: take() always answers "compute it yourself".
+  // Otherwise `jobs` workers (the caller mostly waits for them).
   WorkerPool(int jobs, int64_t count, int64_t window, const Setup& setup, const std::string& note = "");
   ~WorkerPool();  // stops and reaps the workers
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
   // Item n's result (items are taken in increasing order), or nothing when
-  // the caller must compute it itself: it is the caller's own item, its
-  // worker died, or Ctrl-C came while waiting.
+  // the caller must compute it itself: no worker claimed it, its worker
+  // died, or Ctrl-C came while waiting.
   std::optional<std::string> take(int64_t n);
   // Every worker gets this note with its next allowance and uses the latest
   // it has (a run: which invariants are still alive).
   void broadcast(const std::string& note);
 
+  // Shared with the workers (an anonymous shared mapping): the next item
+  // to claim, then `ring` slots: who claimed item n, at slot n % ring.
+  struct Shared {
+    std::atomic<int64_t> next{0};
+    std::atomic<int64_t>* owner() { return reinterpret_cast<std::atomic<int64_t>*>(this + 1); }
+  };
+
  private:
   struct Worker {
     pid_t pid = -1;
-    int results = -1;  // read end: worker -> caller
-    int control = -1;  // write end: caller -> worker
-    bool dead = false;
+    int results = -1;     // read end: worker -> caller
+    int control = -1;     // write end: caller -> worker
+    bool exited = false;  // claims nothing more; what it sent is still in its pipe
+    bool reaped = false;  // waited for
+    std::string inbox;    // bytes read from `results`, not yet taken
   };
+  static constexpr int kMaxJobs = 1000;  // owner tags hold the worker in 10 bits
+  static constexpr int kPatience = 4;    // yields before the caller sleeps between looks
   void allow(int64_t limit);
   void retire(Worker& w);
+  bool any_alive() const;
+  void reap_exited();
   int jobs_ = 1;
-  int64_t window_ = 1, allowed_ = 0;
+  int64_t window_ = 1, allowed_ = 0, ring_ = 0;
+  Shared* shared_ = nullptr;
+  size_t shared_bytes_ = 0;
+  bool reaped_any_ = false;
   std::string note_;
-  std::vector<Worker> workers_;  // [0] is the caller
+  std::vector<Worker> workers_;  // worker w forked w-th
 };
 
 // What a worker process changes about the crash guard (findings.cpp): a
@@ -74,8 +96,25 @@ class WorkerPool {
 // item under its own guard, which stores the case as a sequential run does.
 void enter_worker_process();
 
-// CheckResult on the wire (--isolate children and --jobs workers).
+// CheckResult on the wire (--isolate children).
 nlohmann::json check_result_json(const CheckResult& r);
 CheckResult check_result_from_json(const nlohmann::json& j);
+
+// What a --jobs worker sends back for one case of a property run: the
+// case's statistics and generation time (so the caller need not draw it
+// again) and the results of the invariants it checked, by their index in
+// the run's uses.
+struct CaseOutcome {
+  CaseStats stats;
+  double generation_seconds = 0;
+  std::vector<size_t> uses;
+  std::vector<CheckResult> results;
+};
+// A compact binary form (both ends are the same binary, so no schema
+// evolution is needed, and it is several times cheaper than JSON on the
+// caller, which decodes every case). decode returns false on a malformed or
+// truncated payload.
+std::string encode_case_outcome(const CaseOutcome& o);
+bool decode_case_outcome(const std::string& bytes, CaseOutcome& o);
 
 }  // namespace kprop

@@ -1,0 +1,135 @@
+// The --jobs process pool (kprop/jobs.h) on its own: items come back in
+// order whichever worker claimed them, a slow item does not hold the other
+// workers back, a worker that dies leaves its items to the caller, and the
+// binary case-outcome codec round-trips and rejects what is malformed.
+#include "kprop/jobs.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+namespace kprop {
+namespace {
+
+std::string item(int64_t n, const std::string& note) {
+  return "item " + std::to_string(n) + " " + note;
+}
+
+TEST(WorkerPool, ItemsComeBackInOrderFromEveryWorker) {
+  for (const int jobs : {2, 3, 5}) {
+    const int64_t count = 200;
+    WorkerPool pool(
+        jobs, count, 8,
+        [] {
+          return [](int64_t n, const std::string& note) {
+            if (n % 7 == 0) usleep(2000);  // slow items: the others go on meanwhile
+            return item(n, note);
+          };
+        },
+        "a");
+    int64_t computed_here = 0;
+    for (int64_t n = 0; n < count; ++n) {
+      if (n == 100) pool.broadcast("b");  // later items may still carry the older note
+      const auto got = pool.take(n);
+      if (!got) {
+        ++computed_here;
+        continue;
+      }
+      const bool a = *got == item(n, "a"), b = *got == item(n, "b");
+      EXPECT_TRUE(a || b) << *got;
+      if (n >= 100 + 2 * 8 + 2) {
+        EXPECT_TRUE(b) << *got;  // past every item allowed before the note
+      }
+    }
+    // Every item came from a worker: none died.
+    EXPECT_EQ(computed_here, 0) << jobs << " jobs";
+  }
+}
+
+TEST(WorkerPool, ADeadWorkersItemsAreTheCallers) {
+  const int64_t count = 60;
+  WorkerPool pool(2, count, 8, [] {
+    return [](int64_t n, const std::string&) -> std::string {
+      if (n == 13) _exit(1);  // dies on this item, whoever claimed it
+      return item(n, "");
+    };
+  });
+  int64_t computed_here = 0;
+  for (int64_t n = 0; n < count; ++n) {
+    const auto got = pool.take(n);
+    if (got) {
+      EXPECT_EQ(*got, item(n, ""));
+    } else {
+      ++computed_here;
+    }
+    if (n == 13) {
+      EXPECT_FALSE(got);  // never a result from a worker that died on it
+    }
+  }
+  EXPECT_GE(computed_here, 1);
+}
+
+TEST(WorkerPool, OneJobForksNothing) {
+  WorkerPool pool(1, 10, 4, [] { return [](int64_t n, const std::string&) { return item(n, ""); }; });
+  for (int64_t n = 0; n < 10; ++n) EXPECT_FALSE(pool.take(n));
+}
+
+CaseOutcome sample_outcome() {
+  CaseOutcome o;
+  o.stats.size = 42;
+  o.stats.summary = "B2 H3 Nq5, mask causal";
+  o.stats.dim("nq", 5).kind("mask", "causal");
+  o.generation_seconds = 1.5e-4;
+  o.uses = {0, 3};
+  CheckResult pass;
+  pass.verdict = Verdict::pass({{kErrorRatio, 0.25},
+                                {"nan", std::numeric_limits<double>::quiet_NaN()},
+                                {"inf", -std::numeric_limits<double>::infinity()}});
+  pass.seconds = 1, pass.target_seconds = 2, pass.reference_seconds = 3;
+  CheckResult declined;
+  declined.kind = CheckResult::Kind::declined;
+  declined.reason = "f16 with D = 7";
+  declined.unavailable = true;
+  o.results = {pass, declined};
+  return o;
+}
+
+TEST(CaseOutcomeCodec, RoundTripsEveryField) {
+  const CaseOutcome o = sample_outcome();
+  CaseOutcome back;
+  ASSERT_TRUE(decode_case_outcome(encode_case_outcome(o), back));
+  EXPECT_EQ(back.stats.size, 42);
+  EXPECT_EQ(back.stats.summary, o.stats.summary);
+  ASSERT_EQ(back.stats.dims.size(), 2u);
+  EXPECT_EQ(back.stats.dims[1].name, "mask");
+  EXPECT_EQ(back.stats.dims[1].kind, "causal");
+  EXPECT_EQ(back.stats.dims[0].value, 5);
+  EXPECT_EQ(back.generation_seconds, 1.5e-4);
+  EXPECT_EQ(back.uses, o.uses);
+  ASSERT_EQ(back.results.size(), 2u);
+  const auto& m = back.results[0].verdict.measured;
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_EQ(m[0].value, 0.25);
+  EXPECT_TRUE(std::isnan(m[1].value));
+  EXPECT_EQ(m[2].value, -std::numeric_limits<double>::infinity());
+  EXPECT_EQ(back.results[0].reference_seconds, 3);
+  EXPECT_EQ(back.results[1].kind, CheckResult::Kind::declined);
+  EXPECT_EQ(back.results[1].reason, "f16 with D = 7");
+  EXPECT_TRUE(back.results[1].unavailable);
+}
+
+TEST(CaseOutcomeCodec, RejectsTruncatedAndTrailingBytes) {
+  const std::string bytes = encode_case_outcome(sample_outcome());
+  CaseOutcome back;
+  for (size_t n = 0; n < bytes.size(); ++n) EXPECT_FALSE(decode_case_outcome(bytes.substr(0, n), back)) << n;
+  EXPECT_FALSE(decode_case_outcome(bytes + "x", back));
+  std::string huge_count = bytes;
+  huge_count.replace(8, 8, std::string(8, '\xff'));  // the summary's length
+  EXPECT_FALSE(decode_case_outcome(huge_count, back));
+}
+
+}  // namespace
+}  // namespace kprop
