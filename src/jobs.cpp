@@ -29,7 +29,8 @@ struct Header {
 };
 
 // owner[n % ring] once worker w has claimed item n (0: not yet published).
-static_assert(std::atomic<int64_t>::is_always_lock_free, "shared across processes");
+static_assert(std::atomic<int64_t>::is_always_lock_free && std::atomic<bool>::is_always_lock_free,
+              "shared across processes");
 
 int64_t owner_tag(int64_t n, int w) {
   return n * 1024 + w + 1;
@@ -131,6 +132,7 @@ std::optional<std::pair<int64_t, std::string>> read_frame(int fd, bool patient) 
   try {
     const WorkerPool::Work work = setup();
     for (;;) {
+      while (shared->paused.load(std::memory_order_relaxed)) usleep(1000);
       int64_t n = shared->next.load(std::memory_order_relaxed);
       if (n >= count) break;
       // The latest note and allowance: wait while n is beyond what is allowed.

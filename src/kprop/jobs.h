@@ -60,10 +60,30 @@ class WorkerPool {
   // it has (a run: which invariants are still alive).
   void broadcast(const std::string& note);
 
+  // While held, the workers finish the item they are on and claim no
+  // other: the caller has work of its own (shrinking a failure) that they
+  // would slow down, and they may not be needed after it (--mutants).
+  class Pause {
+   public:
+    explicit Pause(WorkerPool* pool) : pool_(pool) {
+      if (pool_ && pool_->shared_) pool_->shared_->paused.store(true);
+    }
+    ~Pause() {
+      if (pool_ && pool_->shared_) pool_->shared_->paused.store(false);
+    }
+    Pause(const Pause&) = delete;
+    Pause& operator=(const Pause&) = delete;
+
+   private:
+    WorkerPool* pool_;
+  };
+
   // Shared with the workers (an anonymous shared mapping): the next item
-  // to claim, then `ring` slots: who claimed item n, at slot n % ring.
+  // to claim, whether to hold off, then `ring` slots: who claimed item n,
+  // at slot n % ring.
   struct Shared {
     std::atomic<int64_t> next{0};
+    std::atomic<bool> paused{false};
     std::atomic<int64_t>* owner() { return reinterpret_cast<std::atomic<int64_t>*>(this + 1); }
   };
 

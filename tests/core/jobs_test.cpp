@@ -5,10 +5,13 @@
 #include "kprop/jobs.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <new>
 #include <string>
 
 namespace kprop {
@@ -70,6 +73,35 @@ TEST(WorkerPool, ADeadWorkersItemsAreTheCallers) {
     }
   }
   EXPECT_GE(computed_here, 1);
+}
+
+TEST(WorkerPool, PausedWorkersClaimNothingNew) {
+  // Counts the items computed, across the forked workers.
+  void* map =
+      mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(map, MAP_FAILED);
+  auto* computed = new (map) std::atomic<int>(0);
+  const int64_t count = 400;
+  {
+    WorkerPool pool(2, count, 1000, [computed] {
+      return [computed](int64_t n, const std::string&) {
+        usleep(500);
+        computed->fetch_add(1);
+        return item(n, "");
+      };
+    });
+    ASSERT_EQ(pool.take(0), item(0, ""));
+    {
+      const WorkerPool::Pause hold(&pool);
+      usleep(20000);  // the items they were on finish
+      const int before = computed->load();
+      usleep(50000);  // 200 items' worth of time
+      EXPECT_EQ(computed->load(), before);
+      EXPECT_LT(before, count);
+    }
+    for (int64_t n = 1; n < count; ++n) EXPECT_EQ(pool.take(n), item(n, ""));
+  }
+  munmap(map, sizeof(std::atomic<int>));
 }
 
 TEST(WorkerPool, OneJobForksNothing) {
