@@ -168,22 +168,30 @@ Tensor reduce(const Node& n, const Tensor& x) {
                       : op == "all" ? 1
                                     : 0;
   Tensor out{out_shape, std::vector<double>(static_cast<size_t>(s.outer * s.inner), init), n.dtype};
-  for (int64_t o = 0; o < s.outer; ++o)
-    for (int64_t k = 0; k < s.n; ++k)
-      for (int64_t i = 0; i < s.inner; ++i) {
-        double& acc = out.data[static_cast<size_t>(o * s.inner + i)];
-        const double v = x.data[static_cast<size_t>((o * s.n + k) * s.inner + i)];
-        if (op == "sum" || op == "mean" || op == "rowsum")
-          acc = n.dtype == DType::real ? round_acc(acc + v) : acc + v;
-        else if (op == "max")
-          acc = nan_max(acc, v);
-        else if (op == "min")
-          acc = nan_min(acc, v);
-        else if (op == "any")
-          acc = (acc != 0 || v != 0) ? 1 : 0;
-        else if (op == "all")
-          acc = (acc != 0 && v != 0) ? 1 : 0;
-      }
+  // The operation is chosen once, not per element (a string compare per
+  // element was most of a fuzz run's time, traced as it is there).
+  auto fold = [&](auto f) {
+    for (int64_t o = 0; o < s.outer; ++o)
+      for (int64_t k = 0; k < s.n; ++k)
+        for (int64_t i = 0; i < s.inner; ++i) {
+          double& acc = out.data[static_cast<size_t>(o * s.inner + i)];
+          acc = f(acc, x.data[static_cast<size_t>((o * s.n + k) * s.inner + i)]);
+        }
+  };
+  if (op == "sum" || op == "mean" || op == "rowsum") {
+    if (n.dtype == DType::real)
+      fold([](double acc, double v) { return round_acc(acc + v); });
+    else
+      fold([](double acc, double v) { return acc + v; });
+  } else if (op == "max") {
+    fold(nan_max);
+  } else if (op == "min") {
+    fold(nan_min);
+  } else if (op == "any") {
+    fold([](double acc, double v) { return (acc != 0 || v != 0) ? 1.0 : 0.0; });
+  } else if (op == "all") {
+    fold([](double acc, double v) { return (acc != 0 && v != 0) ? 1.0 : 0.0; });
+  }
   if (op == "mean")
     for (double& v : out.data) v = s.n ? round_acc(v / static_cast<double>(s.n)) : NAN;
   return out;
@@ -206,12 +214,13 @@ Tensor scan(const Node& n, const Tensor& x) {
   }
   Tensor out = x;
   out.dtype = n.dtype;
+  const bool cummax = n.op == "cummax", rounded = n.dtype == DType::real;
   for (int64_t o = 0; o < s.outer; ++o)
     for (int64_t k = 1; k < s.n; ++k)
       for (int64_t i = 0; i < s.inner; ++i) {
         const double prev = out.data[static_cast<size_t>((o * s.n + k - 1) * s.inner + i)];
         double& v = out.data[static_cast<size_t>((o * s.n + k) * s.inner + i)];
-        v = n.op == "cummax" ? nan_max(prev, v) : (n.dtype == DType::real ? round_acc(prev + v) : prev + v);
+        v = cummax ? nan_max(prev, v) : (rounded ? round_acc(prev + v) : prev + v);
       }
   return out;
 }
@@ -497,6 +506,16 @@ Expression::Outcome explain(const std::string& text, const Node& n, const Tensor
     const Tensor &a = *c.a, &b = *c.b;
     size_t failing = 0, worst = 0;
     double worst_score = -1;
+    // The comparison, chosen once (not a string compare per element).
+    enum class Cmp { eq, ne, lt, le, gt, ge } cmp = Cmp::ge;
+    const std::string& op = n.op;
+    if (!is_close_call)
+      cmp = op == "=="   ? Cmp::eq
+            : op == "!=" ? Cmp::ne
+            : op == "<"  ? Cmp::lt
+            : op == "<=" ? Cmp::le
+            : op == ">"  ? Cmp::gt
+                         : Cmp::ge;
     for (size_t i = 0; i < a.size(); ++i) {
       const double x = a.data[i], y = b.data[i];
       bool ok;
@@ -507,14 +526,26 @@ Expression::Outcome explain(const std::string& text, const Node& n, const Tensor
                     ? std::fabs(x - y) - (CloseArgs::at(c.atol, i) + CloseArgs::at(c.rtol, i) * std::fabs(y))
                     : std::numeric_limits<double>::infinity();
       } else {
-        const std::string& op = n.op;
-        ok = op == "=="   ? x == y
-             : op == "!=" ? x != y
-             : op == "<"  ? x < y
-             : op == "<=" ? x <= y
-             : op == ">"  ? x > y
-                          : x >= y;
-        score = (op == "<" || op == "<=") ? x - y : (op == ">" || op == ">=") ? y - x : 0;
+        switch (cmp) {
+          case Cmp::eq:
+            ok = x == y, score = 0;
+            break;
+          case Cmp::ne:
+            ok = x != y, score = 0;
+            break;
+          case Cmp::lt:
+            ok = x < y, score = x - y;
+            break;
+          case Cmp::le:
+            ok = x <= y, score = x - y;
+            break;
+          case Cmp::gt:
+            ok = x > y, score = y - x;
+            break;
+          case Cmp::ge:
+            ok = x >= y, score = y - x;
+            break;
+        }
         if (std::isnan(score)) score = std::numeric_limits<double>::infinity();
       }
       if (ok) continue;

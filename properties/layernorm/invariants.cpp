@@ -501,14 +501,17 @@ Verdict finite_differences(T& t, const Values& p) {
     };
     const double scale = dx_scale(c, ref, r);
     for (size_t d = 0; d < D; ++d) {
+      // One case, moved to x0 ± h and back (no copy per element).
       const double x0 = one.x[d], h = step / ref.rstd[r];
-      Case plus = one, minus = one;
-      plus.x[d] = x0 + h;
-      minus.x[d] = x0 - h;
-      const double width = plus.x[d] - minus.x[d];
+      const double up = x0 + h, down = x0 - h, width = up - down;
       if (!(width > 0) || width > 20 * h)
         return Verdict::discard("x too coarse for the finite-difference step");
-      const double fd = (loss(plus) - loss(minus)) / width;
+      one.x[d] = up;
+      const double loss_up = loss(one);
+      one.x[d] = down;
+      const double loss_down = loss(one);
+      one.x[d] = x0;
+      const double fd = (loss_up - loss_down) / width;
       const double g = got.dx[at(r, d, D)];
       const double allowed = allowed_error(atol, rtol, scale);
       if (!(std::fabs(g - fd) <= allowed))
@@ -533,6 +536,7 @@ Verdict finite_differences(T& t, const Values& p) {
   for (double v : c.gamma) max_gamma = std::max(max_gamma, std::fabs(v));
   for (double v : c.beta) max_beta = std::max(max_beta, std::fabs(v));
   const double gamma_scale = dgamma_scale(c, ref), beta_scale = dbeta_scale(c);
+  Case moved = c;  // moved one parameter at a time and back
   for (size_t d = 0; d < D; ++d) {
     struct Param {
       const char* name;
@@ -544,11 +548,14 @@ Verdict finite_differences(T& t, const Values& p) {
     const double h_beta = std::min(1e300, 1e-2 * std::max({max_beta, max_y, 1e-300}));
     for (const Param& q : {Param{"dgamma", &Case::gamma, h_gamma, got.dgamma[d], gamma_scale},
                            Param{"dbeta", &Case::beta, h_beta, got.dbeta[d], beta_scale}}) {
-      Case plus = c, minus = c;
-      (plus.*q.field)[d] += q.h;
-      (minus.*q.field)[d] -= q.h;
-      const double width = (plus.*q.field)[d] - (minus.*q.field)[d];
-      const double fd = (column_loss(plus, d) - column_loss(minus, d)) / width;
+      double& v = (moved.*q.field)[d];
+      const double v0 = v, up = v0 + q.h, down = v0 - q.h, width = up - down;
+      v = up;
+      const double loss_up = column_loss(moved, d);
+      v = down;
+      const double loss_down = column_loss(moved, d);
+      v = v0;
+      const double fd = (loss_up - loss_down) / width;
       const double allowed = allowed_error(atol, rtol, q.scale);
       if (!(std::fabs(q.got - fd) <= allowed))
         return Verdict::fail(
