@@ -26,6 +26,7 @@
 #include <string>
 
 #include "kernels/attention/attention_bwd_cuda.h"
+#include "kernels/cuda_support.cuh"
 
 namespace kprop::attention::cuda_bwd_raw {
 namespace {
@@ -33,10 +34,8 @@ namespace {
 constexpr int kThreads = 128;  // per block in the tile kernels
 constexpr int kRowThreads = 128;
 
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess)
-    throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(err));
-}
+using cuda_support::check;
+using cuda_support::download;
 
 __device__ inline float dev_exp(float x) {
   return expf(x);
@@ -276,40 +275,7 @@ __global__ void dq_kernel(DevDims s, DevMask m, T scale, const T* __restrict__ q
 }
 
 // ---------------------------------------------------------------- host side
-// Device buffers freed on every path, exceptions included.
-class Buffers {
- public:
-  Buffers() = default;
-  Buffers(const Buffers&) = delete;
-  Buffers& operator=(const Buffers&) = delete;
-  ~Buffers() {
-    for (int i = 0; i < count_; ++i) cudaFree(ptrs_[i]);
-  }
-  template <typename T>
-  T* alloc(size_t n) {
-    if (count_ == kMax) throw std::logic_error("attention bwd cuda: too many buffers");
-    void* p = nullptr;
-    check(cudaMalloc(&p, (n > 0 ? n : 1) * sizeof(T)), "cudaMalloc");
-    ptrs_[count_++] = p;
-    return static_cast<T*>(p);
-  }
-  template <typename T>
-  T* upload(const T* h, size_t n) {
-    T* d = alloc<T>(n);
-    if (n > 0) check(cudaMemcpy(d, h, n * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy to device");
-    return d;
-  }
-
- private:
-  static constexpr int kMax = 16;
-  void* ptrs_[kMax] = {};
-  int count_ = 0;
-};
-
-template <typename T>
-void download(T* h, const T* d, size_t n) {
-  if (n > 0) check(cudaMemcpy(h, d, n * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy to host");
-}
+using Buffers = cuda_support::DeviceBuffers;
 
 // Raises a kernel's dynamic shared-memory limit when it needs more than the
 // default 48 KiB; refuses what the device cannot give.
@@ -386,11 +352,7 @@ size_t backward_t(const Dims& dims, const Mask& mask, T scale, const T* hq, cons
 }  // namespace
 
 int device_count() {
-  static const int count = [] {
-    int n = 0;
-    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-  }();
-  return count;
+  return cuda_support::device_count();
 }
 
 size_t backward(const Dims& dims, const Mask& mask, float scale, const float* q, const float* k,

@@ -37,11 +37,7 @@ using cuda_detail::check;
 using cuda_detail::DeviceBuffer;
 
 int device_count() {
-  static const int count = [] {
-    int n = 0;
-    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-  }();
-  return count;
+  return cuda_support::device_count();
 }
 
 namespace {

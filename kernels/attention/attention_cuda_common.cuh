@@ -1,6 +1,7 @@
 // Device helpers shared by the CUDA attention kernels (nvcc only, C++17):
-// error checks, the tensor-core primitives (ldmatrix, mma.sync m16n8k16,
-// cp.async) as inline PTX, and the XOR swizzle of [rows][D] 16-bit tiles.
+// the tensor-core primitives (ldmatrix, mma.sync m16n8k16, cp.async) as
+// inline PTX and the XOR swizzle of [rows][D] 16-bit tiles; the error check
+// and buffers are kernels/cuda_support.cuh's.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -11,33 +12,12 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda_support.cuh"
+
 namespace kprop::attention::cuda_detail {
 
-inline void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess)
-    throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(err));
-}
-
-// Device memory owned for one call.
-template <typename T>
-struct DeviceBuffer {
-  T* ptr = nullptr;
-  size_t n = 0;
-  explicit DeviceBuffer(size_t count) : n(count) {
-    if (n) check(cudaMalloc(reinterpret_cast<void**>(&ptr), n * sizeof(T)), "cudaMalloc");
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() {
-    if (ptr) cudaFree(ptr);
-  }
-  void upload(const T* host) {
-    if (n) check(cudaMemcpy(ptr, host, n * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
-  }
-  void download(T* host) const {
-    if (n) check(cudaMemcpy(host, ptr, n * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
-  }
-};
+using cuda_support::check;
+using cuda_support::DeviceBuffer;
 
 // Tile element (row, 16-byte chunk) of a [rows][D] tile of 16-bit values:
 // chunk c of row r lives at chunk c ^ (r & 7), so the 8 rows one ldmatrix

@@ -32,6 +32,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cuda_support.cuh"
 #include "kernels/kvcache/kvcache_cuda.h"
 
 namespace kprop::kvcache::cuda_raw {
@@ -39,10 +40,7 @@ namespace {
 
 constexpr int kMaxWarps = 8;  // warps (query heads at once) per attention block
 
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess)
-    throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(err));
-}
+using cuda_support::check;
 
 // Cache element conversions: double -> storage (round to nearest even),
 // storage -> the accumulation type, and an accumulated value rounded to the
@@ -165,15 +163,6 @@ unsigned blocks_for(size_t n, int threads) {
   return static_cast<unsigned>(std::max<size_t>((n + threads - 1) / threads, 1));
 }
 
-// One device allocation per case, freed on every path.
-struct DeviceBytes {
-  unsigned char* ptr = nullptr;
-  explicit DeviceBytes(size_t n) { check(cudaMalloc(&ptr, std::max<size_t>(n, 1)), "cudaMalloc"); }
-  DeviceBytes(const DeviceBytes&) = delete;
-  DeviceBytes& operator=(const DeviceBytes&) = delete;
-  ~DeviceBytes() { cudaFree(ptr); }
-};
-
 // Sub-arrays of the case's one allocation (and of its host image), each at a
 // 256-byte boundary.
 struct Layout {
@@ -230,11 +219,7 @@ void validate(const Program& p) {
 }  // namespace
 
 int device_count() {
-  static const int count = [] {
-    int n = 0;
-    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-  }();
-  return count;
+  return cuda_support::device_count();
 }
 
 std::vector<double> run(const Program& p) {
@@ -266,7 +251,7 @@ std::vector<double> run(const Program& p) {
     copy(at_wk, p.k), copy(at_wv, p.v), copy(at_q, p.q), copy(at_slots, p.slots);
     copy(at_begin, p.table_begin), copy(at_len, p.lengths), copy(at_tables, p.tables);
 
-    DeviceBytes dev(lay.bytes);
+    cuda_support::DeviceBuffer<unsigned char> dev(std::max<size_t>(lay.bytes, 1));  // one per case
     unsigned char* base = dev.ptr;
     check(cudaMemcpy(base + upload, image.data(), upload_bytes, cudaMemcpyHostToDevice),
           "cudaMemcpy to device");

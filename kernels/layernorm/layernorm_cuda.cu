@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda_support.cuh"
 #include "kernels/layernorm/layernorm_cuda.h"
 
 namespace kprop::layernorm::cuda_raw {
@@ -21,10 +22,8 @@ namespace {
 
 constexpr int kThreads = 256;  // a multiple of the warp size
 
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess)
-    throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(err));
-}
+using cuda_support::check;
+using cuda_support::download;
 
 // Sum of v over the block; every thread gets the result. `scratch` holds one
 // value per warp. Fixed shape, so the rounding is the same on every run.
@@ -111,38 +110,7 @@ __global__ void backward_params_kernel(const T* __restrict__ dy, const T* __rest
   dbeta[i] = sb;
 }
 
-// Device buffers freed on every path, exceptions included.
-class Buffers {
- public:
-  Buffers() = default;
-  Buffers(const Buffers&) = delete;
-  Buffers& operator=(const Buffers&) = delete;
-  ~Buffers() {
-    for (void* p : ptrs_) cudaFree(p);
-  }
-  template <typename T>
-  T* alloc(size_t n) {
-    void* p = nullptr;
-    check(cudaMalloc(&p, (n > 0 ? n : 1) * sizeof(T)), "cudaMalloc");
-    ptrs_[count_++] = p;
-    return static_cast<T*>(p);
-  }
-  template <typename T>
-  T* upload(const T* h, size_t n) {
-    T* d = alloc<T>(n);
-    check(cudaMemcpy(d, h, n * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy to device");
-    return d;
-  }
-
- private:
-  void* ptrs_[16] = {};
-  int count_ = 0;
-};
-
-template <typename T>
-void download(T* h, const T* d, size_t n) {
-  check(cudaMemcpy(h, d, n * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy to host");
-}
+using Buffers = cuda_support::DeviceBuffers;
 
 template <typename T>
 void run_t(const T* hx, const T* hgamma, const T* hbeta, const T* hdy, int rows_i, int dim, T eps, T* hy,
@@ -176,11 +144,7 @@ void run_t(const T* hx, const T* hgamma, const T* hbeta, const T* hdy, int rows_
 }  // namespace
 
 int device_count() {
-  static const int count = [] {
-    int n = 0;
-    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-  }();
-  return count;
+  return cuda_support::device_count();
 }
 
 void run(const float* x, const float* gamma, const float* beta, const float* dy, int rows, int dim, float eps,

@@ -22,6 +22,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda_support.cuh"
 #include "kernels/softmax_topk/softmax_topk_cuda.h"
 
 namespace kprop::softmax_topk::cuda_raw {
@@ -29,10 +30,7 @@ namespace {
 
 constexpr int kThreads = 256;  // a multiple of the warp size
 
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess)
-    throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(err));
-}
+using cuda_support::check;
 
 // Max (IsMax) or sum of v over the block; every thread gets the result.
 template <typename T, bool IsMax>
@@ -89,15 +87,6 @@ __global__ void softmax_topk_kernel(const T* __restrict__ logits, int V, int K, 
   }
 }
 
-// Device buffers freed on every path, exceptions included.
-struct Buffer {
-  void* ptr = nullptr;
-  explicit Buffer(size_t bytes) { check(cudaMalloc(&ptr, bytes > 0 ? bytes : 1), "cudaMalloc"); }
-  ~Buffer() { cudaFree(ptr); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-};
-
 template <typename T>
 void run_t(const T* h_x, int rows, int vocab, int k, T* h_p, int* h_i) {
   if (device_count() <= 0) throw std::runtime_error("no CUDA device");
@@ -105,24 +94,20 @@ void run_t(const T* h_x, int rows, int vocab, int k, T* h_p, int* h_i) {
     throw std::runtime_error("softmax_topk cuda: invalid case");
   const size_t n_in = static_cast<size_t>(rows) * static_cast<size_t>(vocab),
                n_out = static_cast<size_t>(rows) * static_cast<size_t>(k);
-  Buffer d_x(n_in * sizeof(T)), d_p(n_out * sizeof(T)), d_i(n_out * sizeof(int));
-  check(cudaMemcpy(d_x.ptr, h_x, n_in * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy to device");
-  softmax_topk_kernel<T><<<static_cast<unsigned>(rows), kThreads>>>(
-      static_cast<const T*>(d_x.ptr), vocab, k, static_cast<T*>(d_p.ptr), static_cast<int*>(d_i.ptr));
+  cuda_support::DeviceBuffer<T> d_x(n_in), d_p(n_out);
+  cuda_support::DeviceBuffer<int> d_i(n_out);
+  d_x.upload(h_x);
+  softmax_topk_kernel<T><<<static_cast<unsigned>(rows), kThreads>>>(d_x.ptr, vocab, k, d_p.ptr, d_i.ptr);
   check(cudaGetLastError(), "softmax_topk launch");
   check(cudaDeviceSynchronize(), "softmax_topk kernel");
-  check(cudaMemcpy(h_p, d_p.ptr, n_out * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy to host");
-  check(cudaMemcpy(h_i, d_i.ptr, n_out * sizeof(int), cudaMemcpyDeviceToHost), "cudaMemcpy to host");
+  d_p.download(h_p);
+  d_i.download(h_i);
 }
 
 }  // namespace
 
 int device_count() {
-  static const int count = [] {
-    int n = 0;
-    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-  }();
-  return count;
+  return cuda_support::device_count();
 }
 
 void run(const float* logits, int rows, int vocab, int k, float* probs, int* indices) {
