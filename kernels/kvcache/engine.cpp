@@ -178,12 +178,12 @@ class Int8Cache {
 
 // One query head over keys [lo, n) of sequence b, tile by tile, in Acc
 // (double for f64 cases, float otherwise): running max m, running sum l and
-// accumulator rescaled by exp(m_old - m_new). `in_storage` (a mutant) rounds
-// l and the accumulator to the dtype after every update.
+// accumulator rescaled by exp(m_old - m_new), scores scaled by alpha.
+// `in_storage` (a mutant) rounds l and the accumulator to the dtype after
+// every update.
 template <typename Acc, typename Cache>
 void attend(Cache& cache, size_t b, size_t kv_head, const double* q, int lo, int n, size_t D, Acc* out,
-            std::vector<Acc>& s, DType in_storage) {
-  const Acc alpha = static_cast<Acc>(1 / std::sqrt(static_cast<double>(D)));
+            std::vector<Acc>& s, DType in_storage, Acc alpha) {
   const int tile = cache.tile();
   const bool keep = in_storage != DType::f64;
   auto store = [in_storage](Acc x) { return static_cast<Acc>(round_to(in_storage, static_cast<double>(x))); };
@@ -278,9 +278,14 @@ Result run_with(const Case& c, const Engine& e) {
         if (decode && e.decode_off_by_one) n = t;
         if (decode && e.padding_leak) n = padded;
         const DType in_storage = decode && e.decode_acc_in_storage ? c.dtype : DType::f64;
+        // 1/sqrt(D) in Acc; the scale_in_storage mutant rounds it to the
+        // dtype first (exact for D a power of 4, 1.07e-4 relative otherwise).
+        const double exact_alpha = 1 / std::sqrt(static_cast<double>(D));
+        const auto alpha =
+            static_cast<Acc>(e.scale_in_storage ? round_to(c.dtype, exact_alpha) : exact_alpha);
         for (size_t h = 0; h < Hq; ++h) {
           const size_t row = static_cast<size_t>(t) * Hq + h;
-          attend(cache, b, h / g, &data[b].q[row * D], lo, n, D, acc.data(), scratch, in_storage);
+          attend(cache, b, h / g, &data[b].q[row * D], lo, n, D, acc.data(), scratch, in_storage, alpha);
           double* dst = &r.out[b][row * D];
           for (size_t d = 0; d < D; ++d) dst[d] = round_to(c.dtype, static_cast<double>(acc[d]));
         }

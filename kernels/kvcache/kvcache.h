@@ -164,6 +164,7 @@ struct Engine {
   // Precision mutations (differ from the correct engine on non-f64 cases only):
   bool truncate_bf16 = false;          // bf16 cache written by truncation, not round-to-nearest-even
   bool decode_acc_in_storage = false;  // decode's P·V accumulator and row sum kept in the dtype
+  bool scale_in_storage = false;       // the softmax scale 1/sqrt(D) rounded to the dtype
 };
 Result run(const Case& c, const Engine& engine);
 

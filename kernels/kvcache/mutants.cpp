@@ -46,6 +46,13 @@ const std::vector<Mutant>& mutants() {
       {"decode_accumulate_in_storage",
        "decode's P·V accumulator and softmax row sum held in the storage type (f16/bf16), not f32",
        switched<Layout::contiguous, &Engine::decode_acc_in_storage>},
+      // Small effect: 1/sqrt(D) rounded to f16/bf16 is off by 1.07e-4
+      // (relative) unless D is a power of 4, so each score is off by that
+      // much of itself: within tolerance at the logits random cases have,
+      // out of it once the scores are large.
+      {"scale_in_storage",
+       "paged, f16/bf16: the softmax scale 1/sqrt(D) rounded to the dtype before it scales the scores",
+       switched<Layout::paged, &Engine::scale_in_storage>},
       // A table of 4096 entries (a kernel written for the old prompt cap of
       // 4096 tokens at page size 1): logical block l at entry l mod 4096, so
       // past 4096 blocks a sequence overwrites its first blocks

@@ -54,6 +54,11 @@ const std::vector<Mutant>& mutants() {
        [](const Case& c) { return with(c, [](Pipeline& p) { p.eps_guard = false; }); }},
       {"round_half_away", "ties rounded half away from zero (std::round) instead of half to even",
        [](const Case& c) { return with(c, [](Pipeline& p) { p.round = away_round; }); }},
+      // Small effect: the scale is off by about sqrt(count) float roundings
+      // (1e-6 relative at 10^4 weights), which moves a ternary value only
+      // when |w| / scale lies that close to a rounding boundary (0.5).
+      {"absmean_float_sum", "weight scale mean|W| summed in float instead of double",
+       [](const Case& c) { return with(c, [](Pipeline& p) { p.float_sum = true; }); }},
       {"k_tail_dropped_past_4096",
        "packed kernel written for K <= 4096: past it, the last K mod 4096 columns never reach acc "
        "(specs/ternary.yaml profile large)",

@@ -23,6 +23,11 @@ Result run_pipeline(const Case& c, const Pipeline& p) {
   // Weights: one scale for the tensor, ternary values.
   double s = 0;
   for (double v : c.w) s = p.absmean ? s + std::fabs(v) : std::max(s, std::fabs(v));
+  if (p.float_sum && p.absmean) {  // the mutant: rounded to float after every addition
+    float f = 0;
+    for (double v : c.w) f += static_cast<float>(std::fabs(v));
+    s = f;
+  }
   if (p.absmean) s /= static_cast<double>(c.w.size());
   if (p.eps_guard) s = std::max(s, kEps);
   r.w_scale = s;

@@ -64,6 +64,7 @@ struct Pipeline {
   double (*round)(double) = round_half_even;
   bool eps_guard = true;         // clamp both scales' denominators at eps
   bool straight_through = true;  // false: dW = 0 (the gradient of round())
+  bool float_sum = false;        // the absmean's sum of |W| accumulated in float, not double
 };
 Result run_pipeline(const Case& c, const Pipeline& p);
 
