@@ -1,7 +1,9 @@
 #include "kernels/dflash/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <stdexcept>
 
 #include "kprop/rng.h"
@@ -64,6 +66,32 @@ TinyLM::TinyLM(const ModelConfig& c) : config_(c) {
   }
 }
 
+std::shared_ptr<const TinyLM> TinyLM::shared(const ModelConfig& config) {
+  // Most recently used first; small models only (a large-profile vocabulary
+  // is built each time rather than kept).
+  constexpr size_t kModels = 8;
+  constexpr int64_t kMaxWeights = int64_t{1} << 20;
+  static std::mutex mutex;
+  static std::vector<std::shared_ptr<const TinyLM>> recent;
+  const int64_t d = config.d_model;
+  const int64_t weights = 2 * int64_t{config.vocab} * d + int64_t{config.layers} * 8 * d * d;
+  if (weights > kMaxWeights) return std::make_shared<const TinyLM>(config);
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    for (size_t i = 0; i < recent.size(); ++i)
+      if (recent[i]->config() == config) {
+        std::rotate(recent.begin(), recent.begin() + static_cast<long>(i),
+                    recent.begin() + static_cast<long>(i) + 1);
+        return recent.front();
+      }
+  }
+  auto model = std::make_shared<const TinyLM>(config);  // built outside the lock
+  const std::lock_guard<std::mutex> lock(mutex);
+  recent.insert(recent.begin(), model);
+  if (recent.size() > kModels) recent.pop_back();
+  return model;
+}
+
 TinyLM::Cache TinyLM::empty_cache() const {
   Cache cache;
   cache.keys.resize(layers_.size());
@@ -91,6 +119,12 @@ std::vector<Logits> TinyLM::forward_block(Cache& cache, std::span<const int> tok
       k_new(static_cast<size_t>(n) * d), v_new(static_cast<size_t>(n) * d), attn(static_cast<size_t>(d)),
       proj(static_cast<size_t>(d)), up(static_cast<size_t>(2 * d));
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
+  // visible(i, j) asked once per pair, not per layer, head and pass (a tree
+  // mask walks the ancestors: it was a seventh of a check's time).
+  std::vector<char> seen(static_cast<size_t>(n) * n);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) seen[static_cast<size_t>(i) * n + j] = visible(i, j) ? 1 : 0;
+  auto sees = [&](int i, int j) { return seen[static_cast<size_t>(i) * n + j] != 0; };
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
     for (int i = 0; i < n; ++i) {
@@ -114,7 +148,7 @@ std::vector<Logits> TinyLM::forward_block(Cache& cache, std::span<const int> tok
         double m = -std::numeric_limits<double>::infinity();
         for (int j = 0; j < past; ++j) m = std::max(m, score(&K[static_cast<size_t>(j) * d + off]));
         for (int j = 0; j < n; ++j)
-          if (visible(i, j)) m = std::max(m, score(&k_new[static_cast<size_t>(j) * d + off]));
+          if (sees(i, j)) m = std::max(m, score(&k_new[static_cast<size_t>(j) * d + off]));
         double denom = 0;
         std::fill(attn.begin() + off, attn.begin() + off + head_dim_, 0.0);
         auto accumulate = [&](const double* key, const double* value) {
@@ -125,7 +159,7 @@ std::vector<Logits> TinyLM::forward_block(Cache& cache, std::span<const int> tok
         for (int j = 0; j < past; ++j)
           accumulate(&K[static_cast<size_t>(j) * d + off], &V[static_cast<size_t>(j) * d + off]);
         for (int j = 0; j < n; ++j)
-          if (visible(i, j))
+          if (sees(i, j))
             accumulate(&k_new[static_cast<size_t>(j) * d + off], &v_new[static_cast<size_t>(j) * d + off]);
         for (int k = 0; k < head_dim_; ++k)
           attn[static_cast<size_t>(off + k)] = denom > 0 ? attn[static_cast<size_t>(off + k)] / denom : 0.0;

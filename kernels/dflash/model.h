@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -30,6 +31,10 @@ using Logits = std::vector<double>;
 class TinyLM {
  public:
   explicit TinyLM(const ModelConfig& config);
+  // The model of `config`, built once for the last few configs asked for
+  // (a case's checks build the same model several times, and its weights
+  // cost more than a forward pass; thread-safe). Equal to TinyLM(config).
+  static std::shared_ptr<const TinyLM> shared(const ModelConfig& config);
   const ModelConfig& config() const { return config_; }
 
   // Keys and values of every committed position, per layer, plus the logits

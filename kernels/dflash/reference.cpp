@@ -74,7 +74,8 @@ void verify_tree(const Pipeline& pipeline, const DraftTree& tree, CycleTrace& tr
 }
 
 Result speculative_generate(const Case& c, const Pipeline& pipeline, bool kv_cache) {
-  const TinyLM model(c.model);
+  const auto shared_model = TinyLM::shared(c.model);
+  const TinyLM& model = *shared_model;
   Result result;
   std::vector<int> context = c.prompt;
   TinyLM::Cache cache = model.empty_cache();

@@ -19,7 +19,8 @@ Case Traits::build(Draw& draw, const Values& domain) {
   for (int i = 0; i < prompt_len; ++i)
     c.prompt.push_back(static_cast<int>(draw.any(IntRange{0, c.model.vocab - 1})));
 
-  const TinyLM model(c.model);
+  const auto shared_model = TinyLM::shared(c.model);
+  const TinyLM& model = *shared_model;
   const double match_rate = draw.any(domain.real_range("tree.match_rate"));
   const double chain_rate = draw.any(domain.real_range("tree.chain_rate"));
   const int cycles = static_cast<int>(draw.sized(domain.int_range("cycles")));

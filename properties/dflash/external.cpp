@@ -86,7 +86,8 @@ void verify(external::Transport& target, const DraftTree& tree, int vocab, Cycle
 }
 
 Result drive(const Case& c, external::Transport& target) {
-  const TinyLM model(c.model);
+  const auto shared_model = TinyLM::shared(c.model);
+  const TinyLM& model = *shared_model;
   Result result;
   std::vector<int> context = c.prompt;
   for (const DraftTree& tree : c.cycles) {

@@ -91,7 +91,8 @@ DraftTree redraft(const TinyLM& model, const std::vector<int>& context, DraftTre
 // Re-drafts every cycle of `c` against its (possibly new) context so each
 // node keeps the acceptance status `want[k][i]` it had before the edit.
 Case redraft_all(Case c, const std::vector<std::vector<bool>>& want) {
-  const TinyLM model(c.model);
+  const auto shared_model = TinyLM::shared(c.model);
+  const TinyLM& model = *shared_model;
   std::vector<int> context = c.prompt;
   for (size_t k = 0; k < c.cycles.size(); ++k) {
     if (k < want.size() && want[k].size() == c.cycles[k].tokens.size())
@@ -148,7 +149,8 @@ rc::Seq<Case> exhaustive_small(const Case& c) {
 // models, shallower trees, the same structure under a smaller model seed,
 // smaller tokens. Candidates that break the contract are skipped.
 rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
-  const TinyLM model(c.model);
+  const auto shared_model = TinyLM::shared(c.model);
+  const TinyLM& model = *shared_model;
   const std::vector<CycleView> view = views(model, c);
   std::vector<std::vector<bool>> pattern;
   for (const auto& v : view) pattern.push_back(v.matches);

@@ -152,7 +152,8 @@ void put_case(const Case& c, TensorMap& out) {
 // Greedy verification done by the autoregressive oracle, cycle by cycle.
 void put_oracle(const Case& c, TensorMap& out) {
   const int64_t C = static_cast<int64_t>(c.cycles.size()), T = total_nodes(c), V = c.model.vocab;
-  const TinyLM model(c.model);
+  const auto shared_model = TinyLM::shared(c.model);
+  const TinyLM& model = *shared_model;
   std::vector<int> context = c.prompt, lengths, counts;
   std::vector<double> ctx_logits, node_logits, pred_logits, accepted;
   double margin = std::numeric_limits<double>::infinity();
@@ -266,7 +267,8 @@ void put_result(const Case& c, const std::string& who, const Result& r, TensorMa
 
 // Plain greedy decoding for as many tokens as the target emitted.
 void put_greedy(const Case& c, const Result& r, TensorMap& out) {
-  const TinyLM model(c.model);
+  const auto shared_model = TinyLM::shared(c.model);
+  const TinyLM& model = *shared_model;
   Autoregressive ar(model, c.prompt);
   std::vector<int> tokens;
   double margin = std::numeric_limits<double>::infinity();
