@@ -96,7 +96,10 @@ TEST(WorkerPool, PausedWorkersClaimNothingNew) {
       usleep(20000);  // the items they were on finish
       const int before = computed->load();
       usleep(50000);  // 200 items' worth of time
-      EXPECT_EQ(computed->load(), before);
+      // A worker may still finish the one item it had claimed as the pause
+      // began, if a loaded machine kept it from finishing above: at most one
+      // per worker, never a stream of them.
+      EXPECT_LE(computed->load() - before, 2);
       EXPECT_LT(before, count);
     }
     for (int64_t n = 1; n < count; ++n) EXPECT_EQ(pool.take(n), item(n, ""));
