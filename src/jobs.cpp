@@ -132,14 +132,20 @@ std::optional<std::pair<int64_t, std::string>> read_frame(int fd, bool patient) 
   try {
     const WorkerPool::Work work = setup();
     for (;;) {
-      while (shared->paused.load(std::memory_order_relaxed)) usleep(1000);
       int64_t n = shared->next.load(std::memory_order_relaxed);
       if (n >= count) break;
-      // The latest note and allowance: wait while n is beyond what is allowed.
+      // The latest note and allowance: wait while n is beyond what is
+      // allowed, or while the caller holds the pool paused (looking at the
+      // control pipe every millisecond, so a caller that died is noticed).
       for (;;) {
         pollfd pf{control, POLLIN, 0};
+        const bool paused = shared->paused.load(std::memory_order_relaxed);
         const bool waiting = n > limit;
-        if (!waiting && poll(&pf, 1, 0) <= 0) break;
+        if (!waiting) {
+          const int ready = poll(&pf, 1, paused ? 1 : 0);
+          if (ready == 0 && !paused) break;
+          if (ready <= 0) continue;  // paused, nothing from the caller yet
+        }
         auto frame = read_frame(control, true);
         if (!frame) _exit(0);  // the caller is done with us
         limit = frame->first;
