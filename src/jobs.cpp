@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <new>
@@ -82,13 +83,15 @@ bool send_frame(int fd, int64_t index, const std::string& payload) {
 // into `inbox` (a worker ahead of the caller has sent several frames), then
 // the frames from there, so a frame costs no system call of its own.
 //
-// While nothing is there it naps for 1 ms rather than block in poll: a
-// caller woken by every frame (a context switch per case, on a machine whose
-// cores all run workers) cost the cheap specs a fifth of the speed-up
-// (2 cores, 20000 trials: beam 1.74x with a blocking poll, 1.84x with 1 ms
-// naps). The workers are a window of items ahead, so the caller's lateness
-// costs them nothing; at most 1 ms at the end of a run or after Ctrl-C.
-std::optional<std::pair<int64_t, std::string>> read_buffered_frame(int fd, std::string& inbox) {
+// While nothing is there it waits in one of two ways. `nap`: sleeps 1 ms
+// between looks rather than block in poll. A caller woken by every frame (a
+// context switch per case, on a machine whose cores all run workers) cost
+// the cheap specs a fifth of the speed-up (2 cores, 20000 trials: beam 1.74x
+// with a blocking poll, 1.84x with 1 ms naps); the workers are a window of
+// items ahead, so the caller's lateness costs them nothing in a long run.
+// Otherwise it blocks in poll and wakes with the first byte: a short run (a
+// mutant killed in a few cases) would spend most of its time napping.
+std::optional<std::pair<int64_t, std::string>> read_buffered_frame(int fd, std::string& inbox, bool nap) {
   constexpr useconds_t kNap = 1000;
   for (;;) {
     if (inbox.size() >= sizeof(Header)) {
@@ -101,11 +104,11 @@ std::optional<std::pair<int64_t, std::string>> read_buffered_frame(int fd, std::
       }
     }
     pollfd pf{fd, POLLIN, 0};
-    const int ready = poll(&pf, 1, 0);
+    const int ready = poll(&pf, 1, nap ? 0 : 50);
     if (ready < 0 && errno != EINTR) return std::nullopt;
     if (ready <= 0) {
       if (interrupted()) return std::nullopt;
-      usleep(kNap);
+      if (nap) usleep(kNap);
       continue;
     }
     char chunk[1 << 16];
@@ -261,7 +264,9 @@ std::optional<std::string> WorkerPool::take(int64_t n) {
       if (w.pid <= 0) return std::nullopt;  // its worker died: compute it here
       // A worker claims items in increasing order and this loop takes every
       // item in order, so the next frame on its pipe is item n.
-      auto frame = read_buffered_frame(w.results, w.inbox);
+      // Naps once the run has gone on for a while (see read_buffered_frame).
+      const bool nap = std::chrono::steady_clock::now() - started_ > std::chrono::milliseconds(50);
+      auto frame = read_buffered_frame(w.results, w.inbox, nap);
       if (frame && frame->first == n) return std::move(frame->second);
       // Died (or Ctrl-C, or out of step): the caller computes the items it
       // had claimed.

@@ -374,7 +374,7 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
         // The target crashed, hung or reported an error; the runner lives
         // on: the smallest case that repeats it is stored with its replay.
         report.status = RunStatus::crashed;
-        const WorkerPool::Pause hold(pool ? &*pool : nullptr);  // the workers wait while this shrinks
+        pool.reset();  // the run ends here: the workers' cases are not needed
         report.crash = record_finding(ctx, uses[k], the_case(), r, [&](int64_t from, int64_t to, double s) {
           events.shrinking(r.failure_kind, from, to, s);
         });
@@ -415,7 +415,10 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
           ir.trials_to_fail = i + 1;
           ir.seconds_to_fail = since(t0);
           alive[k] = false;
-          const WorkerPool::Pause hold(pool ? &*pool : nullptr);  // the workers wait while this shrinks
+          // The workers wait while this shrinks; they are stopped at once
+          // when this failure ends the run (--mutants: the first kill).
+          if (options.stop_on_first_failure) pool.reset();
+          const WorkerPool::Pause hold(pool ? &*pool : nullptr);
           ir.counterexample = record_finding(
               ctx, uses[k], the_case(), r,
               [&](int64_t from, int64_t to, double s) { events.shrinking(ir.name, from, to, s); });

@@ -24,6 +24,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -104,6 +105,7 @@ class WorkerPool {
   void reap_exited();
   int jobs_ = 1;
   int64_t window_ = 1, allowed_ = 0, ring_ = 0;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   Shared* shared_ = nullptr;
   size_t shared_bytes_ = 0;
   bool reaped_any_ = false;
