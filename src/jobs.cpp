@@ -29,12 +29,20 @@ struct Header {
   uint64_t size;
 };
 
-// owner[n % ring] once worker w has claimed item n (0: not yet published).
 static_assert(std::atomic<int64_t>::is_always_lock_free && std::atomic<bool>::is_always_lock_free,
               "shared across processes");
 
+// owner[n % ring] once worker w has claimed item n (0: not yet published):
+// the item above the worker's 10 bits (WorkerPool::kMaxJobs < 1024).
+constexpr int64_t kWorkerSlots = 1024;
 int64_t owner_tag(int64_t n, int w) {
-  return n * 1024 + w + 1;
+  return n * kWorkerSlots + w + 1;
+}
+int64_t tag_item(int64_t tag) {
+  return (tag - 1) / kWorkerSlots;
+}
+size_t tag_worker(int64_t tag) {
+  return size_t((tag - 1) % kWorkerSlots);
 }
 
 bool write_all(int fd, const void* data, size_t size) {
@@ -49,20 +57,11 @@ bool write_all(int fd, const void* data, size_t size) {
   return true;
 }
 
-// Reads exactly `size` bytes; `patient` false gives up on Ctrl-C (the
-// caller), true waits regardless (a worker ignores SIGINT).
-bool read_all(int fd, void* data, size_t size, bool patient) {
+// Reads exactly `size` bytes, waiting as long as it takes (a worker reading
+// its control pipe; it ignores SIGINT, and EOF means the caller is gone).
+bool read_all(int fd, void* data, size_t size) {
   char* p = static_cast<char*>(data);
   while (size > 0) {
-    if (!patient) {
-      pollfd pf{fd, POLLIN, 0};
-      const int ready = poll(&pf, 1, 50);
-      if (ready < 0 && errno != EINTR) return false;
-      if (ready <= 0) {
-        if (interrupted()) return false;
-        continue;
-      }
-    }
     const ssize_t n = read(fd, p, size);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
@@ -119,11 +118,11 @@ std::optional<std::pair<int64_t, std::string>> read_buffered_frame(int fd, std::
   }
 }
 
-std::optional<std::pair<int64_t, std::string>> read_frame(int fd, bool patient) {
+std::optional<std::pair<int64_t, std::string>> read_frame(int fd) {
   Header h{};
-  if (!read_all(fd, &h, sizeof h, patient)) return std::nullopt;
+  if (!read_all(fd, &h, sizeof h)) return std::nullopt;
   std::string payload(h.size, '\0');
-  if (!read_all(fd, payload.data(), payload.size(), patient)) return std::nullopt;
+  if (!read_all(fd, payload.data(), payload.size())) return std::nullopt;
   return std::pair{h.index, std::move(payload)};
 }
 
@@ -149,7 +148,7 @@ std::optional<std::pair<int64_t, std::string>> read_frame(int fd, bool patient) 
           if (ready == 0 && !paused) break;
           if (ready <= 0) continue;  // paused, nothing from the caller yet
         }
-        auto frame = read_frame(control, true);
+        auto frame = read_frame(control);
         if (!frame) _exit(0);  // the caller is done with us
         limit = frame->first;
         note = std::move(frame->second);
@@ -259,8 +258,8 @@ std::optional<std::string> WorkerPool::take(int64_t n) {
   std::atomic<int64_t>& owner = shared_->owner()[n % ring_];
   for (int spins = 0;; ++spins) {
     const int64_t tag = owner.load(std::memory_order_acquire);
-    if (tag > 0 && (tag - 1) / 1024 == n) {
-      Worker& w = workers_[size_t((tag - 1) % 1024)];
+    if (tag > 0 && tag_item(tag) == n) {
+      Worker& w = workers_[tag_worker(tag)];
       if (w.pid <= 0) return std::nullopt;  // its worker died: compute it here
       // A worker claims items in increasing order and this loop takes every
       // item in order, so the next frame on its pipe is item n.

@@ -97,7 +97,7 @@ class WorkerPool {
     bool reaped = false;  // waited for
     std::string inbox;    // bytes read from `results`, not yet taken
   };
-  static constexpr int kMaxJobs = 1000;  // owner tags hold the worker in 10 bits
+  static constexpr int kMaxJobs = 1000;  // owner tags hold the worker in 10 bits (jobs.cpp)
   static constexpr int kPatience = 4;    // yields before the caller sleeps between looks
   void allow(int64_t limit);
   void retire(Worker& w);
