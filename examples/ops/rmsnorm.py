@@ -14,6 +14,11 @@ returned as f32 (the worker rounds it to the half type at the store).
     sum_in_storage     (precision) the sum of squares accumulated in the storage dtype,
                        element by element: x^2 overflows f16 from |x| = 256 on, and
                        f16/bf16 sums lose a bit per doubling; f32/f64 unaffected
+    rstd_in_storage    (precision, small effect) the row's 1/sqrt(mean(x^2) + eps) saved in
+                       the storage dtype (as a kernel that keeps rstd for the backward in
+                       x's dtype) and y normalised with that copy: every element of a row
+                       off by the same relative error, at most one half-ulp of the half
+                       type (2^-9 bf16, 2^-12 f16), before y's own rounding at the store
 """
 import os
 import sys
@@ -23,7 +28,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import kprop_worker  # noqa: E402
 
-BUGS = ("mean_not_squares", "eps_outside_sqrt", "weight_wrong_axis", "no_weight", "sum_in_storage")
+BUGS = ("mean_not_squares", "eps_outside_sqrt", "weight_wrong_axis", "no_weight", "sum_in_storage",
+        "rstd_in_storage")
 BUG = sys.argv[sys.argv.index("--bug") + 1] if "--bug" in sys.argv[:-1] else None
 if "--bug" in sys.argv and BUG not in BUGS:
     sys.exit("rmsnorm.py: --bug takes one of: %s" % ", ".join(BUGS))
@@ -55,6 +61,8 @@ def rmsnorm(x, w, eps, **_):
             ms = (x * x).mean(axis=-1, keepdims=True)
         if BUG == "eps_outside_sqrt":
             y = x / (np.sqrt(ms) + eps)
+        elif BUG == "rstd_in_storage" and store is not None:
+            y = x * store(np.float32(1) / np.sqrt(ms + eps))
         else:
             y = x / np.sqrt(ms + eps)
         if BUG == "no_weight":

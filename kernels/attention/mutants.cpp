@@ -66,8 +66,7 @@ const std::vector<Mutant<FwdResult>>& forward_mutants() {
        forward<FwdBug::lse_in_storage>},
       {"scale_in_storage",
        "f16/bf16: the softmax scale rounded to the storage type instead of passed as f32 (small effect but "
-       "on "
-       "large logits)",
+       "on large logits)",
        [](const Case& c) { return forward<FwdBug::none>(with_scale_in_storage(c)); }},
 
       {"materialized_scores",
