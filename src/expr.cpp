@@ -31,21 +31,16 @@
 #include <optional>
 
 #include "expr_ast.h"  // Node and the symbolic Shape, shared with expr_eval.cpp
+#include "kprop/enum_names.h"
 #include "kprop/errors.h"
 #include "kprop/tolerance.h"
 
 namespace kprop::expr {
 
 const char* dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::boolean:
-      return "bool";
-    case DType::integer:
-      return "int";
-    case DType::real:
-      return "real";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"bool", "int", "real"};
+  static_assert(std::size(kNames) == size_t(DType::real) + 1);
+  return enum_name(dtype, kNames);
 }
 
 Tensor Tensor::scalar(double value, DType dtype) {

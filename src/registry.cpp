@@ -1,5 +1,6 @@
 #include <algorithm>
 
+#include "kprop/enum_names.h"
 #include "kprop/family.h"
 #include "kprop/search.h"
 
@@ -58,17 +59,9 @@ std::vector<uint8_t> Family::seed_bytes(const Values& domain, uint64_t seed, int
 }
 
 const char* impl_kind_name(ImplKind kind) {
-  switch (kind) {
-    case ImplKind::reference:
-      return "reference";
-    case ImplKind::optimized:
-      return "optimized";
-    case ImplKind::mutant:
-      return "mutant";
-    case ImplKind::external:
-      return "external";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"reference", "optimized", "mutant", "external"};
+  static_assert(std::size(kNames) == size_t(ImplKind::external) + 1);
+  return enum_name(kind, kNames);
 }
 
 Impl Family::registered(size_t index) const {

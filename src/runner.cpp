@@ -12,6 +12,7 @@
 #include <random>
 
 #include "kprop/clock.h"
+#include "kprop/enum_names.h"
 #include "kprop/external.h"
 #include "kprop/jobs.h"
 #include "kprop/output_reads.h"
@@ -101,37 +102,16 @@ std::vector<const Finding*> RunReport::findings() const {
 }
 
 const char* invariant_status_name(InvariantStatus s) {
-  switch (s) {
-    case InvariantStatus::passed:
-      return "passed";
-    case InvariantStatus::failed:
-      return "FAILED";
-    case InvariantStatus::gave_up:
-      return "GAVE UP";
-    case InvariantStatus::not_run:
-      return "not run";
-    case InvariantStatus::not_applicable:
-      return "n/a";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"passed", "FAILED", "GAVE UP", "not run", "n/a"};
+  static_assert(std::size(kNames) == size_t(InvariantStatus::not_applicable) + 1);
+  return enum_name(s, kNames);
 }
 
 const char* run_status_name(RunStatus s) {
-  switch (s) {
-    case RunStatus::passed:
-      return "passed";
-    case RunStatus::failed:
-      return "failed";
-    case RunStatus::gave_up:
-      return "gave up";
-    case RunStatus::crashed:
-      return "crashed";
-    case RunStatus::skipped:
-      return "skipped";
-    case RunStatus::interrupted:
-      return "interrupted";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"passed",  "failed",  "gave up",
+                                           "crashed", "skipped", "interrupted"};
+  static_assert(std::size(kNames) == size_t(RunStatus::interrupted) + 1);
+  return enum_name(s, kNames);
 }
 
 int exit_code(RunStatus s) {

@@ -7,28 +7,21 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "kprop/enum_names.h"
+
 namespace kprop {
 
 const char* kind_name(FieldKind kind) {
-  switch (kind) {
-    case FieldKind::boolean:
-      return "bool";
-    case FieldKind::integer:
-      return "integer";
-    case FieldKind::real:
-      return "number";
-    case FieldKind::string:
-      return "string";
-    case FieldKind::int_range:
-      return "integer range [lo, hi]";
-    case FieldKind::real_range:
-      return "number range [lo, hi]";
-    case FieldKind::choices:
-      return "list of choices";
-    case FieldKind::map:
-      return "map";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"bool",
+                                           "integer",
+                                           "number",
+                                           "string",
+                                           "integer range [lo, hi]",
+                                           "number range [lo, hi]",
+                                           "list of choices",
+                                           "map"};
+  static_assert(std::size(kNames) == size_t(FieldKind::map) + 1);
+  return enum_name(kind, kNames);
 }
 
 // ---------------------------------------------------------------- IntRange

@@ -6,21 +6,14 @@
 #include <limits>
 
 #include "kernels/attention/attention.h"
+#include "kprop/enum_names.h"
 
 namespace kprop::attention {
 
 const char* mask_name(MaskKind kind) {
-  switch (kind) {
-    case MaskKind::none:
-      return "none";
-    case MaskKind::causal:
-      return "causal";
-    case MaskKind::key_padding:
-      return "key_padding";
-    case MaskKind::boolean:
-      return "boolean";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"none", "causal", "key_padding", "boolean"};
+  static_assert(std::size(kNames) == size_t(MaskKind::boolean) + 1);
+  return enum_name(kind, kNames);
 }
 
 DType stats_dtype(DType dtype) {

@@ -9,27 +9,14 @@
 #include <stdexcept>
 
 #include "kernels/op/op.h"
+#include "kprop/enum_names.h"
 
 namespace kprop::op {
 
 const char* dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::f32:
-      return "f32";
-    case DType::f64:
-      return "f64";
-    case DType::i32:
-      return "i32";
-    case DType::i64:
-      return "i64";
-    case DType::boolean:
-      return "bool";
-    case DType::f16:
-      return "f16";
-    case DType::bf16:
-      return "bf16";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"f32", "f64", "i32", "i64", "bool", "f16", "bf16"};
+  static_assert(std::size(kNames) == size_t(DType::bf16) + 1);
+  return enum_name(dtype, kNames);
 }
 
 std::optional<FloatType> float_type(DType dtype) {

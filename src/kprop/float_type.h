@@ -12,6 +12,7 @@
 #include <limits>
 #include <string>
 
+#include "kprop/enum_names.h"
 #include "kprop/half.h"
 
 namespace kprop {
@@ -20,17 +21,9 @@ enum class FloatType { f32, f64, f16, bf16 };
 
 // "f32", "f64", "f16", "bf16": the names in specs and case YAML.
 inline const char* dtype_name(FloatType t) {
-  switch (t) {
-    case FloatType::f32:
-      return "f32";
-    case FloatType::f64:
-      return "f64";
-    case FloatType::f16:
-      return "f16";
-    case FloatType::bf16:
-      return "bf16";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"f32", "f64", "f16", "bf16"};
+  static_assert(std::size(kNames) == size_t(FloatType::bf16) + 1);
+  return enum_name(t, kNames);
 }
 
 // The type named `name`; false if none.

@@ -1,0 +1,26 @@
+// Names of an enum class's values from a table in declaration order, for
+// enums numbered 0, 1, ..., N-1:
+//   const char* run_status_name(RunStatus s) {
+//     static constexpr const char* kNames[] = {"passed", "failed", ...};
+//     static_assert(std::size(kNames) == size_t(RunStatus::interrupted) + 1);
+//     return enum_name(s, kNames);
+//   }
+// The static_assert ties the table to the last enumerator, so a value added
+// without a name does not compile (what -Wswitch gave the switch this
+// replaces, written once instead of once per enum). Self-contained, like
+// half.h: kernels may include it.
+#pragma once
+
+#include <cstddef>
+#include <iterator>
+#include <type_traits>
+
+namespace kprop {
+
+template <class E, std::size_t N>
+constexpr const char* enum_name(E e, const char* const (&names)[N]) {
+  const auto i = static_cast<std::underlying_type_t<E>>(e);
+  return i >= 0 && static_cast<std::size_t>(i) < N ? names[i] : "?";
+}
+
+}  // namespace kprop
