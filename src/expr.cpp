@@ -70,6 +70,14 @@ const Tensor* TensorMap::find(const std::string& name) const {
   return nullptr;
 }
 
+void TensorMap::put_output(const std::string& name, std::vector<int64_t> shape,
+                           const std::vector<double>& data, DType dtype) {
+  if (!wanted(name)) return;
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  if (static_cast<int64_t>(data.size()) == n) put(name, Tensor::of(std::move(shape), data, dtype));
+}
+
 bool TensorMap::wants_prefix(const std::string& prefix) const {
   const auto it = wanted_.lower_bound(prefix);
   return it != wanted_.end() && it->compare(0, prefix.size(), prefix) == 0;

@@ -187,9 +187,8 @@ void put_result(const Case& c, const std::string& who, const Result& r, TensorMa
 
 }  // namespace
 
-const expr::TensorInfos& Traits::tensor_infos() {
-  static const TensorInfos t = infos();
-  return t;
+expr::TensorInfos Traits::tensor_infos() {
+  return infos();
 }
 
 void Traits::tensors(const Case& c, const Result* target, const Result* reference, TensorMap& out) {

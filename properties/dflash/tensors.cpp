@@ -284,9 +284,8 @@ void put_greedy(const Case& c, const Result& r, TensorMap& out) {
 
 }  // namespace
 
-const expr::TensorInfos& Traits::tensor_infos() {
-  static const TensorInfos t = infos();
-  return t;
+expr::TensorInfos Traits::tensor_infos() {
+  return infos();
 }
 
 void Traits::tensors(const Case& c, const Result* target, const Result* reference, TensorMap& out) {

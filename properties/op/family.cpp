@@ -12,9 +12,8 @@
 namespace kprop::op {
 
 // ---------------------------------------------------------------- named tensors
-const expr::TensorInfos& Traits::tensor_infos() {
-  static const expr::TensorInfos none;
-  return none;
+expr::TensorInfos Traits::tensor_infos() {
+  return {};
 }
 
 // floor.Y: op::floor_of (kernels/op/op.h, its derivation).

@@ -96,9 +96,7 @@ std::vector<double> full(const Case& c, bool naive) {
 void put_outputs(const Case& c, const std::string& who, const Result& r, TensorMap& out) {
   const int64_t R = c.rows(), K = c.k;
   const size_t n = static_cast<size_t>(R * K);
-  // An external kernel's output of the wrong size stays unpublished: the
-  // evaluation then names it and the invariant fails.
-  if (out.wanted(who + ".probs") && r.probs.size() == n) out.put(who + ".probs", Tensor::of({R, K}, r.probs));
+  out.put_output(who + ".probs", {R, K}, r.probs);  // unpublished when the size is off
   if (out.wanted(who + ".indices") && r.indices.size() == n)
     out.put(who + ".indices", Tensor::ints({R, K}, r.indices));
   std::vector<double> g;
@@ -113,9 +111,8 @@ void put_outputs(const Case& c, const std::string& who, const Result& r, TensorM
 
 }  // namespace
 
-const expr::TensorInfos& Traits::tensor_infos() {
-  static const TensorInfos t = infos();
-  return t;
+expr::TensorInfos Traits::tensor_infos() {
+  return infos();
 }
 
 void Traits::tensors(const Case& c, const Result* target, const Result* reference_result, TensorMap& out) {

@@ -77,6 +77,12 @@ class TensorMap {
     wanted_.erase(name);
     tensors_[name] = std::move(t);
   }
+  // An implementation's output `data` as tensor `name` of `shape`, when
+  // wanted and of the shape's size: an external kernel's output of the
+  // wrong size stays unpublished, so the evaluation names it and the
+  // invariant reading it fails.
+  void put_output(const std::string& name, std::vector<int64_t> shape, const std::vector<double>& data,
+                  DType dtype = DType::real);
   // Its own tensors first, then the links in the order they were made.
   const Tensor* find(const std::string& name) const;
   const std::set<std::string>& missing() const { return wanted_; }

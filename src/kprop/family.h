@@ -354,14 +354,15 @@ class Registry {
 // ---------------------------------------------------------------- typed side
 
 // ---- named tensors: a family that publishes tensors adds to its traits
-//   static const expr::TensorInfos& tensor_infos();   // names, symbolic shapes, meanings
+//   static expr::TensorInfos tensor_infos();   // names, symbolic shapes, meanings
+//                                              // (called once: FamilyDef keeps them)
 //   static void tensors(const Case&, const Result* target, const Result* reference,
 //                       expr::TensorMap& out);         // put() what out.wanted();
 //                                                      // target/reference null unless needed
 template <typename Traits>
 concept HasTensors = requires(const typename Traits::Case& c, const typename Traits::Result* r,
                               expr::TensorMap& m) {
-  { Traits::tensor_infos() } -> std::convertible_to<const expr::TensorInfos&>;
+  { Traits::tensor_infos() } -> std::convertible_to<expr::TensorInfos>;
   Traits::tensors(c, r, r, m);
 };
 
@@ -458,7 +459,9 @@ class FamilyDef : public Family {
   using ImplFn = std::function<Result(const Case&)>;
   using InvariantFn = std::function<Verdict(Trial<Traits>&, const Values&)>;
 
-  FamilyDef() : schema_(Traits::domain_schema()) {}
+  FamilyDef() : schema_(Traits::domain_schema()) {
+    if constexpr (HasTensors<Traits>) tensor_infos_ = Traits::tensor_infos();
+  }
 
   // -- registration
   void implementation(ImplInfo info, ImplFn fn) {
@@ -565,12 +568,7 @@ class FamilyDef : public Family {
   const std::vector<ImplInfo>& implementations() const override { return impls_; }
   const std::vector<InvariantInfo>& invariants() const override { return invariant_infos_; }
   const std::vector<external::PluginOp>& external_ops() const override { return external_ops_; }
-  const expr::TensorInfos& tensor_infos() const override {
-    if constexpr (HasTensors<Traits>)
-      return Traits::tensor_infos();
-    else
-      return Family::tensor_infos();
-  }
+  const expr::TensorInfos& tensor_infos() const override { return tensor_infos_; }
   const std::vector<TransformInfo>& transforms() const override {
     if constexpr (HasTransforms<Traits>)
       return Traits::transforms();
@@ -705,6 +703,7 @@ class FamilyDef : public Family {
   std::vector<InvariantInfo> invariant_infos_;
   std::map<std::string, std::vector<std::string>> tensor_outputs_;
   std::vector<InvariantFn> invariant_fns_;
+  expr::TensorInfos tensor_infos_;  // Traits::tensor_infos(), or none
 };
 
 // A family's CUDA implementation (FamilyDef::implementation's function):

@@ -35,7 +35,7 @@
 // Named tensors for expression invariants (kprop/family.h: HasTensors);
 // after `using Result`.
 #define KPROP_FAMILY_TENSORS()                                                      \
-  static const ::kprop::expr::TensorInfos& tensor_infos();                          \
+  static ::kprop::expr::TensorInfos tensor_infos();                                 \
   static void tensors(const Case& c, const Result* target, const Result* reference, \
                       ::kprop::expr::TensorMap& out);                               \
   static_assert(true, "")
