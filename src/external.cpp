@@ -405,6 +405,19 @@ kprop_tensor in_view(const Message& request, const std::string& name, bool optio
   return request.tensor(name).view();  // throws, naming it
 }
 
+void in_views(const Message& request, NamedViews views) {
+  for (const auto& [name, view] : views) *view = in_view(request, name);
+}
+
+void out_views(Message& reply, NamedViews views) {
+  for (const auto& [name, view] : views) *view = out_view(reply, name);
+}
+
+void read_outputs(const Message& reply,
+                  std::initializer_list<std::pair<const char*, std::vector<double>*>> outputs) {
+  for (const auto& [name, values] : outputs) *values = reply.tensor(name).to_doubles();
+}
+
 void throw_entry_error(int rc, const char* error, const std::string& op) {
   const std::string why = error[0] ? error : "(the kernel gave no message)";
   if (rc == KPROP_UNSUPPORTED) throw Unsupported(fmt::format("{}: {}", op, why));

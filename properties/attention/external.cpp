@@ -90,19 +90,14 @@ BwdResult drive_backward(const Case& c, external::Transport& target) {
       .output("dk", dt, kv_shape(c.shape))
       .output("dv", dt, kv_shape(c.shape));
   const Message reply = target.call(m);
-  r.d = reply.tensor("d").to_doubles();
-  r.dq = reply.tensor("dq").to_doubles();
-  r.dk = reply.tensor("dk").to_doubles();
-  r.dv = reply.tensor("dv").to_doubles();
+  external::read_outputs(reply, {{"d", &r.d}, {"dq", &r.dq}, {"dk", &r.dk}, {"dv", &r.dv}});
   return r;
 }
 
 template <typename Args>
 void shared_args(Args& a, const Message& req) {
   using external::in_view;
-  a.q = in_view(req, "q");
-  a.k = in_view(req, "k");
-  a.v = in_view(req, "v");
+  external::in_views(req, {{"q", &a.q}, {"k", &a.k}, {"v", &a.v}});
   a.key_lengths = in_view(req, "key_lengths", true);
   a.allowed = in_view(req, "allowed", true);
   a.mask = req.attrs.at("mask").get<int32_t>();
@@ -122,13 +117,8 @@ void invoke_forward(void* fn, const Message& req, Message& reply) {
 void invoke_backward(void* fn, const Message& req, Message& reply) {
   kprop_attention_bwd_args a{};
   shared_args(a, req);
-  a.o = external::in_view(req, "o");
-  a.lse = external::in_view(req, "lse");
-  a.d_out = external::in_view(req, "d_out");
-  a.d = external::out_view(reply, "d");
-  a.dq = external::out_view(reply, "dq");
-  a.dk = external::out_view(reply, "dk");
-  a.dv = external::out_view(reply, "dv");
+  external::in_views(req, {{"o", &a.o}, {"lse", &a.lse}, {"d_out", &a.d_out}});
+  external::out_views(reply, {{"d", &a.d}, {"dq", &a.dq}, {"dk", &a.dk}, {"dv", &a.dv}});
   external::call_entry(fn, a, req.op);
 }
 

@@ -146,28 +146,26 @@ Result drive_search(const Case& c, external::Transport& target) {
 }
 
 void invoke_step(void* fn, const Message& req, Message& reply) {
-  using external::in_view;
-  using external::out_view;
   kprop_beam_step_args a{};
-  a.tokens = in_view(req, "tokens");
-  a.lengths = in_view(req, "lengths");
-  a.logprob = in_view(req, "logprob");
-  a.score = in_view(req, "score");
-  a.finished = in_view(req, "finished");
-  a.valid = in_view(req, "valid");
-  a.logits = in_view(req, "logits");
-  a.prompt_lengths = in_view(req, "prompt_lengths");
-  a.done = in_view(req, "done");
+  external::in_views(req, {{"tokens", &a.tokens},
+                           {"lengths", &a.lengths},
+                           {"logprob", &a.logprob},
+                           {"score", &a.score},
+                           {"finished", &a.finished},
+                           {"valid", &a.valid},
+                           {"logits", &a.logits},
+                           {"prompt_lengths", &a.prompt_lengths},
+                           {"done", &a.done}});
   a.beam_width = req.attrs.at("beam_width").get<int32_t>();
   a.max_new_tokens = req.attrs.at("max_new_tokens").get<int32_t>();
   a.step = req.attrs.at("step").get<int32_t>();
   a.eos = req.attrs.at("eos").get<int32_t>();
   a.alpha = req.attrs.at("alpha").get<double>();
-  a.parent = out_view(reply, "parent");
-  a.token = out_view(reply, "token");
-  a.next_logprob = out_view(reply, "next_logprob");
-  a.next_score = out_view(reply, "next_score");
-  a.next_done = out_view(reply, "next_done");
+  external::out_views(reply, {{"parent", &a.parent},
+                              {"token", &a.token},
+                              {"next_logprob", &a.next_logprob},
+                              {"next_score", &a.next_score},
+                              {"next_done", &a.next_done}});
   external::call_entry(fn, a, req.op);
 }
 

@@ -115,9 +115,7 @@ void invoke_tree_inputs(void* fn, const Message& req, Message& reply) {
 
 void invoke_verify(void* fn, const Message& req, Message& reply) {
   kprop_dflash_verify_args a{};
-  a.tokens = external::in_view(req, "tokens");
-  a.parents = external::in_view(req, "parents");
-  a.logits = external::in_view(req, "logits");
+  external::in_views(req, {{"tokens", &a.tokens}, {"parents", &a.parents}, {"logits", &a.logits}});
   a.accepted = external::out_view(reply, "accepted");
   a.bonus = external::out_view(reply, "bonus");
   external::call_entry(fn, a, req.op);

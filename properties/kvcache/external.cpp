@@ -78,17 +78,16 @@ Result drive(const Case& c, external::Transport& target) {
 }
 
 void invoke_serve(void* fn, const Message& req, Message& reply) {
-  using external::in_view;
   kprop_kvcache_serve_args a{};
-  a.q = in_view(req, "q");
-  a.k = in_view(req, "k");
-  a.v = in_view(req, "v");
-  a.seq_starts = in_view(req, "seq_starts");
-  a.prompt_lens = in_view(req, "prompt_lens");
-  a.arrivals = in_view(req, "arrivals");
-  a.k_range = in_view(req, "k_range");
-  a.v_range = in_view(req, "v_range");
-  a.block_order = in_view(req, "block_order");
+  external::in_views(req, {{"q", &a.q},
+                           {"k", &a.k},
+                           {"v", &a.v},
+                           {"seq_starts", &a.seq_starts},
+                           {"prompt_lens", &a.prompt_lens},
+                           {"arrivals", &a.arrivals},
+                           {"k_range", &a.k_range},
+                           {"v_range", &a.v_range},
+                           {"block_order", &a.block_order}});
   a.page_size = req.attrs.at("page_size").get<int32_t>();
   a.chunk = req.attrs.at("chunk").get<int32_t>();
   a.poison = req.attrs.at("poison").get<int32_t>();

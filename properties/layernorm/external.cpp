@@ -32,32 +32,27 @@ Result drive(const Case& c, external::Transport& target) {
       .output("dbeta", dt, cols);
   const Message reply = target.call(m);
   Result r;
-  r.y = reply.tensor("y").to_doubles();
-  r.xhat = reply.tensor("xhat").to_doubles();
-  r.mean = reply.tensor("mean").to_doubles();
-  r.rstd = reply.tensor("rstd").to_doubles();
-  r.dx = reply.tensor("dx").to_doubles();
-  r.dgamma = reply.tensor("dgamma").to_doubles();
-  r.dbeta = reply.tensor("dbeta").to_doubles();
+  external::read_outputs(reply, {{"y", &r.y},
+                                 {"xhat", &r.xhat},
+                                 {"mean", &r.mean},
+                                 {"rstd", &r.rstd},
+                                 {"dx", &r.dx},
+                                 {"dgamma", &r.dgamma},
+                                 {"dbeta", &r.dbeta}});
   return r;
 }
 
 void invoke(void* fn, const Message& req, Message& reply) {
-  using external::in_view;
-  using external::out_view;
   kprop_layernorm_args a{};
-  a.x = in_view(req, "x");
-  a.gamma = in_view(req, "gamma");
-  a.beta = in_view(req, "beta");
-  a.dy = in_view(req, "dy");
+  external::in_views(req, {{"x", &a.x}, {"gamma", &a.gamma}, {"beta", &a.beta}, {"dy", &a.dy}});
   a.eps = req.attrs.at("eps").get<double>();
-  a.y = out_view(reply, "y");
-  a.xhat = out_view(reply, "xhat");
-  a.mean = out_view(reply, "mean");
-  a.rstd = out_view(reply, "rstd");
-  a.dx = out_view(reply, "dx");
-  a.dgamma = out_view(reply, "dgamma");
-  a.dbeta = out_view(reply, "dbeta");
+  external::out_views(reply, {{"y", &a.y},
+                              {"xhat", &a.xhat},
+                              {"mean", &a.mean},
+                              {"rstd", &a.rstd},
+                              {"dx", &a.dx},
+                              {"dgamma", &a.dgamma},
+                              {"dbeta", &a.dbeta}});
   external::call_entry(fn, a, req.op);
 }
 

@@ -62,12 +62,9 @@ Result drive(const Case& c, external::Transport& target) {
       .output("dx", KPROP_F32, {M, K})
       .output("dw", KPROP_F32, {N, K});
   const Message reply = target.call(linear);
-  r.x_scale = reply.tensor("x_scale").to_doubles();
-  r.x_q = reply.tensor("x_q").to_doubles();
-  r.acc = reply.tensor("acc").to_doubles();
-  r.y = reply.tensor("y").to_doubles();
-  r.dx = reply.tensor("dx").to_doubles();
-  r.dw = reply.tensor("dw").to_doubles();
+  external::read_outputs(
+      reply,
+      {{"x_scale", &r.x_scale}, {"x_q", &r.x_q}, {"acc", &r.acc}, {"y", &r.y}, {"dx", &r.dx}, {"dw", &r.dw}});
   return r;
 }
 
@@ -81,16 +78,10 @@ void invoke_quantize_weights(void* fn, const Message& req, Message& reply) {
 
 void invoke_linear(void* fn, const Message& req, Message& reply) {
   kprop_ternary_linear_args a{};
-  a.x = external::in_view(req, "x");
-  a.w_packed = external::in_view(req, "w_packed");
-  a.w_scale = external::in_view(req, "w_scale");
-  a.dy = external::in_view(req, "dy");
-  a.x_scale = external::out_view(reply, "x_scale");
-  a.x_q = external::out_view(reply, "x_q");
-  a.acc = external::out_view(reply, "acc");
-  a.y = external::out_view(reply, "y");
-  a.dx = external::out_view(reply, "dx");
-  a.dw = external::out_view(reply, "dw");
+  external::in_views(req, {{"x", &a.x}, {"w_packed", &a.w_packed}, {"w_scale", &a.w_scale}, {"dy", &a.dy}});
+  external::out_views(
+      reply,
+      {{"x_scale", &a.x_scale}, {"x_q", &a.x_q}, {"acc", &a.acc}, {"y", &a.y}, {"dx", &a.dx}, {"dw", &a.dw}});
   external::call_entry(fn, a, req.op);
 }
 

@@ -139,6 +139,14 @@ Message allocate_reply(const Message& request);
 // optional input gives a null view.
 kprop_tensor out_view(Message& reply, const std::string& name);
 kprop_tensor in_view(const Message& request, const std::string& name, bool optional = false);
+// Several at once, one {name, &args.field} pair each: an op's args struct
+// filled as in_views(req, {{"q", &a.q}, {"k", &a.k}}).
+using NamedViews = std::initializer_list<std::pair<const char*, kprop_tensor*>>;
+void in_views(const Message& request, NamedViews views);
+void out_views(Message& reply, NamedViews views);
+// A reply's outputs as doubles: read_outputs(reply, {{"o", &r.o}, {"lse", &r.lse}}).
+void read_outputs(const Message& reply,
+                  std::initializer_list<std::pair<const char*, std::vector<double>*>> outputs);
 
 // Calls a C entry point `int fn(const Args*, char*, size_t)`, turning its
 // return code into exceptions: KPROP_UNSUPPORTED -> Unsupported,
