@@ -65,8 +65,7 @@ FwdResult drive_forward(const Case& c, external::Transport& target) {
       .output("lse", external::abi_dtype(stats_dtype(c.dtype)), row_shape(c.shape));
   const Message reply = target.call(m);
   FwdResult r;
-  r.o = reply.tensor("o").to_doubles();
-  r.lse = reply.tensor("lse").to_doubles();
+  external::read_outputs(reply, {KPROP_NAMED(r, o), KPROP_NAMED(r, lse)});
   return r;  // workspace_peak stays 0: not observable (workspace_bounded is n/a)
 }
 
@@ -90,14 +89,15 @@ BwdResult drive_backward(const Case& c, external::Transport& target) {
       .output("dk", dt, kv_shape(c.shape))
       .output("dv", dt, kv_shape(c.shape));
   const Message reply = target.call(m);
-  external::read_outputs(reply, {{"d", &r.d}, {"dq", &r.dq}, {"dk", &r.dk}, {"dv", &r.dv}});
+  external::read_outputs(reply,
+                         {KPROP_NAMED(r, d), KPROP_NAMED(r, dq), KPROP_NAMED(r, dk), KPROP_NAMED(r, dv)});
   return r;
 }
 
 template <typename Args>
 void shared_args(Args& a, const Message& req) {
   using external::in_view;
-  external::in_views(req, {{"q", &a.q}, {"k", &a.k}, {"v", &a.v}});
+  external::in_views(req, {KPROP_NAMED(a, q), KPROP_NAMED(a, k), KPROP_NAMED(a, v)});
   a.key_lengths = in_view(req, "key_lengths", true);
   a.allowed = in_view(req, "allowed", true);
   a.mask = req.attrs.at("mask").get<int32_t>();
@@ -109,16 +109,15 @@ void shared_args(Args& a, const Message& req) {
 void invoke_forward(void* fn, const Message& req, Message& reply) {
   kprop_attention_fwd_args a{};
   shared_args(a, req);
-  a.o = external::out_view(reply, "o");
-  a.lse = external::out_view(reply, "lse");
+  external::out_views(reply, {KPROP_NAMED(a, o), KPROP_NAMED(a, lse)});
   external::call_entry(fn, a, req.op);
 }
 
 void invoke_backward(void* fn, const Message& req, Message& reply) {
   kprop_attention_bwd_args a{};
   shared_args(a, req);
-  external::in_views(req, {{"o", &a.o}, {"lse", &a.lse}, {"d_out", &a.d_out}});
-  external::out_views(reply, {{"d", &a.d}, {"dq", &a.dq}, {"dk", &a.dk}, {"dv", &a.dv}});
+  external::in_views(req, {KPROP_NAMED(a, o), KPROP_NAMED(a, lse), KPROP_NAMED(a, d_out)});
+  external::out_views(reply, {KPROP_NAMED(a, d), KPROP_NAMED(a, dq), KPROP_NAMED(a, dk), KPROP_NAMED(a, dv)});
   external::call_entry(fn, a, req.op);
 }
 

@@ -147,25 +147,16 @@ Result drive_search(const Case& c, external::Transport& target) {
 
 void invoke_step(void* fn, const Message& req, Message& reply) {
   kprop_beam_step_args a{};
-  external::in_views(req, {{"tokens", &a.tokens},
-                           {"lengths", &a.lengths},
-                           {"logprob", &a.logprob},
-                           {"score", &a.score},
-                           {"finished", &a.finished},
-                           {"valid", &a.valid},
-                           {"logits", &a.logits},
-                           {"prompt_lengths", &a.prompt_lengths},
-                           {"done", &a.done}});
+  external::in_views(req, {KPROP_NAMED(a, tokens), KPROP_NAMED(a, lengths), KPROP_NAMED(a, logprob),
+                           KPROP_NAMED(a, score), KPROP_NAMED(a, finished), KPROP_NAMED(a, valid),
+                           KPROP_NAMED(a, logits), KPROP_NAMED(a, prompt_lengths), KPROP_NAMED(a, done)});
   a.beam_width = req.attrs.at("beam_width").get<int32_t>();
   a.max_new_tokens = req.attrs.at("max_new_tokens").get<int32_t>();
   a.step = req.attrs.at("step").get<int32_t>();
   a.eos = req.attrs.at("eos").get<int32_t>();
   a.alpha = req.attrs.at("alpha").get<double>();
-  external::out_views(reply, {{"parent", &a.parent},
-                              {"token", &a.token},
-                              {"next_logprob", &a.next_logprob},
-                              {"next_score", &a.next_score},
-                              {"next_done", &a.next_done}});
+  external::out_views(reply, {KPROP_NAMED(a, parent), KPROP_NAMED(a, token), KPROP_NAMED(a, next_logprob),
+                              KPROP_NAMED(a, next_score), KPROP_NAMED(a, next_done)});
   external::call_entry(fn, a, req.op);
 }
 

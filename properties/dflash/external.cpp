@@ -115,7 +115,7 @@ void invoke_tree_inputs(void* fn, const Message& req, Message& reply) {
 
 void invoke_verify(void* fn, const Message& req, Message& reply) {
   kprop_dflash_verify_args a{};
-  external::in_views(req, {{"tokens", &a.tokens}, {"parents", &a.parents}, {"logits", &a.logits}});
+  external::in_views(req, {KPROP_NAMED(a, tokens), KPROP_NAMED(a, parents), KPROP_NAMED(a, logits)});
   a.accepted = external::out_view(reply, "accepted");
   a.bonus = external::out_view(reply, "bonus");
   external::call_entry(fn, a, req.op);

@@ -79,21 +79,14 @@ Result drive(const Case& c, external::Transport& target) {
 
 void invoke_serve(void* fn, const Message& req, Message& reply) {
   kprop_kvcache_serve_args a{};
-  external::in_views(req, {{"q", &a.q},
-                           {"k", &a.k},
-                           {"v", &a.v},
-                           {"seq_starts", &a.seq_starts},
-                           {"prompt_lens", &a.prompt_lens},
-                           {"arrivals", &a.arrivals},
-                           {"k_range", &a.k_range},
-                           {"v_range", &a.v_range},
-                           {"block_order", &a.block_order}});
+  external::in_views(req, {KPROP_NAMED(a, q), KPROP_NAMED(a, k), KPROP_NAMED(a, v),
+                           KPROP_NAMED(a, seq_starts), KPROP_NAMED(a, prompt_lens), KPROP_NAMED(a, arrivals),
+                           KPROP_NAMED(a, k_range), KPROP_NAMED(a, v_range), KPROP_NAMED(a, block_order)});
   a.page_size = req.attrs.at("page_size").get<int32_t>();
   a.chunk = req.attrs.at("chunk").get<int32_t>();
   a.poison = req.attrs.at("poison").get<int32_t>();
   a.scale = req.attrs.at("scale").get<double>();
-  a.out = external::out_view(reply, "out");
-  a.cache_dtype = external::out_view(reply, "cache_dtype");
+  external::out_views(reply, {KPROP_NAMED(a, out), KPROP_NAMED(a, cache_dtype)});
   external::call_entry(fn, a, req.op);
 }
 

@@ -32,27 +32,20 @@ Result drive(const Case& c, external::Transport& target) {
       .output("dbeta", dt, cols);
   const Message reply = target.call(m);
   Result r;
-  external::read_outputs(reply, {{"y", &r.y},
-                                 {"xhat", &r.xhat},
-                                 {"mean", &r.mean},
-                                 {"rstd", &r.rstd},
-                                 {"dx", &r.dx},
-                                 {"dgamma", &r.dgamma},
-                                 {"dbeta", &r.dbeta}});
+  external::read_outputs(reply,
+                         {KPROP_NAMED(r, y), KPROP_NAMED(r, xhat), KPROP_NAMED(r, mean), KPROP_NAMED(r, rstd),
+                          KPROP_NAMED(r, dx), KPROP_NAMED(r, dgamma), KPROP_NAMED(r, dbeta)});
   return r;
 }
 
 void invoke(void* fn, const Message& req, Message& reply) {
   kprop_layernorm_args a{};
-  external::in_views(req, {{"x", &a.x}, {"gamma", &a.gamma}, {"beta", &a.beta}, {"dy", &a.dy}});
+  external::in_views(req,
+                     {KPROP_NAMED(a, x), KPROP_NAMED(a, gamma), KPROP_NAMED(a, beta), KPROP_NAMED(a, dy)});
   a.eps = req.attrs.at("eps").get<double>();
-  external::out_views(reply, {{"y", &a.y},
-                              {"xhat", &a.xhat},
-                              {"mean", &a.mean},
-                              {"rstd", &a.rstd},
-                              {"dx", &a.dx},
-                              {"dgamma", &a.dgamma},
-                              {"dbeta", &a.dbeta}});
+  external::out_views(reply,
+                      {KPROP_NAMED(a, y), KPROP_NAMED(a, xhat), KPROP_NAMED(a, mean), KPROP_NAMED(a, rstd),
+                       KPROP_NAMED(a, dx), KPROP_NAMED(a, dgamma), KPROP_NAMED(a, dbeta)});
   external::call_entry(fn, a, req.op);
 }
 

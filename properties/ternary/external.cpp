@@ -62,9 +62,8 @@ Result drive(const Case& c, external::Transport& target) {
       .output("dx", KPROP_F32, {M, K})
       .output("dw", KPROP_F32, {N, K});
   const Message reply = target.call(linear);
-  external::read_outputs(
-      reply,
-      {{"x_scale", &r.x_scale}, {"x_q", &r.x_q}, {"acc", &r.acc}, {"y", &r.y}, {"dx", &r.dx}, {"dw", &r.dw}});
+  external::read_outputs(reply, {KPROP_NAMED(r, x_scale), KPROP_NAMED(r, x_q), KPROP_NAMED(r, acc),
+                                 KPROP_NAMED(r, y), KPROP_NAMED(r, dx), KPROP_NAMED(r, dw)});
   return r;
 }
 
@@ -78,10 +77,10 @@ void invoke_quantize_weights(void* fn, const Message& req, Message& reply) {
 
 void invoke_linear(void* fn, const Message& req, Message& reply) {
   kprop_ternary_linear_args a{};
-  external::in_views(req, {{"x", &a.x}, {"w_packed", &a.w_packed}, {"w_scale", &a.w_scale}, {"dy", &a.dy}});
-  external::out_views(
-      reply,
-      {{"x_scale", &a.x_scale}, {"x_q", &a.x_q}, {"acc", &a.acc}, {"y", &a.y}, {"dx", &a.dx}, {"dw", &a.dw}});
+  external::in_views(
+      req, {KPROP_NAMED(a, x), KPROP_NAMED(a, w_packed), KPROP_NAMED(a, w_scale), KPROP_NAMED(a, dy)});
+  external::out_views(reply, {KPROP_NAMED(a, x_scale), KPROP_NAMED(a, x_q), KPROP_NAMED(a, acc),
+                              KPROP_NAMED(a, y), KPROP_NAMED(a, dx), KPROP_NAMED(a, dw)});
   external::call_entry(fn, a, req.op);
 }
 

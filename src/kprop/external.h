@@ -147,6 +147,11 @@ void out_views(Message& reply, NamedViews views);
 // A reply's outputs as doubles: read_outputs(reply, {{"o", &r.o}, {"lse", &r.lse}}).
 void read_outputs(const Message& reply,
                   std::initializer_list<std::pair<const char*, std::vector<double>*>> outputs);
+// {"name", &obj.name}: the pair for a field named as its tensor (every ABI
+// args struct and result follows that convention), so a list reads
+// in_views(req, {KPROP_NAMED(a, q), KPROP_NAMED(a, k)}).
+#define KPROP_NAMED(obj, field) \
+  { #field, &(obj).field }
 
 // Calls a C entry point `int fn(const Args*, char*, size_t)`, turning its
 // return code into exceptions: KPROP_UNSUPPORTED -> Unsupported,
