@@ -364,29 +364,48 @@ Verdict dx_sums_to_zero(T& t, const Values& p) {
   return Verdict::pass({{kErrorRatio, worst}});
 }
 
-Verdict dbeta_is_sum_dy(T& t, const Values& p) {
+// A column sum of the backward, out[d] = Σ_r term(r, d) (dβ: term = dy;
+// dγ: dy · x̂), against the target's out within the f32 sum's rounding
+// (ulps u Σ|term|) and, for a half case, out's rounding to the storage
+// dtype: u_s times the f32 sum's magnitude, or s. `xhat_cache`: the term
+// reads the target's x̂, which a half case reports rounded to the dtype,
+// and a kernel may sum dγ from its f32 x̂ before that store (the NumPy
+// worker, the CUDA wrapper) as well as from the stored cache (fused): the
+// two sums differ by at most Σ|dy| |e| with |e| <= u_s |x̂_f32| + s <=
+// u_s |x̂'| / (1 - u_s) + s.
+template <typename Term>
+Verdict column_sums(T& t, const Values& p, const char* name, const char* what, const std::vector<double>& out,
+                    Term term, bool xhat_cache) {
   const Case& c = t.input();
-  const Result& got = t.target();
-  if (auto v = unusable(c, got, t.reference())) return *v;
   const size_t D = static_cast<size_t>(c.dim);
   const double u = accumulation_roundoff(c.dtype), us = store_u(c.dtype), s = subnormal_half_step(c.dtype);
   double worst = 0;
   for (size_t d = 0; d < D; ++d) {
-    long double sum = 0, abs_sum = 0;
-    for (size_t r = 0; r < static_cast<size_t>(c.rows); ++r)
-      sum += c.dy[at(r, d, D)], abs_sum += std::fabs(c.dy[at(r, d, D)]);
+    long double sum = 0, abs_sum = 0, abs_dy = 0;
+    for (size_t r = 0; r < static_cast<size_t>(c.rows); ++r) {
+      const double x = term(at(r, d, D));
+      sum += x, abs_sum += std::fabs(x), abs_dy += std::fabs(c.dy[at(r, d, D)]);
+    }
     const double want = static_cast<double>(sum);
-    // The f32 sum (ulps u Σ|dy|), then, for a half case, its rounding to
-    // the storage dtype: u_s times the f32 sum's magnitude, or s.
     const double acc = p.real("ulps") * u * static_cast<double>(abs_sum);
-    const double allowed = p.real("atol") + acc + us * (std::fabs(want) + acc) + s;
-    worst = std::max(worst, error_ratio(std::fabs(got.dbeta[d] - want), allowed));
-    if (!(std::fabs(got.dbeta[d] - want) <= allowed))
-      return Verdict::fail(fmt::format("dbeta[{}] = {:.9g}, sum of dy = {:.9g} (allowed error {:.3g})", d,
-                                       got.dbeta[d], want, allowed),
-                           {{"col", double(d)}, {"dbeta", got.dbeta[d]}, {"sum_dy", want}});
+    const double cache =
+        xhat_cache ? us * static_cast<double>(abs_sum) / (1 - us) + s * static_cast<double>(abs_dy) : 0;
+    const double allowed = p.real("atol") + acc + cache + us * (std::fabs(want) + acc + cache) + s;
+    worst = std::max(worst, error_ratio(std::fabs(out[d] - want), allowed));
+    if (!(std::fabs(out[d] - want) <= allowed))
+      return Verdict::fail(fmt::format("{}[{}] = {:.9g}, {} = {:.9g} (allowed error {:.3g})", name, d, out[d],
+                                       what, want, allowed),
+                           {{"col", double(d)}, {name, out[d]}, {"expected", want}});
   }
   return Verdict::pass({{kErrorRatio, worst}});
+}
+
+Verdict dbeta_is_sum_dy(T& t, const Values& p) {
+  const Case& c = t.input();
+  const Result& got = t.target();
+  if (auto v = unusable(c, got, t.reference())) return *v;
+  return column_sums(
+      t, p, "dbeta", "sum of dy", got.dbeta, [&](size_t i) { return c.dy[i]; }, false);
 }
 
 // dγ against the target's own cached x̂: the backward agrees with its forward.
@@ -394,34 +413,9 @@ Verdict dgamma_is_sum_dy_xhat(T& t, const Values& p) {
   const Case& c = t.input();
   const Result& got = t.target();
   if (auto v = unusable(c, got, t.reference())) return *v;
-  const size_t D = static_cast<size_t>(c.dim);
-  const double u = accumulation_roundoff(c.dtype), us = store_u(c.dtype), s = subnormal_half_step(c.dtype);
-  double worst = 0;
-  for (size_t d = 0; d < D; ++d) {
-    long double sum = 0, abs_sum = 0;
-    long double abs_dy = 0;
-    for (size_t r = 0; r < static_cast<size_t>(c.rows); ++r) {
-      const double term = c.dy[at(r, d, D)] * got.xhat[at(r, d, D)];
-      sum += term, abs_sum += std::fabs(term), abs_dy += std::fabs(c.dy[at(r, d, D)]);
-    }
-    const double want = static_cast<double>(sum);
-    // As dbeta_is_sum_dy: the f32 sum, then a half case's store. A half case
-    // reports x̂ rounded to the dtype, and a kernel may sum dγ from its f32 x̂
-    // before that store (the NumPy worker, the CUDA wrapper) as well as from
-    // the stored cache (fused): the two sums differ by at most Σ|dy| |e| with
-    // |e| <= u_s |x̂_f32| + s <= u_s |x̂'| / (1 - u_s) + s.
-    const double acc = p.real("ulps") * u * static_cast<double>(abs_sum);
-    const double cache = us * static_cast<double>(abs_sum) / (1 - us) + s * static_cast<double>(abs_dy);
-    const double allowed = p.real("atol") + acc + cache + us * (std::fabs(want) + acc + cache) + s;
-    worst = std::max(worst, error_ratio(std::fabs(got.dgamma[d] - want), allowed));
-    if (!(std::fabs(got.dgamma[d] - want) <= allowed))
-      return Verdict::fail(
-          fmt::format("dgamma[{}] = {:.9g}, sum of dy * xhat (the target's own xhat) = {:.9g} "
-                      "(allowed error {:.3g})",
-                      d, got.dgamma[d], want, allowed),
-          {{"col", double(d)}, {"dgamma", got.dgamma[d]}, {"sum_dy_xhat", want}});
-  }
-  return Verdict::pass({{kErrorRatio, worst}});
+  return column_sums(
+      t, p, "dgamma", "sum of dy * xhat (the target's own xhat)", got.dgamma,
+      [&](size_t i) { return c.dy[i] * got.xhat[i]; }, true);
 }
 
 // ---- stability
