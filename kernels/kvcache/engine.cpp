@@ -247,13 +247,7 @@ Result run_with(const Case& c, const Engine& e) {
   std::vector<double> krow(token), vrow(token);
   std::vector<size_t> next(B, 0);  // each sequence's next work item
   for (int step = 0; step <= last_step; ++step) {
-    std::vector<std::pair<size_t, Work>> work;
-    std::vector<size_t> finishing;
-    for (size_t b = 0; b < B; ++b)
-      if (next[b] < plans[b].size() && plans[b][next[b]].step == step) {
-        work.push_back({b, plans[b][next[b]++]});
-        if (next[b] == plans[b].size()) finishing.push_back(b);
-      }
+    const auto [work, finishing] = take_step(plans, next, step);
     if (e.stale_block_reuse)
       for (size_t b : finishing) cache.release(b);
     int padded = 0;  // the padded batch's key width for this step's decodes

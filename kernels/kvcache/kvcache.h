@@ -43,6 +43,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kprop/float_type.h"
@@ -124,6 +125,14 @@ struct Work {
 // Prefill in one piece (chunk <= 0) or in chunks of `chunk` tokens, one per
 // step, then one decode token per step.
 std::vector<Work> schedule(const Sequence& s, int chunk);
+// The work of a batch's schedules at one step, taken in step order (the
+// cached engine and the CUDA planner walk the steps alike).
+struct StepWork {
+  std::vector<std::pair<size_t, Work>> work;  // (sequence, its item) due at the step
+  std::vector<size_t> finishing;              // sequences whose last item that is
+};
+// `next[b]`: sequence b's next item in plans[b], advanced past the ones taken.
+StepWork take_step(const std::vector<std::vector<Work>>& plans, std::vector<size_t>& next, int step);
 
 // ---- contract helpers
 // Why the case breaks the contract, or "" if it is valid.

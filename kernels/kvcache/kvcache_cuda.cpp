@@ -68,13 +68,7 @@ Result cuda(const Case& c) {
   };
   std::vector<Query> queries;  // the device's output rows, in order
   for (int step = 0; step <= last_step; ++step) {
-    std::vector<std::pair<size_t, Work>> work;
-    std::vector<size_t> finishing;
-    for (size_t b = 0; b < B; ++b)
-      if (next[b] < plans[b].size() && plans[b][next[b]].step == step) {
-        work.push_back({b, plans[b][next[b]++]});
-        if (next[b] == plans[b].size()) finishing.push_back(b);
-      }
+    const auto [work, finishing] = take_step(plans, next, step);
     cuda_raw::Program::Step st;
     // Writes: every scheduled token's K/V, allocating a block at each page start.
     for (const auto& [b, w] : work)

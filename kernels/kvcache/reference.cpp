@@ -95,6 +95,16 @@ std::vector<Work> schedule(const Sequence& s, int chunk) {
   return w;
 }
 
+StepWork take_step(const std::vector<std::vector<Work>>& plans, std::vector<size_t>& next, int step) {
+  StepWork s;
+  for (size_t b = 0; b < plans.size(); ++b)
+    if (next[b] < plans[b].size() && plans[b][next[b]].step == step) {
+      s.work.push_back({b, plans[b][next[b]++]});
+      if (next[b] == plans[b].size()) s.finishing.push_back(b);
+    }
+  return s;
+}
+
 int blocks_needed(const Case& c) {
   if (c.page_size < 1) return 0;
   int peak = 0;
