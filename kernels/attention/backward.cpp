@@ -88,24 +88,32 @@ void tiled_backward(const Inputs<T>& in, const T* o, const T* lse, Grads<T> out,
         ops::scores(d_out + size_t(i0) * dim, rows, vt.data(), bk, cols, dim, T(1), dst.data(), bk);
       };
 
-      // ---- D per row
-      if constexpr (mode == BwdMode::two_pass) {
-        std::fill(d_rows.data(), d_rows.data() + nq, T(0));
+      // Every key tile (loaded), then every query tile that sees it, with
+      // its scores S computed: body(i0, rows, cols).
+      auto each_tile_pair = [&](auto&& body) {
         for (int j0 = 0; j0 < key_end; j0 += bk) {
           const int cols = std::min(bk, key_end - j0);
           load_tile(j0, cols);
           for (int i0 = first_tile(j0); i0 < nq; i0 += bq) {
             const int rows = std::min(bq, nq - i0);
             scores(i0, rows, j0, cols);
-            probabilities(i0, rows, cols);
-            d_probabilities(i0, rows, cols);
-            for (int i = 0; i < rows; ++i) {
-              T sum = 0;
-              for (int j = 0; j < cols; ++j) sum += pt[size_t(i) * bk + j] * dst[size_t(i) * bk + j];
-              d_rows[size_t(i0 + i)] += sum;
-            }
+            body(i0, rows, cols);
           }
         }
+      };
+
+      // ---- D per row
+      if constexpr (mode == BwdMode::two_pass) {
+        std::fill(d_rows.data(), d_rows.data() + nq, T(0));
+        each_tile_pair([&](int i0, int rows, int cols) {
+          probabilities(i0, rows, cols);
+          d_probabilities(i0, rows, cols);
+          for (int i = 0; i < rows; ++i) {
+            T sum = 0;
+            for (int j = 0; j < cols; ++j) sum += pt[size_t(i) * bk + j] * dst[size_t(i) * bk + j];
+            d_rows[size_t(i0 + i)] += sum;
+          }
+        });
       } else {
         for (int i = 0; i < nq; ++i) {
           T sum = 0;
@@ -126,17 +134,11 @@ void tiled_backward(const Inputs<T>& in, const T* o, const T* lse, Grads<T> out,
 
       if constexpr (bug == BwdBug::stale_tile_max) {  // final row maxima, as the forward saw them
         for (int i = 0; i < nq; ++i) m_final[size_t(i)] = kNegInf, m_run[size_t(i)] = kNegInf;
-        for (int j0 = 0; j0 < key_end; j0 += bk) {
-          const int cols = std::min(bk, key_end - j0);
-          load_tile(j0, cols);
-          for (int i0 = first_tile(j0); i0 < nq; i0 += bq) {
-            const int rows = std::min(bq, nq - i0);
-            scores(i0, rows, j0, cols);
-            for (int i = 0; i < rows; ++i)
-              for (int j = 0; j < cols; ++j)
-                m_final[size_t(i0 + i)] = std::max(m_final[size_t(i0 + i)], pt[size_t(i) * bk + j]);
-          }
-        }
+        each_tile_pair([&](int i0, int rows, int cols) {
+          for (int i = 0; i < rows; ++i)
+            for (int j = 0; j < cols; ++j)
+              m_final[size_t(i0 + i)] = std::max(m_final[size_t(i0 + i)], pt[size_t(i) * bk + j]);
+        });
       }
 
       // ---- gradients, one key tile at a time
