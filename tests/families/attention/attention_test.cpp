@@ -9,6 +9,7 @@
 
 #include "kprop/runner.h"
 #include "properties/attention/family.h"
+#include "tests/support/compare.h"
 #include "tests/support/registered.h"
 
 namespace kprop::attention {
@@ -30,11 +31,7 @@ Case small_case(int nq, int nk, bool backward) {
   return c;
 }
 
-double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
-}
+using kprop::testing::max_abs_diff;
 
 TEST(AttentionKernels, SingleKeyCopiesItsValue) {
   Case c = small_case(3, 1, false);
@@ -52,13 +49,13 @@ TEST(AttentionKernels, TiledMatchesReferenceInBothPrecisions) {
     c.mask = MaskKind::causal;
     const double tol = dtype == DType::f64 ? 1e-12 : 1e-5;
     const FwdResult ref = reference_forward(c), got = tiled(c);
-    EXPECT_LT(max_diff(ref.o, got.o), tol);
+    EXPECT_LT(max_abs_diff(ref.o, got.o), tol);
     const BwdResult rb = reference_backward(c);
     for (auto impl : {tiled_d, tiled_two_pass}) {
       const BwdResult gb = impl(c);
-      EXPECT_LT(max_diff(rb.dq, gb.dq), tol);
-      EXPECT_LT(max_diff(rb.dk, gb.dk), tol);
-      EXPECT_LT(max_diff(rb.dv, gb.dv), tol);
+      EXPECT_LT(max_abs_diff(rb.dq, gb.dq), tol);
+      EXPECT_LT(max_abs_diff(rb.dk, gb.dk), tol);
+      EXPECT_LT(max_abs_diff(rb.dv, gb.dv), tol);
     }
   }
 }
@@ -150,12 +147,12 @@ TEST(AttentionMutants, RescaleInvertedNeedsARisingMax) {
   ASSERT_NE(it, table.end());
   Case c = small_case(2, 6, false);
   c.block_k = 6;  // one tile: no rescale at all
-  EXPECT_LT(max_diff(it->run(c).lse, reference_forward(c).lse), 1e-12);
+  EXPECT_LT(max_abs_diff(it->run(c).lse, reference_forward(c).lse), 1e-12);
   c.block_k = 2;
   for (int j = 0; j < 6; ++j) c.k[size_t(j) * 2] = c.k[size_t(j) * 2 + 1] = 40.0 * j;  // rising scores
   c.q = {1, 1, 2, 2};
   // Earlier tiles are inflated instead of discounted: LSE is off by 2 × the rise.
-  EXPECT_GT(max_diff(it->run(c).lse, reference_forward(c).lse), 100);
+  EXPECT_GT(max_abs_diff(it->run(c).lse, reference_forward(c).lse), 100);
   // A larger rise overflows exp(m_new - m_old): O becomes NaN.
   for (double& x : c.k) x *= 10;
   const FwdResult bad = it->run(c);

@@ -12,6 +12,7 @@
 #include "kprop/draw.h"
 #include "properties/attention/bounds.h"
 #include "properties/attention/family.h"
+#include "tests/support/compare.h"
 
 namespace kprop::attention {
 namespace {
@@ -30,11 +31,7 @@ Case head(DType dtype, int nq, int nk, bool backward) {
   return c;
 }
 
-double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
-}
+using kprop::testing::max_abs_diff;
 
 const Mutant<FwdResult>& forward_mutant(const std::string& name) {
   return find_mutant(forward_mutants(), name);
@@ -68,19 +65,19 @@ TEST(AttentionHalf, CorrectKernelsStayInsideTheDerivedFloor) {
     for (double& x : c.q) x = round_to(dtype, x * 3.1);
     const ErrorScales f = floors(c, true, 8);
     const FwdResult rf = reference_forward(c), tf = tiled(c);
-    EXPECT_LE(max_diff(rf.o, tf.o), f.o) << dtype_name(dtype);
-    EXPECT_LE(max_diff(rf.lse, tf.lse), f.lse) << dtype_name(dtype);
+    EXPECT_LE(max_abs_diff(rf.o, tf.o), f.o) << dtype_name(dtype);
+    EXPECT_LE(max_abs_diff(rf.lse, tf.lse), f.lse) << dtype_name(dtype);
     const BwdResult rb = reference_backward(c);
     for (auto impl : {tiled_d, tiled_two_pass}) {
       const BwdResult b = impl(c);
-      EXPECT_LE(max_diff(rb.dq, b.dq), f.dq) << dtype_name(dtype);
-      EXPECT_LE(max_diff(rb.dk, b.dk), f.dk) << dtype_name(dtype);
-      EXPECT_LE(max_diff(rb.dv, b.dv), f.dv) << dtype_name(dtype);
+      EXPECT_LE(max_abs_diff(rb.dq, b.dq), f.dq) << dtype_name(dtype);
+      EXPECT_LE(max_abs_diff(rb.dk, b.dk), f.dk) << dtype_name(dtype);
+      EXPECT_LE(max_abs_diff(rb.dv, b.dv), f.dv) << dtype_name(dtype);
     }
     // The storage term is what makes room: an f32 floor alone is too tight.
     Case single = c;
     single.dtype = DType::f32;
-    EXPECT_GT(max_diff(rf.o, tf.o), floors(single, false, 8).o);
+    EXPECT_GT(max_abs_diff(rf.o, tf.o), floors(single, false, 8).o);
   }
 }
 

@@ -12,6 +12,7 @@
 #include "kprop/runner.h"
 #include "kprop/spec.h"
 #include "properties/layernorm/family.h"
+#include "tests/support/compare.h"
 #include "tests/support/registered.h"
 
 namespace kprop::layernorm {
@@ -35,11 +36,7 @@ Case make(DType dtype, int rows, int dim, std::vector<double> x, double eps = 1e
   return c;
 }
 
-double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
-}
+using kprop::testing::max_abs_diff;
 
 TEST(LayerNormKernels, ReferenceOnAHandComputedRow) {
   // x = [1, 3]: mean 2, var 1, xhat = [-1, 1] / sqrt(1 + eps).
