@@ -233,21 +233,17 @@ Result run_with(const Case& c, const Engine& e) {
   const size_t Hq = static_cast<size_t>(c.q_heads()), g = static_cast<size_t>(c.group);
   const size_t token = static_cast<size_t>(c.kv_heads) * D;
   std::vector<Tensors> data;
-  std::vector<std::vector<Work>> plans;
-  int last_step = 0;
+  BatchSchedule batch(c.seqs, e.chunked ? c.chunk : 0);
   Result r;
   for (size_t b = 0; b < B; ++b) {
     data.push_back(sequence_data(c, b));
-    plans.push_back(schedule(c.seqs[b], e.chunked ? c.chunk : 0));
-    last_step = std::max(last_step, plans[b].back().step);
     r.out.emplace_back(static_cast<size_t>(c.seqs[b].tokens()) * Hq * D);
   }
   Cache cache(c, e);
   std::vector<Acc> scratch(static_cast<size_t>(std::max(cache.tile(), 1))), acc(D);
   std::vector<double> krow(token), vrow(token);
-  std::vector<size_t> next(B, 0);  // each sequence's next work item
-  for (int step = 0; step <= last_step; ++step) {
-    const auto [work, finishing] = take_step(plans, next, step);
+  for (int step = 0; step <= batch.last_step(); ++step) {
+    const auto [work, finishing] = batch.take(step);
     if (e.stale_block_reuse)
       for (size_t b : finishing) cache.release(b);
     int padded = 0;  // the padded batch's key width for this step's decodes

@@ -125,14 +125,26 @@ struct Work {
 // Prefill in one piece (chunk <= 0) or in chunks of `chunk` tokens, one per
 // step, then one decode token per step.
 std::vector<Work> schedule(const Sequence& s, int chunk);
-// The work of a batch's schedules at one step, taken in step order (the
-// cached engine and the CUDA planner walk the steps alike).
+// What a batch's sequences do at one step.
 struct StepWork {
   std::vector<std::pair<size_t, Work>> work;  // (sequence, its item) due at the step
   std::vector<size_t> finishing;              // sequences whose last item that is
 };
-// `next[b]`: sequence b's next item in plans[b], advanced past the ones taken.
-StepWork take_step(const std::vector<std::vector<Work>>& plans, std::vector<size_t>& next, int step);
+// Every sequence's schedule walked together, one step at a time, as the
+// cached engines and the CUDA planner run a case.
+class BatchSchedule {
+ public:
+  BatchSchedule(const std::vector<Sequence>& seqs, int chunk);
+  int last_step() const { return last_step_; }
+  const std::vector<std::vector<Work>>& plans() const { return plans_; }
+  // The work due at `step`; steps are taken in order, from 0.
+  StepWork take(int step);
+
+ private:
+  std::vector<std::vector<Work>> plans_;
+  std::vector<size_t> next_;  // each sequence's next item
+  int last_step_ = 0;
+};
 
 // ---- contract helpers
 // Why the case breaks the contract, or "" if it is valid.

@@ -29,13 +29,10 @@ Result cuda(const Case& c) {
   const size_t Hq = static_cast<size_t>(c.q_heads()), token = static_cast<size_t>(c.kv_heads) * D;
   const int page = c.page_size;
   std::vector<Tensors> data;
-  std::vector<std::vector<Work>> plans;
-  int last_step = 0;
+  BatchSchedule batch(c.seqs, 0);
   Result r;
   for (size_t b = 0; b < B; ++b) {
     data.push_back(sequence_data(c, b));
-    plans.push_back(schedule(c.seqs[b], 0));
-    last_step = std::max(last_step, plans[b].back().step);
     r.out.emplace_back(static_cast<size_t>(c.seqs[b].tokens()) * Hq * D);
   }
 
@@ -61,14 +58,13 @@ Result cuda(const Case& c) {
 
   // The whole run is planned here (the schedule does not depend on the
   // device's results), then runs on the device in one go.
-  std::vector<size_t> next(B, 0);  // each sequence's next work item
   struct Query {
     size_t b;
     int t;
   };
   std::vector<Query> queries;  // the device's output rows, in order
-  for (int step = 0; step <= last_step; ++step) {
-    const auto [work, finishing] = take_step(plans, next, step);
+  for (int step = 0; step <= batch.last_step(); ++step) {
+    const auto [work, finishing] = batch.take(step);
     cuda_raw::Program::Step st;
     // Writes: every scheduled token's K/V, allocating a block at each page start.
     for (const auto& [b, w] : work)

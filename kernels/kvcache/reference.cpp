@@ -95,12 +95,19 @@ std::vector<Work> schedule(const Sequence& s, int chunk) {
   return w;
 }
 
-StepWork take_step(const std::vector<std::vector<Work>>& plans, std::vector<size_t>& next, int step) {
+BatchSchedule::BatchSchedule(const std::vector<Sequence>& seqs, int chunk) : next_(seqs.size(), 0) {
+  for (const Sequence& s : seqs) {
+    plans_.push_back(schedule(s, chunk));
+    last_step_ = std::max(last_step_, plans_.back().back().step);
+  }
+}
+
+StepWork BatchSchedule::take(int step) {
   StepWork s;
-  for (size_t b = 0; b < plans.size(); ++b)
-    if (next[b] < plans[b].size() && plans[b][next[b]].step == step) {
-      s.work.push_back({b, plans[b][next[b]++]});
-      if (next[b] == plans[b].size()) s.finishing.push_back(b);
+  for (size_t b = 0; b < plans_.size(); ++b)
+    if (next_[b] < plans_[b].size() && plans_[b][next_[b]].step == step) {
+      s.work.push_back({b, plans_[b][next_[b]++]});
+      if (next_[b] == plans_[b].size()) s.finishing.push_back(b);
     }
   return s;
 }
@@ -109,15 +116,10 @@ int blocks_needed(const Case& c) {
   if (c.page_size < 1) return 0;
   int peak = 0;
   for (int chunk : {0, c.chunk}) {
-    std::vector<std::vector<Work>> plans;
-    int last = 0;
-    for (const Sequence& s : c.seqs) {
-      plans.push_back(schedule(s, chunk));
-      last = std::max(last, plans.back().back().step);
-    }
-    for (int step = 0; step <= last; ++step) {
+    const BatchSchedule batch(c.seqs, chunk);
+    for (int step = 0; step <= batch.last_step(); ++step) {
       int held = 0;
-      for (const auto& plan : plans) {
+      for (const auto& plan : batch.plans()) {
         if (step < plan.front().step || step > plan.back().step) continue;
         int len = 0;
         for (const Work& w : plan)
