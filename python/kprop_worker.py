@@ -113,6 +113,20 @@ def _outputs(op, declared, result):
     return arrays
 
 
+def planted_bug(bugs, argv=None):
+    """The NAME of `--bug NAME` on the command line (None without --bug), for
+    the examples that plant a known bug; exits naming the script and `bugs`
+    when NAME is missing or not one of them."""
+    argv = sys.argv if argv is None else argv
+    if "--bug" not in argv:
+        return None
+    at = argv.index("--bug") + 1
+    bug = argv[at] if at < len(argv) else None
+    if bug not in bugs:
+        sys.exit("%s: --bug takes one of: %s" % (os.path.basename(argv[0]), ", ".join(bugs)))
+    return bug
+
+
 def serve(ops, stdin=None, stdout=None):
     """Serve `ops` ({"op name": function}) until kprop closes the pipe."""
     if stdin is None:

@@ -22,9 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import kprop_worker  # noqa: E402
 
 BUGS = ("padding_counted", "padding_not_masked", "empty_bag_nan", "last_row_clipped")
-BUG = sys.argv[sys.argv.index("--bug") + 1] if "--bug" in sys.argv[:-1] else None
-if "--bug" in sys.argv and BUG not in BUGS:
-    sys.exit("embedding_bag.py: --bug takes one of: %s" % ", ".join(BUGS))
+BUG = kprop_worker.planted_bug(BUGS)
 
 
 def embedding_bag(table, ids, valid, **_):

@@ -21,9 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import kprop_worker  # noqa: E402
 
 BUGS = ("tanh_approx", "gate_up_swapped", "erf_no_sqrt2")
-BUG = sys.argv[sys.argv.index("--bug") + 1] if "--bug" in sys.argv[:-1] else None
-if "--bug" in sys.argv and BUG not in BUGS:
-    sys.exit("geglu.py: --bug takes one of: %s" % ", ".join(BUGS))
+BUG = kprop_worker.planted_bug(BUGS)
 
 _erf = np.frompyfunc(math.erf, 1, 1)
 

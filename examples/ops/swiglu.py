@@ -23,9 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import kprop_worker  # noqa: E402
 
 BUGS = ("gate_up_swapped", "sigmoid_sign", "glu_not_swish", "f16_activation")
-BUG = sys.argv[sys.argv.index("--bug") + 1] if "--bug" in sys.argv[:-1] else None
-if "--bug" in sys.argv and BUG not in BUGS:
-    sys.exit("swiglu.py: --bug takes one of: %s" % ", ".join(BUGS))
+BUG = kprop_worker.planted_bug(BUGS)
 
 
 def swiglu(gate, up, **_):

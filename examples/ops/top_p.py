@@ -25,9 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import kprop_worker  # noqa: E402
 
 BUGS = ("ties_by_index", "no_renormalize", "inclusive_cumsum")
-BUG = sys.argv[sys.argv.index("--bug") + 1] if "--bug" in sys.argv[:-1] else None
-if "--bug" in sys.argv and BUG not in BUGS:
-    sys.exit("top_p.py: --bug takes one of: %s" % ", ".join(BUGS))
+BUG = kprop_worker.planted_bug(BUGS)
 
 
 def top_p(logits, p, **_):

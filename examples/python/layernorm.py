@@ -27,9 +27,7 @@ import kprop_worker  # noqa: E402
 
 BUGS = ("naive_variance", "unbiased_variance", "eps_outside_sqrt", "missing_mean_term", "missing_proj_term",
         "dgamma_no_xhat")
-BUG = sys.argv[sys.argv.index("--bug") + 1] if "--bug" in sys.argv[:-1] else None
-if "--bug" in sys.argv and BUG not in BUGS:
-    sys.exit("layernorm.py: --bug takes one of: %s" % ", ".join(BUGS))
+BUG = kprop_worker.planted_bug(BUGS)
 
 
 def statistics(x):
