@@ -59,12 +59,6 @@ Case sum_case(const Spec& spec, DType dt, std::vector<double> x) {
   return c;
 }
 
-Case round_trip(const OpFamily& f, const Case& c) {
-  YAML::Emitter out;
-  out << Traits::to_yaml(c);
-  return as_case(f.from_yaml(YAML::Load(out.c_str())));
-}
-
 // Every special half value comes back bit for bit, written as the shortest
 // text that reads back (f16's max 65504 as 65500, which rounds to it).
 TEST(OpHalfCorpus, RoundTripIsExactWithZerosSubnormalsMaxAndSpecials) {

@@ -1,4 +1,4 @@
-// Helpers the op family's tests share (op_test.cpp, external_test.cpp).
+// Helpers the op family's tests share (op_test.cpp, half_test.cpp, external_test.cpp).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -18,6 +18,13 @@ namespace kprop::op::testing {
 
 inline const Case& as_case(const AnyCase& c) {
   return *static_cast<const Case*>(c.get());
+}
+
+// A case through its corpus YAML and back.
+inline Case round_trip(const OpFamily& f, const Case& c) {
+  YAML::Emitter out;
+  out << Traits::to_yaml(c);
+  return as_case(f.from_yaml(YAML::Load(out.c_str())));
 }
 
 inline const OpFamily& op_family(const Spec& spec) {

@@ -270,12 +270,6 @@ bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
 }
 
-Case round_trip(const OpFamily& f, const Case& c) {
-  YAML::Emitter out;
-  out << Traits::to_yaml(c);
-  return as_case(f.from_yaml(YAML::Load(out.c_str())));
-}
-
 // Every value, special ones included, comes back bit for bit in both dtypes
 // (the shortest text that reads back in the dtype, .nan/.inf, -0).
 TEST(OpCorpus, RoundTripIsExactInBothDtypesWithSpecialValues) {
@@ -747,8 +741,9 @@ TEST(OpDomainDecl, DtypeAndSpecialsErrors) {
                     "op.yaml:20:35: output e.dtype must be f32, f64, f16 or bf16");
   // Half dtypes are floating: listed with f32, as an output's dtype; mixing them with ints is an error.
   EXPECT_EQ(load_error(rich_with("e: {shape: [B, Nq, D]}", "e: {shape: [B, Nq, D], dtype: bf16}")), "");
-  EXPECT_LOAD_ERROR(rich_with("dtype: [i32, i64]", "dtype: [i32, f16]"),
-                    "op.yaml:14:40: input ids.dtype mixes i32 and f16: a tensor is floating, integer or bool");
+  EXPECT_LOAD_ERROR(
+      rich_with("dtype: [i32, i64]", "dtype: [i32, f16]"),
+      "op.yaml:14:40: input ids.dtype mixes i32 and f16: a tensor is floating, integer or bool");
 }
 
 // ---------------------------------------------------------------- shrinking in the domain
