@@ -160,23 +160,11 @@ rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
   // Wider dtypes first: f64, then f32 (the same data, less rounding).
   if (c.dtype != DType::f64) set(&Case::dtype, DType::f64);
   if (is_half(c.dtype)) set(&Case::dtype, DType::f32);
-  {
-    Case s = c;
-    s.poison = Poison::nan;
-    add(s);
-    s = c;
-    s.q_scale = 1;
-    add(s);
-    s = c;
-    s.k_spread = 1;
-    add(s);
-    s = c;
-    s.v_spread = 1;
-    add(s);
-    s = c;
-    s.seed = 1;
-    add(s);
-  }
+  set(&Case::poison, Poison::nan);
+  set(&Case::q_scale, 1.0);
+  set(&Case::k_spread, 1.0);
+  set(&Case::v_spread, 1.0);
+  set(&Case::seed, uint64_t{1});
   const int need = blocks_needed(c);
   if (static_cast<int>(c.pool.size()) > need) {  // drop spare blocks (the highest ids)
     Case s = c;
