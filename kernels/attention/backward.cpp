@@ -18,7 +18,9 @@
 namespace kprop::attention {
 
 template <typename T, BwdMode mode, BwdBug bug>
-void tiled_backward(const Inputs<T>& in, const T* o, const T* lse, Grads<T> out, Workspace& ws) {
+void tiled_backward(const Inputs<T>& args, const T* o, const T* lse, Grads<T> out, Workspace& ws) {
+  Inputs<T> in = args;
+  if constexpr (bug == BwdBug::scale_in_storage) in.scale = ops::stored(in.store, in.scale);
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   constexpr T kInf = std::numeric_limits<T>::infinity();
   const Shape& s = in.shape;
@@ -215,6 +217,7 @@ void tiled_backward(const Inputs<T>& in, const T* o, const T* lse, Grads<T> out,
   KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::masked_row_nan)         \
   KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::stale_tile_max)         \
   KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::causal_skip_off_by_one) \
+  KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::scale_in_storage)       \
   KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::d_rows_4096)
 KPROP_BWD_ALL(float)
 KPROP_BWD_ALL(double)

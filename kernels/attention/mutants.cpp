@@ -99,6 +99,15 @@ const std::vector<Mutant<BwdResult>>& backward_mutants() {
       {"causal_skip_off_by_one",
        "causal tile skipping drops the query tile whose last row sees only the tile's first key",
        backward<M::single_pass_d, BwdBug::causal_skip_off_by_one>},
+      // The forward (LSE) ran with the f32 scale; the backward recomputes
+      // P = exp(scale'·QKᵀ - LSE) with scale' rounded to f16/bf16 (relative
+      // error up to 2^-9 bf16, 2^-12 f16; none where 1/sqrt(D) is a power of
+      // two) and scales dQ, dK by it: P off by a factor exp(δ·S), small on
+      // random inputs, large on large logits.
+      {"scale_in_storage",
+       "f16/bf16: the backward's softmax scale rounded to the storage type (P recomputed with it no longer "
+       "matches the forward's LSE)",
+       backward<M::single_pass_d, BwdBug::scale_in_storage>},
       {"materialized_scores", "correct gradients from materialized Nq×Nk matrices (breaks workspace_bounded)",
        naive_backward},
       {"d_rows_4096",

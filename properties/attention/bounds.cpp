@@ -45,32 +45,42 @@ ErrorScales floors(const Case& c, const ErrorScales& e, bool backward, double fl
     for (double x : t) m = std::max(m, std::fabs(x));
     return m;
   };
-  f.o += (2 * u + u * u + e.keys * tau) * e.vmax;
+  f.o += (2 * u + u * u + e.keys * tau) * e.vmax + tau;  // + τ: O's own store when subnormal
   if (!backward) return f;
   const double scale = effective_scale(c), rows = double(s.nq) * s.group();
-  f.d += u * e.d;
-  f.dq += 2 * u * e.dq + tau * scale * s.nk * max_abs(c.k);
-  f.dk += 2 * u * e.dk + tau * scale * rows * max_abs(c.q);
-  f.dv += 2 * u * e.dv + tau * rows * max_abs(c.d_out);
-  f.dk_sum += 2 * u * e.dk_sum + tau * scale * rows * s.nk * max_abs(c.q);
-  f.dv_sum += 2 * u * e.dv_sum + tau * rows * s.nk * max_abs(c.d_out);
+  const double second = 1 + 2 * u;  // second-order terms (bounds.h)
+  f.d += second * e.sd;
+  // The last τ of each: the output's own store when subnormal (per element;
+  // the key sums add Nk stored elements).
+  f.dq += second * e.sdq + tau * scale * s.nk * max_abs(c.k) + tau;
+  f.dk += second * e.sdk + tau * scale * rows * max_abs(c.q) + tau;
+  f.dv += second * e.sdv + tau * rows * max_abs(c.d_out) + tau;
+  f.dk_sum += second * e.sdk_sum + tau * scale * rows * s.nk * max_abs(c.q) + s.nk * tau;
+  f.dv_sum += second * e.sdv_sum + tau * rows * s.nk * max_abs(c.d_out) + s.nk * tau;
   return f;
 }
 
 ErrorScales error_scales(const Case& c, bool backward) {
   const Shape& s = c.shape;
   const double scale = effective_scale(c);
+  const double u = storage_roundoff(c.dtype), tau = is_half(c.dtype) ? denorm_min(c.dtype) / 2 : 0;
   const int g = s.group();
   ErrorScales e;
   std::vector<double> smag(size_t(s.nk)), p(size_t(s.nk)), dp(size_t(s.nk)), dpmag(size_t(s.nk));
   std::vector<double> dk_sum(size_t(s.dim)), dv_sum(size_t(s.dim));
   // Per (b, kv head): Σ_i of the row terms per key (for dK, dV) and per d (for the sums).
   std::vector<double> dk_scale(size_t(s.nk) * s.dim), dv_scale(size_t(s.nk) * s.dim);
+  // The same sums for the storage roundings (bounds.h), without c_i.
+  std::vector<double> sdk_scale(size_t(s.nk) * s.dim), sdv_scale(size_t(s.nk) * s.dim);
+  std::vector<double> sdk_sum(size_t(s.dim)), sdv_sum(size_t(s.dim));
   for (int b = 0; b < s.batch; ++b)
     for (int kvh = 0; kvh < s.heads_kv; ++kvh) {
       std::fill(dk_scale.begin(), dk_scale.end(), 0.0);
       std::fill(dv_scale.begin(), dv_scale.end(), 0.0);
       std::fill(dv_sum.begin(), dv_sum.end(), 0.0);
+      std::fill(sdk_scale.begin(), sdk_scale.end(), 0.0);
+      std::fill(sdv_scale.begin(), sdv_scale.end(), 0.0);
+      std::fill(sdv_sum.begin(), sdv_sum.end(), 0.0);
       const double* k = &c.k[((size_t(b) * s.heads_kv + kvh) * s.nk) * s.dim];
       const double* v = &c.v[((size_t(b) * s.heads_kv + kvh) * s.nk) * s.dim];
       for (int h = kvh * g; h < (kvh + 1) * g; ++h)
@@ -122,34 +132,53 @@ ErrorScales error_scales(const Case& c, bool backward) {
             d_mag += p[size_t(j)] * dpmag[size_t(j)];
           }
           e.d = std::max(e.d, ci * do_l1 * vmax + d_mag);
-          std::vector<double> dq_scale(size_t(s.dim), 0.0);
+          // The stored O the backward reads (the forward's own output) is
+          // off by at most the forward's storage term, and D = rowsum(dO ⊙ O)
+          // by |dO|₁ times that (bounds.h).
+          const double o_err = (2 * u + u * u + n * tau) * vmax + tau, d_err = do_l1 * o_err;
+          e.sd = std::max(e.sd, d_err);
+          std::vector<double> dq_scale(size_t(s.dim), 0.0), sdq_scale(size_t(s.dim), 0.0);
           for (int j = 0; j < s.nk; ++j) {
             if (p[size_t(j)] == 0) continue;
             const double err =
                 p[size_t(j)] * (ci * std::fabs(dp[size_t(j)] - d_row) + dpmag[size_t(j)] + ci * do_l1 * vmax);
+            const double serr = p[size_t(j)] * (2 * u * std::fabs(dp[size_t(j)] - d_row) + d_err);
             for (int d = 0; d < s.dim; ++d) {
-              dq_scale[size_t(d)] += err * std::fabs(k[size_t(j) * s.dim + d]);
-              dk_scale[size_t(j) * s.dim + d] += err * std::fabs(q[d]);
+              const double kjd = std::fabs(k[size_t(j) * s.dim + d]), qd = std::fabs(q[d]);
+              dq_scale[size_t(d)] += err * kjd;
+              dk_scale[size_t(j) * s.dim + d] += err * qd;
               dv_scale[size_t(j) * s.dim + d] += p[size_t(j)] * ci * std::fabs(d_out[d]);
+              sdq_scale[size_t(d)] += serr * kjd;
+              sdk_scale[size_t(j) * s.dim + d] += serr * qd;
+              sdv_scale[size_t(j) * s.dim + d] += 2 * u * p[size_t(j)] * std::fabs(d_out[d]);
             }
           }
           for (int d = 0; d < s.dim; ++d) {
             e.dq = std::max(e.dq, scale * dq_scale[size_t(d)]);
+            e.sdq = std::max(e.sdq, scale * sdq_scale[size_t(d)]);
             dv_sum[size_t(d)] += std::fabs(d_out[d]);
           }
         }
       if (!backward) continue;
       std::fill(dk_sum.begin(), dk_sum.end(), 0.0);
+      std::fill(sdk_sum.begin(), sdk_sum.end(), 0.0);
       for (int j = 0; j < s.nk; ++j)
         for (int d = 0; d < s.dim; ++d) {
-          e.dk = std::max(e.dk, scale * dk_scale[size_t(j) * s.dim + d]);
-          e.dv = std::max(e.dv, dv_scale[size_t(j) * s.dim + d]);
-          dk_sum[size_t(d)] += scale * dk_scale[size_t(j) * s.dim + d];
-          dv_sum[size_t(d)] += dv_scale[size_t(j) * s.dim + d];
+          const size_t at = size_t(j) * s.dim + d;
+          e.dk = std::max(e.dk, scale * dk_scale[at]);
+          e.dv = std::max(e.dv, dv_scale[at]);
+          dk_sum[size_t(d)] += scale * dk_scale[at];
+          dv_sum[size_t(d)] += dv_scale[at];
+          e.sdk = std::max(e.sdk, scale * sdk_scale[at]);
+          e.sdv = std::max(e.sdv, sdv_scale[at]);
+          sdk_sum[size_t(d)] += scale * sdk_scale[at];
+          sdv_sum[size_t(d)] += sdv_scale[at];
         }
       for (int d = 0; d < s.dim; ++d) {
         e.dk_sum = std::max(e.dk_sum, dk_sum[size_t(d)]);
         e.dv_sum = std::max(e.dv_sum, dv_sum[size_t(d)]);
+        e.sdk_sum = std::max(e.sdk_sum, sdk_sum[size_t(d)]);
+        e.sdv_sum = std::max(e.sdv_sum, sdv_sum[size_t(d)]);
       }
     }
   return e;

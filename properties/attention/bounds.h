@@ -26,14 +26,27 @@
 //        u·(u·max|v|) of the two: (2u + u² + Nk·τ)·max|v| over the visible
 //        keys of any row (ErrorScales::vmax, ::keys).
 //   LSE  kept in f32: no storage term.
-//   D    rowsum(dO ⊙ O) from the stored O: u·Σ|dO||O| <= u·|dO|₁·max|v|,
-//        at most u·E_D / c_i <= u·E_D (c_i >= 2).
-//   dQ, dK, dV (and the key sums): four roundings, each at most u/2 × the
-//        error scale above since c_i >= 2 — P before Pᵀ·dO (relative u on
-//        each P_ij), dS before dS·K and dSᵀ·Q (relative u on dS_ij), O in D
-//        (u·|dO|₁·max|v| per dS_ij / P_ij), the stored output (relative u)
-//        — so 2u × the error scale; plus τ per rounded P or dS element:
-//        dQ τ·scale·Nk·max|k|, dK τ·scale·Nq·g·max|q|, dV τ·Nq·g·max|dO|.
+//   O, dQ, dK, dV: each stored element below the normal range is off by
+//        up to τ whatever its size: + τ per element (Nk·τ for a key sum).
+//   D    rowsum(dO ⊙ O) from the stored O, which is the forward's own
+//        output and off by its storage term δO = (2u + u² + keys·τ)·max|v| + τ:
+//        δD <= |dO|₁·δO.
+//   dQ, dK, dV (and the key sums): the storage roundings of a correct
+//        kernel, each relative u on what it rounds, summed as the products
+//        sum them (the storage scales ErrorScales::s*, absolute: no
+//        conditioning factor c_i, since these round stored values, not the
+//        f32 path):
+//          dS before dS·K and dSᵀ·Q   dQ_i: u·scale Σ_j P_ij |dP_ij - D_i| |k_j|   (dK: |q_i|, over i)
+//          D (above), through dS      dQ_i: scale Σ_j P_ij δD_i |k_j|              (dK likewise)
+//          the stored output          u |dQ| <= u·scale Σ_j P_ij |dP_ij - D_i| |k_j| (dK likewise)
+//          P before Pᵀ·dO             dV_j: u Σ_i P_ij |dO_i|, and u |dV_j| for its store: 2u
+//        (dS is formed from the unrounded P, so P's rounding in the
+//        backward reaches dV only). Second-order terms (a rounding of a
+//        value already off by a first-order term) add at most 2u times
+//        these: the factor (1 + 2u). Plus τ per rounded P or dS element: dQ
+//        τ·scale·Nk·max|k|, dK τ·scale·Nq·g·max|q|, dV τ·Nq·g·max|dO|.
+// (An earlier bound multiplied the storage terms by c_i >= 2 + 2 max|S|,
+// loose enough for a softmax scale rounded to the storage type to pass.)
 #pragma once
 
 #include <span>
@@ -55,8 +68,11 @@ struct ErrorScales {
   double o = 0, lse = 0;
   double dq = 0, dk = 0, dv = 0, d = 0;
   double dk_sum = 0, dv_sum = 0;  // of Σ_j dK_j and Σ_j dV_j per (batch, kv head, d)
-  double vmax = 0;                // max |v| over the visible keys of any row
-  int keys = 0;                   // most visible keys of any row
+  // Storage error bounds of the backward (f16/bf16 roundings, the derivation
+  // above), absolute; 0 for f32/f64.
+  double sdq = 0, sdk = 0, sdv = 0, sd = 0, sdk_sum = 0, sdv_sum = 0;
+  double vmax = 0;  // max |v| over the visible keys of any row
+  int keys = 0;     // most visible keys of any row
 };
 ErrorScales error_scales(const Case& c, bool backward);
 // The same, as functions of the case alone: what Trial::once caches, so the
