@@ -71,6 +71,9 @@ struct ErrorScales {
   // Storage error bounds of the backward (f16/bf16 roundings, the derivation
   // above), absolute; 0 for f32/f64.
   double sdq = 0, sdk = 0, sdv = 0, sd = 0, sdk_sum = 0, sdv_sum = 0;
+  // Backward: the largest |dP_ij| and |dS_ij| over the visible entries, in
+  // fp64 (what a half case's dP and dS must fit in; invariants_bwd.cpp).
+  double intermediate_max = 0;
   double vmax = 0;  // max |v| over the visible keys of any row
   int keys = 0;     // most visible keys of any row
 };

@@ -116,6 +116,37 @@ TEST(AttentionWorkspace, TiledStaysSmallMaterializedDoesNot) {
             Outcome::pass);
 }
 
+// An f16 case whose exact dQ (-73024) passes f16's largest finite value has
+// no representable answer: the correct kernel stores -inf. The gradient
+// comparisons discard it (a verdict on the contract's range, not a pass or
+// a failure); the same case in f32 is checked. The targeted search used to
+// climb into such cases and report correct kernels as failing.
+TEST(AttentionBackwardRange, HalfCaseBeyondTheRangeIsDiscardedNotFailed) {
+  Case c;
+  c.shape = {1, 1, 1, 1, 2, 4};
+  c.block_q = 1;
+  c.block_k = 2;
+  c.dtype = DType::f16;
+  c.q = {0, 0, 0, 0};
+  c.k = {0, 0, 0, 0, 0, 0, 0, -1792};
+  c.v = {1, 1, 1, 1, -1, -1, -1, -1};
+  c.d_out = {-40, -41, -41, -41};
+  const Spec spec = load_spec(kBwdSpec);
+  const Impl tiled = resolve_target(spec, "tiled_d");
+  for (const char* name : {"matches_reference", "finite_outputs", "dk_sums_to_zero", "shift_invariance"}) {
+    const InvariantUse* use = nullptr;
+    for (const InvariantUse& u : spec.invariants)
+      if (u.name == name) use = &u;
+    ASSERT_NE(use, nullptr) << name;
+    EXPECT_EQ(check_case(spec, tiled, *use, std::make_shared<const Case>(c)).outcome, Outcome::discard)
+        << name;
+    Case wide = c;
+    wide.dtype = DType::f32;
+    EXPECT_EQ(check_case(spec, tiled, *use, std::make_shared<const Case>(wide)).outcome, Outcome::pass)
+        << name;
+  }
+}
+
 TEST(AttentionCodec, YamlRoundTripIsExact) {
   for (DType dtype : {DType::f32, DType::f64}) {
     Case c = small_case(3, 4, true);
