@@ -6,7 +6,7 @@ mutants) over several seeds, on one core, and prints trials and failures per
 pair. A correct implementation must never fail: any failure is a false alarm
 of an invariant (or a real bug), printed with its replay command.
 
-  scripts/soak.py [--build build] [--total 100000] [--seeds 5] [--specs a,b]
+  scripts/soak.py [--build build] [--total 100000] [--seeds 5] [--specs a,b] [--search N]
 
 --total is split evenly over the (spec, implementation) pairs and then over
 the seeds. CUDA implementations are skipped without a device (and reported
@@ -77,6 +77,10 @@ def main():
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--specs", default="", help="comma-separated spec names (default: all in specs/)")
     ap.add_argument("--first-seed", type=int, default=20261123)
+    ap.add_argument("--search", type=int, default=0, metavar="N",
+                    help="after the random trials, N cases of the targeted search per run (--search): "
+                         "the search climbs toward the largest error/allowed ratios, where a loose "
+                         "domain or a bound that misses a rounding shows as a false alarm")
     args = ap.parse_args()
 
     runner = str(Path(args.build).resolve() / "prop_runner")
@@ -105,6 +109,8 @@ def main():
                          str(per_run), "--time", "0", "--no-corpus", "--format", "json"]
             if name in spec_profiles(spec):  # a profile named after the implementation: its domain
                 cmd += ["--profile", name]
+            if args.search:
+                cmd += ["--search", "--search-trials", str(args.search)]
             t0 = time.time()
             p = subprocess.run(cmd, capture_output=True, text=True, cwd=scratch)
             seconds += time.time() - t0
