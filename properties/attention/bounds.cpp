@@ -63,7 +63,8 @@ ErrorScales floors(const Case& c, const ErrorScales& e, bool backward, double fl
 ErrorScales error_scales(const Case& c, bool backward) {
   const Shape& s = c.shape;
   const double scale = effective_scale(c);
-  const double u = storage_roundoff(c.dtype), tau = is_half(c.dtype) ? denorm_min(c.dtype) / 2 : 0;
+  const bool half = is_half(c.dtype);
+  const double u = storage_roundoff(c.dtype), tau = half ? denorm_min(c.dtype) / 2 : 0;
   const int g = s.group();
   ErrorScales e;
   std::vector<double> smag(size_t(s.nk)), p(size_t(s.nk)), dp(size_t(s.nk)), dpmag(size_t(s.nk));
@@ -73,6 +74,7 @@ ErrorScales error_scales(const Case& c, bool backward) {
   // The same sums for the storage roundings (bounds.h), without c_i.
   std::vector<double> sdk_scale(size_t(s.nk) * s.dim), sdv_scale(size_t(s.nk) * s.dim);
   std::vector<double> sdk_sum(size_t(s.dim)), sdv_sum(size_t(s.dim));
+  std::vector<double> dq_scale(size_t(s.dim)), sdq_scale(size_t(s.dim));  // per query row
   for (int b = 0; b < s.batch; ++b)
     for (int kvh = 0; kvh < s.heads_kv; ++kvh) {
       std::fill(dk_scale.begin(), dk_scale.end(), 0.0);
@@ -137,7 +139,8 @@ ErrorScales error_scales(const Case& c, bool backward) {
           // by |dO|₁ times that (bounds.h).
           const double o_err = (2 * u + u * u + n * tau) * vmax + tau, d_err = do_l1 * o_err;
           e.sd = std::max(e.sd, d_err);
-          std::vector<double> dq_scale(size_t(s.dim), 0.0), sdq_scale(size_t(s.dim), 0.0);
+          std::fill(dq_scale.begin(), dq_scale.end(), 0.0);
+          std::fill(sdq_scale.begin(), sdq_scale.end(), 0.0);
           for (int j = 0; j < s.nk; ++j) {
             if (p[size_t(j)] == 0) continue;
             const double err =
@@ -150,6 +153,7 @@ ErrorScales error_scales(const Case& c, bool backward) {
               dq_scale[size_t(d)] += err * kjd;
               dk_scale[size_t(j) * s.dim + d] += err * qd;
               dv_scale[size_t(j) * s.dim + d] += p[size_t(j)] * ci * std::fabs(d_out[d]);
+              if (!half) continue;  // the storage sums are 0 for f32/f64
               sdq_scale[size_t(d)] += serr * kjd;
               sdk_scale[size_t(j) * s.dim + d] += serr * qd;
               sdv_scale[size_t(j) * s.dim + d] += 2 * u * p[size_t(j)] * std::fabs(d_out[d]);
