@@ -17,8 +17,8 @@ returned as f32 (the worker rounds it to the half type at the store).
     rstd_in_storage    (precision, small effect) the row's 1/sqrt(mean(x^2) + eps) saved in
                        the storage dtype (as a kernel that keeps rstd for the backward in
                        x's dtype) and y normalised with that copy: every element of a row
-                       off by the same relative error, at most one half-ulp of the half
-                       type (2^-9 bf16, 2^-12 f16), before y's own rounding at the store
+                       off by the same relative error, at most the half type's unit
+                       roundoff (2^-8 bf16, 2^-11 f16), before y's own rounding at the store
 """
 import os
 import sys

@@ -30,7 +30,7 @@ FwdResult lse_rows_4096(const Case& c) {
 
 // The softmax scale passed as a kernel argument in the storage type (f16 or
 // bf16) instead of f32: every score is off by the scale's rounding, a
-// relative 2^-9 at most in bf16 (2^-12 in f16; exact where 1/sqrt(D) is a
+// relative 2^-8 at most in bf16 (2^-11 in f16: the unit roundoff; exact where 1/sqrt(D) is a
 // power of two, D = 1, 4, 16, 64, 256). A small effect on random inputs,
 // where P's own rounding is as large; a large one where |S| is (large
 // logits, the cases --search climbs toward). f32/f64 cases are unaffected.
@@ -101,7 +101,7 @@ const std::vector<Mutant<BwdResult>>& backward_mutants() {
        backward<M::single_pass_d, BwdBug::causal_skip_off_by_one>},
       // The forward (LSE) ran with the f32 scale; the backward recomputes
       // P = exp(scale'·QKᵀ - LSE) with scale' rounded to f16/bf16 (relative
-      // error up to 2^-9 bf16, 2^-12 f16; none where 1/sqrt(D) is a power of
+      // error up to the unit roundoff, 2^-8 bf16, 2^-11 f16; none where 1/sqrt(D) is a power of
       // two) and scales dQ, dK by it: P off by a factor exp(δ·S), small on
       // random inputs, large on large logits.
       {"scale_in_storage",

@@ -79,7 +79,7 @@ Result dim_u16(const Case& c) {
 // The correct kernel, but an f16/bf16 case's y is computed from the rstd
 // rounded to bf16's 8-bit precision (the saved statistic packed as bf16 and
 // read back before the normalisation): every y of a row is off by the same
-// relative error, up to 2^-9, which is often inside the naive two-pass error
+// relative error, up to 2^-8 (bf16's unit roundoff), which is often inside the naive two-pass error
 // of a bf16 case and exceeds twice it only on some rows. A small-effect
 // precision bug (issue 22); f32 and f64 cases as fused.
 Result rstd_bf16_for_y(const Case& c) {
@@ -137,7 +137,7 @@ const std::vector<Mutant>& mutants() {
        "normalised, the rest of y, xhat and dx stays 0",
        dim_u16},
       {"rstd_bf16_for_y",
-       "f16/bf16: y normalised with the rstd rounded to bf16 precision (up to 2^-9 off per row); other "
+       "f16/bf16: y normalised with the rstd rounded to bf16 precision (up to 2^-8 off per row); other "
        "dtypes as fused",
        rstd_bf16_for_y},
   };

@@ -146,8 +146,8 @@ ErrorScales error_scales(const Case& c, bool backward) {
             const double err =
                 p[size_t(j)] * (ci * std::fabs(dp[size_t(j)] - d_row) + dpmag[size_t(j)] + ci * do_l1 * vmax);
             const double serr = p[size_t(j)] * (2 * u * std::fabs(dp[size_t(j)] - d_row) + d_err);
-            e.intermediate_max = std::max({e.intermediate_max, std::fabs(dp[size_t(j)]),
-                                           p[size_t(j)] * std::fabs(dp[size_t(j)] - d_row)});
+            e.ds_max = std::max(e.ds_max, p[size_t(j)] * std::fabs(dp[size_t(j)] - d_row));
+            e.dp_abs_max = std::max(e.dp_abs_max, dpmag[size_t(j)]);
             for (int d = 0; d < s.dim; ++d) {
               const double kjd = std::fabs(k[size_t(j) * s.dim + d]), qd = std::fabs(q[d]);
               dq_scale[size_t(d)] += err * kjd;

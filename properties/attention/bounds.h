@@ -71,9 +71,10 @@ struct ErrorScales {
   // Storage error bounds of the backward (f16/bf16 roundings, the derivation
   // above), absolute; 0 for f32/f64.
   double sdq = 0, sdk = 0, sdv = 0, sd = 0, sdk_sum = 0, sdv_sum = 0;
-  // Backward: the largest |dP_ij| and |dS_ij| over the visible entries, in
-  // fp64 (what a half case's dP and dS must fit in; invariants_bwd.cpp).
-  double intermediate_max = 0;
+  // Backward: the largest exact |dS_ij| and Σ_d |dO_d v_jd| (the magnitude
+  // dP's f32 dot product rounds against) over the visible entries: how far
+  // a half case's stored dS can reach (invariants_bwd.cpp, beyond_half_range).
+  double ds_max = 0, dp_abs_max = 0;
   double vmax = 0;  // max |v| over the visible keys of any row
   int keys = 0;     // most visible keys of any row
 };
