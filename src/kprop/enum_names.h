@@ -19,8 +19,11 @@ namespace kprop {
 
 template <class E, std::size_t N>
 constexpr const char* enum_name(E e, const char* const (&names)[N]) {
-  const auto i = static_cast<std::underlying_type_t<E>>(e);
-  return i >= 0 && static_cast<std::size_t>(i) < N ? names[i] : "?";
+  using U = std::underlying_type_t<E>;
+  const U i = static_cast<U>(e);
+  if constexpr (std::is_signed_v<U>)
+    if (i < 0) return "?";
+  return static_cast<std::size_t>(i) < N ? names[static_cast<std::size_t>(i)] : "?";
 }
 
 }  // namespace kprop
