@@ -80,16 +80,17 @@ std::optional<Verdict> beyond_half_range(T& t) {
   // correct kernel may be off by, whatever tolerance an invariant is given.
   const ErrorScales f = floors(c, e, true, 64);
   const double largest = max_finite(c.dtype);
-  const double ds = e.ds_max + f.d + 2 * c.shape.dim * epsilon(c.dtype) * e.dp_abs_max;
-  std::string what = ds >= largest ? "dS" : "";
+  auto discard = [&](const char* what) {
+    return Verdict::discard(fmt::format("{} may pass {}'s largest finite value {}: no representable answer",
+                                        what, dtype_name(c.dtype), largest));
+  };
+  if (e.ds_max + f.d + 2 * c.shape.dim * epsilon(c.dtype) * e.dp_abs_max >= largest) return discard("dS");
   for (const Grad& g : kGrads) {
     double m = 0;
     for (double x : t.reference().*g.field) m = std::max(m, std::fabs(x));
-    if (what.empty() && m + f.*g.scale >= largest) what = g.name;
+    if (m + f.*g.scale >= largest) return discard(g.name);
   }
-  if (what.empty()) return std::nullopt;
-  return Verdict::discard(fmt::format("{} may pass {}'s largest finite value {}: no representable answer",
-                                      what, dtype_name(c.dtype), largest));
+  return std::nullopt;
 }
 
 Verdict matches_reference(T& t, const Values& p) {
