@@ -77,7 +77,15 @@ void round_to_dtype(Case& c);
 
 // Implementations.
 Result reference(const Case& c);  // fp64, two-pass, written for clarity
-Result fused(const Case& c);      // one-pass Welford forward, fused backward, in the case's dtype
+// The reference's forward of one row of D values (xhat and y written into
+// D-element buffers): what reference() runs per row, and what the
+// finite-difference check differentiates without building a Result.
+struct RowStats {
+  double mean, rstd;
+};
+RowStats reference_forward_row(const double* x, const double* gamma, const double* beta, size_t D, double eps,
+                               double* xhat, double* y);
+Result fused(const Case& c);  // one-pass Welford forward, fused backward, in the case's dtype
 // The naive two-pass algorithm in the case's dtype (a half case: half
 // storage of inputs and outputs, f32 arithmetic, μ and rstd f32): the
 // tolerance baseline (not registered as an implementation).

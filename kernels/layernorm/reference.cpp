@@ -38,6 +38,32 @@ void round_to_dtype(Case& c) {
   c.eps = round_eps(c.eps, c.dtype);
 }
 
+RowStats reference_forward_row(const double* x, const double* gamma, const double* beta, size_t D, double eps,
+                               double* xhat, double* y) {
+  // Pass 1: the mean. The row is first shifted by its first element; the
+  // shift changes nothing mathematically, and x - x[0] is exact for f32
+  // inputs (and for any row at a large offset), so a 1e4 offset does not
+  // cost the reference u·|μ|/σ of accuracy, which at σ = 1e-4 would be
+  // larger than the error of the fp64 implementations it judges.
+  const double shift = x[0];
+  double sum = 0;
+  for (size_t d = 0; d < D; ++d) sum += x[d] - shift;
+  const double centre = sum / static_cast<double>(D);
+  // Pass 2: the biased variance.
+  double ss = 0;
+  for (size_t d = 0; d < D; ++d) {
+    const double dev = (x[d] - shift) - centre;
+    ss += dev * dev;
+  }
+  const double var = ss / static_cast<double>(D);
+  const double rstd = 1.0 / std::sqrt(var + eps);
+  for (size_t d = 0; d < D; ++d) {
+    xhat[d] = ((x[d] - shift) - centre) * rstd;
+    y[d] = gamma[d] * xhat[d] + beta[d];
+  }
+  return {shift + centre, rstd};
+}
+
 Result reference(const Case& c) {
   const size_t rows = static_cast<size_t>(c.rows), D = static_cast<size_t>(c.dim);
   Result r;
@@ -49,31 +75,11 @@ Result reference(const Case& c) {
   r.dgamma.assign(D, 0.0);
   r.dbeta.assign(D, 0.0);
   for (size_t i = 0; i < rows; ++i) {
-    const double* x = &c.x[i * D];
-    // Pass 1: the mean. The row is first shifted by its first element; the
-    // shift changes nothing mathematically, and x - x[0] is exact for f32
-    // inputs (and for any row at a large offset), so a 1e4 offset does not
-    // cost the reference u·|μ|/σ of accuracy, which at σ = 1e-4 would be
-    // larger than the error of the fp64 implementations it judges.
-    const double shift = x[0];
-    double sum = 0;
-    for (size_t d = 0; d < D; ++d) sum += x[d] - shift;
-    const double centre = sum / static_cast<double>(D);
-    // Pass 2: the biased variance.
-    double ss = 0;
-    for (size_t d = 0; d < D; ++d) {
-      const double dev = (x[d] - shift) - centre;
-      ss += dev * dev;
-    }
-    const double var = ss / static_cast<double>(D);
-    const double rstd = 1.0 / std::sqrt(var + c.eps);
-    r.mean[i] = shift + centre;
-    r.rstd[i] = rstd;
-    for (size_t d = 0; d < D; ++d) {
-      const double xhat = ((x[d] - shift) - centre) * rstd;
-      r.xhat[i * D + d] = xhat;
-      r.y[i * D + d] = c.gamma[d] * xhat + c.beta[d];
-    }
+    const RowStats stats = reference_forward_row(&c.x[i * D], c.gamma.data(), c.beta.data(), D, c.eps,
+                                                 &r.xhat[i * D], &r.y[i * D]);
+    r.mean[i] = stats.mean;
+    r.rstd[i] = stats.rstd;
+    const double rstd = stats.rstd;
     // Backward: g = γ ⊙ dy, dx = rstd · (g − mean(g) − x̂ · mean(g ⊙ x̂)).
     double sum_g = 0, sum_gx = 0;
     for (size_t d = 0; d < D; ++d) {
