@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <mutex>
 #include <stdexcept>
 
+#include "kprop/recent.h"
 #include "kprop/rng.h"
 
 namespace kprop::dflash {
@@ -67,29 +67,14 @@ TinyLM::TinyLM(const ModelConfig& c) : config_(c) {
 }
 
 std::shared_ptr<const TinyLM> TinyLM::shared(const ModelConfig& config) {
-  // Most recently used first; small models only (a large-profile vocabulary
-  // is built each time rather than kept).
-  constexpr size_t kModels = 8;
+  // Small models only (a large-profile vocabulary is built each time rather
+  // than kept).
   constexpr int64_t kMaxWeights = int64_t{1} << 20;
-  static std::mutex mutex;
-  static std::vector<std::shared_ptr<const TinyLM>> recent;
+  static Recent<ModelConfig, TinyLM, 8> recent;
   const int64_t d = config.d_model;
   const int64_t weights = 2 * int64_t{config.vocab} * d + int64_t{config.layers} * 8 * d * d;
-  if (weights > kMaxWeights) return std::make_shared<const TinyLM>(config);
-  {
-    const std::lock_guard<std::mutex> lock(mutex);
-    for (size_t i = 0; i < recent.size(); ++i)
-      if (recent[i]->config() == config) {
-        std::rotate(recent.begin(), recent.begin() + static_cast<long>(i),
-                    recent.begin() + static_cast<long>(i) + 1);
-        return recent.front();
-      }
-  }
-  auto model = std::make_shared<const TinyLM>(config);  // built outside the lock
-  const std::lock_guard<std::mutex> lock(mutex);
-  recent.insert(recent.begin(), model);
-  if (recent.size() > kModels) recent.pop_back();
-  return model;
+  auto make = [&] { return std::make_shared<const TinyLM>(config); };
+  return weights > kMaxWeights ? make() : recent.get(config, make);
 }
 
 TinyLM::Cache TinyLM::empty_cache() const {
@@ -103,8 +88,25 @@ std::vector<Logits> TinyLM::forward_block(Cache& cache, std::span<const int> tok
                                           std::span<const int> positions,
                                           const std::function<bool(int, int)>& visible, bool commit) const {
   const int d = config_.d_model, n = static_cast<int>(tokens.size()), past = cache.length;
+  const size_t nd = static_cast<size_t>(n) * static_cast<size_t>(d);
+  // Working buffers, reused across calls on this thread: a model step per
+  // token of every decode makes their allocations a large share of a run
+  // (a third of a dflash fuzz run under ASan). `visible` must not call back
+  // into the model.
+  struct Scratch {
+    std::vector<double> x, h, q, k_new, v_new, attn, proj, up;
+    std::vector<char> seen;
+  };
+  thread_local Scratch s;
+  // visible(i, j) asked once per pair, not per layer, head and pass (a tree
+  // mask walks the ancestors: it was a seventh of a check's time).
+  std::vector<char>& seen = s.seen;
+  seen.resize(static_cast<size_t>(n) * n);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) seen[static_cast<size_t>(i) * n + j] = visible(i, j) ? 1 : 0;
   // Residual stream of the block, [n][d].
-  std::vector<double> x(static_cast<size_t>(n) * d);
+  std::vector<double>& x = s.x;
+  x.resize(nd);
   for (int i = 0; i < n; ++i) {
     const int t = tokens[static_cast<size_t>(i)];
     if (t < 0 || t >= config_.vocab) throw std::out_of_range("TinyLM: token out of vocabulary");
@@ -115,15 +117,13 @@ std::vector<Logits> TinyLM::forward_block(Cache& cache, std::span<const int> tok
                                        static_cast<uint64_t>(positions[static_cast<size_t>(i)]) << 24 |
                                            static_cast<uint64_t>(k));
   }
-  std::vector<double> h(static_cast<size_t>(d)), q(static_cast<size_t>(n) * d),
-      k_new(static_cast<size_t>(n) * d), v_new(static_cast<size_t>(n) * d), attn(static_cast<size_t>(d)),
-      proj(static_cast<size_t>(d)), up(static_cast<size_t>(2 * d));
+  // Every element of these is written before it is read.
+  std::vector<double>&h = s.h, &q = s.q, &k_new = s.k_new, &v_new = s.v_new, &attn = s.attn, &proj = s.proj,
+  &up = s.up;
+  for (auto* v : {&h, &attn, &proj}) v->resize(static_cast<size_t>(d));
+  for (auto* v : {&q, &k_new, &v_new}) v->resize(nd);
+  up.resize(static_cast<size_t>(2 * d));
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
-  // visible(i, j) asked once per pair, not per layer, head and pass (a tree
-  // mask walks the ancestors: it was a seventh of a check's time).
-  std::vector<char> seen(static_cast<size_t>(n) * n);
-  for (int i = 0; i < n; ++i)
-    for (int j = 0; j < n; ++j) seen[static_cast<size_t>(i) * n + j] = visible(i, j) ? 1 : 0;
   auto sees = [&](int i, int j) { return seen[static_cast<size_t>(i) * n + j] != 0; };
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
