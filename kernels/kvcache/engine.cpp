@@ -232,11 +232,11 @@ Result run_with(const Case& c, const Engine& e) {
   const size_t B = c.seqs.size(), D = static_cast<size_t>(c.head_dim);
   const size_t Hq = static_cast<size_t>(c.q_heads()), g = static_cast<size_t>(c.group);
   const size_t token = static_cast<size_t>(c.kv_heads) * D;
-  std::vector<Tensors> data;
+  std::vector<std::shared_ptr<const Tensors>> data;
   BatchSchedule batch(c.seqs, e.chunked ? c.chunk : 0);
   Result r;
   for (size_t b = 0; b < B; ++b) {
-    data.push_back(sequence_data(c, b));
+    data.push_back(shared_sequence_data(c, b));
     r.out.emplace_back(static_cast<size_t>(c.seqs[b].tokens()) * Hq * D);
   }
   Cache cache(c, e);
@@ -252,8 +252,8 @@ Result run_with(const Case& c, const Engine& e) {
       for (int t = w.begin; t < w.end; ++t) {
         const size_t at = static_cast<size_t>(t) * token;
         for (size_t i = 0; i < token; ++i) {
-          krow[i] = cache_store(c.dtype, e.truncate_bf16, data[b].k[at + i]);
-          vrow[i] = cache_store(c.dtype, e.truncate_bf16, data[b].v[at + i]);
+          krow[i] = cache_store(c.dtype, e.truncate_bf16, data[b]->k[at + i]);
+          vrow[i] = cache_store(c.dtype, e.truncate_bf16, data[b]->v[at + i]);
         }
         cache.write(b, t, krow.data(), vrow.data(), t >= P);
         if (t >= P) padded = std::max(padded, t + 1);
@@ -275,7 +275,7 @@ Result run_with(const Case& c, const Engine& e) {
             static_cast<Acc>(e.scale_in_storage ? round_to(c.dtype, exact_alpha) : exact_alpha);
         for (size_t h = 0; h < Hq; ++h) {
           const size_t row = static_cast<size_t>(t) * Hq + h;
-          attend(cache, b, h / g, &data[b].q[row * D], lo, n, D, acc.data(), scratch, in_storage, alpha);
+          attend(cache, b, h / g, &data[b]->q[row * D], lo, n, D, acc.data(), scratch, in_storage, alpha);
           double* dst = &r.out[b][row * D];
           for (size_t d = 0; d < D; ++d) dst[d] = round_to(c.dtype, static_cast<double>(acc[d]));
         }

@@ -42,6 +42,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -108,6 +109,11 @@ struct Tensors {
 Tensors sequence_data(const Case& c, size_t b);
 // What the cache holds and attention reads: K and V rounded to the dtype.
 Tensors stored_data(const Case& c, size_t b);
+// The same, generated once and shared by the readers of a case (the last
+// few sequences are kept, kprop/recent.h): what the reference, the engines
+// and the invariants read.
+std::shared_ptr<const Tensors> shared_sequence_data(const Case& c, size_t b);
+std::shared_ptr<const Tensors> shared_stored_data(const Case& c, size_t b);
 struct ChannelRanges {
   std::vector<double> k, v;  // [Hkv][D]: every element of that channel lies in [-range, range]
 };

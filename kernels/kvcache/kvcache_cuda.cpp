@@ -28,11 +28,11 @@ Result cuda(const Case& c) {
   const size_t B = c.seqs.size(), D = static_cast<size_t>(c.head_dim);
   const size_t Hq = static_cast<size_t>(c.q_heads()), token = static_cast<size_t>(c.kv_heads) * D;
   const int page = c.page_size;
-  std::vector<Tensors> data;
+  std::vector<std::shared_ptr<const Tensors>> data;
   BatchSchedule batch(c.seqs, 0);
   Result r;
   for (size_t b = 0; b < B; ++b) {
-    data.push_back(sequence_data(c, b));
+    data.push_back(shared_sequence_data(c, b));
     r.out.emplace_back(static_cast<size_t>(c.seqs[b].tokens()) * Hq * D);
   }
 
@@ -72,8 +72,8 @@ Result cuda(const Case& c) {
         if (t % page == 0) tables[b].push_back(allocate());
         prog.slots.push_back(tables[b][static_cast<size_t>(t / page)] * page + t % page);
         const size_t at = static_cast<size_t>(t) * token;
-        prog.k.insert(prog.k.end(), data[b].k.begin() + at, data[b].k.begin() + at + token);
-        prog.v.insert(prog.v.end(), data[b].v.begin() + at, data[b].v.begin() + at + token);
+        prog.k.insert(prog.k.end(), data[b]->k.begin() + at, data[b]->k.begin() + at + token);
+        prog.v.insert(prog.v.end(), data[b]->v.begin() + at, data[b]->v.begin() + at + token);
         ++st.writes;
       }
     // Attention: token t of sequence b over its keys 0 .. t through b's
@@ -85,7 +85,7 @@ Result cuda(const Case& c) {
         prog.table_begin.push_back(begin);
         prog.lengths.push_back(t + 1);
         const size_t at = static_cast<size_t>(t) * Hq * D;
-        prog.q.insert(prog.q.end(), data[b].q.begin() + at, data[b].q.begin() + at + Hq * D);
+        prog.q.insert(prog.q.end(), data[b]->q.begin() + at, data[b]->q.begin() + at + Hq * D);
         queries.push_back({b, t});
         ++st.queries;
       }

@@ -10,6 +10,7 @@
 
 #include "kernels/kvcache/kvcache.h"
 #include "kprop/half.h"
+#include "kprop/recent.h"
 #include "kprop/rng.h"
 
 namespace kprop::kvcache {
@@ -37,7 +38,9 @@ ChannelRanges channel_ranges(const Case& c) {
   return r;
 }
 
-Tensors sequence_data(const Case& c, size_t b) {
+namespace {
+
+Tensors generate(const Case& c, size_t b) {
   const Sequence& s = c.seqs.at(b);
   const size_t T = static_cast<size_t>(s.tokens()), D = static_cast<size_t>(c.head_dim);
   const size_t Hq = static_cast<size_t>(c.q_heads()), Hkv = static_cast<size_t>(c.kv_heads);
@@ -55,11 +58,50 @@ Tensors sequence_data(const Case& c, size_t b) {
   return t;
 }
 
+// Everything generate() reads.
+struct DataKey {
+  uint64_t seq_seed, seed;
+  int tokens, kv_heads, group, head_dim;
+  double q_scale, k_spread, v_spread;
+  DType dtype;
+  bool stored;
+  bool operator==(const DataKey&) const = default;
+};
+
+std::shared_ptr<const Tensors> recent_data(const Case& c, size_t b, bool stored) {
+  // A few sequences (a batch of one case, a derived case or two); large
+  // sequences are generated each time rather than kept.
+  constexpr size_t kMaxElements = size_t{1} << 20;
+  static Recent<DataKey, Tensors, 16> recent;
+  const Sequence& s = c.seqs.at(b);
+  auto make = [&] {
+    Tensors t = generate(c, b);
+    if (stored)
+      for (auto* x : {&t.k, &t.v})
+        for (double& e : *x) e = round_to(c.dtype, e);
+    return std::make_shared<const Tensors>(std::move(t));
+  };
+  const size_t elements = static_cast<size_t>(s.tokens()) *
+                          static_cast<size_t>(c.q_heads() + 2 * c.kv_heads) * static_cast<size_t>(c.head_dim);
+  if (elements > kMaxElements) return make();
+  return recent.get(DataKey{s.seed, c.seed, s.tokens(), c.kv_heads, c.group, c.head_dim, c.q_scale,
+                            c.k_spread, c.v_spread, c.dtype, stored},
+                    make);
+}
+
+}  // namespace
+
+std::shared_ptr<const Tensors> shared_sequence_data(const Case& c, size_t b) {
+  return recent_data(c, b, false);
+}
+std::shared_ptr<const Tensors> shared_stored_data(const Case& c, size_t b) {
+  return recent_data(c, b, true);
+}
+Tensors sequence_data(const Case& c, size_t b) {
+  return *shared_sequence_data(c, b);
+}
 Tensors stored_data(const Case& c, size_t b) {
-  Tensors t = sequence_data(c, b);
-  for (auto* x : {&t.k, &t.v})
-    for (double& e : *x) e = round_to(c.dtype, e);
-  return t;
+  return *shared_stored_data(c, b);
 }
 
 ChannelRanges int8_scales(const Case& c, bool per_tensor) {
@@ -193,7 +235,10 @@ Result recompute(const Case& c, bool int8_cache) {
   Result r;
   r.int8_cache = int8_cache;
   for (size_t b = 0; b < c.seqs.size(); ++b) {
-    Tensors x = int8_cache ? dequantized(c, sequence_data(c, b), scales) : stored_data(c, b);
+    const std::shared_ptr<const Tensors> data =
+        int8_cache ? std::make_shared<const Tensors>(dequantized(c, sequence_data(c, b), scales))
+                   : shared_stored_data(c, b);
+    const Tensors& x = *data;
     const size_t T_ = static_cast<size_t>(c.seqs[b].tokens());
     std::vector<double> out(T_ * Hq * D);
     std::vector<T> p(T_), o(D);

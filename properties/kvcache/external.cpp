@@ -28,7 +28,8 @@ Result drive(const Case& c, external::Transport& target) {
   std::vector<double> q, k, v;
   std::vector<int64_t> starts{0}, prompts, arrivals;
   for (size_t b = 0; b < c.seqs.size(); ++b) {
-    const Tensors x = sequence_data(c, b);
+    const auto data = shared_sequence_data(c, b);
+    const Tensors& x = *data;
     q.insert(q.end(), x.q.begin(), x.q.end());
     k.insert(k.end(), x.k.begin(), x.k.end());
     v.insert(v.end(), x.v.begin(), x.v.end());

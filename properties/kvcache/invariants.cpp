@@ -61,7 +61,8 @@ std::vector<std::vector<double>> int8_bound(const Case& c) {
   const ChannelRanges s = int8_scales(c);
   std::vector<std::vector<double>> bound;
   for (size_t b = 0; b < c.seqs.size(); ++b) {
-    const Tensors x = sequence_data(c, b);
+    const auto data = shared_sequence_data(c, b);
+    const Tensors& x = *data;
     const size_t T = static_cast<size_t>(c.seqs[b].tokens());
     std::vector<double> lo(Hkv * D, INFINITY), hi(Hkv * D, -INFINITY), out(T * Hq * D);
     for (size_t t = 0; t < T; ++t) {
@@ -99,7 +100,8 @@ std::vector<std::vector<double>> storage_floor(const Case& c, const Result& ref,
       floor.push_back(std::move(out));
       continue;
     }
-    const Tensors x = stored_data(c, b);
+    const auto data = shared_stored_data(c, b);
+    const Tensors& x = *data;
     std::vector<double> vmax(Hkv * D, 0.0), smax(Hq, 0.0);
     for (size_t t = 0; t < T_; ++t) {
       for (size_t i = 0; i < Hkv * D; ++i) vmax[i] = std::max(vmax[i], std::fabs(x.v[t * Hkv * D + i]));
@@ -330,7 +332,8 @@ Verdict output_in_value_hull(T& t, const Values& p) {
   const double atol = p.real("tol.atol"), rtol = p.real("tol.rtol");
   const Bound floor = half_bound(t, p, 1);  // f32/f16/bf16 cases: f32 arithmetic and the output's store
   for (size_t b = 0; b < c.seqs.size(); ++b) {
-    const Tensors x = stored_data(c, b);
+    const auto data = shared_stored_data(c, b);
+    const Tensors& x = *data;
     std::vector<double> lo(Hkv * D, INFINITY), hi(Hkv * D, -INFINITY);
     for (size_t tok = 0; tok < static_cast<size_t>(c.seqs[b].tokens()); ++tok) {
       for (size_t i = 0; i < Hkv * D; ++i) {

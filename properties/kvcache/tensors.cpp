@@ -149,7 +149,8 @@ void put_case(const Case& c, TensorMap& out) {
   if (out.wanted("q") || out.wanted("k") || out.wanted("v") || out.wanted("kh") || out.wanted("vh")) {
     std::vector<double> q, k, v, kh, vh;
     for (size_t b = 0; b < c.seqs.size(); ++b) {
-      const Tensors x = sequence_data(c, b);
+      const auto data = shared_sequence_data(c, b);
+      const Tensors& x = *data;
       q.insert(q.end(), x.q.begin(), x.q.end());
       k.insert(k.end(), x.k.begin(), x.k.end());
       v.insert(v.end(), x.v.begin(), x.v.end());
