@@ -114,6 +114,9 @@ Tensors stored_data(const Case& c, size_t b);
 // and the invariants read.
 std::shared_ptr<const Tensors> shared_sequence_data(const Case& c, size_t b);
 std::shared_ptr<const Tensors> shared_stored_data(const Case& c, size_t b);
+// Every sequence's sequence_data, one after another on the token axis (the
+// layout of external kernels' inputs and of the named tensors).
+Tensors batch_data(const Case& c);
 struct ChannelRanges {
   std::vector<double> k, v;  // [Hkv][D]: every element of that channel lies in [-range, range]
 };

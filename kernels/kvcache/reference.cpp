@@ -100,6 +100,15 @@ std::shared_ptr<const Tensors> shared_stored_data(const Case& c, size_t b) {
 Tensors sequence_data(const Case& c, size_t b) {
   return *shared_sequence_data(c, b);
 }
+Tensors batch_data(const Case& c) {
+  Tensors all;
+  for (size_t b = 0; b < c.seqs.size(); ++b) {
+    const auto data = shared_sequence_data(c, b);
+    for (auto [to, from] : {std::pair{&all.q, &data->q}, {&all.k, &data->k}, {&all.v, &data->v}})
+      to->insert(to->end(), from->begin(), from->end());
+  }
+  return all;
+}
 Tensors stored_data(const Case& c, size_t b) {
   return *shared_stored_data(c, b);
 }

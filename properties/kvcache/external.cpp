@@ -25,14 +25,9 @@ using external::Tensor;
 
 Result drive(const Case& c, external::Transport& target) {
   const int64_t B = static_cast<int64_t>(c.seqs.size()), Hq = c.q_heads(), Hkv = c.kv_heads, D = c.head_dim;
-  std::vector<double> q, k, v;
+  const auto [q, k, v] = batch_data(c);
   std::vector<int64_t> starts{0}, prompts, arrivals;
   for (size_t b = 0; b < c.seqs.size(); ++b) {
-    const auto data = shared_sequence_data(c, b);
-    const Tensors& x = *data;
-    q.insert(q.end(), x.q.begin(), x.q.end());
-    k.insert(k.end(), x.k.begin(), x.k.end());
-    v.insert(v.end(), x.v.begin(), x.v.end());
     starts.push_back(starts.back() + c.seqs[b].tokens());
     prompts.push_back(c.seqs[b].prompt);
     arrivals.push_back(c.seqs[b].arrive);

@@ -147,20 +147,15 @@ void put_case(const Case& c, TensorMap& out) {
   if (out.wanted("is_decode")) out.put("is_decode", Tensor::of({N}, std::move(decode), DType::boolean));
   if (out.wanted("block_order")) out.put("block_order", Tensor::ints({NB}, c.pool));
   if (out.wanted("q") || out.wanted("k") || out.wanted("v") || out.wanted("kh") || out.wanted("vh")) {
-    std::vector<double> q, k, v, kh, vh;
-    for (size_t b = 0; b < c.seqs.size(); ++b) {
-      const auto data = shared_sequence_data(c, b);
-      const Tensors& x = *data;
-      q.insert(q.end(), x.q.begin(), x.q.end());
-      k.insert(k.end(), x.k.begin(), x.k.end());
-      v.insert(v.end(), x.v.begin(), x.v.end());
-      for (int t = 0; t < c.seqs[b].tokens(); ++t)
-        for (int64_t h = 0; h < Hq; ++h) {
-          const size_t at = size_t((t * Hkv + h / c.group) * D);
-          kh.insert(kh.end(), x.k.begin() + long(at), x.k.begin() + long(at + size_t(D)));
-          vh.insert(vh.end(), x.v.begin() + long(at), x.v.begin() + long(at + size_t(D)));
-        }
-    }
+    auto [q, k, v] = batch_data(c);
+    // K and V per query head (GQA: query head h reads kv head h / group).
+    std::vector<double> kh, vh;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t h = 0; h < Hq; ++h) {
+        const size_t at = size_t((n * Hkv + h / c.group) * D);
+        kh.insert(kh.end(), k.begin() + long(at), k.begin() + long(at + size_t(D)));
+        vh.insert(vh.end(), v.begin() + long(at), v.begin() + long(at + size_t(D)));
+      }
     out.put("q", Tensor::of({N, Hq, D}, std::move(q)));
     out.put("k", Tensor::of({N, Hkv, D}, std::move(k)));
     out.put("v", Tensor::of({N, Hkv, D}, std::move(v)));
