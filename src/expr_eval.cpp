@@ -55,6 +55,46 @@ class Ref {
   const Tensor* p_;
 };
 
+// The strides that read a tensor of shape `from` broadcast to `to` (NumPy
+// rules, already checked: a size-1 or missing axis has stride 0).
+Dims broadcast_strides(const Dims& from, const Dims& to) {
+  Dims stride(to.size(), 0);
+  int64_t s = 1;
+  for (size_t i = 0; i < from.size(); ++i) {
+    const size_t k = from.size() - 1 - i, o = to.size() - 1 - i;
+    stride[o] = from[k] == 1 ? 0 : s;
+    s *= from[k];
+  }
+  return stride;
+}
+
+// Calls f(n, ia, ib) for every element n of `shape` in row-major order, with
+// ia and ib its offsets in two tensors read with strides sa and sb: the
+// broadcast of two operands without materialising either one. The last axis
+// runs as a plain loop.
+template <typename F>
+void walk_broadcast(const Dims& shape, const Dims& sa, const Dims& sb, F f) {
+  const int64_t total = count(shape);
+  if (total == 0) return;
+  const size_t r = shape.size();
+  if (r == 0) {
+    f(0, 0, 0);
+    return;
+  }
+  const int64_t inner = shape[r - 1], ja = sa[r - 1], jb = sb[r - 1];
+  Dims idx(r, 0);
+  int64_t ia = 0, ib = 0;
+  for (int64_t n = 0; n < total; n += inner) {
+    for (int64_t j = 0; j < inner; ++j) f(n + j, ia + j * ja, ib + j * jb);
+    for (size_t k = r - 1; k-- > 0;) {
+      ia += sa[k], ib += sb[k];
+      if (++idx[k] < shape[k]) break;
+      ia -= sa[k] * shape[k], ib -= sb[k] * shape[k];
+      idx[k] = 0;
+    }
+  }
+}
+
 // `t` broadcast to `shape` (callers skip it when the shape is already right).
 Tensor expand(const Tensor& t, const Dims& shape) {
   if (t.shape == shape) return t;
@@ -63,26 +103,10 @@ Tensor expand(const Tensor& t, const Dims& shape) {
     std::fill(out.data.begin(), out.data.end(), t.data[0]);
     return out;
   }
-  const size_t r = shape.size();
-  std::vector<int64_t> stride(r, 0);
-  int64_t s = 1;
-  for (size_t i = 0; i < t.shape.size(); ++i) {
-    const size_t k = t.shape.size() - 1 - i;
-    const size_t o = r - 1 - i;
-    stride[o] = t.shape[k] == 1 ? 0 : s;
-    s *= t.shape[k];
-  }
-  std::vector<int64_t> idx(r, 0);
-  int64_t src = 0;
-  for (size_t n = 0; n < out.data.size(); ++n) {
-    out.data[n] = t.data[static_cast<size_t>(src)];
-    for (size_t k = r; k-- > 0;) {
-      src += stride[k];
-      if (++idx[k] < shape[k]) break;
-      src -= stride[k] * shape[k];
-      idx[k] = 0;
-    }
-  }
+  const Dims stride = broadcast_strides(t.shape, shape);
+  walk_broadcast(shape, stride, stride, [&](int64_t n, int64_t src, int64_t) {
+    out.data[static_cast<size_t>(n)] = t.data[static_cast<size_t>(src)];
+  });
   return out;
 }
 
@@ -112,8 +136,9 @@ Tensor zip(const Tensor& a, const Tensor& b, DType dtype, F f) {
     const double x = a.data[0];
     for (size_t i = 0; i < n; ++i) o[i] = f(x, b.data[i]);
   } else {
-    const Tensor x = expand(a, shape), y = expand(b, shape);
-    for (size_t i = 0; i < n; ++i) o[i] = f(x.data[i], y.data[i]);
+    const double *x = a.data.data(), *y = b.data.data();
+    walk_broadcast(shape, broadcast_strides(a.shape, shape), broadcast_strides(b.shape, shape),
+                   [&](int64_t i, int64_t ia, int64_t ib) { o[i] = f(x[ia], y[ib]); });
   }
   round_real(out);
   return out;
