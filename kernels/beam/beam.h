@@ -76,7 +76,7 @@ class TableLM {
 };
 
 // out[v] = x[v] - max - log(sum exp(x - max)), summed in index order.
-void log_softmax(const double* x, int n, double* out);
+void log_softmax(const double* x, int n, double* out);  // out may be x
 
 struct Case {
   ModelConfig model;

@@ -43,10 +43,10 @@ void TableLM::logits(Prefix p, double* out) const {
 }
 
 std::vector<double> TableLM::log_probs(Prefix p) const {
-  std::vector<double> x(static_cast<size_t>(vocab())), out(x.size());
+  std::vector<double> x(static_cast<size_t>(vocab()));
   logits(p, x.data());
-  log_softmax(x.data(), vocab(), out.data());
-  return out;
+  log_softmax(x.data(), vocab(), x.data());  // in place: out[i] reads only x[i] once m and the sum are known
+  return x;
 }
 
 void log_softmax(const double* x, int n, double* out) {

@@ -30,9 +30,11 @@ void run_pool(const TableLM& model, const Case& c, const Semantics& s, const std
         (s.penalty_counts_prompt ? static_cast<int>(c.prompts[static_cast<size_t>(e.prompt)].size()) : 0);
     const double denom = std::pow(static_cast<double>(counted), c.alpha);
     for (int v = 0; v < model.vocab(); ++v) {
-      Entry child{e.prompt, e.h, model.push(e.state, v)};
+      Entry child{e.prompt, {}, model.push(e.state, v)};
+      child.h.tokens.reserve(e.h.tokens.size() + 1);  // one allocation, not a copy and a regrowth
+      child.h.tokens = e.h.tokens;
       child.h.tokens.push_back(v);
-      child.h.logprob += lp[static_cast<size_t>(v)];
+      child.h.logprob = e.h.logprob + lp[static_cast<size_t>(v)];
       child.h.score = (s.compound_penalty ? e.h.score + lp[static_cast<size_t>(v)] : child.h.logprob) / denom;
       child.h.finished = v == eos;
       into.push_back(std::move(child));
@@ -43,6 +45,7 @@ void run_pool(const TableLM& model, const Case& c, const Semantics& s, const std
   for (int b : group) pool.push_back({b, {}, model.start(c.prompts[static_cast<size_t>(b)])});  // empty roots
   for (int step = 1; step <= c.max_new_tokens; ++step) {
     std::vector<Entry> candidates;
+    candidates.reserve(pool.size() * static_cast<size_t>(model.vocab()));
     for (const Entry& e : pool) {
       if (!e.h.finished || s.expand_finished)
         expand(e, candidates);
