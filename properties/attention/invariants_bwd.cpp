@@ -167,17 +167,16 @@ void value_part(const Case& c, RowParts& r, int j) {
   std::tie(r.t[size_t(j)], r.a[size_t(j)]) = dot_abs(&c.d_out[row * s.dim], &c.v[(kv + j) * s.dim], s.dim);
 }
 
+// Fills r's parts for its row (r.b, r.h, r.i), reusing its buffers.
+void fill_parts(const Case& c, RowParts& r) {
+  for (auto* v : {&r.s, &r.ds, &r.t, &r.a}) v->resize(size_t(c.shape.nk));
+  r.dim = c.shape.dim;
+  for (int j = 0; j < c.shape.nk; ++j) score_part(c, r, j), value_part(c, r, j);
+}
+
 RowParts row_parts(const Case& c, int b, int h, int i) {
-  const int nk = c.shape.nk;
-  RowParts r{b,
-             h,
-             i,
-             std::vector<double>(size_t(nk)),
-             std::vector<double>(size_t(nk)),
-             std::vector<double>(size_t(nk)),
-             std::vector<double>(size_t(nk)),
-             c.shape.dim};
-  for (int j = 0; j < nk; ++j) score_part(c, r, j), value_part(c, r, j);
+  RowParts r{b, h, i, {}, {}, {}, {}, c.shape.dim};
+  fill_parts(c, r);
   return r;
 }
 
@@ -265,7 +264,7 @@ Verdict finite_differences(T& t, const Values& p) {
       Loss sum;
       double abs_rows = 0;
       for (RowParts& r : rows) {
-        if (which == 0) r = row_parts(c, r.b, r.h, r.i);
+        if (which == 0) fill_parts(c, r);
         if (which == 1) score_part(c, r, key);
         if (which == 2) value_part(c, r, key);
         const Loss l = row_loss(r);
