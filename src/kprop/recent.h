@@ -25,21 +25,28 @@ class Recent {
   std::shared_ptr<const Value> get(const Key& key, Make&& make) {
     {
       const std::lock_guard<std::mutex> lock(mutex_);
-      for (size_t i = 0; i < entries_.size(); ++i)
-        if (entries_[i].first == key) {
-          const auto at = entries_.begin() + static_cast<std::ptrdiff_t>(i);
-          std::rotate(entries_.begin(), at, at + 1);  // most recently used first
-          return entries_.front().second;
-        }
+      if (auto hit = find(key)) return hit;
     }
     std::shared_ptr<const Value> value = make();
     const std::lock_guard<std::mutex> lock(mutex_);
+    if (auto hit = find(key)) return hit;  // another thread made it meanwhile: keep one entry
     entries_.insert(entries_.begin(), {key, value});
     if (entries_.size() > N) entries_.pop_back();
     return value;
   }
 
  private:
+  // The entry for `key`, moved to the front (most recently used first); the
+  // caller holds the lock.
+  std::shared_ptr<const Value> find(const Key& key) {
+    for (size_t i = 0; i < entries_.size(); ++i)
+      if (entries_[i].first == key) {
+        const auto at = entries_.begin() + static_cast<std::ptrdiff_t>(i);
+        std::rotate(entries_.begin(), at, at + 1);
+        return entries_.front().second;
+      }
+    return nullptr;
+  }
   std::mutex mutex_;
   std::vector<std::pair<Key, std::shared_ptr<const Value>>> entries_;
 };
