@@ -26,6 +26,12 @@ std::vector<std::vector<double>> int8_bound(const Case& c);
 // or bf16 case, from the reference's outputs (zeros for f64 cases): the f32
 // arithmetic error (× f32_k) and the rounding of the output to the dtype.
 std::vector<std::vector<double>> storage_floor(const Case& c, const Result& reference, double f32_k);
+// The floor's first-order f32 error term per output element (empty rows for
+// f64 cases): a function of the case alone, O(T²·Hq·D), so a trial computes
+// it once (Trial::once) for all its invariants; and the floor from it.
+std::vector<std::vector<double>> f32_error(const Case& c);
+std::vector<std::vector<double>> storage_floor(const Case& c, const Result& reference, double f32_k,
+                                               const std::vector<std::vector<double>>& f32_error);
 
 void register_invariants(FamilyDef<Traits>& family);
 // Kernels built elsewhere (properties/kvcache/external.cpp).
