@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# libFuzzer throughput of the spec harnesses as the fuzzers really run
+# (sanitizer build, coverage feedback, an empty start): exec/s and coverage
+# (`cov`) after `seconds`, per harness, and the median exec/s. The numbers
+# issue 23's fuzz goals are stated in. libFuzzer's exec/s moves by about
+# ±20% between runs of the same binary (which inputs it keeps decides what
+# it runs next), so compare builds run back to back on the same machine.
+#   scripts/fuzz_rates.sh build-san [seconds] [harness ...]
+# Default: 60 s each over the eight family specs' harnesses.
+set -uo pipefail
+build="${1:?usage: scripts/fuzz_rates.sh BUILD_DIR [seconds] [harness ...]}"
+seconds="${2:-60}"
+shift $(( $# > 1 ? 2 : 1 ))
+harnesses=("$@")
+[ ${#harnesses[@]} -eq 0 ] && harnesses=(attention_bwd attention_fwd beam dflash kvcache layernorm softmax_topk ternary)
+for h in "${harnesses[@]}"; do
+  if [ ! -x "$build/fuzz/fuzz_$h" ]; then
+    echo "fuzz_rates: no harness $build/fuzz/fuzz_$h (build it with scripts/dev.sh build-san)" >&2
+    exit 2
+  fi
+done
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+printf '| harness | exec/s | cov | runs |\n|---|---|---|---|\n'
+rates=()
+for h in "${harnesses[@]}"; do
+  fuzzer="$build/fuzz/fuzz_$h"
+  mkdir -p "$tmp/$h"
+  ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0}" "$fuzzer" -seed=1 -max_total_time="$seconds" \
+    -artifact_prefix="$tmp/" "$tmp/$h" > "$tmp/log" 2>&1
+  # libFuzzer's last status line: "#N  <kind> cov: C ft: F ... exec/s: E ..."
+  line=$(grep -E '^#[0-9]+' "$tmp/log" | tail -1)
+  runs=$(echo "$line" | sed -E 's/^#([0-9]+).*/\1/')
+  cov=$(echo "$line" | grep -oE 'cov: [0-9]+' | awk '{print $2}')
+  rate=$(echo "$line" | grep -oE 'exec/s: [0-9]+' | awk '{print $2}')
+  if [ -z "$rate" ] || grep -q "kprop fuzz: invariant\|kprop fuzz: target failure\|ERROR: AddressSanitizer" "$tmp/log"; then
+    echo "fuzz_rates: fuzz_$h did not run cleanly; its log:" >&2
+    tail -20 "$tmp/log" >&2
+    exit 1
+  fi
+  printf '| %s | %s | %s | %s |\n' "$h" "$rate" "$cov" "$runs"
+  rates+=("$rate")
+done
+median=$(printf '%s\n' "${rates[@]}" | sort -n | awk '{a[NR] = $1} END {print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2)}')
+printf '\nmedian exec/s over %d harnesses: %s\n' "${#rates[@]}" "$median"
