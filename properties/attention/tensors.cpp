@@ -279,20 +279,31 @@ void put_outputs(const Case& c, const std::string& who, const Result& r, TensorM
   }
 }
 
+// The naive baseline Fn's outputs, from the trial's store when the map has
+// one (computed there at most once per trial).
+template <auto Fn>
+void put_naive(const Case& c, TensorMap& out) {
+  if (OnceStore* once = out.once_store())
+    put_outputs(c, "naive", once->get<Fn>(c), out);
+  else
+    put_outputs(c, "naive", Fn(c), out);
+}
+
 template <typename Result>
 void put_all(const Case& c, bool backward, const Result* target, const Result* reference, TensorMap& out) {
   put_common(c, backward, out);
   if (out.wants_prefix("naive.")) {
-    // Every naive.* tensor at once (the map keeps them): the baseline runs
-    // once per trial, however many expression invariants read which of its
-    // outputs (asked one invariant at a time, it ran once per invariant).
+    // Every naive.* tensor at once (the map keeps them), from the trial's
+    // baseline when there is one (matches_reference computes the same one,
+    // Trial::once): the baseline runs once per trial, however many
+    // invariants read which of its outputs.
     static const TensorInfos infos[2] = {common_infos(false), common_infos(true)};
     for (const auto& info : infos[backward])
       if (info.name.rfind("naive.", 0) == 0) out.want(info.name);
     if constexpr (std::is_same_v<Result, BwdResult>)
-      put_outputs(c, "naive", naive_backward(c), out);
+      put_naive<naive_backward>(c, out);
     else
-      put_outputs(c, "naive", naive_forward(c), out);
+      put_naive<naive_forward>(c, out);
   }
   if (target) put_outputs(c, "target", *target, out);
   if (reference) put_outputs(c, "reference", *reference, out);

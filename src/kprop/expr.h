@@ -19,6 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include "kprop/once.h"
+
 namespace kprop::expr {
 
 // What a tensor holds; every value is stored as a double.
@@ -86,6 +88,11 @@ class TensorMap {
   // Its own tensors first, then the links in the order they were made.
   const Tensor* find(const std::string& name) const;
   const std::set<std::string>& missing() const { return wanted_; }
+  // The trial's values derived once from its case (Trial::once), when the
+  // map belongs to a trial: a family's tensors() hook reads a baseline a
+  // native invariant computed, and the other way round. Null otherwise.
+  OnceStore* once_store() const { return once_; }
+  void set_once_store(OnceStore* s) { once_ = s; }
 
   // A view over other maps: a name starting with `prefix` is looked up in
   // `other`, without the prefix when `strip`. How a metamorphic invariant
@@ -103,6 +110,7 @@ class TensorMap {
   };
   std::set<std::string> wanted_;
   std::map<std::string, Tensor> tensors_;
+  OnceStore* once_ = nullptr;
   std::vector<Link> links_;
 };
 

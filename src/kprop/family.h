@@ -67,6 +67,7 @@
 #include "kprop/expr.h"
 #include "kprop/external.h"
 #include "kprop/family_traits.h"
+#include "kprop/once.h"
 #include "kprop/rng.h"
 #include "kprop/values.h"
 
@@ -421,12 +422,11 @@ class Trial {
   // t.once<naive_forward>(). Fn must be a pure function of the case.
   template <auto Fn>
   const auto& once() {
-    using Value = std::decay_t<decltype(Fn(case_))>;
-    static const char key = 0;  // one per Fn
-    std::shared_ptr<const void>& slot = once_[&key];
-    if (!slot) slot = std::make_shared<const Value>(Fn(case_));
-    return *static_cast<const Value*>(slot.get());
+    return once_.template get<Fn>(case_);
   }
+  // The store once() keeps its values in; the trial's named tensors read it
+  // too (TensorMap::once_store).
+  OnceStore& once_store() { return once_; }
 
  private:
   bool same_impl() const {
@@ -448,7 +448,7 @@ class Trial {
   const Impl& target_impl_;
   const Impl& reference_impl_;
   std::optional<Result> target_, reference_;
-  std::map<const void*, std::shared_ptr<const void>> once_;
+  OnceStore once_;
 };
 
 template <typename Traits>
@@ -599,6 +599,7 @@ class FamilyDef : public Family {
           if (!named.missing().empty()) {
             const Result* t = named.wants_prefix("target.") ? &trial.target() : nullptr;
             const Result* r = named.wants_prefix("reference.") ? &trial.reference() : nullptr;
+            named.set_once_store(&trial.once_store());
             Traits::tensors(trial.input(), t, r, named);
           }
           return &named;
