@@ -118,11 +118,16 @@ std::vector<Logits> TinyLM::forward_block(Cache& cache, std::span<const int> tok
                                            static_cast<uint64_t>(k));
   }
   // Every element of these is written before it is read.
-  std::vector<double>&h = s.h, &q = s.q, &k_new = s.k_new, &v_new = s.v_new, &attn = s.attn, &proj = s.proj,
-  &up = s.up;
-  for (auto* v : {&h, &attn, &proj}) v->resize(static_cast<size_t>(d));
-  for (auto* v : {&q, &k_new, &v_new}) v->resize(nd);
-  up.resize(static_cast<size_t>(2 * d));
+  for (auto* v : {&s.h, &s.attn, &s.proj}) v->resize(static_cast<size_t>(d));
+  for (auto* v : {&s.q, &s.k_new, &s.v_new}) v->resize(nd);
+  s.up.resize(static_cast<size_t>(2 * d));
+  std::vector<double>& h = s.h;
+  std::vector<double>& q = s.q;
+  std::vector<double>& k_new = s.k_new;
+  std::vector<double>& v_new = s.v_new;
+  std::vector<double>& attn = s.attn;
+  std::vector<double>& proj = s.proj;
+  std::vector<double>& up = s.up;
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
   auto sees = [&](int i, int j) { return seen[static_cast<size_t>(i) * n + j] != 0; };
   for (size_t l = 0; l < layers_.size(); ++l) {
