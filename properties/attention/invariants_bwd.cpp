@@ -129,6 +129,12 @@ struct RowParts {
   int b = 0, h = 0, i = 0;
   std::vector<double> s, ds, t, a;
   int dim = 0;
+  // e_j = exp(s_j - e_max) as row_loss last computed them: a loss after one
+  // key moved recomputes only that key's e_j while the row's max is the same
+  // (then every other e_j is the same number), so a finite difference of K
+  // costs one exp per row, not Nk. NaN: none computed yet.
+  std::vector<double> e;
+  double e_max = std::numeric_limits<double>::quiet_NaN();
 };
 
 size_t q_row(const Shape& s, int b, int h, int i) {
@@ -180,21 +186,31 @@ RowParts row_parts(const Case& c, int b, int h, int i) {
   return r;
 }
 
-Loss row_loss(const RowParts& r) {
+// The row's loss; `moved`: the one key whose parts changed since the last
+// call on r (-1: any may have).
+Loss row_loss(RowParts& r, int moved = -1) {
   const double eps = std::numeric_limits<double>::epsilon();
   const size_t nk = r.s.size();
   double m = -std::numeric_limits<double>::infinity(), dm = 0;
   for (size_t j = 0; j < nk; ++j) m = std::max(m, r.s[j]), dm = std::max(dm, r.ds[j]);
   if (m == -std::numeric_limits<double>::infinity()) return {};
+  std::vector<double>& e = r.e;
+  if (moved >= 0 && m == r.e_max && e.size() == nk) {
+    e[size_t(moved)] = std::exp(r.s[size_t(moved)] - m);
+  } else {
+    e.resize(nk);
+    for (size_t j = 0; j < nk; ++j) e[j] = std::exp(r.s[j] - m);
+    r.e_max = m;
+  }
   double l = 0, rho = 0;
   for (size_t j = 0; j < nk; ++j) {
-    l += std::exp(r.s[j] - m);
+    l += e[j];
     if (std::isfinite(r.s[j])) rho = std::max(rho, r.ds[j] + dm + eps * (std::fabs(r.s[j] - m) + 2));
   }
   const double pi = 2 * rho + (double(nk) + 1) * eps;
   double loss = 0, weighted = 0;
   for (size_t j = 0; j < nk; ++j) {
-    const double pj = std::exp(r.s[j] - m) / l;
+    const double pj = e[j] / l;
     if (pj == 0) continue;
     loss += pj * r.t[j];
     weighted += pj * r.a[j];
@@ -226,7 +242,10 @@ Verdict finite_differences(T& t, const Values& p) {
   auto parts_of = [&](int b, int h, int i) -> RowParts {
     if (!keep) return row_parts(c, b, h, i);
     auto& slot = kept[q_row(s, b, h, i)];
-    if (!slot) slot = row_parts(c, b, h, i);
+    if (!slot) {
+      slot = row_parts(c, b, h, i);
+      row_loss(*slot);  // its e_j, which every copy then starts from
+    }
     return *slot;
   };
   for (int64_t n = 0; n < samples; ++n) {
@@ -267,7 +286,7 @@ Verdict finite_differences(T& t, const Values& p) {
         if (which == 0) fill_parts(c, r);
         if (which == 1) score_part(c, r, key);
         if (which == 2) value_part(c, r, key);
-        const Loss l = row_loss(r);
+        const Loss l = row_loss(r, key);
         sum.value += l.value;
         sum.rounding += l.rounding;
         abs_rows += std::fabs(l.value);

@@ -238,7 +238,11 @@ void put_common(const Case& c, bool backward, TensorMap& out) {
   if (out.wants_prefix("err.") || out.wants_prefix("floor.")) {
     // The built-in invariants' floor: floor_ulps (8, properties/attention/checks.cpp) × eps × scale.
     // (bounds.h: plus the storage roundings of f16/bf16 cases).
-    const ErrorScales e = error_scales(c, backward), f = floors(c, e, backward, 8);
+    // The trial's own scales when it has them (Trial::once), else computed here.
+    OnceStore* once = out.once_store();
+    const ErrorScales e = once ? (backward ? once->get<backward_scales>(c) : once->get<forward_scales>(c))
+                               : error_scales(c, backward);
+    const ErrorScales f = floors(c, e, backward, 8);
     for (auto [name, value] : {std::pair{"floor.o", f.o},
                                {"floor.lse", f.lse},
                                {"floor.d", f.d},
