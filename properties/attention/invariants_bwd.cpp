@@ -239,14 +239,15 @@ Verdict finite_differences(T& t, const Values& p) {
   const size_t all_rows = size_t(s.batch) * s.heads_q * s.nq;
   const bool keep = double(all_rows) * s.nk * 4 * sizeof(double) <= 64e6;
   std::vector<std::optional<RowParts>> kept(keep ? all_rows : 0);
-  auto parts_of = [&](int b, int h, int i) -> RowParts {
-    if (!keep) return row_parts(c, b, h, i);
-    auto& slot = kept[q_row(s, b, h, i)];
-    if (!slot) {
-      slot = row_parts(c, b, h, i);
-      row_loss(*slot);  // its e_j, which every copy then starts from
-    }
-    return *slot;
+  // rows[0, used): the rows whose loss depends on the sampled element. They
+  // live across samples so that their buffers are reused, not reallocated.
+  std::vector<RowParts> rows;
+  size_t used = 0;
+  auto use_row = [&](int b, int h, int i) -> RowParts& {
+    if (rows.size() <= used) rows.resize(used + 1);
+    RowParts& r = rows[used++];
+    r.b = b, r.h = h, r.i = i, r.e_max = std::numeric_limits<double>::quiet_NaN();
+    return r;
   };
   for (int64_t n = 0; n < samples; ++n) {
     const size_t flat =
@@ -256,24 +257,31 @@ Verdict finite_differences(T& t, const Values& p) {
     std::vector<double>& x = which == 0 ? c.q : which == 1 ? c.k : c.v;
     const Grad& g = kGrads[which];
     // The rows whose loss depends on this element, and the key it moves.
-    std::vector<RowParts> rows;
+    used = 0;
     int key = -1;
     if (which == 0) {
       const size_t row = at / size_t(s.dim);
-      rows.push_back({int(row / size_t(s.heads_q * s.nq)),
-                      int(row / size_t(s.nq) % size_t(s.heads_q)),
-                      int(row % size_t(s.nq)),
-                      {},
-                      {},
-                      {},
-                      {},
-                      s.dim});
+      use_row(int(row / size_t(s.heads_q * s.nq)), int(row / size_t(s.nq) % size_t(s.heads_q)),
+              int(row % size_t(s.nq)));
     } else {
       const size_t bh = at / size_t(s.dim) / size_t(s.nk);
       const int b = int(bh / size_t(s.heads_kv)), kvh = int(bh % size_t(s.heads_kv));
       key = int(at / size_t(s.dim) % size_t(s.nk));
       for (int h = kvh * s.group(); h < (kvh + 1) * s.group(); ++h)
-        for (int i = 0; i < s.nq; ++i) rows.push_back(parts_of(b, h, i));
+        for (int i = 0; i < s.nq; ++i) {
+          RowParts& r = use_row(b, h, i);
+          if (!keep) {
+            fill_parts(c, r);
+            continue;
+          }
+          // The unmoved row's parts and e_j, made once and copied into r's buffers.
+          auto& slot = kept[q_row(s, b, h, i)];
+          if (!slot) {
+            slot = row_parts(c, b, h, i);
+            row_loss(*slot);
+          }
+          r = *slot;
+        }
     }
     const double x0 = x[at];
     // The loss at x0 + offset, with the bound on its rounding error (row_loss
@@ -282,7 +290,8 @@ Verdict finite_differences(T& t, const Values& p) {
       x[at] = x0 + offset;
       Loss sum;
       double abs_rows = 0;
-      for (RowParts& r : rows) {
+      for (size_t k = 0; k < used; ++k) {
+        RowParts& r = rows[k];
         if (which == 0) fill_parts(c, r);
         if (which == 1) score_part(c, r, key);
         if (which == 2) value_part(c, r, key);
@@ -291,7 +300,7 @@ Verdict finite_differences(T& t, const Values& p) {
         sum.rounding += l.rounding;
         abs_rows += std::fabs(l.value);
       }
-      sum.rounding = 2 * (sum.rounding + double(rows.size()) * eps * abs_rows);
+      sum.rounding = 2 * (sum.rounding + double(used) * eps * abs_rows);
       x[at] = x0;
       return sum;
     };
