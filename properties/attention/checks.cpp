@@ -44,10 +44,7 @@ std::vector<Case> other_tilings(const Case& c) {
 
 double exact_key_shift(const Case& c, int d, double want) {
   if (!is_half(c.dtype)) return round_to(c.dtype, want);  // the policy's floor covers x + shift rounding
-  const int precision = c.dtype == DType::f64   ? 53
-                        : c.dtype == DType::f32 ? 24
-                        : c.dtype == DType::f16 ? 11
-                                                : 8;
+  const int precision = precision_bits(c.dtype);
   int finest = std::numeric_limits<int>::max();
   double most = 0;
   for (size_t i = size_t(d); i < c.k.size(); i += size_t(c.shape.dim)) {

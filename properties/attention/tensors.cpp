@@ -200,10 +200,7 @@ void put_common(const Case& c, bool backward, TensorMap& out) {
   out.put("Bq", Tensor::scalar(c.block_q, DType::integer));
   out.put("Bk", Tensor::scalar(c.block_k, DType::integer));
   out.put("compute_bytes", Tensor::scalar(c.dtype == attention::DType::f64 ? 8 : 4, DType::integer));
-  out.put("dtype_bytes", Tensor::scalar(c.dtype == attention::DType::f64   ? 8
-                                        : c.dtype == attention::DType::f32 ? 4
-                                                                           : 2,
-                                        DType::integer));
+  out.put("dtype_bytes", Tensor::scalar(storage_bytes(c.dtype), DType::integer));
   if (out.wanted("q")) out.put("q", Tensor::of(dims({B, Hq, Nq, D}), c.q));
   if (out.wanted("k")) out.put("k", Tensor::of(dims({B, Hkv, Nk, D}), c.k));
   if (out.wanted("v")) out.put("v", Tensor::of(dims({B, Hkv, Nk, D}), c.v));

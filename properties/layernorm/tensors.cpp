@@ -128,10 +128,7 @@ void Traits::tensors(const Case& c, const Result* target, const Result* referenc
   out.put("D", Tensor::scalar(static_cast<double>(D), XT::integer));
   out.put("eps", Tensor::scalar(c.eps));
   out.put("u", Tensor::scalar(unit_roundoff(c.dtype)));
-  out.put("dtype_bytes", Tensor::scalar(c.dtype == DType::f64   ? 8
-                                        : c.dtype == DType::f32 ? 4
-                                                                : 2,
-                                        XT::integer));
+  out.put("dtype_bytes", Tensor::scalar(storage_bytes(c.dtype), XT::integer));
   if (out.wanted("x")) out.put("x", Tensor::of({R, D}, c.x));
   if (out.wanted("gamma")) out.put("gamma", Tensor::of({D}, c.gamma));
   if (out.wanted("beta")) out.put("beta", Tensor::of({D}, c.beta));

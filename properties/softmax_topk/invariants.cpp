@@ -228,7 +228,7 @@ Verdict no_nan(T& t, const Values& p) {
 // the dtype (all finite logits are multiples of g, the finest ulp among them,
 // and stay below 2^p g in magnitude) and far from overflow; 0 if none.
 double exact_shift(const Case& c, int row) {
-  const int p = c.dtype == DType::f32 ? 24 : c.dtype == DType::f16 ? 11 : c.dtype == DType::bf16 ? 8 : 53;
+  const int p = precision_bits(c.dtype);
   const int max_exp = c.dtype == DType::f16 ? 13 : c.dtype == DType::f64 ? 1021 : 125;
   int g = std::numeric_limits<int>::max();
   double m = 0;

@@ -122,10 +122,7 @@ void Traits::tensors(const Case& c, const Result* target, const Result* referenc
   out.put("K", Tensor::scalar(static_cast<double>(K), XT::integer));
   out.put("block", Tensor::scalar(c.block, XT::integer));
   out.put("eps", Tensor::scalar(epsilon(c.dtype)));
-  out.put("dtype_bytes", Tensor::scalar(c.dtype == DType::f64   ? 8
-                                        : c.dtype == DType::f32 ? 4
-                                                                : 2,
-                                        XT::integer));
+  out.put("dtype_bytes", Tensor::scalar(storage_bytes(c.dtype), XT::integer));
   // As the built-in invariants: a half case adds the store of the largest
   // probability (u_s max p, the max over the whole fp64 softmax here) + s.
   double store = 0;

@@ -44,7 +44,7 @@ int lowest_bit(double v) {
 
 // An exact shift of about `want` for row `row` (see add_constant above).
 double exact_shift(const Case& c, int row, double want) {
-  const int p = c.dtype == DType::f32 ? 24 : c.dtype == DType::f16 ? 11 : c.dtype == DType::bf16 ? 8 : 53;
+  const int p = precision_bits(c.dtype);
   int g = std::numeric_limits<int>::max();
   double m = 0;
   for (int i = 0; i < c.vocab; ++i) {

@@ -9,6 +9,7 @@
 // (src/float_type.cpp, like half.h's texts in src/half.cpp).
 #pragma once
 
+#include <cstdint>
 #include <limits>
 #include <string>
 
@@ -47,6 +48,19 @@ inline FloatType arithmetic_type(FloatType t) {
   return is_half(t) ? FloatType::f32 : t;
 }
 
+// Significand bits, the implicit one included: 24 (f32), 53 (f64), 11
+// (f16), 8 (bf16); the unit roundoff is 2^-precision.
+inline int precision_bits(FloatType t) {
+  static constexpr int kBits[] = {24, 53, 11, 8};  // in FloatType's order
+  static_assert(std::size(kBits) == size_t(FloatType::bf16) + 1);
+  return kBits[static_cast<size_t>(t)];
+}
+
+// Bytes per stored element: 4 (f32), 8 (f64), 2 (f16, bf16).
+inline int storage_bytes(FloatType t) {
+  return t == FloatType::f64 ? 8 : t == FloatType::f32 ? 4 : 2;
+}
+
 // The nearest value of the type to x (round to nearest, ties to even; f64: x).
 inline double round_to(FloatType t, double x) {
   switch (t) {
@@ -64,17 +78,7 @@ inline double round_to(FloatType t, double x) {
 
 // Unit roundoff: 2^-24 (f32), 2^-53 (f64), 2^-11 (f16), 2^-8 (bf16).
 inline double unit_roundoff(FloatType t) {
-  switch (t) {
-    case FloatType::f32:
-      return 0x1.0p-24;
-    case FloatType::f64:
-      return 0x1.0p-53;
-    case FloatType::f16:
-      return 0x1.0p-11;
-    case FloatType::bf16:
-      return 0x1.0p-8;
-  }
-  return 0x1.0p-53;
+  return 1.0 / static_cast<double>(uint64_t{1} << precision_bits(t));
 }
 
 // The smallest positive normal: 2^-126 (f32, bf16), 2^-1022 (f64), 2^-14 (f16).

@@ -63,6 +63,14 @@ TEST(FloatType, Constants) {
   EXPECT_EQ(max_finite(FloatType::f64), D::max());
   EXPECT_EQ(max_finite(FloatType::f16), 65504.0);
   EXPECT_EQ(max_finite(FloatType::bf16), half::bf16_max);
+  EXPECT_EQ(precision_bits(FloatType::f32), F::digits);
+  EXPECT_EQ(precision_bits(FloatType::f64), D::digits);
+  EXPECT_EQ(precision_bits(FloatType::f16), 11);
+  EXPECT_EQ(precision_bits(FloatType::bf16), 8);
+  EXPECT_EQ(storage_bytes(FloatType::f32), int(sizeof(float)));
+  EXPECT_EQ(storage_bytes(FloatType::f64), int(sizeof(double)));
+  EXPECT_EQ(storage_bytes(FloatType::f16), 2);
+  EXPECT_EQ(storage_bytes(FloatType::bf16), 2);
 }
 
 TEST(FloatType, RoundsToNearestEven) {
