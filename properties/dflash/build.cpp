@@ -25,6 +25,7 @@ Case Traits::build(Draw& draw, const Values& domain) {
   const double chain_rate = draw.any(domain.real_range("tree.chain_rate"));
   const int cycles = static_cast<int>(draw.sized(domain.int_range("cycles")));
   std::vector<int> context = c.prompt;
+  Autoregressive root_state(model, context);  // the decoder after `context`, advanced with it
   for (int cycle = 0; cycle < cycles; ++cycle) {
     const int nodes = static_cast<int>(draw.sized(domain.int_range("tree.nodes")));
     const int max_roots =
@@ -34,7 +35,6 @@ Case Traits::build(Draw& draw, const Values& domain) {
     DraftTree tree;
     std::vector<int> children;           // per node
     std::vector<Autoregressive> states;  // AR state after context ++ path(i)
-    Autoregressive root_state(model, context);
     int roots = 0;
     for (int i = 0; i < nodes; ++i) {
       // Candidate parents with room left; -1 (a new root) while roots remain.
@@ -76,17 +76,16 @@ Case Traits::build(Draw& draw, const Values& domain) {
   return c;
 }
 
-void advance_context(const Autoregressive& root, const DraftTree& tree, std::vector<int>& context) {
-  Autoregressive walk = root;
+void advance_context(Autoregressive& state, const DraftTree& tree, std::vector<int>& context) {
   for (int current = -1;;) {
-    const int want = walk.next().index;
+    const int want = state.next().index;
     int next = -1;
     for (int i = 0; i < tree.size() && next < 0; ++i)
       if (tree.parents[static_cast<size_t>(i)] == current && tree.tokens[static_cast<size_t>(i)] == want)
         next = i;
     context.push_back(want);
+    state.push(want);
     if (next < 0) break;
-    walk.push(want);
     current = next;
   }
 }

@@ -17,10 +17,12 @@ struct Traits {
   KPROP_FAMILY_EXPRESSIONS();
 };
 
-// Advances `context` as a correct verifier would after `tree` (root: the
-// decoder after the context): the greedy path through the tree plus the
-// bonus token (build.cpp; the builder and the shrinker share it).
-void advance_context(const Autoregressive& root, const DraftTree& tree, std::vector<int>& context);
+// Advances `context` as a correct verifier would after `tree`: the greedy
+// path through the tree plus the bonus token; `state`, the decoder after the
+// context, is pushed the same tokens, so it stays exactly the decoder after
+// the (new) context without decoding the context again (build.cpp; the
+// builder, the named tensors and the shrinker share it).
+void advance_context(Autoregressive& state, const DraftTree& tree, std::vector<int>& context);
 
 void register_invariants(FamilyDef<Traits>& family);
 // The ops of include/kprop/abi/dflash.h for plugin: and exec: targets.

@@ -65,11 +65,13 @@ Verdict maximal_acceptance(T& t, const Values& p) {
   const Case& c = t.input();
   const Result& r = t.target();
   const TinyLM& model = t.once<model_of>();
-  std::vector<int> context = c.prompt;
+  // The decoder after the context, advanced with it (the same pushes as
+  // decoding each cycle's context from scratch, so the same logits).
+  Autoregressive context_state(model, c.prompt);
   for (size_t k = 0; k < c.cycles.size() && k < r.cycles.size(); ++k) {
     const DraftTree& tree = c.cycles[k];
     // The oracle: follow the greedy continuation down the tree.
-    Autoregressive ar(model, context);
+    Autoregressive ar = context_state;
     std::vector<int> oracle;
     for (int current = -1;;) {
       const Argmax a = ar.next();
@@ -94,7 +96,7 @@ Verdict maximal_acceptance(T& t, const Values& p) {
            {"accepted", double(accepted.size())},
            {"oracle_accepted", double(oracle.size())}});
     // Continue from the target's own context so one wrong cycle is reported once.
-    context.insert(context.end(), r.cycles[k].emitted.begin(), r.cycles[k].emitted.end());
+    for (int token : r.cycles[k].emitted) context_state.push(token);
   }
   return Verdict::pass();
 }
@@ -104,7 +106,7 @@ Verdict tree_logits_match_path(T& t, const Values& p) {
   const Result& r = t.target();
   const TinyLM& model = t.once<model_of>();
   const double atol = p.real("tol.atol"), rtol = p.real("tol.rtol");
-  std::vector<int> context = c.prompt;
+  Autoregressive context_state(model, c.prompt);  // as in maximal_acceptance
   for (size_t k = 0; k < c.cycles.size() && k < r.cycles.size(); ++k) {
     const DraftTree& tree = c.cycles[k];
     const CycleTrace& trace = r.cycles[k];
@@ -140,7 +142,7 @@ Verdict tree_logits_match_path(T& t, const Values& p) {
         }
       }
     };
-    Autoregressive ar(model, context);
+    Autoregressive ar = context_state;
     check_row(0, ar.logits());
     std::vector<std::vector<int>> children(static_cast<size_t>(tree.size()) + 1);  // [parent + 1]
     for (int i = 0; i < tree.size(); ++i)
@@ -167,7 +169,7 @@ Verdict tree_logits_match_path(T& t, const Values& p) {
       for (auto it = below.rbegin(); it != below.rend(); ++it) stack.push_back({*it, ar.length(), mine});
     }
     if (first) return *first;
-    context.insert(context.end(), trace.emitted.begin(), trace.emitted.end());
+    for (int token : trace.emitted) context_state.push(token);
   }
   return Verdict::pass();
 }

@@ -37,10 +37,10 @@ struct CycleView {
 std::vector<CycleView> views(const TinyLM& model, const Case& c) {
   std::vector<CycleView> out;
   std::vector<int> context = c.prompt;
+  Autoregressive root(model, context);  // the decoder after `context`, advanced with it
   for (const DraftTree& tree : c.cycles) {
     CycleView v{context, std::vector<bool>(tree.tokens.size())};
     std::vector<Autoregressive> states;
-    Autoregressive root(model, context);
     for (int i = 0; i < tree.size(); ++i) {
       const int p = tree.parents[static_cast<size_t>(i)];
       Autoregressive at = p < 0 ? root : states[static_cast<size_t>(p)];

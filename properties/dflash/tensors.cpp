@@ -157,9 +157,9 @@ void put_oracle(const Case& c, TensorMap& out) {
   std::vector<int> context = c.prompt, lengths, counts;
   std::vector<double> ctx_logits, node_logits, pred_logits, accepted;
   double margin = std::numeric_limits<double>::infinity();
+  Autoregressive root(model, context);  // the decoder after `context`, advanced with it
   for (const DraftTree& tree : c.cycles) {
     lengths.push_back(static_cast<int>(context.size()));
-    const Autoregressive root(model, context);
     ctx_logits.insert(ctx_logits.end(), root.logits().begin(), root.logits().end());
     // The state after context ++ path(i); parents come before children.
     std::vector<Autoregressive> state;
@@ -181,9 +181,11 @@ void put_oracle(const Case& c, TensorMap& out) {
       for (int i = 0; i < tree.size() && next < 0; ++i)
         if (tree.parents[size_t(i)] == current && tree.tokens[size_t(i)] == a.index) next = i;
       if (next < 0) {
+        const size_t old = context.size();
         for (int n = 0; n < tree.size(); ++n)
           if (on_path[size_t(n)] != 0) context.push_back(tree.tokens[size_t(n)]);
         context.push_back(a.index);  // the bonus token
+        for (size_t n = old; n < context.size(); ++n) root.push(context[n]);
         break;
       }
       on_path[size_t(next)] = 1;
