@@ -24,6 +24,14 @@ struct Traits {
 // builder, the named tensors and the shrinker share it).
 void advance_context(Autoregressive& state, const DraftTree& tree, std::vector<int>& context);
 
+// Shrinking (shrink.cpp). Per cycle, which nodes' tokens equal the greedy
+// continuation of their own path, each cycle against the context a correct
+// verifier reaches (at most 65 cycles); and `c` with every cycle's tokens
+// re-chosen, against that context, so that node i of cycle k matches
+// exactly when want[k][i] (where a free token allows it).
+std::vector<std::vector<bool>> acceptance_pattern(const Case& c);
+Case redraft_all(Case c, const std::vector<std::vector<bool>>& want);
+
 void register_invariants(FamilyDef<Traits>& family);
 // The ops of include/kprop/abi/dflash.h for plugin: and exec: targets.
 void register_external(FamilyDef<Traits>& family);

@@ -58,11 +58,10 @@ std::vector<CycleView> views(const TinyLM& model, const Case& c) {
 // Re-chooses tokens so each node matches (or misses) the greedy
 // continuation of its new path exactly as it did before a structural shrink:
 // the acceptance pattern, which is what makes the case fail, survives.
-DraftTree redraft(const TinyLM& model, const std::vector<int>& context, DraftTree tree,
+DraftTree redraft(const TinyLM& model, const Autoregressive& root, DraftTree tree,
                   const std::vector<bool>& want_match) {
   const int vocab = model.config().vocab;
   std::vector<Autoregressive> states;
-  Autoregressive root(model, context);
   for (int i = 0; i < tree.size(); ++i) {
     const int p = tree.parents[static_cast<size_t>(i)];
     Autoregressive at = p < 0 ? root : states[static_cast<size_t>(p)];
@@ -88,16 +87,25 @@ DraftTree redraft(const TinyLM& model, const std::vector<int>& context, DraftTre
 
 }  // namespace
 
+std::vector<std::vector<bool>> acceptance_pattern(const Case& c) {
+  const auto shared_model = TinyLM::shared(c.model);
+  std::vector<std::vector<bool>> out;
+  for (CycleView& v : views(*shared_model, c)) out.push_back(std::move(v.matches));
+  return out;
+}
+
 // Re-drafts every cycle of `c` against its (possibly new) context so each
 // node keeps the acceptance status `want[k][i]` it had before the edit.
 Case redraft_all(Case c, const std::vector<std::vector<bool>>& want) {
   const auto shared_model = TinyLM::shared(c.model);
   const TinyLM& model = *shared_model;
   std::vector<int> context = c.prompt;
+  Autoregressive state(model, context);  // the decoder after `context`, advanced with it
   for (size_t k = 0; k < c.cycles.size(); ++k) {
     if (k < want.size() && want[k].size() == c.cycles[k].tokens.size())
-      c.cycles[k] = redraft(model, context, c.cycles[k], want[k]);
-    context = views(model, Case{context, c.model, {c.cycles[k]}}).back().context;
+      c.cycles[k] = redraft(model, state, c.cycles[k], want[k]);
+    // The next cycle's context: this one's after the (re-drafted) tree.
+    advance_context(state, c.cycles[k], context);
   }
   return c;
 }
@@ -149,11 +157,7 @@ rc::Seq<Case> exhaustive_small(const Case& c) {
 // models, shallower trees, the same structure under a smaller model seed,
 // smaller tokens. Candidates that break the contract are skipped.
 rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
-  const auto shared_model = TinyLM::shared(c.model);
-  const TinyLM& model = *shared_model;
-  const std::vector<CycleView> view = views(model, c);
-  std::vector<std::vector<bool>> pattern;
-  for (const auto& v : view) pattern.push_back(v.matches);
+  const std::vector<std::vector<bool>> pattern = acceptance_pattern(c);
 
   struct Edit {
     size_t cycle;

@@ -103,6 +103,26 @@ TEST(DflashShrinker, DepthLogitsShrinksToAtMostThreeNodes) {
       EXPECT_LE(f.stats.size, 3) << f.case_yaml;
 }
 
+// Re-drafting a case for the acceptance pattern it already has changes no
+// token: every cycle is re-drafted against the context a correct verifier
+// reaches (prompt plus the earlier cycles' accepted paths and bonus tokens),
+// not against the prompt alone.
+TEST(DflashShrinker, RedraftForItsOwnPatternIsTheIdentity) {
+  const Spec spec = load_spec(kSpec);
+  int multi_cycle = 0;
+  for (uint64_t seed = 1; seed <= 60; ++seed) {
+    const auto bytes = spec.family->seed_bytes(spec.domain, seed, 40 + int(seed % 60));
+    const AnyCase any = spec.family->from_bytes(bytes.data(), bytes.size(), spec.domain);
+    const Case& c = *static_cast<const Case*>(any.get());
+    multi_cycle += c.cycles.size() > 1;
+    const Case r = redraft_all(c, acceptance_pattern(c));
+    ASSERT_EQ(r.cycles.size(), c.cycles.size());
+    for (size_t k = 0; k < c.cycles.size(); ++k)
+      EXPECT_EQ(r.cycles[k].tokens, c.cycles[k].tokens) << "seed " << seed << ", cycle " << k;
+  }
+  EXPECT_GE(multi_cycle, 10);  // the property is about the later cycles
+}
+
 // Every transform gives a valid case (its tensors' shapes:
 // tests/core/spec_contract_test.cpp).
 TEST(DflashTensors, TransformsGiveValidCases) {
