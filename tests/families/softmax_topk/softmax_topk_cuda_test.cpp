@@ -11,6 +11,7 @@
 
 #include "kernels/softmax_topk/softmax_topk.h"
 #include "properties/softmax_topk/family.h"
+#include "tests/families/softmax_topk/rows_case.h"
 #include "tests/support/cuda.h"
 #include "tests/support/registered.h"
 
@@ -24,13 +25,8 @@ Result run_cuda(const Case& c) {
   return testing::registered_implementation<Traits>("softmax_topk", "cuda")(c);
 }
 
-Case make(DType dtype, int k, std::vector<std::vector<double>> rows) {
-  Case c;
-  c.dtype = dtype;
-  c.k = k;
-  c.vocab = static_cast<int>(rows[0].size());
-  for (const auto& r : rows) c.logits.insert(c.logits.end(), r.begin(), r.end());
-  return c;
+Case make(DType dtype, int k, const std::vector<std::vector<double>>& rows) {
+  return rows_case(dtype, k, rows);
 }
 
 // --- device only

@@ -15,6 +15,7 @@
 #include "kprop/runner.h"
 #include "kprop/spec.h"
 #include "properties/softmax_topk/family.h"
+#include "tests/families/softmax_topk/rows_case.h"
 #include "tests/support/registered.h"
 
 namespace kprop::softmax_topk {
@@ -23,14 +24,8 @@ namespace {
 const std::string kSpec = std::string(KPROP_SOURCE_DIR) + "/specs/softmax_topk.yaml";
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-Case make(DType dtype, int k, int block, std::vector<std::vector<double>> rows) {
-  Case c;
-  c.dtype = dtype;
-  c.k = k;
-  c.block = block;
-  c.vocab = static_cast<int>(rows[0].size());
-  for (const auto& r : rows) c.logits.insert(c.logits.end(), r.begin(), r.end());
-  return c;
+Case make(DType dtype, int k, int block, const std::vector<std::vector<double>>& rows) {
+  return rows_case(dtype, k, rows, block);
 }
 
 TEST(SoftmaxTopkKernels, AllNegInfRowGivesZerosAndFirstIndices) {
