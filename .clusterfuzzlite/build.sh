@@ -3,7 +3,8 @@
 # $CXXFLAGS (sanitizers, coverage), $LIB_FUZZING_ENGINE, $SRC, $OUT, $WORK.
 # Ships, per spec: fuzz_<spec> (fuzz_op_<name> for specs/ops/<name>.yaml), fuzz_<spec>.yaml (the spec, found beside the
 # binary), fuzz_<spec>.options and fuzz_<spec>_seed_corpus.zip (cases from
-# the spec's own generator); plus fuzz_spec_loader seeded with every spec.
+# the spec's own generator); fuzz_<spec>-<impl> for each other optimized CPU
+# implementation of a family spec; plus fuzz_spec_loader seeded with every spec.
 # KPROP_FAMILIES (optional) limits the build to some family folders.
 src="$SRC/kprop"
 build="${WORK:-/tmp}/kprop-cflite-build"
@@ -13,6 +14,27 @@ cmake -S "$src" -B "$build" -G Ninja \
   -DKPROP_TESTS=OFF -DKPROP_BENCH=OFF -DKPROP_CUDA=OFF -DKPROP_FAMILIES="${KPROP_FAMILIES:-}" \
   -DCMAKE_BUILD_RPATH='$ORIGIN/lib'
 cmake --build "$build" --target kprop_fuzzers
+
+# A spec's default target is often its reference; the family's other
+# optimized CPU implementations get a fuzzer each, so that batch fuzzing
+# reaches the optimized kernels too: fuzz_<spec>-<impl>, the same binary
+# beside the spec with `target: <impl>` (what the harness reads), sharing
+# the spec's options and seed corpus (the cases do not depend on the target).
+listing="$build/implementations.json"
+"$build/prop_runner" --list --format json > "$listing"
+other_targets() {
+  python3 - "$1" "$listing" <<'PY'
+import json, re, sys
+spec = open(sys.argv[1]).read()
+family = re.search(r"^family:\s*(\S+)", spec, re.M).group(1)
+target = re.search(r"^target:\s*(\S+)", spec, re.M).group(1)
+for f in json.load(open(sys.argv[2]))["families"]:
+    if f["name"] == family:
+        for i in f["implementations"]:
+            if i["kind"] == "optimized" and i["device"] == "cpu" and i["name"] != target:
+                print(i["name"])
+PY
+}
 
 mkdir -p "$OUT/lib"
 for fuzzer in "$build"/fuzz/fuzz_*; do
@@ -33,4 +55,11 @@ for fuzzer in "$build"/fuzz/fuzz_*; do
     cp "$src"/specs/*.yaml "$seeds/"
   fi
   (cd "$seeds" && cmake -E tar cf "$OUT/${name}_seed_corpus.zip" --format=zip -- *)
+  case "$name" in fuzz_op_*|fuzz_spec_loader) continue ;; esac
+  for impl in $(other_targets "$spec"); do
+    cp "$fuzzer" "$OUT/$name-$impl"
+    cp "$OUT/$name.options" "$OUT/$name-$impl.options"
+    cp "$OUT/${name}_seed_corpus.zip" "$OUT/$name-${impl}_seed_corpus.zip"
+    sed "s/^target:.*/target: $impl/" "$spec" > "$OUT/$name-$impl.yaml"
+  done
 done

@@ -2,8 +2,10 @@
 # Runs .clusterfuzzlite/build.sh as OSS-Fuzz would (its variables pointed at
 # clang + libFuzzer + ASan), then checks every fuzzer in $OUT starts from an
 # unrelated folder (finding its spec beside it) and runs a few hundred inputs
-# from its seed corpus. Builds the op family only, to stay quick
-# (op: the declared ops of specs/ops/ ship as fuzz_op_<name>).
+# from its seed corpus. Builds two families only, to stay quick: op (the
+# declared ops of specs/ops/ ship as fuzz_op_<name>) and ternary, whose
+# spec's target is its reference: its optimized implementations ship as
+# fuzz_ternary-packed and fuzz_ternary-packed_base3 and fuzz those.
 set -euo pipefail
 repo="$1"
 tmp=$(mktemp -d)
@@ -12,7 +14,7 @@ mkdir -p "$tmp/src" "$tmp/out" "$tmp/work"
 ln -s "$repo" "$tmp/src/kprop"
 export SRC="$tmp/src" OUT="$tmp/out" WORK="$tmp/work" CC=clang CXX=clang++
 export CFLAGS="-O1 -fno-omit-frame-pointer -gline-tables-only -fsanitize=address -fsanitize=fuzzer-no-link"
-export CXXFLAGS="$CFLAGS" LIB_FUZZING_ENGINE="-fsanitize=fuzzer" KPROP_FAMILIES="op"
+export CXXFLAGS="$CFLAGS" LIB_FUZZING_ENGINE="-fsanitize=fuzzer" KPROP_FAMILIES="op;ternary"
 bash "$repo/.clusterfuzzlite/build.sh" > "$tmp/build.log" 2>&1 || { tail -40 "$tmp/build.log"; exit 1; }
 cd "$tmp"
 found=0
@@ -28,4 +30,8 @@ for fuzzer in "$OUT"/fuzz_*; do
   found=$((found + 1))
 done
 test "$found" -ge 2
+for impl in packed packed_base3; do
+  grep -q "target $impl\$" "run-fuzz_ternary-$impl.log" || { echo "fuzz_ternary-$impl does not fuzz $impl"; exit 1; }
+done
+grep -q "target reference\$" run-fuzz_ternary.log || { echo "fuzz_ternary does not fuzz the spec's target"; exit 1; }
 echo "cflite build.sh: $found fuzzers built and ran"
