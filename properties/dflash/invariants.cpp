@@ -95,8 +95,10 @@ Verdict maximal_acceptance(T& t, const Values& p) {
           {{"cycle", double(k)},
            {"accepted", double(accepted.size())},
            {"oracle_accepted", double(oracle.size())}});
-    // Continue from the target's own context so one wrong cycle is reported once.
-    for (int token : r.cycles[k].emitted) context_state.push(token);
+    // Continue from the target's own context so one wrong cycle is reported
+    // once (decoded only when a cycle follows, as the context alone was).
+    if (k + 1 < c.cycles.size() && k + 1 < r.cycles.size())
+      for (int token : r.cycles[k].emitted) context_state.push(token);
   }
   return Verdict::pass();
 }
@@ -169,7 +171,8 @@ Verdict tree_logits_match_path(T& t, const Values& p) {
       for (auto it = below.rbegin(); it != below.rend(); ++it) stack.push_back({*it, ar.length(), mine});
     }
     if (first) return *first;
-    for (int token : trace.emitted) context_state.push(token);
+    if (k + 1 < c.cycles.size() && k + 1 < r.cycles.size())
+      for (int token : trace.emitted) context_state.push(token);
   }
   return Verdict::pass();
 }
