@@ -51,109 +51,88 @@ inline void transpose(const T* __restrict src, int rows, int dim, T* __restrict 
     for (int d = 0; d < dim; ++d) dst[d * ld + r] = src[r * dim + d];
 }
 
+// Each product below is computed on register panels of R rows × B columns
+// (R = 2 rows share every load of the other operand, then 1), with B = W, then
+// W/2, W/4 and 1 over what is left of the contiguous axis: a head dimension
+// or a tile width below W (the default domains draw D ≤ 24, tiles ≤ 32) still
+// runs on vector panels instead of scalar loops. Every output element is
+// accumulated in the same order whatever panel computes it (over d for a
+// score, over the rows of x for an accumulation), so the panel widths change
+// no bit of any result.
+
 // s[i][j] = scale · Σ_d a[i][d]·bt[d][j] for i < rows, j < cols.
+template <int R, int B, typename T>
+inline int scores_panel(const T* __restrict a, const T* __restrict bt, int ldb, int cols, int dim, T scale,
+                        T* __restrict s, int lds, int j) {
+  for (; j + B <= cols; j += B) {
+    T acc[R][B] = {};
+    for (int d = 0; d < dim; ++d) {
+      const T* b = bt + d * ldb + j;
+      for (int r = 0; r < R; ++r) {
+        const T x = a[r * dim + d];
+        for (int u = 0; u < B; ++u) acc[r][u] += x * b[u];
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int u = 0; u < B; ++u) s[r * lds + j + u] = scale * acc[r][u];
+  }
+  return j;
+}
+template <int R, typename T>
+inline void scores_rows(const T* __restrict a, const T* __restrict bt, int ldb, int cols, int dim, T scale,
+                        T* __restrict s, int lds) {
+  constexpr int W = kWidth<T>;
+  int j = scores_panel<R, W>(a, bt, ldb, cols, dim, scale, s, lds, 0);
+  j = scores_panel<R, W / 2>(a, bt, ldb, cols, dim, scale, s, lds, j);
+  j = scores_panel<R, W / 4>(a, bt, ldb, cols, dim, scale, s, lds, j);
+  scores_panel<R, 1>(a, bt, ldb, cols, dim, scale, s, lds, j);
+}
 template <typename T>
 inline void scores(const T* __restrict a, int rows, const T* __restrict bt, int ldb, int cols, int dim,
                    T scale, T* __restrict s, int lds) {
-  constexpr int W = kWidth<T>;
   int i = 0;
-  for (; i + 2 <= rows; i += 2) {  // two rows share every load of bt
-    const T* a0 = a + i * dim;
-    const T* a1 = a0 + dim;
-    int j = 0;
-    for (; j + W <= cols; j += W) {
-      T acc0[W] = {}, acc1[W] = {};
-      for (int d = 0; d < dim; ++d) {
-        const T x0 = a0[d], x1 = a1[d];
-        const T* b = bt + d * ldb + j;
-        for (int u = 0; u < W; ++u) {
-          acc0[u] += x0 * b[u];
-          acc1[u] += x1 * b[u];
-        }
-      }
-      for (int u = 0; u < W; ++u) {
-        s[i * lds + j + u] = scale * acc0[u];
-        s[(i + 1) * lds + j + u] = scale * acc1[u];
+  for (; i + 2 <= rows; i += 2) scores_rows<2>(a + i * dim, bt, ldb, cols, dim, scale, s + i * lds, lds);
+  for (; i < rows; ++i) scores_rows<1>(a + i * dim, bt, ldb, cols, dim, scale, s + i * lds, lds);
+}
+
+// The accumulations: R output rows, each out[r][d..d+B) += Σ_n w(r, n) ·
+// x[n][d..d+B) over n < count in order, the weight w(r, n) = p[r·pr + n·pn].
+template <int R, int B, typename T>
+inline int accumulate_panel(const T* __restrict p, int pr, int pn, int count, const T* __restrict x, int dim,
+                            T* __restrict out, int d) {
+  for (; d + B <= dim; d += B) {
+    T acc[R][B];
+    for (int r = 0; r < R; ++r)
+      for (int u = 0; u < B; ++u) acc[r][u] = out[r * dim + d + u];
+    for (int n = 0; n < count; ++n) {
+      const T* xr = x + n * dim + d;
+      for (int r = 0; r < R; ++r) {
+        const T w = p[r * pr + n * pn];
+        for (int u = 0; u < B; ++u) acc[r][u] += w * xr[u];
       }
     }
-    for (; j < cols; ++j) {
-      T acc0 = 0, acc1 = 0;
-      for (int d = 0; d < dim; ++d) {
-        acc0 += a0[d] * bt[d * ldb + j];
-        acc1 += a1[d] * bt[d * ldb + j];
-      }
-      s[i * lds + j] = scale * acc0;
-      s[(i + 1) * lds + j] = scale * acc1;
-    }
+    for (int r = 0; r < R; ++r)
+      for (int u = 0; u < B; ++u) out[r * dim + d + u] = acc[r][u];
   }
-  for (; i < rows; ++i) {
-    const T* a0 = a + i * dim;
-    int j = 0;
-    for (; j + W <= cols; j += W) {
-      T acc0[W] = {};
-      for (int d = 0; d < dim; ++d) {
-        const T x0 = a0[d];
-        const T* b = bt + d * ldb + j;
-        for (int u = 0; u < W; ++u) acc0[u] += x0 * b[u];
-      }
-      for (int u = 0; u < W; ++u) s[i * lds + j + u] = scale * acc0[u];
-    }
-    for (; j < cols; ++j) {
-      T acc0 = 0;
-      for (int d = 0; d < dim; ++d) acc0 += a0[d] * bt[d * ldb + j];
-      s[i * lds + j] = scale * acc0;
-    }
-  }
+  return d;
+}
+template <int R, typename T>
+inline void accumulate_rows(const T* __restrict p, int pr, int pn, int count, const T* __restrict x, int dim,
+                            T* __restrict out) {
+  constexpr int W = kWidth<T>;
+  int d = accumulate_panel<R, W>(p, pr, pn, count, x, dim, out, 0);
+  d = accumulate_panel<R, W / 2>(p, pr, pn, count, x, dim, out, d);
+  d = accumulate_panel<R, W / 4>(p, pr, pn, count, x, dim, out, d);
+  accumulate_panel<R, 1>(p, pr, pn, count, x, dim, out, d);
 }
 
 // out[i][:] += Σ_j p[i][j] · x[j][:] for i < rows, j < cols (x is [cols][D]).
 template <typename T>
 inline void accumulate(const T* __restrict p, int ldp, int rows, int cols, const T* __restrict x, int dim,
                        T* __restrict out) {
-  constexpr int W = kWidth<T>;
   int i = 0;
-  for (; i + 2 <= rows; i += 2) {
-    T* o0 = out + i * dim;
-    T* o1 = o0 + dim;
-    const T* p0 = p + i * ldp;
-    const T* p1 = p0 + ldp;
-    int d = 0;
-    for (; d + W <= dim; d += W) {
-      T acc0[W], acc1[W];
-      for (int u = 0; u < W; ++u) acc0[u] = o0[d + u], acc1[u] = o1[d + u];
-      for (int j = 0; j < cols; ++j) {
-        const T w0 = p0[j], w1 = p1[j];
-        const T* xr = x + j * dim + d;
-        for (int u = 0; u < W; ++u) {
-          acc0[u] += w0 * xr[u];
-          acc1[u] += w1 * xr[u];
-        }
-      }
-      for (int u = 0; u < W; ++u) o0[d + u] = acc0[u], o1[d + u] = acc1[u];
-    }
-    for (; d < dim; ++d)
-      for (int j = 0; j < cols; ++j) {
-        o0[d] += p0[j] * x[j * dim + d];
-        o1[d] += p1[j] * x[j * dim + d];
-      }
-  }
-  for (; i < rows; ++i) {
-    T* o0 = out + i * dim;
-    const T* p0 = p + i * ldp;
-    int d = 0;
-    for (; d + W <= dim; d += W) {
-      T acc0[W];
-      for (int u = 0; u < W; ++u) acc0[u] = o0[d + u];
-      for (int j = 0; j < cols; ++j) {
-        const T w0 = p0[j];
-        const T* xr = x + j * dim + d;
-        for (int u = 0; u < W; ++u) acc0[u] += w0 * xr[u];
-      }
-      for (int u = 0; u < W; ++u) o0[d + u] = acc0[u];
-    }
-    for (; d < dim; ++d)
-      for (int j = 0; j < cols; ++j) o0[d] += p0[j] * x[j * dim + d];
-  }
+  for (; i + 2 <= rows; i += 2) accumulate_rows<2>(p + i * ldp, ldp, 1, cols, x, dim, out + i * dim);
+  for (; i < rows; ++i) accumulate_rows<1>(p + i * ldp, ldp, 1, cols, x, dim, out + i * dim);
 }
 
 // out[j][:] += Σ_i p[i][j] · x[i][:] for i < rows, j < cols (x is [rows][D]):
@@ -161,47 +140,9 @@ inline void accumulate(const T* __restrict p, int ldp, int rows, int cols, const
 template <typename T>
 inline void accumulate_transposed(const T* __restrict p, int ldp, int rows, int cols, const T* __restrict x,
                                   int dim, T* __restrict out) {
-  constexpr int W = kWidth<T>;
   int j = 0;
-  for (; j + 2 <= cols; j += 2) {
-    T* o0 = out + j * dim;
-    T* o1 = o0 + dim;
-    int d = 0;
-    for (; d + W <= dim; d += W) {
-      T acc0[W], acc1[W];
-      for (int u = 0; u < W; ++u) acc0[u] = o0[d + u], acc1[u] = o1[d + u];
-      for (int i = 0; i < rows; ++i) {
-        const T w0 = p[i * ldp + j], w1 = p[i * ldp + j + 1];
-        const T* xr = x + i * dim + d;
-        for (int u = 0; u < W; ++u) {
-          acc0[u] += w0 * xr[u];
-          acc1[u] += w1 * xr[u];
-        }
-      }
-      for (int u = 0; u < W; ++u) o0[d + u] = acc0[u], o1[d + u] = acc1[u];
-    }
-    for (; d < dim; ++d)
-      for (int i = 0; i < rows; ++i) {
-        o0[d] += p[i * ldp + j] * x[i * dim + d];
-        o1[d] += p[i * ldp + j + 1] * x[i * dim + d];
-      }
-  }
-  for (; j < cols; ++j) {
-    T* o0 = out + j * dim;
-    int d = 0;
-    for (; d + W <= dim; d += W) {
-      T acc0[W];
-      for (int u = 0; u < W; ++u) acc0[u] = o0[d + u];
-      for (int i = 0; i < rows; ++i) {
-        const T w0 = p[i * ldp + j];
-        const T* xr = x + i * dim + d;
-        for (int u = 0; u < W; ++u) acc0[u] += w0 * xr[u];
-      }
-      for (int u = 0; u < W; ++u) o0[d + u] = acc0[u];
-    }
-    for (; d < dim; ++d)
-      for (int i = 0; i < rows; ++i) o0[d] += p[i * ldp + j] * x[i * dim + d];
-  }
+  for (; j + 2 <= cols; j += 2) accumulate_rows<2>(p + j, 1, ldp, rows, x, dim, out + j * dim);
+  for (; j < cols; ++j) accumulate_rows<1>(p + j, 1, ldp, rows, x, dim, out + j * dim);
 }
 
 }  // namespace kprop::attention::ops

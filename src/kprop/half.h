@@ -150,12 +150,35 @@ inline uint16_t bf16_truncate(float f) {
   return static_cast<uint16_t>(std::bit_cast<uint32_t>(f) >> 16);
 }
 
+namespace detail {
+// The nearest value of the format to `d` (ties to even), as a double, when
+// that value is normal and finite: |d| in [min normal, overflow). There
+// rounding is to M fraction bits of d's own 52, done on its bits: add half
+// an ulp of the result less one bit, plus the kept lowest bit (so a tie goes
+// to the even neighbour), and clear the dropped bits; a carry out of the
+// fraction raises the exponent, as it should. Every other d (zero, subnormal
+// results, overflow, inf, NaN) takes the bit-pattern round trip. The kernels
+// round every stored element of an f16/bf16 case, so this is their hot path;
+// tests/core/half_test.cpp checks both paths agree.
+template <typename F>
+inline double round_via(double d, double min_normal, double overflow) {
+  const double a = std::fabs(d);
+  if (a >= min_normal && a < overflow) {  // false for NaN
+    constexpr int drop = 52 - F::M;
+    uint64_t u = std::bit_cast<uint64_t>(d);
+    u += ((uint64_t{1} << (drop - 1)) - 1) + ((u >> drop) & 1);
+    return std::bit_cast<double>(u & ~((uint64_t{1} << drop) - 1));
+  }
+  return to_double<F>(from_double<F>(d));
+}
+}  // namespace detail
+
 // The nearest f16 / bf16 value to `d` (ties to even), as a double.
 inline double round_to_f16(double d) {
-  return f16_to_double(f16_from_double(d));
+  return detail::round_via<detail::F16>(d, f16_min_normal, f16_overflow);
 }
 inline double round_to_bf16(double d) {
-  return bf16_to_double(bf16_from_double(d));
+  return detail::round_via<detail::BF16>(d, bf16_min_normal, bf16_overflow);
 }
 
 // The shortest decimal text that reads back (as a double, then round_to_f16 /

@@ -109,6 +109,34 @@ TEST_P(Half, TiesToEvenAndNearestBetweenEveryAdjacentPair) {
   }
 }
 
+// round_to_f16 / round_to_bf16 round normal results on the double's bits
+// (half.h): they must agree with the bit-pattern round trip at every
+// midpoint, a hair either side of it, inside every interval, and past the
+// range's ends (subnormals, overflow, inf, NaN take the round trip itself).
+TEST_P(Half, RoundAgreesWithTheBitPatternRoundTrip) {
+  const Fmt& f = *GetParam();
+  const auto same = [&](double x) {
+    const double want = f.to(f.from(x)), got = f.round(x);
+    ASSERT_TRUE(std::bit_cast<uint64_t>(got) == std::bit_cast<uint64_t>(want) ||
+                (std::isnan(got) && std::isnan(want)))
+        << f.name << " round(" << fmt::format("{}", x) << ") = " << got << ", want " << want;
+  };
+  for (uint32_t sign : {0u, 0x8000u})
+    for (uint32_t i = 0;; ++i) {
+      const auto lo = static_cast<uint16_t>(sign | i), hi = static_cast<uint16_t>(sign | (i + 1));
+      const double a = f.to(lo), b = f.to(hi);
+      const double mid = (a + b) / 2;
+      for (double x : {a, mid, std::nextafter(mid, a), std::nextafter(mid, b), a + (b - a) / 4,
+                       b - (b - a) / 4, std::nextafter(a, 0.0), std::nextafter(a, 2 * a + 1)})
+        same(x);
+      if (std::isinf(b)) break;
+    }
+  for (double x : {f.overflow, std::nextafter(f.overflow, 0.0), 1e300, std::numeric_limits<double>::max(),
+                   std::numeric_limits<double>::infinity(), std::numeric_limits<double>::denorm_min(), 0.0,
+                   -0.0, std::nan(""), f.min_subnormal / 2, 1e-300})
+    for (double s : {1.0, -1.0}) same(s * x);
+}
+
 TEST_P(Half, OverflowThresholdsZerosAndSubnormals) {
   const Fmt& f = *GetParam();
   const double inf = std::numeric_limits<double>::infinity();
