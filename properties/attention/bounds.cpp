@@ -75,6 +75,7 @@ ErrorScales error_scales(const Case& c, bool backward) {
   std::vector<double> sdk_scale(size_t(s.nk) * s.dim), sdv_scale(size_t(s.nk) * s.dim);
   std::vector<double> sdk_sum(size_t(s.dim)), sdv_sum(size_t(s.dim));
   std::vector<double> dq_scale(size_t(s.dim)), sdq_scale(size_t(s.dim));  // per query row
+  std::vector<double> v_abs_max(size_t(s.nk));                            // max_d |v_jd| per key
   for (int b = 0; b < s.batch; ++b)
     for (int kvh = 0; kvh < s.heads_kv; ++kvh) {
       std::fill(dk_scale.begin(), dk_scale.end(), 0.0);
@@ -85,6 +86,11 @@ ErrorScales error_scales(const Case& c, bool backward) {
       std::fill(sdv_sum.begin(), sdv_sum.end(), 0.0);
       const double* k = &c.k[((size_t(b) * s.heads_kv + kvh) * s.nk) * s.dim];
       const double* v = &c.v[((size_t(b) * s.heads_kv + kvh) * s.nk) * s.dim];
+      for (int j = 0; j < s.nk; ++j) {
+        double most = 0;
+        for (int d = 0; d < s.dim; ++d) most = std::max(most, std::fabs(v[size_t(j) * s.dim + d]));
+        v_abs_max[size_t(j)] = most;
+      }
       for (int h = kvh * g; h < (kvh + 1) * g; ++h)
         for (int i = 0; i < s.nq; ++i) {
           const size_t row = (size_t(b) * s.heads_q + h) * s.nq + i;
@@ -102,8 +108,8 @@ ErrorScales error_scales(const Case& c, bool backward) {
             for (int d = 0; d < s.dim; ++d) {
               dot += q[d] * k[size_t(j) * s.dim + d];
               mag += std::fabs(q[d] * k[size_t(j) * s.dim + d]);
-              vmax = std::max(vmax, std::fabs(v[size_t(j) * s.dim + d]));
             }
+            vmax = std::max(vmax, v_abs_max[size_t(j)]);
             p[size_t(j)] = scale * dot;
             smag[size_t(j)] = scale * mag;
             m = std::max(m, p[size_t(j)]);
@@ -126,6 +132,9 @@ ErrorScales error_scales(const Case& c, bool backward) {
           for (int d = 0; d < s.dim; ++d) do_l1 += std::fabs(d_out[d]);
           for (int j = 0; j < s.nk; ++j) {
             dp[size_t(j)] = dpmag[size_t(j)] = 0;
+            // A key of probability 0 (masked, or exp underflowed) adds 0 to
+            // both sums (dP is finite) and is skipped below.
+            if (p[size_t(j)] == 0) continue;
             for (int d = 0; d < s.dim; ++d) {
               dp[size_t(j)] += d_out[d] * v[size_t(j) * s.dim + d];
               dpmag[size_t(j)] += std::fabs(d_out[d] * v[size_t(j) * s.dim + d]);

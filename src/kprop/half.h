@@ -91,7 +91,7 @@ inline uint16_t from_double(double d) {
 // 2^k for k in double's normal range, built from its bits: every exponent a
 // half value needs (f16 2^-24..2^5, bf16 2^-133..2^120) is one. Cheaper than
 // std::ldexp, which is a libm call, in every rounding to a half type.
-inline double pow2(int k) {
+constexpr double pow2(int k) {
   return std::bit_cast<double>(static_cast<uint64_t>(k + 1023) << 52);
 }
 
@@ -151,34 +151,41 @@ inline uint16_t bf16_truncate(float f) {
 }
 
 namespace detail {
-// The nearest value of the format to `d` (ties to even), as a double, when
-// that value is normal and finite: |d| in [min normal, overflow). There
-// rounding is to M fraction bits of d's own 52, done on its bits: add half
-// an ulp of the result less one bit, plus the kept lowest bit (so a tie goes
-// to the even neighbour), and clear the dropped bits; a carry out of the
-// fraction raises the exponent, as it should. Every other d (zero, subnormal
-// results, overflow, inf, NaN) takes the bit-pattern round trip. The kernels
-// round every stored element of an f16/bf16 case, so this is their hot path;
-// tests/core/half_test.cpp checks both paths agree.
+// The nearest value of the format to `d` (ties to even), as a double, by
+// arithmetic on d instead of a round trip through the bit pattern. The
+// kernels round every stored element of an f16/bf16 case, so this is their
+// hot path; tests/core/half_test.cpp checks it agrees with the round trip.
+//   - |d| below the smallest normal (zero and subnormal results): the result
+//     is a multiple of the smallest subnormal q, and C = q·2^52 has ulp q, so
+//     (|d| + C) − C is |d| rounded to a multiple of q by the FPU's own
+//     round-to-nearest-even (the subtraction is exact); the sign is d's.
+//   - a normal, finite result, |d| in [min normal, overflow): rounding keeps
+//     M of d's 52 fraction bits: add half an ulp of the result less one bit,
+//     plus the kept lowest bit (so a tie goes to the even neighbour), and
+//     clear the dropped bits; a carry out of the fraction raises the
+//     exponent, as it should.
+//   - overflow, inf and NaN take the round trip.
 template <typename F>
-inline double round_via(double d, double min_normal, double overflow) {
+inline double round_via(double d, double overflow) {
+  constexpr double min_normal = pow2(F::emin), carry = pow2(F::emin - F::M + 52);
   const double a = std::fabs(d);
-  if (a >= min_normal && a < overflow) {  // false for NaN
+  if (a < min_normal) return std::copysign((a + carry) - carry, d);
+  if (a < overflow) {
     constexpr int drop = 52 - F::M;
     uint64_t u = std::bit_cast<uint64_t>(d);
     u += ((uint64_t{1} << (drop - 1)) - 1) + ((u >> drop) & 1);
     return std::bit_cast<double>(u & ~((uint64_t{1} << drop) - 1));
   }
-  return to_double<F>(from_double<F>(d));
+  return to_double<F>(from_double<F>(d));  // +-inf past the overflow threshold, NaN
 }
 }  // namespace detail
 
 // The nearest f16 / bf16 value to `d` (ties to even), as a double.
 inline double round_to_f16(double d) {
-  return detail::round_via<detail::F16>(d, f16_min_normal, f16_overflow);
+  return detail::round_via<detail::F16>(d, f16_overflow);
 }
 inline double round_to_bf16(double d) {
-  return detail::round_via<detail::BF16>(d, bf16_min_normal, bf16_overflow);
+  return detail::round_via<detail::BF16>(d, bf16_overflow);
 }
 
 // The shortest decimal text that reads back (as a double, then round_to_f16 /
