@@ -5,6 +5,8 @@
 # issue 23's fuzz goals are stated in. libFuzzer's exec/s moves by about
 # ±20% between runs of the same binary (which inputs it keeps decides what
 # it runs next), so compare builds run back to back on the same machine.
+# `cov` counts only instrumented code: to compare builds that instrument
+# different files, use scripts/fuzz_coverage.py.
 #   scripts/fuzz_rates.sh build-san [seconds] [harness ...]
 # Default: 60 s each over the eight family specs' harnesses.
 set -uo pipefail
