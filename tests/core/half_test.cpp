@@ -109,10 +109,11 @@ TEST_P(Half, TiesToEvenAndNearestBetweenEveryAdjacentPair) {
   }
 }
 
-// round_to_f16 / round_to_bf16 round normal results on the double's bits
-// (half.h): they must agree with the bit-pattern round trip at every
-// midpoint, a hair either side of it, inside every interval, and past the
-// range's ends (subnormals, overflow, inf, NaN take the round trip itself).
+// round_to_f16 / round_to_bf16 round by arithmetic on the double (half.h:
+// on its bits for normal results, by adding and subtracting q·2^52 for zero
+// and subnormal ones): they must agree with the bit-pattern round trip at
+// every midpoint, a hair either side of it, inside every interval, and past
+// the range's ends (overflow, inf and NaN take the round trip itself).
 TEST_P(Half, RoundAgreesWithTheBitPatternRoundTrip) {
   const Fmt& f = *GetParam();
   const auto same = [&](double x) {
