@@ -61,44 +61,57 @@ Verdict lossless(T& t, const Values& p) {
   return Verdict::pass();
 }
 
+// Each cycle's oracle against the target's own context (the prompt, then
+// what the target emitted in the cycles before), so that one wrong cycle is
+// reported once: the trial's oracle (oracle_of, shared with the named
+// tensors) while the target emits what the oracle does, which leaves both in
+// the same context; decoded here from the cycle where they part. Call
+// cycle(k) for k = 0, 1, ... with advance(k) in between.
+class TargetContextOracle {
+ public:
+  explicit TargetContextOracle(T& t) : t_(t), cached_(t.once<oracle_of>()), context_(t.input().prompt) {}
+  const OracleCycle& cycle(size_t k) {
+    if (!state_) return cached_.cycles[k];
+    own_ = oracle_cycle(*state_, t_.input().cycles[k]);
+    return own_;
+  }
+  // The target emitted `emitted` in cycle k.
+  void advance(size_t k, const std::vector<int>& emitted) {
+    context_.insert(context_.end(), emitted.begin(), emitted.end());
+    if (state_) {
+      for (int token : emitted) state_->push(token);
+    } else if (emitted != cached_.cycles[k].emitted(t_.input().cycles[k])) {
+      state_.emplace(t_.once<model_of>(), context_);  // the same pushes as advancing token by token
+    }
+  }
+
+ private:
+  T& t_;
+  const Oracle& cached_;
+  std::vector<int> context_;
+  std::optional<Autoregressive> state_;
+  OracleCycle own_;
+};
+
 Verdict maximal_acceptance(T& t, const Values& p) {
   const Case& c = t.input();
   const Result& r = t.target();
-  const TinyLM& model = t.once<model_of>();
-  // The decoder after the context, advanced with it (the same pushes as
-  // decoding each cycle's context from scratch, so the same logits).
-  Autoregressive context_state(model, c.prompt);
+  TargetContextOracle oracle(t);
   for (size_t k = 0; k < c.cycles.size() && k < r.cycles.size(); ++k) {
-    const DraftTree& tree = c.cycles[k];
-    // The oracle: follow the greedy continuation down the tree.
-    Autoregressive ar = context_state;
-    std::vector<int> oracle;
-    for (int current = -1;;) {
-      const Argmax a = ar.next();
-      if (a.margin < p.real("tie_margin")) return Verdict::discard("near-tie on the draft path");
-      int next = -1;
-      for (int i = 0; i < tree.size() && next < 0; ++i)
-        if (tree.parents[static_cast<size_t>(i)] == current && tree.tokens[static_cast<size_t>(i)] == a.index)
-          next = i;
-      if (next < 0) break;
-      oracle.push_back(next);
-      ar.push(a.index);
-      current = next;
-    }
+    // The oracle: the greedy continuation followed down the tree.
+    const OracleCycle& o = oracle.cycle(k);
+    if (o.margin < p.real("tie_margin")) return Verdict::discard("near-tie on the draft path");
     // Sibling tokens are distinct, so the matching path is unique: compare
     // the nodes, not only the count.
     const auto& accepted = r.cycles[k].accepted;
-    if (accepted != oracle)
+    if (accepted != o.path)
       return Verdict::fail(
           fmt::format("cycle {}: target accepted {} node(s) {}, the longest matching root path is {} {}", k,
-                      accepted.size(), tokens_text(accepted), oracle.size(), tokens_text(oracle)),
+                      accepted.size(), tokens_text(accepted), o.path.size(), tokens_text(o.path)),
           {{"cycle", double(k)},
            {"accepted", double(accepted.size())},
-           {"oracle_accepted", double(oracle.size())}});
-    // Continue from the target's own context so one wrong cycle is reported
-    // once (decoded only when a cycle follows, as the context alone was).
-    if (k + 1 < c.cycles.size() && k + 1 < r.cycles.size())
-      for (int token : r.cycles[k].emitted) context_state.push(token);
+           {"oracle_accepted", double(o.path.size())}});
+    if (k + 1 < c.cycles.size() && k + 1 < r.cycles.size()) oracle.advance(k, r.cycles[k].emitted);
   }
   return Verdict::pass();
 }
@@ -106,9 +119,8 @@ Verdict maximal_acceptance(T& t, const Values& p) {
 Verdict tree_logits_match_path(T& t, const Values& p) {
   const Case& c = t.input();
   const Result& r = t.target();
-  const TinyLM& model = t.once<model_of>();
   const double atol = p.real("tol.atol"), rtol = p.real("tol.rtol");
-  Autoregressive context_state(model, c.prompt);  // as in maximal_acceptance
+  TargetContextOracle oracle(t);
   for (size_t k = 0; k < c.cycles.size() && k < r.cycles.size(); ++k) {
     const DraftTree& tree = c.cycles[k];
     const CycleTrace& trace = r.cycles[k];
@@ -116,22 +128,14 @@ Verdict tree_logits_match_path(T& t, const Values& p) {
       return Verdict::fail(fmt::format("cycle {}: {} logit rows, expected N + 1 = {}", k, trace.logits.size(),
                                        tree.size() + 1));
     // Row 0 predicts after the context; row 1 + i after context ++ path(i).
-    // Each node's decoder state is its parent's plus its own token, so a
-    // depth-first walk decodes every tree edge once, with the same pushes in
-    // the same order as decoding the path from scratch (the same logits bit
-    // for bit), and goes back up by truncating the cache (no state copies).
-    // The first failing row in row order is reported, as a row-by-row check
-    // would.
-    std::optional<Verdict> first;
-    int first_row = tree.size() + 1;
-    auto check_row = [&](int row, const Logits& expected) {
-      if (row >= first_row) return;
+    // The first failing row in row order is reported.
+    const OracleCycle& o = oracle.cycle(k);
+    for (int row = 0; row <= tree.size(); ++row) {
+      const Logits& expected = row == 0 ? o.context_logits : o.node_logits[static_cast<size_t>(row - 1)];
       const Logits& got = trace.logits[static_cast<size_t>(row)];
-      for (size_t v = 0; v < expected.size(); ++v) {
-        const double err = std::fabs(got.at(v) - expected[v]);
-        if (!within(got.at(v), expected[v], atol, rtol)) {
-          first_row = row;
-          first = Verdict::fail(
+      for (size_t v = 0; v < expected.size(); ++v)
+        if (!within(got.at(v), expected[v], atol, rtol))
+          return Verdict::fail(
               fmt::format("cycle {}: {} logit[{}] = {:.17g}, autoregressive on its path gives {:.17g}", k,
                           row == 0 ? std::string("context row") : fmt::format("node {}", row - 1), v,
                           got.at(v), expected[v]),
@@ -139,40 +143,9 @@ Verdict tree_logits_match_path(T& t, const Values& p) {
                {"node", double(row - 1)},
                {"logit", got.at(v)},
                {"expected", expected[v]},
-               {"abs_error", err}});
-          return;
-        }
-      }
-    };
-    Autoregressive ar = context_state;
-    check_row(0, ar.logits());
-    std::vector<std::vector<int>> children(static_cast<size_t>(tree.size()) + 1);  // [parent + 1]
-    for (int i = 0; i < tree.size(); ++i)
-      children[static_cast<size_t>(tree.parents[static_cast<size_t>(i)] + 1)].push_back(i);
-    // (node, the length and logits of its parent's state), deepest last.
-    struct Visit {
-      int node;
-      int length;
-      std::shared_ptr<const Logits> parent_logits;
-    };
-    std::vector<Visit> stack;
-    const auto root_logits = std::make_shared<const Logits>(ar.logits());
-    for (auto it = children[0].rbegin(); it != children[0].rend(); ++it)
-      stack.push_back({*it, ar.length(), root_logits});
-    while (!stack.empty()) {
-      const Visit visit = std::move(stack.back());
-      stack.pop_back();
-      if (ar.length() != visit.length) ar.truncate(visit.length, *visit.parent_logits);
-      ar.push(tree.tokens[static_cast<size_t>(visit.node)]);
-      check_row(visit.node + 1, ar.logits());
-      const auto& below = children[static_cast<size_t>(visit.node) + 1];
-      if (below.empty()) continue;
-      const auto mine = std::make_shared<const Logits>(ar.logits());
-      for (auto it = below.rbegin(); it != below.rend(); ++it) stack.push_back({*it, ar.length(), mine});
+               {"abs_error", std::fabs(got.at(v) - expected[v])}});
     }
-    if (first) return *first;
-    if (k + 1 < c.cycles.size() && k + 1 < r.cycles.size())
-      for (int token : trace.emitted) context_state.push(token);
+    if (k + 1 < c.cycles.size() && k + 1 < r.cycles.size()) oracle.advance(k, trace.emitted);
   }
   return Verdict::pass();
 }

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "properties/dflash/family.h"
 
@@ -149,53 +150,33 @@ void put_case(const Case& c, TensorMap& out) {
     out.put("ancestor_or_self", Tensor::of({T, T}, std::move(anc), DType::boolean));
 }
 
-// Greedy verification done by the autoregressive oracle, cycle by cycle.
+// Greedy verification done by the autoregressive oracle, cycle by cycle
+// (oracle_of: the trial's, when these tensors belong to one).
 void put_oracle(const Case& c, TensorMap& out) {
   const int64_t C = static_cast<int64_t>(c.cycles.size()), T = total_nodes(c), V = c.model.vocab;
-  const auto shared_model = TinyLM::shared(c.model);
-  const TinyLM& model = *shared_model;
-  std::vector<int> context = c.prompt, lengths, counts;
+  std::optional<Oracle> own;
+  const Oracle& o = out.once_store() ? out.once_store()->get<oracle_of>(c) : own.emplace(oracle_of(c));
+  std::vector<int> counts;
   std::vector<double> ctx_logits, node_logits, pred_logits, accepted;
   double margin = std::numeric_limits<double>::infinity();
-  Autoregressive root(model, context);  // the decoder after `context`, advanced with it
-  for (const DraftTree& tree : c.cycles) {
-    lengths.push_back(static_cast<int>(context.size()));
-    ctx_logits.insert(ctx_logits.end(), root.logits().begin(), root.logits().end());
-    // The state after context ++ path(i); parents come before children.
-    std::vector<Autoregressive> state;
-    state.reserve(size_t(tree.size()));
+  for (size_t k = 0; k < c.cycles.size(); ++k) {
+    const DraftTree& tree = c.cycles[k];
+    const OracleCycle& cycle = o.cycles[k];
+    ctx_logits.insert(ctx_logits.end(), cycle.context_logits.begin(), cycle.context_logits.end());
     for (int i = 0; i < tree.size(); ++i) {
       const int p = tree.parents[size_t(i)];
-      const Autoregressive& above = p < 0 ? root : state[size_t(p)];
-      pred_logits.insert(pred_logits.end(), above.logits().begin(), above.logits().end());
-      state.push_back(above);
-      state.back().push(tree.tokens[size_t(i)]);
-      node_logits.insert(node_logits.end(), state.back().logits().begin(), state.back().logits().end());
+      const Logits& above = p < 0 ? cycle.context_logits : cycle.node_logits[size_t(p)];
+      pred_logits.insert(pred_logits.end(), above.begin(), above.end());
+      node_logits.insert(node_logits.end(), cycle.node_logits[size_t(i)].begin(),
+                         cycle.node_logits[size_t(i)].end());
     }
     std::vector<double> on_path(size_t(tree.size()), 0.0);
-    int current = -1, count = 0;
-    for (;;) {
-      const Argmax a = (current < 0 ? root : state[size_t(current)]).next();
-      margin = std::min(margin, a.margin);
-      int next = -1;
-      for (int i = 0; i < tree.size() && next < 0; ++i)
-        if (tree.parents[size_t(i)] == current && tree.tokens[size_t(i)] == a.index) next = i;
-      if (next < 0) {
-        const size_t old = context.size();
-        for (int n = 0; n < tree.size(); ++n)
-          if (on_path[size_t(n)] != 0) context.push_back(tree.tokens[size_t(n)]);
-        context.push_back(a.index);  // the bonus token
-        for (size_t n = old; n < context.size(); ++n) root.push(context[n]);
-        break;
-      }
-      on_path[size_t(next)] = 1;
-      ++count;
-      current = next;
-    }
+    for (int n : cycle.path) on_path[size_t(n)] = 1;
     accepted.insert(accepted.end(), on_path.begin(), on_path.end());
-    counts.push_back(count);
+    counts.push_back(static_cast<int>(cycle.path.size()));
+    margin = std::min(margin, cycle.margin);
   }
-  out.put("oracle.context_length", Tensor::ints({C}, lengths));
+  out.put("oracle.context_length", Tensor::ints({C}, o.context_lengths));
   out.put("oracle.context_logits", Tensor::of({C, V}, std::move(ctx_logits)));
   out.put("oracle.node_logits", Tensor::of({T, V}, std::move(node_logits)));
   out.put("oracle.prediction_logits", Tensor::of({T, V}, std::move(pred_logits)));
