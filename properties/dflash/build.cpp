@@ -1,5 +1,6 @@
 // The dflash family's one case builder.
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "properties/dflash/family.h"
@@ -33,8 +34,21 @@ Case Traits::build(Draw& draw, const Values& domain) {
     const int max_children =
         std::min<int>(static_cast<int>(draw.any(domain.int_range("tree.max_children"))), c.model.vocab);
     DraftTree tree;
-    std::vector<int> children;           // per node
-    std::vector<Autoregressive> states;  // AR state after context ++ path(i)
+    std::vector<int> children;  // per node
+    // The AR state after context ++ path(i), decoded when node i first
+    // becomes a parent (its parent's state exists by then): leaves, often
+    // half the tree, are never decoded.
+    std::vector<std::optional<Autoregressive>> states;
+    auto state_of = [&](int i) -> const Autoregressive& {
+      if (i < 0) return root_state;
+      std::optional<Autoregressive>& s = states[static_cast<size_t>(i)];
+      if (!s) {
+        const int parent = tree.parents[static_cast<size_t>(i)];
+        s = parent < 0 ? root_state : *states[static_cast<size_t>(parent)];
+        s->push(tree.tokens[static_cast<size_t>(i)]);
+      }
+      return *s;
+    };
     int roots = 0;
     for (int i = 0; i < nodes; ++i) {
       // Candidate parents with room left; -1 (a new root) while roots remain.
@@ -48,7 +62,7 @@ Case Traits::build(Draw& draw, const Values& domain) {
         parent = i - 1;
       else
         parent = open[static_cast<size_t>(draw.index(open.size()))];
-      const Autoregressive& at = parent < 0 ? root_state : states[static_cast<size_t>(parent)];
+      const Autoregressive& at = state_of(parent);
       std::set<int> taken;
       for (int j = 0; j < i; ++j)
         if (tree.parents[static_cast<size_t>(j)] == parent) taken.insert(tree.tokens[static_cast<size_t>(j)]);
@@ -66,9 +80,7 @@ Case Traits::build(Draw& draw, const Values& domain) {
         ++roots;
       else
         ++children[static_cast<size_t>(parent)];
-      Autoregressive next = at;
-      next.push(token);
-      states.push_back(std::move(next));
+      states.emplace_back();
     }
     advance_context(root_state, tree, context);
     c.cycles.push_back(std::move(tree));
