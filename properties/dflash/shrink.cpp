@@ -27,34 +27,6 @@ DraftTree remove_nodes(const DraftTree& tree, const std::vector<bool>& drop, boo
   return out;
 }
 
-// Per cycle: the context a correct verifier sees, and which nodes' tokens
-// equal the greedy continuation of their own path.
-struct CycleView {
-  std::vector<int> context;
-  std::vector<bool> matches;
-};
-
-std::vector<CycleView> views(const TinyLM& model, const Case& c) {
-  std::vector<CycleView> out;
-  std::vector<int> context = c.prompt;
-  Autoregressive root(model, context);  // the decoder after `context`, advanced with it
-  for (const DraftTree& tree : c.cycles) {
-    CycleView v{context, std::vector<bool>(tree.tokens.size())};
-    std::vector<Autoregressive> states;
-    for (int i = 0; i < tree.size(); ++i) {
-      const int p = tree.parents[static_cast<size_t>(i)];
-      Autoregressive at = p < 0 ? root : states[static_cast<size_t>(p)];
-      v.matches[static_cast<size_t>(i)] = at.next().index == tree.tokens[static_cast<size_t>(i)];
-      at.push(tree.tokens[static_cast<size_t>(i)]);
-      states.push_back(std::move(at));
-    }
-    advance_context(root, tree, context);
-    out.push_back(std::move(v));
-    if (out.size() > 64) break;
-  }
-  return out;
-}
-
 // Re-chooses tokens so each node matches (or misses) the greedy
 // continuation of its new path exactly as it did before a structural shrink:
 // the acceptance pattern, which is what makes the case fail, survives.
@@ -88,9 +60,22 @@ DraftTree redraft(const TinyLM& model, const Autoregressive& root, DraftTree tre
 }  // namespace
 
 std::vector<std::vector<bool>> acceptance_pattern(const Case& c) {
-  const auto shared_model = TinyLM::shared(c.model);
+  // Node i matches when its token is the argmax of the logits that predict
+  // it: its parent's row of the oracle, or the context's for a root.
+  const Oracle oracle = oracle_of(c);
   std::vector<std::vector<bool>> out;
-  for (CycleView& v : views(*shared_model, c)) out.push_back(std::move(v.matches));
+  for (size_t k = 0; k < c.cycles.size(); ++k) {
+    const DraftTree& tree = c.cycles[k];
+    const OracleCycle& o = oracle.cycles[k];
+    std::vector<bool> matches(tree.tokens.size());
+    for (int i = 0; i < tree.size(); ++i) {
+      const int p = tree.parents[static_cast<size_t>(i)];
+      const Logits& predicting = p < 0 ? o.context_logits : o.node_logits[static_cast<size_t>(p)];
+      matches[static_cast<size_t>(i)] = argmax(predicting).index == tree.tokens[static_cast<size_t>(i)];
+    }
+    out.push_back(std::move(matches));
+    if (out.size() > 64) break;
+  }
   return out;
 }
 
