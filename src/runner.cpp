@@ -266,9 +266,10 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
   };
   // The results a job sent for the live invariants, as this loop would have
   // computed them; false when they cannot stand for them (a dead invariant
-  // the job still checked declined or crashed first): the loop checks the case.
-  auto from_job = [](const std::string& payload, const std::vector<size_t>& live,
-                     std::vector<CheckResult>& out, CaseStats& stats, double& generation_s) {
+  // the job still checked declined, crashed or, under --mutants, failed
+  // first): the loop checks the case.
+  auto from_job = [&options](const std::string& payload, const std::vector<size_t>& live,
+                             std::vector<CheckResult>& out, CaseStats& stats, double& generation_s) {
     CaseOutcome job;
     if (!decode_case_outcome(payload, job) || job.uses.size() < job.results.size())
       return false;  // garbled: checked here instead
@@ -276,7 +277,8 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
     generation_s = job.generation_seconds;
     for (size_t m = 0; m < job.results.size(); ++m) {
       CheckResult& r = job.results[m];
-      const bool stop = r.kind != CheckResult::Kind::verdict;
+      const bool stop = r.kind != CheckResult::Kind::verdict ||
+                        (options.stop_on_first_failure && r.verdict.outcome == Outcome::fail);
       const bool is_live = std::find(live.begin(), live.end(), job.uses[m]) != live.end();
       if (is_live) out.push_back(std::move(r));
       if (stop) return is_live;
@@ -407,6 +409,9 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
           if (options.stop_on_first_failure) std::fill(alive.begin(), alive.end(), false);
           break;
       }
+      // --mutants: one finding, the first invariant that failed, is the kill;
+      // the others failing on the same case are not shrunk too.
+      if (report.status == RunStatus::failed && options.stop_on_first_failure) break;
     }
     report.checked += checked;
     if (search.enabled()) search.offer(case_random, size, the_case(), live, results);

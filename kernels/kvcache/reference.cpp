@@ -166,19 +166,34 @@ StepWork BatchSchedule::take(int step) {
 
 int blocks_needed(const Case& c) {
   if (c.page_size < 1) return 0;
+  // A sequence holds ceil(len / page_size) blocks from its first work item's
+  // step through its last, len being the end of its latest item so far. So
+  // each item adds its blocks at its step and gives them back at the next
+  // item's step (the last item's: the step after it); the peak is the
+  // largest running sum over steps. O(items log items): a per-step scan of
+  // every plan was quadratic in a long chunk-1 prefill, and this runs in
+  // every validate().
   int peak = 0;
+  std::vector<std::pair<int64_t, int64_t>> events;  // (step, change in blocks held)
   for (int chunk : {0, c.chunk}) {
+    events.clear();
     const BatchSchedule batch(c.seqs, chunk);
-    for (int step = 0; step <= batch.last_step(); ++step) {
-      int held = 0;
-      for (const auto& plan : batch.plans()) {
-        if (step < plan.front().step || step > plan.back().step) continue;
-        int len = 0;
-        for (const Work& w : plan)
-          if (w.step <= step) len = w.end;
-        held += (len + c.page_size - 1) / c.page_size;
+    for (const auto& plan : batch.plans())
+      for (size_t i = 0; i < plan.size(); ++i) {
+        const int64_t blocks = (int64_t(plan[i].end) + c.page_size - 1) / c.page_size;
+        const int64_t until = i + 1 < plan.size() ? plan[i + 1].step : int64_t(plan[i].step) + 1;
+        events.emplace_back(plan[i].step, blocks);
+        events.emplace_back(until, -blocks);
       }
-      peak = std::max(peak, held);
+    // What is held at a step is the sum after all of that step's changes
+    // (an item that a later one at the same step replaces adds and gives
+    // back its blocks there): the peak is read between steps only.
+    std::sort(events.begin(), events.end());
+    int64_t held = 0;
+    for (size_t i = 0; i < events.size(); ++i) {
+      held += events[i].second;
+      if (i + 1 == events.size() || events[i + 1].first != events[i].first)
+        peak = static_cast<int>(std::max<int64_t>(peak, held));
     }
   }
   return peak;

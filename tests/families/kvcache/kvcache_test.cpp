@@ -112,6 +112,42 @@ TEST(KvcacheKernels, ValidateRejectsSmallOrBrokenPools) {
   EXPECT_THROW(paged(c), std::invalid_argument);
 }
 
+// blocks_needed sweeps its schedule's work items; this counts what every
+// sequence holds at every step, the definition, on generated cases.
+int blocks_held_at_peak(const Case& c) {
+  int peak = 0;
+  for (int chunk : {0, c.chunk}) {
+    const BatchSchedule batch(c.seqs, chunk);
+    for (int step = 0; step <= batch.last_step(); ++step) {
+      int held = 0;
+      for (const auto& plan : batch.plans()) {
+        if (step < plan.front().step || step > plan.back().step) continue;
+        int len = 0;
+        for (const Work& w : plan)
+          if (w.step <= step) len = w.end;
+        held += (len + c.page_size - 1) / c.page_size;
+      }
+      peak = std::max(peak, held);
+    }
+  }
+  return peak;
+}
+
+TEST(KvcacheKernels, BlocksNeededIsThePeakHeldAtAnyStep) {
+  const Spec spec = load_spec(kSpec);
+  const auto gen = spec.family->generator(spec.domain);
+  for (uint64_t i = 0; i < 200; ++i) {
+    const AnyCase any = gen(rc::Random(i + 7), static_cast<int>(i % 100)).value();
+    Case c = *static_cast<const Case*>(any.get());
+    // Chunks of one and two tokens too: long runs of items per sequence.
+    for (int chunk : {c.chunk, 1, 2}) {
+      c.chunk = chunk;
+      ASSERT_EQ(blocks_needed(c), blocks_held_at_peak(c)) << "case " << i << ", chunk " << chunk;
+    }
+  }
+  EXPECT_EQ(blocks_needed(batch_case()), blocks_held_at_peak(batch_case()));
+}
+
 TEST(KvcacheCodec, BadCaseNamesLineAndColumn) {
   const YAML::Node n = YAML::Load(
       "heads: {kv: 1, group: 1}\nhead_dim: 1\nseqs:\n  - {prompt: 3, decode: 0, arrive: 0, seed: 1}\n"
