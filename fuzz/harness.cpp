@@ -38,6 +38,10 @@ std::string flag(int argc, char** argv, const char* name, const char* env, const
 
 }  // namespace
 
+// Defined per binary, in the one-line source fuzz/CMakeLists.txt generates for
+// fuzz_<spec> (the harness itself is compiled once for all of them).
+extern const char* const kprop_fuzz_default_spec;
+
 // The spec: -kprop_spec=, $KPROP_SPEC, then <this binary>.yaml (how
 // ClusterFuzzLite/OSS-Fuzz ships it beside the fuzzer in $OUT), then the
 // source tree's spec this harness was built for.
@@ -47,7 +51,7 @@ std::string default_spec(const char* argv0) {
     std::fclose(f);
     return beside;
   }
-  return KPROP_FUZZ_DEFAULT_SPEC;
+  return kprop_fuzz_default_spec;
 }
 
 // libFuzzer grows inputs slowly by default (-len_control), preferring short

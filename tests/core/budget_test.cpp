@@ -90,7 +90,10 @@ void expect_valid_cases(const Family& f, const Values& d, const std::string& wha
   for (int i = 0; i < cases; ++i) {
     const AnyCase c = f.generator(d)(rc::Random(uint64_t(7 + i)), 100).value();
     EXPECT_EQ(f.in_domain(c, d), "") << f.name() << " " << what;
-    EXPECT_NO_THROW(f.from_yaml(YAML::Load(YAML::Dump(f.to_yaml(c))))) << f.name() << " " << what;
+    // The codec validates what it decodes. Node to node: the text round trip
+    // of cases is the FamilyContract tests' (here it was 80% of the time,
+    // all in yaml-cpp's emitter and scanner).
+    EXPECT_NO_THROW(f.from_yaml(f.to_yaml(c))) << f.name() << " " << what;
     if (!run_reference || f.case_bytes(c) > 8.0 * 1024 * 1024) continue;
     const size_t ref = size_t(f.find_implementation("reference"));
     try {
