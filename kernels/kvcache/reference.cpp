@@ -138,6 +138,7 @@ Tensors dequantized(const Case& c, Tensors t, const ChannelRanges& scales) {
 }
 
 std::vector<Work> schedule(const Sequence& s, int chunk) {
+  // One item per step, on consecutive steps (blocks_needed relies on it).
   std::vector<Work> w;
   const int step = chunk <= 0 ? s.prompt : chunk;
   int at = s.arrive;
@@ -166,34 +167,23 @@ StepWork BatchSchedule::take(int step) {
 
 int blocks_needed(const Case& c) {
   if (c.page_size < 1) return 0;
-  // A sequence holds ceil(len / page_size) blocks from its first work item's
-  // step through its last, len being the end of its latest item so far. So
-  // each item adds its blocks at its step and gives them back at the next
-  // item's step (the last item's: the step after it); the peak is the
-  // largest running sum over steps. O(items log items): a per-step scan of
-  // every plan was quadratic in a long chunk-1 prefill, and this runs in
-  // every validate().
+  // schedule() gives a sequence one work item per step, from its first step
+  // to its last, so at a step inside that range it holds the blocks up to
+  // the end of that step's item: plan[step - first step]. (Looking that
+  // item up, rather than scanning the plan for the latest item so far, was
+  // the difference between linear and quadratic in a long chunk-1 prefill;
+  // this runs in every validate().)
   int peak = 0;
-  std::vector<std::pair<int64_t, int64_t>> events;  // (step, change in blocks held)
   for (int chunk : {0, c.chunk}) {
-    events.clear();
     const BatchSchedule batch(c.seqs, chunk);
-    for (const auto& plan : batch.plans())
-      for (size_t i = 0; i < plan.size(); ++i) {
-        const int64_t blocks = (int64_t(plan[i].end) + c.page_size - 1) / c.page_size;
-        const int64_t until = i + 1 < plan.size() ? plan[i + 1].step : int64_t(plan[i].step) + 1;
-        events.emplace_back(plan[i].step, blocks);
-        events.emplace_back(until, -blocks);
+    for (int step = 0; step <= batch.last_step(); ++step) {
+      int64_t held = 0;
+      for (const auto& plan : batch.plans()) {
+        const int64_t i = int64_t(step) - plan.front().step;
+        if (i >= 0 && i < int64_t(plan.size()))
+          held += (int64_t(plan[size_t(i)].end) + c.page_size - 1) / c.page_size;
       }
-    // What is held at a step is the sum after all of that step's changes
-    // (an item that a later one at the same step replaces adds and gives
-    // back its blocks there): the peak is read between steps only.
-    std::sort(events.begin(), events.end());
-    int64_t held = 0;
-    for (size_t i = 0; i < events.size(); ++i) {
-      held += events[i].second;
-      if (i + 1 == events.size() || events[i + 1].first != events[i].first)
-        peak = static_cast<int>(std::max<int64_t>(peak, held));
+      peak = static_cast<int>(std::max<int64_t>(peak, held));
     }
   }
   return peak;
