@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,7 @@ struct Result {
 
 // ---- tree helpers
 std::vector<int> depths(const DraftTree& tree);
+int depth(const DraftTree& tree, int node);  // depths(tree)[node], without the vector
 bool is_ancestor_or_self(const DraftTree& tree, int ancestor, int node);
 std::vector<int> path_to(const DraftTree& tree, int node);  // root first, node last
 // Why the case breaks the contract, or "" if it is valid.
@@ -60,8 +62,10 @@ std::string validate(const Case& c);
 
 // ---- the verification pipeline, one stage per known bug
 struct Pipeline {
-  // Does tree node i attend to tree node j? (The context is always visible.)
-  std::function<bool(const DraftTree&, int i, int j)> sees;
+  // The tree nodes node i attends to: sets row[j] for each (row has one
+  // zeroed entry per node; the context is always visible). A row, not a
+  // pair at a time: the ancestors of i are one walk up.
+  std::function<void(const DraftTree&, int i, std::span<uint8_t> row)> sees;
   // Position id of node i given context length P.
   std::function<int(const DraftTree&, int i, int P)> position_id;
   // Row of CycleTrace::logits whose argmax is the prediction node i is checked against.

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <vector>
 
@@ -59,6 +60,12 @@ class TinyLM {
 
  private:
   double weight(int tensor, int layer, int row, int col, double scale) const;
+  // forward_block, with the logits of every block token in *rows, or (rows
+  // null, commit set) only the last one's, in cache.last_logits.
+  void run_block(Cache& cache, std::span<const int> tokens, std::span<const int> positions,
+                 const std::function<bool(int, int)>& visible, bool commit, std::vector<Logits>* rows) const;
+  // Adds the position embedding of `position` to x[0..d).
+  void add_position(int position, double* x) const;
   ModelConfig config_;
   int head_dim_;
   // Materialised weights, row-major.
@@ -69,6 +76,16 @@ class TinyLM {
     std::vector<double> w2;              // [d][2d]
   };
   std::vector<Layer> layers_;
+  // Position embedding rows [position][d] of positions 0 .. kCachedPositions-1,
+  // computed on first use: a reference step re-runs its whole context, and
+  // each element is a normal draw (a log and a cos).
+  // Shared by copies of the model (its rows are a function of the config).
+  static constexpr int kCachedPositions = 1 << 14;
+  struct PositionRows {
+    std::mutex mutex;
+    std::vector<double> rows;
+  };
+  std::shared_ptr<PositionRows> positions_ = std::make_shared<PositionRows>();
 };
 
 // Index of the largest logit (lowest index on exact ties) and the gap to the

@@ -1,5 +1,6 @@
 // Mutants: each reproduces one real draft-tree verification bug by replacing
 // exactly one stage of the correct pipeline.
+#include <algorithm>
 #include <stdexcept>
 
 #include "kernels/dflash/dflash.h"
@@ -31,12 +32,18 @@ void index_positions(Pipeline& p) {
 
 // Node sees its parent and itself, not the rest of its ancestors.
 void parent_only_mask(Pipeline& p) {
-  p.sees = [](const DraftTree& t, int i, int j) { return j == i || j == t.parents[static_cast<size_t>(i)]; };
+  p.sees = [](const DraftTree& t, int i, std::span<uint8_t> row) {
+    row[static_cast<size_t>(i)] = 1;
+    if (const int parent = t.parents[static_cast<size_t>(i)]; parent >= 0)
+      row[static_cast<size_t>(parent)] = 1;
+  };
 }
 
 // Plain causal attention over the flattened tree: siblings and cousins leak in.
 void sibling_leak_mask(Pipeline& p) {
-  p.sees = [](const DraftTree&, int i, int j) { return j <= i; };
+  p.sees = [](const DraftTree&, int i, std::span<uint8_t> row) {
+    std::fill(row.begin(), row.begin() + i + 1, uint8_t{1});
+  };
 }
 
 // Every node matching its own prediction counts, even under a rejected

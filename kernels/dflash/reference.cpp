@@ -1,15 +1,17 @@
 // The reference implementation and the KV-cached one. Both run the same
 // correct pipeline; they differ in how the tree logits are computed.
+#include <algorithm>
+
 #include "kernels/dflash/dflash.h"
 
 namespace kprop::dflash {
 
 Pipeline correct_pipeline() {
   Pipeline p;
-  p.sees = [](const DraftTree& tree, int i, int j) { return is_ancestor_or_self(tree, j, i); };
-  p.position_id = [](const DraftTree& tree, int i, int P) {
-    return P + depths(tree)[static_cast<size_t>(i)] - 1;
+  p.sees = [](const DraftTree& tree, int i, std::span<uint8_t> row) {
+    for (int n = i; n >= 0; n = tree.parents[static_cast<size_t>(n)]) row[static_cast<size_t>(n)] = 1;
   };
+  p.position_id = [](const DraftTree& tree, int i, int P) { return P + depth(tree, i) - 1; };
   // A root is predicted by the context's last row, a child of p by p's row.
   p.prediction_row = [](const DraftTree& tree, int i) { return tree.parents[static_cast<size_t>(i)] + 1; };
   p.accept = [](const DraftTree& tree, const std::vector<int>& predicted) {
@@ -35,9 +37,12 @@ void build_tree_inputs(const Pipeline& pipeline, const DraftTree& tree, int cont
   trace.position_ids.clear();
   for (int i = 0; i < N; ++i) trace.position_ids.push_back(pipeline.position_id(tree, i, P));
   trace.mask.assign(static_cast<size_t>(N) * (P + N), 0);
-  for (int i = 0; i < N; ++i)
-    for (int j = 0; j < P + N; ++j)
-      trace.mask[static_cast<size_t>(i) * (P + N) + j] = j < P || pipeline.sees(tree, i, j - P);
+  for (int i = 0; i < N; ++i) {
+    const auto row =
+        std::span(trace.mask).subspan(static_cast<size_t>(i) * (P + N), static_cast<size_t>(P + N));
+    std::fill(row.begin(), row.begin() + P, uint8_t{1});
+    pipeline.sees(tree, i, row.subspan(static_cast<size_t>(P)));
+  }
 }
 
 std::vector<Logits> tree_forward(const TinyLM& model, const std::vector<int>& context, const DraftTree& tree,

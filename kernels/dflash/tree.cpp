@@ -13,8 +13,16 @@ std::vector<int> depths(const DraftTree& tree) {
   return d;
 }
 
+int depth(const DraftTree& tree, int node) {
+  int d = 0;
+  for (int n = node; n >= 0; n = tree.parents[static_cast<size_t>(n)]) ++d;
+  return d;
+}
+
 bool is_ancestor_or_self(const DraftTree& tree, int ancestor, int node) {
-  for (int n = node; n >= 0; n = tree.parents[static_cast<size_t>(n)])
+  // A parent is an earlier node (the contract; validate() checks it), so the
+  // walk up from `node` meets `ancestor` or drops below it and can stop there.
+  for (int n = node; n >= 0 && n >= ancestor; n = tree.parents[static_cast<size_t>(n)])
     if (n == ancestor) return true;
   return false;
 }

@@ -274,7 +274,8 @@ Result recompute(const Case& c, bool int8_cache) {
         std::fill(o.begin(), o.end(), T(0));
         for (size_t j = 0; j <= t; ++j) {
           const double* v = &x.v[(j * Hkv + kvh) * D];
-          for (size_t d = 0; d < D; ++d) o[d] += p[j] / l * static_cast<T>(v[d]);
+          const T w = p[j] / l;  // once per key: the compiler cannot hoist it past the stores to o
+          for (size_t d = 0; d < D; ++d) o[d] += w * static_cast<T>(v[d]);
         }
         double* dst = &out[(t * Hq + h) * D];
         for (size_t d = 0; d < D; ++d)
