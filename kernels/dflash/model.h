@@ -77,9 +77,9 @@ class TinyLM {
   };
   std::vector<Layer> layers_;
   // Position embedding rows [position][d] of positions 0 .. kCachedPositions-1,
-  // computed on first use: a reference step re-runs its whole context, and
-  // each element is a normal draw (a log and a cos).
-  // Shared by copies of the model (its rows are a function of the config).
+  // computed on first use (a reference step re-runs its whole context, and
+  // each element is a normal draw: a log and a cos) and shared by copies of
+  // the model, since they are a function of its config.
   static constexpr int kCachedPositions = 1 << 14;
   struct PositionRows {
     std::mutex mutex;
