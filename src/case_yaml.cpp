@@ -63,11 +63,10 @@ std::vector<double> read_real_list(const YAML::Node& n, const std::string& what)
   return out;
 }
 
-int significant_digits(double v, bool f32) {
+int significant_digits(double v, FloatType t) {
   if (v == 0 || !std::isfinite(v)) return 0;
-  const std::string s = f32 ? fmt::format("{}", static_cast<float>(v)) : fmt::format("{}", v);
   std::string digits;
-  for (char ch : s) {
+  for (char ch : value_text(t, v)) {
     if (ch == 'e' || ch == 'E') break;
     if (ch >= '0' && ch <= '9') digits += ch;
   }

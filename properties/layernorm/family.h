@@ -41,8 +41,4 @@ double rstd_floor(const Case& c, const Result& ref, size_t row, double ulps);
 // Kernels built elsewhere (external.cpp): op "layernorm" of include/kprop/abi/layernorm.h.
 void register_external(FamilyDef<Traits>& family);
 
-// Significant decimal digits of v as the case prints it (shortest repr in
-// the dtype): the shrinker's measure of how simple a value is.
-int significant_digits(double v, DType dtype);
-
 }  // namespace kprop::layernorm

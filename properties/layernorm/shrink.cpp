@@ -11,6 +11,8 @@
 
 namespace kprop::layernorm {
 
+using case_yaml::significant_digits;  // of the text the case prints each value as
+
 namespace {
 
 // v rounded to k significant decimal digits, then to the dtype.
@@ -114,19 +116,6 @@ int digit_sum(const std::vector<double>& v, size_t lo, size_t hi, DType dtype) {
 }
 
 }  // namespace
-
-int significant_digits(double v, DType dtype) {
-  if (!is_half(dtype)) return case_yaml::significant_digits(v, dtype == DType::f32);
-  if (v == 0 || !std::isfinite(v)) return 0;
-  std::string digits;  // of the shortest text, as case_yaml counts them
-  for (char ch : value_text(dtype, v)) {
-    if (ch == 'e' || ch == 'E') break;
-    if (ch >= '0' && ch <= '9') digits += ch;
-  }
-  const size_t first = digits.find_first_not_of('0');
-  if (first == std::string::npos) return 0;
-  return static_cast<int>(digits.find_last_not_of('0') - first + 1);
-}
 
 // One shrink step, boldest first: fewer rows, smaller D, canonical γ, β and
 // dy everywhere, ε a power of ten, constant rows, then each value with fewer

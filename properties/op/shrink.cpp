@@ -16,18 +16,10 @@ namespace kprop::op {
 // ---------------------------------------------------------------- shrinking
 namespace {
 
-// The significant digits of number_text(v) (0 for 0 and non-finite values).
+// The significant digits of number_text(v) (0 for 0 and non-finite values;
+// an integer dtype's values are whole numbers, counted as f64's are).
 int significant_digits(double v, DType dtype) {
-  if (v == 0 || !std::isfinite(v)) return 0;
-  if (!is_half(dtype)) return case_yaml::significant_digits(v, dtype == DType::f32);
-  std::string digits;
-  for (const char ch : number_text(v, dtype)) {
-    if (ch == 'e' || ch == 'E') break;
-    if (ch >= '0' && ch <= '9') digits += ch;
-  }
-  const size_t first = digits.find_first_not_of('0');
-  if (first == std::string::npos) return 0;
-  return static_cast<int>(digits.find_last_not_of('0') - first + 1);
+  return case_yaml::significant_digits(v, float_type(dtype).value_or(FloatType::f64));
 }
 
 double round_digits(double v, int k, DType dtype) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kprop/errors.h"
+#include "kprop/float_type.h"
 
 namespace kprop::case_yaml {
 
@@ -62,9 +63,10 @@ std::vector<double> read_reals(const YAML::Node& map, const char* key);
 // The same for a list node itself; `what` names it in errors.
 std::vector<double> read_real_list(const YAML::Node& list, const std::string& what);
 
-// Significant decimal digits of v's shortest round-trip text in f32 (when
-// `f32`) or f64: 0 for 0 and non-finite values. Shrinkers that simplify
-// numbers step toward fewer digits (layernorm, op).
-int significant_digits(double v, bool f32);
+// Significant decimal digits of v's shortest text that reads back in the
+// float type (value_text: f64, f32, f16, bf16): 0 for 0 and non-finite
+// values. Shrinkers that simplify numbers step toward fewer digits
+// (layernorm, op).
+int significant_digits(double v, FloatType t);
 
 }  // namespace kprop::case_yaml

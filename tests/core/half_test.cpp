@@ -15,6 +15,7 @@
 #include <limits>
 #include <vector>
 
+#include "kprop/case_yaml.h"
 #include "kprop/external.h"
 
 namespace kprop::half {
@@ -237,6 +238,21 @@ TEST(HalfText, KnownShortestTexts) {
   EXPECT_EQ(bf16_text(bf16_from_double(bf16_max)), "3.39e+38");
   EXPECT_EQ(bf16_text(0x7FC0), ".nan");
   EXPECT_EQ(bf16_text(0xFF80), "-.inf");
+}
+
+// The shrinkers' measure of a value's simplicity: the digits of the text the
+// case prints it as, in its float type.
+TEST(SignificantDigits, OfTheShortestTextInTheType) {
+  EXPECT_EQ(case_yaml::significant_digits(0, FloatType::f64), 0);
+  EXPECT_EQ(case_yaml::significant_digits(std::nan(""), FloatType::f32), 0);
+  EXPECT_EQ(case_yaml::significant_digits(10000, FloatType::f64), 1);
+  EXPECT_EQ(case_yaml::significant_digits(-1.25e-7, FloatType::f64), 3);
+  EXPECT_EQ(case_yaml::significant_digits(0.1, FloatType::f32), 1);
+  EXPECT_EQ(case_yaml::significant_digits(0.1, FloatType::f64), 1);
+  EXPECT_EQ(case_yaml::significant_digits(1.0 / 3, FloatType::f64), 16);
+  EXPECT_EQ(case_yaml::significant_digits(1.0 / 3, FloatType::f16), 4);   // "0.3333"
+  EXPECT_EQ(case_yaml::significant_digits(1.0 / 3, FloatType::bf16), 3);  // "0.334"
+  EXPECT_EQ(case_yaml::significant_digits(65504, FloatType::f16), 3);     // "65500"
 }
 
 TEST(HalfTruncate, Bf16TruncationRoundsTowardZero) {

@@ -149,13 +149,6 @@ TEST(LayerNormShrinker, EveryCandidateIsValidAndSimpler) {
   EXPECT_GT(n, 20);
 }
 
-TEST(LayerNormShrinker, SignificantDigits) {
-  EXPECT_EQ(significant_digits(0, DType::f64), 0);
-  EXPECT_EQ(significant_digits(10000, DType::f64), 1);
-  EXPECT_EQ(significant_digits(-1.25e-7, DType::f64), 3);
-  EXPECT_EQ(significant_digits(0.1, DType::f32), 1);
-}
-
 // ---------------------------------------------------------------- f16 / bf16
 bool in_dtype(const std::vector<double>& v, DType t) {
   for (double e : v)
