@@ -55,6 +55,12 @@ Tensor Tensor::of(std::vector<int64_t> shape, std::vector<double> data, DType dt
   return {std::move(shape), std::move(data), dtype};
 }
 
+void add_per_implementation(TensorInfos& t, const std::vector<Whose>& whose, const TensorInfos& outputs) {
+  for (const Whose& w : whose)
+    for (const TensorInfo& o : outputs)
+      t.push_back({w.who + "." + o.name, o.shape, o.dtype, w.prefix + o.meaning});
+}
+
 std::string shape_text(const std::vector<std::string>& shape) {
   return "[" + join(shape) + "]";
 }

@@ -39,40 +39,35 @@ TensorInfos infos() {
       {"prompt_lengths", {"B"}, DType::integer, "tokens of each prompt"},
       {"vocab_ids", {"V"}, DType::integer, "0, 1, ..., V-1"},
   };
-  for (const std::string w : {"target", "reference"}) {
-    const TensorInfos mine = {
-        {w + ".tokens",
-         {"B", "K", "L"},
-         DType::integer,
-         "generated tokens of result hypothesis (b, i), -1 padded"},
-        {w + ".valid", {"B", "K"}, DType::boolean, "result slot (b, i) holds a hypothesis"},
-        {w + ".lengths", {"B", "K"}, DType::integer, "generated length incl. EOS (0: empty slot)"},
-        {w + ".finished", {"B", "K"}, DType::boolean, "the hypothesis is reported finished"},
-        {w + ".logprobs", {"B", "K"}, DType::real, "reported log-prob (-inf: empty slot)"},
-        {w + ".scores", {"B", "K"}, DType::real, "reported score (-inf: empty slot)"},
-        {w + ".model_logprobs",
-         {"B", "K"},
-         DType::real,
-         "the model's log-prob of the reported tokens, recomputed by the checker (rescore; -inf: empty "
-         "slot, nan: tokens outside the vocabulary)"},
-        {w + ".model_scores", {"B", "K"}, DType::real, "the model's score of the reported tokens (rescore)"},
-        {w + ".steps", {"B"}, DType::integer, "search steps run (pools in the trace)"},
-        {w + ".pool_tokens",
-         {"B", "L", "K", "L"},
-         DType::integer,
-         "tokens of pool member i after step t + 1, -1 padded (the final pool repeated after the stop)"},
-        {w + ".pool_valid", {"B", "L", "K"}, DType::boolean, "pool slot holds a beam"},
-        {w + ".pool_scores", {"B", "L", "K"}, DType::real, "reported score of the pool member (-inf: empty)"},
-        {w + ".pool_lengths", {"B", "L", "K"}, DType::integer, "generated length of the pool member"},
-        {w + ".pool_finished", {"B", "L", "K"}, DType::boolean, "the pool member is finished"},
-        {w + ".prune_margin",
-         {"B"},
-         DType::real,
-         "smallest score gap between the last kept and first dropped candidate over the steps (+inf: "
-         "nothing pruned)"},
-    };
-    t.insert(t.end(), mine.begin(), mine.end());
-  }
+  const TensorInfos outputs = {
+      {"tokens", {"B", "K", "L"}, DType::integer, "generated tokens of result hypothesis (b, i), -1 padded"},
+      {"valid", {"B", "K"}, DType::boolean, "result slot (b, i) holds a hypothesis"},
+      {"lengths", {"B", "K"}, DType::integer, "generated length incl. EOS (0: empty slot)"},
+      {"finished", {"B", "K"}, DType::boolean, "the hypothesis is reported finished"},
+      {"logprobs", {"B", "K"}, DType::real, "reported log-prob (-inf: empty slot)"},
+      {"scores", {"B", "K"}, DType::real, "reported score (-inf: empty slot)"},
+      {"model_logprobs",
+       {"B", "K"},
+       DType::real,
+       "the model's log-prob of the reported tokens, recomputed by the checker (rescore; -inf: empty "
+       "slot, nan: tokens outside the vocabulary)"},
+      {"model_scores", {"B", "K"}, DType::real, "the model's score of the reported tokens (rescore)"},
+      {"steps", {"B"}, DType::integer, "search steps run (pools in the trace)"},
+      {"pool_tokens",
+       {"B", "L", "K", "L"},
+       DType::integer,
+       "tokens of pool member i after step t + 1, -1 padded (the final pool repeated after the stop)"},
+      {"pool_valid", {"B", "L", "K"}, DType::boolean, "pool slot holds a beam"},
+      {"pool_scores", {"B", "L", "K"}, DType::real, "reported score of the pool member (-inf: empty)"},
+      {"pool_lengths", {"B", "L", "K"}, DType::integer, "generated length of the pool member"},
+      {"pool_finished", {"B", "L", "K"}, DType::boolean, "the pool member is finished"},
+      {"prune_margin",
+       {"B"},
+       DType::real,
+       "smallest score gap between the last kept and first dropped candidate over the steps (+inf: "
+       "nothing pruned)"},
+  };
+  expr::add_per_implementation(t, {{"target", ""}, {"reference", ""}}, outputs);
   return t;
 }
 

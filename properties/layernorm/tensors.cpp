@@ -41,31 +41,21 @@ TensorInfos infos() {
        XT::real,
        "biased variance σ² = mean((x - μ)²) of each row in fp64 (two passes, from the case)"},
   };
-  struct Out {
-    const char* name;
-    std::vector<std::string> shape;
-    const char* meaning;
+  const TensorInfos outputs = {
+      {"y", {"R", "D"}, XT::real, "output y = γ x̂ + β"},
+      {"xhat", {"R", "D"}, XT::real, "normalised input x̂ = (x - μ) rstd, as cached for the backward"},
+      {"mean", {"R"}, XT::real, "row mean μ"},
+      {"rstd", {"R"}, XT::real, "1 / sqrt(σ² + ε)"},
+      {"dx", {"R", "D"}, XT::real, "dx = rstd (g - mean(g) - x̂ mean(g x̂)), g = γ dy"},
+      {"dgamma", {"D"}, XT::real, "dγ = Σ_rows dy x̂"},
+      {"dbeta", {"D"}, XT::real, "dβ = Σ_rows dy"},
   };
-  const Out outs[] = {
-      {"y", {"R", "D"}, "output y = γ x̂ + β"},
-      {"xhat", {"R", "D"}, "normalised input x̂ = (x - μ) rstd, as cached for the backward"},
-      {"mean", {"R"}, "row mean μ"},
-      {"rstd", {"R"}, "1 / sqrt(σ² + ε)"},
-      {"dx", {"R", "D"}, "dx = rstd (g - mean(g) - x̂ mean(g x̂)), g = γ dy"},
-      {"dgamma", {"D"}, "dγ = Σ_rows dy x̂"},
-      {"dbeta", {"D"}, "dβ = Σ_rows dy"},
-  };
-  for (const char* who : {"target", "reference", "naive"})
-    for (const Out& o : outs) {
-      const std::string w = who;
-      const std::string m = w == "target"      ? std::string("the target's ") + o.meaning
-                            : w == "reference" ? std::string("the reference's ") + o.meaning
-                                               : std::string(
-                                                     "the naive two-pass computation in the case's "
-                                                     "dtype (the policy's baseline): ") +
-                                                     o.meaning;
-      t.push_back({w + "." + o.name, o.shape, XT::real, m});
-    }
+  expr::add_per_implementation(
+      t,
+      {{"target", "the target's "},
+       {"reference", "the reference's "},
+       {"naive", "the naive two-pass computation in the case's dtype (the policy's baseline): "}},
+      outputs);
   const TensorInfos floors = {
       {"floor.y",
        {"R", "1"},

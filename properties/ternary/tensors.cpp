@@ -26,26 +26,17 @@ TensorInfos infos() {
       {"w", {"N", "K"}, XT::real, "latent weights"},
       {"dy", {"M", "N"}, XT::real, "upstream gradient"},
   };
-  struct Out {
-    const char* name;
-    std::vector<std::string> shape;
-    const char* meaning;
+  const TensorInfos outputs = {
+      {"w_scale", {}, XT::real, "weight scale s = max(mean|W|, ε)"},
+      {"w_q", {"N", "K"}, XT::real, "ternary weights clamp(round(W / s), -1, 1)"},
+      {"x_scale", {"M"}, XT::real, "activation scale a_t = 127 / max(max_k |x_tk|, ε) per token"},
+      {"x_q", {"M", "K"}, XT::real, "int8 activations clamp(round(x a_t), -128, 127)"},
+      {"acc", {"M", "N"}, XT::real, "integer product x_q · w_qᵀ"},
+      {"y", {"M", "N"}, XT::real, "output acc · s / a_t"},
+      {"dx", {"M", "K"}, XT::real, "straight-through dx = dy · W̃"},
+      {"dw", {"N", "K"}, XT::real, "straight-through dW = dyᵀ · x̃"},
   };
-  const Out outs[] = {
-      {"w_scale", {}, "weight scale s = max(mean|W|, ε)"},
-      {"w_q", {"N", "K"}, "ternary weights clamp(round(W / s), -1, 1)"},
-      {"x_scale", {"M"}, "activation scale a_t = 127 / max(max_k |x_tk|, ε) per token"},
-      {"x_q", {"M", "K"}, "int8 activations clamp(round(x a_t), -128, 127)"},
-      {"acc", {"M", "N"}, "integer product x_q · w_qᵀ"},
-      {"y", {"M", "N"}, "output acc · s / a_t"},
-      {"dx", {"M", "K"}, "straight-through dx = dy · W̃"},
-      {"dw", {"N", "K"}, "straight-through dW = dyᵀ · x̃"},
-  };
-  for (const char* who : {"target", "reference"})
-    for (const Out& o : outs)
-      t.push_back(
-          {std::string(who) + "." + o.name, o.shape, XT::real,
-           std::string(who == std::string("target") ? "the target's " : "the reference's ") + o.meaning});
+  expr::add_per_implementation(t, {{"target", "the target's "}, {"reference", "the reference's "}}, outputs);
   const TensorInfos more = {
       {"reference.x_deq", {"M", "K"}, XT::real, "dequantized activations x̃ = x_q / a_t (reference)"},
       {"reference.w_deq", {"N", "K"}, XT::real, "dequantized weights W̃ = s w_q (reference)"},

@@ -55,6 +55,14 @@ struct TensorInfo {
   std::string meaning;
 };
 using TensorInfos = std::vector<TensorInfo>;
+// The outputs each implementation reports are declared once and published
+// per implementation as "<who>.<name>" (target.y, reference.y, naive.y):
+// for each of `whose` in turn, one row per output, its meaning after
+// `prefix` ("the target's ").
+struct Whose {
+  std::string who, prefix;
+};
+void add_per_implementation(TensorInfos& t, const std::vector<Whose>& whose, const TensorInfos& outputs);
 // "[B, Hq, Nq, D]"
 std::string shape_text(const std::vector<std::string>& shape);
 std::string shape_text(const std::vector<int64_t>& shape);
