@@ -41,18 +41,18 @@ Dims broadcast_rt(const Dims& a, const Dims& b) {
 }
 
 // A value during evaluation: a published tensor borrowed from the map (no
-// copy), or a computed one owned here.
+// copy), or a computed one owned here (moved in: no allocation of its own).
 class Ref {
  public:
-  Ref(Tensor t) : own_(std::make_shared<const Tensor>(std::move(t))), p_(own_.get()) {}
+  Ref(Tensor t) : own_(std::move(t)) {}
   static Ref borrow(const Tensor& t) { return Ref(&t); }
-  const Tensor& operator*() const { return *p_; }
-  const Tensor* operator->() const { return p_; }
+  const Tensor& operator*() const { return borrowed_ ? *borrowed_ : own_; }
+  const Tensor* operator->() const { return &**this; }
 
  private:
-  explicit Ref(const Tensor* t) : p_(t) {}
-  std::shared_ptr<const Tensor> own_;
-  const Tensor* p_;
+  explicit Ref(const Tensor* t) : borrowed_(t) {}
+  Tensor own_;
+  const Tensor* borrowed_ = nullptr;
 };
 
 // The strides that read a tensor of shape `from` broadcast to `to` (NumPy
@@ -283,27 +283,6 @@ Tensor matmul_rt(const Tensor& a0, const Tensor& b0, DType dtype) {
   return out;
 }
 
-// x with axis `axis` replaced by the dims of `idx` (x.take(idx, axis)).
-Tensor take(const Tensor& x, const Tensor& idx, size_t axis) {
-  const Split s = split(x.shape, static_cast<int>(axis));
-  Dims shape(x.shape.begin(), x.shape.begin() + static_cast<long>(axis));
-  shape.insert(shape.end(), idx.shape.begin(), idx.shape.end());
-  shape.insert(shape.end(), x.shape.begin() + static_cast<long>(axis) + 1, x.shape.end());
-  const int64_t m = static_cast<int64_t>(idx.size());
-  Tensor out{shape, std::vector<double>(static_cast<size_t>(s.outer * m * s.inner)), x.dtype};
-  for (int64_t j = 0; j < m; ++j) {
-    const double v = idx.data[static_cast<size_t>(j)];
-    if (!(v >= -static_cast<double>(s.n) && v < static_cast<double>(s.n)) || v != std::floor(v))
-      throw EvalError(fmt::format("index {} is out of range for an axis of length {}", v, s.n));
-    const int64_t k = v < 0 ? static_cast<int64_t>(v) + s.n : static_cast<int64_t>(v);
-    for (int64_t o = 0; o < s.outer; ++o)
-      for (int64_t i = 0; i < s.inner; ++i)
-        out.data[static_cast<size_t>((o * m + j) * s.inner + i)] =
-            x.data[static_cast<size_t>((o * s.n + k) * s.inner + i)];
-  }
-  return out;
-}
-
 Ref evaluate(const Node& n, const TensorMap& m);
 
 // close()'s operands and tolerances, broadcast to one shape.
@@ -334,44 +313,100 @@ int64_t scalar_int(const Node& n, const TensorMap& m) {
   return static_cast<int64_t>(evaluate(n, m)->data.at(0));
 }
 
+// x[items] in one gather, reading x where it is. Each item makes one group
+// of the result's axes, with the offsets into x along them: a slice, or a
+// whole axis (an ellipsis, the axes after the last item), its range's; the
+// index tensor (one at most, the checker says) its values', its dims in
+// place of the axis (NumPy's take); a newaxis one axis of length 1, offset
+// 0. An element's offset in x is the sum of its groups' offsets.
 Tensor index_rt(const Node& n, const TensorMap& m) {
-  Tensor x = *evaluate(*n.args[0], m);
-  size_t consumed = 0;
+  const Ref rx = evaluate(*n.args[0], m);
+  const Tensor& x = *rx;
+  const size_t r = x.shape.size();
+  Dims stride(r);
+  for (size_t k = r, s = 1; k-- > 0; s *= static_cast<size_t>(x.shape[k]))
+    stride[k] = static_cast<int64_t>(s);
+  struct Group {
+    Dims dims;
+    std::vector<int64_t> offset;
+  };
+  std::vector<Group> groups;
+  auto range = [&](size_t axis, int64_t lo, int64_t hi) {
+    Group g{{hi - lo}, {}};
+    for (int64_t v = lo; v < hi; ++v) g.offset.push_back(v * stride[axis]);
+    groups.push_back(std::move(g));
+  };
+  size_t consumed = 0;  // the items still to come that each take an axis of x
   for (const auto& item : n.items)
     if (item.k != Item::K::ellipsis && item.k != Item::K::newaxis) ++consumed;
-  size_t axis = 0;  // position in the (changing) x
+  size_t axis = 0;  // the next axis of x
   for (const auto& item : n.items) {
     switch (item.k) {
       case Item::K::ellipsis:
-        axis += x.shape.size() - axis - (consumed - 0);
+        while (axis + consumed < r) range(axis, 0, x.shape[axis]), ++axis;
         break;
       case Item::K::newaxis:
-        x.shape.insert(x.shape.begin() + static_cast<long>(axis), 1);
-        ++axis;
+        groups.push_back({{1}, {0}});
         break;
       case Item::K::slice: {
-        const int64_t len = x.shape[axis];
+        const int64_t len = x.shape.at(axis);
         auto clampi = [&](int64_t v) { return std::clamp(v < 0 ? v + len : v, int64_t{0}, len); };
         const int64_t lo = item.lo ? clampi(scalar_int(*item.lo, m)) : 0;
         const int64_t hi = std::max(lo, item.hi ? clampi(scalar_int(*item.hi, m)) : len);
-        Tensor range{{hi - lo}, {}, DType::integer};
-        for (int64_t v = lo; v < hi; ++v) range.data.push_back(static_cast<double>(v));
-        x = take(x, range, axis);
-        ++axis;
+        range(axis++, lo, hi);
         --consumed;
         break;
       }
       case Item::K::expr: {
         const Ref ridx = evaluate(*item.e, m);
-        const Tensor& idx = *ridx;
-        x = take(x, idx, axis);
-        axis += idx.shape.size();
+        const int64_t len = x.shape.at(axis);
+        Group g{ridx->shape, {}};
+        for (double v : ridx->data) {
+          if (!(v >= -static_cast<double>(len) && v < static_cast<double>(len)) || v != std::floor(v))
+            throw EvalError(fmt::format("index {} is out of range for an axis of length {}", v, len));
+          g.offset.push_back((v < 0 ? static_cast<int64_t>(v) + len : static_cast<int64_t>(v)) *
+                             stride[axis]);
+        }
+        groups.push_back(std::move(g));
+        ++axis;
         --consumed;
         break;
       }
     }
   }
-  return x;
+  while (axis < r) range(axis, 0, x.shape[axis]), ++axis;
+  Tensor out{{}, {}, x.dtype};
+  int64_t total = 1;
+  for (const Group& g : groups) {
+    out.shape.insert(out.shape.end(), g.dims.begin(), g.dims.end());
+    total *= static_cast<int64_t>(g.offset.size());
+  }
+  out.data.resize(static_cast<size_t>(total));
+  if (total == 0) return out;
+  if (groups.empty()) {
+    out.data[0] = x.data[0];
+    return out;
+  }
+  // An odometer over the groups but the last, whose offsets are the inner loop.
+  const std::vector<int64_t>& inner = groups.back().offset;
+  std::vector<size_t> at(groups.size(), 0);
+  int64_t base = 0;
+  for (const Group& g : groups) base += g.offset[0];
+  base -= inner[0];
+  for (size_t o = 0; o < out.data.size(); o += inner.size()) {
+    for (size_t j = 0; j < inner.size(); ++j) out.data[o + j] = x.data[static_cast<size_t>(base + inner[j])];
+    for (size_t k = groups.size() - 1; k-- > 0;) {
+      const std::vector<int64_t>& off = groups[k].offset;
+      base -= off[at[k]];
+      if (++at[k] < off.size()) {
+        base += off[at[k]];
+        break;
+      }
+      at[k] = 0;
+      base += off[0];
+    }
+  }
+  return out;
 }
 
 Ref evaluate(const Node& n, const TensorMap& m) {

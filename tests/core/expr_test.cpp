@@ -163,6 +163,27 @@ TEST(Expr, IndexingAndGather) {
   EXPECT_THROW(eval("y[idx + 2]"), EvalError);  // 3 is out of range for length 3
 }
 
+// Items together in one subscript: a gather beside slices, newaxis and
+// ellipsis anywhere, empty slices, subscripts of subscripts.
+TEST(Expr, IndexingItemsTogether) {
+  EXPECT_EQ(shape("x[None, ..., 1:]"), (std::vector<int64_t>{1, 2, 2}));
+  EXPECT_EQ(values("x[None, ..., 1:]"), (std::vector<double>{2, 3, 5, 6}));
+  EXPECT_EQ(shape("x[:, None, idx]"), (std::vector<int64_t>{2, 1, 3}));
+  EXPECT_EQ(values("x[:, None, idx]"), (std::vector<double>{2, 1, 3, 5, 4, 6}));
+  EXPECT_EQ(values("x[..., 0]"), (std::vector<double>{1, 4}));
+  EXPECT_EQ(values("x[idx[0:2]][:, idx]"), (std::vector<double>{5, 4, 6, 2, 1, 3}));
+  EXPECT_EQ(shape("x[-1, None]"), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(values("x[-1, None]"), (std::vector<double>{4, 5, 6}));
+  EXPECT_EQ(shape("y[idx[None, :]]"), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(values("y[idx[None, :]]"), (std::vector<double>{20, 10, 30}));
+  EXPECT_EQ(shape("x[:, idx[None, 0:2]]"), (std::vector<int64_t>{2, 1, 2}));
+  EXPECT_EQ(values("x[:, idx[None, 0:2]]"), (std::vector<double>{2, 1, 5, 4}));
+  EXPECT_EQ(shape("x[1:1]"), (std::vector<int64_t>{0, 3}));
+  EXPECT_EQ(shape("x[1:1, idx]"), (std::vector<int64_t>{0, 3}));
+  EXPECT_EQ(values("x[0][1]"), (std::vector<double>{2}));
+  EXPECT_EQ(shape("x[0][1]"), (std::vector<int64_t>{}));
+}
+
 TEST(Expr, MatmulAndTranspose) {
   EXPECT_EQ(values("x @ y"), (std::vector<double>{140, 320}));
   EXPECT_EQ(values("matmul(x, transpose(x))"), (std::vector<double>{14, 32, 32, 77}));
