@@ -36,8 +36,16 @@ for h in "${harnesses[@]}"; do
   cov=$(echo "$line" | grep -oE 'cov: [0-9]+' | awk '{print $2}')
   rate=$(echo "$line" | grep -oE 'exec/s: [0-9]+' | awk '{print $2}')
   if [ -z "$rate" ] || grep -q "kprop fuzz: invariant\|kprop fuzz: target failure\|ERROR: AddressSanitizer" "$tmp/log"; then
-    echo "fuzz_rates: fuzz_$h did not run cleanly; its log:" >&2
-    tail -20 "$tmp/log" >&2
+    # A finding is the fuzzer's job: keep its input and say what failed (the
+    # harness's own lines, which a sanitizer's stack trace would push out of
+    # a plain tail), then stop: a rate of a run that found something is no rate.
+    keep="$build/fuzz_rates_artifacts/$h"
+    mkdir -p "$keep"
+    cp "$tmp"/crash-* "$tmp"/timeout-* "$tmp"/oom-* "$tmp"/leak-* "$keep"/ 2>/dev/null
+    cp "$tmp/log" "$keep/log"
+    echo "fuzz_rates: fuzz_$h did not run cleanly; its input and log are in $keep; the finding:" >&2
+    sed -n '/^kprop fuzz: \(invariant\|target failure\)/,/^==[0-9]*==\|^MS: /p' "$tmp/log" >&2
+    grep -E "ERROR: (AddressSanitizer|libFuzzer)|SUMMARY|runtime error" "$tmp/log" | head -5 >&2
     exit 1
   fi
   printf '| %s | %s | %s | %s |\n' "$h" "$rate" "$cov" "$runs"
