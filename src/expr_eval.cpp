@@ -174,28 +174,48 @@ Split split(const Dims& shape, int axis) {
   return s;
 }
 
-Tensor reduce(const Node& n, const Tensor& x) {
-  Dims out_shape;
-  Split s{1, static_cast<int64_t>(x.size()), 1};
+// A reduction's split of `shape` (the reduced axis, or all of it) and its
+// result's shape.
+struct Reduction {
+  Split s;
+  Dims shape;
+};
+Reduction reduction(const Node& n, const Dims& shape) {
+  Reduction r{{1, count(shape), 1}, {}};
   if (n.axis) {
-    s = split(x.shape, *n.axis);
-    out_shape = x.shape;
+    r.s = split(shape, *n.axis);
+    r.shape = shape;
     if (n.keepdims)
-      out_shape[static_cast<size_t>(*n.axis)] = 1;
+      r.shape[static_cast<size_t>(*n.axis)] = 1;
     else
-      out_shape.erase(out_shape.begin() + *n.axis);
+      r.shape.erase(r.shape.begin() + *n.axis);
   } else if (n.keepdims) {
-    out_shape = Dims(x.shape.size(), 1);
+    r.shape = Dims(shape.size(), 1);
   }
+  return r;
+}
+
+Tensor reduce(const Node& n, const Tensor& x) {
+  const Reduction r = reduction(n, x.shape);
+  const Split s = r.s;  // (not a structured binding: lambdas capture it, which clang 14 refuses)
   const std::string& op = n.op;
   const double init = op == "min"   ? std::numeric_limits<double>::infinity()
                       : op == "max" ? -std::numeric_limits<double>::infinity()
                       : op == "all" ? 1
                                     : 0;
-  Tensor out{out_shape, std::vector<double>(static_cast<size_t>(s.outer * s.inner), init), n.dtype};
+  Tensor out{r.shape, std::vector<double>(static_cast<size_t>(s.outer * s.inner), init), n.dtype};
   // The operation is chosen once, not per element (a string compare per
   // element was most of a fuzz run's time, traced as it is there).
   auto fold = [&](auto f) {
+    if (s.inner == 1) {  // the last axis (or all): one accumulator per run, in the same order
+      const double* in = x.data.data();
+      for (int64_t o = 0; o < s.outer; ++o) {
+        double acc = init;
+        for (int64_t k = 0; k < s.n; ++k) acc = f(acc, in[o * s.n + k]);
+        out.data[static_cast<size_t>(o)] = acc;
+      }
+      return;
+    }
     for (int64_t o = 0; o < s.outer; ++o)
       for (int64_t k = 0; k < s.n; ++k)
         for (int64_t i = 0; i < s.inner; ++i) {
@@ -284,6 +304,48 @@ Tensor matmul_rt(const Tensor& a0, const Tensor& b0, DType dtype) {
 }
 
 Ref evaluate(const Node& n, const TensorMap& m);
+
+// any(a OP b) and all(a OP b) over the last axis or all of them, OP a
+// comparison: each element compared and folded as the broadcast walks, not
+// first materialised (a relation between every pair of rows, such as
+// all(x[:, :, None, :] == x[:, None, :, :], axis=-1), broadcasts to many
+// times its operands). The same values as the two steps; nullopt where this
+// does not apply (another axis: the two steps).
+template <typename Cmp>
+Tensor any_all_of(const Node& n, const Tensor& a, const Tensor& b, const Dims& shape, const Reduction& r,
+                  Cmp cmp) {
+  const bool all = n.op == "all";
+  Tensor out{r.shape, std::vector<double>(static_cast<size_t>(r.s.outer), all ? 1.0 : 0.0), n.dtype};
+  const double *x = a.data.data(), *y = b.data.data();
+  double* o = out.data.data();
+  int64_t k = 0;  // position along the reduced run of element i
+  walk_broadcast(shape, broadcast_strides(a.shape, shape), broadcast_strides(b.shape, shape),
+                 [&](int64_t, int64_t ia, int64_t ib) {
+                   const bool v = cmp(x[ia], y[ib]);
+                   if (all ? !v : v) *o = all ? 0.0 : 1.0;
+                   if (++k == r.s.n) k = 0, ++o;
+                 });
+  return out;
+}
+std::optional<Tensor> fused_any_all(const Node& n, const TensorMap& m) {
+  if (n.op != "any" && n.op != "all") return std::nullopt;
+  const Node& c = *n.args[0];
+  static const std::set<std::string> comparisons = {"==", "!=", "<", "<=", ">", ">="};
+  if (c.kind != Kind::binary || !comparisons.count(c.op)) return std::nullopt;
+  if (n.axis && *n.axis + 1 != static_cast<int>(c.shape.size())) return std::nullopt;
+  const Ref ra = evaluate(*c.args[0], m);
+  const Ref rb = evaluate(*c.args[1], m);
+  const Dims shape = broadcast_rt(ra->shape, rb->shape);
+  const Reduction r = reduction(n, shape);
+  if (r.s.inner != 1) return reduce(n, *evaluate(c, m));  // the checker's rank was not the case's
+  const Tensor &a = *ra, &b = *rb;
+  if (c.op == "==") return any_all_of(n, a, b, shape, r, [](double x, double y) { return x == y; });
+  if (c.op == "!=") return any_all_of(n, a, b, shape, r, [](double x, double y) { return x != y; });
+  if (c.op == "<") return any_all_of(n, a, b, shape, r, [](double x, double y) { return x < y; });
+  if (c.op == "<=") return any_all_of(n, a, b, shape, r, [](double x, double y) { return x <= y; });
+  if (c.op == ">") return any_all_of(n, a, b, shape, r, [](double x, double y) { return x > y; });
+  return any_all_of(n, a, b, shape, r, [](double x, double y) { return x >= y; });
+}
 
 // close()'s operands and tolerances, broadcast to one shape.
 struct CloseArgs {
@@ -464,6 +526,7 @@ Ref evaluate(const Node& n, const TensorMap& m) {
               is_close(c.a->data[i], c.b->data[i], CloseArgs::at(c.rtol, i), CloseArgs::at(c.atol, i));
         return out;
       }
+      if (std::optional<Tensor> t = fused_any_all(n, m)) return std::move(*t);
       std::vector<Ref> refs;
       for (const auto& arg : n.args) refs.push_back(evaluate(*arg, m));
       std::vector<std::reference_wrapper<const Tensor>> a;

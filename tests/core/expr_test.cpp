@@ -141,6 +141,44 @@ TEST(Expr, ReductionsAlongAxes) {
   EXPECT_TRUE(std::isnan(values("sum(z)")[0]));
 }
 
+// any/all of a comparison fold as they compare (the last axis, or all);
+// along another axis they compare first. Each is checked against the two
+// steps, the comparison materialised by a where() first.
+TEST(Expr, AnyAllOfAComparison) {
+  const auto same = [](const std::string& fused, const std::string& steps) {
+    const Tensor a = eval(fused), b = eval(steps);
+    EXPECT_EQ(a.shape, b.shape) << fused;
+    EXPECT_EQ(a.data, b.data) << fused;
+    return a;
+  };
+  // Row i equals row j: the pairs broadcast to [N, N, M].
+  Tensor t = same("all(x[:, None, :] == x[None, :, :], axis=-1)",
+                  "all(where(x[:, None, :] == x[None, :, :], true, false), axis=-1)");
+  EXPECT_EQ(t.shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(t.data, (std::vector<double>{1, 0, 0, 1}));
+  t = same("any(x[:, None, :] < y[None, :, None], axis=-1)",
+           "any(where(x[:, None, :] < y[None, :, None], true, false), axis=-1)");
+  EXPECT_EQ(t.data, (std::vector<double>{1, 1, 1, 1, 1, 1}));
+  t = same("all(x > 2, axis=-1, keepdims=true)", "all(where(x > 2, true, false), axis=-1, keepdims=true)");
+  EXPECT_EQ(t.shape, (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(t.data, (std::vector<double>{0, 1}));
+  EXPECT_EQ(same("all(x > 1, axis=0)", "all(where(x > 1, true, false), axis=0)").data,
+            (std::vector<double>{0, 1, 1}));
+  // NaN compares false, except with !=; empty runs: all true, any false.
+  EXPECT_EQ(same("any(z == w)", "any(where(z == w, true, false))").data, (std::vector<double>{0}));
+  EXPECT_EQ(same("all(z != w)", "all(where(z != w, true, false))").data, (std::vector<double>{1}));
+  EXPECT_EQ(same("all(z >= w, keepdims=true)", "all(where(z >= w, true, false), keepdims=true)").shape,
+            (std::vector<int64_t>{1}));
+  EXPECT_EQ(same("all(x[:, 0:0] > 0, axis=-1)", "all(where(x[:, 0:0] > 0, true, false), axis=-1)").data,
+            (std::vector<double>{1, 1}));
+  EXPECT_EQ(same("any(x[:, 0:0] > 0, axis=-1)", "any(where(x[:, 0:0] > 0, true, false), axis=-1)").data,
+            (std::vector<double>{0, 0}));
+  EXPECT_EQ(same("all(x[0:0] <= 0, axis=-1)", "all(where(x[0:0] <= 0, true, false), axis=-1)").shape,
+            (std::vector<int64_t>{0}));
+  EXPECT_EQ(same("any(x != v[:, None])", "any(where(x != v[:, None], true, false))").data,
+            (std::vector<double>{1}));
+}
+
 TEST(Expr, DiffAndRunningMaximum) {
   EXPECT_EQ(values("diff(x)"), (std::vector<double>{1, 1, 1, 1}));
   EXPECT_EQ(shape("diff(x, axis=0)"), (std::vector<int64_t>{1, 3}));
