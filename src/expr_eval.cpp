@@ -68,12 +68,13 @@ Dims broadcast_strides(const Dims& from, const Dims& to) {
   return stride;
 }
 
-// Calls f(n, ia, ib) for every element n of `shape` in row-major order, with
-// ia and ib its offsets in two tensors read with strides sa and sb: the
-// broadcast of two operands without materialising either one. The last axis
-// runs as a plain loop.
+// Calls f(row, ia, ib) for every run along the last axis of `shape` in
+// row-major order, with ia and ib the offsets of its first element in two
+// tensors read with strides sa and sb (a scalar shape: one run of one
+// element, strides 0), until f returns false: the broadcast of two operands
+// without materialising either one.
 template <typename F>
-void walk_broadcast(const Dims& shape, const Dims& sa, const Dims& sb, F f) {
+void walk_rows(const Dims& shape, const Dims& sa, const Dims& sb, F f) {
   const int64_t total = count(shape);
   if (total == 0) return;
   const size_t r = shape.size();
@@ -81,11 +82,10 @@ void walk_broadcast(const Dims& shape, const Dims& sa, const Dims& sb, F f) {
     f(0, 0, 0);
     return;
   }
-  const int64_t inner = shape[r - 1], ja = sa[r - 1], jb = sb[r - 1];
   Dims idx(r, 0);
   int64_t ia = 0, ib = 0;
-  for (int64_t n = 0; n < total; n += inner) {
-    for (int64_t j = 0; j < inner; ++j) f(n + j, ia + j * ja, ib + j * jb);
+  for (int64_t row = 0, rows = total / shape[r - 1]; row < rows; ++row) {
+    if (!f(row, ia, ib)) return;
     for (size_t k = r - 1; k-- > 0;) {
       ia += sa[k], ib += sb[k];
       if (++idx[k] < shape[k]) break;
@@ -93,6 +93,19 @@ void walk_broadcast(const Dims& shape, const Dims& sa, const Dims& sb, F f) {
       idx[k] = 0;
     }
   }
+}
+
+// Calls f(n, ia, ib) for every element n of `shape` in row-major order, with
+// ia and ib its offsets in the two tensors (walk_rows; the last axis runs as
+// a plain loop).
+template <typename F>
+void walk_broadcast(const Dims& shape, const Dims& sa, const Dims& sb, F f) {
+  const size_t r = shape.size();
+  const int64_t inner = r ? shape[r - 1] : 1, ja = r ? sa[r - 1] : 0, jb = r ? sb[r - 1] : 0;
+  walk_rows(shape, sa, sb, [&](int64_t row, int64_t ia, int64_t ib) {
+    for (int64_t j = 0; j < inner; ++j) f(row * inner + j, ia + j * ja, ib + j * jb);
+    return true;
+  });
 }
 
 // `t` broadcast to `shape` (callers skip it when the shape is already right).
@@ -315,16 +328,23 @@ template <typename Cmp>
 Tensor any_all_of(const Node& n, const Tensor& a, const Tensor& b, const Dims& shape, const Reduction& r,
                   Cmp cmp) {
   const bool all = n.op == "all";
-  Tensor out{r.shape, std::vector<double>(static_cast<size_t>(r.s.outer), all ? 1.0 : 0.0), n.dtype};
+  // `decides`: the element that settles its run (a false for all, a true for
+  // any); the rest of the run, or with no axis the rest of all, is skipped.
+  const double settled = all ? 0.0 : 1.0;
+  auto decides = [&](double x, double y) { return cmp(x, y) != all; };
+  Tensor out{r.shape, std::vector<double>(static_cast<size_t>(r.s.outer), 1.0 - settled), n.dtype};
   const double *x = a.data.data(), *y = b.data.data();
-  double* o = out.data.data();
-  int64_t k = 0;  // position along the reduced run of element i
-  walk_broadcast(shape, broadcast_strides(a.shape, shape), broadcast_strides(b.shape, shape),
-                 [&](int64_t, int64_t ia, int64_t ib) {
-                   const bool v = cmp(x[ia], y[ib]);
-                   if (all ? !v : v) *o = all ? 0.0 : 1.0;
-                   if (++k == r.s.n) k = 0, ++o;
-                 });
+  const Dims sa = broadcast_strides(a.shape, shape), sb = broadcast_strides(b.shape, shape);
+  const size_t rank = shape.size();
+  const int64_t len = rank ? shape[rank - 1] : 1, ja = rank ? sa[rank - 1] : 0, jb = rank ? sb[rank - 1] : 0;
+  walk_rows(shape, sa, sb, [&](int64_t row, int64_t ia, int64_t ib) {
+    for (int64_t j = 0; j < len; ++j)
+      if (decides(x[ia + j * ja], y[ib + j * jb])) {
+        out.data[n.axis ? static_cast<size_t>(row) : 0] = settled;
+        return n.axis.has_value();  // with no axis, one element settles the whole
+      }
+    return true;
+  });
   return out;
 }
 std::optional<Tensor> fused_any_all(const Node& n, const TensorMap& m) {
