@@ -52,7 +52,11 @@ void run_pool(const TableLM& model, const Case& c, const Semantics& s, const std
       else if (s.retain_finished)
         candidates.push_back(e);  // finished beams stay and compete as they are
     }
-    std::sort(candidates.begin(), candidates.end(), entry_better);
+    // The best width + 1 in order (one past the pool for the prune margin):
+    // `better` is a total order on one prompt's beams, so the same as sorting all.
+    const size_t ranked = std::min(candidates.size(), static_cast<size_t>(width) + 1);
+    std::partial_sort(candidates.begin(), candidates.begin() + static_cast<long>(ranked), candidates.end(),
+                      entry_better);
     if (static_cast<int>(candidates.size()) > width) {
       const double gap =
           candidates[static_cast<size_t>(width) - 1].h.score - candidates[static_cast<size_t>(width)].h.score;
