@@ -379,6 +379,7 @@ Verdict column_sums(T& t, const Values& p, const char* name, const char* what, c
   const Case& c = t.input();
   const size_t D = static_cast<size_t>(c.dim);
   const double u = accumulation_roundoff(c.dtype), us = store_u(c.dtype), s = subnormal_half_step(c.dtype);
+  const double ulps = p.real("ulps"), atol = p.real("atol");
   double worst = 0;
   for (size_t d = 0; d < D; ++d) {
     long double sum = 0, abs_sum = 0, abs_dy = 0;
@@ -387,10 +388,10 @@ Verdict column_sums(T& t, const Values& p, const char* name, const char* what, c
       sum += x, abs_sum += std::fabs(x), abs_dy += std::fabs(c.dy[at(r, d, D)]);
     }
     const double want = static_cast<double>(sum);
-    const double acc = p.real("ulps") * u * static_cast<double>(abs_sum);
+    const double acc = ulps * u * static_cast<double>(abs_sum);
     const double cache =
         xhat_cache ? us * static_cast<double>(abs_sum) / (1 - us) + s * static_cast<double>(abs_dy) : 0;
-    const double allowed = p.real("atol") + acc + cache + us * (std::fabs(want) + acc + cache) + s;
+    const double allowed = atol + acc + cache + us * (std::fabs(want) + acc + cache) + s;
     worst = std::max(worst, error_ratio(std::fabs(out[d] - want), allowed));
     if (!(std::fabs(out[d] - want) <= allowed))
       return Verdict::fail(fmt::format("{}[{}] = {:.9g}, {} = {:.9g} (allowed error {:.3g})", name, d, out[d],
