@@ -318,12 +318,16 @@ Tensor matmul_rt(const Tensor& a0, const Tensor& b0, DType dtype) {
 
 Ref evaluate(const Node& n, const TensorMap& m);
 
-// any(a OP b) and all(a OP b) over the last axis or all of them, OP a
-// comparison: each element compared and folded as the broadcast walks, not
-// first materialised (a relation between every pair of rows, such as
+bool is_comparison(const Node& n) {
+  static const std::set<std::string> comparisons = {"==", "!=", "<", "<=", ">", ">="};
+  return n.kind == Kind::binary && comparisons.count(n.op);
+}
+
+// any(a OP b) or all(a OP b), OP a comparison, over the last axis or all of
+// them: each element compared and folded as the broadcast walks, not first
+// materialised (a relation between every pair of rows, such as
 // all(x[:, :, None, :] == x[:, None, :, :], axis=-1), broadcasts to many
-// times its operands). The same values as the two steps; nullopt where this
-// does not apply (another axis: the two steps).
+// times its operands). The same values as the two steps.
 template <typename Cmp>
 Tensor any_all_of(const Node& n, const Tensor& a, const Tensor& b, const Dims& shape, const Reduction& r,
                   Cmp cmp) {
@@ -347,11 +351,11 @@ Tensor any_all_of(const Node& n, const Tensor& a, const Tensor& b, const Dims& s
   });
   return out;
 }
+// any_all_of where it applies; nullopt elsewhere (the two steps).
 std::optional<Tensor> fused_any_all(const Node& n, const TensorMap& m) {
   if (n.op != "any" && n.op != "all") return std::nullopt;
   const Node& c = *n.args[0];
-  static const std::set<std::string> comparisons = {"==", "!=", "<", "<=", ">", ">="};
-  if (c.kind != Kind::binary || !comparisons.count(c.op)) return std::nullopt;
+  if (!is_comparison(c)) return std::nullopt;
   if (n.axis && *n.axis + 1 != static_cast<int>(c.shape.size())) return std::nullopt;
   const Ref ra = evaluate(*c.args[0], m);
   const Ref rb = evaluate(*c.args[1], m);
@@ -641,8 +645,7 @@ Expression::Outcome explain(const std::string& text, const Node& n, const Tensor
     return explain(text, *n.args[1], m);
   }
   const bool is_close_call = n.kind == Kind::call && n.op == "close";
-  static const std::set<std::string> comparisons = {"==", "!=", "<", "<=", ">", ">="};
-  const bool is_cmp = n.kind == Kind::binary && comparisons.count(n.op);
+  const bool is_cmp = is_comparison(n);
   if (is_close_call || is_cmp) {
     const CloseArgs c = close_args(n, m, is_close_call);
     const Dims& shape = c.shape;
