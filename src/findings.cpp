@@ -86,13 +86,20 @@ std::string fallback_dir(const RunContext& ctx) {
 // case: the handler (or the watchdog thread) stores it and exits 3, as
 // libFuzzer does with its crash files. External targets run in their own
 // processes, whose transport enforces the timeout and keeps the runner alive.
+// `armed` is claimed once, by whichever comes first: the check's end (the
+// guard's destructor), a fatal signal or the watchdog. The watchdog saves the
+// case from its own thread while the checking thread runs on, so a check that
+// ends after the watchdog claimed it waits for the save (and the exit) rather
+// than destroy the case being written.
 struct GuardState {
   const RunContext* ctx = nullptr;
   const AnyCase* input = nullptr;
   std::atomic<bool> armed{false};
+  std::atomic<bool> saving{false};  // the watchdog claimed the case: the process ends when it is stored
   std::atomic<int64_t> deadline_ns{0};
 };
 GuardState g_guard;
+thread_local bool t_watchdog = false;  // this thread is the watchdog
 // The process whose watchdog thread runs: a forked --jobs worker has none
 // (threads do not survive fork) and starts its own.
 pid_t g_watchdog_pid = 0;
@@ -128,7 +135,19 @@ bool g_worker = false;
 // faulthandler): a fatal signal outside a guarded check goes to them.
 struct sigaction g_previous[NSIG];
 
+// Until the watchdog's save ends the process (it calls _exit).
+[[noreturn]] void wait_for_watchdog() {
+  for (;;) pause();
+}
+
 void on_fatal_signal(int sig) {
+  // The check crashed while the watchdog stores its case: that case is the
+  // one to keep, and the watchdog exits 3 once it is stored. (`saving` also
+  // stands for a moment while the watchdog loses the claim to the check's end.)
+  while (g_guard.saving.load() && !t_watchdog) {
+    const timespec ms{0, 1000000};
+    nanosleep(&ms, nullptr);
+  }
   if (!g_guard.armed.exchange(false)) {
     sigaction(sig, &g_previous[sig], nullptr);
     raise(sig);
@@ -138,13 +157,20 @@ void on_fatal_signal(int sig) {
 }
 
 void watchdog() {
+  t_watchdog = true;
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     const int64_t deadline = g_guard.deadline_ns.load();
-    if (deadline != 0 && Clock::now().time_since_epoch().count() > deadline && g_guard.armed.exchange(false))
-      die_with_case(
-          fmt::format("hung (no result within case_timeout_s = {:g} s)", g_guard.ctx->run.case_timeout_s),
-          "hang");
+    if (deadline == 0 || Clock::now().time_since_epoch().count() <= deadline) continue;
+    // saving before armed is given up: a check ending now sees one of them.
+    g_guard.saving = true;
+    if (!g_guard.armed.exchange(false)) {
+      g_guard.saving = false;
+      continue;
+    }
+    die_with_case(
+        fmt::format("hung (no result within case_timeout_s = {:g} s)", g_guard.ctx->run.case_timeout_s),
+        "hang");
   }
 }
 
@@ -186,7 +212,8 @@ class CaseGuard {
     g_guard.armed = true;
   }
   ~CaseGuard() {
-    g_guard.armed = false;
+    // Claimed by the watchdog (a hang): the case must outlive its save.
+    if (!g_guard.armed.exchange(false) && g_guard.saving.load()) wait_for_watchdog();
     g_guard.deadline_ns = 0;
   }
   CaseGuard(const CaseGuard&) = delete;

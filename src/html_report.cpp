@@ -253,12 +253,13 @@ class HtmlReporter final : public Reporter {
         fmt::format("<h1>kprop {} — replay of {} corpus file(s)</h1>", escape(spec.name), rows.size());
     body += "<table><tr><th>file</th><th>result</th><th>detail</th></tr>";
     for (const auto& row : rows) {
-      const bool ok = row.error.empty() && row.target_ok && row.mutant_still_fails;
+      const ReplayVerdict v = replay_verdict(row);
       body += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td></tr>", escape(row.path),
-                          !row.error.empty() ? "ERROR"
-                          : !ok              ? "<b>FAIL</b>"
-                          : row.declined     ? "declined"
-                                             : "ok",
+                          v == ReplayVerdict::error     ? "ERROR"
+                          : v == ReplayVerdict::crashed ? "<b>CRASH</b>"
+                          : v == ReplayVerdict::failed  ? "<b>FAIL</b>"
+                          : v == ReplayVerdict::skipped ? "not checked"
+                                                        : "ok",
                           escape(!row.error.empty()        ? row.error
                                  : !row.target_ok          ? row.target_detail
                                  : !row.mutant_still_fails ? row.mutant_detail

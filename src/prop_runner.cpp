@@ -184,13 +184,9 @@ int run(const Config& cfg) {
   const auto text_reporter = make_reporter("text", cfg.stats);
   if (!cfg.replay.empty()) {
     const auto rows = replay_corpus(spec, cfg.replay, options);
-    bool errors = false;
-    for (const auto& r : rows) {
-      errors = errors || !r.error.empty();
-      if (r.error.empty() && (!r.target_ok || !r.mutant_still_fails)) code = 1;
-    }
-    if (errors && code == 0) code = 2;  // unreadable files: reported, the rest replayed
-    if (interrupted()) code = 130;
+    // Unreadable files are reported and the rest replayed (exit 2 unless
+    // something worse); a folder with no files, or none checked, is skipped.
+    code = interrupted() ? 130 : exit_code(replay_verdict(rows));
     text = text_reporter->replay(spec, rows);
     formatted = reporter->replay(spec, rows);
   } else {

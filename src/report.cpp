@@ -232,17 +232,19 @@ class TextReporter final : public Reporter {
 
   std::string replay(const Spec& spec, const std::vector<ReplayRow>& rows) const override {
     std::string out = fmt::format("kprop {}: replaying {} corpus file(s)\n", spec.name, rows.size());
-    int bad = 0, errors = 0, declined = 0;
+    int count[5] = {0, 0, 0, 0, 0};  // by ReplayVerdict
     for (const auto& row : rows) {
-      if (!row.error.empty()) {
-        ++errors;
+      const ReplayVerdict v = replay_verdict(row);
+      ++count[static_cast<int>(v)];
+      if (v == ReplayVerdict::error) {
         out += fmt::format("  ERROR {}\n", row.error);
         continue;
       }
-      const bool ok = row.target_ok && row.mutant_still_fails;
-      bad += !ok;
-      declined += ok && row.declined;
-      out += fmt::format("  {:<4} {}", !ok ? "FAIL" : row.declined ? "skip" : "ok", row.path);
+      const char* word = v == ReplayVerdict::passed    ? "ok"
+                         : v == ReplayVerdict::skipped ? "skip"
+                         : v == ReplayVerdict::crashed ? "CRASH"
+                                                       : "FAIL";
+      out += fmt::format("  {:<5} {}", word, row.path);
       if (!row.target_ok)
         out += "\n       target: " + row.target_detail;
       else if (!row.target_detail.empty())
@@ -252,15 +254,16 @@ class TextReporter final : public Reporter {
                            row.mutant_detail);
       out += "\n";
     }
-    const size_t good = rows.size() - static_cast<size_t>(bad + errors + declined);
-    out += fmt::format("{}: {} of {} corpus files passed",
-                       bad      ? "FAILED"
-                       : errors ? "ERROR"
-                                : "PASSED",
-                       good, rows.size());
-    if (bad) out += fmt::format(", {} failed", bad);
-    if (errors) out += fmt::format(", {} could not be read", errors);
-    if (declined) out += fmt::format(", {} declined by the target (not checked)", declined);
+    const auto n = [&](ReplayVerdict v) { return count[static_cast<int>(v)]; };
+    out += fmt::format("{}: {} of {} corpus files passed", to_string(replay_verdict(rows)),
+                       n(ReplayVerdict::passed), rows.size());
+    if (n(ReplayVerdict::failed)) out += fmt::format(", {} failed", n(ReplayVerdict::failed));
+    if (n(ReplayVerdict::crashed)) out += fmt::format(", {} crashed the target", n(ReplayVerdict::crashed));
+    if (n(ReplayVerdict::error)) out += fmt::format(", {} could not be read", n(ReplayVerdict::error));
+    if (n(ReplayVerdict::skipped))
+      out += fmt::format(", {} not checked (declined, or no invariant could check them)",
+                         n(ReplayVerdict::skipped));
+    if (rows.empty()) out += " (no corpus files there: nothing was checked)";
     return out + "\n";
   }
 
@@ -385,15 +388,20 @@ class JsonReporter final : public Reporter {
     return j.dump(2) + "\n";
   }
   std::string replay(const Spec& spec, const std::vector<ReplayRow>& rows) const override {
-    nlohmann::json j = {{"spec", spec.name}, {"files", nlohmann::json::array()}};
+    nlohmann::json j = {{"spec", spec.name},
+                        {"verdict", to_string(replay_verdict(rows))},
+                        {"files", nlohmann::json::array()}};
     for (const auto& row : rows)
       j["files"].push_back({{"path", row.path},
                             {"error", row.error},
                             {"declined", row.declined},
                             {"invariant", row.invariant},
                             {"found_against", row.found_against},
+                            {"verdict", to_string(replay_verdict(row))},
                             {"target_ok", row.target_ok},
+                            {"target_failure", row.target_failure},
                             {"target_detail", row.target_detail},
+                            {"checked", row.checked},
                             {"mutant_checked", row.mutant_checked},
                             {"mutant_still_fails", row.mutant_still_fails},
                             {"mutant_detail", row.mutant_detail}});
@@ -496,15 +504,19 @@ class JunitReporter final : public Reporter {
     for (const auto& row : rows) {
       out += fmt::format("    <testcase classname=\"kprop.{}.replay\" name=\"{}\">", svg::escape(spec.name),
                          svg::escape(row.path));
-      if (!row.error.empty())
+      const ReplayVerdict v = replay_verdict(row);
+      if (v == ReplayVerdict::error)
         out += fmt::format("<error message=\"{}\"/>", svg::escape(row.error));
+      else if (v == ReplayVerdict::crashed)
+        out += fmt::format("<error message=\"{}\"/>", svg::escape(row.target_detail));
       else if (!row.target_ok)
         out += fmt::format("<failure message=\"{}\"/>", svg::escape(row.target_detail));
-      else if (row.declined)
-        out += fmt::format("<skipped message=\"{}\"/>", svg::escape(row.target_detail));
       else if (!row.mutant_still_fails)
-        out +=
-            fmt::format("<failure message=\"mutant {} no longer fails\"/>", svg::escape(row.found_against));
+        out += fmt::format("<failure message=\"mutant {} no longer fails {}: {}\"/>",
+                           svg::escape(row.found_against), svg::escape(row.invariant),
+                           svg::escape(row.mutant_detail));
+      else if (v == ReplayVerdict::skipped)
+        out += fmt::format("<skipped message=\"{}\"/>", svg::escape(row.target_detail));
       out += "</testcase>\n";
     }
     return out + "  </testsuite>\n</testsuites>\n";

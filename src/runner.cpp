@@ -561,7 +561,8 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
     }
     if (r.kind == CheckResult::Kind::target_failure) {
       row.target_ok = false;
-      row.target_detail = use->name + ": " + r.reason;
+      row.target_failure = r.failure_kind;
+      row.target_detail = fmt::format("{} (while checking {}): {}", r.failure_kind, use->name, r.reason);
       break;
     }
     if (r.failed()) {
@@ -569,7 +570,19 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
       row.target_detail = use->name + ": " + r.verdict.message;
       break;
     }
+    if (r.verdict.outcome == Outcome::pass) {
+      ++row.checked;
+    } else if (row.checked == 0) {
+      // Why the file may go unchecked: the first invariant that did not check it.
+      const bool na = r.verdict.outcome == Outcome::not_applicable;
+      if (row.target_detail.empty())
+        row.target_detail = fmt::format("{} {}: {}", use->name, na ? "n/a" : "discarded", r.verdict.message);
+    }
   }
+  if (row.checked > 0 && row.target_ok) row.target_detail.clear();
+  if (row.checked == 0 && row.target_ok && !row.declined)
+    row.target_detail =
+        "no invariant checked it" + (row.target_detail.empty() ? "" : " (" + row.target_detail + ")");
   // Each implementation the case was found against, if it is a registered
   // mutant, must still fail the recorded invariant.
   std::vector<AlsoFound> findings = {{e.found_against, e.invariant}};
@@ -581,10 +594,24 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
     const InvariantUse* in_spec = nullptr;
     for (const auto& u : spec.invariants)
       if (u.name == found.invariant) in_spec = &u;
-    if (mutant < 0 || (invariant < 0 && !in_spec) ||
-        family.implementations()[static_cast<size_t>(mutant)].kind != ImplKind::mutant)
+    if (mutant < 0 || family.implementations()[static_cast<size_t>(mutant)].kind != ImplKind::mutant)
       continue;
     row.mutant_checked = true;
+    // A mutant's case whose invariant is gone (renamed, or deleted from the
+    // spec) proves nothing any more: said, never passed silently.
+    if (invariant < 0 && !in_spec) {
+      if (row.mutant_still_fails) {
+        row.mutant_still_fails = false;
+        row.found_against = found.found_against;
+        row.invariant = found.invariant;
+        row.mutant_detail = fmt::format(
+            "its invariant '{}' is neither in the spec nor registered by family '{}' (renamed? fix the "
+            "file's "
+            "invariant: line)",
+            found.invariant, family.name());
+      }
+      continue;
+    }
     InvariantUse use;
     if (in_spec)
       use = *in_spec;
@@ -608,19 +635,55 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
 }
 
 nlohmann::json replay_row_json(const ReplayRow& r) {
-  return {r.path,      r.error,         r.declined,       r.invariant,          r.found_against,
-          r.target_ok, r.target_detail, r.mutant_checked, r.mutant_still_fails, r.mutant_detail};
+  return {r.path,          r.error,          r.declined, r.invariant,      r.found_against,
+          r.target_ok,     r.target_failure, r.checked,  r.mutant_checked, r.mutant_still_fails,
+          r.mutant_detail, r.target_detail};
 }
 
 ReplayRow replay_row_from_json(const nlohmann::json& j) {
   ReplayRow r;
   j.at(0).get_to(r.path), j.at(1).get_to(r.error), j.at(2).get_to(r.declined), j.at(3).get_to(r.invariant);
-  j.at(4).get_to(r.found_against), j.at(5).get_to(r.target_ok), j.at(6).get_to(r.target_detail);
-  j.at(7).get_to(r.mutant_checked), j.at(8).get_to(r.mutant_still_fails), j.at(9).get_to(r.mutant_detail);
+  j.at(4).get_to(r.found_against), j.at(5).get_to(r.target_ok), j.at(6).get_to(r.target_failure);
+  j.at(7).get_to(r.checked), j.at(8).get_to(r.mutant_checked), j.at(9).get_to(r.mutant_still_fails);
+  j.at(10).get_to(r.mutant_detail), j.at(11).get_to(r.target_detail);
   return r;
 }
 
 }  // namespace
+
+ReplayVerdict replay_verdict(const ReplayRow& row) {
+  if (!row.error.empty()) return ReplayVerdict::error;
+  if (!row.target_failure.empty()) return ReplayVerdict::crashed;
+  if (!row.target_ok || !row.mutant_still_fails) return ReplayVerdict::failed;
+  if (row.declined || row.checked == 0) return ReplayVerdict::skipped;
+  return ReplayVerdict::passed;
+}
+
+ReplayVerdict replay_verdict(const std::vector<ReplayRow>& rows) {
+  bool any_passed = false, any_error = false, any_failed = false;
+  for (const auto& row : rows) {
+    const ReplayVerdict v = replay_verdict(row);
+    if (v == ReplayVerdict::crashed) return v;
+    any_failed = any_failed || v == ReplayVerdict::failed;
+    any_error = any_error || v == ReplayVerdict::error;
+    any_passed = any_passed || v == ReplayVerdict::passed;
+  }
+  return any_failed   ? ReplayVerdict::failed
+         : any_error  ? ReplayVerdict::error
+         : any_passed ? ReplayVerdict::passed
+                      : ReplayVerdict::skipped;
+}
+
+// In ReplayVerdict's order: passed, skipped, failed, crashed, error.
+int exit_code(ReplayVerdict v) {
+  static constexpr int codes[] = {0, 0, 1, 3, 2};
+  return codes[static_cast<int>(v)];
+}
+
+const char* to_string(ReplayVerdict v) {
+  static constexpr const char* names[] = {"PASSED", "SKIPPED", "FAILED", "CRASHED", "ERROR"};
+  return names[static_cast<int>(v)];
+}
 
 std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, const RunOptions& options) {
   const RunContext ctx = make_context(spec, options, 0);

@@ -523,6 +523,7 @@ nb::list replay(const std::string& spec, bool spec_is_text, const nb::dict& arg_
     d["invariant"] = r.invariant;
     d["found_against"] = r.found_against;
     d["ok"] = r.target_ok;
+    d["checked"] = r.checked > 0;  // an invariant checked it (a discard or n/a is no check)
     d["detail"] = r.target_detail;
     out.append(d);
   }

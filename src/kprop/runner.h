@@ -259,12 +259,26 @@ struct ReplayRow {
   std::string invariant;
   std::string found_against;
   bool target_ok = true;
+  std::string target_failure;  // the target crashed, hung or threw: its kind (check_one's failure_kind)
   std::string target_detail;
+  // Invariants that checked the case on the target and held. A discard or an
+  // n/a is no check: a file no invariant checked is not counted as passed.
+  int checked = 0;
   bool mutant_checked = false;     // at least one recorded mutant was re-run
   bool mutant_still_fails = true;  // every recorded mutant still fails
   std::string mutant_detail;       // the first that no longer does, and why
 };
 std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, const RunOptions& options);
+
+// A replayed file's verdict, and the replay's: the worst of its files'
+// (crashed, then failed, then error), else passed when any file passed, else
+// skipped (no files, or none checked: every one declined or unobserved).
+enum class ReplayVerdict { passed, skipped, failed, crashed, error };
+ReplayVerdict replay_verdict(const ReplayRow& row);
+ReplayVerdict replay_verdict(const std::vector<ReplayRow>& rows);
+// Its exit code, as a run's: passed and skipped 0, failed 1, error 2, crashed 3.
+int exit_code(ReplayVerdict v);
+const char* to_string(ReplayVerdict v);  // PASSED, SKIPPED, FAILED, CRASHED, ERROR
 
 // A run's resolved parts: the spec, its target and reference resolved once.
 struct RunContext {

@@ -2,7 +2,8 @@
 // skip a run, health checks fail runs that checked too little, sizes reach
 // max_size whatever the budget, every finding replays its own failure, JUnit
 // tells crashes from failures, Ctrl-C keeps the case, a finding survives an
-// unwritable corpus, and a replayed folder survives a bad file.
+// unwritable corpus, a replayed folder survives a bad file, and a replay
+// passes only files an invariant checked.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -253,6 +254,58 @@ TEST(Replay, ABadFileIsReportedAndTheRestReplayed) {
   EXPECT_TRUE(rows[3].mutant_still_fails);
   const std::string text = make_reporter("text")->replay(spec, rows);
   EXPECT_NE(text.find("ERROR: 1 of 4 corpus files passed, 3 could not be read"), std::string::npos) << text;
+}
+
+// A replayed file passes only when an invariant checked it on the target:
+// discards are no check, a target that throws is a crash (exit 3), a
+// mutant's file whose invariant is gone fails, and an empty folder is skipped.
+TEST(Replay, OnlyACheckedFilePassesAndEveryOtherVerdictIsSaid) {
+  TempDir dir;
+  const Spec spec = toy_spec("invariants: [matches_reference, only_long_lists]\n");
+  const fs::path folder = dir.path / "replay";
+  fs::create_directories(folder / "empty");
+  const std::string head = "kprop_corpus: 1\nspec: toy\nfamily: toy.sum\n";
+  std::ofstream(folder / "found.yaml")
+      << head << "invariant: matches_reference\nfound_against: throws_on_13\n"
+      << "case: {xs: [13]}\n";
+  std::ofstream(folder / "renamed.yaml") << head << "invariant: old_name\nfound_against: throws_on_13\n"
+                                         << "case: {xs: [1, 13]}\n";
+  auto verdicts = [&](const std::string& target, std::vector<std::string> only, const fs::path& path) {
+    RunOptions o = options(target, dir);
+    o.only_invariants = std::move(only);
+    const auto rows = replay_corpus(spec, path.string(), o);
+    std::vector<std::string> v;
+    for (const auto& row : rows) v.push_back(to_string(replay_verdict(row)));
+    v.push_back(to_string(replay_verdict(rows)));
+    return v;
+  };
+  using V = std::vector<std::string>;
+  // On the reference: the found file passes; the renamed one fails, its mutant unchecked.
+  EXPECT_EQ(verdicts("reference", {}, folder), (V{"PASSED", "FAILED", "FAILED"}));
+  // Only an invariant that discards both: neither is checked, nothing passes.
+  EXPECT_EQ(verdicts("reference", {"only_long_lists"}, folder / "found.yaml"), (V{"SKIPPED", "SKIPPED"}));
+  // The mutant throws on both: crashes (the worst verdict), not failures.
+  EXPECT_EQ(verdicts("throws_on_13", {}, folder), (V{"CRASHED", "CRASHED", "CRASHED"}));
+  EXPECT_EQ(verdicts("reference", {}, folder / "empty"), (V{"SKIPPED"}));
+  EXPECT_EQ(exit_code(ReplayVerdict::crashed), 3);
+  EXPECT_EQ(exit_code(ReplayVerdict::skipped), 0);
+
+  RunOptions o = options("reference", dir);
+  o.only_invariants = {"only_long_lists"};
+  const auto unchecked = replay_corpus(spec, (folder / "found.yaml").string(), o);
+  ASSERT_EQ(unchecked.size(), 1u);
+  EXPECT_EQ(unchecked[0].checked, 0);
+  EXPECT_NE(
+      unchecked[0].target_detail.find("no invariant checked it (only_long_lists discarded: list too short)"),
+      std::string::npos)
+      << unchecked[0].target_detail;
+  const std::string text = make_reporter("text")->replay(spec, unchecked);
+  EXPECT_NE(text.find("SKIPPED: 0 of 1 corpus files passed, 1 not checked"), std::string::npos) << text;
+  const auto renamed = replay_corpus(spec, (folder / "renamed.yaml").string(), options("reference", dir));
+  ASSERT_EQ(renamed.size(), 1u);
+  EXPECT_NE(renamed[0].mutant_detail.find("invariant 'old_name' is neither in the spec nor registered"),
+            std::string::npos)
+      << renamed[0].mutant_detail;
 }
 
 TEST(Replay, StaleTempFilesOfDeadWritersAreRemoved) {

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "kprop/corpus.h"
 #include "kprop/spec.h"
 
 namespace fs = std::filesystem;
@@ -180,6 +181,23 @@ TEST(Cli, UsageAndSpecErrorsExitTwoWithOneLine) {
     EXPECT_NE(r.out.find(expect), std::string::npos) << args << "\n" << r.out;
     EXPECT_EQ(r.out.find("terminate"), std::string::npos) << r.out;
   }
+}
+
+// A case that overruns case_timeout_s but then finishes: the watchdog saves
+// it while the check's own thread returns, which must wait for the save, not
+// free the case under it (it did: a segfault, exit 139, nothing stored).
+// Large cases make the save slower than the rest of the check.
+TEST(Cli, ACaseThatOverrunsItsTimeoutIsSavedWhenItFinishesDuringTheSave) {
+  const fs::path corpus = temp("overrun");
+  fs::remove_all(corpus);
+  const CliRun r = run("--spec " + std::string(KPROP_SOURCE_DIR) +
+                       "/specs/attention_fwd.yaml --domain '{nq: [300, 400], nk: [300, 400], dim: [60, 64]}' "
+                       "--case-timeout 0.005 --trials 3 --jobs 1 --seed 1 --corpus " +
+                       corpus.string());
+  EXPECT_EQ(r.code, 3) << r.out.substr(0, 2000);
+  EXPECT_NE(r.out.find("hung (no result within case_timeout_s = 0.005 s)"), std::string::npos);
+  EXPECT_EQ(kprop::list_corpus((corpus / "attention_fwd").string()).size(), 1u) << r.out.substr(0, 2000);
+  fs::remove_all(corpus);
 }
 
 TEST(Cli, CorruptCorpusFileExitsTwoNamingTheFile) {
