@@ -63,6 +63,11 @@ CorpusEntry entry_for(const RunContext& ctx, const AnyCase& c, const std::string
 }
 
 std::string replay_command(const RunContext& ctx, const std::string& path, const std::string& invariant) {
+  // A Python function (kprop.check in process) is no target prop_runner
+  // knows: its replay is the Python call.
+  if (ctx.target_name.rfind("python:", 0) == 0)
+    return fmt::format("kprop.replay('{}', {}, '{}'{})", ctx.spec.path, ctx.target_name.substr(7), path,
+                       invariant.empty() ? "" : ", invariants=['" + invariant + "']");
   std::string cmd = fmt::format("prop_runner --spec {} --target {} --replay {}", shell_quote(ctx.spec.path),
                                 shell_quote(ctx.target_name), shell_quote(path));
   if (!ctx.options.reference.empty()) cmd += " --reference " + shell_quote(ctx.options.reference);
@@ -319,7 +324,14 @@ CheckResult check_one(const RunContext& ctx, AnyTrial& trial, const InvariantUse
   const TrialTimes before = trial.times();
   try {
     CaseGuard guard(ctx, c);
+    trial.run_target();  // first: a decline or crash is the case's, whatever the invariant reads
     r.verdict = check_invariant(trial, use);
+  } catch (const ReferenceFailure&) {
+    // A transport stopped by Ctrl-C while the reference ran is an interrupt.
+    if (!interrupted()) throw;
+    r.kind = CheckResult::Kind::target_failure;
+    r.reason = "interrupted while the reference ran";
+    r.failure_kind = "interrupted";
   } catch (const TargetUnavailable& e) {
     r.kind = CheckResult::Kind::declined;
     r.reason = e.what();
@@ -489,6 +501,8 @@ std::vector<CheckResult> check_uses_forked(const RunContext& ctx,
                                           ctx.run, ctx.reference_name},
                                uses, c))
             out.push_back(check_result_json(r));
+        } catch (const ReferenceFailure& e) {
+          out = {{"reference_failure", e.bare_message()}};  // the parent raises it
         } catch (const std::exception& e) {
           out = nlohmann::json::array(
               {check_result_json(child_failure("threw", std::string("target threw: ") + e.what()))});
@@ -504,9 +518,16 @@ std::vector<CheckResult> check_uses_forked(const RunContext& ctx,
   if (WIFSIGNALED(status))
     return {child_failure(
         "threw", fmt::format("crashed with signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status))))};
+  nlohmann::json results;
+  try {
+    results = nlohmann::json::parse(child.text);
+  } catch (const std::exception&) {
+  }
+  if (results.is_object() && results.contains("reference_failure"))
+    throw ReferenceFailure(results["reference_failure"].get<std::string>());
   try {
     std::vector<CheckResult> out;
-    for (const auto& j : nlohmann::json::parse(child.text)) out.push_back(check_result_from_json(j));
+    for (const auto& j : results) out.push_back(check_result_from_json(j));
     if (!out.empty()) return out;
   } catch (const std::exception&) {
   }

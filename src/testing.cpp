@@ -8,8 +8,9 @@
 
 namespace kprop::testing {
 
-RunReport run_in_process(const std::string& spec_path, const EntryPoints& entry_points, RunOptions options) {
-  const Spec spec = load_spec(spec_path);
+RunReport run_in_process(const std::string& spec_path, const EntryPoints& entry_points, RunOptions options,
+                         const std::string& domain) {
+  const Spec spec = load_spec(spec_path, "", domain);
   external::TransportOptions o;
   o.family = spec.family->name();
   o.ops = spec.family->external_ops();

@@ -17,6 +17,9 @@ and in pytest (the plugin is registered by the package):
 See docs/PYTHON.md.
 """
 
+import difflib
+import inspect
+
 from ._check import (SPECS_DIR, CheckResult, Counterexample, Discard, Finding, HealthCheckFailure, InvariantResult,
                      Skipped, Unsupported, assume, check, format_finding, invariant, replay, shipped_specs,
                      spec_info)
@@ -33,6 +36,13 @@ def spec(name, **options):
     replayed first). The function is the target: it receives the op's tensors
     and attributes and returns its outputs, as for kprop.check. `options` are
     kprop.check's (seed, trials, time, invariants, isolate, tensors, ...)."""
+
+    valid = [p for p in inspect.signature(check).parameters if p not in ("spec", "fn")]
+    unknown = [k for k in options if k not in valid]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], valid, n=1)
+        raise TypeError("kprop.spec(%r): unknown option %r%s; valid: %s" % (
+            name, unknown[0], " (did you mean %r?)" % close[0] if close else "", ", ".join(valid)))
 
     def mark(fn):
         fn._kprop_spec = (name, dict(options))

@@ -1,8 +1,10 @@
 """kprop.check: a spec run in process with a Python function as the target."""
 
 import glob
+import importlib.machinery
 import inspect
 import json
+import math
 import os
 import shlex
 import sys
@@ -279,17 +281,23 @@ class _InvariantCall:
                     "%s: assertion failed\n%s" % (self.defn.name, _short_traceback()))
         except Exception as e:  # KeyboardInterrupt goes through: it stops the run
             return ("fail", "%s raised %s: %s\n%s" % (self.defn.name, type(e).__name__, e, _short_traceback()))
-        if answer is None or answer is True:
+        if answer is None:
             return None
-        if isinstance(answer, np.ndarray):
+        if isinstance(answer, (bool, np.bool_)):
+            return None if answer else ("fail", "%s returned False" % self.defn.name)
+        if not isinstance(answer, (np.ndarray, list, tuple, str, bytes)) and hasattr(answer, "__array__"):
+            answer = np.asarray(answer)  # a torch tensor (on the CPU), a NumPy-like array
+        if isinstance(answer, np.ndarray) and answer.dtype == np.bool_:
             if answer.size == 0 or bool(np.all(answer)):
                 return None
-            bad = np.argwhere(~answer.astype(bool))
+            bad = np.argwhere(~answer)
             return ("fail", "%s: %d of %d elements false, first at %s" % (
                 self.defn.name, len(bad), answer.size, list(map(int, bad[0]))))
-        if bool(answer):
-            return None
-        return ("fail", "%s returned %r" % (self.defn.name, answer))
+        # Anything else has no one truth value that could be meant (a list
+        # of False is truthy, NaN is truthy): a mistake in the invariant, said
+        # as its failure on every case rather than passed.
+        return ("fail", "%s must return True, False, None or an array of bools, not %s %.80r" % (
+            self.defn.name, type(answer).__name__, answer))
 
 
 def _short_traceback() -> str:
@@ -440,12 +448,24 @@ def _importable(fn) -> str:
     if isinstance(fn, Mapping) or not module or not qualname or "<" in qualname:
         raise ValueError("kprop: isolate=True runs fn in a worker process, which imports it: fn must be "
                          "a module-level function (not a lambda, closure or dict), got %r" % (fn,))
-    if module == "__main__":
-        main = getattr(sys.modules["__main__"], "__file__", None)
-        if not main:
-            raise ValueError("kprop: isolate=True cannot import %s from an interactive __main__" % qualname)
-        return "%s:%s" % (os.path.abspath(main), qualname)
+    if module == "__main__" or not _on_path(module):
+        # A script, or a module imported from outside sys.path (pytest's
+        # --import-mode=importlib): the worker loads its file.
+        path = getattr(sys.modules.get(module), "__file__", None)
+        if not path:
+            raise ValueError("kprop: isolate=True cannot import %s from %s: it has no file" % (
+                qualname, "an interactive __main__" if module == "__main__" else "module " + module))
+        return "%s:%s" % (os.path.abspath(path), qualname)
     return "%s:%s" % (module, qualname)
+
+
+def _on_path(module: str) -> bool:
+    """Whether a worker given this process's sys.path imports `module` by name."""
+    try:
+        return importlib.machinery.PathFinder.find_spec(module.split(".")[0], sys.path) is not None or \
+            module.split(".")[0] in sys.builtin_module_names
+    except (ImportError, ValueError):
+        return False
 
 
 def _worker_command(fn, tensors: str) -> str:
@@ -541,10 +561,44 @@ def _impl(name: str, call, fn, tensors: str, isolate: bool) -> Dict[str, Any]:
     return {"name": name, "call": call, "exec": _worker_command(fn, tensors) if isolate else None}
 
 
+def _is_int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _check_run_args(seed, trials, time, case_timeout, isolate) -> None:
+    """The run settings' types and ranges, as prop_runner checks its flags:
+    a clear TypeError or ValueError here, not a cast error in the extension."""
+    if seed is not None:
+        if not _is_int(seed):
+            raise TypeError("kprop: seed must be an int, got %r" % (seed,))
+        if not 0 <= seed < 2 ** 64:
+            raise ValueError("kprop: seed must be in [0, 2**64), got %d" % seed)
+    if trials is not None:
+        if not _is_int(trials):
+            raise TypeError("kprop: trials must be an int, got %r" % (trials,))
+        if not 1 <= trials <= 10 ** 9:
+            raise ValueError("kprop: trials must be in [1, 10**9], got %d" % trials)
+    for name, value, low in (("time", time, "0 or more"), ("case_timeout", case_timeout, "more than 0")):
+        if value is None:
+            continue
+        if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, (bool, np.bool_)):
+            raise TypeError("kprop: %s must be a number of seconds, got %r" % (name, value))
+        if not math.isfinite(value) or value < 0 or (name == "case_timeout" and value == 0):
+            raise ValueError("kprop: %s must be finite and %s seconds, got %r" % (name, low, value))
+    if case_timeout is not None and not isolate:
+        raise ValueError("kprop: case_timeout needs isolate=True: in process a case has no time limit (a timed-out "
+                         "call could only be stopped by ending this interpreter)")
+
+
 def _args(spec, fn, *, reference, extra_invariants, profile, seed, trials, time, invariants, corpus, isolate,
-          tensors, device, case_timeout):
+          tensors, device, case_timeout, domain=None):
     """Resolves the spec and builds the extension's arguments: (text, is_text,
     info, args, the target's trampoline, the reference's or None)."""
+    _check_run_args(seed, trials, time, case_timeout, isolate)
+    if domain is not None and not isinstance(domain, Mapping):
+        raise TypeError("kprop: domain must be a dict of domain keys (e.g. {'dtypes': ['f32']}), got %r" % (domain,))
+    if isinstance(invariants, str):
+        invariants = [invariants]  # one name, not its letters
     text, is_text = _resolve_spec(spec)
     info = spec_info(spec, profile)
     target = _Target(fn, info["ops"], tensors, device)
@@ -554,21 +608,31 @@ def _args(spec, fn, *, reference, extra_invariants, profile, seed, trials, time,
         ref_target = _Target(reference, info["ops"], tensors, device)
         a["reference"] = _impl("python-reference:" + _target_name(reference)[len("python:"):], ref_target,
                                reference, tensors, isolate)
-    a.update(extra=_extra_invariants(extra_invariants, info), profile=profile or "", seed=seed, trials=trials,
+    a.update(extra=_extra_invariants(extra_invariants, info), profile=profile or "",
+             domain=json.dumps(dict(domain)) if domain else "", seed=seed, trials=trials,
              time=None if time is None else float(time), invariants=list(invariants or []),
              corpus=None if corpus is None else os.fspath(corpus), scratch=_scratch(corpus),
              case_timeout=None if case_timeout is None else float(case_timeout))
     return text, is_text, info, a, target, ref_target
 
 
-def _replay_text(spec_ref, fn, path, reference, extra_invariants, profile) -> str:
+def _replay_text(spec_ref, fn, path, opts: Mapping[str, Any]) -> str:
+    """kprop.replay(...) with the options of the run that found the case
+    (those not at their defaults), so that it runs the case the same way."""
     parts = [repr(spec_ref), getattr(fn, "__name__", "fn"), repr(path)]
-    if reference is not None:
-        parts.append("reference=%s" % getattr(reference, "__name__", "reference"))
-    if extra_invariants:
-        parts.append("extra_invariants=[%s]" % ", ".join(getattr(f, "__name__", "f") for f in extra_invariants))
-    if profile:
-        parts.append("profile=%r" % profile)
+    for key, value in opts.items():
+        if value is None or value is False or (key == "tensors" and value == "numpy") or (
+                key in ("invariants", "extra_invariants", "domain") and not value):
+            continue
+        if key == "reference":
+            text = getattr(value, "__name__", "reference")
+        elif key == "extra_invariants":
+            text = "[%s]" % ", ".join(getattr(f, "__name__", "f") for f in value)
+        elif key == "invariants":
+            text = repr([value] if isinstance(value, str) else list(value))
+        else:
+            text = repr(value)
+        parts.append("%s=%s" % (key, text))
     return "kprop.replay(%s)" % ", ".join(parts)
 
 
@@ -578,7 +642,8 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
           isolate: bool = False, tensors: str = "numpy", device: Optional[str] = None,
           replay_stored: bool = True, case_timeout: Optional[float] = None,
           reference: Union[None, Callable, Mapping[str, Callable]] = None,
-          extra_invariants: Optional[Sequence[Callable]] = None, profile: Optional[str] = None) -> CheckResult:
+          extra_invariants: Optional[Sequence[Callable]] = None, profile: Optional[str] = None,
+          domain: Optional[Mapping[str, Any]] = None) -> CheckResult:
     """Runs `spec` with `fn` as its target, in this process.
 
     spec: a path, a shipped spec name ("attention_fwd") or a dict.
@@ -604,6 +669,9 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
     extra_invariants: @kprop.invariant functions over the named tensors,
         checked next to the spec's own invariants.
     profile: one of the spec's profiles (its domain and run settings).
+    domain: domain keys replaced for this run, after the profile (prop_runner's
+        --domain), e.g. {"dtypes": ["f32"]} for a kernel that takes f32 only:
+        the dtypes it would decline otherwise fail the `declined` health check.
 
     Returns a CheckResult; raises Counterexample (an AssertionError) on a
     failure, Skipped when every case was declined, HealthCheckFailure when the
@@ -612,11 +680,13 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
     text, is_text, info, args, target, ref_target = _args(
         spec, fn, reference=reference, extra_invariants=extra_invariants, profile=profile, seed=seed,
         trials=trials, time=time, invariants=invariants, corpus=corpus, isolate=isolate, tensors=tensors,
-        device=device, case_timeout=case_timeout)
+        device=device, case_timeout=case_timeout, domain=domain)
     spec_ref = spec if isinstance(spec, str) else text if not is_text else "<dict spec>"
     name = args["target"]["name"]
     targets = [t for t in (target, ref_target) if t is not None]
     command = args["target"]["exec"]
+    opts = dict(invariants=invariants, isolate=isolate, tensors=tensors, device=device, case_timeout=case_timeout,
+                reference=reference, extra_invariants=extra_invariants, profile=profile, domain=domain)
 
     replayed = 0
     if replay_stored and corpus is not None:
@@ -628,12 +698,11 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
                 if row["error"]:
                     raise ValueError("kprop: stored case %s cannot be read: %s" % (row["path"], row["error"]))
                 if not row["ok"]:
-                    f = _stored_finding(row, targets, spec_ref, fn, command, reference, extra_invariants,
-                                        profile)
+                    f = _stored_finding(row, targets, spec_ref, info["path"], fn, command, opts)
                     raise Counterexample(format_finding(f, info["name"], name), f)
 
     r = _kprop.run(text, is_text, args)
-    replay_text = lambda path: _replay_text(spec_ref, fn, path, reference, extra_invariants, profile)  # noqa: E731
+    replay_text = lambda path: _replay_text(spec_ref, fn, path, opts)  # noqa: E731
     findings = []
     for i in r["invariants"]:
         if i["counterexample"] is not None:
@@ -666,14 +735,14 @@ def _traceback_for(targets, message: str) -> str:
     return ""
 
 
-def _stored_finding(row, targets, spec_ref, fn, command, reference, extra_invariants, profile) -> Finding:
+def _stored_finding(row, targets, spec_ref, spec_path, fn, command, opts) -> Finding:
     with open(row["path"]) as f:
         text = f.read()
-    if command:
-        replay = "prop_runner --spec %s --target %s --replay %s" % (spec_ref, shlex.quote("exec:" + command),
-                                                                    row["path"])
+    if command:  # prop_runner needs the spec's file, not a shipped spec's name
+        replay = "prop_runner --spec %s --target %s --replay %s" % (
+            shlex.quote(spec_path or spec_ref), shlex.quote("exec:" + command), shlex.quote(row["path"]))
     else:
-        replay = _replay_text(spec_ref, fn, row["path"], reference, extra_invariants, profile)
+        replay = _replay_text(spec_ref, fn, row["path"], opts)
     return Finding(invariant=row["invariant"], kind="replay", message=row["detail"], measured=[], case_yaml=text,
                    path=row["path"], replay=replay, traceback=_traceback_for(targets, row["detail"]))
 
@@ -681,7 +750,8 @@ def _stored_finding(row, targets, spec_ref, fn, command, reference, extra_invari
 def replay(spec, fn, path: str, *, invariants: Optional[Sequence[str]] = None, isolate: bool = False,
            tensors: str = "numpy", device: Optional[str] = None, case_timeout: Optional[float] = None,
            reference: Union[None, Callable, Mapping[str, Callable]] = None,
-           extra_invariants: Optional[Sequence[Callable]] = None, profile: Optional[str] = None) -> int:
+           extra_invariants: Optional[Sequence[Callable]] = None, profile: Optional[str] = None,
+           domain: Optional[Mapping[str, Any]] = None) -> int:
     """Replays a stored case file (or every case in a folder) on fn: raises
     Counterexample for the first that fails; returns how many were checked
     (a case declined by fn, or one no invariant could check, is not counted)."""
@@ -690,7 +760,9 @@ def replay(spec, fn, path: str, *, invariants: Optional[Sequence[str]] = None, i
     text, is_text, info, args, target, ref_target = _args(
         spec, fn, reference=reference, extra_invariants=extra_invariants, profile=profile, seed=None,
         trials=None, time=None, invariants=invariants, corpus=None, isolate=isolate, tensors=tensors,
-        device=device, case_timeout=case_timeout)
+        device=device, case_timeout=case_timeout, domain=domain)
+    opts = dict(invariants=invariants, isolate=isolate, tensors=tensors, device=device, case_timeout=case_timeout,
+                reference=reference, extra_invariants=extra_invariants, profile=profile, domain=domain)
     rows = _kprop.replay(text, is_text, args, os.fspath(path))
     checked = 0
     for row in rows:
@@ -698,8 +770,8 @@ def replay(spec, fn, path: str, *, invariants: Optional[Sequence[str]] = None, i
             raise ValueError("kprop: %s" % row["error"])
         if not row["ok"]:
             f = _stored_finding(row, [t for t in (target, ref_target) if t is not None],
-                                spec if isinstance(spec, str) else "<spec>", fn, args["target"]["exec"], reference,
-                                extra_invariants, profile)
+                                spec if isinstance(spec, str) else "<spec>", info["path"], fn,
+                                args["target"]["exec"], opts)
             raise Counterexample(format_finding(f, info["name"], args["target"]["name"]), f)
         checked += row["checked"]
     return checked

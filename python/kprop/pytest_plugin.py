@@ -55,11 +55,19 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line("  " + result.summary().replace("\n", "\n  "))
 
 
-def _corpus(config):
+def _corpus(config, options=None):
+    """The corpus an item stores into and replays from: none with
+    --kprop-no-corpus, else --kprop-corpus, else the decorator's corpus=,
+    else .kprop/ in the rootdir. One answer for both, so what is stored is
+    what the next session replays."""
     if config.getoption("kprop_no_corpus"):
         return None
     given = config.getoption("kprop_corpus")
-    return given if given is not None else str(config.rootpath / ".kprop")
+    if given is not None:
+        return given
+    if options and "corpus" in options:
+        return options["corpus"]
+    return str(config.rootpath / ".kprop")
 
 
 def pytest_report_header(config):
@@ -76,6 +84,10 @@ def pytest_pycollect_makeitem(collector, name, obj):
         return None
     spec, options = marked
     options = dict(options)
+    method = isinstance(collector, pytest.Class)
+    if method and options.get("isolate"):
+        raise collector.CollectError("kprop: %s: isolate=True runs the target in a worker process, which imports "
+                                     "it: make it a module-level function, not a method" % name)
     profile = collector.config.getoption("kprop_profile")
     if profile is not None:
         options["profile"] = profile
@@ -86,12 +98,14 @@ def pytest_pycollect_makeitem(collector, name, obj):
         raise collector.CollectError("kprop: %s: %s" % (name, e))
     known = info["invariants"] + extra
     invariants = options.pop("invariants", None) or known
+    if isinstance(invariants, str):
+        invariants = [invariants]  # one name, not its letters
     unknown = [i for i in invariants if i not in known]
     if unknown:
         raise collector.CollectError("kprop: %s: spec %s has no invariant %s (it has: %s)"
                                      % (name, info["name"], ", ".join(unknown), ", ".join(known)))
     items = []
-    corpus = _corpus(collector.config)
+    corpus = _corpus(collector.config, options)
     if corpus is not None:
         for path in sorted(glob.glob(os.path.join(corpus, info["name"], "*.yaml"))):
             items.append(KpropItem.from_parent(collector, name="%s[stored:%s]" % (name, os.path.basename(path)),
@@ -115,24 +129,32 @@ class KpropItem(pytest.Item):
         self.invariants = invariants
         self.stored = stored
 
+    def _target(self):
+        # A method of a test class: bound to a fresh instance, as pytest does.
+        if isinstance(self.parent, pytest.Class):
+            return self.fn.__get__(self.parent.newinstance())
+        return self.fn
+
     def runtest(self):
         config = self.config
         options = dict(self.options)
+        fn = self._target()
         if self.stored is not None:
             options = {k: v for k, v in options.items()
                        if k in ("isolate", "tensors", "device", "case_timeout", "reference", "extra_invariants",
-                                "profile")}
-            checked = _check.replay(self.spec, self.fn, self.stored, invariants=self.invariants, **options)
+                                "profile", "domain")}
+            checked = _check.replay(self.spec, fn, self.stored, invariants=self.invariants, **options)
             if checked == 0:
-                pytest.skip("kprop: the target declined the stored case %s" % self.stored)
+                pytest.skip("kprop: the stored case %s was not checked (declined by the target, or no invariant "
+                            "could check it)" % self.stored)
             return
         for flag, key in (("kprop_seed", "seed"), ("kprop_trials", "trials"), ("kprop_time", "time")):
             if config.getoption(flag) is not None:
                 options[key] = config.getoption(flag)
-        options.setdefault("corpus", _corpus(config))
+        options["corpus"] = _corpus(config, self.options)
         options["replay_stored"] = False  # the stored cases are items of their own
         try:
-            result = _check.check(self.spec, self.fn, invariants=self.invariants, **options)
+            result = _check.check(self.spec, fn, invariants=self.invariants, **options)
         except (_check.Counterexample, _check.HealthCheckFailure, _check.Skipped) as e:
             if getattr(e, "result", None) is not None:
                 config.stash[_STATS].append((self.nodeid, e.result))

@@ -230,8 +230,12 @@ std::shared_ptr<const kprop::CallbackInvariant> python_invariant(std::vector<std
   return inv;
 }
 
-kprop::Spec load(const std::string& spec, bool is_text, const std::string& profile) {
-  return is_text ? kprop::parse_spec(spec, "<dict>", profile) : kprop::load_spec(spec, profile);
+// `domain`: domain keys replaced for this run (prop_runner's --domain), a
+// YAML/JSON map; "" for none.
+kprop::Spec load(const std::string& spec, bool is_text, const std::string& profile,
+                 const std::string& domain = "") {
+  return is_text ? kprop::parse_spec(spec, "<dict>", profile, domain)
+                 : kprop::load_spec(spec, profile, domain);
 }
 
 // The handlers kprop's crash guard installs (SIGSEGV, ...) are kprop's only
@@ -357,6 +361,7 @@ struct Args {
   // @kprop.invariant functions: (name, tensors read, description, trampoline)
   std::vector<std::tuple<std::string, std::vector<std::string>, std::string, nb::object>> extra;
   std::string profile;
+  std::string domain;  // domain keys replaced, a JSON map ("" for none)
   std::optional<uint64_t> seed;
   std::optional<int64_t> trials;
   std::optional<double> time_s;
@@ -390,6 +395,7 @@ Args args_from(const nb::dict& d) {
                          nb::cast<std::string>(t[2]), nb::borrow<nb::object>(t[3]));
   }
   a.profile = nb::cast<std::string>(d["profile"]);
+  a.domain = nb::cast<std::string>(d["domain"]);
   a.seed = optional_item<uint64_t>(d, "seed");
   a.trials = optional_item<int64_t>(d, "trials");
   a.time_s = optional_item<double>(d, "time");
@@ -410,7 +416,13 @@ struct Prepared {
 };
 
 Prepared prepare(const std::string& spec_arg, bool spec_is_text, const Args& a) {
-  Prepared p{load(spec_arg, spec_is_text, a.profile), {}};
+  Prepared p = [&] {
+    try {
+      return Prepared{load(spec_arg, spec_is_text, a.profile, a.domain), {}};
+    } catch (const kprop::InputError& e) {  // a bad profile or domain= override
+      throw nb::value_error(e.what());
+    }
+  }();
   const kprop::Family& family = *p.spec.family;
   if (family.external_ops().empty())
     throw nb::value_error(
@@ -510,8 +522,8 @@ nb::list replay(const std::string& spec, bool spec_is_text, const nb::dict& arg_
   args.seed = std::nullopt;
   args.trials = std::nullopt;
   args.time_s = std::nullopt;
-  args.corpus = std::nullopt;
-  args.scratch = ".kprop/findings";
+  args.corpus =
+      std::nullopt;  // a replay stores nothing; a crash's case goes to the scratch folder _args chose
   Prepared p = prepare(spec, spec_is_text, args);
   const auto rows = guarded(p, [&] { return kprop::replay_corpus(p.spec, path, p.options); });
   nb::list out;

@@ -49,6 +49,15 @@ class TargetUnavailable : public Unsupported {
   using Unsupported::Unsupported;
 };
 
+// The reference (the oracle) threw, crashed or reported an error on a case:
+// nothing about the target follows from that case, and it is not the
+// target's failure to shrink and store. The run stops with this error
+// (exit 2), naming the reference.
+class ReferenceFailure : public InputError {
+ public:
+  explicit ReferenceFailure(const std::string& message) : InputError({}, message) {}
+};
+
 // "did you mean" helper: the closest candidate by edit distance, or "".
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);
 // "a, b, c" for error messages listing valid choices.

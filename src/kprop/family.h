@@ -220,6 +220,12 @@ class AnyTrial {
  public:
   virtual ~AnyTrial() = default;
   virtual Verdict check(size_t invariant, const Values& params) = 0;
+  // Runs the target on the case (once: the invariants share its result).
+  // check_one calls it before any invariant, so a case the target declines,
+  // crashes on or throws on is that whatever the invariant reads: an
+  // invariant of the reference or the inputs alone never passes a case the
+  // target was not run on.
+  virtual void run_target() = 0;
   virtual TrialTimes times() const { return {}; }
 
   // ---- named tensors (expression invariants, kprop/expr.h)
@@ -409,9 +415,24 @@ class Trial {
     if (!target_) target_ = timed(times_.target, target_impl_, case_);
     return *target_;
   }
+  // The reference's result. Its failures are not the target's: a decline
+  // or an unavailable reference says so in its reason, anything else it
+  // throws is a ReferenceFailure (kprop/errors.h).
   const Result& reference() {
     if (same_impl()) return target();
-    if (!reference_) reference_ = timed(times_.reference, reference_impl_, case_);
+    if (!reference_) {
+      const std::string who = "the reference '" + reference_impl_.info.name + "' ";
+      try {
+        reference_ = timed(times_.reference, reference_impl_, case_);
+      } catch (const TargetUnavailable& e) {
+        throw TargetUnavailable(who + "cannot run here: " + e.what());
+      } catch (const Unsupported& e) {
+        throw Unsupported(who + "declined the case: " + e.what());
+      } catch (const std::exception& e) {
+        throw ReferenceFailure(
+            who + "failed on a case, so the case cannot judge the target (fix the reference): " + e.what());
+      }
+    }
     return *reference_;
   }
   // For metamorphic invariants: run the implementations on a derived case.
@@ -585,6 +606,7 @@ class FamilyDef : public Family {
       Verdict check(size_t invariant, const Values& params) override {
         return family.invariant_fns_.at(invariant)(trial, params);
       }
+      void run_target() override { (void)trial.target(); }
       TrialTimes times() const override {
         TrialTimes t = trial.times();
         for (const auto& [key, d] : derived_) {

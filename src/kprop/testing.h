@@ -5,11 +5,13 @@
 //   extern "C" int my_attention_fwd(const kprop_attention_fwd_args*, char*, size_t);
 //
 //   TEST(MyKernel, FlashForward) {
-//     KPROP_EXPECT_SPEC_PASSES("specs/attention_fwd.yaml", {{"kprop_attention_fwd", (void*)&my_attention_fwd}});
+//     KPROP_EXPECT_SPEC_PASSES("specs/attention_fwd.yaml", {{"kprop_attention_fwd",
+//     (void*)&my_attention_fwd}});
 //   }
 //
 // The spec's seed, trials and invariants apply; set KPROP_SEED or pass
-// RunOptions to change them. A failure prints the shrunk counterexample and
+// RunOptions to change them, and a domain override for the dtypes or shapes
+// the kernel takes. A failure prints the shrunk counterexample and
 // the stored corpus file.
 #pragma once
 
@@ -28,8 +30,11 @@ using EntryPoints = std::map<std::string, void*>;
 
 // Loads the spec and runs it with the entry points as the target (named
 // "in-process"). Corpus files go to options.corpus_dir (default corpus/).
+// `domain`: domain keys replaced for this run, as prop_runner's --domain
+// (e.g. "{dtypes: [f32, f64]}" for a kernel that takes only those: the
+// dtypes it declines would otherwise fail the `declined` health check).
 RunReport run_in_process(const std::string& spec_path, const EntryPoints& entry_points,
-                         RunOptions options = {});
+                         RunOptions options = {}, const std::string& domain = "");
 
 // The first invariant that failed with a counterexample ("" if none): which
 // property caught the bug.

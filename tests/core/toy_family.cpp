@@ -150,7 +150,18 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
                 if (t.input().xs.size() < 100) return Verdict::discard("list too short");
                 return Verdict::pass();
               });
-  f.reads({{"matches_reference", {"*"}}, {"sum_parity", {"*"}}, {"only_long_lists", {}}});
+  f.invariant(
+      {"reference_sums_its_list", "the reference's sum is the list's (reads no output of the target)", {}},
+      [](Trial<Traits>& t, const Values&) {
+        long s = 0;
+        for (int x : t.input().xs) s += x;
+        if (t.reference().sum == s) return Verdict::pass();
+        return Verdict::fail(fmt::format("reference sum {} != {}", t.reference().sum, s));
+      });
+  f.reads({{"matches_reference", {"*"}},
+           {"sum_parity", {"*"}},
+           {"only_long_lists", {}},
+           {"reference_sums_its_list", {}}});
 });
 
 }  // namespace kprop::toy

@@ -199,9 +199,28 @@ def test_spec_by_path_and_unknown_names(example, corpus):
 
 def test_only_selected_invariants_run(example, corpus):
     mod = example("softmax_topk")
-    result = kprop.check("softmax_topk", mod.softmax_topk, seed=SEED, trials=10, invariants=["sorted"],
-                         corpus=corpus)
-    assert [i.name for i in result.invariants] == ["sorted"]
+    for one in (["sorted"], "sorted"):  # a list of names, or one name
+        result = kprop.check("softmax_topk", mod.softmax_topk, seed=SEED, trials=10, invariants=one,
+                             corpus=corpus)
+        assert [i.name for i in result.invariants] == ["sorted"]
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"seed": -1}, ValueError, r"seed must be in \[0, 2\*\*64\)"),
+    ({"seed": 2 ** 64}, ValueError, "seed must be in"),
+    ({"seed": "1"}, TypeError, "seed must be an int"),
+    ({"seed": 1.0}, TypeError, "seed must be an int"),
+    ({"trials": 0}, ValueError, r"trials must be in \[1, 10\*\*9\]"),
+    ({"trials": 5.0}, TypeError, "trials must be an int"),
+    ({"time": -1}, ValueError, "time must be finite and 0 or more"),
+    ({"time": float("nan")}, ValueError, "time must be finite"),
+    ({"case_timeout": 0.5}, ValueError, "case_timeout needs isolate=True"),
+    ({"case_timeout": 0, "isolate": True}, ValueError, "case_timeout must be finite and more than 0"),
+])
+def test_bad_run_settings_are_clear_errors(example, corpus, kwargs, error, match):
+    mod = example("softmax_topk")
+    with pytest.raises(error, match=match):
+        kprop.check("softmax_topk", mod.softmax_topk, corpus=corpus, **kwargs)
 
 
 def test_keyboard_interrupt_in_fn_stops_the_run(example, corpus):

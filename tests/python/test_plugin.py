@@ -154,3 +154,40 @@ def test_x(logits, k, **attrs):
     result = pytester.runpytest("--kprop-no-corpus", "--kprop-profile", "no_such_profile")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*no_such_profile*"])
+
+
+def test_methods_options_and_the_decorators_corpus(pytester, tmp_path):
+    # A method of a test class is bound to an instance; invariants= may be one
+    # name; the decorator's corpus= is where cases are stored and replayed from.
+    corpus = tmp_path / "mine"
+    pytester.makepyfile(test_sm=HEADER + """
+class TestKernel:
+    @kprop.spec("softmax_topk", seed=20261122, trials=300, invariants="sorted", corpus=%r)
+    def test_bad(self, logits, k, **attrs):
+        assert isinstance(self, TestKernel)
+        return bad.softmax_topk(logits, k, **attrs)
+""" % str(corpus))
+    result = pytester.runpytest("-v", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*TestKernel::test_bad?sorted? FAILED*", "*invariant sorted failed*"])
+    stored = os.listdir(corpus / "softmax_topk")
+    assert len(stored) == 1
+    result = pytester.runpytest("-v", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*TestKernel::test_bad?stored:%s? FAILED*" % stored[0]])
+    # --kprop-no-corpus wins over the decorator: nothing replayed, nothing stored.
+    result = pytester.runpytest("-v", "-p", "no:cacheprovider", "--kprop-no-corpus")
+    result.assert_outcomes(failed=1)
+    assert os.listdir(corpus / "softmax_topk") == stored
+
+
+def test_an_unknown_decorator_option_is_a_collection_error(pytester):
+    pytester.makepyfile(test_sm="""
+import kprop
+
+@kprop.spec("softmax_topk", trails=5)
+def test_x(**_):
+    pass
+""")
+    result = pytester.runpytest()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*unknown option 'trails' (did you mean 'trials'?)*"])

@@ -63,9 +63,11 @@ def test_a_reference_that_raises_is_a_reported_failure(example, corpus):
     def broken_reference(logits, k, **_):
         raise RuntimeError("reference broke")
 
-    with pytest.raises(kprop.Counterexample, match="reference broke"):
+    # The oracle's failure, said as such: not a counterexample of the target, nothing stored.
+    with pytest.raises(ValueError, match="the reference .*broken_reference' failed on a case.*reference broke"):
         kprop.check("softmax_topk", good.softmax_topk, reference=broken_reference, seed=SEED, trials=5,
                     corpus=corpus)
+    assert not os.path.exists(os.path.join(corpus, "softmax_topk"))
 
 
 # ------------------------------------------------------------ @kprop.invariant
@@ -145,20 +147,39 @@ def test_an_invariant_that_discards_everything_is_not_a_pass(example, corpus):
     assert result.invariants[0].passed == 0 and result.invariants[0].discard_reasons == {"never": 51}
 
 
-def test_invariant_reading_only_inputs_does_not_run_the_target(corpus):
-    calls = []
-
-    def target(**_):
-        calls.append(1)
-        raise AssertionError("never called")
-
+def test_invariant_reading_only_inputs_still_runs_the_target(corpus):
+    # An invariant of the inputs alone passes nothing the target was not run
+    # on: a target that declines every case is skipped, one that raises fails.
     @kprop.invariant
     def logits_shape(logits, R, V):
         return logits.shape == (int(R), int(V))
 
-    result = kprop.check("softmax_topk", target, extra_invariants=[logits_shape], invariants=["logits_shape"],
-                         seed=SEED, trials=20, corpus=corpus)
-    assert result.passed and not calls
+    def declines(**_):
+        raise kprop.Unsupported("nothing")
+
+    with pytest.raises(kprop.Skipped):
+        kprop.check("softmax_topk", declines, extra_invariants=[logits_shape], invariants=["logits_shape"],
+                    seed=SEED, trials=20, corpus=corpus)
+
+    def raises(**_):
+        raise RuntimeError("always")
+
+    with pytest.raises(kprop.Counterexample, match="RuntimeError: always"):
+        kprop.check("softmax_topk", raises, extra_invariants=[logits_shape], invariants=["logits_shape"],
+                    seed=SEED, trials=20, corpus=corpus)
+
+
+@pytest.mark.parametrize("answer", [[False], (False, "why"), "no", float("nan"), 0.0, np.float64(1.0)])
+def test_an_invariant_answer_with_no_one_truth_value_is_never_a_pass(example, corpus, answer):
+    good = example("softmax_topk")
+
+    @kprop.invariant
+    def odd_answer(target_probs):
+        return answer
+
+    with pytest.raises(kprop.Counterexample, match="must return True, False, None or an array of bools"):
+        kprop.check("softmax_topk", good.softmax_topk, extra_invariants=[odd_answer], invariants=["odd_answer"],
+                    seed=SEED, trials=5, corpus=corpus)
 
 
 def test_bad_invariant_declarations_are_clear_errors(example, corpus):
