@@ -113,7 +113,9 @@ void write_file_atomic(const std::string& path, const std::string& contents) {
   static std::atomic<int> counter{0};
   const fs::path target(path);
   if (target.has_parent_path()) {
-    fs::create_directories(target.parent_path());
+    std::error_code ec;
+    fs::create_directories(target.parent_path(), ec);
+    if (ec) throw InputError({path, 0, 0}, "cannot create its folder: " + ec.message());
     remove_stale_temps(target.parent_path());
   }
   const fs::path tmp =

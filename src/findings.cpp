@@ -32,9 +32,24 @@ namespace kprop {
 namespace {
 
 std::atomic<int> g_interrupts{0};
+std::atomic<int64_t> g_first_interrupt_ns{0};
+
+int64_t monotonic_ns() {  // clock_gettime is async-signal-safe
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
 
 void on_interrupt(int) {
-  if (g_interrupts.fetch_add(1) >= 1) _exit(130);
+  // A second Ctrl-C quits at once; one within half a second of the first is
+  // the same interrupt delivered twice (coreutils' `timeout -s INT` signals
+  // the process and its group), which must not lose the report.
+  const int64_t now = monotonic_ns();
+  if (g_interrupts.fetch_add(1) >= 1) {
+    if (now - g_first_interrupt_ns.load() > 500000000) _exit(130);
+    return;
+  }
+  g_first_interrupt_ns = now;
   static const char msg[] =
       "\nkprop: interrupted; finishing with the best case so far (Ctrl-C again to quit)\n";
   [[maybe_unused]] auto n = write(2, msg, sizeof msg - 1);

@@ -3,10 +3,14 @@
 // 0 held or skipped, 1 an invariant failed, 2 usage/spec/corpus error or a failed
 // health check, 3 the target crashed or an internal error, 130 interrupted.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "kprop/coverage.h"
@@ -27,7 +31,7 @@ struct Config {
   std::string domain;              // --domain: domain keys overridden for this run (YAML map)
   std::string target;
   std::string reference;
-  std::optional<uint64_t> seed;
+  std::string seed;  // parsed by parse_seed
   std::optional<int64_t> trials;
   std::optional<double> time;
   std::optional<double> case_timeout;
@@ -54,17 +58,50 @@ struct Config {
   std::string self;  // argv[0], to find the fuzz harnesses beside this binary
 };
 
+// A whole decimal number, nothing before or after it (no sign, no 0x, no
+// octal), at most `max`; nullopt otherwise.
+std::optional<uint64_t> decimal(const std::string& text, uint64_t max) {
+  if (text.empty() || text.size() > 20 || text.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  uint64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || v > max) return std::nullopt;
+  return v;
+}
+
 // "I/N" with 0 <= I < N.
 std::pair<int64_t, int64_t> parse_shard(const std::string& text) {
   const auto slash = text.find('/');
-  try {
-    if (slash != std::string::npos) {
-      const int64_t i = std::stoll(text.substr(0, slash)), n = std::stoll(text.substr(slash + 1));
-      if (n >= 1 && i >= 0 && i < n) return {i, n};
-    }
-  } catch (const std::exception&) {
+  if (slash != std::string::npos) {
+    const auto i = decimal(text.substr(0, slash), 1u << 30), n = decimal(text.substr(slash + 1), 1u << 30);
+    if (i && n && *n >= 1 && *i < *n) return {int64_t(*i), int64_t(*n)};
   }
   throw InputError({}, "--shard " + text + ": expected I/N with 0 <= I < N, e.g. 0/4");
+}
+
+// The spec's own bound on run.seed, so that any seed given here can be
+// written into a spec (a fresh seed is below 2^53).
+constexpr uint64_t kMaxSeed = 9200000000000000000ULL;
+std::optional<uint64_t> parse_seed(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  if (const auto v = decimal(text, kMaxSeed)) return v;
+  throw InputError(
+      {}, fmt::format("--seed {}: expected a decimal integer in [0, {}] (0: a fresh seed)", text, kMaxSeed));
+}
+
+// A number flag's check: CLI11's PositiveNumber names its range with three
+// hundred digits; this says what the flag takes.
+CLI::Validator number_in(double lo, bool lo_open, double hi, const std::string& what) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double v = 0;
+        const char* end = text.data() + text.size();
+        const auto [p, ec] = std::from_chars(text.data(), end, v);
+        if (ec != std::errc() || p != end || !std::isfinite(v) || (lo_open ? v <= lo : v < lo) || v > hi)
+          return fmt::format("'{}' is not {}", text, what);
+        return "";
+      },
+      what);
 }
 
 int run_fuzz_mode(const Config& cfg, const std::string& corpus_root) {
@@ -109,6 +146,20 @@ std::string default_corpus_dir(const std::string& spec_path) {
   return "corpus";
 }
 
+// That `path` can be written (its folder made, a file created in it), with
+// the file itself untouched until the report is.
+void check_writable(const std::string& flag, const std::string& path) {
+  const fs::path target(path), dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const auto fail = [&](const std::string& why) { throw InputError({}, flag + " " + path + ": " + why); };
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) fail("cannot create its folder: " + ec.message());
+  if (fs::is_directory(target, ec)) fail("is a folder");
+  const fs::path probe = dir / fmt::format(".{}.probe-{}", target.filename().string(), getpid());
+  if (!std::ofstream(probe)) fail("cannot write in its folder");
+  fs::remove(probe, ec);
+}
+
 int run(const Config& cfg) {
   if (cfg.list) {
     if (cfg.format != "text" && cfg.format != "json")
@@ -122,6 +173,13 @@ int run(const Config& cfg) {
   }
   auto reporter = make_reporter(cfg.format, cfg.stats);
   if (!reporter) throw InputError({}, "--format " + cfg.format + ": valid: " + join(reporter_names()));
+  // --out is written at the end: a path it cannot be written to is said now,
+  // not after the run (whose report it would lose).
+  if (!cfg.out.empty()) check_writable("--out", cfg.out);
+  for (size_t i = 0; i < cfg.invariants.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (cfg.invariants[i] == cfg.invariants[j])
+        throw InputError({}, "--invariant " + cfg.invariants[i] + " is given twice");
   const std::string corpus_root = cfg.corpus.empty() ? default_corpus_dir(cfg.specs[0]) : cfg.corpus;
   install_interrupt_handler();
   if (cfg.output_coverage && cfg.format != "text")
@@ -159,7 +217,7 @@ int run(const Config& cfg) {
   RunOptions options;
   options.target = cfg.target;
   options.reference = cfg.reference;
-  options.seed = cfg.seed;
+  options.seed = parse_seed(cfg.seed);
   options.trials = cfg.trials;
   options.time_budget_s = cfg.time;
   options.case_timeout_s = cfg.case_timeout;
@@ -242,17 +300,20 @@ int main(int argc, char** argv) {
                  "oracle of the comparative invariants (default: the spec's reference): an implementation, "
                  "plugin:PATH or exec:COMMAND, which is called with f64 tensors");
   app.add_option("--seed", cfg.seed, "seed (default: the spec's; 0 or none draws a fresh one)");
-  app.add_option("--trials", cfg.trials, "cases to draw")->check(CLI::PositiveNumber);
+  const auto count = number_in(1, false, 1e9, "a whole number in [1, 1e9]");
+  const auto seconds = number_in(0, false, 1e7, "a number of seconds in [0, 1e7]");
+  const auto timeout = number_in(0, true, 1e7, "a number of seconds in (0, 1e7]");
+  app.add_option("--trials", cfg.trials, "cases to draw")->check(count);
   app.add_option("--time", cfg.time, "time budget in seconds; 0: no time limit (--fuzz: until Ctrl-C)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(seconds);
   app.add_option("--case-timeout", cfg.case_timeout,
                  "seconds one target call may take before it counts as a hang (overrides run.case_timeout_s)")
-      ->check(CLI::PositiveNumber);
+      ->check(timeout);
   app.add_flag("--search", cfg.search,
                "after the random cases, hill-climb from those with the highest error/allowed ratio toward a "
                "failure (run.search; budget: run.search.trials, run.search.time_budget_s)");
   app.add_option("--search-trials", cfg.search_trials, "cases the search may run (implies --search)")
-      ->check(CLI::PositiveNumber);
+      ->check(count);
   app.add_option("--invariant", cfg.invariants, "check only these invariants (repeatable)");
   app.add_option(
       "--format", cfg.format,
@@ -282,7 +343,7 @@ int main(int argc, char** argv) {
   app.add_option("--jobs", cfg.jobs,
                  "processes: property runs, --mutants and --replay of a folder check cases on N processes "
                  "with the verdicts of --jobs 1 (default: all cores); --fuzz: libFuzzer -fork=N (default 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(number_in(1, false, 4096, "a whole number of processes in [1, 4096]"));
   app.add_option("--work", cfg.work, "--fuzz: work folder for coverage corpora and crash inputs");
   app.add_option("--fuzzer-dir", cfg.fuzzer_dir,
                  "--fuzz: folder with fuzz_<spec> harnesses (default: fuzz/ beside prop_runner)");
@@ -297,7 +358,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    fmt::print(stderr, "prop_runner: {} (see --help)\n", e.what());
+    fmt::print(stderr, "prop_runner: error: {} (see --help)\n", e.what());
     return 2;
   }
   try {

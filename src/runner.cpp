@@ -444,26 +444,41 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
 
   // Health checks: a green run must have checked what it claims.
   const double declined_share = report.trials ? double(report.declined) / double(report.trials) : 0;
-  if (declined_share > kMaxDeclinedShare && !suppressed(run, "declined"))
+  if (declined_share > kMaxDeclinedShare && !suppressed(run, "declined")) {
+    // The example names this family's dtype key when it has one.
+    std::string key;
+    for (const char* k : {"dtypes", "dtype"})
+      for (const auto& f : spec.family->domain_schema())
+        if (key.empty() && f.key == k) key = k;
+    const std::string example =
+        key.empty() ? "--domain '{KEY: VALUE}'" : fmt::format("--domain '{{{}: [...]}}'", key);
     report.health.push_back(
         {"declined",
          fmt::format("{:.0f}% of cases were declined by the target ({} of {}): {}; narrow the domain to what "
-                     "the target supports (e.g. prop_runner --domain '{{dtypes: [f32]}}'; --list shows the "
-                     "keys), or add run: {{suppress_health_check: [declined]}}",
+                     "the target supports (e.g. prop_runner {}; --list --spec shows the keys), or add run: "
+                     "{{suppress_health_check: [declined]}}",
                      100 * declined_share, report.declined, report.trials,
-                     top_reasons(report.decline_reasons))});
+                     top_reasons(report.decline_reasons), example)});
+  }
   for (auto& r : report.invariants) {
     if (r.status != InvariantStatus::gave_up) continue;
     if (r.passed > 0 && suppressed(run, "discarded")) {
       r.status = InvariantStatus::passed;
       continue;
     }
+    // Gave up on its discards, or the run ended (time budget, case cap)
+    // before it checked anything: the advice differs.
+    const bool over_ratio = double(r.discarded) > run.max_discard_ratio * double(trials);
+    const std::string advice =
+        over_ratio               ? "widen the domain or raise run.max_discard_ratio"
+        : report.time_budget_hit ? "the time budget ended the run first: raise run.time_budget_s (--time) or "
+                                   "widen the domain"
+                                 : "the run's cases ran out first: widen the domain so more cases reach it";
     report.health.push_back(
         {"discarded",
-         fmt::format("invariant {} checked {} case(s) and discarded {} ({}); widen the domain or raise "
-                     "run.max_discard_ratio{}",
-                     r.name, r.passed, r.discarded,
-                     r.discard_reasons.empty() ? r.last_discard : top_reasons(r.discard_reasons, 3),
+         fmt::format("invariant {} checked {} case(s) and discarded {} ({}); {}{}", r.name, r.passed,
+                     r.discarded,
+                     r.discard_reasons.empty() ? r.last_discard : top_reasons(r.discard_reasons, 3), advice,
                      r.passed > 0 ? ", or add run: {suppress_health_check: [discarded]}" : "")});
   }
   if (report.time_budget_hit && !suppressed(run, "too_slow") &&

@@ -63,7 +63,8 @@ class Loader {
 
   void check_bounds(const YAML::Node& node, const Field& f, const std::string& key, double v) const {
     if (std::isnan(v) || v < f.min || v > f.max)
-      fail(node, fmt::format("'{}' = {:g} is out of bounds [{:g}, {:g}]", key, v, f.min, f.max));
+      fail(node, fmt::format("'{}' = {} is out of bounds [{}, {}]", key, format_number(f, v),
+                             format_number(f, f.min), format_number(f, f.max)));
   }
 
   template <typename T, typename Range>

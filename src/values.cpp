@@ -204,6 +204,12 @@ std::string format_value(const Value& value) {
   return std::visit(Visitor{}, value);
 }
 
+std::string format_number(const Field& f, double v) {
+  const bool whole = f.kind == FieldKind::integer || f.kind == FieldKind::int_range;
+  if (whole && std::isfinite(v) && std::fabs(v) < 9.3e18) return std::to_string(static_cast<int64_t>(v));
+  return fmt::format("{:g}", v);
+}
+
 std::string describe_schema(const Schema& schema, int indent) {
   std::string out;
   const std::string pad(static_cast<size_t>(indent), ' ');
@@ -218,7 +224,7 @@ std::string describe_schema(const Schema& schema, int indent) {
       bounds = " of {" + fmt::format("{}", fmt::join(f.allowed, ", ")) + "}";
     else if (f.kind != FieldKind::boolean && f.kind != FieldKind::string &&
              (std::isfinite(f.min) || std::isfinite(f.max)))
-      bounds = fmt::format(" within [{:g}, {:g}]", f.min, f.max);
+      bounds = fmt::format(" within [{}, {}]", format_number(f, f.min), format_number(f, f.max));
     out += fmt::format("{}{}: {}{}, default {}  — {}\n", pad, f.key, kind_name(f.kind), bounds,
                        format_value(f.fallback), f.doc);
   }

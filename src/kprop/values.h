@@ -104,6 +104,9 @@ class Values {
 };
 
 std::string format_value(const Value& value);
+// A bound or value of field f as text: whole numbers for integer fields
+// (16777216, not 1.67772e+07), %g for real ones.
+std::string format_number(const Field& f, double v);
 // One line per leaf: "  key  kind  default  doc", indented by depth.
 std::string describe_schema(const Schema& schema, int indent);
 

@@ -174,6 +174,19 @@ TEST(Cli, UsageAndSpecErrorsExitTwoWithOneLine) {
       {"--bogus", "bogus"},
       {"", "--spec is required"},
       {"--spec /no/such.yaml", "/no/such.yaml"},
+      // Numbers: what the flag takes, not a 300-digit range; no wrapping, octal or hex.
+      {"--spec " + kSpec + " --trials 0", "--trials: '0' is not a whole number in [1, 1e9]"},
+      {"--spec " + kSpec + " --jobs 0", "--jobs: '0' is not a whole number of processes in [1, 4096]"},
+      {"--spec " + kSpec + " --time nan", "--time: 'nan' is not a number of seconds in [0, 1e7]"},
+      {"--spec " + kSpec + " --seed -1", "--seed -1: expected a decimal integer in [0, 9200000000000000000]"},
+      {"--spec " + kSpec + " --seed 0x10", "--seed 0x10: expected a decimal integer"},
+      {"--spec " + kSpec + " --shard 0x1/2", "--shard 0x1/2: expected I/N with 0 <= I < N"},
+      {"--spec " + kSpec + " --shard 1/2/3", "--shard 1/2/3: expected I/N"},
+      {"--spec " + kSpec + " --invariant lossless --invariant lossless",
+       "--invariant lossless is given twice"},
+      // An --out that cannot be written is said before the run, not as an internal error after it.
+      {"--spec " + kSpec + " --out /proc/no/report.json",
+       "--out /proc/no/report.json: cannot create its folder"},
   };
   for (const auto& [args, expect] : cases) {
     const CliRun r = run(args);
@@ -198,6 +211,26 @@ TEST(Cli, ACaseThatOverrunsItsTimeoutIsSavedWhenItFinishesDuringTheSave) {
   EXPECT_NE(r.out.find("hung (no result within case_timeout_s = 0.005 s)"), std::string::npos);
   EXPECT_EQ(kprop::list_corpus((corpus / "attention_fwd").string()).size(), 1u) << r.out.substr(0, 2000);
   fs::remove_all(corpus);
+}
+
+// coreutils' `timeout -s INT` signals the process and its group: two
+// SIGINTs at once are one interrupt, whose report must come out (the second
+// quit at once, losing it, while the first was still being wound down: here
+// a shrink of ternary's large profile, stopped and stored).
+TEST(Cli, OneInterruptDeliveredTwiceStillReports) {
+  const fs::path scratch = temp("interrupt");
+  const std::string cmd = "sh -c '" + std::string(KPROP_RUNNER) + " --spec " + std::string(KPROP_SOURCE_DIR) +
+                          "/specs/ternary.yaml --profile large --target k_tail_dropped_past_4096 --seed 4 "
+                          "--jobs 1 --corpus " +
+                          scratch.string() +
+                          " & pid=$!; sleep 1; kill -INT $pid; sleep 0.05; kill -INT $pid; wait $pid' 2>&1";
+  std::array<char, 4096> buf{};
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  while (p && fgets(buf.data(), buf.size(), p)) out += buf.data();
+  pclose(p);
+  EXPECT_NE(out.find("INTERRUPTED after"), std::string::npos) << out;
+  fs::remove_all(scratch);
 }
 
 TEST(Cli, CorruptCorpusFileExitsTwoNamingTheFile) {

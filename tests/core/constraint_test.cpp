@@ -322,7 +322,7 @@ TEST(Profiles, ErrorsInsideAProfilePointAtItsOwnLines) {
       "max_size, seed, time_budget_s, shrink_budget_s, max_discard_ratio, case_timeout_s, "
       "suppress_health_check, max_case_mb, search");
   EXPECT_EQ(load_error(with("run: {trials: 50, seed: 9}", "run: {trials: 0}")),
-            "t.yaml:15:19: 'trials' = 0 is out of bounds [1, 1e+09]");
+            "t.yaml:15:19: 'trials' = 0 is out of bounds [1, 1000000000]");
   EXPECT_EQ(load_error(with("  ci:\n", "  ci:\n    domian: {}\n")),
             "t.yaml:15:5: unknown key 'domian' in profile ci (did you mean 'domain'?); valid: description, "
             "domain, run, mutants, skip_invariants");
