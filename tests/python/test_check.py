@@ -127,6 +127,22 @@ def test_outputs_are_checked(example, corpus):
     with pytest.raises(kprop.Counterexample, match="has shape"):
         kprop.check("softmax_topk", wrong_shape, seed=SEED, trials=5, corpus=corpus)
 
+    # Integer outputs are taken as they are: no truncated floats, no wrapped values.
+    good = example("softmax_topk")
+
+    def float_indices(logits, k, **a):
+        out = good.softmax_topk(logits, k, **a)
+        return {"probs": out["probs"], "indices": out["indices"] + 0.4}
+
+    def wrapped_indices(logits, k, **a):
+        out = good.softmax_topk(logits, k, **a)
+        return {"probs": out["probs"], "indices": out["indices"].astype(np.int64) + 2 ** 32}
+
+    with pytest.raises(kprop.Counterexample, match="output 'indices' must be integers"):
+        kprop.check("softmax_topk", float_indices, seed=SEED, trials=5, corpus=corpus)
+    with pytest.raises(kprop.Counterexample, match="output 'indices' has values outside int32's range"):
+        kprop.check("softmax_topk", wrapped_indices, seed=SEED, trials=5, corpus=corpus)
+
 
 def test_an_output_fn_forgets_reads_as_poison(example, corpus):
     # Only `o` is returned: the reply is refused (missing output), never zero-filled.
