@@ -339,8 +339,12 @@ CheckResult check_one(const RunContext& ctx, AnyTrial& trial, const InvariantUse
   const TrialTimes before = trial.times();
   try {
     CaseGuard guard(ctx, c);
-    trial.run_target();  // first: a decline or crash is the case's, whatever the invariant reads
     r.verdict = check_invariant(trial, use);
+    // A pass needs the target run on the case, whatever the invariant read:
+    // one of the inputs or the reference alone must not pass a case the
+    // target declines or crashes on. (A discard or n/a needs nothing: the
+    // target is not run for it.)
+    if (r.verdict.outcome == Outcome::pass) trial.run_target();
   } catch (const ReferenceFailure&) {
     // A transport stopped by Ctrl-C while the reference ran is an interrupt.
     if (!interrupted()) throw;

@@ -221,10 +221,10 @@ class AnyTrial {
   virtual ~AnyTrial() = default;
   virtual Verdict check(size_t invariant, const Values& params) = 0;
   // Runs the target on the case (once: the invariants share its result).
-  // check_one calls it before any invariant, so a case the target declines,
-  // crashes on or throws on is that whatever the invariant reads: an
-  // invariant of the reference or the inputs alone never passes a case the
-  // target was not run on.
+  // check_one calls it before it counts a pass, so a case the target
+  // declines, crashes on or throws on is that whatever the invariant read:
+  // an invariant of the reference or the inputs alone never passes a case
+  // the target was not run on.
   virtual void run_target() = 0;
   virtual TrialTimes times() const { return {}; }
 

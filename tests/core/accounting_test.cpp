@@ -42,8 +42,8 @@ RunOptions options(const std::string& target, const TempDir& dir, bool corpus = 
 }
 
 // reference_sums_its_list reads no output of the target, and comes first: a
-// case the target declines is declined for it too (the target runs before
-// any invariant), not a pass of an invariant that never needed the target.
+// case the target declines is declined for it too (the target runs before a
+// pass counts), not a pass of an invariant that never needed the target.
 TEST(Accounting, DeclinedCasesAreCountedApartNeverAsPasses) {
   TempDir dir;
   const Spec spec = toy_spec("invariants: [reference_sums_its_list, matches_reference, sum_parity]\n",
