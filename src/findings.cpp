@@ -155,19 +155,20 @@ bool g_worker = false;
 // faulthandler): a fatal signal outside a guarded check goes to them.
 struct sigaction g_previous[NSIG];
 
-// Until the watchdog's save ends the process (it calls _exit).
-[[noreturn]] void wait_for_watchdog() {
-  for (;;) pause();
-}
-
-void on_fatal_signal(int sig) {
-  // The check crashed while the watchdog stores its case: that case is the
-  // one to keep, and the watchdog exits 3 once it is stored. (`saving` also
-  // stands for a moment while the watchdog loses the claim to the check's end.)
+// While the watchdog stores the case it claimed (it then calls _exit).
+// `saving` also stands for a moment while the watchdog loses the claim to the
+// check's end; async-signal-safe.
+void wait_while_watchdog_saves() {
   while (g_guard.saving.load() && !t_watchdog) {
     const timespec ms{0, 1000000};
     nanosleep(&ms, nullptr);
   }
+}
+
+void on_fatal_signal(int sig) {
+  // The check crashed while the watchdog stores its case: that case is the
+  // one to keep, and the watchdog exits 3 once it is stored.
+  wait_while_watchdog_saves();
   if (!g_guard.armed.exchange(false)) {
     sigaction(sig, &g_previous[sig], nullptr);
     raise(sig);
@@ -233,7 +234,7 @@ class CaseGuard {
   }
   ~CaseGuard() {
     // Claimed by the watchdog (a hang): the case must outlive its save.
-    if (!g_guard.armed.exchange(false) && g_guard.saving.load()) wait_for_watchdog();
+    if (!g_guard.armed.exchange(false)) wait_while_watchdog_saves();
     g_guard.deadline_ns = 0;
   }
   CaseGuard(const CaseGuard&) = delete;

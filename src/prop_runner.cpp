@@ -58,11 +58,9 @@ struct Config {
   std::string self;  // argv[0], to find the fuzz harnesses beside this binary
 };
 
-// A whole decimal number, nothing before or after it (no sign, no 0x, no
-// octal), at most `max`; nullopt otherwise.
+// A whole decimal number, nothing before or after it (from_chars takes no
+// sign, space or 0x, and reads 010 as ten), at most `max`; nullopt otherwise.
 std::optional<uint64_t> decimal(const std::string& text, uint64_t max) {
-  if (text.empty() || text.size() > 20 || text.find_first_not_of("0123456789") != std::string::npos)
-    return std::nullopt;
   uint64_t v = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc() || end != text.data() + text.size() || v > max) return std::nullopt;
