@@ -52,6 +52,11 @@ TEST(AttentionFwdExternal, UnsupportedIsSkippedNotPassed) {
                                      {{"kprop_attention_fwd", reinterpret_cast<void*>(&refuses)}}, quick());
   EXPECT_EQ(report.status, kprop::RunStatus::skipped);
   EXPECT_NE(report.detail.find("no f64 on this device"), std::string::npos) << report.detail;
+  // Asserting a pass on it fails: a skip is never green by accident.
+  const auto asserted = kprop::testing::spec_passes(report);
+  EXPECT_FALSE(asserted);
+  EXPECT_NE(std::string(asserted.message()).find("skipped, not passed"), std::string::npos)
+      << asserted.message();
 }
 
 TEST(AttentionFwdExternal, MissingEntryPointIsAnInputError) {
