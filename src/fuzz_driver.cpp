@@ -204,6 +204,10 @@ std::optional<FuzzFinding> import_fuzz_input(const Spec& spec, const Impl& targe
 
 FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
   FuzzReport report;
+  // Every spec's harness first: a missing one is an input error before any
+  // work folder or seed input is written.
+  std::vector<std::string> harnesses;
+  for (const auto& spec : specs) harnesses.push_back(harness_path(spec, o));
   for (const auto& spec : specs) report.stats.push_back({spec.name});
   const bool continuous = o.time_s <= 0;
   const double slice = continuous ? o.slice_s : o.time_s / static_cast<double>(specs.size());
@@ -221,7 +225,7 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
         const int n = write_fuzz_seeds(spec, seeds.string(), o.seeds);
         fmt::print(stderr, "[{}] {} seed inputs from the spec's generator\n", spec.name, n);
       }
-      const std::string harness = harness_path(spec, o);
+      const std::string& harness = harnesses[k];
       const auto t0 = Clock::now();
       auto last = t0;
       FuzzSpecStats& stats = report.stats[k];

@@ -196,6 +196,19 @@ TEST(Cli, UsageAndSpecErrorsExitTwoWithOneLine) {
   }
 }
 
+// --fuzz with no harness for the spec: an input error before anything is
+// written (it made the work folder and its seed inputs, then failed).
+TEST(Cli, FuzzWithoutAHarnessWritesNothing) {
+  const fs::path work = temp("fuzz-work"), empty = temp("no-harnesses");
+  fs::remove_all(work);
+  fs::create_directories(empty);
+  const CliRun r = run("--spec " + kSpec + " --fuzz --time 1 --no-corpus --work " + work.string() +
+                       " --fuzzer-dir " + empty.string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("no libFuzzer harness for spec dflash"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(work)) << r.out;
+}
+
 // A case that overruns case_timeout_s but then finishes: the watchdog saves
 // it while the check's own thread returns, which must wait for the save, not
 // free the case under it (it did: a segfault, exit 139, nothing stored).
