@@ -8,12 +8,16 @@ collects one item per invariant of the spec, `test_attention[matches_reference]`
 ..., so -k, -x and markers select them; every stored counterexample under
 the corpus folder (--kprop-corpus, default .kprop/ in the rootdir) for that
 spec comes first as its own item, `test_attention[stored:<file>]`, as
-Hypothesis replays its database. A failure renders the shrunk case; a run
-whose every case is declined is skipped; JUnit comes from --junitxml.
+Hypothesis replays its database. @pytest.mark.parametrize above the
+decorator repeats them per variant, its arguments bound to the target. A
+failure renders the shrunk case; a run whose every case is declined is
+skipped; JUnit comes from --junitxml.
 """
 
+import functools
 import glob
 import inspect
+import itertools
 import os
 
 import pytest
@@ -77,6 +81,88 @@ def pytest_report_header(config):
                                      "" if profile is None else ", profile %s" % profile)
 
 
+def _param_id(argname, value, index):
+    """pytest's default id of one parameter value."""
+    if value is None or isinstance(value, (str, int, float, bool, complex)):
+        return str(value)
+    name = getattr(value, "__name__", None)
+    if isinstance(name, str) and (inspect.isclass(value) or callable(value)):
+        return name
+    return "%s%d" % (argname, index)
+
+
+def _parametrize(fn):
+    """The variants of a test's @pytest.mark.parametrize marks: (id, params,
+    marks) each, their cross product over stacked marks, as pytest makes
+    them; [("", {}, [])] without any. Every variant's items bind its params
+    to the target; what this does not take (indirect=, a name the function
+    does not have) is a ValueError, not a case the target fails on."""
+    try:
+        accepted = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        accepted = {}
+    axes = []
+    for mark in getattr(fn, "pytestmark", []):
+        if mark.name != "parametrize":
+            continue
+        args, kwargs = list(mark.args), dict(mark.kwargs)
+        argnames = kwargs.pop("argnames", None) or (args.pop(0) if args else None)
+        argvalues = kwargs.pop("argvalues", None) if "argvalues" in kwargs else (args.pop(0) if args else None)
+        ids = kwargs.pop("ids", None) or (args.pop(0) if args else None)
+        if kwargs.pop("indirect", False):
+            raise ValueError("@pytest.mark.parametrize(indirect=...) does not apply to @kprop.spec: its "
+                             "arguments are not fixtures")
+        kwargs.pop("scope", None)
+        if kwargs or args or argnames is None or argvalues is None:
+            raise ValueError("@pytest.mark.parametrize%r: kprop takes argnames, argvalues and ids" % (mark.args,))
+        names = [n.strip() for n in argnames.split(",")] if isinstance(argnames, str) else list(argnames)
+        names = [n for n in names if n]
+        missing = [n for n in names if n not in accepted]
+        if missing:
+            raise ValueError("@pytest.mark.parametrize: the function has no argument %s" % ", ".join(
+                repr(n) for n in missing))
+        axis = []
+        for index, value in enumerate(argvalues):
+            marks, given = (), None
+            if isinstance(value, type(pytest.param(None))):
+                values, marks, given = tuple(value.values), value.marks, value.id
+            else:
+                values = (value,) if len(names) == 1 else tuple(value)
+            if len(values) != len(names):
+                raise ValueError("@pytest.mark.parametrize(%r): value #%d has %d entries for %d names"
+                                 % (argnames, index, len(values), len(names)))
+            if given is None and ids is not None and not callable(ids) and index < len(ids):
+                given = ids[index]
+            if given is None:
+                parts = [ids(v) if callable(ids) else None for v in values]
+                given = "-".join(p if p is not None else _param_id(n, v, index)
+                                 for p, n, v in zip(parts, names, values))
+            axis.append((str(given), dict(zip(names, values)), list(marks)))
+        axes.append(axis)
+    variants = []
+    for combo in itertools.product(*axes):
+        params, marks = {}, []
+        for _, p, m in combo:
+            params.update(p)
+            marks.extend(m)
+        variants.append(("-".join(i for i, _, _ in combo), params, marks))
+    return variants
+
+
+def _bind(fn, params):
+    """The target of one variant: fn with its parametrize arguments given."""
+    if not params:
+        return fn
+
+    @functools.wraps(fn)
+    def bound(*args, **kwargs):
+        return fn(*args, **params, **kwargs)
+
+    shown = ", ".join("%s=%s" % (k, getattr(v, "__name__", None) or repr(v)) for k, v in params.items())
+    bound.__name__ = bound.__qualname__ = "functools.partial(%s, %s)" % (fn.__name__, shown)
+    return bound
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_pycollect_makeitem(collector, name, obj):
     marked = getattr(obj, "_kprop_spec", None)
@@ -104,26 +190,37 @@ def pytest_pycollect_makeitem(collector, name, obj):
     if unknown:
         raise collector.CollectError("kprop: %s: spec %s has no invariant %s (it has: %s)"
                                      % (name, info["name"], ", ".join(unknown), ", ".join(known)))
-    items = []
+    try:
+        variants = _parametrize(obj)
+    except ValueError as e:
+        raise collector.CollectError("kprop: %s: %s" % (name, e))
+    if options.get("isolate") and variants[0][1]:
+        raise collector.CollectError("kprop: %s: isolate=True runs the target in a worker process, which imports "
+                                     "it by name: its parametrize arguments cannot travel there" % name)
     corpus = _corpus(collector.config, options)
-    if corpus is not None:
-        for path in sorted(glob.glob(os.path.join(corpus, info["name"], "*.yaml"))):
-            items.append(KpropItem.from_parent(collector, name="%s[stored:%s]" % (name, os.path.basename(path)),
-                                               fn=obj, spec=spec, options=options, invariants=invariants,
-                                               stored=path))
-    for invariant in invariants:
-        items.append(KpropItem.from_parent(collector, name="%s[%s]" % (name, invariant), fn=obj, spec=spec,
-                                           options=options, invariants=[invariant], stored=None))
-    for item in items:
-        item.add_marker("kprop")
-        item.own_markers.extend(getattr(obj, "pytestmark", []))  # -m, skip and xfail marks
+    stored = sorted(glob.glob(os.path.join(corpus, info["name"], "*.yaml"))) if corpus is not None else []
+    own = [m for m in getattr(obj, "pytestmark", []) if m.name != "parametrize"]  # -m, skip and xfail marks
+    items = []
+    for variant, params, marks in variants:
+        suffix = "-" + variant if variant else ""
+        made = [KpropItem.from_parent(collector, name="%s[stored:%s%s]" % (name, os.path.basename(path), suffix),
+                                      fn=obj, params=params, spec=spec, options=options, invariants=invariants,
+                                      stored=path) for path in stored]
+        made += [KpropItem.from_parent(collector, name="%s[%s%s]" % (name, invariant, suffix), fn=obj,
+                                       params=params, spec=spec, options=options, invariants=[invariant],
+                                       stored=None) for invariant in invariants]
+        for item in made:
+            item.add_marker("kprop")
+            item.own_markers.extend(own + marks)
+        items += made
     return items
 
 
 class KpropItem(pytest.Item):
-    def __init__(self, *, fn, spec, options, invariants, stored, **kwargs):
+    def __init__(self, *, fn, params, spec, options, invariants, stored, **kwargs):
         super().__init__(**kwargs)
         self.fn = fn
+        self.params = params  # its @pytest.mark.parametrize arguments
         self.spec = spec
         self.options = options
         self.invariants = invariants
@@ -131,9 +228,8 @@ class KpropItem(pytest.Item):
 
     def _target(self):
         # A method of a test class: bound to a fresh instance, as pytest does.
-        if isinstance(self.parent, pytest.Class):
-            return self.fn.__get__(self.parent.newinstance())
-        return self.fn
+        fn = self.fn.__get__(self.parent.newinstance()) if isinstance(self.parent, pytest.Class) else self.fn
+        return _bind(fn, self.params)
 
     def runtest(self):
         config = self.config

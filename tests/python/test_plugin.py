@@ -191,3 +191,41 @@ def test_x(**_):
     result = pytester.runpytest()
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*unknown option 'trails' (did you mean 'trials'?)*"])
+
+
+def test_parametrize_makes_one_set_of_items_per_variant(pytester):
+    # Each variant's items call the target with its arguments bound; ids,
+    # pytest.param's id and marks, and stacked marks as pytest makes them.
+    pytester.makepyfile(test_sm=HEADER + """
+import pytest
+
+@pytest.mark.parametrize("impl", [good, pytest.param(bad, id="buggy")])
+@pytest.mark.parametrize("scale", [1.0, pytest.param(2.0, marks=pytest.mark.skip("not this one"))])
+@kprop.spec("softmax_topk", seed=20261122, trials=300, invariants=["sorted"])
+def test_x(logits, k, impl, scale, **attrs):
+    assert scale == 1.0
+    return impl.softmax_topk(logits, k, **attrs)
+""")
+    result = pytester.runpytest("--kprop-no-corpus", "-v")
+    result.assert_outcomes(passed=1, failed=1, skipped=2)
+    result.stdout.fnmatch_lines(["*test_x?sorted-1.0-impl0? PASSED*", "*test_x?sorted-1.0-buggy? FAILED*",
+                                 "*invariant sorted failed on python:functools.partial(test_x, scale=1.0, impl=ex_bad)*"])
+
+
+def test_parametrize_errors_are_collection_errors(pytester):
+    # A name the function lacks, or indirect=, is said at collection: the
+    # target is never called without its argument (it was, and the TypeError
+    # was shrunk and stored as the kernel's counterexample).
+    for decorator, said in (('@pytest.mark.parametrize("nope", [1])', "the function has no argument 'nope'"),
+                            ('@pytest.mark.parametrize("impl", [1], indirect=True)', "indirect=")):
+        pytester.makepyfile(test_sm="""
+import kprop, pytest
+
+%s
+@kprop.spec("softmax_topk")
+def test_x(logits, k, impl=None, **attrs):
+    pass
+""" % decorator)
+        result = pytester.runpytest("--kprop-no-corpus")
+        result.assert_outcomes(errors=1)
+        result.stdout.fnmatch_lines(["*kprop: test_x: *%s*" % said])
