@@ -340,7 +340,20 @@ CheckResult check_one(const RunContext& ctx, AnyTrial& trial, const InvariantUse
   const TrialTimes before = trial.times();
   try {
     CaseGuard guard(ctx, c);
-    r.verdict = check_invariant(trial, use);
+    try {
+      r.verdict = check_invariant(trial, use);
+    } catch (const TargetUnavailable&) {
+      throw;
+    } catch (const Unsupported& e) {
+      // Whose decline? The case's own ends the case for every invariant:
+      // the target's run on it, below, throws it again. One of what this
+      // invariant alone needed (the target on a case it derived, the
+      // reference) leaves only this invariant unable to check the case: a
+      // discard with that reason, and the invariants after it still check.
+      const std::string why = e.what();
+      trial.run_target();
+      r.verdict = Verdict::discard(why);
+    }
     // A pass needs the target run on the case, whatever the invariant read:
     // one of the inputs or the reference alone must not pass a case the
     // target declines or crashes on. (A discard or n/a needs nothing: the

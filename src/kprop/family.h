@@ -436,7 +436,17 @@ class Trial {
     return *reference_;
   }
   // For metamorphic invariants: run the implementations on a derived case.
-  Result run_target(const Case& c) const { return timed(times_.target, target_impl_, c); }
+  // A decline of it says so (check_one makes it a discard of the invariant
+  // that derived the case, unless the target declines the case itself).
+  Result run_target(const Case& c) const {
+    try {
+      return timed(times_.target, target_impl_, c);
+    } catch (const TargetUnavailable&) {
+      throw;
+    } catch (const Unsupported& e) {
+      throw Unsupported(std::string("the target declined the derived case: ") + e.what());
+    }
+  }
   const TrialTimes& times() const { return times_; }
   // Fn(input()), computed once per trial: what several invariants derive
   // from the same case (tolerance scales, same-precision baselines), e.g.
@@ -655,7 +665,13 @@ class FamilyDef : public Family {
             d.view.link("", &named, false);
           }
           if (!own.empty()) tensors(own);
-          if (!theirs.empty()) d.trial->tensors(theirs);
+          try {
+            if (!theirs.empty()) d.trial->tensors(theirs);
+          } catch (const TargetUnavailable&) {
+            throw;
+          } catch (const Unsupported& e) {
+            throw Unsupported(std::string("on the transformed case, ") + e.what());
+          }
           return &d.view;
         } else {
           (void)key, (void)index, (void)params, (void)names;

@@ -60,6 +60,32 @@ TEST(Accounting, DeclinedCasesAreCountedApartNeverAsPasses) {
   EXPECT_EQ(r.decline_reasons.begin()->first.rfind("needs 7+ elements", 0), 0u);
 }
 
+// A decline of a derived case (halves_add_up's halves of a list of 7 to 13)
+// is that invariant's discard, with its reason: the case itself was not
+// declined, and the invariants after it check it. (It was the case's
+// decline: matches_reference lost those cases, and a target declining every
+// derived case made a run SKIPPED, exit 0, whatever the others found.)
+TEST(Accounting, ADeclinedDerivedCaseIsADiscardOfItsInvariantOnly) {
+  TempDir dir;
+  const Spec spec = toy_spec(
+      "domain: {length: [0, 30]}\ninvariants: [halves_add_up, matches_reference]\n",
+      "{trials: 200, seed: 5, suppress_health_check: [declined, discarded], max_discard_ratio: 100}");
+  const RunReport r = run_spec(spec, options("declines_short", dir));
+  EXPECT_EQ(r.status, RunStatus::passed) << r.detail;
+  const InvariantReport &halves = r.invariants[0], &matches = r.invariants[1];
+  EXPECT_EQ(matches.status, InvariantStatus::passed);
+  EXPECT_EQ(matches.passed, 200);
+  // halves_add_up, alive to the end, saw every case: a pass, a discard (a
+  // half declined) or a decline (the list itself declined).
+  EXPECT_EQ(halves.passed, 200);
+  EXPECT_GT(halves.discarded, 0);
+  EXPECT_EQ(halves.passed + halves.discarded + halves.declined, r.trials);
+  EXPECT_EQ(halves.declined, r.declined);
+  EXPECT_LT(matches.declined, r.declined);  // it was done before the run ended
+  for (const auto& [reason, n] : halves.discard_reasons)
+    EXPECT_EQ(reason.rfind("the target declined the derived case: needs 7+ elements, got ", 0), 0u) << reason;
+}
+
 TEST(Accounting, EarlyDeclinesDoNotSkipTheRun) {
   TempDir dir;
   // Sizes start at 0: the first cases are short lists, every one declined.

@@ -158,10 +158,23 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
         if (t.reference().sum == s) return Verdict::pass();
         return Verdict::fail(fmt::format("reference sum {} != {}", t.reference().sum, s));
       });
+  // A metamorphic relation: the target on the list's two halves (derived
+  // cases) adds up to the target on the list.
+  f.invariant({"halves_add_up", "the sums of the two halves add up to the sum", {}},
+              [](Trial<Traits>& t, const Values&) {
+                const size_t half = t.input().xs.size() / 2;
+                Case a, b;
+                a.xs.assign(t.input().xs.begin(), t.input().xs.begin() + long(half));
+                b.xs.assign(t.input().xs.begin() + long(half), t.input().xs.end());
+                const long parts = t.run_target(a).sum + t.run_target(b).sum;
+                if (parts == t.target().sum) return Verdict::pass();
+                return Verdict::fail(fmt::format("halves sum to {}, the list to {}", parts, t.target().sum));
+              });
   f.reads({{"matches_reference", {"*"}},
            {"sum_parity", {"*"}},
            {"only_long_lists", {}},
-           {"reference_sums_its_list", {}}});
+           {"reference_sums_its_list", {}},
+           {"halves_add_up", {"*"}}});
 });
 
 }  // namespace kprop::toy
