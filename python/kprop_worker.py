@@ -74,9 +74,12 @@ def _read_frame(stream):
 _write_frame = _wire.write_frame
 
 
-def _to_dtype(dtype_name, value):
-    """`value` as the wire dtype of `dtype_name` (bf16: bits, bfloat16 or floats)."""
+def _to_dtype(op, name, dtype_name, value):
+    """`value` as the wire dtype of `dtype_name` (bf16: bits, bfloat16 or
+    floats; an integer dtype: integers in its range, nothing converted)."""
     a = np.asarray(value)
+    if dtype_name != "bf16" and np.issubdtype(_DTYPES[dtype_name], np.integer):
+        return _wire.integer_output(op, name, a, _DTYPES[dtype_name])
     if dtype_name != "bf16":
         return a.astype(_DTYPES[dtype_name], copy=False)
     if a.dtype == np.uint16 or (BFLOAT16 is not None and a.dtype == BFLOAT16):
@@ -102,7 +105,7 @@ def _outputs(op, declared, result):
     for d in declared:
         if d["name"] not in result:
             raise KeyError("%s returned no output '%s'" % (op, d["name"]))
-        a = np.ascontiguousarray(_to_dtype(d["dtype"], result[d["name"]]))
+        a = np.ascontiguousarray(_to_dtype(op, d["name"], d["dtype"], result[d["name"]]))
         if list(a.shape) != list(d["shape"]):
             raise ValueError("%s: output '%s' has shape %s, expected %s"
                              % (op, d["name"], list(a.shape), d["shape"]))

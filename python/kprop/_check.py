@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _half, _kprop
+from . import _half, _kprop, _wire
 
 __all__ = ["check", "replay", "invariant", "assume", "Unsupported", "Discard", "Counterexample",
            "HealthCheckFailure", "Skipped", "CheckResult", "InvariantResult", "Finding", "spec_info",
@@ -362,16 +362,7 @@ def _write_outputs(op: str, outputs, result) -> None:
             raise ValueError("%s: output '%s' has shape %s, expected %s"
                              % (op, name, list(a.shape), list(out.shape)))
         if np.issubdtype(out.dtype, np.integer) and dtype != "bf16":
-            # An integer output (indices, tokens, counts) is taken as it is:
-            # floats would be truncated and out-of-range values wrapped into
-            # values the kernel never returned.
-            if not (np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_):
-                raise TypeError("%s: output '%s' must be integers (%s), got %s" % (op, name, out.dtype, a.dtype))
-            info = np.iinfo(out.dtype)
-            if a.size and (a.min() < info.min or a.max() > info.max):
-                raise ValueError("%s: output '%s' has values outside %s's range [%d, %d]" % (
-                    op, name, out.dtype, info.min, info.max))
-            out[...] = a
+            out[...] = _wire.integer_output(op, name, a, out.dtype)
         elif dtype == "bf16" and out.dtype == np.uint16 and a.dtype != np.uint16:
             # bf16 outputs are raw bits here (NumPy has no bfloat16): floats round once, to nearest even.
             out[...] = _half.float32_to_bf16(a if a.dtype == np.float64 else a.astype(np.float32))

@@ -30,6 +30,19 @@ def dtypes(bfloat16):
     }
 
 
+def integer_output(op, name, a, dtype):
+    """An integer output (indices, tokens, counts) as it is, in `dtype`:
+    floats would be truncated and out-of-range values wrapped into values
+    the kernel never returned, so both are errors."""
+    if not (np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_):
+        raise TypeError("%s: output '%s' must be integers (%s), got %s" % (op, name, dtype, a.dtype))
+    info = np.iinfo(dtype)
+    if a.size and (a.min() < info.min or a.max() > info.max):
+        raise ValueError("%s: output '%s' has values outside %s's range [%d, %d]" % (
+            op, name, np.dtype(dtype), info.min, info.max))
+    return a.astype(dtype, copy=False)
+
+
 def read_exact(stream, n):
     data = bytearray()
     while len(data) < n:

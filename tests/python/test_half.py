@@ -216,3 +216,16 @@ def test_helpers_agree_with_ml_dtypes_when_installed():
     g = kw.bf16_to_float32(ALL)
     assert np.array_equal(np.isnan(f), np.isnan(g))
     assert np.array_equal(f[~np.isnan(f)].view(np.uint32), g[~np.isnan(g)].view(np.uint32))
+
+
+def test_the_worker_takes_integer_outputs_as_they_are():
+    # As kprop.check does: a float is an error, not truncated; a value outside
+    # the declared int type is an error, not wrapped (both passed every
+    # softmax_topk invariant through the exec: worker).
+    declared = [{"name": "indices", "dtype": "i32", "shape": [2]}]
+    (ok,) = kw._outputs("op", declared, {"indices": np.array([1, 2], dtype=np.int64)})
+    assert ok.dtype == np.int32 and list(ok) == [1, 2]
+    with pytest.raises(TypeError, match="output 'indices' must be integers"):
+        kw._outputs("op", declared, {"indices": np.array([1.0, 2.75])})
+    with pytest.raises(ValueError, match="output 'indices' has values outside int32's range"):
+        kw._outputs("op", declared, {"indices": np.array([1, 2 ** 32])})
