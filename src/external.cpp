@@ -247,15 +247,39 @@ const Tensor& Message::tensor(const std::string& name) const {
   throw TargetFailure("error", fmt::format("{}: no tensor '{}'", op, name));
 }
 
+// Guard bytes after each output buffer of an in-memory call (plugin host,
+// in process, device): a kernel that writes past the end of an output (an
+// off-by-one row, a wrong stride) changes them, and the call is an error,
+// never a pass. Without them the write landed in the heap unseen: the run
+// passed, or a later, unrelated case crashed and was stored as the finding.
+constexpr size_t kGuardBytes = 64;
+constexpr uint8_t kGuardByte = 0xA5;
+
+// Outputs poisoned (0xFF: NaN for floats, -1 for ints), each followed by its
+// guard bytes; check_guards() removes them after the call.
 Message allocate_reply(const Message& request) {
   Message reply;
   reply.op = request.op;
   for (const auto& declared : request.outputs) {
     Tensor t = declared;
-    t.bytes.assign(t.nbytes(), 0xFF);  // poison: NaN for floats, -1 for ints
+    t.bytes.assign(t.nbytes() + kGuardBytes, 0xFF);
+    std::fill(t.bytes.end() - kGuardBytes, t.bytes.end(), kGuardByte);
     reply.tensors.push_back(std::move(t));
   }
   return reply;
+}
+
+void check_guards(Message& reply) {
+  for (auto& t : reply.tensors) {
+    const size_t n = t.nbytes();
+    for (size_t i = n; i < t.bytes.size(); ++i)
+      if (t.bytes[i] != kGuardByte)
+        throw TargetFailure("error",
+                            fmt::format("{}: the target wrote past the end of output {} (byte {} after "
+                                        "its {} bytes changed)",
+                                        reply.op, t.describe(), i - n, n));
+    t.bytes.resize(n);
+  }
 }
 
 // ---------------------------------------------------------------- device tensors
@@ -349,7 +373,8 @@ class Scope {
   kprop_tensor output(Tensor& t) {
     kprop_tensor v = t.view();
     v.data = allocate(t);
-    check(rt_.memset(v.data, 0xFF, t.bytes.size()), "cudaMemset", t);
+    // Poison and guard bytes as on the host (allocate_reply).
+    check(rt_.memcpy(v.data, t.bytes.data(), t.bytes.size(), kHostToDevice), "cudaMemcpy", t);
     v.device = KPROP_CUDA;
     outputs_.emplace_back(&t, v.data);
     return v;
@@ -941,6 +966,7 @@ void serve_plugin(int in_fd, int out_fd, const std::vector<PluginOp>& ops, const
       } else {
         ops[k].invoke(symbols[k], request, reply);
       }
+      check_guards(reply);
       reply_header = {{"ok", true}, {"tensors", describe_tensors(reply.tensors)}};
     } catch (const cuda::Error& e) {
       reply = {};
@@ -1127,6 +1153,7 @@ class InProcessTransport : public Transport {
       if (ops_[k].op != request.op) continue;
       Message reply = allocate_reply(request);
       ops_[k].invoke(symbols_[k], request, reply);
+      check_guards(reply);
       return reply;
     }
     throw TargetFailure("error", fmt::format("no op '{}'", request.op));

@@ -168,6 +168,7 @@ class PythonTransport final : public kprop::external::Transport {
                                                  "returning; inputs are views valid during the call only: "
                                                  "keep a copy (np.array(x))",
                                                  request.op, nb::cast<std::string>(name)));
+    kprop::external::check_guards(reply);
     return reply;
   }
 

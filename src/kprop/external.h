@@ -133,8 +133,12 @@ struct PluginOp {
   std::vector<std::string> outputs;
 };
 
-// The reply skeleton for a request: its declared outputs, poisoned.
+// The reply skeleton for a request: its declared outputs, poisoned, each
+// followed by guard bytes the call must leave alone.
 Message allocate_reply(const Message& request);
+// After the call: a TargetFailure if it wrote past the end of an output
+// (changed a guard byte); else the guards are removed.
+void check_guards(Message& reply);
 // A mutable C view of a reply tensor / an input view by name; an absent
 // optional input gives a null view.
 kprop_tensor out_view(Message& reply, const std::string& name);

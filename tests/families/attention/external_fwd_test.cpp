@@ -3,6 +3,8 @@
 // the same code with its planted bug must not.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "kprop/testing.h"
 
 namespace example {
@@ -39,6 +41,29 @@ TEST(AttentionFwdExternal, UnwrittenOutputsFail) {
       {{"kprop_attention_fwd", reinterpret_cast<void*>(&writes_nothing)}}, quick());
   EXPECT_EQ(report.status, kprop::RunStatus::failed);
   EXPECT_FALSE(kprop::testing::spec_passes(report));
+}
+
+// The example, correct, then one element written past the end of lse: the
+// guard bytes after each output catch it (it passed, or corrupted the heap
+// for a later case to crash on).
+int writes_past_lse(const kprop_attention_fwd_args* args, char* error, size_t size) {
+  const int status = example::kprop_attention_fwd(args, error, size);
+  if (status != KPROP_OK) return status;
+  int64_t n = 1;
+  for (int d = 0; d < args->lse.ndim; ++d) n *= args->lse.shape[d];
+  std::memset(static_cast<char*>(args->lse.data) + n * int64_t(kprop_dtype_size(args->lse.dtype)), 0,
+              kprop_dtype_size(args->lse.dtype));
+  return KPROP_OK;
+}
+
+TEST(AttentionFwdExternal, AWritePastAnOutputIsAnError) {
+  const auto report = kprop::testing::run_in_process(
+      KPROP_SOURCE_DIR "/specs/attention_fwd.yaml",
+      {{"kprop_attention_fwd", reinterpret_cast<void*>(&writes_past_lse)}}, quick(), "{dtypes: [f32, f64]}");
+  EXPECT_EQ(report.status, kprop::RunStatus::crashed);
+  ASSERT_TRUE(report.crash);
+  EXPECT_NE(report.crash->message.find("the target wrote past the end of output lse"), std::string::npos)
+      << report.crash->message;
 }
 
 int refuses(const kprop_attention_fwd_args*, char* error, size_t size) {
