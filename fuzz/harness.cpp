@@ -97,7 +97,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // One trial for every invariant: target and reference run once per input.
   const auto trial = spec.family->begin_trial(c, g_harness->ctx->target, g_harness->ctx->reference);
   for (const auto& use : spec.invariants) {
-    const kprop::CheckResult r = kprop::check_one(*g_harness->ctx, *trial, use, c);
+    kprop::CheckResult r;
+    try {
+      r = kprop::check_one(*g_harness->ctx, *trial, use, c);
+    } catch (const kprop::InputError& e) {
+      // The spec's error (a broken reference, an expression that cannot be
+      // evaluated on this case): no finding of the target; stop and say it.
+      fmt::print(stderr, "\nkprop fuzz: error: {}\ncase:\n{}", e.what(),
+                 kprop::emit_yaml(spec.family->to_yaml(c)));
+      std::_Exit(2);
+    }
     if (r.kind == kprop::CheckResult::Kind::declined) return 0;
     if (r.failed() || r.kind == kprop::CheckResult::Kind::target_failure) {
       fmt::print(

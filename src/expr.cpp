@@ -511,7 +511,9 @@ const std::vector<FunctionInfo>& functions() {
        "close(a, b, rtol=1e-5, atol=1e-8): bool, |a - b| <= atol + rtol·|b|; NaN and ±inf are close only to "
        "themselves. close(a, b, k=K): kprop's dtype-aware policy; each operand that is a target output "
        "target.X (or transformed.target.X) may err by K × the family's same-precision baseline error "
-       "max|naive.X - reference.X| (where reference.X is finite) + its floor floor.X"},
+       "max|naive.X - reference.X| (where both are finite; an element where only naive.X is not finite is "
+       "not "
+       "judged, and a case with none judged is discarded) + its floor floor.X"},
   };
   return fns;
 }
@@ -662,6 +664,8 @@ class Checker {
         throw ExprError(other.pos, "k= sets the tolerance from the policy; give rtol/atol or k, not both");
     NodeP k = tolerance(kw);
     if (!k->shape.empty()) throw ExprError(k->begin, "k must be a scalar");
+    if (k->kind == Kind::number && !std::isfinite(k->value))
+      throw ExprError(k->begin, "k must be a finite number >= 0");
     const size_t at = kw.pos, end = k->end;
     auto node = [&](Kind kind, std::string op, std::vector<NodeP> args) {
       auto x = std::make_shared<Node>();
@@ -689,21 +693,36 @@ class Checker {
                           "same-precision baseline naive.{}, reference.{} and the floor floor.{})",
                           full, pre + need, x, x, x));
       auto name = [&](const std::string& t) { return node(Kind::name, pre + t, {}); };
-      // K × max(where(isfinite(reference.X), abs(naive.X - reference.X), 0)) + floor.X
+      // As matches_reference: K × the baseline's worst error where both it and
+      // the reference are finite, + floor.X,
+      //   K × max(where(isfinite(reference.X) and isfinite(naive.X), abs(naive.X - reference.X), 0)) +
+      //   floor.X
+      // and an element where the reference is finite but the baseline is
+      // not (an intermediate overflowed the dtype) is not judged: a baseline
+      // of inf made the budget inf (any target passed), NaN made it NaN
+      // (an exact target failed).
       NodeP err =
           node(Kind::call, "abs", {node(Kind::binary, "-", {name("naive." + x), name("reference." + x)})});
-      NodeP finite = node(Kind::call, "isfinite", {name("reference." + x)});
-      NodeP worst = node(Kind::call, "max", {node(Kind::call, "where", {finite, err, num(0)})});
+      NodeP ref_finite = node(Kind::call, "isfinite", {name("reference." + x)});
+      NodeP naive_finite = node(Kind::call, "isfinite", {name("naive." + x)});
+      NodeP both = node(Kind::binary, "and", {ref_finite, naive_finite});
+      NodeP worst = node(Kind::call, "max", {node(Kind::call, "where", {both, err, num(0)})});
       NodeP one = node(Kind::binary, "+", {node(Kind::binary, "*", {k, worst}), name("floor." + x)});
       budget = budget ? node(Kind::binary, "+", {budget, one}) : one;
+      NodeP lost = node(Kind::binary, "and",
+                        {node(Kind::call, "isfinite", {name("reference." + x)}),
+                         node(Kind::unary, "not", {node(Kind::call, "isfinite", {name("naive." + x)})})});
+      n.unjudged = n.unjudged ? node(Kind::binary, "or", {n.unjudged, lost}) : lost;
     }
     if (!budget)
       throw ExprError(n.begin,
                       "close(k=) needs a target output (target.X or transformed.target.X) as an operand: "
                       "k scales that output's same-precision baseline error");
     check(*budget);
+    check(*n.unjudged);
     n.rtol = num(0);
     n.atol = budget;
+    n.k = k;
   }
   bool has(const std::string& name) const {
     for (const auto& t : infos_)

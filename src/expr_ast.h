@@ -38,6 +38,9 @@ struct Node {
   std::optional<int> axis;
   bool keepdims = false;
   NodeP rtol, atol;  // close(): scalar or broadcast tolerances; NumPy's defaults 1e-5, 1e-8 when null
+  // close(k=): K, checked finite and >= 0 on each case; and the elements the
+  // policy does not judge (the baseline not finite where the reference is).
+  NodeP k, unjudged;
   // static type
   DType dtype = DType::real;
   Shape shape;

@@ -34,7 +34,7 @@ Dims broadcast_rt(const Dims& a, const Dims& b) {
     const int64_t da = i < a.size() ? a[a.size() - 1 - i] : 1;
     const int64_t db = i < b.size() ? b[b.size() - 1 - i] : 1;
     if (da != db && da != 1 && db != 1)
-      throw EvalError(fmt::format("shapes {} and {} do not broadcast", shape_text(a), shape_text(b)));
+      throw SpecEvalError(fmt::format("shapes {} and {} do not broadcast", shape_text(a), shape_text(b)));
     out[r - 1 - i] = da == 1 ? db : da;
   }
   return out;
@@ -290,7 +290,7 @@ Tensor matmul_rt(const Tensor& a0, const Tensor& b0, DType dtype) {
   if (vb) b.shape.push_back(1);
   const int64_t n = a.shape[a.shape.size() - 2], k = a.shape.back(), m = b.shape.back();
   if (b.shape[b.shape.size() - 2] != k)
-    throw EvalError(
+    throw SpecEvalError(
         fmt::format("matmul: inner dims differ ({} vs {})", shape_text(a0.shape), shape_text(b0.shape)));
   Dims batch =
       broadcast_rt(Dims(a.shape.begin(), a.shape.end() - 2), Dims(b.shape.begin(), b.shape.end() - 2));
@@ -375,14 +375,22 @@ std::optional<Tensor> fused_any_all(const Node& n, const TensorMap& m) {
 struct CloseArgs {
   Dims shape;
   Ref a = Tensor(), b = Tensor(), rtol = Tensor(), atol = Tensor();
+  std::optional<Ref> unjudged;  // close(k=): elements the policy does not judge (expanded)
   // Element i of a tolerance (a scalar is not expanded).
   static double at(const Ref& t, size_t i) { return t->size() == 1 ? t->data[0] : t->data[i]; }
+  bool judged(size_t i) const { return !unjudged || (*unjudged)->data[i] == 0; }
 };
 CloseArgs close_args(const Node& n, const TensorMap& m, bool tolerances) {
   CloseArgs c;
   c.a = evaluate(*n.args[0], m);
   c.b = evaluate(*n.args[1], m);
   c.shape = broadcast_rt(c.a->shape, c.b->shape);
+  if (tolerances && n.k) {
+    const double k = evaluate(*n.k, m)->data.at(0);
+    if (!(std::isfinite(k) && k >= 0))
+      throw ToleranceError(
+          fmt::format("close(k=): k is {} on this case; it must be a finite number >= 0", k));
+  }
   if (tolerances) {
     c.rtol = n.rtol ? evaluate(*n.rtol, m) : Ref(Tensor::scalar(1e-5));
     c.atol = n.atol ? evaluate(*n.atol, m) : Ref(Tensor::scalar(1e-8));
@@ -392,6 +400,20 @@ CloseArgs close_args(const Node& n, const TensorMap& m, bool tolerances) {
     if ((*t)->shape != c.shape) *t = Ref(expand(**t, c.shape));
   for (Ref* t : {&c.rtol, &c.atol})  // scalars stay scalars (CloseArgs::at)
     if (tolerances && (*t)->size() != 1 && (*t)->shape != c.shape) *t = Ref(expand(**t, c.shape));
+  if (tolerances && n.unjudged) {
+    Ref u = evaluate(*n.unjudged, m);
+    if (u->shape != c.shape) u = Ref(expand(*u, broadcast_rt(u->shape, c.shape)));
+    if (u->shape != c.shape)
+      throw SpecEvalError(fmt::format("close(k=): the policy's mask has shape {}, the comparison {}",
+                                      shape_text(u->shape), shape_text(c.shape)));
+    size_t judged = 0;
+    for (double v : u->data) judged += v == 0;
+    if (judged == 0 && !u->data.empty())
+      throw NothingJudged(
+          "close(k=): the same-precision baseline is not finite wherever the reference is (an intermediate "
+          "overflows the dtype): no element to judge");
+    c.unjudged = std::move(u);
+  }
   return c;
 }
 
@@ -546,8 +568,8 @@ Ref evaluate(const Node& n, const TensorMap& m) {
         const CloseArgs c = close_args(n, m, true);
         Tensor out{c.shape, std::vector<double>(c.a->size()), DType::boolean};
         for (size_t i = 0; i < out.size(); ++i)
-          out.data[i] =
-              is_close(c.a->data[i], c.b->data[i], CloseArgs::at(c.rtol, i), CloseArgs::at(c.atol, i));
+          out.data[i] = !c.judged(i) || is_close(c.a->data[i], c.b->data[i], CloseArgs::at(c.rtol, i),
+                                                 CloseArgs::at(c.atol, i));
         return out;
       }
       if (std::optional<Tensor> t = fused_any_all(n, m)) return std::move(*t);
@@ -667,7 +689,7 @@ Expression::Outcome explain(const std::string& text, const Node& n, const Tensor
       bool ok;
       double score;  // how badly the element fails; NaN/inf mismatches first
       if (is_close_call) {
-        ok = is_close(x, y, CloseArgs::at(c.rtol, i), CloseArgs::at(c.atol, i));
+        ok = !c.judged(i) || is_close(x, y, CloseArgs::at(c.rtol, i), CloseArgs::at(c.atol, i));
         score = std::isfinite(x) && std::isfinite(y)
                     ? std::fabs(x - y) - (CloseArgs::at(c.atol, i) + CloseArgs::at(c.rtol, i) * std::fabs(y))
                     : std::numeric_limits<double>::infinity();

@@ -47,6 +47,23 @@ Verdict check_invariant(AnyTrial& trial, const InvariantUse& use) {
     std::vector<Measured> measured;
     for (auto& [name, value] : o.measured) measured.push_back({name, value});
     return Verdict::fail(o.message, std::move(measured));
+  } catch (const expr::NothingJudged& err) {
+    return Verdict::discard(err.what());
+  } catch (const expr::ToleranceError& err) {
+    throw InputError(e.mark, fmt::format("invariant {}: `{}`: {}", use.name, current->text(), err.what()));
+  } catch (const expr::SpecEvalError& err) {
+    // Shapes that do not broadcast are the expression's own error when it
+    // reads no output of the target; an output whose length is the
+    // target's (dflash's accepted tokens) can break them by being wrong.
+    bool reads_target = false;
+    for (const auto& name : current->names())
+      reads_target =
+          reads_target || name.rfind("target.", 0) == 0 || name.rfind("transformed.target.", 0) == 0;
+    if (!reads_target)
+      throw InputError(e.mark, fmt::format("invariant {}: `{}` cannot be evaluated on this case: {} (the "
+                                           "expression's own error: it reads no output of the target)",
+                                           use.name, current->text(), err.what()));
+    return Verdict::fail(fmt::format("`{}` could not be evaluated: {}", current->text(), err.what()));
   } catch (const expr::EvalError& err) {
     // A kernel's output that breaks the expression (an index it returned out
     // of range, a tensor of the wrong size) fails the invariant.

@@ -365,6 +365,8 @@ CheckResult check_one(const RunContext& ctx, AnyTrial& trial, const InvariantUse
     r.kind = CheckResult::Kind::target_failure;
     r.reason = "interrupted while the reference ran";
     r.failure_kind = "interrupted";
+  } catch (const InputError&) {
+    throw;  // the spec's error (an expression that cannot be evaluated): exit 2, not the target's
   } catch (const TargetUnavailable& e) {
     r.kind = CheckResult::Kind::declined;
     r.reason = e.what();
@@ -536,6 +538,8 @@ std::vector<CheckResult> check_uses_forked(const RunContext& ctx,
             out.push_back(check_result_json(r));
         } catch (const ReferenceFailure& e) {
           out = {{"reference_failure", e.bare_message()}};  // the parent raises it
+        } catch (const InputError& e) {
+          out = {{"input_error", e.what()}};  // the parent raises it
         } catch (const std::exception& e) {
           out = nlohmann::json::array(
               {check_result_json(child_failure("threw", std::string("target threw: ") + e.what()))});
@@ -558,6 +562,8 @@ std::vector<CheckResult> check_uses_forked(const RunContext& ctx,
   }
   if (results.is_object() && results.contains("reference_failure"))
     throw ReferenceFailure(results["reference_failure"].get<std::string>());
+  if (results.is_object() && results.contains("input_error"))
+    throw InputError({}, results["input_error"].get<std::string>());
   try {
     std::vector<CheckResult> out;
     for (const auto& j : results) out.push_back(check_result_from_json(j));

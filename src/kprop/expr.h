@@ -135,6 +135,28 @@ class EvalError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+// Shapes that do not broadcast on this case (the load-time check knows dims
+// only by name): the expression's own error (exit 2) when it reads no
+// output of the target, else possibly the target's (an output whose length
+// is the target's answer).
+class SpecEvalError : public EvalError {
+ public:
+  using EvalError::EvalError;
+};
+// A close(k=) whose k is negative or not finite on this case: always the
+// spec's error, never the target's counterexample.
+class ToleranceError : public EvalError {
+ public:
+  using EvalError::EvalError;
+};
+// close(k=) on a case where no element can be judged: the same-precision
+// baseline is not finite wherever the reference is (an intermediate
+// overflows the dtype), so the policy has no budget. The case is discarded,
+// as matches_reference discards it.
+class NothingJudged : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 struct Node;
 

@@ -1,0 +1,141 @@
+// Expression invariants on declared ops, where the verdict is the spec's
+// and not the target's: close(k=) judges as matches_reference does when the
+// same-precision baseline overflows, and an expression that cannot be
+// evaluated on a case (shapes, a bad k) is the spec's error, never a
+// counterexample stored against the target.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "op_support.h"
+
+namespace kprop::op::testing {
+namespace {
+
+// y = x in fp64, but its f32 baseline computes x · 1e30 · 1e30 = inf first.
+const std::string kOverflowingBaseline = R"(spec: overflow
+family: op
+op:
+  dims: {T: [1, 4]}
+  inputs:
+    x: {shape: [T], dtype: f32, values: {uniform: {lo: 1, hi: 2}}}
+  outputs:
+    y: {shape: [T]}
+  reference:
+    y: x * 1.0e30 * 1.0e30 / 1.0e60
+run: {trials: 50}
+invariants:
+  - name: close_k
+    expect: close(target.y, reference.y, k=2)
+)";
+
+// The spec above with a target that doubles y.
+Spec with_doubling_mutant(const std::string& text) {
+  Spec spec = parse_spec(text, "overflow.yaml");
+  const OpFamily& loaded = op_family(spec);
+  auto f = std::make_shared<OpFamily>(std::shared_ptr<const Decl>(spec.declared_family, &loaded.decl()));
+  f->mutant("doubles", "returns 2y", [](const Case& c) {
+    Result r = op::reference(c);
+    for (double& v : r.outputs[0]) v *= 2;
+    return r;
+  });
+  spec.declared_family = f;
+  spec.family = f.get();
+  return spec;
+}
+
+// The baseline is inf on every element: no element can be judged, and the
+// case is discarded (the run gives up), as matches_reference discards it.
+// The budget was K × inf: a target off by 2x passed every case.
+TEST(OpClosePolicy, ABaselineThatOverflowsJudgesNothingAndNeverPasses) {
+  const Spec spec = with_doubling_mutant(kOverflowingBaseline);
+  for (const char* target : {"doubles", "reference"}) {
+    const RunReport r = run_spec(spec, scratch_run(target, 7, 50, "kprop_op_policy_test"));
+    EXPECT_EQ(r.status, RunStatus::gave_up) << target;
+    ASSERT_EQ(r.invariants.size(), 1u);
+    EXPECT_EQ(r.invariants[0].passed, 0) << target;
+    EXPECT_EQ(r.invariants[0].last_discard.rfind("close(k=): the same-precision baseline is not finite", 0),
+              0u)
+        << r.invariants[0].last_discard;
+  }
+}
+
+// exp overflows in f32 on some elements (NaN baseline after inf / inf):
+// those are not judged, the others are, so an exact target passes (it
+// failed with "allowed nan") and a wrong one still fails.
+TEST(OpClosePolicy, ABaselineThatOverflowsOnSomeElementsJudgesTheOthers) {
+  const std::string text = R"(spec: softmax
+family: op
+op:
+  dims: {T: [1, 4], D: [2, 8]}
+  inputs:
+    x: {shape: [T, D], dtype: f32, values: {normal: {std: 100}}}
+  outputs:
+    y: {shape: [T, D]}
+  reference:
+    y: exp(x) / sum(exp(x), axis=-1, keepdims=true)
+run: {trials: 100, suppress_health_check: [discarded]}
+invariants:
+  - name: close_k
+    expect: close(target.y, reference.y, k=2)
+)";
+  const Spec spec = with_doubling_mutant(text);
+  const RunReport ok = run_spec(spec, scratch_run("reference", 7, 100, "kprop_op_policy_test"));
+  EXPECT_EQ(ok.status, RunStatus::passed) << ok.detail;
+  EXPECT_GT(ok.invariants[0].passed, 0);
+  const RunReport bad = run_spec(spec, scratch_run("doubles", 7, 100, "kprop_op_policy_test"));
+  EXPECT_EQ(bad.status, RunStatus::failed);
+}
+
+std::string run_error(const std::string& text, const std::string& target = "reference") {
+  try {
+    run_spec(with_doubling_mutant(text), scratch_run(target, 7, 30, "kprop_op_policy_test"));
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string with_invariant(const std::string& expect) {
+  return R"(spec: shapes
+family: op
+op:
+  dims: {T: [1, 8], D: [1, 8]}
+  inputs:
+    x: {shape: [T, D], dtype: f64}
+  outputs:
+    y: {shape: [T, D]}
+  reference:
+    y: x * 2
+invariants:
+  - name: e
+    expect: ")" +
+         expect + "\"\n";
+}
+
+TEST(OpClosePolicy, AnExpressionThatCannotBeEvaluatedIsTheSpecsError) {
+  // Slices of extents 2 and D-1: the dims allow it at load, a case with D != 3 does not.
+  for (const char* target : {"reference", "doubles"}) {
+    const std::string e =
+        run_error(with_invariant("all(x[:, 0:2] + x[:, 1:] == x[:, 1:] + x[:, 0:2])"), target);
+    EXPECT_NE(e.find("overflow.yaml:"), std::string::npos) << e;
+    EXPECT_NE(
+        e.find("invariant e: `all(x[:, 0:2] + x[:, 1:] == x[:, 1:] + x[:, 0:2])` cannot be evaluated on "
+               "this case: shapes"),
+        std::string::npos)
+        << e;
+    EXPECT_NE(e.find("it reads no output of the target"), std::string::npos) << e;
+  }
+  // k is checked on each case; a literal one at load.
+  const std::string k = run_error(with_invariant("all(close(target.y, reference.y, k=T - 100))"));
+  EXPECT_NE(k.find("close(k=): k is -9"), std::string::npos) << k;
+  for (const char* bad : {"inf", "nan"})
+    EXPECT_NE(load_error(with_invariant(std::string("all(close(target.y, reference.y, k=") + bad + "))"))
+                  .find("k must be a finite number >= 0"),
+              std::string::npos)
+        << bad;
+}
+
+}  // namespace
+}  // namespace kprop::op::testing
