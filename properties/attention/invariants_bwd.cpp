@@ -115,6 +115,16 @@ Verdict matches_reference(T& t, const Values& p) {
 // the summands, not of L: when they cancel (a gradient of 3e-8 made of terms
 // of size 3) eps·|L| is far too small. Summing R rows adds R·eps·Σ|L_row|.
 // Twice the first-order bound covers the second-order terms.
+// Gradual underflow: a product, quotient or exp whose result is below the
+// normal range also errs by up to η = denorm_min/2 absolutely (sums of
+// subnormals are exact). That adds (scale·D + 1)·η to |Δs_j|, 2η to p_j (its
+// exp and its division; l >= 1), D·η to T_j and η to each p_j·T_j, so
+//   |ΔL| += Σ_j (2η·|T_j| + p_j·D·η + η) <= 2η·Σ_j A_j + (D + Nk)·η.
+// It is what bounds L when dO or V are subnormal: a difference of two losses
+// that underflow (dO = 5e-324 moves L by 5e-328) is then not held to 0.
+// η above, rounded up to a double: denorm_min / 2 itself rounds to 0.
+constexpr double kUnderflow = std::numeric_limits<double>::denorm_min();
+
 struct Loss {
   double value = 0;
   double rounding = 0;  // bound on |computed - exact|, derived above
@@ -164,7 +174,7 @@ void score_part(const Case& c, RowParts& r, int j) {
   const size_t row = q_row(s, r.b, r.h, r.i), kv = kv_base(s, r.b, r.h);
   const auto [dot, abs_dot] = dot_abs(&c.q[row * s.dim], &c.k[(kv + j) * s.dim], s.dim);
   r.s[size_t(j)] = scale * dot;
-  r.ds[size_t(j)] = s.dim * eps * scale * abs_dot;
+  r.ds[size_t(j)] = s.dim * eps * scale * abs_dot + (scale * s.dim + 1) * kUnderflow;
 }
 
 void value_part(const Case& c, RowParts& r, int j) {
@@ -208,14 +218,16 @@ Loss row_loss(RowParts& r, int moved = -1) {
     if (std::isfinite(r.s[j])) rho = std::max(rho, r.ds[j] + dm + eps * (std::fabs(r.s[j] - m) + 2));
   }
   const double pi = 2 * rho + (double(nk) + 1) * eps;
-  double loss = 0, weighted = 0;
+  double loss = 0, weighted = 0, a_sum = 0;
   for (size_t j = 0; j < nk; ++j) {
+    a_sum += r.a[j];
     const double pj = e[j] / l;
     if (pj == 0) continue;
     loss += pj * r.t[j];
     weighted += pj * r.a[j];
   }
-  return {loss, weighted * (pi + (double(nk) * r.dim + 1) * eps)};
+  const double underflow = (2 * a_sum + r.dim + double(nk)) * kUnderflow;
+  return {loss, weighted * (pi + (double(nk) * r.dim + 1) * eps) + underflow};
 }
 
 Verdict finite_differences(T& t, const Values& p) {
