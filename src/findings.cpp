@@ -342,14 +342,12 @@ CheckResult check_one(const RunContext& ctx, AnyTrial& trial, const InvariantUse
     CaseGuard guard(ctx, c);
     try {
       r.verdict = check_invariant(trial, use);
-    } catch (const TargetUnavailable&) {
-      throw;
-    } catch (const Unsupported& e) {
-      // Whose decline? The case's own ends the case for every invariant:
-      // the target's run on it, below, throws it again. One of what this
-      // invariant alone needed (the target on a case it derived, the
-      // reference) leaves only this invariant unable to check the case: a
-      // discard with that reason, and the invariants after it still check.
+    } catch (const DerivedDeclined& e) {
+      // Declined: something this invariant alone needed (the target on a
+      // case it derived, the reference). Unless the target declines the case
+      // itself too (its run here throws that, and the case is declined for
+      // every invariant, below), this invariant cannot check the case, a
+      // discard with that reason, and the others still do.
       const std::string why = e.what();
       trial.run_target();
       r.verdict = Verdict::discard(why);

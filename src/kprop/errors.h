@@ -49,6 +49,15 @@ class TargetUnavailable : public Unsupported {
   using Unsupported::Unsupported;
 };
 
+// A decline of something only one invariant needed, not of the case: the
+// target on a case a metamorphic relation derived, the reference. That
+// invariant cannot check the case (a discard, with this reason); the others
+// still do. (Trial raises it; a target raises Unsupported.)
+class DerivedDeclined : public Unsupported {
+ public:
+  using Unsupported::Unsupported;
+};
+
 // The reference (the oracle) threw, crashed or reported an error on a case:
 // nothing about the target follows from that case, and it is not the
 // target's failure to shrink and store. The run stops with this error

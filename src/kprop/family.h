@@ -427,7 +427,7 @@ class Trial {
       } catch (const TargetUnavailable& e) {
         throw TargetUnavailable(who + "cannot run here: " + e.what());
       } catch (const Unsupported& e) {
-        throw Unsupported(who + "declined the case: " + e.what());
+        throw DerivedDeclined(who + "declined the case: " + e.what());
       } catch (const std::exception& e) {
         throw ReferenceFailure(
             who + "failed on a case, so the case cannot judge the target (fix the reference): " + e.what());
@@ -436,15 +436,15 @@ class Trial {
     return *reference_;
   }
   // For metamorphic invariants: run the implementations on a derived case.
-  // A decline of it says so (check_one makes it a discard of the invariant
-  // that derived the case, unless the target declines the case itself).
+  // A decline of it is a DerivedDeclined: a discard of the invariant that
+  // derived the case (check_one), not a decline of the case.
   Result run_target(const Case& c) const {
     try {
       return timed(times_.target, target_impl_, c);
     } catch (const TargetUnavailable&) {
       throw;
     } catch (const Unsupported& e) {
-      throw Unsupported(std::string("the target declined the derived case: ") + e.what());
+      throw DerivedDeclined(std::string("the target declined the derived case: ") + e.what());
     }
   }
   const TrialTimes& times() const { return times_; }
@@ -670,7 +670,7 @@ class FamilyDef : public Family {
           } catch (const TargetUnavailable&) {
             throw;
           } catch (const Unsupported& e) {
-            throw Unsupported(std::string("on the transformed case, ") + e.what());
+            throw DerivedDeclined(std::string("on the transformed case, ") + e.what());
           }
           return &d.view;
         } else {
