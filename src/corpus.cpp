@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <sstream>
 
@@ -197,6 +198,20 @@ CorpusEntry read_entry(const std::string& path) {
       throw InputError(where(it->first),
                        "corrupt corpus file: key '" + it->first.Scalar() + "' appears twice");
   }
+  // Inside the case too: a key given twice would be read as one of the two.
+  const std::function<void(const YAML::Node&)> no_twice = [&](const YAML::Node& n) {
+    if (n.IsSequence())
+      for (const auto& item : n) no_twice(item);
+    if (!n.IsMap()) return;
+    std::set<std::string> keys;
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      if (it->first.IsScalar() && !keys.insert(it->first.Scalar()).second)
+        throw InputError(where(it->first),
+                         "corrupt corpus file: key '" + it->first.Scalar() + "' appears twice");
+      no_twice(it->second);
+    }
+  };
+  if (root["case"]) no_twice(root["case"]);
   auto text_of = [&](const char* key, bool required) -> std::string {
     const YAML::Node n = root[key];
     if (!n) {

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -108,6 +109,16 @@ int run_streaming(const std::vector<std::string>& argv, const std::vector<std::s
   return status;
 }
 
+// A folder the user named (--work, --fuzz-seeds): one that cannot be made
+// is an input error naming the flag, not an internal error.
+void make_folder(const char* flag, const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir))
+    throw InputError({}, fmt::format("{} {}: cannot create the folder: {}", flag, dir.string(),
+                                     ec ? ec.message() : "a file is in the way"));
+}
+
 std::string harness_path(const Spec& spec, const FuzzOptions& o) {
   const fs::path p = fs::path(o.fuzzer_dir) / ("fuzz_" + spec.name);
   if (!fs::exists(p))
@@ -136,7 +147,7 @@ int FuzzReport::new_findings() const {
 }
 
 int write_fuzz_seeds(const Spec& spec, const std::string& dir, int count) {
-  fs::create_directories(dir);
+  make_folder("--fuzz-seeds", dir);
   int written = 0;
   for (int i = 0; i < count; ++i) {
     // Small to mid-size cases: the fuzzer grows them; full-size seeds make every run slow.
@@ -215,12 +226,13 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
   for (int round = 0; !interrupted(); ++round) {
     for (size_t k = 0; k < specs.size() && !interrupted(); ++k) {
       const Spec& spec = specs[k];
-      const Impl target = resolve_target(spec, o.target.empty() ? spec.target : o.target);
+      const double case_timeout = o.case_timeout_s.value_or(spec.run.case_timeout_s);
+      const Impl target = resolve_target(spec, o.target.empty() ? spec.target : o.target, case_timeout);
       const std::string target_name = target.info.name;
       const fs::path work = fs::path(o.work_dir) / spec.name;
       const fs::path corpus = work / "corpus", seeds = work / "seeds", crashes = work / "crashes";
-      fs::create_directories(corpus);
-      fs::create_directories(crashes / "imported");
+      make_folder("--work", corpus);
+      make_folder("--work", crashes / "imported");
       if (!fs::exists(seeds)) {
         const int n = write_fuzz_seeds(spec, seeds.string(), o.seeds);
         fmt::print(stderr, "[{}] {} seed inputs from the spec's generator\n", spec.name, n);
@@ -238,7 +250,7 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
           "-ignore_timeouts=1",
           "-ignore_ooms=1",
           fmt::format("-max_total_time={}", std::max(1, static_cast<int>(slice))),
-          fmt::format("-timeout={}", std::max(1, static_cast<int>(spec.run.case_timeout_s))),
+          fmt::format("-timeout={}", std::max(1, static_cast<int>(std::ceil(case_timeout)))),
           "-artifact_prefix=" + crashes.string() + "/",
           corpus.string(),
           seeds.string()};

@@ -49,7 +49,9 @@ std::vector<std::string> outputs_of_tensors(const Family& family, const std::vec
 
 std::optional<std::vector<std::string>> invariant_reads(const Spec& spec, const InvariantUse& use) {
   const std::vector<std::string> outputs = contract_outputs(*spec.family);
-  if (use.expression) return outputs_of_tensors(*spec.family, use.expression->names, outputs);
+  // An expression checks what its `expect` reads: a `when` only discards,
+  // so an output read there alone is not checked by it.
+  if (use.expression) return outputs_of_tensors(*spec.family, use.expression->expect.names(), outputs);
   if (use.callback) return outputs_of_tensors(*spec.family, use.callback->names, outputs);
   const auto& declared = spec.family->invariants().at(use.index).reads;
   if (!declared) return std::nullopt;

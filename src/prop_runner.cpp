@@ -116,6 +116,7 @@ int run_fuzz_mode(const Config& cfg, const std::string& corpus_root) {
       cfg.fuzzer_dir.empty() ? (fs::path(cfg.self).parent_path() / "fuzz").string() : cfg.fuzzer_dir;
   o.corpus_root = corpus_root;
   o.write_corpus = !cfg.no_corpus;
+  o.case_timeout_s = cfg.case_timeout;
   const FuzzReport report = run_fuzz(specs, o);
   fmt::print("kprop fuzz: {} spec(s), {} new finding(s){}\n", specs.size(), report.new_findings(),
              report.interrupted ? " (interrupted)" : "");
@@ -132,6 +133,7 @@ int run_fuzz_mode(const Config& cfg, const std::string& corpus_root) {
                f.corpus_path.empty() ? "" : " -> " + f.corpus_path);
   }
   if (known) fmt::print("  {} more crash input(s) reproduced findings already in the corpus\n", known);
+  if (report.interrupted) return 130;  // as a property run: never a green exit for a run cut short
   return report.new_findings() > 0 ? 1 : 0;
 }
 
@@ -168,6 +170,20 @@ int run(const Config& cfg) {
     const Spec* s = spec ? &*spec : nullptr;
     std::cout << (cfg.format == "json" ? list_json(s) : list_text(s));
     return 0;
+  }
+  // The fuzz modes print their own text: what only reports of runs take is
+  // refused, not dropped (a --out FILE never written).
+  if (cfg.fuzz || !cfg.imports.empty() || !cfg.fuzz_seeds.empty()) {
+    const char* mode = cfg.fuzz ? "--fuzz" : !cfg.imports.empty() ? "--import" : "--fuzz-seeds";
+    const auto refuse = [&](const std::string& flag) {
+      throw InputError({},
+                       fmt::format("{} takes no {}: it reports as text on stdout and checks every invariant "
+                                   "of the spec",
+                                   mode, flag));
+    };
+    if (cfg.format != "text") refuse("--format");
+    if (!cfg.out.empty()) refuse("--out");
+    if (!cfg.invariants.empty()) refuse("--invariant");
   }
   auto reporter = make_reporter(cfg.format, cfg.stats);
   if (!reporter) throw InputError({}, "--format " + cfg.format + ": valid: " + join(reporter_names()));
@@ -257,6 +273,12 @@ int run(const Config& cfg) {
              : report.unchecked().empty() && report.undeclared().empty() ? 0
                                                                          : 1;
     } else if (cfg.mutants) {
+      bool any = false;
+      for (const auto& impl : spec.family->implementations()) any = any || impl.kind == ImplKind::mutant;
+      if (!any)  // "0 of 0 mutants killed" is no pass
+        throw InputError({spec.path, 0, 0},
+                         fmt::format("--mutants: family {} of spec {} has no mutants to run",
+                                     spec.family->name(), spec.name));
       const auto rows = run_mutants(spec, options);
       for (const auto& r : rows) {
         if (!r.killed && r.report.status != RunStatus::skipped) code = 1;

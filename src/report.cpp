@@ -347,7 +347,7 @@ nlohmann::json to_json(const RunReport& r) {
   for (const auto& inv : r.invariants) {
     nlohmann::json ji = {{"name", inv.name},
                          {"status", invariant_status_name(inv.status)},
-                         {"checked", inv.passed},
+                         {"checked", inv.checked()},
                          {"passed", inv.passed},
                          {"discarded", inv.discarded},
                          {"declined", inv.declined},

@@ -556,6 +556,18 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
     // A case larger than run.max_case_mb is bad input, not the target's fault.
     if (const std::string why = check_case_budget(spec, c, e.profile); !why.empty())
       throw InputError({file, 0, 0}, why);
+    // The invariant a file names must exist (a mutant's file with a stale
+    // one fails below, with its reason): a typo is not replayed as if fine.
+    const int found_impl = family.find_implementation(e.found_against);
+    const bool by_mutant =
+        found_impl >= 0 && family.implementations()[static_cast<size_t>(found_impl)].kind == ImplKind::mutant;
+    const bool in_spec = std::any_of(spec.invariants.begin(), spec.invariants.end(),
+                                     [&](const InvariantUse& u) { return u.name == e.invariant; });
+    if (!by_mutant && !e.invariant.empty() && !in_spec && family.find_invariant(e.invariant) < 0)
+      throw InputError({file, 0, 0},
+                       fmt::format("its invariant '{}' is neither in the spec nor registered by "
+                                   "family '{}' (renamed? fix the file's invariant: line)",
+                                   e.invariant, family.name()));
   } catch (const InputError& err) {
     row.error = err.what();
     return row;

@@ -178,15 +178,19 @@ class Loader {
     }
     for (const auto& f : schema) {
       const std::string key = prefix.empty() ? f.key : prefix + "." + f.key;
-      const YAML::Node value = (node && node.IsMap()) ? node[f.key] : YAML::Node();
+      const bool in_map = node && node.IsMap();
+      const YAML::Node value = in_map ? node[f.key] : YAML::Node();
       if (f.kind == FieldKind::map) {
         parse_fields(value, f.children, key, key, out);
         continue;
       }
-      if (!value || value.IsNull()) {
+      if (!in_map || !value) {
         out.set(key, f.fallback);
         continue;
       }
+      // `trials:` with nothing after it: a value left out, not the default.
+      if (value.IsNull())
+        fail(key_of(node, f.key), "'" + key + "' has no value: give one, or remove the key");
       out.set(key, parse_value(value, f, key));
     }
   }
@@ -486,8 +490,10 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
   // The section `key` of the spec, with the profile's overrides of it.
   const std::string in_profile = profile.empty() ? "" : " (profile " + profile + ")";
   auto section = [&](const char* key, const Schema& schema) -> YAML::Node {
-    YAML::Node n = chosen && chosen[key] ? overlay(root[key], chosen[key], schema) : root[key];
-    if (cli_domain.IsMap() && std::string_view(key) == "domain") n = overlay(n, cli_domain, schema);
+    const YAML::Node n = chosen && chosen[key] ? overlay(root[key], chosen[key], schema) : root[key];
+    // (A new node: assigning to root[key] of a spec without the key throws.)
+    if (cli_domain.IsMap() && std::string_view(key) == "domain")
+      return overlay(n ? n : YAML::Node(), cli_domain, schema);
     return n;
   };
 
@@ -641,6 +647,13 @@ YAML::Node cli_domain(const std::string& text, const YAML::Node& root, const std
     Values unused;
     cli.parse_fields(node, f->domain_schema(), "", "the domain of " + path, unused);
   }
+  for (const auto& d : declared_families())
+    if (d.family == family)
+      cli.fail(
+          node.begin()->first,
+          fmt::format("family {} takes no domain keys: a declared {}'s domain is its spec's '{}:' section "
+                      "(dims, input values); edit that instead",
+                      family, d.key, d.key));
   return node;
 }
 }  // namespace

@@ -209,7 +209,7 @@ std::string stats_text(const RunReport& r) {
   out += fmt::format("    {:<26} {:>8} {:>9} {:>8} {:>5}   {}\n", "invariant", "checked", "discarded",
                      "declined", "n/a", "error/bound: median  p99    max   (log histogram 1e-6..10)");
   for (const auto& inv : r.invariants) {
-    out += fmt::format("    {:<26} {:>8} {:>9} {:>8} {:>5}", inv.name, inv.passed, inv.discarded,
+    out += fmt::format("    {:<26} {:>8} {:>9} {:>8} {:>5}", inv.name, inv.checked(), inv.discarded,
                        inv.declined, inv.not_applicable);
     const auto it = s.ratios.find(inv.name);
     if (it != s.ratios.end() && !it->second.ratios.empty()) {
@@ -237,7 +237,7 @@ std::string stats_json(const RunReport& r) {
                  {"total", total_time(t)}};
   j["invariants"] = nlohmann::json::array();
   for (const auto& inv : r.invariants) {
-    nlohmann::json ji = {{"name", inv.name},           {"checked", inv.passed},
+    nlohmann::json ji = {{"name", inv.name},           {"checked", inv.checked()},
                          {"discarded", inv.discarded}, {"discard_reasons", inv.discard_reasons},
                          {"declined", inv.declined},   {"not_applicable", inv.not_applicable}};
     const auto it = s.ratios.find(inv.name);

@@ -40,6 +40,7 @@ std::string validate(const Case& c) {
     return "model.heads must divide model.d_model";
   if (m.layers < 0) return "model.layers must be >= 0";
   if (c.prompt.empty()) return "prompt must not be empty";
+  if (c.cycles.empty()) return "cycles must not be empty: a case verifies at least one draft tree";
   for (int t : c.prompt)
     if (t < 0 || t >= m.vocab) return "prompt token out of vocabulary";
   for (size_t k = 0; k < c.cycles.size(); ++k) {

@@ -9,6 +9,7 @@
 // end of each round.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,9 @@ struct FuzzOptions {
   std::string corpus_root;  // corpus/<spec>/ goes under it
   bool write_corpus = true;
   int seeds = 64;  // generated seed inputs per spec
+  // Seconds one input may take (libFuzzer -timeout, and the re-check of a
+  // crash input); unset: each spec's run.case_timeout_s.
+  std::optional<double> case_timeout_s;
 };
 
 struct FuzzFinding {

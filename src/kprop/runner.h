@@ -146,6 +146,9 @@ struct InvariantReport {
 
   std::map<std::string, int64_t> discard_reasons;
   std::optional<Finding> counterexample;
+
+  // Cases it checked: those it held on and the one it failed on.
+  int64_t checked() const { return passed + (status == InvariantStatus::failed ? 1 : 0); }
 };
 
 // Health checks (as Hypothesis has them): a run that checked too little

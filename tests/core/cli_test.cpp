@@ -1,6 +1,7 @@
 // prop_runner as a user runs it: exit codes 0/1/2/3 and one-line errors.
 #include "tests/support/cli.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -163,6 +164,29 @@ TEST(Cli, JsonReportToFile) {
   EXPECT_EQ(j["invariants"].size(), kprop::load_spec(kSpec).invariants.size());  // one entry per invariant
 }
 
+// A failing invariant checked the case it failed on too: its JSON count
+// agrees with the run's (it said trials_to_fail - 1).
+TEST(Cli, AFailingInvariantCountsTheCaseItFailedOn) {
+  const CliRun r = run("--spec " + kSpec +
+                       " --target positional_logits --seed 3 --no-corpus --format json --invariant lossless");
+  EXPECT_EQ(r.code, 1) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  const auto& inv = j["invariants"][0];
+  EXPECT_EQ(inv["status"], "FAILED");
+  EXPECT_EQ(inv["checked"], inv["trials_to_fail"]) << inv;
+}
+
+// An output read only by a `when` is not checked by that invariant (a
+// precondition only discards): --list says so.
+TEST(Cli, AnOutputReadOnlyInAWhenIsUnchecked) {
+  const fs::path spec = temp("when.yaml");
+  std::ofstream(spec) << "spec: when_only\nfamily: softmax_topk\ninvariants:\n  - name: e\n"
+                         "    when: all(target.indices >= 0)\n    expect: all(isfinite(target.probs))\n";
+  const CliRun r = run("--list --spec " + spec.string());
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("unchecked outputs: softmax_topk.indices"), std::string::npos) << r.out;
+}
+
 TEST(Cli, UsageAndSpecErrorsExitTwoWithOneLine) {
   const fs::path bad = temp("bad.yaml");
   std::ofstream(bad) << "spec: x\nfamily: dflash\ndomain:\n  vocab: [9, 2]\n";
@@ -207,6 +231,61 @@ TEST(Cli, FuzzWithoutAHarnessWritesNothing) {
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("no libFuzzer harness for spec dflash"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(work)) << r.out;
+}
+
+// What the QA pass found taken silently or as an internal error: each is now
+// one line and exit 2.
+TEST(Cli, LeftOutValuesAndModesWithoutReportsAreInputErrors) {
+  const fs::path nulls = temp("nulls.yaml");
+  std::ofstream(nulls) << "spec: nulls\nfamily: dflash\nrun:\n  trials:\n";
+  const std::string ops = std::string(KPROP_SOURCE_DIR) + "/specs/ops/rmsnorm.yaml";
+  const std::pair<std::string, std::string> cases[] = {
+      {"--spec " + nulls.string() + " --no-corpus", "nulls.yaml:4:3: 'trials' has no value"},
+      {"--spec " + kSpec + " --no-corpus --domain '{vocab: null}'", "--domain:1:2: 'vocab' has no value"},
+      {"--spec " + ops + " --no-corpus --domain '{T: [2, 3]}'",
+       "--domain:1:2: family op takes no domain keys"},
+      {"--spec " + ops + " --no-corpus --mutants",
+       "--mutants: family op of spec rmsnorm has no mutants to run"},
+      {"--spec " + kSpec + " --fuzz --out " + temp("fuzz.json").string(), "--fuzz takes no --out"},
+      {"--spec " + kSpec + " --import x --format json", "--import takes no --format"},
+      {"--spec " + kSpec + " --fuzz-seeds " + nulls.string(),
+       "--fuzz-seeds " + nulls.string() + ": cannot create the folder"},
+  };
+  for (const auto& [args, expect] : cases) {
+    const CliRun r = run(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find(expect), std::string::npos) << args << "\n" << r.out;
+    EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
+  }
+  EXPECT_FALSE(fs::exists(temp("fuzz.json")));
+  // A spec without a domain: section takes --domain (it was an internal error, exit 3).
+  const fs::path bare = temp("bare.yaml");
+  std::ofstream(bare) << "spec: bare\nfamily: softmax_topk\n";
+  const CliRun r = run("--spec " + bare.string() + " --no-corpus --trials 5 --domain '{rows: [1, 2]}'");
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
+// Corpus files that looked fine and were not: each is an error naming the file.
+TEST(Cli, CorpusFilesWithAnEmptyCaseATypoOrAKeyTwiceAreErrors) {
+  const std::string head =
+      "kprop_corpus: 1\nspec: dflash\nfamily: dflash\ninvariant: {}\nfound_against: reference\nseed: 1\n"
+      "message: x\ncase:\n  prompt: [0]\n";
+  const std::string model = "  model: {vocab: 2, d_model: 1, layers: 1, heads: 1, seed: 1}\n";
+  const std::string cycles = "  cycles:\n    - {tokens: [], parents: []}\n";
+  const std::pair<std::string, std::string> files[] = {
+      {fmt::format(fmt::runtime(head), "progress") + model + "  cycles: []\n", "cycles must not be empty"},
+      {fmt::format(fmt::runtime(head), "no_such_invariant") + model + cycles,
+       "its invariant 'no_such_invariant' is neither in the spec nor registered"},
+      {fmt::format(fmt::runtime(head), "progress") + "  prompt: [1]\n" + model + cycles,
+       "key 'prompt' appears twice"},
+  };
+  for (const auto& [text, expect] : files) {
+    const fs::path file = temp("case.yaml");
+    std::ofstream(file) << text;
+    const CliRun r = run("--spec " + kSpec + " --replay " + file.string());
+    EXPECT_EQ(r.code, 2) << text << "\n" << r.out;
+    EXPECT_NE(r.out.find(expect), std::string::npos) << text << "\n" << r.out;
+  }
 }
 
 // A case that overruns case_timeout_s but then finishes: the watchdog saves
