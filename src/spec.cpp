@@ -608,6 +608,20 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
         continue;
       }
       const int index = spec.family->find_invariant(name);
+      if (index < 0 && item.IsMap()) {
+        // Not a built-in: maybe an expression invariant whose key is misspelled.
+        static const std::vector<std::string> expression_keys = {"expect", "when", "transform",
+                                                                 "description"};
+        for (auto it = item.begin(); it != item.end(); ++it) {
+          const std::string key = it->first.IsScalar() ? it->first.Scalar() : "";
+          if (key == "name") continue;
+          if (const std::string close = closest_match(key, expression_keys); !close.empty())
+            fail(it->first,
+                 fmt::format("unknown key '{}' in invariant '{}' (did you mean '{}'? an expression "
+                             "invariant needs 'expect')",
+                             key, name, close));
+        }
+      }
       if (index < 0)
         fail(name_node, fmt::format("unknown invariant '{}' for family {}{}", name, family_name,
                                     suggestion(name, invariant_names)));

@@ -422,6 +422,11 @@ TEST(ExprSpec, ErrorsPointIntoTheExpression) {
             "s.yaml:6:5: unknown key 'tol' in expression invariant a; valid: ");
   EXPECT_EQ(spec_error("spec: e\nfamily: toy.sum\ninvariants:\n  - name: a\n    expect: all(x == x)\n"),
             "s.yaml:5:13: family toy.sum publishes no named tensors: it takes no expression invariants");
+  // A misspelled expect: said as such (it was "unknown invariant 'a'").
+  EXPECT_EQ(
+      spec_error(kHead + "  - name: a\n    expct: all(d_out == d_out)\n"),
+      "s.yaml:5:5: unknown key 'expct' in invariant 'a' (did you mean 'expect'? an expression invariant "
+      "needs 'expect')");
 }
 
 TEST(ExprSpec, TransformsAreCheckedAtLoad) {
