@@ -11,9 +11,9 @@
 #  4. the CUDA example plugin (device tensors) end to end;
 #  5. compute-sanitizer memcheck/racecheck/initcheck/synccheck on every cuda
 #     target (scripts/cuda_sanitize.sh) and on the tensor-core kernels' tests;
-#  6. the named mutants (CPU kernels: skipped with KPROP_GPU_CHECK_QUICK=1,
-#     run them on any machine) and each spec's cuda target on a second seed
-#     (also skipped when quick).
+#  6. the named mutants (CPU kernels: skipped with KPROP_GPU_CHECK_QUICK=1
+#     or KPROP_GPU_CHECK_MUTANTS=0; run them on any machine) and each spec's
+#     cuda target on a second seed (skipped when quick).
 # Prints a summary table last; full logs in LOG_DIR (default BUILD_DIR/gpu_check).
 # Each step is stopped after KPROP_GPU_STEP_TIMEOUT seconds (default 900: a
 # hung kernel fails its step, it does not eat the device time).
@@ -77,10 +77,12 @@ for tool in memcheck racecheck synccheck; do
     --gtest_filter='AttentionCudaTensorCore.Wgmma*:AttentionCudaTensorCore.WarpSpecialized*'
 done
 if [ "${KPROP_GPU_CHECK_QUICK:-0}" != 1 ]; then
-  for s in "${specs[@]}"; do
-    step "$s --mutants" "$s.mutants.txt" \
-      "$build/prop_runner" --spec "$root/specs/$s.yaml" --mutants --seed 20261122 --no-corpus
-  done
+  if [ "${KPROP_GPU_CHECK_MUTANTS:-1}" != 0 ]; then
+    for s in "${specs[@]}"; do
+      step "$s --mutants" "$s.mutants.txt" \
+        "$build/prop_runner" --spec "$root/specs/$s.yaml" --mutants --seed 20261122 --no-corpus
+    done
+  fi
   for s in "${specs[@]}"; do
     step "$s --target cuda --seed 2" "$s.cuda.2.txt" \
       "$build/prop_runner" --spec "$root/specs/$s.yaml" --target cuda --seed 2 --no-corpus --time 0
