@@ -1,23 +1,17 @@
 #include "kprop/fuzz_driver.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <regex>
 
-extern char** environ;
+#include "kprop/process.h"
+
 namespace fs = std::filesystem;
 
 namespace kprop {
@@ -28,85 +22,6 @@ using Clock = std::chrono::steady_clock;
 std::vector<uint8_t> read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-// Runs `argv` with extra environment, streaming its stderr line by line to
-// `on_line`; forwards Ctrl-C (our interrupt flag) as SIGINT. Returns the exit status.
-int run_streaming(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
-                  const std::function<void(const std::string&)>& on_line) {
-  int pipe_fds[2];
-  if (pipe(pipe_fds) != 0) throw std::runtime_error("pipe failed");
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], 2);
-  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], 1);
-  posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
-  for (const auto& e : extra_env) env_strings.push_back(e);
-  std::vector<char*> env, args;
-  for (auto& e : env_strings) env.push_back(e.data());
-  env.push_back(nullptr);
-  std::vector<std::string> arg_strings = argv;
-  for (auto& a : arg_strings) args.push_back(a.data());
-  args.push_back(nullptr);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);  // our Ctrl-C handling decides
-  posix_spawnattr_setpgroup(&attr, 0);
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, args[0], &actions, &attr, args.data(), env.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  close(pipe_fds[1]);
-  if (rc != 0) {
-    close(pipe_fds[0]);
-    throw InputError({argv[0], 0, 0}, fmt::format("cannot start fuzzer: {}", std::strerror(rc)));
-  }
-  FILE* out = fdopen(pipe_fds[0], "r");
-  char buf[8192];
-  // libFuzzer's fork-mode parent treats a job killed by SIGINT as a crash
-  // and goes on, so a stop escalates: SIGINT, then SIGTERM after 5 s, then
-  // SIGKILL after 10 s, to the fuzzer's whole process group.
-  int stop_level = 0;
-  Clock::time_point stop_sent{};
-  fcntl(pipe_fds[0], F_SETFL, O_NONBLOCK);
-  std::string partial;
-  for (;;) {
-    if (interrupted()) {
-      const double waited = std::chrono::duration<double>(Clock::now() - stop_sent).count();
-      if (stop_level == 0 || (stop_level < 3 && waited > 5)) {
-        static const int signals[] = {SIGINT, SIGTERM, SIGKILL};
-        kill(-pid, signals[stop_level++]);
-        stop_sent = Clock::now();
-      }
-    }
-    const ssize_t n = read(pipe_fds[0], buf, sizeof buf);
-    if (n > 0) {
-      partial.append(buf, static_cast<size_t>(n));
-      size_t nl;
-      while ((nl = partial.find('\n')) != std::string::npos) {
-        on_line(partial.substr(0, nl));
-        partial.erase(0, nl + 1);
-      }
-      continue;
-    }
-    if (n == 0) break;
-    if (errno != EAGAIN && errno != EINTR) break;
-    int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) {
-      // Drain what is left, then report.
-      fcntl(pipe_fds[0], F_SETFL, 0);
-      while ((fgets(buf, sizeof buf, out)) != nullptr) on_line(std::string(buf));
-      fclose(out);
-      return status;
-    }
-    usleep(50000);
-  }
-  fclose(out);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return status;
 }
 
 // A folder the user named (--work, --fuzz-seeds): one that cannot be made
@@ -238,11 +153,24 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
         fmt::print(stderr, "[{}] {} seed inputs from the spec's generator\n", spec.name, n);
       }
       const std::string& harness = harnesses[k];
+      // The harness reads the spec, profile and target from its environment.
+      const ProcessOptions env{
+          {"KPROP_SPEC=" + spec.path, "KPROP_PROFILE=" + spec.profile, "KPROP_TARGET=" + target_name}};
+      auto run_fuzzer = [&](const std::vector<std::string>& argv, const ProcessOptions& options,
+                            const std::function<void(const std::string&)>& on_line) {
+        try {
+          return run_process(argv, options, on_line);
+        } catch (const std::runtime_error& e) {
+          throw InputError({argv[0], 0, 0}, e.what());
+        }
+      };
       const auto t0 = Clock::now();
       auto last = t0;
       FuzzSpecStats& stats = report.stats[k];
       const long long execs_before = stats.executions;
       FuzzSpecStats now = stats;
+      const std::string timeout_flag =
+          fmt::format("-timeout={}", std::max(1, static_cast<int>(std::ceil(case_timeout))));
       const std::vector<std::string> args = {
           harness,
           fmt::format("-fork={}", std::max(1, o.jobs)),
@@ -250,26 +178,32 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
           "-ignore_timeouts=1",
           "-ignore_ooms=1",
           fmt::format("-max_total_time={}", std::max(1, static_cast<int>(slice))),
-          fmt::format("-timeout={}", std::max(1, static_cast<int>(std::ceil(case_timeout)))),
+          timeout_flag,
           "-artifact_prefix=" + crashes.string() + "/",
           corpus.string(),
           seeds.string()};
-      run_streaming(
-          args, {"KPROP_SPEC=" + spec.path, "KPROP_PROFILE=" + spec.profile, "KPROP_TARGET=" + target_name},
-          [&](const std::string& line) {
-            parse_status(line, now);
-            const double since = std::chrono::duration<double>(Clock::now() - last).count();
-            if (since >= (tty ? 1.0 : 10.0)) {
-              last = Clock::now();
-              const double elapsed = std::chrono::duration<double>(last - t0).count();
-              fmt::print(stderr,
-                         "{}[{}] {} {:.0f}s  execs {}  exec/s {:.0f}  cov {}  crash inputs {}  findings {}{}",
-                         tty ? "\r\033[K" : "", spec.name, target_name, elapsed, now.executions,
-                         now.executions / std::max(elapsed, 1e-9), now.coverage, now.crash_inputs,
-                         report.new_findings(), tty ? "" : "\n");
-            }
-          });
+      // libFuzzer stops at -max_total_time, but not while a fork job is stuck
+      // in a target that hangs past -timeout: the slice ends, at the latest,
+      // two case timeouts and half a minute after it should have.
+      ProcessOptions bounded = env;
+      bounded.timeout_s = std::max(1.0, slice) + 2 * case_timeout + 30;
+      const ProcessResult fuzzed = run_fuzzer(args, bounded, [&](const std::string& line) {
+        parse_status(line, now);
+        const double since = std::chrono::duration<double>(Clock::now() - last).count();
+        if (since >= (tty ? 1.0 : 10.0)) {
+          last = Clock::now();
+          const double elapsed = std::chrono::duration<double>(last - t0).count();
+          fmt::print(stderr,
+                     "{}[{}] {} {:.0f}s  execs {}  exec/s {:.0f}  cov {}  crash inputs {}  findings {}{}",
+                     tty ? "\r\033[K" : "", spec.name, target_name, elapsed, now.executions,
+                     now.executions / std::max(elapsed, 1e-9), now.coverage, now.crash_inputs,
+                     report.new_findings(), tty ? "" : "\n");
+        }
+      });
       if (tty) fmt::print(stderr, "\r\033[K");
+      if (fuzzed.timed_out)
+        fmt::print(stderr, "[{}] the fuzzer ran {:.0f} s past its time (a hung target?) and was stopped\n",
+                   spec.name, bounded.timeout_s - slice);
       stats.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
       stats.executions = execs_before + now.executions;
       stats.coverage = std::max(stats.coverage, now.coverage);
@@ -293,10 +227,10 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
       const fs::path merged = work / "corpus.merged";
       fs::remove_all(merged);
       fs::create_directories(merged);
-      run_streaming(
-          {harness, "-merge=1", merged.string(), corpus.string()},
-          {"KPROP_SPEC=" + spec.path, "KPROP_PROFILE=" + spec.profile, "KPROP_TARGET=" + target_name},
-          [](const std::string&) {});
+      // The merge runs every input once: a hanging one is cut at the case
+      // timeout (libFuzzer's default would be 20 minutes).
+      run_fuzzer({harness, "-merge=1", timeout_flag, merged.string(), corpus.string()}, env,
+                 [](const std::string&) {});
       if (!fs::is_empty(merged)) {
         fs::remove_all(corpus);
         fs::rename(merged, corpus);

@@ -1,0 +1,29 @@
+#pragma once
+// Child processes the runner starts itself (libFuzzer, a finding's replay
+// re-run): one policy for spawning, reading and stopping them.
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace kprop {
+
+struct ProcessOptions {
+  std::vector<std::string> extra_env;  // NAME=VALUE added to ours
+  bool stderr_too = true;              // its stderr into the same lines; else to /dev/null
+  double timeout_s = 0;                // killed (its whole group) after this long; 0: no limit
+};
+
+struct ProcessResult {
+  int status = 0;          // waitpid's status
+  bool timed_out = false;  // killed at ProcessOptions::timeout_s
+};
+
+// Runs argv (argv[0] a path) in a process group of its own, each line of its
+// output to `on_line`. Ctrl-C (kprop's interrupt flag) stops it: SIGINT, then
+// SIGTERM after 5 s and SIGKILL after 10 s, to the whole group (libFuzzer's
+// fork-mode parent takes a job killed by SIGINT for a crash and goes on).
+// Throws std::runtime_error when it cannot be started.
+ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOptions& options,
+                          const std::function<void(const std::string&)>& on_line);
+
+}  // namespace kprop

@@ -1,0 +1,111 @@
+#include "kprop/process.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+
+#include "kprop/runner.h"
+
+extern char** environ;
+
+namespace kprop {
+
+ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOptions& options,
+                          const std::function<void(const std::string&)>& on_line) {
+  using Clock = std::chrono::steady_clock;
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) throw std::runtime_error("pipe failed");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], 1);
+  if (options.stderr_too)
+    posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], 2);
+  else
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
+  for (const auto& e : options.extra_env) env_strings.push_back(e);
+  std::vector<char*> env, args;
+  for (auto& e : env_strings) env.push_back(e.data());
+  env.push_back(nullptr);
+  std::vector<std::string> arg_strings = argv;
+  for (auto& a : arg_strings) args.push_back(a.data());
+  args.push_back(nullptr);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);  // our Ctrl-C handling decides
+  posix_spawnattr_setpgroup(&attr, 0);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, args[0], &actions, &attr, args.data(), env.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  close(pipe_fds[1]);
+  if (rc != 0) {
+    close(pipe_fds[0]);
+    throw std::runtime_error(fmt::format("cannot start {}: {}", argv[0], std::strerror(rc)));
+  }
+  FILE* out = fdopen(pipe_fds[0], "r");
+  char buf[8192];
+  ProcessResult result;
+  const auto started = Clock::now();
+  int stop_level = 0;
+  Clock::time_point stop_sent{};
+  fcntl(pipe_fds[0], F_SETFL, O_NONBLOCK);
+  std::string partial;
+  auto flush_lines = [&] {
+    size_t nl;
+    while ((nl = partial.find('\n')) != std::string::npos) {
+      on_line(partial.substr(0, nl));
+      partial.erase(0, nl + 1);
+    }
+  };
+  for (;;) {
+    if (interrupted()) {
+      const double waited = std::chrono::duration<double>(Clock::now() - stop_sent).count();
+      if (stop_level == 0 || (stop_level < 3 && waited > 5)) {
+        static const int signals[] = {SIGINT, SIGTERM, SIGKILL};
+        kill(-pid, signals[stop_level++]);
+        stop_sent = Clock::now();
+      }
+    }
+    if (options.timeout_s > 0 && !result.timed_out &&
+        std::chrono::duration<double>(Clock::now() - started).count() > options.timeout_s) {
+      kill(-pid, SIGKILL);
+      result.timed_out = true;
+    }
+    const ssize_t n = read(pipe_fds[0], buf, sizeof buf);
+    if (n > 0) {
+      partial.append(buf, static_cast<size_t>(n));
+      flush_lines();
+      continue;
+    }
+    if (n == 0) break;
+    if (errno != EAGAIN && errno != EINTR) break;
+    if (waitpid(pid, &result.status, WNOHANG) == pid) {
+      // Drain what is left, then report.
+      fcntl(pipe_fds[0], F_SETFL, 0);
+      while ((fgets(buf, sizeof buf, out)) != nullptr) partial += buf;
+      flush_lines();
+      if (!partial.empty()) on_line(partial);
+      fclose(out);
+      return result;
+    }
+    usleep(result.timed_out ? 1000 : 20000);
+  }
+  if (!partial.empty()) on_line(partial);
+  fclose(out);
+  waitpid(pid, &result.status, 0);
+  return result;
+}
+
+}  // namespace kprop
