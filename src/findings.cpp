@@ -83,11 +83,9 @@ std::string replay_command(const RunContext& ctx, const std::string& path, const
   if (ctx.target_name.rfind("python:", 0) == 0)
     return fmt::format("kprop.replay('{}', {}, '{}'{})", ctx.spec.path, ctx.target_name.substr(7), path,
                        invariant.empty() ? "" : ", invariants=['" + invariant + "']");
-  std::string cmd = fmt::format("prop_runner --spec {} --target {} --replay {}", shell_quote(ctx.spec.path),
-                                shell_quote(ctx.target_name), shell_quote(path));
-  if (!ctx.options.reference.empty()) cmd += " --reference " + shell_quote(ctx.options.reference);
-  if (!invariant.empty()) cmd += " --invariant " + shell_quote(invariant);
-  if (ctx.options.case_timeout_s) cmd += fmt::format(" --case-timeout {:g}", *ctx.options.case_timeout_s);
+  std::string cmd;
+  for (const auto& word : replay_argv(ctx, path, invariant))
+    cmd += (cmd.empty() ? "" : " ") + shell_quote(word);
   return cmd;
 }
 
@@ -694,6 +692,7 @@ Finding record_finding(const RunContext& ctx, const InvariantUse* use, const Any
     f.in_corpus = ctx.options.write_corpus && stored.note.empty();
     if (!stored.note.empty()) f.store_note += (f.store_note.empty() ? "" : "; ") + stored.note;
     if (!f.corpus_path.empty()) f.replay_command = replay_command(ctx, f.corpus_path, f.invariant);
+    check_replay(ctx, f);
   } catch (const std::exception& e) {
     f.store_note +=
         fmt::format("{}could not encode the case: {}", f.store_note.empty() ? "" : "; ", e.what());

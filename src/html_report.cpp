@@ -75,6 +75,8 @@ std::string finding_html(const Finding& f, const RunReport& r) {
   if (!f.corpus_path.empty()) out += fmt::format("<p class=\"sub\">stored: {}</p>", escape(f.corpus_path));
   if (!f.replay_command.empty())
     out += fmt::format("<p class=\"sub\">replay: <code>{}</code></p>", escape(f.replay_command));
+  if (const std::string w = replay_warning(f); !w.empty())
+    out += fmt::format("<p class=\"note\">{}</p>", escape(w));
   return out + "</section>\n";
 }
 

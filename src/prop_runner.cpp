@@ -46,6 +46,7 @@ struct Config {
   bool mutants = false;
   bool stats = false;
   bool output_coverage = false;
+  bool no_replay_check = false;
   std::string replay;
   bool list = false;
   bool fuzz = false;
@@ -250,6 +251,13 @@ int run(const Config& cfg) {
   if (cfg.format == "text" && cfg.out.empty()) options.listener = progress.get();
   if (!cfg.shard.empty()) std::tie(options.shard_index, options.shard_count) = parse_shard(cfg.shard);
   options.jobs = cfg.jobs.value_or(default_jobs());
+  // Each finding's replay is re-run by this binary in a fresh process; not
+  // the mutant table's (planted bugs, which the table reports as kills).
+  if (!cfg.mutants && !cfg.no_replay_check) {
+    std::error_code ec;
+    const fs::path self = fs::canonical("/proc/self/exe", ec);
+    options.replay_checker = ec ? cfg.self : self.string();
+  }
 
   std::string text, formatted;
   int code = 0;
@@ -345,6 +353,9 @@ int main(int argc, char** argv) {
   app.add_option("--out", cfg.out, "write the report to FILE (text summary still on stdout)");
   auto* corpus = app.add_option("--corpus", cfg.corpus, "corpus root (default: corpus/ beside specs/)");
   app.add_flag("--no-corpus", cfg.no_corpus, "do not store counterexamples")->excludes(corpus);
+  app.add_flag("--no-replay-check", cfg.no_replay_check,
+               "do not re-run each finding's replay command in a fresh process (it is, by default, and the "
+               "report says when the failure did not come back)");
   app.add_flag("--isolate,!--no-isolate", cfg.isolate,
                "run each case of an in-process target in a forked child (default with --mutants)");
   auto* mutants =

@@ -65,6 +65,19 @@ std::string reasons_text(const std::map<std::string, int64_t>& reasons) {
   return out;
 }
 
+}  // namespace
+
+std::string replay_warning(const Finding& f) {
+  if (f.replay_check != "not_reproduced") return "";
+  return fmt::format(
+      "WARNING: re-run in a fresh process, the replay did not fail ({}). The failure depends on state "
+      "outside the stored case (uninitialised memory, a race, state the target keeps between calls): "
+      "the file alone does not reproduce it",
+      f.replay_check_detail);
+}
+
+namespace {
+
 std::string finding_text(const Finding& f, const std::string& target) {
   std::string out = f.kind == "invariant"
                         ? fmt::format("\nCounterexample: {} broken by target {}\n", f.invariant, target)
@@ -83,6 +96,7 @@ std::string finding_text(const Finding& f, const std::string& target) {
                                       : " (already in the corpus)");
   if (!f.store_note.empty()) out += fmt::format("  note: {}\n", f.store_note);
   if (!f.replay_command.empty()) out += fmt::format("  replay: {}\n", f.replay_command);
+  if (const std::string w = replay_warning(f); !w.empty()) out += "  " + w + "\n";
   return out;
 }
 
@@ -274,20 +288,23 @@ class TextReporter final : public Reporter {
 nlohmann::json finding_json(const Finding& f) {
   nlohmann::json m = nlohmann::json::object();
   for (const auto& x : f.measured) m[x.name] = x.value;
-  nlohmann::json j = {{"kind", f.kind},
-                      {"invariant", f.invariant},
-                      {"message", f.message},
-                      {"measured", m},
-                      {"summary", f.stats.summary},
-                      {"size", f.stats.size},
-                      {"original_size", f.original_size},
-                      {"shrink_steps", f.shrink_steps},
-                      {"shrink_seconds", f.shrink_seconds},
-                      {"shrink_interrupted", f.shrink_interrupted},
-                      {"case_yaml", f.case_yaml},
-                      {"corpus_path", f.corpus_path},
-                      {"in_corpus", f.in_corpus},
-                      {"replay", f.replay_command}};
+  nlohmann::json j = {
+      {"kind", f.kind},
+      {"invariant", f.invariant},
+      {"message", f.message},
+      {"measured", m},
+      {"summary", f.stats.summary},
+      {"size", f.stats.size},
+      {"original_size", f.original_size},
+      {"shrink_steps", f.shrink_steps},
+      {"shrink_seconds", f.shrink_seconds},
+      {"shrink_interrupted", f.shrink_interrupted},
+      {"case_yaml", f.case_yaml},
+      {"corpus_path", f.corpus_path},
+      {"in_corpus", f.in_corpus},
+      {"replay", f.replay_command},
+      {"replay_check",
+       {{"status", f.replay_check.empty() ? "not_run" : f.replay_check}, {"detail", f.replay_check_detail}}}};
   if (!f.store_note.empty()) j["store_note"] = f.store_note;
   if (!f.drawing_text.empty()) j["drawing_text"] = f.drawing_text;
   if (!f.drawing_note.empty()) j["drawing_note"] = f.drawing_note;
@@ -418,6 +435,7 @@ class JunitReporter final : public Reporter {
                         f.stats.size, seed, f.case_yaml);
     if (!f.corpus_path.empty()) body += "stored: " + f.corpus_path + "\n";
     if (!f.replay_command.empty()) body += "replay: " + f.replay_command + "\n";
+    if (const std::string w = replay_warning(f); !w.empty()) body += w + "\n";
     return svg::escape(body);
   }
   static std::string suite(const RunReport& r, const std::string& name) {

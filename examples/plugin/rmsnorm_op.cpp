@@ -14,12 +14,16 @@
 // KPROP_EXAMPLE_BUG plants one bug, for kprop's own tests:
 //   1  eps added outside the square root: x / (sqrt(mean(x^2)) + eps) * w
 //   2  a 4-wide unrolled sum of squares that drops the tail (D mod 4 elements)
+//   3  the weights cached on the first call and reused while D is unchanged
+//      (as if w never changed between calls): the failure depends on the
+//      calls before it, so its case alone, replayed in a fresh process, passes
 #include <kprop/abi.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #ifndef KPROP_EXAMPLE_BUG
 #define KPROP_EXAMPLE_BUG 0
@@ -91,6 +95,20 @@ template <typename S, typename T>
 void rmsnorm(const kprop_tensor& x, const kprop_tensor& w, T eps, const kprop_tensor& y) {
   const int64_t rows = x.shape[0], d = x.shape[1];
   auto xv = [&](int64_t r, int64_t j) -> T { return load(*at<S>(x, r, j)); };
+  auto wv = [&](int64_t j) -> T {
+    const int64_t wi[1] = {j};
+    return load(static_cast<const S*>(w.data)[kprop_offset(&w, wi)]);
+  };
+#if KPROP_EXAMPLE_BUG == 3
+  static std::vector<double> cached;
+  if (static_cast<int64_t>(cached.size()) != d) {
+    cached.resize(static_cast<size_t>(d));
+    for (int64_t j = 0; j < d; ++j) cached[static_cast<size_t>(j)] = static_cast<double>(wv(j));
+  }
+  auto weight = [&](int64_t j) { return static_cast<T>(cached[static_cast<size_t>(j)]); };
+#else
+  auto weight = wv;
+#endif
   for (int64_t r = 0; r < rows; ++r) {
     T sum = 0;
 #if KPROP_EXAMPLE_BUG == 2
@@ -106,8 +124,8 @@ void rmsnorm(const kprop_tensor& x, const kprop_tensor& w, T eps, const kprop_te
     const T scale = T(1) / std::sqrt(ms + eps);
 #endif
     for (int64_t j = 0; j < d; ++j) {
-      const int64_t wi[1] = {j}, yi[2] = {r, j};
-      const T v = xv(r, j) * scale * load(static_cast<const S*>(w.data)[kprop_offset(&w, wi)]);
+      const int64_t yi[2] = {r, j};
+      const T v = xv(r, j) * scale * weight(j);
       S* out = static_cast<S*>(y.data) + kprop_offset(&y, yi);
       if constexpr (sizeof(S) == sizeof(T))
         *out = static_cast<S>(v);

@@ -94,6 +94,11 @@ struct RunOptions {
   // the same cases, verdicts and findings whatever N (kprop/jobs.h). 1 with
   // a caller-opened transport, which cannot be opened again per job.
   int jobs = 1;
+  // A prop_runner binary that re-runs each invariant finding's replay
+  // command in a fresh process before the finding is reported
+  // (Finding::replay_check). Empty: not re-run (a Python function or a test
+  // binary has no prop_runner of its own; --mutants and --no-replay-check).
+  std::string replay_checker;
 };
 
 // The spec's run settings with the options' overrides applied (one place).
@@ -118,6 +123,13 @@ struct Finding {
   bool corpus_new = false;
   std::string store_note;  // why the case is not where it was meant to go
   std::string replay_command;
+  // The replay command, re-run in a fresh process (RunOptions::replay_checker):
+  // "reproduced" when it fails the same invariant again; "not_reproduced"
+  // when it does not, so the failure depends on state outside the stored
+  // case (uninitialised memory, a race, state the target keeps between
+  // calls) and replaying the file alone does not show it; "" when not re-run.
+  // The detail says what the re-run gave, or why there was none.
+  std::string replay_check, replay_check_detail;
   // The shrunk case drawn by its family (kprop/drawing.h): SVG for the HTML
   // report, a text map for the terminal (attention), a note when missing.
   std::string drawing_svg, drawing_text, drawing_note;
@@ -334,6 +346,13 @@ std::vector<CheckResult> check_uses(const RunContext& ctx, const std::vector<con
 using ShrinkProgress = std::function<void(int64_t from_size, int64_t to_size, double seconds)>;
 Finding record_finding(const RunContext& ctx, const InvariantUse* use, const AnyCase& failing,
                        const CheckResult& first, const ShrinkProgress& progress = {});
+
+// The replay of a stored finding as an argument list, argv[0] "prop_runner"
+// (the printed replay command is these words, shell-quoted), and its re-run
+// in a fresh process with options.replay_checker (fills f.replay_check).
+std::vector<std::string> replay_argv(const RunContext& ctx, const std::string& path,
+                                     const std::string& invariant);
+void check_replay(const RunContext& ctx, Finding& f);
 
 // Stores an entry in dir (falling back to the scratch folder, then the temp
 // folder); returns the path ("" if nothing could be written) and a note

@@ -1,0 +1,74 @@
+// A finding's replay command, re-run in a fresh process before the finding
+// is reported: the printed replay must reproduce the failure by itself. A
+// failure that needs the run's history (uninitialised memory, a race, state
+// the target keeps between calls) passes there, and the report says so
+// instead of handing the user a replay that shows nothing.
+#include <fmt/format.h>
+#include <sys/wait.h>
+
+#include <nlohmann/json.hpp>
+
+#include "kprop/process.h"
+#include "kprop/runner.h"
+
+namespace kprop {
+
+std::vector<std::string> replay_argv(const RunContext& ctx, const std::string& path,
+                                     const std::string& invariant) {
+  std::vector<std::string> argv = {"prop_runner",   "--spec",   ctx.spec.path, "--target",
+                                   ctx.target_name, "--replay", path};
+  if (!ctx.options.reference.empty()) argv.insert(argv.end(), {"--reference", ctx.options.reference});
+  if (!invariant.empty()) argv.insert(argv.end(), {"--invariant", invariant});
+  if (ctx.options.case_timeout_s)
+    argv.insert(argv.end(), {"--case-timeout", fmt::format("{:g}", *ctx.options.case_timeout_s)});
+  return argv;
+}
+
+void check_replay(const RunContext& ctx, Finding& f) {
+  auto not_run = [&](const std::string& why) { f.replay_check_detail = "not re-run: " + why; };
+  if (ctx.options.replay_checker.empty()) return not_run("no prop_runner to re-run it with");
+  if (f.kind != "invariant") return not_run("a " + f.kind + " is not re-run");
+  if (f.corpus_path.empty() || ctx.target_name.rfind("python:", 0) == 0) return not_run("no replay command");
+  if (interrupted()) return not_run("the run was interrupted");
+  std::vector<std::string> argv = replay_argv(ctx, f.corpus_path, f.invariant);
+  argv[0] = ctx.options.replay_checker;
+  argv.insert(argv.end(), {"--format", "json", "--no-corpus"});  // a crash in it stores nothing in the corpus
+  // Loading the spec and one case's checks: the case's own timeout (for the
+  // target, and again for a recorded mutant) plus a minute for the rest.
+  ProcessOptions options;
+  options.stderr_too = false;
+  options.timeout_s = 2 * ctx.run.case_timeout_s + 60;
+  std::string out;
+  ProcessResult r;
+  try {
+    r = run_process(argv, options, [&](const std::string& line) { out += line + "\n"; });
+  } catch (const std::exception& e) {
+    return not_run(e.what());
+  }
+  if (interrupted()) return not_run("the run was interrupted");
+  auto not_reproduced = [&](const std::string& what) {
+    f.replay_check = "not_reproduced";
+    f.replay_check_detail = what;
+  };
+  if (r.timed_out)
+    return not_reproduced(fmt::format("the replay did not finish in {:g} s", options.timeout_s));
+  const int code = WIFEXITED(r.status) ? WEXITSTATUS(r.status) : 128 + WTERMSIG(r.status);
+  nlohmann::json row;
+  try {
+    row = nlohmann::json::parse(out).at("files").at(0);
+  } catch (const std::exception&) {
+    return not_reproduced(fmt::format("the replay exited {} without a report", code));
+  }
+  const std::string detail = row.value("target_detail", "");
+  const std::string error = row.value("error", "");
+  if (!error.empty()) return not_reproduced("the replay could not read the case: " + error);
+  if (!row.value("target_ok", true) && detail.rfind(f.invariant + ": ", 0) == 0) {
+    f.replay_check = "reproduced";
+    f.replay_check_detail = detail;
+    return;
+  }
+  not_reproduced(row.value("target_ok", true) ? (detail.empty() ? "the case passed" : detail)
+                                              : "it failed otherwise: " + detail);
+}
+
+}  // namespace kprop
