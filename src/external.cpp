@@ -836,6 +836,10 @@ size_t payload_size(const nlohmann::json& list) {
 // mismatch.
 size_t checked_reply_payload(const nlohmann::json& header, const std::vector<Tensor>& declared) {
   if (!header.is_object()) throw std::runtime_error("the header is not a JSON object");
+  // A reply is ok or it is not: ok together with an error is no answer.
+  if (header.value("ok", false) &&
+      (header.contains("error") || header.contains("unsupported") || header.contains("unavailable")))
+    throw std::runtime_error(fmt::format("a reply that is ok also reports an error: {}", header.dump()));
   const nlohmann::json list = header.value("tensors", nlohmann::json());
   if (list.is_null()) {
     if (header.value("ok", false) && !declared.empty())

@@ -319,7 +319,9 @@ int main(int argc, char** argv) {
   app.add_option("--spec", cfg.specs, "spec file (specs/*.yaml); repeatable with --fuzz")
       ->check(CLI::ExistingFile);
   app.add_option("--profile", cfg.profile,
-                 "apply the spec's profile NAME (its profiles: domain/run overrides; e.g. gpu)");
+                 "apply the spec's profile NAME (its profiles: domain/run overrides; e.g. gpu)")
+      ->check(
+          CLI::Validator([](std::string& name) { return name.empty() ? "names no profile" : ""; }, "NAME"));
   app.add_option("--domain", cfg.domain,
                  "override domain keys for this run, a YAML map applied after --profile: e.g. "
                  "--domain '{dtypes: [f32]}' for a kernel that takes f32 only");

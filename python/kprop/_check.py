@@ -190,6 +190,9 @@ def spec_info(spec, profile: Optional[str] = None) -> Dict[str, Any]:
     """The spec's name, family, ops, invariants, run settings, profiles and
     the named tensors its family publishes (name -> (shape, dtype, meaning):
     what @kprop.invariant functions and the spec's expressions read)."""
+    # None is the base spec; "" names no profile (prop_runner --profile '' is refused too).
+    if profile is not None and (not isinstance(profile, str) or not profile):
+        raise ValueError("kprop: profile must name one of the spec's profiles, not %r" % (profile,))
     text, is_text = _resolve_spec(spec)
     try:
         return _kprop.spec_info(text, is_text, profile or "")

@@ -43,6 +43,8 @@ TEST(Cli, MutantFailsWithShrunkCaseAndReplayCommand) {
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("2-node tree (2 roots"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("replay: prop_runner --spec"), std::string::npos) << r.out;
+  // The replay was re-run in a fresh process and failed again: no warning.
+  EXPECT_EQ(r.out.find("WARNING: re-run"), std::string::npos) << r.out;
   ASSERT_TRUE(fs::exists(corpus / "dflash"));
   const CliRun replay = run("--spec " + kSpec + " --replay " + (corpus / "dflash").string());
   EXPECT_EQ(replay.code, 0) << replay.out;
@@ -248,6 +250,7 @@ TEST(Cli, LeftOutValuesAndModesWithoutReportsAreInputErrors) {
        "--mutants: family op of spec rmsnorm has no mutants to run"},
       {"--spec " + kSpec + " --fuzz --out " + temp("fuzz.json").string(), "--fuzz takes no --out"},
       {"--spec " + kSpec + " --import x --format json", "--import takes no --format"},
+      {"--spec " + kSpec + " --no-corpus --profile ''", "--profile: names no profile"},
       {"--spec " + kSpec + " --fuzz-seeds " + nulls.string(),
        "--fuzz-seeds " + nulls.string() + ": cannot create the folder"},
   };

@@ -156,6 +156,12 @@ TEST(ExternalReply, EveryMismatchIsNamed) {
           {{"ok", false}, {"error", "boom"}, {"tensors", nlohmann::json::array({o("o", "f32", {1 << 30})})}})
           .find("a reply that is not ok carries tensors"),
       std::string::npos);
+  // ok together with an error (or a decline) is a contradiction, not a pass.
+  for (const char* key : {"error", "unsupported", "unavailable"}) {
+    nlohmann::json reply = ok_with(nlohmann::json::array({o("o", "f32", {2, 3})}));
+    reply[key] = key == std::string("error") ? nlohmann::json("boom") : nlohmann::json(true);
+    EXPECT_NE(refused(reply).find("a reply that is ok also reports an error"), std::string::npos) << key;
+  }
 }
 
 TEST(ExternalReply, AMatchingReplyIsRead) {

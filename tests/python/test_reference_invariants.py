@@ -211,6 +211,8 @@ def test_profile_selects_the_specs_profile(example, corpus):
     assert info["profile"] == "gpu" and "gpu" in info["profiles"]
     with pytest.raises(ValueError, match="profile"):
         kprop.spec_info("softmax_topk", profile="no_such_profile")
+    with pytest.raises(ValueError, match="profile must name"):  # "" is no profile, not the base spec
+        kprop.spec_info("softmax_topk", profile="")
     mod = example("softmax_topk")
     result = kprop.check("softmax_topk", mod.softmax_topk, profile="gpu", seed=SEED, trials=3, corpus=corpus)
     assert result.passed and result.largest_case > 0
