@@ -676,6 +676,19 @@ class Child {
 
   enum class Io { ok, eof, timeout, interrupted };
 
+  // Bytes the child wrote that no call asked for, read and dropped (at most
+  // 1 MiB at a time): 0 when there are none (or it closed its end).
+  size_t drain_unasked() {
+    uint8_t buf[4096];
+    size_t total = 0;
+    while (total < (size_t(1) << 20)) {
+      const ssize_t n = ::read(read_fd_, buf, sizeof buf);
+      if (n <= 0) break;
+      total += static_cast<size_t>(n);
+    }
+    return total;
+  }
+
   Io write_all(const std::vector<uint8_t>& data, Clock::time_point deadline) {
     size_t done = 0;
     while (done < data.size()) {
@@ -1010,7 +1023,16 @@ class ChildTransport : public Transport {
 
  protected:
   Message round_trip(const Message& request) override {
-    if (!child_.running()) start();  // restarted after a crash or hang
+    if (!child_.running()) {
+      start();  // restarted after a crash or hang
+    } else if (const size_t unasked = child_.drain_unasked(); unasked > 0) {
+      // Read as this call's reply, they would be judged against this case.
+      child_.kill_now();
+      throw TargetFailure("error", fmt::format("{}: {} byte(s) came after the reply to the previous call (a "
+                                               "second reply, or a print to the protocol's stdout); the "
+                                               "target is restarted",
+                                               request.op, unasked));
+    }
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                              std::chrono::duration<double>(options_.call_timeout_s));
     const auto frame = encode_frame(request_header(request), pointers(request.tensors));
@@ -1019,6 +1041,13 @@ class ChildTransport : public Transport {
     exchange(frame, deadline, request.op, request.outputs,
              fmt::format("no reply within case_timeout_s = {:g} s", options_.call_timeout_s), header,
              payload);
+    // More bytes already there: not one reply (a second frame, or a print).
+    if (const size_t extra = child_.drain_unasked(); extra > 0) {
+      child_.kill_now();
+      throw TargetFailure("error", fmt::format("{}: the reply was followed by {} more byte(s) (a second "
+                                               "reply, or a print to the protocol's stdout)",
+                                               request.op, extra));
+    }
     if (header.value("restart", false)) child_.stop();  // the plugin host asks for a fresh process
     if (!header.value("ok", false)) {
       std::string error = header.value("error", std::string("(no error message)"));

@@ -56,18 +56,21 @@ std::vector<uint8_t> hello_reply(const std::string& op) {
   return kprop::external::encode_frame({{"ok", true}, {"abi_version", KPROP_ABI_VERSION}, {"ops", {op}}}, {});
 }
 
-// A worker that never reads its requests: it answers the handshake, then
-// sends `reply` (whatever it asks), then sleeps.
+// A worker that does not parse its requests: it answers the handshake, waits
+// for the first byte of a call, sends `reply` (whatever it asks), then
+// `then` (a shell command; sleeps by default).
 struct CannedWorker {
   TempDir dir;
   std::string target;
-  explicit CannedWorker(const nlohmann::json& reply_header, std::vector<uint8_t> payload = {}) {
-    auto bytes = hello_reply("toy.op");
-    auto reply = kprop::external::encode_frame(reply_header, {});
+  std::vector<uint8_t> reply;
+  explicit CannedWorker(const nlohmann::json& reply_header, std::vector<uint8_t> payload = {},
+                        const std::string& then = "exec sleep 300") {
+    reply = kprop::external::encode_frame(reply_header, {});
     reply.insert(reply.end(), payload.begin(), payload.end());
-    bytes.insert(bytes.end(), reply.begin(), reply.end());
-    write_bytes(dir.path / "replies", bytes);
-    target = "exec:cat " + (dir.path / "replies").string() + "; exec sleep 300";
+    write_bytes(dir.path / "hello", hello_reply("toy.op"));
+    write_bytes(dir.path / "reply", reply);
+    target = fmt::format("exec:cat {}; head -c 1 > /dev/null; cat {}; {}", (dir.path / "hello").string(),
+                         (dir.path / "reply").string(), then);
   }
 };
 
@@ -161,6 +164,56 @@ TEST(ExternalReply, EveryMismatchIsNamed) {
     nlohmann::json reply = ok_with(nlohmann::json::array({o("o", "f32", {2, 3})}));
     reply[key] = key == std::string("error") ? nlohmann::json("boom") : nlohmann::json(true);
     EXPECT_NE(refused(reply).find("a reply that is ok also reports an error"), std::string::npos) << key;
+  }
+}
+
+// A worker that answers one request twice: the second reply is never read
+// as the answer to the next call (it would be judged against that case).
+TEST(ExternalReply, ASecondReplyToOneCallIsAnError) {
+  const nlohmann::json header = ok_with({{{"name", "o"}, {"dtype", "f32"}, {"shape", {2, 3}}}});
+  const std::vector<uint8_t> payload(24, 7);
+  {  // Both replies there when the first is read: this call fails.
+    CannedWorker worker(header, payload, "exec sleep 300");
+    write_bytes(worker.dir.path / "reply", [&] {
+      auto twice = worker.reply;
+      twice.insert(twice.end(), worker.reply.begin(), worker.reply.end());
+      return twice;
+    }());
+    auto transport = kprop::external::open_target(worker.target, toy_options());
+    try {
+      transport->call(toy_request());
+      FAIL() << "a reply followed by a second one was accepted";
+    } catch (const TargetFailure& e) {
+      EXPECT_NE(
+          std::string(e.what()).find(fmt::format("the reply was followed by {} more", worker.reply.size())),
+          std::string::npos)
+          << e.what();
+    }
+  }
+  {  // The second reply comes a second later: the next call fails, saying why.
+    TempDir late;
+    CannedWorker worker(header, payload,
+                        "sleep 1; cat " + (late.path / "reply").string() + "; exec sleep 300");
+    write_bytes(late.path / "reply", worker.reply);
+    auto transport = kprop::external::open_target(worker.target, toy_options());
+    std::string first_error;
+    try {
+      transport->call(toy_request());
+    } catch (const TargetFailure& e) {  // a machine slow enough to see both at once
+      first_error = e.what();
+    }
+    if (!first_error.empty()) {
+      EXPECT_NE(first_error.find("the reply was followed by"), std::string::npos) << first_error;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      try {
+        transport->call(toy_request());
+        FAIL() << "the late second reply was read as the next call's";
+      } catch (const TargetFailure& e) {
+        EXPECT_NE(std::string(e.what()).find("came after the reply to the previous call"), std::string::npos)
+            << e.what();
+      }
+    }
   }
 }
 
