@@ -463,8 +463,8 @@ class JunitReporter final : public Reporter {
       } else if (inv.status == InvariantStatus::gave_up) {
         ++failures;
         cases += fmt::format(
-            "      <failure message=\"health check: {} checked, {} discarded, {} declined\" "
-            "type=\"health_check\">{}</failure>\n",
+            "      <failure message=\"gave up: {} checked, {} discarded, {} declined\" "
+            "type=\"gave_up\">{}</failure>\n",
             inv.passed, inv.discarded, inv.declined, svg::escape(inv.last_discard));
       }
       cases += "    </testcase>\n";

@@ -52,7 +52,9 @@ def _is_unsupported(e: BaseException) -> bool:
 class Counterexample(AssertionError):
     """An invariant failed (or the target raised, crashed or hung) on a case;
     the message holds the invariant, the measured values, the shrunk case as
-    YAML and how to replay it. `.finding` and `.result` carry the details."""
+    YAML and how to replay it. `.finding` and `.result` carry the details;
+    `.result` is None when a stored case (replay_stored) failed, since then
+    no case was drawn and there is no run to report."""
 
     def __init__(self, message: str, finding: "Finding", result: Optional["CheckResult"] = None):
         super().__init__(message)

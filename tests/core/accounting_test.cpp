@@ -134,6 +134,22 @@ TEST(Accounting, AnInvariantThatCheckedNothingNeverPasses) {
   EXPECT_EQ(r.status, RunStatus::gave_up);
 }
 
+// In a run that failed, an invariant that gave up is no health check (the
+// run's health is not judged once it failed): JUnit says "gave up", as the
+// text and JSON do, and still counts it as no pass.
+TEST(Junit, AnInvariantThatGaveUpInAFailedRunIsNoHealthCheck) {
+  TempDir dir;
+  const Spec spec = toy_spec("invariants: [matches_reference, only_long_lists]\n", "{trials: 20, seed: 5}");
+  const RunReport r = run_spec(spec, options("drops_last", dir));
+  ASSERT_EQ(r.status, RunStatus::failed);
+  ASSERT_EQ(r.invariants[1].status, InvariantStatus::gave_up);
+  EXPECT_TRUE(r.health.empty());
+  const std::string xml = make_reporter("junit")->run(r);
+  EXPECT_EQ(xml.find("health_check"), std::string::npos) << xml;
+  EXPECT_NE(xml.find("<failure message=\"gave up: 0 checked"), std::string::npos) << xml;
+  EXPECT_NE(xml.find("failures=\"2\""), std::string::npos) << xml;
+}
+
 TEST(SizeSchedule, MoreTrialsAndATimeLimitStillReachMaxSize) {
   TempDir dir;
   const Spec spec = toy_spec("invariants: [matches_reference]\n");
