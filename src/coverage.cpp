@@ -141,10 +141,14 @@ CoverageReport output_coverage(const Spec& spec, const RunOptions& options) {
 std::string coverage_text(const CoverageReport& r) {
   std::string out =
       fmt::format("kprop {}: output coverage of target {}, seed {}\n", r.spec, r.target, r.seed);
-  if (r.baseline.status != RunStatus::passed)
-    return out + fmt::format("  the target itself does not pass the spec ({}{}): fix that first\n",
-                             run_status_name(r.baseline.status),
-                             r.baseline.detail.empty() ? "" : ": " + r.baseline.detail);
+  if (r.baseline.status != RunStatus::passed) {
+    // The detail of a skip already starts with its status ("skipped: ...").
+    std::string detail = r.baseline.detail;
+    const std::string status = run_status_name(r.baseline.status);
+    if (detail.rfind(status + ": ", 0) == 0) detail.erase(0, status.size() + 2);
+    return out + fmt::format("  the target itself does not pass the spec ({}{}): fix that first\n", status,
+                             detail.empty() ? "" : ": " + detail);
+  }
   size_t width = 6;
   for (const auto& o : r.outputs) width = std::max(width, o.op.size() + 1 + o.output.size());
   out += fmt::format("  {:<{}}  {}\n", "output", width, "a corrupted element is caught by");

@@ -186,6 +186,17 @@ int run(const Config& cfg) {
     if (!cfg.out.empty()) refuse("--out");
     if (!cfg.invariants.empty()) refuse("--invariant");
   }
+  // A replay checks stored cases, each with the seed its file records: what
+  // draws cases is refused, not dropped.
+  if (!cfg.replay.empty()) {
+    const std::pair<bool, const char*> drawing[] = {{!cfg.seed.empty(), "--seed"},
+                                                    {cfg.trials.has_value(), "--trials"},
+                                                    {cfg.time.has_value(), "--time"},
+                                                    {cfg.search || cfg.search_trials, "--search"},
+                                                    {!cfg.shard.empty(), "--shard"}};
+    for (const auto& [given, flag] : drawing)
+      if (given) throw InputError({}, fmt::format("--replay takes no {}: it checks the stored cases", flag));
+  }
   auto reporter = make_reporter(cfg.format, cfg.stats);
   if (!reporter) throw InputError({}, "--format " + cfg.format + ": valid: " + join(reporter_names()));
   // --out is written at the end: a path it cannot be written to is said now,
@@ -324,7 +335,8 @@ int main(int argc, char** argv) {
           CLI::Validator([](std::string& name) { return name.empty() ? "names no profile" : ""; }, "NAME"));
   app.add_option("--domain", cfg.domain,
                  "override domain keys for this run, a YAML map applied after --profile: e.g. "
-                 "--domain '{dtypes: [f32]}' for a kernel that takes f32 only");
+                 "--domain '{dtypes: [f32]}' for a kernel that takes f32 only")
+      ->check(CLI::Validator([](std::string& map) { return map.empty() ? "overrides nothing" : ""; }, "MAP"));
   app.add_option("--target", cfg.target, "implementation under test (default: the spec's target)");
   app.add_option("--reference", cfg.reference,
                  "oracle of the comparative invariants (default: the spec's reference): an implementation, "

@@ -17,6 +17,10 @@ std::vector<std::string> replay_argv(const RunContext& ctx, const std::string& p
                                      const std::string& invariant) {
   std::vector<std::string> argv = {"prop_runner",   "--spec",   ctx.spec.path, "--target",
                                    ctx.target_name, "--replay", path};
+  // The spec as the run loaded it: its profile and --domain decide which
+  // invariants exist and the case's budget and timeout.
+  if (!ctx.spec.profile.empty()) argv.insert(argv.end(), {"--profile", ctx.spec.profile});
+  if (!ctx.spec.domain_overrides.empty()) argv.insert(argv.end(), {"--domain", ctx.spec.domain_overrides});
   if (!ctx.options.reference.empty()) argv.insert(argv.end(), {"--reference", ctx.options.reference});
   if (!invariant.empty()) argv.insert(argv.end(), {"--invariant", invariant});
   if (ctx.options.case_timeout_s)
@@ -46,29 +50,28 @@ void check_replay(const RunContext& ctx, Finding& f) {
     return not_run(e.what());
   }
   if (interrupted()) return not_run("the run was interrupted");
-  auto not_reproduced = [&](const std::string& what) {
-    f.replay_check = "not_reproduced";
+  auto set = [&](const char* status, const std::string& what) {
+    f.replay_check = status;
     f.replay_check_detail = what;
   };
-  if (r.timed_out)
-    return not_reproduced(fmt::format("the replay did not finish in {:g} s", options.timeout_s));
+  // The command itself did not run through: kprop's fault or the
+  // machine's, not evidence about the target.
+  if (r.timed_out) return set("error", fmt::format("it did not finish in {:g} s", options.timeout_s));
   const int code = WIFEXITED(r.status) ? WEXITSTATUS(r.status) : 128 + WTERMSIG(r.status);
   nlohmann::json row;
   try {
     row = nlohmann::json::parse(out).at("files").at(0);
   } catch (const std::exception&) {
-    return not_reproduced(fmt::format("the replay exited {} without a report", code));
+    return set("error", fmt::format("it exited {} without a report", code));
   }
   const std::string detail = row.value("target_detail", "");
   const std::string error = row.value("error", "");
-  if (!error.empty()) return not_reproduced("the replay could not read the case: " + error);
-  if (!row.value("target_ok", true) && detail.rfind(f.invariant + ": ", 0) == 0) {
-    f.replay_check = "reproduced";
-    f.replay_check_detail = detail;
-    return;
-  }
-  not_reproduced(row.value("target_ok", true) ? (detail.empty() ? "the case passed" : detail)
-                                              : "it failed otherwise: " + detail);
+  if (!error.empty()) return set("error", "it could not read the case: " + error);
+  if (!row.value("target_ok", true) && detail.rfind(f.invariant + ": ", 0) == 0)
+    return set("reproduced", detail);
+  // It ran the case and the target did not fail this invariant there.
+  set("not_reproduced", row.value("target_ok", true) ? (detail.empty() ? "the case passed" : detail)
+                                                     : "it failed otherwise: " + detail);
 }
 
 }  // namespace kprop

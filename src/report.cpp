@@ -51,7 +51,10 @@ std::string invariant_line(const InvariantReport& r) {
   }
   if (r.discarded && r.status != InvariantStatus::gave_up) what += fmt::format(", {} discarded", r.discarded);
   if (r.declined) what += fmt::format(", {} declined", r.declined);
-  if (r.max_error_ratio >= 0) what += fmt::format(", worst error/allowed {:.3g}", r.max_error_ratio);
+  // Of the cases that passed: a failed invariant's failing case is over 1.
+  if (r.max_error_ratio >= 0)
+    what += fmt::format(", worst error/allowed {:.3g}{}", r.max_error_ratio,
+                        r.status == InvariantStatus::failed ? " on the cases that passed" : "");
   return fmt::format("  {:<26} {:<8} {}\n", r.name, invariant_status_name(r.status), what);
 }
 
@@ -68,6 +71,11 @@ std::string reasons_text(const std::map<std::string, int64_t>& reasons) {
 }  // namespace
 
 std::string replay_warning(const Finding& f) {
+  if (f.replay_check == "error")
+    return fmt::format(
+        "WARNING: the replay command, re-run in a fresh process, did not run through ({}): "
+        "it is not known to reproduce this failure",
+        f.replay_check_detail);
   if (f.replay_check != "not_reproduced") return "";
   return fmt::format(
       "WARNING: re-run in a fresh process, the replay did not fail ({}). The failure depends on state "
@@ -84,9 +92,12 @@ std::string finding_text(const Finding& f, const std::string& target) {
                         : fmt::format("\nTarget failure ({}): target {}\n", f.kind, target);
   out += fmt::format("  {}\n", f.message);
   if (!f.measured.empty()) out += fmt::format("  measured: {}\n", measured_text(f.measured));
-  out += fmt::format("  shrunk: {} (size {} -> {} in {} steps, {:.2f} s{})\n", f.stats.summary,
-                     f.original_size, f.stats.size, f.shrink_steps, f.shrink_seconds,
-                     f.shrink_interrupted ? ", stopped early: best so far" : "");
+  if (f.kind == "hang")  // not shrunk: each try would cost the timeout
+    out += fmt::format("  not shrunk (a hang): {} (size {})\n", f.stats.summary, f.stats.size);
+  else
+    out += fmt::format("  shrunk: {} (size {} -> {} in {} steps, {:.2f} s{})\n", f.stats.summary,
+                       f.original_size, f.stats.size, f.shrink_steps, f.shrink_seconds,
+                       f.shrink_interrupted ? ", stopped early: best so far" : "");
   if (!f.case_yaml.empty()) out += "  case:\n" + indent(f.case_yaml, "    ");
   if (!f.drawing_text.empty()) out += indent(f.drawing_text, "  ");
   if (!f.corpus_path.empty())
@@ -162,10 +173,10 @@ class TextReporter final : public Reporter {
     }
     for (const auto& inv : r.invariants) out += invariant_line(inv);
     out += fmt::format("  cases: {} drawn, {} checked", r.trials, r.checked);
+    if (r.search.checked > 0) out += fmt::format(" ({} by the search)", r.search.checked);
     if (r.declined > 0)
       out += fmt::format(", {} declined by the target (not checked): {}", r.declined,
                          reasons_text(r.decline_reasons));
-    if (r.search.checked > 0) out += fmt::format(" ({} by the search)", r.search.checked);
     out += fmt::format("; sizes up to {} of max_size {}\n", std::max<int64_t>(r.size_reached, 0), r.max_size);
     out += search_text(r);
     if (stats_) out += stats_text(r);

@@ -201,6 +201,10 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
   const int64_t all_trials = run.trials;
   const int64_t shards = std::max<int64_t>(1, options.shard_count), shard = options.shard_index;
   // Cases this shard must pass per invariant: indices i < all_trials with i % shards == shard.
+  if (shard >= all_trials)
+    throw InputError({}, fmt::format("--shard {}/{}: the run has {} trial(s), so shard {} would check none "
+                                     "(use at most {} shards)",
+                                     shard, shards, all_trials, shard, all_trials));
   const int64_t trials = std::max<int64_t>(1, (all_trials - shard + shards - 1) / shards);
   report.trials_wanted = trials;
   const auto uses = selected_uses(spec, options);

@@ -178,6 +178,8 @@ def _resolve_spec(spec) -> Tuple[str, bool]:
     """(path or text, is_text) for a path, a shipped spec name or a dict."""
     if isinstance(spec, Mapping):
         return json.dumps(spec), True  # JSON is YAML
+    if not isinstance(spec, (str, os.PathLike)):
+        raise TypeError("kprop: spec must be a spec file's path, a shipped spec's name or a dict, got %r" % (spec,))
     spec = os.fspath(spec)
     if os.path.exists(spec):
         return spec, False
@@ -381,17 +383,20 @@ def _write_outputs(op: str, outputs, result) -> None:
 class _Target:
     """The trampoline kprop's in-process transport calls for each request."""
 
-    def __init__(self, fn, ops: Sequence[str], tensors: str = "numpy", device: Optional[str] = None):
+    def __init__(self, fn, ops: Sequence[str], tensors: str = "numpy", device: Optional[str] = None,
+                 role: str = "the target"):
         if tensors not in ("numpy", "torch"):
             raise ValueError("kprop: tensors must be 'numpy' or 'torch', not %r" % (tensors,))
+        if device is not None and tensors != "torch":
+            raise ValueError("kprop: device=%r applies to tensors='torch' (NumPy arrays live on the CPU)" % (device,))
         if isinstance(fn, Mapping):
             missing = [op for op in ops if op not in fn]
             if missing:
                 raise ValueError("kprop: no function for op(s) %s (the dict serves %s)"
                                  % (", ".join(missing), ", ".join(sorted(fn))))
         elif not callable(fn):
-            raise TypeError("kprop: the target must be a function or a dict {op: function}, not %s"
-                            % type(fn).__name__)
+            raise TypeError("kprop: %s must be a function or a dict {op: function}, not %s"
+                            % (role, type(fn).__name__))
         self.fn = fn
         self.multi_op = len(ops) > 1
         self.tensors = tensors
@@ -544,7 +549,9 @@ def format_finding(f: Finding, spec: str, target: str, seed: Optional[int] = Non
         lines.append("  measured: " + ", ".join("%s = %.6g" % (n, v) for n, v in f.measured))
     if f.traceback:
         lines.append("  raised by the target:\n    " + f.traceback.rstrip().replace("\n", "\n    "))
-    if f.kind != "replay":
+    if f.kind == "hang":  # a hang is not shrunk: each try would cost the timeout
+        lines.append("case (not shrunk: a hang; size %d)%s:" % (f.size, ": " + f.summary if f.summary else ""))
+    elif f.kind != "replay":
         lines.append("shrunk case (size %d, from %d in %d steps)%s:" % (f.size, f.original_size, f.shrink_steps,
                                                                       ": " + f.summary if f.summary else ""))
     else:
@@ -572,14 +579,23 @@ def _is_int(x) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
-def _check_run_args(seed, trials, time, case_timeout, isolate) -> None:
+# prop_runner's --seed range: a seed printed here can be given to it.
+MAX_SEED = 9200000000000000000
+
+
+def _check_run_args(seed, trials, time, case_timeout, isolate, invariants=None) -> None:
     """The run settings' types and ranges, as prop_runner checks its flags:
     a clear TypeError or ValueError here, not a cast error in the extension."""
+    if not isinstance(isolate, (bool, np.bool_)):
+        raise TypeError("kprop: isolate must be True or False, got %r" % (isolate,))
+    if invariants is not None and (isinstance(invariants, (bytes, Mapping)) or not all(
+            isinstance(name, str) for name in invariants)):
+        raise TypeError("kprop: invariants must be invariant names (str), got %r" % (invariants,))
     if seed is not None:
         if not _is_int(seed):
             raise TypeError("kprop: seed must be an int, got %r" % (seed,))
-        if not 0 <= seed < 2 ** 64:
-            raise ValueError("kprop: seed must be in [0, 2**64), got %d" % seed)
+        if not 0 <= seed <= MAX_SEED:
+            raise ValueError("kprop: seed must be in [0, %d] (prop_runner's --seed range), got %d" % (MAX_SEED, seed))
     if trials is not None:
         if not _is_int(trials):
             raise TypeError("kprop: trials must be an int, got %r" % (trials,))
@@ -601,18 +617,20 @@ def _args(spec, fn, *, reference, extra_invariants, profile, seed, trials, time,
           tensors, device, case_timeout, domain=None):
     """Resolves the spec and builds the extension's arguments: (text, is_text,
     info, args, the target's trampoline, the reference's or None)."""
-    _check_run_args(seed, trials, time, case_timeout, isolate)
-    if domain is not None and not isinstance(domain, Mapping):
-        raise TypeError("kprop: domain must be a dict of domain keys (e.g. {'dtypes': ['f32']}), got %r" % (domain,))
     if isinstance(invariants, str):
         invariants = [invariants]  # one name, not its letters
+    _check_run_args(seed, trials, time, case_timeout, isolate, invariants)
+    if domain is not None and not isinstance(domain, Mapping):
+        raise TypeError("kprop: domain must be a dict of domain keys (e.g. {'dtypes': ['f32']}), got %r" % (domain,))
+    if corpus is not None and not isinstance(corpus, (str, os.PathLike)):
+        raise TypeError("kprop: corpus must be a folder's path or None, got %r" % (corpus,))
     text, is_text = _resolve_spec(spec)
     info = spec_info(spec, profile)
     target = _Target(fn, info["ops"], tensors, device)
     ref_target = None
     a = {"target": _impl(_target_name(fn), target, fn, tensors, isolate), "reference": None}
     if reference is not None:
-        ref_target = _Target(reference, info["ops"], tensors, device)
+        ref_target = _Target(reference, info["ops"], tensors, device, role="reference=")
         a["reference"] = _impl("python-reference:" + _target_name(reference)[len("python:"):], ref_target,
                                reference, tensors, isolate)
     a.update(extra=_extra_invariants(extra_invariants, info), profile=profile or "",
@@ -684,6 +702,10 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
     failure, Skipped when every case was declined, HealthCheckFailure when the
     run checked too little to count.
     """
+    if callable(extra_invariants):
+        extra_invariants = [extra_invariants]  # one function
+    if not isinstance(replay_stored, (bool, np.bool_)):
+        raise TypeError("kprop: replay_stored must be True or False, got %r" % (replay_stored,))
     text, is_text, info, args, target, ref_target = _args(
         spec, fn, reference=reference, extra_invariants=extra_invariants, profile=profile, seed=seed,
         trials=trials, time=time, invariants=invariants, corpus=corpus, isolate=isolate, tensors=tensors,
@@ -764,6 +786,8 @@ def replay(spec, fn, path: str, *, invariants: Optional[Sequence[str]] = None, i
     (a case declined by fn, or one no invariant could check, is not counted)."""
     if not os.path.exists(path):
         raise FileNotFoundError(path)
+    if callable(extra_invariants):
+        extra_invariants = [extra_invariants]  # one function
     text, is_text, info, args, target, ref_target = _args(
         spec, fn, reference=reference, extra_invariants=extra_invariants, profile=profile, seed=None,
         trials=None, time=None, invariants=invariants, corpus=None, isolate=isolate, tensors=tensors,

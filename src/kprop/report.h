@@ -25,8 +25,9 @@ std::unique_ptr<Reporter> make_reporter(const std::string& name, bool stats = fa
 // charts, each failure drawn by its family (kprop/drawing.h), kill matrix.
 std::unique_ptr<Reporter> make_html_reporter();
 
-// A finding whose replay, re-run in a fresh process, did not fail
-// (Finding::replay_check): the warning every format shows; "" otherwise.
+// A finding whose replay, re-run in a fresh process, did not fail or did not
+// run through (Finding::replay_check): the warning every format shows; ""
+// otherwise.
 std::string replay_warning(const Finding& f);
 
 // --mutants: mutant x invariant, what each invariant did against each mutant.

@@ -127,7 +127,8 @@ struct Finding {
   // "reproduced" when it fails the same invariant again; "not_reproduced"
   // when it does not, so the failure depends on state outside the stored
   // case (uninitialised memory, a race, state the target keeps between
-  // calls) and replaying the file alone does not show it; "" when not re-run.
+  // calls) and replaying the file alone does not show it; "error" when the
+  // command did not run through (no report, a timeout); "" when not re-run.
   // The detail says what the re-run gave, or why there was none.
   std::string replay_check, replay_check_detail;
   // The shrunk case drawn by its family (kprop/drawing.h): SVG for the HTML

@@ -423,3 +423,31 @@ TEST(Isolation, SameVerdictsAsInProcess) {
 
 }  // namespace
 }  // namespace kprop
+
+namespace kprop {
+namespace {
+
+// The text report's lines for what a run did not do: a failed invariant's
+// worst ratio is of the cases that passed (its failing case is over 1), and
+// a hang's case was not shrunk.
+TEST(TextReport, SaysWhatARatioAndAHangsCaseAre) {
+  RunReport r;
+  r.status = RunStatus::failed;
+  InvariantReport failed{"matches_reference"};
+  failed.status = InvariantStatus::failed;
+  failed.max_error_ratio = 0.5;
+  r.invariants.push_back(failed);
+  Finding hang;
+  hang.kind = "hang";
+  hang.original_size = 7;
+  hang.stats.size = 7;
+  hang.stats.summary = "7 items";
+  r.crash = hang;
+  const std::string text = make_reporter("text")->run(r);
+  EXPECT_NE(text.find("worst error/allowed 0.5 on the cases that passed"), std::string::npos) << text;
+  EXPECT_NE(text.find("not shrunk (a hang): 7 items (size 7)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("shrunk: 7 items"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace kprop

@@ -166,6 +166,30 @@ TEST(Cli, JsonReportToFile) {
   EXPECT_EQ(j["invariants"].size(), kprop::load_spec(kSpec).invariants.size());  // one entry per invariant
 }
 
+// The replay command carries the --profile and --domain the run had: which
+// invariants a spec runs can depend on them (finite_differences only where
+// f64 is drawn), and the re-run in a fresh process must fail again.
+TEST(Cli, TheReplayCarriesTheProfileAndDomain) {
+  const fs::path spec = temp("ln32.yaml"), corpus = temp("ln32-corpus");
+  std::ofstream(spec)
+      << "spec: ln32\nfamily: layernorm\nrun: {trials: 100, seed: 1}\ndomain:\n  dtype: [f32]\n"
+         "profiles:\n  f64: {domain: {dtype: [f64]}}\n";
+  for (const std::string how : {"--domain '{dtype: [f64]}'", "--profile f64"}) {
+    fs::remove_all(corpus);
+    const fs::path out = temp("ln32.json");
+    const CliRun r = run("--spec " + spec.string() + " --target missing_proj_term " + how +
+                         " --invariant finite_differences --jobs 1 --format json --out " + out.string() +
+                         " --corpus " + corpus.string());
+    ASSERT_EQ(r.code, 1) << how << "\n" << r.out;
+    std::ifstream in(out);
+    const auto j = nlohmann::json::parse(in);
+    const auto& f = j["invariants"][0]["counterexample"];
+    EXPECT_NE(f["replay"].get<std::string>().find(how), std::string::npos) << f["replay"];
+    EXPECT_EQ(f["replay_check"]["status"], "reproduced") << f["replay_check"];
+  }
+  fs::remove_all(corpus);
+}
+
 // A failing invariant checked the case it failed on too: its JSON count
 // agrees with the run's (it said trials_to_fail - 1).
 TEST(Cli, AFailingInvariantCountsTheCaseItFailedOn) {
@@ -251,6 +275,13 @@ TEST(Cli, LeftOutValuesAndModesWithoutReportsAreInputErrors) {
       {"--spec " + kSpec + " --fuzz --out " + temp("fuzz.json").string(), "--fuzz takes no --out"},
       {"--spec " + kSpec + " --import x --format json", "--import takes no --format"},
       {"--spec " + kSpec + " --no-corpus --profile ''", "--profile: names no profile"},
+      {"--spec " + kSpec + " --no-corpus --domain ''", "--domain: overrides nothing"},
+      {"--spec " + kSpec + " --replay x --trials 5", "--replay takes no --trials"},
+      {"--spec " + kSpec + " --replay x --shard 0/2", "--replay takes no --shard"},
+      {"--spec " + kSpec + " --replay x --search", "--replay takes no --search"},
+      {"--spec " + kSpec + " --replay x --seed 3", "--replay takes no --seed"},
+      {"--spec " + kSpec + " --no-corpus --trials 2 --shard 5/10",
+       "--shard 5/10: the run has 2 trial(s), so shard 5 would check none"},
       {"--spec " + kSpec + " --fuzz-seeds " + nulls.string(),
        "--fuzz-seeds " + nulls.string() + ": cannot create the folder"},
   };

@@ -4,7 +4,10 @@ fails=0
 run() {  # run NAME EXPECTED_EXIT prop_runner-args...
   local name="$1" want="$2"
   shift 2
-  "$runner" --spec "$spec" --seed 20261122 --trials 150 "$@" > "$tmp/$name.log" 2>&1
+  # A replay draws no cases: it takes no --seed or --trials.
+  local draw=(--seed 20261122 --trials 150)
+  case " $* " in *" --replay "*) draw=() ;; esac
+  "$runner" --spec "$spec" "${draw[@]}" "$@" > "$tmp/$name.log" 2>&1
   local got=$?
   if [ "$got" -ne "$want" ]; then
     echo "FAIL $name: exit $got, expected $want"

@@ -222,8 +222,8 @@ def test_only_selected_invariants_run(example, corpus):
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
-    ({"seed": -1}, ValueError, r"seed must be in \[0, 2\*\*64\)"),
-    ({"seed": 2 ** 64}, ValueError, "seed must be in"),
+    ({"seed": -1}, ValueError, r"seed must be in \[0, 9200000000000000000\]"),
+    ({"seed": 9200000000000000001}, ValueError, "prop_runner's --seed range"),
     ({"seed": "1"}, TypeError, "seed must be an int"),
     ({"seed": 1.0}, TypeError, "seed must be an int"),
     ({"trials": 0}, ValueError, r"trials must be in \[1, 10\*\*9\]"),
@@ -232,11 +232,37 @@ def test_only_selected_invariants_run(example, corpus):
     ({"time": float("nan")}, ValueError, "time must be finite"),
     ({"case_timeout": 0.5}, ValueError, "case_timeout needs isolate=True"),
     ({"case_timeout": 0, "isolate": True}, ValueError, "case_timeout must be finite and more than 0"),
+    ({"invariants": [1]}, TypeError, "invariants must be invariant names"),
+    ({"invariants": [None]}, TypeError, "invariants must be invariant names"),
+    ({"isolate": "yes"}, TypeError, "isolate must be True or False"),
+    ({"replay_stored": "no"}, TypeError, "replay_stored must be True or False"),
+    ({"reference": 123}, TypeError, "reference= must be a function"),
+    ({"corpus": 123}, TypeError, "corpus must be a folder's path or None"),
+    ({"device": "cuda"}, ValueError, "applies to tensors='torch'"),
 ])
 def test_bad_run_settings_are_clear_errors(example, corpus, kwargs, error, match):
     mod = example("softmax_topk")
+    kwargs = {"corpus": corpus, **kwargs}
     with pytest.raises(error, match=match):
-        kprop.check("softmax_topk", mod.softmax_topk, corpus=corpus, **kwargs)
+        kprop.check("softmax_topk", mod.softmax_topk, **kwargs)
+
+
+def test_a_spec_that_is_no_path_name_or_dict_is_a_type_error(example):
+    with pytest.raises(TypeError, match="spec must be a spec file's path, a shipped spec's name or a dict"):
+        kprop.check(123, example("softmax_topk").softmax_topk, corpus=None)
+
+
+def test_one_extra_invariant_needs_no_list(example, corpus):
+    @kprop.invariant
+    def probs_sum_at_most_one(target_probs):
+        # Each stored probability is within u = 2**-8 (bf16, the coarsest
+        # dtype) of its value relative, so the top-k sum is at most 1 + u;
+        # 2u leaves room for the f32 softmax's own rounding.
+        return target_probs.sum(axis=-1) <= 1 + 2 ** -7
+
+    result = kprop.check("softmax_topk", example("softmax_topk").softmax_topk, seed=SEED, trials=10,
+                         corpus=corpus, extra_invariants=probs_sum_at_most_one)
+    assert "probs_sum_at_most_one" in [i.name for i in result.invariants]
 
 
 def test_keyboard_interrupt_in_fn_stops_the_run(example, corpus):
