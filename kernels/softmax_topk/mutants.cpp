@@ -35,6 +35,9 @@ void unsorted(FusedConfig& f) {
 void z_half(FusedConfig& f) {
   f.z_in_storage = true;
 }
+void drop_far(FusedConfig& f) {
+  f.drop_far = true;
+}
 void exp_half_no_max(FusedConfig& f) {
   f.subtract_max = false;
   f.exp_in_storage = true;
@@ -76,6 +79,12 @@ const std::vector<Mutant>& mutants() {
        "flat rows)",
        variant<z_half>},
       {"indices_u16", "indices written through a uint16 buffer: an index >= 65536 wraps", indices_u16},
+      // Below the max-norm floor (~8 eps): caught by each probability's own
+      // relative bound (properties/softmax_topk/invariants.cpp).
+      {"far_logits_zeroed",
+       "exp(x - max) taken as 0 below -15 (a 'negligible term' fast path): a finite logit 16 below the max "
+       "gets probability 0 instead of 1.1e-7",
+       variant<drop_far>},
   };
   return table;
 }

@@ -119,7 +119,10 @@ template <typename T>
 void fused_row(const T* x, int n, int k, int block, const FusedConfig& cfg, T* out_p, int* out_i,
                std::vector<Entry<T>>& buf, T (*store)(T) = nullptr) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
-  auto ex = [&](T v) -> T { return cfg.exp_in_storage && store ? store(std::exp(v)) : std::exp(v); };
+  auto ex = [&](T v) -> T {
+    if (cfg.drop_far && v < T(-15)) return T(0);
+    return cfg.exp_in_storage && store ? store(std::exp(v)) : std::exp(v);
+  };
   auto zs = [&](T v) -> T { return cfg.z_in_storage && store ? store(v) : v; };
   const int keep = cfg.cap > 0 ? std::min(k, cfg.cap) : k;
   auto better = [&cfg](const Entry<T>& a, const Entry<T>& b) {

@@ -83,6 +83,10 @@ struct FusedConfig {
   // with the terms added: small on short rows, and once z passes 2^11 (f16;
   // 2^8 in bf16) an exp(.) below half an ulp of z no longer moves it.
   bool z_in_storage = false;
+  // exp(x - m) taken as 0 below x - m = -15, a "negligible term" fast path
+  // (the far_logits_zeroed mutant): a finite logit 16 below the max gets
+  // probability 0, not 1.1e-7.
+  bool drop_far = false;
 };
 Result fused_with(const Case& c, const FusedConfig& config);
 // The fused kernel on raw f32 rows (x: rows x vocab; probs, indices: rows x k).

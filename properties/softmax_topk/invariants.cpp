@@ -93,6 +93,57 @@ std::string shape_problem(const Case& c, const Result& r) {
   return "";
 }
 
+// Each probability against its own size. The max-norm bound (k x naive
+// error + floor) leaves a probability below its floor, about 8 eps,
+// unchecked: a kernel that drops exp(x - max) < e^-15 as negligible returned
+// 0 for a finite f32 logit 16 below the max (p = 1.1e-7) and passed it. A
+// correct kernel's relative error on p_i = exp(d_i) / Z, d_i = x_i - max,
+// with u the unit roundoff of its arithmetic (f32 for f16/bf16/f32 cases,
+// f64 for f64), is at most
+//   3 (|d_i| + ln V) u   the rounding of d_i (or of d_i - log Z in a log-space
+//                        kernel, |.| <= |d_i| + ln V) amplified by exp, plus
+//                        exp's own error (a fast expf: 2 + 1.17 |x| ulps);
+//   4 (V + ln V + 1) u   Z: V positive terms summed in any order, each term
+//                        rescaled by an online kernel as its running max
+//                        grows (the rescales' errors total at most
+//                        (|d_j| + 2 x rescales) u, and the p-weighted mean of
+//                        |d_j| is at most 2 ln V), and the division;
+// plus a half case's store u_s, all times the policy's k. Below the normal
+// range the error is absolute: half the dtype's subnormal step (the store)
+// plus the arithmetic's smallest normal (a flush-to-zero kernel). -inf logits
+// (p = 0) are left to the max-norm bound.
+Verdict each_probability_close(const Case& c, const std::vector<int>& indices, const std::vector<double>& got,
+                               const std::vector<double>& want, const Values& p, const char* what) {
+  const double u = eps(c.dtype) / 2, ln_v = std::log(static_cast<double>(c.vocab));
+  const double tiny =
+      subnormal_half_step(c.dtype) + (c.dtype == DType::f64 ? std::numeric_limits<double>::min()
+                                                            : double(std::numeric_limits<float>::min()));
+  double m = 0;
+  for (size_t s = 0; s < want.size(); ++s) {
+    const int row = static_cast<int>(s) / c.k, j = static_cast<int>(s) % c.k;
+    if (j == 0) m = row_max(c, row);
+    const double x = logit(c, row, indices[s]);
+    if (!std::isfinite(x)) continue;
+    const double d = std::fabs(x - m);
+    const double rel =
+        p.real("tol.k") * (3 * (d + ln_v) * u + 4 * (c.vocab + ln_v + 1) * u + store_u(c.dtype));
+    const double allowed = rel * std::fabs(want[s]) + tiny, error = std::fabs(got[s] - want[s]);
+    if (error <= allowed) continue;
+    return Verdict::fail(
+        fmt::format(
+            "{}: {}: probability {:.9g} at index {}, softmax gives {:.9g}: error {:.3g} exceeds {:.3g} "
+            "relative ({:.3g} allowed for a logit {:g} below the max)",
+            what, slot(row, j), got[s], indices[s], want[s], error / std::fabs(want[s]), rel, allowed, d),
+        {{"row", double(row)},
+         {"slot", double(j)},
+         {"probability", got[s]},
+         {"expected", want[s]},
+         {"error", error},
+         {"allowed", allowed}});
+  }
+  return Verdict::pass();
+}
+
 // Probabilities `got` at `indices` against the fp64 full softmax.
 Verdict probabilities_close(const Case& c, const std::vector<int>& indices, const std::vector<double>& got,
                             const Values& p, const char* what) {
@@ -107,7 +158,11 @@ Verdict probabilities_close(const Case& c, const std::vector<int>& indices, cons
   }
   const ToleranceReport rep =
       compare_with_baseline(want, got, naive, p.real("tol.k"), prob_floor(c, want, p));
-  if (rep.ok) return Verdict::pass({{kErrorRatio, error_ratio(rep)}});
+  if (rep.ok) {
+    if (Verdict v = each_probability_close(c, indices, got, want, p, what); v.outcome != Outcome::pass)
+      return v;
+    return Verdict::pass({{kErrorRatio, error_ratio(rep)}});
+  }
   const int row = static_cast<int>(rep.worst_index) / c.k, j = static_cast<int>(rep.worst_index) % c.k;
   return Verdict::fail(
       fmt::format("{}: {}: probability {:.9g} at index {}, softmax gives {:.9g} ({})", what, slot(row, j),
@@ -303,6 +358,10 @@ Verdict shift_invariance(T& t, const Values& p) {
                            {{"shift", sign * s},
                             {"probability", rs.probs[rep.worst_index]},
                             {"expected", want[rep.worst_index]}});
+    // x - max is the same after an exact shift: so is each probability's bound.
+    if (Verdict v = each_probability_close(c, rs.indices, rs.probs, want, p, what.c_str());
+        v.outcome != Outcome::pass)
+      return v;
   }
   return Verdict::pass();
 }
