@@ -49,6 +49,9 @@ struct Result {
   std::vector<double> y;        // M x N
   std::vector<double> dx;       // M x K
   std::vector<double> dw;       // N x K
+  // A flaw of the packed weights an external kernel returned that w_q
+  // cannot show (a code past K in a row's last byte that is not 00); "" when none.
+  std::string packing_problem;
 };
 
 // Why the case breaks the contract, or "" if it is valid.

@@ -2,6 +2,8 @@
 // request, then a "ternary.linear" request on the packed weights and scale
 // the first one returned (field names and layouts of
 // include/kprop/abi/ternary.h), for plugins and workers alike.
+#include <fmt/format.h>
+
 #include <limits>
 
 #include "properties/ternary/family.h"
@@ -36,6 +38,21 @@ std::vector<double> unpack(const Tensor& packed, int rows, int cols) {
   return w_q;
 }
 
+// The codes past K in each row's last byte: the layout pads them with 00
+// (include/kprop/abi/ternary.h); a kernel reading whole bytes would take
+// anything else as weights.
+std::string padding_problem(const Tensor& packed, int rows, int cols) {
+  const int used = cols % kWeightsPerByte;
+  if (used == 0) return "";
+  const int64_t row_bytes = packed_row_bytes(cols);
+  for (int n = 0; n < rows; ++n) {
+    const uint8_t byte = packed.bytes[static_cast<size_t>((n + 1) * row_bytes - 1)];
+    if (byte >> (2 * used) != 0)
+      return fmt::format("row {}: its last byte 0x{:02x} has codes other than 00 past K = {}", n, byte, cols);
+  }
+  return "";
+}
+
 Result drive(const Case& c, external::Transport& target) {
   const int64_t M = c.tokens, K = c.in_features, N = c.out_features;
   Message quantize;
@@ -48,6 +65,7 @@ Result drive(const Case& c, external::Transport& target) {
   Result r;
   r.w_scale = weights.tensor("w_scale").to_doubles()[0];
   r.w_q = unpack(weights.tensor("w_packed"), c.out_features, c.in_features);
+  r.packing_problem = padding_problem(weights.tensor("w_packed"), c.out_features, c.in_features);
 
   Message linear;
   linear.op = "ternary.linear";

@@ -39,6 +39,7 @@ Verdict weights_ternary(T& t, const Values&) {
   if (!(std::isfinite(r.w_scale) && r.w_scale > 0))
     return Verdict::fail(fmt::format("weight scale s = {} is not a positive finite number", r.w_scale),
                          {{"w_scale", r.w_scale}});
+  if (!r.packing_problem.empty()) return Verdict::fail("packed weights: " + r.packing_problem);
   for (size_t i = 0; i < r.w_q.size(); ++i)
     if (!(r.w_q[i] == -1 || r.w_q[i] == 0 || r.w_q[i] == 1))
       return Verdict::fail(
@@ -294,7 +295,8 @@ Schema k_param() {
 
 void register_invariants(FamilyDef<Traits>& f) {
   f.invariant({"weights_ternary",
-               "quantized weights are in {-1, 0, +1} (dequantized in {-s, 0, +s}); s > 0 and finite",
+               "quantized weights are in {-1, 0, +1} (dequantized in {-s, 0, +s}); s > 0 and finite; packed "
+               "weights pad a row's last byte with 00 codes",
                {}},
               weights_ternary);
   f.invariant({"weight_scale_absmean",

@@ -43,10 +43,17 @@ void write(const kprop_tensor& t, const U* values) {
     for (int64_t j = 0; j < t.shape[1]; ++j) at<T>(t, i, j) = static_cast<T>(*values++);
 }
 
+// kPadWithOnes plants a layout bug: the codes past K in a row's last byte
+// are 01 (+1) instead of the documented 00 (invisible to w_q).
+template <bool kPadWithOnes>
 int packed_quantize_weights(const kprop_ternary_quantize_weights_args* a, char*, size_t) {
   const std::vector<double> w = read<double>(a->w);
-  const auto p = kernel::quantize_and_pack(w.data(), static_cast<int>(a->w.shape[0]),
-                                           static_cast<int>(a->w.shape[1]), kernel::Packing::two_bit);
+  const int N = static_cast<int>(a->w.shape[0]), K = static_cast<int>(a->w.shape[1]);
+  auto p = kernel::quantize_and_pack(w.data(), N, K, kernel::Packing::two_bit);
+  const int row_bytes = static_cast<int>(a->w_packed.shape[1]);
+  if (kPadWithOnes && K % 4 != 0)
+    for (int n = 0; n < N; ++n)
+      for (int k = K % 4; k < 4; ++k) p.bytes[static_cast<size_t>((n + 1) * row_bytes - 1)] |= 1 << (2 * k);
   write<uint8_t>(a->w_packed, p.bytes.data());
   static_cast<double*>(a->w_scale.data)[0] = p.scale;
   return KPROP_OK;
@@ -86,8 +93,10 @@ int packed_linear(const kprop_ternary_linear_args* a, char*, size_t) {
   return KPROP_OK;
 }
 
-kprop::testing::EntryPoints packed_kernel(bool msb_first) {
-  return {{"kprop_ternary_quantize_weights", reinterpret_cast<void*>(&packed_quantize_weights)},
+kprop::testing::EntryPoints packed_kernel(bool msb_first, bool pad_with_ones = false) {
+  return {{"kprop_ternary_quantize_weights", pad_with_ones
+                                                 ? reinterpret_cast<void*>(&packed_quantize_weights<true>)
+                                                 : reinterpret_cast<void*>(&packed_quantize_weights<false>)},
           {"kprop_ternary_linear", msb_first ? reinterpret_cast<void*>(&packed_linear<true>)
                                              : reinterpret_cast<void*>(&packed_linear<false>)}};
 }
@@ -100,6 +109,16 @@ TEST(TernaryExternal, CodeOrderSwappedFailsInProcess) {
   const auto report = kprop::testing::run_in_process(kSpec, packed_kernel(true), quick(false, 200));
   EXPECT_EQ(report.status, kprop::RunStatus::failed);
   EXPECT_TRUE(has_counterexample(report));
+}
+
+TEST(TernaryExternal, PaddingCodesOtherThanZeroFailInProcess) {
+  const auto report = kprop::testing::run_in_process(kSpec, packed_kernel(false, true), quick(false, 200));
+  ASSERT_EQ(report.status, kprop::RunStatus::failed);
+  const auto* f =
+      report.invariants.front().counterexample ? &*report.invariants.front().counterexample : nullptr;
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->invariant, "weights_ternary");
+  EXPECT_NE(f->message.find("codes other than 00 past K"), std::string::npos) << f->message;
 }
 
 // The NumPy worker through the exec: protocol.
