@@ -180,14 +180,15 @@ class Int8Cache {
 // (double for f64 cases, float otherwise): running max m, running sum l and
 // accumulator rescaled by exp(m_old - m_new), scores scaled by alpha.
 // `in_storage` (a mutant) rounds l and the accumulator to the dtype after
-// every update.
+// every update; `no_max` (a mutant) keeps m at 0, so exp(s) overflows once a
+// score passes the type's log of its largest value (88.7 in f32).
 template <typename Acc, typename Cache>
 void attend(Cache& cache, size_t b, size_t kv_head, const double* q, int lo, int n, size_t D, Acc* out,
-            std::vector<Acc>& s, DType in_storage, Acc alpha) {
+            std::vector<Acc>& s, DType in_storage, Acc alpha, bool no_max = false) {
   const int tile = cache.tile();
   const bool keep = in_storage != DType::f64;
   auto store = [in_storage](Acc x) { return static_cast<Acc>(round_to(in_storage, static_cast<double>(x))); };
-  Acc m = -std::numeric_limits<Acc>::infinity(), l = 0;
+  Acc m = no_max ? Acc(0) : -std::numeric_limits<Acc>::infinity(), l = 0;
   std::fill(out, out + D, Acc(0));
   for (int start = lo / tile * tile; start < n; start += tile) {
     const int a = std::max(start, lo), e = std::min(start + tile, n);
@@ -199,7 +200,7 @@ void attend(Cache& cache, size_t b, size_t kv_head, const double* q, int lo, int
       s[static_cast<size_t>(j - a)] = alpha * dot;
       tile_max = std::max(tile_max, alpha * dot);
     }
-    const Acc m_new = std::max(m, tile_max);
+    const Acc m_new = no_max ? Acc(0) : std::max(m, tile_max);
     const Acc correction = std::exp(m - m_new);  // 0 on the first tile
     l *= correction;
     if (keep) l = store(l);
@@ -275,7 +276,8 @@ Result run_with(const Case& c, const Engine& e) {
             static_cast<Acc>(e.scale_in_storage ? round_to(c.dtype, exact_alpha) : exact_alpha);
         for (size_t h = 0; h < Hq; ++h) {
           const size_t row = static_cast<size_t>(t) * Hq + h;
-          attend(cache, b, h / g, &data[b]->q[row * D], lo, n, D, acc.data(), scratch, in_storage, alpha);
+          attend(cache, b, h / g, &data[b]->q[row * D], lo, n, D, acc.data(), scratch, in_storage, alpha,
+                 e.no_max);
           double* dst = &r.out[b][row * D];
           for (size_t d = 0; d < D; ++d) dst[d] = round_to(c.dtype, static_cast<double>(acc[d]));
         }

@@ -191,6 +191,7 @@ struct Engine {
   bool per_tensor_scale = false;    // one int8 scale per tensor
   bool stale_block_reuse = false;   // finishing sequences release blocks before the step's writes
   bool table_entries_4096 = false;  // a block table of 4096 entries: logical block l at entry l mod 4096
+  bool no_max = false;              // softmax as exp(s) / sum exp(s): no running max subtracted
   // Precision mutations (differ from the correct engine on non-f64 cases only):
   bool truncate_bf16 = false;          // bf16 cache written by truncation, not round-to-nearest-even
   bool decode_acc_in_storage = false;  // decode's P·V accumulator and row sum kept in the dtype

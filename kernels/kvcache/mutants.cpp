@@ -26,6 +26,12 @@ const std::vector<Mutant>& mutants() {
        switched<Layout::paged, &Engine::chunk_ignores_past, true>},
       {"decode_off_by_one", "decode attends to the cache before its own token is appended (misses itself)",
        switched<Layout::contiguous, &Engine::decode_off_by_one>},
+      // Harmless while every score is small: only sharp attention (large
+      // q_scale, drawn log-uniformly up to 256) overflows exp.
+      {"softmax_without_max",
+       "paged: the online softmax without its running max, exp(s) / sum exp(s): inf / inf = NaN once a score "
+       "passes 88.7 (f32) or 709.8 (f64)",
+       switched<Layout::paged, &Engine::no_max>},
       // The padded batch width is the longest decoding sequence's length.
       {"padding_leak", "decode keys masked by the padded batch width, not the sequence's own length",
        switched<Layout::contiguous, &Engine::padding_leak>},

@@ -34,7 +34,9 @@ Schema Traits::domain_schema() {
       field::int_range("chunk", {1, 12}, 1, 1 << 24, "prompt tokens per prefill chunk"),
       field::int_range("spare_blocks", {0, 4}, 0, 1 << 20, "pool blocks beyond the peak the schedule holds"),
       field::choices("poison", {"nan", "huge"}, {"nan", "huge"}, "what unused cache slots hold"),
-      field::real_range("q_scale", {0.25, 4.0}, 1e-3, 1e3, "query magnitude (softmax sharpness)"),
+      field::real_range(
+          "q_scale", {0.25, 256.0}, 1e-3, 1e3,
+          "query magnitude (softmax sharpness), drawn log-uniformly: as many soft as sharp cases"),
       field::real_range("k_spread", {1, 100}, 1, 1e6, "key channel ranges are log-uniform in [1/spread, 1]"),
       field::real_range("v_spread", {1, 100}, 1, 1e6,
                         "value channel ranges are log-uniform in [1/spread, 1]"),
@@ -88,7 +90,10 @@ Case Traits::build(Draw& draw, const Values& domain) {
   c.chunk = draw.chance(edge) ? 1 : static_cast<int>(draw.any(domain.int_range("chunk")));
   const Choices& poisons = domain.choices("poison");
   c.poison = poisons[static_cast<size_t>(draw.index(poisons.size()))] == "nan" ? Poison::nan : Poison::huge;
-  c.q_scale = std::max(1.0 / 64, tidy(draw.any(domain.real_range("q_scale"))));
+  // Log-uniform: a range from soft (0.25) to sharp (256) attention draws
+  // each factor of two as often, so most cases are neither one-hot nor flat.
+  const RealRange q = domain.real_range("q_scale");
+  c.q_scale = std::max(1.0 / 64, tidy(q.lo * std::pow(q.hi / q.lo, draw.any(RealRange{0, 1}))));
   c.k_spread = std::max(1.0, tidy(draw.any(domain.real_range("k_spread"))));
   c.v_spread = std::max(1.0, tidy(draw.any(domain.real_range("v_spread"))));
   c.seed = static_cast<uint64_t>(draw.any(IntRange{1, 1 << 30}));
