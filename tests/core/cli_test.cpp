@@ -22,6 +22,18 @@ CliRun run(const std::string& args) {
   return kprop::testing::run_cli(args);
 }
 
+// Each (arguments, message) runs to exit 2 with the message, and without
+// `never` (an uncaught exception's or an internal error's words).
+template <size_t N>
+void expect_input_errors(const std::pair<std::string, std::string> (&cases)[N], const char* never) {
+  for (const auto& [args, expect] : cases) {
+    const CliRun r = run(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find(expect), std::string::npos) << args << "\n" << r.out;
+    EXPECT_EQ(r.out.find(never), std::string::npos) << r.out;
+  }
+}
+
 fs::path temp(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("kprop_cli_" + std::to_string(::getpid()));
   fs::create_directories(dir);
@@ -238,12 +250,7 @@ TEST(Cli, UsageAndSpecErrorsExitTwoWithOneLine) {
       {"--spec " + kSpec + " --out /proc/no/report.json",
        "--out /proc/no/report.json: cannot create its folder"},
   };
-  for (const auto& [args, expect] : cases) {
-    const CliRun r = run(args);
-    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
-    EXPECT_NE(r.out.find(expect), std::string::npos) << args << "\n" << r.out;
-    EXPECT_EQ(r.out.find("terminate"), std::string::npos) << r.out;
-  }
+  expect_input_errors(cases, "terminate");
 }
 
 // --fuzz with no harness for the spec: an input error before anything is
@@ -285,12 +292,7 @@ TEST(Cli, LeftOutValuesAndModesWithoutReportsAreInputErrors) {
       {"--spec " + kSpec + " --fuzz-seeds " + nulls.string(),
        "--fuzz-seeds " + nulls.string() + ": cannot create the folder"},
   };
-  for (const auto& [args, expect] : cases) {
-    const CliRun r = run(args);
-    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
-    EXPECT_NE(r.out.find(expect), std::string::npos) << args << "\n" << r.out;
-    EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
-  }
+  expect_input_errors(cases, "internal error");
   EXPECT_FALSE(fs::exists(temp("fuzz.json")));
   // A spec without a domain: section takes --domain (it was an internal error, exit 3).
   const fs::path bare = temp("bare.yaml");
