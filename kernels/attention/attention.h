@@ -142,6 +142,7 @@ enum class FwdBug {
   drop_partial_tile,   // last uneven KV tile skipped
   gqa_head_map,        // kv head h % Hkv
   lse_missing_max,     // LSE = log l
+  additive_mask,       // masked scores get -1e4 added (every key tile visited), not -inf
   // Precision bugs (differ from the correct kernel on f16/bf16 cases only):
   pv_in_storage,      // the P·V accumulator held in the storage type
   rowsum_in_storage,  // the running row sum l held in the storage type

@@ -35,14 +35,17 @@ void tiled_forward(const Inputs<T>& in, T* o, T* lse, Workspace& ws) {
         const int rows = std::min(bq, nq - i0);
         for (int i = 0; i < rows; ++i) m[size_t(i)] = kNegInf, l[size_t(i)] = 0;
         std::fill(acc.data(), acc.data() + size_t(rows) * dim, T(0));
-        const int end = masking::key_end(in.mask, b, nk, i0, rows);
+        const int end = bug == FwdBug::additive_mask ? nk : masking::key_end(in.mask, b, nk, i0, rows);
         for (int j0 = 0; j0 < end; j0 += bk) {
           if constexpr (bug == FwdBug::drop_partial_tile)
             if (j0 + bk > nk) break;
           const int cols = std::min(bk, end - j0);
           ops::transpose(k + size_t(j0) * dim, cols, dim, kt.data(), bk);
           ops::scores(q + size_t(i0) * dim, rows, kt.data(), bk, cols, dim, in.scale, st.data(), bk);
-          masking::apply(in.mask, b, nq, nk, i0, rows, j0, cols, st.data(), bk);
+          if constexpr (bug == FwdBug::additive_mask)
+            masking::apply(in.mask, b, nq, nk, i0, rows, j0, cols, st.data(), bk, T(-1e4));
+          else
+            masking::apply(in.mask, b, nq, nk, i0, rows, j0, cols, st.data(), bk);
           for (int i = 0; i < rows; ++i) {
             T* sr = st.data() + size_t(i) * bk;
             T tile_max = kNegInf;
@@ -87,7 +90,9 @@ void tiled_forward(const Inputs<T>& in, T* o, T* lse, Workspace& ws) {
           T* out = o + (qrow + size_t(i0 + i)) * dim;
           const T* ar = acc.data() + size_t(i) * dim;
           const T li = l[size_t(i)];
-          if (bug != FwdBug::no_empty_row_guard && li == 0) {  // every key masked
+          // every key masked (the additive mask's finite scores leave l > 0)
+          if ((bug != FwdBug::no_empty_row_guard && li == 0) ||
+              (bug == FwdBug::additive_mask && masking::row_empty(in.mask, b, nq, nk, i0 + i))) {
             std::fill(out, out + dim, T(0));
             lse[qrow + size_t(i0 + i)] = kNegInf;
             continue;
@@ -109,6 +114,7 @@ void tiled_forward(const Inputs<T>& in, T* o, T* lse, Workspace& ws) {
   template void tiled_forward<T, FwdBug::drop_partial_tile>(const Inputs<T>&, T*, T*, Workspace&);  \
   template void tiled_forward<T, FwdBug::gqa_head_map>(const Inputs<T>&, T*, T*, Workspace&);       \
   template void tiled_forward<T, FwdBug::lse_missing_max>(const Inputs<T>&, T*, T*, Workspace&);    \
+  template void tiled_forward<T, FwdBug::additive_mask>(const Inputs<T>&, T*, T*, Workspace&);      \
   template void tiled_forward<T, FwdBug::pv_in_storage>(const Inputs<T>&, T*, T*, Workspace&);      \
   template void tiled_forward<T, FwdBug::rowsum_in_storage>(const Inputs<T>&, T*, T*, Workspace&);  \
   template void tiled_forward<T, FwdBug::lse_in_storage>(const Inputs<T>&, T*, T*, Workspace&);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "kernels/attention/attention.h"
@@ -27,31 +28,40 @@ inline int first_row_seeing(const MaskView& m, int j) {
   return m.kind == MaskKind::causal ? std::max(0, j - m.causal_offset) : 0;
 }
 
-// Sets s[i][j] = -inf where query i0 + i of batch b must not see key j0 + j.
+// Query i of batch b sees no key at all.
+inline bool row_empty(const MaskView& m, int b, int nq, int nk, int i) {
+  if (m.kind != MaskKind::boolean) return key_end(m, b, nk, i, 1) == 0;
+  const uint8_t* row = m.allowed + (size_t(b) * nq + size_t(i)) * nk;
+  return std::none_of(row, row + nk, [](uint8_t a) { return a != 0; });
+}
+
+// Sets s[i][j] = -inf where query i0 + i of batch b must not see key j0 + j
+// (adds `bias` there instead when it is finite: the additive mask of the
+// mutant additive_mask_1e4, mutants.cpp).
 template <typename T>
-inline void apply(const MaskView& m, int b, int nq, int nk, int i0, int rows, int j0, int cols, T* s,
-                  int lds) {
-  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+inline void apply(const MaskView& m, int b, int nq, int nk, int i0, int rows, int j0, int cols, T* s, int lds,
+                  T bias = -std::numeric_limits<T>::infinity()) {
+  auto hide = [bias](T& x) { x = std::isinf(bias) ? bias : x + bias; };
   switch (m.kind) {
     case MaskKind::none:
       return;
     case MaskKind::causal:
       for (int i = 0; i < rows; ++i) {
         const int first_hidden = std::max(i0 + i + m.causal_offset + 1 - j0, 0);
-        for (int j = first_hidden; j < cols; ++j) s[i * lds + j] = kNegInf;
+        for (int j = first_hidden; j < cols; ++j) hide(s[i * lds + j]);
       }
       return;
     case MaskKind::key_padding: {
       const int first_hidden = std::max(m.key_lengths[b] - j0, 0);
       for (int i = 0; i < rows; ++i)
-        for (int j = first_hidden; j < cols; ++j) s[i * lds + j] = kNegInf;
+        for (int j = first_hidden; j < cols; ++j) hide(s[i * lds + j]);
       return;
     }
     case MaskKind::boolean:
       for (int i = 0; i < rows; ++i) {
         const uint8_t* row = m.allowed + (size_t(b) * nq + size_t(i0 + i)) * nk + j0;
         for (int j = 0; j < cols; ++j)
-          if (!row[j]) s[i * lds + j] = kNegInf;
+          if (!row[j]) hide(s[i * lds + j]);
       }
       return;
   }

@@ -58,6 +58,10 @@ const std::vector<Mutant<FwdResult>>& forward_mutants() {
       {"gqa_head_map", "query head h reads kv head h % Hkv instead of h / (Hq / Hkv)",
        forward<FwdBug::gqa_head_map>},
       {"lse_missing_max", "LSE = log l, without the running max", forward<FwdBug::lse_missing_max>},
+      {"additive_mask_1e4",
+       "mask added to the scores as -1e4 (HuggingFace style) instead of -inf: a hidden key scoring 1e4 above "
+       "the visible ones takes the row (fully masked rows still 0)",
+       forward<FwdBug::additive_mask>},
       {"pv_in_storage", "f16/bf16: the P·V accumulator held in the storage type instead of f32",
        forward<FwdBug::pv_in_storage>},
       {"rowsum_in_storage", "f16/bf16: the running row sum l held in the storage type instead of f32",

@@ -20,6 +20,18 @@ double away_round(double v) {
   return std::round(v);
 }
 
+// y = acc s / a_t again, as the packed kernel dequantizes (f32), after a
+// mutant changed acc.
+Result dequantized_again(const Case& c, Result r) {
+  for (int t = 0; t < c.tokens; ++t)
+    for (int n = 0; n < c.out_features; ++n) {
+      const size_t at = static_cast<size_t>(t) * c.out_features + n;
+      r.y[at] =
+          static_cast<float>(r.acc[at]) * static_cast<float>(r.w_scale / r.x_scale[static_cast<size_t>(t)]);
+    }
+  return r;
+}
+
 // A packed kernel written for K <= 4096 (the old cap of the spec): the dot
 // product walks K in chunks of 4096 and handles a tail only when K < 4096,
 // so past the cap the last K mod 4096 columns never reach acc (and y). As
@@ -30,14 +42,25 @@ Result k_tail_dropped(const Case& c) {
   if (K <= chunk || K % chunk == 0) return r;
   const int kept = K / chunk * chunk;
   for (int t = 0; t < c.tokens; ++t)
-    for (int n = 0; n < N; ++n) {
-      const size_t at = static_cast<size_t>(t) * N + n;
+    for (int n = 0; n < N; ++n)
       for (int k = kept; k < K; ++k)
-        r.acc[at] -= r.x_q[static_cast<size_t>(t) * K + k] * r.w_q[static_cast<size_t>(n) * K + k];
-      r.y[at] =
-          static_cast<float>(r.acc[at]) * static_cast<float>(r.w_scale / r.x_scale[static_cast<size_t>(t)]);
-    }
-  return r;
+        r.acc[static_cast<size_t>(t) * N + n] -=
+            r.x_q[static_cast<size_t>(t) * K + k] * r.w_q[static_cast<size_t>(n) * K + k];
+  return dequantized_again(c, r);
+}
+
+// An int8 x ternary kernel that accumulates in 16-bit lanes (as a SIMD
+// kernel built on 16-bit multiply-adds does): the sum wraps modulo 2^16 once
+// |acc| passes 32767, which needs K >= 259 with products of one sign. Two's
+// complement addition is modular, so wrapping the packed kernel's exact sum
+// once equals wrapping at every step.
+Result int16_accumulator(const Case& c) {
+  Result r = packed(c);
+  for (double& a : r.acc) {
+    const auto wide = static_cast<int64_t>(a);
+    a = static_cast<double>(((wide + 32768) % 65536 + 65536) % 65536 - 32768);
+  }
+  return dequantized_again(c, r);
 }
 
 }  // namespace
@@ -63,6 +86,10 @@ const std::vector<Mutant>& mutants() {
        "packed kernel written for K <= 4096: past it, the last K mod 4096 columns never reach acc "
        "(specs/ternary.yaml profile large)",
        k_tail_dropped},
+      {"int16_accumulator",
+       "packed kernel accumulating x_q . w_q in 16 bits: wraps past 32767, from K = 259 when the products "
+       "share a sign (specs/ternary.yaml profile large)",
+       int16_accumulator},
       {"packed_row_read_late",
        "unpack reads each packed row one byte late: shifted weights, and one byte past the buffer on the "
        "last "

@@ -40,7 +40,55 @@ const std::string& pick(Draw& draw, const Choices& options) {
   return options[size_t(draw.any(IntRange{0, int64_t(options.size()) - 1}))];
 }
 
-void fill_values(Case& c, const std::string& kind, double magnitude, double growth, bool large_v,
+// Unit vectors, one per (batch, kv head): the direction growing_keys and
+// masked_peaks move keys along and queries toward.
+std::vector<double> head_direction(const Shape& s, int b, int kvh, uint64_t seed) {
+  std::vector<double> u(size_t(s.dim));
+  double norm = 0;
+  for (int d = 0; d < s.dim; ++d)
+    norm += (u[size_t(d)] = rng::normal(seed, 5, (size_t(b) * s.heads_kv + kvh) * s.dim + d)) * u[size_t(d)];
+  norm = std::sqrt(norm) + 1e-12;
+  for (double& x : u) x /= norm;
+  return u;
+}
+
+// Moves every query of kv head (b, kvh)'s group by `along` u.
+void queries_toward(Case& c, int b, int kvh, const std::vector<double>& u, double along) {
+  const Shape& s = c.shape;
+  for (int r = 0; r < s.group(); ++r)
+    for (int i = 0; i < s.nq; ++i)
+      for (int d = 0; d < s.dim; ++d) c.q[q_at(s, b, kvh * s.group() + r, i) + d] += along * u[size_t(d)];
+}
+
+// masked_peaks: a key is a peak when the mask hides it from the batch's
+// first query row (the masks are the same for every head); with no mask, a
+// quarter of the keys at random. Peaks move `peak` / (scale along) along u,
+// the queries `along` toward it: a peak outscores the other keys by about
+// `peak` (the queries' own spread along u moves it by about peak / along).
+// A key entry stays within a quarter of the dtype's largest finite value
+// (16376 in f16, where a peak then reaches about 5e4 at most), so that
+// rounding to the dtype keeps it finite and a metamorphic shift of the
+// keys stays in range.
+void masked_peaks(Case& c, double peak, uint64_t seed) {
+  const Shape& s = c.shape;
+  const double along = 4, step = peak / (effective_scale(c) * along), cap = max_finite(c.dtype) / 4;
+  for (int b = 0; b < s.batch; ++b)
+    for (int kvh = 0; kvh < s.heads_kv; ++kvh) {
+      const std::vector<double> u = head_direction(s, b, kvh, seed);
+      for (int j = 0; j < s.nk; ++j) {
+        const bool is_peak = c.mask == MaskKind::none ? rng::uniform(seed, 32, size_t(b) * s.nk + j) < 0.25
+                                                      : !visible(c, b, 0, j);
+        if (is_peak)
+          for (int d = 0; d < s.dim; ++d) {
+            double& x = c.k[kv_at(s, b, kvh, j) + d];
+            x = std::clamp(x + step * u[size_t(d)], -cap, cap);
+          }
+      }
+      queries_toward(c, b, kvh, u, along);
+    }
+}
+
+void fill_values(Case& c, const std::string& kind, double magnitude, double growth, double peak, bool large_v,
                  bool same_keys, uint64_t seed) {
   const Shape& s = c.shape;
   auto normal = [&](int stream, size_t i) { return rng::normal(seed, uint64_t(stream), i); };
@@ -67,22 +115,16 @@ void fill_values(Case& c, const std::string& kind, double magnitude, double grow
     const double step = growth / (scale * along * std::max(1, s.nk - 1));
     for (int b = 0; b < s.batch; ++b)
       for (int kvh = 0; kvh < s.heads_kv; ++kvh) {
-        std::vector<double> u(size_t(s.dim));
-        double norm = 0;
-        for (int d = 0; d < s.dim; ++d)
-          norm += (u[size_t(d)] = normal(5, (size_t(b) * s.heads_kv + kvh) * s.dim + d)) * u[size_t(d)];
-        norm = std::sqrt(norm) + 1e-12;
-        for (double& x : u) x /= norm;
+        const std::vector<double> u = head_direction(s, b, kvh, seed);
         for (int j = 0; j < s.nk; ++j)
           for (int d = 0; d < s.dim; ++d) {
             double& x = c.k[kv_at(s, b, kvh, j) + d];
             x = 0.5 * x + step * j * u[size_t(d)];
           }
-        for (int r = 0; r < s.group(); ++r)
-          for (int i = 0; i < s.nq; ++i)
-            for (int d = 0; d < s.dim; ++d)
-              c.q[q_at(s, b, kvh * s.group() + r, i) + d] += along * u[size_t(d)];
+        queries_toward(c, b, kvh, u, along);
       }
+  } else if (kind == "masked_peaks") {
+    masked_peaks(c, peak, seed);
   } else if (kind == "integer") {
     int stream = 10;
     for (auto* t : {&c.q, &c.k, &c.v, &c.d_out}) {
@@ -175,8 +217,11 @@ Case build_case(Draw& draw, const Values& domain, bool backward) {
   const double magnitude = draw.any(domain.real_range("large_magnitude"));
   const double growth = draw.any(domain.real_range("key_growth"));
   const bool large_v = draw.chance(0.5), same_keys = draw.chance(0.5);
+  // Drawn for its own kind only, so the other kinds draw what they did.
+  const double peak =
+      kind == "masked_peaks" ? std::pow(10.0, draw.any(domain.real_range("log10_peak_score"))) : 0;
   if (backward) c.d_out.resize(s.q_size());
-  fill_values(c, kind, magnitude, growth, large_v, same_keys, seed);
+  fill_values(c, kind, magnitude, growth, peak, large_v, same_keys, seed);
   return c;
 }
 

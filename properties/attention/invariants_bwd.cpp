@@ -271,19 +271,27 @@ Verdict finite_differences(T& t, const Values& p) {
     const size_t at = which == 0 ? flat : which == 1 ? flat - nq_all : flat - nq_all - nkv;
     std::vector<double>& x = which == 0 ? c.q : which == 1 ? c.k : c.v;
     const Grad& g = kGrads[which];
-    // The rows whose loss depends on this element, and the key it moves.
+    // The rows whose loss depends on this element, the key it moves, and
+    // how fast it moves their scores: |∂s_j/∂x| <= sensitivity (scale·|k_jd|
+    // for q_d, scale·|q_d| for k_jd; V moves no score, and L is linear in it).
     used = 0;
     int key = -1;
+    const size_t d = at % size_t(s.dim);
+    double sensitivity = 0;
     if (which == 0) {
       const size_t row = at / size_t(s.dim);
-      use_row(int(row / size_t(s.heads_q * s.nq)), int(row / size_t(s.nq) % size_t(s.heads_q)),
-              int(row % size_t(s.nq)));
+      RowParts& r = use_row(int(row / size_t(s.heads_q * s.nq)), int(row / size_t(s.nq) % size_t(s.heads_q)),
+                            int(row % size_t(s.nq)));
+      const size_t kv = kv_base(s, r.b, r.h);
+      for (int j = 0; j < s.nk; ++j)
+        sensitivity = std::max(sensitivity, std::fabs(c.k[(kv + j) * s.dim + d]));
     } else {
       const size_t bh = at / size_t(s.dim) / size_t(s.nk);
       const int b = int(bh / size_t(s.heads_kv)), kvh = int(bh % size_t(s.heads_kv));
       key = int(at / size_t(s.dim) % size_t(s.nk));
       for (int h = kvh * s.group(); h < (kvh + 1) * s.group(); ++h)
         for (int i = 0; i < s.nq; ++i) {
+          if (which == 1) sensitivity = std::max(sensitivity, std::fabs(c.q[q_row(s, b, h, i) * s.dim + d]));
           RowParts& r = use_row(b, h, i);
           if (!keep) {
             fill_parts(c, r);
@@ -319,16 +327,28 @@ Verdict finite_differences(T& t, const Values& p) {
       x[at] = x0;
       return sum;
     };
-    const double h = p.real("step") * std::max(1.0, std::fabs(x0));
-    const Loss l1p = loss_at(h), l1m = loss_at(-h), l2p = loss_at(h / 2), l2m = loss_at(-h / 2);
-    const double fd1 = (l1p.value - l1m.value) / (2 * h), fd2 = (l2p.value - l2m.value) / h;
+    sensitivity *= effective_scale(c);
+    // The step: `step` relative to max(1, |x0|), but moving no score by more
+    // than `step` (the loss varies on the scale of a unit change of a score:
+    // a key of 2e4 stepped by 2 would move its score by several units,
+    // where the differences say nothing of the derivative).
+    const double h = p.real("step") * std::min(std::max(1.0, std::fabs(x0)), 1 / sensitivity);
+    // The steps taken: x0 ± h rounds, so each difference divides by the
+    // exact distance between its two points (x0 ± h and x0 are within a
+    // factor 2 of each other, so the subtractions are exact). What rounding
+    // leaves is the asymmetry of the two sides, at most ulp(x0), which adds
+    // ulp(x0)/2·|f''| to a central difference: relative to f', about
+    // eps·|x0|·sensitivity, far inside rtol.
+    const double up1 = (x0 + h) - x0, down1 = x0 - (x0 - h), up2 = (x0 + h / 2) - x0,
+                 down2 = x0 - (x0 - h / 2);
+    const Loss l1p = loss_at(up1), l1m = loss_at(-down1), l2p = loss_at(up2), l2m = loss_at(-down2);
+    const double fd1 = (l1p.value - l1m.value) / (up1 + down1), fd2 = (l2p.value - l2m.value) / (up2 + down2);
     const double estimate = (4 * fd2 - fd1) / 3;  // Richardson: O(h⁴)
-    // Rounding of the differences: |Δfd1| <= (δ1p + δ1m) / 2h, |Δfd2| <= (δ2p + δ2m) / h,
-    // and the estimate (4·fd2 - fd1) / 3 carries (4·|Δfd2| + |Δfd1|) / 3. (x0 ± h is itself
-    // rounded: the step changes by at most eps·|x0| / h <= 1e4·eps relative for the
-    // default step, a relative error of the estimate far inside rtol.)
+    // Rounding of the differences: |Δfd1| <= (δ1p + δ1m) / (up1 + down1), |Δfd2| <=
+    // (δ2p + δ2m) / (up2 + down2), and the estimate (4·fd2 - fd1) / 3 carries (4·|Δfd2| + |Δfd1|) / 3.
     const double roundoff =
-        (4 * (l2p.rounding + l2m.rounding) / h + (l1p.rounding + l1m.rounding) / (2 * h)) / 3;
+        (4 * (l2p.rounding + l2m.rounding) / (up2 + down2) + (l1p.rounding + l1m.rounding) / (up1 + down1)) /
+        3;
     // Truncation: fd1 = f' + h²·f'''/6 + O(h⁴) and fd2 = f' + h²·f'''/24 + O(h⁴); Richardson
     // removes the h² term and leaves O(h⁴), which |fd2 - fd1| (= h²·|f'''|/8 + O(h⁴)) bounds
     // with room while h is inside the function's scale; 4 × that for safety. |fd2 - fd1|
@@ -515,7 +535,8 @@ void register_backward_invariants(FamilyDef<BwdTraits>& f) {
       {"finite_differences",
        "gradients of the fp64 path match central differences (Richardson) of Σ dO ⊙ O",
        {field::integer("samples", 32, 1, 1 << 20, "elements of Q, K, V checked per case (all when fewer)"),
-        field::real("step", 1e-4, 1e-12, 1, "difference step, relative to max(1, |x|)"),
+        field::real("step", 1e-4, 1e-12, 1,
+                    "difference step, relative to max(1, |x|), and at most this much change of any score"),
         field::rtol(1e-6, "allowed error relative to the largest gradient entry"),
         field::real("floor_ulps", 8, 0, 1e12, "plus the kernel's fp64 rounding, as in matches_reference")}},
       finite_differences);

@@ -32,10 +32,16 @@ namespace {
 //                  after a few keys while O itself stays in range. The
 //                  backward scales dO down by as much, so dP = dO·Vᵀ and
 //                  the gradients stay inside every dtype's range.
+//   masked_peaks   the keys the mask hides from a batch's first query row
+//                  (padding, the causal future, a boolean row's hidden keys;
+//                  a quarter of the keys when nothing is masked) score
+//                  10^log10_peak_score above the others, as padding holding
+//                  garbage does: a mask applied as an additive -1e4 (or any
+//                  finite bias) lets them through, -inf does not.
 // Values are rounded to the case's dtype, never past its largest finite value.
 const Choices& value_choices() {
   static const Choices choices = {"normal",        "large",        "growing_keys", "integer",
-                                  "constant_rows", "near_uniform", "wide"};
+                                  "constant_rows", "near_uniform", "wide",         "masked_peaks"};
   return choices;
 }
 }  // namespace
@@ -62,6 +68,8 @@ Schema CaseTraits<B>::domain_schema() {
       field::real_range("large_magnitude", {6, 30}, 1, 1e4, "large: scale of Q and K entries"),
       field::real_range("key_growth", {20, 400}, 0, 1e6,
                         "growing_keys: score rise from the first key to the last"),
+      field::real_range("log10_peak_score", {3, 6}, 0, 9,
+                        "masked_peaks: log10 of how far the peak keys score above the rest"),
       field::real("custom_scale_rate", 0.2, 0, 1, "probability of a scale other than 1/sqrt(D)"),
   };
 }

@@ -49,6 +49,11 @@ Schema Traits::domain_schema() {
               field::real_range("log10_outlier", {2, 6}, 0, 11, "log10 of the outlier channel's factor"),
           },
           "activations x"),
+      field::real(
+          "same_sign_rate", 0, 0, 1,
+          "probability a case's activations are all >= 0 (post-ReLU) and its weights all of one sign: "
+          "then the integer product grows as 127 K, past an int16 accumulator from K = 259 (profile "
+          "large); 0 draws nothing for it, so the default cases stay what they were"),
   };
 }
 
@@ -67,6 +72,10 @@ Case Traits::build(Draw& draw, const Values& domain) {
   const double wout = std::pow(10.0, draw.any(domain.real_range("weights.log10_outlier")));
   const double aout = std::pow(10.0, draw.any(domain.real_range("activations.log10_outlier")));
   const auto seed = static_cast<uint64_t>(draw.any(IntRange{1, 1 << 30}));
+  // Drawn only when the domain asks for it: a rate of 0 leaves the draws, and
+  // so every case of a seed, as they were before the key existed.
+  const double same_sign_rate = domain.real("same_sign_rate");
+  const bool same_sign = same_sign_rate > 0 && draw.chance(same_sign_rate);
 
   const int M = c.tokens, K = c.in_features, N = c.out_features;
   auto uniform = [seed](uint64_t stream, uint64_t i) { return rng::uniform(seed, stream, i); };
@@ -142,6 +151,14 @@ Case Traits::build(Draw& draw, const Values& domain) {
     for (int k = 0; k < K; ++k)
       row[k] = normal(19, static_cast<uint64_t>(t) * K + static_cast<uint64_t>(k)) * token_scale;
     if (akind == "outlier") row[channel] *= aout;
+  }
+
+  if (same_sign) {
+    // |x| and ±|W| keep every kind's magnitudes (ties stay ties, thresholds
+    // thresholds) and make every product x_q w_q of one sign.
+    const double sign = uniform(21, 0) < 0.5 ? -1 : 1;
+    for (double& v : c.x) v = std::abs(v);
+    for (double& v : c.w) v = sign * std::abs(v);
   }
 
   c.dy.resize(static_cast<size_t>(M) * N);

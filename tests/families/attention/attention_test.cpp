@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
+#include <stdexcept>
 
 #include "kprop/runner.h"
 #include "properties/attention/family.h"
@@ -156,6 +158,85 @@ TEST(AttentionBackwardRange, HalfCaseBeyondTheRangeIsDiscardedNotFailed) {
       EXPECT_EQ(check_case(spec, tiled, u, std::make_shared<const Case>(big_dp)).outcome, Outcome::pass)
           << u.name;
     }
+}
+
+const InvariantUse& invariant_named(const Spec& spec, const std::string& name) {
+  for (const InvariantUse& u : spec.invariants)
+    if (u.name == name) return u;
+  throw std::logic_error("no invariant " + name);
+}
+
+// Keys of 2e4 (a masked_peaks draw, shrunk): a step relative to |x| (2 for
+// such a key) moved a score by several units, where the differences say
+// nothing of the derivative, and the correct kernels failed. The step now
+// moves no score by more than `step`; a gradient missing its scale still fails.
+TEST(AttentionFiniteDifferences, LargeKeysAreSteppedByTheirScores) {
+  Case c;
+  c.shape = {1, 1, 1, 1, 2, 2};
+  c.block_q = 1;
+  c.block_k = 2;
+  c.q = {-3.8001059876514076, 2.722751045639166};
+  c.k = {-22219.7728558192, 15082.09874341697, -22221.952767429502, 15080};
+  c.v = {0, 0, 0, -1};
+  c.d_out = {0, 1};
+  const Spec spec = load_spec(kBwdSpec);
+  const InvariantUse& fd = invariant_named(spec, "finite_differences");
+  for (const char* correct : {"reference", "tiled_d", "tiled_two_pass"})
+    EXPECT_EQ(check_case(spec, resolve_target(spec, correct), fd, std::make_shared<const Case>(c)).outcome,
+              Outcome::pass)
+        << correct;
+  EXPECT_EQ(
+      check_case(spec, resolve_target(spec, "dk_missing_scale"), fd, std::make_shared<const Case>(c)).outcome,
+      Outcome::fail);
+}
+
+// masked_peaks: the keys a mask hides from a batch's first row outscore the
+// visible ones by about 10^log10_peak_score, in every dtype with finite,
+// representable values.
+TEST(AttentionGenerator, MaskedPeaksHideHighScoringKeys) {
+  Values domain = Values::defaults(FwdTraits::domain_schema());
+  domain.set("values", Choices{"masked_peaks"});
+  domain.set("masks", Choices{"key_padding"});
+  domain.set("log10_peak_score", RealRange{4, 4});
+  std::mt19937_64 rng(7);
+  int rows = 0, far_above = 0;
+  for (int n = 0; n < 300; ++n) {
+    const Case c = testing::from_random_bytes<FwdTraits>(rng, 256, domain);
+    ASSERT_EQ(validate(c, false), "") << n;
+    const Shape& s = c.shape;
+    const double scale = effective_scale(c);
+    for (int b = 0; b < s.batch; ++b)
+      for (int h = 0; h < s.heads_q; ++h)
+        for (int i = 0; i < s.nq; ++i) {
+          double hidden = -INFINITY, seen = -INFINITY;
+          for (int j = 0; j < s.nk; ++j) {
+            double dot = 0;
+            for (int d = 0; d < s.dim; ++d)
+              dot += c.q[((size_t(b) * s.heads_q + h) * s.nq + i) * s.dim + d] *
+                     c.k[((size_t(b) * s.heads_kv + h / s.group()) * s.nk + j) * s.dim + d];
+            (visible(c, b, i, j) ? seen : hidden) =
+                std::max(visible(c, b, i, j) ? seen : hidden, scale * dot);
+          }
+          if (!std::isfinite(hidden) || !std::isfinite(seen)) continue;
+          ++rows;
+          far_above += hidden - seen > 2e3;  // a peak of 1e4, less the queries' spread along u
+        }
+  }
+  EXPECT_GT(rows, 100);
+  EXPECT_GT(far_above, rows * 9 / 10) << far_above << " of " << rows;
+}
+
+// additive_mask_1e4 is right while the hidden keys score below the visible
+// ones and wrong once one scores 1e4 above them.
+TEST(AttentionMutants, AdditiveMaskLetsAFarHiddenKeyThrough) {
+  const auto& bug = find_mutant(forward_mutants(), "additive_mask_1e4");
+  Case c = small_case(2, 4, false);
+  c.mask = MaskKind::key_padding;
+  c.key_lengths = {2};
+  EXPECT_LT(max_abs_diff(bug.run(c).o, reference_forward(c).o), 1e-12);
+  c.q = {1, 0, 1, 0};
+  c.k[4] = c.k[6] = 2e4;  // keys 2 and 3, hidden, score 1.4e4 above the rest
+  EXPECT_GT(max_abs_diff(bug.run(c).o, reference_forward(c).o), 0.5);
 }
 
 TEST(AttentionCodec, YamlRoundTripIsExact) {

@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 
 #include "kernels/ternary/packed.h"
 #include "kprop/rng.h"
@@ -113,6 +115,34 @@ TEST(TernaryKernels, PackedMatchesReferenceOnLongRows) {
       for (size_t i = 0; i < ref.y.size(); ++i)
         EXPECT_NEAR(r.y[i], ref.y[i], 3e-7 * std::fabs(ref.y[i])) << K;
     }
+  }
+}
+
+// int16_accumulator holds 127 · 258 = 32766 and wraps at 127 · 259 = 32893:
+// products of one sign (post-ReLU x, one-signed W) reach it, which is what
+// the large profile's same_sign_rate draws.
+TEST(TernaryMutants, Int16AccumulatorWrapsPast32767) {
+  for (int K : {258, 259}) {
+    const Case c =
+        make(1, K, 1, std::vector<double>(size_t(K), 1.0), std::vector<double>(size_t(K), 0.5), {1});
+    const Result ref = reference(c), bad = find_mutant(mutants(), "int16_accumulator").run(c);
+    EXPECT_EQ(ref.acc[0], 127.0 * K);
+    EXPECT_EQ(bad.acc[0], K == 258 ? 32766.0 : 32893.0 - 65536.0) << K;
+  }
+}
+
+// same_sign_rate: 1 makes every x >= 0 and every w of one sign; 0 (the
+// default) draws exactly the cases it drew before the key existed.
+TEST(TernaryGenerator, SameSignRateMakesEveryProductOneSigned) {
+  Values domain = Values::defaults(Traits::domain_schema());
+  domain.set("same_sign_rate", 1.0);
+  std::mt19937_64 rng(3);
+  for (int n = 0; n < 100; ++n) {
+    const Case c = testing::from_random_bytes<Traits>(rng, 128, domain);
+    EXPECT_TRUE(std::all_of(c.x.begin(), c.x.end(), [](double v) { return v >= 0; })) << n;
+    const bool up = std::all_of(c.w.begin(), c.w.end(), [](double v) { return v >= 0; });
+    const bool down = std::all_of(c.w.begin(), c.w.end(), [](double v) { return v <= 0; });
+    EXPECT_TRUE(up || down) << n;
   }
 }
 
