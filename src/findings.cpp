@@ -5,6 +5,7 @@
 // through here, so the same event gets the same verdict everywhere.
 #include <fmt/format.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -114,9 +116,19 @@ struct GuardState {
   const AnyCase* input = nullptr;
   std::atomic<bool> armed{false};
   std::atomic<bool> saving{false};  // the watchdog claimed the case: the process ends when it is stored
-  std::atomic<int64_t> deadline_ns{0};
+  // What one target call may take (0: not timed here; an external target's
+  // transport times its own calls), and the deadline of the call in progress.
+  std::atomic<int64_t> call_timeout_ns{0};
 };
 GuardState g_guard;
+// The deadline of the target call in progress (steady clock, ns; 0: no call),
+// where a forked isolated child shares it with its parent (in_child), which
+// times the child's target calls as the watchdog times this process's.
+struct CallDeadline {
+  std::atomic<int64_t> ns{0};
+};
+CallDeadline g_local_deadline;
+CallDeadline* g_call_deadline = &g_local_deadline;
 thread_local bool t_watchdog = false;  // this thread is the watchdog
 // The process whose watchdog thread runs: a forked --jobs worker has none
 // (threads do not survive fork) and starts its own.
@@ -175,21 +187,27 @@ void on_fatal_signal(int sig) {
   die_with_case(fmt::format("crashed with signal {} ({})", sig, strsignal(sig)), "crash");
 }
 
+bool past(const CallDeadline& d) {
+  const int64_t deadline = d.ns.load();
+  return deadline != 0 && Clock::now().time_since_epoch().count() > deadline;
+}
+
+std::string hang_message(double timeout_s) {
+  return fmt::format("hung (a call ran past case_timeout_s = {:g} s)", timeout_s);
+}
+
 void watchdog() {
   t_watchdog = true;
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    const int64_t deadline = g_guard.deadline_ns.load();
-    if (deadline == 0 || Clock::now().time_since_epoch().count() <= deadline) continue;
+    if (!past(*g_call_deadline)) continue;
     // saving before armed is given up: a check ending now sees one of them.
     g_guard.saving = true;
     if (!g_guard.armed.exchange(false)) {
       g_guard.saving = false;
       continue;
     }
-    die_with_case(
-        fmt::format("hung (no result within case_timeout_s = {:g} s)", g_guard.ctx->run.case_timeout_s),
-        "hang");
+    die_with_case(hang_message(g_guard.ctx->run.case_timeout_s), "hang");
   }
 }
 
@@ -209,6 +227,10 @@ void install_fatal_handlers() {
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) sigaction(sig, &sa, &g_previous[sig]);
 }
 
+int64_t nanoseconds(double seconds) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds)).count();
+}
+
 // Arms the guard for the duration of one check.
 class CaseGuard {
  public:
@@ -224,16 +246,14 @@ class CaseGuard {
     }
     g_guard.ctx = &ctx;
     g_guard.input = &c;
-    const auto timeout =
-        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(ctx.run.case_timeout_s));
     const bool external = external::is_external_target(ctx.target_name);
-    g_guard.deadline_ns = external ? 0 : (Clock::now() + timeout).time_since_epoch().count();
+    g_guard.call_timeout_ns = external ? 0 : nanoseconds(ctx.run.case_timeout_s);
     g_guard.armed = true;
   }
   ~CaseGuard() {
     // Claimed by the watchdog (a hang): the case must outlive its save.
     if (!g_guard.armed.exchange(false)) wait_while_watchdog_saves();
-    g_guard.deadline_ns = 0;
+    g_guard.call_timeout_ns = 0;
   }
   CaseGuard(const CaseGuard&) = delete;
   CaseGuard& operator=(const CaseGuard&) = delete;
@@ -277,10 +297,19 @@ ShrinkResult shrink_with(const Family& family, const Values& domain, AnyCase fai
 
 }  // namespace
 
+TargetCall::TargetCall() {
+  const int64_t timeout = g_guard.call_timeout_ns.load();
+  if (timeout > 0) g_call_deadline->ns = Clock::now().time_since_epoch().count() + timeout;
+}
+TargetCall::~TargetCall() {
+  g_call_deadline->ns = 0;
+}
+
 void enter_worker_process() {
   g_worker = true;
   g_guard.armed = false;
-  g_guard.deadline_ns = 0;
+  g_guard.call_timeout_ns = 0;
+  g_call_deadline->ns = 0;
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) signal(sig, SIG_DFL);
 }
 
@@ -457,15 +486,34 @@ CheckResult child_failure(const std::string& kind, const std::string& message) {
 // Runs `fn` in a forked child and collects what it writes: the parent holds
 // the case and never runs target code, so whatever the target does to its
 // own memory, the corpus and the report stay the parent's. The child is
-// killed after `timeout_s` or on Ctrl-C.
+// killed on Ctrl-C, or as hung: `per_call` (a check), when one of its target
+// calls runs past `timeout_s` (their deadlines in memory the two share);
+// otherwise when the whole of `fn` does.
 struct ChildResult {
   std::string text;
   bool hung = false, stopped = false;
   int status = 0;  // waitpid's
   bool ok() const { return !hung && !stopped && WIFEXITED(status) && WEXITSTATUS(status) == 0; }
 };
-ChildResult in_child(const std::function<std::string()>& fn, double timeout_s) {
+// A CallDeadline in memory a forked child shares with its parent.
+class SharedDeadline {
+ public:
+  SharedDeadline() {
+    void* p = mmap(nullptr, sizeof(CallDeadline), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("mmap failed");
+    d_ = new (p) CallDeadline;
+  }
+  ~SharedDeadline() { munmap(d_, sizeof(CallDeadline)); }
+  SharedDeadline(const SharedDeadline&) = delete;
+  SharedDeadline& operator=(const SharedDeadline&) = delete;
+  CallDeadline& get() const { return *d_; }
+
+ private:
+  CallDeadline* d_;
+};
+ChildResult in_child(const std::function<std::string()>& fn, double timeout_s, bool per_call) {
   std::fflush(nullptr);
+  const SharedDeadline call;
   int fds[2];
   if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
   const pid_t pid = fork();
@@ -476,7 +524,8 @@ ChildResult in_child(const std::function<std::string()>& fn, double timeout_s) {
     for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) signal(sig, SIG_DFL);
     g_isolated_child = true;
     g_guard.armed = false;
-    g_guard.deadline_ns = 0;
+    g_guard.call_timeout_ns = per_call ? nanoseconds(timeout_s) : 0;
+    g_call_deadline = &call.get();
     const std::string text = fn();
     for (size_t done = 0; done < text.size();) {
       const ssize_t n = write(fds[1], text.data() + done, text.size() - done);
@@ -504,7 +553,7 @@ ChildResult in_child(const std::function<std::string()>& fn, double timeout_s) {
       if (errno == EINTR) continue;
       break;
     }
-    if (Clock::now() > deadline) {
+    if (per_call ? past(call.get()) : Clock::now() > deadline) {
       out.hung = true;
       break;
     }
@@ -542,12 +591,10 @@ std::vector<CheckResult> check_uses_forked(const RunContext& ctx,
         }
         return out.dump();
       },
-      ctx.run.case_timeout_s);
+      ctx.run.case_timeout_s, /*per_call=*/true);
   const int status = child.status;
   if (child.stopped) return {child_failure("interrupted", "interrupted while the target ran; stopped it")};
-  if (child.hung)
-    return {child_failure(
-        "hang", fmt::format("hung (no result within case_timeout_s = {:g} s)", ctx.run.case_timeout_s))};
+  if (child.hung) return {child_failure("hang", hang_message(ctx.run.case_timeout_s))};
   if (WIFSIGNALED(status))
     return {child_failure(
         "threw", fmt::format("crashed with signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status))))};
@@ -619,7 +666,7 @@ void draw_finding(const RunContext& ctx, const InvariantUse* use, const AnyCase&
   std::string json;
   try {
     if (isolated(ctx)) {
-      const ChildResult child = in_child(draw, ctx.run.case_timeout_s);
+      const ChildResult child = in_child(draw, ctx.run.case_timeout_s, /*per_call=*/false);
       if (!child.ok()) throw std::runtime_error("the target died or hung while drawing");
       json = child.text;
     } else {

@@ -69,6 +69,7 @@
 #include "kprop/family_traits.h"
 #include "kprop/once.h"
 #include "kprop/rng.h"
+#include "kprop/target_call.h"
 #include "kprop/values.h"
 
 namespace kprop {
@@ -471,6 +472,8 @@ class Trial {
       std::chrono::steady_clock::time_point t0;
       ~Add() { s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
     } add{seconds, t0};
+    if (&impl != &target_impl_) return family_.run(impl, c);
+    const TargetCall call;  // the case timeout times target calls only
     return family_.run(impl, c);
   }
   mutable TrialTimes times_;

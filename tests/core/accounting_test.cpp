@@ -402,6 +402,25 @@ TEST(Isolation, AHangIsKilledAfterTheCaseTimeout) {
   EXPECT_TRUE(fs::exists(r.crash->corpus_path));
 }
 
+// The case timeout limits each target call, not the check: an invariant
+// slower than it (0.4 s against 0.1 s) on a fast target is no hang, in
+// process or isolated; the same timeout still stops a hanging target.
+TEST(Isolation, ASlowCheckOfAFastTargetIsNoHang) {
+  TempDir dir;
+  const Spec spec = toy_spec("domain: {length: [1, 2]}\ninvariants: [{name: slow_check, seconds: 0.4}]\n");
+  for (bool isolate : {true, false}) {
+    RunOptions o = options("reference", dir);
+    o.seed = 1;
+    o.trials = 2;
+    o.isolate = isolate;
+    o.case_timeout_s = 0.1;
+    const RunReport r = run_spec(spec, o);
+    EXPECT_EQ(r.status, RunStatus::passed) << isolate;
+    EXPECT_FALSE(r.crash) << isolate;
+    EXPECT_EQ(r.invariants[0].checked(), 2) << isolate;
+  }
+}
+
 TEST(Isolation, SameVerdictsAsInProcess) {
   TempDir dir;
   const Spec spec = toy_spec("invariants: [matches_reference, sum_parity]\n");

@@ -55,7 +55,7 @@ TEST(SpecLoader, LoadsAValidSpec) {
 
 TEST(SpecLoader, InvariantsDefaultToAllWithDefaults) {
   const Spec s = parse_spec("spec: toy\nfamily: toy.sum\n", "t.yaml");
-  EXPECT_EQ(s.invariants.size(), 5u);
+  EXPECT_EQ(s.invariants.size(), 6u);
   EXPECT_EQ(s.invariants[0].params.integer("slack"), 0);
   EXPECT_EQ(s.target, "reference");
 }

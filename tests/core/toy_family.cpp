@@ -170,11 +170,22 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
                 if (parts == t.target().sum) return Verdict::pass();
                 return Verdict::fail(fmt::format("halves sum to {}, the list to {}", parts, t.target().sum));
               });
+  // A check slower than the case timeout whose target is fast: the
+  // timeout limits target calls, so this is no hang.
+  f.invariant({"slow_check",
+               "waits `seconds` after the target's run, then holds",
+               {field::real("seconds", 0, 0, 10, "how long the check itself takes")}},
+              [](Trial<Traits>& t, const Values& p) {
+                (void)t.target();
+                std::this_thread::sleep_for(std::chrono::duration<double>(p.real("seconds")));
+                return Verdict::pass();
+              });
   f.reads({{"matches_reference", {"*"}},
            {"sum_parity", {"*"}},
            {"only_long_lists", {}},
            {"reference_sums_its_list", {}},
-           {"halves_add_up", {"*"}}});
+           {"halves_add_up", {"*"}},
+           {"slow_check", {"*"}}});
 });
 
 }  // namespace kprop::toy
