@@ -126,6 +126,8 @@ void tiled_backward(const Inputs<T>& args, const T* o, const T* lse, Grads<T> ou
           d_rows[size_t(i)] = sum;
         }
       }
+      if constexpr (bug == BwdBug::d_in_storage)
+        for (int i = 0; i < nq; ++i) d_rows[size_t(i)] = ops::stored(in.store, d_rows[size_t(i)]);
       if constexpr (bug == BwdBug::d_rows_4096) {  // written in row order, read back by slot
         constexpr int kSlots = 4096;
         for (int i = kSlots; i < nq; ++i) d_rows[size_t(i % kSlots)] = d_rows[size_t(i)];
@@ -218,6 +220,7 @@ void tiled_backward(const Inputs<T>& args, const T* o, const T* lse, Grads<T> ou
   KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::stale_tile_max)         \
   KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::causal_skip_off_by_one) \
   KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::scale_in_storage)       \
+  KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::d_in_storage)           \
   KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::d_rows_4096)
 KPROP_BWD_ALL(float)
 KPROP_BWD_ALL(double)

@@ -82,15 +82,21 @@ void materialized_backward(const Inputs<T>& in, Grads<T> out, Workspace& ws) {
       ops::transpose(in.v + kvrow * s.dim, s.nk, s.dim, vt.data(), s.nk);
       softmax_rows(in, b, q, kt.data(), p.data(), lse.data());
       ops::scores(d_out, s.nq, vt.data(), s.nk, s.nk, s.dim, T(1), ds.data(), s.nk);  // dP = dO·Vᵀ
+      // D = rowsum(P ⊙ dP) in T, before P and dP are stored: D is a
+      // statistic, not a materialized tensor (it stays in T, as in the
+      // kernels and FlashAttention, and as D_from_own_forward requires).
+      for (int i = 0; i < s.nq; ++i) {
+        T d_row = 0;
+        for (int j = 0; j < s.nk; ++j) d_row += p[size_t(i) * s.nk + j] * ds[size_t(i) * s.nk + j];
+        out.d[qrow + size_t(i)] = d_row;
+      }
       // Every materialized tensor (P, dP, then dS) in the storage type.
       ops::store_all(in.store, p.data(), size_t(s.nq) * s.nk);
       ops::store_all(in.store, ds.data(), size_t(s.nq) * s.nk);
       for (int i = 0; i < s.nq; ++i) {
         const T* pr = p.data() + size_t(i) * s.nk;
         T* dr = ds.data() + size_t(i) * s.nk;
-        T d_row = 0;
-        for (int j = 0; j < s.nk; ++j) d_row += pr[j] * dr[j];
-        out.d[qrow + size_t(i)] = d_row;
+        const T d_row = out.d[qrow + size_t(i)];
         for (int j = 0; j < s.nk; ++j) dr[j] = ops::stored(in.store, pr[j] * (dr[j] - d_row));
       }
       ops::accumulate(ds.data(), s.nk, s.nq, s.nk, in.k + kvrow * s.dim, s.dim, out.dq + qrow * s.dim);

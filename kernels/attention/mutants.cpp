@@ -112,6 +112,9 @@ const std::vector<Mutant<BwdResult>>& backward_mutants() {
        "f16/bf16: the backward's softmax scale rounded to the storage type (P recomputed with it no longer "
        "matches the forward's LSE)",
        backward<M::single_pass_d, BwdBug::scale_in_storage>},
+      {"d_in_storage",
+       "f16/bf16: D = rowsum(dO ⊙ O) rounded to the storage type before dS = P ⊙ (dP - D) (it stays in f32)",
+       backward<M::single_pass_d, BwdBug::d_in_storage>},
       {"materialized_scores", "correct gradients from materialized Nq×Nk matrices (breaks workspace_bounded)",
        naive_backward},
       {"d_rows_4096",

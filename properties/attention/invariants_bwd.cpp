@@ -376,6 +376,90 @@ Verdict d_identity(T& t, const Values& p) {
                         t.target().d, naive(t).d, p.real("k"), case_floors(t, p).d);
 }
 
+// ---- D to the compute precision
+// D stays in the compute precision T (f32 for f16/bf16: attention.h), so a
+// correct kernel's D is one of the contract's two sums over the forward its
+// gradients were taken from (BwdResult::o and ::lse: its own forward, or the
+// one an external backward was given), rounded only by T's arithmetic
+// (u = T's unit roundoff, γ_n = n·u / (1 - n·u), any summation order):
+//   A = Σ_d dO_d O_d        |D - A| <= γ_D Σ_d |dO_d O_d|
+//   B = Σ_j P_j dP_j, P_j = exp(s_j - LSE), s_j = scale·Σ_d q_d k_jd, dP_j = Σ_d dO_d v_jd:
+//       s_j errs by (γ_D + 2u)·scale·Σ_d |q_d k_jd| (the dot, the scale's
+//       rounding and product), P_j relatively by that + u·|s_j - LSE| + 2u
+//       (the subtraction, exp); a kernel that forms P as exp(s_j - m) / l
+//       from the forward's m and l (FlashAttention 1, a materialized
+//       softmax), not from the stored LSE = m + log l, is off by that
+//       rounding too, u·(|LSE| + log n) + 4u more; dP_j by γ_D Σ_d |dO_d v_jd|, each product P_j dP_j
+//       by u, and the sum over the visible keys by γ_n Σ_j P_j |dP_j|:
+//       |D - B| <= Σ_j P_j (ρ_j |dP_j| + γ_D Σ_d |dO_d v_jd| + u |dP_j|) + γ_n Σ_j P_j |dP_j|.
+// Twice these cover the second-order terms; A and B themselves are computed
+// here in fp64, which adds the same bounds with u = 2^-53; a product or exp
+// below T's normal range adds up to denorm_min(T) each. The tolerance
+// policy's floor is a u of the storage type (2^-11, 2^-8) wider than this
+// for half cases: a D rounded to f16/bf16 (the mutant d_in_storage) passes
+// it and fails here. Fully masked rows: O = 0 and P = 0, so D must be 0.
+Verdict d_from_own_forward(T& t, const Values&) {
+  if (auto v = beyond_half_range(t)) return *v;
+  const Case& c = t.input();
+  const Shape& s = c.shape;
+  const BwdResult& r = t.target();
+  const size_t rows = size_t(s.batch) * s.heads_q * s.nq;
+  if (r.d.size() != rows || r.o.size() != rows * size_t(s.dim) || r.lse.size() != rows)
+    return Verdict::discard("the target reports no O, LSE or D of every row");
+  const double u = unit_roundoff(c.dtype == DType::f64 ? DType::f64 : DType::f32), u64 = 0x1p-53;
+  const double tiny = denorm_min(c.dtype == DType::f64 ? DType::f64 : DType::f32);
+  auto gamma = [](double n, double unit) { return n * unit / (1 - n * unit); };
+  const double scale = effective_scale(c);
+  std::vector<double> pj(size_t(s.nk)), dpj(size_t(s.nk)), dpabs(size_t(s.nk)), sj(size_t(s.nk)),
+      sabs(size_t(s.nk));
+  for (int b = 0; b < s.batch; ++b)
+    for (int h = 0; h < s.heads_q; ++h)
+      for (int i = 0; i < s.nq; ++i) {
+        const size_t row = q_row(s, b, h, i), kv = kv_base(s, b, h);
+        const double* d_out = &c.d_out[row * s.dim];
+        const double* q = &c.q[row * s.dim];
+        const double got = r.d[row], lse = r.lse[row];
+        // A, from the reported O.
+        double a = 0, a_abs = 0;
+        for (int d = 0; d < s.dim; ++d)
+          a += d_out[d] * r.o[row * s.dim + d], a_abs += std::fabs(d_out[d] * r.o[row * s.dim + d]);
+        const double bound_a = (2 * gamma(s.dim, u) + gamma(s.dim, u64)) * a_abs + 2 * s.dim * tiny;
+        if (std::fabs(got - a) <= bound_a) continue;
+        // B, from the reported LSE.
+        double bsum = 0, bound_b = 0;
+        if (lse != -std::numeric_limits<double>::infinity()) {
+          int n = 0;
+          double p_dp_abs = 0, terms = 0, terms64 = 0;
+          for (int j = 0; j < s.nk; ++j) {
+            if (!visible(c, b, i, j)) continue;
+            ++n;
+            const auto [qk, qk_abs] = dot_abs(q, &c.k[(kv + j) * s.dim], s.dim);
+            const auto [dp, dp_abs] = dot_abs(d_out, &c.v[(kv + j) * s.dim], s.dim);
+            const double sc = scale * qk, p = std::exp(sc - lse);
+            // The first-order bound of term j with unit roundoff `w` (above).
+            auto term = [&](double w) {
+              const double rho = (gamma(s.dim, w) + 2 * w) * scale * qk_abs +
+                                 w * (std::fabs(sc - lse) + std::fabs(lse) + std::log(double(s.nk)) + 6);
+              return p * (rho * std::fabs(dp) + gamma(s.dim, w) * dp_abs + w * std::fabs(dp));
+            };
+            bsum += p * dp;
+            p_dp_abs += p * std::fabs(dp);
+            terms += term(u) + tiny * std::fabs(dp);
+            terms64 += term(u64);
+          }
+          bound_b = 2 * (terms + gamma(n, u) * p_dp_abs) + terms64 + gamma(n, u64) * p_dp_abs;
+        }
+        if (std::fabs(got - bsum) <= bound_b) continue;
+        return Verdict::fail(
+            fmt::format("D{} = {} is neither rowsum(dO ⊙ O) = {} (allowed {:.3g}) nor rowsum(P ⊙ dP) = {} "
+                        "(allowed {:.3g}) of its own forward to {} rounding",
+                        element_name(row, {s.batch, s.heads_q, s.nq}), got, a, bound_a, bsum, bound_b,
+                        c.dtype == DType::f64 ? "f64" : "f32"),
+            {{"d", got}, {"rowsum_do_o", a}, {"rowsum_p_dp", bsum}, {"allowed", bound_a}});
+      }
+  return Verdict::pass();
+}
+
 // Σ_j over keys of one (batch, kv head), per d.
 std::vector<double> key_sums(const Shape& s, const std::vector<double>& t) {
   std::vector<double> out(size_t(s.batch) * s.heads_kv * s.dim, 0.0);
@@ -542,6 +626,11 @@ void register_backward_invariants(FamilyDef<BwdTraits>& f) {
       finite_differences);
   f.invariant({"D_identity", "the D the kernel used equals rowsum(P ⊙ dP) = rowsum(dO ⊙ O)", policy_params()},
               d_identity);
+  f.invariant({"D_from_own_forward",
+               "D is rowsum(dO ⊙ O) or rowsum(P ⊙ dP) of the forward the gradients were taken from (its O, "
+               "its LSE), rounded only by the compute precision (D is not stored in f16/bf16)",
+               {}},
+              d_from_own_forward);
   f.invariant({"dk_sums_to_zero", "Σ_j dK_j = 0 per (batch, kv head): softmax gradients sum to zero",
                policy_params()},
               dk_sums_to_zero);

@@ -76,6 +76,7 @@ KPROP_REGISTER_FAMILY(BwdTraits, [](FamilyDef<BwdTraits>& f) {
   f.reads({{"matches_reference", {"dq", "dk", "dv"}},
            {"finite_differences", {"dq", "dk", "dv"}},
            {"D_identity", {"d"}},
+           {"D_from_own_forward", {"d"}},
            {"dk_sums_to_zero", {"dk"}},
            {"dv_sums_to_do", {"dv"}},
            {"masked_rows_zero", {"dq", "dk", "dv"}},

@@ -190,6 +190,27 @@ TEST(AttentionFiniteDifferences, LargeKeysAreSteppedByTheirScores) {
       Outcome::fail);
 }
 
+// D stays in f32: the kernels' D is rowsum(dO ⊙ O) (tiled_d) or
+// rowsum(P ⊙ dP) (tiled_two_pass) of their own forward to f32 rounding; D
+// rounded to f16 is off by up to 2^-11 relative, inside the policy's storage
+// floor (D_identity holds) but not this bound.
+TEST(AttentionBackwardD, DRoundedToTheStorageTypeIsCaught) {
+  Case c = small_case(3, 4, true);
+  c.dtype = DType::f16;
+  for (double& x : c.q) x = round_to(c.dtype, x / 3);
+  for (double& x : c.v) x = round_to(c.dtype, x / 7);
+  const Spec spec = load_spec(kBwdSpec);
+  auto outcome = [&](const char* target, const char* invariant) {
+    return check_case(spec, resolve_target(spec, target), invariant_named(spec, invariant),
+                      std::make_shared<const Case>(c))
+        .outcome;
+  };
+  for (const char* correct : {"tiled_d", "tiled_two_pass", "reference"})
+    EXPECT_EQ(outcome(correct, "D_from_own_forward"), Outcome::pass) << correct;
+  EXPECT_EQ(outcome("d_in_storage", "D_identity"), Outcome::pass);
+  EXPECT_EQ(outcome("d_in_storage", "D_from_own_forward"), Outcome::fail);
+}
+
 // masked_peaks: the keys a mask hides from a batch's first row outscore the
 // visible ones by about 10^log10_peak_score, in every dtype with finite,
 // representable values.
