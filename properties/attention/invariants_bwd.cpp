@@ -433,8 +433,11 @@ Verdict d_from_own_forward(T& t, const Values&) {
           for (int j = 0; j < s.nk; ++j) {
             if (!visible(c, b, i, j)) continue;
             ++n;
-            const auto [qk, qk_abs] = dot_abs(q, &c.k[(kv + j) * s.dim], s.dim);
-            const auto [dp, dp_abs] = dot_abs(d_out, &c.v[(kv + j) * s.dim], s.dim);
+            // Plain variables, not structured bindings: the lambda below
+            // captures them (clang before 16 cannot capture a binding).
+            double qk = 0, qk_abs = 0, dp = 0, dp_abs = 0;
+            std::tie(qk, qk_abs) = dot_abs(q, &c.k[(kv + j) * s.dim], s.dim);
+            std::tie(dp, dp_abs) = dot_abs(d_out, &c.v[(kv + j) * s.dim], s.dim);
             const double sc = scale * qk, p = std::exp(sc - lse);
             // The first-order bound of term j with unit roundoff `w` (above).
             auto term = [&](double w) {
