@@ -117,7 +117,7 @@ struct GuardState {
   std::atomic<bool> armed{false};
   std::atomic<bool> saving{false};  // the watchdog claimed the case: the process ends when it is stored
   // What one target call may take (0: not timed here; an external target's
-  // transport times its own calls), and the deadline of the call in progress.
+  // transport times its own calls); TargetCall sets the deadline below.
   std::atomic<int64_t> call_timeout_ns{0};
 };
 GuardState g_guard;

@@ -41,7 +41,7 @@ inline bool row_empty(const MaskView& m, int b, int nq, int nk, int i) {
 template <typename T>
 inline void apply(const MaskView& m, int b, int nq, int nk, int i0, int rows, int j0, int cols, T* s, int lds,
                   T bias = -std::numeric_limits<T>::infinity()) {
-  auto hide = [bias](T& x) { x = std::isinf(bias) ? bias : x + bias; };
+  auto hide = [bias, additive = std::isfinite(bias)](T& x) { x = additive ? x + bias : bias; };
   switch (m.kind) {
     case MaskKind::none:
       return;

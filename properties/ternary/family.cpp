@@ -52,8 +52,8 @@ Schema Traits::domain_schema() {
       field::real(
           "same_sign_rate", 0, 0, 1,
           "probability a case's activations are all >= 0 (post-ReLU) and its weights all of one sign: "
-          "then the integer product grows as 127 K, past an int16 accumulator from K = 259 (profile "
-          "large); 0 draws nothing for it, so the default cases stay what they were"),
+          "then the integer product grows with K (up to 127 K: past an int16 accumulator from K = 259; "
+          "profile large); 0 draws nothing for it, so the default cases stay what they were"),
   };
 }
 
