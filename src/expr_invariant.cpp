@@ -8,6 +8,7 @@
 namespace kprop {
 
 Verdict check_invariant(AnyTrial& trial, const InvariantUse& use) {
+  if (!use.unobservable.empty()) return Verdict::not_applicable(use.unobservable);
   if (use.callback) {
     const expr::TensorMap* tensors = trial.tensors(use.callback->names);
     if (!tensors) return Verdict::not_applicable("the family publishes no named tensors");

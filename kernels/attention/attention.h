@@ -147,6 +147,7 @@ enum class FwdBug {
   pv_in_storage,      // the P·V accumulator held in the storage type
   rowsum_in_storage,  // the running row sum l held in the storage type
   lse_in_storage,     // LSE stored in the storage type instead of f32
+  o_store_truncated,  // O converted to the storage type by truncation (toward zero)
 };
 enum class BwdBug {
   none,

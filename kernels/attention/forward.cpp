@@ -97,7 +97,9 @@ void tiled_forward(const Inputs<T>& in, T* o, T* lse, Workspace& ws) {
             lse[qrow + size_t(i0 + i)] = kNegInf;
             continue;
           }
-          for (int d = 0; d < dim; ++d) out[d] = ops::stored(in.store, ar[d] / li);
+          for (int d = 0; d < dim; ++d)
+            out[d] = bug == FwdBug::o_store_truncated ? ops::stored_toward_zero(in.store, ar[d] / li)
+                                                      : ops::stored(in.store, ar[d] / li);
           T& row_lse = lse[qrow + size_t(i0 + i)];
           row_lse = bug == FwdBug::lse_missing_max ? std::log(li) : m[size_t(i)] + std::log(li);
           if constexpr (bug == FwdBug::lse_in_storage) row_lse = ops::stored(in.store, row_lse);
@@ -117,7 +119,8 @@ void tiled_forward(const Inputs<T>& in, T* o, T* lse, Workspace& ws) {
   template void tiled_forward<T, FwdBug::additive_mask>(const Inputs<T>&, T*, T*, Workspace&);      \
   template void tiled_forward<T, FwdBug::pv_in_storage>(const Inputs<T>&, T*, T*, Workspace&);      \
   template void tiled_forward<T, FwdBug::rowsum_in_storage>(const Inputs<T>&, T*, T*, Workspace&);  \
-  template void tiled_forward<T, FwdBug::lse_in_storage>(const Inputs<T>&, T*, T*, Workspace&);
+  template void tiled_forward<T, FwdBug::lse_in_storage>(const Inputs<T>&, T*, T*, Workspace&);     \
+  template void tiled_forward<T, FwdBug::o_store_truncated>(const Inputs<T>&, T*, T*, Workspace&);
 KPROP_FWD(float)
 KPROP_FWD(double)
 #undef KPROP_FWD

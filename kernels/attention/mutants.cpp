@@ -68,6 +68,10 @@ const std::vector<Mutant<FwdResult>>& forward_mutants() {
        forward<FwdBug::rowsum_in_storage>},
       {"lse_in_storage", "f16/bf16: LSE stored in the storage type instead of f32",
        forward<FwdBug::lse_in_storage>},
+      {"o_store_truncated",
+       "f16/bf16: O converted to the storage type by truncation toward zero (a bf16 made by dropping the "
+       "f32's low 16 bits) instead of round-to-nearest-even",
+       forward<FwdBug::o_store_truncated>},
       {"scale_in_storage",
        "f16/bf16: the softmax scale rounded to the storage type instead of passed as f32 (small effect but "
        "on large logits)",

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 
 #include "kernels/attention/attention.h"
@@ -26,6 +27,19 @@ inline T stored(Storage s, T x) {
       return static_cast<T>(half::round_to_bf16(double(x)));
   }
   return x;
+}
+
+// x as a kernel that converts by truncation stores it in `s`: rounded
+// toward zero (for bf16, the f32's low 16 bits dropped), not to nearest.
+// The o_store_truncated mutant's store.
+template <typename T>
+inline T stored_toward_zero(Storage s, T x) {
+  const T r = stored(s, x);
+  if (s == Storage::same || !(std::fabs(r) > std::fabs(x))) return r;
+  const uint16_t bits =
+      s == Storage::f16 ? half::f16_from_double(double(r)) : half::bf16_from_double(double(r));
+  const auto below = static_cast<uint16_t>(bits - 1);  // one step toward zero (same sign, |r| > 0)
+  return static_cast<T>(s == Storage::f16 ? half::f16_to_double(below) : half::bf16_to_double(below));
 }
 
 // Rows × cols of a tile with leading dimension ld, as stored in `s`.

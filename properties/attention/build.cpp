@@ -156,6 +156,12 @@ void fill_values(Case& c, const std::string& kind, double magnitude, double grow
           c.v[at] = 1 + 0.25 * normal(23, same_keys ? first : at);
           if (same_keys) c.k[at] = c.k[first];
         }
+  } else if (kind == "tied_scores") {
+    // Every key of a head equal to its first (Q and V as drawn, normal).
+    for (int b = 0; b < s.batch; ++b)
+      for (int kvh = 0; kvh < s.heads_kv; ++kvh)
+        for (int j = 1; j < s.nk; ++j)
+          std::copy_n(&c.k[kv_at(s, b, kvh, 0)], s.dim, &c.k[kv_at(s, b, kvh, j)]);
   } else if (kind == "wide") {
     // One magnitude 2^e per (b, kv head), e in [0, 15], V around it (mostly
     // positive): O stays below 65504, the unnormalized P·V sum need not.

@@ -154,6 +154,20 @@ std::string needs_other_tiling(const Values& d, const Values&) {
   return "";
 }
 
+std::string needs_tied_half_rows(const Values& d, const Values&) {
+  const Choices& dtypes = d.choices("dtypes");
+  const bool half = std::any_of(dtypes.begin(), dtypes.end(),
+                                [](const std::string& t) { return t == "f16" || t == "bf16"; });
+  if (!half)
+    return fmt::format("an f16 or bf16 case, but domain.dtypes is [{}]; add one or drop the invariant",
+                       join(dtypes));
+  for (const std::string& v : d.choices("values"))
+    if (v == "tied_scores" || v == "constant_rows" || v == "near_uniform") return "";
+  return fmt::format(
+      "rows whose scores tie, but domain.values is [{}]; add tied_scores or drop the invariant",
+      join(d.choices("values")));
+}
+
 std::string needs_masked_rows(const Values& d, const Values&) {
   for (const std::string& m : d.choices("masks")) {
     if (m == "key_padding") return "";  // a key length of 0 is always drawable

@@ -65,6 +65,8 @@ void register_workspace_bounded(FamilyDef<Traits>& f) {
 std::string needs_permutation(const Values& domain, const Values& params);
 std::string needs_other_tiling(const Values& domain, const Values& params);
 std::string needs_masked_rows(const Values& domain, const Values& params);
+// o_rounded_to_nearest: an f16/bf16 dtype and a value kind with tied rows.
+std::string needs_tied_half_rows(const Values& domain, const Values& params);
 
 // Fully masked query rows as (b, i) pairs.
 std::vector<std::pair<int, int>> fully_masked_rows(const Case& c);

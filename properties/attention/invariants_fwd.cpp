@@ -148,6 +148,120 @@ Verdict permutation_equivariance(T& t, const Values& p) {
                          naive_forward(perm->c), case_floors(t, p), p);
 }
 
+// o_rounded_to_nearest: on rows whose visible scores all tie over a power-of-
+// two number of keys, O's exact value is known to f32 accuracy, so the one
+// stored value round-to-nearest allows is known where O is clear of a
+// rounding boundary. A store by truncation (toward zero) differs from it on
+// about half of such elements; the policy's floor, which must also budget P
+// rounded to the half type on every other row, lets a one-ulp store through.
+//
+// Derivation, for a row (b, h, i) with n visible keys, n = 2^t, whose fp64
+// scores s_j are all equal (s), in an f32 kernel (u = 2^-24) with any
+// summation order, online softmax over any tiling, exp or exp2, P or the
+// unnormalized e rounded to the half type before P·V or not:
+//   1. each computed score is within Δ = γ_D·|scale|·Σ_d|q_d k_jd| + u·|s| of
+//      s (an f32 dot product and the scale), so two differ by at most 2Δ and
+//      the running max is one of them;
+//   2. each exponential (of s_j - m, or exp2 of log2(e)-scaled operands) and
+//      each rescale factor exp(m_old - m_new) is 1 within
+//      ε = 2Δ + 2u(|s| + 2Δ + 1) + 4u: an argument within 2Δ of 0, the
+//      rounding of the operands it is formed from, and 4 ulps of the exp
+//      itself (room for approximate hardware exp);
+//   3. the weight v_j gets is P_j(1 + θ_j) with
+//      |θ_j| <= θ = 2(n + 2)ε + γ_2n(2u) + 4u: at most n rescales of the
+//      accumulator and of l (one per key tile), the n-term row sum, and the
+//      final division (2u: an approximate reciprocal). γ with 2u, not u,
+//      covers adders that truncate (tensor cores accumulate that way);
+//   4. a P (or e) rounded to the half type is within θ of its exact value
+//      1/n (or 1), a power of two: while θ < 2^-(p+1) (p: the type's
+//      significant bits; the gap below a power of two is the narrower one)
+//      the rounding lands on that value and adds nothing. Rows with larger θ
+//      are skipped;
+//   5. the P·V sum adds γ_n(2u)·Σ_j|w_j v_jd| <= γ_n(2u)(1 + θ)·A_d, with
+//      A_d = (1/n)Σ_j|v_jd|.
+// So the f32 O before its store is within δ_d = (θ + γ_n(2u)(1 + θ))·A_d of
+// O_d = (1/n)Σ_j v_jd, which the fp64 reference gives to γ_{n+2}(2^-53)·A_d.
+// Where rounding_margin(dtype, reference O_d) exceeds the sum of the two,
+// every value the kernel may hold rounds to the same r = round_to(dtype, O_d)
+// (a correct store rounds to nearest even once, from f32), and the stored O
+// must be r exactly.
+Verdict o_rounded_to_nearest(T& t, const Values&) {
+  const Case& c = t.input();
+  if (t.target_info().kind == ImplKind::reference)
+    return Verdict::not_applicable("the reference keeps O in fp64 whatever the dtype");
+  if (!is_half(c.dtype))
+    return Verdict::discard(
+        fmt::format("a {} case stores O in its own arithmetic's type", dtype_name(c.dtype)));
+  const Shape& s = c.shape;
+  const double u = 0x1.0p-24, u64 = 0x1.0p-53, scale = effective_scale(c);
+  const double snap = std::ldexp(1.0, -(precision_bits(c.dtype) + 1));
+  auto gamma = [](double n, double unit) { return n * unit / (1 - n * unit); };
+  const FwdResult* got = nullptr;
+  const FwdResult* ref = nullptr;
+  size_t checked = 0, rows = 0;
+  std::vector<int> keys;
+  for (int b = 0; b < s.batch; ++b)
+    for (int i = 0; i < s.nq; ++i) {
+      keys.clear();
+      for (int j = 0; j < s.nk; ++j)
+        if (visible(c, b, i, j)) keys.push_back(j);
+      const size_t n = keys.size();
+      if (n == 0 || (n & (n - 1)) != 0) continue;
+      for (int h = 0; h < s.heads_q; ++h) {
+        const size_t row = ((size_t(b) * s.heads_q + h) * s.nq + i) * s.dim;  // of Q and O
+        const double* q = &c.q[row];
+        const int kvh = h / s.group();
+        auto kv_at = [&](int j) { return ((size_t(b) * s.heads_kv + kvh) * s.nk + j) * s.dim; };
+        double dot0 = 0, delta = 0;
+        bool tied = true;
+        for (size_t a = 0; a < n && tied; ++a) {
+          const double* k = &c.k[kv_at(keys[a])];
+          double dot = 0, abs_dot = 0;
+          for (int d = 0; d < s.dim; ++d) dot += q[d] * k[d], abs_dot += std::fabs(q[d] * k[d]);
+          if (a == 0) dot0 = dot;
+          tied = dot == dot0;
+          delta = std::max(delta, gamma(s.dim, u) * std::fabs(scale) * abs_dot + u * std::fabs(scale * dot));
+        }
+        if (!tied) continue;
+        const double score = std::fabs(scale * dot0);
+        const double eps = 2 * delta + 2 * u * (score + 2 * delta + 1) + 4 * u;
+        const double theta = 2 * (double(n) + 2) * eps + gamma(2 * double(n), 2 * u) + 4 * u;
+        if (theta >= snap) continue;
+        ++rows;
+        if (!got) got = &t.target(), ref = &t.reference();
+        for (int d = 0; d < s.dim; ++d) {
+          double a_d = 0;
+          for (int j : keys) a_d += std::fabs(c.v[kv_at(j) + d]);
+          a_d /= double(n);
+          const double bound =
+              (theta + gamma(double(n), 2 * u) * (1 + theta)) * a_d + gamma(double(n) + 2, u64) * a_d;
+          const double exact = ref->o[row + d];
+          if (!(rounding_margin(c.dtype, exact) > bound)) continue;
+          ++checked;
+          const double want = round_to(c.dtype, exact), stored = got->o[row + d];
+          if (stored != want)
+            return Verdict::fail(
+                fmt::format(
+                    "O{} = {}, but the row's {} visible scores tie, so O is the mean of {} values of V: {} "
+                    "within ±{:.3g} before the store, {:.3g} from a {} rounding boundary; rounded to "
+                    "nearest, "
+                    "it is stored as {}",
+                    element_name(row + d, o_dims(s)), value_text(c.dtype, stored), n, n, exact, bound,
+                    rounding_margin(c.dtype, exact), dtype_name(c.dtype), value_text(c.dtype, want)),
+                {{"index", double(row + d)},
+                 {"value", stored},
+                 {"expected", want},
+                 {"exact", exact},
+                 {"keys", double(n)}});
+        }
+      }
+    }
+  if (rows == 0)
+    return Verdict::discard("no row whose visible scores all tie over a power-of-two number of keys");
+  if (checked == 0) return Verdict::discard("no element of the tied rows clear of a rounding boundary");
+  return Verdict::pass();
+}
+
 }  // namespace
 
 void register_forward_invariants(FamilyDef<FwdTraits>& f) {
@@ -169,6 +283,12 @@ void register_forward_invariants(FamilyDef<FwdTraits>& f) {
                "permuting unmasked keys with their values leaves O unchanged; permuting queries permutes O",
                policy_params(), needs_permutation},
               permutation_equivariance);
+  f.invariant({"o_rounded_to_nearest",
+               "f16/bf16: where a row's visible scores tie over 2^t keys (P = 2^-t exactly), O is stored "
+               "rounded to nearest: the one value within reach of the exact mean",
+               {},
+               needs_tied_half_rows},
+              o_rounded_to_nearest);
   register_workspace_bounded(f);
 }
 

@@ -42,6 +42,7 @@ KPROP_REGISTER_FAMILY(FwdTraits, [](FamilyDef<FwdTraits>& f) {
            {"finite_outputs", {"o", "lse"}},
            {"shift_invariance", {"o"}},  // LSE moves with a key shift by design
            {"permutation_equivariance", {"o", "lse"}},
+           {"o_rounded_to_nearest", {"o"}},
            {"workspace_bounded", {}}});  // the workspace measure, no output
   register_forward_external(f);
 });

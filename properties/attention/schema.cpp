@@ -38,10 +38,16 @@ namespace {
 //                  10^log10_peak_score above the others, as padding holding
 //                  garbage does: a mask applied as an additive -1e4 (or any
 //                  finite bias) lets them through, -inf does not.
+//   tied_scores    every key of a (batch, kv head) the same: a row's visible
+//                  scores all tie, P = 1/n for its n visible keys, and O is
+//                  the mean of n values of the dtype. Where n is a power of
+//                  two, that mean is exact in f32 and needs up to log2(n)
+//                  bits more than a half type holds: the store alone decides
+//                  O's last bit (o_rounded_to_nearest).
 // Values are rounded to the case's dtype, never past its largest finite value.
 const Choices& value_choices() {
-  static const Choices choices = {"normal",        "large",        "growing_keys", "integer",
-                                  "constant_rows", "near_uniform", "wide",         "masked_peaks"};
+  static const Choices choices = {"normal",       "large", "growing_keys", "integer",    "constant_rows",
+                                  "near_uniform", "wide",  "masked_peaks", "tied_scores"};
   return choices;
 }
 }  // namespace

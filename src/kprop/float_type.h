@@ -9,6 +9,7 @@
 // (src/float_type.cpp, like half.h's texts in src/half.cpp).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -123,6 +124,42 @@ inline double max_finite(FloatType t) {
       break;
   }
   return std::numeric_limits<double>::max();
+}
+
+// The neighbour of round_to(t, |x|) (which must be finite) one step away
+// from zero (dir = +1) or toward it (dir = -1; from a zero, -denorm_min):
+// bit pattern +- 1 for f16, bf16 and f32, std::nextafter for f64.
+inline double neighbour_abs(FloatType t, double x, int dir) {
+  const double a = round_to(t, std::fabs(x));
+  if (dir < 0 && a == 0) return -denorm_min(t);
+  switch (t) {
+    case FloatType::f32:
+      return static_cast<double>(std::nextafter(static_cast<float>(a), dir > 0 ? HUGE_VALF : 0.0f));
+    case FloatType::f16:
+      return half::f16_to_double(static_cast<uint16_t>(half::f16_from_double(a) + dir));
+    case FloatType::bf16:
+      return half::bf16_to_double(static_cast<uint16_t>(half::bf16_from_double(a) + dir));
+    case FloatType::f64:
+      break;
+  }
+  return std::nextafter(a, dir > 0 ? HUGE_VAL : 0.0);
+}
+
+// How far x is from the nearest point at which round_to(t, .) changes its
+// value: the midpoints between r = round_to(t, x) and r's two neighbours in
+// the type (0 for x at a tie or past the largest finite value; +inf for
+// f64, where nothing rounds). Any value within this distance of x rounds to
+// r: an element whose exact value is farther from a midpoint than its
+// computation's error bound has one correct stored value (attention's
+// o_rounded_to_nearest). Midpoints of half or f32 values are exact in double.
+inline double rounding_margin(FloatType t, double x) {
+  if (t == FloatType::f64) return HUGE_VAL;
+  const double a = std::fabs(x), r = round_to(t, a);
+  if (!std::isfinite(r)) return 0;
+  const double down = neighbour_abs(t, r, -1);
+  double up = neighbour_abs(t, r, +1);
+  if (std::isinf(up)) up = r + (r - down);  // past the largest finite value: the overflow threshold
+  return std::min(a - (down + r) / 2, (r + up) / 2 - a);
 }
 
 // The shortest text that reads back to x in the type (read as a double,

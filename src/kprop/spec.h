@@ -72,6 +72,10 @@ struct InvariantUse {
   std::shared_ptr<const ExpressionInvariant> expression;
   // Set for an invariant given as code by the caller.
   std::shared_ptr<const CallbackInvariant> callback;
+  // Why nothing can be observed: a listed invariant whose needs the domain
+  // that --domain narrowed no longer meets (the spec's own domain met them).
+  // Checked as not applicable, with this reason, on every case.
+  std::string unobservable;
 };
 
 // Checks one invariant of a trial: the family's C++ invariant, or the

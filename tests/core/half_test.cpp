@@ -17,6 +17,7 @@
 
 #include "kprop/case_yaml.h"
 #include "kprop/external.h"
+#include "kprop/float_type.h"
 
 namespace kprop::half {
 namespace {
@@ -269,6 +270,27 @@ TEST(HalfTruncate, Bf16TruncationRoundsTowardZero) {
     const float v = bf16_to_float(static_cast<uint16_t>(i));
     ASSERT_EQ(bf16_truncate(v), i);
   }
+}
+
+// rounding_margin: the distance to the nearest point where rounding to the
+// type changes, i.e. to the midpoints around round_to(t, x).
+TEST(RoundingMargin, DistanceToTheNearestMidpoint) {
+  using kprop::FloatType;
+  using kprop::rounding_margin;
+  // bf16 at 1: the gap below is 2^-8, above 2^-7; midpoints 1 - 2^-9 and 1 + 2^-8.
+  EXPECT_EQ(rounding_margin(FloatType::bf16, 1.0), 0x1.0p-9);
+  EXPECT_EQ(rounding_margin(FloatType::bf16, 1 + 0x1.0p-9), 0x1.0p-9);
+  EXPECT_EQ(rounding_margin(FloatType::bf16, 1 + 0x1.0p-8), 0);  // a tie
+  EXPECT_EQ(rounding_margin(FloatType::bf16, -(1 + 0x1.0p-9)), 0x1.0p-9);
+  EXPECT_EQ(rounding_margin(FloatType::f16, 1 + 0x1.0p-12), 0x1.0p-12);
+  // Zero: the midpoints are +-denorm_min / 2.
+  EXPECT_EQ(rounding_margin(FloatType::f16, 0.0), 0x1.0p-25);
+  EXPECT_EQ(rounding_margin(FloatType::f16, 0x1.0p-26), 0x1.0p-26);
+  // The largest finite f16, 65504: above it the overflow threshold 65520.
+  EXPECT_EQ(rounding_margin(FloatType::f16, 65510.0), 10);
+  EXPECT_EQ(rounding_margin(FloatType::f16, 65520.0), 0);
+  EXPECT_EQ(rounding_margin(FloatType::f32, 1.0), 0x1.0p-25);
+  EXPECT_EQ(rounding_margin(FloatType::f64, 1.0), HUGE_VAL);
 }
 
 // The C ABI: Tensor::of rounds into f16/bf16 and to_doubles gives back the

@@ -145,6 +145,27 @@ invariants:
   EXPECT_FALSE(s.invariants.empty());
 }
 
+// The same need unmet because --domain narrowed a domain that met it: the
+// spec is right, the run cannot observe the invariant, so it is n/a (with
+// the reason) on every case, never a pass and never a load error.
+TEST(InvariantNeeds, ADomainOverrideThatStarvesAnInvariantMakesItNotApplicable) {
+  const std::string text = R"(spec: t
+family: layernorm
+domain:
+  dtype: [f32, f64]
+invariants:
+  - matches_reference
+  - finite_differences
+)";
+  const Spec s = parse_spec(text, "t.yaml", "", "{dtype: [f32]}");
+  ASSERT_EQ(s.invariants.size(), 2u);
+  EXPECT_EQ(s.invariants[1].name, "finite_differences");
+  EXPECT_NE(s.invariants[1].unobservable.find("--domain leaves it nothing to observe: it needs f64 cases"),
+            std::string::npos)
+      << s.invariants[1].unobservable;
+  EXPECT_TRUE(s.invariants[0].unobservable.empty());
+}
+
 TEST(InvariantNeeds, OtherNeedsAreChecked) {
   EXPECT_THROW(
       parse_spec("spec: t\nfamily: ternary\ndomain: {tokens: [1, 1]}\ninvariants: [token_independence]\n",

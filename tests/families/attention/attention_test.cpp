@@ -211,6 +211,33 @@ TEST(AttentionBackwardD, DRoundedToTheStorageTypeIsCaught) {
   EXPECT_EQ(outcome("d_in_storage", "D_from_own_forward"), Outcome::fail);
 }
 
+// o_rounded_to_nearest: every key the same, so P = 1/4 and O is the mean of
+// four bf16 values of V, which needs bits that bf16 lacks; a store by
+// truncation gives the value below where rounding goes up.
+TEST(AttentionRounding, OStoredByTruncationIsCaughtOnTiedRows) {
+  Case c = small_case(2, 4, false);
+  c.dtype = DType::bf16;
+  for (int j = 1; j < 4; ++j) c.k[size_t(2 * j)] = c.k[0], c.k[size_t(2 * j + 1)] = c.k[1];
+  // v_j,0 = 1 + 2^-7·{0, 1, 1, 1}: mean 1 + 3·2^-9, rounded up to 1 + 2^-7.
+  c.v = {1, 1, 1 + 0x1.0p-7, 1, 1 + 0x1.0p-7, 1, 1 + 0x1.0p-7, 1};
+  const Spec spec = load_spec(kFwdSpec);
+  auto outcome = [&](const Case& x, const char* target) {
+    return check_case(spec, resolve_target(spec, target), invariant_named(spec, "o_rounded_to_nearest"),
+                      std::make_shared<const Case>(x))
+        .outcome;
+  };
+  EXPECT_EQ(outcome(c, "tiled"), Outcome::pass);
+  EXPECT_EQ(outcome(c, "o_store_truncated"), Outcome::fail);
+  EXPECT_EQ(outcome(c, "reference"), Outcome::not_applicable);  // its O stays fp64
+  // Scores that do not tie leave O's last bit to P's rounding: nothing checked.
+  Case untied = c;
+  untied.k[2] += 1;
+  EXPECT_EQ(outcome(untied, "o_store_truncated"), Outcome::discard);
+  Case f32 = c;
+  f32.dtype = DType::f32;
+  EXPECT_EQ(outcome(f32, "o_store_truncated"), Outcome::discard);
+}
+
 // masked_peaks: the keys a mask hides from a batch's first row outscore the
 // visible ones by about 10^log10_peak_score, in every dtype with finite,
 // representable values.
