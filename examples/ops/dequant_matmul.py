@@ -10,6 +10,8 @@ output channel n. Dequantizes to the input's dtype, then multiplies.
     per_tensor_scale   one scale for the whole tensor (scale[0]): a per-tensor kernel fed per-channel scales
     zero_point_sign    (w_q + zp) * scale: the zero point added instead of subtracted
     scale_wrong_axis   scale indexed by the input channel k (row of w_q) instead of the output channel n
+    f64_in_f32         f64 cases computed in float32 and widened back (a templated kernel whose
+                       accumulator is float for every dtype)
 """
 import os
 import sys
@@ -19,11 +21,14 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import kprop_worker  # noqa: E402
 
-BUGS = ("per_tensor_scale", "zero_point_sign", "scale_wrong_axis")
+BUGS = ("per_tensor_scale", "zero_point_sign", "scale_wrong_axis", "f64_in_f32")
 BUG = kprop_worker.planted_bug(BUGS)
 
 
 def dequant_matmul(x, w_q, zp, scale, **_):
+    if BUG == "f64_in_f32" and x.dtype == np.float64:
+        y = dequant_matmul(x.astype(np.float32), w_q, zp, scale.astype(np.float32))["y"]
+        return {"y": y.astype(np.float64)}
     dt = x.dtype
     # Integer arithmetic on w_q - zp, as an int8 kernel does (in int32: the
     # spec's values are int8, but shrinking may step outside [-128, 127],

@@ -11,6 +11,8 @@ rounded to it: NumPy has no erf, so math.erf per element).
     bias_wrong_axis    the epilogue indexes the bias by row (b[m]) instead of by column (b[n])
     gelu_before_bias   gelu(x @ w) + b: the epilogue's two steps in the wrong order
     f16_accumulation   the products accumulated in float16 (a half-precision accumulator)
+    f64_in_f32         f64 cases computed in float32 and widened back (a templated kernel whose
+                       accumulator is float for every dtype)
 """
 import math
 import os
@@ -21,7 +23,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import kprop_worker  # noqa: E402
 
-BUGS = ("bias_wrong_axis", "gelu_before_bias", "f16_accumulation")
+BUGS = ("bias_wrong_axis", "gelu_before_bias", "f16_accumulation", "f64_in_f32")
 BUG = kprop_worker.planted_bug(BUGS)
 
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -34,6 +36,9 @@ def gelu(z):
 
 
 def matmul_bias_gelu(x, w, b, **_):
+    if BUG == "f64_in_f32" and x.dtype == np.float64:
+        y = matmul_bias_gelu(x.astype(np.float32), w.astype(np.float32), b.astype(np.float32))["y"]
+        return {"y": y.astype(np.float64)}
     dt = x.dtype
     w, b = w.astype(dt), b.astype(dt)
     with np.errstate(over="ignore", invalid="ignore"):

@@ -12,6 +12,8 @@ dy, computed in the input's dtype as fused RMSNorm kernels do:
     mean_term_no_weight   the mean term uses mean(dy * x), w forgotten inside it
     dw_not_summed         dw is the last row's dy * x * r: the per-row partials never reduced
     eps_outside_sqrt      r = 1 / (sqrt(mean(x^2)) + eps), in dx and dw
+    f64_in_f32            f64 cases computed in float32 and widened back (a templated kernel whose
+                          accumulator is float for every dtype)
 """
 import os
 import sys
@@ -21,11 +23,15 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import kprop_worker  # noqa: E402
 
-BUGS = ("no_mean_term", "mean_term_no_weight", "dw_not_summed", "eps_outside_sqrt")
+BUGS = ("no_mean_term", "mean_term_no_weight", "dw_not_summed", "eps_outside_sqrt", "f64_in_f32")
 BUG = kprop_worker.planted_bug(BUGS)
 
 
 def rmsnorm_bwd(x, w, dy, eps, **_):
+    if BUG == "f64_in_f32" and x.dtype == np.float64:
+        f = np.float32
+        out = rmsnorm_bwd(x.astype(f), w.astype(f), dy.astype(f), eps)
+        return {k: v.astype(np.float64) for k, v in out.items()}
     eps = x.dtype.type(eps)
     w = w.astype(x.dtype)
     dy = dy.astype(x.dtype)

@@ -14,6 +14,9 @@ back to N. Computes in the input's dtype.
                       is skipped: neighbours are left unordered
     flat              sorts the whole [B, N] block as one row (a launch that
                       forgot the batch stride): values move between rows
+    f32_keys          orders f64 rows by float32 copies of their values (a kernel
+                      that sorts f32 keys and carries the values along): values
+                      within one f32 rounding of each other keep their input order
 """
 import os
 import sys
@@ -23,7 +26,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import kprop_worker  # noqa: E402
 
-BUGS = ("pad_with_zero", "skip_last_step", "flat")
+BUGS = ("pad_with_zero", "skip_last_step", "flat", "f32_keys")
 BUG = kprop_worker.planted_bug(BUGS)
 
 
@@ -47,6 +50,9 @@ def bitonic(a):
 
 
 def sort(x, **_):
+    if BUG == "f32_keys":
+        order = np.argsort(x.astype(np.float32), axis=-1, kind="stable")
+        return {"y": np.take_along_axis(x, order, axis=-1)}
     b, n = x.shape
     rows = x.reshape(1, b * n) if BUG == "flat" else x
     p = 1

@@ -15,6 +15,8 @@ tokens the mass before the first of their tie group.
     no_renormalize    the kept probabilities are not divided by their sum
     inclusive_cumsum  keep iff the cumulative mass INCLUDING the token is < p (the top token always
                       kept): the token that crosses p is dropped, the kept mass never reaches p
+    no_max_shift      softmax as exp(logits) / sum(exp(logits)), without subtracting the row max:
+                      inf / inf = NaN once a logit passes exp's overflow (88.7 in f32, 709.8 in f64)
 """
 import os
 import sys
@@ -24,15 +26,20 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import kprop_worker  # noqa: E402
 
-BUGS = ("ties_by_index", "no_renormalize", "inclusive_cumsum")
+BUGS = ("ties_by_index", "no_renormalize", "inclusive_cumsum", "no_max_shift")
 BUG = kprop_worker.planted_bug(BUGS)
 
 
 def top_p(logits, p, **_):
     p = logits.dtype.type(p)
     v = logits.shape[-1]
-    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    prob = e / e.sum(axis=-1, keepdims=True)
+    if BUG == "no_max_shift":
+        with np.errstate(over="ignore", invalid="ignore"):
+            e = np.exp(logits)
+    else:
+        e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    with np.errstate(invalid="ignore"):
+        prob = e / e.sum(axis=-1, keepdims=True)
     order = np.argsort(-logits, axis=-1, kind="stable")  # descending, ties by index
     ls = np.take_along_axis(logits, order, axis=-1)
     ps = np.take_along_axis(prob, order, axis=-1)

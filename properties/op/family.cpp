@@ -20,6 +20,7 @@ expr::TensorInfos Traits::tensor_infos() {
 void Traits::tensors(const Case& c, const Result* target, const Result* reference, expr::TensorMap& out) {
   const Decl& d = *c.decl;
   put_inputs(c, out, false);
+  out.put("unit_roundoff", expr::Tensor::scalar(unit_roundoff(arithmetic_dtype(c.dtype))));
   std::optional<Result> ref_own, naive_res;
   auto ref = [&]() -> const Result& {
     if (reference) return *reference;
@@ -107,6 +108,12 @@ Case Traits::transform(const std::string& name, const Case& c, const Values& par
 OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
   const Decl& d = *decl_;
   infos_ = d.reference_infos;
+  infos_.push_back(
+      {"unit_roundoff",
+       {},
+       expr::DType::real,
+       "unit roundoff u of the case's arithmetic: 2^-53 for f64 cases, 2^-24 for f32, f16 and bf16 "
+       "(a half stores, f32 computes)"});
   for (const auto& o : d.outputs) {
     infos_.push_back({"target." + o.name, o.shape, expr::DType::real, "output " + o.name + " of the target"});
     infos_.push_back({"reference." + o.name, o.shape, expr::DType::real, "the reference expression in fp64"});
