@@ -38,6 +38,9 @@ void z_half(FusedConfig& f) {
 void drop_far(FusedConfig& f) {
   f.drop_far = true;
 }
+void f32_keys(FusedConfig& f) {
+  f.f32_rank_keys = true;
+}
 void exp_half_no_max(FusedConfig& f) {
   f.subtract_max = false;
   f.exp_in_storage = true;
@@ -61,6 +64,10 @@ const std::vector<Mutant>& mutants() {
       {"no_max_subtraction", "normaliser and probabilities from exp(x) without subtracting the running max",
        variant<no_max>},
       {"tie_high_index", "equal logits rank the higher index first", variant<tie_high>},
+      {"f32_rank_keys",
+       "f64 logits ranked by their f32 roundings (a radix select or packed (f32 key, index) word): logits "
+       "f32 cannot tell apart rank by index",
+       variant<f32_keys>},
       {"online_rescale_inverted", "running normaliser rescaled by exp(m_new - m_old) when the max grows",
        variant<inverted>},
       {"neg_inf_selected_early",

@@ -125,8 +125,9 @@ void fused_row(const T* x, int n, int k, int block, const FusedConfig& cfg, T* o
   };
   auto zs = [&](T v) -> T { return cfg.z_in_storage && store ? store(v) : v; };
   const int keep = cfg.cap > 0 ? std::min(k, cfg.cap) : k;
-  auto better = [&cfg](const Entry<T>& a, const Entry<T>& b) {
-    if (a.value != b.value) return a.value > b.value;
+  auto key = [&cfg](T v) { return cfg.f32_rank_keys ? static_cast<T>(static_cast<float>(v)) : v; };
+  auto better = [&cfg, &key](const Entry<T>& a, const Entry<T>& b) {
+    if (key(a.value) != key(b.value)) return key(a.value) > key(b.value);
     return cfg.ties_to_lower ? a.index < b.index : a.index > b.index;
   };
   buf.clear();

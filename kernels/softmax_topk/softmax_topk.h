@@ -87,6 +87,10 @@ struct FusedConfig {
   // (the far_logits_zeroed mutant): a finite logit 16 below the max gets
   // probability 0, not 1.1e-7.
   bool drop_far = false;
+  // The rank key is the logit rounded to f32 (a radix select, or a packed
+  // 64-bit (f32 key, index) word, fed f64 logits; the f32_rank_keys
+  // mutant): f64 logits that f32 cannot tell apart rank by index.
+  bool f32_rank_keys = false;
 };
 Result fused_with(const Case& c, const FusedConfig& config);
 // The fused kernel on raw f32 rows (x: rows x vocab; probs, indices: rows x k).

@@ -41,7 +41,8 @@ Schema Traits::domain_schema() {
               field::real_range("neg_inf_rate", {0.0, 0.8}, 0, 1,
                                 "fraction of -inf logits in rows that have some"),
           },
-          "logit rows: grid values q * 2^e (shift-exact), exact ties, offsets, -inf entries, all -inf rows"),
+          "logit rows: grid values q * 2^e (shift-exact), exact ties, offsets, -inf entries, all -inf rows; "
+          "in f64, a third of the rows split ties by 2^-29 relative (distinct in f64, one value in f32)"),
   };
 }
 
@@ -85,6 +86,11 @@ Case Traits::build(Draw& draw, const Values& domain) {
                      : c.dtype == DType::bf16 ? half::bf16_max
                                               : HUGE_VAL;
   for (int r = 0; r < rows; ++r) {
+    // f64 rows, a third of the time: each grid value y moved to
+    // y·(1 + f·2^-29), f in [-3, 3] (exact: an integer below 2^52 times a
+    // power of two): logits that f64 tells apart and f32 rounds to one value,
+    // so a rank by f32 keys misorders them (f32_rank_keys).
+    const bool fine = c.dtype == DType::f64 && draw.chance(1.0 / 3);
     const int64_t levels_here = draw.chance(0.5) ? draw.any(levels) : int64_t{1} << 19;
     int e = static_cast<int>(draw.chance(0.5) ? draw.any(IntRange{-3, 3}) : draw.any(mag));
     e = std::clamp(e, min_e, max_e);
@@ -96,7 +102,12 @@ Case Traits::build(Draw& draw, const Values& domain) {
     std::vector<double> row;
     for (int i = 0; i < v; ++i) {
       const int64_t q = draw.any(IntRange{0, levels_here - 1}) - levels_here / 2;
-      row.push_back(std::ldexp(static_cast<double>(offset + q), e));
+      if (fine)
+        row.push_back(std::ldexp(static_cast<double>((offset + q) * (int64_t{1} << 29) +
+                                                     (offset + q == 0 ? 0 : draw.any(IntRange{-3, 3}))),
+                                 e - 29));
+      else
+        row.push_back(std::ldexp(static_cast<double>(offset + q), e));
     }
     if (is_half(c.dtype))
       for (double& x : row) x = round_to(c.dtype, std::clamp(x, -top, top));
