@@ -82,6 +82,10 @@ const std::vector<Mutant>& mutants() {
       // when |w| / scale lies that close to a rounding boundary (0.5).
       {"absmean_float_sum", "weight scale mean|W| summed in float instead of double",
        [](const Case& c) { return with(c, [](Pipeline& p) { p.float_sum = true; }); }},
+      {"activation_product_f32",
+       "activations quantized as round(f32(x) * f32(a_t)), the usual GPU path, instead of the contract's "
+       "double product: x a_t a hair off a tie rounds onto it",
+       [](const Case& c) { return with(c, [](Pipeline& p) { p.float_product = true; }); }},
       {"k_tail_dropped_past_4096",
        "packed kernel written for K <= 4096: past it, the last K mod 4096 columns never reach acc "
        "(specs/ternary.yaml profile large)",

@@ -40,8 +40,12 @@ Result run_pipeline(const Case& c, const Pipeline& p) {
     for (int k = 0; k < K; ++k) amax = std::max(amax, std::fabs(c.x[static_cast<size_t>(t) * K + k]));
     const double a = 127.0 / (p.eps_guard ? std::max(amax, kEps) : amax);
     r.x_scale.push_back(a);
-    for (int k = 0; k < K; ++k)
-      r.x_q.push_back(std::clamp(p.round(c.x[static_cast<size_t>(t) * K + k] * a), -128.0, 127.0));
+    for (int k = 0; k < K; ++k) {
+      const double x = c.x[static_cast<size_t>(t) * K + k];
+      const double xa =
+          p.float_product ? static_cast<double>(static_cast<float>(x) * static_cast<float>(a)) : x * a;
+      r.x_q.push_back(std::clamp(p.round(xa), -128.0, 127.0));
+    }
   }
 
   // Integer matmul (exact in double: |acc| <= 128 K), then dequantize.

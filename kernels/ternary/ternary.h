@@ -68,6 +68,7 @@ struct Pipeline {
   bool eps_guard = true;         // clamp both scales' denominators at eps
   bool straight_through = true;  // false: dW = 0 (the gradient of round())
   bool float_sum = false;        // the absmean's sum of |W| accumulated in float, not double
+  bool float_product = false;    // x_tk · a_t formed in float before the rounding, not double
 };
 Result run_pipeline(const Case& c, const Pipeline& p);
 

@@ -44,7 +44,7 @@ Schema Traits::domain_schema() {
                   "kinds", kActivationKinds, kActivationKinds,
                   "activation distributions: normal (per-token magnitudes spread over two decades), "
                   "outlier (one huge channel, as in LLM activations), zero_rows (all-zero tokens), "
-                  "ties (x a_t exactly halfway between integers)"),
+                  "ties (x a_t exactly halfway between integers, or 2^-40 off it)"),
               field::real_range("log10_scale", {-3, 3}, -9, 9, "log10 of the activations' magnitude"),
               field::real_range("log10_outlier", {2, 6}, 0, 11, "log10 of the outlier channel's factor"),
           },
@@ -134,14 +134,21 @@ Case Traits::build(Draw& draw, const Values& domain) {
     const double token_scale = ascale * std::pow(10.0, 2 * uniform(13, static_cast<uint64_t>(t)) - 1);
     if (akind == "ties") {
       // max|x| = 127 u with u a power of two: a_t = 1/u exactly, and x = (j + 1/2) u lands on a tie.
+      // Half the tokens move some ties by 2^-40 relative, as the weights'
+      // threshold kind does: x a_t = (j + 1/2)(1 ± 2^-40) is exact in
+      // double and rounds away from the tie, but an f32 product rounds it
+      // back onto the tie (an xq the contract's double arithmetic never gives).
       const double u = std::exp2(std::round(std::log2(token_scale)));
       const size_t peak = static_cast<size_t>(uniform(14, static_cast<uint64_t>(t)) * K);
+      const bool nudge = uniform(22, static_cast<uint64_t>(t)) < 0.5;
       for (int k = 0; k < K; ++k) {
         const uint64_t i = static_cast<uint64_t>(t) * K + static_cast<uint64_t>(k);
         const double j = std::floor(uniform(15, i) * 254) - 127;  // [-127, 126]
         row[k] = static_cast<size_t>(k) == peak ? (uniform(16, i) < 0.5 ? -127 : 127) * u
                  : uniform(17, i) < 0.8         ? (j + 0.5) * u
                                                 : j * u;
+        if (nudge && static_cast<size_t>(k) != peak && uniform(23, i) < 0.3)
+          row[k] *= 1 + (uniform(24, i) < 0.5 ? -1 : 1) * 0x1p-40;
       }
       continue;
     }
