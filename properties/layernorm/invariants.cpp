@@ -147,21 +147,56 @@ double dbeta_scale(const Case& c) {
   return s;
 }
 
+namespace {
+// The mean's rounding, carried into x̂ = (x - μ) rstd. A sum of D terms in
+// any order (sequential, pairwise, SIMD lanes, a warp's tree) errs by at most
+// (D - 1) u Σ|x|, so μ by (D - 1) u mean|x| and every x̂ of the row by the
+// same δ = rstd (D - 1) u mean|x| (σ² moves only at second order: Σ(x - μ)
+// = 0). On a row with a large mean and a small spread δ is far above
+// y_scale's ulps: the naive two-pass baseline's own error covers it only
+// when its summation order happens to round the mean the same way (a tree
+// sum failed a row where the sequential baseline's mean was exact).
+double xhat_shift(const Case& c, const Result& ref, size_t r) {
+  const size_t D = static_cast<size_t>(c.dim);
+  double sum = 0;
+  for (size_t d = 0; d < D; ++d) sum += std::fabs(c.x[at(r, d, D)]);
+  return std::fabs(ref.rstd[r]) * static_cast<double>(D - 1) * accumulation_roundoff(c.dtype) * sum /
+         static_cast<double>(D);
+}
+}  // namespace
+
 // matches_reference's floors (the header comment derives the half terms).
+// Each adds what the mean's rounding moves (xhat_shift δ): y = γ x̂ + β by
+// max|γ| δ; dx = rstd (g - mean g - x̂ mean(g x̂)), g = γ dy, by
+// rstd δ (mean|g x̂| + max|x̂| mean|g|); dγ = Σ_rows dy x̂ by Σ_rows |dy| δ.
 double y_floor(const Case& c, const Result& ref, size_t r, double ulps) {
   const double u = accumulation_roundoff(c.dtype), us = store_u(c.dtype), s = subnormal_half_step(c.dtype);
   const double ys = y_scale(c, ref, r);
-  return ulps * u * ys + us * ys + s;
+  double max_gamma = 0;
+  for (double g : c.gamma) max_gamma = std::max(max_gamma, std::fabs(g));
+  return ulps * u * ys + us * ys + s + max_gamma * xhat_shift(c, ref, r);
 }
 double dx_floor(const Case& c, const Result& ref, size_t r, double ulps) {
   const double u = accumulation_roundoff(c.dtype), us = store_u(c.dtype), s = subnormal_half_step(c.dtype);
   const double dxs = dx_scale(c, ref, r), root_d = std::sqrt(static_cast<double>(c.dim));
-  return ulps * u * dxs + (3 * us + 2 * s * root_d) * dxs + s;
+  const RowGrad g = row_grad(c, ref, r);
+  const double shift =
+      std::fabs(ref.rstd[r]) * xhat_shift(c, ref, r) * (g.mean_abs_gx + g.max_abs_xhat * g.mean_abs_g);
+  return ulps * u * dxs + (3 * us + 2 * s * root_d) * dxs + s + shift;
 }
 double dgamma_floor(const Case& c, const Result& ref, double ulps) {
   const double u = accumulation_roundoff(c.dtype), us = store_u(c.dtype), s = subnormal_half_step(c.dtype);
   const double gs = dgamma_scale(c, ref);
-  return ulps * u * gs + 2 * us * gs + s * dbeta_scale(c) + s;
+  const size_t D = static_cast<size_t>(c.dim), R = static_cast<size_t>(c.rows);
+  std::vector<double> delta(R);
+  for (size_t r = 0; r < R; ++r) delta[r] = xhat_shift(c, ref, r);
+  double shift = 0;
+  for (size_t d = 0; d < D; ++d) {
+    double col = 0;
+    for (size_t r = 0; r < R; ++r) col += std::fabs(c.dy[at(r, d, D)]) * delta[r];
+    shift = std::max(shift, col);
+  }
+  return ulps * u * gs + 2 * us * gs + s * dbeta_scale(c) + s + shift;
 }
 double dbeta_floor(const Case& c, double ulps) {
   const double u = accumulation_roundoff(c.dtype), us = store_u(c.dtype), s = subnormal_half_step(c.dtype);
