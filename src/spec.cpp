@@ -635,7 +635,7 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
       // spec's error; one that --domain starved is not applicable to the run.
       if (const auto& needs = invariants[static_cast<size_t>(index)].needs)
         if (const std::string why = needs(spec.domain, use.params); !why.empty()) {
-          if (!cli_domain || cli_domain.size() == 0)
+          if (!cli_domain.IsMap() || cli_domain.size() == 0)
             fail(name_node, fmt::format("invariant {} needs {}", name, why));
           use.unobservable = fmt::format("--domain leaves it nothing to observe: it needs {}", why);
         }
@@ -659,8 +659,9 @@ YAML::Node cli_domain(const std::string& text, const YAML::Node& root, const std
     throw InputError({"--domain", e.mark.line + 1, e.mark.column + 1}, "invalid YAML: " + e.msg);
   }
   Loader cli("--domain");
-  if (!node.IsMap() || node.size() == 0)
+  if (!node.IsMap())
     cli.fail(node, "expected a map of domain keys, e.g. --domain '{dtypes: [f32], dim: [64, 128]}'");
+  if (node.size() == 0) return node;  // '{}': nothing to override (as no --domain)
   const std::string family = root["family"] && root["family"].IsScalar() ? root["family"].Scalar() : "";
   if (const Family* f = Registry::instance().find(family)) {
     Values unused;

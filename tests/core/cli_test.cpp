@@ -94,6 +94,11 @@ TEST(Cli, DomainOverrideErrorsPointIntoTheOption) {
   EXPECT_EQ(not_map.code, 2) << not_map.out;
   EXPECT_NE(not_map.out.find("--domain:1:1: expected a map of domain keys"), std::string::npos)
       << not_map.out;
+  // An empty map overrides nothing: the run is the spec's own.
+  const CliRun empty = run("--spec " + kSpec + " --no-corpus --trials 5 --seed 3 --domain '{}'");
+  const CliRun plain = run("--spec " + kSpec + " --no-corpus --trials 5 --seed 3");
+  EXPECT_EQ(empty.code, 0) << empty.out;
+  EXPECT_EQ(empty.code, plain.code);
 }
 
 TEST(Cli, MutantsTableExitsZeroWhenAllDie) {
