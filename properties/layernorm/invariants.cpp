@@ -176,17 +176,13 @@ double y_floor(const Case& c, const Result& ref, size_t r, double ulps) {
   for (double g : c.gamma) max_gamma = std::max(max_gamma, std::fabs(g));
   return ulps * u * ys + us * ys + s + max_gamma * xhat_shift(c, ref, r);
 }
-double dx_floor(const Case& c, const Result& ref, size_t r, double ulps) {
-  const double u = accumulation_roundoff(c.dtype), us = store_u(c.dtype), s = subnormal_half_step(c.dtype);
-  const double dxs = dx_scale(c, ref, r), root_d = std::sqrt(static_cast<double>(c.dim));
+namespace {
+// What the mean's rounding moves dx of row r and dγ by (derived above).
+double dx_shift(const Case& c, const Result& ref, size_t r) {
   const RowGrad g = row_grad(c, ref, r);
-  const double shift =
-      std::fabs(ref.rstd[r]) * xhat_shift(c, ref, r) * (g.mean_abs_gx + g.max_abs_xhat * g.mean_abs_g);
-  return ulps * u * dxs + (3 * us + 2 * s * root_d) * dxs + s + shift;
+  return std::fabs(ref.rstd[r]) * xhat_shift(c, ref, r) * (g.mean_abs_gx + g.max_abs_xhat * g.mean_abs_g);
 }
-double dgamma_floor(const Case& c, const Result& ref, double ulps) {
-  const double u = accumulation_roundoff(c.dtype), us = store_u(c.dtype), s = subnormal_half_step(c.dtype);
-  const double gs = dgamma_scale(c, ref);
+double dgamma_shift(const Case& c, const Result& ref) {
   const size_t D = static_cast<size_t>(c.dim), R = static_cast<size_t>(c.rows);
   std::vector<double> delta(R);
   for (size_t r = 0; r < R; ++r) delta[r] = xhat_shift(c, ref, r);
@@ -196,7 +192,19 @@ double dgamma_floor(const Case& c, const Result& ref, double ulps) {
     for (size_t r = 0; r < R; ++r) col += std::fabs(c.dy[at(r, d, D)]) * delta[r];
     shift = std::max(shift, col);
   }
-  return ulps * u * gs + 2 * us * gs + s * dbeta_scale(c) + s + shift;
+  return shift;
+}
+}  // namespace
+
+double dx_floor(const Case& c, const Result& ref, size_t r, double ulps) {
+  const double u = accumulation_roundoff(c.dtype), us = store_u(c.dtype), s = subnormal_half_step(c.dtype);
+  const double dxs = dx_scale(c, ref, r), root_d = std::sqrt(static_cast<double>(c.dim));
+  return ulps * u * dxs + (3 * us + 2 * s * root_d) * dxs + s + dx_shift(c, ref, r);
+}
+double dgamma_floor(const Case& c, const Result& ref, double ulps) {
+  const double u = accumulation_roundoff(c.dtype), us = store_u(c.dtype), s = subnormal_half_step(c.dtype);
+  const double gs = dgamma_scale(c, ref);
+  return ulps * u * gs + 2 * us * gs + s * dbeta_scale(c) + s + dgamma_shift(c, ref);
 }
 double dbeta_floor(const Case& c, double ulps) {
   const double u = accumulation_roundoff(c.dtype), us = store_u(c.dtype), s = subnormal_half_step(c.dtype);
@@ -212,14 +220,19 @@ double dbeta_floor(const Case& c, double ulps) {
 // u × rstd. An ill-conditioned row (large |μ|/σ) is the k × naive term's,
 // as for y. u is the arithmetic's roundoff (f32's for a half case, whose
 // μ and rstd are stored in f32: no storage term).
+// Both add the mean's rounding in any summation order (xhat_shift): μ by
+// (D - 1) u mean|x| = δ / rstd; σ² = Σ(x - μ')²/D by (μ' - μ)² (Σ(x - μ) = 0),
+// so rstd by rstd δ² / 2 to first order in it.
 double mean_floor(const Case& c, size_t r, double ulps) {
   const size_t D = static_cast<size_t>(c.dim);
   double sum = 0;
   for (size_t d = 0; d < D; ++d) sum += std::fabs(c.x[r * D + d]);
-  return ulps * accumulation_roundoff(c.dtype) * sum / static_cast<double>(D);
+  return (ulps + static_cast<double>(D - 1)) * accumulation_roundoff(c.dtype) * sum / static_cast<double>(D);
 }
 double rstd_floor(const Case& c, const Result& ref, size_t r, double ulps) {
-  return ulps * accumulation_roundoff(c.dtype) * std::fabs(ref.rstd[r]);
+  const double delta = xhat_shift(c, ref, r);
+  return ulps * accumulation_roundoff(c.dtype) * std::fabs(ref.rstd[r]) +
+         std::fabs(ref.rstd[r]) * delta * delta;
 }
 
 namespace {
@@ -389,7 +402,12 @@ Verdict dx_sums_to_zero(T& t, const Values& p) {
     const double half_terms = us * static_cast<double>(abs_sum) + static_cast<double>(D) * s +
                               ref.rstd[r] * (std::fabs(g.mean_gx) + us * g.mean_abs_gx + s * g.mean_abs_g) *
                                   (us * g.sum_abs_xhat + static_cast<double>(D) * s);
-    const double allowed = p.real("atol") + p.real("ulps") * u * scale + half_terms;
+    // The mean's rounding shifts every x̂ by δ (xhat_shift): Σx̂ becomes D δ and
+    // mean(g x̂) moves by δ mean|g|, adding rstd D δ (|mean(g x̂)| + δ mean|g|).
+    const double delta = xhat_shift(c, ref, r);
+    const double mean_shift =
+        ref.rstd[r] * static_cast<double>(D) * delta * (std::fabs(g.mean_gx) + delta * g.mean_abs_g);
+    const double allowed = p.real("atol") + p.real("ulps") * u * scale + half_terms + mean_shift;
     worst = std::max(worst, error_ratio(std::fabs(static_cast<double>(sum)), allowed));
     if (!(std::fabs(static_cast<double>(sum)) <= allowed))
       return Verdict::fail(fmt::format("row {}: sum of dx = {:.6g} (sum of |dx| {:.6g}), allowed {:.3g}", r,
@@ -532,7 +550,9 @@ Verdict finite_differences(T& t, const Values& p) {
       for (size_t d = 0; d < D; ++d) l += dy[d] * c.gamma[d] * xhat[d];
       return static_cast<double>(l);
     };
-    const double scale = dx_scale(c, ref, r);
+    // The target's own rounding on a row with a large mean (dx_shift) comes
+    // on top of the finite differences' tolerance.
+    const double scale = dx_scale(c, ref, r), shift = dx_shift(c, ref, r);
     for (size_t d = 0; d < D; ++d) {
       // The row, moved to x0 ± h and back (no copy per element).
       const double x0 = x[d], h = step / ref.rstd[r];
@@ -546,7 +566,7 @@ Verdict finite_differences(T& t, const Values& p) {
       x[d] = x0;
       const double fd = (loss_up - loss_down) / width;
       const double g = got.dx[at(r, d, D)];
-      const double allowed = allowed_error(atol, rtol, scale);
+      const double allowed = allowed_error(atol, rtol, scale) + shift;
       if (!(std::fabs(g - fd) <= allowed))
         return Verdict::fail(
             fmt::format("dx[{}][{}] = {:.9g}, finite differences of the fp64 forward give {:.9g} "
@@ -570,7 +590,8 @@ Verdict finite_differences(T& t, const Values& p) {
   for (double v : ref.xhat) max_xhat = std::max(max_xhat, std::fabs(v));
   for (double v : c.gamma) max_gamma = std::max(max_gamma, std::fabs(v));
   for (double v : c.beta) max_beta = std::max(max_beta, std::fabs(v));
-  const double gamma_scale = dgamma_scale(c, ref), beta_scale = dbeta_scale(c);
+  const double gamma_scale = dgamma_scale(c, ref), beta_scale = dbeta_scale(c),
+               gamma_shift = dgamma_shift(c, ref);
   Case moved = c;  // moved one parameter at a time and back
   for (size_t d = 0; d < D; ++d) {
     struct Param {
@@ -591,7 +612,7 @@ Verdict finite_differences(T& t, const Values& p) {
       const double loss_down = column_loss(moved, d);
       v = v0;
       const double fd = (loss_up - loss_down) / width;
-      const double allowed = allowed_error(atol, rtol, q.scale);
+      const double allowed = allowed_error(atol, rtol, q.scale) + (q.field == &Case::gamma ? gamma_shift : 0);
       if (!(std::fabs(q.got - fd) <= allowed))
         return Verdict::fail(
             fmt::format("{}[{}] = {:.9g}, finite differences of the fp64 forward give {:.9g} "
