@@ -159,9 +159,10 @@ Verdict permutation_equivariance(T& t, const Values& p) {
 // scores s_j are all equal (s), in an f32 kernel (u = 2^-24) with any
 // summation order, online softmax over any tiling, exp or exp2, P or the
 // unnormalized e rounded to the half type before P·V or not:
-//   1. each computed score is within Δ = γ_D·|scale|·Σ_d|q_d k_jd| + u·|s| of
-//      s (an f32 dot product and the scale), so two differ by at most 2Δ and
-//      the running max is one of them;
+//   1. each computed score is within Δ = γ_D(2u)·|scale|·Σ_d|q_d k_jd| + u·|s|
+//      of s (an f32 dot product, 2u per step for tensor cores' truncating
+//      adders, and the scale), so two differ by at most 2Δ and the running
+//      max is one of them;
 //   2. each exponential (of s_j - m, or exp2 of log2(e)-scaled operands) and
 //      each rescale factor exp(m_old - m_new) is 1 within
 //      ε = 2Δ + 2u(|s| + 2Δ + 1) + 4u: an argument within 2Δ of 0, the
@@ -220,7 +221,8 @@ Verdict o_rounded_to_nearest(T& t, const Values&) {
           for (int d = 0; d < s.dim; ++d) dot += q[d] * k[d], abs_dot += std::fabs(q[d] * k[d]);
           if (a == 0) dot0 = dot;
           tied = dot == dot0;
-          delta = std::max(delta, gamma(s.dim, u) * std::fabs(scale) * abs_dot + u * std::fabs(scale * dot));
+          delta =
+              std::max(delta, gamma(s.dim, 2 * u) * std::fabs(scale) * abs_dot + u * std::fabs(scale * dot));
         }
         if (!tied) continue;
         const double score = std::fabs(scale * dot0);
