@@ -124,6 +124,8 @@ ChannelRanges channel_ranges(const Case& c);
 // Per-channel int8 scales (range / 127), or one per tensor (the largest range / 127).
 ChannelRanges int8_scales(const Case& c, bool per_tensor = false);
 int8_t quantize(double x, double scale);
+// The same with the quotient formed in f32 (the int8_quantize_in_f32 mutant).
+int8_t quantize_f32(double x, double scale);
 // K and V of `t` replaced by their int8 round trip under `scales`.
 Tensors dequantized(const Case& c, Tensors t, const ChannelRanges& scales);
 
@@ -189,6 +191,7 @@ struct Engine {
   bool decode_off_by_one = false;   // decode attends to the cache before its own token
   bool padding_leak = false;        // decode keys masked by the batch's longest sequence
   bool per_tensor_scale = false;    // one int8 scale per tensor
+  bool quantize_in_f32 = false;     // int8 codes round(f32(x) / f32(s)), not the contract's double
   bool stale_block_reuse = false;   // finishing sequences release blocks before the step's writes
   bool table_entries_4096 = false;  // a block table of 4096 entries: logical block l at entry l mod 4096
   bool no_max = false;              // softmax as exp(s) / sum exp(s): no running max subtracted

@@ -38,6 +38,11 @@ const std::vector<Mutant>& mutants() {
       // The scale is the largest channel range / 127.
       {"per_tensor_scale", "int8 cache with one scale per tensor instead of per channel",
        switched<Layout::int8, &Engine::per_tensor_scale>},
+      {"int8_quantize_in_f32",
+       "int8 cache codes round(f32(x) / f32(s)), the quotient in f32 instead of double: an element a hair "
+       "off "
+       "a code's rounding tie rounds onto it",
+       switched<Layout::int8, &Engine::quantize_in_f32>},
       // This step's allocations reuse blocks it still reads.
       {"stale_block_reuse",
        "paged: finishing sequences release blocks before the step's writes, which then reuse blocks still "

@@ -16,6 +16,7 @@
 namespace kprop::kvcache {
 namespace {
 
+// (kK + 10, kV + 10: an element's near-tie draw; + 20: its side.)
 enum Stream : uint64_t { kQ = 1, kK = 2, kV = 3, kRangeK = 10, kRangeV = 11 };
 
 }  // namespace
@@ -50,10 +51,20 @@ Tensors generate(const Case& c, size_t b) {
   // K/V arrive at the cache write as f32 in non-f64 cases (Precision).
   const DType arrive = c.dtype == DType::f64 ? DType::f64 : DType::f32;
   for (size_t i = 0; i < t.q.size(); ++i) t.q[i] = round_to(c.dtype, c.q_scale * rng::normal(s.seed, kQ, i));
+  // f64 K/V (the int8 cache's inputs): 5% of the elements sit 2^-30 off a
+  // rounding tie of their int8 code, x = s (j + 1/2 ± 2^-30) with s = range
+  // / 127: x / s rounds away from the tie in double, as the contract's
+  // round(x / s) does, but a quotient formed in f32 lands on the tie.
+  auto element = [&](double range, Stream stream, size_t i) {
+    const double u = 2 * rng::uniform(s.seed, stream, i) - 1;
+    if (c.dtype != DType::f64 || rng::uniform(s.seed, stream + 10, i) >= 0.05) return range * u;
+    const double side = rng::uniform(s.seed, stream + 20, i) < 0.5 ? -1 : 1;
+    return range / 127 * (std::floor(127 * u) + 0.5 + side * 0x1p-30);
+  };
   for (size_t i = 0; i < t.k.size(); ++i) {
     const size_t channel = i % (Hkv * D);
-    t.k[i] = round_to(arrive, range.k[channel] * (2 * rng::uniform(s.seed, kK, i) - 1));
-    t.v[i] = round_to(arrive, range.v[channel] * (2 * rng::uniform(s.seed, kV, i) - 1));
+    t.k[i] = round_to(arrive, element(range.k[channel], kK, i));
+    t.v[i] = round_to(arrive, element(range.v[channel], kV, i));
   }
   return t;
 }
@@ -125,6 +136,10 @@ ChannelRanges int8_scales(const Case& c, bool per_tensor) {
 
 int8_t quantize(double x, double scale) {
   return static_cast<int8_t>(std::clamp(std::nearbyint(x / scale), -127.0, 127.0));
+}
+int8_t quantize_f32(double x, double scale) {
+  const float q = static_cast<float>(x) / static_cast<float>(scale);
+  return static_cast<int8_t>(std::clamp(std::nearbyint(static_cast<double>(q)), -127.0, 127.0));
 }
 
 Tensors dequantized(const Case& c, Tensors t, const ChannelRanges& scales) {

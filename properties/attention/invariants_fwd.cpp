@@ -192,7 +192,7 @@ Verdict o_rounded_to_nearest(T& t, const Values&) {
     return Verdict::not_applicable("the reference keeps O in fp64 whatever the dtype");
   if (!is_half(c.dtype))
     return Verdict::discard(
-        fmt::format("a {} case stores O in its own arithmetic's type", dtype_name(c.dtype)));
+        fmt::format("O of an {} case is stored in its own arithmetic's type", dtype_name(c.dtype)));
   const Shape& s = c.shape;
   const double u = 0x1.0p-24, u64 = 0x1.0p-53, scale = effective_scale(c);
   const double snap = std::ldexp(1.0, -(precision_bits(c.dtype) + 1));
