@@ -68,6 +68,12 @@ std::string needs_masked_rows(const Values& domain, const Values& params);
 // o_rounded_to_nearest: an f16/bf16 dtype and a value kind with tied rows.
 std::string needs_tied_half_rows(const Values& domain, const Values& params);
 
+// γ_n = n·unit / (1 - n·unit): the relative error bound of n roundings of
+// `unit` each (any order), for the derived bounds of the invariants.
+inline double gamma_n(double n, double unit) {
+  return n * unit / (1 - n * unit);
+}
+
 // Fully masked query rows as (b, i) pairs.
 std::vector<std::pair<int, int>> fully_masked_rows(const Case& c);
 

@@ -408,7 +408,6 @@ Verdict d_from_own_forward(T& t, const Values&) {
     return Verdict::discard("the target reports no O, LSE or D of every row");
   const double u = unit_roundoff(c.dtype == DType::f64 ? DType::f64 : DType::f32), u64 = 0x1p-53;
   const double tiny = denorm_min(c.dtype == DType::f64 ? DType::f64 : DType::f32);
-  auto gamma = [](double n, double unit) { return n * unit / (1 - n * unit); };
   const double scale = effective_scale(c);
   std::vector<double> pj(size_t(s.nk)), dpj(size_t(s.nk)), dpabs(size_t(s.nk)), sj(size_t(s.nk)),
       sabs(size_t(s.nk));
@@ -423,7 +422,7 @@ Verdict d_from_own_forward(T& t, const Values&) {
         double a = 0, a_abs = 0;
         for (int d = 0; d < s.dim; ++d)
           a += d_out[d] * r.o[row * s.dim + d], a_abs += std::fabs(d_out[d] * r.o[row * s.dim + d]);
-        const double bound_a = (2 * gamma(s.dim, u) + gamma(s.dim, u64)) * a_abs + 2 * s.dim * tiny;
+        const double bound_a = (2 * gamma_n(s.dim, u) + gamma_n(s.dim, u64)) * a_abs + 2 * s.dim * tiny;
         if (std::fabs(got - a) <= bound_a) continue;
         // B, from the reported LSE.
         double bsum = 0, bound_b = 0;
@@ -441,16 +440,16 @@ Verdict d_from_own_forward(T& t, const Values&) {
             const double sc = scale * qk, p = std::exp(sc - lse);
             // The first-order bound of term j with unit roundoff `w` (above).
             auto term = [&](double w) {
-              const double rho = (gamma(s.dim, w) + 2 * w) * scale * qk_abs +
+              const double rho = (gamma_n(s.dim, w) + 2 * w) * scale * qk_abs +
                                  w * (std::fabs(sc - lse) + std::fabs(lse) + std::log(double(s.nk)) + 6);
-              return p * (rho * std::fabs(dp) + gamma(s.dim, w) * dp_abs + w * std::fabs(dp));
+              return p * (rho * std::fabs(dp) + gamma_n(s.dim, w) * dp_abs + w * std::fabs(dp));
             };
             bsum += p * dp;
             p_dp_abs += p * std::fabs(dp);
             terms += term(u) + tiny * std::fabs(dp);
             terms64 += term(u64);
           }
-          bound_b = 2 * (terms + gamma(n, u) * p_dp_abs) + terms64 + gamma(n, u64) * p_dp_abs;
+          bound_b = 2 * (terms + gamma_n(n, u) * p_dp_abs) + terms64 + gamma_n(n, u64) * p_dp_abs;
         }
         if (std::fabs(got - bsum) <= bound_b) continue;
         return Verdict::fail(

@@ -196,7 +196,6 @@ Verdict o_rounded_to_nearest(T& t, const Values&) {
   const Shape& s = c.shape;
   const double u = 0x1.0p-24, u64 = 0x1.0p-53, scale = effective_scale(c);
   const double snap = std::ldexp(1.0, -(precision_bits(c.dtype) + 1));
-  auto gamma = [](double n, double unit) { return n * unit / (1 - n * unit); };
   const FwdResult* got = nullptr;
   const FwdResult* ref = nullptr;
   size_t checked = 0, rows = 0;
@@ -221,13 +220,13 @@ Verdict o_rounded_to_nearest(T& t, const Values&) {
           for (int d = 0; d < s.dim; ++d) dot += q[d] * k[d], abs_dot += std::fabs(q[d] * k[d]);
           if (a == 0) dot0 = dot;
           tied = dot == dot0;
-          delta =
-              std::max(delta, gamma(s.dim, 2 * u) * std::fabs(scale) * abs_dot + u * std::fabs(scale * dot));
+          delta = std::max(delta,
+                           gamma_n(s.dim, 2 * u) * std::fabs(scale) * abs_dot + u * std::fabs(scale * dot));
         }
         if (!tied) continue;
         const double score = std::fabs(scale * dot0);
         const double eps = 2 * delta + 2 * u * (score + 2 * delta + 1) + 4 * u;
-        const double theta = 2 * (double(n) + 2) * eps + gamma(2 * double(n), 2 * u) + 4 * u;
+        const double theta = 2 * (double(n) + 2) * eps + gamma_n(2 * double(n), 2 * u) + 4 * u;
         if (theta >= snap) continue;
         ++rows;
         if (!got) got = &t.target(), ref = &t.reference();
@@ -236,7 +235,7 @@ Verdict o_rounded_to_nearest(T& t, const Values&) {
           for (int j : keys) a_d += std::fabs(c.v[kv_at(j) + d]);
           a_d /= double(n);
           const double bound =
-              (theta + gamma(double(n), 2 * u) * (1 + theta)) * a_d + gamma(double(n) + 2, u64) * a_d;
+              (theta + gamma_n(double(n), 2 * u) * (1 + theta)) * a_d + gamma_n(double(n) + 2, u64) * a_d;
           const double exact = ref->o[row + d];
           if (!(rounding_margin(c.dtype, exact) > bound)) continue;
           ++checked;
