@@ -69,8 +69,14 @@ struct CannedWorker {
     reply.insert(reply.end(), payload.begin(), payload.end());
     write_bytes(dir.path / "hello", hello_reply("toy.op"));
     write_bytes(dir.path / "reply", reply);
-    target = fmt::format("exec:cat {}; head -c 1 > /dev/null; cat {}; {}", (dir.path / "hello").string(),
-                         (dir.path / "reply").string(), then);
+    // The whole hello request is read first (its 8-byte head: magic, then the
+    // JSON's length as a little-endian u32), so the one byte waited for is the
+    // call's: a worker that read only one byte of the hello could answer the
+    // call before it was made.
+    target = fmt::format(
+        "exec:cat {}; n=$(head -c 8 | od -An -tu4 -j4 -N4 | tr -d ' '); head -c \"$n\" > /dev/null; "
+        "head -c 1 > /dev/null; cat {}; {}",
+        (dir.path / "hello").string(), (dir.path / "reply").string(), then);
   }
 };
 
