@@ -201,6 +201,13 @@ void tiled_backward(const Inputs<T>& args, const T* o, const T* lse, Grads<T> ou
       for (size_t x = 0; x < size_t(nq) * dim; ++x) dq[x] *= in.scale;
     }
   // Accumulated in T across tiles and the heads of a group; stored once.
+  if constexpr (bug == BwdBug::grads_store_truncated) {
+    for (T* g : {out.dq, out.dk, out.dv}) {
+      const size_t n = g == out.dq ? s.q_size() : s.kv_size();
+      for (size_t x = 0; x < n; ++x) g[x] = ops::stored_toward_zero(in.store, g[x]);
+    }
+    return;
+  }
   ops::store_all(in.store, out.dq, s.q_size());
   ops::store_all(in.store, out.dk, s.kv_size());
   ops::store_all(in.store, out.dv, s.kv_size());
@@ -213,6 +220,7 @@ void tiled_backward(const Inputs<T>& args, const T* o, const T* lse, Grads<T> ou
   KPROP_BWD(T, BwdMode::two_pass, BwdBug::none)                        \
   KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::dsoftmax_wrong_axis)    \
   KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::dsoftmax_missing_p)     \
+  KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::grads_store_truncated)  \
   KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::dsoftmax_divide)        \
   KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::d_without_do)           \
   KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::dk_missing_scale)       \

@@ -119,6 +119,10 @@ const std::vector<Mutant<BwdResult>>& backward_mutants() {
       {"d_in_storage",
        "f16/bf16: D = rowsum(dO ⊙ O) rounded to the storage type before dS = P ⊙ (dP - D) (it stays in f32)",
        backward<M::single_pass_d, BwdBug::d_in_storage>},
+      {"grads_store_truncated",
+       "f16/bf16: dQ, dK and dV converted to the storage type by truncation toward zero (a bf16 made by "
+       "dropping the f32's low 16 bits) instead of round-to-nearest-even",
+       backward<M::single_pass_d, BwdBug::grads_store_truncated>},
       {"materialized_scores", "correct gradients from materialized Nq×Nk matrices (breaks workspace_bounded)",
        naive_backward},
       {"d_rows_4096",

@@ -168,6 +168,60 @@ std::string needs_tied_half_rows(const Values& d, const Values&) {
       join(d.choices("values")));
 }
 
+std::optional<TiedRow> tied_row(const Case& c, int b, int h, int i, const std::vector<int>& keys, double u) {
+  const Shape& s = c.shape;
+  const double scale = effective_scale(c);
+  const double* q = &c.q[((size_t(b) * s.heads_q + h) * s.nq + i) * s.dim];
+  const int kvh = h / s.group();
+  double dot0 = 0, delta = 0;
+  for (size_t a = 0; a < keys.size(); ++a) {
+    const double* k = &c.k[((size_t(b) * s.heads_kv + kvh) * s.nk + keys[a]) * s.dim];
+    double dot = 0, abs_dot = 0;
+    for (int d = 0; d < s.dim; ++d) dot += q[d] * k[d], abs_dot += std::fabs(q[d] * k[d]);
+    if (a == 0) dot0 = dot;
+    if (dot != dot0) return std::nullopt;
+    delta = std::max(delta, gamma_n(s.dim, 2 * u) * std::fabs(scale) * abs_dot + u * std::fabs(scale * dot));
+  }
+  TiedRow r;
+  r.n = double(keys.size());
+  r.score = std::fabs(scale * dot0);
+  r.delta = delta;
+  r.eps = 2 * delta + 2 * u * (r.score + 2 * delta + 1) + 4 * u;
+  r.theta = 2 * (r.n + 2) * r.eps + gamma_n(2 * r.n, 2 * u) + 4 * u;
+  return r;
+}
+
+std::optional<Verdict> pinned_store_unobservable(const ImplInfo& target, DType dtype, const char* output) {
+  if (target.kind == ImplKind::reference)
+    return Verdict::not_applicable(fmt::format("the reference keeps {} in fp64 whatever the dtype", output));
+  if (!is_half(dtype))
+    return Verdict::discard(
+        fmt::format("{} of an {} case is stored in its own arithmetic's type", output, dtype_name(dtype)));
+  return std::nullopt;
+}
+
+std::optional<Verdict> check_pinned_store(DType dtype, const std::string& element, double stored,
+                                          double exact, double bound, const std::string& why,
+                                          std::vector<Measured> measured, size_t& checked) {
+  const double margin = rounding_margin(dtype, exact);
+  if (!(margin > bound)) return std::nullopt;
+  ++checked;
+  const double want = round_to(dtype, exact);
+  if (stored == want) return std::nullopt;
+  measured.insert(measured.begin(), {{"value", stored}, {"expected", want}, {"exact", exact}});
+  return Verdict::fail(fmt::format("{} = {}, but {}: {} within ±{:.3g} before the store, {:.3g} from a {} "
+                                   "rounding boundary; rounded to nearest, it is stored as {}",
+                                   element, value_text(dtype, stored), why, exact, bound, margin,
+                                   dtype_name(dtype), value_text(dtype, want)),
+                       std::move(measured));
+}
+
+void visible_keys(const Case& c, int b, int i, std::vector<int>& keys) {
+  keys.clear();
+  for (int j = 0; j < c.shape.nk; ++j)
+    if (visible(c, b, i, j)) keys.push_back(j);
+}
+
 std::string needs_masked_rows(const Values& d, const Values&) {
   for (const std::string& m : d.choices("masks")) {
     if (m == "key_padding") return "";  // a key length of 0 is always drawable

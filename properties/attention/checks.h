@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "kernels/attention/attention.h"
@@ -65,7 +66,8 @@ void register_workspace_bounded(FamilyDef<Traits>& f) {
 std::string needs_permutation(const Values& domain, const Values& params);
 std::string needs_other_tiling(const Values& domain, const Values& params);
 std::string needs_masked_rows(const Values& domain, const Values& params);
-// o_rounded_to_nearest: an f16/bf16 dtype and a value kind with tied rows.
+// o_rounded_to_nearest, dv_rounded_to_nearest: an f16/bf16 dtype and a value
+// kind with tied rows.
 std::string needs_tied_half_rows(const Values& domain, const Values& params);
 
 // γ_n = n·unit / (1 - n·unit): the relative error bound of n roundings of
@@ -73,6 +75,36 @@ std::string needs_tied_half_rows(const Values& domain, const Values& params);
 inline double gamma_n(double n, double unit) {
   return n * unit / (1 - n * unit);
 }
+
+// A query row whose visible scores all tie, and how far an arithmetic of unit
+// roundoff u (2u per step for adders that truncate) may take its softmax from
+// the exact P = 1/n (derivation: invariants_fwd.cpp, o_rounded_to_nearest).
+struct TiedRow {
+  double n = 0;      // visible keys
+  double score = 0;  // |s|, the common scaled score
+  double delta = 0;  // Δ: how far a computed score may be from s
+  double eps = 0;    // ε: how far an exponential or a rescale factor may be from 1
+  double theta = 0;  // θ: relative error of a key's weight in O, and of the row sum l
+};
+// Row (b, h, i) of an attention case when its visible keys `keys` (not
+// empty) all score the same in fp64; none otherwise.
+std::optional<TiedRow> tied_row(const Case& c, int b, int h, int i, const std::vector<int>& keys, double u);
+// A store pinned by tied rows (o_rounded_to_nearest, dv_rounded_to_nearest):
+// the kernel held the element within `bound` of `exact` (the fp64
+// reference's value, its own error included) before storing it in `dtype`.
+// When no rounding boundary lies within reach, round-to-nearest gives one
+// value: checks `stored` against it (++checked) and returns the failure,
+// `why` saying how the exact value is known. Nothing when it holds or when
+// the element is too near a boundary to tell.
+// Why a pinned-store invariant of `output` cannot judge this trial: the
+// reference keeps its outputs in fp64 (n/a), and an f32/f64 case stores in
+// its own arithmetic's type (discard).
+std::optional<Verdict> pinned_store_unobservable(const ImplInfo& target, DType dtype, const char* output);
+std::optional<Verdict> check_pinned_store(DType dtype, const std::string& element, double stored,
+                                          double exact, double bound, const std::string& why,
+                                          std::vector<Measured> measured, size_t& checked);
+// The keys row (b, i) sees, in order.
+void visible_keys(const Case& c, int b, int i, std::vector<int>& keys);
 
 // Fully masked query rows as (b, i) pairs.
 std::vector<std::pair<int, int>> fully_masked_rows(const Case& c);

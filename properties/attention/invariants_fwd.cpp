@@ -188,13 +188,9 @@ Verdict permutation_equivariance(T& t, const Values& p) {
 // must be r exactly.
 Verdict o_rounded_to_nearest(T& t, const Values&) {
   const Case& c = t.input();
-  if (t.target_info().kind == ImplKind::reference)
-    return Verdict::not_applicable("the reference keeps O in fp64 whatever the dtype");
-  if (!is_half(c.dtype))
-    return Verdict::discard(
-        fmt::format("O of an {} case is stored in its own arithmetic's type", dtype_name(c.dtype)));
+  if (auto v = pinned_store_unobservable(t.target_info(), c.dtype, "O")) return *v;
   const Shape& s = c.shape;
-  const double u = 0x1.0p-24, u64 = 0x1.0p-53, scale = effective_scale(c);
+  const double u = 0x1.0p-24, u64 = 0x1.0p-53;
   const double snap = std::ldexp(1.0, -(precision_bits(c.dtype) + 1));
   const FwdResult* got = nullptr;
   const FwdResult* ref = nullptr;
@@ -202,31 +198,16 @@ Verdict o_rounded_to_nearest(T& t, const Values&) {
   std::vector<int> keys;
   for (int b = 0; b < s.batch; ++b)
     for (int i = 0; i < s.nq; ++i) {
-      keys.clear();
-      for (int j = 0; j < s.nk; ++j)
-        if (visible(c, b, i, j)) keys.push_back(j);
+      visible_keys(c, b, i, keys);
       const size_t n = keys.size();
       if (n == 0 || (n & (n - 1)) != 0) continue;
       for (int h = 0; h < s.heads_q; ++h) {
         const size_t row = ((size_t(b) * s.heads_q + h) * s.nq + i) * s.dim;  // of Q and O
-        const double* q = &c.q[row];
         const int kvh = h / s.group();
         auto kv_at = [&](int j) { return ((size_t(b) * s.heads_kv + kvh) * s.nk + j) * s.dim; };
-        double dot0 = 0, delta = 0;
-        bool tied = true;
-        for (size_t a = 0; a < n && tied; ++a) {
-          const double* k = &c.k[kv_at(keys[a])];
-          double dot = 0, abs_dot = 0;
-          for (int d = 0; d < s.dim; ++d) dot += q[d] * k[d], abs_dot += std::fabs(q[d] * k[d]);
-          if (a == 0) dot0 = dot;
-          tied = dot == dot0;
-          delta = std::max(delta,
-                           gamma_n(s.dim, 2 * u) * std::fabs(scale) * abs_dot + u * std::fabs(scale * dot));
-        }
-        if (!tied) continue;
-        const double score = std::fabs(scale * dot0);
-        const double eps = 2 * delta + 2 * u * (score + 2 * delta + 1) + 4 * u;
-        const double theta = 2 * (double(n) + 2) * eps + gamma_n(2 * double(n), 2 * u) + 4 * u;
+        const std::optional<TiedRow> tie = tied_row(c, b, h, i, keys, u);
+        if (!tie) continue;
+        const double theta = tie->theta;
         if (theta >= snap) continue;
         ++rows;
         if (!got) got = &t.target(), ref = &t.reference();
@@ -236,24 +217,11 @@ Verdict o_rounded_to_nearest(T& t, const Values&) {
           a_d /= double(n);
           const double bound =
               (theta + gamma_n(double(n), 2 * u) * (1 + theta)) * a_d + gamma_n(double(n) + 2, u64) * a_d;
-          const double exact = ref->o[row + d];
-          if (!(rounding_margin(c.dtype, exact) > bound)) continue;
-          ++checked;
-          const double want = round_to(c.dtype, exact), stored = got->o[row + d];
-          if (stored != want)
-            return Verdict::fail(
-                fmt::format(
-                    "O{} = {}, but the row's {} visible scores tie, so O is the mean of {} values of V: {} "
-                    "within ±{:.3g} before the store, {:.3g} from a {} rounding boundary; rounded to "
-                    "nearest, "
-                    "it is stored as {}",
-                    element_name(row + d, o_dims(s)), value_text(c.dtype, stored), n, n, exact, bound,
-                    rounding_margin(c.dtype, exact), dtype_name(c.dtype), value_text(c.dtype, want)),
-                {{"index", double(row + d)},
-                 {"value", stored},
-                 {"expected", want},
-                 {"exact", exact},
-                 {"keys", double(n)}});
+          if (auto fail = check_pinned_store(
+                  c.dtype, "O" + element_name(row + d, o_dims(s)), got->o[row + d], ref->o[row + d], bound,
+                  fmt::format("the row's {} visible scores tie, so O is the mean of {} values of V", n, n),
+                  {{"index", double(row + d)}, {"keys", double(n)}}, checked))
+            return *fail;
         }
       }
     }

@@ -85,6 +85,7 @@ KPROP_REGISTER_FAMILY(BwdTraits, [](FamilyDef<BwdTraits>& f) {
            {"tile_size_invariance", {"dq", "dk", "dv"}},
            {"shift_invariance", {"dq", "dk", "dv"}},
            {"permutation_equivariance", {"dq", "dk", "dv"}},
+           {"dv_rounded_to_nearest", {"dv"}},
            {"workspace_bounded", {}}});  // the workspace measure, no output
   register_backward_external(f);
 });

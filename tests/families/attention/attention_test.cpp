@@ -211,31 +211,56 @@ TEST(AttentionBackwardD, DRoundedToTheStorageTypeIsCaught) {
   EXPECT_EQ(outcome("d_in_storage", "D_from_own_forward"), Outcome::fail);
 }
 
-// o_rounded_to_nearest: every key the same, so P = 1/4 and O is the mean of
-// four bf16 values of V, which needs bits that bf16 lacks; a store by
-// truncation gives the value below where rounding goes up.
-TEST(AttentionRounding, OStoredByTruncationIsCaughtOnTiedRows) {
-  Case c = small_case(2, 4, false);
-  c.dtype = DType::bf16;
-  for (int j = 1; j < 4; ++j) c.k[size_t(2 * j)] = c.k[0], c.k[size_t(2 * j + 1)] = c.k[1];
-  // v_j,0 = 1 + 2^-7·{0, 1, 1, 1}: mean 1 + 3·2^-9, rounded up to 1 + 2^-7.
-  c.v = {1, 1, 1 + 0x1.0p-7, 1, 1 + 0x1.0p-7, 1, 1 + 0x1.0p-7, 1};
-  const Spec spec = load_spec(kFwdSpec);
+// A rounded-to-nearest invariant on a bf16 case whose keys are all the same
+// key: the correct targets pass, the truncating mutant fails, the reference
+// (fp64 outputs) is n/a; scores that do not tie leave the last bit to P's
+// rounding, and an f32 case stores in its own arithmetic's type: nothing
+// checked.
+void expect_store_pinned(const std::string& spec_path, const char* invariant, const Case& c,
+                         std::initializer_list<const char*> correct, const char* truncating) {
+  const Spec spec = load_spec(spec_path);
   auto outcome = [&](const Case& x, const char* target) {
-    return check_case(spec, resolve_target(spec, target), invariant_named(spec, "o_rounded_to_nearest"),
+    return check_case(spec, resolve_target(spec, target), invariant_named(spec, invariant),
                       std::make_shared<const Case>(x))
         .outcome;
   };
-  EXPECT_EQ(outcome(c, "tiled"), Outcome::pass);
-  EXPECT_EQ(outcome(c, "o_store_truncated"), Outcome::fail);
-  EXPECT_EQ(outcome(c, "reference"), Outcome::not_applicable);  // its O stays fp64
-  // Scores that do not tie leave O's last bit to P's rounding: nothing checked.
+  for (const char* target : correct) EXPECT_EQ(outcome(c, target), Outcome::pass) << target;
+  EXPECT_EQ(outcome(c, truncating), Outcome::fail);
+  EXPECT_EQ(outcome(c, "reference"), Outcome::not_applicable);
   Case untied = c;
   untied.k[2] += 1;
-  EXPECT_EQ(outcome(untied, "o_store_truncated"), Outcome::discard);
+  EXPECT_EQ(outcome(untied, truncating), Outcome::discard);
   Case f32 = c;
   f32.dtype = DType::f32;
-  EXPECT_EQ(outcome(f32, "o_store_truncated"), Outcome::discard);
+  EXPECT_EQ(outcome(f32, truncating), Outcome::discard);
+}
+
+// Four keys, all the same: P = 1/4 on every row.
+Case tied_bf16_case(int nq, bool backward) {
+  Case c = small_case(nq, 4, backward);
+  c.dtype = DType::bf16;
+  for (int j = 1; j < 4; ++j) c.k[size_t(2 * j)] = c.k[0], c.k[size_t(2 * j + 1)] = c.k[1];
+  return c;
+}
+
+// o_rounded_to_nearest: O is the mean of four bf16 values of V, which needs
+// bits that bf16 lacks; a store by truncation gives the value below where
+// rounding goes up.
+TEST(AttentionRounding, OStoredByTruncationIsCaughtOnTiedRows) {
+  Case c = tied_bf16_case(2, false);
+  // v_j,0 = 1 + 2^-7·{0, 1, 1, 1}: mean 1 + 3·2^-9, rounded up to 1 + 2^-7.
+  c.v = {1, 1, 1 + 0x1.0p-7, 1, 1 + 0x1.0p-7, 1, 1 + 0x1.0p-7, 1};
+  expect_store_pinned(kFwdSpec, "o_rounded_to_nearest", c, {"tiled"}, "o_store_truncated");
+}
+
+// dv_rounded_to_nearest: dV_j,0 = Σ_i dO_i,0 / 4 over four rows = 1 + 3·2^-9
+// for every key j, which bf16 rounds up to 1 + 2^-7; a store by truncation
+// gives 1.
+TEST(AttentionRounding, DvStoredByTruncationIsCaughtOnTiedRows) {
+  Case c = tied_bf16_case(4, true);
+  c.d_out = {1, 1, 1 + 0x1.0p-7, 1, 1 + 0x1.0p-7, 1, 1 + 0x1.0p-7, 1};
+  expect_store_pinned(kBwdSpec, "dv_rounded_to_nearest", c, {"tiled_d", "tiled_two_pass"},
+                      "grads_store_truncated");
 }
 
 // masked_peaks: the keys a mask hides from a batch's first row outscore the
