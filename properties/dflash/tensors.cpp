@@ -70,27 +70,27 @@ TensorInfos infos() {
        "plain greedy decoding of the prompt for as many tokens as the target emitted"},
       {"target.greedy_margin", {}, DType::real, "smallest argmax gap over the steps of target.greedy"},
   };
-  for (const char* who : {"target", "reference"}) {
-    const std::string w = who;
-    const std::string o = w == "target" ? "O" : "Or";
-    const TensorInfos mine = {
-        {w + ".context_length", {"C"}, DType::integer, "context length P the implementation used per cycle"},
-        {w + ".position_ids", {"T"}, DType::integer, "position id of node g"},
-        {w + ".tree_mask",
+  // Per implementation; `emitted`: the length of its output (O for the target, Or for the reference).
+  const auto outputs = [](const char* emitted) {
+    return TensorInfos{
+        {"context_length", {"C"}, DType::integer, "context length P the implementation used per cycle"},
+        {"position_ids", {"T"}, DType::integer, "position id of node g"},
+        {"tree_mask",
          {"T", "T"},
          DType::boolean,
          "[g, h]: node g attends to tree node h (false across cycles)"},
-        {w + ".sees_context", {"T"}, DType::boolean, "node g attends to every context position"},
-        {w + ".context_logits", {"C", "V"}, DType::real, "logits row L[P-1] of each cycle"},
-        {w + ".node_logits", {"T", "V"}, DType::real, "logits row L[P+i] of node g (node i of its tree)"},
-        {w + ".accepted", {"T"}, DType::boolean, "node g is on the accepted path"},
-        {w + ".accepted_count", {"C"}, DType::integer, "accepted nodes per cycle"},
-        {w + ".emitted_count", {"C"}, DType::integer, "tokens emitted per cycle"},
-        {w + ".bonus", {"C"}, DType::integer, "last token emitted in each cycle (-1 if none)"},
-        {w + ".output", {o}, DType::integer, "every emitted token, in order"},
+        {"sees_context", {"T"}, DType::boolean, "node g attends to every context position"},
+        {"context_logits", {"C", "V"}, DType::real, "logits row L[P-1] of each cycle"},
+        {"node_logits", {"T", "V"}, DType::real, "logits row L[P+i] of node g (node i of its tree)"},
+        {"accepted", {"T"}, DType::boolean, "node g is on the accepted path"},
+        {"accepted_count", {"C"}, DType::integer, "accepted nodes per cycle"},
+        {"emitted_count", {"C"}, DType::integer, "tokens emitted per cycle"},
+        {"bonus", {"C"}, DType::integer, "last token emitted in each cycle (-1 if none)"},
+        {"output", {emitted}, DType::integer, "every emitted token, in order"},
     };
-    t.insert(t.end(), mine.begin(), mine.end());
-  }
+  };
+  expr::add_per_implementation(t, {{"target", ""}}, outputs("O"));
+  expr::add_per_implementation(t, {{"reference", ""}}, outputs("Or"));
   return t;
 }
 

@@ -73,20 +73,18 @@ TensorInfos infos() {
        DType::real,
        "the reference run on the int8 cache's dequantized K/V: what an int8 cache must output"},
   };
-  for (const std::string w : {"target", "reference"}) {
-    const TensorInfos mine = {
-        {w + ".out", {"N", "Hq", "D"}, DType::real, "attention output of every token"},
-        {w + ".int8_cache", {}, DType::boolean, "the outputs carry int8 quantization error"},
-        {w + ".blocks_allocated", {}, DType::integer, "paged blocks handed out (0: not paged)"},
-        {w + ".blocks_reused", {}, DType::integer, "allocations that reused a block released earlier"},
-        {w + ".block_table",
-         {"N"},
-         DType::integer,
-         "the physical block holding token n (its sequence's block table at its page, logical -> physical); "
-         "-1 when the implementation does not page"},
-    };
-    t.insert(t.end(), mine.begin(), mine.end());
-  }
+  const TensorInfos outputs = {
+      {"out", {"N", "Hq", "D"}, DType::real, "attention output of every token"},
+      {"int8_cache", {}, DType::boolean, "the outputs carry int8 quantization error"},
+      {"blocks_allocated", {}, DType::integer, "paged blocks handed out (0: not paged)"},
+      {"blocks_reused", {}, DType::integer, "allocations that reused a block released earlier"},
+      {"block_table",
+       {"N"},
+       DType::integer,
+       "the physical block holding token n (its sequence's block table at its page, logical -> physical); "
+       "-1 when the implementation does not page"},
+  };
+  expr::add_per_implementation(t, {{"target", ""}, {"reference", ""}}, outputs);
   return t;
 }
 
