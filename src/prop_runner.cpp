@@ -335,7 +335,8 @@ int main(int argc, char** argv) {
           CLI::Validator([](std::string& name) { return name.empty() ? "names no profile" : ""; }, "NAME"));
   app.add_option("--domain", cfg.domain,
                  "override domain keys for this run, a YAML map applied after --profile: e.g. "
-                 "--domain '{dtypes: [f32]}' for a kernel that takes f32 only")
+                 "--domain '{dtypes: [f32]}' for a kernel that takes f32 only (a declared op: dtypes and "
+                 "its dims)")
       ->check(CLI::Validator([](std::string& map) { return map.empty() ? "overrides nothing" : ""; }, "MAP"));
   app.add_option("--target", cfg.target, "implementation under test (default: the spec's target)");
   app.add_option("--reference", cfg.reference,

@@ -254,7 +254,8 @@ class Loader {
   // `base` with the keys of `over` replacing its own; a map field (by
   // `schema`) present in both merges key by key. Nodes keep their marks.
   YAML::Node overlay(const YAML::Node& base, const YAML::Node& over, const Schema& schema) const;
-  void declared_family(const YAML::Node& root, const std::string& family_name, Spec& spec) const;
+  void declared_family(const YAML::Node& root, const YAML::Node& profile_domain,
+                       const std::string& family_name, Spec& spec) const;
 
   const std::string* text = nullptr;  // the spec's text, for positions inside expressions
   YAML::Node cli_domain;              // prop_runner --domain, over the domain (and the profile's)
@@ -390,7 +391,8 @@ YAML::Node key_node(const YAML::Node& root, const std::string& key) {
 
 // `family: F` where F is declared by the spec (DeclaredFamily): builds the
 // spec's own Family from its section; other declared sections are refused.
-void Loader::declared_family(const YAML::Node& root, const std::string& family_name, Spec& spec) const {
+void Loader::declared_family(const YAML::Node& root, const YAML::Node& profile_domain,
+                             const std::string& family_name, Spec& spec) const {
   for (const auto& d : declared_families()) {
     if (d.family != family_name) {
       if (root[d.key])
@@ -405,6 +407,11 @@ void Loader::declared_family(const YAML::Node& root, const std::string& family_n
                                     return offset == 0 || !n.IsScalar() ? mark(n)
                                                                         : expression_mark(*this, n, offset);
                                   }};
+    if (profile_domain && !profile_domain.IsNull()) context.profile_domain = profile_domain;
+    if (cli_domain.IsMap() && cli_domain.size() > 0) {
+      context.domain = cli_domain;
+      context.domain_mark = [](const YAML::Node& n, size_t) { return Loader("--domain").mark(n); };
+    }
     spec.declared_family = d.build(section, context);
     spec.family = spec.declared_family.get();
   }
@@ -490,9 +497,12 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
   // The section `key` of the spec, with the profile's overrides of it.
   const std::string in_profile = profile.empty() ? "" : " (profile " + profile + ")";
   auto section = [&](const char* key, const Schema& schema) -> YAML::Node {
-    const YAML::Node n = chosen && chosen[key] ? overlay(root[key], chosen[key], schema) : root[key];
+    // A family the spec declares takes the profile's domain and --domain as it is built.
+    const bool declared_domain = spec.declared_family && std::string_view(key) == "domain";
+    const YAML::Node n =
+        chosen && chosen[key] && !declared_domain ? overlay(root[key], chosen[key], schema) : root[key];
     // (A new node: assigning to root[key] of a spec without the key throws.)
-    if (cli_domain.IsMap() && std::string_view(key) == "domain")
+    if (cli_domain.IsMap() && std::string_view(key) == "domain" && !declared_domain)
       return overlay(n ? n : YAML::Node(), cli_domain, schema);
     return n;
   };
@@ -500,7 +510,7 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
   const std::string family_name = required_string(*this, root, "family");
   spec.family = Registry::instance().find(family_name);
   if (!spec.family) {
-    declared_family(root, family_name, spec);
+    declared_family(root, chosen ? chosen["domain"] : YAML::Node(), family_name, spec);
   } else {
     for (const auto& d : declared_families())
       if (root[d.key])
@@ -667,13 +677,7 @@ YAML::Node cli_domain(const std::string& text, const YAML::Node& root, const std
     Values unused;
     cli.parse_fields(node, f->domain_schema(), "", "the domain of " + path, unused);
   }
-  for (const auto& d : declared_families())
-    if (d.family == family)
-      cli.fail(
-          node.begin()->first,
-          fmt::format("family {} takes no domain keys: a declared {}'s domain is its spec's '{}:' section "
-                      "(dims, input values); edit that instead",
-                      family, d.key, d.key));
+  // A family the spec declares checks its keys when it is built (DeclaredFamilyContext::domain).
   return node;
 }
 }  // namespace

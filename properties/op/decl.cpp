@@ -521,6 +521,44 @@ class Parser {
     }
   }
 
+  // A profile's domain: or prop_runner --domain over a parsed declaration: `dtypes` replaces the
+  // case's dtype choices (and those of every input that takes the case's
+  // dtype), a dim's name replaces that dim (op.dims' grammar). Like a
+  // profile's domain it changes which cases are drawn, not how one is
+  // checked; the relations must still hold.
+  std::shared_ptr<const Decl> override_domain(const Decl& base, const YAML::Node& o) {
+    section_.reset(o);
+    auto d = std::make_shared<Decl>(base);
+    std::vector<std::string> keys = {"dtypes"};
+    for (const auto& dd : base.dims) keys.push_back(dd.name);
+    const std::string what = "the domain of op " + base.name;
+    for (const auto& [k, v] : entries(o, what)) {
+      if (k.Scalar() == "dtypes") {
+        const std::vector<DType> t = dtypes(v, "dtypes");
+        if (!is_float(t[0]))
+          fail(v, fmt::format("dtypes: the case's dtype is floating (f32, f64, f16, bf16); got {}",
+                              dtype_name(t[0])));
+        for (InputDecl& in : d->inputs)
+          if (in.dtypes == base.case_dtypes) in.dtypes = t;
+        d->case_dtypes = t;
+        continue;
+      }
+      const int at = base.dim_index(k.Scalar());
+      if (at < 0)
+        fail(k, fmt::format("unknown key '{}' in {} (its dtypes and dims){}", k.Scalar(), what,
+                            suggestion(k.Scalar(), keys)));
+      d->dims[size_t(at)] = dim(k, v);
+    }
+    const auto dom = d->consistent_domains({});
+    for (size_t k = 0; k < dom.size(); ++k)
+      if (dom[k].empty())
+        fail(o, fmt::format("op.relations cannot hold with these dims (dim {} has no value left)",
+                            d->dims[k].name));
+    if (!d->extends(std::vector<int64_t>(d->dims.size(), -1), {}))
+      fail(o, "op.relations cannot hold with these dims' valid values");
+    return d;
+  }
+
   std::shared_ptr<const Decl> parse(const YAML::Node& s) {
     section_.reset(s);
     only_keys(s, {"name", "dims", "relations", "attrs", "inputs", "outputs", "reference"}, "op");
@@ -668,7 +706,15 @@ class Parser {
 }  // namespace
 
 std::shared_ptr<const Decl> parse_decl(const YAML::Node& section, const DeclaredFamilyContext& context) {
-  return Parser(context).parse(section);
+  std::shared_ptr<const Decl> d = Parser(context).parse(section);
+  // The profile's domain:, then prop_runner --domain (its errors pointing
+  // into the option), each parsed as the section's keys are.
+  if (context.profile_domain.IsDefined() && !context.profile_domain.IsNull())
+    d = Parser(context).override_domain(*d, context.profile_domain);
+  if (!context.domain.IsMap() || context.domain.size() == 0) return d;
+  DeclaredFamilyContext cli = context;
+  cli.mark = context.domain_mark;
+  return Parser(cli).override_domain(*d, context.domain);
 }
 
 }  // namespace kprop::op

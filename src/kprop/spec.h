@@ -117,6 +117,13 @@ struct Spec {
 struct DeclaredFamilyContext {
   std::string spec_name;
   std::function<Mark(const YAML::Node&, size_t offset)> mark;
+  // The selected profile's domain: (undefined when none; its nodes are the
+  // spec's, marked by `mark`), then prop_runner --domain (a map; undefined
+  // when none): keys of the section replaced for this run, as the family
+  // defines them, and where the option's nodes stand in its text.
+  YAML::Node profile_domain;
+  YAML::Node domain;
+  std::function<Mark(const YAML::Node&, size_t offset)> domain_mark;
 };
 // One key of a declared section, for `prop_runner --list` and the docs.
 struct DeclaredKey {

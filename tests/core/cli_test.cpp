@@ -280,8 +280,11 @@ TEST(Cli, LeftOutValuesAndModesWithoutReportsAreInputErrors) {
   const std::pair<std::string, std::string> cases[] = {
       {"--spec " + nulls.string() + " --no-corpus", "nulls.yaml:4:3: 'trials' has no value"},
       {"--spec " + kSpec + " --no-corpus --domain '{vocab: null}'", "--domain:1:2: 'vocab' has no value"},
-      {"--spec " + ops + " --no-corpus --domain '{T: [2, 3]}'",
-       "--domain:1:2: family op takes no domain keys"},
+      {"--spec " + ops + " --no-corpus --domain '{t: [2, 3]}'",
+       "--domain:1:2: unknown key 't' in the domain of op rmsnorm (its dtypes and dims) (did you mean "
+       "'T'?); valid: dtypes, T, D"},
+      {"--spec " + ops + " --no-corpus --domain '{dtypes: [i32]}'",
+       "--domain:1:10: dtypes: the case's dtype is floating (f32, f64, f16, bf16); got i32"},
       {"--spec " + ops + " --no-corpus --mutants",
        "--mutants: family op of spec rmsnorm has no mutants to run"},
       {"--spec " + kSpec + " --fuzz --out " + temp("fuzz.json").string(), "--fuzz takes no --out"},

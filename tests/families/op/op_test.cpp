@@ -645,6 +645,54 @@ TEST(OpDomain, IndexTensorsAndMasksAreIntegerTensorsForTargets) {
   EXPECT_EQ(dtypes["mask"], "bool");
 }
 
+// prop_runner --domain and a profile's domain: on a declared op: `dtypes`
+// replaces the case's dtype choices (w, which takes the case's dtype,
+// follows; v keeps its own), a dim's name replaces that dim; the relations
+// must still hold, and errors point into the option or the spec.
+TEST(OpDomain, ProfileAndCommandLineDomainsReplaceDtypesAndDims) {
+  const Spec spec = parse_spec(kDomainSpec, "shrink.yaml", "", "{dtypes: [f32], T: 3, D: {one_of: [2, 5]}}");
+  const OpFamily& f = op_family(spec);
+  std::set<int64_t> ds;
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    const std::vector<uint8_t> bytes = f.seed_bytes(spec.domain, seed, 100);
+    const AnyCase any = f.from_bytes(bytes.data(), bytes.size(), spec.domain);
+    const Case& c = as_case(any);
+    ASSERT_EQ(dtype_name(c.dtypes[input_index(*c.decl, "x")]), std::string("f32"));
+    ASSERT_EQ(dtype_name(c.dtypes[input_index(*c.decl, "w")]), std::string("f32"));
+    ASSERT_EQ(dtype_name(c.dtypes[input_index(*c.decl, "v")]), std::string("f64"));
+    ASSERT_EQ(dim(c, "T"), 3);
+    ds.insert(dim(c, "D"));
+  }
+  EXPECT_EQ(ds, (std::set<int64_t>{2, 5}));
+  // A profile's domain: takes the same keys; --domain comes after it.
+  const std::string profiled =
+      std::string(kDomainSpec) + "profiles:\n  small:\n    domain: {T: 2, dtypes: [f64]}\n";
+  for (const auto& [domain, t] : {std::pair{"", 2}, std::pair{"{T: 5}", 5}}) {
+    const Spec p = parse_spec(profiled, "shrink.yaml", "small", domain);
+    const std::vector<uint8_t> bytes = op_family(p).seed_bytes(p.domain, 1, 100);
+    const AnyCase any = op_family(p).from_bytes(bytes.data(), bytes.size(), p.domain);
+    EXPECT_EQ(dim(as_case(any), "T"), t) << domain;
+    EXPECT_EQ(dtype_name(as_case(any).dtypes[input_index(*as_case(any).decl, "x")]), std::string("f64"));
+  }
+  EXPECT_EQ(
+      load_error(std::string(kDomainSpec) + "profiles:\n  small:\n    domain: {Q: 2}\n"),
+      "op.yaml:27:14: unknown key 'Q' in the domain of op shrink (its dtypes and dims) (did you mean 'T'?); "
+      "valid: dtypes, T, D, H, K");
+  auto error = [](const std::string& domain) {
+    try {
+      parse_spec(kRichSpec, "rich.yaml", "", domain);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error("{Nq: [5, 6], Nk: [1, 2]}"),
+            "--domain:1:1: op.relations cannot hold with these dims (dim Nq has no value left)");
+  EXPECT_EQ(error("{dtypes: [f16, f16]}"), "--domain:1:16: dtypes.dtype lists f16 twice");
+  EXPECT_EQ(error("{Nq: {range: [1, 4], every: 2}}"),
+            "--domain:1:22: unknown key 'every' in dim Nq; valid: range, multiple_of, one_of");
+}
+
 // ---------------------------------------------------------------- load-time errors of the domain
 std::string rich_with(const std::string& from, const std::string& to) {
   std::string s = kRichSpec;
