@@ -89,17 +89,17 @@ struct TiedRow {
 // Row (b, h, i) of an attention case when its visible keys `keys` (not
 // empty) all score the same in fp64; none otherwise.
 std::optional<TiedRow> tied_row(const Case& c, int b, int h, int i, const std::vector<int>& keys, double u);
-// A store pinned by tied rows (o_rounded_to_nearest, dv_rounded_to_nearest):
-// the kernel held the element within `bound` of `exact` (the fp64
-// reference's value, its own error included) before storing it in `dtype`.
-// When no rounding boundary lies within reach, round-to-nearest gives one
-// value: checks `stored` against it (++checked) and returns the failure,
-// `why` saying how the exact value is known. Nothing when it holds or when
-// the element is too near a boundary to tell.
 // Why a pinned-store invariant of `output` cannot judge this trial: the
 // reference keeps its outputs in fp64 (n/a), and an f32/f64 case stores in
 // its own arithmetic's type (discard).
 std::optional<Verdict> pinned_store_unobservable(const ImplInfo& target, DType dtype, const char* output);
+// A store pinned by tied rows (o_rounded_to_nearest, dv_rounded_to_nearest):
+// the kernel held the element within `bound` of `exact` (the fp64
+// reference's value; `bound` includes the reference's own error) before
+// storing it in `dtype`. When no rounding boundary lies within reach,
+// round-to-nearest gives one value: checks `stored` against it (++checked)
+// and returns the failure, `why` saying how the exact value is known.
+// Nothing when it holds or when the element is too near a boundary to tell.
 std::optional<Verdict> check_pinned_store(DType dtype, const std::string& element, double stored,
                                           double exact, double bound, const std::string& why,
                                           std::vector<Measured> measured, size_t& checked);

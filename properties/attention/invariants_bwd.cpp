@@ -626,13 +626,14 @@ Verdict permutation_equivariance(T& t, const Values& p) {
 //   1. the forward's row sum is l = n(1 + θ_l), |θ_l| <= θ, and its running
 //      max m is one of the computed scores, within Δ of s; its
 //      LSE = m + ln l, stored in f32, is within
-//      λ = Δ + 2θ + 8u(ln n + 1) + u(|s| + Δ + 1) of s + ln n
+//      λ = Δ + 2θ + 8u(ln n + 1) + u(|s| + Δ + ln n + 1) of s + ln n
 //      (|ln(1 + x)| <= 2|x| for |x| <= 1/2; 4 ulps for an approximate log,
 //      4 more for log2 scaled by ln 2; the sum's rounding);
 //   2. the backward recomputes a score within Δ of s and P = exp(s' - LSE),
-//      whose argument is within κ = Δ + λ + 3u(|s| + ln n + Δ + λ + 1) of
-//      -ln n (the subtraction, and log2(e) folded into both operands for an
-//      exp2), so P = (1/n)(1 + φ) with |φ| <= φ̄ = expm1(κ) + 4u·exp(κ)
+//      whose argument is within κ = Δ + λ + 4u(|s| + ln n + Δ + λ + 1) of
+//      -ln n (the subtraction, u; log2(e), rounded, folded into both
+//      operands for an exp2, 1.45u per operand and 1.45u for the constant),
+//      so P = (1/n)(1 + φ) with |φ| <= φ̄ = expm1(κ) + 4u·exp(κ)
 //      (4 ulps of the exp);
 //   3. P rounded to the half type before Pᵀ·dO lands on 1/n, a power of two,
 //      while φ̄ < 2^-(p+1) (p: the type's significant bits): no error added.
@@ -648,8 +649,8 @@ Verdict permutation_equivariance(T& t, const Values& p) {
 // same r = round_to(dtype, dV_jd), and the stored dV_jd must be r exactly.
 double tied_p_error(const TiedRow& r, double u) {
   const double ln_n = std::log(r.n);
-  const double lambda = r.delta + 2 * r.theta + 8 * u * (ln_n + 1) + u * (r.score + r.delta + 1);
-  const double kappa = r.delta + lambda + 3 * u * (r.score + ln_n + r.delta + lambda + 1);
+  const double lambda = r.delta + 2 * r.theta + 8 * u * (ln_n + 1) + u * (r.score + r.delta + ln_n + 1);
+  const double kappa = r.delta + lambda + 4 * u * (r.score + ln_n + r.delta + lambda + 1);
   return std::expm1(kappa) + 4 * u * std::exp(kappa);
 }
 

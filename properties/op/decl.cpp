@@ -521,11 +521,11 @@ class Parser {
     }
   }
 
-  // A profile's domain: or prop_runner --domain over a parsed declaration: `dtypes` replaces the
-  // case's dtype choices (and those of every input that takes the case's
-  // dtype), a dim's name replaces that dim (op.dims' grammar). Like a
-  // profile's domain it changes which cases are drawn, not how one is
-  // checked; the relations must still hold.
+  // A profile's domain: or prop_runner --domain over a parsed declaration:
+  // `dtypes` replaces the case's dtype choices (and those of every input
+  // that takes the case's dtype), a dim's name replaces that dim (op.dims'
+  // grammar). It changes which cases are drawn, not how one is checked; the
+  // relations must still hold.
   std::shared_ptr<const Decl> override_domain(const Decl& base, const YAML::Node& o) {
     section_.reset(o);
     auto d = std::make_shared<Decl>(base);
