@@ -148,6 +148,8 @@ enum class FwdBug {
   rowsum_in_storage,  // the running row sum l held in the storage type
   lse_in_storage,     // LSE stored in the storage type instead of f32
   o_store_truncated,  // O converted to the storage type by truncation (toward zero)
+  // Past the default domain's Nk <= 40 only (specs/attention_fwd.yaml, profile gpu):
+  keys_capped_64,  // keys past the 64th never read (a fixed 64-key buffer)
 };
 enum class BwdBug {
   none,

@@ -35,7 +35,8 @@ void tiled_forward(const Inputs<T>& in, T* o, T* lse, Workspace& ws) {
         const int rows = std::min(bq, nq - i0);
         for (int i = 0; i < rows; ++i) m[size_t(i)] = kNegInf, l[size_t(i)] = 0;
         std::fill(acc.data(), acc.data() + size_t(rows) * dim, T(0));
-        const int end = bug == FwdBug::additive_mask ? nk : masking::key_end(in.mask, b, nk, i0, rows);
+        int end = bug == FwdBug::additive_mask ? nk : masking::key_end(in.mask, b, nk, i0, rows);
+        if constexpr (bug == FwdBug::keys_capped_64) end = std::min(end, 64);
         for (int j0 = 0; j0 < end; j0 += bk) {
           if constexpr (bug == FwdBug::drop_partial_tile)
             if (j0 + bk > nk) break;
@@ -120,7 +121,8 @@ void tiled_forward(const Inputs<T>& in, T* o, T* lse, Workspace& ws) {
   template void tiled_forward<T, FwdBug::pv_in_storage>(const Inputs<T>&, T*, T*, Workspace&);      \
   template void tiled_forward<T, FwdBug::rowsum_in_storage>(const Inputs<T>&, T*, T*, Workspace&);  \
   template void tiled_forward<T, FwdBug::lse_in_storage>(const Inputs<T>&, T*, T*, Workspace&);     \
-  template void tiled_forward<T, FwdBug::o_store_truncated>(const Inputs<T>&, T*, T*, Workspace&);
+  template void tiled_forward<T, FwdBug::o_store_truncated>(const Inputs<T>&, T*, T*, Workspace&);  \
+  template void tiled_forward<T, FwdBug::keys_capped_64>(const Inputs<T>&, T*, T*, Workspace&);
 KPROP_FWD(float)
 KPROP_FWD(double)
 #undef KPROP_FWD

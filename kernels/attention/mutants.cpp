@@ -79,6 +79,10 @@ const std::vector<Mutant<FwdResult>>& forward_mutants() {
 
       {"materialized_scores",
        "correct values from a materialized Nq×Nk score matrix (breaks workspace_bounded)", naive_forward},
+      {"keys_capped_64",
+       "keys past the 64th are never read (a loop bound or buffer fixed at 64 keys): rows that see more "
+       "keys lose them",
+       forward<FwdBug::keys_capped_64>},
       {"lse_rows_4096",
        "LSE staged in a 4096-row buffer (row i in slot i mod 4096): past Nq = 4096 later rows overwrite "
        "earlier ones",
