@@ -201,16 +201,15 @@ void tiled_backward(const Inputs<T>& args, const T* o, const T* lse, Grads<T> ou
       for (size_t x = 0; x < size_t(nq) * dim; ++x) dq[x] *= in.scale;
     }
   // Accumulated in T across tiles and the heads of a group; stored once.
-  if constexpr (bug == BwdBug::grads_store_truncated) {
-    for (T* g : {out.dq, out.dk, out.dv}) {
-      const size_t n = g == out.dq ? s.q_size() : s.kv_size();
+  const auto store = [&](T* g, size_t n) {
+    if constexpr (bug == BwdBug::grads_store_truncated)
       for (size_t x = 0; x < n; ++x) g[x] = ops::stored_toward_zero(in.store, g[x]);
-    }
-    return;
-  }
-  ops::store_all(in.store, out.dq, s.q_size());
-  ops::store_all(in.store, out.dk, s.kv_size());
-  ops::store_all(in.store, out.dv, s.kv_size());
+    else
+      ops::store_all(in.store, g, n);
+  };
+  store(out.dq, s.q_size());
+  store(out.dk, s.kv_size());
+  store(out.dv, s.kv_size());
 }
 
 #define KPROP_BWD(T, mode, bug) \

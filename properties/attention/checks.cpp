@@ -168,26 +168,28 @@ std::string needs_tied_half_rows(const Values& d, const Values&) {
       join(d.choices("values")));
 }
 
-std::optional<TiedRow> tied_row(const Case& c, int b, int h, int i, const std::vector<int>& keys, double u) {
+std::optional<TiedRow> tied_row(const Case& c, int b, int h, int i, const std::vector<int>& keys) {
   const Shape& s = c.shape;
   const double scale = effective_scale(c);
   const double* q = &c.q[((size_t(b) * s.heads_q + h) * s.nq + i) * s.dim];
   const int kvh = h / s.group();
-  double dot0 = 0, delta = 0;
+  double dot0 = 0, abs_max = 0;
   for (size_t a = 0; a < keys.size(); ++a) {
     const double* k = &c.k[((size_t(b) * s.heads_kv + kvh) * s.nk + keys[a]) * s.dim];
     double dot = 0, abs_dot = 0;
     for (int d = 0; d < s.dim; ++d) dot += q[d] * k[d], abs_dot += std::fabs(q[d] * k[d]);
     if (a == 0) dot0 = dot;
     if (dot != dot0) return std::nullopt;
-    delta = std::max(delta, gamma_n(s.dim, 2 * u) * std::fabs(scale) * abs_dot + u * std::fabs(scale * dot));
+    abs_max = std::max(abs_max, abs_dot);
   }
-  TiedRow r;
-  r.n = double(keys.size());
-  r.score = std::fabs(scale * dot0);
-  r.delta = delta;
-  r.eps = 2 * delta + 2 * u * (r.score + 2 * delta + 1) + 4 * u;
-  r.theta = 2 * (r.n + 2) * r.eps + gamma_n(2 * r.n, 2 * u) + 4 * u;
+  return TiedRow{double(keys.size()), double(s.dim), std::fabs(scale * dot0), std::fabs(scale) * abs_max};
+}
+
+TiedRow::Bounds TiedRow::bounds(double u) const {
+  Bounds r;
+  r.delta = gamma_n(dim, 2 * u) * abs_dot + u * score;
+  r.eps = 2 * r.delta + 2 * u * (score + 2 * r.delta + 1) + 4 * u;
+  r.theta = 2 * (n + 2) * r.eps + gamma_n(2 * n, 2 * u) + 4 * u;
   return r;
 }
 

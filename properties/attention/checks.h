@@ -80,15 +80,20 @@ inline double gamma_n(double n, double unit) {
 // roundoff u (2u per step for adders that truncate) may take its softmax from
 // the exact P = 1/n (derivation: invariants_fwd.cpp, o_rounded_to_nearest).
 struct TiedRow {
-  double n = 0;      // visible keys
-  double score = 0;  // |s|, the common scaled score
-  double delta = 0;  // Δ: how far a computed score may be from s
-  double eps = 0;    // ε: how far an exponential or a rescale factor may be from 1
-  double theta = 0;  // θ: relative error of a key's weight in O, and of the row sum l
+  double n = 0;        // visible keys
+  double dim = 0;      // D, the dot products' length
+  double score = 0;    // |s|, the common scaled score
+  double abs_dot = 0;  // |scale| · max_j Σ_d |q_d k_jd|
+  struct Bounds {
+    double delta = 0;  // Δ: how far a computed score may be from s
+    double eps = 0;    // ε: how far an exponential or a rescale factor may be from 1
+    double theta = 0;  // θ: relative error of a key's weight in O, and of the row sum l
+  };
+  Bounds bounds(double u) const;
 };
 // Row (b, h, i) of an attention case when its visible keys `keys` (not
 // empty) all score the same in fp64; none otherwise.
-std::optional<TiedRow> tied_row(const Case& c, int b, int h, int i, const std::vector<int>& keys, double u);
+std::optional<TiedRow> tied_row(const Case& c, int b, int h, int i, const std::vector<int>& keys);
 // Why a pinned-store invariant of `output` cannot judge this trial: the
 // reference keeps its outputs in fp64 (n/a), and an f32/f64 case stores in
 // its own arithmetic's type (discard).

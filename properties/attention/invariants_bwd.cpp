@@ -647,10 +647,11 @@ Verdict permutation_equivariance(T& t, const Values& p) {
 // 2^-1074 per underflowing product). Where rounding_margin(dtype, reference)
 // exceeds the two bounds' sum, every value the kernel may hold rounds to the
 // same r = round_to(dtype, dV_jd), and the stored dV_jd must be r exactly.
-double tied_p_error(const TiedRow& r, double u) {
-  const double ln_n = std::log(r.n);
-  const double lambda = r.delta + 2 * r.theta + 8 * u * (ln_n + 1) + u * (r.score + r.delta + ln_n + 1);
-  const double kappa = r.delta + lambda + 4 * u * (r.score + ln_n + r.delta + lambda + 1);
+double tied_p_error(const TiedRow& row, double u) {
+  const TiedRow::Bounds r = row.bounds(u);
+  const double ln_n = std::log(row.n);
+  const double lambda = r.delta + 2 * r.theta + 8 * u * (ln_n + 1) + u * (row.score + r.delta + ln_n + 1);
+  const double kappa = r.delta + lambda + 4 * u * (row.score + ln_n + r.delta + lambda + 1);
   return std::expm1(kappa) + 4 * u * std::exp(kappa);
 }
 
@@ -678,10 +679,9 @@ Verdict dv_rounded_to_nearest(T& t, const Values&) {
         RowTie& r = ties[size_t(h) * s.nq + i];
         r = {};
         if (n == 0 || (n & (n - 1)) != 0) continue;
-        const std::optional<TiedRow> f32 = tied_row(c, b, h, i, keys, u),
-                                     f64 = tied_row(c, b, h, i, keys, u64);
-        if (!f32 || !f64) continue;
-        r = {true, double(n), tied_p_error(*f32, u), tied_p_error(*f64, u64)};
+        const std::optional<TiedRow> tie = tied_row(c, b, h, i, keys);
+        if (!tie) continue;
+        r = {true, double(n), tied_p_error(*tie, u), tied_p_error(*tie, u64)};
         r.ok = r.phi < snap;
       }
     }

@@ -205,9 +205,9 @@ Verdict o_rounded_to_nearest(T& t, const Values&) {
         const size_t row = ((size_t(b) * s.heads_q + h) * s.nq + i) * s.dim;  // of Q and O
         const int kvh = h / s.group();
         auto kv_at = [&](int j) { return ((size_t(b) * s.heads_kv + kvh) * s.nk + j) * s.dim; };
-        const std::optional<TiedRow> tie = tied_row(c, b, h, i, keys, u);
+        const std::optional<TiedRow> tie = tied_row(c, b, h, i, keys);
         if (!tie) continue;
-        const double theta = tie->theta;
+        const double theta = tie->bounds(u).theta;
         if (theta >= snap) continue;
         ++rows;
         if (!got) got = &t.target(), ref = &t.reference();
