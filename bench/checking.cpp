@@ -16,8 +16,10 @@
 //             range): the cost the size ramp saves.
 //
 // Deterministic inputs (fixed seeds), CPU time (the machine may be shared):
-//   build/bench/bench_checking [--cases N] [--inputs N] [--filter TEXT] [--fuzz-only | --checking-only]
-//                              [--full-size]
+//   build/bench/bench_checking [--cases N] [--inputs N] [--filter TEXT] [--domain default|large]
+//                              [--fuzz-only | --checking-only] [--full-size]
+// --filter keeps the specs whose path contains TEXT; --domain keeps one of
+// the checking rows' domains (what a profile of one row wants).
 // Not a test: nothing here asserts a time.
 #include <fmt/format.h>
 #include <time.h>
@@ -129,7 +131,7 @@ void fuzz_row(const kprop::Spec& spec, int inputs, bool full_size) {
 
 int main(int argc, char** argv) {
   int cases = 200, inputs = 2000;
-  std::string filter;
+  std::string filter, domain;
   bool checking = true, fuzz = true, full_size = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -139,6 +141,9 @@ int main(int argc, char** argv) {
       inputs = std::atoi(argv[++i]);
     else if (a == "--filter" && i + 1 < argc)
       filter = argv[++i];
+    else if (a == "--domain" && i + 1 < argc && (std::strcmp(argv[i + 1], "default") == 0 ||
+                                                 std::strcmp(argv[i + 1], "large") == 0))
+      domain = argv[++i];
     else if (a == "--fuzz-only")
       checking = false;
     else if (a == "--checking-only")
@@ -147,8 +152,8 @@ int main(int argc, char** argv) {
       full_size = true;
     else {
       fmt::print(stderr,
-                 "usage: bench_checking [--cases N] [--inputs N] [--filter TEXT] [--fuzz-only | "
-                 "--checking-only] [--full-size]\n");
+                 "usage: bench_checking [--cases N] [--inputs N] [--filter TEXT] [--domain default|large] "
+                 "[--fuzz-only | --checking-only] [--full-size]\n");
       return 2;
     }
   }
@@ -163,9 +168,11 @@ int main(int argc, char** argv) {
                  "cases", "cases/cpu-s", "ms/case", "ref ms", "overhead");
       for (const auto& path : paths) {
         const kprop::Spec spec = kprop::load_spec(path.string());
-        checking_rows(spec, "default", cases);
+        if (domain != "large") checking_rows(spec, "default", cases);
         const std::string family = spec.family->name();
-        if (family.rfind("attention.", 0) == 0)
+        if (domain == "default")
+          continue;
+        else if (family.rfind("attention.", 0) == 0)
           checking_rows(with_domain(path.string(), {{"nq", "[1, 256]"}, {"nk", "[1, 256]"}}), "large",
                         std::max(1, cases / 4));
         else if (family == "dflash")
