@@ -141,8 +141,8 @@ int main(int argc, char** argv) {
       inputs = std::atoi(argv[++i]);
     else if (a == "--filter" && i + 1 < argc)
       filter = argv[++i];
-    else if (a == "--domain" && i + 1 < argc && (std::strcmp(argv[i + 1], "default") == 0 ||
-                                                 std::strcmp(argv[i + 1], "large") == 0))
+    else if (a == "--domain" && i + 1 < argc &&
+             (std::strcmp(argv[i + 1], "default") == 0 || std::strcmp(argv[i + 1], "large") == 0))
       domain = argv[++i];
     else if (a == "--fuzz-only")
       checking = false;
