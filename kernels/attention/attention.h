@@ -164,6 +164,7 @@ enum class BwdBug {
   scale_in_storage,        // f16/bf16: the backward's softmax scale rounded to the storage type
   d_in_storage,            // f16/bf16: D rounded to the storage type (it stays in f32)
   grads_store_truncated,   // f16/bf16: dQ, dK, dV converted to the storage type by truncation
+  dq_store_truncated,      // f16/bf16: dQ alone converted by truncation (its own conversion pass)
   // Past the old Nq cap of 4096 only (specs/attention_bwd.yaml, profile large):
   d_rows_4096,  // D staged in a 4096-row buffer: row i's D in slot i mod 4096
 };

@@ -201,15 +201,16 @@ void tiled_backward(const Inputs<T>& args, const T* o, const T* lse, Grads<T> ou
       for (size_t x = 0; x < size_t(nq) * dim; ++x) dq[x] *= in.scale;
     }
   // Accumulated in T across tiles and the heads of a group; stored once.
-  const auto store = [&](T* g, size_t n) {
-    if constexpr (bug == BwdBug::grads_store_truncated)
+  const auto store = [&](T* g, size_t n, bool truncated) {
+    if (truncated)
       for (size_t x = 0; x < n; ++x) g[x] = ops::stored_toward_zero(in.store, g[x]);
     else
       ops::store_all(in.store, g, n);
   };
-  store(out.dq, s.q_size());
-  store(out.dk, s.kv_size());
-  store(out.dv, s.kv_size());
+  constexpr bool all_truncated = bug == BwdBug::grads_store_truncated;
+  store(out.dq, s.q_size(), all_truncated || bug == BwdBug::dq_store_truncated);
+  store(out.dk, s.kv_size(), all_truncated);
+  store(out.dv, s.kv_size(), all_truncated);
 }
 
 #define KPROP_BWD(T, mode, bug) \
@@ -220,6 +221,7 @@ void tiled_backward(const Inputs<T>& args, const T* o, const T* lse, Grads<T> ou
   KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::dsoftmax_wrong_axis)    \
   KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::dsoftmax_missing_p)     \
   KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::grads_store_truncated)  \
+  KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::dq_store_truncated)     \
   KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::dsoftmax_divide)        \
   KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::d_without_do)           \
   KPROP_BWD(T, BwdMode::single_pass_d, BwdBug::dk_missing_scale)       \

@@ -127,6 +127,13 @@ const std::vector<Mutant<BwdResult>>& backward_mutants() {
        "f16/bf16: dQ, dK and dV converted to the storage type by truncation toward zero (a bf16 made by "
        "dropping the f32's low 16 bits) instead of round-to-nearest-even",
        backward<M::single_pass_d, BwdBug::grads_store_truncated>},
+      // FlashAttention-2 accumulates dQ in f32 across the key blocks and
+      // converts it in a pass of its own; a truncating conversion there
+      // leaves dK and dV right.
+      {"dq_store_truncated",
+       "f16/bf16: dQ alone converted to the storage type by truncation toward zero (its own conversion pass "
+       "after the f32 accumulation); dK and dV round to nearest",
+       backward<M::single_pass_d, BwdBug::dq_store_truncated>},
       {"materialized_scores", "correct gradients from materialized Nq×Nk matrices (breaks workspace_bounded)",
        naive_backward},
       {"d_rows_4096",

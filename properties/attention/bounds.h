@@ -101,5 +101,16 @@ double max_error(std::span<const double> reference, std::span<const double> x);
 
 // "[1,0,2,3]": the multi-index of flat element `index` of a row-major tensor.
 std::string element_name(size_t index, const std::vector<int>& dims);
+// The dims element_name reads Q, O, dO, dQ [B, Hq, Nq, D]; K, V, dK, dV
+// [B, Hkv, Nk, D]; LSE, D [B, Hq, Nq] by.
+inline std::vector<int> q_dims(const Shape& s) {
+  return {s.batch, s.heads_q, s.nq, s.dim};
+}
+inline std::vector<int> kv_dims(const Shape& s) {
+  return {s.batch, s.heads_kv, s.nk, s.dim};
+}
+inline std::vector<int> lse_dims(const Shape& s) {
+  return {s.batch, s.heads_q, s.nq};
+}
 
 }  // namespace kprop::attention

@@ -162,6 +162,31 @@ void fill_values(Case& c, const std::string& kind, double magnitude, double grow
       for (int kvh = 0; kvh < s.heads_kv; ++kvh)
         for (int j = 1; j < s.nk; ++j)
           std::copy_n(&c.k[kv_at(s, b, kvh, 0)], s.dim, &c.k[kv_at(s, b, kvh, j)]);
+  } else if (kind == "pinned_grads") {
+    // Scores that tie while the keys differ (Q zero past its first channel,
+    // every key of a head sharing that channel), V small integers and dO one
+    // signed power of two per row, in one channel: where a row's visible
+    // keys number 2^t, O is exact in the dtype and so is every dS, and dQ,
+    // dK are known to f32 accuracy before their stores
+    // (dq_dk_rounded_to_nearest). The softmax scale becomes a power of two
+    // (1 to 1/8) where it is not one: only then may a kernel fold it into dS
+    // exactly.
+    int exponent = 0;
+    if (std::frexp(effective_scale(c), &exponent) != 0.5)
+      c.scale = std::ldexp(1.0, -int(std::floor(rng::uniform(seed, 29, 0) * 4)));
+    const size_t dim = size_t(s.dim);
+    for (size_t row = 0; row < c.q.size() / dim; ++row) std::fill_n(&c.q[row * dim + 1], dim - 1, 0.0);
+    for (int b = 0; b < s.batch; ++b)
+      for (int kvh = 0; kvh < s.heads_kv; ++kvh)
+        for (int j = 1; j < s.nk; ++j) c.k[kv_at(s, b, kvh, j)] = c.k[kv_at(s, b, kvh, 0)];
+    for (size_t i = 0; i < c.v.size(); ++i) c.v[i] = std::floor(rng::uniform(seed, 25, i) * 7) - 3;
+    for (size_t row = 0; row < c.d_out.size() / dim; ++row) {
+      const size_t at = size_t(std::floor(rng::uniform(seed, 26, row) * double(dim)));
+      const int e = int(std::floor(rng::uniform(seed, 27, row) * 5)) - 2;
+      std::fill_n(&c.d_out[row * dim], dim, 0.0);
+      c.d_out[row * dim + std::min(at, dim - 1)] =
+          (rng::uniform(seed, 28, row) < 0.5 ? -1 : 1) * std::ldexp(1.0, e);
+    }
   } else if (kind == "wide") {
     // One magnitude 2^e per (b, kv head), e in [0, 15], V around it (mostly
     // positive): O stays below 65504, the unnormalized P·V sum need not.

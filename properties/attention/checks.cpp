@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <numeric>
 #include <set>
@@ -154,7 +155,10 @@ std::string needs_other_tiling(const Values& d, const Values&) {
   return "";
 }
 
-std::string needs_tied_half_rows(const Values& d, const Values&) {
+namespace {
+// An f16/bf16 dtype and one of the value kinds `kinds` (`what` they make).
+std::string needs_half_and_values(const Values& d, std::initializer_list<const char*> kinds, const char* what,
+                                  const char* add) {
   const Choices& dtypes = d.choices("dtypes");
   const bool half = std::any_of(dtypes.begin(), dtypes.end(),
                                 [](const std::string& t) { return t == "f16" || t == "bf16"; });
@@ -162,10 +166,20 @@ std::string needs_tied_half_rows(const Values& d, const Values&) {
     return fmt::format("an f16 or bf16 case, but domain.dtypes is [{}]; add one or drop the invariant",
                        join(dtypes));
   for (const std::string& v : d.choices("values"))
-    if (v == "tied_scores" || v == "constant_rows" || v == "near_uniform") return "";
-  return fmt::format(
-      "rows whose scores tie, but domain.values is [{}]; add tied_scores or drop the invariant",
-      join(d.choices("values")));
+    for (const char* k : kinds)
+      if (v == k) return "";
+  return fmt::format("{}, but domain.values is [{}]; add {} or drop the invariant", what,
+                     join(d.choices("values")), add);
+}
+}  // namespace
+
+std::string needs_tied_half_rows(const Values& d, const Values&) {
+  return needs_half_and_values(d, {"tied_scores", "constant_rows", "near_uniform", "pinned_grads"},
+                               "rows whose scores tie", "tied_scores");
+}
+
+std::string needs_pinned_grads(const Values& d, const Values&) {
+  return needs_half_and_values(d, {"pinned_grads"}, "rows whose dS is exact in the dtype", "pinned_grads");
 }
 
 std::optional<TiedRow> tied_row(const Case& c, int b, int h, int i, const std::vector<int>& keys) {

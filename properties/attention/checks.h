@@ -2,6 +2,7 @@
 // cases for the metamorphic checks, and the workspace budget.
 #pragma once
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
@@ -69,6 +70,16 @@ std::string needs_masked_rows(const Values& domain, const Values& params);
 // o_rounded_to_nearest, dv_rounded_to_nearest: an f16/bf16 dtype and a value
 // kind with tied rows.
 std::string needs_tied_half_rows(const Values& domain, const Values& params);
+// dq_dk_rounded_to_nearest: an f16/bf16 dtype and the value kind pinned_grads.
+std::string needs_pinned_grads(const Values& domain, const Values& params);
+
+// How far, relatively, a value may lie from a power of two and still round
+// to it in `dtype`: 2^-(p+1), p the dtype's significant bits (the gap below a
+// power of two is the narrower one). The tied-row invariants' P = 2^-t lands
+// on its exact value when rounded to the half type within this.
+inline double power_of_two_snap(DType dtype) {
+  return std::ldexp(1.0, -(precision_bits(dtype) + 1));
+}
 
 // γ_n = n·unit / (1 - n·unit): the relative error bound of n roundings of
 // `unit` each (any order), for the derived bounds of the invariants.

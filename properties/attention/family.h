@@ -38,6 +38,9 @@ void register_forward_invariants(FamilyDef<FwdTraits>& family);
 void register_forward_external(FamilyDef<FwdTraits>& family);
 void register_backward_external(FamilyDef<BwdTraits>& family);
 void register_backward_invariants(FamilyDef<BwdTraits>& family);
+// The f16/bf16 stores of dQ, dK, dV where a case pins their exact values
+// (invariants_stores.cpp; registered by register_backward_invariants).
+void register_backward_store_invariants(FamilyDef<BwdTraits>& family);
 
 // ---- shared by the invariants and the tests
 // The case with keys and values permuted (per batch and kv head, keys j ->

@@ -21,13 +21,6 @@ namespace {
 
 using T = Trial<BwdTraits>;
 
-std::vector<int> q_dims(const Shape& s) {
-  return {s.batch, s.heads_q, s.nq, s.dim};
-}
-std::vector<int> kv_dims(const Shape& s) {
-  return {s.batch, s.heads_kv, s.nk, s.dim};
-}
-
 struct Grad {
   const char* name;
   const char* output;  // its tensor name (target.dq, ...): the per-output ratio's key
@@ -610,123 +603,6 @@ Verdict permutation_equivariance(T& t, const Values& p) {
                        naive_backward(perm->c), case_floors(t, p), p);
 }
 
-// dv_rounded_to_nearest: dV_j = Σ_i P_ij dO_i over the query rows i that see
-// key j (over the heads of j's group). Where every such row's visible scores
-// tie over n_i = 2^t keys, P_ij = 1/n_i exactly, so dV_j is known to f32
-// accuracy and the one stored value round-to-nearest allows is known where
-// dV_j is clear of a rounding boundary. A store by truncation (toward zero)
-// misses it on about half of such elements; matches_reference's floor, which
-// must also budget P and dS rounded to the half type on every other row,
-// lets a one-ulp store through. dV only: dK and dQ go through D, which a
-// correct kernel forms from its own O, already rounded to the half type.
-//
-// Derivation, per row with Δ, ε, θ of o_rounded_to_nearest (invariants_fwd.cpp,
-// steps 1-3: TiedRow), for the kernel's f32 (u = 2^-24, 2u per step for
-// truncating adders) and for the fp64 reference (u = 2^-53):
-//   1. the forward's row sum is l = n(1 + θ_l), |θ_l| <= θ, and its running
-//      max m is one of the computed scores, within Δ of s; its
-//      LSE = m + ln l, stored in f32, is within
-//      λ = Δ + 2θ + 8u(ln n + 1) + u(|s| + Δ + ln n + 1) of s + ln n
-//      (|ln(1 + x)| <= 2|x| for |x| <= 1/2; 4 ulps for an approximate log,
-//      4 more for log2 scaled by ln 2; the sum's rounding);
-//   2. the backward recomputes a score within Δ of s and P = exp(s' - LSE),
-//      whose argument is within κ = Δ + λ + 4u(|s| + ln n + Δ + λ + 1) of
-//      -ln n (the subtraction, u; log2(e), rounded, folded into both
-//      operands for an exp2, 1.45u per operand and 1.45u for the constant),
-//      so P = (1/n)(1 + φ) with |φ| <= φ̄ = expm1(κ) + 4u·exp(κ)
-//      (4 ulps of the exp);
-//   3. P rounded to the half type before Pᵀ·dO lands on 1/n, a power of two,
-//      while φ̄ < 2^-(p+1) (p: the type's significant bits): no error added.
-//      Rows with larger φ̄ make key j unchecked;
-//   4. dV_jd = Σ_i P_ij dO_id over m terms (tiles, rows and the group's heads
-//      in any order): |error| <= φ̄_max·A + γ_m(2u)(1 + φ̄_max)·A with
-//      A = Σ_i |dO_id| / n_i, plus m·2^-149 for products below f32's normal
-//      range (a bf16 dO can be subnormal in f32 too). dO itself is exact in
-//      f32 (a half value).
-// The fp64 reference's dV is within the same expression at u = 2^-53 (and
-// 2^-1074 per underflowing product). Where rounding_margin(dtype, reference)
-// exceeds the two bounds' sum, every value the kernel may hold rounds to the
-// same r = round_to(dtype, dV_jd), and the stored dV_jd must be r exactly.
-double tied_p_error(const TiedRow& row, double u) {
-  const TiedRow::Bounds r = row.bounds(u);
-  const double ln_n = std::log(row.n);
-  const double lambda = r.delta + 2 * r.theta + 8 * u * (ln_n + 1) + u * (row.score + r.delta + ln_n + 1);
-  const double kappa = r.delta + lambda + 4 * u * (row.score + ln_n + r.delta + lambda + 1);
-  return std::expm1(kappa) + 4 * u * std::exp(kappa);
-}
-
-Verdict dv_rounded_to_nearest(T& t, const Values&) {
-  const Case& c = t.input();
-  if (auto v = pinned_store_unobservable(t.target_info(), c.dtype, "dV")) return *v;
-  const Shape& s = c.shape;
-  const double u = 0x1.0p-24, u64 = 0x1.0p-53;
-  const double snap = std::ldexp(1.0, -(precision_bits(c.dtype) + 1));
-  const double f32_underflow = 0x1.0p-149, f64_underflow = std::numeric_limits<double>::denorm_min();
-  const BwdResult* got = nullptr;
-  const BwdResult* ref = nullptr;
-  size_t checked = 0, keys_tied = 0;
-  struct RowTie {
-    bool ok = false;
-    double n = 0, phi = 0, phi64 = 0;
-  };
-  std::vector<RowTie> ties(size_t(s.heads_q) * s.nq);  // of one batch, by (h, i)
-  std::vector<int> keys;
-  for (int b = 0; b < s.batch; ++b) {
-    for (int i = 0; i < s.nq; ++i) {
-      visible_keys(c, b, i, keys);
-      const size_t n = keys.size();
-      for (int h = 0; h < s.heads_q; ++h) {
-        RowTie& r = ties[size_t(h) * s.nq + i];
-        r = {};
-        if (n == 0 || (n & (n - 1)) != 0) continue;
-        const std::optional<TiedRow> tie = tied_row(c, b, h, i, keys);
-        if (!tie) continue;
-        r = {true, double(n), tied_p_error(*tie, u), tied_p_error(*tie, u64)};
-        r.ok = r.phi < snap;
-      }
-    }
-    for (int kvh = 0; kvh < s.heads_kv; ++kvh)
-      for (int j = 0; j < s.nk; ++j) {
-        double m = 0, phi = 0, phi64 = 0;
-        bool all_tied = true;
-        for (int h = kvh * s.group(); h < (kvh + 1) * s.group() && all_tied; ++h)
-          for (int i = 0; i < s.nq && all_tied; ++i) {
-            if (!visible(c, b, i, j)) continue;
-            const RowTie& r = ties[size_t(h) * s.nq + i];
-            all_tied = r.ok;
-            m += 1, phi = std::max(phi, r.phi), phi64 = std::max(phi64, r.phi64);
-          }
-        if (!all_tied || m == 0) continue;
-        ++keys_tied;
-        if (!got) got = &t.target(), ref = &t.reference();
-        const size_t at = ((size_t(b) * s.heads_kv + kvh) * s.nk + j) * s.dim;  // of K, V, dK, dV
-        for (int d = 0; d < s.dim; ++d) {
-          double a = 0;
-          for (int h = kvh * s.group(); h < (kvh + 1) * s.group(); ++h)
-            for (int i = 0; i < s.nq; ++i)
-              if (visible(c, b, i, j))
-                a += std::fabs(c.d_out[((size_t(b) * s.heads_q + h) * s.nq + i) * s.dim + d]) /
-                     ties[size_t(h) * s.nq + i].n;
-          const double bound = (phi + gamma_n(m, 2 * u) * (1 + phi)) * a + m * f32_underflow +
-                               (phi64 + gamma_n(m, u64) * (1 + phi64)) * a + m * f64_underflow;
-          if (auto fail = check_pinned_store(
-                  c.dtype, "dV" + element_name(at + d, kv_dims(s)), got->dv[at + d], ref->dv[at + d], bound,
-                  fmt::format(
-                      "every row that sees key {} has tied scores over 2^t keys, so P = 2^-t there and "
-                      "dV is Σ dO / 2^t over {} rows",
-                      j, m),
-                  {{"index", double(at + d)}, {"rows", m}}, checked))
-            return *fail;
-        }
-      }
-  }
-  if (keys_tied == 0)
-    return Verdict::discard(
-        "no key whose every query row has tied scores over a power-of-two number of visible keys");
-  if (checked == 0) return Verdict::discard("no element of the tied keys' dV clear of a rounding boundary");
-  return Verdict::pass();
-}
-
 }  // namespace
 
 void register_backward_invariants(FamilyDef<BwdTraits>& f) {
@@ -773,13 +649,7 @@ void register_backward_invariants(FamilyDef<BwdTraits>& f) {
       {"permutation_equivariance", "permuting keys with values and queries with dO permutes the gradients",
        policy_params(), needs_permutation},
       permutation_equivariance);
-  f.invariant({"dv_rounded_to_nearest",
-               "f16/bf16: where every query row that sees a key has tied scores over 2^t keys (P = 2^-t "
-               "exactly), dV of that key is stored rounded to nearest: the one value within reach of the "
-               "exact Σ dO / 2^t",
-               {},
-               needs_tied_half_rows},
-              dv_rounded_to_nearest);
+  register_backward_store_invariants(f);
   register_workspace_bounded(f);
 }
 

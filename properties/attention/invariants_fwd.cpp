@@ -16,20 +16,13 @@ namespace {
 
 using T = Trial<FwdTraits>;
 
-std::vector<int> o_dims(const Shape& s) {
-  return {s.batch, s.heads_q, s.nq, s.dim};
-}
-std::vector<int> lse_dims(const Shape& s) {
-  return {s.batch, s.heads_q, s.nq};
-}
-
 // O and LSE of `got` against `expected` (the reference, possibly rearranged),
 // with `naive` computed on the same inputs as `got`.
 Verdict compare_outputs(const Case& c, const std::string& what, const FwdResult& expected,
                         const FwdResult& got, const FwdResult& naive, const ErrorScales& f, const Values& p) {
   const double k = p.real("k");
   return both(
-      for_output("o", compare_tensor(what + "O", o_dims(c.shape), expected.o, got.o, naive.o, k, f.o)),
+      for_output("o", compare_tensor(what + "O", q_dims(c.shape), expected.o, got.o, naive.o, k, f.o)),
       for_output("lse", compare_tensor(what + "LSE", lse_dims(c.shape), expected.lse, got.lse, naive.lse, k,
                                        f.lse)));
 }
@@ -115,7 +108,7 @@ Verdict finite_outputs(T& t, const Values&) {
       if (std::isfinite((*want)[i]) && !std::isfinite((*got)[i]))
         return Verdict::fail(
             fmt::format("{}{} is {} where the reference has {}", name,
-                        element_name(i, std::string(name) == "O" ? o_dims(t.input().shape)
+                        element_name(i, std::string(name) == "O" ? q_dims(t.input().shape)
                                                                  : lse_dims(t.input().shape)),
                         (*got)[i], (*want)[i]),
             {{"index", double(i)}, {"value", (*got)[i]}, {"reference", (*want)[i]}});
@@ -129,7 +122,7 @@ Verdict shift_invariance(T& t, const Values& p) {
   const Case& c = t.input();
   const Case shifted = keys_shifted(c);
   const FwdResult got = t.run_target(shifted), shifted_naive = naive_forward(shifted);
-  return compare_tensor("O after shifting every key ", o_dims(c.shape), t.reference().o, got.o,
+  return compare_tensor("O after shifting every key ", q_dims(c.shape), t.reference().o, got.o,
                         shifted_naive.o, p.real("k"), floors(shifted, false, p.real("floor_ulps")).o);
 }
 
@@ -191,7 +184,7 @@ Verdict o_rounded_to_nearest(T& t, const Values&) {
   if (auto v = pinned_store_unobservable(t.target_info(), c.dtype, "O")) return *v;
   const Shape& s = c.shape;
   const double u = 0x1.0p-24, u64 = 0x1.0p-53;
-  const double snap = std::ldexp(1.0, -(precision_bits(c.dtype) + 1));
+  const double snap = power_of_two_snap(c.dtype);
   const FwdResult* got = nullptr;
   const FwdResult* ref = nullptr;
   size_t checked = 0, rows = 0;
@@ -218,7 +211,7 @@ Verdict o_rounded_to_nearest(T& t, const Values&) {
           const double bound =
               (theta + gamma_n(double(n), 2 * u) * (1 + theta)) * a_d + gamma_n(double(n) + 2, u64) * a_d;
           if (auto fail = check_pinned_store(
-                  c.dtype, "O" + element_name(row + d, o_dims(s)), got->o[row + d], ref->o[row + d], bound,
+                  c.dtype, "O" + element_name(row + d, q_dims(s)), got->o[row + d], ref->o[row + d], bound,
                   fmt::format("the row's {} visible scores tie, so O is the mean of {} values of V", n, n),
                   {{"index", double(row + d)}, {"keys", double(n)}}, checked))
             return *fail;

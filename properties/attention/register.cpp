@@ -86,6 +86,7 @@ KPROP_REGISTER_FAMILY(BwdTraits, [](FamilyDef<BwdTraits>& f) {
            {"shift_invariance", {"dq", "dk", "dv"}},
            {"permutation_equivariance", {"dq", "dk", "dv"}},
            {"dv_rounded_to_nearest", {"dv"}},
+           {"dq_dk_rounded_to_nearest", {"dq", "dk"}},
            {"workspace_bounded", {}}});  // the workspace measure, no output
   register_backward_external(f);
 });

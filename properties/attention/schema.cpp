@@ -44,10 +44,17 @@ namespace {
 //                  two, that mean is exact in f32 and needs up to log2(n)
 //                  bits more than a half type holds: the store alone decides
 //                  O's last bit (o_rounded_to_nearest).
+//   pinned_grads   scores tied while the keys differ (Q zero past its first
+//                  channel, every key of a head sharing that channel), V
+//                  integers in [-3, 3], dO one signed power of two per row,
+//                  a power-of-two softmax scale (1 to 1/8 where the drawn
+//                  one is not): over 2^t visible keys O and dS are exact in
+//                  the dtype, so the stores alone decide dQ's and dK's last
+//                  bits (dq_dk_rounded_to_nearest).
 // Values are rounded to the case's dtype, never past its largest finite value.
 const Choices& value_choices() {
-  static const Choices choices = {"normal",       "large", "growing_keys", "integer",    "constant_rows",
-                                  "near_uniform", "wide",  "masked_peaks", "tied_scores"};
+  static const Choices choices = {"normal",       "large", "growing_keys", "integer",     "constant_rows",
+                                  "near_uniform", "wide",  "masked_peaks", "tied_scores", "pinned_grads"};
   return choices;
 }
 }  // namespace

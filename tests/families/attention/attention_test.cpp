@@ -211,11 +211,10 @@ TEST(AttentionBackwardD, DRoundedToTheStorageTypeIsCaught) {
   EXPECT_EQ(outcome("d_in_storage", "D_from_own_forward"), Outcome::fail);
 }
 
-// A rounded-to-nearest invariant on a bf16 case whose keys are all the same
-// key: the correct targets pass, the truncating mutant fails, the reference
-// (fp64 outputs) is n/a; scores that do not tie leave the last bit to P's
-// rounding, and an f32 case stores in its own arithmetic's type: nothing
-// checked.
+// A rounded-to-nearest invariant on a bf16 case whose scores tie (the keys
+// agree wherever the queries are nonzero): the correct targets pass, the truncating mutant fails, the
+// reference (fp64 outputs) is n/a; scores that do not tie leave the last bit to P's rounding, and an f32 case
+// stores in its own arithmetic's type: nothing checked.
 void expect_store_pinned(const std::string& spec_path, const char* invariant, const Case& c,
                          std::initializer_list<const char*> correct, const char* truncating) {
   const Spec spec = load_spec(spec_path);
@@ -261,6 +260,64 @@ TEST(AttentionRounding, DvStoredByTruncationIsCaughtOnTiedRows) {
   c.d_out = {1, 1, 1 + 0x1.0p-7, 1, 1 + 0x1.0p-7, 1, 1 + 0x1.0p-7, 1};
   expect_store_pinned(kBwdSpec, "dv_rounded_to_nearest", c, {"tiled_d", "tiled_two_pass"},
                       "grads_store_truncated");
+}
+
+// dq_dk_rounded_to_nearest: two rows q = (±1, 0) over four keys that share
+// channel 0 (k_j = (1, w_j), w = (0, 0, -1, 1 + 2^-7)), V_j,0 = (0, 0, 0, 4)
+// and dO = (1, 0): P = 1/4, O = (1, 0), dS = (-1, -1, -1, 3)/4 exactly, and
+// with σ = 1/2, dQ_i,1 = σ Σ_j dS_j w_j = 1/2 + 3·2^-10, which bf16 rounds up
+// to 1/2 + 2^-8; a truncating dQ store gives 1/2. materialized_scores keeps
+// dP in bf16 (exact here) and passes too.
+Case pinned_bf16_case() {
+  Case c = small_case(2, 4, true);
+  c.dtype = DType::bf16;
+  c.scale = 0.5;
+  c.q = {1, 0, -1, 0};
+  c.k = {1, 0, 1, 0, 1, -1, 1, 1 + 0x1.0p-7};
+  c.v = {0, 0, 0, 0, 0, 0, 4, 0};
+  c.d_out = {1, 0, 1, 0};
+  return c;
+}
+
+TEST(AttentionRounding, DqStoredByTruncationIsCaughtOnPinnedRows) {
+  const Case c = pinned_bf16_case();
+  expect_store_pinned(kBwdSpec, "dq_dk_rounded_to_nearest", c,
+                      {"tiled_d", "tiled_two_pass", "materialized_scores"}, "dq_store_truncated");
+  // σ = 1/sqrt(2): a kernel may fold it into dS before rounding dS, so dQ is
+  // not pinned.
+  Case unscaled = c;
+  unscaled.scale = 0;
+  const Spec spec = load_spec(kBwdSpec);
+  EXPECT_EQ(
+      check_case(spec, resolve_target(spec, "dq_store_truncated"),
+                 invariant_named(spec, "dq_dk_rounded_to_nearest"), std::make_shared<const Case>(unscaled))
+          .outcome,
+      Outcome::discard);
+}
+
+// pinned_grads cases pin dQ and dK on most f16/bf16 cases whose rows see
+// 2^t keys, and the correct kernels (and the bf16-materializing one) store
+// them rounded to nearest.
+TEST(AttentionGenerator, PinnedGradsPinDqAndDk) {
+  Values domain = Values::defaults(BwdTraits::domain_schema());
+  domain.set("values", Choices{"pinned_grads"});
+  domain.set("dtypes", Choices{"f16", "bf16"});
+  domain.set("masks", Choices{"none"});
+  domain.set("nk", IntRange{8, 8});
+  const Spec spec = load_spec(kBwdSpec);
+  const InvariantUse& use = invariant_named(spec, "dq_dk_rounded_to_nearest");
+  std::mt19937_64 rng(11);
+  int checked = 0;
+  const int cases = 100;
+  for (int n = 0; n < cases; ++n) {
+    const auto c = std::make_shared<const Case>(testing::from_random_bytes<BwdTraits>(rng, 256, domain));
+    for (const char* target : {"tiled_d", "tiled_two_pass", "materialized_scores"}) {
+      const Outcome o = check_case(spec, resolve_target(spec, target), use, c).outcome;
+      ASSERT_NE(o, Outcome::fail) << target << " case " << n;
+      checked += o == Outcome::pass;
+    }
+  }
+  EXPECT_GT(checked, 3 * cases * 8 / 10) << checked << " of " << 3 * cases;
 }
 
 // masked_peaks: the keys a mask hides from a batch's first row outscore the
