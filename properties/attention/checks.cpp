@@ -212,7 +212,7 @@ std::optional<Verdict> pinned_store_unobservable(const ImplInfo& target, DType d
     return Verdict::not_applicable(fmt::format("the reference keeps {} in fp64 whatever the dtype", output));
   if (!is_half(dtype))
     return Verdict::discard(
-        fmt::format("{} of an {} case is stored in its own arithmetic's type", output, dtype_name(dtype)));
+        fmt::format("an {} case stores {} in its own arithmetic's type", dtype_name(dtype), output));
   return std::nullopt;
 }
 
