@@ -101,8 +101,8 @@ double max_error(std::span<const double> reference, std::span<const double> x);
 
 // "[1,0,2,3]": the multi-index of flat element `index` of a row-major tensor.
 std::string element_name(size_t index, const std::vector<int>& dims);
-// The dims element_name reads Q, O, dO, dQ [B, Hq, Nq, D]; K, V, dK, dV
-// [B, Hkv, Nk, D]; LSE, D [B, Hq, Nq] by.
+// The dims to name an element by: of Q, O, dO, dQ ([B, Hq, Nq, D]), of K, V,
+// dK, dV ([B, Hkv, Nk, D]), of LSE and D ([B, Hq, Nq]).
 inline std::vector<int> q_dims(const Shape& s) {
   return {s.batch, s.heads_q, s.nq, s.dim};
 }

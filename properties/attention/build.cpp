@@ -175,7 +175,8 @@ void fill_values(Case& c, const std::string& kind, double magnitude, double grow
     if (std::frexp(effective_scale(c), &exponent) != 0.5)
       c.scale = std::ldexp(1.0, -int(std::floor(rng::uniform(seed, 29, 0) * 4)));
     const size_t dim = size_t(s.dim);
-    for (size_t row = 0; row < c.q.size() / dim; ++row) std::fill_n(&c.q[row * dim + 1], dim - 1, 0.0);
+    for (size_t row = 0; row < c.q.size() / dim; ++row)
+      std::fill_n(c.q.begin() + long(row * dim + 1), dim - 1, 0.0);
     for (int b = 0; b < s.batch; ++b)
       for (int kvh = 0; kvh < s.heads_kv; ++kvh)
         for (int j = 1; j < s.nk; ++j) c.k[kv_at(s, b, kvh, j)] = c.k[kv_at(s, b, kvh, 0)];
@@ -183,7 +184,7 @@ void fill_values(Case& c, const std::string& kind, double magnitude, double grow
     for (size_t row = 0; row < c.d_out.size() / dim; ++row) {
       const size_t at = size_t(std::floor(rng::uniform(seed, 26, row) * double(dim)));
       const int e = int(std::floor(rng::uniform(seed, 27, row) * 5)) - 2;
-      std::fill_n(&c.d_out[row * dim], dim, 0.0);
+      std::fill_n(c.d_out.begin() + long(row * dim), dim, 0.0);
       c.d_out[row * dim + std::min(at, dim - 1)] =
           (rng::uniform(seed, 28, row) < 0.5 ? -1 : 1) * std::ldexp(1.0, e);
     }
