@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <set>
 
@@ -434,15 +435,24 @@ Tensor index_rt(const Node& n, const TensorMap& m) {
   Dims stride(r);
   for (size_t k = r, s = 1; k-- > 0; s *= static_cast<size_t>(x.shape[k]))
     stride[k] = static_cast<int64_t>(s);
+  // One group per axis of the result's index space (a slice, an index
+  // tensor, a new axis): the offsets into x it steps through, kept in one
+  // vector for all groups (the evaluation allocates per node, not per axis).
   struct Group {
-    Dims dims;
-    std::vector<int64_t> offset;
+    size_t begin, end;  // into offsets
   };
   std::vector<Group> groups;
+  groups.reserve(n.items.size() + r);
+  std::vector<int64_t> offsets;
+  offsets.reserve(static_cast<size_t>(std::accumulate(x.shape.begin(), x.shape.end(), int64_t{0})) +
+                  n.items.size());
+  Tensor out{{}, {}, x.dtype};
+  out.shape.reserve(n.items.size() + r);
   auto range = [&](size_t axis, int64_t lo, int64_t hi) {
-    Group g{{hi - lo}, {}};
-    for (int64_t v = lo; v < hi; ++v) g.offset.push_back(v * stride[axis]);
-    groups.push_back(std::move(g));
+    const size_t begin = offsets.size();
+    for (int64_t v = lo; v < hi; ++v) offsets.push_back(v * stride[axis]);
+    groups.push_back({begin, offsets.size()});
+    out.shape.push_back(hi - lo);
   };
   size_t consumed = 0;  // the items still to come that each take an axis of x
   for (const auto& item : n.items)
@@ -454,7 +464,9 @@ Tensor index_rt(const Node& n, const TensorMap& m) {
         while (axis + consumed < r) range(axis, 0, x.shape[axis]), ++axis;
         break;
       case Item::K::newaxis:
-        groups.push_back({{1}, {0}});
+        groups.push_back({offsets.size(), offsets.size() + 1});
+        offsets.push_back(0);
+        out.shape.push_back(1);
         break;
       case Item::K::slice: {
         const int64_t len = x.shape.at(axis);
@@ -468,14 +480,14 @@ Tensor index_rt(const Node& n, const TensorMap& m) {
       case Item::K::expr: {
         const Ref ridx = evaluate(*item.e, m);
         const int64_t len = x.shape.at(axis);
-        Group g{ridx->shape, {}};
+        const size_t begin = offsets.size();
         for (double v : ridx->data) {
           if (!(v >= -static_cast<double>(len) && v < static_cast<double>(len)) || v != std::floor(v))
             throw EvalError(fmt::format("index {} is out of range for an axis of length {}", v, len));
-          g.offset.push_back((v < 0 ? static_cast<int64_t>(v) + len : static_cast<int64_t>(v)) *
-                             stride[axis]);
+          offsets.push_back((v < 0 ? static_cast<int64_t>(v) + len : static_cast<int64_t>(v)) * stride[axis]);
         }
-        groups.push_back(std::move(g));
+        groups.push_back({begin, offsets.size()});
+        out.shape.insert(out.shape.end(), ridx->shape.begin(), ridx->shape.end());
         ++axis;
         --consumed;
         break;
@@ -483,12 +495,8 @@ Tensor index_rt(const Node& n, const TensorMap& m) {
     }
   }
   while (axis < r) range(axis, 0, x.shape[axis]), ++axis;
-  Tensor out{{}, {}, x.dtype};
   int64_t total = 1;
-  for (const Group& g : groups) {
-    out.shape.insert(out.shape.end(), g.dims.begin(), g.dims.end());
-    total *= static_cast<int64_t>(g.offset.size());
-  }
+  for (const Group& g : groups) total *= static_cast<int64_t>(g.end - g.begin);
   out.data.resize(static_cast<size_t>(total));
   if (total == 0) return out;
   if (groups.empty()) {
@@ -496,22 +504,24 @@ Tensor index_rt(const Node& n, const TensorMap& m) {
     return out;
   }
   // An odometer over the groups but the last, whose offsets are the inner loop.
-  const std::vector<int64_t>& inner = groups.back().offset;
+  const Group inner = groups.back();
+  const size_t inner_size = inner.end - inner.begin;
   std::vector<size_t> at(groups.size(), 0);
   int64_t base = 0;
-  for (const Group& g : groups) base += g.offset[0];
-  base -= inner[0];
-  for (size_t o = 0; o < out.data.size(); o += inner.size()) {
-    for (size_t j = 0; j < inner.size(); ++j) out.data[o + j] = x.data[static_cast<size_t>(base + inner[j])];
+  for (const Group& g : groups) base += offsets[g.begin];
+  base -= offsets[inner.begin];
+  for (size_t o = 0; o < out.data.size(); o += inner_size) {
+    for (size_t j = 0; j < inner_size; ++j)
+      out.data[o + j] = x.data[static_cast<size_t>(base + offsets[inner.begin + j])];
     for (size_t k = groups.size() - 1; k-- > 0;) {
-      const std::vector<int64_t>& off = groups[k].offset;
-      base -= off[at[k]];
-      if (++at[k] < off.size()) {
-        base += off[at[k]];
+      const Group& g = groups[k];
+      base -= offsets[g.begin + at[k]];
+      if (++at[k] < g.end - g.begin) {
+        base += offsets[g.begin + at[k]];
         break;
       }
       at[k] = 0;
-      base += off[0];
+      base += offsets[g.begin];
     }
   }
   return out;
@@ -574,8 +584,10 @@ Ref evaluate(const Node& n, const TensorMap& m) {
       }
       if (std::optional<Tensor> t = fused_any_all(n, m)) return std::move(*t);
       std::vector<Ref> refs;
+      refs.reserve(n.args.size());
       for (const auto& arg : n.args) refs.push_back(evaluate(*arg, m));
       std::vector<std::reference_wrapper<const Tensor>> a;
+      a.reserve(refs.size());
       for (const auto& r : refs) a.push_back(*r);
       if (f == "sum" || f == "mean" || f == "any" || f == "all" || f == "min" || f == "max" || f == "rowsum")
         return reduce(n, a[0].get());
