@@ -156,6 +156,7 @@ std::vector<Work> schedule(const Sequence& s, int chunk) {
   // One item per step, on consecutive steps (blocks_needed relies on it).
   std::vector<Work> w;
   const int step = chunk <= 0 ? s.prompt : chunk;
+  if (step > 0) w.reserve(size_t(std::max(0, (s.prompt + step - 1) / step + std::max(0, s.decode))));
   int at = s.arrive;
   for (int begin = 0; begin < s.prompt; begin += step)
     w.push_back({at++, begin, std::min(s.prompt, begin + step)});
@@ -164,6 +165,7 @@ std::vector<Work> schedule(const Sequence& s, int chunk) {
 }
 
 BatchSchedule::BatchSchedule(const std::vector<Sequence>& seqs, int chunk) : next_(seqs.size(), 0) {
+  plans_.reserve(seqs.size());
   for (const Sequence& s : seqs) {
     plans_.push_back(schedule(s, chunk));
     last_step_ = std::max(last_step_, plans_.back().back().step);
@@ -261,7 +263,7 @@ Result recompute(const Case& c, bool int8_cache) {
   const size_t D = static_cast<size_t>(c.head_dim), Hq = static_cast<size_t>(c.q_heads());
   const size_t Hkv = static_cast<size_t>(c.kv_heads), g = static_cast<size_t>(c.group);
   const T alpha = static_cast<T>(1 / std::sqrt(static_cast<double>(D)));
-  const ChannelRanges scales = int8_scales(c);
+  const ChannelRanges scales = int8_cache ? int8_scales(c) : ChannelRanges{};
   Result r;
   r.int8_cache = int8_cache;
   for (size_t b = 0; b < c.seqs.size(); ++b) {

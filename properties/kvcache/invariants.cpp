@@ -344,7 +344,7 @@ Verdict output_in_value_hull(T& t, const Values& p) {
   const Result& r = t.target();
   const size_t D = static_cast<size_t>(c.head_dim), Hq = static_cast<size_t>(c.q_heads());
   const size_t Hkv = static_cast<size_t>(c.kv_heads), g = static_cast<size_t>(c.group);
-  const ChannelRanges s = int8_scales(c);
+  const ChannelRanges s = r.int8_cache ? int8_scales(c) : ChannelRanges{};  // read for int8 caches only
   const double atol = p.real("tol.atol"), rtol = p.real("tol.rtol");
   const Bound floor = half_bound(t, p, 1);  // f32/f16/bf16 cases: f32 arithmetic and the output's store
   for (size_t b = 0; b < c.seqs.size(); ++b) {
