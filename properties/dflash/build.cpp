@@ -1,7 +1,6 @@
 // The dflash family's one case builder.
 #include <algorithm>
 #include <optional>
-#include <set>
 
 #include "properties/dflash/family.h"
 
@@ -17,6 +16,7 @@ Case Traits::build(Draw& draw, const Values& domain) {
   c.model.d_model = (width + c.model.heads - 1) / c.model.heads * c.model.heads;
   c.model.seed = static_cast<uint64_t>(draw.any(IntRange{1, 1 << 30}));
   const int prompt_len = static_cast<int>(draw.sized(domain.int_range("prompt_len")));
+  c.prompt.reserve(size_t(prompt_len));
   for (int i = 0; i < prompt_len; ++i)
     c.prompt.push_back(static_cast<int>(draw.any(IntRange{0, c.model.vocab - 1})));
 
@@ -27,6 +27,9 @@ Case Traits::build(Draw& draw, const Values& domain) {
   const int cycles = static_cast<int>(draw.sized(domain.int_range("cycles")));
   std::vector<int> context = c.prompt;
   Autoregressive root_state(model, context);  // the decoder after `context`, advanced with it
+  c.cycles.reserve(size_t(std::max(cycles, 0)));
+  // Scratch of one node's draw, reused (the builder runs on every fuzz input).
+  std::vector<int> open, taken, free;
   for (int cycle = 0; cycle < cycles; ++cycle) {
     const int nodes = static_cast<int>(draw.sized(domain.int_range("tree.nodes")));
     const int max_roots =
@@ -39,6 +42,8 @@ Case Traits::build(Draw& draw, const Values& domain) {
     // becomes a parent (its parent's state exists by then): leaves, often
     // half the tree, are never decoded.
     std::vector<std::optional<Autoregressive>> states;
+    for (auto* v : {&tree.tokens, &tree.parents, &children}) v->reserve(size_t(std::max(nodes, 0)));
+    states.reserve(size_t(std::max(nodes, 0)));
     auto state_of = [&](int i) -> const Autoregressive& {
       if (i < 0) return root_state;
       std::optional<Autoregressive>& s = states[static_cast<size_t>(i)];
@@ -52,7 +57,7 @@ Case Traits::build(Draw& draw, const Values& domain) {
     int roots = 0;
     for (int i = 0; i < nodes; ++i) {
       // Candidate parents with room left; -1 (a new root) while roots remain.
-      std::vector<int> open;
+      open.clear();
       if (roots < max_roots) open.push_back(-1);
       for (int p = 0; p < i; ++p)
         if (children[static_cast<size_t>(p)] < max_children) open.push_back(p);
@@ -63,14 +68,17 @@ Case Traits::build(Draw& draw, const Values& domain) {
       else
         parent = open[static_cast<size_t>(draw.index(open.size()))];
       const Autoregressive& at = state_of(parent);
-      std::set<int> taken;
+      taken.clear();  // the parent's children's tokens (at most max_children)
       for (int j = 0; j < i; ++j)
-        if (tree.parents[static_cast<size_t>(j)] == parent) taken.insert(tree.tokens[static_cast<size_t>(j)]);
+        if (tree.parents[static_cast<size_t>(j)] == parent)
+          taken.push_back(tree.tokens[static_cast<size_t>(j)]);
+      std::sort(taken.begin(), taken.end());
+      const auto is_taken = [&](int t) { return std::binary_search(taken.begin(), taken.end(), t); };
       int token = at.next().index;
-      if (taken.count(token) || !draw.chance(match_rate)) {
-        std::vector<int> free;
+      if (is_taken(token) || !draw.chance(match_rate)) {
+        free.clear();
         for (int t = 0; t < c.model.vocab; ++t)
-          if (!taken.count(t)) free.push_back(t);
+          if (!is_taken(t)) free.push_back(t);
         token = free[static_cast<size_t>(draw.index(free.size()))];
       }
       tree.tokens.push_back(token);
