@@ -216,19 +216,15 @@ std::optional<Verdict> pinned_store_unobservable(const ImplInfo& target, DType d
   return std::nullopt;
 }
 
-std::optional<Verdict> check_pinned_store(DType dtype, const std::string& element, double stored,
-                                          double exact, double bound, const std::string& why,
-                                          std::vector<Measured> measured, size_t& checked) {
-  const double margin = rounding_margin(dtype, exact);
-  if (!(margin > bound)) return std::nullopt;
-  ++checked;
-  const double want = round_to(dtype, exact);
-  if (stored == want) return std::nullopt;
+std::optional<Verdict> pinned_store_failure(DType dtype, double stored, double exact, double bound,
+                                            PinnedElement described) {
+  const double want = round_to(dtype, exact), margin = rounding_margin(dtype, exact);
+  std::vector<Measured>& measured = described.measured;
   measured.insert(measured.begin(), {{"value", stored}, {"expected", want}, {"exact", exact}});
   return Verdict::fail(fmt::format("{} = {}, but {}: {} within ±{:.3g} before the store, {:.3g} from a {} "
                                    "rounding boundary; rounded to nearest, it is stored as {}",
-                                   element, value_text(dtype, stored), why, exact, bound, margin,
-                                   dtype_name(dtype), value_text(dtype, want)),
+                                   described.element, value_text(dtype, stored), described.why, exact, bound,
+                                   margin, dtype_name(dtype), value_text(dtype, want)),
                        std::move(measured));
 }
 

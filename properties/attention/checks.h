@@ -109,16 +109,29 @@ std::optional<TiedRow> tied_row(const Case& c, int b, int h, int i, const std::v
 // reference keeps its outputs in fp64 (n/a), and an f32/f64 case stores in
 // its own arithmetic's type (discard).
 std::optional<Verdict> pinned_store_unobservable(const ImplInfo& target, DType dtype, const char* output);
-// A store pinned by tied rows (o_rounded_to_nearest, dv_rounded_to_nearest):
-// the kernel held the element within `bound` of `exact` (the fp64
-// reference's value; `bound` includes the reference's own error) before
-// storing it in `dtype`. When no rounding boundary lies within reach,
-// round-to-nearest gives one value: checks `stored` against it (++checked)
-// and returns the failure, `why` saying how the exact value is known.
-// Nothing when it holds or when the element is too near a boundary to tell.
-std::optional<Verdict> check_pinned_store(DType dtype, const std::string& element, double stored,
-                                          double exact, double bound, const std::string& why,
-                                          std::vector<Measured> measured, size_t& checked);
+// A store pinned by tied rows (o_rounded_to_nearest, dv_rounded_to_nearest,
+// dq_dk_rounded_to_nearest): the kernel held the element within `bound` of
+// `exact` (`bound` includes the error of `exact` itself) before storing it
+// in `dtype`. When no rounding boundary lies within reach, round-to-nearest
+// gives one value: checks `stored` against it (++checked) and returns the
+// failure. Nothing when it holds or when the element is too near a boundary
+// to tell. `describe` is called for a failure only (the checks run on every
+// element of a case): the element's name ("dV[0,1,2,3]"), how its exact
+// value is known, and the measured values to report.
+struct PinnedElement {
+  std::string element, why;
+  std::vector<Measured> measured;
+};
+std::optional<Verdict> pinned_store_failure(DType dtype, double stored, double exact, double bound,
+                                            PinnedElement described);
+template <typename Describe>
+std::optional<Verdict> check_pinned_store(DType dtype, double stored, double exact, double bound,
+                                          size_t& checked, Describe&& describe) {
+  if (!(rounding_margin(dtype, exact) > bound)) return std::nullopt;
+  ++checked;
+  if (stored == round_to(dtype, exact)) return std::nullopt;
+  return pinned_store_failure(dtype, stored, exact, bound, describe());
+}
 // The keys row (b, i) sees, in order.
 void visible_keys(const Case& c, int b, int i, std::vector<int>& keys);
 

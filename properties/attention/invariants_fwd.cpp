@@ -210,10 +210,12 @@ Verdict o_rounded_to_nearest(T& t, const Values&) {
           a_d /= double(n);
           const double bound =
               (theta + gamma_n(double(n), 2 * u) * (1 + theta)) * a_d + gamma_n(double(n) + 2, u64) * a_d;
-          if (auto fail = check_pinned_store(
-                  c.dtype, "O" + element_name(row + d, q_dims(s)), got->o[row + d], ref->o[row + d], bound,
-                  fmt::format("the row's {} visible scores tie, so O is the mean of {} values of V", n, n),
-                  {{"index", double(row + d)}, {"keys", double(n)}}, checked))
+          if (auto fail = check_pinned_store(c.dtype, got->o[row + d], ref->o[row + d], bound, checked, [&] {
+                return PinnedElement{
+                    "O" + element_name(row + d, q_dims(s)),
+                    fmt::format("the row's {} visible scores tie, so O is the mean of {} values of V", n, n),
+                    {{"index", double(row + d)}, {"keys", double(n)}}};
+              }))
             return *fail;
         }
       }

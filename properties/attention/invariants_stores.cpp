@@ -117,13 +117,14 @@ Verdict dv_rounded_to_nearest(T& t, const Values&) {
                      ties[size_t(h) * s.nq + i].n;
           const double bound = (phi + gamma_n(m, 2 * u) * (1 + phi)) * a + m * f32_underflow +
                                (phi64 + gamma_n(m, u64) * (1 + phi64)) * a + m * f64_underflow;
-          if (auto fail = check_pinned_store(
-                  c.dtype, "dV" + element_name(at + d, kv_dims(s)), got->dv[at + d], ref->dv[at + d], bound,
-                  fmt::format(
-                      "every row that sees key {} has tied scores over 2^t keys, so P = 2^-t there and "
-                      "dV is Σ dO / 2^t over {} rows",
-                      j, m),
-                  {{"index", double(at + d)}, {"rows", m}}, checked))
+          if (auto fail = check_pinned_store(c.dtype, got->dv[at + d], ref->dv[at + d], bound, checked, [&] {
+                return PinnedElement{
+                    "dV" + element_name(at + d, kv_dims(s)),
+                    fmt::format("every row that sees key {} has tied scores over 2^t keys, so "
+                                "P = 2^-t there and dV is Σ dO / 2^t over {} rows",
+                                j, m),
+                    {{"index", double(at + d)}, {"rows", m}}};
+              }))
             return *fail;
         }
       }
@@ -319,11 +320,13 @@ Verdict dq_dk_rounded_to_nearest(T& t, const Values&) {
   std::vector<PinnedRow> rows(size_t(s.heads_q) * s.nq);  // of one batch, by (h, i)
   std::vector<int> keys;
   std::vector<Term> terms;
+  // why(): how the element's exact value is known, for a failure only.
   const auto check = [&](const char* name, const std::vector<int>& dims, const std::vector<double>& stored,
-                         size_t at, const std::string& why, double count) -> std::optional<Verdict> {
+                         size_t at, double count, const auto& why) -> std::optional<Verdict> {
     const auto [exact, bound] = pinned_sum(terms, sigma);
-    return check_pinned_store(c.dtype, name + element_name(at, dims), stored[at], exact, bound, why,
-                              {{"index", double(at)}, {"terms", count}}, checked);
+    return check_pinned_store(c.dtype, stored[at], exact, bound, checked, [&] {
+      return PinnedElement{name + element_name(at, dims), why(), {{"index", double(at)}, {"terms", count}}};
+    });
   };
   for (int b = 0; b < s.batch; ++b) {
     for (int i = 0; i < s.nq; ++i) {
@@ -339,12 +342,12 @@ Verdict dq_dk_rounded_to_nearest(T& t, const Values&) {
           terms.clear();
           for (int j : keys)
             terms.push_back({r.ds[size_t(j)], r.eps[size_t(j)], c.k[(kv + size_t(j)) * s.dim + d]});
-          if (auto fail =
-                  check("dQ", q_dims(s), t.target().dq, row + d,
-                        fmt::format("row {}'s {} visible scores tie and its O and dS are exact in the "
-                                    "dtype, so dQ = σ Σ_j dS_j k_j is known",
-                                    i, keys.size()),
-                        double(keys.size())))
+          if (auto fail = check("dQ", q_dims(s), t.target().dq, row + d, double(keys.size()), [&] {
+                return fmt::format(
+                    "row {}'s {} visible scores tie and its O and dS are exact in the dtype, so dQ = σ Σ_j "
+                    "dS_j k_j is known",
+                    i, keys.size());
+              }))
             return *fail;
         }
       }
@@ -367,12 +370,12 @@ Verdict dq_dk_rounded_to_nearest(T& t, const Values&) {
                 terms.push_back({r.ds[size_t(j)], r.eps[size_t(j)],
                                  c.q[((size_t(b) * s.heads_q + h) * s.nq + i) * s.dim + d]});
               }
-          if (auto fail =
-                  check("dK", kv_dims(s), t.target().dk, at + d,
-                        fmt::format("every row that sees key {} ({} rows) ties with O and dS exact in "
-                                    "the dtype, so dK = σ Σ_i dS_i q_i is known",
-                                    j, m),
-                        m))
+          if (auto fail = check("dK", kv_dims(s), t.target().dk, at + d, m, [&] {
+                return fmt::format(
+                    "every row that sees key {} ({} rows) ties with O and dS exact in the dtype, so dK = "
+                    "σ Σ_i dS_i q_i is known",
+                    j, m);
+              }))
             return *fail;
         }
       }
