@@ -320,6 +320,7 @@ Verdict dq_dk_rounded_to_nearest(T& t, const Values&) {
   std::vector<PinnedRow> rows(size_t(s.heads_q) * s.nq);  // of one batch, by (h, i)
   std::vector<int> keys;
   std::vector<Term> terms;
+  const std::vector<int> dq_dims = q_dims(s), dk_dims = kv_dims(s);
   // why(): how the element's exact value is known, for a failure only.
   const auto check = [&](const char* name, const std::vector<int>& dims, const std::vector<double>& stored,
                          size_t at, double count, const auto& why) -> std::optional<Verdict> {
@@ -342,7 +343,7 @@ Verdict dq_dk_rounded_to_nearest(T& t, const Values&) {
           terms.clear();
           for (int j : keys)
             terms.push_back({r.ds[size_t(j)], r.eps[size_t(j)], c.k[(kv + size_t(j)) * s.dim + d]});
-          if (auto fail = check("dQ", q_dims(s), t.target().dq, row + d, double(keys.size()), [&] {
+          if (auto fail = check("dQ", dq_dims, t.target().dq, row + d, double(keys.size()), [&] {
                 return fmt::format(
                     "row {}'s {} visible scores tie and its O and dS are exact in the dtype, so dQ = σ Σ_j "
                     "dS_j k_j is known",
@@ -370,7 +371,7 @@ Verdict dq_dk_rounded_to_nearest(T& t, const Values&) {
                 terms.push_back({r.ds[size_t(j)], r.eps[size_t(j)],
                                  c.q[((size_t(b) * s.heads_q + h) * s.nq + i) * s.dim + d]});
               }
-          if (auto fail = check("dK", kv_dims(s), t.target().dk, at + d, m, [&] {
+          if (auto fail = check("dK", dk_dims, t.target().dk, at + d, m, [&] {
                 return fmt::format(
                     "every row that sees key {} ({} rows) ties with O and dS exact in the dtype, so dK = "
                     "σ Σ_i dS_i q_i is known",
