@@ -61,6 +61,62 @@ void add_per_implementation(TensorInfos& t, const std::vector<Whose>& whose, con
       t.push_back({w.who + "." + o.name, o.shape, o.dtype, w.prefix + o.meaning});
 }
 
+// Hand-rolled rather than YAML: the column layout is the one the listing
+// prints, and most meanings hold commas and colons that YAML would make
+// every table quote.
+TensorInfos tensor_table(std::string_view table) {
+  TensorInfos out;
+  constexpr std::string_view kBlank = " \t";
+  const auto trim = [&](std::string_view s) {
+    const size_t b = s.find_first_not_of(kBlank);
+    return b == std::string_view::npos ? std::string_view{} : s.substr(b, s.find_last_not_of(kBlank) - b + 1);
+  };
+  int number = 0;
+  for (size_t at = 0; at <= table.size();) {
+    const size_t end = std::min(table.find('\n', at), table.size());
+    const std::string_view line = table.substr(at, end - at);
+    at = end + 1;
+    ++number;
+    const auto fail = [&](std::string_view why) {
+      throw std::logic_error(fmt::format("tensor table line {}: {}: '{}'", number, why, line));
+    };
+    if (trim(line).empty()) continue;
+    if (kBlank.find(line.front()) != std::string_view::npos) {
+      if (out.empty()) fail("a continuation before the first tensor");
+      out.back().meaning += " " + std::string(trim(line));
+      continue;
+    }
+    const size_t open = line.find('['), close = line.find(']');
+    if (open == std::string_view::npos || close == std::string_view::npos || close < open)
+      fail("no [shape] after the name");
+    TensorInfo t;
+    t.name = trim(line.substr(0, open));
+    if (t.name.empty() || t.name.find_first_of(kBlank) != std::string::npos)
+      fail("one name before the shape");
+    for (std::string_view dims = line.substr(open + 1, close - open - 1); !trim(dims).empty();) {
+      const size_t comma = std::min(dims.find(','), dims.size());
+      t.shape.emplace_back(trim(dims.substr(0, comma)));
+      if (t.shape.back().empty()) fail("an empty dimension");
+      dims = comma < dims.size() ? dims.substr(comma + 1) : std::string_view{};
+    }
+    const std::string_view rest = trim(line.substr(close + 1));
+    const size_t gap = std::min(rest.find_first_of(kBlank), rest.size());
+    const std::string_view type = rest.substr(0, gap);
+    if (type == "bool")
+      t.dtype = DType::boolean;
+    else if (type == "int")
+      t.dtype = DType::integer;
+    else if (type == "real")
+      t.dtype = DType::real;
+    else
+      fail("the type is bool, int or real");
+    t.meaning = trim(rest.substr(gap));
+    if (t.meaning.empty()) fail("no meaning");
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 std::string shape_text(const std::vector<std::string>& shape) {
   return "[" + join(shape) + "]";
 }

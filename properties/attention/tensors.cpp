@@ -18,103 +18,77 @@ using expr::TensorInfos;
 using expr::TensorMap;
 
 TensorInfos common_infos(bool backward) {
-  TensorInfos t = {
-      {"B", {}, DType::integer, "batch size"},
-      {"Hq", {}, DType::integer, "query heads"},
-      {"Hkv", {}, DType::integer, "key/value heads (GQA: query head h reads kv head h / (Hq / Hkv))"},
-      {"Nq", {}, DType::integer, "queries per head"},
-      {"Nk", {}, DType::integer, "keys per head"},
-      {"D", {}, DType::integer, "head dimension"},
-      {"scale", {}, DType::real, "softmax scale as the kernels use it (1/sqrt(D) unless the case gives one)"},
-      {"Bq", {}, DType::integer, "the case's query tile size (may exceed Nq)"},
-      {"Bk", {}, DType::integer, "the case's key tile size (may exceed Nk)"},
-      {"dtype_bytes", {}, DType::integer, "bytes per element of the case's dtype (2, 4 or 8)"},
-      {"eps",
-       {},
-       DType::real,
-       "machine epsilon of the precision the kernels compute in (2^-52 for f64, else f32's 2^-23)"},
-      {"compute_bytes",
-       {},
-       DType::integer,
-       "bytes per element of the precision the kernels compute in (8 or 4)"},
-      {"q", {"B", "Hq", "Nq", "D"}, DType::real, "queries"},
-      {"k", {"B", "Hkv", "Nk", "D"}, DType::real, "keys"},
-      {"v", {"B", "Hkv", "Nk", "D"}, DType::real, "values"},
-      {"kh",
-       {"B", "Hq", "Nk", "D"},
-       DType::real,
-       "the keys each query head reads (k with GQA heads repeated)"},
-      {"vh", {"B", "Hq", "Nk", "D"}, DType::real, "the values each query head reads"},
-      {"allowed",
-       {"B", "1", "Nq", "Nk"},
-       DType::boolean,
-       "query i sees key j (any mask kind; shared by heads)"},
-      {"row_fully_masked", {"B", "1", "Nq"}, DType::boolean, "query i sees no key"},
-      {"target.o", {"B", "Hq", "Nq", "D"}, DType::real, "the target's output O"},
-      {"target.lse", {"B", "Hq", "Nq"}, DType::real, "the target's log-sum-exp (-inf on fully masked rows)"},
-      {"target.workspace_peak",
-       {},
-       DType::integer,
-       "high-water mark in bytes of the target's Workspace (0: it took none, or was built elsewhere)"},
-      {"reference.o", {"B", "Hq", "Nq", "D"}, DType::real, "the reference's O"},
-      {"reference.lse", {"B", "Hq", "Nq"}, DType::real, "the reference's LSE"},
-      {"reference.s", {"B", "Hq", "Nq", "Nk"}, DType::real, "scores scale·QKᵀ in fp64, -inf where masked"},
-      {"reference.p",
-       {"B", "Hq", "Nq", "Nk"},
-       DType::real,
-       "probabilities softmax(S) in fp64, 0 where masked and on fully masked rows"},
-      {"naive.o",
-       {"B", "Hq", "Nq", "D"},
-       DType::real,
-       "O of the naive materialized computation in the case's dtype (the policy's same-precision baseline)"},
-      {"naive.lse", {"B", "Hq", "Nq"}, DType::real, "LSE of the naive computation"},
-      {"err.o", {}, DType::real, "first-order error scale of O (bounds.h; times eps for a floor)"},
-      {"err.lse", {}, DType::real, "first-order error scale of LSE"},
-      {"floor.o",
-       {},
-       DType::real,
-       "the policy's absolute floor for O: 8 × eps × err.o, plus the storage terms of f16/bf16 (close(k=))"},
-      {"floor.lse", {}, DType::real, "the policy's absolute floor for LSE: 8 × eps × err.lse"},
-  };
+  TensorInfos t = expr::tensor_table(R"(
+B                      []               int   batch size
+Hq                     []               int   query heads
+Hkv                    []               int   key/value heads (GQA: query head h reads kv head h / (Hq / Hkv))
+Nq                     []               int   queries per head
+Nk                     []               int   keys per head
+D                      []               int   head dimension
+scale                  []               real  softmax scale as the kernels use it (1/sqrt(D) unless the case
+                                              gives one)
+Bq                     []               int   the case's query tile size (may exceed Nq)
+Bk                     []               int   the case's key tile size (may exceed Nk)
+dtype_bytes            []               int   bytes per element of the case's dtype (2, 4 or 8)
+eps                    []               real  machine epsilon of the precision the kernels compute in (2^-52
+                                              for f64, else f32's 2^-23)
+compute_bytes          []               int   bytes per element of the precision the kernels compute in (8 or
+                                              4)
+q                      [B, Hq, Nq, D]   real  queries
+k                      [B, Hkv, Nk, D]  real  keys
+v                      [B, Hkv, Nk, D]  real  values
+kh                     [B, Hq, Nk, D]   real  the keys each query head reads (k with GQA heads repeated)
+vh                     [B, Hq, Nk, D]   real  the values each query head reads
+allowed                [B, 1, Nq, Nk]   bool  query i sees key j (any mask kind; shared by heads)
+row_fully_masked       [B, 1, Nq]       bool  query i sees no key
+target.o               [B, Hq, Nq, D]   real  the target's output O
+target.lse             [B, Hq, Nq]      real  the target's log-sum-exp (-inf on fully masked rows)
+target.workspace_peak  []               int   high-water mark in bytes of the target's Workspace (0: it took
+                                              none, or was built elsewhere)
+reference.o            [B, Hq, Nq, D]   real  the reference's O
+reference.lse          [B, Hq, Nq]      real  the reference's LSE
+reference.s            [B, Hq, Nq, Nk]  real  scores scale·QKᵀ in fp64, -inf where masked
+reference.p            [B, Hq, Nq, Nk]  real  probabilities softmax(S) in fp64, 0 where masked and on fully
+                                              masked rows
+naive.o                [B, Hq, Nq, D]   real  O of the naive materialized computation in the case's dtype (the
+                                              policy's same-precision baseline)
+naive.lse              [B, Hq, Nq]      real  LSE of the naive computation
+err.o                  []               real  first-order error scale of O (bounds.h; times eps for a floor)
+err.lse                []               real  first-order error scale of LSE
+floor.o                []               real  the policy's absolute floor for O: 8 × eps × err.o, plus the
+                                              storage terms of f16/bf16 (close(k=))
+floor.lse              []               real  the policy's absolute floor for LSE: 8 × eps × err.lse
+)");
   if (backward) {
-    const TensorInfos more = {
-        {"d_out", {"B", "Hq", "Nq", "D"}, DType::real, "dO, the gradient flowing into O"},
-        {"target.d", {"B", "Hq", "Nq"}, DType::real, "the D = rowsum(P ⊙ dP) the target used"},
-        {"target.dq", {"B", "Hq", "Nq", "D"}, DType::real, "the target's dQ"},
-        {"target.dk",
-         {"B", "Hkv", "Nk", "D"},
-         DType::real,
-         "the target's dK (summed over a kv head's queries)"},
-        {"target.dv", {"B", "Hkv", "Nk", "D"}, DType::real, "the target's dV"},
-        {"reference.d", {"B", "Hq", "Nq"}, DType::real, "the reference's D"},
-        {"reference.dq", {"B", "Hq", "Nq", "D"}, DType::real, "the reference's dQ"},
-        {"reference.dk", {"B", "Hkv", "Nk", "D"}, DType::real, "the reference's dK"},
-        {"reference.dv", {"B", "Hkv", "Nk", "D"}, DType::real, "the reference's dV"},
-        {"reference.dp", {"B", "Hq", "Nq", "Nk"}, DType::real, "dP = dO·Vᵀ in fp64 (0 where masked)"},
-        {"reference.ds", {"B", "Hq", "Nq", "Nk"}, DType::real, "dS = P ⊙ (dP - rowsum(P ⊙ dP)) in fp64"},
-        {"naive.d", {"B", "Hq", "Nq"}, DType::real, "D of the naive same-precision backward"},
-        {"naive.dq", {"B", "Hq", "Nq", "D"}, DType::real, "dQ of the naive same-precision backward"},
-        {"naive.dk", {"B", "Hkv", "Nk", "D"}, DType::real, "dK of the naive same-precision backward"},
-        {"naive.dv", {"B", "Hkv", "Nk", "D"}, DType::real, "dV of the naive same-precision backward"},
-        {"err.d", {}, DType::real, "first-order error scale of D"},
-        {"err.dq", {}, DType::real, "first-order error scale of dQ"},
-        {"err.dk", {}, DType::real, "first-order error scale of dK"},
-        {"err.dv", {}, DType::real, "first-order error scale of dV"},
-        {"err.dk_sum", {}, DType::real, "first-order error scale of sum(dK, axis=2)"},
-        {"err.dv_sum", {}, DType::real, "first-order error scale of sum(dV, axis=2)"},
-        {"floor.d", {}, DType::real, "the policy's absolute floor for D: 8 × eps × err.d"},
-        {"floor.dq", {}, DType::real, "the policy's absolute floor for dQ: 8 × eps × err.dq"},
-        {"floor.dk", {}, DType::real, "the policy's absolute floor for dK: 8 × eps × err.dk"},
-        {"floor.dv", {}, DType::real, "the policy's absolute floor for dV: 8 × eps × err.dv"},
-        {"floor.dk_sum",
-         {},
-         DType::real,
-         "the policy's absolute floor for sum(dK, axis=2): 8 × eps × err.dk_sum"},
-        {"floor.dv_sum",
-         {},
-         DType::real,
-         "the policy's absolute floor for sum(dV, axis=2): 8 × eps × err.dv_sum"},
-    };
+    const TensorInfos more = expr::tensor_table(R"(
+d_out         [B, Hq, Nq, D]   real  dO, the gradient flowing into O
+target.d      [B, Hq, Nq]      real  the D = rowsum(P ⊙ dP) the target used
+target.dq     [B, Hq, Nq, D]   real  the target's dQ
+target.dk     [B, Hkv, Nk, D]  real  the target's dK (summed over a kv head's queries)
+target.dv     [B, Hkv, Nk, D]  real  the target's dV
+reference.d   [B, Hq, Nq]      real  the reference's D
+reference.dq  [B, Hq, Nq, D]   real  the reference's dQ
+reference.dk  [B, Hkv, Nk, D]  real  the reference's dK
+reference.dv  [B, Hkv, Nk, D]  real  the reference's dV
+reference.dp  [B, Hq, Nq, Nk]  real  dP = dO·Vᵀ in fp64 (0 where masked)
+reference.ds  [B, Hq, Nq, Nk]  real  dS = P ⊙ (dP - rowsum(P ⊙ dP)) in fp64
+naive.d       [B, Hq, Nq]      real  D of the naive same-precision backward
+naive.dq      [B, Hq, Nq, D]   real  dQ of the naive same-precision backward
+naive.dk      [B, Hkv, Nk, D]  real  dK of the naive same-precision backward
+naive.dv      [B, Hkv, Nk, D]  real  dV of the naive same-precision backward
+err.d         []               real  first-order error scale of D
+err.dq        []               real  first-order error scale of dQ
+err.dk        []               real  first-order error scale of dK
+err.dv        []               real  first-order error scale of dV
+err.dk_sum    []               real  first-order error scale of sum(dK, axis=2)
+err.dv_sum    []               real  first-order error scale of sum(dV, axis=2)
+floor.d       []               real  the policy's absolute floor for D: 8 × eps × err.d
+floor.dq      []               real  the policy's absolute floor for dQ: 8 × eps × err.dq
+floor.dk      []               real  the policy's absolute floor for dK: 8 × eps × err.dk
+floor.dv      []               real  the policy's absolute floor for dV: 8 × eps × err.dv
+floor.dk_sum  []               real  the policy's absolute floor for sum(dK, axis=2): 8 × eps × err.dk_sum
+floor.dv_sum  []               real  the policy's absolute floor for sum(dV, axis=2): 8 × eps × err.dv_sum
+)");
     t.insert(t.end(), more.begin(), more.end());
   }
   return t;

@@ -24,49 +24,38 @@ using expr::TensorMap;
 constexpr double kNone = -std::numeric_limits<double>::infinity();
 
 TensorInfos infos() {
-  TensorInfos t = {
-      {"B", {}, DType::integer, "batch size (prompts)"},
-      {"K", {}, DType::integer, "beam width"},
-      {"L", {}, DType::integer, "most new tokens"},
-      {"V", {}, DType::integer, "vocabulary size"},
-      {"eos", {}, DType::integer, "the EOS token"},
-      {"alpha", {}, DType::real, "length penalty exponent: score = log-prob / length^alpha"},
-      {"possible",
-       {},
-       DType::integer,
-       "distinct hypotheses for (V, L), saturating at 2^40 (count_hypotheses): each prompt gets "
-       "min(K, possible)"},
-      {"prompt_lengths", {"B"}, DType::integer, "tokens of each prompt"},
-      {"vocab_ids", {"V"}, DType::integer, "0, 1, ..., V-1"},
-  };
-  const TensorInfos outputs = {
-      {"tokens", {"B", "K", "L"}, DType::integer, "generated tokens of result hypothesis (b, i), -1 padded"},
-      {"valid", {"B", "K"}, DType::boolean, "result slot (b, i) holds a hypothesis"},
-      {"lengths", {"B", "K"}, DType::integer, "generated length incl. EOS (0: empty slot)"},
-      {"finished", {"B", "K"}, DType::boolean, "the hypothesis is reported finished"},
-      {"logprobs", {"B", "K"}, DType::real, "reported log-prob (-inf: empty slot)"},
-      {"scores", {"B", "K"}, DType::real, "reported score (-inf: empty slot)"},
-      {"model_logprobs",
-       {"B", "K"},
-       DType::real,
-       "the model's log-prob of the reported tokens, recomputed by the checker (rescore; -inf: empty "
-       "slot, nan: tokens outside the vocabulary)"},
-      {"model_scores", {"B", "K"}, DType::real, "the model's score of the reported tokens (rescore)"},
-      {"steps", {"B"}, DType::integer, "search steps run (pools in the trace)"},
-      {"pool_tokens",
-       {"B", "L", "K", "L"},
-       DType::integer,
-       "tokens of pool member i after step t + 1, -1 padded (the final pool repeated after the stop)"},
-      {"pool_valid", {"B", "L", "K"}, DType::boolean, "pool slot holds a beam"},
-      {"pool_scores", {"B", "L", "K"}, DType::real, "reported score of the pool member (-inf: empty)"},
-      {"pool_lengths", {"B", "L", "K"}, DType::integer, "generated length of the pool member"},
-      {"pool_finished", {"B", "L", "K"}, DType::boolean, "the pool member is finished"},
-      {"prune_margin",
-       {"B"},
-       DType::real,
-       "smallest score gap between the last kept and first dropped candidate over the steps (+inf: "
-       "nothing pruned)"},
-  };
+  TensorInfos t = expr::tensor_table(R"(
+B               []   int   batch size (prompts)
+K               []   int   beam width
+L               []   int   most new tokens
+V               []   int   vocabulary size
+eos             []   int   the EOS token
+alpha           []   real  length penalty exponent: score = log-prob / length^alpha
+possible        []   int   distinct hypotheses for (V, L), saturating at 2^40 (count_hypotheses): each prompt
+                           gets min(K, possible)
+prompt_lengths  [B]  int   tokens of each prompt
+vocab_ids       [V]  int   0, 1, ..., V-1
+)");
+  const TensorInfos outputs = expr::tensor_table(R"(
+tokens          [B, K, L]     int   generated tokens of result hypothesis (b, i), -1 padded
+valid           [B, K]        bool  result slot (b, i) holds a hypothesis
+lengths         [B, K]        int   generated length incl. EOS (0: empty slot)
+finished        [B, K]        bool  the hypothesis is reported finished
+logprobs        [B, K]        real  reported log-prob (-inf: empty slot)
+scores          [B, K]        real  reported score (-inf: empty slot)
+model_logprobs  [B, K]        real  the model's log-prob of the reported tokens, recomputed by the checker
+                                    (rescore; -inf: empty slot, nan: tokens outside the vocabulary)
+model_scores    [B, K]        real  the model's score of the reported tokens (rescore)
+steps           [B]           int   search steps run (pools in the trace)
+pool_tokens     [B, L, K, L]  int   tokens of pool member i after step t + 1, -1 padded (the final pool
+                                    repeated after the stop)
+pool_valid      [B, L, K]     bool  pool slot holds a beam
+pool_scores     [B, L, K]     real  reported score of the pool member (-inf: empty)
+pool_lengths    [B, L, K]     int   generated length of the pool member
+pool_finished   [B, L, K]     bool  the pool member is finished
+prune_margin    [B]           real  smallest score gap between the last kept and first dropped candidate over
+                                    the steps (+inf: nothing pruned)
+)");
   expr::add_per_implementation(t, {{"target", ""}, {"reference", ""}}, outputs);
   return t;
 }

@@ -27,67 +27,53 @@ using expr::TensorInfos;
 using expr::TensorMap;
 
 TensorInfos infos() {
-  TensorInfos t = {
-      {"Np", {}, DType::integer, "prompt length"},
-      {"V", {}, DType::integer, "vocabulary size"},
-      {"C", {}, DType::integer, "verification cycles (one draft tree each)"},
-      {"T", {}, DType::integer, "draft nodes over all cycles (the flat node axis)"},
-      {"d_model", {}, DType::integer, "model width"},
-      {"layers", {}, DType::integer, "transformer layers"},
-      {"heads", {}, DType::integer, "attention heads"},
-      {"prompt", {"Np"}, DType::integer, "the prompt tokens"},
-      {"vocab_ids", {"V"}, DType::integer, "0, 1, ..., V-1 (for one-hot selections)"},
-      {"tree_sizes", {"C"}, DType::integer, "nodes of each cycle's draft tree"},
-      {"tokens", {"T"}, DType::integer, "draft token of node g"},
-      {"parents", {"T"}, DType::integer, "flat index of node g's parent, -1 for a root"},
-      {"cycle", {"T"}, DType::integer, "the cycle node g belongs to"},
-      {"node_index", {"T"}, DType::integer, "node g's index in its own tree"},
-      {"depth", {"T"}, DType::integer, "depth of node g (1 for roots)"},
-      {"ancestor_or_self",
-       {"T", "T"},
-       DType::boolean,
-       "[g, h]: node h is node g or an ancestor of it (same cycle)"},
-      {"oracle.context_length", {"C"}, DType::integer, "context length P of each cycle (oracle's context)"},
-      {"oracle.context_logits", {"C", "V"}, DType::real, "autoregressive logits after each cycle's context"},
-      {"oracle.node_logits", {"T", "V"}, DType::real, "autoregressive logits after context ++ path(g)"},
-      {"oracle.prediction_logits",
-       {"T", "V"},
-       DType::real,
-       "autoregressive logits after context ++ path(parent(g)): the row whose argmax node g is checked "
-       "against"},
-      {"oracle.accepted",
-       {"T"},
-       DType::boolean,
-       "node g is on the longest root path matching greedy decoding"},
-      {"oracle.accepted_count", {"C"}, DType::integer, "nodes the oracle accepts per cycle"},
-      {"oracle.margin",
-       {},
-       DType::real,
-       "smallest argmax gap over the rows the oracle's decisions read (near-tie indicator; inf if none)"},
-      {"target.greedy",
-       {"O"},
-       DType::integer,
-       "plain greedy decoding of the prompt for as many tokens as the target emitted"},
-      {"target.greedy_margin", {}, DType::real, "smallest argmax gap over the steps of target.greedy"},
-  };
+  TensorInfos t = expr::tensor_table(R"(
+Np                        []      int   prompt length
+V                         []      int   vocabulary size
+C                         []      int   verification cycles (one draft tree each)
+T                         []      int   draft nodes over all cycles (the flat node axis)
+d_model                   []      int   model width
+layers                    []      int   transformer layers
+heads                     []      int   attention heads
+prompt                    [Np]    int   the prompt tokens
+vocab_ids                 [V]     int   0, 1, ..., V-1 (for one-hot selections)
+tree_sizes                [C]     int   nodes of each cycle's draft tree
+tokens                    [T]     int   draft token of node g
+parents                   [T]     int   flat index of node g's parent, -1 for a root
+cycle                     [T]     int   the cycle node g belongs to
+node_index                [T]     int   node g's index in its own tree
+depth                     [T]     int   depth of node g (1 for roots)
+ancestor_or_self          [T, T]  bool  [g, h]: node h is node g or an ancestor of it (same cycle)
+oracle.context_length     [C]     int   context length P of each cycle (oracle's context)
+oracle.context_logits     [C, V]  real  autoregressive logits after each cycle's context
+oracle.node_logits        [T, V]  real  autoregressive logits after context ++ path(g)
+oracle.prediction_logits  [T, V]  real  autoregressive logits after context ++ path(parent(g)): the row whose
+                                        argmax node g is checked against
+oracle.accepted           [T]     bool  node g is on the longest root path matching greedy decoding
+oracle.accepted_count     [C]     int   nodes the oracle accepts per cycle
+oracle.margin             []      real  smallest argmax gap over the rows the oracle's decisions read
+                                        (near-tie indicator; inf if none)
+target.greedy             [O]     int   plain greedy decoding of the prompt for as many tokens as the target
+                                        emitted
+target.greedy_margin      []      real  smallest argmax gap over the steps of target.greedy
+)");
   // Per implementation; `emitted`: the length of its output (O for the target, Or for the reference).
   const auto outputs = [](const char* emitted) {
-    return TensorInfos{
-        {"context_length", {"C"}, DType::integer, "context length P the implementation used per cycle"},
-        {"position_ids", {"T"}, DType::integer, "position id of node g"},
-        {"tree_mask",
-         {"T", "T"},
-         DType::boolean,
-         "[g, h]: node g attends to tree node h (false across cycles)"},
-        {"sees_context", {"T"}, DType::boolean, "node g attends to every context position"},
-        {"context_logits", {"C", "V"}, DType::real, "logits row L[P-1] of each cycle"},
-        {"node_logits", {"T", "V"}, DType::real, "logits row L[P+i] of node g (node i of its tree)"},
-        {"accepted", {"T"}, DType::boolean, "node g is on the accepted path"},
-        {"accepted_count", {"C"}, DType::integer, "accepted nodes per cycle"},
-        {"emitted_count", {"C"}, DType::integer, "tokens emitted per cycle"},
-        {"bonus", {"C"}, DType::integer, "last token emitted in each cycle (-1 if none)"},
-        {"output", {emitted}, DType::integer, "every emitted token, in order"},
-    };
+    TensorInfos o = expr::tensor_table(R"(
+context_length  [C]        int   context length P the implementation used per cycle
+position_ids    [T]        int   position id of node g
+tree_mask       [T, T]     bool  [g, h]: node g attends to tree node h (false across cycles)
+sees_context    [T]        bool  node g attends to every context position
+context_logits  [C, V]     real  logits row L[P-1] of each cycle
+node_logits     [T, V]     real  logits row L[P+i] of node g (node i of its tree)
+accepted        [T]        bool  node g is on the accepted path
+accepted_count  [C]        int   accepted nodes per cycle
+emitted_count   [C]        int   tokens emitted per cycle
+bonus           [C]        int   last token emitted in each cycle (-1 if none)
+output          [O]        int   every emitted token, in order
+)");
+    o.back().shape = {emitted};
+    return o;
   };
   expr::add_per_implementation(t, {{"target", ""}}, outputs("O"));
   expr::add_per_implementation(t, {{"reference", ""}}, outputs("Or"));

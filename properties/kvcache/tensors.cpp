@@ -18,72 +18,50 @@ using expr::TensorInfos;
 using expr::TensorMap;
 
 TensorInfos infos() {
-  TensorInfos t = {
-      {"Bs", {}, DType::integer, "sequences in the batch"},
-      {"Hq", {}, DType::integer, "query heads"},
-      {"Hkv", {}, DType::integer, "key/value heads (query head h reads kv head h / G)"},
-      {"G", {}, DType::integer, "query heads per kv head"},
-      {"D", {}, DType::integer, "head dimension"},
-      {"N", {}, DType::integer, "tokens over all sequences (the flat token axis)"},
-      {"NB", {}, DType::integer, "blocks in the paged pool"},
-      {"page_size", {}, DType::integer, "tokens per paged block"},
-      {"chunk", {}, DType::integer, "prompt tokens per chunk (chunked prefill)"},
-      {"blocks_needed",
-       {},
-       DType::integer,
-       "most blocks the schedule holds at once (full or chunked prefill)"},
-      {"prompt_lengths", {"Bs"}, DType::integer, "prompt tokens P of each sequence"},
-      {"decode_steps", {"Bs"}, DType::integer, "decode steps S of each sequence"},
-      {"arrivals", {"Bs"}, DType::integer, "scheduler step of each sequence's prefill"},
-      {"seq", {"N"}, DType::integer, "the sequence of token n"},
-      {"pos", {"N"}, DType::integer, "token n's position in its sequence"},
-      {"page", {"N"}, DType::integer, "token n's logical block in its sequence: pos // page_size"},
-      {"is_decode", {"N"}, DType::boolean, "token n is decoded (pos >= its prompt length)"},
-      {"visible",
-       {"N", "N"},
-       DType::boolean,
-       "[n, m]: token n attends to token m (same sequence, pos <= pos[n])"},
-      {"block_order",
-       {"NB"},
-       DType::integer,
-       "the paged pool's free list at start (a permutation of its blocks)"},
-      {"q", {"N", "Hq", "D"}, DType::real, "queries"},
-      {"k", {"N", "Hkv", "D"}, DType::real, "keys"},
-      {"v", {"N", "Hkv", "D"}, DType::real, "values"},
-      {"kh", {"N", "Hq", "D"}, DType::real, "the key each query head reads (k with GQA heads repeated)"},
-      {"vh", {"N", "Hq", "D"}, DType::real, "the value each query head reads"},
-      {"k_scale", {"Hkv", "D"}, DType::real, "int8 cache's per-channel key scale (range / 127)"},
-      {"v_scale", {"Hkv", "D"}, DType::real, "int8 cache's per-channel value scale (range / 127)"},
-      {"int8_bound",
-       {"N", "Hq", "D"},
-       DType::real,
-       "the derived bound on |int8 output - fp64 output| (properties/kvcache/invariants.cpp)"},
-      {"naive.out",
-       {"N", "Hq", "D"},
-       DType::real,
-       "the naive same-precision baseline (kvcache::naive: two-pass softmax in f32, outputs rounded to the "
-       "dtype; f64 cases: the reference)"},
-      {"floor.out",
-       {"N", "Hq", "D"},
-       DType::real,
-       "the derived floor of an f32/f16/bf16 case's output error, f32_k = 2 (properties/kvcache/"
-       "invariants.cpp); 0 for f64 cases"},
-      {"dequantized.out",
-       {"N", "Hq", "D"},
-       DType::real,
-       "the reference run on the int8 cache's dequantized K/V: what an int8 cache must output"},
-  };
-  const TensorInfos outputs = {
-      {"out", {"N", "Hq", "D"}, DType::real, "attention output of every token"},
-      {"int8_cache", {}, DType::boolean, "the outputs carry int8 quantization error"},
-      {"blocks_allocated", {}, DType::integer, "paged blocks handed out (0: not paged)"},
-      {"blocks_reused", {}, DType::integer, "allocations that reused a block released earlier"},
-      {"block_table",
-       {"N"},
-       DType::integer,
-       "the physical block holding token n (its sequence's block table at its page, logical -> physical); "
-       "-1 when the implementation does not page"},
-  };
+  TensorInfos t = expr::tensor_table(R"(
+Bs               []           int   sequences in the batch
+Hq               []           int   query heads
+Hkv              []           int   key/value heads (query head h reads kv head h / G)
+G                []           int   query heads per kv head
+D                []           int   head dimension
+N                []           int   tokens over all sequences (the flat token axis)
+NB               []           int   blocks in the paged pool
+page_size        []           int   tokens per paged block
+chunk            []           int   prompt tokens per chunk (chunked prefill)
+blocks_needed    []           int   most blocks the schedule holds at once (full or chunked prefill)
+prompt_lengths   [Bs]         int   prompt tokens P of each sequence
+decode_steps     [Bs]         int   decode steps S of each sequence
+arrivals         [Bs]         int   scheduler step of each sequence's prefill
+seq              [N]          int   the sequence of token n
+pos              [N]          int   token n's position in its sequence
+page             [N]          int   token n's logical block in its sequence: pos // page_size
+is_decode        [N]          bool  token n is decoded (pos >= its prompt length)
+visible          [N, N]       bool  [n, m]: token n attends to token m (same sequence, pos <= pos[n])
+block_order      [NB]         int   the paged pool's free list at start (a permutation of its blocks)
+q                [N, Hq, D]   real  queries
+k                [N, Hkv, D]  real  keys
+v                [N, Hkv, D]  real  values
+kh               [N, Hq, D]   real  the key each query head reads (k with GQA heads repeated)
+vh               [N, Hq, D]   real  the value each query head reads
+k_scale          [Hkv, D]     real  int8 cache's per-channel key scale (range / 127)
+v_scale          [Hkv, D]     real  int8 cache's per-channel value scale (range / 127)
+int8_bound       [N, Hq, D]   real  the derived bound on |int8 output - fp64 output|
+                                    (properties/kvcache/invariants.cpp)
+naive.out        [N, Hq, D]   real  the naive same-precision baseline (kvcache::naive: two-pass softmax in
+                                    f32, outputs rounded to the dtype; f64 cases: the reference)
+floor.out        [N, Hq, D]   real  the derived floor of an f32/f16/bf16 case's output error, f32_k = 2
+                                    (properties/kvcache/invariants.cpp); 0 for f64 cases
+dequantized.out  [N, Hq, D]   real  the reference run on the int8 cache's dequantized K/V: what an int8 cache
+                                    must output
+)");
+  const TensorInfos outputs = expr::tensor_table(R"(
+out               [N, Hq, D]  real  attention output of every token
+int8_cache        []          bool  the outputs carry int8 quantization error
+blocks_allocated  []          int   paged blocks handed out (0: not paged)
+blocks_reused     []          int   allocations that reused a block released earlier
+block_table       [N]         int   the physical block holding token n (its sequence's block table at its
+                                    page, logical -> physical); -1 when the implementation does not page
+)");
   expr::add_per_implementation(t, {{"target", ""}, {"reference", ""}}, outputs);
   return t;
 }

@@ -22,54 +22,44 @@ using expr::TensorMap;
 constexpr double kFloorUlps = 64;
 
 TensorInfos infos() {
-  TensorInfos t = {
-      {"R", {}, XT::integer, "rows (independent normalisations)"},
-      {"D", {}, XT::integer, "the normalised (last) dimension"},
-      {"eps", {}, XT::real, "the case's ε under the square root: rstd = 1 / sqrt(σ² + ε)"},
-      {"u",
-       {},
-       XT::real,
-       "unit roundoff of the case's (storage) dtype (2^-24 for f32, 2^-53 for f64, 2^-11 for f16, 2^-8 for "
-       "bf16)"},
-      {"dtype_bytes", {}, XT::integer, "bytes per element of the case's dtype (2, 4 or 8)"},
-      {"x", {"R", "D"}, XT::real, "input rows"},
-      {"gamma", {"D"}, XT::real, "scale γ"},
-      {"beta", {"D"}, XT::real, "shift β"},
-      {"dy", {"R", "D"}, XT::real, "upstream gradient dy"},
-      {"reference.var",
-       {"R"},
-       XT::real,
-       "biased variance σ² = mean((x - μ)²) of each row in fp64 (two passes, from the case)"},
-  };
-  const TensorInfos outputs = {
-      {"y", {"R", "D"}, XT::real, "output y = γ x̂ + β"},
-      {"xhat", {"R", "D"}, XT::real, "normalised input x̂ = (x - μ) rstd, as cached for the backward"},
-      {"mean", {"R"}, XT::real, "row mean μ"},
-      {"rstd", {"R"}, XT::real, "1 / sqrt(σ² + ε)"},
-      {"dx", {"R", "D"}, XT::real, "dx = rstd (g - mean(g) - x̂ mean(g x̂)), g = γ dy"},
-      {"dgamma", {"D"}, XT::real, "dγ = Σ_rows dy x̂"},
-      {"dbeta", {"D"}, XT::real, "dβ = Σ_rows dy"},
-  };
+  TensorInfos t = expr::tensor_table(R"(
+R              []      int   rows (independent normalisations)
+D              []      int   the normalised (last) dimension
+eps            []      real  the case's ε under the square root: rstd = 1 / sqrt(σ² + ε)
+u              []      real  unit roundoff of the case's (storage) dtype (2^-24 for f32, 2^-53 for f64, 2^-11
+                             for f16, 2^-8 for bf16)
+dtype_bytes    []      int   bytes per element of the case's dtype (2, 4 or 8)
+x              [R, D]  real  input rows
+gamma          [D]     real  scale γ
+beta           [D]     real  shift β
+dy             [R, D]  real  upstream gradient dy
+reference.var  [R]     real  biased variance σ² = mean((x - μ)²) of each row in fp64 (two passes, from the
+                             case)
+)");
+  const TensorInfos outputs = expr::tensor_table(R"(
+y       [R, D]  real  output y = γ x̂ + β
+xhat    [R, D]  real  normalised input x̂ = (x - μ) rstd, as cached for the backward
+mean    [R]     real  row mean μ
+rstd    [R]     real  1 / sqrt(σ² + ε)
+dx      [R, D]  real  dx = rstd (g - mean(g) - x̂ mean(g x̂)), g = γ dy
+dgamma  [D]     real  dγ = Σ_rows dy x̂
+dbeta   [D]     real  dβ = Σ_rows dy
+)");
   expr::add_per_implementation(
       t,
       {{"target", "the target's "},
        {"reference", "the reference's "},
        {"naive", "the naive two-pass computation in the case's dtype (the policy's baseline): "}},
       outputs);
-  const TensorInfos floors = {
-      {"floor.y",
-       {"R", "1"},
-       XT::real,
-       "matches_reference's floor for a row of y: 64 u max_d(|γ x̂| + |β|) (close(k=))"},
-      {"floor.dx",
-       {"R", "1"},
-       XT::real,
-       "matches_reference's floor for a row of dx: 64 u rstd (max|g| + mean|g| + max|x̂| mean|g x̂|)"},
-      {"floor.dgamma", {}, XT::real, "matches_reference's floor for dγ: 64 u max_d Σ_rows |dy x̂|"},
-      {"floor.dbeta", {}, XT::real, "matches_reference's floor for dβ: 64 u max_d Σ_rows |dy|"},
-      {"floor.mean", {"R"}, XT::real, "saved_statistics' floor for μ: 64 u Σ_d |x| / D"},
-      {"floor.rstd", {"R"}, XT::real, "saved_statistics' floor for rstd: 64 u rstd"},
-  };
+  const TensorInfos floors = expr::tensor_table(R"(
+floor.y       [R, 1]  real  matches_reference's floor for a row of y: 64 u max_d(|γ x̂| + |β|) (close(k=))
+floor.dx      [R, 1]  real  matches_reference's floor for a row of dx: 64 u rstd (max|g| + mean|g| + max|x̂|
+                            mean|g x̂|)
+floor.dgamma  []      real  matches_reference's floor for dγ: 64 u max_d Σ_rows |dy x̂|
+floor.dbeta   []      real  matches_reference's floor for dβ: 64 u max_d Σ_rows |dy|
+floor.mean    [R]     real  saved_statistics' floor for μ: 64 u Σ_d |x| / D
+floor.rstd    [R]     real  saved_statistics' floor for rstd: 64 u rstd
+)");
   // (For f16/bf16 cases each floor uses f32's roundoff for u and adds the
   // storage terms of invariants.cpp: y_floor, dx_floor, dgamma_floor, dbeta_floor.)
   t.insert(t.end(), floors.begin(), floors.end());

@@ -26,46 +26,32 @@ double epsilon(DType d) {
 }
 
 TensorInfos infos() {
-  TensorInfos t = {
-      {"R", {}, XT::integer, "rows"},
-      {"V", {}, XT::integer, "vocabulary size (logits per row)"},
-      {"K", {}, XT::integer, "outputs per row, 1 <= K <= V"},
-      {"block", {}, XT::integer, "the fused kernel's tile width"},
-      {"eps",
-       {},
-       XT::real,
-       "machine epsilon of the case's arithmetic (2^-23 for f32, f16, bf16; 2^-52 for f64)"},
-      {"dtype_bytes", {}, XT::integer, "bytes per element of the case's dtype (2, 4 or 8)"},
-      {"logits", {"R", "V"}, XT::real, "the logits, finite or -inf"},
-      {"target.probs", {"R", "K"}, XT::real, "the target's K largest probabilities per row, sorted"},
-      {"target.indices",
-       {"R", "K"},
-       XT::integer,
-       "the target's indices of those probabilities (ties to the lower index)"},
-      {"reference.probs", {"R", "K"}, XT::real, "the reference's top-k probabilities"},
-      {"reference.indices", {"R", "K"}, XT::integer, "the reference's top-k indices"},
-      {"reference.softmax",
-       {"R", "V"},
-       XT::real,
-       "the full softmax of each row in fp64 (0 at -inf logits and on all -inf rows), from the case"},
-      {"naive.softmax",
-       {"R", "V"},
-       XT::real,
-       "the naive two-pass softmax in the case's dtype (max, then a sequential sum of exp)"},
-      {"naive.probs",
-       {"R", "K"},
-       XT::real,
-       "naive.softmax at the reference's indices: the policy's baseline for target.probs (close(k=))"},
-      {"floor.probs",
-       {},
-       XT::real,
-       "the policy's absolute floor for probabilities: 8 × eps (f16, bf16: + u_s max p + s, the store of a "
-       "probability in the dtype)"},
-      {"target.logit_at", {"R", "K"}, XT::real, "the logit at each index the target returned"},
-      {"target.softmax_at", {"R", "K"}, XT::real, "reference.softmax at each index the target returned"},
-      {"target.naive_at", {"R", "K"}, XT::real, "naive.softmax at each index the target returned"},
-      {"reference.logit_at", {"R", "K"}, XT::real, "the logit at each index the reference returned"},
-  };
+  TensorInfos t = expr::tensor_table(R"(
+R                   []      int   rows
+V                   []      int   vocabulary size (logits per row)
+K                   []      int   outputs per row, 1 <= K <= V
+block               []      int   the fused kernel's tile width
+eps                 []      real  machine epsilon of the case's arithmetic (2^-23 for f32, f16, bf16; 2^-52
+                                  for f64)
+dtype_bytes         []      int   bytes per element of the case's dtype (2, 4 or 8)
+logits              [R, V]  real  the logits, finite or -inf
+target.probs        [R, K]  real  the target's K largest probabilities per row, sorted
+target.indices      [R, K]  int   the target's indices of those probabilities (ties to the lower index)
+reference.probs     [R, K]  real  the reference's top-k probabilities
+reference.indices   [R, K]  int   the reference's top-k indices
+reference.softmax   [R, V]  real  the full softmax of each row in fp64 (0 at -inf logits and on all -inf
+                                  rows), from the case
+naive.softmax       [R, V]  real  the naive two-pass softmax in the case's dtype (max, then a sequential sum
+                                  of exp)
+naive.probs         [R, K]  real  naive.softmax at the reference's indices: the policy's baseline for
+                                  target.probs (close(k=))
+floor.probs         []      real  the policy's absolute floor for probabilities: 8 × eps (f16, bf16: + u_s max
+                                  p + s, the store of a probability in the dtype)
+target.logit_at     [R, K]  real  the logit at each index the target returned
+target.softmax_at   [R, K]  real  reference.softmax at each index the target returned
+target.naive_at     [R, K]  real  naive.softmax at each index the target returned
+reference.logit_at  [R, K]  real  the logit at each index the reference returned
+)");
   return t;
 }
 

@@ -16,39 +16,35 @@ using expr::TensorInfos;
 using expr::TensorMap;
 
 TensorInfos infos() {
-  TensorInfos t = {
-      {"M", {}, XT::integer, "tokens"},
-      {"K", {}, XT::integer, "input features"},
-      {"N", {}, XT::integer, "output features"},
-      {"eps", {}, XT::real, "the contract's clamp ε = 1e-5 of both scales' denominators"},
-      {"u32", {}, XT::real, "unit roundoff of f32 (2^-24): the packed kernels scale and accumulate in f32"},
-      {"x", {"M", "K"}, XT::real, "input activations"},
-      {"w", {"N", "K"}, XT::real, "latent weights"},
-      {"dy", {"M", "N"}, XT::real, "upstream gradient"},
-  };
-  const TensorInfos outputs = {
-      {"w_scale", {}, XT::real, "weight scale s = max(mean|W|, ε)"},
-      {"w_q", {"N", "K"}, XT::real, "ternary weights clamp(round(W / s), -1, 1)"},
-      {"x_scale", {"M"}, XT::real, "activation scale a_t = 127 / max(max_k |x_tk|, ε) per token"},
-      {"x_q", {"M", "K"}, XT::real, "int8 activations clamp(round(x a_t), -128, 127)"},
-      {"acc", {"M", "N"}, XT::real, "integer product x_q · w_qᵀ"},
-      {"y", {"M", "N"}, XT::real, "output acc · s / a_t"},
-      {"dx", {"M", "K"}, XT::real, "straight-through dx = dy · W̃"},
-      {"dw", {"N", "K"}, XT::real, "straight-through dW = dyᵀ · x̃"},
-  };
+  TensorInfos t = expr::tensor_table(R"(
+M    []      int   tokens
+K    []      int   input features
+N    []      int   output features
+eps  []      real  the contract's clamp ε = 1e-5 of both scales' denominators
+u32  []      real  unit roundoff of f32 (2^-24): the packed kernels scale and accumulate in f32
+x    [M, K]  real  input activations
+w    [N, K]  real  latent weights
+dy   [M, N]  real  upstream gradient
+)");
+  const TensorInfos outputs = expr::tensor_table(R"(
+w_scale  []      real  weight scale s = max(mean|W|, ε)
+w_q      [N, K]  real  ternary weights clamp(round(W / s), -1, 1)
+x_scale  [M]     real  activation scale a_t = 127 / max(max_k |x_tk|, ε) per token
+x_q      [M, K]  real  int8 activations clamp(round(x a_t), -128, 127)
+acc      [M, N]  real  integer product x_q · w_qᵀ
+y        [M, N]  real  output acc · s / a_t
+dx       [M, K]  real  straight-through dx = dy · W̃
+dw       [N, K]  real  straight-through dW = dyᵀ · x̃
+)");
   expr::add_per_implementation(t, {{"target", "the target's "}, {"reference", "the reference's "}}, outputs);
-  const TensorInfos more = {
-      {"reference.x_deq", {"M", "K"}, XT::real, "dequantized activations x̃ = x_q / a_t (reference)"},
-      {"reference.w_deq", {"N", "K"}, XT::real, "dequantized weights W̃ = s w_q (reference)"},
-      {"err.dx",
-       {"M", "K"},
-       XT::real,
-       "f32 error bound of dx: u32 (N + 2) Σ_n |dy W̃| (ste_matches_dense allows k × this)"},
-      {"err.dw",
-       {"N", "K"},
-       XT::real,
-       "f32 error bound of dW: u32 (M + 2) Σ_t |dy x̃| (ste_matches_dense allows k × this)"},
-  };
+  const TensorInfos more = expr::tensor_table(R"(
+reference.x_deq  [M, K]  real  dequantized activations x̃ = x_q / a_t (reference)
+reference.w_deq  [N, K]  real  dequantized weights W̃ = s w_q (reference)
+err.dx           [M, K]  real  f32 error bound of dx: u32 (N + 2) Σ_n |dy W̃| (ste_matches_dense allows k ×
+                               this)
+err.dw           [N, K]  real  f32 error bound of dW: u32 (M + 2) Σ_t |dy x̃| (ste_matches_dense allows k ×
+                               this)
+)");
   t.insert(t.end(), more.begin(), more.end());
   return t;
 }

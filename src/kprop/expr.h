@@ -16,6 +16,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -55,6 +56,13 @@ struct TensorInfo {
   std::string meaning;
 };
 using TensorInfos = std::vector<TensorInfo>;
+// A family's tensors as a table, one tensor a line, in the columns
+// `prop_runner --list` prints them in:
+//   NAME  [DIM, ...]  TYPE  MEANING
+// TYPE is bool, int or real; a line that starts with a blank continues the
+// meaning of the tensor above it; blank lines are skipped. A malformed table
+// is a bug in the family: std::logic_error naming the line.
+TensorInfos tensor_table(std::string_view table);
 // The outputs each implementation reports are declared once and published
 // per implementation as "<who>.<name>" (target.y, reference.y, naive.y):
 // for each of `whose` in turn, one row per output, its meaning after

@@ -16,16 +16,59 @@
 namespace kprop::expr {
 namespace {
 
-const TensorInfos kInfos = {
-    {"x", {"N", "M"}, DType::real, "a matrix"},
-    {"y", {"M"}, DType::real, "a row"},
-    {"v", {"N"}, DType::real, "a column"},
-    {"b", {"N", "M"}, DType::boolean, "a mask"},
-    {"idx", {"K"}, DType::integer, "row indices"},
-    {"z", {"K"}, DType::real, "NaN and inf"},
-    {"w", {"K"}, DType::real, "NaN and inf, other signs"},
-    {"t.o", {"N", "M"}, DType::real, "a dotted name"},
-};
+const TensorInfos kInfos = tensor_table(R"(
+x    [N, M]  real  a matrix
+y    [M]     real  a row
+v    [N]     real  a column
+b    [N, M]  bool  a mask
+idx  [K]     int   row indices
+z    [K]     real  NaN and inf
+w    [K]     real  NaN and inf, other signs
+t.o  [N, M]  real  a dotted name
+)");
+
+bool same(const TensorInfo& a, const TensorInfo& b) {
+  return a.name == b.name && a.shape == b.shape && a.dtype == b.dtype && a.meaning == b.meaning;
+}
+
+TEST(TensorTable, ColumnsAndContinuationLines) {
+  const TensorInfos t = tensor_table(R"(
+s             []           int   a scalar
+p.q           [B, 1, Nq]   bool  [i, j]: a meaning with a shape,
+                                 a comma and a colon in it
+
+m [N,M] real   spaced  out
+)");
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_TRUE(same(t[0], {"s", {}, DType::integer, "a scalar"}));
+  EXPECT_TRUE(same(t[1], {"p.q",
+                          {"B", "1", "Nq"},
+                          DType::boolean,
+                          "[i, j]: a meaning with a shape, a comma and a colon in it"}));
+  EXPECT_TRUE(same(t[2], {"m", {"N", "M"}, DType::real, "spaced  out"}));
+  EXPECT_TRUE(tensor_table("\n  \n").empty());
+}
+
+TEST(TensorTable, AMalformedLineIsNamed) {
+  const auto error = [](const char* table) -> std::string {
+    try {
+      tensor_table(table);
+    } catch (const std::logic_error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  EXPECT_EQ(error("x [N] real fine\ny N real no shape"),
+            "tensor table line 2: no [shape] after the name: 'y N real no shape'");
+  EXPECT_EQ(error("  starts blank"),
+            "tensor table line 1: a continuation before the first tensor: '  starts blank'");
+  EXPECT_EQ(error("x [N] float what"),
+            "tensor table line 1: the type is bool, int or real: 'x [N] float what'");
+  EXPECT_EQ(error("x [N,,M] real gap"), "tensor table line 1: an empty dimension: 'x [N,,M] real gap'");
+  EXPECT_EQ(error("x [N] real"), "tensor table line 1: no meaning: 'x [N] real'");
+  EXPECT_EQ(error("x y [N] real two names"),
+            "tensor table line 1: one name before the shape: 'x y [N] real two names'");
+}
 
 TensorMap tensors() {
   TensorMap m;
