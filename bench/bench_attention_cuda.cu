@@ -196,18 +196,19 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// Times fn(set) per iteration with events; warm-up first.
+// Runs fn(i) `warmups` times, then times one fn(i) per benchmark
+// iteration with events (i counts the calls); the median in ms.
 template <typename Fn>
-double run_timed(benchmark::State& state, const Config& c, Fn fn) {
+double event_median_ms(benchmark::State& state, int warmups, Fn fn) {
   cudaEvent_t a, b;
   check(cudaEventCreate(&a), "event"), check(cudaEventCreate(&b), "event");
-  for (int i = 0; i < 3; ++i) fn(i % kSets);
+  int it = 0;
+  for (; it < warmups; ++it) fn(it);
   check(cudaDeviceSynchronize(), "warm-up");
   std::vector<double> ms;
-  int it = 0;
   for (auto _ : state) {
     check(cudaEventRecord(a), "record");
-    fn(it++ % kSets);
+    fn(it++);
     check(cudaEventRecord(b), "record");
     check(cudaEventSynchronize(b), "sync");
     float t = 0;
@@ -216,7 +217,13 @@ double run_timed(benchmark::State& state, const Config& c, Fn fn) {
     ms.push_back(t);
   }
   cudaEventDestroy(a), cudaEventDestroy(b);
-  const double med = median(ms);
+  return median(ms);
+}
+
+// Times fn(set) per iteration, cycling through the kSets input sets.
+template <typename Fn>
+double run_timed(benchmark::State& state, const Config& c, Fn fn) {
+  const double med = event_median_ms(state, 3, [&](int i) { fn(i % kSets); });
   state.counters["median_ms"] = med;
   state.counters["TFLOPs"] = c.flops() / (med * 1e-3) / 1e12;
   state.counters["pct_peak"] = 100.0 * c.flops() / (med * 1e-3) / 1e12 / kPeakTflops;
@@ -291,29 +298,13 @@ void ceiling_gemm(benchmark::State& state) {
   fill_kernel<__half><<<1024, 256>>>(static_cast<__half*>(a), size_t(n) * n, 1);
   fill_kernel<__half><<<1024, 256>>>(static_cast<__half*>(b), size_t(n) * n, 2);
   const float one = 1.f, zero = 0.f;
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0), cudaEventCreate(&e1);
-  std::vector<double> ms;
-  for (int i = 0; i < 3; ++i)
+  const double med = event_median_ms(state, 3, [&](int) {
     check(cublasGemmEx(g_cublas, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16F, n, b, CUDA_R_16F, n,
                        &zero, d, CUDA_R_16F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
           "gemm");
-  for (auto _ : state) {
-    cudaEventRecord(e0);
-    check(cublasGemmEx(g_cublas, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16F, n, b, CUDA_R_16F, n,
-                       &zero, d, CUDA_R_16F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-          "gemm");
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float t = 0;
-    cudaEventElapsedTime(&t, e0, e1);
-    state.SetIterationTime(t / 1e3);
-    ms.push_back(t);
-  }
-  const double med = median(ms);
+  });
   state.counters["TFLOPs"] = 2.0 * n * double(n) * n / (med * 1e-3) / 1e12;
   cudaFree(a), cudaFree(b), cudaFree(d);
-  cudaEventDestroy(e0), cudaEventDestroy(e1);
 }
 
 void ceiling_copy(benchmark::State& state) {
@@ -322,23 +313,10 @@ void ceiling_copy(benchmark::State& state) {
   void *a = nullptr, *b = nullptr;
   check(cudaMalloc(&a, bytes), "cudaMalloc"), check(cudaMalloc(&b, bytes), "cudaMalloc");
   check(cudaMemset(a, 1, bytes), "memset");
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0), cudaEventCreate(&e1);
-  check(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice), "copy");
-  std::vector<double> ms;
-  for (auto _ : state) {
-    cudaEventRecord(e0);
-    cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float t = 0;
-    cudaEventElapsedTime(&t, e0, e1);
-    state.SetIterationTime(t / 1e3);
-    ms.push_back(t);
-  }
-  state.counters["GBps_read_plus_write"] = 2.0 * double(bytes) / (median(ms) * 1e-3) / 1e9;
+  const double med = event_median_ms(
+      state, 1, [&](int) { check(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice), "copy"); });
+  state.counters["GBps_read_plus_write"] = 2.0 * double(bytes) / (med * 1e-3) / 1e9;
   cudaFree(a), cudaFree(b);
-  cudaEventDestroy(e0), cudaEventDestroy(e1);
 }
 
 }  // namespace

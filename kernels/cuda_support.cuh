@@ -1,6 +1,7 @@
-// Host-side helpers every family's CUDA kernels share (nvcc only, C++17; the
-// CUDA runtime and the standard library, nothing of kprop's core): the error
-// check, the device count, and device memory that is freed on every path.
+// Helpers every family's CUDA kernels share (nvcc only, C++17; the CUDA
+// runtime and the standard library, nothing of kprop's core): the error
+// check, the device count, device memory that is freed on every path, and
+// exp/log overloaded for the float and double kernels of one template.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,6 +16,20 @@ namespace kprop::cuda_support {
 inline void check(cudaError_t err, const char* what) {
   if (err != cudaSuccess)
     throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(err));
+}
+
+// expf/logf for float, exp/log for double.
+__device__ __forceinline__ float dev_exp(float x) {
+  return expf(x);
+}
+__device__ __forceinline__ double dev_exp(double x) {
+  return exp(x);
+}
+__device__ __forceinline__ float dev_log(float x) {
+  return logf(x);
+}
+__device__ __forceinline__ double dev_log(double x) {
+  return log(x);
 }
 
 // Number of CUDA devices; 0 when there is none or the runtime reports an

@@ -35,20 +35,11 @@ constexpr int kThreads = 128;  // per block in the tile kernels
 constexpr int kRowThreads = 128;
 
 using cuda_support::check;
+using cuda_support::dev_exp;
+using cuda_support::dev_log;
 using cuda_support::download;
 
-__device__ inline float dev_exp(float x) {
-  return expf(x);
-}
-__device__ inline double dev_exp(double x) {
-  return exp(x);
-}
-__device__ inline float dev_log(float x) {
-  return logf(x);
-}
-__device__ inline double dev_log(double x) {
-  return log(x);
-}
+using cuda_support::dev_log;
 
 // Everything the kernels need about the case, by value.
 struct DevMask {

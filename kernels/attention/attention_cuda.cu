@@ -63,18 +63,8 @@ size_t generic_smem_elems(int bq, int bk, int dim) {
   return size_t(2) * bq * dim + size_t(2) * bk * dim + size_t(bq) * bk + size_t(3) * bq;
 }
 
-__device__ __forceinline__ float ex(float x) {
-  return expf(x);
-}
-__device__ __forceinline__ double ex(double x) {
-  return exp(x);
-}
-__device__ __forceinline__ float lg(float x) {
-  return logf(x);
-}
-__device__ __forceinline__ double lg(double x) {
-  return log(x);
-}
+using cuda_support::dev_exp;
+using cuda_support::dev_log;
 
 template <typename T>
 __global__ void __launch_bounds__(kGenericThreads) generic_forward_kernel(GenericArgs<T> a) {
@@ -135,10 +125,10 @@ __global__ void __launch_bounds__(kGenericThreads) generic_forward_kernel(Generi
         alpha[i] = 1;
         continue;
       }
-      const T corr = ex(m[i] - mx);  // m = −inf: 0 (acc and l are still 0)
+      const T corr = dev_exp(m[i] - mx);  // m = −inf: 0 (acc and l are still 0)
       T sum = 0;
       for (int jj = 0; jj < cols; ++jj) {
-        const T p = ex(row[jj] - mx);  // masked: exp(−inf) = 0
+        const T p = dev_exp(row[jj] - mx);  // masked: exp(−inf) = 0
         row[jj] = p;
         sum += p;
       }
@@ -160,7 +150,7 @@ __global__ void __launch_bounds__(kGenericThreads) generic_forward_kernel(Generi
     a.o[qbase + x] = li > 0 ? acc[x] / li : T(0);
   }
   for (int i = tid; i < rows; i += blockDim.x)
-    a.lse[(size_t(b) * a.hq + h) * a.nq + i0 + i] = l[i] > 0 ? m[i] + lg(l[i]) : neg_inf;
+    a.lse[(size_t(b) * a.hq + h) * a.nq + i0 + i] = l[i] > 0 ? m[i] + dev_log(l[i]) : neg_inf;
 }
 
 template <typename T>
@@ -212,6 +202,7 @@ size_t generic_forward(const HostProblem& p, T scale, const T* q, const T* k, co
 
 // ================================================================ f16 / bf16
 using cuda_detail::TcArgs;
+using cuda_detail::TcTile;
 
 constexpr int kBk = 64;
 
@@ -220,17 +211,11 @@ constexpr size_t tc_smem_bytes() {
   return size_t(16 * kWarps * D + 4 * kBk * D) * 2;
 }
 
-// Copies rows [row0, row0 + kRows) of a [n][D] tensor into a swizzled tile;
-// rows at or past n are zero-filled.
+// Rows [row0, row0 + kRows) of a [n][D] tensor into a swizzled tile.
 template <typename Elem, int D, int kRows, int kThreads>
 __device__ __forceinline__ void load_tile(Elem* tile, const Elem* g, int row0, int n) {
-  constexpr int kChunks = D / 8;
-  for (int c = threadIdx.x; c < kRows * kChunks; c += kThreads) {
-    const int r = c / kChunks, ch = c % kChunks;
-    const bool valid = row0 + r < n;
-    const Elem* src = valid ? g + size_t(row0 + r) * D + ch * 8 : g;
-    cuda_detail::cp_async16(tile + cuda_detail::swizzle<D>(r, ch), src, valid ? 16 : 0);
-  }
+  cuda_detail::load_rows<Elem, D, kRows, kThreads>(
+      tile, g, row0, n, [](int r, int ch) { return cuda_detail::swizzle<D>(r, ch); });
 }
 
 // kMt: 16-row m-tiles per warp (1 or 2; with 2 every K and V fragment read
@@ -251,16 +236,9 @@ __global__ void __launch_bounds__(kWarps * 32) tc_forward_kernel(TcArgs a) {
   const float neg_inf = -INFINITY;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int qt = gridDim.x - 1 - blockIdx.x;  // the longest causal tiles first
-  const int h = blockIdx.y, b = blockIdx.z, i0 = qt * Bq;
-  const int kvh = h / (a.hq / a.hkv);
-  const Elem* qg = static_cast<const Elem*>(a.q) + (size_t(b) * a.hq + h) * size_t(a.nq) * D;
-  const Elem* kg = static_cast<const Elem*>(a.k) + (size_t(b) * a.hkv + kvh) * size_t(a.nk) * D;
-  const Elem* vg = static_cast<const Elem*>(a.v) + (size_t(b) * a.hkv + kvh) * size_t(a.nk) * D;
-
-  const int key_limit = a.mask == 2 ? min(a.key_lengths[b], a.nk) : a.nk;
-  int key_end = key_limit;
-  if (a.mask == 1) key_end = max(0, min(key_end, i0 + Bq + a.offset));
+  const TcTile<Elem> blk(a, Bq, D);
+  const int h = blk.h, b = blk.b, i0 = blk.i0, key_limit = blk.key_limit, key_end = blk.key_end;
+  const Elem *qg = blk.qg, *kg = blk.kg, *vg = blk.vg;
   const int n_tiles = (key_end + kBk - 1) / kBk;
 
   float acc[kMt][kDt][4];

@@ -63,58 +63,34 @@ namespace {
       "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 #define KPROP_WGMMA_OP(shape, type) "wgmma.mma_async.sync.aligned." shape ".f32." type "." type " "
 #define KPROP_PRED(n) "{\n.reg .pred p;\nsetp.ne.b32 p, %" #n ", 0;\n"
-__device__ __forceinline__ void wgmma_ss_f16_n64(float (&d)[32], uint64_t da, uint64_t db, int scale_d) {
-  asm volatile(KPROP_PRED(34) KPROP_WGMMA_OP("m64n64k16", "f16") KPROP_ACC32_LIST
-               ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-               : KPROP_ACC32(d)
-               : "l"(da), "l"(db), "r"(scale_d));
-}
-__device__ __forceinline__ void wgmma_ss_bf16_n64(float (&d)[32], uint64_t da, uint64_t db, int scale_d) {
-  asm volatile(KPROP_PRED(34) KPROP_WGMMA_OP("m64n64k16", "bf16") KPROP_ACC32_LIST
-               ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-               : KPROP_ACC32(d)
-               : "l"(da), "l"(db), "r"(scale_d));
-}
-__device__ __forceinline__ void wgmma_ss_f16_n128(float (&d)[64], uint64_t da, uint64_t db, int scale_d) {
-  asm volatile(KPROP_PRED(66) KPROP_WGMMA_OP("m64n128k16", "f16") KPROP_ACC64_LIST
-               ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-               : KPROP_ACC64(d)
-               : "l"(da), "l"(db), "r"(scale_d));
-}
-__device__ __forceinline__ void wgmma_ss_bf16_n128(float (&d)[64], uint64_t da, uint64_t db, int scale_d) {
-  asm volatile(KPROP_PRED(66) KPROP_WGMMA_OP("m64n128k16", "bf16") KPROP_ACC64_LIST
-               ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-               : KPROP_ACC64(d)
-               : "l"(da), "l"(db), "r"(scale_d));
-}
-__device__ __forceinline__ void wgmma_rs_f16_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t db,
-                                                 int scale_d) {
-  asm volatile(KPROP_PRED(37) KPROP_WGMMA_OP("m64n64k16", "f16") KPROP_ACC32_LIST
-               ", {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
-               : KPROP_ACC32(d)
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
-}
-__device__ __forceinline__ void wgmma_rs_bf16_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t db,
-                                                  int scale_d) {
-  asm volatile(KPROP_PRED(37) KPROP_WGMMA_OP("m64n64k16", "bf16") KPROP_ACC32_LIST
-               ", {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
-               : KPROP_ACC32(d)
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
-}
-__device__ __forceinline__ void wgmma_rs_f16_n128(float (&d)[64], const uint32_t (&a)[4], uint64_t db,
-                                                  int scale_d) {
-  asm volatile(KPROP_PRED(69) KPROP_WGMMA_OP("m64n128k16", "f16") KPROP_ACC64_LIST
-               ", {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
-               : KPROP_ACC64(d)
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
-}
-__device__ __forceinline__ void wgmma_rs_bf16_n128(float (&d)[64], const uint32_t (&a)[4], uint64_t db,
-                                                   int scale_d) {
-  asm volatile(KPROP_PRED(69) KPROP_WGMMA_OP("m64n128k16", "bf16") KPROP_ACC64_LIST
-               ", {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
-               : KPROP_ACC64(d)
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
-}
+// One wrapper per type and width N (f16 and bf16 alike): ss takes A's and B's
+// shared-memory descriptors, rs A's four registers. PRED: the operand
+// number of scale_d (after the N/2 accumulators and the A/B operands); OPS:
+// the instruction's operands after the accumulators.
+#define KPROP_WGMMA_SS(TYPE, N, ACC, PRED, OPS)                                                       \
+  __device__ __forceinline__ void wgmma_ss_##TYPE##_n##N(float(&d)[N / 2], uint64_t da, uint64_t db,  \
+                                                         int scale_d) {                               \
+    asm volatile(KPROP_PRED(PRED) KPROP_WGMMA_OP("m64n" #N "k16", #TYPE) ACC##_LIST ", " OPS ";\n}\n" \
+                 : ACC(d)                                                                             \
+                 : "l"(da), "l"(db), "r"(scale_d));                                                   \
+  }
+#define KPROP_WGMMA_RS(TYPE, N, ACC, PRED, OPS)                                                       \
+  __device__ __forceinline__ void wgmma_rs_##TYPE##_n##N(float(&d)[N / 2], const uint32_t(&a)[4],     \
+                                                         uint64_t db, int scale_d) {                  \
+    asm volatile(KPROP_PRED(PRED) KPROP_WGMMA_OP("m64n" #N "k16", #TYPE) ACC##_LIST ", " OPS ";\n}\n" \
+                 : ACC(d)                                                                             \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));                \
+  }
+KPROP_WGMMA_SS(f16, 64, KPROP_ACC32, 34, "%32, %33, p, 1, 1, 0, 0")
+KPROP_WGMMA_SS(bf16, 64, KPROP_ACC32, 34, "%32, %33, p, 1, 1, 0, 0")
+KPROP_WGMMA_SS(f16, 128, KPROP_ACC64, 66, "%64, %65, p, 1, 1, 0, 0")
+KPROP_WGMMA_SS(bf16, 128, KPROP_ACC64, 66, "%64, %65, p, 1, 1, 0, 0")
+KPROP_WGMMA_RS(f16, 64, KPROP_ACC32, 37, "{%32,%33,%34,%35}, %36, p, 1, 1, 1")
+KPROP_WGMMA_RS(bf16, 64, KPROP_ACC32, 37, "{%32,%33,%34,%35}, %36, p, 1, 1, 1")
+KPROP_WGMMA_RS(f16, 128, KPROP_ACC64, 69, "{%64,%65,%66,%67}, %68, p, 1, 1, 1")
+KPROP_WGMMA_RS(bf16, 128, KPROP_ACC64, 69, "{%64,%65,%66,%67}, %68, p, 1, 1, 1")
+#undef KPROP_WGMMA_SS
+#undef KPROP_WGMMA_RS
 
 __device__ __forceinline__ void wg_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -161,49 +137,60 @@ __device__ __forceinline__ int panel_index(int row, int chunk) {
   return (chunk >> 3) * (kRows * 64) + row * 64 + (((chunk & 7) ^ (row & 7)) << 3);
 }
 
+// Rows [row0, row0 + kRows) of a [n][D] tensor into 64-wide panels.
 template <typename Elem, int D, int kRows, int kThreads>
 __device__ __forceinline__ void load_panels(Elem* tile, const Elem* g, int row0, int n) {
-  constexpr int kChunks = D / 8;
-  for (int c = threadIdx.x; c < kRows * kChunks; c += kThreads) {
-    const int r = c / kChunks, ch = c % kChunks;
-    const bool valid = row0 + r < n;
-    const Elem* src = valid ? g + size_t(row0 + r) * D + ch * 8 : g;
-    cp_async16(tile + panel_index<kRows>(r, ch), src, valid ? 16 : 0);
-  }
+  load_rows<Elem, D, kRows, kThreads>(tile, g, row0, n,
+                                      [](int r, int ch) { return panel_index<kRows>(r, ch); });
 }
 
 template <typename Elem>
 struct Wg;
-template <>
-struct Wg<__half> {
-  static __device__ __forceinline__ void s(float (&d)[32], uint64_t a, uint64_t b, int sc) {
-    wgmma_ss_f16_n64(d, a, b, sc);
+// The S = QKᵀ (ss) and O += PV (rs) GEMMs of one warpgroup, by element type
+// and accumulator width (32: n64, 64: n128).
+#define KPROP_WG(ELEM, TYPE)                                                                        \
+  template <>                                                                                       \
+  struct Wg<ELEM> {                                                                                 \
+    static __device__ __forceinline__ void s(float (&d)[32], uint64_t a, uint64_t b, int sc) {      \
+      wgmma_ss_##TYPE##_n64(d, a, b, sc);                                                           \
+    }                                                                                               \
+    static __device__ __forceinline__ void s(float (&d)[64], uint64_t a, uint64_t b, int sc) {      \
+      wgmma_ss_##TYPE##_n128(d, a, b, sc);                                                          \
+    }                                                                                               \
+    static __device__ __forceinline__ void pv(float (&d)[32], const uint32_t (&a)[4], uint64_t b) { \
+      wgmma_rs_##TYPE##_n64(d, a, b, 1);                                                            \
+    }                                                                                               \
+    static __device__ __forceinline__ void pv(float (&d)[64], const uint32_t (&a)[4], uint64_t b) { \
+      wgmma_rs_##TYPE##_n128(d, a, b, 1);                                                           \
+    }                                                                                               \
+  };
+KPROP_WG(__half, f16)
+KPROP_WG(__nv_bfloat16, bf16)
+#undef KPROP_WG
+
+// The two GEMMs of one warpgroup per key tile, fenced and committed, not
+// waited for: S = Q·Kᵀ for warpgroup w's 64 rows of the Q panels qs (Bq
+// rows) against the key tile kt, and O += P·V from P's packed fragments pa
+// and the value tile vt (Bk keys each).
+template <typename Elem, int D, int Bq, int Bk, int N>
+__device__ __forceinline__ void wg_issue_qk(float (&s)[N], const Elem* qs, const Elem* kt, int w) {
+  wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const uint64_t da = make_desc(qs + (kk / 4) * (Bq * 64) + w * 64 * 64 + (kk % 4) * 16, 16, 1024);
+    const uint64_t db = make_desc(kt + (kk / 4) * (Bk * 64) + (kk % 4) * 16, 16, 1024);
+    Wg<Elem>::s(s, da, db, kk > 0 ? 1 : 0);
   }
-  static __device__ __forceinline__ void s(float (&d)[64], uint64_t a, uint64_t b, int sc) {
-    wgmma_ss_f16_n128(d, a, b, sc);
-  }
-  static __device__ __forceinline__ void pv(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
-    wgmma_rs_f16_n64(d, a, b, 1);
-  }
-  static __device__ __forceinline__ void pv(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
-    wgmma_rs_f16_n128(d, a, b, 1);
-  }
-};
-template <>
-struct Wg<__nv_bfloat16> {
-  static __device__ __forceinline__ void s(float (&d)[32], uint64_t a, uint64_t b, int sc) {
-    wgmma_ss_bf16_n64(d, a, b, sc);
-  }
-  static __device__ __forceinline__ void s(float (&d)[64], uint64_t a, uint64_t b, int sc) {
-    wgmma_ss_bf16_n128(d, a, b, sc);
-  }
-  static __device__ __forceinline__ void pv(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
-    wgmma_rs_bf16_n64(d, a, b, 1);
-  }
-  static __device__ __forceinline__ void pv(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
-    wgmma_rs_bf16_n128(d, a, b, 1);
-  }
-};
+  wg_commit();
+}
+template <typename Elem, int Bk, int N>
+__device__ __forceinline__ void wg_issue_pv(float (&o)[N], const uint32_t (&pa)[Bk / 16][4], const Elem* vt) {
+  wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < Bk / 16; ++kk)
+    Wg<Elem>::pv(o, pa[kk], make_desc(vt + kk * 16 * 64, Bk * 64 * 2, 1024));
+  wg_commit();
+}
 
 // One S tile's online-softmax step on this thread's accumulator fragment
 // (the m16n8 layout per warp: rows row_a and row_a + 8, columns j0 + 8n + 2t
@@ -329,16 +316,9 @@ __global__ void __launch_bounds__(kWgThreads, kMinBlocks) wg_forward_kernel(TcAr
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int wg = warp / 4;
-  const int qt = gridDim.x - 1 - blockIdx.x;  // the longest causal tiles first
-  const int h = blockIdx.y, b = blockIdx.z, i0 = qt * Bq;
-  const int kvh = h / (a.hq / a.hkv);
-  const Elem* qg = static_cast<const Elem*>(a.q) + (size_t(b) * a.hq + h) * size_t(a.nq) * D;
-  const Elem* kg = static_cast<const Elem*>(a.k) + (size_t(b) * a.hkv + kvh) * size_t(a.nk) * D;
-  const Elem* vg = static_cast<const Elem*>(a.v) + (size_t(b) * a.hkv + kvh) * size_t(a.nk) * D;
-
-  const int key_limit = a.mask == 2 ? min(a.key_lengths[b], a.nk) : a.nk;
-  int key_end = key_limit;
-  if (a.mask == 1) key_end = max(0, min(key_end, i0 + Bq + a.offset));
+  const TcTile<Elem> blk(a, Bq, D);
+  const int h = blk.h, b = blk.b, i0 = blk.i0, key_limit = blk.key_limit, key_end = blk.key_end;
+  const Elem *qg = blk.qg, *kg = blk.kg, *vg = blk.vg;
   const int n_tiles = (key_end + Bk - 1) / Bk;
 
   float o[D / 2];
@@ -374,14 +354,7 @@ __global__ void __launch_bounds__(kWgThreads, kMinBlocks) wg_forward_kernel(TcAr
     for (int i = 0; i < 32; ++i) s[i] = 0.f;
     pin(s);
     pin(o);
-    wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint64_t da = make_desc(qs + (kk / 4) * (Bq * 64) + wg * 64 * 64 + (kk % 4) * 16, 16, 1024);
-      const uint64_t db = make_desc(kt + (kk / 4) * (Bk * 64) + (kk % 4) * 16, 16, 1024);
-      Wg<Elem>::s(s, da, db, kk > 0 ? 1 : 0);
-    }
-    wg_commit();
+    wg_issue_qk<Elem, D, Bq, Bk>(s, qs, kt, wg);
     wg_wait0();
     pin(s);
 
@@ -393,11 +366,7 @@ __global__ void __launch_bounds__(kWgThreads, kMinBlocks) wg_forward_kernel(TcAr
     uint32_t pa[Bk / 16][4];
     pack_p<Elem, kSt>(pa, s);
     pin(o);
-    wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < Bk / 16; ++kk)
-      Wg<Elem>::pv(o, pa[kk], make_desc(vt + kk * 16 * 64, Bk * 64 * 2, 1024));
-    wg_commit();
+    wg_issue_pv<Elem, Bk>(o, pa, vt);
     wg_wait0();
     pin(o);
     __syncthreads();  // the next iteration's copy overwrites this buffer
@@ -489,12 +458,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   Elem* vs = ks + kS * Bk * D;  // kS stages of Bk × D
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int qt = gridDim.x - 1 - blockIdx.x;  // the longest causal tiles first
-  const int h = blockIdx.y, b = blockIdx.z, i0 = qt * Bq;
-  const int kvh = h / (a.hq / a.hkv);
-  const int key_limit = a.mask == 2 ? min(a.key_lengths[b], a.nk) : a.nk;
-  int key_end = key_limit;
-  if (a.mask == 1) key_end = max(0, min(key_end, i0 + Bq + a.offset));
+  const TcTile<Elem> blk(a, Bq, D);
+  const int h = blk.h, b = blk.b, i0 = blk.i0, kvh = blk.kvh, key_limit = blk.key_limit,
+            key_end = blk.key_end;
   const int n_tiles = (key_end + Bk - 1) / Bk;
 
   if (threadIdx.x == 0) {
@@ -548,22 +514,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   if (n_tiles > 0) {
     auto issue_s = [&](float(&s)[kSt * 4], const Elem* kt) {
       pin(s);
-      wg_fence();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const uint64_t da = make_desc(qs + (kk / 4) * (Bq * 64) + cw * 64 * 64 + (kk % 4) * 16, 16, 1024);
-        const uint64_t db = make_desc(kt + (kk / 4) * (Bk * 64) + (kk % 4) * 16, 16, 1024);
-        Wg<Elem>::s(s, da, db, kk > 0 ? 1 : 0);
-      }
-      wg_commit();
+      wg_issue_qk<Elem, D, Bq, Bk>(s, qs, kt, cw);
     };
     auto issue_pv = [&](uint32_t(&pa)[kSt / 2][4], const Elem* vt) {
       pin(o);
-      wg_fence();
-#pragma unroll
-      for (int kk = 0; kk < Bk / 16; ++kk)
-        Wg<Elem>::pv(o, pa[kk], make_desc(vt + kk * 16 * 64, Bk * 64 * 2, 1024));
-      wg_commit();
+      wg_issue_pv<Elem, Bk>(o, pa, vt);
     };
     float s[kSt * 4];
     uint32_t pa[kSt / 2][4];
