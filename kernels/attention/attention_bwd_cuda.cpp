@@ -8,20 +8,15 @@
 #include <vector>
 
 #include "kernels/attention/attention.h"
+#include "kernels/convert.h"
 
 namespace kprop::attention {
 namespace {
 
 template <typename T>
-std::vector<double> widen(const std::vector<T>& x) {
-  return std::vector<double>(x.begin(), x.end());
-}
-
-template <typename T>
 BwdResult run_typed(const Case& c) {
   const Shape& s = c.shape;
-  const std::vector<T> q(c.q.begin(), c.q.end()), k(c.k.begin(), c.k.end()), v(c.v.begin(), c.v.end()),
-      d_out(c.d_out.begin(), c.d_out.end());
+  const std::vector<T> q = narrow<T>(c.q), k = narrow<T>(c.k), v = narrow<T>(c.v), d_out = narrow<T>(c.d_out);
   std::vector<T> o(s.q_size()), lse(s.rows()), d(s.rows()), dq(s.q_size()), dk(s.kv_size()), dv(s.kv_size());
   const cuda_bwd_raw::Dims dims{s.batch, s.heads_q, s.heads_kv, s.nq, s.nk, s.dim, c.block_q, c.block_k};
   cuda_bwd_raw::Mask mask;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/attention/attention.h"
+#include "kernels/convert.h"
 
 namespace kprop::attention {
 namespace {
@@ -16,7 +17,7 @@ namespace {
 template <typename T>
 FwdResult run_typed(const Case& c) {
   const Shape& s = c.shape;
-  const std::vector<T> q(c.q.begin(), c.q.end()), k(c.k.begin(), c.k.end()), v(c.v.begin(), c.v.end());
+  const auto q = narrow<T>(c.q), k = narrow<T>(c.k), v = narrow<T>(c.v);
   std::vector<T> o(s.q_size()), lse(s.rows());
   cuda_raw::HostProblem p;
   p.batch = s.batch, p.heads_q = s.heads_q, p.heads_kv = s.heads_kv, p.nq = s.nq, p.nk = s.nk, p.dim = s.dim;
@@ -28,8 +29,8 @@ FwdResult run_typed(const Case& c) {
   const size_t smem = cuda_raw::forward(p, static_cast<T>(effective_scale(c)), q.data(), k.data(), v.data(),
                                         o.data(), lse.data());
   FwdResult r;
-  r.o.assign(o.begin(), o.end());
-  r.lse.assign(lse.begin(), lse.end());
+  r.o = widen(o);
+  r.lse = widen(lse);
   r.workspace_peak = smem;  // one block's shared-memory tiles (no Nq×Nk buffer anywhere)
   return r;
 }
@@ -43,7 +44,7 @@ FwdResult run_half(const Case& c) {
   const auto mask = c.mask == MaskKind::causal        ? cuda_raw::TcMask::causal
                     : c.mask == MaskKind::key_padding ? cuda_raw::TcMask::key_padding
                                                       : cuda_raw::TcMask::none;
-  const std::vector<float> q(c.q.begin(), c.q.end()), k(c.k.begin(), c.k.end()), v(c.v.begin(), c.v.end());
+  const auto q = narrow<float>(c.q), k = narrow<float>(c.k), v = narrow<float>(c.v);
   std::vector<float> o(s.q_size()), lse(s.rows());
   cuda_raw::tc_forward_host(type, s.batch, s.heads_q, s.heads_kv, s.nq, s.nk, s.dim, mask,
                             c.key_lengths.data(), static_cast<float>(effective_scale(c)), q.data(), k.data(),

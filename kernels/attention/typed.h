@@ -9,17 +9,9 @@
 #include <vector>
 
 #include "kernels/attention/attention.h"
+#include "kernels/convert.h"
 
 namespace kprop::attention::typed {
-
-template <typename T>
-std::vector<T> narrow(const std::vector<double>& x) {
-  return std::vector<T>(x.begin(), x.end());
-}
-template <typename T>
-std::vector<double> widen(const std::vector<T>& x) {
-  return std::vector<double>(x.begin(), x.end());
-}
 
 // Inputs in precision T; owns the copies the kernel reads.
 template <typename T>

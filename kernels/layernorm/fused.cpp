@@ -9,21 +9,13 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/convert.h"
 #include "kernels/layernorm/kernels.h"
 #include "kernels/layernorm/layernorm.h"
 #include "kprop/half.h"
 
 namespace kprop::layernorm {
 namespace {
-
-template <typename T>
-std::vector<T> narrow(const std::vector<double>& v) {
-  return std::vector<T>(v.begin(), v.end());
-}
-template <typename T>
-std::vector<double> widen(const std::vector<T>& v) {
-  return std::vector<double>(v.begin(), v.end());
-}
 
 // Stores a float in f16 / bf16 (round to nearest even) and reads it back.
 float store_f16(float v) {

@@ -101,30 +101,22 @@ inline void fused_forward_row(const T* x, const T* gamma, const T* beta, int D, 
   } else {
     shift = x[0];
     T m[kLanes] = {}, m2[kLanes] = {};
-    const int steps = D / kLanes;
-    for (int k = 0; k < steps; ++k) {
+    // Welford step k (0-based) of lanes [0, lanes) over x[k·kLanes + j].
+    const auto step = [&](int k, int lanes) {
       const T inv = T(1) / T(k + 1);
       const T* xs = x + k * kLanes;
-      for (int j = 0; j < kLanes; ++j) {
+      for (int j = 0; j < lanes; ++j) {
         const T d = xs[j] - shift;
         const T delta = d - m[j];
         m[j] += delta * inv;
         m2[j] += delta * (d - m[j]);
         if (m2_store) m2[j] = m2_store(m2[j]);
       }
-    }
+    };
+    const int steps = D / kLanes;
+    for (int k = 0; k < steps; ++k) step(k, kLanes);
     const int rem = D - steps * kLanes;
-    if (rem > 0) {
-      const T inv = T(1) / T(steps + 1);
-      const T* xs = x + steps * kLanes;
-      for (int j = 0; j < rem; ++j) {
-        const T d = xs[j] - shift;
-        const T delta = d - m[j];
-        m[j] += delta * inv;
-        m2[j] += delta * (d - m[j]);
-        if (m2_store) m2[j] = m2_store(m2[j]);
-      }
-    }
+    if (rem > 0) step(steps, rem);
     Welford<T> w[kLanes];
     for (int j = 0; j < kLanes; ++j) w[j] = {T(steps + (j < rem ? 1 : 0)), m[j], m2[j]};
     for (int h = kLanes / 2; h > 0; h /= 2)

@@ -7,6 +7,7 @@
 
 #include <vector>
 
+#include "kernels/convert.h"
 #include "kernels/layernorm/layernorm.h"
 
 namespace kprop::layernorm {
@@ -15,12 +16,10 @@ namespace {
 template <typename T>
 Result run_typed(const Case& c) {
   const size_t rows = static_cast<size_t>(c.rows), D = static_cast<size_t>(c.dim), n = rows * D;
-  const std::vector<T> x(c.x.begin(), c.x.end()), gamma(c.gamma.begin(), c.gamma.end()),
-      beta(c.beta.begin(), c.beta.end()), dy(c.dy.begin(), c.dy.end());
+  const auto x = narrow<T>(c.x), gamma = narrow<T>(c.gamma), beta = narrow<T>(c.beta), dy = narrow<T>(c.dy);
   std::vector<T> y(n), xhat(n), mean(rows), rstd(rows), dx(n), dgamma(D), dbeta(D);
   cuda_raw::run(x.data(), gamma.data(), beta.data(), dy.data(), c.rows, c.dim, static_cast<T>(c.eps),
                 y.data(), xhat.data(), mean.data(), rstd.data(), dx.data(), dgamma.data(), dbeta.data());
-  auto widen = [](const std::vector<T>& v) { return std::vector<double>(v.begin(), v.end()); };
   return {widen(y), widen(xhat), widen(mean), widen(rstd), widen(dx), widen(dgamma), widen(dbeta)};
 }
 
