@@ -2,6 +2,8 @@
 // cases for the metamorphic checks, and the workspace budget.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <optional>
 #include <string>
@@ -9,6 +11,8 @@
 
 #include "kernels/attention/attention.h"
 #include "kprop/family.h"
+#include "kprop/tolerance.h"
+#include "properties/attention/bounds.h"
 
 namespace kprop::attention {
 
@@ -42,6 +46,36 @@ Verdict no_permutation(const Case& c);
 // The tensors of a result reordered as the permuted case would lay them out.
 std::vector<double> permute_rows(const std::vector<double>& t, const Shape& s, int heads, int length,
                                  int width, const std::vector<int>& perm);
+
+// Another tiling changes rounding only: the target's result on each of
+// other_tilings(c) may differ from `a`, its result on c, by what two results
+// within the policy may (2 × (k × naive error + floor)). `outputs`: what to
+// compare, each with name, field (of Result) and scale (its ErrorScales floor).
+template <typename Traits, typename Outputs>
+Verdict tilings_agree(Trial<Traits>& t, const typename Traits::Result& naive, const ErrorScales& f, double k,
+                      const Outputs& outputs) {
+  const Case& c = t.input();
+  const std::vector<Case> others = other_tilings(c);
+  if (others.empty()) return Verdict::discard("Nq = Nk = 1: no other tiling");
+  const auto& a = t.target();
+  const auto& ref = t.reference();
+  for (const Case& other : others) {
+    const auto b = t.run_target(other);
+    for (const auto& out : outputs) {
+      const double naive_error = max_error(ref.*out.field, naive.*out.field);
+      const ToleranceReport r =
+          compare_close(a.*out.field, b.*out.field, 2 * (k * naive_error + f.*out.scale), 0);
+      if (!r.ok)
+        return Verdict::fail(fmt::format("tiles {}x{} vs {}x{}: {} {}", c.block_q, c.block_k, other.block_q,
+                                         other.block_k, out.name, r.message),
+                             {{"other_block_q", double(other.block_q)},
+                              {"other_block_k", double(other.block_k)},
+                              {"difference", r.target_error},
+                              {"allowed", r.allowed}});
+    }
+  }
+  return Verdict::pass();
+}
 
 // Workspace budget: tile_factor × sizeof(dtype) × (Bq·Bk + (Bq + Bk)·D + Nq + Nk)
 // with Bq, Bk clamped to Nq, Nk.

@@ -553,29 +553,7 @@ Verdict finite_outputs(T& t, const Values&) {
 
 Verdict tile_size_invariance(T& t, const Values& p) {
   if (auto v = beyond_half_range(t)) return *v;
-  const Case& c = t.input();
-  const BwdResult& a = t.target();
-  const BwdResult& ref = t.reference();
-  const BwdResult& baseline = naive(t);
-  const ErrorScales f = case_floors(t, p);
-  const double k = p.real("k");
-  const std::vector<Case> others = other_tilings(c);
-  if (others.empty()) return Verdict::discard("Nq = Nk = 1: no other tiling");
-  for (const Case& other : others) {
-    const BwdResult b = t.run_target(other);
-    for (const Grad& g : kGrads) {
-      const double naive_error = max_error(ref.*g.field, baseline.*g.field);
-      const ToleranceReport r = compare_close(a.*g.field, b.*g.field, 2 * (k * naive_error + f.*g.scale), 0);
-      if (!r.ok)
-        return Verdict::fail(fmt::format("tiles {}x{} vs {}x{}: {} {}", c.block_q, c.block_k, other.block_q,
-                                         other.block_k, g.name, r.message),
-                             {{"other_block_q", double(other.block_q)},
-                              {"other_block_k", double(other.block_k)},
-                              {"difference", r.target_error},
-                              {"allowed", r.allowed}});
-    }
-  }
-  return Verdict::pass();
+  return tilings_agree(t, naive(t), case_floors(t, p), p.real("k"), kGrads);
 }
 
 // dS is unchanged by a common key shift and Σ_j dS_ij = 0, so dQ, dK and dV

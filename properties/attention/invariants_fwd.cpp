@@ -40,41 +40,16 @@ Verdict matches_reference(T& t, const Values& p) {
   return compare_outputs(c, "", t.reference(), t.target(), naive(t), case_floors(t, p), p);
 }
 
-// Another tiling changes rounding only: each pair of tilings may differ by
-// what two results within the policy may (2 × (k × naive error + floor)).
+struct Output {
+  const char* name;
+  std::vector<double> FwdResult::*field;
+  double ErrorScales::*scale;
+};
+const Output kOutputs[] = {{"O", &FwdResult::o, &ErrorScales::o},
+                           {"LSE", &FwdResult::lse, &ErrorScales::lse}};
+
 Verdict tile_size_invariance(T& t, const Values& p) {
-  const Case& c = t.input();
-  const FwdResult& a = t.target();
-  const FwdResult& ref = t.reference();
-  const FwdResult& baseline = naive(t);
-  const ErrorScales f = case_floors(t, p);
-  const double k = p.real("k");
-  const std::vector<Case> others = other_tilings(c);
-  if (others.empty()) return Verdict::discard("Nq = Nk = 1: no other tiling");
-  for (const Case& other : others) {
-    const FwdResult b = t.run_target(other);
-    struct Part {
-      const char* name;
-      const std::vector<double>& x;
-      const std::vector<double>& y;
-      const std::vector<double>& n;
-      const std::vector<double>& r;
-      double floor;
-    };
-    for (const Part& part : {Part{"O", a.o, b.o, baseline.o, ref.o, f.o},
-                             Part{"LSE", a.lse, b.lse, baseline.lse, ref.lse, f.lse}}) {
-      const double naive_error = max_error(part.r, part.n);
-      const ToleranceReport r = compare_close(part.x, part.y, 2 * (k * naive_error + part.floor), 0);
-      if (!r.ok)
-        return Verdict::fail(fmt::format("tiles {}x{} vs {}x{}: {} {}", c.block_q, c.block_k, other.block_q,
-                                         other.block_k, part.name, r.message),
-                             {{"other_block_q", double(other.block_q)},
-                              {"other_block_k", double(other.block_k)},
-                              {"difference", r.target_error},
-                              {"allowed", r.allowed}});
-    }
-  }
-  return Verdict::pass();
+  return tilings_agree(t, naive(t), case_floors(t, p), p.real("k"), kOutputs);
 }
 
 Verdict masked_rows_zero(T& t, const Values&) {

@@ -14,17 +14,9 @@
 #include "properties/beam/family.h"
 
 namespace kprop::beam {
-namespace {
 
-using expr::DType;
-using expr::Tensor;
-using expr::TensorInfos;
-using expr::TensorMap;
-
-constexpr double kNone = -std::numeric_limits<double>::infinity();
-
-TensorInfos infos() {
-  TensorInfos t = expr::tensor_table(R"(
+expr::TensorInfos Traits::tensor_infos() {
+  expr::TensorInfos t = expr::tensor_table(R"(
 B               []   int   batch size (prompts)
 K               []   int   beam width
 L               []   int   most new tokens
@@ -36,7 +28,7 @@ possible        []   int   distinct hypotheses for (V, L), saturating at 2^40 (c
 prompt_lengths  [B]  int   tokens of each prompt
 vocab_ids       [V]  int   0, 1, ..., V-1
 )");
-  const TensorInfos outputs = expr::tensor_table(R"(
+  const expr::TensorInfos outputs = expr::tensor_table(R"(
 tokens          [B, K, L]     int   generated tokens of result hypothesis (b, i), -1 padded
 valid           [B, K]        bool  result slot (b, i) holds a hypothesis
 lengths         [B, K]        int   generated length incl. EOS (0: empty slot)
@@ -59,6 +51,14 @@ prune_margin    [B]           real  smallest score gap between the last kept and
   expr::add_per_implementation(t, {{"target", ""}, {"reference", ""}}, outputs);
   return t;
 }
+
+namespace {
+
+using expr::DType;
+using expr::Tensor;
+using expr::TensorMap;
+
+constexpr double kNone = -std::numeric_limits<double>::infinity();
 
 void put_case(const Case& c, TensorMap& out) {
   const auto B = static_cast<int64_t>(c.prompts.size());
@@ -170,10 +170,6 @@ void put_result(const Case& c, const std::string& who, const Result& r, TensorMa
 }
 
 }  // namespace
-
-expr::TensorInfos Traits::tensor_infos() {
-  return infos();
-}
 
 void Traits::tensors(const Case& c, const Result* target, const Result* reference, TensorMap& out) {
   put_case(c, out);

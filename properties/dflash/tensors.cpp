@@ -19,15 +19,9 @@
 #include "properties/dflash/family.h"
 
 namespace kprop::dflash {
-namespace {
 
-using expr::DType;
-using expr::Tensor;
-using expr::TensorInfos;
-using expr::TensorMap;
-
-TensorInfos infos() {
-  TensorInfos t = expr::tensor_table(R"(
+expr::TensorInfos Traits::tensor_infos() {
+  expr::TensorInfos t = expr::tensor_table(R"(
 Np                        []      int   prompt length
 V                         []      int   vocabulary size
 C                         []      int   verification cycles (one draft tree each)
@@ -59,7 +53,7 @@ target.greedy_margin      []      real  smallest argmax gap over the steps of ta
 )");
   // Per implementation; `emitted`: the length of its output (O for the target, Or for the reference).
   const auto outputs = [](const char* emitted) {
-    TensorInfos o = expr::tensor_table(R"(
+    expr::TensorInfos o = expr::tensor_table(R"(
 context_length  [C]        int   context length P the implementation used per cycle
 position_ids    [T]        int   position id of node g
 tree_mask       [T, T]     bool  [g, h]: node g attends to tree node h (false across cycles)
@@ -79,6 +73,12 @@ output          [O]        int   every emitted token, in order
   expr::add_per_implementation(t, {{"reference", ""}}, outputs("Or"));
   return t;
 }
+
+namespace {
+
+using expr::DType;
+using expr::Tensor;
+using expr::TensorMap;
 
 int64_t total_nodes(const Case& c) {
   int64_t n = 0;
@@ -252,10 +252,6 @@ void put_greedy(const Case& c, const Result& r, TensorMap& out) {
 }
 
 }  // namespace
-
-expr::TensorInfos Traits::tensor_infos() {
-  return infos();
-}
 
 void Traits::tensors(const Case& c, const Result* target, const Result* reference, TensorMap& out) {
   put_case(c, out);

@@ -10,15 +10,9 @@
 #include "properties/kvcache/family.h"
 
 namespace kprop::kvcache {
-namespace {
 
-using expr::DType;
-using expr::Tensor;
-using expr::TensorInfos;
-using expr::TensorMap;
-
-TensorInfos infos() {
-  TensorInfos t = expr::tensor_table(R"(
+expr::TensorInfos Traits::tensor_infos() {
+  expr::TensorInfos t = expr::tensor_table(R"(
 Bs               []           int   sequences in the batch
 Hq               []           int   query heads
 Hkv              []           int   key/value heads (query head h reads kv head h / G)
@@ -54,7 +48,7 @@ floor.out        [N, Hq, D]   real  the derived floor of an f32/f16/bf16 case's 
 dequantized.out  [N, Hq, D]   real  the reference run on the int8 cache's dequantized K/V: what an int8 cache
                                     must output
 )");
-  const TensorInfos outputs = expr::tensor_table(R"(
+  const expr::TensorInfos outputs = expr::tensor_table(R"(
 out               [N, Hq, D]  real  attention output of every token
 int8_cache        []          bool  the outputs carry int8 quantization error
 blocks_allocated  []          int   paged blocks handed out (0: not paged)
@@ -65,6 +59,12 @@ block_table       [N]         int   the physical block holding token n (its sequ
   expr::add_per_implementation(t, {{"target", ""}, {"reference", ""}}, outputs);
   return t;
 }
+
+namespace {
+
+using expr::DType;
+using expr::Tensor;
+using expr::TensorMap;
 
 int64_t total_tokens(const Case& c) {
   int64_t n = 0;
@@ -172,10 +172,6 @@ void put_result(const Case& c, const std::string& who, const Result& r, TensorMa
 }
 
 }  // namespace
-
-expr::TensorInfos Traits::tensor_infos() {
-  return infos();
-}
 
 void Traits::tensors(const Case& c, const Result* target, const Result* reference, TensorMap& out) {
   put_case(c, out);

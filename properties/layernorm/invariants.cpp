@@ -237,12 +237,25 @@ double rstd_floor(const Case& c, const Result& ref, size_t r, double ulps) {
 
 namespace {
 
+// The close(k=) policy's parameters: k × the naive error, plus a floor of
+// floor_ulps × the roundoff of the dtype × `floor_of`.
+Schema policy_params(const std::string& floor_of) {
+  return {field::k(2, "multiple of the naive two-pass error in the case's dtype", 0),
+          field::real("floor_ulps", 64, 0, 1e12, "floor: units of roundoff " + floor_of)};
+}
+
+// The schema with the absolute floor every bound of this file takes.
+Schema with_atol(Schema s) {
+  s.push_back(field::atol(0, "absolute floor added to the bound", 1e300));
+  return s;
+}
+
 Schema ulps_param(double fallback, const std::string& what) {
-  return {field::real("ulps", fallback, 0, 1e12,
-                      "allowed error in units of roundoff of the arithmetic (2^-24 for f32, f16, bf16; 2^-53 "
-                      "for f64) times " +
-                          what),
-          field::atol(0, "absolute floor added to the bound", 1e300)};
+  return with_atol(
+      {field::real("ulps", fallback, 0, 1e12,
+                   "allowed error in units of roundoff of the arithmetic (2^-24 for f32, f16, bf16; "
+                   "2^-53 for f64) times " +
+                       what)});
 }
 
 // A half case whose exact outputs do not fit the storage dtype cannot be
@@ -631,18 +644,13 @@ void register_invariants(FamilyDef<Traits>& f) {
       {"matches_reference",
        "y, dx, dgamma, dbeta within k x the naive same-precision two-pass error + a floor of the fp64 "
        "reference",
-       {field::k(2, "multiple of the naive two-pass error in the case's dtype", 0),
-        field::real("floor_ulps", 64, 0, 1e12,
-                    "floor: units of roundoff of the dtype times the magnitude each element is built from"),
-        field::atol(0, "absolute floor added to the bound", 1e300)}},
+       with_atol(policy_params("of the dtype times the magnitude each element is built from"))},
       matches_reference);
   f.invariant(
       {"saved_statistics",
        "mean and rstd saved for the backward within k x the naive two-pass error + a floor of the fp64 "
        "reference, row by row",
-       {field::k(2, "multiple of the naive two-pass error in the case's dtype", 0),
-        field::real("floor_ulps", 64, 0, 1e12,
-                    "floor: units of roundoff times sum|x|/D (mean) or rstd (rstd)")}},
+       policy_params("times sum|x|/D (mean) or rstd (rstd)")},
       saved_statistics);
   f.invariant({"dx_sums_to_zero", "sum over D of dx is 0 in every row (within rounding)",
                ulps_param(64, "rstd * (sum|g| + |mean(g xhat)| * (sum|xhat| + D))")},

@@ -8,21 +8,9 @@
 #include "properties/layernorm/family.h"
 
 namespace kprop::layernorm {
-namespace {
 
-using XT = expr::DType;
-using expr::Tensor;
-using expr::TensorInfos;
-using expr::TensorMap;
-
-// matches_reference's floor_ulps as specs/layernorm.yaml sets it (64, also
-// the invariant's default): floor.X = 64 × unit roundoff × the magnitude an
-// element of X is built from (y_scale ... dbeta_scale, invariants.cpp); a
-// half case: f32's roundoff there, plus the storage terms (y_floor ...).
-constexpr double kFloorUlps = 64;
-
-TensorInfos infos() {
-  TensorInfos t = expr::tensor_table(R"(
+expr::TensorInfos Traits::tensor_infos() {
+  expr::TensorInfos t = expr::tensor_table(R"(
 R              []      int   rows (independent normalisations)
 D              []      int   the normalised (last) dimension
 eps            []      real  the case's ε under the square root: rstd = 1 / sqrt(σ² + ε)
@@ -36,7 +24,7 @@ dy             [R, D]  real  upstream gradient dy
 reference.var  [R]     real  biased variance σ² = mean((x - μ)²) of each row in fp64 (two passes, from the
                              case)
 )");
-  const TensorInfos outputs = expr::tensor_table(R"(
+  const expr::TensorInfos outputs = expr::tensor_table(R"(
 y       [R, D]  real  output y = γ x̂ + β
 xhat    [R, D]  real  normalised input x̂ = (x - μ) rstd, as cached for the backward
 mean    [R]     real  row mean μ
@@ -51,7 +39,7 @@ dbeta   [D]     real  dβ = Σ_rows dy
        {"reference", "the reference's "},
        {"naive", "the naive two-pass computation in the case's dtype (the policy's baseline): "}},
       outputs);
-  const TensorInfos floors = expr::tensor_table(R"(
+  const expr::TensorInfos floors = expr::tensor_table(R"(
 floor.y       [R, 1]  real  matches_reference's floor for a row of y: 64 u max_d(|γ x̂| + |β|) (close(k=))
 floor.dx      [R, 1]  real  matches_reference's floor for a row of dx: 64 u rstd (max|g| + mean|g| + max|x̂|
                             mean|g x̂|)
@@ -65,6 +53,18 @@ floor.rstd    [R]     real  saved_statistics' floor for rstd: 64 u rstd
   t.insert(t.end(), floors.begin(), floors.end());
   return t;
 }
+
+namespace {
+
+using XT = expr::DType;
+using expr::Tensor;
+using expr::TensorMap;
+
+// matches_reference's floor_ulps as specs/layernorm.yaml sets it (64, also
+// the invariant's default): floor.X = 64 × unit roundoff × the magnitude an
+// element of X is built from (y_scale ... dbeta_scale, invariants.cpp); a
+// half case: f32's roundoff there, plus the storage terms (y_floor ...).
+constexpr double kFloorUlps = 64;
 
 // σ² of each row in fp64, two passes, straight from the contract.
 std::vector<double> variances(const Case& c) {
@@ -97,10 +97,6 @@ void put_outputs(const Case& c, const std::string& who, const Result& r, TensorM
 }
 
 }  // namespace
-
-expr::TensorInfos Traits::tensor_infos() {
-  return infos();
-}
 
 void Traits::tensors(const Case& c, const Result* target, const Result* reference_result, TensorMap& out) {
   const int64_t R = c.rows, D = c.dim;

@@ -10,23 +10,9 @@
 #include "properties/softmax_topk/family.h"
 
 namespace kprop::softmax_topk {
-namespace {
 
-using XT = expr::DType;
-using expr::Tensor;
-using expr::TensorInfos;
-using expr::TensorMap;
-
-// The built-in invariants' floor: tol.floor_eps (8, as specs/softmax_topk.yaml
-// leaves it) × the dtype epsilon (properties/softmax_topk/invariants.cpp).
-constexpr double kFloorEps = 8;
-
-double epsilon(DType d) {
-  return arithmetic_epsilon(d);  // f32's for f16 and bf16 (they compute in f32)
-}
-
-TensorInfos infos() {
-  TensorInfos t = expr::tensor_table(R"(
+expr::TensorInfos Traits::tensor_infos() {
+  expr::TensorInfos t = expr::tensor_table(R"(
 R                   []      int   rows
 V                   []      int   vocabulary size (logits per row)
 K                   []      int   outputs per row, 1 <= K <= V
@@ -53,6 +39,20 @@ target.naive_at     [R, K]  real  naive.softmax at each index the target returne
 reference.logit_at  [R, K]  real  the logit at each index the reference returned
 )");
   return t;
+}
+
+namespace {
+
+using XT = expr::DType;
+using expr::Tensor;
+using expr::TensorMap;
+
+// The built-in invariants' floor: tol.floor_eps (8, as specs/softmax_topk.yaml
+// leaves it) × the dtype epsilon (properties/softmax_topk/invariants.cpp).
+constexpr double kFloorEps = 8;
+
+double epsilon(DType d) {
+  return arithmetic_epsilon(d);  // f32's for f16 and bf16 (they compute in f32)
 }
 
 // Row-wise gather of a [R, V] table at [R, K] indices; false if an index is
@@ -96,10 +96,6 @@ void put_outputs(const Case& c, const std::string& who, const Result& r, TensorM
 }
 
 }  // namespace
-
-expr::TensorInfos Traits::tensor_infos() {
-  return infos();
-}
 
 void Traits::tensors(const Case& c, const Result* target, const Result* reference_result, TensorMap& out) {
   const int64_t R = c.rows(), V = c.vocab, K = c.k;

@@ -8,15 +8,9 @@
 #include "properties/ternary/family.h"
 
 namespace kprop::ternary {
-namespace {
 
-using XT = expr::DType;
-using expr::Tensor;
-using expr::TensorInfos;
-using expr::TensorMap;
-
-TensorInfos infos() {
-  TensorInfos t = expr::tensor_table(R"(
+expr::TensorInfos Traits::tensor_infos() {
+  expr::TensorInfos t = expr::tensor_table(R"(
 M    []      int   tokens
 K    []      int   input features
 N    []      int   output features
@@ -26,7 +20,7 @@ x    [M, K]  real  input activations
 w    [N, K]  real  latent weights
 dy   [M, N]  real  upstream gradient
 )");
-  const TensorInfos outputs = expr::tensor_table(R"(
+  const expr::TensorInfos outputs = expr::tensor_table(R"(
 w_scale  []      real  weight scale s = max(mean|W|, ε)
 w_q      [N, K]  real  ternary weights clamp(round(W / s), -1, 1)
 x_scale  [M]     real  activation scale a_t = 127 / max(max_k |x_tk|, ε) per token
@@ -37,7 +31,7 @@ dx       [M, K]  real  straight-through dx = dy · W̃
 dw       [N, K]  real  straight-through dW = dyᵀ · x̃
 )");
   expr::add_per_implementation(t, {{"target", "the target's "}, {"reference", "the reference's "}}, outputs);
-  const TensorInfos more = expr::tensor_table(R"(
+  const expr::TensorInfos more = expr::tensor_table(R"(
 reference.x_deq  [M, K]  real  dequantized activations x̃ = x_q / a_t (reference)
 reference.w_deq  [N, K]  real  dequantized weights W̃ = s w_q (reference)
 err.dx           [M, K]  real  f32 error bound of dx: u32 (N + 2) Σ_n |dy W̃| (ste_matches_dense allows k ×
@@ -48,6 +42,12 @@ err.dw           [N, K]  real  f32 error bound of dW: u32 (M + 2) Σ_t |dy x̃| 
   t.insert(t.end(), more.begin(), more.end());
   return t;
 }
+
+namespace {
+
+using XT = expr::DType;
+using expr::Tensor;
+using expr::TensorMap;
 
 void put_outputs(const Case& c, const std::string& who, const Result& r, TensorMap& out) {
   const int64_t M = c.tokens, K = c.in_features, N = c.out_features;
@@ -65,10 +65,6 @@ void put_outputs(const Case& c, const std::string& who, const Result& r, TensorM
 }
 
 }  // namespace
-
-expr::TensorInfos Traits::tensor_infos() {
-  return infos();
-}
 
 void Traits::tensors(const Case& c, const Result* target, const Result* reference_result, TensorMap& out) {
   const int64_t M = c.tokens, K = c.in_features, N = c.out_features;
