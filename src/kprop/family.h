@@ -338,6 +338,12 @@ class Family {
     static const std::vector<TransformInfo> none;
     return none;
   }
+  // Case `c` after transform `index` with `params`, its randomness drawn
+  // from `seed` (what transformed_tensors derives, without a trial).
+  virtual AnyCase transform_case(const AnyCase& c, size_t index, const Values& params, uint64_t seed) const {
+    (void)c, (void)params, (void)seed;
+    throw std::logic_error(std::string(name()) + ": no transform " + std::to_string(index));
+  }
 
   // Lookups by name; -1 when absent.
   int find_implementation(const std::string& name) const;
@@ -608,6 +614,14 @@ class FamilyDef : public Family {
       return Traits::transforms();
     else
       return Family::transforms();
+  }
+  AnyCase transform_case(const AnyCase& c, size_t index, const Values& params, uint64_t seed) const override {
+    if constexpr (HasTransforms<Traits>) {
+      expr::TensorMap drawn;
+      return box(Traits::transform(Traits::transforms().at(index).name, unbox(c), params, seed, drawn));
+    } else {
+      return Family::transform_case(c, index, params, seed);
+    }
   }
   void run_once(const Impl& impl, const AnyCase& c) const override { (void)run(impl, unbox(c)); }
   using Family::begin_trial;

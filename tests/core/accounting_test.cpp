@@ -13,6 +13,7 @@
 
 #include "kprop/report.h"
 #include "kprop/runner.h"
+#include "tests/support/temp_dir.h"
 #include "toy_family.h"
 
 namespace fs = std::filesystem;
@@ -24,21 +25,10 @@ Spec toy_spec(const std::string& extra = "", const std::string& run = "{trials: 
   return parse_spec("spec: toy\nfamily: toy.sum\nrun: " + run + "\n" + extra, "toy.yaml");
 }
 
-struct TempDir {
-  fs::path path =
-      fs::temp_directory_path() / ("kprop_accounting_" + std::to_string(::getpid()) + "_" +
-                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  TempDir() { fs::remove_all(path); }
-  ~TempDir() { fs::remove_all(path); }
-};
+using testing::TempDir;
 
 RunOptions options(const std::string& target, const TempDir& dir, bool corpus = false) {
-  RunOptions o;
-  o.target = target;
-  o.write_corpus = corpus;
-  o.corpus_dir = (dir.path / "corpus").string();
-  o.scratch_dir = (dir.path / "scratch").string();
-  return o;
+  return testing::options_in(dir, target, corpus);
 }
 
 // reference_sums_its_list reads no output of the target, and comes first: a

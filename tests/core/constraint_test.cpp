@@ -14,6 +14,7 @@
 #include "kprop/draw.h"
 #include "kprop/runner.h"
 #include "kprop/spec.h"
+#include "tests/support/spec_error.h"
 #include "toy_family.h"
 
 namespace fs = std::filesystem;
@@ -28,12 +29,7 @@ Spec toy(const std::string& domain, const std::string& extra = "") {
 }
 
 std::string load_error(const std::string& text, const std::string& profile = "") {
-  try {
-    parse_spec(text, "t.yaml", profile);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return testing::spec_load_error(text, "t.yaml", profile);
 }
 
 std::string domain_error(const std::string& domain) {

@@ -12,6 +12,7 @@
 
 #include "kprop/spec.h"
 #include "tests/support/cli.h"
+#include "tests/support/spec_error.h"
 
 namespace kprop::expr {
 namespace {
@@ -418,12 +419,7 @@ namespace kprop {
 namespace {
 
 std::string spec_error(const std::string& text) {
-  try {
-    parse_spec(text, "s.yaml");
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return testing::spec_load_error(text, "s.yaml");
 }
 
 const std::string kHead = "spec: e\nfamily: attention.bwd\ninvariants:\n";

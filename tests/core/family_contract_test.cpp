@@ -2,15 +2,18 @@
 // them without writing a test (and families keep no copies of them): the
 // YAML codec round-trips generated cases, every byte string decodes to a
 // valid case, seed bytes decode back to the generated case, shrink
-// candidates are valid, inside the domain and different from the case, a
-// reference implementation exists, and every invariant says which outputs it
-// reads.
+// candidates are valid, inside the domain and different from the case,
+// transforms give valid cases, a reference implementation exists, and every
+// invariant says which outputs it reads.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
 #include "kprop/corpus.h"
 #include "kprop/family.h"
+#include "kprop/rng.h"
+#include "kprop/spec.h"
+#include "tests/support/registered.h"
 
 namespace kprop {
 namespace {
@@ -86,6 +89,30 @@ TEST_P(FamilyContract, ShrinkCandidatesAreValidAndDifferent) {
       if (++n >= 100) break;
     }
   }
+}
+
+// Every transform of the family, on 50 cases of each shipped spec of it (of
+// its default domain when it has none), gives a valid case (from_yaml
+// validates): a metamorphic relation is only as good as its derived case.
+TEST_P(FamilyContract, TransformsGiveValidCases) {
+  const Family& f = *GetParam();
+  if (f.transforms().empty()) GTEST_SKIP() << f.name() << " exports no transforms";
+  std::vector<Values> domains;
+  for (const std::string& path : testing::shipped_specs([&](const Family& g) { return &g == &f; }))
+    domains.push_back(load_spec(path).domain);
+  if (domains.empty()) domains.push_back(Values::defaults(f.domain_schema()));
+  for (const Values& domain : domains)
+    for (uint64_t seed = 1; seed <= 50; ++seed) {
+      const auto bytes = f.seed_bytes(domain, seed, 1 + seed % 60);
+      const AnyCase c = f.from_bytes(bytes.data(), bytes.size(), domain);
+      for (size_t i = 0; i < f.transforms().size(); ++i) {
+        const TransformInfo& t = f.transforms()[i];
+        const AnyCase derived = f.transform_case(c, i, Values::defaults(t.params), rng::mix(seed));
+        EXPECT_NO_THROW(f.from_yaml(YAML::Load(text(f, derived))))
+            << f.name() << " " << t.name << " on case " << seed << ":\n"
+            << text(f, derived);
+      }
+    }
 }
 
 // Output coverage counts on these declarations (kprop/output_reads.h): an

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kprop/report.h"
+#include "tests/support/temp_dir.h"
 #include "toy_family.h"
 
 namespace fs = std::filesystem;
@@ -27,13 +28,7 @@ RunOptions options(const std::string& target, const fs::path& corpus = {}) {
   return o;
 }
 
-struct TempDir {
-  fs::path path =
-      fs::temp_directory_path() / ("kprop_runner_test_" + std::to_string(::getpid()) + "_" +
-                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  TempDir() { fs::remove_all(path); }
-  ~TempDir() { fs::remove_all(path); }
-};
+using testing::TempDir;
 
 TEST(Runner, ReferencePassesEveryInvariantItChecks) {
   const Spec spec = toy_spec("invariants: [matches_reference]\n");

@@ -14,6 +14,7 @@
 #include "kprop/case_yaml.h"
 #include "kprop/report.h"
 #include "kprop/runner.h"
+#include "tests/support/temp_dir.h"
 
 namespace fs = std::filesystem;
 
@@ -109,13 +110,7 @@ KPROP_REGISTER_FAMILY(PTraits, [](FamilyDef<PTraits>& f) {
   f.reads({{"close_sum", {"*"}}});
 });
 
-struct TempDir {
-  fs::path path =
-      fs::temp_directory_path() / ("kprop_search_" + std::to_string(::getpid()) + "_" +
-                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  TempDir() { fs::remove_all(path); }
-  ~TempDir() { fs::remove_all(path); }
-};
+using testing::TempDir;
 
 Spec precision_spec(const std::string& search) {
   return parse_spec("spec: precision\nfamily: toy.precision\nrun: {trials: 100, seed: 11" + search + "}\n",
@@ -123,12 +118,7 @@ Spec precision_spec(const std::string& search) {
 }
 
 RunOptions options(const std::string& target, const TempDir& dir) {
-  RunOptions o;
-  o.target = target;
-  o.write_corpus = false;
-  o.corpus_dir = (dir.path / "corpus").string();
-  o.scratch_dir = (dir.path / "scratch").string();
-  return o;
+  return testing::options_in(dir, target);
 }
 
 TEST(Search, FindsAPrecisionBugRandomSamplingMissesAtTheSameBudget) {

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/support/spec_error.h"
+
 namespace kprop {
 namespace {
 
@@ -25,12 +27,7 @@ invariants:
 )";
 
 std::string error_of(const std::string& text) {
-  try {
-    parse_spec(text, "t.yaml");
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return testing::spec_load_error(text, "t.yaml");
 }
 
 std::string replace(std::string s, const std::string& from, const std::string& to) {

@@ -86,24 +86,13 @@ inline void check_named_tensors(const Spec& spec, int cases) {
   }
 }
 
-// Every transform of `Traits` on `cases` generated cases of `spec` gives a
-// case `valid(original, transformed)` accepts ("" when valid; else why).
-template <typename Traits, typename Valid>
-void check_transforms_valid(const Spec& spec, int cases, Valid valid) {
-  int derived = 0;
-  for (int seed = 1; seed <= cases; ++seed) {
-    const auto bytes = spec.family->seed_bytes(spec.domain, static_cast<uint64_t>(seed), 1 + seed % 60);
-    const AnyCase any = spec.family->from_bytes(bytes.data(), bytes.size(), spec.domain);
-    const auto& c = *static_cast<const typename Traits::Case*>(any.get());
-    for (const TransformInfo& tr : Traits::transforms()) {
-      expr::TensorMap drawn;
-      const auto t = Traits::transform(tr.name, c, Values::defaults(tr.params),
-                                       rng::mix(static_cast<uint64_t>(seed)), drawn);
-      EXPECT_EQ(valid(c, t), "") << tr.name << " on case " << seed;
-      ++derived;
-    }
-  }
-  EXPECT_EQ(derived, cases * static_cast<int>(Traits::transforms().size()));
+// The default parameters of transform `name` of `Traits`.
+template <typename Traits>
+Values transform_defaults(const std::string& name) {
+  for (const TransformInfo& t : Traits::transforms())
+    if (t.name == name) return Values::defaults(t.params);
+  ADD_FAILURE() << "no transform " << name;
+  return {};
 }
 
 }  // namespace kprop::testing_support

@@ -13,10 +13,10 @@ namespace {
 const std::string kFwd = std::string(KPROP_SOURCE_DIR) + "/specs/attention_fwd.yaml";
 const std::string kBwd = std::string(KPROP_SOURCE_DIR) + "/specs/attention_bwd.yaml";
 
-TEST(AttentionTensors, TransformsGiveValidCases) {
+// (Valid derived cases: tests/core/family_contract_test.cpp.)
+TEST(AttentionTensors, TransformsKeepTheNumberOfVisiblePairs) {
   for (const std::string& path : {kFwd, kBwd}) {
     const Spec spec = load_spec(path);
-    const bool backward = path == kBwd;
     for (int seed = 1; seed <= 50; ++seed) {
       const auto bytes = spec.family->seed_bytes(spec.domain, static_cast<uint64_t>(seed), 1 + seed % 100);
       const AnyCase any = spec.family->from_bytes(bytes.data(), bytes.size(), spec.domain);
@@ -25,7 +25,6 @@ TEST(AttentionTensors, TransformsGiveValidCases) {
         expr::TensorMap drawn;
         const Case t =
             FwdTraits::transform(tr.name, c, Values::defaults(tr.params), rng::mix(uint64_t(seed)), drawn);
-        EXPECT_EQ(validate(t, backward), "") << tr.name << " on case " << seed;
         // The mask is the same relation, permuted: as many visible pairs.
         int before = 0, after = 0;
         for (int b = 0; b < c.shape.batch; ++b)

@@ -172,12 +172,5 @@ TEST(BeamShrinker, PenaltyCountsPromptShrinksToOneStep) {
   }
 }
 
-// Every transform gives a valid case (its tensors' shapes:
-// tests/core/spec_contract_test.cpp).
-TEST(BeamTensors, TransformsGiveValidCases) {
-  testing_support::check_transforms_valid<Traits>(load_spec(kSpec), 50,
-                                                  [](const Case&, const Case& t) { return validate(t); });
-}
-
 }  // namespace
 }  // namespace kprop::beam

@@ -123,12 +123,5 @@ TEST(DflashShrinker, RedraftForItsOwnPatternIsTheIdentity) {
   EXPECT_GE(multi_cycle, 10);  // the property is about the later cycles
 }
 
-// Every transform gives a valid case (its tensors' shapes:
-// tests/core/spec_contract_test.cpp).
-TEST(DflashTensors, TransformsGiveValidCases) {
-  testing_support::check_transforms_valid<Traits>(load_spec(kSpec), 50,
-                                                  [](const Case&, const Case& t) { return validate(t); });
-}
-
 }  // namespace
 }  // namespace kprop::dflash

@@ -205,12 +205,5 @@ TEST(KvcacheMutants, EachDiesUnderItsOwnInvariant) {
     EXPECT_EQ(run(mutant, 5, {invariant}), RunStatus::failed) << mutant << " under " << invariant;
 }
 
-// Every transform gives a valid case (its tensors' shapes:
-// tests/core/spec_contract_test.cpp).
-TEST(KvcacheTensors, TransformsGiveValidCases) {
-  testing_support::check_transforms_valid<Traits>(load_spec(kSpec), 50,
-                                                  [](const Case&, const Case& t) { return validate(t); });
-}
-
 }  // namespace
 }  // namespace kprop::kvcache

@@ -1,24 +1,16 @@
-// LayerNorm's transforms: every transform yields a valid case, and the
-// transforms are as exact as their descriptions claim (every declared
-// tensor's shape: tests/core/spec_contract_test.cpp).
+// LayerNorm's transforms are as exact as their descriptions claim (every
+// declared tensor's shape: tests/core/spec_contract_test.cpp; valid derived
+// cases: tests/core/family_contract_test.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "kprop/rng.h"
-#include "kprop/spec.h"
 #include "properties/layernorm/family.h"
 #include "tests/support/tensor_shapes.h"
 
 namespace kprop::layernorm {
 namespace {
-
-const std::string kSpec = std::string(KPROP_SOURCE_DIR) + "/specs/layernorm.yaml";
-
-TEST(LayerNormTensors, TransformsGiveValidCases) {
-  testing_support::check_transforms_valid<Traits>(load_spec(kSpec), 50,
-                                                  [](const Case&, const Case& t) { return validate(t); });
-}
 
 Case random_case(DType dtype, int rows, int dim, uint64_t seed) {
   Case c;
@@ -36,10 +28,7 @@ Case random_case(DType dtype, int rows, int dim, uint64_t seed) {
 }
 
 Values params_of(const std::string& transform) {
-  for (const auto& t : Traits::transforms())
-    if (t.name == transform) return Values::defaults(t.params);
-  ADD_FAILURE() << "no transform " << transform;
-  return {};
+  return testing_support::transform_defaults<Traits>(transform);
 }
 Values with(Values v, const std::string& key, Value value) {
   v.set(key, std::move(value));

@@ -13,6 +13,7 @@
 #include "kprop/runner.h"
 #include "kprop/spec.h"
 #include "properties/op/family.h"
+#include "tests/support/spec_error.h"
 
 namespace kprop::op::testing {
 
@@ -35,12 +36,7 @@ inline const OpFamily& op_family(const Spec& spec) {
 
 // The loader's message for `text`, or "" when it loads.
 inline std::string load_error(const std::string& text) {
-  try {
-    parse_spec(text, "op.yaml");
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
+  return kprop::testing::spec_load_error(text, "op.yaml");
 }
 
 // A run of `target` with a fixed seed and budget, findings in a scratch

@@ -679,12 +679,7 @@ TEST(OpDomain, ProfileAndCommandLineDomainsReplaceDtypesAndDims) {
       "op.yaml:27:14: unknown key 'Q' in the domain of op shrink (its dtypes and dims) (did you mean 'T'?); "
       "valid: dtypes, T, D, H, K");
   auto error = [](const std::string& domain) {
-    try {
-      parse_spec(kRichSpec, "rich.yaml", "", domain);
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string();
+    return kprop::testing::spec_load_error(kRichSpec, "rich.yaml", "", domain);
   };
   EXPECT_EQ(error("{Nq: [5, 6], Nk: [1, 2]}"),
             "--domain:1:1: op.relations cannot hold with these dims (dim Nq has no value left)");

@@ -1,26 +1,19 @@
-// softmax_topk's transforms: every transform yields a valid case, and the
-// transforms keep what their descriptions claim on the reference (every
-// declared tensor's shape: tests/core/spec_contract_test.cpp).
+// softmax_topk's transforms keep what their descriptions claim on the
+// reference (every declared tensor's shape: tests/core/spec_contract_test.cpp;
+// valid derived cases: tests/core/family_contract_test.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
 #include "kprop/rng.h"
-#include "kprop/spec.h"
 #include "properties/softmax_topk/family.h"
 #include "tests/support/tensor_shapes.h"
 
 namespace kprop::softmax_topk {
 namespace {
 
-const std::string kSpec = std::string(KPROP_SOURCE_DIR) + "/specs/softmax_topk.yaml";
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
-
-TEST(SoftmaxTopkTensors, TransformsGiveValidCases) {
-  testing_support::check_transforms_valid<Traits>(load_spec(kSpec), 50,
-                                                  [](const Case&, const Case& t) { return validate(t); });
-}
 
 // Ties (2.5 twice, -inf twice) and a large offset row in f32.
 Case tie_case() {
@@ -32,10 +25,7 @@ Case tie_case() {
 }
 
 Values defaults(const std::string& transform) {
-  for (const auto& t : Traits::transforms())
-    if (t.name == transform) return Values::defaults(t.params);
-  ADD_FAILURE() << "no transform " << transform;
-  return {};
+  return testing_support::transform_defaults<Traits>(transform);
 }
 
 TEST(SoftmaxTopkTensors, AddConstantIsExactAndKeepsTheRanking) {

@@ -1,24 +1,16 @@
-// ternary's transform: it yields a valid case, and the reference's outputs
-// move as the description claims (every declared tensor's shape:
-// tests/core/spec_contract_test.cpp).
+// ternary's transform: the reference's outputs move as the description
+// claims (every declared tensor's shape: tests/core/spec_contract_test.cpp;
+// valid derived cases: tests/core/family_contract_test.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "kprop/rng.h"
-#include "kprop/spec.h"
 #include "properties/ternary/family.h"
 #include "tests/support/tensor_shapes.h"
 
 namespace kprop::ternary {
 namespace {
-
-const std::string kSpec = std::string(KPROP_SOURCE_DIR) + "/specs/ternary.yaml";
-
-TEST(TernaryTensors, TransformsGiveValidCases) {
-  testing_support::check_transforms_valid<Traits>(load_spec(kSpec), 50,
-                                                  [](const Case&, const Case& t) { return validate(t); });
-}
 
 TEST(TernaryTensors, PermuteOutFeaturesPermutesTheReferenceOutputs) {
   Case c;
