@@ -30,36 +30,37 @@ def shape(dims):
     return "`[" + ", ".join(dims) + "]`" if dims else "scalar"
 
 
+def table(out, columns, rows, empty):
+    """A markdown table of `rows` under `columns`, or the sentence `empty`."""
+    if not rows:
+        out += [empty, ""]
+        return
+    out.append("| " + " | ".join(columns) + " |")
+    out.append("|" + "---|" * len(columns))
+    out.extend("| " + " | ".join(row) + " |" for row in rows)
+    out.append("")
+
+
 def render(listing):
     out = [BEGIN, ""]
     families = listing["families"]
     out.append("Families: " + ", ".join(f"[{f['name']}](#{anchor(f['name'])})" for f in families) + ".")
     out.append("")
     for f in families:
-        out.append(f"#### {f['name']}")
-        out.append("")
+        out += [f"#### {f['name']}", ""]
         if not f["tensors"]:
-            out.append("No named tensors yet: this family takes no expression invariants.")
-            out.append("")
+            table(out, [], [], "No named tensors yet: this family takes no expression invariants.")
             continue
-        out.append("| tensor | shape | dtype | meaning |")
-        out.append("|---|---|---|---|")
-        for t in f["tensors"]:
-            out.append(f"| `{t['name']}` | {shape(t['shape'])} | {t['dtype']} | {cell(t['meaning'])} |")
-        out.append("")
-        if not f["transforms"]:
-            out.append("Transforms: none yet.")
-            out.append("")
-            continue
-        out.append("| transform | parameters | what it does | publishes |")
-        out.append("|---|---|---|---|")
+        table(out, ["tensor", "shape", "dtype", "meaning"],
+              [[f"`{t['name']}`", shape(t["shape"]), t["dtype"], cell(t["meaning"])] for t in f["tensors"]], "")
+        transforms = []
         for t in f["transforms"]:
             params = ", ".join(f"`{p['key']}` ({p['kind']}, default {json.dumps(p.get('default'))}): "
                                f"{cell(p['doc'])}" for p in t["params"]) or "—"
             pub = "; ".join(f"`{x['name']}` {shape(x['shape'])} {x['dtype']}: {cell(x['meaning'])}"
                             for x in t["tensors"]) or "—"
-            out.append(f"| `{t['name']}` | {params} | {cell(t['description'])} | {pub} |")
-        out.append("")
+            transforms.append([f"`{t['name']}`", params, cell(t["description"]), pub])
+        table(out, ["transform", "parameters", "what it does", "publishes"], transforms, "Transforms: none yet.")
     out.append(END)
     return "\n".join(out)
 

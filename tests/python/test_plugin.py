@@ -121,17 +121,23 @@ def test_marked(logits, k, **attrs):
     result.assert_outcomes(passed=N_INVARIANTS)
 
 
-def test_unknown_spec_is_a_collection_error(pytester):
+# A decorator that names no spec, or an option the decorator does not take,
+# fails collection with the reason.
+@pytest.mark.parametrize("arguments, reason", [
+    ('"no_such_spec"', "*no spec file 'no_such_spec'*"),
+    ('"softmax_topk", trails=5', "*unknown option 'trails' (did you mean 'trials'?)*"),
+], ids=["unknown_spec", "unknown_option"])
+def test_a_bad_decorator_is_a_collection_error(pytester, arguments, reason):
     pytester.makepyfile(test_sm="""
 import kprop
 
-@kprop.spec("no_such_spec")
+@kprop.spec(%s)
 def test_x(**_):
     pass
-""")
+""" % arguments)
     result = pytester.runpytest()
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*no spec file 'no_such_spec'*"])
+    result.stdout.fnmatch_lines([reason])
 
 
 def test_extra_invariants_are_items_and_the_profile_option(pytester):
@@ -178,19 +184,6 @@ class TestKernel:
     result = pytester.runpytest("-v", "-p", "no:cacheprovider", "--kprop-no-corpus")
     result.assert_outcomes(failed=1)
     assert os.listdir(corpus / "softmax_topk") == stored
-
-
-def test_an_unknown_decorator_option_is_a_collection_error(pytester):
-    pytester.makepyfile(test_sm="""
-import kprop
-
-@kprop.spec("softmax_topk", trails=5)
-def test_x(**_):
-    pass
-""")
-    result = pytester.runpytest()
-    result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*unknown option 'trails' (did you mean 'trials'?)*"])
 
 
 def test_parametrize_makes_one_set_of_items_per_variant(pytester):
