@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 
@@ -290,24 +291,22 @@ class Parser {
     Depth d(*this);
     return or_();
   }
-  NodeP or_() {
-    NodeP l = and_();
-    while (is_word("or")) {
+  // A left-associative level: next (OP next)*, OP one of `ops`, words
+  // ("or") or operators ("+").
+  using Level = NodeP (Parser::*)();
+  NodeP left_assoc(Level next, std::initializer_list<const char*> ops, bool words) {
+    NodeP l = (this->*next)();
+    for (;;) {
+      const auto op =
+          std::find_if(ops.begin(), ops.end(), [&](const char* o) { return words ? is_word(o) : is_op(o); });
+      if (op == ops.end()) return l;
       take();
-      NodeP r = and_();
-      l = make(Kind::binary, l->begin, "or", {l, r});
+      NodeP r = (this->*next)();
+      l = make(Kind::binary, l->begin, *op, {l, r});
     }
-    return l;
   }
-  NodeP and_() {
-    NodeP l = not_();
-    while (is_word("and")) {
-      take();
-      NodeP r = not_();
-      l = make(Kind::binary, l->begin, "and", {l, r});
-    }
-    return l;
-  }
+  NodeP or_() { return left_assoc(&Parser::and_, {"or"}, true); }
+  NodeP and_() { return left_assoc(&Parser::not_, {"and"}, true); }
   NodeP not_() {
     Depth d(*this);
     if (is_word("not")) {
@@ -330,24 +329,8 @@ class Parser {
       }
     return l;
   }
-  NodeP sum() {
-    NodeP l = product();
-    while (is_op("+") || is_op("-")) {
-      const std::string op = take().s;
-      NodeP r = product();
-      l = make(Kind::binary, l->begin, op, {l, r});
-    }
-    return l;
-  }
-  NodeP product() {
-    NodeP l = unary();
-    while (is_op("*") || is_op("/") || is_op("@")) {
-      const std::string op = take().s;
-      NodeP r = unary();
-      l = make(Kind::binary, l->begin, op, {l, r});
-    }
-    return l;
-  }
+  NodeP sum() { return left_assoc(&Parser::product, {"+", "-"}, false); }
+  NodeP product() { return left_assoc(&Parser::unary, {"*", "/", "@"}, false); }
   NodeP unary() {
     Depth d(*this);
     if (is_op("-") || is_op("+")) {

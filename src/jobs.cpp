@@ -45,10 +45,12 @@ size_t tag_worker(int64_t tag) {
   return size_t((tag - 1) % kWorkerSlots);
 }
 
-bool write_all(int fd, const void* data, size_t size) {
-  const char* p = static_cast<const char*>(data);
+// Moves exactly `size` bytes through `io` (::write or ::read), again after
+// EINTR; false on an error or at EOF.
+template <typename Byte, typename Io>
+bool transfer_all(Io io, int fd, Byte* p, size_t size) {
   while (size > 0) {
-    const ssize_t n = write(fd, p, size);
+    const ssize_t n = io(fd, p, size);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
     p += n;
@@ -57,18 +59,14 @@ bool write_all(int fd, const void* data, size_t size) {
   return true;
 }
 
+bool write_all(int fd, const void* data, size_t size) {
+  return transfer_all(::write, fd, static_cast<const char*>(data), size);
+}
+
 // Reads exactly `size` bytes, waiting as long as it takes (a worker reading
 // its control pipe; it ignores SIGINT, and EOF means the caller is gone).
 bool read_all(int fd, void* data, size_t size) {
-  char* p = static_cast<char*>(data);
-  while (size > 0) {
-    const ssize_t n = read(fd, p, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    size -= size_t(n);
-  }
-  return true;
+  return transfer_all(::read, fd, static_cast<char*>(data), size);
 }
 
 bool send_frame(int fd, int64_t index, const std::string& payload) {

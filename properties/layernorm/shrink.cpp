@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "kprop/case_yaml.h"
+#include "kprop/select.h"
 #include "properties/layernorm/family.h"
 
 namespace kprop::layernorm {
@@ -72,42 +73,23 @@ std::vector<double> simpler_values(double v, Tensor t, DType dtype) {
 Case keep_rows(const Case& c, const std::vector<int>& keep) {
   Case s = c;
   s.rows = static_cast<int>(keep.size());
-  s.x.clear();
-  s.dy.clear();
-  const size_t D = static_cast<size_t>(c.dim);
-  for (int r : keep) {
-    s.x.insert(s.x.end(), c.x.begin() + static_cast<long>(r * D),
-               c.x.begin() + static_cast<long>((r + 1) * D));
-    s.dy.insert(s.dy.end(), c.dy.begin() + static_cast<long>(r * D),
-                c.dy.begin() + static_cast<long>((r + 1) * D));
-  }
+  s.x = select::rows(c.x, static_cast<size_t>(c.dim), keep);
+  s.dy = select::rows(c.dy, static_cast<size_t>(c.dim), keep);
   return s;
 }
 
 Case keep_cols(const Case& c, const std::vector<int>& keep) {
   Case s = c;
   s.dim = static_cast<int>(keep.size());
-  s.x.clear();
-  s.dy.clear();
-  s.gamma.clear();
-  s.beta.clear();
   const size_t D = static_cast<size_t>(c.dim);
-  for (int d : keep)
-    s.gamma.push_back(c.gamma[static_cast<size_t>(d)]), s.beta.push_back(c.beta[static_cast<size_t>(d)]);
-  for (size_t r = 0; r < static_cast<size_t>(c.rows); ++r)
-    for (int d : keep) {
-      s.x.push_back(c.x[r * D + static_cast<size_t>(d)]);
-      s.dy.push_back(c.dy[r * D + static_cast<size_t>(d)]);
-    }
+  s.x = select::cols(c.x, D, keep);
+  s.dy = select::cols(c.dy, D, keep);
+  s.gamma = select::cols(c.gamma, D, keep);
+  s.beta = select::cols(c.beta, D, keep);
   return s;
 }
 
-std::vector<int> iota_except(int n, int lo, int hi) {  // [0, n) without [lo, hi)
-  std::vector<int> out;
-  for (int i = 0; i < n; ++i)
-    if (i < lo || i >= hi) out.push_back(i);
-  return out;
-}
+using select::iota_except;
 
 int digit_sum(const std::vector<double>& v, size_t lo, size_t hi, DType dtype) {
   int s = 0;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 
 #include "properties/op/family.h"
@@ -193,24 +194,33 @@ class Parser {
     return a;
   }
 
+  // `s` read whole as an integer (std::stoll), or none.
+  static std::optional<int64_t> whole_number(const std::string& s) {
+    try {
+      size_t used = 0;
+      const int64_t v = std::stoll(s, &used);
+      if (used == s.size()) return v;
+    } catch (const std::exception&) {
+    }
+    return std::nullopt;
+  }
+  static std::vector<std::string> dim_names(const Decl& d) {
+    std::vector<std::string> names;
+    for (const auto& dd : d.dims) names.push_back(dd.name);
+    return names;
+  }
+
   std::vector<std::string> shape(const YAML::Node& n, const std::string& what, const Decl& d) const {
     if (!n) fail(n, what + " needs shape: [dims]");
     if (!n.IsSequence()) fail(n, what + ".shape must be a list of dim names or integers");
     std::vector<std::string> out;
-    std::vector<std::string> names;
-    for (const auto& dd : d.dims) names.push_back(dd.name);
     for (const auto& e : n) {
       const std::string s = scalar<std::string>(e, what + ".shape", "a dim name or an integer");
       if (d.dim_index(s) < 0) {
-        int64_t v = 0;
-        try {
-          size_t used = 0;
-          v = std::stoll(s, &used);
-          if (used != s.size()) throw std::invalid_argument(s);
-        } catch (const std::exception&) {
-          fail(e, fmt::format("{}: shape names undeclared dim '{}'{}", what, s, suggestion(s, names)));
-        }
-        if (v < 1) fail(e, fmt::format("{}: a fixed extent must be >= 1 (got {})", what, v));
+        const auto v = whole_number(s);
+        if (!v)
+          fail(e, fmt::format("{}: shape names undeclared dim '{}'{}", what, s, suggestion(s, dim_names(d))));
+        if (*v < 1) fail(e, fmt::format("{}: a fixed extent must be >= 1 (got {})", what, *v));
       }
       out.push_back(s);
     }
@@ -320,20 +330,13 @@ class Parser {
         const auto text = scalar<std::string>(below, w + ".below", "a dim or a positive integer");
         v.bound_dim = d.dim_index(text);
         if (v.bound_dim < 0) {
-          int64_t n = 0;
-          try {
-            size_t used = 0;
-            n = std::stoll(text, &used);
-            if (used != text.size()) throw std::invalid_argument(text);
-          } catch (const std::exception&) {
-            std::vector<std::string> names;
-            for (const auto& dd : d.dims) names.push_back(dd.name);
+          const auto n = whole_number(text);
+          if (!n)
             fail(below, fmt::format("{}.below: '{}' is neither a dim nor a positive integer{}", w, text,
-                                    suggestion(text, names)));
-          }
-          if (n < 1 || n > (int64_t{1} << 31))
-            fail(below, fmt::format("{}.below must be in [1, 2^31] (got {})", w, n));
-          v.a = static_cast<double>(n);
+                                    suggestion(text, dim_names(d))));
+          if (*n < 1 || *n > (int64_t{1} << 31))
+            fail(below, fmt::format("{}.below must be in [1, 2^31] (got {})", w, *n));
+          v.a = static_cast<double>(*n);
         }
         break;
       }

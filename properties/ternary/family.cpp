@@ -8,6 +8,7 @@
 
 #include "kprop/case_yaml.h"
 #include "kprop/rng.h"
+#include "kprop/select.h"
 
 namespace kprop::ternary {
 
@@ -179,39 +180,24 @@ namespace {
 Case keep_tokens(const Case& c, const std::vector<int>& keep) {
   Case s = c;
   s.tokens = static_cast<int>(keep.size());
-  s.x.clear();
-  s.dy.clear();
-  for (int t : keep) {
-    s.x.insert(s.x.end(), c.x.begin() + static_cast<long>(t) * c.in_features,
-               c.x.begin() + static_cast<long>(t + 1) * c.in_features);
-    s.dy.insert(s.dy.end(), c.dy.begin() + static_cast<long>(t) * c.out_features,
-                c.dy.begin() + static_cast<long>(t + 1) * c.out_features);
-  }
+  s.x = select::rows(c.x, static_cast<size_t>(c.in_features), keep);
+  s.dy = select::rows(c.dy, static_cast<size_t>(c.out_features), keep);
   return s;
 }
 
 Case keep_outputs(const Case& c, const std::vector<int>& keep) {
   Case s = c;
   s.out_features = static_cast<int>(keep.size());
-  s.w.clear();
-  s.dy.clear();
-  for (int n : keep)
-    s.w.insert(s.w.end(), c.w.begin() + static_cast<long>(n) * c.in_features,
-               c.w.begin() + static_cast<long>(n + 1) * c.in_features);
-  for (int t = 0; t < c.tokens; ++t)
-    for (int n : keep) s.dy.push_back(c.dy[static_cast<size_t>(t) * c.out_features + n]);
+  s.w = select::rows(c.w, static_cast<size_t>(c.in_features), keep);
+  s.dy = select::cols(c.dy, static_cast<size_t>(c.out_features), keep);
   return s;
 }
 
 Case keep_inputs(const Case& c, const std::vector<int>& keep) {
   Case s = c;
   s.in_features = static_cast<int>(keep.size());
-  s.x.clear();
-  s.w.clear();
-  for (int t = 0; t < c.tokens; ++t)
-    for (int k : keep) s.x.push_back(c.x[static_cast<size_t>(t) * c.in_features + k]);
-  for (int n = 0; n < c.out_features; ++n)
-    for (int k : keep) s.w.push_back(c.w[static_cast<size_t>(n) * c.in_features + k]);
+  s.x = select::cols(c.x, static_cast<size_t>(c.in_features), keep);
+  s.w = select::cols(c.w, static_cast<size_t>(c.in_features), keep);
   return s;
 }
 
@@ -234,12 +220,7 @@ std::optional<Case> keep_weight_mean(const Case& from, Case s) {
   return s;
 }
 
-std::vector<int> iota_except(int n, int drop_from, int drop_to) {  // [0, n) without [drop_from, drop_to)
-  std::vector<int> v;
-  for (int i = 0; i < n; ++i)
-    if (i < drop_from || i >= drop_to) v.push_back(i);
-  return v;
-}
+using select::iota_except;
 
 // Candidates for one value, simplest first: 0, 1 with its sign, then the
 // value rounded to 1, 2 and 3 significant digits.
