@@ -90,6 +90,15 @@ std::string closest_match(const std::string& word, const std::vector<std::string
   return best;
 }
 
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates) {
+  const std::string close = closest_match(word, candidates);
+  return close.empty() ? "" : " (did you mean '" + close + "'?)";
+}
+
+std::string suggestion(const std::string& word, const std::vector<std::string>& valid) {
+  return did_you_mean(word, valid) + "; valid: " + join(valid);
+}
+
 std::string join(const std::vector<std::string>& items, const std::string& sep) {
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];

@@ -603,11 +603,9 @@ class Checker {
     std::vector<std::string> names;
     for (const auto& t : infos_) names.push_back(t.name);
     if (find_function(n.op)) throw ExprError(n.begin, fmt::format("'{}' is a function: call it", n.op));
-    const std::string close = closest_match(n.op, names);
-    throw ExprError(
-        n.begin,
-        fmt::format("unknown name '{}'{}{}", n.op, close.empty() ? "" : " (did you mean '" + close + "'?)",
-                    names.empty() ? "; this family publishes no tensors" : "; valid: " + join(names)));
+    throw ExprError(n.begin, fmt::format("unknown name '{}'{}{}", n.op, did_you_mean(n.op, names),
+                                         names.empty() ? "; this family publishes no tensors"
+                                                       : "; valid: " + join(names)));
   }
 
   static void need_bool(const Node& n, const char* what) {
@@ -772,10 +770,8 @@ class Checker {
   void call(Node& n) {
     const FunctionInfo* f = find_function(n.op);
     if (!f) {
-      const std::string close = closest_match(n.op, function_names());
       throw ExprError(n.begin, fmt::format("unknown function '{}'{}; functions: {}", n.op,
-                                           close.empty() ? "" : " (did you mean '" + close + "'?)",
-                                           join(function_names())));
+                                           did_you_mean(n.op, function_names()), join(function_names())));
     }
     const int argc = static_cast<int>(n.args.size());
     if (argc < f->min_args || argc > f->max_args)

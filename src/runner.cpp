@@ -49,10 +49,8 @@ std::vector<const InvariantUse*> selected_uses(const Spec& spec, const RunOption
     for (const auto& u : spec.invariants)
       if (u.name == want) found = &u;
     if (!found) {
-      const std::string close = closest_match(want, names);
-      throw InputError({},
-                       fmt::format("--invariant {}: not in spec {}{}; the spec checks: {}", want, spec.name,
-                                   close.empty() ? "" : " (did you mean '" + close + "'?)", join(names)));
+      throw InputError({}, fmt::format("--invariant {}: not in spec {}{}; the spec checks: {}", want,
+                                       spec.name, did_you_mean(want, names), join(names)));
     }
     uses.push_back(found);
   }
@@ -162,10 +160,8 @@ Impl resolve_target(const Spec& spec, const std::string& name, std::optional<dou
     return spec.family->external_impl(name, std::move(transport));
   }
   const auto names = spec.family->implementation_names();
-  const std::string close = closest_match(name, names);
-  throw InputError({}, fmt::format("unknown {} '{}' for family {}{}; valid: {}",
-                                   as_reference ? "reference" : "target", name, spec.family->name(),
-                                   close.empty() ? "" : " (did you mean '" + close + "'?)", join(names)));
+  throw InputError({}, fmt::format("unknown {} '{}' for family {}{}", as_reference ? "reference" : "target",
+                                   name, spec.family->name(), suggestion(name, names)));
 }
 
 namespace {

@@ -29,13 +29,6 @@ class Loader {
     throw InputError(mark(node), message);
   }
 
-  std::string suggestion(const std::string& word, const std::vector<std::string>& valid) const {
-    const std::string close = closest_match(word, valid);
-    std::string out = "; valid: " + join(valid);
-    if (!close.empty()) out = " (did you mean '" + close + "'?)" + out;
-    return out;
-  }
-
   // Map keys in order, rejecting duplicates and non-scalar keys.
   std::vector<std::pair<std::string, YAML::Node>> entries(const YAML::Node& map,
                                                           const std::string& what) const {
@@ -292,8 +285,8 @@ InvariantUse expression_invariant(const Loader& l, const YAML::Node& item, const
   for (auto it = item.begin(); it != item.end(); ++it) {
     const std::string key = it->first.Scalar();
     if (std::find(keys.begin(), keys.end(), key) == keys.end())
-      l.fail(it->first, fmt::format("unknown key '{}' in expression invariant {}{}", key, name,
-                                    l.suggestion(key, keys)));
+      l.fail(it->first,
+             fmt::format("unknown key '{}' in expression invariant {}{}", key, name, suggestion(key, keys)));
   }
   if (family.find_invariant(name) >= 0)
     l.fail(name_node, fmt::format("'{}' names a built-in invariant of {}; give the expression its own name",
@@ -326,7 +319,7 @@ InvariantUse expression_invariant(const Loader& l, const YAML::Node& item, const
     const auto found = std::find(valid.begin(), valid.end(), tname);
     if (found == valid.end())
       l.fail(name_at, fmt::format("unknown transform '{}' for family {}{}", tname, family.name(),
-                                  l.suggestion(tname, valid)));
+                                  suggestion(tname, valid)));
     const auto index = static_cast<size_t>(found - valid.begin());
     const TransformInfo& info = family.transforms()[index];
     transform = ExpressionInvariant::Transform{index, tname, {}};
@@ -711,7 +704,7 @@ Spec parse_spec(const std::string& text, const std::string& path, const std::str
         const std::string m = loader.scalar<std::string>(item, "mutants", "a mutant name");
         if (std::find(mutants.begin(), mutants.end(), m) == mutants.end())
           loader.fail(item, fmt::format("profile {}: '{}' is no mutant of family {}{}", name, m,
-                                        p.family->name(), loader.suggestion(m, mutants)));
+                                        p.family->name(), suggestion(m, mutants)));
         if (spec.mutant_profiles.count(m))
           loader.fail(item, fmt::format("profile {}: mutant '{}' is listed by another profile too", name, m));
         spec.mutant_profiles[m] = shared;

@@ -43,13 +43,6 @@ class Parser {
     }
   }
 
-  static std::string suggestion(const std::string& word, const std::vector<std::string>& valid) {
-    const std::string close = closest_match(word, valid);
-    std::string out = "; valid: " + join(valid);
-    if (!close.empty()) out = " (did you mean '" + close + "'?)" + out;
-    return out;
-  }
-
   template <typename T>
   T scalar(const YAML::Node& n, const std::string& what, const char* kind) const {
     if (!n.IsScalar()) fail(n, fmt::format("{} must be {}", what, kind));

@@ -69,6 +69,10 @@ class ReferenceFailure : public InputError {
 
 // "did you mean" helper: the closest candidate by edit distance, or "".
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);
+// " (did you mean 'X'?)" for the closest candidate X, or "" when none is close.
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
+// did_you_mean, then "; valid: " and every candidate.
+std::string suggestion(const std::string& word, const std::vector<std::string>& valid);
 // "a, b, c" for error messages listing valid choices.
 std::string join(const std::vector<std::string>& items, const std::string& sep = ", ");
 
