@@ -48,7 +48,7 @@ std::vector<double> permute_rows(const std::vector<double>& t, const Shape& s, i
                                  int width, const std::vector<int>& perm);
 
 // Another tiling changes rounding only: the target's result on each of
-// other_tilings(c) may differ from `a`, its result on c, by what two results
+// other_tilings(c) may differ from its result on c by what two results
 // within the policy may (2 × (k × naive error + floor)). `outputs`: what to
 // compare, each with name, field (of Result) and scale (its ErrorScales floor).
 template <typename Traits, typename Outputs>

@@ -13,7 +13,6 @@ namespace {
 
 using expr::DType;
 using expr::Tensor;
-using expr::TensorInfo;
 using expr::TensorInfos;
 using expr::TensorMap;
 

@@ -14,7 +14,6 @@
 
 #include "kprop/expr.h"
 #include "kprop/family.h"
-#include "kprop/rng.h"
 #include "kprop/spec.h"
 
 namespace kprop::testing_support {
