@@ -48,6 +48,9 @@ if [ -z "$sanitizer" ] || [ ! -x "$sanitizer" ]; then
   exit 77
 fi
 
+# cuda_domain: the --domain each spec's cuda run narrows to (what the target takes)
+source "$root/scripts/cuda_domains.sh"
+
 logs=${KPROP_SANITIZE_LOGS:-$build/cuda_sanitize}
 rm -rf "$logs"
 mkdir -p "$logs" || exit 2
@@ -71,8 +74,9 @@ device_seen=0
 for spec in "$@"; do
   name=$(basename "$spec" .yaml)
   probe=$logs/$name.probe.json
+  domain=$(cuda_domain "$name")
   "$runner" --spec "$spec" --target "$target" --seed 1 --trials 1 --no-corpus --format json --out "$probe" \
-    >"$logs/$name.probe.log" 2>&1
+    ${domain:+--domain "$domain"} >"$logs/$name.probe.log" 2>&1
   if [ ! -s "$probe" ]; then
     if grep -qE "unknown target '$target'|unknown family" "$logs/$name.probe.log"; then
       continue  # no cuda target (or the family is not in this build)
@@ -98,11 +102,12 @@ fi
 run_one() {
   local spec=$1 tool=$2 name
   name=$(basename "$spec" .yaml)
-  local base=$logs/$name.$tool extra=()
+  local base=$logs/$name.$tool extra=() domain
   [ "$tool" = memcheck ] && extra=(--leak-check full)
+  domain=$(cuda_domain "$name")
   "$sanitizer" --tool "$tool" --error-exitcode 1 "${extra[@]}" \
     "$runner" --spec "$spec" --target "$target" --seed 1 --trials "$trials" --no-corpus --time 0 --case-timeout 600 \
-    --format json --out "$base.json" >"$base.log" 2>&1
+    ${domain:+--domain "$domain"} --format json --out "$base.json" >"$base.log" 2>&1
   local rc=$? errors status cell
   # memcheck, initcheck, synccheck: "ERROR SUMMARY: N errors";
   # racecheck: "RACECHECK SUMMARY: H hazards displayed (E errors, W warnings)",

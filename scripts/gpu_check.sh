@@ -22,6 +22,8 @@ set -u
 build=$(cd "$1" && pwd)
 logs=${2:-$build/gpu_check}
 root=$(cd "$(dirname "$0")/.." && pwd)
+# cuda_domain: what each spec's default-domain run narrows to
+source "$root/scripts/cuda_domains.sh"
 mkdir -p "$logs"
 if ! nvidia-smi -L > "$logs/smi.txt" 2>&1; then
   echo "gpu_check: no CUDA device (nvidia-smi: $(head -1 "$logs/smi.txt"))"
@@ -43,10 +45,15 @@ step() {  # step NAME LOG COMMAND...: runs it, records pass/fail
   echo "${summary[-1]}" | tee -a "$logs/summary.txt"
 }
 specs=(attention_fwd attention_bwd kvcache layernorm softmax_topk)
-for s in "${specs[@]}"; do
-  step "$s --target cuda --seed 1" "$s.cuda.1.txt" \
-    "$build/prop_runner" --spec "$root/specs/$s.yaml" --target cuda --seed 1 --no-corpus --time 0
-done
+# cuda_run SPEC SEED: the spec's cuda target on its (narrowed) default domain.
+cuda_run() {
+  local s=$1 seed=$2 domain
+  domain=$(cuda_domain "$s")
+  step "$s --target cuda --seed $seed${domain:+ (domain $domain)}" "$s.cuda.$seed.txt" \
+    "$build/prop_runner" --spec "$root/specs/$s.yaml" --target cuda --seed "$seed" --no-corpus --time 0 \
+    ${domain:+--domain "$domain"}
+}
+for s in "${specs[@]}"; do cuda_run "$s" 1; done
 # The gpu profile: D = 64 / 128 and real tiles, so the f16/bf16 cases run the
 # tensor-core kernel (the default domain's D mostly declines it).
 step "attention_fwd --target cuda --profile gpu" attention_fwd.cuda.gpu.txt \
@@ -83,10 +90,7 @@ if [ "${KPROP_GPU_CHECK_QUICK:-0}" != 1 ]; then
         "$build/prop_runner" --spec "$root/specs/$s.yaml" --mutants --seed 20261122 --no-corpus
     done
   fi
-  for s in "${specs[@]}"; do
-    step "$s --target cuda --seed 2" "$s.cuda.2.txt" \
-      "$build/prop_runner" --spec "$root/specs/$s.yaml" --target cuda --seed 2 --no-corpus --time 0
-  done
+  for s in "${specs[@]}"; do cuda_run "$s" 2; done
 fi
 echo
 echo "== sanitizer table"
