@@ -9,7 +9,12 @@
 #   compute-sanitizer --tool T --error-exitcode 1 \
 #     prop_runner --spec S --target "$target" --seed 1 --trials N --no-corpus
 # and prints a table tool x target: the errors the tool found, or why the run
-# did not count (the property run failed, was skipped, crashed). Exit 0 only
+# did not count (the property run failed, was skipped, crashed). A run that
+# ran out of device memory while others shared the GPU is run again alone
+# after the rest, and its cell is that run's (marked "alone"): the tools
+# reserve device memory of their own, so parallel runs can exhaust a GPU that
+# one run fits in easily; only a run that runs out alone too is reported out
+# of memory. Exit 0 only
 # if every cell is clean (0 errors and the property run passed); 1 otherwise;
 # 77 (skip) without compute-sanitizer or without a CUDA device (or a build
 # without CUDA). Logs and JSON reports go to KPROP_SANITIZE_LOGS.
@@ -98,7 +103,8 @@ if [ ${#specs[@]} -eq 0 ]; then
 fi
 [ "$device_seen" = 1 ] || exit 77
 
-# One sanitizer run; writes NAME.TOOL.{log,json,cell}.
+# One sanitizer run; writes NAME.TOOL.{log,json,cell}, and NAME.TOOL.oom
+# when the run hit an out-of-memory error (cudaMalloc or any other call).
 run_one() {
   local spec=$1 tool=$2 name
   name=$(basename "$spec" .yaml)
@@ -124,7 +130,11 @@ run_one() {
     fi
   fi
   status=$(status_of "$base.json")
-  if [ -z "$errors" ]; then
+  rm -f "$base.oom"
+  if grep -qE 'cudaErrorMemoryAllocation|out of memory' "$base.log"; then
+    touch "$base.oom"
+    cell="out of memory"
+  elif [ -z "$errors" ]; then
     cell="no summary (rc $rc)"
   elif [ "$errors" != 0 ]; then
     cell="$errors errors"
@@ -146,6 +156,18 @@ for spec in "${specs[@]}"; do
   done
 done
 wait
+# Out of memory with other runs on the GPU: again, alone.
+if [ "$jobs" -gt 1 ]; then
+  for spec in "${specs[@]}"; do
+    for tool in $tools; do
+      base=$logs/$(basename "$spec" .yaml).$tool
+      [ -e "$base.oom" ] || continue
+      mv "$base.log" "$base.shared.log"
+      run_one "$spec" "$tool"
+      echo "$(cat "$base.cell") (alone)" >"$base.cell"
+    done
+  done
+fi
 
 # The table: one row per target, one column per tool.
 ok=1
@@ -157,7 +179,7 @@ for spec in "${specs[@]}"; do
   printf '%-14s' "$name"
   for tool in $tools; do
     cell=$(cat "$logs/$name.$tool.cell" 2>/dev/null || echo "missing")
-    [ "$cell" = clean ] || ok=0
+    [ "$cell" = clean ] || [ "$cell" = "clean (alone)" ] || ok=0
     printf ' | %-22s' "$cell"
   done
   printf '\n'
