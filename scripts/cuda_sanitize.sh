@@ -53,8 +53,8 @@ if [ -z "$sanitizer" ] || [ ! -x "$sanitizer" ]; then
   exit 77
 fi
 
-# cuda_domain: the --domain each spec's cuda run narrows to (what the target takes)
-source "$root/scripts/cuda_domains.sh"
+# cuda_domain NAME: the --domain a spec's cuda run draws from (or nothing)
+cuda_domain() { sed -n "s/^$1: //p" "$root/scripts/cuda_domains.txt"; }
 
 logs=${KPROP_SANITIZE_LOGS:-$build/cuda_sanitize}
 rm -rf "$logs"

@@ -22,8 +22,8 @@ set -u
 build=$(cd "$1" && pwd)
 logs=${2:-$build/gpu_check}
 root=$(cd "$(dirname "$0")/.." && pwd)
-# cuda_domain: what each spec's default-domain run narrows to
-source "$root/scripts/cuda_domains.sh"
+# cuda_domain NAME: the --domain a spec's cuda run draws from (or nothing)
+cuda_domain() { sed -n "s/^$1: //p" "$root/scripts/cuda_domains.txt"; }
 mkdir -p "$logs"
 if ! nvidia-smi -L > "$logs/smi.txt" 2>&1; then
   echo "gpu_check: no CUDA device (nvidia-smi: $(head -1 "$logs/smi.txt"))"

@@ -443,15 +443,16 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
   if (report.status != RunStatus::passed) return report;
 
   // Health checks: a green run must have checked what it claims.
+  // How to narrow the domain to what the target takes: the example names
+  // this family's dtype key when it has one.
+  std::string key;
+  for (const char* k : {"dtypes", "dtype"})
+    for (const auto& f : spec.family->domain_schema())
+      if (key.empty() && f.key == k) key = k;
+  const std::string example =
+      key.empty() ? "--domain '{KEY: VALUE}'" : fmt::format("--domain '{{{}: [...]}}'", key);
   const double declined_share = report.trials ? double(report.declined) / double(report.trials) : 0;
   if (declined_share > kMaxDeclinedShare && !suppressed(run, "declined")) {
-    // The example names this family's dtype key when it has one.
-    std::string key;
-    for (const char* k : {"dtypes", "dtype"})
-      for (const auto& f : spec.family->domain_schema())
-        if (key.empty() && f.key == k) key = k;
-    const std::string example =
-        key.empty() ? "--domain '{KEY: VALUE}'" : fmt::format("--domain '{{{}: [...]}}'", key);
     report.health.push_back(
         {"declined",
          fmt::format("{:.0f}% of cases were declined by the target ({} of {}): {}; narrow the domain to what "
@@ -469,11 +470,20 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
     // Gave up on its discards, or the run ended (time budget, case cap)
     // before it checked anything: the advice differs.
     const bool over_ratio = double(r.discarded) > run.max_discard_ratio * double(trials);
-    const std::string advice =
-        over_ratio               ? "widen the domain or raise run.max_discard_ratio"
-        : report.time_budget_hit ? "the time budget ended the run first: raise run.time_budget_s (--time) or "
-                                   "widen the domain"
-                                 : "the run's cases ran out first: widen the domain so more cases reach it";
+    std::string advice = over_ratio ? "widen the domain or raise run.max_discard_ratio"
+                         : report.time_budget_hit
+                             ? "the time budget ended the run first: raise run.time_budget_s (--time) or "
+                               "widen the domain"
+                             : "the run's cases ran out first: widen the domain so more cases reach it";
+    // Nothing checked while the target declined cases: those may be the
+    // only ones this invariant observes (e.g. f16 stores, on a target that
+    // takes f32 only). Then no domain feeds it on this target; narrowed to
+    // what the target takes, the invariant is reported n/a with the reason.
+    if (r.passed == 0 && r.declined > 0)
+      advice += fmt::format(
+          "; if the {} case(s) the target declined ({}) are the ones it observes, narrow the domain to what "
+          "the target takes (prop_runner {}), and it is reported n/a",
+          r.declined, top_reasons(report.decline_reasons), example);
     report.health.push_back(
         {"discarded",
          fmt::format("invariant {} checked {} case(s) and discarded {} ({}); {}{}", r.name, r.passed,

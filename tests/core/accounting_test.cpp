@@ -122,6 +122,36 @@ TEST(Accounting, AnInvariantThatCheckedNothingNeverPasses) {
   EXPECT_EQ(r.invariants[1].passed, 0);
   EXPECT_EQ(r.invariants[1].status, InvariantStatus::gave_up);
   EXPECT_EQ(r.status, RunStatus::gave_up);
+  ASSERT_EQ(r.health.size(), 1u);
+  EXPECT_EQ(r.health[0].check, "discarded");
+  // The target declined nothing: no advice about what it takes.
+  EXPECT_EQ(r.health[0].message.find("declined"), std::string::npos) << r.health[0].message;
+}
+
+// An invariant that checked nothing while the target declined cases: the
+// declined ones may be all it observes (f16 stores on an f32-only target),
+// which no wider domain fixes. The advice says so, with the decline reasons
+// and how to narrow the domain (then the invariant is n/a).
+TEST(Accounting, AnInvariantStarvedWhileTheTargetDeclinedSaysHowToNarrow) {
+  TempDir dir;
+  const Spec spec =
+      toy_spec("invariants: [matches_reference, only_long_lists]\n",
+               "{trials: 20, seed: 5, max_discard_ratio: 5, suppress_health_check: [declined]}");
+  const RunReport r = run_spec(spec, options("declines_short", dir));
+  EXPECT_EQ(r.status, RunStatus::gave_up);
+  EXPECT_GT(r.invariants[1].declined, 0);
+  ASSERT_EQ(r.health.size(), 1u);
+  const std::string& m = r.health[0].message;
+  EXPECT_EQ(r.health[0].check, "discarded");
+  EXPECT_NE(m.find(fmt::format("if the {} case(s) the target declined (needs 7+ elements",
+                               r.invariants[1].declined)),
+            std::string::npos)
+      << m;
+  EXPECT_NE(
+      m.find("narrow the domain to what the target takes (prop_runner --domain '{KEY: VALUE}'), and it is "
+             "reported n/a"),
+      std::string::npos)
+      << m;
 }
 
 // In a run that failed, an invariant that gave up is no health check (the

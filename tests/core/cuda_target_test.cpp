@@ -6,6 +6,9 @@
 // passes on fixed seeds.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -21,12 +24,23 @@ std::vector<std::string> cuda_specs() {
   return testing::shipped_specs([](const Family& f) { return f.find_implementation("cuda") >= 0; });
 }
 
-RunReport run_cuda(const std::string& spec_path, uint64_t seed) {
+// The domain a spec's cuda run draws from where it is not the spec's own
+// (scripts/cuda_domains.txt, "NAME: {DOMAIN}" lines, which gpu_check.sh and
+// cuda_sanitize.sh read too); "" for the spec's own.
+std::string cuda_domain(const std::string& spec_path) {
+  std::ifstream in(std::string(KPROP_SOURCE_DIR) + "/scripts/cuda_domains.txt");
+  const std::string prefix = std::filesystem::path(spec_path).stem().string() + ": ";
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(prefix, 0) == 0) return line.substr(prefix.size());
+  return "";
+}
+
+RunReport run_cuda(const std::string& spec_path, uint64_t seed, const std::string& domain = "") {
   RunOptions o;
   o.target = "cuda";
   o.seed = seed;
   o.write_corpus = false;
-  return run_spec(load_spec(spec_path), o);
+  return run_spec(load_spec(spec_path, "", domain), o);
 }
 
 class CudaTarget : public ::testing::TestWithParam<std::string> {};
@@ -54,8 +68,31 @@ TEST_P(CudaTarget, SkippedWithoutDevice) {
 
 TEST_P(CudaTarget, PassesTheSpecOnDevice) {
   if (!testing::cuda_device_present()) GTEST_SKIP() << "needs a CUDA device";
+  const std::string domain = cuda_domain(GetParam());
   for (uint64_t seed : {11u, 12u, 13u})
-    EXPECT_EQ(run_cuda(GetParam(), seed).status, RunStatus::passed) << seed;
+    EXPECT_EQ(run_cuda(GetParam(), seed, domain).status, RunStatus::passed) << seed << " " << domain;
+}
+
+// Every spec scripts/cuda_domains.txt names has a cuda target, and its
+// domain loads (a typo there would otherwise surface only on a GPU).
+TEST(CudaDomains, NameSpecsWithACudaTargetAndLoad) {
+  std::ifstream in(std::string(KPROP_SOURCE_DIR) + "/scripts/cuda_domains.txt");
+  ASSERT_TRUE(in) << "scripts/cuda_domains.txt";
+  const std::vector<std::string> specs = cuda_specs();
+  int entries = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const std::string name = line.substr(0, line.find(':'));
+    const std::string path = std::string(KPROP_SOURCE_DIR) + "/specs/" + name + ".yaml";
+    ++entries;
+    if (!std::filesystem::exists(path)) {
+      ADD_FAILURE() << "scripts/cuda_domains.txt names " << name << ", which is no spec";
+      continue;
+    }
+    if (std::find(specs.begin(), specs.end(), path) == specs.end()) continue;  // family not in this build
+    EXPECT_NO_THROW(load_spec(path, "", cuda_domain(path))) << line;
+  }
+  EXPECT_GT(entries, 0);
 }
 
 // A partial build (KPROP_FAMILIES) may have no CUDA family.
