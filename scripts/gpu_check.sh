@@ -4,8 +4,9 @@
 #   scripts/gpu_check.sh BUILD_DIR [LOG_DIR]
 #
 #  1. each spec with a `cuda` target: prop_runner on it (seed 1, the spec's
-#     trials and unchanged tolerances; attention_fwd's gpu profile too, whose
-#     f16/bf16 cases run the tensor-core kernel);
+#     trials and unchanged tolerances, the domain narrowed to what the target
+#     takes where scripts/cuda_domains.txt says so; attention_fwd's gpu
+#     profile too, whose f16/bf16 cases run the tensor-core kernel);
 #  2. the CUDA GoogleTests of each family binary (*Cuda*);
 #  3. bench_attention_cuda (forward TFLOP/s, % of peak, vs cuBLAS materialized);
 #  4. the CUDA example plugin (device tensors) end to end;
