@@ -23,10 +23,7 @@
 # 77 no CUDA device), or 2 when the bundle cannot run here.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
-usage() {
-  echo "usage: $0 pack BUILD_DIR BUNDLE.tar.gz | check BUNDLE.tar.gz [LOG_DIR]" >&2
-  exit 2
-}
+usage() { echo "usage: $0 pack BUILD_DIR BUNDLE.tar.gz | check BUNDLE.tar.gz [LOG_DIR]" >&2 && exit 2; }
 [ $# -ge 2 ] || usage
 mode=$1
 shift
