@@ -300,22 +300,16 @@ std::vector<double> recompute_sequence(const Case& c, const Tensors& x, size_t b
   return out;
 }
 
-// What a sequence's recomputed outputs depend on: its data (the stored K/V)
-// and the arithmetic type.
-struct OutputKey {
-  DataKey data;
-  bool fp64;
-  bool operator==(const OutputKey&) const = default;
-};
-
 template <typename T>
 Result recompute(const Case& c, bool int8_cache) {
   // A case's derived cases (another page layout, chunking or sub-batch: the
   // metamorphic invariants) hold the same sequences, and the spec's default
   // target is this reference: without the cache each derived case
   // recomputed full attention, O(tokens^2) per sequence (a third of the
-  // kvcache fuzzer's time). Kept like the sequences' data, a few at a time.
-  static Recent<OutputKey, std::vector<double>, 16> recent;
+  // kvcache fuzzer's time). Kept like the sequences' data, a few at a time,
+  // by what a sequence's outputs depend on: its data key (one cache per
+  // arithmetic type T).
+  static Recent<DataKey, std::vector<double>, 16> recent;
   const ChannelRanges scales = int8_cache ? int8_scales(c) : ChannelRanges{};
   Result r;
   r.int8_cache = int8_cache;
@@ -329,9 +323,7 @@ Result recompute(const Case& c, bool int8_cache) {
       return std::make_shared<const std::vector<double>>(recompute_sequence<T>(c, *data, b));
     };
     const size_t elements = data->q.size() + data->k.size() + data->v.size();
-    r.out.push_back(elements > kMaxRecentElements
-                        ? *make()
-                        : *recent.get(OutputKey{data_key(c, b, true), std::is_same_v<T, double>}, make));
+    r.out.push_back(elements > kMaxRecentElements ? *make() : *recent.get(data_key(c, b, true), make));
   }
   return r;
 }
