@@ -443,14 +443,17 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
   if (report.status != RunStatus::passed) return report;
 
   // Health checks: a green run must have checked what it claims.
-  // How to narrow the domain to what the target takes: the example names
-  // this family's dtype key when it has one.
-  std::string key;
-  for (const char* k : {"dtypes", "dtype"})
-    for (const auto& f : spec.family->domain_schema())
-      if (key.empty() && f.key == k) key = k;
-  const std::string example =
-      key.empty() ? "--domain '{KEY: VALUE}'" : fmt::format("--domain '{{{}: [...]}}'", key);
+  // How to narrow the domain to what the target takes (for the advice of a
+  // failed check only): the example names this family's dtype key when it
+  // has one.
+  auto narrow_example = [&] {
+    std::string key;
+    for (const char* k : {"dtypes", "dtype"})
+      for (const auto& f : spec.family->domain_schema())
+        if (key.empty() && f.key == k) key = k;
+    return key.empty() ? std::string("--domain '{KEY: VALUE}'")
+                       : fmt::format("--domain '{{{}: [...]}}'", key);
+  };
   const double declined_share = report.trials ? double(report.declined) / double(report.trials) : 0;
   if (declined_share > kMaxDeclinedShare && !suppressed(run, "declined")) {
     report.health.push_back(
@@ -459,7 +462,7 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
                      "the target supports (e.g. prop_runner {}; --list --spec shows the keys), or add run: "
                      "{{suppress_health_check: [declined]}}",
                      100 * declined_share, report.declined, report.trials,
-                     top_reasons(report.decline_reasons), example)});
+                     top_reasons(report.decline_reasons), narrow_example())});
   }
   for (auto& r : report.invariants) {
     if (r.status != InvariantStatus::gave_up) continue;
@@ -483,7 +486,7 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
       advice += fmt::format(
           "; if the {} case(s) the target declined ({}) are the ones it observes, narrow the domain to what "
           "the target takes (prop_runner {}), and it is reported n/a",
-          r.declined, top_reasons(report.decline_reasons), example);
+          r.declined, top_reasons(report.decline_reasons), narrow_example());
     report.health.push_back(
         {"discarded",
          fmt::format("invariant {} checked {} case(s) and discarded {} ({}); {}{}", r.name, r.passed,
