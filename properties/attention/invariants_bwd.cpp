@@ -278,6 +278,7 @@ Verdict finite_differences(T& t, const Values& p) {
       const size_t kv = kv_base(s, r.b, r.h);
       for (int j = 0; j < s.nk; ++j)
         sensitivity = std::max(sensitivity, std::fabs(c.k[(kv + j) * s.dim + d]));
+      fill_parts(c, r);  // its value parts: Q moves only its scores
     } else {
       const size_t bh = at / size_t(s.dim) / size_t(s.nk);
       const int b = int(bh / size_t(s.heads_kv)), kvh = int(bh % size_t(s.heads_kv));
@@ -285,6 +286,10 @@ Verdict finite_differences(T& t, const Values& p) {
       for (int h = kvh * s.group(); h < (kvh + 1) * s.group(); ++h)
         for (int i = 0; i < s.nq; ++i) {
           if (which == 1) sensitivity = std::max(sensitivity, std::fabs(c.q[q_row(s, b, h, i) * s.dim + d]));
+          // A row that does not see the key has the same loss at every
+          // offset (its s_j is -inf, so p_j = 0): it adds nothing to the
+          // differences and is left out of them and of their rounding.
+          if (!visible(c, b, i, key)) continue;
           RowParts& r = use_row(b, h, i);
           if (!keep) {
             fill_parts(c, r);
@@ -308,7 +313,8 @@ Verdict finite_differences(T& t, const Values& p) {
       double abs_rows = 0;
       for (size_t k = 0; k < used; ++k) {
         RowParts& r = rows[k];
-        if (which == 0) fill_parts(c, r);
+        if (which == 0)
+          for (int j = 0; j < s.nk; ++j) score_part(c, r, j);
         if (which == 1) score_part(c, r, key);
         if (which == 2) value_part(c, r, key);
         const Loss l = row_loss(r, key);
