@@ -112,7 +112,17 @@ void remove_stale_temps(const fs::path& dir) {
 
 void write_file_atomic(const std::string& path, const std::string& contents) {
   static std::atomic<int> counter{0};
-  const fs::path target(path);
+  // Written through a symbolic link (the link stays); a FIFO, device or
+  // socket is no file to replace.
+  std::error_code ec0;
+  fs::path target(path);
+  if (fs::symlink_status(target, ec0).type() == fs::file_type::symlink) {
+    target = fs::weakly_canonical(target, ec0);
+    if (ec0) throw InputError({path, 0, 0}, "cannot resolve the link: " + ec0.message());
+  }
+  const fs::file_type type = fs::status(target, ec0).type();
+  if (type != fs::file_type::not_found && type != fs::file_type::regular && type != fs::file_type::none)
+    throw InputError({path, 0, 0}, "is not a regular file");
   if (target.has_parent_path()) {
     std::error_code ec;
     fs::create_directories(target.parent_path(), ec);
@@ -260,10 +270,17 @@ std::vector<std::string> list_corpus(const std::string& path) {
   std::error_code ec;
   if (fs::is_regular_file(path, ec)) return {path};
   if (!fs::is_directory(path, ec)) throw InputError({path, 0, 0}, "no such corpus file or folder");
-  for (const auto& e : fs::recursive_directory_iterator(path)) {
-    const auto name = e.path().filename().string();
-    if (e.is_regular_file() && e.path().extension() == ".yaml" && name[0] != '.')
-      out.push_back(e.path().string());
+  try {
+    for (const auto& e : fs::recursive_directory_iterator(path)) {
+      const auto name = e.path().filename().string();
+      // A .yaml that cannot be resolved (a link loop, a dangling link) is
+      // listed too: reading it reports why, as for any unreadable file.
+      const bool regular = e.is_regular_file(ec);
+      if ((regular || ec) && e.path().extension() == ".yaml" && name[0] != '.')
+        out.push_back(e.path().string());
+    }
+  } catch (const fs::filesystem_error& err) {
+    throw InputError({path, 0, 0}, fmt::format("cannot list the corpus folder: {}", err.code().message()));
   }
   std::sort(out.begin(), out.end());
   return out;

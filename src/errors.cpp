@@ -10,15 +10,41 @@ std::string Mark::str() const {
   return file + ":" + std::to_string(line) + ":" + std::to_string(col);
 }
 
-// Length of the valid UTF-8 sequence starting at s[i] (0: not valid there).
+// Length of the valid UTF-8 sequence starting at s[i] (0: not valid there):
+// RFC 3629's table, so no overlong form, surrogate or code point past U+10FFFF.
 static size_t utf8_length(const std::string& s, size_t i) {
   const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
   const unsigned char c = b(i);
-  const size_t n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
+  if (c < 0x80) return 1;
+  const size_t n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 && c < 0xf0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
   if (n == 0 || i + n > s.size()) return 0;
-  for (size_t k = 1; k < n; ++k)
+  // The second byte's range where the first narrows it.
+  const unsigned char lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
+  const unsigned char hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+  if (b(i + 1) < lo || b(i + 1) > hi) return 0;
+  for (size_t k = 2; k < n; ++k)
     if ((b(i + k) & 0xc0) != 0x80) return 0;
   return n;
+}
+
+std::string valid_utf8(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = utf8_length(text, i);
+    out += n ? text.substr(i, n) : "\xEF\xBF\xBD";  // U+FFFD for a byte that is not UTF-8
+    i += n ? n : 1;
+  }
+  return out;
+}
+
+std::optional<size_t> invalid_utf8_at(const std::string& text) {
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = utf8_length(text, i);
+    if (n == 0) return i;
+    i += n;
+  }
+  return std::nullopt;
 }
 
 // Errors are one line of readable text whatever the input held: control

@@ -235,7 +235,7 @@ std::string list_json(const Spec* spec) {
                  {"outputs", std::move(outputs)},
                  {"reads_not_declared", std::move(undeclared)},
                  {"unchecked_outputs", unchecked_outputs(*spec)}})
-               .dump(2) +
+               .dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
            "\n";
   }
   json families = json::array();
@@ -261,7 +261,7 @@ std::string list_json(const Spec* spec) {
                     {"families", std::move(families)},
                     {"declared_families", std::move(declared)},
                     {"functions", std::move(functions)}};
-  return out.dump(2) + "\n";
+  return out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace kprop

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -90,14 +91,18 @@ std::optional<uint64_t> parse_seed(const std::string& text) {
 
 // A number flag's check: CLI11's PositiveNumber names its range with three
 // hundred digits; this says what the flag takes.
-CLI::Validator number_in(double lo, bool lo_open, double hi, const std::string& what) {
+// `whole`: an integer option; its text is rewritten as the integer (1e6 ->
+// 1000000) for CLI11's conversion, which reads no exponent.
+CLI::Validator number_in(double lo, bool lo_open, double hi, const std::string& what, bool whole = false) {
   return CLI::Validator(
       [=](std::string& text) -> std::string {
         double v = 0;
         const char* end = text.data() + text.size();
         const auto [p, ec] = std::from_chars(text.data(), end, v);
-        if (ec != std::errc() || p != end || !std::isfinite(v) || (lo_open ? v <= lo : v < lo) || v > hi)
+        if (ec != std::errc() || p != end || !std::isfinite(v) || (lo_open ? v <= lo : v < lo) || v > hi ||
+            (whole && v != std::floor(v)))
           return fmt::format("'{}' is not {}", text, what);
+        if (whole) text = fmt::format("{}", static_cast<int64_t>(v));
         return "";
       },
       what);
@@ -148,17 +153,32 @@ std::string default_corpus_dir(const std::string& spec_path) {
 }
 
 // That `path` can be written (its folder made, a file created in it), with
-// the file itself untouched until the report is.
+// nothing left behind: the folders this check makes are removed again (the
+// report makes them when it is written), and the file is untouched until then.
 void check_writable(const std::string& flag, const std::string& path) {
   const fs::path target(path), dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   const auto fail = [&](const std::string& why) { throw InputError({}, flag + " " + path + ": " + why); };
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) fail("cannot create its folder: " + ec.message());
   if (fs::is_directory(target, ec)) fail("is a folder");
+  if (fs::exists(target, ec) && !fs::is_regular_file(target, ec))
+    fail("is not a regular file (the report replaces the file at the path)");
+  std::vector<fs::path> made;  // deepest first
+  for (fs::path p = dir; !p.empty() && !fs::exists(p, ec); p = p.parent_path()) made.push_back(p);
+  const auto unmake = [&] {
+    std::error_code ignore;
+    for (const auto& p : made) fs::remove(p, ignore);
+  };
+  fs::create_directories(dir, ec);
+  if (ec) {
+    const std::string why = ec.message();
+    unmake();
+    fail("cannot create its folder: " + why);
+  }
   const fs::path probe = dir / fmt::format(".{}.probe-{}", target.filename().string(), getpid());
-  if (!std::ofstream(probe)) fail("cannot write in its folder");
+  const bool writable = static_cast<bool>(std::ofstream(probe));
   fs::remove(probe, ec);
+  unmake();
+  if (!writable) fail("cannot write in its folder");
 }
 
 int run(const Config& cfg) {
@@ -299,10 +319,7 @@ int run(const Config& cfg) {
                          fmt::format("--mutants: family {} of spec {} has no mutants to run",
                                      spec.family->name(), spec.name));
       const auto rows = run_mutants(spec, options);
-      for (const auto& r : rows) {
-        if (!r.killed && r.report.status != RunStatus::skipped) code = 1;
-        if (r.report.status == RunStatus::interrupted) code = 130;
-      }
+      code = mutants_exit_code(rows);
       text = text_reporter->mutants(spec, rows);
       formatted = reporter->mutants(spec, rows);
     } else {
@@ -343,10 +360,10 @@ int main(int argc, char** argv) {
                  "oracle of the comparative invariants (default: the spec's reference): an implementation, "
                  "plugin:PATH or exec:COMMAND, which is called with f64 tensors");
   app.add_option("--seed", cfg.seed, "seed (default: the spec's; 0 or none draws a fresh one)");
-  const auto count = number_in(1, false, 1e9, "a whole number in [1, 1e9]");
+  const auto count = number_in(1, false, 1e9, "a whole number in [1, 1e9]", true);
   const auto seconds = number_in(0, false, 1e7, "a number of seconds in [0, 1e7]");
   const auto timeout = number_in(0, true, 1e7, "a number of seconds in (0, 1e7]");
-  app.add_option("--trials", cfg.trials, "cases to draw")->check(count);
+  app.add_option("--trials", cfg.trials, "cases to draw")->transform(count);
   app.add_option("--time", cfg.time, "time budget in seconds; 0: no time limit (--fuzz: until Ctrl-C)")
       ->check(seconds);
   app.add_option("--case-timeout", cfg.case_timeout,
@@ -356,7 +373,7 @@ int main(int argc, char** argv) {
                "after the random cases, hill-climb from those with the highest error/allowed ratio toward a "
                "failure (run.search; budget: run.search.trials, run.search.time_budget_s)");
   app.add_option("--search-trials", cfg.search_trials, "cases the search may run (implies --search)")
-      ->check(count);
+      ->transform(count);
   app.add_option("--invariant", cfg.invariants, "check only these invariants (repeatable)");
   app.add_option(
       "--format", cfg.format,
@@ -389,7 +406,7 @@ int main(int argc, char** argv) {
   app.add_option("--jobs", cfg.jobs,
                  "processes: property runs, --mutants and --replay of a folder check cases on N processes "
                  "with the verdicts of --jobs 1 (default: all cores); --fuzz: libFuzzer -fork=N (default 1)")
-      ->check(number_in(1, false, 4096, "a whole number of processes in [1, 4096]"));
+      ->transform(number_in(1, false, 4096, "a whole number of processes in [1, 4096]", true));
   app.add_option("--work", cfg.work, "--fuzz: work folder for coverage corpora and crash inputs");
   app.add_option("--fuzzer-dir", cfg.fuzzer_dir,
                  "--fuzz: folder with fuzz_<spec> harnesses (default: fuzz/ beside prop_runner)");

@@ -250,8 +250,11 @@ class TextReporter final : public Reporter {
           by && by->counterexample ? by->counterexample->stats.summary : "");
     }
     if (stats_) out += kill_matrix_text(rows);
-    out += fmt::format("{}: {} of {} mutants killed\n",
-                       killed == static_cast<int>(rows.size()) ? "PASSED" : "FAILED", killed, rows.size());
+    if (mutants_skipped(rows))
+      out += fmt::format("SKIPPED: none of the {} mutants could run here\n", rows.size());
+    else
+      out += fmt::format("{}: {} of {} mutants killed\n",
+                         killed == static_cast<int>(rows.size()) ? "PASSED" : "FAILED", killed, rows.size());
     return out;
   }
 
@@ -398,7 +401,9 @@ nlohmann::json to_json(const RunReport& r) {
 
 class JsonReporter final : public Reporter {
  public:
-  std::string run(const RunReport& r) const override { return to_json(r).dump(2) + "\n"; }
+  std::string run(const RunReport& r) const override {
+    return to_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  }
   std::string mutants(const Spec& spec, const std::vector<MutantRow>& rows) const override {
     nlohmann::json j = {{"spec", spec.name}, {"family", spec.family->name()}};
     if (!spec.profile.empty()) j["profile"] = spec.profile;
@@ -413,7 +418,8 @@ class JsonReporter final : public Reporter {
                               {"run", to_json(row.report)}});
     }
     j["all_killed"] = all;
-    return j.dump(2) + "\n";
+    j["skipped"] = mutants_skipped(rows);  // no mutant could run here
+    return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   }
   std::string replay(const Spec& spec, const std::vector<ReplayRow>& rows) const override {
     nlohmann::json j = {{"spec", spec.name},
@@ -433,7 +439,7 @@ class JsonReporter final : public Reporter {
                             {"mutant_checked", row.mutant_checked},
                             {"mutant_still_fails", row.mutant_still_fails},
                             {"mutant_detail", row.mutant_detail}});
-    return j.dump(2) + "\n";
+    return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   }
 };
 
@@ -488,6 +494,13 @@ class JunitReporter final : public Reporter {
           "type=\"{}\">{}</error>\n    </testcase>\n",
           svg::escape(name), svg::escape("target " + r.crash->kind), r.seconds, svg::escape(r.crash->message),
           svg::escape(r.crash->kind), finding_body(*r.crash, r.seed));
+    }
+    if (r.status == RunStatus::interrupted) {  // a run cut short is no pass: its own error
+      ++errors, ++extra;
+      cases += fmt::format(
+          "    <testcase classname=\"{}\" name=\"run interrupted\" time=\"{:.3f}\">\n      <error "
+          "message=\"{}\" type=\"interrupted\"/>\n    </testcase>\n",
+          svg::escape(name), r.seconds, svg::escape(r.detail));
     }
     for (const auto& h : r.health) {
       if (h.check == "discarded") continue;  // reported on its invariant

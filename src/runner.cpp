@@ -289,7 +289,8 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
   std::optional<WorkerPool> pool;
   if (jobs > 1) pool.emplace(jobs, shard_cases, std::max(64 * jobs, 256), job_setup, alive_note());
 
-  int64_t nth = -1;  // the case's index in this shard
+  int64_t nth = -1;                 // the case's index in this shard
+  std::optional<std::string> lost;  // why the target became unavailable mid-run
   for (int64_t i = 0; any_alive() && i < max_cases; ++i) {
     const rc::Random case_random = stream.split();
     if (i % shards != shard) continue;
@@ -342,13 +343,20 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
         // A declined case is not a verdict: counted apart, with its reason.
         ++report.declined;
         ++report.decline_reasons[r.reason];
+        // For every live invariant but those with a result on this case
+        // already (one that discarded it before the target was asked).
         for (size_t j = 0; j < uses.size(); ++j)
-          if (alive[j]) ++report.invariants[j].declined;
-        if (r.unavailable) {
+          if (alive[j] && std::find(live.begin(), live.begin() + static_cast<std::ptrdiff_t>(n), j) ==
+                              live.begin() + static_cast<std::ptrdiff_t>(n))
+            ++report.invariants[j].declined;
+        if (r.unavailable && report.checked == 0 && report.status != RunStatus::failed) {
           report.status = RunStatus::skipped;
           report.detail = "skipped: " + r.reason;
           return finish();
         }
+        // Unavailable after it ran (a device lost mid-run): the run ends
+        // here, and what it checked before is no pass (a failure stays one).
+        if (r.unavailable) lost = r.reason;
         break;
       }
       if (r.kind == CheckResult::Kind::target_failure && r.failure_kind == "interrupted") break;  // Ctrl-C
@@ -414,11 +422,21 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
       if (report.status == RunStatus::failed && options.stop_on_first_failure) break;
     }
     report.checked += checked;
+    if (lost) break;
     if (search.enabled()) search.offer(case_random, size, the_case(), live, results);
     events.case_done(i + 1, all_trials, size, since(t0));
   }
   finish();
   if (report.status == RunStatus::interrupted) return report;
+  if (lost) {
+    report.detail =
+        fmt::format("the target became unavailable after {} checked case(s): {}", report.checked, *lost);
+    if (report.status == RunStatus::passed) {
+      report.status = RunStatus::gave_up;
+      report.health.push_back({"unavailable", report.detail + "; the rest of the run was not checked"});
+    }
+    return report;
+  }
 
   if (report.trials > 0 && report.declined == report.trials && report.status == RunStatus::passed) {
     report.status = RunStatus::skipped;
@@ -512,6 +530,21 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
 
 }  // namespace
 
+bool mutants_skipped(const std::vector<MutantRow>& rows) {
+  return !rows.empty() && std::all_of(rows.begin(), rows.end(), [](const MutantRow& r) {
+    return r.report.status == RunStatus::skipped;
+  });
+}
+
+int mutants_exit_code(const std::vector<MutantRow>& rows) {
+  int code = 0;
+  for (const auto& r : rows) {
+    if (r.report.status == RunStatus::interrupted) return 130;
+    if (!r.killed) code = 1;
+  }
+  return mutants_skipped(rows) ? 0 : code;
+}
+
 std::vector<MutantRow> run_mutants(const Spec& spec, const RunOptions& options) {
   std::vector<MutantRow> rows;
   for (const auto& impl : spec.family->implementations()) {
@@ -556,7 +589,11 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
     const bool renamed = std::any_of(renamed_specs().begin(), renamed_specs().end(), [&](const auto& r) {
       return r.first == e.spec && r.second == spec.name;
     });
-    if (!e.spec.empty() && e.spec != spec.name && !renamed)
+    if (e.spec.empty())
+      throw InputError({file, 1, 1}, fmt::format("corpus case names no spec (add spec: {} if it is this "
+                                                 "spec's): its domain and invariants are that spec's",
+                                                 spec.name));
+    if (e.spec != spec.name && !renamed)
       throw InputError({file, 0, 0},
                        fmt::format("corpus case is for spec '{}', not '{}'", e.spec, spec.name));
     try {

@@ -4,10 +4,13 @@
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -367,8 +370,10 @@ std::string required_string(const Loader& l, const YAML::Node& root, const std::
   return l.scalar<std::string>(n, key, "a name");
 }
 
+// Names a folder (corpus/<spec>/): at most 100 characters, well inside a
+// file name's 255 bytes.
 bool safe_name(const std::string& s) {
-  if (s.empty() || s[0] == '.') return false;
+  if (s.empty() || s[0] == '.' || s.size() > 100) return false;
   for (char c : s)
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) return false;
   return true;
@@ -392,6 +397,11 @@ void Loader::declared_family(const YAML::Node& root, const YAML::Node& profile_d
         fail(key_node(root, d.key), fmt::format("'{}:' belongs to family: {}", d.key, d.family));
       continue;
     }
+    if (root["domain"])  // a profile's domain: and --domain override the declaration
+      fail(key_node(root, "domain"),
+           fmt::format("family {} declares its domain under '{}:' (its dims, dtypes, attrs); a top-level "
+                       "'domain:' is not read (a profile's domain: or --domain overrides the declaration)",
+                       d.family, d.key));
     const YAML::Node section = root[d.key];
     if (!section || section.IsNull())
       fail(root["family"],
@@ -417,7 +427,8 @@ std::vector<std::string> Loader::profile_names(const YAML::Node& root) const {
   const std::vector<std::string> keys = {"description", "domain", "run", "mutants", "skip_invariants"};
   for (const auto& [name, body] : entries(profiles, "profiles")) {
     if (!safe_name(name))
-      fail(key_of(profiles, name), "profile name '" + name + "' must use letters, digits, '_', '-', '.'");
+      fail(key_of(profiles, name),
+           "profile name '" + name + "' must use letters, digits, '_', '-', '.' (at most 100 of them)");
     if (!body.IsMap())
       fail(body, fmt::format("profile '{}' must be a map with domain: and/or run: overrides", name));
     for (const auto& [key, value] : entries(body, "profile " + name)) {
@@ -473,7 +484,8 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
   spec.name = required_string(*this, root, "spec");
   if (!safe_name(spec.name))
     fail(root["spec"],
-         "spec name '" + spec.name + "' must use letters, digits, '_', '-', '.' (it names corpus/<spec>/)");
+         "spec name '" + spec.name +
+             "' must use letters, digits, '_', '-', '.', at most 100 of them (it names corpus/<spec>/)");
   if (root["description"]) scalar<std::string>(root["description"], "description", "a string");
   spec.profiles = profile_names(root);
   YAML::Node chosen;  // the selected profile's overrides
@@ -552,11 +564,29 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
   {
     const CaseSize largest = spec.family->max_case_bytes(spec.domain);
     const double mb = largest.bytes / (1024.0 * 1024.0);
-    if (mb > double(spec.run.max_case_mb))
-      fail(domain_node,
-           fmt::format("the largest case of this domain needs ~{:.0f} MB ({}), over run.max_case_mb = {}; "
-                       "narrow {} or raise run.max_case_mb",
-                       std::ceil(mb), largest.dims, spec.run.max_case_mb, largest.keys));
+    if (mb > double(spec.run.max_case_mb)) {
+      const std::string why = fmt::format(
+          "the largest case of this domain needs ~{:.0f} MB ({}), over run.max_case_mb = {}; "
+          "narrow {} or raise run.max_case_mb",
+          std::ceil(mb), largest.dims, spec.run.max_case_mb, largest.keys);
+      // Where the size comes from: --domain when it overrides the domain,
+      // else the domain's keys (a declared op's `op.dims`).
+      if (cli_domain.IsMap() && cli_domain.size() > 0)
+        throw InputError({"--domain", cli_domain.Mark().line + 1, cli_domain.Mark().column + 1}, why);
+      YAML::Node at = domain_node;
+      if (!(chosen && chosen["domain"]) && !root["domain"] && largest.keys.find(' ') == std::string::npos) {
+        YAML::Node walk = root;  // along the dotted key, e.g. op then dims
+        for (size_t from = 0; walk && from <= largest.keys.size();) {
+          const size_t dot = std::min(largest.keys.find('.', from), largest.keys.size());
+          const YAML::Node here = walk;
+          walk.reset(here.IsMap() ? here[largest.keys.substr(from, dot - from)]
+                                  : YAML::Node(YAML::NodeType::Undefined));
+          from = dot + 1;
+        }
+        if (walk) at.reset(walk);
+      }
+      fail(at, why);
+    }
   }
 
   const auto& invariants = spec.family->invariants();
@@ -651,10 +681,24 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
 }  // namespace
 
 namespace {
+// YAML is Unicode: a byte that is not UTF-8 (a Latin-1 name, a binary file)
+// would reach names, reports and JSON as it is.
+void require_utf8(const std::string& text, const std::string& path) {
+  const std::optional<size_t> at = invalid_utf8_at(text);
+  if (!at) return;
+  const size_t newline = text.rfind('\n', *at);
+  const size_t start = newline == std::string::npos ? 0 : newline + 1;
+  const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(start), '\n');
+  throw InputError({path, static_cast<int>(line), static_cast<int>(*at - start) + 1},
+                   fmt::format("byte 0x{:02X} is not UTF-8; the text must be UTF-8",
+                               static_cast<unsigned>(static_cast<unsigned char>(text[*at]))));
+}
+
 // --domain's text as a map of domain keys, each checked against the
 // family's schema on its own (errors point into the option's text; a family
 // declared by the spec itself is checked with the rest of the spec).
 YAML::Node cli_domain(const std::string& text, const YAML::Node& root, const std::string& path) {
+  require_utf8(text, "--domain");
   YAML::Node node;
   try {
     node = YAML::Load(text);
@@ -665,7 +709,9 @@ YAML::Node cli_domain(const std::string& text, const YAML::Node& root, const std
   if (!node.IsMap())
     cli.fail(node, "expected a map of domain keys, e.g. --domain '{dtypes: [f32], dim: [64, 128]}'");
   if (node.size() == 0) return node;  // '{}': nothing to override (as no --domain)
-  const std::string family = root["family"] && root["family"].IsScalar() ? root["family"].Scalar() : "";
+  // (A spec that is no map fails its own check when it loads.)
+  const std::string family =
+      root.IsMap() && root["family"] && root["family"].IsScalar() ? root["family"].Scalar() : "";
   if (const Family* f = Registry::instance().find(family)) {
     Values unused;
     cli.parse_fields(node, f->domain_schema(), "", "the domain of " + path, unused);
@@ -677,9 +723,16 @@ YAML::Node cli_domain(const std::string& text, const YAML::Node& root, const std
 
 Spec parse_spec(const std::string& text, const std::string& path, const std::string& profile,
                 const std::string& domain_overrides) {
+  require_utf8(text, path);
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    // One document: a second (after ---) would be ignored silently.
+    const std::vector<YAML::Node> docs = YAML::LoadAll(text);
+    if (!docs.empty()) root = docs[0];
+    for (size_t k = 1; k < docs.size(); ++k)
+      if (!docs[k].IsNull())
+        throw InputError({path, docs[k].Mark().line + 1, docs[k].Mark().column + 1},
+                         "a second YAML document; a spec file holds one");
   } catch (const YAML::ParserException& e) {
     throw InputError({path, e.mark.line + 1, e.mark.column + 1}, "invalid YAML: " + e.msg);
   }
@@ -702,6 +755,8 @@ Spec parse_spec(const std::string& text, const std::string& path, const std::str
       auto shared = std::make_shared<const Spec>(p);
       for (const auto& item : list) {
         const std::string m = loader.scalar<std::string>(item, "mutants", "a mutant name");
+        if (mutants.empty())
+          loader.fail(item, fmt::format("profile {}: family {} has no mutants", name, p.family->name()));
         if (std::find(mutants.begin(), mutants.end(), m) == mutants.end())
           loader.fail(item, fmt::format("profile {}: '{}' is no mutant of family {}{}", name, m,
                                         p.family->name(), suggestion(m, mutants)));

@@ -5,9 +5,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kprop/errors.h"
+
 namespace kprop::svg {
 
-std::string escape(std::string_view text) {
+std::string escape(std::string_view raw) {
+  // A worker's message may hold bytes that are not UTF-8; XML may not.
+  const std::string text = valid_utf8(std::string(raw));
   std::string out;
   out.reserve(text.size());
   for (char c : text) {

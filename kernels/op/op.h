@@ -60,6 +60,7 @@ struct DimDecl {
   bool valid(int64_t v) const;                         // the generator could draw v
   std::vector<int64_t> values_below(int64_t v) const;  // valid values < v, smallest first
   int64_t smallest() const;                            // the least valid value
+  int64_t largest() const;                             // the greatest valid value
 };
 
 // A relation between two dims (op.relations): `a OP b`, always; or, for

@@ -122,6 +122,16 @@ std::vector<int64_t> DimDecl::values_below(int64_t v) const {
   return out;
 }
 
+// Without listing the values: a range may hold 2^24 of them.
+int64_t DimDecl::largest() const {
+  int64_t best = -1;
+  for (int64_t o : one_of)
+    if (valid(o)) best = std::max(best, o);
+  if (one_of.empty() && hi / multiple_of * multiple_of >= lo) best = hi / multiple_of * multiple_of;
+  if (best < 0) throw std::logic_error("op: dim " + name + " has no valid value");
+  return best;
+}
+
 int64_t DimDecl::smallest() const {
   const auto below = values_below(hi + 1);
   if (below.empty()) throw std::logic_error("op: dim " + name + " has no valid value");

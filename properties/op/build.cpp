@@ -165,10 +165,11 @@ Case OpFamily::build_case(Draw& draw) const {
               x[k] = std::min(v.b, std::floor(v.a + (v.b - v.a + 1) * w));
               break;
             case ValueKind::large:
-              // Half dtypes: 10^u capped at a quarter of the largest finite
-              // value (f16: 16376), so the tensor spans the top of the range
-              // (x² overflows f16 from |x| = 256 on) without saturating.
-              x[k] = z * (is_half(dt) ? std::min(std::pow(10.0, u), max_finite(dt) / 4) : std::pow(10.0, u));
+              // 10^u capped at a quarter of the dtype's largest finite value
+              // (f16: 16376; f32 past u = 37), so the tensor spans the top of
+              // the range (x² overflows f16 from |x| = 256 on) without
+              // saturating: an input is never inf unless specials say so.
+              x[k] = z * std::min(std::pow(10.0, u), max_finite(dt) / 4);
               break;
             case ValueKind::small:
               x[k] = z * std::pow(10.0, -u);

@@ -141,6 +141,10 @@ AnyCase OpFamily::from_yaml(const YAML::Node& n) const {
   Case c;
   c.decl = decl_;
   c.dtype = read_dtype(n["dtype"]);
+  // The contract's dtypes and structured values (ids in range, exact masks)
+  // hold in a corpus file as in a drawn case: the target relies on them.
+  if (std::find(d.case_dtypes.begin(), d.case_dtypes.end(), c.dtype) == d.case_dtypes.end())
+    case_yaml::fail(n["dtype"], fmt::format("dtype {} is not declared", dtype_name(c.dtype)));
   const YAML::Node dims = n["dims"];
   if (!dims || !dims.IsMap()) case_yaml::fail(dims ? dims : n, "'dims' must be a map {DIM: extent}");
   for (auto it = dims.begin(); it != dims.end(); ++it)
@@ -185,6 +189,10 @@ AnyCase OpFamily::from_yaml(const YAML::Node& n) const {
     if (!t) case_yaml::fail(inputs, "missing input '" + in.name + "'");
     case_yaml::expect_keys(t, {"dtype", "kind", "values"}, "input " + in.name);
     const DType dt = read_dtype(t["dtype"]);
+    if (in.dtypes.empty() ? dt != c.dtype
+                          : std::find(in.dtypes.begin(), in.dtypes.end(), dt) == in.dtypes.end())
+      case_yaml::fail(t["dtype"],
+                      fmt::format("input {} has dtype {}, not declared", in.name, dtype_name(dt)));
     int kind = -1;
     if (!in.floating()) {
       // The first declared kind of that name the values satisfy (kinds of
@@ -216,6 +224,7 @@ AnyCase OpFamily::from_yaml(const YAML::Node& n) const {
         if (check_input(c, i).empty()) break;
         c.kinds[i] = kind;
       }
+    if (const std::string why = check_input(c, i); !why.empty()) case_yaml::fail(t["values"], why);
   }
   return box(std::move(c));
 }

@@ -107,7 +107,12 @@ class Parser {
       if (v["one_of"]) {
         const YAML::Node list = v["one_of"];
         if (!list.IsSequence() || list.size() == 0) fail(list, what + ".one_of must be a non-empty list");
-        for (const auto& e : list) d.one_of.push_back(scalar<int64_t>(e, what + ".one_of", "an integer"));
+        for (const auto& e : list) {
+          const auto o = scalar<int64_t>(e, what + ".one_of", "an integer");
+          if (std::find(d.one_of.begin(), d.one_of.end(), o) != d.one_of.end())
+            fail(e, fmt::format("{}.one_of lists {} twice", what, o));
+          d.one_of.push_back(o);
+        }
       }
       has_range = static_cast<bool>(v["range"]);
       if (has_range) {
@@ -160,7 +165,12 @@ class Parser {
       for (const auto& e : one_of)
         names += e.IsScalar() && !YAML::convert<double>::decode(e, ignored) ? 1 : 0;
       if (names == 0) {
-        for (const auto& e : one_of) a.one_of.push_back(number(e, what + ".one_of"));
+        for (const auto& e : one_of) {
+          const double o = number(e, what + ".one_of");
+          if (std::find(a.one_of.begin(), a.one_of.end(), o) != a.one_of.end())
+            fail(e, fmt::format("{}.one_of lists {} twice", what, o));
+          a.one_of.push_back(o);
+        }
       } else {
         // Named choices: every one a distinct name; the case holds its index.
         for (const auto& e : one_of) {
@@ -181,9 +191,13 @@ class Parser {
       if (a.lo > a.hi)
         fail(range, fmt::format("{} is an inverted range [{}, {}]: lo must be <= hi", what, a.lo, a.hi));
     }
+    // Whole numbers within ±2^53: exact in the double the case holds, and in the int64 it is sent as.
     if (a.integer)
-      for (double o : a.one_of.empty() ? std::vector<double>{a.lo, a.hi} : a.one_of)
+      for (double o : a.one_of.empty() ? std::vector<double>{a.lo, a.hi} : a.one_of) {
         if (o != std::floor(o)) fail(v, fmt::format("{} is an integer attr; {} is not an integer", what, o));
+        if (std::fabs(o) > 0x1p53)
+          fail(v, fmt::format("{} is an integer attr; {} is outside [-2^53, 2^53]", what, o));
+      }
     return a;
   }
 
@@ -206,6 +220,7 @@ class Parser {
   std::vector<std::string> shape(const YAML::Node& n, const std::string& what, const Decl& d) const {
     if (!n) fail(n, what + " needs shape: [dims]");
     if (!n.IsSequence()) fail(n, what + ".shape must be a list of dim names or integers");
+    if (n.size() > 16) fail(n, fmt::format("{}.shape has {} axes; a shape has at most 16", what, n.size()));
     std::vector<std::string> out;
     for (const auto& e : n) {
       const std::string s = scalar<std::string>(e, what + ".shape", "a dim name or an integer");
@@ -213,7 +228,9 @@ class Parser {
         const auto v = whole_number(s);
         if (!v)
           fail(e, fmt::format("{}: shape names undeclared dim '{}'{}", what, s, suggestion(s, dim_names(d))));
-        if (*v < 1) fail(e, fmt::format("{}: a fixed extent must be >= 1 (got {})", what, *v));
+        if (*v < 1 || *v > (int64_t{1} << 24))
+          fail(e,
+               fmt::format("{}: a fixed extent must be in [1, 2^24], as a dim's range (got {})", what, *v));
       }
       out.push_back(s);
     }
@@ -427,7 +444,10 @@ class Parser {
           const auto found = std::find(names.begin(), names.end(), v);
           if (found == names.end())
             fail(e, fmt::format("{}: unknown special value '{}'{}", w, v, suggestion(v, names)));
-          s.values.push_back(static_cast<Special>(found - names.begin()));
+          const auto special = static_cast<Special>(found - names.begin());
+          if (std::find(s.values.begin(), s.values.end(), special) != s.values.end())
+            fail(e, fmt::format("{}.values lists '{}' twice", w, v));
+          s.values.push_back(special);
         }
       }
     }

@@ -374,29 +374,45 @@ std::string Traits::in_domain(const Case& c, const Values&) {
   return check_structured(c);
 }
 
+namespace {
+
+// Elements of a tensor of extents `ext`, in double: the largest shape a
+// declaration allows may hold more than int64 counts.
+double elements(const std::vector<int64_t>& ext) {
+  double n = 1;
+  for (int64_t e : ext) n *= static_cast<double>(e);
+  return n;
+}
+
+// Inputs once; outputs four times (target, reference, naive, a derived case's).
+double case_bytes_at(const Decl& d, const std::vector<int64_t>& dims, double input_elements) {
+  double n = input_elements;
+  for (const auto& o : d.outputs) n += 4.0 * elements(d.extents(o.shape, dims));
+  return 8 * n;
+}
+
+}  // namespace
+
 double Traits::case_bytes(const Case& c) {
-  // Inputs once; outputs four times (target, reference, naive, a derived case's).
-  const Decl& d = *c.decl;
   double n = 0;
   for (const auto& x : c.inputs) n += static_cast<double>(x.size());
-  for (const auto& o : d.outputs) n += 4.0 * static_cast<double>(count(d.extents(o.shape, c.dims)));
-  return 8 * n;
+  return case_bytes_at(*c.decl, c.dims, n);
 }
 
 CaseSize Traits::max_case_bytes(const Values&) {
   return {};
 }
 
+// Computed, not built: a case at the dims' upper ends may not fit in memory.
 CaseSize OpFamily::max_case_bytes(const Values&) const {
-  Case c;
-  c.decl = decl_;
-  for (const auto& dim : decl_->dims) c.dims.push_back(dim.values_below(dim.hi + 1).back());
-  for (const auto& in : decl_->inputs)
-    c.inputs.emplace_back(static_cast<size_t>(count(decl_->extents(in.shape, c.dims))));
+  std::vector<int64_t> dims;
+  for (const auto& dim : decl_->dims) dims.push_back(dim.largest());
+  double n = 0;
+  for (const auto& in : decl_->inputs) n += elements(decl_->extents(in.shape, dims));
   std::vector<std::string> parts;
-  for (size_t k = 0; k < c.dims.size(); ++k)
-    parts.push_back(fmt::format("{} {}", decl_->dims[k].name, c.dims[k]));
-  return {Traits::case_bytes(c), join(parts, " x "), "op.dims"};
+  for (size_t k = 0; k < dims.size(); ++k)
+    parts.push_back(fmt::format("{} {}", decl_->dims[k].name, dims[k]));
+  return {case_bytes_at(*decl_, dims, n), join(parts, " x "), "op.dims"};
 }
 
 CaseStats Traits::stats(const Case& c) {

@@ -2,6 +2,8 @@
 // ("file:line:col") when one exists, so the CLI can print one clear line.
 #pragma once
 
+#include <cstddef>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -73,6 +75,10 @@ std::string closest_match(const std::string& word, const std::vector<std::string
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
 // did_you_mean, then "; valid: " and every candidate.
 std::string suggestion(const std::string& word, const std::vector<std::string>& valid);
+// The offset of the first byte of `text` that is not UTF-8 (RFC 3629), or none.
+std::optional<size_t> invalid_utf8_at(const std::string& text);
+// `text` with each byte that is not UTF-8 replaced by U+FFFD (for XML and JSON output).
+std::string valid_utf8(const std::string& text);
 // "a, b, c" for error messages listing valid choices.
 std::string join(const std::vector<std::string>& items, const std::string& sep = ", ");
 

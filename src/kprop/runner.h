@@ -264,6 +264,12 @@ struct MutantRow {
   std::string killed_by;
 };
 std::vector<MutantRow> run_mutants(const Spec& spec, const RunOptions& options);
+// No mutant could run here (each run skipped: no CUDA device for the
+// reference, say): the mutants run is SKIPPED, not failed, and not passed.
+bool mutants_skipped(const std::vector<MutantRow>& rows);
+// What --mutants exits with: 0 every mutant killed (or all skipped), 1 one
+// survived or was not run, 130 interrupted.
+int mutants_exit_code(const std::vector<MutantRow>& rows);
 
 // --replay: each corpus file on the spec's target (every invariant must hold)
 // and, when found_against is a registered mutant, on that mutant (the

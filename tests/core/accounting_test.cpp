@@ -111,6 +111,47 @@ TEST(Accounting, UnavailableTargetIsSkippedAtOnce) {
   EXPECT_NE(text.find("SKIPPED: nothing was checked"), std::string::npos) << text;
 }
 
+// A target that becomes unavailable after it ran (a device lost mid-run)
+// ends the run, and the run is no skip: what it checked before is not a
+// pass (a health-check failure), and what failed before stays a failure.
+// (It was SKIPPED, exit 0, with the failures dropped from the report.)
+TEST(Accounting, ATargetLostMidRunIsNoPassAndNoSkip) {
+  TempDir dir;
+  const Spec spec = toy_spec("invariants: [matches_reference]\n");
+  const RunReport lost = run_spec(spec, options("loses_device", dir));
+  EXPECT_EQ(lost.status, RunStatus::gave_up) << lost.detail;
+  EXPECT_GT(lost.checked, 0);
+  ASSERT_EQ(lost.health.size(), 1u);
+  EXPECT_EQ(lost.health[0].check, "unavailable");
+  EXPECT_NE(lost.health[0].message.find("became unavailable after"), std::string::npos)
+      << lost.health[0].message;
+  EXPECT_NE(make_reporter("text")->run(lost).find("HEALTH CHECK FAILED (unavailable)"), std::string::npos);
+
+  const RunReport failed = run_spec(spec, options("wrong_then_lost", dir));
+  EXPECT_EQ(failed.status, RunStatus::failed) << failed.detail;
+  EXPECT_EQ(exit_code(failed.status), 1);
+  ASSERT_TRUE(failed.invariants[0].counterexample);
+  const std::string xml = make_reporter("junit")->run(failed);
+  EXPECT_NE(xml.find("failures=\"1\""), std::string::npos) << xml;
+}
+
+// only_long_lists discards a case before the target runs; the target then
+// declines it for matches_reference. The case is that invariant's discard,
+// not also its decline. (It was both: an invariant's discards, declines and
+// passes added up to more than the cases drawn.)
+TEST(Accounting, ACaseDiscardedBeforeTheTargetDeclinedItCountsOnce) {
+  TempDir dir;
+  const Spec spec = toy_spec("invariants: [only_long_lists, matches_reference]\n",
+                             "{trials: 50, seed: 5, max_discard_ratio: 20, "
+                             "suppress_health_check: [declined, discarded]}");
+  const RunReport r = run_spec(spec, options("declines_short", dir));
+  const InvariantReport& discarding = r.invariants[0];
+  EXPECT_GT(r.declined, 0);
+  EXPECT_GT(discarding.discarded, 0);
+  EXPECT_LE(discarding.passed + discarding.discarded + discarding.declined, r.trials);
+  EXPECT_EQ(discarding.declined, 0);
+}
+
 TEST(Accounting, AnInvariantThatCheckedNothingNeverPasses) {
   TempDir dir;
   // only_long_lists discards every case the domain can make.

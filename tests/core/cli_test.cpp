@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -181,6 +182,47 @@ TEST(Cli, JsonReportToFile) {
   const auto j = nlohmann::json::parse(in);
   EXPECT_EQ(j["status"], "passed");
   EXPECT_EQ(j["invariants"].size(), kprop::load_spec(kSpec).invariants.size());  // one entry per invariant
+}
+
+// --out writes through a link and refuses what is no regular file; a run
+// that fails before its report leaves no folder --out would have needed.
+TEST(Cli, OutWritesThroughALinkRefusesAFifoAndLeavesNoFolders) {
+  const fs::path dir = temp("out-kinds");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "real.json") << "old";
+  fs::create_symlink("real.json", dir / "link.json");
+  const std::string args = "--spec " + kSpec + " --seed 3 --trials 5 --no-corpus --format json --out ";
+  EXPECT_EQ(run(args + (dir / "link.json").string()).code, 0);
+  EXPECT_TRUE(fs::is_symlink(dir / "link.json"));
+  std::ifstream in(dir / "real.json");
+  EXPECT_EQ(nlohmann::json::parse(in)["status"], "passed");
+  ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
+  const CliRun fifo = run(args + (dir / "fifo").string());
+  EXPECT_EQ(fifo.code, 2) << fifo.out;
+  EXPECT_NE(fifo.out.find("fifo: is not a regular file"), std::string::npos) << fifo.out;
+  const CliRun bad = run(args + (dir / "new/a/b/report.json").string() + " --target nope");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_FALSE(fs::exists(dir / "new")) << bad.out;
+  fs::remove_all(dir);
+}
+
+// Whole-number options read what the range they name reads (1e2), and say
+// so of a fraction; a corpus file must name its spec.
+TEST(Cli, WholeNumbersAndCorpusFilesWithoutASpec) {
+  EXPECT_EQ(run("--spec " + kSpec + " --seed 3 --trials 1e1 --jobs 1 --no-corpus").code, 0);
+  const CliRun half = run("--spec " + kSpec + " --jobs 1.5 --no-corpus");
+  EXPECT_EQ(half.code, 2);
+  EXPECT_NE(half.out.find("--jobs: '1.5' is not a whole number of processes in [1, 4096]"), std::string::npos)
+      << half.out;
+  const fs::path file = temp("nospec.yaml");
+  std::ofstream(file)
+      << "kprop_corpus: 1\nfamily: dflash\ncase:\n  prompt: [1]\n  model: {vocab: 3, d_model: "
+         "4, layers: 1, heads: 1, seed: 1}\n  cycles: []\n";
+  const CliRun r = run("--spec " + kSpec + " --replay " + file.string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("nospec.yaml:1:1: corpus case names no spec (add spec: dflash"), std::string::npos)
+      << r.out;
 }
 
 // The replay command carries the --profile and --domain the run had: which
@@ -371,11 +413,11 @@ TEST(Cli, OneInterruptDeliveredTwiceStillReports) {
 
 TEST(Cli, CorruptCorpusFileExitsTwoNamingTheFile) {
   const fs::path bad = temp("broken.yaml");
-  std::ofstream(bad)
-      << "kprop_corpus: 1\nfamily: dflash\ncase:\n  prompt: [1]\n  model: {vocab: 3}\n  cycles: []\n";
+  std::ofstream(bad) << "kprop_corpus: 1\nspec: dflash\nfamily: dflash\ncase:\n  prompt: [1]\n  model: "
+                        "{vocab: 3}\n  cycles: []\n";
   const CliRun r = run("--spec " + kSpec + " --replay " + bad.string());
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_NE(r.out.find("broken.yaml:5:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("broken.yaml:6:"), std::string::npos) << r.out;
 }
 
 TEST(Cli, ListShowsFamiliesImplementationsAndInvariants) {

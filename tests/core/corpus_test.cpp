@@ -3,6 +3,7 @@
 #include "kprop/corpus.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -121,6 +122,32 @@ TEST_F(CorpusTest, ListsFoldersRecursivelyAndSorted) {
   ASSERT_EQ(files.size(), 2u);
   EXPECT_LT(files[0], files[1]);
   EXPECT_THROW(list_corpus((dir_ / "missing").string()), InputError);
+}
+
+// A .yaml link that loops is listed, and reading it says why (it was an
+// internal error while listing the folder).
+TEST_F(CorpusTest, ALinkThatLoopsIsListedAndCannotBeRead) {
+  write_entry(dir_.string(), entry());
+  std::filesystem::create_symlink("loop.yaml", dir_ / "loop.yaml");
+  const auto files = list_corpus(dir_.string());
+  ASSERT_EQ(files.size(), 2u);
+  EXPECT_THROW(read_entry((dir_ / "loop.yaml").string()), InputError);
+}
+
+// Written through a link (the link stays); a FIFO is no file to replace.
+TEST_F(CorpusTest, AtomicWritesGoThroughALinkAndRefuseAFifo) {
+  std::filesystem::create_directories(dir_);
+  write_file_atomic((dir_ / "real.txt").string(), "old");
+  std::filesystem::create_symlink("real.txt", dir_ / "link.txt");
+  write_file_atomic((dir_ / "link.txt").string(), "new");
+  EXPECT_TRUE(std::filesystem::is_symlink(dir_ / "link.txt"));
+  std::ifstream in(dir_ / "real.txt");
+  std::string text;
+  std::getline(in, text);
+  EXPECT_EQ(text, "new");
+  ASSERT_EQ(::mkfifo((dir_ / "fifo").c_str(), 0600), 0);
+  EXPECT_THROW(write_file_atomic((dir_ / "fifo").string(), "x"), InputError);
+  EXPECT_EQ(std::filesystem::status(dir_ / "fifo").type(), std::filesystem::file_type::fifo);
 }
 
 TEST(EmitYaml, ShortListsAndFlatMapsAreOneLine) {

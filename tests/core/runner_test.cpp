@@ -186,6 +186,37 @@ TEST(Runner, MutantsTableReportsKillsAndSurvivors) {
             std::string::npos);
 }
 
+// A reference that cannot run here skips every mutant: the table says so
+// and exits 0 as a skipped run does, not "FAILED: 0 of 5" with exit 0.
+TEST(Runner, MutantsThatCouldNotRunAreSkippedNotFailed) {
+  const Spec spec = toy_spec("invariants: [matches_reference]\n");
+  RunOptions o = options("");
+  o.reference = "no_device";
+  const auto rows = run_mutants(spec, o);
+  ASSERT_EQ(rows.size(), 5u);
+  EXPECT_TRUE(mutants_skipped(rows));
+  EXPECT_EQ(mutants_exit_code(rows), 0);
+  EXPECT_NE(make_reporter("text")->mutants(spec, rows).find("SKIPPED: none of the 5 mutants could run here"),
+            std::string::npos);
+  EXPECT_EQ(nlohmann::json::parse(make_reporter("json")->mutants(spec, rows))["skipped"], true);
+  // One that ran and survived among skipped ones: not every mutant was killed.
+  auto mixed = rows;
+  mixed[0].report.status = RunStatus::passed;
+  EXPECT_FALSE(mutants_skipped(mixed));
+  EXPECT_EQ(mutants_exit_code(mixed), 1);
+}
+
+// A run cut short by Ctrl-C is an error in JUnit, not only skipped tests.
+TEST(Reporters, JunitReportsAnInterruptedRunAsAnError) {
+  RunReport r;
+  r.spec = "toy";
+  r.status = RunStatus::interrupted;
+  r.detail = "interrupted (Ctrl-C)";
+  const std::string xml = make_reporter("junit")->run(r);
+  EXPECT_NE(xml.find("errors=\"1\""), std::string::npos) << xml;
+  EXPECT_NE(xml.find("type=\"interrupted\""), std::string::npos) << xml;
+}
+
 TEST(Reporters, JsonAndJunitAreWellFormed) {
   const Spec spec = toy_spec("invariants: [matches_reference]\n");
   const RunReport r = run_spec(spec, options("drops_last"));

@@ -99,7 +99,32 @@ INSTANTIATE_TEST_SUITE_P(
                 "duplicate key 'trials'"},
         BadSpec{"yaml syntax", "domain:\n", "domain: [\n", "t.yaml:"},
         BadSpec{"missing family", "family: toy.sum\n", "", "missing required key 'family'"},
-        BadSpec{"bad spec name", "spec: toy", "spec: ../x", "spec name '../x'"}));
+        BadSpec{"bad spec name", "spec: toy", "spec: ../x", "spec name '../x'"},
+        BadSpec{"spec name too long", "spec: toy", "spec: " + std::string(101, 'a'), "at most 100 of them"},
+        // YAML is UTF-8: a Latin-1 byte would reach names, reports and JSON.
+        BadSpec{"not UTF-8", "  value: 3", "  value: 3 # caf\xe9",
+                "t.yaml:7:17: byte 0xE9 is not UTF-8; the text must be UTF-8"},
+        BadSpec{"a second document", "    slack: 2\n", "    slack: 2\n---\nspec: other\n",
+                "t.yaml:13:1: a second YAML document; a spec file holds one"}));
+
+// A spec that is no map, with --domain: the spec's own error, not yaml-cpp's.
+TEST(SpecLoader, ASpecThatIsNoMapWithADomainOverrideIsItsOwnError) {
+  try {
+    parse_spec("hello\n", "t.yaml", "", "{length: [1, 2]}");
+    ADD_FAILURE() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("t.yaml:1:1: a spec must be a map", 0), 0u) << e.what();
+  }
+}
+
+TEST(SpecLoader, Utf8IsCheckedByRfc3629) {
+  EXPECT_FALSE(invalid_utf8_at("plain, caf\xc3\xa9, \xe2\x82\xac, \xf0\x9f\x98\x80"));
+  EXPECT_EQ(invalid_utf8_at("ab\xc0\xaf"), 2u);        // an overlong '/'
+  EXPECT_EQ(invalid_utf8_at("\xed\xa0\x80"), 0u);      // a surrogate
+  EXPECT_EQ(invalid_utf8_at("\xf4\x90\x80\x80"), 0u);  // past U+10FFFF
+  EXPECT_EQ(invalid_utf8_at("ok \xe2\x82"), 3u);       // cut short
+  EXPECT_EQ(valid_utf8("bad \xff\xfe!"), "bad \xef\xbf\xbd\xef\xbf\xbd!");
+}
 
 TEST(SpecLoader, MissingFileIsAnInputError) {
   EXPECT_THROW(load_spec("/nonexistent/spec.yaml"), InputError);

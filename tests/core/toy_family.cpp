@@ -110,6 +110,21 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
   });
   f.implementation({"no_device", ImplKind::optimized, "needs hardware this machine lacks", "cuda"},
                    [](const Case&) -> Result { throw TargetUnavailable("no CUDA device"); });
+  // A device lost mid-run: sizes ramp up, so lists of 7+ come after shorter ones.
+  f.implementation(
+      {"loses_device", ImplKind::optimized, "right, until a list of 7+ elements: then unavailable", "cuda"},
+      [](const Case& c) {
+        if (c.xs.size() >= 7) throw TargetUnavailable("device lost");
+        return Result{sum(c)};
+      });
+  f.implementation({"wrong_then_lost", ImplKind::optimized,
+                    "drops the last element of lists of 3 to 6; unavailable from 7 elements on", "cuda"},
+                   [](const Case& c) {
+                     if (c.xs.size() >= 7) throw TargetUnavailable("device lost");
+                     Case d = c;
+                     if (d.xs.size() >= 3) d.xs.pop_back();
+                     return Result{sum(d)};
+                   });
   f.implementation({"declines_short", ImplKind::optimized, "supports only lists of 7 or more elements"},
                    [](const Case& c) {
                      if (c.xs.size() < 7)

@@ -700,6 +700,73 @@ TEST(OpDomainDecl, TheRichSpecLoads) {
   EXPECT_EQ(load_error(kRichSpec), "");
 }
 
+// The largest case is computed, not built: a declaration of 2^24 x 2^24
+// was a std::bad_alloc (exit 3) after gigabytes, and a fixed extent of 2^62
+// wrapped the element count to a 4-element tensor that passed.
+TEST(OpDomainDecl, SizesAreCheckedWithoutBuildingTheCase) {
+  EXPECT_LOAD_ERROR(rich_with("D: [1, 6]", "D: [1, 16777216]"),
+                    "op.yaml:5:5: the largest case of this domain needs ~");
+  EXPECT_LOAD_ERROR(rich_with("tok: {shape: [Nk]", "tok: {shape: [Nk, 4611686018427387905]"),
+                    "op.yaml:15:23: input tok: a fixed extent must be in [1, 2^24], as a dim's range (got "
+                    "4611686018427387905)");
+  EXPECT_LOAD_ERROR(rich_with("table: {shape: [V, D]}",
+                              "table: {shape: [V, D, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]}"),
+                    "op.yaml:13:20: input table.shape has 17 axes; a shape has at most 16");
+}
+
+TEST(OpDomainDecl, AListThatNamesAValueTwiceIsAnError) {
+  EXPECT_LOAD_ERROR(rich_with("D: [1, 6]", "D: {one_of: [2, 4, 2]}"),
+                    "op.yaml:9:24: dim D.one_of lists 2 twice");
+  const std::string specials =
+      load_error(rich_with("specials: {rate: 0.2}", "specials: {rate: 0.2, values: [nan, inf, nan]}"));
+  EXPECT_EQ(specials.rfind("op.yaml:12:", 0), 0u) << specials;
+  EXPECT_NE(specials.find("lists 'nan' twice"), std::string::npos) << specials;
+}
+
+TEST(OpDomainDecl, AnIntegerAttrStaysWithinTwoToThe53) {
+  const std::string s =
+      rich_with("  relations:", "  attrs: {n: {range: [1, 1e300], int: true}}\n  relations:");
+  EXPECT_NE(load_error(s).find("is an integer attr; 1e+300 is outside [-2^53, 2^53]"), std::string::npos)
+      << load_error(s);
+}
+
+// An op's domain is its declaration: a top-level domain: was refused with
+// "it takes no keys", which profiles and --domain contradict.
+TEST(OpDomainDecl, ATopLevelDomainSaysWhereTheDomainIs) {
+  EXPECT_LOAD_ERROR(std::string(kRichSpec) + "domain: {B: [1, 2]}\n",
+                    "op.yaml:27:1: family op declares its domain under 'op:'");
+}
+
+// A corpus file holds the contract's dtypes and structured values as a
+// drawn case does: an id out of range, or a dtype the declaration does not
+// list, is a bad case (it was replayed: a target crash, a false failure or
+// a pass).
+TEST(OpDomainDecl, ACorpusCaseOutsideTheContractIsABadCase) {
+  const Spec spec = parse_spec(kRichSpec, "rich.yaml");
+  const OpFamily& f = op_family(spec);
+  const std::vector<uint8_t> zeros(64, 0);
+  const Case good = as_case(f.from_bytes(zeros.data(), zeros.size(), spec.domain));
+  const auto decode_error = [&](const Case& c) {
+    YAML::Emitter out;
+    out << Traits::to_yaml(c);
+    try {
+      f.from_yaml(YAML::Load(out.c_str()));
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(decode_error(good), "");
+  Case bad_id = good;
+  bad_id.inputs[input_index(*good.decl, "tok")][0] = 5;  // ids below 5
+  EXPECT_NE(decode_error(bad_id).find("input tok: id 5 at 0 is outside [0, 5)"), std::string::npos)
+      << decode_error(bad_id);
+  Case bad_dtype = good;
+  bad_dtype.dtype = DType::f16;
+  EXPECT_NE(decode_error(bad_dtype).find("dtype f16 is not declared"), std::string::npos)
+      << decode_error(bad_dtype);
+}
+
 TEST(OpDomainDecl, RelationOnAnUnknownDim) {
   EXPECT_LOAD_ERROR(rich_with(R"("Nk >= Nq")", R"("Nk >= Nx")"),
                     "op.yaml:10:22: op.relations: 'Nx' is not a declared dim (did you mean 'Nq'?)");
