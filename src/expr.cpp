@@ -401,9 +401,10 @@ class Parser {
       return n;
     }
     if (is_op("(")) {
-      take();
+      const size_t open = take().pos;
       NodeP n = expr();
       expect_op(")");
+      n->begin = open, n->end = prev_end();  // messages quote it with its parentheses
       return n;
     }
     if (t.t == Token::T::name) {
@@ -691,7 +692,7 @@ class Checker {
 
   // close(a, b, k=K) is close(a, b, rtol=0, atol=budget(a) + budget(b)):
   // an operand naming a target output X (target.X, or transformed.target.X
-  // for a metamorphic relation) may err by K × the same-precision baseline's
+  // for a metamorphic relation, either one indexed) may err by K × the same-precision baseline's
   // error on this case plus the family's floor for X, as the built-in
   // invariants allow (docs/DESIGN.md, "Tolerance policy"); any other operand
   // (the fp64 reference, an expression over it) is taken as exact.
@@ -717,8 +718,12 @@ class Checker {
     };
     NodeP budget;
     for (const NodeP& operand : {n.args[0], n.args[1]}) {
-      if (operand->kind != Kind::name) continue;
-      const std::string& full = operand->op;
+      // A target output, or one indexed (target.X[transform.perm], a
+      // relation's reordering): the budget is X's; an indexed operand's
+      // unjudged elements are X's under the same index.
+      const bool indexed = operand->kind == Kind::index && operand->args[0]->kind == Kind::name;
+      if (operand->kind != Kind::name && !indexed) continue;
+      const std::string& full = indexed ? operand->args[0]->op : operand->op;
       const std::string pre = full.rfind("transformed.", 0) == 0 ? "transformed." : "";
       if (full.compare(pre.size(), 7, "target.") != 0) continue;
       const std::string x = full.substr(pre.size() + 7);
@@ -749,6 +754,11 @@ class Checker {
       NodeP lost = node(Kind::binary, "and",
                         {node(Kind::call, "isfinite", {name("reference." + x)}),
                          node(Kind::unary, "not", {node(Kind::call, "isfinite", {name("naive." + x)})})});
+      if (indexed) {
+        auto same_index = std::make_shared<Node>(*operand);
+        same_index->args = {lost};
+        lost = same_index;
+      }
       n.unjudged = n.unjudged ? node(Kind::binary, "or", {n.unjudged, lost}) : lost;
     }
     if (!budget)

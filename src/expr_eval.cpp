@@ -269,6 +269,7 @@ Tensor scan(const Node& n, const Tensor& x) {
           out.data[static_cast<size_t>((o * m + k) * s.inner + i)] =
               x.data[static_cast<size_t>((o * s.n + k + 1) * s.inner + i)] -
               x.data[static_cast<size_t>((o * s.n + k) * s.inner + i)];
+    round_real(out);  // a subtraction per element, as `-` is
     return out;
   }
   Tensor out = x;
@@ -305,13 +306,15 @@ Tensor matmul_rt(const Tensor& a0, const Tensor& b0, DType dtype) {
   if (!va) shape.push_back(n);
   if (!vb) shape.push_back(m);
   Tensor out{shape, std::vector<double>(static_cast<size_t>(nb * n * m), 0.0), dtype};
+  // Integer products and sums are exact: only a real matmul rounds (naive.Y).
+  const auto rounded = [real = dtype == DType::real](double v) { return real ? round_acc(v) : v; };
   for (int64_t z = 0; z < nb; ++z)
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < m; ++j) {
         double acc = 0;
         for (int64_t p = 0; p < k; ++p)
-          acc = round_acc(acc + round_acc(a.data[static_cast<size_t>((z * n + i) * k + p)] *
-                                          b.data[static_cast<size_t>((z * k + p) * m + j)]));
+          acc = rounded(acc + rounded(a.data[static_cast<size_t>((z * n + i) * k + p)] *
+                                      b.data[static_cast<size_t>((z * k + p) * m + j)]));
         out.data[static_cast<size_t>((z * n + i) * m + j)] = acc;
       }
   return out;
@@ -673,7 +676,12 @@ Expression::Outcome explain(const std::string& text, const Node& n, const Tensor
   Expression::Outcome out;
   const auto src = [&](const Node& x) { return text.substr(x.begin, x.end - x.begin); };
   if (n.kind == Kind::call && n.op == "all" && !n.axis) return explain(text, *n.args[0], m);
-  if (n.kind == Kind::binary && n.op == "and") {
+  // Side by side only where neither side broadcasts: a side broadcast to
+  // an empty tensor is no element of the `and`, which then holds.
+  const auto unbroadcast = [&](const Node& side) {
+    return side.shape == n.shape && std::find(side.shape.begin(), side.shape.end(), "?") == side.shape.end();
+  };
+  if (n.kind == Kind::binary && n.op == "and" && unbroadcast(*n.args[0]) && unbroadcast(*n.args[1])) {
     out = explain(text, *n.args[0], m);
     if (!out.holds) return out;
     return explain(text, *n.args[1], m);

@@ -301,6 +301,7 @@ int run(const Config& cfg) {
     text = text_reporter->replay(spec, rows);
     formatted = reporter->replay(spec, rows);
   } else {
+    check_run_names(spec, options);              // a misspelt name: one line, no header
     options.seed = resolve_seed(spec, options);  // printed first: a run that dies still names its seed
     fmt::print(stderr, "kprop: spec {} seed {}{}{}\n", spec.name, *options.seed,
                spec.profile.empty() ? "" : " profile " + spec.profile,

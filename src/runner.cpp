@@ -146,6 +146,16 @@ std::string reference_name(const Spec& spec, const RunOptions& options) {
   return options.reference.empty() ? spec.reference : options.reference;
 }
 
+void check_run_names(const Spec& spec, const RunOptions& options) {
+  const auto in_process = [&](const std::string& name, bool as_reference) {
+    if (!name.empty() && !external::is_external_target(name) && spec.family->find_implementation(name) < 0)
+      resolve_target(spec, name, {}, as_reference);  // throws the unknown-name error
+  };
+  in_process(options.target, false);
+  in_process(reference_name(spec, options), true);
+  (void)selected_uses(spec, options);
+}
+
 Impl resolve_target(const Spec& spec, const std::string& name, std::optional<double> case_timeout_s,
                     bool as_reference) {
   const int i = spec.family->find_implementation(name);

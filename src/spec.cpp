@@ -285,6 +285,7 @@ Mark expression_mark(const Loader& l, const YAML::Node& node, size_t offset) {
 InvariantUse expression_invariant(const Loader& l, const YAML::Node& item, const YAML::Node& name_node,
                                   const std::string& name, const Family& family) {
   const std::vector<std::string> keys = {"name", "expect", "when", "description", "transform"};
+  l.entries(item, "expression invariant " + name);  // keys are names, each once
   for (auto it = item.begin(); it != item.end(); ++it) {
     const std::string key = it->first.Scalar();
     if (std::find(keys.begin(), keys.end(), key) == keys.end())

@@ -24,7 +24,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import kprop_worker  # noqa: E402
 
-BUGS = ("k_capped_32", "no_max_subtraction", "tie_high_index", "neg_inf_selected_early", "unsorted_output")
+BUGS = ("k_capped_32", "no_max_subtraction", "tie_high_index", "neg_inf_selected_early", "unsorted_output",
+        "probs_scaled")
 BUG = kprop_worker.planted_bug(BUGS)
 
 
@@ -59,6 +60,8 @@ def softmax_topk(logits, k, **_):
     top_probs = np.take_along_axis(probs, top, axis=-1)
     if BUG == "k_capped_32":
         top_probs[:, 32:] = 0
+    if BUG == "probs_scaled":  # the right ranking, the probabilities 1.5x (a lost normalisation)
+        top_probs = top_probs * 1.5
     return {"probs": top_probs, "indices": top}
 
 

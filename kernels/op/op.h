@@ -241,7 +241,8 @@ Result naive(const Case& c);
 
 // The absolute floor of the dtype-aware tolerance for output `output`:
 //   floor.Y = (8 + 2 · ceil(log2 n)) · u(dtype of Y) · max|reference.Y|,
-// n the largest dim extent of the case. A correct kernel that orders its
+// n the largest dim extent of the case, at least 2 (one step of a two-term
+// sum, which a reordering kernel may take). A correct kernel that orders its
 // rounding steps differently from the naive one differs from it even where
 // the naive computation happens to be exact (D = 1, integer or repeated
 // values, which shrinking seeks out): a few ulps per element for reordered

@@ -145,14 +145,19 @@ Verdict each_probability_close(const Case& c, const std::vector<int>& indices, c
 }
 
 // Probabilities `got` at `indices` against the fp64 full softmax.
+// `reference_probs`: the reference's own probabilities at `indices` (its
+// top-k), compared instead of the fp64 softmax (the same values for the
+// built-in reference; a user's reference is the oracle it names).
 Verdict probabilities_close(const Case& c, const std::vector<int>& indices, const std::vector<double>& got,
-                            const Values& p, const char* what) {
+                            const Values& p, const char* what,
+                            const std::vector<double>* reference_probs = nullptr) {
   std::vector<double> want, naive;
   for (int row = 0; row < c.rows(); ++row) {
     const auto full = softmax_row(c, row), base = naive_softmax(c, row);
     for (int j = 0; j < c.k; ++j) {
-      const int i = indices[static_cast<size_t>(row) * c.k + j];
-      want.push_back(full[static_cast<size_t>(i)]);
+      const size_t s = static_cast<size_t>(row) * c.k + j;
+      const int i = indices[s];
+      want.push_back(reference_probs ? (*reference_probs)[s] : full[static_cast<size_t>(i)]);
       naive.push_back(base[static_cast<size_t>(i)]);
     }
   }
@@ -205,7 +210,10 @@ Verdict matches_reference(T& t, const Values& p) {
   if (Verdict v = same_indices(c, ref.indices, r.indices, p.real("tie_ulps"), "top-k");
       v.outcome != Outcome::pass)
     return v;
-  return probabilities_close(c, ref.indices, r.probs, p, "top-k");
+  if (ref.probs.size() != r.probs.size())
+    throw ReferenceFailure(fmt::format("the reference returned {} probabilities, not {} (R × K)",
+                                       ref.probs.size(), r.probs.size()));
+  return probabilities_close(c, ref.indices, r.probs, p, "top-k", &ref.probs);
 }
 
 Verdict sorted(T& t, const Values& p) {

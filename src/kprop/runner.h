@@ -252,6 +252,10 @@ Impl resolve_target(const Spec& spec, const std::string& name, std::optional<dou
                     bool as_reference = false);
 // The run's reference: RunOptions::reference, else the spec's.
 std::string reference_name(const Spec& spec, const RunOptions& options);
+// The in-process target and reference names and --invariant names of a run
+// exist (throws the run's own error otherwise): checked before the run
+// prints its header, so a misspelt name is the one line of output.
+void check_run_names(const Spec& spec, const RunOptions& options);
 
 RunReport run_spec(const Spec& spec, const RunOptions& options);
 

@@ -298,7 +298,8 @@ TEST(Expr, ClosePolicyScalesTheBaselineError) {
                              {"transformed.target.x", {"N"}, DType::real, ""},
                              {"transformed.reference.x", {"N"}, DType::real, ""},
                              {"transformed.naive.x", {"N"}, DType::real, ""},
-                             {"transformed.floor.x", {}, DType::real, ""}};
+                             {"transformed.floor.x", {}, DType::real, ""},
+                             {"perm", {"N"}, DType::integer, ""}};
   auto holds = [&](const std::string& text, std::vector<double> target) {
     TensorMap m;
     for (const auto& i : infos) m.want(i.name);
@@ -310,6 +311,7 @@ TEST(Expr, ClosePolicyScalesTheBaselineError) {
     m.put("transformed.reference.x", Tensor::of({3}, {1, 2, INFINITY}));
     m.put("transformed.naive.x", Tensor::of({3}, {1, 2.5, INFINITY}));  // worst error 0.5
     m.put("transformed.floor.x", Tensor::scalar(0));
+    m.put("perm", Tensor::of({3}, {0, 1, 2}, DType::integer));
     return Expression::compile(text, infos).check(m).holds;
   };
   // allowed = 2 × 0.25 + 0.125 = 0.625
@@ -319,6 +321,10 @@ TEST(Expr, ClosePolicyScalesTheBaselineError) {
   // Two target operands: the budgets add (0.625 + 2 × 0.5 + 0).
   EXPECT_TRUE(holds("all(close(transformed.target.x, target.x, k=2))", {2.625, 2, INFINITY}));
   EXPECT_FALSE(holds("all(close(transformed.target.x, target.x, k=2))", {2.626, 2, INFINITY}));
+  // An indexed target operand (a relation's reordering) brings its budget
+  // too: it was taken as exact, one budget where the policy gives two.
+  EXPECT_TRUE(holds("all(close(transformed.target.x, target.x[perm], k=2))", {2.625, 2, INFINITY}));
+  EXPECT_FALSE(holds("all(close(transformed.target.x, target.x[perm], k=2))", {2.626, 2, INFINITY}));
   const std::string why = [&] {
     try {
       Expression::compile("close(reference.x, naive.x, k=1)", infos);
@@ -347,6 +353,38 @@ TEST(Expr, CheckExplainsTheWorstElement) {
   const auto f = Expression::compile("all(b, axis=0)", kInfos).check(tensors());
   ASSERT_FALSE(f.holds);
   EXPECT_NE(f.message.find("is false at [0] (3 of 3 elements)"), std::string::npos) << f.message;
+}
+
+// An `and` whose sides broadcast is judged whole: broadcast to an empty
+// tensor it holds (NumPy's all() of an empty array), though one side alone
+// does not. (Each side was judged alone, a wrong failure.) A parenthesised
+// part is quoted with its parentheses.
+TEST(Expr, AnAndThatBroadcastsIsJudgedWhole) {
+  EXPECT_EQ(shape("(x[:, :1] > 100) and (y[:0] > 0)"), (std::vector<int64_t>{2, 0}));
+  EXPECT_TRUE(Expression::compile("(x[:, :1] > 100) and (y[:0] > 0)", kInfos).check(tensors()).holds);
+  const auto f = Expression::compile("(x[:, :1] > 100) and (y > 0)", kInfos).check(tensors());
+  EXPECT_FALSE(f.holds);
+  const auto p = Expression::compile("(x + 1) * 2 == 0", kInfos).check(tensors());
+  ASSERT_FALSE(p.holds);
+  EXPECT_NE(p.message.find("lhs `(x + 1) * 2` = 4"), std::string::npos) << p.message;
+}
+
+// The same-precision baseline rounds every real step, diff's subtraction
+// too, and no integer one: an integer matmul is exact. (diff was not
+// rounded, and integer matmuls were, so naive.Y set a budget from an error
+// the kernel cannot make.)
+TEST(Expr, TheRoundedEvaluationRoundsRealStepsOnly) {
+  const TensorInfos infos = tensor_table("a [K] real reals\nn [K, K] int integers");
+  TensorMap m;
+  m.want("a"), m.want("n");
+  m.put("a", Tensor::of({2}, {1e8, 1.5}));
+  m.put("n", Tensor::of({2, 2}, {4097, 4097, 4097, 4096}, DType::integer));
+  const auto to_f32 = [](double v) { return static_cast<double>(static_cast<float>(v)); };
+  EXPECT_EQ(Expression::compile("diff(a)", infos).evaluate_rounded(m, to_f32).data,
+            (std::vector<double>{to_f32(1.5 - 1e8)}));
+  const Tensor exact = Expression::compile("n @ n", infos).evaluate(m);
+  EXPECT_EQ(Expression::compile("n @ n", infos).evaluate_rounded(m, to_f32).data, exact.data);
+  EXPECT_NE(to_f32(exact.data[0]), exact.data[0]);  // the values a rounding would change
 }
 
 // ---- one test per load-time error class

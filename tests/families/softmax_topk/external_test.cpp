@@ -90,6 +90,21 @@ TEST(SoftmaxTopkExternal, NumpyWorkerPasses) {
       kprop::testing::spec_passes(kprop_test::run_python_worker(kSpec, "softmax_topk.py", "", quick())));
 }
 
+// A reference given with --reference is the oracle of the probabilities
+// too, not only of the ranking: a worker with the right top-k and
+// probabilities 1.5x fails a correct target. (matches_reference compared
+// the target with kprop's own softmax, and this reference passed.)
+TEST(SoftmaxTopkExternal, AGivenReferenceIsTheOracleOfTheProbabilities) {
+  KPROP_REQUIRE_PYTHON();
+  kprop::RunOptions o = quick();
+  o.target = "fused";
+  o.reference = kprop_test::python_worker("softmax_topk.py", "--bug probs_scaled");
+  o.only_invariants = {"matches_reference"};
+  const kprop::RunReport report = kprop::run_spec(kprop::load_spec(kSpec), o);
+  EXPECT_EQ(report.status, kprop::RunStatus::failed) << report.detail;
+  EXPECT_EQ(killed_by(report), "matches_reference");
+}
+
 TEST(SoftmaxTopkExternal, NumpyWorkerBugsFail) {
   KPROP_REQUIRE_PYTHON();
   kprop_test::expect_planted_bugs_caught(
