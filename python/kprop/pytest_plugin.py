@@ -8,10 +8,12 @@ collects one item per invariant of the spec, `test_attention[matches_reference]`
 ..., so -k, -x and markers select them; every stored counterexample under
 the corpus folder (--kprop-corpus, default .kprop/ in the rootdir) for that
 spec comes first as its own item, `test_attention[stored:<file>]`, as
-Hypothesis replays its database. @pytest.mark.parametrize above the
-decorator repeats them per variant, its arguments bound to the target. A
-failure renders the shrunk case; a run whose every case is declined is
-skipped; JUnit comes from --junitxml.
+Hypothesis replays its database (none with replay_stored=False; a case found
+by an extra invariant the test lacks is left to the test that has it).
+@pytest.mark.parametrize above the decorator repeats them per variant, its
+arguments bound to the target. A failure renders the shrunk case; a run
+whose every case is declined, or an item whose invariant is n/a for the
+target, is skipped; JUnit comes from --junitxml.
 """
 
 import functools
@@ -198,7 +200,12 @@ def pytest_pycollect_makeitem(collector, name, obj):
         raise collector.CollectError("kprop: %s: isolate=True runs the target in a worker process, which imports "
                                      "it by name: its parametrize arguments cannot travel there" % name)
     corpus = _corpus(collector.config, options)
-    stored = sorted(glob.glob(os.path.join(corpus, info["name"], "*.yaml"))) if corpus is not None else []
+    stored = []
+    if corpus is not None and options.get("replay_stored", True):
+        # Not a case found by an invariant this test lacks (another test's
+        # extra invariant): that test replays it.
+        stored = [path for path in sorted(glob.glob(os.path.join(corpus, info["name"], "*.yaml")))
+                  if _check._replayable(path, set(known), info["family"])]
     own = [m for m in getattr(obj, "pytestmark", []) if m.name != "parametrize"]  # -m, skip and xfail marks
     items = []
     for variant, params, marks in variants:

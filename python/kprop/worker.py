@@ -95,12 +95,15 @@ def main(argv=None):
     parser.add_argument("target", help="MODULE:NAME or PATH.py:NAME")
     parser.add_argument("--tensors", choices=["numpy", "torch"], default="numpy")
     args = parser.parse_args(argv)
+    # The protocol's stdout is taken before the target's module is imported:
+    # what that prints at import time goes to stderr, not into the replies.
+    stdout = _wire.protocol_stdout()
     try:
         fn = load(args.target)
     except Exception:
         traceback.print_exc()
         sys.exit("kprop.worker: cannot load %s" % args.target)
-    serve(fn, args.tensors)
+    serve(fn, args.tensors, stdout=stdout)
 
 
 if __name__ == "__main__":

@@ -127,6 +127,25 @@ void raise_kprop_interrupt() {
   throw TargetFailure("interrupted", "interrupted (KeyboardInterrupt)");
 }
 
+// Throws if a view in `inputs` (the dict the trampoline was given) is still
+// referenced from elsewhere. A frame of fn kept alive by a reference cycle
+// (a raised exception's traceback) holds its views until the collector runs:
+// it runs once before a view is said to be kept.
+void check_inputs_released(const std::string& op, const nb::dict& inputs) {
+  bool collected = false;
+  for (auto [name, array] : inputs) {
+    if (Py_REFCNT(array.ptr()) > 1 && !collected) {
+      nb::module_::import_("gc").attr("collect")();
+      collected = true;
+    }
+    if (Py_REFCNT(array.ptr()) > 1)
+      throw TargetFailure("error", fmt::format("{}: the function kept input '{}' (or a view of it) after the "
+                                               "call; inputs are views valid during the call only: keep a "
+                                               "copy (np.array(x))",
+                                               op, nb::cast<std::string>(name)));
+  }
+}
+
 class PythonTransport final : public kprop::external::Transport {
  public:
   PythonTransport(nb::object call, std::shared_ptr<bool> interrupted)
@@ -153,6 +172,10 @@ class PythonTransport final : public kprop::external::Transport {
       if (e.matches(PyExc_KeyboardInterrupt)) on_keyboard_interrupt(*interrupted_);
       throw TargetFailure("error", fmt::format("{}: kprop's trampoline failed: {}", request.op, e.what()));
     }
+    // The inputs are views of buffers that die with this call: a function
+    // that kept one (or a view of one) would read freed memory later, whether
+    // it returned, declined or raised.
+    check_inputs_released(request.op, inputs);
     // The trampoline answers None (outputs written), or (kind, message).
     if (!status.is_none()) {
       const auto kind = nb::cast<std::string>(status[0]);
@@ -160,14 +183,6 @@ class PythonTransport final : public kprop::external::Transport {
       if (kind == "unsupported") throw kprop::Unsupported(fmt::format("{}: {}", request.op, message));
       throw TargetFailure("error", fmt::format("{}: {}", request.op, message));
     }
-    // The inputs are views of buffers that die with this call: a function
-    // that kept one (or a view of one) would read freed memory later.
-    for (auto [name, array] : inputs)
-      if (Py_REFCNT(array.ptr()) > 1)
-        throw TargetFailure("error", fmt::format("{}: the function kept input '{}' (or a view of it) after "
-                                                 "returning; inputs are views valid during the call only: "
-                                                 "keep a copy (np.array(x))",
-                                                 request.op, nb::cast<std::string>(name)));
     kprop::external::check_guards(reply);
     return reply;
   }

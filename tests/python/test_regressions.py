@@ -1,0 +1,414 @@
+"""Regressions of the Python package's audit: each test failed before its fix."""
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+
+import kprop
+from conftest import EXAMPLES, load_example
+
+SEED = 20261122
+_softmax = load_example("softmax_topk")
+
+
+def softmax_topk(logits, k, **attrs):
+    return _softmax.softmax_topk(logits, k, **attrs)
+
+
+def _stored(corpus, spec="softmax_topk"):
+    folder = os.path.join(corpus, spec)
+    return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+
+
+# ------------------------------------- 1. SystemExit, pytest.skip() in the target
+def test_a_base_exception_from_fn_stops_the_run_and_is_raised_unchanged(corpus, capfd):
+    calls = []
+
+    def exits(logits, k, **attrs):
+        calls.append(1)
+        if len(calls) == 3:
+            sys.exit(7)
+        return softmax_topk(logits, k, **attrs)
+
+    with pytest.raises(SystemExit) as excinfo:
+        kprop.check("softmax_topk", exits, seed=SEED, trials=50, corpus=corpus)
+    assert excinfo.value.code == 7 and len(calls) == 3  # stopped at once, no shrinking
+    assert _stored(corpus) == []
+
+    def skips(logits, k, **attrs):
+        pytest.skip("no kernel for this case")
+
+    with pytest.raises(pytest.skip.Exception, match="no kernel for this case"):
+        kprop.check("softmax_topk", skips, seed=SEED, trials=50, corpus=corpus)
+    assert _stored(corpus) == []
+
+    @kprop.invariant
+    def fails_the_test(target_probs):
+        pytest.fail("from an invariant")
+
+    with pytest.raises(pytest.fail.Exception, match="from an invariant"):
+        kprop.check("softmax_topk", softmax_topk, seed=SEED, trials=5, corpus=corpus,
+                    extra_invariants=[fails_the_test])
+    assert _stored(corpus) == []
+    # Nothing said about a Ctrl-C that never happened; the next run is unaffected.
+    assert "interrupted" not in capfd.readouterr().err
+    assert kprop.check("softmax_topk", softmax_topk, seed=SEED, trials=5, corpus=corpus).passed
+
+
+def test_pytest_skip_in_a_spec_target_is_a_skip_and_stores_nothing(pytester, tmp_path):
+    corpus = tmp_path / "corpus"
+    pytester.makepyfile(test_sm="""
+import kprop, pytest
+
+@kprop.spec("softmax_topk", seed=1, trials=20, invariants=["sorted"])
+def test_x(logits, k, **attrs):
+    pytest.skip("no kernel on this machine")
+""")
+    result = pytester.runpytest("--kprop-corpus", str(corpus), "-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*no kernel on this machine*"])
+    assert not corpus.exists() or not any(corpus.rglob("*.yaml"))
+
+
+# ------------------------------------------- 2. an n/a invariant is a skip
+def test_an_invariant_that_is_na_for_the_target_is_skipped(example, corpus):
+    mod = example("attention_fwd")
+    with pytest.raises(kprop.Skipped, match="workspace_bounded is n/a") as excinfo:
+        kprop.check("attention_fwd", mod.attention_fwd, seed=SEED, trials=5, corpus=corpus,
+                    invariants=["workspace_bounded"])
+    assert excinfo.value.result.status == "skipped"
+    assert excinfo.value.result.invariants[0].status == "not_applicable"
+    # Next to an invariant that checks something, the run passes and says which one was n/a.
+    result = kprop.check("attention_fwd", mod.attention_fwd, seed=SEED, trials=5, corpus=corpus,
+                         invariants=["workspace_bounded", "finite_outputs"])
+    assert result.passed and [i.status for i in result.invariants] == ["not_applicable", "passed"]
+
+
+def test_a_pytest_item_whose_invariant_is_na_is_skipped(pytester):
+    pytester.makepyfile(test_att="""
+import importlib.util
+import kprop
+
+spec = importlib.util.spec_from_file_location("ex_att", %r)
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+
+@kprop.spec("attention_fwd", seed=1, trials=5, invariants=["workspace_bounded", "finite_outputs"])
+def test_attention(q, k, v, scale, mask, key_lengths=None, allowed=None, **_):
+    return mod.attention_fwd(q, k, v, scale, mask, key_lengths, allowed)
+""" % os.path.join(EXAMPLES, "attention_fwd.py"))
+    result = pytester.runpytest("--kprop-no-corpus", "-v", "-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*test_attention?workspace_bounded? SKIPPED*",
+                                 "*test_attention?finite_outputs? PASSED*",
+                                 "*invariant workspace_bounded is n/a: *"])
+
+
+# ------------------- 3. a stored case of another run's extra invariant
+@kprop.invariant
+def first_small(target_probs):
+    return target_probs.shape[-1] < 2
+
+
+def test_a_stored_case_of_an_invariant_the_run_lacks_is_left_alone(corpus):
+    with pytest.raises(kprop.Counterexample):
+        kprop.check("softmax_topk", softmax_topk, seed=SEED, trials=50, corpus=corpus,
+                    extra_invariants=[first_small], invariants=["first_small"])
+    stored = _stored(corpus)
+    assert len(stored) == 1
+    folder = os.path.join(corpus, "softmax_topk")
+    # Another check of the spec, without that invariant: not replayed, no error.
+    result = kprop.check("softmax_topk", softmax_topk, seed=SEED, trials=5, corpus=corpus)
+    assert result.passed and result.replayed == 0
+    assert kprop.replay("softmax_topk", softmax_topk, folder) == 0
+    # A run that has it still replays it (and it still fails).
+    with pytest.raises(kprop.Counterexample) as excinfo:
+        kprop.check("softmax_topk", softmax_topk, seed=SEED, trials=5, corpus=corpus,
+                    extra_invariants=[first_small])
+    assert excinfo.value.finding.kind == "replay"
+    # Asked for by its path, without the invariant: said clearly.
+    with pytest.raises(ValueError, match="found by invariant 'first_small', which this run does not have"):
+        kprop.replay("softmax_topk", softmax_topk, os.path.join(folder, stored[0]))
+    # A case of an invariant the family registers, but this spec does not list, is still replayed.
+    with open(os.path.join(folder, stored[0])) as f:
+        text = f.read().replace("invariant: first_small", "invariant: no_nan")
+    with open(os.path.join(folder, "registered.yaml"), "w") as f:
+        f.write(text)
+    spec = {"spec": "softmax_topk", "family": "softmax_topk", "run": {"trials": 5, "seed": 3},
+            "invariants": ["sorted"]}
+    result = kprop.check(spec, softmax_topk, corpus=corpus)
+    assert result.passed and result.replayed == 1
+
+
+def test_plugin_collects_a_stored_case_only_for_the_test_with_its_invariant(pytester, tmp_path):
+    corpus = tmp_path / "corpus"
+    pytester.makepyfile(test_sm="""
+import importlib.util
+import kprop
+
+spec = importlib.util.spec_from_file_location("ex_sm", %r)
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+
+@kprop.invariant
+def first_small(target_probs):
+    return target_probs.shape[-1] < 2
+
+@kprop.spec("softmax_topk", seed=1, trials=50, invariants=["first_small"], extra_invariants=[first_small])
+def test_extra(logits, k, **attrs):
+    return mod.softmax_topk(logits, k, **attrs)
+
+@kprop.spec("softmax_topk", seed=1, trials=5, invariants=["sorted"])
+def test_plain(logits, k, **attrs):
+    return mod.softmax_topk(logits, k, **attrs)
+""" % os.path.join(EXAMPLES, "softmax_topk.py"))
+    result = pytester.runpytest("--kprop-corpus", str(corpus), "-v", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    stored = os.listdir(corpus / "softmax_topk")
+    assert len(stored) == 1
+    result = pytester.runpytest("--kprop-corpus", str(corpus), "-v", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=2)  # test_extra's stored item and its run fail; test_plain passes
+    result.stdout.fnmatch_lines(["*test_extra?stored:%s? FAILED*" % stored[0]])
+    assert "test_plain[stored:" not in result.stdout.str()
+    assert "neither in the spec nor registered" not in result.stdout.str()
+
+
+# --------------------------------- 4. a module that prints at import, isolated
+def test_isolated_target_whose_module_prints_at_import(corpus, tmp_path, monkeypatch):
+    (tmp_path / "kprop_noisy_target.py").write_text(textwrap.dedent("""
+        import importlib.util
+        print("hello from the target's module")
+        spec = importlib.util.spec_from_file_location("ex_sm", %r)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+
+        def softmax_topk(logits, k, **attrs):
+            return mod.softmax_topk(logits, k, **attrs)
+        """ % os.path.join(EXAMPLES, "softmax_topk.py")))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "kprop_noisy_target", raising=False)
+    import kprop_noisy_target
+
+    result = kprop.check("softmax_topk", kprop_noisy_target.softmax_topk, seed=SEED, trials=10, corpus=corpus,
+                         isolate=True)
+    assert result.passed and _stored(corpus) == []
+
+
+# ------------------------------------------------- 5. a bound method, isolated
+class Kernel:
+    def run(self, logits, k, **attrs):
+        return softmax_topk(logits, k, **attrs)
+
+
+def test_isolate_refuses_a_bound_method(corpus):
+    with pytest.raises(ValueError, match="module-level function.*bound method"):
+        kprop.check("softmax_topk", Kernel().run, seed=SEED, trials=5, corpus=corpus, isolate=True)
+    assert _stored(corpus) == []
+
+
+# ------------------------------- 6. every published dotted name as underscores
+def test_err_floor_oracle_and_dequantized_tensors_resolve(example, corpus):
+    seen = {}
+
+    @kprop.invariant
+    def err_within_floor(err_o, floor_o, target_workspace_peak):
+        seen["shapes"] = (err_o.shape, floor_o.shape)
+        return None
+
+    mod = example("attention_fwd")
+    result = kprop.check("attention_fwd", mod.attention_fwd, seed=SEED, trials=3, corpus=corpus,
+                         invariants=["err_within_floor"], extra_invariants=[err_within_floor])
+    assert result.passed and seen["shapes"][0] == seen["shapes"][1]
+
+    def names(spec, fn):
+        info = kprop.spec_info(spec)
+        return dict(kprop.invariant(fn)._kprop_invariant.resolve(info["tensors"], info["family"]))
+
+    assert names("kvcache", lambda dequantized_out, naive_out: None) == {
+        "dequantized_out": "dequantized.out", "naive_out": "naive.out"}
+    assert names("dflash", lambda oracle_margin: None) == {"oracle_margin": "oracle.margin"}
+    with pytest.raises(ValueError, match="parameter 'err_nope' names no tensor"):
+        names("attention_fwd", lambda err_nope: None)
+
+
+# ------------------------------------- 7. replay_stored=False under pytest
+def test_plugin_honours_replay_stored_false(pytester, tmp_path):
+    corpus = tmp_path / "corpus"
+    body = """
+import importlib.util
+import kprop
+
+spec = importlib.util.spec_from_file_location("ex_sm", %r)
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+mod.BUG = "unsorted_output"
+
+@kprop.spec("softmax_topk", seed=20261122, trials=300, invariants=["sorted"]%%s)
+def test_x(logits, k, **attrs):
+    return mod.softmax_topk(logits, k, **attrs)
+""" % os.path.join(EXAMPLES, "softmax_topk.py")
+    pytester.makepyfile(test_sm=body % "")
+    pytester.runpytest("--kprop-corpus", str(corpus), "-p", "no:cacheprovider").assert_outcomes(failed=1)
+    assert len(os.listdir(corpus / "softmax_topk")) == 1
+    pytester.makepyfile(test_sm=body % ", replay_stored=False")
+    result = pytester.runpytest("--kprop-corpus", str(corpus), "-v", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    assert "[stored:" not in result.stdout.str()
+
+
+# ------------------------------------------- 8. a corpus that cannot be written
+def test_a_corpus_that_cannot_be_written_is_said(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))  # where the case goes instead
+    not_a_folder = tmp_path / "corpus"
+    not_a_folder.write_text("a file, not a folder\n")
+    buggy = load_example("softmax_topk")
+    buggy.BUG = "unsorted_output"
+    with pytest.raises(kprop.Counterexample) as excinfo:
+        kprop.check("softmax_topk", buggy.softmax_topk, seed=SEED, trials=300, invariants=["sorted"],
+                    corpus=str(not_a_folder))
+    f = excinfo.value.finding
+    message = str(excinfo.value)
+    assert not f.in_corpus and "could not store the case in %s" % not_a_folder in f.store_note
+    assert "note: could not store the case in %s" % not_a_folder in message
+    assert "(NOT in the corpus %s)" % not_a_folder in message
+    assert f.path and os.path.exists(f.path) and f.path.startswith(str(tmp_path / "tmp"))
+
+
+# ------------------------------------- 9. complex, string and object outputs
+@pytest.mark.parametrize("bad, said", [
+    (lambda p: p + 5j, "has dtype complex128"),
+    (lambda p: p.astype(str), "has dtype <U"),
+    (lambda p: p.astype(object), "has dtype object"),
+], ids=["complex", "str", "object"])
+def test_a_float_output_that_is_not_real_numbers_is_an_error(corpus, bad, said):
+    def wrong(logits, k, **attrs):
+        out = softmax_topk(logits, k, **attrs)
+        return {"probs": bad(out["probs"]), "indices": out["indices"]}
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no ComplexWarning, no silent cast
+        with pytest.raises(kprop.Counterexample, match="output 'probs' %s" % said) as excinfo:
+            kprop.check("softmax_topk", wrong, seed=SEED, trials=5, corpus=corpus)
+    assert excinfo.value.finding.kind == "error"
+    assert "\n" not in excinfo.value.finding.message
+
+
+# ------------------------------- 10. kprop.Skipped whatever the import order
+@pytest.mark.parametrize("plugin", ["with_plugin", "without_plugin"])
+def test_skipped_is_a_pytest_skip_when_kprop_is_imported_first(tmp_path, plugin):
+    (tmp_path / "test_declines.py").write_text(textwrap.dedent("""
+        import kprop
+
+        def nothing(**_):
+            raise kprop.Unsupported("no kernel here")
+
+        def test_check():
+            kprop.check("softmax_topk", nothing, seed=1, trials=5, corpus=None)
+        """) + ("" if plugin == "without_plugin" else textwrap.dedent("""
+        @kprop.spec("softmax_topk", seed=1, trials=5, invariants=["sorted"])
+        def test_spec(**_):
+            raise kprop.Unsupported("no kernel here")
+        """)))
+    runner = tmp_path / "run.py"
+    runner.write_text(textwrap.dedent("""
+        import sys
+        import kprop  # before pytest
+        assert "pytest" not in sys.modules
+        import pytest
+        sys.exit(pytest.main(sys.argv[1:]))
+        """))
+    args = [sys.executable, str(runner), "-q", "-rs", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+            str(tmp_path / "test_declines.py")]
+    if plugin == "without_plugin":
+        args += ["-p", "no:kprop"]
+    else:
+        args += ["--kprop-no-corpus"]
+    # This very kprop first (an example puts the source tree's python/ on sys.path).
+    here = os.path.dirname(os.path.dirname(os.path.abspath(kprop.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here] + [p for p in sys.path if p]))
+    env.pop("PYTEST_ADDOPTS", None)
+    done = subprocess.run(args, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=300)
+    want = "2 skipped" if plugin == "with_plugin" else "1 skipped"
+    assert done.returncode == 0 and want in done.stdout, done.stdout + done.stderr
+    assert "declined every case" in done.stdout
+
+
+# --------------------------- 11. NumPy scalars in domain=, and bad arguments
+def test_numpy_values_in_domain_and_dict_specs(corpus):
+    result = kprop.check("softmax_topk", softmax_topk, seed=SEED, trials=5, corpus=corpus,
+                         domain={"rows": [np.int64(1), 2], "dtype": np.array(["f32"])})
+    assert result.passed
+    spec = {"spec": "topk_numpy", "family": "softmax_topk", "run": {"trials": np.int32(5), "seed": np.uint8(3)},
+            "domain": {"dtype": ["f64"], "rows": np.array([1, 2])}, "invariants": ["sorted"]}
+    assert kprop.check(spec, softmax_topk, corpus=corpus).passed
+    with pytest.raises(TypeError, match=r"^kprop: domain\['rows'\]\[1\] is a set \(\{2\}\): give numbers"):
+        kprop.check("softmax_topk", softmax_topk, corpus=corpus, domain={"rows": [1, {2}]})
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"tensors": 5}, "tensors= must be a dict {parameter: tensor name}"),
+    ({"tensors": {"o": 1}}, "tensors= must be a dict {parameter: tensor name}"),
+    ({"tensors": {"nope": "target.o"}}, "tensors= maps 'nope', which the function has no parameter for"),
+    ({"name": 3}, "name= must be a str"),
+])
+def test_bad_invariant_arguments_are_clear_errors(kwargs, match):
+    def f(o):
+        return None
+
+    with pytest.raises(TypeError, match=match):
+        kprop.invariant(**kwargs)(f)
+
+
+# ----------------- 12. an input kept by a function that raised or declined
+# Needs the rebuilt extension (python/src/kprop_module.cpp).
+@pytest.mark.parametrize("raised", [ValueError("no"), kprop.Unsupported("not this one")],
+                         ids=["error", "decline"])
+def test_an_input_kept_by_a_function_that_raised_is_refused(corpus, raised):
+    kept = []
+
+    def keeps_then_raises(logits, k, **attrs):
+        kept.append(logits[:1])  # a view of kprop's buffer, alive after the call
+        raise raised
+
+    try:
+        kprop.check("softmax_topk", keeps_then_raises, seed=SEED, trials=5, corpus=corpus)
+    except kprop.Counterexample as e:
+        assert "kept input 'logits'" in str(e)
+    except kprop.Skipped as e:  # would be a pytest skip: a declined case is no refusal
+        pytest.fail("declined, not refused: %s" % e)
+    else:
+        pytest.fail("passed")
+    kept.clear()
+
+
+def test_a_raised_error_without_a_kept_input_is_not_said_to_keep_one(corpus):
+    def raises_from(logits, k, **attrs):
+        try:
+            raise KeyError("inner")
+        except KeyError as err:
+            saved = err  # a frame <-> traceback cycle that holds `logits` until the collector runs
+            raise ValueError("outer") from saved
+
+    with pytest.raises(kprop.Counterexample, match="ValueError: outer") as excinfo:
+        kprop.check("softmax_topk", raises_from, seed=SEED, trials=5, corpus=corpus)
+    assert "kept input" not in str(excinfo.value)
+
+
+# ------------------- 1 (isolated). pytest.skip() in a worker declines the case
+def skips_in_a_worker(**_):
+    pytest.skip("no device in the worker")
+
+
+def test_pytest_skip_in_an_isolated_target_declines_its_case(corpus):
+    try:
+        kprop.check("softmax_topk", skips_in_a_worker, seed=SEED, trials=5, corpus=corpus, isolate=True)
+    except BaseException as e:  # a bare pytest skip here would hide a wrong verdict as this test's skip
+        assert isinstance(e, kprop.Skipped), repr(e)
+        assert "no device in the worker" in str(e) and e.result.declined == e.result.trials
+    else:
+        pytest.fail("passed")
+    assert _stored(corpus) == []
