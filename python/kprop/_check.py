@@ -253,7 +253,7 @@ def _resolve_spec(spec) -> Tuple[str, bool]:
     if not isinstance(spec, (str, os.PathLike)):
         raise TypeError("kprop: spec must be a spec file's path, a shipped spec's name or a dict, got %r" % (spec,))
     spec = os.fspath(spec)
-    if os.path.exists(spec):
+    if os.path.isfile(spec):  # a folder of the same name (kernels/layernorm/) does not hide a shipped spec
         return spec, False
     shipped = os.path.join(SPECS_DIR, _RENAMED_SPECS.get(spec, spec) + ".yaml")
     if os.sep not in spec and not spec.endswith((".yaml", ".yml")) and os.path.exists(shipped):

@@ -412,3 +412,12 @@ def test_pytest_skip_in_an_isolated_target_declines_its_case(corpus):
     else:
         pytest.fail("passed")
     assert _stored(corpus) == []
+
+
+def test_a_folder_named_like_a_shipped_spec_does_not_hide_it(tmp_path, monkeypatch):
+    """A bare shipped name resolves to the shipped spec even where the working
+    directory holds a folder of that name (kernels/layernorm/): it was read
+    as the spec, "spec is empty"."""
+    (tmp_path / "layernorm").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert kprop.spec_info("layernorm")["family"] == "layernorm"
