@@ -76,8 +76,8 @@ int write_fuzz_seeds(const Spec& spec, const std::string& dir, int count) {
   return written;
 }
 
-std::optional<FuzzFinding> import_fuzz_input(const Spec& spec, const Impl& target, const std::string& path,
-                                             const std::string& corpus_root, bool write_corpus) {
+FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::string& path,
+                             const std::string& corpus_root, bool write_corpus) {
   const auto bytes = read_bytes(path);
   const AnyCase c = spec.family->from_bytes(bytes.data(), bytes.size(), spec.domain);
   const std::string target_name = target.info.name;
@@ -89,9 +89,18 @@ std::optional<FuzzFinding> import_fuzz_input(const Spec& spec, const Impl& targe
   options.found_by = "libfuzzer";
   const RunContext ctx = make_context(spec, options, 0);
   const auto trial = spec.family->begin_trial(c, ctx.target, ctx.reference);
+  FuzzImport result;
   for (size_t k = 0; k < spec.invariants.size(); ++k) {
     const CheckResult r = check_one(ctx, *trial, spec.invariants[k], c);
-    if (r.kind == CheckResult::Kind::declined) return std::nullopt;
+    if (r.kind == CheckResult::Kind::declined) {  // not checked, whatever held before
+      result.checked = 0;
+      result.not_checked = "declined: " + r.reason;
+      return result;
+    }
+    if (r.kind == CheckResult::Kind::verdict && r.verdict.outcome == Outcome::pass) ++result.checked;
+    if (r.kind == CheckResult::Kind::verdict && r.verdict.outcome != Outcome::pass &&
+        r.verdict.outcome != Outcome::fail && result.not_checked.empty())
+      result.not_checked = "every invariant discarded it or is n/a (" + r.verdict.message + ")";
     if (!r.failed() && r.kind != CheckResult::Kind::target_failure) continue;
     // A fuzzer hits one bug thousands of times: keep a finding only if its
     // signature (invariant, implementation) is new to the corpus or its case
@@ -99,14 +108,16 @@ std::optional<FuzzFinding> import_fuzz_input(const Spec& spec, const Impl& targe
     const std::string invariant = r.failed() ? spec.invariants[k].name : "";
     const fs::path dir = fs::path(corpus_root) / spec.name;
     int64_t known_size = -1;
-    std::string known_path;
+    std::string known_path, known_message, known_summary;
     if (write_corpus && fs::is_directory(dir))
       for (const auto& file : list_corpus(dir.string())) {
         try {
           const CorpusEntry known = read_entry(file);
           if (known.invariant == invariant && known.found_against == target_name) {
-            const int64_t size = spec.family->stats(spec.family->from_yaml(known.case_node)).size;
-            if (known_size < 0 || size < known_size) known_size = size, known_path = file;
+            const CaseStats stats = spec.family->stats(spec.family->from_yaml(known.case_node));
+            if (known_size < 0 || stats.size < known_size)
+              known_size = stats.size, known_path = file, known_message = known.message,
+              known_summary = stats.summary;
           }
         } catch (const std::exception&) {
           // an unreadable file is replay's problem, not the fuzzer's
@@ -120,12 +131,17 @@ std::optional<FuzzFinding> import_fuzz_input(const Spec& spec, const Impl& targe
       // Known: the stored case is at least as small; drop the new file.
       std::error_code ec;
       if (f.corpus_new && !f.corpus_path.empty()) fs::remove(f.corpus_path, ec);
+      // What is printed is the stored case's, the file it points to.
       out.corpus_path = known_path;
+      out.message = known_message.empty() ? out.message : known_message;
+      out.summary = known_summary;
       out.is_new = false;
     }
-    return out;
+    result.finding = out;
+    return result;
   }
-  return std::nullopt;
+  if (result.checked > 0) result.not_checked.clear();
+  return result;
 }
 
 FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
@@ -207,16 +223,23 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
       stats.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
       stats.executions = execs_before + now.executions;
       stats.coverage = std::max(stats.coverage, now.coverage);
-      stats.crash_inputs += now.crash_inputs;
 
       // Every crash input: decode, re-check, shrink, store; then set it aside.
       for (const auto& entry : fs::directory_iterator(crashes)) {
         if (!entry.is_regular_file()) continue;
-        if (auto f = import_fuzz_input(spec, target, entry.path().string(), o.corpus_root, o.write_corpus)) {
+        ++stats.crash_inputs;  // the files, not libFuzzer's counter of this slice
+        const FuzzImport imported =
+            import_fuzz_input(spec, target, entry.path().string(), o.corpus_root, o.write_corpus);
+        if (const auto& f = imported.finding) {
           if (f->is_new)
             fmt::print(stderr, "[{}] new finding: {} broken: {}\n  shrunk: {}{}\n", spec.name, f->invariant,
                        f->message, f->summary, f->corpus_path.empty() ? "" : "\n  stored: " + f->corpus_path);
           report.findings.push_back(*f);
+        } else {
+          fmt::print(stderr, "[{}] crash input {} did not fail again ({}); kept in {}\n", spec.name,
+                     entry.path().filename().string(),
+                     imported.checked > 0 ? "every invariant held" : imported.not_checked,
+                     (crashes / "imported").string());
         }
         std::error_code ec;
         fs::rename(entry.path(), crashes / "imported" / entry.path().filename(), ec);
@@ -234,6 +257,8 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
       if (!fs::is_empty(merged)) {
         fs::remove_all(corpus);
         fs::rename(merged, corpus);
+      } else {
+        fs::remove_all(merged);  // nothing kept: the corpus stays as it was
       }
     }
     if (!continuous) break;

@@ -244,12 +244,20 @@ int run(const Config& cfg) {
   }
   if (!cfg.imports.empty()) {
     const Impl target = resolve_target(spec, cfg.target.empty() ? spec.target : cfg.target, cfg.case_timeout);
+    // Every path first: a bad one is an error before anything is stored.
+    for (const auto& path : cfg.imports) {
+      if (fs::is_directory(path)) throw InputError({path, 0, 0}, "is a folder, not a fuzzer input file");
+      if (!fs::is_regular_file(path)) throw InputError({path, 0, 0}, "no such fuzzer input");
+    }
     int found = 0;
     for (const auto& path : cfg.imports) {
-      if (!fs::is_regular_file(path)) throw InputError({path, 0, 0}, "no such fuzzer input");
-      const auto f = import_fuzz_input(spec, target, path, corpus_root, !cfg.no_corpus);
+      const FuzzImport imported = import_fuzz_input(spec, target, path, corpus_root, !cfg.no_corpus);
+      const auto& f = imported.finding;
       if (!f) {
-        fmt::print("  passes  {}\n", path);
+        if (imported.checked > 0)
+          fmt::print("  passes  {}\n", path);
+        else
+          fmt::print("  skip    {} (not checked: {})\n", path, imported.not_checked);
         continue;
       }
       ++found;

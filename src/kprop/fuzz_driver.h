@@ -56,8 +56,17 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& options);
 
 // Decodes one fuzzer input, re-checks it, shrinks it and stores it; returns
 // nothing when the input no longer fails. Used by --fuzz and --import.
-std::optional<FuzzFinding> import_fuzz_input(const Spec& spec, const Impl& target, const std::string& path,
-                                             const std::string& corpus_root, bool write_corpus);
+// What a fuzzer input shows on the spec: a finding, or none, with how
+// many invariants checked it (0: nothing did, `not_checked` says why: the
+// target declined it, or every invariant discarded it). Never a pass when
+// nothing was checked.
+struct FuzzImport {
+  std::optional<FuzzFinding> finding;
+  int checked = 0;
+  std::string not_checked;
+};
+FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::string& path,
+                             const std::string& corpus_root, bool write_corpus);
 
 // Writes `count` seed inputs for the spec (empty if the family has no
 // Draw-based builder); returns how many were written.

@@ -225,6 +225,37 @@ TEST(Cli, WholeNumbersAndCorpusFilesWithoutASpec) {
       << r.out;
 }
 
+// --import: an input the target declined is said as not checked, never as
+// "passes" (it was); every path is checked before anything is stored.
+TEST(Cli, ImportSaysWhatItCouldNotCheckAndChecksEveryPathFirst) {
+  if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
+  const fs::path dir = temp("import");
+  fs::remove_all(dir);
+  fs::create_directories(dir / "a-folder");
+  std::ofstream(dir / "empty.bin").flush();
+  std::ofstream(dir / "declines.py") << "import sys\nsys.path.insert(0, '" << KPROP_SOURCE_DIR
+                                     << "/python')\nimport kprop_worker\n\n\ndef op(**_):\n    raise "
+                                        "kprop_worker.Unsupported('declines every case')\n\n\n"
+                                        "kprop_worker.serve({'layernorm': op})\n";
+  const std::string spec = std::string(KPROP_SOURCE_DIR) + "/specs/layernorm.yaml";
+  const std::string target =
+      std::string(" --target 'exec:") + KPROP_PYTHON + " " + (dir / "declines.py").string() + "'";
+  const CliRun skipped =
+      run("--spec " + spec + " --no-corpus --import " + (dir / "empty.bin").string() + target);
+  EXPECT_EQ(skipped.code, 0) << skipped.out;
+  EXPECT_NE(skipped.out.find("skip    "), std::string::npos) << skipped.out;
+  EXPECT_NE(skipped.out.find("not checked: declined"), std::string::npos) << skipped.out;
+  EXPECT_EQ(skipped.out.find("passes"), std::string::npos) << skipped.out;
+  const CliRun folder =
+      run("--spec " + spec + " --corpus " + (dir / "corpus").string() + " --import " +
+          (dir / "empty.bin").string() + " " + (dir / "a-folder").string() + " --target missing_proj_term");
+  EXPECT_EQ(folder.code, 2) << folder.out;
+  EXPECT_NE(folder.out.find("a-folder: is a folder, not a fuzzer input file"), std::string::npos)
+      << folder.out;
+  EXPECT_FALSE(fs::exists(dir / "corpus")) << folder.out;
+  fs::remove_all(dir);
+}
+
 // The replay command carries the --profile and --domain the run had: which
 // invariants a spec runs can depend on them (finite_differences only where
 // f64 is drawn), and the re-run in a fresh process must fail again.
