@@ -1004,6 +1004,34 @@ void serve_plugin(int in_fd, int out_fd, const std::vector<PluginOp>& ops, const
   }
 }
 
+// A reply header as JSON, refused unless it is one: an object nested no
+// deeper than a header ever is (a worker's 3-million-level array made the
+// messages that print it recurse until the stack overflowed), with the
+// fields kprop reads of the type it reads them as (a number as `error` was
+// an exception of kprop's, reported as the target's crash).
+constexpr int kMaxHeaderDepth = 16;  // a header is a map, its tensors two levels down
+
+static nlohmann::json parse_reply_header(const std::string& text) {
+  nlohmann::json h =
+      nlohmann::json::parse(text, [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+        if (depth > kMaxHeaderDepth)
+          throw std::runtime_error(fmt::format("nested deeper than {} levels", kMaxHeaderDepth));
+        return true;
+      });
+  if (!h.is_object()) throw std::runtime_error("not a JSON object");
+  for (const char* key : {"ok", "restart", "unsupported", "unavailable"})
+    if (h.contains(key) && !h[key].is_boolean())
+      throw std::runtime_error(fmt::format("'{}' must be true or false", key));
+  if (h.contains("error") && !h["error"].is_string()) throw std::runtime_error("'error' must be a string");
+  if (h.contains("abi_version") && !h["abi_version"].is_number_integer())
+    throw std::runtime_error("'abi_version' must be an integer");
+  if (h.contains("ops") &&
+      (!h["ops"].is_array() ||
+       std::any_of(h["ops"].begin(), h["ops"].end(), [](const auto& o) { return !o.is_string(); })))
+    throw std::runtime_error("'ops' must be a list of op names");
+  return h;
+}
+
 // ---------------------------------------------------------------- process transports
 // Both plugins (forked host) and exec workers speak frames to a child.
 class ChildTransport : public Transport {
@@ -1152,7 +1180,7 @@ class ChildTransport : public Transport {
     if ((io = child_.read_exact(reinterpret_cast<uint8_t*>(text.data()), n, deadline, got)) != Child::Io::ok)
       throw fail(io);
     try {
-      header = nlohmann::json::parse(text);
+      header = parse_reply_header(text);
     } catch (const std::exception& e) {
       child_.kill_now();
       throw TargetFailure("error", fmt::format("{}: malformed reply header: {}", op, e.what()));

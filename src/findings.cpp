@@ -184,6 +184,12 @@ void on_fatal_signal(int sig) {
     raise(sig);
     return;
   }
+  // Saving the case allocates, formats and writes, which a crash that left
+  // the heap's lock held (the runner's own, in a check) would deadlock: a
+  // save that has not ended in 30 s is ended by the default SIGALRM (both
+  // calls are async-signal-safe).
+  signal(SIGALRM, SIG_DFL);
+  alarm(30);
   die_with_case(fmt::format("crashed with signal {} ({})", sig, strsignal(sig)), "crash");
 }
 

@@ -175,6 +175,29 @@ TEST(ExternalReply, EveryMismatchIsNamed) {
 
 // A worker that answers one request twice: the second reply is never read
 // as the answer to the next call (it would be judged against that case).
+// A header is refused unless it is one: nested no deeper than 16 levels (a
+// worker's 3-million-level array crashed prop_runner while printing it) and
+// with the fields kprop reads of their types (a number as `error`, a string
+// as `ops`, were exceptions of kprop's: "crashed", "internal error").
+TEST(ExternalReply, AHeaderTooDeepOrOfTheWrongTypesIsRefused) {
+  nlohmann::json deep = 1;
+  for (int i = 0; i < 100; ++i) deep = nlohmann::json::array({deep});
+  EXPECT_NE(refused({{"ok", true}, {"tensors", deep}}).find("nested deeper than 16 levels"),
+            std::string::npos);
+  EXPECT_NE(refused({{"ok", false}, {"error", 5}}).find("'error' must be a string"), std::string::npos);
+  EXPECT_NE(refused({{"ok", "yes"}}).find("'ok' must be true or false"), std::string::npos);
+  CannedWorker worker(ok_with(nlohmann::json::array()));
+  write_bytes(worker.dir.path / "hello",
+              kprop::external::encode_frame(
+                  {{"ok", true}, {"abi_version", KPROP_ABI_VERSION}, {"ops", "toy.op"}}, {}));
+  try {
+    kprop::external::open_target(worker.target, toy_options());
+    ADD_FAILURE() << "a handshake with ops as a string was accepted";
+  } catch (const kprop::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'ops' must be a list of op names"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ExternalReply, ASecondReplyToOneCallIsAnError) {
   const nlohmann::json header = ok_with({{{"name", "o"}, {"dtype", "f32"}, {"shape", {2, 3}}}});
   const std::vector<uint8_t> payload(24, 7);
