@@ -596,6 +596,21 @@ class Parser {
       }
     if (d->dims.size() > kMaxDims)
       fail(s["dims"], fmt::format("op.dims declares {} dims; at most {}", d->dims.size(), kMaxDims));
+    // The generator and the relation checks list every value of every dim:
+    // 2^24 values in all at most (128 MB a listing). Five dims of 2^24 values
+    // with relations took 2.6 GB and seconds per case.
+    int64_t listed = 0;
+    for (const auto& dim : d->dims)
+      listed += dim.one_of.empty()
+                    ? (dim.hi - (dim.lo + dim.multiple_of - 1) / dim.multiple_of * dim.multiple_of) /
+                              dim.multiple_of +
+                          1
+                    : static_cast<int64_t>(dim.one_of.size());
+    if (listed > (int64_t{1} << 24))
+      fail(s["dims"],
+           fmt::format("op.dims: the dims take {} values in all, over 2^24 (16777216): the generator "
+                       "lists them; narrow the ranges",
+                       listed));
     if (s["relations"] && !s["relations"].IsNull()) relations(s["relations"], *d);
     if (s["attrs"] && !s["attrs"].IsNull())
       for (const auto& [k, v] : entries(s["attrs"], "op.attrs")) {
