@@ -31,12 +31,16 @@ std::vector<std::string> replay_argv(const RunContext& ctx, const std::string& p
 void check_replay(const RunContext& ctx, Finding& f) {
   auto not_run = [&](const std::string& why) { f.replay_check_detail = "not re-run: " + why; };
   if (ctx.options.replay_checker.empty()) return not_run("no prop_runner to re-run it with");
-  if (f.kind != "invariant") return not_run("a " + f.kind + " is not re-run");
   if (f.corpus_path.empty() || ctx.target_name.rfind("python:", 0) == 0) return not_run("no replay command");
   if (interrupted()) return not_run("the run was interrupted");
   std::vector<std::string> argv = replay_argv(ctx, f.corpus_path, f.invariant);
   argv[0] = ctx.options.replay_checker;
   argv.insert(argv.end(), {"--format", "json", "--no-corpus"});  // a crash in it stores nothing in the corpus
+  // A crash, hang or error is re-run with each check in a forked child, so
+  // that the re-run reports it instead of dying of it (external targets run
+  // in their own process anyway).
+  const bool target_failure = f.kind != "invariant";
+  if (target_failure) argv.push_back("--isolate");
   // Loading the spec and one case's checks: the case's own timeout (for the
   // target, and again for a recorded mutant) plus a minute for the rest.
   ProcessOptions options;
@@ -67,8 +71,13 @@ void check_replay(const RunContext& ctx, Finding& f) {
   const std::string detail = row.value("target_detail", "");
   const std::string error = row.value("error", "");
   if (!error.empty()) return set("error", "it could not read the case: " + error);
-  if (!row.value("target_ok", true) && detail.rfind(f.invariant + ": ", 0) == 0)
+  if (target_failure) {
+    // The runner's kind of the re-run's failure; a throw is a crash finding.
+    const std::string got = row.value("target_failure", "");
+    if (got == f.kind || (f.kind == "crash" && got == "threw")) return set("reproduced", detail);
+  } else if (!row.value("target_ok", true) && detail.rfind(f.invariant + ": ", 0) == 0) {
     return set("reproduced", detail);
+  }
   // It ran the case and the target did not fail this invariant there.
   set("not_reproduced", row.value("target_ok", true) ? (detail.empty() ? "the case passed" : detail)
                                                      : "it failed otherwise: " + detail);

@@ -18,8 +18,12 @@ run plugin_buggy 1 --no-corpus --target "plugin:$plugins/libattention_fwd_buggy.
 expect_log plugin_buggy "shrunk: B1 Hq1/Hkv1 Nq1 Nk1 D1"
 
 # A crash is shrunk, saved and reported (exit 3); the runner survives it.
-run plugin_crash 3 --corpus "$tmp/crash" --target "plugin:$plugins/libattention_fwd_crash.so"
+run plugin_crash 3 --corpus "$tmp/crash" --target "plugin:$plugins/libattention_fwd_crash.so" \
+  --format json --out "$tmp/crash.json"
 expect_log plugin_crash "killed by signal 11"
+# Its replay was re-run in a fresh process before the report, and crashed there too.
+grep -q '"status": "reproduced"' "$tmp/crash.json" ||
+  { echo "FAIL plugin_crash: replay not re-checked"; grep -A3 replay_check "$tmp/crash.json"; fails=$((fails + 1)); }
 grep -l "found_by: crash" "$tmp/crash/attention_fwd/"*.yaml > /dev/null 2>&1 ||
   { echo "FAIL plugin_crash: no saved case"; fails=$((fails + 1)); }
 grep -q "nk: 1," "$tmp/crash/attention_fwd/"*.yaml || { echo "FAIL plugin_crash: case not shrunk"; fails=$((fails + 1)); }
@@ -28,7 +32,10 @@ run crash_replay 3 --no-corpus --target "plugin:$plugins/libattention_fwd_crash.
 run crash_replay_reference 0 --target reference --replay "$tmp/crash/attention_fwd"
 
 # A hang is stopped by the per-case timeout, saved, exit 3.
-run plugin_hang 3 --corpus "$tmp/hang" --case-timeout 1 --target "plugin:$plugins/libattention_fwd_hang.so"
+run plugin_hang 3 --corpus "$tmp/hang" --case-timeout 1 --target "plugin:$plugins/libattention_fwd_hang.so" \
+  --format json --out "$tmp/hang.json"
+grep -q '"status": "reproduced"' "$tmp/hang.json" ||
+  { echo "FAIL plugin_hang: replay not re-checked"; grep -A3 replay_check "$tmp/hang.json"; fails=$((fails + 1)); }
 expect_log plugin_hang "hung (no reply within case_timeout_s = 1 s)"
 grep -l "found_by: hang" "$tmp/hang/attention_fwd/"*.yaml > /dev/null 2>&1 ||
   { echo "FAIL plugin_hang: no saved case"; fails=$((fails + 1)); }
