@@ -1244,14 +1244,20 @@ bool is_external_target(const std::string& target) {
   return target.rfind("plugin:", 0) == 0 || target.rfind("exec:", 0) == 0;
 }
 
+void check_target_name(const std::string& target) {
+  if (target.rfind("plugin:", 0) != 0) return;
+  const std::string path = target.substr(7);
+  if (path.empty()) throw InputError({}, "plugin: needs a path, e.g. plugin:./libmykernel.so");
+  if (!std::filesystem::exists(path)) throw InputError({}, fmt::format("{}: no such file", target));
+}
+
 std::shared_ptr<Transport> open_target(const std::string& target, const TransportOptions& options) {
   if (options.ops.empty())
     throw InputError({}, fmt::format("family {} has no external interface yet, so '{}' cannot be tested",
                                      options.family, target));
   if (target.rfind("plugin:", 0) == 0) {
+    check_target_name(target);
     const std::string path = target.substr(7);
-    if (path.empty()) throw InputError({}, "plugin: needs a path, e.g. plugin:./libmykernel.so");
-    if (!std::filesystem::exists(path)) throw InputError({}, fmt::format("{}: no such file", target));
     // RTLD_NOW: an unresolved symbol inside the plugin is reported here, not mid-run.
     const std::string dlpath = path.find('/') == std::string::npos ? "./" + path : path;
     void* handle = dlopen(dlpath.c_str(), RTLD_NOW | RTLD_LOCAL);

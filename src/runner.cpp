@@ -148,7 +148,10 @@ std::string reference_name(const Spec& spec, const RunOptions& options) {
 
 void check_run_names(const Spec& spec, const RunOptions& options) {
   const auto in_process = [&](const std::string& name, bool as_reference) {
-    if (!name.empty() && !external::is_external_target(name) && spec.family->find_implementation(name) < 0)
+    if (name.empty() || spec.family->find_implementation(name) >= 0) return;
+    if (external::is_external_target(name))
+      external::check_target_name(name);
+    else
       resolve_target(spec, name, {}, as_reference);  // throws the unknown-name error
   };
   in_process(options.target, false);

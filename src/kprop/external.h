@@ -190,6 +190,10 @@ struct TransportOptions {
 // setsid or not).
 std::shared_ptr<Transport> open_target(const std::string& target, const TransportOptions& options);
 bool is_external_target(const std::string& target);
+// What can be said of an external target's name before opening it (a
+// plugin's path that is missing or names no file): the InputError
+// open_target would throw, raised before the run prints anything.
+void check_target_name(const std::string& target);
 
 // In-process entry points (the GoogleTest helper): symbol name -> function.
 std::shared_ptr<Transport> in_process(std::map<std::string, void*> symbols, const TransportOptions& options);

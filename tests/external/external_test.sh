@@ -47,6 +47,8 @@ run no_entry 2 --no-corpus --target "plugin:$no_entry"
 expect_log no_entry "missing symbol kprop_attention_fwd"
 run no_file 2 --no-corpus --target "plugin:$tmp/nope.so"
 expect_log no_file "no such file"
+# ... and it is the one line: said before the run's seed header.
+[ "$(wc -l < "$tmp/no_file.log")" -eq 1 ] || { echo "FAIL no_file: more than the error"; cat "$tmp/no_file.log"; fails=$((fails + 1)); }
 run no_command 2 --no-corpus --target "exec:kprop-no-such-worker-command"
 expect_log no_command "status 127 (command not found?)"
 run not_a_worker 2 --no-corpus --target "exec:echo hello"
