@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "kprop/errors.h"
 #include "kprop/expr.h"
 #include "kprop/float_type.h"
 
@@ -169,6 +170,7 @@ struct OutputDecl {
   std::vector<std::string> shape;
   std::optional<DType> dtype;                         // none: the case's dtype
   std::shared_ptr<const expr::Expression> reference;  // fp64, on inputs, dims and attrs (none: external)
+  Mark reference_mark;                                // where the spec writes it
 };
 
 struct Decl {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <stdexcept>
 
@@ -336,11 +337,38 @@ double floor_of(const Case& c, size_t output, const std::vector<double>& ref) {
   return is_half(dt) ? arithmetic + unit_roundoff(dt) * m + denorm_min(dt) / 2 : arithmetic;
 }
 
+namespace {
+// Output o's reference expression on the case's inputs. Its shape was
+// checked symbolically at load, where a slice's extent (`?`) is taken to
+// match what it broadcasts with; on a case it can still come out otherwise,
+// and an expression that cannot be evaluated on one (shapes that do not
+// broadcast, an index out of range) is the spec's error, as it reads only
+// the spec's inputs: one line at the expression (exit 2), never the target's.
+std::vector<double> evaluated(const Case& c, const OutputDecl& o, const std::function<expr::Tensor()>& eval) {
+  const auto what = [&] { return fmt::format("reference.{}: `{}`", o.name, o.reference->text()); };
+  expr::Tensor t;
+  try {
+    t = eval();
+  } catch (const expr::EvalError& e) {
+    throw InputError(o.reference_mark,
+                     fmt::format("{} cannot be evaluated on this case: {}", what(), e.what()));
+  }
+  const std::vector<int64_t> want = c.decl->extents(o.shape, c.dims);
+  if (t.shape != want)
+    throw InputError(
+        o.reference_mark,
+        fmt::format("{} has shape {} on this case, but output {} is declared {} = {}", what(),
+                    expr::shape_text(t.shape), o.name, expr::shape_text(o.shape), expr::shape_text(want)));
+  return std::move(t.data);
+}
+}  // namespace
+
 Result reference(const Case& c) {
   if (c.decl->external_reference) return c.decl->external_reference->call(c, true);
   const expr::TensorMap m = inputs_map(c, false);
   Result r;
-  for (const auto& o : c.decl->outputs) r.outputs.push_back(o.reference->evaluate(m).data);
+  for (const auto& o : c.decl->outputs)
+    r.outputs.push_back(evaluated(c, o, [&] { return o.reference->evaluate(m); }));
   return r;
 }
 
@@ -352,10 +380,10 @@ Result naive(const Case& c) {
     // Intermediates in the arithmetic dtype (f32 for a half output), then
     // the store: rounded to the output's dtype, to nearest even.
     const DType dt = c.output_dtype(i);
-    std::vector<double> y =
-        c.decl->outputs[i]
-            .reference->evaluate_rounded(m, arithmetic_dtype(dt) == DType::f32 ? to_f32 : to_f64)
-            .data;
+    const OutputDecl& o = c.decl->outputs[i];
+    std::vector<double> y = evaluated(c, o, [&] {
+      return o.reference->evaluate_rounded(m, arithmetic_dtype(dt) == DType::f32 ? to_f32 : to_f64);
+    });
     if (is_half(dt))
       for (double& v : y) v = round_to(dt, v);
     r.outputs.push_back(std::move(y));

@@ -70,8 +70,8 @@ class Parser {
     const std::string& s = key.Scalar();
     if (!identifier(s)) fail(key, fmt::format("'{}' must be a name (letters, digits, '_')", s));
     static const std::set<std::string> reserved = {
-        "target", "reference", "naive", "floor", "transformed", "transform", "and",          "or",
-        "not",    "true",      "false", "inf",   "nan",         "close",     "unit_roundoff"};
+        "target", "reference", "naive", "floor", "transformed", "transform", "and", "or",    "not",
+        "true",   "false",     "True",  "False", "None",        "inf",       "nan", "close", "unit_roundoff"};
     if (reserved.count(s)) fail(key, fmt::format("'{}' is reserved in expressions; pick another name", s));
     if (!taken.insert(s).second)
       fail(key, fmt::format("'{}' is declared twice (dims, attrs and tensors share one namespace)", s));
@@ -721,6 +721,7 @@ class Parser {
           throw expr::ExprError(0, fmt::format("has shape {}, but output {} is declared {}", e->shape(),
                                                o.name, expr::shape_text(o.shape)));
         o.reference = std::move(e);
+        o.reference_mark = ctx_.mark(v, 0);
       } catch (const expr::ExprError& err) {
         fail(v, fmt::format("reference.{}: {}", o.name, err.what()), err.offset);
       }

@@ -435,6 +435,8 @@ class Trial {
         throw TargetUnavailable(who + "cannot run here: " + e.what());
       } catch (const Unsupported& e) {
         throw DerivedDeclined(who + "declined the case: " + e.what());
+      } catch (const InputError&) {
+        throw;  // the spec's error (a declared op's reference expression), not the reference's failure
       } catch (const std::exception& e) {
         throw ReferenceFailure(
             who + "failed on a case, so the case cannot judge the target (fix the reference): " + e.what());

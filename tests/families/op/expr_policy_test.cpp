@@ -137,5 +137,42 @@ TEST(OpClosePolicy, AnExpressionThatCannotBeEvaluatedIsTheSpecsError) {
         << bad;
 }
 
+// A reference expression whose shape or evaluation goes wrong on a case (a
+// slice's `?` extent taken at load to be what it broadcasts with): the
+// spec's error at the expression, for the reference as target and as
+// oracle. The slice's [T, 0] result crashed prop_runner in the comparison;
+// the broadcast error was a "target threw" counterexample.
+TEST(OpClosePolicy, AReferenceThatGoesWrongOnACaseIsTheSpecsError) {
+  const auto spec = [](const std::string& d) {
+    return R"(spec: refshape
+family: op
+op:
+  dims: {T: [1, 2], D: )" +
+           d + R"(}
+  inputs:
+    x: {shape: [T, D], dtype: f64}
+    w: {shape: [D]}
+  outputs:
+    y: {shape: [T, D]}
+  reference:
+    y: x[:, 1:] + 0 * w
+invariants: [matches_reference]
+)";
+  };
+  for (const char* target : {"reference", "doubles"}) {
+    const std::string empty = run_error(spec("[1, 1]"), target);
+    EXPECT_NE(empty.find("overflow.yaml:11:8: reference.y: `x[:, 1:] + 0 * w` has shape [1, 0] on this case, "
+                         "but output y is declared [T, D] = [1, 1]"),
+              std::string::npos)
+        << target << ": " << empty;
+    const std::string broadcast = run_error(spec("[3, 3]"), target);
+    EXPECT_NE(
+        broadcast.find("overflow.yaml:11:8: reference.y: `x[:, 1:] + 0 * w` cannot be evaluated on this "
+                       "case: shapes"),
+        std::string::npos)
+        << target << ": " << broadcast;
+  }
+}
+
 }  // namespace
 }  // namespace kprop::op::testing

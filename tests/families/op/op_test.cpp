@@ -116,6 +116,15 @@ TEST(OpDecl, ShapeNamingAnUndeclaredDim) {
                     "op.yaml:8:28: output y: shape names undeclared dim 'Dd' (did you mean 'D'?)");
 }
 
+// Words the expressions read as literals cannot name a dim, attr or
+// tensor: an attr `True` was read as 1 in `x * True`.
+TEST(OpDecl, ReservedWordsAreNotNames) {
+  for (const std::string word : {"True", "False", "None", "true", "nan", "unit_roundoff"})
+    EXPECT_LOAD_ERROR(
+        base_spec("{T: [1, 8], " + word + ": [1, 16]}", "{shape: [T]}", "{y: {shape: [T]}}", "y: x"),
+        "op.yaml:4:21: '" + word + "' is reserved in expressions; pick another name");
+}
+
 TEST(OpDecl, BadRanges) {
   EXPECT_LOAD_ERROR(base_spec("{T: [1, 8], D: [16, 1]}"),
                     "op.yaml:4:24: dim D is an inverted range [16, 1]: lo must be <= hi");
