@@ -671,11 +671,12 @@ class Checker {
     const Node& lit = neg ? *v.args[0] : v;
     if (lit.kind != Kind::number || lit.dtype != DType::integer)
       throw ExprError(v.begin, "axis must be an integer literal");
-    const int axis = static_cast<int>(neg ? -lit.value : lit.value);
-    if (axis < -rank || axis >= rank)
-      throw ExprError(v.begin, fmt::format("axis {} is out of range for {} of rank {}{}", axis,
+    const double value = neg ? -lit.value : lit.value;  // an int cast only once it is in range
+    if (value < -rank || value >= rank)
+      throw ExprError(v.begin, fmt::format("axis {} is out of range for {} of rank {}{}", value,
                                            shape_text(n.args[0]->shape), rank,
                                            rank ? fmt::format(" (valid: {}..{})", -rank, rank - 1) : ""));
+    const int axis = static_cast<int>(value);
     return axis < 0 ? axis + rank : axis;
   }
 
@@ -793,13 +794,15 @@ class Checker {
     for (auto& a : n.args) check(*a);
     // min(a, b) / max(a, b) are elementwise; they take no keywords.
     const bool elementwise_minmax = (n.op == "min" || n.op == "max") && argc == 2;
+    const std::string written = n.op;  // messages name the function as the user wrote it
     if (elementwise_minmax) n.op = n.op == "min" ? "minimum" : "maximum";
     std::set<std::string> seen;
     for (const auto& kw : n.items) {
       const std::string& key = kw.lo->op;
       const auto& allowed = elementwise_minmax ? std::vector<std::string>{} : f->keywords;
       if (std::find(allowed.begin(), allowed.end(), key) == allowed.end())
-        throw ExprError(kw.pos, fmt::format("{}() takes no keyword '{}'{}", n.op, key,
+        throw ExprError(kw.pos, fmt::format("{}() {}takes no keyword '{}'{}", written,
+                                            elementwise_minmax ? "of two tensors (elementwise) " : "", key,
                                             allowed.empty() ? "" : "; keywords: " + join(allowed)));
       if (!seen.insert(key).second) throw ExprError(kw.pos, fmt::format("keyword '{}' given twice", key));
     }

@@ -11,6 +11,8 @@
 #include <numeric>
 #include <optional>
 #include <set>
+#include <string>
+#include <tuple>
 
 #include "expr_ast.h"
 #include "kprop/errors.h"
@@ -130,6 +132,10 @@ thread_local double (*t_round)(double) = nullptr;
 inline void round_real(Tensor& t) {
   if (t_round && t.dtype == DType::real)
     for (double& v : t.data) v = t_round(v);
+  // An integer has no signed zero (NumPy's int64): -(N - N) is 0, so that
+  // 1 / -(N - N) is inf, not -inf.
+  if (t.dtype == DType::integer)
+    for (double& v : t.data) v += 0.0;
 }
 inline double round_acc(double v) {
   return t_round ? t_round(v) : v;
@@ -173,9 +179,26 @@ double nan_min(double a, double b) {
   return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b);
 }
 
+// NumPy's isclose with equal_nan: equal values are close whatever the
+// tolerance (a NaN one included); NaN matches NaN, an infinity only itself.
 bool is_close(double a, double b, double rtol, double atol) {
+  if (a == b) return true;
   if (std::isfinite(a) && std::isfinite(b)) return within(a, b, atol, rtol);
-  return (std::isnan(a) && std::isnan(b)) || a == b;
+  return std::isnan(a) && std::isnan(b);
+}
+
+// The expression reads an output of the target (its own or a transformed case's).
+bool reads_target(const Node& n) {
+  if (n.kind == Kind::name && (n.op.rfind("target.", 0) == 0 || n.op.rfind("transformed.target.", 0) == 0))
+    return true;
+  for (const NodeP& a : n.args)
+    if (reads_target(*a)) return true;
+  for (const Item& it : n.items)
+    for (const NodeP& p : {it.e, it.lo, it.hi})
+      if (p && reads_target(*p)) return true;
+  for (const NodeP& p : {n.rtol, n.atol, n.k, n.unjudged})
+    if (p && reads_target(*p)) return true;
+  return false;
 }
 
 struct Split {
@@ -384,6 +407,7 @@ struct CloseArgs {
   static double at(const Ref& t, size_t i) { return t->size() == 1 ? t->data[0] : t->data[i]; }
   bool judged(size_t i) const { return !unjudged || (*unjudged)->data[i] == 0; }
 };
+std::string index_text(const Dims& shape, size_t flat);
 CloseArgs close_args(const Node& n, const TensorMap& m, bool tolerances) {
   CloseArgs c;
   c.a = evaluate(*n.args[0], m);
@@ -399,6 +423,22 @@ CloseArgs close_args(const Node& n, const TensorMap& m, bool tolerances) {
     c.rtol = n.rtol ? evaluate(*n.rtol, m) : Ref(Tensor::scalar(1e-5));
     c.atol = n.atol ? evaluate(*n.atol, m) : Ref(Tensor::scalar(1e-8));
     c.shape = broadcast_rt(broadcast_rt(c.shape, c.rtol->shape), c.atol->shape);
+    // A tolerance below 0 or NaN on this case (atol=D-3, a max over a NaN)
+    // would fail unequal elements however close, and a bound computed from
+    // the spec's own tensors (dims, inputs, the reference, the baseline) is
+    // the spec's to fix, as a bad k is: never the target's counterexample.
+    // One read from the target's outputs is the target's doing, and the
+    // elements it cannot judge fail.
+    for (const auto& [name, node, t] :
+         {std::tuple{"rtol", n.rtol.get(), &c.rtol}, {"atol", n.atol.get(), &c.atol}}) {
+      if (!node || reads_target(*node)) continue;
+      for (size_t i = 0; i < (*t)->size(); ++i)
+        if (const double v = (*t)->data[i]; !(v >= 0))
+          throw ToleranceError(
+              fmt::format("close(): {} is {}{} on this case; a tolerance must be a number >= 0{}", name, v,
+                          (*t)->size() > 1 ? " at " + index_text((*t)->shape, i) : "",
+                          std::isnan(v) ? " (a NaN reached it: a reduction over a NaN, or 0 × inf)" : ""));
+    }
   }
   for (Ref* t : {&c.a, &c.b})
     if ((*t)->shape != c.shape) *t = Ref(expand(**t, c.shape));
@@ -421,8 +461,12 @@ CloseArgs close_args(const Node& n, const TensorMap& m, bool tolerances) {
   return c;
 }
 
+// A slice bound: clamped to ±2^62 before the cast (a bound of 2^63 or more
+// cast as it is has no defined value; the slice clamps to the axis anyway).
 int64_t scalar_int(const Node& n, const TensorMap& m) {
-  return static_cast<int64_t>(evaluate(n, m)->data.at(0));
+  const double v = evaluate(n, m)->data.at(0);
+  if (std::isnan(v)) throw SpecEvalError(fmt::format("a slice bound is nan"));
+  return static_cast<int64_t>(std::clamp(v, -0x1p62, 0x1p62));
 }
 
 // x[items] in one gather, reading x where it is. Each item makes one group
@@ -747,7 +791,9 @@ Expression::Outcome explain(const std::string& text, const Node& n, const Tensor
     const double x = a.data[worst], y = b.data[worst];
     out.measured = {{"lhs", x}, {"rhs", y}, {"difference", std::fabs(x - y)}};
     std::string detail;
-    if (is_close_call) {
+    if (is_close_call && !(std::isfinite(x) && std::isfinite(y))) {
+      detail = "a NaN or an infinity is close only to the same (NaN to NaN, inf to inf of its sign)";
+    } else if (is_close_call) {
       const double rtol = CloseArgs::at(c.rtol, worst), atol = CloseArgs::at(c.atol, worst);
       const double allowed = allowed_error(atol, rtol, std::fabs(y));
       out.measured.push_back({"allowed", allowed});

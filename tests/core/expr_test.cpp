@@ -282,6 +282,21 @@ TEST(Expr, NanAndInfinityAreCloseOnlyToThemselves) {
   EXPECT_EQ(values("isinf(w)"), (std::vector<double>{0, 1, 0}));
 }
 
+// Audit findings: an integer zero has no sign (1 / -(N - N) is inf, as in
+// NumPy's int64); slice bounds past 2^63 clamp to the axis (the cast had no
+// defined value); a NaN tolerance from the spec's own tensors is the spec's
+// error, not a verdict.
+TEST(Expr, NumPyCornersOfIntegersSlicesAndClose) {
+  EXPECT_EQ(values("1 / -(idx[0] - idx[0])"), (std::vector<double>{INFINITY}));
+  EXPECT_EQ(values("1 / ((idx[0] - idx[0]) * -1)"), (std::vector<double>{INFINITY}));
+  EXPECT_EQ(values("1 / -0"), (std::vector<double>{INFINITY}));
+  EXPECT_EQ(shape("x[:, :9223372036854775808]"), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(shape("x[:, :99999999999999999999]"), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(shape("x[:, -99999999999999999999:]"), (std::vector<int64_t>{2, 3}));
+  EXPECT_THROW(eval("close(z, z, atol=z)"), ToleranceError);
+  EXPECT_THROW(eval("close(y, y, atol=-y)"), ToleranceError);
+}
+
 TEST(Expr, CloseUsesRtolAndAtol) {
   EXPECT_EQ(values("close(y + 0.001, y)"), (std::vector<double>{0, 0, 0}));
   EXPECT_EQ(values("close(y + 0.001, y, rtol=1e-4)"), (std::vector<double>{1, 1, 1}));
@@ -402,6 +417,8 @@ TEST(ExprErrors, WrongArity) {
 }
 TEST(ExprErrors, UnknownKeyword) {
   EXPECT_EQ(error_of("sum(x, axes=1)"), "7: sum() takes no keyword 'axes'; keywords: axis, keepdims");
+  // max of two tensors is elementwise (maximum), but the message names what the user wrote.
+  EXPECT_EQ(error_of("max(x, x, axis=0)"), "10: max() of two tensors (elementwise) takes no keyword 'axis'");
 }
 TEST(ExprErrors, ClosePolicyNeedsTheBaselineAndExcludesRtol) {
   // t.o is not target.*: no operand has a policy to scale.
@@ -424,6 +441,9 @@ TEST(ExprErrors, ClosePolicyNeedsTheBaselineAndExcludesRtol) {
 TEST(ExprErrors, AxisOutOfRange) {
   EXPECT_EQ(error_of("sum(x, axis=2)"), "12: axis 2 is out of range for [N, M] of rank 2 (valid: -2..1)");
   EXPECT_EQ(error_of("any(b, axis=-3)"), "12: axis -3 is out of range for [N, M] of rank 2 (valid: -2..1)");
+  // As written, not wrapped to an int (it said -2147483648).
+  EXPECT_EQ(error_of("sum(x, axis=4294967296)"),
+            "12: axis 4294967296 is out of range for [N, M] of rank 2 (valid: -2..1)");
 }
 TEST(ExprErrors, ShapeMismatchInSymbolicDims) {
   EXPECT_EQ(error_of("x + v"), "0: shapes [N, M] and [N] do not broadcast (M vs N)");

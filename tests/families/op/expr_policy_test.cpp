@@ -137,6 +137,27 @@ TEST(OpClosePolicy, AnExpressionThatCannotBeEvaluatedIsTheSpecsError) {
         << bad;
 }
 
+// A computed tolerance below 0 or NaN: the spec's error when the spec's own
+// tensors make it (it failed exact matches: |0| > allowed -2), as a bad k
+// is. One read from the target's outputs is the target's: equal elements
+// are close whatever it is (NumPy's isclose), unequal ones fail.
+TEST(OpClosePolicy, ANegativeOrNanToleranceIsTheSpecsErrorUnlessTheTargetMadeIt) {
+  const std::string negative =
+      run_error(with_invariant("all(close(target.y, reference.y, atol=T - 100, rtol=0))"));
+  EXPECT_NE(negative.find("close(): atol is -9"), std::string::npos) << negative;
+  const std::string nan = run_error(with_invariant("all(close(target.y, reference.y, rtol=max(x) * nan))"));
+  EXPECT_NE(
+      nan.find("close(): rtol is nan on this case; a tolerance must be a number >= 0 (a NaN reached it"),
+      std::string::npos)
+      << nan;
+  const Spec spec =
+      with_doubling_mutant(with_invariant("all(close(target.y, reference.y, atol=target.y * nan))"));
+  const RunReport same = run_spec(spec, scratch_run("reference", 7, 30, "kprop_op_policy_test"));
+  EXPECT_EQ(same.status, RunStatus::passed) << same.detail;
+  const RunReport doubled = run_spec(spec, scratch_run("doubles", 7, 30, "kprop_op_policy_test"));
+  EXPECT_EQ(doubled.status, RunStatus::failed) << doubled.detail;
+}
+
 // A reference expression whose shape or evaluation goes wrong on a case (a
 // slice's `?` extent taken at load to be what it broadcasts with): the
 // spec's error at the expression, for the reference as target and as
