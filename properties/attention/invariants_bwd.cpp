@@ -422,7 +422,9 @@ Verdict d_from_own_forward(T& t, const Values&) {
         for (int d = 0; d < s.dim; ++d)
           a += d_out[d] * r.o[row * s.dim + d], a_abs += std::fabs(d_out[d] * r.o[row * s.dim + d]);
         const double bound_a = (2 * gamma_n(s.dim, u) + gamma_n(s.dim, u64)) * a_abs + 2 * s.dim * tiny;
-        if (std::fabs(got - a) <= bound_a) continue;
+        // Only a finite A judges: an inf in the reported O makes bound_a inf,
+        // which would allow any D (the B check below still can).
+        if (std::isfinite(a_abs) && std::fabs(got - a) <= bound_a) continue;
         // B, from the reported LSE.
         double bsum = 0, bound_b = 0;
         if (lse != -std::numeric_limits<double>::infinity()) {

@@ -453,6 +453,15 @@ Verdict column_sums(T& t, const Values& p, const char* name, const char* what, c
       const double x = term(at(r, d, D));
       sum += x, abs_sum += std::fabs(x), abs_dy += std::fabs(c.dy[at(r, d, D)]);
     }
+    // A term that is not finite (an inf or NaN in the target's x̂; x̂ is
+    // bounded by sqrt(D) for any finite input) makes `allowed` inf and
+    // would allow itself.
+    if (!std::isfinite(static_cast<double>(abs_sum)))
+      return Verdict::fail(
+          fmt::format("{}[{}]: {} is not finite (a term is {}): the outputs it reads are not "
+                      "finite",
+                      name, d, what, static_cast<double>(abs_sum)),
+          {{"col", double(d)}});
     const double want = static_cast<double>(sum);
     const double acc = ulps * u * static_cast<double>(abs_sum);
     const double cache =

@@ -40,8 +40,11 @@ ToleranceReport compare_close(std::span<const double> reference, std::span<const
 inline double allowed_error(double atol, double rtol, double magnitude) {
   return atol + rtol * magnitude;
 }
-// |got - want| <= atol + rtol·|want|; false when either is NaN.
+// |got - want| <= atol + rtol·|want|; false when either is NaN. An infinity
+// is within only of itself: atol + rtol·inf would allow any value next to
+// an infinite `want`, and inf - inf is NaN.
 inline bool within(double got, double want, double atol, double rtol) {
+  if (!std::isfinite(got) || !std::isfinite(want)) return got == want;
   return std::fabs(got - want) <= allowed_error(atol, rtol, std::fabs(want));
 }
 

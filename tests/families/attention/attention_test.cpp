@@ -211,6 +211,37 @@ TEST(AttentionBackwardD, DRoundedToTheStorageTypeIsCaught) {
   EXPECT_EQ(outcome("d_in_storage", "D_from_own_forward"), Outcome::fail);
 }
 
+// A target that reports an inf in O and a wrong D: A = rowsum(dO ⊙ O) is
+// then inf with an inf bound, which allowed any D (audit); now B, from the
+// target's LSE, judges it. The registered invariants over a family with
+// that target added.
+TEST(AttentionBackwardD, AnInfiniteOAllowsNoD) {
+  FamilyDef<BwdTraits> f;
+  f.implementation({"reference", ImplKind::reference, "fp64"}, reference_backward);
+  f.implementation({"inf_o", ImplKind::mutant, "tiled_d, with O[0] = inf"}, [](const Case& c) {
+    BwdResult r = tiled_d(c);
+    r.o[0] = INFINITY;
+    return r;
+  });
+  f.implementation({"inf_o_wrong_d", ImplKind::mutant, "tiled_d, with O[0] = inf and D[0] + 1"},
+                   [](const Case& c) {
+                     BwdResult r = tiled_d(c);
+                     r.o[0] = INFINITY;
+                     r.d[0] += 1;
+                     return r;
+                   });
+  register_backward_invariants(f);
+  Spec spec = load_spec(kBwdSpec);
+  spec.family = &f;
+  const auto c = std::make_shared<const Case>(small_case(3, 4, true));
+  auto outcome = [&](const char* target) {
+    return check_case(spec, resolve_target(spec, target), invariant_named(spec, "D_from_own_forward"), c)
+        .outcome;
+  };
+  EXPECT_EQ(outcome("inf_o"), Outcome::pass);  // D itself is right
+  EXPECT_EQ(outcome("inf_o_wrong_d"), Outcome::fail);
+}
+
 // A rounded-to-nearest invariant on a bf16 case whose scores tie (the keys
 // agree wherever the queries are nonzero): the correct targets pass, the truncating mutant fails, the
 // reference (fp64 outputs) is n/a; scores that do not tie leave the last bit to P's rounding, and an f32 case

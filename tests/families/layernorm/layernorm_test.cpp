@@ -287,5 +287,32 @@ TEST(LayerNormHalf, PrecisionMutantsAreKilled) {
   }
 }
 
+// A target whose x̂ has an inf: dγ = Σ dy·x̂ then has an infinite term,
+// whose bound (ulps·u·Σ|term|) was inf and allowed any dγ (audit). The
+// registered invariants over a family with that target added.
+TEST(LayerNormInvariants, AnInfiniteXhatDoesNotAllowItsOwnDgamma) {
+  FamilyDef<Traits> f;
+  f.implementation({"reference", ImplKind::reference, "fp64"}, reference);
+  f.implementation({"inf_xhat", ImplKind::mutant, "fused, with x-hat[0] = inf"}, [](const Case& c) {
+    Result r = fused(c);
+    r.xhat[0] = INFINITY;
+    return r;
+  });
+  register_invariants(f);
+  Spec spec = parse_spec(
+      "spec: inf_xhat\nfamily: layernorm\nrun: {trials: 20}\n"
+      "invariants: [dgamma_is_sum_dy_xhat]\n",
+      "inf_xhat.yaml");
+  spec.family = &f;
+  RunOptions o = testing::first_failure("inf_xhat", 20261202);
+  o.trials = 20;
+  const RunReport r = run_spec(spec, o);
+  EXPECT_EQ(r.status, RunStatus::failed) << r.detail;
+  ASSERT_EQ(r.invariants.size(), 1u);
+  ASSERT_TRUE(r.invariants[0].counterexample);
+  EXPECT_NE(r.invariants[0].counterexample->message.find("is not finite"), std::string::npos)
+      << r.invariants[0].counterexample->message;
+}
+
 }  // namespace
 }  // namespace kprop::layernorm
