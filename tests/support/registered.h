@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -63,6 +64,23 @@ struct Implementation {
   size_t index;
   typename Traits::Result operator()(const typename Traits::Case& c) const { return family.run(index, c); }
 };
+// A family with the fp64 `reference`, the planted targets (name: the bug)
+// and the invariants `add_invariants` registers, in the registered family's
+// order: a spec loaded against the registered family runs on it once its
+// `family` points here. For targets no registered implementation is (an
+// inf in one output) that a test needs the registered invariants to judge.
+template <typename Traits>
+std::unique_ptr<FamilyDef<Traits>> planted_family(
+    typename FamilyDef<Traits>::ImplFn reference,
+    std::vector<std::pair<std::string, typename FamilyDef<Traits>::ImplFn>> planted,
+    const std::function<void(FamilyDef<Traits>&)>& add_invariants) {
+  auto f = std::make_unique<FamilyDef<Traits>>();
+  f->implementation({"reference", ImplKind::reference, "fp64"}, std::move(reference));
+  for (auto& [name, fn] : planted) f->mutant(name, "planted by the test", std::move(fn));
+  add_invariants(*f);
+  return f;
+}
+
 template <typename Traits>
 Implementation<Traits> registered_implementation(const char* family, const std::string& name) {
   const FamilyDef<Traits>& f = registered_family<Traits>(family);

@@ -216,29 +216,29 @@ TEST(AttentionBackwardD, DRoundedToTheStorageTypeIsCaught) {
 // target's LSE, judges it. The registered invariants over a family with
 // that target added.
 TEST(AttentionBackwardD, AnInfiniteOAllowsNoD) {
-  FamilyDef<BwdTraits> f;
-  f.implementation({"reference", ImplKind::reference, "fp64"}, reference_backward);
-  f.implementation({"inf_o", ImplKind::mutant, "tiled_d, with O[0] = inf"}, [](const Case& c) {
-    BwdResult r = tiled_d(c);
-    r.o[0] = INFINITY;
-    return r;
-  });
-  f.implementation({"inf_o_wrong_d", ImplKind::mutant, "tiled_d, with O[0] = inf and D[0] + 1"},
-                   [](const Case& c) {
-                     BwdResult r = tiled_d(c);
-                     r.o[0] = INFINITY;
-                     r.d[0] += 1;
-                     return r;
-                   });
-  register_backward_invariants(f);
+  const auto f = testing::planted_family<BwdTraits>(reference_backward,
+                                                    {{"inf_o",
+                                                      [](const Case& c) {
+                                                        BwdResult r = tiled_d(c);
+                                                        r.o[0] = INFINITY;  // D itself is right
+                                                        return r;
+                                                      }},
+                                                     {"inf_o_wrong_d",
+                                                      [](const Case& c) {
+                                                        BwdResult r = tiled_d(c);
+                                                        r.o[0] = INFINITY;
+                                                        r.d[0] += 1;
+                                                        return r;
+                                                      }}},
+                                                    register_backward_invariants);
   Spec spec = load_spec(kBwdSpec);
-  spec.family = &f;
+  spec.family = f.get();
   const auto c = std::make_shared<const Case>(small_case(3, 4, true));
   auto outcome = [&](const char* target) {
     return check_case(spec, resolve_target(spec, target), invariant_named(spec, "D_from_own_forward"), c)
         .outcome;
   };
-  EXPECT_EQ(outcome("inf_o"), Outcome::pass);  // D itself is right
+  EXPECT_EQ(outcome("inf_o"), Outcome::pass);
   EXPECT_EQ(outcome("inf_o_wrong_d"), Outcome::fail);
 }
 

@@ -291,19 +291,19 @@ TEST(LayerNormHalf, PrecisionMutantsAreKilled) {
 // whose bound (ulps·u·Σ|term|) was inf and allowed any dγ (audit). The
 // registered invariants over a family with that target added.
 TEST(LayerNormInvariants, AnInfiniteXhatDoesNotAllowItsOwnDgamma) {
-  FamilyDef<Traits> f;
-  f.implementation({"reference", ImplKind::reference, "fp64"}, reference);
-  f.implementation({"inf_xhat", ImplKind::mutant, "fused, with x-hat[0] = inf"}, [](const Case& c) {
-    Result r = fused(c);
-    r.xhat[0] = INFINITY;
-    return r;
-  });
-  register_invariants(f);
+  const auto f = testing::planted_family<Traits>(reference,
+                                                 {{"inf_xhat",
+                                                   [](const Case& c) {
+                                                     Result r = fused(c);
+                                                     r.xhat[0] = INFINITY;
+                                                     return r;
+                                                   }}},
+                                                 register_invariants);
   Spec spec = parse_spec(
       "spec: inf_xhat\nfamily: layernorm\nrun: {trials: 20}\n"
       "invariants: [dgamma_is_sum_dy_xhat]\n",
       "inf_xhat.yaml");
-  spec.family = &f;
+  spec.family = f.get();
   RunOptions o = testing::first_failure("inf_xhat", 20261202);
   o.trials = 20;
   const RunReport r = run_spec(spec, o);
