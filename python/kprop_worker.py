@@ -105,7 +105,8 @@ def _outputs(op, declared, result):
     for d in declared:
         if d["name"] not in result:
             raise KeyError("%s returned no output '%s'" % (op, d["name"]))
-        a = np.ascontiguousarray(_to_dtype(op, d["name"], d["dtype"], result[d["name"]]))
+        # C order, and a 0-d output stays 0-d (np.ascontiguousarray makes it 1-d).
+        a = np.asarray(_to_dtype(op, d["name"], d["dtype"], result[d["name"]]), order="C")
         if list(a.shape) != list(d["shape"]):
             raise ValueError("%s: output '%s' has shape %s, expected %s"
                              % (op, d["name"], list(a.shape), d["shape"]))

@@ -229,3 +229,16 @@ def test_the_worker_takes_integer_outputs_as_they_are():
         kw._outputs("op", declared, {"indices": np.array([1.0, 2.75])})
     with pytest.raises(ValueError, match="output 'indices' has values outside int32's range"):
         kw._outputs("op", declared, {"indices": np.array([1, 2 ** 32])})
+
+
+def test_a_scalar_output_keeps_its_empty_shape():
+    # A declared scalar output (shape []) came back as shape [1]:
+    # np.ascontiguousarray makes every 0-d array 1-d.
+    for dtype in ("f64", "f32", "f16", "bf16"):
+        declared = [{"name": "loss", "dtype": dtype, "shape": []}]
+        (loss,) = kw._outputs("op", declared, {"loss": np.float64(0.5)})
+        assert loss.shape == () and loss.flags.c_contiguous, dtype
+    # A strided view still comes back contiguous.
+    declared = [{"name": "y", "dtype": "f64", "shape": [2]}]
+    (y,) = kw._outputs("op", declared, {"y": np.arange(4.0)[::2]})
+    assert y.flags.c_contiguous and list(y) == [0.0, 2.0]

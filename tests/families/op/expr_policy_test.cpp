@@ -158,6 +158,30 @@ TEST(OpClosePolicy, ANegativeOrNanToleranceIsTheSpecsErrorUnlessTheTargetMadeIt)
   EXPECT_EQ(doubled.status, RunStatus::failed) << doubled.detail;
 }
 
+// rows_independent compares the outputs with the batch axis only: a loss
+// reduced over the rows is the batch's as a whole (a correct cross-entropy
+// failed: the loss of one row alone is not the batch's mean).
+TEST(OpRowsIndependent, AnOutputWithoutTheBatchAxisIsNotSliced) {
+  const std::string text = R"(spec: rows_and_loss
+family: op
+op:
+  dims: {N: [1, 4], V: [1, 5]}
+  inputs:
+    x: {shape: [N, V], dtype: f64}
+  outputs:
+    rows: {shape: [N]}
+    loss: {shape: []}
+  reference:
+    rows: sum(x, axis=-1)
+    loss: mean(sum(x, axis=-1))
+invariants: [rows_independent]
+)";
+  const RunReport ok =
+      run_spec(with_doubling_mutant(text), scratch_run("reference", 7, 40, "kprop_op_policy_test"));
+  EXPECT_EQ(ok.status, RunStatus::passed) << ok.detail;
+  EXPECT_GT(ok.invariants.at(0).passed, 0);
+}
+
 // A reference expression whose shape or evaluation goes wrong on a case (a
 // slice's `?` extent taken at load to be what it broadcasts with): the
 // spec's error at the expression, for the reference as target and as
