@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <numeric>
 
@@ -46,7 +47,8 @@ void Traits::tensors(const Case& c, const Result* target, const Result* referenc
 // ---------------------------------------------------------------- transforms
 const std::vector<TransformInfo>& Traits::transforms() {
   static const std::vector<TransformInfo> list = [] {
-    std::vector<TransformInfo> l = {{"scale", "", {}, {}}, {"shift", "", {}, {}}};
+    const std::vector<expr::TensorInfo> applies = {{"transform.applies", {}, expr::DType::boolean, ""}};
+    std::vector<TransformInfo> l = {{"scale", "", {}, applies}, {"shift", "", {}, applies}};
     for (size_t k = 0; k < kMaxDims; ++k) {
       l.push_back(
           {fmt::format("permute_dim{}", k), "", {}, {{"transform.perm", {}, expr::DType::integer, ""}}});
@@ -66,11 +68,20 @@ Case Traits::transform(const std::string& name, const Case& c, const Values& par
   const Decl& d = *c.decl;
   Case s = c;
   if (name == "scale" || name == "shift") {
+    // A finite value the transform moves past the dtype's range (an f16 40000
+    // doubled) is no case the relation speaks of: transform.applies = false,
+    // and the check is discarded, not failed on the inf it made.
+    bool overflowed = false;
     for (size_t i = 0; i < d.inputs.size(); ++i) {
       if (!is_float(c.dtypes[i])) continue;
       const double f = params.real(d.inputs[i].name);
-      for (double& v : s.inputs[i]) v = round_to(c.dtypes[i], name == "scale" ? v * f : v + f);
+      for (double& v : s.inputs[i]) {
+        const double moved = round_to(c.dtypes[i], name == "scale" ? v * f : v + f);
+        overflowed = overflowed || (std::isfinite(v) && !std::isfinite(moved));
+        v = moved;
+      }
     }
+    out.put("transform.applies", expr::Tensor::scalar(overflowed ? 0 : 1, expr::DType::boolean));
     return s;
   }
   if (name.rfind("slice_dim", 0) == 0) {
@@ -136,8 +147,13 @@ OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
     scale.push_back(field::real(in.name, 1.0, -1e300, 1e300, "factor applied to input " + in.name));
     shift.push_back(field::real(in.name, 0.0, -1e300, 1e300, "offset added to input " + in.name));
   }
-  transforms_.push_back({"scale", "every input times its factor (rounded to its dtype)", scale, {}});
-  transforms_.push_back({"shift", "every input plus its offset (rounded to its dtype)", shift, {}});
+  const std::vector<expr::TensorInfo> applies = {
+      {"transform.applies",
+       {},
+       expr::DType::boolean,
+       "false when a finite input would leave its dtype's range: the invariant is discarded, not passed"}};
+  transforms_.push_back({"scale", "every input times its factor (rounded to its dtype)", scale, applies});
+  transforms_.push_back({"shift", "every input plus its offset (rounded to its dtype)", shift, applies});
   for (const auto& dim : d.dims) {  // in the order of Traits::transforms()
     transforms_.push_back({"permute_" + dim.name,
                            "a random permutation along every axis named " + dim.name,

@@ -182,6 +182,34 @@ invariants: [rows_independent]
   EXPECT_GT(ok.invariants.at(0).passed, 0);
 }
 
+// A scale transform that takes a finite f16 input past 65504 makes a case
+// the relation does not speak of (inf · 0 = NaN failed a correct kernel):
+// transform.applies is false there and the case is discarded.
+TEST(OpTransforms, AScaleThatOverflowsTheDtypeIsDiscardedNotFailed) {
+  const std::string text = R"(spec: scaled
+family: op
+op:
+  dims: {T: [1, 4]}
+  inputs:
+    x: {shape: [T], dtype: f16, values: [normal, {uniform: {lo: 30000, hi: 60000}}]}
+    w: {shape: [T], dtype: f16, values: {uniform: {lo: 0, hi: 0}}}
+  outputs:
+    y: {shape: [T]}
+  reference:
+    y: x * w
+run: {suppress_health_check: [discarded]}
+invariants:
+  - name: linear_in_x
+    transform: {scale: {x: 2.0}}
+    expect: close(transformed.target.y, 2 * target.y, k=2)
+)";
+  const RunReport r =
+      run_spec(with_doubling_mutant(text), scratch_run("reference", 7, 60, "kprop_op_policy_test"));
+  EXPECT_EQ(r.status, RunStatus::passed) << r.detail;
+  EXPECT_GT(r.invariants.at(0).passed, 0);
+  EXPECT_GT(r.invariants.at(0).discarded, 0);
+}
+
 // A reference expression whose shape or evaluation goes wrong on a case (a
 // slice's `?` extent taken at load to be what it broadcasts with): the
 // spec's error at the expression, for the reference as target and as
