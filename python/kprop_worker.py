@@ -137,6 +137,20 @@ def serve(ops, stdin=None, stdout=None):
         stdin = sys.stdin.buffer
     if stdout is None:
         stdout = _wire.protocol_stdout()
+    try:
+        _serve(ops, stdin, stdout)
+    except BrokenPipeError:
+        # kprop closed the pipe while a reply was on its way (a --jobs worker
+        # stopped once its cases were not needed, a run that ended): nobody
+        # waits for it, so no traceback; stdout goes to /dev/null so that
+        # closing it at exit does not raise again.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
+def _serve(ops, stdin, stdout):
     reported = set()
     while True:
         header, tensors = _read_frame(stdin)

@@ -816,6 +816,13 @@ Expression::Outcome explain(const std::string& text, const Node& n, const Tensor
   out.holds = false;
   out.message = fmt::format("`{}` is false at {} ({} of {} elements)", src(n), index_text(t.shape, first),
                             failing, t.size());
+  // An `or` fails where both sides do: each side's own worst element says
+  // why (a bound and its alternative, each with its values).
+  if (n.kind == Kind::binary && n.op == "or" && unbroadcast(*n.args[0]) && unbroadcast(*n.args[1])) {
+    const Expression::Outcome left = explain(text, *n.args[0], m), right = explain(text, *n.args[1], m);
+    if (!left.holds && !right.holds)
+      out.message += fmt::format("; on its own, {}; on its own, {}", left.message, right.message);
+  }
   out.measured = {{"false_elements", static_cast<double>(failing)}};
   return out;
 }

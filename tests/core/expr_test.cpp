@@ -368,6 +368,21 @@ TEST(Expr, CheckExplainsTheWorstElement) {
   const auto f = Expression::compile("all(b, axis=0)", kInfos).check(tensors());
   ASSERT_FALSE(f.holds);
   EXPECT_NE(f.message.find("is false at [0] (3 of 3 elements)"), std::string::npos) << f.message;
+  // An `or` of two bounds: each side's own values (it said only "is false").
+  const auto e =
+      Expression::compile("close(x + 0.5 * b, t.o, atol=0.1) or close(x + 0.5 * b, t.o, atol=0.2)", kInfos)
+          .check(tensors());
+  ASSERT_FALSE(e.holds);
+  EXPECT_NE(
+      e.message.find("is false at [0, 0] (2 of 6 elements); on its own, `close(x + 0.5 * b, t.o, atol=0.1)` "
+                     "fails at [0, 0]"),
+      std::string::npos)
+      << e.message;
+  EXPECT_NE(
+      e.message.find("on its own, `close(x + 0.5 * b, t.o, atol=0.2)` fails at [0, 0] (2 of 6 elements): "
+                     "lhs `x + 0.5 * b` = 1.5"),
+      std::string::npos)
+      << e.message;
 }
 
 // An `and` whose sides broadcast is judged whole: broadcast to an empty

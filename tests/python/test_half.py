@@ -242,3 +242,19 @@ def test_a_scalar_output_keeps_its_empty_shape():
     declared = [{"name": "y", "dtype": "f64", "shape": [2]}]
     (y,) = kw._outputs("op", declared, {"y": np.arange(4.0)[::2]})
     assert y.flags.c_contiguous and list(y) == [0.0, 2.0]
+
+
+def test_the_worker_stops_quietly_when_kprop_closes_the_pipe(capfd):
+    # A --jobs worker of kprop's stopped while the reply was on its way: the
+    # worker printed a BrokenPipeError traceback, as if the user's code had
+    # crashed.
+    class Closed(io.RawIOBase):
+        def writable(self):
+            return True
+
+        def write(self, b):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    stdin = io.BytesIO(_frame({"op": "hello", "abi_version": kw.ABI_VERSION}))
+    kw.serve({}, stdin=stdin, stdout=Closed())
+    assert "Traceback" not in capfd.readouterr().err
