@@ -604,6 +604,15 @@ class Checker {
     std::vector<std::string> names;
     for (const auto& t : infos_) names.push_back(t.name);
     if (find_function(n.op)) throw ExprError(n.begin, fmt::format("'{}' is a function: call it", n.op));
+    // The language has no named constants but inf and nan: a number is written out.
+    if (n.op == "pi" || n.op == "e" || n.op == "euler_gamma")
+      throw ExprError(n.begin,
+                      fmt::format("unknown name '{}': the only named constants are inf and nan; write "
+                                  "the number ({})",
+                                  n.op,
+                                  n.op == "pi"  ? "3.141592653589793"
+                                  : n.op == "e" ? "2.718281828459045"
+                                                : "0.5772156649015329"));
     throw ExprError(n.begin, fmt::format("unknown name '{}'{}{}", n.op, did_you_mean(n.op, names),
                                          names.empty() ? "; this family publishes no tensors"
                                                        : "; valid: " + join(names)));

@@ -422,6 +422,11 @@ TEST(ExprErrors, UnknownNameSuggestsTheClosest) {
   EXPECT_EQ(error_of("close(t.oo, x)").find("6: unknown name 't.oo' (did you mean 't.o'?); valid: x, y, v"),
             0u);
 }
+TEST(ExprErrors, NamedConstantsAreWrittenOut) {
+  EXPECT_EQ(error_of("x * pi"),
+            "4: unknown name 'pi': the only named constants are inf and nan; write the number "
+            "(3.141592653589793)");
+}
 TEST(ExprErrors, UnknownFunction) {
   EXPECT_NE(error_of("x + rowsun(x)").find("4: unknown function 'rowsun' (did you mean 'rowsum'?)"),
             std::string::npos);
