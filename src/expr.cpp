@@ -218,6 +218,18 @@ std::vector<Token> lex(const std::string& text) {
       if (!found) {
         if (c == '&' || c == '|' || c == '~' || c == '!')
           throw ExprError(i, fmt::format("unexpected '{}': write and, or, not", c));
+        if (static_cast<unsigned char>(c) >= 0x80) {
+          // A UTF-8 character whole (not its first byte), with the ASCII
+          // operator meant where it is a usual one.
+          const unsigned char lead = static_cast<unsigned char>(c);
+          const size_t len = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+          const std::string ch = text.substr(i, len);
+          static const std::pair<const char*, const char*> ascii[] = {
+              {"≥", ">="}, {"≤", "<="}, {"≠", "!="}, {"×", "*"}, {"·", "*"}, {"−", "-"}, {"÷", "/"}};
+          for (const auto& [u, a] : ascii)
+            if (ch == u) throw ExprError(i, fmt::format("unexpected character '{}': write {}", ch, a));
+          throw ExprError(i, fmt::format("unexpected character '{}' (expressions are ASCII)", ch));
+        }
         throw ExprError(i, fmt::format("unexpected character '{}'", c));
       }
     }

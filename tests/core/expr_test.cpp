@@ -422,6 +422,11 @@ TEST(ExprErrors, UnknownNameSuggestsTheClosest) {
   EXPECT_EQ(error_of("close(t.oo, x)").find("6: unknown name 't.oo' (did you mean 't.o'?); valid: x, y, v"),
             0u);
 }
+TEST(ExprErrors, NonAsciiOperatorsAreNamedWhole) {
+  EXPECT_EQ(error_of("x ≥ 1"), "2: unexpected character '≥': write >=");
+  EXPECT_EQ(error_of("x × 2"), "2: unexpected character '×': write *");
+  EXPECT_EQ(error_of("x + é"), "4: unexpected character 'é' (expressions are ASCII)");
+}
 TEST(ExprErrors, NamedConstantsAreWrittenOut) {
   EXPECT_EQ(error_of("x * pi"),
             "4: unknown name 'pi': the only named constants are inf and nan; write the number "
