@@ -13,6 +13,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 
 #include "expr_ast.h"
 #include "kprop/errors.h"
@@ -475,9 +476,14 @@ int64_t scalar_int(const Node& n, const TensorMap& m) {
 // index tensor (one at most, the checker says) its values', its dims in
 // place of the axis (NumPy's take); a newaxis one axis of length 1, offset
 // 0. An element's offset in x is the sum of its groups' offsets.
+// x[items] for x given (the index node's base evaluated, or its rounding
+// bound: the same gather).
+Tensor index_of(const Tensor& x, const Node& n, const TensorMap& m);
 Tensor index_rt(const Node& n, const TensorMap& m) {
   const Ref rx = evaluate(*n.args[0], m);
-  const Tensor& x = *rx;
+  return index_of(*rx, n, m);
+}
+Tensor index_of(const Tensor& x, const Node& n, const TensorMap& m) {
   const size_t r = x.shape.size();
   Dims stride(r);
   for (size_t k = r, s = 1; k-- > 0; s *= static_cast<size_t>(x.shape[k]))
@@ -574,7 +580,34 @@ Tensor index_rt(const Node& n, const TensorMap& m) {
   return out;
 }
 
+// The last two axes swapped.
+Tensor transpose_of(const Tensor& x) {
+  const size_t r = x.shape.size();
+  const int64_t rows = x.shape[r - 2], cols = x.shape[r - 1],
+                batch = count(x.shape) / std::max<int64_t>(rows * cols, 1);
+  Tensor out = x;
+  std::swap(out.shape[r - 1], out.shape[r - 2]);
+  for (int64_t z = 0; z < batch && rows * cols != 0; ++z)
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j)
+        out.data[static_cast<size_t>(z * rows * cols + j * rows + i)] =
+            x.data[static_cast<size_t>(z * rows * cols + i * cols + j)];
+  return out;
+}
+
+// Set while rounding_bound runs: each node's value, computed once (the
+// bound of a node reads its operands' values, which the bounds of the
+// operands compute again otherwise: O(nodes · depth) evaluations).
+thread_local std::unordered_map<const Node*, Tensor>* t_values = nullptr;
+Ref evaluate_node(const Node& n, const TensorMap& m);
 Ref evaluate(const Node& n, const TensorMap& m) {
+  if (!t_values) return evaluate_node(n, m);
+  if (const auto it = t_values->find(&n); it != t_values->end()) return Ref::borrow(it->second);
+  Tensor v = *evaluate_node(n, m);
+  return Ref::borrow(t_values->emplace(&n, std::move(v)).first->second);
+}
+
+Ref evaluate_node(const Node& n, const TensorMap& m) {
   switch (n.kind) {
     case Kind::number:
       return Tensor::scalar(n.value, n.dtype);
@@ -653,20 +686,7 @@ Ref evaluate(const Node& n, const TensorMap& m) {
       if (f == "minimum") return zip(a[0].get(), a[1].get(), n.dtype, nan_min);
       if (f == "maximum") return zip(a[0].get(), a[1].get(), n.dtype, nan_max);
       if (f == "matmul") return matmul_rt(a[0].get(), a[1].get(), n.dtype);
-      if (f == "transpose") {
-        const Tensor& x = a[0].get();
-        const size_t r = x.shape.size();
-        const int64_t rows = x.shape[r - 2], cols = x.shape[r - 1],
-                      batch = count(x.shape) / std::max<int64_t>(rows * cols, 1);
-        Tensor out = x;
-        std::swap(out.shape[r - 1], out.shape[r - 2]);
-        for (int64_t z = 0; z < batch && rows * cols != 0; ++z)
-          for (int64_t i = 0; i < rows; ++i)
-            for (int64_t j = 0; j < cols; ++j)
-              out.data[static_cast<size_t>(z * rows * cols + j * rows + i)] =
-                  x.data[static_cast<size_t>(z * rows * cols + i * cols + j)];
-        return out;
-      }
+      if (f == "transpose") return transpose_of(a[0].get());
       if (f == "where") {
         const Dims shape = broadcast_rt(broadcast_rt(a[0].get().shape, a[1].get().shape), a[2].get().shape);
         const Tensor c = expand(a[0].get(), shape), x = expand(a[1].get(), shape),
@@ -697,7 +717,243 @@ std::string num(double v) {
   return fmt::format("{}", v);
 }  // shortest exact
 
+// ---------------------------------------------------------------- rounding bound
+// A first-order bound on the rounding error of the fp64 evaluation itself
+// (running error analysis, Wilkinson; Higham, "Accuracy and Stability of
+// Numerical Algorithms", 2nd ed., §3.3): each real node carries B with
+// |computed - exact| <= u·B + O(u²), u = 2^-53, from its children's bounds
+// and its own rounding. A correctly rounded operation adds u·|r|; libm's
+// exp, log, tanh, erf, sin, cos (within 1 ulp) add 2u·|r|. Per node, with
+// r the result and a, b the operands' values:
+//   a ± b          Ba + Bb + |r|
+//   a · b          |b|·Ba + |a|·Bb + |r|
+//   a / b          (Ba + |r|·Bb) / |b| + |r|
+//   a ** b         |b·r/a|·Ba + |r·ln|a||·Bb + |r|
+//   exp(a)         |r|·Ba + 2|r|          log(a)   Ba/|a| + 2|r|
+//   sqrt(a)        Ba/(2|r|) + |r|        tanh(a)  (1 - r²)·Ba + 2|r|
+//   erf(a)         (2/√π)·exp(-a²)·Ba + 2|r|;  sin, cos: Ba + 2|r| (|derivative| <= 1)
+//   -a, abs(a), gathers, slices, transpose: Ba moved as the values are
+//   minimum, maximum (elementwise or reduced), cummax: max(Ba, Bb) (1-Lipschitz)
+//   where(c, a, b)  Ba where c, else Bb (c itself exact: first order)
+//   sum of n terms x_i in order: Σ Bx_i + Σ_{k>=2} |s_k| <= Σ Bx_i + (n-1)·Σ|x_i|
+//   mean            (the sum's bound)/n + |r|;  cumsum: the running sums' bounds
+//   diff            B_{k+1} + B_k + |r|
+//   matmul (k inner terms): (|A|·B_B + B_A·|B|) + k·(|A|·|B|) (products, then the sum)
+// Integers and booleans are exact (a comparison of rounded values is taken
+// as exact: first order). A node whose bound is not finite (sqrt at 0, a
+// division by 0) gives inf there; the caller decides what an inf bound means.
+
+// nullopt: exactly 0 everywhere (a leaf, an integer or boolean node).
+using Bound = std::optional<Tensor>;
+
+Tensor filled(const Bound& b, const Dims& shape) {
+  if (!b) return Tensor{shape, std::vector<double>(static_cast<size_t>(count(shape)), 0.0), DType::real};
+  return b->shape == shape ? *b : expand(*b, shape);
+}
+
+Tensor abs_of(const Tensor& t) {
+  return map(t, DType::real, [](double v) { return std::fabs(v); });
+}
+
+// A copy of reduction node n as another reduction (same axis and keepdims).
+Node as_reduction(const Node& n, const char* op) {
+  Node r = n;
+  r.op = op;
+  r.dtype = DType::real;
+  return r;
+}
+
+Bound bound(const Node& n, const TensorMap& m);
+
+// Each element: f(value, own bound...) over the node's value r and its operands.
+Tensor unary_bound(const Tensor& a, const Bound& ba, const Tensor& r,
+                   double (*f)(double a, double ba, double r)) {
+  const Tensor b = filled(ba, a.shape);
+  Tensor out{r.shape, std::vector<double>(r.size()), DType::real};
+  for (size_t i = 0; i < r.size(); ++i) out.data[i] = f(a.data[i], b.data[i], r.data[i]);
+  return out;
+}
+
+Bound call_bound(const Node& n, const TensorMap& m, const Tensor& r) {
+  const std::string& f = n.op;
+  if (f == "close" || f == "any" || f == "all" || f == "isfinite" || f == "isnan" || f == "isinf") return {};
+  if (f == "where") {
+    const Ref c = evaluate(*n.args[0], m);
+    const Bound bx = bound(*n.args[1], m), by = bound(*n.args[2], m);
+    if (!bx && !by) return {};
+    const Tensor cc = expand(*c, r.shape), x = filled(bx, r.shape), y = filled(by, r.shape);
+    Tensor out{r.shape, std::vector<double>(r.size()), DType::real};
+    for (size_t i = 0; i < r.size(); ++i) out.data[i] = cc.data[i] != 0 ? x.data[i] : y.data[i];
+    return out;
+  }
+  const Ref a = evaluate(*n.args[0], m);
+  const Bound ba = bound(*n.args[0], m);
+  if (f == "abs" || f == "transpose") {
+    if (!ba) return {};
+    return f == "abs" ? *ba : transpose_of(filled(ba, a->shape));
+  }
+  if (f == "minimum" || f == "maximum") {
+    const Bound bb = bound(*n.args[1], m);
+    if (!ba && !bb) return {};
+    return zip(filled(ba, a->shape), filled(bb, evaluate(*n.args[1], m)->shape), DType::real,
+               [](double x, double y) { return std::max(x, y); });
+  }
+  if (f == "max" || f == "min") {
+    if (!ba) return {};
+    const Node r2 = as_reduction(n, "max");
+    return reduce(r2, filled(ba, a->shape));
+  }
+  if (f == "cummax") {
+    if (!ba) return {};
+    Node c2 = n;
+    c2.dtype = DType::real;
+    return scan(c2, filled(ba, a->shape));
+  }
+  if (f == "sum" || f == "rowsum" || f == "mean") {
+    const Node s = as_reduction(n, "sum");
+    const Reduction red = reduction(n, a->shape);
+    const double terms = static_cast<double>(red.s.n);
+    Tensor out = reduce(s, abs_of(*a));
+    for (double& v : out.data) v *= std::max(terms - 1, 0.0);
+    if (ba) {
+      const Tensor propagated = reduce(s, filled(ba, a->shape));
+      for (size_t i = 0; i < out.size(); ++i) out.data[i] += propagated.data[i];
+    }
+    if (f == "mean")
+      for (size_t i = 0; i < out.size(); ++i) out.data[i] = out.data[i] / terms + std::fabs(r.data[i]);
+    return out;
+  }
+  if (f == "cumsum") {
+    Node c2 = n;
+    c2.dtype = DType::real;
+    Tensor out = scan(c2, abs_of(r));  // Σ_{j<=k} |s_j|: each running sum's rounding
+    if (ba) {
+      const Tensor propagated = scan(c2, filled(ba, a->shape));
+      for (size_t i = 0; i < out.size(); ++i) out.data[i] += propagated.data[i];
+    }
+    return out;
+  }
+  if (f == "diff") {
+    const Tensor b = filled(ba, a->shape);
+    const Split s = split(a->shape, *n.axis);
+    const int64_t k = std::max<int64_t>(s.n - 1, 0);
+    Tensor out{r.shape, std::vector<double>(r.size()), DType::real};
+    for (int64_t o = 0; o < s.outer; ++o)
+      for (int64_t j = 0; j < k; ++j)
+        for (int64_t i = 0; i < s.inner; ++i) {
+          const size_t at = static_cast<size_t>((o * k + j) * s.inner + i);
+          out.data[at] = b.data[static_cast<size_t>((o * s.n + j + 1) * s.inner + i)] +
+                         b.data[static_cast<size_t>((o * s.n + j) * s.inner + i)] + std::fabs(r.data[at]);
+        }
+    return out;
+  }
+  if (f == "matmul") {
+    const Ref b = evaluate(*n.args[1], m);
+    const Bound bb = bound(*n.args[1], m);
+    const Tensor aa = abs_of(*a), ab = abs_of(*b);
+    const int64_t inner = a->shape.back();
+    Tensor out = matmul_rt(aa, ab, DType::real);
+    for (double& v : out.data) v *= static_cast<double>(inner);
+    if (bb) {
+      const Tensor t = matmul_rt(aa, *bb, DType::real);
+      for (size_t i = 0; i < out.size(); ++i) out.data[i] += t.data[i];
+    }
+    if (ba) {
+      const Tensor t = matmul_rt(*ba, ab, DType::real);
+      for (size_t i = 0; i < out.size(); ++i) out.data[i] += t.data[i];
+    }
+    return out;
+  }
+  using F = double (*)(double, double, double);
+  const F rule =
+      f == "exp"    ? F([](double, double b, double r) { return std::fabs(r) * b + 2 * std::fabs(r); })
+      : f == "log"  ? F([](double a, double b, double r) { return b / std::fabs(a) + 2 * std::fabs(r); })
+      : f == "sqrt" ? F([](double, double b, double r) { return b / (2 * std::fabs(r)) + std::fabs(r); })
+      : f == "tanh" ? F([](double, double b, double r) { return (1 - r * r) * b + 2 * std::fabs(r); })
+      : f == "erf"  ? F([](double a, double b, double r) {
+          return 1.1283791670955126 * std::exp(-a * a) * b + 2 * std::fabs(r);
+        })
+      : (f == "sin" || f == "cos") ? F([](double, double b, double r) { return b + 2 * std::fabs(r); })
+                                   : nullptr;
+  if (!rule) throw std::logic_error("expr: no rounding bound for " + f);
+  return unary_bound(*a, ba, r, rule);
+}
+
+Bound bound(const Node& n, const TensorMap& m) {
+  if (n.dtype != DType::real) return {};
+  switch (n.kind) {
+    case Kind::number:
+    case Kind::name:
+      return {};
+    case Kind::unary:
+      return bound(*n.args[0], m);  // -a: exact
+    case Kind::binary: {
+      const Ref a = evaluate(*n.args[0], m), b = evaluate(*n.args[1], m);
+      const Bound ba = bound(*n.args[0], m), bb = bound(*n.args[1], m);
+      const std::string& op = n.op;
+      if (op == "@") {
+        Node mm = n;
+        mm.kind = Kind::call;
+        mm.op = "matmul";
+        return call_bound(mm, m, *evaluate(n, m));
+      }
+      const Dims shape = broadcast_rt(a->shape, b->shape);
+      const Tensor x = expand(*a, shape), y = expand(*b, shape), bx = filled(ba, shape),
+                   by = filled(bb, shape);
+      const Ref rr = evaluate(n, m);  // the node's value (kept: t_values)
+      const Tensor& r = *rr;
+      enum class Op { add, mul, div, pow } which = Op::add;  // chosen once, not per element
+      if (op == "*") which = Op::mul;
+      if (op == "/") which = Op::div;
+      if (op == "**") which = Op::pow;
+      if (op != "+" && op != "-" && op != "*" && op != "/" && op != "**")
+        throw std::logic_error("expr: no rounding bound for " + op);
+      Tensor out{shape, std::vector<double>(static_cast<size_t>(count(shape))), DType::real};
+      for (size_t i = 0; i < out.size(); ++i) {
+        const double xa = x.data[i], ya = y.data[i], ri = std::fabs(r.data[i]);
+        switch (which) {
+          case Op::add:
+            out.data[i] = bx.data[i] + by.data[i] + ri;
+            break;
+          case Op::mul:
+            out.data[i] = std::fabs(ya) * bx.data[i] + std::fabs(xa) * by.data[i] + ri;
+            break;
+          case Op::div:
+            out.data[i] = (bx.data[i] + ri * by.data[i]) / std::fabs(ya) + ri;
+            break;
+          case Op::pow: {
+            const double from_x = bx.data[i] == 0 ? 0 : std::fabs(ya * r.data[i] / xa) * bx.data[i];
+            const double from_y = by.data[i] == 0 ? 0 : ri * std::fabs(std::log(std::fabs(xa))) * by.data[i];
+            out.data[i] = from_x + from_y + ri;
+            break;
+          }
+        }
+      }
+      return out;
+    }
+    case Kind::call:
+      return call_bound(n, m, *evaluate(n, m));
+    case Kind::index: {
+      const Bound bx = bound(*n.args[0], m);
+      if (!bx) return {};
+      return index_of(filled(bx, evaluate(*n.args[0], m)->shape), n, m);
+    }
+  }
+  throw std::logic_error("expr: unknown node");
+}
+
 }  // namespace
+
+Tensor Expression::rounding_bound(const TensorMap& tensors) const {
+  std::unordered_map<const Node*, Tensor> values;
+  struct Scope {  // restores the plain evaluation even when this throws
+    std::unordered_map<const Node*, Tensor>* saved = t_values;
+    ~Scope() { t_values = saved; }
+  } scope;
+  t_values = &values;
+  const Bound b = expr::bound(*root_, tensors);
+  return filled(b, expr::evaluate(*root_, tensors)->shape);
+}
 
 Tensor Expression::evaluate(const TensorMap& tensors) const {
   return *expr::evaluate(*root_, tensors);

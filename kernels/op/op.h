@@ -270,6 +270,14 @@ Result naive(const Case& c);
 // f32 ulps, which the f32 term's constant 8 absorbs):
 //   floor.Y = (8 + 2 ceil(log2 n)) · 2^-24 · m + u_store · m + denorm_min(Y) / 2,
 // m = max|reference.Y|.
-double floor_of(const Case& c, size_t output, const std::vector<double>& reference);
+// f64 outputs add 2 · 2^-53 · max B, B the first-order bound of the fp64
+// reference's own rounding per element (running error analysis:
+// expr::Expression::rounding_bound, its rules in src/expr_eval.cpp): where
+// the output cancels (a loss lse - 0.7·x - 0.3·x of one logit), m is ~0 but
+// the reference and a correct kernel each err by up to u·B, B ~ the terms.
+// `rounding_bound` false: without the f64 term (for a first, cheaper check:
+// the term only adds).
+double floor_of(const Case& c, size_t output, const std::vector<double>& reference,
+                bool rounding_bound = true);
 
 }  // namespace kprop::op

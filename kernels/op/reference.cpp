@@ -321,7 +321,7 @@ double to_f64(double v) {
 }
 }  // namespace
 
-double floor_of(const Case& c, size_t output, const std::vector<double>& ref) {
+double floor_of(const Case& c, size_t output, const std::vector<double>& ref, bool rounding_bound) {
   double m = 0;
   for (double x : ref)
     if (std::isfinite(x)) m = std::max(m, std::fabs(x));
@@ -332,7 +332,22 @@ double floor_of(const Case& c, size_t output, const std::vector<double>& ref) {
   const DType dt = c.output_dtype(output);
   const double steps =
       dt == DType::f64 ? 2.0 * static_cast<double>(n) : 2 * std::ceil(std::log2(static_cast<double>(n)));
-  const double arithmetic = (8 + steps) * unit_roundoff(arithmetic_dtype(dt)) * m;
+  double arithmetic = (8 + steps) * unit_roundoff(arithmetic_dtype(dt)) * m;
+  // f64 outputs: the same-precision baseline is the reference itself (naive
+  // error 0), and m follows the output, not the terms it is made of: an
+  // output that cancels (1 - 0.7 - 0.3 = 5.6e-17 in fp64) held a correct
+  // kernel to the reference's own rounding. Its first-order bound u·B
+  // (running error analysis, expr.h rounding_bound) follows the terms; a
+  // kernel computing the same operations in another order errs by the same
+  // first-order amount, so the two differ by up to 2·u·B (largest finite B
+  // of the output; an inf B, a bound that does not exist there, adds nothing).
+  if (rounding_bound && dt == DType::f64 && !c.decl->external_reference) {
+    const auto& o = c.decl->outputs.at(output);
+    double worst = 0;
+    for (const double b : o.reference->rounding_bound(inputs_map(c, false)).data)
+      if (std::isfinite(b)) worst = std::max(worst, b);
+    arithmetic += 2 * unit_roundoff(DType::f64) * worst;
+  }
   // A half output: plus its store's rounding (derivation in op.h).
   return is_half(dt) ? arithmetic + unit_roundoff(dt) * m + denorm_min(dt) / 2 : arithmetic;
 }

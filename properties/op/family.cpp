@@ -132,14 +132,16 @@ OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
         {"naive." + o.name, o.shape, expr::DType::real,
          "the reference expression with every intermediate rounded to the output's dtype (f32 for a "
          "half output, then rounded to the half at the store)"});
-    infos_.push_back({"floor." + o.name,
-                      {},
-                      expr::DType::real,
-                      "(8 + 2 ceil(log2 n)) × u(dtype) × max|reference." + o.name +
-                          "|, n the largest dim and at least 2 (8 + 2n for f64 outputs; for f16/bf16 outputs "
-                          "u = 2^-24 plus u_store × "
-                          "max|reference." +
-                          o.name + "| + denorm_min/2); close(k=) adds it"});
+    infos_.push_back(
+        {"floor." + o.name,
+         {},
+         expr::DType::real,
+         "(8 + 2 ceil(log2 n)) × u(dtype) × max|reference." + o.name +
+             "|, n the largest dim and at least 2 (8 + 2n for f64 outputs, plus 2u × the reference's own "
+             "first-order rounding bound; for f16/bf16 outputs "
+             "u = 2^-24 plus u_store × "
+             "max|reference." +
+             o.name + "| + denorm_min/2); close(k=) adds it"});
   }
   Schema scale, shift;
   for (const auto& in : d.inputs) {

@@ -186,6 +186,11 @@ class Expression {
   // (e.g. to float). Booleans and integers are not rounded. The declared op
   // family's same-precision baseline (naive.Y).
   Tensor evaluate_rounded(const TensorMap& tensors, double (*round)(double)) const;
+  // B per element of the value: the fp64 evaluation above errs by at most
+  // 2^-53 · B (to first order; running error analysis, derived in
+  // src/expr_eval.cpp). inf where the first-order bound does not exist
+  // (sqrt at 0, a division by 0).
+  Tensor rounding_bound(const TensorMap& tensors) const;
 
   // A boolean expression holds when every element is true. When it does not,
   // `message` explains the worst element: its index, the values on both

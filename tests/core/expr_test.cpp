@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <random>
 
 #include "kprop/spec.h"
 #include "tests/support/cli.h"
@@ -71,12 +72,13 @@ TEST(TensorTable, AMalformedLineIsNamed) {
             "tensor table line 1: one name before the shape: 'x y [N] real two names'");
 }
 
-TensorMap tensors() {
+TensorMap tensors(std::vector<double> x = {1, 2, 3, 4, 5, 6}, std::vector<double> y = {10, 20, 30},
+                  std::vector<double> v = {100, 200}) {
   TensorMap m;
   for (const auto& i : kInfos) m.want(i.name);
-  m.put("x", Tensor::of({2, 3}, {1, 2, 3, 4, 5, 6}));
-  m.put("y", Tensor::of({3}, {10, 20, 30}));
-  m.put("v", Tensor::of({2}, {100, 200}));
+  m.put("x", Tensor::of({2, 3}, std::move(x)));
+  m.put("y", Tensor::of({3}, std::move(y)));
+  m.put("v", Tensor::of({2}, std::move(v)));
   m.put("b", Tensor::of({2, 3}, {1, 0, 1, 0, 0, 0}, DType::boolean));
   m.put("idx", Tensor::of({3}, {1, 0, -1}, DType::integer));
   m.put("z", Tensor::of({3}, {NAN, INFINITY, 1.0}));
@@ -295,6 +297,65 @@ TEST(Expr, NumPyCornersOfIntegersSlicesAndClose) {
   EXPECT_EQ(shape("x[:, -99999999999999999999:]"), (std::vector<int64_t>{2, 3}));
   EXPECT_THROW(eval("close(z, z, atol=z)"), ToleranceError);
   EXPECT_THROW(eval("close(y, y, atol=-y)"), ToleranceError);
+}
+
+// The first-order bound on the fp64 evaluation's own rounding (running
+// error analysis, Expression::rounding_bound): checked where it can be, on
+// the same operations rounded to f32, whose error must stay within
+// 2^-24 · B (the bound's rules with f32's u; the fp64 value is exact to
+// 2^-29 of that). Random inputs exact in f32, every rule of the analysis.
+TEST(Expr, TheRoundingBoundHoldsForAnF32Evaluation) {
+  const char* const exprs[] = {
+      "x - y + x * y",
+      "x / (abs(y) + 0.5) - 1",
+      "exp(x) / sum(exp(x), axis=-1, keepdims=true)",
+      "log(sum(exp(x - max(x, axis=-1, keepdims=true)), axis=-1)) + max(x, axis=-1)",
+      "sqrt(x * x + y * y + 1)",
+      "tanh(x) - erf(y) + sin(x) * cos(y)",
+      "cumsum(x, axis=1) - mean(x)",
+      "diff(x * 3.1, axis=1)",
+      "x @ y - v",
+      "transpose(x)[1] * 0.7 - v * 0.3",
+      "where(x > 0, x * 1.1, y - 0.9) + minimum(x, y) * maximum(x, 0.3)",
+      "(abs(x) + 1) ** 1.5 - cummax(x, axis=1)",
+      "1 - 0.7 * x - 0.3 * x",
+  };
+  std::mt19937_64 rng(20261202);
+  std::uniform_real_distribution<double> u(-3, 3);
+  const auto f32 = [](double v) { return static_cast<double>(static_cast<float>(v)); };
+  for (const char* text : exprs) {
+    const Expression e = Expression::compile(text, kInfos);
+    for (int trial = 0; trial < 200; ++trial) {
+      std::vector<double> x(6), y(3), v(2);
+      for (auto* t : {&x, &y, &v})
+        for (double& d : *t) d = f32(trial % 4 == 0 ? std::round(u(rng)) : u(rng));
+      const TensorMap m = tensors(x, y, v);
+      const Tensor exact = e.evaluate(m), rounded = e.evaluate_rounded(m, f32), b = e.rounding_bound(m);
+      ASSERT_EQ(b.shape, exact.shape) << text;
+      for (size_t i = 0; i < exact.size(); ++i)
+        ASSERT_LE(std::fabs(rounded.data[i] - exact.data[i]), 0x1p-24 * b.data[i] * 1.01 + 1e-300)
+            << text << " element " << i << " trial " << trial;
+    }
+  }
+  // Inputs where the f32 rounding reaches the bound's order, so that a rule
+  // that leaves a term out fails here: a sum that drops its small terms
+  // (1 + 2^-25 + 2^-25 is 1 in f32, 2^-24 off), an exp of a rounded argument
+  // (20 + 2^-22 is 20 in f32: exp errs by 4 units of its own rounding).
+  {
+    const TensorMap m = tensors({1, 0x1p-25, 0x1p-25, 20, 0, 0}, {0x1p-22, 0, 0});
+    for (const char* text : {"sum(x, axis=-1)", "exp(x + y)"}) {
+      const Expression e = Expression::compile(text, kInfos);
+      const Tensor exact = e.evaluate(m), rounded = e.evaluate_rounded(m, f32), b = e.rounding_bound(m);
+      for (size_t i = 0; i < exact.size(); ++i)
+        EXPECT_LE(std::fabs(rounded.data[i] - exact.data[i]), 0x1p-24 * b.data[i] * 1.01) << text << " " << i;
+      EXPECT_NE(rounded.data, exact.data) << text;  // the rounding did show
+    }
+  }
+  // Where the output cancels the bound follows the terms, not the output.
+  const TensorMap m = tensors({1, 1, 1, 1, 1, 1});
+  const Tensor b = Expression::compile("1 - 0.7 * x - 0.3 * x", kInfos).rounding_bound(m);
+  EXPECT_GE(b.data[0], 1.0);
+  EXPECT_LE(b.data[0], 4.0);
 }
 
 TEST(Expr, CloseUsesRtolAndAtol) {

@@ -5,6 +5,7 @@
 // counterexample stored against the target.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -30,8 +31,8 @@ invariants:
     expect: close(target.y, reference.y, k=2)
 )";
 
-// The spec above with a target that doubles y.
-Spec with_doubling_mutant(const std::string& text) {
+// The spec above with a target that doubles y (and what `more` adds).
+Spec with_doubling_mutant(const std::string& text, const std::function<void(OpFamily&)>& more = {}) {
   Spec spec = parse_spec(text, "overflow.yaml");
   const OpFamily& loaded = op_family(spec);
   auto f = std::make_shared<OpFamily>(std::shared_ptr<const Decl>(spec.declared_family, &loaded.decl()));
@@ -40,6 +41,7 @@ Spec with_doubling_mutant(const std::string& text) {
     for (double& v : r.outputs[0]) v *= 2;
     return r;
   });
+  if (more) more(*f);
   spec.declared_family = f;
   spec.family = f.get();
   return spec;
@@ -208,6 +210,37 @@ invariants:
   EXPECT_EQ(r.status, RunStatus::passed) << r.detail;
   EXPECT_GT(r.invariants.at(0).passed, 0);
   EXPECT_GT(r.invariants.at(0).discarded, 0);
+}
+
+// An f64 output that cancels: 1 - 0.7x - 0.3x is 5.6e-17 in fp64 at x = 1,
+// where the exact value (and a kernel computing 1 - x) is 0. The floor
+// scaled with |output| (1e-31 there), so the correct kernel failed; it now
+// carries the reference's own rounding bound, which follows the terms.
+TEST(OpClosePolicy, AnF64OutputThatCancelsIsJudgedByItsTermsRounding) {
+  const std::string text = R"(spec: cancel
+family: op
+op:
+  dims: {T: [1, 4]}
+  inputs:
+    x: {shape: [T], dtype: f64, values: [integer, normal]}
+  outputs:
+    y: {shape: [T]}
+  reference:
+    y: 1 - 0.7 * x - 0.3 * x
+invariants: [matches_reference]
+)";
+  const Spec spec = with_doubling_mutant(text, [](OpFamily& f) {
+    f.mutant("algebra", "1 - x, exactly rounded", [](const Case& c) {
+      Result r;
+      r.outputs.push_back({});
+      for (double x : c.inputs[0]) r.outputs[0].push_back(1 - x);
+      return r;
+    });
+  });
+  const RunReport ok = run_spec(spec, scratch_run("algebra", 7, 200, "kprop_op_policy_test"));
+  EXPECT_EQ(ok.status, RunStatus::passed) << ok.detail;
+  const RunReport bad = run_spec(spec, scratch_run("doubles", 7, 200, "kprop_op_policy_test"));
+  EXPECT_EQ(bad.status, RunStatus::failed);
 }
 
 // A reference expression whose shape or evaluation goes wrong on a case (a
