@@ -955,6 +955,28 @@ Tensor Expression::rounding_bound(const TensorMap& tensors) const {
   return filled(b, expr::evaluate(*root_, tensors)->shape);
 }
 
+std::string one_line(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    size_t j = i;
+    bool newline = false;
+    while (j < text.size() && (text[j] == ' ' || text[j] == '\t' || text[j] == '\n' || text[j] == '\r'))
+      newline = newline || text[j] == '\n' || text[j] == '\r', ++j;
+    if (j > i) {
+      out.append(newline ? std::string_view(" ") : text.substr(i, j - i));
+      i = j;
+    } else {
+      out += text[i++];
+    }
+  }
+  return out;
+}
+
+std::string Expression::shown() const {
+  return one_line(text_);
+}
+
 Tensor Expression::evaluate(const TensorMap& tensors) const {
   return *expr::evaluate(*root_, tensors);
 }
@@ -974,7 +996,9 @@ namespace {
 
 Expression::Outcome explain(const std::string& text, const Node& n, const TensorMap& m) {
   Expression::Outcome out;
-  const auto src = [&](const Node& x) { return text.substr(x.begin, x.end - x.begin); };
+  const auto src = [&](const Node& x) {
+    return one_line(std::string_view(text).substr(x.begin, x.end - x.begin));
+  };
   if (n.kind == Kind::call && n.op == "all" && !n.axis) return explain(text, *n.args[0], m);
   // Side by side only where neither side broadcasts: a side broadcast to
   // an empty tensor is no element of the `and`, which then holds.

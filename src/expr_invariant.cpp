@@ -38,7 +38,7 @@ Verdict check_invariant(AnyTrial& trial, const InvariantUse& use) {
       if (!tensors) return Verdict::not_applicable("the family publishes no named tensors");
       const expr::Tensor w = e.when->evaluate(*tensors);
       for (double v : w.data)
-        if (v == 0) return Verdict::discard(fmt::format("when `{}` is false", e.when->text()));
+        if (v == 0) return Verdict::discard(fmt::format("when `{}` is false", e.when->shown()));
     }
     current = &e.expect;
     const expr::TensorMap* tensors = tensors_for(e.expect.names());
@@ -51,7 +51,7 @@ Verdict check_invariant(AnyTrial& trial, const InvariantUse& use) {
   } catch (const expr::NothingJudged& err) {
     return Verdict::discard(err.what());
   } catch (const expr::ToleranceError& err) {
-    throw InputError(e.mark, fmt::format("invariant {}: `{}`: {}", use.name, current->text(), err.what()));
+    throw InputError(e.mark, fmt::format("invariant {}: `{}`: {}", use.name, current->shown(), err.what()));
   } catch (const expr::SpecEvalError& err) {
     // Shapes that do not broadcast are the expression's own error when it
     // reads no output of the target; an output whose length is the
@@ -63,12 +63,12 @@ Verdict check_invariant(AnyTrial& trial, const InvariantUse& use) {
     if (!reads_target)
       throw InputError(e.mark, fmt::format("invariant {}: `{}` cannot be evaluated on this case: {} (the "
                                            "expression's own error: it reads no output of the target)",
-                                           use.name, current->text(), err.what()));
-    return Verdict::fail(fmt::format("`{}` could not be evaluated: {}", current->text(), err.what()));
+                                           use.name, current->shown(), err.what()));
+    return Verdict::fail(fmt::format("`{}` could not be evaluated: {}", current->shown(), err.what()));
   } catch (const expr::EvalError& err) {
     // A kernel's output that breaks the expression (an index it returned out
     // of range, a tensor of the wrong size) fails the invariant.
-    return Verdict::fail(fmt::format("`{}` could not be evaluated: {}", current->text(), err.what()));
+    return Verdict::fail(fmt::format("`{}` could not be evaluated: {}", current->shown(), err.what()));
   }
 }
 

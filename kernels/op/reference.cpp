@@ -360,7 +360,7 @@ namespace {
 // broadcast, an index out of range) is the spec's error, as it reads only
 // the spec's inputs: one line at the expression (exit 2), never the target's.
 std::vector<double> evaluated(const Case& c, const OutputDecl& o, const std::function<expr::Tensor()>& eval) {
-  const auto what = [&] { return fmt::format("reference.{}: `{}`", o.name, o.reference->text()); };
+  const auto what = [&] { return fmt::format("reference.{}: `{}`", o.name, o.reference->shown()); };
   expr::Tensor t;
   try {
     t = eval();

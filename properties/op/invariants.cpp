@@ -98,10 +98,9 @@ std::string compare(const Case& c, size_t out, const std::vector<double>& got,
   measured = {
       {"got", got[at]}, {"want", want[at]}, {"error", std::fabs(got[at] - want[at])}, {"bound", bound}};
   return fmt::format(
-      "{}.{}{} = {} but {} = {} (|error| {:.3g} > bound {:.3g} = {} × ({} × naive error {:.3g} + floor "
-      "{:.3g}))",
+      "{}.{}{} = {} but {} = {} (|error| {:.3g} > bound {:.3g} = {}{} × naive error {:.3g} + floor {:.3g}{})",
       "target", o.name, index_text(ext, at), got[at], what, want[at], std::fabs(got[at] - want[at]), bound,
-      runs, k, naive_error(ref, naive), floor);
+      runs == 1 ? "" : fmt::format("{} × (", runs), k, naive_error(ref, naive), floor, runs == 1 ? "" : ")");
 }
 
 }  // namespace

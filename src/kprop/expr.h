@@ -174,6 +174,9 @@ class Expression {
   static Expression compile(const std::string& text, const TensorInfos& tensors);
 
   const std::string& text() const { return text_; }
+  // The text on one line, for messages (a YAML block scalar keeps its line
+  // breaks, which broke a one-line error or verdict in two).
+  std::string shown() const;
   DType dtype() const;
   std::string shape() const;                                        // symbolic, e.g. "[B, Hq, Nq]"
   const std::vector<std::string>& names() const { return names_; }  // tensors it reads, sorted
@@ -207,6 +210,9 @@ class Expression {
   std::shared_ptr<const Node> root_;
   std::vector<std::string> names_;
 };
+
+// `text` with each run of white space that holds a line break as one space.
+std::string one_line(std::string_view text);
 
 // The functions the language knows, one line each (docs and --list).
 std::string describe_functions();

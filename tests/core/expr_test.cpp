@@ -429,6 +429,11 @@ TEST(Expr, CheckExplainsTheWorstElement) {
   const auto f = Expression::compile("all(b, axis=0)", kInfos).check(tensors());
   ASSERT_FALSE(f.holds);
   EXPECT_NE(f.message.find("is false at [0] (3 of 3 elements)"), std::string::npos) << f.message;
+  // A YAML block scalar keeps line breaks: messages quote it on one line.
+  const auto nl = Expression::compile("close(x + 0.5 * b,\n      t.o, atol=0.1)", kInfos).check(tensors());
+  ASSERT_FALSE(nl.holds);
+  EXPECT_EQ(nl.message.find('\n'), std::string::npos) << nl.message;
+  EXPECT_NE(nl.message.find("`close(x + 0.5 * b, t.o, atol=0.1)` fails"), std::string::npos) << nl.message;
   // An `or` of two bounds: each side's own values (it said only "is false").
   const auto e =
       Expression::compile("close(x + 0.5 * b, t.o, atol=0.1) or close(x + 0.5 * b, t.o, atol=0.2)", kInfos)
