@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "kprop/errors.h"
+#include "kprop/yaml_load.h"
 
 namespace fs = std::filesystem;
 
@@ -183,12 +184,7 @@ CorpusEntry read_entry(const std::string& path) {
   if (!in) throw InputError({path, 0, 0}, "cannot read corpus file");
   std::stringstream text;
   text << in.rdbuf();
-  YAML::Node root;
-  try {
-    root = YAML::Load(text.str());
-  } catch (const YAML::ParserException& e) {
-    throw InputError({path, e.mark.line + 1, e.mark.column + 1}, "corrupt corpus file: " + e.msg);
-  }
+  YAML::Node root = load_one_document(text.str(), path, "corrupt corpus file", "a corpus file");
   auto where = [&](const YAML::Node& n) -> Mark {
     const YAML::Mark m = n.Mark();
     return m.is_null() ? Mark{path, 0, 0} : Mark{path, m.line + 1, m.column + 1};

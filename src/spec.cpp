@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "kprop/external.h"
+#include "kprop/yaml_load.h"
 
 namespace kprop {
 namespace {
@@ -700,12 +701,7 @@ void require_utf8(const std::string& text, const std::string& path) {
 // declared by the spec itself is checked with the rest of the spec).
 YAML::Node cli_domain(const std::string& text, const YAML::Node& root, const std::string& path) {
   require_utf8(text, "--domain");
-  YAML::Node node;
-  try {
-    node = YAML::Load(text);
-  } catch (const YAML::ParserException& e) {
-    throw InputError({"--domain", e.mark.line + 1, e.mark.column + 1}, "invalid YAML: " + e.msg);
-  }
+  YAML::Node node = load_one_document(text, "--domain", "invalid YAML", "--domain");
   Loader cli("--domain");
   if (!node.IsMap())
     cli.fail(node, "expected a map of domain keys, e.g. --domain '{dtypes: [f32], dim: [64, 128]}'");
@@ -725,18 +721,7 @@ YAML::Node cli_domain(const std::string& text, const YAML::Node& root, const std
 Spec parse_spec(const std::string& text, const std::string& path, const std::string& profile,
                 const std::string& domain_overrides) {
   require_utf8(text, path);
-  YAML::Node root;
-  try {
-    // One document: a second (after ---) would be ignored silently.
-    const std::vector<YAML::Node> docs = YAML::LoadAll(text);
-    if (!docs.empty()) root = docs[0];
-    for (size_t k = 1; k < docs.size(); ++k)
-      if (!docs[k].IsNull())
-        throw InputError({path, docs[k].Mark().line + 1, docs[k].Mark().column + 1},
-                         "a second YAML document; a spec file holds one");
-  } catch (const YAML::ParserException& e) {
-    throw InputError({path, e.mark.line + 1, e.mark.column + 1}, "invalid YAML: " + e.msg);
-  }
+  YAML::Node root = load_one_document(text, path, "invalid YAML", "a spec file");
   Loader loader(path);
   loader.text = &text;
   if (!domain_overrides.empty()) loader.cli_domain = cli_domain(domain_overrides, root, path);

@@ -100,6 +100,9 @@ TEST_F(CorpusTest, CorruptFilesAreClearErrors) {
       {"kprop_corpus: 1\nfamily: toy.sum\nsed: 3\ncase: {xs: []}\n",
        "bad.yaml:3:1: corrupt corpus file: unknown key 'sed'"},
       {"- just\n- a list\n", "expected a map"},
+      {", x\n", "bad.yaml:1:1: corrupt corpus file: unexpected ','"},
+      {"kprop_corpus: 1\nfamily: toy.sum\ncase: {xs: []}\n---\nkprop_corpus: 1\n",
+       "bad.yaml:5:1: a second YAML document; a corpus file holds one"},
   };
   for (const auto& [text, expect] : cases) {
     write("bad.yaml", text);

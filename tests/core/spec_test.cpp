@@ -105,7 +105,29 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"not UTF-8", "  value: 3", "  value: 3 # caf\xe9",
                 "t.yaml:7:17: byte 0xE9 is not UTF-8; the text must be UTF-8"},
         BadSpec{"a second document", "    slack: 2\n", "    slack: 2\n---\nspec: other\n",
-                "t.yaml:13:1: a second YAML document; a spec file holds one"}));
+                "t.yaml:13:1: a second YAML document; a spec file holds one"},
+        // yaml-cpp's LoadAll yields empty documents forever on a stray ','
+        // at block level; the loader stops with an error (it used to grow
+        // until killed, found by fuzz_spec_loader).
+        BadSpec{"a stray comma after ---", "    slack: 2\n", "    slack: 2\n---\n, x\n",
+                "t.yaml:13:1: invalid YAML: unexpected ','"}));
+
+TEST(SpecLoader, AStrayCommaIsAnErrorNotAnEndlessLoad) {
+  for (const std::string text : {", x\n", "# note\n\n  , x\n", "- 1\n,\n"}) {
+    try {
+      parse_spec(text, "t.yaml", "", "");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("invalid YAML: unexpected ','"), std::string::npos) << e.what();
+    }
+  }
+  try {
+    parse_spec("family: toy.sum\n", "t.yaml", "", ", x");
+    ADD_FAILURE() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("--domain:1:1: invalid YAML: unexpected ','", 0), 0u) << e.what();
+  }
+}
 
 // A spec that is no map, with --domain: the spec's own error, not yaml-cpp's.
 TEST(SpecLoader, ASpecThatIsNoMapWithADomainOverrideIsItsOwnError) {

@@ -1,0 +1,85 @@
+#include "kprop/yaml_load.h"
+
+#include <yaml-cpp/eventhandler.h>
+
+#include <sstream>
+
+#include "kprop/errors.h"
+
+namespace kprop {
+namespace {
+
+// Where each document starts and whether it holds anything but one null.
+//
+// Hand-rolled rather than YAML::LoadAll: yaml-cpp 0.7's LoadAll never returns
+// on a stray ',' at block level (e.g. a line ", x"): each document it yields
+// is an empty one that leaves the ',' unconsumed, so it allocates until the
+// process is killed. The event parser shows this as two documents starting
+// at the same offset, and the walk stops there with an error.
+class DocumentWalk : public YAML::EventHandler {
+ public:
+  YAML::Mark start;
+  bool content = false;
+  YAML::Mark content_at;  // the document's first node, when content
+
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    start = mark;
+    content = false;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { node(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
+    node(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    node(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    node(mark);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void node(const YAML::Mark& mark) {
+    if (!content) content_at = mark;
+    content = true;
+  }
+};
+
+Mark at(const std::string& source, const YAML::Mark& m) {
+  return m.is_null() ? Mark{source, 0, 0} : Mark{source, m.line + 1, m.column + 1};
+}
+
+}  // namespace
+
+YAML::Node load_one_document(const std::string& text, const std::string& source, const std::string& what,
+                             const std::string& holder) {
+  try {
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    DocumentWalk walk;
+    bool first = true;
+    int previous = -1;
+    while (parser.HandleNextDocument(walk)) {
+      if (walk.start.pos == previous) {
+        const size_t pos = static_cast<size_t>(walk.start.pos);
+        const std::string token = pos < text.size() ? std::string(1, text[pos]) : "end of text";
+        throw InputError(at(source, walk.start), what + ": unexpected '" + token +
+                                                     "' (a ',' separates items only inside [...] or {...})");
+      }
+      previous = walk.start.pos;
+      if (!first && walk.content)
+        throw InputError(at(source, walk.content_at), "a second YAML document; " + holder + " holds one");
+      first = false;
+    }
+    return YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    throw InputError(at(source, e.mark), what + ": " + e.msg);
+  }
+}
+
+}  // namespace kprop
