@@ -190,8 +190,7 @@ bool is_close(double a, double b, double rtol, double atol) {
 
 // The expression reads an output of the target (its own or a transformed case's).
 bool reads_target(const Node& n) {
-  if (n.kind == Kind::name && (n.op.rfind("target.", 0) == 0 || n.op.rfind("transformed.target.", 0) == 0))
-    return true;
+  if (n.kind == Kind::name && is_target_name(n.op)) return true;
   for (const NodeP& a : n.args)
     if (reads_target(*a)) return true;
   for (const Item& it : n.items)
@@ -953,6 +952,10 @@ Tensor Expression::rounding_bound(const TensorMap& tensors) const {
   t_values = &values;
   const Bound b = expr::bound(*root_, tensors);
   return filled(b, expr::evaluate(*root_, tensors)->shape);
+}
+
+bool is_target_name(std::string_view name) {
+  return name.starts_with("target.") || name.starts_with("transformed.target.");
 }
 
 std::string one_line(std::string_view text) {

@@ -3,6 +3,8 @@
 // caller's invariants given as code, on the same tensors.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "kprop/spec.h"
 
 namespace kprop {
@@ -56,11 +58,9 @@ Verdict check_invariant(AnyTrial& trial, const InvariantUse& use) {
     // Shapes that do not broadcast are the expression's own error when it
     // reads no output of the target; an output whose length is the
     // target's (dflash's accepted tokens) can break them by being wrong.
-    bool reads_target = false;
-    for (const auto& name : current->names())
-      reads_target =
-          reads_target || name.rfind("target.", 0) == 0 || name.rfind("transformed.target.", 0) == 0;
-    if (!reads_target)
+    const auto& names = current->names();
+    if (std::none_of(names.begin(), names.end(),
+                     [](const std::string& n) { return expr::is_target_name(n); }))
       throw InputError(e.mark, fmt::format("invariant {}: `{}` cannot be evaluated on this case: {} (the "
                                            "expression's own error: it reads no output of the target)",
                                            use.name, current->shown(), err.what()));

@@ -214,6 +214,11 @@ class Expression {
 // `text` with each run of white space that holds a line break as one space.
 std::string one_line(std::string_view text);
 
+// A tensor name that reads an output of the target: "target.*", or a
+// transformed case's "transformed.target.*". What breaks an expression that
+// reads none is the spec's error; with one, it may be the kernel's.
+bool is_target_name(std::string_view name);
+
 // The functions the language knows, one line each (docs and --list).
 std::string describe_functions();
 // The same as (name, one-line doc) pairs (prop_runner --list --format json).
