@@ -598,6 +598,8 @@ Tensor transpose_of(const Tensor& x) {
 // bound of a node reads its operands' values, which the bounds of the
 // operands compute again otherwise: O(nodes · depth) evaluations).
 thread_local std::unordered_map<const Node*, Tensor>* t_values = nullptr;
+// Set while rounding_bound runs: how its sums are taken to be added.
+thread_local Summation t_summation = Summation::in_order;
 Ref evaluate_node(const Node& n, const TensorMap& m);
 Ref evaluate(const Node& n, const TensorMap& m) {
   if (!t_values) return evaluate_node(n, m);
@@ -735,9 +737,12 @@ std::string num(double v) {
 //   minimum, maximum (elementwise or reduced), cummax: max(Ba, Bb) (1-Lipschitz)
 //   where(c, a, b)  Ba where c, else Bb (c itself exact: first order)
 //   sum of n terms x_i in order: Σ Bx_i + Σ_{k>=2} |s_k| <= Σ Bx_i + (n-1)·Σ|x_i|
+//     (Summation::tree: added as a tree of depth ⌈log2 n⌉, pairwise, each
+//     x_i passes through ⌈log2 n⌉ additions: Σ Bx_i + ⌈log2 n⌉·Σ|x_i|)
 //   mean            (the sum's bound)/n + |r|;  cumsum: the running sums' bounds
 //   diff            B_{k+1} + B_k + |r|
-//   matmul (k inner terms): (|A|·B_B + B_A·|B|) + k·(|A|·|B|) (products, then the sum)
+//   matmul (k inner terms): (|A|·B_B + B_A·|B|) + k·(|A|·|B|) (products, then the
+//     sum; Summation::tree: ⌈log2 k⌉ for k)
 // Integers and booleans are exact (a comparison of rounded values is taken
 // as exact: first order). A node whose bound is not finite (sqrt at 0, a
 // division by 0) gives inf there; the caller decides what an inf bound means.
@@ -763,6 +768,14 @@ Node as_reduction(const Node& n, const char* op) {
 }
 
 Bound bound(const Node& n, const TensorMap& m);
+
+// How many additions a term of an n-term sum passes through, at most:
+// n - 1 in order, ⌈log2 n⌉ in a tree.
+double additions_per_term(int64_t n) {
+  if (n <= 1) return 0;
+  if (t_summation == Summation::in_order) return static_cast<double>(n - 1);
+  return std::ceil(std::log2(static_cast<double>(n)));
+}
 
 // Each element: f(value, own bound...) over the node's value r and its operands.
 Tensor unary_bound(const Tensor& a, const Bound& ba, const Tensor& r,
@@ -813,7 +826,7 @@ Bound call_bound(const Node& n, const TensorMap& m, const Tensor& r) {
     const Reduction red = reduction(n, a->shape);
     const double terms = static_cast<double>(red.s.n);
     Tensor out = reduce(s, abs_of(*a));
-    for (double& v : out.data) v *= std::max(terms - 1, 0.0);
+    for (double& v : out.data) v *= additions_per_term(red.s.n);
     if (ba) {
       const Tensor propagated = reduce(s, filled(ba, a->shape));
       for (size_t i = 0; i < out.size(); ++i) out.data[i] += propagated.data[i];
@@ -852,7 +865,8 @@ Bound call_bound(const Node& n, const TensorMap& m, const Tensor& r) {
     const Tensor aa = abs_of(*a), ab = abs_of(*b);
     const int64_t inner = a->shape.back();
     Tensor out = matmul_rt(aa, ab, DType::real);
-    for (double& v : out.data) v *= static_cast<double>(inner);
+    // The k products' roundings (each |a·b| once) and the sum's.
+    for (double& v : out.data) v *= 1 + additions_per_term(inner);
     if (bb) {
       const Tensor t = matmul_rt(aa, *bb, DType::real);
       for (size_t i = 0; i < out.size(); ++i) out.data[i] += t.data[i];
@@ -943,13 +957,15 @@ Bound bound(const Node& n, const TensorMap& m) {
 
 }  // namespace
 
-Tensor Expression::rounding_bound(const TensorMap& tensors) const {
+Tensor Expression::rounding_bound(const TensorMap& tensors, Summation sums) const {
   std::unordered_map<const Node*, Tensor> values;
   struct Scope {  // restores the plain evaluation even when this throws
     std::unordered_map<const Node*, Tensor>* saved = t_values;
-    ~Scope() { t_values = saved; }
+    Summation saved_sums = t_summation;
+    ~Scope() { t_values = saved, t_summation = saved_sums; }
   } scope;
   t_values = &values;
+  t_summation = sums;
   const Bound b = expr::bound(*root_, tensors);
   return filled(b, expr::evaluate(*root_, tensors)->shape);
 }

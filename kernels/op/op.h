@@ -275,8 +275,13 @@ Result naive(const Case& c);
 // expr::Expression::rounding_bound, its rules in src/expr_eval.cpp): where
 // the output cancels (a loss lse - 0.7·x - 0.3·x of one logit), m is ~0 but
 // the reference and a correct kernel each err by up to u·B, B ~ the terms.
-// `rounding_bound` false: without the f64 term (for a first, cheaper check:
-// the term only adds).
+// f32 arithmetic (f32 and half outputs): the f32 term is at least
+// 2 · 2^-24 · max B_tree, B_tree the same bound with every sum added as a
+// pairwise tree (Summation::tree): where the output cancels, a naive
+// in-order sum can be exact by luck while a correct kernel's tree sum errs
+// by u · B_tree (derivation in kernels/op/reference.cpp).
+// `rounding_bound` false: without the B terms (for a first, cheaper check:
+// they only raise the floor).
 double floor_of(const Case& c, size_t output, const std::vector<double>& reference,
                 bool rounding_bound = true);
 

@@ -341,12 +341,28 @@ double floor_of(const Case& c, size_t output, const std::vector<double>& ref, bo
   // kernel computing the same operations in another order errs by the same
   // first-order amount, so the two differ by up to 2·u·B (largest finite B
   // of the output; an inf B, a bound that does not exist there, adds nothing).
-  if (rounding_bound && dt == DType::f64 && !c.decl->external_reference) {
+  // f32 arithmetic (f32 and half outputs): the naive baseline's error sets
+  // the budget, but it can be exact by luck where the output cancels (sums
+  // of integers and short decimals in index order: the shrunk cases), while
+  // a correct kernel that adds the same terms as a tree (pairwise, blocked,
+  // a warp's shuffles) errs by up to u·B_tree to first order, B_tree the
+  // running error bound with tree sums (each term through ⌈log2 n⌉
+  // additions): the dot product 4·2 - 4·(-1) + ... = -0.4 over terms of
+  // size 8 erred by one f32 ulp of 8, 4.8e-7, against a floor of 4.8e-7
+  // from |output| = 0.4. Twice that covers the second-order terms. Where
+  // the output does not cancel, B_tree ~ (roundings along the way)·|output|,
+  // about the term above; so the floor is the larger of the two, not their sum.
+  if (rounding_bound && !c.decl->external_reference) {
     const auto& o = c.decl->outputs.at(output);
+    const bool f64 = dt == DType::f64;
     double worst = 0;
-    for (const double b : o.reference->rounding_bound(inputs_map(c, false)).data)
+    for (const double b :
+         o.reference
+             ->rounding_bound(inputs_map(c, false), f64 ? expr::Summation::in_order : expr::Summation::tree)
+             .data)
       if (std::isfinite(b)) worst = std::max(worst, b);
-    arithmetic += 2 * unit_roundoff(DType::f64) * worst;
+    const double term = 2 * unit_roundoff(arithmetic_dtype(dt)) * worst;
+    arithmetic = f64 ? arithmetic + term : std::max(arithmetic, term);
   }
   // A half output: plus its store's rounding (derivation in op.h).
   return is_half(dt) ? arithmetic + unit_roundoff(dt) * m + denorm_min(dt) / 2 : arithmetic;

@@ -168,6 +168,10 @@ class NothingJudged : public std::runtime_error {
 
 struct Node;
 
+// How an expression's sums (sum, mean, rowsum, matmul) are added up, for
+// Expression::rounding_bound.
+enum class Summation { in_order, tree };
+
 class Expression {
  public:
   // Parses `text` and checks it against `tensors`; throws ExprError.
@@ -191,9 +195,12 @@ class Expression {
   Tensor evaluate_rounded(const TensorMap& tensors, double (*round)(double)) const;
   // B per element of the value: the fp64 evaluation above errs by at most
   // 2^-53 · B (to first order; running error analysis, derived in
-  // src/expr_eval.cpp). inf where the first-order bound does not exist
-  // (sqrt at 0, a division by 0).
-  Tensor rounding_bound(const TensorMap& tensors) const;
+  // src/expr_eval.cpp), and an evaluation in another precision of unit
+  // roundoff u by u · B. inf where the first-order bound does not exist
+  // (sqrt at 0, a division by 0). `sums`: in_order is evaluate's own order
+  // (a term of an n-term sum passes through up to n - 1 additions); tree,
+  // a pairwise reduction of depth ⌈log2 n⌉ (a blocked or parallel kernel's).
+  Tensor rounding_bound(const TensorMap& tensors, Summation sums = Summation::in_order) const;
 
   // A boolean expression holds when every element is true. When it does not,
   // `message` explains the worst element: its index, the values on both

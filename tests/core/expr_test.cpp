@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <random>
 
 #include "kprop/spec.h"
@@ -356,6 +357,50 @@ TEST(Expr, TheRoundingBoundHoldsForAnF32Evaluation) {
   const Tensor b = Expression::compile("1 - 0.7 * x - 0.3 * x", kInfos).rounding_bound(m);
   EXPECT_GE(b.data[0], 1.0);
   EXPECT_LE(b.data[0], 4.0);
+}
+
+// Summation::tree: the bound of the same sums added as a pairwise tree (a
+// blocked or parallel kernel's), checked against such a sum in f32 of a
+// sum and a matmul's products; below the in-order bound from 4 terms on.
+TEST(Expr, TheTreeRoundingBoundHoldsForAPairwiseF32Sum) {
+  const std::function<float(const std::vector<float>&, size_t, size_t)> pairwise =
+      [&](const std::vector<float>& p, size_t lo, size_t hi) -> float {
+    if (hi - lo == 1) return p[lo];
+    const size_t mid = lo + (hi - lo) / 2;
+    return pairwise(p, lo, mid) + pairwise(p, mid, hi);
+  };
+  std::mt19937_64 rng(20261202);
+  std::uniform_real_distribution<double> u(-3, 3);
+  const Expression sum = Expression::compile("sum(x, axis=-1)", kInfos),
+                   matmul = Expression::compile("x @ y", kInfos);
+  for (int trial = 0; trial < 300; ++trial) {
+    const size_t n = 1 + size_t(trial) % 70;
+    std::vector<double> x(2 * n), y(n);
+    for (auto* t : {&x, &y})
+      for (double& d : *t) d = static_cast<float>(trial % 4 == 0 ? std::round(u(rng)) : u(rng));
+    TensorMap m;
+    m.want("x"), m.want("y");
+    m.put("x", Tensor::of({2, static_cast<int64_t>(n)}, x));
+    m.put("y", Tensor::of({static_cast<int64_t>(n)}, y));
+    for (const bool products : {false, true}) {
+      const Expression& e = products ? matmul : sum;
+      const Tensor exact = e.evaluate(m), tree = e.rounding_bound(m, Summation::tree),
+                   in_order = e.rounding_bound(m);
+      for (size_t r = 0; r < 2; ++r) {
+        std::vector<float> p(n);
+        for (size_t k = 0; k < n; ++k)
+          p[k] = products ? static_cast<float>(x[r * n + k]) * static_cast<float>(y[k])
+                          : static_cast<float>(x[r * n + k]);
+        const double got = pairwise(p, 0, n);
+        ASSERT_LE(std::fabs(got - exact.data[r]), 0x1p-24 * tree.data[r] * 1.01 + 1e-300)
+            << e.text() << " n " << n << " trial " << trial;
+        EXPECT_LE(tree.data[r], in_order.data[r]);
+        if (n >= 4 && in_order.data[r] > 0) {
+          EXPECT_LT(tree.data[r], in_order.data[r]) << n;
+        }
+      }
+    }
+  }
 }
 
 TEST(Expr, CloseUsesRtolAndAtol) {

@@ -243,6 +243,62 @@ invariants: [matches_reference]
   EXPECT_EQ(bad.status, RunStatus::failed);
 }
 
+// An f32 sum whose terms cancel: the naive baseline adds in index order and
+// can be exact by luck (integers, short decimals: what shrinking finds),
+// while a correct kernel adding the same products as a pairwise tree errs by
+// an ulp of the terms. The floor followed |output| alone: a NumPy
+// np.sum(x * w, axis=-1) failed a dot product spec on seed 3, shrunk to
+// -0.4 over terms of size 8 (error 4.77e-7 against a floor of 4.77e-7). It
+// now covers the tree sum's first-order bound; a dropped term still fails.
+TEST(OpClosePolicy, AnF32SumThatCancelsAllowsATreeSumsRounding) {
+  const std::string text = R"(spec: dot
+family: op
+op:
+  dims: {T: [1, 8], K: [1, 512]}
+  inputs:
+    x: {shape: [T, K], dtype: f32, values: [normal, integer, constant_rows]}
+    w: {shape: [K], values: [normal]}
+  outputs:
+    y: {shape: [T]}
+  reference:
+    y: sum(x * w, axis=-1)
+invariants: [matches_reference]
+)";
+  // Row t's products x[t, k] · w[k] in f32, added by `add` over [0, n).
+  using Adder = std::function<float(const std::vector<float>&, size_t, size_t)>;
+  const auto dot = [](const Case& c, const Adder& add, size_t n_used) {
+    const size_t t_n = static_cast<size_t>(c.dims[0]), k_n = static_cast<size_t>(c.dims[1]);
+    Result r;
+    r.outputs.push_back({});
+    for (size_t t = 0; t < t_n; ++t) {
+      std::vector<float> p(k_n);
+      for (size_t k = 0; k < k_n; ++k)
+        p[k] = static_cast<float>(c.inputs[0][t * k_n + k]) * static_cast<float>(c.inputs[1][k]);
+      r.outputs[0].push_back(add(p, 0, std::min(n_used, k_n)));
+    }
+    return r;
+  };
+  static const Adder pairwise = [](const std::vector<float>& p, size_t lo, size_t hi) -> float {
+    if (hi - lo == 0) return 0.0f;
+    if (hi - lo == 1) return p[lo];
+    const size_t mid = lo + (hi - lo) / 2;
+    return pairwise(p, lo, mid) + pairwise(p, mid, hi);
+  };
+  const Spec spec = with_doubling_mutant(text, [&](OpFamily& f) {
+    f.mutant("pairwise", "the products added as a pairwise tree in f32",
+             [=](const Case& c) { return dot(c, pairwise, SIZE_MAX); });
+    f.mutant("drops_last", "pairwise, without the last product", [=](const Case& c) {
+      return dot(c, pairwise, static_cast<size_t>(std::max<int64_t>(c.dims[1] - 1, 1)));
+    });
+  });
+  for (const uint64_t seed : {1, 2, 3, 4, 5}) {
+    const RunReport ok = run_spec(spec, scratch_run("pairwise", seed, 300, "kprop_op_policy_test"));
+    EXPECT_EQ(ok.status, RunStatus::passed) << "seed " << seed << ": " << ok.detail;
+    const RunReport bad = run_spec(spec, scratch_run("drops_last", seed, 300, "kprop_op_policy_test"));
+    EXPECT_EQ(bad.status, RunStatus::failed) << "seed " << seed;
+  }
+}
+
 // A reference expression whose shape or evaluation goes wrong on a case (a
 // slice's `?` extent taken at load to be what it broadcasts with): the
 // spec's error at the expression, for the reference as target and as
