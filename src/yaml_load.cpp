@@ -67,9 +67,10 @@ YAML::Node load_one_document(const std::string& text, const std::string& source,
     while (parser.HandleNextDocument(walk)) {
       if (walk.start.pos == previous) {
         const size_t pos = static_cast<size_t>(walk.start.pos);
-        const std::string token = pos < text.size() ? std::string(1, text[pos]) : "end of text";
-        throw InputError(at(source, walk.start), what + ": unexpected '" + token +
-                                                     "' (a ',' separates items only inside [...] or {...})");
+        const std::string token = pos < text.size() ? "'" + std::string(1, text[pos]) + "'" : "end of text";
+        throw InputError(at(source, walk.start),
+                         what + ": unexpected " + token +
+                             (token == "','" ? " (a ',' separates items only inside [...] or {...})" : ""));
       }
       previous = walk.start.pos;
       if (!first && walk.content)
