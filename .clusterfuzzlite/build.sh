@@ -8,8 +8,11 @@
 # KPROP_FAMILIES (optional) limits the build to some family folders.
 src="$SRC/kprop"
 build="${WORK:-/tmp}/kprop-cflite-build"
+# The environment's flags are the build's flags: Release adds only -DNDEBUG,
+# not its own -O3 after OSS-Fuzz's -O1 (or a coverage build's flags).
 cmake -S "$src" -B "$build" -G Ninja \
-  -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER="$CC" -DCMAKE_CXX_COMPILER="$CXX" \
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS_RELEASE=-DNDEBUG -DCMAKE_CXX_FLAGS_RELEASE=-DNDEBUG \
+  -DCMAKE_C_COMPILER="$CC" -DCMAKE_CXX_COMPILER="$CXX" \
   -DCMAKE_CXX_FLAGS="$CXXFLAGS" -DKPROP_OSSFUZZ=ON -DKPROP_FUZZ_ENGINE="$LIB_FUZZING_ENGINE" \
   -DKPROP_TESTS=OFF -DKPROP_BENCH=OFF -DKPROP_CUDA=OFF -DKPROP_FAMILIES="${KPROP_FAMILIES:-}" \
   -DCMAKE_BUILD_RPATH='$ORIGIN/lib'
