@@ -173,11 +173,15 @@ Tensor map(const Tensor& a, DType dtype, F f) {
   return out;
 }
 
+// NumPy's maximum and minimum: NaN propagates, and of two equal values the
+// second is returned (np.maximum(-0.0, 0.0) is 0.0, np.maximum(0.0, -0.0) is
+// -0.0, which a later 1 / x tells apart); max and min fold with them, as
+// np.maximum.reduce does.
 double nan_max(double a, double b) {
-  return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
+  return std::isnan(a) || std::isnan(b) ? NAN : (a > b ? a : b);
 }
 double nan_min(double a, double b) {
-  return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b);
+  return std::isnan(a) || std::isnan(b) ? NAN : (a < b ? a : b);
 }
 
 // NumPy's isclose with equal_nan: equal values are close whatever the

@@ -131,6 +131,18 @@ TEST(Expr, ComparisonsLogicAndWhere) {
   EXPECT_DOUBLE_EQ(values("sqrt(exp(log(16)))")[0], 4);
 }
 
+// Of two equal values NumPy's maximum and minimum return the second, and its
+// max and min fold in order with them: the sign of a zero result, which a
+// later 1 / x sees, is NumPy's.
+TEST(Expr, MaximumAndMinimumOfEqualValuesGiveTheSecondAsNumPyDoes) {
+  EXPECT_EQ(values("1 / maximum(-0.0, 0.0)"), (std::vector<double>{INFINITY}));
+  EXPECT_EQ(values("1 / maximum(0.0, -0.0)"), (std::vector<double>{-INFINITY}));
+  EXPECT_EQ(values("1 / minimum(-0.0, 0.0)"), (std::vector<double>{INFINITY}));
+  EXPECT_EQ(values("1 / minimum(0.0, -0.0)"), (std::vector<double>{-INFINITY}));
+  EXPECT_EQ(values("1 / max(where(x[0] < 3, 0.0, -0.0), axis=-1)"), (std::vector<double>{-INFINITY}));
+  EXPECT_EQ(values("1 / min(where(x[0] < 3, -0.0, 0.0), axis=-1)"), (std::vector<double>{INFINITY}));
+}
+
 // tanh, erf, sin, cos: elementwise in fp64 (C's <cmath>), real-valued, and
 // rounded like exp/log/sqrt in the same-precision baseline.
 TEST(Expr, TranscendentalFunctions) {
