@@ -264,7 +264,9 @@ Case CaseTraits<B>::build(Draw& draw, const Values& domain) {
   return build_case(draw, domain, B);
 }
 
-template struct CaseTraits<false>;
-template struct CaseTraits<true>;
+// The members defined here, for both families (not the whole class: once
+// files share a translation unit, KPROP_UNITY, each member is instantiated once).
+template Case CaseTraits<false>::build(Draw&, const Values&);
+template Case CaseTraits<true>::build(Draw&, const Values&);
 
 }  // namespace kprop::attention

@@ -141,7 +141,11 @@ Case CaseTraits<B>::from_yaml(const YAML::Node& n) {
   return c;
 }
 
-template struct CaseTraits<false>;
-template struct CaseTraits<true>;
+// The members defined here, for both families (not the whole class: once
+// files share a translation unit, KPROP_UNITY, each member is instantiated once).
+template YAML::Node CaseTraits<false>::to_yaml(const Case&);
+template Case CaseTraits<false>::from_yaml(const YAML::Node&);
+template YAML::Node CaseTraits<true>::to_yaml(const Case&);
+template Case CaseTraits<true>::from_yaml(const YAML::Node&);
 
 }  // namespace kprop::attention

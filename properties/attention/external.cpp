@@ -8,7 +8,6 @@ namespace kprop::attention {
 namespace {
 
 using external::Message;
-using external::Tensor;
 
 int32_t abi_mask(MaskKind kind) {
   switch (kind) {
@@ -40,16 +39,16 @@ Message request(const Case& c, const char* op) {
   const int32_t dt = external::abi_dtype(c.dtype);
   Message m;
   m.op = op;
-  m.input(Tensor::of("q", dt, q_shape(s), c.q))
-      .input(Tensor::of("k", dt, kv_shape(s), c.k))
-      .input(Tensor::of("v", dt, kv_shape(s), c.v));
+  m.input(external::Tensor::of("q", dt, q_shape(s), c.q))
+      .input(external::Tensor::of("k", dt, kv_shape(s), c.k))
+      .input(external::Tensor::of("v", dt, kv_shape(s), c.v));
   if (c.mask == MaskKind::key_padding) {
     const std::vector<int64_t> lengths(c.key_lengths.begin(), c.key_lengths.end());
-    m.input(Tensor::of_ints("key_lengths", KPROP_I32, {s.batch}, lengths));
+    m.input(external::Tensor::of_ints("key_lengths", KPROP_I32, {s.batch}, lengths));
   }
   if (c.mask == MaskKind::boolean) {
     const std::vector<int64_t> allowed(c.allowed.begin(), c.allowed.end());
-    m.input(Tensor::of_ints("allowed", KPROP_U8, {s.batch, s.nq, s.nk}, allowed));
+    m.input(external::Tensor::of_ints("allowed", KPROP_U8, {s.batch, s.nq, s.nk}, allowed));
   }
   m.attrs = {{"mask", abi_mask(c.mask)},
              {"block_q", c.block_q},
@@ -81,9 +80,9 @@ BwdResult drive_backward(const Case& c, external::Transport& target) {
   for (double& x : r.lse) x = round_to(stats_dtype(c.dtype), x);
   Message m = request(c, "attention.bwd");
   const int32_t dt = external::abi_dtype(c.dtype), stats = external::abi_dtype(stats_dtype(c.dtype));
-  m.input(Tensor::of("o", dt, q_shape(c.shape), r.o))
-      .input(Tensor::of("lse", stats, row_shape(c.shape), r.lse))
-      .input(Tensor::of("d_out", dt, q_shape(c.shape), c.d_out));
+  m.input(external::Tensor::of("o", dt, q_shape(c.shape), r.o))
+      .input(external::Tensor::of("lse", stats, row_shape(c.shape), r.lse))
+      .input(external::Tensor::of("d_out", dt, q_shape(c.shape), c.d_out));
   m.output("d", stats, row_shape(c.shape))
       .output("dq", dt, q_shape(c.shape))
       .output("dk", dt, kv_shape(c.shape))

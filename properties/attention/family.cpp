@@ -38,7 +38,9 @@ std::string shape_text(const Case& c) {
                      c.scale != 0 ? fmt::format(" scale {}", c.scale) : "");
 }
 
-template struct CaseTraits<false>;
-template struct CaseTraits<true>;
+// The members defined here, for both families (not the whole class: once
+// files share a translation unit, KPROP_UNITY, each member is instantiated once).
+template CaseStats CaseTraits<false>::stats(const Case&);
+template CaseStats CaseTraits<true>::stats(const Case&);
 
 }  // namespace kprop::attention

@@ -18,6 +18,9 @@
 
 namespace kprop::attention {
 namespace {
+// Named: in a unity batch (KPROP_UNITY) this file's helpers meet its
+// neighbours', some of the same name.
+namespace bwd {
 
 using T = Trial<BwdTraits>;
 
@@ -589,9 +592,11 @@ Verdict permutation_equivariance(T& t, const Values& p) {
                        naive_backward(perm->c), case_floors(t, p), p);
 }
 
+}  // namespace bwd
 }  // namespace
 
 void register_backward_invariants(FamilyDef<BwdTraits>& f) {
+  using namespace bwd;
   f.invariant(
       {"matches_reference",
        "dQ, dK, dV within k × the naive same-precision error + floor of the fp64 reference", policy_params()},

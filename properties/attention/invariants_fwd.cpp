@@ -13,6 +13,9 @@
 
 namespace kprop::attention {
 namespace {
+// Named: in a unity batch (KPROP_UNITY) this file's helpers meet its
+// neighbours', some of the same name.
+namespace fwd {
 
 using T = Trial<FwdTraits>;
 
@@ -201,9 +204,11 @@ Verdict o_rounded_to_nearest(T& t, const Values&) {
   return Verdict::pass();
 }
 
+}  // namespace fwd
 }  // namespace
 
 void register_forward_invariants(FamilyDef<FwdTraits>& f) {
+  using namespace fwd;
   f.invariant(
       {"matches_reference",
        "O and LSE within k × the naive same-precision error + floor of the fp64 reference", policy_params()},

@@ -15,6 +15,9 @@
 
 namespace kprop::attention {
 namespace {
+// Named: in a unity batch (KPROP_UNITY) this file's helpers meet its
+// neighbours', some of the same name.
+namespace stores {
 
 using T = Trial<BwdTraits>;
 
@@ -389,9 +392,11 @@ Verdict dq_dk_rounded_to_nearest(T& t, const Values&) {
   return Verdict::pass();
 }
 
+}  // namespace stores
 }  // namespace
 
 void register_backward_store_invariants(FamilyDef<BwdTraits>& f) {
+  using namespace stores;
   f.invariant({"dv_rounded_to_nearest",
                "f16/bf16: where every query row that sees a key has tied scores over 2^t keys (P = 2^-t "
                "exactly), dV of that key is stored rounded to nearest: the one value within reach of the "

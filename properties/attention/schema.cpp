@@ -131,7 +131,15 @@ CaseSize CaseTraits<B>::max_case_bytes(const Values& d) {
           "batch, heads_kv, group, nq, nk or dim"};
 }
 
-template struct CaseTraits<false>;
-template struct CaseTraits<true>;
+// The members defined here, for both families (not the whole class: once
+// files share a translation unit, KPROP_UNITY, each member is instantiated once).
+template Schema CaseTraits<false>::domain_schema();
+template std::string CaseTraits<false>::in_domain(const Case&, const Values&);
+template double CaseTraits<false>::case_bytes(const Case&);
+template CaseSize CaseTraits<false>::max_case_bytes(const Values&);
+template Schema CaseTraits<true>::domain_schema();
+template std::string CaseTraits<true>::in_domain(const Case&, const Values&);
+template double CaseTraits<true>::case_bytes(const Case&);
+template CaseSize CaseTraits<true>::max_case_bytes(const Values&);
 
 }  // namespace kprop::attention

@@ -239,7 +239,9 @@ Case permuted(const Case& c, const std::vector<int>& key_perm, const std::vector
   return select(c, sel);
 }
 
-template struct CaseTraits<false>;
-template struct CaseTraits<true>;
+// The members defined here, for both families (not the whole class: once
+// files share a translation unit, KPROP_UNITY, each member is instantiated once).
+template rc::Seq<Case> CaseTraits<false>::shrinks(const Case&, const Values&);
+template rc::Seq<Case> CaseTraits<true>::shrinks(const Case&, const Values&);
 
 }  // namespace kprop::attention

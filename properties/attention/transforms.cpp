@@ -120,7 +120,13 @@ Case CaseTraits<Backward>::transform(const std::string& name, const Case& c, con
   return t;
 }
 
-template struct CaseTraits<false>;
-template struct CaseTraits<true>;
+// The members defined here, for both families (not the whole class: once
+// files share a translation unit, KPROP_UNITY, each member is instantiated once).
+template const std::vector<TransformInfo>& CaseTraits<false>::transforms();
+template Case CaseTraits<false>::transform(const std::string&, const Case&, const Values&, uint64_t,
+                                           expr::TensorMap&);
+template const std::vector<TransformInfo>& CaseTraits<true>::transforms();
+template Case CaseTraits<true>::transform(const std::string&, const Case&, const Values&, uint64_t,
+                                          expr::TensorMap&);
 
 }  // namespace kprop::attention

@@ -15,7 +15,6 @@ namespace {
 
 using external::Message;
 using external::TargetFailure;
-using external::Tensor;
 
 // One slot of kprop's copy of the flat B x K pool.
 struct Slot {
@@ -67,15 +66,15 @@ struct Search {
     const std::vector<int64_t> slot_shape = {batch, width};
     Message m;
     m.op = "beam.step";
-    m.input(Tensor::of_ints("tokens", KPROP_I32, {batch, width, max_len}, tokens))
-        .input(Tensor::of_ints("lengths", KPROP_I32, slot_shape, lengths))
-        .input(Tensor::of("logprob", KPROP_F64, slot_shape, logprob))
-        .input(Tensor::of("score", KPROP_F64, slot_shape, score))
-        .input(Tensor::of_ints("finished", KPROP_U8, slot_shape, finished))
-        .input(Tensor::of_ints("valid", KPROP_U8, slot_shape, valid))
-        .input(Tensor::of("logits", KPROP_F64, {batch, width, vocab}, logits))
-        .input(Tensor::of_ints("prompt_lengths", KPROP_I32, {batch}, prompt_lengths))
-        .input(Tensor::of_ints("done", KPROP_U8, {batch}, done));
+    m.input(external::Tensor::of_ints("tokens", KPROP_I32, {batch, width, max_len}, tokens))
+        .input(external::Tensor::of_ints("lengths", KPROP_I32, slot_shape, lengths))
+        .input(external::Tensor::of("logprob", KPROP_F64, slot_shape, logprob))
+        .input(external::Tensor::of("score", KPROP_F64, slot_shape, score))
+        .input(external::Tensor::of_ints("finished", KPROP_U8, slot_shape, finished))
+        .input(external::Tensor::of_ints("valid", KPROP_U8, slot_shape, valid))
+        .input(external::Tensor::of("logits", KPROP_F64, {batch, width, vocab}, logits))
+        .input(external::Tensor::of_ints("prompt_lengths", KPROP_I32, {batch}, prompt_lengths))
+        .input(external::Tensor::of_ints("done", KPROP_U8, {batch}, done));
     m.attrs = {{"beam_width", width},
                {"max_new_tokens", max_len},
                {"step", step},

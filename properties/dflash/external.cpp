@@ -12,7 +12,6 @@ namespace {
 
 using external::Message;
 using external::TargetFailure;
-using external::Tensor;
 
 std::vector<int64_t> widen(const std::vector<int>& v) {
   return {v.begin(), v.end()};
@@ -22,8 +21,8 @@ Message tree_request(const char* op, const DraftTree& tree) {
   const int64_t N = tree.size();
   Message m;
   m.op = op;
-  m.input(Tensor::of_ints("tokens", KPROP_I32, {N}, widen(tree.tokens)))
-      .input(Tensor::of_ints("parents", KPROP_I32, {N}, widen(tree.parents)));
+  m.input(external::Tensor::of_ints("tokens", KPROP_I32, {N}, widen(tree.tokens)))
+      .input(external::Tensor::of_ints("parents", KPROP_I32, {N}, widen(tree.parents)));
   return m;
 }
 
@@ -56,7 +55,7 @@ void verify(external::Transport& target, const DraftTree& tree, int vocab, Cycle
   Message m = tree_request("dflash.verify", tree);
   std::vector<double> logits;
   for (const Logits& row : trace.logits) logits.insert(logits.end(), row.begin(), row.end());
-  m.input(Tensor::of("logits", KPROP_F64, {N + 1, vocab}, logits));
+  m.input(external::Tensor::of("logits", KPROP_F64, {N + 1, vocab}, logits));
   m.output("accepted", KPROP_I32, {N}).output("bonus", KPROP_I32, {1});
   const Message reply = target.call(m);
 

@@ -21,7 +21,6 @@ namespace kprop::kvcache {
 namespace {
 
 using external::Message;
-using external::Tensor;
 
 Result drive(const Case& c, external::Transport& target) {
   const int64_t B = static_cast<int64_t>(c.seqs.size()), Hq = c.q_heads(), Hkv = c.kv_heads, D = c.head_dim;
@@ -38,15 +37,16 @@ Result drive(const Case& c, external::Transport& target) {
   const int32_t dt = external::abi_dtype(c.dtype), kv_dt = c.dtype == DType::f64 ? KPROP_F64 : KPROP_F32;
   Message m;
   m.op = "kvcache.serve";
-  m.input(Tensor::of("q", dt, {N, Hq, D}, q))
-      .input(Tensor::of("k", kv_dt, {N, Hkv, D}, k))
-      .input(Tensor::of("v", kv_dt, {N, Hkv, D}, v))
-      .input(Tensor::of_ints("seq_starts", KPROP_I32, {B + 1}, starts))
-      .input(Tensor::of_ints("prompt_lens", KPROP_I32, {B}, prompts))
-      .input(Tensor::of_ints("arrivals", KPROP_I32, {B}, arrivals))
-      .input(Tensor::of("k_range", KPROP_F64, {Hkv, D}, range.k))
-      .input(Tensor::of("v_range", KPROP_F64, {Hkv, D}, range.v))
-      .input(Tensor::of_ints("block_order", KPROP_I32, {static_cast<int64_t>(order.size())}, order));
+  m.input(external::Tensor::of("q", dt, {N, Hq, D}, q))
+      .input(external::Tensor::of("k", kv_dt, {N, Hkv, D}, k))
+      .input(external::Tensor::of("v", kv_dt, {N, Hkv, D}, v))
+      .input(external::Tensor::of_ints("seq_starts", KPROP_I32, {B + 1}, starts))
+      .input(external::Tensor::of_ints("prompt_lens", KPROP_I32, {B}, prompts))
+      .input(external::Tensor::of_ints("arrivals", KPROP_I32, {B}, arrivals))
+      .input(external::Tensor::of("k_range", KPROP_F64, {Hkv, D}, range.k))
+      .input(external::Tensor::of("v_range", KPROP_F64, {Hkv, D}, range.v))
+      .input(
+          external::Tensor::of_ints("block_order", KPROP_I32, {static_cast<int64_t>(order.size())}, order));
   m.attrs = {{"page_size", c.page_size},
              {"chunk", c.chunk},
              {"poison", c.poison == Poison::nan ? KPROP_KVCACHE_POISON_NAN : KPROP_KVCACHE_POISON_HUGE},

@@ -8,7 +8,6 @@ namespace kprop::layernorm {
 namespace {
 
 using external::Message;
-using external::Tensor;
 
 Result drive(const Case& c, external::Transport& target) {
   // A half case's statistics (mean, rstd) are f32 tensors: the precision
@@ -18,10 +17,10 @@ Result drive(const Case& c, external::Transport& target) {
   const std::vector<int64_t> matrix = {c.rows, c.dim}, rows = {c.rows}, cols = {c.dim};
   Message m;
   m.op = "layernorm";
-  m.input(Tensor::of("x", dt, matrix, c.x))
-      .input(Tensor::of("gamma", dt, cols, c.gamma))
-      .input(Tensor::of("beta", dt, cols, c.beta))
-      .input(Tensor::of("dy", dt, matrix, c.dy));
+  m.input(external::Tensor::of("x", dt, matrix, c.x))
+      .input(external::Tensor::of("gamma", dt, cols, c.gamma))
+      .input(external::Tensor::of("beta", dt, cols, c.beta))
+      .input(external::Tensor::of("dy", dt, matrix, c.dy));
   m.attrs = {{"eps", c.eps}};
   m.output("y", dt, matrix)
       .output("xhat", dt, matrix)

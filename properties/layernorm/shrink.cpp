@@ -24,18 +24,18 @@ double round_digits(double v, int k, DType dtype) {
 }
 
 // ---- shrinking
-enum class Tensor { x, gamma, beta, dy };
+enum class Operand { x, gamma, beta, dy };
 
 template <typename C>  // Case or const Case
-auto& tensor(C& c, Tensor t) {
+auto& tensor(C& c, Operand t) {
   switch (t) {
-    case Tensor::x:
+    case Operand::x:
       return c.x;
-    case Tensor::gamma:
+    case Operand::gamma:
       return c.gamma;
-    case Tensor::beta:
+    case Operand::beta:
       return c.beta;
-    case Tensor::dy:
+    case Operand::dy:
       return c.dy;
   }
   return c.x;
@@ -45,20 +45,20 @@ auto& tensor(C& c, Tensor t) {
 // value (γ = 1, β = 0, dy and x = 0 or 1), then fewer significant digits. Every
 // candidate has strictly fewer digits, or is canonical (reached once), so
 // shrinking terminates.
-std::vector<double> simpler_values(double v, Tensor t, DType dtype) {
+std::vector<double> simpler_values(double v, Operand t, DType dtype) {
   std::vector<double> out;
   auto add = [&](double w) {
     if (w != v && std::find(out.begin(), out.end(), w) == out.end()) out.push_back(w);
   };
   switch (t) {
-    case Tensor::gamma:
+    case Operand::gamma:
       if (v != 1) add(1);
       break;
-    case Tensor::beta:
+    case Operand::beta:
       add(0);
       break;
-    case Tensor::dy:
-    case Tensor::x:
+    case Operand::dy:
+    case Operand::x:
       if (v != 0 && v != 1) add(0), add(1);
       break;
   }
@@ -164,12 +164,12 @@ rc::Seq<Case> Traits::shrinks(const Case& c0, const Values& domain) {
   }
 
   struct Slot {
-    Tensor t;
+    Operand t;
     size_t i;
   };
   std::vector<Slot> slots;
-  for (Tensor t : {Tensor::gamma, Tensor::beta, Tensor::dy, Tensor::x}) {
-    const size_t n = t == Tensor::x || t == Tensor::dy ? c->x.size() : D;
+  for (Operand t : {Operand::gamma, Operand::beta, Operand::dy, Operand::x}) {
+    const size_t n = t == Operand::x || t == Operand::dy ? c->x.size() : D;
     for (size_t i = 0; i < n; ++i) slots.push_back({t, i});
   }
   auto values = rc::seq::mapcat(rc::seq::fromContainer(std::move(slots)), [c](const Slot& slot) {

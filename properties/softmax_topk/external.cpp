@@ -9,14 +9,13 @@ namespace kprop::softmax_topk {
 namespace {
 
 using external::Message;
-using external::Tensor;
 
 Result drive(const Case& c, external::Transport& target) {
   const int32_t dt = external::abi_dtype(c.dtype);
   const std::vector<int64_t> top = {c.rows(), c.k};
   Message m;
   m.op = "softmax_topk";
-  m.input(Tensor::of("logits", dt, {c.rows(), c.vocab}, c.logits));
+  m.input(external::Tensor::of("logits", dt, {c.rows(), c.vocab}, c.logits));
   m.attrs = {{"k", c.k}, {"block", c.block}};
   m.output("probs", dt, top).output("indices", KPROP_I32, top);
   const Message reply = target.call(m);

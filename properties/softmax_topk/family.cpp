@@ -14,9 +14,7 @@
 
 namespace kprop::softmax_topk {
 
-namespace {
-constexpr double kNegInf = -std::numeric_limits<double>::infinity();
-}
+namespace {}
 
 Schema Traits::domain_schema() {
   return {

@@ -3,10 +3,15 @@
 // the checks).
 #pragma once
 
+#include <limits>
+
 #include "kernels/softmax_topk/softmax_topk.h"
 #include "kprop/family.h"
 
 namespace kprop::softmax_topk {
+
+// A masked logit (the generator draws them; invariants look for them).
+inline constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 struct Traits {
   KPROP_FAMILY_TRAITS(

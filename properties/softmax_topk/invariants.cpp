@@ -29,7 +29,6 @@ namespace kprop::softmax_topk {
 namespace {
 
 using T = Trial<Traits>;
-constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 double eps(DType d) {
   return arithmetic_epsilon(d);

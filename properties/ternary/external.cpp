@@ -12,7 +12,6 @@ namespace kprop::ternary {
 namespace {
 
 using external::Message;
-using external::Tensor;
 
 constexpr int kWeightsPerByte = 4;
 
@@ -22,7 +21,7 @@ int64_t packed_row_bytes(int in_features) {
 
 // The 2-bit codes of the packed layout as quantized weights; the invalid
 // code 11 reads as NaN so that weights_ternary reports it.
-std::vector<double> unpack(const Tensor& packed, int rows, int cols) {
+std::vector<double> unpack(const external::Tensor& packed, int rows, int cols) {
   const int64_t row_bytes = packed_row_bytes(cols);
   std::vector<double> w_q;
   w_q.reserve(static_cast<size_t>(rows) * static_cast<size_t>(cols));
@@ -41,7 +40,7 @@ std::vector<double> unpack(const Tensor& packed, int rows, int cols) {
 // The codes past K in each row's last byte: the layout pads them with 00
 // (include/kprop/abi/ternary.h); a kernel reading whole bytes would take
 // anything else as weights.
-std::string padding_problem(const Tensor& packed, int rows, int cols) {
+std::string padding_problem(const external::Tensor& packed, int rows, int cols) {
   const int used = cols % kWeightsPerByte;
   if (used == 0) return "";
   const int64_t row_bytes = packed_row_bytes(cols);
@@ -57,7 +56,7 @@ Result drive(const Case& c, external::Transport& target) {
   const int64_t M = c.tokens, K = c.in_features, N = c.out_features;
   Message quantize;
   quantize.op = "ternary.quantize_weights";
-  quantize.input(Tensor::of("w", KPROP_F64, {N, K}, c.w));
+  quantize.input(external::Tensor::of("w", KPROP_F64, {N, K}, c.w));
   quantize.output("w_packed", KPROP_U8, {N, packed_row_bytes(c.in_features)})
       .output("w_scale", KPROP_F64, {1});
   const Message weights = target.call(quantize);
@@ -69,10 +68,10 @@ Result drive(const Case& c, external::Transport& target) {
 
   Message linear;
   linear.op = "ternary.linear";
-  linear.input(Tensor::of("x", KPROP_F64, {M, K}, c.x))
+  linear.input(external::Tensor::of("x", KPROP_F64, {M, K}, c.x))
       .input(weights.tensor("w_packed"))
       .input(weights.tensor("w_scale"))
-      .input(Tensor::of("dy", KPROP_F64, {M, N}, c.dy));
+      .input(external::Tensor::of("dy", KPROP_F64, {M, N}, c.dy));
   linear.output("x_scale", KPROP_F64, {M})
       .output("x_q", KPROP_I8, {M, K})
       .output("acc", KPROP_I32, {M, N})

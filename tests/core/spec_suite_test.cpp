@@ -11,6 +11,7 @@
 #include "kprop/runner.h"
 #include "kprop/sanitizer.h"
 #include "tests/support/budget.h"
+#include "tests/support/registered.h"
 
 namespace fs = std::filesystem;
 
@@ -25,23 +26,15 @@ struct SpecTarget {
 };
 
 std::vector<SpecTarget> all_spec_targets() {
-  std::vector<std::string> paths;
-  for (const auto& e : fs::directory_iterator(fs::path(KPROP_SOURCE_DIR) / "specs"))
-    if (e.path().extension() == ".yaml") paths.push_back(e.path().string());
-  std::sort(paths.begin(), paths.end());
   std::vector<SpecTarget> out;
-  for (const auto& path : paths) {
-    Spec spec;
-    try {
-      spec = load_spec(path);
-    } catch (const InputError&) {
-      continue;  // a partial build (KPROP_FAMILIES) lacks this spec's family
-    }
-    for (const auto& impl : spec.family->implementations()) {
-      std::string name = spec.name + "_" + impl.name;
+  for (const testing::ShippedSpec& s : testing::shipped_spec_heads()) {
+    const Family* family = Registry::instance().find(s.family);
+    if (!family) continue;  // a partial build (KPROP_FAMILIES) lacks this spec's family
+    for (const auto& impl : family->implementations()) {
+      std::string name = s.name + "_" + impl.name;
       std::replace_if(
           name.begin(), name.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');
-      out.push_back({path, impl.name, impl.kind == ImplKind::mutant, name});
+      out.push_back({s.path, impl.name, impl.kind == ImplKind::mutant, name});
     }
   }
   return out;

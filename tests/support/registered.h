@@ -39,17 +39,33 @@ inline size_t implementation_index(const Family& family, const std::string& name
   return static_cast<size_t>(it - impls.begin());
 }
 
-// The shipped specs (specs/*.yaml) whose family is built and passes `keep`,
-// sorted: what the spec-wide tests (tests/core) run on.
+// The `spec:` name and `family:` of each shipped spec (specs/*.yaml), sorted
+// by path. Read once per process: the parameterized suites list them at
+// start-up, and ctest runs every test in a process of its own.
+struct ShippedSpec {
+  std::string path, name, family;
+};
+inline const std::vector<ShippedSpec>& shipped_spec_heads() {
+  static const std::vector<ShippedSpec> heads = [] {
+    std::vector<ShippedSpec> out;
+    for (const auto& e : std::filesystem::directory_iterator(std::string(KPROP_SOURCE_DIR) + "/specs")) {
+      if (e.path().extension() != ".yaml") continue;
+      const YAML::Node root = YAML::LoadFile(e.path().string());
+      out.push_back({e.path().string(), root["spec"].as<std::string>(), root["family"].as<std::string>()});
+    }
+    std::sort(out.begin(), out.end(),
+              [](const ShippedSpec& a, const ShippedSpec& b) { return a.path < b.path; });
+    return out;
+  }();
+  return heads;
+}
+
+// The shipped specs whose family is built and passes `keep`, sorted: what
+// the spec-wide tests (tests/core) run on.
 inline std::vector<std::string> shipped_specs(const std::function<bool(const Family&)>& keep) {
   std::vector<std::string> out;
-  for (const auto& e : std::filesystem::directory_iterator(std::string(KPROP_SOURCE_DIR) + "/specs")) {
-    if (e.path().extension() != ".yaml") continue;
-    const Family* f =
-        Registry::instance().find(YAML::LoadFile(e.path().string())["family"].as<std::string>());
-    if (f && keep(*f)) out.push_back(e.path().string());
-  }
-  std::sort(out.begin(), out.end());
+  for (const ShippedSpec& s : shipped_spec_heads())
+    if (const Family* f = Registry::instance().find(s.family); f && keep(*f)) out.push_back(s.path);
   return out;
 }
 // A spec path's stem, as a test parameter's name.

@@ -12,6 +12,9 @@ namespace example {
 }  // namespace example
 
 namespace {
+// Named: in a unity batch (KPROP_UNITY) this file's helpers meet its
+// neighbours', some of the same name.
+namespace fwd_external {
 
 kprop::RunOptions quick() {
   kprop::RunOptions o;
@@ -89,4 +92,5 @@ TEST(AttentionFwdExternal, MissingEntryPointIsAnInputError) {
                kprop::InputError);
 }
 
+}  // namespace fwd_external
 }  // namespace

@@ -11,6 +11,9 @@
 
 namespace kprop::dflash {
 namespace {
+// Named: in a unity batch (KPROP_UNITY) this file's helpers meet its
+// neighbours', some of the same name.
+namespace kernels {
 
 const std::string kSpec = std::string(KPROP_SOURCE_DIR) + "/specs/dflash.yaml";
 
@@ -123,5 +126,6 @@ TEST(DflashShrinker, RedraftForItsOwnPatternIsTheIdentity) {
   EXPECT_GE(multi_cycle, 10);  // the property is about the later cycles
 }
 
+}  // namespace kernels
 }  // namespace
 }  // namespace kprop::dflash

@@ -15,6 +15,9 @@
 
 namespace kprop::dflash {
 namespace {
+// Named: in a unity batch (KPROP_UNITY) this file's helpers meet its
+// neighbours', some of the same name.
+namespace external {
 
 const std::string kSpec = std::string(KPROP_SOURCE_DIR) + "/specs/dflash.yaml";
 
@@ -206,5 +209,6 @@ TEST(DflashExternalWorker, SiblingLeakMaskBugFails) {
   EXPECT_NE(counterexample(report, "tree_logits_match_path"), nullptr);
 }
 
+}  // namespace external
 }  // namespace
 }  // namespace kprop::dflash

@@ -20,6 +20,9 @@
 #include "tests/support/python_worker.h"
 
 namespace {
+// Named: in a unity batch (KPROP_UNITY) this file's helpers meet its
+// neighbours', some of the same name.
+namespace external {
 
 using namespace kprop::testing;  // element, store, quick, has_counterexample (abi_entry.h)
 
@@ -166,4 +169,5 @@ TEST(KvcacheExternal, PythonWorkerBugsFail) {
   }
 }
 
+}  // namespace external
 }  // namespace

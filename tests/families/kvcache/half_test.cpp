@@ -19,6 +19,9 @@
 
 namespace kprop::kvcache {
 namespace {
+// Named: in a unity batch (KPROP_UNITY) this file's helpers meet its
+// neighbours', some of the same name.
+namespace half_cache {
 
 const std::string kSpec = std::string(KPROP_SOURCE_DIR) + "/specs/kvcache.yaml";
 
@@ -194,5 +197,6 @@ TEST(KvcacheHalf, PrecisionMutantsAreKilled) {
   }
 }
 
+}  // namespace half_cache
 }  // namespace
 }  // namespace kprop::kvcache

@@ -16,6 +16,9 @@
 
 namespace kprop::kvcache {
 namespace {
+// Named: in a unity batch (KPROP_UNITY) this file's helpers meet its
+// neighbours', some of the same name.
+namespace cuda {
 
 Result run_cuda(const Case& c) {
   return testing::registered_implementation<Traits>("kvcache", "cuda")(c);
@@ -53,5 +56,6 @@ TEST(KvcacheCuda, IsBitwiseDeterministic) {
   EXPECT_EQ(run_cuda(c).out, run_cuda(c).out);
 }
 
+}  // namespace cuda
 }  // namespace
 }  // namespace kprop::kvcache

@@ -14,6 +14,9 @@
 
 namespace kprop::kvcache {
 namespace {
+// Named: in a unity batch (KPROP_UNITY) this file's helpers meet its
+// neighbours', some of the same name.
+namespace kernels {
 
 const std::string kSpec = std::string(KPROP_SOURCE_DIR) + "/specs/kvcache.yaml";
 
@@ -205,5 +208,6 @@ TEST(KvcacheMutants, EachDiesUnderItsOwnInvariant) {
     EXPECT_EQ(run(mutant, 5, {invariant}), RunStatus::failed) << mutant << " under " << invariant;
 }
 
+}  // namespace kernels
 }  // namespace
 }  // namespace kprop::kvcache

@@ -15,6 +15,9 @@
 
 namespace kprop::layernorm {
 namespace {
+// Named: in a unity batch (KPROP_UNITY) this file's helpers meet its
+// neighbours', some of the same name.
+namespace cuda {
 
 Result run_cuda(const Case& c) {
   return testing::registered_implementation<Traits>("layernorm", "cuda")(c);
@@ -65,5 +68,6 @@ TEST(LayerNormCuda, ForwardIsBitwiseDeterministic) {
   EXPECT_EQ(a.dgamma, b.dgamma);
 }
 
+}  // namespace cuda
 }  // namespace
 }  // namespace kprop::layernorm

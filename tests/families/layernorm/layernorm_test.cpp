@@ -17,6 +17,9 @@
 
 namespace kprop::layernorm {
 namespace {
+// Named: in a unity batch (KPROP_UNITY) this file's helpers meet its
+// neighbours', some of the same name.
+namespace kernels {
 
 const std::string kSpec = std::string(KPROP_SOURCE_DIR) + "/specs/layernorm.yaml";
 
@@ -314,5 +317,6 @@ TEST(LayerNormInvariants, AnInfiniteXhatDoesNotAllowItsOwnDgamma) {
       << r.invariants[0].counterexample->message;
 }
 
+}  // namespace kernels
 }  // namespace
 }  // namespace kprop::layernorm

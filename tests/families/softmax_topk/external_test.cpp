@@ -17,6 +17,9 @@
 #include "tests/support/python_worker.h"
 
 namespace {
+// Named: in a unity batch (KPROP_UNITY) this file's helpers meet its
+// neighbours', some of the same name.
+namespace external {
 
 using namespace kprop::softmax_topk;
 using namespace kprop::testing;  // element, store, quick (abi_entry.h)
@@ -111,4 +114,5 @@ TEST(SoftmaxTopkExternal, NumpyWorkerBugsFail) {
       kSpec, "softmax_topk.py", {"tie_high_index", "neg_inf_selected_early", "unsorted_output"}, quick());
 }
 
+}  // namespace external
 }  // namespace

@@ -17,6 +17,9 @@
 
 namespace kprop::softmax_topk {
 namespace {
+// Named: in a unity batch (KPROP_UNITY) this file's helpers meet its
+// neighbours', some of the same name.
+namespace cuda {
 
 const std::string kSpec = std::string(KPROP_SOURCE_DIR) + "/specs/softmax_topk.yaml";
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -64,5 +67,6 @@ TEST(SoftmaxTopkCuda, BitwiseDeterministic) {
   EXPECT_EQ(a.indices, b.indices);
 }
 
+}  // namespace cuda
 }  // namespace
 }  // namespace kprop::softmax_topk

@@ -20,6 +20,9 @@
 
 namespace kprop::softmax_topk {
 namespace {
+// Named: in a unity batch (KPROP_UNITY) this file's helpers meet its
+// neighbours', some of the same name.
+namespace kernels {
 
 const std::string kSpec = std::string(KPROP_SOURCE_DIR) + "/specs/softmax_topk.yaml";
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -205,5 +208,6 @@ TEST(SoftmaxTopkHalf, ExpInF16NoMaxIsKilled) {
   EXPECT_EQ(run_spec(spec_for("f16"), half_run("exp_in_f16_no_max", true)).status, RunStatus::failed);
 }
 
+}  // namespace kernels
 }  // namespace
 }  // namespace kprop::softmax_topk
