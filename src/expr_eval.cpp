@@ -604,6 +604,8 @@ Tensor transpose_of(const Tensor& x) {
 thread_local std::unordered_map<const Node*, Tensor>* t_values = nullptr;
 // Set while rounding_bound runs: how its sums are taken to be added.
 thread_local Summation t_summation = Summation::in_order;
+// Set while rounding_bound runs: the unit roundoff of the Hölder terms.
+thread_local double t_unit = 0x1p-53;
 Ref evaluate_node(const Node& n, const TensorMap& m);
 Ref evaluate(const Node& n, const TensorMap& m) {
   if (!t_values) return evaluate_node(n, m);
@@ -733,7 +735,13 @@ std::string num(double v) {
 //   a ± b          Ba + Bb + |r|
 //   a · b          |b|·Ba + |a|·Bb + |r|
 //   a / b          (Ba + |r|·Bb) / |b| + |r|
-//   a ** b         |b·r/a|·Ba + |r·ln|a||·Bb + |r|
+//   a ** b         |b·r/a|·Ba + |r·ln|a||·Bb + |r|; at a = 0 (r = 0 for b > 0)
+//                  the error is exactly |δa|^b = (u·Ba)^b, in B's units
+//                  (u·Ba)^b / u, and r = 0 has no error from b; for
+//                  0 < b < 1 the first-order term is capped by that Hölder
+//                  bound, |(a + δ)^b - a^b| <= |δ|^b
+//   sqrt(a)        min(Ba/(2|r|), √(Ba/u)) + |r|: √ is 1/2-Hölder,
+//                  |√(a + δ) - √a| <= √|δ|, which bounds it at and near 0
 //   exp(a)         |r|·Ba + 2|r|          log(a)   Ba/|a| + 2|r|
 //   sqrt(a)        Ba/(2|r|) + |r|        tanh(a)  (1 - r²)·Ba + 2|r|
 //   erf(a)         (2/√π)·exp(-a²)·Ba + 2|r|;  sin, cos: Ba + 2|r| (|derivative| <= 1)
@@ -748,8 +756,12 @@ std::string num(double v) {
 //   matmul (k inner terms): (|A|·B_B + B_A·|B|) + k·(|A|·|B|) (products, then the
 //     sum; Summation::tree: ⌈log2 k⌉ for k)
 // Integers and booleans are exact (a comparison of rounded values is taken
-// as exact: first order). A node whose bound is not finite (sqrt at 0, a
-// division by 0) gives inf there; the caller decides what an inf bound means.
+// as exact: first order). A node whose bound is not finite (a division by
+// 0) gives inf there; the caller decides what an inf bound means. A 0/0 in
+// a rule (an exact operand where the derivative has a pole) is 0, not NaN:
+// a NaN bound spreads through a reduction to finite elements, and the
+// caller, taking the largest finite bound, loses them (the floor of a
+// layer norm over a constant row fell to 0).
 
 // nullopt: exactly 0 everywhere (a leaf, an integer or boolean node).
 using Bound = std::optional<Tensor>;
@@ -885,7 +897,9 @@ Bound call_bound(const Node& n, const TensorMap& m, const Tensor& r) {
   const F rule =
       f == "exp"    ? F([](double, double b, double r) { return std::fabs(r) * b + 2 * std::fabs(r); })
       : f == "log"  ? F([](double a, double b, double r) { return b / std::fabs(a) + 2 * std::fabs(r); })
-      : f == "sqrt" ? F([](double, double b, double r) { return b / (2 * std::fabs(r)) + std::fabs(r); })
+      : f == "sqrt" ? F([](double, double b, double r) {
+          return (b == 0 ? 0 : std::min(b / (2 * std::fabs(r)), std::sqrt(b / t_unit))) + std::fabs(r);
+        })
       : f == "tanh" ? F([](double, double b, double r) { return (1 - r * r) * b + 2 * std::fabs(r); })
       : f == "erf"  ? F([](double a, double b, double r) {
           return 1.1283791670955126 * std::exp(-a * a) * b + 2 * std::fabs(r);
@@ -939,8 +953,15 @@ Bound bound(const Node& n, const TensorMap& m) {
             out.data[i] = (bx.data[i] + ri * by.data[i]) / std::fabs(ya) + ri;
             break;
           case Op::pow: {
-            const double from_x = bx.data[i] == 0 ? 0 : std::fabs(ya * r.data[i] / xa) * bx.data[i];
-            const double from_y = by.data[i] == 0 ? 0 : ri * std::fabs(std::log(std::fabs(xa))) * by.data[i];
+            double from_x = 0;
+            if (bx.data[i] != 0 && ya != 0) {
+              const double holder = std::pow(t_unit * bx.data[i], ya) / t_unit;  // |δ|^b, b > 0
+              from_x = xa == 0            ? (ya > 0 ? holder : HUGE_VAL)
+                       : ya < 1 && ya > 0 ? std::min(std::fabs(ya * r.data[i] / xa) * bx.data[i], holder)
+                                          : std::fabs(ya * r.data[i] / xa) * bx.data[i];
+            }
+            const double from_y =
+                by.data[i] == 0 || ri == 0 ? 0 : ri * std::fabs(std::log(std::fabs(xa))) * by.data[i];
             out.data[i] = from_x + from_y + ri;
             break;
           }
@@ -961,15 +982,17 @@ Bound bound(const Node& n, const TensorMap& m) {
 
 }  // namespace
 
-Tensor Expression::rounding_bound(const TensorMap& tensors, Summation sums) const {
+Tensor Expression::rounding_bound(const TensorMap& tensors, Summation sums, double unit) const {
   std::unordered_map<const Node*, Tensor> values;
   struct Scope {  // restores the plain evaluation even when this throws
     std::unordered_map<const Node*, Tensor>* saved = t_values;
     Summation saved_sums = t_summation;
-    ~Scope() { t_values = saved, t_summation = saved_sums; }
+    double saved_unit = t_unit;
+    ~Scope() { t_values = saved, t_summation = saved_sums, t_unit = saved_unit; }
   } scope;
   t_values = &values;
   t_summation = sums;
+  t_unit = unit;
   const Bound b = expr::bound(*root_, tensors);
   return filled(b, expr::evaluate(*root_, tensors)->shape);
 }

@@ -356,12 +356,13 @@ double floor_of(const Case& c, size_t output, const std::vector<double>& ref, bo
     const auto& o = c.decl->outputs.at(output);
     const bool f64 = dt == DType::f64;
     double worst = 0;
-    for (const double b :
-         o.reference
-             ->rounding_bound(inputs_map(c, false), f64 ? expr::Summation::in_order : expr::Summation::tree)
-             .data)
+    const double unit = unit_roundoff(arithmetic_dtype(dt));
+    for (const double b : o.reference
+                              ->rounding_bound(inputs_map(c, false),
+                                               f64 ? expr::Summation::in_order : expr::Summation::tree, unit)
+                              .data)
       if (std::isfinite(b)) worst = std::max(worst, b);
-    const double term = 2 * unit_roundoff(arithmetic_dtype(dt)) * worst;
+    const double term = 2 * unit * worst;
     arithmetic = f64 ? arithmetic + term : std::max(arithmetic, term);
   }
   // A half output: plus its store's rounding (derivation in op.h).

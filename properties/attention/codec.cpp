@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "kprop/case_yaml.h"
@@ -23,8 +24,8 @@ YAML::Node rows_node(const std::vector<double>& t, int dim, DType dtype) {
   return rows;
 }
 
-// f32 values are parsed as floats, f16/bf16 ones rounded from the double:
-// the shortest text of either reads back exactly.
+// Each decimal rounded once to the dtype (parse_value); YAML's other
+// spellings of a number (.inf, .nan) as yaml-cpp reads them.
 std::vector<double> read_rows(const YAML::Node& n, const char* key, int dim, DType dtype) {
   const YAML::Node rows = n[key];
   if (!rows || !rows.IsSequence())
@@ -35,9 +36,10 @@ std::vector<double> read_rows(const YAML::Node& n, const char* key, int dim, DTy
       case_yaml::fail(row, fmt::format("each row of '{}' must list dim = {} numbers", key, dim));
     for (const auto& x : row) {
       try {
-        const double value = x.as<double>();
-        out.push_back(dtype == DType::f32 && x.IsScalar() ? double(std::strtof(x.Scalar().c_str(), nullptr))
-                                                          : round_to(dtype, value));
+        const double value = x.as<double>();  // throws for a non-number
+        char* end = nullptr;
+        const double parsed = parse_value(dtype, x.Scalar().c_str(), &end);
+        out.push_back(std::isfinite(value) && *end == '\0' ? parsed : round_to(dtype, value));
       } catch (const YAML::Exception&) {
         case_yaml::fail(x, std::string("'") + key + "' has a non-number");
       }

@@ -27,16 +27,13 @@ YAML::Node matrix(const std::vector<double>& v, int rows, int dim, DType dtype) 
   return out;
 }
 
-// A finite number of the dtype, parsed directly in that precision (f32) or
-// as a double rounded to nearest even in the dtype (f16, bf16), as the f32
-// path rounds a decimal that is not a float.
+// A finite number of the dtype: the decimal rounded once to it (parse_value).
 double read_number(const YAML::Node& n, DType dtype, const std::string& what) {
   if (!n.IsScalar()) case_yaml::fail(n, what + " must be a number");
   const std::string& s = n.Scalar();
   char* end = nullptr;
   errno = 0;
-  const double v = dtype == DType::f32 ? static_cast<double>(std::strtof(s.c_str(), &end))
-                                       : round_to(dtype, std::strtod(s.c_str(), &end));
+  const double v = parse_value(dtype, s.c_str(), &end);
   if (s.empty() || end != s.c_str() + s.size()) case_yaml::fail(n, what + " has a non-number '" + s + "'");
   if (!std::isfinite(v) || (errno == ERANGE && std::fabs(v) > 1))
     case_yaml::fail(n, fmt::format("{} = {} is not a finite {} value", what, s, dtype_name(dtype)));

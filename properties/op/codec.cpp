@@ -52,13 +52,9 @@ double read_number(const YAML::Node& n, DType dtype, const std::string& what) {
   if (s == "-.inf") return -INFINITY;
   char* end = nullptr;
   errno = 0;
-  // f32: the nearest float (strtof). Halves: the decimal's double rounded to
-  // nearest even in the half type (half::round_to_*; exact for the text
-  // number_text writes, which is the shortest that reads back this way).
-  double v =
-      dtype == DType::f32 ? static_cast<double>(std::strtof(s.c_str(), &end)) : std::strtod(s.c_str(), &end);
+  // The decimal rounded once to the dtype (float_type.h parse_value).
+  const double v = parse_value(*float_type(dtype), s.c_str(), &end);
   if (s.empty() || end != s.c_str() + s.size()) case_yaml::fail(n, what + " has a non-number '" + s + "'");
-  if (is_half(dtype)) v = round_to(dtype, v);
   return v;
 }
 

@@ -193,14 +193,17 @@ class Expression {
   // (e.g. to float). Booleans and integers are not rounded. The declared op
   // family's same-precision baseline (naive.Y).
   Tensor evaluate_rounded(const TensorMap& tensors, double (*round)(double)) const;
-  // B per element of the value: the fp64 evaluation above errs by at most
-  // 2^-53 · B (to first order; running error analysis, derived in
-  // src/expr_eval.cpp), and an evaluation in another precision of unit
-  // roundoff u by u · B. inf where the first-order bound does not exist
-  // (sqrt at 0, a division by 0). `sums`: in_order is evaluate's own order
-  // (a term of an n-term sum passes through up to n - 1 additions); tree,
-  // a pairwise reduction of depth ⌈log2 n⌉ (a blocked or parallel kernel's).
-  Tensor rounding_bound(const TensorMap& tensors, Summation sums = Summation::in_order) const;
+  // B per element of the value: an evaluation in a precision of unit
+  // roundoff `unit` (2^-53: the fp64 evaluation above) errs by at most
+  // unit · B (to first order; running error analysis, derived in
+  // src/expr_eval.cpp). B depends on `unit` only where a root meets an
+  // operand at 0 (sqrt(a), a ** b with 0 < b < 1, whose error there is
+  // (unit · Ba)^b, no first-order term). inf where no bound exists (a
+  // division by 0). `sums`: in_order is evaluate's own order (a term of an
+  // n-term sum passes through up to n - 1 additions); tree, a pairwise
+  // reduction of depth ⌈log2 n⌉ (a blocked or parallel kernel's).
+  Tensor rounding_bound(const TensorMap& tensors, Summation sums = Summation::in_order,
+                        double unit = 0x1p-53) const;
 
   // A boolean expression holds when every element is true. When it does not,
   // `message` explains the worst element: its index, the values on both

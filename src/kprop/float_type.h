@@ -5,8 +5,8 @@
 // and booleans, map their floating ones onto it).
 //
 // Self-contained like half.h (which it builds on): kernels include it
-// without depending on the framework; all inline but value_text
-// (src/float_type.cpp, like half.h's texts in src/half.cpp).
+// without depending on the framework; all inline but value_text and
+// parse_value (src/float_type.cpp, like half.h's texts in src/half.cpp).
 #pragma once
 
 #include <cmath>
@@ -167,5 +167,13 @@ inline double rounding_margin(FloatType t, double x) {
 // (f64), half.h's f16_text / bf16_text; a non-finite value as YAML writes
 // it (".nan", ".inf", "-.inf").
 std::string value_text(FloatType t, double x);
+
+// The decimal text s (strtod's syntax; *end as strtod sets it) rounded once,
+// to nearest even, to the type: what value_text's inverse must do for any
+// decimal, not only the ones it writes. f32 and f64: strtof, strtod. The
+// halves: not round_to of strtod's double, which rounds twice (a decimal
+// just above an f16 tie lands on the tie and rounds to even, so
+// 1.000488281250000000001 read as 1 and 65519.9999999999999999 as inf).
+double parse_value(FloatType t, const char* s, char** end);
 
 }  // namespace kprop

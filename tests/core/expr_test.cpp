@@ -332,6 +332,7 @@ TEST(Expr, TheRoundingBoundHoldsForAnF32Evaluation) {
       "where(x > 0, x * 1.1, y - 0.9) + minimum(x, y) * maximum(x, 0.3)",
       "(abs(x) + 1) ** 1.5 - cummax(x, axis=1)",
       "1 - 0.7 * x - 0.3 * x",
+      "sqrt(abs(x - mean(x, axis=-1, keepdims=true))) + abs(x - y) ** 0.5 + (x - y) ** 2",
   };
   std::mt19937_64 rng(20261202);
   std::uniform_real_distribution<double> u(-3, 3);
@@ -343,7 +344,8 @@ TEST(Expr, TheRoundingBoundHoldsForAnF32Evaluation) {
       for (auto* t : {&x, &y, &v})
         for (double& d : *t) d = f32(trial % 4 == 0 ? std::round(u(rng)) : u(rng));
       const TensorMap m = tensors(x, y, v);
-      const Tensor exact = e.evaluate(m), rounded = e.evaluate_rounded(m, f32), b = e.rounding_bound(m);
+      const Tensor exact = e.evaluate(m), rounded = e.evaluate_rounded(m, f32),
+                   b = e.rounding_bound(m, Summation::in_order, 0x1p-24);
       ASSERT_EQ(b.shape, exact.shape) << text;
       for (size_t i = 0; i < exact.size(); ++i)
         ASSERT_LE(std::fabs(rounded.data[i] - exact.data[i]), 0x1p-24 * b.data[i] * 1.01 + 1e-300)
@@ -369,6 +371,34 @@ TEST(Expr, TheRoundingBoundHoldsForAnF32Evaluation) {
   const Tensor b = Expression::compile("1 - 0.7 * x - 0.3 * x", kInfos).rounding_bound(m);
   EXPECT_GE(b.data[0], 1.0);
   EXPECT_LE(b.data[0], 4.0);
+}
+
+// A root or power of an operand that is exactly 0 in fp64 but carries
+// rounding (x - mean(x) on a constant row: the mean's bound is 3 on [1, 1, 1],
+// 6 on [2, 2, 2]) has no first-order bound; its error is (u·B)^b, B u·B.
+// The rules gave 0/0 = NaN (a ** 2) and inf (sqrt), which a reduction spread
+// over the row.
+TEST(Expr, ARootOrPowerOfAnExactZeroHasTheHolderBound) {
+  const TensorMap m = tensors({1, 1, 1, 2, 2, 2}, {0, 0, 0});
+  const std::string a = "(x - mean(x, axis=-1, keepdims=true))";
+  const double u = 0x1p-24;
+  const Tensor root =
+      Expression::compile("sqrt(" + a + ")", kInfos).rounding_bound(m, Summation::in_order, u);
+  const Tensor square = Expression::compile(a + " ** 2", kInfos).rounding_bound(m, Summation::in_order, u);
+  const Tensor half = Expression::compile(a + " ** 0.5", kInfos).rounding_bound(m, Summation::in_order, u);
+  const Tensor var =
+      Expression::compile("mean(" + a + " ** 2, axis=-1)", kInfos).rounding_bound(m, Summation::in_order, u);
+  for (size_t i = 0; i < 6; ++i) {
+    const double b = i < 3 ? 3 : 6;  // the bound of x - mean(x) there
+    EXPECT_DOUBLE_EQ(root.data[i], std::sqrt(b / u)) << i;
+    EXPECT_DOUBLE_EQ(half.data[i], std::sqrt(b / u)) << i;
+    EXPECT_DOUBLE_EQ(square.data[i], u * b * b) << i;
+  }
+  for (double v : var.data) EXPECT_TRUE(std::isfinite(v)) << v;
+  // Away from 0 the first-order rule stands: sqrt(4) with B = 1 gives 1/4 + 2.
+  const Tensor away = Expression::compile("sqrt(x * 4)", kInfos)
+                          .rounding_bound(tensors({1, 1, 1, 1, 1, 1}), Summation::in_order, u);
+  EXPECT_DOUBLE_EQ(away.data[0], 4.0 / 4 + 2);
 }
 
 // Summation::tree: the bound of the same sums added as a pairwise tree (a

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cfenv>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -110,6 +111,42 @@ TEST(FloatType, ValueTextReadsBack) {
     EXPECT_EQ(value_text(t, HUGE_VAL), ".inf");
     EXPECT_EQ(value_text(t, -HUGE_VAL), "-.inf");
   }
+}
+
+// parse_value rounds the decimal once. Reading it as the nearest double and
+// rounding that to the half type rounded twice: a decimal just off a tie
+// landed on it and went to even (1.000488281250000000001 read as 1 in f16,
+// 65519.9999999999999999 as inf).
+TEST(FloatType, ParseValueRoundsADecimalOnce) {
+  const auto f16 = [](const char* s) { return parse_value(FloatType::f16, s, nullptr); };
+  const auto bf16 = [](const char* s) { return parse_value(FloatType::bf16, s, nullptr); };
+  EXPECT_EQ(f16("1.000488281250000000001"), 1.0009765625);  // above the tie 1 + 2^-11
+  EXPECT_EQ(f16("1.00048828125"), 1.0);                     // the tie: to even
+  EXPECT_EQ(f16("1.000488281249999999999"), 1.0);
+  EXPECT_EQ(f16("65519.9999999999999999"), 65504.0);  // below the overflow threshold
+  EXPECT_EQ(f16("65520"), HUGE_VAL);
+  EXPECT_EQ(f16("-65519.9999999999999999"), -65504.0);
+  EXPECT_EQ(f16("-65520.0000000000000001"), -HUGE_VAL);
+  EXPECT_EQ(f16("2.98023223876953125e-8"), 0.0);  // 2^-25: the tie between 0 and 2^-24
+  EXPECT_EQ(f16("2.980232238769531250001e-8"), 0x1p-24);
+  EXPECT_EQ(bf16("1.003906250000000000001"), 1.0078125);  // above the tie 1 + 2^-8
+  EXPECT_EQ(bf16("1.00390625"), 1.0);
+  EXPECT_EQ(bf16("339617752923046005526922703901628039167.9"), half::bf16_max);  // below 2^128 - 2^119
+  EXPECT_EQ(bf16("339617752923046005526922703901628039168"), HUGE_VAL);
+  EXPECT_TRUE(std::isnan(f16("nan")));
+  EXPECT_EQ(parse_value(FloatType::f32, "0.1", nullptr), static_cast<double>(0.1f));
+  EXPECT_EQ(parse_value(FloatType::f64, "0.1", nullptr), 0.1);
+  // strtod's end, and the caller's rounding mode left as it was.
+  const char* text = "1.5x";
+  char* end = nullptr;
+  EXPECT_EQ(parse_value(FloatType::f16, text, &end), 1.5);
+  EXPECT_EQ(end, text + 3);
+  EXPECT_EQ(std::fegetround(), FE_TONEAREST);
+  for (FloatType t : kAll)
+    for (double x : {0.1, -1.0 / 3, 65504.0, 1e-7, 0.0, -0.0, 3.0}) {
+      const double v = round_to(t, x);
+      EXPECT_EQ(parse_value(t, value_text(t, v).c_str(), nullptr), v) << dtype_name(t) << " " << x;
+    }
 }
 
 }  // namespace

@@ -3,11 +3,15 @@
 // same-precision baseline overflows, and an expression that cannot be
 // evaluated on a case (shapes, a bad k) is the spec's error, never a
 // counterexample stored against the target.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "op_support.h"
 
@@ -241,6 +245,50 @@ invariants: [matches_reference]
   EXPECT_EQ(ok.status, RunStatus::passed) << ok.detail;
   const RunReport bad = run_spec(spec, scratch_run("doubles", 7, 200, "kprop_op_policy_test"));
   EXPECT_EQ(bad.status, RunStatus::failed);
+}
+
+// A layer norm over a row constant but for an ulp (what a search found):
+// x - mean(x) is exactly 0 in fp64 at some elements but carries the mean's
+// rounding. Its `** 2` had the bound 0/0 = NaN there, which the variance's
+// mean spread over the row, and the floor, the largest finite bound, fell to
+// 4.5e-26 (a NumPy layer norm, 2 ulps of x off, failed at 9e-12). The power
+// and the product now give the same floor, which a correct kernel (the same
+// two passes, each sum taken from the last element) stays within.
+TEST(OpClosePolicy, APowerOfAnExactZeroKeepsItsOperandsRoundingInTheFloor) {
+  const auto spec_text = [](const std::string& square) {
+    return "spec: ln\nfamily: op\nop:\n  dims: {T: [1, 4], D: [1, 16]}\n  inputs:\n"
+           "    x: {shape: [T, D], dtype: f64}\n  outputs:\n    y: {shape: [T, D]}\n  reference:\n"
+           "    y: (x - mean(x, axis=-1, keepdims=true)) / sqrt(mean(" +
+           square + ", axis=-1, keepdims=true) + 1e-5)\ninvariants: [matches_reference]\n";
+  };
+  const std::string a = "(x - mean(x, axis=-1, keepdims=true))";
+  const Spec pow = parse_spec(spec_text(a + " ** 2"), "ln.yaml"),
+             mul = parse_spec(spec_text(a + " * " + a), "ln.yaml");
+  const std::vector<double> row = {100.9163630544963,  100.9163630544963,  100.9163630544963,
+                                   100.91636305449634, 100.91636305449634, 100.91636305449634,
+                                   100.91636305449634, 100.91636305449634, 100.9163630544963,
+                                   100.9163630544963,  100.9163630544963};
+  YAML::Node n = YAML::Load("{dtype: f64, dims: {T: 1, D: 11}, inputs: {x: {dtype: f64}}}");
+  YAML::Node values(YAML::NodeType::Sequence), r(YAML::NodeType::Sequence);
+  for (double v : row) r.push_back(fmt::format("{}", v));
+  values.push_back(r);
+  n["inputs"]["x"]["values"] = values;
+  double floors[2];
+  std::vector<double> ref;
+  for (int k = 0; k < 2; ++k) {
+    const Case c = as_case(op_family(k == 0 ? pow : mul).from_yaml(n));
+    ref = op::reference(c).outputs[0];
+    floors[k] = floor_of(c, 0, ref);
+  }
+  EXPECT_NEAR(floors[0], floors[1], 1e-9 * floors[1]);
+  double mean = 0, var = 0, worst = 0;
+  for (size_t i = row.size(); i-- > 0;) mean += row[i];
+  mean /= double(row.size());
+  for (size_t i = row.size(); i-- > 0;) var += (row[i] - mean) * (row[i] - mean);
+  var /= double(row.size());
+  for (size_t i = 0; i < row.size(); ++i)
+    worst = std::max(worst, std::fabs((row[i] - mean) / std::sqrt(var + 1e-5) - ref[i]));
+  EXPECT_LE(worst, floors[0]);
 }
 
 // An f32 sum whose terms cancel: the naive baseline adds in index order and
