@@ -204,6 +204,8 @@ std::vector<Token> lex(const std::string& text) {
       t.s = text.substr(i, j - i);
       i = j;
     } else {
+      if (text.compare(i, 2, "//") == 0)
+        throw ExprError(i, "unexpected '//': the expressions have no floor division (/ divides exactly)");
       static const char* ops[] = {"...", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/",
                                   "@",   "(",  ")",  "[",  "]",  ",",  ":", "=", "<", ">"};
       bool found = false;
@@ -216,6 +218,7 @@ std::vector<Token> lex(const std::string& text) {
           break;
         }
       if (!found) {
+        if (c == '%') throw ExprError(i, "unexpected character '%': the expressions have no modulo");
         if (c == '&' || c == '|' || c == '~' || c == '!')
           throw ExprError(i, fmt::format("unexpected '{}': write and, or, not", c));
         if (static_cast<unsigned char>(c) >= 0x80) {
@@ -702,13 +705,16 @@ class Checker {
   }
 
   // A tolerance: any real expression that broadcasts with the compared
-  // tensors (e.g. 8 * eps * err.d); a literal must be >= 0.
+  // tensors (e.g. 8 * eps * err.d); a literal must be >= 0 and not NaN (what
+  // a case's tensors make of an expression is checked on the case).
   NodeP tolerance(const Item& kw) {
     Node& v = *kw.e;
     check(v);
     if (v.dtype == DType::boolean) throw ExprError(v.begin, fmt::format("{} must be a number", kw.lo->op));
     if (v.kind == Kind::unary && v.op == "-" && v.args[0]->kind == Kind::number)
       throw ExprError(v.begin, fmt::format("{} must be >= 0", kw.lo->op));
+    if (v.kind == Kind::number && std::isnan(v.value))
+      throw ExprError(v.begin, fmt::format("{} must be >= 0, not nan", kw.lo->op));
     return kw.e;
   }
 

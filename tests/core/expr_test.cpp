@@ -636,6 +636,11 @@ TEST(ExprErrors, SyntaxErrorsPointAtTheToken) {
   EXPECT_EQ(error_of("close(x, t.o"), "12: expected ')' before the end");
   EXPECT_EQ(error_of("x + * y"), "4: unexpected '*'");
   EXPECT_EQ(error_of("x & b"), "2: unexpected '&': write and, or, not");
+  EXPECT_EQ(error_of("x // 2"),
+            "2: unexpected '//': the expressions have no floor division (/ divides exactly)");
+  EXPECT_EQ(error_of("x % 2"), "2: unexpected character '%': the expressions have no modulo");
+  EXPECT_EQ(error_of("close(x, x, atol=-1)"), "17: atol must be >= 0");
+  EXPECT_EQ(error_of("close(x, x, rtol=nan)"), "17: rtol must be >= 0, not nan");
   EXPECT_EQ(error_of("0 < x < 1"), "6: chained comparisons are ambiguous: write (a < b) and (b < c)");
   EXPECT_EQ(error_of("x[0, 0, 0]"), "0: too many indices (3) for [N, M] of rank 2");
   EXPECT_EQ(error_of("  "), "0: the expression is empty");
