@@ -713,7 +713,7 @@ class Checker {
     if (v.dtype == DType::boolean) throw ExprError(v.begin, fmt::format("{} must be a number", kw.lo->op));
     if (v.kind == Kind::unary && v.op == "-" && v.args[0]->kind == Kind::number)
       throw ExprError(v.begin, fmt::format("{} must be >= 0", kw.lo->op));
-    if (v.kind == Kind::number && std::isnan(v.value))
+    if (v.kind == Kind::number && std::isnan(v.value) && kw.lo->op != "k")  // k: policy() says more
       throw ExprError(v.begin, fmt::format("{} must be >= 0, not nan", kw.lo->op));
     return kw.e;
   }

@@ -109,8 +109,9 @@ std::vector<int> identity(int n) {
 }  // namespace
 
 Verdict no_permutation(const Case& c) {
-  return Verdict::discard(c.mask == MaskKind::causal ? "causal: no permutation keeps the mask"
-                                                     : "a single key and query: nothing to permute");
+  return Verdict::discard(c.mask == MaskKind::causal
+                              ? "causal: no permutation keeps the mask"
+                              : "one query and no two keys that may swap: nothing to permute");
 }
 
 std::optional<Permutation> permutation_of(const Case& c) {
@@ -120,7 +121,21 @@ std::optional<Permutation> permutation_of(const Case& c) {
   for (int len : c.key_lengths) cuts.insert(len);
   for (auto it = cuts.begin(); std::next(it) != cuts.end(); ++it) shuffle(keys, *it, *std::next(it), 1);
   shuffle(queries, 0, c.shape.nq, 2);
-  if (keys == identity(c.shape.nk) && queries == identity(c.shape.nq)) return std::nullopt;
+  // Where the shuffles moved nothing (their draws are fixed per shape), the
+  // first pair that may move is swapped: only a case with nothing to
+  // permute is discarded, not one whose draw was the identity.
+  if (keys == identity(c.shape.nk) && queries == identity(c.shape.nq)) {
+    if (c.shape.nq >= 2) {
+      std::swap(queries[0], queries[1]);
+    } else {
+      for (auto it = cuts.begin(); std::next(it) != cuts.end(); ++it)
+        if (*std::next(it) - *it >= 2) {
+          std::swap(keys[size_t(*it)], keys[size_t(*it) + 1]);
+          break;
+        }
+      if (keys == identity(c.shape.nk)) return std::nullopt;
+    }
+  }
   return Permutation{permuted(c, keys, queries), keys, queries};
 }
 

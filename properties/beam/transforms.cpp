@@ -30,7 +30,11 @@ const std::vector<TransformInfo>& Traits::transforms() {
        {{"transform.vocab_perm",
          {"V"},
          expr::DType::integer,
-         "token v of the case is token vocab_perm[v] of the transformed case"}}},
+         "token v of the case is token vocab_perm[v] of the transformed case (never the identity)"},
+        {"transform.applies",
+         {},
+         expr::DType::boolean,
+         "false when V = 1 (no relabeling moves a token): the invariant is discarded, not passed"}}},
   };
   return infos;
 }
@@ -39,7 +43,7 @@ Case Traits::transform(const std::string& name, const Case& c, const Values&, ui
                        expr::TensorMap& out) {
   if (name != "relabel_vocab") throw std::logic_error("beam: no transform '" + name + "'");
   const int V = c.model.vocab;
-  const std::vector<int> pi = rng::permutation(static_cast<size_t>(V), seed, 1);
+  const std::vector<int> pi = rng::moving_permutation(static_cast<size_t>(V), seed, 1);
   Case t = c;
   // Compose with a relabeling the case already has: original token u is
   // c's relabel[u], now pi[relabel[u]].
@@ -53,6 +57,7 @@ Case Traits::transform(const std::string& name, const Case& c, const Values&, ui
   if (const std::string why = validate(t); !why.empty())
     throw std::logic_error("beam: relabel_vocab made an invalid case: " + why);
   if (out.wanted("transform.vocab_perm")) out.put("transform.vocab_perm", expr::Tensor::ints({V}, pi));
+  out.put("transform.applies", expr::Tensor::scalar(V >= 2 ? 1 : 0, expr::DType::boolean));
   return t;
 }
 

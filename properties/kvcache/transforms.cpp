@@ -34,7 +34,12 @@ const std::vector<TransformInfo>& Traits::transforms() {
         {"transform.token_perm",
          {"N"},
          expr::DType::integer,
-         "flat token n of the transformed case is flat token token_perm[n]"}}},
+         "flat token n of the transformed case is flat token token_perm[n]"},
+        {"transform.applies",
+         {},
+         expr::DType::boolean,
+         "false when the batch has one sequence (no reordering moves one): the invariant is discarded, not "
+         "passed"}}},
       {"change_block_size",
        "another page size in [1, 8] with a fresh shuffled pool: outputs unchanged up to rounding",
        {},
@@ -47,7 +52,7 @@ Case Traits::transform(const std::string& name, const Case& c, const Values&, ui
                        expr::TensorMap& out) {
   Case t = c;
   if (name == "reorder_sequences") {
-    const std::vector<int> perm = rng::permutation(c.seqs.size(), seed, 1);
+    const std::vector<int> perm = rng::moving_permutation(c.seqs.size(), seed, 1);
     std::vector<int> offset, tokens;
     int n = 0;
     for (const Sequence& s : c.seqs) offset.push_back(n), n += s.tokens();
@@ -60,6 +65,7 @@ Case Traits::transform(const std::string& name, const Case& c, const Values&, ui
       out.put("transform.seq_perm", expr::Tensor::ints({int64_t(perm.size())}, perm));
     if (out.wanted("transform.token_perm"))
       out.put("transform.token_perm", expr::Tensor::ints({int64_t(tokens.size())}, tokens));
+    out.put("transform.applies", expr::Tensor::scalar(perm.size() >= 2 ? 1 : 0, expr::DType::boolean));
   } else if (name == "change_block_size") {
     int page = 1 + static_cast<int>(rng::hash(seed, 2, 0) % 7);  // [1, 7]
     if (page >= c.page_size) ++page;                             // [1, 8] without the case's own

@@ -50,8 +50,11 @@ const std::vector<TransformInfo>& Traits::transforms() {
     const std::vector<expr::TensorInfo> applies = {{"transform.applies", {}, expr::DType::boolean, ""}};
     std::vector<TransformInfo> l = {{"scale", "", {}, applies}, {"shift", "", {}, applies}};
     for (size_t k = 0; k < kMaxDims; ++k) {
-      l.push_back(
-          {fmt::format("permute_dim{}", k), "", {}, {{"transform.perm", {}, expr::DType::integer, ""}}});
+      l.push_back({fmt::format("permute_dim{}", k),
+                   "",
+                   {},
+                   {{"transform.perm", {}, expr::DType::integer, ""},
+                    {"transform.applies", {}, expr::DType::boolean, ""}}});
       l.push_back({fmt::format("slice_dim{}", k),
                    "",
                    {},
@@ -105,13 +108,16 @@ Case Traits::transform(const std::string& name, const Case& c, const Values& par
     out.put("transform.applies", expr::Tensor::scalar(m < n ? 1 : 0, expr::DType::boolean));
     return s;
   }
+  // A permutation that moves something; with the dim at 1 there is none,
+  // and transform.applies = false discards the check (it passed before,
+  // comparing the case with itself).
   const size_t k = static_cast<size_t>(std::stoul(name.substr(std::string("permute_dim").size())));
   const int64_t n = c.dims[k];
-  std::vector<int64_t> perm(static_cast<size_t>(n));
-  std::iota(perm.begin(), perm.end(), 0);
-  rng::shuffle(perm, seed, 7);
+  const std::vector<int> drawn = rng::moving_permutation(static_cast<size_t>(n), seed, 7);
+  const std::vector<int64_t> perm(drawn.begin(), drawn.end());
   s = keep_indices(c, k, perm);
   out.put("transform.perm", expr::Tensor::ints({n}, perm));
+  out.put("transform.applies", expr::Tensor::scalar(n >= 2 ? 1 : 0, expr::DType::boolean));
   return s;
 }
 
@@ -158,9 +164,14 @@ OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
   transforms_.push_back({"shift", "every input plus its offset (rounded to its dtype)", shift, applies});
   for (const auto& dim : d.dims) {  // in the order of Traits::transforms()
     transforms_.push_back({"permute_" + dim.name,
-                           "a random permutation along every axis named " + dim.name,
+                           "a random permutation (never the identity) along every axis named " + dim.name,
                            {},
-                           {{"transform.perm", {dim.name}, expr::DType::integer, "the permutation drawn"}}});
+                           {{"transform.perm", {dim.name}, expr::DType::integer, "the permutation drawn"},
+                            {"transform.applies",
+                             {},
+                             expr::DType::boolean,
+                             "false when the dim is 1 (no permutation moves anything): the invariant is "
+                             "discarded, not passed"}}});
     transforms_.push_back(
         {"slice_" + dim.name,
          "a random contiguous run of indices along every axis named " + dim.name +

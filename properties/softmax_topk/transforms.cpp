@@ -88,7 +88,11 @@ const std::vector<TransformInfo>& Traits::transforms() {
        {{"transform.perm",
          {"V"},
          XT::integer,
-         "logit j of a transformed row is logit perm[j] of the original row"}}},
+         "logit j of a transformed row is logit perm[j] of the original row (never the identity)"},
+        {"transform.applies",
+         {},
+         XT::boolean,
+         "false when V = 1 (no permutation moves a logit): the invariant is discarded, not passed"}}},
   };
   return infos;
 }
@@ -114,10 +118,11 @@ Case Traits::transform(const std::string& name, const Case& c, const Values& par
     }
     if (out.wanted("transform.shift")) out.put("transform.shift", Tensor::of({c.rows()}, std::move(shift)));
   } else if (name == "permute_row") {
-    const std::vector<int> perm = rng::permutation(V, seed, 3);
+    const std::vector<int> perm = rng::moving_permutation(V, seed, 3);
     for (size_t r = 0; r < static_cast<size_t>(c.rows()); ++r)
       for (size_t j = 0; j < V; ++j) t.logits[r * V + j] = c.logits[r * V + static_cast<size_t>(perm[j])];
     if (out.wanted("transform.perm")) out.put("transform.perm", Tensor::ints({c.vocab}, perm));
+    out.put("transform.applies", Tensor::scalar(V >= 2 ? 1 : 0, XT::boolean));
   }
   if (const std::string why = validate(t); !why.empty())
     throw std::logic_error("softmax_topk transform " + name + " made an invalid case: " + why);

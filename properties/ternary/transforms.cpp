@@ -29,7 +29,11 @@ const std::vector<TransformInfo>& Traits::transforms() {
        {{"transform.perm",
          {"N"},
          expr::DType::integer,
-         "output feature n of the transformed case is feature perm[n] of the original"}}},
+         "output feature n of the transformed case is feature perm[n] of the original (never the identity)"},
+        {"transform.applies",
+         {},
+         expr::DType::boolean,
+         "false when N = 1 (no permutation moves a feature): the invariant is discarded, not passed"}}},
   };
   return infos;
 }
@@ -40,7 +44,7 @@ Case Traits::transform(const std::string& name, const Case& c, const Values&, ui
   if (name == "permute_out_features") {
     const auto M = static_cast<size_t>(c.tokens), K = static_cast<size_t>(c.in_features),
                N = static_cast<size_t>(c.out_features);
-    const std::vector<int> perm = rng::permutation(N, seed, 1);
+    const std::vector<int> perm = rng::moving_permutation(N, seed, 1);
     for (size_t n = 0; n < N; ++n) {
       const auto from = static_cast<size_t>(perm[n]);
       for (size_t k = 0; k < K; ++k) t.w[n * K + k] = c.w[from * K + k];
@@ -48,6 +52,7 @@ Case Traits::transform(const std::string& name, const Case& c, const Values&, ui
     }
     if (out.wanted("transform.perm"))
       out.put("transform.perm", expr::Tensor::ints({c.out_features}, perm, expr::DType::integer));
+    out.put("transform.applies", expr::Tensor::scalar(N >= 2 ? 1 : 0, expr::DType::boolean));
   }
   if (const std::string why = validate(t); !why.empty())
     throw std::logic_error("ternary transform " + name + " made an invalid case: " + why);

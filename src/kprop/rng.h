@@ -51,4 +51,24 @@ inline std::vector<int> permutation(size_t n, uint64_t seed, uint64_t stream) {
   return p;
 }
 
+// A permutation of 0, 1, ..., n-1 that moves something (n >= 2; below, the
+// identity, the only one), uniform over those: the shuffles of streams
+// stream, stream + 1, ... until one is not the identity (each is with
+// probability 1/n! <= 1/2). A metamorphic relation over the identity would
+// compare a case with itself and observe nothing.
+inline std::vector<int> moving_permutation(size_t n, uint64_t seed, uint64_t stream) {
+  std::vector<int> p(n);
+  for (uint64_t k = 0;; ++k) {
+    std::iota(p.begin(), p.end(), 0);
+    if (n < 2) return p;
+    if (k == 64) {  // 2^-64 for n = 2: a swap rather than a loop without end
+      std::swap(p[0], p[1]);
+      return p;
+    }
+    shuffle(p, seed, stream + k);
+    for (size_t i = 0; i < n; ++i)
+      if (p[i] != static_cast<int>(i)) return p;
+  }
+}
+
 }  // namespace kprop::rng

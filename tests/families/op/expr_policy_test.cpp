@@ -216,6 +216,28 @@ invariants:
   EXPECT_GT(r.invariants.at(0).discarded, 0);
 }
 
+// A permutation transform draws one that moves something: at T = 2 the
+// only one is the swap (the identity, drawn half the time, compared the case
+// with itself and passed). At T = 1 none moves anything: discarded, and
+// the run gives up rather than pass.
+TEST(OpTransforms, APermutationNeverComparesTheCaseWithItself) {
+  const auto spec = [](const char* dims) {
+    return std::string("spec: perm\nfamily: op\nop:\n  dims: ") + dims +
+           "\n  inputs:\n    x: {shape: [T], dtype: f64}\n  outputs:\n    y: {shape: [T]}\n  reference:\n"
+           "    y: x * 2\ninvariants:\n  - name: moved\n    transform: permute_T\n"
+           "    expect: transform.perm[0] == 1 and close(transformed.target.y, target.y[transform.perm])\n";
+  };
+  const RunReport swapped = run_spec(parse_spec(spec("{T: [2, 2]}"), "perm.yaml"),
+                                     scratch_run("reference", 7, 60, "kprop_op_policy_test"));
+  EXPECT_EQ(swapped.status, RunStatus::passed) << swapped.detail;
+  EXPECT_EQ(swapped.invariants.at(0).passed, 60);
+  const RunReport one = run_spec(parse_spec(spec("{T: [1, 1]}"), "perm.yaml"),
+                                 scratch_run("reference", 7, 60, "kprop_op_policy_test"));
+  EXPECT_EQ(one.status, RunStatus::gave_up) << one.detail;
+  EXPECT_EQ(one.invariants.at(0).passed, 0);
+  EXPECT_GT(one.invariants.at(0).discarded, 0);
+}
+
 // An f64 output that cancels: 1 - 0.7x - 0.3x is 5.6e-17 in fp64 at x = 1,
 // where the exact value (and a kernel computing 1 - x) is 0. The floor
 // scaled with |output| (1e-31 there), so the correct kernel failed; it now
