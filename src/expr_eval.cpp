@@ -38,7 +38,7 @@ Dims broadcast_rt(const Dims& a, const Dims& b) {
     const int64_t da = i < a.size() ? a[a.size() - 1 - i] : 1;
     const int64_t db = i < b.size() ? b[b.size() - 1 - i] : 1;
     if (da != db && da != 1 && db != 1)
-      throw SpecEvalError(fmt::format("shapes {} and {} do not broadcast", shape_text(a), shape_text(b)));
+      throw EvalError(fmt::format("shapes {} and {} do not broadcast", shape_text(a), shape_text(b)));
     out[r - 1 - i] = da == 1 ? db : da;
   }
   return out;
@@ -319,7 +319,7 @@ Tensor matmul_rt(const Tensor& a0, const Tensor& b0, DType dtype) {
   if (vb) b.shape.push_back(1);
   const int64_t n = a.shape[a.shape.size() - 2], k = a.shape.back(), m = b.shape.back();
   if (b.shape[b.shape.size() - 2] != k)
-    throw SpecEvalError(
+    throw EvalError(
         fmt::format("matmul: inner dims differ ({} vs {})", shape_text(a0.shape), shape_text(b0.shape)));
   Dims batch =
       broadcast_rt(Dims(a.shape.begin(), a.shape.end() - 2), Dims(b.shape.begin(), b.shape.end() - 2));
@@ -452,8 +452,8 @@ CloseArgs close_args(const Node& n, const TensorMap& m, bool tolerances) {
     Ref u = evaluate(*n.unjudged, m);
     if (u->shape != c.shape) u = Ref(expand(*u, broadcast_rt(u->shape, c.shape)));
     if (u->shape != c.shape)
-      throw SpecEvalError(fmt::format("close(k=): the policy's mask has shape {}, the comparison {}",
-                                      shape_text(u->shape), shape_text(c.shape)));
+      throw EvalError(fmt::format("close(k=): the policy's mask has shape {}, the comparison {}",
+                                  shape_text(u->shape), shape_text(c.shape)));
     size_t judged = 0;
     for (double v : u->data) judged += v == 0;
     if (judged == 0 && !u->data.empty())
@@ -469,7 +469,7 @@ CloseArgs close_args(const Node& n, const TensorMap& m, bool tolerances) {
 // cast as it is has no defined value; the slice clamps to the axis anyway).
 int64_t scalar_int(const Node& n, const TensorMap& m) {
   const double v = evaluate(n, m)->data.at(0);
-  if (std::isnan(v)) throw SpecEvalError(fmt::format("a slice bound is nan"));
+  if (std::isnan(v)) throw EvalError(fmt::format("a slice bound is nan"));
   return static_cast<int64_t>(std::clamp(v, -0x1p62, 0x1p62));
 }
 

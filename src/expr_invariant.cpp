@@ -54,20 +54,19 @@ Verdict check_invariant(AnyTrial& trial, const InvariantUse& use) {
     return Verdict::discard(err.what());
   } catch (const expr::ToleranceError& err) {
     throw InputError(e.mark, fmt::format("invariant {}: `{}`: {}", use.name, current->shown(), err.what()));
-  } catch (const expr::SpecEvalError& err) {
-    // Shapes that do not broadcast are the expression's own error when it
-    // reads no output of the target; an output whose length is the
-    // target's (dflash's accepted tokens) can break them by being wrong.
+  } catch (const expr::EvalError& err) {
+    // An expression that reads no output of the target and cannot be
+    // evaluated (shapes that do not broadcast, an index out of range) is
+    // the spec's error, whatever the target did. One that reads an output
+    // may be broken by it (an index the kernel returned out of range, an
+    // output whose length is its answer: dflash's accepted tokens): that
+    // fails the invariant.
     const auto& names = current->names();
     if (std::none_of(names.begin(), names.end(),
                      [](const std::string& n) { return expr::is_target_name(n); }))
       throw InputError(e.mark, fmt::format("invariant {}: `{}` cannot be evaluated on this case: {} (the "
                                            "expression's own error: it reads no output of the target)",
                                            use.name, current->shown(), err.what()));
-    return Verdict::fail(fmt::format("`{}` could not be evaluated: {}", current->shown(), err.what()));
-  } catch (const expr::EvalError& err) {
-    // A kernel's output that breaks the expression (an index it returned out
-    // of range, a tensor of the wrong size) fails the invariant.
     return Verdict::fail(fmt::format("`{}` could not be evaluated: {}", current->shown(), err.what()));
   }
 }

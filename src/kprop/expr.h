@@ -137,19 +137,14 @@ class ExprError : public std::runtime_error {
   size_t offset;
 };
 
-// An evaluation that cannot complete on this case (an index out of range, a
-// shape the family's dims did not rule out).
+// An evaluation that cannot complete on this case (an index out of range,
+// shapes that do not broadcast: the load-time check knows dims only by
+// name). The expression's own error (exit 2) when it reads no output of the
+// target, else possibly the target's (an index it returned out of range,
+// an output whose length is the target's answer).
 class EvalError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
-};
-// Shapes that do not broadcast on this case (the load-time check knows dims
-// only by name): the expression's own error (exit 2) when it reads no
-// output of the target, else possibly the target's (an output whose length
-// is the target's answer).
-class SpecEvalError : public EvalError {
- public:
-  using EvalError::EvalError;
 };
 // A close(k=) whose k is negative or not finite on this case: always the
 // spec's error, never the target's counterexample.

@@ -132,7 +132,20 @@ TEST(OpClosePolicy, AnExpressionThatCannotBeEvaluatedIsTheSpecsError) {
         std::string::npos)
         << e;
     EXPECT_NE(e.find("it reads no output of the target"), std::string::npos) << e;
+    // An index out of range in an expression over the inputs alone (it was
+    // reported as a counterexample of the target).
+    const std::string index = run_error(with_invariant("all(x[99] == x[99])"), target);
+    EXPECT_NE(index.find("invariant e: `all(x[99] == x[99])` cannot be evaluated on this case: index"),
+              std::string::npos)
+        << index;
   }
+  // Where the expression reads the target's output, its evaluation error
+  // fails the invariant: the target's answer may have caused it.
+  const RunReport r = run_spec(with_doubling_mutant(with_invariant("all(target.y[99] == x[99])")),
+                               scratch_run("reference", 7, 30, "kprop_op_policy_test"));
+  EXPECT_EQ(r.status, RunStatus::failed);
+  ASSERT_TRUE(r.invariants.at(0).counterexample);
+  EXPECT_NE(r.invariants.at(0).counterexample->message.find("could not be evaluated"), std::string::npos);
   // k is checked on each case; a literal one at load.
   const std::string k = run_error(with_invariant("all(close(target.y, reference.y, k=T - 100))"));
   EXPECT_NE(k.find("close(k=): k is -9"), std::string::npos) << k;
