@@ -22,6 +22,7 @@
 #include "kprop/float_type.h"
 #include "kprop/half.h"
 #include "kprop/runner.h"
+#include "kprop/target_call.h"
 
 namespace kprop::external {
 
@@ -1051,6 +1052,7 @@ class ChildTransport : public Transport {
 
  protected:
   Message round_trip(const Message& request) override {
+    const TransportedCall untimed;  // timed here, not by the crash guard's watchdog
     if (!child_.running()) {
       start();  // restarted after a crash or hang
     } else if (const size_t unasked = child_.drain_unasked(); unasked > 0) {

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -144,6 +145,12 @@ bool g_worker = false;
 [[noreturn]] void die_with_case(const std::string& why, const char* found_by) {
   if (g_worker) _exit(3);
   const RunContext& ctx = *g_guard.ctx;
+  if (!ctx.options.crash_guard_stores) {
+    fmt::print(stderr, "\nkprop: target '{}' {} on the case replayed (run with --isolate to report it)\n",
+               ctx.target_name, why);
+    std::fflush(stderr);
+    _exit(3);
+  }
   fmt::print(stderr, "\nkprop: target '{}' {}; saving the case\n", ctx.target_name, why);
   try {
     const CorpusEntry e = entry_for(ctx, *g_guard.input, "", why, found_by);
@@ -309,6 +316,13 @@ TargetCall::TargetCall() {
 }
 TargetCall::~TargetCall() {
   g_call_deadline->ns = 0;
+}
+TransportedCall::TransportedCall() {
+  if (const int64_t deadline = g_call_deadline->ns.exchange(0); deadline != 0)
+    left_ns_ = std::max<int64_t>(deadline - Clock::now().time_since_epoch().count(), 1);
+}
+TransportedCall::~TransportedCall() {
+  if (left_ns_ != 0) g_call_deadline->ns = Clock::now().time_since_epoch().count() + left_ns_;
 }
 
 void enter_worker_process() {

@@ -638,9 +638,13 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
   }
   RunContext file_ctx = ctx;
   file_ctx.seed = e.seed;
-  const auto trial = family.begin_trial(c, ctx.target, ctx.reference);
-  for (const auto* use : uses) {
-    const CheckResult r = check_one(file_ctx, *trial, *use, c);
+  // One trial for every invariant; in a forked child with --isolate, so a
+  // case that crashes or hangs the target is this row's target failure (the
+  // replay check of a hang re-runs with --isolate to see it reported).
+  const std::vector<CheckResult> results = check_uses(file_ctx, uses, c);
+  for (size_t k = 0; k < results.size(); ++k) {
+    const InvariantUse* use = uses[k];
+    const CheckResult& r = results[k];
     if (r.kind == CheckResult::Kind::declined) {
       row.declined = true;
       row.target_detail = "declined: " + r.reason;
@@ -776,7 +780,9 @@ const char* to_string(ReplayVerdict v) {
   return names[static_cast<int>(v)];
 }
 
-std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, const RunOptions& options) {
+std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, const RunOptions& given) {
+  RunOptions options = given;
+  options.crash_guard_stores = false;  // the case is the file: a replay stores nothing
   const RunContext ctx = make_context(spec, options, 0);
   const auto uses = selected_uses(spec, options);
   const std::vector<std::string> files = list_corpus(path);

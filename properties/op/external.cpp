@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kprop/target_call.h"
 #include "properties/op/family.h"
 
 namespace kprop::op {
@@ -129,6 +130,9 @@ class TargetReference final : public ExternalReference {
     const std::lock_guard<std::mutex> lock(mutex_);
     try {
       if (!transport_) {
+        // Its start-up is timed by the transport's allowance, not by the
+        // case timeout of the in-process target that called it.
+        const TransportedCall untimed;
         external::TransportOptions o;
         o.family = "op";
         o.ops = {{op_, plugin_symbol(op_), invoke}};

@@ -84,6 +84,10 @@ struct RunOptions {
   // The in-process crash guard (fatal signals and hangs store the case and
   // exit 3). Off where another guard owns the process (a libFuzzer harness).
   bool crash_guard = true;
+  // Whether the guard stores the case it saves from a crash or hang in the
+  // corpus (or the scratch folder). Off for a replay: its case is the file
+  // replayed, and a replay writes nothing into the corpus.
+  bool crash_guard_stores = true;
   RunListener* listener = nullptr;  // events of the run (nullptr: none)
   std::string found_by = "rapidcheck";
   // --shard I/N: check only cases whose index is I mod N. Every shard draws

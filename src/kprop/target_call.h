@@ -17,4 +17,21 @@ class TargetCall {
   TargetCall& operator=(const TargetCall&) = delete;
 };
 
+// Marks a call into a child process whose transport times it (an exec:
+// worker, a forked plugin host: start-up allowance plus the case timeout,
+// ChildTransport): the enclosing TargetCall's clock stops while it runs and
+// resumes with what was left. A declared op's exec: reference called from
+// an in-process target (its `reference`, its `naive`) ran out the case
+// timeout while the worker started, a false hang of the target.
+class TransportedCall {
+ public:
+  TransportedCall();
+  ~TransportedCall();
+  TransportedCall(const TransportedCall&) = delete;
+  TransportedCall& operator=(const TransportedCall&) = delete;
+
+ private:
+  long long left_ns_ = 0;  // what the TargetCall had left (0: none running)
+};
+
 }  // namespace kprop

@@ -460,7 +460,16 @@ TEST(Isolation, AHangIsKilledAfterTheCaseTimeout) {
   const RunReport r = run_spec(spec, o);
   ASSERT_EQ(r.status, RunStatus::crashed);
   EXPECT_EQ(r.crash->kind, "hang");
-  EXPECT_TRUE(fs::exists(r.crash->corpus_path));
+  ASSERT_TRUE(fs::exists(r.crash->corpus_path));
+  // Its replay with --isolate reports the hang as the file's target failure
+  // (the replay check's re-run; in process the guard ended the replay), and
+  // stores nothing.
+  const size_t files = std::distance(fs::recursive_directory_iterator(dir.path), {});
+  const auto rows = replay_corpus(spec, r.crash->corpus_path, o);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_FALSE(rows[0].target_ok);
+  EXPECT_EQ(rows[0].target_failure, "hang") << rows[0].target_detail;
+  EXPECT_EQ(std::distance(fs::recursive_directory_iterator(dir.path), {}), files);
 }
 
 // The case timeout limits each target call, not the check: an invariant

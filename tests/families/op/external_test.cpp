@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -142,6 +144,26 @@ TEST(OpExternalReference, ReferenceIsTheF64CallAndNaiveTheSamePrecisionCall) {
   EXPECT_EQ(reference(c).outputs[0], (std::vector<double>{3, -8}));
   EXPECT_EQ(naive(c).outputs[0], (std::vector<double>{4.5, -12}));
   EXPECT_EQ(recording->calls, (std::vector<bool>{true, false}));
+}
+
+// An exec: reference that takes longer to start than the case timeout: its
+// start-up has the transport's allowance (60 s + the case timeout), and the
+// in-process target that calls it (the op's `reference`) is no hang. The
+// crash guard's watchdog timed the start-up as the target's call, saved the
+// case and ended the run with exit 3.
+TEST(OpExternalReference, AWorkerSlowToStartIsNoHangOfTheTargetThatCallsIt) {
+  std::ifstream in(std::string(KPROP_SOURCE_DIR) + "/specs/ops/sort.yaml");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string plain = "exec:/usr/bin/python3 ../../examples/ops/sort_reference.py";
+  ASSERT_NE(text.find(plain), std::string::npos);
+  text.replace(text.find(plain), plain.size(),
+               "exec:/bin/sh -c 'sleep 1; exec /usr/bin/python3 ../../examples/ops/sort_reference.py'");
+  const Spec spec = parse_spec(text, std::string(KPROP_SOURCE_DIR) + "/specs/ops/sort.yaml");
+  RunOptions o = scratch_run("reference", 3, 3, "kprop_op_external_test");
+  o.case_timeout_s = 0.5;
+  const RunReport r = run_spec(spec, o);
+  EXPECT_EQ(r.status, RunStatus::passed) << r.detail;
+  EXPECT_FALSE(r.crash);
 }
 
 }  // namespace
