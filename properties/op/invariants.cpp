@@ -10,7 +10,11 @@
 // is (an intermediate overflows the dtype, e.g. x² of a large f32 x) are not
 // judged: the dtype cannot carry the computation the contract states, so no
 // answer there is wrong; a case where every element is so excused is
-// discarded, never passed.
+// discarded, never passed. Except a half output whose reference lies past
+// the half type's overflow threshold (65520 for f16) by more than the
+// bound: the kernel's f32 value before the store is within the bound of the
+// reference, so past the threshold too, and a store rounding to nearest
+// gives ±inf; a kernel that saturates to ±65504 fails there.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -66,12 +70,24 @@ std::string compare(const Case& c, size_t out, const std::vector<double>& got,
   double bound = 0, worst = -1;
   size_t at = 0, judged_here = 0;
   bool mismatch = false;
+  const DType dt = c.output_dtype(out);
+  const double overflow = dt == DType::f16 ? half::f16_overflow : dt == DType::bf16 ? half::bf16_overflow : 0;
+  bool overflowed = false;  // the mismatch is a store that had to overflow
   const auto judge = [&] {
     bound = runs * (k * naive_error(ref, naive) + floor);
     worst = -1, at = 0, judged_here = 0, mismatch = false;
     double r = 0;
     for (size_t i = 0; i < got.size(); ++i) {
-      if (!std::isfinite(naive[i]) && std::isfinite(ref[i])) continue;  // the dtype cannot carry it
+      if (!std::isfinite(naive[i]) && std::isfinite(ref[i])) {
+        if (overflow == 0 || std::fabs(ref[i]) - bound < overflow) continue;  // the dtype cannot carry it
+        ++judged_here;
+        // (Or the value itself: the reference as its own target, unrounded.)
+        if (got[i] != std::copysign(HUGE_VAL, ref[i]) && !same_bits(got[i], want[i])) {
+          at = i, mismatch = true, overflowed = true;
+          break;
+        }
+        continue;
+      }
       ++judged_here;
       if (!std::isfinite(want[i]) || !std::isfinite(got[i])) {
         const bool same = (std::isnan(want[i]) && std::isnan(got[i])) || want[i] == got[i];
@@ -95,6 +111,14 @@ std::string compare(const Case& c, size_t out, const std::vector<double>& got,
   ratio = std::max(ratio, own_ratio);
   if (!mismatch && worst < 0) return "";
   const auto ext = d.extents(o.shape, c.dims);
+  if (overflowed) {
+    measured = {{"got", got[at]}, {"reference", ref[at]}, {"bound", bound}};
+    return fmt::format(
+        "target.{}{} = {} but the reference {} lies past the {} overflow threshold {} by more than the bound "
+        "{:.3g}: a store rounding to nearest gives {}",
+        o.name, index_text(ext, at), got[at], ref[at], dtype_name(dt), overflow, bound,
+        ref[at] > 0 ? "inf" : "-inf");
+  }
   measured = {
       {"got", got[at]}, {"want", want[at]}, {"error", std::fabs(got[at] - want[at])}, {"bound", bound}};
   return fmt::format(

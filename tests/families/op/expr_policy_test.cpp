@@ -251,6 +251,39 @@ TEST(OpTransforms, APermutationNeverComparesTheCaseWithItself) {
   EXPECT_GT(one.invariants.at(0).discarded, 0);
 }
 
+// An f16 output whose reference lies past the overflow threshold by more
+// than any rounding: a store rounding to nearest gives inf, so a kernel that
+// saturates to 65504 fails (the element was skipped as one the dtype cannot
+// carry, and such a kernel passed); the naive kernel's inf passes.
+TEST(OpClosePolicy, AHalfStoreThatMustOverflowIsInfNotTheLargestFinite) {
+  const std::string text = R"(spec: overflow_store
+family: op
+op:
+  dims: {T: [1, 4]}
+  inputs:
+    x: {shape: [T], dtype: f16, values: {uniform: {lo: 20000, hi: 60000}}}
+  outputs:
+    y: {shape: [T]}
+  reference:
+    y: x * 4
+invariants: [matches_reference]
+)";
+  const Spec spec = with_doubling_mutant(text, [](OpFamily& f) {
+    f.mutant("saturates", "stores 65504 where the value overflows f16", [](const Case& c) {
+      Result r = op::naive(c);
+      for (double& v : r.outputs[0]) v = std::clamp(v, -65504.0, 65504.0);
+      return r;
+    });
+  });
+  const RunReport ok = run_spec(spec, scratch_run("naive", 7, 50, "kprop_op_policy_test"));
+  EXPECT_EQ(ok.status, RunStatus::passed) << ok.detail;
+  const RunReport bad = run_spec(spec, scratch_run("saturates", 7, 50, "kprop_op_policy_test"));
+  ASSERT_EQ(bad.status, RunStatus::failed);
+  EXPECT_NE(bad.invariants.at(0).counterexample->message.find("a store rounding to nearest gives inf"),
+            std::string::npos)
+      << bad.invariants.at(0).counterexample->message;
+}
+
 // An f64 output that cancels: 1 - 0.7x - 0.3x is 5.6e-17 in fp64 at x = 1,
 // where the exact value (and a kernel computing 1 - x) is 0. The floor
 // scaled with |output| (1e-31 there), so the correct kernel failed; it now
