@@ -221,7 +221,17 @@ int run(const Config& cfg) {
   if (!reporter) throw InputError({}, "--format " + cfg.format + ": valid: " + join(reporter_names()));
   // --out is written at the end: a path it cannot be written to is said now,
   // not after the run (whose report it would lose).
-  if (!cfg.out.empty()) check_writable("--out", cfg.out);
+  if (!cfg.out.empty()) {
+    // The report replaces the file at the path: never a spec or corpus file the run reads.
+    std::error_code ec;
+    for (const auto& read : cfg.specs)
+      if (fs::equivalent(cfg.out, read, ec))
+        throw InputError({},
+                         fmt::format("--out {} is the spec {}: the report would replace it", cfg.out, read));
+    if (!cfg.replay.empty() && fs::equivalent(cfg.out, cfg.replay, ec))
+      throw InputError({}, fmt::format("--out {} is the file --replay reads", cfg.out));
+    check_writable("--out", cfg.out);
+  }
   for (size_t i = 0; i < cfg.invariants.size(); ++i)
     for (size_t j = 0; j < i; ++j)
       if (cfg.invariants[i] == cfg.invariants[j])
@@ -306,6 +316,9 @@ int run(const Config& cfg) {
     // Unreadable files are reported and the rest replayed (exit 2 unless
     // something worse); a folder with no files, or none checked, is skipped.
     code = interrupted() ? 130 : exit_code(replay_verdict(rows));
+    // Bad input says so on stderr too, one line a file (the report lists them with the rest).
+    for (const auto& row : rows)
+      if (!row.error.empty()) fmt::print(stderr, "prop_runner: error: {}\n", row.error);
     text = text_reporter->replay(spec, rows);
     formatted = reporter->replay(spec, rows);
   } else {

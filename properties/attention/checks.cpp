@@ -256,10 +256,15 @@ std::string needs_masked_rows(const Values& d, const Values&) {
     if (m == "causal" && d.int_range("nq").hi > d.int_range("nk").lo)
       return "";  // Nq > Nk: rows above the diagonal
   }
+  const auto& masks = d.choices("masks");
+  if (std::find(masks.begin(), masks.end(), "boolean") != masks.end())
+    return "fully masked rows, but domain.masks' boolean masks are drawn with empty_row_rate 0 and "
+           "mask_density [1, 1]; raise empty_row_rate, lower mask_density, add key_padding or drop the "
+           "invariant";
   return fmt::format(
       "fully masked rows, but domain.masks is [{}]; add key_padding or boolean or drop the "
       "invariant",
-      join(d.choices("masks")));
+      join(masks));
 }
 
 Schema workspace_params() {

@@ -7,7 +7,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "kprop/corpus.h"
 #include "kprop/spec.h"
@@ -329,6 +331,16 @@ TEST(Cli, UsageAndSpecErrorsExitTwoWithOneLine) {
        "--out /proc/no/report.json: cannot create its folder"},
   };
   expect_input_errors(cases, "terminate");
+  // An --out naming the spec would replace it with the report (a copy: a
+  // regression must not overwrite the shipped spec).
+  const fs::path copy = temp("copy.yaml");
+  fs::copy_file(kSpec, copy, fs::copy_options::overwrite_existing);
+  const std::pair<std::string, std::string> same[] = {
+      {"--spec " + copy.string() + " --no-corpus --out " + copy.string(), "is the spec"}};
+  expect_input_errors(same, "terminate");
+  std::ifstream a(copy), b(kSpec);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(a), {}),
+            std::string(std::istreambuf_iterator<char>(b), {}));
 }
 
 // --fuzz with no harness for the spec: an input error before anything is
