@@ -64,6 +64,14 @@ ToleranceReport compare_with_baseline(std::span<const double> reference, std::sp
   return r;
 }
 
+std::vector<double> recentred(const std::vector<double>& naive, const std::vector<double>& own,
+                              const std::vector<double>& oracle) {
+  if (own.size() != naive.size() || oracle.size() != naive.size()) return naive;
+  std::vector<double> out(naive.size());
+  for (size_t i = 0; i < naive.size(); ++i) out[i] = oracle[i] + (naive[i] - own[i]);
+  return out;
+}
+
 ToleranceReport compare_close(std::span<const double> reference, std::span<const double> target, double atol,
                               double rtol) {
   ToleranceReport r;

@@ -47,6 +47,22 @@ Verdict no_permutation(const Case& c);
 std::vector<double> permute_rows(const std::vector<double>& t, const Shape& s, int heads, int length,
                                  int width, const std::vector<int>& perm);
 
+// The naive baseline `naive` of the trial's case as the policy reads it
+// against the run's oracle: itself, or, with another oracle than the
+// family's reference (--reference, reference=), re-centred on it
+// (kprop/tolerance.h recentred) in `storage`, each of `outputs`.
+template <typename Traits, typename Outputs>
+const typename Traits::Result& oracle_baseline(Trial<Traits>& t, const typename Traits::Result& naive,
+                                               const Outputs& outputs,
+                                               std::optional<typename Traits::Result>& storage) {
+  if (t.oracle_is_own()) return naive;
+  storage = naive;
+  for (const auto& out : outputs)
+    (*storage).*out.field =
+        recentred(naive.*out.field, t.own_reference().*out.field, t.reference().*out.field);
+  return *storage;
+}
+
 // Another tiling changes rounding only: the target's result on each of
 // other_tilings(c) may differ from its result on c by what two results
 // within the policy may (2 × (k × naive error + floor)). `outputs`: what to

@@ -444,6 +444,26 @@ class Trial {
     }
     return *reference_;
   }
+  // Whether the run's oracle is the family's own reference (not one given by
+  // --reference or reference=).
+  bool oracle_is_own() const {
+    const int own = family_.find_implementation("reference");
+    return own < 0 || reference_impl_.index == own || same_impl();
+  }
+  // The family's own reference on this case: reference() unless the run has
+  // another oracle. The naive baseline's error, which sets the tolerance of
+  // the comparisons with the oracle, is measured against this one: measured
+  // against another oracle, whatever that oracle computes differently from
+  // the family's formula widened the tolerance by as much, and a reference
+  // returning 0.123 everywhere passed every kernel.
+  const Result& own_reference() {
+    if (oracle_is_own()) return reference();
+    if (!own_reference_)
+      own_reference_ =
+          timed(times_.reference,
+                family_.registered(static_cast<size_t>(family_.find_implementation("reference"))), case_);
+    return *own_reference_;
+  }
   // For metamorphic invariants: run the implementations on a derived case.
   // A decline of it is a DerivedDeclined: a discard of the invariant that
   // derived the case (check_one), not a decline of the case.
@@ -489,7 +509,7 @@ class Trial {
   const Case& case_;
   const Impl& target_impl_;
   const Impl& reference_impl_;
-  std::optional<Result> target_, reference_;
+  std::optional<Result> target_, reference_, own_reference_;
   OnceStore once_;
 };
 

@@ -29,6 +29,15 @@ struct ToleranceReport {
 ToleranceReport compare_with_baseline(std::span<const double> reference, std::span<const double> target,
                                       std::span<const double> naive, double k, double abs_floor);
 
+// The naive baseline as a comparison with another oracle than the family's
+// own reference reads it: naive + (oracle - own), elementwise, so that its
+// distance to the oracle is the naive computation's distance to the
+// family's fp64 reference (its rounding), not that plus whatever the oracle
+// computes differently (Trial::own_reference). `naive` unchanged where the
+// lengths differ.
+std::vector<double> recentred(const std::vector<double>& naive, const std::vector<double>& own,
+                              const std::vector<double>& oracle);
+
 // Plain |a - b| <= atol + rtol·|b| elementwise (within), non-finite values equal.
 ToleranceReport compare_close(std::span<const double> reference, std::span<const double> target, double atol,
                               double rtol);

@@ -251,24 +251,22 @@ TEST(OpTransforms, APermutationNeverComparesTheCaseWithItself) {
   EXPECT_GT(one.invariants.at(0).discarded, 0);
 }
 
+// y = x * factor over x uniform in [lo, hi] of one dtype, matches_reference only.
+std::string scaling_spec(const char* dtype, int lo, int hi, int factor) {
+  return fmt::format(
+      "spec: scaling\nfamily: op\nop:\n  dims: {{T: [1, 4]}}\n  inputs:\n    x: {{shape: [T], dtype: {}, "
+      "values: "
+      "{{uniform: {{lo: {}, hi: {}}}}}}}\n  outputs:\n    y: {{shape: [T]}}\n  reference:\n    y: x * {}\n"
+      "invariants: [matches_reference]\n",
+      dtype, lo, hi, factor);
+}
+
 // An f16 output whose reference lies past the overflow threshold by more
 // than any rounding: a store rounding to nearest gives inf, so a kernel that
 // saturates to 65504 fails (the element was skipped as one the dtype cannot
 // carry, and such a kernel passed); the naive kernel's inf passes.
 TEST(OpClosePolicy, AHalfStoreThatMustOverflowIsInfNotTheLargestFinite) {
-  const std::string text = R"(spec: overflow_store
-family: op
-op:
-  dims: {T: [1, 4]}
-  inputs:
-    x: {shape: [T], dtype: f16, values: {uniform: {lo: 20000, hi: 60000}}}
-  outputs:
-    y: {shape: [T]}
-  reference:
-    y: x * 4
-invariants: [matches_reference]
-)";
-  const Spec spec = with_doubling_mutant(text, [](OpFamily& f) {
+  const Spec spec = with_doubling_mutant(scaling_spec("f16", 20000, 60000, 4), [](OpFamily& f) {
     f.mutant("saturates", "stores 65504 where the value overflows f16", [](const Case& c) {
       Result r = op::naive(c);
       for (double& v : r.outputs[0]) v = std::clamp(v, -65504.0, 65504.0);
@@ -282,6 +280,31 @@ invariants: [matches_reference]
   EXPECT_NE(bad.invariants.at(0).counterexample->message.find("a store rounding to nearest gives inf"),
             std::string::npos)
       << bad.invariants.at(0).counterexample->message;
+}
+
+// Another oracle than the spec's reference (--reference, Python's
+// reference=): the bound is k × the naive computation's error against the
+// spec's own fp64 reference, not against the oracle. Against the oracle,
+// its difference from the spec's formula counted as rounding: 2y passed
+// against an oracle of 1.5y, and y against one of 1.5y.
+TEST(OpClosePolicy, AnotherOracleDoesNotWidenTheBound) {
+  const Spec spec = with_doubling_mutant(scaling_spec("f32", 1, 2, 3), [](OpFamily& f) {
+    f.mutant("one_and_half", "returns 1.5y", [](const Case& c) {
+      Result r = op::reference(c);
+      for (double& v : r.outputs[0]) v *= 1.5;
+      return r;
+    });
+  });
+  for (const char* target : {"doubles", "reference"}) {
+    RunOptions o = scratch_run(target, 7, 30, "kprop_op_policy_test");
+    o.reference = "one_and_half";
+    const RunReport r = run_spec(spec, o);
+    EXPECT_EQ(r.status, RunStatus::failed) << target;
+  }
+  // The oracle that agrees with the spec's reference passes the correct kernel.
+  RunOptions o = scratch_run("naive", 7, 30, "kprop_op_policy_test");
+  o.reference = "reference";
+  EXPECT_EQ(run_spec(spec, o).status, RunStatus::passed);
 }
 
 // An f64 output that cancels: 1 - 0.7x - 0.3x is 5.6e-17 in fp64 at x = 1,
