@@ -427,21 +427,7 @@ class Trial {
   // throws is a ReferenceFailure (kprop/errors.h).
   const Result& reference() {
     if (same_impl()) return target();
-    if (!reference_) {
-      const std::string who = "the reference '" + reference_impl_.info.name + "' ";
-      try {
-        reference_ = timed(times_.reference, reference_impl_, case_);
-      } catch (const TargetUnavailable& e) {
-        throw TargetUnavailable(who + "cannot run here: " + e.what());
-      } catch (const Unsupported& e) {
-        throw DerivedDeclined(who + "declined the case: " + e.what());
-      } catch (const InputError&) {
-        throw;  // the spec's error (a declared op's reference expression), not the reference's failure
-      } catch (const std::exception& e) {
-        throw ReferenceFailure(
-            who + "failed on a case, so the case cannot judge the target (fix the reference): " + e.what());
-      }
-    }
+    if (!reference_) reference_ = run_oracle(reference_impl_);
     return *reference_;
   }
   // Whether the run's oracle is the family's own reference (not one given by
@@ -460,8 +446,7 @@ class Trial {
     if (oracle_is_own()) return reference();
     if (!own_reference_)
       own_reference_ =
-          timed(times_.reference,
-                family_.registered(static_cast<size_t>(family_.find_implementation("reference"))), case_);
+          run_oracle(family_.registered(static_cast<size_t>(family_.find_implementation("reference"))));
     return *own_reference_;
   }
   // For metamorphic invariants: run the implementations on a derived case.
@@ -492,6 +477,22 @@ class Trial {
   bool same_impl() const {
     return target_impl_.index >= 0 ? target_impl_.index == reference_impl_.index
                                    : target_impl_.external == reference_impl_.external;
+  }
+  // An oracle's run on the case. Its failures are not the target's.
+  Result run_oracle(const Impl& impl) const {
+    const std::string who = "the reference '" + impl.info.name + "' ";
+    try {
+      return timed(times_.reference, impl, case_);
+    } catch (const TargetUnavailable& e) {
+      throw TargetUnavailable(who + "cannot run here: " + e.what());
+    } catch (const Unsupported& e) {
+      throw DerivedDeclined(who + "declined the case: " + e.what());
+    } catch (const InputError&) {
+      throw;  // the spec's error (a declared op's reference expression), not the reference's failure
+    } catch (const std::exception& e) {
+      throw ReferenceFailure(
+          who + "failed on a case, so the case cannot judge the target (fix the reference): " + e.what());
+    }
   }
   Result timed(double& seconds, const Impl& impl, const Case& c) const {
     const auto t0 = std::chrono::steady_clock::now();
