@@ -170,8 +170,12 @@ std::string write_entry(const std::string& dir, const CorpusEntry& entry, bool* 
     write_file_atomic(path.string(), emit_entry(entry));
     return path.string();
   }
-  bool known = stored.found_against == entry.found_against;
-  for (const auto& a : stored.also) known = known || a.found_against == entry.found_against;
+  // A finding is the pair (implementation, invariant): the same case failing
+  // another invariant (another test's extra invariant, or the same mutant
+  // caught twice) is recorded too, so that its replay checks it.
+  bool known = stored.found_against == entry.found_against && stored.invariant == entry.invariant;
+  for (const auto& a : stored.also)
+    known = known || (a.found_against == entry.found_against && a.invariant == entry.invariant);
   if (!known && !entry.found_against.empty()) {
     stored.also.push_back({entry.found_against, entry.invariant});
     write_file_atomic(path.string(), emit_entry(stored));

@@ -620,18 +620,32 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
     // A case larger than run.max_case_mb is bad input, not the target's fault.
     if (const std::string why = check_case_budget(spec, c, e.profile); !why.empty())
       throw InputError({file, 0, 0}, why);
-    // The invariant a file names must exist (a mutant's file with a stale
-    // one fails below, with its reason): a typo is not replayed as if fine.
-    const int found_impl = family.find_implementation(e.found_against);
-    const bool by_mutant =
-        found_impl >= 0 && family.implementations()[static_cast<size_t>(found_impl)].kind == ImplKind::mutant;
-    const bool in_spec = std::any_of(spec.invariants.begin(), spec.invariants.end(),
-                                     [&](const InvariantUse& u) { return u.name == e.invariant; });
-    if (!by_mutant && !e.invariant.empty() && !in_spec && family.find_invariant(e.invariant) < 0)
+    // An invariant the file names must exist (a mutant's finding with a
+    // stale one fails below, with its reason): a typo is not replayed as if
+    // fine. A file found by several runs (also_found_against) needs one this
+    // run has; the row names that finding.
+    std::vector<AlsoFound> found = {{e.found_against, e.invariant}};
+    found.insert(found.end(), e.also.begin(), e.also.end());
+    const auto replayable = [&](const AlsoFound& f) {
+      const int impl = family.find_implementation(f.found_against);
+      const bool by_mutant =
+          impl >= 0 && family.implementations()[static_cast<size_t>(impl)].kind == ImplKind::mutant;
+      const bool in_spec = std::any_of(spec.invariants.begin(), spec.invariants.end(),
+                                       [&](const InvariantUse& u) { return u.name == f.invariant; });
+      return by_mutant || f.invariant.empty() || in_spec || family.find_invariant(f.invariant) >= 0;
+    };
+    const auto first = std::find_if(found.begin(), found.end(), replayable);
+    if (first == found.end()) {
+      std::vector<std::string> names;
+      for (const auto& f : found) names.push_back("'" + f.invariant + "'");
       throw InputError({file, 0, 0},
-                       fmt::format("its invariant '{}' is neither in the spec nor registered by "
+                       fmt::format("its invariant{} {} {} neither in the spec nor registered by "
                                    "family '{}' (renamed? fix the file's invariant: line)",
-                                   e.invariant, family.name()));
+                                   names.size() > 1 ? "s" : "", fmt::join(names, ", "),
+                                   names.size() > 1 ? "are" : "is", family.name()));
+    }
+    row.invariant = first->invariant;
+    row.found_against = first->found_against;
   } catch (const InputError& err) {
     row.error = err.what();
     return row;

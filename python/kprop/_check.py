@@ -942,17 +942,11 @@ def _stored_finding(row, targets, spec_ref, spec_path, fn, command, opts) -> Fin
                    path=row["path"], replay=replay, traceback=_traceback_for(targets, row["detail"]))
 
 
-def _stored_invariant(path: str) -> str:
-    """The invariant a stored case file names at its top level ("" for none:
-    the target crashed, hung or raised)."""
-    try:
-        with open(path, errors="replace") as f:
-            for line in f:
-                if line.startswith("invariant:"):
-                    return line[len("invariant:"):].split(" #")[0].strip().strip("'\"")
-    except OSError:
-        pass  # the extension says why it cannot be read
-    return ""
+def _stored_invariants(path: str) -> list:
+    """The invariants a stored case file records: its top-level one, then each
+    of its also_found_against ("" for a target that crashed, hung or raised);
+    empty for a file that does not read (the replay says why)."""
+    return list(_kprop.stored_invariants(os.fspath(path)))
 
 
 def _known_invariants(info, args) -> set:
@@ -980,8 +974,8 @@ def _registered(family: str, name: str) -> bool:
 def _replayable(path: str, known: set, family: str) -> bool:
     """Whether a run with these invariants replays the stored case at path:
     not one found by an invariant it lacks (another test's @kprop.invariant)."""
-    name = _stored_invariant(path)
-    return not name or name in known or _registered(family, name)
+    names = _stored_invariants(path)
+    return not names or any(not name or name in known or _registered(family, name) for name in names)
 
 
 def replay(spec, fn, path: str, *, invariants: Optional[Sequence[str]] = None, isolate: bool = False,
@@ -1010,9 +1004,10 @@ def replay(spec, fn, path: str, *, invariants: Optional[Sequence[str]] = None, i
     else:
         foreign = set()
         if not _replayable(path, known, info["family"]):
-            raise ValueError("kprop: stored case %s was found by invariant '%s', which this run does not have "
+            names = _stored_invariants(path)
+            raise ValueError("kprop: stored case %s was found by invariant%s %s, which this run does not have "
                              "(pass the @kprop.invariant function in extra_invariants=)" % (
-                                 path, _stored_invariant(path)))
+                                 path, "s" if len(names) > 1 else "", ", ".join("'%s'" % n for n in names)))
     rows = stopper.call(_kprop.replay, text, is_text, args, path)
     checked = 0
     for row in rows:

@@ -22,6 +22,7 @@
 #include <tuple>
 #include <vector>
 
+#include "kprop/corpus.h"
 #include "kprop/errors.h"
 #include "kprop/external.h"
 #include "kprop/family.h"
@@ -593,6 +594,20 @@ nb::dict spec_info(const std::string& spec_arg, bool spec_is_text, const std::st
   }
 }
 
+// The invariants a stored case file records: its top-level one, then each
+// of also_found_against's ("" for a target that crashed, hung or raised).
+// Empty for a file that does not read: the replay reports why.
+std::vector<std::string> stored_invariants(const std::string& path) {
+  try {
+    const kprop::CorpusEntry e = kprop::read_entry(path);
+    std::vector<std::string> names = {e.invariant};
+    for (const auto& a : e.also) names.push_back(a.invariant);
+    return names;
+  } catch (const kprop::InputError&) {
+    return {};
+  }
+}
+
 }  // namespace
 
 NB_MODULE(_kprop, m) {
@@ -601,4 +616,5 @@ NB_MODULE(_kprop, m) {
   m.def("replay", &replay, nb::arg("spec"), nb::arg("spec_is_text"), nb::arg("args"), nb::arg("path"));
   m.def("spec_info", &spec_info, nb::arg("spec"), nb::arg("spec_is_text"), nb::arg("profile") = "");
   m.def("fresh_seed", &kprop::fresh_seed);
+  m.def("stored_invariants", &stored_invariants, nb::arg("path"));
 }

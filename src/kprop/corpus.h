@@ -40,7 +40,8 @@ std::string case_hash(const YAML::Node& case_node);
 
 // Writes dir/<hash>.yaml (temp file + rename). Returns the path and sets
 // `created` false when an identical case was already stored; then a finding
-// against a different implementation is added to its also_found_against.
+// of another (implementation, invariant) pair is added to its
+// also_found_against.
 std::string write_entry(const std::string& dir, const CorpusEntry& entry, bool* created = nullptr);
 // Reads one entry; throws InputError naming file:line:col on anything malformed.
 CorpusEntry read_entry(const std::string& path);

@@ -407,6 +407,9 @@ TEST(Cli, CorpusFilesWithAnEmptyCaseATypoOrAKeyTwiceAreErrors) {
        "its invariant 'no_such_invariant' is neither in the spec nor registered"},
       {fmt::format(fmt::runtime(head), "progress") + "  prompt: [1]\n" + model + cycles,
        "key 'prompt' appears twice"},
+      {fmt::format(fmt::runtime(head), "no_such_invariant") + model + cycles +
+           "also_found_against:\n  - {found_against: reference, invariant: nor_this}\n",
+       "its invariants 'no_such_invariant', 'nor_this' are neither in the spec nor registered"},
   };
   for (const auto& [text, expect] : files) {
     const fs::path file = temp("case.yaml");
@@ -415,6 +418,14 @@ TEST(Cli, CorpusFilesWithAnEmptyCaseATypoOrAKeyTwiceAreErrors) {
     EXPECT_EQ(r.code, 2) << text << "\n" << r.out;
     EXPECT_NE(r.out.find(expect), std::string::npos) << text << "\n" << r.out;
   }
+  // A file found by two runs needs one invariant this run has (another
+  // run's extra invariant is that run's): replayed, and its row names it.
+  const fs::path file = temp("case.yaml");
+  std::ofstream(file) << fmt::format(fmt::runtime(head), "another_runs_invariant") + model + cycles +
+                             "also_found_against:\n  - {found_against: reference, invariant: progress}\n";
+  const CliRun r = run("--spec " + kSpec + " --replay " + file.string() + " --format json");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("\"invariant\": \"progress\""), std::string::npos) << r.out;
 }
 
 // A case that overruns case_timeout_s but then finishes: the watchdog saves

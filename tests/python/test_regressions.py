@@ -177,6 +177,35 @@ def test_plain(logits, k, **attrs):
     assert "neither in the spec nor registered" not in result.stdout.str()
 
 
+@kprop.invariant
+def one_column(target_probs):  # another test's, failing where first_small does
+    return target_probs.shape[-1] <= 1
+
+
+def test_a_case_failing_two_tests_invariants_is_replayed_by_both(corpus):
+    # Two tests' extra invariants fail on the same minimal case: one file,
+    # both findings in it, and each test replays it (the second was lost).
+    for inv in (first_small, one_column):
+        with pytest.raises(kprop.Counterexample):
+            kprop.check("softmax_topk", softmax_topk, seed=SEED, trials=50, corpus=corpus,
+                        extra_invariants=[inv], invariants=[inv.__name__])
+    stored = _stored(corpus)
+    assert len(stored) == 1
+    path = os.path.join(corpus, "softmax_topk", stored[0])
+    with open(path) as f:
+        text = f.read()
+    assert "invariant: first_small" in text and "invariant: one_column" in text
+    for inv in (first_small, one_column):
+        with pytest.raises(kprop.Counterexample) as excinfo:
+            kprop.check("softmax_topk", softmax_topk, seed=SEED, trials=5, corpus=corpus,
+                        extra_invariants=[inv], invariants=[inv.__name__])
+        assert excinfo.value.finding.kind == "replay"
+        with pytest.raises(kprop.Counterexample):
+            kprop.replay("softmax_topk", softmax_topk, path, extra_invariants=[inv])
+    with pytest.raises(ValueError, match="found by invariants 'first_small', 'one_column', which this run"):
+        kprop.replay("softmax_topk", softmax_topk, path)
+
+
 # --------------------------------- 4. a module that prints at import, isolated
 def test_isolated_target_whose_module_prints_at_import(corpus, tmp_path, monkeypatch):
     (tmp_path / "kprop_noisy_target.py").write_text(textwrap.dedent("""
