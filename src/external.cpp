@@ -511,7 +511,10 @@ nlohmann::json describe_tensors(const std::vector<Tensor>& tensors) {
 }  // namespace
 
 std::vector<uint8_t> encode_frame(const nlohmann::json& header, const std::vector<const Tensor*>& tensors) {
-  const std::string text = header.dump();
+  // A plugin's message is bytes, not always UTF-8 (a Latin-1 "café"): bad
+  // bytes become U+FFFD, never a throw here, which killed the plugin host
+  // and turned the kernel's error into a crash.
+  const std::string text = header.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   std::vector<uint8_t> out(kMagic, kMagic + 4);
   const uint32_t n = static_cast<uint32_t>(text.size());
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(n >> (8 * i)));
@@ -1117,9 +1120,18 @@ class ChildTransport : public Transport {
                          "case_timeout_s = {:g} s)",
                          wait_s, options_.startup_timeout_s, options_.call_timeout_s),
              header, payload);
-    if (!header.value("ok", false))
-      throw TargetFailure("error",
-                          fmt::format("refused the handshake: {}", header.value("error", std::string("?"))));
+    if (!header.value("ok", false)) {
+      // A worker that says why, or one that answers something else (`cat`
+      // echoing the hello back): the reply, shortened, says what it was.
+      const auto error = header.find("error");
+      std::string why = error != header.end() && error->is_string() ? error->get<std::string>() : "";
+      if (why.empty()) {
+        std::string reply = header.dump();
+        if (reply.size() > 200) reply = reply.substr(0, 200) + "...";
+        why = "its reply has neither \"ok\": true nor an \"error\" message: " + reply;
+      }
+      throw TargetFailure("error", "refused the handshake: " + why);
+    }
     const int version = header.value("abi_version", -1);
     if (version != KPROP_ABI_VERSION) {
       child_.kill_now();

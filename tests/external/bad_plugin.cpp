@@ -1,7 +1,12 @@
 // Plugins that must be refused with a clear error (exit 2):
 //   KPROP_TEST_BAD_VERSION  exports another ABI version;
 //   KPROP_TEST_NO_ENTRY     exports the version but no kprop_attention_fwd.
+// And one whose error must be reported as its error (exit 3, the message kept):
+//   KPROP_TEST_LATIN1_ERROR fails every call with a message that is not UTF-8
+//                           (Latin-1 "café"), which killed the plugin host.
 #include <kprop/abi.h>
+
+#include <cstring>
 
 #ifdef KPROP_TEST_BAD_VERSION
 KPROP_EXPORT uint32_t kprop_abi_version(void) {
@@ -9,6 +14,14 @@ KPROP_EXPORT uint32_t kprop_abi_version(void) {
 }
 KPROP_EXPORT int kprop_attention_fwd(const kprop_attention_fwd_args*, char*, size_t) {
   return KPROP_OK;
+}
+#endif
+
+#ifdef KPROP_TEST_LATIN1_ERROR
+KPROP_PLUGIN();
+KPROP_EXPORT int kprop_attention_fwd(const kprop_attention_fwd_args*, char* error, size_t size) {
+  std::strncpy(error, "caf\xe9 failed", size);
+  return KPROP_ERROR;
 }
 #endif
 

@@ -4,7 +4,7 @@
 # PYTHON is empty when no python3 with NumPy exists (the worker checks are
 # then skipped, exit 77).
 set -uo pipefail
-runner="$1" spec="$2" plugins="$3" bad_version="$4" no_entry="$5" python="${6:-}"
+runner="$1" spec="$2" plugins="$3" bad_version="$4" no_entry="$5" python="${6:-}" latin1_error="${7:-}"
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -53,6 +53,16 @@ run no_command 2 --no-corpus --target "exec:kprop-no-such-worker-command"
 expect_log no_command "status 127 (command not found?)"
 run not_a_worker 2 --no-corpus --target "exec:echo hello"
 expect_log not_a_worker 'does not start with "KPRP"'
+# A frame that is no answer (cat echoes the hello back): the reply is shown, not "?".
+run echoes_hello 2 --no-corpus --target "exec:cat"
+expect_log echoes_hello 'refused the handshake: its reply has neither "ok": true nor an "error" message: {"abi_version"'
+# A kernel's error message that is not UTF-8 is its error, message kept (bad bytes replaced), not a crash.
+if [ -n "$latin1_error" ]; then
+  run latin1_error 3 --no-corpus --target "plugin:$latin1_error"
+  expect_log latin1_error "target reported an error: .*caf.* failed"
+  ! grep -q "invalid UTF-8\|exited with status" "$tmp/latin1_error.log" ||
+    { echo "FAIL latin1_error: the plugin host died"; tail -5 "$tmp/latin1_error.log"; fails=$((fails + 1)); }
+fi
 
 if [ -z "$python" ]; then
   echo "no python3 with NumPy: worker checks skipped"
