@@ -524,44 +524,53 @@ class JunitReporter final : public Reporter {
     return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n" + suite(r, "kprop." + r.spec) +
            "</testsuites>\n";
   }
+  // A suite's header carries its counts, as a run's does: CI tools read
+  // them, not the testcases (a suite of survivors said 0 failures).
+  static std::string counted_suite(const std::string& name, size_t tests, int failures, int errors,
+                                   int skipped, const std::string& cases) {
+    return fmt::format(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"{}\" tests=\"{}\" "
+        "failures=\"{}\" errors=\"{}\" skipped=\"{}\">\n{}  </testsuite>\n</testsuites>\n",
+        name, tests, failures, errors, skipped, cases);
+  }
   std::string mutants(const Spec& spec, const std::vector<MutantRow>& rows) const override {
-    std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n";
-    out += fmt::format("  <testsuite name=\"kprop.{}.mutants\" tests=\"{}\">\n", svg::escape(spec.name),
-                       rows.size());
+    const std::string name = "kprop." + svg::escape(spec.name) + ".mutants";
+    std::string cases;
+    int failures = 0, skipped = 0;
     for (const auto& row : rows) {
-      out += fmt::format("    <testcase classname=\"kprop.{}.mutants\" name=\"{}\" time=\"{:.3f}\">",
-                         svg::escape(spec.name), svg::escape(row.mutant), row.report.seconds);
+      cases += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3f}\">", name,
+                           svg::escape(row.mutant), row.report.seconds);
       if (row.report.status == RunStatus::skipped)
-        out += fmt::format("<skipped message=\"{}\"/>", svg::escape(row.report.detail));
+        ++skipped, cases += fmt::format("<skipped message=\"{}\"/>", svg::escape(row.report.detail));
       else if (!row.killed)
-        out += fmt::format("<failure message=\"mutant survived: {}\"/>", svg::escape(row.description));
-      out += "</testcase>\n";
+        ++failures,
+            cases += fmt::format("<failure message=\"mutant survived: {}\"/>", svg::escape(row.description));
+      cases += "</testcase>\n";
     }
-    return out + "  </testsuite>\n</testsuites>\n";
+    return counted_suite(name, rows.size(), failures, 0, skipped, cases);
   }
   std::string replay(const Spec& spec, const std::vector<ReplayRow>& rows) const override {
-    std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n";
-    out += fmt::format("  <testsuite name=\"kprop.{}.replay\" tests=\"{}\">\n", svg::escape(spec.name),
-                       rows.size());
+    const std::string name = "kprop." + svg::escape(spec.name) + ".replay";
+    std::string cases;
+    int failures = 0, errors = 0, skipped = 0;
     for (const auto& row : rows) {
-      out += fmt::format("    <testcase classname=\"kprop.{}.replay\" name=\"{}\">", svg::escape(spec.name),
-                         svg::escape(row.path));
+      cases += fmt::format("    <testcase classname=\"{}\" name=\"{}\">", name, svg::escape(row.path));
       const ReplayVerdict v = replay_verdict(row);
       if (v == ReplayVerdict::error)
-        out += fmt::format("<error message=\"{}\"/>", svg::escape(row.error));
+        ++errors, cases += fmt::format("<error message=\"{}\"/>", svg::escape(row.error));
       else if (v == ReplayVerdict::crashed)
-        out += fmt::format("<error message=\"{}\"/>", svg::escape(row.target_detail));
+        ++errors, cases += fmt::format("<error message=\"{}\"/>", svg::escape(row.target_detail));
       else if (!row.target_ok)
-        out += fmt::format("<failure message=\"{}\"/>", svg::escape(row.target_detail));
+        ++failures, cases += fmt::format("<failure message=\"{}\"/>", svg::escape(row.target_detail));
       else if (!row.mutant_still_fails)
-        out += fmt::format("<failure message=\"mutant {} no longer fails {}: {}\"/>",
-                           svg::escape(row.found_against), svg::escape(row.invariant),
-                           svg::escape(row.mutant_detail));
+        ++failures, cases += fmt::format("<failure message=\"mutant {} no longer fails {}: {}\"/>",
+                                         svg::escape(row.found_against), svg::escape(row.invariant),
+                                         svg::escape(row.mutant_detail));
       else if (v == ReplayVerdict::skipped)
-        out += fmt::format("<skipped message=\"{}\"/>", svg::escape(row.target_detail));
-      out += "</testcase>\n";
+        ++skipped, cases += fmt::format("<skipped message=\"{}\"/>", svg::escape(row.target_detail));
+      cases += "</testcase>\n";
     }
-    return out + "  </testsuite>\n</testsuites>\n";
+    return counted_suite(name, rows.size(), failures, errors, skipped, cases);
   }
 };
 

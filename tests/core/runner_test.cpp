@@ -217,6 +217,25 @@ TEST(Reporters, JunitReportsAnInterruptedRunAsAnError) {
   EXPECT_NE(xml.find("type=\"interrupted\""), std::string::npos) << xml;
 }
 
+// The suites of --mutants and --replay carry their counts in the header, as
+// a run's does (CI tools read those: a suite of survivors said 0 failures).
+TEST(Reporters, JunitMutantAndReplaySuitesCountTheirFailuresAndSkips) {
+  const Spec spec = toy_spec("invariants: [matches_reference]\n");
+  std::vector<MutantRow> mutants(3);
+  mutants[0].killed = true;
+  mutants[1].killed = false;  // survived
+  mutants[2].report.status = RunStatus::skipped;
+  const std::string m = make_reporter("junit")->mutants(spec, mutants);
+  EXPECT_NE(m.find("tests=\"3\" failures=\"1\" errors=\"0\" skipped=\"1\""), std::string::npos) << m;
+  std::vector<ReplayRow> replays(4);
+  replays[0].checked = 1;                                // passed
+  replays[1].error = "corrupt";                          // error
+  replays[2].target_ok = false, replays[2].checked = 1;  // failed
+  replays[3].declined = true;                            // skipped
+  const std::string r = make_reporter("junit")->replay(spec, replays);
+  EXPECT_NE(r.find("tests=\"4\" failures=\"1\" errors=\"1\" skipped=\"1\""), std::string::npos) << r;
+}
+
 TEST(Reporters, JsonAndJunitAreWellFormed) {
   const Spec spec = toy_spec("invariants: [matches_reference]\n");
   const RunReport r = run_spec(spec, options("drops_last"));
