@@ -28,6 +28,23 @@ struct Harness {
 };
 Harness* g_harness = nullptr;
 
+// What this process's inputs showed, said at exit (libFuzzer exits through
+// exit() at -runs and -max_total_time): a fuzzer whose target declined every
+// input, or could not run here (no CUDA device), checked nothing, and must
+// not look like a clean run. prop_runner --fuzz reads the line after a probe
+// run over the seed inputs (src/fuzz_driver.cpp).
+struct Tally {
+  long long inputs = 0, checked = 0, declined = 0;
+  std::string why_not;  // the first decline, or why every invariant passed on it
+};
+Tally g_tally;
+
+void say_tally() {
+  if (!g_harness || g_tally.inputs == 0) return;
+  fmt::print(stderr, "kprop fuzz: tally: {} input(s), {} checked, {} declined{}\n", g_tally.inputs,
+             g_tally.checked, g_tally.declined, g_tally.why_not.empty() ? "" : " (" + g_tally.why_not + ")");
+}
+
 std::string flag(int argc, char** argv, const char* name, const char* env, const std::string& fallback) {
   const std::string prefix = std::string("-") + name + "=";
   for (int i = 1; i < argc; ++i)
@@ -82,6 +99,7 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
     h->options.crash_guard = false;  // libFuzzer saves the crashing input itself
     h->ctx = std::make_unique<kprop::RunContext>(kprop::make_context(h->spec, h->options, 0));
     g_harness = h;
+    std::atexit(say_tally);
     fmt::print(stderr, "kprop fuzz: spec {} ({}{}), target {}\n", h->spec.name, spec_path,
                profile.empty() ? "" : ", profile " + profile, target);
   } catch (const std::exception& e) {
@@ -96,6 +114,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const kprop::AnyCase c = spec.family->from_bytes(data, size, spec.domain);
   // One trial for every invariant: target and reference run once per input.
   const auto trial = spec.family->begin_trial(c, g_harness->ctx->target, g_harness->ctx->reference);
+  ++g_tally.inputs;
+  bool checked = false;
   for (const auto& use : spec.invariants) {
     kprop::CheckResult r;
     try {
@@ -107,7 +127,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                  kprop::emit_yaml(spec.family->to_yaml(c)));
       std::_Exit(2);
     }
-    if (r.kind == kprop::CheckResult::Kind::declined) return 0;
+    if (r.kind == kprop::CheckResult::Kind::declined) {
+      ++g_tally.declined;
+      if (g_tally.why_not.empty())
+        g_tally.why_not = (r.unavailable ? "unavailable: " : "declined: ") + r.reason;
+      return 0;
+    }
+    if (r.kind == kprop::CheckResult::Kind::verdict && r.verdict.outcome == kprop::Outcome::pass)
+      checked = true;
     if (r.failed() || r.kind == kprop::CheckResult::Kind::target_failure) {
       fmt::print(
           stderr, "\nkprop fuzz: {} by target {}: {}\ncase:\n{}",
@@ -117,5 +144,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::abort();
     }
   }
+  if (checked)
+    ++g_tally.checked;
+  else if (g_tally.why_not.empty())
+    g_tally.why_not = "every invariant discarded an input or is n/a";
   return 0;
 }

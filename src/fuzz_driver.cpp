@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -53,12 +54,28 @@ void parse_status(const std::string& line, FuzzSpecStats& s) {
   if (std::regex_search(line, m, crashes)) s.crash_inputs = std::stoll(m[1]);
 }
 
+// The harness's exit line (fuzz/harness.cpp say_tally): "kprop fuzz: tally:
+// N input(s), C checked, D declined (why)". Returns false on another line.
+bool parse_tally(const std::string& line, long long& inputs, long long& checked, std::string& why) {
+  static const std::regex tally(
+      R"(^kprop fuzz: tally: (\d+) input\(s\), (\d+) checked, \d+ declined(?: \((.*)\))?)");
+  std::smatch m;
+  if (!std::regex_search(line, m, tally)) return false;
+  inputs = std::stoll(m[1]), checked = std::stoll(m[2]), why = m[3];
+  return true;
+}
+
 }  // namespace
 
 int FuzzReport::new_findings() const {
   int n = 0;
   for (const auto& f : findings) n += f.is_new;
   return n;
+}
+
+bool FuzzReport::all_skipped() const {
+  return !stats.empty() &&
+         std::all_of(stats.begin(), stats.end(), [](const auto& s) { return !s.skipped.empty(); });
 }
 
 int write_fuzz_seeds(const Spec& spec, const std::string& dir, int count) {
@@ -180,13 +197,35 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
           throw InputError({argv[0], 0, 0}, e.what());
         }
       };
-      const auto t0 = Clock::now();
-      auto last = t0;
       FuzzSpecStats& stats = report.stats[k];
-      const long long execs_before = stats.executions;
-      FuzzSpecStats now = stats;
       const std::string timeout_flag =
           fmt::format("-timeout={}", std::max(1, static_cast<int>(std::ceil(case_timeout))));
+      if (round == 0) {
+        // The seed inputs once, in one process: a target that checks none of
+        // them (declined every one, or cannot run here: no CUDA device) is
+        // not fuzzed, and the run says so; hours of "0 findings" over inputs
+        // it never checked would read as clean. A seed that fails is kept
+        // with the crash inputs (imported below).
+        long long inputs = 0, checked = -1;
+        std::string why;
+        run_fuzzer(
+            {harness, "-runs=0", timeout_flag, "-artifact_prefix=" + crashes.string() + "/", seeds.string()},
+            env, [&](const std::string& line) {
+              long long n = 0, c = 0;
+              std::string w;
+              if (parse_tally(line, n, c, w)) inputs = n, checked = c, why = w;
+            });
+        if (checked == 0 && inputs > 0) {
+          stats.skipped = fmt::format("the target checked none of the {} inputs of its seed run ({})", inputs,
+                                      why.empty() ? "no reason given" : why);
+          fmt::print(stderr, "[{}] not fuzzed: {}\n", spec.name, stats.skipped);
+        }
+      }
+      if (!stats.skipped.empty()) continue;
+      const auto t0 = Clock::now();
+      auto last = t0;
+      const long long execs_before = stats.executions;
+      FuzzSpecStats now = stats;
       const std::vector<std::string> args = {
           harness,
           fmt::format("-fork={}", std::max(1, o.jobs)),
@@ -261,7 +300,7 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
         fs::remove_all(merged);  // nothing kept: the corpus stays as it was
       }
     }
-    if (!continuous) break;
+    if (!continuous || report.all_skipped()) break;  // nothing left to fuzz
   }
   report.interrupted = interrupted();
   return report;

@@ -127,8 +127,12 @@ int run_fuzz_mode(const Config& cfg, const std::string& corpus_root) {
   fmt::print("kprop fuzz: {} spec(s), {} new finding(s){}\n", specs.size(), report.new_findings(),
              report.interrupted ? " (interrupted)" : "");
   for (const auto& s : report.stats)
-    fmt::print("  {:<16} {:>8.0f} s  {:>12} execs  {:>9.0f} exec/s  cov {}  crash inputs {}\n", s.spec,
-               s.seconds, s.executions, s.executions / std::max(s.seconds, 1e-9), s.coverage, s.crash_inputs);
+    if (!s.skipped.empty())
+      fmt::print("  {:<16} SKIPPED: {}\n", s.spec, s.skipped);
+    else
+      fmt::print("  {:<16} {:>8.0f} s  {:>12} execs  {:>9.0f} exec/s  cov {}  crash inputs {}\n", s.spec,
+                 s.seconds, s.executions, s.executions / std::max(s.seconds, 1e-9), s.coverage,
+                 s.crash_inputs);
   int known = 0;
   for (const auto& f : report.findings) {
     if (!f.is_new) {
@@ -140,6 +144,7 @@ int run_fuzz_mode(const Config& cfg, const std::string& corpus_root) {
   }
   if (known) fmt::print("  {} more crash input(s) reproduced findings already in the corpus\n", known);
   if (report.interrupted) return 130;  // as a property run: never a green exit for a run cut short
+  if (report.all_skipped()) fmt::print("SKIPPED: nothing was fuzzed (the target checked no seed input)\n");
   return report.new_findings() > 0 ? 1 : 0;
 }
 

@@ -15,3 +15,21 @@ ls "$tmp/corpus/dflash/"*.yaml > /dev/null || { echo "nothing stored"; exit 1; }
 grep -q "found_by: libfuzzer" "$tmp/corpus/dflash/"*.yaml || { echo "not marked found_by: libfuzzer"; exit 1; }
 "$runner" --spec "$spec" --replay "$tmp/corpus/dflash" || { echo "replay failed"; exit 1; }
 echo "fuzz driver: found, shrunk, stored, replays"
+
+# A target that checks nothing (cannot run here: the CUDA kernels without a
+# GPU) is not fuzzed, and the run says SKIPPED: "0 new findings" over inputs
+# it never checked read as a clean run.
+if nvidia-smi -L > /dev/null 2>&1; then
+  echo "fuzz driver: a GPU is present, the unavailable-target check needs none"
+  exit 0
+fi
+"$runner" --spec "$(dirname "$spec")/softmax_topk.yaml" --fuzz --time 5 --target cuda --work "$tmp/work2" \
+  --corpus "$tmp/corpus2" > "$tmp/out2.log" 2>&1
+code=$?
+cat "$tmp/out2.log" | tail -3
+[ "$code" -eq 0 ] || { echo "expected exit 0 (skipped), got $code"; exit 1; }
+grep -q "softmax_topk *SKIPPED: the target checked none of the .* inputs of its seed run" "$tmp/out2.log" ||
+  { echo "the skipped spec is not said"; exit 1; }
+grep -q "^SKIPPED: nothing was fuzzed" "$tmp/out2.log" || { echo "the run is not said SKIPPED"; exit 1; }
+! grep -q "execs" "$tmp/out2.log" || { echo "a skipped spec was fuzzed"; exit 1; }
+echo "fuzz driver: a target that checks nothing is SKIPPED"

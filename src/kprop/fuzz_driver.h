@@ -43,6 +43,9 @@ struct FuzzSpecStats {
   long long executions = 0;
   long long coverage = 0;
   long long crash_inputs = 0;
+  // Not fuzzed, and why: the target checked none of the seed inputs
+  // (declined them all, or cannot run here).
+  std::string skipped;
 };
 
 struct FuzzReport {
@@ -50,6 +53,7 @@ struct FuzzReport {
   std::vector<FuzzFinding> findings;
   bool interrupted = false;
   int new_findings() const;
+  bool all_skipped() const;  // no spec was fuzzed: SKIPPED, never a clean run
 };
 
 FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& options);
