@@ -128,16 +128,8 @@ class TargetReference final : public ExternalReference {
 
   Result call(const Case& c, bool fp64) const override {
     const std::lock_guard<std::mutex> lock(mutex_);
+    if (!transport_) open();
     try {
-      if (!transport_) {
-        // Its start-up is timed by the transport's allowance, not by the
-        // case timeout of the in-process target that called it.
-        const TransportedCall untimed;
-        external::TransportOptions o;
-        o.family = "op";
-        o.ops = {{op_, plugin_symbol(op_), invoke}};
-        transport_ = external::open_target(target_, o);
-      }
       return drive(c, *transport_, fp64);
     } catch (const external::TargetFailure& e) {
       throw external::TargetFailure(e.kind(), named(e.what()));
@@ -147,11 +139,29 @@ class TargetReference final : public ExternalReference {
   }
 
  private:
+  // Started on the first call. A reference that cannot start (no such
+  // command, a worker that refuses the handshake) is the spec's error,
+  // whoever the target is: exit 2 with one line, never a crash of the
+  // target stored as a finding (it was, when the target is the reference).
+  void open() const {
+    // Its start-up is timed by the transport's allowance, not by the case
+    // timeout of the in-process target that called it.
+    const TransportedCall untimed;
+    external::TransportOptions o;
+    o.family = "op";
+    o.ops = {{op_, plugin_symbol(op_), invoke}};
+    try {
+      transport_ = external::open_target(target_, o);
+    } catch (const std::exception& e) {  // InputError (set-up) or TargetFailure (the handshake)
+      throw InputError({}, named(e.what(), "cannot start: "));
+    }
+  }
+
   // "the reference exec:COMMAND (spec:line:col): why", without the transport's own prefix
   // (the command with the folder change kprop added).
-  std::string named(std::string why) const {
+  std::string named(std::string why, const char* what = "") const {
     if (why.rfind(target_ + ": ", 0) == 0) why.erase(0, target_.size() + 2);
-    return fmt::format("the reference {} ({}): {}", shown_, where_, why);
+    return fmt::format("the reference {} ({}): {}{}", shown_, where_, what, why);
   }
 
   std::string shown_, target_, op_, where_;

@@ -166,5 +166,23 @@ TEST(OpExternalReference, AWorkerSlowToStartIsNoHangOfTheTargetThatCallsIt) {
   EXPECT_FALSE(r.crash);
 }
 
+// A reference that cannot start is the spec's error (exit 2, one line),
+// whoever the target is: as the target itself (`target: reference`) it was
+// a crash of the target, shrunk and stored as a finding.
+TEST(OpExternalReference, AReferenceThatCannotStartIsTheSpecsError) {
+  const Spec spec = parse_spec(spec_with_reference("exec:/nonexistent/worker"), "op.yaml");
+  for (const char* target : {"reference", "naive"}) {
+    try {
+      const RunReport r = run_spec(spec, scratch_run(target, 3, 3, "kprop_op_external_test"));
+      ADD_FAILURE() << target << ": no error; " << r.detail;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("the reference exec:/nonexistent/worker (op.yaml:"),
+                std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("cannot start: "), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kprop::op
