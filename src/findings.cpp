@@ -86,6 +86,11 @@ std::string replay_command(const RunContext& ctx, const std::string& path, const
   if (ctx.target_name.rfind("python:", 0) == 0)
     return fmt::format("kprop.replay('{}', {}, '{}'{})", ctx.spec.path, ctx.target_name.substr(7), path,
                        invariant.empty() ? "" : ", invariants=['" + invariant + "']");
+  if (std::string cmd = ctx.options.replay_command; !cmd.empty()) {
+    for (size_t at = cmd.find("{path}"); at != std::string::npos; at = cmd.find("{path}", at + 1))
+      cmd.replace(at, 6, shell_quote(path));
+    return cmd;
+  }
   std::string cmd;
   for (const auto& word : replay_argv(ctx, path, invariant))
     cmd += (cmd.empty() ? "" : " ") + shell_quote(word);

@@ -6,6 +6,7 @@
 // cases through the ABI (KPROP_F16 / KPROP_BF16 logits and probabilities).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 #include "kprop/half.h"
@@ -84,6 +85,35 @@ TEST(SoftmaxTopkExternal, PlantedBugFailsInProcess) {
       kSpec, {{"kprop_softmax_topk", reinterpret_cast<void*>(&entry<tie_high_index>)}}, quick(true));
   EXPECT_EQ(report.status, kprop::RunStatus::failed);
   EXPECT_NE(killed_by(report), "");
+}
+
+// A kernel linked into a test binary has no prop_runner replay (it printed
+// `--target in-process`, which prop_runner does not know): its finding's
+// replay is the test, run again with KPROP_REPLAY, which checks the stored
+// case on the kernel as prop_runner --replay does.
+TEST(SoftmaxTopkExternal, AnInProcessFindingReplaysThroughTheTestBinary) {
+  const EntryPoints bug = {{"kprop_softmax_topk", reinterpret_cast<void*>(&entry<tie_high_index>)}};
+  const kprop::RunReport report = run_in_process(kSpec, bug, quick(true));
+  ASSERT_TRUE(has_counterexample(report));
+  const kprop::Finding* f = nullptr;
+  for (const auto& inv : report.invariants)
+    if (inv.counterexample) f = &*inv.counterexample;
+  ASSERT_FALSE(f->corpus_path.empty());
+  EXPECT_EQ(f->replay_command.rfind("KPROP_REPLAY=" + kprop::shell_quote(f->corpus_path) + " ", 0), 0u)
+      << f->replay_command;
+  EXPECT_NE(f->replay_command.find(
+                " --gtest_filter=SoftmaxTopkExternal.AnInProcessFindingReplaysThroughTheTestBinary"),
+            std::string::npos)
+      << f->replay_command;
+  ::setenv("KPROP_REPLAY", f->corpus_path.c_str(), 1);
+  const kprop::RunReport again = run_in_process(kSpec, bug, quick(true));
+  const kprop::RunReport fixed =
+      run_in_process(kSpec, {{"kprop_softmax_topk", reinterpret_cast<void*>(&entry<fused>)}}, quick());
+  ::unsetenv("KPROP_REPLAY");
+  EXPECT_EQ(again.status, kprop::RunStatus::failed) << again.detail;
+  EXPECT_NE(again.detail.find(f->corpus_path), std::string::npos) << again.detail;
+  EXPECT_EQ(fixed.status, kprop::RunStatus::passed) << fixed.detail;
+  std::filesystem::remove(f->corpus_path);
 }
 
 // -------------------------------------------------- the NumPy worker, exec:
