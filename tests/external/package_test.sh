@@ -26,4 +26,12 @@ test -f "$tmp/prefix/share/kprop/python/kprop/_wire.py"
 if "$python" -c "import numpy" 2> /dev/null; then
   "$python" -c "import sys; sys.path.insert(0, '$tmp/prefix/share/kprop/python'); import kprop_worker"
 fi
+# A shipped spec whose reference is an exec: worker finds it where the spec's
+# path leads (specs/ops/sort.yaml: ../../examples/ops/sort_reference.py).
+if "$python" -c "import numpy" 2> /dev/null; then
+  for spec in $(grep -l "^  reference: *exec:" "$tmp/prefix/share/kprop/specs/"*.yaml "$tmp/prefix/share/kprop/specs/ops/"*.yaml); do
+    (cd "$tmp" && PATH="$(dirname "$python"):$PATH" "$tmp/prefix/bin/prop_runner" --spec "$spec" --trials 5 --seed 1 \
+      --no-corpus > "$tmp/spec.log" 2>&1) || { echo "installed $spec does not run:"; tail -5 "$tmp/spec.log"; exit 1; }
+  done
+fi
 echo "package: installed, found, consumer test passed"
