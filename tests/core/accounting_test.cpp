@@ -127,6 +127,16 @@ TEST(Accounting, ATargetLostMidRunIsNoPassAndNoSkip) {
       << lost.health[0].message;
   EXPECT_NE(make_reporter("text")->run(lost).find("HEALTH CHECK FAILED (unavailable)"), std::string::npos);
 
+  // Lost on the first case, after one invariant checked it (the target ran;
+  // a metamorphic invariant's derived case found it gone): checked, so no
+  // skip (it was SKIPPED, exit 0: the pass on that case was not yet counted).
+  const Spec halves = toy_spec("domain: {length: [2, 2]}\ninvariants: [matches_reference, halves_add_up]\n");
+  const RunReport first = run_spec(halves, options("loses_device_on_one", dir));
+  EXPECT_EQ(first.status, RunStatus::gave_up) << first.detail;
+  EXPECT_EQ(first.checked, 1);
+  EXPECT_NE(first.detail.find("became unavailable after 1 checked case(s)"), std::string::npos)
+      << first.detail;
+
   const RunReport failed = run_spec(spec, options("wrong_then_lost", dir));
   EXPECT_EQ(failed.status, RunStatus::failed) << failed.detail;
   EXPECT_EQ(exit_code(failed.status), 1);

@@ -117,6 +117,14 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
         if (c.xs.size() >= 7) throw TargetUnavailable("device lost");
         return Result{sum(c)};
       });
+  // Unavailable on a one-element list: with lists of 2, a metamorphic
+  // invariant's derived case (a half) finds it lost after the target ran.
+  f.implementation(
+      {"loses_device_on_one", ImplKind::optimized, "right, but unavailable on a one-element list", "cuda"},
+      [](const Case& c) {
+        if (c.xs.size() == 1) throw TargetUnavailable("device lost");
+        return Result{sum(c)};
+      });
   f.implementation({"wrong_then_lost", ImplKind::optimized,
                     "drops the last element of lists of 3 to 6; unavailable from 7 elements on", "cuda"},
                    [](const Case& c) {
