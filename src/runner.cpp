@@ -592,6 +592,7 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
   row.path = file;
   AnyCase c;
   CorpusEntry e;
+  std::vector<AlsoFound> found;  // its findings: the top-level one, then also_found_against's
   // A file that cannot be read is reported and the folder goes on; the
   // run exits 2 at the end.
   try {
@@ -626,7 +627,7 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
     // stale one fails below, with its reason): a typo is not replayed as if
     // fine. A file found by several runs (also_found_against) needs one this
     // run has; the row names that finding.
-    std::vector<AlsoFound> found = {{e.found_against, e.invariant}};
+    found = {{e.found_against, e.invariant}};
     found.insert(found.end(), e.also.begin(), e.also.end());
     const auto replayable = [&](const AlsoFound& f) {
       const int impl = family.find_implementation(f.found_against);
@@ -691,20 +692,41 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
     }
   }
   if (row.checked > 0 && row.target_ok) row.target_detail.clear();
-  if (row.checked == 0 && row.target_ok && !row.declined)
+  // A case the target failed is kept to guard that invariant: when the
+  // invariant it failed is in this run and no longer checks it (discards
+  // it, or is n/a), the others passing is no pass of the file. (A mutant's
+  // finding is checked on the mutant, below.)
+  bool own_unchecked = false;
+  if (row.checked > 0 && row.target_ok && !row.declined)
+    for (const auto& f : found) {
+      const int impl = family.find_implementation(f.found_against);
+      if (f.invariant.empty() ||
+          (impl >= 0 && family.implementations()[static_cast<size_t>(impl)].kind == ImplKind::mutant))
+        continue;
+      for (size_t k = 0; k < results.size(); ++k)
+        if (uses[k]->name == f.invariant && results[k].kind == CheckResult::Kind::verdict &&
+            results[k].verdict.outcome != Outcome::pass) {
+          row.checked = 0;
+          own_unchecked = true;
+          row.target_detail =
+              fmt::format("not checked by the invariant it failed: {} (against {}) {}: {}; the others held",
+                          f.invariant, f.found_against,
+                          results[k].verdict.outcome == Outcome::not_applicable ? "is n/a" : "discarded it",
+                          results[k].verdict.message);
+        }
+    }
+  if (row.checked == 0 && row.target_ok && !row.declined && !own_unchecked)
     row.target_detail =
         "no invariant checked it" + (row.target_detail.empty() ? "" : " (" + row.target_detail + ")");
   // Each implementation the case was found against, if it is a registered
   // mutant, must still fail the recorded invariant.
-  std::vector<AlsoFound> findings = {{e.found_against, e.invariant}};
-  findings.insert(findings.end(), e.also.begin(), e.also.end());
-  for (const auto& found : findings) {
-    const int mutant = family.find_implementation(found.found_against);
-    const int invariant = family.find_invariant(found.invariant);
+  for (const auto& finding : found) {
+    const int mutant = family.find_implementation(finding.found_against);
+    const int invariant = family.find_invariant(finding.invariant);
     // An expression invariant exists only in the spec: it is re-evaluated from there.
     const InvariantUse* in_spec = nullptr;
     for (const auto& u : spec.invariants)
-      if (u.name == found.invariant) in_spec = &u;
+      if (u.name == finding.invariant) in_spec = &u;
     if (mutant < 0 || family.implementations()[static_cast<size_t>(mutant)].kind != ImplKind::mutant)
       continue;
     row.mutant_checked = true;
@@ -713,13 +735,13 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
     if (invariant < 0 && !in_spec) {
       if (row.mutant_still_fails) {
         row.mutant_still_fails = false;
-        row.found_against = found.found_against;
-        row.invariant = found.invariant;
+        row.found_against = finding.found_against;
+        row.invariant = finding.invariant;
         row.mutant_detail = fmt::format(
             "its invariant '{}' is neither in the spec nor registered by family '{}' (renamed? fix the "
             "file's "
             "invariant: line)",
-            found.invariant, family.name());
+            finding.invariant, family.name());
       }
       continue;
     }
@@ -727,16 +749,16 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
     if (in_spec)
       use = *in_spec;
     else
-      use = {static_cast<size_t>(invariant), found.invariant,
+      use = {static_cast<size_t>(invariant), finding.invariant,
              Values::defaults(family.invariants()[static_cast<size_t>(invariant)].params)};
     RunContext mctx = ctx;
     mctx.target = family.registered(static_cast<size_t>(mutant));
-    mctx.target_name = found.found_against;
+    mctx.target_name = finding.found_against;
     const CheckResult r = check_one(mctx, use, c);
     if (!r.failed() && r.kind != CheckResult::Kind::target_failure && row.mutant_still_fails) {
       row.mutant_still_fails = false;
-      row.found_against = found.found_against;
-      row.invariant = found.invariant;
+      row.found_against = finding.found_against;
+      row.invariant = finding.invariant;
       row.mutant_detail = r.kind == CheckResult::Kind::declined   ? "declined: " + r.reason
                           : r.verdict.outcome == Outcome::discard ? "discarded: " + r.verdict.message
                                                                   : "now passes";

@@ -422,6 +422,17 @@ TEST(Replay, OnlyACheckedFilePassesAndEveryOtherVerdictIsSaid) {
   EXPECT_NE(renamed[0].mutant_detail.find("invariant 'old_name' is neither in the spec nor registered"),
             std::string::npos)
       << renamed[0].mutant_detail;
+  // A case the target failed guards the invariant it failed: when that one
+  // now discards it, the others holding is no pass (it was PASSED).
+  std::ofstream(folder / "own.yaml") << head << "invariant: only_long_lists\nfound_against: reference\n"
+                                     << "case: {xs: [1, 2]}\n";
+  const auto own = replay_corpus(spec, (folder / "own.yaml").string(), options("reference", dir));
+  ASSERT_EQ(own.size(), 1u);
+  EXPECT_EQ(replay_verdict(own[0]), ReplayVerdict::skipped);
+  EXPECT_NE(own[0].target_detail.find("not checked by the invariant it failed: only_long_lists (against "
+                                      "reference) discarded it: list too short; the others held"),
+            std::string::npos)
+      << own[0].target_detail;
 }
 
 TEST(Replay, StaleTempFilesOfDeadWritersAreRemoved) {
