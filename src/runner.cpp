@@ -573,8 +573,13 @@ std::vector<MutantRow> run_mutants(const Spec& spec, const RunOptions& options) 
     const auto own = spec.mutant_profiles.find(impl.name);
     const Spec& s = own != spec.mutant_profiles.end() ? *own->second : spec;
     MutantRow row{impl.name, impl.description, run_spec(s, o), false, ""};
+    // The kill is the first failure: the earliest case, then the spec's
+    // order, as a run that stops at it reports. (With the kill matrix every
+    // invariant runs on, and the last one that failed was named.)
+    int64_t first = INT64_MAX;
     for (const auto& r : row.report.invariants)
-      if (r.status == InvariantStatus::failed) row.killed = true, row.killed_by = r.name;
+      if (r.status == InvariantStatus::failed && r.trials_to_fail < first)
+        row.killed = true, row.killed_by = r.name, first = r.trials_to_fail;
     if (row.report.status == RunStatus::crashed) row.killed = true, row.killed_by = "crash";
     rows.push_back(std::move(row));
   }

@@ -211,3 +211,30 @@ TEST(SoftmaxTopkHalf, ExpInF16NoMaxIsKilled) {
 }  // namespace kernels
 }  // namespace
 }  // namespace kprop::softmax_topk
+
+namespace kprop::softmax_topk {
+namespace {
+// The kill matrix (--stats, the HTML report) runs every invariant on every
+// mutant: the table still names the first kill, as a run that stops at it
+// does (it named the last invariant that failed, with its trial count).
+TEST(SoftmaxTopkMutants, TheKillMatrixNamesTheSameKillerAsTheTable) {
+  const Spec spec = load_spec(std::string(KPROP_SOURCE_DIR) + "/specs/softmax_topk.yaml");
+  RunOptions o;
+  o.seed = 3;
+  o.trials = 40;
+  o.write_corpus = false;
+  o.scratch_dir = ::testing::TempDir() + "kprop_kill_matrix";
+  // Three that kill no_max_subtraction and z_in_storage at different cases
+  // (seed 3): the matrix named topk_is_softmax_at_indices_expr for both.
+  o.only_invariants = {"matches_reference", "shift_invariance", "topk_is_softmax_at_indices_expr"};
+  const auto plain = run_mutants(spec, o);
+  o.kill_matrix = true;
+  const auto matrix = run_mutants(spec, o);
+  ASSERT_EQ(plain.size(), matrix.size());
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_EQ(plain[i].killed, matrix[i].killed) << plain[i].mutant;
+    EXPECT_EQ(plain[i].killed_by, matrix[i].killed_by) << plain[i].mutant;
+  }
+}
+}  // namespace
+}  // namespace kprop::softmax_topk
