@@ -191,6 +191,32 @@ int run(const Config& cfg) {
     if (cfg.format != "text" && cfg.format != "json")
       throw InputError({}, "--list --format " + cfg.format + ": valid: text, json");
     if (cfg.specs.size() > 1) throw InputError({}, "--list takes one --spec");
+    // It lists (stdout): what only runs take is refused, not dropped (an
+    // --out never written, an invalid --shard passing with exit 0).
+    const std::pair<bool, const char*> running[] = {
+        {!cfg.target.empty(), "--target"},
+        {!cfg.reference.empty(), "--reference"},
+        {!cfg.seed.empty(), "--seed"},
+        {cfg.trials.has_value(), "--trials"},
+        {cfg.time.has_value(), "--time"},
+        {cfg.case_timeout.has_value(), "--case-timeout"},
+        {cfg.search || cfg.search_trials.has_value(), "--search"},
+        {!cfg.invariants.empty(), "--invariant"},
+        {!cfg.out.empty(), "--out"},
+        {!cfg.corpus.empty() || cfg.no_corpus, "--corpus/--no-corpus"},
+        {cfg.isolate.has_value(), "--isolate"},
+        {cfg.mutants, "--mutants"},
+        {cfg.stats, "--stats"},
+        {cfg.output_coverage, "--output-coverage"},
+        {cfg.no_replay_check, "--no-replay-check"},
+        {!cfg.replay.empty(), "--replay"},
+        {cfg.fuzz, "--fuzz"},
+        {cfg.jobs.has_value(), "--jobs"},
+        {!cfg.imports.empty(), "--import"},
+        {!cfg.fuzz_seeds.empty(), "--fuzz-seeds"},
+        {!cfg.shard.empty(), "--shard"}};
+    for (const auto& [given, flag] : running)
+      if (given) throw InputError({}, fmt::format("--list takes no {}: it lists and runs nothing", flag));
     std::optional<Spec> spec;
     if (!cfg.specs.empty()) spec = load_spec(cfg.specs[0], cfg.profile, cfg.domain);
     const Spec* s = spec ? &*spec : nullptr;
@@ -304,6 +330,15 @@ int run(const Config& cfg) {
   const auto progress = make_progress_line();
   if (cfg.format == "text" && cfg.out.empty()) options.listener = progress.get();
   if (!cfg.shard.empty()) std::tie(options.shard_index, options.shard_count) = parse_shard(cfg.shard);
+  // Shards split one case sequence: a fresh seed in each shard's process
+  // drew unrelated sequences, and the shards together checked neither the
+  // unsharded run's cases nor all of any run's.
+  if (options.shard_count > 1 && options.seed.value_or(spec.run.seed) == 0)
+    throw InputError({},
+                     fmt::format("--shard {}: the shards must draw the same cases, so they need one fixed "
+                                 "seed: pass the same --seed S to every shard (the spec's run.seed is "
+                                 "0, a fresh seed each run)",
+                                 cfg.shard));
   options.jobs = cfg.jobs.value_or(default_jobs());
   // Each finding's replay is re-run by this binary in a fresh process; not
   // the mutant table's (planted bugs, which the table reports as kills).
@@ -329,9 +364,10 @@ int run(const Config& cfg) {
   } else {
     check_run_names(spec, options);              // a misspelt name: one line, no header
     options.seed = resolve_seed(spec, options);  // printed first: a run that dies still names its seed
-    fmt::print(stderr, "kprop: spec {} seed {}{}{}\n", spec.name, *options.seed,
+    fmt::print(stderr, "kprop: spec {} seed {}{}{}{}\n", spec.name, *options.seed,
                spec.profile.empty() ? "" : " profile " + spec.profile,
-               spec.domain_overrides.empty() ? "" : " domain " + spec.domain_overrides);
+               spec.domain_overrides.empty() ? "" : " domain " + spec.domain_overrides,
+               options.isolate ? " isolated" : "");
     if (cfg.output_coverage) {
       const CoverageReport report = output_coverage(spec, options);
       text = formatted = coverage_text(report);
@@ -415,8 +451,16 @@ int main(int argc, char** argv) {
   app.add_flag("--no-replay-check", cfg.no_replay_check,
                "do not re-run each finding's replay command in a fresh process (it is, by default, and the "
                "report says when the failure did not come back)");
-  app.add_flag("--isolate,!--no-isolate", cfg.isolate,
-               "run each case of an in-process target in a forked child (default with --mutants)");
+  // Two plain flags, not one flag into the optional: CLI11 sets an
+  // optional<bool> flag to false when it is not given, so --mutants never
+  // got its default (isolated), and --no-isolate could not be told from
+  // no flag.
+  bool isolate_flag = false, no_isolate_flag = false;
+  auto* isolate =
+      app.add_flag("--isolate", isolate_flag,
+                   "run each case of an in-process target in a forked child (default with --mutants)");
+  app.add_flag("--no-isolate", no_isolate_flag, "check in this process (the default but with --mutants)")
+      ->excludes(isolate);
   auto* mutants =
       app.add_flag("--mutants", cfg.mutants, "run every mutant of the family; exit 0 only if all die");
   auto* replay = app.add_option("--replay", cfg.replay, "replay a corpus file or folder")->excludes(mutants);
@@ -444,6 +488,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
     if (!cfg.list && cfg.specs.empty()) throw CLI::RequiredError("--spec");
+    if (isolate_flag || no_isolate_flag) cfg.isolate = isolate_flag;
     cfg.self = argv[0];
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);

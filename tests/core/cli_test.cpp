@@ -378,9 +378,16 @@ TEST(Cli, LeftOutValuesAndModesWithoutReportsAreInputErrors) {
       {"--spec " + kSpec + " --no-corpus --domain ''", "--domain: overrides nothing"},
       {"--spec " + kSpec + " --replay x --trials 5", "--replay takes no --trials"},
       {"--spec " + kSpec + " --replay x --shard 0/2", "--replay takes no --shard"},
+      {"--list --spec " + kSpec + " --out " + temp("list.txt").string(), "--list takes no --out"},
+      {"--list --spec " + kSpec + " --shard 3/2", "--list takes no --shard"},
+      {"--list --invariant nope", "--list takes no --invariant: it lists and runs nothing"},
       {"--spec " + kSpec + " --replay x --search", "--replay takes no --search"},
       {"--spec " + kSpec + " --replay x --seed 3", "--replay takes no --seed"},
-      {"--spec " + kSpec + " --no-corpus --trials 2 --shard 5/10",
+      {"--spec " + kSpec + " --no-corpus --shard 1/2",
+       "--shard 1/2: the shards must draw the same cases, so "
+       "they need one fixed seed: pass the same --seed S"},
+      {"--spec " + kSpec + " --no-corpus --seed 0 --shard 1/2", "--shard 1/2: the shards must draw the same"},
+      {"--spec " + kSpec + " --no-corpus --seed 3 --trials 2 --shard 5/10",
        "--shard 5/10: the run has 2 trial(s), so shard 5 would check none"},
       {"--spec " + kSpec + " --fuzz-seeds " + nulls.string(),
        "--fuzz-seeds " + nulls.string() + ": cannot create the folder"},
@@ -392,6 +399,22 @@ TEST(Cli, LeftOutValuesAndModesWithoutReportsAreInputErrors) {
   std::ofstream(bare) << "spec: bare\nfamily: softmax_topk\n";
   const CliRun r = run("--spec " + bare.string() + " --no-corpus --trials 5 --domain '{rows: [1, 2]}'");
   EXPECT_EQ(r.code, 0) << r.out;
+}
+
+// --mutants checks each case in a forked child unless --no-isolate (it never
+// did: CLI11 set the optional flag to false when it was not given).
+TEST(Cli, MutantsAreIsolatedByDefault) {
+  const std::string run_args = "--spec " + kSpec + " --trials 1 --seed 1 --no-corpus --jobs 1";
+  const auto header = [&](const std::string& extra) {
+    const CliRun r = run(run_args + extra);
+    const size_t at = r.out.find("kprop: spec dflash seed 1");
+    return at == std::string::npos ? "no header: " + r.out : r.out.substr(at, r.out.find('\n', at) - at);
+  };
+  EXPECT_NE(header(" --mutants").find(" isolated"), std::string::npos) << header(" --mutants");
+  EXPECT_EQ(header(" --mutants --no-isolate").find(" isolated"), std::string::npos);
+  EXPECT_EQ(header("").find(" isolated"), std::string::npos);
+  EXPECT_NE(header(" --isolate").find(" isolated"), std::string::npos);
+  EXPECT_EQ(run(run_args + " --isolate --no-isolate").code, 2);
 }
 
 // Corpus files that looked fine and were not: each is an error naming the file.
