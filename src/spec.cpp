@@ -503,13 +503,13 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
   }
   // The section `key` of the spec, with the profile's overrides of it.
   const std::string in_profile = profile.empty() ? "" : " (profile " + profile + ")";
-  auto section = [&](const char* key, const Schema& schema) -> YAML::Node {
+  auto section = [&](const char* key, const Schema& schema, bool with_cli = true) -> YAML::Node {
     // A family the spec declares takes the profile's domain and --domain as it is built.
     const bool declared_domain = spec.declared_family && std::string_view(key) == "domain";
     const YAML::Node n =
         chosen && chosen[key] && !declared_domain ? overlay(root[key], chosen[key], schema) : root[key];
     // (A new node: assigning to root[key] of a spec without the key throws.)
-    if (cli_domain.IsMap() && std::string_view(key) == "domain" && !declared_domain)
+    if (with_cli && cli_domain.IsMap() && std::string_view(key) == "domain" && !declared_domain)
       return overlay(n ? n : YAML::Node(), cli_domain, schema);
     return n;
   };
@@ -559,6 +559,14 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
 
   parse_fields(section("domain", spec.family->domain_schema()), spec.family->domain_schema(), "",
                "domain" + in_profile, spec.domain);
+  // The spec's own domain (and profile's), without --domain: a gap in it is
+  // the spec's error whatever --domain says (an unrelated --domain turned it
+  // into an n/a and a pass).
+  Values own_domain = spec.domain;
+  const bool overridden = cli_domain.IsMap() && cli_domain.size() > 0 && !spec.declared_family;
+  if (overridden)
+    parse_fields(section("domain", spec.family->domain_schema(), false), spec.family->domain_schema(), "",
+                 "domain" + in_profile, own_domain);
   const YAML::Node domain_node = chosen && chosen["domain"] ? chosen["domain"]
                                  : root["domain"]           ? root["domain"]
                                                             : root;
@@ -568,9 +576,9 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
     const double mb = largest.bytes / (1024.0 * 1024.0);
     if (mb > double(spec.run.max_case_mb)) {
       const std::string why = fmt::format(
-          "the largest case of this domain needs ~{:.0f} MB ({}), over run.max_case_mb = {}; "
+          "the largest case of this domain{} needs ~{:.0f} MB ({}), over run.max_case_mb = {}; "
           "narrow {} or raise run.max_case_mb",
-          std::ceil(mb), largest.dims, spec.run.max_case_mb, largest.keys);
+          in_profile, std::ceil(mb), largest.dims, spec.run.max_case_mb, largest.keys);
       // Where the size comes from: --domain when it overrides the domain,
       // else the domain's keys (a declared op's `op.dims`).
       if (cli_domain.IsMap() && cli_domain.size() > 0)
@@ -668,12 +676,12 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
                    "name");
       // An invariant the spec lists for a domain that cannot feed it is the
       // spec's error; one that --domain starved is not applicable to the run.
-      if (const auto& needs = invariants[static_cast<size_t>(index)].needs)
-        if (const std::string why = needs(spec.domain, use.params); !why.empty()) {
-          if (!cli_domain.IsMap() || cli_domain.size() == 0)
-            fail(name_node, fmt::format("invariant {} needs {}", name, why));
+      if (const auto& needs = invariants[static_cast<size_t>(index)].needs) {
+        if (const std::string why = needs(own_domain, use.params); !why.empty())
+          fail(name_node, fmt::format("invariant {} needs {}{}", name, why, in_profile));
+        if (const std::string why = overridden ? needs(spec.domain, use.params) : ""; !why.empty())
           use.unobservable = fmt::format("--domain leaves it nothing to observe: it needs {}", why);
-        }
+      }
       spec.invariants.push_back(std::move(use));
     }
   }

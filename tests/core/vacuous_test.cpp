@@ -139,6 +139,21 @@ invariants:
               std::string::npos)
         << e.what();
   }
+  // The spec's own gap stays its error under an unrelated --domain (it was
+  // an n/a, and the run passed), and a profile's gap names the profile.
+  EXPECT_THROW(parse_spec(text, "t.yaml", "", "{rows: [1, 2]}"), InputError);
+  try {
+    parse_spec(
+        "spec: t\nfamily: layernorm\ndomain: {dtype: [f32, f64]}\ninvariants: [finite_differences]\n"
+        "profiles:\n  narrow:\n    domain: {dtype: [f16]}\n",
+        "t.yaml", "narrow");
+    FAIL() << "loaded";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("needs f64 cases but domain.dtype is [f16]; add f64 or drop the "
+                                         "invariant (profile narrow)"),
+              std::string::npos)
+        << e.what();
+  }
   // With no list, the default leaves out what the domain cannot exercise.
   const Spec s = parse_spec("spec: t\nfamily: layernorm\ndomain: {dtype: [f32]}\n", "t.yaml");
   for (const auto& use : s.invariants) EXPECT_NE(use.name, "finite_differences");
