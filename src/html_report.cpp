@@ -224,11 +224,18 @@ class HtmlReporter final : public Reporter {
     int killed = 0;
     for (const auto& row : rows) killed += row.killed;
     const bool all = killed == static_cast<int>(rows.size());
+    // None could run here (no CUDA device): skipped, as the text says, not red.
+    const bool skipped = mutants_skipped(rows);
     std::string body = fmt::format(
-        "<h1>kprop {} — mutants <span class=\"status {}\">{} of {} killed</span></h1><p class=\"sub\">family "
+        "<h1>kprop {} — mutants <span class=\"status {}\">{}{} of {} killed</span></h1><p "
+        "class=\"sub\">family "
         "{} · "
         "seed {}</p>",
-        escape(spec.name), all ? "passed" : "failed", killed, rows.size(), escape(spec.family->name()),
+        escape(spec.name),
+        skipped ? "skipped"
+        : all   ? "passed"
+                : "failed",
+        skipped ? "SKIPPED: " : "", killed, rows.size(), escape(spec.family->name()),
         rows.empty() ? 0 : rows[0].report.seed);
     body += "<h2>Kill matrix</h2><div class=\"drawing\">" + kill_matrix_svg(kill_matrix(rows)) + "</div>";
     body += "<table><tr><th>mutant</th><th>verdict</th><th>killed by</th><th>description</th></tr>";

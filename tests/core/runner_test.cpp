@@ -199,6 +199,9 @@ TEST(Runner, MutantsThatCouldNotRunAreSkippedNotFailed) {
   EXPECT_NE(make_reporter("text")->mutants(spec, rows).find("SKIPPED: none of the 5 mutants could run here"),
             std::string::npos);
   EXPECT_EQ(nlohmann::json::parse(make_reporter("json")->mutants(spec, rows))["skipped"], true);
+  // The HTML page says so too (it showed "0 of 5 killed" in the failed red).
+  const std::string html = make_reporter("html")->mutants(spec, rows);
+  EXPECT_NE(html.find("<span class=\"status skipped\">SKIPPED: 0 of 5 killed</span>"), std::string::npos);
   // One that ran and survived among skipped ones: not every mutant was killed.
   auto mixed = rows;
   mixed[0].report.status = RunStatus::passed;
