@@ -598,6 +598,10 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
   AnyCase c;
   CorpusEntry e;
   std::vector<AlsoFound> found;  // its findings: the top-level one, then also_found_against's
+  const auto by_mutant = [&](const AlsoFound& f) {  // found against a registered mutant
+    const int impl = family.find_implementation(f.found_against);
+    return impl >= 0 && family.implementations()[static_cast<size_t>(impl)].kind == ImplKind::mutant;
+  };
   // A file that cannot be read is reported and the folder goes on; the
   // run exits 2 at the end.
   try {
@@ -635,12 +639,9 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
     found = {{e.found_against, e.invariant}};
     found.insert(found.end(), e.also.begin(), e.also.end());
     const auto replayable = [&](const AlsoFound& f) {
-      const int impl = family.find_implementation(f.found_against);
-      const bool by_mutant =
-          impl >= 0 && family.implementations()[static_cast<size_t>(impl)].kind == ImplKind::mutant;
       const bool in_spec = std::any_of(spec.invariants.begin(), spec.invariants.end(),
                                        [&](const InvariantUse& u) { return u.name == f.invariant; });
-      return by_mutant || f.invariant.empty() || in_spec || family.find_invariant(f.invariant) >= 0;
+      return by_mutant(f) || f.invariant.empty() || in_spec || family.find_invariant(f.invariant) >= 0;
     };
     const auto first = std::find_if(found.begin(), found.end(), replayable);
     if (first == found.end()) {
@@ -704,10 +705,7 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
   bool own_unchecked = false;
   if (row.checked > 0 && row.target_ok && !row.declined)
     for (const auto& f : found) {
-      const int impl = family.find_implementation(f.found_against);
-      if (f.invariant.empty() ||
-          (impl >= 0 && family.implementations()[static_cast<size_t>(impl)].kind == ImplKind::mutant))
-        continue;
+      if (f.invariant.empty() || by_mutant(f)) continue;
       for (size_t k = 0; k < results.size(); ++k)
         if (uses[k]->name == f.invariant && results[k].kind == CheckResult::Kind::verdict &&
             results[k].verdict.outcome != Outcome::pass) {
@@ -726,14 +724,13 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
   // Each implementation the case was found against, if it is a registered
   // mutant, must still fail the recorded invariant.
   for (const auto& finding : found) {
+    if (!by_mutant(finding)) continue;
     const int mutant = family.find_implementation(finding.found_against);
     const int invariant = family.find_invariant(finding.invariant);
     // An expression invariant exists only in the spec: it is re-evaluated from there.
     const InvariantUse* in_spec = nullptr;
     for (const auto& u : spec.invariants)
       if (u.name == finding.invariant) in_spec = &u;
-    if (mutant < 0 || family.implementations()[static_cast<size_t>(mutant)].kind != ImplKind::mutant)
-      continue;
     row.mutant_checked = true;
     // A mutant's case whose invariant is gone (renamed, or deleted from the
     // spec) proves nothing any more: said, never passed silently.
