@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kprop/reasons.h"
 #include "kprop/report.h"
 #include "kprop/svg.h"
 
@@ -86,7 +87,7 @@ std::string invariants_table(const RunReport& r) {
       "<th>declined</th><th>n/a</th><th>worst error/bound</th><th>discard reasons</th></tr>";
   for (const auto& inv : r.invariants) {
     std::string reasons;
-    for (const auto& [why, n] : inv.discard_reasons)
+    for (const auto& [why, n] : grouped_reasons(inv.discard_reasons))
       reasons += fmt::format("{}{} ({})", reasons.empty() ? "" : "<br>", escape(why), n);
     out += fmt::format(
         "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td "

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "kprop/reasons.h"
 #include "kprop/svg.h"
 
 namespace kprop {
@@ -56,16 +57,6 @@ std::string invariant_line(const InvariantReport& r) {
     what += fmt::format(", worst error/allowed {:.3g}{}", r.max_error_ratio,
                         r.status == InvariantStatus::failed ? " on the cases that passed" : "");
   return fmt::format("  {:<26} {:<8} {}\n", r.name, invariant_status_name(r.status), what);
-}
-
-std::string reasons_text(const std::map<std::string, int64_t>& reasons) {
-  std::vector<std::pair<std::string, int64_t>> v(reasons.begin(), reasons.end());
-  std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  std::string out;
-  for (size_t i = 0; i < v.size() && i < 5; ++i)
-    out += fmt::format("{}{} ({})", i ? ", " : "", v[i].first, v[i].second);
-  if (v.size() > 5) out += fmt::format(", and {} more", v.size() - 5);
-  return out;
 }
 
 }  // namespace
@@ -176,7 +167,7 @@ class TextReporter final : public Reporter {
     if (r.search.checked > 0) out += fmt::format(" ({} by the search)", r.search.checked);
     if (r.declined > 0)
       out += fmt::format(", {} declined by the target (not checked): {}", r.declined,
-                         reasons_text(r.decline_reasons));
+                         reasons_summary(r.decline_reasons, 5));
     out += fmt::format("; sizes up to {} of max_size {}\n", std::max<int64_t>(r.size_reached, 0), r.max_size);
     out += search_text(r);
     if (stats_) out += stats_text(r);
@@ -336,7 +327,7 @@ nlohmann::json to_json(const RunReport& r) {
                       {"trials_wanted", r.trials_wanted},
                       {"checked", r.checked},
                       {"declined", r.declined},
-                      {"decline_reasons", r.decline_reasons},
+                      {"decline_reasons", grouped_reason_counts(r.decline_reasons)},
                       {"size_reached", r.size_reached},
                       {"max_size", r.max_size},
                       {"largest_case", r.largest_case},
@@ -383,7 +374,7 @@ nlohmann::json to_json(const RunReport& r) {
                          {"discarded", inv.discarded},
                          {"declined", inv.declined},
                          {"not_applicable", inv.not_applicable},
-                         {"discard_reasons", inv.discard_reasons}};
+                         {"discard_reasons", grouped_reason_counts(inv.discard_reasons)}};
     if (inv.max_error_ratio >= 0) ji["max_error_ratio"] = inv.max_error_ratio;
     if (!inv.output_ratios.empty()) ji["output_error_ratios"] = inv.output_ratios;
     if (inv.ratios.total() > 0)

@@ -16,6 +16,7 @@
 #include "kprop/external.h"
 #include "kprop/jobs.h"
 #include "kprop/output_reads.h"
+#include "kprop/reasons.h"
 
 namespace kprop {
 namespace {
@@ -58,16 +59,6 @@ std::vector<const InvariantUse*> selected_uses(const Spec& spec, const RunOption
 }
 
 // "GQA (40197), Nq≠Nk (14534)": the most frequent reasons first.
-std::string top_reasons(const std::map<std::string, int64_t>& reasons, size_t n = 5) {
-  std::vector<std::pair<std::string, int64_t>> v(reasons.begin(), reasons.end());
-  std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  std::string out;
-  for (size_t i = 0; i < v.size() && i < n; ++i)
-    out += fmt::format("{}{} ({})", i ? ", " : "", v[i].first, v[i].second);
-  if (v.size() > n) out += fmt::format(", and {} more", v.size() - n);
-  return out;
-}
-
 bool suppressed(const RunConfig& run, const char* check) {
   return std::find(run.suppress_health_check.begin(), run.suppress_health_check.end(), check) !=
          run.suppress_health_check.end();
@@ -456,7 +447,7 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
 
   if (report.trials > 0 && report.declined == report.trials && report.status == RunStatus::passed) {
     report.status = RunStatus::skipped;
-    report.detail = "skipped: the target declined every case: " + top_reasons(report.decline_reasons);
+    report.detail = "skipped: the target declined every case: " + reasons_summary(report.decline_reasons, 5);
     for (auto& r : report.invariants) r.status = InvariantStatus::not_run;
     return report;
   }
@@ -496,7 +487,7 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
                      "the target supports (e.g. prop_runner {}; --list --spec shows the keys), or add run: "
                      "{{suppress_health_check: [declined]}}",
                      100 * declined_share, report.declined, report.trials,
-                     top_reasons(report.decline_reasons), narrow_example())});
+                     reasons_summary(report.decline_reasons, 5), narrow_example())});
   }
   for (auto& r : report.invariants) {
     if (r.status != InvariantStatus::gave_up) continue;
@@ -520,13 +511,13 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
       advice += fmt::format(
           "; if the {} case(s) the target declined ({}) are the ones it observes, narrow the domain to what "
           "the target takes (prop_runner {}), and it is reported n/a",
-          r.declined, top_reasons(report.decline_reasons), narrow_example());
+          r.declined, reasons_summary(report.decline_reasons, 5), narrow_example());
     report.health.push_back(
         {"discarded",
          fmt::format("invariant {} checked {} case(s) and discarded {} ({}); {}{}", r.name, r.passed,
                      r.discarded,
-                     r.discard_reasons.empty() ? r.last_discard : top_reasons(r.discard_reasons, 3), advice,
-                     r.passed > 0 ? ", or add run: {suppress_health_check: [discarded]}" : "")});
+                     r.discard_reasons.empty() ? r.last_discard : reasons_summary(r.discard_reasons, 3),
+                     advice, r.passed > 0 ? ", or add run: {suppress_health_check: [discarded]}" : "")});
   }
   if (report.time_budget_hit && !suppressed(run, "too_slow") &&
       (report.size_reached < run.max_size || report.trials < kMinTrialShare * trials))

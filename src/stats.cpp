@@ -8,6 +8,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "kprop/reasons.h"
 #include "kprop/runner.h"
 
 namespace kprop {
@@ -218,7 +219,8 @@ std::string stats_text(const RunReport& r) {
                          q.quantile(1.0), sparkline(q.histogram()));
     }
     out += "\n";
-    for (const auto& [why, n] : inv.discard_reasons) out += fmt::format("      discarded {}x: {}\n", n, why);
+    for (const auto& [why, n] : grouped_reasons(inv.discard_reasons))
+      out += fmt::format("      discarded {}x: {}\n", n, why);
   }
   return out;
 }
@@ -237,9 +239,10 @@ std::string stats_json(const RunReport& r) {
                  {"total", total_time(t)}};
   j["invariants"] = nlohmann::json::array();
   for (const auto& inv : r.invariants) {
-    nlohmann::json ji = {{"name", inv.name},           {"checked", inv.checked()},
-                         {"discarded", inv.discarded}, {"discard_reasons", inv.discard_reasons},
-                         {"declined", inv.declined},   {"not_applicable", inv.not_applicable}};
+    nlohmann::json ji = {
+        {"name", inv.name},           {"checked", inv.checked()},
+        {"discarded", inv.discarded}, {"discard_reasons", grouped_reason_counts(inv.discard_reasons)},
+        {"declined", inv.declined},   {"not_applicable", inv.not_applicable}};
     const auto it = s.ratios.find(inv.name);
     if (it != s.ratios.end() && !it->second.ratios.empty()) {
       const RatioStats& q = it->second;

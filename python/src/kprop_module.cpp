@@ -26,6 +26,7 @@
 #include "kprop/errors.h"
 #include "kprop/external.h"
 #include "kprop/family.h"
+#include "kprop/reasons.h"
 #include "kprop/runner.h"
 #include "kprop/spec.h"
 
@@ -338,7 +339,7 @@ nb::dict report_dict(const kprop::RunReport& r) {
   d["status"] = kprop::run_status_name(r.status);
   d["detail"] = r.detail;
   d["declined"] = r.declined;
-  d["decline_reasons"] = counts(r.decline_reasons);
+  d["decline_reasons"] = counts(kprop::grouped_reason_counts(r.decline_reasons));
   nb::list invariants;
   for (const auto& i : r.invariants) {
     nb::dict x;
@@ -350,7 +351,7 @@ nb::dict report_dict(const kprop::RunReport& r) {
     x["not_applicable"] = i.not_applicable;
     x["trials_to_fail"] = i.trials_to_fail;
     x["last_discard"] = i.last_discard;
-    x["discard_reasons"] = counts(i.discard_reasons);
+    x["discard_reasons"] = counts(kprop::grouped_reason_counts(i.discard_reasons));
     x["counterexample"] = i.counterexample ? nb::object(finding_dict(*i.counterexample)) : nb::none();
     invariants.append(x);
   }
