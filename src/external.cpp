@@ -1090,7 +1090,8 @@ class ChildTransport : public Transport {
       if (header.value("unavailable", false))
         throw TargetUnavailable(fmt::format("{}: {}", request.op, error));
       if (header.value("unsupported", false)) throw Unsupported(fmt::format("{}: {}", request.op, error));
-      throw TargetFailure("error", fmt::format("{}: target reported an error: {}", request.op, error));
+      throw TargetFailure("error",
+                          fmt::format("{}: {} reported an error: {}", request.op, options_.role, error));
     }
     Message reply;
     try {

@@ -143,7 +143,8 @@ FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::st
     const Finding f = record_finding(ctx, &spec.invariants[k], c, r);
     FuzzFinding out{spec.name,     f.kind == "invariant" ? f.invariant : f.kind,
                     f.message,     f.stats.summary,
-                    f.corpus_path, f.corpus_new};
+                    f.corpus_path, f.corpus_new,
+                    f.kind};
     if (known_size >= 0 && known_size <= f.stats.size && f.corpus_path != known_path) {
       // Known: the stored case is at least as small; drop the new file.
       std::error_code ec;
@@ -271,8 +272,8 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
             import_fuzz_input(spec, target, entry.path().string(), o.corpus_root, o.write_corpus);
         if (const auto& f = imported.finding) {
           if (f->is_new)
-            fmt::print(stderr, "[{}] new finding: {} broken: {}\n  shrunk: {}{}\n", spec.name, f->invariant,
-                       f->message, f->summary, f->corpus_path.empty() ? "" : "\n  stored: " + f->corpus_path);
+            fmt::print(stderr, "[{}] new finding: {}: {}\n  shrunk: {}{}\n", spec.name, f->what(), f->message,
+                       f->summary, f->corpus_path.empty() ? "" : "\n  stored: " + f->corpus_path);
           report.findings.push_back(*f);
         } else {
           fmt::print(stderr, "[{}] crash input {} did not fail again ({}); kept in {}\n", spec.name,

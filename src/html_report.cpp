@@ -84,9 +84,13 @@ std::string finding_html(const Finding& f, const RunReport& r) {
 std::string invariants_table(const RunReport& r) {
   std::string out =
       "<table class=\"invariants\"><tr><th>invariant</th><th>status</th><th>checked</th><th>discarded</th>"
-      "<th>declined</th><th>n/a</th><th>worst error/bound</th><th>discard reasons</th></tr>";
+      "<th>declined</th><th>n/a</th><th>worst error/bound</th><th>why not checked</th></tr>";
   for (const auto& inv : r.invariants) {
     std::string reasons;
+    // Why an invariant that checked nothing (n/a) or too little (gave up) did, as the text says.
+    const bool says_why =
+        inv.status == InvariantStatus::not_applicable || inv.status == InvariantStatus::gave_up;
+    if (says_why && !inv.last_discard.empty()) reasons = "<b>" + escape(inv.last_discard) + "</b>";
     for (const auto& [why, n] : grouped_reasons(inv.discard_reasons))
       reasons += fmt::format("{}{} ({})", reasons.empty() ? "" : "<br>", escape(why), n);
     out += fmt::format(
@@ -161,6 +165,15 @@ std::string run_body(const RunReport& r) {
   for (const auto& h : r.health)
     out +=
         fmt::format("<p class=\"note\">health check {} failed: {}</p>", escape(h.check), escape(h.message));
+  if (r.declined > 0)
+    out += fmt::format("<p class=\"note\">{} case(s) declined by the target (not checked): {}</p>",
+                       r.declined, escape(reasons_summary(r.decline_reasons, 5)));
+  if (!r.unchecked_outputs.empty()) {
+    std::string names;
+    for (const auto& o : r.unchecked_outputs) names += (names.empty() ? "" : ", ") + o;
+    out += fmt::format("<p class=\"note\">unchecked outputs: {} (no invariant of this run reads them)</p>",
+                       escape(names));
+  }
   out += "<h2>Invariants</h2>" + invariants_table(r);
   const auto findings = r.findings();
   if (!findings.empty()) {

@@ -75,10 +75,13 @@ std::vector<OutputReaders> output_readers(const Spec& spec) {
   return table;
 }
 
-std::vector<std::string> unchecked_outputs(const Spec& spec) {
+std::vector<std::string> unchecked_outputs(const Spec& spec, const std::vector<std::string>& only) {
   std::vector<std::string> out;
   for (const auto& row : output_readers(spec))
-    if (row.read_by.empty()) out.push_back(row.op + "." + row.output);
+    if (std::none_of(row.read_by.begin(), row.read_by.end(), [&](const std::string& name) {
+          return only.empty() || std::find(only.begin(), only.end(), name) != only.end();
+        }))
+      out.push_back(row.op + "." + row.output);
   return out;
 }
 

@@ -302,9 +302,8 @@ int run(const Config& cfg) {
         continue;
       }
       ++found;
-      fmt::print("  {} {}: {} broken: {}\n    shrunk: {}{}\n", f->is_new ? "NEW  " : "known", path,
-                 f->invariant, f->message, f->summary,
-                 f->corpus_path.empty() ? "" : "\n    stored: " + f->corpus_path);
+      fmt::print("  {} {}: {}: {}\n    shrunk: {}{}\n", f->is_new ? "NEW  " : "known", path, f->what(),
+                 f->message, f->summary, f->corpus_path.empty() ? "" : "\n    stored: " + f->corpus_path);
     }
     return found > 0 ? 1 : 0;
   }

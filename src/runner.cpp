@@ -58,7 +58,6 @@ std::vector<const InvariantUse*> selected_uses(const Spec& spec, const RunOption
   return uses;
 }
 
-// "GQA (40197), Nq≠Nk (14534)": the most frequent reasons first.
 bool suppressed(const RunConfig& run, const char* check) {
   return std::find(run.suppress_health_check.begin(), run.suppress_health_check.end(), check) !=
          run.suppress_health_check.end();
@@ -159,6 +158,7 @@ Impl resolve_target(const Spec& spec, const std::string& name, std::optional<dou
     o.family = spec.family->name();
     o.ops = spec.family->external_ops();
     o.call_timeout_s = case_timeout_s.value_or(spec.run.case_timeout_s);
+    if (as_reference) o.role = "reference";
     auto transport = external::open_target(name, o);
     if (as_reference) transport = external::widened_to_f64(std::move(transport));
     return spec.family->external_impl(name, std::move(transport));
@@ -194,7 +194,7 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
   report.seed = resolve_seed(spec, options);
   const RunContext ctx = make_context(spec, options, report.seed);
   report.target = ctx.target_name;
-  report.unchecked_outputs = unchecked_outputs(spec);
+  report.unchecked_outputs = unchecked_outputs(spec, options.only_invariants);
   events.run_started(report);
   const RunConfig& run = ctx.run;
   report.max_size = run.max_size;

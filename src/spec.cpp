@@ -634,7 +634,7 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
       if (invariants[i].needs && !invariants[i].needs(spec.domain, params).empty()) continue;
       spec.invariants.push_back({i, invariants[i].name, std::move(params)});
     }
-    if (spec.invariants.empty())
+    if (spec.invariants.empty() && skip.empty())
       fail(root, "no invariant of family " + family_name + " can observe this domain");
   } else {
     if (!list.IsSequence()) fail(list, "'invariants' must be a list of names or {name: ..., params}");
@@ -685,6 +685,11 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
       spec.invariants.push_back(std::move(use));
     }
   }
+  if (spec.invariants.empty())  // every one skipped (a list is never empty): a run would check nothing
+    fail(chosen["skip_invariants"],
+         fmt::format("skip_invariants skips every invariant this spec would check{}: the run would check "
+                     "nothing",
+                     in_profile));
   return spec;
 }
 

@@ -150,6 +150,7 @@ class TargetReference final : public ExternalReference {
     external::TransportOptions o;
     o.family = "op";
     o.ops = {{op_, plugin_symbol(op_), invoke}};
+    o.role = "reference";
     try {
       transport_ = external::open_target(target_, o);
     } catch (const std::exception& e) {  // InputError (set-up) or TargetFailure (the handshake)

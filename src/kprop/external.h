@@ -177,6 +177,7 @@ struct TransportOptions {
   // The handshake waits startup_timeout_s + call_timeout_s: a worker may
   // take a while to import its libraries.
   double startup_timeout_s = 60;
+  std::string role = "target";  // or "reference": what its error messages call it
 };
 
 // "plugin:PATH" or "exec:COMMAND": starts the target and checks its ABI

@@ -33,8 +33,13 @@ struct FuzzOptions {
 };
 
 struct FuzzFinding {
-  std::string spec, invariant, message, summary, corpus_path;
+  std::string spec, invariant, message, summary, corpus_path;  // invariant: the kind for a target failure
   bool is_new = false;
+  std::string kind = "invariant";  // or the target failure's: crash, hang, error, ...
+  // "matches_reference broken", "target failure (crash)".
+  std::string what() const {
+    return kind == "invariant" ? invariant + " broken" : "target failure (" + kind + ")";
+  }
 };
 
 struct FuzzSpecStats {

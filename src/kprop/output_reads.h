@@ -23,8 +23,9 @@ struct OutputReaders {
 
 // The family's outputs in contract order, each with its readers in the spec.
 std::vector<OutputReaders> output_readers(const Spec& spec);
-// "op.output" of each output no invariant of the spec reads.
-std::vector<std::string> unchecked_outputs(const Spec& spec);
+// "op.output" of each output no invariant of the spec reads; with `only`
+// (a run's --invariant), none of those invariants.
+std::vector<std::string> unchecked_outputs(const Spec& spec, const std::vector<std::string>& only = {});
 // The outputs an invariant of the spec reads (what InvariantInfo::reads,
 // an expression's or a callback's tensor names say; "*" expanded); nullopt
 // when the invariant does not declare it.

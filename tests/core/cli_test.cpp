@@ -248,6 +248,27 @@ TEST(Cli, ImportSaysWhatItCouldNotCheckAndChecksEveryPathFirst) {
   EXPECT_NE(skipped.out.find("skip    "), std::string::npos) << skipped.out;
   EXPECT_NE(skipped.out.find("not checked: declined"), std::string::npos) << skipped.out;
   EXPECT_EQ(skipped.out.find("passes"), std::string::npos) << skipped.out;
+  // A target that fails on the input is a target failure, not an invariant
+  // (it printed "error broken: ...").
+  std::ofstream(dir / "errors.py")
+      << "import sys\nsys.path.insert(0, '" << KPROP_SOURCE_DIR
+      << "/python')\nimport kprop_worker\n\n\ndef op(**_):\n    raise "
+         "RuntimeError('always fails')\n\n\nkprop_worker.serve({'layernorm': op})\n";
+  const CliRun failed = run("--spec " + spec + " --no-corpus --import " + (dir / "empty.bin").string() +
+                            " --target 'exec:" + KPROP_PYTHON + " " + (dir / "errors.py").string() + "'");
+  EXPECT_EQ(failed.code, 1) << failed.out;
+  EXPECT_NE(failed.out.find("empty.bin: target failure (error): "), std::string::npos) << failed.out;
+  EXPECT_NE(failed.out.find("always fails"), std::string::npos) << failed.out;
+  EXPECT_EQ(failed.out.find("broken"), std::string::npos) << failed.out;
+  // The same worker as --reference: its error is the reference's (it said
+  // "target reported an error"), and the run stops with exit 2.
+  const CliRun oracle = run("--spec " + spec + " --no-corpus --seed 1 --reference 'exec:" + KPROP_PYTHON +
+                            " " + (dir / "errors.py").string() + "'");
+  EXPECT_EQ(oracle.code, 2) << oracle.out;
+  EXPECT_NE(oracle.out.find("layernorm: reference reported an error: RuntimeError: always fails"),
+            std::string::npos)
+      << oracle.out;
+  EXPECT_EQ(oracle.out.find("target reported"), std::string::npos) << oracle.out;
   const CliRun folder =
       run("--spec " + spec + " --corpus " + (dir / "corpus").string() + " --import " +
           (dir / "empty.bin").string() + " " + (dir / "a-folder").string() + " --target missing_proj_term");
@@ -303,6 +324,26 @@ TEST(Cli, AnOutputReadOnlyInAWhenIsUnchecked) {
   const CliRun r = run("--list --spec " + spec.string());
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("unchecked outputs: softmax_topk.indices"), std::string::npos) << r.out;
+}
+
+// A run's "unchecked outputs" are those no invariant *of the run* reads:
+// under --invariant, the ones left out do not check anything (the line
+// named the spec's whole list, so an output checked by nothing that ran went
+// unsaid).
+TEST(Cli, UncheckedOutputsAreThoseTheRunsInvariantsLeave) {
+  const fs::path spec = temp("two.yaml");
+  std::ofstream(spec)
+      << "spec: two\nfamily: softmax_topk\ntarget: reference\nrun: {trials: 20}\ninvariants:\n"
+         "  - {name: probs_finite, expect: all(isfinite(target.probs))}\n"
+         "  - {name: indices_valid, expect: all(target.indices >= 0)}\n";
+  const CliRun all = run("--spec " + spec.string() + " --seed 3 --no-corpus");
+  EXPECT_EQ(all.code, 0) << all.out;
+  EXPECT_EQ(all.out.find("unchecked outputs"), std::string::npos) << all.out;
+  const CliRun one = run("--spec " + spec.string() + " --seed 3 --no-corpus --invariant probs_finite");
+  EXPECT_EQ(one.code, 0) << one.out;
+  EXPECT_NE(one.out.find("unchecked outputs: softmax_topk.indices (no invariant of this run reads them"),
+            std::string::npos)
+      << one.out;
 }
 
 TEST(Cli, UsageAndSpecErrorsExitTwoWithOneLine) {

@@ -329,6 +329,24 @@ TEST(Profiles, ErrorsInsideAProfilePointAtItsOwnLines) {
             "t.yaml:14:7: profile 'ci' must be a map with domain: and/or run: overrides");
 }
 
+// A profile that skips every invariant would run and check nothing (it
+// loaded, and the run ended in the nothing_checked health check saying
+// "every one was n/a").
+TEST(Profiles, SkippingEveryInvariantIsALoadError) {
+  const std::string listed =
+      "spec: toy\nfamily: toy.sum\ninvariants: [matches_reference, sum_parity]\n"
+      "profiles:\n  p:\n    skip_invariants: [sum_parity, matches_reference]\n";
+  const std::string error =
+      "t.yaml:6:22: skip_invariants skips every invariant this spec would check (profile p): the run would "
+      "check nothing";
+  EXPECT_EQ(load_error(listed, "p"), error);
+  EXPECT_EQ(load_error(listed), error);  // every profile is validated, selected or not
+  std::string one = listed;
+  one.replace(one.find("[sum_parity, matches_reference]"), 31, "[sum_parity]");
+  EXPECT_EQ(load_error(one, "p"), "");
+  EXPECT_EQ(load_error(one), "");
+}
+
 TEST(Profiles, FindingsRecordTheProfileAndReplayWithoutIt) {
   const fs::path dir = fs::temp_directory_path() / ("kprop_profile_test_" + std::to_string(::getpid()));
   fs::remove_all(dir);

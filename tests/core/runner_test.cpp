@@ -239,6 +239,30 @@ TEST(Reporters, JunitMutantAndReplaySuitesCountTheirFailuresAndSkips) {
   EXPECT_NE(r.find("tests=\"4\" failures=\"1\" errors=\"1\" skipped=\"1\""), std::string::npos) << r;
 }
 
+// The HTML page says what the text says of what was not checked: the
+// target's decline reasons, the outputs no invariant read, and why an
+// invariant was n/a or gave up (it showed none of them).
+TEST(Reporters, HtmlSaysWhatWasNotChecked) {
+  RunReport r;
+  r.spec = "toy";
+  r.status = RunStatus::passed;
+  r.declined = 7;
+  r.decline_reasons = {{"needs 7+ elements, got 3", 4}, {"needs 7+ elements, got 5", 3}};
+  r.unchecked_outputs = {"toy.sum", "toy.count"};
+  InvariantReport na{"sum_parity"};
+  na.status = InvariantStatus::not_applicable;
+  na.last_discard = "the target hides its parity";
+  r.invariants.push_back(na);
+  const std::string html = make_reporter("html")->run(r);
+  EXPECT_NE(html.find("7 case(s) declined by the target (not checked): needs 7+ elements, got … (7)"),
+            std::string::npos)
+      << html;
+  EXPECT_NE(html.find("unchecked outputs: toy.sum, toy.count (no invariant of this run reads them)"),
+            std::string::npos)
+      << html;
+  EXPECT_NE(html.find("<b>the target hides its parity</b>"), std::string::npos) << html;
+}
+
 TEST(Reporters, JsonAndJunitAreWellFormed) {
   const Spec spec = toy_spec("invariants: [matches_reference]\n");
   const RunReport r = run_spec(spec, options("drops_last"));
