@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kprop/errors.h"
 #include "kprop/reasons.h"
 #include "kprop/report.h"
 #include "kprop/svg.h"
@@ -168,12 +169,9 @@ std::string run_body(const RunReport& r) {
   if (r.declined > 0)
     out += fmt::format("<p class=\"note\">{} case(s) declined by the target (not checked): {}</p>",
                        r.declined, escape(reasons_summary(r.decline_reasons, 5)));
-  if (!r.unchecked_outputs.empty()) {
-    std::string names;
-    for (const auto& o : r.unchecked_outputs) names += (names.empty() ? "" : ", ") + o;
+  if (!r.unchecked_outputs.empty())
     out += fmt::format("<p class=\"note\">unchecked outputs: {} (no invariant of this run reads them)</p>",
-                       escape(names));
-  }
+                       escape(join(r.unchecked_outputs)));
   out += "<h2>Invariants</h2>" + invariants_table(r);
   const auto findings = r.findings();
   if (!findings.empty()) {
