@@ -470,6 +470,7 @@ namespace {
 class Widened final : public Transport {
  public:
   explicit Widened(std::shared_ptr<Transport> inner) : inner_(std::move(inner)) {}
+  void set_call_timeout(double seconds) override { inner_->set_call_timeout(seconds); }
 
  protected:
   bool widens() const override { return true; }
@@ -1043,6 +1044,8 @@ class ChildTransport : public Transport {
   ChildTransport(std::string target, const TransportOptions& options,
                  std::function<void(int, int)> child_main)
       : target_(std::move(target)), options_(options), child_(target_, std::move(child_main)) {}
+
+  void set_call_timeout(double seconds) override { options_.call_timeout_s = seconds; }
 
   // Starts the child and shakes hands; setup errors are the user's (exit 2).
   void open() {

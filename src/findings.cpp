@@ -330,6 +330,19 @@ TransportedCall::~TransportedCall() {
   if (left_ns_ != 0) g_call_deadline->ns = Clock::now().time_since_epoch().count() + left_ns_;
 }
 
+namespace {
+thread_local double t_case_timeout_s = 0;
+}  // namespace
+CaseTimeout::CaseTimeout(double seconds) : previous_(t_case_timeout_s) {
+  t_case_timeout_s = seconds;
+}
+CaseTimeout::~CaseTimeout() {
+  t_case_timeout_s = previous_;
+}
+double CaseTimeout::current() {
+  return t_case_timeout_s;
+}
+
 void enter_worker_process() {
   g_worker = true;
   g_guard.armed = false;
@@ -391,6 +404,7 @@ CheckResult check_one(const RunContext& ctx, AnyTrial& trial, const InvariantUse
   const auto t0 = Clock::now();
   const TrialTimes before = trial.times();
   try {
+    const CaseTimeout timeout(ctx.run.case_timeout_s);
     CaseGuard guard(ctx, c);
     try {
       r.verdict = check_invariant(trial, use);

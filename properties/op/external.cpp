@@ -129,6 +129,9 @@ class TargetReference final : public ExternalReference {
   Result call(const Case& c, bool fp64) const override {
     const std::lock_guard<std::mutex> lock(mutex_);
     if (!transport_) open();
+    // The run's case timeout (run.case_timeout_s, --case-timeout), whichever
+    // run calls it: the transport was opened by the first.
+    if (const double s = CaseTimeout::current(); s > 0) transport_->set_call_timeout(s);
     try {
       return drive(c, *transport_, fp64);
     } catch (const external::TargetFailure& e) {
@@ -151,6 +154,7 @@ class TargetReference final : public ExternalReference {
     o.family = "op";
     o.ops = {{op_, plugin_symbol(op_), invoke}};
     o.role = "reference";
+    if (const double s = CaseTimeout::current(); s > 0) o.call_timeout_s = s;  // the handshake's share
     try {
       transport_ = external::open_target(target_, o);
     } catch (const std::exception& e) {  // InputError (set-up) or TargetFailure (the handshake)

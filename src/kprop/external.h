@@ -105,6 +105,9 @@ class Transport {
  public:
   virtual ~Transport() = default;
   Message call(const Message& request);
+  // A transport that times its calls (a child process's: exec:, plugin:)
+  // gives the next ones `seconds` (TransportOptions::call_timeout_s at open).
+  virtual void set_call_timeout(double seconds) { (void)seconds; }
 
  protected:
   virtual Message round_trip(const Message& request) = 0;

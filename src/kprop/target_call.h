@@ -34,4 +34,24 @@ class TransportedCall {
   long long left_ns_ = 0;  // what the TargetCall had left (0: none running)
 };
 
+// The case timeout of the run whose check is running on this thread, set by
+// check_one for the check's lifetime (whether or not the crash guard is
+// armed: --jobs workers and the fuzz harness check unguarded). An oracle a
+// family calls through a transport of its own (a declared op's exec: or
+// plugin: reference) times its calls by it: the transport's default of 30 s
+// ignored run.case_timeout_s and --case-timeout, and its hang message named
+// that 30 s.
+class CaseTimeout {
+ public:
+  explicit CaseTimeout(double seconds);
+  ~CaseTimeout();
+  CaseTimeout(const CaseTimeout&) = delete;
+  CaseTimeout& operator=(const CaseTimeout&) = delete;
+  // Seconds; 0 when no check is running on this thread.
+  static double current();
+
+ private:
+  double previous_;
+};
+
 }  // namespace kprop

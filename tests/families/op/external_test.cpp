@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -164,6 +165,31 @@ TEST(OpExternalReference, AWorkerSlowToStartIsNoHangOfTheTargetThatCallsIt) {
   const RunReport r = run_spec(spec, o);
   EXPECT_EQ(r.status, RunStatus::passed) << r.detail;
   EXPECT_FALSE(r.crash);
+}
+
+// A reference that hangs: each call ends at the run's case timeout, the
+// spec's or --case-timeout's, and says which. The transport kept its default
+// of 30 s whatever the run said ("no reply within case_timeout_s = 30 s").
+TEST(OpExternalReference, AHangingReferenceEndsAtTheRunsCaseTimeout) {
+  std::ifstream in(std::string(KPROP_SOURCE_DIR) + "/specs/ops/sort.yaml");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string plain = "exec:/usr/bin/python3 ../../examples/ops/sort_reference.py";
+  const std::string run = "run:\n  trials: 200\n";
+  ASSERT_NE(text.find(plain), std::string::npos);
+  ASSERT_NE(text.find(run), std::string::npos);
+  text.replace(text.find(plain), plain.size(),
+               "exec:/usr/bin/python3 ../../tests/external/hanging_reference.py");
+  text.replace(text.find(run), run.size(),
+               "run:\n  trials: 200\n  case_timeout_s: 0.5\n  shrink_budget_s: 1\n");
+  const Spec spec = parse_spec(text, std::string(KPROP_SOURCE_DIR) + "/specs/ops/sort.yaml");
+  for (const std::optional<double> option : {std::optional<double>(), std::optional<double>(0.75)}) {
+    RunOptions o = scratch_run("reference", 3, 3, "kprop_op_external_test");
+    o.case_timeout_s = option;
+    const RunReport r = run_spec(spec, o);
+    EXPECT_EQ(r.status, RunStatus::crashed) << r.detail;
+    EXPECT_NE(r.detail.find(option ? "case_timeout_s = 0.75 s" : "case_timeout_s = 0.5 s"), std::string::npos)
+        << r.detail;
+  }
 }
 
 // A reference that cannot start is the spec's error (exit 2, one line),
