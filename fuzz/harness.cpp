@@ -18,6 +18,7 @@
 
 #include "kprop/corpus.h"
 #include "kprop/runner.h"
+#include "kprop/sanitizer.h"
 
 namespace {
 
@@ -100,8 +101,12 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
     h->ctx = std::make_unique<kprop::RunContext>(kprop::make_context(h->spec, h->options, 0));
     g_harness = h;
     std::atexit(say_tally);
-    fmt::print(stderr, "kprop fuzz: spec {} ({}{}), target {}\n", h->spec.name, spec_path,
-               profile.empty() ? "" : ", profile " + profile, target);
+    // A coverage-only build (KPROP_FUZZ_SANITIZE=OFF) says so: what it
+    // checks is the invariants, and a memory error passes unreported.
+    fmt::print(
+        stderr, "kprop fuzz: spec {} ({}{}), target {}{}\n", h->spec.name, spec_path,
+        profile.empty() ? "" : ", profile " + profile, target,
+        kprop::kAddressSanitizer ? "" : " (coverage only: no AddressSanitizer, memory errors unreported)");
   } catch (const std::exception& e) {
     fmt::print(stderr, "kprop fuzz: error: {}\n", e.what());
     std::exit(2);

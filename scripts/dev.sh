@@ -4,7 +4,7 @@
 #   scripts/dev.sh test                      install, build, run the whole suite
 #                                            (optimised build, then ASan+UBSan+libFuzzer build)
 #   scripts/dev.sh san-run --spec S [flags]  install, build under ASan+UBSan, run prop_runner there
-# Also: deps (install packages only), build, build-san.
+# Also: deps (install packages only), build, build-san, build-fuzz (coverage-only fuzzers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -77,10 +77,24 @@ build_san() {
   cmake --build build-san -j "$JOBS"
 }
 
+# The fuzzers and prop_runner with coverage instrumentation only, no
+# ASan/UBSan (KPROP_FUZZ_SANITIZE=OFF): about three times build-san's
+# executions per second, for long fuzzing of what the invariants see; a
+# memory error in a kernel goes unreported there (fuzz build-san's harnesses
+# on the same corpus for that). build-fuzz/prop_runner --fuzz runs them.
+build_fuzz() {
+  local flags="-O2 -gline-tables-only -DNDEBUG"
+  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKPROP_FUZZ=ON \
+    -DKPROP_FUZZ_SANITIZE=OFF -DKPROP_TESTS=OFF -DKPROP_BENCH=OFF -DKPROP_CUDA=OFF \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" -DCMAKE_C_FLAGS_RELWITHDEBINFO="$flags"
+  cmake --build build-fuzz -j "$JOBS" --target kprop_fuzzers
+}
+
 case "${1:-}" in
   deps) deps ;;
   build) deps && build ;;
   build-san) deps && build_san ;;
+  build-fuzz) deps && build_fuzz ;;
   run)
     shift
     deps && build
@@ -131,7 +145,7 @@ case "${1:-}" in
     fi
     ;;
   *)
-    echo "usage: scripts/dev.sh run|test|san-run|deps|build|build-san" >&2
+    echo "usage: scripts/dev.sh run|test|san-run|deps|build|build-san|build-fuzz" >&2
     exit 2
     ;;
 esac

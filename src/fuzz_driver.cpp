@@ -38,9 +38,11 @@ void make_folder(const char* flag, const fs::path& dir) {
 std::string harness_path(const Spec& spec, const FuzzOptions& o) {
   const fs::path p = fs::path(o.fuzzer_dir) / ("fuzz_" + spec.name);
   if (!fs::exists(p))
-    throw InputError({p.string(), 0, 0},
-                     "no libFuzzer harness for spec " + spec.name +
-                         " (build it with `scripts/dev.sh build-san` and run build-san/prop_runner)");
+    throw InputError(
+        {p.string(), 0, 0},
+        "no libFuzzer harness for spec " + spec.name +
+            " (build it with `scripts/dev.sh build-san` and run build-san/prop_runner, or build-fuzz: "
+            "coverage only)");
   return p.string();
 }
 
