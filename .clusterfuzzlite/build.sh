@@ -42,6 +42,9 @@ PY
 mkdir -p "$OUT/lib"
 for fuzzer in "$build"/fuzz/fuzz_*; do
   name=$(basename "$fuzzer")
+  # prop_runner --fuzz's harness for any spec, which it names in the
+  # environment: nothing for ClusterFuzzLite, which runs each fuzz_<spec>.
+  [ "$name" = fuzz_any_spec ] && continue
   cp "$fuzzer" "$OUT/"
   # Shared libraries the runner image lacks travel in $OUT/lib ($ORIGIN/lib rpath).
   ldd "$fuzzer" | awk '/libyaml-cpp|libfmt/ {print $3}' | xargs -r -I{} cp -L {} "$OUT/lib/"

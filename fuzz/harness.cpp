@@ -18,7 +18,6 @@
 
 #include "kprop/corpus.h"
 #include "kprop/runner.h"
-#include "kprop/sanitizer.h"
 
 namespace {
 
@@ -89,9 +88,19 @@ void default_len_control(int* argc, char*** argv) {
   *argv = args.data();
 }
 
+#ifdef KPROP_FUZZ_COVERAGE_ONLY
+constexpr bool kCoverageOnly = true;
+#else
+constexpr bool kCoverageOnly = false;
+#endif
+
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   default_len_control(argc, argv);
   const std::string spec_path = flag(*argc, *argv, "kprop_spec", "KPROP_SPEC", default_spec((*argv)[0]));
+  if (spec_path.empty()) {  // fuzz_any_spec
+    fmt::print(stderr, "kprop fuzz: error: no spec: -kprop_spec=PATH or KPROP_SPEC=PATH\n");
+    std::exit(2);
+  }
   try {
     const std::string profile = flag(*argc, *argv, "kprop_profile", "KPROP_PROFILE", "");
     auto* h = new Harness{kprop::load_spec(spec_path, profile), {}, nullptr};
@@ -103,10 +112,9 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
     std::atexit(say_tally);
     // A coverage-only build (KPROP_FUZZ_SANITIZE=OFF) says so: what it
     // checks is the invariants, and a memory error passes unreported.
-    fmt::print(
-        stderr, "kprop fuzz: spec {} ({}{}), target {}{}\n", h->spec.name, spec_path,
-        profile.empty() ? "" : ", profile " + profile, target,
-        kprop::kAddressSanitizer ? "" : " (coverage only: no AddressSanitizer, memory errors unreported)");
+    fmt::print(stderr, "kprop fuzz: spec {} ({}{}), target {}{}\n", h->spec.name, spec_path,
+               profile.empty() ? "" : ", profile " + profile, target,
+               kCoverageOnly ? " (coverage only: no sanitizer, memory errors unreported)" : "");
   } catch (const std::exception& e) {
     fmt::print(stderr, "kprop fuzz: error: {}\n", e.what());
     std::exit(2);

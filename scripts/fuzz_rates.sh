@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # libFuzzer throughput of the spec harnesses as the fuzzers really run
-# (sanitizer build, coverage feedback, an empty start): exec/s and coverage
+# (coverage feedback, an empty start; the sanitizer build's harnesses, or
+# build-fuzz's coverage-only ones): exec/s and coverage
 # (`cov`) after `seconds`, per harness, and the median exec/s. The numbers
 # issue 23's fuzz goals are stated in. libFuzzer's exec/s moves by about
 # ±20% between runs of the same binary (which inputs it keeps decides what
 # it runs next), so compare builds run back to back on the same machine.
 # `cov` counts only instrumented code: to compare builds that instrument
 # different files, use scripts/fuzz_coverage.py.
-#   scripts/fuzz_rates.sh build-san [seconds] [harness ...]
+#   scripts/fuzz_rates.sh build-san|build-fuzz [seconds] [harness ...]
+# A harness that finds something stops the script, its input and log kept
+# under BUILD/fuzz_rates_artifacts/ (a crash without a sanitizer is
+# libFuzzer's 'deadly signal').
 # Default: 60 s each over the eight family specs' harnesses.
 set -uo pipefail
 build="${1:?usage: scripts/fuzz_rates.sh BUILD_DIR [seconds] [harness ...]}"
@@ -17,7 +21,7 @@ harnesses=("$@")
 [ ${#harnesses[@]} -eq 0 ] && harnesses=(attention_bwd attention_fwd beam dflash kvcache layernorm softmax_topk ternary)
 for h in "${harnesses[@]}"; do
   if [ ! -x "$build/fuzz/fuzz_$h" ]; then
-    echo "fuzz_rates: no harness $build/fuzz/fuzz_$h (build it with scripts/dev.sh build-san)" >&2
+    echo "fuzz_rates: no harness $build/fuzz/fuzz_$h (build it with scripts/dev.sh build-san or build-fuzz)" >&2
     exit 2
   fi
 done
@@ -35,7 +39,7 @@ for h in "${harnesses[@]}"; do
   runs=$(echo "$line" | sed -E 's/^#([0-9]+).*/\1/')
   cov=$(echo "$line" | grep -oE 'cov: [0-9]+' | awk '{print $2}')
   rate=$(echo "$line" | grep -oE 'exec/s: [0-9]+' | awk '{print $2}')
-  if [ -z "$rate" ] || grep -q "kprop fuzz: invariant\|kprop fuzz: target failure\|ERROR: AddressSanitizer" "$tmp/log"; then
+  if [ -z "$rate" ] || grep -q "kprop fuzz: invariant\|kprop fuzz: target failure\|ERROR: AddressSanitizer\|ERROR: libFuzzer" "$tmp/log"; then
     # A finding is the fuzzer's job: keep its input and say what failed (the
     # harness's own lines, which a sanitizer's stack trace would push out of
     # a plain tail), then stop: a rate of a run that found something is no rate.

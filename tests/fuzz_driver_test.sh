@@ -16,6 +16,18 @@ grep -q "found_by: libfuzzer" "$tmp/corpus/dflash/"*.yaml || { echo "not marked 
 "$runner" --spec "$spec" --replay "$tmp/corpus/dflash" || { echo "replay failed"; exit 1; }
 echo "fuzz driver: found, shrunk, stored, replays"
 
+# A spec of the user's own, outside specs/ and named like no built harness
+# (a declared op): fuzzed by fuzz_any_spec, which the driver tells the spec
+# (it said "no libFuzzer harness for spec my_swiglu").
+sed 's/^spec: .*/spec: my_swiglu/' "$(dirname "$spec")/ops/swiglu.yaml" > "$tmp/my_swiglu.yaml"
+"$runner" --spec "$tmp/my_swiglu.yaml" --fuzz --time 5 --work "$tmp/work3" --corpus "$tmp/corpus3" \
+  > "$tmp/out3.log" 2>&1
+code=$?
+cat "$tmp/out3.log" | tail -3
+[ "$code" -eq 0 ] || { echo "expected exit 0 (nothing found), got $code"; exit 1; }
+grep -qE "^  my_swiglu .* [1-9][0-9]* execs" "$tmp/out3.log" || { echo "my_swiglu was not fuzzed"; exit 1; }
+echo "fuzz driver: a spec outside specs/ is fuzzed"
+
 # A target that checks nothing (cannot run here: the CUDA kernels without a
 # GPU) is not fuzzed, and the run says SKIPPED: "0 new findings" over inputs
 # it never checked read as a clean run.
