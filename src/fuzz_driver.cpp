@@ -99,7 +99,8 @@ int write_fuzz_seeds(const Spec& spec, const std::string& dir, int count) {
 }
 
 FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::string& path,
-                             const std::string& corpus_root, bool write_corpus) {
+                             const std::string& corpus_root, bool write_corpus,
+                             std::optional<double> case_timeout_s) {
   const auto bytes = read_bytes(path);
   const AnyCase c = spec.family->from_bytes(bytes.data(), bytes.size(), spec.domain);
   const std::string target_name = target.info.name;
@@ -109,6 +110,7 @@ FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::st
   options.corpus_dir = corpus_root;
   options.write_corpus = write_corpus;
   options.found_by = "libfuzzer";
+  options.case_timeout_s = case_timeout_s;  // the spec's was used: a slow target's call was a false hang
   const RunContext ctx = make_context(spec, options, 0);
   const auto trial = spec.family->begin_trial(c, ctx.target, ctx.reference);
   FuzzImport result;
@@ -273,8 +275,8 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
       for (const auto& entry : fs::directory_iterator(crashes)) {
         if (!entry.is_regular_file()) continue;
         ++stats.crash_inputs;  // the files, not libFuzzer's counter of this slice
-        const FuzzImport imported =
-            import_fuzz_input(spec, target, entry.path().string(), o.corpus_root, o.write_corpus);
+        const FuzzImport imported = import_fuzz_input(spec, target, entry.path().string(), o.corpus_root,
+                                                      o.write_corpus, o.case_timeout_s);
         if (const auto& f = imported.finding) {
           if (f->is_new)
             fmt::print(stderr, "[{}] new finding: {}: {}\n  shrunk: {}{}\n", spec.name, f->what(), f->message,

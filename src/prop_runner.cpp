@@ -292,7 +292,8 @@ int run(const Config& cfg) {
     }
     int found = 0;
     for (const auto& path : cfg.imports) {
-      const FuzzImport imported = import_fuzz_input(spec, target, path, corpus_root, !cfg.no_corpus);
+      const FuzzImport imported =
+          import_fuzz_input(spec, target, path, corpus_root, !cfg.no_corpus, cfg.case_timeout);
       const auto& f = imported.finding;
       if (!f) {
         if (imported.checked > 0)

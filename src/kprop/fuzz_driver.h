@@ -74,8 +74,11 @@ struct FuzzImport {
   int checked = 0;
   std::string not_checked;
 };
+// `case_timeout_s` (--case-timeout) overrides run.case_timeout_s for the
+// target's calls, as in a property run.
 FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::string& path,
-                             const std::string& corpus_root, bool write_corpus);
+                             const std::string& corpus_root, bool write_corpus,
+                             std::optional<double> case_timeout_s);
 
 // Writes `count` seed inputs for the spec (empty if the family has no
 // Draw-based builder); returns how many were written.

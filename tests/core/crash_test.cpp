@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
+#include "kprop/fuzz_driver.h"
 #include "kprop/runner.h"
 
 namespace fs = std::filesystem;
@@ -51,6 +53,23 @@ TEST_F(CrashTest, HangIsStoppedByTheCaseTimeout) {
   const auto files = list_corpus((dir_ / "toy").string());
   ASSERT_EQ(files.size(), 1u);
   EXPECT_EQ(read_entry(files[0]).found_by, "hang");
+}
+
+// --import gives an in-process target's calls --case-timeout, as a
+// property run does: a hang is said at that timeout, not the spec's
+// (import_fuzz_input used the spec's 30 s, so a target slower than the spec
+// allows was a false hang even under a longer --case-timeout).
+TEST_F(CrashTest, ImportedInputHangsAtTheGivenCaseTimeout) {
+  const Spec spec = parse_spec(
+      "spec: toy\nfamily: toy.sum\nrun: {case_timeout_s: 30}\n"
+      "domain: {length: [3, 3], value: [7, 7]}\ninvariants: [matches_reference]\n",
+      "toy.yaml");
+  fs::create_directories(dir_);
+  const std::string input = (dir_ / "input").string();
+  std::ofstream(input) << std::string(16, '\x5a');
+  const Impl target = resolve_target(spec, "hangs", 0.25);
+  EXPECT_EXIT(import_fuzz_input(spec, target, input, (dir_ / "corpus").string(), true, 0.25),
+              ::testing::ExitedWithCode(3), "hung \\(a call ran past case_timeout_s = 0.25 s\\)");
 }
 
 // With --jobs, a crash or hang in a forked job is not trusted: the runner
