@@ -218,7 +218,12 @@ namespace {
 // mutant: the table still names the first kill, as a run that stops at it
 // does (it named the last invariant that failed, with its trial count).
 TEST(SoftmaxTopkMutants, TheKillMatrixNamesTheSameKillerAsTheTable) {
-  const Spec spec = load_spec(std::string(KPROP_SOURCE_DIR) + "/specs/softmax_topk.yaml");
+  Spec spec = load_spec(std::string(KPROP_SOURCE_DIR) + "/specs/softmax_topk.yaml");
+  // Every mutant at the spec's own domain: indices_u16, which only its
+  // profile's 65536+ vocabularies reach, survives both runs there (with its
+  // profile, shrinking its 131072-logit case once per invariant was 3/4 of
+  // this test's time; its kill at that profile is mutants.softmax_topk's).
+  spec.mutant_profiles.clear();
   RunOptions o;
   o.seed = 3;
   o.trials = 40;
