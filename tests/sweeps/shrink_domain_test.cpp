@@ -11,7 +11,6 @@
 #include <sstream>
 
 #include "kprop/spec.h"
-#include "tests/support/budget.h"
 
 namespace kprop {
 namespace {
@@ -76,7 +75,7 @@ TEST_P(ShrinkDomain, CandidatesStayInsideANarrowedDomain) {
   const Family& f = *spec.family;
   Values domain = spec.domain;
   narrow(f.domain_schema(), "", domain);
-  const int n = testing::sanitizer_scaled(cases_for(f));
+  const int n = cases_for(f);
   int failures = 0;
   for (int i = 0; i < n && failures < 5; ++i) {
     AnyCase c = f.generator(domain)(rc::Random(uint64_t(1000 + i)), i % 101).value();
