@@ -1,5 +1,5 @@
 // Whether a family's `cuda` implementation can run here, for the tests that
-// need a device (the families' own CUDA tests; tests/core/cuda_target_test.cpp
+// need a device (the families' own CUDA tests; tests/specs/cuda_target_test.cpp
 // holds the checks every `cuda` implementation shares).
 #pragma once
 

@@ -61,7 +61,7 @@ inline const std::vector<ShippedSpec>& shipped_spec_heads() {
 }
 
 // The shipped specs whose family is built and passes `keep`, sorted: what
-// the spec-wide tests (tests/core) run on.
+// the spec-wide tests (tests/specs, tests/sweeps) run on.
 inline std::vector<std::string> shipped_specs(const std::function<bool(const Family&)>& keep) {
   std::vector<std::string> out;
   for (const ShippedSpec& s : shipped_spec_heads())

@@ -3,7 +3,7 @@
 // (kprop::attention::reference_forward) within a tolerance derived below.
 // Everything that needs a device GTEST_SKIPs without one. The "cuda"
 // implementation of attention.fwd (f32/f64) is checked with every other
-// `cuda` target in tests/core/cuda_target_test.cpp.
+// `cuda` target in tests/specs/cuda_target_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -13,7 +13,7 @@ namespace {
 const std::string kFwd = std::string(KPROP_SOURCE_DIR) + "/specs/attention_fwd.yaml";
 const std::string kBwd = std::string(KPROP_SOURCE_DIR) + "/specs/attention_bwd.yaml";
 
-// (Valid derived cases: tests/core/family_contract_test.cpp.)
+// (Valid derived cases: tests/sweeps/family_contract_test.cpp.)
 TEST(AttentionTensors, TransformsKeepTheNumberOfVisiblePairs) {
   for (const std::string& path : {kFwd, kBwd}) {
     const Spec spec = load_spec(path);

@@ -1,7 +1,7 @@
 // The `cuda` implementation of kvcache on a device (every test here
 // GTEST_SKIPs without one: reported SKIPPED, never passed). What every
 // `cuda` implementation shares (skipped without a device, passes its spec
-// on one) is tests/core/cuda_target_test.cpp.
+// on one) is tests/specs/cuda_target_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 // LayerNorm's transforms are as exact as their descriptions claim (every
 // declared tensor's shape: tests/core/spec_contract_test.cpp; valid derived
-// cases: tests/core/family_contract_test.cpp).
+// cases: tests/sweeps/family_contract_test.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>

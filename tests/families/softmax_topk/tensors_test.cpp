@@ -1,6 +1,6 @@
 // softmax_topk's transforms keep what their descriptions claim on the
 // reference (every declared tensor's shape: tests/core/spec_contract_test.cpp;
-// valid derived cases: tests/core/family_contract_test.cpp).
+// valid derived cases: tests/sweeps/family_contract_test.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,6 +1,6 @@
 // ternary's transform: the reference's outputs move as the description
 // claims (every declared tensor's shape: tests/core/spec_contract_test.cpp;
-// valid derived cases: tests/core/family_contract_test.cpp).
+// valid derived cases: tests/sweeps/family_contract_test.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,6 +1,6 @@
 // Every committed spec, every implementation of its family: each mutant dies
-// on three fixed seeds, and every other implementation passes (CUDA ones
-// pass or report skipped). New specs and families are covered without a
+// on three fixed seeds (one under the sanitizers), and every other
+// implementation passes (CUDA ones pass or report skipped). New specs and families are covered without a
 // line of test code; the 20-seed numbers come from scripts/mutant_stats.py.
 #include <gtest/gtest.h>
 
