@@ -48,6 +48,7 @@ struct Config {
   bool stats = false;
   bool output_coverage = false;
   bool no_replay_check = false;
+  bool fail_fast = false;
   std::string replay;
   bool list = false;
   bool fuzz = false;
@@ -209,6 +210,7 @@ int run(const Config& cfg) {
         {cfg.stats, "--stats"},
         {cfg.output_coverage, "--output-coverage"},
         {cfg.no_replay_check, "--no-replay-check"},
+        {cfg.fail_fast, "--fail-fast"},
         {!cfg.replay.empty(), "--replay"},
         {cfg.fuzz, "--fuzz"},
         {cfg.jobs.has_value(), "--jobs"},
@@ -236,6 +238,7 @@ int run(const Config& cfg) {
     if (cfg.format != "text") refuse("--format");
     if (!cfg.out.empty()) refuse("--out");
     if (!cfg.invariants.empty()) refuse("--invariant");
+    if (cfg.fail_fast) refuse("--fail-fast");
   }
   // A replay checks stored cases, each with the seed its file records: what
   // draws cases is refused, not dropped.
@@ -327,6 +330,8 @@ int run(const Config& cfg) {
   options.isolate = cfg.isolate.value_or(cfg.mutants);
   // The kill matrix (--stats, the HTML report) needs every invariant tried on every mutant.
   options.kill_matrix = cfg.mutants && (cfg.stats || cfg.format == "html");
+  // --fail-fast: the first counterexample ends the run, as it ends a mutant's.
+  options.stop_on_first_failure = cfg.fail_fast;
   const auto progress = make_progress_line();
   if (cfg.format == "text" && cfg.out.empty()) options.listener = progress.get();
   if (!cfg.shard.empty()) std::tie(options.shard_index, options.shard_count) = parse_shard(cfg.shard);
@@ -469,6 +474,14 @@ int main(int argc, char** argv) {
                "outputs no invariant catches; exit 1 if any")
       ->excludes(mutants)
       ->excludes(replay);
+  // Where every invariant's verdict is the product (a mutant's kill, the
+  // outputs each corruption is caught by, each stored case's verdicts), it is refused.
+  app.add_flag("--fail-fast", cfg.fail_fast,
+               "end the run at the first counterexample (shrunk and stored as always): the invariants it did "
+               "not finish are reported not run, with the cases they checked, never passed")
+      ->excludes(mutants)
+      ->excludes(replay)
+      ->excludes("--output-coverage");
   app.add_flag("--list", cfg.list,
                "list families, implementations, invariants and spec keys; with --spec, the spec's outputs "
                "and the invariants that read them (unchecked outputs)");

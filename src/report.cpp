@@ -193,6 +193,9 @@ class TextReporter final : public Reporter {
         break;
       case RunStatus::failed:
         verdict = fmt::format("FAILED: {} of {} invariants broken", broken, r.invariants.size());
+        if (r.stopped_at_failure)
+          verdict += fmt::format(" ({} not run to the end: --fail-fast stopped at the first counterexample)",
+                                 r.invariants.size() - static_cast<size_t>(broken + held + na));
         break;
       case RunStatus::gave_up: {
         std::vector<std::string> names;
@@ -334,7 +337,8 @@ nlohmann::json to_json(const RunReport& r) {
                       {"seconds", r.seconds},
                       {"status", run_status_name(r.status)},
                       {"exit_code", exit_code(r.status)},
-                      {"time_budget_hit", r.time_budget_hit}};
+                      {"time_budget_hit", r.time_budget_hit},
+                      {"stopped_at_failure", r.stopped_at_failure}};
   if (!r.profile.empty()) j["profile"] = r.profile;
   if (!r.detail.empty()) j["detail"] = r.detail;
   j["health_checks_failed"] = nlohmann::json::array();

@@ -420,7 +420,10 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
               [&](int64_t from, int64_t to, double s) { events.shrinking(ir.name, from, to, s); });
           events.failure(*ir.counterexample);
           report.status = RunStatus::failed;
-          if (options.stop_on_first_failure) std::fill(alive.begin(), alive.end(), false);
+          if (options.stop_on_first_failure) {
+            report.stopped_at_failure = std::find(alive.begin(), alive.end(), true) != alive.end();
+            std::fill(alive.begin(), alive.end(), false);
+          }
           break;
       }
       // --mutants: one finding, the first invariant that failed, is the kill;

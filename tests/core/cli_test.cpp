@@ -152,6 +152,7 @@ TEST(Cli, JobsGiveTheReportOfOneJob) {
       {"--seed 3 --trials 150", {1, 2, 3}},
       {"--target positional_logits --seed 5", {1, 2}},
       {"--mutants --seed 4", {1, 2}},
+      {"--target positional_logits --seed 5 --fail-fast", {1, 2}},
       {"--seed 7 --trials 40 --shard 1/3", {1, 3}},
       {"--replay " + replay, {1, 2}}};
   for (const auto& [args, counts] : runs) {
@@ -313,6 +314,55 @@ TEST(Cli, AFailingInvariantCountsTheCaseItFailedOn) {
   const auto& inv = j["invariants"][0];
   EXPECT_EQ(inv["status"], "FAILED");
   EXPECT_EQ(inv["checked"], inv["trials_to_fail"]) << inv;
+}
+
+// --fail-fast ends the run at the first counterexample: the invariant that
+// broke has the finding the full run has for it (the same case, shrunk the
+// same way), and every invariant it did not finish is not run, never passed.
+TEST(Cli, FailFastStopsAtTheFirstCounterexample) {
+  const std::string args =
+      "--spec " + kSpec + " --target positional_logits --seed 3 --no-corpus --format json";
+  const CliRun full = run(args), fast = run(args + " --fail-fast");
+  ASSERT_EQ(full.code, 1) << full.out;
+  ASSERT_EQ(fast.code, 1) << fast.out;
+  const auto all = nlohmann::json::parse(full.out.substr(full.out.find('{')));
+  const auto first = nlohmann::json::parse(fast.out.substr(fast.out.find('{')));
+  EXPECT_FALSE(all["stopped_at_failure"]);
+  EXPECT_TRUE(first["stopped_at_failure"]);
+  ASSERT_EQ(first["invariants"].size(), all["invariants"].size());
+  int broken = 0, not_run = 0, failed_in_full = 0;
+  int64_t fail_trial = -1;
+  for (size_t k = 0; k < all["invariants"].size(); ++k) {
+    const auto &a = all["invariants"][k], &f = first["invariants"][k];
+    failed_in_full += a["status"] == "FAILED";
+    if (f["status"] == "FAILED") {
+      ++broken;
+      fail_trial = f["trials_to_fail"].get<int64_t>();
+      EXPECT_EQ(a["status"], "FAILED") << a["name"];
+      EXPECT_EQ(f["trials_to_fail"], a["trials_to_fail"]) << a["name"];
+      EXPECT_EQ(f["counterexample"]["case_yaml"], a["counterexample"]["case_yaml"]) << a["name"];
+    } else {
+      EXPECT_EQ(f["status"], "not run") << f;
+      ++not_run;
+    }
+  }
+  EXPECT_EQ(broken, 1) << fast.out;
+  EXPECT_GE(failed_in_full, 1);
+  EXPECT_GT(not_run, 0);
+  EXPECT_EQ(first["trials"], fail_trial) << "no case is drawn after the first counterexample";
+  const CliRun text = run("--spec " + kSpec + " --target positional_logits --seed 3 --no-corpus --fail-fast");
+  EXPECT_EQ(text.code, 1) << text.out;
+  EXPECT_NE(text.out.find(fmt::format("not run to the end: --fail-fast stopped at the first counterexample")),
+            std::string::npos)
+      << text.out;
+  // Where each invariant's verdict is what the mode reports, it is refused.
+  const std::pair<std::string, std::string> refused[] = {
+      {"--spec " + kSpec + " --mutants --fail-fast", "--mutants excludes --fail-fast"},
+      {"--spec " + kSpec + " --replay x --fail-fast", "--replay excludes --fail-fast"},
+      {"--spec " + kSpec + " --output-coverage --fail-fast", "--output-coverage excludes --fail-fast"},
+      {"--spec " + kSpec + " --fuzz --fail-fast", "--fuzz takes no --fail-fast"},
+      {"--list --fail-fast", "--list takes no --fail-fast"}};
+  expect_input_errors(refused, "internal error");
 }
 
 // An output read only by a `when` is not checked by that invariant (a
