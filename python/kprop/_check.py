@@ -209,6 +209,7 @@ class CheckResult:
     health: List[Tuple[str, str]]
     detail: str
     replayed: int = 0  # stored cases replayed first
+    stopped_at_failure: bool = False  # fail_fast=True: the first counterexample ended the run
     findings: List[Finding] = field(default_factory=list)
     report: Dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -676,7 +677,8 @@ def _result(r, findings, replayed=0) -> CheckResult:
                        declined=r["declined"], decline_reasons=dict(r["decline_reasons"]), seconds=r["seconds"],
                        max_size=r["max_size"], size_reached=r["size_reached"], largest_case=r["largest_case"],
                        time_budget_hit=r["time_budget_hit"], invariants=invariants, health=list(r["health"]),
-                       detail=r["detail"], replayed=replayed, findings=findings, report=r)
+                       detail=r["detail"], replayed=replayed, findings=findings,
+                       stopped_at_failure=r["stopped_at_failure"], report=r)
 
 
 def format_finding(f: Finding, spec: str, target: str, seed: Optional[int] = None) -> str:
@@ -732,11 +734,12 @@ def _is_int(x) -> bool:
 MAX_SEED = 9200000000000000000
 
 
-def _check_run_args(seed, trials, time, case_timeout, isolate, invariants=None) -> None:
+def _check_run_args(seed, trials, time, case_timeout, isolate, invariants=None, fail_fast=False) -> None:
     """The run settings' types and ranges, as prop_runner checks its flags:
     a clear TypeError or ValueError here, not a cast error in the extension."""
-    if not isinstance(isolate, (bool, np.bool_)):
-        raise TypeError("kprop: isolate must be True or False, got %r" % (isolate,))
+    for name, value in (("isolate", isolate), ("fail_fast", fail_fast)):
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError("kprop: %s must be True or False, got %r" % (name, value))
     if invariants is not None and (isinstance(invariants, (bytes, Mapping)) or not all(
             isinstance(name, str) for name in invariants)):
         raise TypeError("kprop: invariants must be invariant names (str), got %r" % (invariants,))
@@ -763,12 +766,12 @@ def _check_run_args(seed, trials, time, case_timeout, isolate, invariants=None) 
 
 
 def _args(spec, fn, *, reference, extra_invariants, profile, seed, trials, time, invariants, corpus, isolate,
-          tensors, device, case_timeout, domain=None):
+          tensors, device, case_timeout, domain=None, fail_fast=False):
     """Resolves the spec and builds the extension's arguments: (text, is_text,
     info, args, the target's trampoline, the reference's or None, the run's _Stop)."""
     if isinstance(invariants, str):
         invariants = [invariants]  # one name, not its letters
-    _check_run_args(seed, trials, time, case_timeout, isolate, invariants)
+    _check_run_args(seed, trials, time, case_timeout, isolate, invariants, fail_fast)
     if domain is not None and not isinstance(domain, Mapping):
         raise TypeError("kprop: domain must be a dict of domain keys (e.g. {'dtypes': ['f32']}), got %r" % (domain,))
     if corpus is not None and not isinstance(corpus, (str, os.PathLike)):
@@ -788,7 +791,7 @@ def _args(spec, fn, *, reference, extra_invariants, profile, seed, trials, time,
              domain=json.dumps(domain) if domain else "", seed=seed, trials=trials,
              time=None if time is None else float(time), invariants=list(invariants or []),
              corpus=None if corpus is None else os.fspath(corpus), scratch=_scratch(corpus),
-             case_timeout=None if case_timeout is None else float(case_timeout))
+             case_timeout=None if case_timeout is None else float(case_timeout), fail_fast=bool(fail_fast))
     return text, is_text, info, a, target, ref_target, stopper
 
 
@@ -819,7 +822,7 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
           replay_stored: bool = True, case_timeout: Optional[float] = None,
           reference: Union[None, Callable, Mapping[str, Callable]] = None,
           extra_invariants: Optional[Sequence[Callable]] = None, profile: Optional[str] = None,
-          domain: Optional[Mapping[str, Any]] = None) -> CheckResult:
+          domain: Optional[Mapping[str, Any]] = None, fail_fast: bool = False) -> CheckResult:
     """Runs `spec` with `fn` as its target, in this process.
 
     spec: a path, a shipped spec name ("attention_fwd") or a dict.
@@ -848,6 +851,9 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
     domain: domain keys replaced for this run, after the profile (prop_runner's
         --domain), e.g. {"dtypes": ["f32"]} for a kernel that takes f32 only:
         the dtypes it would decline otherwise fail the `declined` health check.
+    fail_fast: end the run at the first counterexample (prop_runner
+        --fail-fast): the Counterexample carries that one finding, and the
+        invariants the run did not finish are "not_run" in its result, never passed.
 
     Returns a CheckResult; raises Counterexample (an AssertionError) on a
     failure, Skipped when every case was declined, HealthCheckFailure when the
@@ -860,7 +866,7 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
     text, is_text, info, args, target, ref_target, stopper = _args(
         spec, fn, reference=reference, extra_invariants=extra_invariants, profile=profile, seed=seed,
         trials=trials, time=time, invariants=invariants, corpus=corpus, isolate=isolate, tensors=tensors,
-        device=device, case_timeout=case_timeout, domain=domain)
+        device=device, case_timeout=case_timeout, domain=domain, fail_fast=fail_fast)
     spec_ref = spec if isinstance(spec, str) else text if not is_text else "<dict spec>"
     name = args["target"]["name"]
     targets = [t for t in (target, ref_target) if t is not None]

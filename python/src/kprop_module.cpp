@@ -333,6 +333,7 @@ nb::dict report_dict(const kprop::RunReport& r) {
   d["checked"] = r.checked;
   d["seconds"] = r.seconds;
   d["time_budget_hit"] = r.time_budget_hit;
+  d["stopped_at_failure"] = r.stopped_at_failure;
   d["max_size"] = r.max_size;
   d["size_reached"] = r.size_reached;
   d["largest_case"] = r.largest_case;
@@ -387,6 +388,7 @@ struct Args {
   std::optional<std::string> corpus;
   std::string scratch;
   std::optional<double> case_timeout_s;
+  bool fail_fast = false;  // prop_runner --fail-fast
 };
 
 // kprop/_check.py's _args() dict (plain Python objects only: nothing of this
@@ -421,6 +423,7 @@ Args args_from(const nb::dict& d) {
   a.corpus = optional_item<std::string>(d, "corpus");
   a.scratch = nb::cast<std::string>(d["scratch"]);
   a.case_timeout_s = optional_item<double>(d, "case_timeout");
+  a.fail_fast = optional_item<bool>(d, "fail_fast").value_or(false);
   return a;
 }
 
@@ -493,6 +496,7 @@ Prepared prepare(const std::string& spec_arg, bool spec_is_text, const Args& a) 
   o.trials = a.trials;
   o.time_budget_s = a.time_s;
   o.only_invariants = a.invariants;
+  o.stop_on_first_failure = a.fail_fast;
   o.write_corpus = a.corpus.has_value();
   if (a.corpus) o.corpus_dir = *a.corpus;
   o.scratch_dir = a.scratch;

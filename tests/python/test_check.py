@@ -70,6 +70,30 @@ def test_planted_bug_is_caught_and_shrunk(example, corpus, spec, bug):
     _assert_shrunk_counterexample(excinfo, corpus)
 
 
+def test_fail_fast_ends_the_run_at_the_first_counterexample(example, corpus):
+    mod = example("softmax_topk")
+    mod.BUG = "no_max_subtraction"
+    runs = {}
+    for fail_fast in (False, True):
+        with pytest.raises(kprop.Counterexample) as excinfo:
+            kprop.check("softmax_topk", mod.softmax_topk, seed=SEED, trials=EXAMPLES["softmax_topk"][1],
+                        corpus=None, fail_fast=fail_fast)
+        runs[fail_fast] = excinfo.value
+    full, fast = runs[False].result, runs[True].result
+    assert not full.stopped_at_failure and fast.stopped_at_failure
+    broken = [i for i in fast.invariants if i.status == "failed"]
+    assert len(broken) == 1 and runs[True].finding.invariant == broken[0].name
+    # The finding is the full run's for that invariant: the same case, shrunk the same way.
+    same = [f for f in full.findings if f.invariant == broken[0].name]
+    assert same and same[0].case_yaml == runs[True].finding.case_yaml
+    assert fast.trials <= full.trials
+    # What the run did not finish is not run, never passed.
+    rest = [i for i in fast.invariants if i.status != "failed"]
+    assert rest and all(i.status == "not_run" for i in rest), fast.summary()
+    with pytest.raises(TypeError, match="fail_fast must be True or False"):
+        kprop.check("softmax_topk", mod.softmax_topk, fail_fast="yes")
+
+
 # ---------------------------------------------------------- declines, errors
 def test_declined_cases_are_counted_not_passed(example, corpus):
     mod = example("softmax_topk")

@@ -14,10 +14,16 @@ SEED = 20261122
 
 
 def _caught_and_shrunk(spec, fn, corpus, trials, **kw):
+    # fail_fast: the first counterexample is the verdict (test_check.py runs
+    # planted bugs to the end, every finding reported).
     with pytest.raises(kprop.Counterexample) as excinfo:
-        kprop.check(spec, fn, seed=SEED, trials=trials, corpus=corpus, **kw)
+        kprop.check(spec, fn, seed=SEED, trials=trials, corpus=corpus, fail_fast=True, **kw)
     f = excinfo.value.finding
     assert f.kind in ("invariant", "error"), str(excinfo.value)
+    result = excinfo.value.result
+    if result is not None and f.kind == "invariant":
+        assert [i.name for i in result.invariants if i.status == "failed"] == [f.invariant]
+        assert all(i.status in ("failed", "not_run", "passed", "not_applicable") for i in result.invariants)
     assert f.case_yaml.strip() and "shrunk case" in str(excinfo.value)
     assert f.size <= f.original_size
     assert f.path and os.path.exists(f.path) and f.path.startswith(corpus)

@@ -89,8 +89,9 @@ def test_a_corrupted_output_is_caught(spec, op, output, corpus):
         return result
 
     table[op] = corrupted
+    # Caught is the verdict: the first counterexample ends the run (fail_fast).
     with pytest.raises(kprop.Counterexample) as excinfo:
-        kprop.check(spec, table, seed=SEED, trials=300, corpus=corpus)
+        kprop.check(spec, table, seed=SEED, trials=300, corpus=corpus, fail_fast=True)
     f = excinfo.value.finding
     # An invariant, or the contract's own validation of the output (an index
     # outside the tree or pool, an unknown dtype code: a target error).
