@@ -163,24 +163,40 @@ std::vector<Edit> simplifications(const Case& c) {
         std::fill(x.allowed.begin() + long(row * x.shape.nk),
                   x.allowed.begin() + long((row + 1) * x.shape.nk), 1);
       });
-  // Values: whole tensors zeroed, rounded to integers, halved; then single
-  // elements of small tensors zeroed or rounded.
-  for (auto member : {&Case::q, &Case::k, &Case::v, &Case::d_out}) {
+  // Values: whole tensors zeroed, rounded to integers, fractions below 1 made
+  // ±1; single elements of small tensors zeroed, rounded or made ±1; then,
+  // last, whole tensors halved. The ±1 edit ends a failure that needs a
+  // value nonzero but no particular one: rounding makes it 0 (no failure).
+  // Halving comes last because it is accepted whenever the failure survives
+  // scaling: ahead of the single-element edits it walked two values that
+  // need only differ down to the smallest subnormal, 1,076 accepted steps
+  // (an integer is simpler than any fraction: complexity()).
+  const auto unit = [](double& y) {
+    if (y != std::round(y) && std::fabs(y) < 1) y = std::copysign(1.0, y);
+  };
+  const auto tensors = {&Case::q, &Case::k, &Case::v, &Case::d_out};
+  for (auto member : tensors) {
     if ((c.*member).empty()) continue;
     edits.push_back([member](Case& x) { std::fill((x.*member).begin(), (x.*member).end(), 0.0); });
     edits.push_back([member](Case& x) {
       for (double& y : x.*member) y = std::round(y);
     });
-    edits.push_back([member](Case& x) {
-      for (double& y : x.*member) y = round_to(x.dtype, y / 2);
+    edits.push_back([member, unit](Case& x) {
+      for (double& y : x.*member) unit(y);
     });
   }
-  for (auto member : {&Case::q, &Case::k, &Case::v, &Case::d_out})
+  for (auto member : tensors)
     if ((c.*member).size() <= 48)
       for (size_t i = 0; i < (c.*member).size(); ++i) {
         edits.push_back([member, i](Case& x) { (x.*member)[i] = 0; });
         edits.push_back([member, i](Case& x) { (x.*member)[i] = std::round((x.*member)[i]); });
+        edits.push_back([member, i, unit](Case& x) { unit((x.*member)[i]); });
       }
+  for (auto member : tensors)
+    if (!(c.*member).empty())
+      edits.push_back([member](Case& x) {
+        for (double& y : x.*member) y = round_to(x.dtype, y / 2);
+      });
   return edits;
 }
 

@@ -166,6 +166,10 @@ std::vector<double> simpler_values(double x) {
     if (std::trunc(x) != x) out.push_back(std::trunc(x));
     out.push_back(s * std::ldexp(1.0, e));  // the power of two below
     out.push_back(std::trunc(x / 2));
+    // Towards 0 by halving steps, then by 1: a failure that needs a large
+    // magnitude (exp underflowing past |x| = 745) finds it in about log2|x|
+    // accepted steps, where steps of 1 alone took one per unit (319 steps).
+    for (int j = e - 1; j >= 1; --j) out.push_back(x - s * std::ldexp(1.0, j));
     out.push_back(x - s);  // every candidate is smaller in magnitude: shrinking terminates
   } else if (a > 0 && a < 1) {
     out.push_back(s);
