@@ -469,8 +469,9 @@ std::vector<CheckResult> check_uses_here(const RunContext& ctx, const std::vecto
   for (const auto* use : uses) {
     out.push_back(check_one(ctx, *trial, *use, c));
     if (out.back().kind != CheckResult::Kind::verdict) break;
-    // --mutants: the first failure ends the run, so the invariants after it
-    // are not checked on this case (their results would be thrown away).
+    // --mutants and --fail-fast: the first failure ends the run, so the
+    // invariants after it are not checked on this case (their results would
+    // be thrown away).
     if (ctx.options.stop_on_first_failure && out.back().verdict.outcome == Outcome::fail) break;
   }
   return out;

@@ -193,9 +193,7 @@ class TextReporter final : public Reporter {
         break;
       case RunStatus::failed:
         verdict = fmt::format("FAILED: {} of {} invariants broken", broken, r.invariants.size());
-        if (r.stopped_at_failure)
-          verdict += fmt::format(" ({} not run to the end: --fail-fast stopped at the first counterexample)",
-                                 r.invariants.size() - static_cast<size_t>(broken + held + na));
+        if (r.stopped_at_failure) verdict += " (" + r.detail + ")";
         break;
       case RunStatus::gave_up: {
         std::vector<std::string> names;
@@ -465,8 +463,11 @@ class JunitReporter final : public Reporter {
         cases += fmt::format("      <skipped message=\"n/a: {}\"/>\n", svg::escape(inv.last_discard));
       } else if (inv.status == InvariantStatus::not_run) {
         ++skipped;
-        cases += fmt::format("      <skipped message=\"not run: the run {} after {} checked case(s)\"/>\n",
-                             run_status_name(r.status), inv.passed);
+        cases += fmt::format(
+            "      <skipped message=\"not run to the end: {}; it held on the {} case(s) it checked\"/>\n",
+            r.stopped_at_failure ? svg::escape(r.detail)
+                                 : std::string("the run ") + run_status_name(r.status) + " first",
+            inv.passed);
       } else if (inv.status == InvariantStatus::failed && inv.counterexample) {
         ++failures;
         cases +=

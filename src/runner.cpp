@@ -420,10 +420,7 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
               [&](int64_t from, int64_t to, double s) { events.shrinking(ir.name, from, to, s); });
           events.failure(*ir.counterexample);
           report.status = RunStatus::failed;
-          if (options.stop_on_first_failure) {
-            report.stopped_at_failure = std::find(alive.begin(), alive.end(), true) != alive.end();
-            std::fill(alive.begin(), alive.end(), false);
-          }
+          if (options.stop_on_first_failure) std::fill(alive.begin(), alive.end(), false);
           break;
       }
       // --mutants: one finding, the first invariant that failed, is the kill;
@@ -462,6 +459,19 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
       r.status = r.passed > 0 ? InvariantStatus::passed : InvariantStatus::gave_up;
     if (r.status == InvariantStatus::gave_up && r.last_discard.empty())
       r.last_discard = r.declined > 0 ? "every case it saw was declined by the target" : "no case reached it";
+  }
+  // --fail-fast (and a mutant's run): what the first counterexample left
+  // undone, said in the report (text, JSON, JUnit, HTML).
+  if (report.status == RunStatus::failed && options.stop_on_first_failure) {
+    const auto unfinished = std::count_if(report.invariants.begin(), report.invariants.end(),
+                                          [](const auto& r) { return r.status == InvariantStatus::not_run; });
+    if (unfinished > 0 || search.enabled()) {
+      report.stopped_at_failure = true;
+      report.detail = fmt::format(
+          "the first counterexample ended the run: {}{}",
+          unfinished > 0 ? fmt::format("{} invariant(s) not run to the end", unfinished) : std::string(),
+          search.enabled() ? (unfinished > 0 ? ", no search" : "no search") : "");
+    }
   }
   if (search.enabled() && (report.status == RunStatus::passed ||
                            (report.status == RunStatus::failed && !options.stop_on_first_failure))) {

@@ -554,7 +554,14 @@ void Search::run(RunReport& report, RunListener& events) {
     sr.checked += checked;
     report.checked += checked;
     for (auto it = broken.rbegin(); it != broken.rend(); ++it) climbs.erase(climbs.begin() + long(*it));
-    if (!broken.empty() && ctx.options.stop_on_first_failure) climbs.clear();
+    if (!broken.empty() && ctx.options.stop_on_first_failure && !climbs.empty()) {
+      // --fail-fast: the other invariants passed the random cases; their climbs end here.
+      report.stopped_at_failure = true;
+      report.detail =
+          fmt::format("the first counterexample ended the search: {} invariant(s) not searched to the end",
+                      climbs.size());
+      climbs.clear();
+    }
     events.case_done(report.trials + sr.cases, report.trials + sr.budget, 0, before + since(t0));
   }
   sr.seconds = since(t0);

@@ -37,7 +37,10 @@ def spec(name, **options):
     and attributes and returns its outputs, as for kprop.check. `options` are
     kprop.check's (seed, trials, time, invariants, isolate, tensors, ...)."""
 
-    valid = [p for p in inspect.signature(check).parameters if p not in ("spec", "fn")]
+    if "fail_fast" in options:
+        raise TypeError("kprop.spec(%r): fail_fast does nothing here: each pytest item checks one invariant "
+                        "(pytest -x stops at the first failing item)" % (name,))
+    valid = [p for p in inspect.signature(check).parameters if p not in ("spec", "fn", "fail_fast")]
     unknown = [k for k in options if k not in valid]
     if unknown:
         close = difflib.get_close_matches(unknown[0], valid, n=1)

@@ -231,8 +231,11 @@ class CheckResult:
                                                    self.checked, self.declined, self.discarded,
                                                    self.size_reached, self.max_size, self.seconds)]
         for i in self.invariants:
-            parts.append("  %-28s %-14s %d passed, %d discarded, %d declined" % (i.name, i.status, i.passed,
-                                                                               i.discarded, i.declined))
+            parts.append("  %-28s %-14s %d %s, %d discarded, %d declined" % (
+                i.name, i.status, i.passed, "checked" if i.status == "not_run" else "passed", i.discarded,
+                i.declined))
+        if self.stopped_at_failure:
+            parts.append("  " + self.detail + " (fail_fast)")
         if self.decline_reasons:
             parts.append("  declined: " + "; ".join("%s (%d)" % kv for kv in self.decline_reasons.items()))
         return "\n".join(parts)

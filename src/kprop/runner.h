@@ -203,8 +203,9 @@ struct RunReport {
   int64_t checked = 0;        // cases on which at least one invariant gave a verdict
   double seconds = 0;
   bool time_budget_hit = false;
-  // --fail-fast (RunOptions::stop_on_first_failure outside --mutants): the
-  // first counterexample ended the run; invariants it did not finish are not_run.
+  // RunOptions::stop_on_first_failure (--fail-fast, and each mutant's run of
+  // --mutants): the first counterexample ended the run while invariants were
+  // still unfinished (not_run) or a search was to follow; `detail` says what.
   bool stopped_at_failure = false;
   int64_t max_size = 0;       // the spec's run.max_size
   int64_t size_reached = -1;  // the largest size drawn (-1: none)

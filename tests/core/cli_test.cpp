@@ -350,11 +350,30 @@ TEST(Cli, FailFastStopsAtTheFirstCounterexample) {
   EXPECT_GE(failed_in_full, 1);
   EXPECT_GT(not_run, 0);
   EXPECT_EQ(first["trials"], fail_trial) << "no case is drawn after the first counterexample";
+  const std::string said =
+      fmt::format("the first counterexample ended the run: {} invariant(s) not run to the end", not_run);
+  EXPECT_EQ(first["detail"], said);
   const CliRun text = run("--spec " + kSpec + " --target positional_logits --seed 3 --no-corpus --fail-fast");
   EXPECT_EQ(text.code, 1) << text.out;
-  EXPECT_NE(text.out.find(fmt::format("not run to the end: --fail-fast stopped at the first counterexample")),
-            std::string::npos)
+  EXPECT_NE(
+      text.out.find("FAILED: 1 of " + std::to_string(not_run + 1) + " invariants broken (" + said + ")"),
+      std::string::npos)
       << text.out;
+  // The failing invariant alone: nothing was left undone, nothing is said;
+  // with --search, the search the run would have made is.
+  std::string broken_name;
+  for (const auto& f : first["invariants"])
+    if (f["status"] == "FAILED") broken_name = f["name"];
+  const CliRun alone = run(args + " --fail-fast --invariant " + broken_name);
+  ASSERT_EQ(alone.code, 1) << alone.out;
+  const auto one = nlohmann::json::parse(alone.out.substr(alone.out.find('{')));
+  EXPECT_FALSE(one["stopped_at_failure"]) << one;
+  EXPECT_FALSE(one.contains("detail")) << one;
+  const CliRun searched = run(args + " --fail-fast --search --invariant " + broken_name);
+  ASSERT_EQ(searched.code, 1) << searched.out;
+  const auto no_search = nlohmann::json::parse(searched.out.substr(searched.out.find('{')));
+  EXPECT_TRUE(no_search["stopped_at_failure"]) << no_search;
+  EXPECT_EQ(no_search["detail"], "the first counterexample ended the run: no search");
   // Where each invariant's verdict is what the mode reports, it is refused.
   const std::pair<std::string, std::string> refused[] = {
       {"--spec " + kSpec + " --mutants --fail-fast", "--mutants excludes --fail-fast"},

@@ -86,12 +86,17 @@ def test_fail_fast_ends_the_run_at_the_first_counterexample(example, corpus):
     # The finding is the full run's for that invariant: the same case, shrunk the same way.
     same = [f for f in full.findings if f.invariant == broken[0].name]
     assert same and same[0].case_yaml == runs[True].finding.case_yaml
-    assert fast.trials <= full.trials
+    assert fast.trials == fast.report["invariants"][fast.invariants.index(broken[0])]["trials_to_fail"], \
+        "no case is drawn after the first counterexample"
+    assert "the first counterexample ended the run" in fast.detail and "fail_fast" in fast.summary()
     # What the run did not finish is not run, never passed.
     rest = [i for i in fast.invariants if i.status != "failed"]
     assert rest and all(i.status == "not_run" for i in rest), fast.summary()
     with pytest.raises(TypeError, match="fail_fast must be True or False"):
         kprop.check("softmax_topk", mod.softmax_topk, fail_fast="yes")
+    # Under the pytest plugin each item checks one invariant: refused, not ignored.
+    with pytest.raises(TypeError, match="fail_fast does nothing here"):
+        kprop.spec("softmax_topk", fail_fast=True)
 
 
 # ---------------------------------------------------------- declines, errors
