@@ -465,12 +465,12 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
   if (report.status == RunStatus::failed && options.stop_on_first_failure) {
     const auto unfinished = std::count_if(report.invariants.begin(), report.invariants.end(),
                                           [](const auto& r) { return r.status == InvariantStatus::not_run; });
-    if (unfinished > 0 || search.enabled()) {
+    std::vector<std::string> undone;
+    if (unfinished > 0) undone.push_back(fmt::format("{} invariant(s) not run to the end", unfinished));
+    if (search.enabled()) undone.push_back("no search");
+    if (!undone.empty()) {
       report.stopped_at_failure = true;
-      report.detail = fmt::format(
-          "the first counterexample ended the run: {}{}",
-          unfinished > 0 ? fmt::format("{} invariant(s) not run to the end", unfinished) : std::string(),
-          search.enabled() ? (unfinished > 0 ? ", no search" : "no search") : "");
+      report.detail = "the first counterexample ended the run: " + join(undone);
     }
   }
   if (search.enabled() && (report.status == RunStatus::passed ||
