@@ -20,9 +20,9 @@ See docs/PYTHON.md.
 import difflib
 import inspect
 
-from ._check import (SPECS_DIR, CheckResult, Counterexample, Discard, Finding, HealthCheckFailure, InvariantResult,
-                     Skipped, Unsupported, assume, check, format_finding, invariant, replay, shipped_specs,
-                     spec_info)
+from ._check import (SPECS_DIR, ArgumentMismatch, CheckResult, Counterexample, Discard, Finding,
+                     HealthCheckFailure, InvariantResult, Skipped, Unsupported, assume, check, format_finding,
+                     invariant, replay, shipped_specs, spec_info)
 
 # Mask kinds of attention (KPROP_MASK_* in include/kprop/abi/attention.h).
 MASK_NONE, MASK_CAUSAL, MASK_KEY_PADDING, MASK_BOOLEAN = 0, 1, 2, 3
@@ -37,6 +37,10 @@ def spec(name, **options):
     and attributes and returns its outputs, as for kprop.check. `options` are
     kprop.check's (seed, trials, time, invariants, isolate, tensors, ...)."""
 
+    if callable(name):
+        # @kprop.spec without its argument: `name` is the decorated function.
+        raise TypeError("kprop.spec: name the spec, as @kprop.spec(\"attention_fwd\") or "
+                        "@kprop.spec(\"path/to/spec.yaml\"), not %r" % (name,))
     if "fail_fast" in options:
         raise TypeError("kprop.spec(%r): fail_fast does nothing here: each pytest item checks one invariant "
                         "(pytest -x stops at the first failing item)" % (name,))
@@ -55,6 +59,6 @@ def spec(name, **options):
 
 
 __all__ = ["check", "replay", "spec", "invariant", "assume", "spec_info", "shipped_specs", "Unsupported",
-           "Discard", "Counterexample",
+           "Discard", "Counterexample", "ArgumentMismatch",
            "HealthCheckFailure", "Skipped", "CheckResult", "InvariantResult", "Finding", "format_finding",
            "SPECS_DIR", "MASK_NONE", "MASK_CAUSAL", "MASK_KEY_PADDING", "MASK_BOOLEAN"]

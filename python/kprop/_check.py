@@ -88,6 +88,32 @@ class Skipped(Exception):
         self.result = result
 
 
+class ArgumentMismatch(TypeError):
+    """The target's (or reference's) signature does not take the arguments its
+    op passes: a mistake in how it is wired to the spec (a parameter that is
+    neither an input nor an attribute of the op, such as a pytest fixture; a
+    @pytest.mark.parametrize name that is also one of the op's), not a
+    failure of the kernel. The run stops and this is raised; nothing is
+    stored."""
+
+
+def _argument_mismatch(f, kwargs, role: str, op: str) -> Optional["ArgumentMismatch"]:
+    """An ArgumentMismatch when f's signature cannot take kwargs, else None
+    (a TypeError raised inside f is then f's own)."""
+    try:
+        inspect.signature(f).bind(**kwargs)
+        return None
+    except TypeError as e:
+        name = getattr(f, "__name__", None) or type(f).__name__
+        return ArgumentMismatch(
+            "kprop: %s %s cannot take the arguments of op %s: %s. It is called with the op's inputs and "
+            "attributes as keyword arguments (%s); a parameter that is none of them (a pytest fixture: "
+            "@kprop.spec items run none) needs a default, and **_ takes the ones it does not use" % (
+                role, name, op, e, ", ".join(sorted(kwargs))))
+    except ValueError:  # no signature to read (a builtin): nothing to say
+        return None
+
+
 _PYTEST_SKIPPED: Dict[type, type] = {}
 
 
@@ -117,7 +143,9 @@ class _Stop:
     pytest.fail's outcomes, GeneratorExit) raised by the target, the reference
     or an invariant: the run is stopped (as by Ctrl-C, the only way to stop
     it from inside) and the exception is raised again, unchanged, once it has
-    stopped. Nothing of that case is judged or stored."""
+    stopped. Nothing of that case is judged or stored; but a counterexample
+    the run found before the stop is raised (as a Counterexample whose
+    __cause__ is the exception), never hidden behind it: see finish()."""
 
     def __init__(self):
         self.exception: Optional[BaseException] = None
@@ -141,18 +169,29 @@ class _Stop:
         raise KeyboardInterrupt("kprop: stopped by %s" % type(e).__name__) from e
 
     def call(self, f, *args):
-        """f(*args) (the extension's run or replay), with a stopping exception raised again."""
+        """f(*args) (the extension's run or replay: a dict with "stopped").
+        Stopped by Ctrl-C: KeyboardInterrupt. Stopped by this object's
+        exception: the result, which the caller reads for what was found
+        before the stop, then calls finish()."""
         try:
-            try:
-                return f(*args)
-            except KeyboardInterrupt:
-                if self.exception is None:
-                    raise
+            result = f(*args)
         finally:
             if self._stderr is not None:
                 os.dup2(self._stderr, 2)
                 os.close(self._stderr)
                 self._stderr = None
+        if result["stopped"] and self.exception is None:
+            raise KeyboardInterrupt("kprop: interrupted")
+        return result
+
+    def finish(self, counterexample: Optional[BaseException] = None):
+        """After a stopped call: the counterexample found before the stop, if
+        any (caused by the stopping exception), else that exception, raised;
+        nothing without a stop (a counterexample is the caller's to raise)."""
+        if self.exception is None:
+            return
+        if counterexample is not None:
+            raise counterexample from self.exception
         raise self.exception
 
 
@@ -208,7 +247,7 @@ class CheckResult:
     invariants: List[InvariantResult]
     health: List[Tuple[str, str]]
     detail: str
-    replayed: int = 0  # stored cases replayed first
+    replayed: int = 0  # stored cases checked first (one the target declined is not counted)
     stopped_at_failure: bool = False  # fail_fast=True: the first counterexample ended the run
     findings: List[Finding] = field(default_factory=list)
     report: Dict[str, Any] = field(default_factory=dict, repr=False)
@@ -529,6 +568,7 @@ class _Target:
             raise TypeError("kprop: %s must be a function or a dict {op: function}, not %s"
                             % (role, type(fn).__name__))
         self.fn = fn
+        self.role = role
         self.multi_op = len(ops) > 1
         self.tensors = tensors
         self.device = device
@@ -569,8 +609,19 @@ class _Target:
                 if self.multi_op:
                     kwargs["op"] = op
             kwargs.update(self._inputs(inputs))
-            _write_outputs(op, outputs, f(**kwargs))
+            try:
+                returned = f(**kwargs)
+            except TypeError:
+                mismatch = _argument_mismatch(f, kwargs, self.role, op)
+                if mismatch is not None:
+                    raise mismatch from None
+                raise
+            _write_outputs(op, outputs, returned)
             return None
+        except ArgumentMismatch as e:  # the wiring, not the kernel: no verdict on the case
+            if self.stopper is not None:
+                self.stopper.stop(e)
+            return ("error", str(e))  # in a worker, which cannot stop the run
         except Exception as e:
             message = "%s: %s" % (type(e).__name__, e) if not _is_unsupported(e) else str(e)
             if _is_unsupported(e):
@@ -886,16 +937,21 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
         known = _known_invariants(info, args)
         foreign = {os.path.realpath(p) for p in files if not _replayable(p, known, info["family"])}
         if len(files) > len(foreign):
-            rows = stopper.call(_kprop.replay, text, is_text, args, stored_dir)
+            rows = stopper.call(_kprop.replay, text, is_text, args, stored_dir)["rows"]
             for row in rows:
                 if os.path.realpath(row["path"]) in foreign:
                     continue
-                replayed += 1
                 if row["error"]:
                     raise ValueError("kprop: stored case %s cannot be read: %s" % (row["path"], row["error"]))
                 if not row["ok"]:
                     f = _stored_finding(row, targets, spec_ref, info["path"], fn, command, opts)
-                    raise Counterexample(format_finding(f, info["name"], name), f)
+                    counterexample = Counterexample(format_finding(f, info["name"], name), f)
+                    stopper.finish(counterexample)
+                    raise counterexample
+                # A stored case the target declined, or no invariant could
+                # check, was not replayed (kprop.replay does not count it either).
+                replayed += bool(row["checked"])
+            stopper.finish()
 
     r = stopper.call(_kprop.run, text, is_text, args)
     replay_text = lambda path: _replay_text(spec_ref, fn, path, opts)  # noqa: E731
@@ -915,13 +971,19 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
         result.status = status = "skipped"
         result.detail = "; ".join("invariant %s is n/a%s" % (
             i["name"], ": " + i["last_discard"] if i["last_discard"] else "") for i in r["invariants"])
-    if status == "interrupted":
-        raise KeyboardInterrupt("kprop: interrupted")
     if findings:
         message = "\n\n".join(format_finding(f, result.spec, result.target, result.seed) for f in findings)
         if len(findings) > 1:
             message = "%d failures\n\n%s" % (len(findings), message)
-        raise Counterexample(message + "\n\n" + result.summary(), findings[0], result)
+        if stopper.exception is not None:
+            message += "\n\n(found before the run was stopped by %s: %s)" % (
+                type(stopper.exception).__name__, stopper.exception)
+        counterexample = Counterexample(message + "\n\n" + result.summary(), findings[0], result)
+        stopper.finish(counterexample)
+        raise counterexample
+    stopper.finish()
+    if status == "interrupted":
+        raise KeyboardInterrupt("kprop: interrupted")
     if status == "skipped":
         raise _skipped("kprop: %s on %s: %s" % (result.spec, result.target, result.detail), result)
     if status == "gave_up":
@@ -1017,7 +1079,7 @@ def replay(spec, fn, path: str, *, invariants: Optional[Sequence[str]] = None, i
             raise ValueError("kprop: stored case %s was found by invariant%s %s, which this run does not have "
                              "(pass the @kprop.invariant function in extra_invariants=)" % (
                                  path, "s" if len(names) > 1 else "", ", ".join("'%s'" % n for n in names)))
-    rows = stopper.call(_kprop.replay, text, is_text, args, path)
+    rows = stopper.call(_kprop.replay, text, is_text, args, path)["rows"]
     checked = 0
     for row in rows:
         if os.path.realpath(row["path"]) in foreign:
@@ -1028,6 +1090,9 @@ def replay(spec, fn, path: str, *, invariants: Optional[Sequence[str]] = None, i
             f = _stored_finding(row, [t for t in (target, ref_target) if t is not None],
                                 spec if isinstance(spec, str) else "<spec>", info["path"], fn,
                                 args["target"]["exec"], opts)
-            raise Counterexample(format_finding(f, info["name"], args["target"]["name"]), f)
+            counterexample = Counterexample(format_finding(f, info["name"], args["target"]["name"]), f)
+            stopper.finish(counterexample)
+            raise counterexample
         checked += row["checked"]
+    stopper.finish()
     return checked

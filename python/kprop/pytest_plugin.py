@@ -158,11 +158,38 @@ def _bind(fn, params):
 
     @functools.wraps(fn)
     def bound(*args, **kwargs):
+        clash = sorted(set(params) & set(kwargs))
+        if clash:
+            raise _check.ArgumentMismatch(
+                "kprop: @pytest.mark.parametrize names %s, which the spec's op also passes to %s: rename "
+                "the parametrize argument" % (", ".join(repr(c) for c in clash), fn.__name__))
         return fn(*args, **params, **kwargs)
+
+    # Its signature is fn's less the bound parameters (what the op must fill).
+    try:
+        signature = inspect.signature(fn)
+        bound.__signature__ = signature.replace(
+            parameters=[p for name, p in signature.parameters.items() if name not in params])
+    except (TypeError, ValueError):
+        pass
 
     shown = ", ".join("%s=%s" % (k, getattr(v, "__name__", None) or repr(v)) for k, v in params.items())
     bound.__name__ = bound.__qualname__ = "functools.partial(%s, %s)" % (fn.__name__, shown)
     return bound
+
+
+def _spec_path(spec, collector):
+    """A relative spec path names a file beside the test module, else one
+    under pytest's rootdir (whatever the folder pytest runs from), as an
+    absolute path; a shipped spec's name, a dict or an absolute path is
+    kept."""
+    if not isinstance(spec, (str, os.PathLike)) or os.path.isabs(os.fspath(spec)):
+        return spec
+    for base in (os.path.dirname(os.fspath(collector.path)), os.fspath(collector.config.rootpath)):
+        candidate = os.path.join(base, os.fspath(spec))
+        if os.path.isfile(candidate):
+            return os.path.abspath(candidate)
+    return spec
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -179,11 +206,14 @@ def pytest_pycollect_makeitem(collector, name, obj):
     profile = collector.config.getoption("kprop_profile")
     if profile is not None:
         options["profile"] = profile
+    spec = _spec_path(spec, collector)
     try:
         info = _check.spec_info(spec, options.get("profile"))
         extra = [name for name, _, _, _ in _check._extra_invariants(options.get("extra_invariants"), info)]
     except Exception as e:
-        raise collector.CollectError("kprop: %s: %s" % (name, e))
+        message = str(e)
+        raise collector.CollectError("kprop: %s: %s" % (name, message[len("kprop: "):] if message.startswith(
+            "kprop: ") else message))
     known = info["invariants"] + extra
     invariants = options.pop("invariants", None) or known
     if isinstance(invariants, str):
@@ -196,6 +226,21 @@ def pytest_pycollect_makeitem(collector, name, obj):
         variants = _parametrize(obj)
     except ValueError as e:
         raise collector.CollectError("kprop: %s: %s" % (name, e))
+    # A kprop item is no pytest.Function: no fixture runs for it. Asked for
+    # one by name, that is an error; an autouse fixture that applies here
+    # would silently not run, which the item says (a warning).
+    if any(mark.name == "usefixtures" for mark in getattr(obj, "pytestmark", [])):
+        raise collector.CollectError("kprop: %s: @pytest.mark.usefixtures does not apply to @kprop.spec: its "
+                                     "items run no pytest fixtures (set up what the target needs in it, or at "
+                                     "import)" % name)
+    try:
+        autouse = sorted(set(collector.session._fixturemanager._getautousenames(collector)))
+    except Exception:  # pytest's private API moved: nothing to say
+        autouse = []
+    if autouse:
+        collector.warn(pytest.PytestWarning(
+            "kprop: %s: autouse fixture(s) %s do not run for @kprop.spec items (they run no pytest "
+            "fixtures)" % (name, ", ".join(autouse))))
     if options.get("isolate") and variants[0][1]:
         raise collector.CollectError("kprop: %s: isolate=True runs the target in a worker process, which imports "
                                      "it by name: its parametrize arguments cannot travel there" % name)
@@ -265,7 +310,7 @@ class KpropItem(pytest.Item):
         config.stash[_STATS].append((self.nodeid, result))
 
     def repr_failure(self, excinfo, style=None):
-        if isinstance(excinfo.value, (_check.Counterexample, _check.HealthCheckFailure)):
+        if isinstance(excinfo.value, (_check.Counterexample, _check.HealthCheckFailure, _check.ArgumentMismatch)):
             return str(excinfo.value)
         return super().repr_failure(excinfo, style=style)
 

@@ -504,10 +504,13 @@ Prepared prepare(const std::string& spec_arg, bool spec_is_text, const Args& a) 
   return p;
 }
 
-// Runs `body` with Python's signal handlers kept, and a KeyboardInterrupt
-// inside fn turned back into one after the runner has stopped.
+// Runs `body` with Python's signal handlers kept. A KeyboardInterrupt inside
+// fn (Ctrl-C, or the package's _Stop for a pytest.skip() and the like) stops
+// the runner; `stopped` says so, and what the run found up to there is
+// returned all the same: the package decides what to raise (a counterexample
+// found before the stop is never hidden behind it).
 template <typename F>
-auto guarded(Prepared& p, F&& body) {
+auto guarded(Prepared& p, bool& stopped, F&& body) {
   kprop::clear_interrupt();
   struct Detach {
     Prepared& p;
@@ -523,22 +526,22 @@ auto guarded(Prepared& p, F&& body) {
       throw nb::value_error(e.what());
     }
   }();
-  const bool stop = *p.interrupted;
+  stopped = *p.interrupted;
   kprop::clear_interrupt();
-  if (stop) {
-    PyErr_SetNone(PyExc_KeyboardInterrupt);
-    throw nb::python_error();
-  }
   return result;
 }
 
 nb::dict run(const std::string& spec, bool spec_is_text, const nb::dict& args) {
   Prepared p = prepare(spec, spec_is_text, args_from(args));
-  kprop::RunReport report = guarded(p, [&] { return kprop::run_spec(p.spec, p.options); });
-  return report_dict(report);
+  bool stopped = false;
+  kprop::RunReport report = guarded(p, stopped, [&] { return kprop::run_spec(p.spec, p.options); });
+  nb::dict d = report_dict(report);
+  d["stopped"] = stopped;
+  return d;
 }
 
-nb::list replay(const std::string& spec, bool spec_is_text, const nb::dict& arg_dict,
+// {"rows": one dict per case file replayed, "stopped": whether fn stopped the replay}.
+nb::dict replay(const std::string& spec, bool spec_is_text, const nb::dict& arg_dict,
                 const std::string& path) {
   Args args = args_from(arg_dict);
   args.seed = std::nullopt;
@@ -547,7 +550,8 @@ nb::list replay(const std::string& spec, bool spec_is_text, const nb::dict& arg_
   args.corpus =
       std::nullopt;  // a replay stores nothing; a crash's case goes to the scratch folder _args chose
   Prepared p = prepare(spec, spec_is_text, args);
-  const auto rows = guarded(p, [&] { return kprop::replay_corpus(p.spec, path, p.options); });
+  bool stopped = false;
+  const auto rows = guarded(p, stopped, [&] { return kprop::replay_corpus(p.spec, path, p.options); });
   nb::list out;
   for (const auto& r : rows) {
     nb::dict d;
@@ -561,7 +565,10 @@ nb::list replay(const std::string& spec, bool spec_is_text, const nb::dict& arg_
     d["detail"] = r.target_detail;
     out.append(d);
   }
-  return out;
+  nb::dict result;
+  result["rows"] = out;
+  result["stopped"] = stopped;
+  return result;
 }
 
 nb::dict spec_info(const std::string& spec_arg, bool spec_is_text, const std::string& profile) {

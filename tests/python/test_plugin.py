@@ -222,3 +222,94 @@ def test_x(logits, k, impl=None, **attrs):
         result = pytester.runpytest("--kprop-no-corpus")
         result.assert_outcomes(errors=1)
         result.stdout.fnmatch_lines(["*kprop: test_x: *%s*" % said])
+
+
+def test_a_decorator_without_its_spec_is_said(pytester):
+    pytester.makepyfile(test_sm="""
+import kprop
+
+@kprop.spec
+def test_x(**_):
+    pass
+""")
+    result = pytester.runpytest()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(['*kprop.spec: name the spec, as @kprop.spec("attention_fwd")*'])
+
+
+def test_fixtures_are_refused_never_a_counterexample(pytester, tmp_path):
+    # A kprop item runs no pytest fixture. usefixtures is a collection error;
+    # an autouse fixture that would not run is warned of; a fixture argument
+    # (or a parametrize name the op also passes) stops the run with
+    # ArgumentMismatch, and nothing is stored (the TypeError of the call was
+    # shrunk and stored as the kernel's counterexample).
+    corpus = tmp_path / "corpus"
+    pytester.makeconftest("""
+import pytest
+
+@pytest.fixture(autouse=True)
+def seeded():
+    yield
+""")
+    pytester.makepyfile(test_sm=HEADER + """
+import pytest
+
+@pytest.fixture
+def scale():
+    return 2.0
+
+@kprop.spec("softmax_topk", seed=1, trials=10, invariants=["sorted"])
+def test_fixture_arg(logits, k, scale, **attrs):
+    return good.softmax_topk(logits, k, **attrs)
+
+@pytest.mark.parametrize("k", [1, 2])
+@kprop.spec("softmax_topk", seed=1, trials=10, invariants=["sorted"])
+def test_clash(logits, k, **attrs):
+    return good.softmax_topk(logits, k, **attrs)
+""")
+    result = pytester.runpytest("--kprop-corpus", str(corpus), "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=3)
+    result.stdout.fnmatch_lines([
+        "*the target test_fixture_arg cannot take the arguments of op softmax_topk: missing a required "
+        "argument: 'scale'*",
+        "*@pytest.mark.parametrize names 'k', which the spec's op also passes to test_clash*",
+        "*autouse fixture(s) seeded do not run for @kprop.spec items*"])
+    assert not corpus.exists() or not any(corpus.rglob("*.yaml"))
+    pytester.makepyfile(test_sm=HEADER + """
+import pytest
+
+@pytest.fixture
+def setup():
+    pass
+
+@pytest.mark.usefixtures("setup")
+@kprop.spec("softmax_topk", seed=1, trials=10, invariants=["sorted"])
+def test_x(logits, k, **attrs):
+    return good.softmax_topk(logits, k, **attrs)
+""")
+    result = pytester.runpytest("--kprop-no-corpus")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*kprop: test_x: @pytest.mark.usefixtures does not apply to @kprop.spec*"])
+
+
+def test_a_relative_spec_path_is_the_test_files_or_the_rootdirs(pytester, monkeypatch):
+    # Whatever folder pytest runs from: beside the test module first, then
+    # under the rootdir (it was the current folder's).
+    spec = open(os.path.join(os.path.dirname(__file__), "..", "..", "specs", "softmax_topk.yaml")).read()
+    pytester.mkdir("specs")
+    pytester.path.joinpath("specs", "mine.yaml").write_text(spec.replace("spec: softmax_topk", "spec: mine"))
+    tests = pytester.mkdir("tests")
+    tests.joinpath("beside.yaml").write_text(spec.replace("spec: softmax_topk", "spec: beside"))
+    tests.joinpath("test_rel.py").write_text(HEADER + """
+@kprop.spec("specs/mine.yaml", seed=1, trials=5, invariants=["sorted"])
+def test_rootdir(logits, k, **attrs):
+    return good.softmax_topk(logits, k, **attrs)
+
+@kprop.spec("beside.yaml", seed=1, trials=5, invariants=["sorted"])
+def test_beside(logits, k, **attrs):
+    return good.softmax_topk(logits, k, **attrs)
+""")
+    pytester.makeini("[pytest]\n")
+    monkeypatch.chdir(tests)
+    result = pytester.runpytest("--kprop-no-corpus", "--rootdir", str(pytester.path))
+    result.assert_outcomes(passed=2)

@@ -74,6 +74,58 @@ def test_x(logits, k, **attrs):
     assert not corpus.exists() or not any(corpus.rglob("*.yaml"))
 
 
+def test_a_stop_after_a_counterexample_never_hides_it(corpus):
+    # Every output is wrong; fn skips the smallest rows after its first call:
+    # the shrinker's rerun reached one and the skip was raised instead of the
+    # failure (which was stored all the same).
+    calls = []
+
+    def wrong_then_skips(logits, k, **attrs):
+        calls.append(logits.shape)
+        if logits.shape[-1] == 1 and len(calls) > 1:
+            pytest.skip("V = 1 not supported")
+        out = softmax_topk(logits, k, **attrs)
+        out["probs"] = out["probs"] * 1.5
+        return out
+
+    with pytest.raises(kprop.Counterexample, match="invariant matches_reference failed") as excinfo:
+        kprop.check("softmax_topk", wrong_then_skips, seed=1, trials=50, corpus=corpus,
+                    invariants=["matches_reference"])
+    assert isinstance(excinfo.value.__cause__, pytest.skip.Exception)
+    assert "found before the run was stopped by Skipped: V = 1 not supported" in str(excinfo.value)
+    assert _stored(corpus) == [os.path.basename(excinfo.value.finding.path)]
+    # Its replay reaches the skip on the stored case itself: nothing was
+    # found before it, so the skip is raised, unchanged.
+    with pytest.raises(pytest.skip.Exception, match="V = 1 not supported"):
+        kprop.check("softmax_topk", wrong_then_skips, seed=1, trials=50, corpus=corpus,
+                    invariants=["matches_reference"])
+
+
+def test_replayed_counts_the_stored_cases_checked(corpus):
+    # A stored counterexample the target declines was never checked:
+    # result.replayed does not count it (kprop.replay returns 0 for it).
+    def wrong(logits, k, **attrs):
+        out = softmax_topk(logits, k, **attrs)
+        out["probs"] = out["probs"] * 1.5
+        return out
+
+    with pytest.raises(kprop.Counterexample) as excinfo:
+        kprop.check("softmax_topk", wrong, seed=1, trials=50, corpus=corpus, invariants=["matches_reference"])
+    stored = excinfo.value.finding.path
+    rows = excinfo.value.finding.case_yaml.count("\n    - [")  # rows of the shrunk case
+
+    def declines_that(logits, k, **attrs):
+        if logits.shape[0] <= max(rows, 1):
+            raise kprop.Unsupported("not that small")
+        return softmax_topk(logits, k, **attrs)
+
+    assert kprop.replay("softmax_topk", declines_that, stored, invariants=["matches_reference"]) == 0
+    with pytest.raises(kprop.HealthCheckFailure) as excinfo:  # most drawn cases are declined too
+        kprop.check("softmax_topk", declines_that, seed=1, trials=20, corpus=corpus,
+                    invariants=["matches_reference"])
+    assert excinfo.value.result.replayed == 0
+
+
 # ------------------------------------------- 2. an n/a invariant is a skip
 def test_an_invariant_that_is_na_for_the_target_is_skipped(example, corpus):
     mod = example("attention_fwd")
