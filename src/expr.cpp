@@ -953,6 +953,10 @@ class Checker {
           break;
         case Item::K::expr:
           for (const auto& d : item.e->shape) out.push_back(d);  // gather: the index's dims
+          // The indexed axis's dim is read with the case (an index past it
+          // that reads no output of the target is the spec's error).
+          for (const auto& t : infos_)
+            if (t.name == base.shape[axis] && t.shape.empty()) used_.insert(t.name);
           ++axis;
           break;
       }

@@ -538,8 +538,17 @@ Tensor index_of(const Tensor& x, const Node& n, const TensorMap& m) {
         const int64_t len = x.shape.at(axis);
         const size_t begin = offsets.size();
         for (double v : ridx->data) {
-          if (!(v >= -static_cast<double>(len) && v < static_cast<double>(len)) || v != std::floor(v))
-            throw EvalError(fmt::format("index {} is out of range for an axis of length {}", v, len));
+          if (!(v >= -static_cast<double>(len) && v < static_cast<double>(len)) || v != std::floor(v)) {
+            const std::string message =
+                fmt::format("index {} is out of range for an axis of length {}", v, len);
+            // The axis has its declared dim's length, and the index comes from
+            // no output of the target: the spec indexes past its own dim.
+            const Shape& declared = n.args[0]->shape;
+            const Tensor* dim = declared.size() == r ? m.find(declared[axis]) : nullptr;
+            if (dim && dim->size() == 1 && dim->data[0] == static_cast<double>(len) && !reads_target(*item.e))
+              throw SpecEvalError(fmt::format("{} ({} = {})", message, declared[axis], len));
+            throw EvalError(message);
+          }
           offsets.push_back((v < 0 ? static_cast<int64_t>(v) + len : static_cast<int64_t>(v)) * stride[axis]);
         }
         groups.push_back({begin, offsets.size()});
@@ -1052,9 +1061,20 @@ Expression::Outcome explain(const std::string& text, const Node& n, const Tensor
     return side.shape == n.shape && std::find(side.shape.begin(), side.shape.end(), "?") == side.shape.end();
   };
   if (n.kind == Kind::binary && n.op == "and" && unbroadcast(*n.args[0]) && unbroadcast(*n.args[1])) {
-    out = explain(text, *n.args[0], m);
-    if (!out.holds) return out;
-    return explain(text, *n.args[1], m);
+    // A side that judges nothing on this case (close(k=) without a budget,
+    // an empty slice) does not hide the other side's failure; the case is
+    // discarded only when neither side judges anything.
+    std::optional<NothingJudged> nothing;
+    for (const NodeP& side : n.args) {
+      try {
+        out = explain(text, *side, m);
+        if (!out.holds) return out;
+      } catch (const NothingJudged& e) {
+        if (nothing) throw NothingJudged(fmt::format("{}; {}", nothing->what(), e.what()));
+        nothing = e;
+      }
+    }
+    return out;  // every side held on what it judged, and one judged something
   }
   const bool is_close_call = n.kind == Kind::call && n.op == "close";
   const bool is_cmp = is_comparison(n);
@@ -1074,6 +1094,9 @@ Expression::Outcome explain(const std::string& text, const Node& n, const Tensor
             : op == "<=" ? Cmp::le
             : op == ">"  ? Cmp::gt
                          : Cmp::ge;
+    if (a.size() == 0)
+      throw NothingJudged(
+          fmt::format("`{}` compares no element on this case (shape {})", src(n), shape_text(shape)));
     for (size_t i = 0; i < a.size(); ++i) {
       const double x = a.data[i], y = b.data[i];
       bool ok;
@@ -1135,6 +1158,9 @@ Expression::Outcome explain(const std::string& text, const Node& n, const Tensor
   }
   const Ref rt = evaluate(n, m);
   const Tensor& t = *rt;
+  if (t.size() == 0)
+    throw NothingJudged(
+        fmt::format("`{}` has no element on this case (shape {})", src(n), shape_text(t.shape)));
   size_t failing = 0, first = 0;
   for (size_t i = 0; i < t.size(); ++i)
     if (t.data[i] == 0 && failing++ == 0) first = i;

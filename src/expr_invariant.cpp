@@ -54,6 +54,10 @@ Verdict check_invariant(AnyTrial& trial, const InvariantUse& use) {
     return Verdict::discard(err.what());
   } catch (const expr::ToleranceError& err) {
     throw InputError(e.mark, fmt::format("invariant {}: `{}`: {}", use.name, current->shown(), err.what()));
+  } catch (const expr::SpecEvalError& err) {
+    throw InputError(e.mark, fmt::format("invariant {}: `{}` cannot be evaluated on this case: {} (the "
+                                         "expression's own error: the index reads no output of the target)",
+                                         use.name, current->shown(), err.what()));
   } catch (const expr::EvalError& err) {
     // An expression that reads no output of the target and cannot be
     // evaluated (shapes that do not broadcast, an index out of range) is

@@ -146,6 +146,14 @@ class EvalError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+// An index past an axis whose length is the spec's own dim (the indexed
+// tensor has that length on this case) computed from no output of the
+// target: the spec's error (exit 2), even where the expression reads the
+// target elsewhere.
+class SpecEvalError : public EvalError {
+ public:
+  using EvalError::EvalError;
+};
 // A close(k=) whose k is negative or not finite on this case: always the
 // spec's error, never the target's counterexample.
 class ToleranceError : public EvalError {

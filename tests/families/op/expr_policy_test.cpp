@@ -67,6 +67,40 @@ TEST(OpClosePolicy, ABaselineThatOverflowsJudgesNothingAndNeverPasses) {
   }
 }
 
+// A comparison over no element (an empty slice on this case) judges nothing:
+// the case is discarded, never passed (a target off by 2x passed every case
+// of `close(target.y[T:], ...)`). Next to a side that judges, in an `and`,
+// a side that judges nothing hides neither its failure nor its pass (the
+// overflowing baseline's side discarded the whole invariant).
+TEST(OpClosePolicy, AComparisonOverNoElementJudgesNothing) {
+  for (const char* expect :
+       {"close(target.y[T:], reference.y[T:], k=2)", "all(target.y[T:] == reference.y[T:])",
+        "close(target.y[T:], reference.y[T:], k=2) and all(target.y[T:] > 0)"}) {
+    const Spec spec =
+        with_doubling_mutant(kOverflowingBaseline.substr(0, kOverflowingBaseline.find("    expect:")) +
+                             "    expect: " + expect + "\n");
+    for (const char* target : {"doubles", "reference"}) {
+      const RunReport r = run_spec(spec, scratch_run(target, 7, 50, "kprop_op_policy_test"));
+      EXPECT_EQ(r.status, RunStatus::gave_up) << expect << " on " << target;
+      EXPECT_EQ(r.invariants.at(0).passed, 0) << expect;
+      EXPECT_NE(r.invariants[0].last_discard.find("on this case (shape [0])"), std::string::npos)
+          << r.invariants[0].last_discard;
+    }
+  }
+  const std::string both =
+      kOverflowingBaseline.substr(0, kOverflowingBaseline.find("    expect:")) +
+      "    expect: close(target.y, reference.y, k=2) and abs(target.y - x) <= x / 2\n";
+  const Spec spec = with_doubling_mutant(both);
+  const RunReport bad = run_spec(spec, scratch_run("doubles", 7, 50, "kprop_op_policy_test"));
+  EXPECT_EQ(bad.status, RunStatus::failed);
+  ASSERT_TRUE(bad.invariants.at(0).counterexample);
+  EXPECT_NE(bad.invariants[0].counterexample->message.find("abs(target.y - x) <= x / 2"), std::string::npos)
+      << bad.invariants[0].counterexample->message;
+  const RunReport ok = run_spec(spec, scratch_run("reference", 7, 50, "kprop_op_policy_test"));
+  EXPECT_EQ(ok.status, RunStatus::passed) << ok.detail;
+  EXPECT_EQ(ok.invariants.at(0).passed, 50);
+}
+
 // exp overflows in f32 on some elements (NaN baseline after inf / inf):
 // those are not judged, the others are, so an exact target passes (it
 // failed with "allowed nan") and a wrong one still fails.
@@ -139,10 +173,25 @@ TEST(OpClosePolicy, AnExpressionThatCannotBeEvaluatedIsTheSpecsError) {
               std::string::npos)
         << index;
   }
-  // Where the expression reads the target's output, its evaluation error
-  // fails the invariant: the target's answer may have caused it.
-  const RunReport r = run_spec(with_doubling_mutant(with_invariant("all(target.y[99] == x[99])")),
-                               scratch_run("reference", 7, 30, "kprop_op_policy_test"));
+  // An index past the spec's own dim is the spec's error even where the
+  // expression reads the target's output (target.y has its declared T
+  // rows): it was shrunk and reported as the reference's counterexample.
+  for (const char* target : {"reference", "doubles"}) {
+    const std::string own = run_error(with_invariant("all(target.y[99] == x[99])"), target);
+    EXPECT_NE(own.find("invariant e: `all(target.y[99] == x[99])` cannot be evaluated on this case: index 99 "
+                       "is out of range for an axis of length "),
+              std::string::npos)
+        << own;
+    EXPECT_NE(own.find("the index reads no output of the target"), std::string::npos) << own;
+  }
+  // An index the target's answer computes fails the invariant: the target
+  // may have caused it (here only the doubling mutant's outputs count past T).
+  const std::string counted = with_invariant("all(x[sum(target.y != reference.y)] == x[0])");
+  EXPECT_EQ(
+      run_spec(with_doubling_mutant(counted), scratch_run("reference", 7, 30, "kprop_op_policy_test")).status,
+      RunStatus::passed);
+  const RunReport r =
+      run_spec(with_doubling_mutant(counted), scratch_run("doubles", 7, 30, "kprop_op_policy_test"));
   EXPECT_EQ(r.status, RunStatus::failed);
   ASSERT_TRUE(r.invariants.at(0).counterexample);
   EXPECT_NE(r.invariants.at(0).counterexample->message.find("could not be evaluated"), std::string::npos);
