@@ -745,7 +745,22 @@ class Checker {
       return x;
     };
     NodeP budget;
-    for (const NodeP& operand : {n.args[0], n.args[1]}) {
+    for (NodeP operand : {n.args[0], n.args[1]}) {
+      // An output times or over an exact number (2 * target.X, a relation's
+      // scaled run; -target.X): its error is |c| times X's, and so is its
+      // share of the budget (it had none: a kernel within the policy on
+      // both runs failed the relation by up to twice the budget).
+      NodeP factor;
+      if (operand->kind == Kind::unary && operand->op == "-") {
+        operand = operand->args[0];
+      } else if (operand->kind == Kind::binary && (operand->op == "*" || operand->op == "/")) {
+        const NodeP &l = operand->args[0], &r = operand->args[1];
+        if (operand->op == "*" && l->kind == Kind::number) {
+          factor = num(std::fabs(l->value)), operand = r;
+        } else if (r->kind == Kind::number && r->value != 0) {
+          factor = num(operand->op == "*" ? std::fabs(r->value) : 1 / std::fabs(r->value)), operand = l;
+        }
+      }
       // A target output, or one indexed (target.X[transform.perm], a
       // relation's reordering): the budget is X's; an indexed operand's
       // unjudged elements are X's under the same index.
@@ -778,6 +793,7 @@ class Checker {
       NodeP both = node(Kind::binary, "and", {ref_finite, naive_finite});
       NodeP worst = node(Kind::call, "max", {node(Kind::call, "where", {both, err, num(0)})});
       NodeP one = node(Kind::binary, "+", {node(Kind::binary, "*", {k, worst}), name("floor." + x)});
+      if (factor) one = node(Kind::binary, "*", {factor, one});
       budget = budget ? node(Kind::binary, "+", {budget, one}) : one;
       NodeP lost = node(Kind::binary, "and",
                         {node(Kind::call, "isfinite", {name("reference." + x)}),

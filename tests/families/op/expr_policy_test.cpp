@@ -87,9 +87,8 @@ TEST(OpClosePolicy, AComparisonOverNoElementJudgesNothing) {
           << r.invariants[0].last_discard;
     }
   }
-  const std::string both =
-      kOverflowingBaseline.substr(0, kOverflowingBaseline.find("    expect:")) +
-      "    expect: close(target.y, reference.y, k=2) and abs(target.y - x) <= x / 2\n";
+  const std::string both = kOverflowingBaseline.substr(0, kOverflowingBaseline.find("    expect:")) +
+                           "    expect: close(target.y, reference.y, k=2) and abs(target.y - x) <= x / 2\n";
   const Spec spec = with_doubling_mutant(both);
   const RunReport bad = run_spec(spec, scratch_run("doubles", 7, 50, "kprop_op_policy_test"));
   EXPECT_EQ(bad.status, RunStatus::failed);
@@ -99,6 +98,52 @@ TEST(OpClosePolicy, AComparisonOverNoElementJudgesNothing) {
   const RunReport ok = run_spec(spec, scratch_run("reference", 7, 50, "kprop_op_policy_test"));
   EXPECT_EQ(ok.status, RunStatus::passed) << ok.detail;
   EXPECT_EQ(ok.invariants.at(0).passed, 50);
+}
+
+// A relation between two runs of the target, one of them scaled by an exact
+// number (2 * target.y): each run errs within the policy, by 8 f32 ulps, in
+// a direction set by w's binade, so doubling w flips it. The scaled operand
+// carries twice its run's budget; it carried none, and the relation failed
+// a kernel that matches_reference passes.
+TEST(OpClosePolicy, AScaledTargetOperandHasItsScaledBudget) {
+  const std::string text = R"(spec: mul
+family: op
+op:
+  dims: {N: [1, 4]}
+  inputs:
+    x: {shape: [N], dtype: f32, values: {uniform: {lo: 1, hi: 2}}}
+    w: {shape: [N], values: {uniform: {lo: 1, hi: 2}}}
+  outputs:
+    y: {shape: [N]}
+  reference:
+    y: x * w
+invariants:
+  - matches_reference
+  - name: doubled
+    transform: {scale: {w: 2.0}}
+    expect: close(transformed.target.y, 2 * target.y, k=2)
+  - name: halved
+    transform: {scale: {w: 2.0}}
+    expect: close(0.5 * transformed.target.y, target.y, k=2)
+  - name: negated
+    expect: close(-target.y, -reference.y, k=2)
+)";
+  const Spec spec = with_doubling_mutant(text, [](OpFamily& f) {
+    f.mutant("skewed", "y off by 8 f32 ulps, its sign by w's binade", [](const Case& c) {
+      Result r = op::reference(c);
+      for (size_t i = 0; i < r.outputs[0].size(); ++i) {
+        int e = 0;
+        std::frexp(c.inputs[1][i], &e);
+        const double y = r.outputs[0][i];
+        r.outputs[0][i] = static_cast<float>(y + (e % 2 == 0 ? 8 : -8) * std::ldexp(1.0, -24) * std::fabs(y));
+      }
+      return r;
+    });
+  });
+  const RunReport r = run_spec(spec, scratch_run("skewed", 7, 100, "kprop_op_policy_test"));
+  EXPECT_EQ(r.status, RunStatus::passed) << r.detail;
+  for (const auto& i : r.invariants) EXPECT_EQ(i.passed, 100) << i.name;
+  EXPECT_EQ(run_spec(spec, scratch_run("doubles", 7, 100, "kprop_op_policy_test")).status, RunStatus::failed);
 }
 
 // exp overflows in f32 on some elements (NaN baseline after inf / inf):
