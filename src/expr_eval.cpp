@@ -240,8 +240,13 @@ Tensor reduce(const Node& n, const Tensor& x) {
   const Reduction r = reduction(n, x.shape);
   const Split s = r.s;  // (not a structured binding: lambdas capture it, which clang 14 refuses)
   const std::string& op = n.op;
-  const double init = op == "min"   ? std::numeric_limits<double>::infinity()
-                      : op == "max" ? -std::numeric_limits<double>::infinity()
+  // The identities: max/min of an empty axis are -inf/inf, or false/true on
+  // a bool tensor (any/all: ±inf there was neither true nor false, so
+  // `max(m[:, 5:])` held in an `and` and failed `== false`).
+  const bool boolean = n.dtype == DType::boolean;
+  const double inf = std::numeric_limits<double>::infinity();
+  const double init = op == "min"   ? (boolean ? 1 : inf)
+                      : op == "max" ? (boolean ? 0 : -inf)
                       : op == "all" ? 1
                                     : 0;
   Tensor out{r.shape, std::vector<double>(static_cast<size_t>(s.outer * s.inner), init), n.dtype};

@@ -195,6 +195,11 @@ TEST(Expr, ReductionsAlongAxes) {
   EXPECT_EQ(values("any(b, axis=1)"), (std::vector<double>{1, 0}));
   EXPECT_EQ(values("all(x > 0)"), (std::vector<double>{1}));
   EXPECT_EQ(values("sum(b)"), (std::vector<double>{2}));
+  // Empty axes: -inf/inf, but false/true on a bool tensor (they were ±inf,
+  // neither true nor false there).
+  EXPECT_EQ(values("max(x[:, 0:0], axis=-1)"), (std::vector<double>{-INFINITY, -INFINITY}));
+  EXPECT_EQ(values("max(b[:, 0:0], axis=-1)"), (std::vector<double>{0, 0}));
+  EXPECT_EQ(values("min(b[:, 0:0], axis=-1)"), (std::vector<double>{1, 1}));
   // Division is by the axis length; the reductions keep NumPy's NaN rules.
   EXPECT_TRUE(std::isnan(values("max(z)")[0]));
   EXPECT_TRUE(std::isnan(values("sum(z)")[0]));
@@ -539,8 +544,8 @@ TEST(Expr, CheckExplainsTheWorstElement) {
 }
 
 // An `and` whose sides broadcast is judged whole: broadcast to an empty
-// tensor it holds (NumPy's all() of an empty array), though one side alone
-// does not. (Each side was judged alone, a wrong failure.) A parenthesised
+// tensor it judges nothing (the case is discarded), though one side alone
+// fails. (Each side was judged alone, a wrong failure.) A parenthesised
 // part is quoted with its parentheses.
 TEST(Expr, AnAndThatBroadcastsIsJudgedWhole) {
   EXPECT_EQ(shape("(x[:, :1] > 100) and (y[:0] > 0)"), (std::vector<int64_t>{2, 0}));
