@@ -258,6 +258,7 @@ class CheckResult:
 
     @property
     def discarded(self) -> int:
+        """Discards summed over the invariants (not cases: see each invariant's)."""
         return sum(i.discarded for i in self.invariants)
 
     @property
@@ -265,10 +266,12 @@ class CheckResult:
         return self.trials / self.seconds if self.seconds > 0 else float("inf")
 
     def summary(self) -> str:
-        parts = ["%s: %s on %s, seed %d: %d cases drawn, %d checked, %d declined, %d discarded, "
-                 "size reached %d of %d, %.2f s" % (self.spec, self.status, self.target, self.seed, self.trials,
-                                                   self.checked, self.declined, self.discarded,
-                                                   self.size_reached, self.max_size, self.seconds)]
+        # Discards are per invariant (a case one invariant discards another
+        # may check): their sum is no count of cases, and says so.
+        parts = ["%s: %s on %s, seed %d: %d cases drawn, %d checked, %d declined, %d discards over the "
+                 "invariants, size reached %d of %d, %.2f s" % (
+                     self.spec, self.status, self.target, self.seed, self.trials, self.checked, self.declined,
+                     self.discarded, self.size_reached, self.max_size, self.seconds)]
         for i in self.invariants:
             parts.append("  %-28s %-14s %d %s, %d discarded, %d declined" % (
                 i.name, i.status, i.passed, "checked" if i.status == "not_run" else "passed", i.discarded,
@@ -971,6 +974,8 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
         result.status = status = "skipped"
         result.detail = "; ".join("invariant %s is n/a%s" % (
             i["name"], ": " + i["last_discard"] if i["last_discard"] else "") for i in r["invariants"])
+    if status == "interrupted" and stopper.exception is None:  # Ctrl-C: the user's stop wins
+        raise KeyboardInterrupt("kprop: interrupted")
     if findings:
         message = "\n\n".join(format_finding(f, result.spec, result.target, result.seed) for f in findings)
         if len(findings) > 1:
@@ -982,8 +987,6 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
         stopper.finish(counterexample)
         raise counterexample
     stopper.finish()
-    if status == "interrupted":
-        raise KeyboardInterrupt("kprop: interrupted")
     if status == "skipped":
         raise _skipped("kprop: %s on %s: %s" % (result.spec, result.target, result.detail), result)
     if status == "gave_up":
