@@ -924,7 +924,9 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
         spec, fn, reference=reference, extra_invariants=extra_invariants, profile=profile, seed=seed,
         trials=trials, time=time, invariants=invariants, corpus=corpus, isolate=isolate, tensors=tensors,
         device=device, case_timeout=case_timeout, domain=domain, fail_fast=fail_fast)
-    spec_ref = spec if isinstance(spec, str) else text if not is_text else "<dict spec>"
+    # What the printed replay names: the spec's name or path, or a dict spec
+    # itself, as a literal (its replay runs as printed).
+    spec_ref = spec if isinstance(spec, str) else text if not is_text else _plain(spec, "spec")
     name = args["target"]["name"]
     targets = [t for t in (target, ref_target) if t is not None]
     command = args["target"]["exec"]
@@ -1009,7 +1011,7 @@ def _stored_finding(row, targets, spec_ref, spec_path, fn, command, opts) -> Fin
         text = f.read()
     if command:  # prop_runner needs the spec's file, not a shipped spec's name
         replay = "prop_runner --spec %s --target %s --replay %s" % (
-            shlex.quote(spec_path or spec_ref), shlex.quote("exec:" + command), shlex.quote(row["path"]))
+            shlex.quote(spec_path or str(spec_ref)), shlex.quote("exec:" + command), shlex.quote(row["path"]))
     else:
         replay = _replay_text(spec_ref, fn, row["path"], opts)
     return Finding(invariant=row["invariant"], kind="replay", message=row["detail"], measured=[], case_yaml=text,
@@ -1091,7 +1093,8 @@ def replay(spec, fn, path: str, *, invariants: Optional[Sequence[str]] = None, i
             raise ValueError("kprop: %s" % row["error"])
         if not row["ok"]:
             f = _stored_finding(row, [t for t in (target, ref_target) if t is not None],
-                                spec if isinstance(spec, str) else "<spec>", info["path"], fn,
+                                spec if isinstance(spec, str) else text if not is_text else _plain(spec, "spec"),
+                                info["path"], fn,
                                 args["target"]["exec"], opts)
             counterexample = Counterexample(format_finding(f, info["name"], args["target"]["name"]), f)
             stopper.finish(counterexample)

@@ -323,5 +323,11 @@ def test_spec_as_a_dict(example, corpus):
     with pytest.raises(kprop.Counterexample) as excinfo:
         kprop.check(spec, mod.softmax_topk, corpus=corpus)
     assert "/topk_f64_small/" in excinfo.value.finding.path
+    # The printed replay names the dict itself and runs as printed (it named
+    # '<dict spec>', which no replay could open).
+    replay = excinfo.value.finding.replay
+    assert replay.startswith("kprop.replay({'spec': 'topk_f64_small'") and "<dict" not in replay
+    with pytest.raises(kprop.Counterexample):
+        eval(replay, {"kprop": kprop, "softmax_topk": mod.softmax_topk})
     with pytest.raises(ValueError, match="dtype"):
         kprop.check(dict(spec, domain={"dtype": ["f8"]}), mod.softmax_topk, corpus=corpus)
