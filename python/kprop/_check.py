@@ -852,6 +852,12 @@ def _args(spec, fn, *, reference, extra_invariants, profile, seed, trials, time,
     return text, is_text, info, a, target, ref_target, stopper
 
 
+def _spec_ref(spec, text: str, is_text: bool):
+    """What a printed replay names: the spec's name or path, or a dict spec
+    itself (repr'd as a literal, so the replay runs as printed)."""
+    return spec if isinstance(spec, str) else text if not is_text else _plain(spec, "spec")
+
+
 def _replay_text(spec_ref, fn, path, opts: Mapping[str, Any]) -> str:
     """kprop.replay(...) with the options of the run that found the case
     (those not at their defaults), so that it runs the case the same way."""
@@ -924,9 +930,7 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
         spec, fn, reference=reference, extra_invariants=extra_invariants, profile=profile, seed=seed,
         trials=trials, time=time, invariants=invariants, corpus=corpus, isolate=isolate, tensors=tensors,
         device=device, case_timeout=case_timeout, domain=domain, fail_fast=fail_fast)
-    # What the printed replay names: the spec's name or path, or a dict spec
-    # itself, as a literal (its replay runs as printed).
-    spec_ref = spec if isinstance(spec, str) else text if not is_text else _plain(spec, "spec")
+    spec_ref = _spec_ref(spec, text, is_text)
     name = args["target"]["name"]
     targets = [t for t in (target, ref_target) if t is not None]
     command = args["target"]["exec"]
@@ -1093,9 +1097,7 @@ def replay(spec, fn, path: str, *, invariants: Optional[Sequence[str]] = None, i
             raise ValueError("kprop: %s" % row["error"])
         if not row["ok"]:
             f = _stored_finding(row, [t for t in (target, ref_target) if t is not None],
-                                spec if isinstance(spec, str) else text if not is_text else _plain(spec, "spec"),
-                                info["path"], fn,
-                                args["target"]["exec"], opts)
+                                _spec_ref(spec, text, is_text), info["path"], fn, args["target"]["exec"], opts)
             counterexample = Counterexample(format_finding(f, info["name"], args["target"]["name"]), f)
             stopper.finish(counterexample)
             raise counterexample
