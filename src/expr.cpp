@@ -745,6 +745,13 @@ class Checker {
       return x;
     };
     NodeP budget;
+    // Each target operand: its output's name, its prefix and, for an indexed
+    // operand, the index node (the policy's masks are X's under the same index).
+    struct Operand {
+      std::string pre, x;
+      NodeP indexed;
+    };
+    std::vector<Operand> outputs;
     for (NodeP operand : {n.args[0], n.args[1]}) {
       // An output times or over an exact number (2 * target.X, a relation's
       // scaled run; -target.X): its error is |c| times X's, and so is its
@@ -782,10 +789,6 @@ class Checker {
       // the reference are finite, + floor.X,
       //   K × max(where(isfinite(reference.X) and isfinite(naive.X), abs(naive.X - reference.X), 0)) +
       //   floor.X
-      // and an element where the reference is finite but the baseline is
-      // not (an intermediate overflowed the dtype) is not judged: a baseline
-      // of inf made the budget inf (any target passed), NaN made it NaN
-      // (an exact target failed).
       NodeP err =
           node(Kind::call, "abs", {node(Kind::binary, "-", {name("naive." + x), name("reference." + x)})});
       NodeP ref_finite = node(Kind::call, "isfinite", {name("reference." + x)});
@@ -795,15 +798,51 @@ class Checker {
       NodeP one = node(Kind::binary, "+", {node(Kind::binary, "*", {k, worst}), name("floor." + x)});
       if (factor) one = node(Kind::binary, "*", {factor, one});
       budget = budget ? node(Kind::binary, "+", {budget, one}) : one;
+      outputs.push_back({pre, x, indexed ? operand : nullptr});
+    }
+    // What the policy makes of each element, per target operand (the
+    // comparison takes the largest code of its operands):
+    //   0  compared within the budget;
+    //   1  not judged: the reference is finite where the baseline is not (an
+    //      intermediate overflowed the dtype; a baseline of inf made the
+    //      budget inf, NaN made it NaN);
+    //   2, 3  except where the family publishes overflow.X (a half output's
+    //      overflow threshold) and the reference lies past it by more than
+    //      the budget: the kernel's value before the store is within the
+    //      budget of the reference, so past the threshold too, and a store
+    //      rounding to nearest gives ±inf of the reference's sign (or the
+    //      reference's own value, the reference as its own target). 2: it
+    //      does (judged, holds); 3: it does not (a kernel that saturates to
+    //      ±65504 or writes 0), as matches_reference judges it.
+    for (const Operand& o : outputs) {
+      auto name = [&](const std::string& t) { return node(Kind::name, o.pre + t, {}); };
       NodeP lost = node(Kind::binary, "and",
-                        {node(Kind::call, "isfinite", {name("reference." + x)}),
-                         node(Kind::unary, "not", {node(Kind::call, "isfinite", {name("naive." + x)})})});
-      if (indexed) {
-        auto same_index = std::make_shared<Node>(*operand);
-        same_index->args = {lost};
-        lost = same_index;
+                        {node(Kind::call, "isfinite", {name("reference." + o.x)}),
+                         node(Kind::unary, "not", {node(Kind::call, "isfinite", {name("naive." + o.x)})})});
+      NodeP code = node(Kind::call, "where", {lost, num(1), num(0)});
+      if (has(o.pre + "overflow." + o.x)) {
+        NodeP ref = name("reference." + o.x), got = name("target." + o.x);
+        NodeP past = node(
+            Kind::binary, ">=",
+            {node(Kind::binary, "-", {node(Kind::call, "abs", {ref}), budget}), name("overflow." + o.x)});
+        NodeP must = node(Kind::binary, "and", {lost, past});
+        auto both = [&](NodeP a, NodeP b) { return node(Kind::binary, "and", {std::move(a), std::move(b)}); };
+        auto either = [&](NodeP a, NodeP b) {
+          return node(Kind::binary, "or", {std::move(a), std::move(b)});
+        };
+        const double inf = std::numeric_limits<double>::infinity();
+        NodeP rounds = either(
+            either(both(node(Kind::binary, "==", {got, num(inf)}), node(Kind::binary, ">", {ref, num(0)})),
+                   both(node(Kind::binary, "==", {got, num(-inf)}), node(Kind::binary, "<", {ref, num(0)}))),
+            node(Kind::binary, "==", {got, ref}));
+        code = node(Kind::call, "where", {must, node(Kind::call, "where", {rounds, num(2), num(3)}), code});
       }
-      n.unjudged = n.unjudged ? node(Kind::binary, "or", {n.unjudged, lost}) : lost;
+      if (o.indexed) {
+        auto same_index = std::make_shared<Node>(*o.indexed);
+        same_index->args = {code};
+        code = same_index;
+      }
+      n.unjudged = n.unjudged ? node(Kind::call, "maximum", {n.unjudged, code}) : code;
     }
     if (!budget)
       throw ExprError(n.begin,

@@ -411,10 +411,27 @@ std::optional<Tensor> fused_any_all(const Node& n, const TensorMap& m) {
 struct CloseArgs {
   Dims shape;
   Ref a = Tensor(), b = Tensor(), rtol = Tensor(), atol = Tensor();
-  std::optional<Ref> unjudged;  // close(k=): elements the policy does not judge (expanded)
+  // close(k=): what the policy makes of each element (expanded; the codes
+  // of ExprChecker::policy): compared, not judged, or the store that must
+  // overflow to ±inf, which did or did not.
+  std::optional<Ref> policy;
+  enum Code { compared = 0, excused = 1, overflowed = 2, not_overflowed = 3 };
   // Element i of a tolerance (a scalar is not expanded).
   static double at(const Ref& t, size_t i) { return t->size() == 1 ? t->data[0] : t->data[i]; }
-  bool judged(size_t i) const { return !unjudged || (*unjudged)->data[i] == 0; }
+  Code code(size_t i) const { return policy ? Code((*policy)->data[i]) : compared; }
+  // Whether element i is close: within the tolerance, or as the policy says.
+  bool holds(size_t i) const {
+    switch (code(i)) {
+      case compared:
+        return is_close(a->data[i], b->data[i], at(rtol, i), at(atol, i));
+      case excused:
+      case overflowed:
+        return true;
+      case not_overflowed:
+        return false;
+    }
+    return false;
+  }
 };
 std::string index_text(const Dims& shape, size_t flat);
 CloseArgs close_args(const Node& n, const TensorMap& m, bool tolerances) {
@@ -460,12 +477,12 @@ CloseArgs close_args(const Node& n, const TensorMap& m, bool tolerances) {
       throw EvalError(fmt::format("close(k=): the policy's mask has shape {}, the comparison {}",
                                   shape_text(u->shape), shape_text(c.shape)));
     size_t judged = 0;
-    for (double v : u->data) judged += v == 0;
+    for (double v : u->data) judged += v != double(CloseArgs::excused);
     if (judged == 0 && !u->data.empty())
       throw NothingJudged(
           "close(k=): the same-precision baseline is not finite wherever the reference is (an intermediate "
           "overflows the dtype): no element to judge");
-    c.unjudged = std::move(u);
+    c.policy = std::move(u);
   }
   return c;
 }
@@ -678,9 +695,7 @@ Ref evaluate_node(const Node& n, const TensorMap& m) {
       if (f == "close") {
         const CloseArgs c = close_args(n, m, true);
         Tensor out{c.shape, std::vector<double>(c.a->size()), DType::boolean};
-        for (size_t i = 0; i < out.size(); ++i)
-          out.data[i] = !c.judged(i) || is_close(c.a->data[i], c.b->data[i], CloseArgs::at(c.rtol, i),
-                                                 CloseArgs::at(c.atol, i));
+        for (size_t i = 0; i < out.size(); ++i) out.data[i] = c.holds(i);
         return out;
       }
       if (std::optional<Tensor> t = fused_any_all(n, m)) return std::move(*t);
@@ -1107,8 +1122,8 @@ Expression::Outcome explain(const std::string& text, const Node& n, const Tensor
       bool ok;
       double score;  // how badly the element fails; NaN/inf mismatches first
       if (is_close_call) {
-        ok = !c.judged(i) || is_close(x, y, CloseArgs::at(c.rtol, i), CloseArgs::at(c.atol, i));
-        score = std::isfinite(x) && std::isfinite(y)
+        ok = c.holds(i);
+        score = c.code(i) == CloseArgs::compared && std::isfinite(x) && std::isfinite(y)
                     ? std::fabs(x - y) - (CloseArgs::at(c.atol, i) + CloseArgs::at(c.rtol, i) * std::fabs(y))
                     : std::numeric_limits<double>::infinity();
       } else {
@@ -1145,7 +1160,11 @@ Expression::Outcome explain(const std::string& text, const Node& n, const Tensor
     const double x = a.data[worst], y = b.data[worst];
     out.measured = {{"lhs", x}, {"rhs", y}, {"difference", std::fabs(x - y)}};
     std::string detail;
-    if (is_close_call && !(std::isfinite(x) && std::isfinite(y))) {
+    if (is_close_call && c.code(worst) == CloseArgs::not_overflowed) {
+      detail =
+          "the reference lies past the output dtype's overflow threshold (overflow.X) by more than the "
+          "policy's budget: a store rounding to nearest gives ±inf of the reference's sign";
+    } else if (is_close_call && !(std::isfinite(x) && std::isfinite(y))) {
       detail = "a NaN or an infinity is close only to the same (NaN to NaN, inf to inf of its sign)";
     } else if (is_close_call) {
       const double rtol = CloseArgs::at(c.rtol, worst), atol = CloseArgs::at(c.atol, worst);

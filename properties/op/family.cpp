@@ -41,6 +41,12 @@ void Traits::tensors(const Case& c, const Result* target, const Result* referenc
       out.put("naive." + o.name, expr::Tensor::of(ext, naive_res->outputs[i]));
     if (out.wanted("floor." + o.name))
       out.put("floor." + o.name, expr::Tensor::scalar(op::floor_of(c, i, ref().outputs[i])));
+    if (out.wanted("overflow." + o.name)) {
+      const DType dt = c.output_dtype(i);
+      out.put("overflow." + o.name, expr::Tensor::scalar(dt == DType::f16    ? half::f16_overflow
+                                                         : dt == DType::bf16 ? half::bf16_overflow
+                                                                             : HUGE_VAL));
+    }
   }
 }
 
@@ -148,6 +154,13 @@ OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
              "u = 2^-24 plus u_store × "
              "max|reference." +
              o.name + "| + denorm_min/2); close(k=) adds it"});
+    infos_.push_back(
+        {"overflow." + o.name,
+         {},
+         expr::DType::real,
+         "the magnitude from which a store of " + o.name +
+             " rounding to nearest gives ±inf: 65520 for an f16 output, 2^128 - 2^119 for bf16, inf "
+             "otherwise; close(k=) requires ±inf where the reference lies past it by more than the budget"});
   }
   Schema scale, shift;
   for (const auto& in : d.inputs) {

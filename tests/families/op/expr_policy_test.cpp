@@ -345,35 +345,63 @@ TEST(OpTransforms, APermutationNeverComparesTheCaseWithItself) {
   EXPECT_GT(one.invariants.at(0).discarded, 0);
 }
 
-// y = x * factor over x uniform in [lo, hi] of one dtype, matches_reference only.
-std::string scaling_spec(const char* dtype, int lo, int hi, int factor) {
+// y = x * factor over x uniform in [lo, hi] of one dtype, matches_reference
+// only (or the invariants given).
+std::string scaling_spec(const char* dtype, int lo, int hi, int factor,
+                         const std::string& invariants = "[matches_reference]") {
   return fmt::format(
       "spec: scaling\nfamily: op\nop:\n  dims: {{T: [1, 4]}}\n  inputs:\n    x: {{shape: [T], dtype: {}, "
       "values: "
       "{{uniform: {{lo: {}, hi: {}}}}}}}\n  outputs:\n    y: {{shape: [T]}}\n  reference:\n    y: x * {}\n"
-      "invariants: [matches_reference]\n",
-      dtype, lo, hi, factor);
+      "invariants: {}\n",
+      dtype, lo, hi, factor, invariants);
 }
 
 // An f16 output whose reference lies past the overflow threshold by more
 // than any rounding: a store rounding to nearest gives inf, so a kernel that
 // saturates to 65504 fails (the element was skipped as one the dtype cannot
-// carry, and such a kernel passed); the naive kernel's inf passes.
+// carry, and such a kernel passed); the naive kernel's inf passes. The same
+// with close(k=) in an expression (overflow.y), where the element was not
+// judged either and a kernel writing 0 or 65504 there passed.
 TEST(OpClosePolicy, AHalfStoreThatMustOverflowIsInfNotTheLargestFinite) {
-  const Spec spec = with_doubling_mutant(scaling_spec("f16", 20000, 60000, 4), [](OpFamily& f) {
-    f.mutant("saturates", "stores 65504 where the value overflows f16", [](const Case& c) {
-      Result r = op::naive(c);
-      for (double& v : r.outputs[0]) v = std::clamp(v, -65504.0, 65504.0);
-      return r;
+  const auto with_mutants = [](const std::string& text) {
+    return with_doubling_mutant(text, [](OpFamily& f) {
+      f.mutant("saturates", "stores 65504 where the value overflows f16", [](const Case& c) {
+        Result r = op::naive(c);
+        for (double& v : r.outputs[0]) v = std::clamp(v, -65504.0, 65504.0);
+        return r;
+      });
+      f.mutant("zero_on_overflow", "stores 0 where the value overflows f16", [](const Case& c) {
+        Result r = op::naive(c);
+        for (double& v : r.outputs[0]) v = std::isfinite(v) ? v : 0;
+        return r;
+      });
     });
-  });
-  const RunReport ok = run_spec(spec, scratch_run("naive", 7, 50, "kprop_op_policy_test"));
-  EXPECT_EQ(ok.status, RunStatus::passed) << ok.detail;
-  const RunReport bad = run_spec(spec, scratch_run("saturates", 7, 50, "kprop_op_policy_test"));
-  ASSERT_EQ(bad.status, RunStatus::failed);
-  EXPECT_NE(bad.invariants.at(0).counterexample->message.find("a store rounding to nearest gives inf"),
-            std::string::npos)
-      << bad.invariants.at(0).counterexample->message;
+  };
+  const std::string expression = "[{name: close_k, expect: 'close(target.y, reference.y, k=2)'}]";
+  for (const std::string& invariants : {std::string("[matches_reference]"), expression}) {
+    // Every y = 4x lies in [80000, 240000]: past 65520 by far more than the budget.
+    const Spec spec = with_mutants(scaling_spec("f16", 20000, 60000, 4, invariants));
+    for (const char* target : {"naive", "reference"}) {
+      const RunReport ok = run_spec(spec, scratch_run(target, 7, 50, "kprop_op_policy_test"));
+      EXPECT_EQ(ok.status, RunStatus::passed) << invariants << " " << target << ": " << ok.detail;
+      EXPECT_EQ(ok.invariants.at(0).passed, 50) << invariants << " " << target;
+    }
+    for (const char* target : {"saturates", "zero_on_overflow"}) {
+      const RunReport bad = run_spec(spec, scratch_run(target, 7, 50, "kprop_op_policy_test"));
+      ASSERT_EQ(bad.status, RunStatus::failed) << invariants << " " << target;
+      const std::string& why = bad.invariants.at(0).counterexample->message;
+      EXPECT_TRUE(why.find("a store rounding to nearest gives inf") != std::string::npos ||
+                  why.find("a store rounding to nearest gives ±inf") != std::string::npos)
+          << why;
+    }
+  }
+  // Below the threshold (y = x in [20000, 60000]) nothing must overflow:
+  // the elements are compared, and all pass.
+  const Spec below = with_mutants(scaling_spec("f16", 20000, 60000, 1, expression));
+  for (const char* target : {"naive", "saturates", "zero_on_overflow"})
+    EXPECT_EQ(run_spec(below, scratch_run(target, 7, 50, "kprop_op_policy_test")).status, RunStatus::passed)
+        << target;
 }
 
 // Another oracle than the spec's reference (--reference, Python's
