@@ -127,9 +127,16 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 const Tensor* TensorMap::find(const std::string& name) const {
   if (const auto it = tensors_.find(name); it != tensors_.end()) return &it->second;
+  bool own_linked = false;
   for (const Link& l : links_)
-    if (name.compare(0, l.prefix.size(), l.prefix) == 0)
+    if (name.compare(0, l.prefix.size(), l.prefix) == 0) {
+      own_linked = own_linked || l.prefix == kOwnPrefix;
       if (const Tensor* t = l.other->find(l.strip ? name.substr(l.prefix.size()) : name)) return t;
+    }
+  // "own:X" (or "transformed.own:X") where no other map holds the family's
+  // own reference: the oracle is the family's reference, and X is its tensor.
+  if (const size_t at = name.find(kOwnPrefix); at != std::string::npos && !(at == 0 && own_linked))
+    return find(std::string(name).erase(at, kOwnPrefix.size()));
   return nullptr;
 }
 
@@ -609,8 +616,13 @@ class Checker {
 
  private:
   void name(Node& n) {
+    // close(k=)'s own names for the family's own reference (kOwnPrefix): X's
+    // shape and dtype.
+    std::string looked_up = n.op;
+    const size_t own = looked_up.find(kOwnPrefix);
+    if (own != std::string::npos) looked_up.erase(own, kOwnPrefix.size());
     for (const auto& t : infos_)
-      if (t.name == n.op) {
+      if (t.name == looked_up) {
         n.shape = t.shape;
         n.dtype = t.dtype;
         used_.insert(n.op);
@@ -723,7 +735,11 @@ class Checker {
   // for a metamorphic relation, either one indexed) may err by K × the same-precision baseline's
   // error on this case plus the family's floor for X, as the built-in
   // invariants allow (docs/DESIGN.md, "Tolerance policy"); any other operand
-  // (the fp64 reference, an expression over it) is taken as exact.
+  // (the fp64 reference, an expression over it) is taken as exact. The
+  // baseline's error, and which elements are judged, are measured against
+  // the family's own reference (kOwnPrefix), as the built-in invariants
+  // measure them: against another oracle, its difference from the family's
+  // formula counted as rounding and widened the budget.
   void policy(Node& n, const Item& kw) {
     for (const auto& other : n.items)
       if (other.lo->op == "rtol" || other.lo->op == "atol")
@@ -786,12 +802,12 @@ class Checker {
                           full, pre + need, x, x, x));
       auto name = [&](const std::string& t) { return node(Kind::name, pre + t, {}); };
       // As matches_reference: K × the baseline's worst error where both it and
-      // the reference are finite, + floor.X,
+      // the (family's own) reference are finite, + floor.X,
       //   K × max(where(isfinite(reference.X) and isfinite(naive.X), abs(naive.X - reference.X), 0)) +
       //   floor.X
-      NodeP err =
-          node(Kind::call, "abs", {node(Kind::binary, "-", {name("naive." + x), name("reference." + x)})});
-      NodeP ref_finite = node(Kind::call, "isfinite", {name("reference." + x)});
+      NodeP err = node(Kind::call, "abs",
+                       {node(Kind::binary, "-", {name("naive." + x), name(kOwnPrefix + "reference." + x)})});
+      NodeP ref_finite = node(Kind::call, "isfinite", {name(kOwnPrefix + "reference." + x)});
       NodeP naive_finite = node(Kind::call, "isfinite", {name("naive." + x)});
       NodeP both = node(Kind::binary, "and", {ref_finite, naive_finite});
       NodeP worst = node(Kind::call, "max", {node(Kind::call, "where", {both, err, num(0)})});
@@ -817,11 +833,11 @@ class Checker {
     for (const Operand& o : outputs) {
       auto name = [&](const std::string& t) { return node(Kind::name, o.pre + t, {}); };
       NodeP lost = node(Kind::binary, "and",
-                        {node(Kind::call, "isfinite", {name("reference." + o.x)}),
+                        {node(Kind::call, "isfinite", {name(kOwnPrefix + "reference." + o.x)}),
                          node(Kind::unary, "not", {node(Kind::call, "isfinite", {name("naive." + o.x)})})});
       NodeP code = node(Kind::call, "where", {lost, num(1), num(0)});
       if (has(o.pre + "overflow." + o.x)) {
-        NodeP ref = name("reference." + o.x), got = name("target." + o.x);
+        NodeP ref = name(kOwnPrefix + "reference." + o.x), got = name("target." + o.x);
         NodeP past = node(
             Kind::binary, ">=",
             {node(Kind::binary, "-", {node(Kind::call, "abs", {ref}), budget}), name("overflow." + o.x)});

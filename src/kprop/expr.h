@@ -75,6 +75,13 @@ void add_per_implementation(TensorInfos& t, const std::vector<Whose>& whose, con
 std::string shape_text(const std::vector<std::string>& shape);
 std::string shape_text(const std::vector<int64_t>& shape);
 
+// close(k=)'s budget and masks read the family's own reference, as the
+// built-in invariants do (Trial::own_reference), whatever the run's oracle:
+// "own:reference.X" (a name no spec can write) is reference.X of the
+// family's own reference; it is the same tensor unless the run has another
+// oracle (--reference, Python's reference=).
+inline const std::string kOwnPrefix = "own:";
+
 // The tensors of one trial by name. An evaluator asks for the names it reads
 // (want); the family's hook computes only those still wanted (wanted) and
 // hands them over (put). Entries stay, so several invariants of one trial

@@ -667,12 +667,28 @@ class FamilyDef : public Family {
       }
       const expr::TensorMap* tensors(const std::vector<std::string>& names) override {
         if constexpr (HasTensors<Traits>) {
-          for (const auto& n : names) named.want(n);
+          // The family's own reference's tensors (expr::kOwnPrefix): the
+          // trial's own when the oracle is the family's reference (the map
+          // finds "own:X" as X), else a map of their own, computed from
+          // Trial::own_reference().
+          const bool self = trial.oracle_is_own();
+          for (const auto& n : names) {
+            if (n.compare(0, expr::kOwnPrefix.size(), expr::kOwnPrefix) != 0) {
+              named.want(n);
+              continue;
+            }
+            if (!self && !own_linked) named.link(expr::kOwnPrefix, &own_named, true), own_linked = true;
+            (self ? named : own_named).want(n.substr(expr::kOwnPrefix.size()));
+          }
           if (!named.missing().empty()) {
             const Result* t = named.wants_prefix("target.") ? &trial.target() : nullptr;
             const Result* r = named.wants_prefix("reference.") ? &trial.reference() : nullptr;
             named.set_once_store(&trial.once_store());
             Traits::tensors(trial.input(), t, r, named);
+          }
+          if (!self && !own_named.missing().empty()) {
+            own_named.set_once_store(&trial.once_store());
+            Traits::tensors(trial.input(), nullptr, &trial.own_reference(), own_named);
           }
           return &named;
         } else {
@@ -733,6 +749,8 @@ class FamilyDef : public Family {
         expr::TensorMap view;
       };
       expr::TensorMap named;
+      expr::TensorMap own_named;  // the family's own reference's tensors, under another oracle
+      bool own_linked = false;    // named finds "own:X" in own_named
       AnyCase keep;
       const FamilyDef& family;
       Impl target, reference;  // copies: the trial outlives no one's Impl

@@ -409,24 +409,31 @@ TEST(OpClosePolicy, AHalfStoreThatMustOverflowIsInfNotTheLargestFinite) {
 // spec's own fp64 reference, not against the oracle. Against the oracle,
 // its difference from the spec's formula counted as rounding: 2y passed
 // against an oracle of 1.5y, and y against one of 1.5y.
+// The same for close(k=) in an expression: its budget and masks read the
+// family's own reference (own:reference.y), the comparison the oracle.
 TEST(OpClosePolicy, AnotherOracleDoesNotWidenTheBound) {
-  const Spec spec = with_doubling_mutant(scaling_spec("f32", 1, 2, 3), [](OpFamily& f) {
-    f.mutant("one_and_half", "returns 1.5y", [](const Case& c) {
-      Result r = op::reference(c);
-      for (double& v : r.outputs[0]) v *= 1.5;
-      return r;
+  const std::string expression = "[{name: close_k, expect: 'close(target.y, reference.y, k=2)'}]";
+  for (const std::string& invariants : {std::string("[matches_reference]"), expression}) {
+    const Spec spec = with_doubling_mutant(scaling_spec("f32", 1, 2, 3, invariants), [](OpFamily& f) {
+      f.mutant("one_and_half", "returns 1.5y", [](const Case& c) {
+        Result r = op::reference(c);
+        for (double& v : r.outputs[0]) v *= 1.5;
+        return r;
+      });
     });
-  });
-  for (const char* target : {"doubles", "reference"}) {
-    RunOptions o = scratch_run(target, 7, 30, "kprop_op_policy_test");
-    o.reference = "one_and_half";
+    for (const char* target : {"doubles", "reference"}) {
+      RunOptions o = scratch_run(target, 7, 30, "kprop_op_policy_test");
+      o.reference = "one_and_half";
+      const RunReport r = run_spec(spec, o);
+      EXPECT_EQ(r.status, RunStatus::failed) << invariants << " " << target;
+    }
+    // The oracle that agrees with the spec's reference passes the correct kernel.
+    RunOptions o = scratch_run("naive", 7, 30, "kprop_op_policy_test");
+    o.reference = "reference";
     const RunReport r = run_spec(spec, o);
-    EXPECT_EQ(r.status, RunStatus::failed) << target;
+    EXPECT_EQ(r.status, RunStatus::passed) << invariants;
+    EXPECT_EQ(r.invariants.at(0).passed, 30) << invariants;
   }
-  // The oracle that agrees with the spec's reference passes the correct kernel.
-  RunOptions o = scratch_run("naive", 7, 30, "kprop_op_policy_test");
-  o.reference = "reference";
-  EXPECT_EQ(run_spec(spec, o).status, RunStatus::passed);
 }
 
 // An f64 output that cancels: 1 - 0.7x - 0.3x is 5.6e-17 in fp64 at x = 1,
