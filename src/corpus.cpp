@@ -163,9 +163,24 @@ std::string write_entry(const std::string& dir, const CorpusEntry& entry, bool* 
   CorpusEntry stored;
   try {
     stored = read_entry(path.string());
-  } catch (const InputError&) {
-    // A same-named file that does not parse (truncated by a crash or a full
-    // disk) is replaced, atomically, by the case just found.
+  } catch (const InputError& err) {
+    // A same-named file whose case is whole (it hashes to the file's name)
+    // but that does not read as an entry (a key added by hand, a newer
+    // format) is someone's record: kept, and the finding goes elsewhere
+    // (store_entry's fallback says where). Replacing it lost its findings.
+    bool whole = false;
+    try {
+      const YAML::Node old = YAML::LoadFile(path.string());
+      whole = old.IsMap() && old["case"] && case_hash(old["case"]) == path.stem().string();
+    } catch (const std::exception&) {
+    }
+    if (whole)
+      throw InputError(
+          {path.string(), 0, 0},
+          fmt::format("holds this case but does not read as a corpus entry ({}): kept, not replaced",
+                      err.what()));
+    // A same-named file without its whole case (truncated by a crash or a
+    // full disk) is replaced, atomically, by the case just found.
     if (created) *created = true;
     write_file_atomic(path.string(), emit_entry(entry));
     return path.string();

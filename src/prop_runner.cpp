@@ -423,14 +423,16 @@ int main(int argc, char** argv) {
                  "--domain '{dtypes: [f32]}' for a kernel that takes f32 only (a declared op: dtypes and "
                  "its dims)")
       ->check(CLI::Validator([](std::string& map) { return map.empty() ? "overrides nothing" : ""; }, "MAP"));
-  app.add_option("--target", cfg.target, "implementation under test (default: the spec's target)");
+  auto* target =
+      app.add_option("--target", cfg.target, "implementation under test (default: the spec's target)");
   app.add_option("--reference", cfg.reference,
                  "oracle of the comparative invariants (default: the spec's reference): an implementation, "
                  "plugin:PATH or exec:COMMAND, which is called with f64 tensors");
   app.add_option("--seed", cfg.seed, "seed (default: the spec's; 0 or none draws a fresh one)");
   const auto count = number_in(1, false, 1e9, "a whole number in [1, 1e9]", true);
   const auto seconds = number_in(0, false, 1e7, "a number of seconds in [0, 1e7]");
-  const auto timeout = number_in(0, true, 1e7, "a number of seconds in (0, 1e7]");
+  // As run.case_timeout_s: below a millisecond the deadline truncated to 0 ns, which is no deadline.
+  const auto timeout = number_in(0.001, false, 1e7, "a number of seconds in [0.001, 1e7]");
   app.add_option("--trials", cfg.trials, "cases to draw")->transform(count);
   app.add_option("--time", cfg.time, "time budget in seconds; 0: no time limit (--fuzz: until Ctrl-C)")
       ->check(seconds);
@@ -467,7 +469,8 @@ int main(int argc, char** argv) {
   app.add_flag("--no-isolate", no_isolate_flag, "check in this process (the default but with --mutants)")
       ->excludes(isolate);
   auto* mutants =
-      app.add_flag("--mutants", cfg.mutants, "run every mutant of the family; exit 0 only if all die");
+      app.add_flag("--mutants", cfg.mutants, "run every mutant of the family; exit 0 only if all die")
+          ->excludes(target);  // each mutant is the target in turn (it ran them all, and said nothing)
   auto* replay = app.add_option("--replay", cfg.replay, "replay a corpus file or folder")->excludes(mutants);
   app.add_flag("--output-coverage", cfg.output_coverage,
                "corrupt each output of the target (plugin:/exec:, a correct kernel) in turn and report the "

@@ -31,14 +31,18 @@ std::string measured_text(const std::vector<Measured>& m) {
   return out;
 }
 
-std::string invariant_line(const InvariantReport& r) {
+std::string invariant_line(const InvariantReport& r, const std::string& shard) {
   std::string what;
   switch (r.status) {
     case InvariantStatus::passed:
       what = fmt::format("{} checked", r.passed);
       break;
     case InvariantStatus::failed:
-      what = fmt::format("after {} trials ({:.2f} s)", r.trials_to_fail, r.seconds_to_fail);
+      // A shard checks every N-th case of the run: the failing case's index
+      // is the unsharded run's (so the shards' first failure is the run's).
+      what = shard.empty() ? fmt::format("after {} trials ({:.2f} s)", r.trials_to_fail, r.seconds_to_fail)
+                           : fmt::format("at case {} of the unsharded run (shard {}; {:.2f} s)",
+                                         r.trials_to_fail, shard, r.seconds_to_fail);
       break;
     case InvariantStatus::gave_up:
       what = fmt::format("{} checked, {} discarded (last: {})", r.passed, r.discarded, r.last_discard);
@@ -162,7 +166,7 @@ class TextReporter final : public Reporter {
       out += r.detail + "\n";
       return out + fmt::format("SKIPPED: nothing was checked ({} cases drawn); seed {}\n", r.trials, r.seed);
     }
-    for (const auto& inv : r.invariants) out += invariant_line(inv);
+    for (const auto& inv : r.invariants) out += invariant_line(inv, r.shard);
     out += fmt::format("  cases: {} drawn, {} checked", r.trials, r.checked);
     if (r.search.checked > 0) out += fmt::format(" ({} by the search)", r.search.checked);
     if (r.declined > 0)
@@ -225,9 +229,11 @@ class TextReporter final : public Reporter {
     int killed = 0;
     for (const auto& row : rows) {
       killed += row.killed;
+      // The killer's numbers (with --stats every invariant runs on, and
+      // others may fail later: the last of them was shown beside its name).
       const InvariantReport* by = nullptr;
       for (const auto& r : row.report.invariants)
-        if (r.status == InvariantStatus::failed) by = &r;
+        if (r.status == InvariantStatus::failed && (!by || r.name == row.killed_by)) by = &r;
       if (row.report.status == RunStatus::skipped) {
         out += fmt::format("  {:<26} {:<8} {}\n", row.mutant, "skipped", row.report.detail);
         continue;
@@ -338,6 +344,7 @@ nlohmann::json to_json(const RunReport& r) {
                       {"time_budget_hit", r.time_budget_hit},
                       {"stopped_at_failure", r.stopped_at_failure}};
   if (!r.profile.empty()) j["profile"] = r.profile;
+  if (!r.shard.empty()) j["shard"] = r.shard;  // trials_to_fail: the unsharded run's case index
   if (!r.detail.empty()) j["detail"] = r.detail;
   j["health_checks_failed"] = nlohmann::json::array();
   for (const auto& h : r.health)

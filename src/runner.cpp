@@ -207,6 +207,7 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
                                      shard, shards, all_trials, shard, all_trials));
   const int64_t trials = std::max<int64_t>(1, (all_trials - shard + shards - 1) / shards);
   report.trials_wanted = trials;
+  if (shards > 1) report.shard = fmt::format("{}/{}", shard, shards);
   const auto uses = selected_uses(spec, options);
 
   for (const auto* u : uses) report.invariants.push_back({u->name});
@@ -730,25 +731,50 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
   for (const auto& finding : found) {
     if (!by_mutant(finding)) continue;
     const int mutant = family.find_implementation(finding.found_against);
+    RunContext mctx = ctx;
+    mctx.target = family.registered(static_cast<size_t>(mutant));
+    mctx.target_name = finding.found_against;
+    const auto no_longer_fails = [&](const std::string& detail) {
+      if (!row.mutant_still_fails) return;
+      row.mutant_still_fails = false;
+      row.found_against = finding.found_against;
+      row.invariant = finding.invariant;
+      row.mutant_detail = detail;
+    };
+    if (finding.invariant.empty()) {
+      // A crash or hang of the mutant (no invariant): every invariant of
+      // this run re-checked on it, in a forked child as --mutants runs it,
+      // must still end in a crash, hang or failure. (The file was replayed
+      // against the invariant '' before, which no spec has: it failed forever.)
+      RunOptions forked = ctx.options;
+      forked.isolate = true;
+      const std::vector<CheckResult> rs =
+          check_uses(RunContext{spec, forked, mctx.target, mctx.reference, mctx.target_name, mctx.seed,
+                                mctx.run, mctx.reference_name},
+                     uses, c);
+      if (std::any_of(rs.begin(), rs.end(), [](const CheckResult& r) { return r.unavailable; })) continue;
+      row.mutant_checked = true;
+      if (std::none_of(rs.begin(), rs.end(), [](const CheckResult& r) {
+            return r.failed() || r.kind == CheckResult::Kind::target_failure;
+          }))
+        no_longer_fails(rs.empty() || rs.back().kind != CheckResult::Kind::declined
+                            ? "no longer crashes, hangs or fails an invariant"
+                            : "declined: " + rs.back().reason);
+      continue;
+    }
     const int invariant = family.find_invariant(finding.invariant);
     // An expression invariant exists only in the spec: it is re-evaluated from there.
     const InvariantUse* in_spec = nullptr;
     for (const auto& u : spec.invariants)
       if (u.name == finding.invariant) in_spec = &u;
-    row.mutant_checked = true;
     // A mutant's case whose invariant is gone (renamed, or deleted from the
     // spec) proves nothing any more: said, never passed silently.
     if (invariant < 0 && !in_spec) {
-      if (row.mutant_still_fails) {
-        row.mutant_still_fails = false;
-        row.found_against = finding.found_against;
-        row.invariant = finding.invariant;
-        row.mutant_detail = fmt::format(
-            "its invariant '{}' is neither in the spec nor registered by family '{}' (renamed? fix the "
-            "file's "
-            "invariant: line)",
-            finding.invariant, family.name());
-      }
+      row.mutant_checked = true;
+      no_longer_fails(fmt::format(
+          "its invariant '{}' is neither in the spec nor registered by family '{}' (renamed? fix the file's "
+          "invariant: line)",
+          finding.invariant, family.name()));
       continue;
     }
     InvariantUse use;
@@ -757,18 +783,15 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
     else
       use = {static_cast<size_t>(invariant), finding.invariant,
              Values::defaults(family.invariants()[static_cast<size_t>(invariant)].params)};
-    RunContext mctx = ctx;
-    mctx.target = family.registered(static_cast<size_t>(mutant));
-    mctx.target_name = finding.found_against;
     const CheckResult r = check_one(mctx, use, c);
-    if (!r.failed() && r.kind != CheckResult::Kind::target_failure && row.mutant_still_fails) {
-      row.mutant_still_fails = false;
-      row.found_against = finding.found_against;
-      row.invariant = finding.invariant;
-      row.mutant_detail = r.kind == CheckResult::Kind::declined   ? "declined: " + r.reason
-                          : r.verdict.outcome == Outcome::discard ? "discarded: " + r.verdict.message
-                                                                  : "now passes";
-    }
+    // A mutant, or the reference, that cannot run here (a GPU one on a
+    // machine without a GPU) checks nothing: not a regression.
+    if (r.unavailable) continue;
+    row.mutant_checked = true;
+    if (!r.failed() && r.kind != CheckResult::Kind::target_failure)
+      no_longer_fails(r.kind == CheckResult::Kind::declined   ? "declined: " + r.reason
+                      : r.verdict.outcome == Outcome::discard ? "discarded: " + r.verdict.message
+                                                              : "now passes");
   }
   return row;
 }

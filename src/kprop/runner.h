@@ -155,7 +155,7 @@ struct InvariantReport {
   int64_t discarded = 0;        // cases the invariant could not observe
   int64_t declined = 0;         // cases the target declined while this invariant was live
   int64_t not_applicable = 0;   // n/a verdicts (the target hides what it reads)
-  int64_t trials_to_fail = 0;   // 1-based index of the failing trial
+  int64_t trials_to_fail = 0;   // 1-based index of the failing trial in the unsharded sequence
   double seconds_to_fail = 0;   // from the start of the run
   std::string last_discard;     // why, for gave_up and n/a
   double max_error_ratio = -1;  // largest kErrorRatio of a pass (-1: none reported)
@@ -198,6 +198,7 @@ struct RunReport {
   std::string target;
   std::string reference;
   uint64_t seed = 0;
+  std::string shard;          // "I/N" under --shard, else ""
   int64_t trials = 0;         // cases drawn (this shard)
   int64_t trials_wanted = 0;  // cases each invariant had to pass (this shard)
   int64_t checked = 0;        // cases on which at least one invariant gave a verdict

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "kprop/report.h"
 #include "kprop/runner.h"
@@ -263,6 +264,15 @@ TEST(Findings, EachFailureHasItsOwnFileAndReplayThatReproducesIt) {
   o.trials = 150;
   const RunReport r = run_spec(spec, o);
   ASSERT_EQ(r.status, RunStatus::failed);
+  // The failing case's index is the unsharded run's, and said so: "after 56
+  // trials" beside "cases: 20 drawn" read as this shard's count.
+  EXPECT_EQ(r.shard, "1/2");
+  const std::string text = make_reporter("text")->run(r);
+  EXPECT_NE(
+      text.find(fmt::format("at case {} of the unsharded run (shard 1/2;", r.invariants[0].trials_to_fail)),
+      std::string::npos)
+      << text;
+  EXPECT_EQ(nlohmann::json::parse(make_reporter("json")->run(r))["shard"], "1/2");
   const auto findings = r.findings();
   ASSERT_EQ(findings.size(), 2u);
   EXPECT_NE(findings[0]->corpus_path, findings[1]->corpus_path);
@@ -299,7 +309,7 @@ TEST(Findings, AnUnwritableCorpusFallsBackAndSaysSo) {
   EXPECT_NE(text.find("stored in " + (dir.path / "scratch" / "toy").string()), std::string::npos) << text;
 }
 
-TEST(Findings, ACorruptFileWithTheSameHashIsReplaced) {
+TEST(Findings, ATruncatedFileIsReplacedAndAHandEditedOneKept) {
   TempDir dir;
   const Spec spec = toy_spec("invariants: [matches_reference]\n");
   const RunReport first = run_spec(spec, options("drops_last", dir, true));
@@ -309,6 +319,25 @@ TEST(Findings, ACorruptFileWithTheSameHashIsReplaced) {
   const RunReport again = run_spec(spec, options("drops_last", dir, true));
   EXPECT_EQ(again.invariants[0].counterexample->corpus_path, path);
   EXPECT_EQ(read_entry(path).found_against, "drops_last");
+  // A file with its whole case that does not read (a key added by hand) is
+  // someone's record: kept as it is, and the finding stored elsewhere, said.
+  std::string text;
+  {
+    std::ifstream in(path);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  { std::ofstream(path, std::ios::app) << "reviewed_by: alice\n"; }
+  EXPECT_THROW(read_entry(path), InputError);
+  const RunReport third = run_spec(spec, options("drops_last", dir, true));
+  const auto& cx = *third.invariants[0].counterexample;
+  EXPECT_NE(cx.corpus_path, path);
+  EXPECT_NE(cx.store_note.find("does not read as a corpus entry"), std::string::npos) << cx.store_note;
+  std::string after;
+  {
+    std::ifstream in(path);
+    after.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  EXPECT_EQ(after, text + "reviewed_by: alice\n");
 }
 
 TEST(Junit, ACrashIsAnErrorWithItsCaseAndReplay) {
@@ -422,6 +451,21 @@ TEST(Replay, OnlyACheckedFilePassesAndEveryOtherVerdictIsSaid) {
   EXPECT_NE(renamed[0].mutant_detail.find("invariant 'old_name' is neither in the spec nor registered"),
             std::string::npos)
       << renamed[0].mutant_detail;
+  // A mutant's crash (no invariant: found_by crash or hang) still guards
+  // the mutant: every invariant re-checked on it must still end in a crash
+  // or failure. It was replayed against the invariant '' and failed forever.
+  std::ofstream(folder / "crash.yaml") << head << "invariant: ''\nfound_against: throws_on_13\n"
+                                       << "found_by: crash\ncase: {xs: [2, 13]}\n";
+  const auto crash = replay_corpus(spec, (folder / "crash.yaml").string(), options("reference", dir));
+  ASSERT_EQ(crash.size(), 1u);
+  EXPECT_EQ(replay_verdict(crash[0]), ReplayVerdict::passed) << crash[0].mutant_detail << crash[0].error;
+  EXPECT_TRUE(crash[0].mutant_checked);
+  std::ofstream(folder / "crash.yaml") << head << "invariant: ''\nfound_against: throws_on_13\n"
+                                       << "found_by: crash\ncase: {xs: [2, 3]}\n";
+  const auto fixed = replay_corpus(spec, (folder / "crash.yaml").string(), options("reference", dir));
+  ASSERT_EQ(fixed.size(), 1u);
+  EXPECT_EQ(replay_verdict(fixed[0]), ReplayVerdict::failed);
+  EXPECT_EQ(fixed[0].mutant_detail, "no longer crashes, hangs or fails an invariant");
   // A case the target failed guards the invariant it failed: when that one
   // now discards it, the others holding is no pass (it was PASSED).
   std::ofstream(folder / "own.yaml") << head << "invariant: only_long_lists\nfound_against: reference\n"

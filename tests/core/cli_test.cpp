@@ -430,6 +430,11 @@ TEST(Cli, UsageAndSpecErrorsExitTwoWithOneLine) {
       {"--spec " + kSpec + " --trials 0", "--trials: '0' is not a whole number in [1, 1e9]"},
       {"--spec " + kSpec + " --jobs 0", "--jobs: '0' is not a whole number of processes in [1, 4096]"},
       {"--spec " + kSpec + " --time nan", "--time: 'nan' is not a number of seconds in [0, 1e7]"},
+      // Below a millisecond the deadline was 0 ns: no deadline at all.
+      {"--spec " + kSpec + " --case-timeout 1e-10",
+       "--case-timeout: '1e-10' is not a number of seconds in [0.001, 1e7]"},
+      // Each mutant is the target in turn: --target was ignored, and all of them ran.
+      {"--spec " + kSpec + " --mutants --target positional_logits", "--target excludes --mutants"},
       {"--spec " + kSpec + " --seed -1", "--seed -1: expected a decimal integer in [0, 9200000000000000000]"},
       {"--spec " + kSpec + " --seed 0x10", "--seed 0x10: expected a decimal integer"},
       {"--spec " + kSpec + " --shard 0x1/2", "--shard 0x1/2: expected I/N with 0 <= I < N"},

@@ -239,6 +239,24 @@ TEST(Reporters, JunitMutantAndReplaySuitesCountTheirFailuresAndSkips) {
   EXPECT_NE(r.find("tests=\"4\" failures=\"1\" errors=\"1\" skipped=\"1\""), std::string::npos) << r;
 }
 
+// With --stats every invariant runs on after the kill: the mutants table
+// shows the killer's trial, not that of the last invariant that failed.
+TEST(Reporters, TheMutantsTableShowsTheKillersNumbers) {
+  const Spec spec = toy_spec("invariants: [matches_reference]\n");
+  MutantRow row;
+  row.mutant = "drops_last";
+  row.killed = true, row.killed_by = "first_killer";
+  for (const auto& [name, trial] : {std::pair{"first_killer", 3}, {"later", 21}}) {
+    InvariantReport inv{name};
+    inv.status = InvariantStatus::failed;
+    inv.trials_to_fail = trial;
+    row.report.invariants.push_back(inv);
+  }
+  const std::string text = make_reporter("text", true)->mutants(spec, {row});
+  const std::string line = text.substr(text.find("  drops_last"), text.find('\n', text.find("  drops_last")));
+  EXPECT_NE(line.find("first_killer                     3"), std::string::npos) << text;
+}
+
 // The HTML page says what the text says of what was not checked: the
 // target's decline reasons, the outputs no invariant read, and why an
 // invariant was n/a or gave up (it showed none of them).
