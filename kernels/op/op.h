@@ -9,6 +9,7 @@
 // values exact in their dtype.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -185,6 +186,12 @@ struct Decl {
   std::shared_ptr<const ExternalReference> external_reference;  // set: it replaces the expressions
 
   int dim_index(const std::string& name) const;  // -1 when absent
+  // An input listing the case's dtype choices, in any order, takes the
+  // case's dtype (the order of a list is no other choice).
+  bool takes_case_dtype(const std::vector<DType>& dtypes) const {
+    return dtypes.empty() ||
+           std::is_permutation(dtypes.begin(), dtypes.end(), case_dtypes.begin(), case_dtypes.end());
+  }
   // The dims' valid values under the hard relations and `extra` (forced
   // equalities), pruned to arc consistency: every value left extends to an
   // assignment satisfying all of them (inequalities and equalities are

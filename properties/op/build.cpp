@@ -112,7 +112,7 @@ Case OpFamily::build_case(Draw& draw) const {
   for (size_t i = 0; i < d.inputs.size(); ++i) {
     const InputDecl& in = d.inputs[i];
     const bool floating = in.floating();
-    const DType dt = in.dtypes.empty() || in.dtypes == d.case_dtypes ? c.dtype : draw.pick(in.dtypes);
+    const DType dt = d.takes_case_dtype(in.dtypes) ? c.dtype : draw.pick(in.dtypes);
     c.dtypes.push_back(dt);
     const int kind = draw.index(in.values.size());
     const ValueSpec& v = in.values[static_cast<size_t>(kind)];

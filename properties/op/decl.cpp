@@ -103,6 +103,10 @@ class Parser {
       if (v["multiple_of"]) {
         d.multiple_of = scalar<int64_t>(v["multiple_of"], what + ".multiple_of", "an integer");
         if (d.multiple_of < 1) fail(v["multiple_of"], what + ".multiple_of must be >= 1");
+        // At most 2^24 (the largest extent): no sum with it overflows.
+        if (d.multiple_of > (1 << 24))
+          fail(v["multiple_of"],
+               fmt::format("{}.multiple_of {} is larger than any extent (2^24)", what, d.multiple_of));
       }
       if (v["one_of"]) {
         const YAML::Node list = v["one_of"];
@@ -190,6 +194,10 @@ class Parser {
       a.hi = number(range[1], what);
       if (a.lo > a.hi)
         fail(range, fmt::format("{} is an inverted range [{}, {}]: lo must be <= hi", what, a.lo, a.hi));
+      // A draw is lo + u (hi - lo): a width past the double's range drew ±inf.
+      if (!std::isfinite(a.hi - a.lo))
+        fail(range, fmt::format("{} range [{}, {}] is wider than a double holds (hi - lo overflows)", what,
+                                a.lo, a.hi));
     }
     // Whole numbers within ±2^53: exact in the double the case holds, and in the int64 it is sent as.
     if (a.integer)
@@ -555,7 +563,7 @@ class Parser {
           fail(v, fmt::format("dtypes: the case's dtype is floating (f32, f64, f16, bf16); got {}",
                               dtype_name(t[0])));
         for (InputDecl& in : d->inputs)
-          if (in.dtypes == base.case_dtypes) in.dtypes = t;
+          if (!in.dtypes.empty() && base.takes_case_dtype(in.dtypes)) in.dtypes = t;
         d->case_dtypes = t;
         continue;
       }
@@ -676,6 +684,8 @@ class Parser {
       }
       d->outputs.push_back(std::move(out));
     }
+    // No output: no invariant judges anything (deterministic passed, comparing nothing).
+    if (d->outputs.empty()) fail(s["outputs"], "op.outputs is empty: an op needs at least one output");
     // What reference expressions read: inputs, dims and attrs (as scalars).
     for (const auto& in : d->inputs)
       d->reference_infos.push_back({in.name, in.shape,

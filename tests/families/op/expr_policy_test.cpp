@@ -5,9 +5,12 @@
 // counterexample stored against the target.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -402,6 +405,94 @@ TEST(OpClosePolicy, AHalfStoreThatMustOverflowIsInfNotTheLargestFinite) {
   for (const char* target : {"naive", "saturates", "zero_on_overflow"})
     EXPECT_EQ(run_spec(below, scratch_run(target, 7, 50, "kprop_op_policy_test")).status, RunStatus::passed)
         << target;
+}
+
+// Replays one stored case of `spec` on `target`: the file's verdict.
+ReplayVerdict replay_case(const Spec& spec, const std::string& target, const std::string& case_yaml) {
+  const auto dir = std::filesystem::temp_directory_path() / fmt::format("kprop_op_policy_case_{}", getpid());
+  std::filesystem::create_directories(dir);
+  const auto file = dir / "case.yaml";
+  std::ofstream(file) << "kprop_corpus: 1\nspec: " << spec.name
+                      << "\nfamily: op\ninvariant: matches_reference\nfound_against: reference\ncase: "
+                      << case_yaml << "\n";
+  RunOptions o = scratch_run(target, 7, 1, "kprop_op_policy_test");
+  const auto rows = replay_corpus(spec, file.string(), o);
+  std::filesystem::remove_all(dir);
+  return rows.size() == 1 ? replay_verdict(rows[0]) : ReplayVerdict::error;
+}
+
+// A reference within the bound of the overflow threshold: the kernel's
+// value before the store may lie past it, and the store then rounds to
+// ±inf. y = 4 · 16376 = 65504 with a bound of ~32 (the f16 store's half
+// ulp): an f32 value of 65520 stores inf, a correct kernel's answer that
+// matches_reference, finite_outputs and close(k=) all failed.
+TEST(OpClosePolicy, AStoreThatMayOverflowNearTheThresholdIsNoFailure) {
+  const std::string invariants =
+      "[matches_reference, finite_outputs, {name: close_k, expect: 'close(target.y, reference.y, k=2)'}]";
+  const Spec spec = with_doubling_mutant(scaling_spec("f16", 8000, 16376, 4, invariants), [](OpFamily& f) {
+    f.mutant("inf_at_the_top", "stores inf where y is 65504 (an f32 value of 65520 before the store)",
+             [](const Case& c) {
+               Result r = op::naive(c);
+               for (double& v : r.outputs[0]) v = v >= 65504 ? HUGE_VAL : v;
+               return r;
+             });
+    f.mutant("inf_below", "stores inf where y is 32768 or more", [](const Case& c) {
+      Result r = op::naive(c);
+      for (double& v : r.outputs[0]) v = v >= 32768 ? HUGE_VAL : v;
+      return r;
+    });
+  });
+  const std::string top = "{dtype: f16, dims: {T: 2}, inputs: {x: {dtype: f16, values: [16376, 9000]}}}";
+  EXPECT_EQ(replay_case(spec, "inf_at_the_top", top), ReplayVerdict::passed);
+  EXPECT_EQ(replay_case(spec, "naive", top), ReplayVerdict::passed);
+  // Far from the threshold (y = 36000), inf is still wrong, for every invariant.
+  const std::string below = "{dtype: f16, dims: {T: 1}, inputs: {x: {dtype: f16, values: [9000]}}}";
+  for (const char* only : {"matches_reference", "finite_outputs", "close_k"}) {
+    Spec one = spec;
+    std::erase_if(one.invariants, [&](const InvariantUse& u) { return u.name != only; });
+    EXPECT_EQ(replay_case(one, "inf_below", below), ReplayVerdict::failed) << only;
+  }
+}
+
+// A store that had to overflow is judged under the full floor (with the
+// reference's own rounding bound) before it fails, as any other mismatch:
+// an f16 dot product whose reference, 65628.4, lies past the threshold by
+// more than the cheap floor (32) but not the full one (~1722). An f32 sum
+// in reverse order gives 65500.4, stored 65504: within the policy, and the
+// element cannot be judged (the naive sum overflows), so nothing fails.
+TEST(OpClosePolicy, AStoreThatMustOverflowIsJudgedUnderTheFullFloor) {
+  const std::string text = R"(spec: hdot
+family: op
+op:
+  dims: {K: [4, 4]}
+  inputs:
+    x: {shape: [K], dtype: f16}
+    w: {shape: [K], dtype: f16}
+  outputs:
+    y: {shape: [1]}
+  reference:
+    y: sum(x * w, keepdims=true)
+invariants: [matches_reference]
+)";
+  Spec spec = parse_spec(text, "hdot.yaml");
+  const OpFamily& loaded = op_family(spec);
+  auto f = std::make_shared<OpFamily>(std::shared_ptr<const Decl>(spec.declared_family, &loaded.decl()));
+  f->mutant("reverse_f32", "sums x·w in f32 from the last element, then stores f16", [](const Case& c) {
+    float acc = 0;
+    for (size_t k = c.inputs[0].size(); k-- > 0;)
+      acc += static_cast<float>(c.inputs[0][k]) * static_cast<float>(c.inputs[1][k]);
+    Result r = op::naive(c);
+    r.outputs[0] = {half::round_to_f16(acc)};
+    return r;
+  });
+  spec.declared_family = f;
+  spec.family = f.get();
+  const std::string c =
+      "{dtype: f16, dims: {K: 4}, inputs: {x: {dtype: f16, values: [1, 38752, 37856, 256]}, "
+      "w: {dtype: f16, values: [-35.59375, -60960, 62400, 676.5]}}}";
+  const ReplayVerdict v = replay_case(spec, "reverse_f32", c);
+  EXPECT_NE(v, ReplayVerdict::failed);
+  EXPECT_NE(v, ReplayVerdict::error);
 }
 
 // Another oracle than the spec's reference (--reference, Python's

@@ -90,6 +90,20 @@ target: reference
     EXPECT_EQ(message_.substr(0, std::string(prefix).size()), (prefix)) << "full message: " << message_; \
   } while (0)
 
+// Declarations that loaded and then checked nothing, or overflowed: an op
+// with no output (deterministic passed over nothing), a multiple_of past any
+// extent (an internal error after its sum wrapped), an attr range wider than
+// a double (drew ±inf, outside the range).
+TEST(OpDecl, DeclarationsThatCouldCheckNothingOrOverflowAreErrors) {
+  EXPECT_LOAD_ERROR(base_spec("{T: [1, 8], D: [1, 16]}", "{shape: [T, D], dtype: [f32, f64]}", "{}", "{}"),
+                    "op.yaml:8:12: op.outputs is empty: an op needs at least one output");
+  EXPECT_LOAD_ERROR(base_spec("{T: [1, 8], D: {range: [2, 8], multiple_of: 9223372036854775807}}"),
+                    "op.yaml:4:53: dim D.multiple_of 9223372036854775807 is larger than any extent (2^24)");
+  std::string wide = base_spec();
+  wide.replace(wide.find("{eps: {one_of: [1.0e-5, 1.0e-6]}}"), 33, "{eps: [-1.7e308, 1.7e308]}");
+  EXPECT_LOAD_ERROR(wide, "op.yaml:5:16: attr eps range [-1.7e+308, 1.7e+308] is wider than a double holds");
+}
+
 TEST(OpDecl, TheBaseSpecLoads) {
   EXPECT_EQ(load_error(base_spec()), "");
   EXPECT_EQ(load_error(kDomainSpec), "");
@@ -652,6 +666,26 @@ TEST(OpDomain, IndexTensorsAndMasksAreIntegerTensorsForTargets) {
   EXPECT_EQ(dtypes["tok"], "i32");
   EXPECT_EQ(dtypes["perm"], "i64");
   EXPECT_EQ(dtypes["mask"], "bool");
+}
+
+// An input listing the case's dtype choices in another order takes the
+// case's dtype too, under --domain's dtypes as well (it drew its own: an f32
+// x with an f64 w, which the spec's order-free list does not allow).
+TEST(OpDomain, TheSameDtypeChoicesInAnotherOrderTakeTheCasesDtype) {
+  std::string text = kDomainSpec;
+  text.replace(text.find("w: {shape: [D],"), 15, "w: {shape: [D], dtype: [f64, f32],");
+  for (const char* domain : {"", "{dtypes: [f64]}"}) {
+    const Spec spec = parse_spec(text, "shrink.yaml", "", domain);
+    const OpFamily& f = op_family(spec);
+    for (uint64_t seed = 1; seed <= 100; ++seed) {
+      const std::vector<uint8_t> bytes = f.seed_bytes(spec.domain, seed, 100);
+      const AnyCase any = f.from_bytes(bytes.data(), bytes.size(), spec.domain);
+      const Case& c = as_case(any);
+      ASSERT_EQ(dtype_name(c.dtypes[input_index(*c.decl, "w")]),
+                dtype_name(c.dtypes[input_index(*c.decl, "x")]))
+          << domain << " seed " << seed;
+    }
+  }
 }
 
 // prop_runner --domain and a profile's domain: on a declared op: `dtypes`
