@@ -474,19 +474,16 @@ op:
     y: sum(x * w, keepdims=true)
 invariants: [matches_reference]
 )";
-  Spec spec = parse_spec(text, "hdot.yaml");
-  const OpFamily& loaded = op_family(spec);
-  auto f = std::make_shared<OpFamily>(std::shared_ptr<const Decl>(spec.declared_family, &loaded.decl()));
-  f->mutant("reverse_f32", "sums x·w in f32 from the last element, then stores f16", [](const Case& c) {
-    float acc = 0;
-    for (size_t k = c.inputs[0].size(); k-- > 0;)
-      acc += static_cast<float>(c.inputs[0][k]) * static_cast<float>(c.inputs[1][k]);
-    Result r = op::naive(c);
-    r.outputs[0] = {half::round_to_f16(acc)};
-    return r;
+  const Spec spec = with_doubling_mutant(text, [](OpFamily& f) {
+    f.mutant("reverse_f32", "sums x·w in f32 from the last element, then stores f16", [](const Case& c) {
+      float acc = 0;
+      for (size_t k = c.inputs[0].size(); k-- > 0;)
+        acc += static_cast<float>(c.inputs[0][k]) * static_cast<float>(c.inputs[1][k]);
+      Result r = op::naive(c);
+      r.outputs[0] = {half::round_to_f16(acc)};
+      return r;
+    });
   });
-  spec.declared_family = f;
-  spec.family = f.get();
   const std::string c =
       "{dtype: f16, dims: {K: 4}, inputs: {x: {dtype: f16, values: [1, 38752, 37856, 256]}, "
       "w: {dtype: f16, values: [-35.59375, -60960, 62400, 676.5]}}}";
