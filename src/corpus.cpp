@@ -168,7 +168,7 @@ std::string write_entry(const std::string& dir, const CorpusEntry& entry, bool* 
     // but that does not read as an entry (a key added by hand, a newer
     // format) is someone's record: kept, and the finding goes elsewhere
     // (store_entry's fallback says where). Replacing it lost its findings.
-    bool whole = false;
+    bool whole = !std::ifstream(path);  // one it cannot read (permissions) is kept too
     try {
       const YAML::Node old = YAML::LoadFile(path.string());
       whole = old.IsMap() && old["case"] && case_hash(old["case"]) == path.stem().string();

@@ -811,13 +811,13 @@ class Checker {
       NodeP naive_finite = node(Kind::call, "isfinite", {name("naive." + x)});
       NodeP both = node(Kind::binary, "and", {ref_finite, naive_finite});
       NodeP worst = node(Kind::call, "max", {node(Kind::call, "where", {both, err, num(0)})});
-      NodeP one = node(Kind::binary, "+", {node(Kind::binary, "*", {k, worst}), name("floor." + x)});
+      NodeP one =
+          node(Kind::binary, "+", {node(Kind::binary, "*", {k, worst}), name(kOwnPrefix + "floor." + x)});
       if (factor) one = node(Kind::binary, "*", {factor, one});
       budget = budget ? node(Kind::binary, "+", {budget, one}) : one;
       outputs.push_back({pre, x, indexed ? operand : nullptr});
     }
-    // What the policy makes of each element, per target operand (the
-    // comparison takes the largest code of its operands):
+    // What the policy makes of each element, per target operand:
     //   0  compared within the budget;
     //   1  not judged: the reference is finite where the baseline is not (an
     //      intermediate overflowed the dtype; a baseline of inf made the
@@ -832,7 +832,14 @@ class Checker {
     //      ±65504 or writes 0), as matches_reference judges it. And where
     //      the reference lies within the budget of the threshold, the store
     //      may round to ±inf of its sign (f32's 65520 of a reference
-    //      65519.997): 2, a correct kernel's answer; any other value 0 or 1.
+    //      65519.997): 2, a correct kernel's answer; any other value 0.
+    // With one target operand the element's code is its code. With two (a
+    // relation between runs) the pair is compared only where both are 0, and
+    // holds judged where both are 2 (both ±inf as they must or may be); 3 on
+    // either fails; any other mix is not judged: one run's ±inf cannot be
+    // compared with the other's finite value, and passing it left the other
+    // run unjudged (a kernel writing 0 there passed).
+    std::vector<NodeP> codes;
     for (const Operand& o : outputs) {
       auto name = [&](const std::string& t) { return node(Kind::name, o.pre + t, {}); };
       NodeP lost = node(Kind::binary, "and",
@@ -850,23 +857,40 @@ class Checker {
           return node(Kind::binary, "or", {std::move(a), std::move(b)});
         };
         const double inf = std::numeric_limits<double>::infinity();
-        NodeP rounds = either(
+        NodeP to_inf =
             either(both(node(Kind::binary, "==", {got, num(inf)}), node(Kind::binary, ">", {ref, num(0)})),
-                   both(node(Kind::binary, "==", {got, num(-inf)}), node(Kind::binary, "<", {ref, num(0)}))),
-            node(Kind::binary, "==", {got, ref}));
+                   both(node(Kind::binary, "==", {got, num(-inf)}), node(Kind::binary, "<", {ref, num(0)})));
+        NodeP rounds = either(to_inf, node(Kind::binary, "==", {got, ref}));
         NodeP near = node(
             Kind::binary, ">=",
             {node(Kind::binary, "+", {node(Kind::call, "abs", {ref}), budget}), name("overflow." + o.x)});
+        // (An element the dtype cannot carry that is not past the threshold
+        // stays not judged, near it or not, as matches_reference has it.)
         code = node(Kind::call, "where",
                     {must, node(Kind::call, "where", {rounds, num(2), num(3)}),
-                     node(Kind::call, "where", {both(near, rounds), num(2), code})});
+                     node(Kind::call, "where",
+                          {lost, num(1), node(Kind::call, "where", {both(near, to_inf), num(2), num(0)})})});
       }
       if (o.indexed) {
         auto same_index = std::make_shared<Node>(*o.indexed);
         same_index->args = {code};
         code = same_index;
       }
-      n.unjudged = n.unjudged ? node(Kind::call, "maximum", {n.unjudged, code}) : code;
+      codes.push_back(code);
+    }
+    if (codes.size() == 1) {
+      n.unjudged = codes[0];
+    } else if (codes.size() == 2) {
+      auto is = [&](const NodeP& c, double v) { return node(Kind::binary, "==", {c, num(v)}); };
+      auto op = [&](const char* o, NodeP a, NodeP b) {
+        return node(Kind::binary, o, {std::move(a), std::move(b)});
+      };
+      const NodeP &a = codes[0], &b = codes[1];
+      n.unjudged = node(Kind::call, "where",
+                        {op("or", is(a, 3), is(b, 3)), num(3),
+                         node(Kind::call, "where",
+                              {op("and", is(a, 2), is(b, 2)), num(2),
+                               node(Kind::call, "where", {op("and", is(a, 0), is(b, 0)), num(0), num(1)})})});
     }
     if (!budget)
       throw ExprError(n.begin,

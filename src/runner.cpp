@@ -752,6 +752,11 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
           check_uses(RunContext{spec, forked, mctx.target, mctx.reference, mctx.target_name, mctx.seed,
                                 mctx.run, mctx.reference_name},
                      uses, c);
+      if (std::any_of(rs.begin(), rs.end(),
+                      [](const CheckResult& r) { return r.failure_kind == "interrupted"; })) {
+        stopped = true;  // Ctrl-C: nothing was checked, as on the target above
+        return row;
+      }
       if (std::any_of(rs.begin(), rs.end(), [](const CheckResult& r) { return r.unavailable; })) continue;
       row.mutant_checked = true;
       if (std::none_of(rs.begin(), rs.end(), [](const CheckResult& r) {
@@ -784,6 +789,10 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
       use = {static_cast<size_t>(invariant), finding.invariant,
              Values::defaults(family.invariants()[static_cast<size_t>(invariant)].params)};
     const CheckResult r = check_one(mctx, use, c);
+    if (r.failure_kind == "interrupted") {
+      stopped = true;  // Ctrl-C: nothing was checked
+      return row;
+    }
     // A mutant, or the reference, that cannot run here (a GPU one on a
     // machine without a GPU) checks nothing: not a regression.
     if (r.unavailable) continue;

@@ -93,10 +93,12 @@ std::string compare(const Case& c, size_t out, const std::vector<double>& got,
       if (!std::isfinite(want[i]) || !std::isfinite(got[i])) {
         // A half store of a value within the bound of a reference within the
         // bound of the threshold may round to ±inf (f32's 65520 of a
-        // reference 65519.997 stores inf in f16): a correct kernel's answer.
-        const bool may_overflow = overflow != 0 && std::isfinite(ref[i]) &&
-                                  std::fabs(ref[i]) + bound >= overflow &&
-                                  got[i] == std::copysign(HUGE_VAL, ref[i]);
+        // reference 65519.997 stores inf in f16): a correct kernel's answer,
+        // on either side (rows_independent compares two runs of the kernel).
+        const double inf = std::copysign(HUGE_VAL, ref[i]);
+        const bool may_overflow =
+            overflow != 0 && std::isfinite(ref[i]) && std::fabs(ref[i]) + bound >= overflow &&
+            (std::isfinite(got[i]) || got[i] == inf) && (std::isfinite(want[i]) || want[i] == inf);
         const bool same = (std::isnan(want[i]) && std::isnan(got[i])) || want[i] == got[i] || may_overflow;
         if (!same) {
           at = i, mismatch = true;
@@ -174,17 +176,21 @@ void register_invariants(OpFamily& f) {
       .reading({"*"});
 
   f.invariant(
-       {"finite_outputs", "the target is finite wherever the reference and the naive computation are", {}},
-       [](T& t, const Values&) {
+       {"finite_outputs",
+        "the target is finite wherever the reference and the naive computation are (a half output within "
+        "k × the naive error + the floor of its overflow threshold may store ±inf)",
+        {field::k(2, "as matches_reference's k: the bound near a half output's overflow threshold")}},
+       [](T& t, const Values& p) {
          const Case& c = t.input();
          const Result& got = t.target();
          const Result& ref = t.reference();
          const Result naive = op::naive(c);
          size_t judged = 0;
          for (size_t i = 0; i < c.decl->outputs.size(); ++i) {
-           // A half output's element within matches_reference's bound (its
-           // default k = 2) of the overflow threshold may store as ±inf:
-           // the bound, computed once per output when an element needs it.
+           // A half output's element within matches_reference's bound (k ×
+           // the naive error + the floor, both against the family's own
+           // reference, as there) of the overflow threshold may store as
+           // ±inf: the bound, computed once per output when an element needs it.
            const DType dt = c.output_dtype(i);
            const double overflow = dt == DType::f16    ? half::f16_overflow
                                    : dt == DType::bf16 ? half::bf16_overflow
@@ -194,10 +200,10 @@ void register_invariants(OpFamily& f) {
              const double r = ref.outputs[i][k], g = got.outputs[i][k];
              if (!std::isfinite(r) || !std::isfinite(naive.outputs[i][k])) continue;
              ++judged;
-             if (!std::isfinite(g) && overflow != 0 && g == std::copysign(HUGE_VAL, r)) {
-               if (!bound)
-                 bound = 2 * naive_error(ref.outputs[i], naive.outputs[i]) + floor_of(c, i, ref.outputs[i]);
-               if (std::fabs(r) + *bound >= overflow) continue;
+             if (!std::isfinite(g) && overflow != 0) {
+               const std::vector<double>& own = t.own_reference().outputs[i];
+               if (!bound) bound = p.real("k") * naive_error(own, naive.outputs[i]) + floor_of(c, i, own);
+               if (g == std::copysign(HUGE_VAL, own[k]) && std::fabs(own[k]) + *bound >= overflow) continue;
              }
              if (!std::isfinite(g))
                return Verdict::fail(

@@ -811,12 +811,12 @@ def _check_run_args(seed, trials, time, case_timeout, isolate, invariants=None, 
         if not 1 <= trials <= 10 ** 9:
             raise ValueError("kprop: trials must be in [1, 10**9], got %d" % trials)
     # case_timeout as run.case_timeout_s: below a millisecond the deadline was 0 ns, which is none.
-    for name, value, low in (("time", time, "0 or more"), ("case_timeout", case_timeout, "at least 0.001")):
+    for name, value, low in (("time", time, "0 or more"), ("case_timeout", case_timeout, "in [0.001, 1e7]")):
         if value is None:
             continue
         if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, (bool, np.bool_)):
             raise TypeError("kprop: %s must be a number of seconds, got %r" % (name, value))
-        if not math.isfinite(value) or value < 0 or (name == "case_timeout" and value < 0.001):
+        if not math.isfinite(value) or value < 0 or (name == "case_timeout" and not 0.001 <= value <= 1e7):
             raise ValueError("kprop: %s must be finite and %s seconds, got %r" % (name, low, value))
     if case_timeout is not None and not isolate:
         raise ValueError("kprop: case_timeout needs isolate=True: in process a case has no time limit (a timed-out "

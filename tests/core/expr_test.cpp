@@ -543,6 +543,48 @@ TEST(Expr, CheckExplainsTheWorstElement) {
       << e.message;
 }
 
+// close(k=) over two target operands (a relation between runs) where one
+// run's half store may or must be ±inf: the pair cannot be compared, and the
+// element is not judged (it passed, leaving the other run unjudged: a kernel
+// writing 0 there passed); both ±inf as they may be hold, judged.
+TEST(Expr, ARelationWhereOneRunOverflowsJudgesNotThePair) {
+  TensorInfos infos;
+  for (const std::string pre : {"", "transformed."})
+    for (const char* t : {"target.x", "reference.x", "naive.x"})
+      infos.push_back({pre + t, {"N"}, DType::real, ""});
+  for (const std::string pre : {"", "transformed."})
+    for (const char* t : {"floor.x", "overflow.x"}) infos.push_back({pre + t, {}, DType::real, ""});
+  // Element 0: the transformed reference 65519.8 lies within the budget of
+  // f16's threshold, so its run may store inf; the other run's reference is
+  // half that. Element 1 (when there): both runs finite and exact.
+  auto check = [&](std::vector<double> x, std::vector<double> t_x, size_t n) {
+    TensorMap m;
+    for (const auto& i : infos) m.want(i.name);
+    auto put = [&](const std::string& name, std::vector<double> v) {
+      v.resize(n);
+      m.put(name, Tensor::of({static_cast<int64_t>(n)}, v));
+    };
+    put("target.x", x);
+    put("reference.x", {32759.9, 1});
+    put("naive.x", {32759.9, 1});
+    put("transformed.target.x", t_x);
+    put("transformed.reference.x", {65519.8, 2});
+    put("transformed.naive.x", {65519.8, 2});
+    for (const std::string pre : {"", "transformed."}) {
+      m.put(pre + "floor.x", Tensor::scalar(16));
+      m.put(pre + "overflow.x", Tensor::scalar(65520));
+    }
+    return Expression::compile("close(transformed.target.x, 2 * target.x, k=2)", infos).check(m);
+  };
+  const double inf = INFINITY;
+  EXPECT_THROW(check({0}, {inf}, 1), NothingJudged);  // it held, judging nothing of the run that wrote 0
+  EXPECT_TRUE(check({0, 1}, {inf, 2}, 2).holds);      // element 1 judged; element 0 not
+  EXPECT_FALSE(check({0, 1}, {inf, 200}, 2).holds);
+  // Not the pair's to judge either (matches_reference judges each run).
+  EXPECT_THROW(check({inf}, {inf}, 1), NothingJudged);
+  EXPECT_TRUE(check({32759.9}, {65519.8}, 1).holds);  // both finite: compared
+}
+
 // An `and` whose sides broadcast is judged whole: broadcast to an empty
 // tensor it judges nothing (the case is discarded), though one side alone
 // fails. (Each side was judged alone, a wrong failure.) A parenthesised

@@ -425,10 +425,12 @@ ReplayVerdict replay_case(const Spec& spec, const std::string& target, const std
 // value before the store may lie past it, and the store then rounds to
 // ±inf. y = 4 · 16376 = 65504 with a bound of ~32 (the f16 store's half
 // ulp): an f32 value of 65520 stores inf, a correct kernel's answer that
-// matches_reference, finite_outputs and close(k=) all failed.
+// matches_reference, finite_outputs and close(k=) all failed; and
+// rows_independent, where the batch's run stored inf and the slice alone 65504.
 TEST(OpClosePolicy, AStoreThatMayOverflowNearTheThresholdIsNoFailure) {
   const std::string invariants =
-      "[matches_reference, finite_outputs, {name: close_k, expect: 'close(target.y, reference.y, k=2)'}]";
+      "[matches_reference, finite_outputs, rows_independent, "
+      "{name: close_k, expect: 'close(target.y, reference.y, k=2)'}]";
   const Spec spec = with_doubling_mutant(scaling_spec("f16", 8000, 16376, 4, invariants), [](OpFamily& f) {
     f.mutant("inf_at_the_top", "stores inf where y is 65504 (an f32 value of 65520 before the store)",
              [](const Case& c) {
@@ -436,6 +438,11 @@ TEST(OpClosePolicy, AStoreThatMayOverflowNearTheThresholdIsNoFailure) {
                for (double& v : r.outputs[0]) v = v >= 65504 ? HUGE_VAL : v;
                return r;
              });
+    f.mutant("inf_in_batches", "stores inf where y is 65504 in a batch of 2 or more", [](const Case& c) {
+      Result r = op::naive(c);
+      for (double& v : r.outputs[0]) v = v >= 65504 && c.dims[0] >= 2 ? HUGE_VAL : v;
+      return r;
+    });
     f.mutant("inf_below", "stores inf where y is 32768 or more", [](const Case& c) {
       Result r = op::naive(c);
       for (double& v : r.outputs[0]) v = v >= 32768 ? HUGE_VAL : v;
@@ -445,6 +452,7 @@ TEST(OpClosePolicy, AStoreThatMayOverflowNearTheThresholdIsNoFailure) {
   const std::string top = "{dtype: f16, dims: {T: 2}, inputs: {x: {dtype: f16, values: [16376, 9000]}}}";
   EXPECT_EQ(replay_case(spec, "inf_at_the_top", top), ReplayVerdict::passed);
   EXPECT_EQ(replay_case(spec, "naive", top), ReplayVerdict::passed);
+  EXPECT_EQ(replay_case(spec, "inf_in_batches", top), ReplayVerdict::passed);
   // Far from the threshold (y = 36000), inf is still wrong, for every invariant.
   const std::string below = "{dtype: f16, dims: {T: 1}, inputs: {x: {dtype: f16, values: [9000]}}}";
   for (const char* only : {"matches_reference", "finite_outputs", "close_k"}) {
