@@ -50,6 +50,10 @@ double min_normal(DType dtype);     // 2^-126, 2^-1022, 2^-14 (f16), 2^-126 (bf1
 double denorm_min(DType dtype);     // 2^-149, 2^-1074, 2^-24 (f16), 2^-133 (bf16)
 double max_finite(DType dtype);     // FLT_MAX, DBL_MAX, 65504 (f16), (2 - 2^-7) 2^127 (bf16)
 bool is_half(DType dtype);          // f16 or bf16
+// The magnitude from which a store rounding to nearest gives ±inf: 65520
+// (f16), (2 - 2^-8) 2^127 (bf16); 0 for other dtypes (their kernels compute
+// in the dtype itself, so an overflow is the computation's, not the store's).
+double store_overflow(DType dtype);
 // The precision a kernel computes a `dtype` output in: f32 for the halves
 // (storage only), the dtype itself otherwise.
 DType arithmetic_dtype(DType dtype);

@@ -43,6 +43,10 @@ bool is_half(DType dtype) {
   return dtype == DType::f16 || dtype == DType::bf16;
 }
 
+double store_overflow(DType dtype) {
+  return dtype == DType::f16 ? half::f16_overflow : dtype == DType::bf16 ? half::bf16_overflow : 0;
+}
+
 DType arithmetic_dtype(DType dtype) {
   return is_half(dtype) ? DType::f32 : dtype;
 }

@@ -42,10 +42,8 @@ void Traits::tensors(const Case& c, const Result* target, const Result* referenc
     if (out.wanted("floor." + o.name))
       out.put("floor." + o.name, expr::Tensor::scalar(op::floor_of(c, i, ref().outputs[i])));
     if (out.wanted("overflow." + o.name)) {
-      const DType dt = c.output_dtype(i);
-      out.put("overflow." + o.name, expr::Tensor::scalar(dt == DType::f16    ? half::f16_overflow
-                                                         : dt == DType::bf16 ? half::bf16_overflow
-                                                                             : HUGE_VAL));
+      const double overflow = store_overflow(c.output_dtype(i));
+      out.put("overflow." + o.name, expr::Tensor::scalar(overflow > 0 ? overflow : HUGE_VAL));
     }
   }
 }

@@ -72,7 +72,7 @@ std::string compare(const Case& c, size_t out, const std::vector<double>& got,
   size_t at = 0, judged_here = 0;
   bool mismatch = false;
   const DType dt = c.output_dtype(out);
-  const double overflow = dt == DType::f16 ? half::f16_overflow : dt == DType::bf16 ? half::bf16_overflow : 0;
+  const double overflow = store_overflow(dt);
   bool overflowed = false;  // the mismatch is a store that had to overflow
   const auto judge = [&] {
     bound = runs * (k * naive_error(ref, naive) + floor);
@@ -191,10 +191,7 @@ void register_invariants(OpFamily& f) {
            // the naive error + the floor, both against the family's own
            // reference, as there) of the overflow threshold may store as
            // ±inf: the bound, computed once per output when an element needs it.
-           const DType dt = c.output_dtype(i);
-           const double overflow = dt == DType::f16    ? half::f16_overflow
-                                   : dt == DType::bf16 ? half::bf16_overflow
-                                                       : 0;
+           const double overflow = store_overflow(c.output_dtype(i));
            std::optional<double> bound;
            for (size_t k = 0; k < got.outputs[i].size(); ++k) {
              const double r = ref.outputs[i][k], g = got.outputs[i][k];
