@@ -538,6 +538,9 @@ def _write_outputs(op: str, outputs, result) -> None:
         # string or object array would be parsed, each without a word.
         if a.dtype.kind not in "biuf" and not getattr(a.dtype.type, "__module__", "").startswith("ml_dtypes"):
             raise TypeError("%s: output '%s' has dtype %s: return real numbers (%s)" % (op, name, a.dtype, dtype))
+        if a.dtype == np.bool_ and (dtype == "bf16" or not np.issubdtype(out.dtype, np.integer)):
+            # A mask where values are due (a comparison returned): stored as 0/1 it would be judged as numbers.
+            raise TypeError("%s: output '%s' is a bool array: return the %s values, not a mask" % (op, name, dtype))
         if a.shape != out.shape:
             raise ValueError("%s: output '%s' has shape %s, expected %s"
                              % (op, name, list(a.shape), list(out.shape)))
@@ -800,6 +803,9 @@ def _check_run_args(seed, trials, time, case_timeout, isolate, invariants=None, 
     if invariants is not None and (isinstance(invariants, (bytes, Mapping)) or not all(
             isinstance(name, str) for name in invariants)):
         raise TypeError("kprop: invariants must be invariant names (str), got %r" % (invariants,))
+    if invariants is not None and len(invariants) == 0:
+        # An empty selection checks nothing; None (the default) is every invariant.
+        raise ValueError("kprop: invariants=[] names no invariant to check; leave it out (None) to check every one")
     if seed is not None:
         if not _is_int(seed):
             raise TypeError("kprop: seed must be an int, got %r" % (seed,))
@@ -829,6 +835,11 @@ def _args(spec, fn, *, reference, extra_invariants, profile, seed, trials, time,
     info, args, the target's trampoline, the reference's or None, the run's _Stop)."""
     if isinstance(invariants, str):
         invariants = [invariants]  # one name, not its letters
+    elif invariants is not None and not isinstance(invariants, (bytes, Mapping)):
+        try:
+            invariants = list(invariants)  # a generator is read once, here
+        except TypeError:
+            raise TypeError("kprop: invariants must be invariant names (str), got %r" % (invariants,)) from None
     _check_run_args(seed, trials, time, case_timeout, isolate, invariants, fail_fast)
     if domain is not None and not isinstance(domain, Mapping):
         raise TypeError("kprop: domain must be a dict of domain keys (e.g. {'dtypes': ['f32']}), got %r" % (domain,))

@@ -244,7 +244,7 @@ def test_spec_by_path_and_unknown_names(example, corpus):
 
 def test_only_selected_invariants_run(example, corpus):
     mod = example("softmax_topk")
-    for one in (["sorted"], "sorted"):  # a list of names, or one name
+    for one in (["sorted"], "sorted", (n for n in ["sorted"])):  # a list of names, one name, a generator
         result = kprop.check("softmax_topk", mod.softmax_topk, seed=SEED, trials=10, invariants=one,
                              corpus=corpus)
         assert [i.name for i in result.invariants] == ["sorted"]
@@ -265,6 +265,8 @@ def test_only_selected_invariants_run(example, corpus):
     ({"case_timeout": 1e12, "isolate": True}, ValueError, r"case_timeout must be finite and in \[0\.001, 1e7\]"),
     ({"invariants": [1]}, TypeError, "invariants must be invariant names"),
     ({"invariants": [None]}, TypeError, "invariants must be invariant names"),
+    ({"invariants": 5}, TypeError, "invariants must be invariant names"),
+    ({"invariants": []}, ValueError, r"invariants=\[\] names no invariant to check"),
     ({"isolate": "yes"}, TypeError, "isolate must be True or False"),
     ({"replay_stored": "no"}, TypeError, "replay_stored must be True or False"),
     ({"reference": 123}, TypeError, "reference= must be a function"),

@@ -359,12 +359,13 @@ def test_a_corpus_that_cannot_be_written_is_said(tmp_path, monkeypatch):
     assert f.path and os.path.exists(f.path) and f.path.startswith(str(tmp_path / "tmp"))
 
 
-# ------------------------------------- 9. complex, string and object outputs
+# -------------------------------- 9. complex, string, object and bool outputs
 @pytest.mark.parametrize("bad, said", [
     (lambda p: p + 5j, "has dtype complex128"),
     (lambda p: p.astype(str), "has dtype <U"),
     (lambda p: p.astype(object), "has dtype object"),
-], ids=["complex", "str", "object"])
+    (lambda p: p > 0.5, "is a bool array"),  # a comparison returned where probabilities are due
+], ids=["complex", "str", "object", "bool"])
 def test_a_float_output_that_is_not_real_numbers_is_an_error(corpus, bad, said):
     def wrong(logits, k, **attrs):
         out = softmax_topk(logits, k, **attrs)
