@@ -25,6 +25,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <functional>
 #include <initializer_list>
@@ -1093,6 +1094,36 @@ DType Expression::dtype() const {
 }
 std::string Expression::shape() const {
   return shape_text(root_->shape);
+}
+
+double Expression::largest_step(const std::function<double(const std::string&)>& extent) const {
+  auto elements = [&](const Shape& shape) {
+    double n = 1;
+    for (const std::string& d : shape)
+      n *= d == "?" ? 1.0 : std::isdigit(static_cast<unsigned char>(d[0])) ? std::stod(d) : extent(d);
+    return n;
+  };
+  double most = 0;
+  std::vector<const Node*> todo{root_.get()};
+  while (!todo.empty()) {
+    const Node* n = todo.back();
+    todo.pop_back();
+    double step = elements(n->shape);
+    auto operand = [&](const NodeP& e) {
+      if (!e) return;
+      step += elements(e->shape);
+      todo.push_back(e.get());
+    };
+    for (const NodeP& a : n->args) operand(a);
+    for (const Item& i : n->items) {
+      operand(i.e);
+      operand(i.lo);
+      operand(i.hi);
+    }
+    for (const NodeP& e : {n->rtol, n->atol, n->k, n->unjudged}) operand(e);
+    most = std::max(most, step);
+  }
+  return most;
 }
 
 std::string describe_functions() {

@@ -384,11 +384,25 @@ double elements(const std::vector<int64_t>& ext) {
   return n;
 }
 
-// Inputs once; outputs four times (target, reference, naive, a derived case's).
+// Inputs once; outputs four times (target, reference, naive, a derived case's);
+// and the largest step of a reference expression's evaluation twice (the
+// floor's rounding bound holds a bound beside each value), which an outer
+// product or a broadcast takes far past the inputs and outputs.
+double reference_step(const Decl& d, const std::vector<int64_t>& dims, const OutputDecl& o) {
+  if (!o.reference) return 0;
+  return o.reference->largest_step([&](const std::string& name) {
+    const int k = d.dim_index(name);
+    return k < 0 ? 1.0 : static_cast<double>(dims[static_cast<size_t>(k)]);
+  });
+}
+
 double case_bytes_at(const Decl& d, const std::vector<int64_t>& dims, double input_elements) {
-  double n = input_elements;
-  for (const auto& o : d.outputs) n += 4.0 * elements(d.extents(o.shape, dims));
-  return 8 * n;
+  double n = input_elements, step = 0;
+  for (const auto& o : d.outputs) {
+    n += 4.0 * elements(d.extents(o.shape, dims));
+    step = std::max(step, 2 * reference_step(d, dims, o));
+  }
+  return 8 * (n + step);
 }
 
 }  // namespace
@@ -412,7 +426,17 @@ CaseSize OpFamily::max_case_bytes(const Values&) const {
   std::vector<std::string> parts;
   for (size_t k = 0; k < dims.size(); ++k)
     parts.push_back(fmt::format("{} {}", decl_->dims[k].name, dims[k]));
-  return {case_bytes_at(*decl_, dims, n), join(parts, " x "), "op.dims"};
+  std::string said = join(parts, " x ");
+  // Name the reference whose intermediate makes the most of it, if one does.
+  double held = n, step = 0;
+  const OutputDecl* widest = nullptr;
+  for (const auto& o : decl_->outputs) {
+    held += 4.0 * elements(decl_->extents(o.shape, dims));
+    if (const double s = reference_step(*decl_, dims, o); s > step) step = s, widest = &o;
+  }
+  if (widest && 2 * step > held)
+    said += fmt::format("; reference {} holds {:.3g} elements in one step", widest->name, step);
+  return {case_bytes_at(*decl_, dims, n), said, "op.dims"};
 }
 
 CaseStats Traits::stats(const Case& c) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -194,6 +195,12 @@ class Expression {
   DType dtype() const;
   std::string shape() const;                                        // symbolic, e.g. "[B, Hq, Nq]"
   const std::vector<std::string>& names() const { return names_; }  // tensors it reads, sorted
+  // The most elements one step of an evaluation holds at once (a node's
+  // value and its operands'), each symbolic dim given by `extent` (a number
+  // is itself; a slice's extent "?" counts 1): the load-time memory check of
+  // a declared op's reference, which an outer product x[:, None] * x[None, :]
+  // can take far past its inputs and outputs. In double: it may pass int64.
+  double largest_step(const std::function<double(const std::string&)>& extent) const;
 
   // The value on one trial's tensors (every name in names() present).
   Tensor evaluate(const TensorMap& tensors) const;

@@ -104,6 +104,24 @@ TEST(OpDecl, DeclarationsThatCouldCheckNothingOrOverflowAreErrors) {
   EXPECT_LOAD_ERROR(wide, "op.yaml:5:16: attr eps range [-1.7e+308, 1.7e+308] is wider than a double holds");
 }
 
+// A reference whose intermediate dwarfs its inputs and outputs: the outer
+// product of x with itself at T = 2^20 holds 2^40 elements in one step
+// (8 bytes each, twice for the floor's bound: 2^24 MB, plus ~40 MB of
+// operands and input). It passed the memory check (inputs and outputs only) and ended the run in
+// std::bad_alloc, stored as the target's crash; now the spec does not load.
+TEST(OpDecl, AReferenceIntermediateOverTheMemoryBudgetIsALoadError) {
+  const std::string outer = "{y: {shape: []}}";
+  const std::string reference = "y: sum(x[:, None, 0] * x[None, :, 0])";
+  EXPECT_LOAD_ERROR(
+      base_spec("{T: [1, 1048576], D: [1, 1]}", "{shape: [T, D], dtype: [f32, f64]}", outer, reference),
+      "op.yaml:4:9: the largest case of this domain needs ~16777257 MB (T 1048576 x D 1; "
+      "reference y holds 1.1e+12 elements in one step), over run.max_case_mb = 1024");
+  // The same reference over small extents loads.
+  EXPECT_EQ(load_error(base_spec("{T: [1, 1024], D: [1, 1]}", "{shape: [T, D], dtype: [f32, f64]}", outer,
+                                 reference)),
+            "");
+}
+
 TEST(OpDecl, TheBaseSpecLoads) {
   EXPECT_EQ(load_error(base_spec()), "");
   EXPECT_EQ(load_error(kDomainSpec), "");
