@@ -471,9 +471,9 @@ class Widened final : public Transport {
  public:
   explicit Widened(std::shared_ptr<Transport> inner) : inner_(std::move(inner)) {}
   void set_call_timeout(double seconds) override { inner_->set_call_timeout(seconds); }
+  bool widens() const override { return true; }
 
  protected:
-  bool widens() const override { return true; }
   Message round_trip(const Message& request) override {
     Message wide;
     wide.op = request.op;

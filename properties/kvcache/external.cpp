@@ -24,7 +24,13 @@ using external::Message;
 
 Result drive(const Case& c, external::Transport& target) {
   const int64_t B = static_cast<int64_t>(c.seqs.size()), Hq = c.q_heads(), Hkv = c.kv_heads, D = c.head_dim;
-  const auto [q, k, v] = batch_data(c);
+  auto [q, k, v] = batch_data(c);
+  // An oracle (--reference exec:/plugin:) is told nothing of the case's
+  // dtype (its inputs travel in f64): it gets K/V as the dtype's cache holds
+  // them, the values the fp64 reference attends over.
+  if (target.widens() && c.dtype != DType::f64)
+    for (auto* x : {&k, &v})
+      for (double& e : *x) e = round_to(c.dtype, e);
   std::vector<int64_t> starts{0}, prompts, arrivals;
   for (size_t b = 0; b < c.seqs.size(); ++b) {
     starts.push_back(starts.back() + c.seqs[b].tokens());
@@ -56,11 +62,14 @@ Result drive(const Case& c, external::Transport& target) {
 
   Result r;
   const int64_t cache_dtype = reply.tensor("cache_dtype").to_ints()[0];
-  if (c.dtype == DType::f64 && cache_dtype != KPROP_F64 && cache_dtype != KPROP_I8)
+  // An oracle (--reference exec:/plugin:) gets the inputs in f64 whatever
+  // the case's dtype, so it answers as an f64 case does.
+  const bool f64_inputs = c.dtype == DType::f64 || target.widens();
+  if (f64_inputs && cache_dtype != KPROP_F64 && cache_dtype != KPROP_I8)
     throw external::TargetFailure(
         "error", fmt::format("kvcache.serve: cache_dtype {} is neither KPROP_F64 ({}) nor KPROP_I8 ({})",
                              cache_dtype, int{KPROP_F64}, int{KPROP_I8}));
-  if (c.dtype != DType::f64 && cache_dtype != dt)
+  if (!f64_inputs && cache_dtype != dt)
     throw external::TargetFailure(
         "error", fmt::format("kvcache.serve: a {} case's cache_dtype must be {}, not {}", dtype_name(c.dtype),
                              dt, cache_dtype));

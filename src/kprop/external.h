@@ -108,12 +108,14 @@ class Transport {
   // A transport that times its calls (a child process's: exec:, plugin:)
   // gives the next ones `seconds` (TransportOptions::call_timeout_s at open).
   virtual void set_call_timeout(double seconds) { (void)seconds; }
+  // true: an oracle's transport (widened_to_f64): floating-point inputs
+  // travel in f64 and outputs come back in f64 whatever was declared; call()
+  // accepts that, and a driver hands such an oracle fp64 values where it
+  // would round them to the case's dtype for a kernel.
+  virtual bool widens() const { return false; }
 
  protected:
   virtual Message round_trip(const Message& request) = 0;
-  // true: floating-point outputs come back in f64 whatever was declared
-  // (widened_to_f64); call() accepts that.
-  virtual bool widens() const { return false; }
 };
 
 // The transport of an oracle built elsewhere (prop_runner --reference
