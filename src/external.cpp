@@ -13,9 +13,12 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <limits>
+#include <optional>
 
 #include "kprop/errors.h"
 #include "kprop/family.h"
@@ -1269,6 +1272,35 @@ void check_target_name(const std::string& target) {
   if (!std::filesystem::exists(path)) throw InputError({}, fmt::format("{}: no such file", target));
 }
 
+namespace {
+
+// File descriptor 1 points at stderr for the object's life; flushed on both
+// sides so nothing printed before or during lands on the other stream.
+class StdoutToStderr {
+ public:
+  StdoutToStderr() {
+    std::fflush(stdout);
+    std::cout.flush();
+    saved_ = dup(1);
+    if (saved_ >= 0) dup2(2, 1);
+  }
+  ~StdoutToStderr() {
+    std::fflush(stdout);
+    std::cout.flush();
+    if (saved_ >= 0) {
+      dup2(saved_, 1);
+      close(saved_);
+    }
+  }
+  StdoutToStderr(const StdoutToStderr&) = delete;
+  StdoutToStderr& operator=(const StdoutToStderr&) = delete;
+
+ private:
+  int saved_ = -1;
+};
+
+}  // namespace
+
 std::shared_ptr<Transport> open_target(const std::string& target, const TransportOptions& options) {
   if (options.ops.empty())
     throw InputError({}, fmt::format("family {} has no external interface yet, so '{}' cannot be tested",
@@ -1278,6 +1310,11 @@ std::shared_ptr<Transport> open_target(const std::string& target, const Transpor
     const std::string path = target.substr(7);
     // RTLD_NOW: an unresolved symbol inside the plugin is reported here, not mid-run.
     const std::string dlpath = path.find('/') == std::string::npos ? "./" + path : path;
+    // The plugin runs in this process while it loads and is probed (its
+    // constructors, kprop_abi_version, kprop_op_device): what it prints then
+    // goes to stderr, as a served call's does, never into the report on
+    // stdout (--format json).
+    std::optional<StdoutToStderr> quiet(std::in_place);
     void* handle = dlopen(dlpath.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!handle) throw InputError({}, fmt::format("{}: cannot load: {}", target, dlerror()));
     using VersionFn = uint32_t (*)();
@@ -1305,6 +1342,7 @@ std::shared_ptr<Transport> open_target(const std::string& target, const Transpor
         device[k] = d == KPROP_CUDA;
       }
     }
+    quiet.reset();  // before the child is forked
     auto transport = std::make_shared<ChildTransport>(
         target, options, [ops = options.ops, symbols, device](int in_fd, int out_fd) {
           serve_plugin(in_fd, out_fd, ops, symbols, device);

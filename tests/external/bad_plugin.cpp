@@ -1,11 +1,15 @@
 // Plugins that must be refused with a clear error (exit 2):
 //   KPROP_TEST_BAD_VERSION  exports another ABI version;
 //   KPROP_TEST_NO_ENTRY     exports the version but no kprop_attention_fwd.
+// One that prints while it loads and is probed (KPROP_TEST_CHATTY: a
+// constructor and kprop_op_device print to stdout): the report on stdout
+// stays clean (--format json parses).
 // And one whose error must be reported as its error (exit 3, the message kept):
 //   KPROP_TEST_LATIN1_ERROR fails every call with a message that is not UTF-8
 //                           (Latin-1 "café"), which killed the plugin host.
 #include <kprop/abi.h>
 
+#include <cstdio>
 #include <cstring>
 
 #ifdef KPROP_TEST_BAD_VERSION
@@ -29,5 +33,19 @@ KPROP_EXPORT int kprop_attention_fwd(const kprop_attention_fwd_args*, char* erro
 KPROP_PLUGIN();
 KPROP_EXPORT int kprop_attention_fwd_v2(const kprop_attention_fwd_args*, char*, size_t) {
   return KPROP_OK;
+}
+#endif
+
+#ifdef KPROP_TEST_CHATTY
+KPROP_PLUGIN();
+__attribute__((constructor)) static void chatty_loaded() {
+  std::printf("chatty plugin loaded\n");
+}
+KPROP_EXPORT int32_t kprop_op_device(const char* op) {
+  std::printf("chatty device query for %s\n", op);
+  return KPROP_HOST;
+}
+KPROP_EXPORT int kprop_attention_fwd(const kprop_attention_fwd_args*, char*, size_t) {
+  return KPROP_UNSUPPORTED;
 }
 #endif
