@@ -4,9 +4,13 @@
 // through exec:; a planted bug fails either way with a counterexample. The
 // committed spec draws f16, bf16, f32 and f64 cases, so each run reaches half
 // cases through the ABI (KPROP_F16 / KPROP_BF16 logits and probabilities).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "kprop/half.h"
@@ -16,6 +20,7 @@
 #include "properties/softmax_topk/family.h"
 #include "tests/support/abi_entry.h"
 #include "tests/support/python_worker.h"
+#include "tests/support/temp_dir.h"
 
 namespace {
 // Named: in a unity batch (KPROP_UNITY) this file's helpers meet its
@@ -71,6 +76,59 @@ int entry(const kprop_softmax_topk_args* a, char*, size_t) {
 
 Result tie_high_index(const Case& c) {
   return kprop::find_mutant(mutants(), "tie_high_index").run(c);
+}
+
+// A near-tie width of 2^20 f32 ulps (1/8 of the logit scale) makes a
+// near-tie in the first two slots common in f32 cases (the test spec below).
+constexpr double kWideTieUlps = 1048576;
+
+// Right except in a row whose first two slots hold near-tied logits: there
+// it swaps them (an order a kernel's rounding may give) and puts the row's
+// smallest logit, well below, in the last slot (wrong). matches_reference
+// discarded the case at the near-tie in slot 0 and never reached the last
+// slot: the kernel passed.
+Result tie_hides_a_wrong_index(const Case& c) {
+  Result r = reference(c);
+  if (c.k < 3 || c.vocab <= c.k || c.dtype != DType::f32) return r;
+  auto x = [&](int row, int i) { return c.logits[static_cast<size_t>(row) * c.vocab + i]; };
+  for (int row = 0; row < c.rows(); ++row) {
+    const size_t s = static_cast<size_t>(row) * c.k;
+    const int a = r.indices[s], b = r.indices[s + 1], last = r.indices[s + c.k - 1];
+    const double width = kWideTieUlps * 0x1p-23 * std::max(1.0, std::fabs(x(row, a) - x(row, b)));
+    if (!std::isfinite(x(row, b)) || x(row, a) == x(row, b) || x(row, a) - x(row, b) > width / 2) continue;
+    int smallest = 0;
+    for (int i = 1; i < c.vocab; ++i)
+      if (x(row, i) < x(row, smallest)) smallest = i;
+    // Not near-tied with the last slot's own logit either: its gap past a
+    // quarter of the scale there (the width is an eighth).
+    const double gap = x(row, last) - x(row, smallest), scale = std::max(1.0, x(row, a) - x(row, smallest));
+    if (!(gap > scale / 4)) continue;
+    std::swap(r.indices[s], r.indices[s + 1]);
+    std::swap(r.probs[s], r.probs[s + 1]);
+    r.indices[s + c.k - 1] = smallest;
+  }
+  return r;
+}
+
+TEST(SoftmaxTopkExternal, ANearTieHidesNoWrongIndexInALaterSlot) {
+  const kprop::testing::TempDir dir;
+  std::filesystem::create_directories(dir.path);
+  std::ifstream in(kSpec);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string dtypes = "dtype: [f16, bf16, f32, f64]", use = "  - matches_reference\n";
+  ASSERT_NE(text.find(dtypes), std::string::npos);
+  ASSERT_NE(text.find(use), std::string::npos);
+  text.replace(text.find(dtypes), dtypes.size(), "dtype: [f32]");
+  text.replace(text.find(use), use.size(),
+               fmt::format("  - {{name: matches_reference, tie_ulps: {}}}\n", kWideTieUlps));
+  const std::string spec = (dir.path / "softmax_topk.yaml").string();
+  std::ofstream(spec) << text;
+  kprop::RunOptions o = quick(true, 400);
+  o.only_invariants = {"matches_reference"};
+  const kprop::RunReport report = kprop::testing::run_in_process(
+      spec, {{"kprop_softmax_topk", reinterpret_cast<void*>(&entry<tie_hides_a_wrong_index>)}}, o);
+  EXPECT_EQ(report.status, kprop::RunStatus::failed) << report.detail;
+  EXPECT_EQ(killed_by(report), "matches_reference");
 }
 
 // The invariant that killed the run with a counterexample, "" when none did.
