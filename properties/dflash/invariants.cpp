@@ -150,11 +150,27 @@ Verdict tree_logits_match_path(T& t, const Values& p) {
   return Verdict::pass();
 }
 
+// The context length P the target reports for cycle k, checked against the
+// context it built: the prompt and every token it emitted before. Without
+// this a P that is stale but used consistently (the prompt alone from cycle
+// 1 on) passed the mask and position-id checks, which read P from the trace.
+std::optional<Verdict> wrong_context_length(const Case& c, const Result& r, size_t k) {
+  size_t want = c.prompt.size();
+  for (size_t j = 0; j < k; ++j) want += r.cycles[j].emitted.size();
+  const int P = r.cycles[k].context_length;
+  if (P == static_cast<int>(want)) return std::nullopt;
+  return Verdict::fail(
+      fmt::format("cycle {}: context length P = {}, but the prompt and the tokens emitted before hold {}", k,
+                  P, want),
+      {{"cycle", double(k)}, {"context_length", double(P)}, {"expected", double(want)}});
+}
+
 Verdict mask_is_ancestor_closure(T& t, const Values&) {
   const Case& c = t.input();
   const Result& r = t.target();
   for (size_t k = 0; k < c.cycles.size() && k < r.cycles.size(); ++k) {
     const DraftTree& tree = c.cycles[k];
+    if (auto v = wrong_context_length(c, r, k)) return *v;
     const int P = r.cycles[k].context_length, N = tree.size();
     const auto& mask = r.cycles[k].mask;
     if (mask.size() != static_cast<size_t>(N) * (P + N))
@@ -179,6 +195,7 @@ Verdict position_ids_by_depth(T& t, const Values&) {
   for (size_t k = 0; k < c.cycles.size() && k < r.cycles.size(); ++k) {
     const auto d = depths(c.cycles[k]);
     const auto& ids = r.cycles[k].position_ids;
+    if (auto v = wrong_context_length(c, r, k)) return *v;
     const int P = r.cycles[k].context_length;
     if (ids.size() != d.size())
       return Verdict::fail(fmt::format("cycle {}: {} position ids for {} nodes", k, ids.size(), d.size()));
