@@ -80,6 +80,8 @@ CorpusEntry entry_for(const RunContext& ctx, const AnyCase& c, const std::string
   return e;
 }
 
+}  // namespace
+
 std::string replay_command(const RunContext& ctx, const std::string& path, const std::string& invariant) {
   // A Python function (kprop.check in process) is no target prop_runner
   // knows: its replay is the Python call.
@@ -96,6 +98,8 @@ std::string replay_command(const RunContext& ctx, const std::string& path, const
     cmd += (cmd.empty() ? "" : " ") + shell_quote(word);
   return cmd;
 }
+
+namespace {
 
 // Where a finding goes: the corpus when it is written, else the scratch folder.
 std::string primary_dir(const RunContext& ctx) {

@@ -884,6 +884,7 @@ std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, 
       rows.pop_back();
       break;
     }
+    rows.back().replay_command = replay_command(ctx, rows.back().path, rows.back().invariant);
   }
   return rows;
 }

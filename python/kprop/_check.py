@@ -700,10 +700,11 @@ def _worker_command(fn, tensors: str) -> str:
 
 
 # --------------------------------------------------------------------- results
-def _finding(d, targets, replay_text, command: Optional[str], corpus: Optional[str] = None) -> Finding:
+def _finding(d, targets, replay_text, command: Optional[str], corpus: Optional[str] = None,
+             opts: Optional[Mapping[str, Any]] = None) -> Finding:
     # An error's message is "op: TypeName: text"; the traceback was kept by that text.
     tb = _traceback_for(targets, d["message"]) if d["kind"] == "error" else ""
-    if command:
+    if command and not _by_extra_invariant(d["invariant"], opts or {}):
         replay = d["replay_command"]
     elif d["path"]:
         replay = replay_text(d["path"])
@@ -965,7 +966,7 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
                 if row["error"]:
                     raise ValueError("kprop: stored case %s cannot be read: %s" % (row["path"], row["error"]))
                 if not row["ok"]:
-                    f = _stored_finding(row, targets, spec_ref, info["path"], fn, command, opts)
+                    f = _stored_finding(row, targets, spec_ref, fn, command, opts)
                     counterexample = Counterexample(format_finding(f, info["name"], name), f)
                     stopper.finish(counterexample)
                     raise counterexample
@@ -979,9 +980,9 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
     findings = []
     for i in r["invariants"]:
         if i["counterexample"] is not None:
-            findings.append(_finding(i["counterexample"], targets, replay_text, command, corpus))
+            findings.append(_finding(i["counterexample"], targets, replay_text, command, corpus, opts))
     if r["crash"] is not None:
-        findings.append(_finding(r["crash"], targets, replay_text, command, corpus))
+        findings.append(_finding(r["crash"], targets, replay_text, command, corpus, opts))
     result = _result(r, findings, replayed)
     status = result.status
     if status == "gave_up" and not findings and result.invariants and all(
@@ -1022,12 +1023,22 @@ def _traceback_for(targets, message: str) -> str:
     return ""
 
 
-def _stored_finding(row, targets, spec_ref, spec_path, fn, command, opts) -> Finding:
+def _by_extra_invariant(invariant: str, opts: Mapping[str, Any]) -> bool:
+    """A finding of an extra (Python) invariant, which prop_runner does not
+    know: its replay is kprop.replay's, not a prop_runner command."""
+    extra = opts.get("extra_invariants") or []
+    return bool(invariant) and invariant in {
+        getattr(getattr(f, "_kprop_invariant", None), "name", None) or getattr(f, "__name__", None)
+        for f in (extra if isinstance(extra, (list, tuple)) else [extra])}
+
+
+def _stored_finding(row, targets, spec_ref, fn, command, opts) -> Finding:
     with open(row["path"]) as f:
         text = f.read()
-    if command:  # prop_runner needs the spec's file, not a shipped spec's name
-        replay = "prop_runner --spec %s --target %s --replay %s" % (
-            shlex.quote(spec_path or str(spec_ref)), shlex.quote("exec:" + command), shlex.quote(row["path"]))
+    if command and not _by_extra_invariant(row["invariant"], opts):
+        # prop_runner's own words for it (the spec's file, the worker, and the
+        # run's --reference, --profile, --domain and --case-timeout)
+        replay = row["replay_command"]
     else:
         replay = _replay_text(spec_ref, fn, row["path"], opts)
     return Finding(invariant=row["invariant"], kind="replay", message=row["detail"], measured=[], case_yaml=text,
@@ -1109,7 +1120,7 @@ def replay(spec, fn, path: str, *, invariants: Optional[Sequence[str]] = None, i
             raise ValueError("kprop: %s" % row["error"])
         if not row["ok"]:
             f = _stored_finding(row, [t for t in (target, ref_target) if t is not None],
-                                _spec_ref(spec, text, is_text), info["path"], fn, args["target"]["exec"], opts)
+                                _spec_ref(spec, text, is_text), fn, args["target"]["exec"], opts)
             counterexample = Counterexample(format_finding(f, info["name"], args["target"]["name"]), f)
             stopper.finish(counterexample)
             raise counterexample

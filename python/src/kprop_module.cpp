@@ -563,6 +563,7 @@ nb::dict replay(const std::string& spec, bool spec_is_text, const nb::dict& arg_
     d["ok"] = r.target_ok;
     d["checked"] = r.checked > 0;  // an invariant checked it (a discard or n/a is no check)
     d["detail"] = r.target_detail;
+    d["replay_command"] = r.replay_command;
     out.append(d);
   }
   nb::dict result;

@@ -306,6 +306,7 @@ struct ReplayRow {
   bool mutant_checked = false;     // at least one recorded mutant was re-run
   bool mutant_still_fails = true;  // every recorded mutant still fails
   std::string mutant_detail;       // the first that no longer does, and why
+  std::string replay_command;      // the file's replay, as a finding's (replay_command)
 };
 std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, const RunOptions& options);
 
@@ -377,6 +378,9 @@ Finding record_finding(const RunContext& ctx, const InvariantUse* use, const Any
 std::vector<std::string> replay_argv(const RunContext& ctx, const std::string& path,
                                      const std::string& invariant);
 void check_replay(const RunContext& ctx, Finding& f);
+// The printed replay of a stored case (those words shell-quoted, or
+// options.replay_command, or a Python function's kprop.replay call).
+std::string replay_command(const RunContext& ctx, const std::string& path, const std::string& invariant);
 
 // Stores an entry in dir (falling back to the scratch folder, then the temp
 // folder); returns the path ("" if nothing could be written) and a note

@@ -50,3 +50,40 @@ def test_isolated_target_and_reference_each_in_a_worker(corpus):
     result = kprop.check("softmax_topk", softmax_topk, reference=reference_topk, seed=SEED, trials=20,
                          corpus=corpus, isolate=True, invariants=["matches_reference"])
     assert result.passed and result.report["reference"].startswith("exec:")
+
+
+def inflated_reference(logits, k, **attrs):
+    out = _softmax.softmax_topk(logits, k, **attrs)
+    return {"probs": out["probs"] * 1.5, "indices": out["indices"]}  # a wrong oracle: a correct target fails
+
+
+def test_an_isolated_stored_case_replays_with_the_runs_flags(corpus):
+    # The first run finds and stores the case; the second replays the stored
+    # case first. Both print prop_runner's replay with the run's --reference
+    # (the stored case's dropped it, and as printed it passed).
+    replays = []
+    for _ in range(2):
+        with pytest.raises(kprop.Counterexample) as excinfo:
+            kprop.check("softmax_topk", softmax_topk, reference=inflated_reference, seed=SEED, trials=20,
+                        corpus=corpus, isolate=True, invariants=["matches_reference"])
+        replays.append(excinfo.value.finding.replay)
+    for replay in replays:
+        assert replay.startswith("prop_runner ") and " --reference " in replay and "inflated_reference" in replay
+        assert "--invariant matches_reference" in replay
+
+
+@kprop.invariant
+def first_probability_below_half(target_probs):
+    return bool((target_probs[..., 0] < 0.5).all())
+
+
+def test_an_isolated_finding_of_an_extra_invariant_replays_in_python(corpus):
+    # prop_runner does not know a Python invariant (--invariant NAME exits 2):
+    # the replay is kprop.replay's, found fresh or stored.
+    for _ in range(2):
+        with pytest.raises(kprop.Counterexample) as excinfo:
+            kprop.check("softmax_topk", softmax_topk, seed=SEED, trials=50, corpus=corpus, isolate=True,
+                        extra_invariants=[first_probability_below_half],
+                        invariants=["first_probability_below_half"])
+        replay = excinfo.value.finding.replay
+        assert replay.startswith("kprop.replay(") and "extra_invariants=[first_probability_below_half]" in replay
