@@ -134,6 +134,7 @@ struct Semantics {
   bool expand_finished = false;        // expand_finished
   bool shared_pool = false;            // batch_pool_leak
   bool stop_at_first_eos = false;      // stop_at_first_eos
+  bool ties_keep_later = false;        // ties_keep_later_token
 };
 Result search(const Case& c, const Semantics& semantics);
 

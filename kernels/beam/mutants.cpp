@@ -45,6 +45,10 @@ const std::vector<Mutant>& mutants() {
        flipped<&Semantics::shared_pool, true>},
       {"stop_at_first_eos", "search stops as soon as any beam in the pool has finished",
        flipped<&Semantics::stop_at_first_eos, true>},
+      {"ties_keep_later_token",
+       "pruning breaks an exact score tie toward the later token sequence (a descending or unstable top-k), "
+       "not the contract's lexicographic order; the kept beams are then sorted correctly",
+       flipped<&Semantics::ties_keep_later, true>},
       {"token_ids_u16", "batched search writes token ids through uint16 buffers: an id >= 65536 wraps",
        tokens_u16},
   };

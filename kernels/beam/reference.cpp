@@ -55,8 +55,14 @@ void run_pool(const TableLM& model, const Case& c, const Semantics& s, const std
     // The best width + 1 in order (one past the pool for the prune margin):
     // `better` is a total order on one prompt's beams, so the same as sorting all.
     const size_t ranked = std::min(candidates.size(), static_cast<size_t>(width) + 1);
-    std::partial_sort(candidates.begin(), candidates.begin() + static_cast<long>(ranked), candidates.end(),
-                      entry_better);
+    if (s.ties_keep_later)  // equal scores: the later token sequence first
+      std::partial_sort(candidates.begin(), candidates.begin() + static_cast<long>(ranked), candidates.end(),
+                        [](const Entry& a, const Entry& b) {
+                          return a.h.score != b.h.score ? a.h.score > b.h.score : b.h.tokens < a.h.tokens;
+                        });
+    else
+      std::partial_sort(candidates.begin(), candidates.begin() + static_cast<long>(ranked), candidates.end(),
+                        entry_better);
     if (static_cast<int>(candidates.size()) > width) {
       const double gap =
           candidates[static_cast<size_t>(width) - 1].h.score - candidates[static_cast<size_t>(width)].h.score;

@@ -47,13 +47,38 @@ std::optional<Verdict> near_tie_discard(T& t, double tie, bool exact_too) {
   return std::nullopt;
 }
 
-// "" when `got` ranks like `expected` up to near-ties, else why not.
+// Two hypotheses that tie in any arithmetic: the same length and tokens but
+// the last, neither EOS, whose logits after that prefix are bitwise equal
+// (one logit row, so equal log-probabilities, scores and length penalty
+// however a kernel computes them). The contract's lexicographic rule, not
+// rounding, decides between them.
+bool tie_in_any_arithmetic(const TableLM& model, const std::vector<int>& prompt, const std::vector<int>& a,
+                           const std::vector<int>& b) {
+  if (a.size() != b.size() || a.empty() || !std::equal(a.begin(), a.end() - 1, b.begin())) return false;
+  const int eos = model.config().eos, x = a.back(), y = b.back();
+  if (x == eos || y == eos || x < 0 || y < 0 || x >= model.vocab() || y >= model.vocab()) return false;
+  Prefix p = model.start(prompt);
+  for (size_t i = 0; i + 1 < a.size(); ++i) p = model.push(p, a[i]);
+  std::vector<double> logits(static_cast<size_t>(model.vocab()));
+  model.logits(p, logits.data());
+  return logits[static_cast<size_t>(x)] == logits[static_cast<size_t>(y)];
+}
+
+// "" when `got` ranks like `expected` up to near-ties, else why not. An
+// exact tie that holds in any arithmetic is no near-tie: there `got` must
+// be what the lexicographic rule keeps, `expected` (a kernel keeping the
+// later token passed, within the margin of a gap of 0).
 std::string compare_ranked(const TableLM& model, const std::vector<int>& prompt, double alpha, double tie,
                            const std::vector<Hypothesis>& expected, const std::vector<Hypothesis>& got) {
   if (got.size() != expected.size())
     return fmt::format("{} hypotheses, expected {}", got.size(), expected.size());
   for (size_t i = 0; i < got.size(); ++i) {
     if (got[i].tokens == expected[i].tokens) continue;
+    if (tie_in_any_arithmetic(model, prompt, expected[i].tokens, got[i].tokens))
+      return fmt::format(
+          "rank {}: {}, expected {}: they tie exactly (one prefix, equal logits), and the contract's "
+          "lexicographic rule keeps {}",
+          i, text(got[i].tokens), text(expected[i].tokens), text(expected[i].tokens));
     const double se = rescore(model, prompt, expected[i].tokens, alpha).score;
     const double sg = rescore(model, prompt, got[i].tokens, alpha).score;
     if (std::fabs(se - sg) > margin(tie, se))

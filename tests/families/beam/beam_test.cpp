@@ -69,6 +69,23 @@ TEST(BeamKernels, ExactTiesBreakLexicographically) {
   EXPECT_EQ(tokens_of(oracle), want);
 }
 
+// A kernel that prunes an exact tie toward the later token ([0], [2] where
+// the three candidates of a flat model tie) and sorts what it kept
+// correctly: matches_reference accepted the swap as a near-tie (gap 0 is
+// within any margin), and only greedy_when_k1 caught it, at K = 1. An exact
+// tie in one logit row holds in any arithmetic: the lexicographic rule decides.
+TEST(BeamMutants, AnExactTieKeptTowardTheLaterTokenFailsMatchesReference) {
+  const Spec spec = load_spec(kSpec);
+  const RunReport r =
+      run_spec(spec, testing::first_failure("ties_keep_later_token", 20261122, {"matches_reference"}));
+  EXPECT_EQ(r.status, RunStatus::failed) << r.detail;
+  ASSERT_TRUE(r.invariants.at(0).counterexample);
+  EXPECT_NE(r.invariants[0].counterexample->message.find("lexicographic rule keeps"), std::string::npos)
+      << r.invariants[0].counterexample->message;
+  EXPECT_EQ(run_spec(spec, testing::first_failure("batched", 20261122, {"matches_reference"})).status,
+            RunStatus::passed);
+}
+
 TEST(BeamKernels, UnprunedEqualsExhaustive) {
   for (uint64_t seed = 1; seed <= 20; ++seed)
     for (double alpha : {0.0, 0.6, 1.0, 2.0, -0.5}) {
