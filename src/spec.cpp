@@ -355,6 +355,15 @@ InvariantUse expression_invariant(const Loader& l, const YAML::Node& item, const
   auto inv = std::make_shared<ExpressionInvariant>(
       ExpressionInvariant{compile("expect"), std::nullopt, "", l.mark(item), {}, std::move(transform)});
   if (item["when"]) inv->when = compile("when");
+  // An expectation that reads no output of the target holds or breaks
+  // whatever the kernel does: it would count among the invariants held
+  // without checking the kernel (a failure of it is the spec's own error).
+  if (const auto& read = inv->expect.names();
+      std::none_of(read.begin(), read.end(), [](const std::string& n) { return expr::is_target_name(n); }))
+    l.fail(item["expect"],
+           fmt::format("invariant '{}', expect: `{}` reads no output of the target (target.*), "
+                       "so no kernel can fail it; compare a target tensor",
+                       name, inv->expect.shown()));
   if (item["description"])
     inv->description = l.scalar<std::string>(item["description"], "description", "a string");
   std::set<std::string> names(inv->expect.names().begin(), inv->expect.names().end());

@@ -716,20 +716,19 @@ std::string spec_error(const std::string& text) {
 const std::string kHead = "spec: e\nfamily: attention.bwd\ninvariants:\n";
 
 TEST(ExprSpec, LoadsExpressionInvariantsNextToBuiltIns) {
-  const Spec s =
-      parse_spec(kHead +
-                     "  - D_identity\n"
-                     "  - name: d_identity\n"
-                     "    expect: close(rowsum(reference.p * reference.dp), rowsum(d_out * reference.o))\n"
-                     "  - name: masked\n"
-                     "    when: any(row_fully_masked)\n"
-                     "    expect: all(isfinite(target.o))\n",
-                 "s.yaml");
+  const Spec s = parse_spec(kHead +
+                                "  - D_identity\n"
+                                "  - name: d_identity\n"
+                                "    expect: close(target.d, rowsum(reference.p * reference.dp))\n"
+                                "  - name: masked\n"
+                                "    when: any(row_fully_masked)\n"
+                                "    expect: all(isfinite(target.o))\n",
+                            "s.yaml");
   ASSERT_EQ(s.invariants.size(), 3u);
   EXPECT_FALSE(s.invariants[0].expression);
   ASSERT_TRUE(s.invariants[1].expression);
   EXPECT_EQ(s.invariants[1].expression->names,
-            (std::vector<std::string>{"d_out", "reference.dp", "reference.o", "reference.p"}));
+            (std::vector<std::string>{"reference.dp", "reference.p", "target.d"}));
   ASSERT_TRUE(s.invariants[2].expression->when);
 }
 
@@ -752,6 +751,11 @@ TEST(ExprSpec, ErrorsPointIntoTheExpression) {
             "s.yaml:6:5: unknown key 'tol' in expression invariant a; valid: ");
   EXPECT_EQ(spec_error("spec: e\nfamily: toy.sum\ninvariants:\n  - name: a\n    expect: all(x == x)\n"),
             "s.yaml:5:13: family toy.sum publishes no named tensors: it takes no expression invariants");
+  // An expectation that reads no output of the target can fail no kernel
+  // (it counted among the invariants held).
+  EXPECT_EQ(spec_error(kHead + "  - name: a\n    expect: all(d_out == d_out)\n"),
+            "s.yaml:5:13: invariant 'a', expect: `all(d_out == d_out)` reads no output of the target "
+            "(target.*), so no kernel can fail it; compare a target tensor");
   // A misspelled expect: said as such (it was "unknown invariant 'a'").
   EXPECT_EQ(
       spec_error(kHead + "  - name: a\n    expct: all(d_out == d_out)\n"),

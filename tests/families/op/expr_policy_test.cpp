@@ -185,7 +185,7 @@ std::string run_error(const std::string& text, const std::string& target = "refe
   return "";
 }
 
-std::string with_invariant(const std::string& expect) {
+std::string with_invariant(const std::string& expect, const std::string& when = "") {
   return R"(spec: shapes
 family: op
 op:
@@ -199,14 +199,17 @@ op:
 invariants:
   - name: e
     expect: ")" +
-         expect + "\"\n";
+         expect + "\"\n" + (when.empty() ? "" : "    when: \"" + when + "\"\n");
 }
 
 TEST(OpClosePolicy, AnExpressionThatCannotBeEvaluatedIsTheSpecsError) {
-  // Slices of extents 2 and D-1: the dims allow it at load, a case with D != 3 does not.
+  // Slices of extents 2 and D-1: the dims allow it at load, a case with D != 3
+  // does not. In a when: over the inputs alone (an expect: that reads no
+  // output of the target does not load).
+  const std::string checked = "all(isfinite(target.y))";
   for (const char* target : {"reference", "doubles"}) {
     const std::string e =
-        run_error(with_invariant("all(x[:, 0:2] + x[:, 1:] == x[:, 1:] + x[:, 0:2])"), target);
+        run_error(with_invariant(checked, "all(x[:, 0:2] + x[:, 1:] == x[:, 1:] + x[:, 0:2])"), target);
     EXPECT_NE(e.find("overflow.yaml:"), std::string::npos) << e;
     EXPECT_NE(
         e.find("invariant e: `all(x[:, 0:2] + x[:, 1:] == x[:, 1:] + x[:, 0:2])` cannot be evaluated on "
@@ -216,7 +219,7 @@ TEST(OpClosePolicy, AnExpressionThatCannotBeEvaluatedIsTheSpecsError) {
     EXPECT_NE(e.find("it reads no output of the target"), std::string::npos) << e;
     // An index out of range in an expression over the inputs alone (it was
     // reported as a counterexample of the target).
-    const std::string index = run_error(with_invariant("all(x[99] == x[99])"), target);
+    const std::string index = run_error(with_invariant(checked, "all(x[99] == x[99])"), target);
     EXPECT_NE(index.find("invariant e: `all(x[99] == x[99])` cannot be evaluated on this case: index"),
               std::string::npos)
         << index;
