@@ -493,6 +493,10 @@ def _extra_invariants(extra, info, stopper: Optional[_Stop] = None) -> list:
             raise ValueError("kprop: two extra invariants are named %r" % defn.name)
         seen.add(defn.name)
         mapping = defn.resolve(info["tensors"], info["family"])
+        if not any(name.startswith(("target.", "transformed.target.")) for _, name in mapping):
+            # As a spec's expect: that reads no target output: it would pass whatever the kernel does.
+            raise ValueError("kprop: invariant %s reads no output of the target (target.*), so no kernel can "
+                             "fail it; take a target tensor (e.g. target_o for target.o)" % defn.name)
         out.append((defn.name, [name for _, name in mapping], defn.description,
                     _InvariantCall(defn, mapping, stopper or _Stop())))
     return out
