@@ -16,6 +16,10 @@ D              []      int   the normalised (last) dimension
 eps            []      real  the case's ε under the square root: rstd = 1 / sqrt(σ² + ε)
 u              []      real  unit roundoff of the case's (storage) dtype (2^-24 for f32, 2^-53 for f64, 2^-11
                              for f16, 2^-8 for bf16)
+u_arith        []      real  unit roundoff of the arithmetic: f32's 2^-24 for f16/bf16 cases (they compute in
+                             f32), else u
+tiny           []      real  half the storage dtype's smallest subnormal (f16/bf16: a store's absolute error
+                             there); 0 for f32/f64
 dtype_bytes    []      int   bytes per element of the case's dtype (2, 4 or 8)
 x              [R, D]  real  input rows
 gamma          [D]     real  scale γ
@@ -104,6 +108,8 @@ void Traits::tensors(const Case& c, const Result* target, const Result* referenc
   out.put("D", Tensor::scalar(static_cast<double>(D), XT::integer));
   out.put("eps", Tensor::scalar(c.eps));
   out.put("u", Tensor::scalar(unit_roundoff(c.dtype)));
+  out.put("u_arith", Tensor::scalar(accumulation_roundoff(c.dtype)));
+  out.put("tiny", Tensor::scalar(subnormal_half_step(c.dtype)));
   out.put("dtype_bytes", Tensor::scalar(storage_bytes(c.dtype), XT::integer));
   if (out.wanted("x")) out.put("x", Tensor::of({R, D}, c.x));
   if (out.wanted("gamma")) out.put("gamma", Tensor::of({D}, c.gamma));
