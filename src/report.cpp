@@ -25,6 +25,37 @@ std::string indent(const std::string& text, const std::string& pad) {
   return out;
 }
 
+// A case as a terminal shows it: whole when it is small, as a shrunk case
+// is; cut past kCaseLineChars per line and kCaseChars in all otherwise (a
+// case that could not shrink, e.g. one whose reference ran out of memory,
+// printed a million values), saying where the whole case is; whole when it
+// was stored nowhere.
+constexpr size_t kCaseLineChars = 2000, kCaseChars = 20000;
+std::string shown_case(const std::string& yaml, const std::string& stored) {
+  if (stored.empty()) return yaml;  // nowhere else to find it: printed whole
+  std::string out;
+  bool cut = false;
+  for (size_t at = 0; at < yaml.size();) {
+    if (out.size() >= kCaseChars) {
+      out += fmt::format("... ({} more characters)\n", yaml.size() - at);
+      cut = true;
+      break;
+    }
+    size_t end = yaml.find('\n', at);
+    if (end == std::string::npos) end = yaml.size();
+    const size_t n = end - at;
+    out += yaml.substr(at, std::min(n, kCaseLineChars));
+    if (n > kCaseLineChars) {
+      out += fmt::format(" ... ({} more characters)", n - kCaseLineChars);
+      cut = true;
+    }
+    out += "\n";
+    at = end + 1;
+  }
+  if (!cut) return yaml;
+  return out + fmt::format("(cut short: the whole case is in {})\n", stored);
+}
+
 std::string measured_text(const std::vector<Measured>& m) {
   std::string out;
   for (const auto& x : m) out += fmt::format("{}{} = {:.17g}", out.empty() ? "" : ", ", x.name, x.value);
@@ -93,7 +124,7 @@ std::string finding_text(const Finding& f, const std::string& target) {
     out += fmt::format("  shrunk: {} (size {} -> {} in {} steps, {:.2f} s{})\n", f.stats.summary,
                        f.original_size, f.stats.size, f.shrink_steps, f.shrink_seconds,
                        f.shrink_interrupted ? ", stopped early: best so far" : "");
-  if (!f.case_yaml.empty()) out += "  case:\n" + indent(f.case_yaml, "    ");
+  if (!f.case_yaml.empty()) out += "  case:\n" + indent(shown_case(f.case_yaml, f.corpus_path), "    ");
   if (!f.drawing_text.empty()) out += indent(f.drawing_text, "  ");
   if (!f.corpus_path.empty())
     out += fmt::format("  stored: {}{}\n", f.corpus_path,
@@ -449,7 +480,7 @@ class JunitReporter final : public Reporter {
     std::string body = f.message + "\n";
     if (!f.measured.empty()) body += "measured: " + measured_text(f.measured) + "\n";
     body += fmt::format("shrunk: {} (size {} -> {})\nseed {}\ncase:\n{}", f.stats.summary, f.original_size,
-                        f.stats.size, seed, f.case_yaml);
+                        f.stats.size, seed, shown_case(f.case_yaml, f.corpus_path));
     if (!f.corpus_path.empty()) body += "stored: " + f.corpus_path + "\n";
     if (!f.replay_command.empty()) body += "replay: " + f.replay_command + "\n";
     if (const std::string w = replay_warning(f); !w.empty()) body += w + "\n";

@@ -746,6 +746,29 @@ def _result(r, findings, replayed=0) -> CheckResult:
                        stopped_at_failure=r["stopped_at_failure"], report=r)
 
 
+def _shown_case(case_yaml: str, path: str, line_chars: int = 2000, total_chars: int = 20000) -> str:
+    """The case as a message shows it, as prop_runner's text report does:
+    whole when small or stored nowhere; else cut, saying where it is."""
+    if not path:
+        return case_yaml
+    out, cut, at = [], False, 0
+    lines = case_yaml.split("\n")
+    for i, line in enumerate(lines):
+        if at >= total_chars and at < len(case_yaml):
+            out.append("... (%d more characters)" % (len(case_yaml) - at))
+            cut = True
+            break
+        if len(line) > line_chars:
+            out.append("%s ... (%d more characters)" % (line[:line_chars], len(line) - line_chars))
+            cut = True
+        else:
+            out.append(line)
+        at += len(line) + 1
+    if not cut:
+        return case_yaml
+    return "\n".join(out).rstrip("\n") + "\n(cut short: the whole case is in %s)\n" % path
+
+
 def format_finding(f: Finding, spec: str, target: str, seed: Optional[int] = None) -> str:
     if f.kind == "invariant":
         head = "kprop: %s: invariant %s failed on %s" % (spec, f.invariant, target)
@@ -766,7 +789,7 @@ def format_finding(f: Finding, spec: str, target: str, seed: Optional[int] = Non
                                                                       ": " + f.summary if f.summary else ""))
     else:
         lines.append("case:")
-    lines.append("  " + f.case_yaml.rstrip().replace("\n", "\n  "))
+    lines.append("  " + _shown_case(f.case_yaml, f.path).rstrip().replace("\n", "\n  "))
     if f.store_note:  # the corpus could not be written (the case went elsewhere), shrinking stopped, ...
         lines.append("note: " + f.store_note.replace("\n", " "))
     if f.path:

@@ -209,6 +209,41 @@ TEST(Runner, MutantsThatCouldNotRunAreSkippedNotFailed) {
   EXPECT_EQ(mutants_exit_code(mixed), 1);
 }
 
+// A case too large to read in a terminal (one that could not shrink: an op
+// whose reference ran out of memory printed a million values) is cut short
+// in the text and JUnit reports, saying where the whole case is; a small
+// case, as a shrunk one is, prints whole, and so does one stored nowhere;
+// JSON keeps every case whole.
+TEST(Reporters, ACaseTooLargeToPrintIsCutShortAndSaysWhereItIs) {
+  RunReport r;
+  r.spec = "toy";
+  r.status = RunStatus::failed;
+  InvariantReport inv{"matches_reference"};
+  inv.status = InvariantStatus::failed;
+  Finding f;
+  f.invariant = "matches_reference";
+  f.kind = "invariant";
+  f.corpus_path = "/tmp/big.yaml";
+  std::string values = "x: [";
+  for (int i = 0; i < 100000; ++i) values += "0, ";
+  f.case_yaml = "dtype: f64\n" + values + "0]\n";
+  inv.counterexample = f;
+  r.invariants.push_back(inv);
+  const std::string text = make_reporter("text")->run(r);
+  EXPECT_LT(text.size(), 10000u);
+  EXPECT_NE(text.find("    dtype: f64\n    x: [0, 0, "), std::string::npos) << text.substr(0, 3000);
+  EXPECT_NE(text.find(" ... (298006 more characters)\n"), std::string::npos) << text.substr(0, 3000);
+  EXPECT_NE(text.find("(cut short: the whole case is in /tmp/big.yaml)"), std::string::npos);
+  EXPECT_LT(make_reporter("junit")->run(r).size(), 10000u);
+  EXPECT_GT(make_reporter("json")->run(r).size(), f.case_yaml.size());
+  r.invariants[0].counterexample->corpus_path = "";  // stored nowhere: the print is the only copy
+  EXPECT_NE(make_reporter("text")->run(r).find(f.case_yaml.substr(11, 5000)), std::string::npos);
+  r.invariants[0].counterexample->corpus_path = "/tmp/big.yaml";
+  r.invariants[0].counterexample->case_yaml = "dtype: f64\nx: [0, 1]\n";
+  EXPECT_NE(make_reporter("text")->run(r).find("    dtype: f64\n    x: [0, 1]\n  stored: /tmp/big.yaml"),
+            std::string::npos);
+}
+
 // A run cut short by Ctrl-C is an error in JUnit, not only skipped tests.
 TEST(Reporters, JunitReportsAnInterruptedRunAsAnError) {
   RunReport r;

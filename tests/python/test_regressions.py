@@ -503,3 +503,14 @@ def test_a_folder_named_like_a_shipped_spec_does_not_hide_it(tmp_path, monkeypat
     (tmp_path / "layernorm").mkdir()
     monkeypatch.chdir(tmp_path)
     assert kprop.spec_info("layernorm")["family"] == "layernorm"
+
+
+# ------------------------- a case too large to print is cut, saying where
+def test_a_case_too_large_to_print_is_cut_short_and_says_where_it_is():
+    from kprop._check import _shown_case
+    big = "dtype: f64\nx: [" + "0, " * 100000 + "0]\n"
+    shown = _shown_case(big, "/tmp/big.yaml")
+    assert len(shown) < 3000 and shown.startswith("dtype: f64\nx: [0, 0, ")
+    assert " ... (298006 more characters)\n(cut short: the whole case is in /tmp/big.yaml)\n" in shown
+    assert _shown_case(big, "") == big  # stored nowhere: the message is the only copy
+    assert _shown_case("dtype: f64\nx: [0, 1]\n", "/tmp/big.yaml") == "dtype: f64\nx: [0, 1]\n"
