@@ -85,8 +85,11 @@ BwdResult drive_backward(const Case& c, external::Transport& target) {
   }
   Message m = request(c, "attention.bwd");
   const int32_t dt = external::abi_dtype(c.dtype), stats = external::abi_dtype(stats_dtype(c.dtype));
-  m.input(external::Tensor::of("o", dt, q_shape(c.shape), r.o))
-      .input(external::Tensor::of("lse", stats, row_shape(c.shape), r.lse))
+  // Encoded in f64 for an oracle: a tensor of the case's dtype holds its
+  // values rounded, whatever the transport widens afterwards.
+  const int32_t o_dt = target.widens() ? KPROP_F64 : dt, lse_dt = target.widens() ? KPROP_F64 : stats;
+  m.input(external::Tensor::of("o", o_dt, q_shape(c.shape), r.o))
+      .input(external::Tensor::of("lse", lse_dt, row_shape(c.shape), r.lse))
       .input(external::Tensor::of("d_out", dt, q_shape(c.shape), c.d_out));
   m.output("d", stats, row_shape(c.shape))
       .output("dq", dt, q_shape(c.shape))

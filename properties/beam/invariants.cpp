@@ -47,38 +47,53 @@ std::optional<Verdict> near_tie_discard(T& t, double tie, bool exact_too) {
   return std::nullopt;
 }
 
-// Two hypotheses that tie in any arithmetic: the same length and tokens but
-// the last, neither EOS, whose logits after that prefix are bitwise equal
-// (one logit row, so equal log-probabilities, scores and length penalty
-// however a kernel computes them). The contract's lexicographic rule, not
-// rounding, decides between them.
-bool tie_in_any_arithmetic(const TableLM& model, const std::vector<int>& prompt, const std::vector<int>& a,
-                           const std::vector<int>& b) {
-  if (a.size() != b.size() || a.empty() || !std::equal(a.begin(), a.end() - 1, b.begin())) return false;
-  const int eos = model.config().eos, x = a.back(), y = b.back();
-  if (x == eos || y == eos || x < 0 || y < 0 || x >= model.vocab() || y >= model.vocab()) return false;
-  Prefix p = model.start(prompt);
-  for (size_t i = 0; i + 1 < a.size(); ++i) p = model.push(p, a[i]);
-  std::vector<double> logits(static_cast<size_t>(model.vocab()));
-  model.logits(p, logits.data());
-  return logits[static_cast<size_t>(x)] == logits[static_cast<size_t>(y)];
+// The contract's rule for an exact tie, checked on the target's own result:
+// a sibling that ties a kept hypothesis in any arithmetic (the same tokens
+// but the last, neither EOS, whose logits after that prefix are bitwise
+// equal: one logit row, so equal log-probabilities, scores and length
+// penalty however a kernel computes them) and comes first
+// lexicographically is kept, and ranked before it. Rounding decides no such
+// tie: the lexicographic rule does. (Comparisons with another run accept
+// any order within a margin, which a gap of 0 is: a kernel keeping [0], [2]
+// of three tied candidates passed at K >= 2.)
+std::string tie_break_violation(const TableLM& model, const std::vector<int>& prompt,
+                                const std::vector<Hypothesis>& got) {
+  const int eos = model.config().eos, V = model.vocab();
+  std::vector<double> logits(static_cast<size_t>(V));
+  for (size_t i = 0; i < got.size(); ++i) {
+    const std::vector<int>& h = got[i].tokens;
+    if (h.empty() || h.back() == eos ||
+        std::any_of(h.begin(), h.end(), [&](int x) { return x < 0 || x >= V; }))
+      continue;  // valid_hypotheses judges malformed ones
+    Prefix p = model.start(prompt);
+    for (size_t k = 0; k + 1 < h.size(); ++k) p = model.push(p, h[k]);
+    model.logits(p, logits.data());
+    for (int x = 0; x < h.back(); ++x) {
+      if (x == eos || logits[static_cast<size_t>(x)] != logits[static_cast<size_t>(h.back())]) continue;
+      std::vector<int> first = h;
+      first.back() = x;
+      const auto before = std::find_if(got.begin(), got.begin() + static_cast<long>(i),
+                                       [&](const Hypothesis& g) { return g.tokens == first; });
+      if (before != got.begin() + static_cast<long>(i)) continue;
+      const bool kept =
+          std::any_of(got.begin(), got.end(), [&](const Hypothesis& g) { return g.tokens == first; });
+      return fmt::format(
+          "{} is kept at rank {}, but {}, which ties it exactly (one prefix, equal logits), {}: the "
+          "contract's "
+          "lexicographic rule keeps it first",
+          text(h), i, text(first), kept ? "is ranked after it" : "is not kept");
+    }
+  }
+  return "";
 }
 
-// "" when `got` ranks like `expected` up to near-ties, else why not. An
-// exact tie that holds in any arithmetic is no near-tie: there `got` must
-// be what the lexicographic rule keeps, `expected` (a kernel keeping the
-// later token passed, within the margin of a gap of 0).
+// "" when `got` ranks like `expected` up to near-ties, else why not.
 std::string compare_ranked(const TableLM& model, const std::vector<int>& prompt, double alpha, double tie,
                            const std::vector<Hypothesis>& expected, const std::vector<Hypothesis>& got) {
   if (got.size() != expected.size())
     return fmt::format("{} hypotheses, expected {}", got.size(), expected.size());
   for (size_t i = 0; i < got.size(); ++i) {
     if (got[i].tokens == expected[i].tokens) continue;
-    if (tie_in_any_arithmetic(model, prompt, expected[i].tokens, got[i].tokens))
-      return fmt::format(
-          "rank {}: {}, expected {}: they tie exactly (one prefix, equal logits), and the contract's "
-          "lexicographic rule keeps {}",
-          i, text(got[i].tokens), text(expected[i].tokens), text(expected[i].tokens));
     const double se = rescore(model, prompt, expected[i].tokens, alpha).score;
     const double sg = rescore(model, prompt, got[i].tokens, alpha).score;
     if (std::fabs(se - sg) > margin(tie, se))
@@ -366,9 +381,14 @@ Verdict logit_shift_invariant(T& t, const Values& p) {
 Verdict matches_reference(T& t, const Values& p) {
   const Case& c = t.input();
   const double tie = p.real("tie_margin");
-  if (auto d = near_tie_discard(t, tie, false)) return *d;
   const TableLM model(c.model);
   const Result &r = t.target(), &ref = t.reference();
+  // Exact ties first: no rounding decides them, so no near-tie elsewhere excuses them.
+  for (size_t b = 0; b < c.prompts.size() && b < r.prompts.size(); ++b)
+    if (const std::string why = tie_break_violation(model, c.prompts[b], r.prompts[b].hypotheses);
+        !why.empty())
+      return Verdict::fail(fmt::format("prompt {}: {}", b, why), {{"prompt", double(b)}});
+  if (auto d = near_tie_discard(t, tie, false)) return *d;
   for (size_t b = 0; b < c.prompts.size() && b < r.prompts.size() && b < ref.prompts.size(); ++b) {
     const std::string why =
         compare_ranked(model, c.prompts[b], c.alpha, tie, ref.prompts[b].hypotheses, r.prompts[b].hypotheses);

@@ -751,10 +751,9 @@ def _shown_case(case_yaml: str, path: str, line_chars: int = 2000, total_chars: 
     whole when small or stored nowhere; else cut, saying where it is."""
     if not path:
         return case_yaml
-    out, cut, at = [], False, 0
-    lines = case_yaml.split("\n")
-    for i, line in enumerate(lines):
-        if at >= total_chars and at < len(case_yaml):
+    out, cut, at, shown = [], False, 0, 0  # at: characters read; shown: characters written (the limit)
+    for line in case_yaml.split("\n"):
+        if shown >= total_chars and at < len(case_yaml):
             out.append("... (%d more characters)" % (len(case_yaml) - at))
             cut = True
             break
@@ -764,6 +763,7 @@ def _shown_case(case_yaml: str, path: str, line_chars: int = 2000, total_chars: 
         else:
             out.append(line)
         at += len(line) + 1
+        shown += len(out[-1]) + 1
     if not cut:
         return case_yaml
     return "\n".join(out).rstrip("\n") + "\n(cut short: the whole case is in %s)\n" % path
@@ -962,8 +962,7 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
     failure, Skipped when every case was declined, HealthCheckFailure when the
     run checked too little to count.
     """
-    if callable(extra_invariants):
-        extra_invariants = [extra_invariants]  # one function
+    extra_invariants = _extra_list(extra_invariants)
     if not isinstance(replay_stored, (bool, np.bool_)):
         raise TypeError("kprop: replay_stored must be True or False, got %r" % (replay_stored,))
     text, is_text, info, args, target, ref_target, stopper = _args(
@@ -1050,13 +1049,25 @@ def _traceback_for(targets, message: str) -> str:
     return ""
 
 
+def _extra_list(extra) -> Optional[list]:
+    """extra_invariants as a list: one function, or any iterable of them (a
+    set or a generator, read once, here)."""
+    if extra is None:
+        return None
+    if callable(extra):
+        return [extra]  # one function
+    try:
+        return list(extra)
+    except TypeError:
+        raise TypeError("kprop: extra_invariants takes @kprop.invariant functions, not %r" % (extra,)) from None
+
+
 def _by_extra_invariant(invariant: str, opts: Mapping[str, Any]) -> bool:
     """A finding of an extra (Python) invariant, which prop_runner does not
     know: its replay is kprop.replay's, not a prop_runner command."""
-    extra = opts.get("extra_invariants") or []
     return bool(invariant) and invariant in {
         getattr(getattr(f, "_kprop_invariant", None), "name", None) or getattr(f, "__name__", None)
-        for f in (extra if isinstance(extra, (list, tuple)) else [extra])}
+        for f in _extra_list(opts.get("extra_invariants")) or []}
 
 
 def _stored_finding(row, targets, spec_ref, fn, command, opts) -> Finding:
@@ -1118,8 +1129,7 @@ def replay(spec, fn, path: str, *, invariants: Optional[Sequence[str]] = None, i
     (a case declined by fn, or one no invariant could check, is not counted)."""
     if not os.path.exists(path):
         raise FileNotFoundError(path)
-    if callable(extra_invariants):
-        extra_invariants = [extra_invariants]  # one function
+    extra_invariants = _extra_list(extra_invariants)
     text, is_text, info, args, target, ref_target, stopper = _args(
         spec, fn, reference=reference, extra_invariants=extra_invariants, profile=profile, seed=None,
         trials=None, time=None, invariants=invariants, corpus=None, isolate=isolate, tensors=tensors,

@@ -209,15 +209,23 @@ def pytest_pycollect_makeitem(collector, name, obj):
     spec = _spec_path(spec, collector)
     try:
         info = _check.spec_info(spec, options.get("profile"))
+        if options.get("extra_invariants") is not None:  # a generator is read once, here
+            options["extra_invariants"] = _check._extra_list(options["extra_invariants"])
         extra = [name for name, _, _, _ in _check._extra_invariants(options.get("extra_invariants"), info)]
     except Exception as e:
         message = str(e)
         raise collector.CollectError("kprop: %s: %s" % (name, message[len("kprop: "):] if message.startswith(
             "kprop: ") else message))
     known = info["invariants"] + extra
-    invariants = options.pop("invariants", None) or known
+    invariants = options.pop("invariants", None)
     if isinstance(invariants, str):
         invariants = [invariants]  # one name, not its letters
+    elif invariants is not None:
+        invariants = list(invariants)  # a generator is read once, here
+        if not invariants:  # as kprop.check: an empty selection would check nothing
+            raise collector.CollectError("kprop: %s: invariants=[] names no invariant to check; leave it out to "
+                                         "check every one" % name)
+    invariants = invariants or known
     unknown = [i for i in invariants if i not in known]
     if unknown:
         raise collector.CollectError("kprop: %s: spec %s has no invariant %s (it has: %s)"

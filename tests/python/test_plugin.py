@@ -126,7 +126,8 @@ def test_marked(logits, k, **attrs):
 @pytest.mark.parametrize("arguments, reason", [
     ('"no_such_spec"', "*no spec file 'no_such_spec'*"),
     ('"softmax_topk", trails=5', "*unknown option 'trails' (did you mean 'trials'?)*"),
-], ids=["unknown_spec", "unknown_option"])
+    ('"softmax_topk", invariants=[]', "*invariants=[[]] names no invariant to check*"),  # it meant every one
+], ids=["unknown_spec", "unknown_option", "no_invariants"])
 def test_a_bad_decorator_is_a_collection_error(pytester, arguments, reason):
     pytester.makepyfile(test_sm="""
 import kprop
@@ -138,6 +139,26 @@ def test_x(**_):
     result = pytester.runpytest()
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines([reason])
+
+
+def test_generators_of_invariants_and_extra_invariants_are_read_once(pytester):
+    # A generator of names made no items (the unknown-name check read it);
+    # one of functions was read by collection and ran nothing.
+    pytester.makepyfile(test_sm=HEADER + """
+import numpy as np
+
+@kprop.invariant
+def probs_nonnegative(target_probs):
+    return np.all(target_probs >= 0)
+
+@kprop.spec("softmax_topk", seed=1, trials=5, invariants=(n for n in ["sorted", "probs_nonnegative"]),
+            extra_invariants=(f for f in [probs_nonnegative]))
+def test_x(logits, k, **attrs):
+    return good.softmax_topk(logits, k, **attrs)
+""")
+    result = pytester.runpytest("--kprop-no-corpus", "-v")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*test_x?sorted? PASSED*", "*test_x?probs_nonnegative? PASSED*"])
 
 
 def test_extra_invariants_are_items_and_the_profile_option(pytester):

@@ -513,4 +513,7 @@ def test_a_case_too_large_to_print_is_cut_short_and_says_where_it_is():
     assert len(shown) < 3000 and shown.startswith("dtype: f64\nx: [0, 0, ")
     assert " ... (298006 more characters)\n(cut short: the whole case is in /tmp/big.yaml)\n" in shown
     assert _shown_case(big, "") == big  # stored nowhere: the message is the only copy
+    # The limit counts what is shown: the lines after one long line show.
+    shown = _shown_case("x: [" + "0, " * 100000 + "0]\nk: 5\n", "/tmp/big.yaml")
+    assert "\nk: 5\n(cut short" in shown
     assert _shown_case("dtype: f64\nx: [0, 1]\n", "/tmp/big.yaml") == "dtype: f64\nx: [0, 1]\n"
