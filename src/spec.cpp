@@ -265,11 +265,59 @@ class Loader {
 // Where byte `offset` of scalar `node`'s value lies in the file, so an error
 // inside an expression points at its column; the scalar's own mark when its
 // value is not in the text verbatim (escapes, a folded block scalar).
+// Where `offset` of a block scalar's value (`|` or `>`, the indicator at
+// `start`) stands in the source: its lines, less the block's indentation,
+// joined as YAML joins them (`|`: line breaks; `>`: a space between two lines
+// of the block's own indentation, a line break next to a more-indented one).
+// nullopt unless that join gives the value back (blank lines, comments,
+// escapes: the caller falls back to the node's own position).
+std::optional<std::pair<int, int>> block_position(const std::string& src, size_t start,
+                                                  const std::string& value, size_t offset) {
+  const bool folded = src[start] == '>';
+  size_t line_at = src.find('\n', start);
+  if (line_at == std::string::npos) return std::nullopt;
+  ++line_at;
+  const int first_line =
+      static_cast<int>(std::count(src.begin(), src.begin() + static_cast<long>(line_at), '\n')) + 1;
+  size_t indent = std::string::npos;
+  std::string joined;
+  std::vector<std::pair<size_t, size_t>> lines;  // (offset in joined, offset in src) of each line's content
+  bool previous_more = false;
+  for (size_t at = line_at; at < src.size();) {
+    size_t end = src.find('\n', at);
+    if (end == std::string::npos) end = src.size();
+    const size_t lead = src.find_first_not_of(' ', at);
+    if (lead >= end) break;  // a blank line: not mapped
+    if (indent == std::string::npos) indent = lead - at;
+    if (lead - at < indent) break;  // the block ended
+    const bool more = lead - at > indent;
+    if (!lines.empty()) joined += folded && !more && !previous_more ? " " : "\n";
+    lines.push_back({joined.size(), at + indent});
+    joined.append(src, at + indent, end - at - indent);
+    previous_more = more;
+    at = end + 1;
+  }
+  std::string want = value;
+  while (!want.empty() && want.back() == '\n') want.pop_back();
+  if (lines.empty() || joined != want || offset > joined.size()) return std::nullopt;
+  size_t k = lines.size() - 1;
+  while (k > 0 && lines[k].first > offset) --k;
+  return std::pair{
+      first_line + static_cast<int>(k),
+      static_cast<int>(lines[k].second + (offset - lines[k].first) - (src.rfind('\n', lines[k].second) + 1)) +
+          1};
+}
+
 Mark expression_mark(const Loader& l, const YAML::Node& node, size_t offset) {
   const Mark fallback = l.mark(node);
   if (!l.text || node.Mark().is_null() || node.Mark().pos < 0) return fallback;
   const std::string& src = *l.text;
   const size_t start = static_cast<size_t>(node.Mark().pos);
+  if (start < src.size() && (src[start] == '|' || src[start] == '>')) {
+    if (const auto at = block_position(src, start, node.Scalar(), offset))
+      return {fallback.file, at->first, at->second};
+    return fallback;
+  }
   const size_t at = src.find(node.Scalar(), start);
   if (at == std::string::npos) return fallback;
   for (size_t i = start; i < at; ++i)  // only a quote or a block indicator may come first

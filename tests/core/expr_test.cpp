@@ -737,6 +737,19 @@ TEST(ExprSpec, ErrorsPointIntoTheExpression) {
   EXPECT_EQ(spec_error(kHead + "  - D_identity\n  - name: a\n    expect: close(reference.pp, reference.p)\n")
                 .substr(0, 72),
             "s.yaml:6:19: invariant 'a', expect: unknown name 'reference.pp' (did you");
+  // In a block scalar, at the line and column of the source (they pointed
+  // at the block's indicator): a folded one with a more-indented line kept
+  // as it is, a folded one joined by spaces, a literal one.
+  EXPECT_EQ(
+      spec_error(kHead + "  - name: a\n    expect: >-\n      close(target.o,\n            reference.pp)\n")
+          .substr(0, 72),
+      "s.yaml:7:13: invariant 'a', expect: unknown name 'reference.pp' (did you");
+  for (const char* block : {">-", ">", "|"})
+    EXPECT_EQ(spec_error(kHead + "  - name: a\n    expect: " + block +
+                         "\n      close(target.o, reference.o)\n      and all(isfinite(target.oo))\n")
+                  .substr(0, 69),
+              "s.yaml:7:24: invariant 'a', expect: unknown name 'target.oo' (did you")
+        << block;
   // Quoted scalars count their quote.
   EXPECT_EQ(spec_error(kHead + "  - name: a\n    expect: \"all(sum(reference.p, axis=4) > 0)\"\n"),
             "s.yaml:5:40: invariant 'a', expect: axis 4 is out of range for [B, Hq, Nq, Nk] of rank 4 "
