@@ -19,7 +19,7 @@ extern "C" {
 
 /* Op "softmax_topk", entry point kprop_softmax_topk. */
 typedef struct kprop_softmax_topk_args {
-  kprop_tensor logits;  /* [rows, V] f32 or f64 */
+  kprop_tensor logits;  /* [rows, V] f32, f64, f16 or bf16 */
   int32_t k;            /* 1 <= K <= V (any K: no cap such as 32) */
   int32_t block;        /* elements per step of a single-pass kernel the case asks for (a kernel may
                            ignore it) */
