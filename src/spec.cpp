@@ -281,7 +281,7 @@ std::optional<std::pair<int, int>> block_position(const std::string& src, size_t
       static_cast<int>(std::count(src.begin(), src.begin() + static_cast<long>(line_at), '\n')) + 1;
   size_t indent = std::string::npos;
   std::string joined;
-  std::vector<std::pair<size_t, size_t>> lines;  // (offset in joined, offset in src) of each line's content
+  std::vector<size_t> lines;  // where each line's content starts in `joined`
   bool previous_more = false;
   for (size_t at = line_at; at < src.size();) {
     size_t end = src.find('\n', at);
@@ -292,7 +292,7 @@ std::optional<std::pair<int, int>> block_position(const std::string& src, size_t
     if (lead - at < indent) break;  // the block ended
     const bool more = lead - at > indent;
     if (!lines.empty()) joined += folded && !more && !previous_more ? " " : "\n";
-    lines.push_back({joined.size(), at + indent});
+    lines.push_back(joined.size());
     joined.append(src, at + indent, end - at - indent);
     previous_more = more;
     at = end + 1;
@@ -301,11 +301,8 @@ std::optional<std::pair<int, int>> block_position(const std::string& src, size_t
   while (!want.empty() && want.back() == '\n') want.pop_back();
   if (lines.empty() || joined != want || offset > joined.size()) return std::nullopt;
   size_t k = lines.size() - 1;
-  while (k > 0 && lines[k].first > offset) --k;
-  return std::pair{
-      first_line + static_cast<int>(k),
-      static_cast<int>(lines[k].second + (offset - lines[k].first) - (src.rfind('\n', lines[k].second) + 1)) +
-          1};
+  while (k > 0 && lines[k] > offset) --k;
+  return std::pair{first_line + static_cast<int>(k), static_cast<int>(indent + (offset - lines[k])) + 1};
 }
 
 Mark expression_mark(const Loader& l, const YAML::Node& node, size_t offset) {

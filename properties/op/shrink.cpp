@@ -396,13 +396,20 @@ double reference_step(const Decl& d, const std::vector<int64_t>& dims, const Out
   });
 }
 
-double case_bytes_at(const Decl& d, const std::vector<int64_t>& dims, double input_elements) {
-  double n = input_elements, step = 0;
+struct Footprint {
+  double held = 0;                     // elements: the inputs, and the outputs four times
+  double step = 0;                     // elements: the largest reference step
+  const OutputDecl* widest = nullptr;  // whose reference takes that step
+  double bytes() const { return 8 * (held + 2 * step); }
+};
+
+Footprint footprint(const Decl& d, const std::vector<int64_t>& dims, double input_elements) {
+  Footprint f{input_elements};
   for (const auto& o : d.outputs) {
-    n += 4.0 * elements(d.extents(o.shape, dims));
-    step = std::max(step, 2 * reference_step(d, dims, o));
+    f.held += 4.0 * elements(d.extents(o.shape, dims));
+    if (const double s = reference_step(d, dims, o); s > f.step) f.step = s, f.widest = &o;
   }
-  return 8 * (n + step);
+  return f;
 }
 
 }  // namespace
@@ -410,7 +417,7 @@ double case_bytes_at(const Decl& d, const std::vector<int64_t>& dims, double inp
 double Traits::case_bytes(const Case& c) {
   double n = 0;
   for (const auto& x : c.inputs) n += static_cast<double>(x.size());
-  return case_bytes_at(*c.decl, c.dims, n);
+  return footprint(*c.decl, c.dims, n).bytes();
 }
 
 CaseSize Traits::max_case_bytes(const Values&) {
@@ -428,15 +435,10 @@ CaseSize OpFamily::max_case_bytes(const Values&) const {
     parts.push_back(fmt::format("{} {}", decl_->dims[k].name, dims[k]));
   std::string said = join(parts, " x ");
   // Name the reference whose intermediate makes the most of it, if one does.
-  double held = n, step = 0;
-  const OutputDecl* widest = nullptr;
-  for (const auto& o : decl_->outputs) {
-    held += 4.0 * elements(decl_->extents(o.shape, dims));
-    if (const double s = reference_step(*decl_, dims, o); s > step) step = s, widest = &o;
-  }
-  if (widest && 2 * step > held)
-    said += fmt::format("; reference {} holds {:.3g} elements in one step", widest->name, step);
-  return {case_bytes_at(*decl_, dims, n), said, "op.dims"};
+  const Footprint f = footprint(*decl_, dims, n);
+  if (f.widest && 2 * f.step > f.held)
+    said += fmt::format("; reference {} holds {:.3g} elements in one step", f.widest->name, f.step);
+  return {f.bytes(), said, "op.dims"};
 }
 
 CaseStats Traits::stats(const Case& c) {
