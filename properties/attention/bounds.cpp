@@ -18,18 +18,29 @@ double storage_roundoff(DType dtype) {
   return is_half(dtype) ? unit_roundoff(dtype) : 0;
 }
 
-ErrorScales forward_scales(const Case& c) {
-  return error_scales(c, false);
-}
-ErrorScales backward_scales(const Case& c) {
-  return error_scales(c, true);
+namespace {
+// Every real-valued field of ErrorScales.
+constexpr double ErrorScales::*kFields[] = {
+    &ErrorScales::o,       &ErrorScales::lse,     &ErrorScales::dq,     &ErrorScales::dk,
+    &ErrorScales::dv,      &ErrorScales::d,       &ErrorScales::dk_sum, &ErrorScales::dv_sum,
+    &ErrorScales::sdq,     &ErrorScales::sdk,     &ErrorScales::sdv,    &ErrorScales::sd,
+    &ErrorScales::sdk_sum, &ErrorScales::sdv_sum, &ErrorScales::ds_max, &ErrorScales::dp_abs_max,
+    &ErrorScales::vmax};
+
+double max_abs(const std::vector<double>& t) {
+  double m = 0;
+  for (double x : t) m = std::max(m, std::fabs(x));
+  return m;
 }
 
-ErrorScales floors(const Case& c, bool backward, double floor_ulps) {
-  return floors(c, error_scales(c, backward), backward, floor_ulps);
-}
+// The case's largest |q|, |k|, |dO|, for the τ terms of every group's floors.
+struct Largest {
+  double q = 0, k = 0, d_out = 0;
+};
 
-ErrorScales floors(const Case& c, const ErrorScales& e, bool backward, double floor_ulps) {
+// The floors of one group (or of the case's maxima).
+ErrorScales group_floors(const Case& c, const ErrorScales& e, bool backward, double floor_ulps,
+                         const Largest& m) {
   const double a = floor_ulps * epsilon(c.dtype);
   ErrorScales f = e;
   for (double ErrorScales::*x :
@@ -40,33 +51,60 @@ ErrorScales floors(const Case& c, const ErrorScales& e, bool backward, double fl
   const Shape& s = c.shape;
   const double u = storage_roundoff(c.dtype);
   const double tau = denorm_min(c.dtype) / 2;
-  auto max_abs = [](const std::vector<double>& t) {
-    double m = 0;
-    for (double x : t) m = std::max(m, std::fabs(x));
-    return m;
-  };
   f.o += (2 * u + u * u + e.keys * tau) * e.vmax + tau;  // + τ: O's own store when subnormal
   if (!backward) return f;
   const double scale = effective_scale(c), rows = double(s.nq) * s.group();
   const double second = 1 + 2 * u;  // second-order terms (bounds.h)
   f.d += second * e.sd;
   // The last τ of each: the output's own store when subnormal (per element;
-  // the key sums add Nk stored elements).
-  f.dq += second * e.sdq + tau * scale * s.nk * max_abs(c.k) + tau;
-  f.dk += second * e.sdk + tau * scale * rows * max_abs(c.q) + tau;
-  f.dv += second * e.sdv + tau * rows * max_abs(c.d_out) + tau;
-  f.dk_sum += second * e.sdk_sum + tau * scale * rows * s.nk * max_abs(c.q) + s.nk * tau;
-  f.dv_sum += second * e.sdv_sum + tau * rows * s.nk * max_abs(c.d_out) + s.nk * tau;
+  // the key sums add Nk stored elements). The τ terms take the case's
+  // largest |q|, |k|, |dO|: a bound for every group.
+  f.dq += second * e.sdq + tau * scale * s.nk * m.k + tau;
+  f.dk += second * e.sdk + tau * scale * rows * m.q + tau;
+  f.dv += second * e.sdv + tau * rows * m.d_out + tau;
+  f.dk_sum += second * e.sdk_sum + tau * scale * rows * s.nk * m.q + s.nk * tau;
+  f.dv_sum += second * e.sdv_sum + tau * rows * s.nk * m.d_out + s.nk * tau;
+  return f;
+}
+}  // namespace
+
+std::vector<double> Scales::of(double ErrorScales::*field) const {
+  std::vector<double> out;
+  out.reserve(groups.size());
+  for (const ErrorScales& g : groups) out.push_back(g.*field);
+  if (out.empty()) out.push_back(all.*field);
+  return out;
+}
+
+Scales forward_scales(const Case& c) {
+  return error_scales(c, false);
+}
+Scales backward_scales(const Case& c) {
+  return error_scales(c, true);
+}
+
+Scales floors(const Case& c, bool backward, double floor_ulps) {
+  return floors(c, error_scales(c, backward), backward, floor_ulps);
+}
+
+Scales floors(const Case& c, const Scales& e, bool backward, double floor_ulps) {
+  Largest m;
+  if (is_half(c.dtype) && backward) m = {max_abs(c.q), max_abs(c.k), max_abs(c.d_out)};
+  Scales f;
+  f.all = group_floors(c, e.all, backward, floor_ulps, m);
+  f.groups.reserve(e.groups.size());
+  for (const ErrorScales& g : e.groups) f.groups.push_back(group_floors(c, g, backward, floor_ulps, m));
   return f;
 }
 
-ErrorScales error_scales(const Case& c, bool backward) {
+Scales error_scales(const Case& c, bool backward) {
   const Shape& s = c.shape;
+  Scales out;
+  out.groups.resize(size_t(s.batch) * s.heads_kv);
   const double scale = effective_scale(c);
   const bool half = is_half(c.dtype);
   const double u = storage_roundoff(c.dtype), tau = half ? denorm_min(c.dtype) / 2 : 0;
   const int g = s.group();
-  ErrorScales e;
   std::vector<double> smag(size_t(s.nk)), p(size_t(s.nk)), dp(size_t(s.nk)), dpmag(size_t(s.nk));
   std::vector<double> dk_sum(size_t(s.dim)), dv_sum(size_t(s.dim));
   // Per (b, kv head): Σ_i of the row terms per key (for dK, dV) and per d (for the sums).
@@ -78,6 +116,7 @@ ErrorScales error_scales(const Case& c, bool backward) {
   std::vector<double> v_abs_max(size_t(s.nk));                            // max_d |v_jd| per key
   for (int b = 0; b < s.batch; ++b)
     for (int kvh = 0; kvh < s.heads_kv; ++kvh) {
+      ErrorScales& e = out.groups[size_t(b) * s.heads_kv + kvh];
       std::fill(dk_scale.begin(), dk_scale.end(), 0.0);
       std::fill(dv_scale.begin(), dv_scale.end(), 0.0);
       std::fill(dv_sum.begin(), dv_sum.end(), 0.0);
@@ -196,7 +235,11 @@ ErrorScales error_scales(const Case& c, bool backward) {
         e.sdv_sum = std::max(e.sdv_sum, sdv_sum[size_t(d)]);
       }
     }
-  return e;
+  for (const ErrorScales& e : out.groups) {
+    for (double ErrorScales::*x : kFields) out.all.*x = std::max(out.all.*x, e.*x);
+    out.all.keys = std::max(out.all.keys, e.keys);
+  }
+  return out;
 }
 
 double max_error(std::span<const double> reference, std::span<const double> x) {
@@ -217,8 +260,8 @@ std::string element_name(size_t index, const std::vector<int>& dims) {
 
 Verdict compare_tensor(const std::string& name, const std::vector<int>& dims,
                        std::span<const double> reference, std::span<const double> target,
-                       std::span<const double> naive, double k, double floor) {
-  const ToleranceReport r = compare_with_baseline(reference, target, naive, k, floor);
+                       std::span<const double> naive, double k, std::span<const double> floors) {
+  const ToleranceReport r = compare_with_baseline(reference, target, naive, k, floors);
   if (r.ok) return Verdict::pass({{kErrorRatio, error_ratio(r)}});
   const size_t at = r.worst_index;
   const bool in_range = at < target.size() && at < reference.size();

@@ -47,6 +47,14 @@
 //        τ·scale·Nk·max|k|, dK τ·scale·Nq·g·max|q|, dV τ·Nq·g·max|dO|.
 // (An earlier bound multiplied the storage terms by c_i >= 2 + 2 max|S|,
 // loose enough for a softmax scale rounded to the storage type to pass.)
+//
+// Every comparison holds each (batch, kv head) to its own budget: k × the
+// naive error there plus the floor of its own rows and keys (the maxima
+// above over that group). Every term of an element's scale comes from its
+// own group (a query row's keys, a key's query rows of the same kv head),
+// so a group's floor bounds its elements as the tensor's did. One budget
+// for the tensor let a head of values 2^-12 the size of another's (value
+// kind `wide`) be wrong by all it holds, even all zeros, and pass.
 #pragma once
 
 #include <span>
@@ -78,23 +86,32 @@ struct ErrorScales {
   double vmax = 0;  // max |v| over the visible keys of any row
   int keys = 0;     // most visible keys of any row
 };
-ErrorScales error_scales(const Case& c, bool backward);
+// The scales of each (batch, kv head) group and their maxima over the case.
+struct Scales {
+  ErrorScales all;                  // the maxima (the expression tensors err.*, floor.*)
+  std::vector<ErrorScales> groups;  // per (batch, kv head), row-major
+  // One field per group, in the groups' order: compare_tensor's floors.
+  std::vector<double> of(double ErrorScales::*field) const;
+};
+Scales error_scales(const Case& c, bool backward);
 // The same, as functions of the case alone: what Trial::once caches, so the
 // invariants of one case compute them once (they cost O(B·H·Nq·Nk·D)).
-ErrorScales forward_scales(const Case& c);
-ErrorScales backward_scales(const Case& c);
+Scales forward_scales(const Case& c);
+Scales backward_scales(const Case& c);
 
 // The absolute floor of every tensor: floor_ulps × eps × its error scale,
 // plus the storage terms above for f16/bf16 cases; `scales` are
 // error_scales(c, backward).
-ErrorScales floors(const Case& c, const ErrorScales& scales, bool backward, double floor_ulps);
-ErrorScales floors(const Case& c, bool backward, double floor_ulps);
+Scales floors(const Case& c, const Scales& scales, bool backward, double floor_ulps);
+Scales floors(const Case& c, bool backward, double floor_ulps);
 
-// One tensor under the policy: a pass, or a fail naming the tensor, the
-// element (as [b,h,i,d] under `dims`) and the numbers.
+// One tensor under the policy, each (batch, kv head) group to its own
+// floor (`floors`, one per group, Scales::of): a pass, or a fail naming
+// the tensor, the element (as [b,h,i,d] under `dims`) and the numbers.
+// Every attention tensor's elements are B·Hkv equal, contiguous groups.
 Verdict compare_tensor(const std::string& name, const std::vector<int>& dims,
                        std::span<const double> reference, std::span<const double> target,
-                       std::span<const double> naive, double k, double floor);
+                       std::span<const double> naive, double k, std::span<const double> floors);
 
 // max |x - reference| over the elements where the reference is finite.
 double max_error(std::span<const double> reference, std::span<const double> x);

@@ -22,24 +22,35 @@ namespace {
 
 namespace color = svg::color;
 
-// One output tensor of the case under the policy: its per-element |error| / bound.
+// One output tensor of the case under the policy: its per-element |error| /
+// bound, the bound of the element's (batch, kv head) group (bounds.h).
 struct Scored {
   std::string name;
   const std::vector<double>* target = nullptr;
   const std::vector<double>* reference = nullptr;
-  double bound = 0;
+  std::vector<double> bounds;  // per group
+  size_t group_len = 1;
   double ratio(size_t k) const {
     if (!target || !reference || k >= target->size() || k >= reference->size()) return 0;
     const double t = (*target)[k], r = (*reference)[k];
     if (t == r) return 0;  // equal infinities (an empty row's LSE) included
     if (!std::isfinite(t) || !std::isfinite(r)) return NAN;
-    return std::fabs(t - r) / std::max(bound, 1e-300);
+    return std::fabs(t - r) / std::max(bounds[std::min(k / group_len, bounds.size() - 1)], 1e-300);
   }
 };
 
 Scored scored(const std::string& name, const std::vector<double>& t, const std::vector<double>& r,
-              const std::vector<double>& naive, double k, double floor) {
-  return {name, &t, &r, k * max_error(r, naive) + floor};
+              const std::vector<double>& naive, double k, const std::vector<double>& floors) {
+  Scored s{name, &t, &r, {}, std::max<size_t>(1, r.size() / floors.size())};
+  const bool grouped = naive.size() == r.size() && r.size() % floors.size() == 0;
+  for (size_t g = 0; g < floors.size(); ++g) {
+    auto part = [&](const std::vector<double>& v) {
+      return grouped ? std::span<const double>(v).subspan(g * s.group_len, s.group_len)
+                     : std::span<const double>(v);
+    };
+    s.bounds.push_back(k * max_error(part(r), part(naive)) + floors[g]);
+  }
+  return s;
 }
 
 // The parts of one drawing, shared by the two families.
@@ -206,18 +217,18 @@ Drawing draw(const Case& c, const R* target, const R* reference, const DrawConte
   constexpr bool backward = std::is_same_v<R, BwdResult>;
   if (!target || !reference) return {"", "", "the target or the reference gave no outputs to compare"};
   const double k = ctx.param("k", 2);
-  const ErrorScales f = floors(c, backward, ctx.param("floor_ulps", 8));
+  const Scales f = floors(c, backward, ctx.param("floor_ulps", 8));
   R naive;
   if constexpr (backward)
     naive = naive_backward(c);
   else
     naive = naive_forward(c);
-  View v{c, 0, 0, scored("O", target->o, reference->o, naive.o, k, f.o),
-         scored("LSE", target->lse, reference->lse, naive.lse, k, f.lse)};
+  View v{c, 0, 0, scored("O", target->o, reference->o, naive.o, k, f.of(&ErrorScales::o)),
+         scored("LSE", target->lse, reference->lse, naive.lse, k, f.of(&ErrorScales::lse))};
   if constexpr (backward) {
-    v.dq = scored("dQ", target->dq, reference->dq, naive.dq, k, f.dq);
-    v.dk = scored("dK", target->dk, reference->dk, naive.dk, k, f.dk);
-    v.dv = scored("dV", target->dv, reference->dv, naive.dv, k, f.dv);
+    v.dq = scored("dQ", target->dq, reference->dq, naive.dq, k, f.of(&ErrorScales::dq));
+    v.dk = scored("dK", target->dk, reference->dk, naive.dk, k, f.of(&ErrorScales::dk));
+    v.dv = scored("dV", target->dv, reference->dv, naive.dv, k, f.of(&ErrorScales::dv));
   }
   pick_head(v);
   return {svg_map(v, backward ? "attention-bwd" : "attention-fwd"), text_map(v), ""};

@@ -36,14 +36,14 @@ const Grad kGrads[] = {{"dQ", "dq", &BwdResult::dq, &ErrorScales::dq, true},
                        {"dV", "dv", &BwdResult::dv, &ErrorScales::dv, false}};
 
 Verdict compare_grads(const Case& c, const std::string& what, const BwdResult& expected, const BwdResult& got,
-                      const BwdResult& naive, const ErrorScales& f, const Values& p) {
+                      const BwdResult& naive, const Scales& f, const Values& p) {
   const double k = p.real("k");
   Verdict all = Verdict::pass();
   for (const Grad& g : kGrads) {
-    all = both(
-        std::move(all),
-        for_output(g.output, compare_tensor(what + g.name, g.query_side ? q_dims(c.shape) : kv_dims(c.shape),
-                                            expected.*g.field, got.*g.field, naive.*g.field, k, f.*g.scale)));
+    all = both(std::move(all),
+               for_output(g.output,
+                          compare_tensor(what + g.name, g.query_side ? q_dims(c.shape) : kv_dims(c.shape),
+                                         expected.*g.field, got.*g.field, naive.*g.field, k, f.of(g.scale))));
     if (all.outcome != Outcome::pass) return all;
   }
   return all;
@@ -53,7 +53,7 @@ Verdict compare_grads(const Case& c, const std::string& what, const BwdResult& e
 const BwdResult& naive(T& t) {
   return t.once<naive_backward>();
 }
-ErrorScales case_floors(T& t, const Values& p) {
+Scales case_floors(T& t, const Values& p) {
   return floors(t.input(), t.once<backward_scales>(), true, p.real("floor_ulps"));
 }
 
@@ -71,10 +71,10 @@ ErrorScales case_floors(T& t, const Values& p) {
 std::optional<Verdict> beyond_half_range(T& t) {
   const Case& c = t.input();
   if (!is_half(c.dtype)) return std::nullopt;
-  const ErrorScales& e = t.once<backward_scales>();
+  const ErrorScales& e = t.once<backward_scales>().all;
   // The f32 terms at 64 ulps, past any spec's floor_ulps default (8): what a
   // correct kernel may be off by, whatever tolerance an invariant is given.
-  const ErrorScales f = floors(c, e, true, 64);
+  const ErrorScales f = floors(c, t.once<backward_scales>(), true, 64).all;
   const double largest = max_finite(c.dtype);
   auto discard = [&](const char* what) {
     return Verdict::discard(fmt::format("{} may pass {}'s largest finite value {}: no representable answer",
@@ -239,11 +239,22 @@ Verdict finite_differences(T& t, const Values& p) {
   const BwdResult& ref = t.reference();
   // Of the fp64 copy: the same as the case's own (cached) unless the scale
   // rounds differently in the case's dtype.
-  const ErrorScales scales =
-      t.input().dtype == DType::f64 ? t.once<backward_scales>() : error_scales(c, true);
-  double magnitude[3] = {0, 0, 0};  // the largest reference gradient entry per tensor
-  for (int w = 0; w < 3; ++w)
-    for (double r : ref.*kGrads[w].field) magnitude[w] = std::max(magnitude[w], std::fabs(r));
+  const Scales scales = t.input().dtype == DType::f64 ? t.once<backward_scales>() : error_scales(c, true);
+  // The largest reference gradient entry per tensor and (batch, kv head)
+  // group: an element is judged against its own group's scales (bounds.h).
+  const size_t groups = scales.groups.size();
+  auto group_of = [&](size_t i, size_t size) {
+    return std::min(i / std::max<size_t>(1, size / groups), groups - 1);
+  };
+  std::vector<double> magnitude[3];
+  for (int w = 0; w < 3; ++w) {
+    const std::vector<double>& r = ref.*kGrads[w].field;
+    magnitude[w].assign(groups, 0.0);
+    for (size_t i = 0; i < r.size(); ++i) {
+      double& m = magnitude[w][group_of(i, r.size())];
+      m = std::max(m, std::fabs(r[i]));
+    }
+  }
   const size_t nq_all = c.q.size(), nkv = c.k.size(), total = nq_all + 2 * nkv;
   const int64_t samples = std::min<int64_t>(p.integer("samples"), int64_t(total));
   const double eps = std::numeric_limits<double>::epsilon();
@@ -359,9 +370,10 @@ Verdict finite_differences(T& t, const Values& p) {
     // also carries rounding noise, which only widens the bound.
     const double truncation = 4 * std::fabs(fd2 - fd1);
     // The kernel's own fp64 rounding (bounds.h) on top of the difference's error.
-    const double kernel = p.real("floor_ulps") * eps * (scales.*g.scale);
+    const size_t group = group_of(at, (ref.*g.field).size());
+    const double kernel = p.real("floor_ulps") * eps * (scales.groups[group].*g.scale);
     const double allowed =
-        p.real("rtol") * (magnitude[which] + std::fabs(estimate)) + truncation + roundoff + kernel;
+        p.real("rtol") * (magnitude[which][group] + std::fabs(estimate)) + truncation + roundoff + kernel;
     const double value = (got.*g.field)[at];
     if (!(std::fabs(value - estimate) <= allowed))
       return Verdict::fail(
@@ -377,7 +389,7 @@ Verdict d_identity(T& t, const Values& p) {
   const Case& c = t.input();
   const Shape& s = c.shape;
   return compare_tensor("D (rowsum(P ⊙ dP) = rowsum(dO ⊙ O)) ", {s.batch, s.heads_q, s.nq}, t.reference().d,
-                        t.target().d, naive(t).d, p.real("k"), case_floors(t, p).d);
+                        t.target().d, naive(t).d, p.real("k"), case_floors(t, p).of(&ErrorScales::d));
 }
 
 // ---- D to the compute precision
@@ -483,7 +495,7 @@ Verdict dk_sums_to_zero(T& t, const Values& p) {
   const Shape& s = c.shape;
   const std::vector<double> zero(size_t(s.batch) * s.heads_kv * s.dim, 0.0);
   return compare_tensor("Σ_j dK_j ", {s.batch, s.heads_kv, s.dim}, zero, key_sums(s, t.target().dk),
-                        key_sums(s, naive(t).dk), p.real("k"), case_floors(t, p).dk_sum);
+                        key_sums(s, naive(t).dk), p.real("k"), case_floors(t, p).of(&ErrorScales::dk_sum));
 }
 
 Verdict dv_sums_to_do(T& t, const Values& p) {
@@ -501,7 +513,7 @@ Verdict dv_sums_to_do(T& t, const Values& p) {
     }
   return compare_tensor("Σ_j dV_j vs Σ_i dO_i over rows not fully masked ", {s.batch, s.heads_kv, s.dim},
                         expected, key_sums(s, t.target().dv), key_sums(s, naive(t).dv), p.real("k"),
-                        case_floors(t, p).dv_sum);
+                        case_floors(t, p).of(&ErrorScales::dv_sum));
 }
 
 Verdict masked_rows_zero(T& t, const Values&) {

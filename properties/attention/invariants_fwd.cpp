@@ -22,19 +22,19 @@ using T = Trial<FwdTraits>;
 // O and LSE of `got` against `expected` (the reference, possibly rearranged),
 // with `naive` computed on the same inputs as `got`.
 Verdict compare_outputs(const Case& c, const std::string& what, const FwdResult& expected,
-                        const FwdResult& got, const FwdResult& naive, const ErrorScales& f, const Values& p) {
+                        const FwdResult& got, const FwdResult& naive, const Scales& f, const Values& p) {
   const double k = p.real("k");
-  return both(
-      for_output("o", compare_tensor(what + "O", q_dims(c.shape), expected.o, got.o, naive.o, k, f.o)),
-      for_output("lse", compare_tensor(what + "LSE", lse_dims(c.shape), expected.lse, got.lse, naive.lse, k,
-                                       f.lse)));
+  return both(for_output("o", compare_tensor(what + "O", q_dims(c.shape), expected.o, got.o, naive.o, k,
+                                             f.of(&ErrorScales::o))),
+              for_output("lse", compare_tensor(what + "LSE", lse_dims(c.shape), expected.lse, got.lse,
+                                               naive.lse, k, f.of(&ErrorScales::lse))));
 }
 
 // The case's naive baseline and floors, computed once per trial.
 const FwdResult& naive(T& t) {
   return t.once<naive_forward>();
 }
-ErrorScales case_floors(T& t, const Values& p) {
+Scales case_floors(T& t, const Values& p) {
   return floors(t.input(), t.once<forward_scales>(), false, p.real("floor_ulps"));
 }
 
@@ -105,7 +105,8 @@ Verdict shift_invariance(T& t, const Values& p) {
   const Case shifted = keys_shifted(c);
   const FwdResult got = t.run_target(shifted), shifted_naive = naive_forward(shifted);
   return compare_tensor("O after shifting every key ", q_dims(c.shape), t.reference().o, got.o,
-                        shifted_naive.o, p.real("k"), floors(shifted, false, p.real("floor_ulps")).o);
+                        shifted_naive.o, p.real("k"),
+                        floors(shifted, false, p.real("floor_ulps")).of(&ErrorScales::o));
 }
 
 // Permuting keys with their values (and queries) permutes nothing but the

@@ -209,10 +209,13 @@ void put_common(const Case& c, bool backward, TensorMap& out) {
     // The built-in invariants' floor: floor_ulps (8, properties/attention/checks.cpp) × eps × scale.
     // (bounds.h: plus the storage roundings of f16/bf16 cases).
     // The trial's own scales when it has them (Trial::once), else computed here.
+    // Scalars: the largest over the case's (batch, kv head) groups, which
+    // the built-in comparisons take one by one (bounds.h).
     OnceStore* once = out.once_store();
-    const ErrorScales e = once ? (backward ? once->get<backward_scales>(c) : once->get<forward_scales>(c))
+    const Scales scales = once ? (backward ? once->get<backward_scales>(c) : once->get<forward_scales>(c))
                                : error_scales(c, backward);
-    const ErrorScales f = floors(c, e, backward, 8);
+    const ErrorScales& e = scales.all;
+    const ErrorScales f = floors(c, scales, backward, 8).all;
     for (auto [name, value] : {std::pair{"floor.o", f.o},
                                {"floor.lse", f.lse},
                                {"floor.d", f.d},

@@ -29,6 +29,19 @@ struct ToleranceReport {
 ToleranceReport compare_with_baseline(std::span<const double> reference, std::span<const double> target,
                                       std::span<const double> naive, double k, double abs_floor);
 
+// The same policy group by group: the tensor is floors.size() equal,
+// contiguous groups (attention: one per (batch, kv head)), each held to k ×
+// its own naive error + its own floor. One budget for the whole tensor is
+// set by its largest group: a group of values 2^-12 the size of another's
+// could be wrong by all it holds (zeros, a wrong head) and pass. The report
+// is the failing group's (the worst one's where several fail), or on a pass
+// the one of the largest error ratio; worst_index is the tensor's. A single
+// floor, or a length the groups do not divide, is the whole-tensor policy
+// at the largest floor.
+ToleranceReport compare_with_baseline(std::span<const double> reference, std::span<const double> target,
+                                      std::span<const double> naive, double k,
+                                      std::span<const double> floors);
+
 // The naive baseline as a comparison with another oracle than the family's
 // own reference reads it: naive + (oracle - own), elementwise, so that its
 // distance to the oracle is the naive computation's distance to the
@@ -38,9 +51,11 @@ ToleranceReport compare_with_baseline(std::span<const double> reference, std::sp
 std::vector<double> recentred(const std::vector<double>& naive, const std::vector<double>& own,
                               const std::vector<double>& oracle);
 
-// Plain |a - b| <= atol + rtol·|b| elementwise (within), non-finite values equal.
+// Plain |a - b| <= atol + rtol·|b| elementwise (within), non-finite values
+// equal. `offset`: the spans are a part of a tensor starting there; the
+// report names elements by their index in the tensor.
 ToleranceReport compare_close(std::span<const double> reference, std::span<const double> target, double atol,
-                              double rtol);
+                              double rtol, size_t offset = 0);
 
 // The one atol/rtol rule (numpy.isclose's) for every family's elementwise
 // checks, with the parameters declared by field::atol / field::rtol /

@@ -63,7 +63,7 @@ TEST(AttentionHalf, CorrectKernelsStayInsideTheDerivedFloor) {
     Case c = head(dtype, 6, 9, true);
     for (double& x : c.v) x = round_to(dtype, x * 1.37 + 0.11);
     for (double& x : c.q) x = round_to(dtype, x * 3.1);
-    const ErrorScales f = floors(c, true, 8);
+    const ErrorScales f = floors(c, true, 8).all;
     const FwdResult rf = reference_forward(c), tf = tiled(c);
     EXPECT_LE(max_abs_diff(rf.o, tf.o), f.o) << dtype_name(dtype);
     EXPECT_LE(max_abs_diff(rf.lse, tf.lse), f.lse) << dtype_name(dtype);
@@ -77,8 +77,46 @@ TEST(AttentionHalf, CorrectKernelsStayInsideTheDerivedFloor) {
     // The storage term is what makes room: an f32 floor alone is too tight.
     Case single = c;
     single.dtype = DType::f32;
-    EXPECT_GT(max_abs_diff(rf.o, tf.o), floors(single, false, 8).o);
+    EXPECT_GT(max_abs_diff(rf.o, tf.o), floors(single, false, 8).all.o);
   }
+}
+
+// Two heads 2^12 apart in magnitude (the value kind `wide`): each is held to
+// its own budget. One budget for the tensor (what the policy was) is set by
+// the large head, whose f16 storage term alone (u·max|v| = 2^-11 · 2^13.6)
+// exceeds every O of the small one: zeroing the small head passed.
+TEST(AttentionHalf, EachHeadIsHeldToItsOwnBudget) {
+  const Case one = head(DType::f16, 4, 5, true);
+  Case c = one;
+  c.shape.heads_q = c.shape.heads_kv = 2;
+  auto twice = [](std::vector<double>& t, double scale) {
+    const size_t n = t.size();
+    for (size_t i = 0; i < n; ++i) t.push_back(t[i]);
+    for (size_t i = 0; i < n; ++i) t[i] *= scale;  // the first head, scaled (exact: a power of two)
+  };
+  twice(c.q, 1), twice(c.k, 1), twice(c.v, 4096), twice(c.d_out, 1.0 / 4096);
+  const Scales f = floors(c, true, 8);
+  const FwdResult ref = reference_forward(c), naive = naive_forward(c);
+  FwdResult got = tiled(c);
+  const std::vector<int> dims = q_dims(c.shape);
+  EXPECT_EQ(compare_tensor("O", dims, ref.o, got.o, naive.o, 2, f.of(&ErrorScales::o)).outcome,
+            Outcome::pass);
+  const size_t half = got.o.size() / 2;
+  std::fill(got.o.begin() + long(half), got.o.end(), 0.0);  // the small head's O: all zeros
+  const Verdict v = compare_tensor("O", dims, ref.o, got.o, naive.o, 2, f.of(&ErrorScales::o));
+  EXPECT_EQ(v.outcome, Outcome::fail);
+  EXPECT_NE(v.message.find("O[0,1,"), std::string::npos) << v.message;
+  EXPECT_NE(v.message.find("group, 2 of 2"), std::string::npos) << v.message;
+  // The one budget for the tensor: the blind spot this closes.
+  const std::vector<double> one_budget = {f.all.o};
+  EXPECT_EQ(compare_tensor("O", dims, ref.o, got.o, naive.o, 2, one_budget).outcome, Outcome::pass);
+  // The same for the backward's dQ: the small head's gradient halved.
+  const BwdResult bref = reference_backward(c), bnaive = naive_backward(c);
+  BwdResult bgot = tiled_d(c);
+  const std::vector<double> dq_floors = f.of(&ErrorScales::dq);
+  EXPECT_EQ(compare_tensor("dQ", dims, bref.dq, bgot.dq, bnaive.dq, 2, dq_floors).outcome, Outcome::pass);
+  for (size_t i = half; i < bgot.dq.size(); ++i) bgot.dq[i] *= 0.5;
+  EXPECT_EQ(compare_tensor("dQ", dims, bref.dq, bgot.dq, bnaive.dq, 2, dq_floors).outcome, Outcome::fail);
 }
 
 TEST(AttentionHalf, PrecisionMutantsEqualTheKernelOutsideHalfCases) {
