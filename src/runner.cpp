@@ -452,14 +452,22 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
     for (auto& r : report.invariants) r.status = InvariantStatus::not_run;
     return report;
   }
-  // Invariants still alive ran out of time or cases: they held on what they
-  // checked; one that checked nothing did not pass.
+  // Invariants still alive ran out of time or cases. Out of time (the
+  // budget, Ctrl-C), they held on what they checked (the too_slow health
+  // check judges how much that was); one that checked nothing did not pass.
+  // Out of cases, they did not pass `trials`: the discard budget was not
+  // spent (that gives up in the loop), so cases the target declined took
+  // their place, and a run declining 10% of a max_discard_ratio 0 run's
+  // cases passed on 90% of its trials.
+  const bool out_of_time = report.time_budget_hit || interrupted();
   for (size_t k = 0; k < uses.size(); ++k) {
     auto& r = report.invariants[k];
     if (alive[k] && r.status == InvariantStatus::not_run)
-      r.status = r.passed > 0 ? InvariantStatus::passed : InvariantStatus::gave_up;
+      r.status = r.passed > 0 && out_of_time ? InvariantStatus::passed : InvariantStatus::gave_up;
     if (r.status == InvariantStatus::gave_up && r.last_discard.empty())
-      r.last_discard = r.declined > 0 ? "every case it saw was declined by the target" : "no case reached it";
+      r.last_discard = r.declined == 0 ? "no case reached it"
+                       : r.passed == 0 ? "every case it saw was declined by the target"
+                                       : fmt::format("{} of {} trials checked", r.passed, trials);
   }
   // --fail-fast (and a mutant's run): what the first counterexample left
   // undone, said in the report (text, JSON, JUnit, HTML).
@@ -494,7 +502,8 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
                        : fmt::format("--domain '{{{}: [...]}}'", key);
   };
   const double declined_share = report.trials ? double(report.declined) / double(report.trials) : 0;
-  if (declined_share > kMaxDeclinedShare && !suppressed(run, "declined")) {
+  const bool too_many_declined = declined_share > kMaxDeclinedShare && !suppressed(run, "declined");
+  if (too_many_declined) {
     report.health.push_back(
         {"declined",
          fmt::format("{:.0f}% of cases were declined by the target ({} of {}): {}; narrow the domain to what "
@@ -505,13 +514,32 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
   }
   for (auto& r : report.invariants) {
     if (r.status != InvariantStatus::gave_up) continue;
+    const bool over_ratio = double(r.discarded) > run.max_discard_ratio * double(trials);
+    // Checked some, short of trials, with its discards inside the budget:
+    // the cases the target declined took the rest of the run's cases. Its
+    // own health check (under `declined`), unless the one above said it.
+    if (r.passed > 0 && r.declined > 0 && !over_ratio && !report.time_budget_hit) {
+      if (suppressed(run, "declined")) {
+        r.status = InvariantStatus::passed;
+      } else if (!too_many_declined) {
+        report.health.push_back(
+            {"declined",
+             fmt::format(
+                 "invariant {} checked {} of {} trials: the {} case(s) the target declined ({}) used "
+                 "up the run's cases ({} with run.max_discard_ratio {}); narrow the domain to what the "
+                 "target takes (prop_runner {}), raise run.max_discard_ratio, or add run: "
+                 "{{suppress_health_check: [declined]}}",
+                 r.name, r.passed, trials, r.declined, reasons_summary(report.decline_reasons, 5),
+                 report.trials, run.max_discard_ratio, narrow_example())});
+      }
+      continue;
+    }
     if (r.passed > 0 && suppressed(run, "discarded")) {
       r.status = InvariantStatus::passed;
       continue;
     }
     // Gave up on its discards, or the run ended (time budget, case cap)
     // before it checked anything: the advice differs.
-    const bool over_ratio = double(r.discarded) > run.max_discard_ratio * double(trials);
     std::string advice = over_ratio ? "widen the domain or raise run.max_discard_ratio"
                          : report.time_budget_hit
                              ? "the time budget ended the run first: raise run.time_budget_s (--time) or "
@@ -723,6 +751,28 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
                           results[k].verdict.message);
         }
     }
+  // The same when no invariant it failed is in this run (the spec or
+  // --invariant leaves them out): the others holding says nothing of the
+  // failure it was kept for. (It was PASSED: an invariant the family
+  // registers counted as the run's.)
+  if (row.checked > 0 && row.target_ok && !row.declined) {
+    std::vector<std::string> own, in_run;
+    for (const auto& f : found) {
+      if (f.invariant.empty() || by_mutant(f)) continue;
+      own.push_back(f.invariant);
+      if (std::any_of(uses.begin(), uses.end(),
+                      [&](const InvariantUse* u) { return u->name == f.invariant; }))
+        in_run.push_back(f.invariant);
+    }
+    if (!own.empty() && in_run.empty()) {
+      row.checked = 0;
+      own_unchecked = true;
+      row.target_detail = fmt::format(
+          "not checked by the invariant it failed: {} (against {}) is not in this "
+          "run; the others held",
+          fmt::join(own, ", "), row.found_against);
+    }
+  }
   if (row.checked == 0 && row.target_ok && !row.declined && !own_unchecked)
     row.target_detail =
         "no invariant checked it" + (row.target_detail.empty() ? "" : " (" + row.target_detail + ")");

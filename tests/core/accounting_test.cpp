@@ -102,6 +102,38 @@ TEST(Accounting, MostlyDecliningTargetFailsTheHealthCheckWithItsReasons) {
   EXPECT_NE(text.find("HEALTH CHECK FAILED (declined)"), std::string::npos) << text;
 }
 
+// Cases the target declines take the place of checked ones: where they use
+// up the run's cases (max_discard_ratio 0: trials cases in all), the
+// invariant checked fewer than `trials` and did not pass, unless the spec
+// suppresses the declined health check. (It passed, exit 0, on the cases
+// left, whatever their number, while under 50% of the cases were declined.)
+TEST(Accounting, DeclinesThatUseUpTheCasesAreNoPass) {
+  TempDir dir;
+  // Lists of 6 to 20: the short ones are declined (shorter than 7), under
+  // the 50% of the declined check itself.
+  const Spec spec = toy_spec("domain: {length: [6, 20]}\ninvariants: [matches_reference]\n",
+                             "{trials: 200, seed: 5, max_discard_ratio: 0}");
+  const RunReport r = run_spec(spec, options("declines_short", dir));
+  EXPECT_EQ(r.status, RunStatus::gave_up) << r.detail;
+  EXPECT_EQ(exit_code(r.status), 2);
+  ASSERT_EQ(r.invariants.size(), 1u);
+  EXPECT_EQ(r.invariants[0].status, InvariantStatus::gave_up);
+  EXPECT_GT(r.invariants[0].passed, 0);
+  EXPECT_LT(r.invariants[0].passed, 200);
+  ASSERT_EQ(r.health.size(), 1u);
+  EXPECT_EQ(r.health[0].check, "declined");
+  EXPECT_NE(r.health[0].message.find("declined (needs 7+ elements"), std::string::npos)
+      << r.health[0].message;
+  EXPECT_NE(r.health[0].message.find("used up the run's cases"), std::string::npos) << r.health[0].message;
+  // Suppressed, the invariant passed on what it checked, and says how much.
+  const Spec accepted =
+      toy_spec("domain: {length: [6, 20]}\ninvariants: [matches_reference]\n",
+               "{trials: 200, seed: 5, max_discard_ratio: 0, suppress_health_check: [declined]}");
+  const RunReport a = run_spec(accepted, options("declines_short", dir));
+  EXPECT_EQ(a.status, RunStatus::passed) << a.detail;
+  EXPECT_EQ(a.invariants[0].passed + a.invariants[0].declined, 200);
+}
+
 TEST(Accounting, UnavailableTargetIsSkippedAtOnce) {
   TempDir dir;
   const RunReport r = run_spec(toy_spec(), options("no_device", dir));
@@ -477,6 +509,18 @@ TEST(Replay, OnlyACheckedFilePassesAndEveryOtherVerdictIsSaid) {
                                       "reference) discarded it: list too short; the others held"),
             std::string::npos)
       << own[0].target_detail;
+  // Nor when the invariant it failed is not in the run at all (this spec
+  // lacks sum_parity; --invariant could leave it out likewise): it was
+  // PASSED, since the family registers the invariant.
+  std::ofstream(folder / "elsewhere.yaml") << head << "invariant: sum_parity\nfound_against: reference\n"
+                                           << "case: {xs: [1, 2]}\n";
+  const auto elsewhere = replay_corpus(spec, (folder / "elsewhere.yaml").string(), options("reference", dir));
+  ASSERT_EQ(elsewhere.size(), 1u);
+  EXPECT_EQ(replay_verdict(elsewhere[0]), ReplayVerdict::skipped);
+  EXPECT_NE(elsewhere[0].target_detail.find("not checked by the invariant it failed: sum_parity (against "
+                                            "reference) is not in this run; the others held"),
+            std::string::npos)
+      << elsewhere[0].target_detail;
 }
 
 TEST(Replay, StaleTempFilesOfDeadWritersAreRemoved) {
