@@ -103,7 +103,10 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   }
   try {
     const std::string profile = flag(*argc, *argv, "kprop_profile", "KPROP_PROFILE", "");
-    auto* h = new Harness{kprop::load_spec(spec_path, profile), {}, nullptr};
+    // prop_runner --fuzz --domain: the same overrides, so the bytes decode
+    // to the cases the run's import re-checks.
+    const std::string domain = flag(*argc, *argv, "kprop_domain", "KPROP_DOMAIN", "");
+    auto* h = new Harness{kprop::load_spec(spec_path, profile, domain), {}, nullptr};
     const std::string target = flag(*argc, *argv, "kprop_target", "KPROP_TARGET", h->spec.target);
     h->options.target = target;
     h->options.crash_guard = false;  // libFuzzer saves the crashing input itself
@@ -112,9 +115,9 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
     std::atexit(say_tally);
     // A coverage-only build (KPROP_FUZZ_SANITIZE=OFF) says so: what it
     // checks is the invariants, and a memory error passes unreported.
-    fmt::print(stderr, "kprop fuzz: spec {} ({}{}), target {}{}\n", h->spec.name, spec_path,
-               profile.empty() ? "" : ", profile " + profile, target,
-               kCoverageOnly ? " (coverage only: no sanitizer, memory errors unreported)" : "");
+    fmt::print(stderr, "kprop fuzz: spec {} ({}{}{}), target {}{}\n", h->spec.name, spec_path,
+               profile.empty() ? "" : ", profile " + profile, domain.empty() ? "" : ", domain " + domain,
+               target, kCoverageOnly ? " (coverage only: no sanitizer, memory errors unreported)" : "");
   } catch (const std::exception& e) {
     fmt::print(stderr, "kprop fuzz: error: {}\n", e.what());
     std::exit(2);

@@ -1,6 +1,7 @@
 #include "kprop/fuzz_driver.h"
 
 #include <fmt/format.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <chrono>
@@ -194,16 +195,35 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
         fmt::print(stderr, "[{}] {} seed inputs from the spec's generator\n", spec.name, n);
       }
       const std::string& harness = harnesses[k];
-      // The harness reads the spec, profile and target from its environment.
-      const ProcessOptions env{
-          {"KPROP_SPEC=" + spec.path, "KPROP_PROFILE=" + spec.profile, "KPROP_TARGET=" + target_name}};
+      // The harness reads the spec, profile, domain overrides and target
+      // from its environment: the run's own, so that a crash input decodes
+      // to the case the import below re-checks.
+      const ProcessOptions env{{"KPROP_SPEC=" + spec.path, "KPROP_PROFILE=" + spec.profile,
+                                "KPROP_DOMAIN=" + spec.domain_overrides, "KPROP_TARGET=" + target_name}};
+      // The spec's error on some input (an expression that cannot be
+      // evaluated, a broken reference): the harness says it and exits 2, as
+      // a property run does; the run ends on it, exit 2. (It was "0 new
+      // findings", exit 0: the error's input left no crash file.)
       auto run_fuzzer = [&](const std::vector<std::string>& argv, const ProcessOptions& options,
                             const std::function<void(const std::string&)>& on_line) {
+        static const std::string kError = "kprop fuzz: error: ";
+        std::string error;
+        ProcessResult result;
         try {
-          return run_process(argv, options, on_line);
+          result = run_process(argv, options, [&](const std::string& line) {
+            if (error.empty() && line.rfind(kError, 0) == 0) error = line.substr(kError.size());
+            on_line(line);
+          });
         } catch (const std::runtime_error& e) {
           throw InputError({argv[0], 0, 0}, e.what());
         }
+        if (!error.empty())
+          throw InputError({}, fmt::format("spec {}: the fuzz harness stopped: {}", spec.name, error));
+        if (WIFEXITED(result.status) && WEXITSTATUS(result.status) == 2)
+          throw InputError({}, fmt::format("spec {}: the fuzz harness {} exited 2 (an error in the spec or "
+                                           "its setup; run it alone to see its output)",
+                                           spec.name, argv[0]));
+        return result;
       };
       FuzzSpecStats& stats = report.stats[k];
       const std::string timeout_flag =

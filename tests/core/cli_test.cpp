@@ -471,6 +471,35 @@ TEST(Cli, FuzzWithoutAHarnessWritesNothing) {
   EXPECT_FALSE(fs::exists(work)) << r.out;
 }
 
+// The harness runs in the run's domain (--domain reaches it, as
+// KPROP_DOMAIN), and a spec error it meets ends the run, exit 2, with its
+// message. (The harness fuzzed the spec's own domain, so crash inputs
+// decoded to other cases on import and "did not fail again"; and its
+// error, which leaves no crash file, ended in "0 new finding(s)", exit 0.)
+// A stand-in harness: it records its environment and stops on an error.
+TEST(Cli, FuzzRunsTheHarnessInTheRunsDomainAndStopsOnItsError) {
+  const fs::path dir = temp("fake-fuzzer"), work = temp("fake-fuzz-work"), seen = temp("fake-fuzzer-env");
+  fs::remove_all(work);
+  fs::create_directories(dir);
+  const fs::path harness = dir / "fuzz_any_spec";
+  std::ofstream(harness)
+      << "#!/bin/sh\necho \"$KPROP_DOMAIN\" > " << seen.string()
+      << "\necho 'kprop fuzz: error: dflash.yaml:9:13: cannot be evaluated on this case' >&2\n"
+         "exit 2\n";
+  fs::permissions(harness, fs::perms::owner_all);
+  const CliRun r = run("--spec " + kSpec + " --fuzz --time 1 --no-corpus --domain '{vocab: [2, 9]}' --work " +
+                       work.string() + " --fuzzer-dir " + dir.string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(
+      r.out.find("spec dflash: the fuzz harness stopped: dflash.yaml:9:13: cannot be evaluated on this case"),
+      std::string::npos)
+      << r.out;
+  std::ifstream in(seen);
+  const std::string domain((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(domain.find("vocab: [2, 9]"), std::string::npos) << domain;
+  fs::remove_all(work);
+}
+
 // What the QA pass found taken silently or as an internal error: each is now
 // one line and exit 2.
 TEST(Cli, LeftOutValuesAndModesWithoutReportsAreInputErrors) {
