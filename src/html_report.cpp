@@ -98,9 +98,9 @@ std::string invariants_table(const RunReport& r) {
         "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td "
         "class=\"num\">{}</td>"
         "<td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
-        escape(inv.name), escape(invariant_status_name(inv.status)), inv.passed, inv.discarded, inv.declined,
-        inv.not_applicable, inv.max_error_ratio >= 0 ? fmt::format("{:.3g}", inv.max_error_ratio) : "",
-        reasons);
+        escape(inv.name), escape(invariant_status_name(inv.status)), inv.checked(), inv.discarded,
+        inv.declined, inv.not_applicable,
+        inv.max_error_ratio >= 0 ? fmt::format("{:.3g}", inv.max_error_ratio) : "", reasons);
   }
   return out + "</table>";
 }
@@ -157,10 +157,12 @@ std::string stats_html(const RunReport& r) {
 std::string run_body(const RunReport& r) {
   std::string out = fmt::format(
       "<h1>kprop {} <span class=\"status {}\">{}</span></h1>"
-      "<p class=\"sub\">family {} · target {} · reference {} · seed {} · {} drawn, {} checked, {} declined · "
+      "<p class=\"sub\">family {} · target {} · reference {} · seed {} · {} drawn, {} checked{}, {} declined "
+      "· "
       "{:.2f} s{}</p>",
       escape(r.spec), status_class(r.status), escape(run_status_name(r.status)), escape(r.family),
-      escape(r.target), escape(r.reference), r.seed, r.trials, r.checked, r.declined, r.seconds,
+      escape(r.target), escape(r.reference), r.seed, r.trials, r.checked,
+      r.search.checked > 0 ? fmt::format(" ({} by the search)", r.search.checked) : "", r.declined, r.seconds,
       r.profile.empty() ? "" : " · profile " + escape(r.profile));
   if (!r.detail.empty()) out += fmt::format("<p class=\"note\">{}</p>", escape(r.detail));
   for (const auto& h : r.health)
@@ -173,6 +175,7 @@ std::string run_body(const RunReport& r) {
     out += fmt::format("<p class=\"note\">unchecked outputs: {} (no invariant of this run reads them)</p>",
                        escape(join(r.unchecked_outputs)));
   out += "<h2>Invariants</h2>" + invariants_table(r);
+  if (r.search.ran) out += "<h2>Targeted search</h2><pre>" + escape(search_text(r)) + "</pre>";
   const auto findings = r.findings();
   if (!findings.empty()) {
     out += fmt::format("<h2>Failures ({})</h2>", findings.size());
@@ -231,6 +234,12 @@ std::string kill_matrix_svg(const KillMatrix& m) {
 class HtmlReporter final : public Reporter {
  public:
   std::string run(const RunReport& r) const override { return page("kprop " + r.spec, run_body(r)); }
+  std::string error(const std::string& message, int exit_code) const override {
+    return page("kprop: error",
+                fmt::format("<h1>kprop <span class=\"status failed\">ERROR (exit {})</span></h1>"
+                            "<p>{}</p>",
+                            exit_code, escape(message)));
+  }
 
   std::string mutants(const Spec& spec, const std::vector<MutantRow>& rows) const override {
     int killed = 0;

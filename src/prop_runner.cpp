@@ -187,6 +187,25 @@ void check_writable(const std::string& flag, const std::string& path) {
   if (!writable) fail("cannot write in its folder");
 }
 
+// --out once it is known to be a path the report may replace, holding an
+// earlier report: an error after that (exit 2, 3) leaves the format's error
+// report there, not the earlier one read as this run's.
+struct ArmedOut {
+  std::string path;
+  std::shared_ptr<const Reporter> reporter;
+};
+std::optional<ArmedOut> g_armed_out;
+
+void write_error_report(const std::string& message, int code) {
+  if (!g_armed_out) return;
+  try {
+    write_file_atomic(g_armed_out->path, g_armed_out->reporter->error(message, code));
+    fmt::print(stderr, "prop_runner: --out {} says the error (no report)\n", g_armed_out->path);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "prop_runner: --out {}: {}\n", g_armed_out->path, e.what());
+  }
+}
+
 int run(const Config& cfg) {
   if (cfg.list) {
     if (cfg.format != "text" && cfg.format != "json")
@@ -265,6 +284,16 @@ int run(const Config& cfg) {
     if (!cfg.replay.empty() && fs::equivalent(cfg.out, cfg.replay, ec))
       throw InputError({}, fmt::format("--out {} is the file --replay reads", cfg.out));
     check_writable("--out", cfg.out);
+    // A report already there (an earlier run's) is replaced at once, until
+    // this run's replaces it: a run that dies (a crash the crash guard
+    // reports, a kill) or ends in an error leaves that, not the last run's
+    // verdict. A new path is written only by the report (an error leaves
+    // no file, and no folder it needed).
+    if (fs::exists(cfg.out)) g_armed_out = ArmedOut{cfg.out, make_reporter(cfg.format, cfg.stats)};
+    if (g_armed_out)
+      write_file_atomic(cfg.out,
+                        g_armed_out->reporter->error(
+                            "the run did not finish: it stopped before its report (a crash or a kill)", 3));
   }
   for (size_t i = 0; i < cfg.invariants.size(); ++i)
     for (size_t j = 0; j < i; ++j)
@@ -521,9 +550,11 @@ int main(int argc, char** argv) {
       return 130;
     }
     fmt::print(stderr, "prop_runner: error: {}\n", e.what());
+    write_error_report(e.what(), 2);
     return 2;
   } catch (const std::exception& e) {
     fmt::print(stderr, "prop_runner: internal error: {}\n", e.what());
+    write_error_report(std::string("internal error: ") + e.what(), 3);
     return 3;
   }
 }

@@ -155,9 +155,8 @@ std::string kill_matrix_text(const std::vector<MutantRow>& rows) {
   return out;
 }
 
-// The targeted search's lines (kprop/search.h): its cases, and per invariant
-// the worst error/allowed reached from where the random phase left it, per
-// output, and how the ratios of every checked case spread.
+}  // namespace
+
 std::string search_text(const RunReport& r) {
   const SearchReport& s = r.search;
   if (!s.ran) return "";
@@ -182,6 +181,8 @@ std::string search_text(const RunReport& r) {
   return out;
 }
 
+namespace {
+
 // ", profile NAME" for a header line when a spec profile is in effect.
 static std::string profile_note(const std::string& profile) {
   return profile.empty() ? "" : ", profile " + profile;
@@ -190,6 +191,9 @@ static std::string profile_note(const std::string& profile) {
 class TextReporter final : public Reporter {
  public:
   explicit TextReporter(bool stats) : stats_(stats) {}
+  std::string error(const std::string& message, int exit_code) const override {
+    return fmt::format("ERROR (exit {}): {}\n", exit_code, message);
+  }
   std::string run(const RunReport& r) const override {
     std::string out = fmt::format("kprop {} ({}): target {}, reference {}, seed {}{}\n", r.spec, r.family,
                                   r.target, r.reference, r.seed, profile_note(r.profile));
@@ -432,6 +436,10 @@ nlohmann::json to_json(const RunReport& r) {
 
 class JsonReporter final : public Reporter {
  public:
+  std::string error(const std::string& message, int exit_code) const override {
+    const nlohmann::json j = {{"status", "error"}, {"exit_code", exit_code}, {"error", message}};
+    return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  }
   std::string run(const RunReport& r) const override {
     return to_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   }
@@ -566,6 +574,14 @@ class JunitReporter final : public Reporter {
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"{}\" tests=\"{}\" "
         "failures=\"{}\" errors=\"{}\" skipped=\"{}\">\n{}  </testsuite>\n</testsuites>\n",
         name, tests, failures, errors, skipped, cases);
+  }
+  std::string error(const std::string& message, int exit_code) const override {
+    return fmt::format(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"kprop\" tests=\"1\" "
+        "failures=\"0\" errors=\"1\" skipped=\"0\" time=\"0\">\n    <testcase classname=\"kprop\" "
+        "name=\"run\">"
+        "<error message=\"exit {}: {}\"/></testcase>\n  </testsuite>\n</testsuites>\n",
+        exit_code, svg::escape(message));
   }
   std::string mutants(const Spec& spec, const std::vector<MutantRow>& rows) const override {
     const std::string name = "kprop." + svg::escape(spec.name) + ".mutants";

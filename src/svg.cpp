@@ -14,7 +14,16 @@ std::string escape(std::string_view raw) {
   const std::string text = valid_utf8(std::string(raw));
   std::string out;
   out.reserve(text.size());
-  for (char c : text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    // U+FFFE and U+FFFF are valid UTF-8 but no XML 1.0 character (a parser
+    // rejects the file): U+FFFD, as for invalid bytes.
+    if (c == '\xEF' && i + 2 < text.size() && text[i + 1] == '\xBF' &&
+        (text[i + 2] == '\xBE' || text[i + 2] == '\xBF')) {
+      out += "\xEF\xBF\xBD";
+      i += 2;
+      continue;
+    }
     switch (c) {
       case '&':
         out += "&amp;";

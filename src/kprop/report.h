@@ -15,6 +15,10 @@ class Reporter {
   virtual std::string run(const RunReport& report) const = 0;
   virtual std::string mutants(const Spec& spec, const std::vector<MutantRow>& rows) const = 0;
   virtual std::string replay(const Spec& spec, const std::vector<ReplayRow>& rows) const = 0;
+  // A run that ended in an error (bad input, exit 2; an internal error,
+  // exit 3; Ctrl-C, 130) before its report: what --out holds then, so that
+  // no earlier run's report stays there to be read as this one's.
+  virtual std::string error(const std::string& message, int exit_code) const = 0;
 };
 
 std::vector<std::string> reporter_names();
@@ -24,6 +28,12 @@ std::unique_ptr<Reporter> make_reporter(const std::string& name, bool stats = fa
 // The self-contained HTML report (src/html_report.cpp): summary, statistics
 // charts, each failure drawn by its family (kprop/drawing.h), kill matrix.
 std::unique_ptr<Reporter> make_html_reporter();
+
+// The targeted search's lines (kprop/search.h), "" when it did not run: its
+// cases, and per invariant the worst error/allowed reached from where the
+// random phase left it, per output, and how the ratios of every checked
+// case spread. The text report's, and the HTML report's section.
+std::string search_text(const RunReport& r);
 
 // A finding whose replay, re-run in a fresh process, did not fail or did not
 // run through (Finding::replay_check): the warning every format shows; ""

@@ -37,6 +37,11 @@ void expect_input_errors(const std::pair<std::string, std::string> (&cases)[N], 
   }
 }
 
+std::string contents(const fs::path& file) {
+  std::ifstream in(file);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 fs::path temp(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("kprop_cli_" + std::to_string(::getpid()));
   fs::create_directories(dir);
@@ -494,10 +499,31 @@ TEST(Cli, FuzzRunsTheHarnessInTheRunsDomainAndStopsOnItsError) {
       r.out.find("spec dflash: the fuzz harness stopped: dflash.yaml:9:13: cannot be evaluated on this case"),
       std::string::npos)
       << r.out;
-  std::ifstream in(seen);
-  const std::string domain((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string domain = contents(seen);
   EXPECT_NE(domain.find("vocab: [2, 9]"), std::string::npos) << domain;
   fs::remove_all(work);
+}
+
+// A run that ends in an error after --out was accepted leaves the format's
+// error report there. (The last run's report stayed, saying it passed.)
+TEST(Cli, AnErrorMidRunLeavesAnErrorReportAtOut) {
+  const fs::path spec = temp("mid_run_error.yaml"), out = temp("mid_run_error.xml");
+  std::ofstream(spec) << "spec: softmax_topk\nfamily: softmax_topk\nrun: {trials: 20, seed: 1}\n"
+                         "domain: {vocab: [1, 30]}\ninvariants:\n  - name: idx_expr\n"
+                         "    expect: all(target.probs[:, 0] <= 1) and all(logits[:, 40] == logits[:, 40])\n";
+  std::ofstream(out) << "<testsuites><testsuite failures=\"0\" errors=\"0\"/></testsuites>\n";
+  const CliRun r = run("--spec " + spec.string() + " --no-corpus --format junit --out " + out.string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  const std::string xml = contents(out);
+  EXPECT_NE(xml.find("errors=\"1\""), std::string::npos) << xml;
+  EXPECT_NE(xml.find("<error message=\"exit 2: "), std::string::npos) << xml;
+  EXPECT_NE(xml.find("cannot be evaluated"), std::string::npos) << xml;
+  // JSON likewise.
+  const CliRun j = run("--spec " + spec.string() + " --no-corpus --format json --out " + out.string());
+  EXPECT_EQ(j.code, 2) << j.out;
+  const std::string json = contents(out);
+  EXPECT_NE(json.find("\"status\": \"error\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"exit_code\": 2"), std::string::npos) << json;
 }
 
 // What the QA pass found taken silently or as an internal error: each is now

@@ -316,6 +316,30 @@ TEST(Reporters, HtmlSaysWhatWasNotChecked) {
   EXPECT_NE(html.find("<b>the target hides its parity</b>"), std::string::npos) << html;
 }
 
+// The HTML page counts as JSON and text do: a failed invariant's checked
+// cases include the one it failed on, and the targeted search's cases are
+// said with its section. (It showed the passes, and no search at all.)
+TEST(Reporters, HtmlCountsAsTheOthersAndShowsTheSearch) {
+  RunReport r;
+  r.spec = "toy";
+  r.status = RunStatus::failed;
+  r.trials = 36;
+  r.checked = 70;
+  r.search.ran = true;
+  r.search.cases = 40;
+  r.search.budget = 40;
+  r.search.checked = 40;
+  InvariantReport failed{"matches_reference"};
+  failed.status = InvariantStatus::failed;
+  failed.passed = 3;
+  r.invariants.push_back(failed);
+  const std::string html = make_reporter("html")->run(r);
+  EXPECT_NE(html.find("<td>matches_reference</td><td>FAILED</td><td class=\"num\">4</td>"), std::string::npos)
+      << html;
+  EXPECT_NE(html.find("36 drawn, 70 checked (40 by the search)"), std::string::npos) << html;
+  EXPECT_NE(html.find("<h2>Targeted search</h2><pre>  search: 40 of 40 cases"), std::string::npos) << html;
+}
+
 TEST(Reporters, JsonAndJunitAreWellFormed) {
   const Spec spec = toy_spec("invariants: [matches_reference]\n");
   const RunReport r = run_spec(spec, options("drops_last"));
