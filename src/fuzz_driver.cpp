@@ -303,10 +303,12 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
                        f->summary, f->corpus_path.empty() ? "" : "\n  stored: " + f->corpus_path);
           report.findings.push_back(*f);
         } else {
-          fmt::print(stderr, "[{}] crash input {} did not fail again ({}); kept in {}\n", spec.name,
-                     entry.path().filename().string(),
+          const std::string name = entry.path().filename().string();
+          fmt::print(stderr, "[{}] crash input {} did not fail again ({}); kept in {}\n", spec.name, name,
                      imported.checked > 0 ? "every invariant held" : imported.not_checked,
                      (crashes / "imported").string());
+          if (name.rfind("crash-", 0) == 0 || name.rfind("leak-", 0) == 0)
+            stats.unreproduced.push_back((crashes / "imported" / name).string());
         }
         std::error_code ec;
         fs::rename(entry.path(), crashes / "imported" / entry.path().filename(), ec);

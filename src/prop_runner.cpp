@@ -144,9 +144,22 @@ int run_fuzz_mode(const Config& cfg, const std::string& corpus_root) {
                f.corpus_path.empty() ? "" : " -> " + f.corpus_path);
   }
   if (known) fmt::print("  {} more crash input(s) reproduced findings already in the corpus\n", known);
+  // A crash the harness saw that no re-check reproduces is still a crash:
+  // never a clean run (as a property run's finding whose replay does not
+  // fail again is still a failure, with a warning).
+  size_t unreproduced = 0;
+  for (const auto& s : report.stats)
+    for (const auto& path : s.unreproduced) {
+      ++unreproduced;
+      fmt::print(
+          "  UNREPRODUCED {}: the harness failed on {}, a re-check of it alone passes: the failure "
+          "depends on more than the input (state kept between inputs, a race, uninitialised memory, "
+          "or a sanitizer only the harness has; run the harness on the file)\n",
+          s.spec, path);
+    }
   if (report.interrupted) return 130;  // as a property run: never a green exit for a run cut short
   if (report.all_skipped()) fmt::print("SKIPPED: nothing was fuzzed (the target checked no seed input)\n");
-  return report.new_findings() > 0 ? 1 : 0;
+  return report.new_findings() > 0 || unreproduced > 0 ? 1 : 0;
 }
 
 // corpus/ beside the spec's folder (specs/x.yaml -> corpus/), so the run

@@ -48,6 +48,13 @@ struct FuzzSpecStats {
   long long executions = 0;
   long long coverage = 0;
   long long crash_inputs = 0;
+  // Crash inputs (libFuzzer's crash-* and leak-*: the harness aborted on
+  // them) that did not fail again when re-checked on their own: the failure
+  // depends on more than the input (state kept between inputs, a race,
+  // uninitialised memory, a sanitizer only the harness has). Kept in the
+  // work folder's crashes/imported; the run is no clean one (exit 1).
+  // Timeouts and OOMs that did not recur are only said.
+  std::vector<std::string> unreproduced;
   // Not fuzzed, and why: the target checked none of the seed inputs
   // (declined them all, or cannot run here).
   std::string skipped;

@@ -504,6 +504,33 @@ TEST(Cli, FuzzRunsTheHarnessInTheRunsDomainAndStopsOnItsError) {
   fs::remove_all(work);
 }
 
+// A crash input the harness saved that fails nothing when re-checked alone
+// is no clean run: exit 1, the file named. (It was one stderr line among
+// the progress, "0 new finding(s)", exit 0.) A stand-in harness saves one.
+TEST(Cli, FuzzCrashInputsThatDoNotFailAgainAreNoCleanRun) {
+  const fs::path dir = temp("fake-fuzzer-crash"), work = temp("fake-fuzz-crash-work");
+  fs::remove_all(work);
+  fs::create_directories(dir);
+  const fs::path harness = dir / "fuzz_any_spec";
+  std::ofstream(harness)
+      << "#!/bin/sh\n"
+         "for a in \"$@\"; do case \"$a\" in -artifact_prefix=*) d=\"${a#-artifact_prefix=}\";; "
+         "esac; done\n"
+         "case \"$*\" in\n"
+         "  *-runs=0*) echo 'kprop fuzz: tally: 2 input(s), 2 checked, 0 declined' >&2;;\n"
+         "  *-fork=*) printf 'abcdefgh' > \"${d}crash-0001\";;\n"
+         "esac\n";
+  fs::permissions(harness, fs::perms::owner_all);
+  const CliRun r = run("--spec " + kSpec + " --fuzz --time 1 --no-corpus --work " + work.string() +
+                       " --fuzzer-dir " + dir.string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("UNREPRODUCED dflash: the harness failed on " +
+                       (work / "dflash" / "crashes" / "imported" / "crash-0001").string()),
+            std::string::npos)
+      << r.out;
+  fs::remove_all(work);
+}
+
 // A run that ends in an error after --out was accepted leaves the format's
 // error report there. (The last run's report stayed, saying it passed.)
 TEST(Cli, AnErrorMidRunLeavesAnErrorReportAtOut) {
