@@ -811,7 +811,30 @@ class Checker {
       NodeP ref_finite = node(Kind::call, "isfinite", {name(kOwnPrefix + "reference." + x)});
       NodeP naive_finite = node(Kind::call, "isfinite", {name("naive." + x)});
       NodeP both = node(Kind::binary, "and", {ref_finite, naive_finite});
-      NodeP worst = node(Kind::call, "max", {node(Kind::call, "where", {both, err, num(0)})});
+      NodeP worst = node(Kind::call, "where", {both, err, num(0)});
+      // Per group, as the floor is: the max over the axes floor.X
+      // broadcasts along (its "1"s and the leading axes it lacks), so that
+      // each row (layernorm's floor.y [R, 1]) or head (attention's
+      // [B, H, 1, 1]) is held to its own baseline error and floor. One max
+      // over the tensor let a row 1e-6 the size of another be all zeros
+      // and pass. A scalar floor, or an indexed operand (its groups are
+      // X's under the index), takes the max over the tensor.
+      const std::vector<std::string>* xs = shape_of(pre + "target." + x);
+      const std::vector<std::string>* fs = shape_of(pre + "floor." + x);
+      const bool grouped = !indexed && xs && fs && !fs->empty() && fs->size() <= xs->size();
+      if (!grouped) {
+        worst = node(Kind::call, "max", {worst});
+      } else {
+        const int rank = static_cast<int>(xs->size()), lacks = rank - static_cast<int>(fs->size());
+        for (int a = rank - 1; a >= 0; --a) {
+          if (a >= lacks && (*fs)[static_cast<size_t>(a - lacks)] != "1") continue;
+          NodeP axis = num(a), keep = num(1);
+          axis->dtype = DType::integer, keep->dtype = DType::boolean;
+          worst = node(Kind::call, "max", {worst});
+          worst->items = {Item{Item::K::expr, axis, node(Kind::name, "axis", {}), nullptr, at},
+                          Item{Item::K::expr, keep, node(Kind::name, "keepdims", {}), nullptr, at}};
+        }
+      }
       NodeP one =
           node(Kind::binary, "+", {node(Kind::binary, "*", {k, worst}), name(kOwnPrefix + "floor." + x)});
       if (factor) one = node(Kind::binary, "*", {factor, one});
@@ -903,10 +926,12 @@ class Checker {
     n.atol = budget;
     n.k = k;
   }
-  bool has(const std::string& name) const {
+  bool has(const std::string& name) const { return shape_of(name) != nullptr; }
+  // A published tensor's declared shape; null if there is none of that name.
+  const std::vector<std::string>* shape_of(const std::string& name) const {
     for (const auto& t : infos_)
-      if (t.name == name) return true;
-    return false;
+      if (t.name == name) return &t.shape;
+    return nullptr;
   }
 
   void call(Node& n) {

@@ -68,10 +68,16 @@ ErrorScales group_floors(const Case& c, const ErrorScales& e, bool backward, dou
 }
 }  // namespace
 
+bool query_side(double ErrorScales::*field) {
+  return field == &ErrorScales::o || field == &ErrorScales::lse || field == &ErrorScales::d ||
+         field == &ErrorScales::dq || field == &ErrorScales::sd || field == &ErrorScales::sdq;
+}
+
 std::vector<double> Scales::of(double ErrorScales::*field) const {
+  const std::vector<ErrorScales>& from = query_side(field) ? q_groups : groups;
   std::vector<double> out;
-  out.reserve(groups.size());
-  for (const ErrorScales& g : groups) out.push_back(g.*field);
+  out.reserve(from.size());
+  for (const ErrorScales& g : from) out.push_back(g.*field);
   if (out.empty()) out.push_back(all.*field);
   return out;
 }
@@ -92,8 +98,10 @@ Scales floors(const Case& c, const Scales& e, bool backward, double floor_ulps) 
   if (is_half(c.dtype) && backward) m = {max_abs(c.q), max_abs(c.k), max_abs(c.d_out)};
   Scales f;
   f.all = group_floors(c, e.all, backward, floor_ulps, m);
-  f.groups.reserve(e.groups.size());
-  for (const ErrorScales& g : e.groups) f.groups.push_back(group_floors(c, g, backward, floor_ulps, m));
+  for (auto [from, to] : {std::pair{&e.groups, &f.groups}, std::pair{&e.q_groups, &f.q_groups}}) {
+    to->reserve(from->size());
+    for (const ErrorScales& g : *from) to->push_back(group_floors(c, g, backward, floor_ulps, m));
+  }
   return f;
 }
 
@@ -101,6 +109,7 @@ Scales error_scales(const Case& c, bool backward) {
   const Shape& s = c.shape;
   Scales out;
   out.groups.resize(size_t(s.batch) * s.heads_kv);
+  out.q_groups.resize(size_t(s.batch) * s.heads_q);
   const double scale = effective_scale(c);
   const bool half = is_half(c.dtype);
   const double u = storage_roundoff(c.dtype), tau = half ? denorm_min(c.dtype) / 2 : 0;
@@ -132,6 +141,7 @@ Scales error_scales(const Case& c, bool backward) {
       }
       for (int h = kvh * g; h < (kvh + 1) * g; ++h)
         for (int i = 0; i < s.nq; ++i) {
+          ErrorScales& eq = out.q_groups[size_t(b) * s.heads_q + h];
           const size_t row = (size_t(b) * s.heads_q + h) * s.nq + i;
           const double* q = &c.q[row * s.dim];
           // Scores, their magnitudes, the softmax and the visible |v| max.
@@ -156,15 +166,15 @@ Scales error_scales(const Case& c, bool backward) {
             ++n;
           }
           if (n == 0) continue;  // fully masked: exact zeros expected
-          e.vmax = std::max(e.vmax, vmax);
-          e.keys = std::max(e.keys, n);
+          eq.vmax = std::max(eq.vmax, vmax);
+          eq.keys = std::max(eq.keys, n);
           double l = 0;
           for (double& x : p) l += (x = std::exp(x - m));
           for (double& x : p) x /= l;
           const double lse = m + std::log(l);
           const double ci = 2 + std::sqrt(double(n)) + 2 * smax + std::fabs(lse);
-          e.o = std::max(e.o, ci * vmax);
-          e.lse = std::max(e.lse, ci);
+          eq.o = std::max(eq.o, ci * vmax);
+          eq.lse = std::max(eq.lse, ci);
           if (!backward) continue;
           const double* d_out = &c.d_out[row * s.dim];
           double do_l1 = 0, d_row = 0, d_mag = 0;
@@ -181,12 +191,12 @@ Scales error_scales(const Case& c, bool backward) {
             d_row += p[size_t(j)] * dp[size_t(j)];
             d_mag += p[size_t(j)] * dpmag[size_t(j)];
           }
-          e.d = std::max(e.d, ci * do_l1 * vmax + d_mag);
+          eq.d = std::max(eq.d, ci * do_l1 * vmax + d_mag);
           // The stored O the backward reads (the forward's own output) is
           // off by at most the forward's storage term, and D = rowsum(dO ⊙ O)
           // by |dO|₁ times that (bounds.h).
           const double o_err = (2 * u + u * u + n * tau) * vmax + tau, d_err = do_l1 * o_err;
-          e.sd = std::max(e.sd, d_err);
+          eq.sd = std::max(eq.sd, d_err);
           std::fill(dq_scale.begin(), dq_scale.end(), 0.0);
           std::fill(sdq_scale.begin(), sdq_scale.end(), 0.0);
           for (int j = 0; j < s.nk; ++j) {
@@ -208,8 +218,8 @@ Scales error_scales(const Case& c, bool backward) {
             }
           }
           for (int d = 0; d < s.dim; ++d) {
-            e.dq = std::max(e.dq, scale * dq_scale[size_t(d)]);
-            e.sdq = std::max(e.sdq, scale * sdq_scale[size_t(d)]);
+            eq.dq = std::max(eq.dq, scale * dq_scale[size_t(d)]);
+            eq.sdq = std::max(eq.sdq, scale * sdq_scale[size_t(d)]);
             dv_sum[size_t(d)] += std::fabs(d_out[d]);
           }
         }
@@ -235,10 +245,11 @@ Scales error_scales(const Case& c, bool backward) {
         e.sdv_sum = std::max(e.sdv_sum, sdv_sum[size_t(d)]);
       }
     }
-  for (const ErrorScales& e : out.groups) {
-    for (double ErrorScales::*x : kFields) out.all.*x = std::max(out.all.*x, e.*x);
-    out.all.keys = std::max(out.all.keys, e.keys);
-  }
+  for (const auto* list : {&out.groups, &out.q_groups})
+    for (const ErrorScales& e : *list) {
+      for (double ErrorScales::*x : kFields) out.all.*x = std::max(out.all.*x, e.*x);
+      out.all.keys = std::max(out.all.keys, e.keys);
+    }
   return out;
 }
 

@@ -48,13 +48,14 @@
 // (An earlier bound multiplied the storage terms by c_i >= 2 + 2 max|S|,
 // loose enough for a softmax scale rounded to the storage type to pass.)
 //
-// Every comparison holds each (batch, kv head) to its own budget: k × the
-// naive error there plus the floor of its own rows and keys (the maxima
-// above over that group). Every term of an element's scale comes from its
-// own group (a query row's keys, a key's query rows of the same kv head),
-// so a group's floor bounds its elements as the tensor's did. One budget
-// for the tensor let a head of values 2^-12 the size of another's (value
-// kind `wide`) be wrong by all it holds, even all zeros, and pass.
+// Every comparison holds each head to its own budget: k × the naive error
+// there plus the floor of its own rows and keys (the maxima above over that
+// head): O, LSE, D and dQ per (batch, query head), dK and dV per (batch, kv
+// head). Every term of an element's scale comes from its own head (a query
+// row's keys; a key's query rows, which are its kv head's), so a head's
+// floor bounds its elements as the tensor's did. One budget for the tensor
+// let a head of values 2^-12 the size of another's (value kind `wide`) be
+// wrong by all it holds, even all zeros, and pass.
 #pragma once
 
 #include <span>
@@ -86,13 +87,18 @@ struct ErrorScales {
   double vmax = 0;  // max |v| over the visible keys of any row
   int keys = 0;     // most visible keys of any row
 };
-// The scales of each (batch, kv head) group and their maxima over the case.
+// The scales of each head and their maxima over the case: the query side's
+// (O, LSE, D, dQ and their storage terms) per (batch, query head), the key
+// side's (dK, dV, their key sums) per (batch, kv head).
 struct Scales {
-  ErrorScales all;                  // the maxima (the expression tensors err.*, floor.*)
-  std::vector<ErrorScales> groups;  // per (batch, kv head), row-major
-  // One field per group, in the groups' order: compare_tensor's floors.
+  ErrorScales all;                    // the maxima
+  std::vector<ErrorScales> groups;    // key side, per (batch, kv head), row-major
+  std::vector<ErrorScales> q_groups;  // query side, per (batch, query head), row-major
+  // One value of `field` per group of its side, in order: compare_tensor's floors.
   std::vector<double> of(double ErrorScales::*field) const;
 };
+// O, LSE, D, dQ (and their storage terms sd, sdq): judged per query head.
+bool query_side(double ErrorScales::*field);
 Scales error_scales(const Case& c, bool backward);
 // The same, as functions of the case alone: what Trial::once caches, so the
 // invariants of one case compute them once (they cost O(B·H·Nq·Nk·D)).
@@ -105,10 +111,10 @@ Scales backward_scales(const Case& c);
 Scales floors(const Case& c, const Scales& scales, bool backward, double floor_ulps);
 Scales floors(const Case& c, bool backward, double floor_ulps);
 
-// One tensor under the policy, each (batch, kv head) group to its own
-// floor (`floors`, one per group, Scales::of): a pass, or a fail naming
-// the tensor, the element (as [b,h,i,d] under `dims`) and the numbers.
-// Every attention tensor's elements are B·Hkv equal, contiguous groups.
+// One tensor under the policy, each head to its own floor (`floors`, one
+// per head, Scales::of): a pass, or a fail naming the tensor, the element
+// (as [b,h,i,d] under `dims`) and the numbers. Every attention tensor's
+// elements are equal, contiguous groups, one per (batch, head).
 Verdict compare_tensor(const std::string& name, const std::vector<int>& dims,
                        std::span<const double> reference, std::span<const double> target,
                        std::span<const double> naive, double k, std::span<const double> floors);

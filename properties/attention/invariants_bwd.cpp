@@ -240,18 +240,20 @@ Verdict finite_differences(T& t, const Values& p) {
   // Of the fp64 copy: the same as the case's own (cached) unless the scale
   // rounds differently in the case's dtype.
   const Scales scales = t.input().dtype == DType::f64 ? t.once<backward_scales>() : error_scales(c, true);
-  // The largest reference gradient entry per tensor and (batch, kv head)
-  // group: an element is judged against its own group's scales (bounds.h).
-  const size_t groups = scales.groups.size();
-  auto group_of = [&](size_t i, size_t size) {
+  // Per tensor and head (bounds.h: dQ per query head, dK and dV per kv
+  // head): the kernel's floor scale and the largest reference entry; an
+  // element is judged against its own head's.
+  std::vector<double> kernel_scale[3], magnitude[3];
+  auto group_of = [&](int w, size_t i) {
+    const size_t size = (ref.*kGrads[w].field).size(), groups = kernel_scale[w].size();
     return std::min(i / std::max<size_t>(1, size / groups), groups - 1);
   };
-  std::vector<double> magnitude[3];
   for (int w = 0; w < 3; ++w) {
+    kernel_scale[w] = scales.of(kGrads[w].scale);
+    magnitude[w].assign(kernel_scale[w].size(), 0.0);
     const std::vector<double>& r = ref.*kGrads[w].field;
-    magnitude[w].assign(groups, 0.0);
     for (size_t i = 0; i < r.size(); ++i) {
-      double& m = magnitude[w][group_of(i, r.size())];
+      double& m = magnitude[w][group_of(w, i)];
       m = std::max(m, std::fabs(r[i]));
     }
   }
@@ -370,8 +372,8 @@ Verdict finite_differences(T& t, const Values& p) {
     // also carries rounding noise, which only widens the bound.
     const double truncation = 4 * std::fabs(fd2 - fd1);
     // The kernel's own fp64 rounding (bounds.h) on top of the difference's error.
-    const size_t group = group_of(at, (ref.*g.field).size());
-    const double kernel = p.real("floor_ulps") * eps * (scales.groups[group].*g.scale);
+    const size_t group = group_of(which, at);
+    const double kernel = p.real("floor_ulps") * eps * kernel_scale[which][group];
     const double allowed =
         p.real("rtol") * (magnitude[which][group] + std::fabs(estimate)) + truncation + roundoff + kernel;
     const double value = (got.*g.field)[at];

@@ -52,11 +52,13 @@ reference.p            [B, Hq, Nq, Nk]  real  probabilities softmax(S) in fp64, 
 naive.o                [B, Hq, Nq, D]   real  O of the naive materialized computation in the case's dtype (the
                                               policy's same-precision baseline)
 naive.lse              [B, Hq, Nq]      real  LSE of the naive computation
-err.o                  []               real  first-order error scale of O (bounds.h; times eps for a floor)
-err.lse                []               real  first-order error scale of LSE
-floor.o                []               real  the policy's absolute floor for O: 8 × eps × err.o, plus the
-                                              storage terms of f16/bf16 (close(k=))
-floor.lse              []               real  the policy's absolute floor for LSE: 8 × eps × err.lse
+err.o                  [B, Hq, 1, 1]    real  first-order error scale of O (bounds.h; times eps for a floor),
+                                              per (batch, head)
+err.lse                [B, Hq, 1]       real  first-order error scale of LSE
+floor.o                [B, Hq, 1, 1]    real  the policy's absolute floor for O: 8 × eps × err.o, plus the
+                                              storage terms of f16/bf16 (close(k=) takes the naive error per
+                                              head too)
+floor.lse              [B, Hq, 1]       real  the policy's absolute floor for LSE: 8 × eps × err.lse
 )");
   if (backward) {
     const TensorInfos more = expr::tensor_table(R"(
@@ -75,18 +77,18 @@ naive.d       [B, Hq, Nq]      real  D of the naive same-precision backward
 naive.dq      [B, Hq, Nq, D]   real  dQ of the naive same-precision backward
 naive.dk      [B, Hkv, Nk, D]  real  dK of the naive same-precision backward
 naive.dv      [B, Hkv, Nk, D]  real  dV of the naive same-precision backward
-err.d         []               real  first-order error scale of D
-err.dq        []               real  first-order error scale of dQ
-err.dk        []               real  first-order error scale of dK
-err.dv        []               real  first-order error scale of dV
-err.dk_sum    []               real  first-order error scale of sum(dK, axis=2)
-err.dv_sum    []               real  first-order error scale of sum(dV, axis=2)
-floor.d       []               real  the policy's absolute floor for D: 8 × eps × err.d
-floor.dq      []               real  the policy's absolute floor for dQ: 8 × eps × err.dq
-floor.dk      []               real  the policy's absolute floor for dK: 8 × eps × err.dk
-floor.dv      []               real  the policy's absolute floor for dV: 8 × eps × err.dv
-floor.dk_sum  []               real  the policy's absolute floor for sum(dK, axis=2): 8 × eps × err.dk_sum
-floor.dv_sum  []               real  the policy's absolute floor for sum(dV, axis=2): 8 × eps × err.dv_sum
+err.d         [B, Hq, 1]       real  first-order error scale of D, per (batch, head)
+err.dq        [B, Hq, 1, 1]    real  first-order error scale of dQ
+err.dk        [B, Hkv, 1, 1]   real  first-order error scale of dK, per (batch, kv head)
+err.dv        [B, Hkv, 1, 1]   real  first-order error scale of dV
+err.dk_sum    [B, Hkv, 1]      real  first-order error scale of sum(dK, axis=2)
+err.dv_sum    [B, Hkv, 1]      real  first-order error scale of sum(dV, axis=2)
+floor.d       [B, Hq, 1]       real  the policy's absolute floor for D: 8 × eps × err.d
+floor.dq      [B, Hq, 1, 1]    real  the policy's absolute floor for dQ: 8 × eps × err.dq
+floor.dk      [B, Hkv, 1, 1]   real  the policy's absolute floor for dK: 8 × eps × err.dk
+floor.dv      [B, Hkv, 1, 1]   real  the policy's absolute floor for dV: 8 × eps × err.dv
+floor.dk_sum  [B, Hkv, 1]      real  the policy's absolute floor for sum(dK, axis=2): 8 × eps × err.dk_sum
+floor.dv_sum  [B, Hkv, 1]      real  the policy's absolute floor for sum(dV, axis=2): 8 × eps × err.dv_sum
 )");
     t.insert(t.end(), more.begin(), more.end());
   }
@@ -209,31 +211,37 @@ void put_common(const Case& c, bool backward, TensorMap& out) {
     // The built-in invariants' floor: floor_ulps (8, properties/attention/checks.cpp) × eps × scale.
     // (bounds.h: plus the storage roundings of f16/bf16 cases).
     // The trial's own scales when it has them (Trial::once), else computed here.
-    // Scalars: the largest over the case's (batch, kv head) groups, which
-    // the built-in comparisons take one by one (bounds.h).
+    // Per head, as the built-in comparisons take them (bounds.h): the
+    // query side's per (batch, query head), the key side's per (batch, kv head).
     OnceStore* once = out.once_store();
     const Scales scales = once ? (backward ? once->get<backward_scales>(c) : once->get<forward_scales>(c))
                                : error_scales(c, backward);
-    const ErrorScales& e = scales.all;
-    const ErrorScales f = floors(c, scales, backward, 8).all;
-    for (auto [name, value] : {std::pair{"floor.o", f.o},
-                               {"floor.lse", f.lse},
-                               {"floor.d", f.d},
-                               {"floor.dq", f.dq},
-                               {"floor.dk", f.dk},
-                               {"floor.dv", f.dv},
-                               {"floor.dk_sum", f.dk_sum},
-                               {"floor.dv_sum", f.dv_sum}})
-      out.put(name, Tensor::scalar(value));
-    for (auto [name, value] : {std::pair{"err.o", e.o},
-                               {"err.lse", e.lse},
-                               {"err.d", e.d},
-                               {"err.dq", e.dq},
-                               {"err.dk", e.dk},
-                               {"err.dv", e.dv},
-                               {"err.dk_sum", e.dk_sum},
-                               {"err.dv_sum", e.dv_sum}})
-      out.put(name, Tensor::scalar(value));
+    const Scales f = floors(c, scales, backward, 8);
+    const Shape& s = c.shape;
+    // One value per (batch, head) of the query side (rank 4 or 3), or per
+    // (batch, kv head) of the key side.
+    auto grouped = [&](const Scales& from, double ErrorScales::*field, int rank) {
+      const int heads = query_side(field) ? s.heads_q : s.heads_kv;
+      return Tensor::of(rank == 4 ? dims({s.batch, heads, 1, 1}) : dims({s.batch, heads, 1}), from.of(field));
+    };
+    struct Published {
+      const char* name;
+      double ErrorScales::*field;
+      int rank;
+    };
+    for (const Published& t : {Published{"o", &ErrorScales::o, 4},
+                               {"lse", &ErrorScales::lse, 3},
+                               {"d", &ErrorScales::d, 3},
+                               {"dq", &ErrorScales::dq, 4},
+                               {"dk", &ErrorScales::dk, 4},
+                               {"dv", &ErrorScales::dv, 4},
+                               {"dk_sum", &ErrorScales::dk_sum, 3},
+                               {"dv_sum", &ErrorScales::dv_sum, 3}}) {
+      if (out.wanted(std::string("floor.") + t.name))
+        out.put(std::string("floor.") + t.name, grouped(f, t.field, t.rank));
+      if (out.wanted(std::string("err.") + t.name))
+        out.put(std::string("err.") + t.name, grouped(scales, t.field, t.rank));
+    }
   }
 }
 

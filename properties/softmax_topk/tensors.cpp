@@ -31,8 +31,9 @@ naive.softmax       [R, V]  real  the naive two-pass softmax in the case's dtype
                                   of exp)
 naive.probs         [R, K]  real  naive.softmax at the reference's indices: the policy's baseline for
                                   target.probs (close(k=))
-floor.probs         []      real  the policy's absolute floor for probabilities: 8 × eps (f16, bf16: + u_s max
-                                  p + s, the store of a probability in the dtype)
+floor.probs         [R, 1]  real  the policy's absolute floor for a row's probabilities: 8 × eps (f16, bf16:
+                                  + u_s max p + s, the store of the row's largest probability in the dtype);
+                                  close(k=) takes the naive error per row too
 target.logit_at     [R, K]  real  the logit at each index the target returned
 target.softmax_at   [R, K]  real  reference.softmax at each index the target returned
 target.naive_at     [R, K]  real  naive.softmax at each index the target returned
@@ -105,15 +106,22 @@ void Traits::tensors(const Case& c, const Result* target, const Result* referenc
   out.put("block", Tensor::scalar(c.block, XT::integer));
   out.put("eps", Tensor::scalar(epsilon(c.dtype)));
   out.put("dtype_bytes", Tensor::scalar(storage_bytes(c.dtype), XT::integer));
-  // As the built-in invariants: a half case adds the store of the largest
-  // probability (u_s max p, the max over the whole fp64 softmax here) + s.
-  double store = 0;
-  if (is_half(c.dtype)) {
-    double top = 0;
-    for (double q : full(c, false)) top = std::max(top, q);
-    store = unit_roundoff(c.dtype) * top + subnormal_half_step(c.dtype);
+  // Per row: a half case adds the store of the row's largest probability
+  // (u_s max p over the row's fp64 softmax) + s. One floor for the output
+  // (the largest row's) let a row of probabilities below u_s max p be all
+  // zeros and pass.
+  if (out.wanted("floor.probs")) {
+    std::vector<double> floor(static_cast<size_t>(R), kFloorEps * epsilon(c.dtype));
+    if (is_half(c.dtype)) {
+      const std::vector<double> p = full(c, false);
+      for (int64_t r = 0; r < R; ++r) {
+        double top = 0;
+        for (int64_t j = 0; j < V; ++j) top = std::max(top, p[static_cast<size_t>(r * V + j)]);
+        floor[static_cast<size_t>(r)] += unit_roundoff(c.dtype) * top + subnormal_half_step(c.dtype);
+      }
+    }
+    out.put("floor.probs", Tensor::of({R, 1}, std::move(floor)));
   }
-  out.put("floor.probs", Tensor::scalar(kFloorEps * epsilon(c.dtype) + store));
   if (out.wanted("logits")) out.put("logits", Tensor::of({R, V}, c.logits));
   if (out.wanted("reference.softmax")) out.put("reference.softmax", Tensor::of({R, V}, full(c, false)));
   if (out.wanted("naive.softmax") || out.wanted("naive.probs")) {
