@@ -504,6 +504,41 @@ TEST(Expr, ClosePolicyScalesTheBaselineError) {
   EXPECT_NE(why.find("needs a target output"), std::string::npos) << why;
 }
 
+// close(k=) takes the baseline's error per group of floor.X's shape: per
+// row of a [R, 1] floor (and per element of an [R] one), over the tensor
+// for a scalar. One max over the tensor let a small row be all zeros and
+// pass: the large row's naive error set everyone's budget.
+TEST(Expr, ClosePolicyTakesTheBaselineErrorPerGroupOfTheFloor) {
+  auto holds = [&](std::vector<std::string> floor_shape, const std::vector<double>& target) {
+    const TensorInfos infos = {{"target.x", {"R", "C"}, DType::real, ""},
+                               {"reference.x", {"R", "C"}, DType::real, ""},
+                               {"naive.x", {"R", "C"}, DType::real, ""},
+                               {"floor.x", floor_shape, DType::real, ""}};
+    TensorMap m;
+    for (const auto& i : infos) m.want(i.name);
+    m.put("target.x", Tensor::of({2, 2}, target));
+    m.put("reference.x", Tensor::of({2, 2}, {1000, 2000, 1e-3, 2e-3}));
+    m.put("naive.x", Tensor::of({2, 2}, {1001, 2000, 1e-3, 2e-3}));  // row 0 errs by 1, row 1 by 0
+    if (floor_shape.empty())
+      m.put("floor.x", Tensor::scalar(1e-6));
+    else if (floor_shape.size() == 2)
+      m.put("floor.x", Tensor::of({2, 1}, {1e-6, 1e-6}));
+    else
+      m.put("floor.x", Tensor::of({2}, {1e-6, 1e-6}));  // [C]: broadcast along the rows
+    return Expression::compile("all(close(target.x, reference.x, k=2))", infos).check(m).holds;
+  };
+  const std::vector<double> small_row_zero = {1000, 2000, 0, 0}, within = {1001.5, 2000, 1e-3, 2e-3};
+  // A scalar floor: one group; row 0's naive error 1 budgets row 1 too.
+  EXPECT_TRUE(holds({}, small_row_zero));
+  // [R, 1]: per row. Row 1 is held to 2 × 0 + 1e-6.
+  EXPECT_FALSE(holds({"R", "1"}, small_row_zero));
+  EXPECT_TRUE(holds({"R", "1"}, within));
+  // [C] (a leading axis it lacks): per column, over the rows: column 0's
+  // naive error is 1, column 1's is 0.
+  EXPECT_TRUE(holds({"C"}, {1001.5, 2000, 0, 2e-3}));
+  EXPECT_FALSE(holds({"C"}, {1000, 2000, 1e-3, 0}));
+}
+
 TEST(Expr, CheckExplainsTheWorstElement) {
   const auto ok = Expression::compile("close(x, t.o)", kInfos).check(tensors());
   EXPECT_TRUE(ok.holds);
