@@ -141,6 +141,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       // evaluated on this case): no finding of the target; stop and say it.
       fmt::print(stderr, "\nkprop fuzz: error: {}\ncase:\n{}", e.what(),
                  kprop::emit_yaml(spec.family->to_yaml(c)));
+      // libFuzzer's fork mode shows a job's output only for crashes, and
+      // takes this exit for one it ignores: prop_runner --fuzz reads the
+      // error from this file (KPROP_ERROR_FILE) after each run.
+      if (const char* path = std::getenv("KPROP_ERROR_FILE"); path && *path)
+        if (std::FILE* f = std::fopen(path, "w")) {
+          fmt::print(f, "{}\n", e.what());
+          std::fclose(f);
+        }
       std::_Exit(2);
     }
     if (r.kind == kprop::CheckResult::Kind::declined) {

@@ -198,8 +198,10 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
       // The harness reads the spec, profile, domain overrides and target
       // from its environment: the run's own, so that a crash input decodes
       // to the case the import below re-checks.
+      const fs::path error_file = work / "harness_error.txt";
       const ProcessOptions env{{"KPROP_SPEC=" + spec.path, "KPROP_PROFILE=" + spec.profile,
-                                "KPROP_DOMAIN=" + spec.domain_overrides, "KPROP_TARGET=" + target_name}};
+                                "KPROP_DOMAIN=" + spec.domain_overrides, "KPROP_TARGET=" + target_name,
+                                "KPROP_ERROR_FILE=" + error_file.string()}};
       // The spec's error on some input (an expression that cannot be
       // evaluated, a broken reference): the harness says it and exits 2, as
       // a property run does; the run ends on it, exit 2. (It was "0 new
@@ -209,6 +211,8 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
         static const std::string kError = "kprop fuzz: error: ";
         std::string error;
         ProcessResult result;
+        std::error_code ec;
+        fs::remove(error_file, ec);
         try {
           result = run_process(argv, options, [&](const std::string& line) {
             if (error.empty() && line.rfind(kError, 0) == 0) error = line.substr(kError.size());
@@ -216,6 +220,13 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
           });
         } catch (const std::runtime_error& e) {
           throw InputError({argv[0], 0, 0}, e.what());
+        }
+        // Its line (a run without fork) or its file (a fork job's, whose
+        // output libFuzzer keeps to itself).
+        if (error.empty() && fs::exists(error_file)) {
+          std::ifstream in(error_file);
+          std::getline(in, error);
+          if (error.empty()) error = "(no message)";
         }
         if (!error.empty())
           throw InputError({}, fmt::format("spec {}: the fuzz harness stopped: {}", spec.name, error));

@@ -151,11 +151,14 @@ int run_fuzz_mode(const Config& cfg, const std::string& corpus_root) {
   for (const auto& s : report.stats)
     for (const auto& path : s.unreproduced) {
       ++unreproduced;
+      const bool leak = fs::path(path).filename().string().rfind("leak-", 0) == 0;
       fmt::print(
-          "  UNREPRODUCED {}: the harness failed on {}, a re-check of it alone passes: the failure "
-          "depends on more than the input (state kept between inputs, a race, uninitialised memory, "
-          "or a sanitizer only the harness has; run the harness on the file)\n",
-          s.spec, path);
+          "  UNREPRODUCED {}: the harness failed on {}, a re-check of it alone passes: {}; run the "
+          "harness on the file\n",
+          s.spec, path,
+          leak ? "a memory leak, which only the harness's sanitizer reports"
+               : "the failure depends on more than the input (state kept between inputs, a race, "
+                 "uninitialised memory, or a sanitizer only the harness has)");
     }
   if (report.interrupted) return 130;  // as a property run: never a green exit for a run cut short
   if (report.all_skipped()) fmt::print("SKIPPED: nothing was fuzzed (the target checked no seed input)\n");
@@ -296,6 +299,15 @@ int run(const Config& cfg) {
                          fmt::format("--out {} is the spec {}: the report would replace it", cfg.out, read));
     if (!cfg.replay.empty() && fs::equivalent(cfg.out, cfg.replay, ec))
       throw InputError({}, fmt::format("--out {} is the file --replay reads", cfg.out));
+    // Nor a file in the folder it replays (the report would replace a
+    // stored case before it is read, and be read as one the next time).
+    if (!cfg.replay.empty() && fs::is_directory(cfg.replay)) {
+      const fs::path folder = fs::weakly_canonical(cfg.replay, ec), out = fs::weakly_canonical(cfg.out, ec);
+      const auto [end, rest] = std::mismatch(folder.begin(), folder.end(), out.begin(), out.end());
+      if (end == folder.end())
+        throw InputError(
+            {}, fmt::format("--out {} is inside the folder --replay reads ({})", cfg.out, cfg.replay));
+    }
     check_writable("--out", cfg.out);
     // A report already there (an earlier run's) is replaced at once, until
     // this run's replaces it: a run that dies (a crash the crash guard

@@ -65,8 +65,8 @@ const typename Traits::Result& oracle_baseline(Trial<Traits>& t, const typename 
 
 // Another tiling changes rounding only: the target's result on each of
 // other_tilings(c) may differ from its result on c by what two results
-// within the policy may (2 × (k × naive error + floor)), per (batch, kv
-// head) group as every comparison (bounds.h). `outputs`: what to compare,
+// within the policy may (2 × (k × naive error + floor)), per head as every
+// comparison (bounds.h). `outputs`: what to compare,
 // each with name, field (of Result) and scale (its ErrorScales floor).
 template <typename Traits, typename Outputs>
 Verdict tilings_agree(Trial<Traits>& t, const typename Traits::Result& naive, const Scales& f, double k,

@@ -23,7 +23,7 @@ namespace {
 namespace color = svg::color;
 
 // One output tensor of the case under the policy: its per-element |error| /
-// bound, the bound of the element's (batch, kv head) group (bounds.h).
+// bound, the bound of the element's head (bounds.h).
 struct Scored {
   std::string name;
   const std::vector<double>* target = nullptr;

@@ -16,8 +16,8 @@ class Reporter {
   virtual std::string mutants(const Spec& spec, const std::vector<MutantRow>& rows) const = 0;
   virtual std::string replay(const Spec& spec, const std::vector<ReplayRow>& rows) const = 0;
   // A run that ended in an error (bad input, exit 2; an internal error,
-  // exit 3; Ctrl-C, 130) before its report: what --out holds then, so that
-  // no earlier run's report stays there to be read as this one's.
+  // exit 3) before its report, or did not finish: what --out holds then, so
+  // that no earlier run's report stays there to be read as this one's.
   virtual std::string error(const std::string& message, int exit_code) const = 0;
 };
 

@@ -30,7 +30,7 @@ ToleranceReport compare_with_baseline(std::span<const double> reference, std::sp
                                       std::span<const double> naive, double k, double abs_floor);
 
 // The same policy group by group: the tensor is floors.size() equal,
-// contiguous groups (attention: one per (batch, kv head)), each held to k ×
+// contiguous groups (attention: one per (batch, head)), each held to k ×
 // its own naive error + its own floor. One budget for the whole tensor is
 // set by its largest group: a group of values 2^-12 the size of another's
 // could be wrong by all it holds (zeros, a wrong head) and pass. The report

@@ -502,6 +502,22 @@ TEST(Cli, FuzzRunsTheHarnessInTheRunsDomainAndStopsOnItsError) {
   const std::string domain = contents(seen);
   EXPECT_NE(domain.find("vocab: [2, 9]"), std::string::npos) << domain;
   fs::remove_all(work);
+  // In a fork job (libFuzzer keeps its output, and its parent exits 0) the
+  // harness leaves the error in KPROP_ERROR_FILE: the run stops on it too.
+  std::ofstream(harness)
+      << "#!/bin/sh\n"
+         "case \"$*\" in\n"
+         "  *-runs=0*) echo 'kprop fuzz: tally: 2 input(s), 2 checked, 0 declined' >&2;;\n"
+         "  *-fork=*) echo 'dflash.yaml:9:13: index 40 is out of range' > \"$KPROP_ERROR_FILE\";;\n"
+         "esac\n";
+  const CliRun forked = run("--spec " + kSpec + " --fuzz --time 1 --no-corpus --work " + work.string() +
+                            " --fuzzer-dir " + dir.string());
+  EXPECT_EQ(forked.code, 2) << forked.out;
+  EXPECT_NE(
+      forked.out.find("spec dflash: the fuzz harness stopped: dflash.yaml:9:13: index 40 is out of range"),
+      std::string::npos)
+      << forked.out;
+  fs::remove_all(work);
 }
 
 // A crash input the harness saved that fails nothing when re-checked alone
@@ -529,6 +545,22 @@ TEST(Cli, FuzzCrashInputsThatDoNotFailAgainAreNoCleanRun) {
             std::string::npos)
       << r.out;
   fs::remove_all(work);
+}
+
+// A shard's share of the run's cases is rounded: it may run out a little
+// short of trials on discards inside its budget, with no case declined.
+// That is still a pass, as unsharded (it gave up, exit 2, while the rule
+// for cases the target declined was written).
+TEST(Cli, AShardShortOnItsOwnDiscardsStillPasses) {
+  const fs::path spec = temp("shard_probe.yaml");
+  std::ofstream(spec)
+      << "spec: shard_probe\nfamily: softmax_topk\ntarget: fused\nreference: reference\n"
+         "run: {trials: 4, max_size: 100, seed: 7, max_discard_ratio: 1}\n"
+         "domain: {dtype: [f32], rows: [1, 2], vocab: [1, 40]}\n"
+         "invariants:\n  - name: rare\n    when: V <= 20\n    expect: all(target.probs >= 0)\n";
+  const CliRun r = run("--spec " + spec.string() + " --shard 0/3 --seed 10 --no-corpus");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("cases: 3 drawn, 1 checked"), std::string::npos) << r.out;
 }
 
 // A run that ends in an error after --out was accepted leaves the format's
@@ -559,8 +591,14 @@ TEST(Cli, LeftOutValuesAndModesWithoutReportsAreInputErrors) {
   const fs::path nulls = temp("nulls.yaml");
   std::ofstream(nulls) << "spec: nulls\nfamily: dflash\nrun:\n  trials:\n";
   const std::string ops = std::string(KPROP_SOURCE_DIR) + "/specs/ops/rmsnorm.yaml";
+  const fs::path replayed = temp("replayed-folder");
+  fs::create_directories(replayed / "dflash");
   const std::pair<std::string, std::string> cases[] = {
       {"--spec " + nulls.string() + " --no-corpus", "nulls.yaml:4:3: 'trials' has no value"},
+      // The report would replace a stored case before it is read.
+      {"--spec " + kSpec + " --replay " + replayed.string() + " --out " +
+           (replayed / "dflash" / "r.json").string(),
+       "is inside the folder --replay reads"},
       {"--spec " + kSpec + " --no-corpus --domain '{vocab: null}'", "--domain:1:2: 'vocab' has no value"},
       {"--spec " + ops + " --no-corpus --domain '{t: [2, 3]}'",
        "--domain:1:2: unknown key 't' in the domain of op rmsnorm (its dtypes and dims) (did you mean "

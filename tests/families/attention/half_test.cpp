@@ -119,6 +119,47 @@ TEST(AttentionHalf, EachHeadIsHeldToItsOwnBudget) {
   EXPECT_EQ(compare_tensor("dQ", dims, bref.dq, bgot.dq, bnaive.dq, 2, dq_floors).outcome, Outcome::fail);
 }
 
+// Grouped-query attention: O, LSE, D and dQ are held per query head, dK and
+// dV per kv head (2 query heads share each of 2 kv heads here). kv head 0's
+// values are 2^12 larger; kv head 1's query heads get a dO 2^12 smaller, so
+// its dK and dV are too.
+TEST(AttentionHalf, QueryHeadsAndKvHeadsAreHeldToTheirOwnBudgets) {
+  const Case one = head(DType::f16, 4, 5, true);
+  Case c = one;
+  c.shape.heads_q = 4, c.shape.heads_kv = 2;
+  c.q.clear(), c.d_out.clear(), c.k.clear(), c.v.clear();
+  for (int h = 0; h < 4; ++h) {
+    c.q.insert(c.q.end(), one.q.begin(), one.q.end());
+    for (double x : one.d_out) c.d_out.push_back(h >= 2 ? x / 4096 : x);
+  }
+  for (int kvh = 0; kvh < 2; ++kvh) {
+    c.k.insert(c.k.end(), one.k.begin(), one.k.end());
+    for (double x : one.v) c.v.push_back(kvh == 0 ? x * 4096 : x);
+  }
+  const Scales f = floors(c, true, 8);
+  const FwdResult ref = reference_forward(c), naive = naive_forward(c);
+  FwdResult got = tiled(c);
+  const std::vector<double> o_floors = f.of(&ErrorScales::o);
+  ASSERT_EQ(o_floors.size(), 4u);  // per (batch, query head)
+  EXPECT_EQ(compare_tensor("O", q_dims(c.shape), ref.o, got.o, naive.o, 2, o_floors).outcome, Outcome::pass);
+  const size_t per_head = got.o.size() / 4;
+  std::fill(got.o.begin() + long(3 * per_head), got.o.end(), 0.0);  // query head 3 (kv head 1): zeros
+  const Verdict o = compare_tensor("O", q_dims(c.shape), ref.o, got.o, naive.o, 2, o_floors);
+  EXPECT_EQ(o.outcome, Outcome::fail);
+  EXPECT_NE(o.message.find("O[0,3,"), std::string::npos) << o.message;
+  EXPECT_NE(o.message.find("group, 4 of 4"), std::string::npos) << o.message;
+  const BwdResult bref = reference_backward(c), bnaive = naive_backward(c);
+  BwdResult bgot = tiled_d(c);
+  const std::vector<double> dk_floors = f.of(&ErrorScales::dk);
+  ASSERT_EQ(dk_floors.size(), 2u);  // per (batch, kv head)
+  EXPECT_EQ(compare_tensor("dK", kv_dims(c.shape), bref.dk, bgot.dk, bnaive.dk, 2, dk_floors).outcome,
+            Outcome::pass);
+  std::fill(bgot.dk.begin() + long(bgot.dk.size() / 2), bgot.dk.end(), 0.0);  // kv head 1's dK: zeros
+  const Verdict dk = compare_tensor("dK", kv_dims(c.shape), bref.dk, bgot.dk, bnaive.dk, 2, dk_floors);
+  EXPECT_EQ(dk.outcome, Outcome::fail);
+  EXPECT_NE(dk.message.find("group, 2 of 2"), std::string::npos) << dk.message;
+}
+
 TEST(AttentionHalf, PrecisionMutantsEqualTheKernelOutsideHalfCases) {
   for (const char* name : {"pv_in_storage", "rowsum_in_storage", "lse_in_storage"})
     for (DType dtype : {DType::f32, DType::f64}) {
