@@ -757,15 +757,15 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
   // failure it was kept for. (It was PASSED: an invariant the family
   // registers counted as the run's.)
   if (row.checked > 0 && row.target_ok && !row.declined) {
-    std::vector<std::string> own, in_run;
+    std::vector<std::string> own;
+    bool in_run = false;
     for (const auto& f : found) {
       if (f.invariant.empty() || by_mutant(f)) continue;
       own.push_back(f.invariant);
-      if (std::any_of(uses.begin(), uses.end(),
-                      [&](const InvariantUse* u) { return u->name == f.invariant; }))
-        in_run.push_back(f.invariant);
+      in_run = in_run || std::any_of(uses.begin(), uses.end(),
+                                     [&](const InvariantUse* u) { return u->name == f.invariant; });
     }
-    if (!own.empty() && in_run.empty()) {
+    if (!own.empty() && !in_run) {
       row.checked = 0;
       own_unchecked = true;
       row.target_detail = fmt::format(

@@ -93,9 +93,19 @@ Scales floors(const Case& c, bool backward, double floor_ulps) {
   return floors(c, error_scales(c, backward), backward, floor_ulps);
 }
 
+namespace {
+Largest largest(const Case& c, bool backward) {
+  if (!is_half(c.dtype) || !backward) return {};  // the τ terms: half backward cases only
+  return {max_abs(c.q), max_abs(c.k), max_abs(c.d_out)};
+}
+}  // namespace
+
+ErrorScales largest_floors(const Case& c, const Scales& e, bool backward, double floor_ulps) {
+  return group_floors(c, e.all, backward, floor_ulps, largest(c, backward));
+}
+
 Scales floors(const Case& c, const Scales& e, bool backward, double floor_ulps) {
-  Largest m;
-  if (is_half(c.dtype) && backward) m = {max_abs(c.q), max_abs(c.k), max_abs(c.d_out)};
+  const Largest m = largest(c, backward);
   Scales f;
   f.all = group_floors(c, e.all, backward, floor_ulps, m);
   for (auto [from, to] : {std::pair{&e.groups, &f.groups}, std::pair{&e.q_groups, &f.q_groups}}) {

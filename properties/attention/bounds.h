@@ -110,6 +110,9 @@ Scales backward_scales(const Case& c);
 // error_scales(c, backward).
 Scales floors(const Case& c, const Scales& scales, bool backward, double floor_ulps);
 Scales floors(const Case& c, bool backward, double floor_ulps);
+// The floors of the case's maxima alone (Scales::all of floors()), without
+// every head's: what a check of the whole case reads.
+ErrorScales largest_floors(const Case& c, const Scales& scales, bool backward, double floor_ulps);
 
 // One tensor under the policy, each head to its own floor (`floors`, one
 // per head, Scales::of): a pass, or a fail naming the tensor, the element

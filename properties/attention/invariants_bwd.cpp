@@ -74,7 +74,7 @@ std::optional<Verdict> beyond_half_range(T& t) {
   const ErrorScales& e = t.once<backward_scales>().all;
   // The f32 terms at 64 ulps, past any spec's floor_ulps default (8): what a
   // correct kernel may be off by, whatever tolerance an invariant is given.
-  const ErrorScales f = floors(c, t.once<backward_scales>(), true, 64).all;
+  const ErrorScales f = largest_floors(c, t.once<backward_scales>(), true, 64);
   const double largest = max_finite(c.dtype);
   auto discard = [&](const char* what) {
     return Verdict::discard(fmt::format("{} may pass {}'s largest finite value {}: no representable answer",
