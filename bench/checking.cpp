@@ -17,9 +17,10 @@
 //
 // Deterministic inputs (fixed seeds), CPU time (the machine may be shared):
 //   build/bench/bench_checking [--cases N] [--inputs N] [--filter TEXT] [--domain default|large]
-//                              [--fuzz-only | --checking-only] [--full-size]
+//                              [--fuzz-only | --checking-only] [--full-size] [--by-invariant]
 // --filter keeps the specs whose path contains TEXT; --domain keeps one of
-// the checking rows' domains (what a profile of one row wants).
+// the checking rows' domains (what a profile of one row wants);
+// --by-invariant adds each invariant's CPU time per case under its row.
 // Not a test: nothing here asserts a time.
 #include <fmt/format.h>
 #include <time.h>
@@ -62,7 +63,7 @@ int size_at(int64_t i, int64_t max_size) {
   return int((i % 100) * max_size / 99);
 }
 
-void checking_rows(const kprop::Spec& spec, const std::string& domain_name, int cases) {
+void checking_rows(const kprop::Spec& spec, const std::string& domain_name, int cases, bool by_invariant) {
   const kprop::Family& family = *spec.family;
   const kprop::Impl reference = kprop::resolve_target(spec, spec.reference);
   const auto gen = family.generator(spec.domain);
@@ -74,16 +75,26 @@ void checking_rows(const kprop::Spec& spec, const std::string& domain_name, int 
     if (impls[t].kind == kprop::ImplKind::mutant || impls[t].device != "cpu") continue;
     const kprop::Impl target = family.registered(t);
     double trial_s = 0, target_s = 0, reference_s = 0;
+    // CPU seconds per invariant over the checked cases; what a Trial caches
+    // (the target's run, the reference's, the error scales) counts to the
+    // first invariant that asks for it.
+    std::vector<double> invariant_s(spec.invariants.size());
     std::vector<const kprop::AnyCase*> checked_cases;
     for (const auto& c : drawn) {
       const double t0 = cpu_seconds();
+      std::vector<double> own(spec.invariants.size());
       try {
         auto trial = family.begin_trial(c, target, reference);
-        for (const auto& use : spec.invariants) (void)kprop::check_invariant(*trial, use);
+        for (size_t i = 0; i < spec.invariants.size(); ++i) {
+          const double t1 = cpu_seconds();
+          (void)kprop::check_invariant(*trial, spec.invariants[i]);
+          own[i] = cpu_seconds() - t1;
+        }
       } catch (const std::exception&) {
         continue;  // declined (Unsupported): not a checked case
       }
       trial_s += cpu_seconds() - t0;
+      for (size_t i = 0; i < own.size(); ++i) invariant_s[i] += own[i];
       checked_cases.push_back(&c);
     }
     // One run of the target, then of the reference, on each checked case,
@@ -106,6 +117,11 @@ void checking_rows(const kprop::Spec& spec, const std::string& domain_name, int 
                impls[t].name, checked, checked / std::max(trial_s, 1e-9),
                1e3 * trial_s / std::max(checked, 1), 1e3 * reference_s / std::max(checked, 1),
                (trial_s - target_s) / std::max(reference_s, 1e-12));
+    if (by_invariant)
+      for (size_t i = 0; i < invariant_s.size(); ++i)
+        fmt::print("    {:<34} {:>8.3f} ms/case {:>5.1f}%\n", spec.invariants[i].name,
+                   1e3 * invariant_s[i] / std::max<size_t>(checked_cases.size(), 1),
+                   100 * invariant_s[i] / std::max(trial_s, 1e-12));
   }
 }
 
@@ -142,7 +158,7 @@ void fuzz_row(const kprop::Spec& spec, int inputs, bool full_size) {
 int main(int argc, char** argv) {
   int cases = 200, inputs = 2000;
   std::string filter, domain;
-  bool checking = true, fuzz = true, full_size = false;
+  bool checking = true, fuzz = true, full_size = false, by_invariant = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--cases" && i + 1 < argc)
@@ -160,10 +176,12 @@ int main(int argc, char** argv) {
       fuzz = false;
     else if (a == "--full-size")
       full_size = true;
+    else if (a == "--by-invariant")
+      by_invariant = true;
     else {
       fmt::print(stderr,
                  "usage: bench_checking [--cases N] [--inputs N] [--filter TEXT] [--domain default|large] "
-                 "[--fuzz-only | --checking-only] [--full-size]\n");
+                 "[--fuzz-only | --checking-only] [--full-size] [--by-invariant]\n");
       return 2;
     }
   }
@@ -178,15 +196,16 @@ int main(int argc, char** argv) {
                  "cases", "cases/cpu-s", "ms/case", "ref ms", "overhead");
       for (const auto& path : paths) {
         const kprop::Spec spec = kprop::load_spec(path.string());
-        if (domain != "large") checking_rows(spec, "default", cases);
+        if (domain != "large") checking_rows(spec, "default", cases, by_invariant);
         const std::string family = spec.family->name();
         if (domain == "default")
           continue;
         else if (family.rfind("attention.", 0) == 0)
           checking_rows(with_domain(path.string(), {{"nq", "[1, 256]"}, {"nk", "[1, 256]"}}), "large",
-                        std::max(1, cases / 4));
+                        std::max(1, cases / 4), by_invariant);
         else if (family == "dflash")
-          checking_rows(with_domain(path.string(), {{"tree.nodes", "[1, 128]"}}), "large", cases);
+          checking_rows(with_domain(path.string(), {{"tree.nodes", "[1, 128]"}}), "large", cases,
+                        by_invariant);
       }
       fmt::print(
           "(overhead: CPU time of the trial minus the target's run, per run of the fp64 reference)\n\n");
