@@ -639,9 +639,11 @@ std::vector<CheckResult> check_uses_forked(const RunContext& ctx,
   const int status = child.status;
   if (child.stopped) return {child_failure("interrupted", "interrupted while the target ran; stopped it")};
   if (child.hung) return {child_failure("hang", hang_message(ctx.run.case_timeout_s))};
+  // A signal is kind "crash", not "threw": the finding's replay must die of
+  // one again, a throw alone does not reproduce it (replay_check.cpp).
   if (WIFSIGNALED(status))
     return {child_failure(
-        "threw", fmt::format("crashed with signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status))))};
+        "crash", fmt::format("crashed with signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status))))};
   nlohmann::json results;
   try {
     results = nlohmann::json::parse(child.text);
@@ -748,6 +750,7 @@ Finding record_finding(const RunContext& ctx, const InvariantUse* use, const Any
           progress);
     } else {
       f.kind = first.failure_kind == "threw" ? "crash" : first.failure_kind;
+      f.failure_kind = first.failure_kind;
       s.verdict = Verdict::fail(first.reason);
       // A hang is not shrunk: each try would cost the timeout.
       if (first.failure_kind != "hang" && use)

@@ -72,9 +72,11 @@ void check_replay(const RunContext& ctx, Finding& f) {
   const std::string error = row.value("error", "");
   if (!error.empty()) return set("error", "it could not read the case: " + error);
   if (target_failure) {
-    // The runner's kind of the re-run's failure; a throw is a crash finding.
+    // The re-run's failure must be of the finding's own kind: a target that
+    // died of a signal is not reproduced by one that only throws, nor back.
     const std::string got = row.value("target_failure", "");
-    if (got == f.kind || (f.kind == "crash" && got == "threw")) return set("reproduced", detail);
+    const std::string& want = f.failure_kind.empty() ? f.kind : f.failure_kind;
+    if (got == want) return set("reproduced", detail);
   } else if (!row.value("target_ok", true) && detail.rfind(f.invariant + ": ", 0) == 0) {
     return set("reproduced", detail);
   }

@@ -118,6 +118,10 @@ RunConfig effective_run(const Spec& spec, const RunOptions& options);
 struct Finding {
   std::string invariant;           // the invariant broken ("" for a target failure)
   std::string kind = "invariant";  // invariant, crash, hang, error
+  // A target failure's kind as the check saw it: threw (an exception),
+  // crash (a signal), hang, or an external transport's kind; what its
+  // replay must fail with again. "" for an invariant.
+  std::string failure_kind;
   std::string message;
   std::vector<Measured> measured;
   std::string case_yaml;
@@ -339,7 +343,8 @@ struct CheckResult {
   Kind kind = Kind::verdict;
   Verdict verdict;           // kind == verdict
   std::string reason;        // declined: the target's reason; target_failure: the message
-  std::string failure_kind;  // target_failure: crash, hang, error (external) or threw (in process)
+  std::string failure_kind;  // target_failure: crash (a signal, or an external target died), hang,
+                             // error (external) or threw (an exception in process)
   bool unavailable = false;  // declined because the target cannot run anything here
   // Seconds this check took, and of them inside the target and the
   // reference (a trial runs them once: the first check that needs them pays).

@@ -97,5 +97,43 @@ TEST_F(CrashTest, JobsHangIsStoredOnceByTheRunner) {
   expect_stored_once(dir_, "hang");
 }
 
+// An isolated run's finding keeps its kind through its replay check: a
+// target that died of a signal is reproduced only by a replay that dies of
+// one again, not by one that only throws (both were kind "threw", so a
+// replay that merely threw reproduced a segfault), and back. The re-run
+// here is a stand-in prop_runner that answers with the given failure kind.
+TEST_F(CrashTest, AReplayReproducesAFindingOnlyWithTheSameKindOfFailure) {
+  fs::create_directories(dir_);
+  struct Row {
+    std::string target, kind, replayed_as, check;
+  };
+  for (const Row& row : {Row{"segfaults", "crash", "threw", "not_reproduced"},
+                         Row{"segfaults", "crash", "crash", "reproduced"},
+                         Row{"throws_on_13", "threw", "crash", "not_reproduced"},
+                         Row{"throws_on_13", "threw", "threw", "reproduced"}}) {
+    const fs::path script = dir_ / "replay.sh";
+    std::ofstream(script) << "#!/bin/sh\necho '{\"files\": [{\"target_ok\": false, \"target_failure\": \""
+                          << row.replayed_as << "\", \"target_detail\": \"it failed\"}]}'\n";
+    fs::permissions(script, fs::perms::owner_all);
+    const Spec spec = parse_spec(
+        "spec: toy\nfamily: toy.sum\nrun: {trials: 200, seed: 3, case_timeout_s: 5}\n"
+        "domain: {value: [5, 13]}\ninvariants: [matches_reference]\n",
+        "toy.yaml");
+    RunOptions o;
+    o.target = row.target;
+    o.corpus_dir = (dir_ / "corpus").string();
+    o.isolate = true;
+    o.jobs = 1;
+    o.replay_checker = script.string();
+    const RunReport r = run_spec(spec, o);
+    const std::string what = row.target + " replayed as " + row.replayed_as;
+    ASSERT_TRUE(r.crash.has_value()) << what;
+    EXPECT_EQ(r.crash->kind, "crash") << what;
+    EXPECT_EQ(r.crash->failure_kind, row.kind) << what << ": " << r.crash->message;
+    EXPECT_EQ(r.crash->replay_check, row.check) << what << ": " << r.crash->replay_check_detail;
+    fs::remove_all(dir_ / "corpus");
+  }
+}
+
 }  // namespace
 }  // namespace kprop
