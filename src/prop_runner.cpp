@@ -347,22 +347,31 @@ int run(const Config& cfg) {
       if (fs::is_directory(path)) throw InputError({path, 0, 0}, "is a folder, not a fuzzer input file");
       if (!fs::is_regular_file(path)) throw InputError({path, 0, 0}, "no such fuzzer input");
     }
-    int found = 0;
+    int found = 0, passing = 0, skipped = 0;
     for (const auto& path : cfg.imports) {
       const FuzzImport imported =
           import_fuzz_input(spec, target, path, corpus_root, !cfg.no_corpus, cfg.case_timeout);
       const auto& f = imported.finding;
       if (!f) {
         if (imported.checked > 0)
-          fmt::print("  passes  {}\n", path);
+          ++passing, fmt::print("  passes  {}\n", path);
         else
-          fmt::print("  skip    {} (not checked: {})\n", path, imported.not_checked);
+          ++skipped, fmt::print("  skip    {} (not checked: {})\n", path, imported.not_checked);
         continue;
       }
       ++found;
       fmt::print("  {} {}: {}: {}\n    shrunk: {}{}\n", f->is_new ? "NEW  " : "known", path, f->what(),
                  f->message, f->summary, f->corpus_path.empty() ? "" : "\n    stored: " + f->corpus_path);
     }
+    // The verdict line, as a run's: an import that checked nothing is said
+    // SKIPPED (exit 0 as every skip, never PASSED).
+    const int n = static_cast<int>(cfg.imports.size());
+    if (found > 0)
+      fmt::print("FAILED: {} of {} input(s) fail ({} pass, {} not checked)\n", found, n, passing, skipped);
+    else if (passing > 0)
+      fmt::print("PASSED: {} of {} input(s) checked and pass ({} not checked)\n", passing, n, skipped);
+    else
+      fmt::print("SKIPPED: none of the {} input(s) was checked\n", n);
     return found > 0 ? 1 : 0;
   }
 

@@ -234,7 +234,9 @@ TEST(Cli, WholeNumbersAndCorpusFilesWithoutASpec) {
 }
 
 // --import: an input the target declined is said as not checked, never as
-// "passes" (it was); every path is checked before anything is stored.
+// "passes" (it was), and an import that checked nothing ends SKIPPED (it
+// ended on the skip line alone); every path is checked before anything is
+// stored.
 TEST(Cli, ImportSaysWhatItCouldNotCheckAndChecksEveryPathFirst) {
   if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
   const fs::path dir = temp("import");
@@ -254,6 +256,9 @@ TEST(Cli, ImportSaysWhatItCouldNotCheckAndChecksEveryPathFirst) {
   EXPECT_NE(skipped.out.find("skip    "), std::string::npos) << skipped.out;
   EXPECT_NE(skipped.out.find("not checked: declined"), std::string::npos) << skipped.out;
   EXPECT_EQ(skipped.out.find("passes"), std::string::npos) << skipped.out;
+  EXPECT_NE(skipped.out.find("SKIPPED: none of the 1 input(s) was checked"), std::string::npos)
+      << skipped.out;
+  EXPECT_EQ(skipped.out.find("PASSED"), std::string::npos) << skipped.out;
   // A target that fails on the input is a target failure, not an invariant
   // (it printed "error broken: ...").
   std::ofstream(dir / "errors.py")
