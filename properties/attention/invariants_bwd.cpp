@@ -237,9 +237,13 @@ Verdict finite_differences(T& t, const Values& p) {
   if (t.input().dtype != DType::f64) rerun = t.run_target(c);
   const BwdResult& got = rerun ? *rerun : t.target();
   const BwdResult& ref = t.reference();
-  // Of the fp64 copy: the same as the case's own (cached) unless the scale
-  // rounds differently in the case's dtype.
-  const Scales scales = t.input().dtype == DType::f64 ? t.once<backward_scales>() : error_scales(c, true);
+  // Of the fp64 copy. Its dQ, dK and dV fields (all that is read here) do
+  // not depend on the dtype but through the softmax scale (u and τ enter only
+  // the storage fields, sdq and the like): the case's own (cached) scales
+  // unless its scale rounds differently in its dtype (1/√D for D = 1, 4, 16
+  // does not).
+  const bool same_scale = effective_scale(c) == effective_scale(t.input());
+  const Scales scales = same_scale ? t.once<backward_scales>() : error_scales(c, true);
   // Per tensor and head (bounds.h: dQ per query head, dK and dV per kv
   // head): the kernel's floor scale and the largest reference entry; an
   // element is judged against its own head's.

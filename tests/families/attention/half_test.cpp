@@ -160,6 +160,26 @@ TEST(AttentionHalf, QueryHeadsAndKvHeadsAreHeldToTheirOwnBudgets) {
   EXPECT_NE(dk.message.find("group, 2 of 2"), std::string::npos) << dk.message;
 }
 
+// finite_differences reads the dQ, dK and dV scales of the case's fp64 copy
+// and takes the case's own (cached) ones where the two softmax scales are
+// equal: those fields depend on the dtype through that scale alone.
+TEST(AttentionHalf, GradientScalesOfTheFp64CopyAreTheCasesOwnAtTheSameSoftmaxScale) {
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+    Case c = head(dtype, 4, 5, true);
+    c.scale = 0.5;  // exact in every dtype
+    Case c64 = c;
+    c64.dtype = DType::f64;
+    ASSERT_EQ(effective_scale(c), effective_scale(c64));
+    const Scales own = error_scales(c, true), copy = error_scales(c64, true);
+    for (double ErrorScales::*field : {&ErrorScales::dq, &ErrorScales::dk, &ErrorScales::dv}) {
+      EXPECT_EQ(own.of(field), copy.of(field)) << dtype_name(dtype);
+      EXPECT_GT(own.all.*field, 0) << dtype_name(dtype);
+    }
+    c.scale = c64.scale = 0;  // 1/√2, which f32 rounds
+    EXPECT_NE(effective_scale(c), effective_scale(c64)) << dtype_name(dtype);
+  }
+}
+
 TEST(AttentionHalf, PrecisionMutantsEqualTheKernelOutsideHalfCases) {
   for (const char* name : {"pv_in_storage", "rowsum_in_storage", "lse_in_storage"})
     for (DType dtype : {DType::f32, DType::f64}) {
