@@ -107,6 +107,21 @@ std::vector<std::vector<int>> reductions(int n, bool singles) {
   return out;
 }
 
+// Smaller tiles for an axis cut from n to m elements (tile b): the same
+// number of tiles, ceil(m / tiles), and the same last tile, b - (n - m). A
+// failure that needs several tiles, or a partial last one, keeps them as the
+// axis shrinks; with the tile kept, a cut axis soon fits in one tile, and
+// the shrink stopped at e.g. Nk 4 in tiles of 3 where Nk 2 in tiles of 1
+// fails as well. Only tiles below min(b, m) (what the cut alone gives).
+std::vector<int> smaller_tiles(int b, int n, int m) {
+  b = std::min(b, n);
+  const int tiles = (n + b - 1) / b;
+  std::vector<int> out;
+  for (int x : {(m + tiles - 1) / tiles, b - (n - m)})
+    if (x >= 1 && x < std::min(b, m) && std::find(out.begin(), out.end(), x) == out.end()) out.push_back(x);
+  return out;
+}
+
 using Edit = std::function<void(Case&)>;
 
 // What every accepted shrink step must lower (lexicographically), so the
@@ -205,31 +220,58 @@ std::vector<Edit> simplifications(const Case& c) {
 template <bool B>
 rc::Seq<Case> CaseTraits<B>::shrinks(const Case& c, const Values& domain) {
   const Selection all = everything(c);
-  std::vector<Selection> selections;
+  // A sub-case, and its tiles (0: the case's own).
+  struct Sub {
+    Selection sel;
+    int block_q = 0, block_k = 0;
+  };
+  std::vector<Sub> subs;
   auto along = [&](std::vector<int> Selection::*axis, int n, bool singles) {
     for (auto& kept : reductions(n, singles)) {
       Selection s = all;
       s.*axis = std::move(kept);
-      selections.push_back(std::move(s));
+      subs.push_back({std::move(s)});
     }
+  };
+  // Queries or keys cut, each right before the same cut with smaller tiles.
+  const int nq = c.shape.nq, nk = c.shape.nk;
+  auto cut = [&](Selection s) {
+    const int mq = int(s.rows.size()), mk = int(s.cols.size());
+    const std::vector<int> bq = smaller_tiles(c.block_q, nq, mq), bk = smaller_tiles(c.block_k, nk, mk);
+    subs.push_back({s});
+    for (int b : bq) subs.push_back({s, b, 0});
+    for (int b : bk) subs.push_back({s, 0, b});
+    if (!bq.empty() && !bk.empty()) subs.push_back({s, bq[0], bk[0]});
   };
   along(&Selection::batches, c.shape.batch, true);
   along(&Selection::kv_heads, c.shape.heads_kv, true);
   along(&Selection::members, c.shape.group(), true);
   // Queries and keys together first: where the domain ties Nk to Nq
   // (same_length_rate = 1) only these keep the case inside it.
-  if (c.shape.nq == c.shape.nk)
-    for (auto& kept : reductions(c.shape.nq, false)) {
+  if (nq == nk)
+    for (auto& kept : reductions(nq, false)) {
       Selection s = all;
       s.rows = kept;
       s.cols = std::move(kept);
-      selections.push_back(std::move(s));
+      cut(std::move(s));
     }
-  along(&Selection::rows, c.shape.nq, false);
-  along(&Selection::cols, c.shape.nk, false);
+  for (auto& kept : reductions(nq, false)) {
+    Selection s = all;
+    s.rows = std::move(kept);
+    cut(std::move(s));
+  }
+  for (auto& kept : reductions(nk, false)) {
+    Selection s = all;
+    s.cols = std::move(kept);
+    cut(std::move(s));
+  }
   along(&Selection::dims, c.shape.dim, true);
-  auto structural = rc::seq::map(rc::seq::fromContainer(std::move(selections)),
-                                 [c](const Selection& s) { return select(c, s); });
+  auto structural = rc::seq::map(rc::seq::fromContainer(std::move(subs)), [c](const Sub& s) {
+    Case out = select(c, s.sel);
+    if (s.block_q) out.block_q = s.block_q;
+    if (s.block_k) out.block_k = s.block_k;
+    return out;
+  });
   std::vector<Edit> edits = simplifications(c);
   // One tile each, as close as the domain's tile ranges allow.
   const IntRange bq = domain.int_range("block_q"), bk = domain.int_range("block_k");

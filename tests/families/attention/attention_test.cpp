@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <random>
 #include <stdexcept>
 
@@ -240,6 +241,36 @@ TEST(AttentionBackwardD, AnInfiniteOAllowsNoD) {
   };
   EXPECT_EQ(outcome("inf_o"), Outcome::pass);
   EXPECT_EQ(outcome("inf_o_wrong_d"), Outcome::fail);
+}
+
+// A failure that needs several tiles, or a partial last one, shrinks with
+// its tiles: cutting keys offers smaller tiles too (the same tile count, the
+// same last tile). With the tile kept, drop_partial_tile's counterexample
+// stopped at Nk 5 in tiles of 4 (a 4 + 1 split), and rescale_inverted's at
+// Nk 4 in tiles of 3, where Nk 3 in tiles of 2 and Nk 2 in tiles of 1 fail.
+TEST(AttentionShrink, TilesShrinkWithTheKeys) {
+  struct Row {
+    const char* target;
+    const char* invariant;
+    uint64_t seed;
+    int trials;
+    const char* shrunk;
+  };
+  for (const Row& row : {Row{"drop_partial_tile", "o_rounded_to_nearest", 9, 100, "Nk3 D1 tiles 1x2"},
+                         Row{"rescale_inverted", "permutation_equivariance", 7, 50, "Nk2 D1 tiles 1x1"}}) {
+    RunOptions o;
+    o.target = row.target;
+    o.seed = row.seed;
+    o.trials = row.trials;
+    o.only_invariants = {row.invariant};
+    o.write_corpus = false;
+    o.corpus_dir = (std::filesystem::temp_directory_path() / "kprop_attention_shrink").string();
+    const RunReport r = run_spec(load_spec(kFwdSpec), o);
+    ASSERT_EQ(r.invariants.size(), 1u) << row.target;
+    ASSERT_TRUE(r.invariants[0].counterexample.has_value()) << row.target;
+    EXPECT_NE(r.invariants[0].counterexample->stats.summary.find(row.shrunk), std::string::npos)
+        << row.target << ": " << r.invariants[0].counterexample->stats.summary;
+  }
 }
 
 // A rounded-to-nearest invariant on a bf16 case whose scores tie (the keys
