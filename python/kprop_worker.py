@@ -86,7 +86,7 @@ def _to_dtype(op, name, dtype_name, value):
         return a.view(_DTYPES["bf16"])
     if a.dtype.kind not in "fiub":  # e.g. a torch-less object array
         raise TypeError("a bf16 output must be floats, bfloat16 or uint16 bits, not %s" % a.dtype)
-    return float32_to_bf16(a if a.dtype == np.float64 else a.astype(np.float32)).view(_DTYPES["bf16"])
+    return float32_to_bf16(a).view(_DTYPES["bf16"])
 
 
 class Unsupported(Exception):

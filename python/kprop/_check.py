@@ -552,7 +552,7 @@ def _write_outputs(op: str, outputs, result) -> None:
             out[...] = _wire.integer_output(op, name, a, out.dtype)
         elif dtype == "bf16" and out.dtype == np.uint16 and a.dtype != np.uint16:
             # bf16 outputs are raw bits here (NumPy has no bfloat16): floats round once, to nearest even.
-            out[...] = _half.float32_to_bf16(a if a.dtype == np.float64 else a.astype(np.float32))
+            out[...] = _half.float32_to_bf16(a)
         elif a.dtype == out.dtype or out.dtype.itemsize >= a.dtype.itemsize:
             out[...] = a
         else:

@@ -33,13 +33,18 @@ def float32_to_bf16(x):
     """bf16 bit patterns (uint16) of float values, rounded to nearest, ties to even.
 
     Overflow goes to +-inf, NaN stays NaN (sign and the payload's top bits kept,
-    quiet bit set). float64 input is rounded once, straight to bf16 (through
-    float32 rounded to odd, which cannot round twice); other inputs go through
-    float32 first.
+    quiet bit set). Every input is rounded once, straight to bf16: float16 and
+    float32 exactly, anything else through float64 (integers exact up to 2^53)
+    and float32 rounded to odd, which cannot round twice.
     """
     x = np.asarray(x)
     shape = x.shape
     x = np.ascontiguousarray(x).reshape(-1)
+    if x.dtype not in (np.float16, np.float32):
+        # Integers and long doubles through float64 (exact up to 2^53): a
+        # cast to float32 would round them once before the bf16 rounding
+        # (2^24 + 2^16 + 1 landed on a tie and went to even).
+        x = x.astype(np.float64)
     if x.dtype == np.float64:
         with np.errstate(invalid="ignore", over="ignore"):
             f = x.astype(np.float32)  # nearest; made round-to-odd: toward zero, low bit sticky

@@ -139,6 +139,17 @@ def test_float64_to_bf16_rounds_once():
     assert np.array_equal(got, want), [(x, int(g), int(w)) for x, g, w in zip(xs, got, want) if g != w][:5]
 
 
+def test_integer_and_long_double_outputs_round_once_to_bf16():
+    # An int64 bf16 output went through float32 first: 2^24 + 2^16 + 1 landed
+    # on the tie between 2^24 and 2^24 + 2^17 and went to even (0x4B80), where
+    # the value itself rounds up (0x4B81), as C++'s bf16_from_double does.
+    x = 2**24 + 2**16 + 1
+    for returned in (np.array([x], np.int64), np.array([x], np.float64)):
+        got = kw._to_dtype("op", "y", "bf16", returned).view(np.uint16)
+        assert int(got[0]) == 0x4B81 == ref_round(float(x)), (returned.dtype, hex(int(got[0])))
+    assert int(kw.float32_to_bf16(np.array([x], np.int32))[0]) == 0x4B81
+
+
 def test_nan_stays_nan():
     for x in (float("nan"), -float("nan")):
         for dt in (np.float32, np.float64):
