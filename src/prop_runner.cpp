@@ -414,6 +414,9 @@ int run(const Config& cfg) {
     std::error_code ec;
     const fs::path self = fs::canonical("/proc/self/exe", ec);
     options.replay_checker = ec ? cfg.self : self.string();
+  } else {
+    options.no_replay_check_reason =
+        cfg.mutants ? "--mutants: a planted mutant's finding is a kill" : "--no-replay-check";
   }
 
   std::string text, formatted;
@@ -475,8 +478,20 @@ int run(const Config& cfg) {
 int main(int argc, char** argv) {
   CLI::App app{"kprop property runner: checks a kernel against a YAML spec", "prop_runner"};
   Config cfg;
-  app.add_option("--spec", cfg.specs, "spec file (specs/*.yaml); repeatable with --fuzz")
-      ->check(CLI::ExistingFile);
+  // An existing file, or a spec's old name whose new file exists (load_spec
+  // loads that, with a note): CLI::ExistingFile refused the old names.
+  const CLI::Validator spec_file(
+      [](std::string& path) -> std::string {
+        if (fs::is_regular_file(path)) return "";
+        const fs::path p(path);
+        for (const auto& [old_stem, new_stem] : renamed_specs())
+          if (p.stem() == old_stem &&
+              fs::is_regular_file(fs::path(p).replace_filename(new_stem + p.extension().string())))
+            return "";
+        return fs::exists(path) ? "not a file: " + path : "File does not exist: " + path;
+      },
+      "FILE");
+  app.add_option("--spec", cfg.specs, "spec file (specs/*.yaml); repeatable with --fuzz")->check(spec_file);
   app.add_option("--profile", cfg.profile,
                  "apply the spec's profile NAME (its profiles: domain/run overrides; e.g. gpu)")
       ->check(
@@ -496,7 +511,9 @@ int main(int argc, char** argv) {
   const auto seconds = number_in(0, false, 1e7, "a number of seconds in [0, 1e7]");
   // As run.case_timeout_s: below a millisecond the deadline truncated to 0 ns, which is no deadline.
   const auto timeout = number_in(0.001, false, 1e7, "a number of seconds in [0.001, 1e7]");
-  app.add_option("--trials", cfg.trials, "cases to draw")->transform(count);
+  app.add_option("--trials", cfg.trials,
+                 "checked cases each invariant needs (up to trials x (1 + max_discard_ratio) are drawn)")
+      ->transform(count);
   app.add_option("--time", cfg.time, "time budget in seconds; 0: no time limit (--fuzz: until Ctrl-C)")
       ->check(seconds);
   app.add_option("--case-timeout", cfg.case_timeout,
@@ -517,7 +534,9 @@ int main(int argc, char** argv) {
       "time split, error/bound ratios (JSON always has them); with --mutants, the kill matrix");
   app.add_option("--out", cfg.out, "write the report to FILE (text summary still on stdout)");
   auto* corpus = app.add_option("--corpus", cfg.corpus, "corpus root (default: corpus/ beside specs/)");
-  app.add_flag("--no-corpus", cfg.no_corpus, "do not store counterexamples")->excludes(corpus);
+  app.add_flag("--no-corpus", cfg.no_corpus,
+               "keep counterexamples out of the corpus (each is still written to .kprop/findings/<spec>/)")
+      ->excludes(corpus);
   app.add_flag("--no-replay-check", cfg.no_replay_check,
                "do not re-run each finding's replay command in a fresh process (it is, by default, and the "
                "report says when the failure did not come back)");

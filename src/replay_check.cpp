@@ -30,7 +30,9 @@ std::vector<std::string> replay_argv(const RunContext& ctx, const std::string& p
 
 void check_replay(const RunContext& ctx, Finding& f) {
   auto not_run = [&](const std::string& why) { f.replay_check_detail = "not re-run: " + why; };
-  if (ctx.options.replay_checker.empty()) return not_run("no prop_runner to re-run it with");
+  if (ctx.options.replay_checker.empty())
+    return not_run(ctx.options.no_replay_check_reason.empty() ? "no prop_runner to re-run it with"
+                                                              : ctx.options.no_replay_check_reason);
   if (f.corpus_path.empty() || ctx.target_name.rfind("python:", 0) == 0) return not_run("no replay command");
   if (interrupted()) return not_run("the run was interrupted");
   std::vector<std::string> argv = replay_argv(ctx, f.corpus_path, f.invariant);

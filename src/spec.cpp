@@ -919,7 +919,9 @@ std::string first_problem(std::initializer_list<std::string> problems) {
 const Schema& run_schema() {
   static const RunConfig d;
   static const Schema schema = {
-      field::integer("trials", d.trials, 1, 1e9, "cases drawn per run"),
+      field::integer(
+          "trials", d.trials, 1, 1e9,
+          "checked cases each invariant needs (a run draws up to trials x (1 + max_discard_ratio))"),
       field::integer("max_size", d.max_size, 0, 10000,
                      "RapidCheck size reached by the last trial (100 = full domain)"),
       field::integer("seed", static_cast<int64_t>(d.seed), 0, 9.2e18,

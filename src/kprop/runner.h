@@ -103,6 +103,9 @@ struct RunOptions {
   // (Finding::replay_check). Empty: not re-run (a Python function or a test
   // binary has no prop_runner of its own; --mutants and --no-replay-check).
   std::string replay_checker;
+  // Why replay_checker is empty, for the report's not_run; empty: "no
+  // prop_runner to re-run it with".
+  std::string no_replay_check_reason;
   // How to replay a stored case where no prop_runner can (a kernel linked
   // into a GoogleTest binary, kprop/testing.h): printed for each finding,
   // `{path}` standing for the stored file. Empty: the prop_runner command.

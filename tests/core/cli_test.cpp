@@ -314,6 +314,29 @@ TEST(Cli, TheReplayCarriesTheProfileAndDomain) {
   fs::remove_all(corpus);
 }
 
+// A finding not re-run says why: --no-replay-check or --mutants, not "no
+// prop_runner to re-run it with" (it said that for both); and a spec's old
+// name loads its new file from the command line too (--spec refused it as a
+// missing file before the loader could).
+TEST(Cli, WhyAFindingWasNotReRunAndOldSpecNames) {
+  const CliRun r = run("--spec " + kSpec +
+                       " --target positional_logits --seed 3 --no-corpus --no-replay-check --format json "
+                       "--invariant lossless");
+  EXPECT_EQ(r.code, 1) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_EQ(j["invariants"][0]["counterexample"]["replay_check"]["detail"], "not re-run: --no-replay-check")
+      << j["invariants"][0]["counterexample"]["replay_check"];
+  const CliRun old =
+      run("--spec " + std::string(KPROP_SOURCE_DIR) + "/specs/flash_fwd.yaml --trials 3 --jobs 1");
+  EXPECT_EQ(old.code, 0) << old.out;
+  EXPECT_NE(old.out.find("is now " + std::string(KPROP_SOURCE_DIR) + "/specs/attention_fwd.yaml"),
+            std::string::npos)
+      << old.out;
+  const CliRun missing = run("--spec " + std::string(KPROP_SOURCE_DIR) + "/specs/no_such_spec.yaml");
+  EXPECT_EQ(missing.code, 2) << missing.out;
+  EXPECT_NE(missing.out.find("File does not exist"), std::string::npos) << missing.out;
+}
+
 // A failing invariant checked the case it failed on too: its JSON count
 // agrees with the run's (it said trials_to_fail - 1).
 TEST(Cli, AFailingInvariantCountsTheCaseItFailedOn) {
