@@ -482,12 +482,7 @@ int main(int argc, char** argv) {
   // loads that, with a note): CLI::ExistingFile refused the old names.
   const CLI::Validator spec_file(
       [](std::string& path) -> std::string {
-        if (fs::is_regular_file(path)) return "";
-        const fs::path p(path);
-        for (const auto& [old_stem, new_stem] : renamed_specs())
-          if (p.stem() == old_stem &&
-              fs::is_regular_file(fs::path(p).replace_filename(new_stem + p.extension().string())))
-            return "";
+        if (fs::is_regular_file(path) || !renamed_spec_file(path).empty()) return "";
         return fs::exists(path) ? "not a file: " + path : "File does not exist: " + path;
       },
       "FILE");

@@ -835,16 +835,22 @@ const std::vector<std::pair<std::string, std::string>>& renamed_specs() {
   return renamed;
 }
 
+std::string renamed_spec_file(const std::string& path) {
+  const std::filesystem::path p(path);
+  if (std::filesystem::exists(p)) return "";
+  for (const auto& [old_stem, new_stem] : renamed_specs()) {
+    const auto renamed = std::filesystem::path(p).replace_filename(new_stem + p.extension().string());
+    if (p.stem() == old_stem && std::filesystem::is_regular_file(renamed)) return renamed.string();
+  }
+  return "";
+}
+
 Spec load_spec(const std::string& path, const std::string& profile, const std::string& domain_overrides) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    const std::filesystem::path p(path);
-    for (const auto& [old_stem, new_stem] : renamed_specs()) {
-      const auto renamed = std::filesystem::path(p).replace_filename(new_stem + p.extension().string());
-      if (p.stem() == old_stem && std::filesystem::exists(renamed)) {
-        fmt::print(stderr, "kprop: note: spec {} is now {}; loading that\n", path, renamed.string());
-        return load_spec(renamed.string(), profile, domain_overrides);
-      }
+    if (const std::string renamed = renamed_spec_file(path); !renamed.empty()) {
+      fmt::print(stderr, "kprop: note: spec {} is now {}; loading that\n", path, renamed);
+      return load_spec(renamed, profile, domain_overrides);
     }
     throw InputError({path, 0, 0}, "cannot read spec file");
   }

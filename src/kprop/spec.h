@@ -148,6 +148,10 @@ const std::vector<DeclaredFamily>& declared_families();
 // Shipped specs that were renamed, old stem -> new stem (flash_fwd ->
 // attention_fwd: a spec file is named after its family, '.' -> '_').
 const std::vector<std::pair<std::string, std::string>>& renamed_specs();
+// The file a spec path names under its new name, where the path is a
+// missing old name (specs/flash_fwd.yaml -> specs/attention_fwd.yaml) and
+// that file exists; "" otherwise.
+std::string renamed_spec_file(const std::string& path);
 
 // Loads and validates a spec and every profile it declares; throws
 // InputError naming file:line:col. `profile` (prop_runner --profile)
