@@ -2,6 +2,13 @@
 // (attention_cuda.h, f16/bf16 in, f32 accumulation) against a materialized
 // baseline in the same binary (cuBLAS S = scale·QKᵀ, f16/bf16 out with f32
 // compute; a softmax kernel, one block per row, in place; cuBLAS O = P·V).
+// The backward likewise: the tensor-core backward (attention_bwd_cuda.h: D
+// pre-pass, dK/dV and dQ kernels, given the forward's O and LSE) against
+// cuBLAS S, the softmax, dV = Pᵀ·dO, dP = dO·Vᵀ, a kernel for
+// dS = P ⊙ (dP − rowsum(P ⊙ dP)), dQ = σ·dS·K and dK = σ·dSᵀ·Q. Backward
+// FLOPs = 2.5 × the forward's (five N×N×D products against two, the
+// FlashAttention convention; the tensor-core kernel does seven, recomputing
+// S and dP for dQ).
 //
 // Shapes after the FlashAttention-2 paper: batch·N = 16384 tokens, H·D = 2048
 // (H = 32 at D = 64, 16 at D = 128), N ∈ {1k, 4k, 16k}, causal or not.
@@ -32,11 +39,13 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/attention/attention_bwd_cuda.h"
 #include "kernels/attention/attention_cuda.h"
 
 namespace {
 
 namespace cr = kprop::attention::cuda_raw;
+namespace br = kprop::attention::cuda_bwd_raw;
 
 constexpr double kPeakTflops = 989.4;  // H100 SXM, dense f16/bf16 (datasheet)
 constexpr int kSets = 3;
@@ -63,6 +72,32 @@ __global__ void fill_kernel(Elem* x, size_t n, uint32_t seed) {
   }
 }
 
+// The maximum or the sum of v over the block (every thread gets it); red:
+// 32 floats of shared memory.
+__device__ float block_reduce(float v, bool is_max, float* red) {
+  for (int o = 16; o > 0; o /= 2) {
+    const float w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = is_max ? fmaxf(v, w) : v + w;
+  }
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = threadIdx.x < blockDim.x / 32 ? red[threadIdx.x] : (is_max ? -INFINITY : 0.f);
+  for (int o = 16; o > 0; o /= 2) {
+    const float w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = is_max ? fmaxf(v, w) : v + w;
+  }
+  return v;
+}
+
+template <typename Elem>
+__device__ Elem to_elem(float x) {
+  if constexpr (std::is_same_v<Elem, __half>)
+    return __float2half_rn(x);
+  else
+    return __float2bfloat16_rn(x);
+}
+
 // In place: row r of S (n_cols wide) becomes softmax(S[r]) with keys j > i
 // (i = r mod n_rows) masked when causal (Nq = Nk, so bottom-right = top-left).
 template <typename Elem>
@@ -71,21 +106,7 @@ __global__ void softmax_rows(Elem* s, int n_rows, int n_cols, bool causal) {
   const size_t r = blockIdx.x;
   Elem* row = s + r * size_t(n_cols);
   const int last = causal ? int(r % size_t(n_rows)) : n_cols - 1;
-  auto block_reduce = [&](float v, bool is_max) {
-    for (int o = 16; o > 0; o /= 2) {
-      const float w = __shfl_xor_sync(0xffffffffu, v, o);
-      v = is_max ? fmaxf(v, w) : v + w;
-    }
-    __syncthreads();
-    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
-    __syncthreads();
-    v = threadIdx.x < blockDim.x / 32 ? red[threadIdx.x] : (is_max ? -INFINITY : 0.f);
-    for (int o = 16; o > 0; o /= 2) {
-      const float w = __shfl_xor_sync(0xffffffffu, v, o);
-      v = is_max ? fmaxf(v, w) : v + w;
-    }
-    return v;
-  };
+  auto block_reduce = [&](float v, bool is_max) { return ::block_reduce(v, is_max, red); };
   float m = -INFINITY;
   for (int j = threadIdx.x; j <= last; j += blockDim.x) m = fmaxf(m, float(row[j]));
   m = block_reduce(m, true);
@@ -95,11 +116,22 @@ __global__ void softmax_rows(Elem* s, int n_rows, int n_cols, bool causal) {
   const float inv = 1.f / sum;
   for (int j = threadIdx.x; j < n_cols; j += blockDim.x) {
     const float p = j <= last ? __expf(float(row[j]) - m) * inv : 0.f;
-    if constexpr (std::is_same_v<Elem, __half>)
-      row[j] = __float2half_rn(p);
-    else
-      row[j] = __float2bfloat16_rn(p);
+    row[j] = to_elem<Elem>(p);
   }
+}
+
+// In place: row r of dP becomes dS = P ⊙ (dP − D), D = rowsum(P ⊙ dP) (the
+// softmax backward, one block per row).
+template <typename Elem>
+__global__ void dsoftmax_rows(const Elem* p, Elem* dp, int n_cols) {
+  __shared__ float red[32];
+  const Elem* prow = p + size_t(blockIdx.x) * n_cols;
+  Elem* drow = dp + size_t(blockIdx.x) * n_cols;
+  float sum = 0.f;
+  for (int j = threadIdx.x; j < n_cols; j += blockDim.x) sum += float(prow[j]) * float(drow[j]);
+  const float d = block_reduce(sum, false, red);
+  for (int j = threadIdx.x; j < n_cols; j += blockDim.x)
+    drow[j] = to_elem<Elem>(float(prow[j]) * (float(drow[j]) - d));
 }
 
 struct Config {
@@ -172,7 +204,7 @@ struct Buffers {
 struct Timing {
   double flash_ms = 0, base_ms = 0;
 };
-std::map<std::string, Timing> g_results;
+std::map<std::string, Timing> g_results, g_bwd_results;
 struct Variant {
   std::string name;
   double ms, tflops;
@@ -230,6 +262,30 @@ double run_timed(benchmark::State& state, const Config& c, Fn fn) {
   return med;
 }
 
+// Batched cuBLAS GEMM over B·H heads of 16-bit tensors, f32 compute. The
+// callers pass column-major views of row-major tensors (X [r][c] is Xᵀ,
+// c×r, ld c).
+void batched_gemm(const Config& c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                  const float* alpha, const void* a, int lda, long long sa, const void* b, int ldb,
+                  long long sb, void* out, int ldc, long long sc, const char* what) {
+  const cudaDataType_t t = c.type == cr::Half::f16 ? CUDA_R_16F : CUDA_R_16BF;
+  const float zero = 0.f;
+  check(
+      cublasGemmStridedBatchedEx(g_cublas, ta, tb, m, n, k, alpha, a, t, lda, sa, b, t, ldb, sb, &zero, out,
+                                 t, ldc, sc, c.batch() * c.heads(), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      what);
+}
+
+// The baseline's softmax over each row of S [B·H·N][N], in place.
+void softmax_in_place(const Config& c, void* s) {
+  const unsigned rows = unsigned(size_t(c.batch()) * c.heads() * c.n);
+  if (c.type == cr::Half::f16)
+    softmax_rows<__half><<<rows, 256>>>(static_cast<__half*>(s), c.n, c.n, c.causal);
+  else
+    softmax_rows<__nv_bfloat16><<<rows, 256>>>(static_cast<__nv_bfloat16*>(s), c.n, c.n, c.causal);
+  check(cudaGetLastError(), "softmax");
+}
+
 void flash(benchmark::State& state, Config c) {
   if (!have_device()) return state.SkipWithError("no CUDA device");
   try {
@@ -258,30 +314,129 @@ void materialized(benchmark::State& state, Config c) {
   if (!have_device()) return state.SkipWithError("no CUDA device");
   try {
     Buffers buf(c, true);
-    const cudaDataType_t t = c.type == cr::Half::f16 ? CUDA_R_16F : CUDA_R_16BF;
-    const int n = c.n, d = c.dim, batches = c.batch() * c.heads();
+    const int n = c.n, d = c.dim;
     const long long qkv_stride = (long long)n * d, s_stride = (long long)n * n;
-    const float scale = 1.f / std::sqrt(float(d)), one = 1.f, zero = 0.f;
+    const float scale = 1.f / std::sqrt(float(d)), one = 1.f;
     const double med = run_timed(state, c, [&](int set) {
       // Column-major views: Sᵀ (Nk×Nq) = Kᵀᵀ·Qᵀ, Oᵀ (D×Nq) = Vᵀ·Pᵀ.
-      check(
-          cublasGemmStridedBatchedEx(g_cublas, CUBLAS_OP_T, CUBLAS_OP_N, n, n, d, &scale, buf.k[size_t(set)],
-                                     t, d, qkv_stride, buf.q[size_t(set)], t, d, qkv_stride, &zero, buf.s, t,
-                                     n, s_stride, batches, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-          "gemm QK");
-      if (c.type == cr::Half::f16)
-        softmax_rows<__half>
-            <<<unsigned(size_t(batches) * n), 256>>>(static_cast<__half*>(buf.s), n, n, c.causal);
-      else
-        softmax_rows<__nv_bfloat16>
-            <<<unsigned(size_t(batches) * n), 256>>>(static_cast<__nv_bfloat16*>(buf.s), n, n, c.causal);
-      check(cudaGetLastError(), "softmax");
-      check(cublasGemmStridedBatchedEx(g_cublas, CUBLAS_OP_N, CUBLAS_OP_N, d, n, n, &one, buf.v[size_t(set)],
-                                       t, d, qkv_stride, buf.s, t, n, s_stride, &zero, buf.o, t, d,
-                                       qkv_stride, batches, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-            "gemm PV");
+      batched_gemm(c, CUBLAS_OP_T, CUBLAS_OP_N, n, n, d, &scale, buf.k[size_t(set)], d, qkv_stride,
+                   buf.q[size_t(set)], d, qkv_stride, buf.s, n, s_stride, "gemm QK");
+      softmax_in_place(c, buf.s);
+      batched_gemm(c, CUBLAS_OP_N, CUBLAS_OP_N, d, n, n, &one, buf.v[size_t(set)], d, qkv_stride, buf.s, n,
+                   s_stride, buf.o, d, qkv_stride, "gemm PV");
     });
     g_results[c.name()].base_ms = med;
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+// Backward inputs on top of the forward's: dO per input set, O and LSE of
+// each set (the forward run once per set: P = exp(S - LSE) must be the real
+// one, not an overflow), D and the gradients; the baseline's second N×N.
+struct BwdBuffers : Buffers {
+  std::vector<void*> d_out, o_set;
+  std::vector<float*> lse_set;
+  float* d = nullptr;
+  void *dq = nullptr, *dk = nullptr, *dv = nullptr, *dp = nullptr;
+  BwdBuffers(const Config& c, bool baseline) : Buffers(c, baseline) {
+    const size_t elems = size_t(c.batch()) * c.heads() * c.n * c.dim,
+                 rows = size_t(c.batch()) * c.heads() * c.n;
+    auto alloc = [](size_t bytes) {
+      void* p = nullptr;
+      check(cudaMalloc(&p, bytes), "cudaMalloc");
+      return p;
+    };
+    for (int i = 0; i < kSets; ++i) {
+      void* p = alloc(elems * 2);
+      d_out.push_back(p);
+      if (c.type == cr::Half::f16)
+        fill_kernel<__half><<<1024, 256>>>(static_cast<__half*>(p), elems, 0xD0u + uint32_t(i));
+      else
+        fill_kernel<__nv_bfloat16><<<1024, 256>>>(static_cast<__nv_bfloat16*>(p), elems, 0xD0u + uint32_t(i));
+      check(cudaGetLastError(), "fill");
+      o_set.push_back(alloc(elems * 2));
+      lse_set.push_back(static_cast<float*>(alloc(rows * sizeof(float))));
+      if (!baseline) {
+        cr::TcParams f;
+        f.type = c.type, f.batch = c.batch(), f.heads_q = f.heads_kv = c.heads(), f.nq = f.nk = c.n;
+        f.dim = c.dim, f.mask = c.causal ? cr::TcMask::causal : cr::TcMask::none;
+        f.q = q[size_t(i)], f.k = k[size_t(i)], f.v = v[size_t(i)], f.o = o_set.back(),
+        f.lse = lse_set.back();
+        cr::tc_forward_async(f, nullptr);
+      }
+    }
+    d = static_cast<float*>(alloc(rows * sizeof(float)));
+    dq = alloc(elems * 2), dk = alloc(elems * 2), dv = alloc(elems * 2);
+    if (baseline) dp = alloc(size_t(c.batch()) * c.heads() * size_t(c.n) * c.n * 2);
+    check(cudaDeviceSynchronize(), "backward inputs");
+  }
+  ~BwdBuffers() {
+    for (auto* list : {&d_out, &o_set})
+      for (void* p : *list) cudaFree(p);
+    for (float* p : lse_set) cudaFree(p);
+    cudaFree(d), cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dp);
+  }
+};
+
+double bwd_flops(const Config& c) {
+  return 2.5 * c.flops();
+}
+
+void flash_bwd(benchmark::State& state, Config c) {
+  if (!have_device()) return state.SkipWithError("no CUDA device");
+  try {
+    BwdBuffers buf(c, false);
+    br::TcBwdParams p;
+    p.type = c.type, p.batch = c.batch(), p.heads_q = p.heads_kv = c.heads(), p.nq = p.nk = c.n;
+    p.dim = c.dim, p.mask = c.causal ? cr::TcMask::causal : cr::TcMask::none;
+    p.d = buf.d, p.dq = buf.dq, p.dk = buf.dk, p.dv = buf.dv;
+    const double med = event_median_ms(state, 3, [&](int i) {
+      const size_t set = size_t(i % kSets);
+      p.q = buf.q[set], p.k = buf.k[set], p.v = buf.v[set], p.d_out = buf.d_out[set];
+      p.o = buf.o_set[set], p.lse = buf.lse_set[set];
+      br::tc_backward_async(p, nullptr);
+    });
+    state.counters["median_ms"] = med;
+    state.counters["TFLOPs"] = bwd_flops(c) / (med * 1e-3) / 1e12;
+    g_bwd_results[c.name()].flash_ms = med;
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void materialized_bwd(benchmark::State& state, Config c) {
+  if (!have_device()) return state.SkipWithError("no CUDA device");
+  try {
+    BwdBuffers buf(c, true);
+    const int n = c.n, d = c.dim, batches = c.batch() * c.heads();
+    const long long x_stride = (long long)n * d, s_stride = (long long)n * n;
+    const float scale = 1.f / std::sqrt(float(d)), one = 1.f;
+    const double med = event_median_ms(state, 3, [&](int i) {
+      const size_t set = size_t(i % kSets);
+      const void *q = buf.q[set], *k = buf.k[set], *v = buf.v[set], *d_out = buf.d_out[set];
+      batched_gemm(c, CUBLAS_OP_T, CUBLAS_OP_N, n, n, d, &scale, k, d, x_stride, q, d, x_stride, buf.s, n,
+                   s_stride, "gemm S");
+      softmax_in_place(c, buf.s);
+      // dV = Pᵀ·dO, dP = dO·Vᵀ, dS = P ⊙ (dP − D), dQ = σ·dS·K, dK = σ·dSᵀ·Q.
+      batched_gemm(c, CUBLAS_OP_N, CUBLAS_OP_T, d, n, n, &one, d_out, d, x_stride, buf.s, n, s_stride, buf.dv,
+                   d, x_stride, "gemm dV");
+      batched_gemm(c, CUBLAS_OP_T, CUBLAS_OP_N, n, n, d, &one, v, d, x_stride, d_out, d, x_stride, buf.dp, n,
+                   s_stride, "gemm dP");
+      if (c.type == cr::Half::f16)
+        dsoftmax_rows<__half><<<unsigned(size_t(batches) * n), 256>>>(static_cast<const __half*>(buf.s),
+                                                                      static_cast<__half*>(buf.dp), n);
+      else
+        dsoftmax_rows<__nv_bfloat16><<<unsigned(size_t(batches) * n), 256>>>(
+            static_cast<const __nv_bfloat16*>(buf.s), static_cast<__nv_bfloat16*>(buf.dp), n);
+      check(cudaGetLastError(), "dsoftmax");
+      batched_gemm(c, CUBLAS_OP_N, CUBLAS_OP_N, d, n, n, &scale, k, d, x_stride, buf.dp, n, s_stride, buf.dq,
+                   d, x_stride, "gemm dQ");
+      batched_gemm(c, CUBLAS_OP_N, CUBLAS_OP_T, d, n, n, &scale, q, d, x_stride, buf.dp, n, s_stride, buf.dk,
+                   d, x_stride, "gemm dK");
+    });
+    state.counters["median_ms"] = med;
+    g_bwd_results[c.name()].base_ms = med;
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -336,6 +491,16 @@ int main(int argc, char** argv) {
         ->MinTime(0.1)
         ->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark(("materialized/" + c.name()).c_str(), materialized, c)
+        ->UseManualTime()
+        ->MinTime(0.1)
+        ->Unit(benchmark::kMillisecond);
+  }
+  for (const Config& c : configs) {
+    benchmark::RegisterBenchmark(("flash_bwd/" + c.name()).c_str(), flash_bwd, c)
+        ->UseManualTime()
+        ->MinTime(0.1)
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("materialized_bwd/" + c.name()).c_str(), materialized_bwd, c)
         ->UseManualTime()
         ->MinTime(0.1)
         ->Unit(benchmark::kMillisecond);
@@ -413,6 +578,18 @@ int main(int argc, char** argv) {
       if (it == g_results.end() || it->second.flash_ms <= 0) continue;
       const Timing& t = it->second;
       const double tf = c.flops() / (t.flash_ms * 1e-3) / 1e12;
+      std::printf("%-24s %10.3f %9.1f %6.1f%% %12.3f %8.2fx\n", c.name().c_str(), t.flash_ms, tf,
+                  100 * tf / kPeakTflops, t.base_ms, t.base_ms > 0 ? t.base_ms / t.flash_ms : 0.0);
+    }
+  }
+  if (!g_bwd_results.empty()) {
+    std::printf("\nbackward (tensor-core WMMA kernel; FLOPs = 2.5 x forward)\n%-24s %10s %9s %7s %12s %9s\n",
+                "case", "bwd ms", "TFLOP/s", "%peak", "material. ms", "speed-up");
+    for (const Config& c : configs) {
+      const auto it = g_bwd_results.find(c.name());
+      if (it == g_bwd_results.end() || it->second.flash_ms <= 0) continue;
+      const Timing& t = it->second;
+      const double tf = bwd_flops(c) / (t.flash_ms * 1e-3) / 1e12;
       std::printf("%-24s %10.3f %9.1f %6.1f%% %12.3f %8.2fx\n", c.name().c_str(), t.flash_ms, tf,
                   100 * tf / kPeakTflops, t.base_ms, t.base_ms > 0 ? t.base_ms / t.flash_ms : 0.0);
     }

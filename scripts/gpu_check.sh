@@ -15,6 +15,9 @@
 #  6. the named mutants (CPU kernels: skipped with KPROP_GPU_CHECK_QUICK=1
 #     or KPROP_GPU_CHECK_MUTANTS=0; run them on any machine) and each spec's
 #     cuda target on a second seed (skipped when quick).
+# KPROP_GPU_CHECK_ONLY=REGEX runs only the steps whose name matches it (grep
+# -E), the rest reported "skipped" (a session with little device time checks
+# what changed; the full run is the proof); exit 77 when none matches.
 # Prints a summary table last; full logs in LOG_DIR (default BUILD_DIR/gpu_check).
 # Each step is stopped after KPROP_GPU_STEP_TIMEOUT seconds (default 900: a
 # hung kernel fails its step, it does not eat the device time).
@@ -33,10 +36,17 @@ fi
 cat "$logs/smi.txt"
 summary=()
 fails=0
+ran=0
 step() {  # step NAME LOG COMMAND...: runs it, records pass/fail
   local name=$1 log=$2
   shift 2
+  if [ -n "${KPROP_GPU_CHECK_ONLY:-}" ] && ! grep -qE -- "$KPROP_GPU_CHECK_ONLY" <<<"$name"; then
+    summary+=("$(printf '%-44s %-14s' "$name" "skipped (KPROP_GPU_CHECK_ONLY)")")
+    echo "${summary[-1]}" | tee -a "$logs/summary.txt"
+    return
+  fi
   local t0=$SECONDS
+  ran=$((ran + 1))
   timeout -k 10 "${KPROP_GPU_STEP_TIMEOUT:-900}" "$@" > "$logs/$log" 2>&1
   local rc=$?
   local verdict=ok
@@ -55,10 +65,12 @@ cuda_run() {
     ${domain:+--domain "$domain"}
 }
 for s in "${specs[@]}"; do cuda_run "$s" 1; done
-# The gpu profile: D = 64 / 128 and real tiles, so the f16/bf16 cases run the
-# tensor-core kernel (the default domain's D mostly declines it).
-step "attention_fwd --target cuda --profile gpu" attention_fwd.cuda.gpu.txt \
-  "$build/prop_runner" --spec "$root/specs/attention_fwd.yaml" --target cuda --profile gpu --seed 1 --no-corpus --time 0
+# The gpu profiles: D = 64 / 128 and real tiles, so the f16/bf16 cases run the
+# tensor-core kernels (the default domain's D mostly declines them).
+for s in attention_fwd attention_bwd; do
+  step "$s --target cuda --profile gpu" "$s.cuda.gpu.txt" \
+    "$build/prop_runner" --spec "$root/specs/$s.yaml" --target cuda --profile gpu --seed 1 --no-corpus --time 0
+done
 for f in attention kvcache layernorm softmax_topk; do
   step "kprop_${f}_tests *Cuda*" "gtest.$f.txt" "$build/tests/kprop_${f}_tests" --gtest_filter='*Cuda*:*cuda*'
 done
@@ -74,15 +86,15 @@ step "compute-sanitizer (4 tools x targets)" sanitize.txt \
   env KPROP_SANITIZE_TRIALS=${KPROP_SANITIZE_TRIALS:-10} KPROP_SANITIZE_LOGS="$logs/cuda_sanitize" \
   bash "$root/scripts/cuda_sanitize.sh" "$build"
 # The tensor-core kernels are not spec targets at every shape: their tests
-# under the sanitizer too (the warp-specialized kernel's TMA, mbarriers and
-# named barriers included).
+# under the sanitizer too (the warp-specialized forward's TMA, mbarriers and
+# named barriers included, and the WMMA backward).
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 for tool in memcheck racecheck synccheck; do
   cases=9
   [ "$tool" = racecheck ] && cases=3  # racecheck takes minutes on the larger cases
   step "compute-sanitizer $tool tensor-core tests" "sanitize.tc.$tool.txt" \
     env KPROP_TC_MAX_CASES=$cases "$sanitizer" --tool "$tool" --error-exitcode 1 "$build/tests/kprop_attention_tests" \
-    --gtest_filter='AttentionCudaTensorCore.Wgmma*:AttentionCudaTensorCore.WarpSpecialized*'
+    --gtest_filter='AttentionCudaTensorCore.Wgmma*:AttentionCudaTensorCore.WarpSpecialized*:AttentionBwdCudaTensorCore.*'
 done
 if [ "${KPROP_GPU_CHECK_QUICK:-0}" != 1 ]; then
   if [ "${KPROP_GPU_CHECK_MUTANTS:-1}" != 0 ]; then
@@ -95,11 +107,15 @@ if [ "${KPROP_GPU_CHECK_QUICK:-0}" != 1 ]; then
 fi
 echo
 echo "== sanitizer table"
-sed -n '/^target/,$p' "$logs/sanitize.txt" | head -20
+sed -n '/^target/,$p' "$logs/sanitize.txt" 2>/dev/null | head -20
 echo "== benchmark (tail)"
 tail -30 "$logs/bench.txt" 2>/dev/null | cut -c1-160
 echo
 echo "== summary"
 printf '%s\n' "${summary[@]}"
-echo "gpu_check: $fails step(s) failed"
+if [ $ran -eq 0 ]; then
+  echo "gpu_check: no step matches KPROP_GPU_CHECK_ONLY='${KPROP_GPU_CHECK_ONLY:-}'"
+  exit 77
+fi
+echo "gpu_check: $fails of $ran step(s) failed"
 [ $fails -eq 0 ]

@@ -1,5 +1,8 @@
-// Case -> BwdResult wrapper around the CUDA backward (attention_bwd_cuda.cu);
-// compiled to nothing without CUDA.
+// Case -> BwdResult wrapper around the CUDA backwards: f32/f64 cases run the
+// generic kernels with the case's tiles (attention_bwd_cuda.cu), f16/bf16
+// cases the tensor-core forward and backward (attention_bwd_cuda_tc.cu; D = 64
+// or 128, no boolean mask: the registration declines the rest). Compiled to
+// nothing without CUDA.
 #if KPROP_HAVE_CUDA
 #include "kernels/attention/attention_bwd_cuda.h"
 
@@ -30,6 +33,29 @@ BwdResult run_typed(const Case& c) {
   return {widen(o), widen(lse), widen(d), widen(dq), widen(dk), widen(dv), peak};
 }
 
+// f16/bf16: the case's values are already exact in its dtype; O, dQ, dK, dV
+// come back stored in the dtype, LSE and D in f32.
+BwdResult run_half(const Case& c) {
+  const Shape& s = c.shape;
+  cuda_bwd_raw::TcBwdHost a;
+  a.type = c.dtype == DType::bf16 ? cuda_raw::Half::bf16 : cuda_raw::Half::f16;
+  a.batch = s.batch, a.heads_q = s.heads_q, a.heads_kv = s.heads_kv, a.nq = s.nq, a.nk = s.nk, a.dim = s.dim;
+  a.mask = c.mask == MaskKind::causal        ? cuda_raw::TcMask::causal
+           : c.mask == MaskKind::key_padding ? cuda_raw::TcMask::key_padding
+                                             : cuda_raw::TcMask::none;
+  a.key_lengths = c.key_lengths.data();
+  a.scale = static_cast<float>(effective_scale(c));
+  const auto q = narrow<float>(c.q), k = narrow<float>(c.k), v = narrow<float>(c.v),
+             d_out = narrow<float>(c.d_out);
+  std::vector<float> o(s.q_size()), lse(s.rows()), d(s.rows()), dq(s.q_size()), dk(s.kv_size()),
+      dv(s.kv_size());
+  const size_t smem = cuda_bwd_raw::tc_backward_host(a, q.data(), k.data(), v.data(), d_out.data(), o.data(),
+                                                     lse.data(), d.data(), dq.data(), dk.data(), dv.data());
+  BwdResult r{widen(o), widen(lse), widen(d), widen(dq), widen(dk), widen(dv), smem};
+  r.fixed_tiles = true;  // 64×64 tiles whatever the case's
+  return r;
+}
+
 }  // namespace
 
 BwdResult cuda_backward(const Case& c) {
@@ -38,6 +64,7 @@ BwdResult cuda_backward(const Case& c) {
   static_assert(static_cast<int>(MaskKind::none) == 0 && static_cast<int>(MaskKind::causal) == 1 &&
                     static_cast<int>(MaskKind::key_padding) == 2 && static_cast<int>(MaskKind::boolean) == 3,
                 "cuda_bwd_raw::Mask numbers the kinds as MaskKind");
+  if (is_half(c.dtype)) return run_half(c);
   return c.dtype == DType::f32 ? run_typed<float>(c) : run_typed<double>(c);
 }
 

@@ -57,16 +57,24 @@ KPROP_REGISTER_FAMILY(BwdTraits, [](FamilyDef<BwdTraits>& f) {
       {"tiled_two_pass", ImplKind::optimized,
        "tiled forward, then rowsum(P ⊙ dP) in a first pass over the tiles and the gradients in a second"},
       tiled_two_pass);
-  f.implementation({"cuda", ImplKind::optimized,
-                    "CUDA, FlashAttention-2 order: forward (online softmax, one thread per row), "
-                    "D = rowsum(dO ⊙ O) pre-pass, dK/dV one block per (batch, kv head, key tile) over the "
-                    "group's query heads and tiles, dQ in a separate kernel per query tile (no atomics: "
-                    "deterministic); Bq×Bk tiles from the case in shared memory; f32 or f64 per case",
-                    "cuda"},
-                   KPROP_CUDA_IMPL(BwdTraits, cuda_bwd_raw::device_count, [](const Case& c) {
-                     if (is_half(c.dtype)) throw Unsupported("the CUDA backward takes f32 or f64 cases");
-                     return cuda_backward(c);
-                   }));
+  f.implementation(
+      {"cuda", ImplKind::optimized,
+       "CUDA, FlashAttention-2 order: forward, D = rowsum(dO ⊙ O) pre-pass, dK/dV one block per "
+       "(batch, kv head, key tile) over the group's query heads and tiles, dQ in a separate kernel per "
+       "query tile (no atomics: deterministic). f32/f64: one thread per row in the forward, the case's "
+       "Bq×Bk tiles in shared memory; f16/bf16: the tensor-core forward, then WMMA 64×64 tiles with f32 "
+       "accumulation, P and dS rounded to the dtype before their products; D = 64 or 128, no boolean mask",
+       "cuda"},
+      KPROP_CUDA_IMPL(BwdTraits, cuda_bwd_raw::device_count, [](const Case& c) {
+        if (is_half(c.dtype) && c.shape.dim != 64 && c.shape.dim != 128)
+          throw Unsupported("the CUDA tensor-core backward (f16/bf16) takes D = 64 or 128");
+        if (is_half(c.dtype) && c.mask == MaskKind::boolean)
+          throw Unsupported("the CUDA tensor-core backward (f16/bf16) has no boolean mask");
+        if (is_half(c.dtype) && static_cast<float>(effective_scale(c)) == 0)  // read as 1/sqrt(D)
+          throw Unsupported(
+              "the CUDA tensor-core backward (f16/bf16) takes no scale that rounds to 0 in f32");
+        return cuda_backward(c);
+      }));
   f.mutants(backward_mutants());
   register_backward_invariants(f);
   register_deterministic(f, [](const BwdResult& r) {
