@@ -15,8 +15,9 @@
 //     tiles its rows can see, dQ += dS·K in shared memory, scaled at the end.
 //     Recomputing dS here instead of atomically adding dQ from kernel 3 costs
 //     a second pass over the scores and buys determinism.
-// Tiles are the case's Bq×Bk (clamped to Nq, Nk): the per-block shared memory
-// is O(Bq·Bk + (Bq + Bk)·D), never Nq×Nk. Plain IEEE exp/log (no fast math).
+// Tiles are the case's Bq×Bk (clamped to Nq, Nk; halved where the device's
+// shared memory is short): the per-block shared memory is
+// O(Bq·Bk + (Bq + Bk)·D), never Nq×Nk. Plain IEEE exp/log (no fast math).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -316,6 +317,20 @@ size_t backward_t(const Dims& dims, const Mask& mask, T scale, const T* hq, cons
   if (mask.kind == 2) m.key_lengths = buf.upload(mask.key_lengths, size_t(s.batch));
   if (mask.kind == 3) m.allowed = buf.upload(mask.allowed, size_t(s.batch) * s.nq * s.nk);
 
+  // Tiles the device cannot hold are halved (the longer side first) until
+  // they fit, as the forward does: a case's tiles are a request, and at f64,
+  // D = 64, 64×64 tiles already need more than an H200's 227 KiB per block.
+  int dev = 0, optin = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+        "cudaDeviceGetAttribute");
+  while (std::max(DkvLayout(s).total, DqLayout(s).total) * sizeof(T) > size_t(optin)) {
+    if (s.bq == 1 && s.bk == 1) throw std::runtime_error("attention bwd cuda: head dimension too large");
+    if (s.bq >= s.bk)
+      s.bq = (s.bq + 1) / 2;
+    else
+      s.bk = (s.bk + 1) / 2;
+  }
   const size_t dkdv_bytes = DkvLayout(s).total * sizeof(T), dq_bytes = DqLayout(s).total * sizeof(T);
   allow_shared(dkdv_kernel<T>, dkdv_bytes, "dK/dV");
   allow_shared(dq_kernel<T>, dq_bytes, "dQ");

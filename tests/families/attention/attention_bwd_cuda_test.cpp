@@ -70,6 +70,28 @@ TEST(AttentionBwdCuda, MatchesTheTiledCpuKernelOnEveryMask) {
     }
 }
 
+TEST(AttentionBwdCuda, HalvesTilesTheDeviceCannotHold) {
+  // f64, D = 64 with 64×64 tiles needs about 230 KB of shared memory per
+  // block, past an H200's 227 KiB: the kernel halves the tiles and runs (it
+  // threw, so attention_bwd's gpu profile crashed on finite_differences'
+  // fp64 copy of an f16 case).
+  if (!testing::cuda_device_present()) GTEST_SKIP() << "needs a CUDA device";
+  Case c = gqa_case(DType::f64, MaskKind::causal);
+  c.shape = {1, 2, 1, 70, 66, 64};
+  c.block_q = c.block_k = 64;
+  c.q.assign(c.shape.q_size(), 0.0), c.d_out.assign(c.shape.q_size(), 0.0);
+  c.k.assign(c.shape.kv_size(), 0.0), c.v.assign(c.shape.kv_size(), 0.0);
+  for (size_t i = 0; i < c.q.size(); ++i)
+    c.q[i] = 0.25 * double(int(i * 7 % 9) - 4), c.d_out[i] = 0.5 * double(int(i % 5) - 2);
+  for (size_t j = 0; j < c.k.size(); ++j)
+    c.k[j] = 0.25 * double(int(j * 5 % 7) - 3), c.v[j] = double(int(j * 3 % 11) - 5);
+  const BwdResult got = run_cuda(c), want = reference_backward(c);
+  // f64 arithmetic over D = 64 and 66 keys on values of magnitude <= 5:
+  // rounding stays below 1e-9 of gradients of magnitude <= 1e3.
+  for (auto field : {&BwdResult::dq, &BwdResult::dk, &BwdResult::dv})
+    for (size_t i = 0; i < (want.*field).size(); ++i) ASSERT_NEAR((got.*field)[i], (want.*field)[i], 1e-9);
+}
+
 TEST(AttentionBwdCuda, IsBitwiseDeterministic) {
   if (!testing::cuda_device_present()) GTEST_SKIP() << "needs a CUDA device";
   const Case c = gqa_case(DType::f32, MaskKind::causal);
