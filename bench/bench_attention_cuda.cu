@@ -143,6 +143,7 @@ struct Config {
   int min_blocks = 0;
   int ws_block_k = 0;
   bool ws_pingpong = true;
+  bool bwd_pipelined = true;  // the backward's cp.async double buffering
   int batch() const { return std::max(1, 16384 / n); }
   int heads() const { return 2048 / dim; }
   double flops() const { return 4.0 * batch() * heads() * double(n) * n * dim * (causal ? 0.5 : 1.0); }
@@ -390,7 +391,7 @@ void flash_bwd(benchmark::State& state, Config c) {
     br::TcBwdParams p;
     p.type = c.type, p.batch = c.batch(), p.heads_q = p.heads_kv = c.heads(), p.nq = p.nk = c.n;
     p.dim = c.dim, p.mask = c.causal ? cr::TcMask::causal : cr::TcMask::none;
-    p.d = buf.d, p.dq = buf.dq, p.dk = buf.dk, p.dv = buf.dv;
+    p.d = buf.d, p.dq = buf.dq, p.dk = buf.dk, p.dv = buf.dv, p.pipelined = c.bwd_pipelined;
     const double med = event_median_ms(state, 3, [&](int i) {
       const size_t set = size_t(i % kSets);
       p.q = buf.q[set], p.k = buf.k[set], p.v = buf.v[set], p.d_out = buf.d_out[set];
@@ -399,7 +400,10 @@ void flash_bwd(benchmark::State& state, Config c) {
     });
     state.counters["median_ms"] = med;
     state.counters["TFLOPs"] = bwd_flops(c) / (med * 1e-3) / 1e12;
-    g_bwd_results[c.name()].flash_ms = med;
+    if (c.bwd_pipelined)
+      g_bwd_results[c.name()].flash_ms = med;
+    else
+      record_variant({"bwd_sync_loads/" + c.name(), med, bwd_flops(c) / (med * 1e-3) / 1e12});
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -505,6 +509,15 @@ int main(int argc, char** argv) {
         ->MinTime(0.1)
         ->Unit(benchmark::kMillisecond);
   }
+  for (int dim : {64, 128})  // the backward's first version (synchronous tile loads) beside the pipelined one
+    for (bool causal : {false, true}) {
+      Config c{cr::Half::f16, 4096, dim, causal};
+      c.bwd_pipelined = false;
+      benchmark::RegisterBenchmark(("flash_bwd_sync/" + c.name()).c_str(), flash_bwd, c)
+          ->UseManualTime()
+          ->MinTime(0.1)
+          ->Unit(benchmark::kMillisecond);
+    }
   for (int dim : {64, 128})  // every tiling at the goal shape: warps x rows per warp
     for (bool causal : {false, true})
       for (const auto& tiling : {std::pair{4, 16}, std::pair{8, 16}, std::pair{4, 32}}) {

@@ -72,6 +72,9 @@ struct TcBwdParams {
   void* dq = nullptr;
   void* dk = nullptr;
   void* dv = nullptr;
+  // The walked tiles copied by cp.async one step ahead (double-buffered);
+  // false: loaded synchronously, the first version (benchmarks compare).
+  bool pipelined = true;
 };
 // Is the shape supported? The reason in `why` otherwise.
 bool tc_backward_supported(const TcBwdParams& p, const char** why);

@@ -33,11 +33,15 @@
 #include <vector>
 
 #include "kernels/attention/attention_bwd_cuda.h"
+#include "kernels/attention/attention_cuda_common.cuh"  // cp.async
 #include "kernels/cuda_support.cuh"
 
 namespace kprop::attention::cuda_bwd_raw {
 namespace {
 
+using cuda_detail::cp_async16;
+using cuda_detail::cp_async_commit;
+using cuda_detail::cp_async_wait;
 using cuda_support::check;
 namespace wmma = nvcuda::wmma;
 
@@ -80,9 +84,14 @@ struct Smem {
   static constexpr int kLdH = D + 8;  // 16-bit [64][D] tiles (a multiple of 8 elements, 16-byte rows)
   static constexpr size_t kHalfTile = size_t(kTile) * kLdH * 2, kScoreTile = size_t(kTile) * kLdS * 4,
                           kPTile = size_t(kTile) * kLdP * 2;
-  static constexpr size_t ks = 0, vs = ks + kHalfTile, qs = vs + kHalfTile, dos = qs + kHalfTile,
-                          ss = dos + kHalfTile, dps = ss + kScoreTile, ph = dps + kScoreTile,
+  // fixed0, fixed1: the tiles a block keeps (K, V in dK/dV; Q, dO in dQ);
+  // stream[2][2]: the tiles it walks (Q, dO; K, V), double-buffered.
+  static constexpr size_t fixed0 = 0, fixed1 = fixed0 + kHalfTile, stream = fixed1 + kHalfTile,
+                          ss = stream + 4 * kHalfTile, dps = ss + kScoreTile, ph = dps + kScoreTile,
                           dsh = ph + kPTile, lse = dsh + kPTile, d = lse + kTile * 4, total = d + kTile * 4;
+  __host__ __device__ static constexpr size_t streamed(int buffer, int which) {
+    return stream + (2 * buffer + which) * kHalfTile;
+  }
   // The f32 staging of a [64][D + 4] gradient tile reuses S and dP.
   static_assert(size_t(kTile) * (D + 4) * 4 <= 2 * kScoreTile, "staging fits in the score tiles");
 };
@@ -100,26 +109,47 @@ __device__ __forceinline__ void load_tile(H* tile, const H* __restrict__ g, int 
   }
 }
 
+// load_tile by cp.async (16 bytes a thread, zeros past `valid`); kAsync
+// false: load_tile. The caller commits the group and waits for it.
+template <typename H, int D, bool kAsync>
+__device__ __forceinline__ void stream_tile(H* tile, const H* __restrict__ g, int valid) {
+  if constexpr (!kAsync) {
+    load_tile<H, D>(tile, g, valid);
+  } else {
+    constexpr int kChunks = D / 8;
+    for (int c = threadIdx.x; c < kTile * kChunks; c += kThreads) {
+      const int r = c / kChunks, ch = c % kChunks;
+      const bool ok = r < valid;
+      cp_async16(tile + r * Smem<D>::kLdH + ch * 8, ok ? g + size_t(r) * D + ch * 8 : g, ok ? 16 : 0);
+    }
+  }
+}
+
 // C[64][64] (f32, stride kLdS) = A·Bᵀ for A, B [64][D] 16-bit tiles.
 template <typename H, int D>
 __device__ __forceinline__ void gemm_abt(const H* A, const H* B, float* C) {
-  constexpr int ld = Smem<D>::kLdH;
-  const int warp = threadIdx.x / 32;
+  constexpr int ld = Smem<D>::kLdH, kFrags = 16 / kWarps;
+  // Warp w owns output fragments w + 8t: column block w % 4 for every t,
+  // so each k step loads its B fragment once.
+  const int warp = threadIdx.x / 32, fc = warp % 4;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kFrags];
 #pragma unroll
-  for (int t = 0; t < 16 / kWarps; ++t) {
-    const int f = warp + t * kWarps, fr = f / 4, fc = f % 4;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-    wmma::fill_fragment(acc, 0.f);
+  for (int t = 0; t < kFrags; ++t) wmma::fill_fragment(acc[t], 0.f);
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
+  for (int kk = 0; kk < D / 16; ++kk) {
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, H, wmma::col_major> b;  // b(k, n) = B[n][k]
+    wmma::load_matrix_sync(b, B + fc * 16 * ld + kk * 16, ld);
+#pragma unroll
+    for (int t = 0; t < kFrags; ++t) {
       wmma::fragment<wmma::matrix_a, 16, 16, 16, H, wmma::row_major> a;
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, H, wmma::col_major> b;  // b(k, n) = B[n][k]
-      wmma::load_matrix_sync(a, A + fr * 16 * ld + kk * 16, ld);
-      wmma::load_matrix_sync(b, B + fc * 16 * ld + kk * 16, ld);
-      wmma::mma_sync(acc, a, b, acc);
+      wmma::load_matrix_sync(a, A + (warp + t * kWarps) / 4 * 16 * ld + kk * 16, ld);
+      wmma::mma_sync(acc[t], a, b, acc[t]);
     }
-    wmma::store_matrix_sync(C + fr * 16 * kLdS + fc * 16, acc, kLdS, wmma::mem_row_major);
   }
+#pragma unroll
+  for (int t = 0; t < kFrags; ++t)
+    wmma::store_matrix_sync(C + (warp + t * kWarps) / 4 * 16 * kLdS + fc * 16, acc[t], kLdS,
+                            wmma::mem_row_major);
 }
 
 // A warp's share of a [64][D] f32 accumulator: fragments warp + t·kWarps.
@@ -132,17 +162,20 @@ template <typename H, int D, bool kTransA>
 __device__ __forceinline__ void gemm_acc(Acc<D>& acc, const H* A, const H* B) {
   constexpr int ld = Smem<D>::kLdH;
   using Layout = std::conditional_t<kTransA, wmma::col_major, wmma::row_major>;
-  const int warp = threadIdx.x / 32;
+  // Fragment f = warp + 8t is (f / (D/16), f % (D/16)); D/16 divides 8, so
+  // its column block is warp % (D/16) for every t: one B load per k step.
+  static_assert(kWarps % (D / 16) == 0, "a warp's fragments share their column block");
+  const int warp = threadIdx.x / 32, fc = warp % (D / 16);
 #pragma unroll
-  for (int t = 0; t < D / 32; ++t) {
-    const int f = warp + t * kWarps, fr = f / (D / 16), fc = f % (D / 16);
+  for (int kk = 0; kk < kTile / 16; ++kk) {
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, H, wmma::row_major> b;
+    wmma::load_matrix_sync(b, B + kk * 16 * ld + fc * 16, ld);
 #pragma unroll
-    for (int kk = 0; kk < kTile / 16; ++kk) {
+    for (int t = 0; t < D / 32; ++t) {
+      const int fr = (warp + t * kWarps) / (D / 16);
       wmma::fragment<wmma::matrix_a, 16, 16, 16, H, Layout> a;
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, H, wmma::row_major> b;
       // Transposed: a(m, k) = A[k][m], column-major from A[kk·16][fr·16].
       wmma::load_matrix_sync(a, kTransA ? A + kk * 16 * kLdP + fr * 16 : A + fr * 16 * kLdP + kk * 16, kLdP);
-      wmma::load_matrix_sync(b, B + kk * 16 * ld + fc * 16, ld);
       wmma::mma_sync(acc[t], a, b, acc[t]);
     }
   }
@@ -209,7 +242,10 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---------------------------------------------------------------- dK, dV
-template <typename H, int D>
+// kAsync: the walked tiles are double-buffered and copied by cp.async one
+// step ahead, so the next tile's loads run under this one's arithmetic;
+// false: loaded synchronously (the first version, kept for the benchmark).
+template <typename H, int D, bool kAsync>
 __global__ void __launch_bounds__(kThreads, 1)
     dkdv_kernel(TcDims s, const H* __restrict__ q, const H* __restrict__ k, const H* __restrict__ v,
                 const H* __restrict__ d_out, const float* __restrict__ lse, const float* __restrict__ dd,
@@ -217,8 +253,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(128) unsigned char smem_raw[];
   using L = Smem<D>;
   const Tiles sm{smem_raw};
-  H *Ks = sm.at<H>(L::ks), *Vs = sm.at<H>(L::vs), *Qs = sm.at<H>(L::qs), *dOs = sm.at<H>(L::dos),
-    *Ph = sm.at<H>(L::ph), *dSh = sm.at<H>(L::dsh);
+  H *Ks = sm.at<H>(L::fixed0), *Vs = sm.at<H>(L::fixed1), *Ph = sm.at<H>(L::ph), *dSh = sm.at<H>(L::dsh);
   float *Ss = sm.at<float>(L::ss), *dPs = sm.at<float>(L::dps), *lse_s = sm.at<float>(L::lse),
         *d_s = sm.at<float>(L::d);
   const int n_tiles = (s.nk + kTile - 1) / kTile;
@@ -230,37 +265,60 @@ __global__ void __launch_bounds__(kThreads, 1)
   Acc<D> dk_acc, dv_acc;
 #pragma unroll
   for (int t = 0; t < D / 32; ++t) wmma::fill_fragment(dk_acc[t], 0.f), wmma::fill_fragment(dv_acc[t], 0.f);
-  // Query tiles that can see this key tile: causal rows from the first one
-  // that sees key j0; none when key padding hides the whole tile.
-  const int first_row = s.mask == 1 ? max(0, j0 - s.offset) : 0;
+  // The (query head of the group, query tile) pairs that can see this key
+  // tile, in order: causal rows from the first one that sees key j0; none
+  // when key padding hides the whole tile.
+  const int i_first = (s.mask == 1 ? max(0, j0 - s.offset) : 0) / kTile * kTile;
   const bool hidden = s.mask == 2 && j0 >= s.key_lengths[b];
-  if (!hidden)
-    for (int hh = 0; hh < s.group(); ++hh) {
-      const size_t row0 = (static_cast<size_t>(b) * s.hq + kvh * s.group() + hh) * s.nq;
-      for (int i0 = first_row / kTile * kTile; i0 < s.nq; i0 += kTile) {
-        const int rows = min(kTile, s.nq - i0);
-        load_tile<H, D>(Qs, q + (row0 + i0) * D, rows);
-        load_tile<H, D>(dOs, d_out + (row0 + i0) * D, rows);
-        for (int i = threadIdx.x; i < kTile; i += kThreads)
-          lse_s[i] = i < rows ? lse[row0 + i0 + i] : -INFINITY, d_s[i] = i < rows ? dd[row0 + i0 + i] : 0.f;
-        __syncthreads();
-        gemm_abt<H, D>(Qs, Ks, Ss);
-        gemm_abt<H, D>(dOs, Vs, dPs);
-        __syncthreads();
-        probabilities<H, true>(s, b, i0, rows, j0, cols, Ss, dPs, lse_s, d_s, Ph, dSh);
-        __syncthreads();
-        gemm_acc<H, D, true>(dv_acc, Ph, dOs);
-        gemm_acc<H, D, true>(dk_acc, dSh, Qs);
-        __syncthreads();  // Q, dO, P and dS are overwritten next
-      }
+  const int per_head = hidden ? 0 : max(0, (s.nq - i_first + kTile - 1) / kTile);
+  const int steps = per_head * s.group();
+  // Step n: rows [i0, i0 + 64) of query head row0 / nq.
+  auto at = [&](int n, size_t& row0, int& i0) {
+    row0 = (static_cast<size_t>(b) * s.hq + kvh * s.group() + n / per_head) * s.nq;
+    i0 = i_first + n % per_head * kTile;
+  };
+  auto issue = [&](int n) {
+    size_t row0;
+    int i0;
+    at(n, row0, i0);
+    const int rows = min(kTile, s.nq - i0);
+    stream_tile<H, D, kAsync>(sm.at<H>(L::streamed(n & 1, 0)), q + (row0 + i0) * D, rows);
+    stream_tile<H, D, kAsync>(sm.at<H>(L::streamed(n & 1, 1)), d_out + (row0 + i0) * D, rows);
+    if (kAsync) cp_async_commit();
+  };
+  if (steps > 0) issue(0);
+  for (int n = 0; n < steps; ++n) {
+    size_t row0;
+    int i0;
+    at(n, row0, i0);
+    const int rows = min(kTile, s.nq - i0);
+    const H *Qs = sm.at<H>(L::streamed(n & 1, 0)), *dOs = sm.at<H>(L::streamed(n & 1, 1));
+    if (n + 1 < steps) issue(n + 1);  // into the other buffer, last read before the previous step's barrier
+    if (kAsync) {
+      if (n + 1 < steps)
+        cp_async_wait<1>();
+      else
+        cp_async_wait<0>();
     }
+    for (int i = threadIdx.x; i < kTile; i += kThreads)
+      lse_s[i] = i < rows ? lse[row0 + i0 + i] : -INFINITY, d_s[i] = i < rows ? dd[row0 + i0 + i] : 0.f;
+    __syncthreads();
+    gemm_abt<H, D>(Qs, Ks, Ss);
+    gemm_abt<H, D>(dOs, Vs, dPs);
+    __syncthreads();
+    probabilities<H, true>(s, b, i0, rows, j0, cols, Ss, dPs, lse_s, d_s, Ph, dSh);
+    __syncthreads();
+    gemm_acc<H, D, true>(dv_acc, Ph, dOs);
+    gemm_acc<H, D, true>(dk_acc, dSh, Qs);
+    __syncthreads();  // this step's buffers, P and dS are overwritten next
+  }
   __syncthreads();
   store_acc<H, D>(dv_acc, Ss, 1.f, dv + kv0 * D, cols);
   store_acc<H, D>(dk_acc, Ss, s.scale, dk + kv0 * D, cols);
 }
 
 // ---------------------------------------------------------------- dQ
-template <typename H, int D>
+template <typename H, int D, bool kAsync>
 __global__ void __launch_bounds__(kThreads, 1)
     dq_kernel(TcDims s, const H* __restrict__ q, const H* __restrict__ k, const H* __restrict__ v,
               const H* __restrict__ d_out, const float* __restrict__ lse, const float* __restrict__ dd,
@@ -268,8 +326,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(128) unsigned char smem_raw[];
   using L = Smem<D>;
   const Tiles sm{smem_raw};
-  H *Ks = sm.at<H>(L::ks), *Vs = sm.at<H>(L::vs), *Qs = sm.at<H>(L::qs), *dOs = sm.at<H>(L::dos),
-    *dSh = sm.at<H>(L::dsh);
+  H *Qs = sm.at<H>(L::fixed0), *dOs = sm.at<H>(L::fixed1), *dSh = sm.at<H>(L::dsh);
   float *Ss = sm.at<float>(L::ss), *dPs = sm.at<float>(L::dps), *lse_s = sm.at<float>(L::lse),
         *d_s = sm.at<float>(L::d);
   const int n_tiles = (s.nq + kTile - 1) / kTile;
@@ -284,15 +341,28 @@ __global__ void __launch_bounds__(kThreads, 1)
   Acc<D> dq_acc;
 #pragma unroll
   for (int t = 0; t < D / 32; ++t) wmma::fill_fragment(dq_acc[t], 0.f);
-  // Keys [0, end) hold every key a row of the tile sees.
+  // Keys [0, end) hold every key a row of the tile sees: key tiles [0, steps).
   const int end = s.mask == 1   ? min(max(i0 + rows + s.offset, 0), s.nk)
                   : s.mask == 2 ? min(s.key_lengths[b], s.nk)
                                 : s.nk;
-  for (int j0 = 0; j0 < end; j0 += kTile) {
-    const int cols = min(kTile, s.nk - j0);
-    __syncthreads();  // the previous K, V and dS tiles are no longer read
-    load_tile<H, D>(Ks, k + (kv0 + j0) * D, cols);
-    load_tile<H, D>(Vs, v + (kv0 + j0) * D, cols);
+  const int steps = max(0, (end + kTile - 1) / kTile);
+  auto issue = [&](int n) {
+    const int j0 = n * kTile, cols = min(kTile, s.nk - j0);
+    stream_tile<H, D, kAsync>(sm.at<H>(L::streamed(n & 1, 0)), k + (kv0 + j0) * D, cols);
+    stream_tile<H, D, kAsync>(sm.at<H>(L::streamed(n & 1, 1)), v + (kv0 + j0) * D, cols);
+    if (kAsync) cp_async_commit();
+  };
+  if (steps > 0) issue(0);
+  for (int n = 0; n < steps; ++n) {
+    const int j0 = n * kTile, cols = min(kTile, s.nk - j0);
+    const H *Ks = sm.at<H>(L::streamed(n & 1, 0)), *Vs = sm.at<H>(L::streamed(n & 1, 1));
+    if (n + 1 < steps) issue(n + 1);  // into the other buffer, last read before the previous step's barrier
+    if (kAsync) {
+      if (n + 1 < steps)
+        cp_async_wait<1>();
+      else
+        cp_async_wait<0>();
+    }
     __syncthreads();
     gemm_abt<H, D>(Qs, Ks, Ss);
     gemm_abt<H, D>(dOs, Vs, dPs);
@@ -300,8 +370,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     probabilities<H, false>(s, b, i0, rows, j0, cols, Ss, dPs, lse_s, d_s, nullptr, dSh);
     __syncthreads();
     gemm_acc<H, D, false>(dq_acc, dSh, Ks);
+    __syncthreads();  // this step's buffers and dS are overwritten next
   }
-  __syncthreads();
   store_acc<H, D>(dq_acc, Ss, s.scale, dq + row0 * D, rows);
 }
 
@@ -323,7 +393,7 @@ void allow_shared(Kernel kernel, size_t bytes) {
         "cudaFuncSetAttribute");
 }
 
-template <typename H, int D>
+template <typename H, int D, bool kAsync>
 size_t launch(const TcBwdParams& p, cudaStream_t stream) {
   const TcDims s{p.batch,     p.heads_q,     p.heads_kv, p.nq, p.nk, static_cast<int>(p.mask),
                  p.nk - p.nq, p.key_lengths, scale_of(p)};
@@ -331,7 +401,7 @@ size_t launch(const TcBwdParams& p, cudaStream_t stream) {
   // Once per instantiation (a static's initializer runs once, thread-safely;
   // one that throws is tried again on the next call).
   static const bool raised =
-      (allow_shared(dkdv_kernel<H, D>, bytes), allow_shared(dq_kernel<H, D>, bytes), true);
+      (allow_shared(dkdv_kernel<H, D, kAsync>, bytes), allow_shared(dq_kernel<H, D, kAsync>, bytes), true);
   (void)raised;
   const auto* q = static_cast<const H*>(p.q);
   const auto* k = static_cast<const H*>(p.k);
@@ -341,11 +411,11 @@ size_t launch(const TcBwdParams& p, cudaStream_t stream) {
       rows, d_out, static_cast<const H*>(p.o), p.d);
   check(cudaGetLastError(), "attention tensor-core backward: D launch");
   const auto kv_blocks = static_cast<unsigned>(size_t(p.batch) * p.heads_kv * ((p.nk + kTile - 1) / kTile));
-  dkdv_kernel<H, D><<<kv_blocks, kThreads, bytes, stream>>>(s, q, k, v, d_out, p.lse, p.d,
-                                                            static_cast<H*>(p.dk), static_cast<H*>(p.dv));
+  dkdv_kernel<H, D, kAsync><<<kv_blocks, kThreads, bytes, stream>>>(
+      s, q, k, v, d_out, p.lse, p.d, static_cast<H*>(p.dk), static_cast<H*>(p.dv));
   check(cudaGetLastError(), "attention tensor-core backward: dK/dV launch");
   const auto q_blocks = static_cast<unsigned>(size_t(p.batch) * p.heads_q * ((p.nq + kTile - 1) / kTile));
-  dq_kernel<H, D>
+  dq_kernel<H, D, kAsync>
       <<<q_blocks, kThreads, bytes, stream>>>(s, q, k, v, d_out, p.lse, p.d, static_cast<H*>(p.dq));
   check(cudaGetLastError(), "attention tensor-core backward: dQ launch");
   return bytes;
@@ -446,9 +516,13 @@ size_t tc_backward_async(const TcBwdParams& p, void* stream) {
   if (!tc_backward_supported(p, &why))
     throw std::runtime_error(std::string("attention tensor-core backward: ") + why);
   const auto st = static_cast<cudaStream_t>(stream);
-  if (p.type == cuda_raw::Half::f16)
-    return p.dim == 64 ? launch<__half, 64>(p, st) : launch<__half, 128>(p, st);
-  return p.dim == 64 ? launch<__nv_bfloat16, 64>(p, st) : launch<__nv_bfloat16, 128>(p, st);
+  const bool f16 = p.type == cuda_raw::Half::f16, d64 = p.dim == 64;
+  if (p.pipelined) {
+    if (f16) return d64 ? launch<__half, 64, true>(p, st) : launch<__half, 128, true>(p, st);
+    return d64 ? launch<__nv_bfloat16, 64, true>(p, st) : launch<__nv_bfloat16, 128, true>(p, st);
+  }
+  if (f16) return d64 ? launch<__half, 64, false>(p, st) : launch<__half, 128, false>(p, st);
+  return d64 ? launch<__nv_bfloat16, 64, false>(p, st) : launch<__nv_bfloat16, 128, false>(p, st);
 }
 
 size_t tc_backward_host(const TcBwdHost& a, const float* q, const float* k, const float* v,
