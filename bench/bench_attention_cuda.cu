@@ -509,7 +509,7 @@ int main(int argc, char** argv) {
         ->MinTime(0.1)
         ->Unit(benchmark::kMillisecond);
   }
-  for (int dim : {64, 128})  // the backward's first version (synchronous tile loads) beside the pipelined one
+  for (int dim : {64, 128})  // the backward with synchronous tile loads beside the pipelined one
     for (bool causal : {false, true}) {
       Config c{cr::Half::f16, 4096, dim, causal};
       c.bwd_pipelined = false;

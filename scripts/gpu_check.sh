@@ -5,10 +5,12 @@
 #
 #  1. each spec with a `cuda` target: prop_runner on it (seed 1, the spec's
 #     trials and unchanged tolerances, the domain narrowed to what the target
-#     takes where scripts/cuda_domains.txt says so; attention_fwd's gpu
-#     profile too, whose f16/bf16 cases run the tensor-core kernel);
+#     takes where scripts/cuda_domains.txt says so; attention_fwd's and
+#     attention_bwd's gpu profiles too, whose f16/bf16 cases run the
+#     tensor-core kernels);
 #  2. the CUDA GoogleTests of each family binary (*Cuda*);
-#  3. bench_attention_cuda (forward TFLOP/s, % of peak, vs cuBLAS materialized);
+#  3. bench_attention_cuda (forward and backward TFLOP/s, % of peak, vs
+#     cuBLAS materialized);
 #  4. the CUDA example plugin (device tensors) end to end;
 #  5. compute-sanitizer memcheck/racecheck/initcheck/synccheck on every cuda
 #     target (scripts/cuda_sanitize.sh) and on the tensor-core kernels' tests;
@@ -34,12 +36,14 @@ if ! nvidia-smi -L > "$logs/smi.txt" 2>&1; then
   exit 77
 fi
 cat "$logs/smi.txt"
+rm -f "$logs/summary.txt"
 summary=()
 fails=0
 ran=0
 step() {  # step NAME LOG COMMAND...: runs it, records pass/fail
   local name=$1 log=$2
   shift 2
+  rm -f "$logs/$log"  # no earlier run's log is read as this one's
   if [ -n "${KPROP_GPU_CHECK_ONLY:-}" ] && ! grep -qE -- "$KPROP_GPU_CHECK_ONLY" <<<"$name"; then
     summary+=("$(printf '%-44s %-14s' "$name" "skipped (KPROP_GPU_CHECK_ONLY)")")
     echo "${summary[-1]}" | tee -a "$logs/summary.txt"

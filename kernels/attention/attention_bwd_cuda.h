@@ -73,7 +73,7 @@ struct TcBwdParams {
   void* dk = nullptr;
   void* dv = nullptr;
   // The walked tiles copied by cp.async one step ahead (double-buffered);
-  // false: loaded synchronously, the first version (benchmarks compare).
+  // false: loaded synchronously (the benchmark compares the two).
   bool pipelined = true;
 };
 // Is the shape supported? The reason in `why` otherwise.

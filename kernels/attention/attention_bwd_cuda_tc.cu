@@ -27,6 +27,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -122,6 +124,18 @@ __device__ __forceinline__ void stream_tile(H* tile, const H* __restrict__ g, in
       const bool ok = r < valid;
       cp_async16(tile + r * Smem<D>::kLdH + ch * 8, ok ? g + size_t(r) * D + ch * 8 : g, ok ? 16 : 0);
     }
+  }
+}
+
+// Waits for this step's copies; the next step's (issued when `next`) may
+// still be in flight.
+template <bool kAsync>
+__device__ __forceinline__ void await_step(bool next) {
+  if constexpr (kAsync) {
+    if (next)
+      cp_async_wait<1>();
+    else
+      cp_async_wait<0>();
   }
 }
 
@@ -244,7 +258,8 @@ __global__ void __launch_bounds__(kThreads)
 // ---------------------------------------------------------------- dK, dV
 // kAsync: the walked tiles are double-buffered and copied by cp.async one
 // step ahead, so the next tile's loads run under this one's arithmetic;
-// false: loaded synchronously (the first version, kept for the benchmark).
+// false: loaded synchronously (the benchmark's flash_bwd_sync measures what
+// the copies one step ahead buy).
 template <typename H, int D, bool kAsync>
 __global__ void __launch_bounds__(kThreads, 1)
     dkdv_kernel(TcDims s, const H* __restrict__ q, const H* __restrict__ k, const H* __restrict__ v,
@@ -294,12 +309,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int rows = min(kTile, s.nq - i0);
     const H *Qs = sm.at<H>(L::streamed(n & 1, 0)), *dOs = sm.at<H>(L::streamed(n & 1, 1));
     if (n + 1 < steps) issue(n + 1);  // into the other buffer, last read before the previous step's barrier
-    if (kAsync) {
-      if (n + 1 < steps)
-        cp_async_wait<1>();
-      else
-        cp_async_wait<0>();
-    }
+    await_step<kAsync>(n + 1 < steps);
     for (int i = threadIdx.x; i < kTile; i += kThreads)
       lse_s[i] = i < rows ? lse[row0 + i0 + i] : -INFINITY, d_s[i] = i < rows ? dd[row0 + i0 + i] : 0.f;
     __syncthreads();
@@ -357,12 +367,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int j0 = n * kTile, cols = min(kTile, s.nk - j0);
     const H *Ks = sm.at<H>(L::streamed(n & 1, 0)), *Vs = sm.at<H>(L::streamed(n & 1, 1));
     if (n + 1 < steps) issue(n + 1);  // into the other buffer, last read before the previous step's barrier
-    if (kAsync) {
-      if (n + 1 < steps)
-        cp_async_wait<1>();
-      else
-        cp_async_wait<0>();
-    }
+    await_step<kAsync>(n + 1 < steps);
     __syncthreads();
     gemm_abt<H, D>(Qs, Ks, Ss);
     gemm_abt<H, D>(dOs, Vs, dPs);
@@ -398,11 +403,19 @@ size_t launch(const TcBwdParams& p, cudaStream_t stream) {
   const TcDims s{p.batch,     p.heads_q,     p.heads_kv, p.nq, p.nk, static_cast<int>(p.mask),
                  p.nk - p.nq, p.key_lengths, scale_of(p)};
   const size_t rows = size_t(p.batch) * p.heads_q * p.nq, bytes = Smem<D>::total;
-  // Once per instantiation (a static's initializer runs once, thread-safely;
-  // one that throws is tried again on the next call).
-  static const bool raised =
-      (allow_shared(dkdv_kernel<H, D, kAsync>, bytes), allow_shared(dq_kernel<H, D, kAsync>, bytes), true);
-  (void)raised;
+  // Once per instantiation and device (the limit is a device's setting).
+  {
+    int dev = 0;
+    check(cudaGetDevice(&dev), "cudaGetDevice");
+    static std::mutex mutex;
+    static std::set<int> raised;
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (!raised.count(dev)) {
+      allow_shared(dkdv_kernel<H, D, kAsync>, bytes);
+      allow_shared(dq_kernel<H, D, kAsync>, bytes);
+      raised.insert(dev);
+    }
+  }
   const auto* q = static_cast<const H*>(p.q);
   const auto* k = static_cast<const H*>(p.k);
   const auto* v = static_cast<const H*>(p.v);

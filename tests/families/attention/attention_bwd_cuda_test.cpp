@@ -112,9 +112,12 @@ TEST(AttentionBwdCuda, IsBitwiseDeterministic) {
 //  1. the forward (the tensor-core kernel, tests cuda_fwd_test.cpp derive
 //     these): |ΔO| <= τ_O = max|V|(2u + e(2A(D+3) + 2.6N + 20)) and
 //     |ΔLSE| <= τ_L = e(A(D+3) + 1.1N + 2A + 2 ln N + 12);
-//  2. σS recomputed in f32: A(D+3)e; the subtraction of LSE e(A + max|LSE|);
-//     expf 2 ulps (4e): P is within relative ρ = A(D+3)e + τ_L +
-//     e(A + max|LSE|) + 4e of the reference's;
+//  2. σS recomputed in f32 on the tensor cores: the D products of 16-bit
+//     values are exact, the D − 1 sums 2e each (adders that truncate), σ in
+//     f32 is 1/sqrt(D) twice rounded (2e) and multiplies once (e):
+//     2A(D+2)e; the subtraction of LSE e(A + max|LSE|); expf 2 ulps (4e):
+//     P is within relative ρ = 2A(D+2)e + τ_L + e(A + max|LSE|) + 4e of the
+//     reference's;
 //  3. P rounded to the dtype for Pᵀ·dO: relative u, plus 2^-25 absolute
 //     where an f16 P is subnormal (sub; 0 for bf16, whose range is f32's);
 //  4. dV_jd = Σ P dO over the m_j rows (of the group's heads) that see key j,
@@ -133,8 +136,10 @@ TEST(AttentionBwdCuda, IsBitwiseDeterministic) {
 //     E_ij = that + u|dS°_ij| + sub;
 //  7. dK_jd = σ Σ_i dS_ij q_id over m_j rows, dQ_id = σ Σ_j dS_ij k_jd over
 //     Nk keys (q, k exact in the dtype, so each product is exact in f32):
-//     |ΔdK| <= σ(Σ_i E_ij|q_id| + 2e·m_j Σ_i|dS°_ij q_id|) + (u + e)|dK°|,
-//     |ΔdQ| <= σ(Σ_j E_ij|k_jd| + 2e·Nk Σ_j|dS°_ij k_jd|) + (u + e)|dQ°|.
+//     |ΔdK| <= σ(Σ_i E_ij|q_id| + 2e·m_j Σ_i|dS°_ij q_id|) + (u + 3e)|dK°|,
+//     |ΔdQ| <= σ(Σ_j E_ij|k_jd| + 2e·Nk Σ_j|dS°_ij k_jd|) + (u + 3e)|dQ°|
+//     (σ applied once at the end: its own 2e and the product's e, then the
+//     store's u).
 // A transposed or misindexed tile, a wrong row of LSE or D, a missing scale
 // or a dropped tile is off by O(|gradient|), far outside these.
 struct TcBwdCase {
@@ -196,7 +201,7 @@ TcBwdErrors run_tc_bwd(cuda_raw::Half type, const TcBwdCase& tc, uint32_t seed,
   const double A = sigma * D * qmax * kmax;
   const double tau_o = vmax * (2 * u + e * (2 * A * (D + 3) + 2.6 * N + 20));
   const double tau_l = e * (A * (D + 3) + 1.1 * N + 2 * A + 2 * std::log(N) + 12);
-  const double rho = A * (D + 3) * e + tau_l + e * (A + lmax) + 4 * e;
+  const double rho = 2 * A * (D + 2) * e + tau_l + e * (A + lmax) + 4 * e;
 
   const size_t dim = size_t(s.dim);
   std::vector<double> tv(s.kv_size()), ek(s.kv_size()), tk(s.kv_size()), eq(s.q_size()), tq(s.q_size());
@@ -250,10 +255,10 @@ TcBwdErrors run_tc_bwd(cuda_raw::Half type, const TcBwdCase& tc, uint32_t seed,
         std::max(r.ratio[which], std::isnan(ratio) ? std::numeric_limits<double>::infinity() : ratio);
   };
   for (size_t x = 0; x < s.q_size(); ++x)
-    note(0, dq[x], dq_own[x], sigma * (eq[x] + 2 * e * N * tq[x]) + (u + e) * std::fabs(dq_own[x]));
+    note(0, dq[x], dq_own[x], sigma * (eq[x] + 2 * e * N * tq[x]) + (u + 3 * e) * std::fabs(dq_own[x]));
   for (size_t x = 0; x < s.kv_size(); ++x) {
     const double m = rows_seeing[x / dim];
-    note(1, dk[x], dk_own[x], sigma * (ek[x] + 2 * e * m * tk[x]) + (u + e) * std::fabs(dk_own[x]));
+    note(1, dk[x], dk_own[x], sigma * (ek[x] + 2 * e * m * tk[x]) + (u + 3 * e) * std::fabs(dk_own[x]));
     note(2, dv[x], ref.dv[x], (rho + u + 2 * e * m) * tv[x] + m * sub * domax + u * std::fabs(ref.dv[x]));
   }
   for (size_t x = 0; x < s.rows(); ++x)
