@@ -15,6 +15,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <iostream>
 #include <limits>
@@ -366,21 +367,20 @@ class Scope {
   Scope(const Scope&) = delete;
   Scope& operator=(const Scope&) = delete;
 
-  kprop_tensor input(const Tensor& t) {
-    kprop_tensor v = t.view();
-    v.data = allocate(t);
-    if (!t.bytes.empty())
-      check(rt_.memcpy(v.data, t.bytes.data(), t.bytes.size(), kHostToDevice), "cudaMemcpy", t);
+  // `v` and `bytes`: the host view and its storage (the tensor's, or a
+  // padded copy: Padding); the device copy keeps the view's strides.
+  kprop_tensor input(const Tensor& t, kprop_tensor v, const std::vector<uint8_t>& bytes) {
+    v.data = allocate(t, bytes.size());
+    if (!bytes.empty()) check(rt_.memcpy(v.data, bytes.data(), bytes.size(), kHostToDevice), "cudaMemcpy", t);
     v.device = KPROP_CUDA;
     return v;
   }
-  kprop_tensor output(Tensor& t) {
-    kprop_tensor v = t.view();
-    v.data = allocate(t);
+  kprop_tensor output(const Tensor& t, kprop_tensor v, std::vector<uint8_t>& bytes) {
+    v.data = allocate(t, bytes.size());
     // Poison and guard bytes as on the host (allocate_reply).
-    check(rt_.memcpy(v.data, t.bytes.data(), t.bytes.size(), kHostToDevice), "cudaMemcpy", t);
+    check(rt_.memcpy(v.data, bytes.data(), bytes.size(), kHostToDevice), "cudaMemcpy", t);
     v.device = KPROP_CUDA;
-    outputs_.emplace_back(&t, v.data);
+    outputs_.push_back({&t, &bytes, v.data});
     return v;
   }
   // After the entry point returned: a CUDA error (launch, asynchronous
@@ -392,44 +392,164 @@ class Scope {
     return rt_.describe(e);
   }
   void copy_back() {
-    for (auto& [t, p] : outputs_)
-      if (!t->bytes.empty())
-        check(rt_.memcpy(t->bytes.data(), p, t->bytes.size(), kDeviceToHost), "cudaMemcpy", *t);
+    for (auto& o : outputs_)
+      if (!o.bytes->empty())
+        check(rt_.memcpy(o.bytes->data(), o.device, o.bytes->size(), kDeviceToHost), "cudaMemcpy", *o.tensor);
   }
 
  private:
-  void* allocate(const Tensor& t) {
+  struct Output {
+    const Tensor* tensor;
+    std::vector<uint8_t>* bytes;
+    void* device;
+  };
+  void* allocate(const Tensor& t, size_t size) {
     void* p = nullptr;
     // Never NULL, even for an empty tensor: NULL marks an absent optional input.
-    check(rt_.malloc(&p, std::max<size_t>(t.bytes.size(), 1)), "cudaMalloc", t);
+    check(rt_.malloc(&p, std::max<size_t>(size, 1)), "cudaMalloc", t);
     allocations_.push_back(p);
     return p;
   }
   void check(Err e, const char* what, const Tensor& t) {
     if (e != 0)
-      throw Error(fmt::format("{}: {} for {} ({} bytes) failed: {}", op_, what, t.describe(), t.bytes.size(),
-                              rt_.describe(e)));
+      throw Error(fmt::format("{}: {} for {} failed: {}", op_, what, t.describe(), rt_.describe(e)));
   }
 
   const Runtime& rt_;
   std::string op_;
   std::vector<void*> allocations_;
-  std::vector<std::pair<Tensor*, void*>> outputs_;
+  std::vector<Output> outputs_;
 };
 
 // The scope of the call in progress in this (plugin host) process, if any.
 thread_local Scope* g_scope = nullptr;
 }  // namespace cuda
+
+// ---------------------------------------------------------------- padded tensors
+// run.padded_tensors: every tensor of two or more dimensions reaches a
+// plugin with kPadElements elements after each row (its last dimension), so
+// strides[ndim-2] = shape[ndim-1] + kPadElements and the outer strides
+// follow. The padding holds 0xFF bytes (NaN for floats, -1 for ints): a
+// kernel that indexes as if the tensor were contiguous reads them or
+// another row's values, and its writes land in an output's padding, which
+// must come back untouched. kprop/abi.h tells plugins to index through the
+// strides; this is what tests that they do.
+class Padding {
+ public:
+  static constexpr int64_t kPadElements = 3;  // odd: no row stays aligned to a vector width by accident
+  struct Buffer {
+    kprop_tensor view;
+    std::vector<uint8_t> bytes;  // padded rows, then (outputs) guard bytes
+    Tensor* output = nullptr;
+  };
+
+  static bool applies(const Tensor& t) { return t.shape.size() >= 2 && t.numel() > 0; }
+
+  Buffer& input(const Tensor& t) {
+    Buffer& b = padded(t, 0);
+    for_rows(t, [&](size_t packed, size_t row_at) {
+      std::copy_n(t.bytes.begin() + long(packed), row_bytes(t), b.bytes.begin() + long(row_at));
+    });
+    return b;
+  }
+  Buffer& output(Tensor& t) {
+    Buffer& b = padded(t, kGuardBytes);
+    std::fill(b.bytes.end() - kGuardBytes, b.bytes.end(), kGuardByte);
+    b.output = &t;
+    return b;
+  }
+  // After the call: each padded output's padding and guard untouched, its
+  // rows copied into the reply's tensor (whose own guard check follows).
+  void finish(const std::string& op) {
+    for (Buffer& b : buffers_) {
+      if (!b.output) continue;
+      Tensor& t = *b.output;
+      const size_t row = row_bytes(t), pitch = row + pad_bytes(t);
+      const size_t padded_size = b.bytes.size() - kGuardBytes;
+      for (size_t i = padded_size; i < b.bytes.size(); ++i)
+        if (b.bytes[i] != kGuardByte)
+          throw TargetFailure("error", fmt::format("{}: the target wrote past the end of output {} (byte {} "
+                                                   "after its {} padded bytes changed)",
+                                                   op, t.describe(), i - padded_size, padded_size));
+      for (size_t at = 0; at < padded_size; at += pitch)
+        for (size_t i = at + row; i < at + pitch; ++i)
+          if (b.bytes[i] != 0xFF)
+            throw TargetFailure(
+                "error",
+                fmt::format("{}: the target wrote into the padding after row {} of output {}, whose "
+                            "strides are [{}] (run.padded_tensors): index it through its strides "
+                            "(kprop_offset), not as if it were contiguous",
+                            op, at / pitch, t.describe(),
+                            fmt::join(std::span<const int64_t>(b.view.strides, size_t(b.view.ndim)), ",")));
+      for_rows(t, [&](size_t packed, size_t row_at) {
+        std::copy_n(b.bytes.begin() + long(row_at), row, t.bytes.begin() + long(packed));
+      });
+    }
+  }
+
+ private:
+  static size_t row_bytes(const Tensor& t) { return size_t(t.shape.back()) * kprop_dtype_size(t.dtype); }
+  static size_t pad_bytes(const Tensor& t) { return size_t(kPadElements) * kprop_dtype_size(t.dtype); }
+  // f(offset of row r in the packed tensor, offset in the padded buffer)
+  template <typename F>
+  static void for_rows(const Tensor& t, F f) {
+    const size_t row = row_bytes(t), rows = row == 0 ? 0 : t.nbytes() / row;
+    for (size_t r = 0; r < rows; ++r) f(r * row, r * (row + pad_bytes(t)));
+  }
+  Buffer& padded(const Tensor& t, size_t extra) {
+    Buffer& b = buffers_.emplace_back();
+    b.view = t.view();
+    const int last = b.view.ndim - 1;
+    int64_t stride = 1;
+    for (int d = last; d >= 0; --d) {
+      b.view.strides[d] = stride;
+      stride *= b.view.shape[d] + (d == last ? kPadElements : 0);
+    }
+    const size_t rows = t.nbytes() / row_bytes(t);
+    b.bytes.assign(rows * (row_bytes(t) + pad_bytes(t)) + extra, 0xFF);
+    b.view.data = b.bytes.data();
+    return b;
+  }
+  std::deque<Buffer> buffers_;  // stable addresses: the views point into them
+};
+
+// The padding of the call in progress on this thread, if the run pads.
+thread_local Padding* g_padding = nullptr;
+
+// Sets g_padding (to `padding`, or nothing when the run does not pad) for
+// one call.
+class PaddingScope {
+ public:
+  PaddingScope(Padding& padding, bool on) : previous_(g_padding) { g_padding = on ? &padding : nullptr; }
+  ~PaddingScope() { g_padding = previous_; }
+  PaddingScope(const PaddingScope&) = delete;
+  PaddingScope& operator=(const PaddingScope&) = delete;
+
+ private:
+  Padding* previous_;
+};
 }  // namespace
 
 kprop_tensor out_view(Message& reply, const std::string& name) {
-  for (auto& t : reply.tensors)
-    if (t.name == name) return cuda::g_scope ? cuda::g_scope->output(t) : t.view();
+  for (auto& t : reply.tensors) {
+    if (t.name != name) continue;
+    if (g_padding && Padding::applies(t)) {
+      Padding::Buffer& b = g_padding->output(t);
+      return cuda::g_scope ? cuda::g_scope->output(t, b.view, b.bytes) : b.view;
+    }
+    return cuda::g_scope ? cuda::g_scope->output(t, t.view(), t.bytes) : t.view();
+  }
   return reply.tensor(name).view();  // throws, naming it
 }
 
 kprop_tensor in_view(const Message& request, const std::string& name, bool optional) {
-  if (const Tensor* t = request.find(name)) return cuda::g_scope ? cuda::g_scope->input(*t) : t->view();
+  if (const Tensor* t = request.find(name)) {
+    if (g_padding && Padding::applies(*t)) {
+      Padding::Buffer& b = g_padding->input(*t);
+      return cuda::g_scope ? cuda::g_scope->input(*t, b.view, b.bytes) : b.view;
+    }
+    return cuda::g_scope ? cuda::g_scope->input(*t, t->view(), t->bytes) : t->view();
+  }
   if (optional) return kprop_tensor{};
   return request.tensor(name).view();  // throws, naming it
 }
@@ -935,7 +1055,7 @@ std::vector<const Tensor*> pointers(const std::vector<Tensor>& tensors) {
 // CUDA error the host replies, then exits (the runner starts a fresh one:
 // a sticky error leaves the context unusable).
 void serve_plugin(int in_fd, int out_fd, const std::vector<PluginOp>& ops, const std::vector<void*>& symbols,
-                  const std::vector<bool>& device) {
+                  const std::vector<bool>& device, bool padded) {
   dup2(2, 1);  // a chatty plugin's printf must not corrupt the runner's stdout
   for (;;) {
     uint8_t head[8];
@@ -972,6 +1092,8 @@ void serve_plugin(int in_fd, int out_fd, const std::vector<PluginOp>& ops, const
       while (k < ops.size() && ops[k].op != request.op) ++k;
       if (k == ops.size()) throw std::runtime_error(fmt::format("no op '{}'", request.op));
       reply = allocate_reply(request);
+      Padding padding;
+      const PaddingScope padding_scope(padding, padded);
       if (device[k]) {
         cuda::Scope scope(request.op);  // Unsupported without a device
         cuda::g_scope = &scope;
@@ -991,6 +1113,7 @@ void serve_plugin(int in_fd, int out_fd, const std::vector<PluginOp>& ops, const
       } else {
         ops[k].invoke(symbols[k], request, reply);
       }
+      padding.finish(request.op);
       check_guards(reply);
       reply_header = {{"ok", true}, {"tensors", describe_tensors(reply.tensors)}};
     } catch (const cuda::Error& e) {
@@ -1226,15 +1349,20 @@ class ChildTransport : public Transport {
 
 class InProcessTransport : public Transport {
  public:
-  InProcessTransport(std::vector<PluginOp> ops, std::vector<void*> symbols)
-      : ops_(std::move(ops)), symbols_(std::move(symbols)) {}
+  InProcessTransport(std::vector<PluginOp> ops, std::vector<void*> symbols, bool padded)
+      : ops_(std::move(ops)), symbols_(std::move(symbols)), padded_(padded) {}
 
  protected:
   Message round_trip(const Message& request) override {
     for (size_t k = 0; k < ops_.size(); ++k) {
       if (ops_[k].op != request.op) continue;
       Message reply = allocate_reply(request);
-      ops_[k].invoke(symbols_[k], request, reply);
+      Padding padding;
+      {
+        const PaddingScope padding_scope(padding, padded_);
+        ops_[k].invoke(symbols_[k], request, reply);
+      }
+      padding.finish(request.op);
       check_guards(reply);
       return reply;
     }
@@ -1244,6 +1372,7 @@ class InProcessTransport : public Transport {
  private:
   std::vector<PluginOp> ops_;
   std::vector<void*> symbols_;
+  bool padded_;
 };
 
 std::vector<void*> resolve_symbols(const std::string& where, const TransportOptions& options,
@@ -1344,13 +1473,18 @@ std::shared_ptr<Transport> open_target(const std::string& target, const Transpor
     }
     quiet.reset();  // before the child is forked
     auto transport = std::make_shared<ChildTransport>(
-        target, options, [ops = options.ops, symbols, device](int in_fd, int out_fd) {
-          serve_plugin(in_fd, out_fd, ops, symbols, device);
+        target, options,
+        [ops = options.ops, symbols, device, padded = options.padded_tensors](int in_fd, int out_fd) {
+          serve_plugin(in_fd, out_fd, ops, symbols, device, padded);
         });
     transport->open();
     return transport;
   }
   if (target.rfind("exec:", 0) == 0) {
+    if (options.padded_tensors)
+      throw InputError({}, fmt::format("{}: run.padded_tensors applies to plugin: targets (an exec: worker "
+                                       "receives each tensor as a contiguous array)",
+                                       target));
     const std::string command = target.substr(5);
     if (command.find_first_not_of(" \t") == std::string::npos)
       throw InputError({}, "exec: needs a command, e.g. exec:python3 my_worker.py");
@@ -1371,7 +1505,7 @@ std::shared_ptr<Transport> in_process(std::map<std::string, void*> symbols, cons
     auto it = symbols.find(s);
     return it == symbols.end() ? nullptr : it->second;
   });
-  return std::make_shared<InProcessTransport>(options.ops, std::move(resolved));
+  return std::make_shared<InProcessTransport>(options.ops, std::move(resolved), options.padded_tensors);
 }
 
 }  // namespace kprop::external

@@ -159,6 +159,8 @@ Impl resolve_target(const Spec& spec, const std::string& name, std::optional<dou
     o.ops = spec.family->external_ops();
     o.call_timeout_s = case_timeout_s.value_or(spec.run.case_timeout_s);
     if (as_reference) o.role = "reference";
+    o.padded_tensors =
+        spec.run.padded_tensors && !as_reference;  // the reference is an oracle, not under test
     auto transport = external::open_target(name, o);
     if (as_reference) transport = external::widened_to_f64(std::move(transport));
     return spec.family->external_impl(name, std::move(transport));

@@ -610,6 +610,7 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
   spec.run.search = run.boolean("search.enabled");
   spec.run.search_trials = run.integer("search.trials");
   spec.run.search_time_budget_s = run.real("search.time_budget_s");
+  spec.run.padded_tensors = run.boolean("padded_tensors");
 
   parse_fields(section("domain", spec.family->domain_schema()), spec.family->domain_schema(), "",
                "domain" + in_profile, spec.domain);
@@ -944,6 +945,10 @@ const Schema& run_schema() {
       field::integer("max_case_mb", d.max_case_mb, 1, 1 << 30,
                      "peak memory one case may need (inputs, outputs, reference, intermediates); a spec "
                      "whose domain allows more is rejected, a corpus case over it is bad input"),
+      field::boolean("padded_tensors", d.padded_tensors,
+                     "a plugin: target receives each tensor of two or more dimensions with its rows padded "
+                     "(strides[ndim-2] = shape[ndim-1] + 3): a kernel that ignores its strides fails "
+                     "(exec: targets are refused; built-in targets take no tensors)"),
       field::map("search",
                  {field::boolean("enabled", d.search,
                                  "after the random phase, hill-climb from the cases with the highest "

@@ -63,6 +63,7 @@ RunReport run_in_process(const std::string& spec_path, const EntryPoints& entry_
   o.family = spec.family->name();
   o.ops = spec.family->external_ops();
   o.call_timeout_s = spec.run.case_timeout_s;
+  o.padded_tensors = spec.run.padded_tensors;
   // The entry points are this run's target (run-local: the family is unchanged).
   const std::string name = "in-process";
   options.target = name;

@@ -11,6 +11,9 @@
 //   1  no guard for a fully masked row: O = acc / l with l = 0 (NaN)
 //   2  reads key_lengths even when the case has none (a null dereference)
 //   3  walks key tiles with `j0 != nk`, which never ends when block_k does not divide Nk
+//   4  indexes every tensor as if it were contiguous (row-major offsets from
+//      the shape, strides ignored): right on kprop's default tensors, wrong
+//      under run.padded_tensors
 #include <kprop/abi.h>
 
 #include <algorithm>
@@ -27,10 +30,21 @@ KPROP_PLUGIN();
 
 namespace {
 
+// Offset of `index` in t: through its strides, as kprop/abi.h asks.
+int64_t offset(const kprop_tensor& t, const int64_t* index) {
+#if KPROP_EXAMPLE_BUG == 4
+  int64_t off = 0;
+  for (int32_t d = 0; d < t.ndim; ++d) off = off * t.shape[d] + index[d];
+  return off;
+#else
+  return kprop_offset(&t, index);
+#endif
+}
+
 template <typename T>
 const T& at(const kprop_tensor& t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
   const int64_t index[4] = {i0, i1, i2, i3};
-  return static_cast<const T*>(t.data)[kprop_offset(&t, index)];
+  return static_cast<const T*>(t.data)[offset(t, index)];
 }
 
 bool visible(const kprop_attention_fwd_args& a, int64_t b, int64_t i, int64_t j, int64_t nq, int64_t nk) {
@@ -44,7 +58,7 @@ bool visible(const kprop_attention_fwd_args& a, int64_t b, int64_t i, int64_t j,
       return j < static_cast<const int32_t*>(a.key_lengths.data)[b * a.key_lengths.strides[0]];
     case KPROP_MASK_BOOLEAN: {
       const int64_t index[3] = {b, i, j};
-      return static_cast<const uint8_t*>(a.allowed.data)[kprop_offset(&a.allowed, index)] != 0;
+      return static_cast<const uint8_t*>(a.allowed.data)[offset(a.allowed, index)] != 0;
     }
     default:
       return true;
@@ -100,9 +114,9 @@ void forward(const kprop_attention_fwd_args& a) {
 #endif
         for (int64_t d = 0; d < dim; ++d) {
           const int64_t index[4] = {b, h, i, d};
-          o[kprop_offset(&a.o, index)] = empty ? T(0) : acc[size_t(d)] / l;
+          o[offset(a.o, index)] = empty ? T(0) : acc[size_t(d)] / l;
         }
-        lse[kprop_offset(&a.lse, row)] = empty ? neg_inf : m + std::log(l);
+        lse[offset(a.lse, row)] = empty ? neg_inf : m + std::log(l);
       }
 }
 

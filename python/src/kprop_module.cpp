@@ -490,6 +490,13 @@ Prepared prepare(const std::string& spec_arg, bool spec_is_text, const Args& a) 
     name = impl.name;
     transport = std::move(t);
   };
+  // A Python function or worker receives NumPy arrays, never padded rows:
+  // said, not silently ignored.
+  if (p.spec.run.padded_tensors)
+    throw nb::value_error(fmt::format("spec {}: run.padded_tensors applies to plugin: targets run by "
+                                      "prop_runner (a Python target receives contiguous NumPy arrays)",
+                                      p.spec.name)
+                              .c_str());
   use(a.target, o.target, o.target_transport);
   if (a.reference) use(*a.reference, o.reference, o.reference_transport);
   o.seed = a.seed;

@@ -183,6 +183,10 @@ struct TransportOptions {
   // take a while to import its libraries.
   double startup_timeout_s = 60;
   std::string role = "target";  // or "reference": what its error messages call it
+  // run.padded_tensors: a plugin's tensors of two or more dimensions come
+  // with their rows padded (src/external.cpp, Padding); an exec: target is
+  // refused (its worker receives contiguous arrays).
+  bool padded_tensors = false;
 };
 
 // "plugin:PATH" or "exec:COMMAND": starts the target and checks its ABI

@@ -33,6 +33,9 @@ struct RunConfig {
   bool search = false;               // search.enabled (prop_runner --search)
   int64_t search_trials = 200;       // search.trials: cases the search may run
   double search_time_budget_s = 60;  // search.time_budget_s (0: no limit)
+  // A plugin target's tensors of two or more dimensions arrive with their
+  // rows padded (kprop_tensor strides), so a kernel that ignores strides fails.
+  bool padded_tensors = false;
 };
 
 // ---- expression invariants: `{name: N, expect: EXPR, when: EXPR}` in a

@@ -17,6 +17,24 @@ run plugin_correct 0 --no-corpus --target "plugin:$plugins/libattention_fwd_corr
 run plugin_buggy 1 --no-corpus --target "plugin:$plugins/libattention_fwd_buggy.so"
 expect_log plugin_buggy "shrunk: B1 Hq1/Hkv1 Nq1 Nk1 D1"
 
+# run.padded_tensors: every tensor of two or more dimensions reaches the
+# plugin with padded rows. The correct example (indexes through strides)
+# passes; one that indexes as if contiguous passes on kprop's default
+# tensors and fails padded, with the output and row named; an exec: worker
+# cannot be padded and is refused in one line.
+sed 's/^run: {/run: {padded_tensors: true, /' "$spec" > "$tmp/attention_fwd.yaml"
+grep -q "padded_tensors: true" "$tmp/attention_fwd.yaml" || { echo "FAIL padded: the spec's run line moved"; fails=$((fails + 1)); }
+run contiguous_unpadded 0 --no-corpus --target "plugin:$plugins/libattention_fwd_contiguous.so" --domain '{dtypes: [f32, f64]}'
+unpadded_spec=$spec
+spec=$tmp/attention_fwd.yaml
+run padded_correct 0 --no-corpus --target "plugin:$plugins/libattention_fwd_correct.so" --domain '{dtypes: [f32, f64]}'
+run padded_contiguous 3 --no-corpus --target "plugin:$plugins/libattention_fwd_contiguous.so" --domain '{dtypes: [f32, f64]}'
+expect_log padded_contiguous "the target wrote into the padding after row 0 of output o"
+expect_log padded_contiguous "shrunk: B1 "
+run padded_exec 2 --no-corpus --target "exec:cat"
+expect_log padded_exec "run.padded_tensors applies to plugin: targets"
+spec=$unpadded_spec
+
 # A crash is shrunk, saved and reported (exit 3); the runner survives it.
 run plugin_crash 3 --corpus "$tmp/crash" --target "plugin:$plugins/libattention_fwd_crash.so" \
   --format json --out "$tmp/crash.json"

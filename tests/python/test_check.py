@@ -335,3 +335,8 @@ def test_spec_as_a_dict(example, corpus):
         eval(replay, {"kprop": kprop, "softmax_topk": mod.softmax_topk})
     with pytest.raises(ValueError, match="dtype"):
         kprop.check(dict(spec, domain={"dtype": ["f8"]}), mod.softmax_topk, corpus=corpus)
+    # run.padded_tensors tests plugins' strides; a Python function receives
+    # contiguous NumPy arrays, so the setting is refused, not ignored.
+    with pytest.raises(ValueError, match="padded_tensors applies to plugin: targets"):
+        kprop.check(dict(spec, run={"trials": 30, "seed": 3, "padded_tensors": True}), mod.softmax_topk,
+                    corpus=corpus)

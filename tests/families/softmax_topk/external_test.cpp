@@ -134,6 +134,40 @@ TEST(SoftmaxTopkExternal, ANearTieHidesNoWrongIndexInALaterSlot) {
 // The invariant that killed the run with a counterexample, "" when none did.
 using kprop::testing::killed_by;
 
+// The fused kernel as a plugin that ignores its strides: it reads and
+// writes every 2-D view as if it were contiguous [rows][cols].
+int ignores_strides(const kprop_softmax_topk_args* a, char* error, size_t error_size) {
+  kprop_softmax_topk_args b = *a;
+  for (kprop_tensor* t : {&b.logits, &b.probs, &b.indices}) t->strides[0] = t->shape[1], t->strides[1] = 1;
+  return entry<fused>(&b, error, error_size);
+}
+
+TEST(SoftmaxTopkExternal, PaddedTensorsCatchAKernelThatIgnoresItsStrides) {
+  // run.padded_tensors in the spec: the in-process entry points get padded
+  // rows too. On contiguous tensors the two kernels are the same; padded,
+  // the one that indexes through its strides passes and the other writes
+  // into an output's padding, which fails the call.
+  const kprop::testing::TempDir dir;
+  std::filesystem::create_directories(dir.path);
+  std::ifstream in(kSpec);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_NE(text.find("\nrun: {"), std::string::npos);
+  const std::string unpadded = (dir.path / "unpadded.yaml").string();
+  std::ofstream(unpadded) << text;
+  text.replace(text.find("\nrun: {"), 7, "\nrun: {padded_tensors: true, ");
+  const std::string padded = (dir.path / "softmax_topk.yaml").string();
+  std::ofstream(padded) << text;
+  const kprop::testing::EntryPoints strided = {{"kprop_softmax_topk",
+                                                reinterpret_cast<void*>(&entry<fused>)}},
+                                    contiguous = {
+                                        {"kprop_softmax_topk", reinterpret_cast<void*>(&ignores_strides)}};
+  EXPECT_EQ(run_in_process(unpadded, contiguous, quick()).status, kprop::RunStatus::passed);
+  EXPECT_EQ(run_in_process(padded, strided, quick()).status, kprop::RunStatus::passed);
+  const kprop::RunReport report = run_in_process(padded, contiguous, quick(true));
+  EXPECT_EQ(report.status, kprop::RunStatus::crashed) << report.detail;
+  EXPECT_NE(report.detail.find("wrote into the padding after row"), std::string::npos) << report.detail;
+}
+
 TEST(SoftmaxTopkExternal, FusedBehindTheAbiPassesInProcess) {
   KPROP_EXPECT_SPEC_PASSES(kSpec, {{"kprop_softmax_topk", reinterpret_cast<void*>(&entry<fused>)}}, quick());
 }
