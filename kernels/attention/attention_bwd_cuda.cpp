@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/attention/attention.h"
+#include "kernels/attention/attention_cuda_case.h"
 #include "kernels/convert.h"
 
 namespace kprop::attention {
@@ -38,11 +39,8 @@ BwdResult run_typed(const Case& c) {
 BwdResult run_half(const Case& c) {
   const Shape& s = c.shape;
   cuda_bwd_raw::TcBwdHost a;
-  a.type = c.dtype == DType::bf16 ? cuda_raw::Half::bf16 : cuda_raw::Half::f16;
+  a.type = tc_type(c), a.mask = tc_mask(c);
   a.batch = s.batch, a.heads_q = s.heads_q, a.heads_kv = s.heads_kv, a.nq = s.nq, a.nk = s.nk, a.dim = s.dim;
-  a.mask = c.mask == MaskKind::causal        ? cuda_raw::TcMask::causal
-           : c.mask == MaskKind::key_padding ? cuda_raw::TcMask::key_padding
-                                             : cuda_raw::TcMask::none;
   a.key_lengths = c.key_lengths.data();
   a.scale = static_cast<float>(effective_scale(c));
   const auto q = narrow<float>(c.q), k = narrow<float>(c.k), v = narrow<float>(c.v),

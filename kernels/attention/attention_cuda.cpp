@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/attention/attention.h"
+#include "kernels/attention/attention_cuda_case.h"
 #include "kernels/convert.h"
 
 namespace kprop::attention {
@@ -40,13 +41,9 @@ FwdResult run_typed(const Case& c) {
 // LSE in f32 (stats_dtype).
 FwdResult run_half(const Case& c) {
   const Shape& s = c.shape;
-  const auto type = c.dtype == DType::bf16 ? cuda_raw::Half::bf16 : cuda_raw::Half::f16;
-  const auto mask = c.mask == MaskKind::causal        ? cuda_raw::TcMask::causal
-                    : c.mask == MaskKind::key_padding ? cuda_raw::TcMask::key_padding
-                                                      : cuda_raw::TcMask::none;
   const auto q = narrow<float>(c.q), k = narrow<float>(c.k), v = narrow<float>(c.v);
   std::vector<float> o(s.q_size()), lse(s.rows());
-  cuda_raw::tc_forward_host(type, s.batch, s.heads_q, s.heads_kv, s.nq, s.nk, s.dim, mask,
+  cuda_raw::tc_forward_host(tc_type(c), s.batch, s.heads_q, s.heads_kv, s.nq, s.nk, s.dim, tc_mask(c),
                             c.key_lengths.data(), static_cast<float>(effective_scale(c)), q.data(), k.data(),
                             v.data(), o.data(), lse.data());
   FwdResult r;
