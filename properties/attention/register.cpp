@@ -1,3 +1,5 @@
+#include <string>
+
 #include "kprop/determinism.h"
 #include "properties/attention/family.h"
 
@@ -7,6 +9,20 @@
 #endif
 
 namespace kprop::attention {
+namespace {
+// Declines (Unsupported) the f16/bf16 cases the CUDA tensor-core kernels do
+// not take; `which`: "forward" or "backward". A scale that rounds to 0 in
+// f32 would reach them as 0, which they read as 1/sqrt(D).
+[[maybe_unused]] void tensor_core_takes(const Case& c, const char* which) {
+  if (!is_half(c.dtype)) return;
+  const std::string kernel = std::string("the CUDA tensor-core ") + which + " (f16/bf16)";
+  if (c.shape.dim != 64 && c.shape.dim != 128) throw Unsupported(kernel + " takes D = 64 or 128");
+  if (c.mask == MaskKind::boolean) throw Unsupported(kernel + " has no boolean mask");
+  if (static_cast<float>(effective_scale(c)) == 0)
+    throw Unsupported(kernel + " takes no scale that rounds to 0 in f32");
+}
+}  // namespace
+
 KPROP_REGISTER_FAMILY(FwdTraits, [](FamilyDef<FwdTraits>& f) {
   f.implementation({"reference", ImplKind::reference, "fp64, materialized row by row, written for clarity"},
                    reference_forward);
@@ -22,12 +38,7 @@ KPROP_REGISTER_FAMILY(FwdTraits, [](FamilyDef<FwdTraits>& f) {
        "rounded to the dtype; D = 64 or 128, no boolean mask",
        "cuda"},
       KPROP_CUDA_IMPL(FwdTraits, cuda_raw::device_count, [](const Case& c) {
-        if (is_half(c.dtype) && c.shape.dim != 64 && c.shape.dim != 128)
-          throw Unsupported("the CUDA tensor-core forward (f16/bf16) takes D = 64 or 128");
-        if (is_half(c.dtype) && c.mask == MaskKind::boolean)
-          throw Unsupported("the CUDA tensor-core forward (f16/bf16) has no boolean mask");
-        if (is_half(c.dtype) && effective_scale(c) == 0)  // the kernels read a scale of 0 as 1/sqrt(D)
-          throw Unsupported("the CUDA tensor-core forward (f16/bf16) takes no scale that rounds to 0 in f32");
+        tensor_core_takes(c, "forward");
         return cuda_forward(c);
       }));
   f.mutants(forward_mutants());
@@ -66,13 +77,7 @@ KPROP_REGISTER_FAMILY(BwdTraits, [](FamilyDef<BwdTraits>& f) {
        "accumulation, P and dS rounded to the dtype before their products; D = 64 or 128, no boolean mask",
        "cuda"},
       KPROP_CUDA_IMPL(BwdTraits, cuda_bwd_raw::device_count, [](const Case& c) {
-        if (is_half(c.dtype) && c.shape.dim != 64 && c.shape.dim != 128)
-          throw Unsupported("the CUDA tensor-core backward (f16/bf16) takes D = 64 or 128");
-        if (is_half(c.dtype) && c.mask == MaskKind::boolean)
-          throw Unsupported("the CUDA tensor-core backward (f16/bf16) has no boolean mask");
-        if (is_half(c.dtype) && static_cast<float>(effective_scale(c)) == 0)  // read as 1/sqrt(D)
-          throw Unsupported(
-              "the CUDA tensor-core backward (f16/bf16) takes no scale that rounds to 0 in f32");
+        tensor_core_takes(c, "backward");
         return cuda_backward(c);
       }));
   f.mutants(backward_mutants());
