@@ -18,6 +18,9 @@
 //   1  no guard for a fully masked row: O = 0 / 0 (NaN)
 //   2  a stray write far past the end of O: an illegal address, a sticky
 //      CUDA error (kprop fails the case and restarts its plugin host)
+//   3  indexes Q, K, V and O as if they were contiguous (row-major offsets
+//      from the shape, strides ignored): right on kprop's default tensors,
+//      wrong under run.padded_tensors
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -42,7 +45,11 @@ KPROP_EXPORT int32_t kprop_op_device(const char* op) {
 namespace {
 
 __device__ int64_t offset4(const kprop_tensor& t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+#if KPROP_EXAMPLE_BUG == 3
+  return ((i0 * t.shape[1] + i1) * t.shape[2] + i2) * t.shape[3] + i3;
+#else
   return i0 * t.strides[0] + i1 * t.strides[1] + i2 * t.strides[2] + i3 * t.strides[3];
+#endif
 }
 
 __device__ bool visible(const kprop_attention_fwd_args& a, int64_t b, int64_t i, int64_t j, int64_t nq,
