@@ -52,6 +52,12 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kLdS = kTile + 4;  // f32 score tiles: row stride (a multiple of 4 floats, as WMMA needs)
 constexpr int kLdP = kTile + 8;  // 16-bit P and dS tiles (a multiple of 8 elements)
+// Blocks per SM the dK/dV and dQ kernels are compiled for: two at D = 64
+// (106.5 KiB of shared memory each, so two fit in the 228 KiB of an SM of
+// compute capability 8.0/9.0; registers capped at 128 a thread), one at
+// D = 128 (202.5 KiB each).
+template <int D>
+constexpr int kBlocksPerSm = D == 64 ? 2 : 1;
 
 template <typename H>
 struct Cvt;
@@ -261,7 +267,7 @@ __global__ void __launch_bounds__(kThreads)
 // false: loaded synchronously (the benchmark's flash_bwd_sync measures what
 // the copies one step ahead buy).
 template <typename H, int D, bool kAsync>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm<D>)
     dkdv_kernel(TcDims s, const H* __restrict__ q, const H* __restrict__ k, const H* __restrict__ v,
                 const H* __restrict__ d_out, const float* __restrict__ lse, const float* __restrict__ dd,
                 H* __restrict__ dk, H* __restrict__ dv) {
@@ -329,7 +335,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // ---------------------------------------------------------------- dQ
 template <typename H, int D, bool kAsync>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm<D>)
     dq_kernel(TcDims s, const H* __restrict__ q, const H* __restrict__ k, const H* __restrict__ v,
               const H* __restrict__ d_out, const float* __restrict__ lse, const float* __restrict__ dd,
               H* __restrict__ dq) {
