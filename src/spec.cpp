@@ -36,26 +36,17 @@ class Loader {
   // Map keys in order, rejecting duplicates and non-scalar keys.
   std::vector<std::pair<std::string, YAML::Node>> entries(const YAML::Node& map,
                                                           const std::string& what) const {
-    if (!map.IsMap()) fail(map, what + " must be a map");
     std::vector<std::pair<std::string, YAML::Node>> out;
-    std::set<std::string> seen;
-    for (auto it = map.begin(); it != map.end(); ++it) {
-      if (!it->first.IsScalar()) fail(it->first, "keys of " + what + " must be names");
-      const std::string key = it->first.Scalar();
-      if (!seen.insert(key).second) fail(it->first, "duplicate key '" + key + "' in " + what);
-      out.emplace_back(key, it->second);
-    }
+    for (auto& [key, value] :
+         map_entries(map, what, [&](const YAML::Node&n, const std::string&m) { fail(n, m); }))
+      out.emplace_back(key.Scalar(), value);
     return out;
   }
 
   template <typename T>
   T scalar(const YAML::Node& node, const std::string& key, const char* what) const {
-    if (!node.IsScalar()) fail(node, fmt::format("'{}' must be {}", key, what));
-    try {
-      return node.as<T>();
-    } catch (const YAML::Exception&) {
-      fail(node, fmt::format("'{}' must be {}, got '{}'", key, what, node.Scalar()));
-    }
+    return scalar_as<T>(node, "'" + key + "'", what,
+                        [&](const YAML::Node& at, const std::string& m) { fail(at, m); });
   }
 
   void check_bounds(const YAML::Node& node, const Field& f, const std::string& key, double v) const {

@@ -246,6 +246,22 @@ struct Tiles {
   }
 };
 
+// One step of either kernel on a (query tile, key tile) pair, once its
+// tiles are in shared memory: S = Q·Kᵀ and dP = dO·Vᵀ, then P (kWantP) and
+// dS. Barriers before (the step's tiles, LSE and D are in), between and after
+// (P and dS are in, for the step's products).
+template <typename H, int D, bool kWantP>
+__device__ __forceinline__ void tile_pair(const TcDims& s, int b, int i0, int rows, int j0, int cols,
+                                          const H* Qs, const H* Ks, const H* dOs, const H* Vs, float* Ss,
+                                          float* dPs, const float* lse_s, const float* d_s, H* Ph, H* dSh) {
+  __syncthreads();
+  gemm_abt<H, D>(Qs, Ks, Ss);
+  gemm_abt<H, D>(dOs, Vs, dPs);
+  __syncthreads();
+  probabilities<H, kWantP>(s, b, i0, rows, j0, cols, Ss, dPs, lse_s, d_s, Ph, dSh);
+  __syncthreads();
+}
+
 // ---------------------------------------------------------------- D
 template <typename H, int D>
 __global__ void __launch_bounds__(kThreads)
@@ -318,12 +334,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<D>)
     await_step<kAsync>(n + 1 < steps);
     for (int i = threadIdx.x; i < kTile; i += kThreads)
       lse_s[i] = i < rows ? lse[row0 + i0 + i] : -INFINITY, d_s[i] = i < rows ? dd[row0 + i0 + i] : 0.f;
-    __syncthreads();
-    gemm_abt<H, D>(Qs, Ks, Ss);
-    gemm_abt<H, D>(dOs, Vs, dPs);
-    __syncthreads();
-    probabilities<H, true>(s, b, i0, rows, j0, cols, Ss, dPs, lse_s, d_s, Ph, dSh);
-    __syncthreads();
+    tile_pair<H, D, true>(s, b, i0, rows, j0, cols, Qs, Ks, dOs, Vs, Ss, dPs, lse_s, d_s, Ph, dSh);
     gemm_acc<H, D, true>(dv_acc, Ph, dOs);
     gemm_acc<H, D, true>(dk_acc, dSh, Qs);
     __syncthreads();  // this step's buffers, P and dS are overwritten next
@@ -374,12 +385,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<D>)
     const H *Ks = sm.at<H>(L::streamed(n & 1, 0)), *Vs = sm.at<H>(L::streamed(n & 1, 1));
     if (n + 1 < steps) issue(n + 1);  // into the other buffer, last read before the previous step's barrier
     await_step<kAsync>(n + 1 < steps);
-    __syncthreads();
-    gemm_abt<H, D>(Qs, Ks, Ss);
-    gemm_abt<H, D>(dOs, Vs, dPs);
-    __syncthreads();
-    probabilities<H, false>(s, b, i0, rows, j0, cols, Ss, dPs, lse_s, d_s, nullptr, dSh);
-    __syncthreads();
+    tile_pair<H, D, false>(s, b, i0, rows, j0, cols, Qs, Ks, dOs, Vs, Ss, dPs, lse_s, d_s, nullptr, dSh);
     gemm_acc<H, D, false>(dq_acc, dSh, Ks);
     __syncthreads();  // this step's buffers and dS are overwritten next
   }

@@ -31,10 +31,7 @@ const std::vector<TransformInfo>& Traits::transforms() {
          {"V"},
          expr::DType::integer,
          "token v of the case is token vocab_perm[v] of the transformed case (never the identity)"},
-        {"transform.applies",
-         {},
-         expr::DType::boolean,
-         "false when V = 1 (no relabeling moves a token): the invariant is discarded, not passed"}}},
+        transform_applies_info("V = 1 (no relabeling moves a token)")}},
   };
   return infos;
 }
@@ -57,7 +54,7 @@ Case Traits::transform(const std::string& name, const Case& c, const Values&, ui
   if (const std::string why = validate(t); !why.empty())
     throw std::logic_error("beam: relabel_vocab made an invalid case: " + why);
   if (out.wanted("transform.vocab_perm")) out.put("transform.vocab_perm", expr::Tensor::ints({V}, pi));
-  out.put("transform.applies", expr::Tensor::scalar(V >= 2 ? 1 : 0, expr::DType::boolean));
+  put_transform_applies(out, V >= 2);
   return t;
 }
 

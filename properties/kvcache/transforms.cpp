@@ -35,11 +35,7 @@ const std::vector<TransformInfo>& Traits::transforms() {
          {"N"},
          expr::DType::integer,
          "flat token n of the transformed case is flat token token_perm[n]"},
-        {"transform.applies",
-         {},
-         expr::DType::boolean,
-         "false when the batch has one sequence (no reordering moves one): the invariant is discarded, not "
-         "passed"}}},
+        transform_applies_info("the batch has one sequence (no reordering moves one)")}},
       {"change_block_size",
        "another page size in [1, 8] with a fresh shuffled pool: outputs unchanged up to rounding",
        {},
@@ -65,7 +61,7 @@ Case Traits::transform(const std::string& name, const Case& c, const Values&, ui
       out.put("transform.seq_perm", expr::Tensor::ints({int64_t(perm.size())}, perm));
     if (out.wanted("transform.token_perm"))
       out.put("transform.token_perm", expr::Tensor::ints({int64_t(tokens.size())}, tokens));
-    out.put("transform.applies", expr::Tensor::scalar(perm.size() >= 2 ? 1 : 0, expr::DType::boolean));
+    put_transform_applies(out, perm.size() >= 2);
   } else if (name == "change_block_size") {
     int page = 1 + static_cast<int>(rng::hash(seed, 2, 0) % 7);  // [1, 7]
     if (page >= c.page_size) ++page;                             // [1, 8] without the case's own

@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 
+#include "kprop/yaml_load.h"
 #include "properties/op/family.h"
 
 namespace kprop::op {
@@ -23,16 +24,7 @@ class Parser {
 
   std::vector<std::pair<YAML::Node, YAML::Node>> entries(const YAML::Node& map,
                                                          const std::string& what) const {
-    if (!map.IsMap()) fail(map, what + " must be a map");
-    std::vector<std::pair<YAML::Node, YAML::Node>> out;
-    std::set<std::string> seen;
-    for (auto it = map.begin(); it != map.end(); ++it) {
-      if (!it->first.IsScalar()) fail(it->first, "keys of " + what + " must be names");
-      if (!seen.insert(it->first.Scalar()).second)
-        fail(it->first, "duplicate key '" + it->first.Scalar() + "' in " + what);
-      out.emplace_back(it->first, it->second);
-    }
-    return out;
+    return map_entries(map, what, [&](const YAML::Node& n, const std::string& m) { fail(n, m); });
   }
 
   void only_keys(const YAML::Node& map, const std::vector<std::string>& keys, const std::string& what) const {
@@ -45,12 +37,7 @@ class Parser {
 
   template <typename T>
   T scalar(const YAML::Node& n, const std::string& what, const char* kind) const {
-    if (!n.IsScalar()) fail(n, fmt::format("{} must be {}", what, kind));
-    try {
-      return n.as<T>();
-    } catch (const YAML::Exception&) {
-      fail(n, fmt::format("{} must be {}, got '{}'", what, kind, n.Scalar()));
-    }
+    return scalar_as<T>(n, what, kind, [&](const YAML::Node& at, const std::string& m) { fail(at, m); });
   }
 
   double number(const YAML::Node& n, const std::string& what) const {

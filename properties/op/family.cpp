@@ -88,7 +88,7 @@ Case Traits::transform(const std::string& name, const Case& c, const Values& par
         v = moved;
       }
     }
-    out.put("transform.applies", expr::Tensor::scalar(overflowed ? 0 : 1, expr::DType::boolean));
+    put_transform_applies(out, !overflowed);
     return s;
   }
   if (name.rfind("slice_dim", 0) == 0) {
@@ -109,7 +109,7 @@ Case Traits::transform(const std::string& name, const Case& c, const Values& par
     std::iota(keep.begin(), keep.end(), a);
     s = keep_indices(c, k, keep);
     out.put("transform.index", expr::Tensor::ints({m}, keep));
-    out.put("transform.applies", expr::Tensor::scalar(m < n ? 1 : 0, expr::DType::boolean));
+    put_transform_applies(out, m < n);
     return s;
   }
   // A permutation that moves something; with the dim at 1 there is none,
@@ -121,7 +121,7 @@ Case Traits::transform(const std::string& name, const Case& c, const Values& par
   const std::vector<int64_t> perm(drawn.begin(), drawn.end());
   s = keep_indices(c, k, perm);
   out.put("transform.perm", expr::Tensor::ints({n}, perm));
-  out.put("transform.applies", expr::Tensor::scalar(n >= 2 ? 1 : 0, expr::DType::boolean));
+  put_transform_applies(out, n >= 2);
   return s;
 }
 
@@ -167,10 +167,7 @@ OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
     shift.push_back(field::real(in.name, 0.0, -1e300, 1e300, "offset added to input " + in.name));
   }
   const std::vector<expr::TensorInfo> applies = {
-      {"transform.applies",
-       {},
-       expr::DType::boolean,
-       "false when a finite input would leave its dtype's range: the invariant is discarded, not passed"}};
+      transform_applies_info("a finite input would leave its dtype's range")};
   transforms_.push_back({"scale", "every input times its factor (rounded to its dtype)", scale, applies});
   transforms_.push_back({"shift", "every input plus its offset (rounded to its dtype)", shift, applies});
   for (const auto& dim : d.dims) {  // in the order of Traits::transforms()
@@ -178,21 +175,14 @@ OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
                            "a random permutation (never the identity) along every axis named " + dim.name,
                            {},
                            {{"transform.perm", {dim.name}, expr::DType::integer, "the permutation drawn"},
-                            {"transform.applies",
-                             {},
-                             expr::DType::boolean,
-                             "false when the dim is 1 (no permutation moves anything): the invariant is "
-                             "discarded, not passed"}}});
+                            transform_applies_info("the dim is 1 (no permutation moves anything)")}});
     transforms_.push_back(
         {"slice_" + dim.name,
          "a random contiguous run of indices along every axis named " + dim.name +
              " (a smaller valid extent; the whole dim when the relations allow none)",
          {},
          {{"transform.index", {dim.name}, expr::DType::integer, "the indices kept, ascending"},
-          {"transform.applies",
-           {},
-           expr::DType::boolean,
-           "false when no smaller extent is valid: the invariant is discarded, not passed"}}});
+          transform_applies_info("no smaller extent is valid")}});
   }
   implementation({"reference", ImplKind::reference, "the declared reference expressions, in fp64"},
                  op::reference);

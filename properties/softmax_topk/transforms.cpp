@@ -89,10 +89,7 @@ const std::vector<TransformInfo>& Traits::transforms() {
          {"V"},
          XT::integer,
          "logit j of a transformed row is logit perm[j] of the original row (never the identity)"},
-        {"transform.applies",
-         {},
-         XT::boolean,
-         "false when V = 1 (no permutation moves a logit): the invariant is discarded, not passed"}}},
+        transform_applies_info("V = 1 (no permutation moves a logit)")}},
   };
   return infos;
 }
@@ -122,7 +119,7 @@ Case Traits::transform(const std::string& name, const Case& c, const Values& par
     for (size_t r = 0; r < static_cast<size_t>(c.rows()); ++r)
       for (size_t j = 0; j < V; ++j) t.logits[r * V + j] = c.logits[r * V + static_cast<size_t>(perm[j])];
     if (out.wanted("transform.perm")) out.put("transform.perm", Tensor::ints({c.vocab}, perm));
-    out.put("transform.applies", Tensor::scalar(V >= 2 ? 1 : 0, XT::boolean));
+    put_transform_applies(out, V >= 2);
   }
   if (const std::string why = validate(t); !why.empty())
     throw std::logic_error("softmax_topk transform " + name + " made an invalid case: " + why);

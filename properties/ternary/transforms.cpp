@@ -30,10 +30,7 @@ const std::vector<TransformInfo>& Traits::transforms() {
          {"N"},
          expr::DType::integer,
          "output feature n of the transformed case is feature perm[n] of the original (never the identity)"},
-        {"transform.applies",
-         {},
-         expr::DType::boolean,
-         "false when N = 1 (no permutation moves a feature): the invariant is discarded, not passed"}}},
+        transform_applies_info("N = 1 (no permutation moves a feature)")}},
   };
   return infos;
 }
@@ -52,7 +49,7 @@ Case Traits::transform(const std::string& name, const Case& c, const Values&, ui
     }
     if (out.wanted("transform.perm"))
       out.put("transform.perm", expr::Tensor::ints({c.out_features}, perm, expr::DType::integer));
-    out.put("transform.applies", expr::Tensor::scalar(N >= 2 ? 1 : 0, expr::DType::boolean));
+    put_transform_applies(out, N >= 2);
   }
   if (const std::string why = validate(t); !why.empty())
     throw std::logic_error("ternary transform " + name + " made an invalid case: " + why);

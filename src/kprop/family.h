@@ -266,6 +266,20 @@ struct TransformInfo {
   expr::TensorInfos tensors;  // "transform.*" tensors it publishes
 };
 
+// A transform that can leave a case as it is (a permutation of one element)
+// publishes the boolean scalar "transform.applies"; where it is false the
+// invariant using the transform discards the case, never passes it.
+// `when_false` completes "false when ..." in its description.
+inline expr::TensorInfo transform_applies_info(const std::string& when_false) {
+  return {"transform.applies",
+          {},
+          expr::DType::boolean,
+          "false when " + when_false + ": the invariant is discarded, not passed"};
+}
+inline void put_transform_applies(expr::TensorMap& out, bool applies) {
+  out.put("transform.applies", expr::Tensor::scalar(applies ? 1 : 0, expr::DType::boolean));
+}
+
 // What the core sees of a family.
 class Family {
  public:
