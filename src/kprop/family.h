@@ -208,7 +208,8 @@ struct CaseStats {
 // Seconds one trial spent inside the target and the reference (derived
 // cases of metamorphic invariants included): the runner's time split.
 struct TrialTimes {
-  double target = 0, reference = 0;
+  double target = 0, reference = 0;  // seconds in the target's and the oracle's runs
+  int64_t target_runs = 0;           // the target's runs (on the case and on derived cases)
 };
 
 // Type-erased case and result: the core never looks inside.
@@ -516,6 +517,7 @@ class Trial {
       ~Add() { s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
     } add{seconds, t0};
     if (&impl != &target_impl_) return family_.run(impl, c);
+    ++times_.target_runs;
     const TargetCall call;  // the case timeout times target calls only
     return family_.run(impl, c);
   }
