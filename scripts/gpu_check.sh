@@ -17,6 +17,8 @@
 #  6. the named mutants (CPU kernels: skipped with KPROP_GPU_CHECK_QUICK=1
 #     or KPROP_GPU_CHECK_MUTANTS=0; run them on any machine) and each spec's
 #     cuda target on a second seed (skipped when quick).
+# KPROP_GPU_RACECHECK_CASES=N: racecheck on the first N cases of the
+# tensor-core tests' tables (default 3; 9 takes them all).
 # KPROP_GPU_CHECK_ONLY=REGEX runs only the steps whose name matches it (grep
 # -E), the rest reported "skipped" (a session with little device time checks
 # what changed; the full run is the proof); exit 77 when none matches.
@@ -95,7 +97,9 @@ step "compute-sanitizer (4 tools x targets)" sanitize.txt \
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 for tool in memcheck racecheck synccheck; do
   cases=9
-  [ "$tool" = racecheck ] && cases=3  # racecheck takes minutes on the larger cases
+  # racecheck takes minutes on the larger cases: the first 3 (of each
+  # test's table) unless KPROP_GPU_RACECHECK_CASES says how many.
+  [ "$tool" = racecheck ] && cases=${KPROP_GPU_RACECHECK_CASES:-3}
   step "compute-sanitizer $tool tensor-core tests" "sanitize.tc.$tool.txt" \
     env KPROP_TC_MAX_CASES=$cases "$sanitizer" --tool "$tool" --error-exitcode 1 "$build/tests/kprop_attention_tests" \
     --gtest_filter='AttentionCudaTensorCore.Wgmma*:AttentionCudaTensorCore.WarpSpecialized*:AttentionBwdCudaTensorCore.*'
