@@ -22,6 +22,7 @@
 #include "tests/support/registered.h"
 #if KPROP_HAVE_CUDA
 #include "kernels/attention/attention_bwd_cuda.h"
+#include "tests/families/attention/tc_case.h"
 #endif
 
 namespace kprop::attention {
@@ -159,10 +160,7 @@ using BwdKernel = std::function<BwdResult(const Case&)>;
 
 TcBwdErrors run_tc_bwd(cuda_raw::Half type, const TcBwdCase& tc, uint32_t seed,
                        const BwdKernel& kernel = cuda_backward, std::vector<double>* grads = nullptr) {
-  Case c;
-  c.shape = {tc.batch, tc.heads_q, tc.heads_kv, tc.nq, tc.nk, tc.dim};
-  c.dtype = DType::f64;
-  c.block_q = c.block_k = 1;
+  Case c = tc_case(tc);
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u1(-1.f, 1.f);
   auto rounded = [&](float x) { return double(cuda_raw::round_half(type, x)); };
@@ -170,10 +168,6 @@ TcBwdErrors run_tc_bwd(cuda_raw::Half type, const TcBwdCase& tc, uint32_t seed,
     c.q.push_back(rounded(2 * u1(rng))), c.d_out.push_back(rounded(u1(rng)));
   for (size_t i = 0; i < c.shape.kv_size(); ++i)
     c.k.push_back(rounded(u1(rng))), c.v.push_back(rounded(u1(rng)));
-  c.mask = tc.mask == cuda_raw::TcMask::causal        ? MaskKind::causal
-           : tc.mask == cuda_raw::TcMask::key_padding ? MaskKind::key_padding
-                                                      : MaskKind::none;
-  c.key_lengths = tc.key_lengths;
   const BwdResult ref = reference_backward(c);
 
   const Shape& s = c.shape;

@@ -19,6 +19,7 @@
 #include "tests/support/cuda.h"
 #if KPROP_HAVE_CUDA
 #include "kernels/attention/attention_cuda.h"
+#include "tests/families/attention/tc_case.h"
 #endif
 
 namespace kprop::attention {
@@ -61,10 +62,7 @@ struct TcErrors {
 TcErrors run_tc(cuda_raw::Half type, const TcCase& tc, uint32_t seed, int warps = 0, int rows_per_warp = 0,
                 bool planted_bug = false, cuda_raw::TcKernel kernel = cuda_raw::TcKernel::mma_sync,
                 int ws_block_k = 0, bool ws_pingpong = true) {
-  Case c;
-  c.shape = {tc.batch, tc.heads_q, tc.heads_kv, tc.nq, tc.nk, tc.dim};
-  c.dtype = DType::f64;
-  c.block_q = c.block_k = 1;
+  Case c = tc_case(tc);
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u1(-1.f, 1.f);
   auto rounded = [&](float x) { return double(cuda_raw::round_half(type, x)); };
@@ -77,18 +75,6 @@ TcErrors run_tc(cuda_raw::Half type, const TcCase& tc, uint32_t seed, int warps 
   }
   if (tc.growing_keys)
     for (double& x : c.q) x = std::fabs(x);
-  switch (tc.mask) {
-    case cuda_raw::TcMask::none:
-      c.mask = MaskKind::none;
-      break;
-    case cuda_raw::TcMask::causal:
-      c.mask = MaskKind::causal;
-      break;
-    case cuda_raw::TcMask::key_padding:
-      c.mask = MaskKind::key_padding;
-      c.key_lengths = tc.key_lengths;
-      break;
-  }
   const FwdResult ref = reference_forward(c);
 
   const std::vector<float> q(c.q.begin(), c.q.end()), k(c.k.begin(), c.k.end()), v(c.v.begin(), c.v.end());
