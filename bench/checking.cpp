@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "kprop/allocator.h"
 #include "kprop/draw.h"
 #include "kprop/rng.h"
 #include "kprop/runner.h"
@@ -169,6 +170,7 @@ void fuzz_row(const kprop::Spec& spec, int inputs, bool full_size) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  kprop::tune_allocator();  // as prop_runner
   int cases = 200, inputs = 2000;
   std::string filter, domain;
   bool checking = true, fuzz = true, full_size = false, by_invariant = false;

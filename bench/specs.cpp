@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "kprop/allocator.h"
 #include "kprop/runner.h"
 
 namespace {
@@ -32,6 +33,7 @@ void spec_trial(benchmark::State& state, const kprop::Spec* spec, size_t target_
 }  // namespace
 
 int main(int argc, char** argv) {
+  kprop::tune_allocator();  // as prop_runner
   static std::vector<std::unique_ptr<kprop::Spec>> specs;
   std::vector<std::filesystem::path> paths;
   const std::filesystem::path root(KPROP_SOURCE_DIR);

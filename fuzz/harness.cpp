@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "kprop/allocator.h"
 #include "kprop/corpus.h"
 #include "kprop/runner.h"
 
@@ -95,6 +96,7 @@ constexpr bool kCoverageOnly = false;
 #endif
 
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  kprop::tune_allocator();
   default_len_control(argc, argv);
   const std::string spec_path = flag(*argc, *argv, "kprop_spec", "KPROP_SPEC", default_spec((*argv)[0]));
   if (spec_path.empty()) {  // fuzz_any_spec

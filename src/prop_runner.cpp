@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "kprop/allocator.h"
 #include "kprop/coverage.h"
 #include "kprop/fuzz_driver.h"
 #include "kprop/jobs.h"
@@ -476,6 +477,7 @@ int run(const Config& cfg) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tune_allocator();
   CLI::App app{"kprop property runner: checks a kernel against a YAML spec", "prop_runner"};
   Config cfg;
   // An existing file, or a spec's old name whose new file exists (load_spec
