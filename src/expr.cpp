@@ -1101,6 +1101,32 @@ class Checker {
 
 }  // namespace
 
+namespace {
+
+// Node::shared for every node but a leaf (a name is borrowed, a number is
+// made in no time) that the tree reaches by more than one path; the walk
+// does not go below a node a second time.
+void mark_shared(Node& root) {
+  std::set<const Node*> seen;
+  std::vector<Node*> todo = {&root};
+  while (!todo.empty()) {
+    Node* n = todo.back();
+    todo.pop_back();
+    if (!seen.insert(n).second) {
+      n->shared = n->kind != Kind::name && n->kind != Kind::number;
+      continue;
+    }
+    auto add = [&](const NodeP& c) {
+      if (c) todo.push_back(c.get());
+    };
+    for (const NodeP& a : n->args) add(a);
+    for (const Item& it : n->items) add(it.e), add(it.lo), add(it.hi);
+    for (const NodeP* c : {&n->rtol, &n->atol, &n->k, &n->unjudged}) add(*c);
+  }
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------- Expression
 Expression Expression::compile(const std::string& text, const TensorInfos& tensors) {
   Expression e;
@@ -1109,6 +1135,7 @@ Expression Expression::compile(const std::string& text, const TensorInfos& tenso
   NodeP root = Parser(text).parse();
   std::set<std::string> used;
   Checker(tensors, used).check(*root);
+  mark_shared(*root);
   e.root_ = root;
   e.names_.assign(used.begin(), used.end());
   return e;

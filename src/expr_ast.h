@@ -45,6 +45,10 @@ struct Node {
   DType dtype = DType::real;
   Shape shape;
   int height = 1;  // of the tree below: the checker and evaluator recurse this deep
+  // Reached from more than one place of its expression (close(k=)'s budget
+  // and masks, which the policy's rewrite refers to several times): its
+  // value is computed once per evaluation of the expression (expr_eval.cpp).
+  bool shared = false;
 };
 
 }  // namespace kprop::expr

@@ -637,13 +637,31 @@ thread_local std::unordered_map<const Node*, Tensor>* t_values = nullptr;
 thread_local Summation t_summation = Summation::in_order;
 // Set while rounding_bound runs: the unit roundoff of the Hölder terms.
 thread_local double t_unit = 0x1p-53;
+// Set by each evaluation of a whole expression (SharedValues): the values of
+// its Node::shared nodes, computed once each.
+thread_local std::unordered_map<const Node*, Tensor>* t_shared = nullptr;
 Ref evaluate_node(const Node& n, const TensorMap& m);
 Ref evaluate(const Node& n, const TensorMap& m) {
-  if (!t_values) return evaluate_node(n, m);
-  if (const auto it = t_values->find(&n); it != t_values->end()) return Ref::borrow(it->second);
+  std::unordered_map<const Node*, Tensor>* memo = t_values ? t_values : n.shared ? t_shared : nullptr;
+  if (!memo) return evaluate_node(n, m);
+  if (const auto it = memo->find(&n); it != memo->end()) return Ref::borrow(it->second);
   Tensor v = *evaluate_node(n, m);
-  return Ref::borrow(t_values->emplace(&n, std::move(v)).first->second);
+  return Ref::borrow(memo->emplace(&n, std::move(v)).first->second);
 }
+// For the length of one evaluation of an expression (on one TensorMap, in
+// one rounding mode): a fresh store of its shared nodes' values, the
+// previous one restored after (also when evaluation throws).
+class SharedValues {
+ public:
+  SharedValues() : saved_(t_shared) { t_shared = &values_; }
+  ~SharedValues() { t_shared = saved_; }
+  SharedValues(const SharedValues&) = delete;
+  SharedValues& operator=(const SharedValues&) = delete;
+
+ private:
+  std::unordered_map<const Node*, Tensor> values_;
+  std::unordered_map<const Node*, Tensor>* saved_;
+};
 
 Ref evaluate_node(const Node& n, const TensorMap& m) {
   switch (n.kind) {
@@ -1053,6 +1071,7 @@ std::string Expression::shown() const {
 }
 
 Tensor Expression::evaluate(const TensorMap& tensors) const {
+  const SharedValues shared;
   return *expr::evaluate(*root_, tensors);
 }
 
@@ -1062,6 +1081,7 @@ Tensor Expression::evaluate_rounded(const TensorMap& tensors, double (*round)(do
     ~Scope() { t_round = saved; }
   } scope;
   t_round = round;
+  const SharedValues shared;
   Tensor out = *expr::evaluate(*root_, tensors);
   round_real(out);
   return out;
@@ -1206,6 +1226,7 @@ Expression::Outcome explain(const std::string& text, const Node& n, const Tensor
 }  // namespace
 
 Expression::Outcome Expression::check(const TensorMap& tensors) const {
+  const SharedValues shared;
   return explain(text_, *root_, tensors);
 }
 

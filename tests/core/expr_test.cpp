@@ -504,6 +504,41 @@ TEST(Expr, ClosePolicyScalesTheBaselineError) {
   EXPECT_NE(why.find("needs a target output"), std::string::npos) << why;
 }
 
+// close(k=)'s budget is one node its rewrite refers to several times (the
+// tolerance and, with overflow.X published, the masks of both operands):
+// computed once per check, and again on the next case. One compiled
+// expression checked on a case with a wide budget, then on one with a
+// narrow budget, fails the second: a budget kept from the first passed it.
+TEST(Expr, ClosePolicyBudgetIsEachCasesOwn) {
+  const TensorInfos infos = {{"target.x", {"N"}, DType::real, ""},
+                             {"reference.x", {"N"}, DType::real, ""},
+                             {"naive.x", {"N"}, DType::real, ""},
+                             {"floor.x", {}, DType::real, ""},
+                             {"overflow.x", {}, DType::real, ""},
+                             {"transformed.target.x", {"N"}, DType::real, ""},
+                             {"transformed.reference.x", {"N"}, DType::real, ""},
+                             {"transformed.naive.x", {"N"}, DType::real, ""},
+                             {"transformed.floor.x", {}, DType::real, ""},
+                             {"transformed.overflow.x", {}, DType::real, ""}};
+  const Expression e = Expression::compile("all(close(transformed.target.x, target.x, k=1))", infos);
+  auto check = [&](double naive_error) {
+    TensorMap m;
+    for (const auto& i : infos) m.want(i.name);
+    for (const std::string pre : {"", "transformed."}) {
+      m.put(pre + "reference.x", Tensor::of({2}, {1, 2}));
+      m.put(pre + "naive.x", Tensor::of({2}, {1 + naive_error, 2}));
+      m.put(pre + "floor.x", Tensor::scalar(0));
+      m.put(pre + "overflow.x", Tensor::scalar(65520));
+    }
+    m.put("target.x", Tensor::of({2}, {1, 2}));
+    m.put("transformed.target.x", Tensor::of({2}, {1.5, 2}));  // 0.5 off
+    return e.check(m).holds;
+  };
+  EXPECT_TRUE(check(0.25));   // budget 0.25 + 0.25
+  EXPECT_FALSE(check(0.01));  // budget 0.02
+  EXPECT_TRUE(check(0.25));
+}
+
 // close(k=) takes the baseline's error per group of floor.X's shape: per
 // row of a [R, 1] floor (and per element of an [R] one), over the tensor
 // for a scalar. One max over the tensor let a small row be all zeros and
