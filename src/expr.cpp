@@ -864,6 +864,12 @@ class Checker {
     // compared with the other's finite value, and passing it left the other
     // run unjudged (a kernel writing 0 there passed).
     std::vector<NodeP> codes;
+    // Where every operand's target.X, naive.X and reference.X are finite,
+    // `lost` is false everywhere, so `must` is, and `to_inf` (target.X = ±inf)
+    // is: every code below is 0, as is the pair's.
+    for (const Operand& o : outputs)
+      for (const std::string& t : {"target." + o.x, "naive." + o.x, kOwnPrefix + "reference." + o.x})
+        n.compared_where_finite.push_back(o.pre + t);
     for (const Operand& o : outputs) {
       auto name = [&](const std::string& t) { return node(Kind::name, o.pre + t, {}); };
       NodeP lost = node(Kind::binary, "and",

@@ -41,6 +41,10 @@ struct Node {
   // close(k=): K, checked finite and >= 0 on each case; and the elements the
   // policy does not judge (the baseline not finite where the reference is).
   NodeP k, unjudged;
+  // close(k=): the tensors whose being finite everywhere makes every code of
+  // `unjudged` 0 (compared): each target operand's output, its baseline and
+  // its reference. Then the masks are not evaluated (expr_eval.cpp).
+  std::vector<std::string> compared_where_finite;
   // static type
   DType dtype = DType::real;
   Shape shape;
