@@ -539,6 +539,43 @@ TEST(Expr, ClosePolicyBudgetIsEachCasesOwn) {
   EXPECT_TRUE(check(0.25));
 }
 
+// close(k=) compares every element without its masks only where each
+// operand's target, baseline and reference are finite. A run that rounds to
+// +inf where the reference lies within the budget of the overflow threshold
+// (a store of 65519.5 + 1 in f16) against one that stays finite is not
+// judged there: the pair holds. Skipping the masks because the baselines and
+// references are finite compared inf with 65519 and failed it.
+TEST(Expr, ClosePolicyJudgesAnInfiniteRunWithItsMasks) {
+  const TensorInfos infos = {{"target.x", {"N"}, DType::real, ""},
+                             {"reference.x", {"N"}, DType::real, ""},
+                             {"naive.x", {"N"}, DType::real, ""},
+                             {"floor.x", {}, DType::real, ""},
+                             {"overflow.x", {}, DType::real, ""},
+                             {"transformed.target.x", {"N"}, DType::real, ""},
+                             {"transformed.reference.x", {"N"}, DType::real, ""},
+                             {"transformed.naive.x", {"N"}, DType::real, ""},
+                             {"transformed.floor.x", {}, DType::real, ""},
+                             {"transformed.overflow.x", {}, DType::real, ""}};
+  const Expression e = Expression::compile("all(close(transformed.target.x, target.x, k=1))", infos);
+  auto holds = [&](double transformed_last) {
+    TensorMap m;
+    for (const auto& i : infos) m.want(i.name);
+    for (const std::string pre : {"", "transformed."}) {
+      m.put(pre + "reference.x", Tensor::of({2}, {1, 65519}));
+      m.put(pre + "naive.x", Tensor::of({2}, {1, 65520}));  // budget 1: 65519 + 1 reaches 65520
+      m.put(pre + "floor.x", Tensor::scalar(0));
+      m.put(pre + "overflow.x", Tensor::scalar(65520));
+    }
+    m.put("target.x", Tensor::of({2}, {1, 65519}));
+    m.put("transformed.target.x", Tensor::of({2}, {1, transformed_last}));
+    return e.check(m).holds;
+  };
+  EXPECT_TRUE(holds(INFINITY));  // one run may round to +inf there: not judged
+  EXPECT_TRUE(holds(65519.5));   // compared, within 1 + 1
+  EXPECT_FALSE(holds(65530));    // compared, 11 off
+  EXPECT_FALSE(holds(-INFINITY));
+}
+
 // close(k=) takes the baseline's error per group of floor.X's shape: per
 // row of a [R, 1] floor (and per element of an [R] one), over the tensor
 // for a scalar. One max over the tensor let a small row be all zeros and
