@@ -59,6 +59,11 @@ double round_to(DType dtype, double v) {
   return t ? kprop::round_to(*t, v) : v;
 }
 
+void round_all(DType dtype, std::vector<double>& values) {
+  if (const auto t = float_type(dtype))
+    for (double& v : values) v = kprop::round_to(*t, v);
+}
+
 double unit_roundoff(DType dtype) {
   const auto t = float_type(dtype);
   return t ? kprop::unit_roundoff(*t) : 0.0;
@@ -420,8 +425,7 @@ Result naive(const Case& c) {
     std::vector<double> y = evaluated(c, o, [&] {
       return o.reference->evaluate_rounded(m, arithmetic_dtype(dt) == DType::f32 ? to_f32 : to_f64);
     });
-    if (is_half(dt))
-      for (double& v : y) v = round_to(dt, v);
+    if (is_half(dt)) round_all(dt, y);
     r.outputs.push_back(std::move(y));
   }
   return r;
