@@ -504,35 +504,46 @@ TEST(Expr, ClosePolicyScalesTheBaselineError) {
   EXPECT_NE(why.find("needs a target output"), std::string::npos) << why;
 }
 
+// A relation between two runs of x, close(transformed.target.x, target.x,
+// k=1): both with the same reference and baseline, floor 0 and f16's
+// overflow threshold; checked on each case by one compiled expression.
+struct TwoRuns {
+  TensorInfos infos;
+  Expression e;
+  TwoRuns() {
+    for (const std::string pre : {"", "transformed."}) {
+      infos.push_back({pre + "target.x", {"N"}, DType::real, ""});
+      for (const char* t : {"reference.x", "naive.x"}) infos.push_back({pre + t, {"N"}, DType::real, ""});
+      for (const char* t : {"floor.x", "overflow.x"}) infos.push_back({pre + t, {}, DType::real, ""});
+    }
+    e = Expression::compile("all(close(transformed.target.x, target.x, k=1))", infos);
+  }
+  bool holds(const std::vector<double>& reference, const std::vector<double>& naive,
+             const std::vector<double>& target, const std::vector<double>& transformed) const {
+    TensorMap m;
+    for (const auto& i : infos) m.want(i.name);
+    const int64_t n = static_cast<int64_t>(reference.size());
+    for (const std::string pre : {"", "transformed."}) {
+      m.put(pre + "reference.x", Tensor::of({n}, reference));
+      m.put(pre + "naive.x", Tensor::of({n}, naive));
+      m.put(pre + "floor.x", Tensor::scalar(0));
+      m.put(pre + "overflow.x", Tensor::scalar(65520));
+    }
+    m.put("target.x", Tensor::of({n}, target));
+    m.put("transformed.target.x", Tensor::of({n}, transformed));
+    return e.check(m).holds;
+  }
+};
+
 // close(k=)'s budget is one node its rewrite refers to several times (the
 // tolerance and, with overflow.X published, the masks of both operands):
 // computed once per check, and again on the next case. One compiled
 // expression checked on a case with a wide budget, then on one with a
 // narrow budget, fails the second: a budget kept from the first passed it.
 TEST(Expr, ClosePolicyBudgetIsEachCasesOwn) {
-  const TensorInfos infos = {{"target.x", {"N"}, DType::real, ""},
-                             {"reference.x", {"N"}, DType::real, ""},
-                             {"naive.x", {"N"}, DType::real, ""},
-                             {"floor.x", {}, DType::real, ""},
-                             {"overflow.x", {}, DType::real, ""},
-                             {"transformed.target.x", {"N"}, DType::real, ""},
-                             {"transformed.reference.x", {"N"}, DType::real, ""},
-                             {"transformed.naive.x", {"N"}, DType::real, ""},
-                             {"transformed.floor.x", {}, DType::real, ""},
-                             {"transformed.overflow.x", {}, DType::real, ""}};
-  const Expression e = Expression::compile("all(close(transformed.target.x, target.x, k=1))", infos);
-  auto check = [&](double naive_error) {
-    TensorMap m;
-    for (const auto& i : infos) m.want(i.name);
-    for (const std::string pre : {"", "transformed."}) {
-      m.put(pre + "reference.x", Tensor::of({2}, {1, 2}));
-      m.put(pre + "naive.x", Tensor::of({2}, {1 + naive_error, 2}));
-      m.put(pre + "floor.x", Tensor::scalar(0));
-      m.put(pre + "overflow.x", Tensor::scalar(65520));
-    }
-    m.put("target.x", Tensor::of({2}, {1, 2}));
-    m.put("transformed.target.x", Tensor::of({2}, {1.5, 2}));  // 0.5 off
-    return e.check(m).holds;
+  const TwoRuns r;
+  auto check = [&](double naive_error) {  // transformed.target.x 0.5 off
+    return r.holds({1, 2}, {1 + naive_error, 2}, {1, 2}, {1.5, 2});
   };
   EXPECT_TRUE(check(0.25));   // budget 0.25 + 0.25
   EXPECT_FALSE(check(0.01));  // budget 0.02
@@ -546,29 +557,9 @@ TEST(Expr, ClosePolicyBudgetIsEachCasesOwn) {
 // judged there: the pair holds. Skipping the masks because the baselines and
 // references are finite compared inf with 65519 and failed it.
 TEST(Expr, ClosePolicyJudgesAnInfiniteRunWithItsMasks) {
-  const TensorInfos infos = {{"target.x", {"N"}, DType::real, ""},
-                             {"reference.x", {"N"}, DType::real, ""},
-                             {"naive.x", {"N"}, DType::real, ""},
-                             {"floor.x", {}, DType::real, ""},
-                             {"overflow.x", {}, DType::real, ""},
-                             {"transformed.target.x", {"N"}, DType::real, ""},
-                             {"transformed.reference.x", {"N"}, DType::real, ""},
-                             {"transformed.naive.x", {"N"}, DType::real, ""},
-                             {"transformed.floor.x", {}, DType::real, ""},
-                             {"transformed.overflow.x", {}, DType::real, ""}};
-  const Expression e = Expression::compile("all(close(transformed.target.x, target.x, k=1))", infos);
-  auto holds = [&](double transformed_last) {
-    TensorMap m;
-    for (const auto& i : infos) m.want(i.name);
-    for (const std::string pre : {"", "transformed."}) {
-      m.put(pre + "reference.x", Tensor::of({2}, {1, 65519}));
-      m.put(pre + "naive.x", Tensor::of({2}, {1, 65520}));  // budget 1: 65519 + 1 reaches 65520
-      m.put(pre + "floor.x", Tensor::scalar(0));
-      m.put(pre + "overflow.x", Tensor::scalar(65520));
-    }
-    m.put("target.x", Tensor::of({2}, {1, 65519}));
-    m.put("transformed.target.x", Tensor::of({2}, {1, transformed_last}));
-    return e.check(m).holds;
+  const TwoRuns r;
+  auto holds = [&](double transformed_last) {  // budget 1: 65519 + 1 reaches 65520
+    return r.holds({1, 65519}, {1, 65520}, {1, 65519}, {1, transformed_last});
   };
   EXPECT_TRUE(holds(INFINITY));  // one run may round to +inf there: not judged
   EXPECT_TRUE(holds(65519.5));   // compared, within 1 + 1
