@@ -26,18 +26,17 @@ YAML::Node load_one_document(const std::string& text, const std::string& source,
 template <typename Fail>
 std::vector<std::pair<YAML::Node, YAML::Node>> map_entries(const YAML::Node& map, const std::string& what,
                                                            Fail&& fail) {
-  auto must = [&](bool ok, const YAML::Node& at, const std::string& message) {
-    if (ok) return;
+  const auto fail_at = [&](const YAML::Node& at, const std::string& message) {
     fail(at, message);
     throw std::logic_error("map_entries: fail() returned");  // it must throw
   };
-  must(map.IsMap(), map, what + " must be a map");
+  if (!map.IsMap()) fail_at(map, what + " must be a map");
   std::vector<std::pair<YAML::Node, YAML::Node>> out;
   std::set<std::string> seen;
   for (auto it = map.begin(); it != map.end(); ++it) {
-    must(it->first.IsScalar(), it->first, "keys of " + what + " must be names");
-    must(seen.insert(it->first.Scalar()).second, it->first,
-         "duplicate key '" + it->first.Scalar() + "' in " + what);
+    if (!it->first.IsScalar()) fail_at(it->first, "keys of " + what + " must be names");
+    if (!seen.insert(it->first.Scalar()).second)
+      fail_at(it->first, "duplicate key '" + it->first.Scalar() + "' in " + what);
     out.emplace_back(it->first, it->second);
   }
   return out;
