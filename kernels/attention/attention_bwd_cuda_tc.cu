@@ -53,9 +53,9 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kLdS = kTile + 4;  // f32 score tiles: row stride (a multiple of 4 floats, as WMMA needs)
 constexpr int kLdP = kTile + 8;  // 16-bit P and dS tiles (a multiple of 8 elements)
 // Blocks per SM the dK/dV and dQ kernels are compiled for: two at D = 64
-// (106.5 KiB of shared memory each, so two fit in the 228 KiB of an SM of
-// compute capability 8.0/9.0; registers capped at 128 a thread), one at
-// D = 128 (202.5 KiB each).
+// (106.5 KiB of shared memory each: two fit in the 228 KiB of a Hopper SM,
+// registers capped at 128 a thread; an A100's 164 KiB holds one, so there
+// the cap only limits registers), one at D = 128 (202.5 KiB each).
 template <int D>
 constexpr int kBlocksPerSm = D == 64 ? 2 : 1;
 
