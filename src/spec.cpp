@@ -36,10 +36,9 @@ class Loader {
   // Map keys in order, rejecting duplicates and non-scalar keys.
   std::vector<std::pair<std::string, YAML::Node>> entries(const YAML::Node& map,
                                                           const std::string& what) const {
+    const auto fail_at = [&](const YAML::Node& node, const std::string& message) { fail(node, message); };
     std::vector<std::pair<std::string, YAML::Node>> out;
-    for (auto& [key, value] :
-         map_entries(map, what, [&](const YAML::Node&n, const std::string&m) { fail(n, m); }))
-      out.emplace_back(key.Scalar(), value);
+    for (auto& [key, value] : map_entries(map, what, fail_at)) out.emplace_back(key.Scalar(), value);
     return out;
   }
 

@@ -1,6 +1,8 @@
 // The C allocator's settings for a process that checks kernels.
 #pragma once
 
+#include <cstdlib>  // first: on glibc it defines __GLIBC__ (features.h)
+
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -19,9 +21,12 @@ namespace kprop {
 // hand-picked, not a library's: glibc's own tunables (GLIBC_TUNABLES) are
 // the same knobs, set here so that no user has to. Other C libraries, and
 // the sanitizers' allocators, are left as they are. Call first thing in main.
+// glibc before 2.35 refuses a threshold above 32 MiB (HEAP_MAX_SIZE / 2 on
+// 64 bits) and keeps 128 KiB; M_TRIM_THRESHOLD would then freeze that
+// (setting it ends the dynamic threshold), so 32 MiB is asked for there.
 inline void tune_allocator() {
 #if defined(__GLIBC__)
-  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  if (mallopt(M_MMAP_THRESHOLD, 256 << 20) == 0) mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
 #endif
 }

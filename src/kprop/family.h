@@ -677,7 +677,7 @@ class FamilyDef : public Family {
         TrialTimes t = trial.times();
         for (const auto& [key, d] : derived_) {
           const TrialTimes dt = d.trial->times();
-          t.target += dt.target, t.reference += dt.reference;
+          t.target += dt.target, t.reference += dt.reference, t.target_runs += dt.target_runs;
         }
         return t;
       }

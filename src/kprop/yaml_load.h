@@ -47,15 +47,15 @@ std::vector<std::pair<YAML::Node, YAML::Node>> map_entries(const YAML::Node& map
 // <kind>, got 'text'" (a scalar that does not convert).
 template <typename T, typename Fail>
 T scalar_as(const YAML::Node& node, const std::string& subject, const char* kind, Fail&& fail) {
-  std::string message = subject + " must be " + kind;
+  std::string got;
   if (node.IsScalar()) {
     try {
       return node.as<T>();
     } catch (const YAML::Exception&) {
-      message += ", got '" + node.Scalar() + "'";
+      got = ", got '" + node.Scalar() + "'";
     }
   }
-  fail(node, message);
+  fail(node, subject + " must be " + kind + got);
   throw std::logic_error("scalar_as: fail() returned");  // it must throw
 }
 
