@@ -38,8 +38,6 @@ bool is_float(DType dtype);
 // The floating type of a floating dtype (kprop/float_type.h); none for the others.
 std::optional<FloatType> float_type(DType dtype);
 double round_to(DType dtype, double v);  // v as the nearest value of dtype (integers unchanged)
-// Every value rounded so (the dtype's dispatch once, not per element).
-void round_all(DType dtype, std::vector<double>& values);
 // The integers a non-floating dtype holds here (as doubles, so i64 within
 // ±2^53, where every integer is exact): [lo, hi].
 inline std::pair<double, double> int_range(DType dtype) {

@@ -59,7 +59,9 @@ double round_to(DType dtype, double v) {
   return t ? kprop::round_to(*t, v) : v;
 }
 
-void round_all(DType dtype, std::vector<double>& values) {
+// Every value rounded to dtype, the dtype's dispatch once (a store of a
+// whole tensor), not per element.
+static void round_all(DType dtype, std::vector<double>& values) {
   if (const auto t = float_type(dtype))
     for (double& v : values) v = kprop::round_to(*t, v);
 }

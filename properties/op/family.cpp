@@ -82,12 +82,11 @@ Case Traits::transform(const std::string& name, const Case& c, const Values& par
     for (size_t i = 0; i < d.inputs.size(); ++i) {
       if (!is_float(c.dtypes[i])) continue;
       const double f = params.real(d.inputs[i].name);
-      std::vector<double>& x = s.inputs[i];
-      const std::vector<double> before = x;
-      for (double& v : x) v = name == "scale" ? v * f : v + f;
-      round_all(c.dtypes[i], x);
-      for (size_t k = 0; k < x.size(); ++k)
-        overflowed = overflowed || (std::isfinite(before[k]) && !std::isfinite(x[k]));
+      for (double& v : s.inputs[i]) {
+        const double moved = round_to(c.dtypes[i], name == "scale" ? v * f : v + f);
+        overflowed = overflowed || (std::isfinite(v) && !std::isfinite(moved));
+        v = moved;
+      }
     }
     put_transform_applies(out, !overflowed);
     return s;
