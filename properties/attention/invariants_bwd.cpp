@@ -231,19 +231,20 @@ Loss row_loss(RowParts& r, int moved = -1) {
 Verdict finite_differences(T& t, const Values& p) {
   Case c = t.input();
   c.dtype = DType::f64;  // the same values, through the target's fp64 path
+  // ... and the same softmax scale: the case's, rounded to its dtype's
+  // compute type (f32 for f32 and the halves), given explicitly, so that the
+  // fp64 copy's scores are the case's and so are its error scales: their dQ,
+  // dK and dV fields (all that is read here) depend on the dtype only through
+  // the scale (u and τ enter only the storage fields, sdq and the like). The
+  // fp64 path of the default scale 1/√D is what an f64 case's run checks.
+  c.scale = effective_scale(t.input());
   const Shape& s = c.shape;
   // An f64 case is that path already: its (cached) run, not a second one.
   std::optional<BwdResult> rerun;
   if (t.input().dtype != DType::f64) rerun = t.run_target(c);
   const BwdResult& got = rerun ? *rerun : t.target();
   const BwdResult& ref = t.reference();
-  // Of the fp64 copy. Its dQ, dK and dV fields (all that is read here) do
-  // not depend on the dtype but through the softmax scale (u and τ enter only
-  // the storage fields, sdq and the like): the case's own (cached) scales
-  // unless its scale rounds differently in its dtype (1/√D for D = 1, 4, 16
-  // does not).
-  const bool same_scale = effective_scale(c) == effective_scale(t.input());
-  const Scales scales = same_scale ? t.once<backward_scales>() : error_scales(c, true);
+  const Scales& scales = t.once<backward_scales>();
   // Per tensor and head (bounds.h: dQ per query head, dK and dV per kv
   // head): the kernel's floor scale and the largest reference entry; an
   // element is judged against its own head's.
