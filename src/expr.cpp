@@ -126,18 +126,43 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
+void TensorMap::put_with_lower_bound(const std::string& name, Tensor lower, std::function<Tensor()> full) {
+  if (!wanted(name)) return;
+  wanted_.erase(name);
+  bounded_[name] = Bounded{std::move(lower), std::move(full), false};
+}
+
 const Tensor* TensorMap::find(const std::string& name) const {
+  return lookup(name, nullptr);
+}
+
+const Tensor* TensorMap::find_lower_bound(const std::string& name, bool* lower) const {
+  return lookup(name, lower);
+}
+
+// `lower` null: the full value of a bounded name (computed here the first
+// time); else its lower bound while the full value is not computed.
+const Tensor* TensorMap::lookup(const std::string& name, bool* lower) const {
   if (const auto it = tensors_.find(name); it != tensors_.end()) return &it->second;
+  if (const auto it = bounded_.find(name); it != bounded_.end()) {
+    Bounded& b = it->second;
+    if (lower) {
+      *lower = true;
+      return &b.lower;
+    }
+    b.computed = true;
+    return &(tensors_[name] = b.full());
+  }
   bool own_linked = false;
   for (const Link& l : links_)
     if (name.compare(0, l.prefix.size(), l.prefix) == 0) {
       own_linked = own_linked || l.prefix == kOwnPrefix;
-      if (const Tensor* t = l.other->find(l.strip ? name.substr(l.prefix.size()) : name)) return t;
+      if (const Tensor* t = l.other->lookup(l.strip ? name.substr(l.prefix.size()) : name, lower)) return t;
     }
   // "own:X" (or "transformed.own:X") where no other map holds the family's
   // own reference: the oracle is the family's reference, and X is its tensor.
   if (const size_t at = name.find(kOwnPrefix); at != std::string::npos && !(at == 0 && own_linked))
-    return find(std::string(name).erase(at, kOwnPrefix.size()));
+    return lookup(std::string(name).erase(at, kOwnPrefix.size()), lower);
   return nullptr;
 }
 
@@ -835,8 +860,9 @@ class Checker {
                           Item{Item::K::expr, keep, node(Kind::name, "keepdims", {}), nullptr, at}};
         }
       }
-      NodeP one =
-          node(Kind::binary, "+", {node(Kind::binary, "*", {k, worst}), name(kOwnPrefix + "floor." + x)});
+      NodeP floor = name(kOwnPrefix + "floor." + x);
+      floor->lower_bound_first = true;
+      NodeP one = node(Kind::binary, "+", {node(Kind::binary, "*", {k, worst}), floor});
       if (factor) one = node(Kind::binary, "*", {factor, one});
       budget = budget ? node(Kind::binary, "+", {budget, one}) : one;
       outputs.push_back({pre, x, indexed ? operand : nullptr});

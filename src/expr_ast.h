@@ -45,6 +45,9 @@ struct Node {
   // `unjudged` 0 (compared): each target operand's output, its baseline and
   // its reference. Then the masks are not evaluated (expr_eval.cpp).
   std::vector<std::string> compared_where_finite;
+  // A name close(k=)'s budget reads (floor.X): its lower bound serves first
+  // (TensorMap::find_lower_bound; expr_eval.cpp, close_args).
+  bool lower_bound_first = false;
   // static type
   DType dtype = DType::real;
   Shape shape;

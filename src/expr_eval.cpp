@@ -433,7 +433,44 @@ struct CloseArgs {
     return false;
   }
 };
+// Set by each evaluation of a whole expression (SharedValues): the values of
+// its Node::shared nodes, computed once each.
+thread_local std::unordered_map<const Node*, Tensor>* t_shared = nullptr;
+// For the length of one evaluation of an expression (on one TensorMap, in
+// one rounding mode): a fresh store of its shared nodes' values, the
+// previous one restored after (also when evaluation throws).
+class SharedValues {
+ public:
+  SharedValues() : saved_(t_shared) { t_shared = &values_; }
+  ~SharedValues() { t_shared = saved_; }
+  SharedValues(const SharedValues&) = delete;
+  SharedValues& operator=(const SharedValues&) = delete;
+
+ private:
+  std::unordered_map<const Node*, Tensor> values_;
+  std::unordered_map<const Node*, Tensor>* saved_;
+};
+
 std::string index_text(const Dims& shape, size_t flat);
+// Set while close(k=)'s tolerances are evaluated with the floors' lower
+// bounds (close_args): a name node marked lower_bound_first reads
+// TensorMap::find_lower_bound, and t_read_lower records that one did.
+thread_local bool t_lower_first = false, t_read_lower = false;
+class LowerBoundsFirst {
+ public:
+  explicit LowerBoundsFirst(bool on) : first_(t_lower_first), read_(t_read_lower) {
+    t_lower_first = on, t_read_lower = false;
+  }
+  ~LowerBoundsFirst() { t_lower_first = first_, t_read_lower = read_; }
+  LowerBoundsFirst(const LowerBoundsFirst&) = delete;
+  LowerBoundsFirst& operator=(const LowerBoundsFirst&) = delete;
+  bool read_lower() const { return t_read_lower; }
+
+ private:
+  bool first_, read_;
+};
+void tolerances_of(const Node& n, const TensorMap& m, CloseArgs& c);
+void expand_operands(CloseArgs& c, bool tolerances);
 CloseArgs close_args(const Node& n, const TensorMap& m, bool tolerances) {
   CloseArgs c;
   c.a = evaluate(*n.args[0], m);
@@ -445,7 +482,66 @@ CloseArgs close_args(const Node& n, const TensorMap& m, bool tolerances) {
       throw ToleranceError(
           fmt::format("close(k=): k is {} on this case; it must be a finite number >= 0", k));
   }
+  // Every element compared, as the policy's masks say where the tensors they
+  // read are all finite (ExprChecker::policy): they are not evaluated then.
+  const auto all_finite = [&m](const std::vector<std::string>& names) {
+    for (const std::string& name : names) {
+      const Tensor* t = m.find(name);
+      if (!t) return false;
+      for (double v : t->data)
+        if (!std::isfinite(v)) return false;
+    }
+    return !names.empty();
+  };
+  const bool masked = tolerances && n.unjudged && !all_finite(n.compared_where_finite);
+  // close(k=) without masks: every element holds when |a - b| <= its
+  // budget, which only grows with the floors, so the budget is taken first
+  // with their lower bounds (TensorMap::put_with_lower_bound: a declared
+  // op's floor without the reference's own rounding bound, an evaluation of
+  // the expression's running error bound), and again with the full floors
+  // only if an element fails under it. The masks compare the budget both
+  // ways (past or near the overflow threshold): they take the full floors.
+  bool lower = false;
   if (tolerances) {
+    LowerBoundsFirst first(n.k && !masked);
+    tolerances_of(n, m, c);
+    lower = first.read_lower();
+  }
+  expand_operands(c, tolerances);
+  if (lower) {
+    bool all_hold = true;
+    for (size_t i = 0; i < c.a->size() && all_hold; ++i) all_hold = c.holds(i);
+    if (!all_hold) {
+      // A fresh store of shared values: the budget's, taken with the lower
+      // bounds, is in the evaluation's (and stays: nothing else reads it
+      // without masks). What the tolerances borrow from it is copied out.
+      SharedValues fresh;
+      tolerances_of(n, m, c);
+      expand_operands(c, true);
+      c.rtol = Ref(Tensor(*c.rtol)), c.atol = Ref(Tensor(*c.atol));
+    }
+  }
+  if (masked) {
+    Ref u = evaluate(*n.unjudged, m);
+    if (u->shape != c.shape) u = Ref(expand(*u, broadcast_rt(u->shape, c.shape)));
+    if (u->shape != c.shape)
+      throw EvalError(fmt::format("close(k=): the policy's mask has shape {}, the comparison {}",
+                                  shape_text(u->shape), shape_text(c.shape)));
+    size_t judged = 0;
+    for (double v : u->data) judged += v != double(CloseArgs::excused);
+    if (judged == 0 && !u->data.empty())
+      throw NothingJudged(
+          "close(k=): the same-precision baseline is not finite wherever the reference is (an intermediate "
+          "overflows the dtype): no element to judge");
+    c.policy = std::move(u);
+  }
+  return c;
+}
+
+// close()'s rtol and atol on this case into c, checked; c.shape takes
+// their shapes in.
+void tolerances_of(const Node& n, const TensorMap& m, CloseArgs& c) {
+  {
     c.rtol = n.rtol ? evaluate(*n.rtol, m) : Ref(Tensor::scalar(1e-5));
     c.atol = n.atol ? evaluate(*n.atol, m) : Ref(Tensor::scalar(1e-8));
     c.shape = broadcast_rt(broadcast_rt(c.shape, c.rtol->shape), c.atol->shape);
@@ -466,36 +562,14 @@ CloseArgs close_args(const Node& n, const TensorMap& m, bool tolerances) {
                           std::isnan(v) ? " (a NaN reached it: a reduction over a NaN, or 0 × inf)" : ""));
     }
   }
+}
+
+// The operands (and, with `tolerances`, rtol and atol) expanded to c.shape.
+void expand_operands(CloseArgs& c, bool tolerances) {
   for (Ref* t : {&c.a, &c.b})
     if ((*t)->shape != c.shape) *t = Ref(expand(**t, c.shape));
   for (Ref* t : {&c.rtol, &c.atol})  // scalars stay scalars (CloseArgs::at)
     if (tolerances && (*t)->size() != 1 && (*t)->shape != c.shape) *t = Ref(expand(**t, c.shape));
-  // Every element compared, as the policy's masks say where the tensors they
-  // read are all finite (ExprChecker::policy): they are not evaluated then.
-  const auto all_finite = [&m](const std::vector<std::string>& names) {
-    for (const std::string& name : names) {
-      const Tensor* t = m.find(name);
-      if (!t) return false;
-      for (double v : t->data)
-        if (!std::isfinite(v)) return false;
-    }
-    return !names.empty();
-  };
-  if (tolerances && n.unjudged && !all_finite(n.compared_where_finite)) {
-    Ref u = evaluate(*n.unjudged, m);
-    if (u->shape != c.shape) u = Ref(expand(*u, broadcast_rt(u->shape, c.shape)));
-    if (u->shape != c.shape)
-      throw EvalError(fmt::format("close(k=): the policy's mask has shape {}, the comparison {}",
-                                  shape_text(u->shape), shape_text(c.shape)));
-    size_t judged = 0;
-    for (double v : u->data) judged += v != double(CloseArgs::excused);
-    if (judged == 0 && !u->data.empty())
-      throw NothingJudged(
-          "close(k=): the same-precision baseline is not finite wherever the reference is (an intermediate "
-          "overflows the dtype): no element to judge");
-    c.policy = std::move(u);
-  }
-  return c;
 }
 
 // A slice bound: clamped to ±2^62 before the cast (a bound of 2^63 or more
@@ -648,9 +722,6 @@ thread_local std::unordered_map<const Node*, Tensor>* t_values = nullptr;
 thread_local Summation t_summation = Summation::in_order;
 // Set while rounding_bound runs: the unit roundoff of the Hölder terms.
 thread_local double t_unit = 0x1p-53;
-// Set by each evaluation of a whole expression (SharedValues): the values of
-// its Node::shared nodes, computed once each.
-thread_local std::unordered_map<const Node*, Tensor>* t_shared = nullptr;
 Ref evaluate_node(const Node& n, const TensorMap& m);
 Ref evaluate(const Node& n, const TensorMap& m) {
   std::unordered_map<const Node*, Tensor>* memo = t_values ? t_values : n.shared ? t_shared : nullptr;
@@ -659,27 +730,15 @@ Ref evaluate(const Node& n, const TensorMap& m) {
   Tensor v = *evaluate_node(n, m);
   return Ref::borrow(memo->emplace(&n, std::move(v)).first->second);
 }
-// For the length of one evaluation of an expression (on one TensorMap, in
-// one rounding mode): a fresh store of its shared nodes' values, the
-// previous one restored after (also when evaluation throws).
-class SharedValues {
- public:
-  SharedValues() : saved_(t_shared) { t_shared = &values_; }
-  ~SharedValues() { t_shared = saved_; }
-  SharedValues(const SharedValues&) = delete;
-  SharedValues& operator=(const SharedValues&) = delete;
-
- private:
-  std::unordered_map<const Node*, Tensor> values_;
-  std::unordered_map<const Node*, Tensor>* saved_;
-};
-
 Ref evaluate_node(const Node& n, const TensorMap& m) {
   switch (n.kind) {
     case Kind::number:
       return Tensor::scalar(n.value, n.dtype);
     case Kind::name: {
-      const Tensor* t = m.find(n.op);
+      bool lower = false;
+      const Tensor* t =
+          n.lower_bound_first && t_lower_first ? m.find_lower_bound(n.op, &lower) : m.find(n.op);
+      if (lower) t_read_lower = true;
       if (!t) throw EvalError(fmt::format("the family published no '{}' for this case", n.op));
       if (t->shape.size() != n.shape.size())
         throw EvalError(

@@ -22,10 +22,13 @@ void Traits::tensors(const Case& c, const Result* target, const Result* referenc
   const Decl& d = *c.decl;
   put_inputs(c, out, false);
   out.put("unit_roundoff", expr::Tensor::scalar(unit_roundoff(arithmetic_dtype(c.dtype))));
-  std::optional<Result> ref_own, naive_res;
+  std::optional<Result> naive_res;
+  // The reference's results: the trial's, or computed here when it gave none
+  // (shared: floor.Y's full value may be computed from it later).
+  std::shared_ptr<const Result> ref_own;
   auto ref = [&]() -> const Result& {
     if (reference) return *reference;
-    if (!ref_own) ref_own = op::reference(c);
+    if (!ref_own) ref_own = std::make_shared<const Result>(op::reference(c));
     return *ref_own;
   };
   const bool want_naive = out.wants_prefix("naive.");
@@ -39,8 +42,16 @@ void Traits::tensors(const Case& c, const Result* target, const Result* referenc
       out.put("reference." + o.name, expr::Tensor::of(ext, ref().outputs[i]));
     if (want_naive && out.wanted("naive." + o.name))
       out.put("naive." + o.name, expr::Tensor::of(ext, naive_res->outputs[i]));
-    if (out.wanted("floor." + o.name))
-      out.put("floor." + o.name, expr::Tensor::scalar(op::floor_of(c, i, ref().outputs[i])));
+    // Without the reference's rounding bound (an evaluation of its running
+    // error bound, the costly part) as floor.Y's lower bound: close(k=)
+    // computes the full floor only for a case that fails under it.
+    // The map is the trial's: c and *reference live as long.
+    if (out.wanted("floor." + o.name)) {
+      const double lower = op::floor_of(c, i, ref().outputs[i], /*rounding_bound=*/false);
+      out.put_with_lower_bound("floor." + o.name, expr::Tensor::scalar(lower), [&c, i, reference, ref_own] {
+        return expr::Tensor::scalar(op::floor_of(c, i, (reference ? *reference : *ref_own).outputs[i]));
+      });
+    }
     if (out.wanted("overflow." + o.name)) {
       const double overflow = store_overflow(c.output_dtype(i));
       out.put("overflow." + o.name, expr::Tensor::scalar(overflow > 0 ? overflow : HUGE_VAL));

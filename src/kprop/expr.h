@@ -109,8 +109,20 @@ class TensorMap {
   // invariant reading it fails.
   void put_output(const std::string& name, std::vector<int64_t> shape, const std::vector<double>& data,
                   DType dtype = DType::real);
+  // A tensor whose value costs much more than a lower bound on it that
+  // settles most of its uses: close(k=)'s budget reads floor.X's lower bound
+  // first (find_lower_bound), where a larger floor can only turn an element's
+  // failure into a pass, and the full value only when an element fails under
+  // it. `full` (every element >= `lower`'s) is computed once, the first time
+  // the name is read with find(): every other reader sees the full value.
+  // It runs while the map is read, so it may refer to what outlives the map
+  // (a trial's case and results).
+  void put_with_lower_bound(const std::string& name, Tensor lower, std::function<Tensor()> full);
   // Its own tensors first, then the links in the order they were made.
   const Tensor* find(const std::string& name) const;
+  // find(), except that a name put_with_lower_bound() gave whose full value
+  // is not computed yet gives its lower bound, and sets *lower.
+  const Tensor* find_lower_bound(const std::string& name, bool* lower) const;
   const std::set<std::string>& missing() const { return wanted_; }
   // The trial's values derived once from its case (Trial::once), when the
   // map belongs to a trial: a family's tensors() hook reads a baseline a
@@ -132,8 +144,18 @@ class TensorMap {
     const TensorMap* other;
     bool strip;
   };
+  // A name put_with_lower_bound() gave: its lower bound, kept once the full
+  // value is computed (an evaluation may still hold it).
+  struct Bounded {
+    Tensor lower;
+    std::function<Tensor()> full;
+    bool computed = false;
+  };
+  const Tensor* lookup(const std::string& name, bool* lower) const;
   std::set<std::string> wanted_;
-  std::map<std::string, Tensor> tensors_;
+  // mutable: find() computes a bounded name's full value on first read.
+  mutable std::map<std::string, Tensor> tensors_;
+  mutable std::map<std::string, Bounded> bounded_;
   OnceStore* once_ = nullptr;
   std::vector<Link> links_;
 };

@@ -539,8 +539,13 @@ TEST(OpClosePolicy, AnotherOracleDoesNotWidenTheBound) {
 // where the exact value (and a kernel computing 1 - x) is 0. The floor
 // scaled with |output| (1e-31 there), so the correct kernel failed; it now
 // carries the reference's own rounding bound, which follows the terms.
+// close(k=) in an expression has the same floor: it judges with the floor's
+// lower bound first (without that rounding bound, TensorMap::
+// put_with_lower_bound) and must take the full floor where that fails.
 TEST(OpClosePolicy, AnF64OutputThatCancelsIsJudgedByItsTermsRounding) {
-  const std::string text = R"(spec: cancel
+  for (const char* invariants :
+       {"[matches_reference]", "[{name: close_expr, expect: 'close(target.y, reference.y, k=2)'}]"}) {
+    const std::string text = std::string(R"(spec: cancel
 family: op
 op:
   dims: {T: [1, 4]}
@@ -550,20 +555,22 @@ op:
     y: {shape: [T]}
   reference:
     y: 1 - 0.7 * x - 0.3 * x
-invariants: [matches_reference]
-)";
-  const Spec spec = with_doubling_mutant(text, [](OpFamily& f) {
-    f.mutant("algebra", "1 - x, exactly rounded", [](const Case& c) {
-      Result r;
-      r.outputs.push_back({});
-      for (double x : c.inputs[0]) r.outputs[0].push_back(1 - x);
-      return r;
+invariants: )") + invariants +
+                             "\n";
+    const Spec spec = with_doubling_mutant(text, [](OpFamily& f) {
+      f.mutant("algebra", "1 - x, exactly rounded", [](const Case& c) {
+        Result r;
+        r.outputs.push_back({});
+        for (double x : c.inputs[0]) r.outputs[0].push_back(1 - x);
+        return r;
+      });
     });
-  });
-  const RunReport ok = run_spec(spec, scratch_run("algebra", 7, 200, "kprop_op_policy_test"));
-  EXPECT_EQ(ok.status, RunStatus::passed) << ok.detail;
-  const RunReport bad = run_spec(spec, scratch_run("doubles", 7, 200, "kprop_op_policy_test"));
-  EXPECT_EQ(bad.status, RunStatus::failed);
+    const RunReport ok = run_spec(spec, scratch_run("algebra", 7, 200, "kprop_op_policy_test"));
+    EXPECT_EQ(ok.status, RunStatus::passed) << invariants << ": " << ok.detail;
+    EXPECT_EQ(ok.invariants.at(0).passed, 200) << invariants;
+    const RunReport bad = run_spec(spec, scratch_run("doubles", 7, 200, "kprop_op_policy_test"));
+    EXPECT_EQ(bad.status, RunStatus::failed) << invariants;
+  }
 }
 
 // A layer norm over a row constant but for an ulp (what a search found):
