@@ -702,7 +702,7 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
                                                                  "description"};
         for (auto it = item.begin(); it != item.end(); ++it) {
           const std::string key = it->first.IsScalar() ? it->first.Scalar() : "";
-          if (key == "name") continue;
+          if (key == "name" || std::ranges::find(expression_keys, key) != expression_keys.end()) continue;
           if (const std::string close = closest_match(key, expression_keys); !close.empty())
             fail(it->first,
                  fmt::format("unknown key '{}' in invariant '{}' (did you mean '{}'? an expression "
@@ -710,9 +710,12 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
                              key, name, close));
         }
       }
+      // A map with a name and no built-in of that name is most likely an
+      // expression invariant whose `expect:` is missing.
       if (index < 0)
-        fail(name_node, fmt::format("unknown invariant '{}' for family {}{}", name, family_name,
-                                    suggestion(name, invariant_names)));
+        fail(name_node, fmt::format("unknown invariant '{}' for family {}{}{}", name, family_name,
+                                    suggestion(name, invariant_names),
+                                    item.IsMap() ? " (or an expression invariant: it needs 'expect:')" : ""));
       for (const auto& used : spec.invariants)
         if (used.name == name) fail(name_node, "invariant '" + name + "' is listed twice");
       InvariantUse use{static_cast<size_t>(index), name, {}};

@@ -188,6 +188,11 @@ struct Decl {
   std::vector<DType> case_dtypes;     // of the first input listing dtypes (default [f32, f64])
   expr::TensorInfos reference_infos;  // what reference expressions may read
   std::shared_ptr<const ExternalReference> external_reference;  // set: it replaces the expressions
+  // The spec's own declaration, when a profile's domain: or --domain
+  // replaced dtypes or dims here (which cases are drawn, not which are
+  // valid: a stored case of a dtype the spec declares replays under a
+  // narrower domain). Null when this is it.
+  std::shared_ptr<const Decl> declared;
 
   int dim_index(const std::string& name) const;  // -1 when absent
   // An input listing the case's dtype choices, in any order, takes the

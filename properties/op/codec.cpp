@@ -32,6 +32,21 @@ YAML::Node nested(const std::vector<double>& v, const std::vector<int64_t>& ext,
   return list;
 }
 
+// `t` is among the dtypes `list_of` reads from the run's declaration or
+// from the spec's own (Decl::declared: a domain narrowed the run's).
+template <typename ListOf>
+bool declares_dtype(const Decl& d, ListOf list_of, DType t) {
+  for (const Decl* e : {&d, d.declared.get()})
+    if (e && std::ranges::find(list_of(*e), t) != list_of(*e).end()) return true;
+  return false;
+}
+
+// What an attr's declaration allows, for a message: "[0, 1]", "one of 0, 1".
+std::string attr_text(const AttrDecl& a) {
+  if (!a.one_of.empty()) return fmt::format("one of {}", fmt::join(a.one_of, ", "));
+  return fmt::format("[{}, {}]{}", a.lo, a.hi, a.integer ? ", an integer" : "");
+}
+
 double read_number(const YAML::Node& n, DType dtype, const std::string& what) {
   if (!n.IsScalar()) case_yaml::fail(n, what + " must be a number");
   const std::string& s = n.Scalar();
@@ -139,19 +154,27 @@ AnyCase OpFamily::from_yaml(const YAML::Node& n) const {
   c.dtype = read_dtype(n["dtype"]);
   // The contract's dtypes and structured values (ids in range, exact masks)
   // hold in a corpus file as in a drawn case: the target relies on them.
-  if (std::find(d.case_dtypes.begin(), d.case_dtypes.end(), c.dtype) == d.case_dtypes.end())
+  if (!declares_dtype(
+          d, [](const Decl& e) -> const std::vector<DType>& { return e.case_dtypes; }, c.dtype))
     case_yaml::fail(n["dtype"], fmt::format("dtype {} is not declared", dtype_name(c.dtype)));
   const YAML::Node dims = n["dims"];
   if (!dims || !dims.IsMap()) case_yaml::fail(dims ? dims : n, "'dims' must be a map {DIM: extent}");
   for (auto it = dims.begin(); it != dims.end(); ++it)
     if (d.dim_index(it->first.Scalar()) < 0)
       case_yaml::fail(it->first, "undeclared dim '" + it->first.Scalar() + "'");
+  // The relations and the attrs' declarations hold in a corpus file too:
+  // the target is entitled to them, whatever the domain. A dim's range is
+  // the domain's (a profile's domain: and --domain replace it: a case a
+  // wider profile stored replays in the spec's own run), as the other
+  // families' domain keys are.
   for (const auto& dim : d.dims) {
     const int64_t v = case_yaml::read<int64_t>(dims, dim.name.c_str());
     if (v < 1 || v > (1 << 24))
       case_yaml::fail(dims[dim.name], fmt::format("dim {} = {} is not an extent", dim.name, v));
     c.dims.push_back(v);
   }
+  if (const std::string why = d.relations_violated(c.dims); !why.empty())
+    case_yaml::fail(dims, "op.relations: " + why);
   const YAML::Node attrs = n["attrs"];
   if (!d.attrs.empty() && (!attrs || !attrs.IsMap()))
     case_yaml::fail(attrs ? attrs : n, "'attrs' must be a map");
@@ -164,7 +187,11 @@ AnyCase OpFamily::from_yaml(const YAML::Node& n) const {
   for (const auto& a : d.attrs) {
     if (!attrs[a.name]) case_yaml::fail(attrs, "missing attr '" + a.name + "'");
     if (a.labels.empty()) {
-      c.attrs.push_back(read_number(attrs[a.name], DType::f64, "attr " + a.name));
+      const double v = read_number(attrs[a.name], DType::f64, "attr " + a.name);
+      if (!a.valid(v))
+        case_yaml::fail(attrs[a.name], fmt::format("attr {} = {} is not one the declaration allows ({})",
+                                                   a.name, v, attr_text(a)));
+      c.attrs.push_back(v);
       continue;
     }
     const auto at = std::find(a.labels.begin(), a.labels.end(), attrs[a.name].Scalar());
@@ -185,8 +212,11 @@ AnyCase OpFamily::from_yaml(const YAML::Node& n) const {
     if (!t) case_yaml::fail(inputs, "missing input '" + in.name + "'");
     case_yaml::expect_keys(t, {"dtype", "kind", "values"}, "input " + in.name);
     const DType dt = read_dtype(t["dtype"]);
-    if (in.dtypes.empty() ? dt != c.dtype
-                          : std::find(in.dtypes.begin(), in.dtypes.end(), dt) == in.dtypes.end())
+    const size_t i = c.inputs.size();
+    if (in.dtypes.empty()
+            ? dt != c.dtype
+            : !declares_dtype(
+                  d, [i](const Decl& e) -> const std::vector<DType>& { return e.inputs[i].dtypes; }, dt))
       case_yaml::fail(t["dtype"],
                       fmt::format("input {} has dtype {}, not declared", in.name, dtype_name(dt)));
     int kind = -1;
@@ -212,7 +242,6 @@ AnyCase OpFamily::from_yaml(const YAML::Node& n) const {
     c.dtypes.push_back(dt);
     c.kinds.push_back(kind);
     c.inputs.push_back(std::move(v));
-    const size_t i = c.inputs.size() - 1;
     if (kind >= 0 && !check_input(c, i).empty())
       for (size_t k = static_cast<size_t>(kind) + 1; k < in.values.size(); ++k) {
         if (in.values[k].kind != in.values[static_cast<size_t>(kind)].kind) continue;

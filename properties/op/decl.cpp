@@ -540,6 +540,7 @@ class Parser {
   std::shared_ptr<const Decl> override_domain(const Decl& base, const YAML::Node& o) {
     section_.reset(o);
     auto d = std::make_shared<Decl>(base);
+    if (!d->declared) d->declared = std::make_shared<const Decl>(base);
     std::vector<std::string> keys = {"dtypes"};
     for (const auto& dd : base.dims) keys.push_back(dd.name);
     const std::string what = "the domain of op " + base.name;

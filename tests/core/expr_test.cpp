@@ -872,6 +872,12 @@ TEST(ExprSpec, ErrorsPointIntoTheExpression) {
       spec_error(kHead + "  - name: a\n    expct: all(d_out == d_out)\n"),
       "s.yaml:5:5: unknown key 'expct' in invariant 'a' (did you mean 'expect'? an expression invariant "
       "needs 'expect')");
+  // A forgotten expect: (the name alone, or with a transform) says so too.
+  for (const std::string body : {"", "    transform: permute_keys\n"}) {
+    const std::string got = spec_error(kHead + "  - name: a\n" + body);
+    EXPECT_EQ(got.rfind("s.yaml:4:11: unknown invariant 'a' for family attention.bwd", 0), 0u) << got;
+    EXPECT_TRUE(got.ends_with(" (or an expression invariant: it needs 'expect:')")) << got;
+  }
 }
 
 TEST(ExprSpec, TransformsAreCheckedAtLoad) {

@@ -829,6 +829,49 @@ TEST(OpDomainDecl, ACorpusCaseOutsideTheContractIsABadCase) {
   bad_dtype.dtype = DType::f16;
   EXPECT_NE(decode_error(bad_dtype).find("dtype f16 is not declared"), std::string::npos)
       << decode_error(bad_dtype);
+  // The hard relations hold in every domain (Nk >= Nq): a case breaking one
+  // was replayed.
+  Case bad_relation = good;
+  bad_relation.dims[size_t(good.decl->dim_index("Nq"))] = good.dims[size_t(good.decl->dim_index("Nk"))] + 1;
+  EXPECT_NE(decode_error(bad_relation).find("op.relations: Nk >= Nq does not hold"), std::string::npos)
+      << decode_error(bad_relation);
+}
+
+// An attr's declaration (one_of, range) is the contract's, as the relations
+// are: a value outside it was replayed. A narrower domain (--domain, a
+// profile's) changes what is drawn, not what replays: a stored f64 case of a
+// spec declaring [f32, f64] replays under --domain '{dtypes: [f32]}' (it was
+// "dtype f64 is not declared", a corpus file that could not be read).
+TEST(OpDomainDecl, ACorpusCaseIsCheckedAgainstTheContractNotTheDomain) {
+  const std::string with_attr =
+      rich_with("  relations:", "  attrs: {n: {one_of: [2, 4]}, t: {range: [0, 1]}}\n  relations:");
+  const Spec spec = parse_spec(with_attr, "rich.yaml");
+  const Spec narrowed = parse_spec(with_attr, "rich.yaml", "", "{dtypes: [f32]}");
+  const std::vector<uint8_t> zeros(64, 0);
+  const Case good = as_case(op_family(spec).from_bytes(zeros.data(), zeros.size(), spec.domain));
+  const auto decode_error = [&](const Spec& s, const YAML::Node& n) {
+    try {
+      op_family(s).from_yaml(n);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  YAML::Node f64 = Traits::to_yaml(good);
+  f64["dtype"] = "f64";
+  for (const char* floating : {"x", "table"}) f64["inputs"][floating]["dtype"] = "f64";
+  EXPECT_EQ(decode_error(spec, f64), "");
+  EXPECT_EQ(decode_error(narrowed, f64), "");
+  YAML::Node f16 = YAML::Clone(f64);
+  f16["dtype"] = "f16";
+  EXPECT_NE(decode_error(narrowed, f16).find("dtype f16 is not declared"), std::string::npos);
+  for (const auto& [attr, value, message] :
+       {std::tuple{"n", "3", "attr n = 3 is not one the declaration allows (one of 2, 4)"},
+        {"t", "1.5", "attr t = 1.5 is not one the declaration allows ([0, 1])"}}) {
+    YAML::Node bad = YAML::Clone(f64);
+    bad["attrs"][attr] = value;
+    EXPECT_NE(decode_error(spec, bad).find(message), std::string::npos) << decode_error(spec, bad);
+  }
 }
 
 TEST(OpDomainDecl, RelationOnAnUnknownDim) {
