@@ -16,7 +16,9 @@ Each request calls the op's function with the request's tensors (read-only
 NumPy arrays, shapes and dtypes as in include/kprop/abi.h) and attributes
 as keyword arguments. The function returns the declared outputs, as a dict
 by name or a tuple in declaration order; each is converted to its declared
-dtype and must have its declared shape. Raise `Unsupported` for a case the
+dtype and must have its declared shape (real numbers: a complex, string or
+object array, or a bool array where floats are due, fails the case, as in
+kprop.check). Raise `Unsupported` for a case the
 kernel cannot run (kprop reports the target as skipped); any other exception
 fails the case (kprop saves it and exits 3), with the traceback on stderr.
 
@@ -78,10 +80,20 @@ def _to_dtype(op, name, dtype_name, value):
     """`value` as the wire dtype of `dtype_name` (bf16: bits, bfloat16 or
     floats; an integer dtype: integers in its range, nothing converted)."""
     a = np.asarray(value)
-    if dtype_name != "bf16" and np.issubdtype(_DTYPES[dtype_name], np.integer):
+    integer = dtype_name != "bf16" and np.issubdtype(_DTYPES[dtype_name], np.integer)
+    # As kprop.check in process (kprop/_check.py's _write_outputs): real
+    # numbers only, since a cast would drop a complex output's imaginary part
+    # (with a mere ComplexWarning) or parse a string; and no bool mask where
+    # values are due (stored as 0/1 it would be judged as numbers).
+    if a.dtype.kind not in "biuf" and not getattr(a.dtype.type, "__module__", "").startswith("ml_dtypes"):
+        raise TypeError("%s: output '%s' has dtype %s: return real numbers (%s)" % (op, name, a.dtype, dtype_name))
+    if a.dtype == np.bool_ and not integer:
+        raise TypeError("%s: output '%s' is a bool array: return the %s values, not a mask" % (op, name, dtype_name))
+    if integer:
         return _wire.integer_output(op, name, a, _DTYPES[dtype_name])
     if dtype_name != "bf16":
-        return a.astype(_DTYPES[dtype_name], copy=False)
+        with np.errstate(over="ignore"):  # a value past the dtype's range stores as inf, as a kernel's would
+            return a.astype(_DTYPES[dtype_name], copy=False)
     if a.dtype == np.uint16 or (BFLOAT16 is not None and a.dtype == BFLOAT16):
         return a.view(_DTYPES["bf16"])
     if a.dtype.kind not in "fiub":  # e.g. a torch-less object array

@@ -32,7 +32,8 @@ __version__ = "0.1.0"
 
 def spec(name, **options):
     """Marks a test function as a kprop target for the pytest plugin: one
-    pytest item per invariant of the spec (and one per stored counterexample,
+    pytest item per invariant of the spec and per extra invariant (and one per
+    stored counterexample of those invariants, or of a target failure,
     replayed first). The function is the target: it receives the op's tensors
     and attributes and returns its outputs, as for kprop.check. `options` are
     kprop.check's (seed, trials, time, invariants, isolate, tensors, ...)."""

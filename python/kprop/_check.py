@@ -7,6 +7,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 import sys
 import tempfile
 import traceback
@@ -226,6 +227,10 @@ class InvariantResult:
     counterexample: Optional[Finding]
 
 
+# A target failure's kind, as a run's summary says it.
+_TARGET_FAILURES = {"error": "target error", "crash": "crashed", "hang": "hung"}
+
+
 @dataclass
 class CheckResult:
     """What a run did: never counts a declined or discarded case as passed."""
@@ -265,12 +270,21 @@ class CheckResult:
     def cases_per_second(self) -> float:
         return self.trials / self.seconds if self.seconds > 0 else float("inf")
 
+    def _status_words(self) -> str:
+        """The status as summary() says it: "crashed" (the runner's one
+        status for every target failure) said as what the target did."""
+        if self.status == "crashed":
+            kinds = [f.kind for f in self.findings if f.kind in _TARGET_FAILURES]
+            if kinds:
+                return _TARGET_FAILURES[kinds[-1]]
+        return self.status
+
     def summary(self) -> str:
         # Discards are per invariant (a case one invariant discards another
         # may check): their sum is no count of cases, and says so.
         parts = ["%s: %s on %s, seed %d: %d cases drawn, %d checked, %d declined, %d discards over the "
                  "invariants, size reached %d of %d, %.2f s" % (
-                     self.spec, self.status, self.target, self.seed, self.trials, self.checked, self.declined,
+                     self.spec, self._status_words(), self.target, self.seed, self.trials, self.checked, self.declined,
                      self.discarded, self.size_reached, self.max_size, self.seconds)]
         for i in self.invariants:
             parts.append("  %-28s %-14s %d %s, %d discarded, %d declined" % (
@@ -656,6 +670,15 @@ def _target_name(fn) -> str:
     return "python:" + name
 
 
+def _isolated_name(fn) -> str:
+    """What messages call a target run by the worker (isolate=True): its
+    module and name, not the worker's command line (this process's whole
+    sys.path), which runs it and is in its printed replay."""
+    module = getattr(fn, "__module__", None) or ""
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+    return "python:%s (isolated)" % (name if module in ("", "__main__") else "%s.%s" % (module, name))
+
+
 def _importable(fn) -> str:
     """"module:qualname" (or "path.py:qualname" for __main__) for the worker."""
     module = getattr(fn, "__module__", None)
@@ -703,13 +726,40 @@ def _worker_command(fn, tensors: str) -> str:
     return env + " exec " + " ".join(shlex.quote(a) for a in args)
 
 
+_RUNNER: List[Optional[str]] = []
+
+
+def _prop_runner() -> Optional[str]:
+    """The absolute path of a prop_runner this package can name in a printed
+    replay: the one of the build it is part of (build/prop_runner beside
+    build/python/), else the one on PATH; None if it finds none."""
+    if not _RUNNER:
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        found = None
+        for candidate in (os.path.join(os.path.dirname(here), "prop_runner"), shutil.which("prop_runner")):
+            if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+                found = os.path.abspath(candidate)
+                break
+        _RUNNER.append(found)
+    return _RUNNER[0]
+
+
+def _with_runner(command: str) -> str:
+    """A replay command of the runner's ("prop_runner --spec ..."), naming
+    the prop_runner this package found, so that it runs as printed."""
+    runner = _prop_runner()
+    if runner and command.startswith("prop_runner "):
+        return shlex.quote(runner) + command[len("prop_runner"):]
+    return command
+
+
 # --------------------------------------------------------------------- results
 def _finding(d, targets, replay_text, command: Optional[str], corpus: Optional[str] = None,
              opts: Optional[Mapping[str, Any]] = None) -> Finding:
     # An error's message is "op: TypeName: text"; the traceback was kept by that text.
     tb = _traceback_for(targets, d["message"]) if d["kind"] == "error" else ""
     if command and not _by_extra_invariant(d["invariant"], opts or {}):
-        replay = d["replay_command"]
+        replay = _with_runner(d["replay_command"])
     elif d["path"]:
         replay = replay_text(d["path"])
     else:
@@ -769,6 +819,16 @@ def _shown_case(case_yaml: str, path: str, line_chars: int = 2000, total_chars: 
     return "\n".join(out).rstrip("\n") + "\n(cut short: the whole case is in %s)\n" % path
 
 
+def _number(v) -> str:
+    """A measured value as the shortest text that reads back as the same
+    double (repr): 6 significant digits printed 1.00000001 as 1, next to a
+    message that says it exceeds 1."""
+    try:
+        return repr(float(v))
+    except (TypeError, ValueError):
+        return str(v)
+
+
 def format_finding(f: Finding, spec: str, target: str, seed: Optional[int] = None) -> str:
     if f.kind == "invariant":
         head = "kprop: %s: invariant %s failed on %s" % (spec, f.invariant, target)
@@ -779,7 +839,7 @@ def format_finding(f: Finding, spec: str, target: str, seed: Optional[int] = Non
                                                       "hang": "hung"}.get(f.kind, f.kind), target)
     lines = [head + (", seed %d" % seed if seed is not None else ""), "  " + f.message.replace("\n", "\n  ")]
     if f.measured:
-        lines.append("  measured: " + ", ".join("%s = %.6g" % (n, v) for n, v in f.measured))
+        lines.append("  measured: " + ", ".join("%s = %s" % (n, _number(v)) for n, v in f.measured))
     if f.traceback:
         lines.append("  raised by the target:\n    " + f.traceback.rstrip().replace("\n", "\n    "))
     if f.kind == "hang":  # a hang is not shrunk: each try would cost the timeout
@@ -884,9 +944,16 @@ def _args(spec, fn, *, reference, extra_invariants, profile, seed, trials, time,
         ref_target = _Target(reference, info["ops"], tensors, device, role="reference=", stopper=stopper)
         a["reference"] = _impl("python-reference:" + _target_name(reference)[len("python:"):], ref_target,
                                reference, tensors, isolate)
-    a.update(extra=_extra_invariants(extra_invariants, info, stopper), profile=profile or "",
+    extra = _extra_invariants(extra_invariants, info, stopper)
+    selected = list(invariants or [])
+    if selected:
+        # invariants= selects among the spec's invariants; a function passed
+        # in extra_invariants always runs (left out of the selection, it was
+        # silently never called).
+        selected += [e[0] for e in extra if e[0] not in selected]
+    a.update(extra=extra, profile=profile or "",
              domain=json.dumps(domain) if domain else "", seed=seed, trials=trials,
-             time=None if time is None else float(time), invariants=list(invariants or []),
+             time=None if time is None else float(time), invariants=selected,
              corpus=None if corpus is None else os.fspath(corpus), scratch=_scratch(corpus),
              case_timeout=None if case_timeout is None else float(case_timeout), fail_fast=bool(fail_fast))
     return text, is_text, info, a, target, ref_target, stopper
@@ -915,7 +982,10 @@ def _replay_text(spec_ref, fn, path, opts: Mapping[str, Any]) -> str:
         else:
             text = repr(value)
         parts.append("%s=%s" % (key, text))
-    return "kprop.replay(%s)" % ", ".join(parts)
+    text = "kprop.replay(%s)" % ", ".join(parts)
+    # A pytest item's parametrized target is shown as functools.partial(...):
+    # the line imports what it names, so that it runs as printed.
+    return "import functools; " + text if "functools." in parts[1] else text
 
 
 def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[int] = None,
@@ -935,7 +1005,8 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
         (one output) the array. Families with several ops: a dict {op: function},
         or one function that also gets op=NAME. Raise kprop.Unsupported to decline.
     seed, trials, time: override the spec's run settings (seed 0: a fresh one).
-    invariants: only these (names as in the spec, or of extra_invariants).
+    invariants: only these of the spec's invariants (every extra_invariants
+        function runs whatever it names; naming one there is allowed).
     corpus: folder of stored counterexamples (CORPUS/<spec>/*.yaml): they are
         replayed first (replay_stored), and a new one is stored there. None:
         nothing stored (a failing case goes to a temp folder).
@@ -970,7 +1041,7 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
         trials=trials, time=time, invariants=invariants, corpus=corpus, isolate=isolate, tensors=tensors,
         device=device, case_timeout=case_timeout, domain=domain, fail_fast=fail_fast)
     spec_ref = _spec_ref(spec, text, is_text)
-    name = args["target"]["name"]
+    name = _isolated_name(fn) if isolate else args["target"]["name"]
     targets = [t for t in (target, ref_target) if t is not None]
     command = args["target"]["exec"]
     opts = dict(invariants=invariants, isolate=isolate, tensors=tensors, device=device, case_timeout=case_timeout,
@@ -1010,6 +1081,8 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
     if r["crash"] is not None:
         findings.append(_finding(r["crash"], targets, replay_text, command, corpus, opts))
     result = _result(r, findings, replayed)
+    if command:  # the worker's command line runs it (result.report["target"]); messages name fn
+        result.target = name
     status = result.status
     if status == "gave_up" and not findings and result.invariants and all(
             i.status == "not_applicable" for i in result.invariants):
@@ -1062,12 +1135,15 @@ def _extra_list(extra) -> Optional[list]:
         raise TypeError("kprop: extra_invariants takes @kprop.invariant functions, not %r" % (extra,)) from None
 
 
+def _extra_name(f) -> Optional[str]:
+    """The name an extra invariant runs under (its @kprop.invariant name=, else the function's)."""
+    return getattr(getattr(f, "_kprop_invariant", None), "name", None) or getattr(f, "__name__", None)
+
+
 def _by_extra_invariant(invariant: str, opts: Mapping[str, Any]) -> bool:
     """A finding of an extra (Python) invariant, which prop_runner does not
     know: its replay is kprop.replay's, not a prop_runner command."""
-    return bool(invariant) and invariant in {
-        getattr(getattr(f, "_kprop_invariant", None), "name", None) or getattr(f, "__name__", None)
-        for f in _extra_list(opts.get("extra_invariants")) or []}
+    return bool(invariant) and invariant in {_extra_name(f) for f in _extra_list(opts.get("extra_invariants")) or []}
 
 
 def _stored_finding(row, targets, spec_ref, fn, command, opts) -> Finding:
@@ -1076,7 +1152,7 @@ def _stored_finding(row, targets, spec_ref, fn, command, opts) -> Finding:
     if command and not _by_extra_invariant(row["invariant"], opts):
         # prop_runner's own words for it (the spec's file, the worker, and the
         # run's --reference, --profile, --domain and --case-timeout)
-        replay = row["replay_command"]
+        replay = _with_runner(row["replay_command"])
     else:
         replay = _replay_text(spec_ref, fn, row["path"], opts)
     return Finding(invariant=row["invariant"], kind="replay", message=row["detail"], measured=[], case_yaml=text,
@@ -1127,6 +1203,17 @@ def replay(spec, fn, path: str, *, invariants: Optional[Sequence[str]] = None, i
     """Replays a stored case file (or every case in a folder) on fn: raises
     Counterexample for the first that fails; returns how many were checked
     (a case declined by fn, or one no invariant could check, is not counted)."""
+    return _replay(spec, fn, path, invariants=invariants, isolate=isolate, tensors=tensors, device=device,
+                   case_timeout=case_timeout, reference=reference, extra_invariants=extra_invariants,
+                   profile=profile, domain=domain)[0]
+
+
+def _replay(spec, fn, path: str, *, invariants=None, isolate=False, tensors="numpy", device=None,
+            case_timeout=None, reference=None, extra_invariants=None, profile=None,
+            domain=None) -> Tuple[int, List[str]]:
+    """replay's work: (cases checked, why each case replayed but not counted
+    was not: the runner's words, "declined: ...", "no invariant checked it
+    (...)", ...)."""
     if not os.path.exists(path):
         raise FileNotFoundError(path)
     extra_invariants = _extra_list(extra_invariants)
@@ -1149,7 +1236,7 @@ def replay(spec, fn, path: str, *, invariants: Optional[Sequence[str]] = None, i
                              "(pass the @kprop.invariant function in extra_invariants=)" % (
                                  path, "s" if len(names) > 1 else "", ", ".join("'%s'" % n for n in names)))
     rows = stopper.call(_kprop.replay, text, is_text, args, path)["rows"]
-    checked = 0
+    checked, unchecked = 0, []
     for row in rows:
         if os.path.realpath(row["path"]) in foreign:
             continue
@@ -1158,9 +1245,12 @@ def replay(spec, fn, path: str, *, invariants: Optional[Sequence[str]] = None, i
         if not row["ok"]:
             f = _stored_finding(row, [t for t in (target, ref_target) if t is not None],
                                 _spec_ref(spec, text, is_text), fn, args["target"]["exec"], opts)
-            counterexample = Counterexample(format_finding(f, info["name"], args["target"]["name"]), f)
+            counterexample = Counterexample(format_finding(
+                f, info["name"], _isolated_name(fn) if isolate else args["target"]["name"]), f)
             stopper.finish(counterexample)
             raise counterexample
         checked += row["checked"]
+        if not row["checked"]:
+            unchecked.append(row["detail"] or "not checked")
     stopper.finish()
-    return checked
+    return checked, unchecked

@@ -9,7 +9,8 @@ collects one item per invariant of the spec, `test_attention[matches_reference]`
 the corpus folder (--kprop-corpus, default .kprop/ in the rootdir) for that
 spec comes first as its own item, `test_attention[stored:<file>]`, as
 Hypothesis replays its database (none with replay_stored=False; a case found
-by an extra invariant the test lacks is left to the test that has it).
+by an invariant the test does not check, such as another test's selection or
+extra invariant, is left to the tests that check it).
 @pytest.mark.parametrize above the decorator repeats them per variant, its
 arguments bound to the target. A failure renders the shrunk case; a run
 whose every case is declined, or an item whose invariant is n/a for the
@@ -225,7 +226,9 @@ def pytest_pycollect_makeitem(collector, name, obj):
         if not invariants:  # as kprop.check: an empty selection would check nothing
             raise collector.CollectError("kprop: %s: invariants=[] names no invariant to check; leave it out to "
                                          "check every one" % name)
-    invariants = invariants or known
+    # As kprop.check: invariants= selects among the spec's invariants, and
+    # each extra invariant is an item whatever it names.
+    invariants = invariants + [e for e in extra if e not in invariants] if invariants else known
     unknown = [i for i in invariants if i not in known]
     if unknown:
         raise collector.CollectError("kprop: %s: spec %s has no invariant %s (it has: %s)"
@@ -255,10 +258,12 @@ def pytest_pycollect_makeitem(collector, name, obj):
     corpus = _corpus(collector.config, options)
     stored = []
     if corpus is not None and options.get("replay_stored", True):
-        # Not a case found by an invariant this test lacks (another test's
-        # extra invariant): that test replays it.
+        # Only a case found by one of this test's invariants, or one the
+        # target failed (raised, crashed, hung): a case found by another
+        # invariant (another test's selection or extra invariant) is that
+        # test's to replay, and passing the others here would say nothing of it.
         stored = [path for path in sorted(glob.glob(os.path.join(corpus, info["name"], "*.yaml")))
-                  if _check._replayable(path, set(known), info["family"])]
+                  if _stored_for(path, invariants)]
     own = [m for m in getattr(obj, "pytestmark", []) if m.name != "parametrize"]  # -m, skip and xfail marks
     items = []
     for variant, params, marks in variants:
@@ -274,6 +279,14 @@ def pytest_pycollect_makeitem(collector, name, obj):
             item.own_markers.extend(own + marks)
         items += made
     return items
+
+
+def _stored_for(path, invariants):
+    """Whether a test checking `invariants` replays the stored case at path:
+    one found by any of them or by a failure of the target (invariant ""),
+    or one that does not read (its item says why)."""
+    names = _check._stored_invariants(path)
+    return not names or any(not name or name in invariants for name in names)
 
 
 class KpropItem(pytest.Item):
@@ -299,16 +312,19 @@ class KpropItem(pytest.Item):
             options = {k: v for k, v in options.items()
                        if k in ("isolate", "tensors", "device", "case_timeout", "reference", "extra_invariants",
                                 "profile", "domain")}
-            checked = _check.replay(self.spec, fn, self.stored, invariants=self.invariants, **options)
+            checked, unchecked = _check._replay(self.spec, fn, self.stored, invariants=self.invariants, **options)
             if checked == 0:
-                pytest.skip("kprop: the stored case %s was not checked (declined by the target, or no invariant "
-                            "could check it)" % self.stored)
+                pytest.skip("kprop: the stored case %s was not checked: %s" % (
+                    self.stored, "; ".join(unchecked) or "no invariant checked it"))
             return
         for flag, key in (("kprop_seed", "seed"), ("kprop_trials", "trials"), ("kprop_time", "time")):
             if config.getoption(flag) is not None:
                 options[key] = config.getoption(flag)
         options["corpus"] = _corpus(config, self.options)
         options["replay_stored"] = False  # the stored cases are items of their own
+        if options.get("extra_invariants"):  # each extra invariant runs in its own item only
+            options["extra_invariants"] = [f for f in options["extra_invariants"]
+                                           if _check._extra_name(f) in self.invariants] or None
         try:
             result = _check.check(self.spec, fn, invariants=self.invariants, **options)
         except (_check.Counterexample, _check.HealthCheckFailure, _check.Skipped) as e:

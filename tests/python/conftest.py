@@ -20,6 +20,11 @@ def load_example(name, folder=EXAMPLES):
     return module
 
 
+def load_worker():
+    """A fresh copy of python/kprop_worker.py, the standalone exec worker, as a module."""
+    return load_example("kprop_worker", os.path.join(REPO, "python"))
+
+
 @pytest.fixture
 def example():
     return load_example

@@ -2,28 +2,18 @@
 bit patterns against a simple reference (struct for the exact values, nearest
 of the two neighbouring bf16 values by distance, ties to the even pattern),
 and a worker round trip over the frame protocol (in memory, no kprop)."""
-import importlib.util
 import io
 import json
 import math
-import os
 import struct
 
 import numpy as np
 import pytest
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+from conftest import load_worker
 
 
-def _load_worker():
-    spec = importlib.util.spec_from_file_location("kprop_worker_half_test",
-                                                  os.path.join(REPO, "python", "kprop_worker.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-kw = _load_worker()
+kw = load_worker()
 ALL = np.arange(65536, dtype=np.uint32).astype(np.uint16)
 
 

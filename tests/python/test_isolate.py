@@ -2,6 +2,7 @@
 so a crash is a reported, shrunk, saved failure instead of a dead pytest."""
 import ctypes
 import os
+import shlex
 
 import pytest
 
@@ -22,9 +23,18 @@ def segfaults_on_wide_rows(logits, k, **attrs):
     return _softmax.softmax_topk(logits, k, **attrs)
 
 
+def _runs_prop_runner(replay):
+    """A replay command of prop_runner's: the one the package found (an
+    absolute path), else plain prop_runner (on PATH)."""
+    runner = shlex.split(replay)[0]
+    return runner == "prop_runner" or (os.path.basename(runner) == "prop_runner" and os.path.isabs(runner)
+                                       and os.access(runner, os.X_OK))
+
+
 def test_isolated_correct_target_passes(corpus):
     result = kprop.check("softmax_topk", softmax_topk, seed=SEED, trials=20, corpus=corpus, isolate=True)
-    assert result.passed and result.target.startswith("exec:")
+    assert result.passed and result.report["target"].startswith("exec:")  # what runs it
+    assert result.target.startswith("python:") and result.target.endswith(".softmax_topk (isolated)")
 
 
 def test_isolated_crash_is_reported_shrunk_and_saved(corpus):
@@ -33,7 +43,7 @@ def test_isolated_crash_is_reported_shrunk_and_saved(corpus):
     f = excinfo.value.finding
     assert f.kind == "crash", str(excinfo.value)
     assert f.path and os.path.exists(f.path)
-    assert f.replay.startswith("prop_runner ") and "kprop.worker" in f.replay
+    assert _runs_prop_runner(f.replay) and "kprop.worker" in f.replay
 
 
 def test_isolate_needs_an_importable_function(corpus):
@@ -68,7 +78,7 @@ def test_an_isolated_stored_case_replays_with_the_runs_flags(corpus):
                         corpus=corpus, isolate=True, invariants=["matches_reference"])
         replays.append(excinfo.value.finding.replay)
     for replay in replays:
-        assert replay.startswith("prop_runner ") and " --reference " in replay and "inflated_reference" in replay
+        assert _runs_prop_runner(replay) and " --reference " in replay and "inflated_reference" in replay
         assert "--invariant matches_reference" in replay
 
 
