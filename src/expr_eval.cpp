@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -38,7 +39,7 @@ Dims broadcast_rt(const Dims& a, const Dims& b) {
     const int64_t da = i < a.size() ? a[a.size() - 1 - i] : 1;
     const int64_t db = i < b.size() ? b[b.size() - 1 - i] : 1;
     if (da != db && da != 1 && db != 1)
-      throw EvalError(fmt::format("shapes {} and {} do not broadcast", shape_text(a), shape_text(b)));
+      throw ShapeError(fmt::format("shapes {} and {} do not broadcast", shape_text(a), shape_text(b)));
     out[r - 1 - i] = da == 1 ? db : da;
   }
   return out;
@@ -205,6 +206,39 @@ bool reads_target(const Node& n) {
   return false;
 }
 
+// Expression::target_shapes_as_declared below the node.
+bool target_shapes_as_declared(const Node& n, const TensorMap& m) {
+  if (n.kind == Kind::name && is_target_name(n.op)) {
+    const Tensor* t = m.find(n.op);
+    if (!t || t->shape.size() != n.shape.size()) return false;
+    // A transformed case's tensor has that case's dims.
+    const std::string prefix = n.op.rfind("transformed.", 0) == 0 ? "transformed." : "";
+    for (size_t a = 0; a < n.shape.size(); ++a) {
+      const std::string& dim = n.shape[a];
+      double extent = 0;
+      if (!dim.empty() && std::isdigit(static_cast<unsigned char>(dim[0]))) {
+        extent = std::stod(dim);
+      } else {
+        const Tensor* d = m.find(prefix + dim);
+        if (!d || d->size() != 1) return false;  // "?", or a dim the target decides
+        extent = d->data[0];
+      }
+      if (static_cast<double>(t->shape[a]) != extent) return false;
+    }
+  }
+  for (const NodeP& a : n.args)
+    if (!target_shapes_as_declared(*a, m)) return false;
+  for (const Item& it : n.items) {
+    for (const NodeP& p : {it.lo, it.hi})
+      if (p && reads_target(*p)) return false;
+    for (const NodeP& p : {it.e, it.lo, it.hi})
+      if (p && !target_shapes_as_declared(*p, m)) return false;
+  }
+  for (const NodeP& p : {n.rtol, n.atol, n.k, n.unjudged})
+    if (p && !target_shapes_as_declared(*p, m)) return false;
+  return true;
+}
+
 struct Split {
   int64_t outer, n, inner;
 };
@@ -324,7 +358,7 @@ Tensor matmul_rt(const Tensor& a0, const Tensor& b0, DType dtype) {
   if (vb) b.shape.push_back(1);
   const int64_t n = a.shape[a.shape.size() - 2], k = a.shape.back(), m = b.shape.back();
   if (b.shape[b.shape.size() - 2] != k)
-    throw EvalError(
+    throw ShapeError(
         fmt::format("matmul: inner dims differ ({} vs {})", shape_text(a0.shape), shape_text(b0.shape)));
   Dims batch =
       broadcast_rt(Dims(a.shape.begin(), a.shape.end() - 2), Dims(b.shape.begin(), b.shape.end() - 2));
@@ -1138,6 +1172,10 @@ std::string one_line(std::string_view text) {
 
 std::string Expression::shown() const {
   return one_line(text_);
+}
+
+bool Expression::target_shapes_as_declared(const TensorMap& tensors) const {
+  return kprop::expr::target_shapes_as_declared(*root_, tensors);
 }
 
 Tensor Expression::evaluate(const TensorMap& tensors) const {

@@ -19,6 +19,7 @@ Verdict check_invariant(AnyTrial& trial, const InvariantUse& use) {
   if (!use.expression) return trial.check(use.index, use.params);
   const ExpressionInvariant& e = *use.expression;
   const expr::Expression* current = nullptr;
+  const expr::TensorMap* current_tensors = nullptr;
   // The trial's tensors, or with a transform those of the derived case too.
   auto tensors_for = [&](const std::vector<std::string>& names) {
     return e.transform ? trial.transformed_tensors(&e, e.transform->index, e.transform->params, names)
@@ -36,14 +37,14 @@ Verdict check_invariant(AnyTrial& trial, const InvariantUse& use) {
     if (e.when) {
       // `when` first, with only its own tensors: a discarded case need not run the target.
       current = &*e.when;
-      const expr::TensorMap* tensors = tensors_for(e.when->names());
+      const expr::TensorMap* tensors = current_tensors = tensors_for(e.when->names());
       if (!tensors) return Verdict::not_applicable("the family publishes no named tensors");
       const expr::Tensor w = e.when->evaluate(*tensors);
       for (double v : w.data)
         if (v == 0) return Verdict::discard(fmt::format("when `{}` is false", e.when->shown()));
     }
     current = &e.expect;
-    const expr::TensorMap* tensors = tensors_for(e.expect.names());
+    const expr::TensorMap* tensors = current_tensors = tensors_for(e.expect.names());
     if (!tensors) return Verdict::not_applicable("the family publishes no named tensors");
     expr::Expression::Outcome o = e.expect.check(*tensors);
     if (o.holds) return Verdict::pass();
@@ -64,12 +65,21 @@ Verdict check_invariant(AnyTrial& trial, const InvariantUse& use) {
     // the spec's error, whatever the target did. One that reads an output
     // may be broken by it (an index the kernel returned out of range, an
     // output whose length is its answer: dflash's accepted tokens): that
-    // fails the invariant.
+    // fails the invariant. Shapes that do not fit are the spec's error when
+    // every output read has its declared shape (a declared op's always has:
+    // `target.y <= x[:, 0:2]` over D = 3 failed the kernel and stored the
+    // case as its counterexample).
     const auto& names = current->names();
     if (std::none_of(names.begin(), names.end(),
                      [](const std::string& n) { return expr::is_target_name(n); }))
       throw InputError(e.mark, fmt::format("invariant {}: `{}` cannot be evaluated on this case: {} (the "
                                            "expression's own error: it reads no output of the target)",
+                                           use.name, current->shown(), err.what()));
+    if (dynamic_cast<const expr::ShapeError*>(&err) && current_tensors &&
+        current->target_shapes_as_declared(*current_tensors))
+      throw InputError(e.mark, fmt::format("invariant {}: `{}` cannot be evaluated on this case: {} (the "
+                                           "expression's own error: every output it reads has its declared "
+                                           "shape)",
                                            use.name, current->shown(), err.what()));
     return Verdict::fail(fmt::format("`{}` could not be evaluated: {}", current->shown(), err.what()));
   }

@@ -280,10 +280,10 @@ class Parser {
     if (found == all.end())
       fail(key, fmt::format("{}: unknown value kind '{}'{}", what, k, suggestion(k, valid)));
     if (std::find(valid.begin(), valid.end(), k) == valid.end())
-      fail(key, fmt::format("{}: value kind '{}' is not for a {} tensor; valid: {}", what, k,
-                            cls == 'f'   ? "floating"
-                            : cls == 'i' ? "integer (i32, i64)"
-                                         : "bool",
+      fail(key, fmt::format("{}: value kind '{}' is not for {} tensor; valid: {}", what, k,
+                            cls == 'f'   ? "a floating"
+                            : cls == 'i' ? "an integer (i32, i64)"
+                                         : "a bool",
                             join(valid)));
     ValueSpec v;
     v.kind = static_cast<ValueKind>(found - all.begin());

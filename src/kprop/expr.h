@@ -176,6 +176,13 @@ class EvalError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+// Shapes that do not broadcast, or a matmul's inner dims that differ: the
+// spec's error when every shape the evaluation started from is the spec's
+// (Expression::target_shapes_as_declared), else possibly the target's.
+class ShapeError : public EvalError {
+ public:
+  using EvalError::EvalError;
+};
 // An index past an axis whose length is the spec's own dim (the indexed
 // tensor has that length on this case) computed from no output of the
 // target: the spec's error (exit 2), even where the expression reads the
@@ -253,6 +260,13 @@ class Expression {
     std::vector<std::pair<std::string, double>> measured;
   };
   Outcome check(const TensorMap& tensors) const;
+  // Whether every output of the target read here has its declared shape on
+  // this case (each dim of the declaration a number, or a dim `tensors`
+  // holds as a scalar: transformed.X's the derived case's) and no slice
+  // bound reads the target: then no shape the evaluation meets is the
+  // target's doing (a ShapeError is the spec's). False where a declared dim
+  // is the target's answer (dflash's accepted tokens) or unknown.
+  bool target_shapes_as_declared(const TensorMap& tensors) const;
 
  private:
   std::string text_;

@@ -830,6 +830,46 @@ TEST(ExprSpec, LoadsExpressionInvariantsNextToBuiltIns) {
   ASSERT_TRUE(s.invariants[2].expression->when);
 }
 
+// A shape error is the spec's where every output of the target it reads has
+// its declared shape (the dims from the map) and no slice bound reads one:
+// a declared op's outputs always have theirs.
+TEST(ExprEval, TargetShapesAsDeclared) {
+  using namespace expr;
+  const TensorInfos infos = tensor_table(R"(
+N                     []      int   rows
+M                     []      int   columns
+x                     [N, M]  real  an input
+target.y              [N, M]  real  an output of declared shape
+target.tokens         [A]     int   an output whose length is the target's answer
+transformed.N         []      int   rows of the derived case
+transformed.M         []      int   columns of the derived case
+transformed.target.y  [N, M]  real  the derived case's output
+)");
+  // target.y of shape `y` (an external kernel's output may have its own).
+  const auto map = [&](std::vector<int64_t> y) {
+    TensorMap m;
+    for (const auto& i : infos) m.want(i.name);
+    m.put("N", Tensor::scalar(2, DType::integer));
+    m.put("M", Tensor::scalar(3, DType::integer));
+    m.put("x", Tensor::of({2, 3}, {1, 2, 3, 4, 5, 6}));
+    m.put("target.y", Tensor::of(std::move(y), {1, 2, 3, 4, 5, 6}));
+    m.put("target.tokens", Tensor::of({2}, {0, 1}, DType::integer));
+    m.put("transformed.N", Tensor::scalar(1, DType::integer));
+    m.put("transformed.M", Tensor::scalar(3, DType::integer));
+    m.put("transformed.target.y", Tensor::of({1, 3}, {1, 2, 3}));
+    return m;
+  };
+  const TensorMap as_declared = map({2, 3}), transposed = map({3, 2});
+  const auto declared = [&](const std::string& text, const TensorMap* m = nullptr) {
+    return Expression::compile(text, infos).target_shapes_as_declared(m ? *m : as_declared);
+  };
+  EXPECT_TRUE(declared("all(target.y <= 0 * x[:, 0:2])"));
+  EXPECT_TRUE(declared("all(transformed.target.y[0] == target.y[0])"));
+  EXPECT_FALSE(declared("all(target.tokens == 0)"));              // A is no dim the map holds
+  EXPECT_FALSE(declared("all(x[:, 0:sum(target.y > 3)] == 0)"));  // a slice the target sizes
+  EXPECT_FALSE(declared("all(target.y <= 0 * x[:, 0:2])", &transposed));
+}
+
 TEST(ExprSpec, ErrorsPointIntoTheExpression) {
   // line 5, column of 'reference.pp': "    expect: close(" is 18 characters.
   EXPECT_EQ(spec_error(kHead + "  - D_identity\n  - name: a\n    expect: close(reference.pp, reference.p)\n")

@@ -235,6 +235,14 @@ TEST(OpClosePolicy, AnExpressionThatCannotBeEvaluatedIsTheSpecsError) {
         << own;
     EXPECT_NE(own.find("the index reads no output of the target"), std::string::npos) << own;
   }
+  // Shapes that do not broadcast where every output read has its declared
+  // shape: the spec's error (it failed the target, and the case was stored
+  // as its counterexample).
+  for (const char* target : {"reference", "doubles"}) {
+    const std::string shapes = run_error(with_invariant("all(target.y <= 100 + 0 * x[:, 0:2])"), target);
+    EXPECT_NE(shapes.find("cannot be evaluated on this case: shapes"), std::string::npos) << shapes;
+    EXPECT_NE(shapes.find("every output it reads has its declared shape"), std::string::npos) << shapes;
+  }
   // An index the target's answer computes fails the invariant: the target
   // may have caused it (here only the doubling mutant's outputs count past T).
   const std::string counted = with_invariant("all(x[sum(target.y != reference.y)] == x[0])");
