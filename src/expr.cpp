@@ -129,7 +129,7 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 void TensorMap::put_with_lower_bound(const std::string& name, Tensor lower, std::function<Tensor()> full) {
   if (!wanted(name)) return;
   wanted_.erase(name);
-  bounded_[name] = Bounded{std::move(lower), std::move(full), false};
+  bounded_[name] = Bounded{std::move(lower), std::move(full)};
 }
 
 const Tensor* TensorMap::find(const std::string& name) const {
@@ -145,13 +145,11 @@ const Tensor* TensorMap::find_lower_bound(const std::string& name, bool* lower) 
 const Tensor* TensorMap::lookup(const std::string& name, bool* lower) const {
   if (const auto it = tensors_.find(name); it != tensors_.end()) return &it->second;
   if (const auto it = bounded_.find(name); it != bounded_.end()) {
-    Bounded& b = it->second;
     if (lower) {
       *lower = true;
-      return &b.lower;
+      return &it->second.lower;
     }
-    b.computed = true;
-    return &(tensors_[name] = b.full());
+    return &(tensors_[name] = it->second.full());
   }
   bool own_linked = false;
   for (const Link& l : links_)

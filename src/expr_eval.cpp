@@ -536,19 +536,24 @@ CloseArgs close_args(const Node& n, const TensorMap& m, bool tolerances) {
   // only if an element fails under it. The masks compare the budget both
   // ways (past or near the overflow threshold): they take the full floors.
   bool lower = false;
-  if (tolerances) {
-    LowerBoundsFirst first(n.k && !masked);
+  if (tolerances && n.k && !masked) {
+    // In a store of shared values of its own: a budget taken with the lower
+    // bounds must serve no later read of the node (explain judges an `or`'s
+    // operands again, each reading this close's budget). What the
+    // tolerances borrow from it is copied out.
+    LowerBoundsFirst first(true);
+    SharedValues own;
     tolerances_of(n, m, c);
+    c.rtol = Ref(Tensor(*c.rtol)), c.atol = Ref(Tensor(*c.atol));
     lower = first.read_lower();
+  } else if (tolerances) {
+    tolerances_of(n, m, c);
   }
   expand_operands(c, tolerances);
   if (lower) {
     bool all_hold = true;
     for (size_t i = 0; i < c.a->size() && all_hold; ++i) all_hold = c.holds(i);
     if (!all_hold) {
-      // A fresh store of shared values: the budget's, taken with the lower
-      // bounds, is in the evaluation's (and stays: nothing else reads it
-      // without masks). What the tolerances borrow from it is copied out.
       SharedValues fresh;
       tolerances_of(n, m, c);
       expand_operands(c, true);

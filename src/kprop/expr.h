@@ -90,7 +90,7 @@ inline const std::string kOwnPrefix = "own:";
 class TensorMap {
  public:
   void want(const std::string& name) {
-    if (!tensors_.count(name)) wanted_.insert(name);
+    if (!tensors_.count(name) && !bounded_.count(name)) wanted_.insert(name);
   }
   bool wanted(const std::string& name) const { return wanted_.count(name) != 0; }
   // Is some wanted name "prefix..."? (e.g. "target." before running the target)
@@ -145,11 +145,10 @@ class TensorMap {
     bool strip;
   };
   // A name put_with_lower_bound() gave: its lower bound, kept once the full
-  // value is computed (an evaluation may still hold it).
+  // value is computed (in tensors_: an evaluation may still hold the lower).
   struct Bounded {
     Tensor lower;
     std::function<Tensor()> full;
-    bool computed = false;
   };
   const Tensor* lookup(const std::string& name, bool* lower) const;
   std::set<std::string> wanted_;

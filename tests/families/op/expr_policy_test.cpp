@@ -581,6 +581,42 @@ invariants: )") + invariants +
   }
 }
 
+// A failing close(k=) explained inside an `or` states the budget the
+// verdict used: the budget taken with the floor's lower bound (in the
+// evaluation's store of shared values) served the `or`'s operand when it
+// was judged on its own, which said "allowed 1.33e-15" where the full
+// floor allows 1.78e-15.
+TEST(OpClosePolicy, AnExplainedCloseStatesTheFullBudget) {
+  const std::string close = "close(target.y, 1 - x + where(x == 1, 0, 1e-3), k=2)";
+  const Spec spec = parse_spec(R"(spec: cancel
+family: op
+op:
+  dims: {T: [1, 4]}
+  inputs:
+    x: {shape: [T], dtype: f64, values: [integer, normal]}
+  outputs:
+    y: {shape: [T]}
+  reference:
+    y: 1 - 0.7 * x - 0.3 * x
+invariants:
+  - {name: in_or, expect: ')" + close +
+                                   R"( or x > 1e300'}
+  - {name: alone, expect: ')" + close +
+                                   R"('}
+)",
+                               "cancel.yaml");
+  const RunReport r = run_spec(spec, scratch_run("reference", 7, 50, "kprop_op_policy_test"));
+  std::string allowed[2];
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_TRUE(r.invariants.at(i).counterexample) << i;
+    const std::string& m = r.invariants.at(i).counterexample->message;
+    const size_t at = m.find("> allowed ");
+    ASSERT_NE(at, std::string::npos) << m;
+    allowed[i] = m.substr(at, m.find(' ', at + 10) - at);
+  }
+  EXPECT_EQ(allowed[0], allowed[1]);
+}
+
 // A layer norm over a row constant but for an ulp (what a search found):
 // x - mean(x) is exactly 0 in fp64 at some elements but carries the mean's
 // rounding. Its `** 2` had the bound 0/0 = NaN there, which the variance's
