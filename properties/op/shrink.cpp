@@ -36,8 +36,11 @@ double truncate_digits(double v, int k, DType dtype) {
 }
 
 // Simpler values for one element, boldest first: 0, 1, -v for a negative
-// v, then fewer significant digits. Each candidate is 0, 1 (never for 1
-// itself), positive, or has strictly fewer digits, so shrinking terminates.
+// v, then fewer significant digits, then the same digits nearer 1 (v =
+// m·10^e with e moved to 0, halfway and one step toward 0: an overflow that
+// needs x > 88.7 shrank to 5e8, the first value of one digit it found).
+// Each candidate is 0, 1 (never for 1 itself), or lowers (digits, |e|,
+// negative) in that order, so shrinking terminates.
 std::vector<double> simpler_values(double v, DType dtype) {
   std::vector<double> out;
   auto add = [&](double w) {
@@ -54,6 +57,16 @@ std::vector<double> simpler_values(double v, DType dtype) {
     // truncated instead (6e4).
     if (!std::isfinite(w)) w = truncate_digits(v, k, dtype);
     if (std::isfinite(w) && significant_digits(w, dtype) < digits) add(w);
+  }
+  // "d.ddde±X": the digits and the decimal exponent.
+  const std::string text = fmt::format("{:.{}e}", v, std::max(digits, 1) - 1);
+  const size_t at = text.find('e');
+  const int e = std::stoi(text.substr(at + 1));
+  for (const int t : {0, e / 2, e - (e > 0) + (e < 0)}) {
+    if (t == e) continue;
+    const double w =
+        round_to(dtype, std::strtod((text.substr(0, at) + "e" + std::to_string(t)).c_str(), nullptr));
+    if (std::isfinite(w) && w != 0 && significant_digits(w, dtype) <= digits) add(w);
   }
   return out;
 }

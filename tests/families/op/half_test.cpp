@@ -207,7 +207,7 @@ invariants:
 // Shrinking a half element: every candidate is exact in its dtype and in
 // the domain; a value with several significant digits gets a shorter one
 // (0.3333 -> 0.3, rounded to f16), and greedy shrinking toward "element 0
-// stays above 100" ends at a short decimal.
+// stays above 100" ends at a short decimal of small magnitude.
 TEST(OpHalfShrink, ElementsShrinkToShortHalfValues) {
   const Spec spec = parse_spec(kSumSpec, "halfsum.yaml");
   for (const DType dt : {DType::f16, DType::bf16}) {
@@ -233,8 +233,10 @@ TEST(OpHalfShrink, ElementsShrinkToShortHalfValues) {
       c = std::move(*first);
     }
     EXPECT_EQ(c.dims[0], 1) << dtype_name(dt);
-    // f16's max: 7e4 rounds to inf, so its first digit truncated: 6e4.
-    EXPECT_EQ(c.inputs[0][0], round_to(dt, dt == DType::f16 ? 6e4 : 3e38)) << dtype_name(dt);
+    // f16's max: 7e4 rounds to inf, so its first digit truncated: 6e4; then
+    // the digit kept, nearer 1 in magnitude: 600 (60 is not above 100).
+    // bf16's 3e38 likewise ends at 300.
+    EXPECT_EQ(c.inputs[0][0], dt == DType::f16 ? 600 : 300) << dtype_name(dt);
   }
 }
 

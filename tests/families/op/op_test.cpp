@@ -830,11 +830,17 @@ TEST(OpDomainDecl, ACorpusCaseOutsideTheContractIsABadCase) {
   EXPECT_NE(decode_error(bad_dtype).find("dtype f16 is not declared"), std::string::npos)
       << decode_error(bad_dtype);
   // The hard relations hold in every domain (Nk >= Nq): a case breaking one
-  // was replayed.
-  Case bad_relation = good;
-  bad_relation.dims[size_t(good.decl->dim_index("Nq"))] = good.dims[size_t(good.decl->dim_index("Nk"))] + 1;
-  EXPECT_NE(decode_error(bad_relation).find("op.relations: Nk >= Nq does not hold"), std::string::npos)
-      << decode_error(bad_relation);
+  // was replayed. (Its file's dims edited: they are checked before the
+  // inputs' values, which keep the old extents.)
+  YAML::Node bad_relation = Traits::to_yaml(good);
+  bad_relation["dims"]["Nq"] = good.dims[size_t(good.decl->dim_index("Nk"))] + 1;
+  std::string relation_error;
+  try {
+    f.from_yaml(bad_relation);
+  } catch (const std::exception& e) {
+    relation_error = e.what();
+  }
+  EXPECT_NE(relation_error.find("op.relations: Nk >= Nq does not hold"), std::string::npos) << relation_error;
 }
 
 // An attr's declaration (one_of, range) is the contract's, as the relations
@@ -1047,19 +1053,29 @@ TEST(OpDomainShrink, SpecialValuesShrinkToTheOneThatMatters) {
     return false;
   };
   Case c = drawn_case(f, spec.domain, fails);
-  for (bool progress = true; progress;) {
-    progress = false;
-    rc::Seq<Case> seq = Traits::shrinks(c, spec.domain);
-    while (auto next = seq.next())
-      if (Traits::in_domain(*next, spec.domain).empty() && fails(*next)) {
-        c = std::move(*next), progress = true;
-        break;
-      }
-  }
+  c = shrink_while(c, spec.domain, fails).c;
   EXPECT_EQ(dim(c, "T"), 1);
   EXPECT_EQ(dim(c, "D"), 1);
   ASSERT_EQ(values_of(c, "x").size(), 1u);
   EXPECT_TRUE(std::isnan(values_of(c, "x")[0]));
+}
+
+// A value that must be large (an overflow past |x| = 100) shrinks in
+// magnitude, its digits kept: a drawn 5e8 stayed 5e8 (one digit, nothing
+// simpler by digits), where 500 shows the bug as well.
+TEST(OpDomainShrink, ALargeValueShrinksTowardOneInMagnitude) {
+  const Spec spec = parse_spec(kCoupledSpec, "coupled.yaml");
+  const OpFamily& f = op_family(spec);
+  auto fails = [](const Case& c) {
+    for (double v : values_of(c, "x"))
+      if (std::isfinite(v) && std::fabs(v) > 100) return true;
+    return false;
+  };
+  Case c = drawn_case(f, spec.domain, [](const Case& k) { return k.dtype == DType::f32; });
+  c.inputs[input_index(*c.decl, "x")][0] = -5e8;
+  c = shrink_while(c, spec.domain, fails).c;
+  ASSERT_EQ(values_of(c, "x").size(), 1u);
+  EXPECT_EQ(values_of(c, "x")[0], 500);
 }
 
 // The corpus file names the kind of each index tensor and mask and holds
