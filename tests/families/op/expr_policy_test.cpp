@@ -543,6 +543,19 @@ TEST(OpClosePolicy, AnotherOracleDoesNotWidenTheBound) {
   }
 }
 
+// An op whose f64 output cancels (below), without its invariants.
+const char* const kCancelSpec = R"(spec: cancel
+family: op
+op:
+  dims: {T: [1, 4]}
+  inputs:
+    x: {shape: [T], dtype: f64, values: [integer, normal]}
+  outputs:
+    y: {shape: [T]}
+  reference:
+    y: 1 - 0.7 * x - 0.3 * x
+)";
+
 // An f64 output that cancels: 1 - 0.7x - 0.3x is 5.6e-17 in fp64 at x = 1,
 // where the exact value (and a kernel computing 1 - x) is 0. The floor
 // scaled with |output| (1e-31 there), so the correct kernel failed; it now
@@ -553,18 +566,7 @@ TEST(OpClosePolicy, AnotherOracleDoesNotWidenTheBound) {
 TEST(OpClosePolicy, AnF64OutputThatCancelsIsJudgedByItsTermsRounding) {
   for (const char* invariants :
        {"[matches_reference]", "[{name: close_expr, expect: 'close(target.y, reference.y, k=2)'}]"}) {
-    const std::string text = std::string(R"(spec: cancel
-family: op
-op:
-  dims: {T: [1, 4]}
-  inputs:
-    x: {shape: [T], dtype: f64, values: [integer, normal]}
-  outputs:
-    y: {shape: [T]}
-  reference:
-    y: 1 - 0.7 * x - 0.3 * x
-invariants: )") + invariants +
-                             "\n";
+    const std::string text = std::string(kCancelSpec) + "invariants: " + invariants + "\n";
     const Spec spec = with_doubling_mutant(text, [](OpFamily& f) {
       f.mutant("algebra", "1 - x, exactly rounded", [](const Case& c) {
         Result r;
@@ -588,22 +590,8 @@ invariants: )") + invariants +
 // floor allows 1.78e-15.
 TEST(OpClosePolicy, AnExplainedCloseStatesTheFullBudget) {
   const std::string close = "close(target.y, 1 - x + where(x == 1, 0, 1e-3), k=2)";
-  const Spec spec = parse_spec(R"(spec: cancel
-family: op
-op:
-  dims: {T: [1, 4]}
-  inputs:
-    x: {shape: [T], dtype: f64, values: [integer, normal]}
-  outputs:
-    y: {shape: [T]}
-  reference:
-    y: 1 - 0.7 * x - 0.3 * x
-invariants:
-  - {name: in_or, expect: ')" + close +
-                                   R"( or x > 1e300'}
-  - {name: alone, expect: ')" + close +
-                                   R"('}
-)",
+  const Spec spec = parse_spec(std::string(kCancelSpec) + "invariants:\n  - {name: in_or, expect: '" + close +
+                                   " or x > 1e300'}\n  - {name: alone, expect: '" + close + "'}\n",
                                "cancel.yaml");
   const RunReport r = run_spec(spec, scratch_run("reference", 7, 50, "kprop_op_policy_test"));
   std::string allowed[2];
