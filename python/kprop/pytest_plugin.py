@@ -228,6 +228,7 @@ def pytest_pycollect_makeitem(collector, name, obj):
                                          "check every one" % name)
     # As kprop.check: invariants= selects among the spec's invariants, and
     # each extra invariant is an item whatever it names.
+    every = not invariants
     invariants = invariants + [e for e in extra if e not in invariants] if invariants else known
     unknown = [i for i in invariants if i not in known]
     if unknown:
@@ -263,7 +264,7 @@ def pytest_pycollect_makeitem(collector, name, obj):
         # invariant (another test's selection or extra invariant) is that
         # test's to replay, and passing the others here would say nothing of it.
         stored = [path for path in sorted(glob.glob(os.path.join(corpus, info["name"], "*.yaml")))
-                  if _stored_for(path, invariants)]
+                  if _stored_for(path, invariants, every, info["family"])]
     own = [m for m in getattr(obj, "pytestmark", []) if m.name != "parametrize"]  # -m, skip and xfail marks
     items = []
     for variant, params, marks in variants:
@@ -281,12 +282,16 @@ def pytest_pycollect_makeitem(collector, name, obj):
     return items
 
 
-def _stored_for(path, invariants):
+def _stored_for(path, invariants, every, family):
     """Whether a test checking `invariants` replays the stored case at path:
     one found by any of them or by a failure of the target (invariant ""),
-    or one that does not read (its item says why)."""
+    or one that does not read (its item says why); and, for a test that
+    checks `every` invariant of the spec, one found by an invariant the
+    family registers that the spec does not list (the replay checks it, as
+    kprop.check's does)."""
     names = _check._stored_invariants(path)
-    return not names or any(not name or name in invariants for name in names)
+    return not names or any(not name or name in invariants or (every and _check._registered(family, name))
+                            for name in names)
 
 
 class KpropItem(pytest.Item):

@@ -134,6 +134,30 @@ def test_declines(logits, k, **attrs):
     assert "no invariant could check it" not in out
 
 
+def test_plugin_shows_a_stored_case_of_an_unlisted_registered_invariant_as_unchecked(pytester, tmp_path):
+    """A case found by an invariant the family registers but the spec no
+    longer lists is checked by no test: a test of every invariant shows it,
+    skipped with the reason (it was no item of any test, silently)."""
+    corpus = str(tmp_path / "corpus")
+    stored = _store_a_sorted_case(corpus)
+    spec = tmp_path / "sm.yaml"
+    spec.write_text("spec: softmax_topk\nfamily: softmax_topk\nrun: {trials: 5, seed: 3}\n"
+                    "invariants: [no_nan]\n")
+    pytester.makepyfile(test_sm=SPEC_TESTS.format(path=os.path.join(EXAMPLES, "softmax_topk.py")) + """
+@kprop.spec(%r, seed=1, trials=10)
+def test_every(logits, k, **attrs):
+    return mod.softmax_topk(logits, k, **attrs)
+
+@kprop.spec(%r, seed=1, trials=10, invariants=["no_nan"])
+def test_selected(logits, k, **attrs):
+    return mod.softmax_topk(logits, k, **attrs)
+""" % (str(spec), str(spec)))
+    result = pytester.runpytest("--kprop-corpus", corpus, "-v", "-rs", "-p", "no:cacheprovider")
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines(["*test_every?stored:%s? SKIPPED*" % stored])
+    assert "test_selected[stored:" not in out
+
+
 # ------------------- 4. the exec worker took complex and bool outputs, warned of f16 overflow
 def _framed(header, arrays=()):
     text = json.dumps(header).encode()
