@@ -17,8 +17,8 @@ and in pytest (the plugin is registered by the package):
 See docs/PYTHON.md.
 """
 
-import difflib
-import inspect
+import difflib as _difflib
+import inspect as _inspect
 
 from ._check import (SPECS_DIR, ArgumentMismatch, CheckResult, Counterexample, Discard, Finding,
                      HealthCheckFailure, InvariantResult, Skipped, Unsupported, assume, check, format_finding,
@@ -45,10 +45,10 @@ def spec(name, **options):
     if "fail_fast" in options:
         raise TypeError("kprop.spec(%r): fail_fast does nothing here: each pytest item checks one invariant "
                         "(pytest -x stops at the first failing item)" % (name,))
-    valid = [p for p in inspect.signature(check).parameters if p not in ("spec", "fn", "fail_fast")]
+    valid = [p for p in _inspect.signature(check).parameters if p not in ("spec", "fn", "fail_fast")]
     unknown = [k for k in options if k not in valid]
     if unknown:
-        close = difflib.get_close_matches(unknown[0], valid, n=1)
+        close = _difflib.get_close_matches(unknown[0], valid, n=1)
         raise TypeError("kprop.spec(%r): unknown option %r%s; valid: %s" % (
             name, unknown[0], " (did you mean %r?)" % close[0] if close else "", ", ".join(valid)))
 

@@ -1,5 +1,6 @@
 """kprop.check: a spec run in process with a Python function as the target."""
 
+import difflib
 import glob
 import importlib.machinery
 import inspect
@@ -413,9 +414,15 @@ class _InvariantDef:
             if name is None or name not in published:
                 if has_default and name is None:
                     continue
-                raise ValueError("kprop: invariant %s: parameter %r names no tensor of family %s (write target.o "
-                                 "as target_o, or map it: @kprop.invariant(tensors={%r: 'target.o'})); the family "
-                                 "publishes: %s" % (self.name, param, family, param, ", ".join(sorted(published))))
+                # The family's own names in the examples, and the nearest as a guess.
+                spelled = sorted(dotted) + sorted(published)
+                close = difflib.get_close_matches(param, spelled, n=1)
+                example = next((t for t in sorted(published) if t.startswith("target.")), "target.o")
+                raise ValueError("kprop: invariant %s: parameter %r names no tensor of family %s%s (write %s as %s, "
+                                 "or map it: @kprop.invariant(tensors={%r: %r})); the family publishes: %s" % (
+                                     self.name, param, family, " (did you mean %r?)" % close[0] if close else "",
+                                     example, example.replace(".", "_"), param, example,
+                                     ", ".join(sorted(published))))
             out.append((param, name))
         return out
 

@@ -436,12 +436,22 @@ struct Prepared {
   std::vector<std::shared_ptr<PythonTransport>> transports;
 };
 
+// An input error as a Python caller says it: the loader names a domain=
+// override as prop_runner's option, at a line and column of the JSON this
+// package made of the dict ("--domain:1:2: unknown key ..."): "domain=: ...".
+std::string in_python_words(const kprop::InputError& e) {
+  const std::string m = e.what();
+  if (m.rfind("--domain:", 0) != 0) return m;
+  const size_t at = m.find(": ");
+  return at == std::string::npos ? m : "domain=: " + m.substr(at + 2);
+}
+
 Prepared prepare(const std::string& spec_arg, bool spec_is_text, const Args& a) {
   Prepared p = [&] {
     try {
       return Prepared{load(spec_arg, spec_is_text, a.profile, a.domain), {}};
     } catch (const kprop::InputError& e) {  // a bad profile or domain= override
-      throw nb::value_error(e.what());
+      throw nb::value_error(in_python_words(e).c_str());
     }
   }();
   const kprop::Family& family = *p.spec.family;
@@ -470,8 +480,13 @@ Prepared prepare(const std::string& spec_arg, bool spec_is_text, const Args& a) 
   }
   for (const auto& inv : a.invariants)
     if (std::none_of(p.spec.invariants.begin(), p.spec.invariants.end(),
-                     [&](const kprop::InvariantUse& u) { return u.name == inv; }))
-      throw nb::value_error(fmt::format("spec {} has no invariant '{}'", p.spec.name, inv).c_str());
+                     [&](const kprop::InvariantUse& u) { return u.name == inv; })) {
+      std::vector<std::string> names;
+      for (const auto& u : p.spec.invariants) names.push_back(u.name);
+      throw nb::value_error(
+          fmt::format("spec {} has no invariant '{}'{}", p.spec.name, inv, kprop::suggestion(inv, names))
+              .c_str());
+    }
   kprop::RunOptions& o = p.options;
   // In process there is no isolation: kprop's watchdog would end the whole
   // interpreter on a slow case, so it waits as long as fn takes (isolate=True
@@ -530,7 +545,7 @@ auto guarded(Prepared& p, bool& stopped, F&& body) {
     try {
       return body();
     } catch (const kprop::InputError& e) {
-      throw nb::value_error(e.what());
+      throw nb::value_error(in_python_words(e).c_str());
     }
   }();
   stopped = *p.interrupted;
@@ -610,7 +625,7 @@ nb::dict spec_info(const std::string& spec_arg, bool spec_is_text, const std::st
     d["tensors"] = tensors;
     return d;
   } catch (const kprop::InputError& e) {
-    throw nb::value_error(e.what());
+    throw nb::value_error(in_python_words(e).c_str());
   }
 }
 

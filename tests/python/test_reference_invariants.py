@@ -185,6 +185,19 @@ def test_bad_invariant_declarations_are_clear_errors(example, corpus):
     with pytest.raises(ValueError, match="parameter 'target_nothing' names no tensor of family softmax_topk"):
         kprop.check("softmax_topk", mod.softmax_topk, extra_invariants=[unknown], corpus=corpus)
 
+    # A near miss is named, and the example is the family's own (it was target.o, an attention tensor).
+    @kprop.invariant
+    def misspelled(target_prob):
+        return True
+
+    with pytest.raises(ValueError) as excinfo:
+        kprop.check("softmax_topk", mod.softmax_topk, extra_invariants=[misspelled], corpus=corpus)
+    assert "(did you mean 'target_probs'?)" in str(excinfo.value)
+    assert "target.o" not in str(excinfo.value)
+    # So is a near miss among the spec's invariants.
+    with pytest.raises(ValueError, match="spec softmax_topk has no invariant 'sortd' .*did you mean 'sorted'"):
+        kprop.check("softmax_topk", mod.softmax_topk, invariants=["sortd"], corpus=corpus)
+
     @kprop.invariant(name="sorted")
     def clash(target_probs):
         return True

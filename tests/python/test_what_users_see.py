@@ -312,3 +312,12 @@ def test_the_runner_found_is_the_builds_then_the_one_on_path(tmp_path, monkeypat
         monkeypatch.setattr(_check, "_RUNNER", [])
         assert _check._prop_runner() == str(runner)
         assert _check._with_runner("prop_runner --spec s.yaml") == "%s --spec s.yaml" % runner
+
+
+# ------------------- a domain= error named prop_runner's option, at a column of kprop's own JSON
+def test_a_bad_domain_is_named_as_the_argument_given(corpus):
+    with pytest.raises(ValueError) as excinfo:
+        kprop.check("softmax_topk", softmax_topk, domain={"dtypess": ["f32"]}, corpus=corpus)
+    said = str(excinfo.value)
+    assert said.startswith("domain=: unknown key 'dtypess'"), said
+    assert "--domain" not in said
