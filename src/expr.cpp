@@ -561,6 +561,13 @@ struct FunctionInfo {
 const std::vector<FunctionInfo>& functions() {
   static const std::vector<FunctionInfo> fns = {
       {"abs", 1, 1, {}, "abs(x): |x| elementwise"},
+      {"floor",
+       1,
+       1,
+       {},
+       "floor(x): the largest integer <= x (a `when:` that x holds integers: x == floor(x))"},
+      {"ceil", 1, 1, {}, "ceil(x): the smallest integer >= x"},
+      {"round", 1, 1, {}, "round(x): the nearest integer, ties to even (NumPy's)"},
       {"exp", 1, 1, {}, "exp(x)"},
       {"log", 1, 1, {}, "log(x): natural log (log 0 = -inf)"},
       {"sqrt", 1, 1, {}, "sqrt(x)"},
@@ -1041,7 +1048,7 @@ class Checker {
     if (n.op == "isfinite" || n.op == "isnan" || n.op == "isinf") {
       n.shape = x.shape;
       n.dtype = DType::boolean;
-    } else if (n.op == "abs") {
+    } else if (n.op == "abs" || n.op == "floor" || n.op == "ceil" || n.op == "round") {
       n.shape = x.shape;
       n.dtype = arith(x.dtype, x.dtype);
     } else if (n.op == "exp" || n.op == "log" || n.op == "sqrt" || n.op == "tanh" || n.op == "erf" ||

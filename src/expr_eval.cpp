@@ -836,6 +836,10 @@ Ref evaluate_node(const Node& n, const TensorMap& m) {
         return reduce(n, a[0].get());
       if (f == "diff" || f == "cummax" || f == "cumsum") return scan(n, a[0].get());
       if (f == "abs") return map(a[0].get(), n.dtype, [](double v) { return std::fabs(v); });
+      if (f == "floor") return map(a[0].get(), n.dtype, [](double v) { return std::floor(v); });
+      if (f == "ceil") return map(a[0].get(), n.dtype, [](double v) { return std::ceil(v); });
+      // Ties to even, as NumPy's round (the default rounding mode).
+      if (f == "round") return map(a[0].get(), n.dtype, [](double v) { return std::nearbyint(v); });
       if (f == "exp") return map(a[0].get(), n.dtype, [](double v) { return std::exp(v); });
       if (f == "log") return map(a[0].get(), n.dtype, [](double v) { return std::log(v); });
       if (f == "sqrt") return map(a[0].get(), n.dtype, [](double v) { return std::sqrt(v); });
@@ -975,6 +979,13 @@ Bound call_bound(const Node& n, const TensorMap& m, const Tensor& r) {
   if (f == "abs" || f == "transpose") {
     if (!ba) return {};
     return f == "abs" ? *ba : transpose_of(filled(ba, a->shape));
+  }
+  // floor, ceil, round: exact, but a step function: an operand that errs at
+  // all may land on the other side of a step, a jump of 1 that no first-order
+  // bound covers (inf there; 0 where the operand is exact).
+  if (f == "floor" || f == "ceil" || f == "round") {
+    if (!ba) return {};
+    return map(*ba, DType::real, [](double b) { return b == 0 ? 0.0 : HUGE_VAL; });
   }
   if (f == "minimum" || f == "maximum") {
     const Bound bb = bound(*n.args[1], m);

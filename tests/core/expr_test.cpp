@@ -131,6 +131,22 @@ TEST(Expr, ComparisonsLogicAndWhere) {
   EXPECT_DOUBLE_EQ(values("sqrt(exp(log(16)))")[0], 4);
 }
 
+// floor, ceil and round as NumPy's (round: ties to even), keeping an integer
+// tensor's dtype; a step function has no first-order rounding bound, so an
+// operand that errs makes it inf there (0 where the operand is exact).
+TEST(Expr, FloorCeilAndRound) {
+  EXPECT_EQ(values("floor(x / 4 - 1)"), (std::vector<double>{-1, -1, -1, 0, 0, 0}));
+  EXPECT_EQ(values("ceil(x / 4 - 1)"), (std::vector<double>{-0.0, -0.0, -0.0, 0, 1, 1}));
+  EXPECT_EQ(values("round(x / 2 - 1)"), (std::vector<double>{-0.0, 0, 0, 1, 2, 2}));  // ties: -0.5, 0.5, 1.5
+  EXPECT_EQ(values("all(idx == floor(idx))"), (std::vector<double>{1}));
+  EXPECT_EQ(values("x / 2 == round(x / 2)"), (std::vector<double>{0, 1, 0, 1, 0, 1}));
+  EXPECT_EQ(eval("floor(idx)").dtype, DType::integer);
+  EXPECT_EQ(eval("round(x)").dtype, DType::real);
+  const TensorMap m = tensors();
+  EXPECT_EQ(Expression::compile("floor(x)", kInfos).rounding_bound(m).data, std::vector<double>(6, 0.0));
+  for (double b : Expression::compile("round(x / 3)", kInfos).rounding_bound(m).data) EXPECT_EQ(b, HUGE_VAL);
+}
+
 // Of two equal values NumPy's maximum and minimum return the second, and its
 // max and min fold in order with them: the sign of a zero result, which a
 // later 1 / x sees, is NumPy's.
