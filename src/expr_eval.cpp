@@ -553,11 +553,9 @@ CloseArgs close_args(const Node& n, const TensorMap& m, bool tolerances) {
   if (lower) {
     bool all_hold = true;
     for (size_t i = 0; i < c.a->size() && all_hold; ++i) all_hold = c.holds(i);
-    if (!all_hold) {
-      SharedValues fresh;
+    if (!all_hold) {  // with the full floors (in the evaluation's store: they are the budget's values)
       tolerances_of(n, m, c);
       expand_operands(c, true);
-      c.rtol = Ref(Tensor(*c.rtol)), c.atol = Ref(Tensor(*c.atol));
     }
   }
   if (masked) {
@@ -580,26 +578,24 @@ CloseArgs close_args(const Node& n, const TensorMap& m, bool tolerances) {
 // close()'s rtol and atol on this case into c, checked; c.shape takes
 // their shapes in.
 void tolerances_of(const Node& n, const TensorMap& m, CloseArgs& c) {
-  {
-    c.rtol = n.rtol ? evaluate(*n.rtol, m) : Ref(Tensor::scalar(1e-5));
-    c.atol = n.atol ? evaluate(*n.atol, m) : Ref(Tensor::scalar(1e-8));
-    c.shape = broadcast_rt(broadcast_rt(c.shape, c.rtol->shape), c.atol->shape);
-    // A tolerance below 0 or NaN on this case (atol=D-3, a max over a NaN)
-    // would fail unequal elements however close, and a bound computed from
-    // the spec's own tensors (dims, inputs, the reference, the baseline) is
-    // the spec's to fix, as a bad k is: never the target's counterexample.
-    // One read from the target's outputs is the target's doing, and the
-    // elements it cannot judge fail.
-    for (const auto& [name, node, t] :
-         {std::tuple{"rtol", n.rtol.get(), &c.rtol}, {"atol", n.atol.get(), &c.atol}}) {
-      if (!node || reads_target(*node)) continue;
-      for (size_t i = 0; i < (*t)->size(); ++i)
-        if (const double v = (*t)->data[i]; !(v >= 0))
-          throw ToleranceError(
-              fmt::format("close(): {} is {}{} on this case; a tolerance must be a number >= 0{}", name, v,
-                          (*t)->size() > 1 ? " at " + index_text((*t)->shape, i) : "",
-                          std::isnan(v) ? " (a NaN reached it: a reduction over a NaN, or 0 × inf)" : ""));
-    }
+  c.rtol = n.rtol ? evaluate(*n.rtol, m) : Ref(Tensor::scalar(1e-5));
+  c.atol = n.atol ? evaluate(*n.atol, m) : Ref(Tensor::scalar(1e-8));
+  c.shape = broadcast_rt(broadcast_rt(c.shape, c.rtol->shape), c.atol->shape);
+  // A tolerance below 0 or NaN on this case (atol=D-3, a max over a NaN)
+  // would fail unequal elements however close, and a bound computed from
+  // the spec's own tensors (dims, inputs, the reference, the baseline) is
+  // the spec's to fix, as a bad k is: never the target's counterexample.
+  // One read from the target's outputs is the target's doing, and the
+  // elements it cannot judge fail.
+  for (const auto& [name, node, t] :
+       {std::tuple{"rtol", n.rtol.get(), &c.rtol}, {"atol", n.atol.get(), &c.atol}}) {
+    if (!node || reads_target(*node)) continue;
+    for (size_t i = 0; i < (*t)->size(); ++i)
+      if (const double v = (*t)->data[i]; !(v >= 0))
+        throw ToleranceError(
+            fmt::format("close(): {} is {}{} on this case; a tolerance must be a number >= 0{}", name, v,
+                        (*t)->size() > 1 ? " at " + index_text((*t)->shape, i) : "",
+                        std::isnan(v) ? " (a NaN reached it: a reduction over a NaN, or 0 × inf)" : ""));
   }
 }
 

@@ -115,8 +115,8 @@ class TensorMap {
   // failure into a pass, and the full value only when an element fails under
   // it. `full` (every element >= `lower`'s) is computed once, the first time
   // the name is read with find(): every other reader sees the full value.
-  // It runs while the map is read, so it may refer to what outlives the map
-  // (a trial's case and results).
+  // It runs when the map is read, so what it refers to must live as long as
+  // the map (a trial's case and results, for the trial's map).
   void put_with_lower_bound(const std::string& name, Tensor lower, std::function<Tensor()> full);
   // Its own tensors first, then the links in the order they were made.
   const Tensor* find(const std::string& name) const;
