@@ -208,25 +208,16 @@ class Loader {
       case FieldKind::real_range:
         return range<double, RealRange>(node, f, key, "number");
       case FieldKind::choices: {
-        Choices picked;
-        std::vector<YAML::Node> items;
-        if (node.IsScalar())
-          items.push_back(node);
-        else if (node.IsSequence())
-          for (const auto& n : node) items.push_back(n);
-        else
+        const auto items = scalar_or_list(node);
+        if (!items)
           fail(node, fmt::format("'{}' must be a list of choices from {{{}}}", key, join(f.allowed)));
         // A list that may be empty by default (e.g. run.suppress_health_check) may be given empty.
-        if (items.empty() && !std::get<Choices>(f.fallback).empty())
+        if (items->empty() && !std::get<Choices>(f.fallback).empty())
           fail(node, fmt::format("'{}' is empty; pick from {{{}}}", key, join(f.allowed)));
-        for (const auto& item : items) {
-          const auto v = scalar<std::string>(item, key, "a name");
-          if (std::find(f.allowed.begin(), f.allowed.end(), v) == f.allowed.end())
-            fail(item, fmt::format("'{}' has unknown choice '{}'{}", key, v, suggestion(v, f.allowed)));
-          if (std::find(picked.begin(), picked.end(), v) != picked.end())
-            fail(item, fmt::format("'{}' lists '{}' twice", key, v));
-          picked.push_back(v);
-        }
+        Choices picked;
+        for (size_t i : distinct_names(*items, f.allowed, "'" + key + "'", "choice",
+                                       [&](const YAML::Node&at, const std::string&m) { fail(at, m); }))
+          picked.push_back(f.allowed[i]);
         return picked;
       }
       case FieldKind::map:

@@ -59,17 +59,23 @@ FwdResult forward(const Case& c) {
   return forward<bug>(c, contract_offset(c));
 }
 
-// The tiled forward, then backward kernel `kernel` on its O and LSE (one
-// Workspace: its peak covers both).
-template <typename T, BwdMode mode, BwdBug bug>
-BwdResult run_backward(const Case& c) {
+// A forward kernel, then a backward one given that forward's O and LSE
+// (`backward(in, o, lse, grads, ws)`; one Workspace: its peak covers both).
+template <typename T, typename Forward, typename Backward>
+BwdResult run_forward_backward(const Case& c, Forward forward, Backward backward) {
   const Typed<T> t(c, contract_offset(c));
   const Shape& s = c.shape;
   std::vector<T> o(s.q_size()), lse(s.rows()), d(s.rows()), dq(s.q_size()), dk(s.kv_size()), dv(s.kv_size());
   Workspace ws;
-  tiled_forward<T>(t.in, o.data(), lse.data(), ws);
-  tiled_backward<T, mode, bug>(t.in, o.data(), lse.data(), {dq.data(), dk.data(), dv.data(), d.data()}, ws);
+  forward(t.in, o.data(), lse.data(), ws);
+  backward(t.in, o.data(), lse.data(), Grads<T>{dq.data(), dk.data(), dv.data(), d.data()}, ws);
   return {widen(o), widen(lse), widen(d), widen(dq), widen(dk), widen(dv), ws.peak_bytes()};
+}
+
+// The tiled forward, then the tiled backward of `mode` with `bug`.
+template <typename T, BwdMode mode, BwdBug bug>
+BwdResult run_backward(const Case& c) {
+  return run_forward_backward<T>(c, tiled_forward<T, FwdBug::none>, tiled_backward<T, mode, bug>);
 }
 
 template <BwdMode mode, BwdBug bug = BwdBug::none>

@@ -5,8 +5,10 @@
 // half values and rounds what a GPU kernel stores (layernorm.h, "Precision
 // contract"): y and the x̂ cache after the forward (the backward reads the
 // rounded cache), dx, dγ, dβ after the backward; μ and rstd stay f32.
+#include <array>
 #include <stdexcept>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kernels/convert.h"
@@ -96,26 +98,16 @@ Result two_pass(const Case& c) {
 }
 
 Result fused_with(const Case& c, kernel::Bug bug, kernel::StoreFn<float> store) {
-  using kernel::Bug;
-  switch (bug) {
-    case Bug::none:
-      return by_dtype<Bug::none>(c, store);
-    case Bug::naive_variance:
-      return by_dtype<Bug::naive_variance>(c, store);
-    case Bug::missing_mean_term:
-      return by_dtype<Bug::missing_mean_term>(c, store);
-    case Bug::missing_proj_term:
-      return by_dtype<Bug::missing_proj_term>(c, store);
-    case Bug::eps_outside_sqrt:
-      return by_dtype<Bug::eps_outside_sqrt>(c, store);
-    case Bug::unbiased_variance:
-      return by_dtype<Bug::unbiased_variance>(c, store);
-    case Bug::dgamma_no_xhat:
-      return by_dtype<Bug::dgamma_no_xhat>(c, store);
-    case Bug::variance_in_storage:
-      return by_dtype<Bug::variance_in_storage>(c, store);
+  // by_dtype<B> for every kernel::Bug, indexed by the enumerator.
+  using Run = Result (*)(const Case&, kernel::StoreFn<float>);
+  constexpr size_t kBugs = static_cast<size_t>(kernel::Bug::variance_in_storage) + 1;  // the last one
+  static constexpr auto table = []<size_t... I>(std::index_sequence<I...>) {
+    return std::array<Run, kBugs>{&by_dtype<static_cast<kernel::Bug>(I)>...};
   }
-  throw std::invalid_argument("layernorm: unknown kernel::Bug");
+  (std::make_index_sequence<kBugs>());
+  const auto at = static_cast<size_t>(bug);
+  if (at >= kBugs) throw std::invalid_argument("layernorm: unknown kernel::Bug");
+  return table[at](c, store);
 }
 
 }  // namespace kprop::layernorm

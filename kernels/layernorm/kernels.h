@@ -44,6 +44,7 @@ enum class Bug {
   // Welford's M2 (the running sum of squared deviations) rounded to the
   // storage type after every update and combine (`store`, a half-precision
   // case's f16/bf16 rounding): overflows at f16's 65504, loses bits in bf16.
+  // The last one: fused_with (fused.cpp) counts the bugs up to it.
   variance_in_storage,
 };
 

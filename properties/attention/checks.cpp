@@ -139,16 +139,20 @@ std::optional<Permutation> permutation_of(const Case& c) {
   return Permutation{permuted(c, keys, queries), keys, queries};
 }
 
-std::vector<double> permute_rows(const std::vector<double>& t, const Shape& s, int heads, int length,
-                                 int width, const std::vector<int>& perm) {
-  std::vector<double> out(t.size());
-  for (int b = 0; b < s.batch; ++b)
-    for (int h = 0; h < heads; ++h)
-      for (int p = 0; p < length; ++p) {
-        const size_t to = ((size_t(b) * heads + h) * length + p) * width;
-        const size_t from = ((size_t(b) * heads + h) * length + perm[size_t(p)]) * width;
-        std::copy(t.begin() + long(from), t.begin() + long(from + width), out.begin() + long(to));
-      }
+FwdResult permuted(const FwdResult& r, const Shape& s, const Permutation& p) {
+  const size_t rows = size_t(s.batch) * s.heads_q;
+  FwdResult out;
+  out.o = permute_rows(r.o, rows, s.nq, size_t(s.dim), p.queries);
+  out.lse = permute_rows(r.lse, rows, s.nq, 1, p.queries);
+  return out;
+}
+
+BwdResult permuted(const BwdResult& r, const Shape& s, const Permutation& p) {
+  const size_t q_rows = size_t(s.batch) * s.heads_q, kv_rows = size_t(s.batch) * s.heads_kv;
+  BwdResult out;
+  out.dq = permute_rows(r.dq, q_rows, s.nq, size_t(s.dim), p.queries);
+  out.dk = permute_rows(r.dk, kv_rows, s.nk, size_t(s.dim), p.keys);
+  out.dv = permute_rows(r.dv, kv_rows, s.nk, size_t(s.dim), p.keys);
   return out;
 }
 

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -43,9 +44,22 @@ std::optional<Permutation> permutation_of(const Case& c);
 // The discard of an invariant over permutations when permutation_of(c) is none.
 Verdict no_permutation(const Case& c);
 
-// The tensors of a result reordered as the permuted case would lay them out.
-std::vector<double> permute_rows(const std::vector<double>& t, const Shape& s, int heads, int length,
-                                 int width, const std::vector<int>& perm);
+// Rows of `x` ([outer, n, inner] row-major) reordered: new row r is old row
+// perm[r]. What permutes a case's tensors and a result's.
+template <typename T>
+std::vector<T> permute_rows(const std::vector<T>& x, size_t outer, int n, size_t inner,
+                            const std::vector<int>& perm) {
+  std::vector<T> out(x.size());
+  for (size_t o = 0; o < outer; ++o)
+    for (int r = 0; r < n; ++r)
+      std::copy_n(x.begin() + static_cast<long>((o * n + perm[size_t(r)]) * inner), inner,
+                  out.begin() + static_cast<long>((o * n + r) * inner));
+  return out;
+}
+// A result's tensors as the permuted case lays them out (the outputs a
+// correct kernel gives on p.c).
+FwdResult permuted(const FwdResult& r, const Shape& s, const Permutation& p);
+BwdResult permuted(const BwdResult& r, const Shape& s, const Permutation& p);
 
 // The naive baseline `naive` of the trial's case as the policy reads it
 // against the run's oracle: itself, or, with another oracle than the

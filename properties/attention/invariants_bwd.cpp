@@ -605,14 +605,8 @@ Verdict permutation_equivariance(T& t, const Values& p) {
   const Case& c = t.input();
   const auto perm = permutation_of(c);
   if (!perm) return no_permutation(c);
-  const Shape& s = c.shape;
-  const BwdResult& ref = t.reference();
-  BwdResult expected;
-  expected.dq = permute_rows(ref.dq, s, s.heads_q, s.nq, s.dim, perm->queries);
-  expected.dk = permute_rows(ref.dk, s, s.heads_kv, s.nk, s.dim, perm->keys);
-  expected.dv = permute_rows(ref.dv, s, s.heads_kv, s.nk, s.dim, perm->keys);
-  return compare_grads(c, "permuted keys and queries: ", expected, t.run_target(perm->c),
-                       naive_backward(perm->c), case_floors(t, p), p);
+  return compare_grads(c, "permuted keys and queries: ", permuted(t.reference(), c.shape, *perm),
+                       t.run_target(perm->c), naive_backward(perm->c), case_floors(t, p), p);
 }
 
 }  // namespace bwd

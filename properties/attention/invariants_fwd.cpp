@@ -115,13 +115,8 @@ Verdict permutation_equivariance(T& t, const Values& p) {
   const Case& c = t.input();
   const auto perm = permutation_of(c);
   if (!perm) return no_permutation(c);
-  const Shape& s = c.shape;
-  const FwdResult& ref = t.reference();
-  FwdResult expected;
-  expected.o = permute_rows(ref.o, s, s.heads_q, s.nq, s.dim, perm->queries);
-  expected.lse = permute_rows(ref.lse, s, s.heads_q, s.nq, 1, perm->queries);
-  return compare_outputs(c, "permuted keys and queries: ", expected, t.run_target(perm->c),
-                         naive_forward(perm->c), case_floors(t, p), p);
+  return compare_outputs(c, "permuted keys and queries: ", permuted(t.reference(), c.shape, *perm),
+                         t.run_target(perm->c), naive_forward(perm->c), case_floors(t, p), p);
 }
 
 // o_rounded_to_nearest: on rows whose visible scores all tie over a power-of-

@@ -29,18 +29,6 @@ std::vector<uint8_t> explicit_mask(const Case& c) {
   return m;
 }
 
-// Rows of `x` ([outer, n, inner] row-major) reordered: new row r is old row perm[r].
-template <typename T>
-std::vector<T> permute_rows(const std::vector<T>& x, size_t outer, int n, size_t inner,
-                            const std::vector<int>& perm) {
-  std::vector<T> out(x.size());
-  for (size_t o = 0; o < outer; ++o)
-    for (int r = 0; r < n; ++r)
-      std::copy_n(x.begin() + static_cast<long>((o * n + perm[size_t(r)]) * inner), inner,
-                  out.begin() + static_cast<long>((o * n + r) * inner));
-  return out;
-}
-
 void put_perm(expr::TensorMap& out, const char* name, const std::vector<int>& perm) {
   if (out.wanted(name)) out.put(name, Tensor::ints({static_cast<int64_t>(perm.size())}, perm, XT::integer));
 }

@@ -34,20 +34,6 @@ namespace {
 using XT = expr::DType;
 using expr::Tensor;
 
-int precision(DType t) {
-  switch (t) {
-    case DType::f32:
-      return 24;
-    case DType::f64:
-      return 53;
-    case DType::f16:
-      return 11;
-    case DType::bf16:
-      return 8;
-  }
-  return 53;
-}
-
 bool representable(DType t, double v) {
   return std::isfinite(v) && round_to(t, v) == v;
 }
@@ -82,7 +68,7 @@ double exact_shift(const Case& c, size_t r, double want) {
   // A half case also keeps x + c under a quarter of the largest finite value.
   const double top = is_half(c.dtype) ? max_finite(c.dtype) / 4 - m : std::ldexp(1.0, 100);
   const double room =
-      std::max(0.0, std::min({std::ldexp(1.0, g + precision(c.dtype)) - m, std::ldexp(1.0, 100), top}));
+      std::max(0.0, std::min({std::ldexp(1.0, g + precision_bits(c.dtype)) - m, std::ldexp(1.0, 100), top}));
   const double steps = std::floor(std::min(std::fabs(want), room) / unit);
   return std::copysign(steps * unit, want);
 }

@@ -235,22 +235,16 @@ class Parser {
   std::vector<DType> dtypes(const YAML::Node& n, const std::string& what) const {
     // In the order of DType (kernels/op/op.h).
     static const std::vector<std::string> names = {"f32", "f64", "i32", "i64", "bool", "f16", "bf16"};
-    std::vector<YAML::Node> items;
-    if (n.IsScalar())
-      items.push_back(n);
-    else if (n.IsSequence())
-      for (const auto& e : n) items.push_back(e);
-    else
-      fail(n, what + ".dtype must be a dtype or a list of them; valid: " + join(names));
-    if (items.empty()) fail(n, what + ".dtype is empty; valid: " + join(names));
+    const auto items = scalar_or_list(n);
+    if (!items) fail(n, what + ".dtype must be a dtype or a list of them; valid: " + join(names));
+    if (items->empty()) fail(n, what + ".dtype is empty; valid: " + join(names));
+    const auto picked = distinct_names(*items, names, what + ".dtype", "dtype",
+                                       [&](const YAML::Node& at, const std::string& m) { fail(at, m); });
     std::vector<DType> out;
-    for (const auto& e : items) {
-      const auto s = scalar<std::string>(e, what + ".dtype", "a dtype");
-      const auto found = std::find(names.begin(), names.end(), s);
-      if (found == names.end())
-        fail(e, fmt::format("{}: unknown dtype '{}'{}", what, s, suggestion(s, names)));
-      const DType t = static_cast<DType>(found - names.begin());
-      if (std::find(out.begin(), out.end(), t) != out.end()) fail(e, what + ".dtype lists " + s + " twice");
+    for (size_t i = 0; i < picked.size(); ++i) {
+      const DType t = static_cast<DType>(picked[i]);
+      const YAML::Node& e = (*items)[i];
+      const std::string& s = names[picked[i]];
       if (!out.empty() &&
           (is_float(t) != is_float(out[0]) || (t == DType::boolean) != (out[0] == DType::boolean)))
         fail(e, fmt::format("{}.dtype mixes {} and {}: a tensor is floating, integer or bool", what,
@@ -434,16 +428,10 @@ class Parser {
       if (n["values"]) {
         const YAML::Node list = n["values"];
         if (!list.IsSequence() || list.size() == 0) fail(list, w + ".values must be a non-empty list");
-        for (const auto& e : list) {
-          const auto v = scalar<std::string>(e, w + ".values", "a special value");
-          const auto found = std::find(names.begin(), names.end(), v);
-          if (found == names.end())
-            fail(e, fmt::format("{}: unknown special value '{}'{}", w, v, suggestion(v, names)));
-          const auto special = static_cast<Special>(found - names.begin());
-          if (std::find(s.values.begin(), s.values.end(), special) != s.values.end())
-            fail(e, fmt::format("{}.values lists '{}' twice", w, v));
-          s.values.push_back(special);
-        }
+        for (size_t i :
+             distinct_names(std::vector<YAML::Node>(list.begin(), list.end()), names, w + ".values",
+                            "special value", [&](const YAML::Node&at, const std::string&m) { fail(at, m); }))
+          s.values.push_back(static_cast<Special>(i));
       }
     }
     s.rate = number(rate, w + ".rate");

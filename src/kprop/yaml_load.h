@@ -3,11 +3,15 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "kprop/errors.h"
 
 namespace kprop {
 
@@ -57,6 +61,43 @@ T scalar_as(const YAML::Node& node, const std::string& subject, const char* kind
   }
   fail(node, subject + " must be " + kind + got);
   throw std::logic_error("scalar_as: fail() returned");  // it must throw
+}
+
+// The items of a node that is one scalar (itself) or a list (its elements);
+// nullopt for a map or null.
+inline std::optional<std::vector<YAML::Node>> scalar_or_list(const YAML::Node& node) {
+  if (node.IsScalar()) return std::vector<YAML::Node>{node};
+  if (!node.IsSequence()) return std::nullopt;
+  return std::vector<YAML::Node>(node.begin(), node.end());
+}
+
+// Distinct names, each one of `valid`: their indices in `valid`, in the
+// items' order. Bad input goes to fail(node, message), which throws:
+// "<subject> must be a <kind>" (not a scalar), "<subject>: unknown <kind>
+// 'x'" with a did-you-mean, "<subject> lists 'x' twice". Used for every
+// YAML list of names from a fixed set (choices, dtypes, special values).
+template <typename Fail>
+std::vector<size_t> distinct_names(const std::vector<YAML::Node>& items,
+                                   const std::vector<std::string>& valid, const std::string& subject,
+                                   const std::string& kind, Fail&& fail) {
+  const auto fail_at = [&](const YAML::Node& at, const std::string& message) {
+    fail(at, message);
+    throw std::logic_error("distinct_names: fail() returned");  // it must throw
+  };
+  std::vector<size_t> out;
+  for (const auto& item : items) {
+    const std::string a_kind =
+        (std::string("aeiou").find(kind.at(0)) == std::string::npos ? "a " : "an ") + kind;
+    const auto name = scalar_as<std::string>(item, subject, a_kind.c_str(), fail_at);
+    const auto found = std::find(valid.begin(), valid.end(), name);
+    if (found == valid.end())
+      fail_at(item, subject + ": unknown " + kind + " '" + name + "'" + suggestion(name, valid));
+    const auto index = static_cast<size_t>(found - valid.begin());
+    if (std::find(out.begin(), out.end(), index) != out.end())
+      fail_at(item, subject + " lists '" + name + "' twice");
+    out.push_back(index);
+  }
+  return out;
 }
 
 }  // namespace kprop

@@ -744,7 +744,7 @@ TEST(OpDomain, ProfileAndCommandLineDomainsReplaceDtypesAndDims) {
   };
   EXPECT_EQ(error("{Nq: [5, 6], Nk: [1, 2]}"),
             "--domain:1:1: op.relations cannot hold with these dims (dim Nq has no value left)");
-  EXPECT_EQ(error("{dtypes: [f16, f16]}"), "--domain:1:16: dtypes.dtype lists f16 twice");
+  EXPECT_EQ(error("{dtypes: [f16, f16]}"), "--domain:1:16: dtypes.dtype lists 'f16' twice");
   EXPECT_EQ(error("{Nq: {range: [1, 4], every: 2}}"),
             "--domain:1:22: unknown key 'every' in dim Nq; valid: range, multiple_of, one_of");
 }
@@ -946,14 +946,14 @@ TEST(OpDomainDecl, DtypeAndSpecialsErrors) {
       rich_with("dtype: [i32, i64]", "dtype: [i32, f32]"),
       "op.yaml:14:40: input ids.dtype mixes i32 and f32: a tensor is floating, integer or bool");
   EXPECT_LOAD_ERROR(rich_with("dtype: [i32, i64]", "dtype: [i32, u16]"),
-                    "op.yaml:14:40: input ids: unknown dtype 'u16'");
+                    "op.yaml:14:40: input ids.dtype: unknown dtype 'u16'");
   EXPECT_LOAD_ERROR(
       rich_with("tok: {shape: [Nk], dtype: i32,", "tok: {shape: [Nk], dtype: i32, specials: 0.1,"),
       "op.yaml:15:46: input tok.specials: special values are for floating inputs");
   EXPECT_LOAD_ERROR(rich_with("specials: {rate: 0.2}", "specials: {rate: 0}"),
                     "op.yaml:12:93: input x.specials.rate must be in (0, 1] (got 0)");
   EXPECT_LOAD_ERROR(rich_with("specials: {rate: 0.2}", "specials: {rate: 0.2, values: [nan, +inf]}"),
-                    "op.yaml:12:112: input x.specials: unknown special value '+inf'");
+                    "op.yaml:12:112: input x.specials.values: unknown special value '+inf'");
   EXPECT_LOAD_ERROR(rich_with("specials: {rate: 0.2}", "specials: {rate: 0.2, vals: [nan]}"),
                     "op.yaml:12:98: unknown key 'vals' in input x.specials");
   // An integer tensor without values, and an output that is not floating.
