@@ -233,8 +233,12 @@ class Parser {
   }
 
   std::vector<DType> dtypes(const YAML::Node& n, const std::string& what) const {
-    // In the order of DType (kernels/op/op.h).
-    static const std::vector<std::string> names = {"f32", "f64", "i32", "i64", "bool", "f16", "bf16"};
+    // In the order of DType (kernels/op/op.h), so a name's index is its DType.
+    static const std::vector<std::string> names = [] {
+      std::vector<std::string> all;
+      for (size_t t = 0; t <= size_t(DType::bf16); ++t) all.emplace_back(dtype_name(static_cast<DType>(t)));
+      return all;
+    }();
     const auto items = scalar_or_list(n);
     if (!items) fail(n, what + ".dtype must be a dtype or a list of them; valid: " + join(names));
     if (items->empty()) fail(n, what + ".dtype is empty; valid: " + join(names));
