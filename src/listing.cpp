@@ -177,6 +177,7 @@ json schema_json(const Schema& schema) {
       if (std::isfinite(f.max)) j["max"] = f.max;
       if (!f.allowed.empty()) j["allowed"] = f.allowed;
     }
+    if (!f.aliases.empty()) j["old_names"] = f.aliases;
     out.push_back(std::move(j));
   }
   return out;

@@ -143,6 +143,30 @@ class Loader {
     return map[key];
   }
 
+  // Whether `key` is f's key or one of its old names.
+  static bool names_field(const Field& f, const std::string& key) {
+    return f.key == key || std::find(f.aliases.begin(), f.aliases.end(), key) != f.aliases.end();
+  }
+  // The key under which map `node` gives f (its own or an old name; "" if none).
+  std::string given_as(const YAML::Node& node, const Field& f) const {
+    std::string found;
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      if (!it->first.IsScalar() || !names_field(f, it->first.Scalar())) continue;
+      if (!found.empty())
+        fail(it->first,
+             fmt::format("'{}' and '{}' name one key ('{}' is the old name of '{}'); give it once", found,
+                         it->first.Scalar(), f.key == found ? it->first.Scalar() : found, f.key));
+      found = it->first.Scalar();
+    }
+    return found;
+  }
+  // f's value in map `node`, under its key or an old name (undefined, as
+  // node[f.key] is, when it gives neither).
+  YAML::Node value_of(const YAML::Node& node, const Field& f) const {
+    const std::string key = given_as(node, f);
+    return node[key.empty() ? f.key : key];
+  }
+
   // `skip` is a key that belongs to the caller (an invariant's `name`).
   void parse_fields(const YAML::Node& node, const Schema& schema, const std::string& prefix,
                     const std::string& what, Values& out, const std::string& skip = "") const {
@@ -152,7 +176,7 @@ class Loader {
       for (const auto& [key, value] : entries(node, what)) {
         (void)value;
         bool known = key == skip && !skip.empty();
-        for (const auto& f : schema) known = known || f.key == key;
+        for (const auto& f : schema) known = known || names_field(f, key);
         if (!known) {
           // find the key node again for its mark
           for (auto it = node.begin(); it != node.end(); ++it)
@@ -166,7 +190,7 @@ class Loader {
     for (const auto& f : schema) {
       const std::string key = prefix.empty() ? f.key : prefix + "." + f.key;
       const bool in_map = node && node.IsMap();
-      const YAML::Node value = in_map ? node[f.key] : YAML::Node();
+      const YAML::Node value = in_map ? value_of(node, f) : YAML::Node();
       if (f.kind == FieldKind::map) {
         parse_fields(value, f.children, key, key, out);
         continue;
@@ -177,7 +201,7 @@ class Loader {
       }
       // `trials:` with nothing after it: a value left out, not the default.
       if (value.IsNull())
-        fail(key_of(node, f.key), "'" + key + "' has no value: give one, or remove the key");
+        fail(key_of(node, given_as(node, f)), "'" + key + "' has no value: give one, or remove the key");
       out.set(key, parse_value(value, f, key));
     }
   }
@@ -482,24 +506,35 @@ std::vector<std::string> Loader::profile_names(const YAML::Node& root) const {
 
 YAML::Node Loader::overlay(const YAML::Node& base, const YAML::Node& over, const Schema& schema) const {
   if (!base || base.IsNull() || !base.IsMap() || !over.IsMap()) return over;
+  // The field a key names (by its key or an old name), or none.
+  auto field_of = [&](const YAML::Node& key) -> const Field* {
+    if (!key.IsScalar()) return nullptr;
+    for (const auto& f : schema)
+      if (names_field(f, key.Scalar())) return &f;
+    return nullptr;
+  };
+  // The key in `map` that gives the same field as `key` (under either name).
+  auto same_key = [&](const YAML::Node& map, const YAML::Node& key) -> std::string {
+    if (!key.IsScalar()) return "";
+    const Field* f = field_of(key);
+    return f ? given_as(map, *f) : map[key.Scalar()] ? key.Scalar() : "";
+  };
   YAML::Node merged(YAML::NodeType::Map);
   for (auto it = base.begin(); it != base.end(); ++it) {
-    const std::string key = it->first.IsScalar() ? it->first.Scalar() : "";
-    const YAML::Node replaced = key.empty() ? YAML::Node() : over[key];
-    if (!replaced) {
+    const std::string key = same_key(over, it->first);
+    if (key.empty()) {
       merged.force_insert(it->first, it->second);
       continue;
     }
-    const Field* field = nullptr;
-    for (const auto& f : schema)
-      if (f.key == key) field = &f;
+    const YAML::Node replaced = over[key];
+    const Field* field = field_of(it->first);
     if (field && field->kind == FieldKind::map && it->second.IsMap() && replaced.IsMap())
       merged.force_insert(it->first, overlay(it->second, replaced, field->children));
     else
       merged.force_insert(key_of(over, key), replaced);
   }
   for (auto it = over.begin(); it != over.end(); ++it)
-    if (!it->first.IsScalar() || !base[it->first.Scalar()]) merged.force_insert(it->first, it->second);
+    if (same_key(base, it->first).empty()) merged.force_insert(it->first, it->second);
   return merged;
 }
 

@@ -150,6 +150,10 @@ Field map(std::string key, std::vector<Field> children, std::string doc) {
   f.children = std::move(children);
   return f;
 }
+Field renamed(Field f, std::string old_key) {
+  f.aliases.push_back(std::move(old_key));
+  return f;
+}
 }  // namespace field
 
 template <typename T>
@@ -225,8 +229,10 @@ std::string describe_schema(const Schema& schema, int indent) {
     else if (f.kind != FieldKind::boolean && f.kind != FieldKind::string &&
              (std::isfinite(f.min) || std::isfinite(f.max)))
       bounds = fmt::format(" within [{}, {}]", format_number(f, f.min), format_number(f, f.max));
-    out += fmt::format("{}{}: {}{}, default {}  — {}\n", pad, f.key, kind_name(f.kind), bounds,
-                       format_value(f.fallback), f.doc);
+    std::string old;
+    if (!f.aliases.empty()) old = fmt::format(" (formerly {})", fmt::join(f.aliases, ", "));
+    out += fmt::format("{}{}: {}{}, default {}  — {}{}\n", pad, f.key, kind_name(f.kind), bounds,
+                       format_value(f.fallback), f.doc, old);
   }
   return out;
 }

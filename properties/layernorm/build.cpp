@@ -52,7 +52,7 @@ void fit_half(Case& c) {
 // draws pick the shape, the scales and a seed; the values come from kprop::rng.
 Case Traits::build(Draw& draw, const Values& domain) {
   Case c;
-  parse_dtype(draw.pick(domain.choices("dtype")), c.dtype);  // the schema allows only valid names
+  parse_dtype(draw.pick(domain.choices("dtypes")), c.dtype);  // the schema allows only valid names
   c.rows = static_cast<int>(draw.sized(domain.int_range("rows")));
   // D = 1 only where the dim range allows it (dim: [3, 4] means D in [3, 4]).
   const bool dim_one = draw.chance(domain.real("dim_one_rate")) && domain.int_range("dim").allows(1);

@@ -698,7 +698,8 @@ void register_invariants(FamilyDef<Traits>& f) {
                 field::rtol(1e-6, "allowed error relative to the gradient's natural magnitude"),
                 field::atol(0, "absolute floor", 1e300)},
                [](const Values& d, const Values& p) -> std::string {
-                 if (std::string why = needs_choice(d, "dtype", "f64", "f64 cases"); !why.empty()) return why;
+                 if (std::string why = needs_choice(d, "dtypes", "f64", "f64 cases"); !why.empty())
+                   return why;
                  const int64_t smallest = d.int_range("rows").lo * d.int_range("dim").lo;
                  if (smallest > p.integer("max_elements"))
                    return fmt::format(

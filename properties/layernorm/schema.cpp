@@ -9,8 +9,10 @@ namespace kprop::layernorm {
 
 Schema Traits::domain_schema() {
   return {
-      field::choices("dtype", {"f16", "bf16", "f32", "f64"}, {"f16", "bf16", "f32", "f64"},
-                     "element types to draw (one per case; f16/bf16 store in half and compute in f32)"),
+      field::renamed(
+          field::choices("dtypes", {"f16", "bf16", "f32", "f64"}, {"f16", "bf16", "f32", "f64"},
+                         "element types to draw (one per case; f16/bf16 store in half and compute in f32)"),
+          "dtype"),
       field::int_range("rows", {1, 8}, 1, 1 << 24, "rows (independent normalisations)"),
       field::int_range("dim", {1, 64}, 1, 1 << 24, "D, the normalised (last) dimension"),
       field::real("dim_one_rate", 0.1, 0, 1, "chance that D = 1 (x̂ = 0, y = β, dx = 0)"),
@@ -38,7 +40,7 @@ std::string Traits::in_domain(const Case& c, const Values& d) {
   const double lo = std::pow(10.0, e.lo) * (1 - 1e-6), hi = std::pow(10.0, e.hi) * (1 + 1e-6);
   if (!(c.eps >= lo && c.eps <= hi))
     return fmt::format("eps = {:g} is outside 10^[{}, {}]", c.eps, e.lo, e.hi);
-  return first_problem({outside_choices(d, "dtype", dtype_name(c.dtype)),
+  return first_problem({outside_choices(d, "dtypes", dtype_name(c.dtype)),
                         outside_int_range(d, "rows", c.rows), outside_int_range(d, "dim", c.dim)});
 }
 

@@ -19,9 +19,10 @@ namespace {}
 
 Schema Traits::domain_schema() {
   return {
-      field::choices("dtype", {"f16", "bf16", "f32", "f64"}, {"f16", "bf16", "f32", "f64"},
-                     "input dtypes (the fused kernel computes in the dtype; f16/bf16 in f32, probabilities "
-                     "stored in the dtype)"),
+      field::renamed(field::choices("dtypes", {"f16", "bf16", "f32", "f64"}, {"f16", "bf16", "f32", "f64"},
+                                    "input dtypes (the fused kernel computes in the dtype; f16/bf16 in f32, "
+                                    "probabilities stored in the dtype)"),
+                     "dtype"),
       field::int_range("rows", {1, 4}, 1, 1 << 24, "rows per case"),
       field::int_range("vocab", {1, 100}, 1, 1 << 24, "V: logits per row"),
       field::real("k_above_32_rate", 0.3, 0, 1,
@@ -49,7 +50,7 @@ Schema Traits::domain_schema() {
 // are drawn one by one (value-level control: grid values, ties, -inf).
 Case Traits::build(Draw& draw, const Values& domain) {
   Case c;
-  parse_dtype(draw.pick(domain.choices("dtype")), c.dtype);  // the schema allows only valid names
+  parse_dtype(draw.pick(domain.choices("dtypes")), c.dtype);  // the schema allows only valid names
   const IntRange vr = domain.int_range("vocab");
   // A quarter of the cases reach the whole vocab range at once (K > 32 needs V > 32).
   c.vocab = static_cast<int>(draw.chance(0.25) ? draw.any(vr) : draw.sized(vr));
@@ -307,7 +308,7 @@ rc::Seq<Case> Traits::shrinks(const Case& c, const Values& domain) {
 }
 
 std::string Traits::in_domain(const Case& c, const Values& d) {
-  return first_problem({outside_choices(d, "dtype", dtype_name(c.dtype)),
+  return first_problem({outside_choices(d, "dtypes", dtype_name(c.dtype)),
                         outside_int_range(d, "rows", c.rows()), outside_int_range(d, "vocab", c.vocab),
                         outside_int_range(d, "block", c.block)});
 }

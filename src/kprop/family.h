@@ -145,7 +145,7 @@ struct InvariantInfo {
   Schema params;  // typed parameters, set per use in the spec
   // What the invariant needs of the domain to observe any case: "" when the
   // domain (with these params) can produce cases it observes, else the end
-  // of "invariant NAME needs ...", e.g. "f64 cases but domain.dtype is
+  // of "invariant NAME needs ...", e.g. "f64 cases but domain.dtypes is
   // [f32]; add f64 or drop the invariant". Checked when a spec loads.
   std::function<std::string(const Values& domain, const Values& params)> needs;
   // The outputs of the kernel under test whose value the verdict depends on

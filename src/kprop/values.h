@@ -64,6 +64,9 @@ struct Field {
   double max = std::numeric_limits<double>::infinity();
   std::vector<std::string> allowed;
   std::vector<Field> children;
+  // Old names of the key, still read (specs written before a rename); a map
+  // that gives both the key and an old name is an error.
+  std::vector<std::string> aliases;
 };
 using Schema = std::vector<Field>;
 
@@ -77,6 +80,8 @@ Field int_range(std::string key, IntRange fallback, double min, double max, std:
 Field real_range(std::string key, RealRange fallback, double min, double max, std::string doc);
 Field choices(std::string key, Choices fallback, std::vector<std::string> allowed, std::string doc);
 Field map(std::string key, std::vector<Field> children, std::string doc);
+// `f`, also read under its old name `old_key`.
+Field renamed(Field f, std::string old_key);
 }  // namespace field
 
 // Values by dotted path ("tree.nodes"). Accessors throw std::logic_error on a

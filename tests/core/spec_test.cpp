@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "kprop/family.h"
+#include "kprop/values.h"
 #include "tests/support/spec_error.h"
 
 namespace kprop {
@@ -150,6 +152,33 @@ TEST(SpecLoader, ARenamedSpecLoadsUnderItsOldName) {
   EXPECT_EQ(load_spec((dir / "flash_fwd.yaml").string()).name, "toy");
   EXPECT_THROW(load_spec((dir / "flash_bwd.yaml").string()), InputError);  // no attention_bwd.yaml there
   std::filesystem::remove_all(dir);
+}
+
+// layernorm's and softmax_topk's domain key `dtype` is now `dtypes`, as in
+// every other family: the old name still reads, in a spec, a profile and
+// --domain, and either name overrides the other; a map giving both is an
+// error at the second.
+TEST(SpecLoader, ARenamedDomainKeyReadsUnderEitherName) {
+  using testing::spec_load_error;
+  const std::string old_name =
+      "spec: t\nfamily: layernorm\ndomain: {dtype: [f32, f64], rows: [1, 2]}\n"
+      "profiles:\n  half: {domain: {dtypes: [f16]}}\n";
+  EXPECT_EQ(parse_spec(old_name, "t.yaml").domain.choices("dtypes"), (Choices{"f32", "f64"}));
+  EXPECT_EQ(parse_spec(old_name, "t.yaml", "half").domain.choices("dtypes"), (Choices{"f16"}));
+  EXPECT_EQ(parse_spec(old_name, "t.yaml", "", "{dtypes: [f64]}").domain.choices("dtypes"), (Choices{"f64"}));
+  const std::string new_name = "spec: t\nfamily: softmax_topk\ndomain: {dtypes: [f32]}\n";
+  EXPECT_EQ(parse_spec(new_name, "t.yaml", "", "{dtype: [bf16]}").domain.choices("dtypes"),
+            (Choices{"bf16"}));
+  EXPECT_EQ(
+      spec_load_error("spec: t\nfamily: layernorm\ndomain: {dtype: [f32], dtypes: [f64]}\n", "t.yaml"),
+      "t.yaml:3:24: 'dtype' and 'dtypes' name one key ('dtype' is the old name of 'dtypes'); give it once");
+  EXPECT_EQ(
+      spec_load_error(new_name, "t.yaml", "", "{dtypes: [f16], dtype: [f64]}"),
+      "--domain:1:17: 'dtypes' and 'dtype' name one key ('dtype' is the old name of 'dtypes'); give it once");
+  // The listing names the old key.
+  const Family* f = Registry::instance().find("layernorm");
+  ASSERT_NE(f, nullptr);
+  EXPECT_NE(describe_schema(f->domain_schema(), 0).find("(formerly dtype)"), std::string::npos);
 }
 
 TEST(SpecLoader, EmptyInvariantListIsAnError) {

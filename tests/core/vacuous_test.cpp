@@ -135,7 +135,7 @@ invariants:
     FAIL() << "loaded";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("t.yaml:7:5: invariant finite_differences needs f64 cases but "
-                                         "domain.dtype is [f32]; add f64 or drop the invariant"),
+                                         "domain.dtypes is [f32]; add f64 or drop the invariant"),
               std::string::npos)
         << e.what();
   }
@@ -149,7 +149,7 @@ invariants:
         "t.yaml", "narrow");
     FAIL() << "loaded";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("needs f64 cases but domain.dtype is [f16]; add f64 or drop the "
+    EXPECT_NE(std::string(e.what()).find("needs f64 cases but domain.dtypes is [f16]; add f64 or drop the "
                                          "invariant (profile narrow)"),
               std::string::npos)
         << e.what();

@@ -259,7 +259,7 @@ TEST(LayerNormHalf, GeneratedCasesAreInTheDtypeAndInRange) {
 // The committed spec with its domain narrowed to one dtype (parsed in
 // memory: nothing is written).
 Spec spec_for(const std::string& dtype) {
-  return testing::spec_with(kSpec, "dtype: [f16, bf16, f32, f64]", "dtype: [" + dtype + "]",
+  return testing::spec_with(kSpec, "dtypes: [f16, bf16, f32, f64]", "dtypes: [" + dtype + "]",
                             "layernorm_" + dtype + ".yaml", [](std::string& s) {
                               // finite_differences runs on f64 cases only: dropped from a half domain.
                               const size_t fd = s.find("  - name: finite_differences\n");

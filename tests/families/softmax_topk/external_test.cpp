@@ -115,10 +115,10 @@ TEST(SoftmaxTopkExternal, ANearTieHidesNoWrongIndexInALaterSlot) {
   std::filesystem::create_directories(dir.path);
   std::ifstream in(kSpec);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::string dtypes = "dtype: [f16, bf16, f32, f64]", use = "  - matches_reference\n";
+  const std::string dtypes = "dtypes: [f16, bf16, f32, f64]", use = "  - matches_reference\n";
   ASSERT_NE(text.find(dtypes), std::string::npos);
   ASSERT_NE(text.find(use), std::string::npos);
-  text.replace(text.find(dtypes), dtypes.size(), "dtype: [f32]");
+  text.replace(text.find(dtypes), dtypes.size(), "dtypes: [f32]");
   text.replace(text.find(use), use.size(),
                fmt::format("  - {{name: matches_reference, tie_ulps: {}}}\n", kWideTieUlps));
   const std::string spec = (dir.path / "softmax_topk.yaml").string();

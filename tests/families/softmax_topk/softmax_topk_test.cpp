@@ -191,7 +191,7 @@ TEST(SoftmaxTopkHalf, GeneratedCasesAreInTheDtypeAndReachF16Overflow) {
 
 // The committed spec with its domain narrowed to one dtype (parsed in memory).
 Spec spec_for(const std::string& dtype) {
-  return testing::spec_with(kSpec, "dtype: [f16, bf16, f32, f64]", "dtype: [" + dtype + "]",
+  return testing::spec_with(kSpec, "dtypes: [f16, bf16, f32, f64]", "dtypes: [" + dtype + "]",
                             "softmax_topk_" + dtype + ".yaml");
 }
 
