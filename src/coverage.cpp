@@ -3,9 +3,12 @@
 #include "kprop/coverage.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <system_error>
 
 #include "kprop/output_reads.h"
 
@@ -116,9 +119,22 @@ CoverageReport output_coverage(const Spec& spec, const RunOptions& options) {
   o.target_transport = recording;
   report.baseline = run_spec(spec, o);
   if (report.baseline.status != RunStatus::passed) return report;
-  // Each corrupted run needs only a verdict: no shrinking.
+  // Each corrupted run needs only a verdict: no shrinking, no replay check,
+  // and its findings (failures of replies kprop corrupted itself, which the
+  // kernel never gave) stored nowhere the user looks: in a temporary folder,
+  // removed when the coverage run ends.
   Spec quick = spec;
   quick.run.shrink_budget_s = 0;
+  o.replay_checker.clear();
+  o.no_replay_check_reason = "a corrupted reply of --output-coverage";
+  struct Scratch {
+    std::filesystem::path path;
+    ~Scratch() {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+  } scratch{std::filesystem::temp_directory_path() / fmt::format("kprop-coverage-{}", ::getpid())};
+  o.scratch_dir = scratch.path.string();
   for (const auto& [op, output] : recording->seen) {
     if (interrupted()) break;
     o.target_transport = std::make_shared<Corrupting>(kernel, op, output);

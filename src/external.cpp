@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -726,6 +727,24 @@ void reap_strays() {
 
 // A child process with a request pipe and a reply pipe, in its own process
 // group (killed as a whole) and killed if the runner dies.
+// The process groups of the running children (0: a free slot) and the
+// process that started each, for kill_children(), which a signal handler
+// may call: lock-free atomics. A forked process inherits the table and
+// must leave its parent's children alone, hence the owner.
+constexpr int kMaxChildren = 256;
+std::atomic<pid_t> g_children[kMaxChildren], g_owners[kMaxChildren];
+void note_child(pid_t pid) {
+  for (int i = 0; i < kMaxChildren; ++i)
+    if (pid_t free = 0; g_children[i].compare_exchange_strong(free, pid)) {
+      g_owners[i] = getpid();
+      return;
+    }
+}
+void forget_child(pid_t pid) {
+  for (auto& slot : g_children)
+    if (pid_t p = pid; slot.compare_exchange_strong(p, 0)) return;
+}
+
 class Child {
  public:
   Child(std::string describe, std::function<void(int in_fd, int out_fd)> child_main)
@@ -770,6 +789,7 @@ class Child {
       _exit(0);
     }
     setpgid(pid, pid);
+    note_child(pid);
     close(to_child[0]);
     close(from_child[1]);
     pid_ = pid;
@@ -897,6 +917,7 @@ class Child {
       usleep(1000);
     }
     if (!exited) waitpid(pid_, &status, 0);
+    forget_child(pid_);
     reap_strays();
     pid_ = -1;
     return status;
@@ -1389,6 +1410,13 @@ std::vector<void*> resolve_symbols(const std::string& where, const TransportOpti
 }
 
 }  // namespace
+
+void kill_children() noexcept {
+  const pid_t self = getpid();
+  for (int i = 0; i < kMaxChildren; ++i)
+    if (const pid_t group = g_children[i].load(); group > 0 && g_owners[i].load() == self)
+      kill(-group, SIGKILL);
+}
 
 bool is_external_target(const std::string& target) {
   return target.rfind("plugin:", 0) == 0 || target.rfind("exec:", 0) == 0;

@@ -20,6 +20,8 @@
 #include <thread>
 #include <type_traits>
 
+#include "kprop/external.h"
+
 namespace kprop {
 namespace {
 
@@ -124,6 +126,18 @@ std::optional<std::pair<int64_t, std::string>> read_frame(int fd) {
   return std::pair{h.index, std::move(payload)};
 }
 
+// A worker's exit, at once (no destructors: the caller owns what the
+// process inherited), its children first: an exec: worker whose pipes
+// closed before it died would fail its write and could print a traceback.
+// Also the worker's SIGTERM handler (WorkerPool::retire).
+[[noreturn]] void leave() {
+  external::kill_children();
+  _exit(0);
+}
+void on_stop(int) {
+  leave();
+}
+
 // A worker's life: claim the next unclaimed item while the caller allows
 // it, compute it, send it back; exit when every item is claimed or when the
 // caller hangs up.
@@ -147,7 +161,7 @@ std::optional<std::pair<int64_t, std::string>> read_frame(int fd) {
           if (ready <= 0) continue;  // paused, nothing from the caller yet
         }
         auto frame = read_frame(control);
-        if (!frame) _exit(0);  // the caller is done with us
+        if (!frame) leave();  // the caller is done with us
         limit = frame->first;
         note = std::move(frame->second);
         n = shared->next.load(std::memory_order_relaxed);
@@ -155,13 +169,13 @@ std::optional<std::pair<int64_t, std::string>> read_frame(int fd) {
       if (n >= count) break;
       if (!shared->next.compare_exchange_weak(n, n + 1, std::memory_order_acq_rel)) continue;  // taken
       shared->owner()[n % ring].store(owner_tag(n, w), std::memory_order_release);
-      if (!send_frame(results, n, work(n, note))) _exit(0);
+      if (!send_frame(results, n, work(n, note))) leave();
     }
   } catch (...) {
     // Quietly: the caller redoes the item and reports what it finds.
   }
   std::fflush(nullptr);
-  _exit(0);
+  leave();
 }
 
 }  // namespace
@@ -202,7 +216,7 @@ WorkerPool::WorkerPool(int jobs, int64_t count, int64_t window, const Setup& set
       // the caller only, which decides.
       setpgid(0, 0);
       signal(SIGINT, SIG_IGN);
-      signal(SIGTERM, SIG_DFL);
+      signal(SIGTERM, on_stop);
       // Only our own pipes: a sibling's results must reach EOF when it dies.
       for (const Worker& other : workers_)
         if (other.pid > 0) close(other.results), close(other.control);
@@ -225,8 +239,18 @@ WorkerPool::~WorkerPool() {
 void WorkerPool::retire(Worker& w) {
   if (w.pid <= 0) return;
   close(w.results), close(w.control);
-  kill(-w.pid, SIGKILL);  // its group: whatever it started goes too
+  // SIGTERM first: the worker kills the children of its own (exec:
+  // workers, each in its own process group) and exits; then SIGKILL to its
+  // group, whatever it started, for one that did not exit within a second.
   int status = 0;
+  if (!w.reaped) {
+    kill(-w.pid, SIGTERM);
+    for (int polls = 0; polls < 200 && !w.reaped; ++polls) {
+      if (waitpid(w.pid, &status, WNOHANG) == w.pid) w.reaped = true;
+      if (!w.reaped) usleep(5000);
+    }
+  }
+  kill(-w.pid, SIGKILL);
   while (!w.reaped && waitpid(w.pid, &status, 0) < 0 && errno == EINTR) {
   }
   w = Worker{};  // pid -1: its items are the caller's

@@ -587,6 +587,11 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
   const std::string family_name = required_string(*this, root, "family");
   spec.family = Registry::instance().find(family_name);
   if (!spec.family) {
+    // A name no family answers to is that error, before any section it names.
+    std::vector<std::string> names = Registry::instance().names();
+    for (const auto& d : declared_families()) names.push_back(d.family);
+    if (std::find(names.begin(), names.end(), family_name) == names.end())
+      fail(root["family"], "unknown family '" + family_name + "'" + suggestion(family_name, names));
     declared_family(root, chosen ? chosen["domain"] : YAML::Node(), family_name, spec);
   } else {
     for (const auto& d : declared_families())

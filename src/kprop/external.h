@@ -200,6 +200,12 @@ struct TransportOptions {
 // setsid or not).
 std::shared_ptr<Transport> open_target(const std::string& target, const TransportOptions& options);
 bool is_external_target(const std::string& target);
+// SIGKILLs the process group of every child this process started (exec:
+// workers, plugin hosts) that is still running. Async-signal-safe: for a
+// --jobs worker that is told to stop mid-call, so that its children die
+// before their pipes close, not after (a worker writing its reply to a
+// closed pipe printed a BrokenPipeError traceback on the user's terminal).
+void kill_children() noexcept;
 // What can be said of an external target's name before opening it (a
 // plugin's path that is missing or names no file): the InputError
 // open_target would throw, raised before the run prints anything.

@@ -880,6 +880,13 @@ TEST(OpDomainDecl, ACorpusCaseIsCheckedAgainstTheContractNotTheDomain) {
   }
 }
 
+// A misspelled family is that error, with `op` among the names it suggests
+// (it was left out, and the op: section was blamed instead).
+TEST(OpDomainDecl, AMisspelledFamilyIsSuggestedOp) {
+  EXPECT_LOAD_ERROR(rich_with("family: op", "family: opp"),
+                    "op.yaml:2:9: unknown family 'opp' (did you mean 'op'?)");
+}
+
 TEST(OpDomainDecl, RelationOnAnUnknownDim) {
   EXPECT_LOAD_ERROR(rich_with(R"("Nk >= Nq")", R"("Nk >= Nx")"),
                     "op.yaml:10:22: op.relations: 'Nx' is not a declared dim (did you mean 'Nq'?)");
