@@ -8,7 +8,8 @@
  * The family comes from the spec. kprop allocates every tensor, inputs and
  * outputs alike; the plugin writes its outputs into the views it is given.
  * Return KPROP_OK, KPROP_ERROR (message in `error`: the case is saved and the
- * run exits 3) or KPROP_UNSUPPORTED (the target is reported as skipped).
+ * run exits 3) or KPROP_UNSUPPORTED (the case is declined: counted apart,
+ * never as a pass; a run whose every case is declined is reported skipped).
  *
  * The same args reach a Python or any other worker through the framed
  * protocol of docs/EXTERNAL.md (`--target exec:COMMAND`): tensors and
@@ -59,7 +60,8 @@ typedef enum kprop_device { KPROP_HOST = 0, KPROP_CUDA = 1 } kprop_device;
  * `error` stay in host memory. kprop synchronizes the device after the call,
  * so kernels still running on any stream are waited for. A CUDA error (a fault in
  * a kernel, out of memory) fails the case and restarts the plugin host; no
- * CUDA device makes the op unsupported (the target is skipped). Without this
+ * CUDA device makes the target unavailable (the run is reported skipped,
+ * never passed; docs/EXTERNAL.md). Without this
  * export, or for KPROP_HOST, tensors are in host memory. */
 typedef int32_t (*kprop_op_device_fn)(const char* op);
 

@@ -340,7 +340,7 @@ Verdict matches_reference(T& t, const Values& p) {
       if (!rep.ok) {
         const size_t e = at(r, rep.worst_index, D);
         return Verdict::fail(
-            fmt::format("{}[{}][{}] = {:.9g}, reference {:.9g}: {}", checks[i].name, r, rep.worst_index,
+            fmt::format("{}[{}][{}] = {}, reference {}: {}", checks[i].name, r, rep.worst_index,
                         (*checks[i].got)[e], (*checks[i].ref)[e], rep.message),
             measured_error(rep, {{"row", double(r)}, {"col", double(rep.worst_index)}}));
       }
@@ -356,7 +356,7 @@ Verdict matches_reference(T& t, const Values& p) {
     per_output[checks[i].name] = std::max(per_output[checks[i].name], error_ratio(rep));
     if (!rep.ok)
       return Verdict::fail(
-          fmt::format("{}[{}] = {:.9g}, reference {:.9g}: {}", checks[i].name, rep.worst_index,
+          fmt::format("{}[{}] = {}, reference {}: {}", checks[i].name, rep.worst_index,
                       (*checks[i].got)[rep.worst_index], (*checks[i].ref)[rep.worst_index], rep.message),
           measured_error(rep, {{"col", double(rep.worst_index)}}));
   }
@@ -389,7 +389,7 @@ Verdict saved_statistics(T& t, const Values& p) {
       worst = std::max(worst, error_ratio(rep));
       per_output[ch.name] = std::max(per_output[ch.name], error_ratio(rep));
       if (!rep.ok)
-        return Verdict::fail(fmt::format("saved {}[{}] = {:.9g}, reference {:.9g}: {}", ch.name, r, ch.got[r],
+        return Verdict::fail(fmt::format("saved {}[{}] = {}, reference {}: {}", ch.name, r, ch.got[r],
                                          ch.ref[r], rep.message),
                              measured_error(rep, {{"row", double(r)}}));
     }
@@ -479,7 +479,7 @@ Verdict column_sums(T& t, const Values& p, const char* name, const char* what, c
     const double allowed = atol + acc + cache + us * (std::fabs(want) + acc + cache) + s;
     worst = std::max(worst, error_ratio(std::fabs(out[d] - want), allowed));
     if (!(std::fabs(out[d] - want) <= allowed))
-      return Verdict::fail(fmt::format("{}[{}] = {:.9g}, {} = {:.9g} (allowed error {:.3g})", name, d, out[d],
+      return Verdict::fail(fmt::format("{}[{}] = {}, {} = {} (allowed error {:.3g})", name, d, out[d],
                                        what, want, allowed),
                            {{"col", double(d)}, {name, out[d]}, {"expected", want}});
   }

@@ -56,7 +56,7 @@ void register_deterministic(FamilyDef<Traits>& f, Outputs outputs) {
            const double a = at < first[k].values.size() ? first[k].values[at] : 0;
            const double b = at < second[k].values.size() ? second[k].values[at] : 0;
            return Verdict::fail(
-               fmt::format("{}[{}] differs between two runs on the same case: {:.17g} then {:.17g}",
+               fmt::format("{}[{}] differs between two runs on the same case: {} then {}",
                            first[k].name, i, a, b),
                {{"index", double(i)}, {"first", a}, {"second", b}});
          }
