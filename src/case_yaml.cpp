@@ -21,16 +21,15 @@ void expect_keys(const YAML::Node& map, std::initializer_list<const char*> keys,
   }
 }
 
+YAML::Node real(double v) {
+  if (std::isnan(v)) return YAML::Node(".nan");
+  if (std::isinf(v)) return YAML::Node(v > 0 ? ".inf" : "-.inf");
+  return YAML::Node(fmt::format("{}", v));
+}
+
 YAML::Node real_list(const std::vector<double>& values) {
   YAML::Node n(YAML::NodeType::Sequence);
-  for (double v : values) {
-    if (std::isnan(v))
-      n.push_back(".nan");
-    else if (std::isinf(v))
-      n.push_back(v > 0 ? ".inf" : "-.inf");
-    else
-      n.push_back(fmt::format("{}", v));
-  }
+  for (double v : values) n.push_back(real(v));
   return n;
 }
 

@@ -23,10 +23,9 @@
 #include <optional>
 
 #include "kprop/errors.h"
-#include "kprop/family.h"
 #include "kprop/float_type.h"
 #include "kprop/half.h"
-#include "kprop/runner.h"
+#include "kprop/interrupt.h"
 #include "kprop/target_call.h"
 
 namespace kprop::external {

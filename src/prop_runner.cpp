@@ -402,7 +402,7 @@ int run(const Config& cfg) {
   // Shards split one case sequence: a fresh seed in each shard's process
   // drew unrelated sequences, and the shards together checked neither the
   // unsharded run's cases nor all of any run's.
-  if (options.shard_count > 1 && options.seed.value_or(spec.run.seed) == 0)
+  if (options.shard_count > 1 && fresh_seed_wanted(spec, options))
     throw InputError({},
                      fmt::format("--shard {}: the shards must draw the same cases, so they need one fixed "
                                  "seed: pass the same --seed S to every shard (the spec's run.seed is "

@@ -119,6 +119,8 @@ int exit_code(RunStatus s) {
   return 3;
 }
 
+namespace {
+// A fresh seed from the clock and the OS (seed: 0 in a spec).
 uint64_t fresh_seed() {
   std::random_device device;
   const uint64_t t = static_cast<uint64_t>(Clock::now().time_since_epoch().count());
@@ -126,10 +128,14 @@ uint64_t fresh_seed() {
   s &= (1ULL << 53) - 1;  // exact in JSON and in any YAML reader
   return s ? s : 1;
 }
+}  // namespace
+
+bool fresh_seed_wanted(const Spec& spec, const RunOptions& options) {
+  return options.seed.value_or(spec.run.seed) == 0;
+}
 
 uint64_t resolve_seed(const Spec& spec, const RunOptions& options) {
-  const uint64_t seed = options.seed.value_or(spec.run.seed);
-  return seed == 0 ? fresh_seed() : seed;
+  return fresh_seed_wanted(spec, options) ? fresh_seed() : options.seed.value_or(spec.run.seed);
 }
 
 std::string reference_name(const Spec& spec, const RunOptions& options) {

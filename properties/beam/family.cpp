@@ -207,13 +207,6 @@ rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
                          [c](const Case& s) { return !(s == c) && validate(s).empty(); });
 }
 
-namespace {
-// Shortest text that reads back bit-exactly.
-YAML::Node real(double v) {
-  return YAML::Node(fmt::format("{}", v));
-}
-}  // namespace
-
 // The generator's exceptions to the ranges mirrored: K = 1 (one_rate), K
 // above the hypothesis count with L lowered (unpruned_rate), alpha 0 or 1,
 // scale 0 (tie_rate), shift 0.
@@ -281,11 +274,11 @@ YAML::Node Traits::to_yaml(const Case& c) {
   m["vocab"] = c.model.vocab;
   m["eos"] = c.model.eos;
   m["seed"] = c.model.seed;
-  m["scale"] = real(c.model.scale);
-  m["eos_bias"] = real(c.model.eos_bias);
-  m["eos_slope"] = real(c.model.eos_slope);
-  m["sharpen"] = real(c.model.sharpen);
-  m["shift"] = real(c.model.shift);
+  m["scale"] = case_yaml::real(c.model.scale);
+  m["eos_bias"] = case_yaml::real(c.model.eos_bias);
+  m["eos_slope"] = case_yaml::real(c.model.eos_slope);
+  m["sharpen"] = case_yaml::real(c.model.sharpen);
+  m["shift"] = case_yaml::real(c.model.shift);
   if (!c.model.relabel.empty()) m["relabel"] = case_yaml::list(c.model.relabel);
   n["model"] = m;
   YAML::Node prompts(YAML::NodeType::Sequence);
@@ -293,7 +286,7 @@ YAML::Node Traits::to_yaml(const Case& c) {
   n["prompts"] = prompts;
   n["beam_width"] = c.beam_width;
   n["max_new_tokens"] = c.max_new_tokens;
-  n["alpha"] = real(c.alpha);
+  n["alpha"] = case_yaml::real(c.alpha);
   return n;
 }
 

@@ -262,9 +262,6 @@ namespace {
 const char* poison_name(Poison p) {
   return p == Poison::nan ? "nan" : "huge";
 }
-YAML::Node real(double x) {
-  return YAML::Node(fmt::format("{}", x));
-}
 }  // namespace
 
 YAML::Node Traits::to_yaml(const Case& c) {
@@ -290,9 +287,9 @@ YAML::Node Traits::to_yaml(const Case& c) {
   n["poison"] = poison_name(c.poison);
   n["dtype"] = dtype_name(c.dtype);
   YAML::Node data(YAML::NodeType::Map);
-  data["q_scale"] = real(c.q_scale);
-  data["k_spread"] = real(c.k_spread);
-  data["v_spread"] = real(c.v_spread);
+  data["q_scale"] = case_yaml::real(c.q_scale);
+  data["k_spread"] = case_yaml::real(c.k_spread);
+  data["v_spread"] = case_yaml::real(c.v_spread);
   data["seed"] = c.seed;
   n["data"] = data;
   return n;

@@ -650,6 +650,5 @@ NB_MODULE(_kprop, m) {
   m.def("run", &run, nb::arg("spec"), nb::arg("spec_is_text"), nb::arg("args"));
   m.def("replay", &replay, nb::arg("spec"), nb::arg("spec_is_text"), nb::arg("args"), nb::arg("path"));
   m.def("spec_info", &spec_info, nb::arg("spec"), nb::arg("spec_is_text"), nb::arg("profile") = "");
-  m.def("fresh_seed", &kprop::fresh_seed);
   m.def("stored_invariants", &stored_invariants, nb::arg("path"));
 }

@@ -57,7 +57,9 @@ YAML::Node list(const std::vector<T>& values) {
   return n;
 }
 
-// Doubles as the shortest text that reads back bit-exactly (inf/nan as YAML's .inf/.nan).
+// A double as the shortest text that reads back bit-exactly (inf/nan as YAML's .inf/.nan).
+YAML::Node real(double v);
+// A list of them.
 YAML::Node real_list(const std::vector<double>& values);
 std::vector<double> read_reals(const YAML::Node& map, const char* key);
 // The same for a list node itself; `what` names it in errors.

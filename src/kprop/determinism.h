@@ -55,10 +55,9 @@ void register_deterministic(FamilyDef<Traits>& f, Outputs outputs) {
            const auto at = static_cast<size_t>(i);
            const double a = at < first[k].values.size() ? first[k].values[at] : 0;
            const double b = at < second[k].values.size() ? second[k].values[at] : 0;
-           return Verdict::fail(
-               fmt::format("{}[{}] differs between two runs on the same case: {} then {}",
-                           first[k].name, i, a, b),
-               {{"index", double(i)}, {"first", a}, {"second", b}});
+           return Verdict::fail(fmt::format("{}[{}] differs between two runs on the same case: {} then {}",
+                                            first[k].name, i, a, b),
+                                {{"index", double(i)}, {"first", a}, {"second", b}});
          }
          return Verdict::pass();
        })

@@ -61,7 +61,6 @@
 #include <utility>
 #include <vector>
 
-#include "kprop/bytes.h"
 #include "kprop/draw.h"
 #include "kprop/errors.h"
 #include "kprop/expr.h"

@@ -36,16 +36,4 @@ inline rc::Gen<int64_t> any(IntRange r) {
   return uniform<int64_t>(r.lo, r.hi + 1);
 }
 
-// A real in [r.lo, r.hi] at 16-bit resolution (the same grid as fuzz bytes).
-inline rc::Gen<double> any(RealRange r) {
-  return rc::gen::map(uniform<int64_t>(0, 65536),
-                      [r](int64_t k) { return r.lo + (r.hi - r.lo) * (static_cast<double>(k) / 65535.0); });
-}
-
-// True with probability p.
-inline rc::Gen<bool> chance(double p) {
-  return rc::gen::map(uniform<int64_t>(0, 65536),
-                      [p](int64_t k) { return static_cast<double>(k) / 65535.0 < p; });
-}
-
 }  // namespace kprop::gen

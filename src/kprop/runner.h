@@ -11,6 +11,7 @@
 
 #include "kprop/corpus.h"
 #include "kprop/external.h"
+#include "kprop/interrupt.h"
 #include "kprop/search.h"
 #include "kprop/spec.h"
 #include "kprop/stats.h"
@@ -259,9 +260,10 @@ class StatsCollector final : public RunListener {
   RunStats stats_;
 };
 
-// A fresh seed from the clock and the OS (seed: 0 in a spec).
-uint64_t fresh_seed();
-// The run's seed: --seed, else run.seed; 0 draws a fresh one (decided here only).
+// Whether the run draws a fresh seed: --seed, else run.seed, is 0 (the one
+// place that rule lives).
+bool fresh_seed_wanted(const Spec& spec, const RunOptions& options);
+// The run's seed: --seed, else run.seed; a fresh one where that is 0.
 uint64_t resolve_seed(const Spec& spec, const RunOptions& options);
 
 // Resolves the target name (with "did you mean") or throws InputError; an
@@ -412,11 +414,6 @@ struct ShrinkResult {
 // propagate (for callers that want them, e.g. tests).
 Verdict check_case(const Spec& spec, const Impl& target, const InvariantUse& use, const AnyCase& c);
 
-// Ctrl-C: the first interrupt asks the runner to stop (keeping the best case
-// found so far); a second one exits at once.
-void install_interrupt_handler();
-bool interrupted();
-void clear_interrupt();  // tests: forget an interrupt that was handled
 // The shell-quoted word, for printed commands.
 std::string shell_quote(const std::string& s);
 
