@@ -4,10 +4,12 @@
 // valid case, seed bytes decode back to the generated case, shrink
 // candidates are valid, inside the domain and different from the case,
 // transforms give valid cases, a reference implementation exists, and every
-// invariant says which outputs it reads.
+// invariant says which outputs it reads. A family a spec declares (family:
+// op) is held to them too, on shipped specs of specs/ops/.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "kprop/corpus.h"
 #include "kprop/family.h"
@@ -20,6 +22,32 @@ namespace {
 
 std::vector<const Family*> all() {
   return Registry::instance().families();
+}
+
+// The families shipped op specs declare, each owned by its spec, which
+// lives as long as the test program (none in a build without the op
+// family). One family's code serves every declaration, so these five cover
+// what a declaration can hold, on small cases: index inputs and masks
+// (embedding_bag), specials and a boolean mask (masked_softmax),
+// integer-valued weights (dequant_matmul), attrs (top_p), an exec:
+// reference (sort). The elementwise ops (rmsnorm, swiglu, ...) add only
+// larger cases: 45 s more.
+const std::vector<Spec>& declaring_specs() {
+  static const std::vector<Spec> specs = [] {
+    std::vector<Spec> out;
+    const auto& kinds = declared_families();
+    if (std::none_of(kinds.begin(), kinds.end(), [](const auto& d) { return d.family == "op"; })) return out;
+    for (const char* name : {"dequant_matmul", "embedding_bag", "masked_softmax", "sort", "top_p"})
+      out.push_back(
+          load_spec((std::filesystem::path(KPROP_SOURCE_DIR) / "specs/ops" / name).string() + ".yaml"));
+    return out;
+  }();
+  return specs;
+}
+std::vector<const Family*> declared() {
+  std::vector<const Family*> out;
+  for (const Spec& s : declaring_specs()) out.push_back(s.family);
+  return out;
 }
 
 std::string text(const Family& f, const AnyCase& c) {
@@ -154,12 +182,17 @@ TEST_P(FamilyContract, EveryInvariantDeclaresTheOutputsItReads) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Registered, FamilyContract, ::testing::ValuesIn(all()), [](const auto& info) {
+// The family's name; a declared one's, op_<its spec>.
+std::string param_name(const ::testing::TestParamInfo<const Family*>& info) {
   std::string name = info.param->name();
+  for (const Spec& s : declaring_specs())
+    if (s.family == info.param) name += "_" + s.name;
   for (char& ch : name)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return name;
-});
+}
+INSTANTIATE_TEST_SUITE_P(Registered, FamilyContract, ::testing::ValuesIn(all()), param_name);
+INSTANTIATE_TEST_SUITE_P(Declared, FamilyContract, ::testing::ValuesIn(declared()), param_name);
 
 }  // namespace
 }  // namespace kprop
