@@ -210,13 +210,12 @@ Verdict agree(const Case& c, const Result& got, const Result& want, const Values
     for (size_t i = 0; i < w.size(); ++i) {
       const double allowed = allowed_error(atol, rtol, std::fabs(w[i])) + (bounded ? (*bound)[b][i] : 0.0);
       const double err = std::fabs(g[i] - w[i]);
-      // Non-finite values agree only with the same: NaN with NaN, an
-      // infinity with itself (atol + rtol·inf would allow any value next to
-      // an infinite `want`, and inf - inf is NaN).
+      // Non-finite values agree only with the same (same_nonfinite): NaN
+      // with NaN, an infinity with itself (atol + rtol·inf would allow any
+      // value next to an infinite `want`, and inf - inf is NaN).
       const bool finite = std::isfinite(g[i]) && std::isfinite(w[i]);
-      const bool same_nan = std::isnan(g[i]) && std::isnan(w[i]);
-      if (!finite ? !(same_nan || g[i] == w[i]) : !(err <= allowed))
-        return Verdict::fail(fmt::format("{}: {}: {:.17g} vs {:.17g} (error {:.3g} > allowed {:.3g})", what,
+      if (finite ? !(err <= allowed) : !same_nonfinite(g[i], w[i]))
+        return Verdict::fail(fmt::format("{}: {}: {} vs {} (error {:.3g} > allowed {:.3g})", what,
                                          locate(c, b, i), g[i], w[i], err, allowed),
                              {{"sequence", double(b)},
                               {"got", g[i]},
