@@ -181,7 +181,8 @@ std::string coverage_text(const CoverageReport& r) {
         u);
   const auto unchecked = r.unchecked();
   out += unchecked.empty()
-             ? fmt::format("every output of {} is checked ({} outputs)\n", r.target, r.outputs.size())
+             ? fmt::format("every output of {} is checked ({} output{})\n", r.target, r.outputs.size(),
+                           r.outputs.size() == 1 ? "" : "s")
              : fmt::format("unchecked outputs: {}\n", fmt::join(unchecked, ", "));
   return out;
 }
