@@ -1074,9 +1074,19 @@ std::vector<const Tensor*> pointers(const std::vector<Tensor>& tensors) {
 // An op in `device` gets its tensors in CUDA memory (cuda::Scope); after a
 // CUDA error the host replies, then exits (the runner starts a fresh one:
 // a sticky error leaves the context unusable).
-void serve_plugin(int in_fd, int out_fd, const std::vector<PluginOp>& ops, const std::vector<void*>& symbols,
-                  const std::vector<bool>& device, bool padded) {
-  dup2(2, 1);  // a chatty plugin's printf must not corrupt the runner's stdout
+// What the plugin host serves: the plugin's entry points and which ops take
+// device memory, or why the plugin could not be loaded (`error`, said in
+// reply to the handshake).
+struct LoadedPlugin {
+  std::vector<void*> symbols;
+  std::vector<bool> device;
+  std::string error;
+};
+
+void serve_plugin(int in_fd, int out_fd, const std::vector<PluginOp>& ops, const LoadedPlugin& plugin,
+                  bool padded) {
+  const std::vector<void*>& symbols = plugin.symbols;
+  const std::vector<bool>& device = plugin.device;
   for (;;) {
     uint8_t head[8];
     if (!read_fd_exact(in_fd, head, 8)) return;
@@ -1088,6 +1098,11 @@ void serve_plugin(int in_fd, int out_fd, const std::vector<PluginOp>& ops, const
     std::vector<uint8_t> payload(payload_size(header.value("tensors", nlohmann::json())));
     if (!read_fd_exact(in_fd, payload.data(), payload.size())) return;
     if (header.value("op", "") == "hello") {
+      if (!plugin.error.empty()) {
+        write_fd_all(out_fd,
+                     encode_frame({{"ok", false}, {"load_error", true}, {"error", plugin.error}}, {}));
+        return;
+      }
       nlohmann::json served = nlohmann::json::array();
       for (const auto& op : ops) served.push_back(op.op);
       if (!write_fd_all(
@@ -1170,7 +1185,7 @@ static nlohmann::json parse_reply_header(const std::string& text) {
         return true;
       });
   if (!h.is_object()) throw std::runtime_error("not a JSON object");
-  for (const char* key : {"ok", "restart", "unsupported", "unavailable"})
+  for (const char* key : {"ok", "restart", "unsupported", "unavailable", "load_error"})
     if (h.contains(key) && !h[key].is_boolean())
       throw std::runtime_error(fmt::format("'{}' must be true or false", key));
   if (h.contains("error") && !h["error"].is_string()) throw std::runtime_error("'error' must be a string");
@@ -1280,6 +1295,8 @@ class ChildTransport : public Transport {
         if (reply.size() > 200) reply = reply.substr(0, 200) + "...";
         why = "its reply has neither \"ok\": true nor an \"error\" message: " + reply;
       }
+      // The plugin host could not load the plugin: its reason is the message.
+      if (header.value("load_error", false)) throw TargetFailure("error", why);
       throw TargetFailure("error", "refused the handshake: " + why);
     }
     const int version = header.value("abi_version", -1);
@@ -1315,6 +1332,15 @@ class ChildTransport : public Transport {
         return TargetFailure("interrupted",
                              fmt::format("{}: interrupted while waiting for the target; killed it", op));
       }
+      // Before the handshake's reply: while a plugin loads (its constructors
+      // run then) or a worker imports its modules.
+      if (op == "hello")
+        return TargetFailure("crash", fmt::format("the target {} while starting, before it answered the "
+                                                  "handshake{}",
+                                                  child_.death(),
+                                                  target_.rfind("plugin:", 0) == 0
+                                                      ? " (loading the plugin: its constructors run then)"
+                                                      : ""));
       return TargetFailure("crash", fmt::format("{}: the target {} during the call", op, child_.death()));
     };
     const Child::Io wrote = child_.write_all(frame, deadline);
@@ -1395,17 +1421,54 @@ class InProcessTransport : public Transport {
   bool padded_;
 };
 
-std::vector<void*> resolve_symbols(const std::string& where, const TransportOptions& options,
+std::vector<void*> resolve_symbols(const TransportOptions& options,
                                    const std::function<void*(const std::string&)>& lookup) {
   std::vector<void*> symbols;
   for (const auto& op : options.ops) {
     void* fn = lookup(op.symbol);
     if (!fn)
-      throw InputError({}, fmt::format("{}: missing symbol {} (op {} of family {}); see include/kprop/abi.h",
-                                       where, op.symbol, op.op, options.family));
+      throw std::runtime_error(fmt::format("missing symbol {} (op {} of family {}); see include/kprop/abi.h",
+                                           op.symbol, op.op, options.family));
     symbols.push_back(fn);
   }
   return symbols;
+}
+
+// Runs in the plugin host (a forked child): loads the plugin and finds its
+// entry points; a failure is kept as the handshake's error.
+LoadedPlugin load_plugin(const std::string& dlpath, const TransportOptions& options) {
+  LoadedPlugin p;
+  try {
+    // RTLD_NOW: an unresolved symbol inside the plugin is reported here, not mid-run.
+    void* handle = dlopen(dlpath.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) throw std::runtime_error(fmt::format("cannot load: {}", dlerror()));
+    using VersionFn = uint32_t (*)();
+    auto version = reinterpret_cast<VersionFn>(dlsym(handle, "kprop_abi_version"));
+    if (!version)
+      throw std::runtime_error("missing symbol kprop_abi_version (add KPROP_PLUGIN(); from kprop/abi.h)");
+    if (version() != KPROP_ABI_VERSION)
+      throw std::runtime_error(
+          fmt::format("built against kprop ABI version {}, this kprop speaks {}; rebuild "
+                      "it against this kprop's include/kprop/abi.h",
+                      version(), KPROP_ABI_VERSION));
+    p.symbols = resolve_symbols(options, [&](const std::string& s) { return dlsym(handle, s.c_str()); });
+    // Optional: the ops that want their tensors in device memory.
+    p.device.assign(options.ops.size(), false);
+    if (auto where = reinterpret_cast<kprop_op_device_fn>(dlsym(handle, "kprop_op_device"))) {
+      for (size_t k = 0; k < options.ops.size(); ++k) {
+        const int32_t d = where(options.ops[k].op.c_str());
+        if (d != KPROP_HOST && d != KPROP_CUDA)
+          throw std::runtime_error(
+              fmt::format("kprop_op_device(\"{}\") returned {}, not KPROP_HOST ({}) or "
+                          "KPROP_CUDA ({})",
+                          options.ops[k].op, d, int(KPROP_HOST), int(KPROP_CUDA)));
+        p.device[k] = d == KPROP_CUDA;
+      }
+    }
+  } catch (const std::exception& e) {
+    p.error = e.what();
+  }
+  return p;
 }
 
 }  // namespace
@@ -1428,35 +1491,6 @@ void check_target_name(const std::string& target) {
   if (!std::filesystem::exists(path)) throw InputError({}, fmt::format("{}: no such file", target));
 }
 
-namespace {
-
-// File descriptor 1 points at stderr for the object's life; flushed on both
-// sides so nothing printed before or during lands on the other stream.
-class StdoutToStderr {
- public:
-  StdoutToStderr() {
-    std::fflush(stdout);
-    std::cout.flush();
-    saved_ = dup(1);
-    if (saved_ >= 0) dup2(2, 1);
-  }
-  ~StdoutToStderr() {
-    std::fflush(stdout);
-    std::cout.flush();
-    if (saved_ >= 0) {
-      dup2(saved_, 1);
-      close(saved_);
-    }
-  }
-  StdoutToStderr(const StdoutToStderr&) = delete;
-  StdoutToStderr& operator=(const StdoutToStderr&) = delete;
-
- private:
-  int saved_ = -1;
-};
-
-}  // namespace
-
 std::shared_ptr<Transport> open_target(const std::string& target, const TransportOptions& options) {
   if (options.ops.empty())
     throw InputError({}, fmt::format("family {} has no external interface yet, so '{}' cannot be tested",
@@ -1464,45 +1498,15 @@ std::shared_ptr<Transport> open_target(const std::string& target, const Transpor
   if (target.rfind("plugin:", 0) == 0) {
     check_target_name(target);
     const std::string path = target.substr(7);
-    // RTLD_NOW: an unresolved symbol inside the plugin is reported here, not mid-run.
     const std::string dlpath = path.find('/') == std::string::npos ? "./" + path : path;
-    // The plugin runs in this process while it loads and is probed (its
-    // constructors, kprop_abi_version, kprop_op_device): what it prints then
-    // goes to stderr, as a served call's does, never into the report on
-    // stdout (--format json).
-    std::optional<StdoutToStderr> quiet(std::in_place);
-    void* handle = dlopen(dlpath.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!handle) throw InputError({}, fmt::format("{}: cannot load: {}", target, dlerror()));
-    using VersionFn = uint32_t (*)();
-    auto version = reinterpret_cast<VersionFn>(dlsym(handle, "kprop_abi_version"));
-    if (!version)
-      throw InputError({}, fmt::format("{}: missing symbol kprop_abi_version (add KPROP_PLUGIN(); from "
-                                       "kprop/abi.h)",
-                                       target));
-    if (version() != KPROP_ABI_VERSION)
-      throw InputError({},
-                       fmt::format("{}: built against kprop ABI version {}, this kprop speaks {}; rebuild "
-                                   "it against this kprop's include/kprop/abi.h",
-                                   target, version(), KPROP_ABI_VERSION));
-    auto symbols =
-        resolve_symbols(target, options, [&](const std::string& s) { return dlsym(handle, s.c_str()); });
-    // Optional: the ops that want their tensors in device memory.
-    std::vector<bool> device(options.ops.size(), false);
-    if (auto where = reinterpret_cast<kprop_op_device_fn>(dlsym(handle, "kprop_op_device"))) {
-      for (size_t k = 0; k < options.ops.size(); ++k) {
-        const int32_t d = where(options.ops[k].op.c_str());
-        if (d != KPROP_HOST && d != KPROP_CUDA)
-          throw InputError({}, fmt::format("{}: kprop_op_device(\"{}\") returned {}, not KPROP_HOST ({}) or "
-                                           "KPROP_CUDA ({})",
-                                           target, options.ops[k].op, d, int(KPROP_HOST), int(KPROP_CUDA)));
-        device[k] = d == KPROP_CUDA;
-      }
-    }
-    quiet.reset();  // before the child is forked
-    auto transport = std::make_shared<ChildTransport>(
-        target, options,
-        [ops = options.ops, symbols, device, padded = options.padded_tensors](int in_fd, int out_fd) {
-          serve_plugin(in_fd, out_fd, ops, symbols, device, padded);
+    // The plugin is loaded in the host, never in the runner: a constructor
+    // (or kprop_abi_version, kprop_op_device) that crashes or hangs is the
+    // target's failure at start-up, reported by the handshake (exit 2), and
+    // what it prints goes to stderr with the rest of the host's output.
+    auto transport =
+        std::make_shared<ChildTransport>(target, options, [dlpath, options](int in_fd, int out_fd) {
+          dup2(2, 1);  // a chatty plugin's printf must not corrupt the runner's stdout
+          serve_plugin(in_fd, out_fd, options.ops, load_plugin(dlpath, options), options.padded_tensors);
         });
     transport->open();
     return transport;
@@ -1528,10 +1532,15 @@ std::shared_ptr<Transport> open_target(const std::string& target, const Transpor
 }
 
 std::shared_ptr<Transport> in_process(std::map<std::string, void*> symbols, const TransportOptions& options) {
-  auto resolved = resolve_symbols("in-process target", options, [&](const std::string& s) -> void* {
-    auto it = symbols.find(s);
-    return it == symbols.end() ? nullptr : it->second;
-  });
+  std::vector<void*> resolved;
+  try {
+    resolved = resolve_symbols(options, [&](const std::string& s) -> void* {
+      auto it = symbols.find(s);
+      return it == symbols.end() ? nullptr : it->second;
+    });
+  } catch (const std::runtime_error& e) {
+    throw InputError({}, fmt::format("in-process target: {}", e.what()));
+  }
   return std::make_shared<InProcessTransport>(options.ops, std::move(resolved), options.padded_tensors);
 }
 

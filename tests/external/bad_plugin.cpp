@@ -4,12 +4,19 @@
 // One that prints while it loads and is probed (KPROP_TEST_CHATTY: a
 // constructor and kprop_op_device print to stdout): the report on stdout
 // stays clean (--format json parses).
+// Ones that fail while they load, which must not take the runner down (it
+// loads them in the plugin host, never in its own process):
+//   KPROP_TEST_CTOR_CRASH   a constructor that aborts: exit 2, the death said;
+//   KPROP_TEST_CTOR_HANG    a constructor that never returns: SIGTERM stops
+//                           the run at once (exit 130), the host killed.
 // And one whose error must be reported as its error (exit 3, the message kept):
 //   KPROP_TEST_LATIN1_ERROR fails every call with a message that is not UTF-8
 //                           (Latin-1 "café"), which killed the plugin host.
 #include <kprop/abi.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #ifdef KPROP_TEST_BAD_VERSION
@@ -47,5 +54,26 @@ KPROP_EXPORT int32_t kprop_op_device(const char* op) {
 }
 KPROP_EXPORT int kprop_attention_fwd(const kprop_attention_fwd_args*, char*, size_t) {
   return KPROP_UNSUPPORTED;
+}
+#endif
+
+#ifdef KPROP_TEST_CTOR_CRASH
+KPROP_PLUGIN();
+__attribute__((constructor)) static void crash_on_load() {
+  std::fprintf(stderr, "ctor_crash plugin: aborting while it loads\n");
+  std::abort();
+}
+KPROP_EXPORT int kprop_attention_fwd(const kprop_attention_fwd_args*, char*, size_t) {
+  return KPROP_OK;
+}
+#endif
+
+#ifdef KPROP_TEST_CTOR_HANG
+KPROP_PLUGIN();
+__attribute__((constructor)) static void hang_on_load() {
+  for (;;) pause();
+}
+KPROP_EXPORT int kprop_attention_fwd(const kprop_attention_fwd_args*, char*, size_t) {
+  return KPROP_OK;
 }
 #endif
