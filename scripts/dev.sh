@@ -97,6 +97,33 @@ build_fuzz() {
   cmake --build build-fuzz -j "$JOBS" --target kprop_fuzzers
 }
 
+# same_cases A B: A/prop_runner and B/prop_runner draw the same cases from
+# every spec (specs/, specs/examples, specs/ops) at two seeds, compared as
+# the harness's seed inputs (each drawn case, encoded). Two draws in one
+# function call's arguments, or in one operator's operands, are drawn in the
+# order the compiler picks, and g++ (build) and clang (build-san) pick
+# differently: a seed, a replay by seed or an imported fuzzer input would
+# then mean another case in the other build.
+same_cases() {
+  local tmp spec name seed differ=()
+  tmp="$(mktemp -d)"
+  for spec in specs/*.yaml specs/examples/*.yaml specs/ops/*.yaml; do
+    name="${spec//\//_}"
+    for seed in 5 6; do
+      "$1/prop_runner" --spec "$spec" --seed "$seed" --fuzz-seeds "$tmp/a/$name.$seed" >/dev/null
+      "$2/prop_runner" --spec "$spec" --seed "$seed" --fuzz-seeds "$tmp/b/$name.$seed" >/dev/null
+      diff -rq "$tmp/a/$name.$seed" "$tmp/b/$name.$seed" >/dev/null || differ+=("$spec (seed $seed)")
+    done
+  done
+  rm -rf "$tmp"
+  if ((${#differ[@]})); then
+    echo "kprop: $1 and $2 draw different cases from the same seed: ${differ[*]} (two draws in one" \
+      "call's arguments or one operator's operands? their order is the compiler's)" >&2
+    return 1
+  fi
+  echo "kprop: $1 and $2 draw the same cases (every spec, seeds 5 and 6)"
+}
+
 case "${1:-}" in
   deps) deps ;;
   build) deps && build -DKPROP_FRAMEWORK_TESTS=ON ;;
@@ -150,6 +177,8 @@ case "${1:-}" in
     ASAN_OPTIONS="detect_leaks=1:halt_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
       ctest --test-dir build-san --output-on-failure -j "$JOBS"
     phase "sanitizer suite"
+    ASAN_OPTIONS="detect_leaks=1:halt_on_error=1" same_cases build build-san
+    phase "same cases under g++ and clang"
     if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
       after="$(git status --porcelain)"
       if [ "$before" != "$after" ]; then

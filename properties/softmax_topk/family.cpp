@@ -95,7 +95,10 @@ Case Traits::build(Draw& draw, const Values& domain) {
     int e = static_cast<int>(draw.chance(0.5) ? draw.any(IntRange{-3, 3}) : draw.any(mag));
     e = std::clamp(e, min_e, max_e);
     int64_t offset = 0;
-    if (draw.chance(0.3)) offset = (draw.chance(0.5) ? 1 : -1) * (int64_t{1} << draw.any(off));
+    if (draw.chance(0.3)) {
+      const int64_t sign = draw.chance(0.5) ? 1 : -1;  // drawn before the shift: one draw per statement
+      offset = sign * (int64_t{1} << draw.any(off));
+    }
     double rate = 0;
     if (draw.chance(0.5)) rate = draw.chance(0.15) ? 1.0 : draw.any(inf_rate);
     const bool ascending = draw.chance(0.2);
