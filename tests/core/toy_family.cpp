@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "kprop/case_yaml.h"
+#include "kprop/rng.h"
 
 namespace kprop::toy {
 
@@ -80,6 +81,11 @@ long sum(const Case& c) {
   for (int x : c.xs) s += x;
   return s;
 }
+uint64_t list_hash(const Case& c) {
+  uint64_t h = c.xs.size();
+  for (size_t i = 0; i < c.xs.size(); ++i) h = rng::hash(h, uint64_t(int64_t(c.xs[i])), i);
+  return h;
+}
 }  // namespace
 
 KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
@@ -137,6 +143,19 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
                    [](const Case& c) {
                      if (c.xs.size() < 7)
                        throw Unsupported(fmt::format("needs 7+ elements, got {}", c.xs.size()));
+                     return Result{sum(c)};
+                   });
+  // Half and two thirds of the domain declined, the shares of a kernel that
+  // takes 2 of 4 dtypes and of one that takes 1 of 3: by a hash of the list
+  // (its sum is no fair coin: the values drawn lean to 0 and the ends).
+  f.implementation({"takes_half", ImplKind::optimized, "declines lists whose hash is odd"},
+                   [](const Case& c) {
+                     if (list_hash(c) % 2 != 0) throw Unsupported("odd hash");
+                     return Result{sum(c)};
+                   });
+  f.implementation({"takes_a_third", ImplKind::optimized, "declines lists whose hash is not a multiple of 3"},
+                   [](const Case& c) {
+                     if (list_hash(c) % 3 != 0) throw Unsupported("hash not a multiple of 3");
                      return Result{sum(c)};
                    });
   f.mutant("interrupts_while_shrinking",

@@ -114,8 +114,8 @@ def test_replayed_counts_the_stored_cases_checked(corpus):
     stored = excinfo.value.finding.path
     rows = excinfo.value.finding.case_yaml.count("\n    - [")  # rows of the shrunk case
 
-    def declines_that(logits, k, **attrs):
-        if logits.shape[0] <= max(rows, 1):
+    def declines_that(logits, k, **attrs):  # rows 1 and 2 (of 1 to 4) too: 75% of the cases and more
+        if logits.shape[0] <= max(rows, 2):
             raise kprop.Unsupported("not that small")
         return softmax_topk(logits, k, **attrs)
 
