@@ -95,8 +95,46 @@ constexpr bool kCoverageOnly = true;
 constexpr bool kCoverageOnly = false;
 #endif
 
+// The harness's own flags: a misspelt one (-kprop_tagret=) is an error, not
+// libFuzzer's "unrecognized flag" warning, which it prints for the valid
+// ones too, while the harness ran the spec's target.
+void refuse_unknown_kprop_flags(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "-kprop_", 7) != 0) continue;
+    const char* eq = std::strchr(argv[i], '=');
+    const std::string name(argv[i] + 1, eq ? size_t(eq - argv[i] - 1) : std::strlen(argv[i] + 1));
+    if (name != "kprop_spec" && name != "kprop_target" && name != "kprop_profile" && name != "kprop_domain") {
+      fmt::print(stderr,
+                 "kprop fuzz: error: unknown flag -{} (valid: -kprop_spec=, -kprop_target=, -kprop_profile=, "
+                 "-kprop_domain=)\n",
+                 name);
+      std::exit(2);
+    }
+    if (!eq) {
+      fmt::print(stderr, "kprop fuzz: error: -{} needs a value: -{}=...\n", name, name);
+      std::exit(2);
+    }
+  }
+}
+
+// The case as YAML under `case:`, indented as a corpus file holds it.
+std::string case_text(const kprop::Spec& spec, const kprop::AnyCase& c) {
+  const std::string yaml = kprop::emit_yaml(spec.family->to_yaml(c));
+  std::string out;
+  size_t at = 0;
+  while (at < yaml.size()) {
+    const size_t end = yaml.find('\n', at);
+    const size_t next = end == std::string::npos ? yaml.size() : end + 1;
+    out += "  " + yaml.substr(at, next - at);
+    at = next;
+  }
+  if (!out.empty() && out.back() != '\n') out += '\n';
+  return out;
+}
+
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   kprop::tune_allocator();
+  refuse_unknown_kprop_flags(*argc, *argv);
   default_len_control(argc, argv);
   const std::string spec_path = flag(*argc, *argv, "kprop_spec", "KPROP_SPEC", default_spec((*argv)[0]));
   if (spec_path.empty()) {  // fuzz_any_spec
@@ -141,8 +179,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } catch (const kprop::InputError& e) {
       // The spec's error (a broken reference, an expression that cannot be
       // evaluated on this case): no finding of the target; stop and say it.
-      fmt::print(stderr, "\nkprop fuzz: error: {}\ncase:\n{}", e.what(),
-                 kprop::emit_yaml(spec.family->to_yaml(c)));
+      fmt::print(stderr, "\nkprop fuzz: error: {}\ncase:\n{}", e.what(), case_text(spec, c));
       // libFuzzer's fork mode shows a job's output only for crashes, and
       // takes this exit for one it ignores: prop_runner --fuzz reads the
       // error from this file (KPROP_ERROR_FILE) after each run.
@@ -165,8 +202,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       fmt::print(
           stderr, "\nkprop fuzz: {} by target {}: {}\ncase:\n{}",
           r.failed() ? "invariant " + use.name + " violated" : "target failure (" + r.failure_kind + ")",
-          g_harness->ctx->target_name, r.failed() ? r.verdict.message : r.reason,
-          kprop::emit_yaml(spec.family->to_yaml(c)));
+          g_harness->ctx->target_name, r.failed() ? r.verdict.message : r.reason, case_text(spec, c));
       std::abort();
     }
   }

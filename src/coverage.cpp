@@ -180,10 +180,9 @@ std::string coverage_text(const CoverageReport& r) {
         "reads: the static coverage of prop_runner --list would miss it)\n",
         u);
   const auto unchecked = r.unchecked();
-  out += unchecked.empty()
-             ? fmt::format("every output of {} is checked ({} output{})\n", r.target, r.outputs.size(),
-                           r.outputs.size() == 1 ? "" : "s")
-             : fmt::format("unchecked outputs: {}\n", fmt::join(unchecked, ", "));
+  out += unchecked.empty() ? fmt::format("every output of {} is checked ({} output{})\n", r.target,
+                                         r.outputs.size(), r.outputs.size() == 1 ? "" : "s")
+                           : fmt::format("unchecked outputs: {}\n", fmt::join(unchecked, ", "));
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include <regex>
 
 #include "kprop/process.h"
+#include "kprop/rng.h"
 
 namespace fs = std::filesystem;
 
@@ -84,13 +85,14 @@ bool FuzzReport::all_skipped() const {
          std::all_of(stats.begin(), stats.end(), [](const auto& s) { return !s.skipped.empty(); });
 }
 
-int write_fuzz_seeds(const Spec& spec, const std::string& dir, int count) {
+int write_fuzz_seeds(const Spec& spec, const std::string& dir, int count, std::optional<uint64_t> seed) {
   make_folder("--fuzz-seeds", dir);
   int written = 0;
   for (int i = 0; i < count; ++i) {
     // Small to mid-size cases: the fuzzer grows them; full-size seeds make every run slow.
     const int size = count <= 1 ? 60 : i * 60 / (count - 1);
-    const auto bytes = spec.family->seed_bytes(spec.domain, static_cast<uint64_t>(i + 1), size);
+    const uint64_t case_seed = seed ? rng::hash(*seed, 0x5eed, uint64_t(i)) : uint64_t(i + 1);
+    const auto bytes = spec.family->seed_bytes(spec.domain, case_seed, size);
     if (bytes.empty()) break;
     write_file_atomic((fs::path(dir) / fmt::format("seed-{:03}", i)).string(),
                       std::string(bytes.begin(), bytes.end()));
@@ -101,7 +103,7 @@ int write_fuzz_seeds(const Spec& spec, const std::string& dir, int count) {
 
 FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::string& path,
                              const std::string& corpus_root, bool write_corpus,
-                             std::optional<double> case_timeout_s) {
+                             std::optional<double> case_timeout_s, const std::string& replay_program) {
   const auto bytes = read_bytes(path);
   const AnyCase c = spec.family->from_bytes(bytes.data(), bytes.size(), spec.domain);
   const std::string target_name = target.info.name;
@@ -112,6 +114,7 @@ FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::st
   options.write_corpus = write_corpus;
   options.found_by = "libfuzzer";
   options.case_timeout_s = case_timeout_s;  // the spec's was used: a slow target's call was a false hang
+  options.replay_program = replay_program;
   const RunContext ctx = make_context(spec, options, 0);
   const auto trial = spec.family->begin_trial(c, ctx.target, ctx.reference);
   FuzzImport result;
@@ -129,12 +132,14 @@ FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::st
     if (!r.failed() && r.kind != CheckResult::Kind::target_failure) continue;
     // A fuzzer hits one bug thousands of times: keep a finding only if its
     // signature (invariant, implementation) is new to the corpus or its case
-    // is smaller than every stored one with that signature.
+    // is smaller than every stored one with that signature; in the folder
+    // the finding goes to (with --no-corpus, the scratch folder: it was
+    // not looked at, and every crash input of one bug was stored).
     const std::string invariant = r.failed() ? spec.invariants[k].name : "";
-    const fs::path dir = fs::path(corpus_root) / spec.name;
+    const fs::path dir = fs::path(write_corpus ? corpus_root : options.scratch_dir) / spec.name;
     int64_t known_size = -1;
     std::string known_path, known_message, known_summary;
-    if (write_corpus && fs::is_directory(dir))
+    if (fs::is_directory(dir))
       for (const auto& file : list_corpus(dir.string())) {
         try {
           const CorpusEntry known = read_entry(file);
@@ -149,10 +154,10 @@ FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::st
         }
       }
     const Finding f = record_finding(ctx, &spec.invariants[k], c, r);
-    FuzzFinding out{spec.name,     f.kind == "invariant" ? f.invariant : f.kind,
-                    f.message,     f.stats.summary,
-                    f.corpus_path, f.corpus_new,
-                    f.kind};
+    FuzzFinding out{spec.name, f.kind == "invariant" ? f.invariant : f.kind, f.message, f.stats.summary,
+                    f.corpus_path};
+    out.is_new = f.corpus_new;
+    out.kind = f.kind;
     if (known_size >= 0 && known_size <= f.stats.size && f.corpus_path != known_path) {
       // Known: the stored case is at least as small; drop the new file.
       std::error_code ec;
@@ -163,6 +168,7 @@ FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::st
       out.summary = known_summary;
       out.is_new = false;
     }
+    if (!out.corpus_path.empty()) out.replay = replay_command(ctx, out.corpus_path, invariant);
     result.finding = out;
     return result;
   }
@@ -307,11 +313,12 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
         if (!entry.is_regular_file()) continue;
         ++stats.crash_inputs;  // the files, not libFuzzer's counter of this slice
         const FuzzImport imported = import_fuzz_input(spec, target, entry.path().string(), o.corpus_root,
-                                                      o.write_corpus, o.case_timeout_s);
+                                                      o.write_corpus, o.case_timeout_s, o.replay_program);
         if (const auto& f = imported.finding) {
           if (f->is_new)
-            fmt::print(stderr, "[{}] new finding: {}: {}\n  shrunk: {}{}\n", spec.name, f->what(), f->message,
-                       f->summary, f->corpus_path.empty() ? "" : "\n  stored: " + f->corpus_path);
+            fmt::print(stderr, "[{}] new finding: {}: {}\n  shrunk: {}{}{}\n", spec.name, f->what(),
+                       f->message, f->summary, f->corpus_path.empty() ? "" : "\n  stored: " + f->corpus_path,
+                       f->replay.empty() ? "" : "\n  replay: " + f->replay);
           report.findings.push_back(*f);
         } else {
           const std::string name = entry.path().filename().string();

@@ -103,9 +103,15 @@ std::string declared_text() {
 }  // namespace
 
 static std::string spec_outputs_text(const Spec& spec) {
-  std::string out =
-      fmt::format("spec {} (family {}): each output of the target and the invariants that read it\n",
-                  spec.name, spec.family->name());
+  // The domain the spec draws from, after its profile and --domain: the keys
+  // a --domain override names (prop_runner --list describes each).
+  std::string out = fmt::format("spec {} (family {}): domain (--domain '{{KEY: VALUE}}' overrides a key)\n",
+                                spec.name, spec.family->name());
+  size_t key_width = 0;
+  for (const auto& [key, value] : spec.domain.all()) key_width = std::max(key_width, key.size());
+  for (const auto& [key, value] : spec.domain.all())
+    out += fmt::format("  {:<{}}  {}\n", key, key_width, format_value(value));
+  out += "each output of the target and the invariants that read it\n";
   size_t width = 6;
   const auto table = output_readers(spec);
   for (const auto& r : table) width = std::max(width, r.op.size() + 1 + r.output.size());
@@ -231,8 +237,11 @@ std::string list_json(const Spec* spec) {
     json undeclared = json::array();
     for (const auto& use : spec->invariants)
       if (!invariant_reads(*spec, use)) undeclared.push_back(use.name);
+    json domain = json::object();
+    for (const auto& [key, value] : spec->domain.all()) domain[key] = value_json(value);
     return json({{"spec", spec->name},
                  {"family", spec->family->name()},
+                 {"domain", std::move(domain)},
                  {"outputs", std::move(outputs)},
                  {"reads_not_declared", std::move(undeclared)},
                  {"unchecked_outputs", unchecked_outputs(*spec)}})

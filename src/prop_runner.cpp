@@ -6,13 +6,16 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <iostream>
+#include <string_view>
 
 #include "kprop/allocator.h"
 #include "kprop/coverage.h"
@@ -110,6 +113,39 @@ CLI::Validator number_in(double lo, bool lo_open, double hi, const std::string& 
       what);
 }
 
+// Refuses, rather than drops, a flag the mode does not use (`uses`: the
+// flags it does, named as below): `mode` takes no X, with `why`. --spec,
+// --profile and --domain are every mode's; --format is each mode's own check.
+void refuse_unused(const Config& cfg, const char* mode, std::initializer_list<std::string_view> uses,
+                   const char* why) {
+  const std::pair<bool, const char*> given[] = {
+      {!cfg.target.empty(), "--target"},
+      {!cfg.reference.empty(), "--reference"},
+      {!cfg.seed.empty(), "--seed"},
+      {cfg.trials.has_value(), "--trials"},
+      {cfg.time.has_value(), "--time"},
+      {cfg.case_timeout.has_value(), "--case-timeout"},
+      {cfg.search || cfg.search_trials.has_value(), "--search"},
+      {!cfg.invariants.empty(), "--invariant"},
+      {!cfg.out.empty(), "--out"},
+      {!cfg.corpus.empty() || cfg.no_corpus, "--corpus/--no-corpus"},
+      {cfg.isolate.has_value(), "--isolate"},
+      {cfg.mutants, "--mutants"},
+      {cfg.stats, "--stats"},
+      {cfg.output_coverage, "--output-coverage"},
+      {cfg.no_replay_check, "--no-replay-check"},
+      {cfg.fail_fast, "--fail-fast"},
+      {!cfg.replay.empty(), "--replay"},
+      {cfg.fuzz, "--fuzz"},
+      {cfg.jobs.has_value(), "--jobs"},
+      {!cfg.imports.empty(), "--import"},
+      {!cfg.fuzz_seeds.empty(), "--fuzz-seeds"},
+      {!cfg.shard.empty(), "--shard"}};
+  for (const auto& [on, flag] : given)
+    if (on && std::find(uses.begin(), uses.end(), flag) == uses.end())
+      throw InputError({}, fmt::format("{} takes no {}: {}", mode, flag, why));
+}
+
 int run_fuzz_mode(const Config& cfg, const std::string& corpus_root) {
   std::vector<Spec> specs;
   for (const auto& path : cfg.specs) specs.push_back(load_spec(path, cfg.profile, cfg.domain));
@@ -125,6 +161,7 @@ int run_fuzz_mode(const Config& cfg, const std::string& corpus_root) {
   o.corpus_root = corpus_root;
   o.write_corpus = !cfg.no_corpus;
   o.case_timeout_s = cfg.case_timeout;
+  o.replay_program = cfg.self;
   const FuzzReport report = run_fuzz(specs, o);
   fmt::print("kprop fuzz: {} spec(s), {} new finding(s){}\n", specs.size(), report.new_findings(),
              report.interrupted ? " (interrupted)" : "");
@@ -230,52 +267,31 @@ int run(const Config& cfg) {
     if (cfg.specs.size() > 1) throw InputError({}, "--list takes one --spec");
     // It lists (stdout): what only runs take is refused, not dropped (an
     // --out never written, an invalid --shard passing with exit 0).
-    const std::pair<bool, const char*> running[] = {
-        {!cfg.target.empty(), "--target"},
-        {!cfg.reference.empty(), "--reference"},
-        {!cfg.seed.empty(), "--seed"},
-        {cfg.trials.has_value(), "--trials"},
-        {cfg.time.has_value(), "--time"},
-        {cfg.case_timeout.has_value(), "--case-timeout"},
-        {cfg.search || cfg.search_trials.has_value(), "--search"},
-        {!cfg.invariants.empty(), "--invariant"},
-        {!cfg.out.empty(), "--out"},
-        {!cfg.corpus.empty() || cfg.no_corpus, "--corpus/--no-corpus"},
-        {cfg.isolate.has_value(), "--isolate"},
-        {cfg.mutants, "--mutants"},
-        {cfg.stats, "--stats"},
-        {cfg.output_coverage, "--output-coverage"},
-        {cfg.no_replay_check, "--no-replay-check"},
-        {cfg.fail_fast, "--fail-fast"},
-        {!cfg.replay.empty(), "--replay"},
-        {cfg.fuzz, "--fuzz"},
-        {cfg.jobs.has_value(), "--jobs"},
-        {!cfg.imports.empty(), "--import"},
-        {!cfg.fuzz_seeds.empty(), "--fuzz-seeds"},
-        {!cfg.shard.empty(), "--shard"}};
-    for (const auto& [given, flag] : running)
-      if (given) throw InputError({}, fmt::format("--list takes no {}: it lists and runs nothing", flag));
+    refuse_unused(cfg, "--list", {}, "it lists and runs nothing");
     std::optional<Spec> spec;
     if (!cfg.specs.empty()) spec = load_spec(cfg.specs[0], cfg.profile, cfg.domain);
     const Spec* s = spec ? &*spec : nullptr;
     std::cout << (cfg.format == "json" ? list_json(s) : list_text(s));
     return 0;
   }
-  // The fuzz modes print their own text: what only reports of runs take is
-  // refused, not dropped (a --out FILE never written).
-  if (cfg.fuzz || !cfg.imports.empty() || !cfg.fuzz_seeds.empty()) {
-    const char* mode = cfg.fuzz ? "--fuzz" : !cfg.imports.empty() ? "--import" : "--fuzz-seeds";
-    const auto refuse = [&](const std::string& flag) {
-      throw InputError({},
-                       fmt::format("{} takes no {}: it reports as text on stdout and checks every invariant "
-                                   "of the spec",
-                                   mode, flag));
-    };
-    if (cfg.format != "text") refuse("--format");
-    if (!cfg.out.empty()) refuse("--out");
-    if (!cfg.invariants.empty()) refuse("--invariant");
-    if (cfg.fail_fast) refuse("--fail-fast");
-  }
+  // The fuzz modes print their own text and check every invariant of the
+  // spec against one target: what they do not use is refused, not dropped
+  // (a --out FILE never written, --mutants or --replay silently not done).
+  if (cfg.format != "text" && (cfg.fuzz || !cfg.imports.empty() || !cfg.fuzz_seeds.empty()))
+    throw InputError({}, fmt::format("{} takes no --format: it reports as text on stdout",
+                                     cfg.fuzz               ? "--fuzz"
+                                     : !cfg.imports.empty() ? "--import"
+                                                            : "--fuzz-seeds"));
+  if (cfg.fuzz)
+    refuse_unused(cfg, "--fuzz",
+                  {"--fuzz", "--target", "--time", "--case-timeout", "--corpus/--no-corpus", "--jobs"},
+                  "it fuzzes one target with the spec's harness, checking every invariant");
+  else if (!cfg.imports.empty())
+    refuse_unused(cfg, "--import", {"--import", "--target", "--case-timeout", "--corpus/--no-corpus"},
+                  "it checks the inputs against one target, every invariant of the spec");
+  else if (!cfg.fuzz_seeds.empty())
+    refuse_unused(cfg, "--fuzz-seeds", {"--fuzz-seeds", "--seed"},
+                  "it writes the harness's seed inputs and runs nothing");
   // A replay checks stored cases, each with the seed its file records: what
   // draws cases is refused, not dropped.
   if (!cfg.replay.empty()) {
@@ -329,15 +345,11 @@ int run(const Config& cfg) {
   install_interrupt_handler();
   if (cfg.output_coverage && cfg.format != "text")
     throw InputError({}, "--output-coverage reports as text only (--format text)");
-  if (!cfg.reference.empty() && (cfg.fuzz || !cfg.imports.empty() || !cfg.fuzz_seeds.empty()))
-    throw InputError({},
-                     "--reference applies to property runs, --mutants and --replay, not to --fuzz, "
-                     "--import or --fuzz-seeds (they check against the spec's reference)");
   if (cfg.fuzz) return run_fuzz_mode(cfg, corpus_root);
   if (cfg.specs.size() > 1) throw InputError({}, "several --spec are only accepted with --fuzz");
   const Spec spec = load_spec(cfg.specs[0], cfg.profile, cfg.domain);
   if (!cfg.fuzz_seeds.empty()) {
-    const int n = write_fuzz_seeds(spec, cfg.fuzz_seeds, 64);
+    const int n = write_fuzz_seeds(spec, cfg.fuzz_seeds, 64, parse_seed(cfg.seed));
     fmt::print("kprop: wrote {} seed inputs for {} to {}\n", n, spec.name, cfg.fuzz_seeds);
     return n > 0 ? 0 : 2;
   }
@@ -351,7 +363,7 @@ int run(const Config& cfg) {
     int found = 0, passing = 0, skipped = 0;
     for (const auto& path : cfg.imports) {
       const FuzzImport imported =
-          import_fuzz_input(spec, target, path, corpus_root, !cfg.no_corpus, cfg.case_timeout);
+          import_fuzz_input(spec, target, path, corpus_root, !cfg.no_corpus, cfg.case_timeout, cfg.self);
       const auto& f = imported.finding;
       if (!f) {
         if (imported.checked > 0)
@@ -361,8 +373,9 @@ int run(const Config& cfg) {
         continue;
       }
       ++found;
-      fmt::print("  {} {}: {}: {}\n    shrunk: {}{}\n", f->is_new ? "NEW  " : "known", path, f->what(),
-                 f->message, f->summary, f->corpus_path.empty() ? "" : "\n    stored: " + f->corpus_path);
+      fmt::print("  {} {}: {}: {}\n    shrunk: {}{}{}\n", f->is_new ? "NEW  " : "known", path, f->what(),
+                 f->message, f->summary, f->corpus_path.empty() ? "" : "\n    stored: " + f->corpus_path,
+                 f->replay.empty() ? "" : "\n    replay: " + f->replay);
     }
     // The verdict line, as a run's: an import that checked nothing is said
     // SKIPPED (exit 0 as every skip, never PASSED).
@@ -409,6 +422,7 @@ int run(const Config& cfg) {
                                  "0, a fresh seed each run)",
                                  cfg.shard));
   options.jobs = cfg.jobs.value_or(default_jobs());
+  options.replay_program = cfg.self;
   // Each finding's replay is re-run by this binary in a fresh process; not
   // the mutant table's (planted bugs, which the table reports as kills).
   if (!cfg.mutants && !cfg.no_replay_check) {

@@ -15,8 +15,8 @@ namespace kprop {
 
 std::vector<std::string> replay_argv(const RunContext& ctx, const std::string& path,
                                      const std::string& invariant) {
-  std::vector<std::string> argv = {"prop_runner",   "--spec",   ctx.spec.path, "--target",
-                                   ctx.target_name, "--replay", path};
+  std::vector<std::string> argv = {
+      ctx.options.replay_program, "--spec", ctx.spec.path, "--target", ctx.target_name, "--replay", path};
   // The spec as the run loaded it: its profile and --domain decide which
   // invariants exist and the case's budget and timeout.
   if (!ctx.spec.profile.empty()) argv.insert(argv.end(), {"--profile", ctx.spec.profile});

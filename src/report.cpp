@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "kprop/reasons.h"
 #include "kprop/svg.h"
@@ -62,7 +63,15 @@ std::string measured_text(const std::vector<Measured>& m) {
   return out;
 }
 
-std::string invariant_line(const InvariantReport& r, const std::string& shard) {
+// The verdict table's name column: 26 wide, or the longest name's width, so
+// that the status column stays one column.
+size_t name_width(const std::vector<InvariantReport>& invariants) {
+  size_t w = 26;
+  for (const auto& inv : invariants) w = std::max(w, inv.name.size());
+  return w;
+}
+
+std::string invariant_line(const InvariantReport& r, const std::string& shard, size_t width) {
   std::string what;
   switch (r.status) {
     case InvariantStatus::passed:
@@ -91,7 +100,7 @@ std::string invariant_line(const InvariantReport& r, const std::string& shard) {
   if (r.max_error_ratio >= 0)
     what += fmt::format(", worst error/allowed {:.3g}{}", r.max_error_ratio,
                         r.status == InvariantStatus::failed ? " on the cases that passed" : "");
-  return fmt::format("  {:<26} {:<8} {}\n", r.name, invariant_status_name(r.status), what);
+  return fmt::format("  {:<{}} {:<8} {}\n", r.name, width, invariant_status_name(r.status), what);
 }
 
 }  // namespace
@@ -201,9 +210,13 @@ class TextReporter final : public Reporter {
       out += r.detail + "\n";
       return out + fmt::format("SKIPPED: nothing was checked ({} cases drawn); seed {}\n", r.trials, r.seed);
     }
-    for (const auto& inv : r.invariants) out += invariant_line(inv, r.shard);
-    out += fmt::format("  cases: {} drawn, {} checked", r.trials, r.checked);
-    if (r.search.checked > 0) out += fmt::format(" ({} by the search)", r.search.checked);
+    const size_t width = name_width(r.invariants);
+    for (const auto& inv : r.invariants) out += invariant_line(inv, r.shard, width);
+    // The search's cases come on top of those drawn ("591 drawn, 654 checked
+    // (100 by the search)" read as more checked than drawn).
+    out +=
+        fmt::format("  cases: {} drawn{}, {} checked", r.trials,
+                    r.search.cases > 0 ? fmt::format(" + {} by the search", r.search.cases) : "", r.checked);
     if (r.declined > 0)
       out += fmt::format(", {} declined by the target (not checked): {}", r.declined,
                          reasons_summary(r.decline_reasons, 5));
@@ -322,8 +335,11 @@ class TextReporter final : public Reporter {
     if (n(ReplayVerdict::crashed)) out += fmt::format(", {} crashed the target", n(ReplayVerdict::crashed));
     if (n(ReplayVerdict::error)) out += fmt::format(", {} could not be read", n(ReplayVerdict::error));
     if (n(ReplayVerdict::skipped))
-      out += fmt::format(", {} not checked (declined, or no invariant could check them)",
-                         n(ReplayVerdict::skipped));
+      // Its other recorded invariants may have held on it: what was not
+      // checked is the verdict of the invariant that found it.
+      out +=
+          fmt::format(", {} not checked by the invariant that found them (declined, discarded or n/a there)",
+                      n(ReplayVerdict::skipped));
     if (rows.empty()) out += " (no corpus files there: nothing was checked)";
     return out + "\n";
   }
@@ -458,11 +474,14 @@ class JsonReporter final : public Reporter {
     }
     j["all_killed"] = all;
     j["skipped"] = mutants_skipped(rows);  // no mutant could run here
+    j["exit_code"] = mutants_exit_code(rows);
+    if (!rows.empty()) j["seed"] = rows[0].report.seed;  // every mutant's run draws from it
     return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   }
   std::string replay(const Spec& spec, const std::vector<ReplayRow>& rows) const override {
     nlohmann::json j = {{"spec", spec.name},
                         {"verdict", to_string(replay_verdict(rows))},
+                        {"exit_code", exit_code(replay_verdict(rows))},
                         {"files", nlohmann::json::array()}};
     for (const auto& row : rows)
       j["files"].push_back({{"path", row.path},
@@ -568,12 +587,18 @@ class JunitReporter final : public Reporter {
   }
   // A suite's header carries its counts, as a run's does: CI tools read
   // them, not the testcases (a suite of survivors said 0 failures).
+  // `seed`: the mutants' runs' (their cases are drawn from it), as a run's
+  // suite carries it; none for a replay (each file records its own).
   static std::string counted_suite(const std::string& name, size_t tests, int failures, int errors,
-                                   int skipped, const std::string& cases) {
+                                   int skipped, const std::string& cases,
+                                   std::optional<uint64_t> seed = std::nullopt) {
     return fmt::format(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"{}\" tests=\"{}\" "
-        "failures=\"{}\" errors=\"{}\" skipped=\"{}\">\n{}  </testsuite>\n</testsuites>\n",
-        name, tests, failures, errors, skipped, cases);
+        "failures=\"{}\" errors=\"{}\" skipped=\"{}\">\n{}{}  </testsuite>\n</testsuites>\n",
+        name, tests, failures, errors, skipped,
+        seed ? fmt::format("    <properties><property name=\"seed\" value=\"{}\"/></properties>\n", *seed)
+             : "",
+        cases);
   }
   std::string error(const std::string& message, int exit_code) const override {
     return fmt::format(
@@ -597,7 +622,8 @@ class JunitReporter final : public Reporter {
             cases += fmt::format("<failure message=\"mutant survived: {}\"/>", svg::escape(row.description));
       cases += "</testcase>\n";
     }
-    return counted_suite(name, rows.size(), failures, 0, skipped, cases);
+    return counted_suite(name, rows.size(), failures, 0, skipped, cases,
+                         rows.empty() ? std::nullopt : std::optional<uint64_t>(rows[0].report.seed));
   }
   std::string replay(const Spec& spec, const std::vector<ReplayRow>& rows) const override {
     const std::string name = "kprop." + svg::escape(spec.name) + ".replay";

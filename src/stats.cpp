@@ -207,10 +207,12 @@ std::string stats_text(const RunReport& r) {
       fmt::format("    time: {}, {}, {}, {}, {}, {}\n", part("generation", t.generation),
                   part("target", t.target), part("reference", t.reference), part("invariants", t.invariants),
                   part("shrinking", t.shrinking), part("other", t.other));
-  out += fmt::format("    {:<26} {:>8} {:>9} {:>8} {:>5}   {}\n", "invariant", "checked", "discarded",
+  size_t width = 26;  // or the longest name: the columns stay aligned
+  for (const auto& inv : r.invariants) width = std::max(width, inv.name.size());
+  out += fmt::format("    {:<{}} {:>8} {:>9} {:>8} {:>5}   {}\n", "invariant", width, "checked", "discarded",
                      "declined", "n/a", "error/bound: median  p99    max   (log histogram 1e-6..10)");
   for (const auto& inv : r.invariants) {
-    out += fmt::format("    {:<26} {:>8} {:>9} {:>8} {:>5}", inv.name, inv.checked(), inv.discarded,
+    out += fmt::format("    {:<{}} {:>8} {:>9} {:>8} {:>5}", inv.name, width, inv.checked(), inv.discarded,
                        inv.declined, inv.not_applicable);
     const auto it = s.ratios.find(inv.name);
     if (it != s.ratios.end() && !it->second.ratios.empty()) {

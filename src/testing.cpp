@@ -16,6 +16,7 @@ namespace {
 // kernel that crashes on one, fails the test, as a failing case does).
 RunReport replay_in_process(const Spec& spec, const RunOptions& options, const std::string& path) {
   RunReport report;
+  report.replay = true;
   report.spec = spec.name;
   report.spec_path = spec.path;
   report.family = spec.family->name();

@@ -30,10 +30,12 @@ struct FuzzOptions {
   // Seconds one input may take (libFuzzer -timeout, and the re-check of a
   // crash input); unset: each spec's run.case_timeout_s.
   std::optional<double> case_timeout_s;
+  std::string replay_program = "prop_runner";  // the program each finding's replay starts (RunOptions)
 };
 
 struct FuzzFinding {
   std::string spec, invariant, message, summary, corpus_path;  // invariant: the kind for a target failure
+  std::string replay;  // the stored case's replay command (empty: not stored)
   bool is_new = false;
   std::string kind = "invariant";  // or the target failure's: crash, hang, error, ...
   // "matches_reference broken", "target failure (crash)".
@@ -85,10 +87,13 @@ struct FuzzImport {
 // target's calls, as in a property run.
 FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::string& path,
                              const std::string& corpus_root, bool write_corpus,
-                             std::optional<double> case_timeout_s);
+                             std::optional<double> case_timeout_s,
+                             const std::string& replay_program = "prop_runner");
 
 // Writes `count` seed inputs for the spec (empty if the family has no
-// Draw-based builder); returns how many were written.
-int write_fuzz_seeds(const Spec& spec, const std::string& dir, int count);
+// Draw-based builder), drawn from `seed` (seed-000 .. from 1, 2, ... when
+// none is given); returns how many were written.
+int write_fuzz_seeds(const Spec& spec, const std::string& dir, int count,
+                     std::optional<uint64_t> seed = std::nullopt);
 
 }  // namespace kprop

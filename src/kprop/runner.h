@@ -111,6 +111,10 @@ struct RunOptions {
   // into a GoogleTest binary, kprop/testing.h): printed for each finding,
   // `{path}` standing for the stored file. Empty: the prop_runner command.
   std::string replay_command;
+  // The program that command starts: prop_runner as it was invoked
+  // (build/prop_runner), so that a printed replay runs when pasted where the
+  // run was started; "prop_runner" (found on PATH) by default.
+  std::string replay_program = "prop_runner";
 };
 
 // The spec's run settings with the options' overrides applied (one place).
@@ -199,6 +203,9 @@ const char* run_status_name(RunStatus status);
 int exit_code(RunStatus status);
 
 struct RunReport {
+  // A replay of stored cases (kprop::testing under KPROP_REPLAY), not a
+  // run: no case was drawn, and `detail` says what the replay found.
+  bool replay = false;
   std::string spec;
   std::string spec_path;
   std::string profile;  // the spec's profile in effect ("" = none)

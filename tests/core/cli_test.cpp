@@ -55,6 +55,26 @@ TEST(Cli, ReferencePassesAndPrintsSeedAndVerdicts) {
   EXPECT_NE(r.out.find("lossless                   passed   30 checked"), std::string::npos) << r.out;
 }
 
+// --fuzz-seeds draws from --seed (it was ignored: every seed wrote the same
+// inputs); without one, the same fixed inputs as always.
+TEST(Cli, FuzzSeedsDrawFromTheSeed) {
+  auto seeds = [](const std::string& name, const std::string& seed) {
+    const fs::path dir = temp(name);
+    fs::remove_all(dir);
+    const CliRun r = run("--spec " + kSpec + " --fuzz-seeds " + dir.string() + seed);
+    EXPECT_EQ(r.code, 0) << r.out;
+    std::string all;
+    for (int i = 0; i < 64; ++i) all += contents(dir / fmt::format("seed-{:03}", i)) + "|";
+    return all;
+  };
+  const std::string a = seeds("seeds_a", " --seed 5"), b = seeds("seeds_b", " --seed 5"),
+                    c = seeds("seeds_c", " --seed 6"), fixed = seeds("seeds_d", "");
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  EXPECT_NE(a, fixed);
+  EXPECT_EQ(fixed, seeds("seeds_e", ""));
+}
+
 TEST(Cli, MutantFailsWithShrunkCaseAndReplayCommand) {
   const fs::path corpus = temp("corpus");
   fs::remove_all(corpus);
@@ -62,7 +82,8 @@ TEST(Cli, MutantFailsWithShrunkCaseAndReplayCommand) {
       run("--spec " + kSpec + " --target positional_logits --seed 3 --corpus " + corpus.string());
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("2-node tree (2 roots"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("replay: prop_runner --spec"), std::string::npos) << r.out;
+  // prop_runner as it was invoked: the replay runs when pasted.
+  EXPECT_NE(r.out.find("replay: " + std::string(KPROP_RUNNER) + " --spec"), std::string::npos) << r.out;
   // The replay was re-run in a fresh process and failed again: no warning.
   EXPECT_EQ(r.out.find("WARNING: re-run"), std::string::npos) << r.out;
   ASSERT_TRUE(fs::exists(corpus / "dflash"));
@@ -417,6 +438,20 @@ TEST(Cli, FailFastStopsAtTheFirstCounterexample) {
   expect_input_errors(refused, "internal error");
 }
 
+// --list --spec shows the domain the spec draws from, after --domain (the
+// declined health check's advice points there for the keys to narrow).
+TEST(Cli, ListOfASpecShowsItsDomain) {
+  const std::string spec = std::string(KPROP_SOURCE_DIR) + "/specs/softmax_topk.yaml";
+  const CliRun r = run("--list --spec " + spec + " --domain '{dtypes: [f32, f64]}'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("domain (--domain '{KEY: VALUE}' overrides a key)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  dtypes                 [f32, f64]\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  values.magnitude_log2  ["), std::string::npos) << r.out;
+  const CliRun j = run("--list --format json --spec " + spec);
+  EXPECT_EQ(j.code, 0) << j.out;
+  EXPECT_EQ(nlohmann::json::parse(j.out)["domain"]["dtypes"].size(), 4u) << j.out;
+}
+
 // An output read only by a `when` is not checked by that invariant (a
 // precondition only discards): --list says so.
 TEST(Cli, AnOutputReadOnlyInAWhenIsUnchecked) {
@@ -637,6 +672,17 @@ TEST(Cli, LeftOutValuesAndModesWithoutReportsAreInputErrors) {
        "--mutants: family op of spec rmsnorm has no mutants to run"},
       {"--spec " + kSpec + " --fuzz --out " + temp("fuzz.json").string(), "--fuzz takes no --out"},
       {"--spec " + kSpec + " --import x --format json", "--import takes no --format"},
+      // What a fuzz mode does not do is refused, not silently dropped (--fuzz
+      // --mutants fuzzed the reference and exited 0; --fuzz --replay fuzzed).
+      {"--spec " + kSpec + " --fuzz --mutants", "--fuzz takes no --mutants: it fuzzes one target"},
+      {"--spec " + kSpec + " --fuzz --replay x", "--fuzz takes no --replay"},
+      {"--spec " + kSpec + " --fuzz --search --trials 7", "--fuzz takes no --trials"},
+      {"--spec " + kSpec + " --fuzz --seed 3", "--fuzz takes no --seed"},
+      {"--spec " + kSpec + " --fuzz --reference reference", "--fuzz takes no --reference"},
+      {"--spec " + kSpec + " --import x --time 5", "--import takes no --time"},
+      {"--spec " + kSpec + " --import x --jobs 2", "--import takes no --jobs"},
+      {"--spec " + kSpec + " --fuzz-seeds x --target reference", "--fuzz-seeds takes no --target"},
+      {"--spec " + kSpec + " --fuzz-seeds x --import y", "--import takes no --fuzz-seeds"},
       {"--spec " + kSpec + " --no-corpus --profile ''", "--profile: names no profile"},
       {"--spec " + kSpec + " --no-corpus --domain ''", "--domain: overrides nothing"},
       {"--spec " + kSpec + " --replay x --trials 5", "--replay takes no --trials"},
