@@ -188,6 +188,15 @@ Impl resolve_target(const Spec& spec, const std::string& name, std::optional<dou
     if (as_reference) transport = external::widened_to_f64(std::move(transport));
     return spec.family->external_impl(name, std::move(transport));
   }
+  // A shared library or a command without its scheme: say which one it takes.
+  const bool library = name.find(".so") != std::string::npos;
+  const bool command =
+      !library && (name.find('/') != std::string::npos || name.find(' ') != std::string::npos);
+  if (library || command)
+    throw InputError({}, fmt::format("unknown {} '{}' for family {} (did you mean '{}:{}'? an external {} is "
+                                     "named with its scheme)",
+                                     as_reference ? "reference" : "target", name, spec.family->name(),
+                                     library ? "plugin" : "exec", name, library ? "plugin" : "worker"));
   const auto names = spec.family->implementation_names();
   throw InputError({}, fmt::format("unknown {} '{}' for family {}{}", as_reference ? "reference" : "target",
                                    name, spec.family->name(), suggestion(name, names)));

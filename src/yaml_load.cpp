@@ -1,7 +1,9 @@
 #include "kprop/yaml_load.h"
 
+#include <fmt/format.h>
 #include <yaml-cpp/eventhandler.h>
 
+#include <cctype>
 #include <sstream>
 
 #include "kprop/errors.h"
@@ -79,7 +81,22 @@ YAML::Node load_one_document(const std::string& text, const std::string& source,
     }
     return YAML::Load(text);
   } catch (const YAML::ParserException& e) {
-    throw InputError(at(source, e.mark), what + ": " + e.msg);
+    // In a flow map, 'dtypes:[f32]' is one plain scalar, not a key and its
+    // value: yaml-cpp reports the unclosed map, not the missing space.
+    std::string hint;
+    if (e.msg.find("flow") != std::string::npos)
+      for (size_t i = 1; i + 1 < text.size() && hint.empty(); ++i)
+        if (text[i] == ':' && std::isalnum(static_cast<unsigned char>(text[i - 1])) &&
+            (text[i + 1] == '[' || text[i + 1] == '{')) {
+          size_t start = i;
+          while (start > 0 &&
+                 (std::isalnum(static_cast<unsigned char>(text[start - 1])) || text[start - 1] == '_'))
+            --start;
+          const std::string key = text.substr(start, i - start);
+          hint = fmt::format(" ('{}:{}' has no space after its ':', so it is no key: write '{}: {}')", key,
+                             text[i + 1], key, text[i + 1]);
+        }
+    throw InputError(at(source, e.mark), what + ": " + e.msg + hint);
   }
 }
 

@@ -675,6 +675,11 @@ TEST(Cli, LeftOutValuesAndModesWithoutReportsAreInputErrors) {
       // What a fuzz mode does not do is refused, not silently dropped (--fuzz
       // --mutants fuzzed the reference and exited 0; --fuzz --replay fuzzed).
       {"--spec " + kSpec + " --fuzz --mutants", "--fuzz takes no --mutants: it fuzzes one target"},
+      {"--spec " + kSpec + " --no-corpus --domain '{vocab:[2, 3]}'",
+       "('vocab:[' has no space after its ':', so it is no key: write 'vocab: [')"},
+      // An external target without its scheme.
+      {"--spec " + kSpec + " --no-corpus --target ./libmine.so", "(did you mean 'plugin:./libmine.so'?"},
+      {"--spec " + kSpec + " --no-corpus --target 'python3 w.py'", "(did you mean 'exec:python3 w.py'?"},
       {"--spec " + kSpec + " --fuzz --replay x", "--fuzz takes no --replay"},
       {"--spec " + kSpec + " --fuzz --search --trials 7", "--fuzz takes no --trials"},
       {"--spec " + kSpec + " --fuzz --seed 3", "--fuzz takes no --seed"},
