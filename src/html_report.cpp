@@ -73,7 +73,8 @@ std::string finding_html(const Finding& f, const RunReport& r) {
   if (!f.drawing_note.empty()) out += fmt::format("<p class=\"note\">{}</p>", escape(f.drawing_note));
   out += measured_table(f.measured);
   if (!f.case_yaml.empty())
-    out += "<details open><summary>case (YAML)</summary><pre>" + escape(f.case_yaml) + "</pre></details>";
+    out += "<details open><summary>case (YAML)</summary><pre>" +
+           escape(shown_case(f.case_yaml, f.corpus_path)) + "</pre></details>";
   if (!f.corpus_path.empty()) out += fmt::format("<p class=\"sub\">stored: {}</p>", escape(f.corpus_path));
   if (!f.replay_command.empty())
     out += fmt::format("<p class=\"sub\">replay: <code>{}</code></p>", escape(f.replay_command));

@@ -26,6 +26,8 @@ std::string indent(const std::string& text, const std::string& pad) {
   return out;
 }
 
+}  // namespace
+
 // A case as a terminal shows it: whole when it is small, as a shrunk case
 // is; cut past kCaseLineChars per line and kCaseChars in all otherwise (a
 // case that could not shrink, e.g. one whose reference ran out of memory,
@@ -56,6 +58,8 @@ std::string shown_case(const std::string& yaml, const std::string& stored) {
   if (!cut) return yaml;
   return out + fmt::format("(cut short: the whole case is in {})\n", stored);
 }
+
+namespace {
 
 std::string measured_text(const std::vector<Measured>& m) {
   std::string out;

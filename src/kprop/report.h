@@ -35,6 +35,12 @@ std::unique_ptr<Reporter> make_html_reporter();
 // case spread. The text report's, and the HTML report's section.
 std::string search_text(const RunReport& r);
 
+// A finding's case as the reports show it: whole when it is small (a shrunk
+// case is), cut to 20,000 characters (2,000 a line) otherwise, saying that
+// the whole case is in `stored`; whole when it was stored nowhere. The
+// text, JUnit and HTML reports' (JSON's case_yaml is whole).
+std::string shown_case(const std::string& yaml, const std::string& stored);
+
 // A finding whose replay, re-run in a fresh process, did not fail or did not
 // run through (Finding::replay_check): the warning every format shows; ""
 // otherwise.

@@ -316,6 +316,26 @@ TEST(Reporters, HtmlSaysWhatWasNotChecked) {
   EXPECT_NE(html.find("<b>the target hides its parity</b>"), std::string::npos) << html;
 }
 
+// A finding's case on the HTML page is cut as the terminal's is, pointing at
+// the stored file (a softmax_topk mutants page of 131072-logit cases was 7
+// MB, one <pre> 612 KB).
+TEST(Reporters, HtmlCutsAHugeCaseAsTheTextDoes) {
+  RunReport r;
+  r.spec = "toy";
+  r.status = RunStatus::failed;
+  InvariantReport failed{"matches_reference"};
+  failed.status = InvariantStatus::failed;
+  Finding f;
+  f.invariant = "matches_reference";
+  f.corpus_path = "corpus/toy/big.yaml";
+  for (int i = 0; i < 100000; ++i) f.case_yaml += "- " + std::to_string(i) + "\n";
+  failed.counterexample = f;
+  r.invariants.push_back(failed);
+  const std::string html = make_reporter("html")->run(r);
+  EXPECT_LT(html.size(), 100000u);
+  EXPECT_NE(html.find("(cut short: the whole case is in corpus/toy/big.yaml)"), std::string::npos);
+}
+
 // The HTML page counts as JSON and text do: a failed invariant's checked
 // cases include the one it failed on, and the targeted search's cases are
 // said with its section. (It showed the passes, and no search at all.)
