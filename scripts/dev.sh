@@ -110,9 +110,12 @@ same_cases() {
   for spec in specs/*.yaml specs/examples/*.yaml specs/ops/*.yaml; do
     name="${spec//\//_}"
     for seed in 5 6; do
-      "$1/prop_runner" --spec "$spec" --seed "$seed" --fuzz-seeds "$tmp/a/$name.$seed" >/dev/null
-      "$2/prop_runner" --spec "$spec" --seed "$seed" --fuzz-seeds "$tmp/b/$name.$seed" >/dev/null
-      diff -rq "$tmp/a/$name.$seed" "$tmp/b/$name.$seed" >/dev/null || differ+=("$spec (seed $seed)")
+      if ! "$1/prop_runner" --spec "$spec" --seed "$seed" --fuzz-seeds "$tmp/a/$name.$seed" >/dev/null ||
+        ! "$2/prop_runner" --spec "$spec" --seed "$seed" --fuzz-seeds "$tmp/b/$name.$seed" >/dev/null; then
+        differ+=("$spec (seed $seed: prop_runner --fuzz-seeds failed)")
+      elif ! diff -rq "$tmp/a/$name.$seed" "$tmp/b/$name.$seed" >/dev/null; then
+        differ+=("$spec (seed $seed)")
+      fi
     done
   done
   rm -rf "$tmp"

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 #include <poll.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1221,7 +1222,16 @@ class ChildTransport : public Transport {
   Message round_trip(const Message& request) override {
     const TransportedCall untimed;  // timed here, not by the crash guard's watchdog
     if (!child_.running()) {
-      start();  // restarted after a crash or hang
+      // Restarted after a crash or hang. One that does not start again is no
+      // failure of this case (its plugin file changed or cannot be loaded
+      // now, its worker dies while it starts): the run cannot go on (exit 2).
+      try {
+        start();
+      } catch (const TargetFailure& e) {
+        if (e.kind() == "interrupted") throw;
+        throw InputError(
+            {}, fmt::format("{}: could not be restarted after its last failure: {}", target_, e.what()));
+      }
     } else if (const size_t unasked = child_.drain_unasked(); unasked > 0) {
       // Read as this call's reply, they would be judged against this case.
       child_.kill_now();
@@ -1295,6 +1305,7 @@ class ChildTransport : public Transport {
         if (reply.size() > 200) reply = reply.substr(0, 200) + "...";
         why = "its reply has neither \"ok\": true nor an \"error\" message: " + reply;
       }
+      child_.kill_now();  // it exits after refusing: not running, so the next call starts another
       // The plugin host could not load the plugin: its reason is the message.
       if (header.value("load_error", false)) throw TargetFailure("error", why);
       throw TargetFailure("error", "refused the handshake: " + why);
@@ -1434,11 +1445,36 @@ std::vector<void*> resolve_symbols(const TransportOptions& options,
   return symbols;
 }
 
+// The plugin file as it was when the run opened it: a host restarted after
+// a crash loads it again, and must load the same code (a plugin rebuilt
+// during a run would have its cases shrunk against another kernel).
+struct FileIdentity {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = 0;
+  timespec mtime{};
+  bool operator==(const FileIdentity& o) const {
+    return dev == o.dev && ino == o.ino && size == o.size && mtime.tv_sec == o.mtime.tv_sec &&
+           mtime.tv_nsec == o.mtime.tv_nsec;
+  }
+};
+
+std::optional<FileIdentity> identity_of(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return FileIdentity{st.st_dev, st.st_ino, st.st_size, st.st_mtim};
+}
+
 // Runs in the plugin host (a forked child): loads the plugin and finds its
 // entry points; a failure is kept as the handshake's error.
-LoadedPlugin load_plugin(const std::string& dlpath, const TransportOptions& options) {
+LoadedPlugin load_plugin(const std::string& dlpath, const TransportOptions& options,
+                         const std::optional<FileIdentity>& opened) {
   LoadedPlugin p;
   try {
+    if (opened && identity_of(dlpath) != opened)
+      throw std::runtime_error(
+          "the plugin file changed since the run opened it (rebuilt?): a restarted plugin host would run "
+          "other code than the cases so far; run again");
     // RTLD_NOW: an unresolved symbol inside the plugin is reported here, not mid-run.
     void* handle = dlopen(dlpath.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!handle) throw std::runtime_error(fmt::format("cannot load: {}", dlerror()));
@@ -1503,10 +1539,12 @@ std::shared_ptr<Transport> open_target(const std::string& target, const Transpor
     // (or kprop_abi_version, kprop_op_device) that crashes or hangs is the
     // target's failure at start-up, reported by the handshake (exit 2), and
     // what it prints goes to stderr with the rest of the host's output.
-    auto transport =
-        std::make_shared<ChildTransport>(target, options, [dlpath, options](int in_fd, int out_fd) {
+    // Loaded again by each restarted host (after a crash or hang): from the same file, unchanged.
+    auto transport = std::make_shared<ChildTransport>(
+        target, options, [dlpath, options, opened = identity_of(dlpath)](int in_fd, int out_fd) {
           dup2(2, 1);  // a chatty plugin's printf must not corrupt the runner's stdout
-          serve_plugin(in_fd, out_fd, options.ops, load_plugin(dlpath, options), options.padded_tensors);
+          serve_plugin(in_fd, out_fd, options.ops, load_plugin(dlpath, options, opened),
+                       options.padded_tensors);
         });
     transport->open();
     return transport;

@@ -103,7 +103,8 @@ int write_fuzz_seeds(const Spec& spec, const std::string& dir, int count, std::o
 
 FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::string& path,
                              const std::string& corpus_root, bool write_corpus,
-                             std::optional<double> case_timeout_s, const std::string& replay_program) {
+                             std::optional<double> case_timeout_s, const std::string& replay_program,
+                             FuzzSeen* seen) {
   const auto bytes = read_bytes(path);
   const AnyCase c = spec.family->from_bytes(bytes.data(), bytes.size(), spec.domain);
   const std::string target_name = target.info.name;
@@ -132,14 +133,19 @@ FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::st
     if (!r.failed() && r.kind != CheckResult::Kind::target_failure) continue;
     // A fuzzer hits one bug thousands of times: keep a finding only if its
     // signature (invariant, implementation) is new to the corpus or its case
-    // is smaller than every stored one with that signature; in the folder
-    // the finding goes to (with --no-corpus, the scratch folder: it was
-    // not looked at, and every crash input of one bug was stored).
+    // is smaller than every stored one with that signature. With
+    // --no-corpus, new to this run (`seen`): every crash input of one bug
+    // was stored, and the scratch folder is no corpus to be known in.
     const std::string invariant = r.failed() ? spec.invariants[k].name : "";
-    const fs::path dir = fs::path(write_corpus ? corpus_root : options.scratch_dir) / spec.name;
+    const std::string signature = spec.name + '\n' + invariant + '\n' + target_name;
+    const fs::path dir = fs::path(corpus_root) / spec.name;
     int64_t known_size = -1;
     std::string known_path, known_message, known_summary;
-    if (fs::is_directory(dir))
+    if (!write_corpus && seen) {
+      if (const auto it = seen->by_signature.find(signature); it != seen->by_signature.end())
+        known_size = it->second.size, known_path = it->second.path, known_message = it->second.message,
+        known_summary = it->second.summary;
+    } else if (write_corpus && fs::is_directory(dir)) {
       for (const auto& file : list_corpus(dir.string())) {
         try {
           const CorpusEntry known = read_entry(file);
@@ -153,6 +159,7 @@ FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::st
           // an unreadable file is replay's problem, not the fuzzer's
         }
       }
+    }
     const Finding f = record_finding(ctx, &spec.invariants[k], c, r);
     FuzzFinding out{spec.name, f.kind == "invariant" ? f.invariant : f.kind, f.message, f.stats.summary,
                     f.corpus_path};
@@ -170,6 +177,10 @@ FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::st
       out.message = known_message.empty() ? out.message : known_message;
       out.summary = known_summary;
       out.is_new = false;
+    } else if (!write_corpus) {
+      // New to this run, even where an earlier run left the same file.
+      out.is_new = true;
+      if (seen) seen->by_signature[signature] = {f.stats.size, f.corpus_path, f.message, out.summary};
     }
     if (!out.corpus_path.empty()) out.replay = replay_command(ctx, out.corpus_path, invariant);
     result.finding = out;
@@ -181,6 +192,7 @@ FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::st
 
 FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
   FuzzReport report;
+  FuzzSeen seen;
   // Every spec's harness first: a missing one is an input error before any
   // work folder or seed input is written.
   std::vector<std::string> harnesses;
@@ -315,8 +327,9 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
       for (const auto& entry : fs::directory_iterator(crashes)) {
         if (!entry.is_regular_file()) continue;
         ++stats.crash_inputs;  // the files, not libFuzzer's counter of this slice
-        const FuzzImport imported = import_fuzz_input(spec, target, entry.path().string(), o.corpus_root,
-                                                      o.write_corpus, o.case_timeout_s, o.replay_program);
+        const FuzzImport imported =
+            import_fuzz_input(spec, target, entry.path().string(), o.corpus_root, o.write_corpus,
+                              o.case_timeout_s, o.replay_program, &seen);
         if (const auto& f = imported.finding) {
           if (f->is_new)
             fmt::print(stderr, "[{}] new finding: {}: {}\n  shrunk: {}{}{}\n", spec.name, f->what(),

@@ -105,12 +105,15 @@ std::string declared_text() {
 static std::string spec_outputs_text(const Spec& spec) {
   // The domain the spec draws from, after its profile and --domain: the keys
   // a --domain override names (prop_runner --list describes each).
-  std::string out = fmt::format("spec {} (family {}): domain (--domain '{{KEY: VALUE}}' overrides a key)\n",
-                                spec.name, spec.family->name());
+  std::string out = fmt::format(
+      "spec {} (family {}): domain (--domain '{{KEY: VALUE}}' overrides a key, '{{MAP: {{KEY: VALUE}}}}' one "
+      "under a map)\n",
+      spec.name, spec.family->name());
+  const auto lines = spec.family->domain_lines(spec.domain);
   size_t key_width = 0;
-  for (const auto& [key, value] : spec.domain.all()) key_width = std::max(key_width, key.size());
-  for (const auto& [key, value] : spec.domain.all())
-    out += fmt::format("  {:<{}}  {}\n", key, key_width, format_value(value));
+  for (const auto& [key, value] : lines) key_width = std::max(key_width, key.size());
+  for (const auto& [key, value] : lines)
+    out += value.empty() ? fmt::format("  {}\n", key) : fmt::format("  {:<{}}  {}\n", key, key_width, value);
   out += "each output of the target and the invariants that read it\n";
   size_t width = 6;
   const auto table = output_readers(spec);
@@ -237,8 +240,17 @@ std::string list_json(const Spec* spec) {
     json undeclared = json::array();
     for (const auto& use : spec->invariants)
       if (!invariant_reads(*spec, use)) undeclared.push_back(use.name);
+    // As --domain takes it: a map's keys nested under it (an op: dtypes and dims, as text).
     json domain = json::object();
-    for (const auto& [key, value] : spec->domain.all()) domain[key] = value_json(value);
+    for (const auto& [key, value] : spec->domain.all()) {
+      json* at = &domain;
+      size_t start = 0;
+      for (size_t dot = key.find('.'); dot != std::string::npos; start = dot + 1, dot = key.find('.', start))
+        at = &(*at)[key.substr(start, dot - start)];
+      (*at)[key.substr(start)] = value_json(value);
+    }
+    if (spec->domain.all().empty())
+      for (const auto& [key, value] : spec->family->domain_lines(spec->domain)) domain[key] = value;
     return json({{"spec", spec->name},
                  {"family", spec->family->name()},
                  {"domain", std::move(domain)},

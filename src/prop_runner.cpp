@@ -57,7 +57,7 @@ struct Config {
   bool list = false;
   bool fuzz = false;
   std::optional<int> jobs;
-  std::string work = ".fuzz-work";
+  std::string work;  // --fuzz's work folder; empty: .fuzz-work
   std::string fuzzer_dir;
   std::vector<std::string> imports;
   std::string fuzz_seeds;
@@ -140,7 +140,9 @@ void refuse_unused(const Config& cfg, const char* mode, std::initializer_list<st
       {cfg.jobs.has_value(), "--jobs"},
       {!cfg.imports.empty(), "--import"},
       {!cfg.fuzz_seeds.empty(), "--fuzz-seeds"},
-      {!cfg.shard.empty(), "--shard"}};
+      {!cfg.shard.empty(), "--shard"},
+      {!cfg.work.empty(), "--work"},
+      {!cfg.fuzzer_dir.empty(), "--fuzzer-dir"}};
   for (const auto& [on, flag] : given)
     if (on && std::find(uses.begin(), uses.end(), flag) == uses.end())
       throw InputError({}, fmt::format("{} takes no {}: {}", mode, flag, why));
@@ -155,7 +157,7 @@ int run_fuzz_mode(const Config& cfg, const std::string& corpus_root) {
     if (!o.target.empty()) resolve_target(spec, o.target);
   o.time_s = cfg.time.value_or(60);
   o.jobs = cfg.jobs.value_or(1);
-  o.work_dir = cfg.work;
+  o.work_dir = cfg.work.empty() ? ".fuzz-work" : cfg.work;
   o.fuzzer_dir =
       cfg.fuzzer_dir.empty() ? (fs::path(cfg.self).parent_path() / "fuzz").string() : cfg.fuzzer_dir;
   o.corpus_root = corpus_root;
@@ -181,7 +183,9 @@ int run_fuzz_mode(const Config& cfg, const std::string& corpus_root) {
     fmt::print("  NEW {}: {} ({}){}\n", f.spec, f.invariant, f.summary,
                f.corpus_path.empty() ? "" : " -> " + f.corpus_path);
   }
-  if (known) fmt::print("  {} more crash input(s) reproduced findings already in the corpus\n", known);
+  if (known)
+    fmt::print("  {} more crash input(s) reproduced findings {}\n", known,
+               cfg.no_corpus ? "made earlier in this run" : "already in the corpus");
   // A crash the harness saw that no re-check reproduces is still a crash:
   // never a clean run (as a property run's finding whose replay does not
   // fail again is still a failure, with a warning).
@@ -284,7 +288,8 @@ int run(const Config& cfg) {
                                                             : "--fuzz-seeds"));
   if (cfg.fuzz)
     refuse_unused(cfg, "--fuzz",
-                  {"--fuzz", "--target", "--time", "--case-timeout", "--corpus/--no-corpus", "--jobs"},
+                  {"--fuzz", "--target", "--time", "--case-timeout", "--corpus/--no-corpus", "--jobs",
+                   "--work", "--fuzzer-dir"},
                   "it fuzzes one target with the spec's harness, checking every invariant");
   else if (!cfg.imports.empty())
     refuse_unused(cfg, "--import", {"--import", "--target", "--case-timeout", "--corpus/--no-corpus"},
@@ -292,6 +297,11 @@ int run(const Config& cfg) {
   else if (!cfg.fuzz_seeds.empty())
     refuse_unused(cfg, "--fuzz-seeds", {"--fuzz-seeds", "--seed"},
                   "it writes the harness's seed inputs and runs nothing");
+  // The fuzz folders are --fuzz's own.
+  if (!cfg.fuzz && !cfg.list && cfg.imports.empty() && cfg.fuzz_seeds.empty() &&
+      (!cfg.work.empty() || !cfg.fuzzer_dir.empty()))
+    throw InputError({},
+                     fmt::format("{} applies to --fuzz only", cfg.work.empty() ? "--fuzzer-dir" : "--work"));
   // A replay checks stored cases, each with the seed its file records: what
   // draws cases is refused, not dropped.
   if (!cfg.replay.empty()) {
@@ -349,7 +359,12 @@ int run(const Config& cfg) {
   if (cfg.specs.size() > 1) throw InputError({}, "several --spec are only accepted with --fuzz");
   const Spec spec = load_spec(cfg.specs[0], cfg.profile, cfg.domain);
   if (!cfg.fuzz_seeds.empty()) {
-    const int n = write_fuzz_seeds(spec, cfg.fuzz_seeds, 64, parse_seed(cfg.seed));
+    const auto seed = parse_seed(cfg.seed);
+    // Seed 0 means a fresh seed elsewhere; seed inputs are for a corpus, drawn reproducibly.
+    if (seed && *seed == 0)
+      throw InputError({},
+                       "--fuzz-seeds --seed 0: give a seed S > 0 (without --seed, the fixed default inputs)");
+    const int n = write_fuzz_seeds(spec, cfg.fuzz_seeds, 64, seed);
     fmt::print("kprop: wrote {} seed inputs for {} to {}\n", n, spec.name, cfg.fuzz_seeds);
     return n > 0 ? 0 : 2;
   }
@@ -361,9 +376,10 @@ int run(const Config& cfg) {
       if (!fs::is_regular_file(path)) throw InputError({path, 0, 0}, "no such fuzzer input");
     }
     int found = 0, passing = 0, skipped = 0;
+    FuzzSeen seen;  // --no-corpus: one bug's inputs dedupe within this import
     for (const auto& path : cfg.imports) {
-      const FuzzImport imported =
-          import_fuzz_input(spec, target, path, corpus_root, !cfg.no_corpus, cfg.case_timeout, cfg.self);
+      const FuzzImport imported = import_fuzz_input(spec, target, path, corpus_root, !cfg.no_corpus,
+                                                    cfg.case_timeout, cfg.self, &seen);
       const auto& f = imported.finding;
       if (!f) {
         if (imported.checked > 0)

@@ -32,6 +32,23 @@ Verdict both(Verdict a, Verdict b) {
 // ---- what derives from Family::build
 // `this` outlives the generator: families are registered for the program's
 // life or owned by the Spec that runs them.
+std::vector<std::pair<std::string, std::string>> Family::domain_lines(const Values& domain) const {
+  std::vector<std::pair<std::string, std::string>> lines;
+  const auto walk = [&](const auto& self, const Schema& schema, const std::string& prefix,
+                        const std::string& pad) -> void {
+    for (const Field& f : schema) {
+      if (f.kind == FieldKind::map) {
+        lines.push_back({pad + f.key + ":", ""});
+        self(self, f.children, prefix + f.key + ".", pad + "  ");
+      } else if (domain.has(prefix + f.key)) {
+        lines.push_back({pad + f.key, format_value(domain.all().at(prefix + f.key))});
+      }
+    }
+  };
+  walk(walk, domain_schema(), "", "");
+  return lines;
+}
+
 rc::Gen<AnyCase> Family::generator(const Values& domain) const {
   return rc::gen::exec([this, domain] {
     RapidCheckDraw draw;

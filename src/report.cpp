@@ -485,7 +485,7 @@ class JsonReporter final : public Reporter {
   std::string replay(const Spec& spec, const std::vector<ReplayRow>& rows) const override {
     nlohmann::json j = {{"spec", spec.name},
                         {"verdict", to_string(replay_verdict(rows))},
-                        {"exit_code", exit_code(replay_verdict(rows))},
+                        {"exit_code", interrupted() ? 130 : exit_code(replay_verdict(rows))},
                         {"files", nlohmann::json::array()}};
     for (const auto& row : rows)
       j["files"].push_back({{"path", row.path},

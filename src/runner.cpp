@@ -188,15 +188,29 @@ Impl resolve_target(const Spec& spec, const std::string& name, std::optional<dou
     if (as_reference) transport = external::widened_to_f64(std::move(transport));
     return spec.family->external_impl(name, std::move(transport));
   }
-  // A shared library or a command without its scheme: say which one it takes.
-  const bool library = name.find(".so") != std::string::npos;
-  const bool command =
-      !library && (name.find('/') != std::string::npos || name.find(' ') != std::string::npos);
-  if (library || command)
-    throw InputError({}, fmt::format("unknown {} '{}' for family {} (did you mean '{}:{}'? an external {} is "
+  // A shared library or a command without its scheme (or a misspelt one):
+  // say which one it takes.
+  const std::string role = as_reference ? "reference" : "target";
+  const size_t colon = name.find(':');
+  if (colon != std::string::npos && colon > 0 &&
+      std::all_of(name.begin(), name.begin() + long(colon),
+                  [](char ch) { return std::isalpha(uint8_t(ch)); }))
+    throw InputError({}, fmt::format("unknown {} '{}' for family {}: no scheme '{}:' (an external {} is "
+                                     "plugin:PATH or exec:COMMAND)",
+                                     role, name, spec.family->name(), name.substr(0, colon), role));
+  const auto ends_with = [&](const std::string& tail) {
+    return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  const bool library = ends_with(".so") || name.find(".so.") != std::string::npos;
+  const bool script = ends_with(".py") && name.find(' ') == std::string::npos;  // a bare script path
+  if (library || script || name.find('/') != std::string::npos || name.find(' ') != std::string::npos)
+    throw InputError({}, fmt::format("unknown {} '{}' for family {} (did you mean '{}'? an external {} is "
                                      "named with its scheme)",
-                                     as_reference ? "reference" : "target", name, spec.family->name(),
-                                     library ? "plugin" : "exec", name, library ? "plugin" : "worker"));
+                                     role, name, spec.family->name(),
+                                     library  ? "plugin:" + name
+                                     : script ? "exec:python3 " + name
+                                              : "exec:" + name,
+                                     role));
   const auto names = spec.family->implementation_names();
   throw InputError({}, fmt::format("unknown {} '{}' for family {}{}", as_reference ? "reference" : "target",
                                    name, spec.family->name(), suggestion(name, names)));

@@ -38,15 +38,16 @@ RunReport replay_in_process(const Spec& spec, const RunOptions& options, const s
       report.status = RunStatus::failed;
       break;
   }
+  // The file that decided the verdict (a failing one before a skipped one).
+  const ReplayVerdict verdict = replay_verdict(rows);
   for (const auto& row : rows) {
+    if (verdict == ReplayVerdict::passed || replay_verdict(row) != verdict) continue;
     const std::string why = !row.error.empty()           ? row.error
                             : !row.target_detail.empty() ? row.target_detail
                             : !row.mutant_still_fails    ? row.mutant_detail
-                                                         : "";
-    if (!why.empty() && replay_verdict(row) != ReplayVerdict::passed) {
-      report.detail = fmt::format("KPROP_REPLAY {}: {}", row.path, why);
-      break;
-    }
+                                                         : to_string(verdict);
+    report.detail = fmt::format("KPROP_REPLAY {}: {}", row.path, why);
+    break;
   }
   if (report.detail.empty())
     report.detail = fmt::format("KPROP_REPLAY {}: {}", path, run_status_name(report.status));

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/eventhandler.h>
 
+#include <algorithm>
 #include <cctype>
 #include <sstream>
 
@@ -83,10 +84,32 @@ YAML::Node load_one_document(const std::string& text, const std::string& source,
   } catch (const YAML::ParserException& e) {
     // In a flow map, 'dtypes:[f32]' is one plain scalar, not a key and its
     // value: yaml-cpp reports the unclosed map, not the missing space.
+    // Looked for before where the error was noticed, outside comments and
+    // quoted strings.
     std::string hint;
+    const size_t end = std::min(text.size(), e.mark.pos >= 0 ? size_t(e.mark.pos) + 1 : text.size());
+    char quote = 0;
+    bool comment = false;
     if (e.msg.find("flow") != std::string::npos)
-      for (size_t i = 1; i + 1 < text.size() && hint.empty(); ++i)
-        if (text[i] == ':' && std::isalnum(static_cast<unsigned char>(text[i - 1])) &&
+      for (size_t i = 0; i + 1 < end && hint.empty(); ++i) {
+        const char ch = text[i];
+        if (comment) {
+          comment = ch != '\n';
+          continue;
+        }
+        if (quote) {
+          if (ch == quote) quote = 0;
+          continue;
+        }
+        if (ch == '"' || ch == '\'') {
+          quote = ch;
+          continue;
+        }
+        if (ch == '#' && (i == 0 || std::isspace(static_cast<unsigned char>(text[i - 1])))) {
+          comment = true;
+          continue;
+        }
+        if (ch == ':' && i > 0 && std::isalnum(static_cast<unsigned char>(text[i - 1])) &&
             (text[i + 1] == '[' || text[i + 1] == '{')) {
           size_t start = i;
           while (start > 0 &&
@@ -96,6 +119,7 @@ YAML::Node load_one_document(const std::string& text, const std::string& source,
           hint = fmt::format(" ('{}:{}' has no space after its ':', so it is no key: write '{}: {}')", key,
                              text[i + 1], key, text[i + 1]);
         }
+      }
     throw InputError(at(source, e.mark), what + ": " + e.msg + hint);
   }
 }

@@ -137,6 +137,21 @@ Case Traits::transform(const std::string& name, const Case& c, const Values& par
 }
 
 // ---------------------------------------------------------------- the family
+// --domain over an op takes `dtypes` and each dim, in op.dims' grammar.
+std::vector<std::pair<std::string, std::string>> OpFamily::domain_lines(const Values&) const {
+  std::vector<std::string> names;
+  for (DType t : decl_->case_dtypes) names.push_back(dtype_name(t));
+  std::vector<std::pair<std::string, std::string>> lines = {
+      {"dtypes", fmt::format("[{}]", fmt::join(names, ", "))}};
+  for (const DimDecl& d : decl_->dims) {
+    std::string v = d.one_of.empty() ? fmt::format("[{}, {}]", d.lo, d.hi)
+                                     : fmt::format("{{one_of: [{}]}}", fmt::join(d.one_of, ", "));
+    if (d.multiple_of > 1) v = fmt::format("{{range: [{}, {}], multiple_of: {}}}", d.lo, d.hi, d.multiple_of);
+    lines.push_back({d.name, v});
+  }
+  return lines;
+}
+
 OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
   const Decl& d = *decl_;
   infos_ = d.reference_infos;

@@ -40,6 +40,7 @@ class OpFamily final : public FamilyDef<Traits> {
   AnyCase build(Draw& draw, const Values&) const override { return box(build_case(draw)); }
   AnyCase from_yaml(const YAML::Node& node) const override;
   CaseSize max_case_bytes(const Values& domain) const override;
+  std::vector<std::pair<std::string, std::string>> domain_lines(const Values& domain) const override;
   const expr::TensorInfos& tensor_infos() const override { return infos_; }
   const std::vector<TransformInfo>& transforms() const override { return transforms_; }
 

@@ -287,6 +287,11 @@ class Family {
   virtual const char* name() const = 0;
   virtual const char* description() const = 0;
   virtual const Schema& domain_schema() const = 0;
+  // The domain as --domain names its keys, one "KEY  VALUE" line each, a
+  // map's keys indented under "KEY:" (prop_runner --list --spec): from the
+  // schema and `domain`; a family that draws from elsewhere (op: its
+  // declaration's dtypes and dims) says its own.
+  virtual std::vector<std::pair<std::string, std::string>> domain_lines(const Values& domain) const;
   // The one way a family makes cases: from a Draw (kprop/draw.h), so
   // RapidCheck generation, fuzz-byte decoding and fuzz seed corpora are the
   // same code. The three below derive from it (registry.cpp).

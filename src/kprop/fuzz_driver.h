@@ -9,6 +9,7 @@
 // end of each round.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,9 +36,9 @@ struct FuzzOptions {
 
 struct FuzzFinding {
   std::string spec, invariant, message, summary, corpus_path;  // invariant: the kind for a target failure
-  std::string replay;  // the stored case's replay command (empty: not stored)
   bool is_new = false;
   std::string kind = "invariant";  // or the target failure's: crash, hang, error, ...
+  std::string replay;              // the stored case's replay command (empty: not stored)
   // "matches_reference broken", "target failure (crash)".
   std::string what() const {
     return kind == "invariant" ? invariant + " broken" : "target failure (" + kind + ")";
@@ -85,10 +86,22 @@ struct FuzzImport {
 };
 // `case_timeout_s` (--case-timeout) overrides run.case_timeout_s for the
 // target's calls, as in a property run.
+// The findings of one run (a --fuzz or an --import) by signature (spec,
+// invariant, implementation): what --no-corpus dedupes against. Its scratch
+// folder keeps earlier runs' findings too, and deduping against those called
+// a bug still there "known" (exit 0).
+struct FuzzSeen {
+  struct Known {
+    int64_t size = 0;
+    std::string path, message, summary;
+  };
+  std::map<std::string, Known> by_signature;
+};
+
 FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::string& path,
                              const std::string& corpus_root, bool write_corpus,
                              std::optional<double> case_timeout_s,
-                             const std::string& replay_program = "prop_runner");
+                             const std::string& replay_program = "prop_runner", FuzzSeen* seen = nullptr);
 
 // Writes `count` seed inputs for the spec (empty if the family has no
 // Draw-based builder), drawn from `seed` (seed-000 .. from 1, 2, ... when

@@ -444,12 +444,20 @@ TEST(Cli, ListOfASpecShowsItsDomain) {
   const std::string spec = std::string(KPROP_SOURCE_DIR) + "/specs/softmax_topk.yaml";
   const CliRun r = run("--list --spec " + spec + " --domain '{dtypes: [f32, f64]}'");
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("domain (--domain '{KEY: VALUE}' overrides a key)"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("  dtypes                 [f32, f64]\n"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("  values.magnitude_log2  ["), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("domain (--domain '{KEY: VALUE}' overrides a key"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  dtypes            [f32, f64]\n"), std::string::npos) << r.out;
+  // A map's keys under it, as --domain '{values: {magnitude_log2: ...}}' names them.
+  EXPECT_NE(r.out.find("  values:\n    magnitude_log2  ["), std::string::npos) << r.out;
   const CliRun j = run("--list --format json --spec " + spec);
   EXPECT_EQ(j.code, 0) << j.out;
-  EXPECT_EQ(nlohmann::json::parse(j.out)["domain"]["dtypes"].size(), 4u) << j.out;
+  const auto listed = nlohmann::json::parse(j.out)["domain"];
+  EXPECT_EQ(listed["dtypes"].size(), 4u) << j.out;
+  EXPECT_EQ(listed["values"]["magnitude_log2"].size(), 2u) << j.out;
+  // An op's domain: its dtypes and dims.
+  const CliRun op = run("--list --spec " + std::string(KPROP_SOURCE_DIR) + "/specs/ops/rmsnorm.yaml");
+  EXPECT_EQ(op.code, 0) << op.out;
+  EXPECT_NE(op.out.find("  dtypes  [f32, f64, f16, bf16]\n"), std::string::npos) << op.out;
+  EXPECT_NE(op.out.find("  T       ["), std::string::npos) << op.out;
 }
 
 // An output read only by a `when` is not checked by that invariant (a
@@ -680,6 +688,8 @@ TEST(Cli, LeftOutValuesAndModesWithoutReportsAreInputErrors) {
       // An external target without its scheme.
       {"--spec " + kSpec + " --no-corpus --target ./libmine.so", "(did you mean 'plugin:./libmine.so'?"},
       {"--spec " + kSpec + " --no-corpus --target 'python3 w.py'", "(did you mean 'exec:python3 w.py'?"},
+      {"--spec " + kSpec + " --no-corpus --target dir/w.py", "(did you mean 'exec:python3 dir/w.py'?"},
+      {"--spec " + kSpec + " --no-corpus --target plugins:./x.so", "no scheme 'plugins:'"},
       {"--spec " + kSpec + " --fuzz --replay x", "--fuzz takes no --replay"},
       {"--spec " + kSpec + " --fuzz --search --trials 7", "--fuzz takes no --trials"},
       {"--spec " + kSpec + " --fuzz --seed 3", "--fuzz takes no --seed"},
@@ -688,6 +698,9 @@ TEST(Cli, LeftOutValuesAndModesWithoutReportsAreInputErrors) {
       {"--spec " + kSpec + " --import x --jobs 2", "--import takes no --jobs"},
       {"--spec " + kSpec + " --fuzz-seeds x --target reference", "--fuzz-seeds takes no --target"},
       {"--spec " + kSpec + " --fuzz-seeds x --import y", "--import takes no --fuzz-seeds"},
+      {"--spec " + kSpec + " --fuzz-seeds x --seed 0", "--fuzz-seeds --seed 0: give a seed S > 0"},
+      {"--spec " + kSpec + " --fuzz-seeds x --work w", "--fuzz-seeds takes no --work"},
+      {"--spec " + kSpec + " --no-corpus --fuzzer-dir d", "--fuzzer-dir applies to --fuzz only"},
       {"--spec " + kSpec + " --no-corpus --profile ''", "--profile: names no profile"},
       {"--spec " + kSpec + " --no-corpus --domain ''", "--domain: overrides nothing"},
       {"--spec " + kSpec + " --replay x --trials 5", "--replay takes no --trials"},

@@ -9,10 +9,16 @@
 //   KPROP_TEST_CTOR_CRASH   a constructor that aborts: exit 2, the death said;
 //   KPROP_TEST_CTOR_HANG    a constructor that never returns: SIGTERM stops
 //                           the run at once (exit 130), the host killed.
+//   KPROP_TEST_TOUCHES_ITSELF  a kernel that touches its own .so, as a rebuild
+//                           would, then aborts: the restarted host refuses
+//                           the changed file (exit 2), no finding recorded.
 // And one whose error must be reported as its error (exit 3, the message kept):
 //   KPROP_TEST_LATIN1_ERROR fails every call with a message that is not UTF-8
 //                           (Latin-1 "café"), which killed the plugin host.
 #include <kprop/abi.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -75,5 +81,17 @@ __attribute__((constructor)) static void hang_on_load() {
 }
 KPROP_EXPORT int kprop_attention_fwd(const kprop_attention_fwd_args*, char*, size_t) {
   return KPROP_OK;
+}
+#endif
+
+#ifdef KPROP_TEST_TOUCHES_ITSELF
+KPROP_PLUGIN();
+KPROP_EXPORT int kprop_attention_fwd(const kprop_attention_fwd_args*, char*, size_t) {
+  Dl_info self{};
+  if (dladdr(reinterpret_cast<void*>(&kprop_attention_fwd), &self) && self.dli_fname) {
+    const timespec later[2] = {{0, UTIME_OMIT}, {2000000000, 0}};  // mtime: 2033
+    utimensat(AT_FDCWD, self.dli_fname, later, 0);
+  }
+  std::abort();
 }
 #endif
