@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cmath>
 #include <limits>
 
@@ -10,6 +11,15 @@ namespace kprop::case_yaml {
 void fail(const YAML::Node& node, const std::string& message) {
   const YAML::Mark m = node.Mark();
   throw CaseFormatError(m.is_null() ? 0 : m.line + 1, m.is_null() ? 0 : m.column + 1, message);
+}
+
+void check_contract(const YAML::Node& map, const std::string& why) {
+  if (why.empty()) return;
+  size_t n = 0;
+  while (n < why.size() && (std::isalnum(static_cast<unsigned char>(why[n])) || why[n] == '_')) ++n;
+  if (n > 0 && map.IsMap())
+    if (const YAML::Node at = map[why.substr(0, n)]) fail(at, why);
+  fail(map, why);
 }
 
 void expect_keys(const YAML::Node& map, std::initializer_list<const char*> keys, const std::string& what) {

@@ -341,7 +341,7 @@ Case Traits::from_yaml(const YAML::Node& n) {
   if (c.model.vocab > 1 << 24 || c.beam_width > 1 << 16 || c.max_new_tokens > 64 || c.prompts.size() > 1024 ||
       static_cast<int64_t>(c.beam_width) * c.model.vocab * static_cast<int64_t>(c.prompts.size()) > 1 << 28)
     case_yaml::fail(n, "vocab, beam_width, max_new_tokens or batch too large for a test case");
-  if (const std::string why = validate(c); !why.empty()) case_yaml::fail(n, why);
+  case_yaml::check_contract(n, validate(c));
   return c;
 }
 

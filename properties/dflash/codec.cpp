@@ -53,7 +53,7 @@ Case Traits::from_yaml(const YAML::Node& n) {
   if (c.model.d_model > 1 << 16 || c.model.layers > 64 || c.model.vocab > 1 << 24 ||
       c.prompt.size() > 1 << 20)
     case_yaml::fail(m, "model or prompt too large for a test case");
-  if (const std::string why = validate(c); !why.empty()) case_yaml::fail(n, why);
+  case_yaml::check_contract(n, validate(c));
   return c;
 }
 

@@ -336,7 +336,7 @@ Case Traits::from_yaml(const YAML::Node& n) {
   c.k_spread = read<double>(data, "k_spread");
   c.v_spread = read<double>(data, "v_spread");
   c.seed = read<uint64_t>(data, "seed");
-  if (const std::string why = validate(c); !why.empty()) case_yaml::fail(n, why);
+  case_yaml::check_contract(n, validate(c));
   return c;
 }
 

@@ -101,7 +101,7 @@ Case Traits::from_yaml(const YAML::Node& n) {
   if (c.gamma.size() != static_cast<size_t>(c.dim) || c.beta.size() != static_cast<size_t>(c.dim))
     case_yaml::fail(
         n, fmt::format("'gamma' and 'beta' must have D = {} values (rows of 'x' have {})", c.dim, c.dim));
-  if (const std::string why = validate(c); !why.empty()) case_yaml::fail(n, why);
+  case_yaml::check_contract(n, validate(c));
   return c;
 }
 

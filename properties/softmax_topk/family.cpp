@@ -393,7 +393,7 @@ Case Traits::from_yaml(const YAML::Node& n) {
     c.logits.insert(c.logits.end(), values.begin(), values.end());
   }
   if (c.logits.size() > (1u << 24)) case_yaml::fail(rows, "case too large");
-  if (const std::string why = validate(c); !why.empty()) case_yaml::fail(n, why);
+  case_yaml::check_contract(n, validate(c));
   return c;
 }
 

@@ -344,7 +344,7 @@ Case Traits::from_yaml(const YAML::Node& n) {
   c.x = case_yaml::read_reals(n, "x");
   c.w = case_yaml::read_reals(n, "w");
   c.dy = case_yaml::read_reals(n, "dy");
-  if (const std::string why = validate(c); !why.empty()) case_yaml::fail(n, why);
+  case_yaml::check_contract(n, validate(c));
   return c;
 }
 

@@ -15,6 +15,10 @@
 namespace kprop::case_yaml {
 
 [[noreturn]] void fail(const YAML::Node& node, const std::string& message);
+// A case that breaks its family's contract (`why`, the family's validate();
+// "" if none) fails at the key the reason begins with ("k must be in [1,
+// vocab]" at k:), else at the case map.
+void check_contract(const YAML::Node& map, const std::string& why);
 
 // The map has only these keys (and is a map).
 void expect_keys(const YAML::Node& map, std::initializer_list<const char*> keys, const std::string& what);

@@ -103,6 +103,15 @@ TEST(SoftmaxTopkCodec, BadCasesNameLineAndColumn) {
                            "dtype: f32\nk: 1\nblock: 1\nlogits:\n  - [0.1]\n"}) {
     testing::expect_bad_case<Traits>(text);
   }
+  // A broken contract is reported at the key its reason names (it was the
+  // case map's first line whatever the key).
+  try {
+    Traits::from_yaml(YAML::Load("dtype: f32\nblock: 1\nk: 3\nlogits:\n  - [0, 1]\n"));
+    ADD_FAILURE() << "k: 3 over 2 logits accepted";
+  } catch (const CaseFormatError& e) {
+    EXPECT_EQ(e.line, 3) << e.what();
+    EXPECT_NE(std::string(e.what()).find("k must be in [1, vocab]"), std::string::npos) << e.what();
+  }
 }
 
 // ---------------------------------------------------------------- f16 / bf16
