@@ -15,9 +15,9 @@
 // And one whose error must be reported as its error (exit 3, the message kept):
 //   KPROP_TEST_LATIN1_ERROR fails every call with a message that is not UTF-8
 //                           (Latin-1 "café"), which killed the plugin host.
-#include <kprop/abi.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <kprop/abi.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -63,21 +63,15 @@ KPROP_EXPORT int kprop_attention_fwd(const kprop_attention_fwd_args*, char*, siz
 }
 #endif
 
-#ifdef KPROP_TEST_CTOR_CRASH
+#if defined(KPROP_TEST_CTOR_CRASH) || defined(KPROP_TEST_CTOR_HANG)
 KPROP_PLUGIN();
-__attribute__((constructor)) static void crash_on_load() {
+__attribute__((constructor)) static void fail_on_load() {
+#ifdef KPROP_TEST_CTOR_CRASH
   std::fprintf(stderr, "ctor_crash plugin: aborting while it loads\n");
   std::abort();
-}
-KPROP_EXPORT int kprop_attention_fwd(const kprop_attention_fwd_args*, char*, size_t) {
-  return KPROP_OK;
-}
-#endif
-
-#ifdef KPROP_TEST_CTOR_HANG
-KPROP_PLUGIN();
-__attribute__((constructor)) static void hang_on_load() {
+#else
   for (;;) pause();
+#endif
 }
 KPROP_EXPORT int kprop_attention_fwd(const kprop_attention_fwd_args*, char*, size_t) {
   return KPROP_OK;
