@@ -1334,22 +1334,22 @@ class ChildTransport : public Transport {
                 const std::vector<Tensor>& declared, const std::string& waited, nlohmann::json& header,
                 std::vector<uint8_t>& payload) {
     auto fail = [&](Child::Io io) -> TargetFailure {
-      // The handshake's failures say "while starting", not the op "hello".
+      // The handshake's failures say "while starting", not the op "hello":
+      // a plugin loads then (its constructors run), a worker imports.
+      const bool starting = op == "hello";
       if (io == Child::Io::timeout) {
         child_.kill_now();
-        return TargetFailure("hang", op == "hello" ? fmt::format("hung while starting ({}); killed", waited)
-                                                   : fmt::format("{}: hung ({}); killed", op, waited));
+        return TargetFailure("hang", starting ? fmt::format("hung while starting ({}); killed", waited)
+                                              : fmt::format("{}: hung ({}); killed", op, waited));
       }
       if (io == Child::Io::interrupted) {
         child_.kill_now();
-        return TargetFailure(
-            "interrupted", op == "hello"
-                               ? std::string("interrupted while the target was starting; killed it")
-                               : fmt::format("{}: interrupted while waiting for the target; killed it", op));
+        return TargetFailure("interrupted",
+                             (starting ? std::string("interrupted while the target was starting")
+                                       : op + ": interrupted while waiting for the target") +
+                                 "; killed it");
       }
-      // Before the handshake's reply: while a plugin loads (its constructors
-      // run then) or a worker imports its modules.
-      if (op == "hello")
+      if (starting)
         return TargetFailure("crash", fmt::format("the target {} while starting, before it answered the "
                                                   "handshake{}",
                                                   child_.death(),
