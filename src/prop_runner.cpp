@@ -509,6 +509,11 @@ int run(const Config& cfg) {
 int main(int argc, char** argv) {
   tune_allocator();
   CLI::App app{"kprop property runner: checks a kernel against a YAML spec", "prop_runner"};
+#if KPROP_HAVE_CUDA
+  app.set_version_flag("--version", "prop_runner (kprop) " KPROP_VERSION ", CUDA targets compiled in");
+#else
+  app.set_version_flag("--version", "prop_runner (kprop) " KPROP_VERSION ", built without CUDA");
+#endif
   Config cfg;
   // An existing file, or a spec's old name whose new file exists (load_spec
   // loads that, with a note): CLI::ExistingFile refused the old names.
@@ -617,6 +622,8 @@ int main(int argc, char** argv) {
     cfg.self = argv[0];
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);  // prints the version to stdout, exit 0
   } catch (const CLI::ParseError& e) {
     fmt::print(stderr, "prop_runner: error: {} (see --help)\n", e.what());
     return 2;

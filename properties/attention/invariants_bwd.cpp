@@ -132,15 +132,15 @@ struct Loss {
 // and 0 where j is not visible), T_j and A_j. Moving one element of key j
 // (of K or of V) changes key j's entries only, and recomputing them alone
 // gives the same numbers as recomputing the row (the same operations in the
-// same order): a finite difference of K or V costs O(Nk) per row, not O(Nk·D).
+// same order): with rest_of, a finite difference of K or V costs O(Nk) per
+// row and sample and O(1) per evaluation, not O(Nk·D) per evaluation.
 struct RowParts {
   int b = 0, h = 0, i = 0;
   std::vector<double> s, ds, t, a;
   int dim = 0;
-  // e_j = exp(s_j - e_max) as row_loss last computed them: a loss after one
-  // key moved recomputes only that key's e_j while the row's max is the same
-  // (then every other e_j is the same number), so a finite difference of K
-  // costs one exp per row, not Nk. NaN: none computed yet.
+  // e_j = exp(s_j - e_max) as row_loss last computed them: rest_of sums the
+  // unmoved keys' from them, so a finite difference of K costs one exp per
+  // row and evaluation, not Nk. NaN: none computed yet.
   std::vector<double> e;
   double e_max = std::numeric_limits<double>::quiet_NaN();
 };
@@ -163,29 +163,31 @@ std::pair<double, double> dot_abs(const double* x, const double* y, int n) {
   return {dot, abs_dot};
 }
 
-void score_part(const Case& c, RowParts& r, int j) {
+// Key j's s_j and |Δs_j| in r's row.
+std::pair<double, double> score_of(const Case& c, const RowParts& r, int j) {
   const Shape& s = c.shape;
   const double scale = effective_scale(c), eps = std::numeric_limits<double>::epsilon();
-  r.s[size_t(j)] = -std::numeric_limits<double>::infinity();
-  r.ds[size_t(j)] = 0;
-  if (!visible(c, r.b, r.i, j)) return;
+  if (!visible(c, r.b, r.i, j)) return {-std::numeric_limits<double>::infinity(), 0};
   const size_t row = q_row(s, r.b, r.h, r.i), kv = kv_base(s, r.b, r.h);
   const auto [dot, abs_dot] = dot_abs(&c.q[row * s.dim], &c.k[(kv + j) * s.dim], s.dim);
-  r.s[size_t(j)] = scale * dot;
-  r.ds[size_t(j)] = s.dim * eps * scale * abs_dot + (scale * s.dim + 1) * kUnderflow;
+  return {scale * dot, s.dim * eps * scale * abs_dot + (scale * s.dim + 1) * kUnderflow};
 }
 
-void value_part(const Case& c, RowParts& r, int j) {
+// Key j's T_j and A_j in r's row.
+std::pair<double, double> value_of(const Case& c, const RowParts& r, int j) {
   const Shape& s = c.shape;
   const size_t row = q_row(s, r.b, r.h, r.i), kv = kv_base(s, r.b, r.h);
-  std::tie(r.t[size_t(j)], r.a[size_t(j)]) = dot_abs(&c.d_out[row * s.dim], &c.v[(kv + j) * s.dim], s.dim);
+  return dot_abs(&c.d_out[row * s.dim], &c.v[(kv + j) * s.dim], s.dim);
 }
 
 // Fills r's parts for its row (r.b, r.h, r.i), reusing its buffers.
 void fill_parts(const Case& c, RowParts& r) {
   for (auto* v : {&r.s, &r.ds, &r.t, &r.a}) v->resize(size_t(c.shape.nk));
   r.dim = c.shape.dim;
-  for (int j = 0; j < c.shape.nk; ++j) score_part(c, r, j), value_part(c, r, j);
+  for (int j = 0; j < c.shape.nk; ++j) {
+    std::tie(r.s[size_t(j)], r.ds[size_t(j)]) = score_of(c, r, j);
+    std::tie(r.t[size_t(j)], r.a[size_t(j)]) = value_of(c, r, j);
+  }
 }
 
 RowParts row_parts(const Case& c, int b, int h, int i) {
@@ -194,22 +196,17 @@ RowParts row_parts(const Case& c, int b, int h, int i) {
   return r;
 }
 
-// The row's loss; `moved`: the one key whose parts changed since the last
-// call on r (-1: any may have).
-Loss row_loss(RowParts& r, int moved = -1) {
+// The row's loss, from its parts; keeps its e_j and their max in r.
+Loss row_loss(RowParts& r) {
   const double eps = std::numeric_limits<double>::epsilon();
   const size_t nk = r.s.size();
   double m = -std::numeric_limits<double>::infinity(), dm = 0;
   for (size_t j = 0; j < nk; ++j) m = std::max(m, r.s[j]), dm = std::max(dm, r.ds[j]);
   if (m == -std::numeric_limits<double>::infinity()) return {};
   std::vector<double>& e = r.e;
-  if (moved >= 0 && m == r.e_max && e.size() == nk) {
-    e[size_t(moved)] = std::exp(r.s[size_t(moved)] - m);
-  } else {
-    e.resize(nk);
-    for (size_t j = 0; j < nk; ++j) e[j] = std::exp(r.s[j] - m);
-    r.e_max = m;
-  }
+  e.resize(nk);
+  for (size_t j = 0; j < nk; ++j) e[j] = std::exp(r.s[j] - m);
+  r.e_max = m;
   double l = 0, rho = 0;
   for (size_t j = 0; j < nk; ++j) {
     l += e[j];
@@ -226,6 +223,106 @@ Loss row_loss(RowParts& r, int moved = -1) {
   }
   const double underflow = (2 * a_sum + r.dim + double(nk)) * kUnderflow;
   return {loss, weighted * (pi + (double(nk) * r.dim + 1) * eps) + underflow};
+}
+
+// A row's sums over every key but one (the key a sample of K or V moves),
+// at the unmoved case, with the e_j of the row's max M there: a loss after
+// only that key moved is then O(1) (row_loss_moved), not O(Nk).
+struct Rest {
+  double M = 0;  // the unmoved row's max score, which the e_j are relative to
+  double m = -std::numeric_limits<double>::infinity();  // max over the other keys' s_j
+  double dm = 0;                                        // ... of their |Δs_j|
+  double base = 0;  // ... of |Δs_j| + eps·(|s_j - M| + 2), over finite s_j (ρ_j less |Δm|)
+  double l = 0, et = 0, ea = 0, a = 0;  // Σ e_j, Σ e_j T_j, Σ e_j A_j, Σ A_j
+};
+
+Rest rest_of(RowParts& r, int key) {
+  if (r.e.size() != r.s.size() || std::isnan(r.e_max)) row_loss(r);  // the e_j, at the row's max
+  const double eps = std::numeric_limits<double>::epsilon();
+  Rest x;
+  x.M = r.e_max;
+  for (size_t j = 0; j < r.s.size(); ++j) {
+    if (int(j) == key) continue;
+    x.m = std::max(x.m, r.s[j]), x.dm = std::max(x.dm, r.ds[j]);
+    if (std::isfinite(r.s[j])) x.base = std::max(x.base, r.ds[j] + eps * (std::fabs(r.s[j] - x.M) + 2));
+    x.l += r.e[j], x.a += r.a[j];
+    if (r.e[j] == 0) continue;  // as row_loss skips p_j = 0
+    x.et += r.e[j] * r.t[j], x.ea += r.e[j] * r.a[j];
+  }
+  return x;
+}
+
+// What moving one element of K or V leaves of a key's parts.
+struct KeyParts {
+  double s, ds, t, a;
+};
+
+// row_loss of the unmoved row r after only `key` moved (its parts now
+// `moved`), from x = rest_of(r, key): while the
+// row's max is still x.M, L = (Σ_{j≠key} e_j T_j + e_key T_key) / l with
+// l = Σ_{j≠key} e_j + e_key. The same roundings as row_loss's Σ_j p_j T_j
+// (the sums in another order, one division for Nk): per term e_j (ρ_j) and
+// T_j (D·eps·A_j), the product and the sum of Nk terms (Nk·eps), l (max ρ +
+// Nk·eps) and the division (eps), so |ΔL| <= Σ_j p_j A_j·(2·max ρ + (2·Nk + D
+// + 1)·eps), inside row_loss's π + (Nk·D + 1)·eps = 2·max ρ + (Nk + 1 + Nk·D
+// + 1)·eps; underflow as there (l >= 1). Otherwise (the key is or becomes
+// the max) row_loss of a copy of r with the key moved, made in `scratch`.
+Loss row_loss_moved(const RowParts& r, const Rest& x, int key, const KeyParts& moved, RowParts& scratch) {
+  const double eps = std::numeric_limits<double>::epsilon();
+  const size_t k = size_t(key), nk = r.s.size();
+  const double sk = moved.s, dsk = moved.ds;
+  if (!std::isfinite(sk) || std::max(x.m, sk) != x.M) {
+    scratch = r;
+    scratch.s[k] = moved.s, scratch.ds[k] = moved.ds, scratch.t[k] = moved.t, scratch.a[k] = moved.a;
+    return row_loss(scratch);
+  }
+  // A V move leaves s_key: its e_key is the unmoved row's (x.M is r's max).
+  const double ek = sk == r.s[k] ? r.e[k] : std::exp(sk - x.M), l = x.l + ek;
+  const double rho = std::max(x.dm, dsk) + std::max(x.base, dsk + eps * (std::fabs(sk - x.M) + 2));
+  const double pi = 2 * rho + (double(nk) + 1) * eps;
+  const double loss = (x.et + (ek == 0 ? 0 : ek * moved.t)) / l;
+  const double weighted = (x.ea + ek * moved.a) / l;
+  const double underflow = (2 * (x.a + moved.a) + r.dim + double(nk)) * kUnderflow;
+  return {loss, weighted * (pi + (double(nk) * r.dim + 1) * eps) + underflow};
+}
+
+// A query row's dot products with every key without the term of the one
+// element d of Q a sample moves: a loss after q_d moved then recomputes each
+// s_j from it in O(1), not O(D). Σ_d in another order (d last) has the same
+// bound, D·eps·Σ_d |q_d k_jd| (score_part's).
+struct QueryRest {
+  std::vector<double> dot, abs, k_d;  // per key: Σ_{d'≠d} q_d' k_jd', Σ_{d'≠d} |q_d' k_jd'|, k_jd
+  std::vector<char> visible;
+};
+
+void query_rest(const Case& c, const RowParts& r, size_t d, QueryRest& x) {
+  const Shape& s = c.shape;
+  const size_t nk = size_t(s.nk), row = q_row(s, r.b, r.h, r.i), kv = kv_base(s, r.b, r.h);
+  for (auto* v : {&x.dot, &x.abs, &x.k_d}) v->assign(nk, 0.0);
+  x.visible.assign(nk, 0);
+  for (size_t j = 0; j < nk; ++j) {
+    x.visible[j] = visible(c, r.b, r.i, int(j));
+    const double* q = &c.q[row * s.dim];
+    const double* k = &c.k[(kv + j) * s.dim];
+    for (size_t e = 0; e < size_t(s.dim); ++e) {
+      if (e == d) continue;
+      const double term = q[e] * k[e];
+      x.dot[j] += term, x.abs[j] += std::fabs(term);
+    }
+    x.k_d[j] = k[d];
+  }
+}
+
+// score_part of every key of r after q_d became `q_d`, from x = query_rest.
+void scores_moved(const Case& c, RowParts& r, const QueryRest& x, double q_d) {
+  const Shape& s = c.shape;
+  const double scale = effective_scale(c), eps = std::numeric_limits<double>::epsilon();
+  for (size_t j = 0; j < x.dot.size(); ++j) {
+    if (!x.visible[j]) continue;  // -inf and 0, as fill_parts left them
+    const double term = q_d * x.k_d[j];
+    r.s[j] = scale * (x.dot[j] + term);
+    r.ds[j] = s.dim * eps * scale * (x.abs[j] + std::fabs(term)) + (scale * s.dim + 1) * kUnderflow;
+  }
 }
 
 Verdict finite_differences(T& t, const Values& p) {
@@ -274,6 +371,12 @@ Verdict finite_differences(T& t, const Values& p) {
   // live across samples so that their buffers are reused, not reallocated.
   std::vector<RowParts> rows;
   size_t used = 0;
+  // A sample of K or V: the unmoved rows (kept or in rows) and their sums
+  // over the other keys; of Q: its one row's dots without q_d.
+  std::vector<RowParts*> unmoved;
+  std::vector<Rest> rests;
+  RowParts scratch;
+  QueryRest qrest;
   auto use_row = [&](int b, int h, int i) -> RowParts& {
     if (rows.size() <= used) rows.resize(used + 1);
     RowParts& r = rows[used++];
@@ -291,6 +394,7 @@ Verdict finite_differences(T& t, const Values& p) {
     // how fast it moves their scores: |∂s_j/∂x| <= sensitivity (scale·|k_jd|
     // for q_d, scale·|q_d| for k_jd; V moves no score, and L is linear in it).
     used = 0;
+    unmoved.clear();
     int key = -1;
     const size_t d = at % size_t(s.dim);
     double sensitivity = 0;
@@ -302,6 +406,7 @@ Verdict finite_differences(T& t, const Values& p) {
       for (int j = 0; j < s.nk; ++j)
         sensitivity = std::max(sensitivity, std::fabs(c.k[(kv + j) * s.dim + d]));
       fill_parts(c, r);  // its value parts: Q moves only its scores
+      query_rest(c, r, d, qrest);
     } else {
       const size_t bh = at / size_t(s.dim) / size_t(s.nk);
       const int b = int(bh / size_t(s.heads_kv)), kvh = int(bh % size_t(s.heads_kv));
@@ -313,19 +418,22 @@ Verdict finite_differences(T& t, const Values& p) {
           // offset (its s_j is -inf, so p_j = 0): it adds nothing to the
           // differences and is left out of them and of their rounding.
           if (!visible(c, b, i, key)) continue;
-          RowParts& r = use_row(b, h, i);
           if (!keep) {
-            fill_parts(c, r);
+            fill_parts(c, use_row(b, h, i));
             continue;
           }
-          // The unmoved row's parts and e_j, made once and copied into r's buffers.
+          // The unmoved row's parts and e_j, made once and read in place.
           auto& slot = kept[q_row(s, b, h, i)];
           if (!slot) {
             slot = row_parts(c, b, h, i);
             row_loss(*slot);
           }
-          r = *slot;
+          unmoved.push_back(&*slot);
         }
+      for (size_t k = 0; k < used; ++k) unmoved.push_back(&rows[k]);  // rows no longer grows
+      // Each row's sums over the keys that stay put, once per sample.
+      rests.clear();
+      for (RowParts* r : unmoved) rests.push_back(rest_of(*r, key));
     }
     const double x0 = x[at];
     // The loss at x0 + offset, with the bound on its rounding error (row_loss
@@ -334,18 +442,24 @@ Verdict finite_differences(T& t, const Values& p) {
       x[at] = x0 + offset;
       Loss sum;
       double abs_rows = 0;
-      for (size_t k = 0; k < used; ++k) {
-        RowParts& r = rows[k];
-        if (which == 0)
-          for (int j = 0; j < s.nk; ++j) score_part(c, r, j);
-        if (which == 1) score_part(c, r, key);
-        if (which == 2) value_part(c, r, key);
-        const Loss l = row_loss(r, key);
+      auto add = [&](const Loss& l) {
         sum.value += l.value;
         sum.rounding += l.rounding;
         abs_rows += std::fabs(l.value);
+      };
+      if (which == 0) {
+        scores_moved(c, rows[0], qrest, x[at]);
+        add(row_loss(rows[0]));
       }
-      sum.rounding = 2 * (sum.rounding + double(used) * eps * abs_rows);
+      for (size_t k = 0; k < unmoved.size(); ++k) {
+        const RowParts& r = *unmoved[k];
+        KeyParts moved{r.s[size_t(key)], r.ds[size_t(key)], r.t[size_t(key)], r.a[size_t(key)]};
+        if (which == 1) std::tie(moved.s, moved.ds) = score_of(c, r, key);
+        if (which == 2) std::tie(moved.t, moved.a) = value_of(c, r, key);
+        add(row_loss_moved(r, rests[k], key, moved, scratch));
+      }
+      const size_t rows_summed = which == 0 ? 1 : unmoved.size();
+      sum.rounding = 2 * (sum.rounding + double(rows_summed) * eps * abs_rows);
       x[at] = x0;
       return sum;
     };

@@ -55,6 +55,13 @@ TEST(Cli, ReferencePassesAndPrintsSeedAndVerdicts) {
   EXPECT_NE(r.out.find("lossless                   passed   30 checked"), std::string::npos) << r.out;
 }
 
+// --version names the program and its version (the project's, from CMake).
+TEST(Cli, VersionNamesTheRelease) {
+  const CliRun r = run("--version");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.rfind("prop_runner (kprop) " KPROP_VERSION ", ", 0), 0u) << r.out;
+}
+
 // --fuzz-seeds draws from --seed (it was ignored: every seed wrote the same
 // inputs); without one, the same fixed inputs as always.
 TEST(Cli, FuzzSeedsDrawFromTheSeed) {
