@@ -1209,6 +1209,42 @@ Tensor Expression::evaluate_rounded(const TensorMap& tensors, double (*round)(do
 
 namespace {
 
+bool is_scalar_logic(const Node& n) {
+  if (!n.shape.empty()) return false;
+  if (n.kind == Kind::binary) return n.op == "and" || n.op == "or";
+  if (n.kind == Kind::unary) return n.op == "not";
+  return n.kind == Kind::call && (n.op == "all" || n.op == "any") && !n.axis;
+}
+
+// The verdict of a scalar boolean, where a reduction over no element judges
+// nothing (nullopt), not NumPy's all(empty) = true and any(empty) = false:
+// `all(x[:, D:] > 0) or all(y < 0)` on a case with D columns is judged by
+// its right side alone, and `not any(x[:, D:] <= 0)` there judges nothing
+// (its case is discarded), as `all(x[:, D:] > 0)` does. A `not` of nothing
+// judges nothing; a side of an `and` or `or` that judges nothing leaves the
+// verdict to the other; both: nothing.
+std::optional<bool> decide(const Node& n, const TensorMap& m) {
+  if (!is_scalar_logic(n)) return (*evaluate(n, m)).data[0] != 0;
+  if (n.kind == Kind::unary) {
+    const auto a = decide(*n.args[0], m);
+    return a ? std::optional<bool>(!*a) : std::nullopt;
+  }
+  if (n.kind == Kind::binary) {
+    const auto a = decide(*n.args[0], m), b = decide(*n.args[1], m);
+    if (!a || !b) return a ? a : b;
+    return n.op == "and" ? *a && *b : *a || *b;
+  }
+  const Node& arg = *n.args[0];
+  if (arg.shape.empty() && is_scalar_logic(arg)) return decide(arg, m);
+  const Ref r = evaluate(arg, m);
+  const Tensor& t = *r;
+  if (t.size() == 0) return std::nullopt;
+  const bool all = n.op == "all";
+  for (size_t i = 0; i < t.size(); ++i)
+    if ((t.data[i] != 0) != all) return !all;
+  return all;
+}
+
 Expression::Outcome explain(const std::string& text, const Node& n, const TensorMap& m) {
   Expression::Outcome out;
   const auto src = [&](const Node& x) {
@@ -1235,6 +1271,17 @@ Expression::Outcome explain(const std::string& text, const Node& n, const Tensor
       }
     }
     return out;  // every side held on what it judged, and one judged something
+  }
+  if (is_scalar_logic(n) && n.kind == Kind::binary && n.op == "or")
+    for (int side = 0; side < 2; ++side)
+      if (is_scalar_logic(*n.args[size_t(side)]) && !decide(*n.args[size_t(side)], m))
+        return explain(text, *n.args[size_t(1 - side)], m);
+  if (is_scalar_logic(n)) {
+    const std::optional<bool> verdict = decide(n, m);
+    if (!verdict)
+      throw NothingJudged(
+          fmt::format("`{}` judges nothing on this case (each reduction in it is over no element)", src(n)));
+    if (*verdict) return out;
   }
   const bool is_close_call = n.kind == Kind::call && n.op == "close";
   const bool is_cmp = is_comparison(n);
@@ -1320,7 +1367,8 @@ Expression::Outcome explain(const std::string& text, const Node& n, const Tensor
                               src(*n.args[1]), num(y), detail);
     return out;
   }
-  const Ref rt = evaluate(n, m);
+  // (A scalar `and`, `or`, `not`, `all` or `any` that gets here is false.)
+  const Ref rt = is_scalar_logic(n) ? Ref(Tensor::scalar(0.0, DType::boolean)) : evaluate(n, m);
   const Tensor& t = *rt;
   if (t.size() == 0)
     throw NothingJudged(

@@ -716,6 +716,30 @@ TEST(Expr, AnAndThatBroadcastsIsJudgedWhole) {
   EXPECT_NE(p.message.find("lhs `(x + 1) * 2` = 4"), std::string::npos) << p.message;
 }
 
+// `all` and `any` over no element judge nothing, however the expect is
+// written: not as NumPy's true and false, which passed `all(empty) or
+// <false>` and `not any(empty <= c)` and failed `not all(empty)` and
+// `any(empty)`, none of which reads an element. A side of an `or` that
+// judges nothing leaves the verdict to the other side.
+TEST(Expr, AReductionOverNoElementJudgesNothingInAnyForm) {
+  const auto check = [](const std::string& e) { return Expression::compile(e, kInfos).check(tensors()); };
+  for (const char* e :
+       {"not any(x[:, 3:] <= 1e30)", "not all(x[:, 3:] < -1e30)", "any(x[:, 3:] > 1e30)",
+        "all(x[:, 3:] > 1) or any(y[:0] > 1)", "not (all(x[:, 3:] > 1) and not any(y[3:] > 0))"})
+    EXPECT_THROW(check(e), NothingJudged) << e;
+  const auto left_empty = check("all(x[:, 3:] > 1e30) or all(y < 0)");
+  ASSERT_FALSE(left_empty.holds);
+  EXPECT_EQ(left_empty.message.find("`y < 0` fails at [2] (3 of 3 elements)"), 0u) << left_empty.message;
+  EXPECT_TRUE(check("any(y < 0) or all(x[:, 3:] > 1e30) or all(y > 0)").holds);
+  // Judged: `not` of a verdict, and an `or` whose empty side is left out
+  // (NumPy's all(empty) = true made the `not` of this `or` false).
+  EXPECT_TRUE(check("not any(y < 0)").holds);
+  EXPECT_FALSE(check("not (all(x[:, 3:] > 0) or all(y > 0))").holds);
+  EXPECT_TRUE(check("not (all(x[:, 3:] > 0) or all(y < 0))").holds);
+  // An axis keeps NumPy's reduction (a tensor, judged elementwise).
+  EXPECT_TRUE(check("all(all(x[:, 3:] > 1e30, axis=1))").holds);
+}
+
 // The same-precision baseline rounds every real step, diff's subtraction
 // too, and no integer one: an integer matmul is exact. (diff was not
 // rounded, and integer matmuls were, so naive.Y set a budget from an error
