@@ -779,14 +779,39 @@ Finding record_finding(const RunContext& ctx, const InvariantUse* use, const Any
   try {
     const CorpusEntry e = entry_for(ctx, s.best, f.invariant, f.message, found_by);
     f.case_yaml = emit_yaml(e.case_node);
-    const std::string dir = primary_dir(ctx);
+    // A mutant registered out_of_bounds fails by reading past a buffer: a
+    // replay fails or not by what lies there, so its case stays out of the
+    // corpus, whose replay must give one verdict.
+    const bool keep_out = ctx.options.write_corpus && ctx.target.info.out_of_bounds;
+    const std::string dir =
+        keep_out ? (fs::path(ctx.options.scratch_dir) / ctx.spec.name).string() : primary_dir(ctx);
     const Stored stored = store_entry(dir, e, fallback_dir(ctx));
     f.corpus_path = stored.path;
     f.corpus_new = stored.created;
-    f.in_corpus = ctx.options.write_corpus && stored.note.empty();
-    if (!stored.note.empty()) f.store_note += (f.store_note.empty() ? "" : "; ") + stored.note;
+    f.in_corpus = ctx.options.write_corpus && !keep_out && stored.note.empty();
+    auto note = [&](const std::string& text) { f.store_note += (f.store_note.empty() ? "" : "; ") + text; };
+    if (keep_out)
+      note(
+          "kept out of the corpus: the mutant reads past a buffer, so whether a replay fails depends on "
+          "what lies there");
+    if (!stored.note.empty()) note(stored.note);
     if (!f.corpus_path.empty()) f.replay_command = replay_command(ctx, f.corpus_path, f.invariant);
     check_replay(ctx, f);
+    if (ctx.options.replay_check_corpus_only && f.replay_check == "not_reproduced") {
+      // --mutants: a kill, but a corpus file whose failure does not come
+      // back makes every later replay of the corpus a coin flip.
+      const Stored moved = store_entry(fallback_dir(ctx), e, "");
+      if (!moved.path.empty()) {
+        std::error_code ec;
+        fs::remove(f.corpus_path, ec);
+        f.corpus_path = moved.path;
+        f.corpus_new = moved.created;
+        f.in_corpus = false;
+        f.replay_command = replay_command(ctx, f.corpus_path, f.invariant);
+        note("kept out of the corpus: re-run in a fresh process, it did not fail (" + f.replay_check_detail +
+             ")");
+      }
+    }
   } catch (const std::exception& e) {
     f.store_note +=
         fmt::format("{}could not encode the case: {}", f.store_note.empty() ? "" : "; ", e.what());

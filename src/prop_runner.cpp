@@ -439,15 +439,16 @@ int run(const Config& cfg) {
                                  cfg.shard));
   options.jobs = cfg.jobs.value_or(default_jobs());
   options.replay_program = cfg.self;
-  // Each finding's replay is re-run by this binary in a fresh process; not
-  // the mutant table's (planted bugs, which the table reports as kills).
-  if (!cfg.mutants && !cfg.no_replay_check) {
+  // Each finding's replay is re-run by this binary in a fresh process; of
+  // the mutant table's (planted bugs, which it reports as kills) only those
+  // it stores in the corpus.
+  if (!cfg.no_replay_check) {
     std::error_code ec;
     const fs::path self = fs::canonical("/proc/self/exe", ec);
     options.replay_checker = ec ? cfg.self : self.string();
+    options.replay_check_corpus_only = cfg.mutants;
   } else {
-    options.no_replay_check_reason =
-        cfg.mutants ? "--mutants: a planted mutant's finding is a kill" : "--no-replay-check";
+    options.no_replay_check_reason = "--no-replay-check";
   }
 
   std::string text, formatted;

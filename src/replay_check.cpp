@@ -34,6 +34,8 @@ void check_replay(const RunContext& ctx, Finding& f) {
     return not_run(ctx.options.no_replay_check_reason.empty() ? "no prop_runner to re-run it with"
                                                               : ctx.options.no_replay_check_reason);
   if (f.corpus_path.empty() || ctx.target_name.rfind("python:", 0) == 0) return not_run("no replay command");
+  if (ctx.options.replay_check_corpus_only && !(f.in_corpus && f.corpus_new))
+    return not_run("--mutants: a planted mutant's finding is a kill");
   if (interrupted()) return not_run("the run was interrupted");
   std::vector<std::string> argv = replay_argv(ctx, f.corpus_path, f.invariant);
   argv[0] = ctx.options.replay_checker;

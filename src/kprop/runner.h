@@ -107,6 +107,11 @@ struct RunOptions {
   // Why replay_checker is empty, for the report's not_run; empty: "no
   // prop_runner to re-run it with".
   std::string no_replay_check_reason;
+  // --mutants: re-run only a finding newly stored in the corpus, and move it
+  // to the scratch folder unless it fails again. (A planted mutant's
+  // finding is a kill either way; a corpus file whose failure does not come
+  // back, a read past a buffer, made the corpus's replay fail at random.)
+  bool replay_check_corpus_only = false;
   // How to replay a stored case where no prop_runner can (a kernel linked
   // into a GoogleTest binary, kprop/testing.h): printed for each finding,
   // `{path}` standing for the stored file. Empty: the prop_runner command.

@@ -143,6 +143,22 @@ TEST(Cli, MutantsTableExitsZeroWhenAllDie) {
   EXPECT_NE(r.out.find("8 of 8 mutants killed"), std::string::npos) << r.out;
 }
 
+// A mutant registered out_of_bounds (ternary's packed_row_read_late reads a
+// byte past its buffer) stores its finding outside the corpus and says why:
+// whether a replay fails depends on what lies past the buffer, and one such
+// corpus file made replays of the corpus fail one time in three.
+TEST(Cli, AnOutOfBoundsMutantsFindingStaysOutOfTheCorpus) {
+  const fs::path corpus = temp("oob_corpus");
+  const CliRun r = run("--spec " + std::string(KPROP_SOURCE_DIR) +
+                       "/specs/ternary.yaml --target packed_row_read_late --seed 5 --fail-fast --corpus " +
+                       corpus.string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("(not in the corpus)\n  note: kept out of the corpus: the mutant reads past a buffer"),
+            std::string::npos)
+      << r.out;
+  EXPECT_FALSE(fs::exists(corpus / "ternary")) << r.out;
+}
+
 // The report less its times (they differ from run to run, nothing else may).
 nlohmann::json without_times(nlohmann::json j) {
   if (j.is_object()) {
