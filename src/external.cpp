@@ -27,6 +27,7 @@
 #include "kprop/float_type.h"
 #include "kprop/half.h"
 #include "kprop/interrupt.h"
+#include "kprop/process.h"
 #include "kprop/target_call.h"
 
 namespace kprop::external {
@@ -766,6 +767,7 @@ class Child {
     if (pipe2(to_child, O_CLOEXEC) != 0 || pipe2(from_child, O_CLOEXEC) != 0)
       throw std::runtime_error(fmt::format("pipe: {}", strerror(errno)));
     std::fflush(nullptr);
+    const ForkSignals held;
     const pid_t pid = fork();
     if (pid < 0) throw std::runtime_error(fmt::format("fork: {}", strerror(errno)));
     if (pid == 0) {
@@ -777,6 +779,7 @@ class Child {
       // the target's, reported by the parent.
       for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGPIPE, SIGINT, SIGTERM})
         signal(sig, SIG_DFL);
+      held.release();
       // Nothing may unwind out of the child into the runner's code.
       try {
         child_main_(to_child[0], from_child[1]);

@@ -26,6 +26,7 @@
 #include "kprop/drawing.h"
 #include "kprop/external.h"
 #include "kprop/jobs.h"
+#include "kprop/process.h"
 #include "kprop/runner.h"
 #include "kprop/sanitizer.h"
 
@@ -560,12 +561,14 @@ ChildResult in_child(const std::function<std::string()>& fn, double timeout_s, b
   const SharedDeadline call;
   int fds[2];
   if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+  const ForkSignals held;
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
     close(fds[0]);
     signal(SIGINT, SIG_IGN);  // the parent handles Ctrl-C
     for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) signal(sig, SIG_DFL);
+    held.release();
     g_isolated_child = true;
     g_guard.armed = false;
     g_guard.call_timeout_ns = per_call ? nanoseconds(timeout_s) : 0;

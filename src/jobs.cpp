@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "kprop/external.h"
+#include "kprop/process.h"
 
 namespace kprop {
 namespace {
@@ -205,6 +206,7 @@ WorkerPool::WorkerPool(int jobs, int64_t count, int64_t window, const Setup& set
       close(to_caller[0]), close(to_caller[1]);
       throw std::runtime_error(fmt::format("pipe: {}", strerror(errno)));
     }
+    const ForkSignals held;
     const pid_t pid = fork();
     if (pid < 0) {
       for (int fd : {to_caller[0], to_caller[1], to_worker[0], to_worker[1]}) close(fd);
@@ -217,6 +219,7 @@ WorkerPool::WorkerPool(int jobs, int64_t count, int64_t window, const Setup& set
       setpgid(0, 0);
       signal(SIGINT, SIG_IGN);
       signal(SIGTERM, on_stop);
+      held.release();
       // Only our own pipes: a sibling's results must reach EOF when it dies.
       for (const Worker& other : workers_)
         if (other.pid > 0) close(other.results), close(other.control);

@@ -19,6 +19,18 @@ extern char** environ;
 
 namespace kprop {
 
+ForkSignals::ForkSignals() {
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, &old_);
+}
+
+void ForkSignals::release() const {
+  pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+}
+
 ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOptions& options,
                           const std::function<void(const std::string&)>& on_line) {
   using Clock = std::chrono::steady_clock;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -13,6 +14,13 @@
 
 namespace kprop {
 namespace {
+
+// "too_slow, discarded": the run's failed health checks by name.
+std::string failed_health_checks(const RunReport& r) {
+  std::string checks;
+  for (const auto& h : r.health) checks += (checks.empty() ? "" : ", ") + h.check;
+  return checks;
+}
 
 std::string indent(const std::string& text, const std::string& pad) {
   std::string out;
@@ -278,9 +286,11 @@ class TextReporter final : public Reporter {
                                   rows.empty() ? 0 : rows[0].report.seed, profile_note(spec.profile));
     out += fmt::format("  {:<26} {:<8} {:<26} {:>7} {:>8} {:>7}  {}\n", "mutant", "verdict", "killed by",
                        "trials", "seconds", "shrunk", "shrunk case");
-    int killed = 0;
+    int killed = 0, gave_up = 0;
     for (const auto& row : rows) {
       killed += row.killed;
+      const std::string verdict = mutant_verdict(row);
+      gave_up += verdict == "gave up";
       // The killer's numbers (with --stats every invariant runs on, and
       // others may fail later: the last of them was shown beside its name).
       const InvariantReport* by = nullptr;
@@ -291,20 +301,34 @@ class TextReporter final : public Reporter {
         continue;
       }
       // A mutant run under the profile its bug needs (profiles: {P: {mutants: [...]}}).
-      const std::string by_name = (row.killed ? row.killed_by : "-") +
-                                  (row.report.profile != spec.profile ? " [" + row.report.profile + "]" : "");
-      out += fmt::format(
-          "  {:<26} {:<8} {:<26} {:>7} {:>8.2f} {:>7}  {}\n", row.mutant, row.killed ? "killed" : "SURVIVED",
-          by_name, by ? by->trials_to_fail : row.report.trials, by ? by->seconds_to_fail : row.report.seconds,
-          by && by->counterexample ? std::to_string(by->counterexample->stats.size) : "-",
-          by && by->counterexample ? by->counterexample->stats.summary : "");
+      // A run that gave up names its failed health checks there instead.
+      std::string by_name = row.killed ? row.killed_by : "-";
+      if (verdict == "gave up") by_name += " (" + failed_health_checks(row.report) + ")";
+      if (row.report.profile != spec.profile) by_name += " [" + row.report.profile + "]";
+      out += fmt::format("  {:<26} {:<8} {:<26} {:>7} {:>8.2f} {:>7}  {}\n", row.mutant,
+                         verdict == "killed"     ? verdict
+                         : verdict == "survived" ? "SURVIVED"
+                         : verdict == "gave up"  ? "GAVE UP"
+                                                 : verdict,
+                         by_name, by ? by->trials_to_fail : row.report.trials,
+                         by ? by->seconds_to_fail : row.report.seconds,
+                         by && by->counterexample ? std::to_string(by->counterexample->stats.size) : "-",
+                         by && by->counterexample ? by->counterexample->stats.summary : "");
     }
     if (stats_) out += kill_matrix_text(rows);
     if (mutants_skipped(rows))
       out += fmt::format("SKIPPED: none of the {} mutants could run here\n", rows.size());
     else
-      out += fmt::format("{}: {} of {} mutants killed\n",
-                         killed == static_cast<int>(rows.size()) ? "PASSED" : "FAILED", killed, rows.size());
+      out += fmt::format("{}: {} of {} mutants killed{}\n",
+                         mutants_exit_code(rows) == 0   ? "PASSED"
+                         : mutants_exit_code(rows) == 2 ? "HEALTH CHECK FAILED"
+                         : mutants_exit_code(rows) == 1 ? "FAILED"
+                                                        : "INTERRUPTED",
+                         killed, rows.size(),
+                         gave_up ? fmt::format("; {} gave up (the health checks named beside each say too "
+                                               "little was checked to call it)",
+                                               gave_up)
+                                 : "");
     return out;
   }
 
@@ -473,6 +497,7 @@ class JsonReporter final : public Reporter {
       j["mutants"].push_back({{"mutant", row.mutant},
                               {"description", row.description},
                               {"killed", row.killed},
+                              {"verdict", mutant_verdict(row)},
                               {"killed_by", row.killed_by},
                               {"run", to_json(row.report)}});
     }
@@ -483,8 +508,14 @@ class JsonReporter final : public Reporter {
     return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   }
   std::string replay(const Spec& spec, const std::vector<ReplayRow>& rows) const override {
+    // Lower case, as a run's "status" (docs/REPORT.md); the text says PASSED.
+    const auto word = [](ReplayVerdict v) {
+      std::string w = to_string(v);
+      for (char& ch : w) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+      return w;
+    };
     nlohmann::json j = {{"spec", spec.name},
-                        {"verdict", to_string(replay_verdict(rows))},
+                        {"verdict", word(replay_verdict(rows))},
                         {"exit_code", interrupted() ? 130 : exit_code(replay_verdict(rows))},
                         {"files", nlohmann::json::array()}};
     for (const auto& row : rows)
@@ -493,7 +524,7 @@ class JsonReporter final : public Reporter {
                             {"declined", row.declined},
                             {"invariant", row.invariant},
                             {"found_against", row.found_against},
-                            {"verdict", to_string(replay_verdict(row))},
+                            {"verdict", word(replay_verdict(row))},
                             {"target_ok", row.target_ok},
                             {"target_failure", row.target_failure},
                             {"target_detail", row.target_detail},
@@ -615,18 +646,24 @@ class JunitReporter final : public Reporter {
   std::string mutants(const Spec& spec, const std::vector<MutantRow>& rows) const override {
     const std::string name = "kprop." + svg::escape(spec.name) + ".mutants";
     std::string cases;
-    int failures = 0, skipped = 0;
+    int failures = 0, errors = 0, skipped = 0;
     for (const auto& row : rows) {
       cases += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3f}\">", name,
                            svg::escape(row.mutant), row.report.seconds);
-      if (row.report.status == RunStatus::skipped)
+      const std::string verdict = mutant_verdict(row);
+      if (verdict == "skipped")
         ++skipped, cases += fmt::format("<skipped message=\"{}\"/>", svg::escape(row.report.detail));
+      else if (verdict == "gave up" || verdict == "interrupted")
+        ++errors, cases += fmt::format("<error message=\"mutant not killed: its run {} ({})\"/>", verdict,
+                                       svg::escape(verdict == "gave up" ? "health checks failed: " +
+                                                                              failed_health_checks(row.report)
+                                                                        : row.report.detail));
       else if (!row.killed)
         ++failures,
             cases += fmt::format("<failure message=\"mutant survived: {}\"/>", svg::escape(row.description));
       cases += "</testcase>\n";
     }
-    return counted_suite(name, rows.size(), failures, 0, skipped, cases,
+    return counted_suite(name, rows.size(), failures, errors, skipped, cases,
                          rows.empty() ? std::nullopt : std::optional<uint64_t>(rows[0].report.seed));
   }
   std::string replay(const Spec& spec, const std::vector<ReplayRow>& rows) const override {

@@ -635,13 +635,30 @@ bool mutants_skipped(const std::vector<MutantRow>& rows) {
   });
 }
 
+const char* mutant_verdict(const MutantRow& row) {
+  if (row.killed) return "killed";
+  switch (row.report.status) {
+    case RunStatus::skipped:
+      return "skipped";
+    case RunStatus::interrupted:
+      return "interrupted";
+    case RunStatus::gave_up:
+      return "gave up";
+    default:
+      return "survived";
+  }
+}
+
 int mutants_exit_code(const std::vector<MutantRow>& rows) {
+  if (mutants_skipped(rows)) return 0;
   int code = 0;
   for (const auto& r : rows) {
-    if (r.report.status == RunStatus::interrupted) return 130;
-    if (!r.killed) code = 1;
+    const std::string_view v = mutant_verdict(r);
+    if (v == "interrupted") return 130;
+    if (v == "survived") code = 1;
+    if (v == "gave up" && code == 0) code = 2;
   }
-  return mutants_skipped(rows) ? 0 : code;
+  return code;
 }
 
 std::vector<MutantRow> run_mutants(const Spec& spec, const RunOptions& options) {

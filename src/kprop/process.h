@@ -1,6 +1,8 @@
 #pragma once
 // Child processes the runner starts itself (libFuzzer, a finding's replay
 // re-run): one policy for spawning, reading and stopping them.
+#include <signal.h>
+
 #include <functional>
 #include <string>
 #include <vector>
@@ -25,5 +27,23 @@ struct ProcessResult {
 // Throws std::runtime_error when it cannot be started.
 ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOptions& options,
                           const std::function<void(const std::string&)>& on_line);
+
+// Holds SIGINT and SIGTERM back across a fork() until the child has set its
+// own handlers (then it calls release()); the parent's side releases them
+// when this goes out of scope. Without it a signal in between ran the
+// runner's interrupt handler in the child: a job worker the pool stopped as
+// soon as it started printed "kprop: interrupted" though no one pressed
+// Ctrl-C. A signal held back is delivered on release, to the new handler.
+class ForkSignals {
+ public:
+  ForkSignals();
+  ~ForkSignals() { release(); }
+  ForkSignals(const ForkSignals&) = delete;
+  ForkSignals& operator=(const ForkSignals&) = delete;
+  void release() const;
+
+ private:
+  sigset_t old_{};
+};
 
 }  // namespace kprop

@@ -305,8 +305,13 @@ std::vector<MutantRow> run_mutants(const Spec& spec, const RunOptions& options);
 // No mutant could run here (each run skipped: no CUDA device for the
 // reference, say): the mutants run is SKIPPED, not failed, and not passed.
 bool mutants_skipped(const std::vector<MutantRow>& rows);
+// A mutant's verdict: "killed", "survived" (its run checked what the spec
+// asks and no invariant failed: the spec is too weak for it), "gave up" (not
+// killed, and its run's health checks say too little was checked to call
+// it: a --time far below a case, say), "interrupted" or "skipped".
+const char* mutant_verdict(const MutantRow& row);
 // What --mutants exits with: 0 every mutant killed (or all skipped), 1 one
-// survived or was not run, 130 interrupted.
+// survived, 2 none survived but one gave up, 130 interrupted.
 int mutants_exit_code(const std::vector<MutantRow>& rows);
 
 // --replay: each corpus file on the spec's target (every invariant must hold)
