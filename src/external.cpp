@@ -1348,18 +1348,19 @@ class ChildTransport : public Transport {
       if (io == Child::Io::interrupted) {
         child_.kill_now();
         return TargetFailure("interrupted",
-                             (starting ? std::string("interrupted while the target was starting")
-                                       : op + ": interrupted while waiting for the target") +
+                             (starting ? "interrupted while the " + options_.role + " was starting"
+                                       : op + ": interrupted while waiting for the " + options_.role) +
                                  "; killed it");
       }
       if (starting)
-        return TargetFailure("crash", fmt::format("the target {} while starting, before it answered the "
+        return TargetFailure("crash", fmt::format("the {} {} while starting, before it answered the "
                                                   "handshake{}",
-                                                  child_.death(),
+                                                  options_.role, child_.death(),
                                                   target_.rfind("plugin:", 0) == 0
                                                       ? " (loading the plugin: its constructors run then)"
                                                       : ""));
-      return TargetFailure("crash", fmt::format("{}: the target {} during the call", op, child_.death()));
+      return TargetFailure("crash",
+                           fmt::format("{}: the {} {} during the call", op, options_.role, child_.death()));
     };
     const Child::Io wrote = child_.write_all(frame, deadline);
     if (wrote == Child::Io::timeout) throw fail(wrote);

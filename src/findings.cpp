@@ -50,7 +50,12 @@ void on_interrupt(int) {
   // the process and its group), which must not lose the report.
   const int64_t now = monotonic_ns();
   if (g_interrupts.fetch_add(1) >= 1) {
-    if (now - g_first_interrupt_ns.load() > 500000000) _exit(130);
+    if (now - g_first_interrupt_ns.load() > 500000000) {
+      static const char quit[] =
+          "\nkprop: quit at the second Ctrl-C: no report; cases already stored stay where the run put them\n";
+      [[maybe_unused]] auto n = write(2, quit, sizeof quit - 1);
+      _exit(130);
+    }
     return;
   }
   g_first_interrupt_ns = now;
@@ -404,6 +409,25 @@ RunContext make_context(const Spec& spec, const RunOptions& options, uint64_t se
   return ctx;
 }
 
+namespace {
+
+// The reference failed on c: no finding of the target (the run stops, exit
+// 2), but the case is what the user needs to fix the reference, so it is
+// stored in the scratch folder (never the corpus) with its re-run command.
+// Not in a replay, whose case is the file replayed.
+std::string with_stored_case(const RunContext& ctx, const InvariantUse& use, const AnyCase& c,
+                             const std::string& message) {
+  if (!ctx.options.crash_guard_stores) return message;
+  const CorpusEntry entry = entry_for(ctx, c, use.name, message, "reference_failure");
+  const Stored stored = store_entry((fs::path(ctx.options.scratch_dir) / ctx.spec.name).string(), entry,
+                                    temp_fallback(ctx.spec.name));
+  if (stored.path.empty()) return message;
+  return fmt::format("{}; the case is in {} (re-run it: {})", message, stored.path,
+                     replay_command(ctx, stored.path, use.name));
+}
+
+}  // namespace
+
 CheckResult check_one(const RunContext& ctx, AnyTrial& trial, const InvariantUse& use, const AnyCase& c) {
   CheckResult r;
   const auto t0 = Clock::now();
@@ -428,9 +452,9 @@ CheckResult check_one(const RunContext& ctx, AnyTrial& trial, const InvariantUse
     // target declines or crashes on. (A discard or n/a needs nothing: the
     // target is not run for it.)
     if (r.verdict.outcome == Outcome::pass) trial.run_target();
-  } catch (const ReferenceFailure&) {
+  } catch (const ReferenceFailure& e) {
     // A transport stopped by Ctrl-C while the reference ran is an interrupt.
-    if (!interrupted()) throw;
+    if (!interrupted()) throw ReferenceFailure(with_stored_case(ctx, use, c, e.bare_message()));
     r.kind = CheckResult::Kind::target_failure;
     r.reason = "interrupted while the reference ran";
     r.failure_kind = "interrupted";

@@ -158,13 +158,14 @@ std::string stats_html(const RunReport& r) {
 std::string run_body(const RunReport& r) {
   std::string out = fmt::format(
       "<h1>kprop {} <span class=\"status {}\">{}</span></h1>"
-      "<p class=\"sub\">family {} · target {} · reference {} · seed {} · {} drawn{}, {} checked, {} declined "
+      "<p class=\"sub\">family {} · target {} · reference {} · seed {} · {} drawn{}, {} checked, {} "
+      "discarded, {} declined "
       "· "
       "{:.2f} s{}</p>",
       escape(r.spec), status_class(r.status), escape(run_status_name(r.status)), escape(r.family),
       escape(r.target), escape(r.reference), r.seed, r.trials,
-      r.search.cases > 0 ? fmt::format(" + {} by the search", r.search.cases) : "", r.checked, r.declined,
-      r.seconds, r.profile.empty() ? "" : " · profile " + escape(r.profile));
+      r.search.cases > 0 ? fmt::format(" + {} by the search", r.search.cases) : "", r.checked, r.discarded,
+      r.declined, r.seconds, r.profile.empty() ? "" : " · profile " + escape(r.profile));
   if (!r.detail.empty()) out += fmt::format("<p class=\"note\">{}</p>", escape(r.detail));
   for (const auto& h : r.health)
     out +=

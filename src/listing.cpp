@@ -135,7 +135,10 @@ std::string list_text(const Spec* spec) {
   std::string out = "Spec keys (every spec):\n" + describe_spec_keys();
   out +=
       "\nHealth checks (a run that fails one exits 2; run: {suppress_health_check: [NAME]} turns it off):\n";
-  for (const auto& h : health_checks()) out += fmt::format("  {:<12} {}\n", h.name, h.description);
+  for (const auto& h : health_checks()) out += fmt::format("  {:<16} {}\n", h.name, h.description);
+  out += "  and, which no spec can turn off:\n";
+  for (const auto& h : unsuppressible_health_checks())
+    out += fmt::format("  {:<16} {}\n", h.name, h.description);
   for (const Family* f : Registry::instance().families()) {
     out += fmt::format("\nfamily {} — {}\n  domain:\n{}", f->name(), f->description(),
                        describe_schema(f->domain_schema(), 4));
@@ -275,7 +278,10 @@ std::string list_json(const Spec* spec) {
     declared.push_back(std::move(entry));
   }
   json checks = json::array();
-  for (const auto& h : health_checks()) checks.push_back({{"name", h.name}, {"description", h.description}});
+  for (const auto& h : health_checks())
+    checks.push_back({{"name", h.name}, {"description", h.description}, {"suppressible", true}});
+  for (const auto& h : unsuppressible_health_checks())
+    checks.push_back({{"name", h.name}, {"description", h.description}, {"suppressible", false}});
   json functions = json::array();
   for (const auto& [name, doc] : expr::function_docs()) functions.push_back({{"name", name}, {"doc", doc}});
   const json out = {{"spec_keys", describe_spec_keys()},

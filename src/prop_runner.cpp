@@ -434,9 +434,10 @@ int run(const Config& cfg) {
   if (options.shard_count > 1 && fresh_seed_wanted(spec, options))
     throw InputError({},
                      fmt::format("--shard {}: the shards must draw the same cases, so they need one fixed "
-                                 "seed: pass the same --seed S to every shard (the spec's run.seed is "
-                                 "0, a fresh seed each run)",
-                                 cfg.shard));
+                                 "seed: pass the same --seed S to every shard ({})",
+                                 cfg.shard,
+                                 options.seed ? "--seed 0 asks for a fresh seed each run"
+                                              : "the spec's run.seed is 0, a fresh seed each run"));
   options.jobs = cfg.jobs.value_or(default_jobs());
   options.replay_program = cfg.self;
   // Each finding's replay is re-run by this binary in a fresh process; of
@@ -467,10 +468,12 @@ int run(const Config& cfg) {
   } else {
     check_run_names(spec, options);              // a misspelt name: one line, no header
     options.seed = resolve_seed(spec, options);  // printed first: a run that dies still names its seed
-    fmt::print(stderr, "kprop: spec {} seed {}{}{}{}\n", spec.name, *options.seed,
-               spec.profile.empty() ? "" : " profile " + spec.profile,
-               spec.domain_overrides.empty() ? "" : " domain " + spec.domain_overrides,
-               options.isolate ? " isolated" : "");
+    fmt::print(
+        stderr, "kprop: spec {} seed {}{}{}{}{}\n", spec.name, *options.seed,
+        spec.profile.empty() ? "" : " profile " + spec.profile,
+        options.shard_count > 1 ? fmt::format(" shard {}/{}", options.shard_index, options.shard_count) : "",
+        spec.domain_overrides.empty() ? "" : " domain " + spec.domain_overrides,
+        options.isolate ? " isolated" : "");
     if (cfg.output_coverage) {
       const CoverageReport report = output_coverage(spec, options);
       text = formatted = coverage_text(report);

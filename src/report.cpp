@@ -209,6 +209,11 @@ static std::string profile_note(const std::string& profile) {
   return profile.empty() ? "" : ", profile " + profile;
 }
 
+// What narrowed the run beyond its spec and seed: ", shard 1/2, domain {...}".
+static std::string scope_note(const RunReport& r) {
+  return (r.shard.empty() ? "" : ", shard " + r.shard) + (r.domain.empty() ? "" : ", domain " + r.domain);
+}
+
 class TextReporter final : public Reporter {
  public:
   explicit TextReporter(bool stats) : stats_(stats) {}
@@ -217,7 +222,7 @@ class TextReporter final : public Reporter {
   }
   std::string run(const RunReport& r) const override {
     std::string out = fmt::format("kprop {} ({}): target {}, reference {}, seed {}{}\n", r.spec, r.family,
-                                  r.target, r.reference, r.seed, profile_note(r.profile));
+                                  r.target, r.reference, r.seed, profile_note(r.profile) + scope_note(r));
     if (r.status == RunStatus::skipped) {
       out += r.detail + "\n";
       return out + fmt::format("SKIPPED: nothing was checked ({} cases drawn); seed {}\n", r.trials, r.seed);
@@ -227,8 +232,9 @@ class TextReporter final : public Reporter {
     // The search's cases come on top of those drawn ("591 drawn, 654 checked
     // (100 by the search)" read as more checked than drawn).
     out +=
-        fmt::format("  cases: {} drawn{}, {} checked", r.trials,
-                    r.search.cases > 0 ? fmt::format(" + {} by the search", r.search.cases) : "", r.checked);
+        fmt::format("  cases: {} drawn{}, {} checked{}", r.trials,
+                    r.search.cases > 0 ? fmt::format(" + {} by the search", r.search.cases) : "", r.checked,
+                    r.discarded > 0 ? fmt::format(", {} discarded by every invariant", r.discarded) : "");
     if (r.declined > 0)
       out += fmt::format(", {} declined by the target (not checked): {}", r.declined,
                          reasons_summary(r.decline_reasons, 5));
@@ -276,14 +282,18 @@ class TextReporter final : public Reporter {
         verdict = "SKIPPED";
         break;
     }
-    out += fmt::format("{} in {:.2f} s ({:.0f} cases/s){}; seed {}\n", verdict, r.seconds, rate,
+    // Three digits below 100 (5 cases in 20 s is 0.25 cases/s, not 0).
+    out += fmt::format("{} in {:.2f} s ({} cases/s){}; seed {}\n", verdict, r.seconds,
+                       rate < 100 ? fmt::format("{:.3g}", rate) : fmt::format("{:.0f}", rate),
                        r.time_budget_hit ? ", stopped by the time budget" : "", r.seed);
     return out;
   }
 
   std::string mutants(const Spec& spec, const std::vector<MutantRow>& rows) const override {
-    std::string out = fmt::format("kprop {} ({}): mutants, seed {}{}\n", spec.name, spec.family->name(),
-                                  rows.empty() ? 0 : rows[0].report.seed, profile_note(spec.profile));
+    std::string out =
+        fmt::format("kprop {} ({}): mutants, seed {}{}\n", spec.name, spec.family->name(),
+                    rows.empty() ? 0 : rows[0].report.seed,
+                    profile_note(spec.profile) + (rows.empty() ? "" : scope_note(rows[0].report)));
     out += fmt::format("  {:<26} {:<8} {:<26} {:>7} {:>8} {:>7}  {}\n", "mutant", "verdict", "killed by",
                        "trials", "seconds", "shrunk", "shrunk case");
     int killed = 0, gave_up = 0;
@@ -363,11 +373,12 @@ class TextReporter final : public Reporter {
     if (n(ReplayVerdict::crashed)) out += fmt::format(", {} crashed the target", n(ReplayVerdict::crashed));
     if (n(ReplayVerdict::error)) out += fmt::format(", {} could not be read", n(ReplayVerdict::error));
     if (n(ReplayVerdict::skipped))
-      // Its other recorded invariants may have held on it: what was not
-      // checked is the verdict of the invariant that found it.
-      out +=
-          fmt::format(", {} not checked by the invariant that found them (declined, discarded or n/a there)",
-                      n(ReplayVerdict::skipped));
+      // Declined, discarded or n/a for every invariant replayed, or for the
+      // one that found it (its others may have held): each file's line says.
+      out += fmt::format(
+          ", {} not checked (declined by the target, or discarded or n/a where it had to be checked; each "
+          "file's line says which)",
+          n(ReplayVerdict::skipped));
     if (rows.empty()) out += " (no corpus files there: nothing was checked)";
     return out + "\n";
   }
@@ -412,6 +423,7 @@ nlohmann::json to_json(const RunReport& r) {
                       {"trials", r.trials},
                       {"trials_wanted", r.trials_wanted},
                       {"checked", r.checked},
+                      {"discarded", r.discarded},
                       {"declined", r.declined},
                       {"decline_reasons", grouped_reason_counts(r.decline_reasons)},
                       {"size_reached", r.size_reached},
@@ -424,6 +436,7 @@ nlohmann::json to_json(const RunReport& r) {
                       {"stopped_at_failure", r.stopped_at_failure}};
   if (!r.profile.empty()) j["profile"] = r.profile;
   if (!r.shard.empty()) j["shard"] = r.shard;  // trials_to_fail: the unsharded run's case index
+  if (!r.domain.empty()) j["domain"] = r.domain;
   if (!r.detail.empty()) j["detail"] = r.detail;
   j["health_checks_failed"] = nlohmann::json::array();
   for (const auto& h : r.health)
@@ -505,6 +518,8 @@ class JsonReporter final : public Reporter {
     j["skipped"] = mutants_skipped(rows);  // no mutant could run here
     j["exit_code"] = mutants_exit_code(rows);
     if (!rows.empty()) j["seed"] = rows[0].report.seed;  // every mutant's run draws from it
+    if (!rows.empty() && !rows[0].report.shard.empty()) j["shard"] = rows[0].report.shard;
+    if (!rows.empty() && !rows[0].report.domain.empty()) j["domain"] = rows[0].report.domain;
     return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   }
   std::string replay(const Spec& spec, const std::vector<ReplayRow>& rows) const override {
@@ -611,14 +626,30 @@ class JunitReporter final : public Reporter {
         "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" "
         "time=\"{:.3f}\">\n"
         "    <properties><property name=\"seed\" value=\"{}\"/><property name=\"target\" "
-        "value=\"{}\"/><property name=\"cases_checked\" value=\"{}\"/></properties>\n{}"
+        "value=\"{}\"/><property name=\"cases_checked\" value=\"{}\"/>{}</properties>\n{}"
         "  </testsuite>\n",
         svg::escape(name), r.invariants.size() + extra, failures, errors, skipped, r.seconds, r.seed,
-        svg::escape(r.target), r.checked, cases);
+        svg::escape(r.target), r.checked, scope_properties(r), cases);
+  }
+  // The profile, shard and --domain a run had, as properties: shards'
+  // suites are told apart by name too (kprop.dflash.shard1of2).
+  static std::string scope_properties(const RunReport& r) {
+    std::string out;
+    for (const auto& [key, value] : {std::pair<const char*, const std::string&>{"profile", r.profile},
+                                     {"shard", r.shard},
+                                     {"domain", r.domain}})
+      if (!value.empty()) out += fmt::format("<property name=\"{}\" value=\"{}\"/>", key, svg::escape(value));
+    return out;
+  }
+  static std::string shard_suffix(const RunReport& r) {
+    const auto slash = r.shard.find('/');
+    return slash == std::string::npos
+               ? ""
+               : ".shard" + r.shard.substr(0, slash) + "of" + r.shard.substr(slash + 1);
   }
   std::string run(const RunReport& r) const override {
-    return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n" + suite(r, "kprop." + r.spec) +
-           "</testsuites>\n";
+    return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n" +
+           suite(r, "kprop." + r.spec + shard_suffix(r)) + "</testsuites>\n";
   }
   // A suite's header carries its counts, as a run's does: CI tools read
   // them, not the testcases (a suite of survivors said 0 failures).

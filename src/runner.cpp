@@ -89,11 +89,23 @@ RunListener& listener_of(const RunOptions& options) {
 
 const std::vector<HealthCheckInfo>& health_checks() {
   static const std::vector<HealthCheckInfo> checks = {
-      {"declined", "more than half of the drawn cases were declined by the target (reasons listed)"},
+      {"declined",
+       "more than half of the drawn cases were declined by the target, beyond chance (the share's 4-sigma "
+       "Wilson lower bound over 1/2, or the share over 3/4; reasons listed)"},
       {"discarded",
        "an invariant discarded more than run.max_discard_ratio x trials cases (it cannot observe most of "
        "them)"},
       {"too_slow", "the time budget stopped the run before it reached max_size or 10% of its trials"},
+  };
+  return checks;
+}
+
+const std::vector<HealthCheckInfo>& unsuppressible_health_checks() {
+  static const std::vector<HealthCheckInfo> checks = {
+      {"nothing_checked", "no invariant checked any case (every one was n/a for the target and domain)"},
+      {"unavailable",
+       "the target became unavailable (a CUDA device lost) after it had checked cases: the rest of the run "
+       "was not checked"},
   };
   return checks;
 }
@@ -237,6 +249,7 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
   report.spec = spec.name;
   report.spec_path = spec.path;
   report.profile = spec.profile;
+  report.domain = spec.domain_overrides;
   report.family = family.name();
   report.reference = reference_name(spec, options);
   report.seed = resolve_seed(spec, options);
@@ -387,13 +400,14 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
     report.size_reached = std::max<int64_t>(report.size_reached, size);
     report.largest_case = std::max(report.largest_case, case_stats.size);
     events.case_checked({i + 1, size, case_stats, generation_seconds, live_uses, results});
-    bool checked = false;
+    bool checked = false, declined_or_stopped = false;
     for (size_t n = 0; n < results.size(); ++n) {
       const size_t k = live[n];
       InvariantReport& ir = report.invariants[k];
       const CheckResult& r = results[n];
       if (r.kind == CheckResult::Kind::declined) {
         // A declined case is not a verdict: counted apart, with its reason.
+        declined_or_stopped = true;
         ++report.declined;
         ++report.decline_reasons[r.reason];
         // For every live invariant but those with a result on this case
@@ -414,7 +428,10 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
         if (r.unavailable) lost = r.reason;
         break;
       }
-      if (r.kind == CheckResult::Kind::target_failure && r.failure_kind == "interrupted") break;  // Ctrl-C
+      if (r.kind == CheckResult::Kind::target_failure && r.failure_kind == "interrupted") {
+        declined_or_stopped = true;  // Ctrl-C
+        break;
+      }
       if (r.kind == CheckResult::Kind::target_failure) {
         // The target crashed, hung or reported an error; the runner lives
         // on: the smallest case that repeats it is stored with its replay.
@@ -477,6 +494,7 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
       if (report.status == RunStatus::failed && options.stop_on_first_failure) break;
     }
     report.checked += checked;
+    report.discarded += !checked && !declined_or_stopped;
     if (lost) break;
     if (search.enabled()) search.offer(case_random, size, the_case(), live, results);
     events.case_done(i + 1, all_trials, size, since(t0));
@@ -562,8 +580,13 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
                      100 * declined_share, report.declined, report.trials,
                      reasons_summary(report.decline_reasons, 5), narrow_example())});
   }
+  // The time budget stopped the run short: one too_slow check says so, not
+  // one `discarded` per invariant that it stopped before any case reached.
+  const bool too_slow = report.time_budget_hit && !suppressed(run, "too_slow") &&
+                        (report.size_reached < run.max_size || report.trials < kMinTrialShare * trials);
   for (auto& r : report.invariants) {
     if (r.status != InvariantStatus::gave_up) continue;
+    if (too_slow && r.discarded == 0 && r.declined == 0) continue;
     const bool over_ratio = double(r.discarded) > run.max_discard_ratio * double(trials);
     // Checked some, short of trials, with its discards inside the budget:
     // the cases the target declined took the rest of the run's cases. Its
@@ -604,21 +627,31 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
           "; if the {} case(s) the target declined ({}) are the ones it observes, narrow the domain to what "
           "the target takes (prop_runner {}), and it is reported n/a",
           r.declined, reasons_summary(report.decline_reasons, 5), narrow_example());
+    // Suppressing the check passes an invariant that checked too few cases,
+    // never one that checked none.
+    const std::string suppress =
+        r.passed > 0 ? ", or add run: {suppress_health_check: [discarded]}"
+        : suppressed(run, "discarded")
+            ? " (suppress_health_check: [discarded] passes an invariant that checked "
+              "too few cases, not one that checked none)"
+            : "";
     report.health.push_back(
         {"discarded",
          fmt::format("invariant {} checked {} case(s) and discarded {} ({}); {}{}", r.name, r.passed,
                      r.discarded,
                      r.discard_reasons.empty() ? r.last_discard : reasons_summary(r.discard_reasons, 3),
-                     advice, r.passed > 0 ? ", or add run: {suppress_health_check: [discarded]}" : "")});
+                     advice, suppress)});
   }
-  if (report.time_budget_hit && !suppressed(run, "too_slow") &&
-      (report.size_reached < run.max_size || report.trials < kMinTrialShare * trials))
+  if (too_slow)
     report.health.push_back(
         {"too_slow",
-         fmt::format("the time budget ({:g} s) stopped the run after {} of {} cases, at size {} of "
-                     "max_size {}; raise run.time_budget_s (--time), lower trials or max_size, or "
-                     "add run: {{suppress_health_check: [too_slow]}}",
-                     run.time_budget_s, report.trials, trials, report.size_reached, run.max_size)});
+         fmt::format("the time budget ({:g} s) stopped the run {}; raise run.time_budget_s (--time), lower "
+                     "trials or max_size, or add run: {{suppress_health_check: [too_slow]}}",
+                     run.time_budget_s,
+                     report.size_reached < 0
+                         ? fmt::format("before the first of its {} cases", trials)
+                         : fmt::format("after {} of {} cases, at size {} of max_size {}", report.trials,
+                                       trials, report.size_reached, run.max_size))});
   bool any_passed = false;
   for (const auto& r : report.invariants) any_passed = any_passed || r.status == InvariantStatus::passed;
   if (!any_passed && report.health.empty())

@@ -483,7 +483,7 @@ void Search::run(RunReport& report, RunListener& events) {
     std::vector<const InvariantUse*> live_uses;
     for (const Climb& c : climbs) live_uses.push_back(st.uses[c.use]);
     const std::vector<CheckResult> results = check_uses(ctx, live_uses, next->c);
-    bool checked = false, improved = false;
+    bool checked = false, improved = false, declined_or_stopped = false;
     std::vector<size_t> broken;
     for (size_t n = 0; n < results.size(); ++n) {
       Climb& c = climbs[n];
@@ -493,9 +493,13 @@ void Search::run(RunReport& report, RunListener& events) {
       const CheckResult& r = results[n];
       if (r.kind == CheckResult::Kind::declined) {
         ++sr.declined;
+        declined_or_stopped = true;
         break;
       }
-      if (r.kind == CheckResult::Kind::target_failure && r.failure_kind == "interrupted") break;
+      if (r.kind == CheckResult::Kind::target_failure && r.failure_kind == "interrupted") {
+        declined_or_stopped = true;
+        break;
+      }
       if (r.kind == CheckResult::Kind::target_failure) {
         report.status = RunStatus::crashed;
         report.crash = record_finding(
@@ -553,6 +557,7 @@ void Search::run(RunReport& report, RunListener& events) {
     if (!improved) ++climbs[mover].stale;
     sr.checked += checked;
     report.checked += checked;
+    report.discarded += !checked && !declined_or_stopped;
     for (auto it = broken.rbegin(); it != broken.rend(); ++it) climbs.erase(climbs.begin() + long(*it));
     if (!broken.empty() && ctx.options.stop_on_first_failure && !climbs.empty()) {
       // --fail-fast: the other invariants passed the random cases; their climbs end here.

@@ -343,9 +343,17 @@ InvariantUse expression_invariant(const Loader& l, const YAML::Node& item, const
       l.fail(it->first,
              fmt::format("unknown key '{}' in expression invariant {}{}", key, name, suggestion(key, keys)));
   }
-  if (family.find_invariant(name) >= 0)
+  if (family.find_invariant(name) >= 0) {
+    // A built-in's entry with `when:` (and no `expect:`) came here: it is
+    // no expression, and built-ins take no precondition.
+    if (!item["expect"] && item["when"])
+      l.fail(item["when"],
+             fmt::format("'when' is for expression invariants: the built-in invariant '{}' of {} "
+                         "takes none (its own conditions decide which cases it checks)",
+                         name, family.name()));
     l.fail(name_node, fmt::format("'{}' names a built-in invariant of {}; give the expression its own name",
                                   name, family.name()));
+  }
   if (!item["expect"]) l.fail(item, fmt::format("expression invariant '{}' needs 'expect: EXPR'", name));
   if (family.tensor_infos().empty())
     l.fail(item["expect"],

@@ -120,6 +120,23 @@ YAML::Node load_one_document(const std::string& text, const std::string& source,
                              text[i + 1], key, text[i + 1]);
         }
       }
+    // A tab in a line's indentation: yaml-cpp says "illegal map value" or
+    // the like, at a line that looks right. Looked for up to the error's line.
+    if (hint.empty()) {
+      const size_t line_end = std::min(text.size(), text.find('\n', end == 0 ? 0 : end - 1));
+      int line = 1;
+      for (size_t i = 0; i < line_end; ++line) {
+        size_t j = i;
+        while (j < line_end && (text[j] == ' ' || text[j] == '\t')) ++j;
+        if (text.find('\t', i) < j) {
+          hint = fmt::format(" (line {} indents with a tab: YAML indents with spaces only)", line);
+          break;
+        }
+        const size_t next = text.find('\n', i);
+        if (next == std::string::npos) break;
+        i = next + 1;
+      }
+    }
     throw InputError(at(source, e.mark), what + ": " + e.msg + hint);
   }
 }

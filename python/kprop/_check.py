@@ -254,6 +254,7 @@ class CheckResult:
     health: List[Tuple[str, str]]
     detail: str
     replayed: int = 0  # stored cases checked first (one the target declined is not counted)
+    discarded_cases: int = 0  # cases every invariant discarded: neither checked nor declined
     stopped_at_failure: bool = False  # fail_fast=True: the first counterexample ended the run
     findings: List[Finding] = field(default_factory=list)
     report: Dict[str, Any] = field(default_factory=dict, repr=False)
@@ -283,10 +284,11 @@ class CheckResult:
     def summary(self) -> str:
         # Discards are per invariant (a case one invariant discards another
         # may check): their sum is no count of cases, and says so.
-        parts = ["%s: %s on %s, seed %d: %d cases drawn, %d checked, %d declined, %d discards over the "
-                 "invariants, size reached %d of %d, %.2f s" % (
-                     self.spec, self._status_words(), self.target, self.seed, self.trials, self.checked, self.declined,
-                     self.discarded, self.size_reached, self.max_size, self.seconds)]
+        parts = ["%s: %s on %s, seed %d: %d cases drawn, %d checked, %d discarded by every invariant, %d "
+                 "declined, %d discards over the invariants, size reached %d of %d, %.2f s" % (
+                     self.spec, self._status_words(), self.target, self.seed, self.trials, self.checked,
+                     self.discarded_cases, self.declined, self.discarded, self.size_reached, self.max_size,
+                     self.seconds)]
         for i in self.invariants:
             parts.append("  %-28s %-14s %d %s, %d discarded, %d declined" % (
                 i.name, i.status, i.passed, "checked" if i.status == "not_run" else "passed", i.discarded,
@@ -800,6 +802,7 @@ def _result(r, findings, replayed=0) -> CheckResult:
                        max_size=r["max_size"], size_reached=r["size_reached"], largest_case=r["largest_case"],
                        time_budget_hit=r["time_budget_hit"], invariants=invariants, health=list(r["health"]),
                        detail=r["detail"], replayed=replayed, findings=findings,
+                       discarded_cases=r["discarded"],
                        stopped_at_failure=r["stopped_at_failure"], report=r)
 
 

@@ -339,6 +339,7 @@ nb::dict report_dict(const kprop::RunReport& r) {
   d["largest_case"] = r.largest_case;
   d["status"] = kprop::run_status_name(r.status);
   d["detail"] = r.detail;
+  d["discarded"] = r.discarded;
   d["declined"] = r.declined;
   d["decline_reasons"] = counts(kprop::grouped_reason_counts(r.decline_reasons));
   nb::list invariants;

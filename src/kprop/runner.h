@@ -197,6 +197,8 @@ struct HealthCheckInfo {
   const char* description;
 };
 const std::vector<HealthCheckInfo>& health_checks();
+// The health checks no spec may suppress (nothing was checked at all).
+const std::vector<HealthCheckInfo>& unsuppressible_health_checks();
 struct HealthFailure {
   std::string check;
   std::string message;
@@ -214,6 +216,7 @@ struct RunReport {
   std::string spec;
   std::string spec_path;
   std::string profile;  // the spec's profile in effect ("" = none)
+  std::string domain;   // --domain's overrides as given ("" = none)
   std::string family;
   std::string target;
   std::string reference;
@@ -222,6 +225,10 @@ struct RunReport {
   int64_t trials = 0;         // cases drawn (this shard)
   int64_t trials_wanted = 0;  // cases each invariant had to pass (this shard)
   int64_t checked = 0;        // cases on which at least one invariant gave a verdict
+  // Cases every invariant still checking discarded (or found n/a): neither
+  // checked nor declined. drawn (+ the search's) = checked + declined (+
+  // the search's) + discarded, less a case a crash or Ctrl-C ended.
+  int64_t discarded = 0;
   double seconds = 0;
   bool time_budget_hit = false;
   // RunOptions::stop_on_first_failure (--fail-fast, and each mutant's run of

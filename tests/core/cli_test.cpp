@@ -177,6 +177,32 @@ TEST(Cli, WorkersStoppedAtOnceSayNoInterrupt) {
   }
 }
 
+// Every drawn case is counted once: checked, declined, or discarded by every
+// invariant (those were counted nowhere: "16 drawn, 5 checked" left 11
+// unexplained). And a --time below one case is one too_slow check, not a
+// `discarded` one per invariant at "size -1".
+TEST(Cli, EveryDrawnCaseIsCountedOnce) {
+  const std::string spec = std::string(KPROP_SOURCE_DIR) + "/specs/attention_bwd.yaml";
+  const CliRun j = run("--spec " + spec +
+                       " --invariant dv_rounded_to_nearest --trials 5 --seed 7 --no-corpus --format json");
+  ASSERT_EQ(j.code, 0) << j.out;
+  const auto r = nlohmann::json::parse(j.out.substr(j.out.find('{')));
+  EXPECT_GT(r["discarded"].get<int64_t>(), 0) << j.out;
+  EXPECT_EQ(r["trials"],
+            r["checked"].get<int64_t>() + r["discarded"].get<int64_t>() + r["declined"].get<int64_t>())
+      << j.out;
+  const CliRun t =
+      run("--spec " + spec + " --invariant dv_rounded_to_nearest --trials 5 --seed 7 --no-corpus");
+  EXPECT_NE(t.out.find(fmt::format("  cases: {} drawn, 5 checked, {} discarded by every invariant;",
+                                   r["trials"].get<int64_t>(), r["discarded"].get<int64_t>())),
+            std::string::npos)
+      << t.out;
+  const CliRun slow = run("--spec " + spec + " --seed 1 --trials 300 --time 0.0001 --no-corpus");
+  EXPECT_EQ(slow.code, 2) << slow.out;
+  EXPECT_EQ(slow.out.find("Health check 'discarded'"), std::string::npos) << slow.out;
+  EXPECT_NE(slow.out.find("HEALTH CHECK FAILED (too_slow):"), std::string::npos) << slow.out;
+}
+
 // The report less its times (they differ from run to run, nothing else may).
 nlohmann::json without_times(nlohmann::json j) {
   if (j.is_object()) {
@@ -702,6 +728,11 @@ TEST(Cli, AnErrorMidRunLeavesAnErrorReportAtOut) {
 TEST(Cli, LeftOutValuesAndModesWithoutReportsAreInputErrors) {
   const fs::path nulls = temp("nulls.yaml");
   std::ofstream(nulls) << "spec: nulls\nfamily: dflash\nrun:\n  trials:\n";
+  const fs::path tabbed = temp("tabbed.yaml");
+  std::ofstream(tabbed) << "spec: t\nfamily: dflash\nrun:\n\ttrials: 3\n  seed: 1\n";
+  const fs::path when = temp("when.yaml");
+  std::ofstream(when)
+      << "spec: w\nfamily: dflash\ninvariants:\n  - {name: maximal_acceptance, when: 'true'}\n";
   const std::string ops = std::string(KPROP_SOURCE_DIR) + "/specs/ops/rmsnorm.yaml";
   const fs::path replayed = temp("replayed-folder");
   fs::create_directories(replayed / "dflash");
@@ -754,7 +785,15 @@ TEST(Cli, LeftOutValuesAndModesWithoutReportsAreInputErrors) {
       {"--spec " + kSpec + " --no-corpus --shard 1/2",
        "--shard 1/2: the shards must draw the same cases, so "
        "they need one fixed seed: pass the same --seed S"},
-      {"--spec " + kSpec + " --no-corpus --seed 0 --shard 1/2", "--shard 1/2: the shards must draw the same"},
+      {"--spec " + kSpec + " --no-corpus --seed 0 --shard 1/2",
+       "--shard 1/2: the shards must draw the same cases, so they need one fixed seed: pass the same --seed "
+       "S "
+       "to every shard (--seed 0 asks for a fresh seed each run)"},
+      // A tab in an indentation: yaml-cpp's "illegal map value" says why.
+      {"--spec " + tabbed.string() + " --no-corpus",
+       "(line 4 indents with a tab: YAML indents with spaces only)"},
+      {"--spec " + when.string() + " --no-corpus",
+       "when.yaml:4:38: 'when' is for expression invariants: the built-in invariant 'maximal_acceptance'"},
       {"--spec " + kSpec + " --no-corpus --seed 3 --trials 2 --shard 5/10",
        "--shard 5/10: the run has 2 trial(s), so shard 5 would check none"},
       {"--spec " + kSpec + " --fuzz-seeds " + nulls.string(),
@@ -817,6 +856,8 @@ TEST(Cli, CorpusFilesWithAnEmptyCaseATypoOrAKeyTwiceAreErrors) {
   const CliRun r = run("--spec " + kSpec + " --replay " + file.string() + " --format json");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("\"invariant\": \"progress\""), std::string::npos) << r.out;
+  // Verdicts in lower case, as docs/REPORT.md lists them (they were PASSED).
+  EXPECT_NE(r.out.find("\"verdict\": \"passed\""), std::string::npos) << r.out;
 }
 
 // A case that overruns case_timeout_s but then finishes: the watchdog saves

@@ -4,8 +4,10 @@
 // generic plugin entry point's symbol. End to end through a NumPy worker and
 // a C++ plugin: ctests op.sort.* and op.rmsnorm.plugin.*.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "kernels/op/op.h"
+#include "kprop/errors.h"
 #include "kprop/spec.h"
 #include "properties/op/family.h"
 #include "tests/families/op/op_support.h"
@@ -190,6 +193,40 @@ TEST(OpExternalReference, AHangingReferenceEndsAtTheRunsCaseTimeout) {
     EXPECT_NE(r.detail.find(option ? "case_timeout_s = 0.75 s" : "case_timeout_s = 0.5 s"), std::string::npos)
         << r.detail;
   }
+}
+
+// A reference that fails on a case stops the run as the spec's error (its
+// message names the reference), and stores the case in the scratch folder
+// with the command that re-runs it: it was reported and lost (the docs said
+// "exit 3, case saved").
+TEST(OpExternalReference, AFailingReferenceStopsTheRunAndStoresTheCase) {
+  std::ifstream in(std::string(KPROP_SOURCE_DIR) + "/specs/ops/sort.yaml");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string plain = "../../examples/ops/sort_reference.py";
+  ASSERT_NE(text.find(plain), std::string::npos);
+  text.replace(text.find(plain), plain.size(), "../../tests/external/raising_reference.py");
+  const Spec spec = parse_spec(text, std::string(KPROP_SOURCE_DIR) + "/specs/ops/sort.yaml");
+  const std::string scratch = "kprop_op_failing_reference_" + std::to_string(::getpid());
+  RunOptions o = scratch_run(
+      "exec:/usr/bin/python3 " + std::string(KPROP_SOURCE_DIR) + "/examples/ops/sort_reference.py", 3, 50,
+      scratch);
+  try {
+    const RunReport r = run_spec(spec, o);
+    ADD_FAILURE() << "no error; " << r.detail;
+  } catch (const ReferenceFailure& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("the reference 'reference' failed on a case, so the case cannot judge the target"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("rows longer than two are not handled yet"), std::string::npos) << what;
+    const size_t at = what.find("; the case is in ");
+    ASSERT_NE(at, std::string::npos) << what;
+    const std::string path = what.substr(at + 17, what.find(" (re-run it: ", at) - at - 17);
+    EXPECT_EQ(path.rfind(o.scratch_dir + "/sort/", 0), 0u) << what;
+    EXPECT_TRUE(std::filesystem::exists(path)) << what;
+    EXPECT_NE(what.find("--replay " + path + " --invariant "), std::string::npos) << what;
+  }
+  std::filesystem::remove_all(o.scratch_dir);
 }
 
 // A reference that cannot start is the spec's error (exit 2, one line),
