@@ -542,6 +542,17 @@ class Parser {
         if (!is_float(t[0]))
           fail(v, fmt::format("dtypes: the case's dtype is floating (f32, f64, f16, bf16); got {}",
                               dtype_name(t[0])));
+        // The op's declaration is its contract: a dtype it does not declare
+        // would be drawn here and refused in a corpus file (a replay without
+        // this --domain or profile), so only a narrowing is taken.
+        const Decl& declared = base.declared ? *base.declared : base;
+        std::vector<std::string> names;
+        for (const DType x : declared.case_dtypes) names.emplace_back(dtype_name(x));
+        for (const DType x : t)
+          if (std::ranges::find(declared.case_dtypes, x) == declared.case_dtypes.end())
+            fail(v, fmt::format("dtypes: op {} declares {} for the case's dtype, not {}: a domain narrows an "
+                                "op's dtypes (to test {}, add it to the op's inputs' dtype lists)",
+                                base.name, join(names), dtype_name(x), dtype_name(x)));
         for (InputDecl& in : d->inputs)
           if (!in.dtypes.empty() && base.takes_case_dtype(in.dtypes)) in.dtypes = t;
         d->case_dtypes = t;

@@ -748,6 +748,10 @@ TEST(Cli, LeftOutValuesAndModesWithoutReportsAreInputErrors) {
        "'T'?); valid: dtypes, T, D"},
       {"--spec " + ops + " --no-corpus --domain '{dtypes: [i32]}'",
        "--domain:1:10: dtypes: the case's dtype is floating (f32, f64, f16, bf16); got i32"},
+      // A dtype the op does not declare: drawn, its cases were refused on replay.
+      {"--spec " + std::string(KPROP_SOURCE_DIR) +
+           "/specs/ops/sort.yaml --no-corpus --domain '{dtypes: [f16]}'",
+       "--domain:1:10: dtypes: op sort declares f32, f64 for the case's dtype, not f16"},
       {"--spec " + ops + " --no-corpus --mutants",
        "--mutants: family op of spec rmsnorm has no mutants to run"},
       {"--spec " + kSpec + " --fuzz --out " + temp("fuzz.json").string(), "--fuzz takes no --out"},
