@@ -1230,9 +1230,14 @@ std::optional<bool> decide(const Node& n, const TensorMap& m) {
     return a ? std::optional<bool>(!*a) : std::nullopt;
   }
   if (n.kind == Kind::binary) {
-    const auto a = decide(*n.args[0], m), b = decide(*n.args[1], m);
+    // Left to right, short-circuit, as evaluate() does: a guard such as
+    // `D < 4 or x[0, 3] > 0` keeps the right side from reading out of range.
+    const bool is_and = n.op == "and";
+    const auto a = decide(*n.args[0], m);
+    if (a && *a != is_and) return a;  // false and ..., true or ...
+    const auto b = decide(*n.args[1], m);
     if (!a || !b) return a ? a : b;
-    return n.op == "and" ? *a && *b : *a || *b;
+    return b;
   }
   const Node& arg = *n.args[0];
   if (arg.shape.empty() && is_scalar_logic(arg)) return decide(arg, m);
@@ -1272,10 +1277,13 @@ Expression::Outcome explain(const std::string& text, const Node& n, const Tensor
     }
     return out;  // every side held on what it judged, and one judged something
   }
-  if (is_scalar_logic(n) && n.kind == Kind::binary && n.op == "or")
-    for (int side = 0; side < 2; ++side)
-      if (is_scalar_logic(*n.args[size_t(side)]) && !decide(*n.args[size_t(side)], m))
-        return explain(text, *n.args[size_t(1 - side)], m);
+  if (is_scalar_logic(n) && n.kind == Kind::binary && n.op == "or") {
+    // Short-circuit as decide(): a true left side holds, the right unread.
+    const std::optional<bool> left = decide(*n.args[0], m);
+    if (left && *left) return out;
+    if (!left) return explain(text, *n.args[1], m);
+    if (!decide(*n.args[1], m)) return explain(text, *n.args[0], m);
+  }
   if (is_scalar_logic(n)) {
     const std::optional<bool> verdict = decide(n, m);
     if (!verdict)

@@ -767,8 +767,9 @@ class Child {
     if (pipe2(to_child, O_CLOEXEC) != 0 || pipe2(from_child, O_CLOEXEC) != 0)
       throw std::runtime_error(fmt::format("pipe: {}", strerror(errno)));
     std::fflush(nullptr);
-    const ForkSignals held;
+    ForkSignals held;
     const pid_t pid = fork();
+    if (pid > 0) held.release();
     if (pid < 0) throw std::runtime_error(fmt::format("fork: {}", strerror(errno)));
     if (pid == 0) {
       setpgid(0, 0);

@@ -107,10 +107,19 @@ std::string replay_command(const RunContext& ctx, const std::string& path, const
 
 namespace {
 
-// Where a finding goes: the corpus when it is written, else the scratch folder.
+// A mutant registered out_of_bounds fails by reading past a buffer: a
+// replay fails or not by what lies there, so its cases stay out of the
+// corpus, whose replay must give one verdict.
+bool kept_out_of_corpus(const RunContext& ctx) {
+  return ctx.options.write_corpus && ctx.target.info.out_of_bounds;
+}
+
+// Where a finding goes: the corpus when it is written (and may take it),
+// else the scratch folder.
 std::string primary_dir(const RunContext& ctx) {
-  return ctx.options.write_corpus ? (fs::path(ctx.options.corpus_dir) / ctx.spec.name).string()
-                                  : (fs::path(ctx.options.scratch_dir) / ctx.spec.name).string();
+  return ctx.options.write_corpus && !kept_out_of_corpus(ctx)
+             ? (fs::path(ctx.options.corpus_dir) / ctx.spec.name).string()
+             : (fs::path(ctx.options.scratch_dir) / ctx.spec.name).string();
 }
 std::string fallback_dir(const RunContext& ctx) {
   return ctx.options.write_corpus ? (fs::path(ctx.options.scratch_dir) / ctx.spec.name).string()
@@ -585,12 +594,14 @@ ChildResult in_child(const std::function<std::string()>& fn, double timeout_s, b
   const SharedDeadline call;
   int fds[2];
   if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
-  const ForkSignals held;
+  ForkSignals held;
   const pid_t pid = fork();
+  if (pid > 0) held.release();  // the parent waits with Ctrl-C live
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
     close(fds[0]);
     signal(SIGINT, SIG_IGN);  // the parent handles Ctrl-C
+    signal(SIGTERM, SIG_DFL);
     for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) signal(sig, SIG_DFL);
     held.release();
     g_isolated_child = true;
@@ -806,13 +817,8 @@ Finding record_finding(const RunContext& ctx, const InvariantUse* use, const Any
   try {
     const CorpusEntry e = entry_for(ctx, s.best, f.invariant, f.message, found_by);
     f.case_yaml = emit_yaml(e.case_node);
-    // A mutant registered out_of_bounds fails by reading past a buffer: a
-    // replay fails or not by what lies there, so its case stays out of the
-    // corpus, whose replay must give one verdict.
-    const bool keep_out = ctx.options.write_corpus && ctx.target.info.out_of_bounds;
-    const std::string dir =
-        keep_out ? (fs::path(ctx.options.scratch_dir) / ctx.spec.name).string() : primary_dir(ctx);
-    const Stored stored = store_entry(dir, e, fallback_dir(ctx));
+    const bool keep_out = kept_out_of_corpus(ctx);
+    const Stored stored = store_entry(primary_dir(ctx), e, fallback_dir(ctx));
     f.corpus_path = stored.path;
     f.corpus_new = stored.created;
     f.in_corpus = ctx.options.write_corpus && !keep_out && stored.note.empty();

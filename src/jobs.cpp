@@ -206,8 +206,9 @@ WorkerPool::WorkerPool(int jobs, int64_t count, int64_t window, const Setup& set
       close(to_caller[0]), close(to_caller[1]);
       throw std::runtime_error(fmt::format("pipe: {}", strerror(errno)));
     }
-    const ForkSignals held;
+    ForkSignals held;
     const pid_t pid = fork();
+    if (pid > 0) held.release();
     if (pid < 0) {
       for (int fd : {to_caller[0], to_caller[1], to_worker[0], to_worker[1]}) close(fd);
       break;  // fewer jobs: the others (or the caller) compute the rest

@@ -27,7 +27,9 @@ ForkSignals::ForkSignals() {
   pthread_sigmask(SIG_BLOCK, &stop, &old_);
 }
 
-void ForkSignals::release() const {
+void ForkSignals::release() {
+  if (!held_) return;
+  held_ = false;
   pthread_sigmask(SIG_SETMASK, &old_, nullptr);
 }
 

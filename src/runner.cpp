@@ -688,7 +688,8 @@ int mutants_exit_code(const std::vector<MutantRow>& rows) {
   for (const auto& r : rows) {
     const std::string_view v = mutant_verdict(r);
     if (v == "interrupted") return 130;
-    if (v == "survived") code = 1;
+    // One skipped where others ran (no device for it) is no kill either.
+    if (v == "survived" || v == "skipped") code = 1;
     if (v == "gave up" && code == 0) code = 2;
   }
   return code;

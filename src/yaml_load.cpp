@@ -128,7 +128,8 @@ YAML::Node load_one_document(const std::string& text, const std::string& source,
       for (size_t i = 0; i < line_end; ++line) {
         size_t j = i;
         while (j < line_end && (text[j] == ' ' || text[j] == '\t')) ++j;
-        if (text.find('\t', i) < j) {
+        // (A blank line's tabs indent nothing.)
+        if (text.find('\t', i) < j && j < line_end && text[j] != '\n' && text[j] != '\r') {
           hint = fmt::format(" (line {} indents with a tab: YAML indents with spaces only)", line);
           break;
         }

@@ -133,7 +133,7 @@ struct Loss {
 // (of K or of V) changes key j's entries only, and recomputing them alone
 // gives the same numbers as recomputing the row (the same operations in the
 // same order): with rest_of, a finite difference of K or V costs O(Nk) per
-// row and sample and O(1) per evaluation, not O(Nk·D) per evaluation.
+// row and sample, and per evaluation O(D) (the moved key's dot) plus O(1).
 struct RowParts {
   int b = 0, h = 0, i = 0;
   std::vector<double> s, ds, t, a;
@@ -202,8 +202,11 @@ Loss row_loss(RowParts& r) {
   const size_t nk = r.s.size();
   double m = -std::numeric_limits<double>::infinity(), dm = 0;
   for (size_t j = 0; j < nk; ++j) m = std::max(m, r.s[j]), dm = std::max(dm, r.ds[j]);
-  if (m == -std::numeric_limits<double>::infinity()) return {};
   std::vector<double>& e = r.e;
+  if (m == -std::numeric_limits<double>::infinity()) {
+    e.assign(nk, 0.0), r.e_max = m;  // rest_of reads them; no key moved from here is at the max
+    return {};
+  }
   e.resize(nk);
   for (size_t j = 0; j < nk; ++j) e[j] = std::exp(r.s[j] - m);
   r.e_max = m;
@@ -227,7 +230,8 @@ Loss row_loss(RowParts& r) {
 
 // A row's sums over every key but one (the key a sample of K or V moves),
 // at the unmoved case, with the e_j of the row's max M there: a loss after
-// only that key moved is then O(1) (row_loss_moved), not O(Nk).
+// only that key moved is then O(1) beyond that key's parts (row_loss_moved),
+// not O(Nk).
 struct Rest {
   double M = 0;  // the unmoved row's max score, which the e_j are relative to
   double m = -std::numeric_limits<double>::infinity();  // max over the other keys' s_j
@@ -281,7 +285,7 @@ Loss row_loss_moved(const RowParts& r, const Rest& x, int key, const KeyParts& m
   const double rho = std::max(x.dm, dsk) + std::max(x.base, dsk + eps * (std::fabs(sk - x.M) + 2));
   const double pi = 2 * rho + (double(nk) + 1) * eps;
   const double loss = (x.et + (ek == 0 ? 0 : ek * moved.t)) / l;
-  const double weighted = (x.ea + ek * moved.a) / l;
+  const double weighted = (x.ea + (ek == 0 ? 0 : ek * moved.a)) / l;
   const double underflow = (2 * (x.a + moved.a) + r.dim + double(nk)) * kUnderflow;
   return {loss, weighted * (pi + (double(nk) * r.dim + 1) * eps) + underflow};
 }

@@ -29,21 +29,23 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOpt
                           const std::function<void(const std::string&)>& on_line);
 
 // Holds SIGINT and SIGTERM back across a fork() until the child has set its
-// own handlers (then it calls release()); the parent's side releases them
-// when this goes out of scope. Without it a signal in between ran the
-// runner's interrupt handler in the child: a job worker the pool stopped as
-// soon as it started printed "kprop: interrupted" though no one pressed
-// Ctrl-C. A signal held back is delivered on release, to the new handler.
+// own handlers, then releases them (a signal held back is delivered then, to
+// the new handler). Without it a signal in between ran the runner's
+// interrupt handler in the child: a job worker the pool stopped as soon as
+// it started printed "kprop: interrupted" though no one pressed Ctrl-C. The
+// parent releases right after fork() returns, so that its own waits see
+// Ctrl-C; the destructor releases what is still held (fork() failed).
 class ForkSignals {
  public:
   ForkSignals();
   ~ForkSignals() { release(); }
   ForkSignals(const ForkSignals&) = delete;
   ForkSignals& operator=(const ForkSignals&) = delete;
-  void release() const;
+  void release();
 
  private:
   sigset_t old_{};
+  bool held_ = true;
 };
 
 }  // namespace kprop

@@ -318,7 +318,8 @@ bool mutants_skipped(const std::vector<MutantRow>& rows);
 // it: a --time far below a case, say), "interrupted" or "skipped".
 const char* mutant_verdict(const MutantRow& row);
 // What --mutants exits with: 0 every mutant killed (or all skipped), 1 one
-// survived, 2 none survived but one gave up, 130 interrupted.
+// survived (or was skipped while others ran), 2 none of those but one gave
+// up, 130 interrupted.
 int mutants_exit_code(const std::vector<MutantRow>& rows);
 
 // --replay: each corpus file on the spec's target (every invariant must hold)

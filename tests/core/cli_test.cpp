@@ -12,6 +12,7 @@
 #include <string>
 
 #include "kprop/corpus.h"
+#include "kprop/sanitizer.h"
 #include "kprop/spec.h"
 
 namespace fs = std::filesystem;
@@ -152,7 +153,8 @@ TEST(Cli, AnOutOfBoundsMutantsFindingStaysOutOfTheCorpus) {
   const CliRun r = run("--spec " + std::string(KPROP_SOURCE_DIR) +
                        "/specs/ternary.yaml --target packed_row_read_late --seed 5 --fail-fast --corpus " +
                        corpus.string());
-  EXPECT_EQ(r.code, 1) << r.out;
+  // Under AddressSanitizer the read is reported: a crash (3), stored the same way.
+  EXPECT_EQ(r.code, kprop::kAddressSanitizer ? 3 : 1) << r.out;
   EXPECT_NE(r.out.find("(not in the corpus)\n  note: kept out of the corpus: the mutant reads past a buffer"),
             std::string::npos)
       << r.out;
@@ -163,17 +165,19 @@ TEST(Cli, AnOutOfBoundsMutantsFindingStaysOutOfTheCorpus) {
 // does not run the runner's interrupt handler: between fork() and its own
 // handlers it printed "kprop: interrupted" though no one pressed Ctrl-C (25
 // times in 20 such runs; signals are held back across the fork now).
-// Those mutant runs checked one case each: a mutant that case did not kill
+// Those mutant runs check a case or so each: a mutant they did not kill
 // GAVE UP (too_slow), exit 2, not SURVIVED (exit 1, "the spec is too weak").
 TEST(Cli, WorkersStoppedAtOnceSayNoInterrupt) {
   for (int i = 0; i < 4; ++i) {
     const CliRun r = run("--spec " + kSpec + " --mutants --seed 1 --time 0.001 --jobs 2 --no-corpus");
     EXPECT_EQ(r.out.find("interrupted"), std::string::npos) << r.out;
+    // How many cases fit in 1 ms depends on the machine: no count is
+    // asserted, only that no mutant is called a survivor.
     EXPECT_EQ(r.code, 2) << r.out;
-    EXPECT_NE(r.out.find("  positional_logits          GAVE UP  - (too_slow)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("GAVE UP  - (too_slow)"), std::string::npos) << r.out;
     EXPECT_EQ(r.out.find("SURVIVED"), std::string::npos) << r.out;
-    EXPECT_NE(r.out.find("HEALTH CHECK FAILED: 1 of 8 mutants killed; 7 gave up"), std::string::npos)
-        << r.out;
+    EXPECT_NE(r.out.find("HEALTH CHECK FAILED: "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(" gave up (the health checks named beside each say"), std::string::npos) << r.out;
   }
 }
 
@@ -223,7 +227,7 @@ void without_interrupted_shrinks(nlohmann::json& a, nlohmann::json& b) {
   if (a.is_object() && b.is_object()) {
     if (a.value("shrink_interrupted", false) || b.value("shrink_interrupted", false))
       for (const char* key : {"case_yaml", "corpus_path", "replay", "shrink_steps", "size", "measured",
-                              "message", "summary", "diff", "shrink_interrupted"}) {
+                              "message", "summary", "diff", "shrink_interrupted", "replay_check"}) {
         a.erase(key);
         b.erase(key);
       }

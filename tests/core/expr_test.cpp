@@ -738,6 +738,11 @@ TEST(Expr, AReductionOverNoElementJudgesNothingInAnyForm) {
   EXPECT_TRUE(check("not (all(x[:, 3:] > 0) or all(y < 0))").holds);
   // An axis keeps NumPy's reduction (a tensor, judged elementwise).
   EXPECT_TRUE(check("all(all(x[:, 3:] > 1e30, axis=1))").holds);
+  // Left to right and short-circuit, as evaluation is: a guard keeps the
+  // other side from reading out of range (x has 3 columns).
+  EXPECT_TRUE(check("y[0] > 5 or x[0, 3] > 0").holds);
+  EXPECT_TRUE(check("not (y[0] < 5 and x[0, 3] < 0)").holds);
+  EXPECT_TRUE(check("any(y > 0) or x[0, 3] > 0").holds);
 }
 
 // The same-precision baseline rounds every real step, diff's subtraction
