@@ -22,6 +22,8 @@
 #include <iostream>
 #include <limits>
 #include <optional>
+#include <set>
+#include <string>
 
 #include "kprop/errors.h"
 #include "kprop/float_type.h"
@@ -1566,10 +1568,23 @@ std::shared_ptr<Transport> open_target(const std::string& target, const Transpor
     const std::string command = target.substr(5);
     if (command.find_first_not_of(" \t") == std::string::npos)
       throw InputError({}, "exec: needs a command, e.g. exec:python3 my_worker.py");
-    auto transport = std::make_shared<ChildTransport>(target, options, [command](int in_fd, int out_fd) {
+    // A command of plain words runs as `exec COMMAND`: the worker is then the
+    // shell's process itself, and no shell is left to print "Segmentation
+    // fault" (25 lines of it while a crash shrank) when the worker dies of a
+    // signal. Anything with shell syntax (quotes, pipes, NAME=value, ...)
+    // runs as written.
+    const size_t first = command.find_first_not_of(" \t");
+    const std::string word = command.substr(first, command.find_first_of(" \t", first) - first);
+    static const std::set<std::string> shell_words = {
+        "exec", "eval", "cd", "set", "export", "ulimit", "umask", "trap",   ".",      "command",
+        "time", "!",    "if", "for", "while",  "until",  "case",  "source", "builtin"};
+    const bool plain =
+        command.find_first_of(";&|<>()$`\\\"'\n*?[]{}~#=") == std::string::npos && !shell_words.count(word);
+    const std::string script = plain ? "exec " + command : command;
+    auto transport = std::make_shared<ChildTransport>(target, options, [script](int in_fd, int out_fd) {
       dup2(in_fd, 0);
       dup2(out_fd, 1);
-      execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+      execl("/bin/sh", "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
       _exit(127);
     });
     transport->open();

@@ -101,7 +101,13 @@ std::string invariants_table(const RunReport& r) {
         "<td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
         escape(inv.name), escape(invariant_status_name(inv.status)), inv.checked(), inv.discarded,
         inv.declined, inv.not_applicable,
-        inv.max_error_ratio >= 0 ? fmt::format("{:.3g}", inv.max_error_ratio) : "", reasons);
+        // A failed invariant's worst ratio is of the cases it passed (the
+        // failure's own is in its finding), as the text says.
+        inv.max_error_ratio >= 0
+            ? fmt::format("{:.3g}{}", inv.max_error_ratio,
+                          inv.status == InvariantStatus::failed ? " on the cases that passed" : "")
+            : "",
+        reasons);
   }
   return out + "</table>";
 }
@@ -214,6 +220,7 @@ std::string kill_matrix_svg(const KillMatrix& m) {
                                                 std::log1p(static_cast<double>(most))));
       if (cell.state == KillCell::State::held) fill = "#fde0dd";
       if (cell.state == KillCell::State::crashed) fill = "#d6402b";
+      if (cell.state == KillCell::State::absent) fill = "#ffffff";
       c.rect(x, y, cell_w, cell_h, fill, "#ffffff", 1,
              fmt::format("{} × {}: {}", m.mutants[i], m.invariants[k],
                          cell.state == KillCell::State::killed
@@ -229,7 +236,8 @@ std::string kill_matrix_svg(const KillMatrix& m) {
   const double ly = top + cell_h * static_cast<double>(m.mutants.size()) + 30;
   double x = c.swatch(0, ly, svg::ramp(0.9), "killed (number: trials to kill; darker = sooner)");
   x = c.swatch(x, ly, "#fde0dd", "- held (survived this invariant)");
-  c.swatch(x, ly, "#f4f5f7", ". not reached");
+  x = c.swatch(x, ly, "#f4f5f7", ". not reached");
+  c.swatch(x, ly, "#ffffff", "x not in that mutant's run");
   return c.str();
 }
 

@@ -162,7 +162,9 @@ std::string finding_text(const Finding& f, const std::string& target) {
 std::string kill_matrix_text(const std::vector<MutantRow>& rows) {
   const KillMatrix m = kill_matrix(rows);
   if (m.invariants.empty()) return "";
-  std::string out = "  kill matrix (trials to kill; '-' held, '.' not reached):\n";
+  std::string out =
+      "  kill matrix (trials to kill; '-' held, '.' not reached, 'x' not in that mutant's run, e.g. its "
+      "profile's):\n";
   out += fmt::format("    {:<26}", "");
   for (size_t k = 0; k < m.invariants.size(); ++k) out += fmt::format(" {:>4}", fmt::format("i{}", k + 1));
   out += "\n";
@@ -231,10 +233,10 @@ class TextReporter final : public Reporter {
     for (const auto& inv : r.invariants) out += invariant_line(inv, r.shard, width);
     // The search's cases come on top of those drawn ("591 drawn, 654 checked
     // (100 by the search)" read as more checked than drawn).
-    out +=
-        fmt::format("  cases: {} drawn{}, {} checked{}", r.trials,
-                    r.search.cases > 0 ? fmt::format(" + {} by the search", r.search.cases) : "", r.checked,
-                    r.discarded > 0 ? fmt::format(", {} discarded by every invariant", r.discarded) : "");
+    out += fmt::format(
+        "  cases: {} drawn{}, {} checked{}", r.trials,
+        r.search.cases > 0 ? fmt::format(" + {} by the search", r.search.cases) : "", r.checked,
+        r.discarded > 0 ? fmt::format(", {} discarded by every invariant still checking", r.discarded) : "");
     if (r.declined > 0)
       out += fmt::format(", {} declined by the target (not checked): {}", r.declined,
                          reasons_summary(r.decline_reasons, 5));
@@ -283,7 +285,9 @@ class TextReporter final : public Reporter {
         break;
     }
     // Three digits below 100 (5 cases in 20 s is 0.25 cases/s, not 0).
-    out += fmt::format("{} in {:.2f} s ({} cases/s){}; seed {}\n", verdict, r.seconds,
+    // The rate of cases drawn (the search's too), whatever became of them:
+    // said so, next to a count of checked ones.
+    out += fmt::format("{} in {:.2f} s ({} drawn/s){}; seed {}\n", verdict, r.seconds,
                        rate < 100 ? fmt::format("{:.3g}", rate) : fmt::format("{:.0f}", rate),
                        r.time_budget_hit ? ", stopped by the time budget" : "", r.seed);
     return out;
@@ -738,6 +742,8 @@ std::string KillCell::text() const {
       return "n/a";
     case State::crashed:
       return "crash";
+    case State::absent:
+      return "x";
   }
   return "?";
 }

@@ -95,7 +95,9 @@ const std::vector<HealthCheckInfo>& health_checks() {
       {"discarded",
        "an invariant discarded more than run.max_discard_ratio x trials cases (it cannot observe most of "
        "them)"},
-      {"too_slow", "the time budget stopped the run before it reached max_size or 10% of its trials"},
+      {"too_slow",
+       "the time budget stopped the run before it reached both max_size and 10% of its trials (either one "
+       "short fails it)"},
   };
   return checks;
 }

@@ -20,7 +20,10 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
       {"chunked_prefill", ImplKind::optimized, "paged cache; prompts prefilled one chunk per step"},
       chunked_prefill);
   f.implementation(
-      {"int8", ImplKind::optimized, "int8 cache, static per-channel scales, dequantized in attention"}, int8);
+      {"int8", ImplKind::optimized,
+       "int8 cache, static per-channel scales, dequantized in attention; takes f64 cases only (the spec's "
+       "--profile int8 draws those)"},
+      int8);
   f.implementation({"cuda", ImplKind::optimized,
                     "paged cache on a CUDA device (K/V stored in the dtype, attention in f64 for f64 cases, "
                     "else f32): scheduler, block tables and LIFO free list on the "

@@ -7,6 +7,7 @@ import inspect
 import json
 import math
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -284,8 +285,8 @@ class CheckResult:
     def summary(self) -> str:
         # Discards are per invariant (a case one invariant discards another
         # may check): their sum is no count of cases, and says so.
-        parts = ["%s: %s on %s, seed %d: %d cases drawn, %d checked, %d discarded by every invariant, %d "
-                 "declined, %d discards over the invariants, size reached %d of %d, %.2f s" % (
+        parts = ["%s: %s on %s, seed %d: %d cases drawn, %d checked, %d discarded by every invariant still "
+                 "checking, %d declined, %d discards over the invariants, size reached %d of %d, %.2f s" % (
                      self.spec, self._status_words(), self.target, self.seed, self.trials, self.checked,
                      self.discarded_cases, self.declined, self.discarded, self.size_reached, self.max_size,
                      self.seconds)]
@@ -975,6 +976,17 @@ def _spec_ref(spec, text: str, is_text: bool):
     return spec if isinstance(spec, str) else text if not is_text else _plain(spec, "spec")
 
 
+def _python_rerun(message: str, spec_ref, fn, opts: Mapping[str, Any]) -> str:
+    """A reference failure's error ends "; the case is in PATH (re-run it:
+    CALL)", the runner's call without this run's reference= and the other
+    options: the call _replay_text makes of them instead."""
+    m = re.search(r"; the case is in (.+) \(re-run it: .*\)$", message, re.S)
+    if not m:
+        return message
+    return "%s; the case is in %s (re-run it: %s)" % (message[:m.start()], m.group(1),
+                                                      _replay_text(spec_ref, fn, m.group(1), opts))
+
+
 def _replay_text(spec_ref, fn, path, opts: Mapping[str, Any]) -> str:
     """kprop.replay(...) with the options of the run that found the case
     (those not at their defaults), so that it runs the case the same way."""
@@ -1064,7 +1076,7 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
         # A case of an invariant this run lacks (another test's extra
         # invariant) is another run's to replay: not read as a broken file.
         known = _known_invariants(info, args)
-        foreign = {os.path.realpath(p) for p in files if not _replayable(p, known, info["family"])}
+        foreign = {os.path.realpath(p) for p in files if not _replayable(p, known, info["family"], info["name"])}
         if len(files) > len(foreign):
             rows = stopper.call(_kprop.replay, text, is_text, args, stored_dir)["rows"]
             for row in rows:
@@ -1082,7 +1094,10 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
                 replayed += bool(row["checked"])
             stopper.finish()
 
-    r = stopper.call(_kprop.run, text, is_text, args)
+    try:
+        r = stopper.call(_kprop.run, text, is_text, args)
+    except ValueError as e:  # the reference failed on a case: its re-run, as this run was called
+        raise ValueError(_python_rerun(str(e), spec_ref, fn, opts)) from None
     replay_text = lambda path: _replay_text(spec_ref, fn, path, opts)  # noqa: E731
     findings = []
     for i in r["invariants"]:
@@ -1198,9 +1213,14 @@ def _registered(family: str, name: str) -> bool:
     return _REGISTERED[key]
 
 
-def _replayable(path: str, known: set, family: str) -> bool:
+def _replayable(path: str, known: set, family: str, spec_name: str) -> bool:
     """Whether a run with these invariants replays the stored case at path:
-    not one found by an invariant it lacks (another test's @kprop.invariant)."""
+    not one found by an invariant it lacks (another test's @kprop.invariant).
+    A case of another spec is replayed, so that the replay says so (an
+    error, as prop_runner's), not left alone as another run's."""
+    stored_spec = _kprop.stored_spec(os.fspath(path))
+    if stored_spec and stored_spec != spec_name:
+        return True
     names = _stored_invariants(path)
     return not names or any(not name or name in known or _registered(family, name) for name in names)
 
@@ -1237,10 +1257,10 @@ def _replay(spec, fn, path: str, *, invariants=None, isolate=False, tensors="num
     known = _known_invariants(info, args)
     if os.path.isdir(path):  # a case of an invariant this run lacks is another run's to replay
         foreign = {os.path.realpath(p) for p in glob.glob(os.path.join(path, "*.yaml"))
-                   if not _replayable(p, known, info["family"])}
+                   if not _replayable(p, known, info["family"], info["name"])}
     else:
         foreign = set()
-        if not _replayable(path, known, info["family"]):
+        if not _replayable(path, known, info["family"], info["name"]):
             names = _stored_invariants(path)
             raise ValueError("kprop: stored case %s was found by invariant%s %s, which this run does not have "
                              "(pass the @kprop.invariant function in extra_invariants=)" % (

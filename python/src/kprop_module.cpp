@@ -644,6 +644,15 @@ std::vector<std::string> stored_invariants(const std::string& path) {
   }
 }
 
+// The spec a stored case file names ("" for a file that does not read).
+std::string stored_spec(const std::string& path) {
+  try {
+    return kprop::read_entry(path).spec;
+  } catch (const kprop::InputError&) {
+    return "";
+  }
+}
+
 }  // namespace
 
 NB_MODULE(_kprop, m) {
@@ -652,4 +661,5 @@ NB_MODULE(_kprop, m) {
   m.def("replay", &replay, nb::arg("spec"), nb::arg("spec_is_text"), nb::arg("args"), nb::arg("path"));
   m.def("spec_info", &spec_info, nb::arg("spec"), nb::arg("spec_is_text"), nb::arg("profile") = "");
   m.def("stored_invariants", &stored_invariants, nb::arg("path"));
+  m.def("stored_spec", &stored_spec, nb::arg("path"));
 }

@@ -48,10 +48,12 @@ std::string replay_warning(const Finding& f);
 
 // --mutants: mutant x invariant, what each invariant did against each mutant.
 struct KillCell {
-  enum class State { killed, held, not_reached, gave_up, not_applicable, crashed };
-  State state = State::not_reached;
+  // absent: the invariant is not in that mutant's run (a mutant run under
+  // a profile that skips it).
+  enum class State { killed, held, not_reached, gave_up, not_applicable, crashed, absent };
+  State state = State::absent;
   int64_t trials = 0;        // killed: trials to kill; held: cases checked
-  std::string text() const;  // "12", "-", ".", "?", "n/a", "crash"
+  std::string text() const;  // "12", "-", ".", "?", "n/a", "crash", "x"
 };
 struct KillMatrix {
   std::vector<std::string> mutants, invariants;

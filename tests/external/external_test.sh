@@ -49,6 +49,19 @@ grep -q "nk: 1," "$tmp/crash/attention_fwd/"*.yaml || { echo "FAIL plugin_crash:
 run crash_replay 3 --no-corpus --target "plugin:$plugins/libattention_fwd_crash.so" --replay "$tmp/crash/attention_fwd"
 run crash_replay_reference 0 --target reference --replay "$tmp/crash/attention_fwd"
 
+# An exec: worker that dies of a signal: the shell that starts it execs it,
+# so no shell is left to print its own "Segmentation fault" line (one per
+# crash, 25 of them while a crash shrank); prop_runner's message says it.
+printf '#!/bin/sh\nkill -SEGV $$\n' > "$tmp/segv.sh"
+chmod +x "$tmp/segv.sh"
+run exec_segv 2 --no-corpus --target "exec:$tmp/segv.sh"
+expect_log exec_segv "killed by signal 11 (Segmentation fault) while starting"
+if grep -v "killed by signal" "$tmp/exec_segv.log" | grep -q "Segmentation fault"; then
+  echo "FAIL exec_segv: a shell's own crash line"
+  cat "$tmp/exec_segv.log"
+  fails=$((fails + 1))
+fi
+
 # A hang is stopped by the per-case timeout, saved, exit 3.
 run plugin_hang 3 --corpus "$tmp/hang" --case-timeout 1 --target "plugin:$plugins/libattention_fwd_hang.so" \
   --format json --out "$tmp/hang.json"

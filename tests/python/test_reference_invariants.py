@@ -63,11 +63,39 @@ def test_a_reference_that_raises_is_a_reported_failure(example, corpus):
     def broken_reference(logits, k, **_):
         raise RuntimeError("reference broke")
 
-    # The oracle's failure, said as such: not a counterexample of the target, nothing stored.
-    with pytest.raises(ValueError, match="the reference .*broken_reference' failed on a case.*reference broke"):
+    # The oracle's failure, said as such: not a counterexample of the target, nothing in the corpus.
+    with pytest.raises(ValueError, match="the reference .*broken_reference' failed on a case.*reference broke") as e:
         kprop.check("softmax_topk", good.softmax_topk, reference=broken_reference, seed=SEED, trials=5,
                     corpus=corpus)
     assert not os.path.exists(os.path.join(corpus, "softmax_topk"))
+    # The case is kept outside the corpus, and the call that re-runs it has
+    # this run's reference= (the runner's own line left it out: it passed).
+    message = str(e.value)
+    path = message.split("; the case is in ", 1)[1].split(" (re-run it: ", 1)[0]
+    assert os.path.isfile(path) and not path.startswith(os.path.join(corpus, "softmax_topk"))
+    assert message.endswith("(re-run it: kprop.replay('softmax_topk', softmax_topk, %r, reference=broken_reference))"
+                            % path), message
+    with pytest.raises(ValueError, match="failed on a case.*reference broke"):
+        kprop.replay("softmax_topk", good.softmax_topk, path, reference=broken_reference)
+
+
+def test_a_folder_of_another_spec_is_an_error_not_zero_replays(example, corpus):
+    """A case found by an invariant the replaying spec lacks was left alone
+    as another run's, even when the file is another spec's: kprop.replay of
+    such a folder returned 0 (green in a test). prop_runner says the file is
+    for another spec (or family), and so does it now."""
+    good = example("softmax_topk")
+
+    def first_small(target_probs):
+        return target_probs.shape[-1] < 2
+
+    with pytest.raises(kprop.Counterexample):
+        kprop.check("softmax_topk", good.softmax_topk, seed=SEED, trials=50, corpus=corpus,
+                    extra_invariants=[first_small], invariants=["first_small"])
+    folder = os.path.join(corpus, "softmax_topk")
+    assert os.listdir(folder)
+    with pytest.raises(ValueError, match="corpus case is for family 'softmax_topk', the spec tests 'layernorm'"):
+        kprop.replay("layernorm", good.softmax_topk, folder)
 
 
 # ------------------------------------------------------------ @kprop.invariant
