@@ -1134,9 +1134,18 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
         raise _skipped("kprop: %s on %s: %s" % (result.spec, result.target, result.detail), result)
     if status == "gave_up":
         raise HealthCheckFailure("kprop: %s on %s checked too little to pass:\n%s\n%s" % (
-            result.spec, result.target, "\n".join("  %s: %s" % h for h in result.health), result.summary()),
+            result.spec, result.target, "\n".join("  %s: %s" % (name, _in_python_words(text))
+                                                   for name, text in result.health), result.summary()),
             result)
     return result
+
+
+def _in_python_words(hint: str) -> str:
+    """A health check's advice names prop_runner's flags: check()'s keywords instead."""
+    hint = hint.replace("run.time_budget_s (--time)", "time=")
+    hint = re.sub(r"prop_runner --domain '\{(\w+): \[\.\.\.\]\}'", r"domain={'\1': [...]}", hint)
+    hint = hint.replace("prop_runner --domain '{KEY: VALUE}'", "domain={KEY: VALUE}")
+    return hint.replace("--list --spec shows the keys", "kprop.spec_info(spec) shows the keys")
 
 
 def _traceback_for(targets, message: str) -> str:

@@ -17,6 +17,7 @@ whose every case is declined, or an item whose invariant is n/a for the
 target, is skipped; JUnit comes from --junitxml.
 """
 
+import argparse
 import functools
 import glob
 import inspect
@@ -28,11 +29,19 @@ import pytest
 from . import _check
 
 
+def _trials(text):
+    """--kprop-trials: a usage error at once, not a failure of every item."""
+    n = int(text)
+    if not 1 <= n <= 10 ** 9:
+        raise argparse.ArgumentTypeError("must be in [1, 10**9], got %s" % text)
+    return n
+
+
 def pytest_addoption(parser):
     group = parser.getgroup("kprop", "kprop property tests (@kprop.spec)")
     group.addoption("--kprop-seed", type=int, default=None,
                     help="seed of every @kprop.spec run (overrides the decorator and the spec; 0: a fresh one)")
-    group.addoption("--kprop-trials", type=int, default=None, help="cases per invariant (overrides the spec)")
+    group.addoption("--kprop-trials", type=_trials, default=None, help="cases per invariant (overrides the spec)")
     group.addoption("--kprop-time", type=float, default=None, help="time budget per item in seconds")
     group.addoption("--kprop-profile", default=None,
                     help="the specs' profile (their `profiles:`; overrides the decorator's profile=)")

@@ -113,6 +113,9 @@ def test_declined_cases_are_counted_not_passed(example, corpus):
         kprop.check("softmax_topk", f32_only, seed=SEED, trials=40, corpus=corpus)
     result = excinfo.value.result
     assert result.status == "gave_up" and [h for h, _ in result.health] == ["declined"]
+    # Its advice in check()'s words (it named prop_runner's --domain).
+    assert "(e.g. domain={'dtypes': [...]}; kprop.spec_info(spec) shows the keys)" in str(excinfo.value)
+    assert "prop_runner" not in str(excinfo.value)
     assert result.declined > 0
     assert sum(result.decline_reasons.values()) == result.declined
     assert any("only f32" in reason for reason in result.decline_reasons)

@@ -101,6 +101,14 @@ def test_k_selects_invariants_and_options_override(pytester, tmp_path):
     result.stdout.fnmatch_lines(["*kprop: corpus (none), seed 7*", "*test_good?sorted? PASSED*"])
 
 
+def test_a_trial_count_out_of_range_is_a_usage_error(pytester):
+    # It failed every item at run time instead (never green, but no usage error).
+    pytester.makepyfile(test_sm=TESTS)
+    result = pytester.runpytest("--kprop-no-corpus", "--kprop-trials", "0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--kprop-trials*must be in [[]1, 10**9], got 0*"])
+
+
 def test_x_stops_at_the_first_failure(pytester, tmp_path):
     pytester.makepyfile(test_sm=TESTS)
     result = pytester.runpytest("--kprop-no-corpus", "-x", "-k", "test_bad")
