@@ -256,8 +256,11 @@ class Loader {
   // `base` with the keys of `over` replacing its own; a map field (by
   // `schema`) present in both merges key by key. Nodes keep their marks.
   YAML::Node overlay(const YAML::Node& base, const YAML::Node& over, const Schema& schema) const;
-  void declared_family(const YAML::Node& root, const YAML::Node& profile_domain,
-                       const std::string& family_name, Spec& spec) const;
+  // Returns, when --domain overrides the declaration, the family as the spec
+  // declares it without --domain (null otherwise): the spec's own domain,
+  // which the invariants it lists must be able to observe.
+  std::shared_ptr<const Family> declared_family(const YAML::Node& root, const YAML::Node& profile_domain,
+                                                const std::string& family_name, Spec& spec) const;
 
   const std::string* text = nullptr;  // the spec's text, for positions inside expressions
   YAML::Node cli_domain;              // prop_runner --domain, over the domain (and the profile's)
@@ -458,8 +461,10 @@ YAML::Node key_node(const YAML::Node& root, const std::string& key) {
 
 // `family: F` where F is declared by the spec (DeclaredFamily): builds the
 // spec's own Family from its section; other declared sections are refused.
-void Loader::declared_family(const YAML::Node& root, const YAML::Node& profile_domain,
-                             const std::string& family_name, Spec& spec) const {
+std::shared_ptr<const Family> Loader::declared_family(const YAML::Node& root,
+                                                      const YAML::Node& profile_domain,
+                                                      const std::string& family_name, Spec& spec) const {
+  std::shared_ptr<const Family> own;
   for (const auto& d : declared_families()) {
     if (d.family != family_name) {
       if (root[d.key])
@@ -481,12 +486,14 @@ void Loader::declared_family(const YAML::Node& root, const YAML::Node& profile_d
                                   }};
     if (profile_domain && !profile_domain.IsNull()) context.profile_domain = profile_domain;
     if (cli_domain.IsMap() && cli_domain.size() > 0) {
+      own = d.build(section, context);
       context.domain = cli_domain;
       context.domain_mark = [](const YAML::Node& n, size_t) { return Loader("--domain").mark(n); };
     }
     spec.declared_family = d.build(section, context);
     spec.family = spec.declared_family.get();
   }
+  return own;
 }
 
 std::vector<std::string> Loader::profile_names(const YAML::Node& root) const {
@@ -593,6 +600,7 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
   };
 
   const std::string family_name = required_string(*this, root, "family");
+  std::shared_ptr<const Family> own_declared;  // a declared family without --domain (when given)
   spec.family = Registry::instance().find(family_name);
   if (!spec.family) {
     // A name no family answers to is that error, before any section it names.
@@ -600,7 +608,7 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
     for (const auto& d : declared_families()) names.push_back(d.family);
     if (std::find(names.begin(), names.end(), family_name) == names.end())
       fail(root["family"], "unknown family '" + family_name + "'" + suggestion(family_name, names));
-    declared_family(root, chosen ? chosen["domain"] : YAML::Node(), family_name, spec);
+    own_declared = declared_family(root, chosen ? chosen["domain"] : YAML::Node(), family_name, spec);
   } else {
     for (const auto& d : declared_families())
       if (root[d.key])
@@ -764,9 +772,14 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
       // An invariant the spec lists for a domain that cannot feed it is the
       // spec's error; one that --domain starved is not applicable to the run.
       if (const auto& needs = invariants[static_cast<size_t>(index)].needs) {
-        if (const std::string why = needs(own_domain, use.params); !why.empty())
+        // A declared family (an op) keeps its domain in its declaration:
+        // the spec's own is the family built without --domain.
+        const auto& own_needs =
+            own_declared ? own_declared->invariants()[static_cast<size_t>(index)].needs : needs;
+        if (const std::string why = own_needs ? own_needs(own_domain, use.params) : ""; !why.empty())
           fail(name_node, fmt::format("invariant {} needs {}{}", name, why, in_profile));
-        if (const std::string why = overridden ? needs(spec.domain, use.params) : ""; !why.empty())
+        if (const std::string why = overridden || own_declared ? needs(spec.domain, use.params) : "";
+            !why.empty())
           use.unobservable = fmt::format("--domain leaves it nothing to observe: it needs {}", why);
       }
       spec.invariants.push_back(std::move(use));

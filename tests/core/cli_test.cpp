@@ -197,14 +197,32 @@ TEST(Cli, EveryDrawnCaseIsCountedOnce) {
       << j.out;
   const CliRun t =
       run("--spec " + spec + " --invariant dv_rounded_to_nearest --trials 5 --seed 7 --no-corpus");
-  EXPECT_NE(t.out.find(fmt::format("  cases: {} drawn, 5 checked, {} discarded by every invariant still checking;",
-                                   r["trials"].get<int64_t>(), r["discarded"].get<int64_t>())),
-            std::string::npos)
+  EXPECT_NE(
+      t.out.find(fmt::format("  cases: {} drawn, 5 checked, {} discarded by every invariant still checking;",
+                             r["trials"].get<int64_t>(), r["discarded"].get<int64_t>())),
+      std::string::npos)
       << t.out;
   const CliRun slow = run("--spec " + spec + " --seed 1 --trials 300 --time 0.0001 --no-corpus");
   EXPECT_EQ(slow.code, 2) << slow.out;
   EXPECT_EQ(slow.out.find("Health check 'discarded'"), std::string::npos) << slow.out;
   EXPECT_NE(slow.out.find("HEALTH CHECK FAILED (too_slow):"), std::string::npos) << slow.out;
+}
+
+// --domain over a declared op that starves an invariant the spec lists (T
+// fixed at 1: rows_independent observes nothing) makes it n/a for the run,
+// as for a built-in family; it was refused as the spec's error, even with
+// --invariant choosing another.
+TEST(Cli, ADomainThatStarvesAnOpsInvariantMakesItNotApplicable) {
+  const std::string ops = std::string(KPROP_SOURCE_DIR) + "/specs/ops/rmsnorm.yaml";
+  const CliRun one =
+      run("--spec " + ops + " --no-corpus --domain '{T: [1, 1]}' --invariant matches_reference --trials 5");
+  EXPECT_EQ(one.code, 0) << one.out;
+  const CliRun all = run("--spec " + ops + " --no-corpus --domain '{T: [1, 1]}' --trials 5 --seed 1");
+  EXPECT_NE(all.out.find(
+                "  rows_independent           n/a      --domain leaves it nothing to observe: it needs dim "
+                "T to take more than one value"),
+            std::string::npos)
+      << all.out;
 }
 
 // The report less its times (they differ from run to run, nothing else may).
