@@ -11,6 +11,7 @@
 #include "kprop/errors.h"
 #include "kprop/reasons.h"
 #include "kprop/report.h"
+#include "kprop/stats.h"
 #include "kprop/svg.h"
 
 namespace kprop {
@@ -104,7 +105,7 @@ std::string invariants_table(const RunReport& r) {
         // A failed invariant's worst ratio is of the cases it passed (the
         // failure's own is in its finding), as the text says.
         inv.max_error_ratio >= 0
-            ? fmt::format("{:.3g}{}", inv.max_error_ratio,
+            ? fmt::format("{}{}", ratio_text(inv.max_error_ratio),
                           inv.status == InvariantStatus::failed ? " on the cases that passed" : "")
             : "",
         reasons);

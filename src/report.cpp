@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "kprop/reasons.h"
+#include "kprop/stats.h"
 #include "kprop/svg.h"
 
 namespace kprop {
@@ -110,7 +111,7 @@ std::string invariant_line(const InvariantReport& r, const std::string& shard, s
   if (r.declined) what += fmt::format(", {} declined", r.declined);
   // Of the cases that passed: a failed invariant's failing case is over 1.
   if (r.max_error_ratio >= 0)
-    what += fmt::format(", worst error/allowed {:.3g}{}", r.max_error_ratio,
+    what += fmt::format(", worst error/allowed {}{}", ratio_text(r.max_error_ratio),
                         r.status == InvariantStatus::failed ? " on the cases that passed" : "");
   return fmt::format("  {:<{}} {:<8} {}\n", r.name, width, invariant_status_name(r.status), what);
 }

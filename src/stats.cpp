@@ -217,14 +217,21 @@ std::string stats_text(const RunReport& r) {
     const auto it = s.ratios.find(inv.name);
     if (it != s.ratios.end() && !it->second.ratios.empty()) {
       const RatioStats& q = it->second;
-      out += fmt::format("   {:>19.3g} {:>6.3g} {:>6.3g}  {}", q.quantile(0.5), q.quantile(0.99),
-                         q.quantile(1.0), sparkline(q.histogram()));
+      out += fmt::format("   {:>19} {:>6} {:>6}  {}", ratio_text(q.quantile(0.5)),
+                         ratio_text(q.quantile(0.99)), ratio_text(q.quantile(1.0)), sparkline(q.histogram()));
     }
     out += "\n";
     for (const auto& [why, n] : grouped_reasons(inv.discard_reasons))
       out += fmt::format("      discarded {}x: {}\n", n, why);
   }
   return out;
+}
+
+std::string ratio_text(double ratio) {
+  std::string text = fmt::format("{:.3g}", ratio);
+  for (int digits = 4; text == "1" && ratio != 1 && digits <= 17; ++digits)
+    text = fmt::format("{:.{}g}", ratio, digits);
+  return text;
 }
 
 std::string stats_json(const RunReport& r) {

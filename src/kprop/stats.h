@@ -60,6 +60,9 @@ struct RunReport;
 // and the "statistics" object of --format json (docs/REPORT.md).
 std::string stats_text(const RunReport& report);
 std::string stats_json(const RunReport& report);  // a JSON object, serialized
+// An error/bound ratio to 3 significant digits, or to as many as it takes
+// not to show a ratio short of (or over) 1 as "1" (0.9999998).
+std::string ratio_text(double ratio);
 // "▁▃█▅": one character per bar, for the terminal.
 std::string sparkline(const std::vector<std::pair<std::string, double>>& bars);
 
