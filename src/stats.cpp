@@ -168,13 +168,19 @@ double total_time(const TimeSplit& t) {
   return t.generation + t.target + t.reference + t.invariants + t.shrinking + t.other;
 }
 
+// A whole number as a JSON integer (a count of 34 was written 34.0).
+nlohmann::json number_json(double x) {
+  return std::isfinite(x) && x == std::trunc(x) && std::fabs(x) < 9e15 ? nlohmann::json(int64_t(x))
+                                                                       : nlohmann::json(x);
+}
+
 nlohmann::json dim_json(const DimStats& d) {
   nlohmann::json j = {{"name", d.name}, {"count", d.count()}};
   if (!d.kinds.empty()) {
     j["kinds"] = d.kinds;
     return j;
   }
-  j["min"] = d.min(), j["median"] = d.median(), j["max"] = d.max();
+  j["min"] = number_json(d.min()), j["median"] = number_json(d.median()), j["max"] = number_json(d.max());
   nlohmann::json values = nlohmann::json::object();
   for (const auto& [v, n] : d.values) values[fmt::format("{:g}", v)] = n;
   j["values"] = values;
@@ -183,7 +189,7 @@ nlohmann::json dim_json(const DimStats& d) {
 
 nlohmann::json bars_json(const std::vector<std::pair<std::string, double>>& bars) {
   nlohmann::json out = nlohmann::json::array();
-  for (const auto& [label, n] : bars) out.push_back({{"bin", label}, {"count", n}});
+  for (const auto& [label, n] : bars) out.push_back({{"bin", label}, {"count", number_json(n)}});
   return out;
 }
 

@@ -300,6 +300,9 @@ TEST(Cli, JsonReportToFile) {
   const auto j = nlohmann::json::parse(in);
   EXPECT_EQ(j["status"], "passed");
   EXPECT_EQ(j["invariants"].size(), kprop::load_spec(kSpec).invariants.size());  // one entry per invariant
+  // Counts and whole dims are JSON integers (they were written 34.0).
+  EXPECT_TRUE(j["statistics"]["size"]["histogram"][0]["count"].is_number_integer()) << j["statistics"];
+  EXPECT_TRUE(j["statistics"]["dims"][0]["min"].is_number_integer()) << j["statistics"];
 }
 
 // --out writes through a link and refuses what is no regular file; a run
