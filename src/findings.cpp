@@ -622,6 +622,13 @@ ChildResult in_child(const std::function<std::string()>& fn, double timeout_s, b
   char buf[1 << 14];
   const auto deadline =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  // Per call, the child's calls each have the timeout; a child that runs no
+  // call for far longer than any check's own work would take (stuck before
+  // its first call: a lock another thread held at fork(), under ASan) was
+  // waited for forever, which hung a sanitizer test for its 600 s.
+  const auto outside_calls_limit = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(std::max(300.0, 10 * timeout_s)));
+  auto outside_calls_since = Clock::now();
   for (;;) {
     pollfd p{fds[0], POLLIN, 0};
     const int ready = poll(&p, 1, 50);
@@ -635,7 +642,9 @@ ChildResult in_child(const std::function<std::string()>& fn, double timeout_s, b
       if (errno == EINTR) continue;
       break;
     }
-    if (per_call ? past(call.get()) : Clock::now() > deadline) {
+    if (per_call && call.get().ns.load() != 0) outside_calls_since = Clock::now();
+    const bool stuck = per_call && timeout_s > 0 && Clock::now() - outside_calls_since > outside_calls_limit;
+    if (per_call ? past(call.get()) || stuck : Clock::now() > deadline) {
       out.hung = true;
       break;
     }
