@@ -114,16 +114,20 @@ bool kept_out_of_corpus(const RunContext& ctx) {
   return ctx.options.write_corpus && ctx.target.info.out_of_bounds;
 }
 
+// The spec's folder in the scratch folder (cases kept out of the corpus).
+std::string scratch_dir(const RunContext& ctx) {
+  return (fs::path(ctx.options.scratch_dir) / ctx.spec.name).string();
+}
+
 // Where a finding goes: the corpus when it is written (and may take it),
 // else the scratch folder.
 std::string primary_dir(const RunContext& ctx) {
   return ctx.options.write_corpus && !kept_out_of_corpus(ctx)
              ? (fs::path(ctx.options.corpus_dir) / ctx.spec.name).string()
-             : (fs::path(ctx.options.scratch_dir) / ctx.spec.name).string();
+             : scratch_dir(ctx);
 }
 std::string fallback_dir(const RunContext& ctx) {
-  return ctx.options.write_corpus ? (fs::path(ctx.options.scratch_dir) / ctx.spec.name).string()
-                                  : temp_fallback(ctx.spec.name);
+  return ctx.options.write_corpus ? scratch_dir(ctx) : temp_fallback(ctx.spec.name);
 }
 
 // ------------------------------------------------------------ crash guard
@@ -428,8 +432,7 @@ std::string with_stored_case(const RunContext& ctx, const InvariantUse& use, con
                              const std::string& message) {
   if (!ctx.options.crash_guard_stores) return message;
   const CorpusEntry entry = entry_for(ctx, c, use.name, message, "reference_failure");
-  const Stored stored = store_entry((fs::path(ctx.options.scratch_dir) / ctx.spec.name).string(), entry,
-                                    temp_fallback(ctx.spec.name));
+  const Stored stored = store_entry(scratch_dir(ctx), entry, temp_fallback(ctx.spec.name));
   if (stored.path.empty()) return message;
   return fmt::format("{}; the case is in {} (re-run it: {})", message, stored.path,
                      replay_command(ctx, stored.path, use.name));

@@ -331,14 +331,15 @@ class TextReporter final : public Reporter {
                          by && by->counterexample ? by->counterexample->stats.summary : "");
     }
     if (stats_) out += kill_matrix_text(rows);
+    const int code = mutants_exit_code(rows);
     if (mutants_skipped(rows))
       out += fmt::format("SKIPPED: none of the {} mutants could run here\n", rows.size());
     else
       out += fmt::format("{}: {} of {} mutants killed{}\n",
-                         mutants_exit_code(rows) == 0   ? "PASSED"
-                         : mutants_exit_code(rows) == 2 ? "HEALTH CHECK FAILED"
-                         : mutants_exit_code(rows) == 1 ? "FAILED"
-                                                        : "INTERRUPTED",
+                         code == 0   ? "PASSED"
+                         : code == 2 ? "HEALTH CHECK FAILED"
+                         : code == 1 ? "FAILED"
+                                     : "INTERRUPTED",
                          killed, rows.size(),
                          gave_up ? fmt::format("; {} gave up (the health checks named beside each say too "
                                                "little was checked to call it)",
