@@ -293,7 +293,7 @@ Loss row_loss_moved(const RowParts& r, const Rest& x, int key, const KeyParts& m
 // A query row's dot products with every key without the term of the one
 // element d of Q a sample moves: a loss after q_d moved then recomputes each
 // s_j from it in O(1), not O(D). Σ_d in another order (d last) has the same
-// bound, D·eps·Σ_d |q_d k_jd| (score_part's).
+// bound, D·eps·Σ_d |q_d k_jd| (score_of's).
 struct QueryRest {
   std::vector<double> dot, abs, k_d;  // per key: Σ_{d'≠d} q_d' k_jd', Σ_{d'≠d} |q_d' k_jd'|, k_jd
   std::vector<char> visible;
@@ -317,7 +317,7 @@ void query_rest(const Case& c, const RowParts& r, size_t d, QueryRest& x) {
   }
 }
 
-// score_part of every key of r after q_d became `q_d`, from x = query_rest.
+// score_of of every key of r after q_d became `q_d`, from x = query_rest, into r.
 void scores_moved(const Case& c, RowParts& r, const QueryRest& x, double q_d) {
   const Shape& s = c.shape;
   const double scale = effective_scale(c), eps = std::numeric_limits<double>::epsilon();
