@@ -70,7 +70,11 @@ inline Welford<T> combine(Welford<T> a, const Welford<T>& b, StoreFn<T> m2_store
   const T delta = b.mean - a.mean;
   const T wb = b.n / n;
   a.mean += delta * wb;
-  a.m2 += b.m2 + delta * delta * a.n * wb;
+  // δ · (δ · n_a n_b / n), not δ² · …: the product δ² alone can overflow
+  // where the true M2 fits (x = [-2e19, 0] in f32: δ² = 4e38, M2 = 2e38).
+  // With |δ| >= 1 the inner product is at most the outer; below, nothing
+  // overflows. Same three multiplications, same rounding bound.
+  a.m2 += b.m2 + delta * (delta * (a.n * wb));
   if (m2_store) a.m2 = m2_store(a.m2);
   a.n = n;
   return a;

@@ -113,6 +113,20 @@ TEST(LayerNormKernels, WelfordLanesHandleEveryRemainder) {
   }
 }
 
+// Found by --search on bf16 x = [-2e19, 0]: the lanes' combination squared
+// the means' difference first (4e38, past f32's 3.4e38) where M2 = 2e38
+// fits, so rstd became 0 and y = β. Any f32 computation holds this row.
+TEST(LayerNormKernels, CombiningLanesDoesNotOverflowWhereTheVarianceFits) {
+  for (DType t : {DType::bf16, DType::f32}) {
+    Case c = make(t, 1, 2, {-2e19, 0}, 1e-3);
+    c.gamma = {1, 1};
+    c.beta = {0, 0};
+    const Result ref = reference(c), got = fused(c);
+    EXPECT_EQ(got.y, (std::vector<double>{-1, 1})) << dtype_name(t);
+    EXPECT_NEAR(got.rstd[0], ref.rstd[0], 1e-6 * ref.rstd[0]) << dtype_name(t);
+  }
+}
+
 TEST(LayerNormCodec, YamlRoundTripIsExact) {
   for (DType t : {DType::f32, DType::f64}) {
     const Case c = make(t, 2, 3, {0.1, 1e4 + 1.0 / 3, -2.5e-7, 1, 2, 3}, 1e-6);
