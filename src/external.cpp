@@ -19,7 +19,9 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <set>
@@ -1443,14 +1445,31 @@ class InProcessTransport : public Transport {
   bool padded_;
 };
 
+// " (the file has it C++-mangled: ...)" when the plugin file holds the
+// symbol's C++ name (_Z<length><name>...), i.e. the entry point was compiled
+// without extern "C" (KPROP_EXPORT); "" otherwise or with no file. A plain
+// byte search: the dynamic string table is in the file as text.
+std::string mangled_hint(const std::string& file, const std::string& symbol) {
+  if (file.empty()) return "";
+  std::ifstream in(file, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string mangled = fmt::format("_Z{}{}", symbol.size(), symbol);
+  const size_t at = bytes.find(mangled);
+  if (at == std::string::npos) return "";
+  const size_t end = bytes.find('\0', at);
+  return fmt::format(" (the file has it C++-mangled, as {}: declare it extern \"C\", e.g. with KPROP_EXPORT)",
+                     bytes.substr(at, std::min<size_t>(end == std::string::npos ? 80 : end - at, 80)));
+}
+
 std::vector<void*> resolve_symbols(const TransportOptions& options,
-                                   const std::function<void*(const std::string&)>& lookup) {
+                                   const std::function<void*(const std::string&)>& lookup,
+                                   const std::string& file = "") {
   std::vector<void*> symbols;
   for (const auto& op : options.ops) {
     void* fn = lookup(op.symbol);
     if (!fn)
-      throw std::runtime_error(fmt::format("missing symbol {} (op {} of family {}); see include/kprop/abi.h",
-                                           op.symbol, op.op, options.family));
+      throw std::runtime_error(fmt::format("missing symbol {} (op {} of family {}){}; see include/kprop/abi.h",
+                                           op.symbol, op.op, options.family, mangled_hint(file, op.symbol)));
     symbols.push_back(fn);
   }
   return symbols;
@@ -1498,7 +1517,8 @@ LoadedPlugin load_plugin(const std::string& dlpath, const TransportOptions& opti
           fmt::format("built against kprop ABI version {}, this kprop speaks {}; rebuild "
                       "it against this kprop's include/kprop/abi.h",
                       version(), KPROP_ABI_VERSION));
-    p.symbols = resolve_symbols(options, [&](const std::string& s) { return dlsym(handle, s.c_str()); });
+    p.symbols =
+        resolve_symbols(options, [&](const std::string& s) { return dlsym(handle, s.c_str()); }, dlpath);
     // Optional: the ops that want their tensors in device memory.
     p.device.assign(options.ops.size(), false);
     if (auto where = reinterpret_cast<kprop_op_device_fn>(dlsym(handle, "kprop_op_device"))) {

@@ -556,6 +556,12 @@ YAML::Node Loader::overlay(const YAML::Node& base, const YAML::Node& over, const
 Spec Loader::load(const YAML::Node& root, const std::string& profile) {
   if (!root || root.IsNull()) throw InputError({file_, 0, 0}, "spec is empty");
   if (!root.IsMap()) fail(root, "a spec must be a map with keys spec, family, domain, invariants");
+  // A program that links kprop::testing without kprop::families registers
+  // none: say that, not "unknown family 'x'; valid: " (an empty list) or
+  // "unknown top-level key 'op'".
+  if (Registry::instance().names().empty())
+    fail(root["family"] ? root["family"] : root,
+         "no kprop family is linked into this program: link kprop::families (CMake) or the family's library");
   std::vector<std::string> top = {"spec", "description", "family",     "target",  "reference",
                                   "run",  "domain",      "invariants", "profiles"};
   for (const auto& d : declared_families()) top.push_back(d.key);

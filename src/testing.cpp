@@ -86,8 +86,13 @@ RunReport run_in_process(const std::string& spec_path, const EntryPoints& entry_
   if (const char* replay = std::getenv("KPROP_REPLAY"); replay && *replay)
     return replay_in_process(spec, options, replay);
   RunReport report = run_spec(spec, options);
-  fmt::print(stderr, "kprop: spec {} target {} seed {}: {}\n", spec.name, name, report.seed,
-             run_status_name(report.status));
+  // The counts, as prop_runner's "cases:" line gives them: a pass that
+  // declined half its cases is not the same pass as one that checked all.
+  std::string counts = fmt::format("{} drawn, {} checked", report.trials, report.checked);
+  if (report.discarded > 0) counts += fmt::format(", {} discarded by every invariant", report.discarded);
+  if (report.declined > 0) counts += fmt::format(", {} declined by the target", report.declined);
+  fmt::print(stderr, "kprop: spec {} target {} seed {}: {} ({})\n", spec.name, name, report.seed,
+             run_status_name(report.status), counts);
   return report;
 }
 

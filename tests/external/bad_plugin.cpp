@@ -1,6 +1,7 @@
 // Plugins that must be refused with a clear error (exit 2):
 //   KPROP_TEST_BAD_VERSION  exports another ABI version;
-//   KPROP_TEST_NO_ENTRY     exports the version but no kprop_attention_fwd.
+//   KPROP_TEST_NO_ENTRY     exports the version but no kprop_attention_fwd
+//                           (it has one without extern "C": C++-mangled).
 // One that prints while it loads and is probed (KPROP_TEST_CHATTY: a
 // constructor and kprop_op_device print to stdout): the report on stdout
 // stays clean (--format json parses).
@@ -45,6 +46,11 @@ KPROP_EXPORT int kprop_attention_fwd(const kprop_attention_fwd_args*, char* erro
 #ifdef KPROP_TEST_NO_ENTRY
 KPROP_PLUGIN();
 KPROP_EXPORT int kprop_attention_fwd_v2(const kprop_attention_fwd_args*, char*, size_t) {
+  return KPROP_OK;
+}
+// The entry point's name without extern "C" (KPROP_EXPORT forgotten): the
+// file has it only C++-mangled, which the error points out.
+__attribute__((visibility("default"))) int kprop_attention_fwd(const kprop_attention_fwd_args*, char*, size_t) {
   return KPROP_OK;
 }
 #endif

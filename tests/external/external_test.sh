@@ -76,6 +76,7 @@ run bad_version 2 --no-corpus --target "plugin:$bad_version"
 expect_log bad_version "built against kprop ABI version 42, this kprop speaks 1"
 run no_entry 2 --no-corpus --target "plugin:$no_entry"
 expect_log no_entry "missing symbol kprop_attention_fwd"
+expect_log no_entry 'the file has it C++-mangled, as _Z19kprop_attention_fwdPK24kprop_attention_fwd_argsPcm: declare it extern "C"'
 run no_file 2 --no-corpus --target "plugin:$tmp/nope.so"
 expect_log no_file "no such file"
 # ... and it is the one line: said before the run's seed header.

@@ -19,6 +19,43 @@ test -f "$tmp/prefix/include/kprop/abi.h"
 for internal in listing.h fuzz_driver.h gen.h case_yaml.h; do
   if [ -e "$tmp/prefix/include/kprop/$internal" ]; then echo "internal header installed: $internal"; exit 1; fi
 done
+# Every ABI header compiles on its own, as C and as C++ (a plugin includes
+# just its family's, as the README points it to).
+for h in "$tmp/prefix/include/kprop/abi/"*.h; do
+  echo "#include <kprop/abi/$(basename "$h")>" | cc -fsyntax-only -std=c99 -Wall -Wextra -Werror \
+    -I "$tmp/prefix/include" -x c - || { echo "$h does not compile alone as C"; exit 1; }
+  echo "#include <kprop/abi/$(basename "$h")>" | c++ -fsyntax-only -Wall -Wextra -Werror \
+    -I "$tmp/prefix/include" -x c++ - || { echo "$h does not compile alone as C++"; exit 1; }
+done
+# A program that links kprop::testing but no family is told so, not
+# "unknown family 'attention'; valid: " (an empty list).
+mkdir -p "$tmp/nofam"
+cat > "$tmp/nofam/CMakeLists.txt" << 'CM'
+cmake_minimum_required(VERSION 3.25)
+project(nofam LANGUAGES CXX)
+find_package(kprop REQUIRED)
+add_executable(nofam main.cpp)
+target_link_libraries(nofam PRIVATE kprop::testing GTest::gtest)
+CM
+cat > "$tmp/nofam/main.cpp" << 'CPP'
+#include <kprop/testing.h>
+#include <cstdio>
+int main(int, char** argv) {
+  try {
+    kprop::testing::run_in_process(argv[1], {});
+  } catch (const std::exception& e) {
+    std::puts(e.what());
+  }
+}
+CPP
+cmake -S "$tmp/nofam" -B "$tmp/nofam/build" "${generator[@]}" -DCMAKE_PREFIX_PATH="$tmp/prefix" \
+  > "$tmp/nofam.log" 2>&1 && cmake --build "$tmp/nofam/build" >> "$tmp/nofam.log" 2>&1 ||
+  { tail -30 "$tmp/nofam.log"; exit 1; }
+said=$("$tmp/nofam/build/nofam" "$tmp/prefix/share/kprop/specs/attention_fwd.yaml")
+case "$said" in
+  *"no kprop family is linked into this program: link kprop::families"*) ;;
+  *) echo "a program without families was told: $said"; exit 1 ;;
+esac
 # The installed worker has what it loads by path beside it, and imports
 # (where this Python has NumPy, which the worker needs).
 test -f "$tmp/prefix/share/kprop/python/kprop/_half.py"

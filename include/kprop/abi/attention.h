@@ -1,7 +1,10 @@
 /* attention.fwd and attention.bwd (docs/FAMILIES.md; kernels/attention/attention.h).
- * Included by kprop/abi.h. */
+ * Included by kprop/abi.h, or on its own. */
 #ifndef KPROP_ABI_ATTENTION_H
 #define KPROP_ABI_ATTENTION_H
+
+/* The tensor, status and dtype types; this header is complete on its own. */
+#include "kprop/abi.h"
 
 #ifdef __cplusplus
 extern "C" {

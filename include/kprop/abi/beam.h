@@ -1,4 +1,4 @@
-/* beam (docs/FAMILIES.md; kernels/beam/beam.h). Included by kprop/abi.h.
+/* beam (docs/FAMILIES.md; kernels/beam/beam.h). Included by kprop/abi.h, or on its own.
  *
  * The kernel under test is one beam search STEP, as a serving engine runs it:
  * kprop owns the language model (a table LM no external code can reproduce)
@@ -34,6 +34,9 @@
  */
 #ifndef KPROP_ABI_BEAM_H
 #define KPROP_ABI_BEAM_H
+
+/* The tensor, status and dtype types; this header is complete on its own. */
+#include "kprop/abi.h"
 
 #ifdef __cplusplus
 extern "C" {

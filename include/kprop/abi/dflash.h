@@ -1,5 +1,5 @@
 /* dflash: draft-tree verification, one cycle of speculative decoding
- * (docs/FAMILIES.md; kernels/dflash/dflash.h). Included by kprop/abi.h.
+ * (docs/FAMILIES.md; kernels/dflash/dflash.h). Included by kprop/abi.h, or on its own.
  *
  * The kernel under test is the verification pipeline, not the model: kprop
  * keeps its own tiny target LM. A cycle is two ops, as a serving engine splits
@@ -24,6 +24,9 @@
  * (maximal_acceptance, progress). */
 #ifndef KPROP_ABI_DFLASH_H
 #define KPROP_ABI_DFLASH_H
+
+/* The tensor, status and dtype types; this header is complete on its own. */
+#include "kprop/abi.h"
 
 #ifdef __cplusplus
 extern "C" {

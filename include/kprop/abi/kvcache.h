@@ -1,4 +1,4 @@
-/* kvcache (docs/FAMILIES.md; kernels/kvcache/kvcache.h). Included by kprop/abi.h.
+/* kvcache (docs/FAMILIES.md; kernels/kvcache/kvcache.h). Included by kprop/abi.h, or on its own.
  *
  * Op "kvcache.serve", entry point kprop_kvcache_serve: a serving engine's
  * attention path over one whole workload. The bugs this family hunts live in
@@ -52,6 +52,9 @@
  */
 #ifndef KPROP_ABI_KVCACHE_H
 #define KPROP_ABI_KVCACHE_H
+
+/* The tensor, status and dtype types; this header is complete on its own. */
+#include "kprop/abi.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,5 @@
 /* layernorm: forward and backward over the last dim (docs/FAMILIES.md;
- * kernels/layernorm/layernorm.h). Included by kprop/abi.h.
+ * kernels/layernorm/layernorm.h). Included by kprop/abi.h, or on its own.
  *
  * One op runs the forward and then the backward on the forward's own cache,
  * as a training step does. Per row, biased variance:
@@ -18,6 +18,9 @@
  */
 #ifndef KPROP_ABI_LAYERNORM_H
 #define KPROP_ABI_LAYERNORM_H
+
+/* The tensor, status and dtype types; this header is complete on its own. */
+#include "kprop/abi.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,5 @@
 /* op: kernels whose contract is declared in the spec (`family: op`, an `op:`
- * section; docs/SPEC.md "Ops declared in the spec"). Included by kprop/abi.h.
+ * section; docs/SPEC.md "Ops declared in the spec"). Included by kprop/abi.h, or on its own.
  *
  * The tensors and attrs are the ones the spec declares, so there is no
  * per-op struct: one generic entry point per op, named after op.name (the
@@ -19,6 +19,9 @@
  */
 #ifndef KPROP_ABI_OP_H
 #define KPROP_ABI_OP_H
+
+/* The tensor, status and dtype types; this header is complete on its own. */
+#include "kprop/abi.h"
 
 #include <string.h>
 

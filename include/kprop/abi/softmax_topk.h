@@ -1,5 +1,5 @@
 /* softmax_topk: fused softmax + top-k (docs/FAMILIES.md;
- * kernels/softmax_topk/softmax_topk.h). Included by kprop/abi.h.
+ * kernels/softmax_topk/softmax_topk.h). Included by kprop/abi.h, or on its own.
  *
  * For every row of logits, the K largest softmax probabilities and their
  * indices, sorted by probability. Logits are finite or -inf (never +inf or
@@ -12,6 +12,9 @@
  */
 #ifndef KPROP_ABI_SOFTMAX_TOPK_H
 #define KPROP_ABI_SOFTMAX_TOPK_H
+
+/* The tensor, status and dtype types; this header is complete on its own. */
+#include "kprop/abi.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,5 @@
 /* ternary: the BitNet b1.58 linear layer (docs/FAMILIES.md;
- * kernels/ternary/ternary.h). Included by kprop/abi.h.
+ * kernels/ternary/ternary.h). Included by kprop/abi.h, or on its own.
  *
  * Two ops, called in this order for every case, as a BitNet model is served:
  * the latent weights are quantized and packed once (checkpoint conversion),
@@ -28,6 +28,9 @@
  */
 #ifndef KPROP_ABI_TERNARY_H
 #define KPROP_ABI_TERNARY_H
+
+/* The tensor, status and dtype types; this header is complete on its own. */
+#include "kprop/abi.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -172,6 +172,18 @@ TEST(SoftmaxTopkExternal, FusedBehindTheAbiPassesInProcess) {
   KPROP_EXPECT_SPEC_PASSES(kSpec, {{"kprop_softmax_topk", reinterpret_cast<void*>(&entry<fused>)}}, quick());
 }
 
+// The pass line of a test binary gives the counts, as prop_runner's
+// "cases:" line does: a pass with half its cases declined is not all checked.
+TEST(SoftmaxTopkExternal, AnInProcessPassSaysWhatWasChecked) {
+  ::testing::internal::CaptureStderr();
+  const kprop::RunReport r =
+      run_in_process(kSpec, {{"kprop_softmax_topk", reinterpret_cast<void*>(&entry<fused>)}}, quick());
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(r.status, kprop::RunStatus::passed) << r.detail;
+  EXPECT_NE(said.find(fmt::format(": passed ({} drawn, {} checked", r.trials, r.checked)), std::string::npos)
+      << said;
+}
+
 TEST(SoftmaxTopkExternal, PlantedBugFailsInProcess) {
   const kprop::RunReport report = kprop::testing::run_in_process(
       kSpec, {{"kprop_softmax_topk", reinterpret_cast<void*>(&entry<tie_high_index>)}}, quick(true));
