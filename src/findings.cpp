@@ -403,6 +403,7 @@ RunConfig effective_run(const Spec& spec, const RunOptions& o) {
   if (o.case_timeout_s) run.case_timeout_s = *o.case_timeout_s;
   if (o.search) run.search = *o.search;
   if (o.search_trials) run.search_trials = *o.search_trials;
+  if (o.search_time_budget_s) run.search_time_budget_s = *o.search_time_budget_s;
   return run;
 }
 

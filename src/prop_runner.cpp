@@ -40,8 +40,14 @@ struct Config {
   std::optional<int64_t> trials;
   std::optional<double> time;
   std::optional<double> case_timeout;
-  bool search = false;
+  bool search = false;         // --search[=false]
+  bool search_given = false;   // --search was given, true or false
   std::optional<int64_t> search_trials;
+  std::optional<double> search_time;
+  // --search, or a search budget (which implies it).
+  bool search_asked() const {
+    return search || search_trials.has_value() || search_time.has_value();
+  }
   std::vector<std::string> invariants;
   std::string format = "text";
   std::string out;
@@ -125,7 +131,7 @@ void refuse_unused(const Config& cfg, const char* mode, std::initializer_list<st
       {cfg.trials.has_value(), "--trials"},
       {cfg.time.has_value(), "--time"},
       {cfg.case_timeout.has_value(), "--case-timeout"},
-      {cfg.search || cfg.search_trials.has_value(), "--search"},
+      {cfg.search_asked(), "--search"},
       {!cfg.invariants.empty(), "--invariant"},
       {!cfg.out.empty(), "--out"},
       {!cfg.corpus.empty() || cfg.no_corpus, "--corpus/--no-corpus"},
@@ -308,7 +314,7 @@ int run(const Config& cfg) {
     const std::pair<bool, const char*> drawing[] = {{!cfg.seed.empty(), "--seed"},
                                                     {cfg.trials.has_value(), "--trials"},
                                                     {cfg.time.has_value(), "--time"},
-                                                    {cfg.search || cfg.search_trials, "--search"},
+                                                    {cfg.search_asked(), "--search"},
                                                     {!cfg.shard.empty(), "--shard"}};
     for (const auto& [given, flag] : drawing)
       if (given) throw InputError({}, fmt::format("--replay takes no {}: it checks the stored cases", flag));
@@ -412,8 +418,13 @@ int run(const Config& cfg) {
   options.trials = cfg.trials;
   options.time_budget_s = cfg.time;
   options.case_timeout_s = cfg.case_timeout;
-  if (cfg.search || cfg.search_trials) options.search = true;
+  // --search=false with a budget that implies --search: which one was meant?
+  if (cfg.search_given && !cfg.search && (cfg.search_trials || cfg.search_time))
+    throw InputError({}, fmt::format("--search=false contradicts {}, which implies --search",
+                                     cfg.search_trials ? "--search-trials" : "--search-time"));
+  if (cfg.search_asked()) options.search = true;
   options.search_trials = cfg.search_trials;
+  options.search_time_budget_s = cfg.search_time;
   options.only_invariants = cfg.invariants;
   options.corpus_dir = corpus_root;
   // --mutants finds known bugs: their cases go to the scratch folder unless
@@ -537,12 +548,18 @@ int main(int argc, char** argv) {
                  "--domain '{dtypes: [f32]}' for a kernel that takes f32 only (a declared op: dtypes and "
                  "its dims)")
       ->check(CLI::Validator([](std::string& map) { return map.empty() ? "overrides nothing" : ""; }, "MAP"));
+  // An empty name would silently mean the spec's default.
+  const auto named = [](const char* what) {
+    return CLI::Validator([what](std::string& name) { return name.empty() ? std::string(what) : ""; }, "NAME");
+  };
   auto* target =
-      app.add_option("--target", cfg.target, "implementation under test (default: the spec's target)");
+      app.add_option("--target", cfg.target, "implementation under test (default: the spec's target)")
+          ->check(named("names no implementation (leave --target out for the spec's target)"));
   app.add_option("--reference", cfg.reference,
                  "oracle of the comparative invariants (default: the spec's reference): an implementation, "
-                 "plugin:PATH or exec:COMMAND, which is called with f64 tensors");
-  app.add_option("--seed", cfg.seed, "seed (default: the spec's; 0 or none draws a fresh one)");
+                 "plugin:PATH or exec:COMMAND, which is called with f64 tensors")
+      ->check(named("names no implementation (leave --reference out for the spec's reference)"));
+  app.add_option("--seed", cfg.seed, "seed (default: the spec's run.seed; 0 draws a fresh one, printed)");
   const auto count = number_in(1, false, 1e9, "a whole number in [1, 1e9]", true);
   const auto seconds = number_in(0, false, 1e7, "a number of seconds in [0, 1e7]");
   // As run.case_timeout_s: below a millisecond the deadline truncated to 0 ns, which is no deadline.
@@ -550,16 +567,21 @@ int main(int argc, char** argv) {
   app.add_option("--trials", cfg.trials,
                  "checked cases each invariant needs (up to trials x (1 + max_discard_ratio) are drawn)")
       ->transform(count);
-  app.add_option("--time", cfg.time, "time budget in seconds; 0: no time limit (--fuzz: until Ctrl-C)")
+  app.add_option("--time", cfg.time,
+                 "time budget in seconds of the random cases (the search has its own, --search-time); 0: no "
+                 "time limit (--fuzz: until Ctrl-C)")
       ->check(seconds);
   app.add_option("--case-timeout", cfg.case_timeout,
                  "seconds one target call may take before it counts as a hang (overrides run.case_timeout_s)")
       ->check(timeout);
-  app.add_flag("--search", cfg.search,
+  auto* search_flag = app.add_flag("--search", cfg.search,
                "after the random cases, hill-climb from those with the highest error/allowed ratio toward a "
-               "failure (run.search; budget: run.search.trials, run.search.time_budget_s)");
+               "failure (run.search; budget: --search-trials, --search-time)");
   app.add_option("--search-trials", cfg.search_trials, "cases the search may run (implies --search)")
       ->transform(count);
+  app.add_option("--search-time", cfg.search_time,
+                 "seconds the search may run, 0: no limit (overrides run.search.time_budget_s; implies --search)")
+      ->check(seconds);
   app.add_option("--invariant", cfg.invariants, "check only these invariants (repeatable)");
   app.add_option(
       "--format", cfg.format,
@@ -618,11 +640,13 @@ int main(int argc, char** argv) {
   app.add_option("--import", cfg.imports,
                  "decode fuzzer inputs (crash files), shrink and store the failing ones");
   app.add_option("--fuzz-seeds", cfg.fuzz_seeds, "write seed inputs for the spec's harness to DIR");
-  app.add_option("--shard", cfg.shard, "I/N: run the I-th of N interleaved shards of the trials");
+  app.add_option("--shard", cfg.shard,
+                 "I/N: run shard I (0-based: 0 <= I < N) of N interleaved shards of the trials");
   try {
     app.parse(argc, argv);
     if (!cfg.list && cfg.specs.empty()) throw CLI::RequiredError("--spec");
     if (isolate_flag || no_isolate_flag) cfg.isolate = isolate_flag;
+    cfg.search_given = search_flag->count() > 0;
     cfg.self = argv[0];
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);

@@ -84,18 +84,32 @@ size_t name_width(const std::vector<InvariantReport>& invariants) {
   return w;
 }
 
-std::string invariant_line(const InvariantReport& r, const std::string& shard, size_t width) {
+std::string invariant_line(const InvariantReport& r, const RunReport& run, size_t width) {
+  const std::string& shard = run.shard;
+  // The search's cases of this invariant, counted after the drawn ones.
+  int64_t by_search = 0, held_by_search = 0;
+  for (const SearchInvariant& si : run.search.invariants)
+    if (si.name == r.name) by_search = si.passed + si.discarded + (si.failed ? 1 : 0), held_by_search = si.passed;
+  const int64_t search_case = r.trials_to_fail - run.trials;  // > 0: a search case broke it
   std::string what;
   switch (r.status) {
     case InvariantStatus::passed:
       what = fmt::format("{} checked", r.passed);
+      if (held_by_search > 0) what += fmt::format(" + {} by the search", held_by_search);
       break;
     case InvariantStatus::failed:
       // A shard checks every N-th case of the run: the failing case's index
       // is the unsharded run's (so the shards' first failure is the run's).
-      what = shard.empty() ? fmt::format("after {} trials ({:.2f} s)", r.trials_to_fail, r.seconds_to_fail)
-                           : fmt::format("at case {} of the unsharded run (shard {}; {:.2f} s)",
-                                         r.trials_to_fail, shard, r.seconds_to_fail);
+      // A search case has no index there: the search runs on the shard's
+      // own cases.
+      if (run.search.ran && by_search > 0 && search_case > 0)
+        what = fmt::format("on search case {} (after {} drawn{}; {:.2f} s)", search_case, run.trials,
+                           shard.empty() ? "" : ", shard " + shard, r.seconds_to_fail);
+      else
+        what = shard.empty()
+                   ? fmt::format("after {} trials ({:.2f} s)", r.trials_to_fail, r.seconds_to_fail)
+                   : fmt::format("at case {} of the unsharded run (shard {}; {:.2f} s)", r.trials_to_fail, shard,
+                                 r.seconds_to_fail);
       break;
     case InvariantStatus::gave_up:
       what = fmt::format("{} checked, {} discarded (last: {})", r.passed, r.discarded, r.last_discard);
@@ -188,12 +202,18 @@ std::string search_text(const RunReport& r) {
                                 s.seconds, s.checked);
   if (s.declined) out += fmt::format(", {} declined by the target", s.declined);
   if (s.rejected) out += fmt::format("; {} moves left the domain (not run)", s.rejected);
-  if (s.time_budget_hit) out += "; stopped by run.search.time_budget_s";
+  if (s.time_budget_hit) out += "; stopped by its time budget (--search-time, run.search.time_budget_s)";
   out += "\n";
   if (!s.note.empty()) out += "    " + s.note + "\n";
   for (const SearchInvariant& si : s.invariants) {
-    out += fmt::format("    {:<26} worst error/allowed {:.3g} -> {:.3g}{}", si.name, si.start_ratio,
-                       std::max(si.start_ratio, si.worst_ratio), si.failed ? " (FAILED)" : "");
+    // A broken invariant's last case has no ratio under 1 to show ("0.0363
+    // -> 0.0363 (FAILED)" read as if the search had not moved it).
+    if (si.failed)
+      out += fmt::format("    {:<26} worst error/allowed {:.3g} -> FAILED on a search case", si.name,
+                         si.start_ratio);
+    else
+      out += fmt::format("    {:<26} worst error/allowed {:.3g} -> {:.3g}", si.name, si.start_ratio,
+                         std::max(si.start_ratio, si.worst_ratio));
     std::string outputs;
     for (const auto& [name, ratio] : si.output_ratios)
       outputs += fmt::format("{}{} {:.3g}", outputs.empty() ? "" : ", ", name, ratio);
@@ -231,7 +251,7 @@ class TextReporter final : public Reporter {
       return out + fmt::format("SKIPPED: nothing was checked ({} cases drawn); seed {}\n", r.trials, r.seed);
     }
     const size_t width = name_width(r.invariants);
-    for (const auto& inv : r.invariants) out += invariant_line(inv, r.shard, width);
+    for (const auto& inv : r.invariants) out += invariant_line(inv, r, width);
     // The search's cases come on top of those drawn ("591 drawn, 654 checked
     // (100 by the search)" read as more checked than drawn).
     out += fmt::format(
@@ -464,7 +484,8 @@ nlohmann::json to_json(const RunReport& r) {
     for (const SearchInvariant& si : s.invariants)
       js["invariants"].push_back({{"name", si.name},
                                   {"start_ratio", si.start_ratio},
-                                  {"worst_ratio", si.worst_ratio},
+                                  {"worst_ratio", std::max(si.start_ratio, si.worst_ratio)},
+                                  {"search_ratio", si.worst_ratio},
                                   {"output_ratios", si.output_ratios},
                                   {"passed", si.passed},
                                   {"discarded", si.discarded},

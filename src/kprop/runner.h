@@ -67,6 +67,7 @@ struct RunOptions {
   std::optional<double> case_timeout_s;      // overrides run.case_timeout_s
   std::optional<bool> search;                // overrides run.search.enabled (--search)
   std::optional<int64_t> search_trials;      // overrides run.search.trials (--search-trials)
+  std::optional<double> search_time_budget_s;  // overrides run.search.time_budget_s (--search-time)
   std::vector<std::string> only_invariants;  // empty: all in the spec
   std::string corpus_dir = "corpus";         // counterexamples go to corpus_dir/<spec>/
   bool write_corpus = true;

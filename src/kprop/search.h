@@ -73,7 +73,9 @@ Verdict for_output(const std::string& output, Verdict v);
 struct SearchInvariant {
   std::string name;
   double start_ratio = -1;                      // the best ratio the random phase reached (-1: none reported)
-  double worst_ratio = -1;                      // the worst ratio reached by the search itself
+  double worst_ratio = -1;                      // the worst ratio of the search's own passing cases
+                                                // (JSON search_ratio; JSON worst_ratio is the larger
+                                                // of this and start_ratio, as the text shows)
   std::map<std::string, double> output_ratios;  // worst per output, search cases only
   int64_t passed = 0, discarded = 0;            // search cases it checked / discarded
   int64_t improvements = 0;                     // moves that raised its ratio

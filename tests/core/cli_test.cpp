@@ -810,6 +810,14 @@ TEST(Cli, LeftOutValuesAndModesWithoutReportsAreInputErrors) {
       {"--list --spec " + kSpec + " --shard 3/2", "--list takes no --shard"},
       {"--list --invariant nope", "--list takes no --invariant: it lists and runs nothing"},
       {"--spec " + kSpec + " --replay x --search", "--replay takes no --search"},
+      {"--spec " + kSpec + " --replay x --search-time 1", "--replay takes no --search"},
+      {"--spec " + kSpec + " --no-corpus --search-trials 10 --search=false",
+       "--search=false contradicts --search-trials, which implies --search"},
+      {"--spec " + kSpec + " --no-corpus --search-time 1 --search=false",
+       "--search=false contradicts --search-time, which implies --search"},
+      // An empty name is not the spec's default.
+      {"--spec " + kSpec + " --no-corpus --target ''", "--target: names no implementation"},
+      {"--spec " + kSpec + " --no-corpus --reference ''", "--reference: names no implementation"},
       {"--spec " + kSpec + " --replay x --seed 3", "--replay takes no --seed"},
       {"--spec " + kSpec + " --no-corpus --shard 1/2",
        "--shard 1/2: the shards must draw the same cases, so "

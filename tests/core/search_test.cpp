@@ -143,6 +143,19 @@ TEST(Search, FindsAPrecisionBugRandomSamplingMissesAtTheSameBudget) {
   ASSERT_EQ(r.search.invariants.size(), 1u);
   EXPECT_TRUE(r.search.invariants[0].failed);
   EXPECT_GT(r.search.invariants[0].improvements, 0);
+  // Said as a search case, not "after N trials" of drawn cases (or, sharded,
+  // "case N of the unsharded run", which has no search cases); the JSON's
+  // worst_ratio is the text's, never below start_ratio.
+  const std::string text = make_reporter("text")->run(r);
+  EXPECT_NE(text.find(fmt::format("FAILED   on search case {} (after {} drawn;", inv.trials_to_fail - r.trials,
+                                  r.trials)),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("-> FAILED on a search case"), std::string::npos) << text;
+  const auto j = nlohmann::json::parse(make_reporter("json")->run(r));
+  const auto& sj = j["search"]["invariants"][0];
+  EXPECT_GE(sj["worst_ratio"].get<double>(), sj["start_ratio"].get<double>());
+  EXPECT_EQ(sj["search_ratio"].get<double>(), r.search.invariants[0].worst_ratio);
 
   // Shrunk, stored (found_by: search) and its replay reproduces it.
   ASSERT_TRUE(inv.counterexample);
@@ -210,10 +223,28 @@ TEST(Search, SearchCasesAreAccountedApart) {
   EXPECT_NE(text.find(fmt::format("cases: {} drawn + 120 by the search, {} checked", r.trials, r.checked)),
             std::string::npos)
       << text;
+  EXPECT_NE(text.find(fmt::format("{} checked + 120 by the search", plain.invariants[0].passed)),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("ratios close_sum"), std::string::npos) << text;
   const auto j = nlohmann::json::parse(make_reporter("json")->run(r));
   EXPECT_EQ(j["search"]["cases"], 120);
   EXPECT_EQ(j["invariants"][0]["error_ratio_histogram"]["counts"].size(), RatioHistogram::edges().size() + 1);
+}
+
+// RunOptions::search_time_budget_s (--search-time) caps the search, which
+// --time does not: a budget of cases it cannot reach ends on the time.
+TEST(Search, ItsOwnTimeBudgetStopsIt) {
+  TempDir dir;
+  RunOptions o = options("reference", dir);
+  o.search = true;
+  o.search_trials = 1000000000;
+  o.search_time_budget_s = 0.2;
+  const RunReport r = run_spec(precision_spec(""), o);
+  ASSERT_EQ(r.status, RunStatus::passed) << r.detail;
+  EXPECT_TRUE(r.search.time_budget_hit);
+  EXPECT_LT(r.search.cases, 1000000000);
+  EXPECT_NE(make_reporter("text")->run(r).find("stopped by its time budget (--search-time"), std::string::npos);
 }
 
 TEST(Search, OffUnlessAsked) {
