@@ -168,10 +168,11 @@ FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::st
     // Ctrl-C or the shrink budget stopped the shrink: the case is where it
     // stopped (49 nodes, where an --import of the same input ends at 3).
     if (f.shrink_interrupted) out.summary += " (shrinking stopped early: its time budget or Ctrl-C)";
-    if (known_size >= 0 && known_size <= f.stats.size && f.corpus_path != known_path) {
-      // Known: the stored case is at least as small; drop the new file.
+    if (known_size >= 0 && known_size <= f.stats.size) {
+      // Known: the stored case is at least as small; drop the new file
+      // (none when the shrink ended on the known case itself: same file).
       std::error_code ec;
-      if (f.corpus_new && !f.corpus_path.empty()) fs::remove(f.corpus_path, ec);
+      if (f.corpus_new && !f.corpus_path.empty() && f.corpus_path != known_path) fs::remove(f.corpus_path, ec);
       // What is printed is the stored case's, the file it points to.
       out.corpus_path = known_path;
       out.message = known_message.empty() ? out.message : known_message;

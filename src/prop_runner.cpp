@@ -180,18 +180,32 @@ int run_fuzz_mode(const Config& cfg, const std::string& corpus_root) {
       fmt::print("  {:<16} {:>8.0f} s  {:>12} execs  {:>9.0f} exec/s  cov {}  crash inputs {}\n", s.spec,
                  s.seconds, s.executions, s.executions / std::max(s.seconds, 1e-9), s.coverage,
                  s.crash_inputs);
+  // Known findings, one line per stored case they reproduced (a count
+  // alone left the user without the file or how to replay it).
   int known = 0;
+  std::vector<std::pair<const FuzzFinding*, int>> known_files;
   for (const auto& f : report.findings) {
     if (!f.is_new) {
       ++known;
+      auto same = std::find_if(known_files.begin(), known_files.end(),
+                               [&](const auto& k) { return k.first->corpus_path == f.corpus_path; });
+      if (same == known_files.end())
+        known_files.push_back({&f, 1});
+      else
+        ++same->second;
       continue;
     }
     fmt::print("  NEW {}: {} ({}){}\n", f.spec, f.invariant, f.summary,
                f.corpus_path.empty() ? "" : " -> " + f.corpus_path);
   }
-  if (known)
-    fmt::print("  {} more crash input(s) reproduced findings {}\n", known,
+  if (known) {
+    fmt::print("  {} more crash input(s) reproduced findings {}:\n", known,
                cfg.no_corpus ? "made earlier in this run" : "already in the corpus");
+    for (const auto& [f, inputs] : known_files)
+      fmt::print("    {}: {} ({}), {} input(s){}{}\n", f->spec, f->invariant, f->summary, inputs,
+                 f->corpus_path.empty() ? "" : " -> " + f->corpus_path,
+                 f->replay.empty() ? "" : "; replay: " + f->replay);
+  }
   // A crash the harness saw that no re-check reproduces is still a crash:
   // never a clean run (as a property run's finding whose replay does not
   // fail again is still a failure, with a warning).

@@ -710,6 +710,43 @@ TEST(Cli, FuzzCrashInputsThatDoNotFailAgainAreNoCleanRun) {
   fs::remove_all(work);
 }
 
+// One bug's crash inputs, however many: one NEW finding, and the inputs
+// that shrink onto its file are known, each stored case named with its
+// replay (it said "150 new finding(s)" for 2 files with --no-corpus, and
+// for known ones only a count). A stand-in harness saves one failing seed
+// input twice.
+TEST(Cli, FuzzCrashInputsOfOneBugAreOneNewFindingAndKnownOnesAreNamed) {
+  const fs::path dir = temp("fake-fuzzer-dup"), work = temp("fake-fuzz-dup-work"), seeds = temp("dup-seeds");
+  fs::remove_all(work);
+  fs::remove_all(seeds);
+  fs::create_directories(dir);
+  ASSERT_EQ(run("--spec " + kSpec + " --fuzz-seeds " + seeds.string() + " --seed 3").code, 0);
+  const fs::path failing = seeds / "seed-042";  // fails positional_logits (import_no_corpus_test.sh)
+  ASSERT_TRUE(fs::exists(failing));
+  const fs::path harness = dir / "fuzz_any_spec";
+  std::ofstream(harness) << "#!/bin/sh\n"
+                            "for a in \"$@\"; do case \"$a\" in -artifact_prefix=*) d=\"${a#-artifact_prefix=}\";; "
+                            "esac; done\n"
+                            "case \"$*\" in\n"
+                            "  *-runs=0*) echo 'kprop fuzz: tally: 2 input(s), 2 checked, 0 declined' >&2;;\n"
+                            "  *-fork=*) cp "
+                         << failing.string() << " \"${d}crash-0001\"; cp " << failing.string()
+                         << " \"${d}crash-0002\";;\n"
+                            "esac\n";
+  fs::permissions(harness, fs::perms::owner_all);
+  const CliRun r = run("--spec " + kSpec + " --fuzz --time 1 --no-corpus --target positional_logits --work " +
+                       work.string() + " --fuzzer-dir " + dir.string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("1 new finding(s)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1 more crash input(s) reproduced findings made earlier in this run:\n    dflash: "),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("1 input(s) -> "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("; replay: "), std::string::npos) << r.out;
+  fs::remove_all(work);
+  fs::remove_all(seeds);
+}
+
 // A shard's share of the run's cases is rounded: it may run out a little
 // short of trials on discards inside its budget, with no case declined.
 // That is still a pass, as unsharded (it gave up, exit 2, while the rule
