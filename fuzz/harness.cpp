@@ -8,6 +8,7 @@
 //   fuzz_dflash -kprop_spec=PATH -kprop_target=NAME ...   (flags libFuzzer ignores)
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -117,6 +118,31 @@ void refuse_unknown_kprop_flags(int argc, char** argv) {
   }
 }
 
+// libFuzzer warns "unrecognized flag" for each of the harness's own flags
+// (which took effect) and hands its argv on to fork-mode children: once
+// read, they move to the environment variables the harness also reads
+// (KPROP_SPEC, ...; children inherit them) and out of argv. Runs after
+// refuse_unknown_kprop_flags: each has a known name and a value.
+void move_kprop_flags_to_env(int* argc, char*** argv) {
+  static std::vector<char*> args;
+  std::vector<char*> kept;
+  for (int i = 0; i < *argc; ++i) {
+    char* a = (*argv)[i];
+    if (i == 0 || std::strncmp(a, "-kprop_", 7) != 0) {
+      kept.push_back(a);
+      continue;
+    }
+    const char* eq = std::strchr(a, '=');
+    std::string name(a + 1, size_t(eq - a - 1));
+    for (char& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    ::setenv(name.c_str(), eq + 1, 1);
+  }
+  args = std::move(kept);
+  *argc = static_cast<int>(args.size());
+  args.push_back(nullptr);
+  *argv = args.data();
+}
+
 // The case as YAML under `case:`, indented as a corpus file holds it.
 std::string case_text(const kprop::Spec& spec, const kprop::AnyCase& c) {
   const std::string yaml = kprop::emit_yaml(spec.family->to_yaml(c));
@@ -153,6 +179,7 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
     h->ctx = std::make_unique<kprop::RunContext>(kprop::make_context(h->spec, h->options, 0));
     g_harness = h;
     std::atexit(say_tally);
+    move_kprop_flags_to_env(argc, argv);
     // A coverage-only build (KPROP_FUZZ_SANITIZE=OFF) says so: what it
     // checks is the invariants, and a memory error passes unreported.
     fmt::print(stderr, "kprop fuzz: spec {} ({}{}{}), target {}{}\n", h->spec.name, spec_path,

@@ -1468,8 +1468,9 @@ std::vector<void*> resolve_symbols(const TransportOptions& options,
   for (const auto& op : options.ops) {
     void* fn = lookup(op.symbol);
     if (!fn)
-      throw std::runtime_error(fmt::format("missing symbol {} (op {} of family {}){}; see include/kprop/abi.h",
-                                           op.symbol, op.op, options.family, mangled_hint(file, op.symbol)));
+      throw std::runtime_error(
+          fmt::format("missing symbol {} (op {} of family {}){}; see include/kprop/abi.h", op.symbol, op.op,
+                      options.family, mangled_hint(file, op.symbol)));
     symbols.push_back(fn);
   }
   return symbols;
@@ -1517,8 +1518,8 @@ LoadedPlugin load_plugin(const std::string& dlpath, const TransportOptions& opti
           fmt::format("built against kprop ABI version {}, this kprop speaks {}; rebuild "
                       "it against this kprop's include/kprop/abi.h",
                       version(), KPROP_ABI_VERSION));
-    p.symbols =
-        resolve_symbols(options, [&](const std::string& s) { return dlsym(handle, s.c_str()); }, dlpath);
+    p.symbols = resolve_symbols(
+        options, [&](const std::string& s) { return dlsym(handle, s.c_str()); }, dlpath);
     // Optional: the ops that want their tensors in device memory.
     p.device.assign(options.ops.size(), false);
     if (auto where = reinterpret_cast<kprop_op_device_fn>(dlsym(handle, "kprop_op_device"))) {

@@ -172,7 +172,8 @@ FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::st
       // Known: the stored case is at least as small; drop the new file
       // (none when the shrink ended on the known case itself: same file).
       std::error_code ec;
-      if (f.corpus_new && !f.corpus_path.empty() && f.corpus_path != known_path) fs::remove(f.corpus_path, ec);
+      if (f.corpus_new && !f.corpus_path.empty() && f.corpus_path != known_path)
+        fs::remove(f.corpus_path, ec);
       // What is printed is the stored case's, the file it points to.
       out.corpus_path = known_path;
       out.message = known_message.empty() ? out.message : known_message;

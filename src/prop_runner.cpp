@@ -40,14 +40,12 @@ struct Config {
   std::optional<int64_t> trials;
   std::optional<double> time;
   std::optional<double> case_timeout;
-  bool search = false;         // --search[=false]
-  bool search_given = false;   // --search was given, true or false
+  bool search = false;        // --search[=false]
+  bool search_given = false;  // --search was given, true or false
   std::optional<int64_t> search_trials;
   std::optional<double> search_time;
   // --search, or a search budget (which implies it).
-  bool search_asked() const {
-    return search || search_trials.has_value() || search_time.has_value();
-  }
+  bool search_asked() const { return search || search_trials.has_value() || search_time.has_value(); }
   std::vector<std::string> invariants;
   std::string format = "text";
   std::string out;
@@ -521,6 +519,19 @@ int run(const Config& cfg) {
       code = exit_code(report.status);
       text = text_reporter->run(report);
       formatted = reporter->run(report);
+      // A mutant that only a profile's sizes reach passes elsewhere: that
+      // PASSED is no sign the spec misses it.
+      const std::string target = options.target.empty() ? spec.target : options.target;
+      if (const auto own = spec.mutant_profiles.find(target); report.status == RunStatus::passed &&
+                                                              own != spec.mutant_profiles.end() &&
+                                                              own->second->profile != spec.profile) {
+        const std::string note = fmt::format(
+            "note: {} is a mutant that only profile {}'s cases reach (--mutants runs it there): "
+            "--profile {}\n",
+            target, own->second->profile, own->second->profile);
+        text += note;
+        if (cfg.format == "text") formatted += note;
+      }
     }
   }
   if (!cfg.out.empty()) {
@@ -564,7 +575,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Validator([](std::string& map) { return map.empty() ? "overrides nothing" : ""; }, "MAP"));
   // An empty name would silently mean the spec's default.
   const auto named = [](const char* what) {
-    return CLI::Validator([what](std::string& name) { return name.empty() ? std::string(what) : ""; }, "NAME");
+    return CLI::Validator([what](std::string& name) { return name.empty() ? std::string(what) : ""; },
+                          "NAME");
   };
   auto* target =
       app.add_option("--target", cfg.target, "implementation under test (default: the spec's target)")
@@ -588,13 +600,15 @@ int main(int argc, char** argv) {
   app.add_option("--case-timeout", cfg.case_timeout,
                  "seconds one target call may take before it counts as a hang (overrides run.case_timeout_s)")
       ->check(timeout);
-  auto* search_flag = app.add_flag("--search", cfg.search,
-               "after the random cases, hill-climb from those with the highest error/allowed ratio toward a "
-               "failure (run.search; budget: --search-trials, --search-time)");
+  auto* search_flag = app.add_flag(
+      "--search", cfg.search,
+      "after the random cases, hill-climb from those with the highest error/allowed ratio toward a "
+      "failure (run.search; budget: --search-trials, --search-time)");
   app.add_option("--search-trials", cfg.search_trials, "cases the search may run (implies --search)")
       ->transform(count);
-  app.add_option("--search-time", cfg.search_time,
-                 "seconds the search may run, 0: no limit (overrides run.search.time_budget_s; implies --search)")
+  app.add_option(
+         "--search-time", cfg.search_time,
+         "seconds the search may run, 0: no limit (overrides run.search.time_budget_s; implies --search)")
       ->check(seconds);
   app.add_option("--invariant", cfg.invariants, "check only these invariants (repeatable)");
   app.add_option(

@@ -89,7 +89,8 @@ std::string invariant_line(const InvariantReport& r, const RunReport& run, size_
   // The search's cases of this invariant, counted after the drawn ones.
   int64_t by_search = 0, held_by_search = 0;
   for (const SearchInvariant& si : run.search.invariants)
-    if (si.name == r.name) by_search = si.passed + si.discarded + (si.failed ? 1 : 0), held_by_search = si.passed;
+    if (si.name == r.name)
+      by_search = si.passed + si.discarded + (si.failed ? 1 : 0), held_by_search = si.passed;
   const int64_t search_case = r.trials_to_fail - run.trials;  // > 0: a search case broke it
   std::string what;
   switch (r.status) {
@@ -106,10 +107,9 @@ std::string invariant_line(const InvariantReport& r, const RunReport& run, size_
         what = fmt::format("on search case {} (after {} drawn{}; {:.2f} s)", search_case, run.trials,
                            shard.empty() ? "" : ", shard " + shard, r.seconds_to_fail);
       else
-        what = shard.empty()
-                   ? fmt::format("after {} trials ({:.2f} s)", r.trials_to_fail, r.seconds_to_fail)
-                   : fmt::format("at case {} of the unsharded run (shard {}; {:.2f} s)", r.trials_to_fail, shard,
-                                 r.seconds_to_fail);
+        what = shard.empty() ? fmt::format("after {} trials ({:.2f} s)", r.trials_to_fail, r.seconds_to_fail)
+                             : fmt::format("at case {} of the unsharded run (shard {}; {:.2f} s)",
+                                           r.trials_to_fail, shard, r.seconds_to_fail);
       break;
     case InvariantStatus::gave_up:
       what = fmt::format("{} checked, {} discarded (last: {})", r.passed, r.discarded, r.last_discard);

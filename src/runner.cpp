@@ -67,8 +67,12 @@ std::vector<const InvariantUse*> selected_uses(const Spec& spec, const RunOption
     for (const auto& u : spec.invariants)
       if (u.name == want) found = &u;
     if (!found) {
-      throw InputError({}, fmt::format("--invariant {}: not in spec {}{}; the spec checks: {}", want,
-                                       spec.name, did_you_mean(want, names), join(names)));
+      // Under a profile the list is the profile's (which may leave out one
+      // the spec's own list has): say so, not just "not in spec".
+      throw InputError(
+          {}, fmt::format("--invariant {}: not in spec {}{}{}; the spec checks{}: {}", want, spec.name,
+                          spec.profile.empty() ? "" : " under profile " + spec.profile,
+                          did_you_mean(want, names), spec.profile.empty() ? "" : " there", join(names)));
     }
     uses.push_back(found);
   }
@@ -189,7 +193,17 @@ void check_run_names(const Spec& spec, const RunOptions& options) {
 Impl resolve_target(const Spec& spec, const std::string& name, std::optional<double> case_timeout_s,
                     bool as_reference) {
   const int i = spec.family->find_implementation(name);
-  if (i >= 0) return spec.family->registered(static_cast<size_t>(i));
+  if (i >= 0) {
+    Impl impl = spec.family->registered(static_cast<size_t>(i));
+    // A mutant is a planted bug: as the oracle it would fail the correct
+    // target and store that as a finding.
+    if (as_reference && impl.info.kind == ImplKind::mutant)
+      throw InputError({},
+                       fmt::format("reference '{}' is a mutant of family {} (a planted bug), not an oracle; "
+                                   "pick a correct implementation or plugin:/exec:",
+                                   name, spec.family->name()));
+    return impl;
+  }
   if (external::is_external_target(name)) {
     external::TransportOptions o;
     o.family = spec.family->name();

@@ -638,6 +638,11 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
   };
   spec.target = impl("target", true);
   spec.reference = impl("reference", false);
+  if (const int r = spec.family->find_implementation(spec.reference);
+      r >= 0 && spec.family->registered(static_cast<size_t>(r)).info.kind == ImplKind::mutant)
+    fail(root["reference"],
+         fmt::format("reference '{}' is a mutant of family {} (a planted bug), not an oracle", spec.reference,
+                     family_name));
 
   Values run;
   parse_fields(section("run", run_schema()), run_schema(), "", "run" + in_profile, run);

@@ -178,6 +178,7 @@ Verdict scores_recomputed(T& t, const Values& p) {
   const TableLM model(c.model);
   const double atol = p.real("tol.atol"), rtol = p.real("tol.rtol");
   const Result& r = t.target();
+  double worst = 0;  // the largest error / allowed (kErrorRatio): what --search climbs
   for (size_t b = 0; b < r.prompts.size() && b < c.prompts.size(); ++b)
     for (const Hypothesis& h : r.prompts[b].hypotheses) {
       bool in_vocab = true;
@@ -185,18 +186,22 @@ Verdict scores_recomputed(T& t, const Values& p) {
       if (h.tokens.empty() || !in_vocab) continue;  // valid_hypotheses reports those
       const Hypothesis want = rescore(model, c.prompts[b], h.tokens, c.alpha);
       for (auto [name, got, expected] :
-           {std::tuple{"log-prob", h.logprob, want.logprob}, std::tuple{"score", h.score, want.score}})
-        if (!within(got, expected, atol, rtol))
-          return Verdict::fail(
-              fmt::format("prompt {}: {} {} reported {:.17g}, the model gives {:.17g} (alpha {}, "
-                          "{} generated tokens)",
-                          b, text(h.tokens), name, got, expected, c.alpha, h.tokens.size()),
-              {{"prompt", double(b)},
-               {"reported", got},
-               {"expected", expected},
-               {"length", double(h.tokens.size())}});
+           {std::tuple{"log-prob", h.logprob, want.logprob}, std::tuple{"score", h.score, want.score}}) {
+        if (within(got, expected, atol, rtol)) {
+          worst = std::max(worst, within_ratio(got, expected, atol, rtol));
+          continue;
+        }
+        return Verdict::fail(
+            fmt::format("prompt {}: {} {} reported {:.17g}, the model gives {:.17g} (alpha {}, "
+                        "{} generated tokens)",
+                        b, text(h.tokens), name, got, expected, c.alpha, h.tokens.size()),
+            {{"prompt", double(b)},
+             {"reported", got},
+             {"expected", expected},
+             {"length", double(h.tokens.size())}});
+      }
     }
-  return Verdict::pass();
+  return Verdict::pass({{kErrorRatio, worst}});
 }
 
 // The pool trace follows the contract: each finished beam stays until K
@@ -359,6 +364,7 @@ Verdict logit_shift_invariant(T& t, const Values& p) {
   const Result& r = t.target();
   const TableLM model(c.model);
   const double atol = p.real("tol.atol"), rtol = p.real("tol.rtol");
+  double worst = 0;  // the largest error / allowed (kErrorRatio): what --search climbs
   for (size_t b = 0; b < c.prompts.size() && b < r.prompts.size(); ++b) {
     if (b >= s.prompts.size()) return Verdict::fail("the shifted run returned fewer prompts");
     const auto &orig = r.prompts[b].hypotheses, &moved = s.prompts[b].hypotheses;
@@ -367,14 +373,17 @@ Verdict logit_shift_invariant(T& t, const Values& p) {
       return Verdict::fail(
           fmt::format("prompt {}: with logits shifted by {} per prefix, {}", b, shifted.model.shift, why),
           {{"prompt", double(b)}, {"shift", shifted.model.shift}});
-    for (size_t i = 0; i < orig.size() && i < moved.size(); ++i)
-      if (orig[i].tokens == moved[i].tokens && !within(moved[i].score, orig[i].score, atol, rtol))
+    for (size_t i = 0; i < orig.size() && i < moved.size(); ++i) {
+      if (orig[i].tokens != moved[i].tokens) continue;
+      if (!within(moved[i].score, orig[i].score, atol, rtol))
         return Verdict::fail(
             fmt::format("prompt {}: {} scores {:.17g}, {:.17g} with shifted logits", b, text(orig[i].tokens),
                         orig[i].score, moved[i].score),
             {{"prompt", double(b)}, {"score", orig[i].score}, {"shifted_score", moved[i].score}});
+      worst = std::max(worst, within_ratio(moved[i].score, orig[i].score, atol, rtol));
+    }
   }
-  return Verdict::pass();
+  return Verdict::pass({{kErrorRatio, worst}});
 }
 
 // The same hypotheses as the reference implementation, up to near-ties.

@@ -120,6 +120,7 @@ Verdict tree_logits_match_path(T& t, const Values& p) {
   const Case& c = t.input();
   const Result& r = t.target();
   const double atol = p.real("tol.atol"), rtol = p.real("tol.rtol");
+  double worst = 0;  // the largest error / allowed (kErrorRatio): what --search climbs
   TargetContextOracle oracle(t);
   for (size_t k = 0; k < c.cycles.size() && k < r.cycles.size(); ++k) {
     const DraftTree& tree = c.cycles[k];
@@ -133,7 +134,7 @@ Verdict tree_logits_match_path(T& t, const Values& p) {
     for (int row = 0; row <= tree.size(); ++row) {
       const Logits& expected = row == 0 ? o.context_logits : o.node_logits[static_cast<size_t>(row - 1)];
       const Logits& got = trace.logits[static_cast<size_t>(row)];
-      for (size_t v = 0; v < expected.size(); ++v)
+      for (size_t v = 0; v < expected.size(); ++v) {
         if (!within(got.at(v), expected[v], atol, rtol))
           return Verdict::fail(
               fmt::format("cycle {}: {} logit[{}] = {:.17g}, autoregressive on its path gives {:.17g}", k,
@@ -144,10 +145,12 @@ Verdict tree_logits_match_path(T& t, const Values& p) {
                {"logit", got.at(v)},
                {"expected", expected[v]},
                {"abs_error", std::fabs(got.at(v) - expected[v])}});
+        worst = std::max(worst, within_ratio(got.at(v), expected[v], atol, rtol));
+      }
     }
     if (k + 1 < c.cycles.size() && k + 1 < r.cycles.size()) oracle.advance(k, trace.emitted);
   }
-  return Verdict::pass();
+  return Verdict::pass({{kErrorRatio, worst}});
 }
 
 // The context length P the target reports for cycle k, checked against the

@@ -61,15 +61,15 @@ struct RunOptions {
   // above, which then only name them in reports. The reference's transport
   // is widened to f64 by the run.
   std::shared_ptr<external::Transport> target_transport, reference_transport;
-  std::optional<uint64_t> seed;              // overrides run.seed (0: a fresh seed)
-  std::optional<int64_t> trials;             // overrides run.trials
-  std::optional<double> time_budget_s;       // overrides run.time_budget_s (0: no limit)
-  std::optional<double> case_timeout_s;      // overrides run.case_timeout_s
-  std::optional<bool> search;                // overrides run.search.enabled (--search)
-  std::optional<int64_t> search_trials;      // overrides run.search.trials (--search-trials)
+  std::optional<uint64_t> seed;                // overrides run.seed (0: a fresh seed)
+  std::optional<int64_t> trials;               // overrides run.trials
+  std::optional<double> time_budget_s;         // overrides run.time_budget_s (0: no limit)
+  std::optional<double> case_timeout_s;        // overrides run.case_timeout_s
+  std::optional<bool> search;                  // overrides run.search.enabled (--search)
+  std::optional<int64_t> search_trials;        // overrides run.search.trials (--search-trials)
   std::optional<double> search_time_budget_s;  // overrides run.search.time_budget_s (--search-time)
-  std::vector<std::string> only_invariants;  // empty: all in the spec
-  std::string corpus_dir = "corpus";         // counterexamples go to corpus_dir/<spec>/
+  std::vector<std::string> only_invariants;    // empty: all in the spec
+  std::string corpus_dir = "corpus";           // counterexamples go to corpus_dir/<spec>/
   bool write_corpus = true;
   // Where a case goes when it is not stored in the corpus (--no-corpus, or
   // the corpus cannot be written): scratch_dir/<spec>/<hash>.yaml, so every

@@ -80,6 +80,13 @@ inline double error_ratio(double error, double allowed) {
 inline double error_ratio(const ToleranceReport& r) {
   return error_ratio(r.target_error, r.allowed);
 }
+// within()'s margin as a ratio: |got - want| / (atol + rtol·|want|), so
+// within() holds exactly when this is <= 1 (0 for equal infinities, +inf
+// for a NaN or an infinity against anything else).
+inline double within_ratio(double got, double want, double atol, double rtol) {
+  if (!std::isfinite(got) || !std::isfinite(want)) return got == want ? 0 : INFINITY;
+  return error_ratio(std::fabs(got - want), allowed_error(atol, rtol, std::fabs(want)));
+}
 
 // Tolerance parameters of an invariant, keyed, bounded and documented alike
 // in every family (checked with the functions above):

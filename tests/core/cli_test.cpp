@@ -148,6 +148,18 @@ TEST(Cli, MutantsTableExitsZeroWhenAllDie) {
 // byte past its buffer) stores its finding outside the corpus and says why:
 // whether a replay fails depends on what lies past the buffer, and one such
 // corpus file made replays of the corpus fail one time in three.
+// A mutant only a profile reaches passes a plain run: the run says where
+// it dies, so that PASSED is not read as the spec missing it.
+TEST(Cli, AProfilesMutantPassingElsewhereSaysWhereItDies) {
+  const CliRun r = run("--spec " + kSpec + " --target token_ids_u16 --trials 20 --seed 3 --no-corpus");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(
+      r.out.find("note: token_ids_u16 is a mutant that only profile large's cases reach (--mutants runs it "
+                 "there): --profile large"),
+      std::string::npos)
+      << r.out;
+}
+
 TEST(Cli, AnOutOfBoundsMutantsFindingStaysOutOfTheCorpus) {
   const fs::path corpus = temp("oob_corpus");
   const CliRun r = run("--spec " + std::string(KPROP_SOURCE_DIR) +
@@ -683,13 +695,9 @@ TEST(Cli, FuzzRunsTheHarnessInTheRunsDomainAndStopsOnItsError) {
   fs::remove_all(work);
 }
 
-// A crash input the harness saved that fails nothing when re-checked alone
-// is no clean run: exit 1, the file named. (It was one stderr line among
-// the progress, "0 new finding(s)", exit 0.) A stand-in harness saves one.
-TEST(Cli, FuzzCrashInputsThatDoNotFailAgainAreNoCleanRun) {
-  const fs::path dir = temp("fake-fuzzer-crash"), work = temp("fake-fuzz-crash-work");
-  fs::remove_all(work);
-  fs::create_directories(dir);
+// A stand-in fuzz_any_spec in `dir`: its tally run checks 2 inputs, and its
+// fork run does `save` (a shell command) with $d the crash folder prefix.
+void write_crashing_harness(const fs::path& dir, const std::string& save) {
   const fs::path harness = dir / "fuzz_any_spec";
   std::ofstream(harness)
       << "#!/bin/sh\n"
@@ -697,9 +705,21 @@ TEST(Cli, FuzzCrashInputsThatDoNotFailAgainAreNoCleanRun) {
          "esac; done\n"
          "case \"$*\" in\n"
          "  *-runs=0*) echo 'kprop fuzz: tally: 2 input(s), 2 checked, 0 declined' >&2;;\n"
-         "  *-fork=*) printf 'abcdefgh' > \"${d}crash-0001\";;\n"
+         "  *-fork=*) "
+      << save
+      << ";;\n"
          "esac\n";
   fs::permissions(harness, fs::perms::owner_all);
+}
+
+// A crash input the harness saved that fails nothing when re-checked alone
+// is no clean run: exit 1, the file named. (It was one stderr line among
+// the progress, "0 new finding(s)", exit 0.) A stand-in harness saves one.
+TEST(Cli, FuzzCrashInputsThatDoNotFailAgainAreNoCleanRun) {
+  const fs::path dir = temp("fake-fuzzer-crash"), work = temp("fake-fuzz-crash-work");
+  fs::remove_all(work);
+  fs::create_directories(dir);
+  write_crashing_harness(dir, "printf 'abcdefgh' > \"${d}crash-0001\"");
   const CliRun r = run("--spec " + kSpec + " --fuzz --time 1 --no-corpus --work " + work.string() +
                        " --fuzzer-dir " + dir.string());
   EXPECT_EQ(r.code, 1) << r.out;
@@ -723,17 +743,8 @@ TEST(Cli, FuzzCrashInputsOfOneBugAreOneNewFindingAndKnownOnesAreNamed) {
   ASSERT_EQ(run("--spec " + kSpec + " --fuzz-seeds " + seeds.string() + " --seed 3").code, 0);
   const fs::path failing = seeds / "seed-042";  // fails positional_logits (import_no_corpus_test.sh)
   ASSERT_TRUE(fs::exists(failing));
-  const fs::path harness = dir / "fuzz_any_spec";
-  std::ofstream(harness) << "#!/bin/sh\n"
-                            "for a in \"$@\"; do case \"$a\" in -artifact_prefix=*) d=\"${a#-artifact_prefix=}\";; "
-                            "esac; done\n"
-                            "case \"$*\" in\n"
-                            "  *-runs=0*) echo 'kprop fuzz: tally: 2 input(s), 2 checked, 0 declined' >&2;;\n"
-                            "  *-fork=*) cp "
-                         << failing.string() << " \"${d}crash-0001\"; cp " << failing.string()
-                         << " \"${d}crash-0002\";;\n"
-                            "esac\n";
-  fs::permissions(harness, fs::perms::owner_all);
+  write_crashing_harness(
+      dir, "cp " + failing.string() + " \"${d}crash-0001\"; cp " + failing.string() + " \"${d}crash-0002\"");
   const CliRun r = run("--spec " + kSpec + " --fuzz --time 1 --no-corpus --target positional_logits --work " +
                        work.string() + " --fuzzer-dir " + dir.string());
   EXPECT_EQ(r.code, 1) << r.out;
@@ -852,6 +863,13 @@ TEST(Cli, LeftOutValuesAndModesWithoutReportsAreInputErrors) {
        "--search=false contradicts --search-trials, which implies --search"},
       {"--spec " + kSpec + " --no-corpus --search-time 1 --search=false",
        "--search=false contradicts --search-time, which implies --search"},
+      // A profile's own invariant list: the invariant is the spec's, not the profile's.
+      {"--spec " + std::string(KPROP_SOURCE_DIR) +
+           "/specs/beam.yaml --no-corpus --invariant matches_exhaustive --profile large",
+       "--invariant matches_exhaustive: not in spec beam under profile large; the spec checks there: "},
+      // A mutant is no oracle (it failed the correct target, stored as a finding).
+      {"--spec " + kSpec + " --no-corpus --reference positional_logits",
+       "reference 'positional_logits' is a mutant of family dflash (a planted bug), not an oracle"},
       // An empty name is not the spec's default.
       {"--spec " + kSpec + " --no-corpus --target ''", "--target: names no implementation"},
       {"--spec " + kSpec + " --no-corpus --reference ''", "--reference: names no implementation"},

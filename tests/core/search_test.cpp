@@ -147,8 +147,8 @@ TEST(Search, FindsAPrecisionBugRandomSamplingMissesAtTheSameBudget) {
   // "case N of the unsharded run", which has no search cases); the JSON's
   // worst_ratio is the text's, never below start_ratio.
   const std::string text = make_reporter("text")->run(r);
-  EXPECT_NE(text.find(fmt::format("FAILED   on search case {} (after {} drawn;", inv.trials_to_fail - r.trials,
-                                  r.trials)),
+  EXPECT_NE(text.find(fmt::format("FAILED   on search case {} (after {} drawn;",
+                                  inv.trials_to_fail - r.trials, r.trials)),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("-> FAILED on a search case"), std::string::npos) << text;
@@ -244,7 +244,8 @@ TEST(Search, ItsOwnTimeBudgetStopsIt) {
   ASSERT_EQ(r.status, RunStatus::passed) << r.detail;
   EXPECT_TRUE(r.search.time_budget_hit);
   EXPECT_LT(r.search.cases, 1000000000);
-  EXPECT_NE(make_reporter("text")->run(r).find("stopped by its time budget (--search-time"), std::string::npos);
+  EXPECT_NE(make_reporter("text")->run(r).find("stopped by its time budget (--search-time"),
+            std::string::npos);
 }
 
 TEST(Search, OffUnlessAsked) {
