@@ -278,8 +278,12 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
               if (parse_tally(line, n, c, w)) inputs = n, checked = c, why = w;
             });
         if (checked == 0 && inputs > 0) {
-          stats.skipped = fmt::format("the target checked none of the {} inputs of its seed run ({})", inputs,
-                                      why.empty() ? "no reason given" : why);
+          // libFuzzer runs an empty input before the seeds: 64 seeds are 65 inputs.
+          stats.skipped = fmt::format(
+              "the target checked none of the {} inputs of its seed run (the seed inputs and libFuzzer's "
+              "empty "
+              "one) ({})",
+              inputs, why.empty() ? "no reason given" : why);
           fmt::print(stderr, "[{}] not fuzzed: {}\n", spec.name, stats.skipped);
         }
       }
@@ -310,8 +314,9 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
         if (since >= (tty ? 1.0 : 10.0)) {
           last = Clock::now();
           const double elapsed = std::chrono::duration<double>(last - t0).count();
-          fmt::print(stderr,
-                     "{}[{}] {} {:.0f}s  execs {}  exec/s {:.0f}  cov {}  crash inputs {}  findings {}{}",
+          // libFuzzer's count of crashes (repeats of one bug included); the
+          // summary's "crash inputs" are the files it kept.
+          fmt::print(stderr, "{}[{}] {} {:.0f}s  execs {}  exec/s {:.0f}  cov {}  crashes {}  findings {}{}",
                      tty ? "\r\033[K" : "", spec.name, target_name, elapsed, now.executions,
                      now.executions / std::max(elapsed, 1e-9), now.coverage, now.crash_inputs,
                      report.new_findings(), tty ? "" : "\n");

@@ -276,6 +276,11 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
   const RunConfig& run = ctx.run;
   report.max_size = run.max_size;
   const int64_t all_trials = run.trials;
+  // prop_runner and Python refuse these first; a C++ caller's RunOptions
+  // is told in its own words (not "--shard 0/1: ... 0 trial(s)").
+  if (all_trials < 1)
+    throw InputError(
+        {}, fmt::format("trials = {}: a run needs at least 1 (RunOptions::trials, --trials)", all_trials));
   const int64_t shards = std::max<int64_t>(1, options.shard_count), shard = options.shard_index;
   // Cases this shard must pass per invariant: indices i < all_trials with i % shards == shard.
   if (shard >= all_trials)

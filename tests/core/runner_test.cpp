@@ -39,6 +39,21 @@ TEST(Runner, ReferencePassesEveryInvariantItChecks) {
   EXPECT_EQ(r.invariants[0].passed, 200);
 }
 
+// A caller's RunOptions with no trials is told so, not "--shard 0/1: the
+// run has 0 trial(s)" (a flag it never gave).
+TEST(Runner, NoTrialsIsSaidInTheCallersWords) {
+  RunOptions o = options("reference");
+  o.trials = 0;
+  try {
+    run_spec(toy_spec("invariants: [matches_reference]\n"), o);
+    FAIL() << "ran with 0 trials";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("trials = 0: a run needs at least 1 (RunOptions::trials"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Runner, FailureShrinksToTheKnownMinimum) {
   const Spec spec = toy_spec("invariants: [matches_reference]\n");
   const RunReport r = run_spec(spec, options("drops_last"));
