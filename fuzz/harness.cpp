@@ -8,6 +8,7 @@
 //   fuzz_dflash -kprop_spec=PATH -kprop_target=NAME ...   (flags libFuzzer ignores)
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <cstdio>
@@ -100,6 +101,7 @@ constexpr bool kCoverageOnly = false;
 // libFuzzer's "unrecognized flag" warning, which it prints for the valid
 // ones too, while the harness ran the spec's target.
 void refuse_unknown_kprop_flags(int argc, char** argv) {
+  std::vector<std::string> seen;  // a flag given twice: which value would the fork children get?
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "-kprop_", 7) != 0) continue;
     const char* eq = std::strchr(argv[i], '=');
@@ -115,6 +117,11 @@ void refuse_unknown_kprop_flags(int argc, char** argv) {
       fmt::print(stderr, "kprop fuzz: error: -{} needs a value: -{}=...\n", name, name);
       std::exit(2);
     }
+    if (std::find(seen.begin(), seen.end(), name) != seen.end()) {
+      fmt::print(stderr, "kprop fuzz: error: -{} is given twice\n", name);
+      std::exit(2);
+    }
+    seen.push_back(name);
   }
 }
 

@@ -843,9 +843,12 @@ Finding record_finding(const RunContext& ctx, const InvariantUse* use, const Any
     if (!stored.note.empty()) note(stored.note);
     if (!f.corpus_path.empty()) f.replay_command = replay_command(ctx, f.corpus_path, f.invariant);
     check_replay(ctx, f);
-    if (ctx.options.replay_check_corpus_only && f.replay_check == "not_reproduced") {
+    if (ctx.options.replay_check_corpus_only &&
+        (f.replay_check == "not_reproduced" || f.replay_check == "error")) {
       // --mutants: a kill, but a corpus file whose failure does not come
-      // back makes every later replay of the corpus a coin flip.
+      // back makes every later replay of the corpus a coin flip, and one
+      // whose replay does not run through (a case its codec refuses) fails
+      // every later replay of the folder.
       const Stored moved = store_entry(fallback_dir(ctx), e, "");
       if (!moved.path.empty()) {
         std::error_code ec;
@@ -854,8 +857,11 @@ Finding record_finding(const RunContext& ctx, const InvariantUse* use, const Any
         f.corpus_new = moved.created;
         f.in_corpus = false;
         f.replay_command = replay_command(ctx, f.corpus_path, f.invariant);
-        note("kept out of the corpus: re-run in a fresh process, it did not fail (" + f.replay_check_detail +
-             ")");
+        note(f.replay_check == "error"
+                 ? "kept out of the corpus: its replay, re-run in a fresh process, did not run through (" +
+                       f.replay_check_detail + ")"
+                 : "kept out of the corpus: re-run in a fresh process, it did not fail (" +
+                       f.replay_check_detail + ")");
       }
     }
   } catch (const std::exception& e) {

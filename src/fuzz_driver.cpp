@@ -281,8 +281,7 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
           // libFuzzer runs an empty input before the seeds: 64 seeds are 65 inputs.
           stats.skipped = fmt::format(
               "the target checked none of the {} inputs of its seed run (the seed inputs and libFuzzer's "
-              "empty "
-              "one) ({})",
+              "empty one): {}",
               inputs, why.empty() ? "no reason given" : why);
           fmt::print(stderr, "[{}] not fuzzed: {}\n", spec.name, stats.skipped);
         }
@@ -292,6 +291,7 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
       auto last = t0;
       const long long execs_before = stats.executions;
       FuzzSpecStats now = stats;
+      now.crash_inputs = 0;  // libFuzzer's count of this slice, from its first status line
       const std::vector<std::string> args = {
           harness,
           fmt::format("-fork={}", std::max(1, o.jobs)),

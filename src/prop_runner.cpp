@@ -434,7 +434,11 @@ int run(const Config& cfg) {
   if (cfg.search_given && !cfg.search && (cfg.search_trials || cfg.search_time))
     throw InputError({}, fmt::format("--search=false contradicts {}, which implies --search",
                                      cfg.search_trials ? "--search-trials" : "--search-time"));
-  if (cfg.search_asked()) options.search = true;
+  // --search=false turns off a spec's run.search.enabled: true.
+  if (cfg.search_asked())
+    options.search = true;
+  else if (cfg.search_given)
+    options.search = false;
   options.search_trials = cfg.search_trials;
   options.search_time_budget_s = cfg.search_time;
   options.only_invariants = cfg.invariants;

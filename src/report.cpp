@@ -141,7 +141,8 @@ std::string replay_warning(const Finding& f) {
   if (f.replay_check != "not_reproduced") return "";
   return fmt::format(
       "WARNING: re-run in a fresh process, the replay did not fail ({}). The failure depends on state "
-      "outside the stored case (uninitialised memory, a race, state the target keeps between calls): "
+      "outside the stored case (uninitialised memory, a race, state the target keeps between calls, or "
+      "a family codec that does not write all of the case): "
       "the file alone does not reproduce it",
       f.replay_check_detail);
 }
@@ -349,6 +350,10 @@ class TextReporter final : public Reporter {
                          by ? by->seconds_to_fail : row.report.seconds,
                          by && by->counterexample ? std::to_string(by->counterexample->stats.size) : "-",
                          by && by->counterexample ? by->counterexample->stats.summary : "");
+      // A kill whose stored case does not replay (a family's shrinker or
+      // codec at fault, or state outside the case) says so under its row.
+      if (by && by->counterexample)
+        if (const std::string w = replay_warning(*by->counterexample); !w.empty()) out += "    " + w + "\n";
     }
     if (stats_) out += kill_matrix_text(rows);
     const int code = mutants_exit_code(rows);
@@ -482,15 +487,19 @@ nlohmann::json to_json(const RunReport& r) {
     if (!s.note.empty()) js["note"] = s.note;
     js["invariants"] = nlohmann::json::array();
     for (const SearchInvariant& si : s.invariants)
-      js["invariants"].push_back({{"name", si.name},
-                                  {"start_ratio", si.start_ratio},
-                                  {"worst_ratio", std::max(si.start_ratio, si.worst_ratio)},
-                                  {"search_ratio", si.worst_ratio},
-                                  {"output_ratios", si.output_ratios},
-                                  {"passed", si.passed},
-                                  {"discarded", si.discarded},
-                                  {"improvements", si.improvements},
-                                  {"failed", si.failed}});
+      js["invariants"].push_back(
+          {{"name", si.name},
+           {"start_ratio", si.start_ratio},
+           // null when a search case broke it (the text's "-> FAILED"):
+           // no ratio under 1 stands for a failure.
+           {"worst_ratio",
+            si.failed ? nlohmann::json(nullptr) : nlohmann::json(std::max(si.start_ratio, si.worst_ratio))},
+           {"search_ratio", si.worst_ratio},
+           {"output_ratios", si.output_ratios},
+           {"passed", si.passed},
+           {"discarded", si.discarded},
+           {"improvements", si.improvements},
+           {"failed", si.failed}});
     j["search"] = js;
   }
   j["invariants"] = nlohmann::json::array();
@@ -510,6 +519,11 @@ nlohmann::json to_json(const RunReport& r) {
     if (inv.status == InvariantStatus::failed) {
       ji["trials_to_fail"] = inv.trials_to_fail;
       ji["seconds_to_fail"] = inv.seconds_to_fail;
+      // A search case's failure: its index counts this run's drawn cases
+      // first, so under --shard it is no unsharded index; search_case says so.
+      if (inv.trials_to_fail > r.trials && r.search.ran)
+        for (const SearchInvariant& si : r.search.invariants)
+          if (si.name == inv.name && si.failed) ji["search_case"] = inv.trials_to_fail - r.trials;
     }
     if (!inv.last_discard.empty()) ji["reason"] = inv.last_discard;
     if (inv.counterexample) ji["counterexample"] = finding_json(*inv.counterexample);

@@ -179,7 +179,11 @@ std::string reference_name(const Spec& spec, const RunOptions& options) {
 
 void check_run_names(const Spec& spec, const RunOptions& options) {
   const auto in_process = [&](const std::string& name, bool as_reference) {
-    if (name.empty() || spec.family->find_implementation(name) >= 0) return;
+    if (name.empty()) return;
+    if (spec.family->find_implementation(name) >= 0) {
+      if (as_reference) resolve_target(spec, name, {}, true);  // throws for a mutant
+      return;
+    }
     if (external::is_external_target(name))
       external::check_target_name(name);
     else
@@ -239,7 +243,10 @@ Impl resolve_target(const Spec& spec, const std::string& name, std::optional<dou
                                      : script ? "exec:python3 " + name
                                               : "exec:" + name,
                                      role));
-  const auto names = spec.family->implementation_names();
+  // A reference is never a mutant: those are not offered.
+  std::vector<std::string> names;
+  for (const auto& impl : spec.family->implementations())
+    if (!as_reference || impl.kind != ImplKind::mutant) names.push_back(impl.name);
   throw InputError({}, fmt::format("unknown {} '{}' for family {}{}", as_reference ? "reference" : "target",
                                    name, spec.family->name(), suggestion(name, names)));
 }

@@ -174,6 +174,7 @@ struct InvariantReport {
   int64_t declined = 0;         // cases the target declined while this invariant was live
   int64_t not_applicable = 0;   // n/a verdicts (the target hides what it reads)
   int64_t trials_to_fail = 0;   // 1-based index of the failing trial in the unsharded sequence
+                                // (a search case: this run's drawn cases + its index in the search)
   double seconds_to_fail = 0;   // from the start of the run
   std::string last_discard;     // why, for gave_up and n/a
   double max_error_ratio = -1;  // largest kErrorRatio of a pass (-1: none reported)

@@ -148,6 +148,20 @@ TEST(Cli, MutantsTableExitsZeroWhenAllDie) {
 // byte past its buffer) stores its finding outside the corpus and says why:
 // whether a replay fails depends on what lies past the buffer, and one such
 // corpus file made replays of the corpus fail one time in three.
+// --search=false turns off a spec's run.search.enabled: true (it was only
+// ever turned on).
+TEST(Cli, SearchFalseTurnsOffTheSpecsSearch) {
+  const fs::path spec = temp("searching.yaml");
+  std::ofstream(spec) << "spec: searching\nfamily: softmax_topk\ntarget: fused\nreference: reference\n"
+                         "run: {trials: 20, seed: 4, search: {enabled: true, trials: 30}}\n"
+                         "invariants: [matches_reference]\n";
+  const CliRun on = run("--spec " + spec.string() + " --no-corpus");
+  EXPECT_NE(on.out.find("search: 30 of 30 cases"), std::string::npos) << on.out;
+  const CliRun off = run("--spec " + spec.string() + " --no-corpus --search=false");
+  EXPECT_EQ(off.code, 0) << off.out;
+  EXPECT_EQ(off.out.find("search:"), std::string::npos) << off.out;
+}
+
 // A mutant only a profile reaches passes a plain run: the run says where
 // it dies, so that PASSED is not read as the spec missing it.
 TEST(Cli, AProfilesMutantPassingElsewhereSaysWhereItDies) {

@@ -5,7 +5,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "kprop/corpus.h"
 #include "kprop/fuzz_driver.h"
+#include "kprop/report.h"
 #include "kprop/runner.h"
 
 namespace fs = std::filesystem;
@@ -133,6 +135,38 @@ TEST_F(CrashTest, AReplayReproducesAFindingOnlyWithTheSameKindOfFailure) {
     EXPECT_EQ(r.crash->replay_check, row.check) << what << ": " << r.crash->replay_check_detail;
     fs::remove_all(dir_ / "corpus");
   }
+}
+
+// --mutants: a kill whose stored case does not replay (the re-run gives no
+// report, as when a family's shrinker yields a case its codec refuses) is
+// moved out of the corpus, and the table says so under the mutant's row;
+// every later replay of the folder would have failed on it.
+TEST_F(CrashTest, AMutantsKillWhoseReplayDoesNotRunLeavesTheCorpus) {
+  fs::create_directories(dir_);
+  const fs::path script = dir_ / "replay.sh";
+  std::ofstream(script) << "#!/bin/sh\necho 'kprop: error: bad case: x must hold exact values' >&2\nexit 2\n";
+  fs::permissions(script, fs::perms::owner_all);
+  const Spec spec = parse_spec(
+      "spec: toy\nfamily: toy.sum\nrun: {trials: 200, seed: 3, case_timeout_s: 0.2}\ninvariants: "
+      "[matches_reference]\n",
+      "toy.yaml");
+  RunOptions o;
+  o.corpus_dir = (dir_ / "corpus").string();
+  o.scratch_dir = (dir_ / "scratch").string();
+  o.replay_checker = script.string();
+  o.replay_check_corpus_only = true;
+  o.isolate = true;  // as --mutants: the toy's crashing mutants take a child down
+  o.jobs = 1;
+  const auto rows = run_mutants(spec, o);
+  int killed = 0;
+  for (const auto& row : rows) killed += row.killed;
+  ASSERT_GT(killed, 0);
+  EXPECT_TRUE(list_corpus((dir_ / "corpus" / "toy").string()).empty());
+  EXPECT_FALSE(list_corpus((dir_ / "scratch" / "toy").string()).empty());
+  const std::string text = make_reporter("text")->mutants(spec, rows);
+  EXPECT_NE(text.find("\n    WARNING: the replay command, re-run in a fresh process, did not run through"),
+            std::string::npos)
+      << text;
 }
 
 }  // namespace

@@ -145,7 +145,7 @@ TEST(Search, FindsAPrecisionBugRandomSamplingMissesAtTheSameBudget) {
   EXPECT_GT(r.search.invariants[0].improvements, 0);
   // Said as a search case, not "after N trials" of drawn cases (or, sharded,
   // "case N of the unsharded run", which has no search cases); the JSON's
-  // worst_ratio is the text's, never below start_ratio.
+  // worst_ratio is null (the text's "FAILED") and search_case says which.
   const std::string text = make_reporter("text")->run(r);
   EXPECT_NE(text.find(fmt::format("FAILED   on search case {} (after {} drawn;",
                                   inv.trials_to_fail - r.trials, r.trials)),
@@ -154,7 +154,8 @@ TEST(Search, FindsAPrecisionBugRandomSamplingMissesAtTheSameBudget) {
   EXPECT_NE(text.find("-> FAILED on a search case"), std::string::npos) << text;
   const auto j = nlohmann::json::parse(make_reporter("json")->run(r));
   const auto& sj = j["search"]["invariants"][0];
-  EXPECT_GE(sj["worst_ratio"].get<double>(), sj["start_ratio"].get<double>());
+  EXPECT_TRUE(sj["worst_ratio"].is_null()) << sj;  // no ratio under 1 for a failure
+  EXPECT_EQ(j["invariants"][0]["search_case"], inv.trials_to_fail - r.trials);
   EXPECT_EQ(sj["search_ratio"].get<double>(), r.search.invariants[0].worst_ratio);
 
   // Shrunk, stored (found_by: search) and its replay reproduces it.
@@ -240,10 +241,12 @@ TEST(Search, ItsOwnTimeBudgetStopsIt) {
   o.search = true;
   o.search_trials = 1000000000;
   o.search_time_budget_s = 0.2;
-  const RunReport r = run_spec(precision_spec(""), o);
+  // The spec's own budget is 120 s: only the option can stop it well before.
+  const RunReport r = run_spec(precision_spec(", search: {time_budget_s: 120}"), o);
   ASSERT_EQ(r.status, RunStatus::passed) << r.detail;
   EXPECT_TRUE(r.search.time_budget_hit);
   EXPECT_LT(r.search.cases, 1000000000);
+  EXPECT_LT(r.search.seconds, 60);
   EXPECT_NE(make_reporter("text")->run(r).find("stopped by its time budget (--search-time"),
             std::string::npos);
 }

@@ -176,9 +176,13 @@ TEST_P(FamilyContract, EveryInvariantDeclaresTheOutputsItReads) {
   for (const auto& inv : f.invariants()) {
     ASSERT_TRUE(inv.reads.has_value())
         << f.name() << " invariant " << inv.name << " does not declare its reads";
+    // A family without external ops has no outputs to audit (coverage is
+    // of an external target's outputs): its names are its own.
+    if (f.external_ops().empty()) continue;
     for (const auto& r : *inv.reads)
       EXPECT_TRUE(r == "*" || std::find(outputs.begin(), outputs.end(), r) != outputs.end())
-          << f.name() << " invariant " << inv.name << " reads '" << r << "', not an output of the family";
+          << f.name() << " invariant " << inv.name << " reads '" << r
+          << "', not an output of the family's external ops";
   }
 }
 

@@ -12,19 +12,21 @@
 #include <sstream>
 
 #include "kprop/spec.h"
+#include "tests/support/registered.h"
 
 namespace kprop {
 namespace {
 
 namespace fs = std::filesystem;
 
+// The shipped specs whose family this build has (-DKPROP_FAMILIES builds some).
 std::vector<std::string> spec_files() {
-  std::vector<std::string> out;
-  for (const auto& e : fs::directory_iterator(fs::path(KPROP_SOURCE_DIR) / "specs"))
-    if (e.path().extension() == ".yaml") out.push_back(e.path().string());
-  std::sort(out.begin(), out.end());
-  return out;
+  return testing::shipped_specs([](const Family&) { return true; });
 }
+
+// A family a test names by hand: skipped in a build without it.
+#define KPROP_NEEDS_FAMILY(name) \
+  if (!Registry::instance().find(name)) GTEST_SKIP() << "family " name " is not built (KPROP_FAMILIES)"
 
 void narrow(const Schema& schema, const std::string& prefix, Values& d) {
   for (const Field& f : schema) {
@@ -109,6 +111,7 @@ TEST_P(ShrinkDomain, CandidatesStayInsideANarrowedDomain) {
 
 INSTANTIATE_TEST_SUITE_P(Specs, ShrinkDomain, ::testing::ValuesIn(spec_files()),
                          [](const auto& info) { return fs::path(info.param).stem().string(); });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ShrinkDomain);
 
 // Greedy descent that accepts every candidate: the smallest case the
 // shrinker reaches inside the domain.
@@ -134,6 +137,7 @@ Spec spec_with(const std::string& file, const std::string& replace, const std::s
 }
 
 TEST(ShrinkCoupled, LayernormNeverShrinksBelowTheRanges) {
+  KPROP_NEEDS_FAMILY("layernorm");
   const Spec spec =
       spec_with("layernorm.yaml", "  rows: [1, 8]\n  dim: [1, 64]\n", "  rows: [2, 3]\n  dim: [3, 4]\n");
   for (int i = 0; i < 20; ++i) {
@@ -147,6 +151,7 @@ TEST(ShrinkCoupled, LayernormNeverShrinksBelowTheRanges) {
 }
 
 TEST(ShrinkCoupled, AttentionShrinksNqWithNkWhenTheDomainTiesThem) {
+  KPROP_NEEDS_FAMILY("attention.fwd");
   const Spec spec = spec_with("attention_fwd.yaml", "  nq: [1, 40]\n  nk: [1, 40]\n  same_length_rate: 0.25",
                               "  nq: [3, 8]\n  nk: [3, 8]\n  same_length_rate: 1");
   for (int i = 0; i < 10; ++i) {
