@@ -807,11 +807,13 @@ class Child {
     fcntl(read_fd_, F_SETFL, O_NONBLOCK);
   }
 
-  // Closes the pipes (a worker exits on EOF), then kills the group.
+  // Closes the pipes (a worker exits on EOF), then kills the group: 1 s
+  // for its exit-time work (docs/EXTERNAL.md "Shutdown"); one that exits on
+  // EOF costs a poll.
   void stop() {
     if (pid_ <= 0) return;
     close_pipes();
-    reap(20);
+    reap(200);
   }
 
   // Reaps the child after EOF or a write error and says how it ended.
@@ -1009,7 +1011,10 @@ size_t checked_reply_payload(const nlohmann::json& header, const std::vector<Ten
   // A reply is ok or it is not: ok together with an error is no answer.
   if (header.value("ok", false) &&
       (header.contains("error") || header.contains("unsupported") || header.contains("unavailable")))
-    throw std::runtime_error(fmt::format("a reply that is ok also reports an error: {}", header.dump()));
+    throw std::runtime_error(fmt::format(
+        "a reply that is ok also has \"error\", \"unsupported\" or \"unavailable\" (a declined or failed "
+        "call is not ok): {}",
+        header.dump()));
   const nlohmann::json list = header.value("tensors", nlohmann::json());
   if (list.is_null()) {
     if (header.value("ok", false) && !declared.empty())
@@ -1019,7 +1024,8 @@ size_t checked_reply_payload(const nlohmann::json& header, const std::vector<Ten
   }
   if (!list.is_array()) throw std::runtime_error("\"tensors\" is not a list");
   if (!list.empty() && !header.value("ok", false))
-    throw std::runtime_error("a reply that is not ok carries tensors");
+    throw std::runtime_error(header.contains("ok") ? "a reply that is not ok carries tensors"
+                                                   : "the reply has tensors but no \"ok\": true");
   std::vector<bool> seen(declared.size(), false);
   std::vector<std::string> names;
   for (const auto& d : declared) names.push_back(d.name);
@@ -1045,6 +1051,13 @@ size_t checked_reply_payload(const nlohmann::json& header, const std::vector<Ten
           s.get<int64_t>());  // a value past int64 reads as a negative or wrong number: refused below
     }
     const std::string dtype = item["dtype"].get<std::string>();
+    std::vector<std::string> dtypes;
+    for (int32_t d = KPROP_F32; d <= KPROP_I64; ++d) dtypes.push_back(dtype_name(d));
+    if (std::find(dtypes.begin(), dtypes.end(), dtype) == dtypes.end())
+      throw std::runtime_error(
+          fmt::format("tensor '{}' has unknown dtype '{}' (the request declared {}; "
+                      "dtype names: {})",
+                      name, dtype, want.describe(), join(dtypes)));
     if (dtype != dtype_name(want.dtype) || shape != want.shape) {
       std::string bytes = "no valid size";
       for (int32_t d = KPROP_F32; d <= KPROP_I64; ++d)
@@ -1318,6 +1331,12 @@ class ChildTransport : public Transport {
       if (header.value("load_error", false)) throw TargetFailure("error", why);
       throw TargetFailure("error", "refused the handshake: " + why);
     }
+    if (!header.contains("abi_version")) {
+      child_.kill_now();
+      throw TargetFailure("error",
+                          fmt::format("its handshake reply has no \"abi_version\" (this kprop speaks {})",
+                                      KPROP_ABI_VERSION));
+    }
     const int version = header.value("abi_version", -1);
     if (version != KPROP_ABI_VERSION) {
       child_.kill_now();
@@ -1388,7 +1407,9 @@ class ChildTransport : public Transport {
         uint32_t(head[4]) | uint32_t(head[5]) << 8 | uint32_t(head[6]) << 16 | uint32_t(head[7]) << 24;
     if (n > kMaxHeader) {
       child_.kill_now();
-      throw TargetFailure("error", fmt::format("{}: reply header of {} bytes", op, n));
+      throw TargetFailure("error", fmt::format("{}: reply header of {} bytes, over the limit of {} (64 MiB): "
+                                               "is the length little-endian?",
+                                               op, n, kMaxHeader));
     }
     std::string text(n, '\0');
     if ((io = child_.read_exact(reinterpret_cast<uint8_t*>(text.data()), n, deadline, got)) != Child::Io::ok)
@@ -1408,8 +1429,16 @@ class ChildTransport : public Transport {
                           fmt::format("{}: reply refused before reading its payload: {}", op, e.what()));
     }
     payload.resize(size);
-    if ((io = child_.read_exact(payload.data(), payload.size(), deadline, got)) != Child::Io::ok)
-      throw fail(io);
+    if ((io = child_.read_exact(payload.data(), payload.size(), deadline, got)) != Child::Io::ok) {
+      // The header came and the payload stopped short: say how far, so a
+      // worker that writes fewer bytes than its header's tensors (an f16
+      // payload under an f32 header) is not read as a slow kernel.
+      TargetFailure f = fail(io);
+      throw TargetFailure(f.kind(),
+                          fmt::format("{} (its reply header came, then {} of the {} payload bytes it "
+                                      "announces: do the tensors' bytes match their dtype and shape?)",
+                                      f.what(), got, size));
+    }
   }
 
   std::string target_;

@@ -154,7 +154,9 @@ TEST(ExternalReply, EveryMismatchIsNamed) {
             std::string::npos);
   EXPECT_NE(refused(ok_with(nlohmann::json::array())).find("the reply has no output 'o'"), std::string::npos);
   EXPECT_NE(
-      refused(ok_with(nlohmann::json::array({o("o", "q99", {2, 3})}))).find("o q99[2,3] (no valid size)"),
+      refused(ok_with(nlohmann::json::array({o("o", "float32", {2, 3})})))
+          .find("tensor 'o' has unknown dtype 'float32' (the request declared o f32[2,3]; dtype names: f32, "
+                "f64"),
       std::string::npos);
   EXPECT_NE(refused(ok_with(nlohmann::json::array({o("o", "f32", {2.5, 3})}))).find("not a list of integers"),
             std::string::npos);
@@ -169,7 +171,46 @@ TEST(ExternalReply, EveryMismatchIsNamed) {
   for (const char* key : {"error", "unsupported", "unavailable"}) {
     nlohmann::json reply = ok_with(nlohmann::json::array({o("o", "f32", {2, 3})}));
     reply[key] = key == std::string("error") ? nlohmann::json("boom") : nlohmann::json(true);
-    EXPECT_NE(refused(reply).find("a reply that is ok also reports an error"), std::string::npos) << key;
+    EXPECT_NE(
+        refused(reply).find("a reply that is ok also has \"error\", \"unsupported\" or \"unavailable\""),
+        std::string::npos)
+        << key;
+  }
+  // Tensors without "ok": the missing key is named.
+  EXPECT_NE(refused({{"tensors", nlohmann::json::array({o("o", "f32", {2, 3})})}})
+                .find("the reply has tensors but no \"ok\": true"),
+            std::string::npos);
+}
+
+// A handshake reply without abi_version names the key, not "version -1".
+TEST(ExternalHandshake, AReplyWithoutAbiVersionSaysSo) {
+  TempDir dir;
+  write_bytes(dir.path / "hello", kprop::external::encode_frame({{"ok", true}, {"ops", {"toy.op"}}}, {}));
+  try {
+    auto transport = kprop::external::open_target(
+        fmt::format("exec:cat {}; exec sleep 300", (dir.path / "hello").string()), toy_options());
+    transport->call(toy_request());
+    ADD_FAILURE() << "a handshake without abi_version was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("its handshake reply has no \"abi_version\""), std::string::npos)
+        << e.what();
+  }
+}
+
+// A payload shorter than its header's tensors (f16 bytes under an f32
+// header) is said as that, not only as a slow call.
+TEST(ExternalReply, APayloadShortOfItsHeaderIsSaid) {
+  CannedWorker worker(ok_with({{{"name", "o"}, {"dtype", "f32"}, {"shape", {2, 3}}}}),
+                      std::vector<uint8_t>(12, 0), "exit 0");
+  auto transport = kprop::external::open_target(worker.target, toy_options());
+  try {
+    transport->call(toy_request());
+    ADD_FAILURE() << "a short payload was accepted";
+  } catch (const TargetFailure& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("its reply header came, then 12 of the 24 payload bytes it announces"),
+        std::string::npos)
+        << e.what();
   }
 }
 
