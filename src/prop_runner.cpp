@@ -47,6 +47,7 @@ struct Config {
   // --search, or a search budget (which implies it).
   bool search_asked() const { return search || search_trials.has_value() || search_time.has_value(); }
   std::vector<std::string> invariants;
+  int skipped_exit = 0;  // --skipped-exit: a run that checked nothing
   std::string format = "text";
   std::string out;
   std::string corpus;
@@ -146,7 +147,8 @@ void refuse_unused(const Config& cfg, const char* mode, std::initializer_list<st
       {!cfg.fuzz_seeds.empty(), "--fuzz-seeds"},
       {!cfg.shard.empty(), "--shard"},
       {!cfg.work.empty(), "--work"},
-      {!cfg.fuzzer_dir.empty(), "--fuzzer-dir"}};
+      {!cfg.fuzzer_dir.empty(), "--fuzzer-dir"},
+      {cfg.skipped_exit != 0, "--skipped-exit"}};
   for (const auto& [on, flag] : given)
     if (on && std::find(uses.begin(), uses.end(), flag) == uses.end())
       throw InputError({}, fmt::format("{} takes no {}: {}", mode, flag, why));
@@ -222,7 +224,8 @@ int run_fuzz_mode(const Config& cfg, const std::string& corpus_root) {
     }
   if (report.interrupted) return 130;  // as a property run: never a green exit for a run cut short
   if (report.all_skipped()) fmt::print("SKIPPED: nothing was fuzzed (the target checked no seed input)\n");
-  return report.new_findings() > 0 || unreproduced > 0 ? 1 : 0;
+  if (report.new_findings() > 0 || unreproduced > 0) return 1;
+  return report.all_skipped() ? cfg.skipped_exit : 0;
 }
 
 // corpus/ beside the spec's folder (specs/x.yaml -> corpus/), so the run
@@ -307,10 +310,11 @@ int run(const Config& cfg) {
   if (cfg.fuzz)
     refuse_unused(cfg, "--fuzz",
                   {"--fuzz", "--target", "--time", "--case-timeout", "--corpus/--no-corpus", "--jobs",
-                   "--work", "--fuzzer-dir"},
+                   "--work", "--fuzzer-dir", "--skipped-exit"},
                   "it fuzzes one target with the spec's harness, checking every invariant");
   else if (!cfg.imports.empty())
-    refuse_unused(cfg, "--import", {"--import", "--target", "--case-timeout", "--corpus/--no-corpus"},
+    refuse_unused(cfg, "--import",
+                  {"--import", "--target", "--case-timeout", "--corpus/--no-corpus", "--skipped-exit"},
                   "it checks the inputs against one target, every invariant of the spec");
   else if (!cfg.fuzz_seeds.empty())
     refuse_unused(cfg, "--fuzz-seeds", {"--fuzz-seeds", "--seed"},
@@ -412,7 +416,7 @@ int run(const Config& cfg) {
                  f->replay.empty() ? "" : "\n    replay: " + f->replay);
     }
     // The verdict line, as a run's: an import that checked nothing is said
-    // SKIPPED (exit 0 as every skip, never PASSED).
+    // SKIPPED (exit 0 as every skip, or --skipped-exit; never PASSED).
     const int n = static_cast<int>(cfg.imports.size());
     if (found > 0)
       fmt::print("FAILED: {} of {} input(s) fail ({} pass, {} not checked)\n", found, n, passing, skipped);
@@ -420,7 +424,7 @@ int run(const Config& cfg) {
       fmt::print("PASSED: {} of {} input(s) checked and pass ({} not checked)\n", passing, n, skipped);
     else
       fmt::print("SKIPPED: none of the {} input(s) was checked\n", n);
-    return found > 0 ? 1 : 0;
+    return found > 0 ? 1 : passing > 0 ? 0 : cfg.skipped_exit;
   }
 
   RunOptions options;
@@ -486,7 +490,9 @@ int run(const Config& cfg) {
     const auto rows = replay_corpus(spec, cfg.replay, options);
     // Unreadable files are reported and the rest replayed (exit 2 unless
     // something worse); a folder with no files, or none checked, is skipped.
-    code = interrupted() ? 130 : exit_code(replay_verdict(rows));
+    code = interrupted()                                    ? 130
+           : replay_verdict(rows) == ReplayVerdict::skipped ? cfg.skipped_exit
+                                                            : exit_code(replay_verdict(rows));
     // Bad input says so on stderr too, one line a file (the report lists them with the rest).
     for (const auto& row : rows)
       if (!row.error.empty()) fmt::print(stderr, "prop_runner: error: {}\n", row.error);
@@ -515,12 +521,12 @@ int run(const Config& cfg) {
                          fmt::format("--mutants: family {} of spec {} has no mutants to run",
                                      spec.family->name(), spec.name));
       const auto rows = run_mutants(spec, options);
-      code = mutants_exit_code(rows);
+      code = mutants_skipped(rows) ? cfg.skipped_exit : mutants_exit_code(rows);
       text = text_reporter->mutants(spec, rows);
       formatted = reporter->mutants(spec, rows);
     } else {
       const RunReport report = run_spec(spec, options);
-      code = exit_code(report.status);
+      code = report.status == RunStatus::skipped ? cfg.skipped_exit : exit_code(report.status);
       text = text_reporter->run(report);
       formatted = reporter->run(report);
       // A mutant that only a profile's sizes reach passes elsewhere: that
@@ -615,6 +621,10 @@ int main(int argc, char** argv) {
          "seconds the search may run, 0: no limit (overrides run.search.time_budget_s; implies --search)")
       ->check(seconds);
   app.add_option("--invariant", cfg.invariants, "check only these invariants (repeatable)");
+  app.add_option("--skipped-exit", cfg.skipped_exit,
+                 "exit code of a SKIPPED run, one that checked nothing (no device, every case declined): "
+                 "default 0; e.g. 77 for ctest's SKIP_RETURN_CODE, 1 to fail a CI job")
+      ->transform(number_in(0, false, 255, "an exit code in [0, 255]", true));
   app.add_option(
       "--format", cfg.format,
       "report format: text, json, junit or html (self-contained page: statistics, failures drawn)");

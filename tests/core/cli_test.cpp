@@ -398,6 +398,15 @@ TEST(Cli, ImportSaysWhatItCouldNotCheckAndChecksEveryPathFirst) {
   EXPECT_NE(skipped.out.find("SKIPPED: none of the 1 input(s) was checked"), std::string::npos)
       << skipped.out;
   EXPECT_EQ(skipped.out.find("PASSED"), std::string::npos) << skipped.out;
+  // --skipped-exit: a skip a CI job must not read as green, in a run as in an import.
+  EXPECT_EQ(run("--spec " + spec + " --no-corpus --skipped-exit 77 --import " + (dir / "empty.bin").string() +
+                target)
+                .code,
+            77);
+  const CliRun run_skipped = run("--spec " + spec + " --no-corpus --trials 5 --skipped-exit 77" + target);
+  EXPECT_EQ(run_skipped.code, 77) << run_skipped.out;
+  EXPECT_NE(run_skipped.out.find("SKIPPED: nothing was checked"), std::string::npos) << run_skipped.out;
+  EXPECT_EQ(run("--spec " + spec + " --no-corpus --trials 5" + target).code, 0);
   // A target that fails on the input is a target failure, not an invariant
   // (it printed "error broken: ...").
   std::ofstream(dir / "errors.py")
@@ -884,6 +893,9 @@ TEST(Cli, LeftOutValuesAndModesWithoutReportsAreInputErrors) {
       // A mutant is no oracle (it failed the correct target, stored as a finding).
       {"--spec " + kSpec + " --no-corpus --reference positional_logits",
        "reference 'positional_logits' is a mutant of family dflash (a planted bug), not an oracle"},
+      {"--list --skipped-exit 77", "--list takes no --skipped-exit"},
+      {"--spec " + kSpec + " --no-corpus --skipped-exit 256",
+       "--skipped-exit: '256' is not an exit code in [0, 255]"},
       // An empty name is not the spec's default.
       {"--spec " + kSpec + " --no-corpus --target ''", "--target: names no implementation"},
       {"--spec " + kSpec + " --no-corpus --reference ''", "--reference: names no implementation"},
