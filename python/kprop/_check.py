@@ -257,6 +257,7 @@ class CheckResult:
     replayed: int = 0  # stored cases checked first (one the target declined is not counted)
     discarded_cases: int = 0  # cases every invariant discarded: neither checked nor declined
     stopped_at_failure: bool = False  # fail_fast=True: the first counterexample ended the run
+    search_cases: int = 0  # search=: cases the targeted search ran, on top of `trials` (see report["search"])
     findings: List[Finding] = field(default_factory=list)
     report: Dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -285,9 +286,10 @@ class CheckResult:
     def summary(self) -> str:
         # Discards are per invariant (a case one invariant discards another
         # may check): their sum is no count of cases, and says so.
-        parts = ["%s: %s on %s, seed %d: %d cases drawn, %d checked, %d discarded by every invariant still "
+        parts = ["%s: %s on %s, seed %d: %d cases drawn%s, %d checked, %d discarded by every invariant still "
                  "checking, %d declined, %d discards over the invariants, size reached %d of %d, %.2f s" % (
-                     self.spec, self._status_words(), self.target, self.seed, self.trials, self.checked,
+                     self.spec, self._status_words(), self.target, self.seed, self.trials,
+                     " + %d by the search" % self.search_cases if self.search_cases else "", self.checked,
                      self.discarded_cases, self.declined, self.discarded, self.size_reached, self.max_size,
                      self.seconds)]
         for i in self.invariants:
@@ -804,6 +806,7 @@ def _result(r, findings, replayed=0) -> CheckResult:
                        time_budget_hit=r["time_budget_hit"], invariants=invariants, health=list(r["health"]),
                        detail=r["detail"], replayed=replayed, findings=findings,
                        discarded_cases=r["discarded"],
+                       search_cases=r["search"]["cases"] if r["search"] is not None else 0,
                        stopped_at_failure=r["stopped_at_failure"], report=r)
 
 
@@ -893,6 +896,28 @@ def _is_int(x) -> bool:
 MAX_SEED = 9200000000000000000
 
 
+def _search_args(search, search_time):
+    """search= and search_time= as the extension takes them: (on/off/None,
+    its case budget or None, its time budget or None), as prop_runner's
+    --search[=false], --search-trials and --search-time."""
+    if search is not None and not isinstance(search, (bool, np.bool_)) and not _is_int(search):
+        raise TypeError("kprop: search must be True, False, a number of search cases or None, got %r" % (search,))
+    trials = None
+    if search is not None and not isinstance(search, (bool, np.bool_)):
+        if not 1 <= search <= 10 ** 9:
+            raise ValueError("kprop: search=N must be in [1, 10**9] search cases, got %d" % search)
+        trials, search = int(search), True
+    if search_time is not None:
+        if not isinstance(search_time, (int, float, np.integer, np.floating)) or isinstance(search_time, (bool, np.bool_)):
+            raise TypeError("kprop: search_time must be a number of seconds, got %r" % (search_time,))
+        if not math.isfinite(search_time) or search_time < 0:
+            raise ValueError("kprop: search_time must be finite and 0 or more seconds, got %r" % (search_time,))
+        if search is False:
+            raise ValueError("kprop: search=False contradicts search_time, which turns the search on")
+        search = True
+    return (None if search is None else bool(search)), trials, (None if search_time is None else float(search_time))
+
+
 def _check_run_args(seed, trials, time, case_timeout, isolate, invariants=None, fail_fast=False) -> None:
     """The run settings' types and ranges, as prop_runner checks its flags:
     a clear TypeError or ValueError here, not a cast error in the extension."""
@@ -929,7 +954,7 @@ def _check_run_args(seed, trials, time, case_timeout, isolate, invariants=None, 
 
 
 def _args(spec, fn, *, reference, extra_invariants, profile, seed, trials, time, invariants, corpus, isolate,
-          tensors, device, case_timeout, domain=None, fail_fast=False):
+          tensors, device, case_timeout, domain=None, fail_fast=False, search=None, search_time=None):
     """Resolves the spec and builds the extension's arguments: (text, is_text,
     info, args, the target's trampoline, the reference's or None, the run's _Stop)."""
     if isinstance(invariants, str):
@@ -940,6 +965,7 @@ def _args(spec, fn, *, reference, extra_invariants, profile, seed, trials, time,
         except TypeError:
             raise TypeError("kprop: invariants must be invariant names (str), got %r" % (invariants,)) from None
     _check_run_args(seed, trials, time, case_timeout, isolate, invariants, fail_fast)
+    search_on, search_trials, search_time = _search_args(search, search_time)
     if domain is not None and not isinstance(domain, Mapping):
         raise TypeError("kprop: domain must be a dict of domain keys (e.g. {'dtypes': ['f32']}), got %r" % (domain,))
     if corpus is not None and not isinstance(corpus, (str, os.PathLike)):
@@ -966,7 +992,8 @@ def _args(spec, fn, *, reference, extra_invariants, profile, seed, trials, time,
              domain=json.dumps(domain) if domain else "", seed=seed, trials=trials,
              time=None if time is None else float(time), invariants=selected,
              corpus=None if corpus is None else os.fspath(corpus), scratch=_scratch(corpus),
-             case_timeout=None if case_timeout is None else float(case_timeout), fail_fast=bool(fail_fast))
+             case_timeout=None if case_timeout is None else float(case_timeout), fail_fast=bool(fail_fast),
+             search=search_on, search_trials=search_trials, search_time=search_time)
     return text, is_text, info, a, target, ref_target, stopper
 
 
@@ -1017,7 +1044,8 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
           replay_stored: bool = True, case_timeout: Optional[float] = None,
           reference: Union[None, Callable, Mapping[str, Callable]] = None,
           extra_invariants: Optional[Sequence[Callable]] = None, profile: Optional[str] = None,
-          domain: Optional[Mapping[str, Any]] = None, fail_fast: bool = False) -> CheckResult:
+          domain: Optional[Mapping[str, Any]] = None, fail_fast: bool = False,
+          search: Union[None, bool, int] = None, search_time: Optional[float] = None) -> CheckResult:
     """Runs `spec` with `fn` as its target, in this process.
 
     spec: a path, a shipped spec name ("attention_fwd") or a dict.
@@ -1050,6 +1078,14 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
     fail_fast: end the run at the first counterexample (prop_runner
         --fail-fast): the Counterexample carries that one finding, and the
         invariants the run did not finish are "not_run" in its result, never passed.
+    search: after the random cases, hill-climb toward the worst error/allowed
+        ratio (prop_runner --search): True with the spec's budget, N for N
+        search cases, False to turn a spec's search off, None the spec's
+        setting. A failure it finds is shrunk, stored and raised like any
+        other; result.search_cases counts its cases, result.report["search"]
+        the ratios it reached.
+    search_time: the search's own time budget in seconds (0: none); implies
+        search. `time` bounds the random cases only.
 
     Returns a CheckResult; raises Counterexample (an AssertionError) on a
     failure, Skipped when every case was declined, HealthCheckFailure when the
@@ -1061,7 +1097,8 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
     text, is_text, info, args, target, ref_target, stopper = _args(
         spec, fn, reference=reference, extra_invariants=extra_invariants, profile=profile, seed=seed,
         trials=trials, time=time, invariants=invariants, corpus=corpus, isolate=isolate, tensors=tensors,
-        device=device, case_timeout=case_timeout, domain=domain, fail_fast=fail_fast)
+        device=device, case_timeout=case_timeout, domain=domain, fail_fast=fail_fast, search=search,
+        search_time=search_time)
     spec_ref = _spec_ref(spec, text, is_text)
     name = _isolated_name(fn) if isolate else args["target"]["name"]
     targets = [t for t in (target, ref_target) if t is not None]

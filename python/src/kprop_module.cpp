@@ -362,6 +362,32 @@ nb::dict report_dict(const kprop::RunReport& r) {
   nb::list health;
   for (const auto& h : r.health) health.append(nb::make_tuple(h.check, h.message));
   d["health"] = health;
+  // The targeted search (search=): None when it did not run.
+  if (r.search.ran) {
+    nb::dict s;
+    s["cases"] = r.search.cases;
+    s["checked"] = r.search.checked;
+    s["declined"] = r.search.declined;
+    s["rejected"] = r.search.rejected;
+    s["seconds"] = r.search.seconds;
+    s["time_budget_hit"] = r.search.time_budget_hit;
+    s["note"] = r.search.note;
+    nb::list hunted;
+    for (const auto& si : r.search.invariants) {
+      nb::dict x;
+      x["name"] = si.name;
+      x["start_ratio"] = si.start_ratio;
+      x["search_ratio"] = si.worst_ratio;  // the search's own passing cases
+      x["passed"] = si.passed;
+      x["improvements"] = si.improvements;
+      x["failed"] = si.failed;
+      hunted.append(x);
+    }
+    s["invariants"] = hunted;
+    d["search"] = s;
+  } else {
+    d["search"] = nb::none();
+  }
   return d;
 }
 
@@ -389,7 +415,10 @@ struct Args {
   std::optional<std::string> corpus;
   std::string scratch;
   std::optional<double> case_timeout_s;
-  bool fail_fast = false;  // prop_runner --fail-fast
+  bool fail_fast = false;                // prop_runner --fail-fast
+  std::optional<bool> search;            // search=: on, off, or the spec's
+  std::optional<int64_t> search_trials;  // search=N
+  std::optional<double> search_time_s;   // search_time=
 };
 
 // kprop/_check.py's _args() dict (plain Python objects only: nothing of this
@@ -425,6 +454,9 @@ Args args_from(const nb::dict& d) {
   a.scratch = nb::cast<std::string>(d["scratch"]);
   a.case_timeout_s = optional_item<double>(d, "case_timeout");
   a.fail_fast = optional_item<bool>(d, "fail_fast").value_or(false);
+  a.search = optional_item<bool>(d, "search");
+  a.search_trials = optional_item<int64_t>(d, "search_trials");
+  a.search_time_s = optional_item<double>(d, "search_time");
   return a;
 }
 
@@ -520,6 +552,9 @@ Prepared prepare(const std::string& spec_arg, bool spec_is_text, const Args& a) 
   o.time_budget_s = a.time_s;
   o.only_invariants = a.invariants;
   o.stop_on_first_failure = a.fail_fast;
+  o.search = a.search;
+  o.search_trials = a.search_trials;
+  o.search_time_budget_s = a.search_time_s;
   o.write_corpus = a.corpus.has_value();
   if (a.corpus) o.corpus_dir = *a.corpus;
   o.scratch_dir = a.scratch;

@@ -61,6 +61,24 @@ def test_correct_example_passes(example, corpus, spec):
     assert result.passed and result.checked > 0
 
 
+def test_search_runs_after_the_random_cases_and_is_counted_apart(example, corpus):
+    # search=N: N search cases on top of the drawn ones (prop_runner --search-trials N).
+    mod = example("layernorm")
+    result = kprop.check("layernorm", mod.layernorm, seed=SEED, trials=20, corpus=corpus, search=30)
+    assert result.passed
+    assert result.search_cases == 30 and result.report["search"]["cases"] == 30
+    assert "+ 30 by the search" in result.summary()
+    hunted = {i["name"]: i for i in result.report["search"]["invariants"]}
+    assert "matches_reference" in hunted and hunted["matches_reference"]["passed"] > 0
+    # Without search= the spec's setting (off): no search.
+    plain = kprop.check("layernorm", mod.layernorm, seed=SEED, trials=20, corpus=corpus)
+    assert plain.search_cases == 0 and plain.report["search"] is None
+    # search_time= bounds it (and turns it on): a budget of cases it cannot reach ends on the time.
+    timed = kprop.check("layernorm", mod.layernorm, seed=SEED, trials=20, corpus=corpus, search=10 ** 9,
+                        search_time=0.3)
+    assert timed.report["search"]["time_budget_hit"] and timed.search_cases < 10 ** 9
+
+
 @pytest.mark.parametrize("spec,bug", [(spec, bug) for spec in sorted(EXAMPLES) for bug in EXAMPLES[spec][2]])
 def test_planted_bug_is_caught_and_shrunk(example, corpus, spec, bug):
     mod = example(spec)
@@ -275,6 +293,11 @@ def test_only_selected_invariants_run(example, corpus):
     ({"reference": 123}, TypeError, "reference= must be a function"),
     ({"corpus": 123}, TypeError, "corpus must be a folder's path or None"),
     ({"device": "cuda"}, ValueError, "applies to tensors='torch'"),
+    ({"search": "yes"}, TypeError, "search must be True, False, a number of search cases or None"),
+    ({"search": 0}, ValueError, r"search=N must be in \[1, 10\*\*9\]"),
+    ({"search_time": "1"}, TypeError, "search_time must be a number of seconds"),
+    ({"search_time": -1}, ValueError, "search_time must be finite and 0 or more"),
+    ({"search": False, "search_time": 1}, ValueError, "search=False contradicts search_time"),
 ])
 def test_bad_run_settings_are_clear_errors(example, corpus, kwargs, error, match):
     mod = example("softmax_topk")
