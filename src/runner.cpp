@@ -540,9 +540,18 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
     return report;
   }
 
-  if (report.trials > 0 && report.declined == report.trials && report.status == RunStatus::passed) {
+  // Nothing checked, and every case the run did not discard was declined
+  // (a metamorphic invariant discards a case it cannot transform before the
+  // target sees it: with those, a target with no device failed `declined`
+  // and `discarded` where without them it was SKIPPED).
+  if (report.trials > 0 && report.checked == 0 && report.declined > 0 &&
+      report.declined + report.discarded == report.trials && report.status == RunStatus::passed) {
     report.status = RunStatus::skipped;
-    report.detail = "skipped: the target declined every case: " + reasons_summary(report.decline_reasons, 5);
+    report.detail = "skipped: the target declined every case" +
+                    (report.discarded > 0 ? fmt::format(" it was given ({} more were discarded by every invariant)",
+                                                        report.discarded)
+                                          : std::string()) +
+                    ": " + reasons_summary(report.decline_reasons, 5);
     for (auto& r : report.invariants) r.status = InvariantStatus::not_run;
     return report;
   }
