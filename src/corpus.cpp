@@ -152,7 +152,8 @@ void write_file_atomic(const std::string& path, const std::string& contents) {
   }
 }
 
-std::string write_entry(const std::string& dir, const CorpusEntry& entry, bool* created) {
+std::string write_entry(const std::string& dir, const CorpusEntry& entry, bool* created,
+                        std::string* replaced) {
   const fs::path path = fs::path(dir) / (case_hash(entry.case_node) + ".yaml");
   const bool exists = fs::exists(path);
   if (created) *created = !exists;
@@ -180,7 +181,35 @@ std::string write_entry(const std::string& dir, const CorpusEntry& entry, bool* 
           fmt::format("holds this case but does not read as a corpus entry ({}): kept, not replaced",
                       err.what()));
     // A same-named file without its whole case (truncated by a crash or a
-    // full disk) is replaced, atomically, by the case just found.
+    // full disk, or a hand edit that broke its YAML) is replaced,
+    // atomically, by the case just found; the old one is kept beside it as
+    // <name>.yaml.unreadable (not replayed), and the finding says so: its
+    // also_found_against records may be worth restoring by hand.
+    const fs::path kept = path.string() + ".unreadable";
+    std::error_code ec;
+    fs::rename(path, kept, ec);
+    if (replaced)
+      *replaced = ec ? fmt::format("{} did not read ({}) and was replaced", path.string(), err.what())
+                     : fmt::format("{} did not read ({}): replaced, the old file kept as {}", path.string(),
+                                   err.what(), kept.string());
+    if (created) *created = true;
+    write_file_atomic(path.string(), emit_entry(entry));
+    return path.string();
+  }
+  // A file whose case was edited by hand holds another case than its name
+  // says: this finding's case is not in it (it was "already in the corpus"
+  // and never stored). The edited file moves to its own case's name (kept
+  // where that is taken), and this case is stored under its name.
+  if (const std::string own = case_hash(stored.case_node); own != path.stem().string()) {
+    const fs::path moved = fs::path(dir) / (own + ".yaml");
+    std::error_code ec;
+    if (!fs::exists(moved)) fs::rename(path, moved, ec);
+    if (!fs::exists(moved) || ec)
+      throw InputError({path.string(), 0, 0},
+                       "holds another case than its name says (edited by hand?): kept, not replaced");
+    if (replaced)
+      *replaced = fmt::format("{} held another case than its name says (edited by hand?): moved to {}",
+                              path.string(), moved.string());
     if (created) *created = true;
     write_file_atomic(path.string(), emit_entry(entry));
     return path.string();

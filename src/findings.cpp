@@ -728,7 +728,7 @@ CheckResult check_one(const RunContext& ctx, const InvariantUse& use, const AnyC
 Stored store_entry(const std::string& dir, const CorpusEntry& entry, const std::string& fallback) {
   Stored s;
   try {
-    s.path = write_entry(dir, entry, &s.created);
+    s.path = write_entry(dir, entry, &s.created, &s.replaced);
     return s;
   } catch (const std::exception& e) {
     s.note = fmt::format("could not store the case in {} ({})", dir, e.what());
@@ -841,6 +841,7 @@ Finding record_finding(const RunContext& ctx, const InvariantUse* use, const Any
           "kept out of the corpus: the mutant reads past a buffer, so whether a replay fails depends on "
           "what lies there");
     if (!stored.note.empty()) note(stored.note);
+    if (!stored.replaced.empty()) note(stored.replaced);
     if (!f.corpus_path.empty()) f.replay_command = replay_command(ctx, f.corpus_path, f.invariant);
     check_replay(ctx, f);
     if (ctx.options.replay_check_corpus_only &&

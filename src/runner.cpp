@@ -547,11 +547,12 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
   if (report.trials > 0 && report.checked == 0 && report.declined > 0 &&
       report.declined + report.discarded == report.trials && report.status == RunStatus::passed) {
     report.status = RunStatus::skipped;
-    report.detail = "skipped: the target declined every case" +
-                    (report.discarded > 0 ? fmt::format(" it was given ({} more were discarded by every invariant)",
-                                                        report.discarded)
-                                          : std::string()) +
-                    ": " + reasons_summary(report.decline_reasons, 5);
+    report.detail =
+        "skipped: the target declined every case" +
+        (report.discarded > 0
+             ? fmt::format(" it was given ({} more were discarded by every invariant)", report.discarded)
+             : std::string()) +
+        ": " + reasons_summary(report.decline_reasons, 5);
     for (auto& r : report.invariants) r.status = InvariantStatus::not_run;
     return report;
   }
@@ -914,6 +915,24 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
   if (row.checked == 0 && row.target_ok && !row.declined && !own_unchecked)
     row.target_detail =
         "no invariant checked it" + (row.target_detail.empty() ? "" : " (" + row.target_detail + ")");
+  // A found_against that names no implementation (a mutant renamed, or a
+  // typo) would silently stop the file guarding anything: said, as a
+  // renamed invariant is. (External targets, plugin:/exec:/python:, and a
+  // test binary's in-process kernel are not this run's to check.)
+  for (const auto& finding : found) {
+    const std::string& name = finding.found_against;
+    if (name.empty() || name == "in-process" || name.find(':') != std::string::npos ||
+        family.find_implementation(name) >= 0 || !row.mutant_still_fails)
+      continue;
+    row.mutant_checked = true;
+    row.mutant_still_fails = false;
+    row.found_against = name;
+    row.invariant = finding.invariant;
+    row.mutant_detail = fmt::format(
+        "found_against '{}' is no implementation of family '{}' (a mutant renamed? fix the file's "
+        "found_against: line){}",
+        name, family.name(), did_you_mean(name, family.implementation_names()));
+  }
   // Each implementation the case was found against, if it is a registered
   // mutant, must still fail the recorded invariant.
   for (const auto& finding : found) {
@@ -968,6 +987,18 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
           "its invariant '{}' is neither in the spec nor registered by family '{}' (renamed? fix the file's "
           "invariant: line)",
           finding.invariant, family.name()));
+      continue;
+    }
+    // One the family registers but the spec no longer lists: checked with
+    // the family's defaults it could still pass on a loosened bound that
+    // the spec never stated. (Under a profile, which may list fewer, it is
+    // checked as before.)
+    if (!in_spec && spec.profile.empty() && e.profile.empty()) {
+      row.mutant_checked = true;
+      no_longer_fails(
+          fmt::format("its invariant '{}' is no longer in spec {} (removed? restore it, or retire "
+                      "the file if the mutant is now caught otherwise)",
+                      finding.invariant, spec.name));
       continue;
     }
     InvariantUse use;

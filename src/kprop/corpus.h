@@ -42,7 +42,10 @@ std::string case_hash(const YAML::Node& case_node);
 // `created` false when an identical case was already stored; then a finding
 // of another (implementation, invariant) pair is added to its
 // also_found_against.
-std::string write_entry(const std::string& dir, const CorpusEntry& entry, bool* created = nullptr);
+// `replaced`: set when a same-named file that did not read was replaced
+// (it says where the old one was kept).
+std::string write_entry(const std::string& dir, const CorpusEntry& entry, bool* created = nullptr,
+                        std::string* replaced = nullptr);
 // Reads one entry; throws InputError naming file:line:col on anything malformed.
 CorpusEntry read_entry(const std::string& path);
 // A file, or every *.yaml under a folder (recursively), sorted.

@@ -426,6 +426,7 @@ struct Stored {
   std::string path;
   bool created = false;
   std::string note;
+  std::string replaced;  // a same-named file that did not read, replaced: where the old one was kept
 };
 Stored store_entry(const std::string& dir, const CorpusEntry& entry, const std::string& fallback_dir);
 

@@ -370,6 +370,31 @@ TEST(Findings, AnUnwritableCorpusFallsBackAndSaysSo) {
   EXPECT_NE(text.find("stored in " + (dir.path / "scratch" / "toy").string()), std::string::npos) << text;
 }
 
+// A file whose case was edited by hand (its name is the old case's hash)
+// no longer swallows the old case's next finding as "already in the
+// corpus": the edited file moves to its own case's name, the finding is
+// stored under its name, and its note says so.
+TEST(Findings, AFileWhoseCaseWasEditedMovesToItsOwnName) {
+  TempDir dir;
+  const Spec spec = toy_spec("invariants: [matches_reference]\n");
+  const RunReport first = run_spec(spec, options("drops_last", dir, true));
+  const std::string path = first.invariants[0].counterexample->corpus_path;
+  CorpusEntry edited = read_entry(path);
+  const std::string original = emit_yaml(edited.case_node);
+  edited.case_node = YAML::Load("{xs: [1, 2, 3, 4]}");
+  std::ofstream(path, std::ios::trunc) << emit_entry(edited);
+  const RunReport again = run_spec(spec, options("drops_last", dir, true));
+  const Finding& f = *again.invariants[0].counterexample;
+  EXPECT_EQ(f.corpus_path, path);
+  EXPECT_EQ(emit_yaml(read_entry(path).case_node), original);
+  const fs::path moved = fs::path(path).parent_path() / (case_hash(edited.case_node) + ".yaml");
+  EXPECT_TRUE(fs::exists(moved));
+  EXPECT_NE(
+      f.store_note.find("held another case than its name says (edited by hand?): moved to " + moved.string()),
+      std::string::npos)
+      << f.store_note;
+}
+
 TEST(Findings, ATruncatedFileIsReplacedAndAHandEditedOneKept) {
   TempDir dir;
   const Spec spec = toy_spec("invariants: [matches_reference]\n");
@@ -380,6 +405,14 @@ TEST(Findings, ATruncatedFileIsReplacedAndAHandEditedOneKept) {
   const RunReport again = run_spec(spec, options("drops_last", dir, true));
   EXPECT_EQ(again.invariants[0].counterexample->corpus_path, path);
   EXPECT_EQ(read_entry(path).found_against, "drops_last");
+  // The old file is kept beside it (a hand edit that broke its YAML lost
+  // its also_found_against records without a word), and said.
+  EXPECT_TRUE(fs::exists(path + ".unreadable"));
+  EXPECT_NE(again.invariants[0].counterexample->store_note.find("did not read"), std::string::npos)
+      << again.invariants[0].counterexample->store_note;
+  EXPECT_NE(
+      again.invariants[0].counterexample->store_note.find("the old file kept as " + path + ".unreadable"),
+      std::string::npos);
   // A file with its whole case that does not read (a key added by hand) is
   // someone's record: kept as it is, and the finding stored elsewhere, said.
   std::string text;

@@ -1015,6 +1015,53 @@ TEST(Cli, OneInterruptDeliveredTwiceStillReports) {
   fs::remove_all(scratch);
 }
 
+// A corpus file stops guarding its mutant only with a word: a found_against
+// that names no implementation (a renamed mutant, a typo), or an invariant
+// the spec no longer lists (checked with the family's defaults, it could
+// pass on a bound the spec never stated), fails the replay.
+TEST(Cli, AStaleCorpusFileFailsItsReplay) {
+  const std::string src = std::string(KPROP_SOURCE_DIR) + "/corpus/layernorm/059791fc370c9226.yaml";
+  std::string text;
+  {
+    std::ifstream in(src);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  ASSERT_NE(text.find("found_against: naive_variance\n"), std::string::npos) << text;
+  ASSERT_NE(text.find("invariant: matches_reference\n"), std::string::npos) << text;
+  const fs::path dir = temp("stale-corpus");
+  fs::remove_all(dir);
+  fs::create_directories(dir / "layernorm");
+  std::string renamed = text;
+  renamed.replace(renamed.find("found_against: naive_variance"), 29, "found_against: naive_variancee");
+  std::ofstream(dir / "layernorm" / "renamed.yaml") << renamed;
+  const std::string spec = std::string(KPROP_SOURCE_DIR) + "/specs/layernorm.yaml";
+  const CliRun r = run("--spec " + spec + " --replay " + (dir / "layernorm" / "renamed.yaml").string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("found_against 'naive_variancee' is no implementation of family 'layernorm' (a mutant "
+                       "renamed? fix the file's found_against: line) (did you mean 'naive_variance'?)"),
+            std::string::npos)
+      << r.out;
+  // The spec without matches_reference: the file's invariant is gone from it.
+  std::string spec_text;
+  {
+    std::ifstream in(spec);
+    spec_text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::string entry = "  - name: matches_reference\n    k: 2\n    floor_ulps: 64\n";
+  const size_t at = spec_text.find(entry);
+  ASSERT_NE(at, std::string::npos);
+  spec_text.erase(at, entry.size());
+  std::ofstream(dir / "layernorm.yaml") << spec_text;
+  fs::copy_file(src, dir / "layernorm" / "059791fc370c9226.yaml");
+  const CliRun gone = run("--spec " + (dir / "layernorm.yaml").string() + " --replay " +
+                          (dir / "layernorm" / "059791fc370c9226.yaml").string());
+  EXPECT_EQ(gone.code, 1) << gone.out;
+  EXPECT_NE(gone.out.find("its invariant 'matches_reference' is no longer in spec layernorm (removed?"),
+            std::string::npos)
+      << gone.out;
+  fs::remove_all(dir);
+}
+
 TEST(Cli, CorruptCorpusFileExitsTwoNamingTheFile) {
   const fs::path bad = temp("broken.yaml");
   std::ofstream(bad) << "kprop_corpus: 1\nspec: dflash\nfamily: dflash\ncase:\n  prompt: [1]\n  model: "

@@ -196,5 +196,18 @@ TEST_F(CorpusTest, SameCaseFailingAnotherInvariantIsRecorded) {
   other.invariant = "another_invariant";
   expect_recorded_once(dir_.string(), entry(), other);
 }
+
+// Every committed corpus file is named by its case's hash: a store of that
+// case finds it (a hand-edited case moves the file when its old case is
+// next found, writing into the tracked corpus).
+TEST(CorpusFiles, EveryCommittedFileIsNamedByItsCase) {
+  int n = 0;
+  for (const auto& spec : fs::directory_iterator(fs::path(KPROP_SOURCE_DIR) / "corpus"))
+    for (const std::string& file : list_corpus(spec.path().string())) {
+      ++n;
+      EXPECT_EQ(case_hash(read_entry(file).case_node) + ".yaml", fs::path(file).filename().string()) << file;
+    }
+  EXPECT_GT(n, 0);
+}
 }  // namespace
 }  // namespace kprop
