@@ -1,7 +1,9 @@
 #include "kprop/corpus.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -152,8 +154,36 @@ void write_file_atomic(const std::string& path, const std::string& contents) {
   }
 }
 
+namespace {
+// Two runs storing into one folder at once (CI shards, separate runs on one
+// corpus): a file's findings are read, extended and written back one run at
+// a time, or one run's also_found_against record is lost. An flock on the
+// folder itself (no lock file in the tracked corpus), released with the fd;
+// without one (a folder it cannot open) it goes on unlocked.
+class FolderLock {
+ public:
+  explicit FolderLock(const fs::path& dir) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd_ >= 0)
+      while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+      }
+  }
+  ~FolderLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  FolderLock(const FolderLock&) = delete;
+  FolderLock& operator=(const FolderLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+}  // namespace
+
 std::string write_entry(const std::string& dir, const CorpusEntry& entry, bool* created,
                         std::string* replaced) {
+  const FolderLock lock(dir);
   const fs::path path = fs::path(dir) / (case_hash(entry.case_node) + ".yaml");
   const bool exists = fs::exists(path);
   if (created) *created = !exists;

@@ -132,6 +132,17 @@ std::string invariant_line(const InvariantReport& r, const RunReport& run, size_
 
 }  // namespace
 
+// Why a replayed file no longer guards its mutant: "mutant X no longer
+// fails INV: why" (no invariant: a crash or hang it no longer has), or the
+// file's stale found_against said as the file's (it names no mutant).
+namespace {
+std::string mutant_failure(const ReplayRow& row) {
+  if (row.mutant_detail.rfind("found_against '", 0) == 0) return "stale file: " + row.mutant_detail;
+  return fmt::format("mutant {} no longer fails{}: {}", row.found_against,
+                     row.invariant.empty() ? "" : " " + row.invariant, row.mutant_detail);
+}
+}  // namespace
+
 std::string replay_warning(const Finding& f) {
   if (f.replay_check == "error")
     return fmt::format(
@@ -392,9 +403,7 @@ class TextReporter final : public Reporter {
         out += "\n       target: " + row.target_detail;
       else if (!row.target_detail.empty())
         out += "  (" + row.target_detail + ")";
-      if (row.mutant_checked && !row.mutant_still_fails)
-        out += fmt::format("\n       mutant {} no longer fails {}: {}", row.found_against, row.invariant,
-                           row.mutant_detail);
+      if (row.mutant_checked && !row.mutant_still_fails) out += "\n       " + mutant_failure(row);
       out += "\n";
     }
     const auto n = [&](ReplayVerdict v) { return count[static_cast<int>(v)]; };
@@ -752,9 +761,7 @@ class JunitReporter final : public Reporter {
       else if (!row.target_ok)
         ++failures, cases += fmt::format("<failure message=\"{}\"/>", svg::escape(row.target_detail));
       else if (!row.mutant_still_fails)
-        ++failures, cases += fmt::format("<failure message=\"mutant {} no longer fails {}: {}\"/>",
-                                         svg::escape(row.found_against), svg::escape(row.invariant),
-                                         svg::escape(row.mutant_detail));
+        ++failures, cases += fmt::format("<failure message=\"{}\"/>", svg::escape(mutant_failure(row)));
       else if (v == ReplayVerdict::skipped)
         ++skipped, cases += fmt::format("<skipped message=\"{}\"/>", svg::escape(row.target_detail));
       cases += "</testcase>\n";

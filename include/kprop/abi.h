@@ -97,9 +97,17 @@ static inline size_t kprop_dtype_size(int32_t dtype) {
   }
 }
 
+/* Callable from device code too when compiled by nvcc (a kernel gets the
+ * tensors by value, shape and strides inside them). */
+#ifdef __CUDACC__
+#define KPROP_HOST_DEVICE __host__ __device__
+#else
+#define KPROP_HOST_DEVICE
+#endif
+
 /* Offset in elements of index (i0, i1, ...) in t: use it instead of assuming
  * a contiguous layout. */
-static inline int64_t kprop_offset(const kprop_tensor* t, const int64_t* index) {
+static inline KPROP_HOST_DEVICE int64_t kprop_offset(const kprop_tensor* t, const int64_t* index) {
   int64_t off = 0;
   for (int32_t d = 0; d < t->ndim; ++d) off += index[d] * t->strides[d];
   return off;

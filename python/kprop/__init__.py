@@ -53,6 +53,11 @@ def spec(name, **options):
             name, unknown[0], " (did you mean %r?)" % close[0] if close else "", ", ".join(valid)))
 
     def mark(fn):
+        if not callable(fn):
+            # A plugin or worker (a "plugin:lib.so" string) is prop_runner's target, not a Python one.
+            raise TypeError("kprop.spec(%r) decorates a Python function (the target), not %r%s" % (
+                name, fn, "; test a plugin: or exec: target with prop_runner --target" if isinstance(fn, str)
+                and fn.split(":", 1)[0] in ("plugin", "exec") else ""))
         fn._kprop_spec = (name, dict(options))
         return fn
 

@@ -601,8 +601,12 @@ class _Target:
                 raise ValueError("kprop: no function for op(s) %s (the dict serves %s)"
                                  % (", ".join(missing), ", ".join(sorted(fn))))
         elif not callable(fn):
-            raise TypeError("kprop: %s must be a function or a dict {op: function}, not %s"
-                            % (role, type(fn).__name__))
+            plugin = isinstance(fn, str) and fn.split(":", 1)[0] in ("plugin", "exec")
+            raise TypeError("kprop: %s must be a function or a dict {op: function}, not %s%s"
+                            % (role, type(fn).__name__,
+                               " (%r is prop_runner's: prop_runner --spec SPEC %s %s)"
+                               % (fn, "--reference" if role.startswith("reference") else "--target", fn)
+                               if plugin else ""))
         self.fn = fn
         self.role = role
         self.multi_op = len(ops) > 1

@@ -1037,9 +1037,11 @@ TEST(Cli, AStaleCorpusFileFailsItsReplay) {
   const std::string spec = std::string(KPROP_SOURCE_DIR) + "/specs/layernorm.yaml";
   const CliRun r = run("--spec " + spec + " --replay " + (dir / "layernorm" / "renamed.yaml").string());
   EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_NE(r.out.find("found_against 'naive_variancee' is no implementation of family 'layernorm' (a mutant "
-                       "renamed? fix the file's found_against: line) (did you mean 'naive_variance'?)"),
-            std::string::npos)
+  EXPECT_NE(
+      r.out.find(
+          "stale file: found_against 'naive_variancee' is no implementation of family 'layernorm' (a mutant "
+          "renamed? fix the file's found_against: line) (did you mean 'naive_variance'?)"),
+      std::string::npos)
       << r.out;
   // The spec without matches_reference: the file's invariant is gone from it.
   std::string spec_text;

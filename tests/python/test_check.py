@@ -115,6 +115,9 @@ def test_fail_fast_ends_the_run_at_the_first_counterexample(example, corpus):
     # Under the pytest plugin each item checks one invariant: refused, not ignored.
     with pytest.raises(TypeError, match="fail_fast does nothing here"):
         kprop.spec("softmax_topk", fail_fast=True)
+    # A plugin is prop_runner's target: said, not an AttributeError on a str.
+    with pytest.raises(TypeError, match="decorates a Python function .*test a plugin: or exec: target with prop_runner"):
+        kprop.spec("softmax_topk")("plugin:./libmine.so")
 
 
 # ---------------------------------------------------------- declines, errors
@@ -293,6 +296,7 @@ def test_only_selected_invariants_run(example, corpus):
     ({"reference": 123}, TypeError, "reference= must be a function"),
     ({"corpus": 123}, TypeError, "corpus must be a folder's path or None"),
     ({"device": "cuda"}, ValueError, "applies to tensors='torch'"),
+    ({"reference": "plugin:./lib.so"}, TypeError, r"is prop_runner's: prop_runner --spec SPEC --reference plugin"),
     ({"search": "yes"}, TypeError, "search must be True, False, a number of search cases or None"),
     ({"search": 0}, ValueError, r"search=N must be in \[1, 10\*\*9\]"),
     ({"search_time": "1"}, TypeError, "search_time must be a number of seconds"),
