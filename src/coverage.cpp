@@ -162,6 +162,11 @@ std::string coverage_text(const CoverageReport& r) {
     std::string detail = r.baseline.detail;
     const std::string status = run_status_name(r.baseline.status);
     if (detail.rfind(status + ": ", 0) == 0) detail.erase(0, status.size() + 2);
+    // A target that checked nothing here (no device, every case declined)
+    // has no coverage to measure: SKIPPED, not a fault to fix.
+    if (r.baseline.status == RunStatus::skipped)
+      return out + fmt::format("SKIPPED: the target checked nothing here ({}): no coverage to measure\n",
+                               detail.empty() ? "skipped" : detail);
     return out + fmt::format("  the target itself does not pass the spec ({}{}): fix that first\n", status,
                              detail.empty() ? "" : ": " + detail);
   }

@@ -510,7 +510,8 @@ int run(const Config& cfg) {
     if (cfg.output_coverage) {
       const CoverageReport report = output_coverage(spec, options);
       text = formatted = coverage_text(report);
-      code = report.baseline.status != RunStatus::passed                 ? 2
+      code = report.baseline.status == RunStatus::skipped                ? cfg.skipped_exit
+             : report.baseline.status != RunStatus::passed               ? 2
              : report.unchecked().empty() && report.undeclared().empty() ? 0
                                                                          : 1;
     } else if (cfg.mutants) {

@@ -407,6 +407,12 @@ TEST(Cli, ImportSaysWhatItCouldNotCheckAndChecksEveryPathFirst) {
   EXPECT_EQ(run_skipped.code, 77) << run_skipped.out;
   EXPECT_NE(run_skipped.out.find("SKIPPED: nothing was checked"), std::string::npos) << run_skipped.out;
   EXPECT_EQ(run("--spec " + spec + " --no-corpus --trials 5" + target).code, 0);
+  // Output coverage of a target that checks nothing here is no fault to fix: SKIPPED.
+  const CliRun coverage =
+      run("--spec " + spec + " --no-corpus --trials 5 --output-coverage --skipped-exit 77" + target);
+  EXPECT_EQ(coverage.code, 77) << coverage.out;
+  EXPECT_NE(coverage.out.find("SKIPPED: the target checked nothing here ("), std::string::npos)
+      << coverage.out;
   // A target that fails on the input is a target failure, not an invariant
   // (it printed "error broken: ...").
   std::ofstream(dir / "errors.py")
