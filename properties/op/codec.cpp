@@ -156,7 +156,9 @@ AnyCase OpFamily::from_yaml(const YAML::Node& n) const {
   // hold in a corpus file as in a drawn case: the target relies on them.
   if (!declares_dtype(
           d, [](const Decl& e) -> const std::vector<DType>& { return e.case_dtypes; }, c.dtype))
-    case_yaml::fail(n["dtype"], fmt::format("dtype {} is not declared", dtype_name(c.dtype)));
+    case_yaml::fail(n["dtype"], fmt::format("dtype {} is not one the op declares (did the spec drop it since "
+                                            "the case was stored? then retire the file)",
+                                            dtype_name(c.dtype)));
   const YAML::Node dims = n["dims"];
   if (!dims || !dims.IsMap()) case_yaml::fail(dims ? dims : n, "'dims' must be a map {DIM: extent}");
   for (auto it = dims.begin(); it != dims.end(); ++it)
