@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -166,9 +167,18 @@ class FolderLock {
     std::error_code ec;
     fs::create_directories(dir, ec);
     fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd_ >= 0)
-      while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
-      }
+    if (fd_ < 0) return;
+    int rc;
+    while ((rc = ::flock(fd_, LOCK_EX)) != 0 && errno == EINTR) {
+    }
+    // (NFS emulates flock with POSIX locks, which a read-only fd cannot
+    // take exclusively: said once, then it goes on unlocked.)
+    static std::atomic<bool> said{false};
+    if (rc != 0 && !said.exchange(true))
+      fmt::print(stderr,
+                 "kprop: note: cannot lock the corpus folder {} ({}): runs storing into it at once may "
+                 "lose a record\n",
+                 dir.string(), std::strerror(errno));
   }
   ~FolderLock() {
     if (fd_ >= 0) ::close(fd_);
@@ -215,7 +225,10 @@ std::string write_entry(const std::string& dir, const CorpusEntry& entry, bool* 
     // atomically, by the case just found; the old one is kept beside it as
     // <name>.yaml.unreadable (not replayed), and the finding says so: its
     // also_found_against records may be worth restoring by hand.
-    const fs::path kept = path.string() + ".unreadable";
+    // A name not taken: an earlier one kept this way is kept too.
+    fs::path kept = path.string() + ".unreadable";
+    for (int n = 2; fs::exists(kept) && n < 1000; ++n)
+      kept = fmt::format("{}.unreadable.{}", path.string(), n);
     std::error_code ec;
     fs::rename(path, kept, ec);
     if (replaced)

@@ -1434,6 +1434,7 @@ class ChildTransport : public Transport {
       // worker that writes fewer bytes than its header's tensors (an f16
       // payload under an f32 header) is not read as a slow kernel.
       TargetFailure f = fail(io);
+      if (f.kind() == "interrupted") throw f;
       throw TargetFailure(f.kind(),
                           fmt::format("{} (its reply header came, then {} of the {} payload bytes it "
                                       "announces: do the tensors' bytes match their dtype and shape?)",

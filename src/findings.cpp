@@ -494,6 +494,7 @@ CheckResult check_one(const RunContext& ctx, AnyTrial& trial, const InvariantUse
   r.seconds = since(t0);
   r.target_seconds = after.target - before.target;
   r.reference_seconds = after.reference - before.reference;
+  r.target_runs = after.target_runs - before.target_runs;
   return r;
 }
 
@@ -534,7 +535,8 @@ nlohmann::json check_result_json(const CheckResult& r) {
           {"reason", r.reason},
           {"failure_kind", r.failure_kind},
           {"unavailable", r.unavailable},
-          {"seconds", {r.seconds, r.target_seconds, r.reference_seconds}}};
+          {"seconds", {r.seconds, r.target_seconds, r.reference_seconds}},
+          {"target_runs", r.target_runs}};
 }
 
 CheckResult check_result_from_json(const nlohmann::json& j) {
@@ -552,6 +554,7 @@ CheckResult check_result_from_json(const nlohmann::json& j) {
   const auto& t = j.at("seconds");
   r.seconds = t[0].get<double>(), r.target_seconds = t[1].get<double>(),
   r.reference_seconds = t[2].get<double>();
+  r.target_runs = j.value("target_runs", int64_t(0));
   return r;
 }
 

@@ -303,7 +303,7 @@ class HtmlReporter final : public Reporter {
                                                         : "ok",
                           escape(!row.error.empty()        ? row.error
                                  : !row.target_ok          ? row.target_detail
-                                 : !row.mutant_still_fails ? row.mutant_detail
+                                 : !row.mutant_still_fails ? mutant_failure(row)
                                                            : row.target_detail));
     }
     return page("kprop " + spec.name + " replay", body + "</table>");

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <initializer_list>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string_view>
 
 #include "kprop/allocator.h"
@@ -543,6 +544,15 @@ int run(const Config& cfg) {
         text += note;
         if (cfg.format == "text") formatted += note;
       }
+    }
+  }
+  // --skipped-exit changes the exit code of a skip: the JSON report says the
+  // code this run exits with (its reporter knows only the status).
+  if (cfg.format == "json" && cfg.skipped_exit != 0) {
+    nlohmann::json j = nlohmann::json::parse(formatted, nullptr, false);
+    if (j.is_object() && j.contains("exit_code") && j["exit_code"] != code) {
+      j["exit_code"] = code;
+      formatted = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     }
   }
   if (!cfg.out.empty()) {

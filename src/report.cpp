@@ -135,13 +135,11 @@ std::string invariant_line(const InvariantReport& r, const RunReport& run, size_
 // Why a replayed file no longer guards its mutant: "mutant X no longer
 // fails INV: why" (no invariant: a crash or hang it no longer has), or the
 // file's stale found_against said as the file's (it names no mutant).
-namespace {
 std::string mutant_failure(const ReplayRow& row) {
   if (row.mutant_detail.rfind("found_against '", 0) == 0) return "stale file: " + row.mutant_detail;
   return fmt::format("mutant {} no longer fails{}: {}", row.found_against,
                      row.invariant.empty() ? "" : " " + row.invariant, row.mutant_detail);
 }
-}  // namespace
 
 std::string replay_warning(const Finding& f) {
   if (f.replay_check == "error")

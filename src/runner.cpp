@@ -385,6 +385,7 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
 
   int64_t nth = -1;                 // the case's index in this shard
   std::optional<std::string> lost;  // why the target became unavailable mid-run
+  int64_t discarded_unseen = 0;     // cases every invariant discarded before the target ran
   for (int64_t i = 0; any_alive() && i < max_cases; ++i) {
     const rc::Random case_random = stream.split();
     if (i % shards != shard) continue;
@@ -523,6 +524,11 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
     }
     report.checked += checked;
     report.discarded += !checked && !declined_or_stopped;
+    // Discarded before the target saw it: what "declined every case it was
+    // given" may leave out (one the target answered is no decline).
+    if (!checked && !declined_or_stopped &&
+        std::all_of(results.begin(), results.end(), [](const CheckResult& r) { return r.target_runs == 0; }))
+      ++discarded_unseen;
     if (lost) break;
     if (search.enabled()) search.offer(case_random, size, the_case(), live, results);
     events.case_done(i + 1, all_trials, size, since(t0));
@@ -545,13 +551,14 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
   // target sees it: with those, a target with no device failed `declined`
   // and `discarded` where without them it was SKIPPED).
   if (report.trials > 0 && report.checked == 0 && report.declined > 0 &&
-      report.declined + report.discarded == report.trials && report.status == RunStatus::passed) {
+      report.declined + discarded_unseen == report.trials && report.status == RunStatus::passed) {
     report.status = RunStatus::skipped;
     report.detail =
         "skipped: the target declined every case" +
-        (report.discarded > 0
-             ? fmt::format(" it was given ({} more were discarded by every invariant)", report.discarded)
-             : std::string()) +
+        (discarded_unseen > 0 ? fmt::format(" it was given ({} more were discarded by every invariant before "
+                                            "the target saw them)",
+                                            discarded_unseen)
+                              : std::string()) +
         ": " + reasons_summary(report.decline_reasons, 5);
     for (auto& r : report.invariants) r.status = InvariantStatus::not_run;
     return report;
@@ -922,7 +929,7 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
   for (const auto& finding : found) {
     const std::string& name = finding.found_against;
     if (name.empty() || name == "in-process" || name.find(':') != std::string::npos ||
-        family.find_implementation(name) >= 0 || !row.mutant_still_fails)
+        name == ctx.target_name || family.find_implementation(name) >= 0 || !row.mutant_still_fails)
       continue;
     row.mutant_checked = true;
     row.mutant_still_fails = false;

@@ -44,7 +44,7 @@ RunReport replay_in_process(const Spec& spec, const RunOptions& options, const s
     if (verdict == ReplayVerdict::passed || replay_verdict(row) != verdict) continue;
     const std::string why = !row.error.empty()           ? row.error
                             : !row.target_detail.empty() ? row.target_detail
-                            : !row.mutant_still_fails    ? row.mutant_detail
+                            : !row.mutant_still_fails    ? mutant_failure(row)
                                                          : to_string(verdict);
     report.detail = fmt::format("KPROP_REPLAY {}: {}", row.path, why);
     break;

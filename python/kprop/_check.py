@@ -605,7 +605,8 @@ class _Target:
             raise TypeError("kprop: %s must be a function or a dict {op: function}, not %s%s"
                             % (role, type(fn).__name__,
                                " (%r is prop_runner's: prop_runner --spec SPEC %s %s)"
-                               % (fn, "--reference" if role.startswith("reference") else "--target", fn)
+                               % (fn, "--reference" if role.startswith("reference") else "--target",
+                                  shlex.quote(fn))
                                if plugin else ""))
         self.fn = fn
         self.role = role
@@ -1125,6 +1126,8 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
                     continue
                 if row["error"]:
                     raise ValueError("kprop: stored case %s cannot be read: %s" % (row["path"], row["error"]))
+                if row["stale"]:
+                    raise ValueError("kprop: stored case %s: %s" % (row["path"], row["stale"]))
                 if not row["ok"]:
                     f = _stored_finding(row, targets, spec_ref, fn, command, opts)
                     counterexample = Counterexample(format_finding(f, info["name"], name), f)
@@ -1322,6 +1325,8 @@ def _replay(spec, fn, path: str, *, invariants=None, isolate=False, tensors="num
             continue
         if row["error"]:
             raise ValueError("kprop: %s" % row["error"])
+        if row["stale"]:
+            raise ValueError("kprop: %s: %s" % (row["path"], row["stale"]))
         if not row["ok"]:
             f = _stored_finding(row, [t for t in (target, ref_target) if t is not None],
                                 _spec_ref(spec, text, is_text), fn, args["target"]["exec"], opts)

@@ -27,6 +27,7 @@
 #include "kprop/external.h"
 #include "kprop/family.h"
 #include "kprop/reasons.h"
+#include "kprop/report.h"
 #include "kprop/runner.h"
 #include "kprop/spec.h"
 
@@ -621,6 +622,11 @@ nb::dict replay(const std::string& spec, bool spec_is_text, const nb::dict& arg_
     d["ok"] = r.target_ok;
     d["checked"] = r.checked > 0;  // an invariant checked it (a discard or n/a is no check)
     d["detail"] = r.target_detail;
+    // The file no longer guards its mutant (stale, or the mutant now passes):
+    // an error of the corpus file, as an unreadable one is.
+    d["stale"] = r.mutant_checked && !r.mutant_still_fails
+                     ? nb::object(nb::str(kprop::mutant_failure(r).c_str()))
+                     : nb::none();
     d["replay_command"] = r.replay_command;
     out.append(d);
   }

@@ -45,6 +45,10 @@ std::string shown_case(const std::string& yaml, const std::string& stored);
 // run through (Finding::replay_check): the warning every format shows; ""
 // otherwise.
 std::string replay_warning(const Finding& f);
+// Why a replayed file no longer guards its mutant ("mutant X no longer fails
+// INV: why", or "stale file: found_against ..."); for a row whose
+// mutant_checked && !mutant_still_fails.
+std::string mutant_failure(const ReplayRow& row);
 
 // --mutants: mutant x invariant, what each invariant did against each mutant.
 struct KillCell {

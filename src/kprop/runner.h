@@ -381,6 +381,9 @@ struct CheckResult {
   // Seconds this check took, and of them inside the target and the
   // reference (a trial runs them once: the first check that needs them pays).
   double seconds = 0, target_seconds = 0, reference_seconds = 0;
+  // Runs of the target this check made (0: it judged without the target, as
+  // a metamorphic invariant discarding a case it cannot transform).
+  int64_t target_runs = 0;
   bool failed() const { return kind == Kind::verdict && verdict.outcome == Outcome::fail; }
 };
 CheckResult check_one(const RunContext& ctx, AnyTrial& trial, const InvariantUse& use, const AnyCase& c);

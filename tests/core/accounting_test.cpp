@@ -413,6 +413,11 @@ TEST(Findings, ATruncatedFileIsReplacedAndAHandEditedOneKept) {
   EXPECT_NE(
       again.invariants[0].counterexample->store_note.find("the old file kept as " + path + ".unreadable"),
       std::string::npos);
+  // Again: the first kept file stays, the second is kept beside it.
+  { std::ofstream(path, std::ios::trunc) << "kprop_corpus: 1\nfamily: toy.s"; }
+  run_spec(spec, options("drops_last", dir, true));
+  EXPECT_TRUE(fs::exists(path + ".unreadable"));
+  EXPECT_TRUE(fs::exists(path + ".unreadable.2"));
   // A file with its whole case that does not read (a key added by hand) is
   // someone's record: kept as it is, and the finding stored elsewhere, said.
   std::string text;

@@ -405,8 +405,45 @@ TEST(Cli, ImportSaysWhatItCouldNotCheckAndChecksEveryPathFirst) {
             77);
   const CliRun run_skipped = run("--spec " + spec + " --no-corpus --trials 5 --skipped-exit 77" + target);
   EXPECT_EQ(run_skipped.code, 77) << run_skipped.out;
+  // The JSON report says the code the run exits with.
+  const CliRun json_skipped =
+      run("--spec " + spec + " --no-corpus --trials 5 --skipped-exit 77 --format json" + target);
+  EXPECT_EQ(json_skipped.code, 77);
+  EXPECT_NE(json_skipped.out.find("\"exit_code\": 77"), std::string::npos) << json_skipped.out;
   EXPECT_NE(run_skipped.out.find("SKIPPED: nothing was checked"), std::string::npos) << run_skipped.out;
   EXPECT_EQ(run("--spec " + spec + " --no-corpus --trials 5" + target).code, 0);
+  // SKIPPED means the target declined every case it was given: cases an
+  // invariant discarded after the target answered them are no declines (the
+  // run fails its health checks); ones discarded before it ran are.
+  std::ofstream(dir / "no_f16.py") << "import sys\nsys.path.insert(0, '" << KPROP_SOURCE_DIR
+                                   << "/python')\nsys.path.insert(0, '" << KPROP_SOURCE_DIR
+                                   << "/examples/python')\nimport numpy as np\nimport kprop_worker\n"
+                                      "import softmax_topk as ex\n\n\ndef op(logits, k, **a):\n"
+                                      "    if logits.dtype == np.float16:\n"
+                                      "        raise kprop_worker.Unsupported('no f16')\n"
+                                      "    return ex.softmax_topk(logits, k, **a)\n\n\n"
+                                      "kprop_worker.serve({'softmax_topk': op})\n";
+  std::ofstream(dir / "discards.yaml")
+      << "spec: discards\nfamily: softmax_topk\nrun: {trials: 20, seed: 3}\n"
+         "invariants:\n  - name: never_observed\n"
+         "    when: all(target.probs > 2)\n    expect: all(target.probs >= 0)\n";
+  const CliRun answered =
+      run("--spec " + (dir / "discards.yaml").string() +
+          " --no-corpus --jobs 1 --target 'exec:" + KPROP_PYTHON + " " + (dir / "no_f16.py").string() + "'");
+  EXPECT_EQ(answered.code, 2) << answered.out;
+  EXPECT_EQ(answered.out.find("SKIPPED"), std::string::npos) << answered.out;
+  const std::string rmsnorm = std::string(KPROP_SOURCE_DIR) + "/specs/ops/rmsnorm.yaml";
+  std::ofstream(dir / "declines_rms.py") << "import sys\nsys.path.insert(0, '" << KPROP_SOURCE_DIR
+                                         << "/python')\nimport kprop_worker\n\n\ndef op(**_):\n    raise "
+                                            "kprop_worker.Unsupported('no CUDA device')\n\n\n"
+                                            "kprop_worker.serve({'rmsnorm': op})\n";
+  const CliRun unseen = run("--spec " + rmsnorm +
+                            " --no-corpus --seed 1 --invariant rows_permute --target 'exec:" + KPROP_PYTHON +
+                            " " + (dir / "declines_rms.py").string() + "'");
+  EXPECT_EQ(unseen.code, 0) << unseen.out;
+  EXPECT_NE(unseen.out.find("discarded by every invariant before the target saw them"), std::string::npos)
+      << unseen.out;
+  EXPECT_NE(unseen.out.find("SKIPPED: nothing was checked"), std::string::npos) << unseen.out;
   // Output coverage of a target that checks nothing here is no fault to fix: SKIPPED.
   const CliRun coverage =
       run("--spec " + spec + " --no-corpus --trials 5 --output-coverage --skipped-exit 77" + target);

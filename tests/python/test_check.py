@@ -252,6 +252,24 @@ def test_stored_counterexample_replays_first_and_replay_api(example, corpus):
         kprop.replay("softmax_topk", buggy.softmax_topk, path)
 
 
+def test_a_stored_case_that_no_longer_guards_its_mutant_is_an_error(example, tmp_path):
+    # A file whose found_against names no implementation (a renamed mutant)
+    # guards nothing: said, as prop_runner --replay fails it, not counted.
+    repo = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    with open(os.path.join(repo, "corpus", "layernorm", "059791fc370c9226.yaml")) as f:
+        text = f.read()
+    assert "found_against: naive_variance\n" in text
+    folder = tmp_path / "layernorm"
+    folder.mkdir()
+    (folder / "renamed.yaml").write_text(text.replace("found_against: naive_variance\n",
+                                                      "found_against: naive_variancee\n"))
+    good = example("layernorm")
+    with pytest.raises(ValueError, match="stale file: found_against 'naive_variancee' is no implementation"):
+        kprop.replay("layernorm", good.layernorm, str(folder))
+    with pytest.raises(ValueError, match="stored case .*renamed.yaml: stale file"):
+        kprop.check("layernorm", good.layernorm, seed=SEED, trials=5, corpus=str(tmp_path))
+
+
 # ------------------------------------------------------------------ spec input
 def test_spec_by_path_and_unknown_names(example, corpus):
     mod = example("softmax_topk")
