@@ -136,7 +136,7 @@ std::string invariant_line(const InvariantReport& r, const RunReport& run, size_
 // fails INV: why" (no invariant: a crash or hang it no longer has), or the
 // file's stale found_against said as the file's (it names no mutant).
 std::string mutant_failure(const ReplayRow& row) {
-  if (row.mutant_detail.rfind("found_against '", 0) == 0) return "stale file: " + row.mutant_detail;
+  if (row.mutant_stale) return "stale file: " + row.mutant_detail;
   return fmt::format("mutant {} no longer fails{}: {}", row.found_against,
                      row.invariant.empty() ? "" : " " + row.invariant, row.mutant_detail);
 }
@@ -594,7 +594,8 @@ class JsonReporter final : public Reporter {
                             {"checked", row.checked},
                             {"mutant_checked", row.mutant_checked},
                             {"mutant_still_fails", row.mutant_still_fails},
-                            {"mutant_detail", row.mutant_detail}});
+                            {"mutant_detail", row.mutant_detail},
+                            {"mutant_stale", row.mutant_stale}});
     return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   }
 };

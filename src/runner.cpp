@@ -933,6 +933,7 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
       continue;
     row.mutant_checked = true;
     row.mutant_still_fails = false;
+    row.mutant_stale = true;
     row.found_against = name;
     row.invariant = finding.invariant;
     row.mutant_detail = fmt::format(
@@ -990,6 +991,7 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
     // spec) proves nothing any more: said, never passed silently.
     if (invariant < 0 && !in_spec) {
       row.mutant_checked = true;
+      row.mutant_stale = row.mutant_still_fails;
       no_longer_fails(fmt::format(
           "its invariant '{}' is neither in the spec nor registered by family '{}' (renamed? fix the file's "
           "invariant: line)",
@@ -1002,6 +1004,7 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
     // checked as before.)
     if (!in_spec && spec.profile.empty() && e.profile.empty()) {
       row.mutant_checked = true;
+      row.mutant_stale = row.mutant_still_fails;
       no_longer_fails(
           fmt::format("its invariant '{}' is no longer in spec {} (removed? restore it, or retire "
                       "the file if the mutant is now caught otherwise)",
@@ -1032,9 +1035,9 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
 }
 
 nlohmann::json replay_row_json(const ReplayRow& r) {
-  return {r.path,          r.error,          r.declined, r.invariant,      r.found_against,
-          r.target_ok,     r.target_failure, r.checked,  r.mutant_checked, r.mutant_still_fails,
-          r.mutant_detail, r.target_detail};
+  return {r.path,          r.error,          r.declined,    r.invariant,      r.found_against,
+          r.target_ok,     r.target_failure, r.checked,     r.mutant_checked, r.mutant_still_fails,
+          r.mutant_detail, r.target_detail,  r.mutant_stale};
 }
 
 ReplayRow replay_row_from_json(const nlohmann::json& j) {
@@ -1042,7 +1045,7 @@ ReplayRow replay_row_from_json(const nlohmann::json& j) {
   j.at(0).get_to(r.path), j.at(1).get_to(r.error), j.at(2).get_to(r.declined), j.at(3).get_to(r.invariant);
   j.at(4).get_to(r.found_against), j.at(5).get_to(r.target_ok), j.at(6).get_to(r.target_failure);
   j.at(7).get_to(r.checked), j.at(8).get_to(r.mutant_checked), j.at(9).get_to(r.mutant_still_fails);
-  j.at(10).get_to(r.mutant_detail), j.at(11).get_to(r.target_detail);
+  j.at(10).get_to(r.mutant_detail), j.at(11).get_to(r.target_detail), j.at(12).get_to(r.mutant_stale);
   return r;
 }
 

@@ -342,7 +342,10 @@ struct ReplayRow {
   bool mutant_checked = false;     // at least one recorded mutant was re-run
   bool mutant_still_fails = true;  // every recorded mutant still fails
   std::string mutant_detail;       // the first that no longer does, and why
-  std::string replay_command;      // the file's replay, as a finding's (replay_command)
+  // The file itself is stale (no mutant was re-run): its found_against names
+  // no implementation, or its invariant is gone from the spec and family.
+  bool mutant_stale = false;
+  std::string replay_command;  // the file's replay, as a finding's (replay_command)
 };
 std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, const RunOptions& options);
 

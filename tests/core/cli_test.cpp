@@ -1101,8 +1101,9 @@ TEST(Cli, AStaleCorpusFileFailsItsReplay) {
   const CliRun gone = run("--spec " + (dir / "layernorm.yaml").string() + " --replay " +
                           (dir / "layernorm" / "059791fc370c9226.yaml").string());
   EXPECT_EQ(gone.code, 1) << gone.out;
-  EXPECT_NE(gone.out.find("its invariant 'matches_reference' is no longer in spec layernorm (removed?"),
-            std::string::npos)
+  EXPECT_NE(
+      gone.out.find("stale file: its invariant 'matches_reference' is no longer in spec layernorm (removed?"),
+      std::string::npos)
       << gone.out;
   fs::remove_all(dir);
 }

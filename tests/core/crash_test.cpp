@@ -34,6 +34,15 @@ class CrashTest : public ::testing::Test {
     fs::remove_all(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
+  // A stand-in prop_runner for the replay check (RunOptions::replay_checker):
+  // a shell script of `body`.
+  fs::path replay_checker(const std::string& body) const {
+    fs::create_directories(dir_);
+    const fs::path script = dir_ / "replay.sh";
+    std::ofstream(script) << "#!/bin/sh\n" << body << "\n";
+    fs::permissions(script, fs::perms::owner_all);
+    return script;
+  }
   // Named by test, not pid: the death test's child re-executes this binary.
   fs::path dir_ =
       fs::temp_directory_path() /
@@ -113,10 +122,9 @@ TEST_F(CrashTest, AReplayReproducesAFindingOnlyWithTheSameKindOfFailure) {
                          Row{"segfaults", "crash", "crash", "reproduced"},
                          Row{"throws_on_13", "threw", "crash", "not_reproduced"},
                          Row{"throws_on_13", "threw", "threw", "reproduced"}}) {
-    const fs::path script = dir_ / "replay.sh";
-    std::ofstream(script) << "#!/bin/sh\necho '{\"files\": [{\"target_ok\": false, \"target_failure\": \""
-                          << row.replayed_as << "\", \"target_detail\": \"it failed\"}]}'\n";
-    fs::permissions(script, fs::perms::owner_all);
+    const fs::path script =
+        replay_checker("echo '{\"files\": [{\"target_ok\": false, \"target_failure\": \"" + row.replayed_as +
+                       "\", \"target_detail\": \"it failed\"}]}'");
     const Spec spec = parse_spec(
         "spec: toy\nfamily: toy.sum\nrun: {trials: 200, seed: 3, case_timeout_s: 5}\n"
         "domain: {value: [5, 13]}\ninvariants: [matches_reference]\n",
@@ -143,9 +151,8 @@ TEST_F(CrashTest, AReplayReproducesAFindingOnlyWithTheSameKindOfFailure) {
 // every later replay of the folder would have failed on it.
 TEST_F(CrashTest, AMutantsKillWhoseReplayDoesNotRunLeavesTheCorpus) {
   fs::create_directories(dir_);
-  const fs::path script = dir_ / "replay.sh";
-  std::ofstream(script) << "#!/bin/sh\necho 'kprop: error: bad case: x must hold exact values' >&2\nexit 2\n";
-  fs::permissions(script, fs::perms::owner_all);
+  const fs::path script =
+      replay_checker("echo 'kprop: error: bad case: x must hold exact values' >&2\nexit 2");
   const Spec spec = parse_spec(
       "spec: toy\nfamily: toy.sum\nrun: {trials: 200, seed: 3, case_timeout_s: 0.2}\ninvariants: "
       "[matches_reference]\n",
