@@ -45,23 +45,30 @@ RowStats reference_forward_row(const double* x, const double* gamma, const doubl
   // inputs (and for any row at a large offset), so a 1e4 offset does not
   // cost the reference u·|μ|/σ of accuracy, which at σ = 1e-4 would be
   // larger than the error of the fp64 implementations it judges.
-  const double shift = x[0];
-  double sum = 0;
+  // The sums are long double (x87: 64-bit significand, 11 bits past f64):
+  // a sequential f64 sum of D terms errs by up to (D − 1)·2^-53 of its
+  // magnitude, which at D = 98304 exceeded the error of a correct f64
+  // kernel with 16 Welford lanes (its rstd 68 ulps off an f64 reference
+  // that itself summed in f64, against a 64-ulp floor), and the naive f64
+  // baseline, the same algorithm in f64, agreed with it to the bit.
+  const long double shift = x[0];
+  long double sum = 0;
   for (size_t d = 0; d < D; ++d) sum += x[d] - shift;
-  const double centre = sum / static_cast<double>(D);
+  const long double centre = sum / static_cast<long double>(D);
   // Pass 2: the biased variance.
-  double ss = 0;
+  long double ss = 0;
   for (size_t d = 0; d < D; ++d) {
-    const double dev = (x[d] - shift) - centre;
+    const long double dev = (x[d] - shift) - centre;
     ss += dev * dev;
   }
-  const double var = ss / static_cast<double>(D);
-  const double rstd = 1.0 / std::sqrt(var + eps);
+  const long double var = ss / static_cast<long double>(D);
+  const long double rstd = 1.0L / std::sqrt(var + static_cast<long double>(eps));
   for (size_t d = 0; d < D; ++d) {
-    xhat[d] = ((x[d] - shift) - centre) * rstd;
-    y[d] = gamma[d] * xhat[d] + beta[d];
+    const long double xh = ((x[d] - shift) - centre) * rstd;
+    xhat[d] = static_cast<double>(xh);
+    y[d] = static_cast<double>(gamma[d] * xh + beta[d]);
   }
-  return {shift + centre, rstd};
+  return {static_cast<double>(shift + centre), static_cast<double>(rstd)};
 }
 
 Result reference(const Case& c) {
@@ -81,16 +88,18 @@ Result reference(const Case& c) {
     r.rstd[i] = stats.rstd;
     const double rstd = stats.rstd;
     // Backward: g = γ ⊙ dy, dx = rstd · (g − mean(g) − x̂ · mean(g ⊙ x̂)).
-    double sum_g = 0, sum_gx = 0;
+    // Long double sums, as in the forward (the same D-term accumulation).
+    long double sum_g = 0, sum_gx = 0;
     for (size_t d = 0; d < D; ++d) {
-      const double g = c.gamma[d] * c.dy[i * D + d];
+      const long double g = static_cast<long double>(c.gamma[d]) * c.dy[i * D + d];
       sum_g += g;
       sum_gx += g * r.xhat[i * D + d];
     }
-    const double mean_g = sum_g / static_cast<double>(D), mean_gx = sum_gx / static_cast<double>(D);
+    const long double mean_g = sum_g / static_cast<long double>(D),
+                      mean_gx = sum_gx / static_cast<long double>(D);
     for (size_t d = 0; d < D; ++d) {
-      const double g = c.gamma[d] * c.dy[i * D + d];
-      r.dx[i * D + d] = rstd * (g - mean_g - r.xhat[i * D + d] * mean_gx);
+      const long double g = static_cast<long double>(c.gamma[d]) * c.dy[i * D + d];
+      r.dx[i * D + d] = static_cast<double>(rstd * (g - mean_g - r.xhat[i * D + d] * mean_gx));
       r.dgamma[d] += c.dy[i * D + d] * r.xhat[i * D + d];
       r.dbeta[d] += c.dy[i * D + d];
     }
