@@ -1066,11 +1066,7 @@ TEST(Cli, OneInterruptDeliveredTwiceStillReports) {
 // pass on a bound the spec never stated), fails the replay.
 TEST(Cli, AStaleCorpusFileFailsItsReplay) {
   const std::string src = std::string(KPROP_SOURCE_DIR) + "/corpus/layernorm/059791fc370c9226.yaml";
-  std::string text;
-  {
-    std::ifstream in(src);
-    text.assign(std::istreambuf_iterator<char>(in), {});
-  }
+  const std::string text = contents(src);
   ASSERT_NE(text.find("found_against: naive_variance\n"), std::string::npos) << text;
   ASSERT_NE(text.find("invariant: matches_reference\n"), std::string::npos) << text;
   const fs::path dir = temp("stale-corpus");
@@ -1089,11 +1085,7 @@ TEST(Cli, AStaleCorpusFileFailsItsReplay) {
       std::string::npos)
       << r.out;
   // The spec without matches_reference: the file's invariant is gone from it.
-  std::string spec_text;
-  {
-    std::ifstream in(spec);
-    spec_text.assign(std::istreambuf_iterator<char>(in), {});
-  }
+  std::string spec_text = contents(spec);
   const std::string entry = "  - name: matches_reference\n    k: 2\n    floor_ulps: 64\n";
   const size_t at = spec_text.find(entry);
   ASSERT_NE(at, std::string::npos);
