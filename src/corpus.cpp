@@ -15,9 +15,12 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <random>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
+#include "kprop/case_yaml.h"
 #include "kprop/errors.h"
 #include "kprop/yaml_load.h"
 
@@ -27,9 +30,10 @@ namespace kprop {
 namespace {
 
 bool is_scalar_list(const YAML::Node& n) {
+  if (case_yaml::is_packed(n)) return true;
   if (!n.IsSequence()) return false;
   for (const auto& item : n)
-    if (!item.IsScalar()) return false;
+    if (!item.IsScalar() || case_yaml::is_packed(item)) return false;
   return true;
 }
 
@@ -41,22 +45,36 @@ bool is_flat_map(const YAML::Node& n) {
   return true;
 }
 
-void emit(YAML::Emitter& out, const YAML::Node& n, bool top) {
-  if (n.IsScalar()) {
+// A packed list (kprop/case_yaml.h) is written as the flow sequence it
+// stands for: the emitter writes a placeholder, replaced by "[text]" after,
+// so that its items are not one emitter call each. The placeholder carries
+// a random word, which no scalar of the tree holds.
+struct PackedLists {
+  std::string word = fmt::format("{:016x}", std::random_device{}() * 0x9e3779b97f4a7c15ULL ^
+                                                static_cast<uint64_t>(std::random_device{}()));
+  std::vector<const std::string*> texts;
+  std::string placeholder(size_t i) const { return fmt::format("kprop_packed_{}_{}", i, word); }
+};
+
+void emit(YAML::Emitter& out, const YAML::Node& n, bool top, PackedLists& packed) {
+  if (case_yaml::is_packed(n)) {
+    out << packed.placeholder(packed.texts.size());
+    packed.texts.push_back(&n.Scalar());
+  } else if (n.IsScalar()) {
     out << n.Scalar();
   } else if (n.IsNull() || !n.IsDefined()) {
     out << YAML::Null;
   } else if (n.IsSequence()) {
     const bool flow = is_scalar_list(n);
     out << (flow ? YAML::Flow : YAML::Block) << YAML::BeginSeq;
-    for (const auto& item : n) emit(out, item, false);
+    for (const auto& item : n) emit(out, item, false, packed);
     out << YAML::EndSeq;
   } else {
     const bool flow = !top && is_flat_map(n);
     out << (flow ? YAML::Flow : YAML::Block) << YAML::BeginMap;
     for (auto it = n.begin(); it != n.end(); ++it) {
       out << YAML::Key << it->first.Scalar() << YAML::Value;
-      emit(out, it->second, false);
+      emit(out, it->second, false, packed);
     }
     out << YAML::EndMap;
   }
@@ -66,8 +84,27 @@ void emit(YAML::Emitter& out, const YAML::Node& n, bool top) {
 
 std::string emit_yaml(const YAML::Node& node) {
   YAML::Emitter out;
-  emit(out, node, true);
-  return std::string(out.c_str()) + "\n";
+  PackedLists packed;
+  emit(out, node, true, packed);
+  std::string text = out.c_str();
+  if (!packed.texts.empty()) {
+    std::string whole;
+    size_t from = 0;
+    for (size_t i = 0; i < packed.texts.size(); ++i) {
+      const std::string word = packed.placeholder(i);
+      const size_t at = text.find(word, from);
+      if (at == std::string::npos)
+        throw std::logic_error("emit_yaml: a packed list's placeholder was not written");
+      whole.append(text, from, at - from);
+      whole += '[';
+      whole += *packed.texts[i];
+      whole += ']';
+      from = at + word.size();
+    }
+    whole.append(text, from, std::string::npos);
+    text = std::move(whole);
+  }
+  return text + "\n";
 }
 
 std::string case_hash(const YAML::Node& case_node) {
@@ -211,7 +248,10 @@ std::string write_entry(const std::string& dir, const CorpusEntry& entry, bool* 
     // (store_entry's fallback says where). Replacing it lost its findings.
     bool whole = !std::ifstream(path);  // one it cannot read (permissions) is kept too
     try {
-      const YAML::Node old = YAML::LoadFile(path.string());
+      std::ifstream in(path, std::ios::binary);
+      std::stringstream old_text;
+      old_text << in.rdbuf();
+      const YAML::Node old = YAML::Load(case_yaml::pack_flow_lists(old_text.str()));
       whole = old.IsMap() && old["case"] && case_hash(old["case"]) == path.stem().string();
     } catch (const std::exception&) {
     }
@@ -275,7 +315,9 @@ CorpusEntry read_entry(const std::string& path) {
   if (!in) throw InputError({path, 0, 0}, "cannot read corpus file");
   std::stringstream text;
   text << in.rdbuf();
-  YAML::Node root = load_one_document(text.str(), path, "corrupt corpus file", "a corpus file");
+  // A long list of numbers loads as one packed node (kprop/case_yaml.h).
+  YAML::Node root =
+      load_one_document(case_yaml::pack_flow_lists(text.str()), path, "corrupt corpus file", "a corpus file");
   auto where = [&](const YAML::Node& n) -> Mark {
     const YAML::Mark m = n.Mark();
     return m.is_null() ? Mark{path, 0, 0} : Mark{path, m.line + 1, m.column + 1};

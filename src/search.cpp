@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "kprop/case_yaml.h"
 #include "kprop/clock.h"
 #include "kprop/rng.h"
 #include "kprop/runner.h"
@@ -109,9 +110,7 @@ struct Start {
 
 // A YAML number: its value, and whether it is one (".inf", "-.inf", ".nan"
 // are numbers too, non-finite).
-bool number_of(const YAML::Node& n, double& out) {
-  if (!n.IsScalar()) return false;
-  const std::string& t = n.Scalar();
+bool number_of(const std::string& t, double& out) {
   if (t.empty()) return false;
   if (t == ".inf" || t == ".Inf" || t == "+.inf") return out = HUGE_VAL, true;
   if (t == "-.inf" || t == "-.Inf") return out = -HUGE_VAL, true;
@@ -119,6 +118,9 @@ bool number_of(const YAML::Node& n, double& out) {
   char* end = nullptr;
   out = std::strtod(t.c_str(), &end);
   return end == t.c_str() + t.size();
+}
+bool number_of(const YAML::Node& n, double& out) {
+  return n.IsScalar() && !case_yaml::is_packed(n) && number_of(n.Scalar(), out);
 }
 
 // The numbers of a case's YAML tree as tensors: every sequence of numbers is
@@ -171,6 +173,14 @@ int non_finite_numbers(const YAML::Node& n) {
   if (n.IsSequence()) {
     int k = 0;
     for (size_t i = 0; i < n.size(); ++i) k += non_finite_numbers(n[i]);
+    return k;
+  }
+  if (case_yaml::is_packed(n)) {
+    int k = 0;
+    case_yaml::for_each_item(n, [&](const case_yaml::Item& item) {
+      double x = 0;
+      k += number_of(std::string(item.text), x) && !std::isfinite(x);
+    });
     return k;
   }
   double x = 0;
@@ -286,7 +296,8 @@ struct Search::State {
     YAML::Node tree;
     std::map<std::string, Tensor> tensors;
     try {
-      tree = family().to_yaml(from.c);
+      // Its numbers edited in place, one node each.
+      tree = case_yaml::unpacked(family().to_yaml(from.c));
       collect(tree, "", tensors);
     } catch (const std::exception&) {
       return std::nullopt;

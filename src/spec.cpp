@@ -14,7 +14,9 @@
 #include <set>
 #include <sstream>
 
+#include "kprop/case_yaml.h"
 #include "kprop/external.h"
+#include "kprop/rng.h"
 #include "kprop/yaml_load.h"
 
 namespace kprop {
@@ -673,7 +675,12 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
   const YAML::Node domain_node = chosen && chosen["domain"] ? chosen["domain"]
                                  : root["domain"]           ? root["domain"]
                                                             : root;
-  if (const std::string why = spec.family->check_domain(spec.domain); !why.empty()) fail(domain_node, why);
+  if (const std::string why = spec.family->check_domain(spec.domain); !why.empty()) {
+    // A gap --domain made (the spec's own domain has none) is the option's.
+    if (overridden && spec.family->check_domain(own_domain).empty())
+      throw InputError({"--domain", cli_domain.Mark().line + 1, cli_domain.Mark().column + 1}, why);
+    fail(domain_node, why);
+  }
   {
     const CaseSize largest = spec.family->max_case_bytes(spec.domain);
     const double mb = largest.bytes / (1024.0 * 1024.0);
@@ -850,11 +857,32 @@ Spec parse_spec(const std::string& text, const std::string& path, const std::str
   loader.text = &text;
   if (!domain_overrides.empty()) loader.cli_domain = cli_domain(domain_overrides, root, path);
   // The base spec, then every profile: each is validated whichever is
-  // selected, so a broken profile fails the spec's own checks.
-  Spec spec = loader.load(root, "");
+  // selected, so a broken profile fails the spec's own checks. --domain is
+  // the selected one's: another (the base under --profile, a profile whose
+  // mutants --mutants runs) takes it where it fits and is kept as written
+  // where it does not (a memory budget of its own), an error only when it is
+  // broken as written.
+  auto load = [&](const std::string& name) {
+    if (name == profile || loader.cli_domain.IsNull()) return loader.load(root, name);
+    try {
+      return loader.load(root, name);
+    } catch (const InputError&) {
+      const YAML::Node option = loader.cli_domain;
+      loader.cli_domain = YAML::Node();
+      try {
+        Spec as_written = loader.load(root, name);
+        loader.cli_domain = option;
+        return as_written;
+      } catch (...) {
+        loader.cli_domain = option;
+        throw;
+      }
+    }
+  };
+  Spec spec = load("");
   std::optional<Spec> selected;
   for (const std::string& name : spec.profiles) {
-    Spec p = loader.load(root, name);
+    Spec p = load(name);
     spec.profile_case_mb[name] = p.run.max_case_mb;
     if (const YAML::Node list = root["profiles"][name]["mutants"]) {
       if (!list.IsSequence())
@@ -976,6 +1004,32 @@ std::string first_problem(std::initializer_list<std::string> problems) {
   for (const std::string& p : problems)
     if (!p.empty()) return p;
   return "";
+}
+
+uint64_t tree_hash(const YAML::Node& tree) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  auto bytes = [&h](std::string_view s) {
+    for (const char ch : s) h = (h ^ uint8_t(ch)) * 0x100000001b3ULL;
+    h = (h ^ 0xffu) * 0x100000001b3ULL;
+  };
+  auto walk = [&](const YAML::Node& n, auto&& self) -> void {
+    if (case_yaml::is_packed(n)) {
+      bytes("[");
+      return case_yaml::for_each_item(n, [&](const case_yaml::Item& x) { bytes(x.text); });
+    }
+    if (n.IsScalar()) return bytes(n.Scalar());
+    bytes(n.IsMap() ? "{" : "[");
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      if (n.IsMap()) {
+        self(it->first, self);
+        self(it->second, self);
+      } else {
+        self(*it, self);
+      }
+    }
+  };
+  walk(tree, walk);
+  return rng::mix(h);
 }
 
 // The `run:` keys; their defaults are RunConfig's (spec.h), the one copy.

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
+#include <string>
 
 #include "kprop/case_yaml.h"
 #include "kprop/errors.h"
@@ -16,11 +18,9 @@ namespace {
 
 YAML::Node rows_node(const std::vector<double>& t, int dim, DType dtype) {
   YAML::Node rows(YAML::NodeType::Sequence);
-  for (size_t r = 0; r < t.size() / size_t(dim); ++r) {
-    YAML::Node row(YAML::NodeType::Sequence);
-    for (int d = 0; d < dim; ++d) row.push_back(value_text(dtype, t[r * size_t(dim) + size_t(d)]));
-    rows.push_back(row);
-  }
+  for (size_t r = 0; r < t.size() / size_t(dim); ++r)
+    rows.push_back(case_yaml::text_list(size_t(dim),
+                                        [&](size_t d) { return value_text(dtype, t[r * size_t(dim) + d]); }));
   return rows;
 }
 
@@ -32,18 +32,16 @@ std::vector<double> read_rows(const YAML::Node& n, const char* key, int dim, DTy
     case_yaml::fail(rows ? rows : n, std::string("'") + key + "' must be a list of rows");
   std::vector<double> out;
   for (const auto& row : rows) {
-    if (!row.IsSequence() || int(row.size()) != dim)
+    if (!case_yaml::is_list(row) || int(case_yaml::list_size(row)) != dim)
       case_yaml::fail(row, fmt::format("each row of '{}' must list dim = {} numbers", key, dim));
-    for (const auto& x : row) {
-      try {
-        const double value = x.as<double>();  // throws for a non-number
-        char* end = nullptr;
-        const double parsed = parse_value(dtype, x.Scalar().c_str(), &end);
-        out.push_back(std::isfinite(value) && *end == '\0' ? parsed : round_to(dtype, value));
-      } catch (const YAML::Exception&) {
-        case_yaml::fail(x, std::string("'") + key + "' has a non-number");
-      }
-    }
+    case_yaml::for_each_item(row, [&](const case_yaml::Item& x) {
+      const std::optional<double> value = x.scalar ? case_yaml::yaml_real(x.text) : std::nullopt;
+      if (!value) x.fail(std::string("'") + key + "' has a non-number");
+      const std::string text(x.text);
+      char* end = nullptr;
+      const double parsed = parse_value(dtype, text.c_str(), &end);
+      out.push_back(std::isfinite(*value) && *end == '\0' ? parsed : round_to(dtype, *value));
+    });
   }
   return out;
 }

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <optional>
 
 #include "kprop/case_yaml.h"
 
@@ -293,6 +295,18 @@ YAML::Node Traits::to_yaml(const Case& c) {
 using case_yaml::expect_keys;
 using case_yaml::read;
 
+namespace {
+// A list of token ids (a sequence or a packed list) as ints.
+void read_tokens(const YAML::Node& list, const char* not_an_int, std::vector<int>& out) {
+  case_yaml::for_each_item(list, [&](const case_yaml::Item& t) {
+    const std::optional<long long> v = t.scalar ? case_yaml::yaml_integer(t.text) : std::nullopt;
+    if (!v || *v < std::numeric_limits<int>::min() || *v > std::numeric_limits<int>::max())
+      t.fail(not_an_int);
+    out.push_back(static_cast<int>(*v));
+  });
+}
+}  // namespace
+
 Case Traits::from_yaml(const YAML::Node& n) {
   expect_keys(n, {"model", "prompts", "beam_width", "max_new_tokens", "alpha"}, "beam case");
   Case c;
@@ -309,29 +323,17 @@ Case Traits::from_yaml(const YAML::Node& n) {
   c.model.sharpen = read<double>(m, "sharpen");
   c.model.shift = read<double>(m, "shift");
   if (const YAML::Node r = m["relabel"]) {
-    if (!r.IsSequence()) case_yaml::fail(r, "'relabel' must be a list of tokens");
-    if (r.size() > 1 << 24) case_yaml::fail(r, "'relabel' too long");
-    for (const auto& t : r) {
-      try {
-        c.model.relabel.push_back(t.as<int>());
-      } catch (const YAML::Exception&) {
-        case_yaml::fail(t, "relabel entry is not an integer");
-      }
-    }
+    if (!case_yaml::is_list(r)) case_yaml::fail(r, "'relabel' must be a list of tokens");
+    if (case_yaml::list_size(r) > 1 << 24) case_yaml::fail(r, "'relabel' too long");
+    read_tokens(r, "relabel entry is not an integer", c.model.relabel);
   }
   const YAML::Node prompts = n["prompts"];
   if (!prompts || !prompts.IsSequence())
     case_yaml::fail(prompts ? prompts : n, "'prompts' must be a list of token lists");
   for (const auto& p : prompts) {
-    if (!p.IsSequence()) case_yaml::fail(p, "each prompt must be a list of tokens");
+    if (!case_yaml::is_list(p)) case_yaml::fail(p, "each prompt must be a list of tokens");
     std::vector<int> tokens;
-    for (const auto& t : p) {
-      try {
-        tokens.push_back(t.as<int>());
-      } catch (const YAML::Exception&) {
-        case_yaml::fail(t, "prompt token is not an integer");
-      }
-    }
+    read_tokens(p, "prompt token is not an integer", tokens);
     c.prompts.push_back(std::move(tokens));
   }
   c.beam_width = read<int>(n, "beam_width");

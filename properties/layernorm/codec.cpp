@@ -14,9 +14,7 @@ namespace kprop::layernorm {
 namespace {
 
 YAML::Node number_list(const double* v, size_t n, DType dtype) {
-  YAML::Node list(YAML::NodeType::Sequence);
-  for (size_t i = 0; i < n; ++i) list.push_back(value_text(dtype, v[i]));
-  return list;
+  return case_yaml::text_list(n, [&](size_t i) { return value_text(dtype, v[i]); });
 }
 
 YAML::Node matrix(const std::vector<double>& v, int rows, int dim, DType dtype) {
@@ -28,24 +26,29 @@ YAML::Node matrix(const std::vector<double>& v, int rows, int dim, DType dtype) 
 }
 
 // A finite number of the dtype: the decimal rounded once to it (parse_value).
-double read_number(const YAML::Node& n, DType dtype, const std::string& what) {
-  if (!n.IsScalar()) case_yaml::fail(n, what + " must be a number");
-  const std::string& s = n.Scalar();
+double read_number(const case_yaml::Item& x, DType dtype, const std::string& what) {
+  if (!x.scalar) x.fail(what + " must be a number");
+  const std::string s(x.text);
   char* end = nullptr;
   errno = 0;
   const double v = parse_value(dtype, s.c_str(), &end);
-  if (s.empty() || end != s.c_str() + s.size()) case_yaml::fail(n, what + " has a non-number '" + s + "'");
+  if (s.empty() || end != s.c_str() + s.size()) x.fail(what + " has a non-number '" + s + "'");
   if (!std::isfinite(v) || (errno == ERANGE && std::fabs(v) > 1))
-    case_yaml::fail(n, fmt::format("{} = {} is not a finite {} value", what, s, dtype_name(dtype)));
+    x.fail(fmt::format("{} = {} is not a finite {} value", what, s, dtype_name(dtype)));
   return v;
+}
+
+void read_numbers(const YAML::Node& list, DType dtype, const std::string& what, std::vector<double>& out) {
+  case_yaml::for_each_item(list,
+                           [&](const case_yaml::Item& x) { out.push_back(read_number(x, dtype, what)); });
 }
 
 std::vector<double> read_vector(const YAML::Node& map, const char* key, DType dtype) {
   const YAML::Node n = map[key];
-  if (!n || !n.IsSequence())
+  if (!n || !case_yaml::is_list(n))
     case_yaml::fail(n ? n : map, std::string("'") + key + "' must be a list of numbers");
   std::vector<double> out;
-  for (const auto& e : n) out.push_back(read_number(e, dtype, std::string("'") + key + "' element"));
+  read_numbers(n, dtype, std::string("'") + key + "' element", out);
   return out;
 }
 
@@ -58,12 +61,13 @@ std::vector<double> read_matrix(const YAML::Node& map, const char* key, DType dt
   rows = static_cast<int>(n.size());
   dim = -1;
   for (const auto& row : n) {
-    if (!row.IsSequence())
+    if (!case_yaml::is_list(row))
       case_yaml::fail(row, std::string("each row of '") + key + "' must be a list of numbers");
-    if (dim >= 0 && static_cast<int>(row.size()) != dim)
-      case_yaml::fail(row, fmt::format("rows of '{}' differ in length ({} and {})", key, dim, row.size()));
-    dim = static_cast<int>(row.size());
-    for (const auto& e : row) out.push_back(read_number(e, dtype, std::string("'") + key + "' element"));
+    const size_t size = case_yaml::list_size(row);
+    if (dim >= 0 && static_cast<int>(size) != dim)
+      case_yaml::fail(row, fmt::format("rows of '{}' differ in length ({} and {})", key, dim, size));
+    dim = static_cast<int>(size);
+    read_numbers(row, dtype, std::string("'") + key + "' element", out);
     if (out.size() > (1u << 24))
       case_yaml::fail(n, std::string("'") + key + "' is too large for a test case");
   }
@@ -90,7 +94,7 @@ Case Traits::from_yaml(const YAML::Node& n) {
   if (!parse_dtype(dtype, c.dtype))
     case_yaml::fail(n["dtype"], "dtype '" + dtype + "': valid: f16, bf16, f32, f64");
   if (!n["eps"]) case_yaml::fail(n, "missing 'eps'");
-  c.eps = read_number(n["eps"], eps_dtype(c.dtype), "'eps'");
+  c.eps = read_number(case_yaml::as_item(n["eps"]), eps_dtype(c.dtype), "'eps'");
   c.x = read_matrix(n, "x", c.dtype, c.rows, c.dim);
   int dy_rows = 0, dy_dim = 0;
   c.dy = read_matrix(n, "dy", c.dtype, dy_rows, dy_dim);

@@ -26,6 +26,12 @@ namespace {
 YAML::Node nested(const std::vector<double>& v, const std::vector<int64_t>& ext, size_t axis, size_t& at,
                   DType dt) {
   if (axis == ext.size()) return YAML::Node(number_text(v[at++], dt));
+  if (axis + 1 == ext.size()) {  // the last axis: one list of numbers
+    const size_t first = at;
+    at += static_cast<size_t>(ext[axis]);
+    return case_yaml::text_list(static_cast<size_t>(ext[axis]),
+                                [&](size_t k) { return number_text(v[first + k], dt); });
+  }
   YAML::Node list(YAML::NodeType::Sequence);
   list.SetStyle(axis + 1 == ext.size() ? YAML::EmitterStyle::Flow : YAML::EmitterStyle::Block);
   for (int64_t k = 0; k < ext[axis]; ++k) list.push_back(nested(v, ext, axis + 1, at, dt));
@@ -47,19 +53,19 @@ std::string attr_text(const AttrDecl& a) {
   return fmt::format("[{}, {}]{}", a.lo, a.hi, a.integer ? ", an integer" : "");
 }
 
-double read_number(const YAML::Node& n, DType dtype, const std::string& what) {
-  if (!n.IsScalar()) case_yaml::fail(n, what + " must be a number");
-  const std::string& s = n.Scalar();
+double read_number(const case_yaml::Item& n, DType dtype, const std::string& what) {
+  if (!n.scalar) n.fail(what + " must be a number");
+  const std::string s(n.text);
   if (!is_float(dtype)) {
     if (dtype == DType::boolean && (s == "true" || s == "false")) return s == "true" ? 1 : 0;
     char* end = nullptr;
     errno = 0;
     const long long v = std::strtoll(s.c_str(), &end, 10);
     if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE)
-      case_yaml::fail(n, fmt::format("{} has '{}', not an integer", what, s));
+      n.fail(fmt::format("{} has '{}', not an integer", what, s));
     const auto [lo, hi] = int_range(dtype);
     if (static_cast<double>(v) < lo || static_cast<double>(v) > hi)
-      case_yaml::fail(n, fmt::format("{} has {}, outside {}", what, v, dtype_name(dtype)));
+      n.fail(fmt::format("{} has {}, outside {}", what, v, dtype_name(dtype)));
     return static_cast<double>(v);
   }
   if (s == ".nan" || s == ".NaN") return NAN;
@@ -69,19 +75,23 @@ double read_number(const YAML::Node& n, DType dtype, const std::string& what) {
   errno = 0;
   // The decimal rounded once to the dtype (float_type.h parse_value).
   const double v = parse_value(*float_type(dtype), s.c_str(), &end);
-  if (s.empty() || end != s.c_str() + s.size()) case_yaml::fail(n, what + " has a non-number '" + s + "'");
+  if (s.empty() || end != s.c_str() + s.size()) n.fail(what + " has a non-number '" + s + "'");
   return v;
 }
 
 void read_nested(const YAML::Node& n, const std::vector<int64_t>& ext, size_t axis, DType dt,
                  const std::string& what, std::vector<double>& out) {
   if (axis == ext.size()) {
-    out.push_back(read_number(n, dt, what));
+    out.push_back(read_number(case_yaml::as_item(n), dt, what));
     return;
   }
-  if (!n.IsSequence() || static_cast<int64_t>(n.size()) != ext[axis])
+  if (!case_yaml::is_list(n) || static_cast<int64_t>(case_yaml::list_size(n)) != ext[axis])
     case_yaml::fail(n, fmt::format("{}: axis {} must be a list of {} (shape {})", what, axis, ext[axis],
                                    expr::shape_text(ext)));
+  if (axis + 1 == ext.size()) {
+    case_yaml::for_each_item(n, [&](const case_yaml::Item& x) { out.push_back(read_number(x, dt, what)); });
+    return;
+  }
   for (const auto& e : n) read_nested(e, ext, axis + 1, dt, what, out);
 }
 
@@ -189,7 +199,7 @@ AnyCase OpFamily::from_yaml(const YAML::Node& n) const {
   for (const auto& a : d.attrs) {
     if (!attrs[a.name]) case_yaml::fail(attrs, "missing attr '" + a.name + "'");
     if (a.labels.empty()) {
-      const double v = read_number(attrs[a.name], DType::f64, "attr " + a.name);
+      const double v = read_number(case_yaml::as_item(attrs[a.name]), DType::f64, "attr " + a.name);
       if (!a.valid(v))
         case_yaml::fail(attrs[a.name], fmt::format("attr {} = {} is not one the declaration allows ({})",
                                                    a.name, v, attr_text(a)));

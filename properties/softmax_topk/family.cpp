@@ -343,12 +343,12 @@ YAML::Node Traits::to_yaml(const Case& c) {
   for (int r = 0; r < c.rows(); ++r) {
     const std::vector<double> values(c.logits.begin() + static_cast<long>(r) * c.vocab,
                                      c.logits.begin() + static_cast<long>(r + 1) * c.vocab);
-    YAML::Node row = case_yaml::real_list(values);
-    if (is_half(c.dtype)) {  // the shortest text that reads back (rounded to the dtype) to the value
-      row = YAML::Node(YAML::NodeType::Sequence);
-      for (double x : values) row.push_back(value_text(c.dtype, x));
-    }
-    row.SetStyle(YAML::EmitterStyle::Flow);
+    // A half case's values as the shortest text that reads back (rounded
+    // to the dtype) to the value.
+    YAML::Node row =
+        is_half(c.dtype)
+            ? case_yaml::text_list(values.size(), [&](size_t i) { return value_text(c.dtype, values[i]); })
+            : case_yaml::real_list(values);
     rows.push_back(row);
   }
   n["logits"] = rows;
@@ -376,16 +376,15 @@ Case Traits::from_yaml(const YAML::Node& n) {
     // other text must be an exact value of the dtype (as for f32): no silent
     // rounding of a hand-written corpus value.
     if (is_half(c.dtype))
-      for (size_t i = 0; i < values.size(); ++i) {
-        const double v = values[i], h = round_to(c.dtype, v);
-        if (!std::isfinite(v) || h == v) continue;
+      case_yaml::for_each_item(row, [&](const case_yaml::Item& x) {
+        const double v = values[x.index], h = round_to(c.dtype, v);
+        if (!std::isfinite(v) || h == v) return;
         const std::string shortest = value_text(c.dtype, h);
-        if (std::isfinite(h) && row[i].Scalar() == shortest)
-          values[i] = h;
+        if (std::isfinite(h) && x.text == shortest)
+          values[x.index] = h;
         else
-          case_yaml::fail(row[i], fmt::format("logit {} is not a {} value (nearest: {})", row[i].Scalar(),
-                                              dtype, shortest));
-      }
+          x.fail(fmt::format("logit {} is not a {} value (nearest: {})", x.text, dtype, shortest));
+      });
     if (c.vocab >= 0 && static_cast<int>(values.size()) != c.vocab)
       case_yaml::fail(row, "rows differ in length");
     if (values.size() > (1u << 22)) case_yaml::fail(row, "row too long for a test case");

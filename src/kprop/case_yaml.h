@@ -5,8 +5,14 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cstddef>
+#include <functional>
 #include <initializer_list>
+#include <limits>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "kprop/errors.h"
@@ -39,26 +45,104 @@ T read_or(const YAML::Node& map, const char* key, T fallback) {
   return map[key] ? read<T>(map, key) : fallback;
 }
 
+// ---- Lists of numbers, packed
+// A case's long list of numbers (a tensor's row: a million elements at a
+// real model's sizes) is one node, not one yaml-cpp node per element: those
+// cost ~500 bytes and ~2 us each to build, emit and parse, and a finding on
+// a 6M-element case took 7 GB and two minutes to store. A packed list is a
+// scalar tagged kPackedTag whose text is the items joined by ", ", exactly
+// what the flow sequence [a, b, ...] holds, so a corpus file is the same
+// text either way (emit_yaml writes it as that sequence, and the corpus
+// reader packs such sequences back, pack_flow_lists). Only items that YAML
+// writes plain are packed (numbers, .inf, .nan): text_list falls back to a
+// sequence for any other.
+inline constexpr const char* kPackedTag = "!kprop/list";
+// Lists shorter than this stay sequences (a short list costs little).
+inline constexpr size_t kPackMin = 16;
+
+bool is_packed(const YAML::Node& n);
+// A sequence or a packed list.
+bool is_list(const YAML::Node& n);
+// Items of a list (0 for anything else).
+size_t list_size(const YAML::Node& n);
+// Whether YAML writes this item plain inside a flow sequence, so that a
+// packed list round-trips: a number's text, .inf, .nan.
+bool packable(std::string_view item);
+// A list of `count` scalars, item i's text text(i): packed when long and
+// every item packable, else a flow sequence.
+YAML::Node text_list(size_t count, const std::function<std::string(size_t)>& text);
+
+// One item of a list as for_each_item gives it: a scalar's text, or (in a
+// sequence) a nested node.
+struct Item {
+  size_t index = 0;
+  bool scalar = false;
+  std::string_view text;             // the scalar's text ("" for a non-scalar)
+  const YAML::Node* node = nullptr;  // the sequence's node (null in a packed list)
+  int line = 0, column = 0;          // 1-based; 0 where unknown
+  [[noreturn]] void fail(const std::string& message) const;
+};
+// A node as an Item (a scalar's text and its place), for code that reads a
+// single number as it reads a list's.
+Item as_item(const YAML::Node& n);
+// Calls fn for each item of a list node (a sequence or a packed list), in order.
+void for_each_item(const YAML::Node& list, const std::function<void(const Item&)>& fn);
+// A copy of the tree with every packed list a sequence of scalars (for code
+// that edits a case's numbers in place: the search).
+YAML::Node unpacked(const YAML::Node& tree);
+// The same text with each one-line flow sequence of kPackMin or more
+// packable items written as a packed list (`[1, 2]` -> `!kprop/list '1, 2'`),
+// so that loading it builds one node per list. Lists inside quoted or block
+// scalars and comments are left as they are; text this scanner does not
+// follow (complex keys, a flow collection opening a line) is returned as it
+// is. Marks: a packed list's node sits at its `[`, and for_each_item gives
+// each item its own column; other nodes on that line after it shift right.
+std::string pack_flow_lists(const std::string& text);
+
+// A scalar's text as yaml-cpp's as<double>() / as<int64_t>() read it
+// (nullopt where they throw), without building a node for the common case.
+std::optional<double> yaml_real(std::string_view text);
+std::optional<long long> yaml_integer(std::string_view text);
+
 template <typename T>
 std::vector<T> read_list(const YAML::Node& map, const char* key) {
   const YAML::Node n = map[key];
-  if (!n || !n.IsSequence()) fail(n ? n : map, std::string("'") + key + "' must be a list");
+  if (!n || !is_list(n)) fail(n ? n : map, std::string("'") + key + "' must be a list");
   std::vector<T> out;
-  for (const auto& x : n) {
+  for_each_item(n, [&](const Item& x) {
     try {
-      out.push_back(x.as<T>());
+      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+        const std::optional<long long> v = x.scalar ? yaml_integer(x.text) : std::nullopt;
+        if (!v || *v < static_cast<long long>(std::numeric_limits<T>::min()) ||
+            (*v > 0 && static_cast<unsigned long long>(*v) > std::numeric_limits<T>::max()))
+          throw YAML::TypedBadConversion<T>(YAML::Mark::null_mark());
+        out.push_back(static_cast<T>(*v));
+      } else if (x.node) {
+        out.push_back(x.node->as<T>());
+      } else {
+        out.push_back(YAML::Node(std::string(x.text)).as<T>());
+      }
     } catch (const YAML::Exception&) {
-      fail(x, std::string("'") + key + "' has an element of the wrong type");
+      x.fail(std::string("'") + key + "' has an element of the wrong type");
     }
-  }
+  });
   return out;
 }
 
 template <typename T>
 YAML::Node list(const std::vector<T>& values) {
-  YAML::Node n(YAML::NodeType::Sequence);
-  for (const auto& v : values) n.push_back(v);
-  return n;
+  if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+    return text_list(values.size(), [&](size_t i) {
+      if constexpr (std::is_integral_v<T>)
+        return std::to_string(values[i]);  // yaml-cpp's text for an integer
+      else
+        return YAML::Node(values[i]).Scalar();
+    });
+  } else {
+    YAML::Node n(YAML::NodeType::Sequence);
+    for (const auto& v : values) n.push_back(v);
+    return n;
+  }
 }
 
 // A double as the shortest text that reads back bit-exactly (inf/nan as YAML's .inf/.nan).

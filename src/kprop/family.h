@@ -58,6 +58,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -173,6 +174,10 @@ std::string outside_real_range(const Values& domain, const std::string& key, dou
 std::string outside_choices(const Values& domain, const std::string& key, const std::string& v);
 // The first non-empty message, or "".
 std::string first_problem(std::initializer_list<std::string> problems);
+
+// A hash of a case's YAML tree (FNV-1a over its scalars and its shape; a
+// packed list as the sequence it stands for): FamilyDef::content_hash.
+uint64_t tree_hash(const YAML::Node& tree);
 
 // The memory of a case (Traits::max_case_bytes): bytes, the dims that give
 // them ("B 2 x Hq 9 x Nq 40 x Nk 40 x D 24") and the domain keys that drive
@@ -787,25 +792,7 @@ class FamilyDef : public Family {
   // Traits::content_hash, over exactly what its corpus files keep.
   uint64_t content_hash(const AnyCase& c) const {
     if constexpr (HasContentHash<Traits>) return Traits::content_hash(unbox(c));
-    uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a over the scalars and the tree's shape
-    auto bytes = [&h](const std::string& s) {
-      for (const char ch : s) h = (h ^ uint8_t(ch)) * 0x100000001b3ULL;
-      h = (h ^ 0xffu) * 0x100000001b3ULL;
-    };
-    auto walk = [&](const YAML::Node& n, auto&& self) -> void {
-      if (n.IsScalar()) return bytes(n.Scalar());
-      bytes(n.IsMap() ? "{" : "[");
-      for (auto it = n.begin(); it != n.end(); ++it) {
-        if (n.IsMap()) {
-          self(it->first, self);
-          self(it->second, self);
-        } else {
-          self(*it, self);
-        }
-      }
-    };
-    walk(to_yaml(c), walk);
-    return rng::mix(h);
+    return tree_hash(to_yaml(c));
   }
 
   static AnyCase box(Case c) { return std::make_shared<const Case>(std::move(c)); }

@@ -131,6 +131,25 @@ TEST(Cli, DomainOverrideErrorsPointIntoTheOption) {
   EXPECT_EQ(not_map.code, 2) << not_map.out;
   EXPECT_NE(not_map.out.find("--domain:1:1: expected a map of domain keys"), std::string::npos)
       << not_map.out;
+  // --domain is the selected profile's: profile gpu's memory budget does
+  // not refuse what it makes of --profile large (it refused it before), and
+  // a budget or a domain check it breaks in the selected spec points into it.
+  const CliRun large =
+      run("--spec " + attention +
+          " --no-corpus --trials 1 --seed 3 --profile large --domain '{nq: {one_of: [4096]}}'");
+  EXPECT_EQ(large.code, 0) << large.out;
+  const CliRun gpu =
+      run("--spec " + attention + " --no-corpus --trials 1 --profile gpu --domain '{nq: [1, 4096]}'");
+  EXPECT_EQ(gpu.code, 2) << gpu.out;
+  EXPECT_NE(gpu.out.find("--domain:1:1: the largest case of this domain (profile gpu) needs"),
+            std::string::npos)
+      << gpu.out;
+  const CliRun tokens =
+      run("--spec " + std::string(KPROP_SOURCE_DIR) +
+          "/specs/kvcache.yaml --no-corpus --domain '{batch: [1, 64], prompt_len: [1, 1048576]}'");
+  EXPECT_EQ(tokens.code, 2) << tokens.out;
+  EXPECT_NE(tokens.out.find("--domain:1:1: the largest case of this domain holds batch"), std::string::npos)
+      << tokens.out;
   // An empty map overrides nothing: the run is the spec's own.
   const CliRun empty = run("--spec " + kSpec + " --no-corpus --trials 5 --seed 3 --domain '{}'");
   const CliRun plain = run("--spec " + kSpec + " --no-corpus --trials 5 --seed 3");
