@@ -57,7 +57,9 @@ void Write(benchmark::State& state, bool packed) {
 void Read(benchmark::State& state, bool packed) {
   const std::string text = kprop::emit_yaml(Traits::to_yaml(make_case(static_cast<int>(state.range(0)))));
   for (auto _ : state) {
-    const YAML::Node tree = YAML::Load(packed ? kprop::case_yaml::pack_flow_lists(text) : text);
+    const YAML::Node tree =
+        packed ? kprop::case_yaml::load_packed(text, [](const std::string& t) { return YAML::Load(t); })
+               : YAML::Load(text);
     const Case back = Traits::from_yaml(tree);
     benchmark::DoNotOptimize(back.x.data());
   }

@@ -230,28 +230,39 @@ YAML::Node unpacked(const YAML::Node& tree) {
   return YAML::Clone(tree);
 }
 
-std::string pack_flow_lists(const std::string& text) {
+std::string pack_flow_lists(const std::string& text, std::vector<size_t>* at) {
   std::string out;
   size_t copied = 0;  // text[0, copied) is in out
   bool in_double = false, in_single = false;
   int depth = 0;          // open flow collections (not packed)
   int block_indent = -1;  // in a block scalar: the lines indented more than this
+  int plain_indent =
+      -1;  // a plain value went on past its line: the lines indented more than this go on with it
   // Where a node may start: after "- ", ": ", and in a flow collection
   // after its opening bracket or a comma (which a line break may follow).
   bool at_start = false;
   const size_t n = text.size();
+  // UTF-16 or UTF-32 (a byte-order mark, NUL bytes): yaml-cpp converts it,
+  // and no offset here would be its position.
+  if (text.rfind("\xFE\xFF", 0) == 0 || text.rfind("\xFF\xFE", 0) == 0 ||
+      text.find('\0') != std::string::npos)
+    return text;
   for (size_t pos = 0; pos < n;) {
-    const size_t eol = std::min(text.find('\n', pos), n);
+    const size_t next = std::min(text.find('\n', pos), n) + 1;
+    size_t eol = next - 1;
+    if (eol > pos && text[eol - 1] == '\r') --eol;  // CRLF
     size_t i = pos;
     while (i < eol && text[i] == ' ') ++i;
     const int indent = static_cast<int>(i - pos);
-    if (block_indent >= 0) {
-      if (i == eol || indent > block_indent) {
-        pos = eol + 1;
+    if (block_indent >= 0 || plain_indent >= 0) {
+      const int over = std::max(block_indent, plain_indent);
+      if (i == eol || indent > over) {  // blank, or more of the scalar
+        pos = next;
         continue;
       }
-      block_indent = -1;
+      block_indent = plain_indent = -1;
     }
+    bool in_plain = false;  // in a plain value of block context
     if (in_double || in_single || depth > 0) {
       i = pos;
     } else {
@@ -265,6 +276,7 @@ std::string pack_flow_lists(const std::string& text) {
         return text;  // a flow collection or a complex key opening a line, a directive: not followed
       at_start = entry || (i < eol && (text[i] == '"' || text[i] == '\''));  // an entry, or a quoted key
     }
+    bool decorated = false;  // a tag or an anchor stands before the node
     for (; i < eol; ++i) {
       const char c = text[i];
       if (in_double) {
@@ -283,8 +295,11 @@ std::string pack_flow_lists(const std::string& text) {
         }
         continue;
       }
-      if (c == ' ' || c == '\t' || c == '\r') continue;
-      if (c == '#' && (i == pos || text[i - 1] == ' ' || text[i - 1] == '\t')) break;  // a comment
+      if (c == ' ' || c == '\t') continue;
+      if (c == '#' && (i == pos || text[i - 1] == ' ' || text[i - 1] == '\t')) {  // a comment
+        in_plain = false;
+        break;
+      }
       if (depth > 0 && (c == ']' || c == '}')) {
         --depth;
         at_start = false;
@@ -292,10 +307,13 @@ std::string pack_flow_lists(const std::string& text) {
       }
       if (at_start) {
         if (c == '!' || c == '&') {  // a tag or an anchor: the node follows
+          decorated = true;
           while (i + 1 < eol && text[i + 1] != ' ') ++i;
           continue;
         }
         at_start = false;
+        const bool bare = !decorated;
+        decorated = false;
         if (c == '"') {
           in_double = true;
           continue;
@@ -319,18 +337,20 @@ std::string pack_flow_lists(const std::string& text) {
         if (c == '[') {
           size_t close = i + 1;
           while (close < eol && list_char(text[close])) ++close;
-          if (close < eol && text[close] == ']') {
+          if (bare && close < eol && text[close] == ']') {
             const std::string_view body(text.data() + i + 1, close - i - 1);
             size_t count = 0;
             bool ok = true;
             split_items(body, [&](std::string_view item, size_t) { ok = ok && packable(item), ++count; });
             if (ok && count >= kPackMin) {
+              // '[a, b]' -> "'a, b'": the same length, so every mark of
+              // the document stays where it was.
               out.append(text, copied, i - copied);
-              out += kPackedTag;
-              out += " '";
+              out += '\'';
               out += body;
               out += '\'';
               copied = close + 1;
+              if (at) at->push_back(i);
               i = close;
               continue;
             }
@@ -339,25 +359,57 @@ std::string pack_flow_lists(const std::string& text) {
           at_start = true;
           continue;
         }
-        // a plain scalar starts here
+        in_plain = depth == 0;  // a plain scalar starts here
       }
       if (c == ',' && depth > 0) {
         at_start = true;
       } else if (c == ':') {
-        const char next = i + 1 < eol ? text[i + 1] : ' ';
-        if (next == ' ' || next == '\t' || next == '\r' ||
-            (depth > 0 && (next == ',' || next == ']' || next == '}')))
+        const char after = i + 1 < eol ? text[i + 1] : ' ';
+        if (after == ' ' || after == '\t' || (depth > 0 && (after == ',' || after == ']' || after == '}'))) {
           at_start = true;
+          in_plain = false;
+        }
       }
     }
     // A flow collection going on past the line keeps its position: after a
     // comma the next node starts on the next line.
     if (depth == 0) at_start = false;
-    pos = eol + 1;
+    if (in_plain && !in_double && !in_single && depth == 0) plain_indent = indent;
+    pos = next;
   }
   if (copied == 0) return text;
   out.append(text, copied, std::string::npos);
   return out;
+}
+
+YAML::Node load_packed(const std::string& text, const std::function<YAML::Node(const std::string&)>& load) {
+  std::vector<size_t> at;
+  YAML::Node root = load(pack_flow_lists(text, &at));
+  if (at.empty()) return root;
+  // (yaml-cpp's positions count bytes, CRs included, after a UTF-8 byte-order mark.)
+  const size_t bom = text.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0;
+  // The single-quoted scalars where a packed list's `[` was are packed lists.
+  walk_tree(root, [&](const YAML::Node& n) {
+    if (n.IsScalar() && n.Tag() == "!" &&
+        std::binary_search(at.begin(), at.end(), static_cast<size_t>(n.Mark().pos) + bom)) {
+      YAML::Node list = n;
+      list.SetTag(kPackedTag);
+    }
+    return !n.IsScalar();
+  });
+  return root;
+}
+
+void walk_tree(const YAML::Node& tree, const std::function<bool(const YAML::Node&)>& fn) {
+  if (!fn(tree) || tree.IsScalar()) return;
+  for (auto it = tree.begin(); it != tree.end(); ++it) {
+    if (tree.IsMap()) {
+      walk_tree(it->first, fn);
+      walk_tree(it->second, fn);
+    } else {
+      walk_tree(*it, fn);
+    }
+  }
 }
 
 std::optional<double> yaml_real(std::string_view t) {

@@ -52,14 +52,14 @@ bool is_flat_map(const YAML::Node& n) {
 struct PackedLists {
   std::string word = fmt::format("{:016x}", std::random_device{}() * 0x9e3779b97f4a7c15ULL ^
                                                 static_cast<uint64_t>(std::random_device{}()));
-  std::vector<const std::string*> texts;
+  std::vector<YAML::Node> lists;
   std::string placeholder(size_t i) const { return fmt::format("kprop_packed_{}_{}", i, word); }
 };
 
 void emit(YAML::Emitter& out, const YAML::Node& n, bool top, PackedLists& packed) {
   if (case_yaml::is_packed(n)) {
-    out << packed.placeholder(packed.texts.size());
-    packed.texts.push_back(&n.Scalar());
+    out << packed.placeholder(packed.lists.size());
+    packed.lists.push_back(n);
   } else if (n.IsScalar()) {
     out << n.Scalar();
   } else if (n.IsNull() || !n.IsDefined()) {
@@ -87,17 +87,22 @@ std::string emit_yaml(const YAML::Node& node) {
   PackedLists packed;
   emit(out, node, true, packed);
   std::string text = out.c_str();
-  if (!packed.texts.empty()) {
+  if (!packed.lists.empty()) {
     std::string whole;
     size_t from = 0;
-    for (size_t i = 0; i < packed.texts.size(); ++i) {
+    for (size_t i = 0; i < packed.lists.size(); ++i) {
       const std::string word = packed.placeholder(i);
       const size_t at = text.find(word, from);
       if (at == std::string::npos)
         throw std::logic_error("emit_yaml: a packed list's placeholder was not written");
       whole.append(text, from, at - from);
+      // Its items as the emitter writes a sequence's, ", " between them
+      // whatever spacing a hand-edited file had: the case's text and hash.
       whole += '[';
-      whole += *packed.texts[i];
+      case_yaml::for_each_item(packed.lists[i], [&](const case_yaml::Item& x) {
+        if (x.index) whole += ", ";
+        whole += x.text;
+      });
       whole += ']';
       from = at + word.size();
     }
@@ -251,7 +256,8 @@ std::string write_entry(const std::string& dir, const CorpusEntry& entry, bool* 
       std::ifstream in(path, std::ios::binary);
       std::stringstream old_text;
       old_text << in.rdbuf();
-      const YAML::Node old = YAML::Load(case_yaml::pack_flow_lists(old_text.str()));
+      const YAML::Node old =
+          case_yaml::load_packed(old_text.str(), [](const std::string& t) { return YAML::Load(t); });
       whole = old.IsMap() && old["case"] && case_hash(old["case"]) == path.stem().string();
     } catch (const std::exception&) {
     }
@@ -316,8 +322,9 @@ CorpusEntry read_entry(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   // A long list of numbers loads as one packed node (kprop/case_yaml.h).
-  YAML::Node root =
-      load_one_document(case_yaml::pack_flow_lists(text.str()), path, "corrupt corpus file", "a corpus file");
+  YAML::Node root = case_yaml::load_packed(text.str(), [&](const std::string& t) {
+    return load_one_document(t, path, "corrupt corpus file", "a corpus file");
+  });
   auto where = [&](const YAML::Node& n) -> Mark {
     const YAML::Mark m = n.Mark();
     return m.is_null() ? Mark{path, 0, 0} : Mark{path, m.line + 1, m.column + 1};
@@ -352,7 +359,7 @@ CorpusEntry read_entry(const std::string& path) {
       if (required) throw InputError(where(root), std::string("corrupt corpus file: missing '") + key + "'");
       return "";
     }
-    if (!n.IsScalar())
+    if (!n.IsScalar() || case_yaml::is_packed(n))
       throw InputError(where(n), std::string("corrupt corpus file: '") + key + "' must be a scalar");
     return n.Scalar();
   };
@@ -382,7 +389,8 @@ CorpusEntry read_entry(const std::string& path) {
       throw InputError(where(also), "corrupt corpus file: also_found_against must be a list");
     for (const auto& item : also) {
       if (!item.IsMap() || !item["found_against"] || !item["invariant"] ||
-          !item["found_against"].IsScalar() || !item["invariant"].IsScalar())
+          !item["found_against"].IsScalar() || !item["invariant"].IsScalar() ||
+          case_yaml::is_packed(item["found_against"]) || case_yaml::is_packed(item["invariant"]))
         throw InputError(where(item),
                          "corrupt corpus file: also_found_against entries need found_against and invariant");
       e.also.push_back({item["found_against"].Scalar(), item["invariant"].Scalar()});

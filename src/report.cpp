@@ -184,6 +184,12 @@ std::string finding_text(const Finding& f, const std::string& target) {
 }
 
 // --mutants --stats: trials to kill per mutant (rows) and invariant (columns).
+// Why --domain did not reach the profile a mutant ran under ("" if it did).
+std::string domain_dropped(const Spec& spec, const MutantRow& row) {
+  const auto own = spec.mutant_profiles.find(row.mutant);
+  return own == spec.mutant_profiles.end() ? "" : own->second->domain_dropped;
+}
+
 std::string kill_matrix_text(const std::vector<MutantRow>& rows) {
   const KillMatrix m = kill_matrix(rows);
   if (m.invariants.empty()) return "";
@@ -363,6 +369,9 @@ class TextReporter final : public Reporter {
       // codec at fault, or state outside the case) says so under its row.
       if (by && by->counterexample)
         if (const std::string w = replay_warning(*by->counterexample); !w.empty()) out += "    " + w + "\n";
+      if (const std::string why = domain_dropped(spec, row); !why.empty())
+        out += fmt::format("    ran under profile {}'s domain as written: --domain does not fit it ({})\n",
+                           row.report.profile, why);
     }
     if (stats_) out += kill_matrix_text(rows);
     const int code = mutants_exit_code(rows);
@@ -561,6 +570,8 @@ class JsonReporter final : public Reporter {
                               {"verdict", mutant_verdict(row)},
                               {"killed_by", row.killed_by},
                               {"run", to_json(row.report)}});
+      if (const std::string why = domain_dropped(spec, row); !why.empty())
+        j["mutants"].back()["domain_dropped"] = why;
     }
     j["all_killed"] = all;
     j["skipped"] = mutants_skipped(rows);  // no mutant could run here

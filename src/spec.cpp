@@ -865,12 +865,15 @@ Spec parse_spec(const std::string& text, const std::string& path, const std::str
   auto load = [&](const std::string& name) {
     if (name == profile || loader.cli_domain.IsNull()) return loader.load(root, name);
     try {
-      return loader.load(root, name);
-    } catch (const InputError&) {
+      Spec with = loader.load(root, name);
+      with.domain_overrides = domain_overrides;
+      return with;
+    } catch (const InputError& e) {
       const YAML::Node option = loader.cli_domain;
       loader.cli_domain = YAML::Node();
       try {
         Spec as_written = loader.load(root, name);
+        as_written.domain_dropped = e.what();
         loader.cli_domain = option;
         return as_written;
       } catch (...) {
@@ -1012,23 +1015,19 @@ uint64_t tree_hash(const YAML::Node& tree) {
     for (const char ch : s) h = (h ^ uint8_t(ch)) * 0x100000001b3ULL;
     h = (h ^ 0xffu) * 0x100000001b3ULL;
   };
-  auto walk = [&](const YAML::Node& n, auto&& self) -> void {
-    if (case_yaml::is_packed(n)) {
+  case_yaml::walk_tree(tree, [&](const YAML::Node& n) {
+    if (case_yaml::is_packed(n)) {  // as the sequence it stands for
       bytes("[");
-      return case_yaml::for_each_item(n, [&](const case_yaml::Item& x) { bytes(x.text); });
+      case_yaml::for_each_item(n, [&](const case_yaml::Item& x) { bytes(x.text); });
+      return false;
     }
-    if (n.IsScalar()) return bytes(n.Scalar());
+    if (n.IsScalar()) {
+      bytes(n.Scalar());
+      return false;
+    }
     bytes(n.IsMap() ? "{" : "[");
-    for (auto it = n.begin(); it != n.end(); ++it) {
-      if (n.IsMap()) {
-        self(it->first, self);
-        self(it->second, self);
-      } else {
-        self(*it, self);
-      }
-    }
-  };
-  walk(tree, walk);
+    return true;
+  });
   return rng::mix(h);
 }
 

@@ -12,10 +12,14 @@
 
 #include "kprop/case_yaml.h"
 #include "kprop/half.h"
+#include "kprop/rng.h"
 
 namespace kprop::softmax_topk {
 
-namespace {}
+namespace {
+// Rows longer than this draw their values in bulk (Traits::build).
+constexpr int kBulkVocab = 4096;
+}  // namespace
 
 Schema Traits::domain_schema() {
   return {
@@ -102,21 +106,34 @@ Case Traits::build(Draw& draw, const Values& domain) {
     double rate = 0;
     if (draw.chance(0.5)) rate = draw.chance(0.15) ? 1.0 : draw.any(inf_rate);
     const bool ascending = draw.chance(0.2);
+    // A row past kBulkVocab logits takes its values from counter-based
+    // streams under one drawn seed: a draw per logit costs the generator
+    // ~300 bytes (RapidCheck keeps each for shrinking), 6x the case itself
+    // at a 256k vocabulary (bench/case_memory.py). Shorter rows draw each
+    // value, so that RapidCheck and the fuzzer shape them one by one.
+    const bool bulk = v > kBulkVocab;
+    const uint64_t seed = bulk ? uint64_t(draw.any(IntRange{1, int64_t(1) << 40})) : 0;
+    auto pick = [&](uint64_t stream, size_t i, IntRange range) {
+      if (!bulk) return draw.any(range);
+      return range.lo +
+             static_cast<int64_t>(rng::hash(seed, stream, i) % static_cast<uint64_t>(range.count()));
+    };
     std::vector<double> row;
     for (int i = 0; i < v; ++i) {
-      const int64_t q = draw.any(IntRange{0, levels_here - 1}) - levels_here / 2;
+      const int64_t q = pick(1, size_t(i), IntRange{0, levels_here - 1}) - levels_here / 2;
       if (fine)
-        row.push_back(std::ldexp(static_cast<double>((offset + q) * (int64_t{1} << 29) +
-                                                     (offset + q == 0 ? 0 : draw.any(IntRange{-3, 3}))),
-                                 e - 29));
+        row.push_back(
+            std::ldexp(static_cast<double>((offset + q) * (int64_t{1} << 29) +
+                                           (offset + q == 0 ? 0 : pick(2, size_t(i), IntRange{-3, 3}))),
+                       e - 29));
       else
         row.push_back(std::ldexp(static_cast<double>(offset + q), e));
     }
     if (is_half(c.dtype))
       for (double& x : row) x = round_to(c.dtype, std::clamp(x, -top, top));
     if (ascending) std::sort(row.begin(), row.end());
-    for (double& x : row)
-      if (rate > 0 && draw.chance(rate)) x = kNegInf;
+    for (size_t i = 0; i < row.size(); ++i)
+      if (rate > 0 && (bulk ? rng::uniform(seed, 3, i) < rate : draw.chance(rate))) row[i] = kNegInf;
     c.logits.insert(c.logits.end(), row.begin(), row.end());
   }
   return c;
@@ -318,9 +335,12 @@ std::string Traits::in_domain(const Case& c, const Values& d) {
 
 namespace {
 // Bytes of one trial: the logits, three results of K ≤ V probabilities and
-// indices (target, reference, the K = V full sort), and two softmax rows.
+// indices (target, reference, the K = V full sort), the implementation
+// running (its logits, probabilities and indices in its dtype: ≤ 24 bytes a
+// logit), and two softmax rows. bench/case_memory.py measures the peak
+// against this: 38 MB of 45 at rows 2 x V 262144, fused.
 double softmax_bytes(double rows, double vocab) {
-  return 8 * rows * vocab + 3 * 16 * rows * vocab + 2 * 8 * vocab;
+  return 8 * rows * vocab + 3 * 16 * rows * vocab + 24 * rows * vocab + 2 * 8 * vocab;
 }
 }  // namespace
 

@@ -53,7 +53,7 @@ T read_or(const YAML::Node& map, const char* key, T fallback) {
 // scalar tagged kPackedTag whose text is the items joined by ", ", exactly
 // what the flow sequence [a, b, ...] holds, so a corpus file is the same
 // text either way (emit_yaml writes it as that sequence, and the corpus
-// reader packs such sequences back, pack_flow_lists). Only items that YAML
+// reader packs such sequences back, load_packed). Only items that YAML
 // writes plain are packed (numbers, .inf, .nan): text_list falls back to a
 // sequence for any other.
 inline constexpr const char* kPackedTag = "!kprop/list";
@@ -87,17 +87,23 @@ struct Item {
 Item as_item(const YAML::Node& n);
 // Calls fn for each item of a list node (a sequence or a packed list), in order.
 void for_each_item(const YAML::Node& list, const std::function<void(const Item&)>& fn);
+// Calls fn on each node of the tree, a parent before its children and a
+// map's key before its value; fn returning false skips the node's children.
+void walk_tree(const YAML::Node& tree, const std::function<bool(const YAML::Node&)>& fn);
 // A copy of the tree with every packed list a sequence of scalars (for code
 // that edits a case's numbers in place: the search).
 YAML::Node unpacked(const YAML::Node& tree);
-// The same text with each one-line flow sequence of kPackMin or more
-// packable items written as a packed list (`[1, 2]` -> `!kprop/list '1, 2'`),
-// so that loading it builds one node per list. Lists inside quoted or block
-// scalars and comments are left as they are; text this scanner does not
-// follow (complex keys, a flow collection opening a line) is returned as it
-// is. Marks: a packed list's node sits at its `[`, and for_each_item gives
-// each item its own column; other nodes on that line after it shift right.
-std::string pack_flow_lists(const std::string& text);
+// A YAML document's text loaded by `load` (YAML::Load, load_one_document)
+// with each one-line flow sequence of kPackMin or more packable items a
+// packed list, built as one node (the corpus reader). Lists inside quoted,
+// block and multi-line plain scalars and comments are left as they are, as
+// is one after a tag or an anchor; text this scanner does not follow
+// (complex keys, a flow collection opening a line) loads unpacked. Every
+// mark stays where it was, and for_each_item gives each item its column.
+YAML::Node load_packed(const std::string& text, const std::function<YAML::Node(const std::string&)>& load);
+// The text load_packed parses: each such list `[a, b]` written `'a, b'`
+// (the same length), the offset of each one's `[` added to `at`.
+std::string pack_flow_lists(const std::string& text, std::vector<size_t>* at = nullptr);
 
 // A scalar's text as yaml-cpp's as<double>() / as<int64_t>() read it
 // (nullopt where they throw), without building a node for the common case.

@@ -11,6 +11,8 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <initializer_list>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,15 +21,38 @@
 
 namespace kprop {
 
-// A named output as flat doubles (ints widened exactly).
-struct OutputView {
+// A named output as flat doubles: a view of a result's own doubles (no
+// copy: at a real model's sizes the copies of both runs' outputs were a
+// quarter of a case's peak memory), or ints widened exactly into its own.
+class OutputView {
+ public:
+  OutputView(std::string name, const std::vector<double>& values) : name(std::move(name)), values(values) {}
+  OutputView(std::string name, std::vector<double>&& widened)
+      : name(std::move(name)), owned_(std::move(widened)), values(owned_) {}
+  OutputView(std::string name, std::initializer_list<double> widened)
+      : OutputView(std::move(name), std::vector<double>(widened)) {}
+  OutputView(const OutputView& o)
+      : name(o.name), owned_(o.owned_), values(o.owns() ? std::span<const double>(owned_) : o.values) {}
+  OutputView(OutputView&& o) noexcept
+      : name(std::move(o.name)),
+        owned_(std::move(o.owned_)),
+        values(o.values) {}  // (a moved vector keeps its buffer)
+  OutputView& operator=(const OutputView&) = delete;
+  OutputView& operator=(OutputView&&) = delete;
+
   std::string name;
-  std::vector<double> values;
+
+ private:
+  bool owns() const { return !owned_.empty() && values.data() == owned_.data(); }
+  std::vector<double> owned_;
+
+ public:
+  std::span<const double> values;
 };
 
 namespace detail {
 // First index where a and b differ bitwise (NaN payloads and -0 included), or -1.
-inline int64_t first_bit_difference(const std::vector<double>& a, const std::vector<double>& b) {
+inline int64_t first_bit_difference(std::span<const double> a, std::span<const double> b) {
   if (a.size() != b.size()) return 0;
   for (size_t i = 0; i < a.size(); ++i)
     if (std::memcmp(&a[i], &b[i], sizeof(double)) != 0) return static_cast<int64_t>(i);
@@ -48,7 +73,8 @@ void register_deterministic(FamilyDef<Traits>& f, Outputs outputs) {
            return Verdict::not_applicable("target " + t.target_info().name +
                                           " is nondeterministic by design; checked within tolerance only");
          const std::vector<OutputView> first = outputs(t.target());
-         const std::vector<OutputView> second = outputs(t.run_target(t.input()));
+         const auto again = t.run_target(t.input());  // (the views of `second` read it)
+         const std::vector<OutputView> second = outputs(again);
          for (size_t k = 0; k < first.size() && k < second.size(); ++k) {
            const int64_t i = detail::first_bit_difference(first[k].values, second[k].values);
            if (i < 0) continue;

@@ -104,6 +104,10 @@ struct Spec {
   // prop_runner --domain: domain keys overridden for this run (a YAML map,
   // applied after the profile's), "" when none.
   std::string domain_overrides;
+  // A profile that --domain does not fit (its memory budget, a domain the
+  // family refuses) runs as written when it is not the selected one (a
+  // mutant's under --mutants): why, for the report; "" when it fits.
+  std::string domain_dropped;
   std::vector<std::string> profiles;
   std::map<std::string, int64_t> profile_case_mb;
   // Mutants whose bug only the sizes or values of a profile reach (a

@@ -23,7 +23,12 @@ using case_yaml::is_packed;
 using case_yaml::Item;
 using case_yaml::kPackMin;
 using case_yaml::pack_flow_lists;
+
 using case_yaml::text_list;
+
+YAML::Node load(const std::string& text) {
+  return case_yaml::load_packed(text, [](const std::string& t) { return YAML::Load(t); });
+}
 
 std::vector<std::string> texts(const YAML::Node& list) {
   std::vector<std::string> out;
@@ -77,7 +82,7 @@ TEST(PackedLists, AreWrittenAsTheSequenceTheyStandFor) {
     const std::string want = emit_yaml(tree(sequence(items)));
     EXPECT_EQ(emit_yaml(tree(packed)), want) << seed;
     // Read back, it packs again, to the same items and the same text.
-    const YAML::Node loaded = YAML::Load(pack_flow_lists(want));
+    const YAML::Node loaded = load(want);
     EXPECT_TRUE(is_packed(loaded["x"]));
     EXPECT_TRUE(is_packed(loaded["flat"]["b"]));
     EXPECT_TRUE(is_packed(loaded["rows"][2]));
@@ -113,8 +118,7 @@ TEST(PackedLists, LoadingPacksOnlyFlowListsOfNumbers) {
                            "multi: [1, 2, 3, 4, 5, 6, 7, 8,\n  9, 10, 11, 12, 13, 14, 15, 16]\n" +  //
                            "x: [" + ones + "]  # a comment\n" +                                     //
                            "nested: {a: [[" + ones + "], [" + ones + "]]}\n";
-  const std::string packed = pack_flow_lists(text);
-  const YAML::Node plain = YAML::Load(text), loaded = YAML::Load(packed);
+  const YAML::Node plain = YAML::Load(text), loaded = load(text);
   for (const char* key : {"message", "quoted", "plain", "block"})
     EXPECT_EQ(loaded[key].Scalar(), plain[key].Scalar());
   for (const char* key : {"short", "words", "multi"}) EXPECT_TRUE(loaded[key].IsSequence()) << key;
@@ -126,9 +130,44 @@ TEST(PackedLists, LoadingPacksOnlyFlowListsOfNumbers) {
   EXPECT_EQ(pack_flow_lists(top), top);
 }
 
+// Where packing would change what the text means, it does not pack.
+TEST(PackedLists, LoadingLeavesScalarsTagsAndAnchorsAlone) {
+  const std::string ones = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16";
+  for (const std::string& text : {
+           "message: hello\n  - [" + ones + "]\nx: 1\n",          // a plain value going on past its line
+           "- hello\n  - [" + ones + "]\n",                       // the same in a sequence
+           "b: |\r\n  a\r\n\r\n  x: [" + ones + "]\r\nc: 1\r\n",  // a block scalar with a blank CRLF line
+           "t: !!seq [" + ones + "]\n",                           // a tag of its own
+           "a: &g [" + ones + "]\nb: *g\n",                       // an anchor and its alias
+       }) {
+    const YAML::Node plain = YAML::Load(text), loaded = load(text);
+    EXPECT_EQ(emit_yaml(loaded), emit_yaml(plain)) << text;
+    for (auto it = loaded.begin(); loaded.IsMap() && it != loaded.end(); ++it)
+      EXPECT_FALSE(is_packed(it->second)) << text;
+  }
+  // A byte-order mark and CRLF line ends: still packed, in place.
+  const YAML::Node bom = load("\xEF\xBB\xBFx: [" + ones + "]\r\ny: [" + ones + "]\r\n");
+  EXPECT_TRUE(is_packed(bom["x"]));
+  EXPECT_TRUE(is_packed(bom["y"]));
+}
+
+// Spacing inside a hand-edited list is not part of the case: the same case
+// has one text and one hash.
+TEST(PackedLists, SpacingInsideAListDoesNotChangeTheCase) {
+  std::string tight = "x: [1";
+  std::string loose = "x: [ 1";
+  for (int i = 2; i <= 20; ++i) tight += "," + std::to_string(i), loose += " ,\t" + std::to_string(i);
+  tight += "]\n", loose += " ]\n";
+  const YAML::Node a = load(tight), b = load(loose);
+  ASSERT_TRUE(is_packed(a["x"]) && is_packed(b["x"]));
+  EXPECT_EQ(emit_yaml(a), emit_yaml(YAML::Load(tight)));
+  EXPECT_EQ(emit_yaml(a), emit_yaml(b));
+  EXPECT_EQ(case_hash(a), case_hash(b));
+}
+
 TEST(PackedLists, ItemsKeepTheirColumns) {
   const std::string line = "x: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 1.2.3]";
-  const YAML::Node doc = YAML::Load(pack_flow_lists("dtype: f32\n" + line + "\n"));
+  const YAML::Node doc = load("dtype: f32\n" + line + "\n");
   ASSERT_TRUE(is_packed(doc["x"]));
   try {
     case_yaml::read_real_list(doc["x"], "'x'");
@@ -136,6 +175,25 @@ TEST(PackedLists, ItemsKeepTheirColumns) {
   } catch (const CaseFormatError& e) {
     EXPECT_EQ(e.line, 2);
     EXPECT_EQ(e.col, static_cast<int>(line.find("1.2.3")) + 1);
+  }
+  // So does everything after a packed list on its line.
+  const std::string ones = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16";
+  const std::string two = "- {tokens: [" + ones + "], parents: [" + ones + ", x7]}";
+  const YAML::Node cycles = load("cycles:\n" + two + "\n");
+  ASSERT_TRUE(is_packed(cycles["cycles"][0]["tokens"]));
+  try {
+    case_yaml::read_real_list(cycles["cycles"][0]["parents"], "'parents'");
+    FAIL() << "x7 read as a number";
+  } catch (const CaseFormatError& e) {
+    EXPECT_EQ(e.line, 2);
+    EXPECT_EQ(e.col, static_cast<int>(two.find("x7")) + 1);
+  }
+  const std::string key = "- {tokens: [" + ones + "], parentz: [1]}";
+  const YAML::Node k = load("cycles:\n" + key + "\n");
+  for (auto it = k["cycles"][0].begin(); it != k["cycles"][0].end(); ++it) {
+    if (it->first.Scalar() == "parentz") {
+      EXPECT_EQ(it->first.Mark().column, static_cast<int>(key.find("parentz")));
+    }
   }
   // And a sequence's items theirs.
   const YAML::Node seq = YAML::Load("x:\n  - 1\n  - 1.2.3\n");

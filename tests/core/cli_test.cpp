@@ -150,6 +150,17 @@ TEST(Cli, DomainOverrideErrorsPointIntoTheOption) {
   EXPECT_EQ(tokens.code, 2) << tokens.out;
   EXPECT_NE(tokens.out.find("--domain:1:1: the largest case of this domain holds batch"), std::string::npos)
       << tokens.out;
+  // A mutant --mutants runs under a profile --domain does not fit runs there
+  // as written, and its row says so.
+  const CliRun mutants =
+      run("--spec " + std::string(KPROP_SOURCE_DIR) +
+          "/specs/beam.yaml --mutants --no-corpus --trials 5 --seed 1 --domain '{batch: [1, 64]}'");
+  EXPECT_EQ(mutants.code, 0) << mutants.out;
+  EXPECT_NE(mutants.out.find("token_ids_u16"), std::string::npos) << mutants.out;
+  EXPECT_NE(mutants.out.find("    ran under profile large's domain as written: --domain does not fit it "
+                             "(--domain:1:1: the largest case of this domain (profile large) needs"),
+            std::string::npos)
+      << mutants.out;
   // An empty map overrides nothing: the run is the spec's own.
   const CliRun empty = run("--spec " + kSpec + " --no-corpus --trials 5 --seed 3 --domain '{}'");
   const CliRun plain = run("--spec " + kSpec + " --no-corpus --trials 5 --seed 3");
