@@ -23,7 +23,7 @@ Schema policy_params() {
                       "absolute floor, in eps(dtype) × the case's first-order error scale")};
 }
 
-std::vector<Case> other_tilings(const Case& c) {
+std::vector<std::pair<int, int>> other_tilings(const Case& c) {
   const int nq = c.shape.nq, nk = c.shape.nk;
   const int bq = std::min(c.block_q, nq), bk = std::min(c.block_k, nk);
   std::vector<std::pair<int, int>> tiles = {{nq, nk}, {std::min(bk, nq), std::min(bq, nk)}};
@@ -31,15 +31,10 @@ std::vector<Case> other_tilings(const Case& c) {
   // A tiling whose last tiles are uneven where this one's are not (and back).
   auto uneven = [](int b, int n) { return b < n ? b + 1 : std::max(1, b - 1); };
   tiles.push_back({uneven(bq, nq), uneven(bk, nk)});
-  std::vector<Case> out;
+  std::vector<std::pair<int, int>> out;
   std::set<std::pair<int, int>> seen = {{bq, bk}};
-  for (auto [q, k] : tiles)
-    if (seen.insert({q, k}).second) {
-      Case t = c;
-      t.block_q = q;
-      t.block_k = k;
-      out.push_back(std::move(t));
-    }
+  for (const auto& tile : tiles)
+    if (seen.insert(tile).second) out.push_back(tile);
   return out;
 }
 

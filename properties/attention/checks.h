@@ -8,6 +8,7 @@
 #include <cmath>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/attention/attention.h"
@@ -20,9 +21,9 @@ namespace kprop::attention {
 // k (field::k) and floor_ulps of the tolerance policy (bounds.h).
 Schema policy_params();
 
-// Other tilings of the same case: one tile, unit tiles (small cases), Bq and
+// Other tilings (block_q, block_k) of the same case: one tile, unit tiles (small cases), Bq and
 // Bk swapped, and a tiling that does not divide N where this one does.
-std::vector<Case> other_tilings(const Case& c);
+std::vector<std::pair<int, int>> other_tilings(const Case& c);
 
 // Every key of (b, kv head) shifted by one vector, rounded to the dtype.
 Case keys_shifted(const Case& c);
@@ -86,11 +87,15 @@ template <typename Traits, typename Outputs>
 Verdict tilings_agree(Trial<Traits>& t, const typename Traits::Result& naive, const Scales& f, double k,
                       const Outputs& outputs) {
   const Case& c = t.input();
-  const std::vector<Case> others = other_tilings(c);
+  const std::vector<std::pair<int, int>> others = other_tilings(c);
   if (others.empty()) return Verdict::discard("Nq = Nk = 1: no other tiling");
   const auto& a = t.target();
   const auto& ref = t.reference();
-  for (const Case& other : others) {
+  for (const auto& [block_q, block_k] : others) {
+    // One copy of the case at a time (a tiling's case is the whole case).
+    Case other = c;
+    other.block_q = block_q;
+    other.block_k = block_k;
     const auto b = t.run_target(other);
     for (const auto& out : outputs) {
       const std::vector<double> floor = f.of(out.scale);

@@ -107,11 +107,15 @@ namespace {
 // Doubles held at once by one trial: the inputs (Q, K, V, dO), three results
 // (target, reference, naive: O or dQ of Q's size, LSE, dK, dV) and the four
 // Nq×Nk matrices the reference materializes; plus the boolean mask in bytes.
+// While a metamorphic relation or another tiling runs, also a derived case
+// (Q, K, V) and its result, and the implementation running: its Q, K, V and
+// output in its dtype (≤ 8 bytes), then its output widened: 5 Q-sized and 4
+// K-sized more. bench/case_memory.py measures the peak against this.
 double attention_bytes(double batch, double heads_kv, double group, double nq, double nk, double dim) {
   const double q = batch * heads_kv * group * nq * dim, kv = batch * heads_kv * nk * dim;
   const double scores = batch * heads_kv * group * nq * nk;
   return 8 * (2 * q + 2 * kv + 3 * (q + 2 * kv + batch * heads_kv * group * nq) + 4 * scores) +
-         batch * nq * nk;
+         8 * (5 * q + 4 * kv) + batch * nq * nk;
 }
 }  // namespace
 
