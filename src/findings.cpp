@@ -27,6 +27,7 @@
 #include "kprop/external.h"
 #include "kprop/jobs.h"
 #include "kprop/process.h"
+#include "kprop/report.h"
 #include "kprop/runner.h"
 #include "kprop/sanitizer.h"
 
@@ -180,16 +181,23 @@ bool g_worker = false;
     _exit(3);
   }
   fmt::print(stderr, "\nkprop: target '{}' {}; saving the case\n", ctx.target_name, why);
+  // The case is printed after it is stored, cut short where it is long (a
+  // real model's case is megabytes; the file holds it whole), and whole
+  // where it could not be stored.
+  std::string text;
   try {
     const CorpusEntry e = entry_for(ctx, *g_guard.input, "", why, found_by);
-    fmt::print(stderr, "kprop: case:\n{}", emit_yaml(e.case_node));
+    text = emit_yaml(e.case_node);
     const Stored s = store_entry(primary_dir(ctx), e, fallback_dir(ctx));
+    fmt::print(stderr, "kprop: case:\n{}", shown_case(text, s.path));
     if (!s.note.empty()) fmt::print(stderr, "kprop: {}\n", s.note);
     if (!s.path.empty())
       fmt::print(stderr, "kprop: saved {}\nkprop: replay: {}\n", s.path, replay_command(ctx, s.path, ""));
   } catch (const std::exception& e) {
+    if (!text.empty()) fmt::print(stderr, "kprop: case:\n{}", text);
     fmt::print(stderr, "kprop: could not save the case: {}\n", e.what());
   } catch (...) {
+    if (!text.empty()) fmt::print(stderr, "kprop: case:\n{}", text);
     fmt::print(stderr, "kprop: could not save the case\n");
   }
   std::fflush(stderr);
@@ -234,7 +242,8 @@ bool past(const CallDeadline& d) {
 }
 
 std::string hang_message(double timeout_s) {
-  return fmt::format("hung (a call ran past case_timeout_s = {:g} s)", timeout_s);
+  return fmt::format("hung (a call ran past case_timeout_s = {:g} s; --case-timeout S allows a slower case)",
+                     timeout_s);
 }
 
 void watchdog() {

@@ -1065,8 +1065,14 @@ TEST(Cli, ACaseThatOverrunsItsTimeoutIsSavedWhenItFinishesDuringTheSave) {
                        "--case-timeout 0.005 --trials 3 --jobs 1 --seed 1 --corpus " +
                        corpus.string());
   EXPECT_EQ(r.code, 3) << r.out.substr(0, 2000);
-  EXPECT_NE(r.out.find("hung (a call ran past case_timeout_s = 0.005 s)"), std::string::npos);
+  EXPECT_NE(
+      r.out.find("hung (a call ran past case_timeout_s = 0.005 s; --case-timeout S allows a slower case)"),
+      std::string::npos);
   EXPECT_EQ(kprop::list_corpus((corpus / "attention_fwd").string()).size(), 1u) << r.out.substr(0, 2000);
+  // The case, ~100 kB of text, is printed cut short: the file holds it.
+  EXPECT_NE(r.out.find("(cut short: the whole case is in " + corpus.string()), std::string::npos)
+      << r.out.substr(0, 2000);
+  EXPECT_LT(r.out.size(), 60000u);
   fs::remove_all(corpus);
 }
 
