@@ -13,8 +13,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstring>
+#include <fstream>
+#include <limits>
 #include <new>
 #include <stdexcept>
 #include <thread>
@@ -183,6 +186,30 @@ void on_stop(int) {
 
 int default_jobs() {
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+int default_jobs(double case_bytes, std::string* note) {
+  const int cores = default_jobs();
+  std::ifstream meminfo("/proc/meminfo");
+  double available = 0;
+  for (std::string key; meminfo >> key;) {
+    double kb = 0;
+    meminfo >> kb;
+    if (key == "MemAvailable:") {
+      available = kb * 1024;
+      break;
+    }
+    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  if (available <= 0 || case_bytes <= 0) return cores;
+  const int fit = static_cast<int>(std::clamp(std::floor(available / case_bytes), 1.0, double(cores)));
+  if (fit < cores && note)
+    *note = fmt::format(
+        "--jobs {} (of {} cores): each job holds its own case, the largest ~{:.0f} MB, and {:.0f} MB of "
+        "memory "
+        "is available; --jobs N overrides",
+        fit, cores, case_bytes / (1024.0 * 1024.0), available / (1024.0 * 1024.0));
+  return fit;
 }
 
 WorkerPool::WorkerPool(int jobs, int64_t count, int64_t window, const Setup& setup, const std::string& note)

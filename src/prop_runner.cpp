@@ -41,6 +41,7 @@ struct Config {
   std::optional<int64_t> trials;
   std::optional<double> time;
   std::optional<double> case_timeout;
+  int64_t max_case_mb = 0;    // --max-case-mb (0: the spec's)
   bool search = false;        // --search[=false]
   bool search_given = false;  // --search was given, true or false
   std::optional<int64_t> search_trials;
@@ -157,7 +158,8 @@ void refuse_unused(const Config& cfg, const char* mode, std::initializer_list<st
 
 int run_fuzz_mode(const Config& cfg, const std::string& corpus_root) {
   std::vector<Spec> specs;
-  for (const auto& path : cfg.specs) specs.push_back(load_spec(path, cfg.profile, cfg.domain));
+  for (const auto& path : cfg.specs)
+    specs.push_back(load_spec(path, cfg.profile, cfg.domain, cfg.max_case_mb));
   FuzzOptions o;
   o.target = cfg.target;
   for (const auto& spec : specs)
@@ -295,7 +297,7 @@ int run(const Config& cfg) {
     // --out never written, an invalid --shard passing with exit 0).
     refuse_unused(cfg, "--list", {}, "it lists and runs nothing");
     std::optional<Spec> spec;
-    if (!cfg.specs.empty()) spec = load_spec(cfg.specs[0], cfg.profile, cfg.domain);
+    if (!cfg.specs.empty()) spec = load_spec(cfg.specs[0], cfg.profile, cfg.domain, cfg.max_case_mb);
     const Spec* s = spec ? &*spec : nullptr;
     std::cout << (cfg.format == "json" ? list_json(s) : list_text(s));
     return 0;
@@ -380,7 +382,7 @@ int run(const Config& cfg) {
     throw InputError({}, "--output-coverage reports as text only (--format text)");
   if (cfg.fuzz) return run_fuzz_mode(cfg, corpus_root);
   if (cfg.specs.size() > 1) throw InputError({}, "several --spec are only accepted with --fuzz");
-  const Spec spec = load_spec(cfg.specs[0], cfg.profile, cfg.domain);
+  const Spec spec = load_spec(cfg.specs[0], cfg.profile, cfg.domain, cfg.max_case_mb);
   if (!cfg.fuzz_seeds.empty()) {
     const auto seed = parse_seed(cfg.seed);
     // Seed 0 means a fresh seed elsewhere; seed inputs are for a corpus, drawn reproducibly.
@@ -470,7 +472,18 @@ int run(const Config& cfg) {
                                  cfg.shard,
                                  options.seed ? "--seed 0 asks for a fresh seed each run"
                                               : "the spec's run.seed is 0, a fresh seed each run"));
-  options.jobs = cfg.jobs.value_or(default_jobs());
+  if (cfg.jobs) {
+    options.jobs = *cfg.jobs;
+  } else {
+    // The largest case of the run: --mutants runs some mutants under their profiles.
+    double largest = spec.family->max_case_bytes(spec.domain).bytes;
+    if (cfg.mutants)
+      for (const auto& [name, own] : spec.mutant_profiles)
+        largest = std::max(largest, own->family->max_case_bytes(own->domain).bytes);
+    std::string why;
+    options.jobs = default_jobs(largest, &why);
+    if (!why.empty()) fmt::print(stderr, "kprop: {}\n", why);
+  }
   options.replay_program = cfg.self;
   // Each finding's replay is re-run by this binary in a fresh process; of
   // the mutant table's (planted bugs, which it reports as kills) only those
@@ -621,6 +634,10 @@ int main(int argc, char** argv) {
   app.add_option("--case-timeout", cfg.case_timeout,
                  "seconds one target call may take before it counts as a hang (overrides run.case_timeout_s)")
       ->check(timeout);
+  app.add_option("--max-case-mb", cfg.max_case_mb,
+                 "memory one case may take on this machine, per job (overrides run.max_case_mb of the spec "
+                 "and its profiles; --list --spec shows the largest case's)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   auto* search_flag = app.add_flag(
       "--search", cfg.search,
       "after the random cases, hill-climb from those with the highest error/allowed ratio toward a "

@@ -266,6 +266,7 @@ class Loader {
 
   const std::string* text = nullptr;  // the spec's text, for positions inside expressions
   YAML::Node cli_domain;              // prop_runner --domain, over the domain (and the profile's)
+  int64_t cli_max_case_mb = 0;        // prop_runner --max-case-mb, over run.max_case_mb (0: none)
 
  private:
   std::string file_;
@@ -656,7 +657,7 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
   spec.run.max_discard_ratio = run.integer("max_discard_ratio");
   spec.run.case_timeout_s = run.real("case_timeout_s");
   spec.run.suppress_health_check = run.choices("suppress_health_check");
-  spec.run.max_case_mb = run.integer("max_case_mb");
+  spec.run.max_case_mb = cli_max_case_mb > 0 ? cli_max_case_mb : run.integer("max_case_mb");
   spec.run.search = run.boolean("search.enabled");
   spec.run.search_trials = run.integer("search.trials");
   spec.run.search_time_budget_s = run.real("search.time_budget_s");
@@ -687,7 +688,7 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
     if (mb > double(spec.run.max_case_mb)) {
       const std::string why = fmt::format(
           "the largest case of this domain{} needs ~{:.0f} MB ({}), over run.max_case_mb = {}; "
-          "narrow {} or raise run.max_case_mb",
+          "narrow {} or raise run.max_case_mb (--max-case-mb)",
           in_profile, std::ceil(mb), largest.dims, spec.run.max_case_mb, largest.keys);
       // Where the size comes from: --domain when it overrides the domain,
       // else the domain's keys (a declared op's `op.dims`).
@@ -850,12 +851,13 @@ YAML::Node cli_domain(const std::string& text, const YAML::Node& root, const std
 }  // namespace
 
 Spec parse_spec(const std::string& text, const std::string& path, const std::string& profile,
-                const std::string& domain_overrides) {
+                const std::string& domain_overrides, int64_t max_case_mb) {
   require_utf8(text, path);
   YAML::Node root = load_one_document(text, path, "invalid YAML", "a spec file");
   Loader loader(path);
   loader.text = &text;
   if (!domain_overrides.empty()) loader.cli_domain = cli_domain(domain_overrides, root, path);
+  loader.cli_max_case_mb = max_case_mb;
   // The base spec, then every profile: each is validated whichever is
   // selected, so a broken profile fails the spec's own checks. --domain is
   // the selected one's: another (the base under --profile, a profile whose
@@ -933,18 +935,19 @@ std::string renamed_spec_file(const std::string& path) {
   return "";
 }
 
-Spec load_spec(const std::string& path, const std::string& profile, const std::string& domain_overrides) {
+Spec load_spec(const std::string& path, const std::string& profile, const std::string& domain_overrides,
+               int64_t max_case_mb) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     if (const std::string renamed = renamed_spec_file(path); !renamed.empty()) {
       fmt::print(stderr, "kprop: note: spec {} is now {}; loading that\n", path, renamed);
-      return load_spec(renamed, profile, domain_overrides);
+      return load_spec(renamed, profile, domain_overrides, max_case_mb);
     }
     throw InputError({path, 0, 0}, "cannot read spec file");
   }
   std::stringstream text;
   text << in.rdbuf();
-  return parse_spec(text.str(), path, profile, domain_overrides);
+  return parse_spec(text.str(), path, profile, domain_overrides, max_case_mb);
 }
 
 namespace {
@@ -970,8 +973,9 @@ std::string check_case_budget(const Spec& spec, const AnyCase& c, const std::str
   if (const auto it = spec.profile_case_mb.find(found_in_profile); it != spec.profile_case_mb.end())
     budget = std::max(budget, it->second);
   if (mb <= double(budget)) return "";
-  return fmt::format("case needs ~{:.0f} MB ({}), over run.max_case_mb = {} of {}; raise run.max_case_mb",
-                     std::ceil(mb), spec.family->stats(c).summary, budget, spec.path);
+  return fmt::format(
+      "case needs ~{:.0f} MB ({}), over run.max_case_mb = {} of {}; raise run.max_case_mb (--max-case-mb)",
+      std::ceil(mb), spec.family->stats(c).summary, budget, spec.path);
 }
 
 std::string needs_choice(const Values& domain, const std::string& key, const std::string& choice,

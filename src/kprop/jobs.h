@@ -38,6 +38,11 @@ namespace kprop {
 
 // The default of --jobs for property runs: the hardware threads (at least 1).
 int default_jobs();
+// That default for a spec whose largest case needs `case_bytes` (per job:
+// each job holds its own case): no more jobs than the machine's available
+// memory holds such cases (MemAvailable, /proc/meminfo; at least 1). `note`
+// says why when it is fewer than the cores.
+int default_jobs(double case_bytes, std::string* note);
 
 class WorkerPool {
  public:

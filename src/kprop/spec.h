@@ -167,12 +167,14 @@ std::string renamed_spec_file(const std::string& path);
 // beside it, with a one-line note on stderr.
 // domain_overrides: a YAML map of domain keys that replace the spec's (and
 // the profile's) for this run, e.g. "{dtypes: [f32]}"; errors in it name
-// "--domain".
+// "--domain". max_case_mb (prop_runner --max-case-mb; 0: the spec's)
+// replaces run.max_case_mb of the spec and every profile: the memory one
+// case may take on this machine.
 Spec load_spec(const std::string& path, const std::string& profile = "",
-               const std::string& domain_overrides = "");
+               const std::string& domain_overrides = "", int64_t max_case_mb = 0);
 // Same, from text (tests, the spec-loader fuzzer); `path` names it in errors.
 Spec parse_spec(const std::string& text, const std::string& path, const std::string& profile = "",
-                const std::string& domain_overrides = "");
+                const std::string& domain_overrides = "", int64_t max_case_mb = 0);
 
 // "" when the case fits the spec's memory budget (run.max_case_mb), else a
 // one-line message "case needs ~N MB, over run.max_case_mb = M of SPEC; ..."

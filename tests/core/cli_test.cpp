@@ -150,6 +150,13 @@ TEST(Cli, DomainOverrideErrorsPointIntoTheOption) {
   EXPECT_EQ(tokens.code, 2) << tokens.out;
   EXPECT_NE(tokens.out.find("--domain:1:1: the largest case of this domain holds batch"), std::string::npos)
       << tokens.out;
+  // --max-case-mb is this machine's budget: the same domain loads under it.
+  const CliRun raised =
+      run("--spec " + attention + " --profile gpu --domain '{nq: [1, 4096]}' --max-case-mb 4096 --list");
+  EXPECT_EQ(raised.code, 0) << raised.out;
+  EXPECT_NE(raised.out.find("memory: the largest case needs ~"), std::string::npos) << raised.out;
+  EXPECT_NE(raised.out.find("of run.max_case_mb = 4096 (per job)"), std::string::npos) << raised.out;
+  EXPECT_NE(gpu.out.find("raise run.max_case_mb (--max-case-mb)"), std::string::npos) << gpu.out;
   // A mutant --mutants runs under a profile --domain does not fit runs there
   // as written, and its row says so.
   const CliRun mutants =

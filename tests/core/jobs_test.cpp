@@ -4,6 +4,7 @@
 // binary case-outcome codec round-trips and rejects what is malformed.
 #include "kprop/jobs.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -19,6 +20,24 @@ namespace {
 
 std::string item(int64_t n, const std::string& note) {
   return "item " + std::to_string(n) + " " + note;
+}
+
+// --jobs's default: the cores, fewer where the machine's memory holds
+// fewer of the run's largest case (each job holds its own), said why.
+TEST(DefaultJobs, NoMoreJobsThanTheMemoryHoldsCases) {
+  const int cores = default_jobs();
+  std::string note;
+  EXPECT_EQ(default_jobs(1024.0, &note), cores);
+  EXPECT_EQ(note, "");
+  EXPECT_EQ(default_jobs(1e18, &note), 1);  // an exabyte a case: one job
+  if (cores > 1) {
+    EXPECT_EQ(
+        note.rfind(fmt::format("--jobs 1 (of {} cores): each job holds its own case, the largest ~", cores),
+                   0),
+        0u)
+        << note;
+    EXPECT_NE(note.find("--jobs N overrides"), std::string::npos) << note;
+  }
 }
 
 TEST(WorkerPool, ItemsComeBackInOrderFromEveryWorker) {
