@@ -354,16 +354,17 @@ def _plain(value, where: str):
                     % (where, type(value).__name__, value))
 
 
-def spec_info(spec, profile: Optional[str] = None) -> Dict[str, Any]:
+def spec_info(spec, profile: Optional[str] = None, max_case_mb: Optional[int] = None) -> Dict[str, Any]:
     """The spec's name, family, ops, invariants, run settings, profiles and
     the named tensors its family publishes (name -> (shape, dtype, meaning):
-    what @kprop.invariant functions and the spec's expressions read)."""
+    what @kprop.invariant functions and the spec's expressions read).
+    max_case_mb: as kprop.check's (the memory budget of one case)."""
     # None is the base spec; "" names no profile (prop_runner --profile '' is refused too).
     if profile is not None and (not isinstance(profile, str) or not profile):
         raise ValueError("kprop: profile must name one of the spec's profiles, not %r" % (profile,))
     text, is_text = _resolve_spec(spec)
     try:
-        return _kprop.spec_info(text, is_text, profile or "")
+        return _kprop.spec_info(text, is_text, profile or "", max_case_mb or 0)
     except ValueError as e:
         raise ValueError("kprop: %s" % e) from None
 
@@ -959,7 +960,8 @@ def _check_run_args(seed, trials, time, case_timeout, isolate, invariants=None, 
 
 
 def _args(spec, fn, *, reference, extra_invariants, profile, seed, trials, time, invariants, corpus, isolate,
-          tensors, device, case_timeout, domain=None, fail_fast=False, search=None, search_time=None):
+          tensors, device, case_timeout, domain=None, fail_fast=False, search=None, search_time=None,
+          max_case_mb=None):
     """Resolves the spec and builds the extension's arguments: (text, is_text,
     info, args, the target's trampoline, the reference's or None, the run's _Stop)."""
     if isinstance(invariants, str):
@@ -971,13 +973,17 @@ def _args(spec, fn, *, reference, extra_invariants, profile, seed, trials, time,
             raise TypeError("kprop: invariants must be invariant names (str), got %r" % (invariants,)) from None
     _check_run_args(seed, trials, time, case_timeout, isolate, invariants, fail_fast)
     search_on, search_trials, search_time = _search_args(search, search_time)
+    if max_case_mb is not None and (isinstance(max_case_mb, bool) or not isinstance(max_case_mb, int)
+                                    or not 1 <= max_case_mb <= 1 << 30):
+        raise ValueError("kprop: max_case_mb must be an integer of MB in [1, 2^30] (the memory one case may "
+                         "take here), got %r" % (max_case_mb,))
     if domain is not None and not isinstance(domain, Mapping):
         raise TypeError("kprop: domain must be a dict of domain keys (e.g. {'dtypes': ['f32']}), got %r" % (domain,))
     if corpus is not None and not isinstance(corpus, (str, os.PathLike)):
         raise TypeError("kprop: corpus must be a folder's path or None, got %r" % (corpus,))
     domain = _plain(domain, "domain") if domain is not None else None
     text, is_text = _resolve_spec(spec)
-    info = spec_info(spec, profile)
+    info = spec_info(spec, profile, max_case_mb)
     stopper = _Stop()
     target = _Target(fn, info["ops"], tensors, device, stopper=stopper)
     ref_target = None
@@ -994,7 +1000,7 @@ def _args(spec, fn, *, reference, extra_invariants, profile, seed, trials, time,
         # silently never called).
         selected += [e[0] for e in extra if e[0] not in selected]
     a.update(extra=extra, profile=profile or "",
-             domain=json.dumps(domain) if domain else "", seed=seed, trials=trials,
+             domain=json.dumps(domain) if domain else "", max_case_mb=max_case_mb, seed=seed, trials=trials,
              time=None if time is None else float(time), invariants=selected,
              corpus=None if corpus is None else os.fspath(corpus), scratch=_scratch(corpus),
              case_timeout=None if case_timeout is None else float(case_timeout), fail_fast=bool(fail_fast),
@@ -1050,7 +1056,8 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
           reference: Union[None, Callable, Mapping[str, Callable]] = None,
           extra_invariants: Optional[Sequence[Callable]] = None, profile: Optional[str] = None,
           domain: Optional[Mapping[str, Any]] = None, fail_fast: bool = False,
-          search: Union[None, bool, int] = None, search_time: Optional[float] = None) -> CheckResult:
+          search: Union[None, bool, int] = None, search_time: Optional[float] = None,
+          max_case_mb: Optional[int] = None) -> CheckResult:
     """Runs `spec` with `fn` as its target, in this process.
 
     spec: a path, a shipped spec name ("attention_fwd") or a dict.
@@ -1091,6 +1098,9 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
         the ratios it reached.
     search_time: the search's own time budget in seconds (0: none); implies
         search. `time` bounds the random cases only.
+    max_case_mb: the memory one case may take on this machine, in MB
+        (prop_runner's --max-case-mb): replaces run.max_case_mb of the spec
+        and its profiles, so a domain= whose largest case needs more loads.
 
     Returns a CheckResult; raises Counterexample (an AssertionError) on a
     failure, Skipped when every case was declined, HealthCheckFailure when the
@@ -1103,13 +1113,14 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
         spec, fn, reference=reference, extra_invariants=extra_invariants, profile=profile, seed=seed,
         trials=trials, time=time, invariants=invariants, corpus=corpus, isolate=isolate, tensors=tensors,
         device=device, case_timeout=case_timeout, domain=domain, fail_fast=fail_fast, search=search,
-        search_time=search_time)
+        search_time=search_time, max_case_mb=max_case_mb)
     spec_ref = _spec_ref(spec, text, is_text)
     name = _isolated_name(fn) if isolate else args["target"]["name"]
     targets = [t for t in (target, ref_target) if t is not None]
     command = args["target"]["exec"]
     opts = dict(invariants=invariants, isolate=isolate, tensors=tensors, device=device, case_timeout=case_timeout,
-                reference=reference, extra_invariants=extra_invariants, profile=profile, domain=domain)
+                reference=reference, extra_invariants=extra_invariants, profile=profile, domain=domain,
+                max_case_mb=max_case_mb)
 
     replayed = 0
     if replay_stored and corpus is not None:
@@ -1282,18 +1293,18 @@ def replay(spec, fn, path: str, *, invariants: Optional[Sequence[str]] = None, i
            tensors: str = "numpy", device: Optional[str] = None, case_timeout: Optional[float] = None,
            reference: Union[None, Callable, Mapping[str, Callable]] = None,
            extra_invariants: Optional[Sequence[Callable]] = None, profile: Optional[str] = None,
-           domain: Optional[Mapping[str, Any]] = None) -> int:
+           domain: Optional[Mapping[str, Any]] = None, max_case_mb: Optional[int] = None) -> int:
     """Replays a stored case file (or every case in a folder) on fn: raises
     Counterexample for the first that fails; returns how many were checked
     (a case declined by fn, or one no invariant could check, is not counted)."""
     return _replay(spec, fn, path, invariants=invariants, isolate=isolate, tensors=tensors, device=device,
                    case_timeout=case_timeout, reference=reference, extra_invariants=extra_invariants,
-                   profile=profile, domain=domain)[0]
+                   profile=profile, domain=domain, max_case_mb=max_case_mb)[0]
 
 
 def _replay(spec, fn, path: str, *, invariants=None, isolate=False, tensors="numpy", device=None,
             case_timeout=None, reference=None, extra_invariants=None, profile=None,
-            domain=None) -> Tuple[int, List[str]]:
+            domain=None, max_case_mb=None) -> Tuple[int, List[str]]:
     """replay's work: (cases checked, why each case replayed but not counted
     was not: the runner's words, "declined: ...", "no invariant checked it
     (...)", ...)."""
@@ -1303,9 +1314,10 @@ def _replay(spec, fn, path: str, *, invariants=None, isolate=False, tensors="num
     text, is_text, info, args, target, ref_target, stopper = _args(
         spec, fn, reference=reference, extra_invariants=extra_invariants, profile=profile, seed=None,
         trials=None, time=None, invariants=invariants, corpus=None, isolate=isolate, tensors=tensors,
-        device=device, case_timeout=case_timeout, domain=domain)
+        device=device, case_timeout=case_timeout, domain=domain, max_case_mb=max_case_mb)
     opts = dict(invariants=invariants, isolate=isolate, tensors=tensors, device=device, case_timeout=case_timeout,
-                reference=reference, extra_invariants=extra_invariants, profile=profile, domain=domain)
+                reference=reference, extra_invariants=extra_invariants, profile=profile, domain=domain,
+                max_case_mb=max_case_mb)
     path = os.fspath(path)
     known = _known_invariants(info, args)
     if os.path.isdir(path):  # a case of an invariant this run lacks is another run's to replay

@@ -251,10 +251,11 @@ std::shared_ptr<const kprop::CallbackInvariant> python_invariant(std::vector<std
 
 // `domain`: domain keys replaced for this run (prop_runner's --domain), a
 // YAML/JSON map; "" for none.
+// `max_case_mb`: run.max_case_mb for this run (prop_runner's --max-case-mb), 0 for the spec's.
 kprop::Spec load(const std::string& spec, bool is_text, const std::string& profile,
-                 const std::string& domain = "") {
-  return is_text ? kprop::parse_spec(spec, "<dict>", profile, domain)
-                 : kprop::load_spec(spec, profile, domain);
+                 const std::string& domain = "", int64_t max_case_mb = 0) {
+  return is_text ? kprop::parse_spec(spec, "<dict>", profile, domain, max_case_mb)
+                 : kprop::load_spec(spec, profile, domain, max_case_mb);
 }
 
 // The handlers kprop's crash guard installs (SIGSEGV, ...) are kprop's only
@@ -408,7 +409,8 @@ struct Args {
   // @kprop.invariant functions: (name, tensors read, description, trampoline)
   std::vector<std::tuple<std::string, std::vector<std::string>, std::string, nb::object>> extra;
   std::string profile;
-  std::string domain;  // domain keys replaced, a JSON map ("" for none)
+  std::string domain;       // domain keys replaced, a JSON map ("" for none)
+  int64_t max_case_mb = 0;  // max_case_mb= (0: the spec's)
   std::optional<uint64_t> seed;
   std::optional<int64_t> trials;
   std::optional<double> time_s;
@@ -447,6 +449,7 @@ Args args_from(const nb::dict& d) {
   }
   a.profile = nb::cast<std::string>(d["profile"]);
   a.domain = nb::cast<std::string>(d["domain"]);
+  a.max_case_mb = optional_item<int64_t>(d, "max_case_mb").value_or(0);
   a.seed = optional_item<uint64_t>(d, "seed");
   a.trials = optional_item<int64_t>(d, "trials");
   a.time_s = optional_item<double>(d, "time");
@@ -473,8 +476,11 @@ struct Prepared {
 // An input error as a Python caller says it: the loader names a domain=
 // override as prop_runner's option, at a line and column of the JSON this
 // package made of the dict ("--domain:1:2: unknown key ..."): "domain=: ...".
+// Likewise prop_runner's --max-case-mb is max_case_mb=.
 std::string in_python_words(const kprop::InputError& e) {
-  const std::string m = e.what();
+  std::string m = e.what();
+  for (size_t at = m.find("(--max-case-mb)"); at != std::string::npos; at = m.find("(--max-case-mb)", at))
+    m.replace(at, 15, "(max_case_mb=)");
   if (m.rfind("--domain:", 0) != 0) return m;
   const size_t at = m.find(": ");
   return at == std::string::npos ? m : "domain=: " + m.substr(at + 2);
@@ -483,7 +489,7 @@ std::string in_python_words(const kprop::InputError& e) {
 Prepared prepare(const std::string& spec_arg, bool spec_is_text, const Args& a) {
   Prepared p = [&] {
     try {
-      return Prepared{load(spec_arg, spec_is_text, a.profile, a.domain), {}};
+      return Prepared{load(spec_arg, spec_is_text, a.profile, a.domain, a.max_case_mb), {}};
     } catch (const kprop::InputError& e) {  // a bad profile or domain= override
       throw nb::value_error(in_python_words(e).c_str());
     }
@@ -636,9 +642,10 @@ nb::dict replay(const std::string& spec, bool spec_is_text, const nb::dict& arg_
   return result;
 }
 
-nb::dict spec_info(const std::string& spec_arg, bool spec_is_text, const std::string& profile) {
+nb::dict spec_info(const std::string& spec_arg, bool spec_is_text, const std::string& profile,
+                   int64_t max_case_mb) {
   try {
-    const kprop::Spec spec = load(spec_arg, spec_is_text, profile);
+    const kprop::Spec spec = load(spec_arg, spec_is_text, profile, "", max_case_mb);
     nb::dict d;
     d["name"] = spec.name;
     d["path"] = spec.path;
@@ -700,7 +707,8 @@ NB_MODULE(_kprop, m) {
   m.doc() = "kprop's runner in process (use the kprop package, not this module)";
   m.def("run", &run, nb::arg("spec"), nb::arg("spec_is_text"), nb::arg("args"));
   m.def("replay", &replay, nb::arg("spec"), nb::arg("spec_is_text"), nb::arg("args"), nb::arg("path"));
-  m.def("spec_info", &spec_info, nb::arg("spec"), nb::arg("spec_is_text"), nb::arg("profile") = "");
+  m.def("spec_info", &spec_info, nb::arg("spec"), nb::arg("spec_is_text"), nb::arg("profile") = "",
+        nb::arg("max_case_mb") = 0);
   m.def("stored_invariants", &stored_invariants, nb::arg("path"));
   m.def("stored_spec", &stored_spec, nb::arg("path"));
 }

@@ -321,3 +321,20 @@ def test_a_bad_domain_is_named_as_the_argument_given(corpus):
     said = str(excinfo.value)
     assert said.startswith("domain=: unknown key 'dtypess'"), said
     assert "--domain" not in said
+
+
+# ------------------- max_case_mb=: this machine's budget for one case (prop_runner --max-case-mb)
+def test_max_case_mb_is_the_runs_memory_budget(corpus):
+    spec = {"spec": "tiny_budget", "family": "softmax_topk", "run": {"max_case_mb": 1},
+            "domain": {"rows": [1, 4], "vocab": [1, 4096], "dtypes": ["f64"]},
+            "invariants": ["matches_reference"]}
+    with pytest.raises(ValueError) as excinfo:
+        kprop.check(spec, softmax_topk, seed=1, trials=3, corpus=corpus)
+    said = str(excinfo.value)
+    assert "over run.max_case_mb = 1" in said and "raise run.max_case_mb (max_case_mb=)" in said, said
+    assert "--max-case-mb" not in said, said
+    result = kprop.check(spec, softmax_topk, seed=1, trials=3, corpus=corpus, max_case_mb=16)
+    assert result.passed and result.checked > 0
+    for bad in (0, -1, 1.5, True, 1 << 31):
+        with pytest.raises(ValueError, match="max_case_mb must be an integer of MB"):
+            kprop.check(spec, softmax_topk, seed=1, trials=3, corpus=corpus, max_case_mb=bad)
