@@ -864,22 +864,33 @@ Spec parse_spec(const std::string& text, const std::string& path, const std::str
   // mutants --mutants runs) takes it where it fits and is kept as written
   // where it does not (a memory budget of its own), an error only when it is
   // broken as written.
+  // So is --max-case-mb (a lower budget than another profile's needs).
   auto load = [&](const std::string& name) {
-    if (name == profile || loader.cli_domain.IsNull()) return loader.load(root, name);
+    if (name == profile || (loader.cli_domain.IsNull() && loader.cli_max_case_mb == 0))
+      return loader.load(root, name);
     try {
       Spec with = loader.load(root, name);
       with.domain_overrides = domain_overrides;
       return with;
     } catch (const InputError& e) {
-      const YAML::Node option = loader.cli_domain;
-      loader.cli_domain = YAML::Node();
+      // (reset() rebinds the handle: assigning a node would write through
+      // it into the option's own node, dropping it for every later load.)
+      YAML::Node option;
+      option.reset(loader.cli_domain);
+      const int64_t budget = loader.cli_max_case_mb;
+      loader.cli_domain.reset(YAML::Node());
+      loader.cli_max_case_mb = 0;
+      auto restore = [&] {
+        loader.cli_domain.reset(option);
+        loader.cli_max_case_mb = budget;
+      };
       try {
         Spec as_written = loader.load(root, name);
-        as_written.domain_dropped = e.what();
-        loader.cli_domain = option;
+        if (!option.IsNull()) as_written.domain_dropped = e.what();
+        restore();
         return as_written;
       } catch (...) {
-        loader.cli_domain = option;
+        restore();
         throw;
       }
     }

@@ -150,6 +150,20 @@ TEST(Cli, DomainOverrideErrorsPointIntoTheOption) {
   EXPECT_EQ(tokens.code, 2) << tokens.out;
   EXPECT_NE(tokens.out.find("--domain:1:1: the largest case of this domain holds batch"), std::string::npos)
       << tokens.out;
+  // ... and the selected profile's cases are the override's, though profile
+  // gpu cannot hold it (a fallback for gpu dropped it for every profile).
+  const CliRun pinned =
+      run("--spec " + std::string(KPROP_SOURCE_DIR) +
+          "/specs/layernorm.yaml --profile large --domain '{dim: {one_of: [8200]}}' --trials 2 "
+          "--seed 1 --no-corpus --stats");
+  EXPECT_EQ(pinned.code, 0) << pinned.out;
+  EXPECT_NE(pinned.out.find("dim                min 8200, median 8200, max 8200"), std::string::npos)
+      << pinned.out;
+  // A lower budget than another profile's needs does not refuse this one.
+  const CliRun lower =
+      run("--spec " + std::string(KPROP_SOURCE_DIR) +
+          "/specs/layernorm.yaml --profile large --max-case-mb 100 --trials 1 --seed 1 --no-corpus");
+  EXPECT_EQ(lower.code, 0) << lower.out;
   // --max-case-mb is this machine's budget: the same domain loads under it.
   const CliRun raised =
       run("--spec " + attention + " --profile gpu --domain '{nq: [1, 4096]}' --max-case-mb 4096 --list");
