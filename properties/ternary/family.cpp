@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <optional>
 
@@ -246,28 +247,36 @@ std::vector<double> simpler_values(double v) {
 // (fewer values, or a value lower in 0 < +-1 < fewer digits), so shrinking
 // ends. Built lazily: value candidates are only made when no shape edit fails.
 rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
-  std::vector<std::pair<int, std::vector<int>>> shapes;  // (axis, kept indices)
+  // Each shape edit drops [lo, hi) along one axis; its case is made when
+  // the shrinker asks for it (every edit made at once held O(K²) indices and
+  // a case per column: gigabytes at K = 16385, bad_alloc past it).
+  struct Drop {
+    int axis, lo, hi;
+  };
+  std::vector<Drop> drops;
   const int dims[] = {c.tokens, c.out_features, c.in_features};
   for (int axis = 0; axis < 3; ++axis) {
     const int n = dims[axis];
     if (n <= 1) continue;
-    shapes.push_back({axis, iota_except(n, n / 2, n)});
-    shapes.push_back({axis, iota_except(n, 0, n / 2)});
-    for (int i = 0; i < n; ++i) shapes.push_back({axis, iota_except(n, i, i + 1)});
+    drops.push_back({axis, n / 2, n});
+    drops.push_back({axis, 0, n / 2});
+    for (int i = 0; i < n; ++i) drops.push_back({axis, i, i + 1});
   }
-  const auto weight_edits = shapes;  // axes 1 and 2 again below, mean|W| kept
-  auto shape_seq =
-      rc::seq::map(rc::seq::fromContainer(std::move(shapes)), [c](const std::pair<int, std::vector<int>>& e) {
-        return e.first == 0   ? keep_tokens(c, e.second)
-               : e.first == 1 ? keep_outputs(c, e.second)
-                              : keep_inputs(c, e.second);
-      });
-  std::vector<Case> mean_kept;
-  for (const auto& [axis, keep] : weight_edits) {
-    if (axis == 0) continue;
-    auto s = keep_weight_mean(c, axis == 1 ? keep_outputs(c, keep) : keep_inputs(c, keep));
-    if (s) mean_kept.push_back(std::move(*s));
-  }
+  auto apply = [c, dims_n = std::array<int, 3>{dims[0], dims[1], dims[2]}](const Drop& d) {
+    const std::vector<int> keep = iota_except(dims_n[static_cast<size_t>(d.axis)], d.lo, d.hi);
+    return d.axis == 0 ? keep_tokens(c, keep) : d.axis == 1 ? keep_outputs(c, keep) : keep_inputs(c, keep);
+  };
+  // Axes 1 and 2 again, mean|W| kept.
+  std::vector<Drop> weight_drops;
+  for (const Drop& d : drops)
+    if (d.axis != 0) weight_drops.push_back(d);
+  auto shape_seq = rc::seq::map(rc::seq::fromContainer(drops), apply);
+  auto mean_kept = rc::seq::mapMaybe(rc::seq::fromContainer(std::move(weight_drops)),
+                                     [c, apply](const Drop& d) -> rc::Maybe<Case> {
+                                       std::optional<Case> s = keep_weight_mean(c, apply(d));
+                                       if (!s) return rc::Nothing;
+                                       return rc::Maybe<Case>(std::move(*s));
+                                     });
   // Nonzero dy all set to 1 (zeros stay: 0 is simpler than 1, and undoing a
   // zeroing would let the shrinker cycle).
   std::vector<Case> ones;
@@ -293,7 +302,7 @@ rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
       return s;
     });
   });
-  return rc::seq::filter(rc::seq::concat(std::move(shape_seq), rc::seq::fromContainer(std::move(mean_kept)),
+  return rc::seq::filter(rc::seq::concat(std::move(shape_seq), std::move(mean_kept),
                                          rc::seq::fromContainer(std::move(ones)), std::move(values_seq)),
                          [c](const Case& s) { return !(s == c); });
 }
