@@ -313,11 +313,23 @@ class CaseGuard {
 // Shrinkable: the same shrink tree for generated cases, fuzz crashes, corpus
 // files and target failures. `reproduces` returns the candidate's verdict
 // when it still shows the failure being shrunk.
+// The deadline of the shrink in progress on this thread (0: none).
+thread_local Clock::time_point t_shrink_deadline{};
+thread_local bool t_shrinking = false;
+
 ShrinkResult shrink_with(const Family& family, const Values& domain, AnyCase failing, Verdict verdict,
                          double budget_s,
                          const std::function<std::optional<Verdict>(const AnyCase&)>& reproduces,
                          const ShrinkProgress& progress = {}) {
   const auto t0 = Clock::now();
+  struct Shrinking {
+    explicit Shrinking(Clock::time_point deadline) {
+      t_shrink_deadline = deadline;
+      t_shrinking = true;
+    }
+    ~Shrinking() { t_shrinking = false; }
+  } shrinking(t0 + std::chrono::duration_cast<Clock::duration>(
+                       std::chrono::duration<double>(std::clamp(budget_s, 0.0, 1e9))));  // (no overflow)
   const int64_t from = family.stats(failing).size;
   ShrinkResult result{std::move(failing), std::move(verdict), 0, false};
   // Candidates stay inside the spec's domain (the family filters them).
@@ -346,6 +358,10 @@ ShrinkResult shrink_with(const Family& family, const Values& domain, AnyCase fai
 }
 
 }  // namespace
+
+bool shrink_should_stop() {
+  return t_shrinking && (interrupted() || Clock::now() > t_shrink_deadline);
+}
 
 TargetCall::TargetCall() {
   const int64_t timeout = g_guard.call_timeout_ns.load();
