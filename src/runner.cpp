@@ -429,8 +429,12 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
     report.size_reached = std::max<int64_t>(report.size_reached, size);
     report.largest_case = std::max(report.largest_case, case_stats.size);
     events.case_checked({i + 1, size, case_stats, generation_seconds, live_uses, results});
-    bool checked = false, declined_or_stopped = false;
+    bool checked = false, declined_or_stopped = false, recorded = false;
     for (size_t n = 0; n < results.size(); ++n) {
+      // Ctrl-C: the finding being recorded was stored; the case's other
+      // failures are not shrunk and stored one by one (each a write of the
+      // whole case: a minute and a half at a real model's sizes).
+      if (recorded && interrupted()) break;
       const size_t k = live[n];
       InvariantReport& ir = report.invariants[k];
       const CheckResult& r = results[n];
@@ -513,6 +517,7 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
           ir.counterexample = record_finding(
               ctx, uses[k], the_case(), r,
               [&](int64_t from, int64_t to, double s) { events.shrinking(ir.name, from, to, s); });
+          recorded = true;
           events.failure(*ir.counterexample);
           report.status = RunStatus::failed;
           if (options.stop_on_first_failure) std::fill(alive.begin(), alive.end(), false);
