@@ -110,26 +110,29 @@ namespace {
 // While a metamorphic relation or another tiling runs, also a derived case
 // (Q, K, V) and its result, and the implementation running: its Q, K, V and
 // output in its dtype (≤ 8 bytes), then its output widened: 5 Q-sized and 4
-// K-sized more. bench/case_memory.py measures the peak against this.
-double attention_bytes(double batch, double heads_kv, double group, double nq, double nk, double dim) {
+// K-sized more. The backward's results hold O beside dQ (3 Q-sized more),
+// its derived case dO and its result dQ too (2), the implementation running
+// dO (1): 6 Q-sized more. bench/case_memory.py measures the peak against this.
+double attention_bytes(double batch, double heads_kv, double group, double nq, double nk, double dim,
+                       bool backward) {
   const double q = batch * heads_kv * group * nq * dim, kv = batch * heads_kv * nk * dim;
   const double scores = batch * heads_kv * group * nq * nk;
   return 8 * (2 * q + 2 * kv + 3 * (q + 2 * kv + batch * heads_kv * group * nq) + 4 * scores) +
-         8 * (5 * q + 4 * kv) + batch * nq * nk;
+         8 * (5 * q + 4 * kv) + (backward ? 8 * 6 * q : 0) + batch * nq * nk;
 }
 }  // namespace
 
 template <bool B>
 double CaseTraits<B>::case_bytes(const Case& c) {
   const Shape& s = c.shape;
-  return attention_bytes(s.batch, s.heads_kv, s.group(), s.nq, s.nk, s.dim);
+  return attention_bytes(s.batch, s.heads_kv, s.group(), s.nq, s.nk, s.dim, B);
 }
 
 template <bool B>
 CaseSize CaseTraits<B>::max_case_bytes(const Values& d) {
   const auto hi = [&](const char* key) { return d.int_range(key).hi; };
   return {attention_bytes(double(hi("batch")), double(hi("heads_kv")), double(hi("group")), double(hi("nq")),
-                          double(hi("nk")), double(hi("dim"))),
+                          double(hi("nk")), double(hi("dim")), B),
           fmt::format("B {} x Hkv {} x group {} x Nq {} x Nk {} x D {}", hi("batch"), hi("heads_kv"),
                       hi("group"), hi("nq"), hi("nk"), hi("dim")),
           "batch, heads_kv, group, nq, nk or dim"};
