@@ -236,8 +236,8 @@ std::string pack_flow_lists(const std::string& text, std::vector<size_t>* at) {
   bool in_double = false, in_single = false;
   int depth = 0;          // open flow collections (not packed)
   int block_indent = -1;  // in a block scalar: the lines indented more than this
-  int plain_indent =
-      -1;  // a plain value went on past its line: the lines indented more than this go on with it
+  // A plain value went on past its line: the lines indented more than this go on with it.
+  int plain_indent = -1;
   // Where a node may start: after "- ", ": ", and in a flow collection
   // after its opening bracket or a comma (which a line break may follow).
   bool at_start = false;
@@ -272,8 +272,10 @@ std::string pack_flow_lists(const std::string& text, std::vector<size_t>* at) {
         ++i;
         while (i < eol && text[i] == ' ') ++i;
       }
-      if (!entry && i < eol && (text[i] == '[' || text[i] == '{' || text[i] == '?' || text[i] == '%'))
-        return text;  // a flow collection or a complex key opening a line, a directive: not followed
+      if (!entry && i < eol && (text[i] == '[' || text[i] == '{' || text[i] == '?' || text[i] == '%')) {
+        if (at) at->clear();  // a flow collection or a complex key opening a line, a directive: not followed
+        return text;
+      }
       at_start = entry || (i < eol && (text[i] == '"' || text[i] == '\''));  // an entry, or a quoted key
     }
     bool decorated = false;  // a tag or an anchor stands before the node

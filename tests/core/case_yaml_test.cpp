@@ -128,6 +128,12 @@ TEST(PackedLists, LoadingPacksOnlyFlowListsOfNumbers) {
   // Text it does not follow is left whole.
   const std::string top = "[" + ones + "]\n";
   EXPECT_EQ(pack_flow_lists(top), top);
+  // Also after a list it had packed: nothing of it is kept.
+  const std::string late = "x: [" + ones + "]\n? [1, 2]\n: 3\n";
+  std::vector<size_t> at;
+  EXPECT_EQ(pack_flow_lists(late, &at), late);
+  EXPECT_TRUE(at.empty());
+  EXPECT_FALSE(is_packed(load(late)["x"]));
 }
 
 // Where packing would change what the text means, it does not pack.
