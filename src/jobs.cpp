@@ -203,12 +203,18 @@ int default_jobs(double case_bytes, std::string* note) {
   }
   if (available <= 0 || case_bytes <= 0) return cores;
   const int fit = static_cast<int>(std::clamp(std::floor(available / case_bytes), 1.0, double(cores)));
-  if (fit < cores && note)
+  const double mb = case_bytes / (1024.0 * 1024.0), free_mb = available / (1024.0 * 1024.0);
+  if (note && case_bytes > available)
+    *note = fmt::format(
+        "--jobs 1: the largest case of this run needs ~{:.0f} MB, more than the {:.0f} MB of memory "
+        "available; a case that large may run out of memory (narrow the domain, or lower --max-case-mb to "
+        "refuse it)",
+        mb, free_mb);
+  else if (note && fit < cores)
     *note = fmt::format(
         "--jobs {} (of {} cores): each job holds its own case, the largest ~{:.0f} MB, and {:.0f} MB of "
-        "memory "
-        "is available; --jobs N overrides",
-        fit, cores, case_bytes / (1024.0 * 1024.0), available / (1024.0 * 1024.0));
+        "memory is available; --jobs N overrides",
+        fit, cores, mb, free_mb);
   return fit;
 }
 

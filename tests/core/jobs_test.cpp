@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <new>
 #include <string>
@@ -29,8 +30,17 @@ TEST(DefaultJobs, NoMoreJobsThanTheMemoryHoldsCases) {
   std::string note;
   EXPECT_EQ(default_jobs(1024.0, &note), cores);
   EXPECT_EQ(note, "");
-  EXPECT_EQ(default_jobs(1e18, &note), 1);  // an exabyte a case: one job
-  if (cores > 1) {
+  EXPECT_EQ(default_jobs(1e18, &note), 1);  // an exabyte a case: one job, which may not fit
+  EXPECT_EQ(note.rfind("--jobs 1: the largest case of this run needs ~", 0), 0u) << note;
+  EXPECT_NE(note.find("may run out of memory"), std::string::npos) << note;
+  // A case that fits once but not twice: one job of the cores.
+  std::ifstream meminfo("/proc/meminfo");
+  double available_kb = 0;
+  for (std::string key; meminfo >> key >> available_kb && key != "MemAvailable:";)
+    meminfo.ignore(1 << 10, '\n');
+  note.clear();
+  if (cores > 1 && available_kb > 0) {
+    EXPECT_EQ(default_jobs(available_kb * 1024 / 1.5, &note), 1);
     EXPECT_EQ(
         note.rfind(fmt::format("--jobs 1 (of {} cores): each job holds its own case, the largest ~", cores),
                    0),
