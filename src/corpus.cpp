@@ -48,11 +48,16 @@ bool is_flat_map(const YAML::Node& n) {
 // A packed list (kprop/case_yaml.h) is written as the flow sequence it
 // stands for: the emitter writes a placeholder, replaced by "[text]" after,
 // so that its items are not one emitter call each. The placeholder carries
-// a random word, which no scalar of the tree holds.
+// a random word, which no scalar of the tree holds (drawn once a process:
+// emit_yaml runs for every case hashed).
 struct PackedLists {
-  std::string word = fmt::format("{:016x}", std::random_device{}() * 0x9e3779b97f4a7c15ULL ^
-                                                static_cast<uint64_t>(std::random_device{}()));
+  const std::string& word = random_word();
   std::vector<YAML::Node> lists;
+  static const std::string& random_word() {
+    static const std::string w = fmt::format("{:016x}", std::random_device{}() * 0x9e3779b97f4a7c15ULL ^
+                                                            static_cast<uint64_t>(std::random_device{}()));
+    return w;
+  }
   std::string placeholder(size_t i) const { return fmt::format("kprop_packed_{}_{}", i, word); }
 };
 
