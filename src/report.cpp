@@ -860,12 +860,14 @@ class ProgressLine final : public RunListener {
     spec_ = header.spec;
     target_ = header.target;
   }
-  void case_done(int64_t index, int64_t trials, int size, double seconds) override {
+  void case_done(int64_t index, int64_t done, int64_t trials, int size, double seconds) override {
     const auto now = std::chrono::steady_clock::now();
     if (!on_ || now - last_ < std::chrono::milliseconds(200)) return;
     last_ = now;
-    fmt::print(stderr, "\r\033[K[{}] {} case {}/{} size {}  {:.1f} s", spec_, target_, index, trials, size,
-               seconds);
+    // Done of wanted, not drawn of wanted: the drawn count passes `trials`
+    // when cases are discarded or declined ("case 2/1" said nothing true).
+    fmt::print(stderr, "\r\033[K[{}] {} {}/{} checked (case {}, size {})  {:.1f} s", spec_, target_, done,
+               trials, index, size, seconds);
   }
   void shrinking(const std::string& what, int64_t from, int64_t to, double seconds) override {
     if (on_)

@@ -536,7 +536,13 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
       ++discarded_unseen;
     if (lost) break;
     if (search.enabled()) search.offer(case_random, size, the_case(), live, results);
-    events.case_done(i + 1, all_trials, size, since(t0));
+    // Progress: the invariant still checking that is furthest from its
+    // trials; when none is, the run ends, short of them where one failed or
+    // gave up.
+    int64_t done = trials;
+    for (size_t k = 0; k < uses.size(); ++k)
+      if (alive[k] || !any_alive()) done = std::min(done, report.invariants[k].checked());
+    events.case_done(i + 1, done, trials, size, since(t0));
   }
   finish();
   if (report.status == RunStatus::interrupted) return report;

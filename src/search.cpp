@@ -578,7 +578,7 @@ void Search::run(RunReport& report, RunListener& events) {
                       climbs.size());
       climbs.clear();
     }
-    events.case_done(report.trials + sr.cases, report.trials + sr.budget, 0, before + since(t0));
+    events.case_done(report.trials + sr.cases, sr.cases, sr.budget, 0, before + since(t0));
   }
   sr.seconds = since(t0);
   report.seconds = before + sr.seconds;

@@ -30,10 +30,14 @@ class RunListener {
   virtual ~RunListener() = default;
   // The report's header (spec, family, target, reference, seed) is filled.
   virtual void run_started(const RunReport& header) { (void)header; }
-  // Drawn case `index` (1-based; `trials` are wanted) was handled: checked,
-  // declined or discarded; drawn at RapidCheck size `size`.
-  virtual void case_done(int64_t index, int64_t trials, int size, double seconds) {
-    (void)index, (void)trials, (void)size, (void)seconds;
+  // Drawn case `index` (1-based) was handled: checked, declined or
+  // discarded; drawn at RapidCheck size `size`. The run ends when every
+  // invariant has checked `trials` cases: `done` is how many the one still
+  // furthest from that has (a discarded or declined case is drawn but not
+  // checked, so `index` can pass `trials`; `done` cannot). In the search
+  // phase (kprop/search.h): `done` of its `trials` cases were tried.
+  virtual void case_done(int64_t index, int64_t done, int64_t trials, int size, double seconds) {
+    (void)index, (void)done, (void)trials, (void)size, (void)seconds;
   }
   // Drawn case `event.index` was checked (before the runner accounts for the
   // results): what statistics are made of (kprop/stats.h).
@@ -264,8 +268,8 @@ class StatsCollector final : public RunListener {
  public:
   explicit StatsCollector(RunListener& next) : next_(next) {}
   void run_started(const RunReport& header) override { next_.run_started(header); }
-  void case_done(int64_t index, int64_t trials, int size, double seconds) override {
-    next_.case_done(index, trials, size, seconds);
+  void case_done(int64_t index, int64_t done, int64_t trials, int size, double seconds) override {
+    next_.case_done(index, done, trials, size, seconds);
   }
   void case_checked(const CaseEvent& event) override;
   void shrinking(const std::string& what, int64_t from, int64_t to, double seconds) override {

@@ -74,10 +74,12 @@ TEST(Runner, FailureShrinksToTheKnownMinimum) {
 // failure of the failing invariant, in that order.
 struct Recorder final : RunListener {
   std::vector<std::string> events;
-  int64_t cases = 0, shrink_steps = 0;
+  int64_t cases = 0, shrink_steps = 0, checked = 0, wanted = 0;
   void run_started(const RunReport& h) override { events.push_back("started " + h.target); }
-  void case_done(int64_t index, int64_t, int, double) override {
+  void case_done(int64_t index, int64_t done, int64_t trials, int, double) override {
     if (index != ++cases) events.push_back("case out of order");
+    if (done < checked || done > std::min(index, trials)) events.push_back("done count wrong");
+    checked = done, wanted = trials;
   }
   void shrinking(const std::string& what, int64_t from, int64_t to, double) override {
     ++shrink_steps;
@@ -107,6 +109,7 @@ TEST(Runner, ListenerGetsTheRunsEvents) {
   const RunReport ok = run_spec(spec, o);
   EXPECT_EQ(pass.events, (std::vector<std::string>{"started reference", "finished passed"}));
   EXPECT_EQ(pass.cases, ok.trials);
+  EXPECT_EQ(pass.checked, ok.trials_wanted);  // the last case done: every invariant has its trials
   EXPECT_EQ(pass.shrink_steps, 0);
 }
 
@@ -129,7 +132,17 @@ TEST(Runner, SameSeedSameCasesAndVerdicts) {
 
 TEST(Runner, TooManyDiscardsGivesUp) {
   const Spec spec = toy_spec("invariants: [only_long_lists]\n");
-  const RunReport r = run_spec(spec, options("reference"));
+  Recorder rec;
+  RunOptions o = options("reference");
+  o.listener = &rec;
+  const RunReport r = run_spec(spec, o);
+  // The progress line's counts: more cases drawn than wanted, and the
+  // checked ones (not the drawn ones) set against the wanted.
+  EXPECT_EQ(rec.events, (std::vector<std::string>{"started reference", "finished gave up"}));
+  EXPECT_GT(rec.cases, rec.wanted);
+  EXPECT_EQ(rec.wanted, r.trials_wanted);
+  EXPECT_EQ(rec.checked, r.invariants[0].passed);
+  EXPECT_LT(rec.checked, rec.wanted);
   EXPECT_EQ(r.status, RunStatus::gave_up);
   EXPECT_EQ(exit_code(r.status), 2);
   EXPECT_EQ(r.invariants[0].status, InvariantStatus::gave_up);
