@@ -131,8 +131,16 @@ Tensor expand(const Tensor& t, const Dims& shape) {
 // Expression::evaluate_rounded: the rounding applied to real intermediates
 // (nullptr: none, plain fp64).
 thread_local double (*t_round)(double) = nullptr;
+// t_round is f32's rounding, done inline (a call per element cost as much
+// as the arithmetic it rounds).
+thread_local bool t_round_f32 = false;
+inline double to_f32(double v) {
+  return static_cast<double>(static_cast<float>(v));
+}
 inline void round_real(Tensor& t) {
-  if (t_round && t.dtype == DType::real)
+  if (t_round_f32 && t.dtype == DType::real)
+    for (double& v : t.data) v = to_f32(v);
+  else if (t_round && t.dtype == DType::real)
     for (double& v : t.data) v = t_round(v);
   // An integer has no signed zero (NumPy's int64): -(N - N) is 0, so that
   // 1 / -(N - N) is inf, not -inf.
@@ -140,7 +148,7 @@ inline void round_real(Tensor& t) {
     for (double& v : t.data) v += 0.0;
 }
 inline double round_acc(double v) {
-  return t_round ? t_round(v) : v;
+  return t_round_f32 ? to_f32(v) : t_round ? t_round(v) : v;
 }
 
 template <typename F>
@@ -1195,16 +1203,37 @@ Tensor Expression::evaluate(const TensorMap& tensors) const {
   return *expr::evaluate(*root_, tensors);
 }
 
-Tensor Expression::evaluate_rounded(const TensorMap& tensors, double (*round)(double)) const {
+namespace {
+Tensor evaluate_with(const Node& root, const TensorMap& tensors, double (*round)(double), bool f32) {
   struct Scope {  // restores the rounding even when evaluation throws
     double (*saved)(double) = t_round;
-    ~Scope() { t_round = saved; }
+    bool saved_f32 = t_round_f32;
+    ~Scope() { t_round = saved, t_round_f32 = saved_f32; }
   } scope;
-  t_round = round;
+  t_round = round, t_round_f32 = f32;
   const SharedValues shared;
-  Tensor out = *expr::evaluate(*root_, tensors);
+  Tensor out = *expr::evaluate(root, tensors);
   round_real(out);
   return out;
+}
+}  // namespace
+
+Tensor Expression::evaluate_rounded(const TensorMap& tensors, double (*round)(double)) const {
+  return evaluate_with(*root_, tensors, round, false);
+}
+
+Tensor Expression::evaluate_rounded(const TensorMap& tensors, FloatType type) const {
+  switch (type) {
+    case FloatType::f64:
+      return evaluate_with(*root_, tensors, nullptr, false);
+    case FloatType::f32:
+      return evaluate_with(*root_, tensors, to_f32, true);
+    case FloatType::f16:
+      return evaluate_with(*root_, tensors, half::round_to_f16, false);
+    case FloatType::bf16:
+      return evaluate_with(*root_, tensors, half::round_to_bf16, false);
+  }
+  return evaluate(tensors);
 }
 
 namespace {

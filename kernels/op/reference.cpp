@@ -324,12 +324,6 @@ expr::TensorMap inputs_map(const Case& c, bool rounded) {
   put_inputs(c, m, rounded);
   return m;
 }
-double to_f32(double v) {
-  return static_cast<double>(static_cast<float>(v));
-}
-double to_f64(double v) {
-  return v;
-}
 }  // namespace
 
 double floor_of(const Case& c, size_t output, const std::vector<double>& ref, bool rounding_bound) {
@@ -425,7 +419,8 @@ Result naive(const Case& c) {
     const DType dt = c.output_dtype(i);
     const OutputDecl& o = c.decl->outputs[i];
     std::vector<double> y = evaluated(c, o, [&] {
-      return o.reference->evaluate_rounded(m, arithmetic_dtype(dt) == DType::f32 ? to_f32 : to_f64);
+      return o.reference->evaluate_rounded(
+          m, arithmetic_dtype(dt) == DType::f32 ? FloatType::f32 : FloatType::f64);
     });
     if (is_half(dt)) round_all(dt, y);
     r.outputs.push_back(std::move(y));

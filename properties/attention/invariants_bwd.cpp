@@ -718,13 +718,16 @@ Verdict shift_invariance(T& t, const Values& p) {
                        naive_backward(shifted), floors(shifted, true, p.real("floor_ulps")), p);
 }
 
+// The naive baseline: the case's, permuted (as attention.fwd's).
 Verdict permutation_equivariance(T& t, const Values& p) {
   if (auto v = beyond_half_range(t)) return *v;
   const Case& c = t.input();
   const auto perm = permutation_of(c);
   if (!perm) return no_permutation(c);
-  return compare_grads(c, "permuted keys and queries: ", permuted(t.reference(), c.shape, *perm),
-                       t.run_target(perm->c), naive_backward(perm->c), case_floors(t, p), p);
+  std::optional<BwdResult> recentred;
+  return compare_grads(
+      c, "permuted keys and queries: ", permuted(t.reference(), c.shape, *perm), t.run_target(perm->c),
+      permuted(oracle_baseline(t, naive(t), kGrads, recentred), c.shape, *perm), case_floors(t, p), p);
 }
 
 }  // namespace bwd

@@ -32,7 +32,15 @@ void Traits::tensors(const Case& c, const Result* target, const Result* referenc
     return *ref_own;
   };
   const bool want_naive = out.wants_prefix("naive.");
-  if (want_naive) naive_res = op::naive(c);
+  // From the trial's store when the map has one: the naive evaluation runs
+  // once per trial, however many invariants and expressions read it.
+  const Result* naive_of = nullptr;
+  if (want_naive) {
+    if (OnceStore* once = out.once_store())
+      naive_of = &once->get<op::naive>(c);
+    else
+      naive_of = &naive_res.emplace(op::naive(c));
+  }
   for (size_t i = 0; i < d.outputs.size(); ++i) {
     const auto& o = d.outputs[i];
     const auto ext = d.extents(o.shape, c.dims);
@@ -41,7 +49,7 @@ void Traits::tensors(const Case& c, const Result* target, const Result* referenc
     if (out.wanted("reference." + o.name))
       out.put("reference." + o.name, expr::Tensor::of(ext, ref().outputs[i]));
     if (want_naive && out.wanted("naive." + o.name))
-      out.put("naive." + o.name, expr::Tensor::of(ext, naive_res->outputs[i]));
+      out.put("naive." + o.name, expr::Tensor::of(ext, naive_of->outputs[i]));
     // Without the reference's rounding bound (an evaluation of its running
     // error bound, the costly part) as floor.Y's lower bound: close(k=)
     // computes the full floor only for a case that fails under it.

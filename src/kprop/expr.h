@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "kprop/float_type.h"
 #include "kprop/once.h"
 
 namespace kprop::expr {
@@ -238,6 +239,10 @@ class Expression {
   // (e.g. to float). Booleans and integers are not rounded. The declared op
   // family's same-precision baseline (naive.Y).
   Tensor evaluate_rounded(const TensorMap& tensors, double (*round)(double)) const;
+  // The same in a floating type's arithmetic (f64: evaluate()). f32's
+  // rounding is inlined in the loops, not called per element: the naive
+  // baseline of a declared op was a third of its checking time.
+  Tensor evaluate_rounded(const TensorMap& tensors, FloatType type) const;
   // B per element of the value: an evaluation in a precision of unit
   // roundoff `unit` (2^-53: the fp64 evaluation above) errs by at most
   // unit · B (to first order; running error analysis, derived in

@@ -368,6 +368,11 @@ TEST(Expr, TheRoundingBoundHoldsForAnF32Evaluation) {
       const Tensor exact = e.evaluate(m), rounded = e.evaluate_rounded(m, f32),
                    b = e.rounding_bound(m, Summation::in_order, 0x1p-24);
       ASSERT_EQ(b.shape, exact.shape) << text;
+      // By FloatType: f32's rounding inlined, the same bits as the call.
+      ASSERT_EQ(e.evaluate_rounded(m, FloatType::f32).data, rounded.data) << text;
+      ASSERT_EQ(e.evaluate_rounded(m, FloatType::f64).data, exact.data) << text;
+      ASSERT_EQ(e.evaluate_rounded(m, FloatType::bf16).data, e.evaluate_rounded(m, half::round_to_bf16).data)
+          << text;
       for (size_t i = 0; i < exact.size(); ++i)
         ASSERT_LE(std::fabs(rounded.data[i] - exact.data[i]), 0x1p-24 * b.data[i] * 1.01 + 1e-300)
             << text << " element " << i << " trial " << trial;
