@@ -434,6 +434,13 @@ class TextReporter final : public Reporter {
   bool stats_;
 };
 
+// A stored case past this size is not embedded in the JSON report (null,
+// with its size): a case that could not shrink at a real model's sizes is
+// tens of megabytes, once per invariant it broke (five findings on one 2 x 1M
+// case made a 248 MB report). corpus_path has it whole. A shrunk case is a
+// few kilobytes; one stored nowhere is embedded whatever its size.
+constexpr size_t kJsonCaseBytes = size_t(1) << 20;
+
 nlohmann::json finding_json(const Finding& f) {
   nlohmann::json m = nlohmann::json::object();
   for (const auto& x : f.measured) m[x.name] = x.value;
@@ -454,6 +461,10 @@ nlohmann::json finding_json(const Finding& f) {
       {"replay", f.replay_command},
       {"replay_check",
        {{"status", f.replay_check.empty() ? "not_run" : f.replay_check}, {"detail", f.replay_check_detail}}}};
+  if (!f.corpus_path.empty() && f.case_yaml.size() > kJsonCaseBytes) {
+    j["case_yaml"] = nullptr;
+    j["case_yaml_bytes"] = f.case_yaml.size();
+  }
   if (!f.store_note.empty()) j["store_note"] = f.store_note;
   if (!f.drawing_text.empty()) j["drawing_text"] = f.drawing_text;
   if (!f.drawing_note.empty()) j["drawing_note"] = f.drawing_note;

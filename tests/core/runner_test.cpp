@@ -268,7 +268,17 @@ TEST(Reporters, ACaseTooLargeToPrintIsCutShortAndSaysWhereItIs) {
   EXPECT_LT(html.size(), 100000u);
   EXPECT_NE(html.find("(cut short: the whole case is in /tmp/big.yaml)"), std::string::npos);
   EXPECT_GT(make_reporter("json")->run(r).size(), f.case_yaml.size());
+  // Past 1 MiB, a stored case is not embedded in JSON: its file has it.
+  std::string more = "dtype: f64\nx: [";
+  for (int i = 0; i < 400000; ++i) more += "0, ";
+  r.invariants[0].counterexample->case_yaml = more + "0]\n";
+  const auto big = nlohmann::json::parse(make_reporter("json")->run(r))["invariants"][0]["counterexample"];
+  EXPECT_TRUE(big["case_yaml"].is_null());
+  EXPECT_EQ(big["case_yaml_bytes"], more.size() + 3);
+  EXPECT_EQ(big["corpus_path"], "/tmp/big.yaml");
   r.invariants[0].counterexample->corpus_path = "";  // stored nowhere: the print is the only copy
+  EXPECT_GT(make_reporter("json")->run(r).size(), more.size());
+  r.invariants[0].counterexample->case_yaml = f.case_yaml;
   EXPECT_NE(make_reporter("text")->run(r).find(f.case_yaml.substr(11, 5000)), std::string::npos);
   r.invariants[0].counterexample->corpus_path = "/tmp/big.yaml";
   r.invariants[0].counterexample->case_yaml = "dtype: f64\nx: [0, 1]\n";
