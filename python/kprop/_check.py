@@ -1236,8 +1236,13 @@ def _by_extra_invariant(invariant: str, opts: Mapping[str, Any]) -> bool:
 
 
 def _stored_finding(row, targets, spec_ref, fn, command, opts) -> Finding:
-    with open(row["path"]) as f:
-        text = f.read()
+    # The case alone, as a fresh finding's case_yaml (the file's header, its
+    # spec, invariant and message, is the rest of the Finding); the file's
+    # text if it does not read.
+    text = _kprop.stored_case(row["path"])
+    if not text:
+        with open(row["path"]) as f:
+            text = f.read()
     if command and not _by_extra_invariant(row["invariant"], opts):
         # prop_runner's own words for it (the spec's file, the worker, and the
         # run's --reference, --profile, --domain and --case-timeout)

@@ -701,6 +701,16 @@ std::string stored_spec(const std::string& path) {
   }
 }
 
+// The case a stored file holds, as a finding's case_yaml is (the file's
+// `case:` alone, not its header); "" for a file that does not read.
+std::string stored_case(const std::string& path) {
+  try {
+    return kprop::emit_yaml(kprop::read_entry(path).case_node);
+  } catch (const kprop::InputError&) {
+    return "";
+  }
+}
+
 }  // namespace
 
 NB_MODULE(_kprop, m) {
@@ -711,4 +721,5 @@ NB_MODULE(_kprop, m) {
         nb::arg("max_case_mb") = 0);
   m.def("stored_invariants", &stored_invariants, nb::arg("path"));
   m.def("stored_spec", &stored_spec, nb::arg("path"));
+  m.def("stored_case", &stored_case, nb::arg("path"));
 }

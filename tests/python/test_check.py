@@ -243,6 +243,10 @@ def test_stored_counterexample_replays_first_and_replay_api(example, corpus):
     with pytest.raises(kprop.Counterexample) as again:
         kprop.check("softmax_topk", buggy.softmax_topk, seed=1, trials=1, corpus=corpus)
     assert again.value.finding.kind == "replay" and again.value.finding.path in stored
+    # Its case_yaml is the stored case alone, as the fresh finding's, not the file with its header.
+    replayed = again.value.finding
+    fresh = [f for f in excinfo.value.result.findings if f.path == replayed.path][0]
+    assert replayed.case_yaml == fresh.case_yaml and "invariant:" not in replayed.case_yaml
 
     good = example("softmax_topk")
     result = kprop.check("softmax_topk", good.softmax_topk, seed=SEED, trials=20, corpus=corpus)
