@@ -31,6 +31,7 @@
 #include <initializer_list>
 #include <limits>
 #include <optional>
+#include <set>
 
 #include "expr_ast.h"  // Node and the symbolic Shape, shared with expr_eval.cpp
 #include "kprop/enum_names.h"
@@ -1195,34 +1196,48 @@ std::string Expression::shape() const {
   return shape_text(root_->shape);
 }
 
-double Expression::largest_step(const std::function<double(const std::string&)>& extent) const {
+// `all` models what an evaluation holds at its peak: a node's operands are
+// computed in order, each one's value kept while the next is computed and
+// until the node's own value is made; a shared subexpression
+// (Node::shared, SharedValues) is computed once and kept to the evaluation's
+// end. The names' values are the map's (not counted); a number is one element.
+Expression::Footprint Expression::footprint(const std::function<double(const std::string&)>& extent) const {
   auto elements = [&](const Shape& shape) {
     double n = 1;
     for (const std::string& d : shape)
       n *= d == "?" ? 1.0 : std::isdigit(static_cast<unsigned char>(d[0])) ? std::stod(d) : extent(d);
     return n;
   };
-  double most = 0;
-  std::vector<const Node*> todo{root_.get()};
-  while (!todo.empty()) {
-    const Node* n = todo.back();
-    todo.pop_back();
-    double step = elements(n->shape);
+  Footprint f;
+  double retained = 0;  // the shared nodes' values
+  std::set<const Node*> computed;
+  // The most the evaluation of n holds at once (its value included).
+  std::function<double(const Node&)> peak = [&](const Node& n) -> double {
+    if (n.kind == Kind::name) return 0;
+    if (n.shared && !computed.insert(&n).second) return 0;  // read from SharedValues
+    const double own = elements(n.shape);
+    double live = 0, most = 0, step = own;
     auto operand = [&](const NodeP& e) {
       if (!e) return;
-      step += elements(e->shape);
-      todo.push_back(e.get());
+      most = std::max(most, live + peak(*e));
+      const double size = elements(e->shape);
+      step += size;
+      if (e->kind != Kind::name) live += size;
     };
-    for (const NodeP& a : n->args) operand(a);
-    for (const Item& i : n->items) {
+    for (const NodeP& a : n.args) operand(a);
+    for (const Item& i : n.items) {
       operand(i.e);
       operand(i.lo);
       operand(i.hi);
     }
-    for (const NodeP& e : {n->rtol, n->atol, n->k, n->unjudged}) operand(e);
-    most = std::max(most, step);
-  }
-  return most;
+    for (const NodeP& e : {n.rtol, n.atol, n.k, n.unjudged}) operand(e);
+    f.largest = std::max(f.largest, step);
+    if (n.shared) retained += own;
+    return std::max(most, live + own);
+  };
+  f.all = peak(*root_);
+  f.all += retained;
+  return f;
 }
 
 std::string describe_functions() {

@@ -114,7 +114,7 @@ static std::string spec_outputs_text(const Spec& spec) {
   for (const auto& [key, value] : lines) key_width = std::max(key_width, key.size());
   for (const auto& [key, value] : lines)
     out += value.empty() ? fmt::format("  {}\n", key) : fmt::format("  {:<{}}  {}\n", key, key_width, value);
-  const CaseSize largest = spec.family->max_case_bytes(spec.domain);
+  const CaseSize largest = largest_case(spec);
   out += fmt::format("memory: the largest case needs ~{:.0f} MB ({}), of run.max_case_mb = {} (per job)\n",
                      std::ceil(largest.bytes / (1024.0 * 1024.0)), largest.dims, spec.run.max_case_mb);
   out += "each output of the target and the invariants that read it\n";
@@ -257,7 +257,7 @@ std::string list_json(const Spec* spec) {
     }
     if (spec->domain.all().empty())
       for (const auto& [key, value] : spec->family->domain_lines(spec->domain)) domain[key] = value;
-    const CaseSize largest = spec->family->max_case_bytes(spec->domain);
+    const CaseSize largest = largest_case(*spec);
     return json({{"spec", spec->name},
                  {"family", spec->family->name()},
                  {"domain", std::move(domain)},

@@ -476,10 +476,10 @@ int run(const Config& cfg) {
     options.jobs = *cfg.jobs;
   } else {
     // The largest case of the run: --mutants runs some mutants under their profiles.
-    double largest = spec.family->max_case_bytes(spec.domain).bytes;
+    double largest = largest_case(spec).bytes;
     if (cfg.mutants)
       for (const auto& [name, own] : spec.mutant_profiles)
-        largest = std::max(largest, own->family->max_case_bytes(own->domain).bytes);
+        largest = std::max(largest, largest_case(*own).bytes);
     std::string why;
     options.jobs = default_jobs(largest, &why);
     if (!why.empty()) fmt::print(stderr, "kprop: {}\n", why);

@@ -682,8 +682,9 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
       throw InputError({"--domain", cli_domain.Mark().line + 1, cli_domain.Mark().column + 1}, why);
     fail(domain_node, why);
   }
-  {
-    const CaseSize largest = spec.family->max_case_bytes(spec.domain);
+  // The memory budget: the family's largest case here (fails fast, before
+  // the invariants), and again with the invariants' expressions (kprop::largest_case).
+  const auto check_budget = [&](const CaseSize& largest) {
     const double mb = largest.bytes / (1024.0 * 1024.0);
     if (mb > double(spec.run.max_case_mb)) {
       const std::string why = fmt::format(
@@ -708,7 +709,8 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
       }
       fail(at, why);
     }
-  }
+  };
+  check_budget(spec.family->max_case_bytes(spec.domain));
 
   const auto& invariants = spec.family->invariants();
   const auto invariant_names = spec.family->invariant_names();
@@ -809,6 +811,7 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
          fmt::format("skip_invariants skips every invariant this spec would check{}: the run would check "
                      "nothing",
                      in_profile));
+  check_budget(largest_case(spec));
   return spec;
 }
 
@@ -975,6 +978,30 @@ bool register_declared_family(DeclaredFamily declared) {
 
 const std::vector<DeclaredFamily>& declared_families() {
   return declared_list();
+}
+
+CaseSize largest_case(const Spec& spec) {
+  CaseSize size = spec.family->max_case_bytes(spec.domain);
+  if (size.extents.empty()) return size;  // the family does not say its tensors' extents
+  const auto extent = [&](const std::string& dim) {
+    const auto it = size.extents.find(dim);
+    return it == size.extents.end() ? 1.0 : it->second;
+  };
+  // An expression's intermediates, doubles; an invariant at a time (each
+  // evaluation's values are freed when it ends, the trial's tensors kept).
+  double most = 0;
+  const InvariantUse* widest = nullptr;
+  for (const InvariantUse& use : spec.invariants)
+    if (const auto& e = use.expression) {
+      double all = e->expect.footprint(extent).all;
+      if (e->when) all = std::max(all, e->when->footprint(extent).all);
+      if (all > most) most = all, widest = &use;
+    }
+  // Named where it is most of the case.
+  if (widest && 8 * most > size.bytes)
+    size.dims += fmt::format("; invariant {} holds {:.3g} elements while evaluated", widest->name, most);
+  size.bytes += 8 * most;
+  return size;
 }
 
 std::string check_case_budget(const Spec& spec, const AnyCase& c, const std::string& found_in_profile) {

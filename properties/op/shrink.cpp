@@ -397,30 +397,29 @@ double elements(const std::vector<int64_t>& ext) {
   return n;
 }
 
-// Inputs once; outputs four times (target, reference, naive, a derived case's);
-// and the largest step of a reference expression's evaluation twice (the
-// floor's rounding bound holds a bound beside each value), which an outer
-// product or a broadcast takes far past the inputs and outputs.
-double reference_step(const Decl& d, const std::vector<int64_t>& dims, const OutputDecl& o) {
-  if (!o.reference) return 0;
-  return o.reference->largest_step([&](const std::string& name) {
-    const int k = d.dim_index(name);
-    return k < 0 ? 1.0 : static_cast<double>(dims[static_cast<size_t>(k)]);
-  });
-}
-
+// Inputs once; outputs four times (target, reference, naive, a derived
+// case's); and a reference expression's intermediates twice (the naive
+// evaluation's, and the floor's rounding bound, which holds a bound beside
+// each value), every one at once (Expression::footprint: shared
+// subexpressions are kept to the evaluation's end), which an outer product
+// or a broadcast takes far past the inputs and outputs.
 struct Footprint {
   double held = 0;                     // elements: the inputs, and the outputs four times
-  double step = 0;                     // elements: the largest reference step
-  const OutputDecl* widest = nullptr;  // whose reference takes that step
+  double step = 0;                     // elements: the largest reference's intermediates
+  const OutputDecl* widest = nullptr;  // that reference's output
   double bytes() const { return 8 * (held + 2 * step); }
 };
 
 Footprint footprint(const Decl& d, const std::vector<int64_t>& dims, double input_elements) {
   Footprint f{input_elements};
+  const auto extent = [&](const std::string& name) {
+    const int k = d.dim_index(name);
+    return k < 0 ? 1.0 : static_cast<double>(dims[static_cast<size_t>(k)]);
+  };
   for (const auto& o : d.outputs) {
     f.held += 4.0 * elements(d.extents(o.shape, dims));
-    if (const double s = reference_step(d, dims, o); s > f.step) f.step = s, f.widest = &o;
+    if (!o.reference) continue;
+    if (const double s = o.reference->footprint(extent).all; s > f.step) f.step = s, f.widest = &o;
   }
   return f;
 }
@@ -450,8 +449,10 @@ CaseSize OpFamily::max_case_bytes(const Values&) const {
   // Name the reference whose intermediate makes the most of it, if one does.
   const Footprint f = footprint(*decl_, dims, n);
   if (f.widest && 2 * f.step > f.held)
-    said += fmt::format("; reference {} holds {:.3g} elements in one step", f.widest->name, f.step);
-  return {f.bytes(), said, "op.dims"};
+    said += fmt::format("; reference {} holds {:.3g} elements while evaluated", f.widest->name, f.step);
+  CaseSize size{f.bytes(), said, "op.dims", {}};
+  for (size_t k = 0; k < dims.size(); ++k) size.extents[decl_->dims[k].name] = double(dims[k]);
+  return size;
 }
 
 CaseStats Traits::stats(const Case& c) {

@@ -224,12 +224,16 @@ class Expression {
   DType dtype() const;
   std::string shape() const;                                        // symbolic, e.g. "[B, Hq, Nq]"
   const std::vector<std::string>& names() const { return names_; }  // tensors it reads, sorted
-  // The most elements one step of an evaluation holds at once (a node's
-  // value and its operands'), each symbolic dim given by `extent` (a number
-  // is itself; a slice's extent "?" counts 1): the load-time memory check of
-  // a declared op's reference, which an outer product x[:, None] * x[None, :]
-  // can take far past its inputs and outputs. In double: it may pass int64.
-  double largest_step(const std::function<double(const std::string&)>& extent) const;
+  // The elements an evaluation's intermediates hold, each symbolic dim given
+  // by `extent` (a number is itself; a slice's extent "?" counts 1), in
+  // double (they may pass int64): the load-time memory estimate of a declared
+  // op's reference and of an expression invariant, which an outer product
+  // x[:, None] * x[None, :] takes far past the inputs and outputs.
+  struct Footprint {
+    double largest = 0;  // one step: a node's value and its operands'
+    double all = 0;      // the evaluation's peak: values kept at once (expr.cpp says which)
+  };
+  Footprint footprint(const std::function<double(const std::string&)>& extent) const;
 
   // The value on one trial's tensors (every name in names() present).
   Tensor evaluate(const TensorMap& tensors) const;

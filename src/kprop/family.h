@@ -193,6 +193,10 @@ struct CaseSize {
   double bytes = 0;
   std::string dims;
   std::string keys;
+  // The named tensors' symbolic dims at that case ("Nq" -> 1024), where the
+  // family gives them: the spec's expression invariants are estimated from
+  // them (kprop::largest_case). Empty: not counted.
+  std::map<std::string, double> extents;
 };
 
 struct CaseStats {

@@ -176,6 +176,12 @@ Spec load_spec(const std::string& path, const std::string& profile = "",
 Spec parse_spec(const std::string& text, const std::string& path, const std::string& profile = "",
                 const std::string& domain_overrides = "", int64_t max_case_mb = 0);
 
+// The memory of the domain's largest case: the family's estimate
+// (Family::max_case_bytes) plus what the spec's expression invariants hold
+// while one is evaluated, where the family gives its tensors' extents
+// (CaseSize::extents). What run.max_case_mb, --list and --jobs read.
+CaseSize largest_case(const Spec& spec);
+
 // "" when the case fits the spec's memory budget (run.max_case_mb), else a
 // one-line message "case needs ~N MB, over run.max_case_mb = M of SPEC; ..."
 // (corpus replay reports it as bad input, exit 2).
