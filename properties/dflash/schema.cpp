@@ -90,11 +90,25 @@ double Traits::case_bytes(const Case& c) {
 CaseSize Traits::max_case_bytes(const Values& d) {
   const auto hi = [&](const char* key) { return d.int_range(key).hi; };
   const int64_t heads = hi("model.heads"), width = (hi("model.d_model") + heads - 1) / heads * heads;
-  return {dflash_bytes(double(hi("vocab")), double(width), double(std::max<int64_t>(1, hi("model.layers"))),
-                       double(hi("prompt_len")), double(hi("tree.nodes")), double(hi("cycles"))),
-          fmt::format("V {} x d_model {} x layers {}, prompt {} + {} cycles of {} nodes", hi("vocab"), width,
-                      hi("model.layers"), hi("prompt_len"), hi("cycles"), hi("tree.nodes")),
-          "vocab, model.d_model, model.layers, prompt_len, tree.nodes or cycles"};
+  CaseSize size{
+      dflash_bytes(double(hi("vocab")), double(width), double(std::max<int64_t>(1, hi("model.layers"))),
+                   double(hi("prompt_len")), double(hi("tree.nodes")), double(hi("cycles"))),
+      fmt::format("V {} x d_model {} x layers {}, prompt {} + {} cycles of {} nodes", hi("vocab"), width,
+                  hi("model.layers"), hi("prompt_len"), hi("cycles"), hi("tree.nodes")),
+      "vocab, model.d_model, model.layers, prompt_len, tree.nodes or cycles"};
+  // The named tensors' dims (tensors.cpp) at that case: each cycle emits its
+  // accepted nodes and one bonus token, so O and Or are at most T + C.
+  const double nodes = double(hi("cycles") * hi("tree.nodes"));
+  size.extents = {{"Np", double(hi("prompt_len"))},
+                  {"V", double(hi("vocab"))},
+                  {"C", double(hi("cycles"))},
+                  {"T", nodes},
+                  {"d_model", double(width)},
+                  {"layers", double(hi("model.layers"))},
+                  {"heads", double(heads)},
+                  {"O", nodes + double(hi("cycles"))},
+                  {"Or", nodes + double(hi("cycles"))}};
+  return size;
 }
 
 }  // namespace kprop::dflash
