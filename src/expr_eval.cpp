@@ -18,6 +18,7 @@
 
 #include "expr_ast.h"
 #include "kprop/errors.h"
+#include "kprop/float_type.h"
 #include "kprop/tolerance.h"
 
 namespace kprop::expr {

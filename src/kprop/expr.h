@@ -21,8 +21,12 @@
 #include <utility>
 #include <vector>
 
-#include "kprop/float_type.h"
 #include "kprop/once.h"
+
+// kprop/float_type.h (internal: not installed with this header).
+namespace kprop {
+enum class FloatType;
+}
 
 namespace kprop::expr {
 

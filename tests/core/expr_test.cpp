@@ -12,6 +12,7 @@
 #include <functional>
 #include <random>
 
+#include "kprop/float_type.h"
 #include "kprop/spec.h"
 #include "tests/support/cli.h"
 #include "tests/support/spec_error.h"
