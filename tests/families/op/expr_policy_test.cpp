@@ -41,16 +41,14 @@ invariants:
 // The spec above with a target that doubles y (and what `more` adds).
 Spec with_doubling_mutant(const std::string& text, const std::function<void(OpFamily&)>& more = {}) {
   Spec spec = parse_spec(text, "overflow.yaml");
-  const OpFamily& loaded = op_family(spec);
-  auto f = std::make_shared<OpFamily>(std::shared_ptr<const Decl>(spec.declared_family, &loaded.decl()));
-  f->mutant("doubles", "returns 2y", [](const Case& c) {
-    Result r = op::reference(c);
-    for (double& v : r.outputs[0]) v *= 2;
-    return r;
+  plant_mutants(spec, [&](OpFamily& f) {
+    f.mutant("doubles", "returns 2y", [](const Case& c) {
+      Result r = op::reference(c);
+      for (double& v : r.outputs[0]) v *= 2;
+      return r;
+    });
+    if (more) more(f);
   });
-  if (more) more(*f);
-  spec.declared_family = f;
-  spec.family = f.get();
   return spec;
 }
 
