@@ -568,6 +568,16 @@ void out_views(Message& reply, NamedViews views) {
   for (const auto& [name, view] : views) *view = out_view(reply, name);
 }
 
+void in_attrs(const Message& request, std::initializer_list<NamedAttr> attrs) {
+  for (const NamedAttr& a : attrs) {
+    const nlohmann::json& value = request.attrs.at(a.name);
+    if (a.i32)
+      *a.i32 = value.get<int32_t>();
+    else
+      *a.f64 = value.get<double>();
+  }
+}
+
 void read_outputs(const Message& reply,
                   std::initializer_list<std::pair<const char*, std::vector<double>*>> outputs) {
   for (const auto& [name, values] : outputs) *values = reply.tensor(name).to_doubles();

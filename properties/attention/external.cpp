@@ -107,10 +107,8 @@ void shared_args(Args& a, const Message& req) {
   external::in_views(req, {KPROP_NAMED(a, q), KPROP_NAMED(a, k), KPROP_NAMED(a, v)});
   a.key_lengths = in_view(req, "key_lengths", true);
   a.allowed = in_view(req, "allowed", true);
-  a.mask = req.attrs.at("mask").get<int32_t>();
-  a.block_q = req.attrs.at("block_q").get<int32_t>();
-  a.block_k = req.attrs.at("block_k").get<int32_t>();
-  a.scale = req.attrs.at("scale").get<double>();
+  external::in_attrs(
+      req, {KPROP_NAMED(a, mask), KPROP_NAMED(a, block_q), KPROP_NAMED(a, block_k), KPROP_NAMED(a, scale)});
 }
 
 void invoke_forward(void* fn, const Message& req, Message& reply) {
