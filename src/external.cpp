@@ -67,17 +67,9 @@ const char* dtype_name(int32_t dtype) {
 }
 
 int32_t abi_dtype(FloatType t) {
-  switch (t) {
-    case FloatType::f32:
-      return KPROP_F32;
-    case FloatType::f16:
-      return KPROP_F16;
-    case FloatType::bf16:
-      return KPROP_BF16;
-    case FloatType::f64:
-      break;
-  }
-  return KPROP_F64;
+  static constexpr int32_t kCodes[] = {KPROP_F32, KPROP_F64, KPROP_F16, KPROP_BF16};  // in FloatType's order
+  static_assert(std::size(kCodes) == size_t(FloatType::bf16) + 1);
+  return kCodes[static_cast<size_t>(t)];
 }
 
 int32_t dtype_from_name(const std::string& name) {

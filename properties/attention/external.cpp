@@ -10,17 +10,10 @@ namespace {
 using external::Message;
 
 int32_t abi_mask(MaskKind kind) {
-  switch (kind) {
-    case MaskKind::none:
-      return KPROP_MASK_NONE;
-    case MaskKind::causal:
-      return KPROP_MASK_CAUSAL;
-    case MaskKind::key_padding:
-      return KPROP_MASK_KEY_PADDING;
-    case MaskKind::boolean:
-      return KPROP_MASK_BOOLEAN;
-  }
-  return KPROP_MASK_NONE;
+  static constexpr int32_t kCodes[] = {KPROP_MASK_NONE, KPROP_MASK_CAUSAL, KPROP_MASK_KEY_PADDING,
+                                       KPROP_MASK_BOOLEAN};  // in MaskKind's order
+  static_assert(std::size(kCodes) == size_t(MaskKind::boolean) + 1);
+  return kCodes[static_cast<size_t>(kind)];
 }
 
 std::vector<int64_t> q_shape(const Shape& s) {
