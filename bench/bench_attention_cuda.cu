@@ -287,9 +287,20 @@ void softmax_in_place(const Config& c, void* s) {
   check(cudaGetLastError(), "softmax");
 }
 
-void flash(benchmark::State& state, Config c) {
+// Runs `body` where there is a CUDA device; no device, or an exception of
+// `body`, skips the benchmark with the reason.
+template <typename Body>
+void on_device(benchmark::State& state, Body body) {
   if (!have_device()) return state.SkipWithError("no CUDA device");
   try {
+    body();
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void flash(benchmark::State& state, Config c) {
+  on_device(state, [&] {
     Buffers buf(c, false);
     cr::TcParams p;
     p.type = c.type, p.batch = c.batch(), p.heads_q = p.heads_kv = c.heads(), p.nq = p.nk = c.n,
@@ -306,14 +317,11 @@ void flash(benchmark::State& state, Config c) {
       g_results[c.name()].flash_ms = med;
     else
       record_variant({c.variant() + "/" + c.name(), med, c.flops() / (med * 1e-3) / 1e12});
-  } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
-  }
+  });
 }
 
 void materialized(benchmark::State& state, Config c) {
-  if (!have_device()) return state.SkipWithError("no CUDA device");
-  try {
+  on_device(state, [&] {
     Buffers buf(c, true);
     const int n = c.n, d = c.dim;
     const long long qkv_stride = (long long)n * d, s_stride = (long long)n * n;
@@ -327,9 +335,7 @@ void materialized(benchmark::State& state, Config c) {
                    s_stride, buf.o, d, qkv_stride, "gemm PV");
     });
     g_results[c.name()].base_ms = med;
-  } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
-  }
+  });
 }
 
 // Backward inputs on top of the forward's: dO per input set, O and LSE of
@@ -385,8 +391,7 @@ double bwd_flops(const Config& c) {
 }
 
 void flash_bwd(benchmark::State& state, Config c) {
-  if (!have_device()) return state.SkipWithError("no CUDA device");
-  try {
+  on_device(state, [&] {
     BwdBuffers buf(c, false);
     br::TcBwdParams p;
     p.type = c.type, p.batch = c.batch(), p.heads_q = p.heads_kv = c.heads(), p.nq = p.nk = c.n;
@@ -404,14 +409,11 @@ void flash_bwd(benchmark::State& state, Config c) {
       g_bwd_results[c.name()].flash_ms = med;
     else
       record_variant({"bwd_sync_loads/" + c.name(), med, bwd_flops(c) / (med * 1e-3) / 1e12});
-  } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
-  }
+  });
 }
 
 void materialized_bwd(benchmark::State& state, Config c) {
-  if (!have_device()) return state.SkipWithError("no CUDA device");
-  try {
+  on_device(state, [&] {
     BwdBuffers buf(c, true);
     const int n = c.n, d = c.dim, batches = c.batch() * c.heads();
     const long long x_stride = (long long)n * d, s_stride = (long long)n * n;
@@ -441,9 +443,7 @@ void materialized_bwd(benchmark::State& state, Config c) {
     });
     state.counters["median_ms"] = med;
     g_bwd_results[c.name()].base_ms = med;
-  } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
-  }
+  });
 }
 
 // The two ceilings (METHOD.md): a large cuBLAS f16 GEMM and a device-to-device copy.
@@ -478,6 +478,16 @@ void ceiling_copy(benchmark::State& state) {
   cudaFree(a), cudaFree(b);
 }
 
+// Registers a benchmark as every one here runs: on the times it sets itself
+// (CUDA events, UseManualTime), for at least 0.1 s, reported in ms.
+template <typename... Args>
+void register_timed(const std::string& name, Args&&... args) {
+  benchmark::RegisterBenchmark(name.c_str(), std::forward<Args>(args)...)
+      ->UseManualTime()
+      ->MinTime(0.1)
+      ->Unit(benchmark::kMillisecond);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -490,65 +500,39 @@ int main(int argc, char** argv) {
       for (int dim : {64, 128})
         for (bool causal : {false, true}) configs.push_back({type, n, dim, causal});
   for (const Config& c : configs) {
-    benchmark::RegisterBenchmark(("flash/" + c.name()).c_str(), flash, c)
-        ->UseManualTime()
-        ->MinTime(0.1)
-        ->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark(("materialized/" + c.name()).c_str(), materialized, c)
-        ->UseManualTime()
-        ->MinTime(0.1)
-        ->Unit(benchmark::kMillisecond);
+    register_timed("flash/" + c.name(), flash, c);
+    register_timed("materialized/" + c.name(), materialized, c);
   }
   for (const Config& c : configs) {
-    benchmark::RegisterBenchmark(("flash_bwd/" + c.name()).c_str(), flash_bwd, c)
-        ->UseManualTime()
-        ->MinTime(0.1)
-        ->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark(("materialized_bwd/" + c.name()).c_str(), materialized_bwd, c)
-        ->UseManualTime()
-        ->MinTime(0.1)
-        ->Unit(benchmark::kMillisecond);
+    register_timed("flash_bwd/" + c.name(), flash_bwd, c);
+    register_timed("materialized_bwd/" + c.name(), materialized_bwd, c);
   }
   for (int dim : {64, 128})  // the backward with synchronous tile loads beside the pipelined one
     for (bool causal : {false, true}) {
       Config c{cr::Half::f16, 4096, dim, causal};
       c.bwd_pipelined = false;
-      benchmark::RegisterBenchmark(("flash_bwd_sync/" + c.name()).c_str(), flash_bwd, c)
-          ->UseManualTime()
-          ->MinTime(0.1)
-          ->Unit(benchmark::kMillisecond);
+      register_timed("flash_bwd_sync/" + c.name(), flash_bwd, c);
     }
   for (int dim : {64, 128})  // every tiling at the goal shape: warps x rows per warp
     for (bool causal : {false, true})
       for (const auto& tiling : {std::pair{4, 16}, std::pair{8, 16}, std::pair{4, 32}}) {
         Config c{cr::Half::f16, 4096, dim, causal, tiling.first, tiling.second};
-        benchmark::RegisterBenchmark(("flash_tiling" + std::to_string(tiling.first) + "x" +
-                                      std::to_string(tiling.second) + "/" + c.name())
-                                         .c_str(),
-                                     flash, c)
-            ->UseManualTime()
-            ->MinTime(0.1)
-            ->Unit(benchmark::kMillisecond);
+        register_timed("flash_tiling" + std::to_string(tiling.first) + "x" + std::to_string(tiling.second) +
+                           "/" + c.name(),
+                       flash, c);
       }
   for (int dim : {64, 128})  // the mma.sync kernel's default tiling next to the automatic choice
     for (bool causal : {false, true}) {
       Config c{cr::Half::f16, 4096, dim, causal};
       c.kernel = cr::TcKernel::mma_sync;
-      benchmark::RegisterBenchmark(("flash_mma_sync/" + c.name()).c_str(), flash, c)
-          ->UseManualTime()
-          ->MinTime(0.1)
-          ->Unit(benchmark::kMillisecond);
+      register_timed("flash_mma_sync/" + c.name(), flash, c);
     }
   for (int blocks : {1, 2})  // the v3 wgmma kernel, registers for one or two blocks per SM
     for (int dim : {64, 128})
       for (bool causal : {false, true}) {
         Config c{cr::Half::f16, 4096, dim, causal};
         c.kernel = cr::TcKernel::wgmma, c.min_blocks = blocks;
-        benchmark::RegisterBenchmark(("flash_wgmma_" + std::to_string(blocks) + "block/" + c.name()).c_str(),
-                                     flash, c)
-            ->UseManualTime()
-            ->MinTime(0.1)
-            ->Unit(benchmark::kMillisecond);
+        register_timed("flash_wgmma_" + std::to_string(blocks) + "block/" + c.name(), flash, c);
       }
   // The warp-specialized kernel (TMA producer, two consumer warpgroups):
   // keys per tile x ping-pong, at the goal shape and N = 16k.
@@ -560,21 +544,11 @@ int main(int argc, char** argv) {
             if (n == 16384 && dim == 64) continue;
             Config c{cr::Half::f16, n, dim, causal};
             c.kernel = cr::TcKernel::wgmma_ws, c.ws_block_k = block_k, c.ws_pingpong = pingpong;
-            benchmark::RegisterBenchmark(
-                ("flash_ws_bk" + std::to_string(block_k) + (pingpong ? "_pp/" : "/") + c.name()).c_str(),
-                flash, c)
-                ->UseManualTime()
-                ->MinTime(0.1)
-                ->Unit(benchmark::kMillisecond);
+            register_timed("flash_ws_bk" + std::to_string(block_k) + (pingpong ? "_pp/" : "/") + c.name(),
+                           flash, c);
           }
-  benchmark::RegisterBenchmark("ceiling/gemm_f16_8192", ceiling_gemm)
-      ->UseManualTime()
-      ->MinTime(0.1)
-      ->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("ceiling/copy_2GiB", ceiling_copy)
-      ->UseManualTime()
-      ->MinTime(0.1)
-      ->Unit(benchmark::kMillisecond);
+  register_timed("ceiling/gemm_f16_8192", ceiling_gemm);
+  register_timed("ceiling/copy_2GiB", ceiling_copy);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -67,17 +67,9 @@ const char* dtype_name(int32_t dtype) {
 }
 
 int32_t abi_dtype(FloatType t) {
-  switch (t) {
-    case FloatType::f32:
-      return KPROP_F32;
-    case FloatType::f16:
-      return KPROP_F16;
-    case FloatType::bf16:
-      return KPROP_BF16;
-    case FloatType::f64:
-      break;
-  }
-  return KPROP_F64;
+  static constexpr int32_t kCodes[] = {KPROP_F32, KPROP_F64, KPROP_F16, KPROP_BF16};  // in FloatType's order
+  static_assert(std::size(kCodes) == size_t(FloatType::bf16) + 1);
+  return kCodes[static_cast<size_t>(t)];
 }
 
 int32_t dtype_from_name(const std::string& name) {
@@ -566,6 +558,16 @@ void in_views(const Message& request, NamedViews views) {
 
 void out_views(Message& reply, NamedViews views) {
   for (const auto& [name, view] : views) *view = out_view(reply, name);
+}
+
+void in_attrs(const Message& request, std::initializer_list<NamedAttr> attrs) {
+  for (const NamedAttr& a : attrs) {
+    const nlohmann::json& value = request.attrs.at(a.name);
+    if (a.i32)
+      *a.i32 = value.get<int32_t>();
+    else
+      *a.f64 = value.get<double>();
+  }
 }
 
 void read_outputs(const Message& reply,

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "kprop/enum_names.h"
 #include "kprop/reasons.h"
 #include "kprop/stats.h"
 #include "kprop/svg.h"
@@ -794,23 +795,10 @@ class JunitReporter final : public Reporter {
 }  // namespace
 
 std::string KillCell::text() const {
-  switch (state) {
-    case State::killed:
-      return std::to_string(trials);
-    case State::held:
-      return "-";
-    case State::not_reached:
-      return ".";
-    case State::gave_up:
-      return "?";
-    case State::not_applicable:
-      return "n/a";
-    case State::crashed:
-      return "crash";
-    case State::absent:
-      return "x";
-  }
-  return "?";
+  if (state == State::killed) return std::to_string(trials);
+  static constexpr const char* kMarks[] = {"", "-", ".", "?", "n/a", "crash", "x"};  // killed: its trials
+  static_assert(std::size(kMarks) == size_t(State::absent) + 1);
+  return enum_name(state, kMarks);
 }
 
 KillMatrix kill_matrix(const std::vector<MutantRow>& rows) {

@@ -84,33 +84,11 @@ double max_finite(DType dtype) {
 }
 
 const char* value_kind_name(ValueKind kind) {
-  switch (kind) {
-    case ValueKind::normal:
-      return "normal";
-    case ValueKind::uniform:
-      return "uniform";
-    case ValueKind::integer:
-      return "integer";
-    case ValueKind::large:
-      return "large";
-    case ValueKind::small:
-      return "small";
-    case ValueKind::constant_rows:
-      return "constant_rows";
-    case ValueKind::denormal:
-      return "denormal";
-    case ValueKind::ids:
-      return "ids";
-    case ValueKind::permutation:
-      return "permutation";
-    case ValueKind::causal:
-      return "causal";
-    case ValueKind::padding:
-      return "padding";
-    case ValueKind::bernoulli:
-      return "bernoulli";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"normal",      "uniform",       "integer",  "large",
+                                           "small",       "constant_rows", "denormal", "ids",
+                                           "permutation", "causal",        "padding",  "bernoulli"};
+  static_assert(std::size(kNames) == size_t(ValueKind::bernoulli) + 1);
+  return enum_name(kind, kNames);
 }
 
 bool DimDecl::valid(int64_t v) const {

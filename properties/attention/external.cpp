@@ -10,17 +10,10 @@ namespace {
 using external::Message;
 
 int32_t abi_mask(MaskKind kind) {
-  switch (kind) {
-    case MaskKind::none:
-      return KPROP_MASK_NONE;
-    case MaskKind::causal:
-      return KPROP_MASK_CAUSAL;
-    case MaskKind::key_padding:
-      return KPROP_MASK_KEY_PADDING;
-    case MaskKind::boolean:
-      return KPROP_MASK_BOOLEAN;
-  }
-  return KPROP_MASK_NONE;
+  static constexpr int32_t kCodes[] = {KPROP_MASK_NONE, KPROP_MASK_CAUSAL, KPROP_MASK_KEY_PADDING,
+                                       KPROP_MASK_BOOLEAN};  // in MaskKind's order
+  static_assert(std::size(kCodes) == size_t(MaskKind::boolean) + 1);
+  return kCodes[static_cast<size_t>(kind)];
 }
 
 std::vector<int64_t> q_shape(const Shape& s) {
@@ -107,10 +100,8 @@ void shared_args(Args& a, const Message& req) {
   external::in_views(req, {KPROP_NAMED(a, q), KPROP_NAMED(a, k), KPROP_NAMED(a, v)});
   a.key_lengths = in_view(req, "key_lengths", true);
   a.allowed = in_view(req, "allowed", true);
-  a.mask = req.attrs.at("mask").get<int32_t>();
-  a.block_q = req.attrs.at("block_q").get<int32_t>();
-  a.block_k = req.attrs.at("block_k").get<int32_t>();
-  a.scale = req.attrs.at("scale").get<double>();
+  external::in_attrs(
+      req, {KPROP_NAMED(a, mask), KPROP_NAMED(a, block_q), KPROP_NAMED(a, block_k), KPROP_NAMED(a, scale)});
 }
 
 void invoke_forward(void* fn, const Message& req, Message& reply) {

@@ -24,19 +24,15 @@ namespace {
 }  // namespace
 
 KPROP_REGISTER_FAMILY(FwdTraits, [](FamilyDef<FwdTraits>& f) {
-  f.implementation({"reference", ImplKind::reference, "fp64, materialized row by row, written for clarity"},
-                   reference_forward);
-  f.implementation(
-      {"tiled", ImplKind::optimized,
-       "online softmax over Bq×Bk tiles from the case (f32, f64; f16/bf16 stored, f32 arithmetic)"},
-      tiled);
-  f.implementation(
-      {"cuda", ImplKind::optimized,
-       "f32/f64: one block per (q tile, head, batch), the case's Bq×Bk tiles in shared memory, "
-       "online softmax with exact empty-row handling; f16/bf16: the tensor-core kernel (on sm_90 the "
-       "warp-specialized wgmma one, 128×128 tiles; else mma.sync, 128×64), f32 accumulation, P and O "
-       "rounded to the dtype; D = 64 or 128, no boolean mask",
-       "cuda"},
+  f.reference("fp64, materialized row by row, written for clarity", reference_forward);
+  f.optimized("tiled",
+              "online softmax over Bq×Bk tiles from the case (f32, f64; f16/bf16 stored, f32 arithmetic)",
+              tiled);
+  f.cuda(
+      "f32/f64: one block per (q tile, head, batch), the case's Bq×Bk tiles in shared memory, "
+      "online softmax with exact empty-row handling; f16/bf16: the tensor-core kernel (on sm_90 the "
+      "warp-specialized wgmma one, 128×128 tiles; else mma.sync, 128×64), f32 accumulation, P and O "
+      "rounded to the dtype; D = 64 or 128, no boolean mask",
       KPROP_CUDA_IMPL(FwdTraits, cuda_raw::device_count, [](const Case& c) {
         tensor_core_takes(c, "forward");
         return cuda_forward(c);
@@ -59,23 +55,18 @@ KPROP_REGISTER_FAMILY(FwdTraits, [](FamilyDef<FwdTraits>& f) {
 });
 
 KPROP_REGISTER_FAMILY(BwdTraits, [](FamilyDef<BwdTraits>& f) {
-  f.implementation({"reference", ImplKind::reference, "fp64, materialized row by row, written for clarity"},
-                   reference_backward);
-  f.implementation(
-      {"tiled_d", ImplKind::optimized, "tiled forward, then one pass over KV tiles with D = rowsum(dO ⊙ O)"},
-      tiled_d);
-  f.implementation(
-      {"tiled_two_pass", ImplKind::optimized,
-       "tiled forward, then rowsum(P ⊙ dP) in a first pass over the tiles and the gradients in a second"},
+  f.reference("fp64, materialized row by row, written for clarity", reference_backward);
+  f.optimized("tiled_d", "tiled forward, then one pass over KV tiles with D = rowsum(dO ⊙ O)", tiled_d);
+  f.optimized(
+      "tiled_two_pass",
+      "tiled forward, then rowsum(P ⊙ dP) in a first pass over the tiles and the gradients in a second",
       tiled_two_pass);
-  f.implementation(
-      {"cuda", ImplKind::optimized,
-       "CUDA, FlashAttention-2 order: forward, D = rowsum(dO ⊙ O) pre-pass, dK/dV one block per "
-       "(batch, kv head, key tile) over the group's query heads and tiles, dQ in a separate kernel per "
-       "query tile (no atomics: deterministic). f32/f64: one thread per row in the forward, the case's "
-       "Bq×Bk tiles in shared memory; f16/bf16: the tensor-core forward, then WMMA 64×64 tiles with f32 "
-       "accumulation, P and dS rounded to the dtype before their products; D = 64 or 128, no boolean mask",
-       "cuda"},
+  f.cuda(
+      "CUDA, FlashAttention-2 order: forward, D = rowsum(dO ⊙ O) pre-pass, dK/dV one block per "
+      "(batch, kv head, key tile) over the group's query heads and tiles, dQ in a separate kernel per "
+      "query tile (no atomics: deterministic). f32/f64: one thread per row in the forward, the case's "
+      "Bq×Bk tiles in shared memory; f16/bf16: the tensor-core forward, then WMMA 64×64 tiles with f32 "
+      "accumulation, P and dS rounded to the dtype before their products; D = 64 or 128, no boolean mask",
       KPROP_CUDA_IMPL(BwdTraits, cuda_bwd_raw::device_count, [](const Case& c) {
         tensor_core_takes(c, "backward");
         return cuda_backward(c);

@@ -149,11 +149,8 @@ void invoke_step(void* fn, const Message& req, Message& reply) {
   external::in_views(req, {KPROP_NAMED(a, tokens), KPROP_NAMED(a, lengths), KPROP_NAMED(a, logprob),
                            KPROP_NAMED(a, score), KPROP_NAMED(a, finished), KPROP_NAMED(a, valid),
                            KPROP_NAMED(a, logits), KPROP_NAMED(a, prompt_lengths), KPROP_NAMED(a, done)});
-  a.beam_width = req.attrs.at("beam_width").get<int32_t>();
-  a.max_new_tokens = req.attrs.at("max_new_tokens").get<int32_t>();
-  a.step = req.attrs.at("step").get<int32_t>();
-  a.eos = req.attrs.at("eos").get<int32_t>();
-  a.alpha = req.attrs.at("alpha").get<double>();
+  external::in_attrs(req, {KPROP_NAMED(a, beam_width), KPROP_NAMED(a, max_new_tokens), KPROP_NAMED(a, step),
+                           KPROP_NAMED(a, eos), KPROP_NAMED(a, alpha)});
   external::out_views(reply, {KPROP_NAMED(a, parent), KPROP_NAMED(a, token), KPROP_NAMED(a, next_logprob),
                               KPROP_NAMED(a, next_score), KPROP_NAMED(a, next_done)});
   external::call_entry(fn, a, req.op);

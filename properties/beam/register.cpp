@@ -3,12 +3,10 @@
 namespace kprop::beam {
 
 KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
-  f.implementation(
-      {"reference", ImplKind::reference, "one pool per prompt, full sort of the candidates, fp64"},
-      reference);
-  f.implementation({"batched", ImplKind::optimized,
-                    "every prompt in one flat B x K pool, [rows x V] log-softmax, per-prompt partial sort"},
-                   batched);
+  f.reference("one pool per prompt, full sort of the candidates, fp64", reference);
+  f.optimized("batched",
+              "every prompt in one flat B x K pool, [rows x V] log-softmax, per-prompt partial sort",
+              batched);
   f.mutants(mutants());
   register_invariants(f);
   // Output coverage (prop_runner --list --spec specs/beam.yaml): a

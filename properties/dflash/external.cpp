@@ -106,7 +106,7 @@ void invoke_tree_inputs(void* fn, const Message& req, Message& reply) {
   kprop_dflash_tree_inputs_args a{};
   a.tokens = external::in_view(req, "tokens");
   a.parents = external::in_view(req, "parents");
-  a.context_length = req.attrs.at("context_length").get<int32_t>();
+  external::in_attrs(req, {KPROP_NAMED(a, context_length)});
   a.position_ids = external::out_view(reply, "position_ids");
   a.mask = external::out_view(reply, "mask");
   external::call_entry(fn, a, req.op);

@@ -3,11 +3,8 @@
 namespace kprop::dflash {
 
 KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
-  f.implementation(
-      {"reference", ImplKind::reference, "full recomputation under the explicit tree mask, fp64"}, reference);
-  f.implementation(
-      {"kv_cached", ImplKind::optimized, "context in a KV cache across cycles; only the tree block runs"},
-      kv_cached);
+  f.reference("full recomputation under the explicit tree mask, fp64", reference);
+  f.optimized("kv_cached", "context in a KV cache across cycles; only the tree block runs", kv_cached);
   f.mutants(mutants());
   register_invariants(f);
   // Output coverage (prop_runner --list --spec specs/dflash.yaml): the tree

@@ -87,10 +87,8 @@ void invoke_serve(void* fn, const Message& req, Message& reply) {
   external::in_views(req, {KPROP_NAMED(a, q), KPROP_NAMED(a, k), KPROP_NAMED(a, v),
                            KPROP_NAMED(a, seq_starts), KPROP_NAMED(a, prompt_lens), KPROP_NAMED(a, arrivals),
                            KPROP_NAMED(a, k_range), KPROP_NAMED(a, v_range), KPROP_NAMED(a, block_order)});
-  a.page_size = req.attrs.at("page_size").get<int32_t>();
-  a.chunk = req.attrs.at("chunk").get<int32_t>();
-  a.poison = req.attrs.at("poison").get<int32_t>();
-  a.scale = req.attrs.at("scale").get<double>();
+  external::in_attrs(
+      req, {KPROP_NAMED(a, page_size), KPROP_NAMED(a, chunk), KPROP_NAMED(a, poison), KPROP_NAMED(a, scale)});
   external::out_views(reply, {KPROP_NAMED(a, out), KPROP_NAMED(a, cache_dtype)});
   external::call_entry(fn, a, req.op);
 }

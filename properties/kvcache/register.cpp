@@ -7,31 +7,22 @@
 
 namespace kprop::kvcache {
 KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
-  f.implementation(
-      {"reference", ImplKind::reference, "full attention recomputed from scratch for every token, fp64"},
-      reference);
-  f.implementation(
-      {"contiguous", ImplKind::optimized, "padded per-sequence cache, online softmax over key tiles"},
-      contiguous);
-  f.implementation(
-      {"paged", ImplKind::optimized, "block pool, block tables, LIFO free list; one page per softmax tile"},
-      paged);
-  f.implementation(
-      {"chunked_prefill", ImplKind::optimized, "paged cache; prompts prefilled one chunk per step"},
-      chunked_prefill);
-  f.implementation(
-      {"int8", ImplKind::optimized,
-       "int8 cache, static per-channel scales, dequantized in attention; takes f64 cases only (the spec's "
-       "--profile int8 draws those)"},
+  f.reference("full attention recomputed from scratch for every token, fp64", reference);
+  f.optimized("contiguous", "padded per-sequence cache, online softmax over key tiles", contiguous);
+  f.optimized("paged", "block pool, block tables, LIFO free list; one page per softmax tile", paged);
+  f.optimized("chunked_prefill", "paged cache; prompts prefilled one chunk per step", chunked_prefill);
+  f.optimized(
+      "int8",
+      "int8 cache, static per-channel scales, dequantized in attention; takes f64 cases only (the spec's "
+      "--profile int8 draws those)",
       int8);
-  f.implementation({"cuda", ImplKind::optimized,
-                    "paged cache on a CUDA device (K/V stored in the dtype, attention in f64 for f64 cases, "
-                    "else f32): scheduler, block tables and LIFO free list on the "
-                    "host; pool, K/V writes and paged decode attention (one warp per query head, keys read "
-                    "through the block table, online softmax over 32-key chunks) on the device; prefill "
-                    "tokens go through the same kernel, each over its own first t + 1 keys",
-                    "cuda"},
-                   KPROP_CUDA_IMPL(Traits, cuda_raw::device_count, cuda));
+  f.cuda(
+      "paged cache on a CUDA device (K/V stored in the dtype, attention in f64 for f64 cases, "
+      "else f32): scheduler, block tables and LIFO free list on the "
+      "host; pool, K/V writes and paged decode attention (one warp per query head, keys read "
+      "through the block table, online softmax over 32-key chunks) on the device; prefill "
+      "tokens go through the same kernel, each over its own first t + 1 keys",
+      KPROP_CUDA_IMPL(Traits, cuda_raw::device_count, cuda));
   f.mutants(mutants());
   register_invariants(f);
   register_deterministic(f, [](const Result& r) {

@@ -41,7 +41,7 @@ void invoke(void* fn, const Message& req, Message& reply) {
   kprop_layernorm_args a{};
   external::in_views(req,
                      {KPROP_NAMED(a, x), KPROP_NAMED(a, gamma), KPROP_NAMED(a, beta), KPROP_NAMED(a, dy)});
-  a.eps = req.attrs.at("eps").get<double>();
+  external::in_attrs(req, {KPROP_NAMED(a, eps)});
   external::out_views(reply,
                       {KPROP_NAMED(a, y), KPROP_NAMED(a, xhat), KPROP_NAMED(a, mean), KPROP_NAMED(a, rstd),
                        KPROP_NAMED(a, dx), KPROP_NAMED(a, dgamma), KPROP_NAMED(a, dbeta)});

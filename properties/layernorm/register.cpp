@@ -7,19 +7,14 @@
 
 namespace kprop::layernorm {
 KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
-  f.implementation(
-      {"reference", ImplKind::reference, "fp64, two passes per row (mean, then variance), for clarity"},
-      reference);
-  f.implementation(
-      {"fused", ImplKind::optimized,
-       "one-pass Welford forward (16 lanes, Chan combine, shifted by x[0]) caching xhat and rstd; "
-       "fused backward from the cache; f32 or f64 per case"},
-      fused);
-  f.implementation(
-      {"cuda", ImplKind::optimized,
-       "one block per row: x shifted by x[0], two-pass mean/variance with tree reductions, "
-       "x-hat cached; dx from the cache; dgamma/dbeta one thread per column; f32 or f64 per case",
-       "cuda"},
+  f.reference("fp64, two passes per row (mean, then variance), for clarity", reference);
+  f.optimized("fused",
+              "one-pass Welford forward (16 lanes, Chan combine, shifted by x[0]) caching xhat and rstd; "
+              "fused backward from the cache; f32 or f64 per case",
+              fused);
+  f.cuda(
+      "one block per row: x shifted by x[0], two-pass mean/variance with tree reductions, "
+      "x-hat cached; dx from the cache; dgamma/dbeta one thread per column; f32 or f64 per case",
       KPROP_CUDA_IMPL(Traits, cuda_raw::device_count, cuda));
   f.mutants(mutants());
   register_invariants(f);

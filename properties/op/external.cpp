@@ -23,13 +23,10 @@ namespace {
 int32_t abi_dtype(DType dt, bool fp64 = false) {
   switch (dt) {
     case DType::f32:
-      return fp64 ? KPROP_F64 : KPROP_F32;
     case DType::f64:
-      return KPROP_F64;
     case DType::f16:
-      return fp64 ? KPROP_F64 : KPROP_F16;
     case DType::bf16:
-      return fp64 ? KPROP_F64 : KPROP_BF16;
+      return fp64 ? KPROP_F64 : external::abi_dtype(*float_type(dt));
     case DType::i32:
       return KPROP_I32;
     case DType::i64:

@@ -218,13 +218,11 @@ OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
          {{"transform.index", {dim.name}, expr::DType::integer, "the indices kept, ascending"},
           transform_applies_info("no smaller extent is valid")}});
   }
-  implementation({"reference", ImplKind::reference, "the declared reference expressions, in fp64"},
-                 op::reference);
-  implementation(
-      {"naive", ImplKind::optimized,
-       "the reference expressions with every intermediate rounded to the output's dtype (f32 for a "
-       "half output, stored rounded to nearest even)"},
-      op::naive);
+  reference("the declared reference expressions, in fp64", op::reference);
+  optimized("naive",
+            "the reference expressions with every intermediate rounded to the output's dtype (f32 for a "
+            "half output, stored rounded to nearest even)",
+            op::naive);
   register_invariants(*this);
   register_external(*this);
 }

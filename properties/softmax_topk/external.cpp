@@ -28,8 +28,7 @@ Result drive(const Case& c, external::Transport& target) {
 void invoke(void* fn, const Message& req, Message& reply) {
   kprop_softmax_topk_args a{};
   a.logits = external::in_view(req, "logits");
-  a.k = req.attrs.at("k").get<int32_t>();
-  a.block = req.attrs.at("block").get<int32_t>();
+  external::in_attrs(req, {KPROP_NAMED(a, k), KPROP_NAMED(a, block)});
   a.probs = external::out_view(reply, "probs");
   a.indices = external::out_view(reply, "indices");
   external::call_entry(fn, a, req.op);

@@ -7,17 +7,13 @@
 
 namespace kprop::softmax_topk {
 KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
-  f.implementation({"reference", ImplKind::reference, "full softmax in double, stable sort by logit"},
-                   reference);
-  f.implementation(
-      {"fused", ImplKind::optimized,
-       "single pass: blocked online max and normaliser with a running top-k buffer (any K up to V)"},
-      fused);
-  f.implementation(
-      {"cuda", ImplKind::optimized,
-       "one block per row: tree-reduced max and normaliser, then rank selection (each element's "
-       "rank by the contract order, stopping at K; rank < K writes its slot), any K up to V; f32 or f64",
-       "cuda"},
+  f.reference("full softmax in double, stable sort by logit", reference);
+  f.optimized("fused",
+              "single pass: blocked online max and normaliser with a running top-k buffer (any K up to V)",
+              fused);
+  f.cuda(
+      "one block per row: tree-reduced max and normaliser, then rank selection (each element's "
+      "rank by the contract order, stopping at K; rank < K writes its slot), any K up to V; f32 or f64",
       KPROP_CUDA_IMPL(Traits, cuda_raw::device_count, cuda));
   f.mutants(mutants());
   register_invariants(f);

@@ -156,9 +156,19 @@ void out_views(Message& reply, NamedViews views);
 // A reply's outputs as doubles: read_outputs(reply, {{"o", &r.o}, {"lse", &r.lse}}).
 void read_outputs(const Message& reply,
                   std::initializer_list<std::pair<const char*, std::vector<double>*>> outputs);
-// {"name", &obj.name}: the pair for a field named as its tensor (every ABI
-// args struct and result follows that convention), so a list reads
-// in_views(req, {KPROP_NAMED(a, q), KPROP_NAMED(a, k)}).
+// A request's attrs into the args struct's scalar fields, each read as its
+// field's type: in_attrs(req, {{"k", &a.k}, {"scale", &a.scale}}).
+struct NamedAttr {
+  NamedAttr(const char* attr, int32_t* field) : name(attr), i32(field) {}
+  NamedAttr(const char* attr, double* field) : name(attr), f64(field) {}
+  const char* name;
+  int32_t* i32 = nullptr;
+  double* f64 = nullptr;
+};
+void in_attrs(const Message& request, std::initializer_list<NamedAttr> attrs);
+// {"name", &obj.name}: the pair for a field named as its tensor or attr
+// (every ABI args struct and result follows that convention), so a list
+// reads in_views(req, {KPROP_NAMED(a, q), KPROP_NAMED(a, k)}).
 #define KPROP_NAMED(obj, field) \
   { #field, &(obj).field }
 

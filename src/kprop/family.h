@@ -37,7 +37,7 @@
 // HasTransforms below).
 //
 //   KPROP_REGISTER_FAMILY(MyTraits, [](FamilyDef<MyTraits>& f) {
-//     f.implementation({"reference", ImplKind::reference, "double, obvious"}, my::reference);
+//     f.reference("double, obvious", my::reference);  // or implementation({name, kind, ...}, fn)
 //     f.mutant("off_by_one", "loop stops one early", my::off_by_one);
 //     f.invariant({"matches_reference", "...", {field::atol(1e-9)}},
 //                 [](Trial<MyTraits>& t, const Values& p) { ... return Verdict::pass(); });
@@ -566,6 +566,19 @@ class FamilyDef : public Family {
   void implementation(ImplInfo info, ImplFn fn) {
     impls_.push_back(std::move(info));
     impl_fns_.push_back(std::move(fn));
+  }
+  // The family's oracle (ImplKind::reference), named "reference".
+  void reference(std::string description, ImplFn fn) {
+    implementation({"reference", ImplKind::reference, std::move(description)}, std::move(fn));
+  }
+  // A CPU kernel under test (ImplKind::optimized).
+  void optimized(std::string name, std::string description, ImplFn fn) {
+    implementation({std::move(name), ImplKind::optimized, std::move(description)}, std::move(fn));
+  }
+  // The CUDA kernel under test, named "cuda", on device "cuda"; `fn`:
+  // KPROP_CUDA_IMPL(...), which is skipped where there is no device.
+  void cuda(std::string description, ImplFn fn) {
+    implementation({"cuda", ImplKind::optimized, std::move(description), "cuda"}, std::move(fn));
   }
   void mutant(std::string name, std::string description, ImplFn fn, bool out_of_bounds = false) {
     ImplInfo info{std::move(name), ImplKind::mutant, std::move(description)};

@@ -84,46 +84,26 @@ inline double unit_roundoff(FloatType t) {
 
 // The smallest positive normal: 2^-126 (f32, bf16), 2^-1022 (f64), 2^-14 (f16).
 inline double min_normal(FloatType t) {
-  switch (t) {
-    case FloatType::f32:
-    case FloatType::bf16:
-      return 0x1.0p-126;
-    case FloatType::f16:
-      return 0x1.0p-14;
-    case FloatType::f64:
-      break;
-  }
-  return 0x1.0p-1022;
+  static constexpr double kMin[] = {0x1.0p-126, 0x1.0p-1022, 0x1.0p-14, 0x1.0p-126};  // in FloatType's order
+  static_assert(std::size(kMin) == size_t(FloatType::bf16) + 1);
+  return kMin[static_cast<size_t>(t)];
 }
 
 // The smallest positive subnormal: 2^-149 (f32), 2^-1074 (f64), 2^-24 (f16), 2^-133 (bf16).
 inline double denorm_min(FloatType t) {
-  switch (t) {
-    case FloatType::f32:
-      return 0x1.0p-149;
-    case FloatType::f16:
-      return half::f16_min_subnormal;
-    case FloatType::bf16:
-      return half::bf16_min_subnormal;
-    case FloatType::f64:
-      break;
-  }
-  return 0x1.0p-1074;
+  static constexpr double kMin[] = {0x1.0p-149, 0x1.0p-1074, half::f16_min_subnormal,
+                                    half::bf16_min_subnormal};  // in FloatType's order
+  static_assert(std::size(kMin) == size_t(FloatType::bf16) + 1);
+  return kMin[static_cast<size_t>(t)];
 }
 
 // The largest finite value: FLT_MAX, DBL_MAX, 65504 (f16), (2 - 2^-7) 2^127 (bf16).
 inline double max_finite(FloatType t) {
-  switch (t) {
-    case FloatType::f32:
-      return static_cast<double>(std::numeric_limits<float>::max());
-    case FloatType::f16:
-      return half::f16_max;
-    case FloatType::bf16:
-      return half::bf16_max;
-    case FloatType::f64:
-      break;
-  }
-  return std::numeric_limits<double>::max();
+  static constexpr double kMax[] = {static_cast<double>(std::numeric_limits<float>::max()),
+                                    std::numeric_limits<double>::max(), half::f16_max,
+                                    half::bf16_max};  // in FloatType's order
+  static_assert(std::size(kMax) == size_t(FloatType::bf16) + 1);
+  return kMax[static_cast<size_t>(t)];
 }
 
 // The neighbour of round_to(t, |x|) (which must be finite) one step away

@@ -237,6 +237,14 @@ TEST(Runner, MutantsThatCouldNotRunAreSkippedNotFailed) {
   EXPECT_EQ(mutants_exit_code(mixed), 1);
 }
 
+// A report of spec toy that ended in `status`, for a reporter to print.
+RunReport toy_report(RunStatus status) {
+  RunReport r;
+  r.spec = "toy";
+  r.status = status;
+  return r;
+}
+
 // A case too large to read in a terminal (one that could not shrink: an op
 // whose reference ran out of memory printed a million values) is cut short
 // in the text, JUnit and HTML reports, saying where the whole case is; a
@@ -244,9 +252,7 @@ TEST(Runner, MutantsThatCouldNotRunAreSkippedNotFailed) {
 // nowhere; JSON keeps every case whole. (The HTML page printed it whole: a
 // softmax_topk --mutants page of 131072-logit cases was 7 MB.)
 TEST(Reporters, ACaseTooLargeToPrintIsCutShortAndSaysWhereItIs) {
-  RunReport r;
-  r.spec = "toy";
-  r.status = RunStatus::failed;
+  RunReport r = toy_report(RunStatus::failed);
   InvariantReport inv{"matches_reference"};
   inv.status = InvariantStatus::failed;
   Finding f;
@@ -288,9 +294,7 @@ TEST(Reporters, ACaseTooLargeToPrintIsCutShortAndSaysWhereItIs) {
 
 // A run cut short by Ctrl-C is an error in JUnit, not only skipped tests.
 TEST(Reporters, JunitReportsAnInterruptedRunAsAnError) {
-  RunReport r;
-  r.spec = "toy";
-  r.status = RunStatus::interrupted;
+  RunReport r = toy_report(RunStatus::interrupted);
   r.detail = "interrupted (Ctrl-C)";
   const std::string xml = make_reporter("junit")->run(r);
   EXPECT_NE(xml.find("errors=\"1\""), std::string::npos) << xml;
@@ -338,9 +342,7 @@ TEST(Reporters, TheMutantsTableShowsTheKillersNumbers) {
 // target's decline reasons, the outputs no invariant read, and why an
 // invariant was n/a or gave up (it showed none of them).
 TEST(Reporters, HtmlSaysWhatWasNotChecked) {
-  RunReport r;
-  r.spec = "toy";
-  r.status = RunStatus::passed;
+  RunReport r = toy_report(RunStatus::passed);
   r.declined = 7;
   r.decline_reasons = {{"needs 7+ elements, got 3", 4}, {"needs 7+ elements, got 5", 3}};
   r.unchecked_outputs = {"toy.sum", "toy.count"};
@@ -362,9 +364,7 @@ TEST(Reporters, HtmlSaysWhatWasNotChecked) {
 // cases include the one it failed on, and the targeted search's cases are
 // said with its section. (It showed the passes, and no search at all.)
 TEST(Reporters, HtmlCountsAsTheOthersAndShowsTheSearch) {
-  RunReport r;
-  r.spec = "toy";
-  r.status = RunStatus::failed;
+  RunReport r = toy_report(RunStatus::failed);
   r.trials = 36;
   r.checked = 70;
   r.search.ran = true;

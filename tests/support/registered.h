@@ -103,14 +103,21 @@ Implementation<Traits> registered_implementation(const char* family, const std::
   return {f, implementation_index(f, name)};
 }
 
-// A run of `target` (seed `seed`, only the invariants `only` when given)
-// that stops at its first failure and writes nothing.
-inline RunOptions first_failure(const std::string& target, uint64_t seed,
-                                std::vector<std::string> only = {}) {
+// A run of `target` at seed `seed` that keeps its findings out of the corpus
+// (as --no-corpus).
+inline RunOptions no_corpus_run(const std::string& target, uint64_t seed) {
   RunOptions o;
   o.target = target;
   o.seed = seed;
   o.write_corpus = false;
+  return o;
+}
+
+// A run of `target` (seed `seed`, only the invariants `only` when given)
+// that stops at its first failure and writes nothing.
+inline RunOptions first_failure(const std::string& target, uint64_t seed,
+                                std::vector<std::string> only = {}) {
+  RunOptions o = no_corpus_run(target, seed);
   o.stop_on_first_failure = true;
   o.only_invariants = std::move(only);
   return o;
@@ -171,11 +178,8 @@ inline Spec spec_with(const std::string& path, const std::string& line, const st
 // scratch folder under the test's temp dir; `bug`: a planted bug, stopped at
 // its first failure.
 inline RunOptions half_run(const std::string& target, bool bug, int64_t trials, const std::string& scratch) {
-  RunOptions o;
-  o.target = target;
-  o.seed = 20261123;
+  RunOptions o = no_corpus_run(target, 20261123);
   o.trials = trials;
-  o.write_corpus = false;
   o.stop_on_first_failure = bug;
   o.scratch_dir = ::testing::TempDir() + scratch;
   return o;

@@ -51,8 +51,9 @@ T* out(const kprop_tensor& t) {
   return static_cast<T*>(t.data);
 }
 
-template <typename T, BwdBug bug>
-void run_tiled(const kprop_attention_bwd_args* a) {
+// The call's shape, mask, scale and tiles; its tensors left for the caller.
+template <typename T>
+Inputs<T> inputs_but_tensors(const kprop_attention_bwd_args* a) {
   Inputs<T> i;
   i.shape = {static_cast<int>(a->q.shape[0]), static_cast<int>(a->q.shape[1]),
              static_cast<int>(a->k.shape[1]), static_cast<int>(a->q.shape[2]),
@@ -63,6 +64,12 @@ void run_tiled(const kprop_attention_bwd_args* a) {
   i.scale = static_cast<T>(a->scale);
   i.block_q = a->block_q;
   i.block_k = a->block_k;
+  return i;
+}
+
+template <typename T, BwdBug bug>
+void run_tiled(const kprop_attention_bwd_args* a) {
+  Inputs<T> i = inputs_but_tensors<T>(a);
   i.q = in<T>(a->q);
   i.k = in<T>(a->k);
   i.v = in<T>(a->v);
@@ -98,16 +105,8 @@ void run_tiled_half(const kprop_attention_bwd_args* a) {
   const std::vector<float> q = widened(a->q), k = widened(a->k), v = widened(a->v), o = widened(a->o),
                            d_out = widened(a->d_out);
   std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
-  Inputs<float> i;
-  i.shape = {static_cast<int>(a->q.shape[0]), static_cast<int>(a->q.shape[1]),
-             static_cast<int>(a->k.shape[1]), static_cast<int>(a->q.shape[2]),
-             static_cast<int>(a->k.shape[2]), static_cast<int>(a->q.shape[3])};
-  i.mask = {static_cast<MaskKind>(a->mask), i.shape.nk - i.shape.nq, in<int32_t>(a->key_lengths),
-            in<uint8_t>(a->allowed)};
+  Inputs<float> i = inputs_but_tensors<float>(a);
   i.store = a->q.dtype == KPROP_F16 ? Storage::f16 : Storage::bf16;
-  i.scale = static_cast<float>(a->scale);
-  i.block_q = a->block_q;
-  i.block_k = a->block_k;
   i.q = q.data();
   i.k = k.data();
   i.v = v.data();

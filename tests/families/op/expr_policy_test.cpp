@@ -41,17 +41,20 @@ invariants:
 // The spec above with a target that doubles y (and what `more` adds).
 Spec with_doubling_mutant(const std::string& text, const std::function<void(OpFamily&)>& more = {}) {
   Spec spec = parse_spec(text, "overflow.yaml");
-  const OpFamily& loaded = op_family(spec);
-  auto f = std::make_shared<OpFamily>(std::shared_ptr<const Decl>(spec.declared_family, &loaded.decl()));
-  f->mutant("doubles", "returns 2y", [](const Case& c) {
-    Result r = op::reference(c);
-    for (double& v : r.outputs[0]) v *= 2;
-    return r;
+  plant_mutants(spec, [&](OpFamily& f) {
+    f.mutant("doubles", "returns 2y", [](const Case& c) {
+      Result r = op::reference(c);
+      for (double& v : r.outputs[0]) v *= 2;
+      return r;
+    });
+    if (more) more(f);
   });
-  if (more) more(*f);
-  spec.declared_family = f;
-  spec.family = f.get();
   return spec;
+}
+
+// A run of `spec` on `target` for `trials` cases at seed 7, storing nothing.
+RunReport run_on(const Spec& spec, const std::string& target, int trials) {
+  return run_spec(spec, scratch_run(target, 7, trials, "kprop_op_policy_test"));
 }
 
 // The baseline is inf on every element: no element can be judged, and the
@@ -60,7 +63,7 @@ Spec with_doubling_mutant(const std::string& text, const std::function<void(OpFa
 TEST(OpClosePolicy, ABaselineThatOverflowsJudgesNothingAndNeverPasses) {
   const Spec spec = with_doubling_mutant(kOverflowingBaseline);
   for (const char* target : {"doubles", "reference"}) {
-    const RunReport r = run_spec(spec, scratch_run(target, 7, 50, "kprop_op_policy_test"));
+    const RunReport r = run_on(spec, target, 50);
     EXPECT_EQ(r.status, RunStatus::gave_up) << target;
     ASSERT_EQ(r.invariants.size(), 1u);
     EXPECT_EQ(r.invariants[0].passed, 0) << target;
@@ -83,7 +86,7 @@ TEST(OpClosePolicy, AComparisonOverNoElementJudgesNothing) {
         with_doubling_mutant(kOverflowingBaseline.substr(0, kOverflowingBaseline.find("    expect:")) +
                              "    expect: " + expect + "\n");
     for (const char* target : {"doubles", "reference"}) {
-      const RunReport r = run_spec(spec, scratch_run(target, 7, 50, "kprop_op_policy_test"));
+      const RunReport r = run_on(spec, target, 50);
       EXPECT_EQ(r.status, RunStatus::gave_up) << expect << " on " << target;
       EXPECT_EQ(r.invariants.at(0).passed, 0) << expect;
       EXPECT_NE(r.invariants[0].last_discard.find("on this case (shape [0])"), std::string::npos)
@@ -93,12 +96,12 @@ TEST(OpClosePolicy, AComparisonOverNoElementJudgesNothing) {
   const std::string both = kOverflowingBaseline.substr(0, kOverflowingBaseline.find("    expect:")) +
                            "    expect: close(target.y, reference.y, k=2) and abs(target.y - x) <= x / 2\n";
   const Spec spec = with_doubling_mutant(both);
-  const RunReport bad = run_spec(spec, scratch_run("doubles", 7, 50, "kprop_op_policy_test"));
+  const RunReport bad = run_on(spec, "doubles", 50);
   EXPECT_EQ(bad.status, RunStatus::failed);
   ASSERT_TRUE(bad.invariants.at(0).counterexample);
   EXPECT_NE(bad.invariants[0].counterexample->message.find("abs(target.y - x) <= x / 2"), std::string::npos)
       << bad.invariants[0].counterexample->message;
-  const RunReport ok = run_spec(spec, scratch_run("reference", 7, 50, "kprop_op_policy_test"));
+  const RunReport ok = run_on(spec, "reference", 50);
   EXPECT_EQ(ok.status, RunStatus::passed) << ok.detail;
   EXPECT_EQ(ok.invariants.at(0).passed, 50);
 }
@@ -143,10 +146,10 @@ invariants:
       return r;
     });
   });
-  const RunReport r = run_spec(spec, scratch_run("skewed", 7, 100, "kprop_op_policy_test"));
+  const RunReport r = run_on(spec, "skewed", 100);
   EXPECT_EQ(r.status, RunStatus::passed) << r.detail;
   for (const auto& i : r.invariants) EXPECT_EQ(i.passed, 100) << i.name;
-  EXPECT_EQ(run_spec(spec, scratch_run("doubles", 7, 100, "kprop_op_policy_test")).status, RunStatus::failed);
+  EXPECT_EQ(run_on(spec, "doubles", 100).status, RunStatus::failed);
 }
 
 // exp overflows in f32 on some elements (NaN baseline after inf / inf):
@@ -169,16 +172,16 @@ invariants:
     expect: close(target.y, reference.y, k=2)
 )";
   const Spec spec = with_doubling_mutant(text);
-  const RunReport ok = run_spec(spec, scratch_run("reference", 7, 100, "kprop_op_policy_test"));
+  const RunReport ok = run_on(spec, "reference", 100);
   EXPECT_EQ(ok.status, RunStatus::passed) << ok.detail;
   EXPECT_GT(ok.invariants[0].passed, 0);
-  const RunReport bad = run_spec(spec, scratch_run("doubles", 7, 100, "kprop_op_policy_test"));
+  const RunReport bad = run_on(spec, "doubles", 100);
   EXPECT_EQ(bad.status, RunStatus::failed);
 }
 
 std::string run_error(const std::string& text, const std::string& target = "reference") {
   try {
-    run_spec(with_doubling_mutant(text), scratch_run(target, 7, 30, "kprop_op_policy_test"));
+    run_on(with_doubling_mutant(text), target, 30);
   } catch (const InputError& e) {
     return e.what();
   }
@@ -246,11 +249,8 @@ TEST(OpClosePolicy, AnExpressionThatCannotBeEvaluatedIsTheSpecsError) {
   // An index the target's answer computes fails the invariant: the target
   // may have caused it (here only the doubling mutant's outputs count past T).
   const std::string counted = with_invariant("all(x[sum(target.y != reference.y)] == x[0])");
-  EXPECT_EQ(
-      run_spec(with_doubling_mutant(counted), scratch_run("reference", 7, 30, "kprop_op_policy_test")).status,
-      RunStatus::passed);
-  const RunReport r =
-      run_spec(with_doubling_mutant(counted), scratch_run("doubles", 7, 30, "kprop_op_policy_test"));
+  EXPECT_EQ(run_on(with_doubling_mutant(counted), "reference", 30).status, RunStatus::passed);
+  const RunReport r = run_on(with_doubling_mutant(counted), "doubles", 30);
   EXPECT_EQ(r.status, RunStatus::failed);
   ASSERT_TRUE(r.invariants.at(0).counterexample);
   EXPECT_NE(r.invariants.at(0).counterexample->message.find("could not be evaluated"), std::string::npos);
@@ -279,9 +279,9 @@ TEST(OpClosePolicy, ANegativeOrNanToleranceIsTheSpecsErrorUnlessTheTargetMadeIt)
       << nan;
   const Spec spec =
       with_doubling_mutant(with_invariant("all(close(target.y, reference.y, atol=target.y * nan))"));
-  const RunReport same = run_spec(spec, scratch_run("reference", 7, 30, "kprop_op_policy_test"));
+  const RunReport same = run_on(spec, "reference", 30);
   EXPECT_EQ(same.status, RunStatus::passed) << same.detail;
-  const RunReport doubled = run_spec(spec, scratch_run("doubles", 7, 30, "kprop_op_policy_test"));
+  const RunReport doubled = run_on(spec, "doubles", 30);
   EXPECT_EQ(doubled.status, RunStatus::failed) << doubled.detail;
 }
 
@@ -303,8 +303,7 @@ op:
     loss: mean(sum(x, axis=-1))
 invariants: [rows_independent]
 )";
-  const RunReport ok =
-      run_spec(with_doubling_mutant(text), scratch_run("reference", 7, 40, "kprop_op_policy_test"));
+  const RunReport ok = run_on(with_doubling_mutant(text), "reference", 40);
   EXPECT_EQ(ok.status, RunStatus::passed) << ok.detail;
   EXPECT_GT(ok.invariants.at(0).passed, 0);
 }
@@ -330,8 +329,7 @@ invariants:
     transform: {scale: {x: 2.0}}
     expect: close(transformed.target.y, 2 * target.y, k=2)
 )";
-  const RunReport r =
-      run_spec(with_doubling_mutant(text), scratch_run("reference", 7, 60, "kprop_op_policy_test"));
+  const RunReport r = run_on(with_doubling_mutant(text), "reference", 60);
   EXPECT_EQ(r.status, RunStatus::passed) << r.detail;
   EXPECT_GT(r.invariants.at(0).passed, 0);
   EXPECT_GT(r.invariants.at(0).discarded, 0);
@@ -348,12 +346,10 @@ TEST(OpTransforms, APermutationNeverComparesTheCaseWithItself) {
            "    y: x * 2\ninvariants:\n  - name: moved\n    transform: permute_T\n"
            "    expect: transform.perm[0] == 1 and close(transformed.target.y, target.y[transform.perm])\n";
   };
-  const RunReport swapped = run_spec(parse_spec(spec("{T: [2, 2]}"), "perm.yaml"),
-                                     scratch_run("reference", 7, 60, "kprop_op_policy_test"));
+  const RunReport swapped = run_on(parse_spec(spec("{T: [2, 2]}"), "perm.yaml"), "reference", 60);
   EXPECT_EQ(swapped.status, RunStatus::passed) << swapped.detail;
   EXPECT_EQ(swapped.invariants.at(0).passed, 60);
-  const RunReport one = run_spec(parse_spec(spec("{T: [1, 1]}"), "perm.yaml"),
-                                 scratch_run("reference", 7, 60, "kprop_op_policy_test"));
+  const RunReport one = run_on(parse_spec(spec("{T: [1, 1]}"), "perm.yaml"), "reference", 60);
   EXPECT_EQ(one.status, RunStatus::gave_up) << one.detail;
   EXPECT_EQ(one.invariants.at(0).passed, 0);
   EXPECT_GT(one.invariants.at(0).discarded, 0);
@@ -397,12 +393,12 @@ TEST(OpClosePolicy, AHalfStoreThatMustOverflowIsInfNotTheLargestFinite) {
     // Every y = 4x lies in [80000, 240000]: past 65520 by far more than the budget.
     const Spec spec = with_mutants(scaling_spec("f16", 20000, 60000, 4, invariants));
     for (const char* target : {"naive", "reference"}) {
-      const RunReport ok = run_spec(spec, scratch_run(target, 7, 50, "kprop_op_policy_test"));
+      const RunReport ok = run_on(spec, target, 50);
       EXPECT_EQ(ok.status, RunStatus::passed) << invariants << " " << target << ": " << ok.detail;
       EXPECT_EQ(ok.invariants.at(0).passed, 50) << invariants << " " << target;
     }
     for (const char* target : {"saturates", "zero_on_overflow"}) {
-      const RunReport bad = run_spec(spec, scratch_run(target, 7, 50, "kprop_op_policy_test"));
+      const RunReport bad = run_on(spec, target, 50);
       ASSERT_EQ(bad.status, RunStatus::failed) << invariants << " " << target;
       const std::string& why = bad.invariants.at(0).counterexample->message;
       EXPECT_TRUE(why.find("a store rounding to nearest gives inf") != std::string::npos ||
@@ -414,8 +410,7 @@ TEST(OpClosePolicy, AHalfStoreThatMustOverflowIsInfNotTheLargestFinite) {
   // the elements are compared, and all pass.
   const Spec below = with_mutants(scaling_spec("f16", 20000, 60000, 1, expression));
   for (const char* target : {"naive", "saturates", "zero_on_overflow"})
-    EXPECT_EQ(run_spec(below, scratch_run(target, 7, 50, "kprop_op_policy_test")).status, RunStatus::passed)
-        << target;
+    EXPECT_EQ(run_on(below, target, 50).status, RunStatus::passed) << target;
 }
 
 // Replays one stored case of `spec` on `target`: the file's verdict.
@@ -577,10 +572,10 @@ TEST(OpClosePolicy, AnF64OutputThatCancelsIsJudgedByItsTermsRounding) {
         return r;
       });
     });
-    const RunReport ok = run_spec(spec, scratch_run("algebra", 7, 200, "kprop_op_policy_test"));
+    const RunReport ok = run_on(spec, "algebra", 200);
     EXPECT_EQ(ok.status, RunStatus::passed) << invariants << ": " << ok.detail;
     EXPECT_EQ(ok.invariants.at(0).passed, 200) << invariants;
-    const RunReport bad = run_spec(spec, scratch_run("doubles", 7, 200, "kprop_op_policy_test"));
+    const RunReport bad = run_on(spec, "doubles", 200);
     EXPECT_EQ(bad.status, RunStatus::failed) << invariants;
   }
 }
@@ -595,7 +590,7 @@ TEST(OpClosePolicy, AnExplainedCloseStatesTheFullBudget) {
   const Spec spec = parse_spec(std::string(kCancelSpec) + "invariants:\n  - {name: in_or, expect: '" + close +
                                    " or x > 1e300'}\n  - {name: alone, expect: '" + close + "'}\n",
                                "cancel.yaml");
-  const RunReport r = run_spec(spec, scratch_run("reference", 7, 50, "kprop_op_policy_test"));
+  const RunReport r = run_on(spec, "reference", 50);
   std::string allowed[2];
   for (size_t i = 0; i < 2; ++i) {
     ASSERT_TRUE(r.invariants.at(i).counterexample) << i;

@@ -282,14 +282,12 @@ struct ShippedRun {
 
 ShippedRun run_shipped(const std::string& target, uint64_t seed, int trials) {
   Spec spec = load_spec(std::string(KPROP_SOURCE_DIR) + "/specs/ops/rmsnorm.yaml");
-  const OpFamily& loaded = op_family(spec);
-  auto f = std::make_shared<OpFamily>(std::shared_ptr<const Decl>(spec.declared_family, &loaded.decl()));
-  f->mutant("half_kernel", "f32 arithmetic, half storage",
-            [](const Case& c) { return rmsnorm_kernel(c, false); });
-  f->mutant("sum_in_storage", "the sum of squares accumulated in the storage type",
-            [](const Case& c) { return rmsnorm_kernel(c, true); });
-  spec.declared_family = f;
-  spec.family = f.get();
+  auto f = plant_mutants(spec, [](OpFamily& planted) {
+    planted.mutant("half_kernel", "f32 arithmetic, half storage",
+                   [](const Case& c) { return rmsnorm_kernel(c, false); });
+    planted.mutant("sum_in_storage", "the sum of squares accumulated in the storage type",
+                   [](const Case& c) { return rmsnorm_kernel(c, true); });
+  });
   RunReport report = run_spec(spec, scratch_run(target, seed, trials, "kprop_op_half_test_findings"));
   return {std::move(report), f, std::move(spec)};
 }

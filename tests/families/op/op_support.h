@@ -5,9 +5,13 @@
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kernels/op/op.h"
 #include "kprop/runner.h"
@@ -66,6 +70,33 @@ inline void expect_in_domain_and_reference_passes(const Spec& spec, const Family
   EXPECT_EQ(f.in_domain(back, spec.domain), "");
   o.target = "reference";
   EXPECT_EQ(run_spec(spec, o).status, RunStatus::passed);
+}
+
+// Replaces `spec`'s family with a copy of its declared op (aliasing the
+// loaded declaration) to which `plant` adds mutants; returns the copy.
+inline std::shared_ptr<OpFamily> plant_mutants(Spec& spec, const std::function<void(OpFamily&)>& plant) {
+  const OpFamily& loaded = op_family(spec);
+  auto f = std::make_shared<OpFamily>(std::shared_ptr<const Decl>(spec.declared_family, &loaded.decl()));
+  plant(*f);
+  spec.declared_family = f;
+  spec.family = f.get();
+  return f;
+}
+
+// The run `o` of `spec` (family `f`, one invariant) fails, and its
+// counterexample shrinks to the dims `want`: a case of the domain, which the
+// reference passes.
+inline void expect_shrunk_to_dims(const Spec& spec, const Family& f, const RunOptions& o,
+                                  const std::vector<std::pair<std::string, int>>& want) {
+  const RunReport report = run_spec(spec, o);
+  ASSERT_EQ(report.status, RunStatus::failed);
+  ASSERT_EQ(report.invariants.size(), 1u);
+  ASSERT_TRUE(report.invariants[0].counterexample);
+  const Finding& found = *report.invariants[0].counterexample;
+  const YAML::Node n = case_node(found);
+  for (const auto& [dim, value] : want)
+    EXPECT_EQ(n["dims"][dim].as<int>(), value) << dim << "\n" << found.case_yaml;
+  expect_in_domain_and_reference_passes(spec, f, n, o);
 }
 
 // Greedy shrinking to a fixed point of `fails`: each step takes the first

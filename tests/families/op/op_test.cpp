@@ -284,39 +284,26 @@ TEST(OpShrink, StaysInTheDomainAndReachesTheMinimalDims) {
 // and shrunk to T = 1, D = 3 with the other dims at their least values.
 TEST(OpShrink, RunnerShrinksABugNeedingThreeColumnsToTheMinimalDims) {
   Spec spec = parse_spec(kDomainSpec, "shrink.yaml");
-  const OpFamily& loaded = op_family(spec);
-  // The same declaration (aliasing the loaded family's), with a mutant.
-  auto f = std::make_shared<OpFamily>(std::shared_ptr<const Decl>(spec.declared_family, &loaded.decl()));
-  f->mutant("sum_two_columns", "the sum of squares stops after two elements", [](const Case& c) {
-    Result r = op::reference(c);
-    const int64_t T = dim(c, "T"), D = dim(c, "D");
-    if (D < 3) return r;
-    const double eps = c.attrs[0];
-    for (int64_t t = 0; t < T; ++t) {
-      double ss = 0;
-      for (int64_t j = 0; j < 2; ++j)
-        ss += at(c, "x", static_cast<size_t>(t * D + j)) * at(c, "x", t * D + j);
-      for (int64_t j = 0; j < D; ++j)
-        r.outputs[0][static_cast<size_t>(t * D + j)] = at(c, "x", static_cast<size_t>(t * D + j)) /
-                                                       std::sqrt(ss / static_cast<double>(D) + eps) *
-                                                       at(c, "w", static_cast<size_t>(j));
-    }
-    return r;
+  const auto f = plant_mutants(spec, [](OpFamily& planted) {
+    planted.mutant("sum_two_columns", "the sum of squares stops after two elements", [](const Case& c) {
+      Result r = op::reference(c);
+      const int64_t T = dim(c, "T"), D = dim(c, "D");
+      if (D < 3) return r;
+      const double eps = c.attrs[0];
+      for (int64_t t = 0; t < T; ++t) {
+        double ss = 0;
+        for (int64_t j = 0; j < 2; ++j)
+          ss += at(c, "x", static_cast<size_t>(t * D + j)) * at(c, "x", t * D + j);
+        for (int64_t j = 0; j < D; ++j)
+          r.outputs[0][static_cast<size_t>(t * D + j)] = at(c, "x", static_cast<size_t>(t * D + j)) /
+                                                         std::sqrt(ss / static_cast<double>(D) + eps) *
+                                                         at(c, "w", static_cast<size_t>(j));
+      }
+      return r;
+    });
   });
-  spec.declared_family = f;
-  spec.family = f.get();
-  const RunOptions o = scratch_run("sum_two_columns", 20261122, 200, "kprop_op_test_findings");
-  const RunReport report = run_spec(spec, o);
-  ASSERT_EQ(report.status, RunStatus::failed);
-  ASSERT_EQ(report.invariants.size(), 1u);
-  ASSERT_TRUE(report.invariants[0].counterexample);
-  const Finding& found = *report.invariants[0].counterexample;
-  const YAML::Node n = case_node(found);
-  EXPECT_EQ(n["dims"]["T"].as<int>(), 1) << found.case_yaml;
-  EXPECT_EQ(n["dims"]["D"].as<int>(), 3) << found.case_yaml;
-  EXPECT_EQ(n["dims"]["H"].as<int>(), 2) << found.case_yaml;
-  EXPECT_EQ(n["dims"]["K"].as<int>(), 3) << found.case_yaml;
-  expect_in_domain_and_reference_passes(spec, *f, n, o);
+  expect_shrunk_to_dims(spec, *f, scratch_run("sum_two_columns", 20261122, 200, "kprop_op_test_findings"),
+                        {{"T", 1}, {"D", 3}, {"H", 2}, {"K", 3}});
 }
 
 // ---------------------------------------------------------------- corpus codec
@@ -1042,27 +1029,17 @@ TEST(OpDomainShrink, CoupledDimsIndexTensorsAndMasksShrinkToTheMinimalCase) {
 // the third column): the counterexample is D = 3, E = 3, T = 1, V = 1.
 TEST(OpDomainShrink, RunnerShrinksAPlantedBugNeedingDAtLeast3) {
   Spec spec = parse_spec(kCoupledSpec, "coupled.yaml");
-  const OpFamily& loaded = op_family(spec);
-  auto f = std::make_shared<OpFamily>(std::shared_ptr<const Decl>(spec.declared_family, &loaded.decl()));
-  f->mutant("third_column_dropped", "y[:, 2] is 0 when D >= 3", [](const Case& c) {
-    Result r = op::reference(c);
-    const int64_t T = dim(c, "T"), D = dim(c, "D");
-    for (int64_t t = 0; t < T && D >= 3; ++t) r.outputs[0][static_cast<size_t>(t * D + 2)] = 0;
-    return r;
+  const auto f = plant_mutants(spec, [](OpFamily& planted) {
+    planted.mutant("third_column_dropped", "y[:, 2] is 0 when D >= 3", [](const Case& c) {
+      Result r = op::reference(c);
+      const int64_t T = dim(c, "T"), D = dim(c, "D");
+      for (int64_t t = 0; t < T && D >= 3; ++t) r.outputs[0][static_cast<size_t>(t * D + 2)] = 0;
+      return r;
+    });
   });
-  spec.declared_family = f;
-  spec.family = f.get();
-  const RunOptions o = scratch_run("third_column_dropped", 20261123, 300, "kprop_op_domain_findings");
-  const RunReport report = run_spec(spec, o);
-  ASSERT_EQ(report.status, RunStatus::failed);
-  ASSERT_TRUE(report.invariants[0].counterexample);
-  const Finding& found = *report.invariants[0].counterexample;
-  const YAML::Node n = case_node(found);
-  EXPECT_EQ(n["dims"]["D"].as<int>(), 3) << found.case_yaml;
-  EXPECT_EQ(n["dims"]["E"].as<int>(), 3) << found.case_yaml;
-  EXPECT_EQ(n["dims"]["T"].as<int>(), 1) << found.case_yaml;
-  EXPECT_EQ(n["dims"]["V"].as<int>(), 1) << found.case_yaml;
-  expect_in_domain_and_reference_passes(spec, *f, n, o);
+  expect_shrunk_to_dims(spec, *f,
+                        scratch_run("third_column_dropped", 20261123, 300, "kprop_op_domain_findings"),
+                        {{"D", 3}, {"E", 3}, {"T", 1}, {"V", 1}});
 }
 
 // A failure caused by a NaN keeps one NaN and zeroes the rest.

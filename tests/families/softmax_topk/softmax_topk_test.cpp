@@ -155,13 +155,9 @@ TEST(SoftmaxTopkHalf, ExpInF16WithoutTheMaxIsNaN) {
 // +-0, the smallest subnormal, the largest finite value and -inf: exact
 // through YAML, printed as their shortest text.
 TEST(SoftmaxTopkHalf, YamlRoundTripOfEdgeValues) {
-  struct Edge {
-    DType t;
-    double max, sub;
-  };
-  for (const Edge& e : {Edge{DType::f16, half::f16_max, half::f16_min_subnormal},
-                        Edge{DType::bf16, half::bf16_max, half::bf16_min_subnormal}}) {
-    const Case c = make(e.t, 2, 3, {{0.0, -0.0, e.sub, -e.sub, e.max, -e.max, -kInf, 0.1875}});
+  for (DType t : {DType::f16, DType::bf16}) {
+    const double max = max_finite(t), sub = denorm_min(t);
+    const Case c = make(t, 2, 3, {{0.0, -0.0, sub, -sub, max, -max, -kInf, 0.1875}});
     ASSERT_EQ(validate(c), "");
     const std::string text = emit_yaml(Traits::to_yaml(c));
     const Case back = Traits::from_yaml(YAML::Load(text));
