@@ -81,7 +81,15 @@ Result batched(const Case& c) {
     for (size_t r = 0; r < rows.size(); ++r)
       model.logits(cur.state[static_cast<size_t>(rows[r])], lp.data() + r * V);
     // 2. Row-wise log-softmax in place (max, exp-sum in index order, subtract).
-    for (size_t r = 0; r < rows.size(); ++r) log_softmax(lp.data() + r * V, V, lp.data() + r * V);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      double* x = lp.data() + r * V;
+      double m = x[0];
+      for (int v = 1; v < V; ++v) m = std::max(m, x[v]);
+      double sum = 0;
+      for (int v = 0; v < V; ++v) sum += std::exp(x[v] - m);
+      const double log_sum = std::log(sum);
+      for (int v = 0; v < V; ++v) x[v] = x[v] - m - log_sum;
+    }
     // 3. Per prompt: score its candidates, keep the K best.
     bool all_done = true;
     for (int b = 0; b < B; ++b) {
