@@ -80,7 +80,9 @@ Result batched(const Case& c) {
     lp.resize(rows.size() * static_cast<size_t>(V));
     for (size_t r = 0; r < rows.size(); ++r)
       model.logits(cur.state[static_cast<size_t>(rows[r])], lp.data() + r * V);
-    // 2. Row-wise log-softmax in place (max, exp-sum in index order, subtract).
+    // 2. Row-wise log-softmax in place (max, exp-sum in index order, subtract):
+    // the kernel's own, not the model's log_softmax, which the reference
+    // ranks with (a bug here must not be the oracle's too).
     for (size_t r = 0; r < rows.size(); ++r) {
       double* x = lp.data() + r * V;
       double m = x[0];
