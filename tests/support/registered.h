@@ -104,7 +104,8 @@ Implementation<Traits> registered_implementation(const char* family, const std::
 }
 
 // A run of `target` at seed `seed` that keeps its findings out of the corpus
-// (as --no-corpus).
+// (as --no-corpus): they go to RunOptions::scratch_dir, .kprop/findings
+// under the working folder (ctest's: build/).
 inline RunOptions no_corpus_run(const std::string& target, uint64_t seed) {
   RunOptions o;
   o.target = target;
@@ -114,7 +115,7 @@ inline RunOptions no_corpus_run(const std::string& target, uint64_t seed) {
 }
 
 // A run of `target` (seed `seed`, only the invariants `only` when given)
-// that stops at its first failure and writes nothing.
+// that stops at its first failure, its finding kept out of the corpus.
 inline RunOptions first_failure(const std::string& target, uint64_t seed,
                                 std::vector<std::string> only = {}) {
   RunOptions o = no_corpus_run(target, seed);
