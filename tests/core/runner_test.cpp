@@ -89,14 +89,18 @@ struct Recorder final : RunListener {
   void run_finished(const RunReport& r) override {
     events.push_back(std::string("finished ") + run_status_name(r.status));
   }
+  // A run of `target` on `spec` that tells this recorder.
+  RunReport run(const Spec& spec, const std::string& target) {
+    RunOptions o = options(target);
+    o.listener = this;
+    return run_spec(spec, o);
+  }
 };
 
 TEST(Runner, ListenerGetsTheRunsEvents) {
   const Spec spec = toy_spec("invariants: [matches_reference]\n");
   Recorder rec;
-  RunOptions o = options("drops_last");
-  o.listener = &rec;
-  const RunReport r = run_spec(spec, o);
+  const RunReport r = rec.run(spec, "drops_last");
   ASSERT_EQ(r.status, RunStatus::failed);
   EXPECT_EQ(rec.events,
             (std::vector<std::string>{"started drops_last", "failure matches_reference", "finished failed"}));
@@ -104,9 +108,7 @@ TEST(Runner, ListenerGetsTheRunsEvents) {
   EXPECT_EQ(rec.shrink_steps, r.invariants[0].counterexample->shrink_steps);
 
   Recorder pass;
-  o = options("reference");
-  o.listener = &pass;
-  const RunReport ok = run_spec(spec, o);
+  const RunReport ok = pass.run(spec, "reference");
   EXPECT_EQ(pass.events, (std::vector<std::string>{"started reference", "finished passed"}));
   EXPECT_EQ(pass.cases, ok.trials);
   EXPECT_EQ(pass.checked, ok.trials_wanted);  // the last case done: every invariant has its trials
@@ -133,9 +135,7 @@ TEST(Runner, SameSeedSameCasesAndVerdicts) {
 TEST(Runner, TooManyDiscardsGivesUp) {
   const Spec spec = toy_spec("invariants: [only_long_lists]\n");
   Recorder rec;
-  RunOptions o = options("reference");
-  o.listener = &rec;
-  const RunReport r = run_spec(spec, o);
+  const RunReport r = rec.run(spec, "reference");
   // The progress line's counts: more cases drawn than wanted, and the
   // checked ones (not the drawn ones) set against the wanted.
   EXPECT_EQ(rec.events, (std::vector<std::string>{"started reference", "finished gave up"}));
