@@ -27,6 +27,7 @@
 #include <set>
 #include <string>
 
+#include "kprop/enum_names.h"
 #include "kprop/errors.h"
 #include "kprop/float_type.h"
 #include "kprop/half.h"
@@ -67,9 +68,12 @@ const char* dtype_name(int32_t dtype) {
 }
 
 int32_t abi_dtype(FloatType t) {
-  static constexpr int32_t kCodes[] = {KPROP_F32, KPROP_F64, KPROP_F16, KPROP_BF16};  // in FloatType's order
-  static_assert(std::size(kCodes) == size_t(FloatType::bf16) + 1);
-  return kCodes[static_cast<size_t>(t)];
+  static constexpr EnumValue<FloatType, int32_t> kCodes[] = {{FloatType::f32, KPROP_F32},
+                                                             {FloatType::f64, KPROP_F64},
+                                                             {FloatType::f16, KPROP_F16},
+                                                             {FloatType::bf16, KPROP_BF16}};
+  static_assert(std::size(kCodes) == size_t(FloatType::bf16) + 1 && in_enum_order(kCodes));
+  return kCodes[static_cast<size_t>(t)].value;
 }
 
 int32_t dtype_from_name(const std::string& name) {

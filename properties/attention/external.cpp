@@ -2,6 +2,7 @@
 // request of the ops "attention.fwd" / "attention.bwd" (field names and
 // layouts of include/kprop/abi/attention.h), for plugins and workers alike.
 #include "kernels/attention/attention.h"
+#include "kprop/enum_names.h"
 #include "properties/attention/family.h"
 
 namespace kprop::attention {
@@ -10,10 +11,12 @@ namespace {
 using external::Message;
 
 int32_t abi_mask(MaskKind kind) {
-  static constexpr int32_t kCodes[] = {KPROP_MASK_NONE, KPROP_MASK_CAUSAL, KPROP_MASK_KEY_PADDING,
-                                       KPROP_MASK_BOOLEAN};  // in MaskKind's order
-  static_assert(std::size(kCodes) == size_t(MaskKind::boolean) + 1);
-  return kCodes[static_cast<size_t>(kind)];
+  static constexpr EnumValue<MaskKind, int32_t> kCodes[] = {{MaskKind::none, KPROP_MASK_NONE},
+                                                            {MaskKind::causal, KPROP_MASK_CAUSAL},
+                                                            {MaskKind::key_padding, KPROP_MASK_KEY_PADDING},
+                                                            {MaskKind::boolean, KPROP_MASK_BOOLEAN}};
+  static_assert(std::size(kCodes) == size_t(MaskKind::boolean) + 1 && in_enum_order(kCodes));
+  return kCodes[static_cast<size_t>(kind)].value;
 }
 
 std::vector<int64_t> q_shape(const Shape& s) {

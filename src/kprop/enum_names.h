@@ -26,4 +26,22 @@ constexpr const char* enum_name(E e, const char* const (&names)[N]) {
   return static_cast<std::size_t>(i) < N ? names[static_cast<std::size_t>(i)] : "?";
 }
 
+// A value per enumerator where a wrong one is silent (an ABI code): each
+// entry names its enumerator, and in_enum_order checks at compile time that
+// entry i is enumerator i, so a swapped or missing pair does not compile:
+//   static constexpr EnumValue<FloatType, int32_t> kCodes[] = {{FloatType::f32, KPROP_F32}, ...};
+//   static_assert(std::size(kCodes) == size_t(FloatType::bf16) + 1 && in_enum_order(kCodes));
+//   return kCodes[size_t(t)].value;
+template <class E, class V>
+struct EnumValue {
+  E key;
+  V value;
+};
+template <class E, class V, std::size_t N>
+constexpr bool in_enum_order(const EnumValue<E, V> (&table)[N]) {
+  for (std::size_t i = 0; i < N; ++i)
+    if (static_cast<std::size_t>(table[i].key) != i) return false;
+  return true;
+}
+
 }  // namespace kprop
