@@ -245,12 +245,18 @@ std::string Traits::in_domain(const Case& c, const Values& d) {
 
 namespace {
 // Bytes of one trial: per prompt and step K × V candidate scores (and their
-// order), the pool trace (L pools of K hypotheses of up to L tokens), and the
-// exhaustive oracle (matches_exhaustive enumerates at most 20000 hypotheses
-// by default), for the target, the reference and the checks' reruns (x 3).
+// order), the pool trace (L pools of K hypotheses of up to L tokens), for the
+// target and a check's rerun (x 2); the reference's candidates of one step
+// of one prompt (reference.cpp: it ranks K × V Entry objects, 72 bytes each
+// (prompt, Hypothesis, Prefix) plus its token vector's heap block, at least
+// 32 bytes with malloc's header: 104 bytes where the 16 of a score and an
+// index were counted, which put beam's peak at 1.49 × this estimate); and
+// the exhaustive oracle (matches_exhaustive enumerates at most 20000
+// hypotheses by default).
 double beam_bytes(double batch, double prompt, double k, double vocab, double steps) {
   const double per_prompt = 16 * k * vocab + steps * k * (4 * (prompt + steps) + 32);
-  return 3 * batch * per_prompt + 20000 * (4 * steps + 32);
+  const double token_block = std::max(32.0, 16 * std::ceil((4 * steps + 8) / 16));
+  return 2 * batch * per_prompt + k * vocab * (72 + token_block) + 20000 * (4 * steps + 32);
 }
 }  // namespace
 
