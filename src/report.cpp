@@ -868,6 +868,17 @@ class ProgressLine final : public RunListener {
     fmt::print(stderr, "\r\033[K[{}] {} {}/{} checked (case {}, size {})  {:.1f} s", spec_, target_, done,
                trials, index, size, seconds);
   }
+  // The first case, and each after one that took a second or more: a long
+  // case says which it is and since when (at a model's sizes the line stood
+  // on the case before for minutes).
+  void case_started(int64_t index, int64_t done, int64_t trials, int size, double seconds) override {
+    const bool slow = index == 1 || seconds - started_ >= 1.0;
+    started_ = seconds;
+    if (!on_ || !slow) return;
+    last_ = std::chrono::steady_clock::now();
+    fmt::print(stderr, "\r\033[K[{}] {} {}/{} checked (checking case {}, size {}, since {:.1f} s)", spec_,
+               target_, done, trials, index, size, seconds);
+  }
   void shrinking(const std::string& what, int64_t from, int64_t to, double seconds) override {
     if (on_)
       fmt::print(stderr, "\r\033[K[{}] shrinking {}: size {} → {}, {:.1f} s", spec_, what, from, to, seconds);
@@ -881,6 +892,7 @@ class ProgressLine final : public RunListener {
   }
   bool on_;
   std::string spec_, target_;
+  double started_ = 0;  // the run's seconds when the last case started
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };
 }  // namespace

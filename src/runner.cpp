@@ -302,6 +302,16 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
   for (const auto* u : uses) report.invariants.push_back({u->name});
   std::vector<bool> alive(uses.size(), true);
   auto any_alive = [&] { return std::find(alive.begin(), alive.end(), true) != alive.end(); };
+  // Progress: the checks of the invariant still checking that is furthest
+  // from its trials; when none is, the run ends, short of them where one
+  // failed or gave up (one n/a for the target checked nothing by design).
+  auto progress = [&] {
+    int64_t done = trials;
+    for (size_t k = 0; k < uses.size(); ++k)
+      if (alive[k] || (!any_alive() && report.invariants[k].status != InvariantStatus::not_applicable))
+        done = std::min(done, report.invariants[k].checked());
+    return done;
+  };
 
   Search search(ctx, uses);  // kprop/search.h: after the random phase, when enabled
   const rc::Gen<AnyCase> generator = family.generator(spec.domain);
@@ -396,6 +406,7 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
       break;
     }
     const int size = size_for(i, all_trials, run.max_size);
+    events.case_started(i + 1, progress(), trials, size, since(t0));
     // Drawn here when this process checks the case, records a finding or
     // describes it in the run's statistics (which cover every drawn case).
     AnyCase drawn;
@@ -536,13 +547,7 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
       ++discarded_unseen;
     if (lost) break;
     if (search.enabled()) search.offer(case_random, size, the_case(), live, results);
-    // Progress: the invariant still checking that is furthest from its
-    // trials; when none is, the run ends, short of them where one failed or
-    // gave up.
-    int64_t done = trials;
-    for (size_t k = 0; k < uses.size(); ++k)
-      if (alive[k] || !any_alive()) done = std::min(done, report.invariants[k].checked());
-    events.case_done(i + 1, done, trials, size, since(t0));
+    events.case_done(i + 1, progress(), trials, size, since(t0));
   }
   finish();
   if (report.status == RunStatus::interrupted) return report;

@@ -39,6 +39,12 @@ class RunListener {
   virtual void case_done(int64_t index, int64_t done, int64_t trials, int size, double seconds) {
     (void)index, (void)done, (void)trials, (void)size, (void)seconds;
   }
+  // Drawn case `index` is about to be checked (or its results, under
+  // --jobs, waited for), `done` as case_done has it: what the progress line
+  // shows while a case takes long (a real model's sizes: minutes).
+  virtual void case_started(int64_t index, int64_t done, int64_t trials, int size, double seconds) {
+    (void)index, (void)done, (void)trials, (void)size, (void)seconds;
+  }
   // Drawn case `event.index` was checked (before the runner accounts for the
   // results): what statistics are made of (kprop/stats.h).
   virtual void case_checked(const CaseEvent& event) { (void)event; }
@@ -270,6 +276,9 @@ class StatsCollector final : public RunListener {
   void run_started(const RunReport& header) override { next_.run_started(header); }
   void case_done(int64_t index, int64_t done, int64_t trials, int size, double seconds) override {
     next_.case_done(index, done, trials, size, seconds);
+  }
+  void case_started(int64_t index, int64_t done, int64_t trials, int size, double seconds) override {
+    next_.case_started(index, done, trials, size, seconds);
   }
   void case_checked(const CaseEvent& event) override;
   void shrinking(const std::string& what, int64_t from, int64_t to, double seconds) override {

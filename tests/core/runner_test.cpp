@@ -70,14 +70,18 @@ TEST(Runner, FailureShrinksToTheKnownMinimum) {
 }
 
 // The events a listener gets (the progress line is one): started and
-// finished once each, one case_done per drawn case, the shrink steps and the
+// finished once each, one case_started and case_done per drawn case, the shrink steps and the
 // failure of the failing invariant, in that order.
 struct Recorder final : RunListener {
   std::vector<std::string> events;
-  int64_t cases = 0, shrink_steps = 0, checked = 0, wanted = 0;
+  int64_t cases = 0, shrink_steps = 0, checked = 0, wanted = 0, started = 0;
   void run_started(const RunReport& h) override { events.push_back("started " + h.target); }
+  void case_started(int64_t index, int64_t done, int64_t, int, double) override {
+    if (index != cases + 1 || done != checked) events.push_back("start out of order");
+    started = index;
+  }
   void case_done(int64_t index, int64_t done, int64_t trials, int, double) override {
-    if (index != ++cases) events.push_back("case out of order");
+    if (index != ++cases || index != started) events.push_back("case out of order");
     if (done < checked || done > std::min(index, trials)) events.push_back("done count wrong");
     checked = done, wanted = trials;
   }
