@@ -1173,6 +1173,20 @@ void mark_shared(Node& root) {
   }
 }
 
+// Node::reads_target for every node, each computed once (post-order, the
+// shared nodes not walked again).
+bool mark_reads_target(Node& n, std::set<const Node*>& done) {
+  if (!done.insert(&n).second) return n.reads_target;
+  bool reads = n.kind == Kind::name && is_target_name(n.op);
+  auto below = [&](const NodeP& c) {
+    if (c && mark_reads_target(*c, done)) reads = true;
+  };
+  for (const NodeP& a : n.args) below(a);
+  for (const Item& it : n.items) below(it.e), below(it.lo), below(it.hi);
+  for (const NodeP* c : {&n.rtol, &n.atol, &n.k, &n.unjudged}) below(*c);
+  return n.reads_target = reads;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- Expression
@@ -1184,6 +1198,8 @@ Expression Expression::compile(const std::string& text, const TensorInfos& tenso
   std::set<std::string> used;
   Checker(tensors, used).check(*root);
   mark_shared(*root);
+  std::set<const Node*> done;
+  mark_reads_target(*root, done);
   e.root_ = root;
   e.names_.assign(used.begin(), used.end());
   return e;

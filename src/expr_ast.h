@@ -56,6 +56,10 @@ struct Node {
   // and masks, which the policy's rewrite refers to several times): its
   // value is computed once per evaluation of the expression (expr_eval.cpp).
   bool shared = false;
+  // A target tensor is read at or below it (set when the expression is
+  // compiled: the evaluator asks on every check, and a walk of a tree with
+  // shared nodes revisits them).
+  bool reads_target = false;
 };
 
 }  // namespace kprop::expr

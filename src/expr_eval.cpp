@@ -204,15 +204,7 @@ bool is_close(double a, double b, double rtol, double atol) {
 
 // The expression reads an output of the target (its own or a transformed case's).
 bool reads_target(const Node& n) {
-  if (n.kind == Kind::name && is_target_name(n.op)) return true;
-  for (const NodeP& a : n.args)
-    if (reads_target(*a)) return true;
-  for (const Item& it : n.items)
-    for (const NodeP& p : {it.e, it.lo, it.hi})
-      if (p && reads_target(*p)) return true;
-  for (const NodeP& p : {n.rtol, n.atol, n.k, n.unjudged})
-    if (p && reads_target(*p)) return true;
-  return false;
+  return n.reads_target;  // set by Expression::compile
 }
 
 // Expression::target_shapes_as_declared below the node.
