@@ -131,11 +131,19 @@ double CaseTraits<B>::case_bytes(const Case& c) {
 template <bool B>
 CaseSize CaseTraits<B>::max_case_bytes(const Values& d) {
   const auto hi = [&](const char* key) { return d.int_range(key).hi; };
-  return {attention_bytes(double(hi("batch")), double(hi("heads_kv")), double(hi("group")), double(hi("nq")),
-                          double(hi("nk")), double(hi("dim")), B),
-          fmt::format("B {} x Hkv {} x group {} x Nq {} x Nk {} x D {}", hi("batch"), hi("heads_kv"),
-                      hi("group"), hi("nq"), hi("nk"), hi("dim")),
-          "batch, heads_kv, group, nq, nk or dim"};
+  CaseSize size{attention_bytes(double(hi("batch")), double(hi("heads_kv")), double(hi("group")),
+                                double(hi("nq")), double(hi("nk")), double(hi("dim")), B),
+                fmt::format("B {} x Hkv {} x group {} x Nq {} x Nk {} x D {}", hi("batch"), hi("heads_kv"),
+                            hi("group"), hi("nq"), hi("nk"), hi("dim")),
+                "batch, heads_kv, group, nq, nk or dim"};
+  // The named tensors' dims (tensors.cpp) at that case, for the spec's expression invariants.
+  size.extents = {{"B", double(hi("batch"))},
+                  {"Hkv", double(hi("heads_kv"))},
+                  {"Hq", double(hi("heads_kv") * hi("group"))},
+                  {"Nq", double(hi("nq"))},
+                  {"Nk", double(hi("nk"))},
+                  {"D", double(hi("dim"))}};
+  return size;
 }
 
 // The members defined here, for both families (not the whole class: once

@@ -62,8 +62,10 @@ double Traits::case_bytes(const Case& c) {
 
 CaseSize Traits::max_case_bytes(const Values& d) {
   const int64_t rows = d.int_range("rows").hi, dim = d.int_range("dim").hi;
-  return {layernorm_bytes(double(rows), double(dim)), fmt::format("rows {} x D {}", rows, dim),
-          "rows or dim"};
+  CaseSize size{layernorm_bytes(double(rows), double(dim)), fmt::format("rows {} x D {}", rows, dim),
+                "rows or dim"};
+  size.extents = {{"R", double(rows)}, {"D", double(dim)}};  // the named tensors' dims (tensors.cpp)
+  return size;
 }
 
 }  // namespace kprop::layernorm

@@ -350,8 +350,11 @@ double Traits::case_bytes(const Case& c) {
 
 CaseSize Traits::max_case_bytes(const Values& d) {
   const int64_t rows = d.int_range("rows").hi, vocab = d.int_range("vocab").hi;
-  return {softmax_bytes(double(rows), double(vocab)), fmt::format("rows {} x V {}", rows, vocab),
-          "rows or vocab"};
+  CaseSize size{softmax_bytes(double(rows), double(vocab)), fmt::format("rows {} x V {}", rows, vocab),
+                "rows or vocab"};
+  // The named tensors' dims (tensors.cpp); K, at most V, counted as V.
+  size.extents = {{"R", double(rows)}, {"V", double(vocab)}, {"K", double(vocab)}};
+  return size;
 }
 
 YAML::Node Traits::to_yaml(const Case& c) {

@@ -329,8 +329,11 @@ double Traits::case_bytes(const Case& c) {
 CaseSize Traits::max_case_bytes(const Values& d) {
   const int64_t m = d.int_range("tokens").hi, k = d.int_range("in_features").hi,
                 n = d.int_range("out_features").hi;
-  return {ternary_bytes(double(m), double(k), double(n)), fmt::format("tokens {} x in {} x out {}", m, k, n),
-          "tokens, in_features or out_features"};
+  CaseSize size{ternary_bytes(double(m), double(k), double(n)),
+                fmt::format("tokens {} x in {} x out {}", m, k, n), "tokens, in_features or out_features"};
+  size.extents = {
+      {"M", double(m)}, {"K", double(k)}, {"N", double(n)}};  // the named tensors' dims (tensors.cpp)
+  return size;
 }
 
 YAML::Node Traits::to_yaml(const Case& c) {
