@@ -1212,19 +1212,18 @@ std::string Expression::shape() const {
   return shape_text(root_->shape);
 }
 
-// `all` models what an evaluation holds at its peak: a node's operands are
+// The model of what an evaluation holds at its peak: a node's operands are
 // computed in order, each one's value kept while the next is computed and
 // until the node's own value is made; a shared subexpression
 // (Node::shared, SharedValues) is computed once and kept to the evaluation's
 // end. The names' values are the map's (not counted); a number is one element.
-Expression::Footprint Expression::footprint(const std::function<double(const std::string&)>& extent) const {
+double Expression::peak_elements(const std::function<double(const std::string&)>& extent) const {
   auto elements = [&](const Shape& shape) {
     double n = 1;
     for (const std::string& d : shape)
       n *= d == "?" ? 1.0 : std::isdigit(static_cast<unsigned char>(d[0])) ? std::stod(d) : extent(d);
     return n;
   };
-  Footprint f;
   double retained = 0;  // the shared nodes' values
   std::set<const Node*> computed;
   // The most the evaluation of n holds at once (its value included).
@@ -1232,13 +1231,11 @@ Expression::Footprint Expression::footprint(const std::function<double(const std
     if (n.kind == Kind::name) return 0;
     if (n.shared && !computed.insert(&n).second) return 0;  // read from SharedValues
     const double own = elements(n.shape);
-    double live = 0, most = 0, step = own;
+    double live = 0, most = 0;
     auto operand = [&](const NodeP& e) {
       if (!e) return;
       most = std::max(most, live + peak(*e));
-      const double size = elements(e->shape);
-      step += size;
-      if (e->kind != Kind::name) live += size;
+      if (e->kind != Kind::name) live += elements(e->shape);
     };
     for (const NodeP& a : n.args) operand(a);
     for (const Item& i : n.items) {
@@ -1247,13 +1244,11 @@ Expression::Footprint Expression::footprint(const std::function<double(const std
       operand(i.hi);
     }
     for (const NodeP& e : {n.rtol, n.atol, n.k, n.unjudged}) operand(e);
-    f.largest = std::max(f.largest, step);
     if (n.shared) retained += own;
     return std::max(most, live + own);
   };
-  f.all = peak(*root_);
-  f.all += retained;
-  return f;
+  const double top = peak(*root_);
+  return top + retained;
 }
 
 std::string describe_functions() {

@@ -993,8 +993,8 @@ CaseSize largest_case(const Spec& spec) {
   const InvariantUse* widest = nullptr;
   for (const InvariantUse& use : spec.invariants)
     if (const auto& e = use.expression) {
-      double all = e->expect.footprint(extent).all;
-      if (e->when) all = std::max(all, e->when->footprint(extent).all);
+      double all = e->expect.peak_elements(extent);
+      if (e->when) all = std::max(all, e->when->peak_elements(extent));
       if (all > most) most = all, widest = &use;
     }
   // Named where it is most of the case.

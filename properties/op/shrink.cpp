@@ -400,14 +400,14 @@ double elements(const std::vector<int64_t>& ext) {
 // Inputs once; outputs four times (target, reference, naive, a derived
 // case's); and a reference expression's intermediates twice (the naive
 // evaluation's, and the floor's rounding bound, which holds a bound beside
-// each value), every one at once (Expression::footprint: shared
+// each value), at the evaluation's peak (Expression::peak_elements: shared
 // subexpressions are kept to the evaluation's end), which an outer product
 // or a broadcast takes far past the inputs and outputs.
 struct Footprint {
   double held = 0;                     // elements: the inputs, and the outputs four times
-  double step = 0;                     // elements: the largest reference's intermediates
+  double evaluation = 0;               // elements: the largest reference's intermediates at its peak
   const OutputDecl* widest = nullptr;  // that reference's output
-  double bytes() const { return 8 * (held + 2 * step); }
+  double bytes() const { return 8 * (held + 2 * evaluation); }
 };
 
 Footprint footprint(const Decl& d, const std::vector<int64_t>& dims, double input_elements) {
@@ -419,7 +419,8 @@ Footprint footprint(const Decl& d, const std::vector<int64_t>& dims, double inpu
   for (const auto& o : d.outputs) {
     f.held += 4.0 * elements(d.extents(o.shape, dims));
     if (!o.reference) continue;
-    if (const double s = o.reference->footprint(extent).all; s > f.step) f.step = s, f.widest = &o;
+    if (const double s = o.reference->peak_elements(extent); s > f.evaluation)
+      f.evaluation = s, f.widest = &o;
   }
   return f;
 }
@@ -448,8 +449,8 @@ CaseSize OpFamily::max_case_bytes(const Values&) const {
   std::string said = join(parts, " x ");
   // Name the reference whose intermediate makes the most of it, if one does.
   const Footprint f = footprint(*decl_, dims, n);
-  if (f.widest && 2 * f.step > f.held)
-    said += fmt::format("; reference {} holds {:.3g} elements while evaluated", f.widest->name, f.step);
+  if (f.widest && 2 * f.evaluation > f.held)
+    said += fmt::format("; reference {} holds {:.3g} elements while evaluated", f.widest->name, f.evaluation);
   CaseSize size{f.bytes(), said, "op.dims", {}};
   for (size_t k = 0; k < dims.size(); ++k) size.extents[decl_->dims[k].name] = double(dims[k]);
   return size;

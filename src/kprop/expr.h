@@ -228,16 +228,13 @@ class Expression {
   DType dtype() const;
   std::string shape() const;                                        // symbolic, e.g. "[B, Hq, Nq]"
   const std::vector<std::string>& names() const { return names_; }  // tensors it reads, sorted
-  // The elements an evaluation's intermediates hold, each symbolic dim given
-  // by `extent` (a number is itself; a slice's extent "?" counts 1), in
-  // double (they may pass int64): the load-time memory estimate of a declared
-  // op's reference and of an expression invariant, which an outer product
-  // x[:, None] * x[None, :] takes far past the inputs and outputs.
-  struct Footprint {
-    double largest = 0;  // one step: a node's value and its operands'
-    double all = 0;      // the evaluation's peak: values kept at once (expr.cpp says which)
-  };
-  Footprint footprint(const std::function<double(const std::string&)>& extent) const;
+  // The most elements an evaluation's intermediates hold at once (expr.cpp
+  // says which are kept), each symbolic dim given by `extent` (a number is
+  // itself; a slice's extent "?" counts 1), in double (they may pass int64):
+  // the load-time memory estimate of a declared op's reference and of an
+  // expression invariant, which an outer product x[:, None] * x[None, :]
+  // takes far past the inputs and outputs.
+  double peak_elements(const std::function<double(const std::string&)>& extent) const;
 
   // The value on one trial's tensors (every name in names() present).
   Tensor evaluate(const TensorMap& tensors) const;
