@@ -306,9 +306,10 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
   // from its trials; when none is, the run ends, short of them where one
   // failed or gave up (one n/a for the target checked nothing by design).
   auto progress = [&] {
+    const bool ended = !any_alive();
     int64_t done = trials;
     for (size_t k = 0; k < uses.size(); ++k)
-      if (alive[k] || (!any_alive() && report.invariants[k].status != InvariantStatus::not_applicable))
+      if (alive[k] || (ended && report.invariants[k].status != InvariantStatus::not_applicable))
         done = std::min(done, report.invariants[k].checked());
     return done;
   };
