@@ -91,26 +91,45 @@ Verdict tilings_agree(Trial<Traits>& t, const typename Traits::Result& naive, co
   if (others.empty()) return Verdict::discard("Nq = Nk = 1: no other tiling");
   const auto& a = t.target();
   const auto& ref = t.reference();
+  // Per output and group, what any tiling is allowed: 2 × (k × the naive
+  // baseline's error + floor), the same for every tiling, so computed once.
+  struct Allowed {
+    bool grouped;
+    size_t len;
+    std::vector<double> allowed;  // per group
+    double whole;                 // one group: the largest floor
+  };
+  std::vector<Allowed> allowed;
+  for (const auto& out : outputs) {
+    const std::vector<double> floor = f.of(out.scale);
+    const std::span<const double> x = a.*out.field, r = ref.*out.field, n = naive.*out.field;
+    // Equal groups where the lengths allow; else one, at the largest floor.
+    // (The other tiling's result is checked to have x's length below.)
+    const bool grouped = r.size() == x.size() && n.size() == x.size() && x.size() % floor.size() == 0;
+    const size_t groups = grouped ? floor.size() : 1, len = x.size() / groups;
+    const double largest_floor = *std::max_element(floor.begin(), floor.end());
+    Allowed& o = allowed.emplace_back(Allowed{grouped, len, {}, 2 * (k * max_error(r, n) + largest_floor)});
+    for (size_t g = 0; grouped && g < groups; ++g) {
+      const auto part = [&](std::span<const double> v) { return v.subspan(g * len, len); };
+      o.allowed.push_back(2 * (k * max_error(part(r), part(n)) + floor[g]));
+    }
+  }
+  // One copy of the case (a tiling's case is the whole case), retiled.
+  Case other = c;
   for (const auto& [block_q, block_k] : others) {
-    // One copy of the case at a time (a tiling's case is the whole case).
-    Case other = c;
     other.block_q = block_q;
     other.block_k = block_k;
     const auto b = t.run_target(other);
+    size_t i = 0;
     for (const auto& out : outputs) {
-      const std::vector<double> floor = f.of(out.scale);
-      const std::span<const double> x = a.*out.field, y = b.*out.field, r = ref.*out.field,
-                                    n = naive.*out.field;
-      // Equal groups where the lengths allow; else one, at the largest floor.
-      const bool grouped = x.size() == y.size() && r.size() == x.size() && n.size() == x.size() &&
-                           x.size() % floor.size() == 0;
-      const size_t groups = grouped ? floor.size() : 1, len = x.size() / groups;
+      const Allowed& o = allowed[i++];
+      const std::span<const double> x = a.*out.field, y = b.*out.field;
+      const bool grouped = o.grouped && y.size() == x.size();
+      const size_t groups = grouped ? o.allowed.size() : 1;
       for (size_t g = 0; g < groups; ++g) {
-        auto part = [&](std::span<const double> v) { return grouped ? v.subspan(g * len, len) : v; };
-        const double naive_error = max_error(part(r), part(n));
-        const double fl = grouped ? floor[g] : *std::max_element(floor.begin(), floor.end());
-        const ToleranceReport rep =
-            compare_close(part(x), part(y), 2 * (k * naive_error + fl), 0, grouped ? g * len : 0);
+        auto part = [&](std::span<const double> v) { return grouped ? v.subspan(g * o.len, o.len) : v; };
+        const double allow = grouped ? o.allowed[g] : o.whole;
+        const ToleranceReport rep = compare_close(part(x), part(y), allow, 0, grouped ? g * o.len : 0);
         if (!rep.ok)
           return Verdict::fail(fmt::format("tiles {}x{} vs {}x{}: {} {}", c.block_q, c.block_k, other.block_q,
                                            other.block_k, out.name, rep.message),

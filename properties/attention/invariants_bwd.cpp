@@ -68,7 +68,10 @@ Scales case_floors(T& t, const Values& p) {
 // doubled). dP itself stays in f32 (attention.h, "Precision"). The
 // generator keeps such cases out (dO shrinks as V grows); the targeted
 // search can climb into them.
-std::optional<Verdict> beyond_half_range(T& t) {
+// Computed once per trial (it reads the case and the reference only), where
+// every gradient invariant asks: scanning the case and the reference for each
+// was 5% of an attention_bwd run at its default domain.
+std::optional<Verdict> half_range_verdict(T& t) {
   const Case& c = t.input();
   if (!is_half(c.dtype)) return std::nullopt;
   const ErrorScales& e = t.once<backward_scales>().all;
@@ -88,9 +91,12 @@ std::optional<Verdict> beyond_half_range(T& t) {
   }
   return std::nullopt;
 }
+const std::optional<Verdict>& beyond_half_range(T& t) {
+  return t.once_with_oracles<half_range_verdict>();
+}
 
 Verdict matches_reference(T& t, const Values& p) {
-  if (auto v = beyond_half_range(t)) return *v;
+  if (const auto& v = beyond_half_range(t)) return *v;
   const Case& c = t.input();
   std::optional<BwdResult> recentred;
   return compare_grads(c, "", t.reference(), t.target(), oracle_baseline(t, naive(t), kGrads, recentred),
@@ -540,7 +546,7 @@ Verdict d_identity(T& t, const Values& p) {
 // for half cases: a D rounded to f16/bf16 (the mutant d_in_storage) passes
 // it and fails here. Fully masked rows: O = 0 and P = 0, so D must be 0.
 Verdict d_from_own_forward(T& t, const Values&) {
-  if (auto v = beyond_half_range(t)) return *v;
+  if (const auto& v = beyond_half_range(t)) return *v;
   const Case& c = t.input();
   const Shape& s = c.shape;
   const BwdResult& r = t.target();
@@ -615,7 +621,7 @@ std::vector<double> key_sums(const Shape& s, const std::vector<double>& t) {
 }
 
 Verdict dk_sums_to_zero(T& t, const Values& p) {
-  if (auto v = beyond_half_range(t)) return *v;
+  if (const auto& v = beyond_half_range(t)) return *v;
   const Case& c = t.input();
   const Shape& s = c.shape;
   const std::vector<double> zero(size_t(s.batch) * s.heads_kv * s.dim, 0.0);
@@ -624,7 +630,7 @@ Verdict dk_sums_to_zero(T& t, const Values& p) {
 }
 
 Verdict dv_sums_to_do(T& t, const Values& p) {
-  if (auto v = beyond_half_range(t)) return *v;
+  if (const auto& v = beyond_half_range(t)) return *v;
   const Case& c = t.input();
   const Shape& s = c.shape;
   std::vector<double> expected(size_t(s.batch) * s.heads_kv * s.dim, 0.0);
@@ -684,7 +690,7 @@ Verdict masked_rows_zero(T& t, const Values&) {
 }
 
 Verdict finite_outputs(T& t, const Values&) {
-  if (auto v = beyond_half_range(t)) return *v;
+  if (const auto& v = beyond_half_range(t)) return *v;
   const Shape& s = t.input().shape;
   const BwdResult& r = t.target();
   const BwdResult& ref = t.reference();
@@ -702,7 +708,7 @@ Verdict finite_outputs(T& t, const Values&) {
 }
 
 Verdict tile_size_invariance(T& t, const Values& p) {
-  if (auto v = beyond_half_range(t)) return *v;
+  if (const auto& v = beyond_half_range(t)) return *v;
   std::optional<BwdResult> recentred;
   return tilings_agree(t, oracle_baseline(t, naive(t), kGrads, recentred), case_floors(t, p), p.real("k"),
                        kGrads);
@@ -711,7 +717,7 @@ Verdict tile_size_invariance(T& t, const Values& p) {
 // dS is unchanged by a common key shift and Σ_j dS_ij = 0, so dQ, dK and dV
 // are all unchanged.
 Verdict shift_invariance(T& t, const Values& p) {
-  if (auto v = beyond_half_range(t)) return *v;
+  if (const auto& v = beyond_half_range(t)) return *v;
   const Case& c = t.input();
   const Case shifted = keys_shifted(c);
   return compare_grads(c, "after shifting every key: ", t.reference(), t.run_target(shifted),
@@ -720,7 +726,7 @@ Verdict shift_invariance(T& t, const Values& p) {
 
 // The naive baseline: the case's, permuted (as attention.fwd's).
 Verdict permutation_equivariance(T& t, const Values& p) {
-  if (auto v = beyond_half_range(t)) return *v;
+  if (const auto& v = beyond_half_range(t)) return *v;
   const Case& c = t.input();
   const auto perm = permutation_of(c);
   if (!perm) return no_permutation(c);

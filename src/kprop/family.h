@@ -504,6 +504,13 @@ class Trial {
   const auto& once() {
     return once_.template get<Fn>(case_);
   }
+  // Fn(*this), computed once per trial: what several invariants derive from
+  // the case through the trial's oracles (its reference() run, or its
+  // once() values), never from the target's runs. Fn must read only those.
+  template <auto Fn>
+  const auto& once_with_oracles() {
+    return once_.template get<Fn>(*this);
+  }
   // The store once() keeps its values in; the trial's named tensors read it
   // too (TensorMap::once_store).
   OnceStore& once_store() { return once_; }

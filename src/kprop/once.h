@@ -14,7 +14,7 @@ class OnceStore {
   // Fn(arg), computed on the first call for this Fn and kept. Fn must be a
   // pure function of arg, and a store serves one arg (one trial's case).
   template <auto Fn, typename Arg>
-  const auto& get(const Arg& arg) {
+  const auto& get(Arg&& arg) {
     using Value = std::decay_t<decltype(Fn(arg))>;
     static const char key = 0;  // one per Fn
     std::shared_ptr<const void>& slot = slots_[&key];
