@@ -9,7 +9,10 @@ spec's own small cases (the program and the spec). A ratio above 1 is
 a budget that under-counts: a machine sized by run.max_case_mb could run out
 of memory.
 
-    python3 bench/case_memory.py [--runner build/prop_runner] [--target NAME]
+    python3 bench/case_memory.py [--runner build/prop_runner] [--target NAME] [--examples]
+
+--examples measures specs/examples/<family>_expr.yaml instead, whose
+expression invariants and metamorphic relations add to the estimate.
 
 Not a test (no timing or memory assertions in tests): its table goes in
 notes, before/after a change to a family's generator or estimate.
@@ -58,10 +61,13 @@ def main():
                     help="implementation to run (default: the spec's target); 'optimized': each family's "
                     "first optimized CPU implementation")
     ap.add_argument("--trials", type=int, default=2)
+    ap.add_argument("--examples", action="store_true",
+                    help="the expression examples (specs/examples/<family>_expr.yaml) instead of specs/")
     args = ap.parse_args()
     print(f"{'spec':<14} {'target':<12} {'largest case':<58} {'estimate':>9} {'peak':>9} {'ratio':>6}")
     for spec, largest in PINS.items():
-        path = os.path.join(ROOT, "specs", spec + ".yaml")
+        path = os.path.join(ROOT, "specs", "examples", spec + "_expr.yaml") if args.examples else \
+            os.path.join(ROOT, "specs", spec + ".yaml")
         base = [args.runner, "--spec", path, "--profile", "large"]
         listing = subprocess.run(base + ["--domain", largest, "--list"], capture_output=True, text=True)
         m = re.search(r"^memory: the largest case needs ~(\d+) MB \((.*)\), of", listing.stdout, re.M)

@@ -1217,13 +1217,17 @@ std::string Expression::shape() const {
 // until the node's own value is made; a shared subexpression
 // (Node::shared, SharedValues) is computed once and kept to the evaluation's
 // end. The names' values are the map's (not counted); a number is one element.
+namespace {
+double elements_of(const Shape& shape, const std::function<double(const std::string&)>& extent) {
+  double n = 1;
+  for (const std::string& d : shape)
+    n *= d == "?" ? 1.0 : std::isdigit(static_cast<unsigned char>(d[0])) ? std::stod(d) : extent(d);
+  return n;
+}
+}  // namespace
+
 double Expression::peak_elements(const std::function<double(const std::string&)>& extent) const {
-  auto elements = [&](const Shape& shape) {
-    double n = 1;
-    for (const std::string& d : shape)
-      n *= d == "?" ? 1.0 : std::isdigit(static_cast<unsigned char>(d[0])) ? std::stod(d) : extent(d);
-    return n;
-  };
+  auto elements = [&](const Shape& shape) { return elements_of(shape, extent); };
   double retained = 0;  // the shared nodes' values
   std::set<const Node*> computed;
   // The most the evaluation of n holds at once (its value included).
@@ -1249,6 +1253,23 @@ double Expression::peak_elements(const std::function<double(const std::string&)>
   };
   const double top = peak(*root_);
   return top + retained;
+}
+
+std::map<std::string, double> Expression::name_elements(
+    const std::function<double(const std::string&)>& extent) const {
+  std::map<std::string, double> out;
+  std::set<const Node*> seen;
+  std::vector<const Node*> todo = {root_.get()};
+  while (!todo.empty()) {
+    const Node* n = todo.back();
+    todo.pop_back();
+    if (!n || !seen.insert(n).second) continue;
+    if (n->kind == Kind::name) out[n->op] = elements_of(n->shape, extent);
+    for (const NodeP& a : n->args) todo.push_back(a.get());
+    for (const Item& it : n->items) todo.insert(todo.end(), {it.e.get(), it.lo.get(), it.hi.get()});
+    for (const NodeP* c : {&n->rtol, &n->atol, &n->k, &n->unjudged}) todo.push_back(c->get());
+  }
+  return out;
 }
 
 std::string describe_functions() {

@@ -25,6 +25,15 @@ Verdict check_invariant(AnyTrial& trial, const InvariantUse& use) {
     return e.transform ? trial.transformed_tensors(&e, e.transform->index, e.transform->params, names)
                        : trial.tensors(names);
   };
+  // The derived case serves this invariant only: freed when it is checked,
+  // whatever the verdict (the verdict holds copies, never its tensors).
+  struct Release {
+    AnyTrial& trial;
+    const void* key;
+    ~Release() {
+      if (key) trial.release_derived(key);
+    }
+  } release{trial, e.transform ? &e : nullptr};
   try {
     // A transform that leaves this case as it is (a slice of a dim with no
     // smaller extent) says so with the scalar transform.applies = false:

@@ -989,18 +989,39 @@ CaseSize largest_case(const Spec& spec) {
   };
   // An expression's intermediates, doubles; an invariant at a time (each
   // evaluation's values are freed when it ends, the trial's tensors kept).
+  // The named tensors they read, which the trial's map keeps once made:
+  // each counted once, however many invariants read it. A metamorphic
+  // relation's derived case lives while its invariant is checked
+  // (AnyTrial::release_derived), its "transformed.*" tensors with it: they
+  // count with that invariant's evaluation. (The derived case's own inputs
+  // and results are in the family's estimate, which holds one derived case
+  // for its own relations.)
   double most = 0;
   const InvariantUse* widest = nullptr;
+  std::map<std::string, double> named;
   for (const InvariantUse& use : spec.invariants)
     if (const auto& e = use.expression) {
+      std::map<std::string, double> names = e->expect.name_elements(extent);
       double all = e->expect.peak_elements(extent);
-      if (e->when) all = std::max(all, e->when->peak_elements(extent));
+      if (e->when) {
+        all = std::max(all, e->when->peak_elements(extent));
+        names.merge(e->when->name_elements(extent));
+      }
+      for (const auto& [name, elements] : names)
+        if (name.starts_with("transformed."))
+          all += elements;
+        else
+          named[name] = elements;
       if (all > most) most = all, widest = &use;
     }
+  double kept = 0;
+  for (const auto& [name, elements] : named) kept += elements;
   // Named where it is most of the case.
   if (widest && 8 * most > size.bytes)
     size.dims += fmt::format("; invariant {} holds {:.3g} elements while evaluated", widest->name, most);
-  size.bytes += 8 * most;
+  if (8 * kept > size.bytes)
+    size.dims += fmt::format("; the invariants' named tensors hold {:.3g} elements", kept);
+  size.bytes += 8 * (most + kept);
   return size;
 }
 

@@ -271,9 +271,12 @@ CaseSize Traits::max_case_bytes(const Values& d) {
                 vocab = d.int_range("vocab").hi, steps = d.int_range("max_new_tokens").hi;
   int64_t k = d.int_range("beam_width.range").hi;
   if (d.real("beam_width.unpruned_rate") > 0) k = std::max(k, d.integer("beam_width.unpruned_max") + 2);
-  return {beam_bytes(double(batch), double(prompt), double(k), double(vocab), double(steps)),
-          fmt::format("batch {} x K {} x V {} x L {}", batch, k, vocab, steps),
-          "batch, beam_width.range, vocab or max_new_tokens"};
+  CaseSize size{beam_bytes(double(batch), double(prompt), double(k), double(vocab), double(steps)),
+                fmt::format("batch {} x K {} x V {} x L {}", batch, k, vocab, steps),
+                "batch, beam_width.range, vocab or max_new_tokens"};
+  // The named tensors' dims (tensors.cpp).
+  size.extents = {{"B", double(batch)}, {"K", double(k)}, {"L", double(steps)}, {"V", double(vocab)}};
+  return size;
 }
 
 YAML::Node Traits::to_yaml(const Case& c) {

@@ -244,11 +244,21 @@ double Traits::case_bytes(const Case& c) {
 CaseSize Traits::max_case_bytes(const Values& d) {
   const auto hi = [&](const char* key) { return d.int_range(key).hi; };
   const int64_t longest = hi("prompt_len") + hi("decode_steps"), tokens = hi("batch") * longest;
-  return {kvcache_bytes(double(tokens), double(longest), double(hi("kv_heads") * hi("group")),
-                        double(hi("kv_heads")), double(hi("head_dim"))),
-          fmt::format("{} sequences of {} tokens x {} query heads x D {}", hi("batch"), longest,
-                      hi("kv_heads") * hi("group"), hi("head_dim")),
-          "batch, prompt_len, decode_steps, kv_heads, group or head_dim"};
+  CaseSize size{kvcache_bytes(double(tokens), double(longest), double(hi("kv_heads") * hi("group")),
+                              double(hi("kv_heads")), double(hi("head_dim"))),
+                fmt::format("{} sequences of {} tokens x {} query heads x D {}", hi("batch"), longest,
+                            hi("kv_heads") * hi("group"), hi("head_dim")),
+                "batch, prompt_len, decode_steps, kv_heads, group or head_dim"};
+  // The named tensors' dims (tensors.cpp): N tokens in all; the pool holds
+  // at most a block per token (page_size 1) plus its spares.
+  size.extents = {{"Bs", double(hi("batch"))},
+                  {"Hq", double(hi("kv_heads") * hi("group"))},
+                  {"Hkv", double(hi("kv_heads"))},
+                  {"G", double(hi("group"))},
+                  {"D", double(hi("head_dim"))},
+                  {"N", double(tokens)},
+                  {"NB", double(tokens + hi("spare_blocks"))}};
+  return size;
 }
 
 std::string Traits::check_domain(const Values& d) {

@@ -235,6 +235,10 @@ class Expression {
   // expression invariant, which an outer product x[:, None] * x[None, :]
   // takes far past the inputs and outputs.
   double peak_elements(const std::function<double(const std::string&)>& extent) const;
+  // The elements of each tensor it reads (names()), by the same `extent`:
+  // a trial's map materializes them when an invariant first reads them and
+  // keeps them to the trial's end.
+  std::map<std::string, double> name_elements(const std::function<double(const std::string&)>& extent) const;
 
   // The value on one trial's tensors (every name in names() present).
   Tensor evaluate(const TensorMap& tensors) const;

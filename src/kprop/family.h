@@ -266,6 +266,11 @@ class AnyTrial {
     (void)key, (void)index, (void)params, (void)names;
     return nullptr;
   }
+  // Frees the derived case of `key` (its trial, results and tensors) once
+  // its invariant is checked, keeping its times: no other invariant reads
+  // it, and a spec with eight relations held eight derived cases to the
+  // trial's end.
+  virtual void release_derived(const void* key) { (void)key; }
 };
 
 // A metamorphic relation a family exports: a named change of the case whose
@@ -716,6 +721,7 @@ class FamilyDef : public Family {
       void run_target() override { (void)trial.target(); }
       TrialTimes times() const override {
         TrialTimes t = trial.times();
+        t.target += released.target, t.reference += released.reference, t.target_runs += released.target_runs;
         for (const auto& [key, d] : derived_) {
           const TrialTimes dt = d.trial->times();
           t.target += dt.target, t.reference += dt.reference, t.target_runs += dt.target_runs;
@@ -791,6 +797,16 @@ class FamilyDef : public Family {
           return nullptr;
         }
       }
+      void release_derived(const void* key) override {
+        const auto it = derived_.find(key);
+        if (it == derived_.end()) return;
+        if (it->second.trial) {
+          const TrialTimes dt = it->second.trial->times();
+          released.target += dt.target, released.reference += dt.reference;
+          released.target_runs += dt.target_runs;
+        }
+        derived_.erase(it);
+      }
       // A transform's randomness: the case's content hash (once per trial)
       // mixed with the transform's name.
       uint64_t transform_seed(const std::string& transform) {
@@ -813,6 +829,7 @@ class FamilyDef : public Family {
       Impl target, reference;  // copies: the trial outlives no one's Impl
       Trial<Traits> trial;
       std::map<const void*, Derived> derived_;
+      TrialTimes released;  // the released derived cases' (release_derived)
     };
     return std::make_unique<Erased>(*this, c, target, reference);
   }

@@ -125,12 +125,13 @@ TEST(OpDecl, AReferenceIntermediateOverTheMemoryBudgetIsALoadError) {
 // An expression invariant's intermediates count too (kprop::largest_case):
 // its outer product at T = 2^16 holds 2^32 elements, the comparison's
 // result as many again (2^16 MB at 8 bytes each), where the op itself needs
-// a few MB; it ended a run in std::bad_alloc. Over small extents it loads.
+// a few MB (and the tensors it reads, x and target.y, 1 MB); it ended a run
+// in std::bad_alloc. Over small extents it loads.
 TEST(OpDecl, AnExpressionInvariantOverTheMemoryBudgetIsALoadError) {
   const std::string invariant =
       "invariants:\n  - name: outer\n    expect: all(x[:, None, 0] * target.y[None, :, 0] >= -inf)\n";
   EXPECT_LOAD_ERROR(base_spec("{T: [1, 65536], D: [1, 1]}") + invariant,
-                    "op.yaml:4:9: the largest case of this domain needs ~65541 MB (T 65536 x D 1; invariant "
+                    "op.yaml:4:9: the largest case of this domain needs ~65542 MB (T 65536 x D 1; invariant "
                     "outer holds 8.59e+09 elements while evaluated), over run.max_case_mb = 1024");
   EXPECT_EQ(load_error(base_spec("{T: [1, 1024], D: [1, 1]}") + invariant), "");
 }
