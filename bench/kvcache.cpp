@@ -25,8 +25,7 @@ kprop::kvcache::Case serving_case() {
 template <kprop::kvcache::Result (*Impl)(const kprop::kvcache::Case&)>
 void BM_Implementation(benchmark::State& state) {
   const auto c = serving_case();
-  int64_t tokens = 0;
-  for (const auto& s : c.seqs) tokens += s.tokens();
+  const int64_t tokens = c.tokens();
   for (auto _ : state) benchmark::DoNotOptimize(Impl(c));
   state.counters["tokens/s"] =
       benchmark::Counter(static_cast<double>(tokens * state.iterations()), benchmark::Counter::kIsRate);

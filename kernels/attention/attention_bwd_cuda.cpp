@@ -23,14 +23,9 @@ BwdResult run_typed(const Case& c) {
   const std::vector<T> q = narrow<T>(c.q), k = narrow<T>(c.k), v = narrow<T>(c.v), d_out = narrow<T>(c.d_out);
   std::vector<T> o(s.q_size()), lse(s.rows()), d(s.rows()), dq(s.q_size()), dk(s.kv_size()), dv(s.kv_size());
   const cuda_bwd_raw::Dims dims{s.batch, s.heads_q, s.heads_kv, s.nq, s.nk, s.dim, c.block_q, c.block_k};
-  cuda_bwd_raw::Mask mask;
-  mask.kind = static_cast<int>(c.mask);
-  mask.causal_offset = s.nk - s.nq;
-  mask.key_lengths = c.key_lengths.empty() ? nullptr : c.key_lengths.data();
-  mask.allowed = c.allowed.empty() ? nullptr : c.allowed.data();
-  const size_t peak =
-      cuda_bwd_raw::backward(dims, mask, static_cast<T>(effective_scale(c)), q.data(), k.data(), v.data(),
-                             d_out.data(), o.data(), lse.data(), d.data(), dq.data(), dk.data(), dv.data());
+  const size_t peak = cuda_bwd_raw::backward(dims, generic_mask(c), static_cast<T>(effective_scale(c)),
+                                             q.data(), k.data(), v.data(), d_out.data(), o.data(), lse.data(),
+                                             d.data(), dq.data(), dk.data(), dv.data());
   return {widen(o), widen(lse), widen(d), widen(dq), widen(dk), widen(dv), peak};
 }
 
@@ -59,9 +54,6 @@ BwdResult run_half(const Case& c) {
 BwdResult cuda_backward(const Case& c) {
   if (const std::string why = validate(c, true); !why.empty())
     throw std::invalid_argument("attention.bwd case: " + why);
-  static_assert(static_cast<int>(MaskKind::none) == 0 && static_cast<int>(MaskKind::causal) == 1 &&
-                    static_cast<int>(MaskKind::key_padding) == 2 && static_cast<int>(MaskKind::boolean) == 3,
-                "cuda_bwd_raw::Mask numbers the kinds as MaskKind");
   if (is_half(c.dtype)) return run_half(c);
   return c.dtype == DType::f32 ? run_typed<float>(c) : run_typed<double>(c);
 }

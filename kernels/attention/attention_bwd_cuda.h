@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/attention/attention_cuda.h"  // cuda_raw::Half, TcMask
+#include "kernels/attention/attention_cuda.h"  // cuda_raw::Half, Mask, TcMask
 
 namespace kprop::attention::cuda_bwd_raw {
 
@@ -23,15 +23,8 @@ struct Dims {
   int batch, heads_q, heads_kv, nq, nk, dim;
   int block_q, block_k;  // tile sizes (clamped to nq, nk on the device)
 };
-// The contract's masks (attention.h): kind 0 none, 1 causal (query i sees
-// key j iff j <= i + causal_offset), 2 key_padding (key_lengths[b]),
-// 3 boolean (allowed[b][i][j]). Host pointers; null where the kind needs none.
-struct Mask {
-  int kind = 0;
-  int causal_offset = 0;
-  const int* key_lengths = nullptr;
-  const uint8_t* allowed = nullptr;
-};
+// The contract's masks: the forward's (attention_cuda.h).
+using cuda_raw::Mask;
 
 // Forward (O, LSE), D = rowsum(dO ⊙ O), then dQ, dK, dV, on device 0 in the
 // precision T. Sizes from the contract: q, d_out, o, dq [B,Hq,Nq,D]; k, v,

@@ -23,10 +23,7 @@ FwdResult run_typed(const Case& c) {
   cuda_raw::HostProblem p;
   p.batch = s.batch, p.heads_q = s.heads_q, p.heads_kv = s.heads_kv, p.nq = s.nq, p.nk = s.nk, p.dim = s.dim;
   p.block_q = c.block_q, p.block_k = c.block_k;
-  p.mask = static_cast<int>(c.mask);
-  p.causal_offset = s.nk - s.nq;
-  p.key_lengths = c.key_lengths.data();
-  p.allowed = c.allowed.data();
+  p.mask = generic_mask(c);
   const size_t smem = cuda_raw::forward(p, static_cast<T>(effective_scale(c)), q.data(), k.data(), v.data(),
                                         o.data(), lse.data());
   FwdResult r;

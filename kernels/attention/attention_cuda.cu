@@ -180,17 +180,18 @@ size_t generic_forward(const HostProblem& p, T scale, const T* q, const T* k, co
   const size_t qn = size_t(p.batch) * p.heads_q * p.nq * p.dim,
                kvn = size_t(p.batch) * p.heads_kv * p.nk * p.dim, rows = size_t(p.batch) * p.heads_q * p.nq;
   DeviceBuffer<T> dq(qn), dk(kvn), dv(kvn), d_o(qn), dlse(rows);
-  DeviceBuffer<int> dlen(p.mask == 2 ? size_t(p.batch) : 0);
-  DeviceBuffer<uint8_t> dallowed(p.mask == 3 ? size_t(p.batch) * p.nq * p.nk : 0);
+  DeviceBuffer<int> dlen(p.mask.kind == 2 ? size_t(p.batch) : 0);
+  DeviceBuffer<uint8_t> dallowed(p.mask.kind == 3 ? size_t(p.batch) * p.nq * p.nk : 0);
   dq.upload(q), dk.upload(k), dv.upload(v);
-  if (p.mask == 2) dlen.upload(p.key_lengths);
-  if (p.mask == 3) dallowed.upload(p.allowed);
+  if (p.mask.kind == 2) dlen.upload(p.mask.key_lengths);
+  if (p.mask.kind == 3) dallowed.upload(p.mask.allowed);
   // Outputs poisoned (all-ones bytes: NaN) so an unwritten element shows.
   if (qn) check(cudaMemset(d_o.ptr, 0xFF, qn * sizeof(T)), "cudaMemset");
   check(cudaMemset(dlse.ptr, 0xFF, rows * sizeof(T)), "cudaMemset");
 
-  GenericArgs<T> a{p.heads_q, p.heads_kv,   p.nq,  p.nk,   p.dim,  bq,     bk,      p.mask,  p.causal_offset,
-                   dlen.ptr,  dallowed.ptr, scale, dq.ptr, dk.ptr, dv.ptr, d_o.ptr, dlse.ptr};
+  GenericArgs<T> a{
+      p.heads_q, p.heads_kv,   p.nq,  p.nk,   p.dim,  bq,     bk,      p.mask.kind, p.mask.causal_offset,
+      dlen.ptr,  dallowed.ptr, scale, dq.ptr, dk.ptr, dv.ptr, d_o.ptr, dlse.ptr};
   const dim3 grid(unsigned((p.nq + bq - 1) / bq), unsigned(p.heads_q), unsigned(p.batch));
   generic_forward_kernel<T><<<grid, kGenericThreads, smem>>>(a);
   check(cudaGetLastError(), "attention forward launch");

@@ -28,15 +28,21 @@ namespace kprop::attention::cuda_raw {
 int device_count();
 
 // ---------------------------------------------------------------- f32 / f64
-// Mask kinds as in attention.h's MaskKind (none 0, causal 1, key_padding 2,
-// boolean 3).
-struct HostProblem {
-  int batch = 1, heads_q = 1, heads_kv = 1, nq = 1, nk = 1, dim = 1;
-  int block_q = 1, block_k = 1;  // tile sizes (clamped to N; halved if shared memory is short)
-  int mask = 0;
+// The contract's masks (attention.h), as this forward and the backward
+// (attention_bwd_cuda.h) take them: kind as attention.h's MaskKind numbers
+// it, 0 none, 1 causal (query i sees key j iff j <= i + causal_offset),
+// 2 key_padding (key_lengths[b]), 3 boolean (allowed[b][i][j]). Host
+// pointers; null where the kind needs none.
+struct Mask {
+  int kind = 0;
   int causal_offset = 0;             // Nk - Nq for the contract
   const int* key_lengths = nullptr;  // key_padding: [batch]
   const uint8_t* allowed = nullptr;  // boolean: [batch, nq, nk]
+};
+struct HostProblem {
+  int batch = 1, heads_q = 1, heads_kv = 1, nq = 1, nk = 1, dim = 1;
+  int block_q = 1, block_k = 1;  // tile sizes (clamped to N; halved if shared memory is short)
+  Mask mask;
 };
 
 // O [B,Hq,Nq,D] and LSE [B,Hq,Nq] on device 0 from host arrays, in T.

@@ -85,6 +85,12 @@ struct Case {
   uint64_t seed = 1;         // channel ranges
   DType dtype = DType::f64;  // the Precision note above
   int q_heads() const { return kv_heads * group; }
+  // Tokens over all sequences (each one's prompt and decode steps).
+  int64_t tokens() const {
+    int64_t n = 0;
+    for (const Sequence& s : seqs) n += s.tokens();
+    return n;
+  }
   bool operator==(const Case&) const = default;
 };
 

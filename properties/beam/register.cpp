@@ -13,21 +13,12 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
   // hypothesis is traced back through `parent`, so whatever reads the
   // hypotheses' tokens reads it too.
   // Every named tensor of the result is assembled from the steps' outputs.
-  f.tensor_outputs({{"tokens", {"*"}},
-                    {"valid", {"*"}},
-                    {"lengths", {"*"}},
-                    {"finished", {"*"}},
-                    {"logprobs", {"*"}},
-                    {"scores", {"*"}},
-                    {"model_logprobs", {"*"}},
-                    {"model_scores", {"*"}},
-                    {"steps", {"*"}},
-                    {"pool_tokens", {"*"}},
-                    {"pool_valid", {"*"}},
-                    {"pool_scores", {"*"}},
-                    {"pool_lengths", {"*"}},
-                    {"pool_finished", {"*"}},
-                    {"prune_margin", {"*"}}});
+  std::map<std::string, std::vector<std::string>> assembled;
+  for (const char* tensor :
+       {"tokens", "valid", "lengths", "finished", "logprobs", "scores", "model_logprobs", "model_scores",
+        "steps", "pool_tokens", "pool_valid", "pool_scores", "pool_lengths", "pool_finished", "prune_margin"})
+    assembled[tensor] = {"*"};
+  f.tensor_outputs(std::move(assembled));
   f.reads({{"valid_hypotheses", {"parent", "token", "next_done"}},
            {"sorted_distinct", {"parent", "token", "next_score"}},
            {"scores_recomputed", {"parent", "token", "next_logprob", "next_score"}},

@@ -66,12 +66,6 @@ using expr::DType;
 using expr::Tensor;
 using expr::TensorMap;
 
-int64_t total_tokens(const Case& c) {
-  int64_t n = 0;
-  for (const auto& s : c.seqs) n += s.tokens();
-  return n;
-}
-
 // Per-sequence [T_b, inner] blocks concatenated, or empty when one has the wrong size.
 std::vector<double> flat(const Case& c, const std::vector<std::vector<double>>& per_seq, int64_t inner) {
   std::vector<double> out;
@@ -84,8 +78,8 @@ std::vector<double> flat(const Case& c, const std::vector<std::vector<double>>& 
 }
 
 void put_case(const Case& c, TensorMap& out) {
-  const int64_t Bs = static_cast<int64_t>(c.seqs.size()), N = total_tokens(c), Hq = c.q_heads(),
-                Hkv = c.kv_heads, D = c.head_dim, NB = static_cast<int64_t>(c.pool.size());
+  const int64_t Bs = static_cast<int64_t>(c.seqs.size()), N = c.tokens(), Hq = c.q_heads(), Hkv = c.kv_heads,
+                D = c.head_dim, NB = static_cast<int64_t>(c.pool.size());
   for (auto [name, value] : {std::pair{"Bs", Bs},
                              {"Hq", Hq},
                              {"Hkv", Hkv},
@@ -152,7 +146,7 @@ void put_case(const Case& c, TensorMap& out) {
 }
 
 void put_result(const Case& c, const std::string& who, const Result& r, TensorMap& out) {
-  const int64_t N = total_tokens(c), Hq = c.q_heads(), D = c.head_dim;
+  const int64_t N = c.tokens(), Hq = c.q_heads(), D = c.head_dim;
   if (out.wanted(who + ".out")) out.put_output(who + ".out", {N, Hq, D}, flat(c, r.out, Hq * D));
   out.put(who + ".int8_cache", Tensor::scalar(r.int8_cache, DType::boolean));
   out.put(who + ".blocks_allocated", Tensor::scalar(r.blocks_allocated, DType::integer));

@@ -38,15 +38,6 @@ bool representable(DType t, double v) {
   return std::isfinite(v) && round_to(t, v) == v;
 }
 
-// The exponent of the lowest set bit of v (v = odd × 2^result), v finite, nonzero.
-int lowest_bit(double v) {
-  int e;
-  double f = std::fabs(std::frexp(v, &e));  // v = f 2^e, 0.5 <= f < 1
-  int bits = 0;
-  while (f != std::floor(f)) f *= 2, ++bits;
-  return e - bits;
-}
-
 // An exact shift for row `r` of about `want` (sign included): a multiple of
 // the row's finest ulp 2^g with |x + c| <= 2^(g + p) for every x of the row.
 double exact_shift(const Case& c, size_t r, double want) {

@@ -34,14 +34,6 @@ namespace {
 using XT = expr::DType;
 using expr::Tensor;
 
-int lowest_bit(double v) {
-  int e;
-  double f = std::fabs(std::frexp(v, &e));
-  int bits = 0;
-  while (f != std::floor(f)) f *= 2, ++bits;
-  return e - bits;
-}
-
 // An exact shift of about `want` for row `row` (see add_constant above).
 double exact_shift(const Case& c, int row, double want) {
   const int p = precision_bits(c.dtype);

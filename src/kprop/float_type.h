@@ -142,6 +142,17 @@ inline double rounding_margin(FloatType t, double x) {
   return std::min(a - (down + r) / 2, (r + up) / 2 - a);
 }
 
+// The exponent of v's lowest set bit (v = odd × 2^result; v finite and
+// nonzero): v lies on the grid of 2^result, and v + c does too for every
+// multiple c of it (the families' exact shift transforms).
+inline int lowest_bit(double v) {
+  int e;
+  double f = std::fabs(std::frexp(v, &e));  // v = f 2^e, 0.5 <= f < 1
+  int bits = 0;
+  while (f != std::floor(f)) f *= 2, ++bits;
+  return e - bits;
+}
+
 // The shortest text that reads back to x in the type (read as a double,
 // then rounded to it): fmt's shortest text of the float (f32) or double
 // (f64), half.h's f16_text / bf16_text; a non-finite value as YAML writes

@@ -22,7 +22,9 @@ namespace fs = std::filesystem;
 namespace kprop {
 namespace {
 
-Spec toy_spec(const std::string& extra = "", const std::string& run = "{trials: 200, seed: 5}") {
+const char* const kToyRun = "{trials: 200, seed: 5}";
+
+Spec toy_spec(const std::string& extra = "", const std::string& run = kToyRun) {
   return parse_spec("spec: toy\nfamily: toy.sum\nrun: " + run + "\n" + extra, "toy.yaml");
 }
 
@@ -32,14 +34,21 @@ RunOptions options(const std::string& target, const TempDir& dir, bool corpus = 
   return testing::options_in(dir, target, corpus);
 }
 
+// A run of `target` on toy_spec(extra, run), its scratch folder the test's
+// own (removed when the run ends): for a test that reads only the report.
+RunReport toy_run(const std::string& target, const std::string& extra = "",
+                  const std::string& run = kToyRun) {
+  TempDir dir;
+  return run_spec(toy_spec(extra, run), options(target, dir));
+}
+
 // reference_sums_its_list reads no output of the target, and comes first: a
 // case the target declines is declined for it too (the target runs before a
 // pass counts), not a pass of an invariant that never needed the target.
 TEST(Accounting, DeclinedCasesAreCountedApartNeverAsPasses) {
-  TempDir dir;
-  const Spec spec = toy_spec("invariants: [reference_sums_its_list, matches_reference, sum_parity]\n",
-                             "{trials: 200, seed: 5, suppress_health_check: [declined]}");
-  const RunReport r = run_spec(spec, options("declines_short", dir));
+  const RunReport r =
+      toy_run("declines_short", "invariants: [reference_sums_its_list, matches_reference, sum_parity]\n",
+              "{trials: 200, seed: 5, suppress_health_check: [declined]}");
   EXPECT_EQ(r.status, RunStatus::passed) << r.detail;
   EXPECT_GT(r.declined, 0);
   EXPECT_EQ(r.checked + r.declined, r.trials);
@@ -57,11 +66,9 @@ TEST(Accounting, DeclinedCasesAreCountedApartNeverAsPasses) {
 // decline: matches_reference lost those cases, and a target declining every
 // derived case made a run SKIPPED, exit 0, whatever the others found.)
 TEST(Accounting, ADeclinedDerivedCaseIsADiscardOfItsInvariantOnly) {
-  TempDir dir;
-  const Spec spec = toy_spec(
-      "domain: {length: [0, 30]}\ninvariants: [halves_add_up, matches_reference]\n",
-      "{trials: 200, seed: 5, suppress_health_check: [declined, discarded], max_discard_ratio: 100}");
-  const RunReport r = run_spec(spec, options("declines_short", dir));
+  const RunReport r =
+      toy_run("declines_short", "domain: {length: [0, 30]}\ninvariants: [halves_add_up, matches_reference]\n",
+              "{trials: 200, seed: 5, suppress_health_check: [declined, discarded], max_discard_ratio: 100}");
   EXPECT_EQ(r.status, RunStatus::passed) << r.detail;
   const InvariantReport &halves = r.invariants[0], &matches = r.invariants[1];
   EXPECT_EQ(matches.status, InvariantStatus::passed);
@@ -78,20 +85,16 @@ TEST(Accounting, ADeclinedDerivedCaseIsADiscardOfItsInvariantOnly) {
 }
 
 TEST(Accounting, EarlyDeclinesDoNotSkipTheRun) {
-  TempDir dir;
   // Sizes start at 0: the first cases are short lists, every one declined.
-  const Spec spec = toy_spec("invariants: [matches_reference]\n",
-                             "{trials: 200, seed: 5, suppress_health_check: [declined]}");
-  const RunReport r = run_spec(spec, options("declines_short", dir));
+  const RunReport r = toy_run("declines_short", "invariants: [matches_reference]\n",
+                              "{trials: 200, seed: 5, suppress_health_check: [declined]}");
   EXPECT_NE(r.status, RunStatus::skipped);
   EXPECT_GT(r.checked, 0);
   EXPECT_GT(r.declined, 20);
 }
 
 TEST(Accounting, MostlyDecliningTargetFailsTheHealthCheckWithItsReasons) {
-  TempDir dir;
-  const Spec spec = toy_spec("invariants: [matches_reference]\n");
-  const RunReport r = run_spec(spec, options("declines_short", dir));
+  const RunReport r = toy_run("declines_short", "invariants: [matches_reference]\n");
   EXPECT_EQ(r.status, RunStatus::gave_up);
   EXPECT_EQ(exit_code(r.status), 2);
   ASSERT_EQ(r.health.size(), 1u);
@@ -137,12 +140,11 @@ TEST(Accounting, TheDeclinedCheckIsNoCoinFlipAtHalf) {
 // suppresses the declined health check. (It passed, exit 0, on the cases
 // left, whatever their number, while under 50% of the cases were declined.)
 TEST(Accounting, DeclinesThatUseUpTheCasesAreNoPass) {
-  TempDir dir;
   // Lists of 6 to 20: the short ones are declined (shorter than 7), under
   // the 50% of the declined check itself.
-  const Spec spec = toy_spec("domain: {length: [6, 20]}\ninvariants: [matches_reference]\n",
-                             "{trials: 200, seed: 5, max_discard_ratio: 0}");
-  const RunReport r = run_spec(spec, options("declines_short", dir));
+  const RunReport r =
+      toy_run("declines_short", "domain: {length: [6, 20]}\ninvariants: [matches_reference]\n",
+              "{trials: 200, seed: 5, max_discard_ratio: 0}");
   EXPECT_EQ(r.status, RunStatus::gave_up) << r.detail;
   EXPECT_EQ(exit_code(r.status), 2);
   ASSERT_EQ(r.invariants.size(), 1u);
@@ -155,17 +157,15 @@ TEST(Accounting, DeclinesThatUseUpTheCasesAreNoPass) {
       << r.health[0].message;
   EXPECT_NE(r.health[0].message.find("used up the run's cases"), std::string::npos) << r.health[0].message;
   // Suppressed, the invariant passed on what it checked, and says how much.
-  const Spec accepted =
-      toy_spec("domain: {length: [6, 20]}\ninvariants: [matches_reference]\n",
-               "{trials: 200, seed: 5, max_discard_ratio: 0, suppress_health_check: [declined]}");
-  const RunReport a = run_spec(accepted, options("declines_short", dir));
+  const RunReport a =
+      toy_run("declines_short", "domain: {length: [6, 20]}\ninvariants: [matches_reference]\n",
+              "{trials: 200, seed: 5, max_discard_ratio: 0, suppress_health_check: [declined]}");
   EXPECT_EQ(a.status, RunStatus::passed) << a.detail;
   EXPECT_EQ(a.invariants[0].passed + a.invariants[0].declined, 200);
 }
 
 TEST(Accounting, UnavailableTargetIsSkippedAtOnce) {
-  TempDir dir;
-  const RunReport r = run_spec(toy_spec(), options("no_device", dir));
+  const RunReport r = toy_run("no_device");
   EXPECT_EQ(r.status, RunStatus::skipped);
   EXPECT_EQ(r.trials, 1);
   EXPECT_EQ(r.checked, 0);
@@ -212,11 +212,9 @@ TEST(Accounting, ATargetLostMidRunIsNoPassAndNoSkip) {
 // not also its decline. (It was both: an invariant's discards, declines and
 // passes added up to more than the cases drawn.)
 TEST(Accounting, ACaseDiscardedBeforeTheTargetDeclinedItCountsOnce) {
-  TempDir dir;
-  const Spec spec = toy_spec("invariants: [only_long_lists, matches_reference]\n",
-                             "{trials: 50, seed: 5, max_discard_ratio: 20, "
-                             "suppress_health_check: [declined, discarded]}");
-  const RunReport r = run_spec(spec, options("declines_short", dir));
+  const RunReport r =
+      toy_run("declines_short", "invariants: [only_long_lists, matches_reference]\n",
+              "{trials: 50, seed: 5, max_discard_ratio: 20, suppress_health_check: [declined, discarded]}");
   const InvariantReport& discarding = r.invariants[0];
   EXPECT_GT(r.declined, 0);
   EXPECT_GT(discarding.discarded, 0);
@@ -246,11 +244,9 @@ TEST(Accounting, AnInvariantThatCheckedNothingNeverPasses) {
 // which no wider domain fixes. The advice says so, with the decline reasons
 // and how to narrow the domain (then the invariant is n/a).
 TEST(Accounting, AnInvariantStarvedWhileTheTargetDeclinedSaysHowToNarrow) {
-  TempDir dir;
-  const Spec spec =
-      toy_spec("invariants: [matches_reference, only_long_lists]\n",
-               "{trials: 20, seed: 5, max_discard_ratio: 5, suppress_health_check: [declined]}");
-  const RunReport r = run_spec(spec, options("declines_short", dir));
+  const RunReport r =
+      toy_run("declines_short", "invariants: [matches_reference, only_long_lists]\n",
+              "{trials: 20, seed: 5, max_discard_ratio: 5, suppress_health_check: [declined]}");
   EXPECT_EQ(r.status, RunStatus::gave_up);
   EXPECT_GT(r.invariants[1].declined, 0);
   ASSERT_EQ(r.health.size(), 1u);
@@ -271,9 +267,8 @@ TEST(Accounting, AnInvariantStarvedWhileTheTargetDeclinedSaysHowToNarrow) {
 // run's health is not judged once it failed): JUnit says "gave up", as the
 // text and JSON do, and still counts it as no pass.
 TEST(Junit, AnInvariantThatGaveUpInAFailedRunIsNoHealthCheck) {
-  TempDir dir;
-  const Spec spec = toy_spec("invariants: [matches_reference, only_long_lists]\n", "{trials: 20, seed: 5}");
-  const RunReport r = run_spec(spec, options("drops_last", dir));
+  const RunReport r =
+      toy_run("drops_last", "invariants: [matches_reference, only_long_lists]\n", "{trials: 20, seed: 5}");
   ASSERT_EQ(r.status, RunStatus::failed);
   ASSERT_EQ(r.invariants[1].status, InvariantStatus::gave_up);
   EXPECT_TRUE(r.health.empty());

@@ -1,7 +1,8 @@
 // Helpers shared by family tests: a registered family with its typed side
 // and an implementation's index by name (a test fails if either is absent),
-// the shrunk counterexamples of a run that must fail, and a case file the
-// family's decoder must refuse with its position.
+// the shrunk counterexamples of a run that must fail, a case file the
+// family's decoder must refuse with its position, and the half-precision
+// runs of a committed spec narrowed to one dtype.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -175,16 +176,39 @@ inline Spec spec_with(const std::string& path, const std::string& line, const st
   return parse_spec(s, name);
 }
 
-// A run of the half-precision tests: fixed seed, `trials`, findings in a
-// scratch folder under the test's temp dir; `bug`: a planted bug, stopped at
-// its first failure.
-inline RunOptions half_run(const std::string& target, bool bug, int64_t trials, const std::string& scratch) {
-  RunOptions o = no_corpus_run(target, 20261123);
-  o.trials = trials;
-  o.stop_on_first_failure = bug;
-  o.scratch_dir = ::testing::TempDir() + scratch;
-  return o;
-}
+// The half-precision runs of a family's tests: the committed spec at `path`
+// with its domain's line `dtypes` narrowed to one dtype (and `edit` applied
+// to the text), parsed in memory as <name>_<dtype>.yaml; run with a fixed
+// seed, `trials` cases for a correct target, `bug_trials` for a planted bug
+// (stopped at its first failure), findings in a scratch folder under the
+// test's temp dir.
+struct HalfRuns {
+  std::string path;
+  std::string dtypes;  // e.g. "dtypes: [f16, bf16, f32, f64]"
+  std::string name;
+  int64_t trials, bug_trials;
+  std::function<void(std::string&)> edit = {};
+
+  Spec spec(const std::string& dtype) const {
+    return spec_with(path, dtypes, "dtypes: [" + dtype + "]", name + "_" + dtype + ".yaml", edit);
+  }
+  RunOptions options(const std::string& target, bool bug) const {
+    RunOptions o = no_corpus_run(target, 20261123);
+    o.trials = bug ? bug_trials : trials;
+    o.stop_on_first_failure = bug;
+    o.scratch_dir = ::testing::TempDir() + "kprop_" + name + "_half";
+    return o;
+  }
+  // A correct `target` passes the spec narrowed to `dtype`; a planted bug fails it.
+  void expect_passes(const std::string& target, const std::string& dtype) const {
+    const RunReport r = run_spec(spec(dtype), options(target, false));
+    EXPECT_EQ(r.status, RunStatus::passed) << target << " on " << dtype << ": " << r.detail;
+  }
+  void expect_killed(const std::string& mutant, const std::string& dtype) const {
+    EXPECT_EQ(run_spec(spec(dtype), options(mutant, true)).status, RunStatus::failed)
+        << mutant << " on " << dtype;
+  }
+};
 
 // A case decoded from `n` random bytes of `rng`, as libFuzzer's decoder does.
 template <typename Traits>

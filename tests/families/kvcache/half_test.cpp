@@ -168,33 +168,17 @@ TEST(KvcacheHalf, YamlCarriesTheDtype) {
 }
 
 // The committed spec with its domain narrowed to one dtype (parsed in memory).
-Spec spec_for(const std::string& dtype) {
-  return testing::spec_with(kSpec, "dtypes: [f64, f32, f16, bf16]", "dtypes: [" + dtype + "]",
-                            "kvcache_" + dtype + ".yaml");
-}
-
-RunOptions half_run(const std::string& target, bool bug) {
-  return testing::half_run(target, bug, bug ? 300 : 100, "kprop_kvcache_half");
-}
+const testing::HalfRuns kHalf{kSpec, "dtypes: [f64, f32, f16, bf16]", "kvcache", 100, 300};
 
 TEST(KvcacheHalf, CorrectEnginesPassTheSpecOnOneDtype) {
   for (const char* dtype : {"f16", "bf16", "f32"})
-    for (const char* target : {"contiguous", "paged", "chunked_prefill"}) {
-      const RunReport r = run_spec(spec_for(dtype), half_run(target, false));
-      EXPECT_EQ(r.status, RunStatus::passed) << target << " on " << dtype;
-    }
+    for (const char* target : {"contiguous", "paged", "chunked_prefill"}) kHalf.expect_passes(target, dtype);
 }
 
 TEST(KvcacheHalf, PrecisionMutantsAreKilled) {
-  struct Kill {
-    const char* mutant;
-    const char* dtype;
-  };
-  for (const Kill& k : {Kill{"cache_truncated_bf16", "bf16"}, Kill{"decode_accumulate_in_storage", "bf16"},
-                        Kill{"decode_accumulate_in_storage", "f16"}}) {
-    const RunReport r = run_spec(spec_for(k.dtype), half_run(k.mutant, true));
-    EXPECT_EQ(r.status, RunStatus::failed) << k.mutant << " on " << k.dtype;
-  }
+  kHalf.expect_killed("cache_truncated_bf16", "bf16");
+  kHalf.expect_killed("decode_accumulate_in_storage", "bf16");
+  kHalf.expect_killed("decode_accumulate_in_storage", "f16");
 }
 
 }  // namespace half_cache

@@ -268,19 +268,13 @@ TEST(LayerNormHalf, GeneratedCasesAreInTheDtypeAndInRange) {
 
 // The committed spec with its domain narrowed to one dtype (parsed in
 // memory: nothing is written).
-Spec spec_for(const std::string& dtype) {
-  return testing::spec_with(kSpec, "dtypes: [f16, bf16, f32, f64]", "dtypes: [" + dtype + "]",
-                            "layernorm_" + dtype + ".yaml", [](std::string& s) {
-                              // finite_differences runs on f64 cases only: dropped from a half domain.
-                              const size_t fd = s.find("  - name: finite_differences\n");
-                              EXPECT_NE(fd, std::string::npos);
-                              if (fd != std::string::npos) s.erase(fd, s.find("\n  - ", fd + 1) + 1 - fd);
-                            });
-}
-
-RunOptions half_run(const std::string& target, bool bug) {
-  return testing::half_run(target, bug, bug ? 400 : 200, "kprop_layernorm_half");
-}
+const testing::HalfRuns kHalf{
+    kSpec, "dtypes: [f16, bf16, f32, f64]", "layernorm", 200, 400, [](std::string& s) {
+      // finite_differences runs on f64 cases only: dropped from a half domain.
+      const size_t fd = s.find("  - name: finite_differences\n");
+      EXPECT_NE(fd, std::string::npos);
+      if (fd != std::string::npos) s.erase(fd, s.find("\n  - ", fd + 1) + 1 - fd);
+    }};
 
 // At the large profile's widths (D up to 131073) the reference's own f64
 // sums erred by up to D·2^-53, more than the fused kernel (rstd 68 ulps off
@@ -289,7 +283,7 @@ RunOptions half_run(const std::string& target, bool bug) {
 // the bit. The reference sums in long double now.
 TEST(LayerNormKernels, FusedPassesTheLargeProfileInF64) {
   const Spec spec = load_spec(kSpec, "large", "{dtypes: [f64]}");
-  RunOptions o = half_run("fused", false);
+  RunOptions o = kHalf.options("fused", false);
   o.seed = 1;
   o.trials = 30;
   const RunReport r = run_spec(spec, o);
@@ -298,21 +292,12 @@ TEST(LayerNormKernels, FusedPassesTheLargeProfileInF64) {
 }
 
 TEST(LayerNormHalf, FusedPassesTheSpecOnHalfCases) {
-  for (const char* dtype : {"f16", "bf16"}) {
-    const RunReport r = run_spec(spec_for(dtype), half_run("fused", false));
-    EXPECT_EQ(r.status, RunStatus::passed) << dtype;
-  }
+  for (const char* dtype : {"f16", "bf16"}) kHalf.expect_passes("fused", dtype);
 }
 
 TEST(LayerNormHalf, PrecisionMutantsAreKilled) {
-  struct Kill {
-    const char* mutant;
-    const char* dtype;
-  };
-  for (const Kill& k : {Kill{"variance_in_storage", "f16"}, Kill{"bf16_truncate", "bf16"}}) {
-    const RunReport r = run_spec(spec_for(k.dtype), half_run(k.mutant, true));
-    EXPECT_EQ(r.status, RunStatus::failed) << k.mutant << " on " << k.dtype;
-  }
+  kHalf.expect_killed("variance_in_storage", "f16");
+  kHalf.expect_killed("bf16_truncate", "bf16");
 }
 
 // A target whose x̂ has an inf: dγ = Σ dy·x̂ then has an infinite term,

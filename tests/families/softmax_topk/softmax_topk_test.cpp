@@ -195,22 +195,14 @@ TEST(SoftmaxTopkHalf, GeneratedCasesAreInTheDtypeAndReachF16Overflow) {
 }
 
 // The committed spec with its domain narrowed to one dtype (parsed in memory).
-Spec spec_for(const std::string& dtype) {
-  return testing::spec_with(kSpec, "dtypes: [f16, bf16, f32, f64]", "dtypes: [" + dtype + "]",
-                            "softmax_topk_" + dtype + ".yaml");
-}
-
-RunOptions half_run(const std::string& target, bool bug) {
-  return testing::half_run(target, bug, bug ? 400 : 200, "kprop_softmax_topk_half");
-}
+const testing::HalfRuns kHalf{kSpec, "dtypes: [f16, bf16, f32, f64]", "softmax_topk", 200, 400};
 
 TEST(SoftmaxTopkHalf, FusedPassesTheSpecOnHalfCases) {
-  for (const char* dtype : {"f16", "bf16"})
-    EXPECT_EQ(run_spec(spec_for(dtype), half_run("fused", false)).status, RunStatus::passed) << dtype;
+  for (const char* dtype : {"f16", "bf16"}) kHalf.expect_passes("fused", dtype);
 }
 
 TEST(SoftmaxTopkHalf, ExpInF16NoMaxIsKilled) {
-  EXPECT_EQ(run_spec(spec_for("f16"), half_run("exp_in_f16_no_max", true)).status, RunStatus::failed);
+  kHalf.expect_killed("exp_in_f16_no_max", "f16");
 }
 
 }  // namespace kernels
