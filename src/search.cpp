@@ -125,8 +125,11 @@ bool number_of(const YAML::Node& n, double& out) {
 
 // The numbers of a case's YAML tree as tensors: every sequence of numbers is
 // a row, rows under the same map key path form one tensor.
+// A packed list (case_yaml.h) stays one node: its numbers are parsed into
+// values and written back as one list, where a node per number cost ~500
+// bytes each (a search on a 2 x 262144 layernorm case peaked at 842 MB).
 struct Row {
-  YAML::Node seq;
+  YAML::Node seq;  // the tree's node: a sequence, or a packed list
   std::vector<double> values;
 };
 struct Tensor {
@@ -142,13 +145,22 @@ void collect(const YAML::Node& n, const std::string& path, std::map<std::string,
       collect(it->second, path + "/" + it->first.as<std::string>(""), out);
     return;
   }
-  if (!n.IsSequence() || n.size() == 0) return;
+  const bool packed = case_yaml::is_packed(n);
+  if (!(packed || n.IsSequence()) || case_yaml::list_size(n) == 0) return;
   Row row{n, {}};
   bool numbers = true;
-  for (size_t i = 0; i < n.size() && numbers; ++i) {
-    double x = 0;
-    numbers = number_of(n[i], x);
-    row.values.push_back(x);
+  if (packed) {
+    case_yaml::for_each_item(n, [&](const case_yaml::Item& item) {
+      double x = 0;
+      numbers = numbers && number_of(std::string(item.text), x);
+      row.values.push_back(x);
+    });
+  } else {
+    for (size_t i = 0; i < n.size() && numbers; ++i) {
+      double x = 0;
+      numbers = number_of(n[i], x);
+      row.values.push_back(x);
+    }
   }
   if (numbers) {
     Tensor& t = out[path];
@@ -161,7 +173,8 @@ void collect(const YAML::Node& n, const std::string& path, std::map<std::string,
     t.rows.push_back(std::move(row));
     return;
   }
-  for (size_t i = 0; i < n.size(); ++i) collect(n[i], path + "[]", out);
+  if (!packed)
+    for (size_t i = 0; i < n.size(); ++i) collect(n[i], path + "[]", out);
 }
 
 int non_finite_numbers(const YAML::Node& n) {
@@ -296,8 +309,8 @@ struct Search::State {
     YAML::Node tree;
     std::map<std::string, Tensor> tensors;
     try {
-      // Its numbers edited in place, one node each.
-      tree = case_yaml::unpacked(family().to_yaml(from.c));
+      // Its numbers edited in place (a fresh tree: to_yaml builds one).
+      tree = family().to_yaml(from.c);
       collect(tree, "", tensors);
     } catch (const std::exception&) {
       return std::nullopt;
@@ -317,6 +330,10 @@ struct Search::State {
     auto in_row = [&](auto&& f) {
       for (double& x : row.values) x = f(x);
     };
+    // The values before the move: a value the move takes out of the finite
+    // range is written back as it was.
+    std::vector<std::vector<double>> before;
+    for (const Row& r : t.rows) before.push_back(r.values);
     const double sign = dice.chance(0.5) ? 1 : -1;
     switch (dice.below(10)) {
       case 0: {  // scale the tensor (toward overflow or toward underflow), or flip its sign
@@ -360,15 +377,26 @@ struct Search::State {
         in_row([v = sign * m](double) { return v; });
         break;
     }
-    // Written back: integers stay integers (ids, lengths), reals round-trip.
-    for (Row& r : t.rows)
-      for (size_t i = 0; i < r.values.size(); ++i) {
-        double x = r.values[i];
-        if (!std::isfinite(x)) continue;
-        if (t.integral) x = std::round(x);
-        r.seq[i] =
-            t.integral && std::fabs(x) < 9e15 ? fmt::format("{}", int64_t(x)) : fmt::format("{:.17g}", x);
+    // Written back: integers stay integers (ids, lengths), reals round-trip;
+    // a value the move made non-finite keeps its old one.
+    const auto text = [&](double x) -> std::string {
+      if (std::isnan(x)) return ".nan";
+      if (std::isinf(x)) return x > 0 ? ".inf" : "-.inf";
+      if (t.integral) x = std::round(x);
+      return t.integral && std::fabs(x) < 9e15 ? fmt::format("{}", int64_t(x)) : fmt::format("{:.17g}", x);
+    };
+    for (size_t k = 0; k < t.rows.size(); ++k) {
+      Row& r = t.rows[k];
+      const std::vector<double>& old = before[k];
+      const auto value = [&](size_t i) { return std::isfinite(r.values[i]) ? r.values[i] : old[i]; };
+      if (case_yaml::is_packed(r.seq)) {
+        // Assigning to the tree's node handle replaces the node in the tree.
+        r.seq = case_yaml::text_list(r.values.size(), [&](size_t i) { return text(value(i)); });
+        continue;
       }
+      for (size_t i = 0; i < r.values.size(); ++i)
+        if (std::isfinite(r.values[i])) r.seq[i] = text(r.values[i]);
+    }
     try {
       return accept(family().from_yaml(tree), {}, non_finite_before);
     } catch (const std::exception&) {

@@ -90,8 +90,9 @@ void for_each_item(const YAML::Node& list, const std::function<void(const Item&)
 // Calls fn on each node of the tree, a parent before its children and a
 // map's key before its value; fn returning false skips the node's children.
 void walk_tree(const YAML::Node& tree, const std::function<bool(const YAML::Node&)>& fn);
-// A copy of the tree with every packed list a sequence of scalars (for code
-// that edits a case's numbers in place: the search).
+// A copy of the tree with every packed list a sequence of scalars, a node
+// per number (the form packing replaced; bench/layernorm_corpus.cpp weighs
+// the two).
 YAML::Node unpacked(const YAML::Node& tree);
 // A YAML document's text loaded by `load` (YAML::Load, load_one_document)
 // with each one-line flow sequence of kPackMin or more packable items a
