@@ -59,7 +59,10 @@ class RunListener {
 };
 
 // How a run is set up. Every override of the spec's `run:` settings that a
-// command line or a caller makes goes through here (never into the Spec).
+// command line or a caller makes goes through here (never into the Spec),
+// except the two that decide whether the spec loads at all: --domain and
+// --max-case-mb (load_spec's arguments), since the memory budget and the
+// domain's constraints are checked when it loads.
 struct RunOptions {
   std::string target;  // empty: the spec's target
   // The oracle of comparative invariants; empty: the spec's reference. An
