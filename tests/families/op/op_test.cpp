@@ -1,4 +1,4 @@
-// The op family (a kernel declared in the spec, issue 19): one load-time
+// The op family (a kernel declared in the spec): one load-time
 // error per error class of the `op:` declaration, at its file:line:col; the
 // generic shrinker stays inside the declared domain and reaches the minimal
 // dims of a bug that needs D >= 3; the YAML corpus codec round-trips every
@@ -503,7 +503,7 @@ TEST(OpList, ListShowsTheDeclaredFamilyAndItsSectionKeys) {
 }  // namespace
 }  // namespace kprop::op
 
-// ================================================================ the domain (issue 19)
+// ================================================================ the domain
 // Dim relations, special values and denormals, index tensors, masks.
 namespace kprop::op {
 namespace {
