@@ -1,5 +1,5 @@
 // What checking and fuzzing cost, in CPU time over a fixed set of cases
-// (issue 23; guards the Trial cache, the fuzz size byte and the decoders):
+// (guards the Trial cache, the fuzz size byte and the decoders):
 //
 //   checking  every spec × CPU implementation (mutants aside; specs/*.yaml
 //             and the declared ops of specs/ops/*.yaml) at its default

@@ -2,8 +2,8 @@
 # libFuzzer throughput of the spec harnesses as the fuzzers really run
 # (coverage feedback, an empty start; the sanitizer build's harnesses, or
 # build-fuzz's coverage-only ones): exec/s and coverage
-# (`cov`) after `seconds`, per harness, and the median exec/s. The numbers
-# issue 23's fuzz goals are stated in. libFuzzer's exec/s moves by about
+# (`cov`) after `seconds`, per harness, and the median exec/s (the numbers
+# the README gives the fuzzers' speed in). libFuzzer's exec/s moves by about
 # ±20% between runs of the same binary (which inputs it keeps decides what
 # it runs next), so compare builds run back to back on the same machine.
 # `cov` counts only instrumented code: to compare builds that instrument

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Kill table and false-positive count of the shipped declared-op examples (issue 19).
+"""Kill table and false-positive count of the shipped declared-op examples.
 
     scripts/op_examples_stats.py [--runner build/prop_runner] [--python /usr/bin/python3]
                                  [--seeds 10] [--correct-seeds 4] [--correct-trials 5000]

@@ -81,7 +81,7 @@ Result dim_u16(const Case& c) {
 // read back before the normalisation): every y of a row is off by the same
 // relative error, up to 2^-8 (bf16's unit roundoff), which is often inside the naive two-pass error
 // of a bf16 case and exceeds twice it only on some rows. A small-effect
-// precision bug (issue 22); f32 and f64 cases as fused.
+// precision bug; f32 and f64 cases as fused.
 Result rstd_bf16_for_y(const Case& c) {
   Result r = fused(c);
   if (!is_half(c.dtype)) return r;

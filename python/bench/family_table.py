@@ -1,5 +1,5 @@
 """Per family: the NumPy example passes in process, and each planted bug is
-caught and shrunk (the table of the closing note of issue 21).
+caught and shrunk.
 
     PYTHONPATH=build/python .venv/bin/python python/bench/family_table.py [--trials 500]
 

@@ -127,7 +127,11 @@ TEST(LayerNormKernels, CombiningLanesDoesNotOverflowWhereTheVarianceFits) {
   }
 }
 
-TEST(LayerNormCodec, YamlRoundTripIsExact) {
+// The case read back equals the original, where FamilyContract's
+// YamlRoundTripsGeneratedCases compares texts: a field to_yaml leaves out, or
+// a value printed short (its text prints the same again), keeps the texts
+// equal. Values that need every digit (1e4 + 1/3 in f64), a non-default eps.
+TEST(LayerNormCodec, ReadBackCaseEqualsTheOriginal) {
   for (DType t : {DType::f32, DType::f64}) {
     const Case c = make(t, 2, 3, {0.1, 1e4 + 1.0 / 3, -2.5e-7, 1, 2, 3}, 1e-6);
     EXPECT_EQ(Traits::from_yaml(YAML::Load(emit_yaml(Traits::to_yaml(c)))), c);
@@ -148,15 +152,18 @@ TEST(LayerNormCodec, BadCasesNameTheProblem) {
   }
 }
 
-TEST(LayerNormShrinker, EveryCandidateIsValidAndSimpler) {
+// Every candidate (all of them, on an offset f32 case) is no larger than the
+// case and holds only values of its dtype (the codec would round any other
+// to it without a word); there are plenty of them. That candidates are
+// valid and differ from the case is FamilyContract's
+// ShrinkCandidatesAreValidAndDifferent.
+TEST(LayerNormShrinker, CandidatesAreNoLargerAndInTheDtype) {
   std::vector<double> x;
   for (int i = 0; i < 12; ++i) x.push_back(1e4 + 0.0123 * i);
   const Case c = make(DType::f32, 3, 4, x, 2.5e-6);
   auto seq = Traits::shrinks(c, Values::defaults(Traits::domain_schema()));
   int n = 0;
   while (auto s = seq.next()) {
-    EXPECT_EQ(validate(*s), "");
-    EXPECT_FALSE(*s == c);
     EXPECT_LE(s->rows * s->dim, c.rows * c.dim);
     Case rounded = *s;
     round_to_dtype(rounded);

@@ -1,4 +1,4 @@
-// A declared op's external side (issue 19): the external reference
+// A declared op's external side: the external reference
 // (op.reference: exec:COMMAND | plugin:PATH) is called in f64 for
 // reference.Y and in the case's dtypes for naive.Y; its load-time errors; the
 // generic plugin entry point's symbol. End to end through a NumPy worker and

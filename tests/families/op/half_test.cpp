@@ -1,4 +1,4 @@
-// f16/bf16 in the op family (issue 20): half values through the YAML codec
+// f16/bf16 in the op family: half values through the YAML codec
 // bit for bit (±0, subnormals, the max finite value, NaN, inf); the naive
 // same-precision baseline of a half output computes in f32 and rounds to
 // nearest even at the store, and its floor adds the store's rounding

@@ -1,4 +1,4 @@
-// The op family (a kernel declared in the spec, issue 19): one load-time
+// The op family (a kernel declared in the spec): one load-time
 // error per error class of the `op:` declaration, at its file:line:col; the
 // generic shrinker stays inside the declared domain and reaches the minimal
 // dims of a bug that needs D >= 3; the YAML corpus codec round-trips every
@@ -360,9 +360,6 @@ TEST(OpCorpus, RoundTripIsExactInBothDtypesWithSpecialValues) {
 }
 
 // ---------------------------------------------------------------- fuzz decoding
-// The libFuzzer path: any byte string (short ones run out and read zeros)
-// decodes to a case the declaration could have drawn, which the reference
-// evaluates and the codec stores.
 // Gaps in the valid values (multiple_of) defeat arc consistency alone:
 // H = 20 survives pruning under Nk >= H >= Nq == Nk with Nq, Nk multiples
 // of 16, yet fixing it leaves Nq no value. Every draw still completes.
@@ -437,7 +434,13 @@ target: reference
   EXPECT_GT(sliced, 100);  // not the whole dim every time
 }
 
-TEST(OpFuzz, EveryByteStringDecodesToAValidCase) {
+// The libFuzzer path on kDomainSpec, with multiple_of and one_of dims and an
+// integer attr, which none of the declarations FamilyContract's
+// EveryByteStringDecodes runs has: any byte string (all 0x00, all 0xff,
+// random; short ones run out and read zeros) decodes to a case inside the
+// declaration, every value exact in its input's dtype, which the reference
+// evaluates and the codec gives back equal (not only as the same text).
+TEST(OpFuzz, BytesDecodeToExactCasesOfAConstrainedDeclaration) {
   const Spec spec = parse_spec(kDomainSpec, "shrink.yaml");
   const OpFamily& f = op_family(spec);
   std::mt19937 rng(20261122);
@@ -500,7 +503,7 @@ TEST(OpList, ListShowsTheDeclaredFamilyAndItsSectionKeys) {
 }  // namespace
 }  // namespace kprop::op
 
-// ================================================================ the domain (issue 19)
+// ================================================================ the domain
 // Dim relations, special values and denormals, index tensors, masks.
 namespace kprop::op {
 namespace {
@@ -610,9 +613,12 @@ bool same_case(const Case& a, const Case& b) {
   return true;
 }
 
-// The libFuzzer path: 2,000 random byte strings (and the all-0 / all-1
-// ones) decode to cases satisfying every constraint, which the reference
-// evaluates and the corpus codec round-trips bit for bit.
+// The libFuzzer path on kRichSpec: 2,000 random byte strings (and the all-0
+// / all-1 ones) decode to cases satisfying every constraint, each checked
+// here from first principles (FamilyContract's EveryByteStringDecodes asks
+// in_domain, on shipped declarations, none with a permutation or a
+// fixed-bound id tensor), which the reference evaluates and the corpus
+// codec round-trips bit for bit.
 TEST(OpDomain, EveryByteStringDecodesToACaseSatisfyingEveryConstraint) {
   const Spec spec = parse_spec(kRichSpec, "rich.yaml");
   const OpFamily& f = op_family(spec);

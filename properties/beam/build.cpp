@@ -1,0 +1,47 @@
+// The beam family's one case builder.
+#include <vector>
+
+#include "properties/beam/family.h"
+
+namespace kprop::beam {
+
+// One builder for RapidCheck draws and fuzz bytes, so the fuzzer reaches
+// exactly the generator's domain.
+Case Traits::build(Draw& draw, const Values& domain) {
+  Case c;
+  ModelConfig& m = c.model;
+  m.vocab = static_cast<int>(draw.sized(domain.int_range("vocab")));
+  m.eos = draw.chance(0.5) ? 0 : static_cast<int>(draw.any(IntRange{0, m.vocab - 1}));
+  m.seed = static_cast<uint64_t>(draw.any(IntRange{1, 1 << 30}));
+  m.scale = draw.chance(domain.real("model.tie_rate")) ? 0.0 : draw.any(domain.real_range("model.scale"));
+  m.eos_bias = draw.any(domain.real_range("model.eos_bias"));
+  m.eos_slope = draw.any(domain.real_range("model.eos_slope"));
+  m.sharpen = draw.any(domain.real_range("model.sharpen"));
+  m.shift = draw.chance(domain.real("model.shift_rate")) ? draw.any(domain.real_range("model.shift")) : 0.0;
+  c.max_new_tokens = static_cast<int>(draw.sized(domain.int_range("max_new_tokens")));
+  const int batch = static_cast<int>(draw.sized(domain.int_range("batch")));
+  for (int b = 0; b < batch; ++b) {
+    const int len = static_cast<int>(draw.sized(domain.int_range("prompt_len")));
+    std::vector<int> prompt;
+    for (int i = 0; i < len; ++i) prompt.push_back(static_cast<int>(draw.any(IntRange{0, m.vocab - 1})));
+    c.prompts.push_back(std::move(prompt));
+  }
+  const double a = draw.any(RealRange{0, 1});
+  const double zero = domain.real("alpha.zero_rate"), one = domain.real("alpha.one_rate");
+  c.alpha = a < zero ? 0.0 : a < zero + one ? 1.0 : draw.any(domain.real_range("alpha.range"));
+  const double k = draw.any(RealRange{0, 1});
+  const double k_one = domain.real("beam_width.one_rate"), unpruned = domain.real("beam_width.unpruned_rate");
+  const int64_t unpruned_max = domain.integer("beam_width.unpruned_max");
+  c.beam_width = static_cast<int>(draw.sized(domain.int_range("beam_width.range")));
+  if (k < k_one) {
+    c.beam_width = 1;
+  } else if (k < k_one + unpruned) {
+    while (c.max_new_tokens > 1 && count_hypotheses(m.vocab, c.max_new_tokens) > unpruned_max)
+      --c.max_new_tokens;
+    const int64_t all = count_hypotheses(m.vocab, c.max_new_tokens);
+    if (all <= unpruned_max) c.beam_width = static_cast<int>(all + draw.any(IntRange{0, 2}));
+  }
+  return c;
+}
+
+}  // namespace kprop::beam

@@ -1,0 +1,106 @@
+// The softmax_topk family's one case builder.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kprop/half.h"
+#include "kprop/rng.h"
+#include "properties/softmax_topk/family.h"
+
+namespace kprop::softmax_topk {
+
+namespace {
+// Rows longer than this draw their values in bulk (Traits::build).
+constexpr int kBulkVocab = 4096;
+}  // namespace
+
+// One case builder for RapidCheck draws, fuzz bytes and seed corpora. Logits
+// are drawn one by one (value-level control: grid values, ties, -inf).
+Case Traits::build(Draw& draw, const Values& domain) {
+  Case c;
+  parse_dtype(draw.pick(domain.choices("dtypes")), c.dtype);  // the schema allows only valid names
+  const IntRange vr = domain.int_range("vocab");
+  // A quarter of the cases reach the whole vocab range at once (K > 32 needs V > 32).
+  c.vocab = static_cast<int>(draw.chance(0.25) ? draw.any(vr) : draw.sized(vr));
+  const int rows = static_cast<int>(draw.sized(domain.int_range("rows")));
+  c.block = static_cast<int>(draw.any(domain.int_range("block")));
+  const int v = c.vocab;
+  if (v > 32 && draw.chance(domain.real("k_above_32_rate")))
+    c.k = static_cast<int>(draw.any(IntRange{33, v}));
+  else if (draw.chance(0.2))
+    c.k = 1;
+  else if (draw.chance(0.2))
+    c.k = v;
+  else
+    c.k = static_cast<int>(draw.any(IntRange{1, v}));
+
+  const IntRange mag = domain.int_range("values.magnitude_log2");
+  const IntRange off = domain.int_range("values.offset_log2");
+  const IntRange levels = domain.int_range("values.tie_levels");
+  const RealRange inf_rate = domain.real_range("values.neg_inf_rate");
+  // Grid values (o + q) * 2^e with |o + q| < 2^23 are exact in f32 and f64
+  // and stay exact under shifts by powers of two (shift_invariance). A half
+  // case draws the same rows, e clamped to its exponent range (f16: e in
+  // [-24, 3], so values reach thousands: exp(x) overflows f16 past 11.09;
+  // bf16: f32's range), then rounds each value to the dtype (clamped to its
+  // largest finite value first: never an inf from rounding). The rounding
+  // merges nearby grid values into exact ties, as storing in half does.
+  const int max_e = c.dtype == DType::f32    ? 127 - 25
+                    : c.dtype == DType::f16  ? 3
+                    : c.dtype == DType::bf16 ? 127 - 25
+                                             : 1023 - 25;
+  const int min_e = c.dtype == DType::f16 ? -24 : -100;
+  const double top = c.dtype == DType::f16    ? half::f16_max
+                     : c.dtype == DType::bf16 ? half::bf16_max
+                                              : HUGE_VAL;
+  for (int r = 0; r < rows; ++r) {
+    // f64 rows, a third of the time: each grid value y moved to
+    // y·(1 + f·2^-29), f in [-3, 3] (exact: an integer below 2^52 times a
+    // power of two): logits that f64 tells apart and f32 rounds to one value,
+    // so a rank by f32 keys misorders them (f32_rank_keys).
+    const bool fine = c.dtype == DType::f64 && draw.chance(1.0 / 3);
+    const int64_t levels_here = draw.chance(0.5) ? draw.any(levels) : int64_t{1} << 19;
+    int e = static_cast<int>(draw.chance(0.5) ? draw.any(IntRange{-3, 3}) : draw.any(mag));
+    e = std::clamp(e, min_e, max_e);
+    int64_t offset = 0;
+    if (draw.chance(0.3)) {
+      const int64_t sign = draw.chance(0.5) ? 1 : -1;  // drawn before the shift: one draw per statement
+      offset = sign * (int64_t{1} << draw.any(off));
+    }
+    double rate = 0;
+    if (draw.chance(0.5)) rate = draw.chance(0.15) ? 1.0 : draw.any(inf_rate);
+    const bool ascending = draw.chance(0.2);
+    // A row past kBulkVocab logits takes its values from counter-based
+    // streams under one drawn seed: a draw per logit costs the generator
+    // ~300 bytes (RapidCheck keeps each for shrinking), 6x the case itself
+    // at a 256k vocabulary (bench/case_memory.py). Shorter rows draw each
+    // value, so that RapidCheck and the fuzzer shape them one by one.
+    const bool bulk = v > kBulkVocab;
+    const uint64_t seed = bulk ? uint64_t(draw.any(IntRange{1, int64_t(1) << 40})) : 0;
+    auto pick = [&](uint64_t stream, size_t i, IntRange range) {
+      if (!bulk) return draw.any(range);
+      return range.lo +
+             static_cast<int64_t>(rng::hash(seed, stream, i) % static_cast<uint64_t>(range.count()));
+    };
+    std::vector<double> row;
+    for (int i = 0; i < v; ++i) {
+      const int64_t q = pick(1, size_t(i), IntRange{0, levels_here - 1}) - levels_here / 2;
+      if (fine)
+        row.push_back(
+            std::ldexp(static_cast<double>((offset + q) * (int64_t{1} << 29) +
+                                           (offset + q == 0 ? 0 : pick(2, size_t(i), IntRange{-3, 3}))),
+                       e - 29));
+      else
+        row.push_back(std::ldexp(static_cast<double>(offset + q), e));
+    }
+    if (is_half(c.dtype))
+      for (double& x : row) x = round_to(c.dtype, std::clamp(x, -top, top));
+    if (ascending) std::sort(row.begin(), row.end());
+    for (size_t i = 0; i < row.size(); ++i)
+      if (rate > 0 && (bulk ? rng::uniform(seed, 3, i) < rate : draw.chance(rate))) row[i] = kNegInf;
+    c.logits.insert(c.logits.end(), row.begin(), row.end());
+  }
+  return c;
+}
+
+}  // namespace kprop::softmax_topk
