@@ -18,7 +18,6 @@ Not part of CI (it takes tens of minutes); CI runs the short version
 """
 import argparse
 import json
-import os
 import re
 import shutil
 import subprocess
