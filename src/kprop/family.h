@@ -225,6 +225,10 @@ struct CaseStats {
 struct TrialTimes {
   double target = 0, reference = 0;  // seconds in the target's and the oracle's runs
   int64_t target_runs = 0;           // the target's runs (on the case and on derived cases)
+  TrialTimes& operator+=(const TrialTimes& o) {
+    target += o.target, reference += o.reference, target_runs += o.target_runs;
+    return *this;
+  }
 };
 
 // Type-erased case and result: the core never looks inside.
@@ -721,11 +725,9 @@ class FamilyDef : public Family {
       void run_target() override { (void)trial.target(); }
       TrialTimes times() const override {
         TrialTimes t = trial.times();
-        t.target += released.target, t.reference += released.reference, t.target_runs += released.target_runs;
-        for (const auto& [key, d] : derived_) {
-          const TrialTimes dt = d.trial->times();
-          t.target += dt.target, t.reference += dt.reference, t.target_runs += dt.target_runs;
-        }
+        t += released;
+        for (const auto& [key, d] : derived_)
+          if (d.trial) t += d.trial->times();  // null where the transform threw
         return t;
       }
       const expr::TensorMap* tensors(const std::vector<std::string>& names) override {
@@ -800,11 +802,7 @@ class FamilyDef : public Family {
       void release_derived(const void* key) override {
         const auto it = derived_.find(key);
         if (it == derived_.end()) return;
-        if (it->second.trial) {
-          const TrialTimes dt = it->second.trial->times();
-          released.target += dt.target, released.reference += dt.reference;
-          released.target_runs += dt.target_runs;
-        }
+        if (it->second.trial) released += it->second.trial->times();
         derived_.erase(it);
       }
       // A transform's randomness: the case's content hash (once per trial)
