@@ -1164,12 +1164,7 @@ void mark_shared(Node& root) {
       n->shared = n->kind != Kind::name && n->kind != Kind::number;
       continue;
     }
-    auto add = [&](const NodeP& c) {
-      if (c) todo.push_back(c.get());
-    };
-    for (const NodeP& a : n->args) add(a);
-    for (const Item& it : n->items) add(it.e), add(it.lo), add(it.hi);
-    for (const NodeP* c : {&n->rtol, &n->atol, &n->k, &n->unjudged}) add(*c);
+    for_each_child(*n, [&](const NodeP& c) { todo.push_back(c.get()); });
   }
 }
 
@@ -1178,12 +1173,9 @@ void mark_shared(Node& root) {
 bool mark_reads_target(Node& n, std::set<const Node*>& done) {
   if (!done.insert(&n).second) return n.reads_target;
   bool reads = n.kind == Kind::name && is_target_name(n.op);
-  auto below = [&](const NodeP& c) {
-    if (c && mark_reads_target(*c, done)) reads = true;
-  };
-  for (const NodeP& a : n.args) below(a);
-  for (const Item& it : n.items) below(it.e), below(it.lo), below(it.hi);
-  for (const NodeP* c : {&n.rtol, &n.atol, &n.k, &n.unjudged}) below(*c);
+  for_each_child(n, [&](const NodeP& c) {
+    if (mark_reads_target(*c, done)) reads = true;
+  });
   return n.reads_target = reads;
 }
 
@@ -1236,18 +1228,10 @@ double Expression::peak_elements(const std::function<double(const std::string&)>
     if (n.shared && !computed.insert(&n).second) return 0;  // read from SharedValues
     const double own = elements(n.shape);
     double live = 0, most = 0;
-    auto operand = [&](const NodeP& e) {
-      if (!e) return;
+    for_each_child(n, [&](const NodeP& e) {  // the operands, in order
       most = std::max(most, live + peak(*e));
       if (e->kind != Kind::name) live += elements(e->shape);
-    };
-    for (const NodeP& a : n.args) operand(a);
-    for (const Item& i : n.items) {
-      operand(i.e);
-      operand(i.lo);
-      operand(i.hi);
-    }
-    for (const NodeP& e : {n.rtol, n.atol, n.k, n.unjudged}) operand(e);
+    });
     if (n.shared) retained += own;
     return std::max(most, live + own);
   };
@@ -1263,11 +1247,9 @@ std::map<std::string, double> Expression::name_elements(
   while (!todo.empty()) {
     const Node* n = todo.back();
     todo.pop_back();
-    if (!n || !seen.insert(n).second) continue;
+    if (!seen.insert(n).second) continue;
     if (n->kind == Kind::name) out[n->op] = elements_of(n->shape, extent);
-    for (const NodeP& a : n->args) todo.push_back(a.get());
-    for (const Item& it : n->items) todo.insert(todo.end(), {it.e.get(), it.lo.get(), it.hi.get()});
-    for (const NodeP* c : {&n->rtol, &n->atol, &n->k, &n->unjudged}) todo.push_back(c->get());
+    for_each_child(*n, [&](const NodeP& c) { todo.push_back(c.get()); });
   }
   return out;
 }

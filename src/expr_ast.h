@@ -62,4 +62,18 @@ struct Node {
   bool reads_target = false;
 };
 
+// Calls f on each child of n that is set, in evaluation order: the
+// arguments, each index item's expression and bounds, then close()'s rtol,
+// atol, k and unjudged. What every walk of the tree visits.
+template <typename F>
+void for_each_child(const Node& n, F&& f) {
+  for (const NodeP& a : n.args)
+    if (a) f(a);
+  for (const Item& it : n.items)
+    for (const NodeP* p : {&it.e, &it.lo, &it.hi})
+      if (*p) f(*p);
+  for (const NodeP* p : {&n.rtol, &n.atol, &n.k, &n.unjudged})
+    if (*p) f(*p);
+}
+
 }  // namespace kprop::expr
