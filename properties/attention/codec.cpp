@@ -9,6 +9,7 @@
 
 #include "kprop/case_yaml.h"
 #include "kprop/errors.h"
+#include "kprop/rng.h"
 #include "properties/attention/family_parts.h"
 
 namespace kprop::attention {
@@ -47,6 +48,29 @@ std::vector<double> read_rows(const YAML::Node& n, const char* key, int dim, DTy
 }
 
 }  // namespace
+
+// What to_yaml keeps (key_lengths, allowed and d_out only where it does), hashed value by value
+// (rng::ContentHash): a transform's randomness, without building the YAML tree (its number texts were most of
+// a run of the expression relations on small cases).
+template <bool B>
+uint64_t CaseTraits<B>::content_hash(const Case& c) {
+  const Shape& s = c.shape;
+  rng::ContentHash h(0x6174u);  // "at"
+  for (const int x : {s.batch, s.heads_q, s.heads_kv, s.nq, s.nk, s.dim, c.block_q, c.block_k})
+    h.word(static_cast<uint64_t>(x));
+  // A scale of 0 (1/√D) is not written, so -0 reads back as 0.
+  h.word(static_cast<uint64_t>(c.dtype))
+      .real(c.scale == 0 ? 0.0 : c.scale)
+      .word(static_cast<uint64_t>(c.mask));
+  if (c.mask == MaskKind::key_padding) h.words(c.key_lengths);
+  if (c.mask == MaskKind::boolean) {
+    h.word(c.allowed.size());
+    for (const uint8_t a : c.allowed) h.word(a != 0);
+  }
+  h.reals(c.q).reals(c.k).reals(c.v);
+  if (B) h.reals(c.d_out);
+  return h.value();
+}
 
 template <bool B>
 YAML::Node CaseTraits<B>::to_yaml(const Case& c) {
@@ -143,6 +167,8 @@ Case CaseTraits<B>::from_yaml(const YAML::Node& n) {
 
 // The members defined here, for both families (not the whole class: once
 // files share a translation unit, KPROP_UNITY, each member is instantiated once).
+template uint64_t CaseTraits<false>::content_hash(const Case&);
+template uint64_t CaseTraits<true>::content_hash(const Case&);
 template YAML::Node CaseTraits<false>::to_yaml(const Case&);
 template Case CaseTraits<false>::from_yaml(const YAML::Node&);
 template YAML::Node CaseTraits<true>::to_yaml(const Case&);

@@ -16,6 +16,7 @@ struct CaseTraits {
   // case_bytes: inputs, the target's, reference's and naive results, and the
   // reference's materialized Nq×Nk matrices (S, P, dP, dS), in fp64.
   KPROP_FAMILY_CASE_TRAITS(attention::Case);
+  static uint64_t content_hash(const Case& c);  // without the YAML tree (FamilyDef::content_hash)
   // Metamorphic transforms (transforms.cpp): permute keys, permute queries,
   // shift keys, retile.
   KPROP_FAMILY_TRANSFORMS();

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "kprop/case_yaml.h"
+#include "kprop/rng.h"
 #include "properties/layernorm/family.h"
 
 namespace kprop::layernorm {
@@ -75,6 +76,16 @@ std::vector<double> read_matrix(const YAML::Node& map, const char* key, DType dt
 }
 
 }  // namespace
+
+// What to_yaml keeps, hashed value by value (rng::ContentHash): a
+// transform's randomness, without building the YAML tree (its number texts
+// were most of a run of the expression relations on small cases).
+uint64_t Traits::content_hash(const Case& c) {
+  rng::ContentHash h(0x6c6eu);  // "ln"
+  h.word(static_cast<uint64_t>(c.dtype)).real(c.eps).word(static_cast<uint64_t>(c.rows));
+  h.word(static_cast<uint64_t>(c.dim)).reals(c.x).reals(c.gamma).reals(c.beta).reals(c.dy);
+  return h.value();
+}
 
 YAML::Node Traits::to_yaml(const Case& c) {
   YAML::Node n(YAML::NodeType::Map);

@@ -12,6 +12,7 @@ struct Traits {
       layernorm::Case, layernorm::Result, "layernorm",
       "LayerNorm forward and backward over the last dim (biased variance), f16, bf16 (f32 arithmetic), f32 "
       "and f64");
+  static uint64_t content_hash(const Case& c);  // without the YAML tree (FamilyDef::content_hash)
 
   // Named tensors (tensors.cpp) and metamorphic transforms (transforms.cpp):
   // shift_rows, scale_rows.

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <bit>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -108,18 +107,13 @@ DType read_dtype(const YAML::Node& n) {
 // tensors and masks, which a file may read back as another kind that fits
 // the same values.
 uint64_t Traits::content_hash(const Case& c) {
-  uint64_t h = 0x6f70u;  // "op"
-  auto add = [&h](uint64_t w) { h = rng::mix(h ^ w); };
-  auto real = [&add](double v) { add(std::isnan(v) ? 0x7ff8000000000000ULL : std::bit_cast<uint64_t>(v)); };
-  add(static_cast<uint64_t>(c.dtype));
-  for (const int64_t d : c.dims) add(static_cast<uint64_t>(d));
-  for (const double a : c.attrs) real(a);
-  for (const DType t : c.dtypes) add(static_cast<uint64_t>(t));
-  for (const auto& in : c.inputs) {
-    add(in.size());
-    for (const double v : in) real(v);
-  }
-  return h;
+  rng::ContentHash h(0x6f70u);  // "op"
+  h.word(static_cast<uint64_t>(c.dtype));
+  for (const int64_t d : c.dims) h.word(static_cast<uint64_t>(d));
+  for (const double a : c.attrs) h.real(a);
+  for (const DType t : c.dtypes) h.word(static_cast<uint64_t>(t));
+  for (const auto& in : c.inputs) h.reals(in);
+  return h.value();
 }
 
 YAML::Node Traits::to_yaml(const Case& c) {

@@ -5,9 +5,22 @@
 #include <vector>
 
 #include "kprop/case_yaml.h"
+#include "kprop/rng.h"
 #include "properties/softmax_topk/family.h"
 
 namespace kprop::softmax_topk {
+
+// What to_yaml keeps, hashed value by value (rng::ContentHash): a
+// transform's randomness, without building the YAML tree (its number texts
+// were most of a run of the expression relations on small cases).
+uint64_t Traits::content_hash(const Case& c) {
+  rng::ContentHash h(0x736du);  // "sm"
+  h.word(static_cast<uint64_t>(c.dtype))
+      .word(static_cast<uint64_t>(c.k))
+      .word(static_cast<uint64_t>(c.block));
+  h.word(static_cast<uint64_t>(c.vocab)).reals(c.logits);
+  return h.value();
+}
 
 YAML::Node Traits::to_yaml(const Case& c) {
   YAML::Node n(YAML::NodeType::Map);

@@ -18,6 +18,7 @@ struct Traits {
       softmax_topk::Case, softmax_topk::Result, "softmax_topk",
       "fused softmax + top-k: K largest probabilities and indices per row, ties to the lower index, -inf "
       "logits");
+  static uint64_t content_hash(const Case& c);  // without the YAML tree (FamilyDef::content_hash)
 
   // Named tensors (tensors.cpp) and metamorphic transforms (transforms.cpp):
   // add_constant, permute_row.

@@ -1,8 +1,19 @@
 // The ternary family's YAML codec.
 #include "kprop/case_yaml.h"
+#include "kprop/rng.h"
 #include "properties/ternary/family.h"
 
 namespace kprop::ternary {
+
+// What to_yaml keeps, hashed value by value (rng::ContentHash): a
+// transform's randomness, without building the YAML tree (its number texts
+// were most of a run of the expression relations on small cases).
+uint64_t Traits::content_hash(const Case& c) {
+  rng::ContentHash h(0x7472u);  // "tr"
+  h.word(static_cast<uint64_t>(c.tokens)).word(static_cast<uint64_t>(c.in_features));
+  h.word(static_cast<uint64_t>(c.out_features)).reals(c.x).reals(c.w).reals(c.dy);
+  return h.value();
+}
 
 YAML::Node Traits::to_yaml(const Case& c) {
   YAML::Node n(YAML::NodeType::Map);

@@ -340,6 +340,9 @@ class Family {
   virtual std::string check_domain(const Values& domain) const = 0;
   virtual YAML::Node to_yaml(const AnyCase& c) const = 0;
   virtual AnyCase from_yaml(const YAML::Node& node) const = 0;
+  // A hash of what the case's YAML keeps (equal for a case and its stored
+  // copy read back): a transform's randomness derives from it.
+  virtual uint64_t content_hash(const AnyCase& c) const = 0;
   virtual CaseStats stats(const AnyCase& c) const = 0;
 
   virtual const std::vector<ImplInfo>& implementations() const = 0;
@@ -834,10 +837,12 @@ class FamilyDef : public Family {
 
   // A hash of the case's content (its YAML tree, walked without emitting
   // it): what a transform's randomness derives from, so replaying a stored
-  // case derives the same transformed case. A family whose cases are large
-  // (building their YAML tree costs more than checking them) gives its own,
-  // Traits::content_hash, over exactly what its corpus files keep.
-  uint64_t content_hash(const AnyCase& c) const {
+  // case derives the same transformed case. A family whose cases hold
+  // tensors (building their YAML tree, a text per number, cost more than
+  // checking them) gives its own, Traits::content_hash, over exactly what
+  // its corpus files keep (rng::ContentHash; FamilyContract tests that a
+  // case read back hashes the same and a shrink candidate differently).
+  uint64_t content_hash(const AnyCase& c) const override {
     if constexpr (HasContentHash<Traits>) return Traits::content_hash(unbox(c));
     return tree_hash(to_yaml(c));
   }

@@ -4,8 +4,10 @@
 // the surviving weights stable.
 #pragma once
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <numeric>
 #include <utility>
 #include <vector>
@@ -22,6 +24,39 @@ inline uint64_t mix(uint64_t x) {  // splitmix64 finaliser
 inline uint64_t hash(uint64_t seed, uint64_t stream, uint64_t index) {
   return mix(mix(mix(seed) ^ stream) ^ index);
 }
+
+// A hash of values fed in order, each 64-bit word mixed into the running
+// state: what a family's Traits::content_hash builds over the fields its
+// corpus files keep (FamilyDef::content_hash). A double by its bits, every
+// NaN as one (the YAML codecs keep no payload; -0 they keep); a list by its
+// length, then its items, so [1] [2, 3] and [1, 2] [3] differ.
+class ContentHash {
+ public:
+  explicit ContentHash(uint64_t tag) : h_(tag) {}
+  ContentHash& word(uint64_t w) {
+    h_ = mix(h_ ^ w);
+    return *this;
+  }
+  ContentHash& real(double v) {
+    return word(std::isnan(v) ? 0x7ff8000000000000ULL : std::bit_cast<uint64_t>(v));
+  }
+  template <typename Range>
+  ContentHash& reals(const Range& values) {
+    word(static_cast<uint64_t>(std::size(values)));
+    for (const double v : values) real(v);
+    return *this;
+  }
+  template <typename Range>
+  ContentHash& words(const Range& values) {
+    word(static_cast<uint64_t>(std::size(values)));
+    for (const auto v : values) word(static_cast<uint64_t>(v));
+    return *this;
+  }
+  uint64_t value() const { return h_; }
+
+ private:
+  uint64_t h_;
+};
 
 // Uniform in [0, 1).
 inline double uniform(uint64_t seed, uint64_t stream, uint64_t index) {

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 
 #include "kprop/corpus.h"
 #include "kprop/family.h"
@@ -76,15 +77,24 @@ TEST_P(FamilyContract, HasAReferenceImplementation) {
   EXPECT_GE(GetParam()->find_implementation("reference"), 0);
 }
 
+// ... and its content hash (a transform's randomness) is the stored case's
+// too, so a replay derives the same transformed case; cases that print
+// differently hash differently (the hash reads what the file keeps).
 TEST_P(FamilyContract, YamlRoundTripsGeneratedCases) {
   const Family& f = *GetParam();
   const Values domain = Values::defaults(f.domain_schema());
   const auto gen = f.generator(domain);
   rc::Random random(99);
+  std::map<uint64_t, std::string> seen;
   for (int i = 0; i < 20; ++i) {
     const AnyCase c = gen(random.split(), i * 5).value();
     const AnyCase back = f.from_yaml(YAML::Load(text(f, c)));
     EXPECT_EQ(text(f, back), text(f, c));
+    EXPECT_EQ(f.content_hash(back), f.content_hash(c)) << f.name() << ":\n" << text(f, c);
+    const auto [at, fresh] = seen.emplace(f.content_hash(c), text(f, c));
+    if (!fresh) {
+      EXPECT_EQ(at->second, text(f, c)) << f.name() << ": two cases, one hash";
+    }
   }
 }
 
@@ -118,7 +128,9 @@ TEST_P(FamilyContract, SeedBytesDecodeToTheGeneratedCase) {
 // domain, and not the case itself (a step that changes nothing would loop).
 // Node to node: printing and parsing each candidate's text was 60% of the
 // test (yaml-cpp's emitter and scanner); the text round trip is
-// YamlRoundTripsGeneratedCases'.
+// YamlRoundTripsGeneratedCases'. A candidate differs from the case in what
+// its file keeps, often in one value: its content hash differs too (a hash
+// that skipped a tensor would give a transform the same randomness on both).
 TEST_P(FamilyContract, ShrinkCandidatesAreValidAndDifferent) {
   const Family& f = *GetParam();
   const Values domain = Values::defaults(f.domain_schema());
@@ -134,6 +146,9 @@ TEST_P(FamilyContract, ShrinkCandidatesAreValidAndDifferent) {
       EXPECT_EQ(f.in_domain(*s, domain), "") << f.name();
       EXPECT_FALSE(same_tree(candidate, original)) << f.name() << ": a shrink candidate equal to the case:\n"
                                                    << emit_yaml(candidate);
+      EXPECT_NE(f.content_hash(*s), f.content_hash(c))
+          << f.name() << ": a shrink candidate hashes as the case:\n"
+          << emit_yaml(candidate);
       if (++n >= 100) break;
     }
   }
