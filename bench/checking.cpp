@@ -22,7 +22,10 @@
 // Deterministic inputs (fixed seeds), CPU time (the machine may be shared):
 //   build/bench/bench_checking [--cases N] [--inputs N] [--filter TEXT] [--domain default|large]
 //                              [--fuzz-only | --checking-only] [--full-size] [--by-invariant]
-// --filter keeps the specs whose path contains TEXT; --domain keeps one of
+//                              [--examples]
+// --examples adds specs/examples (the families' invariants as expressions,
+// with their metamorphic relations); --filter keeps the specs whose path
+// contains TEXT; --domain keeps one of
 // the checking rows' domains (what a profile of one row wants);
 // --by-invariant adds each invariant's CPU time per case under its row.
 // Not a test: nothing here asserts a time.
@@ -126,7 +129,7 @@ void checking_rows(const kprop::Spec& spec, const std::string& domain_name, int 
       reference_s += cpu_seconds() - t0;
     }
     const int checked = static_cast<int>(checked_cases.size());
-    fmt::print("{:<16} {:<8} {:<16} {:>6} {:>12.0f} {:>10.3f} {:>10.3f} {:>10.1f} {:>8.1f} {:>10.1f}\n",
+    fmt::print("{:<18} {:<8} {:<16} {:>6} {:>12.0f} {:>10.3f} {:>10.3f} {:>10.1f} {:>8.1f} {:>10.1f}\n",
                spec.name, domain_name, impls[t].name, checked, checked / std::max(trial_s, 1e-9),
                1e3 * trial_s / std::max(checked, 1), 1e3 * reference_s / std::max(checked, 1),
                (trial_s - target_s) / std::max(reference_s, 1e-12),
@@ -164,7 +167,7 @@ void fuzz_row(const kprop::Spec& spec, int inputs, bool full_size) {
     }
   }
   const double s = cpu_seconds() - t0;
-  fmt::print("{:<16} {:>7} {:>10.0f} {:>10.2f}{}\n", spec.name, inputs, inputs / std::max(s, 1e-9), s,
+  fmt::print("{:<18} {:>7} {:>10.0f} {:>10.2f}{}\n", spec.name, inputs, inputs / std::max(s, 1e-9), s,
              failures ? fmt::format("  ({} failing checks or target failures)", failures) : "");
 }
 
@@ -174,7 +177,7 @@ int main(int argc, char** argv) {
   kprop::tune_allocator();  // as prop_runner
   int cases = 200, inputs = 2000;
   std::string filter, domain;
-  bool checking = true, fuzz = true, full_size = false, by_invariant = false;
+  bool checking = true, fuzz = true, full_size = false, by_invariant = false, examples = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--cases" && i + 1 < argc)
@@ -194,10 +197,12 @@ int main(int argc, char** argv) {
       full_size = true;
     else if (a == "--by-invariant")
       by_invariant = true;
+    else if (a == "--examples")
+      examples = true;
     else {
       fmt::print(stderr,
                  "usage: bench_checking [--cases N] [--inputs N] [--filter TEXT] [--domain default|large] "
-                 "[--fuzz-only | --checking-only] [--full-size] [--by-invariant]\n");
+                 "[--fuzz-only | --checking-only] [--full-size] [--by-invariant] [--examples]\n");
       return 2;
     }
   }
@@ -205,14 +210,16 @@ int main(int argc, char** argv) {
   // The families' specs, then the ops declared in YAML (specs/ops: there
   // the target and the reference are the expression evaluator, so checking
   // is all harness).
-  for (const char* dir : {"specs", "specs/ops"})
+  std::vector<std::string> dirs = {"specs", "specs/ops"};
+  if (examples) dirs.push_back("specs/examples");
+  for (const std::string& dir : dirs)
     for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(KPROP_SOURCE_DIR) / dir))
       if (e.path().extension() == ".yaml" && e.path().string().find(filter) != std::string::npos)
         paths.push_back(e.path());
   std::sort(paths.begin(), paths.end());
   try {
     if (checking) {
-      fmt::print("{:<16} {:<8} {:<16} {:>6} {:>12} {:>10} {:>10} {:>10} {:>8} {:>10}\n", "spec", "domain",
+      fmt::print("{:<18} {:<8} {:<16} {:>6} {:>12} {:>10} {:>10} {:>10} {:>8} {:>10}\n", "spec", "domain",
                  "target", "cases", "cases/cpu-s", "ms/case", "ref ms", "overhead", "runs", "harness");
       for (const auto& path : paths) {
         const kprop::Spec spec = kprop::load_spec(path.string());
@@ -233,7 +240,7 @@ int main(int argc, char** argv) {
           "included; harness: the trial minus all those runs, per run of the fp64 reference)\n\n");
     }
     if (fuzz) {
-      fmt::print("{:<16} {:>7} {:>10} {:>10}\n", "harness", "inputs", "inputs/s", "cpu s");
+      fmt::print("{:<18} {:>7} {:>10} {:>10}\n", "harness", "inputs", "inputs/s", "cpu s");
       for (const auto& path : paths) fuzz_row(kprop::load_spec(path.string()), inputs, full_size);
     }
   } catch (const std::exception& e) {
