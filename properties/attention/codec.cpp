@@ -49,9 +49,10 @@ std::vector<double> read_rows(const YAML::Node& n, const char* key, int dim, DTy
 
 }  // namespace
 
-// What to_yaml keeps (key_lengths, allowed and d_out only where it does), hashed value by value
-// (rng::ContentHash): a transform's randomness, without building the YAML tree (its number texts were most of
-// a run of the expression relations on small cases).
+// What to_yaml keeps (key_lengths, allowed and d_out only where it does),
+// hashed value by value (rng::ContentHash): a transform's randomness,
+// without building the YAML tree (its number texts were most of a run of
+// the expression relations on small cases).
 template <bool B>
 uint64_t CaseTraits<B>::content_hash(const Case& c) {
   const Shape& s = c.shape;
@@ -67,8 +68,9 @@ uint64_t CaseTraits<B>::content_hash(const Case& c) {
     h.word(c.allowed.size());
     for (const uint8_t a : c.allowed) h.word(a != 0);
   }
-  h.reals(c.q).reals(c.k).reals(c.v);
-  if (B) h.reals(c.d_out);
+  const auto kept = [&c](double v) { return round_to(c.dtype, v); };  // as value_text writes it
+  h.reals(c.q, kept).reals(c.k, kept).reals(c.v, kept);
+  if (B) h.reals(c.d_out, kept);
   return h.value();
 }
 

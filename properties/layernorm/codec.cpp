@@ -81,9 +81,11 @@ std::vector<double> read_matrix(const YAML::Node& map, const char* key, DType dt
 // transform's randomness, without building the YAML tree (its number texts
 // were most of a run of the expression relations on small cases).
 uint64_t Traits::content_hash(const Case& c) {
-  rng::ContentHash h(0x6c6eu);  // "ln"
-  h.word(static_cast<uint64_t>(c.dtype)).real(c.eps).word(static_cast<uint64_t>(c.rows));
-  h.word(static_cast<uint64_t>(c.dim)).reals(c.x).reals(c.gamma).reals(c.beta).reals(c.dy);
+  const auto kept = [&c](double v) { return round_to(c.dtype, v); };  // as value_text writes it
+  rng::ContentHash h(0x6c6eu);                                        // "ln"
+  h.word(static_cast<uint64_t>(c.dtype)).real(round_to(eps_dtype(c.dtype), c.eps));
+  h.word(static_cast<uint64_t>(c.rows)).word(static_cast<uint64_t>(c.dim));
+  h.reals(c.x, kept).reals(c.gamma, kept).reals(c.beta, kept).reals(c.dy, kept);
   return h.value();
 }
 

@@ -18,7 +18,8 @@ uint64_t Traits::content_hash(const Case& c) {
   h.word(static_cast<uint64_t>(c.dtype))
       .word(static_cast<uint64_t>(c.k))
       .word(static_cast<uint64_t>(c.block));
-  h.word(static_cast<uint64_t>(c.vocab)).reals(c.logits);
+  // A half case's logits as value_text writes them (f32, f64: exact, as from_yaml requires).
+  h.word(static_cast<uint64_t>(c.vocab)).reals(c.logits, [&c](double v) { return round_to(c.dtype, v); });
   return h.value();
 }
 

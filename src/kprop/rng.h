@@ -42,8 +42,15 @@ class ContentHash {
   }
   template <typename Range>
   ContentHash& reals(const Range& values) {
+    return reals(values, [](double v) { return v; });
+  }
+  // Each value as the file keeps it, `kept(v)`: a codec that writes a value
+  // rounded to the case's dtype keeps the rounded value, whatever the case
+  // held (so the case and its stored copy hash the same).
+  template <typename Range, typename Kept>
+  ContentHash& reals(const Range& values, Kept kept) {
     word(static_cast<uint64_t>(std::size(values)));
-    for (const double v : values) real(v);
+    for (const double v : values) real(kept(v));
     return *this;
   }
   template <typename Range>

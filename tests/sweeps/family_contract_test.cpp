@@ -130,7 +130,9 @@ TEST_P(FamilyContract, SeedBytesDecodeToTheGeneratedCase) {
 // test (yaml-cpp's emitter and scanner); the text round trip is
 // YamlRoundTripsGeneratedCases'. A candidate differs from the case in what
 // its file keeps, often in one value: its content hash differs too (a hash
-// that skipped a tensor would give a transform the same randomness on both).
+// that skipped a tensor would give a transform the same randomness on both);
+// read back from its YAML, it hashes the same (a replay derives the same
+// transformed case).
 TEST_P(FamilyContract, ShrinkCandidatesAreValidAndDifferent) {
   const Family& f = *GetParam();
   const Values domain = Values::defaults(f.domain_schema());
@@ -149,6 +151,9 @@ TEST_P(FamilyContract, ShrinkCandidatesAreValidAndDifferent) {
       EXPECT_NE(f.content_hash(*s), f.content_hash(c))
           << f.name() << ": a shrink candidate hashes as the case:\n"
           << emit_yaml(candidate);
+      // A shrunk counterexample is what gets stored: read back, it hashes the same.
+      EXPECT_EQ(f.content_hash(f.from_yaml(candidate)), f.content_hash(*s)) << f.name() << ":\n"
+                                                                            << emit_yaml(candidate);
       if (++n >= 100) break;
     }
   }
