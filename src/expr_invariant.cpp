@@ -10,6 +10,11 @@
 namespace kprop {
 
 Verdict check_invariant(AnyTrial& trial, const InvariantUse& use) {
+  // A derived case serves the relations of its transform and parameters,
+  // checked one after another: freed before any other invariant is checked.
+  const ExpressionInvariant* relation =
+      use.expression && use.expression->transform ? &*use.expression : nullptr;
+  trial.release_derived(relation ? relation->transform->key : "");
   if (!use.unobservable.empty()) return Verdict::not_applicable(use.unobservable);
   if (use.callback) {
     const expr::TensorMap* tensors = trial.tensors(use.callback->names);
@@ -22,18 +27,10 @@ Verdict check_invariant(AnyTrial& trial, const InvariantUse& use) {
   const expr::TensorMap* current_tensors = nullptr;
   // The trial's tensors, or with a transform those of the derived case too.
   auto tensors_for = [&](const std::vector<std::string>& names) {
-    return e.transform ? trial.transformed_tensors(&e, e.transform->index, e.transform->params, names)
-                       : trial.tensors(names);
+    return e.transform
+               ? trial.transformed_tensors(e.transform->key, e.transform->index, e.transform->params, names)
+               : trial.tensors(names);
   };
-  // The derived case serves this invariant only: freed when it is checked,
-  // whatever the verdict (the verdict holds copies, never its tensors).
-  struct Release {
-    AnyTrial& trial;
-    const void* key;
-    ~Release() {
-      if (key) trial.release_derived(key);
-    }
-  } release{trial, e.transform ? &e : nullptr};
   try {
     // A transform that leaves this case as it is (a slice of a dim with no
     // smaller extent) says so with the scalar transform.applies = false:

@@ -393,6 +393,16 @@ InvariantUse expression_invariant(const Loader& l, const YAML::Node& item, const
     const TransformInfo& info = family.transforms()[index];
     transform = ExpressionInvariant::Transform{index, tname, {}};
     l.parse_fields(params_at, info.params, "", "transform " + tname, transform->params);
+    // Every parameter exactly (format_value prints reals to 6 digits).
+    transform->key = tname;
+    for (const auto& [param, value] : transform->params.all()) {
+      const double* real = std::get_if<double>(&value);
+      const RealRange* range = std::get_if<RealRange>(&value);
+      transform->key += " " + param + "=" +
+                        (real    ? fmt::format("{}", *real)
+                         : range ? fmt::format("[{}, {}]", range->lo, range->hi)
+                                 : format_value(value));
+    }
     const expr::TensorInfos own = infos;
     for (const auto& tensor : own) {
       expr::TensorInfo derived = tensor;
@@ -991,29 +1001,32 @@ CaseSize largest_case(const Spec& spec) {
   // evaluation's values are freed when it ends, the trial's tensors kept).
   // The named tensors they read, which the trial's map keeps once made:
   // each counted once, however many invariants read it. A metamorphic
-  // relation's derived case lives while its invariant is checked
-  // (AnyTrial::release_derived), its "transformed.*" tensors with it: they
-  // count with that invariant's evaluation. (The derived case's own inputs
-  // and results are in the family's estimate, which holds one derived case
-  // for its own relations.)
+  // relation's derived case lives while its invariant is checked, and the
+  // relations after it that share it (AnyTrial::release_derived), its
+  // "transformed.*" tensors with it: those they have made so far count with
+  // each one's evaluation. (The derived case's own inputs and results are in
+  // the family's estimate, which holds one derived case for its own
+  // relations.)
   double most = 0;
   const InvariantUse* widest = nullptr;
-  std::map<std::string, double> named;
-  for (const InvariantUse& use : spec.invariants)
-    if (const auto& e = use.expression) {
-      std::map<std::string, double> names = e->expect.name_elements(extent);
-      double all = e->expect.peak_elements(extent);
-      if (e->when) {
-        all = std::max(all, e->when->peak_elements(extent));
-        names.merge(e->when->name_elements(extent));
-      }
-      for (const auto& [name, elements] : names)
-        if (name.starts_with("transformed."))
-          all += elements;
-        else
-          named[name] = elements;
-      if (all > most) most = all, widest = &use;
+  std::map<std::string, double> named, derived;
+  std::string held;  // the key of the derived case alive ("": none)
+  for (const InvariantUse& use : spec.invariants) {
+    const auto& e = use.expression;
+    if (const std::string key = e && e->transform ? e->transform->key : ""; key != held)
+      derived.clear(), held = key;
+    if (!e) continue;
+    std::map<std::string, double> names = e->expect.name_elements(extent);
+    double all = e->expect.peak_elements(extent);
+    if (e->when) {
+      all = std::max(all, e->when->peak_elements(extent));
+      names.merge(e->when->name_elements(extent));
     }
+    for (const auto& [name, elements] : names)
+      (name.starts_with("transformed.") ? derived : named)[name] = elements;
+    for (const auto& [name, elements] : derived) all += elements;
+    if (all > most) most = all, widest = &use;
+  }
   double kept = 0;
   for (const auto& [name, elements] : named) kept += elements;
   // Named where it is most of the case.

@@ -264,17 +264,22 @@ class AnyTrial {
   // transform `index` with `params`: "transformed.X" is X computed on the
   // derived case (same target and reference), "transform.*" what the
   // transform drew (e.g. a permutation). `names` may mix all three kinds.
-  // The derived case is built once per `key` (one per invariant) and trial.
-  virtual const expr::TensorMap* transformed_tensors(const void* key, size_t index, const Values& params,
+  // The derived case is built once per `key` and trial: relations that
+  // name the same transform and parameters (one key, ExpressionInvariant::
+  // Transform::key) share it, its target and reference runs and tensors.
+  virtual const expr::TensorMap* transformed_tensors(const std::string& key, size_t index,
+                                                     const Values& params,
                                                      const std::vector<std::string>& names) {
     (void)key, (void)index, (void)params, (void)names;
     return nullptr;
   }
-  // Frees the derived case of `key` (its trial, results and tensors) once
-  // its invariant is checked, keeping its times: no other invariant reads
-  // it, and a spec with eight relations held eight derived cases to the
-  // trial's end.
-  virtual void release_derived(const void* key) { (void)key; }
+  // Frees every derived case but the one of `keep` ("": all of them), their
+  // trials, results and tensors, keeping their times: check_invariant calls
+  // it before each check, so a derived case lives while the relations that
+  // share it are checked one after another and no other invariant's
+  // evaluation holds it (a spec with eight relations held eight derived
+  // cases to the trial's end).
+  virtual void release_derived(const std::string& keep) { (void)keep; }
 };
 
 // A metamorphic relation a family exports: a named change of the case whose
@@ -764,7 +769,7 @@ class FamilyDef : public Family {
           return nullptr;
         }
       }
-      const expr::TensorMap* transformed_tensors(const void* key, size_t index, const Values& params,
+      const expr::TensorMap* transformed_tensors(const std::string& key, size_t index, const Values& params,
                                                  const std::vector<std::string>& names) override {
         if constexpr (HasTensors<Traits> && HasTransforms<Traits>) {
           static const std::string derived = "transformed.", drawn = "transform.";
@@ -802,11 +807,15 @@ class FamilyDef : public Family {
           return nullptr;
         }
       }
-      void release_derived(const void* key) override {
-        const auto it = derived_.find(key);
-        if (it == derived_.end()) return;
-        if (it->second.trial) released += it->second.trial->times();
-        derived_.erase(it);
+      void release_derived(const std::string& keep) override {
+        for (auto it = derived_.begin(); it != derived_.end();) {
+          if (it->first == keep) {
+            ++it;
+            continue;
+          }
+          if (it->second.trial) released += it->second.trial->times();
+          it = derived_.erase(it);
+        }
       }
       // A transform's randomness: the case's content hash (once per trial)
       // mixed with the transform's name.
@@ -829,7 +838,7 @@ class FamilyDef : public Family {
       const FamilyDef& family;
       Impl target, reference;  // copies: the trial outlives no one's Impl
       Trial<Traits> trial;
-      std::map<const void*, Derived> derived_;
+      std::map<std::string, Derived> derived_;
       TrialTimes released;  // the released derived cases' (release_derived)
     };
     return std::make_unique<Erased>(*this, c, target, reference);

@@ -52,6 +52,9 @@ struct ExpressionInvariant {
     size_t index = 0;  // into family->transforms()
     std::string name;
     Values params;
+    // The name and every parameter's value: relations with one key derive
+    // the same case, which a trial builds and runs once for all of them.
+    std::string key;
   };
   std::optional<Transform> transform;
 };

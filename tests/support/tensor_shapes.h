@@ -74,7 +74,8 @@ inline void check_named_tensors(const Spec& spec, int cases) {
       std::vector<std::string> names;
       for (const auto& info : tr.tensors) names.push_back(info.name);
       for (const auto& n : all) names.push_back("transformed." + n);
-      const expr::TensorMap* view = trial->transformed_tensors(&tr, i, Values::defaults(tr.params), names);
+      const expr::TensorMap* view =
+          trial->transformed_tensors(tr.name, i, Values::defaults(tr.params), names);
       ASSERT_NE(view, nullptr);
       std::map<std::string, int64_t> derived;
       expect_shapes(*view, f.tensor_infos(), "transformed.", derived, where + ", " + tr.name);

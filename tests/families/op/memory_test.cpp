@@ -27,25 +27,42 @@ invariants:
   - matches_reference
 )";
 
-// The derived case of `scaled` is freed once the invariant is checked
-// (AnyTrial::release_derived): a second check builds it again, one more run
-// of the target, and the trial's times keep the runs of the freed ones.
-TEST(OpMemory, ADerivedCaseLivesWhileItsInvariantIsChecked) {
+// Relations of one transform and parameters share one derived case, built
+// once; it lives while they are checked one after another and is freed
+// before any other invariant is (AnyTrial::release_derived), so a check
+// after that builds it again: one more run of the target, and the trial's
+// times keep the runs of the freed one. Other parameters: another case.
+TEST(OpMemory, RelationsOfOneTransformShareTheirDerivedCase) {
   const Spec spec = parse_spec(std::string(kDoubling) +
                                    "  - name: scaled\n"
                                    "    transform: {scale: {x: 2.0}}\n"
-                                   "    expect: close(transformed.target.y, 2 * target.y, k=2)\n",
+                                   "    expect: close(transformed.target.y, 2 * target.y, k=2)\n"
+                                   "  - name: scaled_again\n"
+                                   "    transform: {scale: {x: 2.0}}\n"
+                                   "    expect: all(isfinite(transformed.target.y))\n"
+                                   "  - name: tripled\n"
+                                   "    transform: {scale: {x: 3.0}}\n"
+                                   "    expect: close(transformed.target.y, 3 * target.y, k=2)\n",
                                "op.yaml");
-  const InvariantUse& scaled = spec.invariants.at(1);
-  ASSERT_EQ(scaled.name, "scaled");
+  ASSERT_EQ(spec.invariants.size(), 4u);
+  const InvariantUse &matches = spec.invariants[0], &scaled = spec.invariants[1], &again = spec.invariants[2],
+                     &tripled = spec.invariants[3];
+  ASSERT_EQ(again.name, "scaled_again");
+  EXPECT_EQ(scaled.expression->transform->key, again.expression->transform->key);
+  EXPECT_NE(scaled.expression->transform->key, tripled.expression->transform->key);
   const Impl target = resolve_target(spec, "reference");
   const auto gen = spec.family->generator(spec.domain);
   const AnyCase c = gen(rc::Random(7), 10).value();
   auto trial = spec.family->begin_trial(c, target, target);
   EXPECT_EQ(check_invariant(*trial, scaled).outcome, Outcome::pass);
   EXPECT_EQ(trial->times().target_runs, 2);  // the case and its derived case
+  EXPECT_EQ(check_invariant(*trial, again).outcome, Outcome::pass);
+  EXPECT_EQ(trial->times().target_runs, 2);  // the same derived case
+  EXPECT_EQ(check_invariant(*trial, matches).outcome, Outcome::pass);
   EXPECT_EQ(check_invariant(*trial, scaled).outcome, Outcome::pass);
-  EXPECT_EQ(trial->times().target_runs, 3);  // the derived case again; the case's run is kept
+  EXPECT_EQ(trial->times().target_runs, 3);  // freed by matches_reference's check: built again
+  EXPECT_EQ(check_invariant(*trial, tripled).outcome, Outcome::pass);
+  EXPECT_EQ(trial->times().target_runs, 4);  // x 3: a case of its own
 }
 
 // Each distinct named tensor an invariant reads adds its elements (8 bytes
@@ -61,6 +78,24 @@ TEST(OpMemory, TheEstimateCountsTheNamedTensorsKeptOnce) {
   // Each evaluation's own peak: isfinite of both (2000), their `or` (1000),
   // then all: 3000 elements at most.
   EXPECT_EQ(with_two - base, 8.0 * (2 * 1000 + 3000));
+}
+
+// A relation's transformed.* tensors count with its evaluation, and with
+// those of the relations after it that share its derived case (which keeps
+// them): b reads transformed.x, and with a's key holds a's
+// transformed.target.y too, 1000 doubles more than under a key of its own.
+TEST(OpMemory, SharedDerivedTensorsCountWithEveryRelationThatHoldsThem) {
+  const auto estimate = [](const char* b_scale) {
+    return largest_case(parse_spec(std::string(kDoubling) +
+                                       "  - name: a\n    transform: {scale: {x: 2.0}}\n"
+                                       "    expect: all(isfinite(transformed.target.y))\n"
+                                       "  - name: b\n    transform: {scale: {x: " +
+                                       b_scale +
+                                       "}}\n    expect: all(isfinite(transformed.x) or isfinite(target.y))\n",
+                                   "op.yaml"))
+        .bytes;
+  };
+  EXPECT_EQ(estimate("2.0") - estimate("3.0"), 8.0 * 1000);
 }
 
 }  // namespace
