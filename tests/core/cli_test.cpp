@@ -10,6 +10,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 
 #include "kprop/corpus.h"
 #include "kprop/sanitizer.h"
@@ -335,23 +336,26 @@ void without_interrupted_shrinks(nlohmann::json& a, nlohmann::json& b) {
 
 // --jobs N: the same cases, verdicts, counts, shrunk counterexamples and
 // stored files as --jobs 1 (a passing run, a failing mutant, the mutants
-// table, a sharded run, a folder replay), whatever N.
+// table, a sharded run, a folder replay; metamorphic relations, whose
+// derived cases some relations share), whatever N.
 TEST(Cli, JobsGiveTheReportOfOneJob) {
   const fs::path out = temp("jobs.json"), corpus = temp("jobs_corpus");
   const std::string replay = std::string(KPROP_SOURCE_DIR) + "/corpus/dflash";
-  // (arguments, job counts): 1 first, 3 where cases do not split evenly.
-  const std::vector<std::pair<std::string, std::vector<int>>> runs = {
-      {"--seed 3 --trials 150", {1, 2, 3}},
-      {"--target positional_logits --seed 5", {1, 2}},
-      {"--mutants --seed 4", {1, 2}},
-      {"--target positional_logits --seed 5 --fail-fast", {1, 2}},
-      {"--seed 7 --trials 40 --shard 1/3", {1, 3}},
-      {"--replay " + replay, {1, 2}}};
-  for (const auto& [args, counts] : runs) {
+  const std::string relations = std::string(KPROP_SOURCE_DIR) + "/specs/examples/ternary_expr.yaml";
+  // (spec, arguments, job counts): 1 first, 3 where cases do not split evenly.
+  const std::vector<std::tuple<std::string, std::string, std::vector<int>>> runs = {
+      {kSpec, "--seed 3 --trials 150", {1, 2, 3}},
+      {kSpec, "--target positional_logits --seed 5", {1, 2}},
+      {kSpec, "--mutants --seed 4", {1, 2}},
+      {kSpec, "--target positional_logits --seed 5 --fail-fast", {1, 2}},
+      {kSpec, "--seed 7 --trials 40 --shard 1/3", {1, 3}},
+      {kSpec, "--replay " + replay, {1, 2}},
+      {relations, "--seed 3 --trials 100", {1, 3}}};
+  for (const auto& [spec, args, counts] : runs) {
     nlohmann::json one;
     for (const int jobs : counts) {
       fs::remove_all(corpus);
-      const CliRun r = run("--spec " + kSpec + " " + args + " --corpus " + corpus.string() +
+      const CliRun r = run("--spec " + spec + " " + args + " --corpus " + corpus.string() +
                            " --format json --out " + out.string() + " --jobs " + std::to_string(jobs));
       ASSERT_LE(r.code, 1) << args << " --jobs " << jobs << "\n" << r.out;
       std::ifstream in(out);
