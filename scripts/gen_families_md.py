@@ -249,6 +249,11 @@ def parse_list(text):
             if not fam["invariants"]:
                 bad("reads before any invariant")
             fam["invariants"][-1]["reads"] = body[len("reads: "):]
+        elif section == "invariants" and indent == 6 and body.startswith("observes: "):
+            m = re.match(r"^observes: (.*) only \(", body)
+            if not fam["invariants"] or not m:
+                bad("observes line")
+            fam["invariants"][-1].setdefault("observes", []).append(m.group(1))
         else:
             # A schema line: domain keys (indent 4+) or an invariant's
             # parameters (indent 6+); nested maps indent by 2.
@@ -375,7 +380,10 @@ def render(families):
         for inv in f["invariants"]:
             params = ", ".join(f"{code(p['key'])} {cell(p['default'])}" for p in inv["params"]
                                if p["type"] != "map")
-            out.append(f"| {code(inv['name'])} | {cell(inv['description'])} | {cell(inv['reads'])} | {params} |")
+            checks = inv["description"]
+            if inv.get("observes"):
+                checks += " (observes " + "; ".join(inv["observes"]) + " only)"
+            out.append(f"| {code(inv['name'])} | {cell(checks)} | {cell(inv['reads'])} | {params} |")
         out.append("")
         if f["ops"]:
             out.append("**External targets** (`plugin:PATH.so`, `exec:COMMAND`; "

@@ -28,6 +28,11 @@ std::string invariants_tensors_transforms_text(const Family& f, int indent) {
     out += fmt::format("{}{:<26} {}\n", i, inv.name, inv.description);
     if (inv.reads)
       out += fmt::format("{}reads: {}\n", j, inv.reads->empty() ? "no output" : join(*inv.reads));
+    for (const auto& [field, values] : inv.observes)
+      out += fmt::format(
+          "{}observes: {} [{}] only (a run draws from there once no other invariant needs "
+          "the rest)\n",
+          j, field, join(values));
     out += describe_schema(inv.params, indent + 4);
   }
   // Named tensors: what `expect:` / `when:` expressions may read.
@@ -217,6 +222,7 @@ json family_json(const Family& f) {
   for (const auto& i : f.invariants()) {
     json inv = {{"name", i.name}, {"description", i.description}, {"params", schema_json(i.params)}};
     if (i.reads) inv["reads"] = *i.reads;
+    if (!i.observes.empty()) inv["observes"] = i.observes;
     invariants.push_back(std::move(inv));
   }
   for (const auto& op : f.external_ops())

@@ -59,6 +59,7 @@ struct Config {
   bool stats = false;
   bool output_coverage = false;
   bool no_replay_check = false;
+  bool no_focus = false;
   bool fail_fast = false;
   std::string replay;
   bool list = false;
@@ -142,6 +143,7 @@ void refuse_unused(const Config& cfg, const char* mode, std::initializer_list<st
       {cfg.output_coverage, "--output-coverage"},
       {cfg.no_replay_check, "--no-replay-check"},
       {cfg.fail_fast, "--fail-fast"},
+      {cfg.no_focus, "--no-focus"},
       {!cfg.replay.empty(), "--replay"},
       {cfg.fuzz, "--fuzz"},
       {cfg.jobs.has_value(), "--jobs"},
@@ -459,6 +461,7 @@ int run(const Config& cfg) {
   options.kill_matrix = cfg.mutants && (cfg.stats || cfg.format == "html");
   // --fail-fast: the first counterexample ends the run, as it ends a mutant's.
   options.stop_on_first_failure = cfg.fail_fast;
+  options.focus = !cfg.no_focus;
   const auto progress = make_progress_line();
   if (cfg.format == "text" && cfg.out.empty()) options.listener = progress.get();
   if (!cfg.shard.empty()) std::tie(options.shard_index, options.shard_count) = parse_shard(cfg.shard);
@@ -695,6 +698,10 @@ int main(int argc, char** argv) {
       ->excludes(mutants)
       ->excludes(replay)
       ->excludes("--output-coverage");
+  app.add_flag("--no-focus", cfg.no_focus,
+               "draw every case from the whole domain, also where every invariant still checking observes "
+               "only part of it (by default the run then draws from that part: docs/SPEC.md)")
+      ->excludes(replay);
   app.add_flag("--list", cfg.list,
                "list families, implementations, invariants and spec keys; with --spec, the spec's outputs "
                "and the invariants that read them (unchecked outputs)");

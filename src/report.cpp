@@ -279,6 +279,14 @@ class TextReporter final : public Reporter {
       out += fmt::format(", {} declined by the target (not checked): {}", r.declined,
                          reasons_summary(r.decline_reasons, 5));
     out += fmt::format("; sizes up to {} of max_size {}\n", std::max<int64_t>(r.size_reached, 0), r.max_size);
+    if (!r.focused.empty()) {
+      std::vector<std::string> parts;
+      for (const auto& [focus, n] : r.focused) parts.push_back(fmt::format("{} came from {}", n, focus));
+      out += fmt::format(
+          "  focused: of the cases drawn, {}, where every invariant still checking observes (elsewhere they "
+          "discard every case)\n",
+          join(parts, "; "));
+    }
     out += search_text(r);
     if (stats_) out += stats_text(r);
     for (const Finding* f : r.findings()) out += finding_text(*f, r.target);
@@ -496,6 +504,7 @@ nlohmann::json to_json(const RunReport& r) {
   if (!r.profile.empty()) j["profile"] = r.profile;
   if (!r.shard.empty()) j["shard"] = r.shard;  // trials_to_fail: the unsharded run's case index
   if (!r.domain.empty()) j["domain"] = r.domain;
+  if (!r.focused.empty()) j["focused"] = r.focused;
   if (!r.detail.empty()) j["detail"] = r.detail;
   j["health_checks_failed"] = nlohmann::json::array();
   for (const auto& h : r.health)

@@ -14,6 +14,7 @@
 #include "kprop/clock.h"
 #include "kprop/enum_names.h"
 #include "kprop/external.h"
+#include "kprop/focus.h"
 #include "kprop/jobs.h"
 #include "kprop/output_reads.h"
 #include "kprop/reasons.h"
@@ -315,10 +316,12 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
   };
 
   Search search(ctx, uses);  // kprop/search.h: after the random phase, when enabled
-  const rc::Gen<AnyCase> generator = family.generator(spec.domain);
-  auto draw = [&](const rc::Random& random, int size) {
+  // The spec's domain, or where the invariants still checking observe
+  // (kprop/focus.h): chosen per case from the live invariants.
+  CaseDomains domains(family, spec.domain, options.focus ? uses : std::vector<const InvariantUse*>{});
+  auto draw = [&](const rc::Random& random, int size, const CaseDomains::Domain& domain) {
     try {
-      return generator(random, size).value();
+      return domain.generator(random, size).value();
     } catch (const rc::GenerationFailure& e) {
       throw InputError({spec.path, 0, 0}, std::string("the domain cannot be generated: ") + e.what());
     }
@@ -349,17 +352,16 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
       for (; next < i; ++next) stream.split();
       const rc::Random case_random = stream.split();
       ++next;
-      const auto generation_start = Clock::now();
-      const AnyCase c = draw(case_random, size_for(i, all_trials, run.max_size));
-      const double generation_seconds = since(generation_start);
       std::vector<const InvariantUse*> live_uses;
       // The case's statistics travel with the results, so the caller need
       // not draw the case again (it does only to record a finding).
       CaseOutcome out;
-      out.stats = family.stats(c);
-      out.generation_seconds = generation_seconds;
       for (size_t k = 0; k < uses.size(); ++k)
         if (live_note[k] == '1') live_uses.push_back(uses[k]), out.uses.push_back(k);
+      const auto generation_start = Clock::now();
+      const AnyCase c = draw(case_random, size_for(i, all_trials, run.max_size), domains.for_live(out.uses));
+      out.generation_seconds = since(generation_start);
+      out.stats = family.stats(c);
       out.results = check_uses(*own, live_uses, c);
       return encode_case_outcome(out);
     };
@@ -372,12 +374,15 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
   // The results a job sent for the live invariants, as this loop would have
   // computed them; false when they cannot stand for them (a dead invariant
   // the job still checked declined, crashed or, under --mutants, failed
-  // first): the loop checks the case.
-  auto from_job = [&options](const std::string& payload, const std::vector<size_t>& live,
-                             std::vector<CheckResult>& out, CaseStats& stats, double& generation_s) {
+  // first; or the job drew the case from another domain than the live
+  // invariants' own, kprop/focus.h): the loop checks the case.
+  auto from_job = [&options, &domains](const std::string& payload, const std::vector<size_t>& live,
+                                       const CaseDomains::Domain& domain, std::vector<CheckResult>& out,
+                                       CaseStats& stats, double& generation_s) {
     CaseOutcome job;
     if (!decode_case_outcome(payload, job) || job.uses.size() < job.results.size())
       return false;  // garbled: checked here instead
+    if (&domains.for_live(job.uses) != &domain) return false;
     stats = std::move(job.stats);
     generation_s = job.generation_seconds;
     for (size_t m = 0; m < job.results.size(); ++m) {
@@ -410,21 +415,21 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
     events.case_started(i + 1, progress(), trials, size, since(t0));
     // Drawn here when this process checks the case, records a finding or
     // describes it in the run's statistics (which cover every drawn case).
+    std::vector<size_t> live;
+    std::vector<const InvariantUse*> live_uses;
+    for (size_t k = 0; k < uses.size(); ++k)
+      if (alive[k]) live.push_back(k), live_uses.push_back(uses[k]);
+    const CaseDomains::Domain& domain = domains.for_live(live);
     AnyCase drawn;
     double generation_seconds = 0;
     auto the_case = [&]() -> const AnyCase& {
       if (!drawn) {
         const auto generation_start = Clock::now();
-        drawn = draw(case_random, size);
+        drawn = draw(case_random, size, domain);
         generation_seconds = since(generation_start);
       }
       return drawn;
     };
-
-    std::vector<size_t> live;
-    std::vector<const InvariantUse*> live_uses;
-    for (size_t k = 0; k < uses.size(); ++k)
-      if (alive[k]) live.push_back(k), live_uses.push_back(uses[k]);
     std::vector<CheckResult> results;
     CaseStats case_stats;
     std::optional<std::string> payload;
@@ -433,11 +438,12 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
       payload = pool->take(nth);
       if (interrupted()) break;
     }
-    if (!payload || !from_job(*payload, live, results, case_stats, generation_seconds)) {
+    if (!payload || !from_job(*payload, live, domain, results, case_stats, generation_seconds)) {
       results = check_uses(ctx, live_uses, the_case());
       case_stats = family.stats(the_case());
     }
     ++report.trials;
+    if (!domain.focus.empty()) ++report.focused[domain.focus];
     report.size_reached = std::max<int64_t>(report.size_reached, size);
     report.largest_case = std::max(report.largest_case, case_stats.size);
     events.case_checked({i + 1, size, case_stats, generation_seconds, live_uses, results});
@@ -547,7 +553,7 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
         std::all_of(results.begin(), results.end(), [](const CheckResult& r) { return r.target_runs == 0; }))
       ++discarded_unseen;
     if (lost) break;
-    if (search.enabled()) search.offer(case_random, size, the_case(), live, results);
+    if (search.enabled()) search.offer(case_random, size, the_case(), live, results, domain.focus.empty());
     events.case_done(i + 1, progress(), trials, size, since(t0));
   }
   finish();

@@ -106,6 +106,7 @@ struct Start {
   AnyCase c;
   rc::Random random;
   int size = 0;
+  bool whole_domain = true;  // drawn from the spec's domain (Search::offer)
 };
 
 // A YAML number: its value, and whether it is one (".inf", "-.inf", ".nan"
@@ -233,6 +234,7 @@ struct Search::State {
 
   // The bytes the fuzz decoder turns into the case drawn from `random` at `size`.
   std::vector<uint8_t> bytes_of(const Start& s) const {
+    if (!s.whole_domain) return {};
     auto bytes = std::make_shared<std::vector<uint8_t>>();
     const Family* f = &family();
     const Values d = domain();
@@ -421,7 +423,7 @@ bool Search::enabled() const {
 }
 
 void Search::offer(const rc::Random& random, int size, const AnyCase& c, const std::vector<size_t>& live,
-                   const std::vector<CheckResult>& results) {
+                   const std::vector<CheckResult>& results, bool whole_domain) {
   for (size_t n = 0; n < results.size() && n < live.size(); ++n) {
     if (results[n].kind != CheckResult::Kind::verdict || results[n].verdict.outcome != Outcome::pass)
       continue;
@@ -429,7 +431,7 @@ void Search::offer(const rc::Random& random, int size, const AnyCase& c, const s
     if (r < 0) continue;
     auto& pool = s_->starts[live[n]];
     if (pool.size() == kStarts && r <= pool.back().ratio) continue;
-    Start s{r, c, random, size};
+    Start s{r, c, random, size, whole_domain};
     // Stable: among equal ratios the earlier case stays first.
     pool.insert(
         std::upper_bound(pool.begin(), pool.end(), r, [](double x, const Start& y) { return x > y.ratio; }),

@@ -403,14 +403,16 @@ void register_backward_store_invariants(FamilyDef<BwdTraits>& f) {
                "exact Σ dO / 2^t",
                {},
                needs_tied_half_rows},
-              dv_rounded_to_nearest);
+              dv_rounded_to_nearest)
+      .observing("dtypes", {"f16", "bf16"});  // pinned_store_unobservable: f32/f64 discarded
   f.invariant({"dq_dk_rounded_to_nearest",
                "f16/bf16: where rows' scores tie over 2^t keys with O and dS exact in the dtype (value kind "
                "pinned_grads), dQ and dK are stored rounded to nearest: the one value within reach of the "
                "exact σ Σ dS x",
                {},
                needs_pinned_grads},
-              dq_dk_rounded_to_nearest);
+              dq_dk_rounded_to_nearest)
+      .observing("dtypes", {"f16", "bf16"});  // pinned_store_unobservable: f32/f64 discarded
 }
 
 }  // namespace kprop::attention

@@ -389,9 +389,9 @@ Verdict saved_statistics(T& t, const Values& p) {
       worst = std::max(worst, error_ratio(rep));
       per_output[ch.name] = std::max(per_output[ch.name], error_ratio(rep));
       if (!rep.ok)
-        return Verdict::fail(fmt::format("saved {}[{}] = {}, reference {}: {}", ch.name, r, ch.got[r],
-                                         ch.ref[r], rep.message),
-                             measured_error(rep, {{"row", double(r)}}));
+        return Verdict::fail(
+            fmt::format("saved {}[{}] = {}, reference {}: {}", ch.name, r, ch.got[r], ch.ref[r], rep.message),
+            measured_error(rep, {{"row", double(r)}}));
     }
   }
   return with_outputs(worst, per_output);
@@ -479,9 +479,9 @@ Verdict column_sums(T& t, const Values& p, const char* name, const char* what, c
     const double allowed = atol + acc + cache + us * (std::fabs(want) + acc + cache) + s;
     worst = std::max(worst, error_ratio(std::fabs(out[d] - want), allowed));
     if (!(std::fabs(out[d] - want) <= allowed))
-      return Verdict::fail(fmt::format("{}[{}] = {}, {} = {} (allowed error {:.3g})", name, d, out[d],
-                                       what, want, allowed),
-                           {{"col", double(d)}, {name, out[d]}, {"expected", want}});
+      return Verdict::fail(
+          fmt::format("{}[{}] = {}, {} = {} (allowed error {:.3g})", name, d, out[d], what, want, allowed),
+          {{"col", double(d)}, {name, out[d]}, {"expected", want}});
   }
   return Verdict::pass({{kErrorRatio, worst}});
 }
@@ -708,7 +708,8 @@ void register_invariants(FamilyDef<Traits>& f) {
                        p.integer("max_elements"), smallest);
                  return "";
                }},
-              finite_differences);
+              finite_differences)
+      .observing("dtypes", {"f64"});
 }
 
 }  // namespace kprop::layernorm

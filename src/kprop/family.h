@@ -148,6 +148,23 @@ struct InvariantInfo {
   // of "invariant NAME needs ...", e.g. "f64 cases but domain.dtypes is
   // [f32]; add f64 or drop the invariant". Checked when a spec loads.
   std::function<std::string(const Values& domain, const Values& params)> needs;
+  // Where the invariant can observe anything, as choices fields of the
+  // domain and the values it observes of each: it discards (or finds not
+  // applicable) every case whose choice of such a field is another, whatever
+  // the target (FamilyContract.InvariantsObserveNothingOutsideTheirFocus
+  // checks this on every registered family). E.g. {"dtypes", {"f16",
+  // "bf16"}} for a check of the half types' rounding. A run whose invariants
+  // still checking all declare one draws its cases from there
+  // (kprop/focus.h) instead of building cases only to discard them. The
+  // family's builder must pick such a field's value uniformly from the
+  // domain's list (Draw::pick) and draw nothing else from it, so that drawing
+  // from the narrowed list gives the cases of the whole domain that lie
+  // there, in the same proportions. Empty: none declared.
+  std::map<std::string, Choices> observes;
+  InvariantInfo& observing(const std::string& field, Choices values) {
+    observes[field] = std::move(values);
+    return *this;
+  }
   // The outputs of the kernel under test whose value the verdict depends on
   // (names of the family's external ops' outputs, external::PluginOp::
   // outputs; "*" = all of them; empty = none, e.g. a workspace measure).

@@ -89,6 +89,9 @@ struct RunOptions {
   // failure can be replayed from a file.
   std::string scratch_dir = ".kprop/findings";
   bool stop_on_first_failure = false;  // --mutants: the first kill is enough
+  // Draw from where the invariants still checking observe, once they all
+  // declare it (kprop/focus.h); false (--no-focus): always the whole domain.
+  bool focus = true;
   // --mutants: check every invariant on every mutant (the kill matrix of
   // --stats and --format html) instead of stopping at the first kill.
   bool kill_matrix = false;
@@ -244,6 +247,10 @@ struct RunReport {
   // checked nor declined. drawn (+ the search's) = checked + declined (+
   // the search's) + discarded, less a case a crash or Ctrl-C ended.
   int64_t discarded = 0;
+  // Cases drawn from a focus, not the spec's whole domain, by its narrowed
+  // fields ("{dtypes: [f16, bf16]}"): where the invariants still checking
+  // all observe (kprop/focus.h).
+  std::map<std::string, int64_t> focused;
   double seconds = 0;
   bool time_budget_hit = false;
   // RunOptions::stop_on_first_failure (--fail-fast, and each mutant's run of

@@ -103,9 +103,12 @@ class Search {
   ~Search();
   bool enabled() const;
   // Case `c`, drawn from `random` at `size`, gave `results` for the uses
-  // `live` (indices into the uses given above).
+  // `live` (indices into the uses given above). `whole_domain`: drawn from
+  // the spec's domain, not a focus (kprop/focus.h), so the fuzz bytes of
+  // (random, size) in the spec's domain reproduce it; else the search
+  // climbs from it by tensor moves only.
   void offer(const rc::Random& random, int size, const AnyCase& c, const std::vector<size_t>& live,
-             const std::vector<CheckResult>& results);
+             const std::vector<CheckResult>& results, bool whole_domain = true);
   // Runs the search on the invariants that held so far and accounts it into
   // `report` (search cases, ratios, failures, a crash); the report's
   // seconds (the random phase's) grow by the search's.

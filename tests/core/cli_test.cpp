@@ -342,6 +342,9 @@ TEST(Cli, JobsGiveTheReportOfOneJob) {
   const fs::path out = temp("jobs.json"), corpus = temp("jobs_corpus");
   const std::string replay = std::string(KPROP_SOURCE_DIR) + "/corpus/dflash";
   const std::string relations = std::string(KPROP_SOURCE_DIR) + "/specs/examples/ternary_expr.yaml";
+  // Its last cases come from a focus (kprop/focus.h), chosen by which
+  // invariants are live: a job that drew case i before the switch is not trusted.
+  const std::string focused = std::string(KPROP_SOURCE_DIR) + "/specs/attention_bwd.yaml";
   // (spec, arguments, job counts): 1 first, 3 where cases do not split evenly.
   const std::vector<std::tuple<std::string, std::string, std::vector<int>>> runs = {
       {kSpec, "--seed 3 --trials 150", {1, 2, 3}},
@@ -350,7 +353,8 @@ TEST(Cli, JobsGiveTheReportOfOneJob) {
       {kSpec, "--target positional_logits --seed 5 --fail-fast", {1, 2}},
       {kSpec, "--seed 7 --trials 40 --shard 1/3", {1, 3}},
       {kSpec, "--replay " + replay, {1, 2}},
-      {relations, "--seed 3 --trials 100", {1, 3}}};
+      {relations, "--seed 3 --trials 100", {1, 3}},
+      {focused, "--target tiled_d --seed 3 --trials 60", {1, 3}}};
   for (const auto& [spec, args, counts] : runs) {
     nlohmann::json one;
     for (const int jobs : counts) {
@@ -362,6 +366,9 @@ TEST(Cli, JobsGiveTheReportOfOneJob) {
       nlohmann::json report = without_times(nlohmann::json::parse(in));
       if (jobs == 1) {
         one = report;
+        if (spec == focused) {
+          EXPECT_TRUE(report.contains("focused")) << args;
+        }
       } else {
         nlohmann::json first = one;
         without_interrupted_shrinks(first, report);

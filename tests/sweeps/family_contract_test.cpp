@@ -9,12 +9,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 
 #include "kprop/corpus.h"
 #include "kprop/family.h"
 #include "kprop/rng.h"
+#include "kprop/runner.h"
 #include "kprop/spec.h"
 #include "tests/support/registered.h"
 
@@ -203,6 +205,150 @@ TEST_P(FamilyContract, EveryInvariantDeclaresTheOutputsItReads) {
       EXPECT_TRUE(r == "*" || std::find(outputs.begin(), outputs.end(), r) != outputs.end())
           << f.name() << " invariant " << inv.name << " reads '" << r
           << "', not an output of the family's external ops";
+  }
+}
+
+// The schema field at a dotted key ("tree.nodes"), or nullptr.
+const Field* field_at(const Schema& schema, const std::string& key) {
+  const size_t dot = key.find('.');
+  for (const Field& f : schema)
+    if (f.key == key.substr(0, dot))
+      return dot == std::string::npos ? &f : field_at(f.children, key.substr(dot + 1));
+  return nullptr;
+}
+
+// Each declared focus (InvariantInfo::observes) as (invariant, field, the
+// field's values it observes).
+struct Focus {
+  size_t invariant;
+  std::string field;
+  const Choices* observed;
+};
+std::vector<Focus> foci(const Family& f) {
+  std::vector<Focus> out;
+  for (size_t i = 0; i < f.invariants().size(); ++i)
+    for (const auto& [field, observed] : f.invariants()[i].observes) out.push_back({i, field, &observed});
+  return out;
+}
+
+// A run draws from where its live invariants observe (kprop/focus.h), so an
+// invariant must observe nothing elsewhere: on cases whose field takes any
+// other value the schema allows, it discards or finds not applicable, on
+// every implementation of the family, mutants too (a bug must not make an
+// unobserved case observable). Checked with a shipped spec's reference.
+TEST_P(FamilyContract, InvariantsObserveNothingOutsideTheirFocus) {
+  const Family& f = *GetParam();
+  if (foci(f).empty()) GTEST_SKIP() << f.name() << " declares no focus";
+  const auto paths = testing::shipped_specs([&](const Family& g) { return &g == &f; });
+  ASSERT_FALSE(paths.empty()) << f.name() << ": no shipped spec to check its focus with";
+  const Spec spec = load_spec(paths.front());
+  for (const Focus& focus : foci(f)) {
+    const InvariantInfo& info = f.invariants()[focus.invariant];
+    const Field* field = field_at(f.domain_schema(), focus.field);
+    ASSERT_NE(field, nullptr) << f.name() << " " << info.name << " observes unknown field " << focus.field;
+    ASSERT_EQ(field->kind, FieldKind::choices) << f.name() << " " << info.name << ": " << focus.field;
+    Choices rest;
+    for (const std::string& v : field->allowed)
+      if (std::find(focus.observed->begin(), focus.observed->end(), v) == focus.observed->end())
+        rest.push_back(v);
+    ASSERT_FALSE(rest.empty()) << f.name() << " " << info.name << " observes every value of " << focus.field;
+    Values domain = spec.domain;
+    domain.set(focus.field, rest);
+    ASSERT_EQ(f.check_domain(domain), "") << f.name();
+    InvariantUse use;
+    use.index = focus.invariant;
+    use.name = info.name;
+    use.params = Values::defaults(info.params);
+    const auto gen = f.generator(domain);
+    rc::Random random(17);
+    // 400 cases: the cases an invariant observes can be rare
+    // (dq_dk_rounded_to_nearest: about one f16/bf16 case of attention_bwd's
+    // in seventeen), and the cases it discards cost no target run.
+    bool observed = false;
+    for (int n = 0; n < 400 && !observed; ++n) {
+      const AnyCase c = gen(random.split(), n % 101).value();
+      for (const ImplInfo& impl : f.implementations()) {
+        const Outcome o = check_case(spec, resolve_target(spec, impl.name), use, c).outcome;
+        if (o == Outcome::discard || o == Outcome::not_applicable) continue;
+        ADD_FAILURE() << f.name() << " " << info.name << " gave a verdict on target " << impl.name
+                      << " outside " << focus.field << " [" << join(*focus.observed) << "]:\n"
+                      << text(f, c);
+        observed = true;
+        break;
+      }
+    }
+  }
+}
+
+// Drawing from the focus gives the cases of the whole domain that lie there,
+// in the same proportions: what a run draws from it stands for what the
+// whole domain would have given the invariant (the family picks the field
+// uniformly and independently of the rest, InvariantInfo::observes). A
+// builder that drew the field by RapidCheck's size, say, would give the
+// focus's cases other sizes than the whole domain's cases there. Compared
+// per dim of the family's statistics (and its size measure) by a
+// two-sample Kolmogorov-Smirnov test: the whole domain's 2,000 cases kept
+// where they lie in the focus (n, about 500 where the focus keeps one value
+// of four) against 800 drawn from the focus (m), with sizes cycling
+// alike; a statistic above c(α)·sqrt((n + m)/(n·m)), c(α) =
+// sqrt(-ln(α/2)/2) = 2.69 at α = 1e-6, rejects them as one distribution.
+// (Seeds are fixed: the test gives the same answer on every run.)
+TEST_P(FamilyContract, FocusDrawsTheWholeDomainsCasesThere) {
+  const Family& f = *GetParam();
+  if (foci(f).empty()) GTEST_SKIP() << f.name() << " declares no focus";
+  const Values whole = Values::defaults(f.domain_schema());
+  // Each case's dims (numeric, or a categorical one's name as its rank
+  // among the names seen) and its size, by name.
+  using Sample = std::map<std::string, std::vector<double>>;
+  std::map<std::string, std::map<std::string, double>> ranks;
+  auto add = [&](Sample& sample, const AnyCase& c) {
+    const CaseStats st = f.stats(c);
+    sample["size"].push_back(double(st.size));
+    for (const auto& d : st.dims) {
+      if (d.kind.empty()) {
+        sample[d.name].push_back(d.value);
+      } else {
+        auto& r = ranks[d.name];
+        sample[d.name].push_back(r.emplace(d.kind, double(r.size())).first->second);
+      }
+    }
+  };
+  for (const Focus& focus : foci(f)) {
+    Values narrowed = whole;
+    Choices kept;
+    for (const std::string& v : whole.choices(focus.field))
+      if (std::find(focus.observed->begin(), focus.observed->end(), v) != focus.observed->end())
+        kept.push_back(v);
+    if (kept.empty() || kept.size() == whole.choices(focus.field).size()) continue;
+    narrowed.set(focus.field, kept);
+    Sample from_whole, from_focus;
+    const auto gen = f.generator(whole), focused = f.generator(narrowed);
+    rc::Random a(31), b(32);
+    for (int n = 0; n < 2000; ++n) {
+      const AnyCase c = gen(a.split(), n % 101).value();
+      if (f.in_domain(c, narrowed).empty()) add(from_whole, c);
+    }
+    for (int n = 0; n < 800; ++n) add(from_focus, focused(b.split(), n % 101).value());
+    const double nw = double(from_whole["size"].size()), nf = double(from_focus["size"].size());
+    ASSERT_GE(nw, 300) << f.name();  // the test keeps its power
+    const double critical = std::sqrt(-std::log(1e-6 / 2) / 2) * std::sqrt((nw + nf) / (nw * nf));
+    for (auto& [dim, xs] : from_whole) {
+      std::vector<double>& ys = from_focus[dim];
+      ASSERT_EQ(xs.size(), size_t(nw)) << dim;
+      ASSERT_EQ(ys.size(), size_t(nf)) << dim;
+      std::sort(xs.begin(), xs.end());
+      std::sort(ys.begin(), ys.end());
+      double worst = 0;
+      for (size_t i = 0, j = 0; i < xs.size() || j < ys.size();) {
+        const double v = j == ys.size() || (i < xs.size() && xs[i] <= ys[j]) ? xs[i] : ys[j];
+        while (i < xs.size() && xs[i] == v) ++i;
+        while (j < ys.size() && ys[j] == v) ++j;
+        worst = std::max(worst, std::fabs(double(i) / nw - double(j) / nf));
+      }
+      EXPECT_LE(worst, critical) << f.name() << " " << f.invariants()[focus.invariant].name << ": dim " << dim
+                                 << " of the focus " << focus.field << " [" << join(kept)
+                                 << "] differs from the whole domain's cases there";
+    }
   }
 }
 
