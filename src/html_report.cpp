@@ -177,6 +177,7 @@ std::string run_body(const RunReport& r) {
   for (const auto& h : r.health)
     out +=
         fmt::format("<p class=\"note\">health check {} failed: {}</p>", escape(h.check), escape(h.message));
+  if (!r.focused.empty()) out += fmt::format("<p class=\"note\">focused: {}</p>", escape(focused_text(r)));
   if (r.declined > 0)
     out += fmt::format("<p class=\"note\">{} case(s) declined by the target (not checked): {}</p>",
                        r.declined, escape(reasons_summary(r.decline_reasons, 5)));

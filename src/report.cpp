@@ -212,6 +212,15 @@ std::string kill_matrix_text(const std::vector<MutantRow>& rows) {
 
 }  // namespace
 
+std::string focused_text(const RunReport& r) {
+  std::vector<std::string> parts;
+  for (const auto& [focus, n] : r.focused) parts.push_back(fmt::format("{} came from {}", n, focus));
+  return fmt::format(
+      "of the cases drawn, {}, where every invariant still checking observes (elsewhere they discard every "
+      "case)",
+      join(parts, "; "));
+}
+
 std::string search_text(const RunReport& r) {
   const SearchReport& s = r.search;
   if (!s.ran) return "";
@@ -279,14 +288,7 @@ class TextReporter final : public Reporter {
       out += fmt::format(", {} declined by the target (not checked): {}", r.declined,
                          reasons_summary(r.decline_reasons, 5));
     out += fmt::format("; sizes up to {} of max_size {}\n", std::max<int64_t>(r.size_reached, 0), r.max_size);
-    if (!r.focused.empty()) {
-      std::vector<std::string> parts;
-      for (const auto& [focus, n] : r.focused) parts.push_back(fmt::format("{} came from {}", n, focus));
-      out += fmt::format(
-          "  focused: of the cases drawn, {}, where every invariant still checking observes (elsewhere they "
-          "discard every case)\n",
-          join(parts, "; "));
-    }
+    if (!r.focused.empty()) out += "  focused: " + focused_text(r) + "\n";
     out += search_text(r);
     if (stats_) out += stats_text(r);
     for (const Finding* f : r.findings()) out += finding_text(*f, r.target);

@@ -258,6 +258,9 @@ class CheckResult:
     discarded_cases: int = 0  # cases every invariant discarded: neither checked nor declined
     stopped_at_failure: bool = False  # fail_fast=True: the first counterexample ended the run
     search_cases: int = 0  # search=: cases the targeted search ran, on top of `trials` (see report["search"])
+    # Cases drawn from a focus, by its narrowed fields ("{dtypes: [f16, bf16]}"): where every invariant
+    # still checking observes, not the whole domain (the spec docs, "Where a run draws its cases").
+    focused: Dict[str, int] = field(default_factory=dict)
     findings: List[Finding] = field(default_factory=list)
     report: Dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -296,6 +299,9 @@ class CheckResult:
             parts.append("  %-28s %-14s %d %s, %d discarded, %d declined" % (
                 i.name, i.status, i.passed, "checked" if i.status == "not_run" else "passed", i.discarded,
                 i.declined))
+        if self.focused:
+            parts.append("  focused: of the cases drawn, %s, where every invariant still checking observes" % "; ".join(
+                "%d came from %s" % (n, where) for where, n in sorted(self.focused.items())))
         if self.stopped_at_failure:
             parts.append("  " + self.detail + " (fail_fast)")
         if self.decline_reasons:
@@ -811,7 +817,7 @@ def _result(r, findings, replayed=0) -> CheckResult:
                        max_size=r["max_size"], size_reached=r["size_reached"], largest_case=r["largest_case"],
                        time_budget_hit=r["time_budget_hit"], invariants=invariants, health=list(r["health"]),
                        detail=r["detail"], replayed=replayed, findings=findings,
-                       discarded_cases=r["discarded"],
+                       discarded_cases=r["discarded"], focused=dict(r["focused"]),
                        search_cases=r["search"]["cases"] if r["search"] is not None else 0,
                        stopped_at_failure=r["stopped_at_failure"], report=r)
 

@@ -342,6 +342,7 @@ nb::dict report_dict(const kprop::RunReport& r) {
   d["status"] = kprop::run_status_name(r.status);
   d["detail"] = r.detail;
   d["discarded"] = r.discarded;
+  d["focused"] = counts(r.focused);
   d["declined"] = r.declined;
   d["decline_reasons"] = counts(kprop::grouped_reason_counts(r.decline_reasons));
   nb::list invariants;

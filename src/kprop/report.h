@@ -35,6 +35,11 @@ std::unique_ptr<Reporter> make_html_reporter();
 // case spread. The text report's, and the HTML report's section.
 std::string search_text(const RunReport& r);
 
+// What came from a focus (RunReport::focused, kprop/focus.h), for the text
+// and HTML reports: "of the cases drawn, 7670 came from {dtypes: [f16,
+// bf16]}, where every invariant still checking observes (...)".
+std::string focused_text(const RunReport& r);
+
 // A finding's case as the reports show it: whole when it is small (a shrunk
 // case is), cut to 20,000 characters (2,000 a line) otherwise, saying that
 // the whole case is in `stored`; whole when it was stored nowhere. The

@@ -5,11 +5,14 @@
 // Cli.JobsGiveTheReportOfOneJob's; that an invariant discards every case
 // outside its focus, and that the focus holds the whole domain's cases in
 // the same proportions, FamilyContract's.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "kprop/report.h"
 #include "kprop/runner.h"
 #include "kprop/spec.h"
 
@@ -46,6 +49,11 @@ TEST(Focus, AnInvariantOfTheHalfTypesIsDrawnOnlyTheirCases) {
   EXPECT_EQ(focused.invariants[0].passed, 40);
   EXPECT_EQ(focused.focused, (std::map<std::string, int64_t>{{kHalf, focused.trials}}));
   EXPECT_EQ(wide_dtype_discards(focused.invariants[0]), 0);
+  // Every report says so: text, JSON, HTML.
+  const std::string said = fmt::format("focused: of the cases drawn, {} came from {}", focused.trials, kHalf);
+  EXPECT_NE(make_reporter("text")->run(focused).find(said), std::string::npos);
+  EXPECT_EQ(nlohmann::json::parse(make_reporter("json")->run(focused))["focused"][kHalf], focused.trials);
+  EXPECT_NE(make_reporter("html")->run(focused).find(said), std::string::npos);
 
   // --no-focus: the same invariant, from the whole domain, discards the
   // f32 and f64 cases it drew, and draws more for its 40 trials.
@@ -53,6 +61,8 @@ TEST(Focus, AnInvariantOfTheHalfTypesIsDrawnOnlyTheirCases) {
   ASSERT_EQ(whole.status, RunStatus::passed) << whole.detail;
   EXPECT_EQ(whole.invariants[0].passed, 40);
   EXPECT_TRUE(whole.focused.empty());
+  EXPECT_EQ(make_reporter("text")->run(whole).find("focused:"), std::string::npos);
+  EXPECT_FALSE(nlohmann::json::parse(make_reporter("json")->run(whole)).contains("focused"));
   EXPECT_GT(wide_dtype_discards(whole.invariants[0]), 0);
   EXPECT_GT(whole.trials, focused.trials);
 }

@@ -97,3 +97,16 @@ def test_declared_op_bugs_are_caught_and_shrunk(op_example, corpus, bug):
     mod.BUG = bug
     f = _caught_and_shrunk(RMSNORM, mod.rmsnorm, corpus, 300)
     assert f.invariant == "matches_reference"
+
+
+# ---------------------------------------------------------------- focus
+def test_an_invariant_alone_is_drawn_only_the_cases_it_observes(example, corpus):
+    """dq_dk_rounded_to_nearest observes f16/bf16 cases only: checked alone,
+    every case comes from there, and the result says so."""
+    fn = example("attention_bwd").attention_bwd
+    result = kprop.check("attention_bwd", fn, seed=SEED, trials=20, corpus=corpus,
+                         invariants=["dq_dk_rounded_to_nearest"])
+    assert result.passed and result.invariants[0].passed == 20
+    assert result.focused == {"{dtypes: [f16, bf16]}": result.trials}
+    assert "focused: of the cases drawn, %d came from {dtypes: [f16, bf16]}" % result.trials in result.summary()
+    assert not any(r.startswith(("an f32 case", "an f64 case")) for r in result.invariants[0].discard_reasons)
