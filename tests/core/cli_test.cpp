@@ -379,6 +379,30 @@ TEST(Cli, JobsGiveTheReportOfOneJob) {
   fs::remove_all(corpus);
 }
 
+// --no-focus: every case from the whole domain, none from a focus
+// (kprop/focus.h; the runs themselves: Focus.*).
+TEST(Cli, NoFocusDrawsEveryCaseFromTheWholeDomain) {
+  const std::string spec = std::string(KPROP_SOURCE_DIR) + "/specs/attention_bwd.yaml";
+  const std::string args = "--spec " + spec +
+                           " --target tiled_d --invariant dq_dk_rounded_to_nearest --seed 3 --trials 20 "
+                           "--no-corpus --format json";
+  const fs::path out = temp("focus.json");
+  auto report = [&](const std::string& more) {
+    const CliRun r = run(args + more + " --out " + out.string());
+    EXPECT_EQ(r.code, 0) << r.out;
+    std::ifstream in(out);
+    return nlohmann::json::parse(in);
+  };
+  const nlohmann::json f = report(""), w = report(" --no-focus");
+  EXPECT_EQ(f["focused"]["{dtypes: [f16, bf16]}"], f["trials"]);
+  EXPECT_FALSE(w.contains("focused"));
+  EXPECT_GT(w["trials"].get<int64_t>(), f["trials"].get<int64_t>());
+  // Not a flag of the modes that draw no cases.
+  const CliRun replay =
+      run("--spec " + spec + " --replay " + std::string(KPROP_SOURCE_DIR) + "/corpus --no-focus");
+  EXPECT_EQ(replay.code, 2) << replay.out;
+}
+
 TEST(Cli, JsonReportToFile) {
   const fs::path out = temp("report.json");
   const CliRun r =
