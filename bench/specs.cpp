@@ -3,7 +3,10 @@
 // check every invariant of the spec (built-in or expression), as prop_runner
 // does. New specs are measured without code: specs/, specs/examples/ and
 // bench/specs/ (pairs stating the same properties in C++ and as expressions,
-// e.g. fwd_same_cpp vs fwd_same_expr). Run:
+// e.g. fwd_same_cpp vs fwd_same_expr). And whole runs of the specs of
+// specs/ as `prop_runner --no-corpus --jobs 1 --seed 3` makes them
+// (SpecRun/<spec>/focus:1), every case drawn included, the ones the run
+// discards too; focus:0 is --no-focus (kprop/focus.h). Run:
 //   build/bench/bench_specs [--benchmark_filter=dflash]
 #include <benchmark/benchmark.h>
 
@@ -28,6 +31,25 @@ void spec_trial(benchmark::State& state, const kprop::Spec* spec, size_t target_
     ++cases;
   }
   state.counters["cases/s"] = benchmark::Counter(static_cast<double>(cases), benchmark::Counter::kIsRate);
+}
+
+// One whole run per iteration: drawn cases per second, and the cases drawn
+// (fixed by the seed, so the same on every iteration).
+void spec_run(benchmark::State& state, const kprop::Spec* spec) {
+  kprop::RunOptions o;
+  o.seed = 3;
+  o.write_corpus = false;
+  o.jobs = 1;
+  o.focus = state.range(0) != 0;
+  int64_t drawn = 0, runs = 0;
+  for (auto _ : state) {
+    const kprop::RunReport r = kprop::run_spec(*spec, o);
+    if (r.status != kprop::RunStatus::passed) state.SkipWithError(("run " + r.detail).c_str());
+    drawn += r.trials;
+    ++runs;
+  }
+  state.counters["drawn/s"] = benchmark::Counter(static_cast<double>(drawn), benchmark::Counter::kIsRate);
+  state.counters["drawn"] = runs > 0 ? double(drawn) / double(runs) : 0;
 }
 
 }  // namespace
@@ -59,6 +81,13 @@ int main(int argc, char** argv) {
           ->Unit(benchmark::kMicrosecond);
     }
   }
+  for (const auto& spec : specs)
+    if (std::filesystem::path(spec->path).parent_path() == root / "specs")
+      benchmark::RegisterBenchmark(("SpecRun/" + spec->name).c_str(), spec_run, spec.get())
+          ->ArgName("focus")
+          ->Arg(1)
+          ->Arg(0)
+          ->Unit(benchmark::kMillisecond);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
