@@ -376,11 +376,13 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
   // the job still checked declined, crashed or, under --mutants, failed
   // first; or the job drew the case from another domain than the live
   // invariants' own, kprop/focus.h): the loop checks the case.
-  auto from_job = [&options, &domains](const std::string& payload, const std::vector<size_t>& live,
-                                       const CaseDomains::Domain& domain, std::vector<CheckResult>& out,
-                                       CaseStats& stats, double& generation_s) {
+  auto from_job = [&options, &domains, n = uses.size()](
+                      const std::string& payload, const std::vector<size_t>& live,
+                      const CaseDomains::Domain& domain, std::vector<CheckResult>& out, CaseStats& stats,
+                      double& generation_s) {
     CaseOutcome job;
-    if (!decode_case_outcome(payload, job) || job.uses.size() < job.results.size())
+    if (!decode_case_outcome(payload, job) || job.uses.size() < job.results.size() ||
+        std::any_of(job.uses.begin(), job.uses.end(), [n](size_t k) { return k >= n; }))
       return false;  // garbled: checked here instead
     if (&domains.for_live(job.uses) != &domain) return false;
     stats = std::move(job.stats);
@@ -413,13 +415,13 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
     }
     const int size = size_for(i, all_trials, run.max_size);
     events.case_started(i + 1, progress(), trials, size, since(t0));
-    // Drawn here when this process checks the case, records a finding or
-    // describes it in the run's statistics (which cover every drawn case).
     std::vector<size_t> live;
     std::vector<const InvariantUse*> live_uses;
     for (size_t k = 0; k < uses.size(); ++k)
       if (alive[k]) live.push_back(k), live_uses.push_back(uses[k]);
     const CaseDomains::Domain& domain = domains.for_live(live);
+    // Drawn here when this process checks the case, records a finding or
+    // describes it in the run's statistics (which cover every drawn case).
     AnyCase drawn;
     double generation_seconds = 0;
     auto the_case = [&]() -> const AnyCase& {
