@@ -31,7 +31,9 @@ const CaseDomains::Domain& CaseDomains::for_live(const std::vector<size_t>& live
   std::map<std::string, Choices> narrowed;
   for (const auto* o : observes)
     for (const auto& [field, values] : *o) narrowed.emplace(field, Choices{});
-  for (auto& [field, kept] : narrowed) {
+  for (auto& entry : narrowed) {
+    const std::string& field = entry.first;
+    Choices& kept = entry.second;
     const Choices& all = whole.values.choices(field);
     for (const std::string& v : all) {
       const bool observed = std::any_of(observes.begin(), observes.end(), [&](const auto* o) {
