@@ -268,46 +268,30 @@ WorkerPool::WorkerPool(int jobs, int64_t count, int64_t window, const Setup& set
 }
 
 WorkerPool::~WorkerPool() {
-  std::vector<Worker*> live;
   for (Worker& w : workers_)
-    if (w.pid > 0) live.push_back(&w);
-  retire(live);
+    if (w.pid > 0) retire(w);
   if (shared_) munmap(shared_, shared_bytes_);
 }
 
 void WorkerPool::retire(Worker& w) {
-  std::vector<Worker*> one{&w};
-  if (w.pid > 0) retire(one);
-}
-
-void WorkerPool::retire(const std::vector<Worker*>& workers) {
-  // SIGTERM first: a worker kills the children of its own (exec: workers,
-  // each in its own process group) and exits; then SIGKILL to its group,
-  // whatever it started, for one that did not exit within a second. All at
-  // once, looking from 100 µs on (a worker exits in about that): a 5 ms nap
-  // per worker, one after another, added 10 ms to every run of --jobs 2.
-  for (Worker* w : workers) {
-    close(w->results), close(w->control);
-    if (!w->reaped) kill(-w->pid, SIGTERM);
-  }
+  if (w.pid <= 0) return;
+  close(w.results), close(w.control);
+  // SIGTERM first: the worker kills the children of its own (exec:
+  // workers, each in its own process group) and exits; then SIGKILL to its
+  // group, whatever it started, for one that did not exit within a second.
   int status = 0;
-  auto waiting = [&] {
-    return std::any_of(workers.begin(), workers.end(), [](const Worker* w) { return !w->reaped; });
-  };
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  for (useconds_t nap = 100; waiting() && std::chrono::steady_clock::now() < deadline;
-       nap = std::min<useconds_t>(2 * nap, 5000)) {
-    for (Worker* w : workers)
-      if (!w->reaped && waitpid(w->pid, &status, WNOHANG) == w->pid) w->reaped = true;
-    if (waiting()) usleep(nap);
-  }
-  for (Worker* w : workers) {
-    kill(-w->pid, SIGKILL);
-    while (!w->reaped && waitpid(w->pid, &status, 0) < 0 && errno == EINTR) {
+  if (!w.reaped) {
+    kill(-w.pid, SIGTERM);
+    for (int polls = 0; polls < 200 && !w.reaped; ++polls) {
+      if (waitpid(w.pid, &status, WNOHANG) == w.pid) w.reaped = true;
+      if (!w.reaped) usleep(5000);
     }
-    *w = Worker{};  // pid -1: its items are the caller's
-    w->exited = w->reaped = true;
   }
+  kill(-w.pid, SIGKILL);
+  while (!w.reaped && waitpid(w.pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  w = Worker{};  // pid -1: its items are the caller's
+  w.exited = w.reaped = true;
 }
 
 void WorkerPool::allow(int64_t limit) {
