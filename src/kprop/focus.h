@@ -44,7 +44,6 @@ class CaseDomains {
   // checking: the spec's, unless every one of them declares where it
   // observes and together they leave part of the domain out.
   const Domain& for_live(const std::vector<size_t>& live);
-  const Domain& whole() const { return *domains_.front(); }
 
  private:
   const Family& family_;
