@@ -108,7 +108,7 @@ class Search {
   // (random, size) in the spec's domain reproduce it; else the search
   // climbs from it by tensor moves only.
   void offer(const rc::Random& random, int size, const AnyCase& c, const std::vector<size_t>& live,
-             const std::vector<CheckResult>& results, bool whole_domain = true);
+             const std::vector<CheckResult>& results, bool whole_domain);
   // Runs the search on the invariants that held so far and accounts it into
   // `report` (search cases, ratios, failures, a crash); the report's
   // seconds (the random phase's) grow by the search's.
