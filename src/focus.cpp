@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <map>
 
 #include "kprop/errors.h"
 
@@ -15,6 +14,14 @@ CaseDomains::CaseDomains(const Family& family, const Values& domain, std::vector
 }
 
 const CaseDomains::Domain& CaseDomains::for_live(const std::vector<size_t>& live) {
+  const auto it = chosen_.find(live);
+  if (it != chosen_.end()) return *it->second;
+  const Domain& d = choose(live);
+  chosen_.emplace(live, &d);
+  return d;
+}
+
+const CaseDomains::Domain& CaseDomains::choose(const std::vector<size_t>& live) {
   const Domain& whole = *domains_.front();
   if (live.empty() || uses_.empty()) return whole;  // no uses given: no focus (RunOptions::focus)
   // Per field, the values the live invariants observe: the domain's list

@@ -20,6 +20,7 @@
 
 #include <rapidcheck.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,13 +44,18 @@ class CaseDomains {
   // The domain to draw from while the uses `live` (indices into `uses`) are
   // checking: the spec's, unless every one of them declares where it
   // observes and together they leave part of the domain out.
+  // Remembered per live set: a run asks once per case (and a --jobs worker
+  // once per case it draws), and the live set changes a few times a run.
   const Domain& for_live(const std::vector<size_t>& live);
 
  private:
+  const Domain& choose(const std::vector<size_t>& live);
+
   const Family& family_;
   std::vector<const InvariantUse*> uses_;
   std::vector<std::unique_ptr<Domain>> domains_;  // [0]: the spec's; then each focus met, once
   std::vector<std::string> refused_;              // foci the family's check_domain refused
+  std::map<std::vector<size_t>, const Domain*> chosen_;
 };
 
 }  // namespace kprop
