@@ -815,17 +815,17 @@ class Child {
 
   // Closes the pipes (a worker exits on EOF), then kills the group: 1 s
   // for its exit-time work (docs/EXTERNAL.md "Shutdown"); one that exits on
-  // EOF costs a poll.
+  // EOF is reaped as it exits.
   void stop() {
     if (pid_ <= 0) return;
     close_pipes();
-    reap(200);
+    reap(1.0);
   }
 
   // Reaps the child after EOF or a write error and says how it ended.
   std::string death() {
     close_pipes();
-    const int status = reap(200);
+    const int status = reap(1.0);
     if (WIFSIGNALED(status))
       return fmt::format("was killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
     if (WEXITSTATUS(status) == 127) return "exited with status 127 (command not found?)";
@@ -911,13 +911,9 @@ class Child {
   // Waits up to `polls` × 5 ms for the child to exit, then kills its whole
   // tree (its group, its descendants, every process with its token) and
   // returns the wait status.
-  int reap(int polls) {
+  int reap(double seconds) {
     int status = 0;
-    bool exited = false;
-    for (int i = 0; i < polls && !exited; ++i) {
-      exited = waitpid(pid_, &status, WNOHANG) == pid_;
-      if (!exited) usleep(5000);
-    }
+    const bool exited = wait_for_exit(pid_, &status, seconds);
     kill(-pid_, SIGKILL);
     const std::string entry = fmt::format("{}={}", kTokenVar, token_);
     // A process may fork while it is being killed: repeat until the tree is

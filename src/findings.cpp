@@ -627,7 +627,7 @@ ChildResult in_child(const std::function<std::string()>& fn, double timeout_s, b
   int fds[2];
   if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
   ForkSignals held;
-  const pid_t pid = fork();
+  const pid_t pid = fork_on_this_cpu();
   if (pid > 0) held.release();  // the parent waits with Ctrl-C live
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {

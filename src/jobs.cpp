@@ -136,6 +136,12 @@ std::optional<std::pair<int64_t, std::string>> read_frame(int fd) {
 // Also the worker's SIGTERM handler (WorkerPool::retire).
 [[noreturn]] void leave() {
   external::kill_children();
+  // ... and reaped: an --isolate child, in our process group, has the
+  // caller's SIGTERM too. The caller goes on once it has reaped us, so
+  // nothing of ours is left dying (or a zombie of init's) beside the next
+  // pool's workers.
+  while (waitpid(-1, nullptr, 0) > 0 || errno == EINTR) {
+  }
   _exit(0);
 }
 void on_stop(int) {
@@ -268,30 +274,37 @@ WorkerPool::WorkerPool(int jobs, int64_t count, int64_t window, const Setup& set
 }
 
 WorkerPool::~WorkerPool() {
+  std::vector<Worker*> live;
   for (Worker& w : workers_)
-    if (w.pid > 0) retire(w);
+    if (w.pid > 0) live.push_back(&w);
+  retire(live);
   if (shared_) munmap(shared_, shared_bytes_);
 }
 
 void WorkerPool::retire(Worker& w) {
-  if (w.pid <= 0) return;
-  close(w.results), close(w.control);
-  // SIGTERM first: the worker kills the children of its own (exec:
-  // workers, each in its own process group) and exits; then SIGKILL to its
-  // group, whatever it started, for one that did not exit within a second.
-  int status = 0;
-  if (!w.reaped) {
-    kill(-w.pid, SIGTERM);
-    for (int polls = 0; polls < 200 && !w.reaped; ++polls) {
-      if (waitpid(w.pid, &status, WNOHANG) == w.pid) w.reaped = true;
-      if (!w.reaped) usleep(5000);
+  if (w.pid > 0) retire(std::vector<Worker*>{&w});
+}
+
+void WorkerPool::retire(const std::vector<Worker*>& workers) {
+  // SIGTERM first, to all at once: a worker kills the children of its own
+  // (exec: workers, each in its own process group) and exits; then SIGKILL
+  // to its group, whatever it started (an --isolate child), for one that
+  // did not exit within a second.
+  for (Worker* w : workers) {
+    close(w->results), close(w->control);
+    if (!w->reaped) kill(-w->pid, SIGTERM);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  for (Worker* w : workers) {
+    int status = 0;
+    const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+    if (!w->reaped) w->reaped = wait_for_exit(w->pid, &status, left);
+    kill(-w->pid, SIGKILL);
+    while (!w->reaped && waitpid(w->pid, &status, 0) < 0 && errno == EINTR) {
     }
+    *w = Worker{};  // pid -1: its items are the caller's
+    w->exited = w->reaped = true;
   }
-  kill(-w.pid, SIGKILL);
-  while (!w.reaped && waitpid(w.pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  w = Worker{};  // pid -1: its items are the caller's
-  w.exited = w.reaped = true;
 }
 
 void WorkerPool::allow(int64_t limit) {

@@ -2,11 +2,15 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -31,6 +35,54 @@ void ForkSignals::release() {
   if (!held_) return;
   held_ = false;
   pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+}
+
+pid_t fork_on_this_cpu() {
+  // The child inherits the caller's affinity at fork(): the one CPU for its
+  // first placement, then back to all the caller may use (a CPU that gets
+  // busy later is not forced on it). Any step refused: a plain fork().
+  cpu_set_t allowed, here;
+  CPU_ZERO(&allowed);
+  CPU_ZERO(&here);
+  const int cpu = sched_getcpu();
+  bool pinned = cpu >= 0 && sched_getaffinity(0, sizeof allowed, &allowed) == 0 && CPU_COUNT(&allowed) > 1 &&
+                CPU_ISSET(cpu, &allowed);
+  if (pinned) {
+    CPU_SET(cpu, &here);
+    pinned = sched_setaffinity(0, sizeof here, &here) == 0;
+  }
+  const pid_t pid = fork();
+  if (pinned) sched_setaffinity(0, sizeof allowed, &allowed);  // in the caller and in the child
+  return pid;
+}
+
+bool wait_for_exit(pid_t pid, int* status, double timeout_s) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(std::max(timeout_s, 0.0)));
+#ifdef SYS_pidfd_open
+  const int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+#else
+  const int fd = -1;
+#endif
+  for (;;) {
+    const pid_t got = waitpid(pid, status, WNOHANG);
+    if (got == pid) break;
+    if (got < 0 && errno != EINTR) break;  // not our child (reaped already)
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      if (fd >= 0) close(fd);
+      return false;
+    }
+    if (fd >= 0) {
+      pollfd p{fd, POLLIN, 0};  // readable once the process has exited
+      poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000)) + 1);
+    } else {
+      usleep(1000);
+    }
+  }
+  if (fd >= 0) close(fd);
+  return true;
 }
 
 ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOptions& options,

@@ -106,6 +106,7 @@ class WorkerPool {
   static constexpr int kPatience = 4;    // yields before the caller sleeps between looks
   void allow(int64_t limit);
   void retire(Worker& w);
+  void retire(const std::vector<Worker*>& workers);
   bool any_alive() const;
   void reap_exited();
   int jobs_ = 1;

@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,6 +17,7 @@
 #include <limits>
 #include <new>
 #include <string>
+#include <vector>
 
 namespace kprop {
 namespace {
@@ -134,6 +137,48 @@ TEST(WorkerPool, PausedWorkersClaimNothingNew) {
     for (int64_t n = 1; n < count; ++n) EXPECT_EQ(pool.take(n), item(n, ""));
   }
   munmap(map, sizeof(std::atomic<int>));
+}
+
+// A worker stopped while its item waits on a child of its own in its
+// process group (what an --isolate check is) leaves nothing behind: the
+// worker reaps that child before it exits. It was orphaned to init, which
+// some containers never reap (24 zombies after a session of --mutants
+// runs). This test is the orphans' subreaper, so an orphan would be its.
+TEST(WorkerPool, AStoppedWorkersChildIsReapedWithIt) {
+  ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  int pids[2];
+  ASSERT_EQ(pipe(pids), 0);
+  std::vector<pid_t> children;
+  {
+    WorkerPool pool(2, 100, 4, [&pids] {
+      return [&pids](int64_t n, const std::string&) -> std::string {
+        if (n > 0) {
+          const pid_t child = fork();  // in the worker's group, as in_child's
+          if (child == 0) {
+            pause();  // until a signal ends it
+            _exit(0);
+          }
+          (void)!write(pids[1], &child, sizeof child);
+          waitpid(child, nullptr, 0);
+        }
+        return item(n, "");
+      };
+    });
+    ASSERT_EQ(pool.take(0), item(0, ""));
+    pid_t child = 0;
+    ASSERT_EQ(read(pids[0], &child, sizeof child), ssize_t(sizeof child));
+    ASSERT_EQ(kill(child, 0), 0);
+    children.push_back(child);
+    close(pids[1]);
+  }  // stops both workers mid-item
+  for (pid_t child = 0; read(pids[0], &child, sizeof child) == ssize_t(sizeof child);)
+    children.push_back(child);
+  close(pids[0]);
+  for (const pid_t child : children) {
+    EXPECT_EQ(waitpid(child, nullptr, WNOHANG), -1) << "pid " << child << " was orphaned";
+    EXPECT_EQ(errno, ECHILD);
+  }
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
 }
 
 TEST(WorkerPool, OneJobForksNothing) {
