@@ -30,7 +30,8 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOpt
                           const std::function<void(const std::string&)>& on_line);
 
 // Waits up to `timeout_s` for child `pid` to exit and reaps it (its
-// waitpid status in *status): true when it did. Woken by the exit itself
+// waitpid status in *status): true when it did, or when `pid` is not (or
+// no longer) a child of ours, *status then untouched. Woken by the exit itself
 // (a pidfd), not by a nap: a nap of 5 ms per child stopped added 10 ms to
 // the end of every --jobs 2 run. Where pidfds are missing (Linux before
 // 5.3), it looks every millisecond.
