@@ -52,7 +52,14 @@ pid_t fork_on_this_cpu() {
     pinned = sched_setaffinity(0, sizeof here, &here) == 0;
   }
   const pid_t pid = fork();
-  if (pinned) sched_setaffinity(0, sizeof allowed, &allowed);  // in the caller and in the child
+  // In the caller and in the child. Refused (the cpuset shrank meanwhile):
+  // every CPU, which the kernel narrows to what is allowed now, rather than
+  // a process held to one core.
+  if (pinned && sched_setaffinity(0, sizeof allowed, &allowed) != 0) {
+    cpu_set_t every;
+    std::memset(&every, 0xff, sizeof every);
+    sched_setaffinity(0, sizeof every, &every);
+  }
   return pid;
 }
 
