@@ -908,7 +908,7 @@ class Child {
     if (read_fd_ >= 0) close(read_fd_);
     write_fd_ = read_fd_ = -1;
   }
-  // Waits up to `polls` × 5 ms for the child to exit, then kills its whole
+  // Waits up to `seconds` for the child to exit, then kills its whole
   // tree (its group, its descendants, every process with its token) and
   // returns the wait status.
   int reap(double seconds) {
