@@ -84,23 +84,40 @@ int64_t IntRange::at(int64_t i) const {
   return base + t / q * multiple_of + res[static_cast<size_t>(t % q)];
 }
 
+namespace {
+// How many allowed values are <= v.
+int64_t allowed_upto(const IntRange& r, int64_t v) {
+  const int64_t n = r.count();
+  if (n == 0 || v < r.lo) return 0;
+  if (!r.one_of.empty()) {
+    const auto vals = listed(r);
+    return std::upper_bound(vals.begin(), vals.end(), v) - vals.begin();
+  }
+  if (r.multiple_of <= 1) return std::min(v, r.hi) - r.lo + 1;
+  const auto res = residues(r);
+  return std::clamp<int64_t>(count_upto(r, res, std::min(v, r.hi)) - count_upto(r, res, r.lo - 1), 0, n);
+}
+}  // namespace
+
 int64_t IntRange::nearest(int64_t v) const {
   const int64_t n = count();
   if (n == 0) return lo;
   if (!constrained()) return std::clamp(v, lo, hi);
   // Allowed values <= v: the one below is at(k - 1), the one above at(k).
-  int64_t k = 0;
-  if (!one_of.empty()) {
-    const auto vals = listed(*this);
-    k = std::upper_bound(vals.begin(), vals.end(), v) - vals.begin();
-  } else {
-    const auto res = residues(*this);
-    k = std::clamp<int64_t>(count_upto(*this, res, std::min(v, hi)) - count_upto(*this, res, lo - 1), 0, n);
-  }
+  const int64_t k = allowed_upto(*this, v);
   if (k == 0) return at(0);
   if (k == n) return at(n - 1);
   const int64_t below = at(k - 1), above = at(k);
   return v - below <= above - v ? below : above;
+}
+
+std::vector<int64_t> IntRange::shrink_targets(int64_t n) const {
+  std::vector<int64_t> out;
+  const int64_t below = allowed_upto(*this, n - 1), half = allowed_upto(*this, n / 2);
+  if (below == 0) return out;
+  for (int64_t v : {at(0), half > 0 ? at(half - 1) : at(0), at(below - 1)})
+    if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+  return out;
 }
 
 IntRange IntRange::upto(int64_t top) const {

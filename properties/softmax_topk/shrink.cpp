@@ -7,6 +7,7 @@
 #include <set>
 #include <vector>
 
+#include "kprop/select.h"
 #include "properties/softmax_topk/family.h"
 
 namespace kprop::softmax_topk {
@@ -35,6 +36,10 @@ double row_weight(const Case& c, int r) {
     if (std::isfinite(x)) w += std::fabs(x);
   }
   return w;
+}
+
+bool finite_nonzero(double x) {
+  return std::isfinite(x) && x != 0;
 }
 
 Case with_columns(const Case& c, const std::vector<int>& cols) {
@@ -76,10 +81,11 @@ std::vector<double> simpler_values(double x) {
 
 }  // namespace
 
-// One shrink step, boldest first: fewer rows, fewer columns, smaller K, block
-// 1, whole-row simplifications (dense ranks, halving), then one value at a
-// time towards 0, +-1 and small powers of two. Candidates that break the
-// contract or repeat the case are skipped.
+// One shrink step, boldest first: fewer rows, fewer columns, runs of logits
+// to -inf (or -inf to 0), smaller K, block 1, whole-row simplifications
+// (dense ranks, halving), then one value at a time towards 0, +-1 and small
+// powers of two. Candidates that break the contract or repeat the case are
+// skipped.
 rc::Seq<Case> Traits::shrinks(const Case& c, const Values& domain) {
   std::vector<Case> out;
   const int rows = c.rows(), v = c.vocab;
@@ -94,11 +100,16 @@ rc::Seq<Case> Traits::shrinks(const Case& c, const Values& domain) {
     s.logits.resize(static_cast<size_t>(rows - 1) * v);
     out.push_back(std::move(s));
   }
-  if (v > 1) {
-    std::vector<int> first, second;
-    for (int j = 0; j < v; ++j) (j < (v + 1) / 2 ? first : second).push_back(j);
+  // Fewer columns: the first or the last t, for each t the domain allows
+  // below V (about half where it allows every V; else the next one_of
+  // vocabulary down, which halving never lands on).
+  const IntRange vocabs = domain.int_range("vocab");
+  for (int64_t t : vocabs.shrink_targets(v)) {
+    if (t == v - 1 && vocabs.allows(v - 1)) continue;  // the single drops below
+    std::vector<int> first, last;
+    for (int j = 0; j < int(t); ++j) first.push_back(j), last.push_back(v - int(t) + j);
     out.push_back(with_columns(c, first));
-    out.push_back(with_columns(c, second));
+    out.push_back(with_columns(c, last));
   }
   // Every candidate past this point is made on demand: a 131072-wide row has
   // 131072 single-column drops and several simpler values per logit, each a copy.
@@ -114,12 +125,55 @@ rc::Seq<Case> Traits::shrinks(const Case& c, const Values& domain) {
   });
   std::vector<Case> head = std::move(out);
   out.clear();
-  for (int k : {1, c.k / 2, c.k - 1})
-    if (k >= 1 && k < c.k) {
-      Case s = c;
-      s.k = k;
-      out.push_back(std::move(s));
-    }
+  // Whole-row edits, boldest first: the first m of a row's finite nonzero
+  // logits set to -inf (m = all, half, a quarter, ... 2), then the last m
+  // (half ... 2); then the same runs of its -inf logits set to 0, where 0
+  // would neither underflow nor raise the row's max. A failure at some
+  // positions of a 131072-wide row (an index past 65535) gets there in tens
+  // of accepted steps, and K then falls by halves: one logit or one K at a
+  // time took a step each, past the large profile's shrink budget, so that
+  // the stored case depended on the machine's speed. They come before K's
+  // edits, which would otherwise crawl down by one. Each turns finite
+  // nonzero logits to -inf (never 0s, which would come back) or -inf to 0:
+  // shrinking still ends.
+  struct Bulk {
+    int row;
+    int64_t m;     // select::halving_runs's run of the logits of the kind
+    bool to_zero;  // false: finite nonzero logits to -inf; true: -inf to 0
+  };
+  std::vector<Bulk> bulks;
+  for (int r = 0; r < rows; ++r) {
+    const auto begin = c.logits.begin() + static_cast<long>(r) * v, end = begin + v;
+    for (int64_t m : select::halving_runs(std::count_if(begin, end, finite_nonzero)))
+      bulks.push_back({r, m, false});
+    const double top = *std::max_element(begin, end);
+    if (top >= 0 && !underflows(c, 0, top))
+      for (int64_t m : select::halving_runs(std::count(begin, end, kNegInf))) bulks.push_back({r, m, true});
+  }
+  auto bulk = rc::seq::map(rc::seq::fromContainer(std::move(bulks)), [shared](const Bulk& b) {
+    Case s = *shared;
+    const auto begin = s.logits.begin() + static_cast<long>(b.row) * s.vocab, end = begin + s.vocab;
+    if (b.to_zero)
+      select::edit_run(
+          begin, end, b.m, [](double x) { return x == kNegInf; }, [](double& x) { x = 0; });
+    else
+      select::edit_run(begin, end, b.m, finite_nonzero, [](double& x) { x = kNegInf; });
+    return s;
+  });
+  // Smaller K: 1, then K less half the way to 1, less a quarter, ... less
+  // one (as RapidCheck shrinks integers): a failure that needs K past some
+  // rank (65536 of a 131072-wide row) gets to the least such K in O(log K)
+  // accepted steps, where only 1, K/2 and K - 1 crawled down one at a time.
+  // Made when asked for: each is a copy of the case.
+  std::vector<int> ks;
+  if (c.k > 1) ks.push_back(1);
+  for (int step = (c.k - 1) / 2; step >= 1; step /= 2)
+    if (c.k - step > 1) ks.push_back(c.k - step);
+  auto smaller_k = rc::seq::map(rc::seq::fromContainer(std::move(ks)), [shared](int k) {
+    Case s = *shared;
+    s.k = k;
+    return s;
+  });
   for (int b : {1, c.block / 2})
     if (b >= 1 && b < c.block) {
       Case s = c;
@@ -189,8 +243,9 @@ rc::Seq<Case> Traits::shrinks(const Case& c, const Values& domain) {
       return s;
     });
   });
-  auto all = rc::seq::concat(rc::seq::fromContainer(std::move(head)), std::move(column_drops),
-                             rc::seq::fromContainer(std::move(out)), std::move(values));
+  auto all =
+      rc::seq::concat(rc::seq::fromContainer(std::move(head)), std::move(column_drops), std::move(bulk),
+                      std::move(smaller_k), rc::seq::fromContainer(std::move(out)), std::move(values));
   return rc::seq::filter(std::move(all), [c](const Case& s) {
     if (s == c || !validate(s).empty()) return false;
     for (double x : s.logits)

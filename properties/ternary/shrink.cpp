@@ -76,12 +76,14 @@ std::vector<double> simpler_values(double v) {
 
 }  // namespace
 
-// One shrink step, boldest first: halve then drop single tokens, output rows
-// and input columns; set nonzero dy to 1; then simplify single values (x, w,
-// dy) to 0, +-1 or fewer significant digits. Every edit strictly simplifies
-// (fewer values, or a value lower in 0 < +-1 < fewer digits), so shrinking
-// ends. Built lazily: value candidates are only made when no shape edit fails.
-rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
+// One shrink step, boldest first: cut to smaller sizes the domain allows,
+// drop single tokens, output rows and input columns; set nonzero dy to 1;
+// zero runs of values, or set them all to +-1; then simplify single values
+// (x, w, dy) to 0, +-1 or fewer significant digits. Every edit strictly
+// simplifies (fewer values, or a value lower in 0 < +-1 < fewer digits), so
+// shrinking ends. Built lazily: value candidates are only made when no shape
+// edit fails.
+rc::Seq<Case> Traits::shrinks(const Case& c, const Values& domain) {
   // Each shape edit drops [lo, hi) along one axis; its case is made when
   // the shrinker asks for it (every edit made at once held O(K²) indices and
   // a case per column: gigabytes at K = 16385, bad_alloc past it).
@@ -90,12 +92,21 @@ rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
   };
   std::vector<Drop> drops;
   const int dims[] = {c.tokens, c.out_features, c.in_features};
+  const char* keys[] = {"tokens", "out_features", "in_features"};
   for (int axis = 0; axis < 3; ++axis) {
     const int n = dims[axis];
     if (n <= 1) continue;
-    drops.push_back({axis, n / 2, n});
-    drops.push_back({axis, 0, n / 2});
-    for (int i = 0; i < n; ++i) drops.push_back({axis, i, i + 1});
+    // To each size the domain allows below n (about half, where it allows
+    // every size; else the next listed size down: a profile's one_of K
+    // admits no half and no single drop), keeping the head, then the tail.
+    const IntRange allowed = domain.int_range(keys[axis]);
+    for (int64_t t : allowed.shrink_targets(n))
+      if (t < n - 1 || !allowed.allows(n - 1)) {  // n - 1: the single drops below
+        drops.push_back({axis, int(t), n});
+        drops.push_back({axis, 0, n - int(t)});
+      }
+    if (allowed.allows(n - 1))
+      for (int i = 0; i < n; ++i) drops.push_back({axis, i, i + 1});
   }
   auto apply = [c, dims_n = std::array<int, 3>{dims[0], dims[1], dims[2]}](const Drop& d) {
     const std::vector<int> keep = iota_except(dims_n[static_cast<size_t>(d.axis)], d.lo, d.hi);
@@ -120,6 +131,35 @@ rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
     for (double& g : s.dy) g = g == 0 ? 0.0 : 1.0;
     ones.push_back(std::move(s));
   }
+  // Whole-array edits of x, w and dy, boldest first: zero the first m of
+  // its nonzero values (m = all, half, a quarter, ... 2), the last m (half
+  // ... 2), then set every nonzero value to +-1. A failure that needs some
+  // hundreds of K = 4097 products (a 16-bit accumulator wraps past 258 of
+  // 127) gets there in tens of accepted steps, each a prefix or suffix
+  // halved: zeroing one value at a time took a step per value, about 700
+  // per 2 s where thousands were needed, so the stored case depended on
+  // how far the machine got in the profile's budget.
+  struct Bulk {
+    int array;  // 0: x, 1: w, 2: dy
+    int64_t m;  // select::halving_runs's run of nonzero values to 0; 0: every nonzero value to +-1
+  };
+  std::vector<Bulk> bulks;
+  for (int a = 0; a < 3; ++a) {
+    const std::vector<double>& v = a == 0 ? c.x : a == 1 ? c.w : c.dy;
+    for (int64_t m : select::halving_runs(std::count_if(v.begin(), v.end(), [](double x) { return x != 0; })))
+      bulks.push_back({a, m});
+    if (std::any_of(v.begin(), v.end(), [](double x) { return x != 0 && std::fabs(x) != 1; }))
+      bulks.push_back({a, 0});
+  }
+  auto bulk_seq = rc::seq::map(rc::seq::fromContainer(std::move(bulks)), [c](const Bulk& b) {
+    Case s = c;
+    std::vector<double>& v = b.array == 0 ? s.x : b.array == 1 ? s.w : s.dy;
+    if (b.m == 0)
+      for (double& x : v) x = x == 0 ? 0.0 : x < 0 ? -1.0 : 1.0;
+    select::edit_run(
+        v.begin(), v.end(), b.m, [](double x) { return x != 0; }, [](double& x) { x = 0; });
+    return s;
+  });
   // Every (array, index) pair, then each simpler value for it.
   const size_t total = c.x.size() + c.w.size() + c.dy.size();
   auto values_seq = rc::seq::mapcat(rc::seq::range<size_t>(0, total), [c](size_t i) {
@@ -137,9 +177,10 @@ rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
       return s;
     });
   });
-  return rc::seq::filter(rc::seq::concat(std::move(shape_seq), std::move(mean_kept),
-                                         rc::seq::fromContainer(std::move(ones)), std::move(values_seq)),
-                         [c](const Case& s) { return !(s == c); });
+  return rc::seq::filter(
+      rc::seq::concat(std::move(shape_seq), std::move(mean_kept), rc::seq::fromContainer(std::move(ones)),
+                      std::move(bulk_seq), std::move(values_seq)),
+      [c](const Case& s) { return !(s == c); });
 }
 
 }  // namespace kprop::ternary

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <iterator>
 #include <vector>
 
 namespace kprop::select {
@@ -36,6 +38,30 @@ std::vector<T> cols(const std::vector<T>& m, size_t width, const std::vector<int
   for (size_t at = 0; at + width <= m.size() && width > 0; at += width)
     for (int k : keep) out.push_back(m[at + static_cast<size_t>(k)]);
   return out;
+}
+
+// Runs of the n elements a shrinker may edit at once, boldest first: m > 0
+// the first m of them (n, n/2, n/4, ... 2), m < 0 the last -m (n/2 ... 2).
+// Halving the run that still fails reaches a failure that needs k of n
+// elements in O(log n) accepted steps per halving, where one element at a
+// time took a step per element (single edits are the shrinker's last pass).
+inline std::vector<int64_t> halving_runs(int64_t n) {
+  std::vector<int64_t> out;
+  for (int64_t m = n; m >= 2; m /= 2) out.push_back(m);
+  for (int64_t m = n / 2; m >= 2; m /= 2) out.push_back(-m);
+  return out;
+}
+
+// Applies `edit` to the first m elements of [begin, end) that `pick` takes
+// (m > 0), or to the last -m (m < 0).
+template <typename It, typename Pick, typename Edit>
+void edit_run(It begin, It end, int64_t m, Pick pick, Edit edit) {
+  auto apply = [&](auto first, auto last, int64_t left) {
+    for (; first != last && left > 0; ++first)
+      if (pick(*first)) edit(*first), --left;
+  };
+  if (m > 0) apply(begin, end, m);
+  if (m < 0) apply(std::make_reverse_iterator(end), std::make_reverse_iterator(begin), -m);
 }
 
 }  // namespace kprop::select

@@ -40,6 +40,12 @@ struct IntRange {
   // The same constraint over [lo, min(hi, top)], with top raised to the least
   // allowed value so the result is never empty (when this one is not).
   IntRange upto(int64_t top) const;
+  // Allowed sizes below n that a shrinker should try for a dimension of
+  // size n, boldest first and distinct: the least, the largest at most n/2,
+  // the largest below n. Empty when none is allowed below n. A one_of
+  // domain ({one_of: [4097, 8191]}) admits neither n/2 nor n - 1, so
+  // halving and dropping one element never leave it; these do.
+  std::vector<int64_t> shrink_targets(int64_t n) const;
   // "multiple_of 64 with offsets [-1, 0, 1]", "one_of [64, 128]", "" when unconstrained.
   std::string constraint() const;
 };

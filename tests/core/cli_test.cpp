@@ -1135,11 +1135,12 @@ TEST(Cli, ACaseThatOverrunsItsTimeoutIsSavedWhenItFinishesDuringTheSave) {
 // coreutils' `timeout -s INT` signals the process and its group: two
 // SIGINTs at once are one interrupt, whose report must come out (the second
 // quit at once, losing it, while the first was still being wound down: here
-// a shrink of ternary's large profile, stopped and stored).
+// a shrink of softmax_topk's large profile, stopped and stored; a 131072-wide
+// row's shrinks take its whole 2 s budget, so the run is still going at 1 s).
 TEST(Cli, OneInterruptDeliveredTwiceStillReports) {
   const fs::path scratch = temp("interrupt");
   const std::string cmd = "sh -c '" + std::string(KPROP_RUNNER) + " --spec " + std::string(KPROP_SOURCE_DIR) +
-                          "/specs/ternary.yaml --profile large --target k_tail_dropped_past_4096 --seed 4 "
+                          "/specs/softmax_topk.yaml --profile large --target indices_u16 --seed 1 "
                           "--jobs 1 --corpus " +
                           scratch.string() +
                           " & pid=$!; sleep 1; kill -INT $pid; sleep 0.05; kill -INT $pid; wait $pid' 2>&1";

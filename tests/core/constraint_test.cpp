@@ -65,7 +65,7 @@ const std::vector<IntRange> kRanges = {
 
 // ---------------------------------------------------------------- IntRange
 
-TEST(IntRangeConstraint, CountAtAllowsAndNearestAgreeWithTheDefinition) {
+TEST(IntRangeConstraint, CountAtAllowsNearestAndShrinkTargetsAgreeWithTheDefinition) {
   for (const IntRange& r : kRanges) {
     const auto values = brute(r);
     SCOPED_TRACE(format_value(r));
@@ -77,8 +77,27 @@ TEST(IntRangeConstraint, CountAtAllowsAndNearestAgreeWithTheDefinition) {
       for (int64_t a : values)
         if (std::llabs(a - v) < std::llabs(best - v)) best = a;
       EXPECT_EQ(r.nearest(v), best) << v;
+      // shrink_targets: the least allowed value, the largest at most v/2
+      // (else the least) and the largest below v, distinct, in that order.
+      std::vector<int64_t> want;
+      auto add = [&want](int64_t t) {
+        if (std::find(want.begin(), want.end(), t) == want.end()) want.push_back(t);
+      };
+      const auto below = std::lower_bound(values.begin(), values.end(), v) - values.begin();
+      if (below > 0) {
+        const auto half = std::upper_bound(values.begin(), values.end(), v / 2) - values.begin();
+        add(values.front());
+        add(half > 0 ? values[static_cast<size_t>(half - 1)] : values.front());
+        add(values[static_cast<size_t>(below - 1)]);
+      }
+      EXPECT_EQ(r.shrink_targets(v), want) << v;
     }
   }
+  // A one_of dimension shrinks to the next listed size down, which neither
+  // halving nor dropping one element reaches.
+  EXPECT_EQ((IntRange{4097, 65537, 1, {}, {4097, 8191, 65537}}).shrink_targets(8191),
+            std::vector<int64_t>{4097});
+  EXPECT_EQ((IntRange{1, 100}).shrink_targets(10), (std::vector<int64_t>{1, 5, 9}));
   // The plain range is unchanged: every value, no constraint.
   EXPECT_FALSE((IntRange{0, 4}).constrained());
   EXPECT_EQ((IntRange{0, 4}).constraint(), "");

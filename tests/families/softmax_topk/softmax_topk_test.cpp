@@ -241,5 +241,28 @@ TEST(SoftmaxTopkMutants, TheKillMatrixNamesTheSameKillerAsTheTable) {
     EXPECT_EQ(plain[i].killed_by, matrix[i].killed_by) << plain[i].mutant;
   }
 }
+
+// The large profile (vocab one_of 131072, 151936, 262144): a 16-bit index
+// buffer's failure ends at V = 131072, the least listed, where halving V
+// never lands, and with K cut by halves, not one at a time (K - 1 crawled
+// from 4605 to 4530 in the profile's 2 s). Its fixpoint: every logit 0, so
+// the top K are indices 0 .. K - 1 (ties go to the lower index), and K =
+// 65537, the least K whose top K holds index 65536. The budget here is far
+// past what the shrink takes (under a second): this checks where the
+// shrinker ends, not how fast.
+TEST(SoftmaxTopkShrinker, LargeProfileEndsAtTheFirstWrappedIndex) {
+  Spec spec = load_spec(kernels::kSpec, "large");
+  spec.run.shrink_budget_s = 600;
+  const RunReport r = run_spec(spec, testing::first_failure("indices_u16", 3, {"sorted"}));
+  ASSERT_EQ(r.status, RunStatus::failed);
+  ASSERT_TRUE(r.invariants.at(0).counterexample);
+  const Finding& f = *r.invariants[0].counterexample;
+  EXPECT_FALSE(f.shrink_interrupted);
+  const Case c = Traits::from_yaml(YAML::Load(f.case_yaml));
+  EXPECT_EQ(c.rows(), 1);
+  EXPECT_EQ(c.vocab, 131072);
+  EXPECT_EQ(c.k, 65537);
+  EXPECT_EQ(std::count(c.logits.begin(), c.logits.end(), 0.0), 131072);
+}
 }  // namespace
 }  // namespace kprop::softmax_topk

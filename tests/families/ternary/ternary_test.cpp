@@ -182,5 +182,37 @@ TEST(TernaryShrinker, MinimalShapes) {
     }
 }
 
+// The large profile (K one_of 4097, 8191, ...): each bug's failure ends at
+// K = 4097, the least K listed, and at the fewest nonzero products that
+// show it. A 16-bit accumulator wraps past 258 products of 127 (|x_q| <= 127,
+// w_q in {-1, 0, 1}, 259 * 127 > 32767); dropping K mod 4096 columns needs
+// the one past 4096. Halving K or dropping one column never lands on a
+// listed K, and zeroing one value at a time took a step per value: about
+// 700 of the thousands needed in the profile's budget. The budget here is
+// far past what the shrink takes (about a second): this checks where the
+// shrinker ends, not how fast.
+TEST(TernaryShrinker, LargeProfileEndsAtEachBugsThreshold) {
+  Spec spec = load_spec(kSpec, "large");
+  spec.run.shrink_budget_s = 600;
+  for (auto [mutant, products] :
+       {std::pair{"int16_accumulator", 259}, std::pair{"k_tail_dropped_past_4096", 1}}) {
+    const RunReport r = run_spec(spec, testing::first_failure(mutant, 3, {"integer_part_exact"}));
+    ASSERT_EQ(r.status, RunStatus::failed) << mutant;
+    for (const auto& inv : r.invariants) {
+      if (!inv.counterexample) continue;
+      EXPECT_FALSE(inv.counterexample->shrink_interrupted) << mutant;
+      const Case c = Traits::from_yaml(YAML::Load(inv.counterexample->case_yaml));
+      EXPECT_EQ(c.tokens, 1) << mutant;
+      EXPECT_EQ(c.out_features, 1) << mutant;
+      EXPECT_EQ(c.in_features, 4097) << mutant;
+      auto nonzero = [](const std::vector<double>& v) {
+        return std::count_if(v.begin(), v.end(), [](double x) { return x != 0; });
+      };
+      EXPECT_EQ(nonzero(c.x), products) << mutant;
+      EXPECT_EQ(nonzero(c.w), products) << mutant;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kprop::ternary
