@@ -22,6 +22,34 @@ const CaseDomains::Domain& CaseDomains::for_live(const std::vector<size_t>& live
 }
 
 const CaseDomains::Domain& CaseDomains::choose(const std::vector<size_t>& live) {
+  return hollowed(narrowed(live), live);
+}
+
+const CaseDomains::Domain& CaseDomains::hollowed(const Domain& base, const std::vector<size_t>& live) {
+  if (live.empty() || uses_.empty()) return base;  // no uses given: the plain draw
+  std::vector<size_t> invariants;
+  for (const size_t k : live) {
+    const InvariantUse& use = *uses_[k];
+    if (use.expression || use.callback || !use.unobservable.empty()) return base;
+    if (!family_.invariants()[use.index].discards_header) return base;
+    invariants.push_back(use.index);
+  }
+  std::sort(invariants.begin(), invariants.end());
+  invariants.erase(std::unique(invariants.begin(), invariants.end()), invariants.end());
+  for (const Hollowed& h : hollowed_)
+    if (h.base == &base && h.invariants == invariants) return *h.domain;
+  std::vector<std::function<bool(const AnyCase&)>> discards;
+  for (const size_t i : invariants) discards.push_back(family_.invariants()[i].discards_header);
+  Family::Hollow all = [discards](const AnyCase& header) {
+    return std::all_of(discards.begin(), discards.end(), [&header](const auto& d) { return d(header); });
+  };
+  hollowed_.push_back({&base, invariants,
+                       std::make_unique<Domain>(
+                           Domain{base.values, family_.generator(base.values, std::move(all)), base.focus})});
+  return *hollowed_.back().domain;
+}
+
+const CaseDomains::Domain& CaseDomains::narrowed(const std::vector<size_t>& live) {
   const Domain& whole = *domains_.front();
   if (live.empty() || uses_.empty()) return whole;  // no uses given: no focus (RunOptions::focus)
   // Per field, the values the live invariants observe: the domain's list

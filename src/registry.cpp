@@ -50,13 +50,14 @@ std::vector<std::pair<std::string, std::string>> Family::domain_lines(const Valu
   return lines;
 }
 
-rc::Gen<AnyCase> Family::generator(const Values& domain) const {
+rc::Gen<AnyCase> Family::generator(const Values& domain, Hollow hollow) const {
   // Shared, not captured by value: RapidCheck copies the generator's
   // callable for every case it draws, and a domain's map of values is dozens
   // of allocations (attention: ~3% of a whole run's CPU went to the copies).
-  return rc::gen::exec([this, shared = std::make_shared<const Values>(domain)] {
+  return rc::gen::exec([this, shared = std::make_shared<const Values>(domain),
+                        hollow = std::make_shared<const Hollow>(std::move(hollow))] {
     RapidCheckDraw draw;
-    return build(draw, *shared);
+    return *hollow ? build_hollow(draw, *shared, *hollow) : build(draw, *shared);
   });
 }
 

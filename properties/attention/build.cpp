@@ -1,6 +1,7 @@
 // The one case builder of the attention families.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "kprop/rng.h"
 #include "properties/attention/family_parts.h"
@@ -174,12 +175,8 @@ void fill_values(Case& c, const std::string& kind, double magnitude, double grow
     // signed power of two per row, in one channel: where a row's visible
     // keys number 2^t, O is exact in the dtype and so is every dS, and dQ,
     // dK are known to f32 accuracy before their stores
-    // (dq_dk_rounded_to_nearest). The softmax scale becomes a power of two
-    // (1 to 1/8) where it is not one: only then may a kernel fold it into dS
-    // exactly.
-    int exponent = 0;
-    if (std::frexp(effective_scale(c), &exponent) != 0.5)
-      c.scale = std::ldexp(1.0, -int(std::floor(rng::uniform(seed, 29, 0) * 4)));
+    // (dq_dk_rounded_to_nearest). Its softmax scale, a power of two, is set
+    // with the header (pinned_scale).
     const size_t dim = size_t(s.dim);
     for (size_t row = 0; row < c.q.size() / dim; ++row)
       std::fill_n(c.q.begin() + long(row * dim + 1), dim - 1, 0.0);
@@ -211,8 +208,22 @@ void fill_values(Case& c, const std::string& kind, double magnitude, double grow
     for (double& x : *t) x = round_to(c.dtype, x);
 }
 
+// pinned_grads: the softmax scale becomes a power of two (1 to 1/8) where it
+// is not one: only then may a kernel fold it into dS exactly. A function of
+// the seed alone, so it is part of the case's header (before the values).
+void pinned_scale(Case& c, uint64_t seed) {
+  int exponent = 0;
+  if (std::frexp(effective_scale(c), &exponent) != 0.5)
+    c.scale = std::ldexp(1.0, -int(std::floor(rng::uniform(seed, 29, 0) * 4)));
+}
+
+// Every draw, then the bulk values (fill_values, from the drawn seed by
+// counter: none of them is a draw). `hollow`, where set and true for the
+// case so far (its header: shape, tiles, dtype, scale, mask), returns it
+// without them.
 template <typename Draw>
-Case build_case(Draw& draw, const Values& domain, bool backward) {
+Case build_case(Draw& draw, const Values& domain, bool backward,
+                const std::function<bool(const Case&)>& hollow = {}) {
   Case c;
   Shape& s = c.shape;
   s.batch = int(draw.sized(domain.int_range("batch")));
@@ -258,6 +269,8 @@ Case build_case(Draw& draw, const Values& domain, bool backward) {
   // Drawn for its own kind only, so the other kinds draw what they did.
   const double peak =
       kind == "masked_peaks" ? std::pow(10.0, draw.any(domain.real_range("log10_peak_score"))) : 0;
+  if (kind == "pinned_grads") pinned_scale(c, seed);
+  if (hollow && hollow(c)) return c;
   if (backward) c.d_out.resize(s.q_size());
   fill_values(c, kind, magnitude, growth, peak, large_v, same_keys, seed);
   return c;
@@ -269,10 +282,16 @@ template <bool B>
 Case CaseTraits<B>::build(Draw& draw, const Values& domain) {
   return build_case(draw, domain, B);
 }
+template <bool B>
+Case CaseTraits<B>::build(Draw& draw, const Values& domain, const std::function<bool(const Case&)>& hollow) {
+  return build_case(draw, domain, B, hollow);
+}
 
 // The members defined here, for both families (not the whole class: once
 // files share a translation unit, KPROP_UNITY, each member is instantiated once).
 template Case CaseTraits<false>::build(Draw&, const Values&);
 template Case CaseTraits<true>::build(Draw&, const Values&);
+template Case CaseTraits<false>::build(Draw&, const Values&, const std::function<bool(const Case&)>&);
+template Case CaseTraits<true>::build(Draw&, const Values&, const std::function<bool(const Case&)>&);
 
 }  // namespace kprop::attention

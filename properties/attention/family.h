@@ -17,6 +17,9 @@ struct CaseTraits {
   // reference's materialized Nq×Nk matrices (S, P, dP, dS), in fp64.
   KPROP_FAMILY_CASE_TRAITS(attention::Case);
   static uint64_t content_hash(const Case& c);  // without the YAML tree (FamilyDef::content_hash)
+  // build's draws, and its case before Q, K, V and dO are filled where
+  // `hollow` holds for that header (Family::build_hollow; build.cpp).
+  static Case build(Draw& draw, const Values& domain, const std::function<bool(const Case&)>& hollow);
   // Metamorphic transforms (transforms.cpp): permute keys, permute queries,
   // shift keys, retile.
   KPROP_FAMILY_TRANSFORMS();

@@ -310,13 +310,22 @@ std::pair<double, double> pinned_sum(const std::vector<Term>& terms, double sigm
   return {sigma * sum, kernel + fp64};
 }
 
+// A softmax scale that is not a power of two: a discard on the case's
+// header alone (InvariantInfo::discards_header), so a run drawing only for
+// this check leaves such cases' values out (kprop/focus.h).
+bool scale_not_power_of_two(const Case& c) {
+  int exponent = 0;
+  return std::frexp(effective_scale(c), &exponent) != 0.5;
+}
+
 Verdict dq_dk_rounded_to_nearest(T& t, const Values&) {
   const Case& c = t.input();
+  // Both discards read the header only (dtype, scale): a hollow case
+  // (Family::build_hollow) reaches one of them.
   if (auto v = pinned_store_unobservable(t.target_info(), c.dtype, "dQ and dK")) return *v;
   const Shape& s = c.shape;
   const double sigma = effective_scale(c);
-  int exponent = 0;
-  if (std::frexp(sigma, &exponent) != 0.5)
+  if (scale_not_power_of_two(c))
     return Verdict::discard(fmt::format(
         "softmax scale {} is not a power of two: a kernel may fold it into dS before rounding dS", sigma));
   size_t checked = 0, pinned = 0;
@@ -412,7 +421,8 @@ void register_backward_store_invariants(FamilyDef<BwdTraits>& f) {
                {},
                needs_pinned_grads},
               dq_dk_rounded_to_nearest)
-      .observing("dtypes", {"f16", "bf16"});  // pinned_store_unobservable: f32/f64 discarded
+      .observing("dtypes", {"f16", "bf16"})  // pinned_store_unobservable: f32/f64 discarded
+      .discarding_header(scale_not_power_of_two);
 }
 
 }  // namespace kprop::attention

@@ -176,6 +176,24 @@ struct InvariantInfo {
     reads = std::move(outputs);
     return *this;
   }
+  // Cases the invariant discards (or finds not applicable), whatever their
+  // bulk values and whatever the target, on what a case's header holds: everything a family's
+  // builder draws before it fills the bulk values (its shape, dtype, scale,
+  // value kind and seed; Family::build_hollow). True: discarded, and the
+  // invariant's check must reach that discard reading only the header (it
+  // calls the same test first). A run whose invariants still checking all
+  // discard a header leaves its values out (kprop/focus.h): the same cases,
+  // verdicts and report, without the bulk of what they cost to draw. Unset:
+  // none declared. FamilyContract.HeaderDiscardsAreTheInvariantsOwn checks
+  // every declared one against the invariant's verdicts on full cases.
+  std::function<bool(const std::shared_ptr<const void>& header)> discards_header;
+  template <typename Case>
+  InvariantInfo& discarding_header(bool (*discards)(const Case&)) {
+    discards_header = [discards](const std::shared_ptr<const void>& c) {
+      return discards(*static_cast<const Case*>(c.get()));
+    };
+    return *this;
+  }
 };
 
 // "" when `key` (a choices field of the domain) lists `choice`, else the
@@ -343,7 +361,18 @@ class Family {
   // RapidCheck generation, fuzz-byte decoding and fuzz seed corpora are the
   // same code. The three below derive from it (registry.cpp).
   virtual AnyCase build(Draw& draw, const Values& domain) const = 0;
-  rc::Gen<AnyCase> generator(const Values& domain) const;
+  // The same draws as build; where the family can and `hollow` holds for
+  // the case's header (InvariantInfo::discards_header), the header alone,
+  // its bulk values left out (empty). Such a case is only for invariants
+  // that discard it on its header: nothing else may read it. By default, or
+  // for a family whose builder has no header stage, build's case.
+  using Hollow = std::function<bool(const AnyCase& header)>;
+  virtual AnyCase build_hollow(Draw& draw, const Values& domain, const Hollow& hollow) const {
+    (void)hollow;
+    return build(draw, domain);
+  }
+  // `hollow` set: build_hollow's cases (kprop/focus.h).
+  rc::Gen<AnyCase> generator(const Values& domain, Hollow hollow = {}) const;
   // libFuzzer bytes: the first is the size (BytesDraw), the rest the draws.
   AnyCase from_bytes(const uint8_t* data, size_t size, const Values& domain) const;
   // A generated case (RapidCheck seed and size) as the bytes from_bytes
@@ -456,6 +485,14 @@ concept HasTensors = requires(const typename Traits::Case& c, const typename Tra
 // returning the derived case; `seed` (a hash of the case and the invariant)
 // feeds kprop::rng for any randomness, and the transform put()s the
 // "transform.*" tensors it declared when out.wanted() them.
+// A builder with a header stage: Traits::build(draw, domain, hollow) makes
+// the same draws as build(draw, domain) and returns the case before its
+// bulk values where hollow(that case) holds (Family::build_hollow).
+template <typename Traits>
+concept HasHeaderStage = requires(Draw& d, const Values& v,
+                                  const std::function<bool(const typename Traits::Case&)>& h) {
+  { Traits::build(d, v, h) } -> std::same_as<typename Traits::Case>;
+};
 template <typename Traits>
 concept HasTransforms = requires(const typename Traits::Case& c, const Values& v, expr::TensorMap& m) {
   { Traits::transforms() } -> std::convertible_to<const std::vector<TransformInfo>&>;
@@ -697,6 +734,16 @@ class FamilyDef : public Family {
   const char* description() const override { return Traits::description; }
   const Schema& domain_schema() const override { return schema_; }
   AnyCase build(Draw& draw, const Values& domain) const override { return box(Traits::build(draw, domain)); }
+  AnyCase build_hollow(Draw& draw, const Values& domain, const Hollow& hollow) const override {
+    if constexpr (HasHeaderStage<Traits>) {
+      return box(Traits::build(draw, domain, [&hollow](const Case& header) {
+        return hollow(AnyCase(AnyCase(), &header));  // borrowed: the builder's case, for the call
+      }));
+    } else {
+      (void)hollow;
+      return build(draw, domain);
+    }
+  }
   rc::Seq<AnyCase> shrinks(const AnyCase& c, const Values& domain) const override {
     // `c` rides along so the family's Seq may refer to the case it shrinks.
     auto inside = rc::seq::filter(Traits::shrinks(unbox(c), domain), [domain](const Case& s) {

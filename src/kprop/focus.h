@@ -16,6 +16,15 @@
 // proportions; only the discards it never sees are fewer. Which domain case
 // i comes from depends only on which invariants are live after the cases
 // before it, so it is the same whatever the number of jobs.
+//
+// While every invariant still checking also discards cases on their header
+// alone (InvariantInfo::discards_header: a softmax scale that is not a power
+// of two, say), the run draws from that domain's hollow twin: the same draws,
+// but a case every one of them discards on its header is left without its
+// bulk values (Family::build_hollow). They discard it just the same, reading
+// only the header, so the cases, verdicts and report are those of the full
+// draw; what is saved is filling values no check reads (attention_bwd: a
+// sixth of a run went to values only discarded).
 #pragma once
 
 #include <rapidcheck.h>
@@ -50,12 +59,20 @@ class CaseDomains {
 
  private:
   const Domain& choose(const std::vector<size_t>& live);
+  const Domain& narrowed(const std::vector<size_t>& live);
+  const Domain& hollowed(const Domain& base, const std::vector<size_t>& live);
 
   const Family& family_;
   std::vector<const InvariantUse*> uses_;
   std::vector<std::unique_ptr<Domain>> domains_;  // [0]: the spec's; then each focus met, once
   std::vector<std::string> refused_;              // foci the family's check_domain refused
   std::map<std::vector<size_t>, const Domain*> chosen_;
+  struct Hollowed {
+    const Domain* base;
+    std::vector<size_t> invariants;  // the family's invariants whose header discards it combines
+    std::unique_ptr<Domain> domain;
+  };
+  std::vector<Hollowed> hollowed_;
 };
 
 }  // namespace kprop

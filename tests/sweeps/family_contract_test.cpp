@@ -353,6 +353,59 @@ TEST_P(FamilyContract, FocusDrawsTheWholeDomainsCasesThere) {
 }
 
 // The family's name; a declared one's, op_<its spec>.
+// InvariantInfo::discards_header: where it holds on a case's header, the
+// invariant discards the full case (or finds it not applicable), whatever
+// the target, and reaches the same verdict on the hollow case (the header alone, Family::build_hollow).
+// A run that leaves such cases' values out (kprop/focus.h) then gets the
+// same verdicts, counts and reasons. Hollow and full cases come from the
+// same draws (one Random, one size).
+TEST_P(FamilyContract, HeaderDiscardsAreTheInvariantsOwn) {
+  const Family& f = *GetParam();
+  std::vector<size_t> declaring;
+  for (size_t i = 0; i < f.invariants().size(); ++i)
+    if (f.invariants()[i].discards_header) declaring.push_back(i);
+  if (declaring.empty()) GTEST_SKIP() << f.name() << " declares no header discard";
+  const auto paths = testing::shipped_specs([&](const Family& g) { return &g == &f; });
+  ASSERT_FALSE(paths.empty()) << f.name() << ": no shipped spec to check its header discards with";
+  const Spec spec = load_spec(paths.front());
+  const auto full = f.generator(spec.domain);
+  const auto hollow = f.generator(spec.domain, [](const AnyCase&) { return true; });
+  for (const size_t i : declaring) {
+    const InvariantInfo& info = f.invariants()[i];
+    InvariantUse use;
+    use.index = i;
+    use.name = info.name;
+    use.params = Values::defaults(info.params);
+    rc::Random random(29);
+    int discarded = 0, kept = 0;
+    for (int n = 0; n < 300; ++n) {
+      const rc::Random r = random.split();
+      const AnyCase c = full(r, n % 101).value(), h = hollow(r, n % 101).value();
+      ASSERT_EQ(f.stats(h).summary, f.stats(c).summary) << "not the same draws";
+      const bool on_header = info.discards_header(h);
+      ASSERT_EQ(on_header, info.discards_header(c)) << f.name() << " " << info.name << ":\n" << text(f, c);
+      if (!on_header) {
+        ++kept;
+        continue;
+      }
+      ++discarded;
+      EXPECT_NE(text(f, h), text(f, c)) << "the hollow case has its values: build_hollow is not wired";
+      for (const ImplInfo& impl : f.implementations()) {
+        const Impl target = resolve_target(spec, impl.name);
+        const Verdict v = check_case(spec, target, use, c);
+        ASSERT_TRUE(v.outcome == Outcome::discard || v.outcome == Outcome::not_applicable)
+            << f.name() << " " << info.name << " on " << impl.name << " kept a case its header discards:\n"
+            << text(f, c);
+        const Verdict vh = check_case(spec, target, use, h);  // past the assertion: it could read no values
+        EXPECT_EQ(vh.outcome, v.outcome) << impl.name;
+        EXPECT_EQ(vh.message, v.message) << impl.name;
+      }
+    }
+    EXPECT_GT(discarded, 0) << info.name << ": no header it discards in 300 draws";
+    EXPECT_GT(kept, 0) << info.name << ": no header it keeps in 300 draws";
+  }
+}
+
 std::string param_name(const ::testing::TestParamInfo<const Family*>& info) {
   std::string name = info.param->name();
   for (const Spec& s : declaring_specs())
