@@ -177,15 +177,16 @@ struct InvariantInfo {
     return *this;
   }
   // Cases the invariant discards (or finds not applicable), whatever their
-  // bulk values and whatever the target, on what a case's header holds: everything a family's
-  // builder draws before it fills the bulk values (its shape, dtype, scale,
-  // value kind and seed; Family::build_hollow). True: discarded, and the
-  // invariant's check must reach that discard reading only the header (it
-  // calls the same test first). A run whose invariants still checking all
-  // discard a header leaves its values out (kprop/focus.h): the same cases,
-  // verdicts and report, without the bulk of what they cost to draw. Unset:
-  // none declared. FamilyContract.HeaderDiscardsAreTheInvariantsOwn checks
-  // every declared one against the invariant's verdicts on full cases.
+  // bulk values and whatever the target, on what a case's header holds:
+  // everything a family's builder draws before it fills the bulk values (its
+  // shape, dtype, scale, value kind and seed; Family::build_hollow). True:
+  // discarded, and the invariant's check must reach that verdict reading
+  // only the header (it calls the same test first). A run whose invariants
+  // still checking all discard a header leaves its values out
+  // (kprop/focus.h): the same cases, verdicts and report, without the bulk
+  // of what they cost to draw. Unset: none declared.
+  // FamilyContract.HeaderDiscardsAreTheInvariantsOwn checks every declared
+  // one against the invariant's verdicts on full cases.
   std::function<bool(const std::shared_ptr<const void>& header)> discards_header;
   template <typename Case>
   InvariantInfo& discarding_header(bool (*discards)(const Case&)) {
@@ -478,6 +479,18 @@ concept HasTensors = requires(const typename Traits::Case& c, const typename Tra
   Traits::tensors(c, r, r, m);
 };
 
+// ---- a header stage: a family whose builder draws everything before it
+// fills its bulk values may add to its traits
+//   static Case build(Draw& draw, const Values& domain,
+//                     const std::function<bool(const Case&)>& hollow);
+// making the same draws as build(draw, domain) and returning the case before
+// its bulk values where hollow(that case) holds (Family::build_hollow).
+template <typename Traits>
+concept HasHeaderStage = requires(Draw& d, const Values& v,
+                                  const std::function<bool(const typename Traits::Case&)>& h) {
+  { Traits::build(d, v, h) } -> std::same_as<typename Traits::Case>;
+};
+
 // ---- metamorphic transforms: a family that exports them adds to its traits
 //   static const std::vector<TransformInfo>& transforms();
 //   static Case transform(const std::string& name, const Case& c, const Values& params,
@@ -485,14 +498,6 @@ concept HasTensors = requires(const typename Traits::Case& c, const typename Tra
 // returning the derived case; `seed` (a hash of the case and the invariant)
 // feeds kprop::rng for any randomness, and the transform put()s the
 // "transform.*" tensors it declared when out.wanted() them.
-// A builder with a header stage: Traits::build(draw, domain, hollow) makes
-// the same draws as build(draw, domain) and returns the case before its
-// bulk values where hollow(that case) holds (Family::build_hollow).
-template <typename Traits>
-concept HasHeaderStage = requires(Draw& d, const Values& v,
-                                  const std::function<bool(const typename Traits::Case&)>& h) {
-  { Traits::build(d, v, h) } -> std::same_as<typename Traits::Case>;
-};
 template <typename Traits>
 concept HasTransforms = requires(const typename Traits::Case& c, const Values& v, expr::TensorMap& m) {
   { Traits::transforms() } -> std::convertible_to<const std::vector<TransformInfo>&>;
