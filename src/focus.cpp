@@ -8,6 +8,15 @@
 
 namespace kprop {
 
+namespace {
+// A use of one of the family's own invariants, observable with the target:
+// the only kind that declares where it observes and what it discards on a
+// header (an expression or a callback declares neither).
+bool declares(const InvariantUse& use) {
+  return !use.expression && !use.callback && use.unobservable.empty();
+}
+}  // namespace
+
 CaseDomains::CaseDomains(const Family& family, const Values& domain, std::vector<const InvariantUse*> uses)
     : family_(family), uses_(std::move(uses)) {
   domains_.push_back(std::make_unique<Domain>(Domain{domain, family.generator(domain), ""}));
@@ -30,7 +39,7 @@ const CaseDomains::Domain& CaseDomains::hollowed(const Domain& base, const std::
   std::vector<size_t> invariants;
   for (const size_t k : live) {
     const InvariantUse& use = *uses_[k];
-    if (use.expression || use.callback || !use.unobservable.empty()) return base;
+    if (!declares(use)) return base;
     if (!family_.invariants()[use.index].discards_header) return base;
     invariants.push_back(use.index);
   }
@@ -58,7 +67,7 @@ const CaseDomains::Domain& CaseDomains::narrowed(const std::vector<size_t>& live
   std::vector<const std::map<std::string, Choices>*> observes;
   for (const size_t k : live) {
     const InvariantUse& use = *uses_[k];
-    if (use.expression || use.callback || !use.unobservable.empty()) return whole;
+    if (!declares(use)) return whole;
     const auto& o = family_.invariants()[use.index].observes;
     if (o.empty()) return whole;
     observes.push_back(&o);
