@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -106,10 +107,11 @@ void refuse_unknown_kprop_flags(int argc, char** argv) {
     if (std::strncmp(argv[i], "-kprop_", 7) != 0) continue;
     const char* eq = std::strchr(argv[i], '=');
     const std::string name(argv[i] + 1, eq ? size_t(eq - argv[i] - 1) : std::strlen(argv[i] + 1));
-    if (name != "kprop_spec" && name != "kprop_target" && name != "kprop_profile" && name != "kprop_domain") {
+    if (name != "kprop_spec" && name != "kprop_target" && name != "kprop_profile" && name != "kprop_domain" &&
+        name != "kprop_max_case_mb") {
       fmt::print(stderr,
                  "kprop fuzz: error: unknown flag -{} (valid: -kprop_spec=, -kprop_target=, -kprop_profile=, "
-                 "-kprop_domain=)\n",
+                 "-kprop_domain=, -kprop_max_case_mb=)\n",
                  name);
       std::exit(2);
     }
@@ -179,7 +181,13 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
     // prop_runner --fuzz --domain: the same overrides, so the bytes decode
     // to the cases the run's import re-checks.
     const std::string domain = flag(*argc, *argv, "kprop_domain", "KPROP_DOMAIN", "");
-    auto* h = new Harness{kprop::load_spec(spec_path, profile, domain), {}, nullptr};
+    // ... and its --max-case-mb (0: the spec's), which such a domain may need.
+    const std::string budget = flag(*argc, *argv, "kprop_max_case_mb", "KPROP_MAX_CASE_MB", "0");
+    int64_t max_case_mb = 0;
+    if (const auto [end, ec] = std::from_chars(budget.data(), budget.data() + budget.size(), max_case_mb);
+        ec != std::errc() || end != budget.data() + budget.size() || max_case_mb < 0)
+      throw std::invalid_argument("-kprop_max_case_mb must be a number of MB, got '" + budget + "'");
+    auto* h = new Harness{kprop::load_spec(spec_path, profile, domain, max_case_mb), {}, nullptr};
     const std::string target = flag(*argc, *argv, "kprop_target", "KPROP_TARGET", h->spec.target);
     h->options.target = target;
     h->options.crash_guard = false;  // libFuzzer saves the crashing input itself

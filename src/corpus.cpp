@@ -328,7 +328,7 @@ CorpusEntry read_entry(const std::string& path) {
   text << in.rdbuf();
   // A long list of numbers loads as one packed node (kprop/case_yaml.h).
   YAML::Node root = case_yaml::load_packed(text.str(), [&](const std::string& t) {
-    return load_one_document(t, path, "corrupt corpus file", "a corpus file");
+    return load_one_document(t, path, "corrupt corpus file", "a corpus file", /*aliases=*/false);
   });
   auto where = [&](const YAML::Node& n) -> Mark {
     const YAML::Mark m = n.Mark();

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "kprop/external.h"
 #include "kprop/output_reads.h"
 
 namespace kprop {
@@ -96,18 +97,24 @@ std::vector<std::string> CoverageReport::unchecked() const {
   return out;
 }
 
+void check_coverage_target(const Spec& spec, const RunOptions& options) {
+  const std::string target = options.target.empty() ? spec.target : options.target;
+  if (!options.target_transport && !external::is_external_target(target))
+    throw InputError(
+        {}, fmt::format("--output-coverage corrupts the replies of a kernel built elsewhere; '{}' is "
+                        "one of the family's own implementations: give --target plugin:PATH or "
+                        "exec:COMMAND",
+                        target));
+}
+
 CoverageReport output_coverage(const Spec& spec, const RunOptions& options) {
+  check_coverage_target(spec, options);
   CoverageReport report;
   report.spec = spec.name;
   report.target = options.target.empty() ? spec.target : options.target;
   std::shared_ptr<Transport> kernel = options.target_transport;
   if (!kernel) kernel = resolve_target(spec, report.target, options.case_timeout_s).external;
-  if (!kernel)
-    throw InputError(
-        {}, fmt::format("--output-coverage corrupts the replies of a kernel built elsewhere; '{}' is "
-                        "one of the family's own implementations: give --target plugin:PATH or "
-                        "exec:COMMAND",
-                        report.target));
+  if (!kernel) throw InputError({}, fmt::format("--output-coverage: '{}' opened no kernel", report.target));
   report.seed = resolve_seed(spec, options);
   RunOptions o = options;
   o.seed = report.seed;

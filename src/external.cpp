@@ -1584,11 +1584,21 @@ bool is_external_target(const std::string& target) {
   return target.rfind("plugin:", 0) == 0 || target.rfind("exec:", 0) == 0;
 }
 
+void check_target_form(const std::string& target) {
+  if (target.rfind("plugin:", 0) == 0 && target.size() == 7)
+    throw InputError({}, "plugin: needs a path, e.g. plugin:./libmykernel.so");
+  if (target.rfind("exec:", 0) == 0 && target.find_first_not_of(" \t", 5) == std::string::npos)
+    throw InputError({}, "exec: needs a command, e.g. exec:python3 my_worker.py");
+}
+
 void check_target_name(const std::string& target) {
+  check_target_form(target);
   if (target.rfind("plugin:", 0) != 0) return;
   const std::string path = target.substr(7);
-  if (path.empty()) throw InputError({}, "plugin: needs a path, e.g. plugin:./libmykernel.so");
-  if (!std::filesystem::exists(path)) throw InputError({}, fmt::format("{}: no such file", target));
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw InputError({}, fmt::format("{}: no such file", target));
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError({}, fmt::format("{}: a folder, not a shared library", target));
 }
 
 std::shared_ptr<Transport> open_target(const std::string& target, const TransportOptions& options) {
@@ -1618,9 +1628,8 @@ std::shared_ptr<Transport> open_target(const std::string& target, const Transpor
       throw InputError({}, fmt::format("{}: run.padded_tensors applies to plugin: targets (an exec: worker "
                                        "receives each tensor as a contiguous array)",
                                        target));
+    check_target_form(target);
     const std::string command = target.substr(5);
-    if (command.find_first_not_of(" \t") == std::string::npos)
-      throw InputError({}, "exec: needs a command, e.g. exec:python3 my_worker.py");
     // A command of plain words runs as `exec COMMAND`: the worker is then the
     // shell's process itself, and no shell is left to print "Segmentation
     // fault" (25 lines of it while a crash shrank) when the worker dies of a

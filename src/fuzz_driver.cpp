@@ -218,13 +218,14 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
         fmt::print(stderr, "[{}] {} seed inputs from the spec's generator\n", spec.name, n);
       }
       const std::string& harness = harnesses[k];
-      // The harness reads the spec, profile, domain overrides and target
+      // The harness reads the spec, profile, domain overrides, memory budget and target
       // from its environment: the run's own, so that a crash input decodes
       // to the case the import below re-checks.
       const fs::path error_file = work / "harness_error.txt";
       const ProcessOptions env{{"KPROP_SPEC=" + spec.path, "KPROP_PROFILE=" + spec.profile,
-                                "KPROP_DOMAIN=" + spec.domain_overrides, "KPROP_TARGET=" + target_name,
-                                "KPROP_ERROR_FILE=" + error_file.string()}};
+                                "KPROP_DOMAIN=" + spec.domain_overrides,
+                                "KPROP_MAX_CASE_MB=" + std::to_string(spec.max_case_mb_override),
+                                "KPROP_TARGET=" + target_name, "KPROP_ERROR_FILE=" + error_file.string()}};
       // The spec's error on some input (an expression that cannot be
       // evaluated, a broken reference): the harness says it and exits 2, as
       // a property run does; the run ends on it, exit 2. (It was "0 new

@@ -516,7 +516,17 @@ int run(const Config& cfg) {
     text = text_reporter->replay(spec, rows);
     formatted = reporter->replay(spec, rows);
   } else {
-    check_run_names(spec, options);              // a misspelt name: one line, no header
+    check_run_names(spec, options);  // a misspelt name: one line, no header
+    // So are a run that cannot start and its flags'.
+    if (cfg.mutants) {
+      bool any = false;
+      for (const auto& impl : spec.family->implementations()) any = any || impl.kind == ImplKind::mutant;
+      if (!any)  // "0 of 0 mutants killed" is no pass
+        throw InputError({spec.path, 0, 0},
+                         fmt::format("--mutants: family {} of spec {} has no mutants to run",
+                                     spec.family->name(), spec.name));
+    }
+    if (cfg.output_coverage) check_coverage_target(spec, options);
     options.seed = resolve_seed(spec, options);  // printed first: a run that dies still names its seed
     fmt::print(
         stderr, "kprop: spec {} seed {}{}{}{}{}\n", spec.name, *options.seed,
@@ -532,12 +542,6 @@ int run(const Config& cfg) {
              : report.unchecked().empty() && report.undeclared().empty() ? 0
                                                                          : 1;
     } else if (cfg.mutants) {
-      bool any = false;
-      for (const auto& impl : spec.family->implementations()) any = any || impl.kind == ImplKind::mutant;
-      if (!any)  // "0 of 0 mutants killed" is no pass
-        throw InputError({spec.path, 0, 0},
-                         fmt::format("--mutants: family {} of spec {} has no mutants to run",
-                                     spec.family->name(), spec.name));
       const auto rows = run_mutants(spec, options);
       code = mutants_skipped(rows) ? cfg.skipped_exit : mutants_exit_code(rows);
       text = text_reporter->mutants(spec, rows);

@@ -17,10 +17,12 @@ std::vector<std::string> replay_argv(const RunContext& ctx, const std::string& p
                                      const std::string& invariant) {
   std::vector<std::string> argv = {
       ctx.options.replay_program, "--spec", ctx.spec.path, "--target", ctx.target_name, "--replay", path};
-  // The spec as the run loaded it: its profile and --domain decide which
-  // invariants exist and the case's budget and timeout.
+  // The spec as the run loaded it: its profile, --domain and --max-case-mb
+  // decide which invariants exist and the case's budget and timeout.
   if (!ctx.spec.profile.empty()) argv.insert(argv.end(), {"--profile", ctx.spec.profile});
   if (!ctx.spec.domain_overrides.empty()) argv.insert(argv.end(), {"--domain", ctx.spec.domain_overrides});
+  if (ctx.spec.max_case_mb_override > 0)
+    argv.insert(argv.end(), {"--max-case-mb", std::to_string(ctx.spec.max_case_mb_override)});
   if (!ctx.options.reference.empty()) argv.insert(argv.end(), {"--reference", ctx.options.reference});
   if (!invariant.empty()) argv.insert(argv.end(), {"--invariant", invariant});
   if (ctx.options.case_timeout_s)

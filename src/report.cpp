@@ -358,8 +358,8 @@ class TextReporter final : public Reporter {
       const InvariantReport* by = nullptr;
       for (const auto& r : row.report.invariants)
         if (r.status == InvariantStatus::failed && (!by || r.name == row.killed_by)) by = &r;
-      if (row.report.status == RunStatus::skipped) {
-        out += fmt::format("  {:<26} {:<8} {}\n", row.mutant, "skipped", row.report.detail);
+      if (row.report.status == RunStatus::skipped || (verdict == "interrupted" && row.report.trials == 0)) {
+        out += fmt::format("  {:<26} {:<8} {}\n", row.mutant, verdict, row.report.detail);
         continue;
       }
       // A mutant run under the profile its bug needs (profiles: {P: {mutants: [...]}}).

@@ -753,6 +753,8 @@ const char* mutant_verdict(const MutantRow& row) {
 }
 
 int mutants_exit_code(const std::vector<MutantRow>& rows) {
+  // Ctrl-C: whatever the rows say, some run ended early (a shrink at least).
+  if (interrupted()) return 130;
   if (mutants_skipped(rows)) return 0;
   int code = 0;
   for (const auto& r : rows) {
@@ -769,13 +771,23 @@ std::vector<MutantRow> run_mutants(const Spec& spec, const RunOptions& options) 
   std::vector<MutantRow> rows;
   for (const auto& impl : spec.family->implementations()) {
     if (impl.kind != ImplKind::mutant) continue;
-    if (interrupted()) break;
     RunOptions o = options;
     o.target = impl.name;
     o.stop_on_first_failure = !options.kill_matrix;
     // A mutant only a profile's sizes reach runs under that profile.
     const auto own = spec.mutant_profiles.find(impl.name);
     const Spec& s = own != spec.mutant_profiles.end() ? *own->second : spec;
+    if (interrupted()) {
+      // Listed, not left out: "k of k killed" would read as every mutant.
+      MutantRow row{impl.name, impl.description, {}, false, ""};
+      RunReport& r = row.report;
+      r.spec = s.name, r.spec_path = s.path, r.profile = s.profile, r.domain = s.domain_overrides;
+      r.family = s.family->name(), r.target = impl.name, r.reference = reference_name(s, o);
+      r.seed = options.seed.value_or(s.run.seed);
+      r.status = RunStatus::interrupted, r.detail = "not run: interrupted before it started";
+      rows.push_back(std::move(row));
+      continue;
+    }
     MutantRow row{impl.name, impl.description, run_spec(s, o), false, ""};
     // The kill is the first failure: the earliest case, then the spec's
     // order, as a run that stops at it reports. (With the kill matrix every

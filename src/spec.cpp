@@ -337,11 +337,26 @@ Mark expression_mark(const Loader& l, const YAML::Node& node, size_t offset) {
   return {fallback.file, line, static_cast<int>(col) + 1};
 }
 
+// Names a folder (corpus/<spec>/): at most 100 characters, well inside a
+// file name's 255 bytes.
+bool safe_name(const std::string& s) {
+  if (s.empty() || s[0] == '.' || s.size() > 100) return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) return false;
+  return true;
+}
+
 // `{name: N, expect: EXPR, when: EXPR, description: TEXT}`, checked against
 // the family's named tensors.
 InvariantUse expression_invariant(const Loader& l, const YAML::Node& item, const YAML::Node& name_node,
                                   const std::string& name, const Family& family) {
   const std::vector<std::string> keys = {"name", "expect", "when", "description", "transform"};
+  // Its name is a report row, a corpus file's `invariant:`, an --invariant
+  // value and a pytest item id: a name as the spec's own.
+  if (!safe_name(name))
+    l.fail(name_node,
+           "invariant name '" + name +
+               "' must use letters, digits, '_', '-', '.', at most 100 of them (not starting with '.')");
   l.entries(item, "expression invariant " + name);  // keys are names, each once
   for (auto it = item.begin(); it != item.end(); ++it) {
     const std::string key = it->first.Scalar();
@@ -453,15 +468,6 @@ std::string required_string(const Loader& l, const YAML::Node& root, const std::
   const YAML::Node n = root[key];
   if (!n || n.IsNull()) l.fail(root, "missing required key '" + key + "'");
   return l.scalar<std::string>(n, key, "a name");
-}
-
-// Names a folder (corpus/<spec>/): at most 100 characters, well inside a
-// file name's 255 bytes.
-bool safe_name(const std::string& s) {
-  if (s.empty() || s[0] == '.' || s.size() > 100) return false;
-  for (char c : s)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) return false;
-  return true;
 }
 
 // The key node of `key` in map `root` (its position: where an error about
@@ -643,7 +649,14 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
     const YAML::Node n = root[key];
     const std::string name = n ? scalar<std::string>(n, key, "an implementation name") : "reference";
     // plugin:/exec: targets are opened when the run starts (their errors name the target).
-    if (external_ok && external::is_external_target(name)) return name;
+    if (external_ok && external::is_external_target(name)) {
+      try {
+        external::check_target_form(name);
+      } catch (const InputError& e) {
+        fail(n, e.bare_message());
+      }
+      return name;
+    }
     if (spec.family->find_implementation(name) < 0)
       fail(n ? n : root, fmt::format("unknown implementation '{}' for family {}{}", name, family_name,
                                      suggestion(name, impl_names)));
@@ -879,11 +892,15 @@ Spec parse_spec(const std::string& text, const std::string& path, const std::str
   // broken as written.
   // So is --max-case-mb (a lower budget than another profile's needs).
   auto load = [&](const std::string& name) {
-    if (name == profile || (loader.cli_domain.IsNull() && loader.cli_max_case_mb == 0))
-      return loader.load(root, name);
+    if (name == profile || (loader.cli_domain.IsNull() && loader.cli_max_case_mb == 0)) {
+      Spec own = loader.load(root, name);
+      own.max_case_mb_override = max_case_mb;
+      return own;
+    }
     try {
       Spec with = loader.load(root, name);
       with.domain_overrides = domain_overrides;
+      with.max_case_mb_override = max_case_mb;
       return with;
     } catch (const InputError& e) {
       // (reset() rebinds the handle: assigning a node would write through

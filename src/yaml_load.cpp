@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
 #include <sstream>
 
 #include "kprop/errors.h"
@@ -23,7 +24,8 @@ class DocumentWalk : public YAML::EventHandler {
  public:
   YAML::Mark start;
   bool content = false;
-  YAML::Mark content_at;  // the document's first node, when content
+  YAML::Mark content_at;            // the document's first node, when content
+  std::optional<YAML::Mark> alias;  // the first alias (*name) of any document
 
   void OnDocumentStart(const YAML::Mark& mark) override {
     start = mark;
@@ -31,7 +33,10 @@ class DocumentWalk : public YAML::EventHandler {
   }
   void OnDocumentEnd() override {}
   void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { node(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override {
+    if (!alias) alias = mark;
+    node(mark);
+  }
   void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
     node(mark);
   }
@@ -60,7 +65,7 @@ Mark at(const std::string& source, const YAML::Mark& m) {
 }  // namespace
 
 YAML::Node load_one_document(const std::string& text, const std::string& source, const std::string& what,
-                             const std::string& holder) {
+                             const std::string& holder, bool aliases) {
   try {
     std::istringstream in(text);
     YAML::Parser parser(in);
@@ -79,6 +84,8 @@ YAML::Node load_one_document(const std::string& text, const std::string& source,
       if (!first && walk.content)
         throw InputError(at(source, walk.content_at), "a second YAML document; " + holder + " holds one");
       first = false;
+      if (!aliases && walk.alias)
+        throw InputError(at(source, *walk.alias), what + ": a YAML alias; " + holder + " holds none");
     }
     return YAML::Load(text);
   } catch (const YAML::ParserException& e) {

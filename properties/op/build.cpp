@@ -195,9 +195,11 @@ Case OpFamily::build_case(Draw& draw) const {
             x[k] = special_value(sv[rng::hash(seed, stream(i, 5), k) % sv.size()], dt,
                                  rng::hash(seed, stream(i, 6), k));
           }
-          // Half dtypes: every finite value clamped to the finite range, so
-          // no value becomes inf by rounding (inf only as a declared special).
-          if (is_half(dt) && std::isfinite(x[k])) x[k] = std::clamp(x[k], -max_finite(dt), max_finite(dt));
+          // Every finite value clamped to its dtype's finite range, so no
+          // value becomes inf by rounding (inf only as a declared special):
+          // f16/bf16 past 65504 or 3.4e38, f32 from parameters past 3.4e38
+          // (the loader keeps f64's draws finite).
+          if (is_float(dt) && std::isfinite(x[k])) x[k] = std::clamp(x[k], -max_finite(dt), max_finite(dt));
           x[k] = round_to(dt, x[k]);
         }
     }

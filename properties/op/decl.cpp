@@ -298,10 +298,20 @@ class Parser {
     };
     const YAML::Node at = params && !params.IsNull() ? params : key;
     const int rank = static_cast<int>(shape.size());
+    // A draw is mean + std z, |z| <= sqrt(-2 ln 2^-54) = 8.65 (rng::normal:
+    // Box-Muller with u1 >= 2^-54), or lo + (hi - lo) u: parameters whose
+    // draws pass the double's range would draw +-inf or NaN.
+    constexpr double kMaxNormal = 9;
+    const auto finite_draws = [&](const YAML::Node& where, const std::string& of, double span,
+                                  const char* sum) {
+      if (!std::isfinite(span))
+        fail(where, fmt::format("{}: {} overflows a double (its draws would be +-inf)", of, sum));
+    };
     switch (v.kind) {
       case ValueKind::normal:
         pair("mean", "std", 0, 1);
         if (v.b < 0) fail(params, w + ".std must be >= 0");
+        finite_draws(at, w, std::fabs(v.a) + kMaxNormal * v.b, "|mean| + 9 std");
         break;
       case ValueKind::uniform:
         pair("lo", "hi", -1, 1);
@@ -321,6 +331,8 @@ class Parser {
         break;
       case ValueKind::constant_rows:
         pair("mean", "std", 0, 1);
+        if (v.b < 0) fail(params, w + ".std must be >= 0");
+        finite_draws(at, w, std::fabs(v.a) + kMaxNormal * v.b, "|mean| + 9 std");
         break;
       case ValueKind::denormal:
         keys({});
@@ -388,6 +400,8 @@ class Parser {
          v.kind == ValueKind::small) &&
         v.a > v.b)
       fail(params, fmt::format("{}: lo must be <= hi (got {} > {})", w, v.a, v.b));
+    if (v.kind == ValueKind::uniform || v.kind == ValueKind::integer)
+      finite_draws(at, w, v.b - v.a, "hi - lo");
     return v;
   }
 

@@ -34,7 +34,9 @@ struct CoverageReport {
   std::vector<std::string> undeclared() const;
 };
 
-// Throws InputError when options.target is not a kernel built elsewhere.
+// Throws InputError when options.target is not a kernel built elsewhere
+// (check_coverage_target, which a caller can run before anything starts).
+void check_coverage_target(const Spec& spec, const RunOptions& options);
 CoverageReport output_coverage(const Spec& spec, const RunOptions& options);
 std::string coverage_text(const CoverageReport& report);
 

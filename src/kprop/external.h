@@ -216,9 +216,12 @@ bool is_external_target(const std::string& target);
 // before their pipes close, not after (a worker writing its reply to a
 // closed pipe printed a BrokenPipeError traceback on the user's terminal).
 void kill_children() noexcept;
-// What can be said of an external target's name before opening it (a
-// plugin's path that is missing or names no file): the InputError
-// open_target would throw, raised before the run prints anything.
+// What the name alone says is wrong (plugin: without a path, exec: without
+// a command): the InputError open_target would throw. The spec loader
+// checks a spec's target with it, where the file's position is known.
+void check_target_form(const std::string& target);
+// check_target_form, then what the file system says (a plugin's path that is
+// missing or names a folder), raised before the run prints anything.
 void check_target_name(const std::string& target);
 
 // In-process entry points (the GoogleTest helper): symbol name -> function.

@@ -344,7 +344,8 @@ bool mutants_skipped(const std::vector<MutantRow>& rows);
 const char* mutant_verdict(const MutantRow& row);
 // What --mutants exits with: 0 every mutant killed (or all skipped), 1 one
 // survived (or was skipped while others ran), 2 none of those but one gave
-// up, 130 interrupted.
+// up, 130 interrupted (Ctrl-C at any point: the rest are listed, verdict
+// "interrupted", not run).
 int mutants_exit_code(const std::vector<MutantRow>& rows);
 
 // --replay: each corpus file on the spec's target (every invariant must hold)

@@ -107,6 +107,9 @@ struct Spec {
   // prop_runner --domain: domain keys overridden for this run (a YAML map,
   // applied after the profile's), "" when none.
   std::string domain_overrides;
+  // prop_runner --max-case-mb where it replaced this spec's run.max_case_mb
+  // (0: none): a printed replay passes it on, as it does --domain.
+  int64_t max_case_mb_override = 0;
   // A profile that --domain does not fit (its memory budget, a domain the
   // family refuses) runs as written when it is not the selected one (a
   // mutant's under --mutants): why, for the report; "" when it fits.

@@ -19,9 +19,12 @@ namespace kprop {
 // InputError at source:line:col on a parse error, prefixed by `what`
 // ("invalid YAML", "corrupt corpus file"), and on a second non-empty
 // document (after ---), which a loader taking the first would ignore:
-// "a second YAML document; <holder> holds one".
+// "a second YAML document; <holder> holds one". With aliases = false, an
+// alias (*name) is an error too: "<what>: a YAML alias; <holder> holds none"
+// (a file kprop writes, where a few nested aliases would otherwise expand
+// into billions of nodes before anything reads them).
 YAML::Node load_one_document(const std::string& text, const std::string& source, const std::string& what,
-                             const std::string& holder);
+                             const std::string& holder, bool aliases = true);
 
 // A map's entries in document order, every key a scalar named once. Bad
 // input goes to fail(node, message), which throws (the caller's error with

@@ -1057,6 +1057,58 @@ TEST(Cli, LeftOutValuesAndModesWithoutReportsAreInputErrors) {
   EXPECT_EQ(r.code, 0) << r.out;
 }
 
+// A run whose --domain needs --max-case-mb: its printed replay passes it on
+// (the replay left it out, exited 2 "over run.max_case_mb" and every
+// finding carried "the replay command ... did not run through").
+TEST(Cli, APrintedReplayKeepsTheRunsMemoryBudget) {
+  std::string text = contents(std::string(KPROP_SOURCE_DIR) + "/specs/softmax_topk.yaml");
+  ASSERT_NE(text.find("\nrun: {"), std::string::npos);
+  text.replace(text.find("\nrun: {"), 7, "\nrun: {max_case_mb: 1, ");
+  const fs::path spec = temp("budget.yaml"), corpus = temp("budget_corpus");
+  std::ofstream(spec) << text;
+  const std::string args = "--spec " + spec.string() +
+                           " --domain '{vocab: [1, 3000]}' --target no_max_subtraction --seed 1 --jobs 1";
+  ASSERT_EQ(run(args + " --no-corpus --trials 1").code, 2);  // over 1 MB without it
+  const CliRun r = run(args + " --max-case-mb 16 --corpus " + corpus.string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("--max-case-mb 16 --invariant"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("did not run through"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("WARNING"), std::string::npos) << r.out;
+  fs::remove_all(corpus);
+}
+
+// A run that cannot start says so in one line, before the run's header
+// (these printed "kprop: spec ... seed N" first: two lines, the spec's
+// target without its position).
+TEST(Cli, ARunThatCannotStartSaysSoInOneLine) {
+  std::string text = contents(kSpec);
+  const size_t at = text.find("\ntarget: ");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at + 1, text.find('\n', at + 1) - at - 1, "target: \"exec:   \"");
+  const fs::path spec = temp("exec_target.yaml");
+  std::ofstream(spec) << text;
+  const int line = int(std::count(text.begin(), text.begin() + long(at) + 1, '\n')) + 1;
+  const fs::path folder = temp("plugin_folder");
+  fs::create_directories(folder);
+  const std::pair<std::string, std::string> cases[] = {
+      {"--spec " + kSpec + " --no-corpus --target 'exec:  '", "exec: needs a command"},
+      {"--spec " + spec.string() + " --no-corpus",
+       fmt::format("exec_target.yaml:{}:9: exec: needs a command", line)},
+      {"--spec " + kSpec + " --no-corpus --target plugin:" + folder.string(),
+       ": a folder, not a shared library"},
+      {"--spec " + kSpec + " --no-corpus --output-coverage",
+       "--output-coverage corrupts the replies of a kernel built elsewhere"},
+      {"--spec " + std::string(KPROP_SOURCE_DIR) + "/specs/ops/rmsnorm.yaml --no-corpus --mutants",
+       "--mutants: family op of spec rmsnorm has no mutants to run"},
+  };
+  for (const auto& [args, expect] : cases) {
+    const CliRun r = run(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find(expect), std::string::npos) << args << "\n" << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << "\n" << r.out;
+  }
+}
+
 // --mutants checks each case in a forked child unless --no-isolate (it never
 // did: CLI11 set the optional flag to false when it was not given).
 TEST(Cli, MutantsAreIsolatedByDefault) {
@@ -1074,7 +1126,7 @@ TEST(Cli, MutantsAreIsolatedByDefault) {
 }
 
 // Corpus files that looked fine and were not: each is an error naming the file.
-TEST(Cli, CorpusFilesWithAnEmptyCaseATypoOrAKeyTwiceAreErrors) {
+TEST(Cli, CorpusFilesWithAnEmptyCaseATypoAKeyTwiceOrAnAliasAreErrors) {
   const std::string head =
       "kprop_corpus: 1\nspec: dflash\nfamily: dflash\ninvariant: {}\nfound_against: reference\nseed: 1\n"
       "message: x\ncase:\n  prompt: [0]\n";
@@ -1089,6 +1141,11 @@ TEST(Cli, CorpusFilesWithAnEmptyCaseATypoOrAKeyTwiceAreErrors) {
       {fmt::format(fmt::runtime(head), "no_such_invariant") + model + cycles +
            "also_found_against:\n  - {found_against: reference, invariant: nor_this}\n",
        "its invariants 'no_such_invariant', 'nor_this' are neither in the spec nor registered"},
+      // kprop writes no aliases; nested ones expand exponentially (9 levels
+      // of 10 took 45 s of CPU before the case was found too large).
+      {fmt::format(fmt::runtime(head), "progress") + model +
+           "  cycles:\n    - &c {tokens: [], parents: []}\n" + "    - *c\n",
+       ":13:7: corrupt corpus file: a YAML alias; a corpus file holds none"},
   };
   for (const auto& [text, expect] : files) {
     const fs::path file = temp("case.yaml");

@@ -958,6 +958,14 @@ TEST(ExprSpec, ErrorsPointIntoTheExpression) {
   EXPECT_EQ(spec_error(kHead + "  - name: a\n    expect: all(d_out == d_out)\n"),
             "s.yaml:5:13: invariant 'a', expect: `all(d_out == d_out)` reads no output of the target "
             "(target.*), so no kernel can fail it; compare a target tensor");
+  // Its name is a report row, a corpus file's invariant: and an --invariant
+  // value (an empty one gave a blank row and a replay without --invariant).
+  for (const std::string& name :
+       std::vector<std::string>{"\"\"", "\"a b\"", "\"a\\nb\"", ".hidden", std::string(101, 'x')})
+    EXPECT_EQ(
+        spec_error(kHead + "  - name: " + name + "\n    expect: all(isfinite(target.o))\n").substr(0, 29),
+        "s.yaml:4:11: invariant name '")
+        << name;
   // A misspelled expect: said as such (it was "unknown invariant 'a'").
   EXPECT_EQ(
       spec_error(kHead + "  - name: a\n    expct: all(d_out == d_out)\n"),

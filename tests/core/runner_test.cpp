@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "kprop/interrupt.h"
 #include "kprop/report.h"
 #include "tests/support/temp_dir.h"
 #include "toy_family.h"
@@ -239,6 +241,31 @@ TEST(Runner, MutantsThatCouldNotRunAreSkippedNotFailed) {
   mixed[0].report.status = RunStatus::passed;
   EXPECT_FALSE(mutants_skipped(mixed));
   EXPECT_EQ(mutants_exit_code(mixed), 1);
+}
+
+// Ctrl-C during --mutants: the mutants not yet run are listed as such and
+// the run exits 130. (They were left out, and "PASSED: 10 of 10 mutants
+// killed" with exit 0 hid the 4 of 14 that never ran.)
+TEST(Runner, MutantsInterruptedListTheRestAsNotRun) {
+  const Spec spec = toy_spec("domain: {value: [10, 15]}\ninvariants: [matches_reference]\n");
+  install_interrupt_handler();
+  std::raise(SIGINT);  // before the first mutant: the handler only notes it
+  const auto rows = run_mutants(spec, options(""));
+  const int code = mutants_exit_code(rows);
+  const std::string text = make_reporter("text")->mutants(spec, rows);
+  const auto json = nlohmann::json::parse(make_reporter("json")->mutants(spec, rows));
+  clear_interrupt();
+  ASSERT_EQ(rows.size(), 5u);
+  for (const auto& row : rows) {
+    EXPECT_FALSE(row.killed) << row.mutant;
+    EXPECT_STREQ(mutant_verdict(row), "interrupted") << row.mutant;
+  }
+  EXPECT_EQ(code, 130);
+  EXPECT_NE(text.find("not run: interrupted before it started"), std::string::npos) << text;
+  EXPECT_NE(text.find("INTERRUPTED: 0 of 5 mutants killed"), std::string::npos) << text;
+  EXPECT_EQ(json["all_killed"], false);
+  EXPECT_EQ(json["exit_code"], 130);
+  EXPECT_EQ(json["mutants"].size(), 5u);
 }
 
 // A report of spec toy that ended in `status`, for a reporter to print.

@@ -102,6 +102,36 @@ TEST(OpDecl, DeclarationsThatCouldCheckNothingOrOverflowAreErrors) {
   std::string wide = base_spec();
   wide.replace(wide.find("{eps: {one_of: [1.0e-5, 1.0e-6]}}"), 33, "{eps: [-1.7e308, 1.7e308]}");
   EXPECT_LOAD_ERROR(wide, "op.yaml:5:16: attr eps range [-1.7e+308, 1.7e+308] is wider than a double holds");
+  // Value kinds whose draws would pass the double's range (they drew +-inf
+  // inputs, which only a declared special may be).
+  EXPECT_LOAD_ERROR(
+      base_spec("{T: [1, 8], D: [1, 16]}", "{shape: [T, D], values: {uniform: {lo: -1e308, hi: 1e308}}}"),
+      "op.yaml:7:42: input x.values.uniform: hi - lo overflows a double");
+  EXPECT_LOAD_ERROR(base_spec("{T: [1, 8], D: [1, 16]}", "{shape: [T, D], values: {normal: {std: 1e308}}}"),
+                    "op.yaml:7:41: input x.values.normal: |mean| + 9 std overflows a double");
+  EXPECT_LOAD_ERROR(base_spec("{T: [1, 8], D: [1, 16]}",
+                              "{shape: [T, D], values: {constant_rows: {mean: 1.7e308, std: 1e307}}}"),
+                    "op.yaml:7:48: input x.values.constant_rows: |mean| + 9 std overflows a double");
+}
+
+// Draws past f32's range (a normal with std 1e300, finite in the double
+// the generator computes in) are clamped to its largest finite value, as
+// f16/bf16 draws are: they were stored as +-inf.
+TEST(OpDecl, DrawsPastTheDtypesRangeAreClampedNotInfinite) {
+  const Spec spec = parse_spec(
+      base_spec("{T: [1, 8], D: [1, 16]}", "{shape: [T, D], dtype: f32, values: {normal: {std: 1e300}}}"),
+      "op.yaml");
+  const OpFamily& f = op_family(spec);
+  bool saturated = false;
+  for (uint64_t seed = 1; seed < 20; ++seed) {
+    const std::vector<uint8_t> bytes = f.seed_bytes(spec.domain, seed, 100);
+    const AnyCase drawn = f.from_bytes(bytes.data(), bytes.size(), spec.domain);
+    for (double v : as_case(drawn).inputs[0]) {
+      ASSERT_TRUE(std::isfinite(v)) << "seed " << seed;
+      saturated = saturated || std::fabs(v) == double(std::numeric_limits<float>::max());
+    }
+  }
+  EXPECT_TRUE(saturated);
 }
 
 // A reference whose intermediate dwarfs its inputs and outputs: the outer
