@@ -777,14 +777,34 @@ std::vector<MutantRow> run_mutants(const Spec& spec, const RunOptions& options) 
     // A mutant only a profile's sizes reach runs under that profile.
     const auto own = spec.mutant_profiles.find(impl.name);
     const Spec& s = own != spec.mutant_profiles.end() ? *own->second : spec;
-    if (interrupted()) {
+    // --invariant under a profile's own list: the names it has. A mutant
+    // whose profile checks none of them is not run, and says so (it ended
+    // the whole run with "not in spec ... under profile P").
+    std::vector<std::string> not_there;
+    if (&s != &spec && !options.only_invariants.empty()) {
+      o.only_invariants.clear();
+      for (const auto& want : options.only_invariants)
+        (std::any_of(s.invariants.begin(), s.invariants.end(),
+                     [&](const InvariantUse& u) { return u.name == want; })
+             ? o.only_invariants
+             : not_there)
+            .push_back(want);
+    }
+    if (interrupted() || (!options.only_invariants.empty() && o.only_invariants.empty())) {
       // Listed, not left out: "k of k killed" would read as every mutant.
       MutantRow row{impl.name, impl.description, {}, false, ""};
       RunReport& r = row.report;
       r.spec = s.name, r.spec_path = s.path, r.profile = s.profile, r.domain = s.domain_overrides;
       r.family = s.family->name(), r.target = impl.name, r.reference = reference_name(s, o);
       r.seed = options.seed.value_or(s.run.seed);
-      r.status = RunStatus::interrupted, r.detail = "not run: interrupted before it started";
+      if (interrupted()) {
+        r.status = RunStatus::interrupted;
+        r.detail = "not run: interrupted before it started";
+      } else {
+        r.status = RunStatus::skipped;
+        r.detail = fmt::format("not run: profile {} (where its bug shows) checks no --invariant {}",
+                               s.profile, join(not_there));
+      }
       rows.push_back(std::move(row));
       continue;
     }

@@ -243,6 +243,30 @@ TEST(Runner, MutantsThatCouldNotRunAreSkippedNotFailed) {
   EXPECT_EQ(mutants_exit_code(mixed), 1);
 }
 
+// --mutants --invariant NAME where a mutant runs under a profile that does
+// not check NAME: that mutant is skipped, saying why, and the run is no pass
+// (it ended the whole run with "not in spec toy under profile p").
+TEST(Runner, MutantsUnderAProfileWithoutTheInvariantAreSkippedSayingWhy) {
+  const Spec spec = toy_spec(
+      "domain: {value: [10, 15]}\ninvariants: [matches_reference, sum_parity]\n"
+      "profiles:\n  p:\n    mutants: [drops_last]\n    skip_invariants: [sum_parity]\n");
+  RunOptions o = options("");
+  o.only_invariants = {"sum_parity"};
+  const auto rows = run_mutants(spec, o);
+  ASSERT_EQ(rows.size(), 5u);
+  EXPECT_EQ(rows[0].mutant, "drops_last");
+  EXPECT_STREQ(mutant_verdict(rows[0]), "skipped");
+  EXPECT_EQ(rows[0].report.detail,
+            "not run: profile p (where its bug shows) checks no --invariant sum_parity");
+  EXPECT_EQ(mutants_exit_code(rows), 1);
+  // Every name it has still runs there.
+  o.only_invariants = {"sum_parity", "matches_reference"};
+  const auto both = run_mutants(spec, o);
+  EXPECT_TRUE(both[0].killed);
+  EXPECT_EQ(both[0].killed_by, "matches_reference");
+  EXPECT_EQ(both[0].report.profile, "p");
+}
+
 // Ctrl-C during --mutants: the mutants not yet run are listed as such and
 // the run exits 130. (They were left out, and "PASSED: 10 of 10 mutants
 // killed" with exit 0 hid the 4 of 14 that never ran.)
