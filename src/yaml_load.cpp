@@ -1,6 +1,7 @@
 #include "kprop/yaml_load.h"
 
 #include <fmt/format.h>
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/eventhandler.h>
 
 #include <algorithm>
@@ -88,6 +89,8 @@ YAML::Node load_one_document(const std::string& text, const std::string& source,
         throw InputError(at(source, *walk.alias), what + ": a YAML alias; " + holder + " holds none");
     }
     return YAML::Load(text);
+  } catch (const YAML::DeepRecursion& e) {  // its message is "bad file"
+    throw InputError(at(source, e.mark), what + ": lists and maps nested too deeply for the YAML parser");
   } catch (const YAML::ParserException& e) {
     // In a flow map, 'dtypes:[f32]' is one plain scalar, not a key and its
     // value: yaml-cpp reports the unclosed map, not the missing space.

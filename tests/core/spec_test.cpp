@@ -112,7 +112,13 @@ INSTANTIATE_TEST_SUITE_P(
         // at block level; the loader stops with an error (it used to grow
         // until killed, found by fuzz_spec_loader).
         BadSpec{"a stray comma after ---", "    slack: 2\n", "    slack: 2\n---\n, x\n",
-                "t.yaml:13:1: invalid YAML: unexpected ','"}));
+                "t.yaml:13:1: invalid YAML: unexpected ','"},
+        // yaml-cpp's own words for it are "bad file".
+        BadSpec{"nested too deeply", "[1, 5]", std::string(3000, '[') + std::string(3000, ']'),
+                "invalid YAML: lists and maps nested too deeply for the YAML parser"},
+        // An external target without its command: where the spec says so.
+        BadSpec{"exec: without a command", "target: reference", "target: 'exec:  '",
+                "t.yaml:3:9: exec: needs a command"}));
 
 TEST(SpecLoader, AStrayCommaIsAnErrorNotAnEndlessLoad) {
   for (const std::string text : {", x\n", "# note\n\n  , x\n", "- 1\n,\n"})
