@@ -141,6 +141,20 @@ def _skipped(message: str, result: Optional["CheckResult"] = None) -> Skipped:
     return cls(message, result)
 
 
+def _clear_frames(e: Optional[BaseException]):
+    """Clears the locals of every frame in e's traceback and in those of the
+    exceptions it chains to. Raised again after the call, an exception that
+    stopped the run kept the frames of fn, the trampoline and the invariants,
+    and with them views of kprop's buffers, freed when the call returned:
+    `pytest -l`, a debugger or any code reading them saw other data, or
+    crashed. Their source lines stay in the traceback; their locals go."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        traceback.clear_frames(e.__traceback__)
+        e = e.__cause__ or e.__context__
+
+
 class _Stop:
     """A BaseException that is not an Exception (SystemExit, pytest.skip's and
     pytest.fail's outcomes, GeneratorExit) raised by the target, the reference
@@ -193,6 +207,7 @@ class _Stop:
         nothing without a stop (a counterexample is the caller's to raise)."""
         if self.exception is None:
             return
+        _clear_frames(self.exception)
         if counterexample is not None:
             raise counterexample from self.exception
         raise self.exception
@@ -735,6 +750,13 @@ def _on_path(module: str) -> bool:
 
 
 def _worker_command(fn, tensors: str) -> str:
+    # (Run as `python -m kprop.worker`, the worker is __main__.)
+    loading = next(filter(None, (getattr(sys.modules.get(name), "_KPROP_WORKER_LOADING", None)
+                                 for name in ("kprop.worker", "__main__"))), None)
+    if loading:
+        raise RuntimeError("kprop: isolate=True while kprop.worker imports %s to serve it: that import runs "
+                           "kprop.check, so each worker would start another; put the call under "
+                           "`if __name__ == \"__main__\":`" % loading)
     # This process's sys.path, with the folder of this very kprop first (a
     # source tree's python/ on sys.path, as the examples add it, must not win).
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -979,10 +1001,11 @@ def _args(spec, fn, *, reference, extra_invariants, profile, seed, trials, time,
             raise TypeError("kprop: invariants must be invariant names (str), got %r" % (invariants,)) from None
     _check_run_args(seed, trials, time, case_timeout, isolate, invariants, fail_fast)
     search_on, search_trials, search_time = _search_args(search, search_time)
-    if max_case_mb is not None and (isinstance(max_case_mb, bool) or not isinstance(max_case_mb, int)
-                                    or not 1 <= max_case_mb <= 1 << 30):
-        raise ValueError("kprop: max_case_mb must be an integer of MB in [1, 2^30] (the memory one case may "
-                         "take here), got %r" % (max_case_mb,))
+    if max_case_mb is not None:
+        if not _is_int(max_case_mb) or not 1 <= max_case_mb <= 1 << 30:  # a NumPy integer too, as seed's
+            raise ValueError("kprop: max_case_mb must be an integer of MB in [1, 2^30] (the memory one case "
+                             "may take here), got %r" % (max_case_mb,))
+        max_case_mb = int(max_case_mb)
     if domain is not None and not isinstance(domain, Mapping):
         raise TypeError("kprop: domain must be a dict of domain keys (e.g. {'dtypes': ['f32']}), got %r" % (domain,))
     if corpus is not None and not isinstance(corpus, (str, os.PathLike)):

@@ -22,6 +22,7 @@ import functools
 import glob
 import inspect
 import itertools
+import math
 import os
 
 import pytest
@@ -37,12 +38,28 @@ def _trials(text):
     return n
 
 
+def _seed(text):
+    """--kprop-seed, checked as --kprop-trials is (prop_runner's --seed range)."""
+    n = int(text)
+    if not 0 <= n <= _check.MAX_SEED:
+        raise argparse.ArgumentTypeError("must be in [0, %d], got %s" % (_check.MAX_SEED, text))
+    return n
+
+
+def _time(text):
+    """--kprop-time, checked as --kprop-trials is."""
+    t = float(text)
+    if not math.isfinite(t) or t < 0:
+        raise argparse.ArgumentTypeError("must be a finite number of seconds, 0 or more, got %s" % text)
+    return t
+
+
 def pytest_addoption(parser):
     group = parser.getgroup("kprop", "kprop property tests (@kprop.spec)")
-    group.addoption("--kprop-seed", type=int, default=None,
+    group.addoption("--kprop-seed", type=_seed, default=None,
                     help="seed of every @kprop.spec run (overrides the decorator and the spec; 0: a fresh one)")
     group.addoption("--kprop-trials", type=_trials, default=None, help="cases per invariant (overrides the spec)")
-    group.addoption("--kprop-time", type=float, default=None, help="time budget per item in seconds")
+    group.addoption("--kprop-time", type=_time, default=None, help="time budget per item in seconds")
     group.addoption("--kprop-profile", default=None,
                     help="the specs' profile (their `profiles:`; overrides the decorator's profile=)")
     group.addoption("--kprop-corpus", default=None,
@@ -323,9 +340,13 @@ class KpropItem(pytest.Item):
         options = dict(self.options)
         fn = self._target()
         if self.stored is not None:
-            options = {k: v for k, v in options.items()
-                       if k in ("isolate", "tensors", "device", "case_timeout", "reference", "extra_invariants",
-                                "profile", "domain")}
+            # The decorator's options a replay takes (its keyword-only
+            # parameters): max_case_mb too, which a wide domain= needs (it
+            # was left out, so every stored case of such a test failed on
+            # the memory budget).
+            replayed = [p.name for p in inspect.signature(_check._replay).parameters.values()
+                        if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "invariants"]
+            options = {k: v for k, v in options.items() if k in replayed}
             checked, unchecked = _check._replay(self.spec, fn, self.stored, invariants=self.invariants, **options)
             if checked == 0:
                 pytest.skip("kprop: the stored case %s was not checked: %s" % (

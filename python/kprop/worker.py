@@ -29,18 +29,30 @@ ABI_VERSION = _wire.ABI_VERSION
 _DTYPES = _wire.dtypes(BFLOAT16)
 
 
+# The MODULE:NAME load() is importing, while it is: a kprop.check(...,
+# isolate=True) that the import itself runs (a script without `if __name__ ==
+# "__main__":`) is refused, as it would start a worker that imports it again,
+# without end.
+_KPROP_WORKER_LOADING = None
+
+
 def load(spec):
     """The object named by "module:qualname" or "path.py:qualname"."""
+    global _KPROP_WORKER_LOADING
     module_name, _, qualname = spec.rpartition(":")
     if not module_name or not qualname:
         raise ValueError("kprop.worker: expected MODULE:NAME, got %r" % spec)
-    if module_name.endswith(".py") or os.sep in module_name:
-        loader_spec = importlib.util.spec_from_file_location("__kprop_main__", module_name)
-        module = importlib.util.module_from_spec(loader_spec)
-        sys.modules["__kprop_main__"] = module
-        loader_spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(module_name)
+    _KPROP_WORKER_LOADING = spec
+    try:
+        if module_name.endswith(".py") or os.sep in module_name:
+            loader_spec = importlib.util.spec_from_file_location("__kprop_main__", module_name)
+            module = importlib.util.module_from_spec(loader_spec)
+            sys.modules["__kprop_main__"] = module
+            loader_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+    finally:
+        _KPROP_WORKER_LOADING = None
     obj = module
     for part in qualname.split("."):
         obj = getattr(obj, part)

@@ -107,6 +107,13 @@ def test_a_trial_count_out_of_range_is_a_usage_error(pytester):
     result = pytester.runpytest("--kprop-no-corpus", "--kprop-trials", "0")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--kprop-trials*must be in [[]1, 10**9], got 0*"])
+    # So are a seed and a time budget out of range.
+    for flag, value, words in (("--kprop-seed", "-1", "must be in [[]0, *], got -1"),
+                               ("--kprop-time", "-5", "must be a finite number of seconds, 0 or more, got -5"),
+                               ("--kprop-time", "nan", "must be a finite number of seconds, 0 or more, got nan")):
+        result = pytester.runpytest("--kprop-no-corpus", flag, value)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, (flag, value)
+        result.stderr.fnmatch_lines(["*%s*%s*" % (flag, words)])
 
 
 def test_x_stops_at_the_first_failure(pytester, tmp_path):

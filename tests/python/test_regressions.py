@@ -524,3 +524,76 @@ def test_a_case_too_large_to_print_is_cut_short_and_says_where_it_is():
     shown = _shown_case("x: [" + "0, " * 100000 + "0]\nk: 5\n", "/tmp/big.yaml")
     assert "\nk: 5\n(cut short" in shown
     assert _shown_case("dtype: f64\nx: [0, 1]\n", "/tmp/big.yaml") == "dtype: f64\nx: [0, 1]\n"
+
+
+# ------------------------------- the second audit (docs/PYTHON.md promises each)
+def test_an_exception_that_stops_the_run_keeps_no_view_of_freed_buffers(corpus):
+    """SystemExit from fn is raised again after the call, when kprop's
+    buffers are freed: the frames in its traceback kept fn's inputs (views
+    of them), which read other data (or crashed) in pytest -l or a debugger."""
+    def exits(logits, k, **attrs):
+        sys.exit(3)
+
+    with pytest.raises(SystemExit) as excinfo:
+        kprop.check("softmax_topk", exits, seed=SEED, trials=5, corpus=corpus)
+    frames = []
+    tb = excinfo.value.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    assert frames and frames[-1].f_code.co_name == "exits"
+    for frame in frames:
+        assert not any(isinstance(v, np.ndarray) for v in frame.f_locals.values()), frame.f_code.co_name
+        assert "logits" not in frame.f_locals and "kwargs" not in frame.f_locals, frame.f_code.co_name
+
+
+def test_stored_items_of_the_plugin_replay_with_the_decorators_max_case_mb(pytester, tmp_path):
+    """A domain= that needs max_case_mb=: the stored case's item replays with
+    it (it was left out, and the item failed on the memory budget)."""
+    corpus = tmp_path / "corpus"
+    pytester.makepyfile(test_mb="""
+import kprop
+
+@kprop.spec("softmax_topk", seed=1, trials=5, invariants=["sorted"],
+            domain={"rows": [1, 1000], "vocab": [1, 20000]}, max_case_mb=4096)
+def test_x(logits, k, **attrs):
+    raise RuntimeError("kernel not written yet")
+""")
+    args = ("--kprop-corpus", str(corpus), "-p", "no:cacheprovider")
+    pytester.runpytest(*args).assert_outcomes(failed=1)
+    stored = sorted(p.name for p in corpus.rglob("*.yaml"))
+    assert len(stored) == 1
+    result = pytester.runpytest(*args)
+    result.assert_outcomes(failed=2)
+    out = result.stdout.str()
+    assert "over run.max_case_mb" not in out, out
+    assert "kernel not written yet" in out
+
+
+def test_max_case_mb_takes_a_numpy_integer(corpus):
+    assert kprop.check("softmax_topk", softmax_topk, seed=SEED, trials=3, corpus=corpus,
+                       max_case_mb=np.int64(64)).passed
+
+
+def test_a_script_that_checks_isolated_at_import_is_refused_not_repeated(tmp_path):
+    """kprop.check(..., isolate=True) at the top of a script without `if
+    __name__ == "__main__":`: the worker that loads it ran it again, which
+    started another worker, without end (a hang)."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        sys.path.insert(0, %r)
+        import kprop
+        from conftest import load_example
+        example = load_example("softmax_topk")
+
+        def softmax_topk(logits, k, **attrs):  # this script's: the worker loads it from here
+            return example.softmax_topk(logits, k, **attrs)
+
+        kprop.check("softmax_topk", softmax_topk, isolate=True, trials=3, seed=1, corpus=None)
+        """ % os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path)
+    assert r.returncode != 0
+    assert "isolate=True while kprop.worker imports" in r.stderr, r.stderr
+    assert 'put the call under `if __name__ == "__main__":`' in r.stderr
