@@ -133,7 +133,7 @@ Result drive_search(const Case& c, external::Transport& target) {
     for (const Slot& e : search.pool)
       if (e.valid && !search.done[static_cast<size_t>(e.prompt)])
         out.prompts[static_cast<size_t>(e.prompt)].pools.back().push_back(e.h);
-    const std::vector<int64_t> done = reply.tensor("next_done").to_ints();
+    const std::vector<int64_t> done = reply.tensor("next_done").to_flags("beam.step");
     for (size_t b = 0; b < done.size(); ++b) search.done[b] = done[b] != 0;
     if (std::all_of(done.begin(), done.end(), [](int64_t d) { return d != 0; })) break;
   }

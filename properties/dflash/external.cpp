@@ -43,7 +43,7 @@ void tree_inputs(external::Transport& target, const DraftTree& tree, int P, Cycl
   const Message reply = target.call(m);
   trace.context_length = P;
   trace.position_ids = ints_of(reply, "position_ids");
-  const auto mask = reply.tensor("mask").to_ints();
+  const auto mask = reply.tensor("mask").to_flags(m.op);
   trace.mask.assign(mask.begin(), mask.end());
 }
 

@@ -65,7 +65,15 @@ Result drive(const Case& c, external::Transport& target, bool fp64 = false) {
     m.output(d.outputs[i].name, abi_dtype(c.output_dtype(i), fp64), d.extents(d.outputs[i].shape, c.dims));
   const external::Message reply = target.call(m);
   Result r;
-  for (const auto& o : d.outputs) r.outputs.push_back(reply.tensor(o.name).to_doubles());
+  for (size_t i = 0; i < d.outputs.size(); ++i) {
+    const external::Tensor& t = reply.tensor(d.outputs[i].name);
+    if (c.output_dtype(i) != DType::boolean) {
+      r.outputs.push_back(t.to_doubles());
+      continue;
+    }
+    const std::vector<int64_t> flags = t.to_flags(d.name);
+    r.outputs.emplace_back(flags.begin(), flags.end());
+  }
   return r;
 }
 

@@ -60,6 +60,11 @@ struct Tensor {
   static Tensor declare(std::string name, int32_t dtype, std::vector<int64_t> shape);
   std::vector<double> to_doubles() const;
   std::vector<int64_t> to_ints() const;
+  // A boolean output (a mask, a done flag: KPROP_U8) as 0/1; any other value
+  // is a TargetFailure "error" naming `op`, the output and the element (an
+  // entry the kernel left unwritten holds the 0xFF poison, which read as
+  // nonzero would pass for true).
+  std::vector<int64_t> to_flags(const std::string& op) const;
   // The C view of this tensor (host memory, contiguous strides).
   kprop_tensor view() const;
   std::string describe() const;  // "q f32[1,2,3,4]"

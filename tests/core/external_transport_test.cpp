@@ -130,6 +130,24 @@ TEST(ExternalSizes, OverflowingShapesHaveNoSize) {
   EXPECT_THROW(Tensor::declare("x", KPROP_F32, huge).nbytes(), std::length_error);
 }
 
+// A boolean output reads 0 or 1 and nothing else: the poison (0xFF) of an
+// entry the kernel did not write read as true (dflash's mask, beam's done).
+TEST(ExternalReply, ABooleanOutputIsZeroOrOne) {
+  const std::vector<int64_t> flags = {0, 1, 1, 0};
+  EXPECT_EQ(Tensor::of_ints("mask", KPROP_U8, {2, 2}, flags).to_flags("dflash.tree_inputs"), flags);
+  try {
+    Tensor::of_ints("mask", KPROP_U8, {2, 2}, std::vector<int64_t>{0, 1, 255, 0})
+        .to_flags("dflash.tree_inputs");
+    ADD_FAILURE() << "255 read as a flag";
+  } catch (const kprop::external::TargetFailure& e) {
+    EXPECT_EQ(e.kind(), "error");
+    EXPECT_STREQ(
+        e.what(),
+        "dflash.tree_inputs: output mask holds 255 at element 2: a boolean output is 0 or 1 (the 0xFF "
+        "poison: an entry the kernel did not write)");
+  }
+}
+
 TEST(ExternalReply, AHugeTensorIsRefusedBeforeAllocating) {
   // 3 GiB of f32 where the request declared o f32[2,3]: no 3 GB allocation, no wait for the bytes.
   const std::string why = refused(ok_with({{{"name", "o"}, {"dtype", "f32"}, {"shape", {805306368}}}}));

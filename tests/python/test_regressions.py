@@ -597,3 +597,19 @@ def test_a_script_that_checks_isolated_at_import_is_refused_not_repeated(tmp_pat
     assert r.returncode != 0
     assert "isolate=True while kprop.worker imports" in r.stderr, r.stderr
     assert 'put the call under `if __name__ == "__main__":`' in r.stderr
+
+
+def test_a_boolean_output_that_is_not_0_or_1_is_the_targets_error(corpus):
+    """A flag written as 255 (what a plugin leaves in an entry it never
+    writes: the poison) read as true, so beam's next_done passed whatever the
+    kernel wrote there."""
+    beam = load_example("beam_search")
+
+    def step(**kwargs):
+        out = beam.beam_step(**kwargs)
+        out["next_done"] = np.asarray(out["next_done"], dtype=np.uint8) * np.uint8(255)
+        return out
+
+    with pytest.raises(kprop.Counterexample, match="a boolean output is 0 or 1"):
+        kprop.check("beam", step, seed=SEED, trials=50, corpus=corpus)
+    assert kprop.check("beam", beam.beam_step, seed=SEED, trials=50, corpus=corpus).passed
