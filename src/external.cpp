@@ -900,8 +900,10 @@ class Child {
  private:
   // Polls in slices of 50 ms so that Ctrl-C (the runner's interrupt flag;
   // the signal may land on another thread and not wake this poll) stops the
-  // wait at once rather than at the deadline.
-  static Io wait(int fd, short events, Clock::time_point deadline) {
+  // wait at once rather than at the deadline. A child that died is EOF
+  // (death() then says how) even while a process it started holds the
+  // pipe open: that was a hang after case_timeout_s, not the crash it is.
+  Io wait(int fd, short events, Clock::time_point deadline) const {
     for (;;) {
       if (kprop::interrupted()) return Io::interrupted;
       const auto left =
@@ -911,6 +913,11 @@ class Child {
       const int r = poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 50)));
       if (r > 0) return Io::ok;  // readable, writable, or hung up: the next read/write tells
       if (r < 0 && errno != EINTR) return Io::eof;
+      // Exited, left waitable (WNOWAIT) for death()'s reap.
+      siginfo_t info{};
+      if (pid_ > 0 && waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+          info.si_pid == pid_)
+        return Io::eof;
     }
   }
 

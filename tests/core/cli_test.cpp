@@ -1077,6 +1077,27 @@ TEST(Cli, APrintedReplayKeepsTheRunsMemoryBudget) {
   fs::remove_all(corpus);
 }
 
+// A worker that dies while a process it started holds its stdout open: a
+// crash, shrunk like any (it waited for EOF, so it was a hang after
+// case_timeout_s, not shrunk).
+TEST(Cli, AWorkerThatDiesWhileItsChildHoldsThePipeIsACrash) {
+  if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
+  const fs::path worker = temp("dies.py");
+  std::ofstream(worker) << "import os, signal, subprocess, sys\nsys.path.insert(0, '" << KPROP_SOURCE_DIR
+                        << "/python')\nimport kprop_worker\n\n\ndef op(**_):\n"
+                           "    subprocess.Popen(['sleep', '60'])  # inherits the reply pipe\n"
+                           "    os.kill(os.getpid(), signal.SIGSEGV)\n\n\n"
+                           "kprop_worker.serve({'layernorm': op})\n";
+  const CliRun r = run("--spec " + std::string(KPROP_SOURCE_DIR) +
+                       "/specs/layernorm.yaml --no-corpus --trials 5 --seed 1 --jobs 1 --case-timeout 20 "
+                       "--target 'exec:" +
+                       KPROP_PYTHON + " " + worker.string() + "'");
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("was killed by signal 11 (Segmentation fault) during the call"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("hung"), std::string::npos) << r.out;
+}
+
 // A run that cannot start says so in one line, before the run's header
 // (these printed "kprop: spec ... seed N" first: two lines, the spec's
 // target without its position).
