@@ -23,6 +23,7 @@
 #include <iostream>
 #include <iterator>
 #include <limits>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -767,6 +768,12 @@ void forget_child(pid_t pid) {
     if (pid_t p = pid; slot.compare_exchange_strong(p, 0)) return;
 }
 
+class Child;
+// The children this process started that are running, for stop_children()
+// (not a signal handler's: it takes a lock and reads /proc).
+std::mutex g_live_mutex;
+std::vector<Child*> g_live;
+
 class Child {
  public:
   Child(std::string describe, std::function<void(int in_fd, int out_fd)> child_main)
@@ -776,6 +783,7 @@ class Child {
   Child& operator=(const Child&) = delete;
 
   bool running() const { return pid_ > 0; }
+  pid_t owner() const { return owner_; }  // the process that started it
 
   void start() {
     signal(SIGPIPE, SIG_IGN);  // a dead worker is an EPIPE, not the runner's death
@@ -815,6 +823,11 @@ class Child {
     }
     setpgid(pid, pid);
     note_child(pid);
+    owner_ = getpid();
+    {
+      const std::lock_guard<std::mutex> lock(g_live_mutex);
+      g_live.push_back(this);
+    }
     close(to_child[0]);
     close(from_child[1]);
     pid_ = pid;
@@ -948,6 +961,10 @@ class Child {
     }
     if (!exited) waitpid(pid_, &status, 0);
     forget_child(pid_);
+    {
+      const std::lock_guard<std::mutex> lock(g_live_mutex);
+      std::erase(g_live, this);
+    }
     reap_strays();
     pid_ = -1;
     return status;
@@ -956,7 +973,7 @@ class Child {
   std::string describe_;
   std::function<void(int, int)> child_main_;
   std::string token_;
-  pid_t pid_ = -1;
+  pid_t pid_ = -1, owner_ = -1;
   int write_fd_ = -1, read_fd_ = -1;
 };
 
@@ -1590,6 +1607,18 @@ LoadedPlugin load_plugin(const std::string& dlpath, const TransportOptions& opti
 }
 
 }  // namespace
+
+void stop_children() {
+  std::vector<Child*> live;
+  {
+    const std::lock_guard<std::mutex> lock(g_live_mutex);
+    live = g_live;
+  }
+  // A forked process (a --jobs worker) inherits its parent's list: those
+  // children are the parent's to stop.
+  for (Child* c : live)
+    if (c->owner() == getpid()) c->stop();
+}
 
 void kill_children() noexcept {
   const pid_t self = getpid();

@@ -134,7 +134,18 @@ std::optional<std::pair<int64_t, std::string>> read_frame(int fd) {
 // process inherited), its children first: an exec: worker whose pipes
 // closed before it died would fail its write and could print a traceback.
 // Also the worker's SIGTERM handler (WorkerPool::retire).
-[[noreturn]] void leave() {
+[[noreturn]] void leave(bool in_handler = false) {
+  // Out of a handler, each child's whole tree, as its transport stops it,
+  // with the caller's SIGTERM held until that is done (the caller retires
+  // a worker as soon as its last result is in, so the handler cut it
+  // short); in one, their process groups only (what is safe there).
+  if (!in_handler) {
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    sigprocmask(SIG_BLOCK, &term, nullptr);
+    external::stop_children();
+  }
   external::kill_children();
   // ... and reaped: an --isolate child, in our process group, has the
   // caller's SIGTERM too. The caller goes on once it has reaped us, so
@@ -145,7 +156,7 @@ std::optional<std::pair<int64_t, std::string>> read_frame(int fd) {
   _exit(0);
 }
 void on_stop(int) {
-  leave();
+  leave(true);
 }
 
 // A worker's life: claim the next unclaimed item while the caller allows
@@ -286,14 +297,23 @@ void WorkerPool::retire(Worker& w) {
 }
 
 void WorkerPool::retire(const std::vector<Worker*>& workers) {
-  // SIGTERM first, to all at once: a worker kills the children of its own
+  // Then SIGTERM, to all at once: a worker kills the children of its own
   // (exec: workers, each in its own process group) and exits; then SIGKILL
   // to its group, whatever it started (an --isolate child), for one that
   // did not exit within a second.
+  // First EOF alone, for up to half a second: a worker waiting on the
+  // control pipe (or done) then stops its children as their transports do,
+  // their whole trees; SIGTERM's handler can only kill their process groups,
+  // and a child's descendants that called setsid outlived the run.
+  for (Worker* w : workers) close(w->results), close(w->control);
+  const auto grace = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
   for (Worker* w : workers) {
-    close(w->results), close(w->control);
-    if (!w->reaped) kill(-w->pid, SIGTERM);
+    int status = 0;
+    const double left = std::chrono::duration<double>(grace - std::chrono::steady_clock::now()).count();
+    if (!w->reaped) w->reaped = wait_for_exit(w->pid, &status, left);
   }
+  for (Worker* w : workers)
+    if (!w->reaped) kill(-w->pid, SIGTERM);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   for (Worker* w : workers) {
     int status = 0;

@@ -221,6 +221,12 @@ bool is_external_target(const std::string& target);
 // before their pipes close, not after (a worker writing its reply to a
 // closed pipe printed a BrokenPipeError traceback on the user's terminal).
 void kill_children() noexcept;
+// Stops every child this process started that is still running, as its
+// transport would: EOF, a second for its exit-time work, then its whole
+// tree (group, descendants, every process with its token, setsid or not).
+// Not for a signal handler (kill_children is). A --jobs worker calls it
+// before it exits (its children's setsid descendants outlived the run).
+void stop_children();
 // What the name alone says is wrong (plugin: without a path, exec: without
 // a command): the InputError open_target would throw. The spec loader
 // checks a spec's target with it, where the file's position is known.

@@ -1098,6 +1098,36 @@ TEST(Cli, AWorkerThatDiesWhileItsChildHoldsThePipeIsACrash) {
   EXPECT_EQ(r.out.find("hung"), std::string::npos) << r.out;
 }
 
+// Processes an exec: worker starts in a session of their own die with it
+// under --jobs too: each job stops its children's whole trees before it
+// exits (it killed their process groups only, and these outlived the run).
+TEST(Cli, AWorkersSetsidDescendantsDieUnderJobs) {
+  if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
+  const std::string marker = "61." + std::to_string(::getpid());  // sleep's argument: this test's processes
+  const fs::path worker = temp("daemonises.py");
+  std::ofstream(worker) << "import subprocess, sys\nsys.path.insert(0, '" << KPROP_SOURCE_DIR
+                        << "/python')\nimport kprop_worker\ncalls = 0\n\n\ndef op(**_):\n"
+                           "    global calls\n    calls += 1\n    if calls <= 2:\n"
+                           "        subprocess.Popen(['sleep', '"
+                        << marker
+                        << "'], start_new_session=True, stdin=subprocess.DEVNULL,\n"
+                           "                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+                           "    raise kprop_worker.Unsupported('declines every case')\n\n\n"
+                           "kprop_worker.serve({'layernorm': op})\n";
+  const CliRun r =
+      run("--spec " + std::string(KPROP_SOURCE_DIR) +
+          "/specs/layernorm.yaml --no-corpus --trials 20 --seed 1 --jobs 2 --target 'exec:" + KPROP_PYTHON +
+          " " + worker.string() + "'");
+  EXPECT_EQ(r.code, 0) << r.out;  // skipped: every case declined
+  int left = 0;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    std::ifstream cmdline(entry.path() / "cmdline");
+    std::string text((std::istreambuf_iterator<char>(cmdline)), {});
+    left += text.find(std::string("sleep") + '\0' + marker) != std::string::npos;
+  }
+  EXPECT_EQ(left, 0) << r.out;
+}
+
 // A run that cannot start says so in one line, before the run's header
 // (these printed "kprop: spec ... seed N" first: two lines, the spec's
 // target without its position).
