@@ -297,10 +297,6 @@ void WorkerPool::retire(Worker& w) {
 }
 
 void WorkerPool::retire(const std::vector<Worker*>& workers) {
-  // Then SIGTERM, to all at once: a worker kills the children of its own
-  // (exec: workers, each in its own process group) and exits; then SIGKILL
-  // to its group, whatever it started (an --isolate child), for one that
-  // did not exit within a second.
   // First EOF alone, for up to half a second: a worker waiting on the
   // control pipe (or done) then stops its children as their transports do,
   // their whole trees; SIGTERM's handler can only kill their process groups,
@@ -312,6 +308,10 @@ void WorkerPool::retire(const std::vector<Worker*>& workers) {
     const double left = std::chrono::duration<double>(grace - std::chrono::steady_clock::now()).count();
     if (!w->reaped) w->reaped = wait_for_exit(w->pid, &status, left);
   }
+  // Then SIGTERM, to all at once: a worker kills the children of its own
+  // (exec: workers, each in its own process group) and exits; then SIGKILL
+  // to its group, whatever it started (an --isolate child), for one that
+  // did not exit within a second.
   for (Worker* w : workers)
     if (!w->reaped) kill(-w->pid, SIGTERM);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
