@@ -227,10 +227,10 @@ std::vector<int64_t> Tensor::to_flags(const std::string& op) const {
   std::vector<int64_t> out = to_ints();
   for (size_t i = 0; i < out.size(); ++i)
     if (out[i] != 0 && out[i] != 1)
-      throw TargetFailure("error",
-                          fmt::format("{}: output {} holds {} at element {}: a boolean output is 0 or "
-                                      "1 (the 0xFF poison: an entry the kernel did not write)",
-                                      op, name, out[i], i));
+      throw TargetFailure(
+          "error",
+          fmt::format("{}: output {} holds {} at element {}: a boolean output is 0 or 1{}", op, name, out[i],
+                      i, out[i] == 0xFF ? " (the 0xFF poison: an entry the kernel did not write)" : ""));
   return out;
 }
 

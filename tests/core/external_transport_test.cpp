@@ -146,6 +146,13 @@ TEST(ExternalReply, ABooleanOutputIsZeroOrOne) {
         "dflash.tree_inputs: output mask holds 255 at element 2: a boolean output is 0 or 1 (the 0xFF "
         "poison: an entry the kernel did not write)");
   }
+  // Another value is named as it is (the poison's words are for 255).
+  try {
+    Tensor::of_ints("done", KPROP_U8, {2}, std::vector<int64_t>{1, 2}).to_flags("beam.step");
+    ADD_FAILURE() << "2 read as a flag";
+  } catch (const kprop::external::TargetFailure& e) {
+    EXPECT_STREQ(e.what(), "beam.step: output done holds 2 at element 1: a boolean output is 0 or 1");
+  }
 }
 
 TEST(ExternalReply, AHugeTensorIsRefusedBeforeAllocating) {
