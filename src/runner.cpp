@@ -253,6 +253,18 @@ Impl resolve_target(const Spec& spec, const std::string& name, std::optional<dou
 }
 
 namespace {
+// A report's header: what names the run, before it draws anything.
+RunReport report_header(const Spec& spec, const RunOptions& options) {
+  RunReport r;
+  r.spec = spec.name;
+  r.spec_path = spec.path;
+  r.profile = spec.profile;
+  r.domain = spec.domain_overrides;
+  r.family = spec.family->name();
+  r.reference = reference_name(spec, options);
+  return r;
+}
+
 RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& events);
 }  // namespace
 
@@ -269,13 +281,7 @@ RunReport run_spec(const Spec& spec, const RunOptions& options) {
 namespace {
 RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& events) {
   const Family& family = *spec.family;
-  RunReport report;
-  report.spec = spec.name;
-  report.spec_path = spec.path;
-  report.profile = spec.profile;
-  report.domain = spec.domain_overrides;
-  report.family = family.name();
-  report.reference = reference_name(spec, options);
+  RunReport report = report_header(spec, options);
   report.seed = resolve_seed(spec, options);
   const RunContext ctx = make_context(spec, options, report.seed);
   report.target = ctx.target_name;
@@ -792,10 +798,9 @@ std::vector<MutantRow> run_mutants(const Spec& spec, const RunOptions& options) 
     }
     if (interrupted() || (!options.only_invariants.empty() && o.only_invariants.empty())) {
       // Listed, not left out: "k of k killed" would read as every mutant.
-      MutantRow row{impl.name, impl.description, {}, false, ""};
+      MutantRow row{impl.name, impl.description, report_header(s, o), false, ""};
       RunReport& r = row.report;
-      r.spec = s.name, r.spec_path = s.path, r.profile = s.profile, r.domain = s.domain_overrides;
-      r.family = s.family->name(), r.target = impl.name, r.reference = reference_name(s, o);
+      r.target = impl.name;
       r.seed = options.seed.value_or(s.run.seed);
       if (interrupted()) {
         r.status = RunStatus::interrupted;
