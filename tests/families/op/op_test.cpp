@@ -417,6 +417,47 @@ target: reference
   }
 }
 
+// rows_independent slices the first output's first dim down to its least
+// value, the other dims as they are. Where the relations rule every such
+// slice out (Nq == Nk, Nk < Nq), it could check no case: left out of the
+// defaults, a load error when listed. Where some case allows it (Nk <= Nq:
+// Nk at its least), it stays.
+TEST(OpRelations, RowsIndependentOnlyWhereTheRelationsAllowASlice) {
+  const auto spec_text = [](const std::string& relation, const std::string& invariants) {
+    return fmt::format(R"(spec: sq
+family: op
+op:
+  dims: {{Nq: [1, 16], Nk: [1, 16], D: [1, 8]}}
+  relations: ["{}"]
+  inputs:
+    s: {{shape: [Nq, Nk]}}
+    v: {{shape: [Nk, D]}}
+  outputs:
+    o: {{shape: [Nq, D]}}
+  reference:
+    o: s @ v
+target: reference
+{})",
+                       relation, invariants);
+  };
+  const auto names = [](const Spec& spec) {
+    std::vector<std::string> out;
+    for (const auto& i : spec.invariants) out.push_back(i.name);
+    return out;
+  };
+  const std::vector<std::string> without{"matches_reference", "finite_outputs", "deterministic"};
+  EXPECT_EQ(names(parse_spec(spec_text("Nq == Nk", ""), "op.yaml")), without);
+  EXPECT_EQ(names(parse_spec(spec_text("Nk < Nq", ""), "op.yaml")), without);
+  std::vector<std::string> with = without;
+  with.push_back("rows_independent");
+  EXPECT_EQ(names(parse_spec(spec_text("Nk <= Nq", ""), "op.yaml")), with);
+  EXPECT_EQ(names(parse_spec(spec_text("Nq < Nk", ""), "op.yaml")), with);
+  EXPECT_LOAD_ERROR(
+      spec_text("Nq == Nk", "invariants: [rows_independent]"),
+      "op.yaml:14:14: invariant rows_independent needs a slice along Nq the relations allow; no "
+      "case keeps them with Nq alone at its least value, 1");
+}
+
 // slice_<DIM>: a contiguous run of a smaller valid extent along the dim,
 // within the hard relations (Nk >= Nq: slicing Nk stops at Nq), the other
 // dims and every value of the kept indices unchanged; transform.index names
