@@ -51,6 +51,10 @@ std::optional<size_t> invalid_utf8_at(const std::string& text) {
 // characters (a newline inside a quoted YAML key, say) and bytes that are not
 // UTF-8 (a binary file given as a corpus file) are shown escaped.
 static std::string one_line(const std::string& text) {
+  return printable(text, false);
+}
+
+std::string printable(const std::string& text, bool keep_newlines) {
   static const char* hex = "0123456789abcdef";
   std::string out;
   for (size_t i = 0; i < text.size(); ++i) {
@@ -63,7 +67,7 @@ static std::string one_line(const std::string& text) {
         out += std::string("\\x") + hex[c >> 4] + hex[c & 15];
       }
     } else if (c == '\n')
-      out += "\\n";
+      out += keep_newlines ? "\n" : "\\n";
     else if (c == '\t')
       out += "\\t";
     else if (c < 0x20 || c == 0x7f)

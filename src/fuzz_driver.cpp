@@ -46,8 +46,8 @@ std::string harness_path(const Spec& spec, const FuzzOptions& o) {
     throw InputError(
         {p.string(), 0, 0},
         "no libFuzzer harness for spec " + spec.name +
-            " (build it with `scripts/dev.sh build-san` and run build-san/prop_runner, or build-fuzz: "
-            "coverage only)");
+            " (in a kprop checkout: `scripts/dev.sh build-san` and run build-san/prop_runner, or "
+            "build-fuzz: coverage only; or --fuzzer-dir names the folder that has it)");
   return p.string();
 }
 

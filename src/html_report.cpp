@@ -168,11 +168,13 @@ std::string run_body(const RunReport& r) {
       "<p class=\"sub\">family {} · target {} · reference {} · seed {} · {} drawn{}, {} checked, {} "
       "discarded, {} declined "
       "· "
-      "{:.2f} s{}</p>",
+      "{:.2f} s{}{}{}</p>",
       escape(r.spec), status_class(r.status), escape(run_status_name(r.status)), escape(r.family),
       escape(r.target), escape(r.reference), r.seed, r.trials,
       r.search.cases > 0 ? fmt::format(" + {} by the search", r.search.cases) : "", r.checked, r.discarded,
-      r.declined, r.seconds, r.profile.empty() ? "" : " · profile " + escape(r.profile));
+      r.declined, r.seconds, r.profile.empty() ? "" : " · profile " + escape(r.profile),
+      r.domain.empty() ? "" : " · domain " + escape(r.domain),
+      r.shard.empty() ? "" : " · shard " + escape(r.shard));
   if (!r.detail.empty()) out += fmt::format("<p class=\"note\">{}</p>", escape(r.detail));
   for (const auto& h : r.health)
     out +=
@@ -256,19 +258,19 @@ class HtmlReporter final : public Reporter {
   std::string mutants(const Spec& spec, const std::vector<MutantRow>& rows) const override {
     int killed = 0;
     for (const auto& row : rows) killed += row.killed;
-    const bool all = killed == static_cast<int>(rows.size());
-    // None could run here (no CUDA device): skipped, as the text says, not red.
-    const bool skipped = mutants_skipped(rows);
+    // The text's verdict (none could run here, no CUDA device: skipped, not red).
+    const std::string verdict = mutants_verdict_name(rows);
+    const char* css = verdict == "PASSED"                ? "passed"
+                      : verdict == "FAILED"              ? "failed"
+                      : verdict == "HEALTH CHECK FAILED" ? "gave-up"
+                      : verdict == "SKIPPED"             ? "skipped"
+                                                         : "interrupted";
     std::string body = fmt::format(
-        "<h1>kprop {} — mutants <span class=\"status {}\">{}{} of {} killed</span></h1><p "
+        "<h1>kprop {} — mutants <span class=\"status {}\">{}: {} of {} killed</span></h1><p "
         "class=\"sub\">family "
         "{} · "
         "seed {}</p>",
-        escape(spec.name),
-        skipped ? "skipped"
-        : all   ? "passed"
-                : "failed",
-        skipped ? "SKIPPED: " : "", killed, rows.size(), escape(spec.family->name()),
+        escape(spec.name), css, verdict, killed, rows.size(), escape(spec.family->name()),
         rows.empty() ? 0 : rows[0].report.seed);
     body += "<h2>Kill matrix</h2><div class=\"drawing\">" + kill_matrix_svg(kill_matrix(rows)) + "</div>";
     body += "<table><tr><th>mutant</th><th>verdict</th><th>killed by</th><th>description</th></tr>";
@@ -291,17 +293,28 @@ class HtmlReporter final : public Reporter {
   }
 
   std::string replay(const Spec& spec, const std::vector<ReplayRow>& rows) const override {
-    std::string body =
-        fmt::format("<h1>kprop {} — replay of {} corpus file(s)</h1>", escape(spec.name), rows.size());
+    const ReplayVerdict verdict = replay_verdict(rows);
+    const char* css = verdict == ReplayVerdict::passed        ? "passed"
+                      : verdict == ReplayVerdict::skipped     ? "skipped"
+                      : verdict == ReplayVerdict::interrupted ? "interrupted"
+                                                              : "failed";
+    const auto passed = std::count_if(rows.begin(), rows.end(), [](const ReplayRow& r) {
+      return replay_verdict(r) == ReplayVerdict::passed;
+    });
+    std::string body = fmt::format(
+        "<h1>kprop {} — replay of {} corpus file(s) <span class=\"status {}\">{}: {} of {} "
+        "passed</span></h1>",
+        escape(spec.name), rows.size(), css, to_string(verdict), passed, rows.size());
     body += "<table><tr><th>file</th><th>result</th><th>detail</th></tr>";
     for (const auto& row : rows) {
       const ReplayVerdict v = replay_verdict(row);
       body += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td></tr>", escape(row.path),
-                          v == ReplayVerdict::error     ? "ERROR"
-                          : v == ReplayVerdict::crashed ? "<b>CRASH</b>"
-                          : v == ReplayVerdict::failed  ? "<b>FAIL</b>"
-                          : v == ReplayVerdict::skipped ? "not checked"
-                                                        : "ok",
+                          v == ReplayVerdict::error         ? "ERROR"
+                          : v == ReplayVerdict::interrupted ? "not replayed (interrupted)"
+                          : v == ReplayVerdict::crashed     ? "<b>CRASH</b>"
+                          : v == ReplayVerdict::failed      ? "<b>FAIL</b>"
+                          : v == ReplayVerdict::skipped     ? "not checked"
+                                                            : "ok",
                           escape(!row.error.empty()        ? row.error
                                  : !row.target_ok          ? row.target_detail
                                  : !row.mutant_still_fails ? mutant_failure(row)

@@ -329,17 +329,6 @@ int run(const Config& cfg) {
       (!cfg.work.empty() || !cfg.fuzzer_dir.empty()))
     throw InputError({},
                      fmt::format("{} applies to --fuzz only", cfg.work.empty() ? "--fuzzer-dir" : "--work"));
-  // A replay checks stored cases, each with the seed its file records: what
-  // draws cases is refused, not dropped.
-  if (!cfg.replay.empty()) {
-    const std::pair<bool, const char*> drawing[] = {{!cfg.seed.empty(), "--seed"},
-                                                    {cfg.trials.has_value(), "--trials"},
-                                                    {cfg.time.has_value(), "--time"},
-                                                    {cfg.search_asked(), "--search"},
-                                                    {!cfg.shard.empty(), "--shard"}};
-    for (const auto& [given, flag] : drawing)
-      if (given) throw InputError({}, fmt::format("--replay takes no {}: it checks the stored cases", flag));
-  }
   auto reporter = make_reporter(cfg.format, cfg.stats);
   if (!reporter) throw InputError({}, "--format " + cfg.format + ": valid: " + join(reporter_names()));
   // --out is written at the end: a path it cannot be written to is said now,
@@ -373,6 +362,18 @@ int run(const Config& cfg) {
       write_file_atomic(cfg.out,
                         g_armed_out->reporter->error(
                             "the run did not finish: it stopped before its report (a crash or a kill)", 3));
+  }
+  // (After --out is armed: an error here replaces an earlier report.)
+  // A replay checks stored cases, each with the seed its file records: what
+  // draws cases is refused, not dropped.
+  if (!cfg.replay.empty()) {
+    const std::pair<bool, const char*> drawing[] = {{!cfg.seed.empty(), "--seed"},
+                                                    {cfg.trials.has_value(), "--trials"},
+                                                    {cfg.time.has_value(), "--time"},
+                                                    {cfg.search_asked(), "--search"},
+                                                    {!cfg.shard.empty(), "--shard"}};
+    for (const auto& [given, flag] : drawing)
+      if (given) throw InputError({}, fmt::format("--replay takes no {}: it checks the stored cases", flag));
   }
   for (size_t i = 0; i < cfg.invariants.size(); ++i)
     for (size_t j = 0; j < i; ++j)
@@ -576,8 +577,11 @@ int run(const Config& cfg) {
     }
   }
   if (!cfg.out.empty()) {
-    write_file_atomic(cfg.out, formatted);
+    // The summary first: a report that cannot be written (a full disk) loses
+    // the file, not the verdict and its replay commands.
     std::cout << text;
+    std::cout.flush();
+    write_file_atomic(cfg.out, formatted);
   } else {
     std::cout << formatted;
   }
@@ -626,7 +630,13 @@ int main(int argc, char** argv) {
                  "oracle of the comparative invariants (default: the spec's reference): an implementation, "
                  "plugin:PATH or exec:COMMAND, which is called with f64 tensors")
       ->check(named("names no implementation (leave --reference out for the spec's reference)"));
-  app.add_option("--seed", cfg.seed, "seed (default: the spec's run.seed; 0 draws a fresh one, printed)");
+  // An empty value (`--shard "$SHARD"` with SHARD unset) would silently mean
+  // the flag was left out: a whole unsharded run in every shard's job.
+  const auto given = [](const char* what) {
+    return CLI::Validator([what](std::string& v) { return v.empty() ? std::string(what) : ""; }, "");
+  };
+  app.add_option("--seed", cfg.seed, "seed (default: the spec's run.seed; 0 draws a fresh one, printed)")
+      ->check(given("is empty (leave --seed out for the spec's run.seed; 0 draws a fresh one)"));
   const auto count = number_in(1, false, 1e9, "a whole number in [1, 1e9]", true);
   const auto seconds = number_in(0, false, 1e7, "a number of seconds in [0, 1e7]");
   // As run.case_timeout_s: below a millisecond the deadline truncated to 0 ns, which is no deadline.
@@ -667,8 +677,10 @@ int main(int argc, char** argv) {
       "--stats", cfg.stats,
       "print the run's statistics: sizes and dims drawn, checked/discarded/declined per invariant, the "
       "time split, error/bound ratios (JSON always has them); with --mutants, the kill matrix");
-  app.add_option("--out", cfg.out, "write the report to FILE (text summary still on stdout)");
-  auto* corpus = app.add_option("--corpus", cfg.corpus, "corpus root (default: corpus/ beside specs/)");
+  app.add_option("--out", cfg.out, "write the report to FILE (text summary still on stdout)")
+      ->check(given("names no file"));
+  auto* corpus = app.add_option("--corpus", cfg.corpus, "corpus root (default: corpus/ beside specs/)")
+                     ->check(given("names no folder"));
   app.add_flag("--no-corpus", cfg.no_corpus,
                "keep counterexamples out of the corpus (each is still written to .kprop/findings/<spec>/)")
       ->excludes(corpus);
@@ -688,7 +700,9 @@ int main(int argc, char** argv) {
   auto* mutants =
       app.add_flag("--mutants", cfg.mutants, "run every mutant of the family; exit 0 only if all die")
           ->excludes(target);  // each mutant is the target in turn (it ran them all, and said nothing)
-  auto* replay = app.add_option("--replay", cfg.replay, "replay a corpus file or folder")->excludes(mutants);
+  auto* replay = app.add_option("--replay", cfg.replay, "replay a corpus file or folder")
+                     ->check(given("names no file or folder"))
+                     ->excludes(mutants);
   app.add_flag("--output-coverage", cfg.output_coverage,
                "corrupt each output of the target (plugin:/exec:, a correct kernel) in turn and report the "
                "outputs no invariant catches; exit 1 if any")
@@ -715,14 +729,19 @@ int main(int argc, char** argv) {
                  "processes: property runs, --mutants and --replay of a folder check cases on N processes "
                  "with the verdicts of --jobs 1 (default: all cores); --fuzz: libFuzzer -fork=N (default 1)")
       ->transform(number_in(1, false, 4096, "a whole number of processes in [1, 4096]", true));
-  app.add_option("--work", cfg.work, "--fuzz: work folder for coverage corpora and crash inputs");
+  app.add_option("--work", cfg.work, "--fuzz: work folder for coverage corpora and crash inputs")
+      ->check(given("names no folder"));
   app.add_option("--fuzzer-dir", cfg.fuzzer_dir,
-                 "--fuzz: folder with fuzz_<spec> harnesses (default: fuzz/ beside prop_runner)");
+                 "--fuzz: folder with the harness fuzz_any_spec (default: fuzz/ beside prop_runner)")
+      ->check(given("names no folder"));
   app.add_option("--import", cfg.imports,
-                 "decode fuzzer inputs (crash files), shrink and store the failing ones");
-  app.add_option("--fuzz-seeds", cfg.fuzz_seeds, "write seed inputs for the spec's harness to DIR");
+                 "decode fuzzer inputs (crash files), shrink and store the failing ones")
+      ->check(given("names no file"));
+  app.add_option("--fuzz-seeds", cfg.fuzz_seeds, "write seed inputs for the spec's harness to DIR")
+      ->check(given("names no folder"));
   app.add_option("--shard", cfg.shard,
-                 "I/N: run shard I (0-based: 0 <= I < N) of N interleaved shards of the trials");
+                 "I/N: run shard I (0-based: 0 <= I < N) of N interleaved shards of the trials")
+      ->check(given("is empty: give I/N"));
   try {
     app.parse(argc, argv);
     if (!cfg.list && cfg.specs.empty()) throw CLI::RequiredError("--spec");

@@ -159,11 +159,21 @@ std::string replay_warning(const Finding& f) {
 
 namespace {
 
+// Every line after the first indented as the first is ("  "): none at the margin.
+std::string indent_continuation(std::string text) {
+  for (size_t at = text.find('\n'); at != std::string::npos; at = text.find('\n', at + 3))
+    text.insert(at + 1, "  ");
+  return text;
+}
+
 std::string finding_text(const Finding& f, const std::string& target) {
   std::string out = f.kind == "invariant"
                         ? fmt::format("\nCounterexample: {} broken by target {}\n", f.invariant, target)
                         : fmt::format("\nTarget failure ({}): target {}\n", f.kind, target);
-  out += fmt::format("  {}\n", f.message);
+  // A kernel's message as it said it, but no line of it at the margin (where
+  // it could pass for the verdict) and no control character (ESC, CR) that
+  // would drive the terminal.
+  out += fmt::format("  {}\n", indent_continuation(printable(f.message, true)));
   if (!f.measured.empty()) out += fmt::format("  measured: {}\n", measured_text(f.measured));
   if (f.kind == "hang")  // not shrunk: each try would cost the timeout
     out += fmt::format("  not shrunk (a hang): {} (size {})\n", f.stats.summary, f.stats.size);
@@ -273,7 +283,7 @@ class TextReporter final : public Reporter {
     std::string out = fmt::format("kprop {} ({}): target {}, reference {}, seed {}{}\n", r.spec, r.family,
                                   r.target, r.reference, r.seed, profile_note(r.profile) + scope_note(r));
     if (r.status == RunStatus::skipped) {
-      out += r.detail + "\n";
+      out += printable(r.detail, true) + "\n";
       return out + fmt::format("SKIPPED: nothing was checked ({} cases drawn); seed {}\n", r.trials, r.seed);
     }
     const size_t width = name_width(r.invariants);
@@ -313,7 +323,7 @@ class TextReporter final : public Reporter {
         break;
       case RunStatus::failed:
         verdict = fmt::format("FAILED: {} of {} invariants broken", broken, r.invariants.size());
-        if (r.stopped_at_failure) verdict += " (" + r.detail + ")";
+        if (r.stopped_at_failure) verdict += " (" + printable(r.detail) + ")";
         break;
       case RunStatus::gave_up: {
         std::vector<std::string> names;
@@ -322,7 +332,7 @@ class TextReporter final : public Reporter {
         break;
       }
       case RunStatus::crashed:
-        verdict = "CRASHED: " + r.detail;
+        verdict = "CRASHED: " + printable(r.detail);
         break;
       case RunStatus::interrupted:
         verdict = fmt::format("INTERRUPTED after {} cases ({} finding(s) reported above)", r.trials,
@@ -359,7 +369,7 @@ class TextReporter final : public Reporter {
       for (const auto& r : row.report.invariants)
         if (r.status == InvariantStatus::failed && (!by || r.name == row.killed_by)) by = &r;
       if (row.report.status == RunStatus::skipped || (verdict == "interrupted" && row.report.trials == 0)) {
-        out += fmt::format("  {:<26} {:<8} {}\n", row.mutant, verdict, row.report.detail);
+        out += fmt::format("  {:<26} {:<8} {}\n", row.mutant, verdict, printable(row.report.detail));
         continue;
       }
       // A mutant run under the profile its bug needs (profiles: {P: {mutants: [...]}}).
@@ -385,16 +395,11 @@ class TextReporter final : public Reporter {
                            row.report.profile, why);
     }
     if (stats_) out += kill_matrix_text(rows);
-    const int code = mutants_exit_code(rows);
-    if (mutants_skipped(rows))
+    const std::string verdict = mutants_verdict_name(rows);
+    if (verdict == "SKIPPED")
       out += fmt::format("SKIPPED: none of the {} mutants could run here\n", rows.size());
     else
-      out += fmt::format("{}: {} of {} mutants killed{}\n",
-                         code == 0   ? "PASSED"
-                         : code == 2 ? "HEALTH CHECK FAILED"
-                         : code == 1 ? "FAILED"
-                                     : "INTERRUPTED",
-                         killed, rows.size(),
+      out += fmt::format("{}: {} of {} mutants killed{}\n", verdict, killed, rows.size(),
                          gave_up ? fmt::format("; {} gave up (the health checks named beside each say too "
                                                "little was checked to call it)",
                                                gave_up)
@@ -404,12 +409,16 @@ class TextReporter final : public Reporter {
 
   std::string replay(const Spec& spec, const std::vector<ReplayRow>& rows) const override {
     std::string out = fmt::format("kprop {}: replaying {} corpus file(s)\n", spec.name, rows.size());
-    int count[5] = {0, 0, 0, 0, 0};  // by ReplayVerdict
+    int count[6] = {0, 0, 0, 0, 0, 0};  // by ReplayVerdict
     for (const auto& row : rows) {
       const ReplayVerdict v = replay_verdict(row);
       ++count[static_cast<int>(v)];
       if (v == ReplayVerdict::error) {
         out += fmt::format("  ERROR {}\n", row.error);
+        continue;
+      }
+      if (v == ReplayVerdict::interrupted) {
+        out += fmt::format("  -     {}  (not replayed: interrupted first)\n", row.path);
         continue;
       }
       const char* word = v == ReplayVerdict::passed    ? "ok"
@@ -418,10 +427,10 @@ class TextReporter final : public Reporter {
                                                        : "FAIL";
       out += fmt::format("  {:<5} {}", word, row.path);
       if (!row.target_ok)
-        out += "\n       target: " + row.target_detail;
+        out += "\n       target: " + printable(row.target_detail);
       else if (!row.target_detail.empty())
-        out += "  (" + row.target_detail + ")";
-      if (row.mutant_checked && !row.mutant_still_fails) out += "\n       " + mutant_failure(row);
+        out += "  (" + printable(row.target_detail) + ")";
+      if (row.mutant_checked && !row.mutant_still_fails) out += "\n       " + printable(mutant_failure(row));
       out += "\n";
     }
     const auto n = [&](ReplayVerdict v) { return count[static_cast<int>(v)]; };
@@ -430,6 +439,8 @@ class TextReporter final : public Reporter {
     if (n(ReplayVerdict::failed)) out += fmt::format(", {} failed", n(ReplayVerdict::failed));
     if (n(ReplayVerdict::crashed)) out += fmt::format(", {} crashed the target", n(ReplayVerdict::crashed));
     if (n(ReplayVerdict::error)) out += fmt::format(", {} could not be read", n(ReplayVerdict::error));
+    if (n(ReplayVerdict::interrupted))
+      out += fmt::format(", {} not replayed (interrupted)", n(ReplayVerdict::interrupted));
     if (n(ReplayVerdict::skipped))
       // Declined, discarded or n/a for every invariant replayed, or for the
       // one that found it (its others may have held): each file's line says.
@@ -761,12 +772,18 @@ class JunitReporter final : public Reporter {
     const std::string name = "kprop." + svg::escape(spec.name) + ".mutants";
     std::string cases;
     int failures = 0, errors = 0, skipped = 0;
+    // One mutant skipped where others ran is no kill (exit 1, as the text
+    // says): a failure; all of them skipped (no device here) is a skip.
+    const bool all_skipped = mutants_skipped(rows);
     for (const auto& row : rows) {
       cases += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3f}\">", name,
                            svg::escape(row.mutant), row.report.seconds);
       const std::string verdict = mutant_verdict(row);
-      if (verdict == "skipped")
+      if (verdict == "skipped" && all_skipped)
         ++skipped, cases += fmt::format("<skipped message=\"{}\"/>", svg::escape(row.report.detail));
+      else if (verdict == "skipped")
+        ++failures, cases += fmt::format("<failure message=\"mutant not killed: its run was skipped ({})\"/>",
+                                         svg::escape(row.report.detail));
       else if (verdict == "gave up" || verdict == "interrupted")
         ++errors, cases += fmt::format("<error message=\"mutant not killed: its run {} ({})\"/>", verdict,
                                        svg::escape(verdict == "gave up" ? "health checks failed: " +
@@ -791,6 +808,8 @@ class JunitReporter final : public Reporter {
         ++errors, cases += fmt::format("<error message=\"{}\"/>", svg::escape(row.error));
       else if (v == ReplayVerdict::crashed)
         ++errors, cases += fmt::format("<error message=\"{}\"/>", svg::escape(row.target_detail));
+      else if (v == ReplayVerdict::interrupted)
+        ++errors, cases += "<error message=\"not replayed: the run was interrupted first\"/>";
       else if (!row.target_ok)
         ++failures, cases += fmt::format("<failure message=\"{}\"/>", svg::escape(row.target_detail));
       else if (!row.mutant_still_fails)

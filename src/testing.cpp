@@ -33,6 +33,9 @@ RunReport replay_in_process(const Spec& spec, const RunOptions& options, const s
     case ReplayVerdict::crashed:
       report.status = RunStatus::crashed;
       break;
+    case ReplayVerdict::interrupted:
+      report.status = RunStatus::interrupted;
+      break;
     case ReplayVerdict::failed:
     case ReplayVerdict::error:
       report.status = RunStatus::failed;

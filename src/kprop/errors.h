@@ -70,6 +70,12 @@ class ReferenceFailure : public InputError {
 };
 
 // "did you mean" helper: the closest candidate by edit distance, or "".
+// `text` as readable text whatever it held: control characters and bytes
+// that are not UTF-8 shown escaped (\x1b, \r, \xff); newlines too, unless
+// `keep_newlines`. A kernel's message, say, can then neither forge a report
+// line nor drive the terminal.
+std::string printable(const std::string& text, bool keep_newlines = false);
+
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);
 // " (did you mean 'X'?)" for the closest candidate X, or "" when none is close.
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);

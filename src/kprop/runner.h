@@ -347,6 +347,9 @@ const char* mutant_verdict(const MutantRow& row);
 // up, 130 interrupted (Ctrl-C at any point: the rest are listed, verdict
 // "interrupted", not run).
 int mutants_exit_code(const std::vector<MutantRow>& rows);
+// The verdict word of that code: PASSED, FAILED, HEALTH CHECK FAILED,
+// INTERRUPTED, or SKIPPED when none of the mutants could run here.
+const char* mutants_verdict_name(const std::vector<MutantRow>& rows);
 
 // --replay: each corpus file on the spec's target (every invariant must hold)
 // and, when found_against is a registered mutant, on that mutant (the
@@ -370,18 +373,20 @@ struct ReplayRow {
   // no implementation, or its invariant is gone from the spec and family.
   bool mutant_stale = false;
   std::string replay_command;  // the file's replay, as a finding's (replay_command)
+  bool interrupted = false;    // not replayed: Ctrl-C came first
 };
 std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, const RunOptions& options);
 
-// A replayed file's verdict, and the replay's: the worst of its files'
-// (crashed, then failed, then error), else passed when any file passed, else
-// skipped (no files, or none checked: every one declined or unobserved).
-enum class ReplayVerdict { passed, skipped, failed, crashed, error };
+// A replayed file's verdict, and the replay's: interrupted when any file was
+// not replayed (Ctrl-C), else the worst of its files' (crashed, then failed,
+// then error), else passed when any file passed, else skipped (no files, or
+// none checked: every one declined or unobserved).
+enum class ReplayVerdict { passed, skipped, failed, crashed, error, interrupted };
 ReplayVerdict replay_verdict(const ReplayRow& row);
 ReplayVerdict replay_verdict(const std::vector<ReplayRow>& rows);
-// Its exit code, as a run's: passed and skipped 0, failed 1, error 2, crashed 3.
+// Its exit code, as a run's: passed and skipped 0, failed 1, error 2, crashed 3, interrupted 130.
 int exit_code(ReplayVerdict v);
-const char* to_string(ReplayVerdict v);  // PASSED, SKIPPED, FAILED, CRASHED, ERROR
+const char* to_string(ReplayVerdict v);  // PASSED, SKIPPED, FAILED, CRASHED, ERROR, INTERRUPTED
 
 // A run's resolved parts: the spec, its target and reference resolved once.
 struct RunContext {

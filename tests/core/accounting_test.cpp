@@ -8,10 +8,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "kprop/interrupt.h"
 #include "kprop/report.h"
 #include "kprop/runner.h"
 #include "tests/support/temp_dir.h"
@@ -132,6 +134,30 @@ TEST(Accounting, TheDeclinedCheckIsNoCoinFlipAtHalf) {
   // The shares straddle 1/2: the old rule would have failed some of these.
   EXPECT_GT(above_half, 0);
   EXPECT_GT(below_half, 0);
+}
+
+// A shard is judged on the whole run's evidence: its declined share, over N
+// times its draws. Each of 4 shards of a 300-trial run that fails the check
+// (two thirds declined) drew about 150 cases: on its own, too few to fail it
+// beyond chance, so every shard passed where the run did not.
+TEST(Accounting, ShardsOfARunThatDeclinesTooMuchFailAsItDoes) {
+  TempDir dir;
+  const Spec spec = toy_spec(
+      "domain: {length: [4, 12], value: [-1000, 1000]}\ninvariants: [matches_reference]\n", "{trials: 100}");
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    RunOptions whole = options("takes_a_third", dir);
+    whole.seed = seed;
+    ASSERT_EQ(run_spec(spec, whole).status, RunStatus::gave_up) << "seed " << seed;
+    int failed = 0;
+    for (int64_t i = 0; i < 4; ++i) {
+      RunOptions o = whole;
+      o.shard_index = i, o.shard_count = 4;
+      const RunReport r = run_spec(spec, o);
+      failed += r.status == RunStatus::gave_up;
+      EXPECT_NE(r.status, RunStatus::failed) << "seed " << seed << " shard " << i;
+    }
+    EXPECT_GT(failed, 0) << "seed " << seed;
+  }
 }
 
 // Cases the target declines take the place of checked ones: where they use
@@ -601,6 +627,35 @@ TEST(Replay, OnlyACheckedFilePassesAndEveryOtherVerdictIsSaid) {
               std::string::npos)
         << row.target_detail;
   }
+}
+
+// Ctrl-C during a replay: the files not replayed are listed as such and the
+// replay is INTERRUPTED (exit 130) in every format, never PASSED on the
+// files it reached (3 of 10 files said "PASSED: 3 of 3 corpus files passed").
+TEST(Replay, AnInterruptedReplayListsTheFilesItDidNotReach) {
+  TempDir dir;
+  const Spec spec = toy_spec("invariants: [matches_reference]\n");
+  const fs::path folder = dir.path / "replay";
+  fs::create_directories(folder);
+  for (const char* name : {"a.yaml", "b.yaml"})
+    std::ofstream(folder / name)
+        << "kprop_corpus: 1\nspec: toy\nfamily: toy.sum\ninvariant: matches_reference\n"
+        << "case: {xs: [1, 2]}\n";
+  install_interrupt_handler();
+  std::raise(SIGINT);  // before the first file: the handler only notes it
+  const auto rows = replay_corpus(spec, folder.string(), options("reference", dir));
+  const std::string text = make_reporter("text")->replay(spec, rows);
+  const auto json = nlohmann::json::parse(make_reporter("json")->replay(spec, rows));
+  clear_interrupt();
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& row : rows) EXPECT_EQ(replay_verdict(row), ReplayVerdict::interrupted) << row.path;
+  EXPECT_EQ(replay_verdict(rows), ReplayVerdict::interrupted);
+  EXPECT_EQ(exit_code(replay_verdict(rows)), 130);
+  EXPECT_NE(text.find("INTERRUPTED: 0 of 2 corpus files passed, 2 not replayed (interrupted)"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(json["verdict"], "interrupted");
+  EXPECT_EQ(json["files"].size(), 2u);
 }
 
 TEST(Replay, StaleTempFilesOfDeadWritersAreRemoved) {

@@ -775,6 +775,13 @@ TEST(Cli, UsageAndSpecErrorsExitTwoWithOneLine) {
       {"--spec " + kSpec + " --shard 1/2/3", "--shard 1/2/3: expected I/N"},
       {"--spec " + kSpec + " --invariant lossless --invariant lossless",
        "--invariant lossless is given twice"},
+      // An empty value (`--shard "$SHARD"`, SHARD unset) meant the flag was left
+      // out: the whole unsharded run in every shard's job.
+      {"--spec " + kSpec + " --shard ''", "--shard: is empty: give I/N"},
+      {"--spec " + kSpec + " --seed ''", "--seed: is empty"},
+      {"--spec " + kSpec + " --out ''", "--out: names no file"},
+      {"--spec " + kSpec + " --corpus ''", "--corpus: names no folder"},
+      {"--spec " + kSpec + " --replay ''", "--replay: names no file or folder"},
       // An --out that cannot be written is said before the run, not as an internal error after it.
       {"--spec " + kSpec + " --out /proc/no/report.json",
        "--out /proc/no/report.json: cannot create its folder"},

@@ -300,6 +300,30 @@ RunReport toy_report(RunStatus status) {
   return r;
 }
 
+// A kernel's error text reaches the text report as it said it, but it can
+// neither forge a line at the margin (a "PASSED:" of its own under a crash)
+// nor drive the terminal (ESC, CR): the report shows those escaped.
+TEST(Reporters, AKernelsMessageCannotForgeTheTextReportsVerdict) {
+  RunReport r = toy_report(RunStatus::crashed);
+  const std::string said = "line1\nPASSED: all good\r\x1b[32mgreen";
+  r.detail = "target reported an error: " + said;
+  InvariantReport inv{"matches_reference"};
+  inv.status = InvariantStatus::not_run;
+  Finding f;
+  f.kind = "error";
+  f.message = said;
+  inv.counterexample = f;
+  r.invariants.push_back(inv);
+  const std::string text = make_reporter("text")->run(r);
+  EXPECT_EQ(text.find("\nPASSED"), std::string::npos) << text;
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+  EXPECT_EQ(text.find('\r'), std::string::npos) << text;
+  EXPECT_NE(text.find("  line1\n  PASSED: all good\\x0d\\x1b[32mgreen\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("CRASHED: target reported an error: line1\\nPASSED: all good\\x0d\\x1b[32mgreen"),
+            std::string::npos)
+      << text;
+}
+
 // A case too large to read in a terminal (one that could not shrink: an op
 // whose reference ran out of memory printed a million values) is cut short
 // in the text, JUnit and HTML reports, saying where the whole case is; a
@@ -358,6 +382,10 @@ TEST(Reporters, JunitReportsAnInterruptedRunAsAnError) {
 
 // The suites of --mutants and --replay carry their counts in the header, as
 // a run's does (CI tools read those: a suite of survivors said 0 failures).
+// A mutant skipped where others ran is no kill (exit 1): a failure, not a
+// skip (the suite said 0 failures of a run that exited 1); all of them
+// skipped (no device here) is a skipped suite. A file an interrupt kept from
+// being replayed is an error, as an interrupted run's is.
 TEST(Reporters, JunitMutantAndReplaySuitesCountTheirFailuresAndSkips) {
   const Spec spec = toy_spec("invariants: [matches_reference]\n");
   std::vector<MutantRow> mutants(3);
@@ -365,14 +393,20 @@ TEST(Reporters, JunitMutantAndReplaySuitesCountTheirFailuresAndSkips) {
   mutants[1].killed = false;  // survived
   mutants[2].report.status = RunStatus::skipped;
   const std::string m = make_reporter("junit")->mutants(spec, mutants);
-  EXPECT_NE(m.find("tests=\"3\" failures=\"1\" errors=\"0\" skipped=\"1\""), std::string::npos) << m;
-  std::vector<ReplayRow> replays(4);
+  EXPECT_NE(m.find("tests=\"3\" failures=\"2\" errors=\"0\" skipped=\"0\""), std::string::npos) << m;
+  EXPECT_EQ(mutants_exit_code(mutants), 1);
+  std::vector<MutantRow> none_ran(2);
+  for (auto& row : none_ran) row.report.status = RunStatus::skipped;
+  const std::string s = make_reporter("junit")->mutants(spec, none_ran);
+  EXPECT_NE(s.find("tests=\"2\" failures=\"0\" errors=\"0\" skipped=\"2\""), std::string::npos) << s;
+  std::vector<ReplayRow> replays(5);
   replays[0].checked = 1;                                // passed
   replays[1].error = "corrupt";                          // error
   replays[2].target_ok = false, replays[2].checked = 1;  // failed
   replays[3].declined = true;                            // skipped
+  replays[4].interrupted = true;                         // not replayed
   const std::string r = make_reporter("junit")->replay(spec, replays);
-  EXPECT_NE(r.find("tests=\"4\" failures=\"1\" errors=\"1\" skipped=\"1\""), std::string::npos) << r;
+  EXPECT_NE(r.find("tests=\"5\" failures=\"1\" errors=\"2\" skipped=\"1\""), std::string::npos) << r;
 }
 
 // With --stats every invariant runs on after the kill: the mutants table
