@@ -104,6 +104,13 @@ constexpr bool kCoverageOnly = false;
 void refuse_unknown_kprop_flags(int argc, char** argv) {
   std::vector<std::string> seen;  // a flag given twice: which value would the fork children get?
   for (int i = 1; i < argc; ++i) {
+    // libFuzzer ignores what starts with "--": --kprop_target=X fuzzed the
+    // spec's default target without a word.
+    if (std::strncmp(argv[i], "--kprop_", 8) == 0) {
+      fmt::print(stderr, "kprop fuzz: error: {}: kprop's harness flags take one dash (-{})\n", argv[i],
+                 argv[i] + 2);
+      std::exit(2);
+    }
     if (std::strncmp(argv[i], "-kprop_", 7) != 0) continue;
     const char* eq = std::strchr(argv[i], '=');
     const std::string name(argv[i] + 1, eq ? size_t(eq - argv[i] - 1) : std::strlen(argv[i] + 1));

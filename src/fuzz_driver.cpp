@@ -22,9 +22,22 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A fuzzer input: a regular file read whole, or an input error saying why not
+// (a FIFO would block, /proc/self/mem threw from inside the stream).
 std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec))
+    throw InputError({path, 0, 0}, fs::exists(path, ec) ? "not a regular file: a fuzzer input is a file"
+                                                        : "no such fuzzer input");
   std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  std::vector<uint8_t> bytes;
+  try {
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } catch (const std::exception& e) {
+    throw InputError({path, 0, 0}, std::string("cannot read it: ") + e.what());
+  }
+  if (!in && !in.eof()) throw InputError({path, 0, 0}, "cannot read it");
+  return bytes;
 }
 
 // A folder the user named (--work, --fuzz-seeds): one that cannot be made
@@ -141,10 +154,12 @@ FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::st
     const fs::path dir = fs::path(corpus_root) / spec.name;
     int64_t known_size = -1;
     std::string known_path, known_message, known_summary;
-    if (!write_corpus && seen) {
-      if (const auto it = seen->by_signature.find(signature); it != seen->by_signature.end())
-        known_size = it->second.size, known_path = it->second.path, known_message = it->second.message,
-        known_summary = it->second.summary;
+    // This run's own first (a corpus that cannot be written kept its
+    // findings in the scratch folder, where the corpus scan below does not
+    // look: one bug's 17 crash inputs were 17 new findings).
+    if (seen && seen->by_signature.count(signature)) {
+      const auto& it = seen->by_signature.at(signature);
+      known_size = it.size, known_path = it.path, known_message = it.message, known_summary = it.summary;
     } else if (write_corpus && fs::is_directory(dir)) {
       for (const auto& file : list_corpus(dir.string())) {
         try {
@@ -165,6 +180,7 @@ FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::st
                     f.corpus_path};
     out.is_new = f.corpus_new;
     out.kind = f.kind;
+    out.store_note = f.store_note;
     // Ctrl-C or the shrink budget stopped the shrink: the case is where it
     // stopped (49 nodes, where an --import of the same input ends at 3).
     if (f.shrink_interrupted) out.summary += " (shrinking stopped early: its time budget or Ctrl-C)";
@@ -178,10 +194,12 @@ FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::st
       out.corpus_path = known_path;
       out.message = known_message.empty() ? out.message : known_message;
       out.summary = known_summary;
+      out.store_note.clear();
       out.is_new = false;
-    } else if (!write_corpus) {
-      // New to this run, even where an earlier run left the same file.
-      out.is_new = true;
+    } else {
+      // New to this run (with --no-corpus even where an earlier run left
+      // the same file: the scratch folder is no corpus to be known in).
+      if (!write_corpus) out.is_new = true;
       if (seen) seen->by_signature[signature] = {f.stats.size, f.corpus_path, f.message, out.summary};
     }
     if (!out.corpus_path.empty()) out.replay = replay_command(ctx, out.corpus_path, invariant);
@@ -201,7 +219,12 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
   for (const auto& spec : specs) harnesses.push_back(harness_path(spec, o));
   for (const auto& spec : specs) report.stats.push_back({spec.name});
   const bool continuous = o.time_s <= 0;
-  const double slice = continuous ? o.slice_s : o.time_s / static_cast<double>(specs.size());
+  // --time is the whole run's: each spec's slice is its share of what is
+  // left, so the seed runs, merges and libFuzzer's wrap-up of the specs
+  // before it come out of the budget (each slice was time / specs, and 5
+  // specs at --time 1 took 14.5 s). libFuzzer fuzzes a whole second at least.
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(std::max(0.0, o.time_s)));
   const bool tty = isatty(2);
   for (int round = 0; !interrupted(); ++round) {
     for (size_t k = 0; k < specs.size() && !interrupted(); ++k) {
@@ -213,6 +236,26 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
       const fs::path corpus = work / "corpus", seeds = work / "seeds", crashes = work / "crashes";
       make_folder("--work", corpus);
       make_folder("--work", crashes / "imported");
+      if (round == 0) {
+        // Crash inputs an earlier run left unimported (it was killed) are
+        // no findings of this run: its target, profile or domain may differ,
+        // or the bug be fixed since. They were imported against this run's
+        // target and reported as failures that do not reproduce.
+        int earlier = 0;
+        for (const auto& entry : fs::directory_iterator(crashes)) {
+          if (!entry.is_regular_file()) continue;
+          make_folder("--work", crashes / "earlier");
+          std::error_code ec;
+          fs::rename(entry.path(), crashes / "earlier" / entry.path().filename(), ec);
+          ++earlier;
+        }
+        if (earlier > 0)
+          fmt::print(
+              stderr,
+              "[{}] {} crash input(s) an earlier run left unimported are set aside in {} (not this run's: "
+              "prop_runner --import them with the --target they were fuzzed against)\n",
+              spec.name, earlier, (crashes / "earlier").string());
+      }
       if (!fs::exists(seeds)) {
         const int n = write_fuzz_seeds(spec, seeds.string(), o.seeds);
         fmt::print(stderr, "[{}] {} seed inputs from the spec's generator\n", spec.name, n);
@@ -270,14 +313,24 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
         // it never checked would read as clean. A seed that fails is kept
         // with the crash inputs (imported below).
         long long inputs = 0, checked = -1;
-        std::string why;
+        std::string why, probe_last;
         run_fuzzer(
             {harness, "-runs=0", timeout_flag, "-artifact_prefix=" + crashes.string() + "/", seeds.string()},
             env, [&](const std::string& line) {
+              if (!line.empty()) probe_last = line;
               long long n = 0, c = 0;
               std::string w;
               if (parse_tally(line, n, c, w)) inputs = n, checked = c, why = w;
             });
+        // No tally: the harness never got through its inputs (it could not
+        // start, or died on something that is no finding: no crash input).
+        bool kept_a_crash = false;
+        for (const auto& entry : fs::directory_iterator(crashes))
+          kept_a_crash = kept_a_crash || entry.is_regular_file();
+        if (checked < 0 && !kept_a_crash && !interrupted())
+          throw InputError(
+              {}, fmt::format("spec {}: the fuzz harness's seed run ended without its tally: {}", spec.name,
+                              probe_last.empty() ? "(it printed nothing)" : probe_last));
         if (checked == 0 && inputs > 0) {
           // libFuzzer runs an empty input before the seeds: 64 seeds are 65 inputs.
           stats.skipped = fmt::format(
@@ -288,6 +341,9 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
         }
       }
       if (!stats.skipped.empty()) continue;
+      const double slice = continuous ? o.slice_s
+                                      : std::chrono::duration<double>(deadline - Clock::now()).count() /
+                                            static_cast<double>(specs.size() - k);
       const auto t0 = Clock::now();
       auto last = t0;
       const long long execs_before = stats.executions;
@@ -309,7 +365,9 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
       // two case timeouts and half a minute after it should have.
       ProcessOptions bounded = env;
       bounded.timeout_s = std::max(1.0, slice) + 2 * case_timeout + 30;
+      std::string last_line;
       const ProcessResult fuzzed = run_fuzzer(args, bounded, [&](const std::string& line) {
+        if (!line.empty()) last_line = line;
         parse_status(line, now);
         const double since = std::chrono::duration<double>(Clock::now() - last).count();
         if (since >= (tty ? 1.0 : 10.0)) {
@@ -326,7 +384,22 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
       if (tty) fmt::print(stderr, "\r\033[K");
       if (fuzzed.timed_out)
         fmt::print(stderr, "[{}] the fuzzer ran {:.0f} s past its time (a hung target?) and was stopped\n",
-                   spec.name, bounded.timeout_s - slice);
+                   spec.name, bounded.timeout_s - std::max(1.0, slice));
+      // libFuzzer's fork mode ends on its own "INFO: exiting: N" line, N the
+      // exit code of its last job (77 after an ignored crash). Any other end
+      // (it could not write its temp files, the harness could not start:
+      // 127, a signal) fuzzed nothing, and the run said "0 execs, 0 new
+      // findings", exit 0, as a clean one.
+      const bool ended_itself =
+          WIFEXITED(fuzzed.status) && (WEXITSTATUS(fuzzed.status) == 0 ||
+                                       (now.executions > 0 && last_line.starts_with("INFO: exiting:")));
+      if (!interrupted() && !fuzzed.timed_out && !ended_itself)
+        throw InputError({},
+                         fmt::format("spec {}: libFuzzer ended {} after {} execs: {}", spec.name,
+                                     WIFEXITED(fuzzed.status)
+                                         ? fmt::format("with exit status {}", WEXITSTATUS(fuzzed.status))
+                                         : fmt::format("on signal {}", WTERMSIG(fuzzed.status)),
+                                     now.executions, last_line.empty() ? "(it printed nothing)" : last_line));
       stats.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
       stats.executions = execs_before + now.executions;
       stats.coverage = std::max(stats.coverage, now.coverage);
@@ -340,8 +413,9 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
                               o.case_timeout_s, o.replay_program, &seen);
         if (const auto& f = imported.finding) {
           if (f->is_new)
-            fmt::print(stderr, "[{}] new finding: {}: {}\n  shrunk: {}{}{}\n", spec.name, f->what(),
+            fmt::print(stderr, "[{}] new finding: {}: {}\n  shrunk: {}{}{}{}\n", spec.name, f->what(),
                        f->message, f->summary, f->corpus_path.empty() ? "" : "\n  stored: " + f->corpus_path,
+                       f->store_note.empty() ? "" : "\n  note: " + f->store_note,
                        f->replay.empty() ? "" : "\n  replay: " + f->replay);
           report.findings.push_back(*f);
         } else {

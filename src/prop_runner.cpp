@@ -169,8 +169,12 @@ int run_fuzz_mode(const Config& cfg, const std::string& corpus_root) {
   o.time_s = cfg.time.value_or(60);
   o.jobs = cfg.jobs.value_or(1);
   o.work_dir = cfg.work.empty() ? ".fuzz-work" : cfg.work;
-  o.fuzzer_dir =
-      cfg.fuzzer_dir.empty() ? (fs::path(cfg.self).parent_path() / "fuzz").string() : cfg.fuzzer_dir;
+  // Beside the binary itself: argv[0] of a prop_runner found on PATH (or
+  // through a link) named a fuzz/ under the current folder.
+  std::error_code ec;
+  const fs::path self = fs::canonical("/proc/self/exe", ec);
+  o.fuzzer_dir = !cfg.fuzzer_dir.empty() ? cfg.fuzzer_dir
+                                         : ((ec ? fs::path(cfg.self) : self).parent_path() / "fuzz").string();
   o.corpus_root = corpus_root;
   o.write_corpus = !cfg.no_corpus;
   o.case_timeout_s = cfg.case_timeout;
@@ -233,12 +237,14 @@ int run_fuzz_mode(const Config& cfg, const std::string& corpus_root) {
   return report.all_skipped() ? cfg.skipped_exit : 0;
 }
 
-// corpus/ beside the spec's folder (specs/x.yaml -> corpus/), so the run
-// stores counterexamples in the repository wherever it is started from.
+// corpus/ beside the spec's specs/ folder (specs/x.yaml and specs/ops/x.yaml
+// -> corpus/), so the run stores counterexamples in the repository wherever
+// it is started from; a spec under no specs/ folder: corpus/ here.
 std::string default_corpus_dir(const std::string& spec_path) {
-  const fs::path dir = fs::absolute(spec_path).parent_path();
-  if (dir.filename() == "specs")
-    return (dir.parent_path() / "corpus").lexically_relative(fs::current_path()).string();
+  const fs::path file = fs::absolute(spec_path).lexically_normal();
+  for (fs::path dir = file.parent_path(); dir.has_relative_path(); dir = dir.parent_path())
+    if (dir.filename() == "specs")
+      return (dir.parent_path() / "corpus").lexically_relative(fs::current_path()).string();
   return "corpus";
 }
 
@@ -401,7 +407,9 @@ int run(const Config& cfg) {
     // Every path first: a bad one is an error before anything is stored.
     for (const auto& path : cfg.imports) {
       if (fs::is_directory(path)) throw InputError({path, 0, 0}, "is a folder, not a fuzzer input file");
-      if (!fs::is_regular_file(path)) throw InputError({path, 0, 0}, "no such fuzzer input");
+      if (!fs::is_regular_file(path))
+        throw InputError({path, 0, 0}, fs::exists(path) ? "not a regular file: a fuzzer input is a file"
+                                                        : "no such fuzzer input");
     }
     int found = 0, passing = 0, skipped = 0;
     FuzzSeen seen;  // --no-corpus: one bug's inputs dedupe within this import
@@ -417,8 +425,9 @@ int run(const Config& cfg) {
         continue;
       }
       ++found;
-      fmt::print("  {} {}: {}: {}\n    shrunk: {}{}{}\n", f->is_new ? "NEW  " : "known", path, f->what(),
+      fmt::print("  {} {}: {}: {}\n    shrunk: {}{}{}{}\n", f->is_new ? "NEW  " : "known", path, f->what(),
                  f->message, f->summary, f->corpus_path.empty() ? "" : "\n    stored: " + f->corpus_path,
+                 f->store_note.empty() ? "" : "\n    note: " + f->store_note,
                  f->replay.empty() ? "" : "\n    replay: " + f->replay);
     }
     // The verdict line, as a run's: an import that checked nothing is said

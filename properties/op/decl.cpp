@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 
+#include "kprop/abi.h"
 #include "kprop/yaml_load.h"
 #include "properties/op/family.h"
 
@@ -215,7 +216,13 @@ class Parser {
   std::vector<std::string> shape(const YAML::Node& n, const std::string& what, const Decl& d) const {
     if (!n) fail(n, what + " needs shape: [dims]");
     if (!n.IsSequence()) fail(n, what + ".shape must be a list of dim names or integers");
-    if (n.size() > 16) fail(n, fmt::format("{}.shape has {} axes; a shape has at most 16", what, n.size()));
+    // A spec runs against any kind of target, and a plugin's tensor views
+    // carry KPROP_MAX_DIMS axes: a 7-axis op loaded, and every case of a
+    // plugin: target was "the target's error" (kprop's own refusal).
+    if (n.size() > KPROP_MAX_DIMS)
+      fail(n, fmt::format("{}.shape has {} axes; a shape has at most {} (KPROP_MAX_DIMS: the axes a kernel's "
+                          "tensor view carries, include/kprop/abi.h)",
+                          what, n.size(), KPROP_MAX_DIMS));
     std::vector<std::string> out;
     for (const auto& e : n) {
       const std::string s = scalar<std::string>(e, what + ".shape", "a dim name or an integer");
@@ -232,7 +239,8 @@ class Parser {
     return out;
   }
 
-  std::vector<DType> dtypes(const YAML::Node& n, const std::string& what) const {
+  // `key`: where, e.g. "input x.dtype".
+  std::vector<DType> dtypes(const YAML::Node& n, const std::string& key) const {
     // In the order of DType (kernels/op/op.h), so a name's index is its DType.
     static const std::vector<std::string> names = [] {
       std::vector<std::string> all;
@@ -240,9 +248,9 @@ class Parser {
       return all;
     }();
     const auto items = scalar_or_list(n);
-    if (!items) fail(n, what + ".dtype must be a dtype or a list of them; valid: " + join(names));
-    if (items->empty()) fail(n, what + ".dtype is empty; valid: " + join(names));
-    const auto picked = distinct_names(*items, names, what + ".dtype", "dtype",
+    if (!items) fail(n, key + " must be a dtype or a list of them; valid: " + join(names));
+    if (items->empty()) fail(n, key + " is empty; valid: " + join(names));
+    const auto picked = distinct_names(*items, names, key, "dtype",
                                        [&](const YAML::Node& at, const std::string& m) { fail(at, m); });
     std::vector<DType> out;
     for (size_t i = 0; i < picked.size(); ++i) {
@@ -251,7 +259,7 @@ class Parser {
       const std::string& s = names[picked[i]];
       if (!out.empty() &&
           (is_float(t) != is_float(out[0]) || (t == DType::boolean) != (out[0] == DType::boolean)))
-        fail(e, fmt::format("{}.dtype mixes {} and {}: a tensor is floating, integer or bool", what,
+        fail(e, fmt::format("{} mixes {} and {}: a tensor is floating, integer or bool", key,
                             dtype_name(out[0]), s));
       out.push_back(t);
     }
@@ -552,6 +560,10 @@ class Parser {
     const std::string what = "the domain of op " + base.name;
     for (const auto& [k, v] : entries(o, what)) {
       if (k.Scalar() == "dtypes") {
+        const Decl& declared = base.declared ? *base.declared : base;
+        std::vector<std::string> names;
+        for (const DType x : declared.case_dtypes) names.emplace_back(dtype_name(x));
+        if (v.IsSequence() && v.size() == 0) fail(v, "dtypes is empty; valid: " + join(names));
         const std::vector<DType> t = dtypes(v, "dtypes");
         if (!is_float(t[0]))
           fail(v, fmt::format("dtypes: the case's dtype is floating (f32, f64, f16, bf16); got {}",
@@ -559,9 +571,6 @@ class Parser {
         // The op's declaration is its contract: a dtype it does not declare
         // would be drawn here and refused in a corpus file (a replay without
         // this --domain or profile), so only a narrowing is taken.
-        const Decl& declared = base.declared ? *base.declared : base;
-        std::vector<std::string> names;
-        for (const DType x : declared.case_dtypes) names.emplace_back(dtype_name(x));
         for (const DType x : t)
           if (std::ranges::find(declared.case_dtypes, x) == declared.case_dtypes.end())
             fail(v, fmt::format("dtypes: op {} declares {} for the case's dtype, not {}: a domain narrows an "
@@ -638,7 +647,7 @@ class Parser {
       InputDecl in;
       in.name = k.Scalar();
       in.shape = shape(v["shape"] ? v["shape"] : v, what, *d);
-      if (v["dtype"]) in.dtypes = dtypes(v["dtype"], what);
+      if (v["dtype"]) in.dtypes = dtypes(v["dtype"], what + ".dtype");
       // The dtype class: declared, or the one of the first value kind
       // (masks default to bool, index kinds to i64).
       char cls = in.dtypes.empty()                ? 'f'
@@ -682,7 +691,7 @@ class Parser {
       out.name = k.Scalar();
       out.shape = shape(v["shape"] ? v["shape"] : v, what, *d);
       if (v["dtype"]) {
-        const auto t = dtypes(v["dtype"], what);
+        const auto t = dtypes(v["dtype"], what + ".dtype");
         if (t.size() != 1) fail(v["dtype"], what + ".dtype must be one dtype (default: the case's)");
         if (!is_float(t[0])) fail(v["dtype"], what + ".dtype must be f32, f64, f16 or bf16");
         out.dtype = t[0];

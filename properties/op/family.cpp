@@ -253,11 +253,11 @@ std::vector<DeclaredKey> section_keys() {
       {"outputs", "{NAME: {shape: [DIM | N, ...], dtype: f32 | f64 | f16 | bf16}}",
        "output tensors the target returns (dtype default: the case's; f16/bf16 store in half, computed in "
        "f32)"},
-      {"reference", "{OUTPUT: EXPR}",
+      {"reference", "{OUTPUT: EXPR} | exec:COMMAND | plugin:PATH",
        "one expression per output, evaluated in fp64 on the inputs, dims and attrs (docs/SPEC.md expression "
        "functions); also evaluated with every intermediate rounded to the output's dtype (naive.OUTPUT; f32 "
-       "for a "
-       "half output, then rounded to it)"},
+       "for a half output, then rounded to it); or the user's own eager reference, called with f64 tensors "
+       "(reference) and with the case's (naive)"},
   };
 }
 

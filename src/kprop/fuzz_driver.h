@@ -39,6 +39,7 @@ struct FuzzFinding {
   bool is_new = false;
   std::string kind = "invariant";  // or the target failure's: crash, hang, error, ...
   std::string replay;              // the stored case's replay command (empty: not stored)
+  std::string store_note;          // why the case is not where it was meant to go (Finding::store_note)
   // "matches_reference broken", "target failure (crash)".
   std::string what() const {
     return kind == "invariant" ? invariant + " broken" : "target failure (" + kind + ")";
