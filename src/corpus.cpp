@@ -195,6 +195,9 @@ void write_file_atomic(const std::string& path, const std::string& contents) {
     }
   }
   std::error_code ec;
+  // A file replaced keeps its permissions (a report kept private, 0600, was
+  // 0644 after the next run).
+  if (type == fs::file_type::regular) fs::permissions(tmp, fs::status(target, ec).permissions(), ec);
   fs::rename(tmp, target, ec);
   if (ec) {
     fs::remove(tmp, ec);

@@ -87,10 +87,13 @@ TEST_F(CorpusTest, AtomicWriteReplacesWholeFile) {
   fs::create_directories(dir_);
   const std::string p = (dir_ / "report.txt").string();
   write_file_atomic(p, std::string(10000, 'a'));
+  // A replaced file keeps its permissions (a private report became 0644).
+  fs::permissions(p, fs::perms::owner_read | fs::perms::owner_write);
   write_file_atomic(p, "short");
   std::ifstream in(p);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(text, "short");
+  EXPECT_EQ(fs::status(p).permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
 }
 
 TEST_F(CorpusTest, CorruptFilesAreClearErrors) {
