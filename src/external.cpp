@@ -708,7 +708,8 @@ std::vector<ProcEntry> list_processes() {
   return out;
 }
 
-bool has_token(pid_t pid, const std::string& entry) {
+// `entry` whole ("KPROP_WORKER_TOKEN=123.4"), or as a prefix of the entry.
+bool has_token(pid_t pid, const std::string& entry, bool prefix = false) {
   FILE* f = std::fopen(fmt::format("/proc/{}/environ", pid).c_str(), "r");
   if (!f) return false;  // gone, or not ours to read
   std::string env;
@@ -717,7 +718,8 @@ bool has_token(pid_t pid, const std::string& entry) {
   std::fclose(f);
   size_t at = 0;
   for (size_t end; (end = env.find('\0', at)) != std::string::npos; at = end + 1)
-    if (env.compare(at, end - at, entry) == 0) return true;
+    if (const std::string_view e(env.data() + at, end - at); prefix ? e.starts_with(entry) : e == entry)
+      return true;
   return false;
 }
 
@@ -1618,6 +1620,15 @@ void stop_children() {
   // children are the parent's to stop.
   for (Child* c : live)
     if (c->owner() == getpid()) c->stop();
+}
+
+void kill_trees_of(pid_t owner) {
+  const std::string prefix = fmt::format("{}={}.", kTokenVar, owner);
+  for (const auto& p : list_processes()) {
+    if (p.state == 'Z' || p.state == 'X' || p.pid == getpid()) continue;
+    if (has_token(p.pid, prefix, true) && kill(p.pid, SIGKILL) == 0) strays().push_back(p.pid);
+  }
+  reap_strays();
 }
 
 void kill_children() noexcept {

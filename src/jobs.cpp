@@ -312,8 +312,9 @@ void WorkerPool::retire(const std::vector<Worker*>& workers) {
   // (exec: workers, each in its own process group) and exits; then SIGKILL
   // to its group, whatever it started (an --isolate child), for one that
   // did not exit within a second.
+  std::vector<pid_t> cut_short;
   for (Worker* w : workers)
-    if (!w->reaped) kill(-w->pid, SIGTERM);
+    if (!w->reaped) kill(-w->pid, SIGTERM), cut_short.push_back(w->pid);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   for (Worker* w : workers) {
     int status = 0;
@@ -325,6 +326,9 @@ void WorkerPool::retire(const std::vector<Worker*>& workers) {
     *w = Worker{};  // pid -1: its items are the caller's
     w->exited = w->reaped = true;
   }
+  // A worker stopped mid-call (its handler kills process groups only):
+  // what its children started under setsid still carries their tokens.
+  for (const pid_t pid : cut_short) external::kill_trees_of(pid);
 }
 
 void WorkerPool::allow(int64_t limit) {

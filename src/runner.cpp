@@ -567,13 +567,7 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
   finish();
   if (report.status == RunStatus::interrupted) return report;
   if (lost) {
-    report.detail = fmt::format("{} became unavailable after {} checked case(s): {}",
-                                lost->rfind("the reference '", 0) == 0 ? "the reference" : "the target",
-                                report.checked, *lost);
-    if (report.status == RunStatus::passed) {
-      report.status = RunStatus::gave_up;
-      report.health.push_back({"unavailable", report.detail + "; the rest of the run was not checked"});
-    }
+    end_unavailable(report, *lost, "");
     return report;
   }
 

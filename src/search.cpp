@@ -484,6 +484,7 @@ void Search::run(RunReport& report, RunListener& events) {
   const auto t0 = Clock::now();
   const double before = report.seconds;
   int64_t rejected_in_a_row = 0;
+  std::optional<std::string> lost;  // the target (or reference) became unavailable: its reason
   while (!climbs.empty() && sr.cases < sr.budget) {
     if (interrupted()) break;
     if (ctx.run.search_time_budget_s > 0 && since(t0) > ctx.run.search_time_budget_s) {
@@ -535,6 +536,7 @@ void Search::run(RunReport& report, RunListener& events) {
       if (r.kind == CheckResult::Kind::declined) {
         ++sr.declined;
         declined_or_stopped = true;
+        if (r.unavailable) lost = r.reason;
         break;
       }
       if (r.kind == CheckResult::Kind::target_failure && r.failure_kind == "interrupted") {
@@ -609,9 +611,24 @@ void Search::run(RunReport& report, RunListener& events) {
       climbs.clear();
     }
     events.case_done(report.trials + sr.cases, sr.cases, sr.budget, 0, before + since(t0));
+    if (lost) break;
   }
   sr.seconds = since(t0);
   report.seconds = before + sr.seconds;
+  // Unavailable mid-search (a device lost): the search ends there, and the
+  // run is no pass, as when it happens among the random cases (it said
+  // PASSED over 100 search cases the target declined as unavailable).
+  if (lost) end_unavailable(report, *lost, " during the search,");
+}
+
+void end_unavailable(RunReport& report, const std::string& lost, const char* phase) {
+  report.detail = fmt::format("{} became unavailable{} after {} checked case(s): {}",
+                              lost.rfind("the reference '", 0) == 0 ? "the reference" : "the target", phase,
+                              report.checked, lost);
+  if (report.status == RunStatus::passed) {
+    report.status = RunStatus::gave_up;
+    report.health.push_back({"unavailable", report.detail + "; the rest of the run was not checked"});
+  }
 }
 
 }  // namespace kprop

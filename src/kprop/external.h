@@ -227,6 +227,11 @@ void kill_children() noexcept;
 // Not for a signal handler (kill_children is). A --jobs worker calls it
 // before it exits (its children's setsid descendants outlived the run).
 void stop_children();
+// SIGKILLs every process still carrying a token of the children that
+// process `owner` (a --jobs worker, now gone) started: the setsid
+// descendants of a worker that was stopped mid-call by SIGTERM, whose
+// handler could kill only its children's process groups.
+void kill_trees_of(pid_t owner);
 // What the name alone says is wrong (plugin: without a path, exec: without
 // a command): the InputError open_target would throw. The spec loader
 // checks a spec's target with it, where the file's position is known.

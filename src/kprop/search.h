@@ -64,6 +64,11 @@ inline constexpr const char* kErrorRatioOf = "error_ratio.";
 // both account passes through here.
 void note_ratios(InvariantReport& report, const Verdict& verdict);
 
+// The target (or reference) became unavailable mid-run (`lost`: why): the
+// report says so, and a run that had not failed is no pass (health check
+// `unavailable`). `phase` names where: "", or " during the search".
+void end_unavailable(RunReport& report, const std::string& lost, const char* phase);
+
 // A held verdict `v` about one output, tagged with that output's ratio
 // (kErrorRatioOf + output) so a run reports it per output; `both` keeps the
 // tags of both verdicts. Anything else is returned as it is.

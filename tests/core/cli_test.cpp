@@ -1135,6 +1135,37 @@ TEST(Cli, AWorkersSetsidDescendantsDieUnderJobs) {
   EXPECT_EQ(left, 0) << r.out;
 }
 
+// ... and so do those of a worker stopped mid-call: the pool's SIGTERM
+// handler kills process groups only, so the runner kills what carries the
+// stopped job's tokens (a slow worker's setsid helper outlived the run, and
+// held `prop_runner | tail` open until it died).
+TEST(Cli, ASetsidDescendantOfAWorkerStoppedMidCallDies) {
+  if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
+  const std::string marker = "62." + std::to_string(::getpid());
+  const fs::path worker = temp("slow_daemonises.py");
+  std::ofstream(worker)
+      << "import subprocess, sys, time\nimport numpy as np\nsys.path.insert(0, '" << KPROP_SOURCE_DIR
+      << "/python')\nimport kprop_worker\nsubprocess.Popen(['sleep', '" << marker
+      << "'], start_new_session=True, stdin=subprocess.DEVNULL,\n"
+         "                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n\n\n"
+         "def rmsnorm(x, w, eps, **_):\n    time.sleep(0.7)\n"
+         "    xf = x.astype(np.float64)\n"
+         "    return {'y': xf / np.sqrt((xf * xf).mean(axis=-1, keepdims=True) + eps) * w}\n\n\n"
+         "kprop_worker.serve({'rmsnorm': rmsnorm})\n";
+  const CliRun r = run("--spec " + std::string(KPROP_SOURCE_DIR) +
+                       "/specs/ops/rmsnorm.yaml --no-corpus --trials 1 --seed 3 --jobs 2 --domain '{dtypes: "
+                       "[f64]}' --target 'exec:" +
+                       KPROP_PYTHON + " " + worker.string() + "'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  int left = 0;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    std::ifstream cmdline(entry.path() / "cmdline");
+    std::string text((std::istreambuf_iterator<char>(cmdline)), {});
+    left += text.find(std::string("sleep") + '\0' + marker) != std::string::npos;
+  }
+  EXPECT_EQ(left, 0) << r.out;
+}
+
 // A run that cannot start says so in one line, before the run's header
 // (these printed "kprop: spec ... seed N" first: two lines, the spec's
 // target without its position).

@@ -97,6 +97,15 @@ KPROP_REGISTER_FAMILY(PTraits, [](FamilyDef<PTraits>& f) {
     for (double x : c.xs) m = std::max(m, std::fabs(x));
     return PResult{plain_sum(c) + 1e-4 * m * m * m};
   });
+  // Right, but its device is lost on any value past the drawn range
+  // (|x| > 2): no random case gets there, the search's scalings do.
+  f.implementation(
+      {"loses_device_past_2", ImplKind::optimized, "right, until |x| > 2: then unavailable", "cuda"},
+      [](const PCase& c) {
+        for (double x : c.xs)
+          if (std::fabs(x) > 2) throw TargetUnavailable("device lost");
+        return PResult{plain_sum(c)};
+      });
   // Allowed: 1e-2 · (1 + Σ|x|), a bound that grows linearly with the inputs.
   f.invariant({"close_sum", "within 1e-2 (1 + sum |x|) of the reference", {}},
               [](Trial<PTraits>& t, const Values&) {
@@ -231,6 +240,24 @@ TEST(Search, SearchCasesAreAccountedApart) {
   const auto j = nlohmann::json::parse(make_reporter("json")->run(r));
   EXPECT_EQ(j["search"]["cases"], 120);
   EXPECT_EQ(j["invariants"][0]["error_ratio_histogram"]["counts"].size(), RatioHistogram::edges().size() + 1);
+}
+
+// A target lost during the search ends the search, and the run is no pass
+// (health check `unavailable`), as when it is lost among the random cases.
+// (It passed: the search counted the lost device's answers as declines.)
+TEST(Search, ATargetLostDuringTheSearchIsNoPass) {
+  TempDir dir;
+  RunOptions o = options("loses_device_past_2", dir);
+  const RunReport plain = run_spec(precision_spec(""), o);
+  ASSERT_EQ(plain.status, RunStatus::passed) << plain.detail;  // no random case reaches |x| > 2
+  o.search = true;
+  o.search_trials = 200;
+  const RunReport r = run_spec(precision_spec(""), o);
+  EXPECT_EQ(r.status, RunStatus::gave_up) << r.detail;
+  ASSERT_EQ(r.health.size(), 1u);
+  EXPECT_EQ(r.health[0].check, "unavailable");
+  EXPECT_NE(r.detail.find("the target became unavailable during the search"), std::string::npos) << r.detail;
+  EXPECT_LT(r.search.cases, 200);  // it ended there
 }
 
 // RunOptions::search_time_budget_s (--search-time) caps the search, which
