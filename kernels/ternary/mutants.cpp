@@ -1,6 +1,8 @@
 // Mutants: each reproduces one real quantization-aware-training bug by
 // changing exactly one stage of the reference pipeline.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "kernels/ternary/ternary.h"
 
@@ -63,6 +65,33 @@ Result int16_accumulator(const Case& c) {
   return dequantized_again(c, r);
 }
 
+// The packed kernel's 16 int16 lanes (2 products of each 32-wide block per
+// lane) flushed to int32 every 8192 elements, not every 2048: a bound worked
+// out for one product per block (32767 / 128 = 255 blocks, rounded up to
+// 8192 elements). A lane then holds up to 512 products and wraps once they
+// average 64; the chunk of 2048 holds 128 x 127 = 16256.
+Result int16_chunk_8192(const Case& c) {
+  Result r = packed(c);
+  const int K = c.in_features, N = c.out_features, chunk = 8192, padded = (K + 31) / 32 * 32;
+  for (int t = 0; t < c.tokens; ++t)
+    for (int n = 0; n < N; ++n) {
+      auto product = [&](int k) {
+        return k < K ? int(r.x_q[static_cast<size_t>(t) * K + k]) * int(r.w_q[static_cast<size_t>(n) * K + k])
+                     : 0;
+      };
+      int64_t total = 0;
+      for (int i0 = 0; i0 < padded; i0 += chunk) {
+        int16_t lane[16] = {};
+        for (int i = i0; i < std::min(padded, i0 + chunk); i += 32)
+          for (int j = 0; j < 16; ++j)
+            lane[j] = static_cast<int16_t>(lane[j] + product(i + j) + product(i + 16 + j));
+        for (const int16_t v : lane) total += v;
+      }
+      r.acc[static_cast<size_t>(t) * N + n] = static_cast<double>(total);
+    }
+  return dequantized_again(c, r);
+}
+
 }  // namespace
 
 const std::vector<Mutant>& mutants() {
@@ -94,6 +123,11 @@ const std::vector<Mutant>& mutants() {
        "packed kernel accumulating x_q . w_q in 16 bits: wraps past 32767, from K = 259 when the products "
        "share a sign (specs/ternary.yaml profile large)",
        int16_accumulator},
+      {"int16_chunk_8192",
+       "packed kernel flushing its 16-bit lanes every 8192 elements instead of 2048: a lane of 512 products "
+       "wraps once they average 64 (saturated activations against weights of one sign and magnitude; "
+       "specs/ternary.yaml profile large)",
+       int16_chunk_8192},
       {"packed_row_read_late",
        "unpack reads each packed row one byte late: shifted weights, and one byte past the buffer on the "
        "last "

@@ -27,6 +27,8 @@ Case Traits::build(Draw& draw, const Values& domain) {
   // so every case of a seed, as they were before the key existed.
   const double same_sign_rate = domain.real("same_sign_rate");
   const bool same_sign = same_sign_rate > 0 && draw.chance(same_sign_rate);
+  const double saturated_rate = domain.real("saturated_rate");
+  const bool saturated = same_sign && saturated_rate > 0 && draw.chance(saturated_rate);
 
   const int M = c.tokens, K = c.in_features, N = c.out_features;
   auto uniform = [seed](uint64_t stream, uint64_t i) { return rng::uniform(seed, stream, i); };
@@ -117,6 +119,28 @@ Case Traits::build(Draw& draw, const Values& domain) {
     const double sign = uniform(21, 0) < 0.5 ? -1 : 1;
     for (double& v : c.x) v = std::abs(v);
     for (double& v : c.w) v = sign * std::abs(v);
+  }
+  if (saturated) {
+    // A 16-bit accumulator's worst case: each |x| within [1/2, 1] of its
+    // token's largest (every x_q in [64, 127]) and the weights of one
+    // magnitude (every w_q = ±1), so each product adds 64 or more. A lane
+    // holding 2 products of each 32-wide block then passes 32767 within 8192
+    // elements (64 x 512 = 32768); |normal| activations averaged a product
+    // of 14, and a kernel flushing its int16 lanes every 8192 elements passed.
+    // (A zero row or zero weights, of the zero kinds, take the case's scale:
+    // a case of zero products is no worst case.)
+    for (int t = 0; t < M; ++t) {
+      double* row = c.x.data() + static_cast<size_t>(t) * K;
+      double most = 0;
+      for (int k = 0; k < K; ++k) most = std::max(most, row[k]);
+      if (most == 0) most = ascale;
+      for (int k = 0; k < K; ++k)
+        row[k] = most * (0.5 + 0.5 * uniform(25, static_cast<uint64_t>(t) * K + static_cast<uint64_t>(k)));
+    }
+    double mean = 0, sign = 1;
+    for (const double v : c.w) mean += std::abs(v) / static_cast<double>(nw), sign = v < 0 ? -1 : sign;
+    if (mean == 0) mean = wscale;
+    for (double& v : c.w) v = sign * mean;
   }
 
   c.dy.resize(static_cast<size_t>(M) * N);

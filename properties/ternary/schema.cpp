@@ -60,6 +60,11 @@ Schema Traits::domain_schema() {
           "probability a case's activations are all >= 0 (post-ReLU) and its weights all of one sign: "
           "then the integer product grows with K (up to 127 K: past an int16 accumulator from K = 259; "
           "profile large); 0 draws nothing for it, so the default cases stay what they were"),
+      field::real(
+          "saturated_rate", 0, 0, 1,
+          "probability a same-sign case is an int16 accumulator's worst case: every |x| within [1/2, 1] "
+          "of its token's largest (x_q >= 64) and the weights of one magnitude (w_q = ±1), so a "
+          "16-bit lane of 2 products per 32-wide block wraps within 8192 elements; 0 draws nothing"),
   };
 }
 
