@@ -39,7 +39,12 @@ struct Pool {
 
 }  // namespace
 
-Result batched(const Case& c) {
+namespace {
+
+// `flat_ties`: the mutant ties_by_flat_index, which breaks an exact tie by
+// the candidate's flat (slot, token) index, as torch.topk over beam x vocab
+// does, not by the contract's lexicographic order.
+Result batched_search(const Case& c, bool flat_ties) {
   const TableLM model(c.model);
   const int B = static_cast<int>(c.prompts.size()), K = c.beam_width, V = model.vocab(), L = c.max_new_tokens;
   const int eos = c.model.eos;
@@ -127,6 +132,7 @@ Result batched(const Case& c) {
       auto cand_better = [&](int a, int z) {
         if (cand_score[static_cast<size_t>(a)] != cand_score[static_cast<size_t>(z)])
           return cand_score[static_cast<size_t>(a)] > cand_score[static_cast<size_t>(z)];
+        if (flat_ties) return a < z;
         // Lexicographic on parent tokens ++ (new token, if any).
         const size_t sa = static_cast<size_t>(cand_slot[static_cast<size_t>(a)]);
         const size_t sz = static_cast<size_t>(cand_slot[static_cast<size_t>(z)]);
@@ -179,6 +185,16 @@ Result batched(const Case& c) {
       out.prompts[static_cast<size_t>(b)].hypotheses.push_back(
           cur.hypothesis(static_cast<size_t>(b) * K + i));
   return out;
+}
+
+}  // namespace
+
+Result batched(const Case& c) {
+  return batched_search(c, false);
+}
+
+Result batched_flat_ties(const Case& c) {
+  return batched_search(c, true);
 }
 
 }  // namespace kprop::beam

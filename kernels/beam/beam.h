@@ -43,6 +43,12 @@ struct ModelConfig {
   double eos_slope = 0;
   double sharpen = 0;
   double shift = 0;
+  // The random logits depend on the token alone, not on the prefix (the
+  // generator then also draws sharpen, eos_slope and shift 0): every step's
+  // log-probs are one vector, so [x, y] and [y, x] score exactly alike from
+  // parents of different scores, and only the contract's lexicographic order
+  // decides between them (a top-k over the flat (beam, token) index does not).
+  bool prefix_free = false;
   // Vocabulary relabeling (empty: none): the model whose token relabel[v]
   // plays the role of this config's token v otherwise (logits, prefix
   // hashing). `eos` is given in the relabeled vocabulary. The relabel_vocab
@@ -139,8 +145,9 @@ struct Semantics {
 Result search(const Case& c, const Semantics& semantics);
 
 // Implementations.
-Result reference(const Case& c);  // one clear search per prompt
-Result batched(const Case& c);    // every prompt in one flat pool, vectorized scoring
+Result reference(const Case& c);          // one clear search per prompt
+Result batched(const Case& c);            // every prompt in one flat pool, vectorized scoring
+Result batched_flat_ties(const Case& c);  // mutant ties_by_flat_index: batched, exact ties by flat index
 
 // The mutants (mutants.cpp): search() with one Semantics switch flipped.
 using Mutant = kprop::Mutant<Case, Result>;

@@ -36,7 +36,7 @@ void TableLM::logits(Prefix p, double* out) const {
   const double shift = m.shift == 0 ? 0 : m.shift * rng::normal(m.seed, p.hash, kShiftIndex);
   for (int v = 0; v < m.vocab; ++v) {
     const auto drawn = static_cast<uint64_t>(original(v));
-    double x = spread == 0 ? 0 : spread * rng::normal(m.seed, p.hash, drawn);
+    double x = spread == 0 ? 0 : spread * rng::normal(m.seed, m.prefix_free ? 0 : p.hash, drawn);
     if (v == m.eos) x += m.eos_bias + m.eos_slope * p.length;
     out[v] = x + shift;
   }

@@ -51,6 +51,10 @@ const std::vector<Mutant>& mutants() {
        flipped<&Semantics::ties_keep_later, true>},
       {"token_ids_u16", "batched search writes token ids through uint16 buffers: an id >= 65536 wraps",
        tokens_u16},
+      {"ties_by_flat_index",
+       "batched top-k breaks an exact score tie by the candidate's flat (slot, token) index, as torch.topk "
+       "over beam x vocab does: the parents' pool order, not the contract's lexicographic order",
+       batched_flat_ties},
   };
   return table;
 }

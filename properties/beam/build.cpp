@@ -18,6 +18,10 @@ Case Traits::build(Draw& draw, const Values& domain) {
   m.eos_slope = draw.any(domain.real_range("model.eos_slope"));
   m.sharpen = draw.any(domain.real_range("model.sharpen"));
   m.shift = draw.chance(domain.real("model.shift_rate")) ? draw.any(domain.real_range("model.shift")) : 0.0;
+  // Drawn only when the domain asks for it: a rate of 0 leaves every draw,
+  // and so every case of a seed, as it was.
+  if (const double rate = domain.real("model.prefix_free_rate"); rate > 0 && draw.chance(rate))
+    m.prefix_free = true, m.sharpen = 0, m.eos_slope = 0, m.shift = 0;
   c.max_new_tokens = static_cast<int>(draw.sized(domain.int_range("max_new_tokens")));
   const int batch = static_cast<int>(draw.sized(domain.int_range("batch")));
   for (int b = 0; b < batch; ++b) {

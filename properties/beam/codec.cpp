@@ -19,6 +19,7 @@ YAML::Node Traits::to_yaml(const Case& c) {
   m["eos_slope"] = case_yaml::real(c.model.eos_slope);
   m["sharpen"] = case_yaml::real(c.model.sharpen);
   m["shift"] = case_yaml::real(c.model.shift);
+  if (c.model.prefix_free) m["prefix_free"] = true;
   if (!c.model.relabel.empty()) m["relabel"] = case_yaml::list(c.model.relabel);
   n["model"] = m;
   YAML::Node prompts(YAML::NodeType::Sequence);
@@ -50,7 +51,9 @@ Case Traits::from_yaml(const YAML::Node& n) {
   Case c;
   const YAML::Node m = n["model"];
   if (!m) case_yaml::fail(n, "missing 'model'");
-  expect_keys(m, {"vocab", "eos", "seed", "scale", "eos_bias", "eos_slope", "sharpen", "shift", "relabel"},
+  expect_keys(m,
+              {"vocab", "eos", "seed", "scale", "eos_bias", "eos_slope", "sharpen", "shift", "prefix_free",
+               "relabel"},
               "model");
   c.model.vocab = read<int>(m, "vocab");
   c.model.eos = read<int>(m, "eos");
@@ -60,6 +63,7 @@ Case Traits::from_yaml(const YAML::Node& n) {
   c.model.eos_slope = read<double>(m, "eos_slope");
   c.model.sharpen = read<double>(m, "sharpen");
   c.model.shift = read<double>(m, "shift");
+  c.model.prefix_free = case_yaml::read_or<bool>(m, "prefix_free", false);
   if (const YAML::Node r = m["relabel"]) {
     if (!case_yaml::is_list(r)) case_yaml::fail(r, "'relabel' must be a list of tokens");
     if (case_yaml::list_size(r) > 1 << 24) case_yaml::fail(r, "'relabel' too long");

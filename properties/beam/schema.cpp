@@ -46,6 +46,11 @@ Schema Traits::domain_schema() {
               field::real_range("shift", {0.0, 50.0}, 0, 1000,
                                 "amplitude of a per-prefix constant on every logit"),
               field::real("shift_rate", 0.5, 0, 1, "probability the shift is non-zero"),
+              field::real(
+                  "prefix_free_rate", 0, 0, 1,
+                  "probability the logits depend on the token alone (sharpen, eos_slope and shift 0): "
+                  "every step's log-probs are one vector, so [x, y] and [y, x] tie exactly from parents "
+                  "of different scores; 0 draws nothing for it"),
           },
           "the random table LM"),
   };
@@ -53,9 +58,13 @@ Schema Traits::domain_schema() {
 
 // The generator's exceptions to the ranges mirrored: K = 1 (one_rate), K
 // above the hypothesis count with L lowered (unpruned_rate), alpha 0 or 1,
-// scale 0 (tie_rate), shift 0.
+// scale 0 (tie_rate), shift 0, and a prefix-free model (prefix_free_rate)
+// with sharpen, eos_slope and shift 0; a prefix-free model the domain does
+// not draw is outside it.
 std::string Traits::in_domain(const Case& c, const Values& d) {
   const ModelConfig& m = c.model;
+  const bool prefix_free = m.prefix_free && d.real("model.prefix_free_rate") > 0;
+  if (m.prefix_free && !prefix_free) return "model.prefix_free is set but model.prefix_free_rate is 0";
   const int64_t all = count_hypotheses(m.vocab, c.max_new_tokens);
   const bool unpruned = d.real("beam_width.unpruned_rate") > 0 && c.beam_width >= all;
   if (std::string why = outside_int_range(d, "beam_width.range", c.beam_width);
@@ -72,17 +81,18 @@ std::string Traits::in_domain(const Case& c, const Values& d) {
       !why.empty() && !(m.scale == 0 && d.real("model.tie_rate") > 0))
     return why;
   if (std::string why = outside_real_range(d, "model.shift", m.shift);
-      !why.empty() && !(m.shift == 0 && d.real("model.shift_rate") < 1))
+      !why.empty() && !(m.shift == 0 && (d.real("model.shift_rate") < 1 || prefix_free)))
     return why;
   if (std::string why = outside_int_range(d, "batch", static_cast<int64_t>(c.prompts.size())); !why.empty())
     return why;
   for (const auto& p : c.prompts)
     if (std::string why = outside_int_range(d, "prompt_len", static_cast<int64_t>(p.size())); !why.empty())
       return why;
+  const bool zero_of_prefix_free = prefix_free && m.eos_slope == 0 && m.sharpen == 0;
   return first_problem({outside_int_range(d, "vocab", m.vocab),
                         outside_real_range(d, "model.eos_bias", m.eos_bias),
-                        outside_real_range(d, "model.eos_slope", m.eos_slope),
-                        outside_real_range(d, "model.sharpen", m.sharpen)});
+                        zero_of_prefix_free ? "" : outside_real_range(d, "model.eos_slope", m.eos_slope),
+                        zero_of_prefix_free ? "" : outside_real_range(d, "model.sharpen", m.sharpen)});
 }
 
 namespace {
