@@ -177,10 +177,21 @@ json value_json(const Value& v) {
   return std::visit(
       [](const auto& x) -> json {
         using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, IntRange> || std::is_same_v<T, RealRange>)
+        if constexpr (std::is_same_v<T, IntRange>) {
+          // A constrained range as the text shows it ({range, multiple_of,
+          // offsets} or {one_of}): [lo, hi] alone claimed every value in it.
+          if (!x.one_of.empty()) return json{{"one_of", x.one_of}};
+          if (x.multiple_of > 1) {
+            json j = {{"range", json::array({x.lo, x.hi})}, {"multiple_of", x.multiple_of}};
+            if (!x.offsets.empty()) j["offsets"] = x.offsets;
+            return j;
+          }
           return json::array({x.lo, x.hi});
-        else
+        } else if constexpr (std::is_same_v<T, RealRange>) {
+          return json::array({x.lo, x.hi});
+        } else {
           return json(x);
+        }
       },
       v);
 }
@@ -264,17 +275,17 @@ std::string list_json(const Spec* spec) {
     if (spec->domain.all().empty())
       for (const auto& [key, value] : spec->family->domain_lines(spec->domain)) domain[key] = value;
     const CaseSize largest = largest_case(*spec);
-    return json({{"spec", spec->name},
-                 {"family", spec->family->name()},
-                 {"domain", std::move(domain)},
-                 {"largest_case_mb", largest.bytes / (1024.0 * 1024.0)},
-                 {"largest_case", largest.dims},
-                 {"max_case_mb", spec->run.max_case_mb},
-                 {"outputs", std::move(outputs)},
-                 {"reads_not_declared", std::move(undeclared)},
-                 {"unchecked_outputs", unchecked_outputs(*spec)}})
-               .dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
-           "\n";
+    json listed = {{"spec", spec->name},
+                   {"family", spec->family->name()},
+                   {"domain", std::move(domain)},
+                   {"largest_case_mb", largest.bytes / (1024.0 * 1024.0)},
+                   {"largest_case", largest.dims},
+                   {"max_case_mb", spec->run.max_case_mb},
+                   {"outputs", std::move(outputs)},
+                   {"reads_not_declared", std::move(undeclared)},
+                   {"unchecked_outputs", unchecked_outputs(*spec)}};
+    if (!spec->profile.empty()) listed["profile"] = spec->profile;  // the domain is that profile's
+    return listed.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   }
   json families = json::array();
   for (const Family* f : Registry::instance().families()) families.push_back(family_json(*f));

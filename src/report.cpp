@@ -544,7 +544,8 @@ nlohmann::json to_json(const RunReport& r) {
            // no ratio under 1 stands for a failure.
            {"worst_ratio",
             si.failed ? nlohmann::json(nullptr) : nlohmann::json(std::max(si.start_ratio, si.worst_ratio))},
-           {"search_ratio", si.worst_ratio},
+           // null when no search case passed (worst_ratio's -1 is "none").
+           {"search_ratio", si.worst_ratio < 0 ? nlohmann::json(nullptr) : nlohmann::json(si.worst_ratio)},
            {"output_ratios", si.output_ratios},
            {"passed", si.passed},
            {"discarded", si.discarded},

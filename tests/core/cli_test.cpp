@@ -712,6 +712,16 @@ TEST(Cli, ListOfASpecShowsItsDomain) {
   const auto listed = nlohmann::json::parse(j.out)["domain"];
   EXPECT_EQ(listed["dtypes"].size(), 4u) << j.out;
   EXPECT_EQ(listed["values"]["magnitude_log2"].size(), 2u) << j.out;
+  // A constrained range as the text shows it, under its profile (JSON said
+  // [1, 1024] for a dim drawn at multiples of 64 +- 1, and no profile).
+  const CliRun gpu = run("--list --format json --spec " + std::string(KPROP_SOURCE_DIR) +
+                         "/specs/layernorm.yaml --profile gpu");
+  EXPECT_EQ(gpu.code, 0) << gpu.out;
+  const auto g = nlohmann::json::parse(gpu.out);
+  EXPECT_EQ(g["profile"], "gpu");
+  EXPECT_EQ(g["domain"]["dim"],
+            nlohmann::json::parse(R"({"range": [1, 1024], "multiple_of": 64, "offsets": [-1, 0, 1]})"))
+      << gpu.out;
   // An op's domain: its dtypes and dims.
   const CliRun op = run("--list --spec " + std::string(KPROP_SOURCE_DIR) + "/specs/ops/rmsnorm.yaml");
   EXPECT_EQ(op.code, 0) << op.out;
