@@ -22,13 +22,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A fuzzer input: a regular file read whole, or an input error saying why not
-// (a FIFO would block, /proc/self/mem threw from inside the stream).
+// A fuzzer input read whole, or an input error saying why not (a FIFO would
+// block, /proc/self/mem threw from inside the stream).
 std::vector<uint8_t> read_bytes(const std::string& path) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec))
-    throw InputError({path, 0, 0}, fs::exists(path, ec) ? "not a regular file: a fuzzer input is a file"
-                                                        : "no such fuzzer input");
+  check_fuzz_input(path);
   std::ifstream in(path, std::ios::binary);
   std::vector<uint8_t> bytes;
   try {
@@ -86,6 +83,14 @@ bool parse_tally(const std::string& line, long long& inputs, long long& checked,
 }
 
 }  // namespace
+
+void check_fuzz_input(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw InputError({path, 0, 0}, "is a folder, not a fuzzer input file");
+  if (!fs::is_regular_file(path, ec))
+    throw InputError({path, 0, 0}, fs::exists(path, ec) ? "not a regular file: a fuzzer input is a file"
+                                                        : "no such fuzzer input");
+}
 
 int FuzzReport::new_findings() const {
   int n = 0;

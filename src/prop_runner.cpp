@@ -405,14 +405,9 @@ int run(const Config& cfg) {
   if (!cfg.imports.empty()) {
     const Impl target = resolve_target(spec, cfg.target.empty() ? spec.target : cfg.target, cfg.case_timeout);
     // Every path first: a bad one is an error before anything is stored.
-    for (const auto& path : cfg.imports) {
-      if (fs::is_directory(path)) throw InputError({path, 0, 0}, "is a folder, not a fuzzer input file");
-      if (!fs::is_regular_file(path))
-        throw InputError({path, 0, 0}, fs::exists(path) ? "not a regular file: a fuzzer input is a file"
-                                                        : "no such fuzzer input");
-    }
+    for (const auto& path : cfg.imports) check_fuzz_input(path);
     int found = 0, passing = 0, skipped = 0;
-    FuzzSeen seen;  // --no-corpus: one bug's inputs dedupe within this import
+    FuzzSeen seen;  // one bug's inputs dedupe within this import (and outside a corpus)
     for (const auto& path : cfg.imports) {
       const FuzzImport imported = import_fuzz_input(spec, target, path, corpus_root, !cfg.no_corpus,
                                                     cfg.case_timeout, cfg.self, &seen);

@@ -159,13 +159,6 @@ std::string replay_warning(const Finding& f) {
 
 namespace {
 
-// Every line after the first indented as the first is ("  "): none at the margin.
-std::string indent_continuation(std::string text) {
-  for (size_t at = text.find('\n'); at != std::string::npos; at = text.find('\n', at + 3))
-    text.insert(at + 1, "  ");
-  return text;
-}
-
 std::string finding_text(const Finding& f, const std::string& target) {
   std::string out = f.kind == "invariant"
                         ? fmt::format("\nCounterexample: {} broken by target {}\n", f.invariant, target)
@@ -173,7 +166,7 @@ std::string finding_text(const Finding& f, const std::string& target) {
   // A kernel's message as it said it, but no line of it at the margin (where
   // it could pass for the verdict) and no control character (ESC, CR) that
   // would drive the terminal.
-  out += fmt::format("  {}\n", indent_continuation(printable(f.message, true)));
+  out += f.message.empty() ? "  \n" : indent(printable(f.message, true), "  ");
   if (!f.measured.empty()) out += fmt::format("  measured: {}\n", measured_text(f.measured));
   if (f.kind == "hang")  // not shrunk: each try would cost the timeout
     out += fmt::format("  not shrunk (a hang): {} (size {})\n", f.stats.summary, f.stats.size);

@@ -1201,7 +1201,6 @@ std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, 
     ReplayRow row;
     row.path = files[n];
     row.interrupted = true;
-    row.checked = 0;
     rows.push_back(std::move(row));
   }
   return rows;

@@ -99,6 +99,10 @@ struct FuzzSeen {
   std::map<std::string, Known> by_signature;
 };
 
+// That `path` is a fuzzer input --import can read: a regular file (a folder,
+// a FIFO or a missing path is an input error naming it).
+void check_fuzz_input(const std::string& path);
+
 FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::string& path,
                              const std::string& corpus_root, bool write_corpus,
                              std::optional<double> case_timeout_s,
