@@ -1116,6 +1116,18 @@ TEST(Cli, AWorkerThatDiesWhileItsChildHoldsThePipeIsACrash) {
   EXPECT_EQ(r.out.find("hung"), std::string::npos) << r.out;
 }
 
+// The running `sleep MARKER` processes (a test's workers start them with a
+// marker of their own).
+int sleeps_running(const std::string& marker) {
+  int n = 0;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    std::ifstream cmdline(entry.path() / "cmdline");
+    std::string text((std::istreambuf_iterator<char>(cmdline)), {});
+    n += text.find(std::string("sleep") + '\0' + marker) != std::string::npos;
+  }
+  return n;
+}
+
 // Processes an exec: worker starts in a session of their own die with it
 // under --jobs too: each job stops its children's whole trees before it
 // exits (it killed their process groups only, and these outlived the run).
@@ -1137,13 +1149,7 @@ TEST(Cli, AWorkersSetsidDescendantsDieUnderJobs) {
           "/specs/layernorm.yaml --no-corpus --trials 20 --seed 1 --jobs 2 --target 'exec:" + KPROP_PYTHON +
           " " + worker.string() + "'");
   EXPECT_EQ(r.code, 0) << r.out;  // skipped: every case declined
-  int left = 0;
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    std::ifstream cmdline(entry.path() / "cmdline");
-    std::string text((std::istreambuf_iterator<char>(cmdline)), {});
-    left += text.find(std::string("sleep") + '\0' + marker) != std::string::npos;
-  }
-  EXPECT_EQ(left, 0) << r.out;
+  EXPECT_EQ(sleeps_running(marker), 0) << r.out;
 }
 
 // ... and so do those of a worker stopped mid-call: the pool's SIGTERM
@@ -1168,13 +1174,7 @@ TEST(Cli, ASetsidDescendantOfAWorkerStoppedMidCallDies) {
                        "[f64]}' --target 'exec:" +
                        KPROP_PYTHON + " " + worker.string() + "'");
   EXPECT_EQ(r.code, 0) << r.out;
-  int left = 0;
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    std::ifstream cmdline(entry.path() / "cmdline");
-    std::string text((std::istreambuf_iterator<char>(cmdline)), {});
-    left += text.find(std::string("sleep") + '\0' + marker) != std::string::npos;
-  }
-  EXPECT_EQ(left, 0) << r.out;
+  EXPECT_EQ(sleeps_running(marker), 0) << r.out;
 }
 
 // A run that cannot start says so in one line, before the run's header
