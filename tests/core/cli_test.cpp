@@ -50,6 +50,11 @@ fs::path temp(const std::string& name) {
   return dir / name;
 }
 
+// `script` run by the Python with NumPy as an exec: worker, quoted for the shell.
+std::string python_exec(const fs::path& script) {
+  return "'exec:" + std::string(KPROP_PYTHON) + " " + script.string() + "'";
+}
+
 TEST(Cli, ReferencePassesAndPrintsSeedAndVerdicts) {
   const CliRun r = run("--spec " + kSpec + " --seed 3 --trials 30 --no-corpus");
   EXPECT_EQ(r.code, 0) << r.out;
@@ -514,9 +519,8 @@ TEST(Cli, ImportSaysWhatItCouldNotCheckAndChecksEveryPathFirst) {
       << "spec: discards\nfamily: softmax_topk\nrun: {trials: 20, seed: 3}\n"
          "invariants:\n  - name: never_observed\n"
          "    when: all(target.probs > 2)\n    expect: all(target.probs >= 0)\n";
-  const CliRun answered =
-      run("--spec " + (dir / "discards.yaml").string() +
-          " --no-corpus --jobs 1 --target 'exec:" + KPROP_PYTHON + " " + (dir / "no_f16.py").string() + "'");
+  const CliRun answered = run("--spec " + (dir / "discards.yaml").string() +
+                              " --no-corpus --jobs 1 --target " + python_exec(dir / "no_f16.py"));
   EXPECT_EQ(answered.code, 2) << answered.out;
   EXPECT_EQ(answered.out.find("SKIPPED"), std::string::npos) << answered.out;
   const std::string rmsnorm = std::string(KPROP_SOURCE_DIR) + "/specs/ops/rmsnorm.yaml";
@@ -524,9 +528,8 @@ TEST(Cli, ImportSaysWhatItCouldNotCheckAndChecksEveryPathFirst) {
                                          << "/python')\nimport kprop_worker\n\n\ndef op(**_):\n    raise "
                                             "kprop_worker.Unsupported('no CUDA device')\n\n\n"
                                             "kprop_worker.serve({'rmsnorm': op})\n";
-  const CliRun unseen = run("--spec " + rmsnorm +
-                            " --no-corpus --seed 1 --invariant rows_permute --target 'exec:" + KPROP_PYTHON +
-                            " " + (dir / "declines_rms.py").string() + "'");
+  const CliRun unseen = run("--spec " + rmsnorm + " --no-corpus --seed 1 --invariant rows_permute --target " +
+                            python_exec(dir / "declines_rms.py"));
   EXPECT_EQ(unseen.code, 0) << unseen.out;
   EXPECT_NE(unseen.out.find("discarded by every invariant before the target saw them"), std::string::npos)
       << unseen.out;
@@ -544,15 +547,15 @@ TEST(Cli, ImportSaysWhatItCouldNotCheckAndChecksEveryPathFirst) {
       << "/python')\nimport kprop_worker\n\n\ndef op(**_):\n    raise "
          "RuntimeError('always fails')\n\n\nkprop_worker.serve({'layernorm': op})\n";
   const CliRun failed = run("--spec " + spec + " --no-corpus --import " + (dir / "empty.bin").string() +
-                            " --target 'exec:" + KPROP_PYTHON + " " + (dir / "errors.py").string() + "'");
+                            " --target " + python_exec(dir / "errors.py"));
   EXPECT_EQ(failed.code, 1) << failed.out;
   EXPECT_NE(failed.out.find("empty.bin: target failure (error): "), std::string::npos) << failed.out;
   EXPECT_NE(failed.out.find("always fails"), std::string::npos) << failed.out;
   EXPECT_EQ(failed.out.find("broken"), std::string::npos) << failed.out;
   // The same worker as --reference: its error is the reference's (it said
   // "target reported an error"), and the run stops with exit 2.
-  const CliRun oracle = run("--spec " + spec + " --no-corpus --seed 1 --reference 'exec:" + KPROP_PYTHON +
-                            " " + (dir / "errors.py").string() + "'");
+  const CliRun oracle =
+      run("--spec " + spec + " --no-corpus --seed 1 --reference " + python_exec(dir / "errors.py"));
   EXPECT_EQ(oracle.code, 2) << oracle.out;
   EXPECT_NE(oracle.out.find("layernorm: reference reported an error: RuntimeError: always fails"),
             std::string::npos)
@@ -1108,8 +1111,8 @@ TEST(Cli, AWorkerThatDiesWhileItsChildHoldsThePipeIsACrash) {
                            "kprop_worker.serve({'layernorm': op})\n";
   const CliRun r = run("--spec " + std::string(KPROP_SOURCE_DIR) +
                        "/specs/layernorm.yaml --no-corpus --trials 5 --seed 1 --jobs 1 --case-timeout 20 "
-                       "--target 'exec:" +
-                       KPROP_PYTHON + " " + worker.string() + "'");
+                       "--target " +
+                       python_exec(worker));
   EXPECT_EQ(r.code, 3) << r.out;
   EXPECT_NE(r.out.find("was killed by signal 11 (Segmentation fault) during the call"), std::string::npos)
       << r.out;
@@ -1146,8 +1149,7 @@ TEST(Cli, AWorkersSetsidDescendantsDieUnderJobs) {
                            "kprop_worker.serve({'layernorm': op})\n";
   const CliRun r =
       run("--spec " + std::string(KPROP_SOURCE_DIR) +
-          "/specs/layernorm.yaml --no-corpus --trials 20 --seed 1 --jobs 2 --target 'exec:" + KPROP_PYTHON +
-          " " + worker.string() + "'");
+          "/specs/layernorm.yaml --no-corpus --trials 20 --seed 1 --jobs 2 --target " + python_exec(worker));
   EXPECT_EQ(r.code, 0) << r.out;  // skipped: every case declined
   EXPECT_EQ(sleeps_running(marker), 0) << r.out;
 }
@@ -1171,8 +1173,8 @@ TEST(Cli, ASetsidDescendantOfAWorkerStoppedMidCallDies) {
          "kprop_worker.serve({'rmsnorm': rmsnorm})\n";
   const CliRun r = run("--spec " + std::string(KPROP_SOURCE_DIR) +
                        "/specs/ops/rmsnorm.yaml --no-corpus --trials 1 --seed 3 --jobs 2 --domain '{dtypes: "
-                       "[f64]}' --target 'exec:" +
-                       KPROP_PYTHON + " " + worker.string() + "'");
+                       "[f64]}' --target " +
+                       python_exec(worker));
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(sleeps_running(marker), 0) << r.out;
 }
