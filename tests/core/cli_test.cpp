@@ -44,10 +44,18 @@ std::string contents(const fs::path& file) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// <tmp>/kprop_cli_<pid>/<name>: this process's own folder (ctest runs each
+// test in its own process), removed when the process ends.
 fs::path temp(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("kprop_cli_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return dir / name;
+  static const struct Folder {
+    fs::path path = fs::temp_directory_path() / ("kprop_cli_" + std::to_string(::getpid()));
+    ~Folder() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  } folder;
+  fs::create_directories(folder.path);
+  return folder.path / name;
 }
 
 // `script` run by the Python with NumPy as an exec: worker, quoted for the shell.
