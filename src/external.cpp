@@ -1317,7 +1317,8 @@ class ChildTransport : public Transport {
     }
     if (header.value("restart", false)) child_.stop();  // the plugin host asks for a fresh process
     if (!header.value("ok", false)) {
-      std::string error = header.value("error", std::string("(no error message)"));
+      // Its text as shown: a NUL would end every C string it is carried in.
+      std::string error = printable(header.value("error", std::string("(no error message)")), true);
       // The plugin host's messages already name the op.
       if (error.rfind(request.op + ":", 0) == 0) error = error.substr(request.op.size() + 1);
       if (!error.empty() && error[0] == ' ') error.erase(0, 1);
@@ -1359,7 +1360,8 @@ class ChildTransport : public Transport {
       // A worker that says why, or one that answers something else (`cat`
       // echoing the hello back): the reply, shortened, says what it was.
       const auto error = header.find("error");
-      std::string why = error != header.end() && error->is_string() ? error->get<std::string>() : "";
+      std::string why =
+          error != header.end() && error->is_string() ? printable(error->get<std::string>(), true) : "";
       if (why.empty()) {
         std::string reply = header.dump();
         if (reply.size() > 200) reply = reply.substr(0, 200) + "...";

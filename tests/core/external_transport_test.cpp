@@ -269,6 +269,13 @@ TEST(ExternalReply, AHeaderTooDeepOrOfTheWrongTypesIsRefused) {
   }
 }
 
+// A worker's error text with a NUL in it is said whole (a C string ended
+// there: "before" alone, and what came after was lost).
+TEST(ExternalReply, AnErrorWithANulInItIsSaidWhole) {
+  const std::string e = refused({{"ok", false}, {"error", std::string("before\0after", 12)}});
+  EXPECT_NE(e.find("before\\x00after"), std::string::npos) << e;
+}
+
 TEST(ExternalReply, ASecondReplyToOneCallIsAnError) {
   const nlohmann::json header = ok_with({{{"name", "o"}, {"dtype", "f32"}, {"shape", {2, 3}}}});
   const std::vector<uint8_t> payload(24, 7);
