@@ -105,8 +105,8 @@ and sum, rescale, P·V) and rounds each output to the dtype at the store. The
 reference sees the cached values; every comparison allows the derived floor
 `u|o| + tau + f32_k × (first-order f32 error)` (u = 2^-24, 2^-11, 2^-8),
 matches_reference also `naive_k ×` the naive same-precision baseline's
-error. The int8 cache and the CUDA engine take f64 cases only (others are
-declined).""",
+error. The int8 cache takes f64 cases only (others are declined); the CUDA
+engine takes every dtype, as the CPU engines do.""",
     "layernorm": """\
 Over the last dim D of x `[rows, D]`: `mu = mean(x)`,
 `var = mean((x - mu)²)` (biased), `rstd = 1/sqrt(var + eps)`,

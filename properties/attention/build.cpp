@@ -204,8 +204,13 @@ void fill_values(Case& c, const std::string& kind, double magnitude, double grow
     }
     for (double& x : c.d_out) x = std::ldexp(x, -widest);
   }
+  // Stored as the dtype holds them, saturating as a cast with saturation
+  // does: a domain's extremes (key_growth 1e6, large_magnitude 1e4) put
+  // values past f16's 65504, which rounded to inf and made cases outside the
+  // contract (validate: inputs must be finite).
+  const double most = max_finite(c.dtype);
   for (auto* t : {&c.q, &c.k, &c.v, &c.d_out})
-    for (double& x : *t) x = round_to(c.dtype, x);
+    for (double& x : *t) x = round_to(c.dtype, std::clamp(x, -most, most));
 }
 
 // pinned_grads: the softmax scale becomes a power of two (1 to 1/8) where it

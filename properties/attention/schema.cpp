@@ -80,7 +80,8 @@ Schema CaseTraits<B>::domain_schema() {
       field::choices("values", value_choices(), value_choices(), "value distributions to draw"),
       field::real_range("large_magnitude", {6, 30}, 1, 1e4, "large: scale of Q and K entries"),
       field::real_range("key_growth", {20, 400}, 0, 1e6,
-                        "growing_keys: score rise from the first key to the last"),
+                        "growing_keys: score rise from the first key to the last (values past a dtype's "
+                        "range saturate: f16 65504)"),
       field::real_range("log10_peak_score", {3, 6}, 0, 9,
                         "masked_peaks: log10 of how far the peak keys score above the rest"),
       field::real("custom_scale_rate", 0.2, 0, 1, "probability of a scale other than 1/sqrt(D)"),

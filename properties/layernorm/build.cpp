@@ -82,6 +82,13 @@ Case Traits::build(Draw& draw, const Values& domain) {
   }
   for (size_t i = 0; i < c.x.size(); ++i) c.dy.push_back(dy_scale * rng::normal(seed, kDy, i));
   if (is_half(c.dtype)) fit_half(c);
+  // Saturated to the dtype's range, as a cast with saturation does (half
+  // cases are fitted inside it above): the schema's extremes (spread 1e30
+  // times cond 1e16) pass f32's range, which rounded to inf, a case outside
+  // the contract (validate: inputs must be finite).
+  const double top = max_finite(c.dtype);
+  for (auto* v : {&c.x, &c.gamma, &c.beta, &c.dy})
+    for (double& e : *v) e = std::clamp(e, -top, top);
   round_to_dtype(c);
   return c;
 }

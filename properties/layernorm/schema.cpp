@@ -21,7 +21,8 @@ Schema Traits::domain_schema() {
           "x",
           {
               field::real_range("spread_exp", {-12, 12}, -30, 30,
-                                "a row's standard deviation is 10^u: tiny and huge magnitudes"),
+                                "a row's standard deviation is 10^u: tiny and huge magnitudes (values past "
+                                "the dtype's range saturate)"),
               field::real("offset_rate", 0.4, 0, 1, "chance a row sits at a large offset from zero"),
               field::real_range("cond_exp", {2, 12}, 0, 16,
                                 "offset rows: |mean| / std = 10^u (a 1e4 offset with std 1e-2 is u = 6)"),

@@ -12,7 +12,8 @@ struct Traits {
       ternary::Case, ternary::Result, "ternary",
       "BitNet b1.58 linear layer: absmean ternary weights, absmax int8 activations, straight-through "
       "backward");
-  static uint64_t content_hash(const Case& c);  // without the YAML tree (FamilyDef::content_hash)
+  static uint64_t content_hash(const Case& c);            // without the YAML tree (FamilyDef::content_hash)
+  static std::string check_domain(const Values& domain);  // values within kMaxMagnitude (schema.cpp)
 
   // Named tensors (tensors.cpp) and metamorphic transforms (transforms.cpp):
   // permute_out_features.

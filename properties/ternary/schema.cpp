@@ -1,7 +1,10 @@
 // The ternary family's domain: its schema, in_domain and the size of a case.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "properties/ternary/family.h"
@@ -95,6 +98,36 @@ CaseSize Traits::max_case_bytes(const Values& d) {
   size.extents = {
       {"M", double(m)}, {"K", double(k)}, {"N", double(n)}};  // the named tensors' dims (tensors.cpp)
   return size;
+}
+
+// The largest |value| a case of `d` can hold, against the contract's
+// kMaxMagnitude (a larger one is outside it: validate() refuses it, and a
+// target given it is judged on an input no kernel is promised to take).
+// From build.cpp: |normal| < 8.66 (Box-Muller with u1 >= 2^-54:
+// sqrt(108 ln 2)); weights of every kind are at most 8.66 x 10^log10_scale
+// (uniform 1x, threshold m s / 4 with m <= 12 and s < 1.42 x the scale, tiny
+// < 1e-4, saturated their mean |W|), the outlier kind one entry times the
+// outlier factor; a token's scale is at most 10 x 10^log10_scale, its values
+// at most 8.66 x that (times the outlier factor, outlier kind) or, ties
+// kind, 127 u with u < 1.42 x that (< 180 x).
+std::string Traits::check_domain(const Values& d) {
+  auto has = [&](const std::string& key, const std::string& kind) {
+    const Choices& kinds = d.choices(key);
+    return std::find(kinds.begin(), kinds.end(), kind) != kinds.end();
+  };
+  auto factor = [&](const std::string& map) {
+    return has(map + ".kinds", "outlier") ? std::pow(10.0, d.real_range(map + ".log10_outlier").hi) : 1.0;
+  };
+  const double w = 8.66 * std::pow(10.0, d.real_range("weights.log10_scale").hi) * factor("weights");
+  const double x = 10 * std::pow(10.0, d.real_range("activations.log10_scale").hi) *
+                   std::max(8.66 * factor("activations"), has("activations.kinds", "ties") ? 180.0 : 0.0);
+  for (const auto& [name, most] : {std::pair{"weights", w}, std::pair{"activations", x}})
+    if (most > kMaxMagnitude)
+      return fmt::format(
+          "this domain's {} reach about {:.2g} in magnitude, past the {:g} the contract allows "
+          "(kernels/ternary/ternary.h); lower {}.log10_scale or {}.log10_outlier",
+          name, most, kMaxMagnitude, name, name);
+  return "";
 }
 
 }  // namespace kprop::ternary

@@ -9,12 +9,13 @@
 namespace kprop {
 namespace {
 
-void int_range_keys(const Schema& schema, const std::string& prefix, std::vector<const Field*>& fields,
-                    std::vector<std::string>& keys) {
+// The schema's keys of `kind` (int_range or real_range), maps walked into.
+void range_keys(const Schema& schema, const std::string& prefix, FieldKind kind,
+                std::vector<const Field*>& fields, std::vector<std::string>& keys) {
   for (const Field& f : schema) {
     const std::string key = prefix.empty() ? f.key : prefix + "." + f.key;
-    if (f.kind == FieldKind::map) int_range_keys(f.children, key, fields, keys);
-    if (f.kind == FieldKind::int_range) fields.push_back(&f), keys.push_back(key);
+    if (f.kind == FieldKind::map) range_keys(f.children, key, kind, fields, keys);
+    if (f.kind == kind) fields.push_back(&f), keys.push_back(key);
   }
 }
 
@@ -44,7 +45,7 @@ void expect_valid_cases(const Family& f, const Values& d, const std::string& wha
 void check_extremes(const Family& f) {
   std::vector<const Field*> fields;
   std::vector<std::string> keys;
-  int_range_keys(f.domain_schema(), "", fields, keys);
+  range_keys(f.domain_schema(), "", FieldKind::int_range, fields, keys);
   // The maxima are taken within 64 MB rather than the default 1024 MB to keep
   // the test short (the YAML round trip of a 1 GB case takes minutes); every
   // count limit of the validators is still reached through the keys alone.
@@ -66,11 +67,52 @@ void check_extremes(const Family& f) {
   }
 }
 
+// Every real range (the values' magnitudes, scales, rates) at its schema
+// maximum at once, all lowered together in tenths of their spans until the
+// family's cross-key limits (check_domain) accept the domain; then each
+// choice (a dtype, a values kind, a mask) alone in its key, so every kind
+// meets the maxima. Magnitude keys compound (ternary: a scale of 1e9 times
+// an outlier factor of 1e11; attention: key_growth 1e6 past f16's 65504):
+// each alone at its maximum drew valid cases, together they drew cases
+// outside the contract.
+void check_real_maxima(const Family& f) {
+  std::vector<const Field*> fields, choice_fields;
+  std::vector<std::string> keys, choice_keys;
+  range_keys(f.domain_schema(), "", FieldKind::real_range, fields, keys);
+  range_keys(f.domain_schema(), "", FieldKind::choices, choice_fields, choice_keys);
+  if (keys.empty()) return;
+  Values d = Values::defaults(f.domain_schema());
+  for (size_t i = 0; i < choice_keys.size(); ++i) d.set(choice_keys[i], Choices(choice_fields[i]->allowed));
+  const Values defaults = d;
+  for (int tenth = 10; tenth >= 0; --tenth) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const double lo = defaults.real_range(keys[i]).lo, top = std::max(lo, fields[i]->max);
+      const double at = lo + (top - lo) * tenth / 10;
+      d.set(keys[i], RealRange{at, at});
+    }
+    if (f.check_domain(d).empty()) break;
+  }
+  if (!f.check_domain(d).empty()) return;  // only the defaults' own ranges fit: the other checks have them
+  for (size_t i = 0; i < choice_keys.size(); ++i)
+    for (const std::string& one : choice_fields[i]->allowed) {
+      Values only = d;
+      only.set(choice_keys[i], Choices{one});
+      if (f.check_domain(only).empty())
+        expect_valid_cases(f, only, "every real range at its largest, " + choice_keys[i] + " = " + one, false,
+                           8);
+    }
+}
+
 // One test over the registry (families register at static initialisation,
 // so they are not known yet when parameterized tests are instantiated).
 TEST(Extremes, GeneratedCasesPassTheFamilysValidation) {
   for (const Family* f : Registry::instance().families())
     if (std::string(f->name()).rfind("toy", 0) != 0) check_extremes(*f);
+}
+
+TEST(Extremes, RealRangesAtTheirMaximaTogetherDrawValidCases) {
+  for (const Family* f : Registry::instance().families())
+    if (std::string(f->name()).rfind("toy", 0) != 0) check_real_maxima(*f);
 }
 
 }  // namespace

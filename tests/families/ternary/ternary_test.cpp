@@ -12,6 +12,7 @@
 #include "kernels/ternary/packed.h"
 #include "kprop/rng.h"
 #include "kprop/runner.h"
+#include "kprop/spec.h"
 #include "properties/ternary/family.h"
 #include "tests/support/registered.h"
 
@@ -144,6 +145,26 @@ TEST(TernaryGenerator, SameSignRateMakesEveryProductOneSigned) {
     const bool down = std::all_of(c.w.begin(), c.w.end(), [](double v) { return v <= 0; });
     EXPECT_TRUE(up || down) << n;
   }
+}
+
+// A domain whose values could pass the contract's 1e12 is refused when the
+// spec loads, naming the keys to lower (a scale of 1e9 times an outlier
+// factor of 1e11 drew cases validate() refuses, and they were judged); the
+// shipped domain is inside, at its edge (weights: 8.66 x 1e3 x 1e8).
+TEST(TernaryDomain, ValuesPastTheContractsMagnitudeAreRefused) {
+  Values domain = Values::defaults(Traits::domain_schema());
+  EXPECT_EQ(Traits::check_domain(domain), "");
+  domain.set("weights.log10_scale", RealRange{9, 9});
+  domain.set("weights.log10_outlier", RealRange{11, 11});
+  const std::string weights = Traits::check_domain(domain);
+  EXPECT_NE(weights.find("lower weights.log10_scale or weights.log10_outlier"), std::string::npos) << weights;
+  domain.set("weights.kinds", Choices{"normal"});  // no outlier drawn: the factor does not count
+  EXPECT_EQ(Traits::check_domain(domain), "");
+  domain.set("activations.log10_scale", RealRange{-3, 10});
+  domain.set("activations.kinds", Choices{"ties"});  // 127 u, u up to 14 x the scale
+  EXPECT_NE(Traits::check_domain(domain).find("activations reach"), std::string::npos);
+  const Spec spec = load_spec(kSpec);
+  EXPECT_EQ(Traits::check_domain(spec.domain), "");
 }
 
 TEST(TernaryPacking, RoundTripsEveryWidthAndPattern) {
