@@ -285,12 +285,12 @@ std::string write_entry(const std::string& dir, const CorpusEntry& entry, bool* 
       kept = fmt::format("{}.unreadable.{}", path.string(), n);
     std::error_code ec;
     fs::rename(path, kept, ec);
+    write_file_atomic(path.string(), emit_entry(entry));  // said replaced only once it is
     if (replaced)
       *replaced = ec ? fmt::format("{} did not read ({}) and was replaced", path.string(), err.what())
                      : fmt::format("{} did not read ({}): replaced, the old file kept as {}", path.string(),
                                    err.what(), kept.string());
     if (created) *created = true;
-    write_file_atomic(path.string(), emit_entry(entry));
     return path.string();
   }
   // A file whose case was edited by hand holds another case than its name
@@ -361,6 +361,7 @@ CorpusEntry read_entry(const std::string& path) {
     }
   };
   no_twice(root);
+  CorpusEntry e;
   auto text_of = [&](const char* key, bool required) -> std::string {
     const YAML::Node n = root[key];
     if (!n) {
@@ -369,9 +370,9 @@ CorpusEntry read_entry(const std::string& path) {
     }
     if (!n.IsScalar() || case_yaml::is_packed(n))
       throw InputError(where(n), std::string("corrupt corpus file: '") + key + "' must be a scalar");
+    e.marks[key] = where(n);
     return n.Scalar();
   };
-  CorpusEntry e;
   e.path = path;
   const std::string version = text_of("kprop_corpus", true);
   if (version != "1")

@@ -858,6 +858,26 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
     const int impl = family.find_implementation(f.found_against);
     return impl >= 0 && family.implementations()[static_cast<size_t>(impl)].kind == ImplKind::mutant;
   };
+  // `invariant` as profile `profile` of this spec lists it (nullptr where it
+  // does not, or the spec cannot be loaded under it): the spec loaded again
+  // under that profile, with this run's --domain where it fits.
+  std::shared_ptr<const Spec> profiled;
+  const auto profile_use = [&](const std::string& profile,
+                               const std::string& invariant) -> const InvariantUse* {
+    if (profile.empty() || spec.path.empty()) return nullptr;
+    for (const std::string& overrides : {spec.domain_overrides, std::string()}) {
+      if (profiled) break;
+      try {
+        profiled =
+            std::make_shared<const Spec>(load_spec(spec.path, profile, overrides, spec.max_case_mb_override));
+      } catch (const InputError&) {
+      }
+    }
+    if (!profiled) return nullptr;
+    for (const auto& u : profiled->invariants)
+      if (u.name == invariant) return &u;
+    return nullptr;
+  };
   // A file that cannot be read is reported and the folder goes on; the
   // run exits 2 at the end.
   try {
@@ -865,8 +885,8 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
     row.invariant = e.invariant;
     row.found_against = e.found_against;
     if (e.family != family.name())
-      throw InputError({file, 0, 0}, fmt::format("corpus case is for family '{}', the spec tests '{}'",
-                                                 e.family, family.name()));
+      throw InputError(e.at("family"), fmt::format("corpus case is for family '{}', the spec tests '{}'",
+                                                   e.family, family.name()));
     // A case stored under a spec's old name (renamed_specs()) is still its own.
     const bool renamed = std::any_of(renamed_specs().begin(), renamed_specs().end(), [&](const auto& r) {
       return r.first == e.spec && r.second == spec.name;
@@ -876,8 +896,19 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
                                                  "spec's): its domain and invariants are that spec's",
                                                  spec.name));
     if (e.spec != spec.name && !renamed)
-      throw InputError({file, 0, 0},
+      throw InputError(e.at("spec"),
                        fmt::format("corpus case is for spec '{}', not '{}'", e.spec, spec.name));
+    // The profile it was found under decides which invariants it may be
+    // judged by (below): one the spec does not declare is no profile of it.
+    if (!e.profile.empty() &&
+        std::find(spec.profiles.begin(), spec.profiles.end(), e.profile) == spec.profiles.end())
+      throw InputError(
+          e.at("profile"),
+          fmt::format("corpus case was found under profile '{}', which spec {} does not declare "
+                      "({}){}",
+                      e.profile, spec.name,
+                      spec.profiles.empty() ? "it has none" : "its profiles: " + join(spec.profiles),
+                      did_you_mean(e.profile, spec.profiles)));
     try {
       c = family.from_yaml(e.case_node);
     } catch (const CaseFormatError& err) {
@@ -903,7 +934,7 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
     if (first == found.end()) {
       std::vector<std::string> names;
       for (const auto& f : found) names.push_back("'" + f.invariant + "'");
-      throw InputError({file, 0, 0},
+      throw InputError(e.at("invariant"),
                        fmt::format("its invariant{} {} {} neither in the spec nor registered by "
                                    "family '{}' (renamed? fix the file's invariant: line)",
                                    names.size() > 1 ? "s" : "", fmt::join(names, ", "),
@@ -1075,11 +1106,16 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
           finding.invariant, family.name()));
       continue;
     }
-    // One the family registers but the spec no longer lists: checked with
-    // the family's defaults it could still pass on a loosened bound that
-    // the spec never stated. (Under a profile, which may list fewer, it is
-    // checked as before.)
-    if (!in_spec && spec.profile.empty() && e.profile.empty()) {
+    // Found under a profile whose list has it where this run's list has not
+    // (an invariant the profile's domain lets observe something the base's
+    // cannot): judged as that profile states it.
+    const InvariantUse* in_profile =
+        !in_spec && spec.profile.empty() ? profile_use(e.profile, finding.invariant) : nullptr;
+    // One the family registers but neither the spec nor the file's profile
+    // lists any more: checked with the family's defaults it could still
+    // pass on a loosened bound that the spec never stated. (Under a
+    // profile, which may list fewer, it is checked as before.)
+    if (!in_spec && !in_profile && spec.profile.empty()) {
       row.mutant_checked = true;
       row.mutant_stale = row.mutant_still_fails;
       no_longer_fails(
@@ -1091,6 +1127,8 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
     InvariantUse use;
     if (in_spec)
       use = *in_spec;
+    else if (in_profile)
+      use = *in_profile;
     else
       use = {static_cast<size_t>(invariant), finding.invariant,
              Values::defaults(family.invariants()[static_cast<size_t>(invariant)].params)};

@@ -5,8 +5,11 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
+
+#include "kprop/errors.h"
 
 namespace kprop {
 
@@ -30,6 +33,13 @@ struct CorpusEntry {
   YAML::Node case_node;
   std::vector<AlsoFound> also;  // also_found_against: replay checks each
   std::string path;             // where it was read from or written to
+  // Where read_entry found each header key's value (spec, profile, family,
+  // invariant, ...): at(key) is that position, or the file alone.
+  std::map<std::string, Mark> marks;
+  Mark at(const std::string& key) const {
+    const auto it = marks.find(key);
+    return it != marks.end() ? it->second : Mark{path, 0, 0};
+  }
 };
 
 // Canonical, human-readable YAML text of a node (flow style for short lists).

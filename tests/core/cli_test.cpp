@@ -1359,6 +1359,28 @@ TEST(Cli, AStaleCorpusFileFailsItsReplay) {
       gone.out.find("stale file: its invariant 'matches_reference' is no longer in spec layernorm (removed?"),
       std::string::npos)
       << gone.out;
+  // Found under a profile: stale as well when that profile lists it no more
+  // (a `profile:` line, of any name, made the file pass on the family's
+  // defaults); a profile the spec does not declare is named at its line.
+  auto under = [&](const std::string& profile) {
+    std::string found = text;
+    found.replace(found.find("family: layernorm\n"), 18, "profile: " + profile + "\nfamily: layernorm\n");
+    std::ofstream(dir / "layernorm" / "059791fc370c9226.yaml") << found;
+    return run("--spec " + (dir / "layernorm.yaml").string() + " --replay " +
+               (dir / "layernorm" / "059791fc370c9226.yaml").string());
+  };
+  const CliRun large = under("large");
+  EXPECT_EQ(large.code, 1) << large.out;
+  EXPECT_NE(large.out.find("stale file: its invariant 'matches_reference' is no longer in spec layernorm"),
+            std::string::npos)
+      << large.out;
+  const CliRun unknown = under("larg");
+  EXPECT_EQ(unknown.code, 2) << unknown.out;
+  EXPECT_NE(
+      unknown.out.find("059791fc370c9226.yaml:3:10: corpus case was found under profile 'larg', which "
+                       "spec layernorm does not declare (its profiles: gpu, large) (did you mean 'large'?)"),
+      std::string::npos)
+      << unknown.out;
   fs::remove_all(dir);
 }
 
