@@ -19,6 +19,14 @@ returned as f32 (the worker rounds it to the half type at the store).
                        x's dtype) and y normalised with that copy: every element of a row
                        off by the same relative error, at most the half type's unit
                        roundoff (2^-8 bf16, 2^-11 f16), before y's own rounding at the store
+    sumsq_first_1024   the sum of squares over the first 1024 elements of a row only (one
+                       element per thread of a 1024-thread block, no strided loop for longer
+                       rows); divided by D: rows of D <= 1024 are right, so only the spec's
+                       `wide` profile (D 513 to 8192) reaches it
+    cast_before_weight (precision) x · rstd rounded to the half type, then multiplied by w and
+                       stored (Hugging Face's LlamaRMSNorm: weight * hidden.to(input_dtype)):
+                       two roundings to the half type where the contract has one, at y's
+                       store; f32/f64 unaffected
 """
 import os
 import sys
@@ -29,7 +37,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import kprop_worker  # noqa: E402
 
 BUGS = ("mean_not_squares", "eps_outside_sqrt", "weight_wrong_axis", "no_weight", "sum_in_storage",
-        "rstd_in_storage")
+        "rstd_in_storage", "sumsq_first_1024", "cast_before_weight")
 BUG = kprop_worker.planted_bug(BUGS)
 
 
@@ -55,6 +63,9 @@ def rmsnorm(x, w, eps, **_):
             for j in range(x.shape[-1]):
                 s = store(s + store(x[..., j] * x[..., j]))
             ms = (s / np.float32(x.shape[-1]))[..., None]
+        elif BUG == "sumsq_first_1024":
+            head = x[..., :1024]
+            ms = (head * head).sum(axis=-1, keepdims=True) / x.dtype.type(x.shape[-1])
         else:
             ms = (x * x).mean(axis=-1, keepdims=True)
         if BUG == "eps_outside_sqrt":
@@ -65,6 +76,8 @@ def rmsnorm(x, w, eps, **_):
             y = x / np.sqrt(ms + eps)
         if BUG == "no_weight":
             return {"y": y}
+        if BUG == "cast_before_weight" and store is not None:
+            return {"y": store(y) * w}
         if BUG == "weight_wrong_axis":
             rows = y.shape[0]
             wr = np.resize(w, rows)  # w indexed by row, not by feature
