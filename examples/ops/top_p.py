@@ -17,6 +17,10 @@ tokens the mass before the first of their tie group.
                       kept): the token that crosses p is dropped, the kept mass never reaches p
     no_max_shift      softmax as exp(logits) / sum(exp(logits)), without subtracting the row max:
                       inf / inf = NaN once a logit passes exp's overflow (88.7 in f32, 709.8 in f64)
+    candidates_32     the filter runs over a fixed buffer of the 32 most probable tokens (a
+                      top-k pre-filter sized for peaked distributions): a flat row that needs
+                      more than 32 tokens to reach p keeps only 32, and a tie group crossing
+                      the buffer's end is cut by index
 """
 import os
 import sys
@@ -26,7 +30,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import kprop_worker  # noqa: E402
 
-BUGS = ("ties_by_index", "no_renormalize", "inclusive_cumsum", "no_max_shift")
+BUGS = ("ties_by_index", "no_renormalize", "inclusive_cumsum", "no_max_shift", "candidates_32")
 BUG = kprop_worker.planted_bug(BUGS)
 
 
@@ -59,6 +63,8 @@ def top_p(logits, p, **_):
         keep_sorted[:, 0] = True
     else:
         keep_sorted = above < p
+    if BUG == "candidates_32":
+        keep_sorted &= np.arange(v) < 32
     keep = np.empty_like(keep_sorted)
     np.put_along_axis(keep, order, keep_sorted, axis=-1)
     kept = np.where(keep, prob, 0).astype(logits.dtype)
