@@ -3,12 +3,15 @@ kprop as a declared op whose reference is NumPy's own sort (specs/ops/sort.yaml)
 
     prop_runner --spec specs/ops/sort.yaml --target "exec:/usr/bin/python3 examples/ops/sort.py"
 
-Each row of x [B, N] is padded to the next power of two with +inf, sorted by
+Each row of x [B, N] is padded to the next power of two with NaN, sorted by
 the bitonic network of compare-exchange steps (partner = i xor j), and cut
-back to N. Computes in the input's dtype.
+back to N. Computes in the input's dtype. The order is NumPy's, NaN last
+(after +inf): a compare-exchange orders a pair by `a < b or (b is NaN and a
+is not)`, and the padding is NaN, the one value that order puts after every
+other (+inf would sort before a row's NaNs and push them out of the row).
 
 `--bug NAME` plants a realistic bug:
-    pad_with_zero     pads with 0 instead of +inf: a row with a positive
+    pad_with_zero     pads with 0 instead of NaN: a row with a positive
                       value and N not a power of two loses its largest value
     skip_last_step    the final merge's last compare-exchange stage (j = 1)
                       is skipped: neighbours are left unordered
@@ -17,6 +20,14 @@ back to N. Computes in the input's dtype.
     f32_keys          orders f64 rows by float32 copies of their values (a kernel
                       that sorts f32 keys and carries the values along): values
                       within one f32 rounding of each other keep their input order
+    pad_with_max      pads with the dtype's largest finite value (FLT_MAX, a common "+inf"
+                      sentinel): a row with +inf or NaN and N not a power of two loses them
+    pad_with_inf      pads with +inf (right for rows without NaN): a row with a NaN and N
+                      not a power of two gets +inf where its NaN belongs
+    fmin_fmax         the compare-exchange as fmin/fmax (CUDA's fminf/fmaxf return the other
+                      operand for a NaN): a NaN is dropped and its partner duplicated
+    min_max_nan       the compare-exchange as np.minimum/np.maximum (IEEE min/max that
+                      propagate NaN): a NaN is copied over its partner
 """
 import os
 import sys
@@ -26,7 +37,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import kprop_worker  # noqa: E402
 
-BUGS = ("pad_with_zero", "skip_last_step", "flat", "f32_keys")
+BUGS = ("pad_with_zero", "skip_last_step", "flat", "f32_keys", "pad_with_max", "pad_with_inf", "fmin_fmax",
+        "min_max_nan")
 BUG = kprop_worker.planted_bug(BUGS)
 
 
@@ -41,12 +53,21 @@ def bitonic(a):
             if not (BUG == "skip_last_step" and k == p and j == 1):
                 partner = i ^ j
                 ascending = (i & k) == 0
-                lo = np.minimum(a, a[:, partner])
-                hi = np.maximum(a, a[:, partner])
+                lo, hi = compare_exchange(a, a[:, partner])
                 a = np.where((i < partner) == ascending, lo, hi)
             j //= 2
         k *= 2
     return a
+
+
+def compare_exchange(a, b):
+    """(the first, the second) of each pair (a, b) in ascending order, NaN last."""
+    if BUG == "fmin_fmax":
+        return np.fmin(a, b), np.fmax(a, b)
+    if BUG == "min_max_nan":
+        return np.minimum(a, b), np.maximum(a, b)
+    b_first = (b < a) | (np.isnan(a) & ~np.isnan(b))
+    return np.where(b_first, b, a), np.where(b_first, a, b)
 
 
 def sort(x, **_):
@@ -58,7 +79,7 @@ def sort(x, **_):
     p = 1
     while p < rows.shape[-1]:
         p *= 2
-    pad = 0 if BUG == "pad_with_zero" else np.inf
+    pad = {"pad_with_zero": 0, "pad_with_max": np.finfo(x.dtype).max, "pad_with_inf": np.inf}.get(BUG, np.nan)
     padded = np.concatenate([rows, np.full((rows.shape[0], p - rows.shape[-1]), pad, x.dtype)], axis=-1)
     return {"y": bitonic(padded)[:, : rows.shape[-1]].reshape(b, n)}
 
