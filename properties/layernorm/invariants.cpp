@@ -60,6 +60,22 @@ double store_u(DType t) {
   return is_half(t) ? unit_roundoff(t) : 0;
 }
 
+// Gradual underflow of the arithmetic (f32 for f32, f16 and bf16 cases, f64
+// for f64). A product or quotient whose result lands below the normal range
+// of the compute type errs by up to eta = denorm_min/2 absolutely, not by
+// u times its value (the standard model: fl(a op b) = (a op b)(1 + d) + e,
+// |d| <= u, |e| <= eta); a sum or difference lands on a multiple of
+// denorm_min and is exact there, adding no eta. The ulps terms, relative to
+// the magnitudes, cannot hold it: a correct f32 dx of 1e-40 errs by up to
+// 2^-150 = 7.0e-46 where 64 u |dx| is 3.8e-46. Returned: u_f = denorm_min
+// itself, 2 eta: f64's eta, 2^-1075, is no double, and the factor 2 covers
+// the (1 + u) factors an eta picks up in the operations after it (second
+// order). Each bound below counts the products and quotients whose u_f it
+// adds.
+double underflow_step(DType t) {
+  return denorm_min(arithmetic_type(t));
+}
+
 size_t at(size_t r, size_t d, size_t D) {
   return r * D + d;
 }
@@ -430,7 +446,22 @@ Verdict dx_sums_to_zero(T& t, const Values& p) {
     const double delta = xhat_shift(c, ref, r);
     const double mean_shift =
         ref.rstd[r] * static_cast<double>(D) * delta * (std::fabs(g.mean_gx) + delta * g.mean_abs_g);
-    const double allowed = p.real("atol") + p.real("ulps") * u * scale + half_terms + mean_shift;
+    // Underflow (underflow_step, u_f per product or quotient): g_j = γ_j dy_j
+    // (u_f each), mean(g) = Σg/D (its quotient's u_f plus the g's D u_f / D:
+    // 2 u_f), g_j x̂_j (u_f, plus |x̂_j| u_f from g_j), mean(g x̂) (u_f, plus
+    // the products' (1 + mean|x̂|) u_f: (2 + mean|x̂|) u_f), x̂_i mean(g x̂)
+    // (u_f + |x̂_i| (2 + mean|x̂|) u_f): the inner term g_i - mean(g) - x̂_i
+    // mean(g x̂) of dx_i errs by (4 + |x̂_i| (2 + mean|x̂|)) u_f, times rstd,
+    // and the products by rstd add up to 3 u_f (rstd times the inner term,
+    // or distributed over its three terms). Summed over the row:
+    // 3 D u_f + rstd u_f (4 D + Σ|x̂| (2 + mean|x̂|)).
+    // (Audit: the fused f32 kernel's Σ dx was -2^-149 on a row whose dx are
+    // subnormal, Σ|dx| = 1.4e-40, where the relative terms allowed 8.4e-46.)
+    const double uf = underflow_step(c.dtype), mean_abs_xhat = g.sum_abs_xhat / static_cast<double>(D);
+    const double underflow =
+        3 * static_cast<double>(D) * uf +
+        ref.rstd[r] * uf * (4 * static_cast<double>(D) + g.sum_abs_xhat * (2 + mean_abs_xhat));
+    const double allowed = p.real("atol") + p.real("ulps") * u * scale + half_terms + mean_shift + underflow;
     worst = std::max(worst, error_ratio(std::fabs(static_cast<double>(sum)), allowed));
     if (!(std::fabs(static_cast<double>(sum)) <= allowed))
       return Verdict::fail(fmt::format("row {}: sum of dx = {:.6g} (sum of |dx| {:.6g}), allowed {:.3g}", r,
@@ -449,9 +480,15 @@ Verdict dx_sums_to_zero(T& t, const Values& p) {
 // worker, the CUDA wrapper) as well as from the stored cache (fused): the
 // two sums differ by at most Σ|dy| |e| with |e| <= u_s |x̂_f32| + s <=
 // u_s |x̂'| / (1 - u_s) + s.
+// `products`: how many products of the arithmetic make each term (dγ: dy x̂,
+// 1; dβ: dy itself, 0), each of which may underflow (underflow_step: up to
+// u_f per product where the term dy x̂ lands among the subnormals, which the
+// relative ulps term does not cover), so the sum over the rows adds rows ×
+// products × u_f. The sums themselves add no u_f (a sum of values of the
+// arithmetic's type is exact among the subnormals).
 template <typename Term>
 Verdict column_sums(T& t, const Values& p, const char* name, const char* what, const std::vector<double>& out,
-                    Term term, bool xhat_cache) {
+                    Term term, bool xhat_cache, int products) {
   const Case& c = t.input();
   const size_t D = static_cast<size_t>(c.dim);
   const double u = accumulation_roundoff(c.dtype), us = store_u(c.dtype), s = subnormal_half_step(c.dtype);
@@ -473,7 +510,8 @@ Verdict column_sums(T& t, const Values& p, const char* name, const char* what, c
                       name, d, what, static_cast<double>(abs_sum)),
           {{"col", double(d)}});
     const double want = static_cast<double>(sum);
-    const double acc = ulps * u * static_cast<double>(abs_sum);
+    const double acc = ulps * u * static_cast<double>(abs_sum) +
+                       static_cast<double>(c.rows) * products * underflow_step(c.dtype);
     const double cache =
         xhat_cache ? us * static_cast<double>(abs_sum) / (1 - us) + s * static_cast<double>(abs_dy) : 0;
     const double allowed = atol + acc + cache + us * (std::fabs(want) + acc + cache) + s;
@@ -491,7 +529,7 @@ Verdict dbeta_is_sum_dy(T& t, const Values& p) {
   const Result& got = t.target();
   if (auto v = unusable(c, got, t.reference())) return *v;
   return column_sums(
-      t, p, "dbeta", "sum of dy", got.dbeta, [&](size_t i) { return c.dy[i]; }, false);
+      t, p, "dbeta", "sum of dy", got.dbeta, [&](size_t i) { return c.dy[i]; }, false, 0);
 }
 
 // dγ against the target's own cached x̂: the backward agrees with its forward.
@@ -501,7 +539,7 @@ Verdict dgamma_is_sum_dy_xhat(T& t, const Values& p) {
   if (auto v = unusable(c, got, t.reference())) return *v;
   return column_sums(
       t, p, "dgamma", "sum of dy * xhat (the target's own xhat)", got.dgamma,
-      [&](size_t i) { return c.dy[i] * got.xhat[i]; }, true);
+      [&](size_t i) { return c.dy[i] * got.xhat[i]; }, true, 1);
 }
 
 // ---- stability

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <random>
+#include <stdexcept>
 
 #include "kernels/layernorm/kernels.h"
 #include "kprop/half.h"
@@ -346,6 +348,42 @@ TEST(LayerNormInvariants, AnInfiniteXhatDoesNotAllowItsOwnDgamma) {
   ASSERT_TRUE(r.invariants[0].counterexample);
   EXPECT_NE(r.invariants[0].counterexample->message.find("is not finite"), std::string::npos)
       << r.invariants[0].counterexample->message;
+}
+
+// The invariant `name` of `spec`.
+const InvariantUse& use_named(const Spec& spec, const std::string& name) {
+  for (const InvariantUse& u : spec.invariants)
+    if (u.name == name) return u;
+  throw std::runtime_error("no invariant " + name);
+}
+
+// The audit's shrunk f32 case (seed 4353629820409997): dx of the row are
+// subnormal in f32 (rstd 1.2e-11 × g 1e-29), and the fused kernel's Σ dx is
+// -2^-149 = -1.4e-45 where the relative bound was 8.4e-46: its products
+// underflow, each erring by up to half the smallest subnormal, not by u
+// times itself. Likewise dγ = Σ_rows dy x̂ where each term dy x̂ lands among
+// f32's subnormals (dy = 2^-149, x̂ = -1.22: the product is stored as -2^-149).
+TEST(LayerNormInvariants, SubnormalResultsOfACorrectF32KernelPass) {
+  const Spec spec = load_spec(kSpec);
+  const Impl fused_impl = resolve_target(spec, "fused");
+  Case c = make(DType::f32, 1, 3, {2e11, 4e10, 0}, 1e-9);
+  c.gamma = {1, 1, 1}, c.beta = {0, 0, 0}, c.dy = {0, 1e-29, 0};
+  round_to_dtype(c);
+  const Result got = fused(c);
+  ASSERT_NE(got.dx[0] + got.dx[1] + got.dx[2], 0.0) << "the case no longer shows the underflow";
+  EXPECT_EQ(check_case(spec, fused_impl, use_named(spec, "dx_sums_to_zero"), std::make_shared<const Case>(c))
+                .outcome,
+            Outcome::pass);
+  const double tiny = 0x1.0p-149;
+  Case g = make(DType::f32, 2, 3, {-1, 0, 1, -1, 0, 1}, 1e-5);
+  g.gamma = {1, 1, 1}, g.beta = {0, 0, 0}, g.dy = {tiny, 0, 0, tiny, 0, 0};
+  round_to_dtype(g);
+  const Result gg = fused(g);
+  ASSERT_EQ(gg.dgamma[0], -2 * tiny) << "the case no longer shows the underflow";
+  EXPECT_EQ(
+      check_case(spec, fused_impl, use_named(spec, "dgamma_is_sum_dy_xhat"), std::make_shared<const Case>(g))
+          .outcome,
+      Outcome::pass);
 }
 
 }  // namespace kernels
