@@ -14,11 +14,19 @@ namespace kprop::layernorm::cuda_raw {
 // error (no driver, insufficient driver). Cached after the first call.
 int device_count();
 
+// The storage dtype of a case the float kernels run: f32 (none), or f16 /
+// bf16, whose x̂ cache the forward stores rounded to it (round to nearest
+// even) before the backward reads it (layernorm.h, precision contract).
+enum class Store { none, f16, bf16 };
+
 // Forward and backward of rows x dim on device 0: x, dy, y, xhat, dx are
-// rows x dim; gamma, beta, dgamma, dbeta dim; mean, rstd rows. Throws
+// rows x dim; gamma, beta, dgamma, dbeta dim; mean, rstd rows. `store`:
+// the x̂ cache (xhat, which dx, dgamma and the caller read) in that dtype's
+// values; y, dx, dgamma and dbeta stay f32 (the caller rounds them). Throws
 // std::runtime_error without a device or on any CUDA error.
 void run(const float* x, const float* gamma, const float* beta, const float* dy, int rows, int dim, float eps,
-         float* y, float* xhat, float* mean, float* rstd, float* dx, float* dgamma, float* dbeta);
+         float* y, float* xhat, float* mean, float* rstd, float* dx, float* dgamma, float* dbeta,
+         Store store = Store::none);
 void run(const double* x, const double* gamma, const double* beta, const double* dy, int rows, int dim,
          double eps, double* y, double* xhat, double* mean, double* rstd, double* dx, double* dgamma,
          double* dbeta);

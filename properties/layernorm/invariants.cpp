@@ -477,7 +477,7 @@ Verdict dx_sums_to_zero(T& t, const Values& p) {
 // dtype: u_s times the f32 sum's magnitude, or s. `xhat_cache`: the term
 // reads the target's x̂, which a half case reports rounded to the dtype,
 // and a kernel may sum dγ from its f32 x̂ before that store (the NumPy
-// worker, the CUDA wrapper) as well as from the stored cache (fused): the
+// worker) as well as from the stored cache (fused, the CUDA kernels): the
 // two sums differ by at most Σ|dy| |e| with |e| <= u_s |x̂_f32| + s <=
 // u_s |x̂'| / (1 - u_s) + s.
 // `products`: how many products of the arithmetic make each term (dγ: dy x̂,
