@@ -325,7 +325,10 @@ size_t backward_t(const Dims& dims, const Mask& mask, T scale, const T* hq, cons
   check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
         "cudaDeviceGetAttribute");
   while (std::max(DkvLayout(s).total, DqLayout(s).total) * sizeof(T) > size_t(optin)) {
-    if (s.bq == 1 && s.bk == 1) throw std::runtime_error("attention bwd cuda: head dimension too large");
+    if (s.bq == 1 && s.bk == 1)
+      throw cuda_raw::DeviceLimit("the CUDA backward's 1x1 tiles at D = " + std::to_string(s.dim) +
+                                  " need more than the " + std::to_string(optin) +
+                                  " bytes of shared memory a block may have here");
     if (s.bq >= s.bk)
       s.bq = (s.bq + 1) / 2;
     else

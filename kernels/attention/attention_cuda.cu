@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "kernels/attention/attention_cuda.h"
@@ -166,7 +167,10 @@ size_t generic_forward(const HostProblem& p, T scale, const T* q, const T* k, co
   check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
         "cudaDeviceGetAttribute");
   while (generic_smem_elems<T>(bq, bk, p.dim) * sizeof(T) > size_t(optin)) {
-    if (bq == 1 && bk == 1) throw std::runtime_error("attention cuda forward: head dimension too large");
+    if (bq == 1 && bk == 1)
+      throw DeviceLimit("the CUDA forward's 1x1 tiles at D = " + std::to_string(p.dim) +
+                        " need more than the " + std::to_string(optin) +
+                        " bytes of shared memory a block may have here");
     if (bq >= bk)
       bq = (bq + 1) / 2;
     else

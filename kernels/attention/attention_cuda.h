@@ -20,8 +20,16 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 
 namespace kprop::attention::cuda_raw {
+
+// A problem this device cannot run at any tile size (its shared memory per
+// block cannot hold 1×1 tiles at this head dimension): the registration
+// declines the case (Unsupported), as it declines what the kernels do not take.
+struct DeviceLimit : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 // Number of CUDA devices; 0 when there is none or the runtime reports an
 // error (no driver, insufficient driver). Cached after the first call.

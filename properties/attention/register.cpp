@@ -21,6 +21,24 @@ namespace {
   if (static_cast<float>(effective_scale(c)) == 0)
     throw Unsupported(kernel + " takes no scale that rounds to 0 in f32");
 }
+
+#if KPROP_HAVE_CUDA
+// Runs a CUDA kernel on `c`, declining what it cannot launch: a forward's
+// grid is (query tiles, heads_q, batch), and CUDA caps a grid's y and z at
+// 65535 (the domain allows more of either; `forward_grid`: the f32/f64
+// forward, and every f16/bf16 kernel, which starts with the tensor-core
+// forward); a head dimension no tile fits in shared memory (DeviceLimit).
+template <typename Run>
+auto launchable(const Case& c, bool forward_grid, Run run) {
+  if (forward_grid && (c.shape.heads_q > 65535 || c.shape.batch > 65535))
+    throw Unsupported("the CUDA forward's grid takes at most 65535 heads_q and 65535 batch entries");
+  try {
+    return run();
+  } catch (const cuda_raw::DeviceLimit& e) {
+    throw Unsupported(e.what());
+  }
+}
+#endif
 }  // namespace
 
 KPROP_REGISTER_FAMILY(FwdTraits, [](FamilyDef<FwdTraits>& f) {
@@ -35,7 +53,7 @@ KPROP_REGISTER_FAMILY(FwdTraits, [](FamilyDef<FwdTraits>& f) {
       "rounded to the dtype; D = 64 or 128, no boolean mask",
       KPROP_CUDA_IMPL(FwdTraits, cuda_raw::device_count, [](const Case& c) {
         tensor_core_takes(c, "forward");
-        return cuda_forward(c);
+        return launchable(c, true, [&] { return cuda_forward(c); });
       }));
   f.mutants(forward_mutants());
   register_forward_invariants(f);
@@ -69,7 +87,7 @@ KPROP_REGISTER_FAMILY(BwdTraits, [](FamilyDef<BwdTraits>& f) {
       "accumulation, P and dS rounded to the dtype before their products; D = 64 or 128, no boolean mask",
       KPROP_CUDA_IMPL(BwdTraits, cuda_bwd_raw::device_count, [](const Case& c) {
         tensor_core_takes(c, "backward");
-        return cuda_backward(c);
+        return launchable(c, is_half(c.dtype), [&] { return cuda_backward(c); });
       }));
   f.mutants(backward_mutants());
   register_backward_invariants(f);
