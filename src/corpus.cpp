@@ -324,6 +324,26 @@ std::string write_entry(const std::string& dir, const CorpusEntry& entry, bool* 
   return path.string();
 }
 
+std::string find_finding(const std::string& dir, const std::string& found_against,
+                         const std::string& invariant) {
+  std::error_code ec;
+  std::vector<fs::path> files;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().extension() == ".yaml") files.push_back(it->path());
+  std::sort(files.begin(), files.end());
+  for (const fs::path& file : files) {
+    try {
+      const CorpusEntry e = read_entry(file.string());
+      bool found = e.found_against == found_against && e.invariant == invariant;
+      for (const auto& a : e.also)
+        found = found || (a.found_against == found_against && a.invariant == invariant);
+      if (found) return file.string();
+    } catch (const std::exception&) {
+    }
+  }
+  return "";
+}
+
 CorpusEntry read_entry(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError({path, 0, 0}, "cannot read corpus file");

@@ -859,38 +859,54 @@ Finding record_finding(const RunContext& ctx, const InvariantUse* use, const Any
     const CorpusEntry e = entry_for(ctx, s.best, f.invariant, f.message, found_by);
     f.case_yaml = emit_yaml(e.case_node);
     const bool keep_out = kept_out_of_corpus(ctx);
-    const Stored stored = store_entry(primary_dir(ctx), e, fallback_dir(ctx));
-    f.corpus_path = stored.path;
-    f.corpus_new = stored.created;
-    f.in_corpus = ctx.options.write_corpus && !keep_out && stored.note.empty();
     auto note = [&](const std::string& text) { f.store_note += (f.store_note.empty() ? "" : "; ") + text; };
-    if (keep_out)
-      note(
-          "kept out of the corpus: the mutant reads past a buffer, so whether a replay fails depends on "
-          "what lies there");
-    if (!stored.note.empty()) note(stored.note);
-    if (!stored.replaced.empty()) note(stored.replaced);
-    if (!f.corpus_path.empty()) f.replay_command = replay_command(ctx, f.corpus_path, f.invariant);
-    check_replay(ctx, f);
-    if (ctx.options.replay_check_corpus_only &&
-        (f.replay_check == "not_reproduced" || f.replay_check == "error")) {
-      // --mutants: a kill, but a corpus file whose failure does not come
-      // back makes every later replay of the corpus a coin flip, and one
-      // whose replay does not run through (a case its codec refuses) fails
-      // every later replay of the folder.
-      const Stored moved = store_entry(fallback_dir(ctx), e, "");
-      if (!moved.path.empty()) {
-        std::error_code ec;
-        fs::remove(f.corpus_path, ec);
-        f.corpus_path = moved.path;
-        f.corpus_new = moved.created;
-        f.in_corpus = false;
-        f.replay_command = replay_command(ctx, f.corpus_path, f.invariant);
-        note(f.replay_check == "error"
-                 ? "kept out of the corpus: its replay, re-run in a fresh process, did not run through (" +
-                       f.replay_check_detail + ")"
-                 : "kept out of the corpus: re-run in a fresh process, it did not fail (" +
-                       f.replay_check_detail + ")");
+    // A shrink cut short (its budget, Ctrl-C) ends where the clock stopped
+    // it, so each run of one seed reached another case and stored it: the
+    // corpus grew by a near-copy a run. Where the corpus already holds a
+    // case of this finding (its found_against and invariant), this one is
+    // kept in the scratch folder (its printed replay still reproduces it).
+    std::string standing;
+    if (f.shrink_interrupted && ctx.options.write_corpus && !keep_out && !e.found_against.empty())
+      standing = find_finding(primary_dir(ctx), e.found_against, e.invariant);
+    {
+      const Stored stored = standing.empty() ? store_entry(primary_dir(ctx), e, fallback_dir(ctx))
+                                             : store_entry(scratch_dir(ctx), e, temp_fallback(ctx.spec.name));
+      f.corpus_path = stored.path;
+      f.corpus_new = stored.created;
+      f.in_corpus = ctx.options.write_corpus && !keep_out && stored.note.empty() && standing.empty();
+      if (!standing.empty())
+        note(
+            fmt::format("its shrink was cut short and the corpus already holds a case of this finding ({}): "
+                        "this one is kept out of it",
+                        standing));
+      if (keep_out)
+        note(
+            "kept out of the corpus: the mutant reads past a buffer, so whether a replay fails depends on "
+            "what lies there");
+      if (!stored.note.empty()) note(stored.note);
+      if (!stored.replaced.empty()) note(stored.replaced);
+      if (!f.corpus_path.empty()) f.replay_command = replay_command(ctx, f.corpus_path, f.invariant);
+      check_replay(ctx, f);
+      if (ctx.options.replay_check_corpus_only &&
+          (f.replay_check == "not_reproduced" || f.replay_check == "error")) {
+        // --mutants: a kill, but a corpus file whose failure does not come
+        // back makes every later replay of the corpus a coin flip, and one
+        // whose replay does not run through (a case its codec refuses) fails
+        // every later replay of the folder.
+        const Stored moved = store_entry(fallback_dir(ctx), e, "");
+        if (!moved.path.empty()) {
+          std::error_code ec;
+          fs::remove(f.corpus_path, ec);
+          f.corpus_path = moved.path;
+          f.corpus_new = moved.created;
+          f.in_corpus = false;
+          f.replay_command = replay_command(ctx, f.corpus_path, f.invariant);
+          note(f.replay_check == "error"
+                   ? "kept out of the corpus: its replay, re-run in a fresh process, did not run through (" +
+                         f.replay_check_detail + ")"
+                   : "kept out of the corpus: re-run in a fresh process, it did not fail (" +
+                         f.replay_check_detail + ")");
+        }
       }
     }
   } catch (const std::exception& e) {

@@ -56,6 +56,11 @@ std::string case_hash(const YAML::Node& case_node);
 // (it says where the old one was kept).
 std::string write_entry(const std::string& dir, const CorpusEntry& entry, bool* created = nullptr,
                         std::string* replaced = nullptr);
+// The first file (by name) of dir/*.yaml that records the finding
+// (found_against, invariant), at its top or in also_found_against; "" when
+// none does (files that do not read are passed over).
+std::string find_finding(const std::string& dir, const std::string& found_against,
+                         const std::string& invariant);
 // Reads one entry; throws InputError naming file:line:col on anything malformed.
 CorpusEntry read_entry(const std::string& path);
 // A file, or every *.yaml under a folder (recursively), sorted.

@@ -1384,6 +1384,40 @@ TEST(Cli, AStaleCorpusFileFailsItsReplay) {
   fs::remove_all(dir);
 }
 
+// A shrink cut short ends where the clock stopped it: each run of a mutant
+// stored another near-copy in the corpus (ternary's large profile grew by a
+// 49 KB file a run). Once the corpus holds a case of the finding, a cut-short
+// one is kept out of it, in the scratch folder, whose replay it prints.
+TEST(Cli, ACutShortShrinkAddsNoSecondCaseOfAFindingToTheCorpus) {
+  const fs::path dir = temp("cut-short");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::string spec = contents(std::string(KPROP_SOURCE_DIR) + "/specs/layernorm.yaml");
+  const std::string budget = "shrink_budget_s: 20}";
+  ASSERT_NE(spec.find(budget), std::string::npos);
+  spec.replace(spec.find(budget), budget.size(), "shrink_budget_s: 0}");
+  std::ofstream(dir / "layernorm.yaml") << spec;
+  const std::string args = "--spec " + (dir / "layernorm.yaml").string() +
+                           " --target bf16_truncate --corpus " + (dir / "corpus").string() +
+                           " --invariant matches_reference --seed ";
+  const CliRun first = run(args + "3");
+  EXPECT_EQ(first.code, 1) << first.out;
+  ASSERT_EQ(std::distance(fs::directory_iterator(dir / "corpus" / "layernorm"), fs::directory_iterator()), 1);
+  const fs::path stored = fs::directory_iterator(dir / "corpus" / "layernorm")->path();
+  for (const char* seed : {"4", "5"}) {
+    const CliRun again = run(args + seed);
+    EXPECT_EQ(again.code, 1) << again.out;
+    EXPECT_NE(
+        again.out.find("its shrink was cut short and the corpus already holds a case of this finding (" +
+                       stored.string() + "): this one is kept out of it"),
+        std::string::npos)
+        << again.out;
+    EXPECT_NE(again.out.find("(not in the corpus)"), std::string::npos) << again.out;
+  }
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir / "corpus" / "layernorm"), fs::directory_iterator()), 1);
+  fs::remove_all(dir);
+}
+
 TEST(Cli, CorruptCorpusFileExitsTwoNamingTheFile) {
   const fs::path bad = temp("broken.yaml");
   std::ofstream(bad) << "kprop_corpus: 1\nspec: dflash\nfamily: dflash\ncase:\n  prompt: [1]\n  model: "
