@@ -283,6 +283,7 @@ class Parser {
 
   NodeP parse() {
     NodeP n = expr();
+    not_assignment();
     if (peek().t != Token::T::end) throw ExprError(peek().pos, fmt::format("unexpected '{}'", peek().s));
     return n;
   }
@@ -292,7 +293,13 @@ class Parser {
   bool is_op(const char* s) const { return peek().t == Token::T::op && peek().s == s; }
   bool is_word(const char* s) const { return peek().t == Token::T::name && peek().s == s; }
   Token take() { return tokens_[at_++]; }
+  // An '=' where an operand ended (`target.y = x`): meant as ==. Only a
+  // plain name right after a call's '(' or ',' is a keyword (axis=1).
+  void not_assignment() const {
+    if (is_op("=")) throw ExprError(peek().pos, "'=' is not a comparison; write '=='");
+  }
   void expect_op(const char* s) {
+    not_assignment();
     if (!is_op(s)) {
       const Token& t = peek();
       throw ExprError(t.pos, t.t == Token::T::end ? fmt::format("expected '{}' before the end", s)
@@ -479,14 +486,19 @@ class Parser {
       std::vector<std::pair<Token, NodeP>> keywords;
       if (!is_op(")")) {
         while (true) {
-          if (peek().t == Token::T::name && tokens_[at_ + 1].t == Token::T::op && tokens_[at_ + 1].s == "=") {
+          // A dotted name is no keyword: `target.y = x` is a comparison
+          // written with one '=' (expect_op says so at the '=').
+          if (peek().t == Token::T::name && peek().s.find('.') == std::string::npos &&
+              tokens_[at_ + 1].t == Token::T::op && tokens_[at_ + 1].s == "=") {
             const Token key = take();
             take();
             keywords.emplace_back(key, expr());
           } else {
-            if (!keywords.empty())
-              throw ExprError(peek().pos, "a positional argument after a keyword argument");
-            call->args.push_back(expr());
+            const size_t arg_at = peek().pos;
+            NodeP arg = expr();
+            not_assignment();
+            if (!keywords.empty()) throw ExprError(arg_at, "a positional argument after a keyword argument");
+            call->args.push_back(std::move(arg));
           }
           if (is_op(",")) {
             take();
@@ -815,17 +827,27 @@ class Checker {
       // scaled run; -target.X): its error is |c| times X's, and so is its
       // share of the budget (it had none: a kernel within the policy on
       // both runs failed the relation by up to twice the budget).
-      NodeP factor;
-      if (operand->kind == Kind::unary && operand->op == "-") {
-        operand = operand->args[0];
-      } else if (operand->kind == Kind::binary && (operand->op == "*" || operand->op == "/")) {
+      // Any nesting of them (-2 * target.X, target.X * -2, 2 * -target.X,
+      // -(2 * target.X), -target.X / 2): the magnitudes multiply. (A literal
+      // -2 is a negation of 2; each step was once taken alone, so
+      // `-2 * target.X` brought no budget.)
+      double scale = 1;
+      for (;;) {
+        if (operand->kind == Kind::unary && operand->op == "-") {
+          operand = operand->args[0];
+          continue;
+        }
+        if (operand->kind != Kind::binary || (operand->op != "*" && operand->op != "/")) break;
         const NodeP &l = operand->args[0], &r = operand->args[1];
-        if (operand->op == "*" && l->kind == Kind::number) {
-          factor = num(std::fabs(l->value)), operand = r;
-        } else if (r->kind == Kind::number && r->value != 0) {
-          factor = num(operand->op == "*" ? std::fabs(r->value) : 1 / std::fabs(r->value)), operand = l;
+        if (const auto c = exact_number(*l); c && operand->op == "*") {
+          scale *= std::fabs(*c), operand = r;
+        } else if (const auto d = exact_number(*r); d && (operand->op == "*" || *d != 0)) {
+          scale = operand->op == "*" ? scale * std::fabs(*d) : scale / std::fabs(*d), operand = l;
+        } else {
+          break;
         }
       }
+      const NodeP factor = scale != 1 ? num(scale) : nullptr;
       // A target output, or one indexed (target.X[transform.perm], a
       // relation's reordering): the budget is X's; an indexed operand's
       // unjudged elements are X's under the same index.
@@ -974,6 +996,14 @@ class Checker {
     n.atol = budget;
     n.k = k;
   }
+  // The value of a finite number literal, possibly negated (-2 parses as
+  // the negation of 2), else nullopt.
+  static std::optional<double> exact_number(const Node& n) {
+    if (n.kind == Kind::unary && n.op == "-")
+      if (const auto v = exact_number(*n.args[0])) return -*v;
+    if (n.kind == Kind::number && n.dtype != DType::boolean && std::isfinite(n.value)) return n.value;
+    return std::nullopt;
+  }
   bool has(const std::string& name) const { return shape_of(name) != nullptr; }
   // A published tensor's declared shape; null if there is none of that name.
   const std::vector<std::string>* shape_of(const std::string& name) const {
@@ -1019,6 +1049,9 @@ class Checker {
         throw ExprError(n.begin, fmt::format("{}() needs a tensor of rank >= 1, got a scalar", n.op));
       n.axis = rank - 1;
     }
+    // close()'s operands broadcast (said at the call, before k= builds its
+    // budget over both: that said it at the k).
+    if (n.op == "close") broadcast(n.args[0]->shape, n.args[1]->shape, n);
     for (const auto& kw : n.items) {
       const std::string& key = kw.lo->op;
       if (key == "axis") n.axis = axis_of(n, kw, rank);

@@ -220,7 +220,8 @@ bool target_shapes_as_declared(const Node& n, const TensorMap& m) {
       if (!dim.empty() && std::isdigit(static_cast<unsigned char>(dim[0]))) {
         extent = std::stod(dim);
       } else {
-        const Tensor* d = m.find(prefix + dim);
+        // (A dim the transform changes is named transformed.DIM already.)
+        const Tensor* d = m.find(dim.rfind("transformed.", 0) == 0 ? dim : prefix + dim);
         if (!d || d->size() != 1) return false;  // "?", or a dim the target decides
         extent = d->data[0];
       }
@@ -688,9 +689,13 @@ Tensor index_of(const Tensor& x, const Node& n, const TensorMap& m) {
             // no output of the target: the spec indexes past its own dim.
             const Shape& declared = n.args[0]->shape;
             const Tensor* dim = declared.size() == r ? m.find(declared[axis]) : nullptr;
-            if (dim && dim->size() == 1 && dim->data[0] == static_cast<double>(len) && !reads_target(*item.e))
+            if (reads_target(*item.e)) throw EvalError(message);
+            if (dim && dim->size() == 1 && dim->data[0] == static_cast<double>(len))
               throw SpecEvalError(fmt::format("{} ({} = {})", message, declared[axis], len));
-            throw EvalError(message);
+            // An axis of an intermediate (diff(target.y)[:, 0], a slice's):
+            // its length comes from the shapes read, the spec's doing when
+            // the target's outputs have their declared shapes.
+            throw IndexError(message);
           }
           offsets.push_back((v < 0 ? static_cast<int64_t>(v) + len : static_cast<int64_t>(v)) * stride[axis]);
         }
@@ -1231,11 +1236,41 @@ Tensor Expression::evaluate_rounded(const TensorMap& tensors, FloatType type) co
 
 namespace {
 
+// A static shape of one element: a scalar, or every dim 1 (keepdims=true).
+bool one_element(const Shape& shape) {
+  return std::all_of(shape.begin(), shape.end(), [](const std::string& d) { return d == "1"; });
+}
+
+// A reduction over all of its operand (no axis; keepdims or not).
+bool whole_reduction(const Node& n) {
+  return n.kind == Kind::call && !n.axis && n.args.size() == 1 &&
+         (n.op == "sum" || n.op == "mean" || n.op == "min" || n.op == "max" || n.op == "any" ||
+          n.op == "all");
+}
+
+// A logical reduction over all of its operand: all, any, and min and max of
+// a bool tensor (which are all and any).
+bool whole_logic_reduction(const Node& n) {
+  return whole_reduction(n) &&
+         (n.op == "all" || n.op == "any" || ((n.op == "min" || n.op == "max") && n.dtype == DType::boolean));
+}
+
+bool is_scalar_logic(const Node& n);
+// An operand whose reduction over no element makes its comparison judge
+// nothing (decide()).
+bool may_judge_nothing(const Node& n) {
+  return one_element(n.shape) && (whole_reduction(n) || is_scalar_logic(n));
+}
+
+// A one-element boolean whose verdict decide() gives: and, or, not, a
+// logical reduction over all of its operand, and a comparison of a
+// reduction over all of its operand (or of such a boolean).
 bool is_scalar_logic(const Node& n) {
-  if (!n.shape.empty()) return false;
-  if (n.kind == Kind::binary) return n.op == "and" || n.op == "or";
+  if (!one_element(n.shape)) return false;
+  if (n.kind == Kind::binary && (n.op == "and" || n.op == "or")) return true;
   if (n.kind == Kind::unary) return n.op == "not";
-  return n.kind == Kind::call && (n.op == "all" || n.op == "any") && !n.axis;
+  if (is_comparison(n)) return may_judge_nothing(*n.args[0]) || may_judge_nothing(*n.args[1]);
+  return whole_logic_reduction(n);
 }
 
 // The verdict of a scalar boolean, where a reduction over no element judges
@@ -1244,29 +1279,77 @@ bool is_scalar_logic(const Node& n) {
 // its right side alone, and `not any(x[:, D:] <= 0)` there judges nothing
 // (its case is discarded), as `all(x[:, D:] > 0)` does. A `not` of nothing
 // judges nothing; a side of an `and` or `or` that judges nothing leaves the
-// verdict to the other; both: nothing.
+// verdict to the other; both: nothing. However the reduction is written:
+// with keepdims=true, as min or max of a bool tensor (all and any), or
+// compared (`any(...) == false`, `sum(m[:, D:]) == 0`, `max(x[:, D:]) <= 1`:
+// a comparison with a side reduced over no element judges nothing).
 std::optional<bool> decide(const Node& n, const TensorMap& m) {
-  if (!is_scalar_logic(n)) return (*evaluate(n, m)).data[0] != 0;
+  if (!is_scalar_logic(n)) {
+    // Every element true (a dim declared 1 is 1 on a case whose shapes are as declared).
+    const Ref r = evaluate(n, m);
+    if (r->size() == 0) return std::nullopt;
+    return std::all_of(r->data.begin(), r->data.end(), [](double v) { return v != 0; });
+  }
   if (n.kind == Kind::unary) {
     const auto a = decide(*n.args[0], m);
     return a ? std::optional<bool>(!*a) : std::nullopt;
   }
+  if (is_comparison(n)) {
+    // Each side's value, or nullopt where it reduces no element.
+    auto side = [&](const Node& s) -> std::optional<Tensor> {
+      if (s.dtype == DType::boolean && is_scalar_logic(s)) {
+        const auto d = decide(s, m);
+        if (!d) return std::nullopt;
+        return Tensor{Dims(s.shape.size(), 1), {*d ? 1.0 : 0.0}, DType::boolean};
+      }
+      if (whole_reduction(s) && one_element(s.shape)) {
+        const Ref x = evaluate(*s.args[0], m);
+        if (x->size() == 0) return std::nullopt;
+        return reduce(s, *x);
+      }
+      return Tensor(*evaluate(s, m));
+    };
+    const std::optional<Tensor> a = side(*n.args[0]);
+    if (!a) return std::nullopt;
+    const std::optional<Tensor> b = side(*n.args[1]);
+    if (!b) return std::nullopt;
+    const std::string& op = n.op;
+    const Tensor t = zip(*a, *b, DType::boolean, [&](double x, double y) {
+      return double(op == "=="   ? x == y
+                    : op == "!=" ? x != y
+                    : op == "<"  ? x < y
+                    : op == "<=" ? x <= y
+                    : op == ">"  ? x > y
+                                 : x >= y);
+    });
+    if (t.size() == 0) return std::nullopt;
+    return std::all_of(t.data.begin(), t.data.end(), [](double v) { return v != 0; });
+  }
   if (n.kind == Kind::binary) {
     // Left to right, short-circuit, as evaluate() does: a guard such as
     // `D < 4 or x[0, 3] > 0` keeps the right side from reading out of range.
+    // A side that judges nothing leaves the verdict to the other: to
+    // nothing too where that one holds without reading the target
+    // (`all(target.y[:, D:] == 0) and true` held on every case).
     const bool is_and = n.op == "and";
     const auto a = decide(*n.args[0], m);
     if (a && *a != is_and) return a;  // false and ..., true or ...
     const auto b = decide(*n.args[1], m);
-    if (!a || !b) return a ? a : b;
+    if (!a && !b) return std::nullopt;
+    if (!a || !b) {
+      const Node& other = a ? *n.args[0] : *n.args[1];
+      const bool held = a ? *a : *b;
+      if (held && !reads_target(other)) return std::nullopt;
+      return held;
+    }
     return b;
   }
   const Node& arg = *n.args[0];
-  if (arg.shape.empty() && is_scalar_logic(arg)) return decide(arg, m);
+  if (is_scalar_logic(arg)) return decide(arg, m);
   const Ref r = evaluate(arg, m);
   const Tensor& t = *r;
   if (t.size() == 0) return std::nullopt;
-  const bool all = n.op == "all";
+  const bool all = n.op == "all" || n.op == "min";  // min of a bool tensor is all, max is any
   for (size_t i = 0; i < t.size(); ++i)
     if ((t.data[i] != 0) != all) return !all;
   return all;
@@ -1277,7 +1360,8 @@ Expression::Outcome explain(const std::string& text, const Node& n, const Tensor
   const auto src = [&](const Node& x) {
     return one_line(std::string_view(text).substr(x.begin, x.end - x.begin));
   };
-  if (n.kind == Kind::call && n.op == "all" && !n.axis) return explain(text, *n.args[0], m);
+  if (n.kind == Kind::call && !n.axis && (n.op == "all" || (n.op == "min" && n.dtype == DType::boolean)))
+    return explain(text, *n.args[0], m);
   // Side by side only where neither side broadcasts: a side broadcast to
   // an empty tensor is no element of the `and`, which then holds.
   const auto unbroadcast = [&](const Node& side) {
@@ -1288,23 +1372,34 @@ Expression::Outcome explain(const std::string& text, const Node& n, const Tensor
     // an empty slice) does not hide the other side's failure; the case is
     // discarded only when neither side judges anything.
     std::optional<NothingJudged> nothing;
+    bool judged_target = false;
     for (const NodeP& side : n.args) {
       try {
         out = explain(text, *side, m);
         if (!out.holds) return out;
+        judged_target = judged_target || reads_target(*side);
       } catch (const NothingJudged& e) {
         if (nothing) throw NothingJudged(fmt::format("{}; {}", nothing->what(), e.what()));
         nothing = e;
       }
     }
+    // The side that held reads no output of the target: nothing of the
+    // target was judged.
+    if (nothing && !judged_target) throw *nothing;
     return out;  // every side held on what it judged, and one judged something
   }
   if (is_scalar_logic(n) && n.kind == Kind::binary && n.op == "or") {
     // Short-circuit as decide(): a true left side holds, the right unread.
     const std::optional<bool> left = decide(*n.args[0], m);
     if (left && *left) return out;
-    if (!left) return explain(text, *n.args[1], m);
-    if (!decide(*n.args[1], m)) return explain(text, *n.args[0], m);
+    if (!left) {
+      // The verdict is the right side's, unless it holds reading no output
+      // of the target (then nothing is judged, below).
+      if (reads_target(*n.args[1])) return explain(text, *n.args[1], m);
+      if (const auto right = decide(*n.args[1], m); right && !*right) return explain(text, *n.args[1], m);
+    } else if (!decide(*n.args[1], m)) {
+      return explain(text, *n.args[0], m);
+    }
   }
   if (is_scalar_logic(n)) {
     const std::optional<bool> verdict = decide(n, m);

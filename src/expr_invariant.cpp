@@ -74,15 +74,17 @@ Verdict check_invariant(AnyTrial& trial, const InvariantUse& use) {
     // fails the invariant. Shapes that do not fit are the spec's error when
     // every output read has its declared shape (a declared op's always has:
     // `target.y <= x[:, 0:2]` over D = 3 failed the kernel and stored the
-    // case as its counterexample).
+    // case as its counterexample), and so is an index, computed from no
+    // output of the target, past an intermediate's axis
+    // (`diff(target.y)[:, 0]` at D = 1).
     const auto& names = current->names();
     if (std::none_of(names.begin(), names.end(),
                      [](const std::string& n) { return expr::is_target_name(n); }))
       throw InputError(e.mark, fmt::format("invariant {}: `{}` cannot be evaluated on this case: {} (the "
                                            "expression's own error: it reads no output of the target)",
                                            use.name, current->shown(), err.what()));
-    if (dynamic_cast<const expr::ShapeError*>(&err) && current_tensors &&
-        current->target_shapes_as_declared(*current_tensors))
+    if ((dynamic_cast<const expr::ShapeError*>(&err) || dynamic_cast<const expr::IndexError*>(&err)) &&
+        current_tensors && current->target_shapes_as_declared(*current_tensors))
       throw InputError(e.mark, fmt::format("invariant {}: `{}` cannot be evaluated on this case: {} (the "
                                            "expression's own error: every output it reads has its declared "
                                            "shape)",

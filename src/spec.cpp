@@ -316,6 +316,45 @@ std::optional<std::pair<int, int>> block_position(const std::string& src, size_t
   return std::pair{first_line + static_cast<int>(k), static_cast<int>(indent + (offset - lines[k])) + 1};
 }
 
+// Byte `p` of the source as file:line:col.
+Mark position_of(const Mark& fallback, const std::string& src, size_t p) {
+  const size_t line_start = src.rfind('\n', p == 0 ? 0 : p - 1);
+  const int line = static_cast<int>(std::count(src.begin(), src.begin() + static_cast<long>(p), '\n')) + 1;
+  const size_t col = line_start == std::string::npos || p == 0 ? p : p - line_start - 1;
+  return {fallback.file, line, static_cast<int>(col) + 1};
+}
+
+// Where byte `offset` of a plain or quoted scalar continued on later lines
+// lies in the source (from `start`, its first byte or quote): YAML folds
+// each line break with the blanks around it to a space (or a blank line to a
+// line break), so the value is not found in the source as it is. nullopt
+// where the value does not follow the source (an escape).
+std::optional<size_t> folded_position(const std::string& src, size_t start, const std::string& value,
+                                      size_t offset) {
+  size_t i = start;
+  if (i < src.size() && (src[i] == '"' || src[i] == '\'')) ++i;
+  const auto blank = [&](size_t k) { return k < src.size() && std::strchr(" \t\r\n", src[k]); };
+  for (size_t j = 0; j < offset;) {
+    if (j >= value.size()) return std::nullopt;
+    if (i < src.size() && value[j] == src[i]) {
+      ++i, ++j;
+      continue;
+    }
+    if (value[j] != ' ' && value[j] != '\n') return std::nullopt;
+    // A fold: the source's blanks with a line break in them.
+    size_t k = i;
+    bool broken = false;
+    for (; blank(k); ++k) broken = broken || src[k] == '\n';
+    if (!broken) return std::nullopt;
+    i = k;
+    if (value[j] == ' ')
+      ++j;
+    else
+      while (j < value.size() && value[j] == '\n') ++j;
+  }
+  return i <= src.size() ? std::optional<size_t>(i) : std::nullopt;
+}
+
 Mark expression_mark(const Loader& l, const YAML::Node& node, size_t offset) {
   const Mark fallback = l.mark(node);
   if (!l.text || node.Mark().is_null() || node.Mark().pos < 0) return fallback;
@@ -327,14 +366,14 @@ Mark expression_mark(const Loader& l, const YAML::Node& node, size_t offset) {
     return fallback;
   }
   const size_t at = src.find(node.Scalar(), start);
-  if (at == std::string::npos) return fallback;
+  if (at == std::string::npos) {
+    if (const auto p = folded_position(src, start, node.Scalar(), offset))
+      return position_of(fallback, src, *p);
+    return fallback;
+  }
   for (size_t i = start; i < at; ++i)  // only a quote or a block indicator may come first
     if (!std::strchr("\"'|>-+0123456789 \t\r\n", src[i])) return fallback;
-  const size_t p = std::min(at + offset, src.size());
-  const size_t line_start = src.rfind('\n', p == 0 ? 0 : p - 1);
-  const int line = static_cast<int>(std::count(src.begin(), src.begin() + static_cast<long>(p), '\n')) + 1;
-  const size_t col = line_start == std::string::npos || p == 0 ? p : p - line_start - 1;
-  return {fallback.file, line, static_cast<int>(col) + 1};
+  return position_of(fallback, src, std::min(at + offset, src.size()));
 }
 
 // Names a folder (corpus/<spec>/): at most 100 characters, well inside a
@@ -418,14 +457,36 @@ InvariantUse expression_invariant(const Loader& l, const YAML::Node& item, const
                          : range ? fmt::format("[{}, {}]", range->lo, range->hi)
                                  : format_value(value));
     }
+    // The dims the transform changes: a slice_DIM transform (a declared
+    // op's) keeps a run of DIM's indices, so the derived case's DIM is its
+    // own dim, transformed.DIM (the scalar it publishes), and
+    // `close(transformed.target.y, target.y)` is refused as [transformed.T,
+    // D] vs [T, D] (it loaded, and broadcast a one-row slice against every
+    // row). So is the transform's index along DIM (transform.index:
+    // [transformed.DIM], what target.y[transform.index] then has).
+    std::set<std::string> changed;
+    if (tname.rfind("slice_", 0) == 0) {
+      const std::string dim = tname.substr(6);
+      for (const auto& tensor : infos)
+        if (tensor.name == dim && tensor.shape.empty()) changed.insert(dim);
+    }
+    const auto derived_shape = [&](std::vector<std::string> shape) {
+      for (std::string& d : shape)
+        if (changed.count(d)) d = "transformed." + d;
+      return shape;
+    };
     const expr::TensorInfos own = infos;
     for (const auto& tensor : own) {
       expr::TensorInfo derived = tensor;
       derived.name = "transformed." + tensor.name;
+      derived.shape = derived_shape(tensor.shape);
       derived.meaning = tensor.meaning + " (on the transformed case)";
       infos.push_back(std::move(derived));
     }
-    infos.insert(infos.end(), info.tensors.begin(), info.tensors.end());
+    for (expr::TensorInfo tensor : info.tensors) {
+      tensor.shape = derived_shape(tensor.shape);
+      infos.push_back(std::move(tensor));
+    }
   }
   auto compile = [&](const char* key) {
     const YAML::Node n = item[key];
@@ -1011,7 +1072,8 @@ CaseSize largest_case(const Spec& spec) {
   CaseSize size = spec.family->max_case_bytes(spec.domain);
   if (size.extents.empty()) return size;  // the family does not say its tensors' extents
   const auto extent = [&](const std::string& dim) {
-    const auto it = size.extents.find(dim);
+    // A transformed case's own dim (a slice's, transformed.T) is at most the dim's largest.
+    const auto it = size.extents.find(dim.starts_with("transformed.") ? dim.substr(12) : dim);
     return it == size.extents.end() ? 1.0 : it->second;
   };
   // An expression's intermediates, doubles; an invariant at a time (each

@@ -195,6 +195,15 @@ class SpecEvalError : public EvalError {
  public:
   using EvalError::EvalError;
 };
+// An index computed from no output of the target past an axis whose
+// length is not the spec's own dim (an intermediate's: diff(target.y)[:, 0]
+// at D = 1, target.y[:, 1:][:, 0]): the spec's error when every shape the
+// evaluation started from is the spec's (as for a ShapeError), else
+// possibly the target's.
+class IndexError : public EvalError {
+ public:
+  using EvalError::EvalError;
+};
 // A close(k=) whose k is negative or not finite on this case: always the
 // spec's error, never the target's counterexample.
 class ToleranceError : public EvalError {

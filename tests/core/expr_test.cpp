@@ -526,6 +526,47 @@ TEST(Expr, ClosePolicyScalesTheBaselineError) {
   EXPECT_NE(why.find("needs a target output"), std::string::npos) << why;
 }
 
+// A target operand times or over an exact number, or negated, however
+// written, brings that multiple of its budget: a literal -2 is a negation of
+// 2, and each step was once taken alone (a negation, or a bare number's
+// product), so `-2 * target.x` brought none and a kernel within the policy
+// on both runs failed the relation.
+TEST(Expr, ClosePolicyScalesAnOperandHoweverItsFactorIsWritten) {
+  TensorInfos infos;
+  for (const std::string pre : {"", "transformed."}) {
+    for (const char* t : {"target.x", "reference.x", "naive.x"})
+      infos.push_back({pre + t, {"N"}, DType::real, ""});
+    infos.push_back({pre + "floor.x", {}, DType::real, ""});
+  }
+  // target.x's budget 2 × 0.25 + 0.125 = 0.625, transformed.target.x's 2 × 0.5.
+  const auto holds = [&](const std::string& text, double transformed) {
+    TensorMap m;
+    for (const auto& i : infos) m.want(i.name);
+    m.put("target.x", Tensor::of({2}, {1, 2}));
+    m.put("reference.x", Tensor::of({2}, {1, 2}));
+    m.put("naive.x", Tensor::of({2}, {1.25, 2}));
+    m.put("floor.x", Tensor::scalar(0.125));
+    m.put("transformed.target.x", Tensor::of({2}, {transformed, -4}));
+    m.put("transformed.reference.x", Tensor::of({2}, {-2, -4}));
+    m.put("transformed.naive.x", Tensor::of({2}, {-2, -4.5}));
+    m.put("transformed.floor.x", Tensor::scalar(0));
+    return Expression::compile(text, infos).check(m).holds;
+  };
+  // allowed = 1 + 2 × 0.625 = 2.25 about -2 × target.x = -2.
+  for (const char* rhs : {"-2 * target.x", "target.x * -2", "2 * -target.x", "-(2 * target.x)",
+                          "-(target.x * 2)", "-target.x / 0.5", "target.x / -0.5", "2 * (-1 * target.x)",
+                          "-(-(-2 * target.x))", "-4 * target.x / 2"}) {
+    const std::string e = std::string("all(close(transformed.target.x, ") + rhs + ", k=2))";
+    EXPECT_TRUE(holds(e, -2 + 2.25)) << e;
+    EXPECT_FALSE(holds(e, -2 + 2.26)) << e;
+  }
+  // The only target operand, negated by a product: it has a budget (the
+  // load said close(k=) needed a target output).
+  EXPECT_TRUE(holds("all(close(-1 * target.x, -reference.x, k=2))", 0));
+  // A product of two target outputs, or a number that is no literal, is no multiple.
+  EXPECT_FALSE(holds("all(close(transformed.target.x, (1 + 1) * -target.x, k=2))", -2 + 2.25));
+}
+
 // A relation between two runs of x, close(transformed.target.x, target.x,
 // k=1): both with the same reference and baseline, floor 0 and f16's
 // overflow threshold; checked on each case by one compiled expression.
@@ -740,8 +781,33 @@ TEST(Expr, AReductionOverNoElementJudgesNothingInAnyForm) {
   // Judged: `not` of a verdict, and an `or` whose empty side is left out
   // (NumPy's all(empty) = true made the `not` of this `or` false).
   EXPECT_TRUE(check("not any(y < 0)").holds);
-  EXPECT_FALSE(check("not (all(x[:, 3:] > 0) or all(y > 0))").holds);
+  // (Here no tensor is a target output: a side that holds next to one that
+  // judges nothing judges nothing of a target, the last test.)
+  EXPECT_THROW(check("not (all(x[:, 3:] > 0) or all(y > 0))"), NothingJudged);
   EXPECT_TRUE(check("not (all(x[:, 3:] > 0) or all(y < 0))").holds);
+  // However the reduction is written: with keepdims=true, compared with a
+  // bool, as min or max of a bool tensor (all and any), and a comparison of
+  // a reduction over no element (NumPy's 0 for a sum, ±inf for max and min,
+  // NaN for a mean). Each of these held or failed judging no element.
+  for (const char* e :
+       {"not any(x[:, 3:] <= 1e30, keepdims=true)", "not all(x[:, 3:] < -1e30, keepdims=true)",
+        "any(x[:, 3:] > 1e30, keepdims=true)",
+        "all(x[:, 3:] > 1e30, keepdims=true) or any(x[:, 3:] > 0, keepdims=true)",
+        "any(x[:, 3:] > 0) == false", "all(x[:, 3:] > 0) != false", "false == any(x[:, 3:] > 0)",
+        "(not any(x[:, 3:] > 0, keepdims=true)) == true", "not max(x[:, 3:] > 0)", "min(x[:, 3:] > 0)",
+        "max(x[:, 3:] > 0)", "not min(x[:, 3:] > 0, keepdims=true)", "sum(x[:, 3:] > 0) == 0",
+        "max(x[:, 3:]) <= 0", "min(x[:, 3:]) >= 0", "mean(x[:, 3:]) == 0", "not (sum(x[:, 3:]) != 0)",
+        "any(x[:, 3:] > 0, keepdims=true) == any(y > 0)"})
+    EXPECT_THROW(check(e), NothingJudged) << e;
+  // Over elements they judge as NumPy does.
+  EXPECT_TRUE(check("any(x > 5, keepdims=true) and min(x > 0) and not max(x > 6) and sum(x > 3) == 3").holds);
+  EXPECT_FALSE(check("any(x > 6) == true").holds);
+  const auto bool_min = check("min(x[:, 1:] > 2)");
+  ASSERT_FALSE(bool_min.holds);
+  EXPECT_EQ(bool_min.message.find("`x[:, 1:] > 2` fails at [0, 0]"), 0u) << bool_min.message;
+  const auto compared = check("sum(x > 3) == 2");
+  ASSERT_FALSE(compared.holds);
+  EXPECT_NE(compared.message.find("lhs `sum(x > 3)` = 3"), std::string::npos) << compared.message;
   // An axis keeps NumPy's reduction (a tensor, judged elementwise).
   EXPECT_TRUE(check("all(all(x[:, 3:] > 1e30, axis=1))").holds);
   // Left to right and short-circuit, as evaluation is: a guard keeps the
@@ -749,6 +815,33 @@ TEST(Expr, AReductionOverNoElementJudgesNothingInAnyForm) {
   EXPECT_TRUE(check("y[0] > 5 or x[0, 3] > 0").holds);
   EXPECT_TRUE(check("not (y[0] < 5 and x[0, 3] < 0)").holds);
   EXPECT_TRUE(check("any(y > 0) or x[0, 3] > 0").holds);
+}
+
+// A side of an `and` or `or` that judges nothing leaves the verdict to the
+// other side; where that side holds reading no output of the target, nothing
+// of the target is judged and the case is discarded (`all(target.y[:, D:]
+// == 0) and true` held on every case, an all-NaN target's included).
+TEST(Expr, ASideThatJudgesNothingNextToOneThatReadsNoTargetJudgesNothing) {
+  const TensorInfos infos = tensor_table("D [] int columns\ntarget.y [N, D] real an output");
+  TensorMap m;
+  m.want("D"), m.want("target.y");
+  m.put("D", Tensor::scalar(2, DType::integer));
+  m.put("target.y", Tensor::of({1, 2}, {NAN, NAN}));
+  const auto check = [&](const std::string& e) { return Expression::compile(e, infos).check(m); };
+  for (const char* e : {"all(target.y[:, D:] == 0) and true", "true and not any(target.y[:, D:] != 0)",
+                        "all(target.y[:, D:] == 0) and D > 0", "all(target.y[:, D:] == 0) or D > 0",
+                        "D > 0 and (not any(target.y[:, D:] != 0) or D > 1)"})
+    EXPECT_THROW(check(e), NothingJudged) << e;
+  // The other side judges the target: its verdict (an `or` whose empty side
+  // is left out; NumPy's all(empty) = true made the `not` of it false).
+  EXPECT_FALSE(check("not (all(target.y[:, D:] == 0) or all(isnan(target.y)))").holds);
+  EXPECT_TRUE(check("not (all(target.y[:, D:] == 0) or all(target.y == 0))").holds);
+  EXPECT_FALSE(check("all(target.y[:, D:] == 0) and all(target.y == 0)").holds);
+  EXPECT_FALSE(check("all(target.y[:, D:] == 0) or all(target.y == 0)").holds);
+  EXPECT_TRUE(check("all(target.y[:, D:] == 0) or all(isnan(target.y))").holds);
+  // A side that reads no target and fails is the verdict, as before.
+  EXPECT_FALSE(check("all(target.y[:, D:] == 0) and D > 5").holds);
+  EXPECT_FALSE(check("all(target.y[:, D:] == 0) or D > 5").holds);
 }
 
 // The same-precision baseline rounds every real step, diff's subtraction
@@ -843,6 +936,15 @@ TEST(ExprErrors, SyntaxErrorsPointAtTheToken) {
   EXPECT_EQ(error_of("0 < x < 1"), "6: chained comparisons are ambiguous: write (a < b) and (b < c)");
   EXPECT_EQ(error_of("x[0, 0, 0]"), "0: too many indices (3) for [N, M] of rank 2");
   EXPECT_EQ(error_of("  "), "0: the expression is empty");
+  // '=' meant as '==', at the '=': a dotted name before it is no keyword (it
+  // was read as one: "all() takes 1 argument, got 0", "a positional argument
+  // after a keyword argument").
+  EXPECT_EQ(error_of("all(t.o = x)"), "8: '=' is not a comparison; write '=='");
+  EXPECT_EQ(error_of("all(where(b, t.o = x, true))"), "17: '=' is not a comparison; write '=='");
+  EXPECT_EQ(error_of("all(x + 1 = t.o)"), "10: '=' is not a comparison; write '=='");
+  EXPECT_EQ(error_of("x = t.o"), "2: '=' is not a comparison; write '=='");
+  EXPECT_EQ(error_of("y[idx = 1]"), "6: '=' is not a comparison; write '=='");
+  EXPECT_EQ(error_of("sum(x, axis=1, y)"), "15: a positional argument after a keyword argument");
   // Hostile nesting is refused, not a stack overflow.
   std::string chain = "1";
   for (int i = 0; i < 100000; ++i) chain += "+1";
@@ -939,6 +1041,14 @@ TEST(ExprSpec, ErrorsPointIntoTheExpression) {
                   .substr(0, 69),
               "s.yaml:7:24: invariant 'a', expect: unknown name 'target.oo' (did you")
         << block;
+  // A plain or quoted scalar continued on the next line (YAML folds the
+  // break to a space): at the error's line and column, not the scalar's start.
+  for (const std::string quote : {"", "\""})
+    EXPECT_EQ(spec_error(kHead + "  - name: a\n    expect: " + quote +
+                         "all(isfinite(target.o)) and\n      all(isfinite(target.oo))" + quote + "\n")
+                  .substr(0, 69),
+              "s.yaml:6:20: invariant 'a', expect: unknown name 'target.oo' (did you")
+        << quote;
   // Quoted scalars count their quote.
   EXPECT_EQ(spec_error(kHead + "  - name: a\n    expect: \"all(sum(reference.p, axis=4) > 0)\"\n"),
             "s.yaml:5:40: invariant 'a', expect: axis 4 is out of range for [B, Hq, Nq, Nk] of rank 4 "

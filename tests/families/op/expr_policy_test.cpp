@@ -264,6 +264,67 @@ TEST(OpClosePolicy, AnExpressionThatCannotBeEvaluatedIsTheSpecsError) {
         << bad;
 }
 
+// An index, computed from no output of the target, past an axis of an
+// intermediate (diff's, a slice's) where every output read has its declared
+// shape: the spec's error, as an index past a declared dim is (it failed the
+// target "could not be evaluated" and stored the case as its counterexample).
+TEST(OpClosePolicy, AnIndexPastAnIntermediatesAxisIsTheSpecsError) {
+  for (const char* expect :
+       {"all(diff(target.y)[:, 0] == diff(target.y)[:, 0])", "all(target.y[:, 1:][:, 0] == target.y[:, 1])"})
+    for (const char* target : {"reference", "doubles"}) {
+      const std::string e = run_error(with_invariant(expect), target);
+      EXPECT_NE(e.find(std::string("invariant e: `") + expect +
+                       "` cannot be evaluated on this case: index 0 is out of range for an axis of length 0"),
+                std::string::npos)
+          << e;
+      EXPECT_NE(e.find("every output it reads has its declared shape"), std::string::npos) << e;
+    }
+  // An index the target's answer computes past such an axis stays the target's.
+  const RunReport r = run_on(
+      with_doubling_mutant(
+          with_invariant("all(target.y[:, 1:][:, sum(target.y != reference.y)] == target.y[:, 1:][:, 0])")),
+      "doubles", 30);
+  EXPECT_EQ(r.status, RunStatus::failed) << r.detail;
+}
+
+// Under slice_T the derived case's T is its own (transformed.T): mixing it
+// with the case's T is refused at load (it loaded, and a one-row slice
+// broadcast against every row failed a correct kernel); the relation through
+// transform.index ([transformed.T]) loads and holds.
+TEST(OpClosePolicy, ASlicedDimIsTheDerivedCasesOwn) {
+  const auto spec = [](const std::string& expect) {
+    return R"(spec: sliced
+family: op
+op:
+  dims: {T: [1, 8], D: [1, 6]}
+  inputs:
+    x: {shape: [T, D], dtype: f64}
+  outputs:
+    y: {shape: [T, D]}
+  reference:
+    y: x * 2
+invariants:
+  - name: e
+    transform: slice_T
+    expect: )" +
+           expect + "\n";
+  };
+  EXPECT_EQ(load_error(spec("close(transformed.target.y, target.y, k=2)")),
+            "op.yaml:14:13: invariant 'e', expect: shapes [transformed.T, D] and [T, D] do not broadcast "
+            "(transformed.T vs T)");
+  for (const char* ok : {"close(transformed.target.y, target.y[transform.index], k=2)",
+                         "all(transformed.target.y[transformed.T - 1] == target.y[transform.index[-1]])",
+                         "close(transformed.target.y[:, 0], 2 * transformed.x[:, 0], k=2)"}) {
+    const Spec s = with_doubling_mutant(spec(ok));
+    const RunReport r = run_on(s, "reference", 30);
+    EXPECT_EQ(r.status, RunStatus::passed) << ok << ": " << r.detail;
+  }
+  const RunReport doubled =
+      run_on(with_doubling_mutant(spec("close(transformed.target.y[:, 0], 2 * transformed.x[:, 0], k=2)")),
+             "doubles", 30);
+  EXPECT_EQ(doubled.status, RunStatus::failed) << doubled.detail;
+}
+
 // A computed tolerance below 0 or NaN: the spec's error when the spec's own
 // tensors make it (it failed exact matches: |0| > allowed -2), as a bad k
 // is. One read from the target's outputs is the target's: equal elements
