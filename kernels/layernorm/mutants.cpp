@@ -1,7 +1,8 @@
 // Mutants: each is the fused implementation (fused_with, fused.cpp) with
 // exactly one switch flipped to a known bug: a kernel::Bug of the fused
 // kernel (kernels.h), for bf16_truncate the output store, for
-// saved_std_not_rstd the saved statistic.
+// saved_std_not_rstd the saved statistic, for backward_unrounded_xhat the
+// x̂ the backward reads.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -102,6 +103,32 @@ Result rstd_bf16_for_y(const Case& c) {
   return r;
 }
 
+// The correct forward, but an f16/bf16 case's backward reads the f32 x̂
+// from before its store (kept in registers, or in a second f32 buffer)
+// instead of the cache rounded to the dtype, which is what the forward
+// reports and the contract says the backward reads (layernorm.h, "Precision
+// contract"): dx, dγ and dβ are the f32 backward of the unrounded x̂, then
+// stored in the dtype. y, x̂, μ and rstd are fused's. Each x̂ differs from
+// its cache by at most u_s |x̂| + s (u_s = 2^-11 for f16, 2^-8 for bf16), so
+// dx moves by rstd (e_i mean(g x̂) + x̂_i mean(g e)) only: a small-effect
+// precision bug that the fp64 comparisons' storage terms absorb.
+// f32 and f64 cases as fused (their cache is the arithmetic's own type).
+float keep_f32(float v) {
+  return v;
+}
+Result backward_unrounded_xhat(const Case& c) {
+  Result r = fused(c);
+  if (!is_half(c.dtype)) return r;
+  // The same kernel with no store at all (keep_f32 replaces the dtype's
+  // rounding): the same forward, its backward on the f32 x̂, dx, dγ and dβ
+  // left in f32. Each is then stored as fused stores it (round to nearest
+  // even, once, from f32).
+  const Result raw = fused_with(c, Bug::none, keep_f32);
+  for (auto field : {&Result::dx, &Result::dgamma, &Result::dbeta})
+    for (size_t i = 0; i < (r.*field).size(); ++i) (r.*field)[i] = round_to(c.dtype, (raw.*field)[i]);
+  return r;
+}
+
 }  // namespace
 
 const std::vector<Mutant>& mutants() {
@@ -140,6 +167,10 @@ const std::vector<Mutant>& mutants() {
        "f16/bf16: y normalised with the rstd rounded to bf16 precision (up to 2^-8 off per row); other "
        "dtypes as fused",
        rstd_bf16_for_y},
+      {"backward_unrounded_xhat",
+       "f16/bf16: the backward (dx, dgamma) reads the f32 xhat from before its store instead of the cache "
+       "rounded to the dtype that the forward reports; other dtypes as fused",
+       backward_unrounded_xhat},
   };
   return table;
 }

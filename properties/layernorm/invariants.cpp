@@ -41,9 +41,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <optional>
 #include <span>
+#include <utility>
 
 #include "kprop/search.h"
 #include "kprop/tolerance.h"
@@ -474,12 +476,13 @@ Verdict dx_sums_to_zero(T& t, const Values& p) {
 // A column sum of the backward, out[d] = Σ_r term(r, d) (dβ: term = dy;
 // dγ: dy · x̂), against the target's out within the f32 sum's rounding
 // (ulps u Σ|term|) and, for a half case, out's rounding to the storage
-// dtype: u_s times the f32 sum's magnitude, or s. `xhat_cache`: the term
-// reads the target's x̂, which a half case reports rounded to the dtype,
-// and a kernel may sum dγ from its f32 x̂ before that store (the NumPy
-// worker) as well as from the stored cache (fused, the CUDA kernels): the
-// two sums differ by at most Σ|dy| |e| with |e| <= u_s |x̂_f32| + s <=
-// u_s |x̂'| / (1 - u_s) + s.
+// dtype: u_s times the f32 sum's magnitude, or s. dγ's term reads the
+// target's own x̂ as reported, which for a half case is the cache rounded
+// to the dtype: the cache the contract's backward reads (layernorm.h), so
+// the sum has no storage term of x̂. (It had one, u_s Σ|dy x̂'| / (1 - u_s)
+// + s Σ|dy|, while the NumPy worker summed dγ from its f32 x̂ before the
+// store; a kernel that does so breaks the contract, see
+// backward_reads_stored_xhat.)
 // `products`: how many products of the arithmetic make each term (dγ: dy x̂,
 // 1; dβ: dy itself, 0), each of which may underflow (underflow_step: up to
 // u_f per product where the term dy x̂ lands among the subnormals, which the
@@ -488,17 +491,17 @@ Verdict dx_sums_to_zero(T& t, const Values& p) {
 // arithmetic's type is exact among the subnormals).
 template <typename Term>
 Verdict column_sums(T& t, const Values& p, const char* name, const char* what, const std::vector<double>& out,
-                    Term term, bool xhat_cache, int products) {
+                    Term term, int products) {
   const Case& c = t.input();
   const size_t D = static_cast<size_t>(c.dim);
   const double u = accumulation_roundoff(c.dtype), us = store_u(c.dtype), s = subnormal_half_step(c.dtype);
   const double ulps = p.real("ulps"), atol = p.real("atol");
   double worst = 0;
   for (size_t d = 0; d < D; ++d) {
-    long double sum = 0, abs_sum = 0, abs_dy = 0;
+    long double sum = 0, abs_sum = 0;
     for (size_t r = 0; r < static_cast<size_t>(c.rows); ++r) {
       const double x = term(at(r, d, D));
-      sum += x, abs_sum += std::fabs(x), abs_dy += std::fabs(c.dy[at(r, d, D)]);
+      sum += x, abs_sum += std::fabs(x);
     }
     // A term that is not finite (an inf or NaN in the target's x̂; x̂ is
     // bounded by sqrt(D) for any finite input) makes `allowed` inf and
@@ -512,9 +515,7 @@ Verdict column_sums(T& t, const Values& p, const char* name, const char* what, c
     const double want = static_cast<double>(sum);
     const double acc = ulps * u * static_cast<double>(abs_sum) +
                        static_cast<double>(c.rows) * products * underflow_step(c.dtype);
-    const double cache =
-        xhat_cache ? us * static_cast<double>(abs_sum) / (1 - us) + s * static_cast<double>(abs_dy) : 0;
-    const double allowed = atol + acc + cache + us * (std::fabs(want) + acc + cache) + s;
+    const double allowed = atol + acc + us * (std::fabs(want) + acc) + s;
     worst = std::max(worst, error_ratio(std::fabs(out[d] - want), allowed));
     if (!(std::fabs(out[d] - want) <= allowed))
       return Verdict::fail(
@@ -529,7 +530,7 @@ Verdict dbeta_is_sum_dy(T& t, const Values& p) {
   const Result& got = t.target();
   if (auto v = unusable(c, got, t.reference())) return *v;
   return column_sums(
-      t, p, "dbeta", "sum of dy", got.dbeta, [&](size_t i) { return c.dy[i]; }, false, 0);
+      t, p, "dbeta", "sum of dy", got.dbeta, [&](size_t i) { return c.dy[i]; }, 0);
 }
 
 // dγ against the target's own cached x̂: the backward agrees with its forward.
@@ -539,7 +540,141 @@ Verdict dgamma_is_sum_dy_xhat(T& t, const Values& p) {
   if (auto v = unusable(c, got, t.reference())) return *v;
   return column_sums(
       t, p, "dgamma", "sum of dy * xhat (the target's own xhat)", got.dgamma,
-      [&](size_t i) { return c.dy[i] * got.xhat[i]; }, true, 1);
+      [&](size_t i) { return c.dy[i] * got.xhat[i]; }, 1);
+}
+
+// The values that give v when stored in the half dtype t (round to
+// nearest even; a tie counted on both sides): from the midpoint to v's
+// lower neighbour to the midpoint to its upper one (past the largest
+// finite value, the overflow threshold; from 0, half the smallest
+// subnormal either way). v itself when it is not a value of t (a target
+// that does not round: nothing but v gives v). v finite. Half values and
+// their midpoints are exact in double.
+std::pair<double, double> rounds_from(DType t, double v) {
+  if (round_to(t, v) != v) return {v, v};
+  const double a = std::fabs(v);
+  const double down = neighbour_abs(t, a, -1);  // -denorm_min from 0
+  double up = neighbour_abs(t, a, +1);
+  if (std::isinf(up)) up = a + (a - down);
+  const double lo = (down + a) / 2, hi = (a + up) / 2;
+  return std::signbit(v) ? std::pair{-hi, -lo} : std::pair{lo, hi};
+}
+
+// ---- backward_reads_stored_xhat (f16/bf16 cases): dx from the cache the
+// target reports. The contract (layernorm.h, "Precision contract") stores
+// the x̂ cache rounded to the dtype and has the backward read that rounded
+// cache; a kernel whose backward uses its f32 x̂ from before the store is
+// off by rstd (e_i mean(g x̂) + x̂_i mean(g e)), |e_i| <= u_s |x̂_i| + s,
+// which the fp64 comparisons absorb in their storage terms. Here dx is
+// recomputed from the target's own reported x̂' (half values) and rstd ρ
+// (an f32 value: a half case keeps rstd in f32) and must be what an f32
+// evaluation of the contract's formula, stored to nearest, can give.
+//
+// The bound, per element i of a row. In exact arithmetic, with g = γ ⊙ dy
+// (γ, dy: the case's half values),
+//   dx*_i = ρ (g_i - mean(g) - x̂'_i mean(g x̂')),
+//   M_i   = ρ (|g_i| + mean|g| + |x̂'_i| mean|g x̂'|).
+// A correct kernel evaluates dx*_i in f32 (u = 2^-24; the standard model
+// fl(a op b) = (a op b)(1 + δ), |δ| <= u, γ_n = n u / (1 - n u), and
+// (1 + θ_j)(1 + θ_k) = 1 + θ_{j+k}, |θ_n| <= γ_n), sums in any order:
+//   g_i = γ_i dy_i                     1 rounding (exact for halves in f32's
+//                                      normal range; counted anyway)
+//   mean(g): a sum of D terms in any order, D - 1 roundings, divided by D
+//       (or times a rounded 1/D: 2): |err| <= γ_{D+2} mean|g|
+//   mean(g x̂'): the products add 2 (g, then g x̂'), the sum D - 1, the
+//       quotient 2: |err| <= γ_{D+3} mean|g x̂'|
+//   x̂'_i mean(g x̂'): one more: |err| <= γ_{D+4} |x̂'_i| mean|g x̂'|
+//   g_i - mean(g) - x̂'_i mean(g x̂'): two subtractions in either order,
+//       each rounding its partial result (at most the sum of the three
+//       magnitudes): |err| <= γ_{D+6} (|g_i| + mean|g| + |x̂'_i| mean|g x̂'|)
+//   times ρ (or ρ distributed over the three terms: one rounding each):
+//       |dx_f32,i - dx*_i| <= γ_{D+7} M_i.
+// An FMA, a wider accumulator or a shorter summation order rounds less.
+// Underflow of the f32 arithmetic (underflow_step, u_f per product or
+// quotient, as dx_sums_to_zero derives it): the inner term errs by
+// (4 + |x̂'_i| (2 + mean|x̂'|)) u_f, ρ times it, and the products by ρ add
+// up to 3 u_f. So dx_f32,i lies in [dx*_i - A_i, dx*_i + A_i],
+//   A_i = γ_{D+7} M_i + ρ u_f (4 + |x̂'_i| (2 + mean|x̂'|)) + 3 u_f.
+// The store. The kernel stores v = RNE_s(dx_f32,i) (round to nearest even
+// in the dtype, subnormals and overflow included), so dx_f32,i lies among
+// the values that round to v, [m_-, m_+] (the midpoints to v's neighbours,
+// rounds_from), and that interval must meet [dx*_i - A_i, dx*_i + A_i]:
+//   error_i = max(0, m_- - dx*_i, dx*_i - m_+) <= A_i.
+// This is the store's whole allowance, no u_s |dx| + s slack beyond the
+// dtype's own grid: where [dx*_i - A_i, dx*_i + A_i] holds no rounding
+// boundary, one stored value is right. A target that reports dx unrounded
+// (the fp64 reference; a dx that is not a value of the dtype) must lie in
+// [dx*_i - A_i, dx*_i + A_i] itself.
+// The evaluator's own arithmetic: dx*_i and M_i in long double (unit
+// roundoff ε_L / 2, ε_L its epsilon; the inputs are half or f32 values,
+// exact there), the same D + 7 roundings: (D + 8) ε_L M_i; dx*_i is then
+// rounded to double and error_i taken in double (2^-53 |dx*_i| and 2^-53
+// error_i, which 2^-52 (|dx*_i| + A_i) covers where it matters).
+// `atol` is added to A_i (0 by default). The error ratio reported is
+// error_i / A_i: how far the f32 dx must have been from dx*_i, in A_i.
+// f32 and f64 cases are discarded: their cache is the arithmetic's own
+// type, nothing is rounded between the forward and the backward.
+Verdict backward_reads_stored_xhat(T& t, const Values& p) {
+  const Case& c = t.input();
+  if (!is_half(c.dtype))
+    return Verdict::discard("f32/f64 case: its xhat cache is not rounded to a storage dtype");
+  const Result &got = t.target(), &ref = t.reference();
+  if (auto v = unusable(c, got, ref)) return *v;
+  const size_t D = static_cast<size_t>(c.dim);
+  const double u = accumulation_roundoff(c.dtype), uf = underflow_step(c.dtype), atol = p.real("atol");
+  const double n = static_cast<double>(D) + 7;
+  const double gamma_n = n * u / (1 - n * u);
+  const double eval_u = (static_cast<double>(D) + 8) * std::numeric_limits<long double>::epsilon();
+  double worst = 0;
+  for (size_t r = 0; r < static_cast<size_t>(c.rows); ++r) {
+    const long double rho = got.rstd[r];
+    long double sum_g = 0, sum_gx = 0, abs_g = 0, abs_gx = 0, abs_xhat = 0;
+    for (size_t d = 0; d < D; ++d) {
+      const long double g = static_cast<long double>(c.gamma[d]) * c.dy[at(r, d, D)],
+                        xh = got.xhat[at(r, d, D)];
+      sum_g += g, sum_gx += g * xh;
+      abs_g += std::fabs(g), abs_gx += std::fabs(g * xh), abs_xhat += std::fabs(xh);
+    }
+    // A cache or rstd that is not finite would make the bound inf or NaN
+    // and allow itself (x̂ is bounded by sqrt(D) and rstd by 1/sqrt(ε)).
+    if (!std::isfinite(static_cast<double>(abs_gx + abs_xhat)) || !std::isfinite(static_cast<double>(rho)))
+      return Verdict::fail(fmt::format("row {}: the xhat cache or rstd the backward reads is not finite "
+                                       "(rstd {}, sum |xhat| {})",
+                                       r, static_cast<double>(rho), static_cast<double>(abs_xhat)),
+                           {{"row", double(r)}});
+    const long double Dl = static_cast<long double>(D);
+    const long double mean_g = sum_g / Dl, mean_gx = sum_gx / Dl, mean_abs_g = abs_g / Dl,
+                      mean_abs_gx = abs_gx / Dl, mean_abs_xhat = abs_xhat / Dl;
+    for (size_t d = 0; d < D; ++d) {
+      const size_t i = at(r, d, D);
+      const long double g = static_cast<long double>(c.gamma[d]) * c.dy[i], xh = got.xhat[i];
+      const long double want = rho * (g - mean_g - xh * mean_gx);
+      const double mag =
+          static_cast<double>(std::fabs(rho) * (std::fabs(g) + mean_abs_g + std::fabs(xh) * mean_abs_gx));
+      const double arith = gamma_n * mag +
+                           static_cast<double>(std::fabs(rho)) * uf *
+                               (4 + std::fabs(got.xhat[i]) * (2 + static_cast<double>(mean_abs_xhat))) +
+                           3 * uf + atol;
+      const double a = arith + eval_u * mag + 0x1.0p-52 * (std::fabs(static_cast<double>(want)) + arith);
+      const double dx = got.dx[i], centre = static_cast<double>(want);
+      // How far dx* is from what may give dx: from the values that round
+      // to dx when dx is a value of the dtype, else from dx itself.
+      // (A NaN dx would compare false everywhere: failed as not finite.)
+      const std::pair<double, double> from = rounds_from(c.dtype, dx);
+      const double error =
+          std::isfinite(dx) ? std::max({0.0, from.first - centre, centre - from.second}) : INFINITY;
+      worst = std::max(worst, error_ratio(error, a));
+      if (!(error <= a))
+        return Verdict::fail(
+            fmt::format(
+                "dx[{}][{}] = {} (what [{}, {}] gives when stored in {}), but the contract's dx from "
+                "the target's own xhat cache (as stored in {}) and rstd is {:.9g} +- {:.3g} before the "
+                "store (does the backward read the xhat from before its store?)",
+                r, d, dx, from.first, from.second, dtype_name(c.dtype), dtype_name(c.dtype), centre, a),
+            {{"row", double(r)}, {"col", double(d)}, {"dx", dx}, {"expected", centre}, {"allowed", a}});
+    }
+  }
+  return Verdict::pass({{kErrorRatio, worst}});
 }
 
 // ---- stability
@@ -718,6 +853,22 @@ void register_invariants(FamilyDef<Traits>& f) {
       {"dgamma_is_sum_dy_xhat", "dgamma = sum over rows of dy * xhat, with the target's own cached xhat",
        ulps_param(64, "sum|dy xhat|")},
       dgamma_is_sum_dy_xhat);
+  f.invariant({"backward_reads_stored_xhat",
+               "f16/bf16: dx is the contract's f32 backward of the xhat cache the target reports (rounded to "
+               "the dtype) and its rstd, stored to nearest; not of the f32 xhat from before the store",
+               with_atol({}),
+               [](const Values& d, const Values&) -> std::string {
+                 const Choices& dtypes = d.choices("dtypes");
+                 if (std::any_of(dtypes.begin(), dtypes.end(),
+                                 [](const std::string& t) { return t == "f16" || t == "bf16"; }))
+                   return "";
+                 return fmt::format(
+                     "f16 or bf16 cases, but domain.dtypes is [{}]; add one or drop the "
+                     "invariant",
+                     join(dtypes));
+               }},
+              backward_reads_stored_xhat)
+      .observing("dtypes", {"f16", "bf16"});
   f.invariant(
       {"constant_rows",
        "a constant row (zero variance) gives xhat = 0 and y = beta",

@@ -28,6 +28,7 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
            {"dx_sums_to_zero", {"dx"}},
            {"dbeta_is_sum_dy", {"dbeta"}},
            {"dgamma_is_sum_dy_xhat", {"xhat", "dgamma"}},
+           {"backward_reads_stored_xhat", {"xhat", "rstd", "dx"}},
            {"constant_rows", {"xhat", "y"}},
            {"all_finite", {"*"}},
            {"finite_differences", {"dx", "dgamma", "dbeta"}}});

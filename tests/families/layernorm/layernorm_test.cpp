@@ -321,6 +321,8 @@ TEST(LayerNormHalf, FusedPassesTheSpecOnHalfCases) {
 TEST(LayerNormHalf, PrecisionMutantsAreKilled) {
   kHalf.expect_killed("variance_in_storage", "f16");
   kHalf.expect_killed("bf16_truncate", "bf16");
+  kHalf.expect_killed("backward_unrounded_xhat", "f16");
+  kHalf.expect_killed("backward_unrounded_xhat", "bf16");
 }
 
 // A target whose x̂ has an inf: dγ = Σ dy·x̂ then has an infinite term,
@@ -405,6 +407,51 @@ TEST(LayerNormInvariants, ANaiveBaselineThatOverflowsIsADiscardNotAnError) {
         if (i.name.rfind("xhat_mean_zero", 0) == 0) discarded += i.discarded;
       EXPECT_GT(discarded, 0) << path << " " << target << ": the domain no longer reaches the overflow";
     }
+}
+
+// backward_reads_stored_xhat on a hand-made f16 case: the fused kernel's
+// backward reads the x̂ cache as stored (rounded to f16) and passes; the
+// mutant's reads the f32 x̂ from before the store, and its dx is off by
+// rstd (e_i mean(g x̂) + x̂_i mean(g e)), |e_i| <= 2^-11 |x̂_i|: within the
+// storage terms of matches_reference, but not where dx is recomputed from
+// the cache the target reports. dγ (dgamma_is_sum_dy_xhat, no storage term
+// for x̂ since the NumPy worker reads the stored cache too) catches it as
+// well. On an f32 case the invariant has nothing to check.
+TEST(LayerNormInvariants, BackwardReadsTheStoredXhatCache) {
+  const Spec spec = load_spec(kSpec);
+  const InvariantUse& inv = use_named(spec, "backward_reads_stored_xhat");
+  std::vector<double> x;
+  for (int i = 0; i < 2 * 40; ++i) x.push_back(std::cos(0.7 * i) * (1 + i % 5));
+  Case c = make(DType::f16, 2, 40, x);
+  for (int i = 0; i < 2 * 40; ++i) c.dy[static_cast<size_t>(i)] = round_to(DType::f16, 1 + 0.01 * i);
+  const auto shared = std::make_shared<const Case>(c);
+  const Mutant& bad = find_mutant(mutants(), "backward_unrounded_xhat");
+  const Result good = fused(c), wrong = bad.run(c);
+  ASSERT_EQ(good.xhat, wrong.xhat);
+  ASSERT_NE(good.dx, wrong.dx) << "the case no longer shows the unrounded cache";
+  EXPECT_EQ(check_case(spec, resolve_target(spec, "fused"), inv, shared).outcome, Outcome::pass);
+  EXPECT_EQ(check_case(spec, resolve_target(spec, "reference"), inv, shared).outcome, Outcome::pass);
+  const Verdict v = check_case(spec, resolve_target(spec, "backward_unrounded_xhat"), inv, shared);
+  EXPECT_EQ(v.outcome, Outcome::fail);
+  EXPECT_NE(v.message.find("xhat from before its store"), std::string::npos) << v.message;
+  EXPECT_EQ(check_case(spec, resolve_target(spec, "backward_unrounded_xhat"),
+                       use_named(spec, "dgamma_is_sum_dy_xhat"), shared)
+                .outcome,
+            Outcome::fail);
+  // The shrunk bf16 counterexample: x = [1, 0] gives x̂ = ±(1 - 2e-5) in
+  // f32, stored as ±1, where dy = [0, 1] makes the cache's dx exactly 0
+  // and the unrounded x̂'s -4.0e-5.
+  Case b = make(DType::bf16, 1, 2, {1, 0});
+  b.gamma = {1, 1}, b.beta = {0, 0}, b.dy = {0, 1};
+  const auto tiny = std::make_shared<const Case>(b);
+  EXPECT_EQ(fused(b).dx, (std::vector<double>{0, 0}));
+  EXPECT_EQ(check_case(spec, resolve_target(spec, "fused"), inv, tiny).outcome, Outcome::pass);
+  EXPECT_EQ(check_case(spec, resolve_target(spec, "backward_unrounded_xhat"), inv, tiny).outcome,
+            Outcome::fail);
+  // f32: discarded (its cache is f32, nothing is rounded in between).
+  const Case f = make(DType::f32, 2, 40, x);
+  EXPECT_EQ(check_case(spec, resolve_target(spec, "fused"), inv, std::make_shared<const Case>(f)).outcome,
+            Outcome::discard);
 }
 
 }  // namespace kernels
