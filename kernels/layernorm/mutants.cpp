@@ -129,6 +129,23 @@ Result backward_unrounded_xhat(const Case& c) {
   return r;
 }
 
+// The correct kernel, but an f16/bf16 case's y is computed from the x̂
+// it has already stored in the dtype, y = γ x̂_stored + β in f32 (the
+// normalised value written out, then read back for the affine step, as an
+// unfused normalise-then-scale pair of kernels does): y is rounded twice,
+// an error up to |γ| u_s |x̂| (u_s = 2^-11 for f16, 2^-8 for bf16) before
+// its own store. A small-effect precision bug that matches_reference's
+// storage terms absorb. f32 and f64 cases as fused.
+Result y_from_rounded_xhat(const Case& c) {
+  Result r = fused(c);
+  if (!is_half(c.dtype)) return r;
+  const size_t D = static_cast<size_t>(c.dim);
+  for (size_t i = 0; i < r.y.size(); ++i)
+    r.y[i] = round_to(c.dtype, static_cast<float>(c.gamma[i % D]) * static_cast<float>(r.xhat[i]) +
+                                   static_cast<float>(c.beta[i % D]));
+  return r;
+}
+
 }  // namespace
 
 const std::vector<Mutant>& mutants() {
@@ -167,6 +184,10 @@ const std::vector<Mutant>& mutants() {
        "f16/bf16: y normalised with the rstd rounded to bf16 precision (up to 2^-8 off per row); other "
        "dtypes as fused",
        rstd_bf16_for_y},
+      {"y_from_rounded_xhat",
+       "f16/bf16: y = gamma * xhat + beta computed from the xhat already stored in the dtype (rounded "
+       "twice); other dtypes as fused",
+       y_from_rounded_xhat},
       {"backward_unrounded_xhat",
        "f16/bf16: the backward (dx, dgamma) reads the f32 xhat from before its store instead of the cache "
        "rounded to the dtype that the forward reports; other dtypes as fused",

@@ -560,6 +560,92 @@ std::pair<double, double> rounds_from(DType t, double v) {
   return std::signbit(v) ? std::pair{-hi, -lo} : std::pair{lo, hi};
 }
 
+// ---- y_from_unrounded_xhat (f16/bf16 cases): y from the target's own
+// statistics. The contract (layernorm.h, "Precision contract") computes
+// y = γ x̂ + β in f32 from the f32 x̂ and rounds y once, at its store; a
+// kernel that computes y from the x̂ it has already rounded to the dtype
+// rounds twice, an error of up to |γ| u_s |x̂| (u_s = 2^-11 f16, 2^-8
+// bf16) that matches_reference's storage terms absorb. Here y is
+// recomputed from the target's own reported mean μ and rstd ρ (f32 values:
+// a half case keeps them in f32) and must be what an f32 evaluation of the
+// contract, stored to nearest, can give.
+//
+// The bound, per element (row r, column d), with x, γ, β the case's half
+// values. In exact arithmetic y* = γ (x - μ) ρ + β. A correct kernel (u =
+// 2^-24; γ_n = n u / (1 - n u) as for backward_reads_stored_xhat) computes
+// x̂ = ((x - x₀) - c) ρ with x₀ a shift and c = μ - x₀ (Welford over x
+// shifted by the row's first element, kernels.h; or x - μ directly: x₀ =
+// 0), and reports μ = fl(x₀ + c). The two subtractions, the product and
+// μ's own rounding each err by at most u times a value no larger than
+// |x| + |μ| + 2W (W: the row's largest |x|, which bounds x₀, and with it
+// c up to |μ| + W), so
+//   |x̂_f32 - (x - μ) ρ| <= E = γ_4 ρ (|x| + 2 |μ| + 2 W) + u_f,
+// u_f (underflow_step) for the product by ρ in the subnormals. Then y_f32 =
+// fl(fl(γ x̂_f32) + β) (an FMA rounds once): |y_f32 - (γ x̂_f32 + β)| <=
+// γ_2 (|γ| |x̂_f32| + |β|) + u_f, so y_f32 lies within
+//   A = |γ| E + γ_2 (|γ| (|x̂*| + E) + |β|) + u_f
+// of y* (x̂* = (x - μ) ρ). The store: y is RNE_s(y_f32), so the values that
+// round to y (rounds_from) must meet [y* - A, y* + A]; a y that is not a
+// value of the dtype (the fp64 reference) must lie in it itself; an
+// infinite y needs |y*| + A past the dtype's overflow threshold. The
+// evaluator's long double arithmetic adds 8 ε_L (|γ x̂*| + |β|) and the
+// double rounding 2^-52 (|y*| + A), as there. On a row far off zero
+// (|μ| >> σ) E is large and little can be seen; on centred rows A is a
+// few f32 ulps of |γ| (|x̂| + 3) + |β|, far below the double rounding's
+// |γ| 2^-12 |x̂| (f16).
+// f32 and f64 cases are discarded: y is computed and stored in the
+// arithmetic's own type.
+Verdict y_from_unrounded_xhat(T& t, const Values& p) {
+  const Case& c = t.input();
+  if (!is_half(c.dtype)) return Verdict::discard("f32/f64 case: y is stored in the arithmetic's own type");
+  const Result &got = t.target(), &ref = t.reference();
+  if (auto v = unusable(c, got, ref)) return *v;
+  const size_t D = static_cast<size_t>(c.dim);
+  const double u = accumulation_roundoff(c.dtype), uf = underflow_step(c.dtype), atol = p.real("atol");
+  const double gamma2 = 2 * u / (1 - 2 * u), gamma4 = 4 * u / (1 - 4 * u);
+  const double eval_u = 8 * std::numeric_limits<long double>::epsilon();
+  const double overflow = rounds_from(c.dtype, max_finite(c.dtype)).second;
+  double worst = 0;
+  for (size_t r = 0; r < static_cast<size_t>(c.rows); ++r) {
+    const double mu = got.mean[r], rho = got.rstd[r];
+    if (!std::isfinite(mu) || !std::isfinite(rho))
+      return Verdict::fail(fmt::format("row {}: the mean or rstd the target reports is not finite (mean {}, "
+                                       "rstd {})",
+                                       r, mu, rho),
+                           {{"row", double(r)}});
+    double widest = 0;
+    for (size_t d = 0; d < D; ++d) widest = std::max(widest, std::fabs(c.x[at(r, d, D)]));
+    for (size_t d = 0; d < D; ++d) {
+      const size_t i = at(r, d, D);
+      const long double xh = (static_cast<long double>(c.x[i]) - mu) * rho;
+      const long double want = c.gamma[d] * xh + c.beta[d];
+      const double g = std::fabs(c.gamma[d]), b = std::fabs(c.beta[d]),
+                   ax = std::fabs(static_cast<double>(xh));
+      const double e = gamma4 * std::fabs(rho) * (std::fabs(c.x[i]) + 2 * std::fabs(mu) + 2 * widest) + uf;
+      const double arith = g * e + gamma2 * (g * (ax + e) + b) + uf + atol;
+      const double centre = static_cast<double>(want);
+      const double a = arith + eval_u * (g * ax + b) + 0x1.0p-52 * (std::fabs(centre) + arith);
+      const double y = got.y[i];
+      double error = INFINITY;
+      if (std::isfinite(y)) {
+        const std::pair<double, double> from = rounds_from(c.dtype, y);
+        error = std::max({0.0, from.first - centre, centre - from.second});
+      } else if (std::isinf(y) && std::signbit(y) == std::signbit(centre)) {
+        error = std::max(0.0, overflow - std::fabs(centre));
+      }
+      worst = std::max(worst, error_ratio(error, a));
+      if (!(error <= a))
+        return Verdict::fail(
+            fmt::format("y[{}][{}] = {}, but the contract's y from the target's own mean and rstd is "
+                        "{:.9g} +- {:.3g} before the store (is y computed from the xhat already rounded "
+                        "to {}?)",
+                        r, d, y, centre, a, dtype_name(c.dtype)),
+            {{"row", double(r)}, {"col", double(d)}, {"y", y}, {"expected", centre}, {"allowed", a}});
+    }
+  }
+  return Verdict::pass({{kErrorRatio, worst}});
+}
+
 // ---- backward_reads_stored_xhat (f16/bf16 cases): dx from the cache the
 // target reports. The contract (layernorm.h, "Precision contract") stores
 // the x̂ cache rounded to the dtype and has the backward read that rounded
@@ -868,6 +954,22 @@ void register_invariants(FamilyDef<Traits>& f) {
                      join(dtypes));
                }},
               backward_reads_stored_xhat)
+      .observing("dtypes", {"f16", "bf16"});
+  f.invariant({"y_from_unrounded_xhat",
+               "f16/bf16: y is the contract's f32 gamma * xhat + beta from the target's own mean and rstd, "
+               "stored to nearest once; not computed from the xhat already rounded to the dtype",
+               with_atol({}),
+               [](const Values& d, const Values&) -> std::string {
+                 const Choices& dtypes = d.choices("dtypes");
+                 if (std::any_of(dtypes.begin(), dtypes.end(),
+                                 [](const std::string& t) { return t == "f16" || t == "bf16"; }))
+                   return "";
+                 return fmt::format(
+                     "f16 or bf16 cases, but domain.dtypes is [{}]; add one or drop the "
+                     "invariant",
+                     join(dtypes));
+               }},
+              y_from_unrounded_xhat)
       .observing("dtypes", {"f16", "bf16"});
   f.invariant(
       {"constant_rows",

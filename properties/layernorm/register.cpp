@@ -29,6 +29,7 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
            {"dbeta_is_sum_dy", {"dbeta"}},
            {"dgamma_is_sum_dy_xhat", {"xhat", "dgamma"}},
            {"backward_reads_stored_xhat", {"xhat", "rstd", "dx"}},
+           {"y_from_unrounded_xhat", {"mean", "rstd", "y"}},
            {"constant_rows", {"xhat", "y"}},
            {"all_finite", {"*"}},
            {"finite_differences", {"dx", "dgamma", "dbeta"}}});

@@ -454,6 +454,36 @@ TEST(LayerNormInvariants, BackwardReadsTheStoredXhatCache) {
             Outcome::discard);
 }
 
+// y_from_unrounded_xhat on a hand-made f16 case: fused computes y from its
+// f32 x̂ and stores it once; the mutant computes y from the x̂ it has
+// already stored in f16 (rounded twice), which matches_reference's storage
+// terms absorb but y recomputed from the target's own mean and rstd does
+// not. On an f32 case the invariant has nothing to check.
+TEST(LayerNormInvariants, YIsComputedFromTheUnroundedXhat) {
+  const Spec spec = load_spec(kSpec);
+  const InvariantUse& inv = use_named(spec, "y_from_unrounded_xhat");
+  std::vector<double> x;
+  for (int i = 0; i < 2 * 40; ++i) x.push_back(std::cos(0.7 * i) * (1 + i % 5));
+  Case c = make(DType::f16, 2, 40, x);
+  for (int i = 0; i < 40; ++i) c.gamma[static_cast<size_t>(i)] = round_to(DType::f16, 3 + 0.37 * i);
+  const auto shared = std::make_shared<const Case>(c);
+  const Result good = fused(c), wrong = find_mutant(mutants(), "y_from_rounded_xhat").run(c);
+  ASSERT_NE(good.y, wrong.y) << "the case no longer shows the second rounding";
+  EXPECT_EQ(check_case(spec, resolve_target(spec, "fused"), inv, shared).outcome, Outcome::pass);
+  EXPECT_EQ(check_case(spec, resolve_target(spec, "reference"), inv, shared).outcome, Outcome::pass);
+  const Verdict v = check_case(spec, resolve_target(spec, "y_from_rounded_xhat"), inv, shared);
+  EXPECT_EQ(v.outcome, Outcome::fail);
+  EXPECT_NE(v.message.find("is y computed from the xhat already rounded to f16?"), std::string::npos)
+      << v.message;
+  EXPECT_EQ(check_case(spec, resolve_target(spec, "y_from_rounded_xhat"),
+                       use_named(spec, "matches_reference"), shared)
+                .outcome,
+            Outcome::pass);
+  const Case f = make(DType::f32, 2, 40, x);
+  EXPECT_EQ(check_case(spec, resolve_target(spec, "fused"), inv, std::make_shared<const Case>(f)).outcome,
+            Outcome::discard);
+}
+
 }  // namespace kernels
 }  // namespace
 }  // namespace kprop::layernorm
