@@ -595,6 +595,16 @@ std::pair<double, double> rounds_from(DType t, double v) {
 // |γ| 2^-12 |x̂| (f16).
 // f32 and f64 cases are discarded: y is computed and stored in the
 // arithmetic's own type.
+// The `needs` of the half-only invariants: a domain with f16 or bf16 cases.
+std::string needs_half_cases(const Values& d, const Values&) {
+  const Choices& dtypes = d.choices("dtypes");
+  if (std::any_of(dtypes.begin(), dtypes.end(),
+                  [](const std::string& t) { return t == "f16" || t == "bf16"; }))
+    return "";
+  return fmt::format("f16 or bf16 cases, but domain.dtypes is [{}]; add one or drop the invariant",
+                     join(dtypes));
+}
+
 Verdict y_from_unrounded_xhat(T& t, const Values& p) {
   const Case& c = t.input();
   if (!is_half(c.dtype)) return Verdict::discard("f32/f64 case: y is stored in the arithmetic's own type");
@@ -942,33 +952,13 @@ void register_invariants(FamilyDef<Traits>& f) {
   f.invariant({"backward_reads_stored_xhat",
                "f16/bf16: dx is the contract's f32 backward of the xhat cache the target reports (rounded to "
                "the dtype) and its rstd, stored to nearest; not of the f32 xhat from before the store",
-               with_atol({}),
-               [](const Values& d, const Values&) -> std::string {
-                 const Choices& dtypes = d.choices("dtypes");
-                 if (std::any_of(dtypes.begin(), dtypes.end(),
-                                 [](const std::string& t) { return t == "f16" || t == "bf16"; }))
-                   return "";
-                 return fmt::format(
-                     "f16 or bf16 cases, but domain.dtypes is [{}]; add one or drop the "
-                     "invariant",
-                     join(dtypes));
-               }},
+               with_atol({}), needs_half_cases},
               backward_reads_stored_xhat)
       .observing("dtypes", {"f16", "bf16"});
   f.invariant({"y_from_unrounded_xhat",
                "f16/bf16: y is the contract's f32 gamma * xhat + beta from the target's own mean and rstd, "
                "stored to nearest once; not computed from the xhat already rounded to the dtype",
-               with_atol({}),
-               [](const Values& d, const Values&) -> std::string {
-                 const Choices& dtypes = d.choices("dtypes");
-                 if (std::any_of(dtypes.begin(), dtypes.end(),
-                                 [](const std::string& t) { return t == "f16" || t == "bf16"; }))
-                   return "";
-                 return fmt::format(
-                     "f16 or bf16 cases, but domain.dtypes is [{}]; add one or drop the "
-                     "invariant",
-                     join(dtypes));
-               }},
+               with_atol({}), needs_half_cases},
               y_from_unrounded_xhat)
       .observing("dtypes", {"f16", "bf16"});
   f.invariant(
