@@ -115,6 +115,20 @@ const std::vector<Mutant>& mutants() {
        "activations quantized as round(f32(x) * f32(a_t)), the usual GPU path, instead of the contract's "
        "double product: x a_t a hair off a tie rounds onto it",
        [](const Case& c) { return with(c, [](Pipeline& p) { p.float_product = true; }); }},
+      // Reassociations of the two scalings, each an ulp away from the
+      // contract: they differ only when W (1/s) or x a_t lies within an ulp
+      // of a rounding boundary and the scale is no power of two (the
+      // `threshold` weights and `ties` activations with a general scale).
+      {"w_divided_by_scale",
+       "weights quantized as round(W / s) instead of the contract's round(W * (1/s)): BitNet's weight_quant "
+       "multiplies by the reciprocal scale 1/mean|W|, a port or fused kernel that divides by the stored s "
+       "rounds a weight within an ulp of s/2 the other way",
+       [](const Case& c) { return with(c, [](Pipeline& p) { p.w_divide = true; }); }},
+      {"act_scale_mul_then_div",
+       "activations quantized as round(x * 127 / max|x|) (multiply, then divide: the absmax formula written "
+       "inline, as many int8 quantizers do) instead of round(x * (127 / max|x|)) with the token's scale a_t: "
+       "x a_t within an ulp of a .5 tie rounds the other way",
+       [](const Case& c) { return with(c, [](Pipeline& p) { p.act_mul_then_div = true; }); }},
       {"k_tail_dropped_past_4096",
        "packed kernel written for K <= 4096: past it, the last K mod 4096 columns never reach acc "
        "(specs/ternary.yaml profile large)",

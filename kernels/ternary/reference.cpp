@@ -32,18 +32,20 @@ Result run_pipeline(const Case& c, const Pipeline& p) {
   if (p.eps_guard) s = std::max(s, kEps);
   r.w_scale = s;
   const double inv = 1.0 / s;
-  for (double v : c.w) r.w_q.push_back(std::clamp(p.round(v * inv), -1.0, 1.0));
+  for (double v : c.w) r.w_q.push_back(std::clamp(p.round(p.w_divide ? v / s : v * inv), -1.0, 1.0));
 
   // Activations: one absmax scale per token, int8 values.
   for (int t = 0; t < M; ++t) {
     double amax = 0;
     for (int k = 0; k < K; ++k) amax = std::max(amax, std::fabs(c.x[static_cast<size_t>(t) * K + k]));
-    const double a = 127.0 / (p.eps_guard ? std::max(amax, kEps) : amax);
+    const double denom = p.eps_guard ? std::max(amax, kEps) : amax;
+    const double a = 127.0 / denom;
     r.x_scale.push_back(a);
     for (int k = 0; k < K; ++k) {
       const double x = c.x[static_cast<size_t>(t) * K + k];
-      const double xa =
-          p.float_product ? static_cast<double>(static_cast<float>(x) * static_cast<float>(a)) : x * a;
+      const double xa = p.float_product      ? static_cast<double>(static_cast<float>(x) * static_cast<float>(a))
+                        : p.act_mul_then_div ? x * 127.0 / denom
+                                             : x * a;
       r.x_q.push_back(std::clamp(p.round(xa), -128.0, 127.0));
     }
   }

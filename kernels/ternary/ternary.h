@@ -69,6 +69,8 @@ struct Pipeline {
   bool straight_through = true;  // false: dW = 0 (the gradient of round())
   bool float_sum = false;        // the absmean's sum of |W| accumulated in float, not double
   bool float_product = false;    // x_tk · a_t formed in float before the rounding, not double
+  bool w_divide = false;         // wq = round(W / s), not round(W · (1/s))
+  bool act_mul_then_div = false; // xq = round(x · 127 / max|x|), not round(x · (127 / max|x|))
 };
 Result run_pipeline(const Case& c, const Pipeline& p);
 

@@ -39,7 +39,8 @@ Schema Traits::domain_schema() {
               field::choices(
                   "kinds", weight_kinds(), weight_kinds(),
                   "latent weight distributions: normal, uniform, zero (all zero), outlier (one huge entry), "
-                  "threshold (|W|/s on the 1/2 rounding threshold, exact ties or one ulp-scale off), "
+                  "threshold (W (1/s) on the 1/2 rounding threshold, exact ties or 2^-40 off them with s a power "
+                  "of two; on the contract's rounding boundary, a tie or one ulp off it, with s no power of two), "
                   "tiny (mean|W| around eps), sparse (most entries exactly zero)"),
               field::real_range("log10_scale", {-3, 3}, -9, 9, "log10 of the weights' magnitude"),
               field::real_range("log10_outlier", {3, 8}, 0, 11,
@@ -53,7 +54,8 @@ Schema Traits::domain_schema() {
                   "kinds", activation_kinds(), activation_kinds(),
                   "activation distributions: normal (per-token magnitudes spread over two decades), "
                   "outlier (one huge channel, as in LLM activations), zero_rows (all-zero tokens), "
-                  "ties (x a_t exactly halfway between integers, or 2^-40 off it)"),
+                  "ties (x a_t exactly halfway between integers, or 2^-40 off it, with a_t a power of two; "
+                  "on the contract's rounding boundary, a tie or one ulp off it, with a_t no power of two)"),
               field::real_range("log10_scale", {-3, 3}, -9, 9, "log10 of the activations' magnitude"),
               field::real_range("log10_outlier", {2, 6}, 0, 11, "log10 of the outlier channel's factor"),
           },
@@ -105,11 +107,12 @@ CaseSize Traits::max_case_bytes(const Values& d) {
 // target given it is judged on an input no kernel is promised to take).
 // From build.cpp: |normal| < 8.66 (Box-Muller with u1 >= 2^-54:
 // sqrt(108 ln 2)); weights of every kind are at most 8.66 x 10^log10_scale
-// (uniform 1x, threshold m s / 4 with m <= 12 and s < 1.42 x the scale, tiny
+// (uniform 1x, threshold m s / 4 with m <= 12 and s < 1.42 x the scale, or
+// s the scale itself with the last entry a few ulps off m s / 4, tiny
 // < 1e-4, saturated their mean |W|), the outlier kind one entry times the
 // outlier factor; a token's scale is at most 10 x 10^log10_scale, its values
 // at most 8.66 x that (times the outlier factor, outlier kind) or, ties
-// kind, 127 u with u < 1.42 x that (< 180 x).
+// kind, 127 u with u < 1.42 x that or u that itself (< 180 x).
 std::string Traits::check_domain(const Values& d) {
   auto has = [&](const std::string& key, const std::string& kind) {
     const Choices& kinds = d.choices(key);

@@ -132,6 +132,88 @@ TEST(TernaryMutants, Int16AccumulatorWrapsPast32767) {
   }
 }
 
+// The two reassociated scalings round a value an ulp from a boundary the
+// other way (cases a mutant hunt found): W (1/s) = 0.5 but W / s =
+// 0.5000000000000001; x a_t = 63.5 but x 127 / max|x| = 63.49999999999999.
+TEST(TernaryMutants, ReassociatedScalesRoundBoundaryValuesTheOtherWay) {
+  const Case w = make(1, 2, 1, {1, 1}, {7.728179084324926, 23.184537252974774}, {1});
+  EXPECT_EQ(reference(w).w_q, (std::vector<double>{0, 1}));
+  const Result divided = find_mutant(mutants(), "w_divided_by_scale").run(w);
+  EXPECT_EQ(divided.w_q, (std::vector<double>{1, 1}));
+  EXPECT_EQ(divided.acc, (std::vector<double>{254}));  // the mutant's own integers, consistently
+  const Case x = make(1, 2, 1, {1.2550690257394217, 0.6275345128697108}, {1, 1}, {1});
+  EXPECT_EQ(reference(x).x_q, (std::vector<double>{127, 64}));
+  const Result mul_div = find_mutant(mutants(), "act_scale_mul_then_div").run(x);
+  EXPECT_EQ(mul_div.x_q, (std::vector<double>{127, 63}));
+  EXPECT_EQ(mul_div.acc, (std::vector<double>{190}));
+}
+
+// `threshold` weights and `ties` activations: half the draws with a scale
+// that is a power of two (exact ties), half with one that is not, each
+// tie then on the contract's own rounding boundary (a tie or one ulp off),
+// so that both reassociated scalings are caught.
+TEST(TernaryGenerator, GeneralScalesPutValuesOnTheContractsRoundingBoundary) {
+  Values domain = Values::defaults(Traits::domain_schema());
+  domain.set("weights.kinds", Choices{"threshold"});
+  domain.set("activations.kinds", Choices{"ties"});
+  auto power_of_two = [](double v) {
+    int e = 0;
+    return std::frexp(v, &e) == 0.5;
+  };
+  // v on the boundary of round(v * scale): an ulp up or down rounds differently.
+  auto on_boundary = [](double v, double scale) {
+    const double q = round_half_even(v * scale);
+    return round_half_even(std::nextafter(v, HUGE_VAL) * scale) != q ||
+           round_half_even(std::nextafter(v, 0.0) * scale) != q;
+  };
+  std::mt19937_64 rng(5);
+  int w_general = 0, w_pow2 = 0, w_killed = 0, a_general = 0, a_pow2 = 0, a_killed = 0;
+  for (int n = 0; n < 300; ++n) {
+    const Case c = testing::from_random_bytes<Traits>(rng, 128, domain);
+    const Result r = reference(c);
+    const double inv = 1.0 / r.w_scale;
+    // A power-of-two case: every |W| is m 2^e / 4, or that times 1 ± 2^-40
+    // (nudged, which moves s off 2^e too).
+    const double unit = std::exp2(std::round(std::log2(r.w_scale))) / 4;
+    if (std::all_of(c.w.begin(), c.w.end(), [&](double v) {
+          const double m = std::fabs(v) / unit;
+          return std::fabs(m - std::round(m)) <= 0x1p-37 * m;
+        })) {
+      ++w_pow2;
+    } else {
+      ++w_general;
+      for (size_t i = 0; i + 1 < c.w.size(); ++i) {  // the last entry makes mean|W| = s: on none
+        const double v = std::fabs(c.w[i]);
+        if (std::fabs(v * inv - 0.5) < 1e-12 || std::fabs(v * inv - 1.5) < 1e-12) {
+          EXPECT_TRUE(on_boundary(v, inv)) << n << " " << v;
+        }
+      }
+    }
+    for (int t = 0; t < c.tokens; ++t) {
+      const double a = r.x_scale[static_cast<size_t>(t)];
+      if (power_of_two(a)) {
+        ++a_pow2;
+        continue;
+      }
+      ++a_general;
+      for (int k = 0; k < c.in_features; ++k) {
+        const double v = std::fabs(c.x[static_cast<size_t>(t) * c.in_features + k]), va = v * a;
+        if (std::fabs(va - std::floor(va) - 0.5) < 1e-9) {
+          EXPECT_TRUE(on_boundary(v, a)) << n << " " << v;
+        }
+      }
+    }
+    w_killed += find_mutant(mutants(), "w_divided_by_scale").run(c).w_q != r.w_q;
+    a_killed += find_mutant(mutants(), "act_scale_mul_then_div").run(c).x_q != r.x_q;
+  }
+  EXPECT_GT(w_general, 100);
+  EXPECT_GT(w_pow2, 100);
+  EXPECT_GT(a_general, 200);
+  EXPECT_GT(a_pow2, 200);
+  EXPECT_GT(w_killed, 30);
+  EXPECT_GT(a_killed, 30);
+}
+
 // same_sign_rate: 1 makes every x >= 0 and every w of one sign; 0 (the
 // default) draws exactly the cases it drew before the key existed.
 TEST(TernaryGenerator, SameSignRateMakesEveryProductOneSigned) {
