@@ -457,19 +457,14 @@ InvariantUse expression_invariant(const Loader& l, const YAML::Node& item, const
                          : range ? fmt::format("[{}, {}]", range->lo, range->hi)
                                  : format_value(value));
     }
-    // The dims the transform changes: a slice_DIM transform (a declared
-    // op's) keeps a run of DIM's indices, so the derived case's DIM is its
-    // own dim, transformed.DIM (the scalar it publishes), and
-    // `close(transformed.target.y, target.y)` is refused as [transformed.T,
-    // D] vs [T, D] (it loaded, and broadcast a one-row slice against every
-    // row). So is the transform's index along DIM (transform.index:
-    // [transformed.DIM], what target.y[transform.index] then has).
-    std::set<std::string> changed;
-    if (tname.rfind("slice_", 0) == 0) {
-      const std::string dim = tname.substr(6);
-      for (const auto& tensor : infos)
-        if (tensor.name == dim && tensor.shape.empty()) changed.insert(dim);
-    }
+    // The dims the transform changes (TransformInfo::changes_dims: a
+    // declared op's slice_DIM keeps a run of DIM's indices) are the derived
+    // case's own, transformed.DIM, so `close(transformed.target.y,
+    // target.y)` is refused as [transformed.T, D] vs [T, D] (it loaded, and
+    // broadcast a one-row slice against every row). So is the transform's
+    // index along DIM (transform.index: [transformed.DIM], what
+    // target.y[transform.index] then has).
+    const std::set<std::string> changed(info.changes_dims.begin(), info.changes_dims.end());
     const auto derived_shape = [&](std::vector<std::string> shape) {
       for (std::string& d : shape)
         if (changed.count(d)) d = "transformed." + d;

@@ -39,7 +39,8 @@ const std::vector<TransformInfo>& Traits::transforms() {
       {"change_block_size",
        "another page size in [1, 8] with a fresh shuffled pool: outputs unchanged up to rounding",
        {},
-       {{"transform.page_size", {}, expr::DType::integer, "the transformed case's page size"}}},
+       {{"transform.page_size", {}, expr::DType::integer, "the transformed case's page size"}},
+       {"NB"}},
   };
   return infos;
 }

@@ -216,7 +216,8 @@ OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
              " (a smaller valid extent; the whole dim when the relations allow none)",
          {},
          {{"transform.index", {dim.name}, expr::DType::integer, "the indices kept, ascending"},
-          transform_applies_info("no smaller extent is valid")}});
+          transform_applies_info("no smaller extent is valid")},
+         {dim.name}});
   }
   reference("the declared reference expressions, in fp64", op::reference);
   optimized("naive",

@@ -330,6 +330,11 @@ struct TransformInfo {
   std::string description;
   Schema params;              // typed parameters, set per use in the spec
   expr::TensorInfos tensors;  // "transform.*" tensors it publishes
+  // Dims whose extent the derived case may change (a slice keeps a run of
+  // one dim's indices): in expressions, the derived case's tensors and the
+  // transform's own have the dim "transformed.DIM" there, never the base
+  // case's DIM, so an expression that equates the two is refused at load.
+  std::vector<std::string> changes_dims{};
 };
 
 // A transform that can leave a case as it is (a permutation of one element)
