@@ -354,9 +354,14 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
       const long long execs_before = stats.executions;
       FuzzSpecStats now = stats;
       now.crash_inputs = 0;  // libFuzzer's count of this slice, from its first status line
+      // libFuzzer's -seed is 32 bits, 0 meaning a fresh one: each spec and
+      // round its own, from the run's seed.
+      const uint64_t fuzzer_seed = rng::hash(o.seed, uint64_t(k), uint64_t(round)) % 0xffffffffULL + 1;
+      fmt::print(stderr, "[{}] libFuzzer -seed={}\n", spec.name, fuzzer_seed);
       const std::vector<std::string> args = {
           harness,
           fmt::format("-fork={}", std::max(1, o.jobs)),
+          fmt::format("-seed={}", fuzzer_seed),
           "-ignore_crashes=1",
           "-ignore_timeouts=1",
           "-ignore_ooms=1",

@@ -168,6 +168,11 @@ int run_fuzz_mode(const Config& cfg, const std::string& corpus_root) {
     if (!o.target.empty()) resolve_target(spec, o.target);
   o.time_s = cfg.time.value_or(60);
   o.jobs = cfg.jobs.value_or(1);
+  // Fresh unless --seed S (S > 0) fixes it: fuzzing explores; the spec's
+  // run.seed is its property runs'. Printed first, as a property run's.
+  const auto seed = parse_seed(cfg.seed);
+  o.seed = seed.value_or(0) != 0 ? *seed : fresh_seed();
+  fmt::print(stderr, "kprop fuzz: seed {}\n", o.seed);
   o.work_dir = cfg.work.empty() ? ".fuzz-work" : cfg.work;
   // Beside the binary itself: argv[0] of a prop_runner found on PATH (or
   // through a link) named a fuzz/ under the current folder.
@@ -320,8 +325,8 @@ int run(const Config& cfg) {
                                                             : "--fuzz-seeds"));
   if (cfg.fuzz)
     refuse_unused(cfg, "--fuzz",
-                  {"--fuzz", "--target", "--time", "--case-timeout", "--corpus/--no-corpus", "--jobs",
-                   "--work", "--fuzzer-dir", "--skipped-exit"},
+                  {"--fuzz", "--target", "--seed", "--time", "--case-timeout", "--corpus/--no-corpus",
+                   "--jobs", "--work", "--fuzzer-dir", "--skipped-exit"},
                   "it fuzzes one target with the spec's harness, checking every invariant");
   else if (!cfg.imports.empty())
     refuse_unused(cfg, "--import",
@@ -639,7 +644,8 @@ int main(int argc, char** argv) {
   const auto given = [](const char* what) {
     return CLI::Validator([what](std::string& v) { return v.empty() ? std::string(what) : ""; }, "");
   };
-  app.add_option("--seed", cfg.seed, "seed (default: the spec's run.seed; 0 draws a fresh one, printed)")
+  app.add_option("--seed", cfg.seed,
+                 "seed (default: the spec's run.seed; 0 draws a fresh one, printed; --fuzz: a fresh one)")
       ->check(given("is empty (leave --seed out for the spec's run.seed; 0 draws a fresh one)"));
   const auto count = number_in(1, false, 1e9, "a whole number in [1, 1e9]", true);
   const auto seconds = number_in(0, false, 1e7, "a number of seconds in [0, 1e7]");

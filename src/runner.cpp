@@ -155,8 +155,6 @@ int exit_code(RunStatus s) {
   return 3;
 }
 
-namespace {
-// A fresh seed from the clock and the OS (seed: 0 in a spec).
 uint64_t fresh_seed() {
   std::random_device device;
   const uint64_t t = static_cast<uint64_t>(Clock::now().time_since_epoch().count());
@@ -164,7 +162,6 @@ uint64_t fresh_seed() {
   s &= (1ULL << 53) - 1;  // exact in JSON and in any YAML reader
   return s ? s : 1;
 }
-}  // namespace
 
 bool fresh_seed_wanted(const Spec& spec, const RunOptions& options) {
   return options.seed.value_or(spec.run.seed) == 0;

@@ -1073,8 +1073,11 @@ def _replay_text(spec_ref, fn, path, opts: Mapping[str, Any]) -> str:
         parts.append("%s=%s" % (key, text))
     text = "kprop.replay(%s)" % ", ".join(parts)
     # A pytest item's parametrized target is shown as functools.partial(...):
-    # the line imports what it names, so that it runs as printed.
-    return "import functools; " + text if "functools." in parts[1] else text
+    # the line imports what it names, so that it runs as printed
+    # (and the modules its parametrize values name: numpy for np.float32).
+    if "functools." not in parts[1]:
+        return text
+    return "import %s; %s" % (", ".join(["functools"] + list(getattr(fn, "_kprop_replay_imports", []))), text)
 
 
 def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[int] = None,

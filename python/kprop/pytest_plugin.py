@@ -24,7 +24,9 @@ import inspect
 import itertools
 import math
 import os
+import sys
 
+import numpy as np
 import pytest
 
 from . import _check
@@ -200,9 +202,46 @@ def _bind(fn, params):
     except (TypeError, ValueError):
         pass
 
-    shown = ", ".join("%s=%s" % (k, getattr(v, "__name__", None) or repr(v)) for k, v in params.items())
+    modules = set()
+    shown = ", ".join("%s=%s" % (k, _source(v, modules, fn.__module__)) for k, v in params.items())
     bound.__name__ = bound.__qualname__ = "functools.partial(%s, %s)" % (fn.__name__, shown)
+    bound._kprop_replay_imports = sorted(modules)  # what the shown values name
     return bound
+
+
+def _source(value, modules, home):
+    """Python source for a parametrize value, so that the printed replay runs
+    where the test function is in scope (a bare __name__ printed
+    `dt=float32` for np.float32, and repr `dt=inf`: NameErrors). A class or
+    function from another module by its module's name (numpy.float32, the
+    module added to `modules`); one from the test's own module (`home`) by
+    its name; inf and nan through float(); NumPy scalars, dtypes and ufuncs
+    through numpy; anything else by repr."""
+    if isinstance(value, float) and not isinstance(value, np.generic) and not math.isfinite(value):
+        return "float(%r)" % repr(value)
+    if isinstance(value, (np.generic, np.dtype, np.ufunc)):
+        modules.add("numpy")
+        if isinstance(value, np.ufunc):
+            return "numpy." + value.__name__
+        if isinstance(value, np.dtype):
+            return "numpy.dtype(%r)" % (value.name if np.dtype(value.name) == value else value.str)
+        return "numpy.%s(%s)" % (type(value).__name__, _source(value.item(), modules, home))
+    if inspect.ismodule(value):
+        if sys.modules.get(value.__name__) is value:
+            modules.add(value.__name__)
+        return value.__name__
+    if inspect.isclass(value) or inspect.isroutine(value):
+        module, name = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+        # Only where `import module` finds it (not a file loaded under a made-up name).
+        if name and "<" not in name and module not in (None, "builtins", home) and module in sys.modules:
+            found = sys.modules[module]
+            for part in name.split("."):
+                found = getattr(found, part, None)
+            if found is value:
+                modules.add(module)
+                return "%s.%s" % (module, name)
+        return getattr(value, "__name__", None) or repr(value)
+    return repr(value)
 
 
 def _spec_path(spec, collector):

@@ -23,6 +23,10 @@ struct FuzzOptions {
   double time_s = 60;   // total; 0 = rotate until interrupted
   double slice_s = 60;  // per spec and round when time_s = 0
   int jobs = 1;         // libFuzzer -fork=N
+  // The run's seed (printed): each spec's libFuzzer -seed of each round is
+  // derived from it. It fixes libFuzzer's mutations, not what a time budget
+  // lets them reach (the executions a slice gets vary run to run).
+  uint64_t seed = 1;
   std::string work_dir = ".fuzz-work";
   std::string fuzzer_dir;   // where fuzz_<spec> lives
   std::string corpus_root;  // corpus/<spec>/ goes under it

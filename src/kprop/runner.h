@@ -304,6 +304,8 @@ class StatsCollector final : public RunListener {
   RunStats stats_;
 };
 
+// A fresh seed from the clock and the OS, in [1, 2^53) (seed: 0 in a spec).
+uint64_t fresh_seed();
 // Whether the run draws a fresh seed: --seed, else run.seed, is 0 (the one
 // place that rule lives).
 bool fresh_seed_wanted(const Spec& spec, const RunOptions& options);

@@ -878,6 +878,43 @@ TEST(Cli, FuzzRunsTheHarnessInTheRunsDomainAndStopsOnItsError) {
   fs::remove_all(work);
 }
 
+// --fuzz prints its seed, and --seed S fixes libFuzzer's (-seed, one per
+// spec and round, derived from S): the same S gives the same -seed, another
+// S another. (It printed no seed and took no --seed: a fuzz run's mutations
+// could not be run again.) A stand-in harness records its arguments.
+TEST(Cli, FuzzPrintsItsSeedAndPassesItToLibFuzzer) {
+  const fs::path dir = temp("fake-fuzzer-seed"), work = temp("fake-fuzz-seed-work"), seen = temp("fuzz-args");
+  fs::create_directories(dir);
+  const fs::path harness = dir / "fuzz_any_spec";
+  std::ofstream(harness) << "#!/bin/sh\n"
+                            "case \"$*\" in\n"
+                            "  *-runs=0*) echo 'kprop fuzz: tally: 2 input(s), 2 checked, 0 declined' >&2;;\n"
+                            "  *-fork=*) echo \"$*\" > "
+                         << seen.string() << "; echo 'INFO: exiting: 0' >&2;;\nesac\n";
+  fs::permissions(harness, fs::perms::owner_all);
+  const auto fuzz = [&](const std::string& seed) {
+    fs::remove_all(work);
+    fs::remove(seen);
+    const CliRun r = run("--spec " + kSpec + " --fuzz --time 1 --no-corpus --work " + work.string() +
+                         " --fuzzer-dir " + dir.string() + seed);
+    EXPECT_EQ(r.code, 0) << r.out;
+    const std::string args = contents(seen);
+    const auto at = args.find("-seed=");
+    EXPECT_NE(at, std::string::npos) << args;
+    return std::pair{r.out, at == std::string::npos ? "" : args.substr(at, args.find(' ', at) - at)};
+  };
+  const auto [out3, seed3] = fuzz(" --seed 3");
+  EXPECT_NE(out3.find("kprop fuzz: seed 3\n"), std::string::npos) << out3;
+  EXPECT_NE(out3.find("[dflash] libFuzzer " + seed3 + "\n"), std::string::npos) << out3;
+  EXPECT_EQ(fuzz(" --seed 3").second, seed3);
+  EXPECT_NE(fuzz(" --seed 4").second, seed3);
+  // Without --seed (or with --seed 0): a fresh one, printed.
+  const auto [fresh, fresh_seed] = fuzz("");
+  EXPECT_NE(fresh.find("kprop fuzz: seed "), std::string::npos) << fresh;
+  EXPECT_NE(fresh_seed, "-seed=0");
+  fs::remove_all(work);
+}
+
 // A stand-in fuzz_any_spec in `dir`: its tally run checks 2 inputs, and its
 // fork run does `save` (a shell command) with $d the crash folder prefix.
 void write_crashing_harness(const fs::path& dir, const std::string& save) {
@@ -1024,7 +1061,7 @@ TEST(Cli, LeftOutValuesAndModesWithoutReportsAreInputErrors) {
       {"--spec " + kSpec + " --no-corpus --target plugins:./x.so", "no scheme 'plugins:'"},
       {"--spec " + kSpec + " --fuzz --replay x", "--fuzz takes no --replay"},
       {"--spec " + kSpec + " --fuzz --search --trials 7", "--fuzz takes no --trials"},
-      {"--spec " + kSpec + " --fuzz --seed 3", "--fuzz takes no --seed"},
+      {"--spec " + kSpec + " --fuzz --seed x", "--seed x: expected a decimal integer"},
       {"--spec " + kSpec + " --fuzz --reference reference", "--fuzz takes no --reference"},
       {"--spec " + kSpec + " --import x --time 5", "--import takes no --time"},
       {"--spec " + kSpec + " --import x --jobs 2", "--import takes no --jobs"},

@@ -351,3 +351,28 @@ def test_beside(logits, k, **attrs):
     monkeypatch.chdir(tests)
     result = pytester.runpytest("--kprop-no-corpus", "--rootdir", str(pytester.path))
     result.assert_outcomes(passed=2)
+
+
+
+def test_a_parametrized_items_replay_runs_as_printed(pytester):
+    # Parametrize values print as source that names them where the test
+    # function is in scope: np.float32 as numpy.float32 (imported), inf as
+    # float('inf'), a NumPy scalar through its type. (They printed as
+    # `dt=float32` and `dt=inf`: NameErrors.)
+    pytester.makepyfile(test_sm=HEADER + """
+import numpy as np
+import pytest
+
+@pytest.mark.parametrize("dt", [np.float32, float("inf"), np.float64(-np.inf)])
+@kprop.spec("softmax_topk", seed=20261122, trials=300, invariants=["sorted"])
+def test_x(logits, k, dt, **attrs):
+    return bad.softmax_topk(logits, k, **attrs)
+""")
+    result = pytester.runpytest("--kprop-no-corpus", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=3)
+    replays = [line[len("replay: "):] for line in result.stdout.lines if line.startswith("replay: ")]
+    shown = sorted(line.split("functools.partial(test_x, ")[1].split("), ")[0] for line in replays)
+    assert shown == ["dt=float('inf')", "dt=numpy.float32", "dt=numpy.float64(float('-inf'))"], replays
+    for line in replays:
+        run = pytester.runpython_c("from test_sm import *\n" + line)
+        assert "a stored counterexample fails again" in run.stderr.str(), (line, run.stderr.str())
