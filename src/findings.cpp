@@ -502,6 +502,7 @@ CheckResult check_one(const RunContext& ctx, AnyTrial& trial, const InvariantUse
     r.kind = CheckResult::Kind::declined;
     r.reason = e.what();
     r.unavailable = true;
+    r.reference_unavailable = dynamic_cast<const ReferenceUnavailable*>(&e) != nullptr;
   } catch (const Unsupported& e) {
     r.kind = CheckResult::Kind::declined;
     r.reason = e.what();
@@ -560,6 +561,7 @@ nlohmann::json check_result_json(const CheckResult& r) {
           {"reason", r.reason},
           {"failure_kind", r.failure_kind},
           {"unavailable", r.unavailable},
+          {"reference_unavailable", r.reference_unavailable},
           {"seconds", {r.seconds, r.target_seconds, r.reference_seconds}},
           {"target_runs", r.target_runs}};
 }
@@ -576,6 +578,7 @@ CheckResult check_result_from_json(const nlohmann::json& j) {
   r.reason = j.at("reason").get<std::string>();
   r.failure_kind = j.at("failure_kind").get<std::string>();
   r.unavailable = j.at("unavailable").get<bool>();
+  r.reference_unavailable = j.at("reference_unavailable").get<bool>();
   const auto& t = j.at("seconds");
   r.seconds = t[0].get<double>(), r.target_seconds = t[1].get<double>(),
   r.reference_seconds = t[2].get<double>();

@@ -466,7 +466,7 @@ std::string encode_case_outcome(const CaseOutcome& o) {
     w.pod<uint64_t>(r.verdict.measured.size());
     for (const auto& m : r.verdict.measured) w.str(m.name), w.pod(m.value);
     w.str(r.reason), w.str(r.failure_kind);
-    w.pod<uint8_t>(r.unavailable);
+    w.pod<uint8_t>(r.unavailable), w.pod<uint8_t>(r.reference_unavailable);
     w.pod(r.seconds), w.pod(r.target_seconds), w.pod(r.reference_seconds);
     w.pod(r.target_runs);
   }
@@ -501,6 +501,7 @@ bool decode_case_outcome(const std::string& bytes, CaseOutcome& o) {
       }
       c.reason = r.str(), c.failure_kind = r.str();
       c.unavailable = r.pod<uint8_t>() != 0;
+      c.reference_unavailable = r.pod<uint8_t>() != 0;
       c.seconds = r.pod<double>(), c.target_seconds = r.pod<double>(), c.reference_seconds = r.pod<double>();
       c.target_runs = r.pod<int64_t>();
       out.results.push_back(std::move(c));

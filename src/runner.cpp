@@ -463,15 +463,19 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
       const CheckResult& r = results[n];
       if (r.kind == CheckResult::Kind::declined) {
         // A declined case is not a verdict: counted apart, with its reason.
+        // (One the reference could not run was not the target's to decline:
+        // the run ends on it below, its detail naming the reference.)
         declined_or_stopped = true;
-        ++report.declined;
-        ++report.decline_reasons[r.reason];
-        // For every live invariant but those with a result on this case
-        // already (one that discarded it before the target was asked).
-        for (size_t j = 0; j < uses.size(); ++j)
-          if (alive[j] && std::find(live.begin(), live.begin() + static_cast<std::ptrdiff_t>(n), j) ==
-                              live.begin() + static_cast<std::ptrdiff_t>(n))
-            ++report.invariants[j].declined;
+        if (!r.reference_unavailable) {
+          ++report.declined;
+          ++report.decline_reasons[r.reason];
+          // For every live invariant but those with a result on this case
+          // already (one that discarded it before the target was asked).
+          for (size_t j = 0; j < uses.size(); ++j)
+            if (alive[j] && std::find(live.begin(), live.begin() + static_cast<std::ptrdiff_t>(n), j) ==
+                                live.begin() + static_cast<std::ptrdiff_t>(n))
+              ++report.invariants[j].declined;
+        }
         // (An invariant that passed on this case already checked it: not
         // counted in report.checked until the case is done.)
         if (r.unavailable && report.checked == 0 && !checked && report.status != RunStatus::failed) {

@@ -534,7 +534,7 @@ void Search::run(RunReport& report, RunListener& events) {
       SearchInvariant& si = sr.invariants[c.search];
       const CheckResult& r = results[n];
       if (r.kind == CheckResult::Kind::declined) {
-        ++sr.declined;
+        sr.declined += !r.reference_unavailable;  // the reference's loss ends the search below
         declined_or_stopped = true;
         if (r.unavailable) lost = r.reason;
         break;

@@ -51,6 +51,13 @@ class TargetUnavailable : public Unsupported {
   using Unsupported::Unsupported;
 };
 
+// The reference (an oracle) cannot run any case here: as TargetUnavailable,
+// but the target is not the one that declined (Trial raises it).
+class ReferenceUnavailable : public TargetUnavailable {
+ public:
+  using TargetUnavailable::TargetUnavailable;
+};
+
 // A decline of something only one invariant needed, not of the case: the
 // target on a case a metamorphic relation derived, the reference. That
 // invariant cannot check the case (a discard, with this reason); the others

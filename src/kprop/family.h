@@ -607,7 +607,7 @@ class Trial {
     try {
       return timed(times_.reference, impl, case_);
     } catch (const TargetUnavailable& e) {
-      throw TargetUnavailable(who + "cannot run here: " + e.what());
+      throw ReferenceUnavailable(who + "cannot run here: " + e.what());
     } catch (const Unsupported& e) {
       throw DerivedDeclined(who + "declined the case: " + e.what());
     } catch (const InputError&) {

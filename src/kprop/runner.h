@@ -245,7 +245,8 @@ struct RunReport {
   int64_t checked = 0;        // cases on which at least one invariant gave a verdict
   // Cases every invariant still checking discarded (or found n/a): neither
   // checked nor declined. drawn (+ the search's) = checked + declined (+
-  // the search's) + discarded, less a case a crash or Ctrl-C ended.
+  // the search's) + discarded, less a case a crash, Ctrl-C or the loss of
+  // the reference (it cannot run here) ended.
   int64_t discarded = 0;
   // Cases drawn from a focus, not the spec's whole domain, by its narrowed
   // fields ("{dtypes: [f16, bf16]}"): where the invariants still checking
@@ -412,6 +413,9 @@ struct CheckResult {
   std::string failure_kind;  // target_failure: crash (a signal, or an external target died), hang,
                              // error (external) or threw (an exception in process)
   bool unavailable = false;  // declined because the target cannot run anything here
+  // ... or because the reference cannot (unavailable too): the run ends, as
+  // there, but the target declined nothing (not counted as its decline).
+  bool reference_unavailable = false;
   // Seconds this check took, and of them inside the target and the
   // reference (a trial runs them once: the first check that needs them pays).
   double seconds = 0, target_seconds = 0, reference_seconds = 0;

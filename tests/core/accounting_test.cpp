@@ -233,6 +233,27 @@ TEST(Accounting, ATargetLostMidRunIsNoPassAndNoSkip) {
   EXPECT_NE(xml.find("failures=\"1\""), std::string::npos) << xml;
 }
 
+// A reference lost mid-run ends the run as a lost target does, but the
+// target declined nothing: the case is not counted as its decline. (The
+// report said "1 declined by the target (not checked): the reference ...
+// cannot run here".)
+TEST(Accounting, AReferenceLostMidRunIsNoDeclineOfTheTarget) {
+  TempDir dir;
+  const Spec spec = toy_spec("invariants: [matches_reference]\n");
+  RunOptions o = options("", dir);
+  o.reference = "loses_device";
+  const RunReport r = run_spec(spec, o);
+  EXPECT_EQ(r.status, RunStatus::gave_up) << r.detail;
+  EXPECT_GT(r.checked, 0);
+  EXPECT_EQ(r.declined, 0);
+  EXPECT_TRUE(r.decline_reasons.empty());
+  EXPECT_EQ(r.invariants[0].declined, 0);
+  EXPECT_NE(r.detail.find("the reference became unavailable after"), std::string::npos) << r.detail;
+  const std::string text = make_reporter("text")->run(r);
+  EXPECT_EQ(text.find("declined by the target"), std::string::npos) << text;
+  EXPECT_NE(text.find("HEALTH CHECK FAILED (unavailable)"), std::string::npos) << text;
+}
+
 // only_long_lists discards a case before the target runs; the target then
 // declines it for matches_reference. The case is that invariant's discard,
 // not also its decline. (It was both: an invariant's discards, declines and
