@@ -55,7 +55,8 @@ constexpr int kLdP = kTile + 8;  // 16-bit P and dS tiles (a multiple of 8 eleme
 // Blocks per SM the dK/dV and dQ kernels are compiled for: two at D = 64
 // (106.5 KiB of shared memory each: two fit in the 228 KiB of a Hopper SM,
 // registers capped at 128 a thread; an A100's 164 KiB holds one, so there
-// the cap only limits registers), one at D = 128 (202.5 KiB each).
+// the cap only limits registers), one at D = 128 (154.5 KiB each). On
+// compute capability 8.6/8.9 (99 KiB a block) neither fits: declined.
 template <int D>
 constexpr int kBlocksPerSm = D == 64 ? 2 : 1;
 
@@ -403,9 +404,13 @@ void allow_shared(Kernel kernel, size_t bytes) {
   check(cudaGetDevice(&dev), "cudaGetDevice");
   check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
         "cudaDeviceGetAttribute");
+  // A device with less (compute capability 8.6 and 8.9 allow 99 KiB a
+  // block: D = 64 needs 106.5 KiB) cannot run these tiles: declined, as any
+  // launch the device cannot take, never a target error.
   if (bytes > static_cast<size_t>(optin))
-    throw std::runtime_error("attention tensor-core backward: its tiles need " + std::to_string(bytes) +
-                             " bytes of shared memory, the device allows " + std::to_string(optin));
+    throw cuda_raw::DeviceLimit("the tensor-core backward's 64x64 tiles need " + std::to_string(bytes) +
+                                " bytes of shared memory a block at this head dimension; the device allows " +
+                                std::to_string(optin));
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
         "cudaFuncSetAttribute");
 }

@@ -14,7 +14,9 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
               fused);
   f.cuda(
       "one block per row: x shifted by x[0], two-pass mean/variance with tree reductions, "
-      "x-hat cached; dx from the cache; dgamma/dbeta one thread per column; f32 or f64 per case",
+      "x-hat cached; dx from the cache; dgamma/dbeta one thread per column; f32 or f64 per case; f16/bf16 "
+      "on the f32 kernels, the x-hat cache rounded to the dtype on the device (the backward reads it), "
+      "outputs rounded to the dtype",
       KPROP_CUDA_IMPL(Traits, cuda_raw::device_count, cuda));
   f.mutants(mutants());
   register_invariants(f);

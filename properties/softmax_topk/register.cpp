@@ -13,7 +13,9 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
               fused);
   f.cuda(
       "one block per row: tree-reduced max and normaliser, then rank selection (each element's "
-      "rank by the contract order, stopping at K; rank < K writes its slot), any K up to V; f32 or f64",
+      "rank by the contract order, stopping at K; rank < K writes its slot), any K up to V; f32 or f64; "
+      "f16/bf16 on the f32 kernel, "
+      "probabilities rounded to the dtype",
       KPROP_CUDA_IMPL(Traits, cuda_raw::device_count, cuda));
   f.mutants(mutants());
   register_invariants(f);
