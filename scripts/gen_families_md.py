@@ -95,7 +95,10 @@ attends; a sequence's blocks are released at the end of the step of its
 last token (LIFO free list). Unused slots hold poison (NaN, or K = 0 with
 V = 1e30; code -128 in the int8 cache) and released blocks keep stale data:
 nothing outside a sequence's first t + 1 slots may influence token t. The
-int8 cache uses static per-channel scales `range/127` (no clipping); its
+int8 cache uses static per-channel scales `s = range/127` (no clipping) and
+codes `x / s` (the double quotient) rounded to nearest, ties to even,
+clamped to ±127 (`nearbyint`, not `round`: 2.5 is code 2 and -2.5 is -2);
+the domain key `int8_ties` puts f64 K/V elements exactly on such ties. Its
 error bound is derived in `properties/kvcache/invariants.cpp`. Precision
 (the case's dtype): f64 cases compute in fp64 throughout. f32, f16 and bf16
 cases keep the KV cache in the dtype, as vLLM and FlashInfer keep an

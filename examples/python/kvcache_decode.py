@@ -25,6 +25,8 @@ rounding K/V to nearest even at the write, and attends in float32
   decode_off_by_one        a decode token does not see its own key
   padding_leak             decode keys masked by the padded batch width
   per_tensor_scale         int8 cache with one scale per tensor (implies --int8)
+  int8_round_half_away     int8 codes round x / s half away from zero, not to
+                           even (implies --int8; differs only on exact ties)
   stale_block_reuse        finishing sequences release their blocks before
                            the step's writes, which then overwrite them
   cache_truncated_bf16     a bf16 cache written by truncating the f32 K/V
@@ -43,7 +45,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import kprop_worker  # noqa: E402
 
 BUGS = ("paged_last_block_offset", "chunk_ignores_past", "decode_off_by_one", "padding_leak",
-        "per_tensor_scale", "stale_block_reuse", "cache_truncated_bf16", "decode_accumulate_in_storage")
+        "per_tensor_scale", "int8_round_half_away", "stale_block_reuse", "cache_truncated_bf16",
+        "decode_accumulate_in_storage")
 F32, F64, F16, BF16, I8 = 1, 2, 3, 4, 5  # kprop_dtype values (include/kprop/abi.h)
 POISON_NAN = 0  # KPROP_KVCACHE_POISON_NAN; KPROP_KVCACHE_POISON_HUGE is K = 0, V = 1e30
 
@@ -54,7 +57,17 @@ parser.add_argument("--bug", choices=BUGS, help="plant one of the family's mutan
 # unless BUG / INT8 are set.
 ARGS = parser.parse_args() if __name__ == "__main__" else parser.parse_args([])
 BUG = ARGS.bug
-INT8 = ARGS.int8 or BUG == "per_tensor_scale"
+INT8 = ARGS.int8 or BUG in ("per_tensor_scale", "int8_round_half_away")
+
+
+def int8_codes(x, s):
+    """The contract's int8 codes: x / s in float64 rounded to nearest, ties to even (np.rint), clamped."""
+    q = x / s
+    if BUG == "int8_round_half_away":
+        rounded = np.sign(q) * np.floor(np.abs(q) + 0.5)  # C's round(): ties away from zero
+    else:
+        rounded = np.rint(q)
+    return np.clip(rounded, -127, 127).astype(np.int8)
 
 
 def dtype_of(q):
@@ -126,7 +139,7 @@ class PagedCache:
                 table.append(self.allocate())
             block = table[t // self.page]
         if INT8:
-            k, v = (np.clip(np.rint(x / s), -127, 127).astype(np.int8) for x, s in zip((k, v), self.scales))
+            k, v = (int8_codes(x, s) for x, s in zip((k, v), self.scales))
         elif self.dtype != F64:
             k, v = to_storage(k, self.dtype), to_storage(v, self.dtype)
         self.k[block, offset] = k

@@ -144,7 +144,9 @@ class Int8Cache {
       : dims_(c),
         cap_(capacity(c)),
         scales_(int8_scales(c, e.per_tensor_scale)),
-        f32_(e.quantize_in_f32),
+        quantize_(e.quantize_in_f32   ? quantize_f32
+                  : e.round_half_away ? quantize_half_away
+                                      : quantize),
         k_(c.seqs.size() * cap_ * dims_.token(), static_cast<int8_t>(-128)),
         v_(k_.size(), static_cast<int8_t>(-128)),
         kbuf_(dims_.D),
@@ -153,8 +155,8 @@ class Int8Cache {
   void write(size_t b, int t, const double* k, const double* v, bool) {
     const size_t at = slot(b, t);
     for (size_t i = 0; i < dims_.token(); ++i) {
-      k_[at + i] = f32_ ? quantize_f32(k[i], scales_.k[i]) : quantize(k[i], scales_.k[i]);
-      v_[at + i] = f32_ ? quantize_f32(v[i], scales_.v[i]) : quantize(v[i], scales_.v[i]);
+      k_[at + i] = quantize_(k[i], scales_.k[i]);
+      v_[at + i] = quantize_(v[i], scales_.v[i]);
     }
   }
   const double* key(size_t b, int j, size_t h) { return load(k_, scales_.k, b, j, h, kbuf_); }
@@ -173,7 +175,7 @@ class Int8Cache {
   Dims dims_;
   size_t cap_;
   ChannelRanges scales_;
-  bool f32_;  // Engine::quantize_in_f32 (a mutant)
+  int8_t (*quantize_)(double, double);  // quantize, or a mutant's (quantize_in_f32, round_half_away)
   std::vector<int8_t> k_, v_;
   std::vector<double> kbuf_, vbuf_;
 };

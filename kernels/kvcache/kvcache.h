@@ -23,7 +23,11 @@
 // int8 cache: static per-channel scales, s[h][d] = range[h][d] / 127, from
 // each channel's calibrated range (the case's channel ranges; every K/V
 // element lies within its channel's range, so nothing clips). Codes are
-// round(x / s) in [-127, 127]; attention dequantizes code * s.
+// the double quotient x / s rounded to the nearest integer, ties (x / s =
+// k + 1/2 exactly) to even (std::nearbyint in the default rounding mode; not
+// std::round, which takes ties away from zero), clamped to [-127, 127];
+// attention dequantizes code * s. Cases with int8_ties > 0 put K/V elements
+// exactly on such ties (x / s == k + 1/2 in double, against this s).
 //
 // Precision (the case's dtype; an fp16/bf16 KV cache as vLLM and FlashInfer
 // keep it). f64 cases are what the family always did: data, caches and
@@ -84,6 +88,11 @@ struct Case {
   double v_spread = 1;       // value channel ranges likewise
   uint64_t seed = 1;         // channel ranges
   DType dtype = DType::f64;  // the Precision note above
+  // f64 cases: the probability that a K/V element (one of the 95% not drawn
+  // 2^-30 off a tie) sits exactly on a rounding tie of its int8 code, x / s
+  // == k + 1/2 in double (k even and odd, either sign). 0 (a case written
+  // before the field) puts none there.
+  double int8_ties = 0;
   int q_heads() const { return kv_heads * group; }
   // Tokens over all sequences (each one's prompt and decode steps).
   int64_t tokens() const {
@@ -129,9 +138,12 @@ struct ChannelRanges {
 ChannelRanges channel_ranges(const Case& c);
 // Per-channel int8 scales (range / 127), or one per tensor (the largest range / 127).
 ChannelRanges int8_scales(const Case& c, bool per_tensor = false);
+// The contract's int8 code: nearbyint(x / scale) (ties to even), clamped to [-127, 127].
 int8_t quantize(double x, double scale);
 // The same with the quotient formed in f32 (the int8_quantize_in_f32 mutant).
 int8_t quantize_f32(double x, double scale);
+// The same with ties rounded away from zero, std::round (the int8_round_half_away mutant).
+int8_t quantize_half_away(double x, double scale);
 // K and V of `t` replaced by their int8 round trip under `scales`.
 Tensors dequantized(const Case& c, Tensors t, const ChannelRanges& scales);
 
@@ -198,6 +210,7 @@ struct Engine {
   bool padding_leak = false;        // decode keys masked by the batch's longest sequence
   bool per_tensor_scale = false;    // one int8 scale per tensor
   bool quantize_in_f32 = false;     // int8 codes round(f32(x) / f32(s)), not the contract's double
+  bool round_half_away = false;     // int8 codes std::round(x / s): ties away from zero, not to even
   bool stale_block_reuse = false;   // finishing sequences release blocks before the step's writes
   bool table_entries_4096 = false;  // a block table of 4096 entries: logical block l at entry l mod 4096
   bool no_max = false;              // softmax as exp(s) / sum exp(s): no running max subtracted

@@ -43,6 +43,12 @@ const std::vector<Mutant>& mutants() {
        "off "
        "a code's rounding tie rounds onto it",
        switched<Layout::int8, &Engine::quantize_in_f32>},
+      // Differs from the contract only where |x / s| is exactly k + 1/2 with
+      // k even: int8_ties' elements (specs/kvcache.yaml).
+      {"int8_round_half_away",
+       "int8 cache codes std::round(x / s), ties away from zero instead of to even: an element with x / s = "
+       "±(k + 1/2) exactly, k even, gets code ±(k + 1), one step off the contract's ±k",
+       switched<Layout::int8, &Engine::round_half_away>},
       // This step's allocations reuse blocks it still reads.
       {"stale_block_reuse",
        "paged: finishing sequences release blocks before the step's writes, which then reuse blocks still "

@@ -16,7 +16,8 @@
 namespace kprop::kvcache {
 namespace {
 
-// (kK + 10, kV + 10: an element's near-tie draw; + 20: its side.)
+// (kK + 10, kV + 10: an element's near-tie draw; + 20: its side; + 30: its
+// exact-tie draw, Case::int8_ties.)
 enum Stream : uint64_t { kQ = 1, kK = 2, kV = 3, kRangeK = 10, kRangeV = 11 };
 
 }  // namespace
@@ -41,6 +42,23 @@ ChannelRanges channel_ranges(const Case& c) {
 
 namespace {
 
+// An x with x / scale == m exactly in double, m = j + 1/2 for the first j of
+// j0, j0 + 1, j0 - 1, j0 + 2, ... within [-127, 126] whose product x =
+// fl(scale m) divides back to m. (About 1 tie in 9 does not, and in
+// 2,000,000 samples no double within 3 ulps of such a product divided to m
+// either; at each of 200,000 random scales at least 128 of the 254 ties were
+// exact, so the walk stops within a few steps.) |x| <= 126.5 scale: inside
+// the channel's range (127 scale), so no code clips.
+double exact_tie(double scale, double j0) {
+  for (int step = 0; step < 2 * 254; ++step) {
+    const double j = j0 + (step % 2 ? -(step + 1) / 2 : step / 2);
+    if (j < -127 || j > 126) continue;
+    const double m = j + 0.5, x = scale * m;
+    if (x / scale == m) return x;
+  }
+  return scale * (j0 + 0.5);  // no exact tie at this scale (none seen): a near one
+}
+
 Tensors generate(const Case& c, size_t b) {
   const Sequence& s = c.seqs.at(b);
   const size_t T = static_cast<size_t>(s.tokens()), D = static_cast<size_t>(c.head_dim);
@@ -54,12 +72,22 @@ Tensors generate(const Case& c, size_t b) {
   // f64 K/V (the int8 cache's inputs): 5% of the elements sit 2^-30 off a
   // rounding tie of their int8 code, x = s (j + 1/2 ± 2^-30) with s = range
   // / 127: x / s rounds away from the tie in double, as the contract's
-  // round(x / s) does, but a quotient formed in f32 lands on the tie.
+  // nearbyint(x / s) does, but a quotient formed in f32 lands on the tie.
+  // Of the others, a fraction int8_ties sits exactly on a tie (exact_tie):
+  // x / s == j + 1/2 in double, which the contract rounds to even. (The
+  // scales come from the case's calibrated ranges, not from the values, so
+  // no element moves them; every tie lies inside its channel's range.)
   auto element = [&](double range, Stream stream, size_t i) {
     const double u = 2 * rng::uniform(s.seed, stream, i) - 1;
-    if (c.dtype != DType::f64 || rng::uniform(s.seed, stream + 10, i) >= 0.05) return range * u;
-    const double side = rng::uniform(s.seed, stream + 20, i) < 0.5 ? -1 : 1;
-    return range / 127 * (std::floor(127 * u) + 0.5 + side * 0x1p-30);
+    if (c.dtype != DType::f64) return range * u;
+    if (rng::uniform(s.seed, stream + 10, i) < 0.05) {
+      const double side = rng::uniform(s.seed, stream + 20, i) < 0.5 ? -1 : 1;
+      return range / 127 * (std::floor(127 * u) + 0.5 + side * 0x1p-30);
+    }
+    // Drawn only for cases with ties: a case without them draws what it drew before the field.
+    if (c.int8_ties > 0 && rng::uniform(s.seed, stream + 30, i) < c.int8_ties)
+      return exact_tie(range / 127, std::floor(127 * u));
+    return range * u;
   };
   for (size_t i = 0; i < t.k.size(); ++i) {
     const size_t channel = i % (Hkv * D);
@@ -73,7 +101,7 @@ Tensors generate(const Case& c, size_t b) {
 struct DataKey {
   uint64_t seq_seed, seed;
   int tokens, kv_heads, group, head_dim;
-  double q_scale, k_spread, v_spread;
+  double q_scale, k_spread, v_spread, int8_ties;
   DType dtype;
   bool stored;
   bool operator==(const DataKey&) const = default;
@@ -82,8 +110,8 @@ struct DataKey {
 DataKey data_key(const Case& c, size_t b, bool stored) {
   const Sequence& s = c.seqs.at(b);
   stored = stored && c.dtype != DType::f64;  // f64 K/V are stored as they arrive: one entry
-  return {s.seed,    c.seed,     s.tokens(), c.kv_heads, c.group, c.head_dim,
-          c.q_scale, c.k_spread, c.v_spread, c.dtype,    stored};
+  return {s.seed,    c.seed,     s.tokens(), c.kv_heads,  c.group, c.head_dim,
+          c.q_scale, c.k_spread, c.v_spread, c.int8_ties, c.dtype, stored};
 }
 
 // Sequences larger than this (elements) are made each time rather than kept.
@@ -147,6 +175,9 @@ int8_t quantize(double x, double scale) {
 int8_t quantize_f32(double x, double scale) {
   const float q = static_cast<float>(x) / static_cast<float>(scale);
   return static_cast<int8_t>(std::clamp(std::nearbyint(static_cast<double>(q)), -127.0, 127.0));
+}
+int8_t quantize_half_away(double x, double scale) {
+  return static_cast<int8_t>(std::clamp(std::round(x / scale), -127.0, 127.0));
 }
 
 Tensors dequantized(const Case& c, Tensors t, const ChannelRanges& scales) {
@@ -249,6 +280,9 @@ std::string validate(const Case& c) {
   if (c.dtype != DType::f64 && c.dtype != DType::f32 && !is_half(c.dtype)) return "unknown dtype";
   if (!(c.k_spread >= 1 && c.k_spread <= 1e6 && c.v_spread >= 1 && c.v_spread <= 1e6))
     return "k_spread and v_spread must be in [1, 1e6]";
+  if (!(c.int8_ties >= 0 && c.int8_ties <= 1)) return "int8_ties must be in [0, 1]";
+  if (c.int8_ties > 0 && c.dtype != DType::f64)
+    return "int8_ties applies to f64 cases only (the int8 cache's)";
   std::vector<bool> seen(c.pool.size());
   for (int b : c.pool) {
     if (b < 0 || b >= static_cast<int>(seen.size()) || seen[static_cast<size_t>(b)])

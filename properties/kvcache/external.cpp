@@ -11,6 +11,8 @@
 // rounds them to the dtype). The reply's cache_dtype must be the case's
 // dtype, or KPROP_I8 for an int8 cache on an f64 case; an engine that lacks
 // a dtype answers KPROP_UNSUPPORTED (the case is declined, not passed).
+// An f64 case's exact int8 ties (Case::int8_ties) travel as its k and v
+// values (batch_data, the values the reference quantizes), unrounded in f64.
 #include <fmt/format.h>
 
 #include <cmath>

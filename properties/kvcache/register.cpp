@@ -11,11 +11,10 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
   f.optimized("contiguous", "padded per-sequence cache, online softmax over key tiles", contiguous);
   f.optimized("paged", "block pool, block tables, LIFO free list; one page per softmax tile", paged);
   f.optimized("chunked_prefill", "paged cache; prompts prefilled one chunk per step", chunked_prefill);
-  f.optimized(
-      "int8",
-      "int8 cache, static per-channel scales, dequantized in attention; takes f64 cases only (the spec's "
-      "--profile int8 draws those)",
-      int8);
+  f.optimized("int8",
+              "int8 cache, static per-channel scales, codes nearbyint(x / s) (ties to even), dequantized in "
+              "attention; takes f64 cases only (the spec's --profile int8 draws those)",
+              int8);
   f.cuda(
       "paged cache on a CUDA device (K/V stored in the dtype, attention in f64 for f64 cases, "
       "else f32): scheduler, block tables and LIFO free list on the "

@@ -30,6 +30,10 @@ Schema Traits::domain_schema() {
       field::real_range("k_spread", {1, 100}, 1, 1e6, "key channel ranges are log-uniform in [1/spread, 1]"),
       field::real_range("v_spread", {1, 100}, 1, 1e6,
                         "value channel ranges are log-uniform in [1/spread, 1]"),
+      field::real("int8_ties", 0.05, 0, 1,
+                  "f64 cases: the probability that a K/V element (one of the 95% not drawn 2^-30 off a tie) "
+                  "sits exactly on a rounding tie of its int8 code, x / s = k + 1/2 in double (k even and "
+                  "odd, either sign), which the contract rounds to even; 0 puts none there"),
       field::choices("dtypes", dtype_choices(), dtype_choices(),
                      "the case's dtype: f64 computes in fp64; f32/f16/bf16 store Q, the cache and the "
                      "outputs in the dtype and compute in f32 (kernels/kvcache/kvcache.h, Precision)"),
@@ -37,8 +41,8 @@ Schema Traits::domain_schema() {
 }
 
 // The generator's edge values (edge_rate) and its rounding of the reals to
-// 1/64 mirrored. The pool (spare blocks, order) is the case's own layout and
-// not checked here.
+// 1/64 mirrored; int8_ties up to the domain's. The pool (spare blocks,
+// order) is the case's own layout and not checked here.
 std::string Traits::in_domain(const Case& c, const Values& d) {
   const bool edges = d.real("edge_rate") > 0;
   if (std::string why = outside_int_range(d, "batch", static_cast<int64_t>(c.seqs.size())); !why.empty())
@@ -67,7 +71,11 @@ std::string Traits::in_domain(const Case& c, const Values& d) {
        outside_int_range(d, "head_dim", c.head_dim), outside_int_range(d, "page_size", c.page_size),
        outside_choices(d, "poison", c.poison == Poison::nan ? "nan" : "huge"),
        outside_choices(d, "dtypes", dtype_name(c.dtype)), real_in("q_scale", c.q_scale, 1.0 / 64),
-       real_in("k_spread", c.k_spread, 1), real_in("v_spread", c.v_spread, 1)});
+       real_in("k_spread", c.k_spread, 1), real_in("v_spread", c.v_spread, 1),
+       // The builder's rate (f64 cases), or none (the shrinker's, a case from before the field).
+       c.int8_ties <= d.real("int8_ties")
+           ? ""
+           : fmt::format("int8_ties = {} is above the domain's {}", c.int8_ties, d.real("int8_ties"))});
 }
 
 namespace {

@@ -9,8 +9,9 @@ namespace kprop::kvcache {
 
 // One shrink step, boldest first: fewer sequences, shorter sequences, earlier
 // arrivals, fewer and narrower heads, smaller pages and chunks, plain data
-// (nan poison, unit spreads and scales, seed 1), then a tidy pool (identity
-// order, no spare blocks). Pools grow when a candidate needs more blocks.
+// (nan poison, unit spreads and scales, seed 1, no exact int8 ties), then a
+// tidy pool (identity order, no spare blocks). Pools grow when a candidate
+// needs more blocks.
 rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
   std::vector<Case> out;
   auto add = [&](Case s) { out.push_back(fit_pool(std::move(s))); };
@@ -63,6 +64,7 @@ rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
   set(&Case::k_spread, 1.0);
   set(&Case::v_spread, 1.0);
   set(&Case::seed, uint64_t{1});
+  if (c.int8_ties > 0) set(&Case::int8_ties, 0.0);
   const int need = blocks_needed(c);
   if (static_cast<int>(c.pool.size()) > need) {  // drop spare blocks (the highest ids)
     Case s = c;

@@ -158,9 +158,9 @@ TEST(KvcacheExternal, PythonWorkerPasses) {
 
 TEST(KvcacheExternal, PythonWorkerBugsFail) {
   KPROP_REQUIRE_PYTHON();
-  for (const char* bug :
-       {"paged_last_block_offset", "chunk_ignores_past", "decode_off_by_one", "padding_leak",
-        "per_tensor_scale", "stale_block_reuse", "cache_truncated_bf16", "decode_accumulate_in_storage"}) {
+  for (const char* bug : {"paged_last_block_offset", "chunk_ignores_past", "decode_off_by_one",
+                          "padding_leak", "per_tensor_scale", "int8_round_half_away", "stale_block_reuse",
+                          "cache_truncated_bf16", "decode_accumulate_in_storage"}) {
     kprop::RunOptions o = quick(false, 100);
     o.stop_on_first_failure = true;
     const auto report = run_worker(std::string("--bug ") + bug, o);

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
+#include <tuple>
 
 #include "kprop/runner.h"
 #include "properties/kvcache/family.h"
@@ -203,11 +205,149 @@ TEST(KvcacheMutants, EachDiesUnderItsOwnInvariant) {
       {"decode_off_by_one", "decode_matches_prefill"},
       {"padding_leak", "sequence_independence"},
       {"per_tensor_scale", "int8_error_bound"},
+      {"int8_round_half_away", "matches_reference"},
       {"stale_block_reuse", "paged_matches_contiguous"}};
   for (const auto& [mutant, invariant] : pairs)
     EXPECT_EQ(run(mutant, 5, {invariant}), RunStatus::failed) << mutant << " under " << invariant;
 }
 
+// Exact int8 rounding ties (Case::int8_ties): where ties-to-even and
+// ties-away-from-zero differ, and what a case records of them.
+namespace int8_ties {
+
+// The hand-made batch with every element that is not a near-tie (5%) drawn
+// exactly on a tie (rate 1), or a fraction `rate` of them.
+Case tied_case(double rate = 1) {
+  Case c = three_sequences(3, 2, kShuffledPool);
+  c.int8_ties = rate;
+  return c;
+}
+
+const Mutant& half_away() {
+  return find_mutant(mutants(), "int8_round_half_away");
+}
+
+TEST(KvcacheInt8Ties, ElementsSitExactlyOnTiesOfBothParitiesAndSigns) {
+  const Case c = tied_case();
+  ASSERT_EQ(validate(c), "");
+  const ChannelRanges s = int8_scales(c), range = channel_ranges(c);
+  const size_t channels = s.k.size();
+  int ties = 0, elements = 0, even[2] = {0, 0}, odd[2] = {0, 0};  // [negative, positive]
+  for (size_t b = 0; b < c.seqs.size(); ++b) {
+    const Tensors x = sequence_data(c, b);
+    for (size_t i = 0; i < x.k.size(); ++i)
+      for (const auto& [e, scale, r] : {std::tuple{x.k[i], s.k[i % channels], range.k[i % channels]},
+                                        std::tuple{x.v[i], s.v[i % channels], range.v[i % channels]}}) {
+        ++elements;
+        EXPECT_LE(std::fabs(e), r);  // inside the calibrated range: the scale stays range / 127
+        // |x / s| = |k| + 1/2 exactly, k = trunc(x / s).
+        const double q = e / scale, k = std::trunc(q);
+        if (std::fabs(q - k) != 0.5) continue;
+        ++ties;
+        const bool k_even = std::fmod(k, 2) == 0;
+        (k_even ? even : odd)[q > 0]++;
+        // The contract's code is the even neighbour; ties away from zero
+        // differ exactly where k is even (2.5 -> 2 or 3, -2.5 -> -2 or -3).
+        EXPECT_EQ(quantize(e, scale), std::nearbyint(q));
+        EXPECT_EQ(static_cast<int>(quantize(e, scale)) % 2, 0) << e << " / " << scale;
+        EXPECT_EQ(quantize_half_away(e, scale), std::round(q));
+        EXPECT_EQ(quantize_half_away(e, scale) != quantize(e, scale), k_even);
+      }
+  }
+  EXPECT_GT(ties, elements * 8 / 10);  // all but the near-ties
+  for (int side : {0, 1}) {
+    EXPECT_GT(even[side], 0) << "side " << side;
+    EXPECT_GT(odd[side], 0) << "side " << side;
+  }
+  // Without the field, no element is exactly on a tie (uniform draws and
+  // near-ties 2^-30 off).
+  Case plain = c;
+  plain.int8_ties = 0;
+  for (size_t b = 0; b < plain.seqs.size(); ++b) {
+    const Tensors x = sequence_data(plain, b);
+    for (size_t i = 0; i < x.k.size(); ++i)
+      for (const double q : {x.k[i] / s.k[i % channels], x.v[i] / s.v[i % channels]})
+        EXPECT_NE(std::fabs(q - std::trunc(q)), 0.5) << i;
+  }
+}
+
+// The int8 engine equals the reference on the dequantized cache (what
+// matches_reference holds it to) on ties; the mutant misses it by a whole
+// step of some element, and only where there are ties.
+TEST(KvcacheInt8Ties, TiedCaseKillsRoundHalfAwayAndPassesTheInt8Engine) {
+  const Case c = tied_case(0.25);
+  const Result want = reference_dequantized(c);
+  EXPECT_LT(max_error(int8(c), want), 1e-12);
+  EXPECT_GT(max_error(half_away().run(c), want), 1e-6);
+  Case plain = c;
+  plain.int8_ties = 0;
+  EXPECT_EQ(half_away().run(plain).out, int8(plain).out);
+}
+
+TEST(KvcacheInt8Ties, FieldRoundTripsAndItsAbsenceMeansNone) {
+  const Case c = tied_case(0.25);
+  const YAML::Node n = Traits::to_yaml(c);
+  EXPECT_EQ(n["data"]["int8_ties"].as<double>(), 0.25);
+  const Case back = Traits::from_yaml(YAML::Load(YAML::Dump(n)));
+  EXPECT_TRUE(back == c);
+  EXPECT_EQ(int8(back).out, int8(c).out);
+  // No ties, no field: a corpus case from before it reads and writes as it did.
+  Case plain = c;
+  plain.int8_ties = 0;
+  const YAML::Node old = Traits::to_yaml(plain);
+  EXPECT_FALSE(old["data"]["int8_ties"]);
+  EXPECT_EQ(Traits::from_yaml(YAML::Load(YAML::Dump(old))).int8_ties, 0);
+  // A bad rate names its line; ties belong to f64 cases (the int8 cache's).
+  for (const char* bad : {"2", "-0.5", ".nan", "often"}) {
+    YAML::Node b = YAML::Clone(n);
+    b["data"]["int8_ties"] = bad;
+    testing::expect_bad_case<Traits>(YAML::Dump(b), "int8_ties");
+  }
+  YAML::Node f32 = YAML::Clone(n);
+  f32["dtype"] = "f32";
+  testing::expect_bad_case<Traits>(YAML::Dump(f32), "int8_ties");
+  // The shrinker offers the case without ties.
+  auto shrinks = Traits::shrinks(c, Values::defaults(Traits::domain_schema()));
+  bool offered = false;
+  while (auto s = shrinks.next()) offered = offered || s->int8_ties == 0;
+  EXPECT_TRUE(offered);
+}
+
+// The builder (and so the fuzz decoder, which runs it on libFuzzer's bytes)
+// records the domain's rate on f64 cases without drawing anything: the same
+// bytes decode to the same case at any rate but for the field.
+TEST(KvcacheInt8Ties, FuzzDecoderCarriesTheDomainsRateAndDrawsAsBefore) {
+  const Spec on = load_spec(kSpec);
+  const Spec off = testing::spec_with(kSpec, "int8_ties: 0.05", "int8_ties: 0", "kvcache_no_ties.yaml");
+  std::mt19937_64 a(11), b(11);
+  int f64 = 0;
+  for (int n = 0; n < 200; ++n) {
+    Case with = testing::from_random_bytes<Traits>(a, 128, on.domain);
+    const Case without = testing::from_random_bytes<Traits>(b, 128, off.domain);
+    ASSERT_EQ(validate(with), "") << n;
+    EXPECT_EQ(with.int8_ties, with.dtype == DType::f64 ? 0.05 : 0) << n;
+    EXPECT_EQ(without.int8_ties, 0) << n;
+    f64 += with.dtype == DType::f64;
+    with.int8_ties = 0;
+    EXPECT_TRUE(with == without) << n;
+  }
+  EXPECT_GT(f64, 20);
+}
+
+// The spec kills the mutant at its int8_ties, and without ties it survives:
+// what the key is for.
+TEST(KvcacheInt8Ties, TheSpecKillsRoundHalfAwayOnlyWithTies) {
+  const std::string line = "int8_ties: 0.05";
+  testing::HalfRuns with{kSpec, "dtypes: [f64, f32, f16, bf16]", "kvcache_ties", 100, 300};
+  with.expect_killed("int8_round_half_away", "f64");
+  with.expect_passes("int8", "f64");
+  testing::HalfRuns without = with;
+  without.name = "kvcache_no_ties";
+  without.edit = [&](std::string& text) { text.replace(text.find(line), line.size(), "int8_ties: 0"); };
+  without.expect_passes("int8_round_half_away", "f64");
+}
+
+}  // namespace int8_ties
 }  // namespace kernels
 }  // namespace
 }  // namespace kprop::kvcache
