@@ -25,6 +25,7 @@
 
 #include "kprop/external.h"
 #include "kprop/process.h"
+#include "kprop/target_call.h"
 
 namespace kprop {
 namespace {
@@ -200,6 +201,18 @@ void on_stop(int) {
 }
 
 }  // namespace
+
+namespace {
+std::atomic<bool> cuda_in_process{false};
+}  // namespace
+
+void note_in_process_cuda(bool started) {
+  cuda_in_process.store(started, std::memory_order_relaxed);
+}
+
+bool in_process_cuda() {
+  return cuda_in_process.load(std::memory_order_relaxed);
+}
 
 int default_jobs() {
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));

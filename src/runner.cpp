@@ -400,7 +400,8 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
     }
     return out.size() == live.size();
   };
-  const int jobs = options.target_transport || options.reference_transport ? 1 : options.jobs;
+  const int jobs =
+      options.target_transport || options.reference_transport || in_process_cuda() ? 1 : options.jobs;
   std::optional<WorkerPool> pool;
   if (jobs > 1) pool.emplace(jobs, shard_cases, std::max(64 * jobs, 256), job_setup, alive_note());
 
@@ -1211,7 +1212,8 @@ std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, 
   const auto uses = selected_uses(spec, options);
   const std::vector<std::string> files = list_corpus(path);
   // --jobs: file n is replayed by whichever worker claims it (kprop/jobs.h).
-  const int jobs = options.target_transport || options.reference_transport ? 1 : options.jobs;
+  const int jobs =
+      options.target_transport || options.reference_transport || in_process_cuda() ? 1 : options.jobs;
   WorkerPool pool(jobs, int64_t(files.size()), std::max(4 * jobs, 16), [&]() -> WorkerPool::Work {
     const bool external = ctx.target.index < 0 || ctx.reference.index < 0;
     auto own = std::make_shared<RunContext>(external ? make_context(spec, options, 0) : ctx);

@@ -693,6 +693,7 @@ class FamilyDef : public Family {
   static ImplFn on_cuda_device(int (*device_count)(), ImplFn run) {
     return [device_count, run = std::move(run)](const Case& c) -> Result {
       if (device_count() <= 0) throw TargetUnavailable("no CUDA device");
+      note_in_process_cuda();  // no fork after this: kprop/target_call.h
       return run(c);
     };
   }

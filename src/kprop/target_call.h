@@ -17,6 +17,15 @@ class TargetCall {
   TargetCall& operator=(const TargetCall&) = delete;
 };
 
+// A built-in CUDA target found its device in this process (the runtime is
+// started). CUDA does not survive fork: --jobs workers forked after that
+// could not run it (every call an initialisation error), so later runs in
+// this process check their cases here (jobs 1, the same verdicts). Today
+// the caller runs the target itself when it shrinks a failure (a --reference
+// cuda across --mutants, or a failing cuda target before a folder replay).
+void note_in_process_cuda(bool started = true);  // false: tests only
+bool in_process_cuda();
+
 // Marks a call into a child process whose transport times it (an exec:
 // worker, a forked plugin host: start-up allowance plus the case timeout,
 // ChildTransport): the enclosing TargetCall's clock stops while it runs and

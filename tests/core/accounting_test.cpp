@@ -254,6 +254,28 @@ TEST(Accounting, AReferenceLostMidRunIsNoDeclineOfTheTarget) {
   EXPECT_NE(text.find("HEALTH CHECK FAILED (unavailable)"), std::string::npos) << text;
 }
 
+// After a built-in CUDA target ran in this process (as when the runner
+// shrinks its failure), --jobs forks no workers: CUDA does not survive
+// fork, and a forked worker's every call would be an initialisation error.
+// The run checks its cases in this process, with the verdicts of --jobs 1.
+TEST(Accounting, NoWorkersAreForkedOnceCudaRanInThisProcess) {
+  TempDir dir;
+  const Spec spec = toy_spec("invariants: [matches_reference]\n");
+  ASSERT_FALSE(in_process_cuda());
+  RunOptions o = options("declines_in_forked_workers", dir);
+  o.jobs = 2;
+  EXPECT_GT(run_spec(spec, o).declined, 0);  // its cases ran in forked workers
+  RunOptions cuda = options("pretend_cuda", dir);
+  cuda.jobs = 1;
+  EXPECT_EQ(run_spec(spec, cuda).status, RunStatus::passed);
+  EXPECT_TRUE(in_process_cuda());
+  const RunReport here = run_spec(spec, o);  // jobs 2, yet every case in this process
+  note_in_process_cuda(false);
+  EXPECT_EQ(here.status, RunStatus::passed) << here.detail;
+  EXPECT_EQ(here.declined, 0);
+  EXPECT_EQ(here.checked, 200);
+}
+
 // only_long_lists discards a case before the target runs; the target then
 // declines it for matches_reference. The case is that invariant's discard,
 // not also its decline. (It was both: an invariant's discards, declines and

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <csignal>
@@ -138,6 +139,19 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
                      Case d = c;
                      if (d.xs.size() >= 3) d.xs.pop_back();
                      return Result{sum(d)};
+                   });
+  // A built-in CUDA target on a pretend device (one): it starts "CUDA" in
+  // the process it runs in (kprop/target_call.h), and is right.
+  f.implementation(
+      {"pretend_cuda", ImplKind::optimized, "right, as a CUDA target on a pretend device", "cuda"},
+      FamilyDef<Traits>::on_cuda_device([] { return 1; }, [](const Case& c) { return Result{sum(c)}; }));
+  // Tells where a case ran: declines it in any process but the one that
+  // registered the family (a --jobs worker forked from it).
+  f.implementation({"declines_in_forked_workers", ImplKind::optimized,
+                    "right in the process that loaded it; declines every case in a forked worker"},
+                   [loader = getpid()](const Case& c) {
+                     if (getpid() != loader) throw Unsupported("run in a forked worker");
+                     return Result{sum(c)};
                    });
   f.implementation({"declines_short", ImplKind::optimized, "supports only lists of 7 or more elements"},
                    [](const Case& c) {
