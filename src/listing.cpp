@@ -52,7 +52,7 @@ std::string invariants_tensors_transforms_text(const Family& f, int indent) {
     for (const auto& t : f.transforms()) {
       out += fmt::format("{}{:<26} {}\n", i, t.name, t.description);
       out += describe_schema(t.params, indent + 4);
-      for (const auto& x : t.tensors)
+      for (const auto& x : t.published())
         out += fmt::format("{}{:<24} {:<20} {:<4} {}\n", j, x.name, expr::shape_text(x.shape),
                            expr::dtype_name(x.dtype), x.meaning);
     }
@@ -242,7 +242,7 @@ json family_json(const Family& f) {
     transforms.push_back({{"name", t.name},
                           {"description", t.description},
                           {"params", schema_json(t.params)},
-                          {"tensors", tensors_json(t.tensors)}});
+                          {"tensors", tensors_json(t.published())}});
   return json({{"name", f.name()},
                {"description", f.description()},
                {"domain", schema_json(f.domain_schema())},

@@ -464,24 +464,15 @@ InvariantUse expression_invariant(const Loader& l, const YAML::Node& item, const
     // broadcast a one-row slice against every row). So is the transform's
     // index along DIM (transform.index: [transformed.DIM], what
     // target.y[transform.index] then has).
-    const std::set<std::string> changed(info.changes_dims.begin(), info.changes_dims.end());
-    const auto derived_shape = [&](std::vector<std::string> shape) {
-      for (std::string& d : shape)
-        if (changed.count(d)) d = "transformed." + d;
-      return shape;
-    };
     const expr::TensorInfos own = infos;
     for (const auto& tensor : own) {
       expr::TensorInfo derived = tensor;
       derived.name = "transformed." + tensor.name;
-      derived.shape = derived_shape(tensor.shape);
+      derived.shape = info.derived_shape(tensor.shape);
       derived.meaning = tensor.meaning + " (on the transformed case)";
       infos.push_back(std::move(derived));
     }
-    for (expr::TensorInfo tensor : info.tensors) {
-      tensor.shape = derived_shape(tensor.shape);
-      infos.push_back(std::move(tensor));
-    }
+    for (expr::TensorInfo tensor : info.published()) infos.push_back(std::move(tensor));
   }
   auto compile = [&](const char* key) {
     const YAML::Node n = item[key];

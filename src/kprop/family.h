@@ -335,6 +335,21 @@ struct TransformInfo {
   // transform's own have the dim "transformed.DIM" there, never the base
   // case's DIM, so an expression that equates the two is refused at load.
   std::vector<std::string> changes_dims{};
+  // `shape` as an expression sees it on the derived case: each dim of
+  // changes_dims as transformed.DIM.
+  std::vector<std::string> derived_shape(std::vector<std::string> shape) const {
+    for (std::string& d : shape)
+      if (std::find(changes_dims.begin(), changes_dims.end(), d) != changes_dims.end())
+        d = "transformed." + d;
+    return shape;
+  }
+  // The tensors it publishes, as expressions see them (derived_shape): what
+  // the loader compiles against and --list shows.
+  expr::TensorInfos published() const {
+    expr::TensorInfos out = tensors;
+    for (auto& t : out) t.shape = derived_shape(t.shape);
+    return out;
+  }
 };
 
 // A transform that can leave a case as it is (a permutation of one element)

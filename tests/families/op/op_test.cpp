@@ -537,6 +537,30 @@ TEST(OpFuzz, BytesDecodeToExactCasesOfAConstrainedDeclaration) {
 namespace kprop::op {
 namespace {
 
+// A slice's index has the derived case's extent: --list says
+// [transformed.T] for the declared family's slice_T, as the loader compiles
+// it and docs/SPEC.md says (it said [T]).
+TEST(OpList, ASlicesIndexIsListedWithTheTransformedDim) {
+  const std::string text = list_text();
+  const size_t block = text.find("\nDeclared families (");
+  ASSERT_NE(block, std::string::npos) << text;
+  const size_t at = text.find("transform.index", block);
+  ASSERT_NE(at, std::string::npos) << text.substr(block);
+  const std::string line = text.substr(at, text.find('\n', at) - at);
+  EXPECT_NE(line.find("[transformed.T]"), std::string::npos) << line;
+  // And the example family of --list --format json.
+  const auto json = nlohmann::json::parse(list_json());
+  bool seen = false;
+  for (const auto& d : json["declared_families"])
+    for (const auto& t : d["example_family"]["transforms"])
+      for (const auto& x : t["tensors"])
+        if (t["name"] == "slice_T" && x["name"] == "transform.index") {
+          EXPECT_EQ(x["shape"], (std::vector<std::string>{"transformed.T"}));
+          seen = true;
+        }
+  EXPECT_TRUE(seen) << json.dump();
+}
+
 // ---------------------------------------------------------------- --list
 // prop_runner --list shows the declared family, the keys of its section and
 // what every declaration gets (built from the example section), in text and
