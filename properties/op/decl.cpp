@@ -481,6 +481,7 @@ class Parser {
              offset);
       return k;
     };
+    std::vector<std::pair<YAML::Node, size_t>> soft;  // each equality at a rate, and its index
     for (const auto& e : n) {
       Relation r;
       if (e.IsScalar()) {
@@ -527,23 +528,32 @@ class Parser {
       }
       if (r.a == r.b) fail(e, "op.relations: a relation between a dim and itself");
       d.relations.push_back(r);
-      // Satisfiable together with the hard relations so far (a soft
-      // equality: when forced).
-      const auto dom =
-          d.consistent_domains({}, r.hard() ? std::vector<Relation>{} : std::vector<Relation>{r});
-      for (size_t k = 0; k < dom.size(); ++k)
-        if (dom[k].empty())
-          fail(e,
-               fmt::format("op.relations: {} cannot hold with the dims' ranges and the relations before it "
-                           "(dim {} has no value left)",
-                           r.text(d.dims), d.dims[k].name));
-      // Arc consistency alone misses gaps (multiple_of, one_of): search.
-      if (!d.extends(std::vector<int64_t>(d.dims.size(), -1),
-                     r.hard() ? std::vector<Relation>{} : std::vector<Relation>{r}))
-        fail(e, fmt::format(
-                    "op.relations: {} cannot hold with the dims' valid values and the relations before it",
-                    r.text(d.dims)));
+      // A hard relation: satisfiable with the hard relations before it (the
+      // error is at the one that completes a contradiction). An equality at
+      // a rate is forced against every hard relation, also those after it:
+      // checked once all are read.
+      if (r.hard())
+        satisfiable(e, d, {}, "the relations before it");
+      else
+        soft.push_back({e, d.relations.size() - 1});
     }
+    for (const auto& [e, i] : soft) satisfiable(e, d, {d.relations[i]}, "the relations that always hold");
+  }
+
+  // Fails at `e` (the relation d.relations.back() or extra's) unless some
+  // assignment of the dims satisfies the hard relations of `d` and `extra`.
+  void satisfiable(const YAML::Node& e, const Decl& d, const std::vector<Relation>& extra,
+                   const std::string& others) const {
+    const std::string text = (extra.empty() ? d.relations.back() : extra[0]).text(d.dims);
+    const auto dom = d.consistent_domains({}, extra);
+    for (size_t k = 0; k < dom.size(); ++k)
+      if (dom[k].empty())
+        fail(e, fmt::format(
+                    "op.relations: {} cannot hold with the dims' ranges and {} (dim {} has no value left)",
+                    text, others, d.dims[k].name));
+    // Arc consistency alone misses gaps (multiple_of, one_of): search.
+    if (!d.extends(std::vector<int64_t>(d.dims.size(), -1), extra))
+      fail(e, fmt::format("op.relations: {} cannot hold with the dims' valid values and {}", text, others));
   }
 
   // A profile's domain: or prop_runner --domain over a parsed declaration:

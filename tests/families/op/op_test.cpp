@@ -1026,6 +1026,24 @@ TEST(OpDomainDecl, UnsatisfiableRelations) {
                     "op.yaml:10:27: op.relations: Nq > Nk cannot hold");
 }
 
+// An equality at a rate is forced in some cases: it must hold with every
+// hard relation, whichever comes first. Declared before the one it
+// contradicts, it loaded and was silently never forced.
+TEST(OpDomainDecl, AnEqualityAtARateIsCheckedAgainstHardRelationsInAnyOrder) {
+  EXPECT_LOAD_ERROR(
+      rich_with(R"(["Nk >= Nq", {equal: [Nq, Nk], rate: 0.5}])",
+                R"([{equal: [Nq, Nk], rate: 0.5}, "Nq > Nk"])"),
+      "op.yaml:10:15: op.relations: Nq == Nk cannot hold with the dims' ranges and the relations "
+      "that always hold");
+  EXPECT_LOAD_ERROR(rich_with(R"(["Nk >= Nq", {equal: [Nq, Nk], rate: 0.5}])",
+                              R"(["Nq > Nk", {equal: [Nq, Nk], rate: 0.5}])"),
+                    "op.yaml:10:26: op.relations: Nq == Nk cannot hold");
+  // Consistent in either order: loads.
+  EXPECT_EQ(load_error(rich_with(R"(["Nk >= Nq", {equal: [Nq, Nk], rate: 0.5}])",
+                                 R"([{equal: [Nq, Nk], rate: 0.5}, "Nk >= Nq"])")),
+            "");
+}
+
 TEST(OpDomainDecl, IndexBoundNotADimOrPositive) {
   EXPECT_LOAD_ERROR(rich_with("{ids: {below: V}}", "{ids: {below: W}}"),
                     "op.yaml:14:68: input ids.values.ids.below: 'W' is neither a dim nor a positive integer");
