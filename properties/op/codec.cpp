@@ -219,10 +219,15 @@ AnyCase OpFamily::from_yaml(const YAML::Node& n) const {
     case_yaml::expect_keys(t, {"dtype", "kind", "values"}, "input " + in.name);
     const DType dt = read_dtype(t["dtype"]);
     const size_t i = c.inputs.size();
-    if (in.dtypes.empty()
-            ? dt != c.dtype
-            : !declares_dtype(
-                  d, [i](const Decl& e) -> const std::vector<DType>& { return e.inputs[i].dtypes; }, dt))
+    // An input that takes the case's dtype (no list, or the case's own
+    // choices) has exactly it; another draws among its own.
+    if (d.takes_case_dtype(in.dtypes) && dt != c.dtype)
+      case_yaml::fail(t["dtype"],
+                      fmt::format("input {} has dtype {}, not the case's dtype {} (it takes the case's)",
+                                  in.name, dtype_name(dt), dtype_name(c.dtype)));
+    if (!d.takes_case_dtype(in.dtypes) &&
+        !declares_dtype(
+            d, [i](const Decl& e) -> const std::vector<DType>& { return e.inputs[i].dtypes; }, dt))
       case_yaml::fail(t["dtype"],
                       fmt::format("input {} has dtype {}, not declared", in.name, dtype_name(dt)));
     int kind = -1;

@@ -374,10 +374,12 @@ std::string Traits::in_domain(const Case& c, const Values&) {
   if (c.kinds.size() != d.inputs.size()) return "the case does not record each input's kind";
   for (size_t i = 0; i < d.inputs.size(); ++i) {
     const auto& in = d.inputs[i];
-    const bool ok = in.dtypes.empty()
-                        ? c.dtypes[i] == c.dtype
-                        : std::find(in.dtypes.begin(), in.dtypes.end(), c.dtypes[i]) != in.dtypes.end();
-    if (!ok) return fmt::format("input {} has dtype {}, not declared", in.name, dtype_name(c.dtypes[i]));
+    if (d.takes_case_dtype(in.dtypes) && c.dtypes[i] != c.dtype)
+      return fmt::format("input {} has dtype {}, not the case's dtype {} (it takes the case's)", in.name,
+                         dtype_name(c.dtypes[i]), dtype_name(c.dtype));
+    if (!d.takes_case_dtype(in.dtypes) &&
+        std::find(in.dtypes.begin(), in.dtypes.end(), c.dtypes[i]) == in.dtypes.end())
+      return fmt::format("input {} has dtype {}, not declared", in.name, dtype_name(c.dtypes[i]));
     if (static_cast<int64_t>(c.inputs[i].size()) != count(d.extents(in.shape, c.dims)))
       return fmt::format("input {} has {} values, not {}", in.name, c.inputs[i].size(),
                          expr::shape_text(in.shape));

@@ -537,6 +537,61 @@ TEST(OpFuzz, BytesDecodeToExactCasesOfAConstrainedDeclaration) {
 namespace kprop::op {
 namespace {
 
+// An input that takes the case's dtype (no list, or the case's own choices
+// in any order) has exactly it, in a corpus file as in a drawn case: an f16
+// x in an f32 case replayed as "ok" (the tests compared dtypes.empty()).
+TEST(OpCorpus, AnInputTakingTheCasesDtypeHasIt) {
+  const Spec spec = parse_spec(R"(spec: mixed
+family: op
+op:
+  dims: {T: [1, 4], D: [1, 4]}
+  inputs:
+    x: {shape: [T, D], dtype: [f32, f64, f16, bf16]}
+    w: {shape: [D], dtype: [bf16, f16, f64, f32]}
+    b: {shape: [D]}
+  outputs:
+    y: {shape: [T, D]}
+  reference:
+    y: x * w + b
+)",
+                               "mixed.yaml");
+  const OpFamily& f = op_family(spec);
+  const auto decode = [&](const std::string& x, const std::string& w, const std::string& b) -> std::string {
+    const YAML::Node n = YAML::Load(fmt::format(R"(dtype: f32
+dims: {{T: 1, D: 2}}
+inputs:
+  x:
+    dtype: {}
+    values: [[3, 7]]
+  w: {{dtype: {}, values: [0.5, 1]}}
+  b: {{dtype: {}, values: [0, 1]}}
+)",
+                                                x, w, b));
+    try {
+      f.from_yaml(n);
+    } catch (const CaseFormatError& e) {
+      return fmt::format("{}:{}: {}", e.line, e.col, e.what());
+    }
+    return "";
+  };
+  EXPECT_EQ(decode("f32", "f32", "f32"), "");
+  EXPECT_EQ(decode("f16", "f32", "f32"),
+            "5:12: input x has dtype f16, not the case's dtype f32 (it takes the case's)");
+  EXPECT_EQ(decode("f32", "bf16", "f32"),
+            "7:14: input w has dtype bf16, not the case's dtype f32 (it takes the case's)");
+  EXPECT_EQ(decode("f32", "f32", "f64"),
+            "8:14: input b has dtype f64, not the case's dtype f32 (it takes the case's)");
+  // The domain check says the same of a case built in memory.
+  YAML::Node good = YAML::Load(
+      "dtype: f32\ndims: {T: 1, D: 1}\ninputs: {x: {dtype: f32, values: [[1]]}, w: "
+      "{dtype: f32, values: [1]}, b: {dtype: f32, values: [0]}}\n");
+  Case c = as_case(f.from_yaml(good));
+  EXPECT_EQ(Traits::in_domain(c, spec.domain), "");
+  c.dtypes[1] = DType::f16;
+  EXPECT_EQ(Traits::in_domain(c, spec.domain),
+            "input w has dtype f16, not the case's dtype f32 (it takes the case's)");
+}
+
 // A slice's index has the derived case's extent: --list says
 // [transformed.T] for the declared family's slice_T, as the loader compiles
 // it and docs/SPEC.md says (it said [T]).
