@@ -369,6 +369,19 @@ invariants: [rows_independent]
   EXPECT_GT(ok.invariants.at(0).passed, 0);
 }
 
+// A mutant that adds `factor` × row 0 of the first output to each later row
+// (rows: the first dim; a row holds the product of the other dims).
+void plant_leak(Spec& spec, double factor) {
+  plant_mutants(spec, [factor](OpFamily& f) {
+    f.mutant("leaks", "adds a multiple of row 0 to every later row", [factor](const Case& c) {
+      Result r = op::reference(c);
+      const size_t row = r.outputs[0].size() / static_cast<size_t>(c.dims[0]);
+      for (size_t k = row; k < r.outputs[0].size(); ++k) r.outputs[0][k] += factor * r.outputs[0][k % row];
+      return r;
+    });
+  });
+}
+
 // A scale transform that takes a finite f16 input past 65504 makes a case
 // the relation does not speak of (inf · 0 = NaN failed a correct kernel):
 // transform.applies is false there and the case is discarded.
@@ -798,6 +811,46 @@ invariants: [matches_reference]
         std::string::npos)
         << target << ": " << broadcast;
   }
+}
+
+// rows_independent compares a slice computed alone with the same slice of
+// the batch. Where the naive f32 computation overflows on every element
+// (x * x of x ~ 1e25), no element is judged: the case says nothing and is
+// discarded, as matches_reference discards it. It was counted passed, and
+// a kernel leaking row 0 into the later rows passed every case.
+TEST(OpRowsIndependent, ASliceWhereNothingIsJudgedIsDiscardedNotPassed) {
+  const std::string text = R"(spec: overflowing_rows
+family: op
+op:
+  dims: {T: [1, 8], D: [1, 4]}
+  inputs:
+    x: {shape: [T, D], dtype: f32, values: {uniform: {lo: 1.0e25, hi: 1.0e26}}}
+  outputs:
+    y: {shape: [T, D]}
+  reference:
+    y: x * x / x
+invariants:
+  - name: rows_independent
+    batch_dims: [T]
+)";
+  Spec spec = parse_spec(text, "rows.yaml");
+  plant_leak(spec, 1e20);
+  for (const char* target : {"leaks", "reference"}) {
+    const RunReport r = run_on(spec, target, 40);
+    EXPECT_EQ(r.status, RunStatus::gave_up) << target << ": " << r.detail;
+    EXPECT_EQ(r.invariants.at(0).passed, 0) << target;
+    const std::string& why = r.invariants[0].last_discard;
+    EXPECT_TRUE(why.find("overflows on every element") != std::string::npos ||
+                why.find("nothing to slice") != std::string::npos)
+        << why;
+  }
+  // Where the values fit f32, the leak is seen.
+  std::string fits = text;
+  fits.replace(fits.find("1.0e25, hi: 1.0e26"), 18, "1, hi: 2");
+  Spec small = parse_spec(fits, "rows.yaml");
+  plant_leak(small, 1);
+  EXPECT_EQ(run_on(small, "leaks", 40).status, RunStatus::failed);
+  EXPECT_EQ(run_on(small, "reference", 40).status, RunStatus::passed);
 }
 
 }  // namespace
