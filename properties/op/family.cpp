@@ -68,6 +68,27 @@ void Traits::tensors(const Case& c, const Result* target, const Result* referenc
 }
 
 // ---------------------------------------------------------------- transforms
+namespace {
+
+// Is v × f (v a value of dtype t, f finite) exactly a finite value of t?
+// Each factor's significand, in [0.5, 1), multiplies with an exact residual
+// (fma: no underflow at that exponent), so the product's significand is
+// exact in double iff that residual is 0; the exponents then move it
+// without loss iff moving it back restores it (no overflow, no bits shifted
+// out below double's least subnormal), and t holds it iff rounding to t
+// keeps it.
+bool exact_product(double v, double f, DType t) {
+  if (!std::isfinite(v) || v == 0 || f == 0) return true;  // inf, NaN and ±0 scale exactly (or not at all)
+  int ev = 0, ef = 0;
+  const double mv = std::frexp(v, &ev), mf = std::frexp(f, &ef);
+  const double m = mv * mf;
+  if (std::fma(mv, mf, -m) != 0) return false;
+  const double p = std::ldexp(m, ev + ef);
+  return std::isfinite(p) && std::ldexp(p, -(ev + ef)) == m && round_to(t, p) == p;
+}
+
+}  // namespace
+
 const std::vector<TransformInfo>& Traits::transforms() {
   static const std::vector<TransformInfo> list = [] {
     const std::vector<expr::TensorInfo> applies = {{"transform.applies", {}, expr::DType::boolean, ""}};
@@ -96,18 +117,22 @@ Case Traits::transform(const std::string& name, const Case& c, const Values& par
   if (name == "scale" || name == "shift") {
     // A finite value the transform moves past the dtype's range (an f16 40000
     // doubled) is no case the relation speaks of: transform.applies = false,
-    // and the check is discarded, not failed on the inf it made.
-    bool overflowed = false;
+    // and the check is discarded, not failed on the inf it made. Nor is a
+    // scaled case where some product is not exact in its dtype (a subnormal
+    // halved loses its last bit even by 0.5; any factor but a power of two
+    // rounds most values): `scale` relations state exact multiples.
+    bool applies = true;
     for (size_t i = 0; i < d.inputs.size(); ++i) {
       if (!is_float(c.dtypes[i])) continue;
       const double f = params.real(d.inputs[i].name);
       for (double& v : s.inputs[i]) {
         const double moved = round_to(c.dtypes[i], name == "scale" ? v * f : v + f);
-        overflowed = overflowed || (std::isfinite(v) && !std::isfinite(moved));
+        if (std::isfinite(v) && !std::isfinite(moved)) applies = false;
+        if (name == "scale" && applies && !exact_product(v, f, c.dtypes[i])) applies = false;
         v = moved;
       }
     }
-    put_transform_applies(out, !overflowed);
+    put_transform_applies(out, applies);
     return s;
   }
   if (name.rfind("slice_dim", 0) == 0) {
@@ -200,10 +225,16 @@ OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
     scale.push_back(field::real(in.name, 1.0, -1e300, 1e300, "factor applied to input " + in.name));
     shift.push_back(field::real(in.name, 0.0, -1e300, 1e300, "offset added to input " + in.name));
   }
-  const std::vector<expr::TensorInfo> applies = {
-      transform_applies_info("a finite input would leave its dtype's range")};
-  transforms_.push_back({"scale", "every input times its factor (rounded to its dtype)", scale, applies});
-  transforms_.push_back({"shift", "every input plus its offset (rounded to its dtype)", shift, applies});
+  transforms_.push_back(
+      {"scale",
+       "every input times its factor (rounded to its dtype)",
+       scale,
+       {transform_applies_info("some input's product is not exact in its dtype (rounded, a subnormal's bits "
+                               "lost, past the dtype's range)")}});
+  transforms_.push_back({"shift",
+                         "every input plus its offset (rounded to its dtype)",
+                         shift,
+                         {transform_applies_info("a finite input would leave its dtype's range")}});
   for (const auto& dim : d.dims) {  // in the order of Traits::transforms()
     transforms_.push_back({"permute_" + dim.name,
                            "a random permutation (never the identity) along every axis named " + dim.name,

@@ -40,16 +40,16 @@ TEST(OpMemory, RelationsOfOneTransformShareTheirDerivedCase) {
                                    "  - name: scaled_again\n"
                                    "    transform: {scale: {x: 2.0}}\n"
                                    "    expect: all(isfinite(transformed.target.y))\n"
-                                   "  - name: tripled\n"
-                                   "    transform: {scale: {x: 3.0}}\n"
-                                   "    expect: close(transformed.target.y, 3 * target.y, k=2)\n",
+                                   "  - name: quadrupled\n"
+                                   "    transform: {scale: {x: 4.0}}\n"
+                                   "    expect: close(transformed.target.y, 4 * target.y, k=2)\n",
                                "op.yaml");
   ASSERT_EQ(spec.invariants.size(), 4u);
   const InvariantUse &matches = spec.invariants[0], &scaled = spec.invariants[1], &again = spec.invariants[2],
-                     &tripled = spec.invariants[3];
+                     &quadrupled = spec.invariants[3];
   ASSERT_EQ(again.name, "scaled_again");
   EXPECT_EQ(scaled.expression->transform->key, again.expression->transform->key);
-  EXPECT_NE(scaled.expression->transform->key, tripled.expression->transform->key);
+  EXPECT_NE(scaled.expression->transform->key, quadrupled.expression->transform->key);
   const Impl target = resolve_target(spec, "reference");
   const auto gen = spec.family->generator(spec.domain);
   const AnyCase c = gen(rc::Random(7), 10).value();
@@ -61,8 +61,8 @@ TEST(OpMemory, RelationsOfOneTransformShareTheirDerivedCase) {
   EXPECT_EQ(check_invariant(*trial, matches).outcome, Outcome::pass);
   EXPECT_EQ(check_invariant(*trial, scaled).outcome, Outcome::pass);
   EXPECT_EQ(trial->times().target_runs, 3);  // freed by matches_reference's check: built again
-  EXPECT_EQ(check_invariant(*trial, tripled).outcome, Outcome::pass);
-  EXPECT_EQ(trial->times().target_runs, 4);  // x 3: a case of its own
+  EXPECT_EQ(check_invariant(*trial, quadrupled).outcome, Outcome::pass);
+  EXPECT_EQ(trial->times().target_runs, 4);  // x 4: a case of its own
 }
 
 // Each distinct named tensor an invariant reads adds its elements (8 bytes
