@@ -138,7 +138,8 @@ Case Traits::transform(const std::string& name, const Case& c, const Values& par
   if (name.rfind("slice_dim", 0) == 0) {
     // A contiguous run [a, a + m) along dim k, m drawn among the smaller
     // values the dim and the hard relations allow (none: the whole dim, and
-    // transform.applies = false, so the check is discarded).
+    // transform.applies = false, so the check is discarded; so it is where
+    // the run of a mask or index tensor is none of its kind, as below).
     const size_t k = static_cast<size_t>(std::stoul(name.substr(std::string("slice_dim").size())));
     const int64_t n = c.dims[k];
     std::vector<int64_t> sizes;
@@ -151,21 +152,26 @@ Case Traits::transform(const std::string& name, const Case& c, const Values& par
     const int64_t a = static_cast<int64_t>(rng::hash(seed, 11, 1) % static_cast<uint64_t>(n - m + 1));
     std::vector<int64_t> keep(static_cast<size_t>(m));
     std::iota(keep.begin(), keep.end(), a);
-    s = keep_indices(c, k, keep);
+    std::string changed;
+    s = keep_indices(c, k, keep, &changed);
     out.put("transform.index", expr::Tensor::ints({m}, keep));
-    put_transform_applies(out, m < n);
+    put_transform_applies(out, m < n && changed.empty());
     return s;
   }
   // A permutation that moves something; with the dim at 1 there is none,
   // and transform.applies = false discards the check (it passed before,
-  // comparing the case with itself).
+  // comparing the case with itself). So it does where a mask, permuted, is
+  // no mask of its kind (a causal mask along its rows, a padding row no
+  // longer a prefix): the case made valid again would be another case, no
+  // permutation of this one.
   const size_t k = static_cast<size_t>(std::stoul(name.substr(std::string("permute_dim").size())));
   const int64_t n = c.dims[k];
   const std::vector<int> drawn = rng::moving_permutation(static_cast<size_t>(n), seed, 7);
   const std::vector<int64_t> perm(drawn.begin(), drawn.end());
-  s = keep_indices(c, k, perm);
+  std::string changed;
+  s = keep_indices(c, k, perm, &changed);
   out.put("transform.perm", expr::Tensor::ints({n}, perm));
-  put_transform_applies(out, n >= 2);
+  put_transform_applies(out, n >= 2 && changed.empty());
   return s;
 }
 
@@ -240,14 +246,17 @@ OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
                            "a random permutation (never the identity) along every axis named " + dim.name,
                            {},
                            {{"transform.perm", {dim.name}, expr::DType::integer, "the permutation drawn"},
-                            transform_applies_info("the dim is 1 (no permutation moves anything)")}});
+                            transform_applies_info(
+                                "the dim is 1 (no permutation moves anything), or a mask permuted is no mask "
+                                "of its kind (a causal mask, a padding row no longer a prefix)")}});
     transforms_.push_back(
         {"slice_" + dim.name,
          "a random contiguous run of indices along every axis named " + dim.name +
              " (a smaller valid extent; the whole dim when the relations allow none)",
          {},
          {{"transform.index", {dim.name}, expr::DType::integer, "the indices kept, ascending"},
-          transform_applies_info("no smaller extent is valid")},
+          transform_applies_info("no smaller extent is valid, or the run of a mask or index tensor is none "
+                                 "of its kind (a padding row no prefix, an id pointing outside the run)")},
          {dim.name}});
   }
   reference("the declared reference expressions, in fp64", op::reference);

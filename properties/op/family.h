@@ -60,8 +60,12 @@ std::shared_ptr<const Decl> parse_decl(const YAML::Node& section, const Declared
 // tensors and masks stay valid: ids bounded by `dim` are remapped (an id
 // pointing at kept index keep[p] becomes p, one pointing at a dropped index
 // 0), permutations re-ranked, causal masks rebuilt, padding masks made a
-// valid prefix again (normalize_structured).
-Case keep_indices(const Case& c, size_t dim, const std::vector<int64_t>& keep);
+// valid prefix again (normalize_structured). With `changed`: "" when the
+// case needed none of that (every index tensor and mask, gathered, is still
+// valid for its kind and no id pointed at a dropped index: the result is
+// the case's own indices, faithfully), else why not.
+Case keep_indices(const Case& c, size_t dim, const std::vector<int64_t>& keep,
+                  std::string* changed = nullptr);
 // Makes every index tensor and mask of `c` valid for its kind again (a
 // no-op on a valid case).
 void normalize_structured(Case& c);

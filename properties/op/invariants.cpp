@@ -337,7 +337,15 @@ void register_invariants(OpFamily& f) {
          // The last s indices alone: a wrong stride or offset shows at the tail.
          std::vector<int64_t> keep(static_cast<size_t>(s));
          for (int64_t j = 0; j < s; ++j) keep[static_cast<size_t>(j)] = n - s + j;
-         const Case sub = keep_indices(c, k, keep);
+         std::string changed;
+         const Case sub = keep_indices(c, k, keep, &changed);
+         // A mask or index tensor that the slice leaves no tensor of its kind
+         // (a padding row cut after its prefix, an id pointing at a row cut
+         // off) made valid again is another case than the slice: not observed.
+         if (!changed.empty()) {
+           ruled_out = fmt::format("the slice along {} is no case of the op as cut: {}", b, changed);
+           continue;
+         }
          // A slice the relations rule out (Nq alone under Nk >= Nq, say) is
          // no case of the op: that dim is not observed on this case.
          if (std::string why = d.relations_violated(sub.dims); !why.empty()) {

@@ -178,24 +178,32 @@ std::string check_structured(const Case& c) {
   return "";
 }
 
-Case keep_indices(const Case& c, size_t dim, const std::vector<int64_t>& keep) {
+Case keep_indices(const Case& c, size_t dim, const std::vector<int64_t>& keep, std::string* changed) {
   const Decl& d = *c.decl;
   Case s = c;
+  std::string dropped;  // an id pointing at an index not kept
   for (size_t i = 0; i < d.inputs.size(); ++i) {
     s.inputs[i] =
         gather(c.inputs[i], d.extents(d.inputs[i].shape, c.dims), d.inputs[i].shape, d.dims[dim].name, keep);
     // ids into the cut dim follow their rows (kept index keep[p] -> p; dropped -> 0)
     const ValueSpec* v = structured_kind(c, i);
     if (v && v->kind == ValueKind::ids && v->bound_dim == static_cast<int>(dim)) {
-      std::vector<int64_t> where(static_cast<size_t>(c.dims[dim]), 0);
+      std::vector<int64_t> where(static_cast<size_t>(c.dims[dim]), -1);
       for (size_t p = keep.size(); p-- > 0;) where[static_cast<size_t>(keep[p])] = static_cast<int64_t>(p);
-      for (double& e : s.inputs[i])
-        e = e >= 0 && e < static_cast<double>(where.size())
-                ? static_cast<double>(where[static_cast<size_t>(e)])
-                : 0;
+      for (double& e : s.inputs[i]) {
+        const int64_t to =
+            e >= 0 && e < static_cast<double>(where.size()) ? where[static_cast<size_t>(e)] : -1;
+        if (to < 0 && dropped.empty())
+          dropped = fmt::format("input {}: id {} points at an index of {} not kept", d.inputs[i].name, e,
+                                d.dims[dim].name);
+        e = static_cast<double>(std::max<int64_t>(to, 0));
+      }
     }
   }
   s.dims[dim] = static_cast<int64_t>(keep.size());
+  // What the gather alone made of the masks and index tensors, before they
+  // are made valid again: "" when the case was carried over unchanged.
+  if (changed) *changed = dropped.empty() ? check_structured(s) : dropped;
   normalize_structured(s);
   return s;
 }

@@ -859,6 +859,91 @@ invariants:
   EXPECT_EQ(run_on(small, "reference", 40).status, RunStatus::passed);
 }
 
+// permute_DIM (and slice_DIM) moves masks with the other inputs. A padding row permuted is
+// no prefix, a causal mask permuted along its rows no causal mask: rebuilt,
+// the derived case was another case, and the reference failed a true
+// relation (a masked sum is invariant under permuting L). Such a case is
+// discarded (transform.applies false); where the permuted mask is still
+// one of its kind (permuting B moves whole padding rows), it is checked.
+TEST(OpTransforms, APermutationThatBreaksAMaskDoesNotApply) {
+  const auto padding = [](const char* dim, const char* expect) {
+    return fmt::format(R"(spec: masked_sum
+family: op
+op:
+  dims: {{B: [1, 4], L: [1, 8]}}
+  inputs:
+    x: {{shape: [B, L], dtype: [f32, f64]}}
+    mask: {{shape: [B, L], values: padding}}
+  outputs:
+    y: {{shape: [B]}}
+  reference:
+    y: sum(where(mask, x, 0), axis=-1)
+run: {{suppress_health_check: [discarded]}}
+invariants:
+  - name: permuted
+    transform: permute_{}
+    expect: {}
+)",
+                       dim, expect);
+  };
+  const RunReport along_l = run_on(
+      parse_spec(padding("L", "close(transformed.target.y, target.y, k=2)"), "sum.yaml"), "reference", 100);
+  EXPECT_NE(along_l.status, RunStatus::failed) << along_l.detail;
+  EXPECT_GT(along_l.invariants.at(0).discarded, 0);
+  const Spec along_b_spec =
+      with_doubling_mutant(padding("B", "close(transformed.target.y, target.y[transform.perm], k=2)"));
+  const RunReport along_b = run_on(along_b_spec, "reference", 100);
+  EXPECT_EQ(along_b.status, RunStatus::passed) << along_b.detail;
+  EXPECT_GT(along_b.invariants.at(0).passed, 0);
+  const std::string causal = R"(spec: causal_sum
+family: op
+op:
+  dims: {N: [1, 6]}
+  inputs:
+    x: {shape: [N, N], dtype: f64}
+    mask: {shape: [N, N], values: causal}
+  outputs:
+    y: {shape: [N]}
+  reference:
+    y: sum(where(mask, x, 0), axis=-1)
+invariants:
+  - name: rows_move_with_perm
+    transform: permute_N
+    expect: close(transformed.target.y, target.y[transform.perm], k=2)
+)";
+  const RunReport c = run_on(parse_spec(causal, "causal.yaml"), "reference", 60);
+  EXPECT_EQ(c.status, RunStatus::gave_up) << c.detail;
+  EXPECT_EQ(c.invariants.at(0).passed, 0);
+  // A run of padding columns (slice_L), or the last column alone
+  // (rows_independent along L), is no padding mask where it starts past a
+  // row's prefix: rebuilt, it unmasked x there and the reference failed.
+  const std::string columns = R"(spec: masked
+family: op
+op:
+  dims: {B: [1, 4], L: [1, 8]}
+  inputs:
+    x: {shape: [B, L], dtype: f64}
+    mask: {shape: [B, L], values: padding}
+  outputs:
+    y: {shape: [B, L]}
+  reference:
+    y: where(mask, x, 0)
+run: {suppress_health_check: [discarded]}
+invariants:
+  - name: columns_alone
+    transform: slice_L
+    expect: close(transformed.target.y, target.y[:, transform.index], k=2)
+  - name: rows_independent
+    batch_dims: [L]
+)";
+  const RunReport cut = run_on(parse_spec(columns, "columns.yaml"), "reference", 200);
+  EXPECT_EQ(cut.status, RunStatus::passed) << cut.detail;
+  for (const auto& i : cut.invariants) {
+    EXPECT_GT(i.passed, 0) << i.name;
+    EXPECT_GT(i.discarded, 0) << i.name;
+  }
+}
+
 // scale by 0.5, a factor exact in binary, still rounds a subnormal with its
 // last bit set (f32, f16, bf16 alike): the reference failed
 // close(transformed.target.y, 0.5 * target.y). A case where any product is
