@@ -1237,6 +1237,112 @@ std::string Expression::shape() const {
   return shape_text(root_->shape);
 }
 
+// Independence along a dim: where the value's axis named `dim` lies (-1:
+// it has none, and no element depends on one), or kMixes where an element may
+// depend on other indices along `dim` than its own (a reduction over it, a
+// contraction, two axes named `dim` that meet, indexing by or into it, the
+// extent itself as a value) or the analysis cannot tell.
+namespace {
+constexpr int kMixes = -2;
+
+int axis_along(const Node& n, const std::string& dim) {
+  const auto named = [&](const Shape& s) { return std::count(s.begin(), s.end(), dim); };
+  const auto position = [&](const Shape& s) {
+    return static_cast<int>(std::find(s.begin(), s.end(), dim) - s.begin());
+  };
+  if (named(n.shape) > 1) return kMixes;
+  const int rank = static_cast<int>(n.shape.size());
+  // Each operand's axis, where the value's axes are aligned from the right
+  // (broadcasting), or kMixes; -1 where none has one.
+  const auto aligned = [&](const std::vector<NodeP>& operands) {
+    int at = -1;
+    for (const NodeP& a : operands) {
+      const int p = axis_along(*a, dim);
+      if (p == kMixes) return kMixes;
+      if (p < 0) continue;
+      const int q = p + rank - static_cast<int>(a->shape.size());
+      if (at >= 0 && q != at) return kMixes;
+      at = q;
+    }
+    return at;
+  };
+  int at = kMixes;
+  static const std::set<std::string> elementwise = {
+      "abs", "floor", "ceil",     "round", "exp",   "log",   "sqrt",    "tanh",   "erf",
+      "sin", "cos",   "isfinite", "isnan", "isinf", "where", "minimum", "maximum"};
+  static const std::set<std::string> reductions = {"sum", "mean", "any", "all", "min", "max", "rowsum"};
+  static const std::set<std::string> scans = {"diff", "cummax", "cumsum"};
+  switch (n.kind) {
+    case Kind::number:
+      at = -1;
+      break;
+    case Kind::name:  // a tensor (its declared axes) or a scalar; `dim` itself is the extent
+      at = n.op == dim ? kMixes : named(n.shape) ? position(n.shape) : -1;
+      break;
+    case Kind::unary:
+      at = aligned(n.args);
+      break;
+    case Kind::binary:
+      if (n.op != "@") {
+        at = aligned(n.args);
+        break;
+      }
+      [[fallthrough]];
+    case Kind::call:
+      if (n.kind == Kind::call && elementwise.count(n.op)) {
+        at = aligned(n.args);
+      } else if (n.kind == Kind::call && (reductions.count(n.op) || scans.count(n.op))) {
+        const int p = axis_along(*n.args[0], dim);
+        if (p < 0 || !n.axis) {
+          at = p == -1 ? -1 : kMixes;  // without axis: over every axis, dim's too
+        } else if (*n.axis == p) {
+          at = kMixes;
+        } else {
+          at = scans.count(n.op) || n.keepdims || *n.axis > p ? p : p - 1;
+        }
+      } else if (n.op == "transpose") {
+        const int p = axis_along(*n.args[0], dim);
+        at = p < 0 || p < rank - 2 ? p : p == rank - 1 ? rank - 2 : rank - 1;
+      } else if (n.op == "matmul" || n.op == "@") {
+        // a [..., m, k] @ b [..., k, n]: k is summed over; m and n become the
+        // value's last two axes, the batch axes broadcast.
+        const Node &a = *n.args[0], &b = *n.args[1];
+        const int pa = axis_along(a, dim), pb = axis_along(b, dim);
+        const int ra = static_cast<int>(a.shape.size()), rb = static_cast<int>(b.shape.size());
+        at = -1;
+        if (pa == kMixes || pb == kMixes || ((pa >= 0 || pb >= 0) && (ra < 2 || rb < 2))) {
+          at = kMixes;
+        } else {
+          const int qa = pa < 0 ? -1 : pa == ra - 1 ? kMixes : pa == ra - 2 ? rank - 2 : pa + rank - ra;
+          const int qb = pb < 0 ? -1 : pb == rb - 2 ? kMixes : pb == rb - 1 ? rank - 1 : pb + rank - rb;
+          at = qa == kMixes || qb == kMixes || (qa >= 0 && qb >= 0 && qa != qb) ? kMixes : std::max(qa, qb);
+        }
+      } else {
+        // Anything else (close(), ...): only where nothing below has the axis.
+        at = -1;
+        for_each_child(n, [&](const NodeP& c) {
+          if (axis_along(*c, dim) != -1) at = kMixes;
+        });
+      }
+      break;
+    case Kind::index:  // gathers and slices: only where nothing below has the axis
+      at = -1;
+      for_each_child(n, [&](const NodeP& c) {
+        if (axis_along(*c, dim) != -1) at = kMixes;
+      });
+      break;
+  }
+  // The value's own shape must agree: the axis where it was found, or none.
+  if (at >= 0 && (at >= rank || n.shape[static_cast<size_t>(at)] != dim)) return kMixes;
+  if (at == -1 && named(n.shape)) return kMixes;
+  return at;
+}
+}  // namespace
+
+bool Expression::independent_along(const std::string& dim) const {
+  return axis_along(*root_, dim) != kMixes;
+}
+
 // The model of what an evaluation holds at its peak: a node's operands are
 // computed in order, each one's value kept while the next is computed and
 // until the node's own value is made; a shared subexpression

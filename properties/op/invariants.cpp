@@ -196,6 +196,40 @@ bool sliceable(const Decl& d, size_t k) {
   return e.extends(fixed, {});
 }
 
+// Is dim k a batch dim of the declaration, provably: does a slice of the
+// inputs along it give the same slice of every output, whatever the values?
+// Static, from the declaration alone (never from running the reference on
+// a case: that would make the reference its own witness). The reference
+// expression of every output with the axis independent along it
+// (expr::Expression::independent_along; an output without it, a loss over
+// the rows, is not compared); every input naming it once; no mask or index tensor
+// whose kind ties its indices together along it (ids below it, a
+// permutation along it, a causal mask's rows or columns, a padding row).
+// An external reference is code kprop cannot read: never.
+bool provably_independent(const Decl& d, size_t k) {
+  const std::string& name = d.dims[k].name;
+  if (d.external_reference) return false;
+  for (const auto& o : d.outputs) {
+    // An output without the axis is the batch's as a whole: never compared.
+    const auto n = std::count(o.shape.begin(), o.shape.end(), name);
+    if (n > 1 || (n == 1 && (!o.reference || !o.reference->independent_along(name)))) return false;
+  }
+  for (const auto& in : d.inputs) {
+    const auto at = std::find(in.shape.begin(), in.shape.end(), name);
+    if (std::count(in.shape.begin(), in.shape.end(), name) > 1) return false;
+    const int axis = at == in.shape.end() ? -1 : static_cast<int>(at - in.shape.begin());
+    const int last = static_cast<int>(in.shape.size()) - 1;
+    for (const ValueSpec& v : in.values) {
+      if (v.kind == ValueKind::ids && v.bound_dim == static_cast<int>(k)) return false;
+      if (axis < 0) continue;
+      if (v.kind == ValueKind::permutation && v.axis == axis) return false;
+      if (v.kind == ValueKind::causal && axis >= last - 1) return false;
+      if (v.kind == ValueKind::padding && axis == last) return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 void register_invariants(OpFamily& f) {
@@ -293,12 +327,18 @@ void register_invariants(OpFamily& f) {
 
   std::vector<std::string> dim_names;
   for (const auto& dd : decl.dims) dim_names.push_back(dd.name);
+  // The default batch dim: the first output's first axis (or the first
+  // dim), where provably independent; none otherwise, and rows_independent
+  // is then in no default list (a spec names its batch dims).
   Choices batch_default;
+  std::string candidate;
   if (!decl.outputs.empty() && !decl.outputs[0].shape.empty() &&
       decl.dim_index(decl.outputs[0].shape[0]) >= 0)
-    batch_default.push_back(decl.outputs[0].shape[0]);
+    candidate = decl.outputs[0].shape[0];
   else if (!dim_names.empty())
-    batch_default.push_back(dim_names[0]);
+    candidate = dim_names[0];
+  if (!candidate.empty() && provably_independent(decl, static_cast<size_t>(decl.dim_index(candidate))))
+    batch_default.push_back(candidate);
   if (!dim_names.empty()) {
     InvariantInfo info{
         "rows_independent",
@@ -307,6 +347,10 @@ void register_invariants(OpFamily& f) {
         {field::choices("batch_dims", batch_default, dim_names, "dims along which outputs are independent"),
          field::k(2, "multiple of the naive same-precision error allowed per run")},
         [d = &decl](const Values&, const Values& p) -> std::string {
+          if (p.choices("batch_dims").empty())
+            return "batch_dims: the dims along which the outputs are independent (none could be established "
+                   "from the reference: no axis of the first output that every output's expression keeps "
+                   "apart, free of masks and index tensors along it)";
           for (const auto& b : p.choices("batch_dims")) {
             const DimDecl& dim = d->dims[static_cast<size_t>(d->dim_index(b))];
             if (dim.smallest() == dim.largest())

@@ -237,6 +237,15 @@ class Expression {
   DType dtype() const;
   std::string shape() const;                                        // symbolic, e.g. "[B, Hq, Nq]"
   const std::vector<std::string>& names() const { return names_; }  // tensors it reads, sorted
+  // Whether each element of the value provably depends on the tensors it
+  // reads only at its own index along every axis named `dim` (a static
+  // analysis: elementwise operations, reductions, scans and contractions
+  // over other axes keep it; a reduction or contraction over `dim`, two
+  // axes named `dim` that meet, indexing by or into a tensor with the axis,
+  // or `dim`'s extent read as a value does not, nor does anything it cannot
+  // tell). A slice of the inputs along `dim` then gives the same slice of
+  // the value.
+  bool independent_along(const std::string& dim) const;
   // The most elements an evaluation's intermediates hold at once (expr.cpp
   // says which are kept), each symbolic dim given by `extent` (a number is
   // itself; a slice's extent "?" counts 1), in double (they may pass int64):

@@ -969,5 +969,64 @@ invariants:
   expect_checked_and_discarded(text, 300);
 }
 
+// With no `invariants:` key, rows_independent is checked along the first
+// output's first dim only where the declaration proves it a batch dim. A
+// reduction over it (x / sum(x)), a contraction over it (x[N, 1] * w[1, N]
+// summed), ids below it: no default, and the reference passes every
+// default invariant (it failed rows_independent). Listed without
+// batch_dims there, it is a load error at its name.
+TEST(OpRowsIndependent, TheDefaultBatchDimIsOneTheDeclarationProves) {
+  const auto names = [](const Spec& spec) {
+    std::vector<std::string> out;
+    for (const auto& i : spec.invariants) out.push_back(i.name);
+    return out;
+  };
+  const std::vector<std::string> without{"matches_reference", "finite_outputs", "deterministic"};
+  const std::vector<std::pair<const char*, const char*>> mixing = {
+      {"N: [1, 16]}\n  inputs:\n    x: {shape: [N], values: {uniform: {lo: 1, hi: 2}}}",
+       "{shape: [N]}\n  reference:\n    y: x / sum(x)"},
+      {"N: [1, 64]}\n  inputs:\n    x: {shape: [N, 1]}\n    w: {shape: [1, N]}",
+       "{shape: [N]}\n  reference:\n    y: sum(x * w, axis=-1)"},
+      {"D: [1, 4]}\n  inputs:\n    x: {shape: [D], values: {ids: {below: D}}}",
+       "{shape: [D]}\n  reference:\n    y: x"},
+      {"N: [1, 8]}\n  inputs:\n    x: {shape: [N]}", "{shape: [N]}\n  reference:\n    y: x * N"},
+      {"N: [1, 8]}\n  inputs:\n    x: {shape: [N]}", "{shape: [N]}\n  reference:\n    y: cumsum(x)"},
+  };
+  for (const auto& [dims, output] : mixing) {
+    const std::string text =
+        fmt::format("spec: mixing\nfamily: op\nop:\n  dims: {{{}\n  outputs:\n    y: {}\n", dims, output);
+    const std::string err = load_error(text);
+    if (!err.empty()) {
+      ADD_FAILURE() << text << "\n" << err;
+      continue;
+    }
+    const Spec spec = parse_spec(text, "mixing.yaml");
+    EXPECT_EQ(names(spec), without) << text;
+    const RunReport r = run_on(spec, "reference", 60);
+    EXPECT_EQ(r.status, RunStatus::passed) << text << r.detail;
+    const std::string listed = load_error(text + "invariants: [rows_independent]\n");
+    EXPECT_NE(listed.find("invariant rows_independent needs batch_dims"), std::string::npos) << listed;
+  }
+  // Elementwise, reductions and matmuls over other axes: the default stays,
+  // and a leak across rows is caught.
+  std::vector<std::string> with = without;
+  with.push_back("rows_independent");
+  for (const char* reference :
+       {"x / sqrt(mean(x * x, axis=-1, keepdims=true) + 1) * w",
+        "x @ transpose(m) + sum(x, axis=1, keepdims=true)", "where(x > 0, x, -x) * D"}) {
+    const std::string text = fmt::format(
+        "spec: rows\nfamily: op\nop:\n  dims: {{T: [1, 6], D: [1, 4]}}\n  inputs:\n    x: {{shape: [T, D]}}\n"
+        "    w: {{shape: [D]}}\n    m: {{shape: [D, D]}}\n  outputs:\n    y: {{shape: [T, D]}}\n  "
+        "reference:\n"
+        "    y: {}\n",
+        reference);
+    Spec spec = parse_spec(text, "rows.yaml");
+    EXPECT_EQ(names(spec), with) << reference;
+    plant_leak(spec, 1);
+    EXPECT_EQ(run_on(spec, "reference", 60).status, RunStatus::passed) << reference;
+    EXPECT_EQ(run_on(spec, "leaks", 60).status, RunStatus::failed) << reference;
+  }
+}
+
 }  // namespace
 }  // namespace kprop::op::testing
