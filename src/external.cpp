@@ -840,7 +840,7 @@ class Child {
   }
 
   // Closes the pipes (a worker exits on EOF), then kills the group: 1 s
-  // for its exit-time work (docs/EXTERNAL.md "Shutdown"); one that exits on
+  // for its exit-time work (docs/EXTERNAL.md, the paragraph "Shutdown."); one that exits on
   // EOF is reaped as it exits.
   void stop() {
     if (pid_ <= 0) return;
