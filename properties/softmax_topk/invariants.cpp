@@ -65,14 +65,22 @@ bool near_tie(const Case& c, int row, int a, int b, double tie_ulps) {
   return std::fabs(xa - xb) <= tie_ulps * eps(c.dtype) * scale;
 }
 
-// The probability tolerance (k, floor) and the near-tie width.
-Schema prob_params() {
-  return {field::map("tol",
-                     {field::k(2, "allowed multiple of the naive same-dtype error"),
-                      field::real("floor_eps", 8, 0, 1e9, "absolute floor in units of the dtype epsilon")},
-                     "probability tolerance (docs/DESIGN.md policy)"),
-          field::real("tie_ulps", 16, 0, 1e9,
-                      "logit gaps within this many dtype ulps of |x - max| are near-ties")};
+// The parameters an invariant reads, and only those: one it does not read
+// would load and do nothing (no_nan took tie_ulps and tol.k). The
+// probability tolerance (k: a multiple of the naive error; floor) and the
+// near-tie width of index comparisons.
+enum Reads : unsigned { kTolK = 1, kTolFloor = 2, kTies = 4 };
+Schema prob_params(unsigned reads) {
+  Schema out;
+  std::vector<Field> tol;
+  if (reads & kTolK) tol.push_back(field::k(2, "allowed multiple of the naive same-dtype error"));
+  if (reads & kTolFloor)
+    tol.push_back(field::real("floor_eps", 8, 0, 1e9, "absolute floor in units of the dtype epsilon"));
+  if (!tol.empty()) out.push_back(field::map("tol", tol, "probability tolerance (docs/DESIGN.md policy)"));
+  if (reads & kTies)
+    out.push_back(field::real("tie_ulps", 16, 0, 1e9,
+                              "logit gaps within this many dtype ulps of |x - max| are near-ties"));
+  return out;
 }
 
 std::string slot(int row, int j) {
@@ -427,11 +435,11 @@ void register_invariants(FamilyDef<Traits>& f) {
   f.invariant(
       {"matches_reference",
        "indices equal the reference's (near-ties discarded), probabilities within the dtype tolerance",
-       prob_params()},
+       prob_params(kTolK | kTolFloor | kTies)},
       matches_reference);
   f.invariant(
       {"sorted", "each row's output is in descending probability and logit order, equal logits by index",
-       prob_params(),
+       prob_params(kTies),
        [](const Values& d, const Values&) -> std::string {
          if (d.int_range("vocab").hi >= 2) return "";
          return "K >= 2, but domain.vocab is [1, 1]; widen vocab or drop the invariant";
@@ -439,24 +447,25 @@ void register_invariants(FamilyDef<Traits>& f) {
       sorted);
   f.invariant({"distinct_in_range_indices", "rows x K outputs; indices in [0, V), distinct within a row", {}},
               distinct_in_range_indices);
-  f.invariant({"probabilities_match_softmax",
-               "each returned probability equals the full softmax at its index", prob_params()},
-              probabilities_match_softmax);
+  f.invariant(
+      {"probabilities_match_softmax", "each returned probability equals the full softmax at its index",
+       prob_params(kTolK | kTolFloor)},
+      probabilities_match_softmax);
   f.invariant(
       {"shift_invariance",
        "adding an exact constant (+-S, the largest exact power of two) to every finite logit leaves the "
        "indices and probabilities unchanged",
-       prob_params()},
+       prob_params(kTolK | kTolFloor)},
       shift_invariance);
   f.invariant(
       {"full_sort_at_k_equals_v",
        "with K = V the output is the stable sort by logit, sums to 1 (0 for all -inf rows) and has the K "
        "output as its prefix",
-       prob_params()},
+       prob_params(kTolK | kTolFloor | kTies)},
       full_sort_at_k_equals_v);
-  f.invariant(
-      {"no_nan", "every probability is a number in [0, 1]; the K of a row sum to at most 1", prob_params()},
-      no_nan);
+  f.invariant({"no_nan", "every probability is a number in [0, 1]; the K of a row sum to at most 1",
+               prob_params(kTolFloor)},
+              no_nan);
 }
 
 }  // namespace kprop::softmax_topk

@@ -264,5 +264,32 @@ TEST(SoftmaxTopkShrinker, LargeProfileEndsAtTheFirstWrappedIndex) {
   EXPECT_EQ(c.k, 65537);
   EXPECT_EQ(std::count(c.logits.begin(), c.logits.end(), 0.0), 131072);
 }
+
+// Each invariant takes the parameters it reads and no other: no_nan took
+// tie_ulps and tol.k, sorted took tol, and the three probability checks
+// tie_ulps, all loaded and ignored (an invariant "set" to k 1e6 ran as k 2).
+TEST(SoftmaxTopkParams, AnInvariantTakesOnlyTheParametersItReads) {
+  const auto load = [](const std::string& use) {
+    return parse_spec("spec: p\nfamily: softmax_topk\ninvariants:\n  - " + use + "\n", "p.yaml");
+  };
+  const std::pair<std::string, std::string> refused[] = {
+      {"{name: no_nan, tie_ulps: 0}", "p.yaml:4:20: unknown key 'tie_ulps' in invariant no_nan"},
+      {"{name: no_nan, tol: {k: 1000000}}", "p.yaml:4:26: unknown key 'k' in tol"},
+      {"{name: sorted, tol: {k: 3}}", "p.yaml:4:20: unknown key 'tol' in invariant sorted"},
+      {"{name: probabilities_match_softmax, tie_ulps: 1}", "unknown key 'tie_ulps'"},
+      {"{name: shift_invariance, tie_ulps: 1}", "unknown key 'tie_ulps'"}};
+  for (const auto& [use, message] : refused) {
+    try {
+      load(use);
+      ADD_FAILURE() << use << " loaded";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << use << ": " << e.what();
+    }
+  }
+  for (const char* use : {"{name: matches_reference, tie_ulps: 4, tol: {k: 3, floor_eps: 2}}",
+                          "{name: full_sort_at_k_equals_v, tie_ulps: 4, tol: {k: 3, floor_eps: 2}}",
+                          "{name: no_nan, tol: {floor_eps: 2}}", "{name: sorted, tie_ulps: 4}"})
+    EXPECT_NO_THROW(load(use)) << use;
+}
 }  // namespace
 }  // namespace kprop::softmax_topk
