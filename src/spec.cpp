@@ -194,6 +194,11 @@ class Loader {
       const bool in_map = node && node.IsMap();
       const YAML::Node value = in_map ? value_of(node, f) : YAML::Node();
       if (f.kind == FieldKind::map) {
+        // `x:` with nothing after it (its keys commented out): in a profile
+        // it replaced the base's map, every key back to its default.
+        if (in_map && value && value.IsNull())
+          fail(key_of(node, given_as(node, f)),
+               fmt::format("'{}' in {} is empty: give its keys, or remove it", key, what));
         parse_fields(value, f.children, key, key, out);
         continue;
       }
@@ -657,6 +662,16 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
                                                  suggestion(profile, spec.profiles)));
     chosen = root["profiles"][profile];
     spec.profile = profile;
+  }
+  // `run:` or `domain:` with nothing after it (its keys commented out) is
+  // no section: in a profile it replaced the base's, every key back to the
+  // family's default (a fresh seed, 100 trials, every dtype).
+  for (const char* key : {"run", "domain"}) {
+    if (root[key] && root[key].IsNull())
+      fail(key_of(root, key), fmt::format("'{}' is empty: give its keys, or remove it", key));
+    if (chosen && chosen[key] && chosen[key].IsNull())
+      fail(key_of(chosen, key),
+           fmt::format("'{}' in profile {} is empty: give its keys, or remove it", key, profile));
   }
   // The section `key` of the spec, with the profile's overrides of it.
   const std::string in_profile = profile.empty() ? "" : " (profile " + profile + ")";

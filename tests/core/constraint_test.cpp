@@ -366,6 +366,44 @@ TEST(Profiles, SkippingEveryInvariantIsALoadError) {
   EXPECT_EQ(load_error(one), "");
 }
 
+// `run:`, `domain:` or a nested map (`x:`, `search:`) with nothing after it
+// (its keys commented out) is an error at its key, as `trials:` is: in a
+// profile it replaced the base's values with the family's defaults (a fresh
+// seed, 100 trials, every dtype) and nothing said so. `{}` keeps them.
+TEST(Profiles, AnEmptySectionOrNestedMapIsAnErrorNotTheDefaults) {
+  const std::string base =
+      "spec: ln\nfamily: layernorm\nrun: {trials: 3, seed: 1, search: {enabled: true, trials: 5}}\n"
+      "domain: {dtypes: [f32], rows: [1, 4], dim: [2, 8], x: {constant_rate: 1}}\n"
+      "invariants: [matches_reference]\nprofiles:\n  p:\n";
+  const std::string empty = ": give its keys, or remove it";
+  for (const std::string profile : {"p", ""}) {  // every profile is validated, selected or not
+    EXPECT_EQ(load_error(base + "    run:\n      # trials: 50\n    domain: {rows: [1, 2]}\n", profile),
+              "t.yaml:8:5: 'run' in profile p is empty" + empty);
+    EXPECT_EQ(load_error(base + "    run: {trials: 5}\n    domain:\n      # rows: [1, 2]\n", profile),
+              "t.yaml:9:5: 'domain' in profile p is empty" + empty);
+    EXPECT_EQ(load_error(base + "    domain: {x: }\n", profile),
+              "t.yaml:8:14: 'x' in domain (profile p) is empty" + empty);
+    EXPECT_EQ(load_error(base + "    run: {search: }\n", profile),
+              "t.yaml:8:11: 'search' in run (profile p) is empty" + empty);
+  }
+  // The base spec alike (there it read as the defaults), and --domain.
+  EXPECT_EQ(load_error("spec: ln\nfamily: layernorm\nrun:\ndomain: {dim: [2, 8]}\n"),
+            "t.yaml:3:1: 'run' is empty" + empty);
+  EXPECT_EQ(load_error("spec: ln\nfamily: layernorm\ndomain:\n"), "t.yaml:3:1: 'domain' is empty" + empty);
+  EXPECT_EQ(load_error("spec: ln\nfamily: layernorm\ndomain: {dim: [2, 8], x: }\n"),
+            "t.yaml:3:23: 'x' in domain is empty" + empty);
+  EXPECT_EQ(testing::spec_load_error("spec: ln\nfamily: layernorm\n", "t.yaml", "", "{x: }"),
+            "--domain:1:2: 'x' in the domain of t.yaml is empty" + empty);
+  // An empty map overrides nothing: the base's values.
+  const Spec s = parse_spec(base + "    run: {search: {}}\n    domain: {x: {}}\n", "t.yaml", "p");
+  EXPECT_EQ(s.run.trials, 3);
+  EXPECT_EQ(s.run.seed, 1u);
+  EXPECT_TRUE(s.run.search);
+  EXPECT_EQ(s.run.search_trials, 5);
+  EXPECT_EQ(s.domain.choices("dtypes"), (Choices{"f32"}));
+  EXPECT_DOUBLE_EQ(s.domain.real("x.constant_rate"), 1);
+}
+
 TEST(Profiles, FindingsRecordTheProfileAndReplayWithoutIt) {
   const fs::path dir = fs::temp_directory_path() / ("kprop_profile_test_" + std::to_string(::getpid()));
   fs::remove_all(dir);
