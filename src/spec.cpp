@@ -287,6 +287,9 @@ class Loader {
 // of the block's own indentation, a line break next to a more-indented one).
 // nullopt unless that join gives the value back (blank lines, comments,
 // escapes: the caller falls back to the node's own position).
+// A line ends at '\n' or "\r\n" (the '\r' is no part of its content). The
+// block's indentation is its first line's, less the spaces the value starts
+// with: an indentation indicator (`|2`) keeps a first line's further ones.
 std::optional<std::pair<int, int>> block_position(const std::string& src, size_t start,
                                                   const std::string& value, size_t offset) {
   const bool folded = src[start] == '>';
@@ -295,23 +298,29 @@ std::optional<std::pair<int, int>> block_position(const std::string& src, size_t
   ++line_at;
   const int first_line =
       static_cast<int>(std::count(src.begin(), src.begin() + static_cast<long>(line_at), '\n')) + 1;
+  const size_t kept = std::min(value.find_first_not_of(' '), value.size());  // the first line's own spaces
   size_t indent = std::string::npos;
   std::string joined;
   std::vector<size_t> lines;  // where each line's content starts in `joined`
   bool previous_more = false;
   for (size_t at = line_at; at < src.size();) {
-    size_t end = src.find('\n', at);
-    if (end == std::string::npos) end = src.size();
+    const size_t next = src.find('\n', at);
+    size_t end = next == std::string::npos ? src.size() : next;
+    if (end > at && src[end - 1] == '\r') --end;
     const size_t lead = src.find_first_not_of(' ', at);
     if (lead >= end) break;  // a blank line: not mapped
-    if (indent == std::string::npos) indent = lead - at;
+    if (indent == std::string::npos) {
+      if (lead - at < kept) return std::nullopt;
+      indent = lead - at - kept;
+    }
     if (lead - at < indent) break;  // the block ended
     const bool more = lead - at > indent;
     if (!lines.empty()) joined += folded && !more && !previous_more ? " " : "\n";
     lines.push_back(joined.size());
     joined.append(src, at + indent, end - at - indent);
     previous_more = more;
-    at = end + 1;
+    if (next == std::string::npos) break;
+    at = next + 1;
   }
   std::string want = value;
   while (!want.empty() && want.back() == '\n') want.pop_back();
@@ -943,7 +952,11 @@ Spec parse_spec(const std::string& text, const std::string& path, const std::str
   require_utf8(text, path);
   YAML::Node root = load_one_document(text, path, "invalid YAML", "a spec file");
   Loader loader(path);
-  loader.text = &text;
+  // Positions inside expressions index the text as YAML reads it: after a
+  // byte order mark, which yaml-cpp's marks do not count.
+  const bool bom = text.rfind("\xEF\xBB\xBF", 0) == 0;
+  const std::string unmarked = bom ? text.substr(3) : std::string();
+  loader.text = bom ? &unmarked : &text;
   if (!domain_overrides.empty()) loader.cli_domain = cli_domain(domain_overrides, root, path);
   loader.cli_max_case_mb = max_case_mb;
   // The base spec, then every profile: each is validated whichever is

@@ -1023,6 +1023,37 @@ transformed.target.y  [N, M]  real  the derived case's output
   EXPECT_FALSE(declared("all(target.y <= 0 * x[:, 0:2])", &transposed));
 }
 
+// The position inside an expression is exact in a file with a UTF-8 byte
+// order mark (yaml-cpp's offsets do not count it: it pointed at the
+// expression's start), with CRLF line ends (a block's lines kept their '\r':
+// at the block's indicator) and in a block with an indentation indicator
+// (its first line more indented than the block: at the indicator).
+TEST(ExprSpec, ErrorPositionsWithAByteOrderMarkCrlfAndAnIndentationIndicator) {
+  const std::function<std::string(std::string)> same = [](std::string s) { return s; };
+  const std::function<std::string(std::string)> crlf = [](std::string s) {
+    for (size_t at = s.find('\n'); at != std::string::npos; at = s.find('\n', at + 2))
+      s.replace(at, 1, "\r\n");
+    return s;
+  };
+  const std::string bom = "\xEF\xBB\xBF";
+  const std::string plain = kHead + "  - name: a\n    expect: close(target.o, reference.pp)\n";
+  const std::string block =
+      kHead + "  - name: a\n    expect: >-\n      close(target.o,\n            reference.pp)\n";
+  const std::string head = "invariant 'a', expect: unknown name 'reference.pp'";
+  for (const std::string& text : {plain, bom + plain, crlf(plain), bom + crlf(plain)})
+    EXPECT_EQ(spec_error(text).substr(0, 13 + head.size()), "s.yaml:5:29: " + head) << text;
+  for (const std::string& text : {block, bom + block, crlf(block), bom + crlf(block)})
+    EXPECT_EQ(spec_error(text).substr(0, 13 + head.size()), "s.yaml:7:13: " + head) << text;
+  // `|2`: the block is indented 2 past its mapping's 4; its first line keeps 2 more.
+  for (const char* indicator : {"|2", "|-2", "|2-", ">2", ">-2", "|+2"})
+    for (const auto& form : {same, crlf})
+      EXPECT_EQ(spec_error(form(kHead + "  - name: a\n    expect: " + indicator +
+                                "\n        all(isfinite(target.o))\n      and all(isfinite(target.oo))\n"))
+                    .substr(0, 69),
+                "s.yaml:7:24: invariant 'a', expect: unknown name 'target.oo' (did you")
+          << indicator;
+}
+
 TEST(ExprSpec, ErrorsPointIntoTheExpression) {
   // line 5, column of 'reference.pp': "    expect: close(" is 18 characters.
   EXPECT_EQ(spec_error(kHead + "  - D_identity\n  - name: a\n    expect: close(reference.pp, reference.p)\n")
