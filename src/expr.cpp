@@ -771,8 +771,10 @@ class Checker {
   }
 
   // A tolerance: any real expression that broadcasts with the compared
-  // tensors (e.g. 8 * eps * err.d); a literal must be >= 0 and not NaN (what
-  // a case's tensors make of an expression is checked on the case).
+  // tensors (e.g. 8 * eps * err.d); a literal must be finite and >= 0 (what
+  // a case's tensors make of an expression is checked on the case): an
+  // infinite one, `inf` or a number past a double's range (1e400), passes
+  // every kernel.
   NodeP tolerance(const Item& kw) {
     Node& v = *kw.e;
     check(v);
@@ -781,6 +783,10 @@ class Checker {
       throw ExprError(v.begin, fmt::format("{} must be >= 0", kw.lo->op));
     if (v.kind == Kind::number && std::isnan(v.value) && kw.lo->op != "k")  // k: policy() says more
       throw ExprError(v.begin, fmt::format("{} must be >= 0, not nan", kw.lo->op));
+    if (v.kind == Kind::number && std::isinf(v.value) && kw.lo->op != "k")
+      throw ExprError(v.begin, fmt::format("{} must be a finite number >= 0: an infinite tolerance passes "
+                                           "every value",
+                                           kw.lo->op));
     return kw.e;
   }
 

@@ -933,6 +933,14 @@ TEST(ExprErrors, SyntaxErrorsPointAtTheToken) {
   EXPECT_EQ(error_of("x % 2"), "2: unexpected character '%': the expressions have no modulo");
   EXPECT_EQ(error_of("close(x, x, atol=-1)"), "17: atol must be >= 0");
   EXPECT_EQ(error_of("close(x, x, rtol=nan)"), "17: rtol must be >= 0, not nan");
+  // An infinite tolerance passes every kernel: refused as k=inf is (it loaded
+  // and passed a broken target), also a literal past a double's range.
+  for (const std::string tol : {"atol=inf", "rtol=inf", "atol=(inf)", "atol=1e400", "rtol=2e308"})
+    EXPECT_EQ(
+        error_of("close(x, x, " + tol + ")"),
+        "17: " + tol.substr(0, 4) + " must be a finite number >= 0: an infinite tolerance passes every value")
+        << tol;
+  EXPECT_EQ(error_of("close(x, x, atol=-inf)"), "17: atol must be >= 0");
   EXPECT_EQ(error_of("0 < x < 1"), "6: chained comparisons are ambiguous: write (a < b) and (b < c)");
   EXPECT_EQ(error_of("x[0, 0, 0]"), "0: too many indices (3) for [N, M] of rank 2");
   EXPECT_EQ(error_of("  "), "0: the expression is empty");
