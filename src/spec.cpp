@@ -1213,7 +1213,8 @@ const Schema& run_schema() {
                      "0 draws a fresh seed, printed so the run can be repeated"),
       field::real("time_budget_s", d.time_budget_s, 0, 1e7,
                   "stop drawing cases after this many seconds (0: no limit)"),
-      field::real("shrink_budget_s", d.shrink_budget_s, 0, 1e7, "time allowed to shrink one counterexample"),
+      field::real("shrink_budget_s", d.shrink_budget_s, 0, 1e7,
+                  "time allowed to shrink one counterexample (0: no shrinking, the case is kept as found)"),
       field::integer("max_discard_ratio", d.max_discard_ratio, 0, 1e6,
                      "give up when an invariant discards more than ratio x trials"),
       field::real("case_timeout_s", d.case_timeout_s, 0.001, 1e7,
@@ -1231,9 +1232,11 @@ const Schema& run_schema() {
                  {field::boolean("enabled", d.search,
                                  "after the random phase, hill-climb from the cases with the highest "
                                  "error/allowed ratio toward a failure (prop_runner --search)"),
-                  field::integer("trials", d.search_trials, 1, 1e9, "cases the search may run"),
+                  field::integer("trials", d.search_trials, 1, 1e9,
+                                 "cases the search may run (a budget: only enabled or --search runs it)"),
                   field::real("time_budget_s", d.search_time_budget_s, 0, 1e7,
-                              "stop the search after this many seconds (0: no limit)")},
+                              "stop the search after this many seconds (0: no limit; a budget: only enabled "
+                              "or --search runs it)")},
                  "targeted search (docs/SPEC.md \"Targeted search\")"),
   };
   return schema;

@@ -187,6 +187,22 @@ TEST(SpecLoader, ARenamedDomainKeyReadsUnderEitherName) {
   EXPECT_NE(describe_schema(f->domain_schema(), 0).find("(formerly dtype)"), std::string::npos);
 }
 
+// run.search's trials and time_budget_s are the budget of a search that
+// runs (enabled: true or --search), not its switch (unlike the options
+// --search-trials/--search-time): the listing says so, as it says what a
+// shrink budget of 0 does (no shrinking, where 0 is no limit elsewhere).
+TEST(SpecLoader, TheListingSaysSearchBudgetsDoNotRunTheSearchAndWhatShrinkZeroDoes) {
+  const Spec s =
+      parse_spec("spec: t\nfamily: toy.sum\nrun: {search: {trials: 7, time_budget_s: 5}}\n", "t.yaml");
+  EXPECT_FALSE(s.run.search);
+  EXPECT_EQ(s.run.search_trials, 7);
+  const std::string keys = describe_spec_keys();
+  EXPECT_NE(keys.find("cases the search may run (a budget: only enabled or --search runs it)"),
+            std::string::npos)
+      << keys;
+  EXPECT_NE(keys.find("(0: no shrinking, the case is kept as found)"), std::string::npos) << keys;
+}
+
 TEST(SpecLoader, EmptyInvariantListIsAnError) {
   EXPECT_NE(error_of("spec: toy\nfamily: toy.sum\ninvariants: []\n").find("'invariants' is empty"),
             std::string::npos);
