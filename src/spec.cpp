@@ -56,14 +56,35 @@ class Loader {
                              format_number(f, f.min), format_number(f, f.max)));
   }
 
+  // An integer of field f. A number past what an integer holds
+  // (99999999999999999999, 1e20) is out of f's bounds, said so with them
+  // (it read "must be an integer").
+  int64_t integer_of(const YAML::Node& node, const Field& f, const std::string& key) const {
+    int64_t v = 0;
+    double d = 0;
+    if (node.IsScalar() && !YAML::convert<int64_t>::decode(node, v) &&
+        YAML::convert<double>::decode(node, d) && (d < f.min || d > f.max))
+      fail(node, fmt::format("'{}' = {} is out of bounds [{}, {}]", key, node.Scalar(),
+                             format_number(f, f.min), format_number(f, f.max)));
+    return scalar<int64_t>(node, key, "an integer");
+  }
+
+  template <typename T>
+  T number_of(const YAML::Node& node, const Field& f, const std::string& key, const char* what) const {
+    if constexpr (std::is_same_v<T, int64_t>)
+      return integer_of(node, f, key);
+    else
+      return scalar<T>(node, key, what);
+  }
+
   template <typename T, typename Range>
   Range range(const YAML::Node& node, const Field& f, const std::string& key, const char* what) const {
     Range r;
     if (node.IsScalar()) {
-      r.lo = r.hi = scalar<T>(node, key, what);
+      r.lo = r.hi = number_of<T>(node, f, key, what);
     } else if (node.IsSequence() && node.size() == 2) {
-      r.lo = scalar<T>(node[0], key, what);
-      r.hi = scalar<T>(node[1], key, what);
+      r.lo = number_of<T>(node[0], f, key, what);
+      r.hi = number_of<T>(node[1], f, key, what);
     } else {
       fail(node, fmt::format("'{}' must be a range [lo, hi] of {}s or a single value", key, what));
     }
@@ -75,14 +96,16 @@ class Loader {
     return r;
   }
 
-  // A list of distinct integers (one_of, offsets), each checked by `check`.
+  // A list of distinct integers (one_of, offsets), each checked by `check`
+  // (and, given `bounds`, a number past an integer said to be out of them).
   std::vector<int64_t> int_list(const YAML::Node& node, const std::string& key,
-                                const std::function<void(const YAML::Node&, int64_t)>& check) const {
+                                const std::function<void(const YAML::Node&, int64_t)>& check,
+                                const Field* bounds = nullptr) const {
     if (!node.IsSequence()) fail(node, fmt::format("'{}' must be a list of integers", key));
     if (node.size() == 0) fail(node, fmt::format("'{}' is empty", key));
     std::vector<int64_t> out;
     for (const auto& item : node) {
-      const auto v = scalar<int64_t>(item, key, "an integer");
+      const auto v = bounds ? integer_of(item, *bounds, key) : scalar<int64_t>(item, key, "an integer");
       if (std::find(out.begin(), out.end(), v) != out.end())
         fail(item, fmt::format("'{}' lists {} twice", key, v));
       check(item, v);
@@ -108,11 +131,15 @@ class Loader {
       if (multiple || offsets)
         fail(key_of(node, multiple ? "multiple_of" : "offsets"),
              fmt::format("'{}' takes one_of or multiple_of/offsets, not both", key));
-      r.one_of = int_list(one_of, key + ".one_of", [&](const YAML::Node& item, int64_t v) {
-        check_bounds(item, f, key + ".one_of", static_cast<double>(v));
-        if (range_node && (v < r.lo || v > r.hi))
-          fail(item, fmt::format("'{}.one_of' value {} is outside its range [{}, {}]", key, v, r.lo, r.hi));
-      });
+      r.one_of = int_list(
+          one_of, key + ".one_of",
+          [&](const YAML::Node& item, int64_t v) {
+            check_bounds(item, f, key + ".one_of", static_cast<double>(v));
+            if (range_node && (v < r.lo || v > r.hi))
+              fail(item,
+                   fmt::format("'{}.one_of' value {} is outside its range [{}, {}]", key, v, r.lo, r.hi));
+          },
+          &f);
       std::sort(r.one_of.begin(), r.one_of.end());
       r.lo = r.one_of.front();
       r.hi = r.one_of.back();
@@ -218,7 +245,7 @@ class Loader {
       case FieldKind::boolean:
         return scalar<bool>(node, key, "true or false");
       case FieldKind::integer: {
-        const auto v = scalar<int64_t>(node, key, "an integer");
+        const auto v = integer_of(node, f, key);
         check_bounds(node, f, key, static_cast<double>(v));
         return v;
       }

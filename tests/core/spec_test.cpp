@@ -85,6 +85,14 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"inverted range", "[1, 5]", "[5, 1]", "t.yaml:6:11: 'length' is an inverted range [5, 1]"},
         BadSpec{"out of bounds", "[1, 5]", "[1, 5000]", "out of bounds"},
         BadSpec{"range shape", "[1, 5]", "[1, 2, 3]", "must be a range [lo, hi]"},
+        // A number past an integer's range is out of the key's bounds (it
+        // read "must be an integer"), in a range, a one_of and a plain key.
+        BadSpec{"integer past int64", "[1, 5]", "[1, 99999999999999999999]",
+                "t.yaml:6:15: 'length' = 99999999999999999999 is out of bounds [0, 1000]"},
+        BadSpec{"integer past int64 in one_of", "[1, 5]", "{one_of: [1, -99999999999999999999]}",
+                "t.yaml:6:24: 'length.one_of' = -99999999999999999999 is out of bounds [0, 1000]"},
+        BadSpec{"seed past int64", "seed: 7", "seed: 99999999999999999999",
+                "t.yaml:4:25: 'seed' = 99999999999999999999 is out of bounds [0, "},
         BadSpec{"empty choices", "[plain, wide]", "[]", "'mode' is empty"},
         BadSpec{"bad choice", "[plain, wide]", "[plain, wdie]",
                 "unknown choice 'wdie' (did you mean 'wide'?)"},
