@@ -840,10 +840,17 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
   // cannot observe (an exhaustive enumeration, finite differences of every
   // element); each must be in the base list (or the family's defaults).
   std::vector<std::string> skip;
-  if (const YAML::Node s = chosen ? chosen["skip_invariants"] : YAML::Node(); s && !s.IsNull()) {
+  if (const YAML::Node s = chosen ? chosen["skip_invariants"] : YAML::Node(); s) {
+    // (With nothing after it, as `mutants:`: an error, not a list that skips nothing.)
+    if (s.IsNull())
+      fail(key_of(chosen, "skip_invariants"),
+           fmt::format("'skip_invariants' in profile {} is empty: give invariant names, or remove it",
+                       profile));
     if (!s.IsSequence()) fail(s, "skip_invariants must be a list of invariant names");
     for (const auto& item : s) {
       const auto name = scalar<std::string>(item, "skip_invariants", "an invariant name");
+      if (std::find(skip.begin(), skip.end(), name) != skip.end())
+        fail(item, fmt::format("skip_invariants lists '{}' twice", name));
       // An invariant of the family, or an expression of the spec: a typo is an error.
       bool known = spec.family->find_invariant(name) >= 0;
       if (list && list.IsSequence())
@@ -1033,6 +1040,9 @@ Spec parse_spec(const std::string& text, const std::string& path, const std::str
     Spec p = load(name);
     spec.profile_case_mb[name] = p.run.max_case_mb;
     if (const YAML::Node list = root["profiles"][name]["mutants"]) {
+      if (list.IsNull())  // (at its key: the null's own mark is the next line's start)
+        loader.fail(Loader::key_of(root["profiles"][name], "mutants"),
+                    fmt::format("'mutants' in profile {} is empty: give mutant names, or remove it", name));
       if (!list.IsSequence())
         loader.fail(list, "profile " + name + ": mutants must be a list of mutant names");
       std::vector<std::string> mutants;

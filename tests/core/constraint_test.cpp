@@ -404,6 +404,20 @@ TEST(Profiles, AnEmptySectionOrNestedMapIsAnErrorNotTheDefaults) {
   EXPECT_DOUBLE_EQ(s.domain.real("x.constant_rate"), 1);
 }
 
+// skip_invariants as the other name lists: each name once, and with
+// nothing after it an error, as `mutants:` is (it skipped nothing, unsaid).
+TEST(Profiles, SkipInvariantsNamesEachOnceAndIsNeverEmpty) {
+  const std::string base =
+      "spec: toy\nfamily: toy.sum\ninvariants: [matches_reference, sum_parity]\nprofiles:\n  p:\n";
+  EXPECT_EQ(load_error(base + "    skip_invariants: [sum_parity, sum_parity]\n"),
+            "t.yaml:6:35: skip_invariants lists 'sum_parity' twice");
+  EXPECT_EQ(load_error(base + "    skip_invariants:\n"),
+            "t.yaml:6:5: 'skip_invariants' in profile p is empty: give invariant names, or remove it");
+  EXPECT_EQ(load_error(base + "    mutants:\n"),
+            "t.yaml:6:5: 'mutants' in profile p is empty: give mutant names, or remove it");
+  EXPECT_EQ(load_error(base + "    skip_invariants: [sum_parity]\n"), "");
+}
+
 TEST(Profiles, FindingsRecordTheProfileAndReplayWithoutIt) {
   const fs::path dir = fs::temp_directory_path() / ("kprop_profile_test_" + std::to_string(::getpid()));
   fs::remove_all(dir);
