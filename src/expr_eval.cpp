@@ -451,7 +451,9 @@ struct CloseArgs {
   // of ExprChecker::policy): compared, not judged, or the store that must
   // overflow to ±inf, which did or did not.
   std::optional<Ref> policy;
-  enum Code { compared = 0, excused = 1, overflowed = 2, not_overflowed = 3 };
+  // unbounded: the tolerance, read from the target's outputs, allows an
+  // infinite error there (mark_unbounded): only an equal element holds.
+  enum Code { compared = 0, excused = 1, overflowed = 2, not_overflowed = 3, unbounded = 4 };
   // Element i of a tolerance (a scalar is not expanded).
   static double at(const Ref& t, size_t i) { return t->size() == 1 ? t->data[0] : t->data[i]; }
   Code code(size_t i) const { return policy ? Code((*policy)->data[i]) : compared; }
@@ -465,6 +467,8 @@ struct CloseArgs {
         return true;
       case not_overflowed:
         return false;
+      case unbounded:
+        return is_close(a->data[i], b->data[i], 0, 0);
     }
     return false;
   }
@@ -507,6 +511,8 @@ class LowerBoundsFirst {
 };
 void tolerances_of(const Node& n, const TensorMap& m, CloseArgs& c);
 void expand_operands(CloseArgs& c, bool tolerances);
+void mark_unbounded(const Node& n, CloseArgs& c);
+std::string num(double v);
 CloseArgs close_args(const Node& n, const TensorMap& m, bool tolerances) {
   CloseArgs c;
   c.a = evaluate(*n.args[0], m);
@@ -574,7 +580,56 @@ CloseArgs close_args(const Node& n, const TensorMap& m, bool tolerances) {
           "overflows the dtype): no element to judge");
     c.policy = std::move(u);
   }
+  if (tolerances) mark_unbounded(n, c);
   return c;
+}
+
+// Elements whose allowed error, atol + rtol·|rhs|, is infinite on this case
+// (an atol built from a naive baseline that overflowed there, a tolerance
+// over a reference that is 0): within() passes any finite value there, so
+// such an element is not judged at all. Computed from the spec's own
+// tensors, it is excused as the policy's unjudged elements are, and a case
+// that leaves no element judged judges nothing (it is discarded, never
+// passed). Read from the target's outputs, it is the target's doing, as a
+// NaN there is: an unequal element fails.
+void mark_unbounded(const Node& n, CloseArgs& c) {
+  const auto infinite = [](const Ref& t) {
+    return std::any_of(t->data.begin(), t->data.end(), [](double v) { return std::isinf(v); });
+  };
+  // Without an infinite tolerance, atol + rtol·|rhs| overflows only past
+  // rtol·|rhs| or atol near the largest double: a scan of the operand decides.
+  if (!infinite(c.rtol) && !infinite(c.atol)) {
+    double rtol = 0, atol = 0, rhs = 0;
+    for (double v : c.rtol->data) rtol = std::max(rtol, v);
+    for (double v : c.atol->data) atol = std::max(atol, v);
+    for (double v : c.b->data)
+      if (std::isfinite(v)) rhs = std::max(rhs, std::fabs(v));
+    if (std::isfinite(allowed_error(atol, rtol, rhs))) return;
+  }
+  const bool rtol_target = n.rtol && reads_target(*n.rtol), atol_target = n.atol && reads_target(*n.atol);
+  Tensor codes = c.policy ? Tensor(**c.policy) : Tensor{c.shape, std::vector<double>(c.a->size(), 0.0)};
+  size_t judged = 0, first = codes.size();
+  for (size_t i = 0; i < codes.size(); ++i) {
+    double& code = codes.data[i];
+    // (An infinity or a NaN operand is close only to the same, whatever the tolerance.)
+    if (code == double(CloseArgs::compared) && std::isfinite(c.a->data[i]) && std::isfinite(c.b->data[i])) {
+      const double rtol = CloseArgs::at(c.rtol, i), atol = CloseArgs::at(c.atol, i);
+      const bool rtol_inf = std::isinf(rtol), atol_inf = std::isinf(atol);
+      if (rtol_inf || atol_inf || std::isinf(allowed_error(atol, rtol, std::fabs(c.b->data[i])))) {
+        const bool by_target = (rtol_inf && rtol_target) || (atol_inf && atol_target) ||
+                               (!rtol_inf && !atol_inf && (rtol_target || atol_target));
+        code = double(by_target ? CloseArgs::unbounded : CloseArgs::excused);
+        first = std::min(first, i);
+      }
+    }
+    judged += code != double(CloseArgs::excused);
+  }
+  if (judged == 0 && first < codes.size())
+    throw NothingJudged(fmt::format(
+        "close(): the tolerance allows an infinite error on every element it would judge on this case "
+        "(atol {}, rtol {} at {}: a bound computed from a value that overflowed): no element to judge",
+        num(CloseArgs::at(c.atol, first)), num(CloseArgs::at(c.rtol, first)), index_text(c.shape, first)));
+  c.policy = Ref(std::move(codes));
 }
 
 // close()'s rtol and atol on this case into c, checked; c.shape takes
@@ -1472,7 +1527,12 @@ Expression::Outcome explain(const std::string& text, const Node& n, const Tensor
     const double x = a.data[worst], y = b.data[worst];
     out.measured = {{"lhs", x}, {"rhs", y}, {"difference", std::fabs(x - y)}};
     std::string detail;
-    if (is_close_call && c.code(worst) == CloseArgs::not_overflowed) {
+    if (is_close_call && c.code(worst) == CloseArgs::unbounded) {
+      detail = fmt::format(
+          "the tolerance, read from the target's outputs, allows an infinite error here (atol {}, rtol {}): "
+          "only an equal value is close",
+          num(CloseArgs::at(c.atol, worst)), num(CloseArgs::at(c.rtol, worst)));
+    } else if (is_close_call && c.code(worst) == CloseArgs::not_overflowed) {
       detail =
           "the reference lies past the output dtype's overflow threshold (overflow.X) by more than the "
           "policy's budget: a store rounding to nearest gives ±inf of the reference's sign";

@@ -346,6 +346,53 @@ TEST(OpClosePolicy, ANegativeOrNanToleranceIsTheSpecsErrorUnlessTheTargetMadeIt)
   EXPECT_EQ(doubled.status, RunStatus::failed) << doubled.detail;
 }
 
+// A computed tolerance that is infinite on an element (an atol built from a
+// value that overflowed) allows any error there: the element is not judged.
+// Everywhere: the case judges nothing and is discarded (a target off by 2x
+// passed every case). On some elements: the others are judged. Read from
+// the target's outputs: the target's doing, and an unequal element fails.
+TEST(OpClosePolicy, AnInfiniteToleranceJudgesNothingThere) {
+  const auto expect_gives_up = [](const std::string& expect) {
+    const Spec spec = with_doubling_mutant(with_invariant(expect));
+    for (const char* target : {"doubles", "reference"}) {
+      const RunReport r = run_on(spec, target, 30);
+      EXPECT_EQ(r.status, RunStatus::gave_up) << expect << " on " << target << ": " << r.detail;
+      ASSERT_EQ(r.invariants.size(), 1u);
+      EXPECT_EQ(r.invariants[0].passed, 0) << target;
+      EXPECT_EQ(r.invariants[0].last_discard.rfind("close(): the tolerance allows an infinite error", 0), 0u)
+          << r.invariants[0].last_discard;
+    }
+  };
+  expect_gives_up("close(target.y, reference.y, atol=exp(1000 + abs(x)))");
+  // rtol × |rhs| past the largest double: the same.
+  expect_gives_up("close(target.y, reference.y, rtol=1e308 * (2 + abs(x)), atol=0)");
+  // Infinite where x > 0.7 only: the other elements judge the target.
+  const Spec some =
+      with_doubling_mutant(with_invariant("close(target.y, reference.y, atol=exp(1000 * x), rtol=0)"));
+  const RunReport ok = run_on(some, "reference", 30);
+  EXPECT_EQ(ok.status, RunStatus::passed) << ok.detail;
+  EXPECT_GT(ok.invariants.at(0).passed, 0);
+  EXPECT_EQ(run_on(some, "doubles", 30).status, RunStatus::failed);
+  // An infinite rhs is close only to itself, whatever the tolerance: judged.
+  const Spec inf_rhs = with_doubling_mutant(
+      with_invariant("close(target.y * 0 + inf, reference.y * 0 + inf, atol=exp(1000 + abs(x)))"));
+  const RunReport equal = run_on(inf_rhs, "reference", 30);
+  EXPECT_EQ(equal.status, RunStatus::passed) << equal.detail;
+  EXPECT_GT(equal.invariants.at(0).passed, 0);
+  // From the target's outputs: equal elements hold, unequal ones fail.
+  const Spec by_target = with_doubling_mutant(
+      with_invariant("close(target.y, reference.y, atol=exp(1000 + abs(target.y)), rtol=0)"));
+  const RunReport same = run_on(by_target, "reference", 30);
+  EXPECT_EQ(same.status, RunStatus::passed) << same.detail;
+  const RunReport doubled = run_on(by_target, "doubles", 30);
+  EXPECT_EQ(doubled.status, RunStatus::failed) << doubled.detail;
+  ASSERT_TRUE(doubled.invariants.at(0).counterexample);
+  EXPECT_NE(doubled.invariants.at(0).counterexample->message.find(
+                "read from the target's outputs, allows an infinite error"),
+            std::string::npos)
+      << doubled.invariants.at(0).counterexample->message;
+}
+
 // rows_independent compares the outputs with the batch axis only: a loss
 // reduced over the rows is the batch's as a whole (a correct cross-entropy
 // failed: the loss of one row alone is not the batch's mean).
