@@ -954,7 +954,9 @@ void require_utf8(const std::string& text, const std::string& path) {
   const size_t newline = text.rfind('\n', *at);
   const size_t start = newline == std::string::npos ? 0 : newline + 1;
   const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(start), '\n');
-  throw InputError({path, static_cast<int>(line), static_cast<int>(*at - start) + 1},
+  // Columns count from after a byte-order mark (as yaml-cpp's marks do).
+  const size_t bom = start == 0 && text.starts_with("\xEF\xBB\xBF") ? 3 : 0;
+  throw InputError({path, static_cast<int>(line), static_cast<int>(*at - start - bom) + 1},
                    fmt::format("byte 0x{:02X} is not UTF-8; the text must be UTF-8",
                                static_cast<unsigned>(static_cast<unsigned char>(text[*at]))));
 }

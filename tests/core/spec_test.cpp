@@ -153,6 +153,15 @@ TEST(SpecLoader, Utf8IsCheckedByRfc3629) {
   EXPECT_EQ(valid_utf8("bad \xff\xfe!"), "bad \xef\xbf\xbd\xef\xbf\xbd!");
 }
 
+// Columns count from after a byte-order mark, as yaml-cpp's do (the first
+// line's non-UTF-8 byte was 3 columns further right with a mark before it).
+TEST(SpecLoader, ANonUtf8BytesColumnDoesNotCountAByteOrderMark) {
+  for (const std::string& bom : {std::string(), std::string("\xEF\xBB\xBF")})
+    EXPECT_EQ(error_of(bom + "spec: caf\xe9\nfamily: toy.sum\n"),
+              "t.yaml:1:10: byte 0xE9 is not UTF-8; the text must be UTF-8")
+        << bom.size();
+}
+
 TEST(SpecLoader, MissingFileIsAnInputError) {
   EXPECT_THROW(load_spec("/nonexistent/spec.yaml"), InputError);
 }
