@@ -225,12 +225,17 @@ std::vector<int64_t> Tensor::to_ints() const {
 
 std::vector<int64_t> Tensor::to_flags(const std::string& op) const {
   std::vector<int64_t> out = to_ints();
+  const size_t size = kprop_dtype_size(dtype);
+  const auto poisoned = [&](size_t i) {
+    return std::all_of(bytes.begin() + long(i * size), bytes.begin() + long((i + 1) * size),
+                       [&](uint8_t b) { return b == poison_byte(dtype); });
+  };
   for (size_t i = 0; i < out.size(); ++i)
     if (out[i] != 0 && out[i] != 1)
       throw TargetFailure(
           "error",
           fmt::format("{}: output {} holds {} at element {}: a boolean output is 0 or 1{}", op, name, out[i],
-                      i, out[i] == 0xFF ? " (the 0xFF poison: an entry the kernel did not write)" : ""));
+                      i, poisoned(i) ? " (the poison: an entry the kernel did not write)" : ""));
   return out;
 }
 
@@ -274,14 +279,26 @@ const Tensor& Message::tensor(const std::string& name) const {
 constexpr size_t kGuardBytes = 64;
 constexpr uint8_t kGuardByte = 0xA5;
 
-// Outputs poisoned (0xFF: NaN for floats, -1 for ints), each followed by its
-// guard bytes; check_guards() removes them after the call.
+uint8_t poison_byte(int32_t dtype) {
+  switch (dtype) {
+    case KPROP_F32:
+    case KPROP_F64:
+    case KPROP_F16:
+    case KPROP_BF16:
+      return 0xFF;
+    default:
+      return 0x5A;
+  }
+}
+
+// Outputs poisoned (poison_byte), each followed by its guard bytes;
+// check_guards() removes them after the call.
 Message allocate_reply(const Message& request) {
   Message reply;
   reply.op = request.op;
   for (const auto& declared : request.outputs) {
     Tensor t = declared;
-    t.bytes.assign(t.nbytes() + kGuardBytes, 0xFF);
+    t.bytes.assign(t.nbytes() + kGuardBytes, poison_byte(t.dtype));
     std::fill(t.bytes.end() - kGuardBytes, t.bytes.end(), kGuardByte);
     reply.tensors.push_back(std::move(t));
   }
@@ -364,8 +381,8 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The device side of one call: inputs copied in, outputs poisoned with 0xFF
-// bytes as on the host, copied back after a synchronize.
+// The device side of one call: inputs copied in, outputs poisoned as on the
+// host (poison_byte), copied back after a synchronize.
 class Scope {
  public:
   explicit Scope(const std::string& op) : rt_(runtime()), op_(op) {
@@ -469,6 +486,10 @@ class Padding {
   Buffer& output(Tensor& t) {
     Buffer& b = padded(t, kGuardBytes);
     std::fill(b.bytes.end() - kGuardBytes, b.bytes.end(), kGuardByte);
+    // The rows poisoned as the reply's (poison_byte), the padding 0xFF.
+    for_rows(t, [&](size_t packed, size_t row_at) {
+      std::copy_n(t.bytes.begin() + long(packed), row_bytes(t), b.bytes.begin() + long(row_at));
+    });
     b.output = &t;
     return b;
   }

@@ -54,7 +54,8 @@ typedef enum kprop_device { KPROP_HOST = 0, KPROP_CUDA = 1 } kprop_device;
  *     return strcmp(op, "attention.fwd") == 0 ? KPROP_CUDA : KPROP_HOST;
  *   }
  * For an op answered with KPROP_CUDA, kprop copies every input to CUDA device
- * memory (device 0), fills the outputs on the device with 0xFF bytes, calls
+ * memory (device 0), poisons the outputs on the device (0xFF bytes for
+ * floats, 0x5A for integers, as on the host), calls
  * the entry point with tensor.device == KPROP_CUDA and device pointers in
  * tensor.data, synchronizes, and copies the outputs back. The args struct and
  * `error` stay in host memory. kprop synchronizes the device after the call,

@@ -85,7 +85,8 @@ def serve(fn, tensors="numpy", stdin=None, stdout=None):
         outputs = []
         for d in header.get("outputs", []):
             a = np.empty(d["shape"], _DTYPES[d["dtype"]])
-            a.reshape(-1).view(np.uint8).fill(0xFF)  # poison, as kprop's own buffers
+            # poison, as kprop's own buffers: NaN for floats, 0x5A bytes for integers (not -1)
+            a.reshape(-1).view(np.uint8).fill(0xFF if a.dtype.kind == "f" else 0x5A)
             outputs.append((d["name"], d["dtype"], a))
         for name in inputs:
             inputs[name].flags.writeable = False

@@ -3,7 +3,7 @@
 // A Python callable becomes an external target through an in-process
 // Transport: each request of the family's `drive` reaches the Python
 // trampoline (kprop/_check.py) as NumPy arrays that are views of kprop's own
-// buffers (inputs read-only; outputs poisoned with 0xFF, as for plugins and
+// buffers (inputs read-only; outputs poisoned as for plugins and
 // workers), so every invariant of the spec runs unchanged. The GIL is held
 // for the whole run: the runner calls Python on this thread only.
 #include <fmt/format.h>

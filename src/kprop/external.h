@@ -143,8 +143,14 @@ struct PluginOp {
   std::vector<std::string> outputs;
 };
 
-// The reply skeleton for a request: its declared outputs, poisoned, each
-// followed by guard bytes the call must leave alone.
+// The byte an output of `dtype` is filled with before the call: 0xFF for
+// floats (NaN in every float type), 0x5A for integers (1515870810 in i32,
+// 90 in u8: no index, token or flag). Not 0xFF there: -1 is a value
+// contracts ask for (dflash's accepted tail, beam's empty slots), and an
+// entry the kernel never wrote read as the right answer.
+uint8_t poison_byte(int32_t dtype);
+// The reply skeleton for a request: its declared outputs, poisoned
+// (poison_byte), each followed by guard bytes the call must leave alone.
 Message allocate_reply(const Message& request);
 // After the call: a TargetFailure if it wrote past the end of an output
 // (changed a guard byte); else the guards are removed.

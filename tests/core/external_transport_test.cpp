@@ -130,29 +130,35 @@ TEST(ExternalSizes, OverflowingShapesHaveNoSize) {
   EXPECT_THROW(Tensor::declare("x", KPROP_F32, huge).nbytes(), std::length_error);
 }
 
-// A boolean output reads 0 or 1 and nothing else: the poison (0xFF) of an
-// entry the kernel did not write read as true (dflash's mask, beam's done).
+// A boolean output reads 0 or 1 and nothing else: the poison of an entry
+// the kernel did not write read as true (dflash's mask, beam's done). An
+// integer output's poison is 0x5A bytes (90 in u8), not 0xFF (-1 in i32,
+// which contracts ask for: an unwritten -1 entry read as right).
 TEST(ExternalReply, ABooleanOutputIsZeroOrOne) {
+  EXPECT_EQ(kprop::external::poison_byte(KPROP_U8), 0x5A);
+  EXPECT_EQ(kprop::external::poison_byte(KPROP_I32), 0x5A);
+  EXPECT_EQ(kprop::external::poison_byte(KPROP_F32), 0xFF);
   const std::vector<int64_t> flags = {0, 1, 1, 0};
   EXPECT_EQ(Tensor::of_ints("mask", KPROP_U8, {2, 2}, flags).to_flags("dflash.tree_inputs"), flags);
   try {
-    Tensor::of_ints("mask", KPROP_U8, {2, 2}, std::vector<int64_t>{0, 1, 255, 0})
+    Tensor::of_ints("mask", KPROP_U8, {2, 2}, std::vector<int64_t>{0, 1, 0x5A, 0})
         .to_flags("dflash.tree_inputs");
-    ADD_FAILURE() << "255 read as a flag";
+    ADD_FAILURE() << "90 read as a flag";
   } catch (const kprop::external::TargetFailure& e) {
     EXPECT_EQ(e.kind(), "error");
-    EXPECT_STREQ(
-        e.what(),
-        "dflash.tree_inputs: output mask holds 255 at element 2: a boolean output is 0 or 1 (the 0xFF "
-        "poison: an entry the kernel did not write)");
+    EXPECT_STREQ(e.what(),
+                 "dflash.tree_inputs: output mask holds 90 at element 2: a boolean output is 0 or 1 (the "
+                 "poison: an entry the kernel did not write)");
   }
-  // Another value is named as it is (the poison's words are for 255).
-  try {
-    Tensor::of_ints("done", KPROP_U8, {2}, std::vector<int64_t>{1, 2}).to_flags("beam.step");
-    ADD_FAILURE() << "2 read as a flag";
-  } catch (const kprop::external::TargetFailure& e) {
-    EXPECT_STREQ(e.what(), "beam.step: output done holds 2 at element 1: a boolean output is 0 or 1");
-  }
+  // Another value is named as it is (the poison's words are for the poison).
+  for (const int64_t other : {2, 255}) try {
+      Tensor::of_ints("done", KPROP_U8, {2}, std::vector<int64_t>{1, other}).to_flags("beam.step");
+      ADD_FAILURE() << other << " read as a flag";
+    } catch (const kprop::external::TargetFailure& e) {
+      EXPECT_EQ(
+          std::string(e.what()),
+          fmt::format("beam.step: output done holds {} at element 1: a boolean output is 0 or 1", other));
+    }
 }
 
 TEST(ExternalReply, AHugeTensorIsRefusedBeforeAllocating) {

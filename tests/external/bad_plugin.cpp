@@ -16,6 +16,11 @@
 // And one whose error must be reported as its error (exit 3, the message kept):
 //   KPROP_TEST_LATIN1_ERROR fails every call with a message that is not UTF-8
 //                           (Latin-1 "café"), which killed the plugin host.
+// A dflash verifier that writes `accepted` up to its last accepted node and
+// never its -1 tail (KPROP_TEST_DFLASH_NO_TAIL; KPROP_TEST_DFLASH_CORRECT
+// writes it): the tail a kernel never writes holds the poison, not the -1
+// the contract asks for, and the case fails (it passed while integer
+// outputs were poisoned with 0xFF bytes, -1 in i32).
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <kprop/abi.h>
@@ -50,7 +55,8 @@ KPROP_EXPORT int kprop_attention_fwd_v2(const kprop_attention_fwd_args*, char*, 
 }
 // The entry point's name without extern "C" (KPROP_EXPORT forgotten): the
 // file has it only C++-mangled, which the error points out.
-__attribute__((visibility("default"))) int kprop_attention_fwd(const kprop_attention_fwd_args*, char*, size_t) {
+__attribute__((visibility("default"))) int kprop_attention_fwd(const kprop_attention_fwd_args*, char*,
+                                                               size_t) {
   return KPROP_OK;
 }
 #endif
@@ -93,5 +99,61 @@ KPROP_EXPORT int kprop_attention_fwd(const kprop_attention_fwd_args*, char*, siz
     utimensat(AT_FDCWD, self.dli_fname, later, 0);
   }
   std::abort();
+}
+#endif
+
+#if defined(KPROP_TEST_DFLASH_NO_TAIL) || defined(KPROP_TEST_DFLASH_CORRECT)
+KPROP_PLUGIN();
+namespace {
+int32_t& at(const kprop_tensor& t, int64_t i) {
+  return static_cast<int32_t*>(t.data)[i * t.strides[0]];
+}
+const int32_t& in(const kprop_tensor& t, int64_t i) {
+  return static_cast<const int32_t*>(t.data)[i * t.strides[0]];
+}
+// argmax of logits row r, the lowest index on exact ties.
+int32_t argmax(const kprop_tensor& logits, int64_t r) {
+  const auto* x = static_cast<const double*>(logits.data);
+  int32_t best = 0;
+  for (int64_t v = 1; v < logits.shape[1]; ++v)
+    if (x[r * logits.strides[0] + v * logits.strides[1]] >
+        x[r * logits.strides[0] + best * logits.strides[1]])
+      best = static_cast<int32_t>(v);
+  return best;
+}
+}  // namespace
+KPROP_EXPORT int kprop_dflash_tree_inputs(const kprop_dflash_tree_inputs_args* a, char*, size_t) {
+  const int64_t n = a->parents.ndim ? a->parents.shape[0] : 0, context = a->context_length;
+  for (int64_t i = 0; i < n; ++i) {
+    int32_t depth = 1;
+    for (int32_t p = in(a->parents, i); p >= 0; p = in(a->parents, p)) ++depth;
+    at(a->position_ids, i) = static_cast<int32_t>(context + depth - 1);
+    auto* mask = static_cast<uint8_t*>(a->mask.data);
+    for (int64_t j = 0; j < context + n; ++j) {
+      bool sees = j < context;
+      for (int64_t x = i; !sees && x >= 0 && j >= context; x = in(a->parents, x)) sees = x == j - context;
+      mask[i * a->mask.strides[0] + j * a->mask.strides[1]] = sees;
+    }
+  }
+  return KPROP_OK;
+}
+KPROP_EXPORT int kprop_dflash_verify(const kprop_dflash_verify_args* a, char*, size_t) {
+  const int64_t n = a->tokens.ndim ? a->tokens.shape[0] : 0;
+  int64_t k = 0;
+  int32_t last = -1;
+  for (bool found = true; found;) {
+    const int32_t prediction = argmax(a->logits, last + 1);
+    found = false;
+    for (int64_t j = 0; j < n && !found; ++j)
+      if (in(a->parents, j) == last && in(a->tokens, j) == prediction) {
+        at(a->accepted, k++) = static_cast<int32_t>(j);
+        last = static_cast<int32_t>(j), found = true;
+      }
+  }
+#ifdef KPROP_TEST_DFLASH_CORRECT
+  for (; k < n; ++k) at(a->accepted, k) = -1;
+#endif
+  at(a->bonus, 0) = argmax(a->logits, last + 1);
+  return KPROP_OK;
 }
 #endif

@@ -600,9 +600,9 @@ def test_a_script_that_checks_isolated_at_import_is_refused_not_repeated(tmp_pat
 
 
 def test_a_boolean_output_that_is_not_0_or_1_is_the_targets_error(corpus):
-    """A flag written as 255 (what a plugin leaves in an entry it never
-    writes: the poison) read as true, so beam's next_done passed whatever the
-    kernel wrote there."""
+    """A flag written as 255 (what a plugin left in an entry it never wrote,
+    while integer outputs were poisoned with 0xFF) read as true, so beam's
+    next_done passed whatever the kernel wrote there."""
     beam = load_example("beam_search")
 
     def step(**kwargs):

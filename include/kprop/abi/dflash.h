@@ -18,10 +18,9 @@
  * otherwise; sibling tokens are distinct. N may be 0 (a shrunk case): the
  * verify op then still emits the bonus token from row 0.
  *
- * Integer outputs are pre-filled with 0xFF bytes, which read as -1 in i32:
- * an `accepted` or `bonus` the kernel never writes reads as "nothing
- * accepted" / "no bonus token", and the invariants judge it as such
- * (maximal_acceptance, progress). */
+ * Integer outputs are pre-filled with 0x5A bytes (1515870810 in i32): an
+ * `accepted` entry or a `bonus` the kernel never writes, the -1 tail
+ * included, is no node or token, and the call fails as an error. */
 #ifndef KPROP_ABI_DFLASH_H
 #define KPROP_ABI_DFLASH_H
 
