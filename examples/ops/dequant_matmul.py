@@ -12,6 +12,8 @@ output channel n. Dequantizes to the input's dtype, then multiplies.
     scale_wrong_axis   scale indexed by the input channel k (row of w_q) instead of the output channel n
     f64_in_f32         f64 cases computed in float32 and widened back (a templated kernel whose
                        accumulator is float for every dtype)
+    int8_arithmetic    w_q - zp computed in int8, the inputs' own type, not widened first: it wraps
+                       where the difference leaves [-128, 127] (127 - (-1) = -128)
 """
 import os
 import sys
@@ -21,7 +23,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import kprop_worker  # noqa: E402
 
-BUGS = ("per_tensor_scale", "zero_point_sign", "scale_wrong_axis", "f64_in_f32")
+BUGS = ("per_tensor_scale", "zero_point_sign", "scale_wrong_axis", "f64_in_f32", "int8_arithmetic")
 BUG = kprop_worker.planted_bug(BUGS)
 
 
@@ -30,11 +32,11 @@ def dequant_matmul(x, w_q, zp, scale, **_):
         y = dequant_matmul(x.astype(np.float32), w_q, zp, scale.astype(np.float32))["y"]
         return {"y": y.astype(np.float64)}
     dt = x.dtype
-    # Integer arithmetic on w_q - zp, as an int8 kernel does (in int32: the
-    # spec's values are int8, but shrinking may step outside [-128, 127],
-    # e.g. 135 -> 130, and an int8 cast would wrap where the reference does not).
-    q = w_q.astype(np.int32)
-    z = zp.astype(np.int32)
+    # Integer arithmetic on w_q - zp, as an int8 kernel does, widened to
+    # int32 first: w_q and zp arrive as int8, and 127 - (-128) leaves int8.
+    wide = np.int8 if BUG == "int8_arithmetic" else np.int32
+    q = w_q.astype(wide)
+    z = zp.astype(wide)
     s = scale.astype(dt)
     centered = (q + z) if BUG == "zero_point_sign" else (q - z)  # exact in int32
     if BUG == "per_tensor_scale":

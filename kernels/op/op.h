@@ -24,15 +24,17 @@
 namespace kprop::op {
 
 // Floating inputs and outputs are f32 / f64 / f16 / bf16 (sent as KPROP_F32,
-// KPROP_F64, KPROP_F16, KPROP_BF16); index tensors i32 / i64 (sent as
-// KPROP_I32 / KPROP_I64); masks `bool` (sent as KPROP_U8, 0 or 1).
+// KPROP_F64, KPROP_F16, KPROP_BF16); integer inputs (index tensors,
+// quantized values) i8 / u8 / i32 / i64 (sent as KPROP_I8, KPROP_U8,
+// KPROP_I32, KPROP_I64); masks `bool` (sent as KPROP_U8, 0 or 1).
 //
 // Precision of the half dtypes (f16, bf16): storage only, as in real GPU
 // kernels. A half tensor holds half values; a kernel loads them, computes in
 // f32 and rounds each half output to nearest even at its store. The naive
 // baseline does exactly that (naive(): every intermediate rounded to f32,
 // the result to the half type) and floor_of() adds the store's rounding.
-enum class DType { f32, f64, i32, i64, boolean, f16, bf16 };
+enum class DType { f32, f64, i32, i64, boolean, f16, bf16, i8, u8 };
+inline constexpr DType kLastDType = DType::u8;
 const char* dtype_name(DType dtype);
 bool is_float(DType dtype);
 // The floating type of a floating dtype (kprop/float_type.h); none for the others.
@@ -42,6 +44,8 @@ double round_to(DType dtype, double v);  // v as the nearest value of dtype (int
 // ±2^53, where every integer is exact): [lo, hi].
 inline std::pair<double, double> int_range(DType dtype) {
   if (dtype == DType::boolean) return {0, 1};
+  if (dtype == DType::i8) return {-128, 127};
+  if (dtype == DType::u8) return {0, 255};
   if (dtype == DType::i32) return {-0x1p31, 0x1p31 - 1};
   return {-0x1p53, 0x1p53};
 }
@@ -106,7 +110,7 @@ struct AttrDecl {
 // The kinds are the generator's distribution, not a constraint on a case:
 // shrinking moves values toward 0, 1 and short decimals regardless.
 //   denormal {}          subnormals of the input's dtype (f16: k · 2^-24, bf16: k · 2^-133), random sign
-// Index tensors (dtype i32 / i64):
+// Integer tensors (dtype i8 / u8 / i32 / i64; every value within the dtype):
 //   ids {below: V}       integers in [0, V), V a dim or a positive number
 //   permutation {axis}   each line along `axis` (default -1) a permutation of [0, n)
 // Masks (dtype bool):

@@ -15,8 +15,8 @@
 namespace kprop::op {
 
 const char* dtype_name(DType dtype) {
-  static constexpr const char* kNames[] = {"f32", "f64", "i32", "i64", "bool", "f16", "bf16"};
-  static_assert(std::size(kNames) == size_t(DType::bf16) + 1);
+  static constexpr const char* kNames[] = {"f32", "f64", "i32", "i64", "bool", "f16", "bf16", "i8", "u8"};
+  static_assert(std::size(kNames) == size_t(kLastDType) + 1);
   return enum_name(dtype, kNames);
 }
 

@@ -95,9 +95,10 @@ void read_nested(const YAML::Node& n, const std::vector<int64_t>& ext, size_t ax
 }
 
 DType read_dtype(const YAML::Node& n) {
-  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::boolean})
+  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i8, DType::u8, DType::i32,
+                  DType::i64, DType::boolean})
     if (n && n.IsScalar() && n.Scalar() == dtype_name(t)) return t;
-  case_yaml::fail(n, "dtype must be f32, f64, f16, bf16, i32, i64 or bool");
+  case_yaml::fail(n, "dtype must be f32, f64, f16, bf16, i8, u8, i32, i64 or bool");
 }
 
 }  // namespace

@@ -244,7 +244,7 @@ class Parser {
     // In the order of DType (kernels/op/op.h), so a name's index is its DType.
     static const std::vector<std::string> names = [] {
       std::vector<std::string> all;
-      for (size_t t = 0; t <= size_t(DType::bf16); ++t) all.emplace_back(dtype_name(static_cast<DType>(t)));
+      for (size_t t = 0; t <= size_t(kLastDType); ++t) all.emplace_back(dtype_name(static_cast<DType>(t)));
       return all;
     }();
     const auto items = scalar_or_list(n);
@@ -288,7 +288,7 @@ class Parser {
     if (std::find(valid.begin(), valid.end(), k) == valid.end())
       fail(key, fmt::format("{}: value kind '{}' is not for {} tensor; valid: {}", what, k,
                             cls == 'f'   ? "a floating"
-                            : cls == 'i' ? "an integer (i32, i64)"
+                            : cls == 'i' ? "an integer (i8, u8, i32, i64)"
                                          : "a bool",
                             join(valid)));
     ValueSpec v;
@@ -411,6 +411,39 @@ class Parser {
     if (v.kind == ValueKind::uniform || v.kind == ValueKind::integer)
       finite_draws(at, w, v.b - v.a, "hi - lo");
     return v;
+  }
+
+  // Every value an integer input's kinds can draw is within each of its
+  // dtypes (an i8 input's ids below 300 would wrap on the way to the kernel).
+  void fits_dtypes(const YAML::Node& at, const std::string& what, const InputDecl& in, const Decl& d) const {
+    const auto extent = [&](const std::string& dim) {
+      const int i = d.dim_index(dim);
+      return i >= 0 ? d.dims[static_cast<size_t>(i)].largest() : std::stoll(dim);
+    };
+    for (const ValueSpec& v : in.values) {
+      double lo = 0, hi = 0;
+      const char* kind = "";
+      switch (v.kind) {
+        case ValueKind::integer:
+          lo = v.a, hi = v.b, kind = "integer";
+          break;
+        case ValueKind::ids:
+          hi = (v.bound_dim >= 0 ? static_cast<double>(d.dims[static_cast<size_t>(v.bound_dim)].largest())
+                                 : v.a) -
+               1;
+          kind = "ids";
+          break;
+        case ValueKind::permutation:
+          hi = static_cast<double>(extent(in.shape[static_cast<size_t>(v.axis)])) - 1, kind = "permutation";
+          break;
+        default:
+          continue;
+      }
+      for (const DType t : in.dtypes)
+        if (const auto [tlo, thi] = op::int_range(t); lo < tlo || hi > thi)
+          fail(at, fmt::format("{}.values.{} draws values in [{}, {}], outside {} ([{}, {}])", what, kind, lo,
+                               hi, dtype_name(t), tlo, thi));
+    }
   }
 
   std::vector<ValueSpec> values(const YAML::Node& n, const std::string& what, char cls,
@@ -674,9 +707,10 @@ class Parser {
           if (key.Scalar() == "ids" || key.Scalar() == "permutation") cls = 'i', in.dtypes = {DType::i64};
         }
       }
-      if (v["values"])
+      if (v["values"]) {
         in.values = values(v["values"], what, cls, in.shape, *d);
-      else if (cls == 'f')
+        if (cls == 'i') fits_dtypes(v["values"], what, in, *d);
+      } else if (cls == 'f')
         in.values = {ValueSpec{}};
       else
         fail(v, fmt::format("{} ({}) needs values: {}", what, dtype_name(in.dtypes[0]), join(kinds_of(cls))));

@@ -17,8 +17,8 @@ namespace kprop::op {
 namespace {
 
 // Floating tensors travel in their dtype (KPROP_F32, KPROP_F64, KPROP_F16,
-// KPROP_BF16), index tensors as KPROP_I32 / KPROP_I64, masks as KPROP_U8 (0 /
-// 1). `fp64`: floating tensors in f64 whatever their dtype (an external
+// KPROP_BF16), integer tensors as KPROP_I8 / KPROP_U8 / KPROP_I32 /
+// KPROP_I64, masks as KPROP_U8 (0 / 1). `fp64`: floating tensors in f64 whatever their dtype (an external
 // reference computing reference.Y).
 int32_t abi_dtype(DType dt, bool fp64 = false) {
   switch (dt) {
@@ -27,6 +27,10 @@ int32_t abi_dtype(DType dt, bool fp64 = false) {
     case DType::f16:
     case DType::bf16:
       return fp64 ? KPROP_F64 : external::abi_dtype(*float_type(dt));
+    case DType::i8:
+      return KPROP_I8;
+    case DType::u8:
+      return KPROP_U8;
     case DType::i32:
       return KPROP_I32;
     case DType::i64:

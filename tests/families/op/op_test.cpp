@@ -1156,6 +1156,30 @@ TEST(OpDomainDecl, DtypeAndSpecialsErrors) {
       "op.yaml:14:40: input ids.dtype mixes i32 and f16: a tensor is floating, integer or bool");
 }
 
+// i8 and u8 inputs (quantized weights, byte tokens) hold only what their
+// type holds: a kind that draws past it is a load error at the values (the
+// values would wrap on the way to the kernel); one within it loads.
+TEST(OpDomainDecl, ASmallIntegerDtypeHoldsEveryValueItsKindsDraw) {
+  EXPECT_EQ(load_error(rich_with("ids: {shape: [B, Nq], dtype: [i32, i64]",
+                                 "ids: {shape: [B, Nq], dtype: [i8, u8]")),
+            "");
+  EXPECT_EQ(load_error(rich_with("perm: {shape: [B, Nk], dtype: i64", "perm: {shape: [B, Nk], dtype: i8")),
+            "");
+  EXPECT_LOAD_ERROR(rich_with("tok: {shape: [Nk], dtype: i32, values: {ids: {below: 5}}}",
+                              "tok: {shape: [Nk], dtype: u8, values: {ids: {below: 300}}}"),
+                    "op.yaml:15:43: input tok.values.ids draws values in [0, 299], outside u8 ([0, 255])");
+  EXPECT_LOAD_ERROR(
+      rich_with("tok: {shape: [Nk], dtype: i32, values: {ids: {below: 5}}}",
+                "tok: {shape: [Nk], dtype: [i32, i8], values: {integer: {lo: -128, hi: 128}}}"),
+      "op.yaml:15:50: input tok.values.integer draws values in [-128, 128], outside i8 ([-128, 127])");
+  EXPECT_LOAD_ERROR(rich_with("tok: {shape: [Nk], dtype: i32, values: {ids: {below: 5}}}",
+                              "tok: {shape: [Nk], dtype: u8, values: {integer: {lo: -1, hi: 3}}}"),
+                    "op.yaml:15:43: input tok.values.integer draws values in [-1, 3], outside u8 ([0, 255])");
+  EXPECT_LOAD_ERROR(
+      rich_with("    mask:", "    wide: {shape: [200], dtype: i8, values: permutation}\n    mask:"),
+      "op.yaml:17:45: input wide.values.permutation draws values in [0, 199], outside i8");
+}
+
 // ---------------------------------------------------------------- shrinking in the domain
 // Greedy shrinking with the raw shrinker of a failure that needs D >= 3
 // (D tied to E by E >= D and D >= E, so neither moves alone, and to T by an
