@@ -1267,7 +1267,7 @@ static nlohmann::json parse_reply_header(const std::string& text) {
         return true;
       });
   if (!h.is_object()) throw std::runtime_error("not a JSON object");
-  for (const char* key : {"ok", "restart", "unsupported", "unavailable", "load_error"})
+  for (const char* key : {"ok", "restart", "unsupported", "unavailable", "load_error", "wiring"})
     if (h.contains(key) && !h[key].is_boolean())
       throw std::runtime_error(fmt::format("'{}' must be true or false", key));
   if (h.contains("error") && !h["error"].is_string()) throw std::runtime_error("'error' must be a string");
@@ -1346,6 +1346,11 @@ class ChildTransport : public Transport {
       if (header.value("unavailable", false))
         throw TargetUnavailable(fmt::format("{}: {}", request.op, error));
       if (header.value("unsupported", false)) throw Unsupported(fmt::format("{}: {}", request.op, error));
+      if (header.value("wiring", false))
+        throw WiringError(
+            fmt::format("{}: {} cannot be called with the op's arguments (its wiring, not the "
+                        "kernel; no case is stored): {}",
+                        request.op, options_.role, error));
       throw TargetFailure("error",
                           fmt::format("{}: {} reported an error: {}", request.op, options_.role, error));
     }

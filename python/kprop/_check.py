@@ -155,6 +155,11 @@ def _clear_frames(e: Optional[BaseException]):
         e = e.__cause__ or e.__context__
 
 
+# What a WiringError from the runner says (src/external.cpp): a worker's fn
+# cannot take its op's arguments.
+_WIRING = "cannot be called with the op's arguments"
+
+
 class _Stop:
     """A BaseException that is not an Exception (SystemExit, pytest.skip's and
     pytest.fail's outcomes, GeneratorExit) raised by the target, the reference
@@ -192,6 +197,14 @@ class _Stop:
         before the stop, then calls finish()."""
         try:
             result = f(*args)
+        except TypeError as e:
+            # A worker's fn (isolate=True) that cannot take its op's
+            # arguments: the run stopped (a WiringError, exit 2 on the
+            # command line); raised as in process, with the worker's words.
+            message = str(e)
+            if _WIRING not in message:
+                raise
+            raise ArgumentMismatch(message[message.find("kprop: "):] if "kprop: " in message else message) from None
         finally:
             if self._stderr is not None:
                 os.dup2(self._stderr, 2)
@@ -684,7 +697,8 @@ class _Target:
         except ArgumentMismatch as e:  # the wiring, not the kernel: no verdict on the case
             if self.stopper is not None:
                 self.stopper.stop(e)
-            return ("error", str(e))  # in a worker, which cannot stop the run
+                return ("error", str(e))
+            return ("wiring", str(e))  # in a worker: its reply stops the run (kprop.worker)
         except Exception as e:
             message = "%s: %s" % (type(e).__name__, e) if not _is_unsupported(e) else str(e)
             if _is_unsupported(e):

@@ -588,6 +588,8 @@ auto guarded(Prepared& p, bool& stopped, F&& body) {
     SignalScope signals;
     try {
       return body();
+    } catch (const kprop::WiringError& e) {  // the package raises kprop.ArgumentMismatch (a TypeError)
+      throw nb::type_error(e.what());
     } catch (const kprop::InputError& e) {
       throw nb::value_error(in_python_words(e).c_str());
     }

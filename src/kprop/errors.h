@@ -76,6 +76,15 @@ class ReferenceFailure : public InputError {
   explicit ReferenceFailure(const std::string& message) : InputError({}, message) {}
 };
 
+// A target that cannot be called with its op's arguments at all (a Python
+// function whose signature does not take the op's inputs and attributes,
+// served by a worker): how it is wired to the spec, not a failure of the
+// kernel. The run stops with this error (exit 2) and stores no case.
+class WiringError : public InputError {
+ public:
+  explicit WiringError(const std::string& message) : InputError({}, message) {}
+};
+
 // "did you mean" helper: the closest candidate by edit distance, or "".
 // `text` as readable text whatever it held: control characters and bytes
 // that are not UTF-8 shown escaped (\x1b, \r, \xff); newlines too, unless

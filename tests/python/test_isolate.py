@@ -51,6 +51,19 @@ def test_isolate_needs_an_importable_function(corpus):
         kprop.check("softmax_topk", lambda **kw: None, corpus=corpus, isolate=True)
 
 
+def takes_a_fixture(logits, k, scale, **attrs):  # `scale` is no input or attribute of softmax_topk
+    return _softmax.softmax_topk(logits * scale, k, **attrs)
+
+
+def test_an_isolated_signature_mismatch_stops_the_run_and_stores_nothing(corpus):
+    """A function that cannot take its op's arguments is wired wrong, not a
+    wrong kernel: in a worker it was the target's error, shrunk and stored
+    as a counterexample; it raises ArgumentMismatch, as in process."""
+    with pytest.raises(kprop.ArgumentMismatch, match="cannot take the arguments of op softmax_topk.*'scale'"):
+        kprop.check("softmax_topk", takes_a_fixture, seed=SEED, trials=20, corpus=corpus, isolate=True)
+    assert not os.path.exists(corpus) or not any(files for _, _, files in os.walk(corpus))
+
+
 def reference_topk(logits, k, **attrs):
     assert logits.dtype.itemsize == 8, "the reference is called with float64 inputs"
     return _softmax.softmax_topk(logits, k, **attrs)
