@@ -34,7 +34,7 @@ void expect_keys(const YAML::Node& map, std::initializer_list<const char*> keys,
 }
 
 YAML::Node real(double v) {
-  if (std::isnan(v)) return YAML::Node(".nan");
+  if (std::isnan(v)) return YAML::Node(std::signbit(v) ? "-.nan" : ".nan");
   if (std::isinf(v)) return YAML::Node(v > 0 ? ".inf" : "-.inf");
   return YAML::Node(fmt::format("{}", v));
 }
@@ -58,6 +58,8 @@ std::vector<double> read_real_list(const YAML::Node& n, const std::string& what)
     const std::string_view s = x.text;
     if (s == "nan")
       out.push_back(std::numeric_limits<double>::quiet_NaN());
+    else if (s == "-nan")
+      out.push_back(-std::numeric_limits<double>::quiet_NaN());
     else if (s == "inf")
       out.push_back(std::numeric_limits<double>::infinity());
     else if (s == "-inf")
@@ -95,10 +97,14 @@ bool special_real(std::string_view t, double& v) {
   static constexpr std::string_view inf[] = {".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"};
   static constexpr std::string_view neg_inf[] = {"-.inf", "-.Inf", "-.INF"};
   static constexpr std::string_view nan[] = {".nan", ".NaN", ".NAN"};
+  // Not YAML's (it has no -.nan): a NaN with its sign bit set, as kprop writes it.
+  static constexpr std::string_view neg_nan[] = {"-.nan", "-.NaN", "-.NAN"};
   if (std::ranges::find(inf, t) != std::end(inf)) return v = std::numeric_limits<double>::infinity(), true;
   if (std::ranges::find(neg_inf, t) != std::end(neg_inf))
     return v = -std::numeric_limits<double>::infinity(), true;
   if (std::ranges::find(nan, t) != std::end(nan)) return v = std::numeric_limits<double>::quiet_NaN(), true;
+  if (std::ranges::find(neg_nan, t) != std::end(neg_nan))
+    return v = -std::numeric_limits<double>::quiet_NaN(), true;
   return false;
 }
 

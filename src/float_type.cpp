@@ -9,7 +9,7 @@
 namespace kprop {
 
 std::string value_text(FloatType t, double x) {
-  if (std::isnan(x)) return ".nan";
+  if (std::isnan(x)) return std::signbit(x) ? "-.nan" : ".nan";  // the sign kept: a sort orders -NaN too
   if (std::isinf(x)) return x > 0 ? ".inf" : "-.inf";
   switch (t) {
     case FloatType::f32:

@@ -19,7 +19,7 @@ namespace {
 // chosen decimal's double, the format case_yaml prints f32/f64 with; it has
 // no more digits than the decimal (which reads back to that double).
 std::string shortest(double v, double (*round)(double)) {
-  if (std::isnan(v)) return ".nan";
+  if (std::isnan(v)) return std::signbit(v) ? "-.nan" : ".nan";
   if (std::isinf(v)) return v > 0 ? ".inf" : "-.inf";
   if (v == 0) return std::signbit(v) ? "-0" : "0";
   for (int p = 1; p <= 17; ++p) {

@@ -116,6 +116,7 @@ bool number_of(const std::string& t, double& out) {
   if (t == ".inf" || t == ".Inf" || t == "+.inf") return out = HUGE_VAL, true;
   if (t == "-.inf" || t == "-.Inf") return out = -HUGE_VAL, true;
   if (t == ".nan" || t == ".NaN") return out = std::nan(""), true;
+  if (t == "-.nan" || t == "-.NaN") return out = -std::nan(""), true;
   char* end = nullptr;
   out = std::strtod(t.c_str(), &end);
   return end == t.c_str() + t.size();
@@ -382,7 +383,7 @@ struct Search::State {
     // Written back: integers stay integers (ids, lengths), reals round-trip;
     // a value the move made non-finite keeps its old one.
     const auto text = [&](double x) -> std::string {
-      if (std::isnan(x)) return ".nan";
+      if (std::isnan(x)) return std::signbit(x) ? "-.nan" : ".nan";
       if (std::isinf(x)) return x > 0 ? ".inf" : "-.inf";
       if (t.integral) x = std::round(x);
       return t.integral && std::fabs(x) < 9e15 ? fmt::format("{}", int64_t(x)) : fmt::format("{:.17g}", x);

@@ -52,8 +52,13 @@ def bitonic(a):
         while j > 0:
             if not (BUG == "skip_last_step" and k == p and j == 1):
                 partner = i ^ j
-                ascending = (i & k) == 0
-                lo, hi = compare_exchange(a, a[:, partner])
+                ascending = (i & k) == 0  # the same for both elements of a pair (j < k)
+                # Both elements of a pair order the same two values, first and
+                # second by index, so the pair swaps or stays whole. (Each
+                # ordering (own, partner) instead kept both halves of an equal
+                # pair apart: [0, -0] came out [0, 0], a value lost.)
+                first, second = np.minimum(i, partner), np.maximum(i, partner)
+                lo, hi = compare_exchange(a[:, first], a[:, second])
                 a = np.where((i < partner) == ascending, lo, hi)
             j //= 2
         k *= 2

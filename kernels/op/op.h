@@ -147,7 +147,8 @@ struct ValueSpec {
 // (picked uniformly) with probability `rate`.
 // `max`: the largest finite magnitude of the dtype (65504 for f16), random
 // sign; listed explicitly only (not among the defaults).
-enum class Special { nan, pos_inf, neg_inf, pos_zero, neg_zero, denormal, max };
+// (The default set is every one before `max`; `max` and `neg_nan` only when listed.)
+enum class Special { nan, pos_inf, neg_inf, pos_zero, neg_zero, denormal, max, neg_nan };
 struct Specials {
   double rate = 0;  // 0: none
   std::vector<Special> values;

@@ -87,6 +87,8 @@ double special_value(Special s, DType dt, uint64_t h) {
     }
     case Special::max:
       return h & 1 ? -max_finite(dt) : max_finite(dt);
+    case Special::neg_nan:  // the sign bit set (x86's 0/0): a radix sort's key transform puts it first
+      return -NAN;
   }
   return 0;
 }

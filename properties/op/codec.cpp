@@ -68,6 +68,7 @@ double read_number(const case_yaml::Item& n, DType dtype, const std::string& wha
     return static_cast<double>(v);
   }
   if (s == ".nan" || s == ".NaN") return NAN;
+  if (s == "-.nan" || s == "-.NaN") return -NAN;  // a NaN with its sign bit set (value_text)
   if (s == ".inf" || s == "+.inf") return INFINITY;
   if (s == "-.inf") return -INFINITY;
   char* end = nullptr;

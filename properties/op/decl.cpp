@@ -473,10 +473,11 @@ class Parser {
     return out;
   }
 
-  // specials: RATE | {rate: RATE, values: [nan, inf, -inf, 0, -0, denormal, max]}
-  // (default: the first six; `max` only when listed)
+  // specials: RATE | {rate: RATE, values: [nan, inf, -inf, 0, -0, denormal, max, -nan]}
+  // (default: the first six; `max` and `-nan` only when listed)
   Specials specials(const YAML::Node& n, const std::string& what) const {
-    static const std::vector<std::string> names = {"nan", "inf", "-inf", "0", "-0", "denormal", "max"};
+    static const std::vector<std::string> names = {"nan", "inf",      "-inf", "0",
+                                                   "-0",  "denormal", "max",  "-nan"};
     const std::string w = what + ".specials";
     Specials s;
     YAML::Node rate = n;

@@ -13,6 +13,7 @@
 
 #include "kprop/corpus.h"
 #include "kprop/errors.h"
+#include "kprop/float_type.h"
 #include "kprop/rng.h"
 
 namespace kprop {
@@ -278,6 +279,25 @@ TEST(PackedLists, UnpackedIsTheSameTreeWithSequences) {
   EXPECT_TRUE(plain["x"].IsSequence());
   EXPECT_EQ(texts(plain["x"]), items);
   EXPECT_EQ(emit_yaml(plain), emit_yaml(root));
+}
+
+// A NaN keeps its sign through a case file (-.nan, which YAML itself does
+// not have): a sort orders -NaN last like NaN, and a radix-key sort that
+// puts it first is only caught if a stored case replays it as drawn.
+TEST(CaseValues, ANegativeNanIsWrittenAndReadWithItsSign) {
+  EXPECT_EQ(case_yaml::real(-std::nan("")).Scalar(), "-.nan");
+  EXPECT_EQ(case_yaml::real(std::nan("")).Scalar(), ".nan");
+  for (const FloatType t : {FloatType::f32, FloatType::f64, FloatType::f16, FloatType::bf16})
+    EXPECT_EQ(value_text(t, -std::nan("")), "-.nan");
+  const std::optional<double> v = case_yaml::yaml_real("-.nan");
+  ASSERT_TRUE(v.has_value());
+  EXPECT_TRUE(std::isnan(*v) && std::signbit(*v));
+  const YAML::Node doc = load("x: [-.nan, .nan, -0]\n");
+  const std::vector<double> x = case_yaml::read_real_list(doc["x"], "'x'");
+  ASSERT_EQ(x.size(), 3u);
+  EXPECT_TRUE(std::isnan(x[0]) && std::signbit(x[0]));
+  EXPECT_TRUE(std::isnan(x[1]) && !std::signbit(x[1]));
+  EXPECT_TRUE(x[2] == 0 && std::signbit(x[2]));
 }
 
 }  // namespace
