@@ -70,6 +70,8 @@ struct Pipeline {
   std::function<int(const DraftTree&, int i, int P)> position_id;
   // Row of CycleTrace::logits whose argmax is the prediction node i is checked against.
   std::function<int(const DraftTree&, int i)> prediction_row;
+  // The token a logits row predicts: argmax, the lowest index on exact ties.
+  std::function<int(const Logits&)> predict;
   // Accepted nodes (root first) given each node's prediction.
   std::function<std::vector<int>(const DraftTree&, const std::vector<int>& predicted)> accept;
   bool bonus_token = true;
@@ -114,7 +116,10 @@ class Autoregressive {
  public:
   Autoregressive(const TinyLM& model, const std::vector<int>& context);
   const Logits& logits() const { return cache_.last_logits; }
-  Argmax next() const { return argmax(cache_.last_logits); }
+  // The greedy token, with the margin of argmax(model, ·): exact ties inside
+  // the model's tied group are decided, not near-ties.
+  Argmax next() const { return argmax(*model_, cache_.last_logits); }
+  const TinyLM& model() const { return *model_; }
   void push(int token);
   int length() const { return cache_.length; }
   // Back to an earlier `length` with the logits it had there: the positions

@@ -87,6 +87,9 @@ TinyLM::TinyLM(const ModelConfig& c) : config_(c) {
   fill(token_embedding_, kToken, 0, c.vocab, d);
   for (auto& x : token_embedding_) x *= std::sqrt(static_cast<double>(d));  // unit-variance rows
   fill(output_, kOutput, 0, c.vocab, d);
+  if (c.tied < 0 || c.tied >= c.vocab) throw std::invalid_argument("TinyLM: tied must be in [0, vocab)");
+  for (int v = 1; v <= c.tied; ++v)
+    std::copy(output_.begin(), output_.begin() + d, output_.begin() + static_cast<std::ptrdiff_t>(v) * d);
   layers_.resize(static_cast<size_t>(c.layers));
   for (int l = 0; l < c.layers; ++l) {
     auto& L = layers_[static_cast<size_t>(l)];
@@ -264,6 +267,16 @@ Argmax argmax(const Logits& logits) {
     }
   }
   a.margin = best - second;
+  return a;
+}
+
+Argmax argmax(const TinyLM& model, const Logits& logits) {
+  Argmax a = argmax(logits);
+  if (model.config().tied == 0 || a.margin > 0) return a;
+  double second = -std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (!model.same_output_row(static_cast<int>(i), a.index)) second = std::max(second, logits[i]);
+  a.margin = logits[static_cast<size_t>(a.index)] - second;
   return a;
 }
 

@@ -7,6 +7,11 @@
 // embedding of the position id; per layer RMS-norm -> multi-head attention ->
 // residual, RMS-norm -> tanh MLP (hidden 2d) -> residual; final RMS-norm and
 // an untied output projection scaled so argmax margins are rarely tiny.
+// With `tied` > 0, tokens 1..tied share token 0's output projection row: their
+// logits are then bit-identical in every logits row of every computation of
+// the model (the same dot product of the same final hidden state, in the same
+// order), so whenever that group holds the largest logit the argmax is an
+// exact tie, decided by the lowest index (token 0).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +29,7 @@ struct ModelConfig {
   int layers = 1;
   int heads = 1;  // divides d_model
   uint64_t seed = 1;
+  int tied = 0;  // tokens 1..tied copy token 0's output row (0: none; below vocab)
   bool operator==(const ModelConfig&) const = default;
 };
 
@@ -37,6 +43,9 @@ class TinyLM {
   // cost more than a forward pass; thread-safe). Equal to TinyLM(config).
   static std::shared_ptr<const TinyLM> shared(const ModelConfig& config);
   const ModelConfig& config() const { return config_; }
+  // Whether tokens a and b have the same output projection row (a == b, or
+  // both in the tied group 0..tied): their logits are then always equal.
+  bool same_output_row(int a, int b) const { return a == b || (a <= config_.tied && b <= config_.tied); }
 
   // Keys and values of every committed position, per layer, plus the logits
   // of the last committed position (the next-token prediction).
@@ -95,5 +104,12 @@ struct Argmax {
   double margin = 0;
 };
 Argmax argmax(const Logits& logits);
+// argmax of a logits row of `model`, with the margin taken over the tokens
+// whose output row differs from the winner's: the gap rounding would have to
+// close to change the decision. Tokens sharing the winner's row (its tied
+// group) equal it exactly in every computation, so that exact tie is decided
+// by the lowest index and is no near-tie. An exact tie with any other token
+// (a coincidence of distinct rows) leaves margin 0.
+Argmax argmax(const TinyLM& model, const Logits& logits);
 
 }  // namespace kprop::dflash

@@ -60,6 +60,18 @@ void no_subtree_invalidation(Pipeline& p) {
   };
 }
 
+// argmax keeps the last of exactly tied maxima (`>=` where `>` belongs, or a
+// scan from the top of the vocabulary): a tie between equal logits goes to
+// the highest index instead of the lowest (include/kprop/abi/dflash.h).
+void argmax_last_on_tie(Pipeline& p) {
+  p.predict = [](const Logits& row) {
+    int best = 0;
+    for (size_t v = 1; v < row.size(); ++v)
+      if (row[v] >= row[static_cast<size_t>(best)]) best = static_cast<int>(v);
+    return best;
+  };
+}
+
 // The cycle ends without the bonus token.
 void no_bonus_token(Pipeline& p) {
   p.bonus_token = false;
@@ -93,6 +105,8 @@ const std::vector<Mutant>& mutants() {
       {"no_subtree_invalidation", "accepts nodes matching their own prediction under a rejected ancestor",
        run<no_subtree_invalidation>, no_subtree_invalidation},
       {"no_bonus_token", "emits no bonus token at the end of a cycle", run<no_bonus_token>, no_bonus_token},
+      {"argmax_last_on_tie", "argmax breaks exact ties toward the highest token index, not the lowest",
+       run<argmax_last_on_tie>, argmax_last_on_tie},
       {"token_ids_u16", "emitted tokens written through uint16 buffers: an id >= 65536 wraps", tokens_u16,
        nullptr},
   };

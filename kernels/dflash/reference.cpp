@@ -14,6 +14,7 @@ Pipeline correct_pipeline() {
   p.position_id = [](const DraftTree& tree, int i, int P) { return P + depth(tree, i) - 1; };
   // A root is predicted by the context's last row, a child of p by p's row.
   p.prediction_row = [](const DraftTree& tree, int i) { return tree.parents[static_cast<size_t>(i)] + 1; };
+  p.predict = [](const Logits& row) { return argmax(row).index; };
   p.accept = [](const DraftTree& tree, const std::vector<int>& predicted) {
     std::vector<int> path;
     for (int current = -1;;) {
@@ -68,13 +69,13 @@ void verify_tree(const Pipeline& pipeline, const DraftTree& tree, CycleTrace& tr
   std::vector<int> predicted(static_cast<size_t>(N));
   for (int i = 0; i < N; ++i)
     predicted[static_cast<size_t>(i)] =
-        argmax(trace.logits.at(static_cast<size_t>(pipeline.prediction_row(tree, i)))).index;
+        pipeline.predict(trace.logits.at(static_cast<size_t>(pipeline.prediction_row(tree, i))));
   trace.accepted = pipeline.accept(tree, predicted);
   trace.emitted.clear();
   for (int node : trace.accepted) trace.emitted.push_back(tree.tokens[static_cast<size_t>(node)]);
   if (pipeline.bonus_token) {
     const size_t row = trace.accepted.empty() ? 0 : static_cast<size_t>(trace.accepted.back() + 1);
-    trace.emitted.push_back(argmax(trace.logits[row]).index);
+    trace.emitted.push_back(pipeline.predict(trace.logits[row]));
   }
 }
 

@@ -39,6 +39,7 @@ std::string validate(const Case& c) {
   if (m.d_model < 1 || m.heads < 1 || m.d_model % m.heads != 0)
     return "model.heads must divide model.d_model";
   if (m.layers < 0) return "model.layers must be >= 0";
+  if (m.tied < 0 || m.tied >= m.vocab) return "model.tied must be in [0, vocab)";
   if (c.prompt.empty()) return "prompt must not be empty";
   if (c.cycles.empty()) return "cycles must not be empty: a case verifies at least one draft tree";
   for (int t : c.prompt)

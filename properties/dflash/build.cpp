@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "kprop/rng.h"
 #include "properties/dflash/family.h"
 
 namespace kprop::dflash {
@@ -15,6 +16,18 @@ Case Traits::build(Draw& draw, const Values& domain) {
   const int width = static_cast<int>(draw.sized(domain.int_range("model.d_model")));
   c.model.d_model = (width + c.model.heads - 1) / c.model.heads * c.model.heads;
   c.model.seed = static_cast<uint64_t>(draw.any(IntRange{1, 1 << 30}));
+  // Exactly tied logits (the lowest-index rule of argmax) in a fraction of
+  // the models; the random projection rows never tie on their own. Whether a
+  // model ties is a function of its seed, like its weights, not a draw of its
+  // own: a draw here would shift every later draw of the case, and the
+  // untied cases stay the ones drawn before tie_rate existed (the other
+  // mutants' kill trials with them). Only tokens 0 and 1, and only with a
+  // third token: a vocabulary tied whole predicts token 0 everywhere, which
+  // hid the prediction-row mutants (positional_logits, depth_logits) in the
+  // small early cases; shrinking still reaches vocab 2 with tied 1.
+  constexpr uint64_t kTieStream = 0x7469656400000000;  // "tied"
+  if (c.model.vocab >= 3 && rng::uniform(c.model.seed, kTieStream, 0) < domain.real("model.tie_rate"))
+    c.model.tied = 1;
   const int prompt_len = static_cast<int>(draw.sized(domain.int_range("prompt_len")));
   c.prompt.reserve(size_t(prompt_len));
   for (int i = 0; i < prompt_len; ++i)

@@ -15,6 +15,7 @@ YAML::Node Traits::to_yaml(const Case& c) {
   model["layers"] = c.model.layers;
   model["heads"] = c.model.heads;
   model["seed"] = c.model.seed;
+  if (c.model.tied != 0) model["tied"] = c.model.tied;  // absent: 0, as in files from before it
   n["model"] = model;
   YAML::Node cycles(YAML::NodeType::Sequence);
   for (const auto& tree : c.cycles) {
@@ -37,12 +38,13 @@ Case Traits::from_yaml(const YAML::Node& n) {
   c.prompt = read_list<int>(n, "prompt");
   const YAML::Node m = n["model"];
   if (!m) case_yaml::fail(n, "missing 'model'");
-  expect_keys(m, {"vocab", "d_model", "layers", "heads", "seed"}, "model");
+  expect_keys(m, {"vocab", "d_model", "layers", "heads", "seed", "tied"}, "model");
   c.model.vocab = read<int>(m, "vocab");
   c.model.d_model = read<int>(m, "d_model");
   c.model.layers = read<int>(m, "layers");
   c.model.heads = read<int>(m, "heads");
   c.model.seed = read<uint64_t>(m, "seed");
+  if (m["tied"]) c.model.tied = read<int>(m, "tied");
   const YAML::Node cycles = n["cycles"];
   if (!cycles || !cycles.IsSequence())
     case_yaml::fail(cycles ? cycles : n, "'cycles' must be a list of trees");

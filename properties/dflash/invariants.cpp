@@ -16,8 +16,10 @@ namespace {
 using T = Trial<Traits>;
 
 Schema tie_param() {
-  return {field::real("tie_margin", 1e-6, 0, 1e3,
-                      "argmax gaps below this are near-ties: the case is discarded, never failed")};
+  return {
+      field::real("tie_margin", 1e-6, 0, 1e3,
+                  "argmax gaps to a distinct logit below this are near-ties: the case is discarded, never "
+                  "failed; exact ties of the model's tied tokens are judged (lowest index wins)")};
 }
 
 // The case's model, built once per trial (its weights are drawn from the
@@ -31,6 +33,12 @@ std::string tokens_text(const std::vector<int>& v) {
 }
 
 // Greedy continuation of `context` for `steps` tokens; false on a near-tie.
+// The margin is argmax(model, ·)'s: tokens sharing the winner's output row
+// (the model's tied group) equal it bit for bit in the oracle's logits and in
+// the ones the target was given alike, so that tie is exact everywhere and
+// judged by the lowest index; only a gap 0 <= g < tie_margin to a token with
+// another row, which the two computations' rounding could close or open, is
+// a near-tie.
 bool greedy(const TinyLM& model, const std::vector<int>& context, size_t steps, double tie,
             std::vector<int>& out) {
   Autoregressive ar(model, context);

@@ -48,7 +48,8 @@ OracleCycle oracle_cycle(Autoregressive& state, const DraftTree& tree) {
   // matching child is unique.
   o.margin = std::numeric_limits<double>::infinity();
   for (int current = -1;;) {
-    const Argmax a = argmax(current < 0 ? o.context_logits : o.node_logits[static_cast<size_t>(current)]);
+    const Argmax a =
+        argmax(state.model(), current < 0 ? o.context_logits : o.node_logits[static_cast<size_t>(current)]);
     o.margin = std::min(o.margin, a.margin);
     int next = -1;
     for (int i = 0; i < N && next < 0; ++i)

@@ -17,6 +17,9 @@ Schema Traits::domain_schema() {
               field::int_range("d_model", {4, 16}, 1, 1 << 16, "width (rounded up to a multiple of heads)"),
               field::int_range("layers", {1, 2}, 0, 8, "transformer layers"),
               field::int_range("heads", {1, 2}, 1, 16, "attention heads"),
+              field::real("tie_rate", 0.25, 0, 1,
+                          "probability a model of vocab >= 3 gives tokens 0 and 1 one output row (a function "
+                          "of its seed): their logits tie exactly, argmax takes token 0"),
           },
           "target model shape"),
       field::map("tree",
@@ -42,6 +45,8 @@ std::string Traits::in_domain(const Case& c, const Values& d) {
   if (m.d_model < lo || m.d_model > hi)
     return fmt::format("model.d_model = {} is outside [{}, {}] rounded up to a multiple of {} heads",
                        m.d_model, w.lo, w.hi, m.heads);
+  if (m.tied != 0 && d.real("model.tie_rate") == 0)
+    return fmt::format("model.tied = {}, but model.tie_rate is 0 (no tied models)", m.tied);
   if (std::string why =
           first_problem({outside_int_range(d, "vocab", m.vocab), outside_int_range(d, "model.heads", m.heads),
                          outside_int_range(d, "model.layers", m.layers),

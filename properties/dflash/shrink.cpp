@@ -223,7 +223,12 @@ rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
   for (const auto& tree : c.cycles)
     for (int t : tree.tokens) max_token = std::max(max_token, t);
   for (auto change : std::initializer_list<void (*)(ModelConfig&, int)>{
-           [](ModelConfig&m, int top) { m.vocab = std::max(2, top + 1); },
+           [](ModelConfig&m, int top) {
+             m.vocab = std::max(2, top + 1);
+             m.tied = std::min(m.tied, m.vocab - 1);
+           },
+           [](ModelConfig&m, int) { m.tied = 0; },
+           [](ModelConfig&m, int) { m.tied = std::max(0, std::min(m.tied, 1)); },
            [](ModelConfig&m, int) { m.layers = std::max(1, m.layers - 1); },
            [](ModelConfig&m, int) { m.heads = 1; },
            [](ModelConfig&m, int) { m.d_model = std::max(m.heads, m.d_model - m.heads); }}) {

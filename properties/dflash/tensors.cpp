@@ -45,11 +45,12 @@ oracle.prediction_logits  [T, V]  real  autoregressive logits after context ++ p
                                         argmax node g is checked against
 oracle.accepted           [T]     bool  node g is on the longest root path matching greedy decoding
 oracle.accepted_count     [C]     int   nodes the oracle accepts per cycle
-oracle.margin             []      real  smallest argmax gap over the rows the oracle's decisions read
-                                        (near-tie indicator; inf if none)
+oracle.margin             []      real  smallest argmax gap over the rows the oracle's decisions read, to a
+                                        token with another output row (near-tie indicator; inf if none)
 target.greedy             [O]     int   plain greedy decoding of the prompt for as many tokens as the target
                                         emitted
-target.greedy_margin      []      real  smallest argmax gap over the steps of target.greedy
+target.greedy_margin      []      real  smallest argmax gap over the steps of target.greedy (as
+                                        oracle.margin)
 )");
   // Per implementation; `emitted`: the length of its output (O for the target, Or for the reference).
   const auto outputs = [](const char* emitted) {

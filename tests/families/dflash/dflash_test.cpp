@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "kprop/runner.h"
 #include "properties/dflash/family.h"
 #include "tests/support/registered.h"
@@ -58,6 +60,27 @@ TEST(DflashKernels, ParentIndexedVerificationOnABranchingTree) {
   // The positional mutant reads node 1's prediction from L[P] (after the wrong root).
   const Result bad = mutants()[0].run(c);
   EXPECT_NE(bad.output, r.output);
+}
+
+// The auditor's minimal case: a 2-token model whose two output rows are one
+// (tied = 1), so every logits row is an exact tie and argmax is token 0. A
+// root drafting token 1 is rejected and the bonus is 0; an argmax that keeps
+// the last of tied maxima accepts the root and emits 1, 1. The oracle's
+// margin is no near-tie (no token outside the tied group), so both
+// invariants judge the case.
+TEST(DflashKernels, ExactTieGoesToTheLowestIndex) {
+  Case c;
+  c.prompt = {1};
+  c.model = {2, 4, 1, 1, 7, 1};  // vocab 2, tied 1: what shrinking reaches
+  c.cycles = {{{1}, {-1}}};
+  const Result r = reference(c), kv = kv_cached(c);
+  EXPECT_TRUE(r.cycles[0].accepted.empty());
+  EXPECT_EQ(r.output, (std::vector<int>{0}));
+  EXPECT_EQ(kv.output, r.output);
+  for (const Logits& row : r.cycles[0].logits) EXPECT_EQ(row[0], row[1]);
+  EXPECT_EQ(oracle_of(c).cycles[0].margin, std::numeric_limits<double>::infinity());
+  const Result bad = speculative_generate(c, mutant_pipeline("argmax_last_on_tie"), false);
+  EXPECT_EQ(bad.output, (std::vector<int>{1, 1}));
 }
 
 TEST(DflashKernels, KvCachedMatchesReference) {

@@ -100,6 +100,36 @@ int verify_out_of_tree(const kprop_dflash_verify_args* a, char*, size_t) {
   return KPROP_OK;
 }
 
+// Greedy verification written against the ABI alone, with an argmax that
+// keeps the LAST of exactly tied maxima (`>=`): the contract takes the lowest
+// index. Wrong only where two logits are exactly equal, which the model's
+// own projection rows never give: the spec must draw tied models.
+int verify_last_on_tie(const kprop_dflash_verify_args* a, char*, size_t) {
+  const int64_t N = a->tokens.shape[0], V = a->logits.shape[1];
+  auto predict = [&](int64_t row) {
+    int64_t best = 0;
+    for (int64_t v = 1; v < V; ++v) {
+      const int64_t at[2] = {row, v}, top[2] = {row, best};
+      const auto* x = static_cast<const double*>(a->logits.data);
+      if (x[kprop_offset(&a->logits, at)] >= x[kprop_offset(&a->logits, top)]) best = v;
+    }
+    return static_cast<int32_t>(best);
+  };
+  int64_t count = 0;
+  for (int32_t current = -1;;) {
+    int32_t next = -1;
+    const int32_t want = predict(current + 1);
+    for (int64_t i = 0; i < N && next < 0; ++i)
+      if (i32_at(a->parents, i) == current && i32_at(a->tokens, i) == want) next = static_cast<int32_t>(i);
+    if (next < 0) break;
+    i32_at(a->accepted, count++) = next;
+    current = next;
+  }
+  for (int64_t i = count; i < N; ++i) i32_at(a->accepted, i) = -1;
+  i32_at(a->bonus, 0) = predict(count == 0 ? 0 : i32_at(a->accepted, count - 1) + 1);
+  return KPROP_OK;
+}
+
 const testing::EntryPoints kEntryPoints = {
     {"kprop_dflash_tree_inputs", reinterpret_cast<void*>(&tree_inputs)},
     {"kprop_dflash_verify", reinterpret_cast<void*>(&verify)}};
@@ -146,6 +176,8 @@ INSTANTIATE_TEST_SUITE_P(AllMutants, DflashExternalBug,
                                            PlantedBug{"depth_logits", "maximal_acceptance"},
                                            PlantedBug{"no_subtree_invalidation", "maximal_acceptance"},
                                            PlantedBug{"no_bonus_token", "progress"},
+                                           PlantedBug{"argmax_last_on_tie", "maximal_acceptance"},
+                                           PlantedBug{"argmax_last_on_tie", "lossless"},
                                            PlantedBug{"index_positions", "position_ids_by_depth"},
                                            PlantedBug{"index_positions", "tree_logits_match_path"},
                                            PlantedBug{"parent_only_mask", "mask_is_ancestor_closure"},
@@ -155,6 +187,24 @@ INSTANTIATE_TEST_SUITE_P(AllMutants, DflashExternalBug,
                          [](const auto& info) {
                            return std::string(info.param.mutant) + "_" + info.param.invariant;
                          });
+
+// An argmax that breaks exact ties toward the highest index passed every
+// seed before the spec drew models with exactly tied logits (model.tie_rate)
+// and before the invariants judged exact ties instead of discarding them as
+// near-ties.
+TEST(DflashExternal, ArgmaxLastOnExactTieFails) {
+  g_pipeline = correct_pipeline();
+  const testing::EntryPoints last_on_tie = {
+      {"kprop_dflash_tree_inputs", reinterpret_cast<void*>(&tree_inputs)},
+      {"kprop_dflash_verify", reinterpret_cast<void*>(&verify_last_on_tie)}};
+  for (const char* invariant : {"maximal_acceptance", "lossless"}) {
+    const RunReport report = testing::run_in_process(kSpec, last_on_tie, quick(200, {invariant}));
+    ASSERT_EQ(report.status, RunStatus::failed) << invariant;
+    const Counterexample* cex = counterexample(report, invariant);
+    ASSERT_NE(cex, nullptr) << invariant;
+    EXPECT_NE(cex->case_yaml.find("tied"), std::string::npos) << cex->case_yaml;
+  }
+}
 
 TEST(DflashExternal, PositionalLogitsShrinksToTwoRoots) {
   g_pipeline = mutant_pipeline("positional_logits");
