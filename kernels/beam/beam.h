@@ -110,6 +110,11 @@ struct Beams {
   // Smallest score gap between the last kept and the first dropped candidate
   // over all steps (+inf when nothing was pruned): a near-tie indicator.
   double prune_margin = std::numeric_limits<double>::infinity();
+  // External targets only (properties/beam/external.cpp): for each step the
+  // search ran, the next_done[b] the step reported and whether b's new pool,
+  // as kprop rebuilt it, was all finished (the contract's next_done). Empty
+  // for in-process implementations, whose stop shows in the trace alone.
+  std::vector<uint8_t> reported_done, pool_finished;
 };
 
 struct Result {
@@ -141,6 +146,7 @@ struct Semantics {
   bool shared_pool = false;            // batch_pool_leak
   bool stop_at_first_eos = false;      // stop_at_first_eos
   bool ties_keep_later = false;        // ties_keep_later_token
+  bool done_late = false;              // done_one_step_late
 };
 Result search(const Case& c, const Semantics& semantics);
 

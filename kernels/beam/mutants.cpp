@@ -49,6 +49,10 @@ const std::vector<Mutant>& mutants() {
        "pruning breaks an exact score tie toward the later token sequence (a descending or unstable top-k), "
        "not the contract's lexicographic order; the kept beams are then sorted correctly",
        flipped<&Semantics::ties_keep_later, true>},
+      {"done_one_step_late",
+       "a prompt is reported done one step after its pool became all finished (next_done from the pool "
+       "before the step): the search runs a step too many, or to L",
+       flipped<&Semantics::done_late, true>},
       {"token_ids_u16", "batched search writes token ids through uint16 buffers: an id >= 65536 wraps",
        tokens_u16},
       {"ties_by_flat_index",

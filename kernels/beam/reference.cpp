@@ -43,6 +43,7 @@ void run_pool(const TableLM& model, const Case& c, const Semantics& s, const std
 
   std::vector<Entry> pool;
   for (int b : group) pool.push_back({b, {}, model.start(c.prompts[static_cast<size_t>(b)])});  // empty roots
+  bool was_all_finished = false;
   for (int step = 1; step <= c.max_new_tokens; ++step) {
     std::vector<Entry> candidates;
     candidates.reserve(pool.size() * static_cast<size_t>(model.vocab()));
@@ -79,7 +80,10 @@ void run_pool(const TableLM& model, const Case& c, const Semantics& s, const std
         std::all_of(pool.begin(), pool.end(), [](const Entry& e) { return e.h.finished; });
     const bool any_finished =
         std::any_of(pool.begin(), pool.end(), [](const Entry& e) { return e.h.finished; });
-    if (all_finished || (s.stop_at_first_eos && any_finished)) break;
+    // done_late: the pool must already have been all finished after the
+    // step before (a done flag computed from the pool before the step).
+    if ((all_finished && (!s.done_late || was_all_finished)) || (s.stop_at_first_eos && any_finished)) break;
+    was_all_finished = all_finished;
   }
   for (const Entry& e : pool) out.prompts[static_cast<size_t>(e.prompt)].hypotheses.push_back(e.h);
   for (int b : group) {

@@ -134,7 +134,21 @@ Result drive_search(const Case& c, external::Transport& target) {
       if (e.valid && !search.done[static_cast<size_t>(e.prompt)])
         out.prompts[static_cast<size_t>(e.prompt)].pools.back().push_back(e.h);
     const std::vector<int64_t> done = reply.tensor("next_done").to_flags("beam.step");
-    for (size_t b = 0; b < done.size(); ++b) search.done[b] = done[b] != 0;
+    // next_done steers the drive, so each step's flag is kept next to what
+    // the contract asks of it (b's new pool all finished, empty slots
+    // aside), for every prompt, carried ones too: finished_retained compares
+    // them, in both directions, at every step (L included, where the trace
+    // alone could not show a missing flag).
+    for (size_t b = 0; b < done.size(); ++b) {
+      bool all_finished = true;
+      for (int64_t i = 0; i < search.width; ++i) {
+        const Slot& e = search.pool[b * static_cast<size_t>(search.width) + static_cast<size_t>(i)];
+        all_finished = all_finished && (!e.valid || e.h.finished);
+      }
+      out.prompts[b].reported_done.push_back(done[b] != 0);
+      out.prompts[b].pool_finished.push_back(all_finished);
+      search.done[b] = done[b] != 0;
+    }
     if (std::all_of(done.begin(), done.end(), [](int64_t d) { return d != 0; })) break;
   }
   // The result is the final pool, in the step's (best-first) slot order; the

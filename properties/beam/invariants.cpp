@@ -205,8 +205,9 @@ Verdict scores_recomputed(T& t, const Values& p) {
 }
 
 // The pool trace follows the contract: each finished beam stays until K
-// better ones exist, the search stops only when the pool is all finished or
-// at L, and the result is the final pool.
+// better ones exist, a prompt is done exactly when its pool is all finished
+// (next_done), its search stops then or at L, and the result is the final
+// pool.
 Verdict finished_retained(T& t, const Values& p) {
   const Case& c = t.input();
   const TableLM model(c.model);
@@ -243,6 +244,26 @@ Verdict finished_retained(T& t, const Values& p) {
         }
       }
     }
+    // next_done, exactly: as the step reported it (external targets), and
+    // as the trace shows it (every implementation: the pool of a prompt
+    // stops at the first step that leaves it all finished).
+    for (size_t step = 0; step < beams.reported_done.size() && step < beams.pool_finished.size(); ++step)
+      if (beams.reported_done[step] != beams.pool_finished[step])
+        return Verdict::fail(
+            fmt::format("prompt {}: step {} reported next_done = {}, but the prompt's new pool {}", b,
+                        step + 1, int(beams.reported_done[step]),
+                        beams.pool_finished[step] ? "is all finished" : "holds an unfinished beam"),
+            {{"prompt", double(b)},
+             {"step", double(step + 1)},
+             {"next_done", double(beams.reported_done[step])}});
+    for (size_t step = 0; step + 1 < beams.pools.size(); ++step)
+      if (std::all_of(beams.pools[step].begin(), beams.pools[step].end(),
+                      [](const Hypothesis& h) { return h.finished; }))
+        return Verdict::fail(
+            fmt::format("prompt {}: every beam was finished after step {}, but the search went on to step {} "
+                        "(the prompt was not reported done)",
+                        b, step + 1, step + 2),
+            {{"prompt", double(b)}, {"step", double(step + 1)}, {"steps", double(beams.pools.size())}});
     const auto& last = beams.pools.back();
     const bool all_finished =
         std::all_of(last.begin(), last.end(), [](const Hypothesis& h) { return h.finished; });
@@ -431,7 +452,8 @@ void register_invariants(FamilyDef<Traits>& f) {
               scores_recomputed);
   f.invariant(
       {"finished_retained",
-       "a finished beam leaves the pool only when K better exist; stop only when all finished or at L",
+       "a finished beam leaves the pool only when K better exist; a prompt is done (next_done) exactly when "
+       "its pool is all finished, and its search stops then or at L",
        {tie_field()}},
       finished_retained);
   f.invariant(

@@ -23,7 +23,9 @@
  *     decides real cases: a model with scale 0 ties every non-EOS token).
  *     Fewer than K candidates leave the last slots empty (parent -1).
  *     A prompt's candidates compete only among themselves.
- *   - next_done[b] = 1 when every beam of b's new pool is finished. A prompt
+ *   - next_done[b] = 1 when every beam of b's new pool is finished, 0 while
+ *     one is not (empty slots aside): finished_retained compares it with the
+ *     pool at every step, in both directions. A prompt
  *     that is done (done[b] = 1 in the request) is carried as it is: slot i
  *     gets parent b*K + i and token -1 where valid, parent -1 where not, the
  *     same logprob and score, next_done[b] = 1.

@@ -35,7 +35,15 @@ T& at(const kprop_tensor& t, int64_t i0, int64_t i1 = 0, int64_t i2 = 0) {
   return static_cast<T*>(t.data)[kprop_offset(&t, index)];
 }
 
-enum class Bug { none, drop_finished, penalty_compounding, stop_at_first_eos };
+enum class Bug {
+  none,
+  drop_finished,
+  penalty_compounding,
+  stop_at_first_eos,
+  never_done,
+  done_late,
+  no_done_at_l
+};
 
 struct Candidate {
   int64_t parent;  // slot within the prompt
@@ -92,7 +100,16 @@ int beam_step(const kprop_beam_step_args* a, char*, size_t) {
       all_finished = all_finished && finished;
       any_finished = any_finished || finished;
     }
-    at<uint8_t>(a->next_done, b) = done || all_finished || (bug == Bug::stop_at_first_eos && any_finished);
+    bool next_done = done || all_finished || (bug == Bug::stop_at_first_eos && any_finished);
+    if (bug == Bug::never_done) next_done = false;
+    if (bug == Bug::done_late) {  // done from the pool before the step: one step late
+      bool was_finished = true;
+      for (int64_t i = 0; i < width; ++i)
+        was_finished = was_finished && (!at<uint8_t>(a->valid, b, i) || at<uint8_t>(a->finished, b, i));
+      next_done = done || (a->step > 1 && was_finished);
+    }
+    if (bug == Bug::no_done_at_l && a->step == a->max_new_tokens) next_done = false;
+    at<uint8_t>(a->next_done, b) = next_done;
   }
   return KPROP_OK;
 }
@@ -117,6 +134,19 @@ TEST(BeamExternal, PlantedBugsFailInProcess) {
     const kprop::RunReport report = run_step(step, 150);
     EXPECT_EQ(report.status, kprop::RunStatus::failed) << name;
     EXPECT_NE(killed_by(report), "") << name;
+  }
+}
+
+// next_done left unset, or set a step late, or left unset at the last step
+// only: the search ran on (or, at step L, ended) with the flag wrong. Before
+// next_done was compared with the pool, only a flag set too early failed.
+TEST(BeamExternal, NextDoneLateOrMissingFails) {
+  for (auto [name, step] : {std::pair{"never_done", &beam_step<Bug::never_done>},
+                            std::pair{"done_late", &beam_step<Bug::done_late>},
+                            std::pair{"no_done_at_l", &beam_step<Bug::no_done_at_l>}}) {
+    const kprop::RunReport report = run_step(step, 150);
+    EXPECT_EQ(report.status, kprop::RunStatus::failed) << name;
+    EXPECT_EQ(killed_by(report), "finished_retained") << name;
   }
 }
 
