@@ -131,11 +131,12 @@ Logits `[rows, V]`, each finite or -inf; `1 <= K <= V`. Each
 row's output is the K largest softmax probabilities with their indices,
 sorted by probability, ties to the lower index. Softmax is strictly
 increasing in the logit, so the order is the exact logit order (equal
-logits by ascending index), and two probabilities that both underflow to 0
-are not tied unless their logits are equal. A -inf logit has probability 0
-and ranks after every finite logit; an all -inf row gives probabilities 0
-and indices `0..K-1`. Probabilities are returned in the input dtype; only
-near-ties (distinct logits within `tie_ulps` dtype ulps) are discarded.
+logits, -0.0 and +0.0 among them, by ascending index), and two
+probabilities that both underflow to 0 are not tied unless their logits are
+equal. A -inf logit has probability 0 and ranks after every finite logit;
+an all -inf row gives probabilities 0 and indices `0..K-1`. Probabilities
+are returned in the input dtype; only near-ties (distinct logits within
+`tie_ulps` dtype ulps) are discarded.
 Logits may be f16, bf16, f32 or f64. f16/bf16 (as GPU kernels): logits stored
 in half, the max, the normaliser, exp and the division in f32, the
 probabilities rounded to the dtype (nearest even) at the store; the ranking

@@ -41,6 +41,9 @@ void drop_far(FusedConfig& f) {
 void f32_keys(FusedConfig& f) {
   f.f32_rank_keys = true;
 }
+void neg_zero_low(FusedConfig& f) {
+  f.neg_zero_below_zero = true;
+}
 void exp_half_no_max(FusedConfig& f) {
   f.subtract_max = false;
   f.exp_in_storage = true;
@@ -64,6 +67,10 @@ const std::vector<Mutant>& mutants() {
       {"no_max_subtraction", "normaliser and probabilities from exp(x) without subtracting the running max",
        variant<no_max>},
       {"tie_high_index", "equal logits rank the higher index first", variant<tie_high>},
+      {"negative_zero_below_zero",
+       "logits ranked by their bit patterns (IEEE totalOrder, a radix select on float bits as PyTorch's CUDA "
+       "top-k): -0.0 ranks below +0.0, so it loses its tie to a +0.0 at a higher index",
+       variant<neg_zero_low>},
       {"f32_rank_keys",
        "f64 logits ranked by their f32 roundings (a radix select or packed (f32 key, index) word): logits "
        "f32 cannot tell apart rank by index",

@@ -126,8 +126,15 @@ void fused_row(const T* x, int n, int k, int block, const FusedConfig& cfg, T* o
   auto zs = [&](T v) -> T { return cfg.z_in_storage && store ? store(v) : v; };
   const int keep = cfg.cap > 0 ? std::min(k, cfg.cap) : k;
   auto key = [&cfg](T v) { return cfg.f32_rank_keys ? static_cast<T>(static_cast<float>(v)) : v; };
-  auto better = [&cfg, &key](const Entry<T>& a, const Entry<T>& b) {
+  // -0.0 below +0.0 (neg_zero_below_zero only): the zeros' one difference, the sign bit.
+  auto signed_zero_above = [&cfg](T a, T b) {
+    return cfg.neg_zero_below_zero && a == 0 && b == 0 && !std::signbit(a) && std::signbit(b);
+  };
+  auto above = [&](T a, T b) { return a > b || signed_zero_above(a, b); };
+  auto better = [&cfg, &key, &signed_zero_above](const Entry<T>& a, const Entry<T>& b) {
     if (key(a.value) != key(b.value)) return key(a.value) > key(b.value);
+    if (signed_zero_above(a.value, b.value) || signed_zero_above(b.value, a.value))
+      return signed_zero_above(a.value, b.value);
     return cfg.ties_to_lower ? a.index < b.index : a.index > b.index;
   };
   buf.clear();
@@ -148,9 +155,10 @@ void fused_row(const T* x, int n, int k, int block, const FusedConfig& cfg, T* o
       for (int i = b0; i < b1; ++i) z = zs(z + ex(x[i] - shift));
     if (!have_threshold) {
       for (int i = b0; i < b1; ++i) buf.push_back({x[i], i});
-    } else if (bmax > threshold) {
+    } else if (bmax > threshold || (cfg.neg_zero_below_zero && bmax == threshold)) {
+      // (bmax may be a -0.0 where the block also holds a +0.0.)
       for (int i = b0; i < b1; ++i)
-        if (x[i] > threshold) buf.push_back({x[i], i});
+        if (above(x[i], threshold)) buf.push_back({x[i], i});
     }
     if (buf.size() >= cut_at) {
       std::nth_element(buf.begin(), buf.begin() + (keep - 1), buf.end(), better);

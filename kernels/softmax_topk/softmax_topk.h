@@ -5,7 +5,8 @@
 // output is the K largest softmax probabilities and their indices, sorted by
 // probability, ties to the lower index. Softmax is strictly increasing in the
 // logit, so "sorted by probability" means sorted by the exact probability:
-// the order is by logit (descending), equal logits by index (ascending). Two
+// the order is by logit (descending), equal logits by index (ascending);
+// -0.0 and +0.0 are equal logits (not ordered by their sign bits). Two
 // probabilities that both round to 0 are not a tie unless their logits are
 // equal. A -inf logit has probability 0 and ranks after every finite logit; a
 // row of all -inf gives probabilities 0 and indices 0..K-1 (lower index first,
@@ -91,6 +92,11 @@ struct FusedConfig {
   // 64-bit (f32 key, index) word, fed f64 logits; the f32_rank_keys
   // mutant): f64 logits that f32 cannot tell apart rank by index.
   bool f32_rank_keys = false;
+  // Logits ranked in their bit patterns' order (IEEE totalOrder; a radix
+  // select on float bits, as PyTorch's CUDA top-k; the
+  // negative_zero_below_zero mutant): -0.0 ranks below +0.0, though the two
+  // are the same logit, so a -0.0 loses its tie to a +0.0 at a higher index.
+  bool neg_zero_below_zero = false;
 };
 Result fused_with(const Case& c, const FusedConfig& config);
 // The fused kernel on raw f32 rows (x: rows x vocab; probs, indices: rows x k).

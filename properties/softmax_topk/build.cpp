@@ -70,6 +70,12 @@ Case Traits::build(Draw& draw, const Values& domain) {
     double rate = 0;
     if (draw.chance(0.5)) rate = draw.chance(0.15) ? 1.0 : draw.any(inf_rate);
     const bool ascending = draw.chance(0.2);
+    // Half the rows sign their zeros at random: -0.0 is the same logit as
+    // +0.0 (ties by index), which a rank by bit pattern (a radix select on
+    // float bits, totalOrder) breaks. Grid values are zero at offset + q = 0:
+    // a 1/levels share of a row at offset 0 (most rows), and on few levels
+    // the zeros are the row's top or near it, tied in the top k.
+    const bool signed_zeros = draw.chance(0.5);
     // A row past kBulkVocab logits takes its values from counter-based
     // streams under one drawn seed: a draw per logit costs the generator
     // ~300 bytes (RapidCheck keeps each for shrinking), 6x the case itself
@@ -96,6 +102,9 @@ Case Traits::build(Draw& draw, const Values& domain) {
     if (is_half(c.dtype))
       for (double& x : row) x = round_to(c.dtype, std::clamp(x, -top, top));
     if (ascending) std::sort(row.begin(), row.end());
+    if (signed_zeros)
+      for (size_t i = 0; i < row.size(); ++i)
+        if (row[i] == 0 && (bulk ? rng::hash(seed, 4, i) & 1 : draw.chance(0.5))) row[i] = -0.0;
     for (size_t i = 0; i < row.size(); ++i)
       if (rate > 0 && (bulk ? rng::uniform(seed, 3, i) < rate : draw.chance(rate))) row[i] = kNegInf;
     c.logits.insert(c.logits.end(), row.begin(), row.end());

@@ -4,7 +4,8 @@
  * For every row of logits, the K largest softmax probabilities and their
  * indices, sorted by probability. Logits are finite or -inf (never +inf or
  * NaN). Softmax is strictly increasing in the logit, so the order is the
- * exact logit order (descending), equal logits by ascending index; two
+ * exact logit order (descending), equal logits by ascending index (-0.0
+ * and +0.0 are equal); two
  * probabilities that both underflow to 0 are not tied unless their logits
  * are equal. A -inf logit has probability 0 and ranks after every finite
  * one; a row of all -inf gives probabilities 0 and indices 0..K-1.
