@@ -15,6 +15,8 @@ x arrives as [T, H, 2, D/2] (the spec names the halves), the same memory as
     no_offset         positions restart at 0: rows 0 .. T - 1 of the tables, offset ignored
     fp16_cache        the cos/sin tables cached in float16 (the model's half dtype) before use
     inverse_rotation  rotates by -angle: rotate_half(x) = [x2, -x1]
+    last_row_clamped  positions clamped one row short of the tables (an off-by-one bound, pos <= rows - 2):
+                      only the last position the spec allows, offset 32 + T 32 - 1 = 63, reads a wrong row
 """
 import os
 import sys
@@ -24,7 +26,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import kprop_worker  # noqa: E402
 
-BUGS = ("interleaved", "no_offset", "fp16_cache", "inverse_rotation")
+BUGS = ("interleaved", "no_offset", "fp16_cache", "inverse_rotation", "last_row_clamped")
 BUG = kprop_worker.planted_bug(BUGS)
 
 
@@ -32,8 +34,11 @@ def rope(x, cos, sin, offset, **_):
     t, h, _, half = x.shape
     x = x.reshape(t, h, 2 * half)
     start = 0 if BUG == "no_offset" else int(offset)
-    c = cos[start:start + t].astype(x.dtype)  # [T, D/2]: one row per token's position
-    s = sin[start:start + t].astype(x.dtype)
+    pos = np.arange(start, start + t)  # one table row per token's position
+    if BUG == "last_row_clamped":
+        pos = np.minimum(pos, cos.shape[0] - 2)
+    c = cos[pos].astype(x.dtype)  # [T, D/2]
+    s = sin[pos].astype(x.dtype)
     if BUG == "fp16_cache":
         c = c.astype(np.float16).astype(x.dtype)
         s = s.astype(np.float16).astype(x.dtype)

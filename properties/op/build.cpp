@@ -27,8 +27,28 @@ uint64_t stream(size_t input, uint64_t what) {
   return 1000 * (static_cast<uint64_t>(input) + 1) + what;
 }
 
-// Dims in declaration order. Without relations, each uniformly (size-ramped)
-// among its valid values. With relations, each soft equality is forced at
+// The ends of each declared range, drawn on purpose: the size ramp reaches a
+// dim's greatest value only at full size, once in its count of values (T in
+// [1, 32]: 1 case in 32 of the largest ones), so a kernel wrong only at the
+// top of a range (a table row, a buffer or a loop bound one short) passed.
+// Each dim and each attr range takes its greatest value in kAtMaxRate of the
+// cases and its least in kAtMinRate of the others, independently: all of a
+// case's dims at their greatest at once is rare (0.15^3 for three), and a
+// case at the declared maxima fits run.max_case_mb anyway (checked when the
+// spec loads).
+constexpr double kAtMaxRate = 0.15;
+constexpr double kAtMinRate = 0.05;
+
+// An index into n values, smallest first: the last at kAtMaxRate, the first
+// at kAtMinRate, else size-ramped.
+size_t edge_or_sized(Draw& draw, size_t n) {
+  if (draw.chance(kAtMaxRate)) return n - 1;
+  if (draw.chance(kAtMinRate)) return 0;
+  return static_cast<size_t>(draw.sized({0, static_cast<int64_t>(n) - 1}));
+}
+
+// Dims in declaration order. Without relations, each among its valid values:
+// at an end (edge_or_sized), else uniformly (size-ramped). With relations, each soft equality is forced at
 // its rate (when it can hold with those forced before it), then each dim is
 // drawn among the values left by arc consistency given the dims drawn
 // before it that extend to a full assignment (Decl::extends: with gaps in
@@ -39,7 +59,7 @@ std::vector<int64_t> draw_dims(const Decl& d, Draw& draw) {
   if (d.relations.empty()) {
     for (const auto& dim : d.dims) {
       const std::vector<int64_t> values = dim.values_below(dim.hi + 1);
-      out.push_back(values[static_cast<size_t>(draw.sized({0, static_cast<int64_t>(values.size()) - 1}))]);
+      out.push_back(values[edge_or_sized(draw, values.size())]);
     }
     return out;
   }
@@ -50,14 +70,15 @@ std::vector<int64_t> draw_dims(const Decl& d, Draw& draw) {
       forced.back().rate = 1;
       if (!d.extends(std::vector<int64_t>(d.dims.size(), -1), forced)) forced.pop_back();
     }
-  // Each dim among its pruned values; a value that extends to no full
-  // assignment (possible with gaps) is dropped and the draw repeated.
+  // Each dim among its pruned values (at their ends as edge_or_sized); a
+  // value that extends to no full assignment (possible with gaps) is dropped
+  // and the draw repeated.
   std::vector<int64_t> fixed(d.dims.size(), -1);
   for (size_t k = 0; k < d.dims.size(); ++k) {
     std::vector<int64_t> values = d.consistent_domains(fixed, forced)[k];
     for (;;) {
       if (values.empty()) throw std::logic_error("op: the relations dead-ended at dim " + d.dims[k].name);
-      const auto i = static_cast<size_t>(draw.sized({0, static_cast<int64_t>(values.size()) - 1}));
+      const size_t i = edge_or_sized(draw, values.size());
       fixed[k] = values[i];
       if (d.extends(fixed, forced)) break;
       values.erase(values.begin() + static_cast<std::ptrdiff_t>(i));
@@ -103,6 +124,10 @@ Case OpFamily::build_case(Draw& draw) const {
   for (const auto& a : d.attrs) {
     if (!a.one_of.empty())
       c.attrs.push_back(draw.pick(a.one_of));
+    else if (draw.chance(kAtMaxRate))  // a range's ends, as the dims' (edge_or_sized)
+      c.attrs.push_back(a.hi);
+    else if (draw.chance(kAtMinRate))
+      c.attrs.push_back(a.lo);
     else if (a.integer)
       c.attrs.push_back(
           static_cast<double>(draw.any(IntRange{static_cast<int64_t>(a.lo), static_cast<int64_t>(a.hi)})));
