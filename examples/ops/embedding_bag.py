@@ -12,6 +12,8 @@ empty bag is 0.
     padding_not_masked  padded positions' rows are summed too
     empty_bag_nan       an empty bag is 0 / 0 = NaN
     last_row_clipped    ids clipped to V - 2 (an off-by-one bounds check): the last row is never read
+    lanes_32            one warp per bag, one lane per column and no loop over columns: columns
+                        past the 32nd are never written
 """
 import os
 import sys
@@ -21,7 +23,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import kprop_worker  # noqa: E402
 
-BUGS = ("padding_counted", "padding_not_masked", "empty_bag_nan", "last_row_clipped")
+BUGS = ("padding_counted", "padding_not_masked", "empty_bag_nan", "last_row_clipped", "lanes_32")
 BUG = kprop_worker.planted_bug(BUGS)
 
 
@@ -41,7 +43,10 @@ def embedding_bag(table, ids, valid, **_):
             return {"y": total / table.dtype.type(ids.shape[1])}
         if BUG == "empty_bag_nan":
             return {"y": total / count}
-        return {"y": total / np.maximum(count, 1)}
+        y = total / np.maximum(count, 1)
+        if BUG == "lanes_32":
+            y[:, 32:] = 0
+        return {"y": y}
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ so math.erf per element).
     tanh_approx       the tanh approximation of GELU (PyTorch's approximate="tanh") where the contract is erf
     gate_up_swapped   gelu(up) * gate: the halves of the fused projection read in the other order
     erf_no_sqrt2      0.5 * g * (1 + erf(g)): the 1/sqrt(2) inside erf forgotten
+    block_256         one 256-thread block per row, one element per thread and no strided loop:
+                      outputs past the 256th of a row are never written
 """
 import math
 import os
@@ -20,7 +22,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import kprop_worker  # noqa: E402
 
-BUGS = ("tanh_approx", "gate_up_swapped", "erf_no_sqrt2")
+BUGS = ("tanh_approx", "gate_up_swapped", "erf_no_sqrt2", "block_256")
 BUG = kprop_worker.planted_bug(BUGS)
 
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -46,7 +48,10 @@ def geglu(gate, up, **_):
     if BUG == "gate_up_swapped":
         gate, up = up, gate
     with np.errstate(over="ignore", invalid="ignore"):
-        return {"y": gelu(gate) * up}
+        y = gelu(gate) * up
+    if BUG == "block_256":
+        y[:, 256:] = 0
+    return {"y": y}
 
 
 if __name__ == "__main__":

@@ -14,6 +14,9 @@ dy, computed in the input's dtype as fused RMSNorm kernels do:
     eps_outside_sqrt      r = 1 / (sqrt(mean(x^2)) + eps), in dx and dw
     f64_in_f32            f64 cases computed in float32 and widened back (a templated kernel whose
                           accumulator is float for every dtype)
+    block_1024            one 1024-thread block per row, one element per thread and no strided
+                          loop: a row past 1024 elements is reduced over its first 1024 only, and
+                          dx, dw past them are never written
 """
 import os
 import sys
@@ -23,7 +26,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import kprop_worker  # noqa: E402
 
-BUGS = ("no_mean_term", "mean_term_no_weight", "dw_not_summed", "eps_outside_sqrt", "f64_in_f32")
+BUGS = ("no_mean_term", "mean_term_no_weight", "dw_not_summed", "eps_outside_sqrt", "f64_in_f32", "block_1024")
 BUG = kprop_worker.planted_bug(BUGS)
 
 
@@ -32,6 +35,11 @@ def rmsnorm_bwd(x, w, dy, eps, **_):
         f = np.float32
         out = rmsnorm_bwd(x.astype(f), w.astype(f), dy.astype(f), eps)
         return {k: v.astype(np.float64) for k, v in out.items()}
+    if BUG == "block_1024" and x.shape[-1] > 1024:
+        out = rmsnorm_bwd(x[:, :1024], w[:1024], dy[:, :1024], eps)
+        dx, dw = np.zeros(x.shape, x.dtype), np.zeros(x.shape[-1], x.dtype)
+        dx[:, :1024], dw[:1024] = out["dx"], out["dw"]
+        return {"dx": dx, "dw": dw}
     eps = x.dtype.type(eps)
     w = w.astype(x.dtype)
     dy = dy.astype(x.dtype)

@@ -28,6 +28,12 @@ other (+inf would sort before a row's NaNs and push them out of the row).
                       operand for a NaN): a NaN is dropped and its partner duplicated
     min_max_nan       the compare-exchange as np.minimum/np.maximum (IEEE min/max that
                       propagate NaN): a NaN is copied over its partner
+    tile_64           each 64-element tile sorted (in shared memory) and the merge pass across
+                      tiles missing: a row past 64 elements comes out as sorted runs
+    flush_subnormals  subnormal inputs flushed to zero (fast math, FTZ/DAZ): values change
+    radix_keys        sorted by CUB's float-key transform (a negative flips every bit): a NaN
+                      with its sign bit set (-NaN, what 0/0 gives on x86) sorts first, not last
+    canonical_zero    values rebuilt so that -0 comes out +0 (y + 0)
 """
 import os
 import sys
@@ -38,7 +44,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import kprop_worker  # noqa: E402
 
 BUGS = ("pad_with_zero", "skip_last_step", "flat", "f32_keys", "pad_with_max", "pad_with_inf", "fmin_fmax",
-        "min_max_nan")
+        "min_max_nan", "tile_64", "flush_subnormals", "radix_keys", "canonical_zero")
 BUG = kprop_worker.planted_bug(BUGS)
 
 
@@ -75,10 +81,33 @@ def compare_exchange(a, b):
     return np.where(b_first, b, a), np.where(b_first, a, b)
 
 
+def radix_key(x):
+    """CUB's float key transform: a negative (sign bit set) flips every bit, else the sign bit."""
+    u = {np.float32: np.uint32, np.float64: np.uint64}[x.dtype.type]
+    bits = x.view(u)
+    sign = u(1) << u(8 * x.itemsize - 1)
+    return np.where(bits & sign, ~bits, bits | sign)
+
+
 def sort(x, **_):
+    if BUG == "radix_keys":
+        order = np.argsort(radix_key(x), axis=-1, kind="stable")
+        return {"y": np.take_along_axis(x, order, axis=-1)}
+    if BUG == "tile_64":
+        return {"y": np.concatenate([sort_rows(x[:, i:i + 64]) for i in range(0, x.shape[1], 64)], axis=-1)}
+    if BUG == "flush_subnormals":
+        x = np.where(np.abs(x) < np.finfo(x.dtype).tiny, x * 0, x)
+    y = sort_rows(x)
+    if BUG == "canonical_zero":
+        y = y + x.dtype.type(0)  # -0 + 0 = +0
+    return {"y": y}
+
+
+def sort_rows(x):
+    """Each row of x [B, N] sorted by the bitonic network."""
     if BUG == "f32_keys":
         order = np.argsort(x.astype(np.float32), axis=-1, kind="stable")
-        return {"y": np.take_along_axis(x, order, axis=-1)}
+        return np.take_along_axis(x, order, axis=-1)
     b, n = x.shape
     rows = x.reshape(1, b * n) if BUG == "flat" else x
     p = 1
@@ -86,7 +115,7 @@ def sort(x, **_):
         p *= 2
     pad = {"pad_with_zero": 0, "pad_with_max": np.finfo(x.dtype).max, "pad_with_inf": np.inf}.get(BUG, np.nan)
     padded = np.concatenate([rows, np.full((rows.shape[0], p - rows.shape[-1]), pad, x.dtype)], axis=-1)
-    return {"y": bitonic(padded)[:, : rows.shape[-1]].reshape(b, n)}
+    return bitonic(padded)[:, : rows.shape[-1]].reshape(b, n)
 
 
 if __name__ == "__main__":

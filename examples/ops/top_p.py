@@ -21,6 +21,8 @@ tokens the mass before the first of their tie group.
                       top-k pre-filter sized for peaked distributions): a flat row that needs
                       more than 32 tokens to reach p keeps only 32, and a tie group crossing
                       the buffer's end is cut by index
+    tile_carry_128    the cumulative mass scanned per tile of 128 tokens, the carry from the
+                      tiles before lost: past the first tile, masses restart from 0
 """
 import os
 import sys
@@ -30,7 +32,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import kprop_worker  # noqa: E402
 
-BUGS = ("ties_by_index", "no_renormalize", "inclusive_cumsum", "no_max_shift", "candidates_32")
+BUGS = ("ties_by_index", "no_renormalize", "inclusive_cumsum", "no_max_shift", "candidates_32", "tile_carry_128")
 BUG = kprop_worker.planted_bug(BUGS)
 
 
@@ -48,6 +50,8 @@ def top_p(logits, p, **_):
     ls = np.take_along_axis(logits, order, axis=-1)
     ps = np.take_along_axis(prob, order, axis=-1)
     incl = np.cumsum(ps, axis=-1)
+    if BUG == "tile_carry_128":
+        incl = np.concatenate([np.cumsum(ps[:, i:i + 128], axis=-1) for i in range(0, v, 128)], axis=-1)
     excl = np.concatenate([np.zeros_like(incl[:, :1]), incl[:, :-1]], axis=-1)
     if BUG == "ties_by_index":
         above = excl
