@@ -23,6 +23,8 @@ tokens the mass before the first of their tie group.
                       the buffer's end is cut by index
     tile_carry_128    the cumulative mass scanned per tile of 128 tokens, the carry from the
                       tiles before lost: past the first tile, masses restart from 0
+    mass_f32          (precision) the cumulative mass accumulated in float32 for an f64 row (a
+                      float accumulator): a decision within ~1e-7 of p goes the wrong way
 """
 import os
 import sys
@@ -32,7 +34,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import kprop_worker  # noqa: E402
 
-BUGS = ("ties_by_index", "no_renormalize", "inclusive_cumsum", "no_max_shift", "candidates_32", "tile_carry_128")
+BUGS = ("ties_by_index", "no_renormalize", "inclusive_cumsum", "no_max_shift", "candidates_32", "tile_carry_128", "mass_f32")
 BUG = kprop_worker.planted_bug(BUGS)
 
 
@@ -50,6 +52,8 @@ def top_p(logits, p, **_):
     ls = np.take_along_axis(logits, order, axis=-1)
     ps = np.take_along_axis(prob, order, axis=-1)
     incl = np.cumsum(ps, axis=-1)
+    if BUG == "mass_f32":
+        incl = np.cumsum(ps.astype(np.float32), axis=-1).astype(ps.dtype)
     if BUG == "tile_carry_128":
         incl = np.concatenate([np.cumsum(ps[:, i:i + 128], axis=-1) for i in range(0, v, 128)], axis=-1)
     excl = np.concatenate([np.zeros_like(incl[:, :1]), incl[:, :-1]], axis=-1)

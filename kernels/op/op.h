@@ -94,6 +94,16 @@ struct AttrDecl {
   // A named choice ({one_of: [gelu, tanh]}): the case holds the index
   // (one_of = 0, 1, ..., integer), targets get the name, expressions the index.
   std::vector<std::string> labels;
+  // `near:` (a real range only): in a fraction near_rate of the cases, after
+  // the inputs are drawn, the attr moves next to one element of `near`
+  // (evaluated on the case's inputs, dims and the other attrs; one element
+  // picked uniformly among those in [lo, hi]), off it by a relative distance
+  // drawn log-uniformly in [near_lo, near_hi] on either side: a threshold
+  // drawn independently of the data (top-p's p against a row's cumulative
+  // masses) is almost never within rounding of a decision the kernel makes.
+  std::shared_ptr<const expr::Expression> near;
+  double near_rate = 0, near_lo = 0, near_hi = 0;
+  Mark near_mark;  // where the spec writes near.values
   bool valid(double v) const;
 };
 
@@ -252,6 +262,8 @@ expr::DType expr_dtype(DType dtype);
 // The inputs, dims and attrs of a case as named tensors (what the reference
 // expressions read). `round`: inputs and attrs rounded for the naive baseline.
 void put_inputs(const Case& c, expr::TensorMap& out, bool rounded);
+// A map holding just those (every one wanted).
+expr::TensorMap inputs_map(const Case& c, bool rounded);
 // The reference: each output's expression in fp64, rounded to nothing (or
 // the external reference, called in f64).
 Result reference(const Case& c);

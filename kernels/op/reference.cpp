@@ -293,7 +293,6 @@ void put_inputs(const Case& c, expr::TensorMap& out, bool rounded) {
                                      rounded ? round_to(arithmetic_dtype(c.dtype), c.attrs[i]) : c.attrs[i]));
 }
 
-namespace {
 expr::TensorMap inputs_map(const Case& c, bool rounded) {
   expr::TensorMap m;
   for (const auto& i : c.decl->inputs) m.want(i.name);
@@ -302,7 +301,6 @@ expr::TensorMap inputs_map(const Case& c, bool rounded) {
   put_inputs(c, m, rounded);
   return m;
 }
-}  // namespace
 
 double floor_of(const Case& c, size_t output, const std::vector<double>& ref, bool rounding_bound) {
   double m = 0;

@@ -114,6 +114,34 @@ double special_value(Special s, DType dt, uint64_t h) {
   return 0;
 }
 
+// near: attrs, once the inputs are drawn (AttrDecl::near): a value v of the
+// expression's among those in [lo, hi], moved by a relative distance drawn
+// log-uniformly to one side (the other side when that leaves the range;
+// neither: v itself). No value in range: the attr keeps its draw.
+void draw_near_attrs(const Decl& d, Case& c, Draw& draw) {
+  for (size_t a = 0; a < d.attrs.size(); ++a) {
+    const AttrDecl& ad = d.attrs[a];
+    if (!ad.near || !draw.chance(ad.near_rate)) continue;
+    expr::Tensor near;
+    try {  // the spec's error, as a reference that cannot be evaluated (op::reference)
+      near = ad.near->evaluate(inputs_map(c, false));
+    } catch (const expr::EvalError& e) {
+      throw InputError(ad.near_mark,
+                       fmt::format("attr {}.near.values: `{}` cannot be evaluated on this case: {}", ad.name,
+                                   ad.near->shown(), e.what()));
+    }
+    std::vector<double> values;
+    for (const double v : near.data)
+      if (v >= ad.lo && v <= ad.hi) values.push_back(v);
+    const double t = draw.any(RealRange{std::log(ad.near_lo), std::log(ad.near_hi)});
+    const bool up = draw.chance(0.5);
+    if (values.empty()) continue;
+    const double v = draw.pick(values), delta = std::fabs(v) * std::exp(t);
+    const double first = up ? v + delta : v - delta, second = up ? v - delta : v + delta;
+    c.attrs[a] = ad.valid(first) ? first : ad.valid(second) ? second : v;
+  }
+}
+
 }  // namespace
 
 Case OpFamily::build_case(Draw& draw) const {
@@ -232,6 +260,7 @@ Case OpFamily::build_case(Draw& draw) const {
     }
     c.inputs.push_back(std::move(x));
   }
+  draw_near_attrs(d, c, draw);
   return c;
 }
 

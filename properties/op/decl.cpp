@@ -128,6 +128,55 @@ class Parser {
     return d;
   }
 
+  // near: {values: EXPR, rate: R, distance: [lo, hi]} of a real range attr;
+  // EXPR is compiled once the inputs are declared (compile_near).
+  void near(const YAML::Node& n, AttrDecl& a, const std::string& what) const {
+    const std::string w = what + ".near";
+    if (a.one_of.size() > 0 || a.integer || !a.labels.empty())
+      fail(n, w + " is for a real range attr ({range: [lo, hi], near: ...})");
+    if (!n.IsMap()) fail(n, w + " must be {values: EXPR, rate: R, distance: [lo, hi]}");
+    only_keys(n, {"values", "rate", "distance"}, w);
+    if (!n["values"]) fail(n, w + " needs values: EXPR (the values to draw the attr next to)");
+    a.near_rate = 0.25;
+    if (n["rate"]) {
+      a.near_rate = number(n["rate"], w + ".rate");
+      if (!(a.near_rate > 0 && a.near_rate <= 1)) fail(n["rate"], w + ".rate must be in (0, 1]");
+    }
+    a.near_lo = 1e-15, a.near_hi = 1e-3;
+    if (n["distance"]) {
+      const YAML::Node r = n["distance"];
+      if (!r.IsSequence() || r.size() != 2) fail(r, w + ".distance must be [lo, hi] (relative distances)");
+      a.near_lo = number(r[0], w + ".distance");
+      a.near_hi = number(r[1], w + ".distance");
+      if (!(a.near_lo > 0 && a.near_lo <= a.near_hi && a.near_hi <= 1))
+        fail(r, fmt::format("{}.distance [{}, {}] must hold 0 < lo <= hi <= 1 (drawn log-uniformly, relative "
+                            "to the value)",
+                            w, a.near_lo, a.near_hi));
+    }
+  }
+
+  // Each near: expression, on the inputs, dims and the other attrs: real,
+  // of any shape (every element a value to draw next to).
+  void compile_near(const YAML::Node& attrs, Decl& d) const {
+    for (auto& a : d.attrs) {
+      if (a.near_rate == 0) continue;
+      const YAML::Node n = attrs[a.name]["near"]["values"];
+      expr::TensorInfos infos;
+      for (const auto& i : d.reference_infos)
+        if (i.name != a.name) infos.push_back(i);
+      const auto text = scalar<std::string>(n, "attr " + a.name + ".near.values", "an expression");
+      try {
+        auto e = std::make_shared<expr::Expression>(expr::Expression::compile(text, infos));
+        if (e->dtype() == expr::DType::boolean)
+          throw expr::ExprError(0, "is boolean; near.values gives the numbers to draw the attr next to");
+        a.near = std::move(e);
+        a.near_mark = ctx_.mark(n, 0);
+      } catch (const expr::ExprError& err) {
+        fail(n, fmt::format("attr {}.near.values: {}", a.name, err.what()), err.offset);
+      }
+    }
+  }
+
   AttrDecl attr(const YAML::Node& key, const YAML::Node& v) const {
     AttrDecl a;
     a.name = key.Scalar();
@@ -140,7 +189,7 @@ class Parser {
       range.reset(v);
       has_range = true;
     } else if (v.IsMap()) {
-      only_keys(v, {"one_of", "range", "int"}, what);
+      only_keys(v, {"one_of", "range", "int", "near"}, what);
       if (v["int"]) a.integer = scalar<bool>(v["int"], what + ".int", "true or false");
       has_one_of = static_cast<bool>(v["one_of"]);
       has_range = static_cast<bool>(v["range"]);
@@ -187,6 +236,7 @@ class Parser {
         fail(range, fmt::format("{} range [{}, {}] is wider than a double holds (hi - lo overflows)", what,
                                 a.lo, a.hi));
     }
+    if (v.IsMap() && v["near"]) near(v["near"], a, what);
     // Whole numbers within ±2^53: exact in the double the case holds, and in the int64 it is sent as.
     if (a.integer)
       for (double o : a.one_of.empty() ? std::vector<double>{a.lo, a.hi} : a.one_of) {
@@ -755,6 +805,7 @@ class Parser {
     for (const auto& a : d->attrs)
       d->reference_infos.push_back(
           {a.name, {}, a.integer ? expr::DType::integer : expr::DType::real, "attr " + a.name});
+    if (s["attrs"] && !s["attrs"].IsNull()) compile_near(s["attrs"], *d);
     const YAML::Node ref = s["reference"];
     if (!ref || ref.IsNull())
       fail(s,

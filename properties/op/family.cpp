@@ -279,11 +279,17 @@ std::vector<DeclaredKey> section_keys() {
       {"relations", "[\"A OP B\" (OP: <, <=, ==, >=, >), {equal: [A, B], rate: R}, ...]",
        "relations between dims: always hold, or an equality forced in a fraction R of the cases; checked "
        "satisfiable at load; shrinking lowers coupled dims together"},
-      {"attrs", "{ATTR: X | [lo, hi] | {one_of: [X, ...]} | {range: [lo, hi]}, with int: true for integers}",
+      {"attrs",
+       "{ATTR: X | [lo, hi] | {one_of: [X, ...]} | {range: [lo, hi], near: {values: EXPR, rate: R, distance: "
+       "[lo, hi]}}, with int: true for integers}",
        "scalars drawn per case, sent as JSON attrs; references read them by name; one_of of names (e.g. "
-       "[gelu, tanh]) is a named choice: targets get the name, references its index (0, 1, ...)"},
+       "[gelu, tanh]) is a named choice: targets get the name, references its index (0, 1, ...); near: draws "
+       "a "
+       "real range in a fraction R of the cases next to an element of EXPR (on the inputs), at a relative "
+       "distance in [lo, hi]"},
       {"inputs",
-       "{NAME: {shape: [DIM | N, ...], dtype: f32 | f64 | f16 | bf16 | i32 | i64 | bool | [..], values: KIND "
+       "{NAME: {shape: [DIM | N, ...], dtype: f32 | f64 | f16 | bf16 | i8 | u8 | i32 | i64 | bool | [..], "
+       "values: KIND "
        "| [KIND, "
        "...] | "
        "{KIND: {params}}, specials: RATE | {rate: R, values: [nan, inf, -inf, 0, -0, denormal, max]}}}",

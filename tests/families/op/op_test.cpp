@@ -857,6 +857,82 @@ TEST(OpDomain, EveryRangeReachesItsGreatestValueAtSmallSizes) {
   }
 }
 
+// near: draws an attr next to a value the case's inputs give, in the
+// declared fraction of the cases and at a relative distance within the
+// declared range, on either side: top_p's p next to a token's mass above
+// (a mass summed in f32 for an f64 row passed 5 seeds in 8 with p drawn
+// apart from the logits). Here t next to an element of x (a value x takes
+// in [0, 1]), moved by 1e-9 to 1e-6 relative.
+TEST(OpDomain, NearDrawsAnAttrNextToAValueOfTheInputs) {
+  const Spec spec = parse_spec(R"(spec: near
+family: op
+op:
+  dims: {N: [1, 6]}
+  attrs:
+    t: {range: [0, 1], near: {values: abs(x) / (1 + abs(x)), rate: 0.5, distance: [1.0e-9, 1.0e-6]}}
+  inputs:
+    x: {shape: [N], dtype: f64}
+  outputs:
+    y: {shape: [N]}
+  reference:
+    y: where(x > t, x, 0)
+target: reference
+invariants:
+  - matches_reference
+)",
+                               "near.yaml");
+  const OpFamily& f = op_family(spec);
+  int near = 0, above = 0, below = 0;
+  const int n = 400;
+  for (uint64_t seed = 1; seed <= n; ++seed) {
+    const std::vector<uint8_t> bytes = f.seed_bytes(spec.domain, seed, 50);
+    const AnyCase any = f.from_bytes(bytes.data(), bytes.size(), spec.domain);
+    const Case& c = as_case(any);
+    ASSERT_EQ(f.in_domain(any, spec.domain), "");
+    const double t = c.attrs[0];
+    for (const double x : c.inputs[0]) {
+      const double v = std::fabs(x) / (1 + std::fabs(x)), rel = std::fabs(t - v) / v;
+      if (rel >= 1e-9 * (1 - 1e-12) && rel <= 1e-6 * (1 + 1e-12)) {
+        ++near, above += t > v, below += t < v;
+        break;
+      }
+    }
+  }
+  // About half (rate 0.5), the rest drawn over [0, 1] (none lands within 1e-6 by chance, but for luck).
+  EXPECT_GT(near, n * 4 / 10);
+  EXPECT_LT(near, n * 6 / 10);
+  EXPECT_GT(above, near / 4);
+  EXPECT_GT(below, near / 4);
+}
+
+TEST(OpDecl, NearErrors) {
+  const std::string spec = base_spec();
+  auto with = [&](const std::string& attrs) {
+    std::string s = spec;
+    s.replace(s.find("{eps: {one_of: [1.0e-5, 1.0e-6]}}"), 33, attrs);
+    return s;
+  };
+  EXPECT_LOAD_ERROR(with("{eps: {one_of: [1.0e-5, 1.0e-6], near: {values: x}}}"),
+                    "op.yaml:5:49: attr eps.near is for a real range attr");
+  EXPECT_LOAD_ERROR(with("{eps: {range: [1, 4], int: true, near: {values: x}}}"),
+                    "op.yaml:5:49: attr eps.near is for a real range attr");
+  EXPECT_LOAD_ERROR(with("{eps: {range: [0, 1], near: x}}"),
+                    "op.yaml:5:38: attr eps.near must be {values: EXPR, rate: R, distance: [lo, hi]}");
+  EXPECT_LOAD_ERROR(with("{eps: {range: [0, 1], near: {rate: 0.5}}}"),
+                    "op.yaml:5:38: attr eps.near needs values: EXPR");
+  EXPECT_LOAD_ERROR(with("{eps: {range: [0, 1], near: {values: x, rate: 0}}}"),
+                    "op.yaml:5:56: attr eps.near.rate must be in (0, 1]");
+  EXPECT_LOAD_ERROR(with("{eps: {range: [0, 1], near: {values: x, distance: [1.0e-3, 1.0e-6]}}}"),
+                    "op.yaml:5:60: attr eps.near.distance [0.001, 1e-06] must hold 0 < lo <= hi <= 1");
+  EXPECT_LOAD_ERROR(with("{eps: {range: [0, 1], near: {values: x, typo: 1}}}"),
+                    "op.yaml:5:50: unknown key 'typo' in attr eps.near");
+  // It reads the inputs, dims and the other attrs; not the attr it draws.
+  EXPECT_LOAD_ERROR(with("{eps: {range: [0, 1], near: {values: x + eps}}}"),
+                    "op.yaml:5:51: attr eps.near.values: unknown name 'eps'");
+  EXPECT_LOAD_ERROR(with("{eps: {range: [0, 1], near: {values: x > 0}}}"),
+                    "op.yaml:5:47: attr eps.near.values: is boolean");
+}
+
 // The index tensors and masks reach the target in their ABI dtypes.
 TEST(OpDomain, IndexTensorsAndMasksAreIntegerTensorsForTargets) {
   const Spec spec = parse_spec(kRichSpec, "rich.yaml");
