@@ -928,11 +928,17 @@ class Checker {
     //      may round to ±inf of its sign (f32's 65520 of a reference
     //      65519.997): 2, a correct kernel's answer; any other value 0.
     // With one target operand the element's code is its code. With two (a
-    // relation between runs) the pair is compared only where both are 0, and
-    // holds judged where both are 2 (both ±inf as they must or may be); 3 on
-    // either fails; any other mix is not judged: one run's ±inf cannot be
-    // compared with the other's finite value, and passing it left the other
-    // run unjudged (a kernel writing 0 there passed).
+    // relation between runs) the relation is judged, not each run against
+    // the reference (matches_reference does that): the pair holds judged
+    // where both are 2 (both ±inf as they must or may be); its values are
+    // compared where each is 0 or 3 (a missed overflow is a finite value
+    // like any other: two runs that both stored 30000 where the reference
+    // says inf satisfy a permutation, which failed, blaming the relation for
+    // the reference's verdict), and where one is 3 and the other 2 (a finite
+    // value against ±inf: not close, and the message says so); any other mix
+    // is not judged: one run's ±inf as it may be cannot be compared with the
+    // other's finite value, and passing it left the other run unjudged (a
+    // kernel writing 0 there passed).
     std::vector<NodeP> codes;
     // Where every operand's target.X, naive.X and reference.X are finite,
     // `lost` is false everywhere, so `must` is, and `to_inf` (target.X = ±inf)
@@ -986,11 +992,12 @@ class Checker {
         return node(Kind::binary, o, {std::move(a), std::move(b)});
       };
       const NodeP &a = codes[0], &b = codes[1];
-      n.unjudged = node(Kind::call, "where",
-                        {op("or", is(a, 3), is(b, 3)), num(3),
-                         node(Kind::call, "where",
-                              {op("and", is(a, 2), is(b, 2)), num(2),
-                               node(Kind::call, "where", {op("and", is(a, 0), is(b, 0)), num(0), num(1)})})});
+      auto value = [&](const NodeP& c) { return op("or", is(c, 0), is(c, 3)); };
+      NodeP compared = op("or", op("and", value(a), value(b)),
+                          op("or", op("and", is(a, 3), is(b, 2)), op("and", is(a, 2), is(b, 3))));
+      n.unjudged = node(
+          Kind::call, "where",
+          {op("and", is(a, 2), is(b, 2)), num(2), node(Kind::call, "where", {compared, num(0), num(1)})});
     }
     if (!budget)
       throw ExprError(n.begin,

@@ -746,6 +746,41 @@ TEST(Expr, ARelationWhereOneRunOverflowsJudgesNotThePair) {
   EXPECT_TRUE(check({32759.9}, {65519.8}, 1).holds);  // both finite: compared
 }
 
+// A relation between two runs judges the relation: where both runs missed
+// an overflow the reference says their stores must make (both finite where
+// the reference lies past f16's threshold), their values are compared as
+// any others. Two equal values failed a permutation, the failure blamed on
+// the relation for what matches_reference judges. One run ±inf as it must
+// be against the other's finite value is compared too: not close.
+TEST(Expr, ARelationWhereBothRunsMissAnOverflowComparesTheirValues) {
+  TensorInfos infos;
+  for (const std::string pre : {"", "transformed."}) {
+    for (const char* t : {"target.x", "reference.x", "naive.x"})
+      infos.push_back({pre + t, {"N"}, DType::real, ""});
+    for (const char* t : {"floor.x", "overflow.x"}) infos.push_back({pre + t, {}, DType::real, ""});
+  }
+  auto check = [&](double x, double t_x) {
+    TensorMap m;
+    for (const auto& i : infos) m.want(i.name);
+    for (const std::string pre : {"", "transformed."}) {
+      m.put(pre + "reference.x", Tensor::of({1}, {1e5}));
+      m.put(pre + "naive.x", Tensor::of({1}, {INFINITY}));
+      m.put(pre + "floor.x", Tensor::scalar(16));
+      m.put(pre + "overflow.x", Tensor::scalar(65520));
+    }
+    m.put("target.x", Tensor::of({1}, {x}));
+    m.put("transformed.target.x", Tensor::of({1}, {t_x}));
+    return Expression::compile("close(transformed.target.x, target.x, k=2)", infos).check(m);
+  };
+  EXPECT_TRUE(check(30000, 30000).holds);
+  EXPECT_FALSE(check(30000, 20000).holds);
+  const auto one_inf = check(30000, INFINITY);
+  ASSERT_FALSE(one_inf.holds);
+  EXPECT_NE(one_inf.message.find("a NaN or an infinity is close only to the same"), std::string::npos)
+      << one_inf.message;
+  EXPECT_TRUE(check(INFINITY, INFINITY).holds);
+}
+
 // An `and` whose sides broadcast is judged whole: broadcast to an empty
 // tensor it judges nothing (the case is discarded), though one side alone
 // fails. (Each side was judged alone, a wrong failure.) A parenthesised
