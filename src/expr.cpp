@@ -251,6 +251,11 @@ std::vector<Token> lex(const std::string& text) {
         }
       if (!found) {
         if (c == '%') throw ExprError(i, "unexpected character '%': the expressions have no modulo");
+        if (c == '\'' || c == '"')
+          throw ExprError(i,
+                          fmt::format("unexpected character '{}': the expressions have no strings (a named "
+                                      "choice reads as its index: act == 0 for its first choice)",
+                                      c));
         if (c == '&' || c == '|' || c == '~' || c == '!')
           throw ExprError(i, fmt::format("unexpected '{}': write and, or, not", c));
         if (static_cast<unsigned char>(c) >= 0x80) {
@@ -684,6 +689,13 @@ class Checker {
       }
     std::vector<std::string> names;
     for (const auto& t : infos_) names.push_back(t.name);
+    // A named choice's name (a function's too: tanh) where its index belongs.
+    for (const auto& t : infos_)
+      for (size_t k = 0; k < t.labels.size(); ++k)
+        if (t.labels[k] == n.op)
+          throw ExprError(n.begin, fmt::format("'{}' is a choice of {}, which expressions read as its index: "
+                                               "write {} == {}",
+                                               n.op, t.name, t.name, k));
     if (find_function(n.op)) throw ExprError(n.begin, fmt::format("'{}' is a function: call it", n.op));
     // The language has no named constants but inf and nan: a number is written out.
     if (n.op == "pi" || n.op == "e" || n.op == "euler_gamma")

@@ -14,6 +14,25 @@
 namespace kprop::op {
 namespace {
 
+// A reference's symbolic shape ("[N, ?]") against an output's declared one:
+// the same rank, each axis the same dim or number, or "?" (a slice's extent,
+// `x[:, C - 1:]` or `[:, -1:]`, unknown until a case fixes it: each case's
+// evaluation checks the actual extents, op::reference).
+bool shape_fits(const std::string& symbolic, const std::vector<std::string>& declared) {
+  std::vector<std::string> axes;
+  const std::string inner = symbolic.size() >= 2 ? symbolic.substr(1, symbolic.size() - 2) : "";
+  for (size_t at = 0; !inner.empty();) {
+    const size_t comma = inner.find(", ", at);
+    axes.push_back(inner.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (comma == std::string::npos) break;
+    at = comma + 2;
+  }
+  if (axes.size() != declared.size()) return false;
+  for (size_t k = 0; k < axes.size(); ++k)
+    if (axes[k] != "?" && axes[k] != declared[k]) return false;
+  return true;
+}
+
 class Parser {
  public:
   explicit Parser(const DeclaredFamilyContext& ctx) : ctx_(ctx) {}
@@ -804,7 +823,7 @@ class Parser {
       d->reference_infos.push_back({dd.name, {}, expr::DType::integer, "dim " + dd.name});
     for (const auto& a : d->attrs)
       d->reference_infos.push_back(
-          {a.name, {}, a.integer ? expr::DType::integer : expr::DType::real, "attr " + a.name});
+          {a.name, {}, a.integer ? expr::DType::integer : expr::DType::real, "attr " + a.name, a.labels});
     if (s["attrs"] && !s["attrs"].IsNull()) compile_near(s["attrs"], *d);
     const YAML::Node ref = s["reference"];
     if (!ref || ref.IsNull())
@@ -837,7 +856,7 @@ class Parser {
         auto e = std::make_shared<expr::Expression>(expr::Expression::compile(text, d->reference_infos));
         if (e->dtype() == expr::DType::boolean)
           throw expr::ExprError(0, "is boolean; a reference computes the output's values");
-        if (e->shape() != expr::shape_text(o.shape))
+        if (!shape_fits(e->shape(), o.shape))
           throw expr::ExprError(0, fmt::format("has shape {}, but output {} is declared {}", e->shape(),
                                                o.name, expr::shape_text(o.shape)));
         o.reference = std::move(e);

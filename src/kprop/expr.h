@@ -60,6 +60,10 @@ struct TensorInfo {
   std::vector<std::string> shape;
   DType dtype = DType::real;
   std::string meaning;
+  // A named choice (an op's attr {one_of: [gelu, tanh]}): the names, in
+  // the order of the indices the tensor holds (an unknown name that is one
+  // of them says to compare the index).
+  std::vector<std::string> labels = {};
 };
 using TensorInfos = std::vector<TensorInfo>;
 // A family's tensors as a table, one tensor a line, in the columns

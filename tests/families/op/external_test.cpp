@@ -115,6 +115,24 @@ TEST(OpAttr, NamedChoicesMustBeDistinctNamesOnly) {
   EXPECT_EQ(with("[gelu, gelu]"), "op.yaml:5:32: attr act.one_of lists 'gelu' twice");
 }
 
+// A choice's name where its index belongs, bare or quoted, says how the
+// expressions read it ("'tanh' is a function: call it", and "unexpected
+// character '''", said nothing of it).
+TEST(OpAttr, AChoicesNameInAnExpressionSaysToCompareItsIndex) {
+  const auto with = [](const std::string& reference) {
+    return load_error(
+        "spec: t\nfamily: op\nop:\n  dims: {N: [1, 4]}\n  attrs: {act: {one_of: [gelu, tanh]}}\n  inputs: "
+        "{x: "
+        "{shape: [N]}}\n  outputs: {y: {shape: [N]}}\n  reference: {y: \"" +
+        reference + "\"}\n");
+  };
+  EXPECT_EQ(with("where(act == tanh, 2 * x, x)"),
+            "op.yaml:8:32: reference.y: 'tanh' is a choice of act, which expressions read as its index: "
+            "write act == 1");
+  EXPECT_EQ(with("where(act == 'tanh', 2 * x, x)").substr(0, 72),
+            "op.yaml:8:32: reference.y: unexpected character ''': the expressions hav");
+}
+
 TEST(OpPlugin, SymbolIsThePrefixedNameWithNonIdentifierCharactersReplaced) {
   EXPECT_EQ(plugin_symbol("rmsnorm"), "kprop_op_rmsnorm");
   EXPECT_EQ(plugin_symbol("swiglu.fwd-v2"), "kprop_op_swiglu_fwd_v2");

@@ -233,6 +233,15 @@ TEST(OpDecl, ReferenceShapeNotTheDeclaredOutputShape) {
   EXPECT_LOAD_ERROR(base_spec("{T: [1, 8], D: [1, 16]}", "{shape: [T, D]}", "{y: {shape: [T, D]}}",
                               "y: mean(x * x, axis=-1)"),
                     "op.yaml:10:8: reference.y: has shape [T], but output y is declared [T, D]");
+  // A slice's extent is known on a case only ("?"): it fits any declared
+  // extent at load (each case's evaluation checks it). The last column as
+  // an [T, 1] output was refused ("has shape [T, ?]").
+  EXPECT_EQ(load_error(base_spec("{T: [1, 8], D: [1, 16]}", "{shape: [T, D]}", "{y: {shape: [T, 1]}}",
+                                 "y: x[:, D - 1:]")),
+            "");
+  EXPECT_LOAD_ERROR(
+      base_spec("{T: [1, 8], D: [1, 16]}", "{shape: [T, D]}", "{y: {shape: [T, 1]}}", "y: x[0, D - 1:]"),
+      "op.yaml:10:8: reference.y: has shape [?], but output y is declared [T, 1]");
 }
 
 TEST(OpDecl, MissingReferenceForAnOutput) {
