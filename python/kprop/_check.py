@@ -283,6 +283,9 @@ class CheckResult:
     health: List[Tuple[str, str]]
     detail: str
     replayed: int = 0  # stored cases checked first (one the target declined is not counted)
+    # Stored cases not replayed because they lie outside this run's domain (its profile and domain=):
+    # found by a wider run, they are that run's to replay, not cases this target was asked to take.
+    replay_outside_domain: int = 0
     discarded_cases: int = 0  # cases every invariant discarded: neither checked nor declined
     stopped_at_failure: bool = False  # fail_fast=True: the first counterexample ended the run
     search_cases: int = 0  # search=: cases the targeted search ran, on top of `trials` (see report["search"])
@@ -323,6 +326,9 @@ class CheckResult:
                      " + %d by the search" % self.search_cases if self.search_cases else "", self.checked,
                      self.discarded_cases, self.declined, self.discarded, self.size_reached, self.max_size,
                      self.seconds)]
+        if self.replay_outside_domain:
+            parts.append("  stored cases: %d replayed, %d left alone (outside this run's domain)" % (
+                self.replayed, self.replay_outside_domain))
         for i in self.invariants:
             parts.append("  %-28s %-14s %d %s, %d discarded, %d declined" % (
                 i.name, i.status, i.passed, "checked" if i.status == "not_run" else "passed", i.discarded,
@@ -1168,19 +1174,23 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
                 reference=reference, extra_invariants=extra_invariants, profile=profile, domain=domain,
                 max_case_mb=max_case_mb)
 
-    replayed = 0
+    replayed = outside = 0
     if replay_stored and corpus is not None:
         stored_dir = os.path.join(corpus, info["name"])
         files = sorted(glob.glob(os.path.join(stored_dir, "*.yaml"))) if os.path.isdir(stored_dir) else []
         # A case of an invariant this run lacks (another test's extra
         # invariant) is another run's to replay: not read as a broken file.
         known = _known_invariants(info, args)
-        foreign = {os.path.realpath(p) for p in files if not _replayable(p, known, info["family"], info["name"])}
-        if len(files) > len(foreign):
-            rows = stopper.call(_kprop.replay, text, is_text, args, stored_dir)["rows"]
-            for row in rows:
-                if os.path.realpath(row["path"]) in foreign:
-                    continue
+        files = [p for p in files if _replayable(p, known, info["family"], info["name"])]
+        # A case outside this run's domain (found by a wider run: every
+        # dtype, where this one is domain={"dtypes": ["f32"]}) is not one
+        # this target was asked to take: replayed, it failed a correct
+        # f32-only kernel on a bf16 case. Left alone, and counted.
+        inside = [p for p in files if not _outside_domain(text, is_text, args, p)]
+        outside = len(files) - len(inside)
+        for path in inside:  # one by one: the cases left alone are never run
+            got = stopper.call(_kprop.replay, text, is_text, args, path)
+            for row in got["rows"]:
                 if row["error"]:
                     raise ValueError("kprop: stored case %s cannot be read: %s" % (row["path"], row["error"]))
                 if row["stale"]:
@@ -1193,7 +1203,9 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
                 # A stored case the target declined, or no invariant could
                 # check, was not replayed (kprop.replay does not count it either).
                 replayed += bool(row["checked"])
-            stopper.finish()
+            if got["stopped"]:
+                break
+        stopper.finish()
 
     try:
         r = stopper.call(_kprop.run, text, is_text, args)
@@ -1207,6 +1219,7 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
     if r["crash"] is not None:
         findings.append(_finding(r["crash"], targets, replay_text, command, corpus, opts))
     result = _result(r, findings, replayed)
+    result.replay_outside_domain = outside
     if command:  # the worker's command line runs it (result.report["target"]); messages name fn
         result.target = name
     status = result.status
@@ -1304,6 +1317,24 @@ def _stored_invariants(path: str) -> list:
     of its also_found_against ("" for a target that crashed, hung or raised);
     empty for a file that does not read (the replay says why)."""
     return list(_kprop.stored_invariants(os.fspath(path)))
+
+
+def _outside_domain(text: str, is_text: bool, args: Mapping[str, Any], path: str) -> str:
+    """Why the stored case at path lies outside the domain of a run with
+    these arguments (_args's: its profile and domain=), in the family's own
+    words (its in_domain, what the generator and shrinker keep to); "" when
+    inside, or when the file does not read (the replay says why)."""
+    return _kprop.stored_outside_domain(text, is_text, args["profile"], args["domain"], args["max_case_mb"] or 0,
+                                        os.fspath(path))
+
+
+def _stored_outside_domain(spec, path: str, *, profile: Optional[str] = None,
+                           domain: Optional[Mapping[str, Any]] = None, max_case_mb: Optional[int] = None,
+                           **_) -> str:
+    """_outside_domain for a run given these options (a pytest item's)."""
+    text, is_text = _resolve_spec(spec)
+    domain = json.dumps(_plain(domain, "domain")) if domain else ""
+    return _kprop.stored_outside_domain(text, is_text, profile or "", domain, max_case_mb or 0, os.fspath(path))
 
 
 def _known_invariants(info, args) -> set:

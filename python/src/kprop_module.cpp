@@ -714,6 +714,30 @@ std::string stored_case(const std::string& path) {
   }
 }
 
+// Why a stored case lies outside the domain of a run of this spec (its
+// profile, then the domain= override, as kprop.check loads them): the
+// family's own in_domain, what its generator, shrinker and search keep to,
+// so the Python package need not know any family's domain keys. "" when the
+// case is inside, or when the file does not read as a case of this spec
+// (the replay then says why).
+std::string stored_outside_domain(const std::string& spec_arg, bool spec_is_text, const std::string& profile,
+                                  const std::string& domain, int64_t max_case_mb, const std::string& path) {
+  kprop::Spec spec = [&] {
+    try {
+      return load(spec_arg, spec_is_text, profile, domain, max_case_mb);
+    } catch (const kprop::InputError& e) {
+      throw nb::value_error(in_python_words(e).c_str());
+    }
+  }();
+  try {
+    const kprop::CorpusEntry e = kprop::read_entry(path);
+    if (e.spec != spec.name) return "";  // another spec's case: the replay says so
+    return spec.family->in_domain(spec.family->from_yaml(e.case_node), spec.domain);
+  } catch (const std::exception&) {  // unreadable, or not a case of this family: the replay reports it
+    return "";
+  }
+}
+
 }  // namespace
 
 NB_MODULE(_kprop, m) {
@@ -725,4 +749,6 @@ NB_MODULE(_kprop, m) {
   m.def("stored_invariants", &stored_invariants, nb::arg("path"));
   m.def("stored_spec", &stored_spec, nb::arg("path"));
   m.def("stored_case", &stored_case, nb::arg("path"));
+  m.def("stored_outside_domain", &stored_outside_domain, nb::arg("spec"), nb::arg("spec_is_text"),
+        nb::arg("profile"), nb::arg("domain"), nb::arg("max_case_mb"), nb::arg("path"));
 }

@@ -392,3 +392,38 @@ def test_spec_as_a_dict(example, corpus):
     with pytest.raises(ValueError, match="padded_tensors applies to plugin: targets"):
         kprop.check(dict(spec, run={"trials": 30, "seed": 3, "padded_tensors": True}), mod.softmax_topk,
                     corpus=corpus)
+
+
+def test_stored_cases_outside_the_runs_domain_are_left_alone_and_counted(example, corpus):
+    # A wider run (every dtype) stores a case a kernel fails on a half dtype;
+    # a correct f32-only kernel, narrowed with domain= as docs/PYTHON.md
+    # says, is never handed that case (it failed on it: "a stored
+    # counterexample fails again"), and the result counts it.
+    good = example("softmax_topk")
+
+    def halves_fail(logits, k, **attrs):
+        if logits.dtype != np.float32:
+            raise RuntimeError("no half kernel")
+        return good.softmax_topk(logits, k, **attrs)
+
+    def f32_only(logits, k, **attrs):
+        if logits.dtype != np.float32:
+            raise TypeError("f32 kernel called with %s" % logits.dtype)
+        return good.softmax_topk(logits, k, **attrs)
+
+    with pytest.raises(kprop.Counterexample) as wide:
+        kprop.check("softmax_topk", halves_fail, seed=SEED, trials=50, corpus=corpus)
+    assert wide.value.finding.kind == "error"
+    stored = os.listdir(os.path.join(corpus, "softmax_topk"))
+    assert len(stored) == 1
+    result = kprop.check("softmax_topk", f32_only, seed=SEED, trials=20, corpus=corpus, domain={"dtypes": ["f32"]})
+    assert result.passed and result.replayed == 0 and result.replay_outside_domain == 1
+    assert "1 left alone (outside this run's domain)" in result.summary()
+    # Inside the domain it is replayed as before (and fails the kernel that still lacks halves).
+    with pytest.raises(kprop.Counterexample) as again:
+        kprop.check("softmax_topk", halves_fail, seed=SEED, trials=1, corpus=corpus)
+    assert again.value.finding.kind == "replay"
+    # kprop.replay of the file itself is not the run's corpus replay: it replays what it is given.
+    with pytest.raises(kprop.Counterexample):
+        kprop.replay("softmax_topk", f32_only, os.path.join(corpus, "softmax_topk", stored[0]),
+                     domain={"dtypes": ["f32"]})

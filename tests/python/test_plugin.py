@@ -377,3 +377,34 @@ def test_x(logits, k, dt, **attrs):
     for line in replays:
         run = pytester.runpython_c("from test_sm import *\n" + line)
         assert "a stored counterexample fails again" in run.stderr.str(), (line, run.stderr.str())
+
+
+def test_a_stored_case_outside_the_tests_domain_is_skipped_not_replayed(pytester, tmp_path):
+    # test_wide (every dtype) stores a half-dtype case its kernel fails; the
+    # f32-only test, narrowed with domain= as docs/PYTHON.md recommends, gets a
+    # stored item for it that is skipped, saying why (it failed: the kernel
+    # was handed a dtype outside its domain), never passed.
+    pytester.makepyfile(test_dom=HEADER + """
+import numpy as np
+
+@kprop.spec("softmax_topk", seed=20261122, trials=50, invariants=["sorted"])
+def test_wide(logits, k, **attrs):
+    if logits.dtype != np.float32:
+        raise RuntimeError("no half kernel")
+    return good.softmax_topk(logits, k, **attrs)
+
+@kprop.spec("softmax_topk", seed=20261122, trials=20, invariants=["sorted"], domain={"dtypes": ["f32"]})
+def test_f32(logits, k, **attrs):
+    if logits.dtype != np.float32:
+        raise TypeError("f32 kernel called with %s" % logits.dtype)
+    return good.softmax_topk(logits, k, **attrs)
+""")
+    corpus = tmp_path / "corpus"
+    result = pytester.runpytest("--kprop-corpus", str(corpus), "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    (stored,) = os.listdir(corpus / "softmax_topk")
+    result = pytester.runpytest("--kprop-corpus", str(corpus), "-p", "no:cacheprovider", "-v", "-rs")
+    result.stdout.fnmatch_lines(["*test_f32?stored:%s? SKIPPED*" % stored, "*test_f32?sorted? PASSED*"])
+    assert "lies outside this test's domain (domain={'dtypes': ['f32']}), so it is not replayed here: " \
+           "dtypes = " in result.stdout.str()
+    assert "f32 kernel called with" not in result.stdout.str()
