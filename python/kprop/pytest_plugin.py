@@ -11,7 +11,10 @@ spec comes first as its own item, `test_attention[stored:<file>]`, as
 Hypothesis replays its database (none with replay_stored=False; a case found
 by an invariant the test does not check, such as another test's selection or
 extra invariant, is left to the tests that check it; one outside the test's
-domain, its profile and domain=, is skipped unrun).
+domain, its profile and domain=, is skipped unrun). Each invariant item
+replays the stored cases of its invariant (and the target's failures) before
+drawing, unless its stored item saw them pass: one that fails again fails it,
+and nothing new is stored.
 @pytest.mark.parametrize above the decorator repeats them per variant, its
 arguments bound to the target. A failure renders the shrunk case; a run
 whose every case is declined, or an item whose invariant is n/a for the
@@ -75,11 +78,14 @@ def pytest_addoption(parser):
 
 
 _STATS = pytest.StashKey[list]()
+# (test variant, stored case) pairs a stored item checked and every invariant held on.
+_HELD = pytest.StashKey[set]()
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "kprop: a kprop property item (added by @kprop.spec)")
     config.stash[_STATS] = []
+    config.stash[_HELD] = set()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -337,10 +343,10 @@ def pytest_pycollect_makeitem(collector, name, obj):
         suffix = "-" + variant if variant else ""
         made = [KpropItem.from_parent(collector, name="%s[stored:%s%s]" % (name, os.path.basename(path), suffix),
                                       fn=obj, params=params, spec=spec, options=options, invariants=invariants,
-                                      stored=path) for path in stored]
+                                      stored=path, variant=variant) for path in stored]
         made += [KpropItem.from_parent(collector, name="%s[%s%s]" % (name, invariant, suffix), fn=obj,
                                        params=params, spec=spec, options=options, invariants=[invariant],
-                                       stored=None) for invariant in invariants]
+                                       stored=None, variant=variant) for invariant in invariants]
         for item in made:
             item.add_marker("kprop")
             item.own_markers.extend(own + marks)
@@ -370,10 +376,20 @@ def _domain_words(options) -> str:
     return ", ".join(parts) or "the spec's own"
 
 
+def _replay_options(options):
+    """The decorator's options a replay takes (_check._replay's keyword-only
+    parameters): max_case_mb too, which a wide domain= needs (it was left
+    out, so every stored case of such a test failed on the memory budget)."""
+    replayed = [p.name for p in inspect.signature(_check._replay).parameters.values()
+                if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "invariants"]
+    return {k: v for k, v in options.items() if k in replayed}
+
+
 class KpropItem(pytest.Item):
-    def __init__(self, *, fn, params, spec, options, invariants, stored, **kwargs):
+    def __init__(self, *, fn, params, spec, options, invariants, stored, variant="", **kwargs):
         super().__init__(**kwargs)
         self.fn = fn
+        self.variant = variant  # its @pytest.mark.parametrize id ("" without)
         self.params = params  # its @pytest.mark.parametrize arguments
         self.spec = spec
         self.options = options
@@ -390,13 +406,7 @@ class KpropItem(pytest.Item):
         options = dict(self.options)
         fn = self._target()
         if self.stored is not None:
-            # The decorator's options a replay takes (its keyword-only
-            # parameters): max_case_mb too, which a wide domain= needs (it
-            # was left out, so every stored case of such a test failed on
-            # the memory budget).
-            replayed = [p.name for p in inspect.signature(_check._replay).parameters.values()
-                        if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "invariants"]
-            options = {k: v for k, v in options.items() if k in replayed}
+            options = _replay_options(options)
             # A case outside this test's domain (its profile and domain=),
             # found by a wider test or an earlier, wider run of this one, is
             # no case this target takes: replayed, a correct f32-only kernel
@@ -409,15 +419,20 @@ class KpropItem(pytest.Item):
             if checked == 0:
                 pytest.skip("kprop: the stored case %s was not checked: %s" % (
                     self.stored, "; ".join(unchecked) or "no invariant checked it"))
+            # Every invariant of the test holds on it: the invariant items need not replay it again.
+            config.stash[_HELD].add((self._test_key(), os.path.realpath(self.stored)))
             return
         for flag, key in (("kprop_seed", "seed"), ("kprop_trials", "trials"), ("kprop_time", "time")):
             if config.getoption(flag) is not None:
                 options[key] = config.getoption(flag)
         options["corpus"] = _corpus(config, self.options)
+        replay_stored = options.get("replay_stored", True)
         options["replay_stored"] = False  # the stored cases are items of their own
         if options.get("extra_invariants"):  # each extra invariant runs in its own item only
             options["extra_invariants"] = [f for f in options["extra_invariants"]
                                            if _check._extra_name(f) in self.invariants] or None
+        if replay_stored and options["corpus"] is not None:
+            self._replay_own_stored(fn, options)
         try:
             result = _check.check(self.spec, fn, invariants=self.invariants, **options)
         except (_check.Counterexample, _check.HealthCheckFailure, _check.Skipped) as e:
@@ -425,6 +440,37 @@ class KpropItem(pytest.Item):
                 config.stash[_STATS].append((self.nodeid, e.result))
             raise
         config.stash[_STATS].append((self.nodeid, result))
+
+    def _test_key(self):
+        """This test's variant: its stored items and invariant items share it."""
+        return (self.parent.nodeid, self.name.split("[", 1)[0], self.variant)
+
+    def _replay_own_stored(self, fn, options):
+        """Before drawing fresh cases: the stored cases of this item's
+        invariant (or of a failure of the target), replayed on it; one that
+        fails again fails the item, with that case, as kprop.check's replay
+        does, and nothing new is drawn or stored. Without this the item drew
+        fresh cases (replay_stored=False), found the same bug, shrank it to a
+        slightly different case and stored another file on every run: the
+        corpus grew without bound. A case this test's stored item already
+        saw hold on every invariant is not replayed again; one outside the
+        test's domain, or that does not read (its stored item says why), is
+        left alone."""
+        folder = os.path.join(options["corpus"], _check.spec_info(self.spec, options.get("profile"))["name"])
+        options = _replay_options(options)
+        held = self.config.stash[_HELD]
+        for path in sorted(glob.glob(os.path.join(folder, "*.yaml"))):
+            names = _check._stored_invariants(path)
+            if not any(not name or name in self.invariants for name in names):
+                continue
+            if (self._test_key(), os.path.realpath(path)) in held:
+                continue
+            if _check._stored_outside_domain(self.spec, path, **options):
+                continue
+            try:
+                _check._replay(self.spec, fn, path, invariants=self.invariants, **options)
+            except ValueError:  # unreadable, stale, another spec's: its stored item reports it
+                continue
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, (_check.Counterexample, _check.HealthCheckFailure, _check.ArgumentMismatch)):

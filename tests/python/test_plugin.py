@@ -408,3 +408,42 @@ def test_f32(logits, k, **attrs):
     assert "lies outside this test's domain (domain={'dtypes': ['f32']}), so it is not replayed here: " \
            "dtypes = " in result.stdout.str()
     assert "f32 kernel called with" not in result.stdout.str()
+
+
+def test_a_failing_test_replays_its_stored_case_instead_of_storing_new_ones(pytester, tmp_path):
+    # The invariant item drew fresh cases (its stored cases are items of
+    # their own), found the same bug again, shrank it to a slightly different
+    # case and stored another file: every run of a failing test grew the
+    # corpus. Now the stored case that fails again fails the item, as
+    # kprop.check's replay does, and nothing new is drawn or stored.
+    pytester.makepyfile(test_grow=HEADER + """
+@kprop.spec("softmax_topk", trials=300, invariants=["sorted"])
+def test_bad(logits, k, **attrs):
+    return bad.softmax_topk(logits, k, **attrs)
+""")
+    corpus = tmp_path / "corpus"
+    result = pytester.runpytest("--kprop-corpus", str(corpus), "-p", "no:cacheprovider", "--kprop-seed", "11")
+    result.assert_outcomes(failed=1)
+    (stored,) = os.listdir(corpus / "softmax_topk")
+    for seed in ("12", "13", "14"):  # fresh seeds: a fresh search would shrink to other cases
+        result = pytester.runpytest("--kprop-corpus", str(corpus), "-p", "no:cacheprovider", "--kprop-seed", seed,
+                                    "-v")
+        result.assert_outcomes(failed=2)
+        result.stdout.fnmatch_lines(["*test_bad?stored:%s? FAILED*" % stored, "*test_bad?sorted? FAILED*"])
+        result.stdout.fnmatch_lines(["*_ test_bad?sorted? _*", "*a stored counterexample fails again*",
+                                     "saved: *%s" % stored])
+        assert os.listdir(corpus / "softmax_topk") == [stored]
+    # The invariant item selected alone replays it too (no stored item ran before it).
+    result = pytester.runpytest("--kprop-corpus", str(corpus), "-p", "no:cacheprovider", "--kprop-seed", "15",
+                                "test_grow.py::test_bad[sorted]")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*a stored counterexample fails again*"])
+    assert os.listdir(corpus / "softmax_topk") == [stored]
+    # A fixed kernel passes: the stored item and the invariant item (which need not replay it again).
+    pytester.makepyfile(test_grow=HEADER + """
+@kprop.spec("softmax_topk", trials=30, invariants=["sorted"])
+def test_bad(logits, k, **attrs):
+    return good.softmax_topk(logits, k, **attrs)
+""")
+    result = pytester.runpytest("--kprop-corpus", str(corpus), "-p", "no:cacheprovider", "-v")
+    result.assert_outcomes(passed=2)
