@@ -1074,10 +1074,30 @@ def _python_rerun(message: str, spec_ref, fn, opts: Mapping[str, Any]) -> str:
                                                       _replay_text(spec_ref, fn, m.group(1), opts))
 
 
+def _fn_text(fn) -> str:
+    """fn as the printed replay names it, so that it runs where the test's
+    class or function is in scope: a method of a class (a pytest test
+    class's test_m, bound to a fresh instance) as `TestK().test_m`, a
+    classmethod as `TestK.test_c`, a staticmethod's function as
+    `TestK.test_s`; a function by its name. The bare name printed for a
+    method (`test_m`) was a NameError. A class defined inside a function
+    (`<locals>` in its name) cannot be named: its method by its name."""
+    if inspect.ismethod(fn):
+        owner = fn.__self__
+        cls = owner if inspect.isclass(owner) else type(owner)
+        if "<" not in cls.__qualname__:
+            return "%s%s.%s" % (cls.__qualname__, "" if owner is cls else "()", fn.__name__)
+    elif inspect.isfunction(fn):
+        qualname = getattr(fn, "__qualname__", "")
+        if "." in qualname and "<" not in qualname:
+            return qualname
+    return getattr(fn, "__name__", "fn")
+
+
 def _replay_text(spec_ref, fn, path, opts: Mapping[str, Any]) -> str:
     """kprop.replay(...) with the options of the run that found the case
     (those not at their defaults), so that it runs the case the same way."""
-    parts = [repr(spec_ref), getattr(fn, "__name__", "fn"), repr(path)]
+    parts = [repr(spec_ref), _fn_text(fn), repr(path)]
     for key, value in opts.items():
         if value is None or value is False or (key == "tensors" and value == "numpy") or (
                 key in ("invariants", "extra_invariants", "domain") and not value):

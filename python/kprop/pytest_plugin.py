@@ -211,7 +211,7 @@ def _bind(fn, params):
 
     modules = set()
     shown = ", ".join("%s=%s" % (k, _source(v, modules, fn.__module__)) for k, v in params.items())
-    bound.__name__ = bound.__qualname__ = "functools.partial(%s, %s)" % (fn.__name__, shown)
+    bound.__name__ = bound.__qualname__ = "functools.partial(%s, %s)" % (_check._fn_text(fn), shown)
     bound._kprop_replay_imports = sorted(modules)  # what the shown values name
     return bound
 

@@ -447,3 +447,41 @@ def test_bad(logits, k, **attrs):
 """)
     result = pytester.runpytest("--kprop-corpus", str(corpus), "-p", "no:cacheprovider", "-v")
     result.assert_outcomes(passed=2)
+
+
+def test_the_printed_replay_of_a_test_method_runs_as_printed(pytester, tmp_path):
+    # It printed kprop.replay('softmax_topk', test_m, ...): test_m is no name
+    # where the test class is in scope (a NameError). A method of a test
+    # class is bound to a fresh instance, as pytest does: TestK().test_m;
+    # a parametrized one is a functools.partial of that.
+    pytester.makepyfile(test_cls=HEADER + """
+import pytest
+
+class TestK:
+    @kprop.spec("softmax_topk", seed=20261122, trials=300, invariants=["sorted"])
+    def test_m(self, logits, k, **attrs):
+        return bad.softmax_topk(logits, k, **attrs)
+
+    @pytest.mark.parametrize("impl", ["bad"])
+    @kprop.spec("softmax_topk", seed=20261122, trials=300, invariants=["sorted"])
+    def test_p(self, logits, k, impl, **attrs):
+        return globals()[impl].softmax_topk(logits, k, **attrs)
+""")
+    corpus = tmp_path / "corpus"
+    result = pytester.runpytest("--kprop-corpus", str(corpus), "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=2)
+    # (Under CI=true pytest's short summary repeats each message whole: once each here.)
+    replays = list(dict.fromkeys(line[len("replay: "):] for line in result.outlines if line.startswith("replay: ")))
+    assert len(replays) == 2
+    assert replays[0].startswith("kprop.replay('softmax_topk', TestK().test_m, ")
+    assert replays[1].startswith("import functools; kprop.replay('softmax_topk', "
+                                 "functools.partial(TestK().test_p, impl='bad'), ")
+    # Each runs as printed where the test class is in scope, and fails again.
+    import importlib.util
+    import kprop
+    module_spec = importlib.util.spec_from_file_location("printed_replay_cls", str(pytester.path / "test_cls.py"))
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    for line in replays:
+        with pytest.raises(kprop.Counterexample, match="a stored counterexample fails again"):
+            exec(line, vars(module))
