@@ -53,7 +53,7 @@ def spec(name, **options):
             name, unknown[0], " (did you mean %r?)" % close[0] if close else "", ", ".join(valid)))
 
     def mark(fn):
-        if not callable(fn):
+        if not callable(fn) and not isinstance(fn, classmethod):  # a classmethod is a test too (the plugin binds it)
             # A plugin or worker (a "plugin:lib.so" string) is prop_runner's target, not a Python one.
             raise TypeError("kprop.spec(%r) decorates a Python function (the target), not %r%s" % (
                 name, fn, "; test a plugin: or exec: target with prop_runner --target" if isinstance(fn, str)

@@ -129,7 +129,16 @@ def _param_id(argname, value, index):
     return "%s%d" % (argname, index)
 
 
-def _parametrize(fn):
+def _marks(obj):
+    """pytest's marks of a test: a staticmethod's or classmethod's own (those
+    above it) and its function's (those below)."""
+    marks = list(getattr(obj, "pytestmark", []))
+    if isinstance(obj, (staticmethod, classmethod)):
+        marks += [m for m in getattr(obj.__func__, "pytestmark", []) if m not in marks]
+    return marks
+
+
+def _parametrize(fn, marks=None):
     """The variants of a test's @pytest.mark.parametrize marks: (id, params,
     marks) each, their cross product over stacked marks, as pytest makes
     them; [("", {}, [])] without any. Every variant's items bind its params
@@ -140,7 +149,7 @@ def _parametrize(fn):
     except (TypeError, ValueError):
         accepted = {}
     axes = []
-    for mark in getattr(fn, "pytestmark", []):
+    for mark in getattr(fn, "pytestmark", []) if marks is None else marks:
         if mark.name != "parametrize":
             continue
         args, kwargs = list(mark.args), dict(mark.kwargs)
@@ -267,9 +276,18 @@ def _spec_path(spec, collector):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pycollect_makeitem(collector, name, obj):
-    marked = getattr(obj, "_kprop_spec", None)
-    if marked is None or not inspect.isfunction(obj) or not collector.funcnamefilter(name):
+    # @kprop.spec above @staticmethod or @classmethod marks the descriptor,
+    # below it the function: either way the function is the test (it was
+    # left to pytest, which asked for its arguments as fixtures: "fixture
+    # 'logits' not found"). The descriptor is kept: bound to the test
+    # class's instance it gives the function, or the method of the class.
+    descriptor = isinstance(obj, (staticmethod, classmethod))
+    func = obj.__func__ if descriptor else obj
+    marked = getattr(obj, "_kprop_spec", None) or getattr(func, "_kprop_spec", None)
+    if marked is None or not inspect.isfunction(func) or not collector.funcnamefilter(name):
         return None
+    if descriptor and not isinstance(collector, pytest.Class):
+        return None  # a staticmethod object outside a class is nothing pytest collects either
     spec, options = marked
     options = dict(options)
     method = isinstance(collector, pytest.Class)
@@ -307,13 +325,13 @@ def pytest_pycollect_makeitem(collector, name, obj):
         raise collector.CollectError("kprop: %s: spec %s has no invariant %s (it has: %s)"
                                      % (name, info["name"], ", ".join(unknown), ", ".join(known)))
     try:
-        variants = _parametrize(obj)
+        variants = _parametrize(func, _marks(obj))
     except ValueError as e:
         raise collector.CollectError("kprop: %s: %s" % (name, e))
     # A kprop item is no pytest.Function: no fixture runs for it. Asked for
     # one by name, that is an error; an autouse fixture that applies here
     # would silently not run, which the item says (a warning).
-    if any(mark.name == "usefixtures" for mark in getattr(obj, "pytestmark", [])):
+    if any(mark.name == "usefixtures" for mark in _marks(obj)):
         raise collector.CollectError("kprop: %s: @pytest.mark.usefixtures does not apply to @kprop.spec: its "
                                      "items run no pytest fixtures (set up what the target needs in it, or at "
                                      "import)" % name)
@@ -337,7 +355,7 @@ def pytest_pycollect_makeitem(collector, name, obj):
         # test's to replay, and passing the others here would say nothing of it.
         stored = [path for path in sorted(glob.glob(os.path.join(corpus, info["name"], "*.yaml")))
                   if _stored_for(path, invariants, every, info["family"])]
-    own = [m for m in getattr(obj, "pytestmark", []) if m.name != "parametrize"]  # -m, skip and xfail marks
+    own = [m for m in _marks(obj) if m.name != "parametrize"]  # -m, skip and xfail marks
     items = []
     for variant, params, marks in variants:
         suffix = "-" + variant if variant else ""
@@ -478,5 +496,5 @@ class KpropItem(pytest.Item):
         return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self):
-        code = getattr(self.fn, "__code__", None)
+        code = getattr(getattr(self.fn, "__func__", self.fn), "__code__", None)
         return self.path, (code.co_firstlineno - 1 if code else None), self.name

@@ -485,3 +485,37 @@ class TestK:
     for line in replays:
         with pytest.raises(kprop.Counterexample, match="a stored counterexample fails again"):
             exec(line, vars(module))
+
+
+def test_spec_tests_that_are_static_or_class_methods_are_collected(pytester, tmp_path):
+    # @kprop.spec above @staticmethod (or below it, or on a classmethod) was
+    # left to pytest, which asked for the op's arguments as fixtures
+    # ("fixture 'logits' not found"). The function is the test either way.
+    pytester.makepyfile(test_static=HEADER + """
+import pytest
+
+class TestK:
+    @kprop.spec("softmax_topk", seed=20261122, trials=30, invariants=["sorted"])
+    @staticmethod
+    def test_above(logits, k, **attrs):
+        return good.softmax_topk(logits, k, **attrs)
+
+    @staticmethod
+    @kprop.spec("softmax_topk", seed=20261122, trials=30, invariants=["sorted"])
+    def test_below(logits, k, **attrs):
+        return good.softmax_topk(logits, k, **attrs)
+
+    @pytest.mark.parametrize("impl", ["bad"])
+    @kprop.spec("softmax_topk", seed=20261122, trials=300, invariants=["sorted"])
+    @classmethod
+    def test_cls(cls, logits, k, impl, **attrs):
+        assert cls is TestK
+        return globals()[impl].softmax_topk(logits, k, **attrs)
+""")
+    result = pytester.runpytest("--kprop-corpus", str(tmp_path / "corpus"), "-p", "no:cacheprovider", "-v")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*TestK::test_above?sorted? PASSED*", "*TestK::test_below?sorted? PASSED*",
+                                 "*TestK::test_cls?sorted-bad? FAILED*",
+                                 "*replay: import functools; kprop.replay('softmax_topk', "
+                                 "functools.partial(TestK.test_cls, impl='bad'), *"])
+    assert "fixture 'logits' not found" not in result.stdout.str()
