@@ -14,7 +14,9 @@ and run it with
 
 Each request calls the op's function with the request's tensors (read-only
 NumPy arrays, shapes and dtypes as in include/kprop/abi.h) and attributes
-as keyword arguments. The function returns the declared outputs, as a dict
+as keyword arguments; one that writes into an input anyway (a raw pointer:
+ctypes, a C extension) fails the case, naming the input and the first
+element it changed. The function returns the declared outputs, as a dict
 by name or a tuple in declaration order; each is converted to its declared
 dtype and must have its declared shape (real numbers: a complex, string or
 object array, or a bool array where floats are due, fails the case, as in
@@ -105,6 +107,10 @@ class Unsupported(Exception):
     """The kernel cannot run this case (kprop reports the target as skipped)."""
 
 
+class InputWritten(Exception):
+    """The kernel wrote into one of its (read-only) inputs: the case fails."""
+
+
 def _outputs(op, declared, result):
     if isinstance(result, (tuple, list)):
         if len(result) != len(declared):
@@ -178,7 +184,14 @@ def _serve(ops, stdin, stdout):
                 raise KeyError("this worker serves no op '%s' (it serves: %s)" % (op, ", ".join(sorted(ops))))
             kwargs = dict(header.get("attrs", {}))
             kwargs.update(tensors)
-            arrays = _outputs(op, declared, ops[op](**kwargs))
+            before = _wire.snapshot(tensors)
+            returned = ops[op](**kwargs)
+            # A write into an input through a raw pointer (ctypes, a C
+            # extension) bypasses the read-only flag: the kernel's bug, failed here.
+            changed = _wire.changed_input("the target", tensors, before)
+            if changed is not None:
+                raise InputWritten(changed)
+            arrays = _outputs(op, declared, returned)
         except Unsupported as e:
             _write_frame(stdout, {"ok": False, "unsupported": True, "error": str(e)})
             continue

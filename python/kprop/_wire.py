@@ -43,6 +43,34 @@ def integer_output(op, name, a, dtype):
     return a.astype(dtype, copy=False)
 
 
+def snapshot(inputs):
+    """Copies of a call's input arrays, taken before the call, for
+    changed_input() to compare with after it."""
+    return {name: np.array(a, copy=True) for name, a in inputs.items()}
+
+
+def changed_input(who, inputs, before):
+    """A message naming the first input the call wrote into, and the first
+    element that changed, else None. NumPy refuses writes into a read-only
+    input, but a kernel reaching it through a raw pointer (ctypes, a C
+    extension, torch.from_numpy) bypasses that: the change went unseen, and
+    in process the reference then ran on the written input. Compared byte
+    for byte, so a NaN that became another NaN (or -0.0 that became 0.0)
+    is a change too."""
+    for name, a in inputs.items():
+        old = before[name]
+        now = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+        was = old.reshape(-1).view(np.uint8)
+        if np.array_equal(now, was):
+            continue
+        element = int(np.flatnonzero(now != was)[0]) // max(a.itemsize, 1)
+        at = [int(i) for i in np.unravel_index(element, a.shape)] if a.shape else []
+        return ("%s wrote into its input '%s' (first change at index %s: %r became %r); inputs are read-only: "
+                "copy one to change it (np.array(x))" % (who, name, at, old.reshape(-1)[element].item(),
+                                                          np.asarray(a).reshape(-1)[element].item()))
+    return None
+
+
 def read_exact(stream, n):
     data = bytearray()
     while len(data) < n:

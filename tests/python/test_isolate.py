@@ -4,6 +4,7 @@ import ctypes
 import os
 import shlex
 
+import numpy as np
 import pytest
 
 import kprop
@@ -110,3 +111,23 @@ def test_an_isolated_finding_of_an_extra_invariant_replays_in_python(corpus):
                         invariants=["first_probability_below_half"])
         replay = excinfo.value.finding.replay
         assert replay.startswith("kprop.replay(") and "extra_invariants=[first_probability_below_half]" in replay
+
+
+def writes_its_input_in_place(logits, k, **attrs):
+    """Computes right, then scribbles over its input through a raw pointer,
+    as a C kernel would: NumPy's read-only flag does not stop that."""
+    out = _softmax.softmax_topk(np.array(logits), k, **attrs)
+    if logits.nbytes:
+        ctypes.memset(logits.ctypes.data, 0x7F, logits.nbytes)
+    return out
+
+
+@pytest.mark.parametrize("isolate", [False, True], ids=["in_process", "isolated"])
+def test_a_kernel_that_writes_its_input_through_a_pointer_fails(corpus, isolate):
+    # It passed both ways: in process the reference then ran on the written
+    # input, and in the worker the write was never looked for.
+    with pytest.raises(kprop.Counterexample) as excinfo:
+        kprop.check("softmax_topk", writes_its_input_in_place, seed=SEED, trials=20, corpus=corpus, isolate=isolate)
+    finding = excinfo.value.finding
+    assert finding.kind == "error", finding
+    assert "the target wrote into its input 'logits' (first change at index [0, 0]: " in finding.message

@@ -1,6 +1,7 @@
 """What a user sees and selects: extra invariants with invariants=, measured values, stored-case items,
 the worker's output checks, replay lines, summaries and isolated targets' names (each test failed
 before its fix)."""
+import ctypes
 import importlib.util
 import io
 import json
@@ -338,3 +339,17 @@ def test_max_case_mb_is_the_runs_memory_budget(corpus):
     for bad in (0, -1, 1.5, True, 1 << 31):
         with pytest.raises(ValueError, match="max_case_mb must be an integer of MB"):
             kprop.check(spec, softmax_topk, seed=1, trials=3, corpus=corpus, max_case_mb=bad)
+
+
+@pytest.mark.parametrize("which", WORKERS)
+def test_a_worker_fails_a_kernel_that_writes_its_input_through_a_pointer(which, capfd):
+    # NumPy refuses writes into the read-only input; a raw pointer (ctypes,
+    # a C extension) does not ask, and the reply was a pass.
+    def scribbles(x, **_):
+        y = x * 2
+        ctypes.memset(x.ctypes.data + x.itemsize, 0, x.itemsize)  # x[1] = 0.0
+        return {"y": y}
+
+    header, _ = _serve(which, scribbles, "f32")
+    assert header["ok"] is False, header
+    assert "the target wrote into its input 'x' (first change at index [1]: 2.0 became 0.0)" in header["error"]
