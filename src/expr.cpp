@@ -623,6 +623,12 @@ const std::vector<FunctionInfo>& functions() {
       {"diff", 1, 1, {"axis"}, "diff(x, axis=-1): x[i+1] - x[i] along the axis (one shorter)"},
       {"cummax", 1, 1, {"axis"}, "cummax(x, axis=-1): running maximum along the axis"},
       {"cumsum", 1, 1, {"axis"}, "cumsum(x, axis=-1): running sum along the axis"},
+      {"indices",
+       1,
+       1,
+       {"axis"},
+       "indices(x, axis=-1): int, each element's index along the axis (0, 1, ...): positions, causal masks "
+       "(indices(s, axis=-1) <= indices(s, axis=-2)), one-hot rows (indices(w, axis=0) == ids[:, None])"},
       {"matmul", 2, 2, {}, "matmul(a, b) or a @ b: NumPy matmul (batch dims broadcast)"},
       {"transpose", 1, 1, {}, "transpose(x): swaps the last two axes"},
       {"close",
@@ -1068,7 +1074,7 @@ class Checker {
     const int rank = argc ? static_cast<int>(n.args[0]->shape.size()) : 0;
     const bool reduction = n.op == "sum" || n.op == "mean" || n.op == "any" || n.op == "all" ||
                            n.op == "min" || n.op == "max" || n.op == "rowsum";
-    const bool scan = n.op == "diff" || n.op == "cummax" || n.op == "cumsum";
+    const bool scan = n.op == "diff" || n.op == "cummax" || n.op == "cumsum" || n.op == "indices";
     if (n.op == "rowsum" || scan) {
       if (rank == 0)
         throw ExprError(n.begin, fmt::format("{}() needs a tensor of rank >= 1, got a scalar", n.op));
@@ -1111,7 +1117,7 @@ class Checker {
     if (scan) {
       n.shape = x.shape;
       if (n.op == "diff") n.shape[static_cast<size_t>(*n.axis)] = "?";
-      n.dtype = n.op == "cummax" ? x.dtype : arith(x.dtype, x.dtype);
+      n.dtype = n.op == "indices" ? DType::integer : n.op == "cummax" ? x.dtype : arith(x.dtype, x.dtype);
       return;
     }
     if (n.op == "isfinite" || n.op == "isnan" || n.op == "isinf") {
@@ -1296,7 +1302,8 @@ int axis_along(const Node& n, const std::string& dim) {
       "abs", "floor", "ceil",     "round", "exp",   "log",   "sqrt",    "tanh",   "erf",
       "sin", "cos",   "isfinite", "isnan", "isinf", "where", "minimum", "maximum"};
   static const std::set<std::string> reductions = {"sum", "mean", "any", "all", "min", "max", "rowsum"};
-  static const std::set<std::string> scans = {"diff", "cummax", "cumsum"};
+  // (indices along `dim` is the position there: a slice along it moves it.)
+  static const std::set<std::string> scans = {"diff", "cummax", "cumsum", "indices"};
   switch (n.kind) {
     case Kind::number:
       at = -1;

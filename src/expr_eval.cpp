@@ -340,6 +340,13 @@ Tensor scan(const Node& n, const Tensor& x) {
     round_real(out);  // a subtraction per element, as `-` is
     return out;
   }
+  if (n.op == "indices") {  // x's shape, each element its index along the axis (exact)
+    Tensor out{x.shape, std::vector<double>(x.size()), DType::integer};
+    for (int64_t o = 0; o < s.outer; ++o)
+      for (int64_t k = 0; k < s.n; ++k)
+        for (int64_t i = 0; i < s.inner; ++i) out.data[static_cast<size_t>((o * s.n + k) * s.inner + i)] = k;
+    return out;
+  }
   Tensor out = x;
   out.dtype = n.dtype;
   const bool cummax = n.op == "cummax", rounded = n.dtype == DType::real;
@@ -891,7 +898,7 @@ Ref evaluate_node(const Node& n, const TensorMap& m) {
       for (const auto& r : refs) a.push_back(*r);
       if (f == "sum" || f == "mean" || f == "any" || f == "all" || f == "min" || f == "max" || f == "rowsum")
         return reduce(n, a[0].get());
-      if (f == "diff" || f == "cummax" || f == "cumsum") return scan(n, a[0].get());
+      if (f == "diff" || f == "cummax" || f == "cumsum" || f == "indices") return scan(n, a[0].get());
       if (f == "abs") return map(a[0].get(), n.dtype, [](double v) { return std::fabs(v); });
       if (f == "floor") return map(a[0].get(), n.dtype, [](double v) { return std::floor(v); });
       if (f == "ceil") return map(a[0].get(), n.dtype, [](double v) { return std::ceil(v); });
@@ -1021,7 +1028,9 @@ Tensor unary_bound(const Tensor& a, const Bound& ba, const Tensor& r,
 
 Bound call_bound(const Node& n, const TensorMap& m, const Tensor& r) {
   const std::string& f = n.op;
-  if (f == "close" || f == "any" || f == "all" || f == "isfinite" || f == "isnan" || f == "isinf") return {};
+  if (f == "close" || f == "any" || f == "all" || f == "isfinite" || f == "isnan" || f == "isinf" ||
+      f == "indices")
+    return {};
   if (f == "where") {
     const Ref c = evaluate(*n.args[0], m);
     const Bound bx = bound(*n.args[1], m), by = bound(*n.args[2], m);

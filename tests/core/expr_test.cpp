@@ -781,6 +781,32 @@ TEST(Expr, ARelationWhereBothRunsMissAnOverflowComparesTheirValues) {
   EXPECT_TRUE(check(INFINITY, INFINITY).holds);
 }
 
+// indices(x, axis=k): x's shape, int, each element's index along axis k:
+// positions and masks without running counts (cumsum(x * 0 + 1), NaN
+// from x's first NaN or inf on). Exact: no rounding bound. Along a dim, it
+// is the position there, so not independent along it (a slice moves it).
+TEST(Expr, IndicesAreEachElementsPositionAlongAnAxis) {
+  const auto values = [](const std::string& e) { return eval(e).data; };
+  EXPECT_EQ(values("indices(x)"), (std::vector<double>{0, 1, 2, 0, 1, 2}));
+  EXPECT_EQ(values("indices(x, axis=0)"), (std::vector<double>{0, 0, 0, 1, 1, 1}));
+  EXPECT_EQ(values("indices(z)"), (std::vector<double>{0, 1, 2}));  // NaN and inf: positions still
+  EXPECT_EQ(values("indices(x, axis=1) <= indices(x, axis=0)"), (std::vector<double>{1, 0, 0, 1, 1, 0}));
+  EXPECT_EQ(eval("indices(x)").dtype, DType::integer);
+  EXPECT_EQ(shape("indices(x, axis=0)"), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(Expression::compile("indices(v) * x[:, 0]", kInfos).shape(), "[N]");
+  EXPECT_EQ(Expression::compile("indices(z, axis=0)", kInfos).rounding_bound(tensors()).data,
+            std::vector<double>(3, 0.0));
+  EXPECT_FALSE(Expression::compile("x * indices(x, axis=0)", kInfos).independent_along("N"));
+  EXPECT_TRUE(Expression::compile("x * indices(x, axis=1)", kInfos).independent_along("N"));
+  try {
+    Expression::compile("indices(1.5)", kInfos);
+    ADD_FAILURE() << "indices of a scalar compiled";
+  } catch (const ExprError& e) {
+    EXPECT_NE(std::string(e.what()).find("indices() needs a tensor of rank >= 1"), std::string::npos)
+        << e.what();
+  }
+}
+
 // An `and` whose sides broadcast is judged whole: broadcast to an empty
 // tensor it judges nothing (the case is discarded), though one side alone
 // fails. (Each side was judged alone, a wrong failure.) A parenthesised
