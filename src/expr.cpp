@@ -659,9 +659,29 @@ std::vector<std::string> function_names() {
 
 class Checker {
  public:
-  Checker(const TensorInfos& infos, std::set<std::string>& used) : infos_(infos), used_(used) {}
+  // lets: the root of each `let:` tree compile() put in, with its name and
+  // text (an error inside it says which let it is in).
+  Checker(const TensorInfos& infos, std::set<std::string>& used,
+          const std::map<const Node*, const TensorInfo*>& lets = {})
+      : infos_(infos), used_(used), lets_(lets) {}
 
   void check(Node& n) {
+    // A let's tree is shared by its uses: checked once (the checker rewrites
+    // nodes: min(a, b) becomes minimum, close(k=) gains its budget).
+    if (!checked_.insert(&n).second) return;
+    if (const auto let = lets_.find(&n); let != lets_.end()) {
+      try {
+        return check_node(n);
+      } catch (const ExprError& e) {
+        throw ExprError(e.offset, fmt::format("{} (in let {}: `{}`)", e.what(), let->second->name,
+                                              let->second->definition));
+      }
+    }
+    check_node(n);
+  }
+
+ private:
+  void check_node(Node& n) {
     switch (n.kind) {
       case Kind::number:
         n.shape = {};
@@ -1209,7 +1229,61 @@ class Checker {
 
   const TensorInfos& infos_;
   std::set<std::string>& used_;
+  const std::map<const Node*, const TensorInfo*>& lets_;
+  std::set<const Node*> checked_;
 };
+
+// Every use of a `let:` name (TensorInfo::definition) below *p replaced by
+// the let's tree, parsed once per expression and shared by its uses (so
+// mark_shared has it computed once); the tree's spans are the first use's
+// (messages quote the let's name where they quote its nodes). A let may use
+// the lets before it; one that reaches itself is an error.
+void substitute_lets(NodeP& p, const TensorInfos& infos, std::map<std::string, NodeP>& made,
+                     std::map<const Node*, const TensorInfo*>& roots, std::vector<std::string>& open) {
+  Node& n = *p;
+  if (n.kind == Kind::name) {
+    const auto info = std::find_if(infos.begin(), infos.end(), [&](const TensorInfo& t) {
+      return !t.definition.empty() && t.name == n.op;
+    });
+    if (info == infos.end()) return;
+    if (const auto done = made.find(n.op); done != made.end()) {
+      p = done->second;
+      return;
+    }
+    if (std::find(open.begin(), open.end(), n.op) != open.end())
+      throw ExprError(n.begin, fmt::format("let {} uses itself (through {})", n.op, join(open)));
+    NodeP tree;
+    try {
+      tree = Parser(info->definition).parse();
+    } catch (const ExprError& e) {
+      throw ExprError(n.begin, fmt::format("{} (in let {}: `{}`)", e.what(), n.op, info->definition));
+    }
+    const size_t begin = n.begin, end = n.end;
+    std::vector<Node*> todo = {tree.get()};
+    while (!todo.empty()) {
+      Node* m = todo.back();
+      todo.pop_back();
+      m->begin = begin, m->end = end;
+      for_each_child(*m, [&](const NodeP& c) { todo.push_back(c.get()); });
+    }
+    open.push_back(n.op);
+    substitute_lets(tree, infos, made, roots, open);
+    open.pop_back();
+    roots[tree.get()] = &*info;
+    made[n.op] = tree;
+    p = tree;
+    return;
+  }
+  // Not a call's keyword names (axis=, k=): only operands and index items.
+  for (NodeP& a : n.args)
+    if (a) substitute_lets(a, infos, made, roots, open);
+  for (Item& it : n.items) {
+    if (it.e) substitute_lets(it.e, infos, made, roots, open);
+    if (n.kind == Kind::index)
+      for (NodeP* b : {&it.lo, &it.hi})
+        if (*b) substitute_lets(*b, infos, made, roots, open);
+  }
+}
 
 }  // namespace
 
@@ -1252,7 +1326,11 @@ Expression Expression::compile(const std::string& text, const TensorInfos& tenso
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) throw ExprError(0, "the expression is empty");
   NodeP root = Parser(text).parse();
   std::set<std::string> used;
-  Checker(tensors, used).check(*root);
+  std::map<std::string, NodeP> made;
+  std::map<const Node*, const TensorInfo*> lets;
+  std::vector<std::string> open;
+  substitute_lets(root, tensors, made, lets, open);
+  Checker(tensors, used, lets).check(*root);
   mark_shared(*root);
   std::set<const Node*> done;
   mark_reads_target(*root, done);

@@ -295,6 +295,11 @@ class Loader {
   // which the invariants it lists must be able to observe.
   std::shared_ptr<const Family> declared_family(const YAML::Node& root, const YAML::Node& profile_domain,
                                                 const std::string& family_name, Spec& spec) const;
+  // The spec's `let: {NAME: EXPR}` (docs/SPEC.md "Named subexpressions"),
+  // in order, each name checked for its form; let_checks() then compiles
+  // each on the family's tensors and the lets before it.
+  expr::TensorInfos lets_of(const YAML::Node& root) const;
+  void check_lets(const YAML::Node& root, const Family& family) const;
 
   const std::string* text = nullptr;  // the spec's text, for positions inside expressions
   YAML::Node cli_domain;              // prop_runner --domain, over the domain (and the profile's)
@@ -429,7 +434,8 @@ bool safe_name(const std::string& s) {
 // `{name: N, expect: EXPR, when: EXPR, description: TEXT}`, checked against
 // the family's named tensors.
 InvariantUse expression_invariant(const Loader& l, const YAML::Node& item, const YAML::Node& name_node,
-                                  const std::string& name, const Family& family) {
+                                  const std::string& name, const Family& family,
+                                  const expr::TensorInfos& lets) {
   const std::vector<std::string> keys = {"name", "expect", "when", "description", "transform"};
   // Its name is a report row, a corpus file's `invariant:`, an --invariant
   // value and a pytest item id: a name as the spec's own.
@@ -465,6 +471,10 @@ InvariantUse expression_invariant(const Loader& l, const YAML::Node& item, const
   // the family, on the derived case) and the transform's "transform.*".
   std::optional<ExpressionInvariant::Transform> transform;
   expr::TensorInfos infos = family.tensor_infos();
+  for (const auto& let : lets)  // (a declared family's own infos hold them already)
+    if (std::none_of(infos.begin(), infos.end(),
+                     [&](const expr::TensorInfo& t) { return t.name == let.name; }))
+      infos.push_back(let);
   if (const YAML::Node t = item["transform"]) {
     std::vector<std::string> valid;
     for (const auto& info : family.transforms()) valid.push_back(info.name);
@@ -507,6 +517,7 @@ InvariantUse expression_invariant(const Loader& l, const YAML::Node& item, const
     // target.y[transform.index] then has).
     const expr::TensorInfos own = infos;
     for (const auto& tensor : own) {
+      if (!tensor.definition.empty()) continue;  // a let is over the case itself (no transformed.NAME)
       expr::TensorInfo derived = tensor;
       derived.name = "transformed." + tensor.name;
       derived.shape = info.derived_shape(tensor.shape);
@@ -591,6 +602,8 @@ std::shared_ptr<const Family> Loader::declared_family(const YAML::Node& root,
                                     return offset == 0 || !n.IsScalar() ? mark(n)
                                                                         : expression_mark(*this, n, offset);
                                   }};
+    context.lets = lets_of(root);
+    if (const YAML::Node lets = root["let"]) context.let_section.reset(lets);
     if (profile_domain && !profile_domain.IsNull()) context.profile_domain = profile_domain;
     if (cli_domain.IsMap() && cli_domain.size() > 0) {
       own = d.build(section, context);
@@ -601,6 +614,54 @@ std::shared_ptr<const Family> Loader::declared_family(const YAML::Node& root,
     spec.family = spec.declared_family.get();
   }
   return own;
+}
+
+expr::TensorInfos Loader::lets_of(const YAML::Node& root) const {
+  expr::TensorInfos lets;
+  const YAML::Node section = root["let"];
+  if (!section) return lets;
+  if (section.IsNull()) fail(key_of(root, "let"), "'let' is empty: give NAME: EXPR entries, or remove it");
+  if (!section.IsMap()) fail(section, "let must be a map {NAME: EXPR}");
+  static const std::set<std::string> reserved = {
+      "target", "reference", "naive", "floor", "transformed", "transform", "and", "or",    "not",
+      "true",   "false",     "True",  "False", "None",        "inf",       "nan", "close", "unit_roundoff"};
+  (void)entries(section, "let");  // keys are names, each once
+  for (auto it = section.begin(); it != section.end(); ++it) {
+    const YAML::Node key = it->first, value = it->second;
+    const std::string& name = key.Scalar();
+    bool ok = !name.empty() && (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_');
+    for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+    if (!ok) fail(key, fmt::format("let '{}' must be a name (letters, digits, '_'; no dots)", name));
+    if (reserved.count(name))
+      fail(key, fmt::format("'{}' is reserved in expressions; pick another name", name));
+    const auto text = scalar<std::string>(value, "let " + name, "an expression");
+    if (text.find_first_not_of(" \t\r\n") == std::string::npos)
+      fail(value, fmt::format("let {} is empty", name));
+    lets.push_back({name, {}, expr::DType::real, "let: " + text, {}, text});
+  }
+  return lets;
+}
+
+void Loader::check_lets(const YAML::Node& root, const Family& family) const {
+  expr::TensorInfos infos;
+  for (const auto& t : family.tensor_infos())
+    if (t.definition.empty()) infos.push_back(t);
+  for (const auto& let : lets_of(root)) {
+    YAML::Node key, value;
+    for (auto it = root["let"].begin(); it != root["let"].end(); ++it)
+      if (it->first.Scalar() == let.name) key.reset(it->first), value.reset(it->second);
+    for (const auto& t : infos)
+      if (t.name == let.name)
+        fail(key, fmt::format("let '{}' is already a tensor of family {} ({}); pick another name", let.name,
+                              family.name(), t.meaning));
+    try {
+      (void)expr::Expression::compile(let.definition, infos);
+    } catch (const expr::ExprError& err) {
+      throw InputError(expression_mark(*this, value, err.offset),
+                       fmt::format("let {}: {}", let.name, err.what()));
+    }
+    infos.push_back(let);
+  }
 }
 
 std::vector<std::string> Loader::profile_names(const YAML::Node& root) const {
@@ -669,8 +730,8 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
   if (Registry::instance().names().empty() && declared_families().empty())
     fail(root["family"] ? root["family"] : root,
          "no kprop family is linked into this program: link kprop::families (CMake) or the family's library");
-  std::vector<std::string> top = {"spec", "description", "family",     "target",  "reference",
-                                  "run",  "domain",      "invariants", "profiles"};
+  std::vector<std::string> top = {"spec", "description", "family",     "target",   "reference",
+                                  "run",  "domain",      "invariants", "profiles", "let"};
   for (const auto& d : declared_families()) top.push_back(d.key);
   for (const auto& [key, value] : entries(root, "the spec")) {
     (void)value;
@@ -741,6 +802,7 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
   if (!spec.family)
     fail(root["family"],
          "unknown family '" + family_name + "'" + suggestion(family_name, Registry::instance().names()));
+  check_lets(root, *spec.family);
 
   const auto impl_names = spec.family->implementation_names();
   auto impl = [&](const char* key, bool external_ok) {
@@ -888,7 +950,8 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
       if (item.IsMap() && (item["expect"] || item["when"])) {  // an expression invariant
         for (const auto& used : spec.invariants)
           if (used.name == name) fail(name_node, "invariant '" + name + "' is listed twice");
-        spec.invariants.push_back(expression_invariant(*this, item, name_node, name, *spec.family));
+        spec.invariants.push_back(
+            expression_invariant(*this, item, name_node, name, *spec.family, lets_of(root)));
         continue;
       }
       const int index = spec.family->find_invariant(name);

@@ -824,6 +824,33 @@ class Parser {
     for (const auto& a : d->attrs)
       d->reference_infos.push_back(
           {a.name, {}, a.integer ? expr::DType::integer : expr::DType::real, "attr " + a.name, a.labels});
+    // The spec's let: names, for the references and near:. Each checked here
+    // on the names they may read, at its own position; one that reads the
+    // target's tensors (target.y, reference.y, ...) is for invariants, and
+    // the loader checks it once the family is built.
+    expr::TensorInfos plain = d->reference_infos;
+    for (const auto& let : ctx_.lets) {
+      YAML::Node key, value;
+      for (auto it = ctx_.let_section.begin(); it != ctx_.let_section.end(); ++it)
+        if (it->first.Scalar() == let.name) key.reset(it->first), value.reset(it->second);
+      if (taken.count(let.name))
+        fail(key,
+             fmt::format("let '{}' is already a name of the op (its dims, attrs, inputs and outputs share "
+                         "one namespace with the spec's lets); pick another name",
+                         let.name));
+      try {
+        (void)expr::Expression::compile(let.definition, plain);
+      } catch (const expr::ExprError& err) {
+        const std::string what = err.what();
+        bool family_tensor = false;  // an unknown name the family publishes beside the reference's
+        for (const char* prefix :
+             {"target.", "reference.", "naive.", "floor.", "overflow.", "transform", "unit_roundoff'"})
+          family_tensor = family_tensor || what.rfind(std::string("unknown name '") + prefix, 0) == 0;
+        if (!family_tensor) fail(value, fmt::format("let {}: {}", let.name, what), err.offset);
+      }
+      plain.push_back(let);
+      d->reference_infos.push_back(let);
+    }
     if (s["attrs"] && !s["attrs"].IsNull()) compile_near(s["attrs"], *d);
     const YAML::Node ref = s["reference"];
     if (!ref || ref.IsNull())

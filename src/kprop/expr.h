@@ -64,6 +64,11 @@ struct TensorInfo {
   // the order of the indices the tensor holds (an unknown name that is one
   // of them says to compare the index).
   std::vector<std::string> labels = {};
+  // A spec's `let:` name: the expression it stands for. compile() puts the
+  // expression's tree in place of every use of the name (one tree, computed
+  // once per evaluation however often it is used); shape and dtype are
+  // then the expression's own, not the fields above.
+  std::string definition = {};
 };
 using TensorInfos = std::vector<TensorInfo>;
 // A family's tensors as a table, one tensor a line, in the columns

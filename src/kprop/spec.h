@@ -137,6 +137,11 @@ struct DeclaredFamilyContext {
   YAML::Node profile_domain;
   YAML::Node domain;
   std::function<Mark(const YAML::Node&, size_t offset)> domain_mark;
+  // The spec's `let:` names (expr::TensorInfo::definition), which the
+  // section's expressions may use too; checked by the loader once the
+  // family is built.
+  expr::TensorInfos lets;
+  YAML::Node let_section;  // where they stand (their keys and expressions), for errors
 };
 // One key of a declared section, for `prop_runner --list` and the docs.
 struct DeclaredKey {

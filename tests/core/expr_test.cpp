@@ -1189,6 +1189,68 @@ TEST(ExprSpec, ErrorsPointIntoTheExpression) {
   }
 }
 
+// `let: {NAME: EXPR}` names a subexpression the spec's expressions use:
+// each use is the expression's tree, one tree per expression, computed once
+// per evaluation (shared). A let uses the lets before it; transformed.NAME
+// is no name (a let is over the case itself). Errors at the let's own
+// position.
+TEST(ExprSpec, LetNamesASubexpression) {
+  expr::TensorInfos infos = expr::kInfos;
+  infos.push_back({"S", {}, expr::DType::real, "", {}, "sum(x, axis=-1, keepdims=true)"});
+  infos.push_back({"P", {}, expr::DType::real, "", {}, "x / S"});
+  const expr::Expression e = expr::Expression::compile("P * 2 + S", infos);
+  EXPECT_EQ(e.shape(), "[N, M]");
+  EXPECT_EQ(e.names(), (std::vector<std::string>{"x"}));
+  EXPECT_EQ(e.evaluate(expr::tensors()).data,
+            expr::Expression::compile("x / sum(x, axis=-1, keepdims=true) * 2 + "
+                                      "sum(x, axis=-1, keepdims=true)",
+                                      expr::kInfos)
+                .evaluate(expr::tensors())
+                .data);
+  // A failure quotes the let's name where it quotes its nodes.
+  const auto f = expr::Expression::compile("close(P, y, atol=0.1)", infos).check(expr::tensors());
+  ASSERT_FALSE(f.holds);
+  EXPECT_NE(f.message.find("lhs `P` = "), std::string::npos) << f.message;
+  infos.push_back({"L", {}, expr::DType::real, "", {}, "L + 1"});
+  try {
+    expr::Expression::compile("L", infos);
+    ADD_FAILURE() << "a let using itself compiled";
+  } catch (const expr::ExprError& err) {
+    EXPECT_EQ(std::string(err.what()), "let L uses itself (through L)");
+  }
+
+  const Spec s = parse_spec(
+      "spec: e\nfamily: attention.bwd\nlet:\n  PdP: rowsum(reference.p * reference.dp)\n"
+      "  off: abs(target.d - PdP)\ninvariants:\n  - name: d_identity\n    expect: close(target.d, PdP)\n"
+      "  - name: d_small\n    expect: all(off <= 1e-3 + 1e-3 * abs(PdP))\n",
+      "s.yaml");
+  ASSERT_EQ(s.invariants.size(), 2u);
+  EXPECT_EQ(s.invariants[1].expression->names,
+            (std::vector<std::string>{"reference.dp", "reference.p", "target.d"}));
+  const std::string let = "spec: e\nfamily: attention.bwd\nlet:\n";
+  const std::string use = "invariants:\n  - name: a\n    expect: close(target.d, A)\n";
+  const auto starts = [](const std::string& got, const std::string& want) {
+    if (got.rfind(want, 0) == 0) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << got;
+  };
+  EXPECT_TRUE(starts(spec_error(let + "  A: rowsum(reference.pp)\n" + use),
+                     "s.yaml:4:13: let A: unknown name 'reference.pp' (did you"));
+  EXPECT_TRUE(starts(spec_error(let + "  A: later\n  later: target.d\n" + use),
+                     "s.yaml:4:6: let A: unknown name 'later'"));
+  EXPECT_EQ(spec_error(let + "  A: rowsum(\n" + use), "s.yaml:4:13: let A: unexpected end of the expression");
+  EXPECT_EQ(spec_error(let + "  target.x: target.d\n" + use),
+            "s.yaml:4:3: let 'target.x' must be a name (letters, digits, '_'; no dots)");
+  EXPECT_EQ(spec_error(let + "  close: target.d\n" + use),
+            "s.yaml:4:3: 'close' is reserved in expressions; pick another name");
+  EXPECT_EQ(spec_error(let + "  d_out: target.d\n" + use).substr(0, 63),
+            "s.yaml:4:3: let 'd_out' is already a tensor of family attention");
+  EXPECT_EQ(spec_error("spec: e\nfamily: attention.bwd\nlet:\n" + use),
+            "s.yaml:3:1: 'let' is empty: give NAME: EXPR entries, or remove it");
+  EXPECT_TRUE(starts(spec_error(let + "  A: target.d\ninvariants:\n  - name: a\n    transform: permute_keys\n"
+                                      "    expect: close(transformed.A, A)\n"),
+                     "s.yaml:8:19: invariant 'a', expect: unknown name 'transformed.A'"));
+}
+
 TEST(ExprSpec, TransformsAreCheckedAtLoad) {
   auto starts = [](const std::string& got, const std::string& want) {
     if (got.rfind(want, 0) == 0) return ::testing::AssertionSuccess();

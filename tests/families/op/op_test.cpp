@@ -914,6 +914,65 @@ invariants:
   EXPECT_GT(below, near / 4);
 }
 
+// The spec's let: names serve the op's references and near: as its
+// invariants; each is checked at its own position on the names a reference
+// reads, a clash with the op's names is an error there, and one reading the
+// target's tensors is for invariants (a reference using it says so).
+TEST(OpDecl, LetNamesServeReferencesAndNear) {
+  const std::string spec = R"(spec: let
+family: op
+let:
+  S: sum(x, axis=-1, keepdims=true)
+  share: x / S
+op:
+  dims: {T: [1, 4], D: [1, 8]}
+  attrs: {t: {range: [0, 1], near: {values: share}}}
+  inputs:
+    x: {shape: [T, D], dtype: f64, values: {uniform: {lo: 0.5, hi: 1}}}
+  outputs:
+    y: {shape: [T, D]}
+  reference:
+    y: where(share > t, share, 0)
+target: reference
+invariants:
+  - name: sums
+    expect: all(sum(target.y, axis=-1) <= 1 + 1e-9 * D)
+)";
+  const Spec s = parse_spec(spec, "op.yaml");
+  const OpFamily& f = op_family(s);
+  const Case c = drawn_case(f, s.domain, [](const Case&) { return true; });
+  const Result r = op::reference(c);
+  for (int64_t t = 0; t < dim(c, "T"); ++t) {
+    double sum = 0;
+    for (int64_t k = 0; k < dim(c, "D"); ++k) sum += c.inputs[0][static_cast<size_t>(t * dim(c, "D") + k)];
+    for (int64_t k = 0; k < dim(c, "D"); ++k) {
+      const size_t i = static_cast<size_t>(t * dim(c, "D") + k);
+      const double share = c.inputs[0][i] / sum;
+      EXPECT_DOUBLE_EQ(r.outputs[0][i], share > c.attrs[0] ? share : 0);
+    }
+  }
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string t = spec;
+    t.replace(t.find(from), from.size(), to);
+    return load_error(t);
+  };
+  EXPECT_EQ(with("  share: x / S", "  x: S"),
+            "op.yaml:5:3: let 'x' is already a name of the op (its dims, attrs, inputs and outputs share one "
+            "namespace with the spec's lets); pick another name");
+  const auto starts = [](const std::string& got, const std::string& want) {
+    if (got.rfind(want, 0) == 0) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << got;
+  };
+  EXPECT_TRUE(
+      starts(with("  share: x / S", "  share: x / SS"), "op.yaml:5:14: let share: unknown name 'SS'"));
+  EXPECT_TRUE(starts(with("    y: where(share", "    y: 0 * target.y + where(share"),
+                     "op.yaml:14:12: reference.y: unknown name 'target.y'"));
+  EXPECT_TRUE(
+      starts(with("  share: x / S", "  share: x / S + 0 * target.y"),
+             "op.yaml:8:45: attr t.near.values: unknown name 'target.y'; valid: x, T, D, S, share (in let "
+             "share: `x / S + 0 * target.y`)"));
+}
+
 TEST(OpDecl, NearErrors) {
   const std::string spec = base_spec();
   auto with = [&](const std::string& attrs) {
