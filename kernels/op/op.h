@@ -152,16 +152,26 @@ struct ValueSpec {
   bool bottom_right = false;  // causal
 };
 
-// Special values injected into a floating input (`specials:`): in a case
-// where they are on (half the cases), each element becomes one of `values`
+// Special values injected into an input (`specials:`): in a case where they
+// are on (half the cases), each element becomes one of the listed values
 // (picked uniformly) with probability `rate`.
+// Floating inputs list `values` (default: every one before `max`):
 // `max`: the largest finite magnitude of the dtype (65504 for f16), random
-// sign; listed explicitly only (not among the defaults).
-// (The default set is every one before `max`; `max` and `neg_nan` only when listed.)
+// sign; `max` and `neg_nan` only when listed.
+// Integer inputs (i8, u8, i32, i64; not a permutation) list `sentinels`:
+// integers no kind of the input draws (cross-entropy's ignore_index -100, a
+// padding id -1), each within every dtype of the input. A sentinel is no
+// ordinary value: the domain check accepts it in an `ids` or `integer`
+// tensor, and case surgery (keep_indices: permute_DIM, slice_DIM,
+// shrinking a dim) leaves it as it is where it remaps ids.
 enum class Special { nan, pos_inf, neg_inf, pos_zero, neg_zero, denormal, max, neg_nan };
 struct Specials {
   double rate = 0;  // 0: none
   std::vector<Special> values;
+  std::vector<double> sentinels;  // integer inputs
+  bool sentinel(double v) const {
+    return std::find(sentinels.begin(), sentinels.end(), v) != sentinels.end();
+  }
 };
 
 struct InputDecl {

@@ -247,8 +247,10 @@ Case OpFamily::build_case(Draw& draw) const {
           }
           if (specials && rng::uniform(seed, stream(i, 4), k) < in.specials.rate) {
             const auto& sv = in.specials.values;
-            x[k] = special_value(sv[rng::hash(seed, stream(i, 5), k) % sv.size()], dt,
-                                 rng::hash(seed, stream(i, 6), k));
+            const auto& ints = in.specials.sentinels;  // an integer input's
+            x[k] = !ints.empty() ? ints[rng::hash(seed, stream(i, 5), k) % ints.size()]
+                                 : special_value(sv[rng::hash(seed, stream(i, 5), k) % sv.size()], dt,
+                                                 rng::hash(seed, stream(i, 6), k));
           }
           // Every finite value clamped to its dtype's finite range, so no
           // value becomes inf by rounding (inf only as a declared special):

@@ -563,12 +563,61 @@ class Parser {
           s.values.push_back(static_cast<Special>(i));
       }
     }
-    s.rate = number(rate, w + ".rate");
-    if (!(s.rate > 0 && s.rate <= 1))
-      fail(rate, fmt::format("{}.rate must be in (0, 1] (got {})", w, s.rate));
+    s.rate = rate_of(rate, w);
     if (s.values.empty())
       for (size_t k = 0; k < static_cast<size_t>(Special::max); ++k)
         s.values.push_back(static_cast<Special>(k));
+    return s;
+  }
+
+  double rate_of(const YAML::Node& rate, const std::string& w) const {
+    const double r = number(rate, w + ".rate");
+    if (!(r > 0 && r <= 1)) fail(rate, fmt::format("{}.rate must be in (0, 1] (got {})", w, r));
+    return r;
+  }
+
+  // An integer input's specials: {rate: RATE, values: [INT, ...]}, its
+  // sentinels (Specials). Each is an integer within every dtype of the
+  // input (fits_dtypes' rule: it reaches the kernel in that dtype) and
+  // outside every kind's values, so a sentinel is never an ordinary id that
+  // a transform would remap or shrinking would keep as one. A permutation
+  // has no room for one: a line holding it is no permutation.
+  Specials sentinels(const YAML::Node& n, const std::string& what, const InputDecl& in, const Decl& d) const {
+    const std::string w = what + ".specials";
+    if (!n.IsMap() || !n["values"])
+      fail(n, w + ": an integer input lists its special values: {rate: R, values: [-100, ...]}");
+    only_keys(n, {"rate", "values"}, w);
+    if (!n["rate"]) fail(n, w + " needs rate: (0, 1]");
+    for (const ValueSpec& v : in.values)
+      if (v.kind == ValueKind::permutation)
+        fail(n, w + ": a permutation takes no special values (a line holding one is no permutation)");
+    Specials s;
+    s.rate = rate_of(n["rate"], w);
+    const YAML::Node list = n["values"];
+    if (!list.IsSequence() || list.size() == 0)
+      fail(list, w + ".values must be a non-empty list of integers");
+    for (const auto& e : list) {
+      const double v = number(e, w + ".values");
+      if (v != std::floor(v) || std::fabs(v) > 0x1p53)
+        fail(e, fmt::format("{}.values: {} is not an integer", w, e.Scalar()));
+      if (s.sentinel(v)) fail(e, fmt::format("{}.values lists {} twice", w, v));
+      for (const DType t : in.dtypes)
+        if (const auto [lo, hi] = op::int_range(t); v < lo || v > hi)
+          fail(e, fmt::format("{}.values: {} is outside {} ([{}, {}])", w, v, dtype_name(t), lo, hi));
+      for (const ValueSpec& k : in.values) {
+        double lo = 0, hi = -1;
+        if (k.kind == ValueKind::integer) lo = k.a, hi = k.b;
+        if (k.kind == ValueKind::ids)
+          hi = (k.bound_dim >= 0 ? static_cast<double>(d.dims[static_cast<size_t>(k.bound_dim)].largest())
+                                 : k.a) -
+               1;
+        if (v >= lo && v <= hi)
+          fail(e,
+               fmt::format("{}.values: {} is a value {} draws ([{}, {}]); a special value lies outside them",
+                           w, v, value_kind_name(k.kind), lo, hi));
+      }
+      s.sentinels.push_back(v);
+    }
     return s;
   }
 
@@ -785,8 +834,9 @@ class Parser {
       else
         fail(v, fmt::format("{} ({}) needs values: {}", what, dtype_name(in.dtypes[0]), join(kinds_of(cls))));
       if (v["specials"]) {
-        if (cls != 'f') fail(v["specials"], what + ".specials: special values are for floating inputs");
-        in.specials = specials(v["specials"], what);
+        if (cls == 'b')
+          fail(v["specials"], what + ".specials: special values are for floating and integer inputs");
+        in.specials = cls == 'f' ? specials(v["specials"], what) : sentinels(v["specials"], what, in, *d);
       }
       d->inputs.push_back(std::move(in));
     }

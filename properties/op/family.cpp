@@ -292,11 +292,14 @@ std::vector<DeclaredKey> section_keys() {
        "values: KIND "
        "| [KIND, "
        "...] | "
-       "{KIND: {params}}, specials: RATE | {rate: R, values: [nan, inf, -inf, 0, -0, denormal, max]}}}",
+       "{KIND: {params}}, specials: RATE | {rate: R, values: [nan, inf, -inf, 0, -0, denormal, max]} | "
+       "{rate: R, values: [INT, ...]} (integer inputs)}}",
        "input tensors; the first floating input listing dtypes sets the case's dtype; floating kinds: "
        "normal, "
        "uniform, integer, large, small, constant_rows, denormal; index tensors (i32, i64): ids {below: V}, "
-       "permutation {axis}, integer; masks (bool, sent as u8): causal {align}, padding {min}, bernoulli {p}"},
+       "permutation {axis}, integer, with specials the sentinels they must treat specially (ignore_index "
+       "-100, a padding id -1; kept by remapping and the domain check); masks (bool, sent as u8): causal "
+       "{align}, padding {min}, bernoulli {p}"},
       {"outputs", "{NAME: {shape: [DIM | N, ...], dtype: f32 | f64 | f16 | bf16}}",
        "output tensors the target returns (dtype default: the case's; f16/bf16 store in half, computed in "
        "f32)"},

@@ -132,6 +132,12 @@ std::vector<double> simpler_ints(double v) {
   return out;
 }
 
+// The simplest ordinary value of an index or integer kind: 0, or the
+// integer range's end nearest it.
+double ordinary_int(const ValueSpec& v) {
+  return v.kind == ValueKind::integer ? std::clamp(0.0, v.a, v.b) : 0.0;
+}
+
 }  // namespace
 
 // One step, boldest first: each dim toward its smallest valid value (the
@@ -139,10 +145,11 @@ std::vector<double> simpler_ints(double v) {
 // dropped; dims coupled by a hard relation lowered with it, cut the same
 // way when they had its extent), attrs toward their first choice / round
 // values, each floating input all 0 or all 1 or its special values 0, each
-// index tensor all 0 / identity, each mask all true; then each element
-// toward 0, 1 and fewer significant digits (ids toward 0 and halves, one
-// transposition toward the identity per permutation line, one mask element
-// toward true). Lazy.
+// index tensor all 0 / identity or its special values (sentinels) ordinary
+// (ordinary_int), each mask all true; then each element toward 0, 1 and
+// fewer significant digits (a sentinel to ordinary_int, ids toward 0 and
+// halves, one transposition toward the identity per permutation line, one
+// mask element toward true). Lazy.
 rc::Seq<Case> Traits::shrinks(const Case& c0, const Values&) {
   auto c = std::make_shared<const Case>(c0);
   const Decl& d = *c->decl;
@@ -250,10 +257,17 @@ rc::Seq<Case> Traits::shrinks(const Case& c0, const Values&) {
     }
     switch (v->kind) {
       case ValueKind::ids:
-      case ValueKind::integer:
+      case ValueKind::integer: {
         if (v->kind == ValueKind::ids || (v->a <= 0 && v->b >= 0))
           offer(i, std::vector<double>(x.size(), 0.0));
+        // Every special value (a sentinel) an ordinary value at once, as
+        // a floating input's specials all go to 0.
+        std::vector<double> clean = x;
+        for (double& e : clean)
+          if (d.inputs[i].specials.sentinel(e)) e = ordinary_int(*v);
+        offer(i, std::move(clean));
         break;
+      }
       case ValueKind::permutation: {  // the identity: re-ranking the positions
         std::vector<double> id = x;
         const auto ext = d.extents(d.inputs[i].shape, c->dims);
@@ -340,7 +354,13 @@ rc::Seq<Case> Traits::shrinks(const Case& c0, const Values&) {
         with(std::move(y));
       }
     } else if (v) {  // ids, integer
-      for (double w : simpler_ints(x[slot.index])) {
+      const double e = x[slot.index];
+      // A sentinel (specials) becomes the simplest ordinary value; an
+      // ordinary value moves toward 0, never to a sentinel.
+      const std::vector<double> simpler =
+          d.inputs[slot.input].specials.sentinel(e) ? std::vector<double>{ordinary_int(*v)} : simpler_ints(e);
+      for (double w : simpler) {
+        if (d.inputs[slot.input].specials.sentinel(w)) continue;
         if (v->kind == ValueKind::integer && (w < v->a || w > v->b)) continue;
         std::vector<double> y = x;
         y[slot.index] = w;

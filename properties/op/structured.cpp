@@ -78,10 +78,10 @@ void normalize_structured(Case& c) {
                 static_cast<double>(r);
         });
         break;
-      case ValueKind::ids: {
+      case ValueKind::ids: {  // a sentinel (specials) stays one
         const double bound = static_cast<double>(ids_bound(*v, c.dims));
         for (double& e : x)
-          if (!(e >= 0 && e < bound)) e = 0;
+          if (!(e >= 0 && e < bound) && !d.inputs[i].specials.sentinel(e)) e = 0;
         break;
       }
       case ValueKind::causal:
@@ -127,14 +127,16 @@ std::string check_input(const Case& c, size_t i) {
       case ValueKind::ids: {
         const int64_t bound = ids_bound(*v, c.dims);
         for (size_t k = 0; k < x.size() && why.empty(); ++k)
-          if (x[k] < 0 || x[k] >= static_cast<double>(bound))
-            why = fmt::format("input {}: id {} at {} is outside [0, {})", in.name, x[k], k, bound);
+          if ((x[k] < 0 || x[k] >= static_cast<double>(bound)) && !in.specials.sentinel(x[k]))
+            why = fmt::format("input {}: id {} at {} is outside [0, {}){}", in.name, x[k], k, bound,
+                              in.specials.sentinels.empty() ? "" : " and no special value");
         break;
       }
       case ValueKind::integer:
         for (size_t k = 0; k < x.size() && why.empty(); ++k)
-          if (x[k] < v->a || x[k] > v->b)
-            why = fmt::format("input {}: {} at {} is outside [{}, {}]", in.name, x[k], k, v->a, v->b);
+          if ((x[k] < v->a || x[k] > v->b) && !in.specials.sentinel(x[k]))
+            why = fmt::format("input {}: {} at {} is outside [{}, {}]{}", in.name, x[k], k, v->a, v->b,
+                              in.specials.sentinels.empty() ? "" : " and no special value");
         break;
       case ValueKind::permutation:
         for_lines(
@@ -185,12 +187,14 @@ Case keep_indices(const Case& c, size_t dim, const std::vector<int64_t>& keep, s
   for (size_t i = 0; i < d.inputs.size(); ++i) {
     s.inputs[i] =
         gather(c.inputs[i], d.extents(d.inputs[i].shape, c.dims), d.inputs[i].shape, d.dims[dim].name, keep);
-    // ids into the cut dim follow their rows (kept index keep[p] -> p; dropped -> 0)
+    // ids into the cut dim follow their rows (kept index keep[p] -> p;
+    // dropped -> 0); a sentinel (specials, never an id) stays as it is
     const ValueSpec* v = structured_kind(c, i);
     if (v && v->kind == ValueKind::ids && v->bound_dim == static_cast<int>(dim)) {
       std::vector<int64_t> where(static_cast<size_t>(c.dims[dim]), -1);
       for (size_t p = keep.size(); p-- > 0;) where[static_cast<size_t>(keep[p])] = static_cast<int64_t>(p);
       for (double& e : s.inputs[i]) {
+        if (d.inputs[i].specials.sentinel(e)) continue;
         const int64_t to =
             e >= 0 && e < static_cast<double>(where.size()) ? where[static_cast<size_t>(e)] : -1;
         if (to < 0 && dropped.empty())

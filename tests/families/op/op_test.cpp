@@ -1316,7 +1316,8 @@ TEST(OpDomainDecl, DtypeAndSpecialsErrors) {
                     "op.yaml:14:40: input ids.dtype: unknown dtype 'u16'");
   EXPECT_LOAD_ERROR(
       rich_with("tok: {shape: [Nk], dtype: i32,", "tok: {shape: [Nk], dtype: i32, specials: 0.1,"),
-      "op.yaml:15:46: input tok.specials: special values are for floating inputs");
+      "op.yaml:15:46: input tok.specials: an integer input lists its special values: {rate: R, values: "
+      "[-100, ...]}");
   EXPECT_LOAD_ERROR(rich_with("specials: {rate: 0.2}", "specials: {rate: 0}"),
                     "op.yaml:12:93: input x.specials.rate must be in (0, 1] (got 0)");
   EXPECT_LOAD_ERROR(rich_with("specials: {rate: 0.2}", "specials: {rate: 0.2, values: [nan, +inf]}"),
@@ -1485,6 +1486,178 @@ TEST(OpDomainCorpus, NewKindsRoundTrip) {
                       [&](const Case& k) { return kind_of(k, "mask") == "causal" && dim(k, "Nk") > 1; });
   c.inputs[input_index(*c.decl, "mask")][1] = 1;  // above the diagonal
   EXPECT_NE(Traits::in_domain(c, spec.domain), "");
+}
+
+// ---------------------------------------------------------------- sentinels: specials of integer inputs
+// Cross-entropy's ignore_index -100 in a labels tensor, a padding id -1:
+// values the kernel must treat specially, drawn as floating specials are,
+// and kept sentinels by the domain check, the corpus codec, case surgery
+// (permute/slice remap the ids around them) and shrinking.
+const char* const kSentinelSpec = R"(spec: sentinel
+family: op
+op:
+  dims: {N: [1, 12], C: [1, 9]}
+  inputs:
+    logits: {shape: [N, C], dtype: [f32, f64]}
+    labels: {shape: [N], dtype: [i32, i64], values: {ids: {below: C}}, specials: {rate: 0.4, values: [-100, -1]}}
+    q: {shape: [N], dtype: i8, values: {integer: {lo: 1, hi: 5}}, specials: {rate: 0.4, values: [-128]}}
+  outputs:
+    y: {shape: [N]}
+  reference:
+    y: where(labels == -100, 0, where(labels == -1, 1, 2)) + 0 * q
+target: reference
+invariants:
+  - matches_reference
+)";
+
+TEST(OpSentinels, DrawnAtTheirRateInTheDomainAndThroughTheCorpus) {
+  const Spec spec = parse_spec(kSentinelSpec, "sentinel.yaml");
+  const OpFamily& f = op_family(spec);
+  int with_100 = 0, with_1 = 0, with_q = 0, clean = 0;
+  const int n = 400;
+  for (uint64_t seed = 1; seed <= n; ++seed) {
+    const std::vector<uint8_t> bytes = f.seed_bytes(spec.domain, seed, 100);
+    const AnyCase any = f.from_bytes(bytes.data(), bytes.size(), spec.domain);
+    const Case& c = as_case(any);
+    ASSERT_EQ(f.in_domain(any, spec.domain), "") << seed;
+    bool special = false;
+    for (double v : values_of(c, "labels")) {
+      ASSERT_TRUE(v == -100 || v == -1 || (v >= 0 && v < static_cast<double>(dim(c, "C")))) << v;
+      with_100 += v == -100, with_1 += v == -1, special = special || v < 0;
+    }
+    for (double v : values_of(c, "q")) {
+      ASSERT_TRUE(v == -128 || (v >= 1 && v <= 5)) << v;
+      with_q += v == -128;
+    }
+    clean += !special;
+    // The corpus file holds the sentinels and reads back the same case.
+    const Case back = round_trip(f, c);
+    ASSERT_TRUE(back == c) << seed;
+  }
+  EXPECT_GT(with_100, 0);
+  EXPECT_GT(with_1, 0);
+  EXPECT_GT(with_q, 0);
+  EXPECT_GT(clean, n / 3) << "specials are on in about half the cases";
+  // An id out of range that is no sentinel is still refused.
+  Case c = drawn_case(f, spec.domain, [](const Case&) { return true; });
+  c.inputs[input_index(*c.decl, "labels")][0] = -2;
+  EXPECT_NE(Traits::in_domain(c, spec.domain).find("outside [0,"), std::string::npos);
+  c.inputs[input_index(*c.decl, "labels")][0] = -100;
+  c.inputs[input_index(*c.decl, "q")][0] = 0;  // below the integer kind's lo, no sentinel
+  EXPECT_NE(Traits::in_domain(c, spec.domain).find("outside [1, 5]"), std::string::npos);
+}
+
+// permute_C and slice_C remap the ids into C; a sentinel stays as it is,
+// and the transform still applies (a sentinel is no id pointing at a
+// dropped index). Shrinking C keeps them too.
+TEST(OpSentinels, TransformsRemapTheIdsAndKeepTheSentinels) {
+  const Spec spec = parse_spec(kSentinelSpec, "sentinel.yaml");
+  const OpFamily& f = op_family(spec);
+  int permuted = 0;
+  for (uint64_t seed = 1; seed <= 60; ++seed) {
+    const Case c = drawn_case(f, spec.domain, [&](const Case& k) {
+      bool sentinel = false, id = false;
+      for (double v : values_of(k, "labels")) sentinel = sentinel || v < 0, id = id || v >= 0;
+      return sentinel && id && dim(k, "C") >= 2 + int(seed % 3);
+    });
+    expr::TensorMap out;
+    out.want("transform.perm");
+    out.want("transform.applies");
+    const Case s = Traits::transform("permute_dim1", c, Values{}, seed, out);
+    ASSERT_EQ(Traits::in_domain(s, spec.domain), "") << seed;
+    ASSERT_NE(out.find("transform.applies"), nullptr);
+    EXPECT_EQ(out.find("transform.applies")->data.at(0), 1) << seed;
+    const auto& perm = out.find("transform.perm")->data;
+    const auto& before = values_of(c, "labels");
+    const auto& after = values_of(s, "labels");
+    for (size_t r = 0; r < before.size(); ++r) {
+      if (before[r] < 0) {
+        EXPECT_EQ(after[r], before[r]) << "a sentinel stays";
+        continue;
+      }
+      // The permuted case's class after[r] is the original's class before[r].
+      EXPECT_EQ(perm.at(static_cast<size_t>(after[r])), before[r]);
+      ++permuted;
+    }
+    // Keeping the first class only: every id becomes 0 or is dropped, every sentinel stays.
+    std::string changed;
+    const Case k = keep_indices(c, 1, {0}, &changed);
+    ASSERT_EQ(Traits::in_domain(k, spec.domain), "");
+    for (size_t r = 0; r < before.size(); ++r)
+      EXPECT_EQ(values_of(k, "labels")[r], before[r] < 0 ? before[r] : 0);
+  }
+  EXPECT_GT(permuted, 0);
+}
+
+// Shrinking turns sentinels into ordinary values (ids 0; the integer
+// kind's value nearest 0, here its lo 1) and never makes one: a failure
+// that needs one -100 label ends with exactly one, at N = 1.
+TEST(OpSentinels, ShrinkingKeepsOnlyTheSentinelTheFailureNeeds) {
+  const Spec spec = parse_spec(kSentinelSpec, "sentinel.yaml");
+  const OpFamily& f = op_family(spec);
+  auto fails = [](const Case& c) {
+    const auto& l = values_of(c, "labels");
+    return std::find(l.begin(), l.end(), -100.0) != l.end();
+  };
+  const Case start = drawn_case(f, spec.domain, [&](const Case& c) {
+    const auto& l = values_of(c, "labels");
+    const auto& q = values_of(c, "q");
+    return fails(c) && dim(c, "N") > 3 && std::find(l.begin(), l.end(), -1.0) != l.end() &&
+           std::find(q.begin(), q.end(), -128.0) != q.end();
+  });
+  const Case c = shrink_while(start, spec.domain, fails).c;
+  EXPECT_EQ(dim(c, "N"), 1);
+  EXPECT_EQ(dim(c, "C"), 1);
+  EXPECT_EQ(values_of(c, "labels"), (std::vector<double>{-100}));
+  EXPECT_EQ(values_of(c, "q"), (std::vector<double>{1}));
+  // And a failure that needs an ordinary label > 0 never shrinks to a sentinel.
+  auto needs_id = [](const Case& c) {
+    for (double v : values_of(c, "labels"))
+      if (v > 0) return true;
+    return false;
+  };
+  const Case id_start = drawn_case(f, spec.domain, [&](const Case& k) {
+    const auto& l = values_of(k, "labels");
+    return needs_id(k) && std::find(l.begin(), l.end(), -100.0) != l.end();
+  });
+  const Case d = shrink_while(id_start, spec.domain, needs_id).c;
+  EXPECT_EQ(values_of(d, "labels"), (std::vector<double>{1}));
+}
+
+TEST(OpSentinels, LoadErrors) {
+  auto with = [](const std::string& labels) {
+    std::string s = kSentinelSpec;
+    const std::string from = "specials: {rate: 0.4, values: [-100, -1]}";
+    return s.replace(s.find(from), from.size(), labels);
+  };
+  EXPECT_EQ(load_error(kSentinelSpec), "");
+  EXPECT_LOAD_ERROR(with("specials: 0.1"),
+                    "op.yaml:7:82: input labels.specials: an integer input lists its special values");
+  EXPECT_LOAD_ERROR(with("specials: {rate: 0.1, values: [-100, 3]}"),
+                    "op.yaml:7:109: input labels.specials.values: 3 is a value ids draws ([0, 8]); a special "
+                    "value lies outside them");
+  EXPECT_LOAD_ERROR(with("specials: {rate: 0.1, values: [-100, -100]}"),
+                    "op.yaml:7:109: input labels.specials.values lists -100 twice");
+  EXPECT_LOAD_ERROR(with("specials: {rate: 0.1, values: [-1.5]}"),
+                    "op.yaml:7:103: input labels.specials.values: -1.5 is not an integer");
+  EXPECT_LOAD_ERROR(with("specials: {rate: 0.1, values: [-3000000000]}"),
+                    "op.yaml:7:103: input labels.specials.values: -3000000000 is outside i32");
+  EXPECT_LOAD_ERROR(with("specials: {rate: 0, values: [-1]}"),
+                    "op.yaml:7:89: input labels.specials.rate must be in (0, 1] (got 0)");
+  EXPECT_LOAD_ERROR(with("specials: {rate: 0.1, values: []}"),
+                    "op.yaml:7:102: input labels.specials.values must be a non-empty list of integers");
+  std::string s = kSentinelSpec;
+  s.replace(s.find("{integer: {lo: 1, hi: 5}}, specials: {rate: 0.4, values: [-128]}"),
+            std::string("{integer: {lo: 1, hi: 5}}, specials: {rate: 0.4, values: [-128]}").size(),
+            "{integer: {lo: 1, hi: 5}}, specials: {rate: 0.4, values: [-129]}");
+  EXPECT_LOAD_ERROR(s, "op.yaml:8:98: input q.specials.values: -129 is outside i8 ([-128, 127])");
+  EXPECT_LOAD_ERROR(rich_with("perm: {shape: [B, Nk], dtype: i64, values: permutation}",
+                              "perm: {shape: [B, Nk], dtype: i64, values: permutation, specials: {rate: 0.1, "
+                              "values: [-1]}}"),
+                    "op.yaml:16:71: input perm.specials: a permutation takes no special values");
+  EXPECT_LOAD_ERROR(
+      rich_with("mask: {shape: [Nq, Nk], values:", "mask: {shape: [Nq, Nk], specials: 0.1, values:"),
+      "op.yaml:17:39: input mask.specials: special values are for floating and integer inputs");
 }
 
 }  // namespace
