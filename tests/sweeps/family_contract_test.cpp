@@ -29,18 +29,20 @@ std::vector<const Family*> all() {
 
 // The families shipped op specs declare, each owned by its spec, which
 // lives as long as the test program (none in a build without the op
-// family). One family's code serves every declaration, so these five cover
+// family). One family's code serves every declaration, so these six cover
 // what a declaration can hold, on small cases: index inputs and masks
 // (embedding_bag), specials and a boolean mask (masked_softmax),
 // integer-valued weights (dequant_matmul), attrs (top_p), an exec:
-// reference (sort). The elementwise ops (rmsnorm, swiglu, ...) add only
-// larger cases: 45 s more.
+// reference (sort), sentinels in an index tensor (cross_entropy's -100).
+// The elementwise ops (rmsnorm, swiglu, ...) add only larger cases: 45 s
+// more.
 const std::vector<Spec>& declaring_specs() {
   static const std::vector<Spec> specs = [] {
     std::vector<Spec> out;
     const auto& kinds = declared_families();
     if (std::none_of(kinds.begin(), kinds.end(), [](const auto& d) { return d.family == "op"; })) return out;
-    for (const char* name : {"dequant_matmul", "embedding_bag", "masked_softmax", "sort", "top_p"})
+    for (const char* name :
+         {"cross_entropy", "dequant_matmul", "embedding_bag", "masked_softmax", "sort", "top_p"})
       out.push_back(
           load_spec((std::filesystem::path(KPROP_SOURCE_DIR) / "specs/ops" / name).string() + ".yaml"));
     return out;
