@@ -305,6 +305,48 @@ Message allocate_reply(const Message& request) {
   return reply;
 }
 
+namespace {
+// The first element of a float tensor still holding the poison (all of its
+// bytes 0xFF: the all-ones NaN of its dtype), or -1. That bit pattern is
+// what no kernel writes: kprop's own NaN inputs are 0x7FF8... / 0xFFF8...
+// (f64; f32, f16, bf16 the same quiet NaNs), never all ones, so a kernel
+// that copies an input's NaN through, or computes a NaN (0/0 gives the
+// default NaN, 0xFFF8... on x86), writes another pattern.
+template <typename Bits>
+int64_t first_all_ones(const std::vector<uint8_t>& bytes, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    Bits v;
+    std::memcpy(&v, bytes.data() + i * sizeof v, sizeof v);
+    if (v == static_cast<Bits>(~Bits{0})) return int64_t(i);
+  }
+  return -1;
+}
+int64_t first_unwritten(const Tensor& t) {
+  const auto count = static_cast<size_t>(t.numel());
+  switch (t.dtype) {
+    case KPROP_F64:
+      return first_all_ones<uint64_t>(t.bytes, count);
+    case KPROP_F32:
+      return first_all_ones<uint32_t>(t.bytes, count);
+    case KPROP_F16:
+    case KPROP_BF16:
+      return first_all_ones<uint16_t>(t.bytes, count);
+    default:  // integers: 0x5A bytes are a value like any other
+      return -1;
+  }
+}
+
+// "2,5": element `flat` of `shape` as an index.
+std::string index_of(int64_t flat, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> index(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    index[d] = shape[d] ? flat % shape[d] : 0;
+    flat = shape[d] ? flat / shape[d] : 0;
+  }
+  return fmt::format("{}", fmt::join(index, ","));
+}
+}  // namespace
+
 void check_guards(Message& reply) {
   for (auto& t : reply.tensors) {
     const size_t n = t.nbytes();
@@ -315,6 +357,13 @@ void check_guards(Message& reply) {
                                         "its {} bytes changed)",
                                         reply.op, t.describe(), i - n, n));
     t.bytes.resize(n);
+    // A float element the kernel never wrote reads as NaN, which passed
+    // wherever NaN is the right answer (a sort's NaN tail, an output
+    // copying an input's NaN): the call is an error instead.
+    if (const int64_t e = first_unwritten(t); e >= 0)
+      throw TargetFailure("error", fmt::format("{}: output {}[{}] was never written (it still holds kprop's "
+                                               "poison bytes; output {})",
+                                               reply.op, t.name, index_of(e, t.shape), t.describe()));
   }
 }
 

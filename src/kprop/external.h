@@ -153,7 +153,8 @@ uint8_t poison_byte(int32_t dtype);
 // (poison_byte), each followed by guard bytes the call must leave alone.
 Message allocate_reply(const Message& request);
 // After the call: a TargetFailure if it wrote past the end of an output
-// (changed a guard byte); else the guards are removed.
+// (changed a guard byte), or left an element of a float output unwritten
+// (still the poison, all bytes 0xFF); else the guards are removed.
 void check_guards(Message& reply);
 // A mutable C view of a reply tensor / an input view by name; an absent
 // optional input gives a null view.

@@ -21,6 +21,11 @@
 // writes it): the tail a kernel never writes holds the poison, not the -1
 // the contract asks for, and the case fails (it passed while integer
 // outputs were poisoned with 0xFF bytes, -1 in i32).
+// A copy kernel for tests/external/op_copy.yaml (y = x, NaN included)
+// that breaks one rule of the harness (KPROP_TEST_COPY_CORRECT breaks none):
+//   KPROP_TEST_COPY_SKIPS_NAN  never writes y where x is NaN: the poison
+//                              there is a NaN too, and the case passed;
+//                              now the call fails ("was never written").
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <kprop/abi.h>
@@ -154,6 +159,48 @@ KPROP_EXPORT int kprop_dflash_verify(const kprop_dflash_verify_args* a, char*, s
   for (; k < n; ++k) at(a->accepted, k) = -1;
 #endif
   at(a->bonus, 0) = argmax(a->logits, last + 1);
+  return KPROP_OK;
+}
+#endif
+
+#if defined(KPROP_TEST_COPY_CORRECT) || defined(KPROP_TEST_COPY_SKIPS_NAN)
+KPROP_PLUGIN();
+namespace {
+// Whether the `size`-byte element `bits` is a NaN of its float dtype.
+bool is_nan(uint64_t bits, size_t size) {
+  switch (size) {
+    case 8:
+      return (bits & 0x7FF0000000000000u) == 0x7FF0000000000000u && (bits & 0x000FFFFFFFFFFFFFu);
+    case 4:
+      return (bits & 0x7F800000u) == 0x7F800000u && (bits & 0x007FFFFFu);
+    default:  // f16 (5 exponent bits) or bf16 (8): the dtype tells
+      return false;
+  }
+}
+bool is_nan16(uint16_t bits, int32_t dtype) {
+  return dtype == KPROP_F16 ? (bits & 0x7C00u) == 0x7C00u && (bits & 0x03FFu)
+                            : (bits & 0x7F80u) == 0x7F80u && (bits & 0x007Fu);
+}
+}  // namespace
+KPROP_EXPORT int kprop_op_copy(const kprop_op_args* a, char*, size_t) {
+  const kprop_tensor* x = kprop_op_input(a, "x");
+  const kprop_tensor* y = kprop_op_output(a, "y");
+  const size_t size = kprop_dtype_size(x->dtype);
+  for (int64_t r = 0; r < x->shape[0]; ++r)
+    for (int64_t c = 0; c < x->shape[1]; ++c) {
+      const int64_t index[2] = {r, c};
+      const auto* from = static_cast<const uint8_t*>(x->data) + kprop_offset(x, index) * int64_t(size);
+      auto* to = static_cast<uint8_t*>(y->data) + kprop_offset(y, index) * int64_t(size);
+      uint64_t bits = 0;
+      std::memcpy(&bits, from, size);
+      const bool nan = size == 2 ? is_nan16(uint16_t(bits), x->dtype) : is_nan(bits, size);
+#ifdef KPROP_TEST_COPY_SKIPS_NAN
+      if (nan) continue;
+#else
+      (void)nan;
+#endif
+      std::memcpy(to, from, size);
+    }
   return KPROP_OK;
 }
 #endif
