@@ -448,19 +448,24 @@ class Scope {
   Scope& operator=(const Scope&) = delete;
 
   // `v` and `bytes`: the host view and its storage (the tensor's, or a
-  // padded copy: Padding); the device copy keeps the view's strides.
+  // staged copy: Staging); the device copy is of all of `bytes`, guards
+  // included, its view at the same offset in it and with the same strides.
   kprop_tensor input(const Tensor& t, kprop_tensor v, const std::vector<uint8_t>& bytes) {
-    v.data = allocate(t, bytes.size());
-    if (!bytes.empty()) check(rt_.memcpy(v.data, bytes.data(), bytes.size(), kHostToDevice), "cudaMemcpy", t);
+    const size_t offset = offset_of(v, bytes);
+    void* device = allocate(t, bytes.size());
+    if (!bytes.empty()) check(rt_.memcpy(device, bytes.data(), bytes.size(), kHostToDevice), "cudaMemcpy", t);
+    v.data = static_cast<uint8_t*>(device) + offset;
     v.device = KPROP_CUDA;
     return v;
   }
   kprop_tensor output(const Tensor& t, kprop_tensor v, std::vector<uint8_t>& bytes) {
-    v.data = allocate(t, bytes.size());
-    // Poison and guard bytes as on the host (allocate_reply).
-    check(rt_.memcpy(v.data, bytes.data(), bytes.size(), kHostToDevice), "cudaMemcpy", t);
+    const size_t offset = offset_of(v, bytes);
+    void* device = allocate(t, bytes.size());
+    // Poison and guard bytes as on the host (allocate_reply, Staging).
+    check(rt_.memcpy(device, bytes.data(), bytes.size(), kHostToDevice), "cudaMemcpy", t);
+    v.data = static_cast<uint8_t*>(device) + offset;
     v.device = KPROP_CUDA;
-    outputs_.push_back({&t, &bytes, v.data});
+    outputs_.push_back({&t, &bytes, device});
     return v;
   }
   // After the entry point returned: a CUDA error (launch, asynchronous
@@ -483,6 +488,9 @@ class Scope {
     std::vector<uint8_t>* bytes;
     void* device;
   };
+  static size_t offset_of(const kprop_tensor& v, const std::vector<uint8_t>& bytes) {
+    return bytes.empty() ? 0 : size_t(static_cast<const uint8_t*>(v.data) - bytes.data());
+  }
   void* allocate(const Tensor& t, size_t size) {
     void* p = nullptr;
     // Never NULL, even for an empty tensor: NULL marks an absent optional input.
@@ -505,7 +513,13 @@ class Scope {
 thread_local Scope* g_scope = nullptr;
 }  // namespace cuda
 
-// ---------------------------------------------------------------- padded tensors
+// ---------------------------------------------------------------- staged tensors
+// A plugin's outputs never reach it as the reply's own storage: each is a
+// staging buffer with guard bytes before and after it, copied into the reply
+// after the call. Guards after the end alone (allocate_reply's) let a write
+// just before the start (an index off by one downwards, a negative offset)
+// land in the heap unseen: the case passed.
+//
 // run.padded_tensors: every tensor of two or more dimensions reaches a
 // plugin with kPadElements elements after each row (its last dimension), so
 // strides[ndim-2] = shape[ndim-1] + kPadElements and the outer strides
@@ -514,111 +528,142 @@ thread_local Scope* g_scope = nullptr;
 // another row's values, and its writes land in an output's padding, which
 // must come back untouched. kprop/abi.h tells plugins to index through the
 // strides; this is what tests that they do.
-class Padding {
+//
+// The guard before the data is kLeadBytes long: 256, the alignment
+// cudaMalloc gives, so the data pointer is as aligned as it was without it,
+// on the device and on the host (where 256 keeps operator new's 16).
+constexpr size_t kLeadBytes = 256;
+
+class Staging {
  public:
   static constexpr int64_t kPadElements = 3;  // odd: no row stays aligned to a vector width by accident
   struct Buffer {
     kprop_tensor view;
-    std::vector<uint8_t> bytes;  // padded rows, then (outputs) guard bytes
+    // kLeadBytes of guard, the rows (each followed by its padding if
+    // padded), kGuardBytes of guard.
+    std::vector<uint8_t> bytes;
+    size_t row = 0, pitch = 0, rows = 0;  // unpadded: the whole tensor as one row
+    const Tensor* tensor = nullptr;
     Tensor* output = nullptr;
   };
 
-  static bool applies(const Tensor& t) { return t.shape.size() >= 2 && t.numel() > 0; }
+  explicit Staging(bool padded) : padded_(padded) {}
+
+  // Inputs are staged only when padded; else the kernel gets the request's
+  // own storage.
+  bool stages_input(const Tensor& t) const { return pads(t); }
 
   Buffer& input(const Tensor& t) {
-    Buffer& b = padded(t, 0);
-    for_rows(t, [&](size_t packed, size_t row_at) {
-      std::copy_n(t.bytes.begin() + long(packed), row_bytes(t), b.bytes.begin() + long(row_at));
+    Buffer& b = stage(t);
+    for_rows(b, [&](size_t packed, size_t row_at) {
+      std::copy_n(t.bytes.begin() + long(packed), b.row, b.bytes.begin() + long(row_at));
     });
     return b;
   }
   Buffer& output(Tensor& t) {
-    Buffer& b = padded(t, kGuardBytes);
-    std::fill(b.bytes.end() - kGuardBytes, b.bytes.end(), kGuardByte);
+    Buffer& b = stage(t);
     // The rows poisoned as the reply's (poison_byte), the padding 0xFF.
-    for_rows(t, [&](size_t packed, size_t row_at) {
-      std::copy_n(t.bytes.begin() + long(packed), row_bytes(t), b.bytes.begin() + long(row_at));
+    for_rows(b, [&](size_t packed, size_t row_at) {
+      std::copy_n(t.bytes.begin() + long(packed), b.row, b.bytes.begin() + long(row_at));
     });
     b.output = &t;
     return b;
   }
-  // After the call: each padded output's padding and guard untouched, its
-  // rows copied into the reply's tensor (whose own guard check follows).
+  // After the call: each staged output's guards and padding untouched, its
+  // rows copied into the reply's tensor (whose own checks follow:
+  // check_guards).
   void finish(const std::string& op) {
     for (Buffer& b : buffers_) {
       if (!b.output) continue;
       Tensor& t = *b.output;
-      const size_t row = row_bytes(t), pitch = row + pad_bytes(t);
-      const size_t padded_size = b.bytes.size() - kGuardBytes;
-      for (size_t i = padded_size; i < b.bytes.size(); ++i)
-        if (b.bytes[i] != kGuardByte)
-          throw TargetFailure("error", fmt::format("{}: the target wrote past the end of output {} (byte {} "
-                                                   "after its {} padded bytes changed)",
-                                                   op, t.describe(), i - padded_size, padded_size));
-      for (size_t at = 0; at < padded_size; at += pitch)
-        for (size_t i = at + row; i < at + pitch; ++i)
+      check_guards_of(b, op, "output");
+      for (size_t at = 0; b.pitch > b.row && at < b.rows * b.pitch; at += b.pitch)
+        for (size_t i = kLeadBytes + at + b.row; i < kLeadBytes + at + b.pitch; ++i)
           if (b.bytes[i] != 0xFF)
             throw TargetFailure(
                 "error",
                 fmt::format("{}: the target wrote into the padding after row {} of output {}, whose "
                             "strides are [{}] (run.padded_tensors): index it through its strides "
                             "(kprop_offset), not as if it were contiguous",
-                            op, at / pitch, t.describe(),
+                            op, at / b.pitch, t.describe(),
                             fmt::join(std::span<const int64_t>(b.view.strides, size_t(b.view.ndim)), ",")));
-      for_rows(t, [&](size_t packed, size_t row_at) {
-        std::copy_n(b.bytes.begin() + long(row_at), row, t.bytes.begin() + long(packed));
+      for_rows(b, [&](size_t packed, size_t row_at) {
+        std::copy_n(b.bytes.begin() + long(row_at), b.row, t.bytes.begin() + long(packed));
       });
     }
   }
 
  private:
-  static size_t row_bytes(const Tensor& t) { return size_t(t.shape.back()) * kprop_dtype_size(t.dtype); }
-  static size_t pad_bytes(const Tensor& t) { return size_t(kPadElements) * kprop_dtype_size(t.dtype); }
-  // f(offset of row r in the packed tensor, offset in the padded buffer)
-  template <typename F>
-  static void for_rows(const Tensor& t, F f) {
-    const size_t row = row_bytes(t), rows = row == 0 ? 0 : t.nbytes() / row;
-    for (size_t r = 0; r < rows; ++r) f(r * row, r * (row + pad_bytes(t)));
+  bool pads(const Tensor& t) const { return padded_ && t.shape.size() >= 2 && t.numel() > 0; }
+  static void check_guards_of(const Buffer& b, const std::string& op, const char* kind) {
+    const size_t size = b.rows * b.pitch;
+    // The changed byte nearest the data: where an off-by-one write lands.
+    for (size_t i = kLeadBytes; i-- > 0;)
+      if (b.bytes[i] != kGuardByte)
+        throw TargetFailure("error", fmt::format("{}: the target wrote before the start of {} {} (byte {} "
+                                                 "before its start changed)",
+                                                 op, kind, b.tensor->describe(), kLeadBytes - i));
+    for (size_t i = kLeadBytes + size; i < b.bytes.size(); ++i)
+      if (b.bytes[i] != kGuardByte)
+        throw TargetFailure("error", fmt::format("{}: the target wrote past the end of {} {} (byte {} "
+                                                 "after its {} {}bytes changed)",
+                                                 op, kind, b.tensor->describe(), i - kLeadBytes - size, size,
+                                                 b.pitch > b.row ? "padded " : ""));
   }
-  Buffer& padded(const Tensor& t, size_t extra) {
+  // f(offset of row r in the packed tensor, offset in the staging buffer)
+  template <typename F>
+  static void for_rows(const Buffer& b, F f) {
+    for (size_t r = 0; r < b.rows; ++r) f(r * b.row, kLeadBytes + r * b.pitch);
+  }
+  Buffer& stage(const Tensor& t) {
     Buffer& b = buffers_.emplace_back();
+    b.tensor = &t;
     b.view = t.view();
-    const int last = b.view.ndim - 1;
-    int64_t stride = 1;
-    for (int d = last; d >= 0; --d) {
-      b.view.strides[d] = stride;
-      stride *= b.view.shape[d] + (d == last ? kPadElements : 0);
+    if (pads(t)) {
+      const int last = b.view.ndim - 1;
+      int64_t stride = 1;
+      for (int d = last; d >= 0; --d) {
+        b.view.strides[d] = stride;
+        stride *= b.view.shape[d] + (d == last ? kPadElements : 0);
+      }
+      b.row = size_t(t.shape.back()) * kprop_dtype_size(t.dtype);
+      b.pitch = b.row + size_t(kPadElements) * kprop_dtype_size(t.dtype);
+      b.rows = t.nbytes() / b.row;
+    } else {
+      b.row = b.pitch = t.nbytes();
+      b.rows = b.row > 0 ? 1 : 0;
     }
-    const size_t rows = t.nbytes() / row_bytes(t);
-    b.bytes.assign(rows * (row_bytes(t) + pad_bytes(t)) + extra, 0xFF);
-    b.view.data = b.bytes.data();
+    b.bytes.assign(kLeadBytes + b.rows * b.pitch + kGuardBytes, 0xFF);
+    std::fill_n(b.bytes.begin(), kLeadBytes, kGuardByte);
+    std::fill(b.bytes.end() - kGuardBytes, b.bytes.end(), kGuardByte);
+    b.view.data = b.bytes.data() + kLeadBytes;
     return b;
   }
+  bool padded_;
   std::deque<Buffer> buffers_;  // stable addresses: the views point into them
 };
 
-// The padding of the call in progress on this thread, if the run pads.
-thread_local Padding* g_padding = nullptr;
+// The staging of the plugin call in progress on this thread, if any.
+thread_local Staging* g_staging = nullptr;
 
-// Sets g_padding (to `padding`, or nothing when the run does not pad) for
-// one call.
-class PaddingScope {
+// Sets g_staging for one call.
+class StagingScope {
  public:
-  PaddingScope(Padding& padding, bool on) : previous_(g_padding) { g_padding = on ? &padding : nullptr; }
-  ~PaddingScope() { g_padding = previous_; }
-  PaddingScope(const PaddingScope&) = delete;
-  PaddingScope& operator=(const PaddingScope&) = delete;
+  explicit StagingScope(Staging& staging) : previous_(g_staging) { g_staging = &staging; }
+  ~StagingScope() { g_staging = previous_; }
+  StagingScope(const StagingScope&) = delete;
+  StagingScope& operator=(const StagingScope&) = delete;
 
  private:
-  Padding* previous_;
+  Staging* previous_;
 };
 }  // namespace
 
 kprop_tensor out_view(Message& reply, const std::string& name) {
   for (auto& t : reply.tensors) {
     if (t.name != name) continue;
-    if (g_padding && Padding::applies(t)) {
-      Padding::Buffer& b = g_padding->output(t);
+    if (g_staging) {
+      Staging::Buffer& b = g_staging->output(t);
       return cuda::g_scope ? cuda::g_scope->output(t, b.view, b.bytes) : b.view;
     }
     return cuda::g_scope ? cuda::g_scope->output(t, t.view(), t.bytes) : t.view();
@@ -628,8 +673,8 @@ kprop_tensor out_view(Message& reply, const std::string& name) {
 
 kprop_tensor in_view(const Message& request, const std::string& name, bool optional) {
   if (const Tensor* t = request.find(name)) {
-    if (g_padding && Padding::applies(*t)) {
-      Padding::Buffer& b = g_padding->input(*t);
+    if (g_staging && g_staging->stages_input(*t)) {
+      Staging::Buffer& b = g_staging->input(*t);
       return cuda::g_scope ? cuda::g_scope->input(*t, b.view, b.bytes) : b.view;
     }
     return cuda::g_scope ? cuda::g_scope->input(*t, t->view(), t->bytes) : t->view();
@@ -1258,8 +1303,8 @@ void serve_plugin(int in_fd, int out_fd, const std::vector<PluginOp>& ops, const
       while (k < ops.size() && ops[k].op != request.op) ++k;
       if (k == ops.size()) throw std::runtime_error(fmt::format("no op '{}'", request.op));
       reply = allocate_reply(request);
-      Padding padding;
-      const PaddingScope padding_scope(padding, padded);
+      Staging staging(padded);
+      const StagingScope staging_scope(staging);
       if (device[k]) {
         cuda::Scope scope(request.op);  // Unsupported without a device
         cuda::g_scope = &scope;
@@ -1279,7 +1324,7 @@ void serve_plugin(int in_fd, int out_fd, const std::vector<PluginOp>& ops, const
       } else {
         ops[k].invoke(symbols[k], request, reply);
       }
-      padding.finish(request.op);
+      staging.finish(request.op);
       check_guards(reply);
       reply_header = {{"ok", true}, {"tensors", describe_tensors(reply.tensors)}};
     } catch (const cuda::Error& e) {
@@ -1573,12 +1618,12 @@ class InProcessTransport : public Transport {
     for (size_t k = 0; k < ops_.size(); ++k) {
       if (ops_[k].op != request.op) continue;
       Message reply = allocate_reply(request);
-      Padding padding;
+      Staging staging(padded_);
       {
-        const PaddingScope padding_scope(padding, padded_);
+        const StagingScope staging_scope(staging);
         ops_[k].invoke(symbols_[k], request, reply);
       }
-      padding.finish(request.op);
+      staging.finish(request.op);
       check_guards(reply);
       return reply;
     }

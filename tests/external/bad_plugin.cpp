@@ -26,6 +26,10 @@
 //   KPROP_TEST_COPY_SKIPS_NAN  never writes y where x is NaN: the poison
 //                              there is a NaN too, and the case passed;
 //                              now the call fails ("was never written").
+//   KPROP_TEST_COPY_WRITES_BEFORE  copies, then writes the 4 bytes just
+//                              before y's start: they were heap memory, and
+//                              the case passed; now the call fails ("wrote
+//                              before the start of output y").
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <kprop/abi.h>
@@ -163,7 +167,8 @@ KPROP_EXPORT int kprop_dflash_verify(const kprop_dflash_verify_args* a, char*, s
 }
 #endif
 
-#if defined(KPROP_TEST_COPY_CORRECT) || defined(KPROP_TEST_COPY_SKIPS_NAN)
+#if defined(KPROP_TEST_COPY_CORRECT) || defined(KPROP_TEST_COPY_SKIPS_NAN) || \
+    defined(KPROP_TEST_COPY_WRITES_BEFORE)
 KPROP_PLUGIN();
 namespace {
 // Whether the `size`-byte element `bits` is a NaN of its float dtype.
@@ -201,6 +206,9 @@ KPROP_EXPORT int kprop_op_copy(const kprop_op_args* a, char*, size_t) {
 #endif
       std::memcpy(to, from, size);
     }
+#ifdef KPROP_TEST_COPY_WRITES_BEFORE
+  std::memset(static_cast<uint8_t*>(y->data) - 4, 0x42, 4);
+#endif
   return KPROP_OK;
 }
 #endif
