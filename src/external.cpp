@@ -336,6 +336,14 @@ int64_t first_unwritten(const Tensor& t) {
   }
 }
 
+// The element of `dtype` at `p` as text: "0.5", "nan", "-3".
+std::string element_text(int32_t dtype, const uint8_t* p) {
+  Tensor one;
+  one.dtype = dtype;
+  one.bytes.assign(p, p + kprop_dtype_size(dtype));
+  return is_real(dtype) ? fmt::format("{}", one.to_doubles()[0]) : fmt::format("{}", one.to_ints()[0]);
+}
+
 // "2,5": element `flat` of `shape` as an index.
 std::string index_of(int64_t flat, const std::vector<int64_t>& shape) {
   std::vector<int64_t> index(shape.size());
@@ -450,12 +458,15 @@ class Scope {
   // `v` and `bytes`: the host view and its storage (the tensor's, or a
   // staged copy: Staging); the device copy is of all of `bytes`, guards
   // included, its view at the same offset in it and with the same strides.
-  kprop_tensor input(const Tensor& t, kprop_tensor v, const std::vector<uint8_t>& bytes) {
+  // An input's device copy comes back too (copy_back), so Staging::finish
+  // sees what the kernel wrote into it.
+  kprop_tensor input(const Tensor& t, kprop_tensor v, std::vector<uint8_t>& bytes) {
     const size_t offset = offset_of(v, bytes);
     void* device = allocate(t, bytes.size());
     if (!bytes.empty()) check(rt_.memcpy(device, bytes.data(), bytes.size(), kHostToDevice), "cudaMemcpy", t);
     v.data = static_cast<uint8_t*>(device) + offset;
     v.device = KPROP_CUDA;
+    outputs_.push_back({&t, &bytes, device});
     return v;
   }
   kprop_tensor output(const Tensor& t, kprop_tensor v, std::vector<uint8_t>& bytes) {
@@ -483,7 +494,7 @@ class Scope {
   }
 
  private:
-  struct Output {
+  struct Output {  // or an input: both come back
     const Tensor* tensor;
     std::vector<uint8_t>* bytes;
     void* device;
@@ -514,11 +525,16 @@ thread_local Scope* g_scope = nullptr;
 }  // namespace cuda
 
 // ---------------------------------------------------------------- staged tensors
-// A plugin's outputs never reach it as the reply's own storage: each is a
-// staging buffer with guard bytes before and after it, copied into the reply
-// after the call. Guards after the end alone (allocate_reply's) let a write
-// just before the start (an index off by one downwards, a negative offset)
-// land in the heap unseen: the case passed.
+// A plugin's tensors never reach it as the request's or the reply's own
+// storage: each is a staging buffer with guard bytes before and after it.
+// Guards after the end alone (allocate_reply's) let a write just before the
+// start (an index off by one downwards, a negative offset) land in the heap
+// unseen: the case passed. Outputs are copied into the reply after the call.
+// Inputs are read-only: after the call each staged input must still equal
+// the request's (a memcmp of its rows), guards and padding included. Handed
+// out writable and never compared, an input the kernel overwrote (scratch
+// space, an in-place update) passed, and the invariants' later calls read
+// the request's intact copy, so nothing downstream saw it either.
 //
 // run.padded_tensors: every tensor of two or more dimensions reaches a
 // plugin with kPadElements elements after each row (its last dimension), so
@@ -544,14 +560,10 @@ class Staging {
     std::vector<uint8_t> bytes;
     size_t row = 0, pitch = 0, rows = 0;  // unpadded: the whole tensor as one row
     const Tensor* tensor = nullptr;
-    Tensor* output = nullptr;
+    Tensor* output = nullptr;  // null for an input
   };
 
   explicit Staging(bool padded) : padded_(padded) {}
-
-  // Inputs are staged only when padded; else the kernel gets the request's
-  // own storage.
-  bool stages_input(const Tensor& t) const { return pads(t); }
 
   Buffer& input(const Tensor& t) {
     Buffer& b = stage(t);
@@ -569,32 +581,54 @@ class Staging {
     b.output = &t;
     return b;
   }
-  // After the call: each staged output's guards and padding untouched, its
-  // rows copied into the reply's tensor (whose own checks follow:
-  // check_guards).
+  // After the call: each staged tensor's guards and padding untouched, each
+  // input's rows as the request's, each output's rows copied into the
+  // reply's tensor (whose own checks follow: check_guards).
   void finish(const std::string& op) {
     for (Buffer& b : buffers_) {
-      if (!b.output) continue;
-      Tensor& t = *b.output;
-      check_guards_of(b, op, "output");
+      const Tensor& t = *b.tensor;
+      const char* kind = b.output ? "output" : "input";
+      check_guards_of(b, op, kind);
       for (size_t at = 0; b.pitch > b.row && at < b.rows * b.pitch; at += b.pitch)
         for (size_t i = kLeadBytes + at + b.row; i < kLeadBytes + at + b.pitch; ++i)
           if (b.bytes[i] != 0xFF)
             throw TargetFailure(
                 "error",
-                fmt::format("{}: the target wrote into the padding after row {} of output {}, whose "
+                fmt::format("{}: the target wrote into the padding after row {} of {} {}, whose "
                             "strides are [{}] (run.padded_tensors): index it through its strides "
                             "(kprop_offset), not as if it were contiguous",
-                            op, at / b.pitch, t.describe(),
+                            op, at / b.pitch, kind, t.describe(),
                             fmt::join(std::span<const int64_t>(b.view.strides, size_t(b.view.ndim)), ",")));
-      for_rows(b, [&](size_t packed, size_t row_at) {
-        std::copy_n(b.bytes.begin() + long(row_at), b.row, t.bytes.begin() + long(packed));
-      });
+      if (!b.output) check_unchanged(b, op);
     }
+    for (Buffer& b : buffers_)
+      if (b.output)
+        for_rows(b, [&](size_t packed, size_t row_at) {
+          std::copy_n(b.bytes.begin() + long(row_at), b.row, b.output->bytes.begin() + long(packed));
+        });
   }
 
  private:
   bool pads(const Tensor& t) const { return padded_ && t.shape.size() >= 2 && t.numel() > 0; }
+  // An input's rows as the request sent them, or the error naming the first
+  // element the kernel changed, with its value before and after.
+  static void check_unchanged(const Buffer& b, const std::string& op) {
+    const Tensor& t = *b.tensor;
+    for_rows(b, [&](size_t packed, size_t row_at) {
+      const uint8_t* sent = t.bytes.data() + packed;
+      const uint8_t* now = b.bytes.data() + row_at;
+      if (std::memcmp(sent, now, b.row) == 0) return;
+      const size_t size = kprop_dtype_size(t.dtype);
+      size_t i = 0;
+      while (std::memcmp(sent + i, now + i, size) == 0) i += size;
+      throw TargetFailure(
+          "error",
+          fmt::format("{}: the kernel wrote into input {}: {}[{}] was {}, is now {} "
+                      "(inputs are read-only; input {})",
+                      op, t.name, t.name, index_of(int64_t((packed + i) / size), t.shape),
+                      element_text(t.dtype, sent + i), element_text(t.dtype, now + i), t.describe()));
+    });
+  }
   static void check_guards_of(const Buffer& b, const std::string& op, const char* kind) {
     const size_t size = b.rows * b.pitch;
     // The changed byte nearest the data: where an off-by-one write lands.
@@ -666,18 +700,18 @@ kprop_tensor out_view(Message& reply, const std::string& name) {
       Staging::Buffer& b = g_staging->output(t);
       return cuda::g_scope ? cuda::g_scope->output(t, b.view, b.bytes) : b.view;
     }
-    return cuda::g_scope ? cuda::g_scope->output(t, t.view(), t.bytes) : t.view();
+    return t.view();  // outside a plugin call
   }
   return reply.tensor(name).view();  // throws, naming it
 }
 
 kprop_tensor in_view(const Message& request, const std::string& name, bool optional) {
   if (const Tensor* t = request.find(name)) {
-    if (g_staging && g_staging->stages_input(*t)) {
+    if (g_staging) {
       Staging::Buffer& b = g_staging->input(*t);
       return cuda::g_scope ? cuda::g_scope->input(*t, b.view, b.bytes) : b.view;
     }
-    return cuda::g_scope ? cuda::g_scope->input(*t, t->view(), t->bytes) : t->view();
+    return t->view();  // outside a plugin call
   }
   if (optional) return kprop_tensor{};
   return request.tensor(name).view();  // throws, naming it

@@ -6,7 +6,13 @@
  *     with the signature   int NAME(const ARGS* args, char* error, size_t error_size);
  * and is run with   prop_runner --spec specs/attention_fwd.yaml --target plugin:./libmine.so
  * The family comes from the spec. kprop allocates every tensor, inputs and
- * outputs alike; the plugin writes its outputs into the views it is given.
+ * outputs alike; the plugin writes its outputs into the views it is given,
+ * every element of them: outputs arrive poisoned (0xFF bytes in floats, 0x5A
+ * in integers), and a float element still all 0xFF after the call fails it
+ * ("was never written"), even where NaN is the expected value. Inputs are
+ * read-only, though their `data` is not const: kprop compares each with what
+ * it sent after the call, and a kernel that wrote into one fails it. Guard
+ * bytes before and after every tensor fail a call that writes outside it.
  * Return KPROP_OK, KPROP_ERROR (message in `error`: the case is saved and the
  * run exits 3) or KPROP_UNSUPPORTED (the case is declined: counted apart,
  * never as a pass; a run whose every case is declined is reported skipped).
@@ -57,7 +63,8 @@ typedef enum kprop_device { KPROP_HOST = 0, KPROP_CUDA = 1 } kprop_device;
  * memory (device 0), poisons the outputs on the device (0xFF bytes for
  * floats, 0x5A for integers, as on the host), calls
  * the entry point with tensor.device == KPROP_CUDA and device pointers in
- * tensor.data, synchronizes, and copies the outputs back. The args struct and
+ * tensor.data, synchronizes, and copies the outputs back (and the inputs, to
+ * check that they are unchanged). The args struct and
  * `error` stay in host memory. kprop synchronizes the device after the call,
  * so kernels still running on any stream are waited for. A CUDA error (a fault in
  * a kernel, out of memory) fails the case and restarts the plugin host; no

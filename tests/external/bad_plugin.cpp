@@ -30,6 +30,9 @@
 //                              before y's start: they were heap memory, and
 //                              the case passed; now the call fails ("wrote
 //                              before the start of output y").
+//   KPROP_TEST_COPY_WRITES_INPUT  copies, then zeroes x (inputs are
+//                              read-only): the case passed; now the call
+//                              fails ("the kernel wrote into input x").
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <kprop/abi.h>
@@ -168,7 +171,7 @@ KPROP_EXPORT int kprop_dflash_verify(const kprop_dflash_verify_args* a, char*, s
 #endif
 
 #if defined(KPROP_TEST_COPY_CORRECT) || defined(KPROP_TEST_COPY_SKIPS_NAN) || \
-    defined(KPROP_TEST_COPY_WRITES_BEFORE)
+    defined(KPROP_TEST_COPY_WRITES_BEFORE) || defined(KPROP_TEST_COPY_WRITES_INPUT)
 KPROP_PLUGIN();
 namespace {
 // Whether the `size`-byte element `bits` is a NaN of its float dtype.
@@ -208,6 +211,13 @@ KPROP_EXPORT int kprop_op_copy(const kprop_op_args* a, char*, size_t) {
     }
 #ifdef KPROP_TEST_COPY_WRITES_BEFORE
   std::memset(static_cast<uint8_t*>(y->data) - 4, 0x42, 4);
+#endif
+#ifdef KPROP_TEST_COPY_WRITES_INPUT
+  for (int64_t r = 0; r < x->shape[0]; ++r)
+    for (int64_t c = 0; c < x->shape[1]; ++c) {
+      const int64_t index[2] = {r, c};
+      std::memset(static_cast<uint8_t*>(x->data) + kprop_offset(x, index) * int64_t(size), 0, size);
+    }
 #endif
   return KPROP_OK;
 }
