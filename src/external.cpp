@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <link.h>
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -1721,6 +1722,24 @@ std::optional<FileIdentity> identity_of(const std::string& path) {
   return FileIdentity{st.st_dev, st.st_ino, st.st_size, st.st_mtim};
 }
 
+// Throws unless the ELF symbol at `address` (from dlsym) is a function: a
+// variable of that name (`int kprop_abi_version = 1;`) was called, and the
+// plugin host died of SIGSEGV, reported as a crash in the plugin's
+// constructors. glibc's dladdr1 gives the symbol's table entry; where it
+// finds none, nothing is refused.
+void refuse_unless_function(void* address, const char* symbol, const std::string& file) {
+  Dl_info info{};
+  void* found = nullptr;
+  if (!dladdr1(address, &info, &found, RTLD_DL_SYMENT) || !found) return;
+  // ELF64_ST_TYPE and ELF32_ST_TYPE are one macro: the low 4 bits.
+  const unsigned type = ELF64_ST_TYPE(static_cast<const ElfW(Sym)*>(found)->st_info);
+  if (type == STT_FUNC || type == STT_GNU_IFUNC) return;
+  throw std::runtime_error(fmt::format(
+      "{} in {} is not a function (its ELF symbol type is {}{}): export it with KPROP_PLUGIN(); from "
+      "kprop/abi.h",
+      symbol, file, type, type == STT_OBJECT ? ", a variable" : ""));
+}
+
 // Runs in the plugin host (a forked child): loads the plugin and finds its
 // entry points; a failure is kept as the handshake's error.
 LoadedPlugin load_plugin(const std::string& dlpath, const TransportOptions& options,
@@ -1735,9 +1754,11 @@ LoadedPlugin load_plugin(const std::string& dlpath, const TransportOptions& opti
     void* handle = dlopen(dlpath.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!handle) throw std::runtime_error(fmt::format("cannot load: {}", dlerror()));
     using VersionFn = uint32_t (*)();
-    auto version = reinterpret_cast<VersionFn>(dlsym(handle, "kprop_abi_version"));
-    if (!version)
+    void* version_symbol = dlsym(handle, "kprop_abi_version");
+    if (!version_symbol)
       throw std::runtime_error("missing symbol kprop_abi_version (add KPROP_PLUGIN(); from kprop/abi.h)");
+    refuse_unless_function(version_symbol, "kprop_abi_version", dlpath);
+    auto version = reinterpret_cast<VersionFn>(version_symbol);
     if (version() != KPROP_ABI_VERSION)
       throw std::runtime_error(
           fmt::format("built against kprop ABI version {}, this kprop speaks {}; rebuild "

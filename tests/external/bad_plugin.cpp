@@ -1,7 +1,9 @@
 // Plugins that must be refused with a clear error (exit 2):
 //   KPROP_TEST_BAD_VERSION  exports another ABI version;
 //   KPROP_TEST_NO_ENTRY     exports the version but no kprop_attention_fwd
-//                           (it has one without extern "C": C++-mangled).
+//                           (it has one without extern "C": C++-mangled);
+//   KPROP_TEST_DATA_VERSION exports kprop_abi_version as a variable, not a
+//                           function (calling it killed the plugin host).
 // One that prints while it loads and is probed (KPROP_TEST_CHATTY: a
 // constructor and kprop_op_device print to stdout): the report on stdout
 // stays clean (--format json parses).
@@ -46,6 +48,15 @@
 #ifdef KPROP_TEST_BAD_VERSION
 KPROP_EXPORT uint32_t kprop_abi_version(void) {
   return KPROP_ABI_VERSION + 41;
+}
+KPROP_EXPORT int kprop_attention_fwd(const kprop_attention_fwd_args*, char*, size_t) {
+  return KPROP_OK;
+}
+#endif
+
+#ifdef KPROP_TEST_DATA_VERSION
+extern "C" {
+__attribute__((visibility("default"))) uint32_t kprop_abi_version = KPROP_ABI_VERSION;  // a variable
 }
 KPROP_EXPORT int kprop_attention_fwd(const kprop_attention_fwd_args*, char*, size_t) {
   return KPROP_OK;
