@@ -9,7 +9,8 @@
  * outputs alike; the plugin writes its outputs into the views it is given,
  * every element of them: outputs arrive poisoned (0xFF bytes in floats, 0x5A
  * in integers), and a float element still all 0xFF after the call fails it
- * ("was never written"), even where NaN is the expected value. Inputs are
+ * ("was never written"), even where NaN is the expected value (not where a
+ * field's comment allows any value, e.g. beam's empty slots). Inputs are
  * read-only, though their `data` is not const: kprop compares each with what
  * it sent after the call, and a kernel that wrote into one fails it. Guard
  * bytes before and after every tensor fail a call that writes outside it.

@@ -176,7 +176,9 @@ void register_external(FamilyDef<Traits>& f) {
   f.external({{"beam.step",
                "kprop_beam_step",
                invoke_step,
-               {"parent", "token", "next_logprob", "next_score", "next_done"}}},
+               {"parent", "token", "next_logprob", "next_score", "next_done"},
+               // "any value for empty slots" (kprop/abi/beam.h): unwritten there is fine.
+               {"next_logprob", "next_score"}}},
              drive_search);
 }
 

@@ -141,6 +141,10 @@ struct PluginOp {
   // The outputs a reply carries ("o", "lse"): the kernel's contract, which
   // output coverage counts (InvariantInfo::reads names these).
   std::vector<std::string> outputs;
+  // Float outputs whose contract lets some elements hold any value (beam's
+  // empty slots), so a kernel may leave them unwritten: check_guards does
+  // not look for the poison in these.
+  std::vector<std::string> partly_written = {};
 };
 
 // The byte an output of `dtype` is filled with before the call: 0xFF for
@@ -154,8 +158,9 @@ uint8_t poison_byte(int32_t dtype);
 Message allocate_reply(const Message& request);
 // After the call: a TargetFailure if it wrote past the end of an output
 // (changed a guard byte), or left an element of a float output unwritten
-// (still the poison, all bytes 0xFF); else the guards are removed.
-void check_guards(Message& reply);
+// (still the poison, all bytes 0xFF) other than those named in
+// `partly_written` (PluginOp); else the guards are removed.
+void check_guards(Message& reply, const std::vector<std::string>& partly_written = {});
 // A mutable C view of a reply tensor / an input view by name; an absent
 // optional input gives a null view.
 kprop_tensor out_view(Message& reply, const std::string& name);

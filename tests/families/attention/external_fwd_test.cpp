@@ -33,7 +33,8 @@ TEST(AttentionFwdExternal, ExamplePluginPassesInProcess) {
 }
 
 // A wrong entry point through the same path: outputs never written stay
-// poisoned (NaN), so the spec must fail rather than read zeros.
+// poisoned (0xFF bytes), so the call is an error rather than reading zeros
+// (or a NaN where NaN is right).
 int writes_nothing(const kprop_attention_fwd_args*, char*, size_t) {
   return KPROP_OK;
 }
@@ -42,8 +43,10 @@ TEST(AttentionFwdExternal, UnwrittenOutputsFail) {
   const auto report = kprop::testing::run_in_process(
       KPROP_SOURCE_DIR "/specs/attention_fwd.yaml",
       {{"kprop_attention_fwd", reinterpret_cast<void*>(&writes_nothing)}}, quick());
-  EXPECT_EQ(report.status, kprop::RunStatus::failed);
+  EXPECT_EQ(report.status, kprop::RunStatus::crashed);
   EXPECT_FALSE(kprop::testing::spec_passes(report));
+  ASSERT_TRUE(report.crash);
+  EXPECT_NE(report.crash->message.find("was never written"), std::string::npos) << report.crash->message;
 }
 
 // The example, correct, then one element written past the end of lse: the
