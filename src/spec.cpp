@@ -296,8 +296,8 @@ class Loader {
   std::shared_ptr<const Family> declared_family(const YAML::Node& root, const YAML::Node& profile_domain,
                                                 const std::string& family_name, Spec& spec) const;
   // The spec's `let: {NAME: EXPR}` (docs/SPEC.md "Named subexpressions"),
-  // in order, each name checked for its form; let_checks() then compiles
-  // each on the family's tensors and the lets before it.
+  // each name checked for its form; check_lets() then compiles each on the
+  // family's tensors and the other lets (in any order, no cycle).
   expr::TensorInfos lets_of(const YAML::Node& root) const;
   void check_lets(const YAML::Node& root, const Family& family) const;
 
@@ -646,21 +646,22 @@ void Loader::check_lets(const YAML::Node& root, const Family& family) const {
   expr::TensorInfos infos;
   for (const auto& t : family.tensor_infos())
     if (t.definition.empty()) infos.push_back(t);
-  for (const auto& let : lets_of(root)) {
-    YAML::Node key, value;
-    for (auto it = root["let"].begin(); it != root["let"].end(); ++it)
-      if (it->first.Scalar() == let.name) key.reset(it->first), value.reset(it->second);
+  const expr::TensorInfos lets = lets_of(root);
+  for (const auto& let : lets)
     for (const auto& t : infos)
       if (t.name == let.name)
-        fail(key, fmt::format("let '{}' is already a tensor of family {} ({}); pick another name", let.name,
-                              family.name(), t.meaning));
+        fail(Loader::key_of(root["let"], let.name),
+             fmt::format("let '{}' is already a tensor of family {} ({}); pick another name", let.name,
+                         family.name(), t.meaning));
+  infos.insert(infos.end(), lets.begin(), lets.end());  // in any order; a cycle is an error
+  for (const auto& let : lets) {
+    const YAML::Node value = root["let"][let.name];
     try {
       (void)expr::Expression::compile(let.definition, infos);
     } catch (const expr::ExprError& err) {
       throw InputError(expression_mark(*this, value, err.offset),
                        fmt::format("let {}: {}", let.name, err.what()));
     }
-    infos.push_back(let);
   }
 }
 

@@ -191,6 +191,14 @@ class Parser {
         a.near = std::move(e);
         a.near_mark = ctx_.mark(n, 0);
       } catch (const expr::ExprError& err) {
+        // (Its own value is what near: draws: the expression cannot read it.)
+        if (std::string(err.what()).rfind("unknown name '" + a.name + "'", 0) == 0)
+          fail(n,
+               fmt::format(
+                   "attr {}.near.values reads {} itself (near: draws {} next to these values; they are "
+                   "read from the inputs, dims and other attrs): {}",
+                   a.name, a.name, a.name, err.what()),
+               err.offset);
         fail(n, fmt::format("attr {}.near.values: {}", a.name, err.what()), err.offset);
       }
     }
@@ -598,8 +606,13 @@ class Parser {
       fail(list, w + ".values must be a non-empty list of integers");
     for (const auto& e : list) {
       const double v = number(e, w + ".values");
-      if (v != std::floor(v) || std::fabs(v) > 0x1p53)
-        fail(e, fmt::format("{}.values: {} is not an integer", w, e.Scalar()));
+      if (v != std::floor(v)) fail(e, fmt::format("{}.values: {} is not an integer", w, e.Scalar()));
+      // A case holds every value as a double: exact within ±2^53 only (2^53
+      // + 1 read as a double is 2^53, another sentinel than the one listed).
+      const std::optional<int64_t> exact = whole_number(e.Scalar());
+      if (std::fabs(v) > 0x1p53 || (exact && (*exact > (int64_t{1} << 53) || *exact < -(int64_t{1} << 53))))
+        fail(e, fmt::format("{}.values: {} is outside ±2^53, where a case's values (doubles) are exact", w,
+                            e.Scalar()));
       if (s.sentinel(v)) fail(e, fmt::format("{}.values lists {} twice", w, v));
       for (const DType t : in.dtypes)
         if (const auto [lo, hi] = op::int_range(t); v < lo || v > hi)
@@ -879,15 +892,15 @@ class Parser {
     // target's tensors (target.y, reference.y, ...) is for invariants, and
     // the loader checks it once the family is built.
     expr::TensorInfos plain = d->reference_infos;
-    for (const auto& let : ctx_.lets) {
-      YAML::Node key, value;
-      for (auto it = ctx_.let_section.begin(); it != ctx_.let_section.end(); ++it)
-        if (it->first.Scalar() == let.name) key.reset(it->first), value.reset(it->second);
-      if (taken.count(let.name))
-        fail(key,
+    plain.insert(plain.end(), ctx_.lets.begin(), ctx_.lets.end());  // in any order; a cycle is an error
+    for (auto it = ctx_.let_section.begin(); it != ctx_.let_section.end(); ++it)
+      if (taken.count(it->first.Scalar()))
+        fail(it->first,
              fmt::format("let '{}' is already a name of the op (its dims, attrs, inputs and outputs share "
                          "one namespace with the spec's lets); pick another name",
-                         let.name));
+                         it->first.Scalar()));
+    for (const auto& let : ctx_.lets) {
+      const YAML::Node value = ctx_.let_section[let.name];
       try {
         (void)expr::Expression::compile(let.definition, plain);
       } catch (const expr::ExprError& err) {
@@ -898,9 +911,8 @@ class Parser {
           family_tensor = family_tensor || what.rfind(std::string("unknown name '") + prefix, 0) == 0;
         if (!family_tensor) fail(value, fmt::format("let {}: {}", let.name, what), err.offset);
       }
-      plain.push_back(let);
-      d->reference_infos.push_back(let);
     }
+    d->reference_infos = plain;
     if (s["attrs"] && !s["attrs"].IsNull()) compile_near(s["attrs"], *d);
     const YAML::Node ref = s["reference"];
     if (!ref || ref.IsNull())

@@ -1235,8 +1235,11 @@ TEST(ExprSpec, LetNamesASubexpression) {
   };
   EXPECT_TRUE(starts(spec_error(let + "  A: rowsum(reference.pp)\n" + use),
                      "s.yaml:4:13: let A: unknown name 'reference.pp' (did you"));
-  EXPECT_TRUE(starts(spec_error(let + "  A: later\n  later: target.d\n" + use),
-                     "s.yaml:4:6: let A: unknown name 'later'"));
+  // Lets use one another in any order; not in a cycle.
+  EXPECT_EQ(spec_error(let + "  A: later\n  later: target.d\n" + use), "");
+  EXPECT_EQ(spec_error(let + "  A: 1 + A\n" + use), "s.yaml:4:10: let A: let A uses itself (through A)");
+  EXPECT_EQ(spec_error(let + "  A: later + 1\n  later: 2 * A\n" + use),
+            "s.yaml:4:6: let A: let later uses itself (through later, A)");
   EXPECT_EQ(spec_error(let + "  A: rowsum(\n" + use), "s.yaml:4:13: let A: unexpected end of the expression");
   EXPECT_EQ(spec_error(let + "  target.x: target.d\n" + use),
             "s.yaml:4:3: let 'target.x' must be a name (letters, digits, '_'; no dots)");

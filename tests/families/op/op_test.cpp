@@ -995,8 +995,9 @@ TEST(OpDecl, NearErrors) {
   EXPECT_LOAD_ERROR(with("{eps: {range: [0, 1], near: {values: x, typo: 1}}}"),
                     "op.yaml:5:50: unknown key 'typo' in attr eps.near");
   // It reads the inputs, dims and the other attrs; not the attr it draws.
-  EXPECT_LOAD_ERROR(with("{eps: {range: [0, 1], near: {values: x + eps}}}"),
-                    "op.yaml:5:51: attr eps.near.values: unknown name 'eps'");
+  EXPECT_LOAD_ERROR(
+      with("{eps: {range: [0, 1], near: {values: x + eps}}}"),
+      "op.yaml:5:51: attr eps.near.values reads eps itself (near: draws eps next to these values");
   EXPECT_LOAD_ERROR(with("{eps: {range: [0, 1], near: {values: x > 0}}}"),
                     "op.yaml:5:47: attr eps.near.values: is boolean");
 }
@@ -1642,6 +1643,14 @@ TEST(OpSentinels, LoadErrors) {
                     "op.yaml:7:103: input labels.specials.values: -1.5 is not an integer");
   EXPECT_LOAD_ERROR(with("specials: {rate: 0.1, values: [-3000000000]}"),
                     "op.yaml:7:103: input labels.specials.values: -3000000000 is outside i32");
+  // A case's values are doubles: 2^53 + 1 read as one is 2^53, another
+  // sentinel than the one listed (it loaded and drew 9007199254740992);
+  // past 2^53 the message said "is not an integer".
+  EXPECT_LOAD_ERROR(with("specials: {rate: 0.1, values: [9007199254740993]}"),
+                    "op.yaml:7:103: input labels.specials.values: 9007199254740993 is outside ±2^53, where a "
+                    "case's values (doubles) are exact");
+  EXPECT_LOAD_ERROR(with("specials: {rate: 0.1, values: [-9223372036854775808]}"),
+                    "op.yaml:7:103: input labels.specials.values: -9223372036854775808 is outside ±2^53");
   EXPECT_LOAD_ERROR(with("specials: {rate: 0, values: [-1]}"),
                     "op.yaml:7:89: input labels.specials.rate must be in (0, 1] (got 0)");
   EXPECT_LOAD_ERROR(with("specials: {rate: 0.1, values: []}"),
