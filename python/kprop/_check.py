@@ -1406,7 +1406,9 @@ def replay(spec, fn, path: str, *, invariants: Optional[Sequence[str]] = None, i
            domain: Optional[Mapping[str, Any]] = None, max_case_mb: Optional[int] = None) -> int:
     """Replays a stored case file (or every case in a folder) on fn: raises
     Counterexample for the first that fails; returns how many were checked
-    (a case declined by fn, or one no invariant could check, is not counted)."""
+    (a case declined by fn, or one no invariant could check, is not counted;
+    in a folder, a case outside this run's domain -- its profile and domain=
+    -- is not handed to fn, as kprop.check's corpus replay leaves it)."""
     return _replay(spec, fn, path, invariants=invariants, isolate=isolate, tensors=tensors, device=device,
                    case_timeout=case_timeout, reference=reference, extra_invariants=extra_invariants,
                    profile=profile, domain=domain, max_case_mb=max_case_mb)[0]
@@ -1430,9 +1432,21 @@ def _replay(spec, fn, path: str, *, invariants=None, isolate=False, tensors="num
                 max_case_mb=max_case_mb)
     path = os.fspath(path)
     known = _known_invariants(info, args)
+    outside: List[str] = []
     if os.path.isdir(path):  # a case of an invariant this run lacks is another run's to replay
         foreign = {os.path.realpath(p) for p in glob.glob(os.path.join(path, "*.yaml"))
                    if not _replayable(p, known, info["family"], info["name"])}
+        # So is a case outside this run's domain (a bf16 case a wider run
+        # found, where this one is domain={"dtypes": ["f32"]}), as
+        # kprop.check's replay of its corpus leaves it: handed to an
+        # f32-only kernel it failed a correct one. A file named on its own
+        # replays whatever its domain (as prop_runner --replay does).
+        for p in glob.glob(os.path.join(path, "*.yaml")):
+            if os.path.realpath(p) not in foreign:
+                why = _outside_domain(text, is_text, args, p)
+                if why:
+                    foreign.add(os.path.realpath(p))
+                    outside.append("%s: outside this run's domain (%s)" % (p, why))
     else:
         foreign = set()
         if not _replayable(path, known, info["family"], info["name"]):
@@ -1460,4 +1474,4 @@ def _replay(spec, fn, path: str, *, invariants=None, isolate=False, tensors="num
         if not row["checked"]:
             unchecked.append(row["detail"] or "not checked")
     stopper.finish()
-    return checked, unchecked
+    return checked, unchecked + outside

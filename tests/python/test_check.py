@@ -427,3 +427,9 @@ def test_stored_cases_outside_the_runs_domain_are_left_alone_and_counted(example
     with pytest.raises(kprop.Counterexample):
         kprop.replay("softmax_topk", f32_only, os.path.join(corpus, "softmax_topk", stored[0]),
                      domain={"dtypes": ["f32"]})
+    # Of the folder, it leaves the case alone as check does (it failed the
+    # f32-only kernel: "f32 kernel called with uint16"); the wide run replays it.
+    folder = os.path.join(corpus, "softmax_topk")
+    assert kprop.replay("softmax_topk", f32_only, folder, domain={"dtypes": ["f32"]}) == 0
+    with pytest.raises(kprop.Counterexample):
+        kprop.replay("softmax_topk", f32_only, folder)
