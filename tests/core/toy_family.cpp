@@ -14,6 +14,11 @@
 
 namespace kprop::toy {
 
+int& interrupting_mutant_calls() {
+  static int calls = 0;
+  return calls;
+}
+
 Schema Traits::domain_schema() {
   return {field::int_range("length", {0, 8}, 0, 1000, "list length"),
           field::int_range("value", {-5, 20}, -1000, 1000, "element values"),
@@ -176,7 +181,7 @@ KPROP_REGISTER_FAMILY(Traits, [](FamilyDef<Traits>& f) {
            "drops the last element of lists of 3+, and sends itself SIGINT the second time it does "
            "when a SIGINT handler is installed (a Ctrl-C while the failure is being shrunk)",
            [](const Case& c) {
-             static int failing_calls = 0;
+             int& failing_calls = interrupting_mutant_calls();
              Case d = c;
              if (d.xs.size() >= 3 && d.xs.back() != 0) {
                d.xs.pop_back();
