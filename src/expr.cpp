@@ -591,6 +591,13 @@ const std::vector<FunctionInfo>& functions() {
       {"sqrt", 1, 1, {}, "sqrt(x)"},
       {"tanh", 1, 1, {}, "tanh(x)"},
       {"erf", 1, 1, {}, "erf(x): the error function (GELU: 0.5 * x * (1 + erf(x / sqrt(2))))"},
+      {"erfc",
+       1,
+       1,
+       {},
+       "erfc(x): 1 - erf(x) without its cancellation (GELU for x << 0: 0.5 * x * erfc(-x / sqrt(2)))"},
+      {"log1p", 1, 1, {}, "log1p(x): log(1 + x), exact for tiny x (softplus: log1p(exp(x)))"},
+      {"expm1", 1, 1, {}, "expm1(x): exp(x) - 1, exact for tiny x (ELU: where(x > 0, x, expm1(x)))"},
       {"sin", 1, 1, {}, "sin(x): x in radians"},
       {"cos", 1, 1, {}, "cos(x): x in radians"},
       {"isfinite", 1, 1, {}, "isfinite(x): bool, neither NaN nor ±inf"},
@@ -1147,7 +1154,7 @@ class Checker {
       n.shape = x.shape;
       n.dtype = arith(x.dtype, x.dtype);
     } else if (n.op == "exp" || n.op == "log" || n.op == "sqrt" || n.op == "tanh" || n.op == "erf" ||
-               n.op == "sin" || n.op == "cos") {
+               n.op == "erfc" || n.op == "log1p" || n.op == "expm1" || n.op == "sin" || n.op == "cos") {
       n.shape = x.shape;
       n.dtype = DType::real;
     } else if (n.op == "where") {
@@ -1377,8 +1384,8 @@ int axis_along(const Node& n, const std::string& dim) {
   };
   int at = kMixes;
   static const std::set<std::string> elementwise = {
-      "abs", "floor", "ceil",     "round", "exp",   "log",   "sqrt",    "tanh",   "erf",
-      "sin", "cos",   "isfinite", "isnan", "isinf", "where", "minimum", "maximum"};
+      "abs",   "floor", "ceil", "round", "exp",      "log",   "sqrt",  "tanh",  "erf",     "erfc",
+      "log1p", "expm1", "sin",  "cos",   "isfinite", "isnan", "isinf", "where", "minimum", "maximum"};
   static const std::set<std::string> reductions = {"sum", "mean", "any", "all", "min", "max", "rowsum"};
   // (indices along `dim` is the position there: a slice along it moves it.)
   static const std::set<std::string> scans = {"diff", "cummax", "cumsum", "indices"};

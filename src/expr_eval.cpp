@@ -909,6 +909,9 @@ Ref evaluate_node(const Node& n, const TensorMap& m) {
       if (f == "sqrt") return map(a[0].get(), n.dtype, [](double v) { return std::sqrt(v); });
       if (f == "tanh") return map(a[0].get(), n.dtype, [](double v) { return std::tanh(v); });
       if (f == "erf") return map(a[0].get(), n.dtype, [](double v) { return std::erf(v); });
+      if (f == "erfc") return map(a[0].get(), n.dtype, [](double v) { return std::erfc(v); });
+      if (f == "log1p") return map(a[0].get(), n.dtype, [](double v) { return std::log1p(v); });
+      if (f == "expm1") return map(a[0].get(), n.dtype, [](double v) { return std::expm1(v); });
       if (f == "sin") return map(a[0].get(), n.dtype, [](double v) { return std::sin(v); });
       if (f == "cos") return map(a[0].get(), n.dtype, [](double v) { return std::cos(v); });
       if (f == "isfinite") return map(a[0].get(), n.dtype, [](double v) { return double(std::isfinite(v)); });
@@ -954,7 +957,7 @@ std::string num(double v) {
 // Numerical Algorithms", 2nd ed., §3.3): each real node carries B with
 // |computed - exact| <= u·B + O(u²), u = 2^-53, from its children's bounds
 // and its own rounding. A correctly rounded operation adds u·|r|; libm's
-// exp, log, tanh, erf, sin, cos (within 1 ulp) add 2u·|r|. Per node, with
+// exp, log, tanh, erf, log1p, expm1, sin, cos (within 1 ulp) add 2u·|r|. Per node, with
 // r the result and a, b the operands' values:
 //   a ± b          Ba + Bb + |r|
 //   a · b          |b|·Ba + |a|·Bb + |r|
@@ -969,6 +972,9 @@ std::string num(double v) {
 //   exp(a)         |r|·Ba + 2|r|          log(a)   Ba/|a| + 2|r|
 //   sqrt(a)        Ba/(2|r|) + |r|        tanh(a)  (1 - r²)·Ba + 2|r|
 //   erf(a)         (2/√π)·exp(-a²)·Ba + 2|r|;  sin, cos: Ba + 2|r| (|derivative| <= 1)
+//   erfc(a)        (2/√π)·exp(-a²)·Ba + 10|r|: glibc before 2.39 (Debian 12's
+//                  2.36) documents erfc within 5 ulps (libm-test-ulps), not 1
+//   log1p(a)       Ba/|1 + a| + 2|r|      expm1(a) |1 + r|·Ba + 2|r| (exp(a) = 1 + r)
 //   -a, abs(a), gathers, slices, transpose: Ba moved as the values are
 //   minimum, maximum (elementwise or reduced), cummax: max(Ba, Bb) (1-Lipschitz)
 //   where(c, a, b)  Ba where c, else Bb (c itself exact: first order)
@@ -1128,25 +1134,52 @@ Bound call_bound(const Node& n, const TensorMap& m, const Tensor& r) {
   }
   using F = double (*)(double, double, double);
   const F rule =
-      f == "exp"    ? F([](double, double b, double r) { return std::fabs(r) * b + 2 * std::fabs(r); })
-      : f == "log"  ? F([](double a, double b, double r) { return b / std::fabs(a) + 2 * std::fabs(r); })
-      : f == "sqrt" ? F([](double, double b, double r) {
+      f == "exp"     ? F([](double, double b, double r) { return std::fabs(r) * b + 2 * std::fabs(r); })
+      : f == "log"   ? F([](double a, double b, double r) { return b / std::fabs(a) + 2 * std::fabs(r); })
+      : f == "sqrt"  ? F([](double, double b, double r) {
           return (b == 0 ? 0 : std::min(b / (2 * std::fabs(r)), std::sqrt(b / t_unit))) + std::fabs(r);
         })
-      : f == "tanh" ? F([](double, double b, double r) { return (1 - r * r) * b + 2 * std::fabs(r); })
-      : f == "erf"  ? F([](double a, double b, double r) {
+      : f == "tanh"  ? F([](double, double b, double r) { return (1 - r * r) * b + 2 * std::fabs(r); })
+      : f == "erf"   ? F([](double a, double b, double r) {
           return 1.1283791670955126 * std::exp(-a * a) * b + 2 * std::fabs(r);
         })
+      : f == "erfc"  ? F([](double a, double b, double r) {
+          return 1.1283791670955126 * std::exp(-a * a) * b + 10 * std::fabs(r);
+        })
+      : f == "log1p" ? F([](double a, double b, double r) { return b / std::fabs(1 + a) + 2 * std::fabs(r); })
+      : f == "expm1" ? F([](double, double b, double r) { return std::fabs(1 + r) * b + 2 * std::fabs(r); })
       : (f == "sin" || f == "cos") ? F([](double, double b, double r) { return b + 2 * std::fabs(r); })
                                    : nullptr;
   if (!rule) throw std::logic_error("expr: no rounding bound for " + f);
   return unary_bound(*a, ba, r, rule);
 }
 
+// A real literal's own rounding: the evaluation holds the nearest number
+// of its precision (unit `unit`), within unit·|c| of the decimal written.
+// Exact (B = 0) where the literal is a short binary fraction that precision
+// holds (0.5, 1.25, 3, 2^-20): a multiple of 2^-30 up to 2^53 whose
+// mantissa fits its bits. Otherwise B = |c|: 0.3, 1e-3, 0.044715 (the f32
+// evaluation of x · 0.3 erred by 1.6 units where B without it was 1.52).
+// (A decimal past a double's own digits that rounds to such a fraction,
+// 0.5000000000000000001, is taken as that fraction.)
+double literal_bound(double c) {
+  if (!std::isfinite(c) || c == 0) return 0;
+  const double a = std::fabs(c);
+  int e = 0;
+  const double mantissa = std::frexp(a, &e);  // in [0.5, 1)
+  const double bits = std::round(-std::log2(t_unit));
+  const bool fits = std::ldexp(mantissa, static_cast<int>(bits)) ==
+                    std::nearbyint(std::ldexp(mantissa, static_cast<int>(bits)));
+  const bool short_fraction = a <= 0x1p53 && std::ldexp(a, 30) == std::nearbyint(std::ldexp(a, 30));
+  return fits && short_fraction ? 0 : a;
+}
+
 Bound bound(const Node& n, const TensorMap& m) {
   if (n.dtype != DType::real) return {};
   switch (n.kind) {
     case Kind::number:
+      if (const double b = literal_bound(n.value); b > 0) return Tensor::scalar(b, DType::real);
+      return {};
     case Kind::name:
       return {};
     case Kind::unary:

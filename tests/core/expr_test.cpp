@@ -196,6 +196,20 @@ TEST(Expr, TranscendentalFunctions) {
     }
   }
   EXPECT_EQ(error_of("erf(x, y)"), "0: erf() takes 1 argument, got 2");
+  // erfc, log1p, expm1: where 1 - erf(x), log(1 + x), exp(x) - 1 cancel.
+  // GELU's left tail at x = -10: 0.5 * x * erfc(-x / sqrt(2)) is -7.6e-23;
+  // through erf, 1 + erf(-7.07) is 0 in doubles.
+  EXPECT_NEAR(values("0.5 * (0 - y[2] / 3) * erfc(y[2] / 3 / sqrt(2))")[0] / -7.619853024160527e-23, 1,
+              1e-13);
+  EXPECT_EQ(values("1 + erf((0 - y[2] / 3) / sqrt(2))")[0], 0);
+  EXPECT_EQ(values("log1p(y * 1e-21)")[0], 1e-20);
+  EXPECT_EQ(values("expm1(y * 1e-21)")[0], 1e-20);
+  EXPECT_EQ(values("log(1 + y * 1e-21)")[0], 0);
+  EXPECT_EQ(values("erfc(w[1])"), (std::vector<double>{2}));
+  EXPECT_EQ(values("expm1(w[1])"), (std::vector<double>{-1}));
+  EXPECT_TRUE(std::isnan(values("log1p(w[1])")[0]));
+  EXPECT_TRUE(std::isnan(values("erfc(w[0])")[0]));
+  EXPECT_EQ(eval("expm1(idx)").dtype, DType::real);
 }
 
 TEST(Expr, ReductionsAlongAxes) {
@@ -347,6 +361,7 @@ TEST(Expr, TheRoundingBoundHoldsForAnF32Evaluation) {
       "log(sum(exp(x - max(x, axis=-1, keepdims=true)), axis=-1)) + max(x, axis=-1)",
       "sqrt(x * x + y * y + 1)",
       "tanh(x) - erf(y) + sin(x) * cos(y)",
+      "erfc(x) * 3 + log1p(abs(y)) - expm1(x / 3)",
       "cumsum(x, axis=1) - mean(x)",
       "diff(x * 3.1, axis=1)",
       "x @ y - v",
