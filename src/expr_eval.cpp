@@ -960,13 +960,19 @@ std::string num(double v) {
 // exp, log, tanh, erf, log1p, expm1, sin, cos (within 1 ulp) add 2u·|r|. Per node, with
 // r the result and a, b the operands' values:
 //   a ± b          Ba + Bb + |r|
-//   a · b          |b|·Ba + |a|·Bb + |r|
+//   a · b          |b|·Ba + |a|·Bb + u·Ba·Bb + |r|: the second-order δa·δb too,
+//                  which is not small where a and b are themselves rounding
+//                  noise (x - mean(x) on a constant row, then scaled by
+//                  1/sqrt(var + eps) ~ 1000: xhat · mean(g · xhat) erred by
+//                  1.9e-3 in f32 where the first-order bound said 0)
 //   a / b          (Ba + |r|·Bb) / |b| + |r|
 //   a ** b         |b·r/a|·Ba + |r·ln|a||·Bb + |r|; at a = 0 (r = 0 for b > 0)
 //                  the error is exactly |δa|^b = (u·Ba)^b, in B's units
 //                  (u·Ba)^b / u, and r = 0 has no error from b; for
 //                  0 < b < 1 the first-order term is capped by that Hölder
-//                  bound, |(a + δ)^b - a^b| <= |δ|^b
+//                  bound, |(a + δ)^b - a^b| <= |δ|^b; for b >= 1 it is
+//                  b·(|a| + u·Ba)^(b-1)·Ba (the mean value theorem, which
+//                  keeps a square's δ² where a is a cancelled difference)
 //   sqrt(a)        min(Ba/(2|r|), √(Ba/u)) + |r|: √ is 1/2-Hölder,
 //                  |√(a + δ) - √a| <= √|δ|, which bounds it at and near 0
 //   exp(a)         |r|·Ba + 2|r|          log(a)   Ba/|a| + 2|r|
@@ -983,7 +989,7 @@ std::string num(double v) {
 //     x_i passes through ⌈log2 n⌉ additions: Σ Bx_i + ⌈log2 n⌉·Σ|x_i|)
 //   mean            (the sum's bound)/n + |r|;  cumsum: the running sums' bounds
 //   diff            B_{k+1} + B_k + |r|
-//   matmul (k inner terms): (|A|·B_B + B_A·|B|) + k·(|A|·|B|) (products, then the
+//   matmul (k inner terms): (|A|·B_B + B_A·|B| + u·B_A·B_B) + k·(|A|·|B|) (products, then the
 //     sum; Summation::tree: ⌈log2 k⌉ for k)
 // Integers and booleans are exact (a comparison of rounded values is taken
 // as exact: first order). A node whose bound is not finite (a division by
@@ -1130,6 +1136,10 @@ Bound call_bound(const Node& n, const TensorMap& m, const Tensor& r) {
       const Tensor t = matmul_rt(*ba, ab, DType::real);
       for (size_t i = 0; i < out.size(); ++i) out.data[i] += t.data[i];
     }
+    if (ba && bb) {  // the products' second-order terms, as a · b's (below)
+      const Tensor t = matmul_rt(*ba, *bb, DType::real);
+      for (size_t i = 0; i < out.size(); ++i) out.data[i] += t_unit * t.data[i];
+    }
     return out;
   }
   using F = double (*)(double, double, double);
@@ -1212,8 +1222,9 @@ Bound bound(const Node& n, const TensorMap& m) {
           case Op::add:
             out.data[i] = bx.data[i] + by.data[i] + ri;
             break;
-          case Op::mul:
-            out.data[i] = std::fabs(ya) * bx.data[i] + std::fabs(xa) * by.data[i] + ri;
+          case Op::mul:  // (a + δa)(b + δb) - ab = a·δb + b·δa + δa·δb, the last in B's units u·Ba·Bb
+            out.data[i] = std::fabs(ya) * bx.data[i] + std::fabs(xa) * by.data[i] +
+                          t_unit * bx.data[i] * by.data[i] + ri;
             break;
           case Op::div:
             out.data[i] = (bx.data[i] + ri * by.data[i]) / std::fabs(ya) + ri;
@@ -1222,9 +1233,14 @@ Bound bound(const Node& n, const TensorMap& m) {
             double from_x = 0;
             if (bx.data[i] != 0 && ya != 0) {
               const double holder = std::pow(t_unit * bx.data[i], ya) / t_unit;  // |δ|^b, b > 0
+              // b >= 1: |(a + δ)^b - a^b| <= b·(|a| + |δ|)^(b-1)·|δ| (the mean
+              // value theorem), the first-order b·|a|^(b-1)·|δ| with |a| widened
+              // by δ: at a near 0 (a cancelled difference) the δ² of a square is
+              // no smaller than the first-order term.
               from_x = xa == 0            ? (ya > 0 ? holder : HUGE_VAL)
                        : ya < 1 && ya > 0 ? std::min(std::fabs(ya * r.data[i] / xa) * bx.data[i], holder)
-                                          : std::fabs(ya * r.data[i] / xa) * bx.data[i];
+                       : ya >= 1 ? ya * std::pow(std::fabs(xa) + t_unit * bx.data[i], ya - 1) * bx.data[i]
+                                 : std::fabs(ya * r.data[i] / xa) * bx.data[i];
             }
             const double from_y =
                 by.data[i] == 0 || ri == 0 ? 0 : ri * std::fabs(std::log(std::fabs(xa))) * by.data[i];

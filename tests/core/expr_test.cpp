@@ -443,6 +443,28 @@ TEST(Expr, ARootOrPowerOfAnExactZeroHasTheHolderBound) {
   EXPECT_DOUBLE_EQ(away.data[0], 4.0 / 4 + 2);
 }
 
+// Products of two values that are rounding noise (x - mean(x) on a constant
+// row whose f32 mean is one ulp off, scaled up: a LayerNorm backward's
+// xhat · mean(g · xhat) with rstd ~ 1000) err by δa·δb, all of it second
+// order: the first-order rule said B = 0 where the f32 evaluation was off
+// by 1.8e-4. The product rule keeps u·Ba·Bb.
+TEST(Expr, AProductOfRoundingNoiseKeepsItsSecondOrderTerm) {
+  const double c = 21.370685577392578;  // in f32, (c + c + c) / 3 is c + 2^-19
+  const TensorMap m = tensors({c, c, c, 1, 1, 1});
+  const std::string xhat = "(x - mean(x, axis=-1, keepdims=true)) * 4096";
+  for (const std::string& text : {xhat + " * sum(" + xhat + ", axis=-1, keepdims=true)",
+                                  "(" + xhat + ") ** 2", "(" + xhat + ") @ transpose(" + xhat + ")"}) {
+    const Expression e = Expression::compile(text, kInfos);
+    const auto f32 = [](double v) { return static_cast<double>(static_cast<float>(v)); };
+    const Tensor exact = e.evaluate(m), rounded = e.evaluate_rounded(m, f32),
+                 b = e.rounding_bound(m, Summation::in_order, 0x1p-24);
+    EXPECT_EQ(exact.data[0], 0) << text;
+    EXPECT_GT(std::fabs(rounded.data[0]), 1e-5) << text;  // the rounding did show
+    for (size_t i = 0; i < exact.size(); ++i)
+      EXPECT_LE(std::fabs(rounded.data[i] - exact.data[i]), 0x1p-24 * b.data[i] * 1.01) << text << " " << i;
+  }
+}
+
 // Summation::tree: the bound of the same sums added as a pairwise tree (a
 // blocked or parallel kernel's), checked against such a sum in f32 of a
 // sum and a matmul's products; below the in-order bound from 4 terms on.
