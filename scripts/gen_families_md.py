@@ -81,7 +81,11 @@ predicted by `L[P-1]`, a child of `p` by `L[P+p]`; starting above the roots,
 accept the first child whose token equals the prediction, descend, repeat.
 A cycle emits the accepted tokens plus one bonus token (the prediction at
 the last accepted node, or at the context's end); generation runs one cycle
-per draft tree against the context so far. Minimal counterexamples: a
+per draft tree against the context so far. argmax takes the lowest index
+on exact ties and compares the f64 logits as they are: some models tie
+tokens 0 and 1 exactly (`model.tie_rate`), others give token 1 the logit
+`L[0] (1 + r)`, `|r|` from a few f64 ulps to 1e-3 (`model.near_tie_rate`),
+a near-tie that an argmax in f32 decides wrong. Minimal counterexamples: a
 chain-only bug such as `positional_logits` shrinks to a 2-node tree (two
 roots), `depth_logits` to a 3-node tree (tests/families/dflash).""",
     "kvcache": """\

@@ -88,6 +88,8 @@ TinyLM::TinyLM(const ModelConfig& c) : config_(c) {
   for (auto& x : token_embedding_) x *= std::sqrt(static_cast<double>(d));  // unit-variance rows
   fill(output_, kOutput, 0, c.vocab, d);
   if (c.tied < 0 || c.tied >= c.vocab) throw std::invalid_argument("TinyLM: tied must be in [0, vocab)");
+  if (c.near_tie != 0 && (c.tied != 0 || !(std::fabs(c.near_tie) <= 0.5)))
+    throw std::invalid_argument("TinyLM: near_tie must be in [-1/2, 1/2] and not with tied");
   for (int v = 1; v <= c.tied; ++v)
     std::copy(output_.begin(), output_.begin() + d, output_.begin() + static_cast<std::ptrdiff_t>(v) * d);
   layers_.resize(static_cast<size_t>(c.layers));
@@ -224,6 +226,8 @@ void TinyLM::run_block(Cache& cache, std::span<const int> tokens, std::span<cons
     rms_norm(&x[static_cast<size_t>(i) * d], h.data(), d);
     matvec(output_, h, row);
     for (auto& v : row) v *= kLogitScale;
+    // One rounding of the exact product (token 1's own output row unused).
+    if (config_.near_tie != 0) row[1] = row[0] * (1 + config_.near_tie);
   };
   if (rows) {
     rows->resize(static_cast<size_t>(n));
@@ -272,11 +276,14 @@ Argmax argmax(const Logits& logits) {
 
 Argmax argmax(const TinyLM& model, const Logits& logits) {
   Argmax a = argmax(logits);
-  if (model.config().tied == 0 || a.margin > 0) return a;
+  const bool near_pair = model.config().near_tie != 0 && a.index <= 1;
+  if (!near_pair && (model.config().tied == 0 || a.margin > 0)) return a;
   double second = -std::numeric_limits<double>::infinity();
   for (size_t i = 0; i < logits.size(); ++i)
-    if (!model.same_output_row(static_cast<int>(i), a.index)) second = std::max(second, logits[i]);
+    if (!model.same_output_row(static_cast<int>(i), a.index) && !(near_pair && i <= 1))
+      second = std::max(second, logits[i]);
   a.margin = logits[static_cast<size_t>(a.index)] - second;
+  if (near_pair) a.margin = std::min(a.margin, std::fabs(logits[0]));
   return a;
 }
 

@@ -12,6 +12,15 @@
 // the model (the same dot product of the same final hidden state, in the same
 // order), so whenever that group holds the largest logit the argmax is an
 // exact tie, decided by the lowest index (token 0).
+// With `near_tie` = r != 0 (and tied 0), token 1's logit is token 0's times
+// (1 + r), rounded once, in every logits row: a near-tie whose relative gap
+// |r| may sit far below f32's resolution (2^-24) while the f64 values differ
+// (|r| >= 2^-50, four ulps of 1: fl(l0 (1 + r)) != l0 for every normal
+// l0 != 0, as |l0 r| is at least four ulps of l0 and the product rounds by at
+// most half of one). Which of the two is larger is the sign of l0 r, the
+// same in every computation of a row whose l0 keeps its sign, so
+// argmax(model, ·) counts |l0| as the pair's margin, not their gap: a kernel
+// that argmaxes the f64 logits in a lower precision is judged there.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +39,9 @@ struct ModelConfig {
   int heads = 1;  // divides d_model
   uint64_t seed = 1;
   int tied = 0;  // tokens 1..tied copy token 0's output row (0: none; below vocab)
+  // Token 1's logit is token 0's times (1 + near_tie) (0: none; not with tied;
+  // 1 + near_tie is exact in double and 2^-50 <= |near_tie| <= 1/2).
+  double near_tie = 0;
   bool operator==(const ModelConfig&) const = default;
 };
 
@@ -109,7 +121,10 @@ Argmax argmax(const Logits& logits);
 // close to change the decision. Tokens sharing the winner's row (its tied
 // group) equal it exactly in every computation, so that exact tie is decided
 // by the lowest index and is no near-tie. An exact tie with any other token
-// (a coincidence of distinct rows) leaves margin 0.
+// (a coincidence of distinct rows) leaves margin 0. A winner of a near_tie
+// model's pair (tokens 0 and 1) has the margin min(gap to the other tokens,
+// |L[0]|): the pair's order is the sign of L[0] near_tie in every
+// computation, and only an error of |L[0]| could flip it.
 Argmax argmax(const TinyLM& model, const Logits& logits);
 
 }  // namespace kprop::dflash

@@ -72,6 +72,23 @@ void argmax_last_on_tie(Pipeline& p) {
   };
 }
 
+// argmax of the f64 logits rounded to f32 first (a verify kernel that loads
+// the logits as float, or a float32 argmax in NumPy): logits closer than
+// f32's resolution round to one value and the lowest index takes the tie, so
+// a near-tie whose f64 winner is the higher index is decided wrong. The
+// family's logits are f64 only, so f32 is the lower precision (a family with
+// f32 logits would round them to bf16 here). Caught at the near-tied pair of
+// a near_tie model (specs/dflash.yaml, model.near_tie_rate).
+void argmax_f32(Pipeline& p) {
+  p.predict = [](const Logits& row) {
+    int best = 0;
+    for (size_t v = 1; v < row.size(); ++v)
+      if (static_cast<float>(row[v]) > static_cast<float>(row[static_cast<size_t>(best)]))
+        best = static_cast<int>(v);
+    return best;
+  };
+}
+
 // The cycle ends without the bonus token.
 void no_bonus_token(Pipeline& p) {
   p.bonus_token = false;
@@ -107,6 +124,9 @@ const std::vector<Mutant>& mutants() {
       {"no_bonus_token", "emits no bonus token at the end of a cycle", run<no_bonus_token>, no_bonus_token},
       {"argmax_last_on_tie", "argmax breaks exact ties toward the highest token index, not the lowest",
        run<argmax_last_on_tie>, argmax_last_on_tie},
+      {"argmax_f32",
+       "argmax of the f64 logits rounded to f32: a near-tie below f32's resolution goes to the lower index",
+       run<argmax_f32>, argmax_f32},
       {"token_ids_u16", "emitted tokens written through uint16 buffers: an id >= 65536 wraps", tokens_u16,
        nullptr},
   };

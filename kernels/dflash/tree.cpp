@@ -1,3 +1,4 @@
+#include <cmath>
 #include <set>
 
 #include "kernels/dflash/dflash.h"
@@ -40,6 +41,10 @@ std::string validate(const Case& c) {
     return "model.heads must divide model.d_model";
   if (m.layers < 0) return "model.layers must be >= 0";
   if (m.tied < 0 || m.tied >= m.vocab) return "model.tied must be in [0, vocab)";
+  if (m.near_tie != 0 && m.tied != 0) return "model.near_tie and model.tied both set (both use token 1)";
+  if (m.near_tie != 0 && !(std::fabs(m.near_tie) >= 0x1p-50 && std::fabs(m.near_tie) <= 0.5 &&
+                           (1 + m.near_tie) - 1 == m.near_tie))
+    return "model.near_tie must be 0 or r with 2^-50 <= |r| <= 1/2 and 1 + r exact";
   if (c.prompt.empty()) return "prompt must not be empty";
   if (c.cycles.empty()) return "cycles must not be empty: a case verifies at least one draft tree";
   for (int t : c.prompt)

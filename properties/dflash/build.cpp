@@ -1,5 +1,6 @@
 // The dflash family's one case builder.
 #include <algorithm>
+#include <cmath>
 #include <optional>
 
 #include "kprop/rng.h"
@@ -28,6 +29,22 @@ Case Traits::build(Draw& draw, const Values& domain) {
   constexpr uint64_t kTieStream = 0x7469656400000000;  // "tied"
   if (c.model.vocab >= 3 && rng::uniform(c.model.seed, kTieStream, 0) < domain.real("model.tie_rate"))
     c.model.tied = 1;
+  // Near-tied logits in a fraction of the other models (vocab >= 3, as for
+  // ties): token 1's logit is token 0's times (1 + r) in every row (model.h),
+  // |r| log-uniform over model.near_tie (default 2^-50, four f64 ulps of 1,
+  // to 1e-3; two thirds of them below f32's 2^-24, where a float argmax
+  // sees a tie), the sign of r a coin, so token 1 lies above token 0 in some rows
+  // and below in others. A function of the seed, like the tie, for the same
+  // reason: no draw of the case moves.
+  constexpr uint64_t kNearStream = 0x6e65617200000000;  // "near"
+  if (c.model.tied == 0 && c.model.vocab >= 3 &&
+      rng::uniform(c.model.seed, kNearStream, 0) < domain.real("model.near_tie_rate")) {
+    const RealRange r = domain.real_range("model.near_tie");
+    const double magnitude = std::exp(std::log(r.lo) + rng::uniform(c.model.seed, kNearStream, 1) *
+                                                           (std::log(r.hi) - std::log(r.lo)));
+    const double signed_r = rng::uniform(c.model.seed, kNearStream, 2) < 0.5 ? -magnitude : magnitude;
+    c.model.near_tie = (1 + signed_r) - 1;  // exactly 1 + near_tie - 1 (Sterbenz), the model's factor
+  }
   const int prompt_len = static_cast<int>(draw.sized(domain.int_range("prompt_len")));
   c.prompt.reserve(size_t(prompt_len));
   for (int i = 0; i < prompt_len; ++i)

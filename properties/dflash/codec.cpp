@@ -16,6 +16,7 @@ YAML::Node Traits::to_yaml(const Case& c) {
   model["heads"] = c.model.heads;
   model["seed"] = c.model.seed;
   if (c.model.tied != 0) model["tied"] = c.model.tied;  // absent: 0, as in files from before it
+  if (c.model.near_tie != 0) model["near_tie"] = case_yaml::real(c.model.near_tie);  // absent: 0, likewise
   n["model"] = model;
   YAML::Node cycles(YAML::NodeType::Sequence);
   for (const auto& tree : c.cycles) {
@@ -38,13 +39,14 @@ Case Traits::from_yaml(const YAML::Node& n) {
   c.prompt = read_list<int>(n, "prompt");
   const YAML::Node m = n["model"];
   if (!m) case_yaml::fail(n, "missing 'model'");
-  expect_keys(m, {"vocab", "d_model", "layers", "heads", "seed", "tied"}, "model");
+  expect_keys(m, {"vocab", "d_model", "layers", "heads", "seed", "tied", "near_tie"}, "model");
   c.model.vocab = read<int>(m, "vocab");
   c.model.d_model = read<int>(m, "d_model");
   c.model.layers = read<int>(m, "layers");
   c.model.heads = read<int>(m, "heads");
   c.model.seed = read<uint64_t>(m, "seed");
   if (m["tied"]) c.model.tied = read<int>(m, "tied");
+  if (m["near_tie"]) c.model.near_tie = read<double>(m, "near_tie");
   const YAML::Node cycles = n["cycles"];
   if (!cycles || !cycles.IsSequence())
     case_yaml::fail(cycles ? cycles : n, "'cycles' must be a list of trees");

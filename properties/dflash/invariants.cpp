@@ -19,7 +19,8 @@ Schema tie_param() {
   return {
       field::real("tie_margin", 1e-6, 0, 1e3,
                   "argmax gaps to a distinct logit below this are near-ties: the case is discarded, never "
-                  "failed; exact ties of the model's tied tokens are judged (lowest index wins)")};
+                  "failed; exact ties of the model's tied tokens are judged (lowest index wins), and so is "
+                  "the order of a near_tie model's pair (the sign of L[0] r, margin |L[0]|)")};
 }
 
 // The case's model, built once per trial (its weights are drawn from the
@@ -38,7 +39,8 @@ std::string tokens_text(const std::vector<int>& v) {
 // the ones the target was given alike, so that tie is exact everywhere and
 // judged by the lowest index; only a gap 0 <= g < tie_margin to a token with
 // another row, which the two computations' rounding could close or open, is
-// a near-tie.
+// a near-tie. A near_tie model's pair counts |L[0]| (model.h): its order is
+// the sign of L[0] r wherever it is computed.
 bool greedy(const TinyLM& model, const std::vector<int>& context, size_t steps, double tie,
             std::vector<int>& out) {
   Autoregressive ar(model, context);

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "properties/dflash/family.h"
 
@@ -20,6 +21,11 @@ Schema Traits::domain_schema() {
               field::real("tie_rate", 0.25, 0, 1,
                           "probability a model of vocab >= 3 gives tokens 0 and 1 one output row (a function "
                           "of its seed): their logits tie exactly, argmax takes token 0"),
+              field::real("near_tie_rate", 0.25, 0, 1,
+                          "probability an untied model of vocab >= 3 gives token 1 the logit L[0] (1 + r) in "
+                          "every row (a function of its seed): a near-tie f64 resolves and f32 may not"),
+              field::real_range("near_tie", {0x1p-50, 1e-3}, 0x1p-50, 0.5,
+                                "range of |r|, drawn log-uniform (2^-50: four f64 ulps of 1)"),
           },
           "target model shape"),
       field::map("tree",
@@ -47,6 +53,13 @@ std::string Traits::in_domain(const Case& c, const Values& d) {
                        m.d_model, w.lo, w.hi, m.heads);
   if (m.tied != 0 && d.real("model.tie_rate") == 0)
     return fmt::format("model.tied = {}, but model.tie_rate is 0 (no tied models)", m.tied);
+  if (m.near_tie != 0 && d.real("model.near_tie_rate") == 0)
+    return fmt::format("model.near_tie = {}, but model.near_tie_rate is 0 (no near-tied models)", m.near_tie);
+  // |r| is the log-uniform draw rounded once by 1 + r: within an ulp of 1
+  // (2^-52) of the range.
+  if (const RealRange r = d.real_range("model.near_tie");
+      m.near_tie != 0 && (std::fabs(m.near_tie) < r.lo - 0x1p-52 || std::fabs(m.near_tie) > r.hi + 0x1p-52))
+    return fmt::format("model.near_tie = {}: |r| outside model.near_tie [{}, {}]", m.near_tie, r.lo, r.hi);
   if (std::string why =
           first_problem({outside_int_range(d, "vocab", m.vocab), outside_int_range(d, "model.heads", m.heads),
                          outside_int_range(d, "model.layers", m.layers),

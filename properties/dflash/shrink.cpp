@@ -227,7 +227,7 @@ rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
              m.vocab = std::max(2, top + 1);
              m.tied = std::min(m.tied, m.vocab - 1);
            },
-           [](ModelConfig&m, int) { m.tied = 0; },
+           [](ModelConfig&m, int) { m.tied = 0; }, [](ModelConfig&m, int) { m.near_tie = 0; },
            [](ModelConfig&m, int) { m.tied = std::max(0, std::min(m.tied, 1)); },
            [](ModelConfig&m, int) { m.layers = std::max(1, m.layers - 1); },
            [](ModelConfig&m, int) { m.heads = 1; },

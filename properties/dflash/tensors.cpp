@@ -46,7 +46,8 @@ oracle.prediction_logits  [T, V]  real  autoregressive logits after context ++ p
 oracle.accepted           [T]     bool  node g is on the longest root path matching greedy decoding
 oracle.accepted_count     [C]     int   nodes the oracle accepts per cycle
 oracle.margin             []      real  smallest argmax gap over the rows the oracle's decisions read, to a
-                                        token with another output row (near-tie indicator; inf if none)
+                                        token with another output row, or |L[0]| for the winner of a
+                                        near_tie model's pair (near-tie indicator; inf if none)
 target.greedy             [O]     int   plain greedy decoding of the prompt for as many tokens as the target
                                         emitted
 target.greedy_margin      []      real  smallest argmax gap over the steps of target.greedy (as

@@ -51,11 +51,14 @@ typedef int (*kprop_dflash_tree_inputs_fn)(const kprop_dflash_tree_inputs_args* 
 /* Op "dflash.verify", entry point kprop_dflash_verify. Greedy verification,
  * parent-indexed: the prediction for a root is argmax logits[0] (the context's
  * last row), for a child of node p it is argmax logits[1 + p]; argmax takes
- * the lowest index on exact ties. Starting above the roots, accept the first
- * child (lowest index) whose token equals the prediction, descend into it and
- * repeat; stop when no child matches. Nodes under a rejected node are never
- * accepted. The bonus token is the prediction at the last accepted node
- * (argmax logits[1 + last]) or, when none is accepted, argmax logits[0]. */
+ * the lowest index on exact ties, comparing the f64 values as given (logits
+ * rounded to f32 first turn near-ties into exact ties: kprop's model draws
+ * rows where two logits differ by a few f64 ulps). Starting above the roots,
+ * accept the first child (lowest index) whose token equals the prediction,
+ * descend into it and repeat; stop when no child matches. Nodes under a
+ * rejected node are never accepted. The bonus token is the prediction at the
+ * last accepted node (argmax logits[1 + last]) or, when none is accepted,
+ * argmax logits[0]. */
 typedef struct kprop_dflash_verify_args {
   kprop_tensor tokens;   /* [N] i32 */
   kprop_tensor parents;  /* [N] i32, -1 for a root */

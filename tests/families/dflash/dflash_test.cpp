@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "kprop/runner.h"
@@ -81,6 +83,60 @@ TEST(DflashKernels, ExactTieGoesToTheLowestIndex) {
   EXPECT_EQ(oracle_of(c).cycles[0].margin, std::numeric_limits<double>::infinity());
   const Result bad = speculative_generate(c, mutant_pipeline("argmax_last_on_tie"), false);
   EXPECT_EQ(bad.output, (std::vector<int>{1, 1}));
+}
+
+// A near-tied model (model.h, near_tie): token 1's logit is token 0's times
+// (1 + r) in every row, r = ±2^-40, far below f32's 2^-24 and above f64's
+// ulps. Where the pair holds the largest logits, the sign of L[0] r picks the
+// winner in f64; rounded to f32 the two are one value and the lowest index
+// wins. The oracle's margin is |L[0]|, not the 2^-40 gap, so lossless and
+// maximal_acceptance judge the case; argmax_f32 decides it wrong whenever
+// token 1 is the f64 winner.
+TEST(DflashKernels, NearTieIsDecidedInF64) {
+  int above = 0, below = 0;
+  for (uint64_t seed = 1; seed <= 200; ++seed)
+    for (const double r : {0x1p-40, -0x1p-40}) {
+      Case c;
+      c.prompt = {0};
+      c.model = {3, 4, 1, 1, seed, 0, r};
+      c.cycles = {{{1}, {-1}}};  // a root drafting token 1
+      const Result ref = reference(c);
+      const Logits& row = ref.cycles[0].logits[0];
+      EXPECT_EQ(row[1], row[0] * (1 + r));
+      EXPECT_NE(row[1], row[0]);
+      EXPECT_EQ(static_cast<float>(row[1]), static_cast<float>(row[0]));
+      const Argmax a = argmax(TinyLM(c.model), row);
+      if (a.index > 1) continue;
+      EXPECT_EQ(a.margin, std::min(std::fabs(row[0]), row[static_cast<size_t>(a.index)] - row[2]));
+      EXPECT_GE(oracle_of(c).cycles[0].margin, 1e-6) << "seed " << seed;
+      const Result bad = speculative_generate(c, mutant_pipeline("argmax_f32"), false);
+      if (a.index == 1) {
+        ++above;
+        EXPECT_EQ(ref.cycles[0].accepted, (std::vector<int>{0}));
+        EXPECT_TRUE(bad.cycles[0].accepted.empty());
+        EXPECT_EQ(bad.output[0], 0);
+      } else {
+        ++below;
+        EXPECT_EQ(bad.output, ref.output);
+      }
+      EXPECT_EQ(kv_cached(c).output, ref.output);
+    }
+  EXPECT_GE(above, 10);
+  EXPECT_GE(below, 10);
+}
+
+// A case file without near_tie reads as before (0); one with it round-trips
+// bit for bit.
+TEST(DflashCodec, NearTieRoundTrips) {
+  Case c = base_case();
+  c.cycles = {{{1}, {-1}}};
+  EXPECT_EQ(Traits::to_yaml(c)["model"]["near_tie"].IsDefined(), false);
+  c.model.near_tie = -0x1.2345p-33;
+  const Case back = Traits::from_yaml(YAML::Load(YAML::Dump(Traits::to_yaml(c))));
+  EXPECT_EQ(back, c);
+  EXPECT_EQ(back.model.near_tie, c.model.near_tie);
+  c.model.tied = 1;
+  EXPECT_NE(validate(c), "");  // near_tie and tied both use token 1
 }
 
 TEST(DflashKernels, KvCachedMatchesReference) {
