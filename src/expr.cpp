@@ -960,7 +960,8 @@ class Checker {
     //   0  compared within the budget;
     //   1  not judged: the reference is finite where the baseline is not (an
     //      intermediate overflowed the dtype; a baseline of inf made the
-    //      budget inf, NaN made it NaN);
+    //      budget inf, NaN made it NaN), or not finite where the baseline
+    //      differs from it (NaN against ±inf: below);
     //   2, 3  except where the family publishes overflow.X (a half output's
     //      overflow threshold) and the reference lies past it by more than
     //      the budget: the kernel's value before the store is within the
@@ -1021,6 +1022,22 @@ class Checker {
                     {must, node(Kind::call, "where", {rounds, num(2), num(3)}),
                      node(Kind::call, "where",
                           {lost, num(1), node(Kind::call, "where", {both(near, to_inf), num(2), num(0)})})});
+      }
+      // A reference NaN or ±inf the baseline does not reach (NaN against
+      // ±inf, +inf against -inf, or a finite baseline) is rounding's choice:
+      // (x - mean(x)) · inf is 0 · inf = NaN in fp64 on a constant row and
+      // ±inf in f32 whichever way the mean rounds. 1, as matches_reference
+      // has it.
+      {
+        NodeP ref = name(kOwnPrefix + "reference." + o.x), base = name("naive." + o.x);
+        NodeP agree = node(
+            Kind::binary, "or",
+            {node(Kind::binary, "and", {node(Kind::call, "isnan", {ref}), node(Kind::call, "isnan", {base})}),
+             node(Kind::binary, "==", {base, ref})});
+        NodeP diverged = node(Kind::binary, "and",
+                              {node(Kind::unary, "not", {node(Kind::call, "isfinite", {ref})}),
+                               node(Kind::unary, "not", {agree})});
+        code = node(Kind::call, "where", {diverged, num(1), code});
       }
       if (o.indexed) {
         auto same_index = std::make_shared<Node>(*o.indexed);

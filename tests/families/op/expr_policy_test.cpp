@@ -773,6 +773,50 @@ TEST(OpClosePolicy, APowerOfAnExactZeroKeepsItsOperandsRoundingInTheFloor) {
   EXPECT_LE(worst, floors[0]);
 }
 
+// (x - mean(x)) · s on a constant row with s = ±inf: 0 · inf = NaN in fp64,
+// and ±1 ulp · inf = ±inf in f32 wherever the mean rounds off the row's
+// value. Which one a correct kernel gets is rounding's choice: kprop's own
+// naive target failed both matches_reference and close(k=) ("target.y[0] =
+// -inf but reference = -nan") on seeds 1 to 3. Such elements are not
+// judged; where the baseline agrees with a non-finite reference it is, and
+// a kernel writing NaN for the reference's inf still fails.
+TEST(OpClosePolicy, ANonFiniteReferenceTheBaselineDoesNotReachIsNotJudged) {
+  const std::string text = R"(spec: nan_cancel
+family: op
+op:
+  dims: {D: [1, 16]}
+  inputs:
+    x: {shape: [D], dtype: f32, values: [constant_rows, normal]}
+    s: {shape: [D], values: [normal], specials: {rate: 0.3, values: [inf, -inf]}}
+  outputs:
+    y: {shape: [D]}
+  reference:
+    y: (x - mean(x, axis=-1, keepdims=true)) * s
+run: {trials: 200}
+invariants:
+  - matches_reference
+  - name: close_k
+    expect: close(target.y, reference.y, k=2)
+)";
+  Spec spec = parse_spec(text, "nan_cancel.yaml");
+  plant_mutants(spec, [](OpFamily& f) {
+    f.mutant("nan_for_inf", "writes NaN where y is ±inf", [](const Case& c) {
+      Result r = op::reference(c);
+      for (double& v : r.outputs[0])
+        if (std::isinf(v)) v = NAN;
+      return r;
+    });
+  });
+  for (const uint64_t seed : {1, 2, 3}) {
+    const RunReport naive = run_spec(spec, scratch_run("naive", seed, 200, "kprop_op_policy_test"));
+    EXPECT_EQ(naive.status, RunStatus::passed) << seed << " " << naive.detail;
+    const RunReport bad = run_spec(spec, scratch_run("nan_for_inf", seed, 200, "kprop_op_policy_test"));
+    EXPECT_EQ(bad.status, RunStatus::failed) << seed;
+    for (const auto& i : bad.invariants)
+      EXPECT_EQ(i.status, InvariantStatus::failed) << i.name << " " << seed;
+  }
+}
+
 // An f32 sum whose terms cancel: the naive baseline adds in index order and
 // can be exact by luck (integers, short decimals: what shrinking finds),
 // while a correct kernel adding the same products as a pairwise tree errs by
