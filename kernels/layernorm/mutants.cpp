@@ -1,8 +1,8 @@
 // Mutants: each is the fused implementation (fused_with, fused.cpp) with
 // exactly one switch flipped to a known bug: a kernel::Bug of the fused
-// kernel (kernels.h), for bf16_truncate the output store, for
-// saved_std_not_rstd the saved statistic, for backward_unrounded_xhat the
-// x̂ the backward reads.
+// kernel (kernels.h), for bf16_truncate and bf16_round_half_away the
+// output store, for saved_std_not_rstd the saved statistic, for
+// backward_unrounded_xhat the x̂ the backward reads.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -30,6 +30,20 @@ float store_bf16_truncated(float v) {
 Result bf16_truncate(const Case& c) {
   if (c.dtype != DType::bf16) return fused(c);
   return fused_with(c, Bug::none, store_bf16_truncated);
+}
+
+// The correct kernel, but a bf16 case's outputs (and x̂ cache) are converted
+// to bf16 by (bits + 0x8000) >> 16, rounding ties away from zero instead of
+// to even: one bf16 ulp off where the f32 value is exactly halfway between
+// two bf16 values, which the f32 column sums dβ = Σ dy (and dγ = Σ dy x̂')
+// of bf16 terms often are (few significant bits, exact in f32); other
+// dtypes as fused.
+float store_bf16_half_away(float v) {
+  return half::bf16_to_float(half::bf16_round_half_away(v));
+}
+Result bf16_round_half_away(const Case& c) {
+  if (c.dtype != DType::bf16) return fused(c);
+  return fused_with(c, Bug::none, store_bf16_half_away);
 }
 
 // The correct kernel, but the rstd it saves for the backward kernel is the
@@ -173,6 +187,10 @@ const std::vector<Mutant>& mutants() {
        "outputs (and the xhat cache) converted to bf16 by truncation instead of round-to-nearest-even; "
        "other dtypes as fused",
        bf16_truncate},
+      {"bf16_round_half_away",
+       "outputs (and the xhat cache) converted to bf16 by (bits + 0x8000) >> 16, ties away from zero "
+       "instead of to even; other dtypes as fused",
+       bf16_round_half_away},
       {"saved_std_not_rstd",
        "the rstd saved for the backward is sqrt(sigma^2 + eps), its inverse; y, xhat and dx are right",
        saved_std_not_rstd},

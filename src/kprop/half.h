@@ -150,6 +150,16 @@ inline uint16_t bf16_truncate(float f) {
   return static_cast<uint16_t>(std::bit_cast<uint32_t>(f) >> 16);
 }
 
+// The f32 -> bf16 conversion (bits + 0x8000) >> 16: round to nearest with
+// ties away from zero (the fast conversion without round-to-nearest-even's
+// lowest-bit term), which some kernels use: a precision mutant's
+// conversion, one bf16 ulp off exactly where the f32 value is a tie. A NaN
+// stays NaN; the carry takes values past bf16's largest to an infinity.
+inline uint16_t bf16_round_half_away(float f) {
+  if (std::isnan(f)) return bf16_from_float(f);
+  return static_cast<uint16_t>((std::bit_cast<uint32_t>(f) + 0x8000u) >> 16);
+}
+
 namespace detail {
 // The nearest value of the format to `d` (ties to even), as a double, by
 // arithmetic on d instead of a round trip through the bit pattern. The

@@ -321,6 +321,7 @@ TEST(LayerNormHalf, FusedPassesTheSpecOnHalfCases) {
 TEST(LayerNormHalf, PrecisionMutantsAreKilled) {
   kHalf.expect_killed("variance_in_storage", "f16");
   kHalf.expect_killed("bf16_truncate", "bf16");
+  kHalf.expect_killed("bf16_round_half_away", "bf16");
   kHalf.expect_killed("backward_unrounded_xhat", "f16");
   kHalf.expect_killed("backward_unrounded_xhat", "bf16");
 }
@@ -482,6 +483,65 @@ TEST(LayerNormInvariants, YIsComputedFromTheUnroundedXhat) {
   const Case f = make(DType::f32, 2, 40, x);
   EXPECT_EQ(check_case(spec, resolve_target(spec, "fused"), inv, std::make_shared<const Case>(f)).outcome,
             Outcome::discard);
+}
+
+// dbeta_is_sum_dy and dgamma_is_sum_dy_xhat judge the store exactly where
+// the f32 column sum is exact in any order. Here both column-0 sums are
+// 1 + 2^-8 (dy = [1, 2^-8], the stored x̂ of x = [1, 0] is 1), exactly
+// halfway between the bf16 values 1 and 1 + 2^-7: round to nearest even
+// stores 1, a store by (bits + 0x8000) >> 16 (ties away from zero) stores
+// 1 + 2^-7, one bf16 ulp off, which 64 f32 ulps + u_s of the value allowed.
+TEST(LayerNormInvariants, ColumnSumsAtATieAreStoredToEven) {
+  const Spec spec = load_spec(kSpec);
+  Case c = make(DType::bf16, 2, 2, {1, 0, 1, 0});
+  c.gamma = {1, 1}, c.beta = {0, 0}, c.dy = {1, 0.5, 0x1.0p-8, 0.25};
+  round_to_dtype(c);
+  const auto shared = std::make_shared<const Case>(c);
+  const Result good = fused(c), away = find_mutant(mutants(), "bf16_round_half_away").run(c);
+  ASSERT_EQ(good.xhat[0], 1.0);
+  ASSERT_EQ(good.xhat[2], 1.0);
+  ASSERT_EQ(good.dbeta[0], 1.0);
+  ASSERT_EQ(away.dbeta[0], 1 + 0x1.0p-7) << "the case no longer shows the tie";
+  for (const char* name : {"dbeta_is_sum_dy", "dgamma_is_sum_dy_xhat"}) {
+    const InvariantUse& inv = use_named(spec, name);
+    EXPECT_EQ(check_case(spec, resolve_target(spec, "fused"), inv, shared).outcome, Outcome::pass) << name;
+    EXPECT_EQ(check_case(spec, resolve_target(spec, "reference"), inv, shared).outcome, Outcome::pass)
+        << name;
+    const Verdict v = check_case(spec, resolve_target(spec, "bf16_round_half_away"), inv, shared);
+    EXPECT_EQ(v.outcome, Outcome::fail) << name;
+    EXPECT_NE(v.message.find("stored to nearest even in bf16 as 1 "), std::string::npos) << v.message;
+  }
+}
+
+// Where the f32 sum depends on the order, the tolerance alone judges it:
+// dy = [1, 2^-24, 2^-24] (f32) sums to 1 in row order (each addition a tie,
+// to even) and to 1 + 2^-23 from the last row up; both pass. (Σ|dy| is
+// 1 + 2^-23, past 2^24 of the lowest bit 2^-24: not judged exactly.)
+TEST(LayerNormInvariants, ColumnSumsInAnotherOrderPass) {
+  const auto f = testing::planted_family<Traits>(reference,
+                                                 {{"reverse_order_dbeta",
+                                                   [](const Case& c) {
+                                                     Result r = fused(c);
+                                                     float sum = 0;
+                                                     for (size_t i = c.dy.size(); i-- > 0;)
+                                                       sum += static_cast<float>(c.dy[i]);
+                                                     r.dbeta[0] = sum;
+                                                     return r;
+                                                   }}},
+                                                 register_invariants);
+  Spec spec = parse_spec("spec: order\nfamily: layernorm\ninvariants: [dbeta_is_sum_dy]\n", "order.yaml");
+  spec.family = f.get();
+  Case c = make(DType::f32, 3, 1, {1, 2, 4});
+  c.dy = {1, 0x1.0p-24, 0x1.0p-24};
+  const auto shared = std::make_shared<const Case>(c);
+  ASSERT_EQ(fused(c).dbeta[0], 1.0);
+  volatile float reversed = 0x1.0p-24f;  // the planted target's order, in f32
+  reversed = reversed + 0x1.0p-24f;
+  ASSERT_EQ(reversed + 1.0f, 1 + 0x1.0p-23f);
+  for (const char* target : {"reference", "reverse_order_dbeta"})
+    EXPECT_EQ(check_case(spec, resolve_target(spec, target), spec.invariants[0], shared).outcome,
+              Outcome::pass)
+        << target;
 }
 
 }  // namespace kernels
