@@ -107,8 +107,10 @@ error bound is derived in `properties/kvcache/invariants.cpp`. Precision
 (the case's dtype): f64 cases compute in fp64 throughout. f32, f16 and bf16
 cases keep the KV cache in the dtype, as vLLM and FlashInfer keep an
 fp16/bf16 cache: Q is in the dtype, K/V arrive in f32 and the cache write
-rounds them to nearest even; attention computes in f32 (scores, softmax max
-and sum, rescale, P·V) and rounds each output to the dtype at the store. The
+rounds them to nearest even (the domain key `store_ties` puts f16/bf16
+cases' K/V exactly halfway between two values of the dtype); attention
+computes in f32 (scores, softmax max and sum, rescale, P·V) and rounds each
+output to the dtype at the store. The
 reference sees the cached values; every comparison allows the derived floor
 `u|o| + tau + f32_k × (first-order f32 error)` (u = 2^-24, 2^-11, 2^-8),
 matches_reference also `naive_k ×` the naive same-precision baseline's

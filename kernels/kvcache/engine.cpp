@@ -225,10 +225,20 @@ void attend(Cache& cache, size_t b, size_t kv_head, const double* q, int lo, int
 }
 
 // A K or V element as the cache write stores it: rounded to the dtype (the
-// truncate_bf16 mutant truncates a bf16 cache's f32 input instead).
-double cache_store(DType dtype, bool truncate_bf16, double x) {
-  if (truncate_bf16 && dtype == DType::bf16)
+// truncate_bf16 mutant truncates a bf16 cache's f32 input instead; the
+// half_away_bf16 mutant rounds its ties away from zero).
+double cache_store(DType dtype, const Engine& e, double x) {
+  if (e.truncate_bf16 && dtype == DType::bf16)
     return half::bf16_to_double(half::bf16_truncate(static_cast<float>(x)));
+  if (e.half_away_bf16 && dtype == DType::bf16)
+    return half::bf16_to_double(half::bf16_round_half_away(static_cast<float>(x)));
+  return round_to(dtype, x);
+}
+
+// An output as stored: rounded to the dtype (half_away_bf16: ties away).
+double output_store(DType dtype, const Engine& e, double x) {
+  if (e.half_away_bf16 && dtype == DType::bf16)
+    return half::bf16_to_double(half::bf16_round_half_away(static_cast<float>(x)));
   return round_to(dtype, x);
 }
 
@@ -257,8 +267,8 @@ Result run_with(const Case& c, const Engine& e) {
       for (int t = w.begin; t < w.end; ++t) {
         const size_t at = static_cast<size_t>(t) * token;
         for (size_t i = 0; i < token; ++i) {
-          krow[i] = cache_store(c.dtype, e.truncate_bf16, data[b]->k[at + i]);
-          vrow[i] = cache_store(c.dtype, e.truncate_bf16, data[b]->v[at + i]);
+          krow[i] = cache_store(c.dtype, e, data[b]->k[at + i]);
+          vrow[i] = cache_store(c.dtype, e, data[b]->v[at + i]);
         }
         cache.write(b, t, krow.data(), vrow.data(), t >= P);
         if (t >= P) padded = std::max(padded, t + 1);
@@ -283,7 +293,7 @@ Result run_with(const Case& c, const Engine& e) {
           attend(cache, b, h / g, &data[b]->q[row * D], lo, n, D, acc.data(), scratch, in_storage, alpha,
                  e.no_max);
           double* dst = &r.out[b][row * D];
-          for (size_t d = 0; d < D; ++d) dst[d] = round_to(c.dtype, static_cast<double>(acc[d]));
+          for (size_t d = 0; d < D; ++d) dst[d] = output_store(c.dtype, e, static_cast<double>(acc[d]));
         }
       }
     }

@@ -28,6 +28,9 @@
 // std::round, which takes ties away from zero), clamped to [-127, 127];
 // attention dequantizes code * s. Cases with int8_ties > 0 put K/V elements
 // exactly on such ties (x / s == k + 1/2 in double, against this s).
+// Likewise f16/bf16 cases with store_ties > 0 put K/V elements exactly
+// halfway between two values of the dtype (f32 values: the cache write
+// rounds them to even).
 //
 // Precision (the case's dtype; an fp16/bf16 KV cache as vLLM and FlashInfer
 // keep it). f64 cases are what the family always did: data, caches and
@@ -93,6 +96,12 @@ struct Case {
   // == k + 1/2 in double (k even and odd, either sign). 0 (a case written
   // before the field) puts none there.
   double int8_ties = 0;
+  // f16/bf16 cases: the probability that a K/V element arrives (in f32)
+  // exactly halfway between two neighbouring values of the dtype, where the
+  // cache write's round to nearest even differs from rounding ties away
+  // from zero or truncating. 0 (a case written before the field) puts none
+  // there.
+  double store_ties = 0;
   int q_heads() const { return kv_heads * group; }
   // Tokens over all sequences (each one's prompt and decode steps).
   int64_t tokens() const {
@@ -216,6 +225,7 @@ struct Engine {
   bool no_max = false;              // softmax as exp(s) / sum exp(s): no running max subtracted
   // Precision mutations (differ from the correct engine on non-f64 cases only):
   bool truncate_bf16 = false;          // bf16 cache written by truncation, not round-to-nearest-even
+  bool half_away_bf16 = false;         // bf16 cache and outputs stored by (bits + 0x8000) >> 16: ties away
   bool decode_acc_in_storage = false;  // decode's P·V accumulator and row sum kept in the dtype
   bool scale_in_storage = false;       // the softmax scale 1/sqrt(D) rounded to the dtype
 };

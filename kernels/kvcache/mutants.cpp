@@ -59,6 +59,13 @@ const std::vector<Mutant>& mutants() {
       {"cache_truncated_bf16",
        "paged, bf16: K/V written to the bf16 cache by truncation instead of round-to-nearest-even",
        switched<Layout::paged, &Engine::truncate_bf16>},
+      // Differs from the contract only where an f32 K/V element or output is
+      // exactly halfway between two bf16 values with an even lower one:
+      // store_ties' elements (specs/kvcache.yaml).
+      {"bf16_round_half_away",
+       "paged, bf16: K/V written to the bf16 cache, and outputs stored, by (bits + 0x8000) >> 16, ties away "
+       "from zero instead of to even",
+       switched<Layout::paged, &Engine::half_away_bf16>},
       // f32/f16/bf16 cases: rounded after every update.
       {"decode_accumulate_in_storage",
        "decode's P·V accumulator and softmax row sum held in the storage type (f16/bf16), not f32",

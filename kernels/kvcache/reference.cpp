@@ -17,7 +17,7 @@ namespace kprop::kvcache {
 namespace {
 
 // (kK + 10, kV + 10: an element's near-tie draw; + 20: its side; + 30: its
-// exact-tie draw, Case::int8_ties.)
+// exact-tie draw, Case::int8_ties; + 40: its dtype-tie draw, Case::store_ties.)
 enum Stream : uint64_t { kQ = 1, kK = 2, kV = 3, kRangeK = 10, kRangeV = 11 };
 
 }  // namespace
@@ -59,6 +59,18 @@ double exact_tie(double scale, double j0) {
   return scale * (j0 + 0.5);  // no exact tie at this scale (none seen): a near one
 }
 
+// The value halfway between round_to(dtype, x) and its neighbour toward
+// zero (from a zero: half the smallest subnormal), with x's sign: a tie of
+// the f16/bf16 dtype, which has one significant bit more than the dtype
+// (at most 12), so it is an f32 value, and |tie| <= |round_to(dtype, x)|.
+// Its lower neighbour is even or odd as x's rounding was: about half the
+// ties round up to even, half down.
+double dtype_tie(DType dtype, double x) {
+  const double r = round_to(dtype, std::fabs(x));
+  const double tie = r == 0 ? denorm_min(dtype) / 2 : (r + neighbour_abs(dtype, r, -1)) / 2;
+  return std::copysign(tie, x);
+}
+
 Tensors generate(const Case& c, size_t b) {
   const Sequence& s = c.seqs.at(b);
   const size_t T = static_cast<size_t>(s.tokens()), D = static_cast<size_t>(c.head_dim);
@@ -77,9 +89,18 @@ Tensors generate(const Case& c, size_t b) {
   // x / s == j + 1/2 in double, which the contract rounds to even. (The
   // scales come from the case's calibrated ranges, not from the values, so
   // no element moves them; every tie lies inside its channel's range.)
+  // f16/bf16 K/V: a fraction store_ties sits exactly on a tie of the
+  // dtype (dtype_tie), where the cache write's round to nearest even is
+  // one ulp from a store that rounds ties away (or truncates); uniformly
+  // drawn f32 values hit one about once in 2^15 (bf16). Drawn only for
+  // cases with ties, as int8_ties.
   auto element = [&](double range, Stream stream, size_t i) {
     const double u = 2 * rng::uniform(s.seed, stream, i) - 1;
-    if (c.dtype != DType::f64) return range * u;
+    if (c.dtype != DType::f64) {
+      if (c.store_ties > 0 && rng::uniform(s.seed, stream + 40, i) < c.store_ties)
+        return dtype_tie(c.dtype, range * u);
+      return range * u;
+    }
     if (rng::uniform(s.seed, stream + 10, i) < 0.05) {
       const double side = rng::uniform(s.seed, stream + 20, i) < 0.5 ? -1 : 1;
       return range / 127 * (std::floor(127 * u) + 0.5 + side * 0x1p-30);
@@ -101,7 +122,7 @@ Tensors generate(const Case& c, size_t b) {
 struct DataKey {
   uint64_t seq_seed, seed;
   int tokens, kv_heads, group, head_dim;
-  double q_scale, k_spread, v_spread, int8_ties;
+  double q_scale, k_spread, v_spread, int8_ties, store_ties;
   DType dtype;
   bool stored;
   bool operator==(const DataKey&) const = default;
@@ -110,8 +131,8 @@ struct DataKey {
 DataKey data_key(const Case& c, size_t b, bool stored) {
   const Sequence& s = c.seqs.at(b);
   stored = stored && c.dtype != DType::f64;  // f64 K/V are stored as they arrive: one entry
-  return {s.seed,    c.seed,     s.tokens(), c.kv_heads,  c.group, c.head_dim,
-          c.q_scale, c.k_spread, c.v_spread, c.int8_ties, c.dtype, stored};
+  return {s.seed,     c.seed,     s.tokens(),  c.kv_heads,   c.group, c.head_dim, c.q_scale,
+          c.k_spread, c.v_spread, c.int8_ties, c.store_ties, c.dtype, stored};
 }
 
 // Sequences larger than this (elements) are made each time rather than kept.
@@ -283,6 +304,8 @@ std::string validate(const Case& c) {
   if (!(c.int8_ties >= 0 && c.int8_ties <= 1)) return "int8_ties must be in [0, 1]";
   if (c.int8_ties > 0 && c.dtype != DType::f64)
     return "int8_ties applies to f64 cases only (the int8 cache's)";
+  if (!(c.store_ties >= 0 && c.store_ties <= 1)) return "store_ties must be in [0, 1]";
+  if (c.store_ties > 0 && !is_half(c.dtype)) return "store_ties applies to f16 and bf16 cases only";
   std::vector<bool> seen(c.pool.size());
   for (int b : c.pool) {
     if (b < 0 || b >= static_cast<int>(seen.size()) || seen[static_cast<size_t>(b)])

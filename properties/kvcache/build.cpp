@@ -64,6 +64,8 @@ Case Traits::build(Draw& draw, const Values& domain) {
   // Exact int8 rounding ties (f64 cases, the int8 cache's): the domain's
   // rate, not a draw, so every other field is drawn as before the key.
   if (c.dtype == DType::f64) c.int8_ties = domain.real("int8_ties");
+  // Exact ties of the dtype (f16/bf16 cases' K/V), likewise the domain's rate.
+  if (is_half(c.dtype)) c.store_ties = domain.real("store_ties");
   // The pool: what the schedule needs plus spares, in an order drawn here
   // (identity, reversed or shuffled), which is the free list's initial order.
   const int n = blocks_needed(c) + static_cast<int>(draw.any(domain.int_range("spare_blocks")));

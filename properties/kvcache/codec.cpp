@@ -34,7 +34,8 @@ YAML::Node Traits::to_yaml(const Case& c) {
   data["k_spread"] = case_yaml::real(c.k_spread);
   data["v_spread"] = case_yaml::real(c.v_spread);
   data["seed"] = c.seed;
-  if (c.int8_ties > 0) data["int8_ties"] = case_yaml::real(c.int8_ties);  // absent: none
+  if (c.int8_ties > 0) data["int8_ties"] = case_yaml::real(c.int8_ties);     // absent: none
+  if (c.store_ties > 0) data["store_ties"] = case_yaml::real(c.store_ties);  // absent: none
   n["data"] = data;
   return n;
 }
@@ -73,7 +74,7 @@ Case Traits::from_yaml(const YAML::Node& n) {
   c.dtype = dtype_named(dtype);
   const YAML::Node data = n["data"];
   if (!data) case_yaml::fail(n, "missing 'data'");
-  expect_keys(data, {"q_scale", "k_spread", "v_spread", "seed", "int8_ties"}, "data");
+  expect_keys(data, {"q_scale", "k_spread", "v_spread", "seed", "int8_ties", "store_ties"}, "data");
   c.q_scale = read<double>(data, "q_scale");
   c.k_spread = read<double>(data, "k_spread");
   c.v_spread = read<double>(data, "v_spread");
@@ -82,6 +83,10 @@ Case Traits::from_yaml(const YAML::Node& n) {
   c.int8_ties = case_yaml::read_or<double>(data, "int8_ties", 0);
   if (!(c.int8_ties >= 0 && c.int8_ties <= 1))
     case_yaml::fail(data["int8_ties"], "'int8_ties' is a probability in [0, 1]");
+  // Cases from before exact dtype ties have none.
+  c.store_ties = case_yaml::read_or<double>(data, "store_ties", 0);
+  if (!(c.store_ties >= 0 && c.store_ties <= 1))
+    case_yaml::fail(data["store_ties"], "'store_ties' is a probability in [0, 1]");
   case_yaml::check_contract(n, validate(c));
   return c;
 }

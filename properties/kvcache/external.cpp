@@ -12,7 +12,9 @@
 // dtype, or KPROP_I8 for an int8 cache on an f64 case; an engine that lacks
 // a dtype answers KPROP_UNSUPPORTED (the case is declined, not passed).
 // An f64 case's exact int8 ties (Case::int8_ties) travel as its k and v
-// values (batch_data, the values the reference quantizes), unrounded in f64.
+// values (batch_data, the values the reference quantizes), unrounded in f64;
+// an f16/bf16 case's dtype ties (Case::store_ties) travel in k and v's f32,
+// which holds them exactly, for the kernel's cache write to round.
 #include <fmt/format.h>
 
 #include <cmath>

@@ -34,6 +34,9 @@ Schema Traits::domain_schema() {
                   "f64 cases: the probability that a K/V element (one of the 95% not drawn 2^-30 off a tie) "
                   "sits exactly on a rounding tie of its int8 code, x / s = k + 1/2 in double (k even and "
                   "odd, either sign), which the contract rounds to even; 0 puts none there"),
+      field::real("store_ties", 0.05, 0, 1,
+                  "f16/bf16 cases: the probability that a K/V element arrives (in f32) exactly halfway "
+                  "between two values of the dtype, which the cache write rounds to even; 0 puts none there"),
       field::choices("dtypes", dtype_choices(), dtype_choices(),
                      "the case's dtype: f64 computes in fp64; f32/f16/bf16 store Q, the cache and the "
                      "outputs in the dtype and compute in f32 (kernels/kvcache/kvcache.h, Precision)"),
@@ -41,7 +44,7 @@ Schema Traits::domain_schema() {
 }
 
 // The generator's edge values (edge_rate) and its rounding of the reals to
-// 1/64 mirrored; int8_ties up to the domain's. The pool (spare blocks,
+// 1/64 mirrored; int8_ties and store_ties up to the domain's. The pool (spare blocks,
 // order) is the case's own layout and not checked here.
 std::string Traits::in_domain(const Case& c, const Values& d) {
   const bool edges = d.real("edge_rate") > 0;
@@ -75,7 +78,10 @@ std::string Traits::in_domain(const Case& c, const Values& d) {
        // The builder's rate (f64 cases), or none (the shrinker's, a case from before the field).
        c.int8_ties <= d.real("int8_ties")
            ? ""
-           : fmt::format("int8_ties = {} is above the domain's {}", c.int8_ties, d.real("int8_ties"))});
+           : fmt::format("int8_ties = {} is above the domain's {}", c.int8_ties, d.real("int8_ties")),
+       c.store_ties <= d.real("store_ties")
+           ? ""
+           : fmt::format("store_ties = {} is above the domain's {}", c.store_ties, d.real("store_ties"))});
 }
 
 namespace {

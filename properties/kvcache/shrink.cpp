@@ -9,7 +9,8 @@ namespace kprop::kvcache {
 
 // One shrink step, boldest first: fewer sequences, shorter sequences, earlier
 // arrivals, fewer and narrower heads, smaller pages and chunks, plain data
-// (nan poison, unit spreads and scales, seed 1, no exact int8 ties), then a
+// (nan poison, unit spreads and scales, seed 1, no exact int8 or dtype
+// ties), then a
 // tidy pool (identity order, no spare blocks). Pools grow when a candidate
 // needs more blocks.
 rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
@@ -56,15 +57,21 @@ rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
   for (const Sequence& s : c.seqs) longest_prompt = std::max(longest_prompt, s.prompt);
   if (c.chunk > longest_prompt) set(&Case::chunk, longest_prompt);  // the same single chunk, a smaller number
   for (int k = 1; k < std::min(c.chunk, longest_prompt + 1); ++k) set(&Case::chunk, k);
-  // Wider dtypes first: f64, then f32 (the same data, less rounding).
-  if (c.dtype != DType::f64) set(&Case::dtype, DType::f64);
-  if (is_half(c.dtype)) set(&Case::dtype, DType::f32);
+  // Wider dtypes first: f64, then f32 (the same data, less rounding; no
+  // dtype ties, which only f16/bf16 cases have).
+  for (DType wider : {DType::f64, DType::f32})
+    if (wider == DType::f64 ? c.dtype != DType::f64 : is_half(c.dtype)) {
+      Case s = c;
+      s.dtype = wider, s.store_ties = 0;
+      add(s);
+    }
   set(&Case::poison, Poison::nan);
   set(&Case::q_scale, 1.0);
   set(&Case::k_spread, 1.0);
   set(&Case::v_spread, 1.0);
   set(&Case::seed, uint64_t{1});
   if (c.int8_ties > 0) set(&Case::int8_ties, 0.0);
+  if (c.store_ties > 0) set(&Case::store_ties, 0.0);
   const int need = blocks_needed(c);
   if (static_cast<int>(c.pool.size()) > need) {  // drop spare blocks (the highest ids)
     Case s = c;

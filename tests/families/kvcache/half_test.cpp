@@ -181,6 +181,139 @@ TEST(KvcacheHalf, PrecisionMutantsAreKilled) {
   kHalf.expect_killed("decode_accumulate_in_storage", "f16");
 }
 
+// Exact ties of the dtype (Case::store_ties): K/V elements that arrive in
+// f32 exactly halfway between two f16/bf16 values, where the cache write's
+// round to nearest even differs from rounding ties away from zero.
+namespace store_ties {
+
+Case tied_case(DType dtype, double rate) {
+  Case c = batch_case(dtype);
+  c.store_ties = rate;
+  return c;
+}
+
+// Whether x (an f32 value) is exactly halfway between two values of d, and
+// whether the one nearer zero is even (where ties away from zero differ).
+bool is_tie(DType d, double x) {
+  const double r = round_to(d, x);
+  if (r == x) return false;
+  const double other = std::copysign(neighbour_abs(d, r, std::fabs(r) > std::fabs(x) ? -1 : +1), x);
+  return std::fabs(x - r) == std::fabs(x - other);
+}
+
+TEST(KvcacheStoreTies, ElementsSitExactlyOnTiesOfBothParitiesAndSigns) {
+  for (DType d : {DType::bf16, DType::f16}) {
+    const Case c = tied_case(d, 1);
+    ASSERT_EQ(validate(c), "");
+    int ties = 0, elements = 0, away_differs[2] = {0, 0}, same[2] = {0, 0};  // [negative, positive]
+    for (size_t b = 0; b < c.seqs.size(); ++b) {
+      const Tensors x = sequence_data(c, b);
+      for (const std::vector<double>* t : {&x.k, &x.v})
+        for (double e : *t) {
+          ++elements;
+          ASSERT_EQ(round_to(DType::f32, e), e);  // arrives in f32 exactly
+          if (!is_tie(d, e)) continue;
+          ++ties;
+          if (d == DType::bf16) {
+            const double even = round_to(d, e),
+                         away = half::bf16_to_double(half::bf16_round_half_away(static_cast<float>(e)));
+            (away != even ? away_differs : same)[e > 0]++;
+          }
+        }
+    }
+    EXPECT_EQ(ties, elements) << dtype_name(d);
+    if (d == DType::bf16)
+      for (int side : {0, 1}) {
+        EXPECT_GT(away_differs[side], 0) << "side " << side;
+        EXPECT_GT(same[side], 0) << "side " << side;
+      }
+    // Without the field, no element is on a tie (uniform f32 draws).
+    Case plain = c;
+    plain.store_ties = 0;
+    for (size_t b = 0; b < plain.seqs.size(); ++b) {
+      const Tensors x = sequence_data(plain, b);
+      for (const std::vector<double>* t : {&x.k, &x.v})
+        for (double e : *t) EXPECT_FALSE(is_tie(d, e)) << e;
+    }
+  }
+}
+
+// One token per sequence: its output is its own cached V. On ties the
+// correct engine stores V rounded to even, the mutant one bf16 ulp away,
+// beyond the derived floor; without ties the mutant's cache equals it.
+TEST(KvcacheStoreTies, TiedValuesKillRoundHalfAwayAndPassTheEngines) {
+  Case c;
+  c.head_dim = 16;
+  c.seqs = {{1, 0, 0, 7}};
+  c.dtype = DType::bf16;
+  c.store_ties = 1;
+  c = fit_pool(c);
+  const Tensors in = sequence_data(c, 0);
+  const Result good = paged(c), bad = mutant("bf16_round_half_away").run(c), want = reference(c);
+  const auto floor = storage_floor(c, want, 2);
+  int differ = 0;
+  for (size_t d = 0; d < 16; ++d) {
+    EXPECT_EQ(good.out[0][d], half::round_to_bf16(in.v[d]));
+    EXPECT_EQ(bad.out[0][d], half::bf16_to_double(half::bf16_round_half_away(static_cast<float>(in.v[d]))));
+    if (bad.out[0][d] != good.out[0][d]) {
+      ++differ;
+      EXPECT_GT(std::fabs(bad.out[0][d] - want.out[0][d]), floor[0][d]);
+    }
+  }
+  EXPECT_GE(differ, 3);
+  Case plain = c;
+  plain.store_ties = 0;
+  EXPECT_EQ(mutant("bf16_round_half_away").run(plain).out, paged(plain).out);
+}
+
+TEST(KvcacheStoreTies, FieldRoundTripsAndItsAbsenceMeansNone) {
+  const Case c = tied_case(DType::bf16, 0.25);
+  const YAML::Node n = Traits::to_yaml(c);
+  EXPECT_EQ(n["data"]["store_ties"].as<double>(), 0.25);
+  const Case back = Traits::from_yaml(YAML::Load(YAML::Dump(n)));
+  EXPECT_TRUE(back == c);
+  EXPECT_EQ(paged(back).out, paged(c).out);
+  // No ties, no field: a corpus case from before it reads and writes as it did.
+  Case plain = c;
+  plain.store_ties = 0;
+  const YAML::Node old = Traits::to_yaml(plain);
+  EXPECT_FALSE(old["data"]["store_ties"]);
+  EXPECT_EQ(Traits::from_yaml(YAML::Load(YAML::Dump(old))).store_ties, 0);
+  for (const char* bad : {"2", "-0.5", ".nan", "often"}) {
+    YAML::Node b = YAML::Clone(n);
+    b["data"]["store_ties"] = bad;
+    testing::expect_bad_case<Traits>(YAML::Dump(b), "store_ties");
+  }
+  // Ties belong to f16/bf16 cases; the shrinker offers the case without
+  // them, and wider dtypes without them.
+  YAML::Node f32 = YAML::Clone(n);
+  f32["dtype"] = "f32";
+  testing::expect_bad_case<Traits>(YAML::Dump(f32), "store_ties");
+  auto shrinks = Traits::shrinks(c, Values::defaults(Traits::domain_schema()));
+  bool offered = false, wider = false;
+  while (auto s = shrinks.next()) {
+    offered = offered || (s->store_ties == 0 && s->dtype == DType::bf16);
+    wider = wider || s->dtype == DType::f64;
+  }
+  EXPECT_TRUE(offered);
+  EXPECT_TRUE(wider);
+}
+
+// The spec kills the mutant within 100 bf16 cases at its store_ties, and
+// without ties it survives them (uniform f32 K/V hit a bf16 tie about once
+// in 2^16 elements: the audit's 2 seeds of 10): what the key is for.
+TEST(KvcacheStoreTies, TheSpecKillsRoundHalfAwayOnlyWithTies) {
+  const std::string line = "store_ties: 0.05";
+  testing::HalfRuns with{kSpec, "dtypes: [f64, f32, f16, bf16]", "kvcache_store_ties", 100, 100};
+  with.expect_killed("bf16_round_half_away", "bf16");
+  with.expect_passes("paged", "bf16");
+  testing::HalfRuns without = with;
+  without.name = "kvcache_no_store_ties";
+  without.edit = [&](std::string& text) { text.replace(text.find(line), line.size(), "store_ties: 0"); };
+  without.expect_passes("bf16_round_half_away", "bf16");
+}
+
+}  // namespace store_ties
 }  // namespace half_cache
 }  // namespace
 }  // namespace kprop::kvcache
