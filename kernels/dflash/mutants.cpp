@@ -1,6 +1,7 @@
 // Mutants: each reproduces one real draft-tree verification bug by replacing
 // exactly one stage of the correct pipeline.
 #include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 
 #include "kernels/dflash/dflash.h"
@@ -43,6 +44,21 @@ void parent_only_mask(Pipeline& p) {
 void sibling_leak_mask(Pipeline& p) {
   p.sees = [](const DraftTree&, int i, std::span<uint8_t> row) {
     std::fill(row.begin(), row.begin() + i + 1, uint8_t{1});
+  };
+}
+
+// Ancestor sets kept as one uint32 bitmask per node (node j is bit j % 32),
+// a common packing of tree attention masks: past 32 nodes the bits alias, so
+// node i attends to every node j whose j % 32 matches an ancestor's (node 0
+// sees node 32, node 32 sees node 0). Right for trees of at most 32 nodes;
+// real draft trees (EAGLE, Medusa) have ~60 (specs/dflash.yaml, profile
+// wide_trees).
+void mask_u32_bitmask(Pipeline& p) {
+  p.sees = [](const DraftTree& t, int i, std::span<uint8_t> row) {
+    uint32_t bits = 0;
+    for (int n = i; n >= 0; n = t.parents[static_cast<size_t>(n)]) bits |= uint32_t{1} << (n % 32);
+    for (size_t j = 0; j < row.size(); ++j)
+      if ((bits >> (j % 32)) & 1u) row[j] = 1;
   };
 }
 
@@ -119,6 +135,9 @@ const std::vector<Mutant>& mutants() {
        run<parent_only_mask>, parent_only_mask},
       {"sibling_leak_mask", "node attends to every earlier tree node (causal over the flattened tree)",
        run<sibling_leak_mask>, sibling_leak_mask},
+      {"mask_u32_bitmask",
+       "ancestor sets as uint32 bitmasks (node j is bit j % 32): past 32 nodes a node attends to aliases",
+       run<mask_u32_bitmask>, mask_u32_bitmask},
       {"no_subtree_invalidation", "accepts nodes matching their own prediction under a rejected ancestor",
        run<no_subtree_invalidation>, no_subtree_invalidation},
       {"no_bonus_token", "emits no bonus token at the end of a cycle", run<no_bonus_token>, no_bonus_token},

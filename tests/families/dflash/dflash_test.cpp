@@ -205,6 +205,20 @@ TEST(DflashShrinker, RedraftForItsOwnPatternIsTheIdentity) {
   EXPECT_GE(multi_cycle, 10);  // the property is about the later cycles
 }
 
+// Ancestor sets packed as uint32 bitmasks alias node j with node j + 32:
+// right up to 32 nodes, wrong from 33 (node 0 then attends to node 32).
+TEST(DflashKernels, U32BitmaskMaskAliasesPast32Nodes) {
+  const Pipeline good = correct_pipeline(), bad = mutant_pipeline("mask_u32_bitmask");
+  for (int n : {32, 33, 64, 65}) {
+    DraftTree t;
+    for (int i = 0; i < n; ++i) t.tokens.push_back(i % 7), t.parents.push_back(i < 7 ? -1 : i - 7);
+    CycleTrace a, b;
+    build_tree_inputs(good, t, 2, a);
+    build_tree_inputs(bad, t, 2, b);
+    EXPECT_EQ(a.mask == b.mask, n <= 32) << n << " nodes";
+  }
+}
+
 }  // namespace kernels
 }  // namespace
 }  // namespace kprop::dflash
