@@ -10,7 +10,11 @@
 //   where(parents[:, None] < 0, X.context_logits[cycle], X.node_logits[maximum(parents, 0)])
 // The `oracle.*` tensors come from plain greedy decoding with a KV cache (the
 // independent oracle the C++ invariants use), run cycle by cycle on the
-// oracle's own context: what a correct implementation reports.
+// oracle's own context: what a correct implementation reports. A target that
+// emits other tokens runs its later cycles on another context, so the
+// invariants that compare its logits or acceptance with the oracle read
+// `target.oracle_*`: the same oracle on the target's own context, as the C++
+// invariants (tree_logits_match_path, maximal_acceptance) compare.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -39,7 +43,8 @@ node_index                [T]     int   node g's index in its own tree
 depth                     [T]     int   depth of node g (1 for roots)
 ancestor_or_self          [T, T]  bool  [g, h]: node h is node g or an ancestor of it (same cycle)
 oracle.context_length     [C]     int   context length P of each cycle (oracle's context)
-oracle.context_logits     [C, V]  real  autoregressive logits after each cycle's context
+oracle.context_logits     [C, V]  real  autoregressive logits after each cycle's context (the oracle's own: the
+                                        prompt ++ the oracle's emissions; target.oracle_* follows the target's)
 oracle.node_logits        [T, V]  real  autoregressive logits after context ++ path(g)
 oracle.prediction_logits  [T, V]  real  autoregressive logits after context ++ path(parent(g)): the row whose
                                         argmax node g is checked against
@@ -48,6 +53,14 @@ oracle.accepted_count     [C]     int   nodes the oracle accepts per cycle
 oracle.margin             []      real  smallest argmax gap over the rows the oracle's decisions read, to a
                                         token with another output row, or |L[0]| for the winner of a
                                         near_tie model's pair (near-tie indicator; inf if none)
+target.oracle_context_logits     [C, V]  real  oracle.context_logits on the target's context (the prompt ++ what
+                                               the target emitted before each cycle): equals oracle.* while the
+                                               target emits what the oracle does
+target.oracle_node_logits        [T, V]  real  oracle.node_logits on the target's context
+target.oracle_prediction_logits  [T, V]  real  oracle.prediction_logits on the target's context
+target.oracle_accepted           [T]     bool  oracle.accepted on the target's context
+target.oracle_accepted_count     [C]     int   oracle.accepted_count on the target's context
+target.oracle_margin             []      real  oracle.margin on the target's context
 target.greedy             [O]     int   plain greedy decoding of the prompt for as many tokens as the target
                                         emitted
 target.greedy_margin      []      real  smallest argmax gap over the steps of target.greedy (as
@@ -138,39 +151,90 @@ void put_case(const Case& c, TensorMap& out) {
     out.put("ancestor_or_self", Tensor::of({T, T}, std::move(anc), DType::boolean));
 }
 
-// Greedy verification done by the autoregressive oracle, cycle by cycle
-// (oracle_of: the trial's, when these tensors belong to one).
-void put_oracle(const Case& c, TensorMap& out) {
+// The oracle's cycles as tensors named `prefix` + "context_logits", ...
+// (`cycle(k)`: the oracle's cycle k, on whichever context it followed).
+template <typename CycleOf>
+void put_oracle_cycles(const Case& c, const std::string& prefix, CycleOf&& cycle, TensorMap& out) {
   const int64_t C = static_cast<int64_t>(c.cycles.size()), T = total_nodes(c), V = c.model.vocab;
-  std::optional<Oracle> own;
-  const Oracle& o = out.once_store() ? out.once_store()->get<oracle_of>(c) : own.emplace(oracle_of(c));
   std::vector<int> counts;
   std::vector<double> ctx_logits, node_logits, pred_logits, accepted;
   double margin = std::numeric_limits<double>::infinity();
   for (size_t k = 0; k < c.cycles.size(); ++k) {
     const DraftTree& tree = c.cycles[k];
-    const OracleCycle& cycle = o.cycles[k];
-    ctx_logits.insert(ctx_logits.end(), cycle.context_logits.begin(), cycle.context_logits.end());
+    const OracleCycle& o = cycle(k);
+    ctx_logits.insert(ctx_logits.end(), o.context_logits.begin(), o.context_logits.end());
     for (int i = 0; i < tree.size(); ++i) {
       const int p = tree.parents[size_t(i)];
-      const Logits& above = p < 0 ? cycle.context_logits : cycle.node_logits[size_t(p)];
+      const Logits& above = p < 0 ? o.context_logits : o.node_logits[size_t(p)];
       pred_logits.insert(pred_logits.end(), above.begin(), above.end());
-      node_logits.insert(node_logits.end(), cycle.node_logits[size_t(i)].begin(),
-                         cycle.node_logits[size_t(i)].end());
+      node_logits.insert(node_logits.end(), o.node_logits[size_t(i)].begin(), o.node_logits[size_t(i)].end());
     }
     std::vector<double> on_path(size_t(tree.size()), 0.0);
-    for (int n : cycle.path) on_path[size_t(n)] = 1;
+    for (int n : o.path) on_path[size_t(n)] = 1;
     accepted.insert(accepted.end(), on_path.begin(), on_path.end());
-    counts.push_back(static_cast<int>(cycle.path.size()));
-    margin = std::min(margin, cycle.margin);
+    counts.push_back(static_cast<int>(o.path.size()));
+    margin = std::min(margin, o.margin);
   }
-  out.put("oracle.context_length", Tensor::ints({C}, o.context_lengths));
-  out.put("oracle.context_logits", Tensor::of({C, V}, std::move(ctx_logits)));
-  out.put("oracle.node_logits", Tensor::of({T, V}, std::move(node_logits)));
-  out.put("oracle.prediction_logits", Tensor::of({T, V}, std::move(pred_logits)));
-  out.put("oracle.accepted", Tensor::of({T}, std::move(accepted), DType::boolean));
-  out.put("oracle.accepted_count", Tensor::ints({C}, counts));
-  out.put("oracle.margin", Tensor::scalar(margin));
+  out.put(prefix + "context_logits", Tensor::of({C, V}, std::move(ctx_logits)));
+  out.put(prefix + "node_logits", Tensor::of({T, V}, std::move(node_logits)));
+  out.put(prefix + "prediction_logits", Tensor::of({T, V}, std::move(pred_logits)));
+  out.put(prefix + "accepted", Tensor::of({T}, std::move(accepted), DType::boolean));
+  out.put(prefix + "accepted_count", Tensor::ints({C}, counts));
+  out.put(prefix + "margin", Tensor::scalar(margin));
+}
+
+const Oracle& trial_oracle(const Case& c, TensorMap& out, std::optional<Oracle>& own) {
+  return out.once_store() ? out.once_store()->get<oracle_of>(c) : own.emplace(oracle_of(c));
+}
+
+// Greedy verification done by the autoregressive oracle, cycle by cycle
+// (oracle_of: the trial's, when these tensors belong to one).
+void put_oracle(const Case& c, TensorMap& out) {
+  std::optional<Oracle> own;
+  const Oracle& o = trial_oracle(c, out, own);
+  out.put("oracle.context_length", Tensor::ints({int64_t(c.cycles.size())}, o.context_lengths));
+  put_oracle_cycles(
+      c, "oracle.", [&](size_t k) -> const OracleCycle& { return o.cycles[k]; }, out);
+}
+
+// The oracle on the target's own context: cycle k after the prompt and the
+// tokens the target emitted in cycles 0..k-1 (what maximal_acceptance and
+// tree_logits_match_path compare against). oracle.* follows the oracle's own
+// emissions, so once a target emits other tokens (a wrong acceptance, a
+// missing bonus) its later cycles run on another context, and comparing
+// their logits with oracle.* fails a target whose logits are right. The
+// trial's oracle serves while the target emits what it does; from the first
+// cycle where they part, decoded here. A target that reports another number
+// of cycles, or emits a token outside the vocabulary before its last cycle,
+// has no such context: the tensors stay unpublished (an invariant naming
+// them fails saying so).
+void put_target_oracle(const Case& c, const Result& r, TensorMap& out) {
+  if (r.cycles.size() != c.cycles.size()) return;
+  for (size_t k = 0; k + 1 < r.cycles.size(); ++k)
+    for (int token : r.cycles[k].emitted)
+      if (token < 0 || token >= c.model.vocab) return;
+  std::optional<Oracle> own;
+  const Oracle& cached = trial_oracle(c, out, own);
+  const auto model = TinyLM::shared(c.model);
+  std::vector<int> context = c.prompt;
+  std::optional<Autoregressive> state;  // from the first cycle the target's context leaves the oracle's
+  OracleCycle decoded;
+  put_oracle_cycles(
+      c, "target.oracle_",
+      [&](size_t k) -> const OracleCycle& {
+        if (k > 0) {  // advance past cycle k - 1's emissions
+          const std::vector<int>& emitted = r.cycles[k - 1].emitted;
+          context.insert(context.end(), emitted.begin(), emitted.end());
+          if (state)
+            for (int token : emitted) state->push(token);
+          else if (emitted != cached.cycles[k - 1].emitted(c.cycles[k - 1]))
+            state.emplace(*model, context);
+        }
+        if (!state) return cached.cycles[k];
+        decoded = oracle_cycle(*state, c.cycles[k]);
+        return decoded;
+      },
+      out);
 }
 
 // An implementation's report. A report of the wrong shape (an external
@@ -261,6 +325,7 @@ void Traits::tensors(const Case& c, const Result* target, const Result* referenc
   if (target) {
     if (out.wanted("target.greedy") || out.wanted("target.greedy_margin")) put_greedy(c, *target, out);
     put_result(c, "target", *target, out);
+    if (out.wants_prefix("target.oracle_")) put_target_oracle(c, *target, out);
   }
   if (reference) put_result(c, "reference", *reference, out);
 }

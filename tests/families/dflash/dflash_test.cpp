@@ -219,6 +219,39 @@ TEST(DflashKernels, U32BitmaskMaskAliasesPast32Nodes) {
   }
 }
 
+// The expressions that compare a target's logits or acceptance with the
+// autoregressive oracle judge it on its own context (target.oracle_*): a
+// target whose mask, position ids and logits are right but whose cycles emit
+// other tokens than the oracle's (no_bonus_token: every later cycle runs on
+// a shorter context) passes them, as it passes tree_logits_match_path. They
+// compared with oracle.* (the oracle's own context) and failed it. A kernel
+// with wrong logits still fails them.
+TEST(DflashExpressions, JudgeTheTargetOnItsOwnContext) {
+  const std::string examples = std::string(KPROP_SOURCE_DIR) + "/specs/examples/dflash_expr.yaml";
+  const std::vector<std::pair<std::string, std::vector<std::string>>> specs = {
+      {kSpec, {"parent_indexed_logits_expr", "tree_logits_match_path", "mask_is_ancestor_closure"}},
+      {examples,
+       {"accepted_is_greedy_path", "tree_logits_match_path_expr", "context_logits_match_expr",
+        "parent_indexed_logits_expr", "reorder_siblings_same_path"}}};
+  for (const auto& [path, invariants] : specs) {
+    RunOptions o = testing::no_corpus_run("no_bonus_token", 20261122);
+    o.only_invariants = invariants;
+    o.trials = 100;
+    o.scratch_dir = ::testing::TempDir() + "kprop_dflash_own_context";
+    const RunReport r = run_spec(load_spec(path), o);
+    EXPECT_EQ(r.status, RunStatus::passed) << path;
+    for (const auto& inv : r.invariants) {
+      EXPECT_EQ(inv.status, InvariantStatus::passed) << path << ": " << inv.name;
+      EXPECT_GE(inv.passed, 100) << path << ": " << inv.name;
+    }
+  }
+  for (const char* bug : {"index_positions", "parent_only_mask", "sibling_leak_mask"}) {
+    RunOptions o = testing::first_failure(bug, 20261122, {"parent_indexed_logits_expr"});
+    o.scratch_dir = ::testing::TempDir() + "kprop_dflash_own_context";
+    EXPECT_EQ(run_spec(load_spec(kSpec), o).status, RunStatus::failed) << bug;
+  }
+}
+
 }  // namespace kernels
 }  // namespace
 }  // namespace kprop::dflash
