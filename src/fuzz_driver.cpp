@@ -150,12 +150,22 @@ FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::st
       result.not_checked = "every invariant discarded it or is n/a (" + r.verdict.message + ")";
     if (!r.failed() && r.kind != CheckResult::Kind::target_failure) continue;
     // A fuzzer hits one bug thousands of times: keep a finding only if its
-    // signature (invariant, implementation) is new to the corpus or its case
-    // is smaller than every stored one with that signature. With
-    // --no-corpus, new to this run (`seen`): every crash input of one bug
-    // was stored, and the scratch folder is no corpus to be known in.
+    // signature (invariant or failure kind, implementation) is new to the
+    // corpus or its case is smaller than every stored one with that
+    // signature. With --no-corpus, new to this run (`seen`): every crash
+    // input of one bug was stored, and the scratch folder is no corpus to be
+    // known in.
     const std::string invariant = r.failed() ? spec.invariants[k].name : "";
-    const std::string signature = spec.name + '\n' + invariant + '\n' + target_name;
+    // A target failure's kind (error, crash, hang, ...) is part of its
+    // signature: an error and a crash of one target are two bugs. They were
+    // one (invariant "" for both): a crash imported after an error was
+    // "known" under the error's message, its shrunk file was removed, and
+    // the replay printed reproduced the error. The kind is what the stored
+    // file records as found_by (record_finding: a thrown exception is a
+    // crash there too); an invariant's failure is known by the invariant
+    // alone, whatever found it (rapidcheck, search, libfuzzer).
+    const std::string failure = r.failed() ? "" : (r.failure_kind == "threw" ? "crash" : r.failure_kind);
+    const std::string signature = spec.name + '\n' + invariant + '\n' + failure + '\n' + target_name;
     const fs::path dir = fs::path(corpus_root) / spec.name;
     int64_t known_size = -1;
     std::string known_path, known_message, known_summary;
@@ -169,7 +179,8 @@ FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::st
       for (const auto& file : list_corpus(dir.string())) {
         try {
           const CorpusEntry known = read_entry(file);
-          if (known.invariant == invariant && known.found_against == target_name) {
+          if (known.invariant == invariant && known.found_against == target_name &&
+              (!invariant.empty() || known.found_by == failure)) {
             const CaseStats stats = spec.family->stats(spec.family->from_yaml(known.case_node));
             if (known_size < 0 || stats.size < known_size)
               known_size = stats.size, known_path = file, known_message = known.message,

@@ -92,9 +92,9 @@ struct FuzzImport {
 // `case_timeout_s` (--case-timeout) overrides run.case_timeout_s for the
 // target's calls, as in a property run.
 // The findings of one run (a --fuzz or an --import) by signature (spec,
-// invariant, implementation): what --no-corpus dedupes against. Its scratch
-// folder keeps earlier runs' findings too, and deduping against those called
-// a bug still there "known" (exit 0).
+// invariant or target failure kind, implementation): what --no-corpus
+// dedupes against. Its scratch folder keeps earlier runs' findings too, and
+// deduping against those called a bug still there "known" (exit 0).
 struct FuzzSeen {
   struct Known {
     int64_t size = 0;

@@ -978,6 +978,57 @@ TEST(Cli, FuzzCrashInputsOfOneBugAreOneNewFindingAndKnownOnesAreNamed) {
   fs::remove_all(seeds);
 }
 
+// An error and a crash of one target are two findings, each stored with a
+// replay that fails that way again: the failure's kind is part of the
+// signature, with a corpus and (the run's own) with --no-corpus. (Both were
+// the signature (invariant "", target): the crash imported after the error
+// was "known" under the error's message, its shrunk file was removed, and
+// the replay printed reproduced the error.) A worker that raises on an odd
+// row length and aborts on an even one; seed-010 of seed 1 has an odd D,
+// seed-012 an even one.
+TEST(Cli, ImportKeepsATargetsErrorAndCrashApart) {
+  if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
+  const fs::path dir = temp("import-kinds"), seeds = dir / "seeds", corpus = dir / "corpus";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "worker.py") << "import os, sys\nsys.path.insert(0, '" << KPROP_SOURCE_DIR
+                                   << "/python')\nimport kprop_worker\n\n\ndef op(x, **_):\n"
+                                      "    if x.shape[-1] % 2 == 1:\n        raise ValueError('odd D')\n"
+                                      "    os.abort()\n\n\nkprop_worker.serve({'rmsnorm': op})\n";
+  const std::string spec = std::string(KPROP_SOURCE_DIR) + "/specs/ops/rmsnorm.yaml";
+  ASSERT_EQ(run("--spec " + spec + " --fuzz-seeds " + seeds.string() + " --seed 1").code, 0);
+  const std::string inputs =
+      " --import " + (seeds / "seed-010").string() + " " + (seeds / "seed-012").string();
+  for (const std::string& where : {" --corpus " + corpus.string(), std::string(" --no-corpus")}) {
+    const CliRun r = run("--spec " + spec + where + inputs + " --target " + python_exec(dir / "worker.py"));
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find("NEW   " + (seeds / "seed-010").string() + ": target failure (error): "),
+              std::string::npos)
+        << where << "\n"
+        << r.out;
+    const auto crash = r.out.find("NEW   " + (seeds / "seed-012").string() + ": target failure (crash): ");
+    ASSERT_NE(crash, std::string::npos) << where << "\n" << r.out;
+    // The crash's own file, and a replay of it crashes again (a replay of
+    // the error's file exits 3 too: the line says which failure it was).
+    const auto stored = r.out.find("stored: ", crash), replay = r.out.find("replay: ", crash);
+    ASSERT_NE(stored, std::string::npos) << r.out;
+    ASSERT_NE(replay, std::string::npos) << r.out;
+    const std::string file = r.out.substr(stored + 8, r.out.find('\n', stored) - stored - 8);
+    EXPECT_NE(contents(file).find("found_by: crash"), std::string::npos) << file;
+    const std::string cmd = r.out.substr(replay + 8, r.out.find('\n', replay) - replay - 8);
+    const std::string again = cmd.substr(cmd.find(" --spec ") + 1);
+    const CliRun replayed = run(again);
+    EXPECT_EQ(replayed.code, 3) << again << "\n" << replayed.out;
+    EXPECT_NE(replayed.out.find("target: crash (while checking matches_reference): rmsnorm: the target was "
+                                "killed by signal 6"),
+              std::string::npos)
+        << again << "\n"
+        << replayed.out;
+  }
+  EXPECT_EQ(kprop::list_corpus((corpus / "rmsnorm").string()).size(), 2u);
+  fs::remove_all(dir);
+}
+
 // A shard's share of the run's cases is rounded: it may run out a little
 // short of trials on discards inside its budget, with no case declined.
 // That is still a pass, as unsharded (it gave up, exit 2, while the rule
