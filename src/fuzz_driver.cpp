@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <regex>
 
 #include "kprop/process.h"
@@ -80,6 +81,57 @@ bool parse_tally(const std::string& line, long long& inputs, long long& checked,
   if (!std::regex_search(line, m, tally)) return false;
   inputs = std::stoll(m[1]), checked = std::stoll(m[2]), why = m[3];
   return true;
+}
+
+// Why the output of libFuzzer's corpus merge (-merge=1 into `merged`, from
+// `corpus`) must not replace the corpus, or "" when it may: the merge did
+// not exit 0 (`status`, as waitpid gives it; `last_line` its last words),
+// or a file it wrote is no whole copy of an input in `corpus`.
+std::string fuzz_merge_failure(int status, const std::string& merged, const std::string& corpus,
+                               const std::string& last_line) {
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return fmt::format("libFuzzer's merge ended {}: {}",
+                       WIFEXITED(status) ? fmt::format("with exit status {}", WEXITSTATUS(status))
+                                         : fmt::format("on signal {}", WTERMSIG(status)),
+                       last_line.empty() ? "(it printed nothing)" : last_line);
+  // Every file it wrote must be a whole copy of an input: byte for byte the
+  // input of its name (libFuzzer names both its corpus files and the
+  // merge's by their content's hash), or else of its size (a corpus file
+  // may have any name). And never empty: libFuzzer runs the empty input
+  // itself before any corpus, so a 0-byte file is a write that failed; on a
+  // full disk the fuzzing before the merge leaves empty inputs in the
+  // corpus too, which every empty file of the merge's would match as a copy.
+  std::map<uintmax_t, std::vector<fs::path>> inputs;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(corpus, ec))
+    if (entry.is_regular_file(ec)) inputs[entry.file_size(ec)].push_back(entry.path());
+  int written = 0, bad = 0;
+  for (const auto& entry : fs::directory_iterator(merged, ec)) {
+    ++written;
+    bool whole = false;
+    try {
+      const auto bytes = read_bytes(entry.path().string());
+      const fs::path named = fs::path(corpus) / entry.path().filename();
+      if (bytes.empty()) {
+        whole = false;
+      } else if (fs::is_regular_file(named)) {
+        whole = read_bytes(named.string()) == bytes;
+      } else if (const auto it = inputs.find(bytes.size()); it != inputs.end()) {
+        for (const auto& input : it->second)
+          if ((whole = read_bytes(input.string()) == bytes)) break;
+      }
+    } catch (const std::exception&) {
+      whole = false;  // not a file that reads: no copy
+    }
+    bad += !whole;
+  }
+  if (ec) return fmt::format("the merge's output could not be read: {}", ec.message());
+  if (bad > 0)
+    return fmt::format(
+        "libFuzzer's merge wrote {} file(s), {} of them empty or no whole copy of an input "
+        "(a full disk?)",
+        written, bad);
+  return "";
 }
 
 }  // namespace
@@ -458,11 +510,30 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
       fs::create_directories(merged);
       // The merge runs every input once: a hanging one is cut at the case
       // timeout (libFuzzer's default would be 20 minutes).
-      run_fuzzer({harness, "-merge=1", timeout_flag, merged.string(), corpus.string()}, env,
-                 [](const std::string&) {});
-      if (!fs::is_empty(merged)) {
-        fs::remove_all(corpus);
+      std::string merge_last;
+      const ProcessResult merge =
+          run_fuzzer({harness, "-merge=1", timeout_flag, merged.string(), corpus.string()}, env,
+                     [&](const std::string& line) {
+                       if (!line.empty()) merge_last = line;
+                     });
+      // The merge's output replaces the corpus only when it is whole: an
+      // exit status of 0 and every file it wrote a copy of an input. libFuzzer
+      // does not check its writes, so on a full disk it left empty files and
+      // exited 0, and the corpus (155 of 157 inputs) was replaced by them.
+      const std::string merge_failed =
+          fuzz_merge_failure(merge.status, merged.string(), corpus.string(), merge_last);
+      if (!merge_failed.empty()) {
+        std::error_code ec;
+        fs::remove_all(merged, ec);
+        fmt::print(stderr, "[{}] the coverage corpus was not merged: {}; {} is kept as it was\n", spec.name,
+                   merge_failed, corpus.string());
+      } else if (!fs::is_empty(merged)) {
+        // The old corpus goes only once the merged one is in its place.
+        const fs::path old = work / "corpus.old";
+        fs::remove_all(old);
+        fs::rename(corpus, old);
         fs::rename(merged, corpus);
+        fs::remove_all(old);
       } else {
         fs::remove_all(merged);  // nothing kept: the corpus stays as it was
       }

@@ -1029,6 +1029,65 @@ TEST(Cli, ImportKeepsATargetsErrorAndCrashApart) {
   fs::remove_all(dir);
 }
 
+// The end-of-round merge replaces the coverage corpus only when its output
+// is whole: a merge that wrote empty files and exited 0 (libFuzzer on a
+// full disk: it does not check its writes) or one that failed leaves the
+// corpus as it was, and the run says so in a line, its verdict unchanged.
+// (The corpus was replaced by the empty files, 155 of 157 inputs, without
+// a word, exit 0.) A stand-in harness adds three inputs to the corpus and
+// an empty one (as fuzzing on a full disk leaves them: each empty file of
+// the merge's then matched it), and merges as `merge` says ($prev the
+// merge's output folder, $last the corpus).
+TEST(Cli, FuzzKeepsTheCoverageCorpusWhenItsMergeFails) {
+  const fs::path dir = temp("fake-fuzzer-merge"), work = temp("fake-fuzz-merge-work");
+  fs::create_directories(dir);
+  const fs::path corpus = work / "dflash" / "corpus";
+  const auto fuzz = [&](const std::string& merge) {
+    std::ofstream(dir / "fuzz_any_spec")
+        << "#!/bin/sh\n"
+           "for a in \"$@\"; do prev=\"$last\"; last=\"$a\"; done\n"
+           "case \"$*\" in\n"
+           "  *-runs=0*) echo 'kprop fuzz: tally: 2 input(s), 2 checked, 0 declined' >&2;;\n"
+           "  *-fork=*) printf one > \"$prev/a\"; printf two > \"$prev/b\"; printf three > \"$prev/c\"; : > "
+           "\"$prev/d\"; "
+           "echo 'INFO: exiting: 0' >&2;;\n"
+           "  *-merge=1*) "
+        << merge << ";;\nesac\n";
+    fs::permissions(dir / "fuzz_any_spec", fs::perms::owner_all);
+    fs::remove_all(work);
+    return run("--spec " + kSpec + " --fuzz --time 1 --no-corpus --seed 1 --work " + work.string() +
+               " --fuzzer-dir " + dir.string());
+  };
+  const auto inputs = [&] {
+    std::string all;
+    for (const char* name : {"a", "b", "c"})
+      all += fs::exists(corpus / name) ? contents(corpus / name) + " " : std::string("- ");
+    return all;
+  };
+  const std::string kept = "[dflash] the coverage corpus was not merged: ";
+  // A full disk: every file it wrote is empty, and it exits 0.
+  const CliRun full = fuzz("for f in \"$last\"/*; do : > \"$prev/${f##*/}\"; done");
+  EXPECT_EQ(full.code, 0) << full.out;
+  EXPECT_NE(
+      full.out.find(kept + "libFuzzer's merge wrote 4 file(s), 4 of them empty or no whole copy of an input"),
+      std::string::npos)
+      << full.out;
+  EXPECT_EQ(inputs(), "one two three ") << full.out;
+  // A merge that fails after writing one input.
+  const CliRun failed = fuzz("cp \"$last/a\" \"$prev/\"; echo 'MERGE-OUTER: failed' >&2; exit 1");
+  EXPECT_EQ(failed.code, 0) << failed.out;
+  EXPECT_NE(failed.out.find(kept + "libFuzzer's merge ended with exit status 1: MERGE-OUTER: failed"),
+            std::string::npos)
+      << failed.out;
+  EXPECT_EQ(inputs(), "one two three ") << failed.out;
+  // A whole merge that keeps one input replaces the corpus, without a word.
+  const CliRun merged = fuzz("cp \"$last/b\" \"$prev/\"");
+  EXPECT_EQ(merged.code, 0) << merged.out;
+  EXPECT_EQ(merged.out.find(kept), std::string::npos) << merged.out;
+  EXPECT_EQ(inputs(), "- two - ") << merged.out;
+  fs::remove_all(work);
+}
+
 // A shard's share of the run's cases is rounded: it may run out a little
 // short of trials on discards inside its budget, with no case declined.
 // That is still a pass, as unsharded (it gave up, exit 2, while the rule
