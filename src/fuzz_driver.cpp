@@ -1,17 +1,23 @@
 #include "kprop/fuzz_driver.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/file.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <regex>
+#include <utility>
 
 #include "kprop/process.h"
 #include "kprop/rng.h"
@@ -47,6 +53,45 @@ void make_folder(const char* flag, const fs::path& dir) {
     throw InputError({}, fmt::format("{} {}: cannot create the folder: {}", flag, dir.string(),
                                      ec ? ec.message() : "a file is in the way"));
 }
+
+// A spec's work folder is one run's at a time: its lock file, held with
+// flock(2) while the run lasts. Two runs in one folder (the default
+// .fuzz-work of one cwd) each imported the other's crash inputs against its
+// own target (a clean run's UNREPRODUCED lines, exit 1), set them aside as
+// an earlier run's, and merged the shared coverage corpus under each other.
+// The kernel drops the lock when the run ends, however it ends; the file is
+// close-on-exec, so the harness and libFuzzer's jobs do not hold it on.
+class WorkLock {
+ public:
+  WorkLock(const std::string& work_dir, const std::string& spec) {
+    const fs::path dir = fs::path(work_dir) / spec, file = dir / "lock";
+    make_folder("--work", dir);
+    fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0)
+      throw InputError({}, fmt::format("--work {}: cannot open its lock file {}: {}", work_dir, file.string(),
+                                       std::strerror(errno)));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      ::close(fd_);
+      if (err == EWOULDBLOCK)
+        throw InputError({}, fmt::format("--work {}: another prop_runner --fuzz is using it (spec {}: {} is "
+                                         "locked); wait for it to end or pass --work elsewhere",
+                                         work_dir, spec, file.string()));
+      throw InputError(
+          {}, fmt::format("--work {}: cannot lock {}: {}", work_dir, file.string(), std::strerror(err)));
+    }
+  }
+  WorkLock(WorkLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  WorkLock(const WorkLock&) = delete;
+  WorkLock& operator=(const WorkLock&) = delete;
+  WorkLock& operator=(WorkLock&&) = delete;
+  ~WorkLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+ private:
+  int fd_ = -1;
+};
 
 // fuzz_any_spec: the harness for any spec, which it reads from KPROP_SPEC
 // (the spec-named fuzz_<spec> are the same harness with a default spec, for
@@ -286,6 +331,12 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
   std::vector<std::string> harnesses;
   for (const auto& spec : specs) harnesses.push_back(harness_path(spec, o));
   for (const auto& spec : specs) report.stats.push_back({spec.name});
+  // Each spec's work folder locked before anything in it is touched (one
+  // lock per name: a spec given twice is one folder, and a second flock of
+  // it from this process would refuse this very run).
+  std::map<std::string, WorkLock> locks;
+  for (const auto& spec : specs)
+    if (!locks.count(spec.name)) locks.emplace(spec.name, WorkLock(o.work_dir, spec.name));
   const bool continuous = o.time_s <= 0;
   // --time is the whole run's: each spec's slice is its share of what is
   // left, so the seed runs, merges and libFuzzer's wrap-up of the specs

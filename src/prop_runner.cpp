@@ -739,7 +739,8 @@ int main(int argc, char** argv) {
                  "processes: property runs, --mutants and --replay of a folder check cases on N processes "
                  "with the verdicts of --jobs 1 (default: all cores); --fuzz: libFuzzer -fork=N (default 1)")
       ->transform(number_in(1, false, 4096, "a whole number of processes in [1, 4096]", true));
-  app.add_option("--work", cfg.work, "--fuzz: work folder for coverage corpora and crash inputs")
+  app.add_option("--work", cfg.work,
+                 "--fuzz: work folder for coverage corpora and crash inputs (one run at a time)")
       ->check(given("names no folder"));
   app.add_option("--fuzzer-dir", cfg.fuzzer_dir,
                  "--fuzz: folder with the harness fuzz_any_spec (default: fuzz/ beside prop_runner)")

@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <tuple>
 
 #include "kprop/corpus.h"
@@ -1085,6 +1087,50 @@ TEST(Cli, FuzzKeepsTheCoverageCorpusWhenItsMergeFails) {
   EXPECT_EQ(merged.code, 0) << merged.out;
   EXPECT_EQ(merged.out.find(kept), std::string::npos) << merged.out;
   EXPECT_EQ(inputs(), "- two - ") << merged.out;
+  fs::remove_all(work);
+}
+
+// Two --fuzz runs of one spec in one work folder: the second refuses (exit
+// 2, one line naming the folder) while the first runs, and the first ends
+// as it would alone. (Each imported the other's crash inputs against its
+// own target: the clean run printed UNREPRODUCED lines and exited 1 with 0
+// findings; the other set the first's inputs aside as an earlier run's; and
+// their merges replaced the shared coverage corpus under each other.) The
+// stand-in harness's fork job notes that it started, then waits for `go`.
+TEST(Cli, FuzzRefusesAWorkFolderAnotherRunIsUsing) {
+  const fs::path dir = temp("fake-fuzzer-lock"), work = temp("fake-fuzz-lock-work");
+  const fs::path started = dir / "started", go = dir / "go";
+  fs::remove_all(work);
+  fs::create_directories(dir);
+  std::ofstream(dir / "fuzz_any_spec")
+      << "#!/bin/sh\n"
+         "case \"$*\" in\n"
+         "  *-runs=0*) echo 'kprop fuzz: tally: 2 input(s), 2 checked, 0 declined' >&2;;\n"
+         "  *-fork=*) touch "
+      << started.string() << "; i=0; while [ ! -e " << go.string()
+      << " ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; echo 'INFO: exiting: 0' >&2;;\n"
+         "esac\n";
+  fs::permissions(dir / "fuzz_any_spec", fs::perms::owner_all);
+  const std::string args = "--spec " + kSpec + " --fuzz --time 1 --no-corpus --seed 1 --work " +
+                           work.string() + " --fuzzer-dir " + dir.string();
+  CliRun first;
+  std::thread running([&] { first = run(args); });
+  for (int i = 0; i < 600 && !fs::exists(started); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(fs::exists(started)) << "the first run's harness never started";
+  const CliRun second = run(args);
+  std::ofstream(go).flush();
+  running.join();
+  EXPECT_EQ(second.code, 2) << second.out;
+  EXPECT_NE(second.out.find("--work " + work.string() + ": another prop_runner --fuzz is using it"),
+            std::string::npos)
+      << second.out;
+  EXPECT_NE(second.out.find("pass --work elsewhere"), std::string::npos) << second.out;
+  EXPECT_EQ(first.code, 0) << first.out;
+  EXPECT_EQ(first.out.find("set aside"), std::string::npos) << first.out;
+  // The folder is free again once the first run has ended.
+  const CliRun after = run(args);
+  EXPECT_EQ(after.code, 0) << after.out;
   fs::remove_all(work);
 }
 
