@@ -139,14 +139,15 @@ std::vector<Hypothesis> exhaustive(const TableLM& model, const std::vector<int>&
 
 // The search with each known bug as a switch (all off: the contract).
 struct Semantics {
-  bool retain_finished = true;         // drop_finished: false
-  bool compound_penalty = false;       // penalty_compounding
-  bool penalty_counts_prompt = false;  // penalty_counts_prompt
-  bool expand_finished = false;        // expand_finished
-  bool shared_pool = false;            // batch_pool_leak
-  bool stop_at_first_eos = false;      // stop_at_first_eos
-  bool ties_keep_later = false;        // ties_keep_later_token
-  bool done_late = false;              // done_one_step_late
+  bool retain_finished = true;          // drop_finished: false
+  bool compound_penalty = false;        // penalty_compounding
+  bool penalty_counts_prompt = false;   // penalty_counts_prompt
+  bool expand_finished = false;         // expand_finished
+  bool shared_pool = false;             // batch_pool_leak
+  bool stop_at_first_eos = false;       // stop_at_first_eos
+  bool ties_keep_later = false;         // ties_keep_later_token
+  bool done_late = false;               // done_one_step_late
+  bool finished_first_on_ties = false;  // finished_first_on_ties
 };
 Result search(const Case& c, const Semantics& semantics);
 

@@ -59,6 +59,10 @@ const std::vector<Mutant>& mutants() {
        "batched top-k breaks an exact score tie by the candidate's flat (slot, token) index, as torch.topk "
        "over beam x vocab does: the parents' pool order, not the contract's lexicographic order",
        batched_flat_ties},
+      {"finished_first_on_ties",
+       "on an exact score tie a finished beam kept from an earlier step ranks before a new expansion (a "
+       "sort key with a 'kept' flag above the tokens), not by the contract's lexicographic order",
+       flipped<&Semantics::finished_first_on_ties, true>},
   };
   return table;
 }

@@ -56,7 +56,17 @@ void run_pool(const TableLM& model, const Case& c, const Semantics& s, const std
     // The best width + 1 in order (one past the pool for the prune margin):
     // `better` is a total order on one prompt's beams, so the same as sorting all.
     const size_t ranked = std::min(candidates.size(), static_cast<size_t>(width) + 1);
-    if (s.ties_keep_later)  // equal scores: the later token sequence first
+    // A finished beam kept from an earlier step is shorter than this step's
+    // expansions (step tokens each).
+    auto kept = [step](const Entry& e) { return e.h.finished && static_cast<int>(e.h.tokens.size()) < step; };
+    if (s.finished_first_on_ties)  // equal scores: a kept finished beam before an expansion
+      std::partial_sort(candidates.begin(), candidates.begin() + static_cast<long>(ranked), candidates.end(),
+                        [&](const Entry& a, const Entry& b) {
+                          if (a.h.score != b.h.score) return a.h.score > b.h.score;
+                          if (kept(a) != kept(b)) return kept(a);
+                          return a.h.tokens < b.h.tokens;
+                        });
+    else if (s.ties_keep_later)  // equal scores: the later token sequence first
       std::partial_sort(candidates.begin(), candidates.begin() + static_cast<long>(ranked), candidates.end(),
                         [](const Entry& a, const Entry& b) {
                           return a.h.score != b.h.score ? a.h.score > b.h.score : b.h.tokens < a.h.tokens;
@@ -88,7 +98,9 @@ void run_pool(const TableLM& model, const Case& c, const Semantics& s, const std
   for (const Entry& e : pool) out.prompts[static_cast<size_t>(e.prompt)].hypotheses.push_back(e.h);
   for (int b : group) {
     auto& hyps = out.prompts[static_cast<size_t>(b)].hypotheses;
-    std::sort(hyps.begin(), hyps.end(), better);
+    // finished_first_on_ties returns its last pool in the order it ranked it
+    // (its one sort key), a kept finished beam before an expansion it ties.
+    if (!s.finished_first_on_ties) std::sort(hyps.begin(), hyps.end(), better);
     if (static_cast<int>(hyps.size()) > c.beam_width) hyps.resize(static_cast<size_t>(c.beam_width));
   }
 }

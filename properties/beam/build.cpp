@@ -1,4 +1,5 @@
 // The beam family's one case builder.
+#include <algorithm>
 #include <vector>
 
 #include "properties/beam/family.h"
@@ -13,9 +14,24 @@ Case Traits::build(Draw& draw, const Values& domain) {
   m.vocab = static_cast<int>(draw.sized(domain.int_range("vocab")));
   m.eos = draw.chance(0.5) ? 0 : static_cast<int>(draw.any(IntRange{0, m.vocab - 1}));
   m.seed = static_cast<uint64_t>(draw.any(IntRange{1, 1 << 30}));
-  m.scale = draw.chance(domain.real("model.tie_rate")) ? 0.0 : draw.any(domain.real_range("model.scale"));
+  const bool tie = draw.chance(domain.real("model.tie_rate"));
+  m.scale = tie ? 0.0 : draw.any(domain.real_range("model.scale"));
   m.eos_bias = draw.any(domain.real_range("model.eos_bias"));
   m.eos_slope = draw.any(domain.real_range("model.eos_slope"));
+  // EOS ties too: every token's log-prob is -log V, so candidates ending in
+  // EOS tie with the other expansions, and with alpha = 1 every hypothesis of
+  // every length scores -log V: a finished beam kept from an earlier step
+  // ties with this step's expansions (the drawn EOS logit never equals the
+  // others' 0). Such a model's pools hold the lexicographically smallest
+  // candidates, so EOS is one of tokens 1 to 3: a larger one seldom enters a
+  // pool of K <= 8, and EOS 0 precedes every candidate it could tie with.
+  // Drawn only for a tie model and only when the domain asks for it, so a
+  // rate of 0 leaves every draw as it was.
+  bool eos_tied = false;
+  if (const double rate = domain.real("model.eos_tie_rate"); tie && rate > 0 && draw.chance(rate)) {
+    eos_tied = true, m.eos_bias = 0, m.eos_slope = 0;
+    m.eos = static_cast<int>(draw.any(IntRange{1, std::min(m.vocab - 1, 3)}));
+  }
   m.sharpen = draw.any(domain.real_range("model.sharpen"));
   m.shift = draw.chance(domain.real("model.shift_rate")) ? draw.any(domain.real_range("model.shift")) : 0.0;
   // Drawn only when the domain asks for it: a rate of 0 leaves every draw,
@@ -33,6 +49,10 @@ Case Traits::build(Draw& draw, const Values& domain) {
   const double a = draw.any(RealRange{0, 1});
   const double zero = domain.real("alpha.zero_rate"), one = domain.real("alpha.one_rate");
   c.alpha = a < zero ? 0.0 : a < zero + one ? 1.0 : draw.any(domain.real_range("alpha.range"));
+  // Half the EOS-tied models take alpha = 1 (where the domain has it): the
+  // lengths tie too, which is what puts a kept finished beam level with an
+  // expansion (one case in 200 otherwise).
+  if (eos_tied && one > 0 && draw.chance(0.5)) c.alpha = 1;
   const double k = draw.any(RealRange{0, 1});
   const double k_one = domain.real("beam_width.one_rate"), unpruned = domain.real("beam_width.unpruned_rate");
   const int64_t unpruned_max = domain.integer("beam_width.unpruned_max");

@@ -38,6 +38,12 @@ Schema Traits::domain_schema() {
           {
               field::real_range("scale", {0.3, 4.0}, 0, 100, "spread of the random logits"),
               field::real("tie_rate", 0.1, 0, 1, "probability scale = 0: every non-EOS token ties exactly"),
+              field::real(
+                  "eos_tie_rate", 0, 0, 1,
+                  "probability, when scale = 0 is drawn, that EOS ties too (eos_bias and eos_slope 0, EOS "
+                  "one of tokens 1 to 3, alpha = 1 in half of them): every token has log-prob -log V, so "
+                  "at alpha = 1 a finished beam kept from an earlier step ties exactly with the new "
+                  "expansions; 0 draws nothing for it"),
               field::real_range("eos_bias", {-2.0, 6.0}, -100, 100, "added to the EOS logit"),
               field::real_range("eos_slope", {-2.0, 1.0}, -100, 100,
                                 "added to the EOS logit per prefix token (< 0: EOS early, then unlikely)"),
@@ -58,9 +64,9 @@ Schema Traits::domain_schema() {
 
 // The generator's exceptions to the ranges mirrored: K = 1 (one_rate), K
 // above the hypothesis count with L lowered (unpruned_rate), alpha 0 or 1,
-// scale 0 (tie_rate), shift 0, and a prefix-free model (prefix_free_rate)
-// with sharpen, eos_slope and shift 0; a prefix-free model the domain does
-// not draw is outside it.
+// scale 0 (tie_rate) with eos_bias and eos_slope 0 (eos_tie_rate), shift 0, and a prefix-free model
+// (prefix_free_rate) with sharpen, eos_slope and shift 0; a prefix-free model the domain does not draw is
+// outside it.
 std::string Traits::in_domain(const Case& c, const Values& d) {
   const ModelConfig& m = c.model;
   const bool prefix_free = m.prefix_free && d.real("model.prefix_free_rate") > 0;
@@ -89,10 +95,13 @@ std::string Traits::in_domain(const Case& c, const Values& d) {
     if (std::string why = outside_int_range(d, "prompt_len", static_cast<int64_t>(p.size())); !why.empty())
       return why;
   const bool zero_of_prefix_free = prefix_free && m.eos_slope == 0 && m.sharpen == 0;
-  return first_problem({outside_int_range(d, "vocab", m.vocab),
-                        outside_real_range(d, "model.eos_bias", m.eos_bias),
-                        zero_of_prefix_free ? "" : outside_real_range(d, "model.eos_slope", m.eos_slope),
-                        zero_of_prefix_free ? "" : outside_real_range(d, "model.sharpen", m.sharpen)});
+  const bool eos_tied = m.scale == 0 && m.eos_bias == 0 && m.eos_slope == 0 && d.real("model.tie_rate") > 0 &&
+                        d.real("model.eos_tie_rate") > 0;
+  return first_problem(
+      {outside_int_range(d, "vocab", m.vocab),
+       eos_tied ? "" : outside_real_range(d, "model.eos_bias", m.eos_bias),
+       zero_of_prefix_free || eos_tied ? "" : outside_real_range(d, "model.eos_slope", m.eos_slope),
+       zero_of_prefix_free ? "" : outside_real_range(d, "model.sharpen", m.sharpen)});
 }
 
 namespace {

@@ -86,6 +86,31 @@ TEST(BeamMutants, AnExactTieKeptTowardTheLaterTokenFailsMatchesReference) {
             RunStatus::passed);
 }
 
+// A uniform model (scale 0, EOS tied: eos_bias = eos_slope = 0) at alpha =
+// 1 scores every hypothesis of every length -log V, so the finished [1]
+// kept from step 1 ties [0, 0] and [0, 1] at step 2 and the lexicographic
+// rule keeps those two. A kernel that ranks a kept finished beam first on a
+// tie keeps [1] and reports it first; the spec never tied EOS before
+// model.eos_tie_rate, and the mutant survived every seed.
+TEST(BeamMutants, AKeptFinishedBeamTiedWithAnExpansionFailsSortedDistinct) {
+  Case c = small_case(2, 2, 2, 1.0, 3);
+  c.model.eos = 1;
+  c.model.scale = 0;
+  c.model.eos_bias = 0;
+  c.model.eos_slope = 0;
+  const std::vector<std::vector<int>> want = {{0, 0}, {0, 1}};
+  EXPECT_EQ(tokens_of(reference(c).prompts[0].hypotheses), want);
+  EXPECT_EQ(tokens_of(batched(c).prompts[0].hypotheses), want);
+  const std::vector<std::vector<int>> wrong = {{1}, {0, 0}};
+  EXPECT_EQ(tokens_of(mutant("finished_first_on_ties").run(c).prompts[0].hypotheses), wrong);
+  const Spec spec = load_spec(kSpec);
+  for (uint64_t seed : {4u, 20261122u})
+    EXPECT_EQ(
+        run_spec(spec, testing::first_failure("finished_first_on_ties", seed, {"sorted_distinct"})).status,
+        RunStatus::failed)
+        << seed;
+}
+
 TEST(BeamKernels, UnprunedEqualsExhaustive) {
   for (uint64_t seed = 1; seed <= 20; ++seed)
     for (double alpha : {0.0, 0.6, 1.0, 2.0, -0.5}) {
