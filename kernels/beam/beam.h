@@ -148,6 +148,7 @@ struct Semantics {
   bool ties_keep_later = false;         // ties_keep_later_token
   bool done_late = false;               // done_one_step_late
   bool finished_first_on_ties = false;  // finished_first_on_ties
+  bool lse_first_32 = false;            // lse_first_32_lanes
 };
 Result search(const Case& c, const Semantics& semantics);
 

@@ -63,6 +63,10 @@ const std::vector<Mutant>& mutants() {
        "on an exact score tie a finished beam kept from an earlier step ranks before a new expansion (a "
        "sort key with a 'kept' flag above the tokens), not by the contract's lexicographic order",
        flipped<&Semantics::finished_first_on_ties, true>},
+      {"lse_first_32_lanes",
+       "log_softmax's normaliser sums only the first 32 logits (a warp-per-row kernel, one logit per lane, "
+       "with no loop past lane 32): wrong log-probs for vocabularies above 32",
+       flipped<&Semantics::lse_first_32, true>},
   };
   return table;
 }

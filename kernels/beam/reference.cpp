@@ -14,6 +14,21 @@ struct Entry {
   Prefix state;  // the model after prompt ++ h.tokens
 };
 
+// lse_first_32_lanes: a warp-per-row log_softmax with one logit per lane
+// and no loop past lane 32: the max spans the row, the normaliser sums only
+// its first 32 exponentials (right for vocabularies of at most 32).
+std::vector<double> log_probs_first_32(const TableLM& model, Prefix p) {
+  const int n = model.vocab();
+  std::vector<double> x(static_cast<size_t>(n));
+  model.logits(p, x.data());
+  const double m = *std::max_element(x.begin(), x.end());
+  double sum = 0;
+  for (int i = 0; i < std::min(n, 32); ++i) sum += std::exp(x[static_cast<size_t>(i)] - m);
+  const double log_sum = std::log(sum);
+  for (double& v : x) v = v - m - log_sum;
+  return x;
+}
+
 bool entry_better(const Entry& a, const Entry& b) {
   return better(a.h, b.h);
 }
@@ -23,7 +38,8 @@ void run_pool(const TableLM& model, const Case& c, const Semantics& s, const std
               int width, Result& out) {
   const int eos = model.config().eos;
   auto expand = [&](const Entry& e, std::vector<Entry>& into) {
-    const std::vector<double> lp = model.log_probs(e.state);
+    const std::vector<double> lp =
+        s.lse_first_32 ? log_probs_first_32(model, e.state) : model.log_probs(e.state);
     const int len = static_cast<int>(e.h.tokens.size()) + 1;
     const int counted =
         len +

@@ -38,7 +38,8 @@ Case Traits::build(Draw& draw, const Values& domain) {
   // and so every case of a seed, as it was.
   if (const double rate = domain.real("model.prefix_free_rate"); rate > 0 && draw.chance(rate))
     m.prefix_free = true, m.sharpen = 0, m.eos_slope = 0, m.shift = 0;
-  c.max_new_tokens = static_cast<int>(draw.sized(domain.int_range("max_new_tokens")));
+  const int drawn_l = static_cast<int>(draw.sized(domain.int_range("max_new_tokens")));
+  c.max_new_tokens = drawn_l;
   const int batch = static_cast<int>(draw.sized(domain.int_range("batch")));
   for (int b = 0; b < batch; ++b) {
     const int len = static_cast<int>(draw.sized(domain.int_range("prompt_len")));
@@ -56,14 +57,37 @@ Case Traits::build(Draw& draw, const Values& domain) {
   const double k = draw.any(RealRange{0, 1});
   const double k_one = domain.real("beam_width.one_rate"), unpruned = domain.real("beam_width.unpruned_rate");
   const int64_t unpruned_max = domain.integer("beam_width.unpruned_max");
-  c.beam_width = static_cast<int>(draw.sized(domain.int_range("beam_width.range")));
-  if (k < k_one) {
-    c.beam_width = 1;
-  } else if (k < k_one + unpruned) {
+  const int drawn_k = static_cast<int>(draw.sized(domain.int_range("beam_width.range")));
+  c.beam_width = drawn_k;
+  int64_t over = -1;  // K - the hypothesis count, for an unpruned K
+  auto unprune = [&] {
     while (c.max_new_tokens > 1 && count_hypotheses(m.vocab, c.max_new_tokens) > unpruned_max)
       --c.max_new_tokens;
     const int64_t all = count_hypotheses(m.vocab, c.max_new_tokens);
-    if (all <= unpruned_max) c.beam_width = static_cast<int>(all + draw.any(IntRange{0, 2}));
+    if (all > unpruned_max) return false;
+    if (over < 0) over = draw.any(IntRange{0, 2});
+    c.beam_width = static_cast<int>(all + over);
+    return true;
+  };
+  bool unpruned_k = false;
+  if (k < k_one) {
+    c.beam_width = 1;
+  } else if (k < k_one + unpruned) {
+    unpruned_k = unprune();
+  }
+  // A vocab past a warp (32) or a block of 64 or 128 lanes, in any trial
+  // (the size ramp would leave such sizes to a run's last cases). Drawn last
+  // and only when the domain asks for it, so every other case of a seed is
+  // drawn as before (a rate of 0: every case). The tokens and EOS drawn
+  // below the old vocab stay as they are; an unpruned K is recounted (L lowered
+  // further), or K and L are the drawn ones if no L fits unpruned_max.
+  if (const double rate = domain.real("wide_vocab.rate"); rate > 0 && draw.chance(rate)) {
+    m.vocab = static_cast<int>(draw.any(domain.int_range("wide_vocab.range")));
+    // A range reaching below the drawn vocab (a user's domain): ids past the new one clamp.
+    m.eos = std::min(m.eos, m.vocab - 1);
+    for (auto& p : c.prompts)
+      for (int& t : p) t = std::min(t, m.vocab - 1);
+    if (unpruned_k && !unprune()) c.beam_width = drawn_k, c.max_new_tokens = drawn_l;
   }
   return c;
 }

@@ -13,6 +13,16 @@ Schema Traits::domain_schema() {
       field::int_range("batch", {1, 4}, 1, 1 << 16, "prompts per batch"),
       field::int_range("prompt_len", {1, 4}, 1, 1 << 20, "tokens per prompt"),
       field::int_range("vocab", {2, 32}, 2, 1 << 24, "vocabulary size (EOS included)"),
+      field::map(
+          "wide_vocab",
+          {
+              field::int_range("range", {33, 160}, 2, 1 << 24, "vocab drawn here (uniformly) instead"),
+              field::real("rate", 0, 0, 1,
+                          "probability the vocab comes from range, in any trial (not size-ramped): "
+                          "sizes past a warp (32), a block of 64 or 128 lanes, where a kernel without a "
+                          "loop over the row goes wrong; 0 draws nothing for it"),
+          },
+          "vocabularies past GPU widths in a fraction of the cases"),
       field::int_range("max_new_tokens", {1, 6}, 1, 64, "L: most generated tokens"),
       field::map(
           "beam_width",
@@ -62,11 +72,12 @@ Schema Traits::domain_schema() {
   };
 }
 
-// The generator's exceptions to the ranges mirrored: K = 1 (one_rate), K
-// above the hypothesis count with L lowered (unpruned_rate), alpha 0 or 1,
-// scale 0 (tie_rate) with eos_bias and eos_slope 0 (eos_tie_rate), shift 0, and a prefix-free model
-// (prefix_free_rate) with sharpen, eos_slope and shift 0; a prefix-free model the domain does not draw is
-// outside it.
+// The generator's exceptions to the ranges mirrored: a vocab of
+// wide_vocab.range (wide_vocab.rate), K = 1 (one_rate), K above the
+// hypothesis count with L lowered (unpruned_rate), alpha 0 or 1, scale 0
+// (tie_rate) with eos_bias and eos_slope 0 (eos_tie_rate), shift 0, and a
+// prefix-free model (prefix_free_rate) with sharpen, eos_slope and shift 0;
+// a prefix-free model the domain does not draw is outside it.
 std::string Traits::in_domain(const Case& c, const Values& d) {
   const ModelConfig& m = c.model;
   const bool prefix_free = m.prefix_free && d.real("model.prefix_free_rate") > 0;
@@ -95,10 +106,12 @@ std::string Traits::in_domain(const Case& c, const Values& d) {
     if (std::string why = outside_int_range(d, "prompt_len", static_cast<int64_t>(p.size())); !why.empty())
       return why;
   const bool zero_of_prefix_free = prefix_free && m.eos_slope == 0 && m.sharpen == 0;
+  const bool wide_vocab =
+      d.real("wide_vocab.rate") > 0 && outside_int_range(d, "wide_vocab.range", m.vocab).empty();
   const bool eos_tied = m.scale == 0 && m.eos_bias == 0 && m.eos_slope == 0 && d.real("model.tie_rate") > 0 &&
                         d.real("model.eos_tie_rate") > 0;
   return first_problem(
-      {outside_int_range(d, "vocab", m.vocab),
+      {wide_vocab ? "" : outside_int_range(d, "vocab", m.vocab),
        eos_tied ? "" : outside_real_range(d, "model.eos_bias", m.eos_bias),
        zero_of_prefix_free || eos_tied ? "" : outside_real_range(d, "model.eos_slope", m.eos_slope),
        zero_of_prefix_free ? "" : outside_real_range(d, "model.sharpen", m.sharpen)});
@@ -129,12 +142,14 @@ double Traits::case_bytes(const Case& c) {
 
 CaseSize Traits::max_case_bytes(const Values& d) {
   const int64_t batch = d.int_range("batch").hi, prompt = d.int_range("prompt_len").hi,
-                vocab = d.int_range("vocab").hi, steps = d.int_range("max_new_tokens").hi;
+                steps = d.int_range("max_new_tokens").hi;
+  int64_t vocab = d.int_range("vocab").hi;
+  if (d.real("wide_vocab.rate") > 0) vocab = std::max(vocab, d.int_range("wide_vocab.range").hi);
   int64_t k = d.int_range("beam_width.range").hi;
   if (d.real("beam_width.unpruned_rate") > 0) k = std::max(k, d.integer("beam_width.unpruned_max") + 2);
   CaseSize size{beam_bytes(double(batch), double(prompt), double(k), double(vocab), double(steps)),
                 fmt::format("batch {} x K {} x V {} x L {}", batch, k, vocab, steps),
-                "batch, beam_width.range, vocab or max_new_tokens"};
+                "batch, beam_width.range, vocab, wide_vocab.range or max_new_tokens"};
   // The named tensors' dims (tensors.cpp).
   size.extents = {{"B", double(batch)}, {"K", double(k)}, {"L", double(steps)}, {"V", double(vocab)}};
   return size;

@@ -111,6 +111,24 @@ TEST(BeamMutants, AKeptFinishedBeamTiedWithAnExpansionFailsSortedDistinct) {
         << seed;
 }
 
+// A normaliser that sums only the first 32 logits (a warp per row, one
+// logit per lane, no loop) is exact up to vocab 32, which was the default
+// domain's top: the mutant survived every seed. Vocab 33 already shows it.
+TEST(BeamMutants, ALogSoftmaxOverThe32FirstLogitsFailsPastVocab32) {
+  Case c = small_case(32, 1, 1, 0.0, 7);
+  EXPECT_EQ(mutant("lse_first_32_lanes").run(c).prompts[0].hypotheses, reference(c).prompts[0].hypotheses);
+  c.model.vocab = 33;
+  const TableLM model(c.model);
+  const Hypothesis h = mutant("lse_first_32_lanes").run(c).prompts[0].hypotheses.at(0);
+  EXPECT_GT(h.logprob, rescore(model, c.prompts[0], h.tokens, c.alpha).logprob + 1e-6);
+  const Spec spec = load_spec(kSpec);
+  for (uint64_t seed : {4u, 20261122u})
+    EXPECT_EQ(
+        run_spec(spec, testing::first_failure("lse_first_32_lanes", seed, {"scores_recomputed"})).status,
+        RunStatus::failed)
+        << seed;
+}
+
 TEST(BeamKernels, UnprunedEqualsExhaustive) {
   for (uint64_t seed = 1; seed <= 20; ++seed)
     for (double alpha : {0.0, 0.6, 1.0, 2.0, -0.5}) {
