@@ -1631,6 +1631,20 @@ Expression::Outcome explain(const std::string& text, const Node& n, const Tensor
       out.message += fmt::format("; on its own, {}; on its own, {}", left.message, right.message);
   }
   out.measured = {{"false_elements", static_cast<double>(failing)}};
+  // An `and` whose sides broadcast (a [T, D] close next to a [D] one): the
+  // `and` is false where a side is, so a side that fails on its own says
+  // which and why, with its values (it said only "is false at [0, 1]").
+  if (n.kind == Kind::binary && n.op == "and")
+    for (const NodeP& side : n.args) {
+      try {
+        const Expression::Outcome own = explain(text, *side, m);
+        if (own.holds) continue;
+        out.message += fmt::format("; on its own, {}", own.message);
+        out.measured.insert(out.measured.end(), own.measured.begin(), own.measured.end());
+        break;
+      } catch (const NothingJudged&) {  // that side judges nothing: the other may say
+      }
+    }
   return out;
 }
 

@@ -730,6 +730,14 @@ TEST(Expr, CheckExplainsTheWorstElement) {
   ASSERT_FALSE(nl.holds);
   EXPECT_EQ(nl.message.find('\n'), std::string::npos) << nl.message;
   EXPECT_NE(nl.message.find("`close(x + 0.5 * b, t.o, atol=0.1)` fails"), std::string::npos) << nl.message;
+  // An `and` whose sides broadcast ([2, 3] and [3]): the side that fails,
+  // with its values (it said only "is false at [0, 2] (2 of 6 elements)").
+  const auto a = Expression::compile("(x > 0) and (y < 25)", kInfos).check(tensors());
+  ASSERT_FALSE(a.holds);
+  EXPECT_NE(a.message.find("is false at [0, 2] (2 of 6 elements); on its own, `(y < 25)` fails at [2] (1 of 3 "
+                           "elements): lhs `y` = 30, rhs `25` = 25"),
+            std::string::npos)
+      << a.message;
   // An `or` of two bounds: each side's own values (it said only "is false").
   const auto e =
       Expression::compile("close(x + 0.5 * b, t.o, atol=0.1) or close(x + 0.5 * b, t.o, atol=0.2)", kInfos)
