@@ -169,6 +169,10 @@ struct Specials {
   double rate = 0;  // 0: none
   std::vector<Special> values;
   std::vector<double> sentinels;  // integer inputs
+  // Floating inputs: finite values listed beside the named ones (254, where
+  // scale 2 puts a quantizer's input on a rounding tie), exact in every
+  // dtype of the input; drawn as the named ones are, picked among both.
+  std::vector<double> finite;
   bool sentinel(double v) const {
     return std::find(sentinels.begin(), sentinels.end(), v) != sentinels.end();
   }

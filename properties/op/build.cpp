@@ -248,9 +248,13 @@ Case OpFamily::build_case(Draw& draw) const {
           if (specials && rng::uniform(seed, stream(i, 4), k) < in.specials.rate) {
             const auto& sv = in.specials.values;
             const auto& ints = in.specials.sentinels;  // an integer input's
-            x[k] = !ints.empty() ? ints[rng::hash(seed, stream(i, 5), k) % ints.size()]
-                                 : special_value(sv[rng::hash(seed, stream(i, 5), k) % sv.size()], dt,
-                                                 rng::hash(seed, stream(i, 6), k));
+            const auto& fin = in.specials.finite;      // a floating input's listed numbers, after its names
+            const uint64_t pick = rng::hash(seed, stream(i, 5), k);
+            x[k] =
+                !ints.empty() ? ints[pick % ints.size()]
+                : pick % (sv.size() + fin.size()) < sv.size()
+                    ? special_value(sv[pick % (sv.size() + fin.size())], dt, rng::hash(seed, stream(i, 6), k))
+                    : fin[pick % (sv.size() + fin.size()) - sv.size()];
           }
           // Every finite value clamped to its dtype's finite range, so no
           // value becomes inf by rounding (inf only as a declared special):

@@ -565,17 +565,62 @@ class Parser {
       if (n["values"]) {
         const YAML::Node list = n["values"];
         if (!list.IsSequence() || list.size() == 0) fail(list, w + ".values must be a non-empty list");
-        for (size_t i :
-             distinct_names(std::vector<YAML::Node>(list.begin(), list.end()), names, w + ".values",
-                            "special value", [&](const YAML::Node&at, const std::string&m) { fail(at, m); }))
-          s.values.push_back(static_cast<Special>(i));
+        // A finite number is a value of its own (254, 0.5); the rest name one.
+        std::vector<YAML::Node> named;
+        for (const YAML::Node& e : list) {
+          const std::optional<double> v =
+              e.IsScalar() && std::find(names.begin(), names.end(), e.Scalar()) == names.end()
+                  ? finite_number(e.Scalar())
+                  : std::nullopt;
+          if (!v) {
+            named.push_back(e);
+            continue;
+          }
+          if (!std::isfinite(*v))
+            fail(e, fmt::format("{}.values: {} is no finite number (name inf, -inf or max instead)", w,
+                                e.Scalar()));
+          if (std::find(s.finite.begin(), s.finite.end(), *v) != s.finite.end())
+            fail(e, fmt::format("{}.values lists {} twice", w, e.Scalar()));
+          s.finite.push_back(*v);
+          finite_marks_.push_back({what, *v, e});
+        }
+        if (!named.empty())
+          for (size_t i : distinct_names(named, names, w + ".values", "special value",
+                                         [&](const YAML::Node&at, const std::string&m) { fail(at, m); }))
+            s.values.push_back(static_cast<Special>(i));
       }
     }
     s.rate = rate_of(rate, w);
-    if (s.values.empty())
+    if (s.values.empty() && s.finite.empty())
       for (size_t k = 0; k < static_cast<size_t>(Special::max); ++k)
         s.values.push_back(static_cast<Special>(k));
     return s;
+  }
+
+  // The number a scalar spells in full (strtod's reading; "0x10", "1e3"),
+  // or nullopt: a name (nan, denormal) or anything else.
+  static std::optional<double> finite_number(const std::string& text) {
+    if (text.empty()) return std::nullopt;
+    char* end = nullptr;
+    const double v = std::strtod(text.c_str(), &end);
+    if (end != text.c_str() + text.size()) return std::nullopt;
+    const char c = text[text[0] == '-' || text[0] == '+' ? 1 : 0];
+    if (!(c >= '0' && c <= '9') && c != '.') return std::nullopt;  // "inf", "nan" are names
+    return v;
+  }
+
+  // The finite specials' dtypes, once every input is read (an input
+  // without dtypes takes the case's, known only then): each value must
+  // reach the kernel as written.
+  void check_finite_specials(const Decl& d) const {
+    for (const auto& [what, v, at] : finite_marks_)
+      for (const InputDecl& in : d.inputs)
+        if (what == "input " + in.name)
+          for (const DType t : in.dtypes.empty() ? d.case_dtypes : in.dtypes)
+            if (round_to(t, v) != v)
+              fail(at, fmt::format("{}.specials.values: {} is not exact in {} (it would reach the kernel as "
+                                   "{}); list values the dtype holds",
+                                   what, at.Scalar(), dtype_name(t), round_to(t, v)));
   }
 
   double rate_of(const YAML::Node& rate, const std::string& w) const {
@@ -859,6 +904,7 @@ class Parser {
         break;
       }
     if (d->case_dtypes.empty()) d->case_dtypes = {DType::f32, DType::f64};
+    check_finite_specials(*d);
     if (!s["outputs"] || s["outputs"].IsNull()) fail(s, "op needs outputs: {NAME: {shape: [...]}}");
     for (const auto& [k, v] : entries(s["outputs"], "op.outputs")) {
       name(k, taken);
@@ -961,6 +1007,14 @@ class Parser {
 
  private:
   const DeclaredFamilyContext& ctx_;
+  // Each finite special value read (specials()), with its input ("input x")
+  // and place: checked against the dtypes once every input is read.
+  struct FiniteMark {
+    std::string what;
+    double value;
+    YAML::Node at;
+  };
+  mutable std::vector<FiniteMark> finite_marks_;
 };
 
 }  // namespace

@@ -292,7 +292,8 @@ std::vector<DeclaredKey> section_keys() {
        "values: KIND "
        "| [KIND, "
        "...] | "
-       "{KIND: {params}}, specials: RATE | {rate: R, values: [nan, inf, -inf, 0, -0, denormal, max]} | "
+       "{KIND: {params}}, specials: RATE | {rate: R, values: [nan, inf, -inf, 0, -0, denormal, max, 254, "
+       "...]} | "
        "{rate: R, values: [INT, ...]} (integer inputs)}}",
        "input tensors; the first floating input listing dtypes sets the case's dtype; floating kinds: "
        "normal, "

@@ -1548,6 +1548,61 @@ TEST(OpSentinels, DrawnAtTheirRateInTheDomainAndThroughTheCorpus) {
   EXPECT_NE(Traits::in_domain(c, spec.domain).find("outside [1, 5]"), std::string::npos);
 }
 
+// A floating input's specials may list finite numbers beside the named
+// ones: 254 and 0.5 put a quantizer's x / 2 on rounding ties (127, 0.25
+// away from none: x / 2 = 127 exactly, 0.25; with integers in [-4, 4] the
+// only ties, ±0.5 and ±1.5, sit where half-even and half-away agree half of
+// the time). Drawn among the named ones, the domain keeps them, the corpus
+// reads them back; each must be exact in every dtype of the input.
+TEST(OpSpecials, FiniteValuesAreDrawnBesideTheNamedOnes) {
+  const std::string text = R"(spec: quant
+family: op
+op:
+  dims: {C: [1, 4], K: [1, 8]}
+  inputs:
+    x: {shape: [C, K], dtype: [f32, f16], values: [{integer: {lo: -4, hi: 4}}], specials: {rate: 0.3, values: [254, 0.5, nan]}}
+  outputs:
+    q: {shape: [C, K]}
+  reference:
+    q: round(x / 2)
+target: reference
+invariants: [matches_reference]
+)";
+  const Spec spec = parse_spec(text, "quant.yaml");
+  const OpFamily& f = op_family(spec);
+  int with_254 = 0, with_half = 0, with_nan = 0;
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    const std::vector<uint8_t> bytes = f.seed_bytes(spec.domain, seed, 100);
+    const AnyCase any = f.from_bytes(bytes.data(), bytes.size(), spec.domain);
+    const Case& c = as_case(any);
+    ASSERT_EQ(f.in_domain(any, spec.domain), "") << seed;
+    for (double v : values_of(c, "x")) {
+      ASSERT_TRUE(std::isnan(v) || v == 254 || v == 0.5 || (v == std::floor(v) && std::fabs(v) <= 4)) << v;
+      with_254 += v == 254, with_half += v == 0.5, with_nan += std::isnan(v);
+    }
+    // (By its text: a NaN is unequal to itself.)
+    YAML::Emitter a, b;
+    a << Traits::to_yaml(c);
+    b << Traits::to_yaml(round_trip(f, c));
+    ASSERT_EQ(std::string(a.c_str()), std::string(b.c_str())) << seed;
+  }
+  EXPECT_GT(with_254, 0);
+  EXPECT_GT(with_half, 0);
+  EXPECT_GT(with_nan, 0);
+  const auto with = [&](const std::string& values) {
+    std::string t = text;
+    t.replace(t.find("[254, 0.5, nan]"), 15, values);
+    return t;
+  };
+  EXPECT_LOAD_ERROR(
+      with("[0.1, nan]"),
+      "op.yaml:6:112: input x.specials.values: 0.1 is not exact in f32 (it would reach the kernel "
+      "as 0.10000000149011612); list values the dtype holds");
+  EXPECT_LOAD_ERROR(with("[65520]"), "op.yaml:6:112: input x.specials.values: 65520 is not exact in f16");
+  EXPECT_LOAD_ERROR(with("[1e400]"), "op.yaml:6:112: input x.specials.values: 1e400 is no finite number");
+  EXPECT_LOAD_ERROR(with("[254, 254]"), "op.yaml:6:117: input x.specials.values lists 254 twice");
+}
+
 // permute_C and slice_C remap the ids into C; a sentinel stays as it is,
 // and the transform still applies (a sentinel is no id pointing at a
 // dropped index). Shrinking C keeps them too.
