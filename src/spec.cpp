@@ -623,8 +623,9 @@ expr::TensorInfos Loader::lets_of(const YAML::Node& root) const {
   if (section.IsNull()) fail(key_of(root, "let"), "'let' is empty: give NAME: EXPR entries, or remove it");
   if (!section.IsMap()) fail(section, "let must be a map {NAME: EXPR}");
   static const std::set<std::string> reserved = {
-      "target", "reference", "naive", "floor", "transformed", "transform", "and", "or",    "not",
-      "true",   "false",     "True",  "False", "None",        "inf",       "nan", "close", "unit_roundoff"};
+      "target", "reference", "naive", "floor",         "transformed",   "transform", "and",
+      "or",     "not",       "true",  "false",         "True",          "False",     "None",
+      "inf",    "nan",       "close", "unit_roundoff", "store_roundoff"};
   (void)entries(section, "let");  // keys are names, each once
   for (auto it = section.begin(); it != section.end(); ++it) {
     const YAML::Node key = it->first, value = it->second;

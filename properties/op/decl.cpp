@@ -77,8 +77,9 @@ class Parser {
     const std::string& s = key.Scalar();
     if (!identifier(s)) fail(key, fmt::format("'{}' must be a name (letters, digits, '_')", s));
     static const std::set<std::string> reserved = {
-        "target", "reference", "naive", "floor", "transformed", "transform", "and", "or",    "not",
-        "true",   "false",     "True",  "False", "None",        "inf",       "nan", "close", "unit_roundoff"};
+        "target", "reference", "naive", "floor",         "transformed",   "transform", "and",
+        "or",     "not",       "true",  "false",         "True",          "False",     "None",
+        "inf",    "nan",       "close", "unit_roundoff", "store_roundoff"};
     if (reserved.count(s)) fail(key, fmt::format("'{}' is reserved in expressions; pick another name", s));
     if (!taken.insert(s).second)
       fail(key, fmt::format("'{}' is declared twice (dims, attrs and tensors share one namespace)", s));

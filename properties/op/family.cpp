@@ -22,6 +22,7 @@ void Traits::tensors(const Case& c, const Result* target, const Result* referenc
   const Decl& d = *c.decl;
   put_inputs(c, out, false);
   out.put("unit_roundoff", expr::Tensor::scalar(unit_roundoff(arithmetic_dtype(c.dtype))));
+  out.put("store_roundoff", expr::Tensor::scalar(unit_roundoff(c.dtype)));
   std::optional<Result> naive_res;
   // The reference's results: the trial's, or computed here when it gave none
   // (shared: floor.Y's full value may be computed from it later).
@@ -200,6 +201,11 @@ OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
        expr::DType::real,
        "unit roundoff u of the case's arithmetic: 2^-53 for f64 cases, 2^-24 for f32, f16 and bf16 "
        "(a half stores, f32 computes)"});
+  infos_.push_back({"store_roundoff",
+                    {},
+                    expr::DType::real,
+                    "unit roundoff of the case's dtype, where outputs are stored: 2^-11 for f16, 2^-8 for "
+                    "bf16, unit_roundoff otherwise (a half store's rounding: store_roundoff * abs(y))"});
   for (const auto& o : d.outputs) {
     infos_.push_back({"target." + o.name, o.shape, expr::DType::real, "output " + o.name + " of the target"});
     infos_.push_back({"reference." + o.name, o.shape, expr::DType::real, "the reference expression in fp64"});

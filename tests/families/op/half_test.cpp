@@ -154,6 +154,16 @@ TEST(OpHalfNaive, FloorAddsTheStoreRounding) {
   EXPECT_EQ(floor_of(f32, 0, {2050}), (8 + 4) * 0x1p-24 * 2050);
   EXPECT_EQ(unit_roundoff(DType::f16), 0x1p-11);
   EXPECT_EQ(unit_roundoff(DType::bf16), 0x1p-8);
+  // Expressions name the store's unit roundoff (store_roundoff) beside the
+  // arithmetic's (unit_roundoff, f32's for a half case).
+  for (const auto& [c, store] : {std::pair{f16, 0x1p-11}, std::pair{bf16, 0x1p-8}, std::pair{f32, 0x1p-24}}) {
+    expr::TensorMap m;
+    m.want("store_roundoff"), m.want("unit_roundoff");
+    Traits::tensors(c, nullptr, nullptr, m);
+    ASSERT_NE(m.find("store_roundoff"), nullptr);
+    EXPECT_EQ(m.find("store_roundoff")->data.at(0), store);
+    EXPECT_EQ(m.find("unit_roundoff")->data.at(0), 0x1p-24);
+  }
 }
 
 // Generation: every value drawn is exact in its half dtype and finite

@@ -195,7 +195,7 @@ TEST(OpDecl, ShapeNamingAnUndeclaredDim) {
 // Words the expressions read as literals cannot name a dim, attr or
 // tensor: an attr `True` was read as 1 in `x * True`.
 TEST(OpDecl, ReservedWordsAreNotNames) {
-  for (const std::string word : {"True", "False", "None", "true", "nan", "unit_roundoff"})
+  for (const std::string word : {"True", "False", "None", "true", "nan", "unit_roundoff", "store_roundoff"})
     EXPECT_LOAD_ERROR(
         base_spec("{T: [1, 8], " + word + ": [1, 16]}", "{shape: [T]}", "{y: {shape: [T]}}", "y: x"),
         "op.yaml:4:21: '" + word + "' is reserved in expressions; pick another name");
