@@ -518,6 +518,7 @@ class LowerBoundsFirst {
 };
 void tolerances_of(const Node& n, const TensorMap& m, CloseArgs& c);
 void expand_operands(CloseArgs& c, bool tolerances);
+void nan_tolerances(const Node& n, const CloseArgs& c);
 void mark_unbounded(const Node& n, CloseArgs& c);
 std::string num(double v);
 CloseArgs close_args(const Node& n, const TensorMap& m, bool tolerances) {
@@ -587,6 +588,7 @@ CloseArgs close_args(const Node& n, const TensorMap& m, bool tolerances) {
           "overflows the dtype): no element to judge");
     c.policy = std::move(u);
   }
+  if (tolerances) nan_tolerances(n, c);
   if (tolerances) mark_unbounded(n, c);
   return c;
 }
@@ -651,15 +653,37 @@ void tolerances_of(const Node& n, const TensorMap& m, CloseArgs& c) {
   // the spec's to fix, as a bad k is: never the target's counterexample.
   // One read from the target's outputs is the target's doing, and the
   // elements it cannot judge fail.
+  // (A NaN is checked where it is read, nan_tolerances: an element whose
+  // sides are equal or not both finite never reads its tolerance.)
   for (const auto& [name, node, t] :
        {std::tuple{"rtol", n.rtol.get(), &c.rtol}, {"atol", n.atol.get(), &c.atol}}) {
     if (!node || reads_target(*node)) continue;
     for (size_t i = 0; i < (*t)->size(); ++i)
-      if (const double v = (*t)->data[i]; !(v >= 0))
+      if (const double v = (*t)->data[i]; v < 0)
         throw ToleranceError(
-            fmt::format("close(): {} is {}{} on this case; a tolerance must be a number >= 0{}", name, v,
-                        (*t)->size() > 1 ? " at " + index_text((*t)->shape, i) : "",
-                        std::isnan(v) ? " (a NaN reached it: a reduction over a NaN, or 0 × inf)" : ""));
+            fmt::format("close(): {} is {}{} on this case; a tolerance must be a number >= 0", name, v,
+                        (*t)->size() > 1 ? " at " + index_text((*t)->shape, i) : ""));
+  }
+}
+
+// A NaN tolerance read from the spec's own tensors where an element needs
+// it (both sides finite and unequal): the spec's error, as a negative one
+// is. Elsewhere it is never read: an input's NaN makes the tolerance NaN
+// exactly where it makes both sides NaN (atol=eps * abs(x) with x NaN
+// there), and that element holds as NaN against NaN; a bound that needed
+// `when: all(isfinite(x))` to keep the run going does not.
+void nan_tolerances(const Node& n, const CloseArgs& c) {
+  for (const auto& [name, node, t] :
+       {std::tuple{"rtol", n.rtol.get(), &c.rtol}, {"atol", n.atol.get(), &c.atol}}) {
+    if (!node || reads_target(*node)) continue;
+    for (size_t i = 0; i < c.a->size(); ++i) {
+      const double x = c.a->data[i], y = c.b->data[i];
+      if (std::isnan(CloseArgs::at(*t, i)) && std::isfinite(x) && std::isfinite(y) && x != y)
+        throw ToleranceError(fmt::format(
+            "close(): {} is nan{} on this case, where the sides {} and {} differ; a tolerance must be a "
+            "number >= 0 (a NaN reached it: a reduction over a NaN, or 0 × inf)",
+            name, c.a->size() > 1 ? " at " + index_text(c.shape, i) : "", num(x), num(y)));
+    }
   }
 }
 
