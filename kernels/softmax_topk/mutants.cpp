@@ -44,6 +44,9 @@ void f32_keys(FusedConfig& f) {
 void neg_zero_low(FusedConfig& f) {
   f.neg_zero_below_zero = true;
 }
+void exp_half(FusedConfig& f) {
+  f.exp_in_storage = true;
+}
 void exp_half_no_max(FusedConfig& f) {
   f.subtract_max = false;
   f.exp_in_storage = true;
@@ -99,6 +102,15 @@ const std::vector<Mutant>& mutants() {
        "exp(x - max) taken as 0 below -15 (a 'negligible term' fast path): a finite logit 16 below the max "
        "gets probability 0 instead of 1.1e-7",
        variant<drop_far>},
+      // Within the store's relative bound where exp(x - max) is a normal
+      // f16; past the absolute bound among the f16 subnormals (logits 9.7 to
+      // 17 below the max), which the generator reaches on purpose
+      // (properties/softmax_topk/build.cpp).
+      {"exp_in_storage",
+       "f16/bf16: each exp(x - max) rounded to the storage dtype before the sum and the division (the "
+       "contract takes exp in f32): a logit 13 below the max in f16 gets its probability off by up to half "
+       "an f16 subnormal step before the store rounds it again",
+       variant<exp_half>},
   };
   return table;
 }

@@ -77,7 +77,8 @@ struct FusedConfig {
   bool sort_output = true;            // final sort of the K winners
   // A half case: every exp(.) rounded to the storage dtype as it is
   // computed (the exp_in_f16_no_max mutant; overflows to inf past 11.09 in
-  // f16).
+  // f16). With the max subtracted (the exp_in_storage mutant) it is seen
+  // only where exp(x - m) is an f16 subnormal, x 9.7 to 17 below the max.
   bool exp_in_storage = false;
   // A half case: the running normaliser z rounded to the storage dtype
   // after every update (the z_in_storage mutant). Its relative error grows

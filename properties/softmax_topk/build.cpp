@@ -109,6 +109,47 @@ Case Traits::build(Draw& draw, const Values& domain) {
       if (rate > 0 && (bulk ? rng::uniform(seed, 3, i) < rate : draw.chance(rate))) row[i] = kNegInf;
     c.logits.insert(c.logits.end(), row.begin(), row.end());
   }
+  // f16 cases, one in four: each row keeps its (first) max, one logit
+  // moves 0.05-2 below it, and most others 9.7-17 below it, where
+  // exp(x - max) lies among f16's subnormals (below 2^-14 = e^-9.70;
+  // e^-17.3 is half the smallest, 2^-25). There, rounding exp(x - max) to
+  // f16 before the sum and the division (the contract computes it in f32)
+  // errs by up to half a subnormal step, absolute; the division by Z moves
+  // that error off the f16 grid and the store rounds again: the result
+  // lands on another grid point than p's own (a chance of about 1/(4 Z) per
+  // logit), past each_probability_close's absolute s (invariants.cpp). In
+  // the normal range the same rounding stays within the store's u_s that
+  // the bound allows (the exp_in_storage mutant). The grid logits rarely
+  // fall in this band. Most of the row, not one logit: the band's logits
+  // are checked only where the top K reach them. The one logit near the
+  // max makes Z 1.1-2 (else exp(x - max) / Z is exp(x - max) itself, on the
+  // f16 grid, and its store adds nothing; more of them, or ties at the max,
+  // make Z large and the chance small). bf16 has no such band: its
+  // subnormals start at 2^-126, f32's smallest normal, which the bound's
+  // floor already allows. Drawn after every row (the rows' draws stay as
+  // before), with the chance negated so that a fuzz input's missing bytes
+  // (chance is true at 0) leave the case as it was; per logit, so only rows
+  // short of kBulkVocab.
+  if (c.dtype == DType::f16 && v > 1 && v <= kBulkVocab && !draw.chance(0.75)) {
+    for (int r = 0; r < rows; ++r) {
+      double* x = c.logits.data() + static_cast<size_t>(r) * static_cast<size_t>(v);
+      const int top_at = static_cast<int>(std::max_element(x, x + v) - x);  // the first max stays
+      const double m = x[top_at];
+      if (!std::isfinite(m)) continue;  // an all -inf row: no max to go below
+      const int near = draw.index(static_cast<size_t>(v));
+      for (int i = 0; i < v; ++i) {
+        // -inf logits kept as drawn (ranked last: the band's logits are
+        // where the top K reach), zeros too (their signs tie by index:
+        // negative_zero_below_zero), and one in eight of the others.
+        if (i == top_at || !std::isfinite(x[i]) || x[i] == 0 || (i != near && !draw.chance(7.0 / 8)))
+          continue;
+        const double d = i == near ? draw.any(RealRange{0.05, 2.0}) : draw.any(RealRange{9.7, 17.0});
+        // m - d rounds to the f16 grid around m (spacing up to 32 near
+        // f16_max: then it may land outside the band, a value like any other).
+        x[i] = round_to(c.dtype, std::max(m - d, -top));
+      }
+    }
+  }
   return c;
 }
 

@@ -20,6 +20,11 @@ block               []      int   the fused kernel's tile width
 eps                 []      real  machine epsilon of the case's arithmetic (2^-23 for f32, f16, bf16; 2^-52
                                   for f64)
 dtype_bytes         []      int   bytes per element of the case's dtype (2, 4 or 8)
+u_store             []      real  unit roundoff of a half case's store of the probabilities (2^-11 for f16, 2^-8 for
+                                  bf16); 0 for f32 and f64 (no store rounding)
+tiny                []      real  each probability's absolute error allowance: half the dtype's smallest subnormal
+                                  (f16/bf16: the store's error there; else 0) + the arithmetic's smallest normal
+                                  (a flush-to-zero kernel)
 logits              [R, V]  real  the logits, finite or -inf
 target.probs        [R, K]  real  the target's K largest probabilities per row, sorted
 target.indices      [R, K]  int   the target's indices of those probabilities (ties to the lower index)
@@ -106,6 +111,11 @@ void Traits::tensors(const Case& c, const Result* target, const Result* referenc
   out.put("block", Tensor::scalar(c.block, XT::integer));
   out.put("eps", Tensor::scalar(epsilon(c.dtype)));
   out.put("dtype_bytes", Tensor::scalar(storage_bytes(c.dtype), XT::integer));
+  // each_probability_close's terms (invariants.cpp), for its expression.
+  out.put("u_store", Tensor::scalar(is_half(c.dtype) ? unit_roundoff(c.dtype) : 0));
+  out.put("tiny", Tensor::scalar(subnormal_half_step(c.dtype) +
+                                 (c.dtype == DType::f64 ? std::numeric_limits<double>::min()
+                                                        : double(std::numeric_limits<float>::min()))));
   // Per row: a half case adds the store of the row's largest probability
   // (u_s max p over the row's fp64 softmax) + s. One floor for the output
   // (the largest row's) let a row of probabilities below u_s max p be all
