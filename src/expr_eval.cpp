@@ -1669,6 +1669,33 @@ Expression::Outcome explain(const std::string& text, const Node& n, const Tensor
       } catch (const NothingJudged&) {  // that side judges nothing: the other may say
       }
     }
+  // where(c, X, Y): the branch c picked at that element, when it is a
+  // close() or a comparison computed at the where's own shape, gives its
+  // values there (`where(mask, close(...), true)` said only "is false at").
+  if (n.kind == Kind::call && n.op == "where" && n.args.size() == 3) {
+    try {
+      const Tensor cond = expand(*evaluate(*n.args[0], m), t.shape);
+      const bool picked = cond.data[first] != 0;
+      const Node& branch = *n.args[picked ? 1 : 2];
+      const bool is_close_branch = branch.kind == Kind::call && branch.op == "close";
+      if (is_close_branch || is_comparison(branch)) {
+        const CloseArgs c = close_args(branch, m, is_close_branch);
+        if (c.shape == t.shape) {
+          const double x = c.a->data[first], y = c.b->data[first];
+          std::string allowed;
+          if (is_close_branch && c.code(first) == CloseArgs::compared && std::isfinite(x) && std::isfinite(y))
+            allowed = fmt::format(
+                " (|lhs - rhs| = {}, allowed {})", num(std::fabs(x - y)),
+                num(allowed_error(CloseArgs::at(c.atol, first), CloseArgs::at(c.rtol, first), std::fabs(y))));
+          out.message +=
+              fmt::format("; there `{}` is {}, and `{}` compares lhs `{}` = {} with rhs `{}` = {}{}",
+                          src(*n.args[0]), picked ? "true" : "false", src(branch), src(*branch.args[0]),
+                          num(x), src(*branch.args[1]), num(y), allowed);
+        }
+      }
+    } catch (const std::exception&) {  // no values to add: the message stands as it is
+    }
+  }
   return out;
 }
 

@@ -742,6 +742,14 @@ TEST(Expr, CheckExplainsTheWorstElement) {
                      "elements): lhs `y` = 30, rhs `25` = 25"),
       std::string::npos)
       << a.message;
+  // where(c, X, true): the branch c picked there, with its values (it said
+  // only "is false at [1, 0] (2 of 6 elements)").
+  const auto w = Expression::compile("where(x > 3, x <= y / 5, true)", kInfos).check(tensors());
+  ASSERT_FALSE(w.holds);
+  EXPECT_NE(w.message.find("is false at [1, 0] (2 of 6 elements); there `x > 3` is true, and `x <= y / 5` "
+                           "compares lhs `x` = 4 with rhs `y / 5` = 2"),
+            std::string::npos)
+      << w.message;
   // An `or` of two bounds: each side's own values (it said only "is false").
   const auto e =
       Expression::compile("close(x + 0.5 * b, t.o, atol=0.1) or close(x + 0.5 * b, t.o, atol=0.2)", kInfos)
