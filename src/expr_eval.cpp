@@ -851,6 +851,10 @@ thread_local std::unordered_map<const Node*, Tensor>* t_values = nullptr;
 thread_local Summation t_summation = Summation::in_order;
 // Set while rounding_bound runs: the unit roundoff of the Hölder terms.
 thread_local double t_unit = 0x1p-53;
+// Set while rounding_bound runs with steps (Expression::rounding_bound): the
+// jumps of step functions and comparisons, which no first-order bound has a
+// term for, are bounded too (what an integer or boolean output may move by).
+thread_local bool t_steps = false;
 Ref evaluate_node(const Node& n, const TensorMap& m);
 Ref evaluate(const Node& n, const TensorMap& m) {
   std::unordered_map<const Node*, Tensor>* memo = t_values ? t_values : n.shared ? t_shared : nullptr;
@@ -1064,20 +1068,52 @@ Tensor unary_bound(const Tensor& a, const Bound& ba, const Tensor& r,
   return out;
 }
 
+// where(c, x, y): the picked branch's bound. With steps, where c may flip
+// (its own bound is not 0 there), the larger branch bound plus the jump
+// |x - y| between the branches (inf where that is NaN: a NaN branch).
+Bound where_bound(const Node& n, const TensorMap& m, const Tensor& r) {
+  const Ref c = evaluate(*n.args[0], m);
+  const Bound bx = bound(*n.args[1], m), by = bound(*n.args[2], m);
+  const Bound bc = t_steps ? bound(*n.args[0], m) : Bound{};
+  if (!bx && !by && !bc) return {};
+  const Tensor cc = expand(*c, r.shape), x = filled(bx, r.shape), y = filled(by, r.shape);
+  Tensor out{r.shape, std::vector<double>(r.size()), DType::real};
+  for (size_t i = 0; i < r.size(); ++i) out.data[i] = cc.data[i] != 0 ? x.data[i] : y.data[i];
+  if (bc) {
+    const Tensor flips = filled(bc, r.shape);
+    const Tensor xv = expand(*evaluate(*n.args[1], m), r.shape),
+                 yv = expand(*evaluate(*n.args[2], m), r.shape);
+    for (size_t i = 0; i < r.size(); ++i)
+      if (flips.data[i] != 0) {
+        const double jump = std::fabs(xv.data[i] - yv.data[i]);
+        out.data[i] = std::max(x.data[i], y.data[i]) + (std::isnan(jump) ? HUGE_VAL : jump / t_unit);
+      }
+  }
+  return out;
+}
+
+// With steps: how far a step function's value r moves when its operand,
+// computed in unit u, moves within 2·u·Ba of its value a: the operand
+// errs by up to u·Ba (first order), a kernel's computed in another order
+// by about as much on its own side, and twice the window holds both (and
+// the second-order terms). 0 where no step lies inside; in B's units.
+Tensor step_bound(const Tensor& a, const Tensor& ba, const Tensor& r, double (*step)(double)) {
+  Tensor out{r.shape, std::vector<double>(r.size()), DType::real};
+  for (size_t i = 0; i < r.size(); ++i) {
+    const double b = ba.data[i], x = a.data[i];
+    if (b == 0 || !std::isfinite(x)) continue;  // exact, or a value no step moves
+    const double w = 2 * t_unit * b;
+    out.data[i] = std::max(std::fabs(step(x - w) - r.data[i]), std::fabs(step(x + w) - r.data[i])) / t_unit;
+  }
+  return out;
+}
+
 Bound call_bound(const Node& n, const TensorMap& m, const Tensor& r) {
   const std::string& f = n.op;
   if (f == "close" || f == "any" || f == "all" || f == "isfinite" || f == "isnan" || f == "isinf" ||
       f == "indices")
     return {};
-  if (f == "where") {
-    const Ref c = evaluate(*n.args[0], m);
-    const Bound bx = bound(*n.args[1], m), by = bound(*n.args[2], m);
-    if (!bx && !by) return {};
-    const Tensor cc = expand(*c, r.shape), x = filled(bx, r.shape), y = filled(by, r.shape);
-    Tensor out{r.shape, std::vector<double>(r.size()), DType::real};
-    for (size_t i = 0; i < r.size(); ++i) out.data[i] = cc.data[i] != 0 ? x.data[i] : y.data[i];
-    return out;
-  }
+  if (f == "where") return where_bound(n, m, r);
   const Ref a = evaluate(*n.args[0], m);
   const Bound ba = bound(*n.args[0], m);
   if (f == "abs" || f == "transpose") {
@@ -1089,6 +1125,11 @@ Bound call_bound(const Node& n, const TensorMap& m, const Tensor& r) {
   // bound covers (inf there; 0 where the operand is exact).
   if (f == "floor" || f == "ceil" || f == "round") {
     if (!ba) return {};
+    if (t_steps)
+      return step_bound(*a, filled(ba, a->shape), r,
+                        f == "floor"  ? static_cast<double (*)(double)>(std::floor)
+                        : f == "ceil" ? static_cast<double (*)(double)>(std::ceil)
+                                      : static_cast<double (*)(double)>(std::nearbyint));
     return map(*ba, DType::real, [](double b) { return b == 0 ? 0.0 : HUGE_VAL; });
   }
   if (f == "minimum" || f == "maximum") {
@@ -1210,8 +1251,77 @@ double literal_bound(double c) {
   return fits && short_fraction ? 0 : a;
 }
 
+// With steps, a boolean or integer node. A comparison of operands that err
+// flips where they lie within twice their bounds of each other (the window
+// of step_bound): a jump of 1, 1/u in B's units. not, and, or pass their
+// operands' flips on; where() is where_bound. isfinite, isnan, isinf and
+// indices are exact (rounding moves no value across them but by overflow,
+// which the naive baseline shows). Anything else (an integer sum of flags,
+// an index read through them) is exact where every operand is and has no
+// bound (inf) once one is not.
+Bound discrete_bound(const Node& n, const TensorMap& m) {
+  if (n.kind == Kind::number || n.kind == Kind::name) return {};
+  if (n.kind == Kind::call && (n.op == "isfinite" || n.op == "isnan" || n.op == "isinf" || n.op == "indices"))
+    return {};
+  const Ref r = evaluate(n, m);
+  if (n.kind == Kind::call && n.op == "where") return where_bound(n, m, *r);
+  if (is_comparison(n)) {
+    const Bound ba = bound(*n.args[0], m), bb = bound(*n.args[1], m);
+    if (!ba && !bb) return {};
+    const Tensor x = expand(*evaluate(*n.args[0], m), r->shape),
+                 y = expand(*evaluate(*n.args[1], m), r->shape);
+    const Tensor bx = filled(ba, r->shape), by = filled(bb, r->shape);
+    Tensor out{r->shape, std::vector<double>(r->size()), DType::real};
+    for (size_t i = 0; i < out.size(); ++i) {
+      const double e = bx.data[i] + by.data[i];
+      if (e > 0 && !(std::fabs(x.data[i] - y.data[i]) > 2 * t_unit * e)) out.data[i] = 1 / t_unit;
+    }
+    return out;
+  }
+  const bool logic =
+      (n.kind == Kind::binary && (n.op == "and" || n.op == "or")) || (n.kind == Kind::unary && n.op == "not");
+  Bound out;
+  for (const auto& arg : n.args) {
+    const Bound b = bound(*arg, m);
+    if (!b) continue;
+    if (!logic) {
+      if (std::any_of(b->data.begin(), b->data.end(), [](double v) { return v != 0; }))
+        return Tensor{r->shape, std::vector<double>(r->size(), HUGE_VAL), DType::real};
+      continue;
+    }
+    const Tensor f = filled(b, r->shape);
+    if (!out)
+      out = f;
+    else
+      for (size_t i = 0; i < f.size(); ++i) out->data[i] = std::max(out->data[i], f.data[i]);
+  }
+  return out;
+}
+
+// Whether x OP y is exactly r, and r is a value of the arithmetic of unit
+// t_unit (f32 or f64): the computation then rounds nothing, in any order.
+bool exact_operation(char op, double x, double y, double r) {
+  if (!std::isfinite(r) || !std::isfinite(x) || !std::isfinite(y)) return false;
+  if (t_unit == 0x1p-24) {
+    if (static_cast<double>(static_cast<float>(r)) != r) return false;
+  } else if (t_unit != 0x1p-53) {
+    return false;
+  }
+  switch (op) {
+    case '+':
+    case '-': {  // Knuth's TwoSum: the rounding error of x ± y, exactly
+      const double b = op == '+' ? y : -y, v = r - x;
+      return (x - (r - v)) + (b - v) == 0;
+    }
+    case '*':
+      return std::fma(x, y, -r) == 0;
+    default:
+      return y != 0 && std::fma(r, y, -x) == 0;
+  }
+}
+
 Bound bound(const Node& n, const TensorMap& m) {
-  if (n.dtype != DType::real) return {};
+  if (n.dtype != DType::real) return t_steps ? discrete_bound(n, m) : Bound{};
   switch (n.kind) {
     case Kind::number:
       if (const double b = literal_bound(n.value); b > 0) return Tensor::scalar(b, DType::real);
@@ -1242,8 +1352,18 @@ Bound bound(const Node& n, const TensorMap& m) {
       if (op != "+" && op != "-" && op != "*" && op != "/" && op != "**")
         throw std::logic_error("expr: no rounding bound for " + op);
       Tensor out{shape, std::vector<double>(static_cast<size_t>(count(shape))), DType::real};
+      const bool minus = op == "-";
       for (size_t i = 0; i < out.size(); ++i) {
         const double xa = x.data[i], ya = y.data[i], ri = std::fabs(r.data[i]);
+        // With steps: exact operands and an exact result (254 / 127, w / 2)
+        // round nothing, and a step at the value (a rounding tie) is then
+        // no step a correct kernel can land on the other side of.
+        if (t_steps && which != Op::pow && bx.data[i] == 0 && by.data[i] == 0 &&
+            exact_operation(which == Op::add   ? (minus ? '-' : '+')
+                            : which == Op::mul ? '*'
+                                               : '/',
+                            xa, ya, r.data[i]))
+          continue;
         switch (which) {
           case Op::add:
             out.data[i] = bx.data[i] + by.data[i] + ri;
@@ -1290,17 +1410,19 @@ Bound bound(const Node& n, const TensorMap& m) {
 
 }  // namespace
 
-Tensor Expression::rounding_bound(const TensorMap& tensors, Summation sums, double unit) const {
+Tensor Expression::rounding_bound(const TensorMap& tensors, Summation sums, double unit, bool steps) const {
   std::unordered_map<const Node*, Tensor> values;
   struct Scope {  // restores the plain evaluation even when this throws
     std::unordered_map<const Node*, Tensor>* saved = t_values;
     Summation saved_sums = t_summation;
     double saved_unit = t_unit;
-    ~Scope() { t_values = saved, t_summation = saved_sums, t_unit = saved_unit; }
+    bool saved_steps = t_steps;
+    ~Scope() { t_values = saved, t_summation = saved_sums, t_unit = saved_unit, t_steps = saved_steps; }
   } scope;
   t_values = &values;
   t_summation = sums;
   t_unit = unit;
+  t_steps = steps;
   const Bound b = expr::bound(*root_, tensors);
   return filled(b, expr::evaluate(*root_, tensors)->shape);
 }

@@ -332,4 +332,19 @@ Result naive(const Case& c);
 double floor_of(const Case& c, size_t output, const std::vector<double>& reference,
                 bool rounding_bound = true);
 
+// Integer and boolean outputs (dtype i8, u8, i32, i64, bool). The reference
+// expression gives values of the dtype (integers within its range, 0 or 1);
+// any other value is the spec's error, at the expression. The naive baseline
+// computes in the case's arithmetic (f32 for f32 and half cases) and stores
+// to nearest. A correct kernel's value is exact but where the case's
+// rounding can carry a value across a step: round/floor/ceil of an operand
+// within twice its rounding bound of a step, a comparison of operands within
+// twice theirs of each other (expr::Expression::rounding_bound with steps,
+// src/expr_eval.cpp). Per element, the most it may differ from the reference:
+//   E = max(u · B_steps, |naive - reference|),
+// u the case's arithmetic unit roundoff (B inf: the element is not judged;
+// an external reference has no B: its own run in the case's dtypes alone).
+std::vector<double> discrete_bound(const Case& c, size_t output, const std::vector<double>& reference,
+                                   const std::vector<double>& naive);
+
 }  // namespace kprop::op

@@ -302,7 +302,51 @@ expr::TensorMap inputs_map(const Case& c, bool rounded) {
   return m;
 }
 
+namespace {
+// The arithmetic a kernel computes output `output` in: an integer or
+// boolean output's is the case's (it is computed from the case's floats).
+DType arithmetic_of(const Case& c, size_t output) {
+  const DType dt = c.output_dtype(output);
+  return arithmetic_dtype(is_float(dt) ? dt : c.dtype);
+}
+
+// u · B with steps (op.h), per element: how far the case's rounding can move
+// an integer or boolean output. Empty for an external reference (no B).
+std::vector<double> step_bounds(const Case& c, size_t output) {
+  if (c.decl->external_reference) return {};
+  const DType a = arithmetic_of(c, output);
+  const double unit = unit_roundoff(a);
+  std::vector<double> b =
+      c.decl->outputs.at(output)
+          .reference
+          ->rounding_bound(inputs_map(c, false),
+                           a == DType::f64 ? expr::Summation::in_order : expr::Summation::tree, unit,
+                           /*steps=*/true)
+          .data;
+  for (double& v : b) v *= unit;
+  return b;
+}
+}  // namespace
+
+std::vector<double> discrete_bound(const Case& c, size_t output, const std::vector<double>& ref,
+                                   const std::vector<double>& naive) {
+  std::vector<double> e = step_bounds(c, output);
+  e.resize(ref.size(), 0.0);
+  for (size_t i = 0; i < e.size(); ++i)
+    if (std::isfinite(naive[i]) && std::isfinite(ref[i])) e[i] = std::max(e[i], std::fabs(naive[i] - ref[i]));
+  return e;
+}
+
 double floor_of(const Case& c, size_t output, const std::vector<double>& ref, bool rounding_bound) {
+  // An integer or boolean output: the largest finite step bound (close(k=)'s
+  // floor.Y; matches_reference judges it per element, discrete_bound).
+  if (!is_float(c.output_dtype(output))) {
+    double worst = 0;
+    if (rounding_bound)
+      for (double b : step_bounds(c, output))
+        if (std::isfinite(b)) worst = std::max(worst, b);
+    return worst;
+  }
   double m = 0;
   for (double x : ref)
     if (std::isfinite(x)) m = std::max(m, std::fabs(x));
@@ -380,8 +424,25 @@ Result reference(const Case& c) {
   if (c.decl->external_reference) return c.decl->external_reference->call(c, true);
   const expr::TensorMap m = inputs_map(c, false);
   Result r;
-  for (const auto& o : c.decl->outputs)
+  for (size_t i = 0; i < c.decl->outputs.size(); ++i) {
+    const OutputDecl& o = c.decl->outputs[i];
     r.outputs.push_back(evaluated(c, o, [&] { return o.reference->evaluate(m); }));
+    // An integer or boolean output's reference gives values of its dtype:
+    // what a kernel stores for 2.5 or NaN is no contract the spec states.
+    const DType dt = c.output_dtype(i);
+    if (is_float(dt)) continue;
+    const auto [lo, hi] = int_range(dt);
+    const std::vector<double>& y = r.outputs.back();
+    for (size_t k = 0; k < y.size(); ++k)
+      if (!(y[k] == std::floor(y[k]) && y[k] >= lo && y[k] <= hi))
+        throw InputError(
+            o.reference_mark,
+            fmt::format(
+                "reference.{}: `{}` is {} at element {} on this case, not a value of the {} output {} "
+                "({}): say what the kernel stores (round, clip, where)",
+                o.name, o.reference->shown(), y[k], k, dtype_name(dt), o.name,
+                dt == DType::boolean ? "0 or 1" : fmt::format("an integer in [{}, {}]", lo, hi)));
+  }
   return r;
 }
 
@@ -396,9 +457,12 @@ Result naive(const Case& c) {
     const OutputDecl& o = c.decl->outputs[i];
     std::vector<double> y = evaluated(c, o, [&] {
       return o.reference->evaluate_rounded(
-          m, arithmetic_dtype(dt) == DType::f32 ? FloatType::f32 : FloatType::f64);
+          m, arithmetic_of(c, i) == DType::f32 ? FloatType::f32 : FloatType::f64);
     });
     if (is_half(dt)) round_all(dt, y);
+    if (!is_float(dt))  // an integer or boolean output: the store to nearest (not judged where not finite)
+      for (double& v : y)
+        if (std::isfinite(v)) v = std::nearbyint(v);
     r.outputs.push_back(std::move(y));
   }
   return r;

@@ -917,8 +917,7 @@ class Parser {
       if (v["dtype"]) {
         const auto t = dtypes(v["dtype"], what + ".dtype");
         if (t.size() != 1) fail(v["dtype"], what + ".dtype must be one dtype (default: the case's)");
-        if (!is_float(t[0])) fail(v["dtype"], what + ".dtype must be f32, f64, f16 or bf16");
-        out.dtype = t[0];
+        out.dtype = t[0];  // an integer or boolean one: its reference gives its values (op.h)
       }
       d->outputs.push_back(std::move(out));
     }
@@ -990,8 +989,9 @@ class Parser {
       const auto text = scalar<std::string>(v, "reference." + o.name, "an expression");
       try {
         auto e = std::make_shared<expr::Expression>(expr::Expression::compile(text, d->reference_infos));
-        if (e->dtype() == expr::DType::boolean)
-          throw expr::ExprError(0, "is boolean; a reference computes the output's values");
+        if (e->dtype() == expr::DType::boolean && o.dtype != DType::boolean)
+          throw expr::ExprError(
+              0, "is boolean; a reference computes the output's values (dtype: bool for a mask)");
         if (!shape_fits(e->shape(), o.shape))
           throw expr::ExprError(0, fmt::format("has shape {}, but output {} is declared {}", e->shape(),
                                                o.name, expr::shape_text(o.shape)));

@@ -45,12 +45,13 @@ void Traits::tensors(const Case& c, const Result* target, const Result* referenc
   for (size_t i = 0; i < d.outputs.size(); ++i) {
     const auto& o = d.outputs[i];
     const auto ext = d.extents(o.shape, c.dims);
+    const expr::DType et = expr_dtype(c.output_dtype(i));  // real, or an integer / boolean output's
     if (target && out.wanted("target." + o.name))
-      out.put("target." + o.name, expr::Tensor::of(ext, target->outputs[i]));
+      out.put("target." + o.name, expr::Tensor::of(ext, target->outputs[i], et));
     if (out.wanted("reference." + o.name))
-      out.put("reference." + o.name, expr::Tensor::of(ext, ref().outputs[i]));
+      out.put("reference." + o.name, expr::Tensor::of(ext, ref().outputs[i], et));
     if (want_naive && out.wanted("naive." + o.name))
-      out.put("naive." + o.name, expr::Tensor::of(ext, naive_of->outputs[i]));
+      out.put("naive." + o.name, expr::Tensor::of(ext, naive_of->outputs[i], et));
     // Without the reference's rounding bound (an evaluation of its running
     // error bound, the costly part) as floor.Y's lower bound: close(k=)
     // computes the full floor only for a case that fails under it.
@@ -207,10 +208,12 @@ OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
                     "unit roundoff of the case's dtype, where outputs are stored: 2^-11 for f16, 2^-8 for "
                     "bf16, unit_roundoff otherwise (a half store's rounding: store_roundoff * abs(y))"});
   for (const auto& o : d.outputs) {
-    infos_.push_back({"target." + o.name, o.shape, expr::DType::real, "output " + o.name + " of the target"});
-    infos_.push_back({"reference." + o.name, o.shape, expr::DType::real, "the reference expression in fp64"});
+    // An integer or boolean output reads as its kind (fixed: its dtype is declared).
+    const expr::DType et = o.dtype ? expr_dtype(*o.dtype) : expr::DType::real;
+    infos_.push_back({"target." + o.name, o.shape, et, "output " + o.name + " of the target"});
+    infos_.push_back({"reference." + o.name, o.shape, et, "the reference expression in fp64"});
     infos_.push_back(
-        {"naive." + o.name, o.shape, expr::DType::real,
+        {"naive." + o.name, o.shape, et,
          "the reference expression with every intermediate rounded to the output's dtype (f32 for a "
          "half output, then rounded to the half at the store)"});
     infos_.push_back(
@@ -307,9 +310,11 @@ std::vector<DeclaredKey> section_keys() {
        "permutation {axis}, integer, with specials the sentinels they must treat specially (ignore_index "
        "-100, a padding id -1; kept by remapping and the domain check); masks (bool, sent as u8): causal "
        "{align}, padding {min}, bernoulli {p}"},
-      {"outputs", "{NAME: {shape: [DIM | N, ...], dtype: f32 | f64 | f16 | bf16}}",
+      {"outputs",
+       "{NAME: {shape: [DIM | N, ...], dtype: f32 | f64 | f16 | bf16 | i8 | u8 | i32 | i64 | bool}}",
        "output tensors the target returns (dtype default: the case's; f16/bf16 store in half, computed in "
-       "f32)"},
+       "f32; an integer or bool output's reference gives its values, judged exactly but across a step of "
+       "round/floor/ceil or a comparison the case's rounding can cross)"},
       {"reference", "{OUTPUT: EXPR} | exec:COMMAND | plugin:PATH",
        "one expression per output, evaluated in fp64 on the inputs, dims and attrs (docs/SPEC.md expression "
        "functions); also evaluated with every intermediate rounded to the output's dtype (naive.OUTPUT; f32 "

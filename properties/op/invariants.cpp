@@ -51,6 +51,7 @@ double naive_error(const std::vector<double>& ref, const std::vector<double>& na
 std::optional<Verdict> vacuous_baseline(const Case& c, const Result& own, const Result& naive) {
   if (!c.decl->external_reference) return std::nullopt;
   for (size_t i = 0; i < c.decl->outputs.size(); ++i) {
+    if (!is_float(c.output_dtype(i))) continue;  // integers: judged per element (compare_discrete)
     double largest = 0;
     for (double r : own.outputs[i])
       if (std::isfinite(r)) largest = std::max(largest, std::fabs(r));
@@ -77,6 +78,39 @@ bool same_bits(double a, double b) {
   return std::memcmp(&a, &b, sizeof a) == 0;
 }
 
+// An integer or boolean output (op.h, discrete_bound): exact, except where
+// the case's rounding can carry the value across a step of round, floor,
+// ceil or a comparison, by as much as it can there. `runs` 2 (two runs of
+// the target, rows_independent): each may sit on its own side. Elements the
+// naive computation cannot carry (not finite) and those with no bound (inf)
+// are not judged.
+std::string compare_discrete(const Case& c, size_t out, const std::vector<double>& got,
+                             const std::vector<double>& want, const std::vector<double>& ref,
+                             const std::vector<double>& naive, double runs, size_t& judged,
+                             std::vector<Measured>& measured, const std::string& what, double& ratio) {
+  const Decl& d = *c.decl;
+  const std::vector<double> e = discrete_bound(c, out, ref, naive);
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double allowed = runs * e[i];
+    if (!std::isfinite(naive[i]) || !std::isfinite(allowed)) continue;
+    ++judged;
+    const double err = std::fabs(got[i] - want[i]);
+    if (err <= allowed) {
+      if (err > 0) ratio = std::max(ratio, error_ratio(err, allowed));
+      continue;
+    }
+    measured = {{"got", got[i]}, {"want", want[i]}, {"error", err}, {"bound", allowed}};
+    const auto& o = d.outputs[out];
+    return fmt::format(
+        "target.{}{} = {} but {} = {} (|error| {} > bound {:.3g}{}: the {} output is exact but where the "
+        "case's {} rounding can carry it across a step of round/floor/ceil or a comparison; naive = {})",
+        o.name, index_text(d.extents(o.shape, c.dims), i), got[i], what, want[i], err, allowed,
+        runs == 1 ? "" : fmt::format(" = {} × {:.3g}", runs, e[i]), dtype_name(c.output_dtype(out)),
+        dtype_name(arithmetic_dtype(c.dtype)), naive[i]);
+  }
+  return "";
+}
+
 // Compares `got` with `want` elementwise under the budget of `runs` runs.
 // Returns a failure message, or "" (and counts judged elements, and raises
 // `ratio` to the largest |got - want| / bound seen).
@@ -84,6 +118,8 @@ std::string compare(const Case& c, size_t out, const std::vector<double>& got,
                     const std::vector<double>& want, const std::vector<double>& ref,
                     const std::vector<double>& naive, double k, double runs, size_t& judged,
                     std::vector<Measured>& measured, const std::string& what, double& ratio) {
+  if (!is_float(c.output_dtype(out)))
+    return compare_discrete(c, out, got, want, ref, naive, runs, judged, measured, what, ratio);
   const Decl& d = *c.decl;
   const auto& o = d.outputs[out];
   // The floor without the f64 reference's own rounding bound first: it only

@@ -288,8 +288,14 @@ class Expression {
   // division by 0). `sums`: in_order is evaluate's own order (a term of an
   // n-term sum passes through up to n - 1 additions); tree, a pairwise
   // reduction of depth ⌈log2 n⌉ (a blocked or parallel kernel's).
-  Tensor rounding_bound(const TensorMap& tensors, Summation sums = Summation::in_order,
-                        double unit = 0x1p-53) const;
+  // Step functions (floor, ceil, round) of an operand that errs at all have
+  // no first-order bound: inf there. `steps`: instead, how far the value may
+  // jump: a step function or a comparison moves by the steps that lie
+  // within twice its operands' bounds (0 where none does), and the value of
+  // a boolean or integer expression is bounded too (what an integer or
+  // boolean output of a declared op may differ by; src/expr_eval.cpp).
+  Tensor rounding_bound(const TensorMap& tensors, Summation sums = Summation::in_order, double unit = 0x1p-53,
+                        bool steps = false) const;
 
   // A boolean expression holds when every element is true. When it does not,
   // `message` explains the worst element: its index, the values on both

@@ -1,0 +1,152 @@
+// Integer and boolean outputs of a declared op (kernels/op/op.h,
+// discrete_bound): an int8 quantizer's codes and a mask. A correct kernel is
+// exact but where its own rounding can carry a value across a step (round,
+// a comparison), which the reference's bound with steps says; a kernel
+// rounding ties away from zero, comparing with >= or truncating fails.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "op_support.h"
+
+namespace kprop::op::testing {
+namespace {
+
+// amax = 254 (a listed special value) makes the scale exactly 2, so odd
+// integers land on rounding ties and 1 on the mask's threshold.
+const std::string kQuantizer = R"(spec: quant
+family: op
+let:
+  amax: max(abs(w), axis=-1, keepdims=true)
+  sc: where(amax == 0, 1, amax / 127)
+op:
+  dims: {C: [1, 8], K: [1, 32]}
+  inputs:
+    w:
+      shape: [C, K]
+      dtype: [f32, f64]
+      values: [normal, {integer: {lo: -254, hi: 254}}, large, small]
+      specials: {rate: 0.3, values: [0, 254]}
+  outputs:
+    q: {shape: [C, K], dtype: i8}
+    pos: {shape: [C, K], dtype: bool}
+    scale: {shape: [C]}
+  reference:
+    q: minimum(maximum(round(w / sc), -127), 127)
+    pos: w / sc > 0.5
+    scale: sc[:, 0]
+run: {trials: 300}
+invariants:
+  - matches_reference
+  - {name: rows_independent, batch_dims: [C]}
+)";
+
+enum class Variant { divide, reciprocal, ties_away, truncate, at_least };
+
+// The quantizer in the case's arithmetic (f32 for f32 cases: each double
+// result rounded to float is f32's correctly rounded operation, as double
+// rounding is innocuous for + - * / at 53 >= 2 * 24 + 2 bits).
+Result quantize(const Case& c, Variant v) {
+  const bool f32 = c.dtype == DType::f32;
+  const auto rnd = [&](double x) { return f32 ? static_cast<double>(static_cast<float>(x)) : x; };
+  const auto rows = static_cast<size_t>(c.dims[0]), cols = static_cast<size_t>(c.dims[1]);
+  const std::vector<double>& w = c.inputs[0];
+  Result r;
+  r.outputs.assign(3, {});
+  for (size_t i = 0; i < rows; ++i) {
+    double amax = 0;
+    for (size_t k = 0; k < cols; ++k) amax = std::max(amax, std::fabs(w[i * cols + k]));
+    const double sc = amax == 0 ? 1 : rnd(amax / 127);
+    for (size_t k = 0; k < cols; ++k) {
+      const double x =
+          v == Variant::reciprocal ? rnd(w[i * cols + k] * rnd(1 / sc)) : rnd(w[i * cols + k] / sc);
+      double q = std::nearbyint(x);
+      if (v == Variant::ties_away) q = std::round(x);
+      if (v == Variant::truncate) q = std::trunc(x);
+      r.outputs[0].push_back(std::clamp(q, -127.0, 127.0));
+      r.outputs[1].push_back(v == Variant::at_least ? x >= 0.5 : x > 0.5);
+    }
+    r.outputs[2].push_back(sc);
+  }
+  return r;
+}
+
+Spec quantizer_spec(const std::string& text = kQuantizer) {
+  Spec spec = parse_spec(text, "quant.yaml");
+  plant_mutants(spec, [](OpFamily& f) {
+    f.mutant("divide", "w / scale, rounded to nearest even",
+             [](const Case& c) { return quantize(c, Variant::divide); });
+    f.mutant("reciprocal", "w * (1 / scale): within rounding of w / scale",
+             [](const Case& c) { return quantize(c, Variant::reciprocal); });
+    f.mutant("ties_away", "rounds ties away from zero",
+             [](const Case& c) { return quantize(c, Variant::ties_away); });
+    f.mutant("truncate", "truncates toward zero",
+             [](const Case& c) { return quantize(c, Variant::truncate); });
+    f.mutant("at_least",
+             "the mask compares with >=", [](const Case& c) { return quantize(c, Variant::at_least); });
+  });
+  return spec;
+}
+
+RunReport run_on(const Spec& spec, const std::string& target, uint64_t seed) {
+  return run_spec(spec, scratch_run(target, seed, 300, "kprop_op_integer_test"));
+}
+
+// Correct kernels pass: the reference itself, the quantizer computed in the
+// case's arithmetic, and one dividing by multiplying with the reciprocal
+// (which differs from w / scale only next to a tie, where the bound allows
+// either neighbour); every case checked, every element judged.
+TEST(OpIntegerOutputs, CorrectQuantizersPass) {
+  const Spec spec = quantizer_spec();
+  for (const char* target : {"reference", "divide", "reciprocal"})
+    for (uint64_t seed : {1, 2, 3}) {
+      const RunReport r = run_on(spec, target, seed);
+      EXPECT_EQ(r.status, RunStatus::passed) << target << " seed " << seed << ": " << r.detail;
+      ASSERT_EQ(r.invariants.size(), 2u);
+      EXPECT_EQ(r.invariants[0].passed, 300) << target << " seed " << seed;
+    }
+}
+
+// Bugs that differ only at exact ties or at the threshold fail: the scale
+// 254 / 127 = 2 and w / 2 are exact operations, so no rounding can move the
+// value off the tie (the bound is 0 there, not the step).
+TEST(OpIntegerOutputs, TiesThresholdsAndTruncationFail) {
+  const Spec spec = quantizer_spec();
+  for (const char* target : {"ties_away", "truncate", "at_least"})
+    for (uint64_t seed : {1, 2, 3}) {
+      const RunReport r = run_on(spec, target, seed);
+      ASSERT_EQ(r.status, RunStatus::failed) << target << " seed " << seed;
+      ASSERT_TRUE(r.invariants.at(0).counterexample) << target;
+      const std::string& m = r.invariants[0].counterexample->message;
+      EXPECT_NE(m.find(std::string(target) == "at_least" ? "target.pos[" : "target.q["), std::string::npos)
+          << m;
+      EXPECT_NE(m.find("output is exact but where the case's"), std::string::npos) << m;
+    }
+}
+
+// A reference that gives no value of the output's dtype is the spec's
+// error, at the expression; a boolean reference is a bool output's only.
+TEST(OpIntegerOutputs, AReferenceOutsideTheDtypeIsTheSpecsError) {
+  std::string half = kQuantizer;
+  half.replace(half.find("q: minimum("), std::string("q: minimum(maximum(round(w / sc), -127), 127)").size(),
+               "q: w / sc");
+  try {
+    (void)run_on(quantizer_spec(half), "reference", 1);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("quant.yaml:19:8: reference.q: `w / sc` is "), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("not a value of the i8 output q (an integer in [-128, 127])"),
+              std::string::npos)
+        << e.what();
+  }
+  std::string mask = kQuantizer;
+  mask.replace(mask.find("    scale: sc[:, 0]"), std::string("    scale: sc[:, 0]").size(),
+               "    scale: sc[:, 0] > 0");
+  EXPECT_NE(load_error(mask).find("is boolean; a reference computes the output's values"), std::string::npos)
+      << load_error(mask);
+}
+
+}  // namespace
+}  // namespace kprop::op::testing
