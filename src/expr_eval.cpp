@@ -855,6 +855,12 @@ thread_local double t_unit = 0x1p-53;
 // jumps of step functions and comparisons, which no first-order bound has a
 // term for, are bounded too (what an integer or boolean output may move by).
 thread_local bool t_steps = false;
+// Set while rounding_bound runs: an operation whose result falls below the
+// normal range errs by up to half the smallest subnormal, u·min_normal,
+// whatever |r|: min_normal of t_unit's arithmetic, in B's units. A
+// product, quotient, power or function adds it; a sum does not (an
+// addition with a subnormal result is exact).
+thread_local double t_tiny = 0x1p-1022;
 Ref evaluate_node(const Node& n, const TensorMap& m);
 Ref evaluate(const Node& n, const TensorMap& m) {
   std::unordered_map<const Node*, Tensor>* memo = t_values ? t_values : n.shared ? t_shared : nullptr;
@@ -987,7 +993,13 @@ std::string num(double v) {
 // Numerical Algorithms", 2nd ed., §3.3): each real node carries B with
 // |computed - exact| <= u·B + O(u²), u = 2^-53, from its children's bounds
 // and its own rounding. A correctly rounded operation adds u·|r|; libm's
-// exp, log, tanh, erf, log1p, expm1, sin, cos (within 1 ulp) add 2u·|r|. Per node, with
+// exp, log, tanh, erf, log1p, expm1, sin, cos (within 1 ulp) add 2u·|r|.
+// Below the normal range the rounding is absolute, up to half the smallest
+// subnormal = u·min_normal: a product, quotient, power or mean adds
+// min_normal (t_tiny) more, a function 2·min_normal, matmul k·min_normal
+// for its products; additions with a subnormal result are exact (x·w·v
+// against x·(w·v) at x = 6e-308 differed by one subnormal where the bound
+// said 0). Per node, with
 // r the result and a, b the operands' values:
 //   a ± b          Ba + Bb + |r|
 //   a · b          |b|·Ba + |a|·Bb + u·Ba·Bb + |r|: the second-order δa·δb too,
@@ -1160,7 +1172,8 @@ Bound call_bound(const Node& n, const TensorMap& m, const Tensor& r) {
       for (size_t i = 0; i < out.size(); ++i) out.data[i] += propagated.data[i];
     }
     if (f == "mean")
-      for (size_t i = 0; i < out.size(); ++i) out.data[i] = out.data[i] / terms + std::fabs(r.data[i]);
+      for (size_t i = 0; i < out.size(); ++i)
+        out.data[i] = out.data[i] / terms + std::fabs(r.data[i]) + t_tiny;
     return out;
   }
   if (f == "cumsum") {
@@ -1193,8 +1206,9 @@ Bound call_bound(const Node& n, const TensorMap& m, const Tensor& r) {
     const Tensor aa = abs_of(*a), ab = abs_of(*b);
     const int64_t inner = a->shape.back();
     Tensor out = matmul_rt(aa, ab, DType::real);
-    // The k products' roundings (each |a·b| once) and the sum's.
-    for (double& v : out.data) v *= 1 + additions_per_term(inner);
+    // The k products' roundings (each |a·b| once, and each below the normal
+    // range by up to t_tiny) and the sum's.
+    for (double& v : out.data) v = v * (1 + additions_per_term(inner)) + static_cast<double>(inner) * t_tiny;
     if (bb) {
       const Tensor t = matmul_rt(aa, *bb, DType::real);
       for (size_t i = 0; i < out.size(); ++i) out.data[i] += t.data[i];
@@ -1228,7 +1242,9 @@ Bound call_bound(const Node& n, const TensorMap& m, const Tensor& r) {
       : (f == "sin" || f == "cos") ? F([](double, double b, double r) { return b + 2 * std::fabs(r); })
                                    : nullptr;
   if (!rule) throw std::logic_error("expr: no rounding bound for " + f);
-  return unary_bound(*a, ba, r, rule);
+  Tensor out = unary_bound(*a, ba, r, rule);
+  for (double& v : out.data) v += 2 * t_tiny;  // within 1 ulp below the normal range too
+  return out;
 }
 
 // A real literal's own rounding: the evaluation holds the nearest number
@@ -1370,10 +1386,10 @@ Bound bound(const Node& n, const TensorMap& m) {
             break;
           case Op::mul:  // (a + δa)(b + δb) - ab = a·δb + b·δa + δa·δb, the last in B's units u·Ba·Bb
             out.data[i] = std::fabs(ya) * bx.data[i] + std::fabs(xa) * by.data[i] +
-                          t_unit * bx.data[i] * by.data[i] + ri;
+                          t_unit * bx.data[i] * by.data[i] + ri + t_tiny;
             break;
           case Op::div:
-            out.data[i] = (bx.data[i] + ri * by.data[i]) / std::fabs(ya) + ri;
+            out.data[i] = (bx.data[i] + ri * by.data[i]) / std::fabs(ya) + ri + t_tiny;
             break;
           case Op::pow: {
             double from_x = 0;
@@ -1390,7 +1406,7 @@ Bound bound(const Node& n, const TensorMap& m) {
             }
             const double from_y =
                 by.data[i] == 0 || ri == 0 ? 0 : ri * std::fabs(std::log(std::fabs(xa))) * by.data[i];
-            out.data[i] = from_x + from_y + ri;
+            out.data[i] = from_x + from_y + ri + t_tiny;
             break;
           }
         }
@@ -1417,12 +1433,19 @@ Tensor Expression::rounding_bound(const TensorMap& tensors, Summation sums, doub
     Summation saved_sums = t_summation;
     double saved_unit = t_unit;
     bool saved_steps = t_steps;
-    ~Scope() { t_values = saved, t_summation = saved_sums, t_unit = saved_unit, t_steps = saved_steps; }
+    double saved_tiny = t_tiny;
+    ~Scope() {
+      t_values = saved, t_summation = saved_sums, t_unit = saved_unit, t_steps = saved_steps,
+      t_tiny = saved_tiny;
+    }
   } scope;
   t_values = &values;
   t_summation = sums;
   t_unit = unit;
   t_steps = steps;
+  // min_normal of the arithmetic of unit roundoff `unit`: f64, f32, f16
+  // (bf16 has f32's range); f32's for any other (larger than f64's).
+  t_tiny = unit == 0x1p-53 ? 0x1p-1022 : unit == 0x1p-11 ? 0x1p-14 : 0x1p-126;
   const Bound b = expr::bound(*root_, tensors);
   return filled(b, expr::evaluate(*root_, tensors)->shape);
 }

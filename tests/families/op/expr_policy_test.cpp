@@ -1122,5 +1122,55 @@ TEST(OpRowsIndependent, TheDefaultBatchDimIsOneTheDeclarationProves) {
   }
 }
 
+// Below the normal range a rounding is absolute, up to half the smallest
+// subnormal, whatever |r|: x · (w · v) against the reference's (x · w) · v
+// at x = 6e-308 differed by one subnormal (4.9e-324) where the bound said
+// 0, and a correct f32 kernel's (x · w) · v against x · (w · v) at
+// x = 2^-149 failed once its naive baseline was exact. A kernel flushing
+// subnormal results to zero still fails.
+TEST(OpClosePolicy, AResultBelowTheNormalRangeMayErrByHalfASubnormal) {
+  Spec spec = parse_spec(R"(spec: subnormal
+family: op
+op:
+  dims: {T: [1, 4], D: [1, 8]}
+  inputs:
+    x: {shape: [T, D], dtype: [f32, f64], values: [denormal]}
+    w: {shape: [D], values: [normal]}
+    v: {shape: [D], values: [normal]}
+  outputs:
+    y: {shape: [T, D]}
+  reference:
+    y: x * w * v
+run: {trials: 200}
+invariants: [matches_reference]
+)",
+                         "subnormal.yaml");
+  // y = x · (w · v) in the case's arithmetic; `flush`: subnormal results as 0.
+  const auto kernel = [](const Case& c, bool flush) {
+    const bool f32 = c.dtype == DType::f32;
+    const auto rnd = [&](double a) {
+      const double r = f32 ? static_cast<double>(static_cast<float>(a)) : a;
+      return flush && std::fabs(r) < (f32 ? 0x1p-126 : 0x1p-1022) ? 0.0 : r;
+    };
+    const auto cols = static_cast<size_t>(c.dims[1]);
+    Result r;
+    r.outputs.resize(1);
+    for (size_t i = 0; i < c.inputs[0].size(); ++i)
+      r.outputs[0].push_back(rnd(c.inputs[0][i] * rnd(c.inputs[1][i % cols] * c.inputs[2][i % cols])));
+    return r;
+  };
+  plant_mutants(spec, [&](OpFamily& f) {
+    f.mutant("reassociated", "x * (w * v)", [kernel](const Case& c) { return kernel(c, false); });
+    f.mutant("flush_to_zero", "subnormal results flushed to 0",
+             [kernel](const Case& c) { return kernel(c, true); });
+  });
+  for (uint64_t seed : {1, 2, 3}) {
+    const RunReport ok = run_spec(spec, scratch_run("reassociated", seed, 200, "kprop_op_policy_test"));
+    EXPECT_EQ(ok.status, RunStatus::passed) << "seed " << seed << ": " << ok.detail;
+    const RunReport ftz = run_spec(spec, scratch_run("flush_to_zero", seed, 200, "kprop_op_policy_test"));
+    EXPECT_EQ(ftz.status, RunStatus::failed) << "seed " << seed;
+  }
+}
+
 }  // namespace
 }  // namespace kprop::op::testing
