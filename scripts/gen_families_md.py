@@ -149,7 +149,8 @@ probabilities rounded to the dtype (nearest even) at the store; the ranking
 is by logit, so indices are unaffected. Tolerance baseline: the naive
 two-pass softmax in the case's dtype (half: f32 arithmetic, probabilities
 stored in half), floor `floor_eps` f32 epsilons plus the store's
-`u_s·max p + s`.""",
+`u_s·max p + s`. Subnormal logits (f16: `|x| < 2^-14`) are read as the values
+they are, never flushed to zero, and rank by them.""",
     "ternary": """\
 The BitNet b1.58 linear layer, with `eps = 1e-5`: weight scale
 `s = max(mean|W|, eps)` (absmean, per tensor), `w_q = clamp(round(W/s), -1, 1)`;

@@ -44,6 +44,9 @@ void f32_keys(FusedConfig& f) {
 void neg_zero_low(FusedConfig& f) {
   f.neg_zero_below_zero = true;
 }
+void f16_ftz(FusedConfig& f) {
+  f.f16_inputs_ftz = true;
+}
 void exp_half(FusedConfig& f) {
   f.exp_in_storage = true;
 }
@@ -111,6 +114,14 @@ const std::vector<Mutant>& mutants() {
        "contract takes exp in f32): a logit 13 below the max in f16 gets its probability off by up to half "
        "an f16 subnormal step before the store rounds it again",
        variant<exp_half>},
+      // Only the order of the subnormals changes (their probabilities are
+      // within 2^-14 relative of a zero's, under an f16 ulp): seen where
+      // distinct subnormals reach the top K, which the generator's
+      // subnormal rows put there on purpose (properties/softmax_topk/build.cpp).
+      {"f16_subnormal_ftz",
+       "f16 logits loaded flush-to-zero: a subnormal (|x| < 2^-14) becomes a zero of its sign, so distinct "
+       "subnormals tie with each other and with 0 and rank by index",
+       variant<f16_ftz>},
   };
   return table;
 }

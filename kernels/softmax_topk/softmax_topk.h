@@ -17,8 +17,9 @@
 // the running max and the normaliser are f32 statistics, exp(x - m) and the
 // division are f32; the probabilities are rounded to the storage dtype with
 // round-to-nearest-even when stored. The ranking is by logit (the contract
-// above), so indices do not depend on any rounding. f32 and f64 cases compute
-// in their own dtype throughout.
+// above), so indices do not depend on any rounding; subnormal logits (f16:
+// |x| < 2^-14) are read as the values they are, never flushed to zero, and
+// rank by them. f32 and f64 cases compute in their own dtype throughout.
 #pragma once
 
 #include <cstdint>
@@ -98,6 +99,11 @@ struct FusedConfig {
   // negative_zero_below_zero mutant): -0.0 ranks below +0.0, though the two
   // are the same logit, so a -0.0 loses its tie to a +0.0 at a higher index.
   bool neg_zero_below_zero = false;
+  // An f16 case's logits loaded with flush-to-zero (a half-to-float
+  // conversion that maps exponent 0 to zero; the f16_subnormal_ftz mutant):
+  // a subnormal logit (|x| < 2^-14) becomes a zero of its sign, so distinct
+  // subnormals, and a subnormal and a zero, tie and rank by index.
+  bool f16_inputs_ftz = false;
 };
 Result fused_with(const Case& c, const FusedConfig& config);
 // The fused kernel on raw f32 rows (x: rows x vocab; probs, indices: rows x k).

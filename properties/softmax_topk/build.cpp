@@ -130,7 +130,8 @@ Case Traits::build(Draw& draw, const Values& domain) {
   // before), with the chance negated so that a fuzz input's missing bytes
   // (chance is true at 0) leave the case as it was; per logit, so only rows
   // short of kBulkVocab.
-  if (c.dtype == DType::f16 && v > 1 && v <= kBulkVocab && !draw.chance(0.75)) {
+  const bool band = c.dtype == DType::f16 && v > 1 && v <= kBulkVocab && !draw.chance(0.75);
+  if (band) {
     for (int r = 0; r < rows; ++r) {
       double* x = c.logits.data() + static_cast<size_t>(r) * static_cast<size_t>(v);
       const int top_at = static_cast<int>(std::max_element(x, x + v) - x);  // the first max stays
@@ -148,6 +149,28 @@ Case Traits::build(Draw& draw, const Values& domain) {
         // f16_max: then it may land outside the band, a value like any other).
         x[i] = round_to(c.dtype, std::max(m - d, -top));
       }
+    }
+  }
+  // f16 cases without the band, one in three (a quarter of all f16 cases):
+  // one row's finite nonzero logits become f16 subnormals j 2^-24 (j in
+  // [1, 1023], either sign; below 2^-14, f16's least normal), -inf and zeros
+  // kept as drawn. The grid reaches them only at e <= -17 with few levels
+  // (about one f16 row in 700: f16_subnormal_ftz, a load that flushes them
+  // to zero, survived a seed), so a rank of subnormals, which such a load
+  // ties as zeros, is drawn on purpose here. The row's top K are subnormals
+  // (or zeros): all of it but -inf and zeros is replaced. Two of them are a
+  // near-tie (discarded, invariants.cpp) only within 16 f32 ulps of 1 = 32
+  // subnormal steps, so most pairs of the 1023 are told apart. Not in the
+  // band's cases (its rows would lose the logits 9.7-17 below the max that
+  // exp_in_storage needs); the chance negated as there; per logit, so only
+  // rows short of kBulkVocab.
+  if (c.dtype == DType::f16 && !band && v <= kBulkVocab && !draw.chance(2.0 / 3)) {
+    const size_t r = static_cast<size_t>(draw.index(static_cast<size_t>(rows)));
+    double* x = c.logits.data() + r * static_cast<size_t>(v);
+    for (int i = 0; i < v; ++i) {
+      if (!std::isfinite(x[i]) || x[i] == 0) continue;
+      const double sign = draw.chance(0.5) ? -1 : 1;  // drawn before j: one draw per statement
+      x[i] = sign * std::ldexp(static_cast<double>(draw.any(IntRange{1, 1023})), -24);
     }
   }
   return c;

@@ -32,7 +32,8 @@ Schema Traits::domain_schema() {
           "logit rows: grid values q * 2^e (shift-exact), exact ties, offsets, -inf entries, all -inf rows; "
           "in f64, a third of the rows split ties by 2^-29 relative (distinct in f64, one value in f32); in "
           "f16, a quarter of the cases move most of each row 9.7 to 17 below its max (exp(x - max) an f16 "
-          "subnormal)"),
+          "subnormal), and another quarter turn one row's finite nonzero logits into f16 subnormals (either "
+          "sign)"),
   };
 }
 

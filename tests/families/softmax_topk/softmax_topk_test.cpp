@@ -262,6 +262,63 @@ TEST(SoftmaxTopkGenerator, ExpInStorageIsKilledOnSeedsItSurvived) {
   }
 }
 
+// f16 logits loaded flush-to-zero (f16_subnormal_ftz): the subnormals
+// 700 x 2^-24 and 3 x 2^-24 become +0 and -5 x 2^-24 becomes -0, so all
+// four tie with the zero at index 1 and rank by index; the contract ranks
+// them by value. Their probabilities are within 2^-14 relative of each
+// other's: only the order tells. bf16 and f32 keep their subnormals.
+TEST(SoftmaxTopkHalf, FlushedSubnormalsRankByIndex) {
+  const double s = 0x1p-24;
+  const Case h = make(DType::f16, 4, 2, {{3 * s, 0, 700 * s, -5 * s}});
+  ASSERT_EQ(validate(h), "");
+  EXPECT_EQ(fused(h).indices, (std::vector<int>{2, 0, 1, 3}));
+  EXPECT_EQ(reference(h).indices, fused(h).indices);
+  const Result bad = run_mutant("f16_subnormal_ftz", h);
+  EXPECT_EQ(bad.indices, (std::vector<int>{0, 1, 2, 3}));
+  for (size_t i = 0; i < bad.probs.size(); ++i) EXPECT_NEAR(bad.probs[i], 0.25, 1e-3);
+  for (DType t : {DType::bf16, DType::f32}) {
+    const Case c = make(t, 4, 2, {{3 * s, 0, 700 * s, -5 * s}});
+    EXPECT_EQ(run_mutant("f16_subnormal_ftz", c).indices, fused(c).indices) << dtype_name(t);
+  }
+}
+
+// The generator draws rows of f16 subnormals (build.cpp): in a quarter of
+// the f16 cases, one row whose finite nonzero logits all lie below 2^-14.
+TEST(SoftmaxTopkGenerator, F16CasesHaveRowsOfSubnormals) {
+  const Values domain = Values::defaults(Traits::domain_schema());
+  std::mt19937_64 rng(12);
+  int f16_cases = 0, subnormal_rows = 0;
+  for (int n = 0; n < 800; ++n) {
+    const Case c = testing::from_random_bytes<Traits>(rng, 8192, domain);
+    if (c.dtype != DType::f16) continue;
+    ++f16_cases;
+    ASSERT_EQ(validate(c), "");
+    for (int r = 0; r < c.rows(); ++r) {
+      int subnormals = 0, normals = 0;
+      for (int i = 0; i < c.vocab; ++i) {
+        const double x = c.logits[static_cast<size_t>(r) * c.vocab + i];
+        if (!std::isfinite(x) || x == 0) continue;
+        (std::fabs(x) < 0x1p-14 ? subnormals : normals) += 1;
+      }
+      if (subnormals >= 2 && normals == 0) {
+        ++subnormal_rows;
+        break;
+      }
+    }
+  }
+  EXPECT_GT(f16_cases, 100);
+  EXPECT_GT(subnormal_rows, f16_cases / 8);
+}
+
+// The committed spec kills the flush on every seed, 4 among them (the
+// audit's: the grid reached f16 subnormals in about one f16 row in 700).
+TEST(SoftmaxTopkGenerator, F16SubnormalFtzIsKilledOnEverySeed) {
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    const RunReport r = run_spec(load_spec(kSpec), testing::first_failure("f16_subnormal_ftz", seed));
+    EXPECT_EQ(r.status, RunStatus::failed) << "seed " << seed;
+  }
+}
+
 }  // namespace kernels
 }  // namespace
 }  // namespace kprop::softmax_topk
