@@ -185,14 +185,18 @@ class Int8Cache {
 // accumulator rescaled by exp(m_old - m_new), scores scaled by alpha.
 // `in_storage` (a mutant) rounds l and the accumulator to the dtype after
 // every update; `no_max` (a mutant) keeps m at 0, so exp(s) overflows once a
-// score passes the type's log of its largest value (88.7 in f32).
+// score passes the type's log of its largest value (88.7 in f32);
+// `max_init_zero` (a mutant) starts m at 0 rather than -inf, so m is never
+// below 0 and when every score is below the type's log of its least value
+// (-745 in f64, -104 in f32) every exp underflows: l = 0 and out = 0 / 0.
 template <typename Acc, typename Cache>
 void attend(Cache& cache, size_t b, size_t kv_head, const double* q, int lo, int n, size_t D, Acc* out,
-            std::vector<Acc>& s, DType in_storage, Acc alpha, bool no_max = false) {
+            std::vector<Acc>& s, DType in_storage, Acc alpha, bool no_max = false,
+            bool max_init_zero = false) {
   const int tile = cache.tile();
   const bool keep = in_storage != DType::f64;
   auto store = [in_storage](Acc x) { return static_cast<Acc>(round_to(in_storage, static_cast<double>(x))); };
-  Acc m = no_max ? Acc(0) : -std::numeric_limits<Acc>::infinity(), l = 0;
+  Acc m = no_max || max_init_zero ? Acc(0) : -std::numeric_limits<Acc>::infinity(), l = 0;
   std::fill(out, out + D, Acc(0));
   for (int start = lo / tile * tile; start < n; start += tile) {
     const int a = std::max(start, lo), e = std::min(start + tile, n);
@@ -291,7 +295,7 @@ Result run_with(const Case& c, const Engine& e) {
         for (size_t h = 0; h < Hq; ++h) {
           const size_t row = static_cast<size_t>(t) * Hq + h;
           attend(cache, b, h / g, &data[b]->q[row * D], lo, n, D, acc.data(), scratch, in_storage, alpha,
-                 e.no_max);
+                 e.no_max, e.max_init_zero);
           double* dst = &r.out[b][row * D];
           for (size_t d = 0; d < D; ++d) dst[d] = output_store(c.dtype, e, static_cast<double>(acc[d]));
         }

@@ -30,7 +30,10 @@
 // exactly on such ties (x / s == k + 1/2 in double, against this s).
 // Likewise f16/bf16 cases with store_ties > 0 put K/V elements exactly
 // halfway between two values of the dtype (f32 values: the cache write
-// rounds them to even).
+// rounds them to even). Cases with negative_scores put every score of kv
+// head 0 far below zero (Case::negative_scores): all-underflowing exps,
+// which a softmax whose running max starts at 0 rather than -inf turns into
+// 0 / 0.
 //
 // Precision (the case's dtype; an fp16/bf16 KV cache as vLLM and FlashInfer
 // keep it). f64 cases are what the family always did: data, caches and
@@ -102,6 +105,15 @@ struct Case {
   // from zero or truncating. 0 (a case written before the field) puts none
   // there.
   double store_ties = 0;
+  // Every score of kv head 0 far below zero (softmax's exp of every score
+  // underflows unless the max is subtracted): its keys share one sign per
+  // channel, at least about half their channel's range, and its query
+  // heads take the opposite signs, scaled so that each score lies in
+  // [-L, -0.225 L], L = 4096 for f64 cases (exp underflows below -745) and
+  // 512 for the others (f32 arithmetic: below -104); q_scale plays no part
+  // there. The other kv heads keep their data.
+  // false (a case written before the field) draws as before.
+  bool negative_scores = false;
   int q_heads() const { return kv_heads * group; }
   // Tokens over all sequences (each one's prompt and decode steps).
   int64_t tokens() const {
@@ -223,6 +235,7 @@ struct Engine {
   bool stale_block_reuse = false;   // finishing sequences release blocks before the step's writes
   bool table_entries_4096 = false;  // a block table of 4096 entries: logical block l at entry l mod 4096
   bool no_max = false;              // softmax as exp(s) / sum exp(s): no running max subtracted
+  bool max_init_zero = false;       // the running max starts at 0, not -inf: max(0, scores) subtracted
   // Precision mutations (differ from the correct engine on non-f64 cases only):
   bool truncate_bf16 = false;          // bf16 cache written by truncation, not round-to-nearest-even
   bool half_away_bf16 = false;         // bf16 cache and outputs stored by (bits + 0x8000) >> 16: ties away

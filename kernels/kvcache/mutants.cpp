@@ -32,6 +32,13 @@ const std::vector<Mutant>& mutants() {
        "paged: the online softmax without its running max, exp(s) / sum exp(s): inf / inf = NaN once a score "
        "passes 88.7 (f32) or 709.8 (f64)",
        switched<Layout::paged, &Engine::no_max>},
+      // Harmless unless every visible score of a row is below the log of
+      // the arithmetic's least value: the negative_scores cases
+      // (Case::negative_scores, specs/kvcache.yaml).
+      {"max_init_zero",
+       "contiguous: the online softmax's running max starts at 0, not -inf: when every score of a row is "
+       "below -745 (f64) or -104 (f32 arithmetic) every exp underflows and the output is 0 / 0 = NaN",
+       switched<Layout::contiguous, &Engine::max_init_zero>},
       // The padded batch width is the longest decoding sequence's length.
       {"padding_leak", "decode keys masked by the padded batch width, not the sequence's own length",
        switched<Layout::contiguous, &Engine::padding_leak>},

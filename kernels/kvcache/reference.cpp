@@ -17,8 +17,10 @@ namespace kprop::kvcache {
 namespace {
 
 // (kK + 10, kV + 10: an element's near-tie draw; + 20: its side; + 30: its
-// exact-tie draw, Case::int8_ties; + 40: its dtype-tie draw, Case::store_ties.)
-enum Stream : uint64_t { kQ = 1, kK = 2, kV = 3, kRangeK = 10, kRangeV = 11 };
+// exact-tie draw, Case::int8_ties; + 40: its dtype-tie draw, Case::store_ties.
+// Case::negative_scores: kQNegative, a query element's magnitude; kSignK,
+// under the case's seed, a key channel's sign.)
+enum Stream : uint64_t { kQ = 1, kK = 2, kV = 3, kQNegative = 4, kRangeK = 10, kRangeV = 11, kSignK = 14 };
 
 }  // namespace
 
@@ -80,7 +82,38 @@ Tensors generate(const Case& c, size_t b) {
             std::vector<double>(T * Hkv * D)};
   // K/V arrive at the cache write as f32 in non-f64 cases (Precision).
   const DType arrive = c.dtype == DType::f64 ? DType::f64 : DType::f32;
-  for (size_t i = 0; i < t.q.size(); ++i) t.q[i] = round_to(c.dtype, c.q_scale * rng::normal(s.seed, kQ, i));
+  // negative_scores (Case), kv head 0 and its query heads only (the other
+  // heads keep their data, and the other bugs their chances): channel d of
+  // the keys has sign key_sign[d] and the queries the opposite one,
+  // magnitude (1 + w) / 2 (w uniform) times a = L sqrt(D) / (the sum of the
+  // head's key ranges). A key element is range x (1 + |u|) / 2 in magnitude
+  // before the ties below move it (by at most a few code steps of range /
+  // 127: >= 0.45 range), so each score alpha sum_c q_c k_c lies in [-L,
+  // -0.45 L / 2] (alpha = 1/sqrt(D)): L = 4096 puts an f64 case's max score
+  // below -921 (exp underflows past -745), L = 512 an f32-arithmetic one's
+  // below -115 (past -104, below f32's least subnormal). q within the
+  // dtype's finite range: a <= L k_spread / sqrt(D), 51200 at the domain's
+  // k_spread 100 and D = 1, under f16's 65504 (clamped past it: a wider
+  // k_spread only weakens the mode).
+  std::vector<double> key_sign;
+  double q_magnitude = 0;
+  if (c.negative_scores) {
+    const double L = c.dtype == DType::f64 ? 4096 : 512;
+    double sum = 0;
+    for (size_t d = 0; d < D; ++d) {
+      key_sign.push_back(rng::uniform(c.seed, kSignK, d) < 0.5 ? -1 : 1);
+      sum += range.k[d];
+    }
+    q_magnitude = std::min(L * std::sqrt(static_cast<double>(D)) / sum, max_finite(c.dtype));
+  }
+  for (size_t i = 0; i < t.q.size(); ++i) {
+    if (!c.negative_scores || i / D % Hq >= static_cast<size_t>(c.group)) {  // not a query head of kv head 0
+      t.q[i] = round_to(c.dtype, c.q_scale * rng::normal(s.seed, kQ, i));
+      continue;
+    }
+    const double w = rng::uniform(s.seed, kQNegative, i);
+    t.q[i] = round_to(c.dtype, -key_sign[i % D] * q_magnitude * (1 + w) / 2);
+  }
   // f64 K/V (the int8 cache's inputs): 5% of the elements sit 2^-30 off a
   // rounding tie of their int8 code, x = s (j + 1/2 ± 2^-30) with s = range
   // / 127: x / s rounds away from the tie in double, as the contract's
@@ -94,8 +127,11 @@ Tensors generate(const Case& c, size_t b) {
   // one ulp from a store that rounds ties away (or truncates); uniformly
   // drawn f32 values hit one about once in 2^15 (bf16). Drawn only for
   // cases with ties, as int8_ties.
-  auto element = [&](double range, Stream stream, size_t i) {
-    const double u = 2 * rng::uniform(s.seed, stream, i) - 1;
+  // `sign`: a negative_scores key's channel sign (0: none), which takes u
+  // to sign (1 + |u|) / 2, at least half the range from zero.
+  auto element = [&](double range, Stream stream, size_t i, double sign = 0) {
+    double u = 2 * rng::uniform(s.seed, stream, i) - 1;
+    if (sign != 0) u = sign * (1 + std::fabs(u)) / 2;
     if (c.dtype != DType::f64) {
       if (c.store_ties > 0 && rng::uniform(s.seed, stream + 40, i) < c.store_ties)
         return dtype_tie(c.dtype, range * u);
@@ -112,7 +148,8 @@ Tensors generate(const Case& c, size_t b) {
   };
   for (size_t i = 0; i < t.k.size(); ++i) {
     const size_t channel = i % (Hkv * D);
-    t.k[i] = round_to(arrive, element(range.k[channel], kK, i));
+    t.k[i] =
+        round_to(arrive, element(range.k[channel], kK, i, channel < key_sign.size() ? key_sign[channel] : 0));
     t.v[i] = round_to(arrive, element(range.v[channel], kV, i));
   }
   return t;
@@ -123,6 +160,7 @@ struct DataKey {
   uint64_t seq_seed, seed;
   int tokens, kv_heads, group, head_dim;
   double q_scale, k_spread, v_spread, int8_ties, store_ties;
+  bool negative_scores;
   DType dtype;
   bool stored;
   bool operator==(const DataKey&) const = default;
@@ -131,8 +169,8 @@ struct DataKey {
 DataKey data_key(const Case& c, size_t b, bool stored) {
   const Sequence& s = c.seqs.at(b);
   stored = stored && c.dtype != DType::f64;  // f64 K/V are stored as they arrive: one entry
-  return {s.seed,     c.seed,     s.tokens(),  c.kv_heads,   c.group, c.head_dim, c.q_scale,
-          c.k_spread, c.v_spread, c.int8_ties, c.store_ties, c.dtype, stored};
+  return {s.seed,     c.seed,     s.tokens(),  c.kv_heads,   c.group,           c.head_dim, c.q_scale,
+          c.k_spread, c.v_spread, c.int8_ties, c.store_ties, c.negative_scores, c.dtype,    stored};
 }
 
 // Sequences larger than this (elements) are made each time rather than kept.

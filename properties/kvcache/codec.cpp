@@ -36,6 +36,7 @@ YAML::Node Traits::to_yaml(const Case& c) {
   data["seed"] = c.seed;
   if (c.int8_ties > 0) data["int8_ties"] = case_yaml::real(c.int8_ties);     // absent: none
   if (c.store_ties > 0) data["store_ties"] = case_yaml::real(c.store_ties);  // absent: none
+  if (c.negative_scores) data["negative_scores"] = true;                     // absent: false
   n["data"] = data;
   return n;
 }
@@ -74,7 +75,8 @@ Case Traits::from_yaml(const YAML::Node& n) {
   c.dtype = dtype_named(dtype);
   const YAML::Node data = n["data"];
   if (!data) case_yaml::fail(n, "missing 'data'");
-  expect_keys(data, {"q_scale", "k_spread", "v_spread", "seed", "int8_ties", "store_ties"}, "data");
+  expect_keys(data, {"q_scale", "k_spread", "v_spread", "seed", "int8_ties", "store_ties", "negative_scores"},
+              "data");
   c.q_scale = read<double>(data, "q_scale");
   c.k_spread = read<double>(data, "k_spread");
   c.v_spread = read<double>(data, "v_spread");
@@ -87,6 +89,8 @@ Case Traits::from_yaml(const YAML::Node& n) {
   c.store_ties = case_yaml::read_or<double>(data, "store_ties", 0);
   if (!(c.store_ties >= 0 && c.store_ties <= 1))
     case_yaml::fail(data["store_ties"], "'store_ties' is a probability in [0, 1]");
+  // Cases from before the negative-score mode draw their queries and keys as they did.
+  c.negative_scores = case_yaml::read_or<bool>(data, "negative_scores", false);
   case_yaml::check_contract(n, validate(c));
   return c;
 }

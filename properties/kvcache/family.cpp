@@ -32,11 +32,12 @@ CaseStats Traits::stats(const Case& c) {
   return CaseStats{
       tokens,
       fmt::format("{} seq{} (prompt+decode@arrival: {}), heads {}x{}, head_dim {}, page {}, chunk {}, "
-                  "pool {}, poison {}, {}{}{}",
+                  "pool {}, poison {}, {}{}{}{}",
                   c.seqs.size(), c.seqs.size() == 1 ? "" : "s", fmt::join(seqs, ", "), c.kv_heads, c.group,
                   c.head_dim, c.page_size, c.chunk, c.pool.size(), poison_name(c.poison), dtype_name(c.dtype),
                   c.int8_ties > 0 ? fmt::format(", int8 ties {}", c.int8_ties) : "",
-                  c.store_ties > 0 ? fmt::format(", {} ties {}", dtype_name(c.dtype), c.store_ties) : "")}
+                  c.store_ties > 0 ? fmt::format(", {} ties {}", dtype_name(c.dtype), c.store_ties) : "",
+                  c.negative_scores ? ", negative scores" : "")}
       .dim("sequences", double(c.seqs.size()))
       .dim("tokens", double(tokens))
       .dim("page size", c.page_size)

@@ -37,6 +37,11 @@ Schema Traits::domain_schema() {
       field::real("store_ties", 0.05, 0, 1,
                   "f16/bf16 cases: the probability that a K/V element arrives (in f32) exactly halfway "
                   "between two values of the dtype, which the cache write rounds to even; 0 puts none there"),
+      field::real("negative_scores", 0.1, 0, 1,
+                  "the probability that a case puts every score of kv head 0 far below zero (its keys share "
+                  "a sign per channel, its queries take the opposite one): each in [-L, -0.225 L], L = 4096 "
+                  "in f64, 512 in f32 arithmetic, where every exp(score) underflows unless the max is "
+                  "subtracted"),
       field::choices("dtypes", dtype_choices(), dtype_choices(),
                      "the case's dtype: f64 computes in fp64; f32/f16/bf16 store Q, the cache and the "
                      "outputs in the dtype and compute in f32 (kernels/kvcache/kvcache.h, Precision)"),
@@ -44,7 +49,8 @@ Schema Traits::domain_schema() {
 }
 
 // The generator's edge values (edge_rate) and its rounding of the reals to
-// 1/64 mirrored; int8_ties and store_ties up to the domain's. The pool (spare blocks,
+// 1/64 mirrored; int8_ties and store_ties up to the domain's, negative
+// scores where the domain draws them. The pool (spare blocks,
 // order) is the case's own layout and not checked here.
 std::string Traits::in_domain(const Case& c, const Values& d) {
   const bool edges = d.real("edge_rate") > 0;
@@ -81,7 +87,10 @@ std::string Traits::in_domain(const Case& c, const Values& d) {
            : fmt::format("int8_ties = {} is above the domain's {}", c.int8_ties, d.real("int8_ties")),
        c.store_ties <= d.real("store_ties")
            ? ""
-           : fmt::format("store_ties = {} is above the domain's {}", c.store_ties, d.real("store_ties"))});
+           : fmt::format("store_ties = {} is above the domain's {}", c.store_ties, d.real("store_ties")),
+       !c.negative_scores || d.real("negative_scores") > 0
+           ? ""
+           : "negative_scores is on; the domain's rate is 0"});
 }
 
 namespace {

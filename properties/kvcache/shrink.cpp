@@ -72,6 +72,7 @@ rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
   set(&Case::seed, uint64_t{1});
   if (c.int8_ties > 0) set(&Case::int8_ties, 0.0);
   if (c.store_ties > 0) set(&Case::store_ties, 0.0);
+  if (c.negative_scores) set(&Case::negative_scores, false);
   const int need = blocks_needed(c);
   if (static_cast<int>(c.pool.size()) > need) {  // drop spare blocks (the highest ids)
     Case s = c;
