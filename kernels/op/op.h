@@ -209,6 +209,12 @@ struct OutputDecl {
 
 struct Decl {
   std::string name;  // the op's name in requests (op.name, default the spec's name)
+  // op.summation: how the kernel adds a long sum up in f32 (floor_of). tree
+  // (the default): pairwise or in blocks, as GPU reductions, BLAS and NumPy
+  // do; each term passes through ⌈log2 n⌉ additions. sequential: one
+  // running total in an order of its own (a CPU loop over another axis, or
+  // backwards), up to n - 1 additions per term: a floor n/log2 n wider.
+  bool sequential_sums = false;
   std::vector<DimDecl> dims;
   std::vector<Relation> relations;
   std::vector<AttrDecl> attrs;

@@ -820,9 +820,18 @@ class Parser {
 
   std::shared_ptr<const Decl> parse(const YAML::Node& s) {
     section_.reset(s);
-    only_keys(s, {"name", "dims", "relations", "attrs", "inputs", "outputs", "reference"}, "op");
+    only_keys(s, {"name", "dims", "relations", "attrs", "inputs", "outputs", "reference", "summation"}, "op");
     auto d = std::make_shared<Decl>();
     d->name = s["name"] ? scalar<std::string>(s["name"], "op.name", "a name") : ctx_.spec_name;
+    if (s["summation"]) {
+      const auto how = scalar<std::string>(s["summation"], "op.summation", "tree or sequential");
+      if (how != "tree" && how != "sequential")
+        fail(s["summation"],
+             fmt::format("op.summation is '{}': tree (pairwise or blocked sums, the default) or "
+                         "sequential (one running total, in any order)",
+                         how));
+      d->sequential_sums = how == "sequential";
+    }
     // The ABI's own kprop_op_* names (include/kprop/abi.h, abi/op.h).
     for (const char* taken : {"device", "device_fn", "args", "attr", "fn", "input", "output", "attr_value",
                               "attr_text", "named_tensor"})

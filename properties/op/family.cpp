@@ -315,6 +315,9 @@ std::vector<DeclaredKey> section_keys() {
        "output tensors the target returns (dtype default: the case's; f16/bf16 store in half, computed in "
        "f32; an integer or bool output's reference gives its values, judged exactly but across a step of "
        "round/floor/ceil or a comparison the case's rounding can cross)"},
+      {"summation", "tree | sequential",
+       "how the kernel adds long sums in f32: pairwise or in blocks (default), or one running total in an "
+       "order of its own (the f32 floor takes n - 1 additions per term)"},
       {"reference", "{OUTPUT: EXPR} | exec:COMMAND | plugin:PATH",
        "one expression per output, evaluated in fp64 on the inputs, dims and attrs (docs/SPEC.md expression "
        "functions); also evaluated with every intermediate rounded to the output's dtype (naive.OUTPUT; f32 "

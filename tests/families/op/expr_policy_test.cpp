@@ -1172,5 +1172,66 @@ invariants: [matches_reference]
   }
 }
 
+// The f32 floor takes long sums as added pairwise or in blocks (⌈log2 n⌉
+// additions per term). A correct kernel adding one with a single running
+// total in another order (backwards, or column by column) erred by 33 ulps
+// against a floor of 32 on 3540 terms: its failure says so, and with
+// op.summation: sequential (n - 1 additions per term) it passes.
+TEST(OpClosePolicy, ASequentialSumInAnotherOrderIsDeclaredNotFailed) {
+  const std::string text = R"(spec: sumsq
+family: op
+op:
+  dims: {T: [1, 64], D: [1, 512]}
+  inputs:
+    x: {shape: [T, D], dtype: f32, values: [normal, uniform]}
+  outputs:
+    y: {shape: []}
+  reference:
+    y: sum(x * x)
+run: {trials: 100, shrink_budget_s: 1}
+invariants: [matches_reference]
+)";
+  // sum(x * x) in f32, one running total, from the last element back.
+  const auto backwards = [](const Case& c) {
+    float total = 0;
+    for (size_t i = c.inputs[0].size(); i-- > 0;) {
+      const auto v = static_cast<float>(c.inputs[0][i]);
+      total += v * v;
+    }
+    return Result{{{static_cast<double>(total)}}};
+  };
+  const auto planted = [&](const std::string& spec_text) {
+    Spec spec = parse_spec(spec_text, "sumsq.yaml");
+    plant_mutants(spec, [&](OpFamily& f) { f.mutant("backwards", "sums from the last element", backwards); });
+    return spec;
+  };
+  const Spec tree = planted(text);
+  int failed = 0;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    const RunReport r = run_spec(tree, scratch_run("backwards", seed, 100, "kprop_op_policy_test"));
+    if (r.status != RunStatus::failed) continue;
+    ++failed;
+    ASSERT_TRUE(r.invariants.at(0).counterexample);
+    EXPECT_NE(r.invariants[0].counterexample->message.find("declares op.summation: sequential"),
+              std::string::npos)
+        << r.invariants[0].counterexample->message;
+    break;  // (one is enough)
+  }
+  EXPECT_GT(failed, 0);
+  std::string seq = text;
+  seq.replace(seq.find("op:\n"), 4, "op:\n  summation: sequential\n");
+  const Spec sequential = planted(seq);
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    const RunReport r = run_spec(sequential, scratch_run("backwards", seed, 100, "kprop_op_policy_test"));
+    EXPECT_EQ(r.status, RunStatus::passed) << "seed " << seed << ": " << r.detail;
+  }
+  std::string bad = text;
+  bad.replace(bad.find("op:\n"), 4, "op:\n  summation: blocked\n");
+  EXPECT_NE(load_error(bad).find(":4:14: op.summation is 'blocked': tree (pairwise or blocked sums, the "
+                                 "default) or sequential"),
+            std::string::npos)
+      << load_error(bad);
+}
+
 }  // namespace
 }  // namespace kprop::op::testing
