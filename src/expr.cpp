@@ -1477,6 +1477,20 @@ bool Expression::independent_along(const std::string& dim) const {
   return axis_along(*root_, dim) != kMixes;
 }
 
+namespace {
+bool adds_up(const Node& n) {
+  if ((n.kind == Kind::call &&
+       (n.op == "sum" || n.op == "mean" || n.op == "rowsum" || n.op == "cumsum" || n.op == "matmul")) ||
+      (n.kind == Kind::binary && n.op == "@"))
+    return true;
+  return std::any_of(n.args.begin(), n.args.end(), [](const NodeP& a) { return a && adds_up(*a); });
+}
+}  // namespace
+
+bool Expression::has_sum() const {
+  return adds_up(*root_);
+}
+
 // The model of what an evaluation holds at its peak: a node's operands are
 // computed in order, each one's value kept while the next is computed and
 // until the node's own value is made; a shared subexpression

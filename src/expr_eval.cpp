@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cctype>
 #include <cmath>
 #include <functional>
@@ -1120,6 +1121,32 @@ Tensor step_bound(const Tensor& a, const Tensor& ba, const Tensor& r, double (*s
   return out;
 }
 
+bool exact_operation(char op, double x, double y, double r);
+
+// The exponent of v's lowest set bit (v = odd · 2^that); v finite, nonzero.
+int lowest_bit(double v) {
+  int e = 0;
+  const double mantissa = std::frexp(std::fabs(v), &e);  // in [0.5, 1)
+  return e - 53 + std::countr_zero(static_cast<uint64_t>(std::ldexp(mantissa, 53)));
+}
+
+// Whether every partial sum of x's elements, in any order, is a value of the
+// arithmetic of unit t_unit (p bits): all are multiples of 2^g, g the
+// lowest set bit among them, and no larger than Σ|x| <= 2^(p + g).
+bool sums_exactly(const Tensor& x) {
+  int g = std::numeric_limits<int>::max();
+  double total = 0;
+  for (double v : x.data) {
+    if (!std::isfinite(v)) return false;
+    if (v == 0) continue;
+    g = std::min(g, lowest_bit(v));
+    total += std::fabs(v);
+  }
+  if (total == 0) return true;
+  const int p = static_cast<int>(std::lround(-std::log2(t_unit)));
+  return total * (1 + 0x1p-50) <= std::ldexp(1.0, p + g);  // (the fp64 total's own rounding)
+}
+
 Bound call_bound(const Node& n, const TensorMap& m, const Tensor& r) {
   const std::string& f = n.op;
   if (f == "close" || f == "any" || f == "all" || f == "isfinite" || f == "isnan" || f == "isinf" ||
@@ -1165,6 +1192,17 @@ Bound call_bound(const Node& n, const TensorMap& m, const Tensor& r) {
     const Node s = as_reduction(n, "sum");
     const Reduction red = reduction(n, a->shape);
     const double terms = static_cast<double>(red.s.n);
+    // With steps: exact terms that every partial sum holds exactly, in any
+    // order, add up exactly (mean(|w|) of [1, 3] is 2, and 1 / 2 a tie).
+    if (t_steps && !ba && sums_exactly(*a)) {
+      if (f != "mean") return {};
+      const Tensor sums = reduce(s, *a);
+      Tensor out{r.shape, std::vector<double>(r.size()), DType::real};
+      for (size_t i = 0; i < r.size(); ++i)
+        if (!exact_operation('/', sums.data[i], terms, r.data[i]))
+          out.data[i] = std::fabs(r.data[i]) + t_tiny;
+      return out;
+    }
     Tensor out = reduce(s, abs_of(*a));
     for (double& v : out.data) v *= additions_per_term(red.s.n);
     if (ba) {
@@ -1292,7 +1330,45 @@ Bound discrete_bound(const Node& n, const TensorMap& m) {
       const double e = bx.data[i] + by.data[i];
       if (e > 0 && !(std::fabs(x.data[i] - y.data[i]) > 2 * t_unit * e)) out.data[i] = 1 / t_unit;
     }
+    // z == max(z) (an argmax's flags; or >=, or min with == and <=): the
+    // element the extreme is computed from equals it in any evaluation, so
+    // it flips only if another element of its row lies within the window
+    // too (the extreme's bound, the row's largest, makes the window cover
+    // both elements' errors). Each row's count of elements in the window.
+    const Node &lhs = *n.args[0], &rhs = *n.args[1];
+    const auto extreme_of = [](const Node& e, const Node& of) {
+      return e.kind == Kind::call && (e.op == "max" || e.op == "min") && !e.args.empty() &&
+             e.args[0].get() == &of;
+    };
+    const bool on_right = extreme_of(rhs, lhs), on_left = extreme_of(lhs, rhs);
+    const Node* ext = on_right ? &rhs : on_left ? &lhs : nullptr;
+    if (ext && evaluate(*ext->args[0], m)->shape == r->shape) {
+      const bool is_max = ext->op == "max";
+      const std::string& op = n.op;
+      // true for the extreme's own element: z == m, z >= max, max <= z, z <= min, min >= z
+      const bool holds_at_extreme = op == "==" || (on_right && op == (is_max ? ">=" : "<=")) ||
+                                    (on_left && op == (is_max ? "<=" : ">="));
+      if (holds_at_extreme) {
+        Tensor near{r->shape, std::vector<double>(r->size()), DType::real};
+        for (size_t i = 0; i < near.size(); ++i) near.data[i] = out.data[i] != 0 ? 1 : 0;
+        const Tensor count = expand(reduce(as_reduction(*ext, "sum"), near), r->shape);
+        for (size_t i = 0; i < out.size(); ++i)
+          if (out.data[i] != 0 && x.data[i] == y.data[i] && count.data[i] == 1) out.data[i] = 0;
+      }
+    }
     return out;
+  }
+  // Integer reductions and elementwise extremes over flags that may flip:
+  // max and min move by at most their operands' largest move (1-Lipschitz),
+  // an integer sum by the sum of its terms' (integers add exactly).
+  if (n.kind == Kind::call && n.dtype == DType::integer &&
+      (n.op == "max" || n.op == "min" || n.op == "minimum" || n.op == "maximum"))
+    return call_bound(n, m, *r);
+  if (n.kind == Kind::call && n.dtype == DType::integer && (n.op == "sum" || n.op == "rowsum") &&
+      n.args.size() == 1) {
+    const Bound ba = bound(*n.args[0], m);
+    if (!ba) return {};
+    return reduce(as_reduction(n, "sum"), filled(ba, evaluate(*n.args[0], m)->shape));
   }
   const bool logic =
       (n.kind == Kind::binary && (n.op == "and" || n.op == "or")) || (n.kind == Kind::unary && n.op == "not");
@@ -1336,6 +1412,21 @@ bool exact_operation(char op, double x, double y, double r) {
   }
 }
 
+// With steps: a real tensor's own rounding to the arithmetic of unit t_unit,
+// |v| where it holds no value of it (an attr drawn in f64, which the naive
+// baseline and an f32 kernel round: a step's window misses that rounding).
+Bound name_rounding(const Tensor& v) {
+  if (t_unit != 0x1p-24) return {};  // f64 holds every value; other units are not an arithmetic here
+  Bound out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const double x = v.data[i];
+    if (!std::isfinite(x) || static_cast<double>(static_cast<float>(x)) == x) continue;
+    if (!out) out = Tensor{v.shape, std::vector<double>(v.size()), DType::real};
+    out->data[i] = std::fabs(x);
+  }
+  return out;
+}
+
 Bound bound(const Node& n, const TensorMap& m) {
   if (n.dtype != DType::real) return t_steps ? discrete_bound(n, m) : Bound{};
   switch (n.kind) {
@@ -1343,7 +1434,7 @@ Bound bound(const Node& n, const TensorMap& m) {
       if (const double b = literal_bound(n.value); b > 0) return Tensor::scalar(b, DType::real);
       return {};
     case Kind::name:
-      return {};
+      return t_steps ? name_rounding(*evaluate(n, m)) : Bound{};
     case Kind::unary:
       return bound(*n.args[0], m);  // -a: exact
     case Kind::binary: {

@@ -319,9 +319,10 @@ std::vector<double> step_bounds(const Case& c, size_t output) {
   std::vector<double> b =
       c.decl->outputs.at(output)
           .reference
-          ->rounding_bound(inputs_map(c, false),
-                           a == DType::f64 ? expr::Summation::in_order : expr::Summation::tree, unit,
-                           /*steps=*/true)
+          ->rounding_bound(
+              inputs_map(c, false),
+              a == DType::f64 || c.decl->sequential_sums ? expr::Summation::in_order : expr::Summation::tree,
+              unit, /*steps=*/true)
           .data;
   for (double& v : b) v *= unit;
   return b;

@@ -255,6 +255,8 @@ class Expression {
   // tell). A slice of the inputs along `dim` then gives the same slice of
   // the value.
   bool independent_along(const std::string& dim) const;
+  // Whether it adds terms up anywhere (sum, mean, rowsum, cumsum, matmul, @).
+  bool has_sum() const;
   // The most elements an evaluation's intermediates hold at once (expr.cpp
   // says which are kept), each symbolic dim given by `extent` (a number is
   // itself; a slice's extent "?" counts 1), in double (they may pass int64):

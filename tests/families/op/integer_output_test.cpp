@@ -94,9 +94,10 @@ RunReport run_on(const Spec& spec, const std::string& target, uint64_t seed) {
 }
 
 // Correct kernels pass: the reference itself, the quantizer computed in the
-// case's arithmetic, and one dividing by multiplying with the reciprocal
-// (which differs from w / scale only next to a tie, where the bound allows
-// either neighbour); every case checked, every element judged.
+// case's arithmetic, and one multiplying by the reciprocal (which differs
+// from w / scale only next to a tie, where the bound allows either
+// neighbour, and at the exact ties of scale 2, where 1 / 2 is exact);
+// every case checked.
 TEST(OpIntegerOutputs, CorrectQuantizersPass) {
   const Spec spec = quantizer_spec();
   for (const char* target : {"reference", "divide", "reciprocal"})
@@ -146,6 +147,108 @@ TEST(OpIntegerOutputs, AReferenceOutsideTheDtypeIsTheSpecsError) {
                "    scale: sc[:, 0] > 0");
   EXPECT_NE(load_error(mask).find("is boolean; a reference computes the output's values"), std::string::npos)
       << load_error(mask);
+}
+
+// A tie reached through a mean of exact terms is judged: mean(|w|) of
+// [1, 3] is 2 in any order of addition, and 1 / 2 an exact tie. A kernel
+// rounding ties away from zero passed every seed before.
+TEST(OpIntegerOutputs, ATieAfterAnExactMeanIsJudged) {
+  Spec spec = parse_spec(R"(spec: absmean
+family: op
+let:
+  g: mean(abs(w), axis=-1, keepdims=true)
+op:
+  dims: {C: [1, 4], K: [1, 8]}
+  inputs:
+    w: {shape: [C, K], dtype: [f32, f64], values: {integer: {lo: -4, hi: 4}}}
+  outputs:
+    q: {shape: [C, K], dtype: i8}
+  reference:
+    q: minimum(maximum(round(w / where(g == 0, 1, g)), -1), 1)
+run: {trials: 200}
+invariants: [matches_reference]
+)",
+                         "absmean.yaml");
+  const auto kernel = [](const Case& c, bool away) {
+    const bool f32 = c.dtype == DType::f32;
+    const auto rnd = [&](double x) { return f32 ? static_cast<double>(static_cast<float>(x)) : x; };
+    const auto cols = static_cast<size_t>(c.dims[1]);
+    Result r;
+    r.outputs.resize(1);
+    for (size_t i = 0; i < c.inputs[0].size(); i += cols) {
+      double total = 0;
+      for (size_t k = cols; k-- > 0;) total = rnd(total + std::fabs(c.inputs[0][i + k]));  // backwards
+      const double g = rnd(total / static_cast<double>(cols));
+      for (size_t k = 0; k < cols; ++k) {
+        const double x = rnd(c.inputs[0][i + k] / (g == 0 ? 1 : g));
+        r.outputs[0].push_back(std::clamp(away ? std::round(x) : std::nearbyint(x), -1.0, 1.0));
+      }
+    }
+    return r;
+  };
+  plant_mutants(spec, [&](OpFamily& f) {
+    f.mutant("correct", "ternary codes, ties to even", [kernel](const Case& c) { return kernel(c, false); });
+    f.mutant("ties_away", "ties away from zero", [kernel](const Case& c) { return kernel(c, true); });
+  });
+  for (uint64_t seed : {1, 2, 3}) {
+    const RunReport ok = run_on(spec, "correct", seed);
+    EXPECT_EQ(ok.status, RunStatus::passed) << "seed " << seed << ": " << ok.detail;
+    EXPECT_EQ(run_on(spec, "ties_away", seed).status, RunStatus::failed) << "seed " << seed;
+  }
+}
+
+// An argmax written with max and where is judged: the element the max is
+// computed from equals it in any evaluation, so its flag is exact unless
+// another element is within rounding of it. Every case was discarded
+// ("overflows on every element"), whatever the kernel returned.
+TEST(OpIntegerOutputs, AnArgmaxOfAComputedValueIsJudged) {
+  Spec spec = parse_spec(R"(spec: argmax
+family: op
+let:
+  z: x * w + b
+op:
+  dims: {R: [1, 8], V: [1, 16]}
+  inputs:
+    x: {shape: [R, V], dtype: [f32, f64]}
+    w: {shape: [V]}
+    b: {shape: [V]}
+  outputs:
+    i: {shape: [R], dtype: i32}
+  reference:
+    i: min(where(z == max(z, axis=-1, keepdims=true), indices(z, axis=-1), V), axis=-1)
+run: {trials: 200}
+invariants: [matches_reference]
+)",
+                         "argmax.yaml");
+  // The first index of the row's largest x·w + b in the case's arithmetic
+  // (`bias`: false leaves b out).
+  const auto kernel = [](const Case& c, bool bias) {
+    const bool f32 = c.dtype == DType::f32;
+    const auto rnd = [&](double v) { return f32 ? static_cast<double>(static_cast<float>(v)) : v; };
+    const auto cols = static_cast<size_t>(c.dims[1]);
+    Result r;
+    r.outputs.resize(1);
+    for (size_t i = 0; i < c.inputs[0].size(); i += cols) {
+      size_t best = 0;
+      double top = -HUGE_VAL;
+      for (size_t k = 0; k < cols; ++k) {
+        const double z = rnd(rnd(c.inputs[0][i + k] * c.inputs[1][k]) + (bias ? c.inputs[2][k] : 0));
+        if (z > top) top = z, best = k;
+      }
+      r.outputs[0].push_back(static_cast<double>(best));
+    }
+    return r;
+  };
+  plant_mutants(spec, [&](OpFamily& f) {
+    f.mutant("correct", "first index of the largest", [kernel](const Case& c) { return kernel(c, true); });
+    f.mutant("no_bias", "leaves the bias out", [kernel](const Case& c) { return kernel(c, false); });
+  });
+  for (uint64_t seed : {1, 2, 3}) {
+    const RunReport ok = run_on(spec, "correct", seed);
+    EXPECT_EQ(ok.status, RunStatus::passed) << "seed " << seed << ": " << ok.detail;
+    EXPECT_EQ(ok.invariants.at(0).passed, 300) << "seed " << seed;
+    EXPECT_EQ(run_on(spec, "no_bias", seed).status, RunStatus::failed) << "seed " << seed;
+  }
 }
 
 }  // namespace
