@@ -149,6 +149,7 @@ struct Semantics {
   bool done_late = false;               // done_one_step_late
   bool finished_first_on_ties = false;  // finished_first_on_ties
   bool lse_first_32 = false;            // lse_first_32_lanes
+  bool lse_no_max = false;              // lse_no_max
 };
 Result search(const Case& c, const Semantics& semantics);
 

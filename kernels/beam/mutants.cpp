@@ -67,6 +67,10 @@ const std::vector<Mutant>& mutants() {
        "log_softmax's normaliser sums only the first 32 logits (a warp-per-row kernel, one logit per lane, "
        "with no loop past lane 32): wrong log-probs for vocabularies above 32",
        flipped<&Semantics::lse_first_32, true>},
+      {"lse_no_max",
+       "log_softmax as x - log(sum(exp(x))), without subtracting the row's max first: exp overflows (or "
+       "every term underflows) once the logits pass about +-709, and the log-probs become -inf or +inf",
+       flipped<&Semantics::lse_no_max, true>},
   };
   return table;
 }

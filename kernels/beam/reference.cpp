@@ -29,6 +29,27 @@ std::vector<double> log_probs_first_32(const TableLM& model, Prefix p) {
   return x;
 }
 
+// lse_no_max: log_softmax as x - log(sum(exp(x))), without the max taken
+// out first: exp overflows to inf once a logit passes ~709.78 (every
+// log-prob of the row is then -inf) and underflows to 0 once every logit of
+// the row is below ~-745.13 (log(0) = -inf: every log-prob +inf). Exact
+// enough for the logits of a few units the spec's cases had.
+std::vector<double> log_probs_no_max(const TableLM& model, Prefix p) {
+  std::vector<double> x(static_cast<size_t>(model.vocab()));
+  model.logits(p, x.data());
+  double sum = 0;
+  for (double v : x) sum += std::exp(v);
+  const double log_sum = std::log(sum);
+  for (double& v : x) v -= log_sum;
+  return x;
+}
+
+std::vector<double> log_probs(const TableLM& model, Prefix p, const Semantics& s) {
+  if (s.lse_first_32) return log_probs_first_32(model, p);
+  if (s.lse_no_max) return log_probs_no_max(model, p);
+  return model.log_probs(p);
+}
+
 bool entry_better(const Entry& a, const Entry& b) {
   return better(a.h, b.h);
 }
@@ -38,8 +59,7 @@ void run_pool(const TableLM& model, const Case& c, const Semantics& s, const std
               int width, Result& out) {
   const int eos = model.config().eos;
   auto expand = [&](const Entry& e, std::vector<Entry>& into) {
-    const std::vector<double> lp =
-        s.lse_first_32 ? log_probs_first_32(model, e.state) : model.log_probs(e.state);
+    const std::vector<double> lp = log_probs(model, e.state, s);
     const int len = static_cast<int>(e.h.tokens.size()) + 1;
     const int counted =
         len +

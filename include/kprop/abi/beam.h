@@ -11,7 +11,8 @@
  *
  * Contract of one step (the same as kprop's reference search):
  *   - lp = log_softmax(logits[b][i]) over the vocabulary (the step normalises:
- *     logits may carry any per-entry constant, see logit_shift_invariant).
+ *     logits may carry any per-entry constant, see logit_shift_invariant, of
+ *     a thousand or more, past exp's range: x - max - log(sum(exp(x - max)))).
  *   - Candidates of prompt b: every finished beam of b's pool, kept as it is,
  *     and every one-token expansion (parent i, token v) of every unfinished
  *     beam: logprob = logprob[b][i] + lp[v], generated length

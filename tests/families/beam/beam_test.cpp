@@ -129,6 +129,28 @@ TEST(BeamMutants, ALogSoftmaxOverThe32FirstLogitsFailsPastVocab32) {
         << seed;
 }
 
+// A log_softmax that does not take the row's max out first is exact for
+// logits of a few units, and gives inf or NaN once exp overflows (a logit
+// past 709.78) or every term underflows (all below -745.13). The spec's
+// shifts were at most 50, and logit_shift_invariant shifted by 40: the
+// mutant survived every seed. Its default shift is now 1000.
+TEST(BeamMutants, ALogSoftmaxWithoutTheMaxFailsPastExpsRange) {
+  Case c = small_case(5, 3, 2, 0.5, 7);
+  EXPECT_EQ(tokens_of(mutant("lse_no_max").run(c).prompts[0].hypotheses),
+            tokens_of(reference(c).prompts[0].hypotheses));
+  c.model.shift = 1000;
+  const Result bad = mutant("lse_no_max").run(c), ok = reference(c);  // named: no range-for over a temporary
+  bool non_finite = false;
+  for (const Hypothesis& h : bad.prompts[0].hypotheses) non_finite = non_finite || !std::isfinite(h.logprob);
+  EXPECT_TRUE(non_finite);
+  for (const Hypothesis& h : ok.prompts[0].hypotheses) EXPECT_TRUE(std::isfinite(h.logprob));
+  const Spec spec = load_spec(kSpec);
+  for (uint64_t seed : {1u, 4u, 20261122u})
+    EXPECT_EQ(run_spec(spec, testing::first_failure("lse_no_max", seed, {"logit_shift_invariant"})).status,
+              RunStatus::failed)
+        << seed;
+}
+
 TEST(BeamKernels, UnprunedEqualsExhaustive) {
   for (uint64_t seed = 1; seed <= 20; ++seed)
     for (double alpha : {0.0, 0.6, 1.0, 2.0, -0.5}) {
