@@ -29,7 +29,8 @@ namespace kprop::beam {
 // of (seed, prefix), drawn from counter-based randomness, so they never depend
 // on evaluation order or on which other prefixes were evaluated.
 //   logit[v] = scale * (1 + sharpen * n) * N(seed, prefix, v)
-//            + [v == eos] * (eos_bias + eos_slope * n) + shift * N(seed, prefix, *)
+//            + [v == eos] * (eos_bias + eos_slope * n) - [masked] * mask
+//            + shift * N(seed, prefix, *)
 // with n the prefix length (prompt included). eos_bias > 0 with eos_slope < 0
 // makes EOS likely early and unlikely later; sharpen > 0 makes long paths more
 // confident per token; shift adds one constant per prefix to every logit (a
@@ -49,6 +50,12 @@ struct ModelConfig {
   // parents of different scores, and only the contract's lexicographic order
   // decides between them (a top-k over the flat (beam, token) index does not).
   bool prefix_free = false;
+  // Masked (banned) tokens, 0: none. With mask = d > 0 about one (prefix,
+  // token) pair in four, drawn like the logits, has its logit lowered by d,
+  // as a serving stack bans a token with a logit of -1e4: a d past ~745 (plus
+  // the logits' spread) puts the token's probability below the smallest
+  // double, so log(softmax(x)) gives -inf where log_softmax gives x - lse.
+  double mask = 0;
   // Vocabulary relabeling (empty: none): the model whose token relabel[v]
   // plays the role of this config's token v otherwise (logits, prefix
   // hashing). `eos` is given in the relabeled vocabulary. The relabel_vocab
@@ -150,6 +157,7 @@ struct Semantics {
   bool finished_first_on_ties = false;  // finished_first_on_ties
   bool lse_first_32 = false;            // lse_first_32_lanes
   bool lse_no_max = false;              // lse_no_max
+  bool log_of_softmax = false;          // log_of_softmax
 };
 Result search(const Case& c, const Semantics& semantics);
 

@@ -11,6 +11,12 @@ namespace kprop::beam {
 namespace {
 // The shift's draw lives at an index no token uses.
 constexpr uint64_t kShiftIndex = uint64_t(1) << 40;
+// Whether a (prefix, token) is masked: uniform draws from index kMaskIndex +
+// token on, which no normal draw uses (those read indices 2i and 2i + 1, i
+// a token or kShiftIndex).
+constexpr uint64_t kMaskIndex = uint64_t(3) << 42;
+// The fraction of masked (prefix, token) pairs of a model with mask != 0.
+constexpr double kMaskedFraction = 0.25;
 }  // namespace
 
 TableLM::TableLM(const ModelConfig& config) : config_(config) {
@@ -34,10 +40,12 @@ void TableLM::logits(Prefix p, double* out) const {
   const ModelConfig& m = config_;
   const double spread = m.scale * (1 + m.sharpen * p.length);
   const double shift = m.shift == 0 ? 0 : m.shift * rng::normal(m.seed, p.hash, kShiftIndex);
+  const uint64_t stream = m.prefix_free ? 0 : p.hash;
   for (int v = 0; v < m.vocab; ++v) {
     const auto drawn = static_cast<uint64_t>(original(v));
-    double x = spread == 0 ? 0 : spread * rng::normal(m.seed, m.prefix_free ? 0 : p.hash, drawn);
+    double x = spread == 0 ? 0 : spread * rng::normal(m.seed, stream, drawn);
     if (v == m.eos) x += m.eos_bias + m.eos_slope * p.length;
+    if (m.mask != 0 && rng::uniform(m.seed, stream, kMaskIndex + drawn) < kMaskedFraction) x -= m.mask;
     out[v] = x + shift;
   }
 }
@@ -68,9 +76,9 @@ std::string validate(const Case& c) {
   if (m.vocab < 2) return fmt::format("vocab {} < 2", m.vocab);
   if (m.eos < 0 || m.eos >= m.vocab)
     return fmt::format("eos {} outside the vocabulary [0, {})", m.eos, m.vocab);
-  for (double x : {m.scale, m.eos_bias, m.eos_slope, m.sharpen, m.shift, c.alpha})
+  for (double x : {m.scale, m.eos_bias, m.eos_slope, m.sharpen, m.shift, m.mask, c.alpha})
     if (!std::isfinite(x)) return "model parameters and alpha must be finite";
-  if (m.scale < 0 || m.sharpen < 0) return "scale and sharpen must be >= 0";
+  if (m.scale < 0 || m.sharpen < 0 || m.mask < 0) return "scale, sharpen and mask must be >= 0";
   if (!m.relabel.empty()) {
     std::vector<bool> seen(static_cast<size_t>(m.vocab));
     bool ok = static_cast<int>(m.relabel.size()) == m.vocab;

@@ -71,6 +71,10 @@ const std::vector<Mutant>& mutants() {
        "log_softmax as x - log(sum(exp(x))), without subtracting the row's max first: exp overflows (or "
        "every term underflows) once the logits pass about +-709, and the log-probs become -inf or +inf",
        flipped<&Semantics::lse_no_max, true>},
+      {"log_of_softmax",
+       "log-probs as log(softmax(x)): a probability that underflows (a token ~745 below the row's max, "
+       "a banned token's -1e4) gives -inf instead of x - logsumexp(x)",
+       flipped<&Semantics::log_of_softmax, true>},
   };
   return table;
 }

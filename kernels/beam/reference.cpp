@@ -44,9 +44,23 @@ std::vector<double> log_probs_no_max(const TableLM& model, Prefix p) {
   return x;
 }
 
+// log_of_softmax: log(softmax(x)), the probabilities first: right where
+// they are normal doubles, -inf where exp(x - max) underflows to 0 (a token
+// more than ~745 below the row's max, as a banned token's -1e4 is).
+std::vector<double> log_probs_of_softmax(const TableLM& model, Prefix p) {
+  std::vector<double> x(static_cast<size_t>(model.vocab()));
+  model.logits(p, x.data());
+  const double m = *std::max_element(x.begin(), x.end());
+  double sum = 0;
+  for (double& v : x) sum += v = std::exp(v - m);
+  for (double& v : x) v = std::log(v / sum);
+  return x;
+}
+
 std::vector<double> log_probs(const TableLM& model, Prefix p, const Semantics& s) {
   if (s.lse_first_32) return log_probs_first_32(model, p);
   if (s.lse_no_max) return log_probs_no_max(model, p);
+  if (s.log_of_softmax) return log_probs_of_softmax(model, p);
   return model.log_probs(p);
 }
 

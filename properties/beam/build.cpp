@@ -89,6 +89,16 @@ Case Traits::build(Draw& draw, const Values& domain) {
       for (int& t : p) t = std::min(t, m.vocab - 1);
     if (unpruned_k && !unprune()) c.beam_width = drawn_k, c.max_new_tokens = drawn_l;
   }
+  // Masked (banned) tokens, about one (prefix, token) in four lowered by
+  // model.mask: log-probs near -mask, whose probabilities underflow a double
+  // (a log(softmax(x)) gives -inf; mutant log_of_softmax survived every seed
+  // with logits never more than a few hundred apart). Unpruned cases return
+  // every hypothesis, masked ones included, so their scores are checked.
+  // Drawn after everything else and only when the domain asks for it, so
+  // the other cases of a seed are drawn as before; never for a tie model
+  // (scale 0), whose exact ties (and EOS's) the tie mutants need whole.
+  if (const double rate = domain.real("model.mask_rate"); !tie && rate > 0 && draw.chance(rate))
+    m.mask = draw.any(domain.real_range("model.mask"));
   return c;
 }
 

@@ -67,6 +67,13 @@ Schema Traits::domain_schema() {
                   "probability the logits depend on the token alone (sharpen, eos_slope and shift 0): "
                   "every step's log-probs are one vector, so [x, y] and [y, x] tie exactly from parents "
                   "of different scores; 0 draws nothing for it"),
+              field::real_range("mask", {2000.0, 10000.0}, 0, 1e6,
+                                "how far a masked (banned) token's logit is lowered (model.mask_rate)"),
+              field::real(
+                  "mask_rate", 0, 0, 1,
+                  "probability the model masks about one (prefix, token) in four, each lowered by "
+                  "mask (drawn from model.mask; not a tie model): probabilities below the smallest "
+                  "double, where log(softmax(x)) is -inf and log_softmax is not; 0 draws nothing for it"),
           },
           "the random table LM"),
   };
@@ -77,7 +84,8 @@ Schema Traits::domain_schema() {
 // hypothesis count with L lowered (unpruned_rate), alpha 0 or 1, scale 0
 // (tie_rate) with eos_bias and eos_slope 0 (eos_tie_rate), shift 0, and a
 // prefix-free model (prefix_free_rate) with sharpen, eos_slope and shift 0;
-// a prefix-free model the domain does not draw is outside it.
+// a prefix-free model the domain does not draw is outside it, and so is a
+// masked one (model.mask_rate).
 std::string Traits::in_domain(const Case& c, const Values& d) {
   const ModelConfig& m = c.model;
   const bool prefix_free = m.prefix_free && d.real("model.prefix_free_rate") > 0;
@@ -105,6 +113,10 @@ std::string Traits::in_domain(const Case& c, const Values& d) {
   for (const auto& p : c.prompts)
     if (std::string why = outside_int_range(d, "prompt_len", static_cast<int64_t>(p.size())); !why.empty())
       return why;
+  if (m.mask != 0) {
+    if (d.real("model.mask_rate") == 0) return "model.mask is set but model.mask_rate is 0";
+    if (std::string why = outside_real_range(d, "model.mask", m.mask); !why.empty()) return why;
+  }
   const bool zero_of_prefix_free = prefix_free && m.eos_slope == 0 && m.sharpen == 0;
   const bool wide_vocab =
       d.real("wide_vocab.rate") > 0 && outside_int_range(d, "wide_vocab.range", m.vocab).empty();

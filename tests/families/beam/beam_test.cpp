@@ -151,6 +151,33 @@ TEST(BeamMutants, ALogSoftmaxWithoutTheMaxFailsPastExpsRange) {
         << seed;
 }
 
+// log(softmax(x)) is right while every probability is a normal double and
+// -inf where exp(x - max) underflows: a masked (banned) token 1e4 below the
+// others. The spec's logits were never more than a few hundred apart, and
+// the mutant survived every seed; model.mask_rate now masks tokens in a
+// fifth of the cases, whose unpruned results hold the masked hypotheses.
+TEST(BeamMutants, LogOfSoftmaxFailsOnMaskedTokens) {
+  Case c = small_case(4, 2, static_cast<int>(count_hypotheses(4, 2)), 0.0, 7);  // unpruned: all 13
+  c.model.mask = 1e4;
+  const TableLM model(c.model);
+  const Result ok = reference(c), bad = mutant("log_of_softmax").run(c);
+  bool masked = false, minus_inf = false;
+  for (const Hypothesis& h : ok.prompts[0].hypotheses) {
+    EXPECT_NEAR(h.logprob, rescore(model, c.prompts[0], h.tokens, c.alpha).logprob, 1e-9);
+    masked = masked || h.logprob < -5000;
+  }
+  for (const Hypothesis& h : bad.prompts[0].hypotheses) minus_inf = minus_inf || h.logprob == -INFINITY;
+  EXPECT_TRUE(masked);
+  EXPECT_TRUE(minus_inf);
+  c.model.mask = 0;  // no probability underflows: the same beams
+  EXPECT_EQ(tokens_of(mutant("log_of_softmax").run(c).prompts[0].hypotheses),
+            tokens_of(reference(c).prompts[0].hypotheses));
+  const Spec spec = load_spec(kSpec);
+  for (uint64_t seed : {1u, 4u, 20261122u})
+    EXPECT_EQ(run_spec(spec, testing::first_failure("log_of_softmax", seed)).status, RunStatus::failed)
+        << seed;
+}
+
 TEST(BeamKernels, UnprunedEqualsExhaustive) {
   for (uint64_t seed = 1; seed <= 20; ++seed)
     for (double alpha : {0.0, 0.6, 1.0, 2.0, -0.5}) {
@@ -243,6 +270,17 @@ TEST(BeamCodec, BadCaseNamesLineAndColumn) {
       "model: {vocab: 2, eos: 3, seed: 1, scale: 1, eos_bias: 0, eos_slope: 0, sharpen: 0, shift: 0}\n"
       "prompts: [[1]]\nbeam_width: 1\nmax_new_tokens: 1\nalpha: 0\n");
   testing::expect_bad_case<Traits>(YAML::Dump(n), "eos");  // outside the vocabulary
+}
+
+// model.mask is written only when set, and a file without it (every
+// corpus file before it) reads as 0: the same case.
+TEST(BeamCodec, MaskRoundTripsAndDefaultsToNone) {
+  Case c = small_case(4, 2, 2, 0.5, 3);
+  const YAML::Node plain = Traits::to_yaml(c);
+  EXPECT_FALSE(plain["model"]["mask"]);
+  EXPECT_EQ(Traits::from_yaml(YAML::Load(YAML::Dump(plain))), c);
+  c.model.mask = 2500.25;
+  EXPECT_EQ(Traits::from_yaml(YAML::Load(YAML::Dump(Traits::to_yaml(c)))), c);
 }
 
 // penalty_counts_prompt shrinks to one step over a two-token vocabulary.
