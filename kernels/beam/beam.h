@@ -31,6 +31,7 @@ namespace kprop::beam {
 //   logit[v] = scale * (1 + sharpen * n) * N(seed, prefix, v)
 //            + [v == eos] * (eos_bias + eos_slope * n) - [masked] * mask
 //            + shift * N(seed, prefix, *)
+// (one non-EOS token then set to another's value + near_tie before the shift)
 // with n the prefix length (prompt included). eos_bias > 0 with eos_slope < 0
 // makes EOS likely early and unlikely later; sharpen > 0 makes long paths more
 // confident per token; shift adds one constant per prefix to every logit (a
@@ -56,6 +57,12 @@ struct ModelConfig {
   // the logits' spread) puts the token's probability below the smallest
   // double, so log(softmax(x)) gives -inf where log_softmax gives x - lse.
   double mask = 0;
+  // Near-tied siblings (0: none; vocab >= 3): of the two smallest tokens
+  // other than EOS, as the model drew them (before relabel), the second's
+  // logit is the first's plus near_tie: [.., a] and [.., b] then score
+  // near_tie / len^alpha apart, a gap f64 resolves and float32 does not
+  // when it is below about |score| * 2^-24.
+  double near_tie = 0;
   // Vocabulary relabeling (empty: none): the model whose token relabel[v]
   // plays the role of this config's token v otherwise (logits, prefix
   // hashing). `eos` is given in the relabeled vocabulary. The relabel_vocab
@@ -158,6 +165,7 @@ struct Semantics {
   bool lse_first_32 = false;            // lse_first_32_lanes
   bool lse_no_max = false;              // lse_no_max
   bool log_of_softmax = false;          // log_of_softmax
+  bool f32_keys = false;                // score_f32_keys
 };
 Result search(const Case& c, const Semantics& semantics);
 

@@ -46,8 +46,19 @@ void TableLM::logits(Prefix p, double* out) const {
     double x = spread == 0 ? 0 : spread * rng::normal(m.seed, stream, drawn);
     if (v == m.eos) x += m.eos_bias + m.eos_slope * p.length;
     if (m.mask != 0 && rng::uniform(m.seed, stream, kMaskIndex + drawn) < kMaskedFraction) x -= m.mask;
-    out[v] = x + shift;
+    out[v] = x;
   }
+  if (m.near_tie != 0 && m.vocab >= 3) {
+    // The two smallest tokens as the model drew them (before relabel) that
+    // are not EOS: its bias stays on EOS alone, so the near-tie changes one
+    // token's logit and no stopping behaviour.
+    const int eos = original(m.eos), a = eos == 0 ? 1 : 0, b = eos <= 1 ? 2 : 1;
+    const auto at = [&](int token) {
+      return static_cast<size_t>(m.relabel.empty() ? token : m.relabel[size_t(token)]);
+    };
+    out[at(b)] = out[at(a)] + m.near_tie;
+  }
+  for (int v = 0; v < m.vocab; ++v) out[v] += shift;  // x + shift, as one sum: the bits of before
 }
 
 std::vector<double> TableLM::log_probs(Prefix p) const {
@@ -76,7 +87,7 @@ std::string validate(const Case& c) {
   if (m.vocab < 2) return fmt::format("vocab {} < 2", m.vocab);
   if (m.eos < 0 || m.eos >= m.vocab)
     return fmt::format("eos {} outside the vocabulary [0, {})", m.eos, m.vocab);
-  for (double x : {m.scale, m.eos_bias, m.eos_slope, m.sharpen, m.shift, m.mask, c.alpha})
+  for (double x : {m.scale, m.eos_bias, m.eos_slope, m.sharpen, m.shift, m.mask, m.near_tie, c.alpha})
     if (!std::isfinite(x)) return "model parameters and alpha must be finite";
   if (m.scale < 0 || m.sharpen < 0 || m.mask < 0) return "scale, sharpen and mask must be >= 0";
   if (!m.relabel.empty()) {

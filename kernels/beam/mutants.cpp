@@ -75,6 +75,10 @@ const std::vector<Mutant>& mutants() {
        "log-probs as log(softmax(x)): a probability that underflows (a token ~745 below the row's max, "
        "a banned token's -1e4) gives -inf instead of x - logsumexp(x)",
        flipped<&Semantics::log_of_softmax, true>},
+      {"score_f32_keys",
+       "pruning and the result's order use float32(score) as the sort key (a GPU top-k's keys): "
+       "hypotheses float32 cannot tell apart are ordered by tokens, not by their scores",
+       flipped<&Semantics::f32_keys, true>},
   };
   return table;
 }

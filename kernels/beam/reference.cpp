@@ -68,6 +68,17 @@ bool entry_better(const Entry& a, const Entry& b) {
   return better(a.h, b.h);
 }
 
+// score_f32_keys: the order of sort keys holding float32(score) (a GPU
+// top-k's keys): scores float32 cannot tell apart fall to the token order.
+bool f32_order(const Hypothesis& a, const Hypothesis& b) {
+  const float x = static_cast<float>(a.score), y = static_cast<float>(b.score);
+  return x != y ? x > y : a.tokens < b.tokens;
+}
+
+bool f32_better(const Entry& a, const Entry& b) {
+  return f32_order(a.h, b.h);
+}
+
 // Runs one pool of width `width` holding the beams of the prompts in `group`.
 void run_pool(const TableLM& model, const Case& c, const Semantics& s, const std::vector<int>& group,
               int width, Result& out) {
@@ -123,7 +134,7 @@ void run_pool(const TableLM& model, const Case& c, const Semantics& s, const std
                         });
     else
       std::partial_sort(candidates.begin(), candidates.begin() + static_cast<long>(ranked), candidates.end(),
-                        entry_better);
+                        s.f32_keys ? f32_better : entry_better);
     if (static_cast<int>(candidates.size()) > width) {
       const double gap =
           candidates[static_cast<size_t>(width) - 1].h.score - candidates[static_cast<size_t>(width)].h.score;
@@ -150,7 +161,11 @@ void run_pool(const TableLM& model, const Case& c, const Semantics& s, const std
     auto& hyps = out.prompts[static_cast<size_t>(b)].hypotheses;
     // finished_first_on_ties returns its last pool in the order it ranked it
     // (its one sort key), a kept finished beam before an expansion it ties.
-    if (!s.finished_first_on_ties) std::sort(hyps.begin(), hyps.end(), better);
+    // score_f32_keys returns it in its float32 key order.
+    if (s.f32_keys)
+      std::sort(hyps.begin(), hyps.end(), f32_order);
+    else if (!s.finished_first_on_ties)
+      std::sort(hyps.begin(), hyps.end(), better);
     if (static_cast<int>(hyps.size()) > c.beam_width) hyps.resize(static_cast<size_t>(c.beam_width));
   }
 }

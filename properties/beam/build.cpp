@@ -1,5 +1,6 @@
 // The beam family's one case builder.
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "properties/beam/family.h"
@@ -99,6 +100,20 @@ Case Traits::build(Draw& draw, const Values& domain) {
   // (scale 0), whose exact ties (and EOS's) the tie mutants need whole.
   if (const double rate = domain.real("model.mask_rate"); !tie && rate > 0 && draw.chance(rate))
     m.mask = draw.any(domain.real_range("model.mask"));
+  // Near-tied siblings: of the two smallest non-EOS tokens a < b, b's logit
+  // is a's plus a gap (ModelConfig::near_tie), |gap| log-uniform over
+  // model.near_tie, its sign a coin, so [.., b] scores above [.., a] in half
+  // the models: an order that a float32 sort key (mutant score_f32_keys)
+  // sees as a tie and breaks by tokens, the wrong way. Drawn last,
+  // likewise, and not for a tie model (it would untie a tied pair:
+  // ties_keep_later_token took 24 trials, not 8, at seed 20261122), nor for
+  // vocab 2 (no two tokens but EOS).
+  if (const double rate = domain.real("model.near_tie_rate");
+      !tie && m.vocab >= 3 && rate > 0 && draw.chance(rate)) {
+    const RealRange r = domain.real_range("model.near_tie");
+    const double gap = std::exp(draw.any(RealRange{std::log(r.lo), std::log(r.hi)}));
+    m.near_tie = std::clamp(gap, r.lo, r.hi) * (draw.chance(0.5) ? -1 : 1);
+  }
   return c;
 }
 

@@ -21,6 +21,7 @@ YAML::Node Traits::to_yaml(const Case& c) {
   m["shift"] = case_yaml::real(c.model.shift);
   if (c.model.prefix_free) m["prefix_free"] = true;
   if (c.model.mask != 0) m["mask"] = case_yaml::real(c.model.mask);  // absent: 0, as in files before it
+  if (c.model.near_tie != 0) m["near_tie"] = case_yaml::real(c.model.near_tie);  // likewise
   if (!c.model.relabel.empty()) m["relabel"] = case_yaml::list(c.model.relabel);
   n["model"] = m;
   YAML::Node prompts(YAML::NodeType::Sequence);
@@ -54,7 +55,7 @@ Case Traits::from_yaml(const YAML::Node& n) {
   if (!m) case_yaml::fail(n, "missing 'model'");
   expect_keys(m,
               {"vocab", "eos", "seed", "scale", "eos_bias", "eos_slope", "sharpen", "shift", "prefix_free",
-               "mask", "relabel"},
+               "mask", "near_tie", "relabel"},
               "model");
   c.model.vocab = read<int>(m, "vocab");
   c.model.eos = read<int>(m, "eos");
@@ -66,6 +67,7 @@ Case Traits::from_yaml(const YAML::Node& n) {
   c.model.shift = read<double>(m, "shift");
   c.model.prefix_free = case_yaml::read_or<bool>(m, "prefix_free", false);
   c.model.mask = case_yaml::read_or<double>(m, "mask", 0.0);
+  c.model.near_tie = case_yaml::read_or<double>(m, "near_tie", 0.0);
   if (const YAML::Node r = m["relabel"]) {
     if (!case_yaml::is_list(r)) case_yaml::fail(r, "'relabel' must be a list of tokens");
     if (case_yaml::list_size(r) > 1 << 24) case_yaml::fail(r, "'relabel' too long");

@@ -74,6 +74,15 @@ Schema Traits::domain_schema() {
                   "probability the model masks about one (prefix, token) in four, each lowered by "
                   "mask (drawn from model.mask; not a tie model): probabilities below the smallest "
                   "double, where log(softmax(x)) is -inf and log_softmax is not; 0 draws nothing for it"),
+              field::real_range("near_tie", {1e-9, 1e-5}, 0x1p-52, 1,
+                                "|gap| between the logits of a near-tied pair (model.near_tie_rate), drawn "
+                                "log-uniformly"),
+              field::real(
+                  "near_tie_rate", 0, 0, 1,
+                  "probability the second of the two smallest non-EOS tokens gets the first's logit plus "
+                  "a gap from model.near_tie (sign a coin; vocab >= 3, not a tie model): the siblings "
+                  "score that gap / len^alpha apart, which f64 resolves and float32 often does not; 0 "
+                  "draws nothing for it"),
           },
           "the random table LM"),
   };
@@ -85,7 +94,7 @@ Schema Traits::domain_schema() {
 // (tie_rate) with eos_bias and eos_slope 0 (eos_tie_rate), shift 0, and a
 // prefix-free model (prefix_free_rate) with sharpen, eos_slope and shift 0;
 // a prefix-free model the domain does not draw is outside it, and so is a
-// masked one (model.mask_rate).
+// mask or near-tie one (model.mask_rate, model.near_tie_rate).
 std::string Traits::in_domain(const Case& c, const Values& d) {
   const ModelConfig& m = c.model;
   const bool prefix_free = m.prefix_free && d.real("model.prefix_free_rate") > 0;
@@ -116,6 +125,11 @@ std::string Traits::in_domain(const Case& c, const Values& d) {
   if (m.mask != 0) {
     if (d.real("model.mask_rate") == 0) return "model.mask is set but model.mask_rate is 0";
     if (std::string why = outside_real_range(d, "model.mask", m.mask); !why.empty()) return why;
+  }
+  if (m.near_tie != 0) {
+    if (d.real("model.near_tie_rate") == 0) return "model.near_tie is set but model.near_tie_rate is 0";
+    if (std::string why = outside_real_range(d, "model.near_tie", std::fabs(m.near_tie)); !why.empty())
+      return why;
   }
   const bool zero_of_prefix_free = prefix_free && m.eos_slope == 0 && m.sharpen == 0;
   const bool wide_vocab =

@@ -94,8 +94,9 @@ rc::Seq<Case> Traits::shrinks(const Case& c, const Values&) {
     s.alpha = a;
     out.push_back(std::move(s));
   }
-  for (double ModelConfig::*param : {&ModelConfig::mask, &ModelConfig::shift, &ModelConfig::sharpen,
-                                     &ModelConfig::eos_slope, &ModelConfig::eos_bias, &ModelConfig::scale})
+  for (double ModelConfig::*param :
+       {&ModelConfig::near_tie, &ModelConfig::mask, &ModelConfig::shift, &ModelConfig::sharpen,
+        &ModelConfig::eos_slope, &ModelConfig::eos_bias, &ModelConfig::scale})
     for (double v : plainer(c.model.*param)) {
       Case s = c;
       s.model.*param = v;

@@ -14,7 +14,8 @@
  *     logits may carry any per-entry constant, see logit_shift_invariant, of
  *     a thousand or more, past exp's range; a masked token's logit may lie
  *     thousands below the row's max, and its lp must stay finite: x - max -
- *     log(sum(exp(x - max))), not log(softmax(x))).
+ *     log(sum(exp(x - max))), not log(softmax(x))). Scores are ranked in
+ *     fp64: some differ by less than float32 can tell apart.
  *   - Candidates of prompt b: every finished beam of b's pool, kept as it is,
  *     and every one-token expansion (parent i, token v) of every unfinished
  *     beam: logprob = logprob[b][i] + lp[v], generated length
