@@ -497,7 +497,15 @@ class Parser {
               tokens_[at_ + 1].t == Token::T::op && tokens_[at_ + 1].s == "=") {
             const Token key = take();
             take();
-            keywords.emplace_back(key, expr());
+            try {
+              keywords.emplace_back(key, expr());
+            } catch (const ExprError& e) {
+              // axis=(0, 1), NumPy's tuple of axes: the comma ends the group.
+              if (key.s != "axis" || std::string(e.what()).find("got ','") == std::string::npos) throw;
+              throw ExprError(e.offset,
+                              "axis= takes one integer, not a tuple of axes: reduce one axis at a time "
+                              "(sum(sum(x, axis=1), axis=0)), or every axis with no axis=");
+            }
           } else {
             const size_t arg_at = peek().pos;
             NodeP arg = expr();

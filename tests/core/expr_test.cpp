@@ -1011,6 +1011,11 @@ TEST(ExprErrors, WrongArity) {
 }
 TEST(ExprErrors, UnknownKeyword) {
   EXPECT_EQ(error_of("sum(x, axes=1)"), "7: sum() takes no keyword 'axes'; keywords: axis, keepdims");
+  // NumPy's tuple of axes: said so, not "expected ')', got ','".
+  EXPECT_EQ(
+      error_of("sum(x, axis=(0, 1))"),
+      "14: axis= takes one integer, not a tuple of axes: reduce one axis at a time (sum(sum(x, axis=1), "
+      "axis=0)), or every axis with no axis=");
   // max of two tensors is elementwise (maximum), but the message names what the user wrote.
   EXPECT_EQ(error_of("max(x, x, axis=0)"), "10: max() of two tensors (elementwise) takes no keyword 'axis'");
 }
