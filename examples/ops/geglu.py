@@ -12,6 +12,8 @@ so math.erf per element).
     erf_no_sqrt2      0.5 * g * (1 + erf(g)): the 1/sqrt(2) inside erf forgotten
     block_256         one 256-thread block per row, one element per thread and no strided loop:
                       outputs past the 256th of a row are never written
+    neg_tail_flush    a fast path returning 0 for gate < -7 (gelu(-7) = -9e-12, far below
+                      max|y|: only the spec's elementwise_tail judges it)
 """
 import math
 import os
@@ -22,7 +24,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import kprop_worker  # noqa: E402
 
-BUGS = ("tanh_approx", "gate_up_swapped", "erf_no_sqrt2", "block_256")
+BUGS = ("tanh_approx", "gate_up_swapped", "erf_no_sqrt2", "block_256", "neg_tail_flush")
 BUG = kprop_worker.planted_bug(BUGS)
 
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -40,6 +42,8 @@ def gelu(g):
             return t(0.5) * g * (t(1) + np.tanh(t(math.sqrt(2 / math.pi)) * (g + t(0.044715) * g * g * g)))
         if BUG == "erf_no_sqrt2":
             return t(0.5) * g * (t(1) + erf(g))
+        if BUG == "neg_tail_flush":  # a fast path: GELU taken as 0 below -7
+            return np.where(g < t(-7), t(0), t(0.5) * g * (t(1) + erf(g / t(math.sqrt(2)))))
         return t(0.5) * g * (t(1) + erf(g / t(math.sqrt(2))))
 
 
