@@ -1308,11 +1308,12 @@ double literal_bound(double c) {
 // With steps, a boolean or integer node. A comparison of operands that err
 // flips where they lie within twice their bounds of each other (the window
 // of step_bound): a jump of 1, 1/u in B's units. not, and, or pass their
-// operands' flips on; where() is where_bound. isfinite, isnan, isinf and
-// indices are exact (rounding moves no value across them but by overflow,
-// which the naive baseline shows). Anything else (an integer sum of flags,
-// an index read through them) is exact where every operand is and has no
-// bound (inf) once one is not.
+// operands' flips on; where() is where_bound; integer max, min, minimum,
+// maximum and sum as below. isfinite, isnan, isinf and indices are exact
+// (rounding moves no value across them but by overflow, which the naive
+// baseline shows). Anything else (an index read through flags, a cumsum of
+// them) is exact where every operand is and has no bound (inf) once one is
+// not.
 Bound discrete_bound(const Node& n, const TensorMap& m) {
   if (n.kind == Kind::number || n.kind == Kind::name) return {};
   if (n.kind == Kind::call && (n.op == "isfinite" || n.op == "isnan" || n.op == "isinf" || n.op == "indices"))
