@@ -99,6 +99,22 @@ def test_declared_op_bugs_are_caught_and_shrunk(op_example, corpus, bug):
     assert f.invariant == "matches_reference"
 
 
+# An integer output through kprop.check: the quantizer's int8 codes come back
+# as a NumPy int8 array, judged exactly; ties rounded away from zero (the
+# listed value 254 makes the scale 2, odd values exact ties) are caught.
+QUANTIZE_INT8 = os.path.join(REPO, "specs", "ops", "quantize_int8.yaml")
+
+
+def test_declared_op_integer_output(op_example, corpus):
+    mod = op_example("quantize_int8")
+    result = kprop.check(QUANTIZE_INT8, mod.quantize_int8, seed=SEED, trials=60, corpus=corpus)
+    assert result.passed and result.checked > 0
+    mod.BUG = "ties_away"
+    f = _caught_and_shrunk(QUANTIZE_INT8, mod.quantize_int8, corpus, 300)
+    assert f.invariant == "matches_reference"
+    assert "the i8 output is exact but where" in f.message
+
+
 # ---------------------------------------------------------------- focus
 def test_an_invariant_alone_is_drawn_only_the_cases_it_observes(example, corpus):
     """dq_dk_rounded_to_nearest observes f16/bf16 cases only: checked alone,
