@@ -31,16 +31,17 @@ run: {trials: 100}
 invariants: [deterministic]
 )";
 
-// The reference's result with every NaN's sign flipped on every other call.
-Spec flipping_nans() {
-  Spec spec = parse_spec(kSum, "colsum.yaml");
-  plant_mutants(spec, [](OpFamily& f) {
+// `text` with a target returning the reference's result with the sign of
+// every element `flipped` picks changed on every other call.
+Spec flipping(const std::string& text, bool (*flipped)(double)) {
+  Spec spec = parse_spec(text, "colsum.yaml");
+  plant_mutants(spec, [flipped](OpFamily& f) {
     auto calls = std::make_shared<int>(0);
-    f.mutant("flips", "flips the sign of NaNs between calls", [calls](const Case& c) {
+    f.mutant("flips", "flips signs between calls", [calls, flipped](const Case& c) {
       Result r = op::reference(c);
       const bool odd = (++*calls % 2) != 0;
       for (double& v : r.outputs[0])
-        if (std::isnan(v) && odd) v = -v;
+        if (flipped(v) && odd) v = -v;
       return r;
     });
   });
@@ -48,25 +49,15 @@ Spec flipping_nans() {
 }
 
 TEST(OpDeterministic, ANansSignIsNoDifferenceAZerosIs) {
-  const RunReport nan_only =
-      run_spec(flipping_nans(), scratch_run("flips", 3, 100, "kprop_op_determinism_test"));
+  const RunReport nan_only = run_spec(flipping(kSum, [](double v) { return std::isnan(v); }),
+                                      scratch_run("flips", 3, 100, "kprop_op_determinism_test"));
   EXPECT_EQ(nan_only.status, RunStatus::passed) << nan_only.detail;
   ASSERT_EQ(nan_only.invariants.size(), 1u);
   EXPECT_EQ(nan_only.invariants[0].passed, 100);
 
   std::string zeros = kSum;
   zeros.replace(zeros.find("values: [nan]"), std::string("values: [nan]").size(), "values: [nan, 0]");
-  Spec spec = parse_spec(zeros, "colsum.yaml");
-  plant_mutants(spec, [](OpFamily& f) {
-    auto calls = std::make_shared<int>(0);
-    f.mutant("flips", "flips the sign of zeros between calls", [calls](const Case& c) {
-      Result r = op::reference(c);
-      const bool odd = (++*calls % 2) != 0;
-      for (double& v : r.outputs[0])
-        if (v == 0 && odd) v = -v;
-      return r;
-    });
-  });
+  const Spec spec = flipping(zeros, [](double v) { return v == 0; });
   const RunReport with_zeros = run_spec(spec, scratch_run("flips", 3, 100, "kprop_op_determinism_test"));
   ASSERT_EQ(with_zeros.status, RunStatus::failed) << with_zeros.detail;
   ASSERT_TRUE(with_zeros.invariants.at(0).counterexample);

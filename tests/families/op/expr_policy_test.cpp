@@ -1149,7 +1149,7 @@ invariants: [matches_reference]
   const auto kernel = [](const Case& c, bool flush) {
     const bool f32 = c.dtype == DType::f32;
     const auto rnd = [&](double a) {
-      const double r = f32 ? static_cast<double>(static_cast<float>(a)) : a;
+      const double r = in_arithmetic(c, a);
       return flush && std::fabs(r) < (f32 ? 0x1p-126 : 0x1p-1022) ? 0.0 : r;
     };
     const auto cols = static_cast<size_t>(c.dims[1]);

@@ -44,12 +44,9 @@ invariants:
 
 enum class Variant { divide, reciprocal, ties_away, truncate, at_least };
 
-// The quantizer in the case's arithmetic (f32 for f32 cases: each double
-// result rounded to float is f32's correctly rounded operation, as double
-// rounding is innocuous for + - * / at 53 >= 2 * 24 + 2 bits).
+// The quantizer in the case's arithmetic (in_arithmetic).
 Result quantize(const Case& c, Variant v) {
-  const bool f32 = c.dtype == DType::f32;
-  const auto rnd = [&](double x) { return f32 ? static_cast<double>(static_cast<float>(x)) : x; };
+  const auto rnd = [&](double x) { return in_arithmetic(c, x); };
   const auto rows = static_cast<size_t>(c.dims[0]), cols = static_cast<size_t>(c.dims[1]);
   const std::vector<double>& w = c.inputs[0];
   Result r;
@@ -170,8 +167,7 @@ invariants: [matches_reference]
 )",
                          "absmean.yaml");
   const auto kernel = [](const Case& c, bool away) {
-    const bool f32 = c.dtype == DType::f32;
-    const auto rnd = [&](double x) { return f32 ? static_cast<double>(static_cast<float>(x)) : x; };
+    const auto rnd = [&](double x) { return in_arithmetic(c, x); };
     const auto cols = static_cast<size_t>(c.dims[1]);
     Result r;
     r.outputs.resize(1);
@@ -223,8 +219,7 @@ invariants: [matches_reference]
   // The first index of the row's largest x·w + b in the case's arithmetic
   // (`bias`: false leaves b out).
   const auto kernel = [](const Case& c, bool bias) {
-    const bool f32 = c.dtype == DType::f32;
-    const auto rnd = [&](double v) { return f32 ? static_cast<double>(static_cast<float>(v)) : v; };
+    const auto rnd = [&](double x) { return in_arithmetic(c, x); };
     const auto cols = static_cast<size_t>(c.dims[1]);
     Result r;
     r.outputs.resize(1);

@@ -56,6 +56,14 @@ inline RunOptions scratch_run(const std::string& target, uint64_t seed, int tria
   return o;
 }
 
+// x rounded as the case's arithmetic rounds a result: to float in an f32
+// case (a double result of + - * / rounded to float is f32's correctly
+// rounded operation: double rounding is innocuous at 53 >= 2 * 24 + 2
+// bits), unchanged in an f64 case. For kernels written in tests.
+inline double in_arithmetic(const Case& c, double x) {
+  return c.dtype == DType::f32 ? static_cast<double>(static_cast<float>(x)) : x;
+}
+
 // A counterexample's case (the `case:` section of its YAML).
 inline YAML::Node case_node(const Finding& found) {
   YAML::Node n = YAML::Load(found.case_yaml);
