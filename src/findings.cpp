@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "kprop/clock.h"
+#include "kprop/determinism.h"
 #include "kprop/drawing.h"
 #include "kprop/external.h"
 #include "kprop/jobs.h"
@@ -445,6 +446,14 @@ RunContext make_context(const Spec& spec, const RunOptions& options, uint64_t se
                                                    external::widened_to_f64(options.reference_transport))
                       : resolve_target(spec, ctx.reference_name, ctx.run.case_timeout_s, true);
   ctx.seed = seed;
+  // The correct implementations a mutant's outputs are compared with: the
+  // family's reference and optimized ones on the target's device (a CUDA
+  // one run beside a CPU mutant would start CUDA in a process that forks).
+  if (options.compare_outputs && !options.target_transport)
+    for (const auto& impl : spec.family->implementations())
+      if ((impl.kind == ImplKind::reference || impl.kind == ImplKind::optimized) &&
+          impl.device == ctx.target.info.device)
+        ctx.correct.push_back(resolve_target(spec, impl.name, ctx.run.case_timeout_s));
   return ctx;
 }
 
@@ -531,8 +540,54 @@ bool isolated(const RunContext& ctx) {
          ctx.target.index >= 0;
 }
 
+// The target's outputs, as the family publishes them (every target.*
+// tensor), against those of each correct implementation in turn:
+// CheckResult::outputs_differ. A tensor is equal when its shape is and each
+// element is the same bits, any NaN equal to any NaN (as `deterministic`).
+int outputs_differ(const RunContext& ctx, AnyTrial& trial, const AnyCase& c) {
+  const Family& family = *ctx.spec.family;
+  std::vector<std::string> names;
+  for (const auto& info : family.tensor_infos())
+    if (info.name.rfind("target.", 0) == 0) names.push_back(info.name);
+  if (names.empty() || ctx.correct.empty()) return -1;
+  const auto same = [&names](const expr::TensorMap& a, const expr::TensorMap& b) {
+    for (const auto& n : names) {
+      const expr::Tensor *x = a.find(n), *y = b.find(n);
+      if (!x || !y) {
+        if (x != y) return false;
+        continue;
+      }
+      if (x->shape != y->shape || detail::first_bit_difference(x->data, y->data) >= 0) return false;
+    }
+    return true;
+  };
+  try {
+    const expr::TensorMap* mine = trial.tensors(names);
+    if (!mine) return -1;
+    bool compared = false;
+    for (const Impl& impl : ctx.correct) {
+      try {
+        const auto other = family.begin_trial(c, impl, ctx.reference);
+        const expr::TensorMap* theirs = other->tensors(names);
+        if (!theirs) continue;
+        compared = true;
+        if (same(*mine, *theirs)) return 0;
+      } catch (const InputError&) {
+        throw;
+      } catch (const std::exception&) {
+        // This one declined the case or cannot run it: the others may.
+      }
+    }
+    return compared ? 1 : -1;
+  } catch (const InputError&) {
+    throw;
+  } catch (const std::exception&) {
+    return -1;  // the target's tensors could not be made
+  }
+}
+
 std::vector<CheckResult> check_uses_here(const RunContext& ctx, const std::vector<const InvariantUse*>& uses,
-                                         const AnyCase& c) {
+                                         const AnyCase& c, bool compare_outputs) {
   const auto trial = ctx.spec.family->begin_trial(c, ctx.target, ctx.reference);
   std::vector<CheckResult> out;
   for (const auto* use : uses) {
@@ -543,10 +598,32 @@ std::vector<CheckResult> check_uses_here(const RunContext& ctx, const std::vecto
     // be thrown away).
     if (ctx.options.stop_on_first_failure && out.back().verdict.outcome == Outcome::fail) break;
   }
+  // A case the target passed: did it reach the target's bug, if it has one?
+  if (compare_outputs && case_passed(out)) {
+    const int differ = outputs_differ(ctx, *trial, c);
+    for (auto& r : out) r.outputs_differ = differ;
+  }
   return out;
 }
 
 }  // namespace
+
+bool case_passed(const std::vector<CheckResult>& results) {
+  return std::all_of(
+             results.begin(), results.end(),
+             [](const CheckResult& r) { return r.kind == CheckResult::Kind::verdict && !r.failed(); }) &&
+         std::any_of(results.begin(), results.end(),
+                     [](const CheckResult& r) { return r.verdict.outcome == Outcome::pass; });
+}
+
+void count_compared_outputs(RunReport& report, const std::vector<CheckResult>& results) {
+  if (!case_passed(results)) return;
+  const int differ = results.front().outputs_differ;
+  if (differ < 0)
+    ++report.outputs_uncompared;
+  else
+    ++report.outputs_compared, report.outputs_differed += differ;
+}
 
 nlohmann::json check_result_json(const CheckResult& r) {
   nlohmann::json measured = nlohmann::json::array();
@@ -563,7 +640,8 @@ nlohmann::json check_result_json(const CheckResult& r) {
           {"unavailable", r.unavailable},
           {"reference_unavailable", r.reference_unavailable},
           {"seconds", {r.seconds, r.target_seconds, r.reference_seconds}},
-          {"target_runs", r.target_runs}};
+          {"target_runs", r.target_runs},
+          {"outputs_differ", r.outputs_differ}};
 }
 
 CheckResult check_result_from_json(const nlohmann::json& j) {
@@ -583,6 +661,7 @@ CheckResult check_result_from_json(const nlohmann::json& j) {
   r.seconds = t[0].get<double>(), r.target_seconds = t[1].get<double>(),
   r.reference_seconds = t[2].get<double>();
   r.target_runs = j.value("target_runs", int64_t(0));
+  r.outputs_differ = j.value("outputs_differ", -1);
   return r;
 }
 
@@ -695,7 +774,8 @@ ChildResult in_child(const std::function<std::string()>& fn, double timeout_s, b
 
 // The checks of one case in a forked child (in_child); results come back as JSON.
 std::vector<CheckResult> check_uses_forked(const RunContext& ctx,
-                                           const std::vector<const InvariantUse*>& uses, const AnyCase& c) {
+                                           const std::vector<const InvariantUse*>& uses, const AnyCase& c,
+                                           bool compare_outputs) {
   const ChildResult child = in_child(
       [&] {
         nlohmann::json out = nlohmann::json::array();
@@ -704,8 +784,8 @@ std::vector<CheckResult> check_uses_forked(const RunContext& ctx,
           o.isolate = false;
           for (const auto& r :
                check_uses_here(RunContext{ctx.spec, o, ctx.target, ctx.reference, ctx.target_name, ctx.seed,
-                                          ctx.run, ctx.reference_name},
-                               uses, c))
+                                          ctx.run, ctx.reference_name, ctx.correct},
+                               uses, c, compare_outputs))
             out.push_back(check_result_json(r));
         } catch (const ReferenceFailure& e) {
           out = {{"reference_failure", e.bare_message()}};  // the parent raises it
@@ -748,8 +828,9 @@ std::vector<CheckResult> check_uses_forked(const RunContext& ctx,
 }  // namespace
 
 std::vector<CheckResult> check_uses(const RunContext& ctx, const std::vector<const InvariantUse*>& uses,
-                                    const AnyCase& c) {
-  return isolated(ctx) ? check_uses_forked(ctx, uses, c) : check_uses_here(ctx, uses, c);
+                                    const AnyCase& c, bool compare_outputs) {
+  return isolated(ctx) ? check_uses_forked(ctx, uses, c, compare_outputs)
+                       : check_uses_here(ctx, uses, c, compare_outputs);
 }
 
 CheckResult check_one(const RunContext& ctx, const InvariantUse& use, const AnyCase& c) {

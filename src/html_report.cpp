@@ -275,11 +275,13 @@ class HtmlReporter final : public Reporter {
     body += "<h2>Kill matrix</h2><div class=\"drawing\">" + kill_matrix_svg(kill_matrix(rows)) + "</div>";
     body += "<table><tr><th>mutant</th><th>verdict</th><th>killed by</th><th>description</th></tr>";
     for (const auto& row : rows)
-      body +=
-          fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", escape(row.mutant),
-                      std::string_view(mutant_verdict(row)) == "survived" ? std::string("<b>SURVIVED</b>")
-                                                                          : std::string(mutant_verdict(row)),
-                      escape(row.killed_by), escape(row.description));
+      body += fmt::format(
+          "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}{}</td></tr>", escape(row.mutant),
+          std::string_view(mutant_verdict(row)) == "survived"    ? std::string("<b>SURVIVED</b>")
+          : std::string_view(mutant_verdict(row)) == "unreached" ? std::string("<b>UNREACHED</b>")
+                                                                 : std::string(mutant_verdict(row)),
+          escape(row.killed_by), escape(row.description),
+          not_killed_note(row).empty() ? "" : "<br><small>" + escape(not_killed_note(row)) + "</small>");
     body += "</table>";
     for (const auto& row : rows) {
       const auto findings = row.report.findings();

@@ -482,6 +482,7 @@ std::string encode_case_outcome(const CaseOutcome& o) {
     w.pod<uint8_t>(r.unavailable), w.pod<uint8_t>(r.reference_unavailable);
     w.pod(r.seconds), w.pod(r.target_seconds), w.pod(r.reference_seconds);
     w.pod(r.target_runs);
+    w.pod<int8_t>(static_cast<int8_t>(r.outputs_differ));
   }
   return std::move(w.out);
 }
@@ -517,6 +518,8 @@ bool decode_case_outcome(const std::string& bytes, CaseOutcome& o) {
       c.reference_unavailable = r.pod<uint8_t>() != 0;
       c.seconds = r.pod<double>(), c.target_seconds = r.pod<double>(), c.reference_seconds = r.pod<double>();
       c.target_runs = r.pod<int64_t>();
+      c.outputs_differ = r.pod<int8_t>();
+      if (c.outputs_differ < -1 || c.outputs_differ > 1) return false;
       out.results.push_back(std::move(c));
     }
     if (r.at != bytes.size()) return false;

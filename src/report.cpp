@@ -215,6 +215,29 @@ std::string kill_matrix_text(const std::vector<MutantRow>& rows) {
 
 }  // namespace
 
+// What a mutant's run that killed nothing saw of its outputs against the
+// family's correct implementations' (RunOptions::compare_outputs); "" when
+// nothing was compared, or the mutant was killed.
+std::string not_killed_note(const MutantRow& row) {
+  const RunReport& r = row.report;
+  const std::string_view verdict = mutant_verdict(row);
+  if (verdict == "unreached")
+    return fmt::format(
+        "its outputs were a correct implementation's, bit for bit, on all {} cases it passed: no case drawn "
+        "reaches its bug (widen the domain, or list the mutant under a profile whose cases do)",
+        r.outputs_compared);
+  if (verdict != "survived" || r.outputs_compared == 0) return "";
+  if (r.outputs_differed > 0)
+    return fmt::format(
+        "its outputs differed from every correct implementation's on {} of the {} cases compared, and no "
+        "invariant failed: the invariants miss its bug",
+        r.outputs_differed, r.outputs_compared);
+  return fmt::format(
+      "its outputs were a correct implementation's on the {} cases compared; {} more it passed could not be "
+      "compared (no correct implementation ran them)",
+      r.outputs_compared, r.outputs_uncompared);
+}
+
 std::string focused_text(const RunReport& r) {
   std::vector<std::string> parts;
   for (const auto& [focus, n] : r.focused) parts.push_back(fmt::format("{} came from {}", n, focus));
@@ -349,20 +372,21 @@ class TextReporter final : public Reporter {
         fmt::format("kprop {} ({}): mutants, seed {}{}\n", spec.name, spec.family->name(),
                     rows.empty() ? 0 : rows[0].report.seed,
                     profile_note(spec.profile) + (rows.empty() ? "" : scope_note(rows[0].report)));
-    out += fmt::format("  {:<26} {:<8} {:<26} {:>7} {:>8} {:>7}  {}\n", "mutant", "verdict", "killed by",
+    out += fmt::format("  {:<26} {:<9} {:<26} {:>7} {:>8} {:>7}  {}\n", "mutant", "verdict", "killed by",
                        "trials", "seconds", "shrunk", "shrunk case");
-    int killed = 0, gave_up = 0;
+    int killed = 0, gave_up = 0, unreached = 0;
     for (const auto& row : rows) {
       killed += row.killed;
       const std::string verdict = mutant_verdict(row);
       gave_up += verdict == "gave up";
+      unreached += verdict == "unreached";
       // The killer's numbers (with --stats every invariant runs on, and
       // others may fail later: the last of them was shown beside its name).
       const InvariantReport* by = nullptr;
       for (const auto& r : row.report.invariants)
         if (r.status == InvariantStatus::failed && (!by || r.name == row.killed_by)) by = &r;
       if (row.report.status == RunStatus::skipped || (verdict == "interrupted" && row.report.trials == 0)) {
-        out += fmt::format("  {:<26} {:<8} {}\n", row.mutant, verdict, printable(row.report.detail));
+        out += fmt::format("  {:<26} {:<9} {}\n", row.mutant, verdict, printable(row.report.detail));
         continue;
       }
       // A mutant run under the profile its bug needs (profiles: {P: {mutants: [...]}}).
@@ -370,11 +394,12 @@ class TextReporter final : public Reporter {
       std::string by_name = row.killed ? row.killed_by : "-";
       if (verdict == "gave up") by_name += " (" + failed_health_checks(row.report) + ")";
       if (row.report.profile != spec.profile) by_name += " [" + row.report.profile + "]";
-      out += fmt::format("  {:<26} {:<8} {:<26} {:>7} {:>8.2f} {:>7}  {}\n", row.mutant,
-                         verdict == "killed"     ? verdict
-                         : verdict == "survived" ? "SURVIVED"
-                         : verdict == "gave up"  ? "GAVE UP"
-                                                 : verdict,
+      out += fmt::format("  {:<26} {:<9} {:<26} {:>7} {:>8.2f} {:>7}  {}\n", row.mutant,
+                         verdict == "killed"      ? verdict
+                         : verdict == "survived"  ? "SURVIVED"
+                         : verdict == "unreached" ? "UNREACHED"
+                         : verdict == "gave up"   ? "GAVE UP"
+                                                  : verdict,
                          by_name, by ? by->trials_to_fail : row.report.trials,
                          by ? by->seconds_to_fail : row.report.seconds,
                          by && by->counterexample ? std::to_string(by->counterexample->stats.size) : "-",
@@ -386,13 +411,18 @@ class TextReporter final : public Reporter {
       if (const std::string why = domain_dropped(spec, row); !why.empty())
         out += fmt::format("    ran under profile {}'s domain as written: --domain does not fit it ({})\n",
                            row.report.profile, why);
+      if (const std::string why = not_killed_note(row); !why.empty()) out += "    " + why + "\n";
     }
     if (stats_) out += kill_matrix_text(rows);
     const std::string verdict = mutants_verdict_name(rows);
     if (verdict == "SKIPPED")
       out += fmt::format("SKIPPED: none of the {} mutants could run here\n", rows.size());
     else
-      out += fmt::format("{}: {} of {} mutants killed{}\n", verdict, killed, rows.size(),
+      out += fmt::format("{}: {} of {} mutants killed{}{}\n", verdict, killed, rows.size(),
+                         unreached ? fmt::format("; {} unreached (no case drawn reached the bug: its outputs "
+                                                 "were a correct implementation's on every case)",
+                                                 unreached)
+                                   : "",
                          gave_up ? fmt::format("; {} gave up (the health checks named beside each say too "
                                                "little was checked to call it)",
                                                gave_up)
@@ -507,6 +537,10 @@ nlohmann::json to_json(const RunReport& r) {
                       {"exit_code", exit_code(r.status)},
                       {"time_budget_hit", r.time_budget_hit},
                       {"stopped_at_failure", r.stopped_at_failure}};
+  if (r.outputs_compared + r.outputs_uncompared > 0)  // a mutant's run (RunOptions::compare_outputs)
+    j["outputs_compared"] = {{"compared", r.outputs_compared},
+                             {"differed", r.outputs_differed},
+                             {"not_compared", r.outputs_uncompared}};
   if (!r.profile.empty()) j["profile"] = r.profile;
   if (!r.shard.empty()) j["shard"] = r.shard;  // trials_to_fail: the unsharded run's case index
   if (!r.domain.empty()) j["domain"] = r.domain;
@@ -784,8 +818,9 @@ class JunitReporter final : public Reporter {
                                                                               failed_health_checks(row.report)
                                                                         : row.report.detail));
       else if (!row.killed)
-        ++failures,
-            cases += fmt::format("<failure message=\"mutant survived: {}\"/>", svg::escape(row.description));
+        ++failures, cases += fmt::format(
+                        "<failure message=\"mutant {}: {}{}\"/>", verdict, svg::escape(row.description),
+                        svg::escape(not_killed_note(row).empty() ? "" : "; " + not_killed_note(row)));
       cases += "</testcase>\n";
     }
     return counted_suite(name, rows.size(), failures, errors, skipped, cases,

@@ -365,7 +365,7 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
       const AnyCase c = draw(case_random, size_for(i, all_trials, run.max_size), domains.for_live(out.uses));
       out.generation_seconds = since(generation_start);
       out.stats = family.stats(c);
-      out.results = check_uses(*own, live_uses, c);
+      out.results = check_uses(*own, live_uses, c, options.compare_outputs);
       return encode_case_outcome(out);
     };
   };
@@ -445,7 +445,7 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
       if (interrupted()) break;
     }
     if (!payload || !from_job(*payload, live, domain, results, case_stats, generation_seconds)) {
-      results = check_uses(ctx, live_uses, the_case());
+      results = check_uses(ctx, live_uses, the_case(), options.compare_outputs);
       case_stats = family.stats(the_case());
     }
     ++report.trials;
@@ -557,6 +557,7 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
     }
     report.checked += checked;
     report.discarded += !checked && !declined_or_stopped;
+    if (options.compare_outputs) count_compared_outputs(report, results);
     // Discarded before the target saw it: what "declined every case it was
     // given" may leave out (one the target answered is no decline).
     if (!checked && !declined_or_stopped &&
@@ -756,8 +757,13 @@ const char* mutant_verdict(const MutantRow& row) {
       return "interrupted";
     case RunStatus::gave_up:
       return "gave up";
-    default:
-      return "survived";
+    default: {
+      // Every case it passed was compared, and on each its outputs were a
+      // correct implementation's: no invariant could have told it apart.
+      const RunReport& r = row.report;
+      return r.outputs_compared > 0 && r.outputs_differed == 0 && r.outputs_uncompared == 0 ? "unreached"
+                                                                                            : "survived";
+    }
   }
 }
 
@@ -770,7 +776,7 @@ int mutants_exit_code(const std::vector<MutantRow>& rows) {
     const std::string_view v = mutant_verdict(r);
     if (v == "interrupted") return 130;
     // One skipped where others ran (no device for it) is no kill either.
-    if (v == "survived" || v == "skipped") code = 1;
+    if (v == "survived" || v == "unreached" || v == "skipped") code = 1;
     if (v == "gave up" && code == 0) code = 2;
   }
   return code;
@@ -797,6 +803,7 @@ std::vector<MutantRow> run_mutants(const Spec& spec, const RunOptions& options) 
     RunOptions o = options;
     o.target = impl.name;
     o.stop_on_first_failure = !options.kill_matrix;
+    o.compare_outputs = true;
     // A mutant only a profile's sizes reach runs under that profile.
     const auto own = spec.mutant_profiles.find(impl.name);
     const Spec& s = own != spec.mutant_profiles.end() ? *own->second : spec;

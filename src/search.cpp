@@ -525,7 +525,8 @@ void Search::run(RunReport& report, RunListener& events) {
     ++sr.cases;
     std::vector<const InvariantUse*> live_uses;
     for (const Climb& c : climbs) live_uses.push_back(st.uses[c.use]);
-    const std::vector<CheckResult> results = check_uses(ctx, live_uses, next->c);
+    const std::vector<CheckResult> results = check_uses(ctx, live_uses, next->c, ctx.options.compare_outputs);
+    if (ctx.options.compare_outputs) count_compared_outputs(report, results);
     bool checked = false, improved = false, declined_or_stopped = false;
     std::vector<size_t> broken;
     for (size_t n = 0; n < results.size(); ++n) {

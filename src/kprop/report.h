@@ -50,6 +50,11 @@ std::string shown_case(const std::string& yaml, const std::string& stored);
 // run through (Finding::replay_check): the warning every format shows; ""
 // otherwise.
 std::string replay_warning(const Finding& f);
+// Under a mutant's row that killed nothing: what its run saw of its outputs
+// against the family's correct implementations' (unreached: theirs on every
+// case; survived: differing on N of M cases, uncaught); "" when nothing was
+// compared or the mutant was killed.
+std::string not_killed_note(const MutantRow& row);
 // Why a replayed file no longer guards its mutant ("mutant X no longer fails
 // INV: why", or "stale file: found_against ..."); for a row whose
 // mutant_checked && !mutant_still_fails.

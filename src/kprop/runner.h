@@ -137,6 +137,12 @@ struct RunOptions {
   // (build/prop_runner), so that a printed replay runs when pasted where the
   // run was started; "prop_runner" (found on PATH) by default.
   std::string replay_program = "prop_runner";
+  // --mutants: on each case the target passed, compare its outputs with
+  // those of the family's correct implementations (kinds reference and
+  // optimized, on the target's device), so that a mutant whose outputs equal
+  // one of theirs bit for bit on every such case is reported unreached (no
+  // case drawn reaches its bug), not survived (RunReport::outputs_*).
+  bool compare_outputs = false;
 };
 
 // The spec's run settings with the options' overrides applied (one place).
@@ -273,6 +279,11 @@ struct RunReport {
   // "op.output" of each output of the kernel no invariant of the run reads
   // (kprop/output_reads.h): reported, not a failure.
   std::vector<std::string> unchecked_outputs;
+  // RunOptions::compare_outputs (a mutant's run): cases the target passed
+  // whose outputs were compared with the correct implementations', of them
+  // those where they differed from every one, and cases passed but not
+  // compared (CheckResult::outputs_differ -1).
+  int64_t outputs_compared = 0, outputs_differed = 0, outputs_uncompared = 0;
   RunStats stats;       // what was drawn, the time split, error/bound ratios
   SearchReport search;  // the targeted search (run.search / --search); search.ran false when off
   // Every finding, in the order found (pointers into invariants/crash).
@@ -341,7 +352,9 @@ std::vector<MutantRow> run_mutants(const Spec& spec, const RunOptions& options);
 // reference, say): the mutants run is SKIPPED, not failed, and not passed.
 bool mutants_skipped(const std::vector<MutantRow>& rows);
 // A mutant's verdict: "killed", "survived" (its run checked what the spec
-// asks and no invariant failed: the spec is too weak for it), "gave up" (not
+// asks and no invariant failed: the spec is too weak for it), "unreached"
+// (survived, but on every case it passed its outputs equal a correct
+// implementation's bit for bit: the domain never reaches its bug), "gave up" (not
 // killed, and its run's health checks say too little was checked to call
 // it: a --time far below a case, say), "interrupted" or "skipped".
 const char* mutant_verdict(const MutantRow& row);
@@ -400,6 +413,9 @@ struct RunContext {
   uint64_t seed = 0;
   RunConfig run;  // effective settings
   std::string reference_name;
+  // RunOptions::compare_outputs: the family's correct implementations on
+  // the target's device (make_context; empty otherwise).
+  std::vector<Impl> correct;
 };
 RunContext make_context(const Spec& spec, const RunOptions& options, uint64_t seed);
 
@@ -422,6 +438,12 @@ struct CheckResult {
   // Runs of the target this check made (0: it judged without the target, as
   // a metamorphic invariant discarding a case it cannot transform).
   int64_t target_runs = 0;
+  // RunOptions::compare_outputs, on every result of a case some invariant
+  // passed and none failed: 1 when the target's outputs differ from those of
+  // every correct implementation that ran the case, 0 when they equal one's
+  // bit for bit (any NaN equal to any NaN), -1 when not compared (the
+  // family publishes no target tensors, or no correct implementation ran it).
+  int outputs_differ = -1;
   bool failed() const { return kind == Kind::verdict && verdict.outcome == Outcome::fail; }
 };
 CheckResult check_one(const RunContext& ctx, AnyTrial& trial, const InvariantUse& use, const AnyCase& c);
@@ -439,8 +461,16 @@ struct CaseEvent {
 // Every use on one case, sharing one trial (target and reference run once);
 // stops at the first that is not a verdict (declined, target failure). With
 // options.isolate (in-process targets), all of it runs in one forked child.
+// With `compare_outputs` (and ctx.correct), the results carry
+// CheckResult::outputs_differ.
 std::vector<CheckResult> check_uses(const RunContext& ctx, const std::vector<const InvariantUse*>& uses,
-                                    const AnyCase& c);
+                                    const AnyCase& c, bool compare_outputs = false);
+// The target passed the case: every result a verdict, some invariant passed
+// it and none failed.
+bool case_passed(const std::vector<CheckResult>& results);
+// RunOptions::compare_outputs: a case's CheckResult::outputs_differ counted
+// into RunReport::outputs_* (a case the target passed only).
+void count_compared_outputs(RunReport& report, const std::vector<CheckResult>& results);
 
 // Shrinks a failure (an invariant verdict or a target failure) to the
 // smallest case that shows the same failure, stores the case (corpus, or the

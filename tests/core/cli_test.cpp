@@ -268,7 +268,7 @@ TEST(Cli, WorkersStoppedAtOnceSayNoInterrupt) {
     // How many cases fit in 1 ms depends on the machine: no count is
     // asserted, only that no mutant is called a survivor.
     EXPECT_EQ(r.code, 2) << r.out;
-    EXPECT_NE(r.out.find("GAVE UP  - (too_slow)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("GAVE UP   - (too_slow)"), std::string::npos) << r.out;
     EXPECT_EQ(r.out.find("SURVIVED"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("HEALTH CHECK FAILED: "), std::string::npos) << r.out;
     EXPECT_NE(r.out.find(" gave up (the health checks named beside each say"), std::string::npos) << r.out;

@@ -198,6 +198,7 @@ CaseOutcome sample_outcome() {
                                 {"nan", std::numeric_limits<double>::quiet_NaN()},
                                 {"inf", -std::numeric_limits<double>::infinity()}});
   pass.seconds = 1, pass.target_seconds = 2, pass.reference_seconds = 3;
+  pass.outputs_differ = 1;
   CheckResult declined;
   declined.kind = CheckResult::Kind::declined;
   declined.reason = "f16 with D = 7";
@@ -225,6 +226,8 @@ TEST(CaseOutcomeCodec, RoundTripsEveryField) {
   EXPECT_TRUE(std::isnan(m[1].value));
   EXPECT_EQ(m[2].value, -std::numeric_limits<double>::infinity());
   EXPECT_EQ(back.results[0].reference_seconds, 3);
+  EXPECT_EQ(back.results[0].outputs_differ, 1);
+  EXPECT_EQ(back.results[1].outputs_differ, -1);
   EXPECT_EQ(back.results[1].kind, CheckResult::Kind::declined);
   EXPECT_EQ(back.results[1].reason, "f16 with D = 7");
   EXPECT_TRUE(back.results[1].unavailable);

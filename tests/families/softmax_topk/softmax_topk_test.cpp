@@ -3,14 +3,17 @@
 // every mutant killed under the committed spec with fixed seeds.
 #include "kernels/softmax_topk/softmax_topk.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "kprop/corpus.h"
 #include "kprop/half.h"
+#include "kprop/report.h"
 #include "kprop/rng.h"
 #include "kprop/runner.h"
 #include "kprop/spec.h"
@@ -325,6 +328,16 @@ TEST(SoftmaxTopkGenerator, F16SubnormalFtzIsKilledOnEverySeed) {
 
 namespace kprop::softmax_topk {
 namespace {
+// A mutants run at seed 3 with `trials`, its findings in a scratch folder.
+RunOptions seed_3_options(int64_t trials, const std::string& scratch) {
+  RunOptions o;
+  o.seed = 3;
+  o.trials = trials;
+  o.write_corpus = false;
+  o.scratch_dir = ::testing::TempDir() + scratch;
+  return o;
+}
+
 // The kill matrix (--stats, the HTML report) runs every invariant on every
 // mutant: the table still names the first kill, as a run that stops at it
 // does (it named the last invariant that failed, with its trial count).
@@ -335,11 +348,7 @@ TEST(SoftmaxTopkMutants, TheKillMatrixNamesTheSameKillerAsTheTable) {
   // profile, shrinking its 131072-logit case once per invariant was 3/4 of
   // this test's time; its kill at that profile is mutants.softmax_topk's).
   spec.mutant_profiles.clear();
-  RunOptions o;
-  o.seed = 3;
-  o.trials = 40;
-  o.write_corpus = false;
-  o.scratch_dir = ::testing::TempDir() + "kprop_kill_matrix";
+  RunOptions o = seed_3_options(40, "kprop_kill_matrix");
   // Three that kill no_max_subtraction and z_in_storage at different cases
   // (seed 3): the matrix named topk_is_softmax_at_indices_expr for both.
   o.only_invariants = {"matches_reference", "shift_invariance", "topk_is_softmax_at_indices_expr"};
@@ -350,6 +359,66 @@ TEST(SoftmaxTopkMutants, TheKillMatrixNamesTheSameKillerAsTheTable) {
   for (size_t i = 0; i < plain.size(); ++i) {
     EXPECT_EQ(plain[i].killed, matrix[i].killed) << plain[i].mutant;
     EXPECT_EQ(plain[i].killed_by, matrix[i].killed_by) << plain[i].mutant;
+  }
+}
+
+// A mutant no invariant kills is one of two things. indices_u16's bug needs
+// an index past 65535, which the spec's own domain (vocabularies below
+// 65536) never draws: its outputs are the correct kernels' on every case,
+// so it is unreached. online_rescale_inverted, checked only by `sorted`,
+// gives other probabilities that are still sorted: survived, its outputs
+// differing on cases no invariant failed. The same verdicts and counts in a forked
+// child per case (prop_runner's default for --mutants) and with 2 jobs.
+TEST(SoftmaxTopkMutants, UnreachedIsToldApartFromSurvived) {
+  Spec spec = load_spec(std::string(KPROP_SOURCE_DIR) + "/specs/softmax_topk.yaml");
+  spec.mutant_profiles.clear();
+  RunOptions o = seed_3_options(30, "kprop_unreached");
+  o.only_invariants = {"sorted"};
+  const auto find = [](const std::vector<MutantRow>& rows, const std::string& name) -> const MutantRow& {
+    for (const auto& r : rows)
+      if (r.mutant == name) return r;
+    throw std::logic_error("no row " + name);
+  };
+  const auto rows = run_mutants(spec, o);
+  const MutantRow& wrapped = find(rows, "indices_u16");
+  EXPECT_STREQ(mutant_verdict(wrapped), "unreached");
+  EXPECT_EQ(wrapped.report.outputs_compared, wrapped.report.checked);
+  EXPECT_GT(wrapped.report.outputs_compared, 0);
+  EXPECT_EQ(wrapped.report.outputs_differed, 0);
+  const MutantRow& inverted = find(rows, "online_rescale_inverted");
+  EXPECT_STREQ(mutant_verdict(inverted), "survived");
+  EXPECT_GT(inverted.report.outputs_differed, 0);
+  EXPECT_EQ(mutants_exit_code(rows), 1);  // neither is a kill
+  const std::string text = make_reporter("text")->mutants(spec, rows);
+  EXPECT_NE(text.find("indices_u16                UNREACHED"), std::string::npos) << text;
+  EXPECT_NE(
+      text.find(fmt::format("its outputs were a correct implementation's, bit for bit, on all {} cases it "
+                            "passed: no case drawn reaches its bug",
+                            wrapped.report.outputs_compared)),
+      std::string::npos)
+      << text;
+  EXPECT_NE(text.find(fmt::format("its outputs differed from every correct implementation's on {} of the {} "
+                                  "cases compared, and no invariant failed",
+                                  inverted.report.outputs_differed, inverted.report.outputs_compared)),
+            std::string::npos)
+      << text;
+  const auto json = nlohmann::json::parse(make_reporter("json")->mutants(spec, rows));
+  for (const auto& row : json["mutants"])
+    if (row["mutant"] == "indices_u16") {
+      EXPECT_EQ(row["verdict"], "unreached");
+      EXPECT_EQ(row["run"]["outputs_compared"]["differed"], 0);
+    }
+  for (const bool isolate : {true, false}) {
+    RunOptions other = o;
+    other.isolate = isolate;
+    other.jobs = isolate ? 1 : 2;
+    const auto again = run_mutants(spec, other);
+    ASSERT_EQ(again.size(), rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      EXPECT_STREQ(mutant_verdict(again[i]), mutant_verdict(rows[i])) << rows[i].mutant;
+      EXPECT_EQ(again[i].report.outputs_compared, rows[i].report.outputs_compared) << rows[i].mutant;
+      EXPECT_EQ(again[i].report.outputs_differed, rows[i].report.outputs_differed) << rows[i].mutant;
+    }
   }
 }
 
