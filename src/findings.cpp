@@ -23,10 +23,10 @@
 #include <thread>
 
 #include "kprop/clock.h"
-#include "kprop/determinism.h"
 #include "kprop/drawing.h"
 #include "kprop/external.h"
 #include "kprop/jobs.h"
+#include "kprop/output_reads.h"
 #include "kprop/process.h"
 #include "kprop/report.h"
 #include "kprop/runner.h"
@@ -449,11 +449,15 @@ RunContext make_context(const Spec& spec, const RunOptions& options, uint64_t se
   // The correct implementations a mutant's outputs are compared with: the
   // family's reference and optimized ones on the target's device (a CUDA
   // one run beside a CPU mutant would start CUDA in a process that forks).
-  if (options.compare_outputs && !options.target_transport)
+  if (options.compare_outputs && !options.target_transport) {
+    auto compare = std::make_shared<OutputComparison>();
+    compare->names = output_tensors(*spec.family);
     for (const auto& impl : spec.family->implementations())
       if ((impl.kind == ImplKind::reference || impl.kind == ImplKind::optimized) &&
           impl.device == ctx.target.info.device)
-        ctx.correct.push_back(resolve_target(spec, impl.name, ctx.run.case_timeout_s));
+        compare->correct.push_back(resolve_target(spec, impl.name, ctx.run.case_timeout_s));
+    ctx.compare = std::move(compare);
+  }
   return ctx;
 }
 
@@ -540,55 +544,10 @@ bool isolated(const RunContext& ctx) {
          ctx.target.index >= 0;
 }
 
-// The target's outputs, as the family publishes them (every target.*
-// tensor), against those of each correct implementation in turn:
-// CheckResult::outputs_differ. A tensor is equal when its shape is and each
-// element is the same bits, any NaN equal to any NaN (as `deterministic`).
-int outputs_differ(const RunContext& ctx, AnyTrial& trial, const AnyCase& c) {
-  const Family& family = *ctx.spec.family;
-  std::vector<std::string> names;
-  for (const auto& info : family.tensor_infos())
-    if (info.name.rfind("target.", 0) == 0) names.push_back(info.name);
-  if (names.empty() || ctx.correct.empty()) return -1;
-  const auto same = [&names](const expr::TensorMap& a, const expr::TensorMap& b) {
-    for (const auto& n : names) {
-      const expr::Tensor *x = a.find(n), *y = b.find(n);
-      if (!x || !y) {
-        if (x != y) return false;
-        continue;
-      }
-      if (x->shape != y->shape || detail::first_bit_difference(x->data, y->data) >= 0) return false;
-    }
-    return true;
-  };
-  try {
-    const expr::TensorMap* mine = trial.tensors(names);
-    if (!mine) return -1;
-    bool compared = false;
-    for (const Impl& impl : ctx.correct) {
-      try {
-        const auto other = family.begin_trial(c, impl, ctx.reference);
-        const expr::TensorMap* theirs = other->tensors(names);
-        if (!theirs) continue;
-        compared = true;
-        if (same(*mine, *theirs)) return 0;
-      } catch (const InputError&) {
-        throw;
-      } catch (const std::exception&) {
-        // This one declined the case or cannot run it: the others may.
-      }
-    }
-    return compared ? 1 : -1;
-  } catch (const InputError&) {
-    throw;
-  } catch (const std::exception&) {
-    return -1;  // the target's tensors could not be made
-  }
-}
-
 std::vector<CheckResult> check_uses_here(const RunContext& ctx, const std::vector<const InvariantUse*>& uses,
                                          const AnyCase& c, bool compare_outputs) {
   const auto trial = ctx.spec.family->begin_trial(c, ctx.target, ctx.reference);
+  if (compare_outputs && ctx.compare) trial->compare_outputs(ctx.compare.get());
   std::vector<CheckResult> out;
   for (const auto* use : uses) {
     out.push_back(check_one(ctx, *trial, *use, c));
@@ -598,9 +557,19 @@ std::vector<CheckResult> check_uses_here(const RunContext& ctx, const std::vecto
     // be thrown away).
     if (ctx.options.stop_on_first_failure && out.back().verdict.outcome == Outcome::fail) break;
   }
-  // A case the target passed: did it reach the target's bug, if it has one?
-  if (compare_outputs && case_passed(out)) {
-    const int differ = outputs_differ(ctx, *trial, c);
+  // A case no invariant failed: did it reach the target's bug, if it has one?
+  const bool verdicts = std::all_of(out.begin(), out.end(), [](const CheckResult& r) {
+    return r.kind == CheckResult::Kind::verdict && !r.failed();
+  });
+  if (compare_outputs && ctx.compare && verdicts) {
+    int differ = -1;
+    try {
+      differ = trial->outputs_differ();
+    } catch (const InputError&) {
+      throw;
+    } catch (const std::exception&) {
+      // the outputs could not be made into tensors: not compared
+    }
     for (auto& r : out) r.outputs_differ = differ;
   }
   return out;
@@ -608,17 +577,9 @@ std::vector<CheckResult> check_uses_here(const RunContext& ctx, const std::vecto
 
 }  // namespace
 
-bool case_passed(const std::vector<CheckResult>& results) {
-  return std::all_of(
-             results.begin(), results.end(),
-             [](const CheckResult& r) { return r.kind == CheckResult::Kind::verdict && !r.failed(); }) &&
-         std::any_of(results.begin(), results.end(),
-                     [](const CheckResult& r) { return r.verdict.outcome == Outcome::pass; });
-}
-
 void count_compared_outputs(RunReport& report, const std::vector<CheckResult>& results) {
-  if (!case_passed(results)) return;
-  const int differ = results.front().outputs_differ;
+  if (std::any_of(results.begin(), results.end(), [](const CheckResult& r) { return r.failed(); })) return;
+  const int differ = results.empty() ? -1 : results.front().outputs_differ;
   if (differ < 0)
     ++report.outputs_uncompared;
   else
@@ -784,7 +745,7 @@ std::vector<CheckResult> check_uses_forked(const RunContext& ctx,
           o.isolate = false;
           for (const auto& r :
                check_uses_here(RunContext{ctx.spec, o, ctx.target, ctx.reference, ctx.target_name, ctx.seed,
-                                          ctx.run, ctx.reference_name, ctx.correct},
+                                          ctx.run, ctx.reference_name, ctx.compare},
                                uses, c, compare_outputs))
             out.push_back(check_result_json(r));
         } catch (const ReferenceFailure& e) {

@@ -47,6 +47,30 @@ std::vector<std::string> outputs_of_tensors(const Family& family, const std::vec
 
 }  // namespace
 
+std::vector<std::string> output_tensors(const Family& family) {
+  std::vector<std::string> published, out;
+  for (const auto& info : family.tensor_infos())
+    if (info.name.rfind("target.", 0) == 0) published.push_back(info.name.substr(7));
+  const auto has = [](const std::vector<std::string>& v, const std::string& x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  };
+  const std::vector<std::string> outputs = contract_outputs(family);
+  for (const auto& o : outputs) {
+    if (has(published, o)) {
+      if (!has(out, "target." + o)) out.push_back("target." + o);
+      continue;
+    }
+    bool covered = false;
+    for (const auto& [name, from] : family.tensor_outputs())
+      if (has(published, name) && (has(from, o) || has(from, "*"))) {
+        covered = true;
+        if (!has(out, "target." + name)) out.push_back("target." + name);
+      }
+    if (!covered) return {};
+  }
+  return out;
+}
+
 std::optional<std::vector<std::string>> invariant_reads(const Spec& spec, const InvariantUse& use) {
   const std::vector<std::string> outputs = contract_outputs(*spec.family);
   // An expression checks what its `expect` reads: a `when` only discards,

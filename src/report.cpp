@@ -223,18 +223,19 @@ std::string not_killed_note(const MutantRow& row) {
   const std::string_view verdict = mutant_verdict(row);
   if (verdict == "unreached")
     return fmt::format(
-        "its outputs were a correct implementation's, bit for bit, on all {} cases it passed: no case drawn "
-        "reaches its bug (widen the domain, or list the mutant under a profile whose cases do)",
+        "its outputs were a correct implementation's, bit for bit, on all {} cases drawn and the cases its "
+        "invariants derived from them: no case reaches its bug (widen the domain, or list the mutant under a "
+        "profile whose cases do)",
         r.outputs_compared);
   if (verdict != "survived" || r.outputs_compared == 0) return "";
   if (r.outputs_differed > 0)
     return fmt::format(
         "its outputs differed from every correct implementation's on {} of the {} cases compared, and no "
-        "invariant failed: the invariants miss its bug",
+        "invariant failed: they missed the difference, or allowed it as within tolerance",
         r.outputs_differed, r.outputs_compared);
   return fmt::format(
-      "its outputs were a correct implementation's on the {} cases compared; {} more it passed could not be "
-      "compared (no correct implementation ran them)",
+      "its outputs were a correct implementation's on the {} cases compared; {} more drawn were not compared "
+      "(declined, or discarded by every invariant before the target ran): they may reach its bug",
       r.outputs_compared, r.outputs_uncompared);
 }
 

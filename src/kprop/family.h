@@ -51,7 +51,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <concepts>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -267,6 +269,20 @@ struct TrialTimes {
   }
 };
 
+// RunOptions::compare_outputs (--mutants): the correct implementations a
+// target's outputs are compared with, bit for bit (any NaN equal to any
+// NaN), and the tensors that hold them (output_tensors, kprop/output_reads.h).
+struct OutputComparison {
+  std::vector<Impl> correct;       // the family's reference and optimized ones on the target's device
+  std::vector<std::string> names;  // target.* tensors; empty: nothing can be compared
+  mutable size_t hint = 0;         // the one that matched last: tried first
+};
+// Two cases' comparison states, folded: 1 (some output differed from every
+// correct implementation's) wins over -1 (not compared), which wins over 0.
+inline int fold_differ(int a, int b) {
+  return a == 1 || b == 1 ? 1 : a < 0 || b < 0 ? -1 : 0;
+}
+
 // Type-erased case and result: the core never looks inside.
 using AnyCase = std::shared_ptr<const void>;
 using AnyResult = std::shared_ptr<const void>;
@@ -316,6 +332,16 @@ class AnyTrial {
   // evaluation holds it (a spec with eight relations held eight derived
   // cases to the trial's end).
   virtual void release_derived(const std::string& keep) { (void)keep; }
+
+  // ---- --mutants: did the target's outputs differ from a correct kernel's?
+  // From now on, compare the target's outputs on each case derived from this
+  // one (metamorphic invariants) with `with`'s implementations.
+  virtual void compare_outputs(const OutputComparison* with) { (void)with; }
+  // 1 when on this case (its target run) or a case derived from it the
+  // target's outputs differed from every correct implementation's; 0 when
+  // they were one's on each; -1 when something was not compared (the target
+  // did not run on the case, no correct implementation ran it).
+  virtual int outputs_differ() { return -1; }
 };
 
 // A metamorphic relation a family exports: a named change of the case whose
@@ -585,13 +611,23 @@ class Trial {
   // derived the case (check_one), not a decline of the case.
   Result run_target(const Case& c) const {
     try {
-      return timed(times_.target, target_impl_, c);
+      Result r = timed(times_.target, target_impl_, c);
+      // --mutants: a derived case may reach a bug the case itself does not.
+      if (compare_ && &c != &case_)
+        derived_differ_ = fold_differ(derived_differ_, family_.differs(c, r, *compare_));
+      return r;
     } catch (const TargetUnavailable&) {
       throw;
     } catch (const Unsupported& e) {
       throw DerivedDeclined(std::string("the target declined the derived case: ") + e.what());
     }
   }
+  // AnyTrial::compare_outputs: the target's runs on derived cases are
+  // compared from now on, folded into derived_differ() (0 before any).
+  void compare_derived_with(const OutputComparison* with) { compare_ = with; }
+  int derived_differ() const { return derived_differ_; }
+  // Whether the target has run on the case itself.
+  bool target_ran() const { return target_.has_value(); }
   const TrialTimes& times() const { return times_; }
   // Fn(input()), computed once per trial: what several invariants derive
   // from the same case (tolerance scales, same-precision baselines), e.g.
@@ -651,6 +687,8 @@ class Trial {
   const Impl& reference_impl_;
   std::optional<Result> target_, reference_, own_reference_;
   OnceStore once_;
+  const OutputComparison* compare_ = nullptr;
+  mutable int derived_differ_ = 0;
 };
 
 template <typename Traits>
@@ -811,6 +849,54 @@ class FamilyDef : public Family {
     }
   }
   void run_once(const Impl& impl, const AnyCase& c) const override { (void)run(impl, unbox(c)); }
+  // `mine` (the target's result on c) against each correct implementation's
+  // result on c, compared on `with.names` (OutputComparison): 0 when one's
+  // equals it bit for bit, 1 when every one that ran differs, -1 when none
+  // ran c or nothing can be compared.
+  int differs(const Case& c, const Result& mine, const OutputComparison& with) const {
+    if constexpr (HasTensors<Traits>) {
+      if (with.names.empty()) return -1;
+      const auto outputs = [&](const Result& r) {
+        auto m = std::make_unique<expr::TensorMap>();
+        for (const auto& n : with.names) m->want(n);
+        Traits::tensors(c, &r, nullptr, *m);
+        return m;
+      };
+      const auto theirs_equal = [&](const expr::TensorMap& a, const expr::TensorMap& b) {
+        for (const auto& n : with.names) {
+          const expr::Tensor *x = a.find(n), *y = b.find(n);
+          if (!x || !y || x->shape != y->shape || x->data.size() != y->data.size()) return false;
+          for (size_t i = 0; i < x->data.size(); ++i)  // any NaN equals any NaN, as `deterministic`
+            if (!(std::isnan(x->data[i]) && std::isnan(y->data[i])) &&
+                std::memcmp(&x->data[i], &y->data[i], sizeof(double)) != 0)
+              return false;
+        }
+        return true;
+      };
+      std::unique_ptr<expr::TensorMap> mine_outputs;
+      bool compared = false;
+      for (size_t k = 0; k < with.correct.size(); ++k) {
+        const size_t at = (with.hint + k) % with.correct.size();
+        try {
+          const Result theirs = run(with.correct[at], c);
+          if (!mine_outputs) mine_outputs = outputs(mine);
+          compared = true;
+          if (theirs_equal(*mine_outputs, *outputs(theirs))) {
+            with.hint = at;
+            return 0;
+          }
+        } catch (const InputError&) {
+          throw;
+        } catch (const std::exception&) {
+          // This one declined c or cannot run it: the others may.
+        }
+      }
+      return compared ? 1 : -1;
+    } else {
+      (void)c, (void)mine, (void)with;
+      return -1;
+    }
+  }
   using Family::begin_trial;
   std::unique_ptr<AnyTrial> begin_trial(const AnyCase& c, const Impl& target,
                                         const Impl& reference) const override {
@@ -878,6 +964,8 @@ class FamilyDef : public Family {
             AnyCase c =
                 box(Traits::transform(info.name, trial.input(), params, transform_seed(info.name), *sub));
             d.trial = std::make_unique<Erased>(family, c, target, reference);
+            d.trial->derived_case = true;
+            d.trial->compare_outputs(compare);
             d.drawn = std::move(sub);
             d.view.link(derived, &d.trial->named, true);
             d.view.link(drawn, d.drawn.get(), false);
@@ -903,9 +991,35 @@ class FamilyDef : public Family {
             ++it;
             continue;
           }
-          if (it->second.trial) released += it->second.trial->times();
+          if (it->second.trial) {
+            released += it->second.trial->times();
+            released_differ = fold_differ(released_differ, it->second.trial->derived_outputs_differ());
+          }
           it = derived_.erase(it);
         }
+      }
+      void compare_outputs(const OutputComparison* with) override {
+        compare = with;
+        trial.compare_derived_with(with);
+      }
+      int outputs_differ() override {
+        if (!compare || !trial.target_ran()) return -1;
+        const int derived = derived_outputs_differ();
+        if (derived == 1) return 1;
+        return fold_differ(derived, family.differs(trial.input(), trial.target(), *compare));
+      }
+      // What the cases derived from this one showed (0: none, or none the
+      // target ran on: a case the target never ran on reaches nothing), and
+      // for a derived case its own run of the target (a relation's
+      // transformed.target.*).
+      int derived_outputs_differ() {
+        if (!compare) return -1;
+        int state = fold_differ(released_differ, trial.derived_differ());
+        for (auto& [key, d] : derived_)
+          if (d.trial) state = fold_differ(state, d.trial->derived_outputs_differ());
+        if (state != 1 && derived_case && trial.target_ran())
+          state = fold_differ(state, family.differs(trial.input(), trial.target(), *compare));
+        return state;
       }
       // A transform's randomness: the case's content hash (once per trial)
       // mixed with the transform's name.
@@ -930,6 +1044,11 @@ class FamilyDef : public Family {
       Trial<Traits> trial;
       std::map<std::string, Derived> derived_;
       TrialTimes released;  // the released derived cases' (release_derived)
+      // --mutants (compare_outputs): what to compare with, the released
+      // derived cases' comparison state, and whether this is a derived case.
+      const OutputComparison* compare = nullptr;
+      int released_differ = 0;
+      bool derived_case = false;
     };
     return std::make_unique<Erased>(*this, c, target, reference);
   }

@@ -26,6 +26,12 @@ std::vector<OutputReaders> output_readers(const Spec& spec);
 // "op.output" of each output no invariant of the spec reads; with `only`
 // (a run's --invariant), none of those invariants.
 std::vector<std::string> unchecked_outputs(const Spec& spec, const std::vector<std::string>& only = {});
+// The target.* tensors that together hold the kernel's outputs: target.X
+// for each contract output X the family publishes as a tensor, else every
+// tensor computed from X (Family::tensor_outputs). Empty when the family
+// has no contract outputs or publishes some output in no tensor: its
+// outputs cannot be compared (--mutants' UNREACHED, kprop/runner.h).
+std::vector<std::string> output_tensors(const Family& family);
 // The outputs an invariant of the spec reads (what InvariantInfo::reads,
 // an expression's or a callback's tensor names say; "*" expanded); nullopt
 // when the invariant does not declare it.

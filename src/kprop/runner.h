@@ -279,10 +279,11 @@ struct RunReport {
   // "op.output" of each output of the kernel no invariant of the run reads
   // (kprop/output_reads.h): reported, not a failure.
   std::vector<std::string> unchecked_outputs;
-  // RunOptions::compare_outputs (a mutant's run): cases the target passed
-  // whose outputs were compared with the correct implementations', of them
-  // those where they differed from every one, and cases passed but not
-  // compared (CheckResult::outputs_differ -1).
+  // RunOptions::compare_outputs (a mutant's run): cases whose outputs were
+  // compared with the correct implementations', of them those where they
+  // differed from every one, and cases drawn but not compared
+  // (CheckResult::outputs_differ -1: declined, discarded before the target
+  // ran, ...). A failure's case is in none.
   int64_t outputs_compared = 0, outputs_differed = 0, outputs_uncompared = 0;
   RunStats stats;       // what was drawn, the time split, error/bound ratios
   SearchReport search;  // the targeted search (run.search / --search); search.ran false when off
@@ -353,8 +354,9 @@ std::vector<MutantRow> run_mutants(const Spec& spec, const RunOptions& options);
 bool mutants_skipped(const std::vector<MutantRow>& rows);
 // A mutant's verdict: "killed", "survived" (its run checked what the spec
 // asks and no invariant failed: the spec is too weak for it), "unreached"
-// (survived, but on every case it passed its outputs equal a correct
-// implementation's bit for bit: the domain never reaches its bug), "gave up" (not
+// (survived, but on every case drawn, and every case its invariants derived
+// from those, its outputs equal a correct implementation's bit for bit: the
+// domain never reaches its bug), "gave up" (not
 // killed, and its run's health checks say too little was checked to call
 // it: a --time far below a case, say), "interrupted" or "skipped".
 const char* mutant_verdict(const MutantRow& row);
@@ -414,8 +416,9 @@ struct RunContext {
   RunConfig run;  // effective settings
   std::string reference_name;
   // RunOptions::compare_outputs: the family's correct implementations on
-  // the target's device (make_context; empty otherwise).
-  std::vector<Impl> correct;
+  // the target's device and the tensors compared (make_context; null
+  // otherwise).
+  std::shared_ptr<const OutputComparison> compare;
 };
 RunContext make_context(const Spec& spec, const RunOptions& options, uint64_t seed);
 
@@ -438,11 +441,13 @@ struct CheckResult {
   // Runs of the target this check made (0: it judged without the target, as
   // a metamorphic invariant discarding a case it cannot transform).
   int64_t target_runs = 0;
-  // RunOptions::compare_outputs, on every result of a case some invariant
-  // passed and none failed: 1 when the target's outputs differ from those of
-  // every correct implementation that ran the case, 0 when they equal one's
-  // bit for bit (any NaN equal to any NaN), -1 when not compared (the
-  // family publishes no target tensors, or no correct implementation ran it).
+  // RunOptions::compare_outputs, on every result of a case whose results
+  // are all verdicts and none a failure (AnyTrial::outputs_differ): 1 when
+  // on the case or a case an invariant derived from it the target's outputs
+  // differed from those of every correct implementation that ran it, 0 when
+  // they equalled one's bit for bit on each, -1 when not compared (the
+  // target did not run on the case, the family's outputs are not all
+  // published as tensors, no correct implementation ran it).
   int outputs_differ = -1;
   bool failed() const { return kind == Kind::verdict && verdict.outcome == Outcome::fail; }
 };
@@ -461,15 +466,13 @@ struct CaseEvent {
 // Every use on one case, sharing one trial (target and reference run once);
 // stops at the first that is not a verdict (declined, target failure). With
 // options.isolate (in-process targets), all of it runs in one forked child.
-// With `compare_outputs` (and ctx.correct), the results carry
+// With `compare_outputs` (and ctx.compare), the results carry
 // CheckResult::outputs_differ.
 std::vector<CheckResult> check_uses(const RunContext& ctx, const std::vector<const InvariantUse*>& uses,
                                     const AnyCase& c, bool compare_outputs = false);
-// The target passed the case: every result a verdict, some invariant passed
-// it and none failed.
-bool case_passed(const std::vector<CheckResult>& results);
 // RunOptions::compare_outputs: a case's CheckResult::outputs_differ counted
-// into RunReport::outputs_* (a case the target passed only).
+// into RunReport::outputs_* (every case but one a failure ended: a declined
+// case, or one the target did not run on, is not compared).
 void count_compared_outputs(RunReport& report, const std::vector<CheckResult>& results);
 
 // Shrinks a failure (an invariant verdict or a target failure) to the

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "kprop/runner.h"
+#include "kprop/spec.h"
 #include "properties/kvcache/family.h"
 #include "tests/families/kvcache/three_sequences.h"
 #include "tests/support/registered.h"
@@ -209,6 +210,51 @@ TEST(KvcacheMutants, EachDiesUnderItsOwnInvariant) {
       {"stale_block_reuse", "paged_matches_contiguous"}};
   for (const auto& [mutant, invariant] : pairs)
     EXPECT_EQ(run(mutant, 5, {invariant}), RunStatus::failed) << mutant << " under " << invariant;
+}
+
+// --mutants calls a mutant UNREACHED only when no case it was run on, drawn
+// or derived, showed other outputs than a correct implementation's, and
+// every drawn case was compared. With no decode steps drawn, only
+// decode_matches_prefill's split of a case into prefill and decode runs a
+// decode: decode_off_by_one's bug shows there alone, and a tolerance too
+// loose to see it leaves it SURVIVED (it read as unreached when only the
+// drawn cases were compared). A `when:` that discards every case with a
+// decode before the target runs leaves those cases uncompared: SURVIVED too,
+// not "the domain never reaches it".
+TEST(KvcacheMutants, UnreachedNeedsEveryCaseComparedDerivedOnesIncluded) {
+  RunOptions o;
+  o.seed = 5;
+  o.write_corpus = false;
+  o.scratch_dir = ::testing::TempDir() + "kprop_kv_unreached";
+  // The mutants run of a spec with this domain and these invariants.
+  const auto mutants = [&o](const std::string& rest) {
+    return run_mutants(
+        parse_spec(
+            "spec: kvd\nfamily: kvcache\ntarget: reference\nreference: reference\nrun: {trials: 40}\n" + rest,
+            "kvd.yaml"),
+        o);
+  };
+  const auto row = [](const std::vector<MutantRow>& rows, const std::string& name) -> const MutantRow& {
+    for (const auto& r : rows)
+      if (r.mutant == name) return r;
+    throw std::logic_error("no row " + name);
+  };
+  const auto derived = mutants(
+      "domain: {dtypes: [f64], decode_steps: [0, 0], poison: [huge]}\n"
+      "invariants:\n  - matches_reference\n  - {name: decode_matches_prefill, tol: {atol: 1000, rtol: 1}}\n");
+  const MutantRow& off_by_one = row(derived, "decode_off_by_one");
+  EXPECT_STREQ(mutant_verdict(off_by_one), "survived");
+  EXPECT_GT(off_by_one.report.outputs_differed, 0);
+  // A half-precision bug on f64 cases: reached by nothing, derived or drawn.
+  EXPECT_STREQ(mutant_verdict(row(derived, "cache_truncated_bf16")), "unreached");
+  const auto discarded = mutants(
+      "domain: {dtypes: [f64], batch: [1, 1], edge_rate: 0.5}\n"
+      "invariants:\n  - name: prefill_only\n    when: not any(is_decode)\n"
+      "    expect: all(close(target.out, reference.out, rtol=1e-10, atol=1e-10))\n");
+  const MutantRow& skipped_decodes = row(discarded, "decode_off_by_one");
+  EXPECT_STREQ(mutant_verdict(skipped_decodes), "survived");
+  EXPECT_GT(skipped_decodes.report.outputs_uncompared, 0);
+  EXPECT_EQ(skipped_decodes.report.outputs_differed, 0);
 }
 
 // Exact int8 rounding ties (Case::int8_ties): where ties-to-even and
