@@ -23,6 +23,10 @@ import inspect as _inspect
 from ._check import (SPECS_DIR, ArgumentMismatch, CheckResult, Counterexample, Discard, Finding,
                      HealthCheckFailure, InvariantResult, Skipped, Unsupported, assume, check, format_finding,
                      invariant, replay, shipped_specs, spec_info)
+# bf16 helpers: NumPy has no bfloat16, so a bf16 tensor reaches fn as an ml_dtypes.bfloat16 array when
+# ml_dtypes is importable (BFLOAT16 is then its dtype), else as a uint16 array of its raw bits (BFLOAT16
+# is None), in process and isolated alike (docs/PYTHON.md, "Half precision").
+from ._half import BFLOAT16, as_float32, bf16_to_float32, float32_to_bf16
 
 # Mask kinds of attention (KPROP_MASK_* in include/kprop/abi/attention.h).
 MASK_NONE, MASK_CAUSAL, MASK_KEY_PADDING, MASK_BOOLEAN = 0, 1, 2, 3
@@ -67,4 +71,4 @@ def spec(name, **options):
 __all__ = ["check", "replay", "spec", "invariant", "assume", "spec_info", "shipped_specs", "Unsupported",
            "Discard", "Counterexample", "ArgumentMismatch",
            "HealthCheckFailure", "Skipped", "CheckResult", "InvariantResult", "Finding", "format_finding",
-           "SPECS_DIR", "MASK_NONE", "MASK_CAUSAL", "MASK_KEY_PADDING", "MASK_BOOLEAN"]
+           "SPECS_DIR", "BFLOAT16", "as_float32", "bf16_to_float32", "float32_to_bf16", "MASK_NONE", "MASK_CAUSAL", "MASK_KEY_PADDING", "MASK_BOOLEAN"]

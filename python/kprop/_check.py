@@ -617,6 +617,8 @@ def _write_outputs(op: str, outputs, result) -> None:
                              % (op, name, list(a.shape), list(out.shape)))
         if np.issubdtype(out.dtype, np.integer) and dtype != "bf16":
             out[...] = _wire.integer_output(op, name, a, out.dtype)
+        elif dtype == "bf16" and out.dtype == np.uint16 and _half.BFLOAT16 is not None and a.dtype == _half.BFLOAT16:
+            out[...] = a.view(np.uint16)  # ml_dtypes bfloat16: its bits, as they are
         elif dtype == "bf16" and out.dtype == np.uint16 and a.dtype != np.uint16:
             # bf16 outputs are raw bits here (NumPy has no bfloat16): floats round once, to nearest even.
             out[...] = _half.float32_to_bf16(a)
@@ -666,14 +668,20 @@ class _Target:
 
     def _inputs(self, inputs):
         if self.tensors == "numpy":
-            return inputs
+            if _half.BFLOAT16 is None:
+                return inputs  # bf16 as uint16 arrays of its raw bits (NumPy has no bfloat16)
+            # bf16 as ml_dtypes.bfloat16 arrays, as the workers (isolate=True, exec:) hand them:
+            # in process the buffers are uint16 bits (the only uint16 kprop carries), viewed without a
+            # copy. The view's base is kprop's array, so a function keeping the view is still caught.
+            return {name: a.view(_half.BFLOAT16) if a.dtype == np.uint16 else a for name, a in inputs.items()}
         import torch
         import warnings
         out = {}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # from_numpy on a read-only view warns; the view is not written
             for name, a in inputs.items():
-                if a.dtype == np.uint16:  # bf16 travels as its raw bits (the ABI has no uint16)
+                if a.dtype == np.uint16 or (_half.BFLOAT16 is not None and a.dtype == _half.BFLOAT16):
+                    # bf16: its raw bits (in process) or an ml_dtypes array (a worker), which torch cannot take
                     t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
                 else:
                     t = torch.from_numpy(a)

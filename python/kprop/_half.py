@@ -2,8 +2,11 @@
 python/kprop_worker.py loads this file by path, so a worker runs without the
 kprop package built).
 
-Used where bf16 tensors are uint16 arrays of their bits: the framed worker
-(python/kprop_worker.py) and kprop.check's in-process outputs.
+How bf16 reaches a Python kernel, the same in every path (kprop.check in
+process, isolate=True's kprop.worker, python/kprop_worker.py): an array of
+dtype BFLOAT16 when ml_dtypes is importable, else a uint16 array of the raw
+bits. Public as kprop.BFLOAT16, kprop.bf16_to_float32, kprop.float32_to_bf16
+and kprop.as_float32 (and kprop_worker's names of the same).
 """
 import numpy as np
 

@@ -131,3 +131,41 @@ def test_a_kernel_that_writes_its_input_through_a_pointer_fails(corpus, isolate)
     finding = excinfo.value.finding
     assert finding.kind == "error", finding
     assert "the target wrote into its input 'logits' (first change at index [0, 0]: " in finding.message
+
+
+RMSNORM = os.path.join(os.path.dirname(__file__), "..", "..", "specs", "ops", "rmsnorm.yaml")
+
+
+def rmsnorm_in_float32(x, w, eps, **_):
+    """A correct rmsnorm computing in float32, which insists on the bf16 form
+    kprop promises (kprop.BFLOAT16 arrays, else uint16 bits) in every path."""
+    want = np.dtype(np.uint16) if kprop.BFLOAT16 is None else kprop.BFLOAT16
+    if x.dtype != want or w.dtype != want:
+        raise TypeError("bf16 inputs arrived as %s, %s; kprop.BFLOAT16 says %s" % (x.dtype, w.dtype, want))
+    xf, wf = kprop.as_float32(x), kprop.as_float32(w)
+    return xf / np.sqrt(np.mean(xf * xf, axis=-1, keepdims=True) + np.float32(eps)) * wf
+
+
+def rmsnorm_astype(x, w, eps, **_):
+    """The same kernel written as a user with ml_dtypes would: x.astype(np.float32)."""
+    xf, wf = x.astype(np.float32), w.astype(np.float32)
+    return xf / np.sqrt(np.mean(xf * xf, axis=-1, keepdims=True) + np.float32(eps)) * wf
+
+
+@pytest.mark.parametrize("isolate", [False, True], ids=["in_process", "isolated"])
+def test_bf16_inputs_arrive_alike_in_process_and_isolated(isolate):
+    # In process they were uint16 bits while the worker handed ml_dtypes
+    # bfloat16 arrays: one kernel passed isolated and failed in process.
+    result = kprop.check(RMSNORM, rmsnorm_in_float32, seed=3, trials=40, corpus=None, isolate=isolate,
+                         domain={"dtypes": ["bf16"]}, invariants=["matches_reference"])
+    assert result.passed and result.checked == 40
+
+
+@pytest.mark.parametrize("isolate", [False, True], ids=["in_process", "isolated"])
+def test_bf16_astype_float32_passes_both_ways_with_ml_dtypes(isolate):
+    pytest.importorskip("ml_dtypes")
+    if kprop.BFLOAT16 is None:
+        pytest.skip("ml_dtypes does not load with this NumPy")
+    result = kprop.check(RMSNORM, rmsnorm_astype, seed=3, trials=40, corpus=None, isolate=isolate,
+                         domain={"dtypes": ["bf16"]}, invariants=["matches_reference"])
+    assert result.passed and result.checked == 40
