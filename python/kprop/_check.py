@@ -190,9 +190,11 @@ class _Stop:
                 pass
         raise KeyboardInterrupt("kprop: stopped by %s" % type(e).__name__) from e
 
-    def call(self, f, *args):
+    def call(self, f, *args, interrupted_result=False):
         """f(*args) (the extension's run or replay: a dict with "stopped").
-        Stopped by Ctrl-C: KeyboardInterrupt. Stopped by this object's
+        Stopped by Ctrl-C: KeyboardInterrupt, or with interrupted_result the
+        result (the caller raises KeyboardInterrupt once it has said what
+        was saved: see _interrupted()). Stopped by this object's
         exception: the result, which the caller reads for what was found
         before the stop, then calls finish()."""
         try:
@@ -210,7 +212,7 @@ class _Stop:
                 os.dup2(self._stderr, 2)
                 os.close(self._stderr)
                 self._stderr = None
-        if result["stopped"] and self.exception is None:
+        if result["stopped"] and self.exception is None and not interrupted_result:
             raise KeyboardInterrupt("kprop: interrupted")
         return result
 
@@ -1244,7 +1246,7 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
         stopper.finish()
 
     try:
-        r = stopper.call(_kprop.run, text, is_text, args)
+        r = stopper.call(_kprop.run, text, is_text, args, interrupted_result=True)
     except ValueError as e:  # the reference failed on a case: its re-run, as this run was called
         raise ValueError(_python_rerun(str(e), spec_ref, fn, opts)) from None
     replay_text = lambda path: _replay_text(spec_ref, fn, path, opts)  # noqa: E731
@@ -1267,8 +1269,8 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
         result.status = status = "skipped"
         result.detail = "; ".join("invariant %s is n/a%s" % (
             i["name"], ": " + i["last_discard"] if i["last_discard"] else "") for i in r["invariants"])
-    if status == "interrupted" and stopper.exception is None:  # Ctrl-C: the user's stop wins
-        raise KeyboardInterrupt("kprop: interrupted")
+    if (status == "interrupted" or r["stopped"]) and stopper.exception is None:  # Ctrl-C: the user's stop wins
+        raise _interrupted(findings, result)
     if findings:
         message = "\n\n".join(format_finding(f, result.spec, result.target, result.seed) for f in findings)
         if len(findings) > 1:
@@ -1288,6 +1290,34 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
                                                    for name, text in result.health), result.summary()),
             result)
     return result
+
+
+def _interrupted(findings: List["Finding"], result: "CheckResult") -> KeyboardInterrupt:
+    """The KeyboardInterrupt of a run stopped by Ctrl-C: still a
+    KeyboardInterrupt (pytest stops), but a counterexample the run had found
+    (shrunk as far as it got) was saved, and the user is told where and how
+    to replay it: in the message (pytest shows it), on stderr (for code
+    that catches the interrupt without printing it), and as the exception's
+    `findings` and `result`."""
+    message = "kprop: interrupted"
+    if findings:
+        lines = ["kprop: interrupted; the counterexample%s found so far (shrunk as far as the run got):" % (
+            "s" if len(findings) > 1 else "")]
+        for f in findings:
+            what = ("invariant %s" % f.invariant) if f.invariant else ("target %s" % f.kind)
+            lines.append("  %s: %s" % (what, f.message.splitlines()[0] if f.message else ""))
+            lines.append("  saved: %s" % (f.path or "(not saved: %s)" % f.store_note))
+            lines.append("  replay: %s" % f.replay)
+        message = "\n".join(lines)
+        try:
+            sys.stderr.write(message + "\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+    e = KeyboardInterrupt(message)
+    e.findings = findings
+    e.result = result
+    return e
 
 
 def _in_python_words(hint: str) -> str:

@@ -367,6 +367,32 @@ def test_keyboard_interrupt_in_fn_stops_the_run(example, corpus):
     assert kprop.check("softmax_topk", mod.softmax_topk, seed=SEED, trials=5, corpus=corpus).passed
 
 
+def test_keyboard_interrupt_while_shrinking_says_where_the_case_was_saved(example, corpus, capfd):
+    # Ctrl-C while shrinking: the best case so far was saved, but a bare
+    # KeyboardInterrupt('kprop: interrupted') never said where.
+    mod = example("softmax_topk")
+    wrong = []
+
+    def bad(logits, k, **attrs):
+        r = mod.softmax_topk(logits, k, **attrs)
+        if logits.shape[1] >= 5:
+            wrong.append(1)
+            if len(wrong) > 5:  # Ctrl-C among the shrinking steps
+                raise KeyboardInterrupt
+            r = dict(r, probs=np.asarray(r["probs"]) * 1.1)
+        return r
+
+    with pytest.raises(KeyboardInterrupt) as excinfo:
+        kprop.check("softmax_topk", bad, seed=1, trials=400, corpus=corpus, invariants=["matches_reference"])
+    (f,) = excinfo.value.findings
+    assert f.invariant == "matches_reference" and f.in_corpus and os.path.isfile(f.path)
+    assert f.path.startswith(os.path.join(corpus, "softmax_topk"))
+    message = str(excinfo.value)
+    assert f.path in message and f.replay in message and f.replay.startswith("kprop.replay(")
+    assert "saved: " + f.path in capfd.readouterr().err  # for code that catches the interrupt silently
+    assert excinfo.value.result.status == "interrupted"
+
+
 def test_spec_as_a_dict(example, corpus):
     mod = example("softmax_topk")
     spec = {"spec": "topk_f64_small", "family": "softmax_topk", "run": {"trials": 30, "seed": 3},
