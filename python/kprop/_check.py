@@ -1425,6 +1425,16 @@ def _registered(family: str, name: str) -> bool:
     return _REGISTERED[key]
 
 
+def _corpus_files(folder: str) -> List[str]:
+    """The .yaml files of a corpus folder and its subfolders (not hidden
+    ones), sorted: what the extension's replay of the folder reads
+    (src/corpus.cpp, list_corpus)."""
+    out = []
+    for root, _, names in os.walk(folder):
+        out.extend(os.path.join(root, n) for n in names if n.endswith(".yaml") and not n.startswith("."))
+    return sorted(out)
+
+
 def _replayable(path: str, known: set, family: str, spec_name: str) -> bool:
     """Whether a run with these invariants replays the stored case at path:
     not one found by an invariant it lacks (another test's @kprop.invariant).
@@ -1472,21 +1482,24 @@ def _replay(spec, fn, path: str, *, invariants=None, isolate=False, tensors="num
     known = _known_invariants(info, args)
     outside: List[str] = []
     if os.path.isdir(path):  # a case of an invariant this run lacks is another run's to replay
-        foreign = {os.path.realpath(p) for p in glob.glob(os.path.join(path, "*.yaml"))
-                   if not _replayable(p, known, info["family"], info["name"])}
+        # Every file the extension replays: the folder's whole tree (a corpus
+        # root holds a folder per spec), as prop_runner --replay lists it.
+        files = _corpus_files(path)
+        foreign = {os.path.realpath(p) for p in files if not _replayable(p, known, info["family"], info["name"])}
+        unknown = [p for p in files if os.path.realpath(p) in foreign]
         # So is a case outside this run's domain (a bf16 case a wider run
         # found, where this one is domain={"dtypes": ["f32"]}), as
         # kprop.check's replay of its corpus leaves it: handed to an
         # f32-only kernel it failed a correct one. A file named on its own
         # replays whatever its domain (as prop_runner --replay does).
-        for p in glob.glob(os.path.join(path, "*.yaml")):
+        for p in files:
             if os.path.realpath(p) not in foreign:
                 why = _outside_domain(text, is_text, args, p)
                 if why:
                     foreign.add(os.path.realpath(p))
                     outside.append("%s: outside this run's domain (%s)" % (p, why))
     else:
-        foreign = set()
+        foreign, unknown = set(), []
         if not _replayable(path, known, info["family"], info["name"]):
             names = _stored_invariants(path)
             raise ValueError("kprop: stored case %s was found by invariant%s %s, which this run does not have "
@@ -1512,4 +1525,7 @@ def _replay(spec, fn, path: str, *, invariants=None, isolate=False, tensors="num
         if not row["checked"]:
             unchecked.append(row["detail"] or "not checked")
     stopper.finish()
-    return checked, unchecked + outside
+    lacking = ["%s: not replayed: found by invariant %s, which this run does not have (pass the "
+               "@kprop.invariant function in extra_invariants=)" % (p, ", ".join(
+                   "'%s'" % n for n in _stored_invariants(p))) for p in unknown]
+    return checked, unchecked + outside + lacking

@@ -675,6 +675,36 @@ TEST(Replay, OnlyACheckedFilePassesAndEveryOtherVerdictIsSaid) {
   }
 }
 
+// A case kprop.check stored for one of its extra_invariants (a Python
+// function, found_by: python) is left to the runs that have that function:
+// skipped, saying so (it was an ERROR row, exit 2: "could not be read"). The
+// same invariant name in a file without found_by: python (hand-written, a
+// typo) is still an error.
+TEST(Replay, AKpropCheckExtraInvariantsCaseIsSkippedWithANoteAHandWrittenTypoIsNot) {
+  TempDir dir;
+  const Spec spec = toy_spec("invariants: [matches_reference]\n");
+  const fs::path folder = dir.path / "replay";
+  fs::create_directories(folder);
+  const std::string head =
+      "kprop_corpus: 1\nspec: toy\nfamily: toy.sum\ninvariant: first_small\n"
+      "found_against: python:fn\n";
+  std::ofstream(folder / "a-python.yaml") << head << "found_by: python\ncase: {xs: [1, 2]}\n";
+  std::ofstream(folder / "b-typo.yaml") << head << "case: {xs: [1, 2]}\n";
+  const auto python = replay_corpus(spec, (folder / "a-python.yaml").string(), options("reference", dir));
+  ASSERT_EQ(python.size(), 1u);
+  EXPECT_TRUE(python[0].error.empty()) << python[0].error;
+  EXPECT_EQ(replay_verdict(python[0]), ReplayVerdict::skipped);
+  EXPECT_EQ(python[0].target_detail,
+            "not replayed: found by kprop.check's invariant 'first_small', which this run does not have (a "
+            "Python extra_invariants function: kprop.replay(..., extra_invariants=[...]) replays it)");
+  const auto rows = replay_corpus(spec, folder.string(), options("reference", dir));
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_NE(rows[1].error.find("its invariant 'first_small' is neither in the spec nor registered"),
+            std::string::npos)
+      << rows[1].error;
+  EXPECT_EQ(replay_verdict(rows), ReplayVerdict::error);
+}
+
 // Ctrl-C during a replay: the files not replayed are listed as such and the
 // replay is INTERRUPTED (exit 130) in every format, never PASSED on the
 // files it reached (3 of 10 files said "PASSED: 3 of 3 corpus files passed").

@@ -1,6 +1,7 @@
 """kprop.check in process: NumPy targets of examples/python, correct and with
 planted bugs (each must be caught and shrunk), declines, errors, replay."""
 import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -391,6 +392,41 @@ def test_keyboard_interrupt_while_shrinking_says_where_the_case_was_saved(exampl
     assert f.path in message and f.replay in message and f.replay.startswith("kprop.replay(")
     assert "saved: " + f.path in capfd.readouterr().err  # for code that catches the interrupt silently
     assert excinfo.value.result.status == "interrupted"
+
+
+def test_a_stored_case_of_an_extra_invariant_is_left_to_the_runs_that_have_it(example, corpus, tmp_path):
+    # docs/PYTHON.md: "not replayed, no error". A corpus root (a folder per
+    # spec) raised ValueError "fix the file's invariant: line" in kprop.replay,
+    # and prop_runner --replay exited 2 ("1 could not be read").
+    mod = example("softmax_topk")
+
+    @kprop.invariant
+    def first_prob_small(target_probs):
+        return np.all(target_probs[:, 0] < 0.99)
+
+    with pytest.raises(kprop.Counterexample) as excinfo:
+        kprop.check("softmax_topk", mod.softmax_topk, seed=1, trials=30, corpus=corpus, invariants=["no_nan"],
+                    extra_invariants=[first_prob_small])
+    path = excinfo.value.finding.path
+    assert kprop.check("softmax_topk", mod.softmax_topk, seed=1, trials=30, corpus=corpus).replayed == 0
+    for folder in (corpus, os.path.join(corpus, "softmax_topk")):
+        assert kprop.replay("softmax_topk", mod.softmax_topk, folder) == 0
+        checked, why = kprop._check._replay("softmax_topk", mod.softmax_topk, folder)
+        assert checked == 0 and why == ["%s: not replayed: found by invariant 'first_prob_small', which this run "
+                                        "does not have (pass the @kprop.invariant function in extra_invariants=)"
+                                        % path]
+        with pytest.raises(kprop.Counterexample):  # the runs that have it replay it
+            kprop.replay("softmax_topk", mod.softmax_topk, folder, extra_invariants=[first_prob_small])
+    runner = kprop._check._prop_runner()
+    if runner is None:
+        pytest.skip("no prop_runner beside the package or on PATH")
+    for folder in (corpus, path):
+        r = subprocess.run([runner, "--spec", os.path.join(kprop.SPECS_DIR, "softmax_topk.yaml"), "--replay",
+                            folder], capture_output=True, text=True, cwd=str(tmp_path), timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert ("skip  %s  (not replayed: found by kprop.check's invariant 'first_prob_small', which this run does "
+                "not have" % path) in r.stdout, r.stdout
+        assert "SKIPPED: 0 of 1 corpus files passed" in r.stdout, r.stdout
 
 
 def test_spec_as_a_dict(example, corpus):
