@@ -1234,7 +1234,7 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
                 if row["stale"]:
                     raise ValueError("kprop: stored case %s: %s" % (row["path"], row["stale"]))
                 if not row["ok"]:
-                    f = _stored_finding(row, targets, spec_ref, fn, command, opts)
+                    f = _stored_finding(row, targets, spec_ref, fn, command, opts, corpus)
                     counterexample = Counterexample(format_finding(f, info["name"], name), f)
                     stopper.finish(counterexample)
                     raise counterexample
@@ -1360,7 +1360,7 @@ def _by_extra_invariant(invariant: str, opts: Mapping[str, Any]) -> bool:
     return bool(invariant) and invariant in {_extra_name(f) for f in _extra_list(opts.get("extra_invariants")) or []}
 
 
-def _stored_finding(row, targets, spec_ref, fn, command, opts) -> Finding:
+def _stored_finding(row, targets, spec_ref, fn, command, opts, corpus=None) -> Finding:
     # The case alone, as a fresh finding's case_yaml (the file's header, its
     # spec, invariant and message, is the rest of the Finding); the file's
     # text if it does not read.
@@ -1374,8 +1374,13 @@ def _stored_finding(row, targets, spec_ref, fn, command, opts) -> Finding:
         replay = _with_runner(row["replay_command"])
     else:
         replay = _replay_text(spec_ref, fn, row["path"], opts)
+    # A stored case kprop.check replayed from its corpus is in that corpus
+    # (it was always said not to be: in_corpus False for its own file).
+    in_corpus = corpus is not None and os.path.commonpath(
+        [os.path.realpath(row["path"]), os.path.realpath(corpus)]) == os.path.realpath(corpus)
     return Finding(invariant=row["invariant"], kind="replay", message=row["detail"], measured=[], case_yaml=text,
-                   path=row["path"], replay=replay, traceback=_traceback_for(targets, row["detail"]))
+                   path=row["path"], replay=replay, traceback=_traceback_for(targets, row["detail"]),
+                   in_corpus=in_corpus, corpus=None if corpus is None else os.fspath(corpus))
 
 
 def _stored_invariants(path: str) -> list:

@@ -248,6 +248,9 @@ def test_stored_counterexample_replays_first_and_replay_api(example, corpus):
     replayed = again.value.finding
     fresh = [f for f in excinfo.value.result.findings if f.path == replayed.path][0]
     assert replayed.case_yaml == fresh.case_yaml and "invariant:" not in replayed.case_yaml
+    # It is in the corpus the run was given, as the fresh finding was (in_corpus was False).
+    assert fresh.in_corpus and replayed.in_corpus and replayed.corpus == corpus and not replayed.store_note
+    assert "NOT in the corpus" not in str(again.value)
 
     good = example("softmax_topk")
     result = kprop.check("softmax_topk", good.softmax_topk, seed=SEED, trials=20, corpus=corpus)
