@@ -295,9 +295,21 @@ def pytest_pycollect_makeitem(collector, name, obj):
         raise collector.CollectError("kprop: %s: isolate=True runs the target in a worker process, which imports "
                                      "it: make it a module-level function, not a method" % name)
     profile = collector.config.getoption("kprop_profile")
+    own_profile = options.get("profile")
     if profile is not None:
         options["profile"] = profile
     spec = _spec_path(spec, collector)
+    if profile is not None and profile != own_profile:
+        missing = _profile_missing(spec, profile, own_profile)
+        if missing is not None:
+            # This test's spec has no profile `profile`: this test cannot run
+            # as asked, which fails it (never a pass) -- one item, not the
+            # module's collection: the other tests of the module, and a -k or
+            # node id selecting them, still run.
+            item = KpropProfileMissing.from_parent(collector, name="%s[profile:%s]" % (name, profile),
+                                                   message="kprop: %s: %s" % (name, missing), fn=obj)
+            item.add_marker("kprop")
+            return [item]
     try:
         info = _check.spec_info(spec, options.get("profile"))
         if options.get("extra_invariants") is not None:  # a generator is read once, here
@@ -370,6 +382,49 @@ def pytest_pycollect_makeitem(collector, name, obj):
             item.own_markers.extend(own + marks)
         items += made
     return items
+
+
+def _profile_missing(spec, profile, own_profile):
+    """Why `spec` cannot be loaded under --kprop-profile `profile` when it
+    can under the test's own (decorator's) profile, else None: any other
+    error of the spec is the collection's, as before."""
+    try:
+        _check.spec_info(spec, profile)
+        return None
+    except Exception as e:
+        message = str(e)
+    try:
+        _check.spec_info(spec, own_profile)
+    except Exception:
+        return None
+    return ("--kprop-profile %s: %s (select the tests whose specs declare it: a path, -k or a node id)"
+            % (profile, message[len("kprop: "):] if message.startswith("kprop: ") else message))
+
+
+class KpropProfileMissing(pytest.Item):
+    """A @kprop.spec test whose spec lacks the --kprop-profile asked for: it
+    fails when run, saying so; deselected (-k, a node id) it is not run."""
+
+    def __init__(self, *, message, fn, **kwargs):
+        super().__init__(**kwargs)
+        self.message = message
+        self.fn = fn
+
+    def runtest(self):
+        raise _ProfileMissing(self.message)
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, _ProfileMissing):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self):
+        code = getattr(getattr(self.fn, "__func__", self.fn), "__code__", None)
+        return self.path, (code.co_firstlineno - 1 if code else None), self.name
+
+
+class _ProfileMissing(Exception):
+    pass
 
 
 def _stored_for(path, invariants, every, family):

@@ -4,7 +4,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, REPO
 
 HEADER = """
 import importlib.util
@@ -196,8 +196,31 @@ def test_x(logits, k, **attrs):
     result.stdout.fnmatch_lines(["*kprop: corpus (none), profile gpu*", "*test_x?sorted? PASSED*",
                                  "*test_x?probs_nonnegative? PASSED*"])
     result = pytester.runpytest("--kprop-no-corpus", "--kprop-profile", "no_such_profile")
-    result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*no_such_profile*"])
+    result.assert_outcomes(failed=1)  # the test's item fails (it cannot run as asked), never passes
+    result.stdout.fnmatch_lines(["*test_x?profile:no_such_profile?*", "*unknown profile 'no_such_profile'*"])
+
+
+def test_a_spec_without_the_profile_fails_its_test_only(pytester):
+    # --kprop-profile gpu with -k or a node id, in a module where another
+    # test's spec has no profile gpu: the whole module failed to collect
+    # ("unknown profile 'gpu' for spec rmsnorm"), the selected test never ran.
+    pytester.makepyfile(test_mixed=HEADER + """
+@kprop.spec({rmsnorm!r}, invariants=["matches_reference"])
+def test_rms(x, w, eps, **_):
+    raise AssertionError("never run: spec rmsnorm has no profile gpu")
+
+@kprop.spec("softmax_topk", seed=1, trials=5, invariants=["sorted"])
+def test_sm(logits, k, **attrs):
+    return good.softmax_topk(logits, k, **attrs)
+""".format(rmsnorm=os.path.join(REPO, "specs", "ops", "rmsnorm.yaml")))
+    for selection in (["-k", "test_sm"], ["test_mixed.py::test_sm[sorted]"]):
+        result = pytester.runpytest("--kprop-no-corpus", "--kprop-profile", "gpu", "-v", *selection)
+        result.assert_outcomes(passed=1)
+        result.stdout.fnmatch_lines(["*test_sm?sorted? PASSED*"])
+    result = pytester.runpytest("--kprop-no-corpus", "--kprop-profile", "gpu", "-v")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*test_rms?profile:gpu? FAILED*",
+                                 "*kprop: test_rms: --kprop-profile gpu: *unknown profile 'gpu' for spec rmsnorm*"])
 
 
 def test_methods_options_and_the_decorators_corpus(pytester, tmp_path):
