@@ -1092,6 +1092,14 @@ def _python_rerun(message: str, spec_ref, fn, opts: Mapping[str, Any]) -> str:
                                                       _replay_text(spec_ref, fn, m.group(1), opts))
 
 
+def _with_case(message: str, path: str, spec_ref, fn, opts: Mapping[str, Any]) -> str:
+    """A reference failure's error while replaying the stored case at path,
+    ending as a fresh case's does: "; the case is in PATH (re-run it: CALL)"."""
+    if "; the case is in " in message:
+        return _python_rerun(message, spec_ref, fn, opts)
+    return "%s; the case is in %s (re-run it: %s)" % (message, path, _replay_text(spec_ref, fn, path, opts))
+
+
 def _fn_text(fn) -> str:
     """fn as the printed replay names it, so that it runs where the test's
     class or function is in scope: a method of a class (a pytest test
@@ -1227,7 +1235,10 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
         inside = [p for p in files if not _outside_domain(text, is_text, args, p)]
         outside = len(files) - len(inside)
         for path in inside:  # one by one: the cases left alone are never run
-            got = stopper.call(_kprop.replay, text, is_text, args, path)
+            try:
+                got = stopper.call(_kprop.replay, text, is_text, args, path)
+            except ValueError as e:  # the reference failed on the stored case: which one, as a fresh case's says
+                raise ValueError(_with_case(str(e), path, spec_ref, fn, opts)) from None
             for row in got["rows"]:
                 if row["error"]:
                     raise ValueError("kprop: stored case %s cannot be read: %s" % (row["path"], row["error"]))
@@ -1510,7 +1521,12 @@ def _replay(spec, fn, path: str, *, invariants=None, isolate=False, tensors="num
             raise ValueError("kprop: stored case %s was found by invariant%s %s, which this run does not have "
                              "(pass the @kprop.invariant function in extra_invariants=)" % (
                                  path, "s" if len(names) > 1 else "", ", ".join("'%s'" % n for n in names)))
-    rows = stopper.call(_kprop.replay, text, is_text, args, path)["rows"]
+    try:
+        rows = stopper.call(_kprop.replay, text, is_text, args, path)["rows"]
+    except ValueError as e:
+        if os.path.isdir(path):
+            raise
+        raise ValueError(_with_case(str(e), path, _spec_ref(spec, text, is_text), fn, opts)) from None
     checked, unchecked = 0, []
     for row in rows:
         if os.path.realpath(row["path"]) in foreign:

@@ -79,6 +79,32 @@ def test_a_reference_that_raises_is_a_reported_failure(example, corpus):
         kprop.replay("softmax_topk", good.softmax_topk, path, reference=broken_reference)
 
 
+def test_a_reference_failing_on_a_stored_case_names_the_case(example, corpus):
+    # A fresh case's reference failure says where the case is; one replayed
+    # from the corpus said nothing of which stored case it was.
+    good = example("softmax_topk")
+
+    def scaled_reference(logits, k, **attrs):  # wrong but working: stores a case
+        r = good.softmax_topk(logits.astype(np.float64), k, **attrs)
+        return dict(r, probs=np.asarray(r["probs"]) * 1.5)
+
+    def broken_reference(logits, k, **_):
+        return None
+
+    with pytest.raises(kprop.Counterexample) as stored:
+        kprop.check("softmax_topk", good.softmax_topk, reference=scaled_reference, seed=1, trials=50,
+                    invariants=["matches_reference"], corpus=corpus)
+    path = stored.value.finding.path
+    assert os.path.dirname(path) == os.path.join(corpus, "softmax_topk")
+    with pytest.raises(ValueError, match="the reference .*broken_reference' failed on a case") as e:
+        kprop.check("softmax_topk", good.softmax_topk, reference=broken_reference, seed=1, trials=50, corpus=corpus)
+    assert str(e.value).endswith("; the case is in %s (re-run it: kprop.replay('softmax_topk', softmax_topk, %r, "
+                                 "reference=broken_reference))" % (path, path)), str(e.value)
+    with pytest.raises(ValueError) as e:  # kprop.replay of that one file says it too
+        kprop.replay("softmax_topk", good.softmax_topk, path, reference=broken_reference)
+    assert "; the case is in %s (re-run it: " % path in str(e.value)
+
+
 def test_a_folder_of_another_spec_is_an_error_not_zero_replays(example, corpus):
     """A case found by an invariant the replaying spec lacks was left alone
     as another run's, even when the file is another spec's: kprop.replay of
