@@ -1133,10 +1133,14 @@ int lowest_bit(double v) {
 // Whether every partial sum of x's elements, in any order, is a value of the
 // arithmetic of unit t_unit (p bits): all are multiples of 2^g, g the
 // lowest set bit among them, and no larger than Σ|x| <= 2^(p + g).
-bool sums_exactly(const Tensor& x) {
+// The terms are x's elements from `first` on, `count` of them, `stride`
+// apart (one slice of a reduction; all of x by default).
+bool sums_exactly(const Tensor& x, size_t first = 0, size_t count = SIZE_MAX, size_t stride = 1) {
   int g = std::numeric_limits<int>::max();
   double total = 0;
-  for (double v : x.data) {
+  count = std::min(count, x.size());
+  for (size_t j = 0; j < count; ++j) {
+    const double v = x.data[first + j * stride];
     if (!std::isfinite(v)) return false;
     if (v == 0) continue;
     g = std::min(g, lowest_bit(v));
@@ -1145,6 +1149,23 @@ bool sums_exactly(const Tensor& x) {
   if (total == 0) return true;
   const int p = static_cast<int>(std::lround(-std::log2(t_unit)));
   return total * (1 + 0x1p-50) <= std::ldexp(1.0, p + g);  // (the fp64 total's own rounding)
+}
+
+// Whether f(x) = r is one of the exact points of f that every conforming
+// libm returns exactly (call_bound, with steps), in the arithmetic of unit
+// t_unit (an operand given exactly, so x is a value of it).
+bool exact_point(const std::string& f, double x, double r) {
+  if (f == "exp" || f == "cos") return x == 0 && r == 1;
+  if (f == "expm1" || f == "log1p" || f == "sin" || f == "tanh" || f == "erf") return x == 0 && r == 0;
+  if (f == "log") return x == 1 && r == 0;
+  if (f == "sqrt") {
+    // Correctly rounded, so exact wherever the root is a value of the
+    // arithmetic: r · r == x exactly, r held by f32 in f32 arithmetic.
+    if (!std::isfinite(r) || x < 0 || std::fma(r, r, -x) != 0) return false;
+    if (t_unit == 0x1p-24) return static_cast<double>(static_cast<float>(r)) == r;
+    return t_unit == 0x1p-53;
+  }
+  return false;
 }
 
 Bound call_bound(const Node& n, const TensorMap& m, const Tensor& r) {
@@ -1212,6 +1233,25 @@ Bound call_bound(const Node& n, const TensorMap& m, const Tensor& r) {
     if (f == "mean")
       for (size_t i = 0; i < out.size(); ++i)
         out.data[i] = out.data[i] / terms + std::fabs(r.data[i]) + t_tiny;
+    // With steps, slice by slice as above: a row of exact terms that add up
+    // exactly (a softmax row of ties: exp(0) = 1 each, summing to V) is
+    // exact even where other rows' terms are not.
+    if (t_steps && out.size() == static_cast<size_t>(red.s.outer * red.s.inner)) {
+      const Tensor b = filled(ba, a->shape);
+      const auto n_terms = static_cast<size_t>(red.s.n), inner = static_cast<size_t>(red.s.inner);
+      for (size_t o = 0; o < static_cast<size_t>(red.s.outer); ++o)
+        for (size_t i = 0; i < inner; ++i) {
+          const size_t first = o * n_terms * inner + i, at = o * inner + i;
+          bool exact_terms = true;
+          double sum = 0;  // exact when the slice sums exactly
+          for (size_t j = 0; j < n_terms && exact_terms; ++j)
+            exact_terms = b.data[first + j * inner] == 0, sum += a->data[first + j * inner];
+          if (!exact_terms || !sums_exactly(*a, first, n_terms, inner)) continue;
+          out.data[at] = f != "mean" || exact_operation('/', sum, terms, r.data[at])
+                             ? 0
+                             : std::fabs(r.data[at]) + t_tiny;
+        }
+    }
     return out;
   }
   if (f == "cumsum") {
@@ -1281,7 +1321,25 @@ Bound call_bound(const Node& n, const TensorMap& m, const Tensor& r) {
                                    : nullptr;
   if (!rule) throw std::logic_error("expr: no rounding bound for " + f);
   Tensor out = unary_bound(*a, ba, r, rule);
-  for (double& v : out.data) v += 2 * t_tiny;  // within 1 ulp below the normal range too
+  const Tensor b = filled(ba, a->shape);
+  for (size_t i = 0; i < out.size(); ++i) {
+    // With steps: an exact operand at one of the function's exact points
+    // rounds nothing, so a comparison of the result with a value it equals
+    // is a tie the evaluation cannot move (exp(x) > 1 at x = 0 is false in
+    // every evaluation, as x + 1 > 1 is). Only the points every conforming
+    // libm returns exactly: C's Annex F (IEC 60559) special values
+    // exp(±0) = 1, expm1(±0) = ±0, log(1) = +0, log1p(±0) = ±0, sin(±0) =
+    // ±0, cos(±0) = 1, tanh(±0) = ±0, erf(±0) = ±0, and sqrt, which IEC
+    // 60559 rounds correctly, of an exact square whose root the arithmetic
+    // holds. (Not erfc(0) = 1, nor any other point: Annex F leaves them to
+    // the libm's accuracy, and glibc's and CUDA's documented ulp errors are
+    // no exactness.)
+    if (t_steps && b.data[i] == 0 && exact_point(f, a->data[i], r.data[i])) {
+      out.data[i] = 0;
+      continue;
+    }
+    out.data[i] += 2 * t_tiny;  // within 1 ulp below the normal range too
+  }
   return out;
 }
 

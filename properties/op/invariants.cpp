@@ -82,17 +82,24 @@ bool same_bits(double a, double b) {
 // the case's rounding can carry the value across a step of round, floor,
 // ceil or a comparison, by as much as it can there. `runs` 2 (two runs of
 // the target, rows_independent): each may sit on its own side. Elements the
-// naive computation cannot carry (not finite) and those with no bound (inf)
-// are not judged.
+// naive computation cannot carry (not finite), those with no bound (inf), and
+// those whose allowance covers every value of the dtype (want ± allowed
+// reaches both ends of int_range) are not judged: no answer there could
+// fail, so counting them would pass a case that checked nothing. For bool,
+// that is an allowance of at least 1 (one flip): a comparison at a tie the
+// case's rounding can move either way (allowance 1) admits both true and
+// false; a case where every element is such a tie is discarded, not passed.
 std::string compare_discrete(const Case& c, size_t out, const std::vector<double>& got,
                              const std::vector<double>& want, const std::vector<double>& ref,
                              const std::vector<double>& naive, double runs, size_t& judged,
                              std::vector<Measured>& measured, const std::string& what, double& ratio) {
   const Decl& d = *c.decl;
   const std::vector<double> e = discrete_bound(c, out, ref, naive);
+  const auto [lo, hi] = int_range(c.output_dtype(out));
   for (size_t i = 0; i < got.size(); ++i) {
     const double allowed = runs * e[i];
     if (!std::isfinite(naive[i]) || !std::isfinite(allowed)) continue;
+    if (want[i] - allowed <= lo && want[i] + allowed >= hi) continue;  // any value passes
     ++judged;
     const double err = std::fabs(got[i] - want[i]);
     if (err <= allowed) {
@@ -321,7 +328,8 @@ void register_invariants(OpFamily& f) {
                   return Verdict::discard(
                       discrete
                           ? "no element is judged: the naive computation overflows, or (an integer or bool "
-                            "output) the case's rounding leaves its value unbounded, on every element"
+                            "output) the case's rounding admits any value (a bool at a tie either way), on "
+                            "every element"
                           : "the naive computation overflows on every element");
                 }
                 per_output.insert(per_output.begin(), {kErrorRatio, ratio});
@@ -480,10 +488,13 @@ void register_invariants(OpFamily& f) {
                  fmt::format("{} computed alone ({} = {}, the last of {}): {}", o.name, b, s, n, why), m);
          }
          // A slice where no element is judged (the naive computation
-         // overflows on every one) compared nothing: not observed.
+         // overflows on every one, or an integer or bool output's bound
+         // admits any value on every one) compared nothing: not observed.
          if (judged == 0) {
-           ruled_out =
-               fmt::format("the naive computation overflows on every element of the slice along {}", b);
+           ruled_out = fmt::format(
+               "no element of the slice along {} is judged: the naive computation overflows, or (an integer "
+               "or bool output) the case's rounding admits any value, on every element",
+               b);
            continue;
          }
          observed = true;

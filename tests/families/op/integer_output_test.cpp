@@ -246,5 +246,171 @@ invariants: [matches_reference]
   }
 }
 
+// A bool element whose allowance is a flip (a comparison at a tie that the
+// case's rounding can move either way) admits true and false alike: it is
+// not judged, and a case of such ties only checks nothing. Both an all-true
+// and an all-false kernel "passed" 100 checked cases of x · 0.3 > 0.3 at
+// x = 1 (0.3 is inexact: either side may round up); now every case is
+// discarded, with the reason, and the run gives up.
+TEST(OpIntegerOutputs, ACaseOfTiesOnlyIsDiscardedNotPassed) {
+  Spec spec = parse_spec(R"(spec: ties_only
+family: op
+op:
+  dims: {N: [1, 4]}
+  inputs:
+    x: {shape: [N], dtype: [f32, f64], values: {integer: {lo: 1, hi: 1}}}
+  outputs:
+    keep: {shape: [N], dtype: bool}
+  reference:
+    keep: x * 0.3 > 0.3
+invariants: [matches_reference]
+)",
+                         "ties_only.yaml");
+  plant_mutants(spec, [](OpFamily& f) {
+    for (const bool v : {true, false})
+      f.mutant(v ? "all_true" : "all_false", "a constant mask", [v](const Case& c) {
+        Result r;
+        r.outputs.assign(1, std::vector<double>(static_cast<size_t>(c.dims[0]), v ? 1.0 : 0.0));
+        return r;
+      });
+  });
+  for (const char* target : {"all_true", "all_false"}) {
+    const RunReport r = run_on(spec, target, 1);
+    EXPECT_EQ(r.status, RunStatus::gave_up) << target << ": " << r.detail;
+    ASSERT_EQ(r.invariants.size(), 1u);
+    EXPECT_EQ(r.invariants[0].passed, 0) << target;
+    EXPECT_NE(r.invariants[0].last_discard.find("no element is judged"), std::string::npos)
+        << r.invariants[0].last_discard;
+  }
+}
+
+// Functions at their exact points (C's Annex F special values, sqrt
+// correctly rounded) round nothing, so a comparison there is judged, as
+// x + 1 > 1 at x = 0 is: a kernel writing >= for > fails. exp(x) > 1 at
+// x = 0 was a tie allowing either answer, and every case passed unchecked.
+TEST(OpIntegerOutputs, FunctionsAtTheirExactPointsAreJudged) {
+  Spec spec = parse_spec(R"(spec: exact_points
+family: op
+op:
+  dims: {N: [1, 4]}
+  inputs:
+    x: {shape: [N], dtype: [f32, f64], values: {integer: {lo: 0, hi: 0}}}
+  outputs:
+    e: {shape: [N], dtype: bool}
+    l: {shape: [N], dtype: bool}
+    t: {shape: [N], dtype: bool}
+    s: {shape: [N], dtype: bool}
+    c: {shape: [N], dtype: bool}
+    r: {shape: [N], dtype: bool}
+  reference:
+    e: exp(x) > 1
+    l: log(x + 1) > 0
+    t: tanh(x) > 0
+    s: sin(x) > 0
+    c: cos(x) > 1
+    r: sqrt(x + 2.25) > 1.5
+invariants: [matches_reference]
+)",
+                         "exact_points.yaml");
+  plant_mutants(spec, [](OpFamily& f) {
+    for (const bool v : {true, false})
+      f.mutant(v ? "at_least" : "greater", v ? ">= for >: true at the exact point" : "> at the exact point",
+               [v](const Case& c) {
+                 Result r;
+                 r.outputs.assign(6, std::vector<double>(static_cast<size_t>(c.dims[0]), v ? 1.0 : 0.0));
+                 return r;
+               });
+  });
+  for (uint64_t seed : {1, 2}) {
+    const RunReport ok = run_on(spec, "greater", seed);
+    EXPECT_EQ(ok.status, RunStatus::passed) << "seed " << seed << ": " << ok.detail;
+    EXPECT_EQ(ok.invariants.at(0).passed, 300) << "seed " << seed;  // run_on draws 300
+    const RunReport bad = run_on(spec, "at_least", seed);
+    ASSERT_EQ(bad.status, RunStatus::failed) << "seed " << seed;
+    EXPECT_NE(bad.invariants.at(0).counterexample->message.find("target.e["), std::string::npos)
+        << bad.invariants[0].counterexample->message;
+  }
+  // One function at a time: each output alone fails the >= kernel.
+  for (const char* out : {"l", "t", "s", "c", "r"}) {
+    std::string text = R"(spec: exact_point
+family: op
+op:
+  dims: {N: [1, 4]}
+  inputs:
+    x: {shape: [N], dtype: [f32, f64], values: {integer: {lo: 0, hi: 0}}}
+  outputs:
+    y: {shape: [N], dtype: bool}
+  reference:
+    y: EXPR
+invariants: [matches_reference]
+)";
+    const std::string expr = std::string(out) == "l"   ? "log(x + 1) > 0"
+                             : std::string(out) == "t" ? "tanh(x) > 0"
+                             : std::string(out) == "s" ? "sin(x) > 0"
+                             : std::string(out) == "c" ? "cos(x) > 1"
+                                                       : "sqrt(x + 2.25) > 1.5";
+    text.replace(text.find("EXPR"), 4, expr);
+    Spec one = parse_spec(text, "exact_point.yaml");
+    plant_mutants(one, [](OpFamily& f) {
+      f.mutant("at_least", "true at the exact point", [](const Case& c) {
+        Result r;
+        r.outputs.assign(1, std::vector<double>(static_cast<size_t>(c.dims[0]), 1.0));
+        return r;
+      });
+    });
+    EXPECT_EQ(run_on(one, "at_least", 1).status, RunStatus::failed) << expr;
+  }
+}
+
+// A softmax row of ties reaches its threshold exactly: x - max(x) = 0, exp(0)
+// = 1 (Annex F), the row sums to V exactly and 1 / V is exact, so p > 1/V is
+// judged on that row even where other rows' exps are inexact. A kernel
+// writing p >= thresh passed every seed (the audit's prob_threshold_ties).
+TEST(OpIntegerOutputs, ASoftmaxRowOfTiesIsJudgedAtItsThreshold) {
+  Spec spec = parse_spec(R"(spec: prob_threshold
+family: op
+let:
+  e: exp(x - max(x, axis=-1, keepdims=true))
+  p: e / sum(e, axis=-1, keepdims=true)
+op:
+  dims: {T: [1, 4], V: [1, 4]}
+  attrs: {thresh: {one_of: [0.5, 0.25]}}
+  inputs:
+    x: {shape: [T, V], dtype: [f32, f64], values: {integer: {lo: 0, hi: 1}}}
+  outputs:
+    keep: {shape: [T, V], dtype: bool}
+  reference:
+    keep: p > thresh
+invariants: [matches_reference]
+)",
+                         "prob_threshold.yaml");
+  const auto kernel = [](const Case& c, bool at_least) {
+    const auto rnd = [&](double x) { return in_arithmetic(c, x); };
+    const auto cols = static_cast<size_t>(c.dims[1]);
+    const double t = c.attrs[0];
+    Result r;
+    r.outputs.resize(1);
+    for (size_t i = 0; i < c.inputs[0].size(); i += cols) {
+      double m = -HUGE_VAL, total = 0;
+      for (size_t k = 0; k < cols; ++k) m = std::max(m, c.inputs[0][i + k]);
+      for (size_t k = 0; k < cols; ++k) total = rnd(total + rnd(std::exp(rnd(c.inputs[0][i + k] - m))));
+      for (size_t k = 0; k < cols; ++k) {
+        const double p = rnd(rnd(std::exp(rnd(c.inputs[0][i + k] - m))) / total);
+        r.outputs[0].push_back(at_least ? p >= t : p > t);
+      }
+    }
+    return r;
+  };
+  plant_mutants(spec, [&](OpFamily& f) {
+    f.mutant("correct", "p > thresh", [kernel](const Case& c) { return kernel(c, false); });
+    f.mutant("at_least", "p >= thresh", [kernel](const Case& c) { return kernel(c, true); });
+  });
+  for (uint64_t seed : {1, 2, 3}) {
+    const RunReport ok = run_on(spec, "correct", seed);
+    EXPECT_EQ(ok.status, RunStatus::passed) << "seed " << seed << ": " << ok.detail;
+    EXPECT_EQ(run_on(spec, "at_least", seed).status, RunStatus::failed) << "seed " << seed;
+  }
+}
+
 }  // namespace
 }  // namespace kprop::op::testing
