@@ -22,6 +22,7 @@
 #include <optional>
 
 #include "kprop/determinism.h"
+#include "kprop/errors.h"
 #include "kprop/search.h"
 #include "kprop/tolerance.h"
 #include "properties/op/family.h"
@@ -483,9 +484,32 @@ void register_invariants(OpFamily& f) {
            const std::string why =
                compare(sub, i, alone.outputs[i], slice, ref.outputs[i], naive.outputs[i], p.real("k"), 2,
                        judged, m, fmt::format("the same slice in the batch ({} = {})", b, n), ratio);
-           if (!why.empty())
+           if (!why.empty()) {
+             // The spec's own reference on the same case, as the target was
+             // checked: where it breaks the slice too, `b` is no batch dim of
+             // the op (a scan or a sum along it) and the spec is wrong, not
+             // the kernel (exit 2, as any spec error found on a case).
+             const Result whole = op::reference(c);
+             std::vector<Measured> own_m;
+             size_t own_judged = 0;
+             double own_ratio = 0;
+             std::string own =
+                 compare(sub, i, ref.outputs[i],
+                         gather(whole.outputs[i], d.extents(o.shape, c.dims), o.shape, b, keep),
+                         ref.outputs[i], naive.outputs[i], p.real("k"), 2, own_judged, own_m,
+                         fmt::format("the same slice of its value on the batch ({} = {})", b, n), own_ratio);
+             if (!own.empty()) {
+               if (own.rfind("target.", 0) == 0) own.replace(0, 6, "reference");
+               throw InputError(
+                   Mark{o.reference_mark.file},
+                   fmt::format("batch_dims {}: the reference itself is not independent along {}: {} computed "
+                               "alone ({} = {}, the last of {}): {}; {} is no batch dim of this op (a sum or "
+                               "scan along it?): drop it from rows_independent's batch_dims",
+                               b, b, o.name, b, s, n, own, b));
+             }
              return Verdict::fail(
                  fmt::format("{} computed alone ({} = {}, the last of {}): {}", o.name, b, s, n, why), m);
+           }
          }
          // A slice where no element is judged (the naive computation
          // overflows on every one, or an integer or bool output's bound

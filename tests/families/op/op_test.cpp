@@ -467,6 +467,60 @@ target: reference
       "case keeps them with Nq alone at its least value, 1");
 }
 
+// A batch_dims entry along which the reference itself is not independent
+// (a cumsum along N, listed as batch_dims [T, N]) is the spec's error, one
+// line naming the dim (exit 2): the reference, run as the target, was
+// reported "rows_independent broken by target reference" (exit 1) and a
+// correct kernel blamed. A kernel leaking across the real batch dim T still
+// fails as the kernel's.
+TEST(OpRowsIndependent, ABatchDimTheReferenceBreaksIsTheSpecsError) {
+  const auto spec_with = [](const std::string& batch_dims) {
+    Spec spec = parse_spec(fmt::format(R"(spec: cumsum
+family: op
+op:
+  dims: {{T: [1, 6], N: [1, 12]}}
+  inputs:
+    x: {{shape: [T, N], dtype: [f32, f64], values: {{integer: {{lo: 1, hi: 3}}}}}}
+  outputs:
+    y: {{shape: [T, N]}}
+  reference:
+    y: cumsum(x, axis=-1)
+  summation: sequential
+invariants:
+  - {{name: rows_independent, batch_dims: {}}}
+)",
+                                       batch_dims),
+                           "cumsum.yaml");
+    plant_mutants(spec, [](OpFamily& f) {
+      f.mutant("leaks_rows", "adds the first row's total to the last row's first element", [](const Case& c) {
+        Result r = op::reference(c);
+        const int64_t T = dim(c, "T"), N = dim(c, "N");
+        if (T > 1) r.outputs[0][static_cast<size_t>((T - 1) * N)] += r.outputs[0][static_cast<size_t>(N - 1)];
+        return r;
+      });
+    });
+    return spec;
+  };
+  try {
+    (void)run_spec(spec_with("[T, N]"), scratch_run("reference", 1, 100, "kprop_op_test_findings"));
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(
+        m.rfind("cumsum.yaml: batch_dims N: the reference itself is not independent along N: y computed "
+                "alone (N = 1, the last of ",
+                0),
+        0u)
+        << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+  // With T alone, a leak across rows is the kernel's (exit 1).
+  const RunReport r = run_spec(spec_with("[T]"), scratch_run("leaks_rows", 1, 100, "kprop_op_test_findings"));
+  ASSERT_EQ(r.status, RunStatus::failed) << r.detail;
+  EXPECT_NE(r.invariants.at(0).counterexample->message.find("y computed alone (T = 1"), std::string::npos)
+      << r.invariants[0].counterexample->message;
+}
+
 // slice_<DIM>: a contiguous run of a smaller valid extent along the dim,
 // within the hard relations (Nk >= Nq: slicing Nk stops at Nq), the other
 // dims and every value of the kept indices unchanged; transform.index names
