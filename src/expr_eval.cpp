@@ -1635,6 +1635,26 @@ Tensor Expression::evaluate(const TensorMap& tensors) const {
   return *expr::evaluate(*root_, tensors);
 }
 
+int64_t Expression::longest_sum(const TensorMap& tensors) const {
+  const SharedValues shared;
+  std::function<int64_t(const Node&)> longest = [&](const Node& n) -> int64_t {
+    int64_t most = 0;
+    for (const auto& a : n.args)
+      if (a) most = std::max(most, longest(*a));
+    const bool call = n.kind == Kind::call && !n.args.empty() && n.args[0];
+    if (call && (n.op == "sum" || n.op == "mean" || n.op == "rowsum"))
+      most = std::max(most, reduction(n, expr::evaluate(*n.args[0], tensors)->shape).s.n);
+    else if (call && n.op == "cumsum" && n.axis)
+      most = std::max(most, split(expr::evaluate(*n.args[0], tensors)->shape, *n.axis).n);
+    else if ((call && n.op == "matmul") || (n.kind == Kind::binary && n.op == "@")) {
+      const Dims shape = expr::evaluate(*n.args[0], tensors)->shape;
+      if (!shape.empty()) most = std::max(most, shape.back());
+    }
+    return most;
+  };
+  return longest(*root_);
+}
+
 namespace {
 Tensor evaluate_with(const Node& root, const TensorMap& tensors, double (*round)(double), bool f32) {
   struct Scope {  // restores the rounding even when evaluation throws

@@ -257,6 +257,10 @@ class Expression {
   bool independent_along(const std::string& dim) const;
   // Whether it adds terms up anywhere (sum, mean, rowsum, cumsum, matmul, @).
   bool has_sum() const;
+  // The most terms one of those sums adds on these tensors (a sum's or
+  // mean's reduced extent, a cumsum's axis, a matmul's inner dim); 0 where
+  // it adds nothing. Every element of a sum's value adds as many.
+  int64_t longest_sum(const TensorMap& tensors) const;
   // The most elements an evaluation's intermediates hold at once (expr.cpp
   // says which are kept), each symbolic dim given by `extent` (a number is
   // itself; a slice's extent "?" counts 1), in double (they may pass int64):

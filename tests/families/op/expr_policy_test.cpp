@@ -1233,5 +1233,46 @@ invariants: [matches_reference]
       << load_error(bad);
 }
 
+// The summation hint only where the orders can differ: a term passes through
+// n - 1 additions in a running total and ceil(log2 n) in a tree, more only
+// from n = 4. An rmsnorm storing its output through f16 shrinks to D = 1 (a
+// one-term sum) and its message blamed summation order all the same.
+TEST(OpClosePolicy, NoSummationHintWhereTheSumIsTooShortForOrderToMatter) {
+  Spec spec = parse_spec(R"(spec: rmsnorm
+family: op
+op:
+  dims: {T: [1, 8], D: [1, 64]}
+  attrs: {eps: {one_of: [1.0e-5]}}
+  inputs:
+    x: {shape: [T, D], dtype: f32}
+    w: {shape: [D], values: {normal: {mean: 1, std: 0.1}}}
+  outputs:
+    y: {shape: [T, D]}
+  reference:
+    y: x / sqrt(mean(x * x, axis=-1, keepdims=true) + eps) * w
+invariants: [matches_reference]
+)",
+                         "rmsnorm.yaml");
+  plant_mutants(spec, [](OpFamily& f) {
+    f.mutant("f16_store", "the output rounded through f16", [](const Case& c) {
+      Result r = op::reference(c);
+      for (double& v : r.outputs[0]) v = round_to(DType::f16, v);
+      return r;
+    });
+  });
+  int short_sums = 0;
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    const RunReport r = run_spec(spec, scratch_run("f16_store", seed, 100, "kprop_op_policy_test"));
+    ASSERT_EQ(r.status, RunStatus::failed) << "seed " << seed;
+    const Finding& found = *r.invariants.at(0).counterexample;
+    const int64_t d = case_node(found)["dims"]["D"].as<int64_t>();
+    if (d >= 4) continue;
+    ++short_sums;
+    EXPECT_EQ(found.message.find("summation"), std::string::npos)
+        << "seed " << seed << ", D = " << d << ": " << found.message;
+  }
+  EXPECT_GT(short_sums, 0);
+}
+
 }  // namespace
 }  // namespace kprop::op::testing
