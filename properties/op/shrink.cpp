@@ -144,8 +144,9 @@ double ordinary_int(const ValueSpec& v) {
 // leading or trailing indices kept; then, for short dims, each single index
 // dropped; dims coupled by a hard relation lowered with it, cut the same
 // way when they had its extent), attrs toward their first choice / round
-// values, each floating input all 0 or all 1 or its special values 0, each
-// index tensor all 0 / identity or its special values (sentinels) ordinary
+// values (an integer attr also halfway toward lo and one step toward it),
+// each floating input all 0 or all 1 or its special values 0, each index
+// tensor all 0 / identity or its special values (sentinels) ordinary
 // (ordinary_int), each mask all true; then each element toward 0, 1 and
 // fewer significant digits (a sentinel to ordinary_int, ids toward 0 and
 // halves, one transposition toward the identity per permutation line, one
@@ -214,6 +215,30 @@ rc::Seq<Case> Traits::shrinks(const Case& c0, const Values&) {
         if (o == c->attrs[a]) break;
         options.push_back(o);
       }
+    } else if (ad.integer) {
+      // An integer attr: ranked lo < 0 < 1 < anything else, then by the
+      // distance to lo; only a lower rank, or the same rank nearer lo, is
+      // offered, so no two values shrink into each other and the greedy
+      // shrinker ends. Simplest first: lo, 0, 1, then the value halfway to lo
+      // (lo + (cur - lo) / 2, toward lo), fewer digits where that is nearer,
+      // then one step toward lo: a bug that needs k >= 2 ends at k = 2, not
+      // at the first round value that still fails (10, 7).
+      auto rank = [&](double v) { return v == ad.lo ? 0 : v == 0 ? 1 : v == 1 ? 2 : 3; };
+      const double cur = c->attrs[a];
+      const auto simpler = [&](double v) {
+        return rank(v) < rank(cur) || (rank(v) == rank(cur) && std::fabs(v - ad.lo) < std::fabs(cur - ad.lo));
+      };
+      std::vector<double> nearer;
+      for (double o : {ad.lo, 0.0, 1.0})
+        if (simpler(o)) options.push_back(o);
+      nearer.push_back(ad.lo + std::trunc((cur - ad.lo) / 2));
+      for (int k = 1; k < significant_digits(cur, DType::f64); ++k)
+        nearer.push_back(truncate_digits(cur, k, DType::f64));
+      nearer.push_back(cur > ad.lo ? cur - 1 : cur + 1);
+      std::stable_sort(nearer.begin(), nearer.end(),
+                       [&](double x, double y) { return std::fabs(x - ad.lo) < std::fabs(y - ad.lo); });
+      for (double o : nearer)
+        if (simpler(o) && std::find(options.begin(), options.end(), o) == options.end()) options.push_back(o);
     } else {
       // Ranked lo < 0 < 1 < anything else (then by fewer digits): only a
       // lower rank is offered, so no two values shrink into each other.

@@ -346,6 +346,47 @@ TEST(OpShrink, RunnerShrinksABugNeedingThreeColumnsToTheMinimalDims) {
                         {{"T", 1}, {"D", 3}, {"H", 2}, {"K", 3}});
 }
 
+// An integer attr shrinks to the least value that still fails: halfway
+// toward lo and one step down, besides lo, 0, 1 and fewer digits. A bug
+// needing k >= 2 ended at k = 10 or 7 (only lo, 0, 1 and fewer digits were
+// tried); one needing k >= 5 ends at 5. The same seed gives the same case.
+TEST(OpShrink, AnIntegerAttrShrinksToTheLeastFailingValue) {
+  Spec spec = parse_spec(R"(spec: scale
+family: op
+op:
+  dims: {N: [1, 8]}
+  attrs: {k: {range: [1, 16], int: true}}
+  inputs:
+    x: {shape: [N], dtype: [f64], values: {integer: {lo: 1, hi: 3}}}
+  outputs:
+    y: {shape: [N]}
+  reference:
+    y: x * k
+invariants: [matches_reference]
+)",
+                         "scale.yaml");
+  plant_mutants(spec, [](OpFamily& f) {
+    for (const int cap : {1, 4})
+      f.mutant(fmt::format("caps_at_{}", cap), "k capped", [cap](const Case& c) {
+        Result r = op::reference(c);
+        for (size_t i = 0; i < r.outputs[0].size(); ++i)
+          r.outputs[0][i] = c.inputs[0][i] * std::min(c.attrs[0], static_cast<double>(cap));
+        return r;
+      });
+  });
+  for (const auto& [target, least] : {std::pair{"caps_at_1", 2}, std::pair{"caps_at_4", 5}})
+    for (uint64_t seed : {1, 2, 3}) {
+      const RunReport r = run_spec(spec, scratch_run(target, seed, 100, "kprop_op_test_findings"));
+      ASSERT_EQ(r.status, RunStatus::failed) << target << " seed " << seed;
+      const YAML::Node n = case_node(*r.invariants.at(0).counterexample);
+      EXPECT_EQ(n["attrs"]["k"].as<int>(), least) << target << " seed " << seed << ":\n"
+                                                  << r.invariants[0].counterexample->case_yaml;
+      EXPECT_EQ(n["dims"]["N"].as<int>(), 1) << target << " seed " << seed;
+      const RunReport again = run_spec(spec, scratch_run(target, seed, 100, "kprop_op_test_findings"));
+      EXPECT_EQ(again.invariants.at(0).counterexample->case_yaml, r.invariants[0].counterexample->case_yaml);
+    }
+}
+
 // ---------------------------------------------------------------- corpus codec
 bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
