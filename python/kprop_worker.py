@@ -184,6 +184,7 @@ def _serve(ops, stdin, stdout):
                 raise KeyError("this worker serves no op '%s' (it serves: %s)" % (op, ", ".join(sorted(ops))))
             kwargs = dict(header.get("attrs", {}))
             kwargs.update(tensors)
+            kwargs.update(_wire.named_dims(ops[op], header.get("dims"), kwargs))  # a declared op's dims it names
             before = _wire.snapshot(tensors)
             returned = ops[op](**kwargs)
             # A write into an input through a raw pointer (ctypes, a C

@@ -1269,10 +1269,12 @@ size_t checked_reply_payload(const nlohmann::json& header, const std::vector<Ten
 }
 
 nlohmann::json request_header(const Message& m) {
-  return {{"op", m.op},
-          {"attrs", m.attrs},
-          {"tensors", describe_tensors(m.tensors)},
-          {"outputs", describe_tensors(m.outputs)}};
+  nlohmann::json h = {{"op", m.op},
+                      {"attrs", m.attrs},
+                      {"tensors", describe_tensors(m.tensors)},
+                      {"outputs", describe_tensors(m.outputs)}};
+  if (!m.dims.empty()) h["dims"] = m.dims;
+  return h;
 }
 
 std::vector<const Tensor*> pointers(const std::vector<Tensor>& tensors) {
@@ -1329,6 +1331,7 @@ void serve_plugin(int in_fd, int out_fd, const std::vector<PluginOp>& ops, const
       Message request;
       request.op = header.at("op").get<std::string>();
       request.attrs = header.value("attrs", nlohmann::json::object());
+      request.dims = header.value("dims", nlohmann::json::object());
       size_t offset = 0;
       request.tensors = tensors_from(header.value("tensors", nlohmann::json()), payload, offset);
       for (const auto& item : header.value("outputs", nlohmann::json::array()))

@@ -67,6 +67,7 @@ Result drive(const Case& c, external::Transport& target, bool fp64 = false) {
   }
   for (size_t i = 0; i < d.outputs.size(); ++i)
     m.output(d.outputs[i].name, abi_dtype(c.output_dtype(i), fp64), d.extents(d.outputs[i].shape, c.dims));
+  for (size_t k = 0; k < d.dims.size(); ++k) m.dims[d.dims[k].name] = c.dims[k];
   const external::Message reply = target.call(m);
   Result r;
   for (size_t i = 0; i < d.outputs.size(); ++i) {

@@ -690,7 +690,7 @@ class _Target:
                 out[name] = t.to(self.device) if self.device != "cpu" else t
         return out
 
-    def __call__(self, op, attrs, inputs, outputs):
+    def __call__(self, op, attrs, inputs, outputs, dims=None):
         try:
             if isinstance(self.fn, Mapping):
                 f = self.fn[op]
@@ -702,6 +702,7 @@ class _Target:
                     kwargs["op"] = op
             before = _wire.snapshot(inputs)
             kwargs.update(self._inputs(inputs))
+            kwargs.update(_wire.named_dims(f, dims, kwargs))  # a declared op's dims f names
             try:
                 returned = f(**kwargs)
             except TypeError:

@@ -113,3 +113,30 @@ def protocol_stdout():
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     return stdout
+
+
+_NAMED = {}
+
+
+def named_dims(f, dims, taken):
+    """The dims of a declared op's request (header "dims") that `f` names as
+    parameters, by name, leaving out those already in `taken` (its inputs and
+    attrs): `def topk(x, K)` gets K, an extent no input carries. A function
+    without such parameters (or `**kwargs` alone) gets none, so one written
+    before dims were sent is called as it was."""
+    if not dims:
+        return {}
+    try:
+        params = _NAMED.get(f)
+        if params is None:
+            import inspect
+
+            params = frozenset(
+                name
+                for name, p in inspect.signature(f).parameters.items()
+                if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            )
+            _NAMED[f] = params
+    except (TypeError, ValueError):  # no signature (a builtin), or f unhashable
+        return {}
+    return {name: int(v) for name, v in dims.items() if name in params and name not in taken}

@@ -90,7 +90,7 @@ def serve(fn, tensors="numpy", stdin=None, stdout=None):
             outputs.append((d["name"], d["dtype"], a))
         for name in inputs:
             inputs[name].flags.writeable = False
-        status = target(op, dict(header.get("attrs", {})), inputs, outputs)
+        status = target(op, dict(header.get("attrs", {})), inputs, outputs, header.get("dims"))
         if status is None:
             described = [{"name": n, "dtype": dt, "shape": list(a.shape)} for n, dt, a in outputs]
             _wire.write_frame(stdout, {"ok": True, "tensors": described}, [a for _, _, a in outputs])

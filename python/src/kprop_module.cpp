@@ -170,7 +170,7 @@ class PythonTransport final : public kprop::external::Transport {
                                     view(t, true)));
     nb::object status;
     try {
-      status = call_(nb::str(request.op.c_str()), to_py(request.attrs), inputs, outputs);
+      status = call_(nb::str(request.op.c_str()), to_py(request.attrs), inputs, outputs, to_py(request.dims));
     } catch (nb::python_error& e) {
       if (e.matches(PyExc_KeyboardInterrupt)) on_keyboard_interrupt(*interrupted_);
       throw TargetFailure("error", fmt::format("{}: kprop's trampoline failed: {}", request.op, e.what()));

@@ -75,6 +75,10 @@ struct Tensor {
 struct Message {
   std::string op;
   nlohmann::json attrs = nlohmann::json::object();
+  // Request only, declared ops (family op): the case's dims by name, the
+  // header's "dims" for a worker (a Python function gets those it names as
+  // parameters: an output extent no input carries, K of a top-k).
+  nlohmann::json dims = nlohmann::json::object();
   std::vector<Tensor> tensors;
   std::vector<Tensor> outputs;  // request only: declared (no bytes)
 

@@ -126,3 +126,42 @@ def test_an_invariant_alone_is_drawn_only_the_cases_it_observes(example, corpus)
     assert result.focused == {"{dtypes: [f16, bf16]}": result.trials}
     assert "focused: of the cases drawn, %d came from {dtypes: [f16, bf16]}" % result.trials in result.summary()
     assert not any(r.startswith(("an f32 case", "an f64 case")) for r in result.invariants[0].discard_reasons)
+
+
+# A declared op whose output extent no input carries: the first K columns,
+# K a dim of its own. The function names K as a parameter and gets it (in
+# process and in the worker of isolate=True); one that does not name it
+# gets no dims, so a function written before dims were sent runs as before.
+FIRST_K = {"spec": "first_k", "family": "op", "run": {"trials": 40, "seed": 3},
+           "op": {"dims": {"T": [1, 4], "V": [1, 9], "K": [1, 9]}, "relations": ["K <= V"],
+                  "inputs": {"x": {"shape": ["T", "V"], "dtype": "f32"}},
+                  "outputs": {"y": {"shape": ["T", "K"]}},
+                  "reference": {"y": "x[:, :K]"}},
+           "invariants": ["matches_reference"]}
+
+
+SEEN = []  # what the functions below were called with, in process
+
+
+def first_k(x, K):
+    SEEN.append(K)
+    return {"y": x[:, :K].copy()}
+
+
+def first_k_without_dims(x, **extra):  # **kwargs alone: no dims
+    SEEN.append(extra)
+    return {"y": x[:, :1].copy()}
+
+
+@pytest.mark.parametrize("isolate", [False, True], ids=["in_process", "isolated"])
+def test_a_declared_op_function_gets_the_dims_it_names(isolate, corpus):
+    SEEN.clear()
+    result = kprop.check(FIRST_K, first_k, corpus=corpus, isolate=isolate)
+    assert result.passed and result.checked > 0
+    if not isolate:
+        assert SEEN and all(isinstance(k, int) and k >= 1 for k in SEEN)
+    SEEN.clear()
+    with pytest.raises(kprop.Counterexample):  # wrong wherever K > 1
+        kprop.check(FIRST_K, first_k_without_dims, corpus=corpus, isolate=isolate, fail_fast=True)
+    if not isolate:
+        assert SEEN and all(e == {} for e in SEEN)

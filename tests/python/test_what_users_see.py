@@ -232,6 +232,34 @@ def test_a_worker_stores_an_f16_overflow_as_inf_without_a_warning(which, capfd):
     assert "overflow" not in capfd.readouterr().err
 
 
+@pytest.mark.parametrize("which", WORKERS)
+def test_a_worker_passes_the_dims_a_function_names(which):
+    """A declared op's request carries its dims: fn(x, K) gets K, and one
+    naming no dim (x and **kwargs) gets none."""
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    got = []
+
+    def serve(fn):
+        stdin = io.BytesIO(_framed({"op": "hello", "abi_version": 1, "ops": ["op"]})
+                           + _framed({"op": "op", "attrs": {}, "dims": {"V": 3, "K": 2},
+                                      "tensors": [{"name": "x", "dtype": "f32", "shape": [3]}],
+                                      "outputs": [{"name": "y", "dtype": "f32", "shape": [2]}]}, [x]))
+        stdout = io.BytesIO()
+        if which == "kprop_worker.py":
+            load_worker().serve({"op": fn}, stdin=stdin, stdout=stdout)
+        else:
+            from kprop import worker
+            worker.serve(fn, stdin=stdin, stdout=stdout)
+        return _replies(stdout)[1]
+
+    header, tensors = serve(lambda x, K: got.append(K) or {"y": x[:K]})
+    assert header["ok"], header
+    assert got == [2] and list(tensors["y"]) == [1.0, 2.0]
+    header, _ = serve(lambda x, **extra: got.append(extra) or {"y": x[:2]})
+    assert header["ok"], header
+    assert got[-1] == {}
+
+
 # ------------------- 5. the replay line of a parametrized item did not import functools
 def test_the_replay_of_a_parametrized_item_runs_as_printed(pytester, tmp_path):
     corpus = tmp_path / "corpus"
