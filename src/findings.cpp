@@ -336,10 +336,24 @@ ShrinkResult shrink_with(const Family& family, const Values& domain, AnyCase fai
   // Candidates stay inside the spec's domain (the family filters them).
   auto shrinkable = rc::shrinkable::shrinkRecur(
       result.best, [&family, &domain](const AnyCase& c) { return family.shrinks(c, domain); });
-  for (bool progressed = true; progressed;) {
-    progressed = false;
+  // In a family whose shrink_resumes(), each pass resumes at the position
+  // of the candidate the last one took: those before it failed on the case
+  // it improved on, and mostly fail on the new one too (the same cuts, the
+  // other elements' simpler values). Starting every pass at the first
+  // candidate re-ran them after each step, quadratic in the case's
+  // elements: an RMSNorm row of 41 bf16 elements took 57 steps and 19 s
+  // through a NumPy worker. A pass that resumed and found nothing is
+  // followed by one from the first candidate, and the shrink ends only when
+  // such a pass finds nothing: the result is a local minimum over every
+  // candidate, as before.
+  const bool resumes = family.shrink_resumes();
+  size_t resume = 0;
+  for (;;) {
+    bool progressed = false;
+    size_t at = 0;
     auto candidates = shrinkable.shrinks();
     while (auto candidate = candidates.next()) {
+      if (at++ < resume) continue;
       if (interrupted() || since(t0) > budget_s) {
         result.interrupted = true;
         return result;
@@ -350,10 +364,14 @@ ShrinkResult shrink_with(const Family& family, const Values& domain, AnyCase fai
         ++result.steps;
         shrinkable = std::move(*candidate);
         progressed = true;
+        resume = resumes ? at - 1 : 0;
         if (progress) progress(from, family.stats(result.best).size, since(t0));
         break;
       }
     }
+    if (progressed) continue;
+    if (resume == 0) break;  // a pass from the first candidate found nothing
+    resume = 0;
   }
   return result;
 }

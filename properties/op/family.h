@@ -35,6 +35,8 @@ class OpFamily final : public FamilyDef<Traits> {
  public:
   explicit OpFamily(std::shared_ptr<const Decl> decl);
   const Decl& decl() const { return *decl_; }
+  // Most steps take one element of an input toward 0, 1 or fewer digits.
+  bool shrink_resumes() const override { return true; }
 
   // Cases come from the declaration, not the (empty) domain.
   AnyCase build(Draw& draw, const Values&) const override { return box(build_case(draw)); }

@@ -52,14 +52,7 @@ class OutputView {
 };
 
 namespace detail {
-// Bitwise equal (-0 and 0 differ: an order-dependent sum gives either), but
-// any NaN equals any NaN: IEEE 754 leaves the sign and payload of a NaN
-// result unspecified, and NumPy's SIMD sum of a NaN gives +nan or -nan with
-// the input buffer's alignment (a correct kernel failed on one run in four).
-inline bool same_run_value(double a, double b) {
-  return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof(double)) == 0;
-}
-// First index where a and b differ (same_run_value), or -1.
+// First index where a and b differ (same_run_value, kprop/family.h), or -1.
 inline int64_t first_bit_difference(std::span<const double> a, std::span<const double> b) {
   if (a.size() != b.size()) return 0;
   for (size_t i = 0; i < a.size(); ++i)

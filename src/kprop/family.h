@@ -76,6 +76,18 @@
 
 namespace kprop {
 
+namespace detail {
+// Bitwise equal (-0 and 0 differ: an order-dependent sum gives either), but
+// any NaN equals any NaN: IEEE 754 leaves the sign and payload of a NaN
+// result unspecified, and NumPy's SIMD sum of a NaN gives +nan or -nan with
+// the input buffer's alignment (a correct kernel failed on one run in four).
+// `deterministic` compares a target's two runs so, and --mutants a mutant's
+// outputs with the correct implementations' (FamilyDef::differs).
+inline bool same_run_value(double a, double b) {
+  return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof(double)) == 0;
+}
+}  // namespace detail
+
 // ---------------------------------------------------------------- verdicts
 // not_applicable: the invariant cannot observe this target (e.g. the
 // workspace of a kernel built elsewhere); reported as n/a, never as passed.
@@ -429,6 +441,12 @@ class Family {
   // candidates are only built when the cheap ones did not reproduce. Every
   // candidate lies inside `domain` (in_domain).
   virtual rc::Seq<AnyCase> shrinks(const AnyCase& c, const Values& domain) const = 0;
+  // Whether each shrink pass resumes at the candidate the last step took
+  // instead of the first (src/findings.cpp, shrink_with). Worth it where
+  // most steps are one element's, cheap to build and many (the declared
+  // ops' inputs); where bold candidates become possible after small steps
+  // (ternary's large-profile cuts), starting over finds them sooner.
+  virtual bool shrink_resumes() const { return false; }
   // "" when the case lies inside the domain (one the generator could draw).
   virtual std::string in_domain(const AnyCase& c, const Values& domain) const = 0;
   // Peak memory of one trial on this case, and the largest the domain allows.
@@ -866,10 +884,8 @@ class FamilyDef : public Family {
         for (const auto& n : with.names) {
           const expr::Tensor *x = a.find(n), *y = b.find(n);
           if (!x || !y || x->shape != y->shape || x->data.size() != y->data.size()) return false;
-          for (size_t i = 0; i < x->data.size(); ++i)  // any NaN equals any NaN, as `deterministic`
-            if (!(std::isnan(x->data[i]) && std::isnan(y->data[i])) &&
-                std::memcmp(&x->data[i], &y->data[i], sizeof(double)) != 0)
-              return false;
+          for (size_t i = 0; i < x->data.size(); ++i)
+            if (!detail::same_run_value(x->data[i], y->data[i])) return false;
         }
         return true;
       };

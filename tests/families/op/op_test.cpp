@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
@@ -385,6 +386,75 @@ invariants: [matches_reference]
       const RunReport again = run_spec(spec, scratch_run(target, seed, 100, "kprop_op_test_findings"));
       EXPECT_EQ(again.invariants.at(0).counterexample->case_yaml, r.invariants[0].counterexample->case_yaml);
     }
+}
+
+// How many times the run of `target` (a planted kernel of `spec`, which
+// counts its calls in *calls) called it, and the counterexample's x.
+std::pair<int, std::vector<double>> calls_and_shrunk_x(const Spec& spec, const std::string& target,
+                                                       const std::shared_ptr<int>& calls) {
+  *calls = 0;
+  const RunReport r = run_spec(spec, scratch_run(target, 1, 20, "kprop_op_test_findings"));
+  EXPECT_EQ(r.status, RunStatus::failed) << target;
+  if (r.status != RunStatus::failed) return {*calls, {}};
+  const YAML::Node x = case_node(*r.invariants.at(0).counterexample)["inputs"]["x"]["values"];
+  return {*calls, x.as<std::vector<double>>()};
+}
+
+// Shrinking a long input costs calls in proportion to its length, not its
+// square. A bug that needs one element of 1,025 (the last) keeps it by
+// halving the nonzero span: each element toward 0 in turn took 1,024 steps,
+// 2,127 of them and 18 s on an RMSNorm backward through a NumPy worker. A
+// bug that needs every element nonzero and two different takes each but
+// one to 1 in one pass: every pass started at the first candidate, so each
+// step re-tried the elements before it. Both
+// end where they did: [0, ..., 0, 1], and 1 but for one element.
+TEST(OpShrink, ALongInputShrinksInCallsLinearInItsLength) {
+  const auto spec_of = [](int n) {
+    return parse_spec(fmt::format(R"(spec: long
+family: op
+op:
+  dims: {{N: [{0}, {0}]}}
+  inputs:
+    x: {{shape: [N], dtype: [f64], values: normal}}
+  outputs:
+    y: {{shape: [N]}}
+  reference:
+    y: x
+invariants: [matches_reference]
+)",
+                                  n),
+                      "long.yaml");
+  };
+  const auto calls = std::make_shared<int>(0);
+  Spec last = spec_of(1025);
+  plant_mutants(last, [calls](OpFamily& f) {
+    f.mutant("drops_last", "y[1024] left 0", [calls](const Case& c) {
+      ++*calls;
+      Result r = op::reference(c);
+      r.outputs[0][1024] = 0;
+      return r;
+    });
+  });
+  const auto [last_calls, last_x] = calls_and_shrunk_x(last, "drops_last", calls);
+  std::vector<double> one_at_end(1025, 0.0);
+  one_at_end.back() = 1;
+  EXPECT_EQ(last_x, one_at_end);
+  EXPECT_LT(last_calls, 200);  // 18 (each element toward 0 in turn: 2,054)
+  Spec every = spec_of(64);
+  plant_mutants(every, [calls](OpFamily& f) {
+    f.mutant("needs_no_zero", "y[0] wrong when no x is 0 and not all are equal", [calls](const Case& c) {
+      ++*calls;
+      Result r = op::reference(c);
+      const auto& x = c.inputs[0];
+      if (std::find(x.begin(), x.end(), 0.0) == x.end() && std::count(x.begin(), x.end(), x[0]) != 64)
+        r.outputs[0][0] += 1;
+      return r;
+    });
+  });
+  const auto [every_calls, every_x] = calls_and_shrunk_x(every, "needs_no_zero", calls);
+  EXPECT_EQ(std::count(every_x.begin(), every_x.end(), 0.0), 0);
+  EXPECT_EQ(std::count(every_x.begin(), every_x.end(), 1.0), 63);
+  EXPECT_LT(every_calls, 600);  // 207 (every pass from the first candidate: 2,410)
 }
 
 // ---------------------------------------------------------------- corpus codec
