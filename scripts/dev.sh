@@ -3,8 +3,9 @@
 #   scripts/dev.sh run [prop_runner flags]   install, build prop_runner, run specs/dflash.yaml
 #   scripts/dev.sh test                      install, build, run the whole suite
 #                                            (optimised build, then ASan+UBSan+libFuzzer build;
-#                                            the framework's unit tests in the second only,
-#                                            the sweeps in the first only)
+#                                            the framework's unit tests and the end-to-end
+#                                            tests alike in both in the second only, the
+#                                            sweeps in the first only)
 #   scripts/dev.sh san-run --spec S [flags]  install, build under ASan+UBSan, run prop_runner there
 # Also: deps (install packages only), build, build-san, build-fuzz (coverage-only fuzzers).
 set -euo pipefail
@@ -129,7 +130,7 @@ same_cases() {
 
 case "${1:-}" in
   deps) deps ;;
-  build) deps && build -DKPROP_FRAMEWORK_TESTS=ON ;;
+  build) deps && build -DKPROP_FRAMEWORK_TESTS=ON -DKPROP_SAN_TWIN_TESTS=ON ;;
   build-san) deps && build_san ;;
   build-fuzz) deps && build_fuzz ;;
   run)
@@ -164,7 +165,9 @@ case "${1:-}" in
     # CI (clang does, with the same -Werror). `scripts/dev.sh build` builds
     # them here too, and `ctest --test-dir build` then runs them; a plain
     # `cmake -S . -B build` after this keeps them out (the option is cached).
-    build -DKPROP_FRAMEWORK_TESTS=OFF
+    # And without the end-to-end tests the sanitizer build runs with the same
+    # command (tests/CMakeLists.txt, "Twins"): they run there, once.
+    build -DKPROP_FRAMEWORK_TESTS=OFF -DKPROP_SAN_TWIN_TESTS=OFF
     phase "optimised build"
     # The Python package's suite (tests/python) runs in there as the ctest
     # python.pytest, against build/python: it must exist, never be silently dropped.

@@ -33,7 +33,11 @@ for fuzzer in "$OUT"/fuzz_*; do
   test -f "$OUT/$name.options" && test -f "$OUT/${name}_seed_corpus.zip"
   mkdir -p "seeds/$name"
   (cd "seeds/$name" && cmake -E tar xf "$OUT/${name}_seed_corpus.zip")
-  # Its seed corpus, then 25 mutated inputs (it starts, reads and mutates).
+  test "$(ls "seeds/$name" | wc -l)" -ge 1 || { echo "$name: an empty seed corpus"; exit 1; }
+  # 8 of its seeds, then 25 mutated inputs (it starts, reads and mutates).
+  # All 64 of a declared op's took 49 s at -O0 under ASan, a quarter of
+  # the test; fuzz_smoke.* runs the sanitizer build's harnesses further.
+  ls "seeds/$name" | sort | tail -n +9 | (cd "seeds/$name" && xargs -r rm --)
   seeds=$(ls "seeds/$name" | wc -l)
   runs=$((seeds + 25))
   "$fuzzer" -runs=$runs -seed=1 "seeds/$name" > "run-$name.log" 2>&1 || { tail -30 "run-$name.log"; exit 1; }

@@ -90,6 +90,20 @@ RunReport run_on(const Spec& spec, const std::string& target, uint64_t seed) {
   return run_spec(spec, scratch_run(target, seed, 300, "kprop_op_integer_test"));
 }
 
+// On each of seeds 1-3 the kernel `correct` passes (with `checked`, its
+// first invariant checked that many of run_on's 300 cases) and `bug` fails.
+void expect_correct_passes_bug_fails(const Spec& spec, const std::string& correct, const std::string& bug,
+                                     int64_t checked = -1) {
+  for (uint64_t seed : {1, 2, 3}) {
+    const RunReport ok = run_on(spec, correct, seed);
+    EXPECT_EQ(ok.status, RunStatus::passed) << correct << " seed " << seed << ": " << ok.detail;
+    if (checked >= 0) {
+      EXPECT_EQ(ok.invariants.at(0).passed, checked) << correct << " seed " << seed;
+    }
+    EXPECT_EQ(run_on(spec, bug, seed).status, RunStatus::failed) << bug << " seed " << seed;
+  }
+}
+
 // Correct kernels pass: the reference itself, the quantizer computed in the
 // case's arithmetic, and one multiplying by the reciprocal (which differs
 // from w / scale only next to a tie, where the bound allows either
@@ -186,11 +200,7 @@ invariants: [matches_reference]
     f.mutant("correct", "ternary codes, ties to even", [kernel](const Case& c) { return kernel(c, false); });
     f.mutant("ties_away", "ties away from zero", [kernel](const Case& c) { return kernel(c, true); });
   });
-  for (uint64_t seed : {1, 2, 3}) {
-    const RunReport ok = run_on(spec, "correct", seed);
-    EXPECT_EQ(ok.status, RunStatus::passed) << "seed " << seed << ": " << ok.detail;
-    EXPECT_EQ(run_on(spec, "ties_away", seed).status, RunStatus::failed) << "seed " << seed;
-  }
+  expect_correct_passes_bug_fails(spec, "correct", "ties_away");
 }
 
 // An argmax written with max and where is judged: the element the max is
@@ -238,12 +248,7 @@ invariants: [matches_reference]
     f.mutant("correct", "first index of the largest", [kernel](const Case& c) { return kernel(c, true); });
     f.mutant("no_bias", "leaves the bias out", [kernel](const Case& c) { return kernel(c, false); });
   });
-  for (uint64_t seed : {1, 2, 3}) {
-    const RunReport ok = run_on(spec, "correct", seed);
-    EXPECT_EQ(ok.status, RunStatus::passed) << "seed " << seed << ": " << ok.detail;
-    EXPECT_EQ(ok.invariants.at(0).passed, 300) << "seed " << seed;
-    EXPECT_EQ(run_on(spec, "no_bias", seed).status, RunStatus::failed) << "seed " << seed;
-  }
+  expect_correct_passes_bug_fails(spec, "correct", "no_bias", 300);
 }
 
 // A bool element whose allowance is a flip (a comparison at a tie that the
@@ -405,11 +410,7 @@ invariants: [matches_reference]
     f.mutant("correct", "p > thresh", [kernel](const Case& c) { return kernel(c, false); });
     f.mutant("at_least", "p >= thresh", [kernel](const Case& c) { return kernel(c, true); });
   });
-  for (uint64_t seed : {1, 2, 3}) {
-    const RunReport ok = run_on(spec, "correct", seed);
-    EXPECT_EQ(ok.status, RunStatus::passed) << "seed " << seed << ": " << ok.detail;
-    EXPECT_EQ(run_on(spec, "at_least", seed).status, RunStatus::failed) << "seed " << seed;
-  }
+  expect_correct_passes_bug_fails(spec, "correct", "at_least");
 }
 
 }  // namespace
