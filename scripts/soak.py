@@ -80,6 +80,9 @@ def main():
                     help="after the random trials, N cases of the targeted search per run (--search): "
                          "the search climbs toward the largest error/allowed ratios, where a loose "
                          "domain or a bound that misses a rounding shows as a false alarm")
+    ap.add_argument("--any-core", action="store_true",
+                    help="leave the runs to the scheduler, not pinned to core 0 (ctest's soak.short and "
+                         "soak.search.short: pinned, both shared core 0 with whatever else ran there)")
     args = ap.parse_args()
 
     runner = str(Path(args.build).resolve() / "prop_runner")
@@ -94,9 +97,10 @@ def main():
             if kind in ("reference", "optimized"):
                 pairs.append((spec, name, device))
     per_run = max(1, args.total // max(1, len(pairs) * args.seeds))
-    pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
+    pin = ["taskset", "-c", "0"] if shutil.which("taskset") and not args.any_core else []
     scratch = tempfile.mkdtemp(prefix="kprop-soak-")
-    print(f"kprop soak: {len(pairs)} pairs x {args.seeds} seeds x {per_run} trials, one core; "
+    print(f"kprop soak: {len(pairs)} pairs x {args.seeds} seeds x {per_run} trials, "
+          f"{'any core' if not pin else 'one core'}; "
           f"seeds {args.first_seed}..{args.first_seed + args.seeds - 1}", flush=True)
     rows, bad = [], 0
     for spec, name, device in pairs:

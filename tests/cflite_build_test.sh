@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs .clusterfuzzlite/build.sh as OSS-Fuzz would (its variables pointed at
-# clang + libFuzzer + ASan), then checks every fuzzer in $OUT starts from an
-# unrelated folder (finding its spec beside it), runs its seed corpus and a
-# few mutated inputs. Builds two families only, to stay quick: op (the
-# declared ops of specs/ops/ ship as fuzz_op_<name>) and ternary, whose
+# clang + libFuzzer + ASan), then checks every fuzzer in $OUT ships its
+# options and seed corpus, and that each (of the fuzz_op_*, one harness with
+# another default spec each, the first) starts from an unrelated folder
+# (finding its spec beside it), runs seeds and a few mutated inputs.
+# Builds two families only, to stay quick: op (the declared ops of
+# specs/ops/ ship as fuzz_op_<name>) and ternary, whose
 # spec's target is its reference: its optimized implementations ship as
 # fuzz_ternary-packed and fuzz_ternary-packed_base3 and fuzz those.
 # OSS-Fuzz compiles at -O1; this test at -O0, which compiles the instrumented
@@ -26,7 +28,7 @@ grep -q -- "-O0 .*-fsanitize=fuzzer-no-link" <<<"$commands" || { echo "\$CXXFLAG
 overrides=$(grep -E -- " -O[123sz]( |$)" <<<"$commands" || true)
 [ -z "$overrides" ] || { echo "the build overrides \$CXXFLAGS' -O0: ${overrides%%$'\n'*}"; exit 1; }
 cd "$tmp"
-found=0
+found=0 ran_op=0
 for fuzzer in "$OUT"/fuzz_*; do
   case "$fuzzer" in *.options|*.yaml|*.zip) continue ;; esac
   name=$(basename "$fuzzer")
@@ -37,7 +39,19 @@ for fuzzer in "$OUT"/fuzz_*; do
   # 8 of its seeds, then 25 mutated inputs (it starts, reads and mutates).
   # All 64 of a declared op's took 49 s at -O0 under ASan, a quarter of
   # the test; fuzz_smoke.* runs the sanitizer build's harnesses further.
+  # The fuzz_op_* are one harness with another default spec: each ships
+  # (above), the first runs.
   ls "seeds/$name" | sort | tail -n +9 | (cd "seeds/$name" && xargs -r rm --)
+  case "$name" in
+    fuzz_op_*)
+      if [ "$ran_op" = 1 ]; then
+        test -f "$OUT/$name.yaml" || { echo "$name: no spec beside it"; exit 1; }
+        echo "ok $name (shipped)"
+        continue
+      fi
+      ran_op=1
+      ;;
+  esac
   seeds=$(ls "seeds/$name" | wc -l)
   runs=$((seeds + 25))
   "$fuzzer" -runs=$runs -seed=1 "seeds/$name" > "run-$name.log" 2>&1 || { tail -30 "run-$name.log"; exit 1; }
@@ -45,6 +59,7 @@ for fuzzer in "$OUT"/fuzz_*; do
   echo "ok $name ($seeds seeds, $runs runs)"
   found=$((found + 1))
 done
+test "$ran_op" = 1 || { echo "no fuzz_op_* fuzzer was built"; exit 1; }
 test "$found" -ge 2
 for impl in packed packed_base3; do
   grep -q "target $impl\$" "run-fuzz_ternary-$impl.log" || { echo "fuzz_ternary-$impl does not fuzz $impl"; exit 1; }

@@ -56,6 +56,13 @@ TEST_P(SpecSuite, MutantsDieAndCorrectImplementationsPass) {
   // A mutant that only a profile's sizes reach (profiles: {P: {mutants: [...]}})
   // dies under that profile.
   const auto needs = declared.mutant_profiles.find(p.target);
+  // Under the sanitizers, a mutant only a profile's sizes reach is left to
+  // the optimised build (three seeds here, and mutants.<spec>): its one kill
+  // there goes through the paths the other mutants' take, at sizes where
+  // ASan made it 10 s (kvcache's 4,096 table entries, ternary's 8,192-wide
+  // chunks; 51 s of the sanitizer suite for the ten of them).
+  if (kAddressSanitizer && p.mutant && needs != declared.mutant_profiles.end())
+    GTEST_SKIP() << p.target << " needs profile sizes: killed in the optimised build";
   const Spec spec = own                                       ? load_spec(p.spec_path, p.target)
                     : needs != declared.mutant_profiles.end() ? *needs->second
                                                               : declared;
