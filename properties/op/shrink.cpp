@@ -320,8 +320,8 @@ rc::Seq<Case> Traits::shrinks(const Case& c0, const Values&) {
                              ? &d.inputs[i].values[static_cast<size_t>(c->kinds[i])]
                              : nullptr;
     const bool zero_ok =
-        !v || ((v->kind == ValueKind::ids || v->kind == ValueKind::integer) &&
-               (v->kind == ValueKind::ids || (v->a <= 0 && v->b >= 0)) && !d.inputs[i].specials.sentinel(0));
+        !v || ((v->kind == ValueKind::ids || (v->kind == ValueKind::integer && v->a <= 0 && v->b >= 0)) &&
+               !d.inputs[i].specials.sentinel(0));
     if (!zero_ok) continue;
     const auto& x = c->inputs[i];
     size_t lo = 0, hi = x.size();
