@@ -845,7 +845,10 @@ std::vector<MutantRow> run_mutants(const Spec& spec, const RunOptions& options) 
     for (const auto& r : row.report.invariants)
       if (r.status == InvariantStatus::failed && r.trials_to_fail < first)
         row.killed = true, row.killed_by = r.name, first = r.trials_to_fail;
-    if (row.report.status == RunStatus::crashed) row.killed = true, row.killed_by = "crash";
+    // A target failure kills by its kind: crash, hang or error (a hang read
+    // "killed by crash" in the table).
+    if (row.report.status == RunStatus::crashed)
+      row.killed = true, row.killed_by = row.report.crash ? row.report.crash->kind : "crash";
     rows.push_back(std::move(row));
   }
   return rows;

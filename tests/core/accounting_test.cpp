@@ -792,6 +792,23 @@ TEST(Isolation, AHangIsKilledAfterTheCaseTimeout) {
   EXPECT_EQ(std::distance(fs::recursive_directory_iterator(dir.path), {}), files);
 }
 
+// In the mutants table a hang kills by "hang", a crash by "crash": the
+// killer's column said "crash" for both.
+TEST(Isolation, MutantsTableNamesAHangAndACrashApart) {
+  TempDir dir;
+  const Spec spec = toy_spec("domain: {value: [5, 9]}\ninvariants: [matches_reference]\n");
+  RunOptions o = options("", dir);
+  o.isolate = true;
+  o.case_timeout_s = 0.3;
+  const auto rows = run_mutants(spec, o);
+  std::map<std::string, std::string> by;
+  for (const auto& row : rows) by[row.mutant] = row.killed ? row.killed_by : "-";
+  EXPECT_EQ(by["hangs"], "hang");
+  EXPECT_EQ(by["segfaults"], "crash");
+  const std::string text = make_reporter("text")->mutants(spec, rows);
+  EXPECT_NE(text.find("hangs                      killed    hang "), std::string::npos) << text;
+}
+
 // The case timeout limits each target call, not the check: an invariant
 // slower than it (0.4 s against 0.1 s) on a fast target is no hang, in
 // process or isolated; the same timeout still stops a hanging target.
