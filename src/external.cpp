@@ -921,6 +921,26 @@ void forget_child(pid_t pid) {
     if (pid_t p = pid; slot.compare_exchange_strong(p, 0)) return;
 }
 
+// The runner's ends of every running child's pipes (fd + 1; 0: a free
+// slot). fork() copies them into each new child whatever their O_CLOEXEC,
+// and a child that kept a write end of its own request pipe (or another's)
+// open never read EOF from it: the plugin host, which does not exec, sat
+// out stop()'s second and was killed at the end of every run. A new child
+// closes them all before anything else; read there lock-free, after fork.
+std::atomic<int> g_runner_ends[2 * kMaxChildren];
+void note_runner_end(int fd) {
+  for (auto& slot : g_runner_ends)
+    if (int free = 0; slot.compare_exchange_strong(free, fd + 1)) return;
+}
+void forget_runner_end(int fd) {
+  for (auto& slot : g_runner_ends)
+    if (int f = fd + 1; slot.compare_exchange_strong(f, 0)) return;
+}
+void close_runner_ends() {
+  for (auto& slot : g_runner_ends)
+    if (const int f = slot.load(); f > 0) close(f - 1);
+}
+
 class Child;
 // The children this process started that are running, for stop_children()
 // (not a signal handler's: it takes a lock and reads /proc).
@@ -948,12 +968,20 @@ class Child {
     int to_child[2], from_child[2];
     if (pipe2(to_child, O_CLOEXEC) != 0 || pipe2(from_child, O_CLOEXEC) != 0)
       throw std::runtime_error(fmt::format("pipe: {}", strerror(errno)));
+    note_runner_end(to_child[1]);
+    note_runner_end(from_child[0]);
     std::fflush(nullptr);
     ForkSignals held;
     const pid_t pid = fork();
     if (pid > 0) held.release();
-    if (pid < 0) throw std::runtime_error(fmt::format("fork: {}", strerror(errno)));
+    if (pid < 0) {
+      for (int fd : {to_child[0], to_child[1], from_child[0], from_child[1]}) close(fd);
+      forget_runner_end(to_child[1]);
+      forget_runner_end(from_child[0]);
+      throw std::runtime_error(fmt::format("fork: {}", strerror(errno)));
+    }
     if (pid == 0) {
+      close_runner_ends();  // this child's own included: it reads EOF when the runner closes its end
       setpgid(0, 0);
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       prctl(PR_SET_CHILD_SUBREAPER, 0);  // not inherited anyway; the child's orphans are the runner's
@@ -992,11 +1020,16 @@ class Child {
 
   // Closes the pipes (a worker exits on EOF), then kills the group: 1 s
   // for its exit-time work (docs/EXTERNAL.md, the paragraph "Shutdown."); one that exits on
-  // EOF is reaped as it exits.
+  // EOF is reaped as it exits. One that had not is named on stderr: what it
+  // had left to do was cut, and each run waited that second for it.
   void stop() {
     if (pid_ <= 0) return;
     close_pipes();
-    reap(1.0);
+    bool exited = false;
+    reap(1.0, &exited);
+    if (!exited)
+      fmt::print(stderr, "kprop: {} had not exited 1 s after its input was closed, and was killed\n",
+                 describe_);
   }
 
   // Reaps the child after EOF or a write error and says how it ended.
@@ -1088,16 +1121,20 @@ class Child {
   }
 
   void close_pipes() {
-    if (write_fd_ >= 0) close(write_fd_);
-    if (read_fd_ >= 0) close(read_fd_);
-    write_fd_ = read_fd_ = -1;
+    for (int* fd : {&write_fd_, &read_fd_})
+      if (*fd >= 0) {
+        forget_runner_end(*fd);
+        close(*fd);
+        *fd = -1;
+      }
   }
   // Waits up to `seconds` for the child to exit, then kills its whole
   // tree (its group, its descendants, every process with its token) and
-  // returns the wait status.
-  int reap(double seconds) {
+  // returns the wait status (*exited_in_time: whether it exited by itself).
+  int reap(double seconds, bool* exited_in_time = nullptr) {
     int status = 0;
     const bool exited = wait_for_exit(pid_, &status, seconds);
+    if (exited_in_time) *exited_in_time = exited;
     kill(-pid_, SIGKILL);
     const std::string entry = fmt::format("{}={}", kTokenVar, token_);
     // A process may fork while it is being killed: repeat until the tree is
