@@ -180,8 +180,14 @@ case "${1:-}" in
     build_san
     phase "sanitizer build"
     # Leak checking stays on; halt_on_error makes a sanitizer report fail the test.
-    ASAN_OPTIONS="detect_leaks=1:halt_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
-      ctest --test-dir build-san --output-on-failure -j "$JOBS"
+    # A 10 MB quarantine of freed memory (ASan's default 256 MB; OSS-Fuzz's
+    # runners use 10): each process of the suite held up to 300 MB of it, and
+    # every fork (a case checked in a child, a --jobs worker, libFuzzer's
+    # fork mode) and page fault paid for it: 8% of the suite's CPU. A
+    # use after free is still caught while the block is among the last
+    # 10 MB freed.
+    ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:quarantine_size_mb=10" \
+      UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" ctest --test-dir build-san --output-on-failure -j "$JOBS"
     phase "sanitizer suite"
     ASAN_OPTIONS="detect_leaks=1:halt_on_error=1" same_cases build build-san
     phase "same cases under g++ and clang"
