@@ -22,7 +22,7 @@ cat "$tmp/plugin.log"
 ! grep -q "$note" "$tmp/plugin.log" || { echo "the plugin host did not exit when its pipe closed"; exit 1; }
 
 cat > "$tmp/stays.py" <<PY
-import os, sys, time
+import sys, time
 sys.path.insert(0, "$root/python")
 import kprop_worker
 kprop_worker.serve({"copy": lambda x, **_: {"y": x}})
