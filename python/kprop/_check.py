@@ -408,7 +408,53 @@ def spec_info(spec, profile: Optional[str] = None, max_case_mb: Optional[int] = 
     try:
         return _kprop.spec_info(text, is_text, profile or "", max_case_mb or 0)
     except ValueError as e:
-        raise ValueError("kprop: %s" % e) from None
+        message = str(e)
+        if isinstance(spec, Mapping):  # "<dict>:1:237:" named a column of JSON the caller never saw
+            m = re.match(r"<dict>:1:(\d+): ", message)
+            where = _json_path_at(text, int(m.group(1)) - 1) if m else None
+            if where is not None:
+                message = where + ": " + message[m.end():]
+        raise ValueError("kprop: %s" % message) from None
+
+
+def _json_path_at(text: str, offset: int) -> Optional[str]:
+    """Where in a dict spec the character at `offset` of its JSON text
+    (_resolve_spec's json.dumps) is, as _plain names places:
+    spec['invariants'][0]['bogus'] for that key or its value; None if the
+    offset is past the text. (The JSON is one line, so a spec error's
+    line:column says nothing to the dict's author; its keys do.)"""
+    path: List[list] = []  # per open container: [is_object, its current key or index]
+    at_key = False
+    i = 0
+    while i < len(text) and i <= offset:
+        c = text[i]
+        if c == '"':
+            end = i + 1
+            while text[end] != '"':
+                end += 2 if text[end] == "\\" else 1
+            if at_key:
+                path[-1][1] = json.loads(text[i:end + 1])
+                at_key = False
+            if offset <= end:
+                break
+            i = end + 1
+            continue
+        if i == offset and c not in " ,:":
+            break
+        if c in "{[":
+            path.append([c == "{", None if c == "{" else 0])
+            at_key = c == "{"
+        elif c in "}]":
+            path.pop()
+        elif c == ",":
+            if path[-1][0]:
+                at_key = True
+            else:
+                path[-1][1] += 1
+        i += 1
+    else:
+        return None
+    return "spec" + "".join("[%r]" % key for _, key in path if key is not None)
 
 
 # ------------------------------------------------------------ invariants

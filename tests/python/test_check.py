@@ -341,6 +341,28 @@ def test_a_spec_that_is_no_path_name_or_dict_is_a_type_error(example):
         kprop.check(123, example("softmax_topk").softmax_topk, corpus=None)
 
 
+# A dict spec's error names the key, as _plain's type errors do: it was
+# "<dict>:1:237:", a column of JSON text its author never saw.
+@pytest.mark.parametrize("change, where", [
+    (lambda s: s["invariants"][0].update(bogus=1), r"spec\['invariants'\]\[0\]\['bogus'\]: unknown key 'bogus'"),
+    (lambda s: s.update(bogus=1), r"spec\['bogus'\]: unknown top-level key 'bogus'"),
+    (lambda s: s["op"]["dims"].update(T=[5, 2]), r"spec\['op'\]\['dims'\]\['T'\]: dim T is an inverted range"),
+    (lambda s: s["op"]["inputs"]["x"].update(dtype=["f32", "f33"]),
+     r"spec\['op'\]\['inputs'\]\['x'\]\['dtype'\]\[1\]: input x.dtype: unknown dtype 'f33'"),
+    (lambda s: s["invariants"][0].update(expect="all(target.z == x)"),
+     r"spec\['invariants'\]\[0\]\['expect'\]: invariant 'a', expect: unknown name 'target.z'"),
+])
+def test_a_dict_specs_error_names_its_key(change, where):
+    spec = {"spec": "copy", "family": "op",
+            "op": {"dims": {"T": [1, 4]}, "inputs": {"x": {"shape": ["T"], "dtype": ["f32"]}},
+                   "outputs": {"y": {"shape": ["T"]}}, "reference": {"y": "x"}},
+            "invariants": [{"name": "a", "expect": "all(target.y == x)"}]}
+    assert kprop.spec_info(spec)["name"] == "copy"
+    change(spec)
+    with pytest.raises(ValueError, match="^kprop: " + where):
+        kprop.check(spec, lambda x: {"y": x}, corpus=None)
+
+
 def test_one_extra_invariant_needs_no_list(example, corpus):
     @kprop.invariant
     def probs_sum_at_most_one(target_probs):
