@@ -909,16 +909,24 @@ void reap_strays() {
 // must leave its parent's children alone, hence the owner.
 constexpr int kMaxChildren = 256;
 std::atomic<pid_t> g_children[kMaxChildren], g_owners[kMaxChildren];
+// A lock-free table's first free slot (0) takes `value`: its index, -1
+// when the table is full; release_slot frees the slot holding `value`.
+template <class T, size_t N>
+int claim_slot(std::atomic<T> (&table)[N], T value) {
+  for (size_t i = 0; i < N; ++i)
+    if (T free = 0; table[i].compare_exchange_strong(free, value)) return static_cast<int>(i);
+  return -1;
+}
+template <class T, size_t N>
+void release_slot(std::atomic<T> (&table)[N], T value) {
+  for (auto& slot : table)
+    if (T v = value; slot.compare_exchange_strong(v, 0)) return;
+}
 void note_child(pid_t pid) {
-  for (int i = 0; i < kMaxChildren; ++i)
-    if (pid_t free = 0; g_children[i].compare_exchange_strong(free, pid)) {
-      g_owners[i] = getpid();
-      return;
-    }
+  if (const int i = claim_slot(g_children, pid); i >= 0) g_owners[i] = getpid();
 }
 void forget_child(pid_t pid) {
-  for (auto& slot : g_children)
-    if (pid_t p = pid; slot.compare_exchange_strong(p, 0)) return;
+  release_slot(g_children, pid);
 }
 
 // The runner's ends of every running child's pipes (fd + 1; 0: a free
@@ -929,12 +937,10 @@ void forget_child(pid_t pid) {
 // closes them all before anything else; read there lock-free, after fork.
 std::atomic<int> g_runner_ends[2 * kMaxChildren];
 void note_runner_end(int fd) {
-  for (auto& slot : g_runner_ends)
-    if (int free = 0; slot.compare_exchange_strong(free, fd + 1)) return;
+  claim_slot(g_runner_ends, fd + 1);
 }
 void forget_runner_end(int fd) {
-  for (auto& slot : g_runner_ends)
-    if (int f = fd + 1; slot.compare_exchange_strong(f, 0)) return;
+  release_slot(g_runner_ends, fd + 1);
 }
 void close_runner_ends() {
   for (auto& slot : g_runner_ends)
@@ -975,9 +981,9 @@ class Child {
     const pid_t pid = fork();
     if (pid > 0) held.release();
     if (pid < 0) {
-      for (int fd : {to_child[0], to_child[1], from_child[0], from_child[1]}) close(fd);
       forget_runner_end(to_child[1]);
       forget_runner_end(from_child[0]);
+      for (int fd : {to_child[0], to_child[1], from_child[0], from_child[1]}) close(fd);
       throw std::runtime_error(fmt::format("fork: {}", strerror(errno)));
     }
     if (pid == 0) {
