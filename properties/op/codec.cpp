@@ -192,7 +192,10 @@ AnyCase OpFamily::from_yaml(const YAML::Node& n) const {
       for (const auto& a : d.attrs) known = known || a.name == it->first.Scalar();
       if (!known) case_yaml::fail(it->first, "undeclared attr '" + it->first.Scalar() + "'");
     }
-  for (const auto& a : d.attrs) {
+  for (size_t k = 0; k < d.attrs.size(); ++k) {
+    // Held to the spec's declaration, not to a domain that narrowed the run's
+    // (a case stored before `--domain '{eps: 1e-5}'` still replays).
+    const AttrDecl& a = d.declared ? d.declared->attrs[k] : d.attrs[k];
     if (!attrs[a.name]) case_yaml::fail(attrs, "missing attr '" + a.name + "'");
     if (a.labels.empty()) {
       const double v = read_number(case_yaml::as_item(attrs[a.name]), DType::f64, "attr " + a.name);

@@ -767,17 +767,78 @@ class Parser {
       fail(e, fmt::format("op.relations: {} cannot hold with the dims' valid values and {}", text, others));
   }
 
+  // An attr's name in a domain narrows the attr to some of the values
+  // op.attrs declares, in an attr's grammar (a number, [lo, hi],
+  // {one_of: [...]}, {range: [lo, hi]}; a named choice's names): the
+  // declaration is the contract, and a corpus file is held to it, so a
+  // value it does not allow would be drawn here and refused on replay. Its
+  // kind (int:, named) and near: stay the declaration's.
+  AttrDecl narrowed_attr(const AttrDecl& declared, const YAML::Node& key, const YAML::Node& v) const {
+    const std::string what = "attr " + declared.name;
+    if (v.IsMap()) only_keys(v, {"one_of", "range"}, what + " in a domain (int: and near: stay op.attrs')");
+    AttrDecl a = declared;
+    a.one_of.clear();
+    if (!declared.labels.empty()) {
+      const YAML::Node list = v.IsMap() ? v["one_of"] : v;
+      if (!list || !(list.IsScalar() || list.IsSequence()) || (list.IsSequence() && list.size() == 0))
+        fail(v,
+             fmt::format("{} is a named choice: give some of its names ({})", what, join(declared.labels)));
+      std::vector<YAML::Node> names;
+      if (list.IsScalar()) names.push_back(list);
+      for (const auto& e : list)
+        if (list.IsSequence()) names.push_back(e);
+      for (const YAML::Node& e : names) {
+        const auto at = e.IsScalar() ? std::ranges::find(declared.labels, e.Scalar()) : declared.labels.end();
+        if (at == declared.labels.end())
+          fail(e, fmt::format("{}: '{}' is not one of its choices{}", what, e.IsScalar() ? e.Scalar() : "?",
+                              suggestion(e.IsScalar() ? e.Scalar() : "", declared.labels)));
+        const double index = static_cast<double>(at - declared.labels.begin());
+        if (std::ranges::find(a.one_of, index) != a.one_of.end())
+          fail(e, fmt::format("{}.one_of lists '{}' twice", what, e.Scalar()));
+        a.one_of.push_back(index);
+      }
+      return a;
+    }
+    const AttrDecl p = attr(key, v);
+    if (!p.labels.empty()) fail(v, fmt::format("{} takes numbers, not names", what));
+    const std::string declares = fmt::format(
+        "op.attrs declares {} {}", what,
+        declared.one_of.empty()
+            ? fmt::format("[{}, {}]{}", declared.lo, declared.hi, declared.integer ? " (integers)" : "")
+            : fmt::format("one of {}", fmt::join(declared.one_of, ", ")));
+    if (p.one_of.empty()) {
+      if (!declared.one_of.empty())
+        fail(v,
+             fmt::format("{}: a domain narrows it to some of those values ({{one_of: [...]}}), not a range",
+                         declares));
+      if (p.lo < declared.lo || p.hi > declared.hi ||
+          (declared.integer && (p.lo != std::floor(p.lo) || p.hi != std::floor(p.hi))))
+        fail(v,
+             fmt::format("{}; [{}, {}] is not within it (a domain narrows an attr)", declares, p.lo, p.hi));
+      a.lo = p.lo, a.hi = p.hi;
+      return a;
+    }
+    for (const double x : p.one_of)
+      if (!declared.valid(x))
+        fail(v, fmt::format("{}; {} is not one of its values (a domain narrows an attr)", declares, x));
+    a.one_of = p.one_of;
+    a.near = nullptr, a.near_rate = 0;  // near: moves a drawn range value; a list has none
+    return a;
+  }
+
   // A profile's domain: or prop_runner --domain over a parsed declaration:
   // `dtypes` replaces the case's dtype choices (and those of every input
   // that takes the case's dtype), a dim's name replaces that dim (op.dims'
-  // grammar). It changes which cases are drawn, not how one is checked; the
-  // relations must still hold.
+  // grammar), an attr's name narrows that attr (narrowed_attr). It changes
+  // which cases are drawn, not how one is checked; the relations must still
+  // hold.
   std::shared_ptr<const Decl> override_domain(const Decl& base, const YAML::Node& o) {
     section_.reset(o);
     auto d = std::make_shared<Decl>(base);
     if (!d->declared) d->declared = std::make_shared<const Decl>(base);
     std::vector<std::string> keys = {"dtypes"};
     for (const auto& dd : base.dims) keys.push_back(dd.name);
+    for (const auto& a : base.attrs) keys.push_back(a.name);
     const std::string what = "the domain of op " + base.name;
     for (const auto& [k, v] : entries(o, what)) {
       if (k.Scalar() == "dtypes") {
@@ -802,9 +863,14 @@ class Parser {
         d->case_dtypes = t;
         continue;
       }
+      if (const auto a = std::ranges::find(d->attrs, k.Scalar(), &AttrDecl::name); a != d->attrs.end()) {
+        const Decl& declared = base.declared ? *base.declared : base;
+        *a = narrowed_attr(declared.attrs[static_cast<size_t>(a - d->attrs.begin())], k, v);
+        continue;
+      }
       const int at = base.dim_index(k.Scalar());
       if (at < 0)
-        fail(k, fmt::format("unknown key '{}' in {} (its dtypes and dims){}", k.Scalar(), what,
+        fail(k, fmt::format("unknown key '{}' in {} (its dtypes, dims and attrs){}", k.Scalar(), what,
                             suggestion(k.Scalar(), keys)));
       d->dims[size_t(at)] = dim(k, v);
     }

@@ -178,7 +178,7 @@ Case Traits::transform(const std::string& name, const Case& c, const Values& par
 }
 
 // ---------------------------------------------------------------- the family
-// --domain over an op takes `dtypes` and each dim, in op.dims' grammar.
+// --domain over an op takes `dtypes`, each dim (op.dims' grammar) and each attr.
 std::vector<std::pair<std::string, std::string>> OpFamily::domain_lines(const Values&) const {
   std::vector<std::string> names;
   for (DType t : decl_->case_dtypes) names.push_back(dtype_name(t));
@@ -189,6 +189,13 @@ std::vector<std::pair<std::string, std::string>> OpFamily::domain_lines(const Va
                                      : fmt::format("{{one_of: [{}]}}", fmt::join(d.one_of, ", "));
     if (d.multiple_of > 1) v = fmt::format("{{range: [{}, {}], multiple_of: {}}}", d.lo, d.hi, d.multiple_of);
     lines.push_back({d.name, v});
+  }
+  for (const AttrDecl& a : decl_->attrs) {
+    std::vector<std::string> values;
+    for (const double o : a.one_of)
+      values.push_back(a.labels.empty() ? fmt::format("{}", o) : a.labels.at(static_cast<size_t>(o)));
+    lines.push_back({a.name, a.one_of.empty() ? fmt::format("[{}, {}]", a.lo, a.hi)
+                                              : fmt::format("{{one_of: [{}]}}", fmt::join(values, ", "))});
   }
   return lines;
 }

@@ -745,11 +745,16 @@ TEST(Cli, ListOfASpecShowsItsDomain) {
   EXPECT_EQ(g["domain"]["dim"],
             nlohmann::json::parse(R"({"range": [1, 1024], "multiple_of": 64, "offsets": [-1, 0, 1]})"))
       << gpu.out;
-  // An op's domain: its dtypes and dims.
+  // An op's domain: its dtypes, dims and attrs.
   const CliRun op = run("--list --spec " + std::string(KPROP_SOURCE_DIR) + "/specs/ops/rmsnorm.yaml");
   EXPECT_EQ(op.code, 0) << op.out;
   EXPECT_NE(op.out.find("  dtypes  [f32, f64, f16, bf16]\n"), std::string::npos) << op.out;
   EXPECT_NE(op.out.find("  T       ["), std::string::npos) << op.out;
+  EXPECT_NE(op.out.find("  eps     {one_of: [1e-05, 1e-06]}\n"), std::string::npos) << op.out;
+  const CliRun narrowed = run("--list --spec " + std::string(KPROP_SOURCE_DIR) +
+                              "/specs/ops/rmsnorm.yaml --domain '{eps: 1.0e-6}'");
+  EXPECT_EQ(narrowed.code, 0) << narrowed.out;
+  EXPECT_NE(narrowed.out.find("  eps     {one_of: [1e-06]}\n"), std::string::npos) << narrowed.out;
 }
 
 // An output read only by a `when` is not checked by that invariant (a
@@ -1203,8 +1208,8 @@ TEST(Cli, LeftOutValuesAndModesWithoutReportsAreInputErrors) {
        "is inside the folder --replay reads"},
       {"--spec " + kSpec + " --no-corpus --domain '{vocab: null}'", "--domain:1:2: 'vocab' has no value"},
       {"--spec " + ops + " --no-corpus --domain '{t: [2, 3]}'",
-       "--domain:1:2: unknown key 't' in the domain of op rmsnorm (its dtypes and dims) (did you mean "
-       "'T'?); valid: dtypes, T, D"},
+       "--domain:1:2: unknown key 't' in the domain of op rmsnorm (its dtypes, dims and attrs) (did you "
+       "mean 'T'?); valid: dtypes, T, D, eps"},
       {"--spec " + ops + " --no-corpus --domain '{dtypes: [i32]}'",
        "--domain:1:10: dtypes: the case's dtype is floating (f32, f64, f16, bf16); got i32"},
       // A dtype the op does not declare: drawn, its cases were refused on replay.

@@ -1240,8 +1240,8 @@ TEST(OpDomain, ProfileAndCommandLineDomainsReplaceDtypesAndDims) {
   }
   EXPECT_EQ(
       load_error(std::string(kDomainSpec) + "profiles:\n  small:\n    domain: {Q: 2}\n"),
-      "op.yaml:27:14: unknown key 'Q' in the domain of op shrink (its dtypes and dims) (did you mean 'T'?); "
-      "valid: dtypes, T, D, H, K");
+      "op.yaml:27:14: unknown key 'Q' in the domain of op shrink (its dtypes, dims and attrs) (did you mean "
+      "'T'?); valid: dtypes, T, D, H, K, eps, n");
   auto error = [](const std::string& domain) {
     return kprop::testing::spec_load_error(kRichSpec, "rich.yaml", "", domain);
   };
@@ -1252,6 +1252,80 @@ TEST(OpDomain, ProfileAndCommandLineDomainsReplaceDtypesAndDims) {
   EXPECT_EQ(error("{dtypes: []}"), "--domain:1:10: dtypes is empty; valid: f32, f64");
   EXPECT_EQ(error("{Nq: {range: [1, 4], every: 2}}"),
             "--domain:1:22: unknown key 'every' in dim Nq; valid: range, multiple_of, one_of");
+}
+
+// An attr's name in --domain or a profile's domain: narrows it to values its
+// declaration allows (a number, a sub-range, some of its one_of or named
+// choices); its kind stays the declaration's, widening is an error at the
+// option, and a case the whole declaration allows still replays.
+TEST(OpDomain, AnAttrIsNarrowedWithinItsDeclaration) {
+  auto rich_with_attrs = [](const std::string& attrs) {
+    std::string s = kRichSpec;
+    return s.insert(s.find("  relations:"), attrs);
+  };
+  auto drawn = [](const Spec& spec, size_t attr) {
+    const OpFamily& f = op_family(spec);
+    std::set<double> values;
+    for (uint64_t seed = 1; seed <= 200; ++seed) {
+      const std::vector<uint8_t> bytes = f.seed_bytes(spec.domain, seed, 100);
+      const AnyCase any = f.from_bytes(bytes.data(), bytes.size(), spec.domain);
+      values.insert(as_case(any).attrs.at(attr));
+    }
+    return values;
+  };
+  // eps (attr 0) a range, n (attr 1) an integer range.
+  const std::set<double> eps = drawn(parse_spec(kDomainSpec, "shrink.yaml", "", "{eps: 1.0e-4}"), 0);
+  EXPECT_EQ(eps, (std::set<double>{1e-4}));
+  const std::set<double> sub =
+      drawn(parse_spec(kDomainSpec, "shrink.yaml", "", "{eps: [1.0e-5, 2.0e-5]}"), 0);
+  EXPECT_GT(sub.size(), 10u);
+  EXPECT_GE(*sub.begin(), 1e-5);
+  EXPECT_LE(*sub.rbegin(), 2e-5);
+  EXPECT_EQ(drawn(parse_spec(kDomainSpec, "shrink.yaml", "", "{n: {one_of: [3, 7]}}"), 1),
+            (std::set<double>{3, 7}));
+  // A profile's domain narrows; --domain applies after it.
+  const std::string profiled = std::string(kDomainSpec) + "profiles:\n  small:\n    domain: {n: 4}\n";
+  EXPECT_EQ(drawn(parse_spec(profiled, "shrink.yaml", "small", ""), 1), (std::set<double>{4}));
+  EXPECT_EQ(drawn(parse_spec(profiled, "shrink.yaml", "small", "{n: [8, 8]}"), 1), (std::set<double>{8}));
+  // A named choice takes names; the case keeps the declaration's index.
+  const std::string named = rich_with_attrs("  attrs: {act: {one_of: [gelu, tanh, relu]}}\n");
+  EXPECT_EQ(drawn(parse_spec(named, "rich.yaml", "", "{act: [relu, tanh]}"), 0), (std::set<double>{1, 2}));
+  EXPECT_EQ(drawn(parse_spec(named, "rich.yaml", "", "{act: relu}"), 0), (std::set<double>{2}));
+  auto error = [](const std::string& spec, const std::string& domain) {
+    return kprop::testing::spec_load_error(spec, "op.yaml", "", domain);
+  };
+  EXPECT_EQ(error(kDomainSpec, "{eps: [1.0e-6, 1.0e-2]}"),
+            "--domain:1:7: op.attrs declares attr eps [1e-06, 0.001]; [1e-06, 0.01] is not within it (a "
+            "domain narrows an attr)");
+  EXPECT_EQ(
+      error(kDomainSpec, "{n: 2.5}"),
+      "--domain:1:5: op.attrs declares attr n [2, 9] (integers); 2.5 is not one of its values (a domain "
+      "narrows an attr)");
+  EXPECT_EQ(error(kDomainSpec, "{n: {range: [2, 9], int: true}}"),
+            "--domain:1:21: unknown key 'int' in attr n in a domain (int: and near: stay op.attrs'); valid: "
+            "one_of, range");
+  EXPECT_EQ(error(kDomainSpec, "{eps: {one_of: [gelu]}}"), "--domain:1:7: attr eps takes numbers, not names");
+  EXPECT_EQ(error(named, "{act: [relu, sigmoid]}"),
+            "--domain:1:14: attr act: 'sigmoid' is not one of its choices; valid: gelu, tanh, relu");
+  EXPECT_EQ(error(named, "{act: [relu, relu]}"), "--domain:1:14: attr act.one_of lists 'relu' twice");
+  EXPECT_EQ(error(named, "{act: []}"),
+            "--domain:1:7: attr act is a named choice: give some of its names (gelu, tanh, relu)");
+  const std::string listed = rich_with_attrs("  attrs: {k: {one_of: [1, 2, 4]}}\n");
+  EXPECT_EQ(error(listed, "{k: [1, 2]}"),
+            "--domain:1:5: op.attrs declares attr k one of 1, 2, 4: a domain narrows it to some of those "
+            "values ({one_of: [...]}), not a range");
+  // A case stored under the whole declaration replays in a narrowed run
+  // (the corpus file is held to the declaration, as its dtype is).
+  const Spec whole = parse_spec(kDomainSpec, "shrink.yaml");
+  const OpFamily& f = op_family(whole);
+  const std::vector<uint8_t> bytes = f.seed_bytes(whole.domain, 3, 100);
+  const AnyCase stored = f.from_bytes(bytes.data(), bytes.size(), whole.domain);
+  const YAML::Node file = Traits::to_yaml(as_case(stored));
+  const double n = as_case(stored).attrs[1];
+  const Spec narrow =
+      parse_spec(kDomainSpec, "shrink.yaml", "", fmt::format("{{n: {}, eps: 1.0e-3}}", n == 9 ? 2 : n + 1));
+  const AnyCase replayed = op_family(narrow).from_yaml(file);
+  EXPECT_EQ(as_case(replayed).attrs, as_case(stored).attrs);
 }
 
 // ---------------------------------------------------------------- load-time errors of the domain
