@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -856,9 +857,24 @@ std::vector<MutantRow> run_mutants(const Spec& spec, const RunOptions& options) 
 
 namespace {
 
+// A corpus file's invariants (quoted) that neither the spec nor its family
+// has, with the spec's nearest to `first` (a typo in a hand-written file).
+std::string no_such_invariant(const Spec& spec, const std::vector<std::string>& quoted,
+                              const std::string& first) {
+  std::vector<std::string> spec_names;
+  for (const InvariantUse& u : spec.invariants) spec_names.push_back(u.name);
+  return fmt::format(
+      "its invariant{} {} {} neither in the spec nor registered by family '{}'{} (renamed? fix the "
+      "file's invariant: line)",
+      quoted.size() > 1 ? "s" : "", fmt::join(quoted, ", "), quoted.size() > 1 ? "are" : "is",
+      spec.family->name(), did_you_mean(first, spec_names));
+}
+
 // One corpus file of a replay; `stopped` when Ctrl-C stopped the target.
+// `folder`: the folder --replay named, whose tree the file was listed from
+// ("" for a file named itself).
 ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUse*>& uses,
-                      const std::string& file, bool& stopped) {
+                      const std::string& file, const std::string& folder, bool& stopped) {
   const Spec& spec = ctx.spec;
   const Family& family = *spec.family;
   ReplayRow row;
@@ -896,18 +912,33 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
     e = read_entry(file);
     row.invariant = e.invariant;
     row.found_against = e.found_against;
+    // A case of another spec in that spec's folder below the folder named
+    // (--replay corpus/, a root holding dflash/, beam/, ...) is that spec's
+    // to replay: a skip that says so. Named on its own, in the folder named
+    // (--replay corpus/beam with dflash's spec) or in another folder (a file
+    // misfiled into this spec's), it is an error, below.
+    const auto renamed = [&](const std::string& old_name) {
+      return std::any_of(renamed_specs().begin(), renamed_specs().end(),
+                         [&](const auto& r) { return r.first == old_name && r.second == spec.name; });
+    };
+    const std::filesystem::path parent = std::filesystem::path(file).parent_path();
+    std::error_code same_error;
+    if (!folder.empty() && !e.spec.empty() && e.spec != spec.name && !renamed(e.spec) &&
+        parent.filename() == e.spec && !std::filesystem::equivalent(parent, folder, same_error)) {
+      row.target_detail = fmt::format(
+          "not replayed: spec {}'s case, in its folder of the corpus (replay it with that spec's --spec)",
+          e.spec);
+      return row;
+    }
     if (e.family != family.name())
       throw InputError(e.at("family"), fmt::format("corpus case is for family '{}', the spec tests '{}'",
                                                    e.family, family.name()));
     // A case stored under a spec's old name (renamed_specs()) is still its own.
-    const bool renamed = std::any_of(renamed_specs().begin(), renamed_specs().end(), [&](const auto& r) {
-      return r.first == e.spec && r.second == spec.name;
-    });
     if (e.spec.empty())
       throw InputError({file, 1, 1}, fmt::format("corpus case names no spec (add spec: {} if it is this "
                                                  "spec's): its domain and invariants are that spec's",
                                                  spec.name));
-    if (e.spec != spec.name && !renamed)
+    if (e.spec != spec.name && !renamed(e.spec))
       throw InputError(e.at("spec"),
                        fmt::format("corpus case is for spec '{}', not '{}'", e.spec, spec.name));
     // The profile it was found under decides which invariants it may be
@@ -958,11 +989,7 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
             names.size() > 1 ? "s" : "", fmt::join(names, ", "));
         return row;
       }
-      throw InputError(e.at("invariant"),
-                       fmt::format("its invariant{} {} {} neither in the spec nor registered by "
-                                   "family '{}' (renamed? fix the file's invariant: line)",
-                                   names.size() > 1 ? "s" : "", fmt::join(names, ", "),
-                                   names.size() > 1 ? "are" : "is", family.name()));
+      throw InputError(e.at("invariant"), no_such_invariant(spec, names, e.invariant));
     }
     row.invariant = first->invariant;
     row.found_against = first->found_against;
@@ -1124,10 +1151,7 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
     if (invariant < 0 && !in_spec) {
       row.mutant_checked = true;
       row.mutant_stale = row.mutant_still_fails;
-      no_longer_fails(fmt::format(
-          "its invariant '{}' is neither in the spec nor registered by family '{}' (renamed? fix the file's "
-          "invariant: line)",
-          finding.invariant, family.name()));
+      no_longer_fails(no_such_invariant(spec, {"'" + finding.invariant + "'"}, finding.invariant));
       continue;
     }
     // Found under a profile whose list has it where this run's list has not
@@ -1233,6 +1257,7 @@ std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, 
   const RunContext ctx = make_context(spec, options, 0);
   const auto uses = selected_uses(spec, options);
   const std::vector<std::string> files = list_corpus(path);
+  const std::string folder = std::filesystem::is_directory(path) ? path : "";
   // --jobs: file n is replayed by whichever worker claims it (kprop/jobs.h).
   const int jobs =
       options.target_transport || options.reference_transport || in_process_cuda() ? 1 : options.jobs;
@@ -1241,7 +1266,7 @@ std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, 
     auto own = std::make_shared<RunContext>(external ? make_context(spec, options, 0) : ctx);
     return [&, own](int64_t n, const std::string&) {
       bool stopped = false;
-      return replay_row_json(replay_file(*own, uses, files[size_t(n)], stopped)).dump();
+      return replay_row_json(replay_file(*own, uses, files[size_t(n)], folder, stopped)).dump();
     };
   });
   std::vector<ReplayRow> rows;
@@ -1251,7 +1276,7 @@ std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, 
     if (interrupted()) break;
     bool stopped = false;
     rows.push_back(payload ? replay_row_from_json(nlohmann::json::parse(*payload))
-                           : replay_file(ctx, uses, files[n], stopped));
+                           : replay_file(ctx, uses, files[n], folder, stopped));
     if (stopped) {
       rows.pop_back();
       break;

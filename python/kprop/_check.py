@@ -578,7 +578,12 @@ class _InvariantCall:
         if not isinstance(answer, (np.ndarray, list, tuple, str, bytes)) and hasattr(answer, "__array__"):
             answer = np.asarray(answer)  # a torch tensor (on the CPU), a NumPy-like array
         if isinstance(answer, np.ndarray) and answer.dtype == np.bool_:
-            if answer.size == 0 or bool(np.all(answer)):
+            # No element, no verdict: a discard, as an expression's `compares
+            # no element on this case` (it passed every case, checking nothing).
+            if answer.size == 0:
+                return ("discard", "%s returned an empty array (shape %s): it judges nothing on this case" % (
+                    self.defn.name, answer.shape))
+            if bool(np.all(answer)):
                 return None
             bad = np.argwhere(~answer)
             return ("fail", "%s: %d of %d elements false, first at %s" % (
@@ -1262,7 +1267,7 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
     spec_ref = _spec_ref(spec, text, is_text)
     name = _isolated_name(fn) if isolate else args["target"]["name"]
     targets = [t for t in (target, ref_target) if t is not None]
-    command = args["target"]["exec"]
+    command = _runner_replays(args, is_text)
     opts = dict(invariants=invariants, isolate=isolate, tensors=tensors, device=device, case_timeout=case_timeout,
                 reference=reference, extra_invariants=extra_invariants, profile=profile, domain=domain,
                 max_case_mb=max_case_mb)
@@ -1412,6 +1417,14 @@ def _extra_name(f) -> Optional[str]:
     return getattr(getattr(f, "_kprop_invariant", None), "name", None) or getattr(f, "__name__", None)
 
 
+def _runner_replays(args, is_text: bool) -> Optional[str]:
+    """The isolated worker's command when a finding's replay is prop_runner's
+    (`prop_runner --spec FILE --target 'exec:...'`), else None: a dict spec
+    is no file that --spec could name, so its replay is kprop.replay's
+    (with isolate=True)."""
+    return None if is_text else args["target"]["exec"]
+
+
 def _by_extra_invariant(invariant: str, opts: Mapping[str, Any]) -> bool:
     """A finding of an extra (Python) invariant, which prop_runner does not
     know: its replay is kprop.replay's, not a prop_runner command."""
@@ -1500,14 +1513,19 @@ def _corpus_files(folder: str) -> List[str]:
 
 def _replayable(path: str, known: set, family: str, spec_name: str) -> bool:
     """Whether a run with these invariants replays the stored case at path:
-    not one found by an invariant it lacks (another test's @kprop.invariant).
-    A case of another spec is replayed, so that the replay says so (an
-    error, as prop_runner's), not left alone as another run's."""
+    not one kprop.check found (found_by: python) by an invariant it lacks
+    (another test's @kprop.invariant). A case of another spec is replayed,
+    so that the replay says so (an error, or a skip in that spec's folder
+    of a corpus root, as prop_runner's), and so is a hand-written file
+    naming an invariant nothing has (a typo: an error, as prop_runner's),
+    not left alone as another run's."""
     stored_spec = _kprop.stored_spec(os.fspath(path))
     if stored_spec and stored_spec != spec_name:
         return True
     names = _stored_invariants(path)
-    return not names or any(not name or name in known or _registered(family, name) for name in names)
+    if not names or any(not name or name in known or _registered(family, name) for name in names):
+        return True
+    return _kprop.stored_found_by(os.fspath(path)) != "python"
 
 
 def replay(spec, fn, path: str, *, invariants: Optional[Sequence[str]] = None, isolate: bool = False,
@@ -1584,7 +1602,7 @@ def _replay(spec, fn, path: str, *, invariants=None, isolate=False, tensors="num
             raise ValueError("kprop: %s: %s" % (row["path"], row["stale"]))
         if not row["ok"]:
             f = _stored_finding(row, [t for t in (target, ref_target) if t is not None],
-                                _spec_ref(spec, text, is_text), fn, args["target"]["exec"], opts)
+                                _spec_ref(spec, text, is_text), fn, _runner_replays(args, is_text), opts)
             counterexample = Counterexample(format_finding(
                 f, info["name"], _isolated_name(fn) if isolate else args["target"]["name"]), f)
             stopper.finish(counterexample)

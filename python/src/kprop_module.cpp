@@ -704,6 +704,16 @@ std::string stored_spec(const std::string& path) {
   }
 }
 
+// Who stored a case file (its found_by: "python" for kprop.check, ...; ""
+// for a hand-written file, or one that does not read).
+std::string stored_found_by(const std::string& path) {
+  try {
+    return kprop::read_entry(path).found_by;
+  } catch (const kprop::InputError&) {
+    return "";
+  }
+}
+
 // The case a stored file holds, as a finding's case_yaml is (the file's
 // `case:` alone, not its header); "" for a file that does not read.
 std::string stored_case(const std::string& path) {
@@ -748,6 +758,7 @@ NB_MODULE(_kprop, m) {
         nb::arg("max_case_mb") = 0);
   m.def("stored_invariants", &stored_invariants, nb::arg("path"));
   m.def("stored_spec", &stored_spec, nb::arg("path"));
+  m.def("stored_found_by", &stored_found_by, nb::arg("path"));
   m.def("stored_case", &stored_case, nb::arg("path"));
   m.def("stored_outside_domain", &stored_outside_domain, nb::arg("spec"), nb::arg("spec_is_text"),
         nb::arg("profile"), nb::arg("domain"), nb::arg("max_case_mb"), nb::arg("path"));

@@ -1,12 +1,14 @@
 """kprop.check in process: NumPy targets of examples/python, correct and with
 planted bugs (each must be caught and shrunk), declines, errors, replay."""
 import os
+import shutil
 import subprocess
 
 import numpy as np
 import pytest
 
 import kprop
+from conftest import REPO
 
 SEED = 20261122
 
@@ -452,6 +454,60 @@ def test_a_stored_case_of_an_extra_invariant_is_left_to_the_runs_that_have_it(ex
         assert ("skip  %s  (not replayed: found by kprop.check's invariant 'first_prob_small', which this run does "
                 "not have" % path) in r.stdout, r.stdout
         assert "SKIPPED: 0 of 1 corpus files passed" in r.stdout, r.stdout
+
+
+def test_a_hand_written_case_whose_invariant_nothing_has_is_an_error(example, corpus):
+    # docs/PYTHON.md: only kprop.check's own files (found_by: python) of an
+    # invariant this run lacks are left alone; a typo in a hand-written one
+    # was skipped without a word (check replayed 0, replay returned 0), where
+    # prop_runner --replay exits 2 saying which invariant.
+    mod = example("softmax_topk")
+    folder = os.path.join(corpus, "softmax_topk")
+    os.makedirs(folder)
+    source = os.path.join(REPO, "corpus", "softmax_topk")
+    name = sorted(os.listdir(source))[0]
+    with open(os.path.join(source, name)) as f:
+        text = f.read()
+    assert "invariant: shift_invariance\n" in text and "found_by: rapidcheck\n" in text
+    path = os.path.join(folder, name)
+    with open(path, "w") as f:
+        f.write(text.replace("invariant: shift_invariance\n", "invariant: shift_invariace\n"))
+    typo = r"its invariant 'shift_invariace' is neither in the spec nor registered by family 'softmax_topk' " \
+           r"\(did you mean 'shift_invariance'\?\)"
+    with pytest.raises(ValueError, match=typo):
+        kprop.check("softmax_topk", mod.softmax_topk, seed=1, trials=5, corpus=corpus)
+    for target in (folder, corpus, path):
+        with pytest.raises(ValueError, match=typo):
+            kprop.replay("softmax_topk", mod.softmax_topk, target)
+
+
+def test_replay_of_a_corpus_root_leaves_other_specs_folders_to_their_specs(example, tmp_path):
+    # A corpus root holds a folder per spec: its other specs' cases made
+    # kprop.replay (and prop_runner --replay) of the root an error ("corpus
+    # case is for family 'layernorm'"). They are skipped, saying whose they
+    # are; a case misfiled into this spec's folder is still an error.
+    mod = example("softmax_topk")
+    root = tmp_path / "corpus"
+    for spec in ("softmax_topk", "layernorm"):
+        shutil.copytree(os.path.join(REPO, "corpus", spec), root / spec)
+    ours, theirs = sorted(os.listdir(root / "softmax_topk")), sorted(os.listdir(root / "layernorm"))
+    checked, why = kprop._check._replay("softmax_topk", mod.softmax_topk, str(root))
+    assert checked > 0
+    assert why == ["not replayed: spec layernorm's case, in its folder of the corpus (replay it with that spec's "
+                   "--spec)"] * len(theirs)
+    assert kprop.replay("softmax_topk", mod.softmax_topk, str(root)) == checked
+    assert kprop.replay("softmax_topk", mod.softmax_topk, str(root / "softmax_topk")) == checked
+    runner = kprop._check._prop_runner()
+    if runner is not None:
+        r = subprocess.run([runner, "--spec", os.path.join(kprop.SPECS_DIR, "softmax_topk.yaml"), "--replay",
+                            str(root)], capture_output=True, text=True, cwd=str(tmp_path), timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "PASSED: %d of %d corpus files passed" % (len(ours), len(ours) + len(theirs)) in r.stdout, r.stdout
+        assert ("skip  %s  (not replayed: spec layernorm's case" % (root / "layernorm" / theirs[0])) in r.stdout
+    shutil.copy(root / "layernorm" / theirs[0], root / "softmax_topk" / "misfiled.yaml")
+    with pytest.raises(ValueError, match="misfiled.yaml:3:9: corpus case is for family 'layernorm', the spec "
+                                         "tests 'softmax_topk'"):
+        kprop.replay("softmax_topk", mod.softmax_topk, str(root))
 
 
 def test_spec_as_a_dict(example, corpus):

@@ -113,6 +113,23 @@ def test_an_isolated_finding_of_an_extra_invariant_replays_in_python(corpus):
         assert replay.startswith("kprop.replay(") and "extra_invariants=[first_probability_below_half]" in replay
 
 
+def test_an_isolated_finding_of_a_dict_spec_replays_in_python(corpus):
+    # A dict spec is no file prop_runner --spec could open: its replay printed
+    # `prop_runner --spec '<dict>' ...` (exit 2, "File does not exist"). It is
+    # kprop.replay's, with isolate=True, and it runs as printed, found fresh
+    # or stored.
+    spec = {"spec": "topk_dict", "family": "softmax_topk", "invariants": ["matches_reference"]}
+    for _ in range(2):
+        with pytest.raises(kprop.Counterexample) as excinfo:
+            kprop.check(spec, softmax_topk, reference=inflated_reference, seed=SEED, trials=20, corpus=corpus,
+                        isolate=True)
+        f = excinfo.value.finding
+        assert f.replay.startswith("kprop.replay({") and "isolate=True" in f.replay, f.replay
+        with pytest.raises(kprop.Counterexample) as again:
+            eval(f.replay, {"kprop": kprop, "softmax_topk": softmax_topk, "inflated_reference": inflated_reference})
+        assert again.value.finding.path == f.path and f.message in again.value.finding.message
+
+
 def writes_its_input_in_place(logits, k, **attrs):
     """Computes right, then scribbles over its input through a raw pointer,
     as a C kernel would: NumPy's read-only flag does not stop that."""

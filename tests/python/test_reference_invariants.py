@@ -229,6 +229,23 @@ def test_an_invariant_answer_with_no_one_truth_value_is_never_a_pass(example, co
                     seed=SEED, trials=5, corpus=corpus)
 
 
+def test_an_empty_bool_array_is_a_discard_never_a_pass(example, corpus):
+    # A slice past the end compares nothing: it passed every case, as an
+    # expression's `compares no element on this case` is discarded.
+    good = example("softmax_topk")
+
+    @kprop.invariant
+    def past_the_end(target_probs, K):
+        return target_probs[..., int(K):] == 0
+
+    with pytest.raises(kprop.HealthCheckFailure, match=r"past_the_end returned an empty array \(shape "
+                                                       r"\(.*\)\): it judges nothing on this case") as excinfo:
+        kprop.check("softmax_topk", good.softmax_topk, extra_invariants=[past_the_end],
+                    invariants=["past_the_end"], seed=SEED, trials=10, corpus=corpus)
+    (row,) = excinfo.value.result.invariants
+    assert row.passed == 0 and row.discarded > 0
+
+
 def test_bad_invariant_declarations_are_clear_errors(example, corpus):
     mod = example("softmax_topk")
 
