@@ -1349,6 +1349,21 @@ bool mark_reads_target(Node& n, std::set<const Node*>& done) {
   return n.reads_target = reads;
 }
 
+// Node::may_drop_target for every node, each computed once (after
+// mark_reads_target).
+bool mark_may_drop_target(Node& n, std::set<const Node*>& done) {
+  if (!done.insert(&n).second) return n.may_drop_target;
+  const bool selective = (n.kind == Kind::call && n.op == "where" && n.args.size() == 3) ||
+                         (n.kind == Kind::binary && (n.op == "and" || n.op == "or"));
+  bool drops = false;
+  if (selective && n.reads_target)
+    for (const NodeP& a : n.args) drops = drops || !a->reads_target;
+  for_each_child(n, [&](const NodeP& c) {
+    if (mark_may_drop_target(*c, done)) drops = true;
+  });
+  return n.may_drop_target = drops;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- Expression
@@ -1366,6 +1381,8 @@ Expression Expression::compile(const std::string& text, const TensorInfos& tenso
   mark_shared(*root);
   std::set<const Node*> done;
   mark_reads_target(*root, done);
+  done.clear();
+  mark_may_drop_target(*root, done);
   e.root_ = root;
   e.names_.assign(used.begin(), used.end());
   return e;

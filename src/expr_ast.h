@@ -60,6 +60,12 @@ struct Node {
   // compiled: the evaluator asks on every check, and a walk of a tree with
   // shared nodes revisits them).
   bool reads_target = false;
+  // A where() or an elementwise and/or at or below it has an operand that
+  // reads the target next to one that does not: on a case, its value may
+  // be decided without the target (a where's constant branch picked at
+  // every element). Set when compiled; the evaluator then asks which
+  // elements the target decided (expr_eval.cpp, decided_by_target).
+  bool may_drop_target = false;
 };
 
 // Calls f on each child of n that is set, in evaluation order: the

@@ -2016,11 +2016,127 @@ Expression::Outcome explain(const std::string& text, const Node& n, const Tensor
   return out;
 }
 
+// ---------------------------------------------------------------- what the target decided
+// A verdict that holds may rest on no output of the target: every element
+// of `all(where(row_masked, target.y == -inf, true))` on a case with no
+// masked row is the constant branch's, and of `all(not c or target.y > 0)`
+// where c is false everywhere the left side's; it held whatever the kernel
+// returned. Such a case judges nothing (discarded, as a false `when:`).
+//
+// decided_by_target(n): for each element of n's value, whether an output of
+// the target could change it. A where's element follows its condition and
+// the branch it picked; an elementwise `and` follows a side where the other
+// is true, an `or` a side where the other is false; `not`, comparisons and
+// arithmetic follow their operands; a reduction follows any element it
+// reduces. Any other node that reads the target is taken to depend on it at
+// every element (generous: only a holding verdict with no element decided
+// by the target is discarded, and a node this cannot see through never
+// makes one).
+Tensor decided_by_target(const Node& n, const TensorMap& m);
+
+Tensor mask_like(const Tensor& v, double bit) {
+  return Tensor{v.shape, std::vector<double>(v.size(), bit), DType::boolean};
+}
+
+// The elements of a reduction's result (over n.axis, or all) that any
+// decided element of its operand reaches.
+Tensor any_reduced(const Node& n, const Tensor& mask) {
+  const Reduction r = reduction(n, mask.shape);
+  const Split s = r.s;
+  Tensor out{r.shape, std::vector<double>(static_cast<size_t>(s.outer * s.inner), 0), DType::boolean};
+  for (int64_t o = 0; o < s.outer; ++o)
+    for (int64_t k = 0; k < s.n; ++k)
+      for (int64_t i = 0; i < s.inner; ++i)
+        if (mask.data[static_cast<size_t>((o * s.n + k) * s.inner + i)] != 0)
+          out.data[static_cast<size_t>(o * s.inner + i)] = 1;
+  return out;
+}
+
+Tensor decided_by_target(const Node& n, const TensorMap& m) {
+  if (n.kind == Kind::binary && (n.op == "and" || n.op == "or") && n.may_drop_target) {
+    // Each side's value and mask; a side that judges nothing (close(k=) with
+    // no element to judge) leaves the verdict to the other, as in explain().
+    using Side = std::optional<std::pair<Tensor, Tensor>>;
+    const auto side = [&](const Node& x) -> Side {
+      try {
+        return std::pair{Tensor(*evaluate(x, m)), decided_by_target(x, m)};
+      } catch (const NothingJudged&) {
+        return std::nullopt;
+      }
+    };
+    const bool is_and = n.op == "and";
+    const Side a = side(*n.args[0]);
+    // A scalar left side that decides (false and ..., true or ...) leaves
+    // the right unread, as evaluate() does (it may guard an index).
+    if (a && n.shape.empty() && a->first.size() == 1 && (a->first.data[0] != 0) != is_and) return a->second;
+    const Side b = side(*n.args[1]);
+    if (!a || !b) {
+      if (!a && !b) throw NothingJudged("neither side judges anything");
+      return (a ? a : b)->second;
+    }
+    const Dims shape = broadcast_rt(a->first.shape, b->first.shape);
+    const Tensor av = expand(a->first, shape), bv = expand(b->first, shape);
+    const Tensor da = expand(a->second, shape), db = expand(b->second, shape);
+    Tensor out{shape, std::vector<double>(static_cast<size_t>(count(shape)), 0), DType::boolean};
+    // Where one side decides the element (a false side of an `and`, a
+    // true side of an `or`), the target decides it if it decided such a
+    // side; elsewhere, if it decided either side.
+    for (size_t i = 0; i < out.size(); ++i) {
+      const bool a_decides = (av.data[i] != 0) != is_and, b_decides = (bv.data[i] != 0) != is_and;
+      const bool ta = da.data[i] != 0, tb = db.data[i] != 0;
+      out.data[i] = (a_decides || b_decides ? (a_decides && ta) || (b_decides && tb) : ta || tb) ? 1 : 0;
+    }
+    return out;
+  }
+  const Ref v = evaluate(n, m);
+  if (!reads_target(n)) return mask_like(*v, 0);
+  if (!n.may_drop_target) return mask_like(*v, 1);
+  const Dims& shape = v->shape;
+  Tensor out = mask_like(*v, 0);
+  if (n.kind == Kind::call && n.op == "where" && n.args.size() == 3) {
+    const Tensor c = expand(*evaluate(*n.args[0], m), shape);
+    const Tensor dc = expand(decided_by_target(*n.args[0], m), shape);
+    const Tensor da = expand(decided_by_target(*n.args[1], m), shape);
+    const Tensor db = expand(decided_by_target(*n.args[2], m), shape);
+    for (size_t i = 0; i < out.size(); ++i)
+      out.data[i] = (dc.data[i] != 0 || (c.data[i] != 0 ? da.data[i] : db.data[i]) != 0) ? 1 : 0;
+    return out;
+  }
+  if (n.kind == Kind::unary) return decided_by_target(*n.args[0], m);
+  if (n.kind == Kind::binary) {  // comparisons and arithmetic: either side
+    const Tensor da = expand(decided_by_target(*n.args[0], m), shape);
+    const Tensor db = expand(decided_by_target(*n.args[1], m), shape);
+    for (size_t i = 0; i < out.size(); ++i) out.data[i] = (da.data[i] != 0 || db.data[i] != 0) ? 1 : 0;
+    return out;
+  }
+  const bool reduces = n.kind == Kind::call && n.args.size() == 1 &&
+                       (n.op == "sum" || n.op == "mean" || n.op == "rowsum" || n.op == "min" ||
+                        n.op == "max" || n.op == "any" || n.op == "all");
+  if (reduces) return any_reduced(n, decided_by_target(*n.args[0], m));
+  return mask_like(*v, 1);
+}
+
 }  // namespace
 
 Expression::Outcome Expression::check(const TensorMap& tensors) const {
   const SharedValues shared;
-  return explain(text_, *root_, tensors);
+  Outcome out = explain(text_, *root_, tensors);
+  // Held: on what the target decided, or on nothing of it (decided_by_target).
+  if (out.holds && root_->may_drop_target) {
+    std::unordered_map<const Node*, Tensor> values;  // each node evaluated once, as in rounding_bound
+    struct Scope {
+      std::unordered_map<const Node*, Tensor>* saved = t_values;
+      ~Scope() { t_values = saved; }
+    } scope;
+    t_values = &values;
+    const Tensor decided = decided_by_target(*root_, tensors);
+    if (std::none_of(decided.data.begin(), decided.data.end(), [](double v) { return v != 0; }))
+      throw NothingJudged(fmt::format(
+          "`{}` held without the target's outputs deciding any element on this case (a where's other "
+          "branch, or an and/or's other side, decided each)",
+          one_line(text_)));
+  }
+  return out;
 }
 
 }  // namespace kprop::expr

@@ -968,6 +968,62 @@ TEST(Expr, ASideThatJudgesNothingNextToOneThatReadsNoTargetJudgesNothing) {
   EXPECT_FALSE(check("all(target.y[:, D:] == 0) or D > 5").holds);
 }
 
+// A verdict that holds with no element decided by the target judges
+// nothing (the case is discarded): a where whose constant branch is picked
+// at every element, an `or` whose other side is true, an `and` whose other
+// side is false. `all(where(row_masked, target.y == -inf, true))` passed
+// every case without a masked row, a NaN-everywhere kernel's included.
+TEST(Expr, AVerdictTheTargetDecidedNoElementOfJudgesNothing) {
+  const TensorInfos infos = tensor_table(
+      "m [N] bool a mask\nx [N] real an input\nD [] int a dim\ntarget.y [N] real an output\n"
+      "target.ok [N] bool an output");
+  TensorMap none, some;
+  for (TensorMap* t : {&none, &some}) {
+    t->want("m"), t->want("x"), t->want("D"), t->want("target.y"), t->want("target.ok");
+    t->put("x", Tensor::of({3}, {1, 2, 3}));
+    t->put("D", Tensor::scalar(3, DType::integer));
+    t->put("target.ok", Tensor::of({3}, {1, 1, 1}, DType::boolean));
+  }
+  none.put("m", Tensor::of({3}, {0, 0, 0}, DType::boolean));
+  some.put("m", Tensor::of({3}, {0, 1, 0}, DType::boolean));
+  none.put("target.y", Tensor::of({3}, {NAN, NAN, NAN}));
+  some.put("target.y", Tensor::of({3}, {NAN, -INFINITY, NAN}));
+  const auto check = [&](const std::string& e, const TensorMap& t) {
+    return Expression::compile(e, infos).check(t);
+  };
+  for (const char* e :
+       {"all(where(m, target.y == -inf, true))", "where(m, target.y == -inf, true)",
+        "all(not m or target.y == -inf)", "all(target.y == -inf or not m)",
+        "not any(m and not (target.y == -inf))", "all(where(m, target.y == -inf, x > 0))",
+        "all(where(m, target.y == -inf, true), axis=0)", "all(where(m[None, :], target.y == -inf, true))",
+        "all(isfinite(x)) and all(where(m, target.y == -inf, true))"}) {
+    try {
+      check(e, none);
+      ADD_FAILURE() << e << " held on a case with no masked element";
+    } catch (const NothingJudged& err) {
+      EXPECT_NE(std::string(err.what())
+                    .find("held without the target's outputs deciding any element on this "
+                          "case"),
+                std::string::npos)
+          << err.what();
+    }
+    EXPECT_TRUE(check(e, some).holds) << e;  // the masked element is the target's: judged
+  }
+  // The target decides where the condition reads it, or a side of an and/or
+  // that matters does; a check that reads the target outright is judged.
+  for (const char* e :
+       {"all(where(target.ok, isnan(target.y) or target.y == -inf, false))",
+        "all(isnan(target.y) or target.y == -inf)", "all(where(m, true, isnan(target.y)))",
+        "all(where(m, target.y == -inf, true)) and all(target.ok)", "D == 2 or all(target.ok)"})
+    EXPECT_TRUE(check(e, none).holds) << e;
+  // A failure is a failure, whatever decided it.
+  EXPECT_FALSE(check("all(where(m, target.y == -inf, x > 2))", none).holds);
+  // The left side of a scalar `or` that holds leaves the right unread (it
+  // may guard an index out of range).
+  EXPECT_THROW(check("D > 2 or target.y[5] > 0", none), NothingJudged);
+  EXPECT_THROW(check("D == 3 or all(target.ok)", none), NothingJudged);
+}
+
 // The same-precision baseline rounds every real step, diff's subtraction
 // too, and no integer one: an integer matmul is exact. (diff was not
 // rounded, and integer matmuls were, so naive.Y set a budget from an error
