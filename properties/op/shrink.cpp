@@ -432,19 +432,36 @@ rc::Seq<Case> Traits::shrinks(const Case& c0, const Values&) {
   return rc::seq::concat(std::move(structure), rc::seq::fromContainer(std::move(global)), std::move(values));
 }
 
+// What an attr's (run's) declaration draws, for a message: "[lo, hi]",
+// "one of 1, 2", "one of gelu, tanh".
+std::string attr_values_text(const AttrDecl& a) {
+  if (a.one_of.empty()) return fmt::format("[{}, {}]", a.lo, a.hi);
+  std::vector<std::string> values;
+  for (const double o : a.one_of)
+    values.push_back(a.labels.empty() ? fmt::format("{}", o) : a.labels.at(static_cast<size_t>(o)));
+  return fmt::format("one of {}", fmt::join(values, ", "));
+}
+
 std::string Traits::in_domain(const Case& c, const Values&) {
   const Decl& d = *c.decl;
   for (size_t k = 0; k < d.dims.size(); ++k)
     if (!d.dims[k].valid(c.dims[k]))
-      return fmt::format("dim {} = {} is not a value the declaration draws ([{}, {}], multiple of {}{})",
+      return fmt::format("dim {} = {} is not a value this run's domain draws ([{}, {}], multiple of {}{})",
                          d.dims[k].name, c.dims[k], d.dims[k].lo, d.dims[k].hi, d.dims[k].multiple_of,
                          d.dims[k].one_of.empty() ? "" : ", one_of");
   for (size_t a = 0; a < d.attrs.size(); ++a)
     if (!d.attrs[a].valid(c.attrs[a]))
-      return fmt::format("attr {} = {} is not a value the declaration draws", d.attrs[a].name, c.attrs[a]);
+      return fmt::format("attr {} = {} is not a value this run's domain draws ({})", d.attrs[a].name,
+                         d.attrs[a].labels.empty() ? fmt::format("{}", c.attrs[a])
+                                                   : d.attrs[a].labels.at(static_cast<size_t>(c.attrs[a])),
+                         attr_values_text(d.attrs[a]));
   if (auto why = d.relations_violated(c.dims); !why.empty()) return why;
-  if (std::find(d.case_dtypes.begin(), d.case_dtypes.end(), c.dtype) == d.case_dtypes.end())
-    return fmt::format("dtype {} is not declared", dtype_name(c.dtype));
+  if (std::find(d.case_dtypes.begin(), d.case_dtypes.end(), c.dtype) == d.case_dtypes.end()) {
+    std::vector<std::string> names;
+    for (const DType t : d.case_dtypes) names.emplace_back(dtype_name(t));
+    return fmt::format("dtype {} is not among this run's dtypes ({})", dtype_name(c.dtype),
+                       fmt::join(names, ", "));
+  }
   if (c.kinds.size() != d.inputs.size()) return "the case does not record each input's kind";
   for (size_t i = 0; i < d.inputs.size(); ++i) {
     const auto& in = d.inputs[i];

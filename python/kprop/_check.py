@@ -39,9 +39,18 @@ class Discard(Exception):
     passed. kprop.assume(condition) raises it."""
 
 
+class _Misuse(TypeError):
+    """A mistake in an invariant's own code that no case could excuse
+    (kprop.assume of an array): it stops the run and is raised, never
+    judged as the kernel's failure and stored as its counterexample."""
+
+
 def assume(condition, why: str = "") -> None:
     """Inside a @kprop.invariant: discard the case unless `condition` holds
     (as Hypothesis's assume)."""
+    if isinstance(condition, np.ndarray) and condition.size != 1:
+        raise _Misuse("kprop.assume() takes one truth value, not an array of %d elements: write "
+                        "cond.all() or cond.any()" % condition.size)
     if not condition:
         raise Discard(why or "kprop.assume() was false")
 
@@ -565,6 +574,8 @@ class _InvariantCall:
         except AssertionError as e:
             return ("fail", "%s: %s" % (self.defn.name, e) if str(e) else
                     "%s: assertion failed\n%s" % (self.defn.name, _short_traceback()))
+        except _Misuse as e:
+            self.stopper.stop(e)
         except Exception as e:  # KeyboardInterrupt goes through: it stops the run
             return ("fail", "%s raised %s: %s\n%s" % (self.defn.name, type(e).__name__, e, _short_traceback()))
         except KeyboardInterrupt:
@@ -695,7 +706,7 @@ class _Target:
             missing = [op for op in ops if op not in fn]
             if missing:
                 raise ValueError("kprop: no function for op(s) %s (the dict serves %s)"
-                                 % (", ".join(missing), ", ".join(sorted(fn))))
+                                 % (", ".join(missing), ", ".join(sorted(map(str, fn)))))
         elif not callable(fn):
             plugin = isinstance(fn, str) and fn.split(":", 1)[0] in ("plugin", "exec")
             raise TypeError("kprop: %s must be a function or a dict {op: function}, not %s%s"
@@ -715,7 +726,11 @@ class _Target:
         # the run and is raised again. A worker has none: it lets them end it.
         self.stopper = stopper
         if tensors == "torch":
-            import torch  # noqa: F401  (an ImportError here is the user's to see)
+            try:
+                import torch  # noqa: F401
+            except ImportError as e:
+                raise ImportError("kprop: tensors='torch' needs PyTorch, which this Python cannot import (%s); "
+                                  "install it, or pass NumPy arrays (tensors='numpy')" % e) from e
             if self.device is None:
                 self.device = "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -510,6 +510,18 @@ def test_replay_of_a_corpus_root_leaves_other_specs_folders_to_their_specs(examp
         kprop.replay("softmax_topk", mod.softmax_topk, str(root))
 
 
+def test_torch_tensors_without_torch_say_what_to_do(example, corpus):
+    try:
+        import torch  # noqa: F401
+        pytest.skip("torch is installed here")
+    except ImportError:
+        pass
+    with pytest.raises(ImportError, match=r"kprop: tensors='torch' needs PyTorch, which this Python cannot import "
+                                          r"\(.*\); install it, or pass NumPy arrays \(tensors='numpy'\)"):
+        kprop.check("softmax_topk", example("softmax_topk").softmax_topk, tensors="torch", seed=1, trials=5,
+                    corpus=corpus)
+
+
 def test_spec_as_a_dict(example, corpus):
     mod = example("softmax_topk")
     spec = {"spec": "topk_f64_small", "family": "softmax_topk", "run": {"trials": 30, "seed": 3},

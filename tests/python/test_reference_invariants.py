@@ -246,6 +246,24 @@ def test_an_empty_bool_array_is_a_discard_never_a_pass(example, corpus):
     assert row.passed == 0 and row.discarded > 0
 
 
+def test_assume_of_an_array_is_the_invariants_mistake_not_the_kernels(example, corpus):
+    # bool(array) raised NumPy's "truth value ... is ambiguous" inside the
+    # invariant: reported as the kernel's failure, shrunk and stored as a
+    # counterexample of a correct kernel. It stops the run, stores nothing.
+    good = example("softmax_topk")
+
+    @kprop.invariant
+    def assumes_an_array(target_probs):
+        kprop.assume(target_probs > 0)
+        return True
+
+    with pytest.raises(TypeError, match=r"kprop.assume\(\) takes one truth value, not an array of \d+ "
+                                        r"elements: write cond.all\(\) or cond.any\(\)"):
+        kprop.check("softmax_topk", good.softmax_topk, extra_invariants=[assumes_an_array],
+                    invariants=["assumes_an_array"], seed=SEED, trials=10, corpus=corpus)
+    assert not os.path.exists(corpus)
+
+
 def test_bad_invariant_declarations_are_clear_errors(example, corpus):
     mod = example("softmax_topk")
 
