@@ -10,7 +10,14 @@ NAME is the function's qualified name. Also usable directly:
 
 f16 tensors are NumPy float16 arrays; bf16 tensors are ml_dtypes.bfloat16
 arrays when ml_dtypes is importable, else uint16 arrays of the raw bits
-(kprop_worker.bf16_to_float32 / float32_to_bf16 convert those).
+(bf16_to_float32 / float32_to_bf16 convert those).
+
+A worker script of the installed package is the standalone
+python/kprop_worker.py's, with the same names (serve, Unsupported,
+BFLOAT16, as_float32, bf16_to_float32, float32_to_bf16):
+
+    from kprop import worker as kprop_worker
+    kprop_worker.serve({"attention.fwd": attention_fwd})
 """
 
 import argparse
@@ -23,7 +30,11 @@ import traceback
 import numpy as np
 
 from . import _wire
+from ._check import Unsupported
 from ._half import BFLOAT16  # ml_dtypes.bfloat16 when importable, else None
+from ._half import as_float32, bf16_to_float32, float32_to_bf16
+
+__all__ = ["serve", "main", "load", "Unsupported", "BFLOAT16", "as_float32", "bf16_to_float32", "float32_to_bf16"]
 
 ABI_VERSION = _wire.ABI_VERSION
 _DTYPES = _wire.dtypes(BFLOAT16)

@@ -3,6 +3,7 @@ planted bugs (each must be caught and shrunk), declines, errors, replay."""
 import os
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -508,6 +509,32 @@ def test_replay_of_a_corpus_root_leaves_other_specs_folders_to_their_specs(examp
     with pytest.raises(ValueError, match="misfiled.yaml:3:9: corpus case is for family 'layernorm', the spec "
                                          "tests 'softmax_topk'"):
         kprop.replay("softmax_topk", mod.softmax_topk, str(root))
+
+
+def test_the_installed_worker_module_serves_a_dict_with_the_standalone_workers_names(tmp_path):
+    # docs/EXTERNAL.md: `from kprop import worker as kprop_worker` is the
+    # standalone python/kprop_worker.py's API (it lacked Unsupported and the
+    # half helpers, which the docs promised).
+    from kprop import worker
+    for name in ("serve", "Unsupported", "BFLOAT16", "as_float32", "bf16_to_float32", "float32_to_bf16"):
+        assert hasattr(worker, name), name
+    assert worker.Unsupported is kprop.Unsupported
+    runner = kprop._check._prop_runner()
+    if runner is None:
+        pytest.skip("no prop_runner beside the package or on PATH")
+    script = tmp_path / "my_worker.py"
+    script.write_text("import sys\nsys.path.insert(0, %r)\nfrom kprop import worker as kprop_worker\n"
+                      "import softmax_topk\n"
+                      "def fn(logits, k, **attrs):\n"
+                      "    if logits.dtype != kprop_worker.as_float32(logits).dtype and k > 3:\n"
+                      "        raise kprop_worker.Unsupported('wide k in half precision')\n"
+                      "    return softmax_topk.softmax_topk(logits, k, **attrs)\n"
+                      "kprop_worker.serve({'softmax_topk': fn})\n" % os.path.join(REPO, "examples", "python"))
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(kprop.__file__))))
+    r = subprocess.run([runner, "--spec", os.path.join(kprop.SPECS_DIR, "softmax_topk.yaml"), "--target",
+                        "exec:%s %s" % (sys.executable, script), "--trials", "30", "--seed", "1", "--no-corpus"],
+                       capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=300)
+    assert r.returncode == 0 and "PASSED" in r.stdout, r.stdout + r.stderr
 
 
 def test_torch_tensors_without_torch_say_what_to_do(example, corpus):
