@@ -148,6 +148,28 @@ YAML::Node load_one_document(const std::string& text, const std::string& source,
         i = next + 1;
       }
     }
+    // A plain value with ': ' in it (an expression's slice, `x[: , 0]`,
+    // `x[0: 1]`) reads as a second key on its line: "illegal map value".
+    if (hint.empty() && e.mark.pos >= 0 && static_cast<size_t>(e.mark.pos) < text.size()) {
+      const size_t pos = static_cast<size_t>(e.mark.pos);
+      const size_t begin = text.rfind('\n', pos == 0 ? 0 : pos - 1);
+      const size_t line_start = begin == std::string::npos ? 0 : begin + 1;
+      const std::string line = text.substr(line_start, text.find('\n', pos) - line_start);
+      const size_t key = line.find(": ");
+      const size_t value = key == std::string::npos ? key : line.find_first_not_of(' ', key + 1);
+      if (value != std::string::npos && line[value] != '"' && line[value] != '\'' && line[value] != '>' &&
+          line[value] != '|' && line.find(':', value) != std::string::npos) {
+        size_t name = key;  // the key before that ': ', as written
+        while (name > 0 &&
+               (std::isalnum(static_cast<unsigned char>(line[name - 1])) || line[name - 1] == '_'))
+          --name;
+        const std::string k = line.substr(name, key - name);
+        hint = fmt::format(
+            " (the value after '{}:' holds a ':' (a slice?): quote it, or write it as a block, "
+            "'{}: >-' with the text on the lines below)",
+            k, k);
+      }
+    }
     throw InputError(at(source, e.mark), what + ": " + e.msg + hint);
   }
 }

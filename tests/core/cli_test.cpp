@@ -1194,6 +1194,11 @@ TEST(Cli, LeftOutValuesAndModesWithoutReportsAreInputErrors) {
   std::ofstream(nulls) << "spec: nulls\nfamily: dflash\nrun:\n  trials:\n";
   const fs::path tabbed = temp("tabbed.yaml");
   std::ofstream(tabbed) << "spec: t\nfamily: dflash\nrun:\n\ttrials: 3\n  seed: 1\n";
+  // An expression with a slice written `a: b` (or `: ,`), unquoted: YAML
+  // reads a second key on the line ("illegal map value", no more).
+  const fs::path sliced = temp("sliced.yaml");
+  std::ofstream(sliced) << "spec: s\nfamily: softmax_topk\ninvariants:\n  - name: a\n"
+                           "    expect: all(target.probs[0: 1] >= 0)\n";
   const fs::path when = temp("when.yaml");
   std::ofstream(when)
       << "spec: w\nfamily: dflash\ninvariants:\n  - {name: maximal_acceptance, when: 'true'}\n";
@@ -1278,6 +1283,9 @@ TEST(Cli, LeftOutValuesAndModesWithoutReportsAreInputErrors) {
       // A tab in an indentation: yaml-cpp's "illegal map value" says why.
       {"--spec " + tabbed.string() + " --no-corpus",
        "(line 4 indents with a tab: YAML indents with spaces only)"},
+      {"--spec " + sliced.string() + " --no-corpus",
+       "sliced.yaml:5:31: invalid YAML: illegal map value (the value after 'expect:' holds a ':' (a slice?): "
+       "quote it, or write it as a block, 'expect: >-' with the text on the lines below)"},
       {"--spec " + when.string() + " --no-corpus",
        "when.yaml:4:38: 'when' is for expression invariants: the built-in invariant 'maximal_acceptance'"},
       {"--spec " + kSpec + " --no-corpus --seed 3 --trials 2 --shard 5/10",
