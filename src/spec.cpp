@@ -952,8 +952,24 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
       if (item.IsMap() && (item["expect"] || item["when"])) {  // an expression invariant
         for (const auto& used : spec.invariants)
           if (used.name == name) fail(name_node, "invariant '" + name + "' is listed twice");
-        spec.invariants.push_back(
-            expression_invariant(*this, item, name_node, name, *spec.family, lets_of(root)));
+        InvariantUse use = expression_invariant(*this, item, name_node, name, *spec.family, lets_of(root));
+        // A relation over a transform that can never apply: the spec's
+        // error in its own domain, not applicable where --domain starved
+        // it (as a built-in invariant's needs, below).
+        if (use.expression && use.expression->transform) {
+          const size_t t = use.expression->transform->index;
+          const Family& own = own_declared ? *own_declared : *spec.family;
+          const std::string& tname = use.expression->transform->name;
+          if (const auto& needs = own.transforms()[t].needs; needs)
+            if (const std::string why = needs(own_domain); !why.empty())
+              fail(item["transform"],
+                   fmt::format("invariant {}: transform {} needs {}{}", name, tname, why, in_profile));
+          if (const auto& needs = spec.family->transforms()[t].needs; needs && (overridden || own_declared))
+            if (const std::string why = needs(spec.domain); !why.empty())
+              use.unobservable =
+                  fmt::format("--domain leaves it nothing to observe: transform {} needs {}", tname, why);
+        }
+        spec.invariants.push_back(std::move(use));
         continue;
       }
       const int index = spec.family->find_invariant(name);

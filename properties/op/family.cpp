@@ -258,13 +258,30 @@ OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
                          shift,
                          {transform_applies_info("a finite input would leave its dtype's range")}});
   for (const auto& dim : d.dims) {  // in the order of Traits::transforms()
+    // A dim that never exceeds 1 has nothing to permute; one with no valid
+    // extent below its largest, nothing to slice (the run's dims: this
+    // family's declaration, --domain's included).
+    const auto permutable = [dim](const Values&) {
+      return dim.largest() >= 2
+                 ? std::string()
+                 : fmt::format("dim {} to reach 2 (it is at most {}: no permutation moves anything)",
+                               dim.name, dim.largest());
+    };
+    const auto sliceable = [dim](const Values&) {
+      for (int64_t v = dim.lo; v < dim.largest(); ++v)
+        if (dim.valid(v)) return std::string();
+      return fmt::format("dim {} to take a valid extent below its largest, {} (a slice keeps fewer indices)",
+                         dim.name, dim.largest());
+    };
     transforms_.push_back({"permute_" + dim.name,
                            "a random permutation (never the identity) along every axis named " + dim.name,
                            {},
                            {{"transform.perm", {dim.name}, expr::DType::integer, "the permutation drawn"},
                             transform_applies_info(
                                 "the dim is 1 (no permutation moves anything), or a mask permuted is no mask "
-                                "of its kind (a causal mask, a padding row no longer a prefix)")}});
+                                "of its kind (a causal mask, a padding row no longer a prefix)")},
+                           {},
+                           permutable});
     transforms_.push_back(
         {"slice_" + dim.name,
          "a random contiguous run of indices along every axis named " + dim.name +
@@ -273,7 +290,8 @@ OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
          {{"transform.index", {dim.name}, expr::DType::integer, "the indices kept, ascending"},
           transform_applies_info("no smaller extent is valid, or the run of a mask or index tensor is none "
                                  "of its kind (a padding row no prefix, an id pointing outside the run)")},
-         {dim.name}});
+         {dim.name},
+         sliceable});
   }
   reference("the declared reference expressions, in fp64", op::reference);
   optimized("naive",

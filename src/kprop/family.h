@@ -373,6 +373,12 @@ struct TransformInfo {
   // transform's own have the dim "transformed.DIM" there, never the base
   // case's DIM, so an expression that equates the two is refused at load.
   std::vector<std::string> changes_dims{};
+  // What the domain must allow for the transform to ever apply ("" when it
+  // does; else the need, completing "needs ..."): a relation over a
+  // transform that cannot apply is the spec's error in its own domain and
+  // not applicable to a run whose --domain starved it, as a built-in
+  // invariant's InvariantInfo::needs. Empty: every domain can feed it.
+  std::function<std::string(const Values& domain)> needs{};
   // `shape` as an expression sees it on the derived case: each dim of
   // changes_dims as transformed.DIM.
   std::vector<std::string> derived_shape(std::vector<std::string> shape) const {

@@ -467,8 +467,8 @@ invariants:
 
 // A permutation transform draws one that moves something: at T = 2 the
 // only one is the swap (the identity, drawn half the time, compared the case
-// with itself and passed). At T = 1 none moves anything: discarded, and
-// the run gives up rather than pass.
+// with itself and passed). At T = 1 none moves anything: every case was
+// discarded and the run gave up; the spec is now refused at the transform.
 TEST(OpTransforms, APermutationNeverComparesTheCaseWithItself) {
   const auto spec = [](const char* dims) {
     return std::string("spec: perm\nfamily: op\nop:\n  dims: ") + dims +
@@ -479,10 +479,14 @@ TEST(OpTransforms, APermutationNeverComparesTheCaseWithItself) {
   const RunReport swapped = run_on(parse_spec(spec("{T: [2, 2]}"), "perm.yaml"), "reference", 60);
   EXPECT_EQ(swapped.status, RunStatus::passed) << swapped.detail;
   EXPECT_EQ(swapped.invariants.at(0).passed, 60);
-  const RunReport one = run_on(parse_spec(spec("{T: [1, 1]}"), "perm.yaml"), "reference", 60);
-  EXPECT_EQ(one.status, RunStatus::gave_up) << one.detail;
-  EXPECT_EQ(one.invariants.at(0).passed, 0);
-  EXPECT_GT(one.invariants.at(0).discarded, 0);
+  EXPECT_EQ(
+      kprop::testing::spec_load_error(spec("{T: [1, 1]}"), "perm.yaml"),
+      "perm.yaml:13:16: invariant moved: transform permute_T needs dim T to reach 2 (it is at most 1: no "
+      "permutation moves anything)");
+  // Where some cases have T = 1, those are discarded and the others checked.
+  const RunReport some = run_on(parse_spec(spec("{T: [1, 2]}"), "perm.yaml"), "reference", 60);
+  EXPECT_EQ(some.status, RunStatus::passed) << some.detail;
+  EXPECT_GT(some.invariants.at(0).discarded, 0);
 }
 
 // y = x * factor over x uniform in [lo, hi] of one dtype, matches_reference

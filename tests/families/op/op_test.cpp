@@ -1334,6 +1334,42 @@ TEST(OpDomain, AnAttrIsNarrowedWithinItsDeclaration) {
       << outside;
 }
 
+// A relation over a transform that can never apply in the domain (a
+// permutation of a dim fixed at 1, a slice of a dim with no smaller valid
+// extent): n/a where --domain narrowed it (it gave up, exit 2, every case
+// discarded as "transform permute_T does not apply"), and the spec's error
+// in its own domain, at the transform.
+TEST(OpDomain, ARelationWhoseTransformCannotApplyIsNotApplicableOrAnError) {
+  std::string text = kDomainSpec;
+  text.replace(text.find("  - matches_reference\n"), 22,
+               "  - matches_reference\n  - name: perm\n    transform: permute_T\n"
+               "    expect: close(transformed.target.y, target.y[transform.perm], k=2)\n"
+               "  - name: slice\n    transform: slice_T\n"
+               "    expect: close(transformed.target.y, target.y[transform.index], k=2)\n");
+  for (const InvariantUse& u : parse_spec(text, "shrink.yaml").invariants)
+    EXPECT_EQ(u.unobservable, "") << u.name;
+  const Spec narrowed = parse_spec(text, "shrink.yaml", "", "{T: 1}");
+  ASSERT_EQ(narrowed.invariants.size(), 3u);
+  EXPECT_EQ(
+      narrowed.invariants[1].unobservable,
+      "--domain leaves it nothing to observe: transform permute_T needs dim T to reach 2 (it is at most 1: "
+      "no permutation moves anything)");
+  EXPECT_EQ(
+      narrowed.invariants[2].unobservable,
+      "--domain leaves it nothing to observe: transform slice_T needs dim T to take a valid extent below "
+      "its largest, 1 (a slice keeps fewer indices)");
+  // Still n/a when run: never discarded case after case.
+  const RunReport r = run_spec(narrowed, scratch_run("reference", 1, 20, "kprop_op_test_findings"));
+  EXPECT_EQ(r.status, RunStatus::passed) << r.detail;
+  EXPECT_EQ(r.invariants.at(1).status, InvariantStatus::not_applicable);
+  // In the spec's own domain it is the spec's error, at the transform.
+  std::string fixed = text;
+  fixed.replace(fixed.find("T: [1, 8]"), 9, "T: [1, 1]");
+  EXPECT_EQ(load_error(fixed),
+            "op.yaml:26:16: invariant perm: transform permute_T needs dim T to reach 2 (it is at most 1: no "
+            "permutation moves anything)");
+}
+
 // ---------------------------------------------------------------- load-time errors of the domain
 std::string rich_with(const std::string& from, const std::string& to) {
   std::string s = kRichSpec;
