@@ -1476,16 +1476,56 @@ TEST(Cli, CorpusFilesWithAnEmptyCaseATypoAKeyTwiceOrAnAliasAreErrors) {
     EXPECT_EQ(r.code, 2) << text << "\n" << r.out;
     EXPECT_NE(r.out.find(expect), std::string::npos) << text << "\n" << r.out;
   }
-  // A file found by two runs needs one invariant this run has (another
-  // run's extra invariant is that run's): replayed, and its row names it.
+  // A file kprop.check found (found_by: python) by two tests needs one
+  // invariant this run has (another test's extra invariant is that test's):
+  // replayed, and its row names it.
   const fs::path file = temp("case.yaml");
-  std::ofstream(file) << fmt::format(fmt::runtime(head), "another_runs_invariant") + model + cycles +
-                             "also_found_against:\n  - {found_against: reference, invariant: progress}\n";
+  std::string python = fmt::format(fmt::runtime(head), "another_runs_invariant") + model + cycles +
+                       "also_found_against:\n  - {found_against: reference, invariant: progress}\n";
+  python.insert(python.find("case:"), "found_by: python\n");
+  std::ofstream(file) << python;
   const CliRun r = run("--spec " + kSpec + " --replay " + file.string() + " --format json");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("\"invariant\": \"progress\""), std::string::npos) << r.out;
   // Verdicts in lower case, as docs/REPORT.md lists them (they were PASSED).
   EXPECT_NE(r.out.find("\"verdict\": \"passed\""), std::string::npos) << r.out;
+}
+
+// A finding whose invariant nothing has is an error wherever the file
+// names it: beside one this run has (also_found_against, at the top or in
+// the list), the file replayed PASSED on the other, exit 0, its JSON row
+// naming the other invariant, and the stale one was never checked.
+TEST(Cli, AStaleInvariantBesideAKnownOneIsStillAnError) {
+  const std::string head =
+      "kprop_corpus: 1\nspec: dflash\nfamily: dflash\ninvariant: {}\nfound_against: reference\n"
+      "found_by: rapidcheck\nseed: 1\nmessage: x\n";
+  const std::string body =
+      "case:\n  prompt: [0]\n  model: {vocab: 2, d_model: 1, layers: 1, heads: 1, seed: 1}\n"
+      "  cycles:\n    - {tokens: [], parents: []}\n";
+  const auto also = [](const std::string& invariant) {
+    return "also_found_against:\n  - {found_against: reference, invariant: " + invariant + "}\n";
+  };
+  const std::tuple<std::string, std::string, std::string> files[] = {
+      {fmt::format(fmt::runtime(head), "progres") + also("progress") + body,
+       "case.yaml:4:12: its invariant 'progres' is neither in the spec nor registered by family 'dflash' "
+       "(did you mean 'progress'?) (renamed? fix the file's invariant: line)",
+       "'progres'"},
+      {fmt::format(fmt::runtime(head), "progress") + also("progres") + body,
+       "case.yaml:10:43: its invariant 'progres' is neither in the spec nor registered by family 'dflash' "
+       "(did you mean 'progress'?)",
+       "'progres'"},
+  };
+  for (const auto& [text, expect, named] : files) {
+    const fs::path file = temp("case.yaml");
+    std::ofstream(file) << text;
+    const CliRun r = run("--spec " + kSpec + " --replay " + file.string());
+    EXPECT_EQ(r.code, 2) << text << "\n" << r.out;
+    EXPECT_NE(r.out.find(expect), std::string::npos) << text << "\n" << r.out;
+    const CliRun j = run("--spec " + kSpec + " --replay " + file.string() + " --format json");
+    EXPECT_EQ(j.code, 2) << j.out;
+    EXPECT_NE(j.out.find("\"verdict\": \"error\""), std::string::npos) << j.out;
+    EXPECT_NE(j.out.find(named), std::string::npos) << j.out;
+  }
 }
 
 // A case that overruns case_timeout_s but then finishes: the watchdog saves
