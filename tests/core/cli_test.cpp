@@ -615,6 +615,54 @@ TEST(Cli, TheReplayCarriesTheProfileAndDomain) {
   fs::remove_all(corpus);
 }
 
+// A finding whose replay, re-run in a fresh process, does not fail (a
+// worker that keeps the first call's weights: the stored case alone passes)
+// stays out of the corpus: it is kept in the scratch folder, the run says
+// so and still fails. (It was stored in the corpus, whose replay then
+// passed against the buggy worker.)
+TEST(Cli, AFindingWhoseReplayDoesNotFailIsKeptOutOfTheCorpus) {
+  if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
+  const fs::path dir = temp("stale-weights");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "worker.py") << "import sys\nsys.path.insert(0, '" << KPROP_SOURCE_DIR
+                                   << "/python')\nsys.path.insert(0, '" << KPROP_SOURCE_DIR
+                                   << "/examples/ops')\nimport kprop_worker\nimport rmsnorm\n\n"
+                                      "kept = {}\n\n\ndef op(x, w, eps, **_):\n"
+                                      "    if 'w' not in kept or kept['w'].shape != w.shape:\n"
+                                      "        kept['w'] = w.copy()\n"
+                                      "    return rmsnorm.rmsnorm(x, kept['w'], eps)\n\n\n"
+                                      "kprop_worker.serve({'rmsnorm': op})\n";
+  const fs::path corpus = dir / "corpus", out = dir / "report.json";
+  const CliRun r = kprop::testing::run_cli(
+      "--spec " + std::string(KPROP_SOURCE_DIR) +
+          "/specs/ops/rmsnorm.yaml --seed 1 --jobs 1 --invariant matches_reference --format json --out " +
+          out.string() + " --corpus " + corpus.string() + " --target " + python_exec(dir / "worker.py"),
+      dir.string());
+  ASSERT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("WARNING: re-run in a fresh process, the replay did not fail"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("  stored: .kprop/findings/rmsnorm/"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(not in the corpus)\n  note: kept out of the corpus: re-run in a fresh process, "
+                       "it did not fail ("),
+            std::string::npos)
+      << r.out;
+  std::ifstream in(out);
+  const auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["status"], "failed") << j.dump(2);
+  const auto& f = j["invariants"][0]["counterexample"];
+  EXPECT_EQ(f["replay_check"]["status"], "not_reproduced") << f.dump(2);
+  EXPECT_EQ(f["in_corpus"], false) << f.dump(2);
+  const std::string path = f["corpus_path"];
+  EXPECT_EQ(path.rfind(".kprop/findings/rmsnorm/", 0), 0u) << path;
+  EXPECT_TRUE(fs::is_regular_file(dir / path)) << path;
+  EXPECT_NE(f.value("store_note", "").find("kept out of the corpus"), std::string::npos) << f.dump(2);
+  EXPECT_NE(f["replay"].get<std::string>().find(path), std::string::npos) << f["replay"];
+  // Nothing of it in the corpus, whose replay would pass on the buggy worker.
+  std::error_code ec;
+  EXPECT_TRUE(!fs::exists(corpus / "rmsnorm") || fs::is_empty(corpus / "rmsnorm", ec)) << r.out;
+}
+
 // A finding not re-run says why: --no-replay-check or --mutants, not "no
 // prop_runner to re-run it with" (it said that for both); and a spec's old
 // name loads its new file from the command line too (--spec refused it as a
