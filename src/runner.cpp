@@ -259,7 +259,9 @@ RunReport report_header(const Spec& spec, const RunOptions& options) {
   r.profile = spec.profile;
   r.domain = spec.domain_overrides;
   r.family = spec.family->name();
-  r.reference = reference_name(spec, options);
+  // A declared op's reference that runs the spec's exec:/plugin: program is
+  // named by that program (it read "reference" while the worker judged).
+  r.reference = spec.family->reference_shown(reference_name(spec, options));
   return r;
 }
 

@@ -663,6 +663,39 @@ TEST(Cli, AFindingWhoseReplayDoesNotFailIsKeptOutOfTheCorpus) {
   EXPECT_TRUE(!fs::exists(corpus / "rmsnorm") || fs::is_empty(corpus / "rmsnorm", ec)) << r.out;
 }
 
+// A declared op whose op.reference is an exec: worker: the run's header and
+// its JSON name that worker, started in the spec's folder, as --reference
+// names one (they said "reference", the implementation's name, while every
+// verdict came from the worker).
+TEST(Cli, AnExternalOpReferenceIsNamedInTheRunsHeader) {
+  if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
+  const fs::path dir = temp("extref");
+  fs::remove_all(dir);
+  fs::create_directories(dir / "specs");
+  std::ofstream(dir / "specs" / "copy.py") << "import sys\nsys.path.insert(0, '" << KPROP_SOURCE_DIR
+                                           << "/python')\nimport kprop_worker\n\n\ndef op(x, **_):\n"
+                                              "    return {'y': x}\n\n\nkprop_worker.serve({'copy': op})\n";
+  std::ofstream(dir / "specs" / "copy.yaml")
+      << "spec: copy\nfamily: op\nop:\n  dims: {N: [1, 4]}\n  inputs: {x: {shape: [N], dtype: [f32, f64]}}\n"
+         "  outputs: {y: {shape: [N]}}\n  reference: exec:"
+      << KPROP_PYTHON << " copy.py\ntarget: reference\nrun: {trials: 5}\ninvariants: [matches_reference]\n";
+  const std::string shown = std::string("exec:cd 'specs' && exec ") + KPROP_PYTHON + " copy.py";
+  const std::string args = "--spec specs/copy.yaml --seed 1 --jobs 1 --no-corpus";
+  const CliRun text = kprop::testing::run_cli(args, dir.string());
+  ASSERT_EQ(text.code, 0) << text.out;
+  EXPECT_NE(text.out.find("kprop copy (op): target reference, reference " + shown + ", seed 1\n"),
+            std::string::npos)
+      << text.out;
+  const CliRun json = kprop::testing::run_cli(args + " --format json", dir.string());
+  ASSERT_EQ(json.code, 0) << json.out;
+  const auto j = nlohmann::json::parse(json.out.substr(json.out.find('{')));
+  EXPECT_EQ(j["reference"], shown) << json.out;
+  // The name in the header runs as --reference from where the run started.
+  const CliRun again = kprop::testing::run_cli(args + " --reference \"" + shown + "\"", dir.string());
+  EXPECT_EQ(again.code, 0) << again.out;
+  EXPECT_NE(again.out.find("reference " + shown + ", seed 1"), std::string::npos) << again.out;
+}
+
 // A finding not re-run says why: --no-replay-check or --mutants, not "no
 // prop_runner to re-run it with" (it said that for both); and a spec's old
 // name loads its new file from the command line too (--spec refused it as a
