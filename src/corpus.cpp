@@ -422,6 +422,7 @@ CorpusEntry read_entry(const std::string& path) {
           case_yaml::is_packed(item["found_against"]) || case_yaml::is_packed(item["invariant"]))
         throw InputError(where(item),
                          "corrupt corpus file: also_found_against entries need found_against and invariant");
+      e.marks["also_found_against." + std::to_string(e.also.size())] = where(item["invariant"]);
       e.also.push_back({item["found_against"].Scalar(), item["invariant"].Scalar()});
     }
   }

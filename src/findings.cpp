@@ -950,12 +950,13 @@ Finding record_finding(const RunContext& ctx, const InvariantUse* use, const Any
       if (!stored.replaced.empty()) note(stored.replaced);
       if (!f.corpus_path.empty()) f.replay_command = replay_command(ctx, f.corpus_path, f.invariant);
       check_replay(ctx, f);
-      if (ctx.options.replay_check_corpus_only &&
-          (f.replay_check == "not_reproduced" || f.replay_check == "error")) {
-        // --mutants: a kill, but a corpus file whose failure does not come
-        // back makes every later replay of the corpus a coin flip, and one
-        // whose replay does not run through (a case its codec refuses) fails
-        // every later replay of the folder.
+      if (f.in_corpus && f.corpus_new && (f.replay_check == "not_reproduced" || f.replay_check == "error")) {
+        // A failure seen (the run still fails, and --mutants counts the
+        // kill), but a corpus file whose failure does not come back passes
+        // every later replay against the same buggy target (or makes it a
+        // coin flip), and one whose replay does not run through (a case its
+        // codec refuses) fails every later replay of the folder: it goes to
+        // the scratch folder. (A file the corpus held before stays.)
         const Stored moved = store_entry(fallback_dir(ctx), e, "");
         if (!moved.path.empty()) {
           std::error_code ec;

@@ -259,7 +259,9 @@ RunReport report_header(const Spec& spec, const RunOptions& options) {
   r.profile = spec.profile;
   r.domain = spec.domain_overrides;
   r.family = spec.family->name();
-  r.reference = reference_name(spec, options);
+  // A declared op's reference that runs the spec's exec:/plugin: program is
+  // named by that program (it read "reference" while the worker judged).
+  r.reference = spec.family->reference_shown(reference_name(spec, options));
   return r;
 }
 
@@ -962,10 +964,13 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
     // A case larger than run.max_case_mb is bad input, not the target's fault.
     if (const std::string why = check_case_budget(spec, c, e.profile); !why.empty())
       throw InputError({file, 0, 0}, why);
-    // An invariant the file names must exist (a mutant's finding with a
-    // stale one fails below, with its reason): a typo is not replayed as if
-    // fine. A file found by several runs (also_found_against) needs one this
-    // run has; the row names that finding.
+    // Every invariant the file names must exist (a mutant's finding with a
+    // stale one fails below, with its reason): a typo, or an invariant
+    // renamed since, is not replayed as if fine, also beside one this run
+    // has (the file passed on that one, its own finding never checked). A
+    // file kprop.check found (found_by: python) may name another test's
+    // extra invariants: it needs one this run has. The row names the first
+    // finding this run replays.
     found = {{e.found_against, e.invariant}};
     found.insert(found.end(), e.also.begin(), e.also.end());
     const auto replayable = [&](const AlsoFound& f) {
@@ -973,23 +978,31 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
                                        [&](const InvariantUse& u) { return u.name == f.invariant; });
       return by_mutant(f) || f.invariant.empty() || in_spec || family.find_invariant(f.invariant) >= 0;
     };
+    std::vector<std::string> unknown;  // quoted
+    Mark unknown_at;
+    std::string unknown_first;
+    for (size_t k = 0; k < found.size(); ++k) {
+      if (replayable(found[k])) continue;
+      if (unknown.empty()) {
+        unknown_at = k == 0 ? e.at("invariant") : e.at("also_found_against." + std::to_string(k - 1));
+        unknown_first = found[k].invariant;
+      }
+      unknown.push_back("'" + found[k].invariant + "'");
+    }
     const auto first = std::find_if(found.begin(), found.end(), replayable);
+    if (e.found_by != "python" && !unknown.empty())
+      throw InputError(unknown_at, no_such_invariant(spec, unknown, unknown_first));
     if (first == found.end()) {
-      std::vector<std::string> names;
-      for (const auto& f : found) names.push_back("'" + f.invariant + "'");
       // Found by kprop.check (found_by: python), whose extra_invariants are
       // Python functions no spec or family has: the runs that have them
       // replay the case (docs/PYTHON.md), so here it is a skip that says
       // why, not an unreadable file. A hand-written file's (no found_by:
-      // rapidcheck) typo is still an error, below.
-      if (e.found_by == "python") {
-        row.target_detail = fmt::format(
-            "not replayed: found by kprop.check's invariant{} {}, which this run does not have (a Python "
-            "extra_invariants function: kprop.replay(..., extra_invariants=[...]) replays it)",
-            names.size() > 1 ? "s" : "", fmt::join(names, ", "));
-        return row;
-      }
-      throw InputError(e.at("invariant"), no_such_invariant(spec, names, e.invariant));
+      // python) typo is an error, above.
+      row.target_detail = fmt::format(
+          "not replayed: found by kprop.check's invariant{} {}, which this run does not have (a Python "
+          "extra_invariants function: kprop.replay(..., extra_invariants=[...]) replays it)",
+          unknown.size() > 1 ? "s" : "", fmt::join(unknown, ", "));
+      return row;
     }
     row.invariant = first->invariant;
     row.found_against = first->found_against;

@@ -197,6 +197,10 @@ struct Result;
 struct ExternalReference {
   virtual ~ExternalReference() = default;
   virtual Result call(const Case& c, bool fp64) const = 0;
+  // How a run names it (its header, the report's "reference"): the target
+  // that runs it from where the run started, as --reference takes it ("":
+  // none to name).
+  virtual std::string name() const { return ""; }
 };
 
 struct OutputDecl {

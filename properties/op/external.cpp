@@ -129,12 +129,18 @@ class TargetReference final : public ExternalReference {
       : shown_(std::move(target)), op_(std::move(op)), where_(std::move(where)) {
     if (shown_.rfind("exec:", 0) == 0) {
       target_ = "exec:cd " + quote(dir) + " && exec " + shown_.substr(5);
+      name_ = dir == "." ? shown_ : target_;
     } else {
       std::string path = shown_.substr(7);
       path.erase(0, path.find_first_not_of(" \t"));
       target_ = "plugin:" + (path.front() == '/' ? path : dir + "/" + path);
+      name_ = target_;
     }
   }
+
+  // The command started in the spec's folder (the spec's own when that is
+  // the run's), or the plugin's path from the run's folder.
+  std::string name() const override { return name_; }
 
   Result call(const Case& c, bool fp64) const override {
     const std::lock_guard<std::mutex> lock(mutex_);
@@ -179,7 +185,7 @@ class TargetReference final : public ExternalReference {
     return fmt::format("the reference {} ({}): {}{}", shown_, where_, what, why);
   }
 
-  std::string shown_, target_, op_, where_;
+  std::string shown_, target_, name_, op_, where_;
   mutable std::mutex mutex_;
   mutable std::shared_ptr<external::Transport> transport_;
 };

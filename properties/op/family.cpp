@@ -200,6 +200,12 @@ std::vector<std::pair<std::string, std::string>> OpFamily::domain_lines(const Va
   return lines;
 }
 
+std::string OpFamily::reference_shown(const std::string& name) const {
+  if (name == "reference" && decl_->external_reference)
+    if (std::string program = decl_->external_reference->name(); !program.empty()) return program;
+  return name;
+}
+
 OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
   const Decl& d = *decl_;
   infos_ = d.reference_infos;

@@ -45,6 +45,8 @@ class OpFamily final : public FamilyDef<Traits> {
   std::vector<std::pair<std::string, std::string>> domain_lines(const Values& domain) const override;
   const expr::TensorInfos& tensor_infos() const override { return infos_; }
   const std::vector<TransformInfo>& transforms() const override { return transforms_; }
+  // `reference` with op.reference: exec:/plugin: is that program.
+  std::string reference_shown(const std::string& name) const override;
 
   Case build_case(Draw& draw) const;
 

@@ -34,7 +34,8 @@ struct CorpusEntry {
   std::vector<AlsoFound> also;  // also_found_against: replay checks each
   std::string path;             // where it was read from or written to
   // Where read_entry found each header key's value (spec, profile, family,
-  // invariant, ...): at(key) is that position, or the file alone.
+  // invariant, ...; also_found_against.N: the Nth entry's invariant): at(key)
+  // is that position, or the file alone.
   std::map<std::string, Mark> marks;
   Mark at(const std::string& key) const {
     const auto it = marks.find(key);

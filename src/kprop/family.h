@@ -514,6 +514,13 @@ class Family {
     throw std::logic_error(std::string(name()) + ": no transform " + std::to_string(index));
   }
 
+  // How a run's header and report name the implementation `name` (or an
+  // external target) as the reference: the name itself, or for a
+  // registered one that only runs a program of the spec's (a declared op's
+  // reference whose op.reference is exec:/plugin:) that program, as
+  // --reference would name it.
+  virtual std::string reference_shown(const std::string& name) const { return name; }
+
   // Lookups by name; -1 when absent.
   int find_implementation(const std::string& name) const;
   int find_invariant(const std::string& name) const;

@@ -615,6 +615,87 @@ TEST(Cli, TheReplayCarriesTheProfileAndDomain) {
   fs::remove_all(corpus);
 }
 
+// A finding whose replay, re-run in a fresh process, does not fail (a
+// worker that keeps the first call's weights: the stored case alone passes)
+// stays out of the corpus: it is kept in the scratch folder, the run says
+// so and still fails. (It was stored in the corpus, whose replay then
+// passed against the buggy worker.)
+TEST(Cli, AFindingWhoseReplayDoesNotFailIsKeptOutOfTheCorpus) {
+  if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
+  const fs::path dir = temp("stale-weights");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "worker.py") << "import sys\nsys.path.insert(0, '" << KPROP_SOURCE_DIR
+                                   << "/python')\nsys.path.insert(0, '" << KPROP_SOURCE_DIR
+                                   << "/examples/ops')\nimport kprop_worker\nimport rmsnorm\n\n"
+                                      "kept = {}\n\n\ndef op(x, w, eps, **_):\n"
+                                      "    if 'w' not in kept or kept['w'].shape != w.shape:\n"
+                                      "        kept['w'] = w.copy()\n"
+                                      "    return rmsnorm.rmsnorm(x, kept['w'], eps)\n\n\n"
+                                      "kprop_worker.serve({'rmsnorm': op})\n";
+  const fs::path corpus = dir / "corpus", out = dir / "report.json";
+  const CliRun r = kprop::testing::run_cli(
+      "--spec " + std::string(KPROP_SOURCE_DIR) +
+          "/specs/ops/rmsnorm.yaml --seed 1 --jobs 1 --invariant matches_reference --format json --out " +
+          out.string() + " --corpus " + corpus.string() + " --target " + python_exec(dir / "worker.py"),
+      dir.string());
+  ASSERT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("WARNING: re-run in a fresh process, the replay did not fail"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("  stored: .kprop/findings/rmsnorm/"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(not in the corpus)\n  note: kept out of the corpus: re-run in a fresh process, "
+                       "it did not fail ("),
+            std::string::npos)
+      << r.out;
+  std::ifstream in(out);
+  const auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["status"], "failed") << j.dump(2);
+  const auto& f = j["invariants"][0]["counterexample"];
+  EXPECT_EQ(f["replay_check"]["status"], "not_reproduced") << f.dump(2);
+  EXPECT_EQ(f["in_corpus"], false) << f.dump(2);
+  const std::string path = f["corpus_path"];
+  EXPECT_EQ(path.rfind(".kprop/findings/rmsnorm/", 0), 0u) << path;
+  EXPECT_TRUE(fs::is_regular_file(dir / path)) << path;
+  EXPECT_NE(f.value("store_note", "").find("kept out of the corpus"), std::string::npos) << f.dump(2);
+  EXPECT_NE(f["replay"].get<std::string>().find(path), std::string::npos) << f["replay"];
+  // Nothing of it in the corpus, whose replay would pass on the buggy worker.
+  std::error_code ec;
+  EXPECT_TRUE(!fs::exists(corpus / "rmsnorm") || fs::is_empty(corpus / "rmsnorm", ec)) << r.out;
+}
+
+// A declared op whose op.reference is an exec: worker: the run's header and
+// its JSON name that worker, started in the spec's folder, as --reference
+// names one (they said "reference", the implementation's name, while every
+// verdict came from the worker).
+TEST(Cli, AnExternalOpReferenceIsNamedInTheRunsHeader) {
+  if (std::string(KPROP_PYTHON).empty()) GTEST_SKIP() << "no python3 with NumPy";
+  const fs::path dir = temp("extref");
+  fs::remove_all(dir);
+  fs::create_directories(dir / "specs");
+  std::ofstream(dir / "specs" / "copy.py") << "import sys\nsys.path.insert(0, '" << KPROP_SOURCE_DIR
+                                           << "/python')\nimport kprop_worker\n\n\ndef op(x, **_):\n"
+                                              "    return {'y': x}\n\n\nkprop_worker.serve({'copy': op})\n";
+  std::ofstream(dir / "specs" / "copy.yaml")
+      << "spec: copy\nfamily: op\nop:\n  dims: {N: [1, 4]}\n  inputs: {x: {shape: [N], dtype: [f32, f64]}}\n"
+         "  outputs: {y: {shape: [N]}}\n  reference: exec:"
+      << KPROP_PYTHON << " copy.py\ntarget: reference\nrun: {trials: 5}\ninvariants: [matches_reference]\n";
+  const std::string shown = std::string("exec:cd 'specs' && exec ") + KPROP_PYTHON + " copy.py";
+  const std::string args = "--spec specs/copy.yaml --seed 1 --jobs 1 --no-corpus";
+  const CliRun text = kprop::testing::run_cli(args, dir.string());
+  ASSERT_EQ(text.code, 0) << text.out;
+  EXPECT_NE(text.out.find("kprop copy (op): target reference, reference " + shown + ", seed 1\n"),
+            std::string::npos)
+      << text.out;
+  const CliRun json = kprop::testing::run_cli(args + " --format json", dir.string());
+  ASSERT_EQ(json.code, 0) << json.out;
+  const auto j = nlohmann::json::parse(json.out.substr(json.out.find('{')));
+  EXPECT_EQ(j["reference"], shown) << json.out;
+  // The name in the header runs as --reference from where the run started.
+  const CliRun again = kprop::testing::run_cli(args + " --reference \"" + shown + "\"", dir.string());
+  EXPECT_EQ(again.code, 0) << again.out;
+  EXPECT_NE(again.out.find("reference " + shown + ", seed 1"), std::string::npos) << again.out;
+}
+
 // A finding not re-run says why: --no-replay-check or --mutants, not "no
 // prop_runner to re-run it with" (it said that for both); and a spec's old
 // name loads its new file from the command line too (--spec refused it as a
@@ -1484,16 +1565,56 @@ TEST(Cli, CorpusFilesWithAnEmptyCaseATypoAKeyTwiceOrAnAliasAreErrors) {
     EXPECT_EQ(r.code, 2) << text << "\n" << r.out;
     EXPECT_NE(r.out.find(expect), std::string::npos) << text << "\n" << r.out;
   }
-  // A file found by two runs needs one invariant this run has (another
-  // run's extra invariant is that run's): replayed, and its row names it.
+  // A file kprop.check found (found_by: python) by two tests needs one
+  // invariant this run has (another test's extra invariant is that test's):
+  // replayed, and its row names it.
   const fs::path file = temp("case.yaml");
-  std::ofstream(file) << fmt::format(fmt::runtime(head), "another_runs_invariant") + model + cycles +
-                             "also_found_against:\n  - {found_against: reference, invariant: progress}\n";
+  std::string python = fmt::format(fmt::runtime(head), "another_runs_invariant") + model + cycles +
+                       "also_found_against:\n  - {found_against: reference, invariant: progress}\n";
+  python.insert(python.find("case:"), "found_by: python\n");
+  std::ofstream(file) << python;
   const CliRun r = run("--spec " + kSpec + " --replay " + file.string() + " --format json");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("\"invariant\": \"progress\""), std::string::npos) << r.out;
   // Verdicts in lower case, as docs/REPORT.md lists them (they were PASSED).
   EXPECT_NE(r.out.find("\"verdict\": \"passed\""), std::string::npos) << r.out;
+}
+
+// A finding whose invariant nothing has is an error wherever the file
+// names it: beside one this run has (also_found_against, at the top or in
+// the list), the file replayed PASSED on the other, exit 0, its JSON row
+// naming the other invariant, and the stale one was never checked.
+TEST(Cli, AStaleInvariantBesideAKnownOneIsStillAnError) {
+  const std::string head =
+      "kprop_corpus: 1\nspec: dflash\nfamily: dflash\ninvariant: {}\nfound_against: reference\n"
+      "found_by: rapidcheck\nseed: 1\nmessage: x\n";
+  const std::string body =
+      "case:\n  prompt: [0]\n  model: {vocab: 2, d_model: 1, layers: 1, heads: 1, seed: 1}\n"
+      "  cycles:\n    - {tokens: [], parents: []}\n";
+  const auto also = [](const std::string& invariant) {
+    return "also_found_against:\n  - {found_against: reference, invariant: " + invariant + "}\n";
+  };
+  const std::tuple<std::string, std::string, std::string> files[] = {
+      {fmt::format(fmt::runtime(head), "progres") + also("progress") + body,
+       "case.yaml:4:12: its invariant 'progres' is neither in the spec nor registered by family 'dflash' "
+       "(did you mean 'progress'?) (renamed? fix the file's invariant: line)",
+       "'progres'"},
+      {fmt::format(fmt::runtime(head), "progress") + also("progres") + body,
+       "case.yaml:10:43: its invariant 'progres' is neither in the spec nor registered by family 'dflash' "
+       "(did you mean 'progress'?)",
+       "'progres'"},
+  };
+  for (const auto& [text, expect, named] : files) {
+    const fs::path file = temp("case.yaml");
+    std::ofstream(file) << text;
+    const CliRun r = run("--spec " + kSpec + " --replay " + file.string());
+    EXPECT_EQ(r.code, 2) << text << "\n" << r.out;
+    EXPECT_NE(r.out.find(expect), std::string::npos) << text << "\n" << r.out;
+    const CliRun j = run("--spec " + kSpec + " --replay " + file.string() + " --format json");
+    EXPECT_EQ(j.code, 2) << j.out;
+    EXPECT_NE(j.out.find("\"verdict\": \"error\""), std::string::npos) << j.out;
+    EXPECT_NE(j.out.find(named), std::string::npos) << j.out;
+  }
 }
 
 // A case that overruns case_timeout_s but then finishes: the watchdog saves

@@ -15,8 +15,13 @@ struct CliRun {
   std::string out;  // stdout + stderr
 };
 
-inline CliRun run_cli(const std::string& args) {
-  const std::string cmd = std::string(KPROP_RUNNER) + " " + args + " 2>&1";
+// `cwd`: the folder it runs in ("": the test's own), where a run's
+// relative paths (the scratch folder .kprop/findings/) land.
+inline CliRun run_cli(const std::string& args, const std::string& cwd = "") {
+  std::string in = "'";
+  for (const char ch : cwd) in += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  const std::string cmd =
+      (cwd.empty() ? "" : "cd " + in + "' && ") + std::string(KPROP_RUNNER) + " " + args + " 2>&1";
   std::array<char, 4096> buf{};
   std::string out;
   FILE* p = popen(cmd.c_str(), "r");
