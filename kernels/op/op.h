@@ -105,6 +105,9 @@ struct AttrDecl {
   double near_rate = 0, near_lo = 0, near_hi = 0;
   Mark near_mark;  // where the spec writes near.values
   bool valid(double v) const;
+  // What it allows, for a message: "[0, 1]", "[2, 9], an integer",
+  // "one of 1, 2", "one of gelu, tanh".
+  std::string values_text() const;
 };
 
 // How an input's values are drawn (one kind per input per case):

@@ -252,6 +252,14 @@ bool AttrDecl::valid(double v) const {
   return false;
 }
 
+std::string AttrDecl::values_text() const {
+  if (one_of.empty()) return fmt::format("[{}, {}]{}", lo, hi, integer ? ", an integer" : "");
+  std::vector<std::string> values;
+  for (const double o : one_of)
+    values.push_back(labels.empty() ? fmt::format("{}", o) : labels.at(static_cast<size_t>(o)));
+  return fmt::format("one of {}", fmt::join(values, ", "));
+}
+
 int Decl::dim_index(const std::string& n) const {
   for (size_t i = 0; i < dims.size(); ++i)
     if (dims[i].name == n) return static_cast<int>(i);

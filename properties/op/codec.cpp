@@ -46,12 +46,6 @@ bool declares_dtype(const Decl& d, ListOf list_of, DType t) {
   return false;
 }
 
-// What an attr's declaration allows, for a message: "[0, 1]", "one of 0, 1".
-std::string attr_text(const AttrDecl& a) {
-  if (!a.one_of.empty()) return fmt::format("one of {}", fmt::join(a.one_of, ", "));
-  return fmt::format("[{}, {}]{}", a.lo, a.hi, a.integer ? ", an integer" : "");
-}
-
 double read_number(const case_yaml::Item& n, DType dtype, const std::string& what) {
   if (!n.scalar) n.fail(what + " must be a number");
   const std::string s(n.text);
@@ -201,7 +195,7 @@ AnyCase OpFamily::from_yaml(const YAML::Node& n) const {
       const double v = read_number(case_yaml::as_item(attrs[a.name]), DType::f64, "attr " + a.name);
       if (!a.valid(v))
         case_yaml::fail(attrs[a.name], fmt::format("attr {} = {} is not one the declaration allows ({})",
-                                                   a.name, v, attr_text(a)));
+                                                   a.name, v, a.values_text()));
       c.attrs.push_back(v);
       continue;
     }

@@ -432,16 +432,6 @@ rc::Seq<Case> Traits::shrinks(const Case& c0, const Values&) {
   return rc::seq::concat(std::move(structure), rc::seq::fromContainer(std::move(global)), std::move(values));
 }
 
-// What an attr's (run's) declaration draws, for a message: "[lo, hi]",
-// "one of 1, 2", "one of gelu, tanh".
-std::string attr_values_text(const AttrDecl& a) {
-  if (a.one_of.empty()) return fmt::format("[{}, {}]", a.lo, a.hi);
-  std::vector<std::string> values;
-  for (const double o : a.one_of)
-    values.push_back(a.labels.empty() ? fmt::format("{}", o) : a.labels.at(static_cast<size_t>(o)));
-  return fmt::format("one of {}", fmt::join(values, ", "));
-}
-
 std::string Traits::in_domain(const Case& c, const Values&) {
   const Decl& d = *c.decl;
   for (size_t k = 0; k < d.dims.size(); ++k)
@@ -454,7 +444,7 @@ std::string Traits::in_domain(const Case& c, const Values&) {
       return fmt::format("attr {} = {} is not a value this run's domain draws ({})", d.attrs[a].name,
                          d.attrs[a].labels.empty() ? fmt::format("{}", c.attrs[a])
                                                    : d.attrs[a].labels.at(static_cast<size_t>(c.attrs[a])),
-                         attr_values_text(d.attrs[a]));
+                         d.attrs[a].values_text());
   if (auto why = d.relations_violated(c.dims); !why.empty()) return why;
   if (std::find(d.case_dtypes.begin(), d.case_dtypes.end(), c.dtype) == d.case_dtypes.end()) {
     std::vector<std::string> names;
