@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -139,40 +140,64 @@ rc::Seq<Case> Traits::shrinks(const Case& c, const Values& domain) {
   // halved: zeroing one value at a time took a step per value, about 700
   // per 2 s where thousands were needed, so the stored case depended on
   // how far the machine got in the profile's budget.
+  // Then the strided keeps (select::strided_keeps): a kernel's 16-bit lane
+  // that wraps (int16_chunk_8192, K = 8191) needs most of its 512 products,
+  // so every run above cut too many of them, and zeroing the other lanes'
+  // 7,680 values one at a time ran out of the profile's shrink budget at
+  // each seed: its stored case depended on the machine's speed.
   struct Bulk {
     int array;  // 0: x, 1: w, 2: dy
     int64_t m;  // select::halving_runs's run of nonzero values to 0; 0: every nonzero value to +-1
+    select::Stride keep{0, 0};  // stride > 0: the nonzero values outside this class to 0 (m unused)
   };
+  auto nonzero = [](double x) { return x != 0; };
   std::vector<Bulk> bulks;
   for (int a = 0; a < 3; ++a) {
     const std::vector<double>& v = a == 0 ? c.x : a == 1 ? c.w : c.dy;
-    for (int64_t m : select::halving_runs(std::count_if(v.begin(), v.end(), [](double x) { return x != 0; })))
+    for (int64_t m : select::halving_runs(std::count_if(v.begin(), v.end(), nonzero)))
       bulks.push_back({a, m});
     if (std::any_of(v.begin(), v.end(), [](double x) { return x != 0 && std::fabs(x) != 1; }))
       bulks.push_back({a, 0});
   }
-  auto bulk_seq = rc::seq::map(rc::seq::fromContainer(std::move(bulks)), [c](const Bulk& b) {
+  for (int a = 0; a < 3; ++a) {
+    const std::vector<double>& v = a == 0 ? c.x : a == 1 ? c.w : c.dy;
+    for (const select::Stride k : select::strided_keeps(static_cast<int64_t>(v.size()))) {
+      // Only a class that keeps some nonzero value and drops another: the
+      // others are the whole array zeroed (a run above) or no edit.
+      bool inside = false, outside = false;
+      for (size_t i = 0; i < v.size() && !(inside && outside); ++i)
+        if (v[i] != 0) (static_cast<int64_t>(i) % k.stride == k.residue ? inside : outside) = true;
+      if (inside && outside) bulks.push_back({a, 0, k});
+    }
+  }
+  auto bulk_seq = rc::seq::map(rc::seq::fromContainer(std::move(bulks)), [c, nonzero](const Bulk& b) {
     Case s = c;
     std::vector<double>& v = b.array == 0 ? s.x : b.array == 1 ? s.w : s.dy;
+    auto zero = [](double& x) { x = 0; };
+    if (b.keep.stride > 0) {
+      select::edit_outside(v.begin(), v.end(), b.keep, nonzero, zero);
+      return s;
+    }
     if (b.m == 0)
       for (double& x : v) x = x == 0 ? 0.0 : x < 0 ? -1.0 : 1.0;
-    select::edit_run(
-        v.begin(), v.end(), b.m, [](double x) { return x != 0; }, [](double& x) { x = 0; });
+    select::edit_run(v.begin(), v.end(), b.m, nonzero, zero);
     return s;
   });
   // Every (array, index) pair, then each simpler value for it.
   const size_t total = c.x.size() + c.w.size() + c.dy.size();
-  auto values_seq = rc::seq::mapcat(rc::seq::range<size_t>(0, total), [c](size_t i) {
-    auto field = [](Case& s, size_t i) -> double& {
+  // The case is shared, not copied, by every index's candidates: a copy
+  // per index made this pass O(K^2) (16,383 copies of 128 KB at K = 8191,
+  // half of the int16_chunk_8192 shrink).
+  const auto base = std::make_shared<const Case>(c);
+  auto values_seq = rc::seq::mapcat(rc::seq::range<size_t>(0, total), [base](size_t i) {
+    auto field = [](auto& s, size_t i) -> auto& {
       if (i < s.x.size()) return s.x[i];
       i -= s.x.size();
       if (i < s.w.size()) return s.w[i];
       return s.dy[i - s.w.size()];
     };
-    Case copy = c;
-    const double v = field(copy, i);
-    return rc::seq::map(rc::seq::fromContainer(simpler_values(v)), [c, i, field](double r) {
-      Case s = c;
+    return rc::seq::map(rc::seq::fromContainer(simpler_values(field(*base, i))), [base, i, field](double r) {
+      Case s = *base;
       field(s, i) = r;
       return s;
     });

@@ -52,6 +52,33 @@ inline std::vector<int64_t> halving_runs(int64_t n) {
   return out;
 }
 
+// Strided subsets a shrinker may keep, the rest edited away: every element
+// whose index is `residue` modulo `stride`. A SIMD kernel's bug lives in one
+// lane (a 16-bit lane that holds every 16th product wraps), so its failure
+// needs the elements of one residue class: keeping half of them (stride 2),
+// then a quarter (the residue's half of that), ... reaches the lane in
+// log2(lanes) accepted steps, where prefix and suffix runs cut into every
+// lane at once and single edits took a step per element of the other lanes.
+struct Stride {
+  int64_t stride, residue;
+};
+
+// Strides 2, 4, ... up to max_stride (and below n), each residue in turn.
+inline std::vector<Stride> strided_keeps(int64_t n, int64_t max_stride = 64) {
+  std::vector<Stride> out;
+  for (int64_t s = 2; s <= max_stride && s < n; s *= 2)
+    for (int64_t r = 0; r < s; ++r) out.push_back({s, r});
+  return out;
+}
+
+// Applies `edit` to every element of [begin, end) that `pick` takes and
+// whose index is not keep.residue modulo keep.stride.
+template <typename It, typename Pick, typename Edit>
+void edit_outside(It begin, It end, Stride keep, Pick pick, Edit edit) {
+  for (int64_t i = 0; begin != end; ++begin, ++i)
+    if (i % keep.stride != keep.residue && pick(*begin)) edit(*begin);
+}
+
 // Applies `edit` to the first m elements of [begin, end) that `pick` takes
 // (m > 0), or to the last -m (m < 0).
 template <typename It, typename Pick, typename Edit>
