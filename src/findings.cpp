@@ -319,7 +319,7 @@ thread_local Clock::time_point t_shrink_deadline{};
 thread_local bool t_shrinking = false;
 
 ShrinkResult shrink_with(const Family& family, const Values& domain, AnyCase failing, Verdict verdict,
-                         double budget_s,
+                         double budget_s, int64_t budget_checks,
                          const std::function<std::optional<Verdict>(const AnyCase&)>& reproduces,
                          const ShrinkProgress& progress = {}) {
   const auto t0 = Clock::now();
@@ -348,16 +348,20 @@ ShrinkResult shrink_with(const Family& family, const Values& domain, AnyCase fai
   // candidate, as before.
   const bool resumes = family.shrink_resumes();
   size_t resume = 0;
+  // Candidates checked: run.shrink_budget_checks stops the shrink at the
+  // same candidate on every machine (the seconds stop it where the clock says).
+  int64_t checks = 0;
   for (;;) {
     bool progressed = false;
     size_t at = 0;
     auto candidates = shrinkable.shrinks();
     while (auto candidate = candidates.next()) {
       if (at++ < resume) continue;
-      if (interrupted() || since(t0) > budget_s) {
+      if (interrupted() || since(t0) > budget_s || (budget_checks > 0 && checks >= budget_checks)) {
         result.interrupted = true;
         return result;
       }
+      ++checks;
       if (auto v = reproduces(candidate->value())) {
         result.best = candidate->value();
         result.verdict = std::move(*v);
@@ -884,6 +888,7 @@ Finding record_finding(const RunContext& ctx, const InvariantUse* use, const Any
       f.invariant = use->name;
       s = shrink_with(
           family, ctx.spec.domain, failing, first.verdict, ctx.run.shrink_budget_s,
+          ctx.run.shrink_budget_checks,
           [&](const AnyCase& c) -> std::optional<Verdict> {
             const CheckResult r = check_one(ctx, *use, c);
             if (r.failed()) return r.verdict;
@@ -898,6 +903,7 @@ Finding record_finding(const RunContext& ctx, const InvariantUse* use, const Any
       if (first.failure_kind != "hang" && use)
         s = shrink_with(
             family, ctx.spec.domain, failing, s.verdict, ctx.run.shrink_budget_s,
+            ctx.run.shrink_budget_checks,
             [&](const AnyCase& c) -> std::optional<Verdict> {
               const CheckResult r = check_one(ctx, *use, c);
               if (r.kind == CheckResult::Kind::target_failure && r.failure_kind == first.failure_kind)

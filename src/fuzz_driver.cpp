@@ -296,7 +296,7 @@ FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::st
     out.store_note = f.store_note;
     // Ctrl-C or the shrink budget stopped the shrink: the case is where it
     // stopped (49 nodes, where an --import of the same input ends at 3).
-    if (f.shrink_interrupted) out.summary += " (shrinking stopped early: its time budget or Ctrl-C)";
+    if (f.shrink_interrupted) out.summary += " (shrinking stopped early: its budget or Ctrl-C)";
     if (known_size >= 0 && known_size <= f.stats.size) {
       // Known: the stored case is at least as small; drop the new file
       // (none when the shrink ended on the known case itself: same file).

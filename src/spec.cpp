@@ -839,6 +839,7 @@ Spec Loader::load(const YAML::Node& root, const std::string& profile) {
   spec.run.seed = static_cast<uint64_t>(run.integer("seed"));
   spec.run.time_budget_s = run.real("time_budget_s");
   spec.run.shrink_budget_s = run.real("shrink_budget_s");
+  spec.run.shrink_budget_checks = run.integer("shrink_budget_checks");
   spec.run.max_discard_ratio = run.integer("max_discard_ratio");
   spec.run.case_timeout_s = run.real("case_timeout_s");
   spec.run.suppress_health_check = run.choices("suppress_health_check");
@@ -1335,6 +1336,9 @@ const Schema& run_schema() {
                   "stop drawing cases after this many seconds (0: no limit)"),
       field::real("shrink_budget_s", d.shrink_budget_s, 0, 1e7,
                   "time allowed to shrink one counterexample (0: no shrinking, the case is kept as found)"),
+      field::integer("shrink_budget_checks", d.shrink_budget_checks, 0, 1e12,
+                     "candidate cases the shrink of one counterexample may check (0: no limit); unlike "
+                     "shrink_budget_s, a shrink it stops keeps the same case on any machine"),
       field::integer("max_discard_ratio", d.max_discard_ratio, 0, 1e6,
                      "give up when an invariant discards more than ratio x trials"),
       field::real("case_timeout_s", d.case_timeout_s, 0.001, 1e7,

@@ -20,11 +20,15 @@
 namespace kprop {
 
 struct RunConfig {
-  int64_t trials = 100;                            // cases per run
-  int64_t max_size = 100;                          // RapidCheck size reached by the last trial
-  uint64_t seed = 0;                               // 0: a fresh seed, printed
-  double time_budget_s = 60;                       // stop drawing cases after this long
-  double shrink_budget_s = 20;                     // per counterexample
+  int64_t trials = 100;         // cases per run
+  int64_t max_size = 100;       // RapidCheck size reached by the last trial
+  uint64_t seed = 0;            // 0: a fresh seed, printed
+  double time_budget_s = 60;    // stop drawing cases after this long
+  double shrink_budget_s = 20;  // per counterexample
+  // Candidate cases one counterexample's shrink may check (0: no limit).
+  // Unlike the seconds above, a shrink it stops ends at the same case on
+  // any machine: what a profile of costly cases should bound its shrink by.
+  int64_t shrink_budget_checks = 0;
   int64_t max_discard_ratio = 10;                  // give up when discards > ratio × trials
   double case_timeout_s = 30;                      // a target call longer than this is a hang (exit 3)
   std::vector<std::string> suppress_health_check;  // health checks that do not fail the run

@@ -334,7 +334,8 @@ TEST(Profiles, ErrorsInsideAProfilePointAtItsOwnLines) {
   EXPECT_EQ(
       load_error(with("run: {trials: 30}", "run: {trails: 30}")),
       "t.yaml:13:11: unknown key 'trails' in run (profile big) (did you mean 'trials'?); valid: trials, "
-      "max_size, seed, time_budget_s, shrink_budget_s, max_discard_ratio, case_timeout_s, "
+      "max_size, seed, time_budget_s, shrink_budget_s, shrink_budget_checks, max_discard_ratio, "
+      "case_timeout_s, "
       "suppress_health_check, max_case_mb, padded_tensors, search");
   EXPECT_EQ(load_error(with("run: {trials: 50, seed: 9}", "run: {trials: 0}")),
             "t.yaml:15:19: 'trials' = 0 is out of bounds [1, 1000000000]");

@@ -434,6 +434,7 @@ TEST(SoftmaxTopkMutants, UnreachedIsToldApartFromSurvived) {
 TEST(SoftmaxTopkShrinker, LargeProfileEndsAtTheFirstWrappedIndex) {
   Spec spec = load_spec(kernels::kSpec, "large");
   spec.run.shrink_budget_s = 600;
+  spec.run.shrink_budget_checks = 0;  // (the profile's 400 bound matches_reference's last pass)
   const RunReport r = run_spec(spec, testing::first_failure("indices_u16", 3, {"sorted"}));
   ASSERT_EQ(r.status, RunStatus::failed);
   ASSERT_TRUE(r.invariants.at(0).counterexample);
@@ -444,6 +445,33 @@ TEST(SoftmaxTopkShrinker, LargeProfileEndsAtTheFirstWrappedIndex) {
   EXPECT_EQ(c.vocab, 131072);
   EXPECT_EQ(c.k, 65537);
   EXPECT_EQ(std::count(c.logits.begin(), c.logits.end(), 0.0), 131072);
+}
+
+// run.shrink_budget_checks: a shrink stops after that many candidate
+// checks, whatever the clock, so the case it keeps is the same on every
+// machine and every run (shrink_budget_s stops it where the clock says: the
+// large profile's 2 s kept a different indices_u16 case at each speed).
+// Without it, the same failure shrinks on to its end.
+TEST(SoftmaxTopkShrinker, ACheckBudgetStopsEveryRunAtTheSameCase) {
+  Spec spec = load_spec(kernels::kSpec);
+  spec.run.shrink_budget_s = 600;
+  auto shrunk = [&](int64_t checks) {
+    spec.run.shrink_budget_checks = checks;
+    const RunReport r =
+        run_spec(spec, testing::first_failure("online_rescale_inverted", 1, {"matches_reference"}));
+    EXPECT_EQ(r.status, RunStatus::failed);
+    EXPECT_TRUE(r.invariants.at(0).counterexample);
+    return r.invariants.at(0).counterexample.value_or(Finding{});
+  };
+  const Finding whole = shrunk(0);
+  EXPECT_FALSE(whole.shrink_interrupted);
+  ASSERT_GT(whole.shrink_steps, 2);
+  const Finding first = shrunk(4), again = shrunk(4);
+  EXPECT_TRUE(first.shrink_interrupted);
+  EXPECT_LE(first.shrink_steps, 4);
+  EXPECT_EQ(first.shrink_steps, again.shrink_steps);
+  EXPECT_EQ(first.case_yaml, again.case_yaml);
+  EXPECT_NE(first.case_yaml, whole.case_yaml);
 }
 
 // Each invariant takes the parameters it reads and no other: no_nan took
