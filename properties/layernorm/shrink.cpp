@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
@@ -68,6 +69,20 @@ std::vector<double> simpler_values(double v, Operand t, DType dtype) {
     if (std::isfinite(w) && significant_digits(w, dtype) < digits) add(w);
   }
   return out;
+}
+
+// simpler_values(v, t, dtype).front() (NaN: there is none), without the
+// others: each candidate formats the value, and an f64 value has 16.
+double simplest_value(double v, Operand t, DType dtype) {
+  if ((t == Operand::gamma && v != 1) || (t == Operand::beta && v != 0))
+    return t == Operand::gamma ? 1.0 : 0.0;
+  if ((t == Operand::dy || t == Operand::x) && v != 0 && v != 1) return 0;
+  const int digits = significant_digits(v, dtype);
+  for (int k = 1; k < digits; ++k) {
+    const double w = round_digits(v, k, dtype);
+    if (w != v && std::isfinite(w) && significant_digits(w, dtype) < digits) return w;
+  }
+  return std::nan("");
 }
 
 Case keep_rows(const Case& c, const std::vector<int>& keep) {
@@ -163,6 +178,44 @@ rc::Seq<Case> Traits::shrinks(const Case& c0, const Values& domain) {
       global.push_back(std::move(s));
   }
 
+  // Runs of one operand's values each set to its simplest candidate, the
+  // first m of those that have one (m = all, half, ... 2), then the last m
+  // (half ... 2), boldest first: a failure that holds whatever most values
+  // are (a 16-bit dim wraps at 65536 columns) reaches its end in tens of
+  // accepted steps, where one value at a time took a step per value, past
+  // the large profile's shrink budget. Each value moves to a simpler one,
+  // so shrinking still ends.
+  struct Bulk {
+    Operand t;
+    int64_t m;  // select::halving_runs's run
+  };
+  // Each value's simplest candidate (NaN: none), worked out once per step.
+  auto simplest = std::make_shared<std::array<std::vector<double>, 4>>();
+  std::vector<Bulk> bulks;
+  for (Operand t : {Operand::gamma, Operand::beta, Operand::dy, Operand::x}) {
+    const std::vector<double>& v = tensor(*c, t);
+    std::vector<double>& to = (*simplest)[static_cast<size_t>(t)];
+    to.resize(v.size());
+    int64_t simplifiable = 0;
+    for (size_t i = 0; i < v.size(); ++i) {
+      to[i] = simplest_value(v[i], t, c->dtype);
+      simplifiable += !std::isnan(to[i]);
+    }
+    for (int64_t m : select::halving_runs(simplifiable)) bulks.push_back({t, m});
+  }
+  auto bulk = rc::seq::map(rc::seq::fromContainer(std::move(bulks)), [c, simplest](const Bulk& b) {
+    Case s = *c;
+    std::vector<double>& v = tensor(s, b.t);
+    const std::vector<double>& to = (*simplest)[static_cast<size_t>(b.t)];
+    const int64_t n = static_cast<int64_t>(v.size());
+    int64_t left = std::abs(b.m);
+    for (int64_t k = 0; k < n && left > 0; ++k) {
+      const size_t i = static_cast<size_t>(b.m > 0 ? k : n - 1 - k);
+      if (!std::isnan(to[i])) v[i] = to[i], --left;
+    }
+    return s;
+  });
+
   struct Slot {
     Operand t;
     size_t i;
@@ -180,8 +233,8 @@ rc::Seq<Case> Traits::shrinks(const Case& c0, const Values& domain) {
       return s;
     });
   });
-  auto all =
-      rc::seq::concat(std::move(structure), rc::seq::fromContainer(std::move(global)), std::move(values));
+  auto all = rc::seq::concat(std::move(structure), rc::seq::fromContainer(std::move(global)), std::move(bulk),
+                             std::move(values));
   return rc::seq::filter(std::move(all), [c](const Case& s) { return !(s == *c) && validate(s).empty(); });
 }
 
