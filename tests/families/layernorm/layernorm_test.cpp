@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -12,6 +13,7 @@
 #include "kernels/layernorm/kernels.h"
 #include "kprop/half.h"
 #include "kprop/runner.h"
+#include "kprop/sanitizer.h"
 #include "kprop/spec.h"
 #include "properties/layernorm/family.h"
 #include "tests/support/compare.h"
@@ -187,6 +189,32 @@ TEST(LayerNormShrinker, CandidatesAreNoLargerAndInTheDtype) {
     ++n;
   }
   EXPECT_GT(n, 20);
+}
+
+// The large profile's 65536-wide rows: dim_u16's failure holds whatever
+// most values are, and the shrinker sets runs of them to their simplest
+// value at once (halving runs), ending in tens of steps. One value a step
+// took 3,700 steps in 60 s without ending, past the profile's budget, so the
+// stored case depended on the machine's speed; at 2,000 checks here it
+// stopped unfinished. Where the shrinker ends, not memory: the optimised
+// build only (the candidates run under the sanitizers in FamilyContract's
+// ShrinkCandidatesAreValidAndDifferent).
+TEST(LayerNormShrinker, AWideRowsFailureEndsInTensOfSteps) {
+  if (kAddressSanitizer) GTEST_SKIP() << "where the shrinker ends: the optimised build";
+  Spec spec = load_spec(std::string(KPROP_SOURCE_DIR) + "/specs/examples/layernorm_expr.yaml", "large");
+  spec.run.shrink_budget_s = 600;
+  spec.run.shrink_budget_checks = 2000;
+  for (const uint64_t seed : {1, 2}) {
+    const RunReport r = run_spec(spec, testing::first_failure("dim_u16", seed, {"y_matches_reference"}));
+    ASSERT_EQ(r.status, RunStatus::failed) << seed;
+    const Finding& f = r.invariants.at(0).counterexample.value();
+    EXPECT_FALSE(f.shrink_interrupted) << seed;
+    EXPECT_LE(f.shrink_steps, 40) << seed;
+    const Case c = Traits::from_yaml(YAML::Load(f.case_yaml));
+    EXPECT_EQ(c.rows, 1) << seed;
+    EXPECT_EQ(c.dim, 65536) << seed;
+    EXPECT_TRUE(std::all_of(c.gamma.begin(), c.gamma.end(), [](double g) { return g == 1; })) << seed;
+  }
 }
 
 // ---------------------------------------------------------------- f16 / bf16
