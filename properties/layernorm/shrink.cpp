@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 
@@ -42,14 +43,16 @@ auto& tensor(C& c, Operand t) {
   return c.x;
 }
 
-// Simpler values for one element, boldest first: the tensor's canonical
-// value (γ = 1, β = 0, dy and x = 0 or 1), then fewer significant digits. Every
-// candidate has strictly fewer digits, or is canonical (reached once), so
-// shrinking terminates.
-std::vector<double> simpler_values(double v, Operand t, DType dtype) {
+// Simpler values for one element, boldest first, at most `most` of them:
+// the tensor's canonical value (γ = 1, β = 0, dy and x = 0 or 1), then fewer
+// significant digits. Every candidate has strictly fewer digits, or is
+// canonical (reached once), so shrinking terminates. Each digit count
+// formats the value (an f64 value has 16): the shrinker's runs of values
+// ask for the first only.
+std::vector<double> simpler_values(double v, Operand t, DType dtype, size_t most = SIZE_MAX) {
   std::vector<double> out;
   auto add = [&](double w) {
-    if (w != v && std::find(out.begin(), out.end(), w) == out.end()) out.push_back(w);
+    if (out.size() < most && w != v && std::find(out.begin(), out.end(), w) == out.end()) out.push_back(w);
   };
   switch (t) {
     case Operand::gamma:
@@ -63,26 +66,12 @@ std::vector<double> simpler_values(double v, Operand t, DType dtype) {
       if (v != 0 && v != 1) add(0), add(1);
       break;
   }
-  const int digits = significant_digits(v, dtype);
-  for (int k = 1; k < digits; ++k) {
+  const int digits = out.size() < most ? significant_digits(v, dtype) : 0;
+  for (int k = 1; k < digits && out.size() < most; ++k) {
     const double w = round_digits(v, k, dtype);
     if (std::isfinite(w) && significant_digits(w, dtype) < digits) add(w);
   }
   return out;
-}
-
-// simpler_values(v, t, dtype).front() (NaN: there is none), without the
-// others: each candidate formats the value, and an f64 value has 16.
-double simplest_value(double v, Operand t, DType dtype) {
-  if ((t == Operand::gamma && v != 1) || (t == Operand::beta && v != 0))
-    return t == Operand::gamma ? 1.0 : 0.0;
-  if ((t == Operand::dy || t == Operand::x) && v != 0 && v != 1) return 0;
-  const int digits = significant_digits(v, dtype);
-  for (int k = 1; k < digits; ++k) {
-    const double w = round_digits(v, k, dtype);
-    if (w != v && std::isfinite(w) && significant_digits(w, dtype) < digits) return w;
-  }
-  return std::nan("");
 }
 
 Case keep_rows(const Case& c, const std::vector<int>& keep) {
@@ -198,8 +187,9 @@ rc::Seq<Case> Traits::shrinks(const Case& c0, const Values& domain) {
     to.resize(v.size());
     int64_t simplifiable = 0;
     for (size_t i = 0; i < v.size(); ++i) {
-      to[i] = simplest_value(v[i], t, c->dtype);
-      simplifiable += !std::isnan(to[i]);
+      const std::vector<double> first = simpler_values(v[i], t, c->dtype, 1);
+      to[i] = first.empty() ? std::nan("") : first.front();
+      simplifiable += !first.empty();
     }
     for (int64_t m : select::halving_runs(simplifiable)) bulks.push_back({t, m});
   }
