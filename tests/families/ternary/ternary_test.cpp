@@ -13,6 +13,7 @@
 #include "kernels/ternary/packed.h"
 #include "kprop/rng.h"
 #include "kprop/runner.h"
+#include "kprop/sanitizer.h"
 #include "kprop/spec.h"
 #include "properties/ternary/family.h"
 #include "tests/support/registered.h"
@@ -310,6 +311,10 @@ TEST(TernaryShrinker, LargeProfileEndsAtEachBugsThreshold) {
   for (const Expected e :
        {Expected{"int16_accumulator", 4097, 259, false}, Expected{"k_tail_dropped_past_4096", 4097, 1, false},
         Expected{"int16_chunk_8192", 8191, 259, true}}) {
+    // Where the shrinker ends, not memory: int16_chunk_8192's K = 8191 shrink
+    // (12 s under ASan) in the optimised build only; the other two run its
+    // strided candidates under the sanitizers.
+    if (kAddressSanitizer && e.one_lane) continue;
     const RunReport r = run_spec(spec, testing::first_failure(e.mutant, 3, {"integer_part_exact"}));
     ASSERT_EQ(r.status, RunStatus::failed) << e.mutant;
     for (const auto& inv : r.invariants) {
