@@ -563,7 +563,7 @@ namespace {
 
 bool isolated(const RunContext& ctx) {
   return (ctx.options.isolate || (kAddressSanitizer && ctx.target.info.out_of_bounds)) &&
-         ctx.target.index >= 0;
+         ctx.target.index >= 0 && !ctx.target.info.own_process;
 }
 
 std::vector<CheckResult> check_uses_here(const RunContext& ctx, const std::vector<const InvariantUse*>& uses,

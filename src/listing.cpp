@@ -107,6 +107,19 @@ std::string declared_text() {
 
 }  // namespace
 
+// The family's mutants as --mutants runs them: "name", or "name [P]" for
+// one only profile P's cases reach.
+static std::vector<std::string> mutant_names(const Spec& spec) {
+  std::vector<std::string> names;
+  for (const auto& impl : spec.family->implementations()) {
+    if (impl.kind != ImplKind::mutant) continue;
+    const auto own = spec.mutant_profiles.find(impl.name);
+    names.push_back(own == spec.mutant_profiles.end() ? impl.name
+                                                      : impl.name + " [" + own->second->profile + "]");
+  }
+  return names;
+}
+
 static std::string spec_outputs_text(const Spec& spec) {
   // The domain the spec draws from, after its profile and --domain: the keys
   // a --domain override names (prop_runner --list describes each).
@@ -135,6 +148,9 @@ static std::string spec_outputs_text(const Spec& spec) {
   if (!undeclared.empty()) out += "  reads not declared by: " + join(undeclared) + "\n";
   const auto unchecked = unchecked_outputs(spec);
   out += "  unchecked outputs: " + (unchecked.empty() ? std::string("none") : join(unchecked)) + "\n";
+  const auto mutants = mutant_names(spec);
+  if (!mutants.empty())
+    out += fmt::format("mutants (--mutants runs each; [P]: under profile P): {}\n", join(mutants));
   return out;
 }
 
@@ -283,7 +299,8 @@ std::string list_json(const Spec* spec) {
                    {"max_case_mb", spec->run.max_case_mb},
                    {"outputs", std::move(outputs)},
                    {"reads_not_declared", std::move(undeclared)},
-                   {"unchecked_outputs", unchecked_outputs(*spec)}};
+                   {"unchecked_outputs", unchecked_outputs(*spec)},
+                   {"mutants", mutant_names(*spec)}};
     if (!spec->profile.empty()) listed["profile"] = spec->profile;  // the domain is that profile's
     return listed.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   }

@@ -230,6 +230,13 @@ struct Decl {
   std::vector<DType> case_dtypes;     // of the first input listing dtypes (default [f32, f64])
   expr::TensorInfos reference_infos;  // what reference expressions may read
   std::shared_ptr<const ExternalReference> external_reference;  // set: it replaces the expressions
+  // op.mutants: the user's planted bugs, programs of their own (each called
+  // with the case's dtypes, as a target), registered as the op's mutants.
+  struct Mutant {
+    std::string name, description;
+    std::shared_ptr<const ExternalReference> program;
+  };
+  std::vector<Mutant> mutants;
   // The spec's own declaration, when a profile's domain: or --domain
   // replaced dtypes or dims here (which cases are drawn, not which are
   // valid: a stored case of a dtype the spec declares replays under a

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <optional>
 #include <set>
@@ -884,9 +885,64 @@ class Parser {
     return d;
   }
 
+  // The folder of the spec file holding `n` ("." for a bare file name).
+  std::string spec_folder(const YAML::Node& n) const {
+    const std::string file = ctx_.mark(n, 0).file;
+    const auto slash = file.rfind('/');
+    return slash == std::string::npos ? "." : file.substr(0, slash);
+  }
+
+  // op.mutants: {NAME: exec:COMMAND | plugin:PATH | {target: ..., description: TEXT}}:
+  // the user's planted bugs, run by --mutants like a family's own.
+  void mutants(const YAML::Node& m, Decl& d) const {
+    if (m.IsNull() || (m.IsMap() && m.size() == 0))
+      fail(m, "op.mutants is empty: give {NAME: exec:COMMAND | plugin:PATH}, or remove it");
+    for (const auto& [k, v] : entries(m, "op.mutants")) {
+      const std::string name = k.Scalar();
+      const bool word = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0])) &&
+                        std::all_of(name.begin(), name.end(), [](char ch) {
+                          return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-';
+                        });
+      if (!word)
+        fail(k, fmt::format("op.mutants: '{}' is no mutant name (letters, digits, '_' and '-'; "
+                            "--target NAME runs it)",
+                            name));
+      if (name == "reference" || name == "naive")
+        fail(k, fmt::format("op.mutants: '{}' is the name of the op's own {} implementation; pick another "
+                            "name",
+                            name, name == "reference" ? "fp64 reference" : "same-precision"));
+      const std::string what = "op.mutants." + name;
+      YAML::Node program = v;
+      std::optional<YAML::Node> description;
+      if (v.IsMap()) {
+        only_keys(v, {"target", "description"}, what);
+        if (!v["target"]) fail(v, what + " needs target: exec:COMMAND | plugin:PATH");
+        program.reset(v["target"]);  // reset: = would write into v
+        if (v["description"]) description = v["description"];
+      }
+      const auto target = scalar<std::string>(program, what, "exec:COMMAND or plugin:PATH");
+      if (target.rfind("exec:", 0) != 0 && target.rfind("plugin:", 0) != 0)
+        fail(program, fmt::format("{} is '{}': a mutant is a program of yours, exec:COMMAND or plugin:PATH "
+                                  "(a built-in family's mutants are its own)",
+                                  what, target));
+      if (target.find_first_not_of(" \t", target.find(':') + 1) == std::string::npos)
+        fail(program, fmt::format("{} '{}' names no command or path", what, target));
+      Decl::Mutant mutant;
+      mutant.name = name;
+      mutant.description =
+          description ? scalar<std::string>(*description, what + ".description", "a text") : target;
+      // Started from the spec's folder, as an external reference is.
+      mutant.program = external_reference(target, spec_folder(program), d.name, ctx_.mark(program, 0).str(),
+                                          "mutant " + name);
+      d.mutants.push_back(std::move(mutant));
+    }
+  }
+
   std::shared_ptr<const Decl> parse(const YAML::Node& s) {
     section_.reset(s);
-    only_keys(s, {"name", "dims", "relations", "attrs", "inputs", "outputs", "reference", "summation"}, "op");
+    only_keys(
+        s, {"name", "dims", "relations", "attrs", "inputs", "outputs", "reference", "summation", "mutants"},
+        "op");
     auto d = std::make_shared<Decl>();
     d->name = s["name"] ? scalar<std::string>(s["name"], "op.name", "a name") : ctx_.spec_name;
     if (s["summation"]) {
@@ -1035,6 +1091,7 @@ class Parser {
     }
     d->reference_infos = plain;
     if (s["attrs"] && !s["attrs"].IsNull()) compile_near(s["attrs"], *d);
+    if (s["mutants"]) mutants(s["mutants"], *d);
     const YAML::Node ref = s["reference"];
     if (!ref || ref.IsNull())
       fail(s,
@@ -1047,10 +1104,7 @@ class Parser {
       if (target.find_first_not_of(" \t", target.find(':') + 1) == std::string::npos)
         fail(ref, fmt::format("reference '{}' names no command or path", target));
       // Started from the spec's folder: paths in it are relative to the spec.
-      const std::string file = ctx_.mark(ref, 0).file;
-      const auto slash = file.rfind('/');
-      d->external_reference = external_reference(
-          target, slash == std::string::npos ? "." : file.substr(0, slash), d->name, ctx_.mark(ref, 0).str());
+      d->external_reference = external_reference(target, spec_folder(ref), d->name, ctx_.mark(ref, 0).str());
       return d;
     }
     std::vector<std::string> outs;

@@ -4,6 +4,7 @@
 // exec: workers (python/kprop_worker.py serve({name: fn})) and plugins (the
 // generic entry point kprop_op_<name> of include/kprop/abi/op.h).
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <cctype>
 #include <mutex>
@@ -120,13 +121,17 @@ std::string quote(const std::string& s) {  // for /bin/sh
   return q + "'";
 }
 
-// op.reference: exec:COMMAND | plugin:PATH. Started on its first call (a
-// spec that is only listed or validated starts nothing), from the spec's
-// folder; its failures name it as the reference, never as the target.
-class TargetReference final : public ExternalReference {
+// A program the spec names (op.reference, op.mutants): exec:COMMAND |
+// plugin:PATH. Started on its first call (a spec that is only listed or
+// validated starts nothing), from the spec's folder, by each process that
+// calls it (a --jobs worker or an isolated case's child forked after the
+// runner started it starts its own: the runner's pipes are the runner's);
+// its failures name it by its role in the spec ("the reference
+// exec:... (spec:line:col)", "the mutant NAME (...)").
+class SpecProgram final : public ExternalReference {
  public:
-  TargetReference(std::string target, const std::string& dir, std::string op, std::string where)
-      : shown_(std::move(target)), op_(std::move(op)), where_(std::move(where)) {
+  SpecProgram(std::string target, const std::string& dir, std::string op, std::string where, std::string role)
+      : shown_(std::move(target)), op_(std::move(op)), where_(std::move(where)), role_(std::move(role)) {
     if (shown_.rfind("exec:", 0) == 0) {
       target_ = "exec:cd " + quote(dir) + " && exec " + shown_.substr(5);
       name_ = dir == "." ? shown_ : target_;
@@ -144,7 +149,7 @@ class TargetReference final : public ExternalReference {
 
   Result call(const Case& c, bool fp64) const override {
     const std::lock_guard<std::mutex> lock(mutex_);
-    if (!transport_) open();
+    if (!transport_ || owner_ != getpid()) open();
     // The run's case timeout (run.case_timeout_s, --case-timeout), whichever
     // run calls it: the transport was opened by the first.
     if (const double s = CaseTimeout::current(); s > 0) transport_->set_call_timeout(s);
@@ -158,21 +163,29 @@ class TargetReference final : public ExternalReference {
   }
 
  private:
-  // Started on the first call. A reference that cannot start (no such
+  // Started on the first call. A program that cannot start (no such
   // command, a worker that refuses the handshake) is the spec's error,
   // whoever the target is: exit 2 with one line, never a crash of the
   // target stored as a finding (it was, when the target is the reference).
   void open() const {
+    // A forked process's copy of its parent's transport: the parent's
+    // child, over the parent's pipes. Never used or stopped here (stopping
+    // it would close and kill what the parent still talks to); left as it is.
+    if (transport_ && owner_ != getpid()) {
+      static auto* inherited = new std::vector<std::shared_ptr<external::Transport>>;
+      inherited->push_back(std::move(transport_));
+    }
     // Its start-up is timed by the transport's allowance, not by the case
     // timeout of the in-process target that called it.
     const TransportedCall untimed;
     external::TransportOptions o;
     o.family = "op";
     o.ops = {{op_, plugin_symbol(op_), invoke}};
-    o.role = "reference";
+    if (role_ == "reference") o.role = "reference";
     if (const double s = CaseTimeout::current(); s > 0) o.call_timeout_s = s;  // the handshake's share
     try {
       transport_ = external::open_target(target_, o);
+      owner_ = getpid();
     } catch (const std::exception& e) {  // InputError (set-up) or TargetFailure (the handshake)
       throw InputError({}, named(e.what(), "cannot start: "));
     }
@@ -182,20 +195,22 @@ class TargetReference final : public ExternalReference {
   // (the command with the folder change kprop added).
   std::string named(std::string why, const char* what = "") const {
     if (why.rfind(target_ + ": ", 0) == 0) why.erase(0, target_.size() + 2);
-    return fmt::format("the reference {} ({}): {}{}", shown_, where_, what, why);
+    return fmt::format("the {} {} ({}): {}{}", role_, shown_, where_, what, why);
   }
 
-  std::string shown_, target_, name_, op_, where_;
+  std::string shown_, target_, name_, op_, where_, role_;
   mutable std::mutex mutex_;
   mutable std::shared_ptr<external::Transport> transport_;
+  mutable pid_t owner_ = 0;  // the process that opened transport_
 };
 
 }  // namespace
 
 std::shared_ptr<const ExternalReference> external_reference(const std::string& target, const std::string& dir,
                                                             const std::string& op_name,
-                                                            const std::string& where) {
-  return std::make_shared<TargetReference>(target, dir, op_name, where);
+                                                            const std::string& where,
+                                                            const std::string& role) {
+  return std::make_shared<SpecProgram>(target, dir, op_name, where, role);
 }
 
 std::string plugin_symbol(const std::string& op_name) {

@@ -304,6 +304,11 @@ OpFamily::OpFamily(std::shared_ptr<const Decl> decl) : decl_(std::move(decl)) {
             "the reference expressions with every intermediate rounded to the output's dtype (f32 for a "
             "half output, stored rounded to nearest even)",
             op::naive);
+  // The spec's own planted bugs (op.mutants), called as a target is: with the case's dtypes.
+  for (const auto& m : decl_->mutants)
+    mutant(
+        m.name, m.description, [program = m.program](const Case& c) { return program->call(c, false); },
+        false, true);
   register_invariants(*this);
   register_external(*this);
 }
@@ -354,6 +359,11 @@ std::vector<DeclaredKey> section_keys() {
        "functions); also evaluated with every intermediate rounded to the output's dtype (naive.OUTPUT; f32 "
        "for a half output, then rounded to it); or the user's own eager reference, called with f64 tensors "
        "(reference) and with the case's (naive)"},
+      {"mutants",
+       "{NAME: exec:COMMAND | plugin:PATH | {target: exec:COMMAND | plugin:PATH, description: TEXT}}",
+       "your planted bugs, programs started from the spec's folder and called as a target is: --mutants runs "
+       "each and fails unless an invariant kills it; --target NAME runs one; a profile's mutants: list names "
+       "those only its cases reach"},
   };
 }
 

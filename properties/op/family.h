@@ -87,11 +87,13 @@ void register_external(OpFamily& family);
 // The plugin entry point of op `op_name`: kprop_op_ + the name, every
 // character other than a letter, digit or '_' written as '_'.
 std::string plugin_symbol(const std::string& op_name);
-// An external reference: `target` (exec:COMMAND | plugin:PATH) started, on
-// its first call, from folder `dir` and asked for op `op_name`; `where`
-// (the spec's file:line:col) names it in its failures.
+// A program the spec names: `target` (exec:COMMAND | plugin:PATH) started,
+// on its first call, from folder `dir` and asked for op `op_name`; `role`
+// ("reference", "mutant NAME") and `where` (the spec's file:line:col) name
+// it in its failures.
 std::shared_ptr<const ExternalReference> external_reference(const std::string& target, const std::string& dir,
                                                             const std::string& op_name,
-                                                            const std::string& where);
+                                                            const std::string& where,
+                                                            const std::string& role = "reference");
 
 }  // namespace kprop::op

@@ -141,6 +141,11 @@ struct ImplInfo {
   // reports the crash (a fork of an ASan process is too dear to isolate
   // every target by default there).
   bool out_of_bounds = false;
+  // A registered implementation that runs in a program of its own (a
+  // declared op's op.mutants: exec:/plugin:): its crashes and hangs are its
+  // transport's to catch, so --isolate does not fork for it (the fork would
+  // start the program afresh for every case).
+  bool own_process = false;
 };
 
 // An implementation as a run uses it: one the family registered (by index),
@@ -752,9 +757,11 @@ class FamilyDef : public Family {
   void cuda(std::string description, ImplFn fn) {
     implementation({"cuda", ImplKind::optimized, std::move(description), "cuda"}, std::move(fn));
   }
-  void mutant(std::string name, std::string description, ImplFn fn, bool out_of_bounds = false) {
+  void mutant(std::string name, std::string description, ImplFn fn, bool out_of_bounds = false,
+              bool own_process = false) {
     ImplInfo info{std::move(name), ImplKind::mutant, std::move(description)};
     info.out_of_bounds = out_of_bounds;
+    info.own_process = own_process;
     implementation(std::move(info), std::move(fn));
   }
   // Every mutant of a kernel's table (kernels/<f>/mutants.cpp: a range of

@@ -1302,8 +1302,8 @@ TEST(Cli, LeftOutValuesAndModesWithoutReportsAreInputErrors) {
       {"--spec " + std::string(KPROP_SOURCE_DIR) +
            "/specs/ops/sort.yaml --no-corpus --domain '{dtypes: [f16]}'",
        "--domain:1:10: dtypes: op sort declares f32, f64 for the case's dtype, not f16"},
-      {"--spec " + ops + " --no-corpus --mutants",
-       "--mutants: family op of spec rmsnorm has no mutants to run"},
+      {"--spec " + std::string(KPROP_SOURCE_DIR) + "/tests/external/op_copy.yaml --no-corpus --mutants",
+       "--mutants: family op of spec copy has no mutants to run"},
       {"--spec " + kSpec + " --fuzz --out " + temp("fuzz.json").string(), "--fuzz takes no --out"},
       {"--spec " + kSpec + " --import x --format json", "--import takes no --format"},
       // What a fuzz mode does not do is refused, not silently dropped (--fuzz
@@ -1505,8 +1505,8 @@ TEST(Cli, ARunThatCannotStartSaysSoInOneLine) {
        ": a folder, not a shared library"},
       {"--spec " + kSpec + " --no-corpus --output-coverage",
        "--output-coverage corrupts the replies of a kernel built elsewhere"},
-      {"--spec " + std::string(KPROP_SOURCE_DIR) + "/specs/ops/rmsnorm.yaml --no-corpus --mutants",
-       "--mutants: family op of spec rmsnorm has no mutants to run"},
+      {"--spec " + std::string(KPROP_SOURCE_DIR) + "/tests/external/op_copy.yaml --no-corpus --mutants",
+       "--mutants: family op of spec copy has no mutants to run"},
   };
   for (const auto& [args, expect] : cases) {
     const CliRun r = run(args);

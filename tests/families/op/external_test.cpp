@@ -1,8 +1,9 @@
 // A declared op's external side: the external reference
 // (op.reference: exec:COMMAND | plugin:PATH) is called in f64 for
 // reference.Y and in the case's dtypes for naive.Y; its load-time errors; the
-// generic plugin entry point's symbol. End to end through a NumPy worker and
-// a C++ plugin: ctests op.sort.* and op.rmsnorm.plugin.*.
+// generic plugin entry point's symbol; the spec's own mutants (op.mutants).
+// End to end through a NumPy worker and a C++ plugin: ctests op.sort.*,
+// op.*.mutants and op.rmsnorm.plugin.*.
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -263,6 +265,95 @@ TEST(OpExternalReference, AReferenceThatCannotStartIsTheSpecsError) {
       EXPECT_NE(std::string(e.what()).find("cannot start: "), std::string::npos) << e.what();
     }
   }
+}
+
+// op.mutants: each entry is a mutant of the declared family, NAME: exec:COMMAND
+// | plugin:PATH | {target: ..., description: TEXT}, and its mistakes are the
+// spec's errors at their file:line:col.
+std::string spec_with_mutants(const std::string& mutants) {
+  return "spec: t\nfamily: op\nop:\n"
+         "  dims: {N: [1, 4]}\n"
+         "  inputs: {x: {shape: [N], dtype: [f32, f64]}}\n"
+         "  outputs: {y: {shape: [N]}}\n"
+         "  mutants: " +
+         mutants + "\n  reference: {y: x}\ntarget: reference\n";
+}
+
+TEST(OpMutants, AreTheDeclaredFamilysMutantsStartedOnlyWhenRun) {
+  const Spec spec = parse_spec(
+      spec_with_mutants("{flip: 'exec:/nonexistent/worker --bug flip', late: {target: 'plugin:libbug.so', "
+                        "description: reads one past the end}}"),
+      "dir/op.yaml");
+  std::vector<std::pair<std::string, std::string>> mutants;
+  for (const auto& impl : spec.family->implementations())
+    if (impl.kind == ImplKind::mutant) {
+      mutants.emplace_back(impl.name, impl.description);
+      EXPECT_TRUE(impl.own_process) << impl.name;  // --isolate does not fork for them
+    }
+  EXPECT_EQ(mutants,
+            (std::vector<std::pair<std::string, std::string>>{{"flip", "exec:/nonexistent/worker --bug flip"},
+                                                              {"late", "reads one past the end"}}));
+  // A planted bug is never the oracle.
+  EXPECT_THROW(resolve_target(spec, "flip", {}, true), InputError);
+}
+
+TEST(OpMutants, MistakesAreTheSpecsErrorsAtTheirPlace) {
+  EXPECT_EQ(load_error(spec_with_mutants("{}")),
+            "op.yaml:7:12: op.mutants is empty: give {NAME: exec:COMMAND | plugin:PATH}, or remove it");
+  EXPECT_EQ(load_error(spec_with_mutants("{'a b': 'exec:w'}")),
+            "op.yaml:7:13: op.mutants: 'a b' is no mutant name (letters, digits, '_' and '-'; --target NAME "
+            "runs it)");
+  EXPECT_EQ(load_error(spec_with_mutants("{naive: 'exec:w'}")),
+            "op.yaml:7:13: op.mutants: 'naive' is the name of the op's own same-precision implementation; "
+            "pick another name");
+  EXPECT_EQ(load_error(spec_with_mutants("{flip: python3 bug.py}")),
+            "op.yaml:7:19: op.mutants.flip is 'python3 bug.py': a mutant is a program of yours, exec:COMMAND "
+            "or plugin:PATH (a built-in family's mutants are its own)");
+  EXPECT_EQ(load_error(spec_with_mutants("{flip: 'exec: '}")),
+            "op.yaml:7:19: op.mutants.flip 'exec: ' names no command or path");
+  EXPECT_EQ(load_error(spec_with_mutants("{flip: {description: x}}")),
+            "op.yaml:7:19: op.mutants.flip needs target: exec:COMMAND | plugin:PATH");
+  EXPECT_EQ(load_error(spec_with_mutants("{flip: {target: 'exec:w', why: x}}")).substr(0, 32),
+            "op.yaml:7:38: unknown key 'why' ");
+}
+
+// A mutant that cannot start is the spec's error (exit 2, one line naming
+// it), not its kill: --mutants would count a typo'd command as killed.
+TEST(OpMutants, AMutantThatCannotStartIsTheSpecsError) {
+  const Spec spec = parse_spec(spec_with_mutants("{flip: 'exec:/nonexistent/worker'}"), "op.yaml");
+  try {
+    const RunReport r = run_spec(spec, scratch_run("flip", 3, 3, "kprop_op_external_test"));
+    ADD_FAILURE() << "no error; " << r.detail;
+  } catch (const InputError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("the mutant flip exec:/nonexistent/worker (op.yaml:7:19): cannot start: "),
+        std::string::npos)
+        << e.what();
+  }
+}
+
+// End to end: specs/ops/rmsnorm.yaml's mutants (its NumPy worker's --bug
+// variants, started from the spec's folder) are killed by --mutants, the
+// one only the `wide` profile reaches under it, and a survivor says so.
+TEST(OpMutants, MutantsRunsTheSpecsPlantedBugs) {
+  const std::string path = std::string(KPROP_SOURCE_DIR) + "/specs/ops/rmsnorm.yaml";
+  const Spec spec = load_spec(path);
+  RunOptions o = scratch_run("", 20261122, 50, "kprop_op_external_test");
+  o.only_invariants = {"matches_reference", "elementwise_relative"};
+  o.compare_outputs = true;
+  std::map<std::string, std::string> killed;
+  for (const MutantRow& row : run_mutants(spec, o))
+    killed[row.mutant] = row.killed ? row.killed_by : "survived";
+  EXPECT_EQ(killed.size(), 8u);
+  for (const auto& [name, by] : killed) EXPECT_NE(by, "survived") << name;
+  EXPECT_EQ(spec.mutant_profiles.at("sumsq_first_1024")->profile, "wide");
+  // Where no invariant can see the bug (no weight, judged by a check of finiteness alone), it survives.
+  o.only_invariants = {"finite_outputs"};
+  o.trials = 5;
+  const Spec one = load_spec(path);
+  int survived = 0;
+  for (const MutantRow& row : run_mutants(one, o)) survived += row.mutant == "no_weight" && !row.killed;
+  EXPECT_EQ(survived, 1);
 }
 
 }  // namespace

@@ -816,7 +816,7 @@ TEST(OpList, ListShowsTheDeclaredFamilyAndItsSectionKeys) {
   std::vector<std::string> keys;
   for (const auto& k : op["keys"]) keys.push_back(k["key"]);
   EXPECT_EQ(keys, (std::vector<std::string>{"name", "dims", "relations", "attrs", "inputs", "outputs",
-                                            "summation", "reference"}));
+                                            "summation", "reference", "mutants"}));
   std::vector<std::string> invariants;
   for (const auto& i : op["example_family"]["invariants"]) invariants.push_back(i["name"]);
   EXPECT_EQ(invariants, (std::vector<std::string>{"matches_reference", "finite_outputs", "deterministic",
