@@ -140,6 +140,7 @@ std::string emit_entry(const CorpusEntry& e) {
       YAML::Node item(YAML::NodeType::Map);
       item["found_against"] = a.found_against;
       item["invariant"] = a.invariant;
+      if (!a.found_by.empty()) item["found_by"] = a.found_by;
       also.push_back(item);
     }
     root["also_found_against"] = also;
@@ -318,7 +319,8 @@ std::string write_entry(const std::string& dir, const CorpusEntry& entry, bool* 
   for (const auto& a : stored.also)
     known = known || (a.found_against == entry.found_against && a.invariant == entry.invariant);
   if (!known && !entry.found_against.empty()) {
-    stored.also.push_back({entry.found_against, entry.invariant});
+    stored.also.push_back(
+        {entry.found_against, entry.invariant, entry.found_by != stored.found_by ? entry.found_by : ""});
     write_file_atomic(path.string(), emit_entry(stored));
   }
   return path.string();
@@ -423,7 +425,11 @@ CorpusEntry read_entry(const std::string& path) {
         throw InputError(where(item),
                          "corrupt corpus file: also_found_against entries need found_against and invariant");
       e.marks["also_found_against." + std::to_string(e.also.size())] = where(item["invariant"]);
-      e.also.push_back({item["found_against"].Scalar(), item["invariant"].Scalar()});
+      const YAML::Node by = item["found_by"];
+      if (by && (!by.IsScalar() || case_yaml::is_packed(by)))
+        throw InputError(where(by),
+                         "corrupt corpus file: an also_found_against entry's found_by must be a name");
+      e.also.push_back({item["found_against"].Scalar(), item["invariant"].Scalar(), by ? by.Scalar() : ""});
     }
   }
   e.case_node = root["case"];

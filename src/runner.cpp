@@ -978,20 +978,23 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
                                        [&](const InvariantUse& u) { return u.name == f.invariant; });
       return by_mutant(f) || f.invariant.empty() || in_spec || family.find_invariant(f.invariant) >= 0;
     };
-    std::vector<std::string> unknown;  // quoted
-    Mark unknown_at;
-    std::string unknown_first;
+    std::vector<std::string> unknown, typos;  // quoted; typos: those not found by kprop.check
+    Mark typo_at;
+    std::string typo_first;
     for (size_t k = 0; k < found.size(); ++k) {
       if (replayable(found[k])) continue;
-      if (unknown.empty()) {
-        unknown_at = k == 0 ? e.at("invariant") : e.at("also_found_against." + std::to_string(k - 1));
-        unknown_first = found[k].invariant;
-      }
       unknown.push_back("'" + found[k].invariant + "'");
+      // An entry's own found_by, else the file's: one kprop.check added to
+      // a file prop_runner stored says so.
+      if ((k > 0 && !found[k].found_by.empty() ? found[k].found_by : e.found_by) == "python") continue;
+      if (typos.empty()) {
+        typo_at = k == 0 ? e.at("invariant") : e.at("also_found_against." + std::to_string(k - 1));
+        typo_first = found[k].invariant;
+      }
+      typos.push_back(unknown.back());
     }
     const auto first = std::find_if(found.begin(), found.end(), replayable);
-    if (e.found_by != "python" && !unknown.empty())
-      throw InputError(unknown_at, no_such_invariant(spec, unknown, unknown_first));
+    if (!typos.empty()) throw InputError(typo_at, no_such_invariant(spec, typos, typo_first));
     if (first == found.end()) {
       // Found by kprop.check (found_by: python), whose extra_invariants are
       // Python functions no spec or family has: the runs that have them

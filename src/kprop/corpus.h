@@ -18,6 +18,11 @@ namespace kprop {
 struct AlsoFound {
   std::string found_against;
   std::string invariant;
+  // Who found it, when not the file's own found_by: kprop.check's ("python")
+  // in a file prop_runner stored, whose invariant may be a Python
+  // extra_invariants function no spec has (replay skips it, as it skips a
+  // file kprop.check stored, instead of calling its name a typo).
+  std::string found_by = "";
 };
 
 struct CorpusEntry {

@@ -705,6 +705,36 @@ TEST(Replay, AKpropCheckExtraInvariantsCaseIsSkippedWithANoteAHandWrittenTypoIsN
   EXPECT_EQ(replay_verdict(rows), ReplayVerdict::error);
 }
 
+// The same in a file prop_runner stored, to which kprop.check (the same
+// corpus folder) added a finding of its extra invariant: that entry says
+// found_by: python, so the replay checks the file's own finding and leaves
+// the Python one to its runs (it was an error row: "neither in the spec nor
+// registered"); the entry without found_by is still a typo.
+TEST(Replay, AKpropCheckFindingAddedToARunnersFileIsLeftToItsRuns) {
+  TempDir dir;
+  const Spec spec = toy_spec("invariants: [matches_reference]\n");
+  const fs::path folder = dir.path / "replay";
+  fs::create_directories(folder);
+  const std::string head =
+      "kprop_corpus: 1\nspec: toy\nfamily: toy.sum\ninvariant: matches_reference\n"
+      "found_against: reference\nfound_by: rapidcheck\n";
+  std::ofstream(folder / "a-added.yaml")
+      << head
+      << "also_found_against:\n  - {found_against: python:fn, invariant: first_small, found_by: python}\n"
+      << "case: {xs: [1, 2]}\n";
+  std::ofstream(folder / "b-typo.yaml")
+      << head << "also_found_against:\n  - {found_against: python:fn, invariant: first_small}\n"
+      << "case: {xs: [1, 2]}\n";
+  const auto rows = replay_corpus(spec, folder.string(), options("reference", dir));
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_TRUE(rows[0].error.empty()) << rows[0].error;
+  EXPECT_EQ(rows[0].invariant, "matches_reference");
+  EXPECT_EQ(replay_verdict(rows[0]), ReplayVerdict::passed) << rows[0].target_detail;
+  EXPECT_NE(rows[1].error.find("its invariant 'first_small' is neither in the spec nor registered"),
+            std::string::npos)
+      << rows[1].error;
+}
+
 // Ctrl-C during a replay: the files not replayed are listed as such and the
 // replay is INTERRUPTED (exit 130) in every format, never PASSED on the
 // files it reached (3 of 10 files said "PASSED: 3 of 3 corpus files passed").

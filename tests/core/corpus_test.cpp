@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "kprop/errors.h"
@@ -200,6 +201,33 @@ TEST_F(CorpusTest, SameCaseFailingAnotherInvariantIsRecorded) {
   CorpusEntry other = entry();
   other.invariant = "another_invariant";
   expect_recorded_once(dir_.string(), entry(), other);
+}
+
+// A finding kprop.check adds to a file prop_runner stored keeps its own
+// found_by (python), so that a replay without that Python invariant skips
+// it instead of calling it a typo; one by the file's own finder writes none.
+TEST_F(CorpusTest, AnotherFindersRecordKeepsItsFoundBy) {
+  CorpusEntry first = entry();
+  first.found_by = "rapidcheck";
+  const std::string path = write_entry(dir_.string(), first);
+  CorpusEntry python = entry();
+  python.found_against = "python:fn";
+  python.invariant = "first_small";
+  python.found_by = "python";
+  write_entry(dir_.string(), python);
+  CorpusEntry again = entry();
+  again.invariant = "another_invariant";
+  again.found_by = "rapidcheck";
+  write_entry(dir_.string(), again);
+  const CorpusEntry back = read_entry(path);
+  ASSERT_EQ(back.also.size(), 2u);
+  EXPECT_EQ(back.also[0].found_by, "python");
+  EXPECT_EQ(back.also[1].found_by, "");
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("{found_against: python:fn, invariant: first_small, found_by: python}"),
+            std::string::npos)
+      << text;
 }
 
 // Runs storing the same case at once each keep their record: the
