@@ -337,9 +337,12 @@ class CheckResult:
                      " + %d by the search" % self.search_cases if self.search_cases else "", self.checked,
                      self.discarded_cases, self.declined, self.discarded, self.size_reached, self.max_size,
                      self.seconds)]
-        if self.replay_outside_domain:
-            parts.append("  stored cases: %d replayed, %d left alone (outside this run's domain)" % (
-                self.replayed, self.replay_outside_domain))
+        # The corpus replayed before the fresh cases: what guarded the run
+        # besides them (a run with none stored says nothing).
+        if self.replayed or self.replay_outside_domain:
+            parts.append("  stored cases: %d replayed%s" % (
+                self.replayed, ", %d left alone (outside this run's domain)" % self.replay_outside_domain
+                if self.replay_outside_domain else ""))
         for i in self.invariants:
             parts.append("  %-28s %-14s %d %s, %d discarded, %d declined" % (
                 i.name, i.status, i.passed, "checked" if i.status == "not_run" else "passed", i.discarded,

@@ -258,6 +258,8 @@ def test_stored_counterexample_replays_first_and_replay_api(example, corpus):
     good = example("softmax_topk")
     result = kprop.check("softmax_topk", good.softmax_topk, seed=SEED, trials=20, corpus=corpus)
     assert result.passed and result.replayed == len(stored)
+    # summary() counts them (it said nothing of a replay unless some case was outside the domain).
+    assert "  stored cases: %d replayed\n" % len(stored) in result.summary() + "\n"
     assert kprop.replay("softmax_topk", good.softmax_topk, path) == 1
     with pytest.raises(kprop.Counterexample):
         kprop.replay("softmax_topk", buggy.softmax_topk, path)
