@@ -22,7 +22,8 @@ dtype and must have its declared shape (real numbers: a complex, string or
 object array, or a bool array where floats are due, fails the case, as in
 kprop.check). Raise `Unsupported` for a case the
 kernel cannot run (kprop reports the target as skipped); any other exception
-fails the case (kprop saves it and exits 3), with the traceback on stderr.
+fails the case (kprop saves it and exits 3), with the traceback on stderr
+(once per place the error is raised: a shrink repeats it at every step).
 
 The protocol (docs/EXTERNAL.md): frames of b"KPRP", a little-endian u32
 header length, a JSON header, then the tensors' bytes back to back in
@@ -197,8 +198,11 @@ def _serve(ops, stdin, stdout):
             _write_frame(stdout, {"ok": False, "unsupported": True, "error": str(e)})
             continue
         except Exception as e:  # the case fails; the worker lives on
-            # Shrinking repeats the failure many times: one traceback per distinct error.
-            key = "%s: %s" % (type(e).__name__, e)
+            # Shrinking repeats the failure many times, its message often
+            # naming the shrinking shape: one traceback per place it is
+            # raised (the exception's type and innermost frame), not per message.
+            frames = traceback.extract_tb(e.__traceback__)
+            key = (type(e).__name__,) + ((frames[-1].filename, frames[-1].lineno) if frames else (str(e),))
             if key not in reported:
                 reported.add(key)
                 traceback.print_exc(file=sys.stderr)
