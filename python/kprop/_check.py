@@ -724,6 +724,7 @@ class _Target:
         self.tensors = tensors
         self.device = device
         self.tracebacks: Dict[str, str] = {}
+        self.places: Dict[str, tuple] = {}
         self.declines: Dict[str, int] = {}
         # In process (kprop.check): a SystemExit or pytest.skip() from fn stops
         # the run and is raised again. A worker has none: it lets them end it.
@@ -799,6 +800,11 @@ class _Target:
                 return ("unsupported", message)
             # Shrinking repeats the failure many times: one traceback per distinct error.
             self.tracebacks.setdefault(message, traceback.format_exc())
+            # Where it was raised (type, innermost frame): kprop.worker prints
+            # one traceback per place, a shrink's messages naming each shape.
+            frames = traceback.extract_tb(e.__traceback__)
+            self.places.setdefault(
+                message, (type(e).__name__,) + ((frames[-1].filename, frames[-1].lineno) if frames else (message,)))
             return ("error", message)
         except KeyboardInterrupt:  # stops the run (kprop's interrupt), raised again after it
             raise

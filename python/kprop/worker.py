@@ -110,8 +110,9 @@ def serve(fn, tensors="numpy", stdin=None, stdout=None):
         elif status[0] == "wiring":  # fn cannot take the op's arguments: the run stops, nothing stored
             _wire.write_frame(stdout, {"ok": False, "wiring": True, "error": status[1]})
         else:
-            if status[1] not in reported:
-                reported.add(status[1])
+            place = target.places.get(status[1], status[1])  # one traceback per place it is raised
+            if place not in reported:
+                reported.add(place)
                 sys.stderr.write(target.tracebacks.get(status[1], status[1] + "\n"))
             _wire.write_frame(stdout, {"ok": False, "error": status[1]})
 

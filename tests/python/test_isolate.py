@@ -186,3 +186,22 @@ def test_bf16_astype_float32_passes_both_ways_with_ml_dtypes(isolate):
     result = kprop.check(RMSNORM, rmsnorm_astype, seed=3, trials=40, corpus=None, isolate=isolate,
                          domain={"dtypes": ["bf16"]}, invariants=["matches_reference"])
     assert result.passed and result.checked == 40
+
+
+def raises_on_wide_rows(logits, k, **attrs):
+    if logits.shape[-1] > 2:
+        raise ValueError("rows of %d logits are not handled" % logits.shape[-1])
+    return _softmax.softmax_topk(logits, k, **attrs)
+
+
+def test_an_isolated_error_prints_its_traceback_once(corpus, capfd):
+    """The worker prints a failing function's traceback once per place it is
+    raised: a shrink repeats the error at every step, its message naming the
+    row's width (it printed one per message, one per width the shrink tried)."""
+    with pytest.raises(kprop.Counterexample) as excinfo:
+        kprop.check("softmax_topk", raises_on_wide_rows, seed=SEED, trials=50, corpus=corpus, isolate=True)
+    assert "rows of 3 logits are not handled" in str(excinfo.value)  # shrunk to the narrowest failing row
+    err = capfd.readouterr().err
+    widths = {line for line in err.splitlines() if line.startswith("ValueError: rows of")}
+    assert err.count("Traceback (most recent call last)") == 1, err
+    assert len(widths) == 1, err
