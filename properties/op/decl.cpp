@@ -899,14 +899,17 @@ class Parser {
       fail(m, "op.mutants is empty: give {NAME: exec:COMMAND | plugin:PATH}, or remove it");
     for (const auto& [k, v] : entries(m, "op.mutants")) {
       const std::string name = k.Scalar();
-      const bool word = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0])) &&
+      // A leading letter or '_': `--target -x` would be a flag, `--target 1` no name.
+      const bool word = !name.empty() &&
+                        (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_') &&
                         std::all_of(name.begin(), name.end(), [](char ch) {
                           return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-';
                         });
       if (!word)
-        fail(k, fmt::format("op.mutants: '{}' is no mutant name (letters, digits, '_' and '-'; "
-                            "--target NAME runs it)",
-                            name));
+        fail(k,
+             fmt::format("op.mutants: '{}' is no mutant name (a letter or '_', then letters, digits, '_' and "
+                         "'-'; --target NAME runs it)",
+                         name));
       if (name == "reference" || name == "naive")
         fail(k, fmt::format("op.mutants: '{}' is the name of the op's own {} implementation; pick another "
                             "name",

@@ -300,9 +300,13 @@ TEST(OpMutants, AreTheDeclaredFamilysMutantsStartedOnlyWhenRun) {
 TEST(OpMutants, MistakesAreTheSpecsErrorsAtTheirPlace) {
   EXPECT_EQ(load_error(spec_with_mutants("{}")),
             "op.yaml:7:12: op.mutants is empty: give {NAME: exec:COMMAND | plugin:PATH}, or remove it");
-  EXPECT_EQ(load_error(spec_with_mutants("{'a b': 'exec:w'}")),
-            "op.yaml:7:13: op.mutants: 'a b' is no mutant name (letters, digits, '_' and '-'; --target NAME "
-            "runs it)");
+  EXPECT_EQ(
+      load_error(spec_with_mutants("{'a b': 'exec:w'}")),
+      "op.yaml:7:13: op.mutants: 'a b' is no mutant name (a letter or '_', then letters, digits, '_' and "
+      "'-'; --target NAME runs it)");
+  EXPECT_NE(load_error(spec_with_mutants("{-x: 'exec:w'}"))
+                .find("op.yaml:7:13: op.mutants: '-x' is no mutant name"),
+            std::string::npos);
   EXPECT_EQ(load_error(spec_with_mutants("{naive: 'exec:w'}")),
             "op.yaml:7:13: op.mutants: 'naive' is the name of the op's own same-precision implementation; "
             "pick another name");
