@@ -484,6 +484,11 @@ std::string encode_case_outcome(const CaseOutcome& o) {
     w.pod(r.target_runs);
     w.pod<int8_t>(static_cast<int8_t>(r.outputs_differ));
   }
+  w.pod<uint8_t>(o.input_error.has_value());
+  if (o.input_error) {
+    const Mark& m = o.input_error->mark();
+    w.str(m.file), w.pod<int32_t>(m.line), w.pod<int32_t>(m.col), w.str(o.input_error->bare_message());
+  }
   return std::move(w.out);
 }
 
@@ -521,6 +526,11 @@ bool decode_case_outcome(const std::string& bytes, CaseOutcome& o) {
       c.outputs_differ = r.pod<int8_t>();
       if (c.outputs_differ < -1 || c.outputs_differ > 1) return false;
       out.results.push_back(std::move(c));
+    }
+    if (r.pod<uint8_t>() != 0) {
+      Mark m;
+      m.file = r.str(), m.line = r.pod<int32_t>(), m.col = r.pod<int32_t>();
+      out.input_error.emplace(std::move(m), r.str());
     }
     if (r.at != bytes.size()) return false;
     o = std::move(out);

@@ -231,8 +231,14 @@ std::string not_killed_note(const MutantRow& row) {
   if (r.outputs_differed > 0)
     return fmt::format(
         "its outputs differed from every correct implementation's on {} of the {} cases compared, and no "
-        "invariant failed: they missed the difference, or allowed it as within tolerance",
-        r.outputs_differed, r.outputs_compared);
+        "invariant failed: they missed the difference, or allowed it as within tolerance{}",
+        r.outputs_differed, r.outputs_compared,
+        // A declared op's correct implementations are its expressions: a
+        // kernel of the user's differs from them whatever its bug.
+        r.family == "op" ? " (a declared op's correct implementations are its fp64 reference and naive run, "
+                           "which a kernel computing in f32 or in another order differs from on any case: if "
+                           "no case reaches its bug, list it under a profile whose cases do)"
+                         : "");
   return fmt::format(
       "its outputs were a correct implementation's on the {} cases compared; {} more drawn were not compared "
       "(declined, or discarded by every invariant before the target ran): they may reach its bug",
@@ -395,20 +401,24 @@ class TextReporter final : public Reporter {
       std::string by_name = row.killed ? row.killed_by : "-";
       if (verdict == "gave up") by_name += " (" + failed_health_checks(row.report) + ")";
       if (row.report.profile != spec.profile) by_name += " [" + row.report.profile + "]";
-      out += fmt::format("  {:<26} {:<9} {:<26} {:>7} {:>8.2f} {:>7}  {}\n", row.mutant,
-                         verdict == "killed"      ? verdict
-                         : verdict == "survived"  ? "SURVIVED"
-                         : verdict == "unreached" ? "UNREACHED"
-                         : verdict == "gave up"   ? "GAVE UP"
-                                                  : verdict,
-                         by_name, by ? by->trials_to_fail : row.report.trials,
-                         by ? by->seconds_to_fail : row.report.seconds,
-                         by && by->counterexample ? std::to_string(by->counterexample->stats.size) : "-",
-                         by && by->counterexample ? by->counterexample->stats.summary : "");
+      // The killing finding's shrunk case: the invariant's counterexample,
+      // or the crash, hang or error the mutant was killed by.
+      const Finding* shrunk = by && by->counterexample         ? &*by->counterexample
+                              : row.killed && row.report.crash ? &*row.report.crash
+                                                               : nullptr;
+      out += fmt::format(
+          "  {:<26} {:<9} {:<26} {:>7} {:>8.2f} {:>7}  {}\n", row.mutant,
+          verdict == "killed"      ? verdict
+          : verdict == "survived"  ? "SURVIVED"
+          : verdict == "unreached" ? "UNREACHED"
+          : verdict == "gave up"   ? "GAVE UP"
+                                   : verdict,
+          by_name, by ? by->trials_to_fail : row.report.trials, by ? by->seconds_to_fail : row.report.seconds,
+          shrunk ? std::to_string(shrunk->stats.size) : "-", shrunk ? shrunk->stats.summary : "");
       // A kill whose stored case does not replay (a family's shrinker or
       // codec at fault, or state outside the case) says so under its row.
-      if (by && by->counterexample)
-        if (const std::string w = replay_warning(*by->counterexample); !w.empty()) out += "    " + w + "\n";
+      if (shrunk)
+        if (const std::string w = replay_warning(*shrunk); !w.empty()) out += "    " + w + "\n";
       if (const std::string why = domain_dropped(spec, row); !why.empty())
         out += fmt::format("    ran under profile {}'s domain as written: --domain does not fit it ({})\n",
                            row.report.profile, why);

@@ -368,7 +368,11 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
       const AnyCase c = draw(case_random, size_for(i, all_trials, run.max_size), domains.for_live(out.uses));
       out.generation_seconds = since(generation_start);
       out.stats = family.stats(c);
-      out.results = check_uses(*own, live_uses, c, options.compare_outputs);
+      try {
+        out.results = check_uses(*own, live_uses, c, options.compare_outputs);
+      } catch (const InputError& e) {
+        out.input_error = e;  // raised by the caller (from_job)
+      }
       return encode_case_outcome(out);
     };
   };
@@ -389,7 +393,8 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
     CaseOutcome job;
     if (!decode_case_outcome(payload, job) || job.uses.size() < job.results.size() ||
         std::any_of(job.uses.begin(), job.uses.end(), [n](size_t k) { return k >= n; }))
-      return false;  // garbled: checked here instead
+      return false;                               // garbled: checked here instead
+    if (job.input_error) throw *job.input_error;  // the spec's error, as checking the case here would raise
     if (&domains.for_live(job.uses) != &domain) return false;
     stats = std::move(job.stats);
     generation_s = job.generation_seconds;
@@ -1101,8 +1106,8 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
   // typo) would silently stop the file guarding anything: said, as a
   // renamed invariant is. (External targets, plugin:/exec:/python:, and a
   // test binary's in-process kernel are not this run's to check.)
-  for (const auto& finding : found) {
-    const std::string& name = finding.found_against;
+  for (size_t k = 0; k < found.size(); ++k) {
+    const std::string& name = found[k].found_against;
     if (name.empty() || name == "in-process" || name.find(':') != std::string::npos ||
         name == ctx.target_name || family.find_implementation(name) >= 0 || !row.mutant_still_fails)
       continue;
@@ -1110,11 +1115,19 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
     row.mutant_still_fails = false;
     row.mutant_stale = true;
     row.found_against = name;
-    row.invariant = finding.invariant;
+    row.invariant = found[k].invariant;
+    // The new name is none the file already names (its other findings').
+    std::vector<std::string> others;
+    for (const auto& n : family.implementation_names())
+      if (std::none_of(found.begin(), found.end(), [&](const AlsoFound& f) { return f.found_against == n; }))
+        others.push_back(n);
     row.mutant_detail = fmt::format(
-        "found_against '{}' is no implementation of family '{}' (a mutant renamed? fix the file's "
-        "found_against: line){}",
-        name, family.name(), did_you_mean(name, family.implementation_names()));
+        "found_against '{}' is no implementation of family '{}' (a mutant renamed? fix the file's {}){}",
+        name, family.name(),
+        k == 0 ? std::string("found_against: line")
+               : fmt::format("also_found_against entry {} (found_against: {}, invariant: {})", k, name,
+                             found[k].invariant),
+        did_you_mean(name, others));
   }
   // Each implementation the case was found against, if it is a registered
   // mutant, must still fail the recorded invariant.

@@ -1140,8 +1140,11 @@ Spec parse_spec(const std::string& text, const std::string& path, const std::str
         if (std::find(mutants.begin(), mutants.end(), m) == mutants.end())
           loader.fail(item, fmt::format("profile {}: '{}' is no mutant of family {}{}", name, m,
                                         p.family->name(), suggestion(m, mutants)));
-        if (spec.mutant_profiles.count(m))
-          loader.fail(item, fmt::format("profile {}: mutant '{}' is listed by another profile too", name, m));
+        if (const auto seen = spec.mutant_profiles.find(m); seen != spec.mutant_profiles.end())
+          loader.fail(item, seen->second == shared
+                                ? fmt::format("profile {}: mutant '{}' is listed twice", name, m)
+                                : fmt::format("profile {}: mutant '{}' is listed by profile {} too", name, m,
+                                              seen->second->profile));
         spec.mutant_profiles[m] = shared;
       }
     }

@@ -894,9 +894,10 @@ class Parser {
 
   // op.mutants: {NAME: exec:COMMAND | plugin:PATH | {target: ..., description: TEXT}}:
   // the user's planted bugs, run by --mutants like a family's own.
-  void mutants(const YAML::Node& m, Decl& d) const {
-    if (m.IsNull() || (m.IsMap() && m.size() == 0))
-      fail(m, "op.mutants is empty: give {NAME: exec:COMMAND | plugin:PATH}, or remove it");
+  void mutants(const YAML::Node& key, const YAML::Node& m, Decl& d) const {
+    if (m.IsNull() || (m.IsMap() && m.size() == 0))  // (at its key: a null's mark is the next line's)
+      fail(m.IsNull() ? key : m,
+           "op.mutants is empty: give {NAME: exec:COMMAND | plugin:PATH}, or remove it");
     for (const auto& [k, v] : entries(m, "op.mutants")) {
       const std::string name = k.Scalar();
       // A leading letter or '_': `--target -x` would be a flag, `--target 1` no name.
@@ -1094,7 +1095,8 @@ class Parser {
     }
     d->reference_infos = plain;
     if (s["attrs"] && !s["attrs"].IsNull()) compile_near(s["attrs"], *d);
-    if (s["mutants"]) mutants(s["mutants"], *d);
+    for (auto it = s.begin(); it != s.end(); ++it)
+      if (it->first.IsScalar() && it->first.Scalar() == "mutants") mutants(it->first, it->second, *d);
     const YAML::Node ref = s["reference"];
     if (!ref || ref.IsNull())
       fail(s,

@@ -8,7 +8,9 @@
 
 #include <cctype>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kprop/target_call.h"
@@ -183,25 +185,33 @@ class SpecProgram final : public ExternalReference {
     o.ops = {{op_, plugin_symbol(op_), invoke}};
     if (role_ == "reference") o.role = "reference";
     if (const double s = CaseTimeout::current(); s > 0) o.call_timeout_s = s;  // the handshake's share
+    // One that could not start in this process is not started again (a
+    // --jobs worker checks case after case until the run stops on the error).
+    if (failed_ && failed_->first == getpid()) throw failed_->second;
     try {
       transport_ = external::open_target(target_, o);
       owner_ = getpid();
     } catch (const std::exception& e) {  // InputError (set-up) or TargetFailure (the handshake)
-      throw InputError({}, named(e.what(), "cannot start: "));
+      failed_.emplace(getpid(), InputError({}, named(e.what(), "cannot start: ")));
+      throw failed_->second;
     }
   }
 
   // "the reference exec:COMMAND (spec:line:col): why", without the transport's own prefix
   // (the command with the folder change kprop added).
   std::string named(std::string why, const char* what = "") const {
-    if (why.rfind(target_ + ": ", 0) == 0) why.erase(0, target_.size() + 2);
+    // A plugin keeps the path it was looked for at, from the run's folder
+    // (the spec's folder joined to the path the spec gives).
+    if (why.rfind(target_ + ": ", 0) == 0)
+      why.erase(0, target_.rfind("plugin:", 0) == 0 && target_ != shown_ ? 7 : target_.size() + 2);
     return fmt::format("the {} {} ({}): {}{}", role_, shown_, where_, what, why);
   }
 
   std::string shown_, target_, name_, op_, where_, role_;
   mutable std::mutex mutex_;
   mutable std::shared_ptr<external::Transport> transport_;
-  mutable pid_t owner_ = 0;  // the process that opened transport_
+  mutable pid_t owner_ = 0;                                     // the process that opened transport_
+  mutable std::optional<std::pair<pid_t, InputError>> failed_;  // a start that failed, and where
 };
 
 }  // namespace

@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "kprop/errors.h"
 #include "kprop/runner.h"
 
 namespace kprop {
@@ -137,6 +138,10 @@ struct CaseOutcome {
   double generation_seconds = 0;
   std::vector<size_t> uses;
   std::vector<CheckResult> results;
+  // The spec's error the case ran into (a program the spec names that
+  // cannot start): the caller raises it, instead of checking the case again
+  // itself (a program that hangs while it starts cost the caller its wait too).
+  std::optional<InputError> input_error;
 };
 // A compact binary form (both ends are the same binary, so no schema
 // evolution is needed, and it is several times cheaper than JSON on the

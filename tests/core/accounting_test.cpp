@@ -837,6 +837,19 @@ TEST(Isolation, MutantsTableNamesAHangAndACrashApart) {
   EXPECT_EQ(by["segfaults"], "crash");
   const std::string text = make_reporter("text")->mutants(spec, rows);
   EXPECT_NE(text.find("hangs                      killed    hang "), std::string::npos) << text;
+  // Each row shows the case its failure shrank to, as an invariant's kill
+  // does (the column was empty for a crash, hang or error).
+  for (const char* mutant : {"hangs", "segfaults"}) {
+    const auto row =
+        std::find_if(rows.begin(), rows.end(), [&](const MutantRow& r) { return r.mutant == mutant; });
+    ASSERT_NE(row, rows.end());
+    ASSERT_TRUE(row->report.crash);
+    const std::string line = text.substr(text.find(std::string("  ") + mutant + " "));
+    EXPECT_NE(line.substr(0, line.find('\n')).find("  " + row->report.crash->stats.summary),
+              std::string::npos)
+        << text;
+    EXPECT_FALSE(row->report.crash->stats.summary.empty());
+  }
 }
 
 // The case timeout limits each target call, not the check: an invariant

@@ -1685,6 +1685,21 @@ TEST(Cli, AStaleCorpusFileFailsItsReplay) {
           "renamed? fix the file's found_against: line) (did you mean 'naive_variance'?)"),
       std::string::npos)
       << r.out;
+  // A stale also_found_against entry is named as such (the message pointed
+  // at the file's found_against: line, which is fine, and suggested its name).
+  std::string also = text;
+  also.insert(also.find("case:"),
+              "also_found_against:\n  - {found_against: naive_variancf, invariant: matches_reference}\n");
+  std::ofstream(dir / "layernorm" / "also.yaml") << also;
+  const CliRun a = run("--spec " + spec + " --replay " + (dir / "layernorm" / "also.yaml").string());
+  EXPECT_EQ(a.code, 1) << a.out;
+  EXPECT_NE(
+      a.out.find("stale file: found_against 'naive_variancf' is no implementation of family 'layernorm' (a "
+                 "mutant renamed? fix the file's also_found_against entry 1 (found_against: "
+                 "naive_variancf, invariant: matches_reference))"),
+      std::string::npos)
+      << a.out;
+  EXPECT_EQ(a.out.find("did you mean 'naive_variance'?"), std::string::npos) << a.out;
   // The spec without matches_reference: the file's invariant is gone from it.
   std::string spec_text = contents(spec);
   const std::string entry = "  - name: matches_reference\n    k: 2\n    floor_ulps: 64\n";

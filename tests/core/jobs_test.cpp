@@ -231,6 +231,14 @@ TEST(CaseOutcomeCodec, RoundTripsEveryField) {
   EXPECT_EQ(back.results[1].kind, CheckResult::Kind::declined);
   EXPECT_EQ(back.results[1].reason, "f16 with D = 7");
   EXPECT_TRUE(back.results[1].unavailable);
+  EXPECT_FALSE(back.input_error);
+  // The spec's error a job ran into travels whole: the caller raises it as is.
+  CaseOutcome failed = sample_outcome();
+  failed.input_error.emplace(Mark{"op.yaml", 14, 11}, "the mutant gone exec:x: cannot start");
+  ASSERT_TRUE(decode_case_outcome(encode_case_outcome(failed), back));
+  ASSERT_TRUE(back.input_error);
+  EXPECT_EQ(std::string(back.input_error->what()), "op.yaml:14:11: the mutant gone exec:x: cannot start");
+  EXPECT_EQ(back.input_error->mark().line, 14);
 }
 
 TEST(CaseOutcomeCodec, RejectsTruncatedAndTrailingBytes) {

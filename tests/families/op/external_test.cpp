@@ -300,6 +300,8 @@ TEST(OpMutants, AreTheDeclaredFamilysMutantsStartedOnlyWhenRun) {
 TEST(OpMutants, MistakesAreTheSpecsErrorsAtTheirPlace) {
   EXPECT_EQ(load_error(spec_with_mutants("{}")),
             "op.yaml:7:12: op.mutants is empty: give {NAME: exec:COMMAND | plugin:PATH}, or remove it");
+  EXPECT_EQ(load_error(spec_with_mutants("")),  // at its key, not the next line's start
+            "op.yaml:7:3: op.mutants is empty: give {NAME: exec:COMMAND | plugin:PATH}, or remove it");
   EXPECT_EQ(
       load_error(spec_with_mutants("{'a b': 'exec:w'}")),
       "op.yaml:7:13: op.mutants: 'a b' is no mutant name (a letter or '_', then letters, digits, '_' and "
@@ -317,6 +319,12 @@ TEST(OpMutants, MistakesAreTheSpecsErrorsAtTheirPlace) {
             "op.yaml:7:19: op.mutants.flip 'exec: ' names no command or path");
   EXPECT_EQ(load_error(spec_with_mutants("{flip: {description: x}}")),
             "op.yaml:7:19: op.mutants.flip needs target: exec:COMMAND | plugin:PATH");
+  // A profile's mutants: list (one profile, said once).
+  EXPECT_EQ(load_error(spec_with_mutants("{flip: 'exec:w'}") + "profiles:\n  p: {mutants: [flip, flip]}\n"),
+            "op.yaml:11:23: profile p: mutant 'flip' is listed twice");
+  EXPECT_EQ(load_error(spec_with_mutants("{flip: 'exec:w'}") +
+                       "profiles:\n  p: {mutants: [flip]}\n  q: {mutants: [flip]}\n"),
+            "op.yaml:12:17: profile q: mutant 'flip' is listed by profile p too");
   EXPECT_EQ(load_error(spec_with_mutants("{flip: {target: 'exec:w', why: x}}")).substr(0, 32),
             "op.yaml:7:38: unknown key 'why' ");
 }
@@ -331,6 +339,18 @@ TEST(OpMutants, AMutantThatCannotStartIsTheSpecsError) {
   } catch (const InputError& e) {
     EXPECT_NE(
         std::string(e.what()).find("the mutant flip exec:/nonexistent/worker (op.yaml:7:19): cannot start: "),
+        std::string::npos)
+        << e.what();
+  }
+  // A plugin says where it was looked for: the spec's folder joined to its path.
+  const Spec plugin = parse_spec(spec_with_mutants("{late: 'plugin:libnothere.so'}"), "somewhere/op.yaml");
+  try {
+    const RunReport r = run_spec(plugin, scratch_run("late", 3, 3, "kprop_op_external_test"));
+    ADD_FAILURE() << "no error; " << r.detail;
+  } catch (const InputError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("the mutant late plugin:libnothere.so (somewhere/op.yaml:7:19): cannot "
+                                   "start: somewhere/libnothere.so: "),
         std::string::npos)
         << e.what();
   }
