@@ -107,17 +107,20 @@ std::string declared_text() {
 
 }  // namespace
 
-// The family's mutants as --mutants runs them: "name", or "name [P]" for
-// one only profile P's cases reach.
-static std::vector<std::string> mutant_names(const Spec& spec) {
-  std::vector<std::string> names;
+// The family's mutants as --mutants runs them: name, the profile only
+// whose cases reach it ("" for none), description.
+struct ListedMutant {
+  std::string name, profile, description;
+};
+static std::vector<ListedMutant> listed_mutants(const Spec& spec) {
+  std::vector<ListedMutant> out;
   for (const auto& impl : spec.family->implementations()) {
     if (impl.kind != ImplKind::mutant) continue;
     const auto own = spec.mutant_profiles.find(impl.name);
-    names.push_back(own == spec.mutant_profiles.end() ? impl.name
-                                                      : impl.name + " [" + own->second->profile + "]");
+    out.push_back(
+        {impl.name, own == spec.mutant_profiles.end() ? "" : own->second->profile, impl.description});
   }
-  return names;
+  return out;
 }
 
 static std::string spec_outputs_text(const Spec& spec) {
@@ -148,9 +151,14 @@ static std::string spec_outputs_text(const Spec& spec) {
   if (!undeclared.empty()) out += "  reads not declared by: " + join(undeclared) + "\n";
   const auto unchecked = unchecked_outputs(spec);
   out += "  unchecked outputs: " + (unchecked.empty() ? std::string("none") : join(unchecked)) + "\n";
-  const auto mutants = mutant_names(spec);
-  if (!mutants.empty())
-    out += fmt::format("mutants (--mutants runs each; [P]: under profile P): {}\n", join(mutants));
+  const auto mutants = listed_mutants(spec);
+  if (!mutants.empty()) out += "mutants (--mutants runs each, [P] under profile P; --target NAME runs one)\n";
+  size_t name_width = 0;
+  for (const auto& m : mutants)
+    name_width = std::max(name_width, m.name.size() + (m.profile.empty() ? 0 : m.profile.size() + 3));
+  for (const auto& m : mutants)
+    out += fmt::format("  {:<{}}  {}\n", m.profile.empty() ? m.name : m.name + " [" + m.profile + "]",
+                       name_width, printable(m.description, false));
   return out;
 }
 
@@ -291,6 +299,9 @@ std::string list_json(const Spec* spec) {
     if (spec->domain.all().empty())
       for (const auto& [key, value] : spec->family->domain_lines(spec->domain)) domain[key] = value;
     const CaseSize largest = largest_case(*spec);
+    json mutants = json::array();
+    for (const auto& m : listed_mutants(*spec))
+      mutants.push_back({{"name", m.name}, {"profile", m.profile}, {"description", m.description}});
     json listed = {{"spec", spec->name},
                    {"family", spec->family->name()},
                    {"domain", std::move(domain)},
@@ -300,7 +311,7 @@ std::string list_json(const Spec* spec) {
                    {"outputs", std::move(outputs)},
                    {"reads_not_declared", std::move(undeclared)},
                    {"unchecked_outputs", unchecked_outputs(*spec)},
-                   {"mutants", mutant_names(*spec)}};
+                   {"mutants", mutants}};
     if (!spec->profile.empty()) listed["profile"] = spec->profile;  // the domain is that profile's
     return listed.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   }

@@ -832,6 +832,16 @@ TEST(Cli, ListOfASpecShowsItsDomain) {
   EXPECT_NE(op.out.find("  dtypes  [f32, f64, f16, bf16]\n"), std::string::npos) << op.out;
   EXPECT_NE(op.out.find("  T       ["), std::string::npos) << op.out;
   EXPECT_NE(op.out.find("  eps     {one_of: [1e-05, 1e-06]}\n"), std::string::npos) << op.out;
+  // Its mutants (op.mutants), the one only profile wide reaches marked, each with its description.
+  EXPECT_NE(op.out.find("\nmutants (--mutants runs each, [P] under profile P; --target NAME runs one)\n  "
+                        "mean_not_squares  "),
+            std::string::npos)
+      << op.out;
+  EXPECT_NE(
+      op.out.find("\n  sumsq_first_1024 [wide]  exec:/usr/bin/python3 ../../examples/ops/rmsnorm.py --bug "
+                  "sumsq_first_1024\n"),
+      std::string::npos)
+      << op.out;
   const CliRun narrowed = run("--list --spec " + std::string(KPROP_SOURCE_DIR) +
                               "/specs/ops/rmsnorm.yaml --domain '{eps: 1.0e-6}'");
   EXPECT_EQ(narrowed.code, 0) << narrowed.out;
