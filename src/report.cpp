@@ -393,7 +393,9 @@ class TextReporter final : public Reporter {
       for (const auto& r : row.report.invariants)
         if (r.status == InvariantStatus::failed && (!by || r.name == row.killed_by)) by = &r;
       if (row.report.status == RunStatus::skipped || (verdict == "interrupted" && row.report.trials == 0)) {
-        out += fmt::format("  {:<26} {:<9} {}\n", row.mutant, verdict, printable(row.report.detail));
+        std::string detail = row.report.detail;  // without the verdict said again ("skipped   skipped: ...")
+        if (detail.rfind(std::string(verdict) + ": ", 0) == 0) detail.erase(0, verdict.size() + 2);
+        out += fmt::format("  {:<26} {:<9} {}\n", row.mutant, verdict, printable(detail));
         continue;
       }
       // A mutant run under the profile its bug needs (profiles: {P: {mutants: [...]}}).
