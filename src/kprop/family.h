@@ -741,6 +741,12 @@ class FamilyDef : public Family {
 
   // -- registration
   void implementation(ImplInfo info, ImplFn fn) {
+    // Names select implementations (--target, corpus found_against): a
+    // second one of a name would never run.
+    for (const auto& impl : impls_)
+      if (impl.name == info.name)
+        throw std::logic_error(std::string(Traits::name) + " registers implementation " + info.name +
+                               " twice");
     impls_.push_back(std::move(info));
     impl_fns_.push_back(std::move(fn));
   }

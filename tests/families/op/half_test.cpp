@@ -295,7 +295,8 @@ ShippedRun run_shipped(const std::string& target, uint64_t seed, int trials) {
   auto f = plant_mutants(spec, [](OpFamily& planted) {
     planted.mutant("half_kernel", "f32 arithmetic, half storage",
                    [](const Case& c) { return rmsnorm_kernel(c, false); });
-    planted.mutant("sum_in_storage", "the sum of squares accumulated in the storage type",
+    // (Not the spec's own sum_in_storage, its NumPy worker's op.mutants entry.)
+    planted.mutant("kernel_sum_in_storage", "the sum of squares accumulated in the storage type",
                    [](const Case& c) { return rmsnorm_kernel(c, true); });
   });
   RunReport report = run_spec(spec, scratch_run(target, seed, trials, "kprop_op_half_test_findings"));
@@ -318,7 +319,7 @@ TEST(OpHalfSpec, HalfKernelPassesTheShippedRmsnorm) {
 }
 
 TEST(OpHalfSpec, SumInStorageIsKilledAndShrunkToAHalfCase) {
-  const ShippedRun run = run_shipped("sum_in_storage", 20261123, 400);
+  const ShippedRun run = run_shipped("kernel_sum_in_storage", 20261123, 400);
   ASSERT_EQ(run.report.status, RunStatus::failed);
   const Finding* found = nullptr;
   for (const auto& inv : run.report.invariants)
