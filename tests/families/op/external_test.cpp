@@ -332,28 +332,26 @@ TEST(OpMutants, MistakesAreTheSpecsErrorsAtTheirPlace) {
 // A mutant that cannot start is the spec's error (exit 2, one line naming
 // it), not its kill: --mutants would count a typo'd command as killed.
 TEST(OpMutants, AMutantThatCannotStartIsTheSpecsError) {
-  const Spec spec = parse_spec(spec_with_mutants("{flip: 'exec:/nonexistent/worker'}"), "op.yaml");
-  try {
-    const RunReport r = run_spec(spec, scratch_run("flip", 3, 3, "kprop_op_external_test"));
-    ADD_FAILURE() << "no error; " << r.detail;
-  } catch (const InputError& e) {
-    EXPECT_NE(
-        std::string(e.what()).find("the mutant flip exec:/nonexistent/worker (op.yaml:7:19): cannot start: "),
-        std::string::npos)
-        << e.what();
-  }
+  // The one-line error of a run of mutant `name` (of spec `mutants` at `path`).
+  const auto start_error = [](const std::string& mutants, const std::string& path, const std::string& name) {
+    try {
+      const RunReport r = run_spec(parse_spec(spec_with_mutants(mutants), path),
+                                   scratch_run(name, 3, 3, "kprop_op_external_test"));
+      return "no error; " + r.detail;
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+  };
+  const std::string exec = start_error("{flip: 'exec:/nonexistent/worker'}", "op.yaml", "flip");
+  EXPECT_NE(exec.find("the mutant flip exec:/nonexistent/worker (op.yaml:7:19): cannot start: "),
+            std::string::npos)
+      << exec;
   // A plugin says where it was looked for: the spec's folder joined to its path.
-  const Spec plugin = parse_spec(spec_with_mutants("{late: 'plugin:libnothere.so'}"), "somewhere/op.yaml");
-  try {
-    const RunReport r = run_spec(plugin, scratch_run("late", 3, 3, "kprop_op_external_test"));
-    ADD_FAILURE() << "no error; " << r.detail;
-  } catch (const InputError& e) {
-    EXPECT_NE(
-        std::string(e.what()).find("the mutant late plugin:libnothere.so (somewhere/op.yaml:7:19): cannot "
-                                   "start: somewhere/libnothere.so: "),
-        std::string::npos)
-        << e.what();
-  }
+  const std::string plugin = start_error("{late: 'plugin:libnothere.so'}", "somewhere/op.yaml", "late");
+  EXPECT_NE(plugin.find("the mutant late plugin:libnothere.so (somewhere/op.yaml:7:19): cannot start: "
+                        "somewhere/libnothere.so: "),
+            std::string::npos)
+      << plugin;
 }
 
 // End to end: specs/ops/rmsnorm.yaml's mutants (its NumPy worker's --bug
