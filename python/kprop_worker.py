@@ -56,6 +56,10 @@ def _load(name):
     import importlib.util
 
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kprop", name + ".py")
+    if not os.path.isfile(path):
+        raise ImportError("kprop_worker.py needs %s beside it: copy kprop's python/kprop/ folder with it (it "
+                          "reads kprop/_half.py and kprop/_wire.py), or import it from kprop's python/ folder "
+                          "(PYTHONPATH)" % path)
     spec = importlib.util.spec_from_file_location("_kprop" + name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -187,7 +191,15 @@ def _serve(ops, stdin, stdout):
             kwargs.update(tensors)
             kwargs.update(_wire.named_dims(ops[op], header.get("dims"), kwargs))  # a declared op's dims it names
             before = _wire.snapshot(tensors)
-            returned = ops[op](**kwargs)
+            try:
+                returned = ops[op](**kwargs)
+            except TypeError:
+                wiring = _wire.argument_mismatch(ops[op], kwargs, "the worker's function", op, pytest_items=False)
+                if wiring is None:
+                    raise
+                # Its wiring, not the kernel: the run stops with it, nothing stored.
+                _write_frame(stdout, {"ok": False, "wiring": True, "error": wiring})
+                continue
             # A write into an input through a raw pointer (ctypes, a C
             # extension) bypasses the read-only flag: the kernel's bug, failed here.
             changed = _wire.changed_input("the target", tensors, before)

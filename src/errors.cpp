@@ -1,6 +1,7 @@
 #include "kprop/errors.h"
 
 #include <algorithm>
+#include <cctype>
 
 namespace kprop {
 
@@ -105,6 +106,18 @@ static size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates) {
+  // A unique candidate that differs from the word only in case ('k' for a
+  // dim K) wins outright: by edit distance a one-letter name is as near to
+  // every other one-letter name.
+  const auto lower = [](std::string s) {
+    for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return s;
+  };
+  std::string cased;
+  int cased_hits = 0;
+  for (const auto& c : candidates)
+    if (c != word && lower(c) == lower(word)) cased = c, ++cased_hits;
+  if (cased_hits == 1) return cased;
   // A unique candidate that starts with the word ("positional") wins outright.
   std::string prefixed;
   int prefix_hits = 0;

@@ -9,6 +9,34 @@
 
 namespace kprop {
 
+namespace {
+
+// What a relation's transform drew, as its expressions read it ("transform
+// slice_T drew index = [3, 4, 5]"): the derived case is a function of the
+// stored case, but nothing else in a failure shows it. Up to 16 values a
+// tensor, flat, with its shape where it has more than one axis.
+std::string drawn_text(const ExpressionInvariant& e, const expr::TensorMap& tensors) {
+  constexpr size_t kShown = 16;
+  std::vector<std::string> parts;
+  for (const std::string& name : e.names) {
+    if (name.rfind("transform.", 0) != 0 || name == "transform.applies") continue;
+    const expr::Tensor* t = tensors.find(name);
+    if (!t) continue;
+    std::vector<std::string> values;
+    for (size_t k = 0; k < std::min(t->size(), kShown); ++k) values.push_back(fmt::format("{}", t->data[k]));
+    std::string text = fmt::format("{}", fmt::join(values, ", "));
+    if (t->rank() > 0)
+      text =
+          fmt::format("[{}{}]{}", text, t->size() > kShown ? fmt::format(", ... ({} values)", t->size()) : "",
+                      t->rank() > 1 ? " of shape " + expr::shape_text(t->shape) : "");
+    parts.push_back(fmt::format("{} = {}", name.substr(10), text));
+  }
+  if (parts.empty()) return "";
+  return fmt::format("\ntransform {} drew {}", e.transform->name, fmt::join(parts, ", "));
+}
+
+}  // namespace
+
 Verdict check_invariant(AnyTrial& trial, const InvariantUse& use) {
   // A derived case serves the relations of its transform and parameters,
   // checked one after another: freed before any other invariant is checked.
@@ -56,15 +84,17 @@ Verdict check_invariant(AnyTrial& trial, const InvariantUse& use) {
     if (o.holds) return Verdict::pass();
     std::vector<Measured> measured;
     for (auto& [name, value] : o.measured) measured.push_back({name, value});
-    return Verdict::fail(o.message, std::move(measured));
+    return Verdict::fail(o.message + (e.transform ? drawn_text(e, *tensors) : ""), std::move(measured));
   } catch (const expr::NothingJudged& err) {
     return Verdict::discard(err.what());
   } catch (const expr::ToleranceError& err) {
-    throw InputError(e.mark, fmt::format("invariant {}: `{}`: {}", use.name, current->shown(), err.what()));
+    throw SpecCaseError(e.mark,
+                        fmt::format("invariant {}: `{}`: {}", use.name, current->shown(), err.what()));
   } catch (const expr::SpecEvalError& err) {
-    throw InputError(e.mark, fmt::format("invariant {}: `{}` cannot be evaluated on this case: {} (the "
-                                         "expression's own error: the index reads no output of the target)",
-                                         use.name, current->shown(), err.what()));
+    throw SpecCaseError(e.mark,
+                        fmt::format("invariant {}: `{}` cannot be evaluated on this case: {} (the "
+                                    "expression's own error: the index reads no output of the target)",
+                                    use.name, current->shown(), err.what()));
   } catch (const expr::EvalError& err) {
     // An expression that reads no output of the target and cannot be
     // evaluated (shapes that do not broadcast, an index out of range) is
@@ -80,15 +110,16 @@ Verdict check_invariant(AnyTrial& trial, const InvariantUse& use) {
     const auto& names = current->names();
     if (std::none_of(names.begin(), names.end(),
                      [](const std::string& n) { return expr::is_target_name(n); }))
-      throw InputError(e.mark, fmt::format("invariant {}: `{}` cannot be evaluated on this case: {} (the "
-                                           "expression's own error: it reads no output of the target)",
-                                           use.name, current->shown(), err.what()));
+      throw SpecCaseError(e.mark, fmt::format("invariant {}: `{}` cannot be evaluated on this case: {} (the "
+                                              "expression's own error: it reads no output of the target)",
+                                              use.name, current->shown(), err.what()));
     if ((dynamic_cast<const expr::ShapeError*>(&err) || dynamic_cast<const expr::IndexError*>(&err)) &&
         current_tensors && current->target_shapes_as_declared(*current_tensors))
-      throw InputError(e.mark, fmt::format("invariant {}: `{}` cannot be evaluated on this case: {} (the "
-                                           "expression's own error: every output it reads has its declared "
-                                           "shape)",
-                                           use.name, current->shown(), err.what()));
+      throw SpecCaseError(e.mark,
+                          fmt::format("invariant {}: `{}` cannot be evaluated on this case: {} (the "
+                                      "expression's own error: every output it reads has its declared "
+                                      "shape)",
+                                      use.name, current->shown(), err.what()));
     return Verdict::fail(fmt::format("`{}` could not be evaluated: {}", current->shown(), err.what()));
   }
 }

@@ -772,6 +772,8 @@ std::vector<CheckResult> check_uses_forked(const RunContext& ctx,
             out.push_back(check_result_json(r));
         } catch (const ReferenceFailure& e) {
           out = {{"reference_failure", e.bare_message()}};  // the parent raises it
+        } catch (const SpecCaseError& e) {
+          out = {{"input_error", e.what()}, {"spec_case", true}};  // the parent raises it
         } catch (const InputError& e) {
           out = {{"input_error", e.what()}};  // the parent raises it
         } catch (const std::exception& e) {
@@ -796,8 +798,10 @@ std::vector<CheckResult> check_uses_forked(const RunContext& ctx,
   }
   if (results.is_object() && results.contains("reference_failure"))
     throw ReferenceFailure(results["reference_failure"].get<std::string>());
-  if (results.is_object() && results.contains("input_error"))
+  if (results.is_object() && results.contains("input_error")) {
+    if (results.value("spec_case", false)) throw SpecCaseError({}, results["input_error"].get<std::string>());
     throw InputError({}, results["input_error"].get<std::string>());
+  }
   try {
     std::vector<CheckResult> out;
     for (const auto& j : results) out.push_back(check_result_from_json(j));
@@ -912,6 +916,15 @@ Finding record_finding(const RunContext& ctx, const InvariantUse* use, const Any
             },
             progress);
     }
+  } catch (const SpecCaseError& e) {
+    // A smaller case the spec's own expressions cannot be evaluated on is
+    // the spec's error, as on a drawn case (exit 2), and the failure being
+    // shrunk may be its doing too: not a counterexample blamed on the
+    // target with the error in a note. The seed draws the case again.
+    throw SpecCaseError(e.mark(), fmt::format("{} (met while shrinking a failure of {} on another case: that "
+                                              "failure may be the spec's error too; fix it and run the same "
+                                              "seed again)",
+                                              e.bare_message(), use ? use->name : ctx.target_name));
   } catch (const std::exception& e) {
     // A shrinker or codec bug must not lose the failing case itself.
     f.store_note = fmt::format("shrinking stopped: {}", e.what());

@@ -421,12 +421,12 @@ std::vector<double> evaluated(const Case& c, const OutputDecl& o, const std::fun
   try {
     t = eval();
   } catch (const expr::EvalError& e) {
-    throw InputError(o.reference_mark,
-                     fmt::format("{} cannot be evaluated on this case: {}", what(), e.what()));
+    throw SpecCaseError(o.reference_mark,
+                        fmt::format("{} cannot be evaluated on this case: {}", what(), e.what()));
   }
   const std::vector<int64_t> want = c.decl->extents(o.shape, c.dims);
   if (t.shape != want)
-    throw InputError(
+    throw SpecCaseError(
         o.reference_mark,
         fmt::format("{} has shape {} on this case, but output {} is declared {} = {}", what(),
                     expr::shape_text(t.shape), o.name, expr::shape_text(o.shape), expr::shape_text(want)));
@@ -449,7 +449,7 @@ Result reference(const Case& c) {
     const std::vector<double>& y = r.outputs.back();
     for (size_t k = 0; k < y.size(); ++k)
       if (!(y[k] == std::floor(y[k]) && y[k] >= lo && y[k] <= hi))
-        throw InputError(
+        throw SpecCaseError(
             o.reference_mark,
             fmt::format(
                 "reference.{}: `{}` is {} at element {} on this case, not a value of the {} output {} "

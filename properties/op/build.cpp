@@ -126,9 +126,9 @@ void draw_near_attrs(const Decl& d, Case& c, Draw& draw) {
     try {  // the spec's error, as a reference that cannot be evaluated (op::reference)
       near = ad.near->evaluate(inputs_map(c, false));
     } catch (const expr::EvalError& e) {
-      throw InputError(ad.near_mark,
-                       fmt::format("attr {}.near.values: `{}` cannot be evaluated on this case: {}", ad.name,
-                                   ad.near->shown(), e.what()));
+      throw SpecCaseError(
+          ad.near_mark, fmt::format("attr {}.near.values: `{}` cannot be evaluated on this case: {}", ad.name,
+                                    ad.near->shown(), e.what()));
     }
     std::vector<double> values;
     for (const double v : near.data)

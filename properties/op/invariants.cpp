@@ -110,8 +110,10 @@ std::string compare_discrete(const Case& c, size_t out, const std::vector<double
     measured = {{"got", got[i]}, {"want", want[i]}, {"error", err}, {"bound", allowed}};
     const auto& o = d.outputs[out];
     return fmt::format(
-        "target.{}{} = {} but {} = {} (|error| {} > bound {:.3g}{}: the {} output is exact but where the "
-        "case's {} rounding can carry it across a step of round/floor/ceil or a comparison; naive = {})",
+        "target.{}{} = {} but {} = {} (|error| {} > bound {:.3g}{}: the {} output must be exact, off only "
+        "where "
+        "the case's {} rounding could carry it across a step of round/floor/ceil or a comparison, and by at "
+        "most the bound; naive = {})",
         o.name, index_text(d.extents(o.shape, c.dims), i), got[i], what, want[i], err, allowed,
         runs == 1 ? "" : fmt::format(" = {} × {:.3g}", runs, e[i]), dtype_name(c.output_dtype(out)),
         dtype_name(arithmetic_dtype(c.dtype)), naive[i]);
@@ -505,7 +507,7 @@ void register_invariants(OpFamily& f) {
                          fmt::format("the same slice of its value on the batch ({} = {})", b, n), own_ratio);
              if (!own.empty()) {
                if (own.rfind("target.", 0) == 0) own.replace(0, 6, "reference");
-               throw InputError(
+               throw SpecCaseError(
                    Mark{o.reference_mark.file},
                    fmt::format("batch_dims {}: the reference itself is not independent along {}: {} computed "
                                "alone ({} = {}, the last of {}): {}; {} is no batch dim of this op (a sum or "

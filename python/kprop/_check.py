@@ -112,18 +112,8 @@ class ArgumentMismatch(TypeError):
 def _argument_mismatch(f, kwargs, role: str, op: str) -> Optional["ArgumentMismatch"]:
     """An ArgumentMismatch when f's signature cannot take kwargs, else None
     (a TypeError raised inside f is then f's own)."""
-    try:
-        inspect.signature(f).bind(**kwargs)
-        return None
-    except TypeError as e:
-        name = getattr(f, "__name__", None) or type(f).__name__
-        return ArgumentMismatch(
-            "kprop: %s %s cannot take the arguments of op %s: %s. It is called with the op's inputs and "
-            "attributes as keyword arguments (%s); a parameter that is none of them (a pytest fixture: "
-            "@kprop.spec items run none) needs a default, and **_ takes the ones it does not use" % (
-                role, name, op, e, ", ".join(sorted(kwargs))))
-    except ValueError:  # no signature to read (a builtin): nothing to say
-        return None
+    why = _wire.argument_mismatch(f, kwargs, role, op)
+    return None if why is None else ArgumentMismatch(why)
 
 
 _PYTEST_SKIPPED: Dict[type, type] = {}
@@ -408,17 +398,21 @@ def _plain(value, where: str):
                     % (where, type(value).__name__, value))
 
 
-def spec_info(spec, profile: Optional[str] = None, max_case_mb: Optional[int] = None) -> Dict[str, Any]:
+def spec_info(spec, profile: Optional[str] = None, max_case_mb: Optional[int] = None,
+              domain: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """The spec's name, family, ops, invariants, run settings, profiles and
     the named tensors its family publishes (name -> (shape, dtype, meaning):
     what @kprop.invariant functions and the spec's expressions read).
-    max_case_mb: as kprop.check's (the memory budget of one case)."""
+    max_case_mb and domain: as kprop.check's (the memory budget of one case;
+    domain keys replaced, checked against the spec as a run checks them)."""
     # None is the base spec; "" names no profile (prop_runner --profile '' is refused too).
     if profile is not None and (not isinstance(profile, str) or not profile):
         raise ValueError("kprop: profile must name one of the spec's profiles, not %r" % (profile,))
+    if domain is not None:
+        max_case_mb, domain = _settings(max_case_mb=max_case_mb, domain=domain)[4:]
     text, is_text = _resolve_spec(spec)
     try:
-        return _kprop.spec_info(text, is_text, profile or "", max_case_mb or 0)
+        return _kprop.spec_info(text, is_text, profile or "", max_case_mb or 0, json.dumps(domain) if domain else "")
     except ValueError as e:
         message = str(e)
         if isinstance(spec, Mapping):  # "<dict>:1:237:" named a column of JSON the caller never saw
@@ -1101,11 +1095,12 @@ def _check_run_args(seed, trials, time, case_timeout, isolate, invariants=None, 
                          "call could only be stopped by ending this interpreter)")
 
 
-def _args(spec, fn, *, reference, extra_invariants, profile, seed, trials, time, invariants, corpus, isolate,
-          tensors, device, case_timeout, domain=None, fail_fast=False, search=None, search_time=None,
-          max_case_mb=None):
-    """Resolves the spec and builds the extension's arguments: (text, is_text,
-    info, args, the target's trampoline, the reference's or None, the run's _Stop)."""
+def _settings(*, seed=None, trials=None, time=None, case_timeout=None, isolate=False, invariants=None,
+              fail_fast=False, search=None, search_time=None, max_case_mb=None, domain=None, corpus=None):
+    """kprop.check's run settings checked (types and ranges, as prop_runner
+    checks its flags) and made plain: (invariants, search on/off, search
+    cases, search time, max_case_mb, domain). What the spec says of the
+    domain= keys is spec_info(domain=)'s to check."""
     if isinstance(invariants, str):
         invariants = [invariants]  # one name, not its letters
     elif invariants is not None and not isinstance(invariants, (bytes, Mapping)):
@@ -1125,6 +1120,18 @@ def _args(spec, fn, *, reference, extra_invariants, profile, seed, trials, time,
     if corpus is not None and not isinstance(corpus, (str, os.PathLike)):
         raise TypeError("kprop: corpus must be a folder's path or None, got %r" % (corpus,))
     domain = _plain(domain, "domain") if domain is not None else None
+    return invariants, search_on, search_trials, search_time, max_case_mb, domain
+
+
+def _args(spec, fn, *, reference, extra_invariants, profile, seed, trials, time, invariants, corpus, isolate,
+          tensors, device, case_timeout, domain=None, fail_fast=False, search=None, search_time=None,
+          max_case_mb=None):
+    """Resolves the spec and builds the extension's arguments: (text, is_text,
+    info, args, the target's trampoline, the reference's or None, the run's _Stop)."""
+    invariants, search_on, search_trials, search_time, max_case_mb, domain = _settings(
+        seed=seed, trials=trials, time=time, case_timeout=case_timeout, isolate=isolate, invariants=invariants,
+        fail_fast=fail_fast, search=search, search_time=search_time, max_case_mb=max_case_mb, domain=domain,
+        corpus=corpus)
     text, is_text = _resolve_spec(spec)
     info = spec_info(spec, profile, max_case_mb)
     stopper = _Stop()

@@ -140,3 +140,25 @@ def named_dims(f, dims, taken):
     except (TypeError, ValueError):  # no signature (a builtin), or f unhashable
         return {}
     return {name: int(v) for name, v in dims.items() if name in params and name not in taken}
+
+
+def argument_mismatch(f, kwargs, role, op, pytest_items=True):
+    """Why f's signature cannot take the op's arguments (a parameter that is
+    neither an input nor an attribute of the op, one of them missing), as
+    one line; None when it can, so a TypeError raised inside f is f's own.
+    The wiring, not the kernel: kprop.check raises it, a worker answers
+    {"wiring": true} and the run stops with it, nothing stored."""
+    import inspect
+
+    try:
+        inspect.signature(f).bind(**kwargs)
+        return None
+    except TypeError as e:
+        name = getattr(f, "__name__", None) or type(f).__name__
+        return ("kprop: %s %s cannot take the arguments of op %s: %s. It is called with the op's inputs and "
+                "attributes as keyword arguments (%s); a parameter that is none of them%s needs a default, and "
+                "**_ takes the ones it does not use" % (
+                    role, name, op, e, ", ".join(sorted(kwargs)),
+                    " (a pytest fixture: @kprop.spec items run none)" if pytest_items else ""))
+    except ValueError:  # no signature to read (a builtin): nothing to say
+        return None

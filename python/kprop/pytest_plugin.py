@@ -311,7 +311,14 @@ def pytest_pycollect_makeitem(collector, name, obj):
             item.add_marker("kprop")
             return [item]
     try:
-        info = _check.spec_info(spec, options.get("profile"))
+        # The run settings and the domain= override checked as kprop.check
+        # checks them before it runs: a mistake there is this collection's
+        # one error, not a traceback in every item.
+        # (invariants= is read below: a generator of names is read once.)
+        _check._settings(**{k: options[k] for k in ("seed", "trials", "time", "case_timeout", "isolate", "search",
+                                                    "search_time", "max_case_mb", "domain", "corpus")
+                            if k in options})
+        info = _check.spec_info(spec, options.get("profile"), options.get("max_case_mb"), options.get("domain"))
         if options.get("extra_invariants") is not None:  # a generator is read once, here
             options["extra_invariants"] = _check._extra_list(options["extra_invariants"])
         extra = [name for name, _, _, _ in _check._extra_invariants(options.get("extra_invariants"), info)]

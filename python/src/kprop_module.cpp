@@ -646,9 +646,9 @@ nb::dict replay(const std::string& spec, bool spec_is_text, const nb::dict& arg_
 }
 
 nb::dict spec_info(const std::string& spec_arg, bool spec_is_text, const std::string& profile,
-                   int64_t max_case_mb) {
+                   int64_t max_case_mb, const std::string& domain) {
   try {
-    const kprop::Spec spec = load(spec_arg, spec_is_text, profile, "", max_case_mb);
+    const kprop::Spec spec = load(spec_arg, spec_is_text, profile, domain, max_case_mb);
     nb::dict d;
     d["name"] = spec.name;
     d["path"] = spec.path;
@@ -755,7 +755,7 @@ NB_MODULE(_kprop, m) {
   m.def("run", &run, nb::arg("spec"), nb::arg("spec_is_text"), nb::arg("args"));
   m.def("replay", &replay, nb::arg("spec"), nb::arg("spec_is_text"), nb::arg("args"), nb::arg("path"));
   m.def("spec_info", &spec_info, nb::arg("spec"), nb::arg("spec_is_text"), nb::arg("profile") = "",
-        nb::arg("max_case_mb") = 0);
+        nb::arg("max_case_mb") = 0, nb::arg("domain") = "");
   m.def("stored_invariants", &stored_invariants, nb::arg("path"));
   m.def("stored_spec", &stored_spec, nb::arg("path"));
   m.def("stored_found_by", &stored_found_by, nb::arg("path"));

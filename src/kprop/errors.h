@@ -30,6 +30,17 @@ class InputError : public std::runtime_error {
   std::string bare_;
 };
 
+// The spec's own error met on one case: an expression that cannot be
+// evaluated there (an index out of range, shapes that do not broadcast,
+// reading no output of the target) or a tolerance below 0. As much the
+// spec's error as one met at load (exit 2), wherever the case came from: a
+// drawn case, a stored one, or a candidate of the shrinker, where the
+// failure being shrunk may be the same error's doing.
+class SpecCaseError : public InputError {
+ public:
+  using InputError::InputError;
+};
+
 // Raised by a family's YAML case decoder; the loader adds the file name.
 class CaseFormatError : public std::runtime_error {
  public:

@@ -96,6 +96,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"empty choices", "[plain, wide]", "[]", "'mode' is empty"},
         BadSpec{"bad choice", "[plain, wide]", "[plain, wdie]",
                 "unknown choice 'wdie' (did you mean 'wide'?)"},
+        // Case alone: by edit distance 'Wide' was as near as any other.
+        BadSpec{"a choice in another case", "[plain, wide]", "[plain, WIDE]",
+                "unknown choice 'WIDE' (did you mean 'wide'?)"},
         BadSpec{"unknown family", "family: toy.sum", "family: toy.summ",
                 "unknown family 'toy.summ' (did you mean 'toy.sum'?)"},
         BadSpec{"unknown target", "target: reference", "target: referense",

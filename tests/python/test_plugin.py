@@ -144,7 +144,12 @@ def test_marked(logits, k, **attrs):
     ('"no_such_spec"', "*no spec file 'no_such_spec'*"),
     ('"softmax_topk", trails=5', "*unknown option 'trails' (did you mean 'trials'?)*"),
     ('"softmax_topk", invariants=[]', "*invariants=[[]] names no invariant to check*"),  # it meant every one
-], ids=["unknown_spec", "unknown_option", "no_invariants"])
+    # Settings kprop.check refuses before it runs: each item failed with a
+    # traceback of some 800 lines, one item per invariant.
+    ('"softmax_topk", domain={"vocab": [100, 10]}', "*test_x: domain=: 'vocab' is an inverted range*"),
+    ('"softmax_topk", case_timeout=1', "*test_x: case_timeout needs isolate=True*"),
+    ('"softmax_topk", trials=0', "*test_x: trials must be in [[]1, 10**9[]]*"),
+], ids=["unknown_spec", "unknown_option", "no_invariants", "bad_domain", "timeout_in_process", "no_trials"])
 def test_a_bad_decorator_is_a_collection_error(pytester, arguments, reason):
     pytester.makepyfile(test_sm="""
 import kprop

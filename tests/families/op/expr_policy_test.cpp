@@ -291,9 +291,9 @@ TEST(OpClosePolicy, AnIndexPastAnIntermediatesAxisIsTheSpecsError) {
 // with the case's T is refused at load (it loaded, and a one-row slice
 // broadcast against every row failed a correct kernel); the relation through
 // transform.index ([transformed.T]) loads and holds.
-TEST(OpClosePolicy, ASlicedDimIsTheDerivedCasesOwn) {
-  const auto spec = [](const std::string& expect) {
-    return R"(spec: sliced
+// y = 2x over T rows, with one relation e under slice_T.
+std::string sliced_spec(const std::string& expect) {
+  return R"(spec: sliced
 family: op
 op:
   dims: {T: [1, 8], D: [1, 6]}
@@ -307,8 +307,11 @@ invariants:
   - name: e
     transform: slice_T
     expect: )" +
-           expect + "\n";
-  };
+         expect + "\n";
+}
+
+TEST(OpClosePolicy, ASlicedDimIsTheDerivedCasesOwn) {
+  const auto spec = sliced_spec;
   EXPECT_EQ(load_error(spec("close(transformed.target.y, target.y, k=2)")),
             "op.yaml:14:13: invariant 'e', expect: shapes [transformed.T, D] and [T, D] do not broadcast "
             "(transformed.T vs T)");
@@ -323,6 +326,44 @@ invariants:
       run_on(with_doubling_mutant(spec("close(transformed.target.y[:, 0], 2 * transformed.x[:, 0], k=2)")),
              "doubles", 30);
   EXPECT_EQ(doubled.status, RunStatus::failed) << doubled.detail;
+  // A relation's failure says what its transform drew (the rows kept): the
+  // derived case is no part of the stored case shown.
+  const RunReport drawn =
+      run_on(with_doubling_mutant(spec("close(transformed.target.y, reference.y[transform.index], k=2)")),
+             "doubles", 30);
+  ASSERT_TRUE(drawn.invariants.at(0).counterexample) << drawn.detail;
+  const std::string& message = drawn.invariants[0].counterexample->message;
+  EXPECT_NE(message.find("\ntransform slice_T drew index = ["), std::string::npos) << message;
+}
+
+// A smaller case the spec's own expression cannot be evaluated on, met while
+// a failure shrinks, is the spec's error (exit 2), as on a drawn case: the
+// failure may be the same mistake's doing (here an index one past the rows
+// kept, which fails a correct kernel and runs off the end of shorter cases).
+// It was a counterexample of the target with the error in a note.
+TEST(OpClosePolicy, TheSpecsErrorMetWhileShrinkingIsTheSpecsError) {
+  const Spec spec =
+      with_doubling_mutant(sliced_spec("close(transformed.target.y, target.y[transform.index + 1], k=2)"));
+  // A seed whose shrink meets no such case reports the failure (the spec
+  // fails a correct kernel there, which no run can tell from a bug); one
+  // whose drawn case runs off the end is the spec's error at once.
+  int while_shrinking = 0;
+  for (int seed = 1; seed <= 12; ++seed) {
+    try {
+      const RunReport r = run_spec(spec, scratch_run("reference", seed, 30, "kprop_op_policy_test"));
+      EXPECT_EQ(r.status, RunStatus::failed) << "seed " << seed << ": " << r.detail;
+    } catch (const SpecCaseError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("invariant e: `close(transformed.target.y, target.y[transform.index + 1], k=2)` "
+                          "cannot be evaluated on this case: index "),
+                std::string::npos)
+          << what;
+      if (what.find("(met while shrinking a failure of e on another case: that failure may be the spec's "
+                    "error too; fix it and run the same seed again)") != std::string::npos)
+        ++while_shrinking;
+    }
+  }
+  EXPECT_GT(while_shrinking, 0);
 }
 
 // A computed tolerance below 0 or NaN: the spec's error when the spec's own

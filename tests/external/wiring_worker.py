@@ -1,0 +1,15 @@
+"""A worker for tests/external/op_copy.yaml whose function is wired wrong:
+it names its input `inp`, not `x` (tests/external/worker_wiring_test.sh)."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+import kprop_worker  # noqa: E402
+
+
+def copy(inp):
+    return {"y": inp.copy()}
+
+
+if __name__ == "__main__":
+    kprop_worker.serve({"copy": copy})
