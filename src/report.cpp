@@ -677,6 +677,7 @@ class JsonReporter final : public Reporter {
                             {"target_ok", row.target_ok},
                             {"target_failure", row.target_failure},
                             {"target_detail", row.target_detail},
+                            {"failed_invariant", row.failed_invariant},
                             {"checked", row.checked},
                             {"mutant_checked", row.mutant_checked},
                             {"mutant_still_fails", row.mutant_still_fails},

@@ -1040,11 +1040,13 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
       row.target_ok = false;
       row.target_failure = r.failure_kind;
       row.target_detail = fmt::format("{} (while checking {}): {}", r.failure_kind, use->name, r.reason);
+      row.failed_invariant = use->name;
       break;
     }
     if (r.failed()) {
       row.target_ok = false;
       row.target_detail = use->name + ": " + r.verdict.message;
+      row.failed_invariant = use->name;
       break;
     }
     if (r.verdict.outcome == Outcome::pass) {
@@ -1227,9 +1229,9 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
 }
 
 nlohmann::json replay_row_json(const ReplayRow& r) {
-  return {r.path,          r.error,          r.declined,    r.invariant,      r.found_against,
-          r.target_ok,     r.target_failure, r.checked,     r.mutant_checked, r.mutant_still_fails,
-          r.mutant_detail, r.target_detail,  r.mutant_stale};
+  return {r.path,          r.error,          r.declined,     r.invariant,       r.found_against,
+          r.target_ok,     r.target_failure, r.checked,      r.mutant_checked,  r.mutant_still_fails,
+          r.mutant_detail, r.target_detail,  r.mutant_stale, r.failed_invariant};
 }
 
 ReplayRow replay_row_from_json(const nlohmann::json& j) {
@@ -1238,6 +1240,7 @@ ReplayRow replay_row_from_json(const nlohmann::json& j) {
   j.at(4).get_to(r.found_against), j.at(5).get_to(r.target_ok), j.at(6).get_to(r.target_failure);
   j.at(7).get_to(r.checked), j.at(8).get_to(r.mutant_checked), j.at(9).get_to(r.mutant_still_fails);
   j.at(10).get_to(r.mutant_detail), j.at(11).get_to(r.target_detail), j.at(12).get_to(r.mutant_stale);
+  j.at(13).get_to(r.failed_invariant);
   return r;
 }
 

@@ -564,8 +564,9 @@ class _InvariantCall:
     def __call__(self, tensors):
         if self.stopper.exception is not None:  # the run is stopping: judge nothing more
             return ("discard", "the run was stopped by %s" % type(self.stopper.exception).__name__)
+        args = {param: tensors[name] for param, name in self.mapping}
         try:
-            answer = self.defn.fn(**{param: tensors[name] for param, name in self.mapping})
+            answer = self.defn.fn(**args)
         except Discard as e:
             return ("discard", str(e) or "discarded")
         except AssertionError as e:
@@ -594,13 +595,30 @@ class _InvariantCall:
             if bool(np.all(answer)):
                 return None
             bad = np.argwhere(~answer)
-            return ("fail", "%s: %d of %d elements false, first at %s" % (
-                self.defn.name, len(bad), answer.size, list(map(int, bad[0]))))
+            return ("fail", "%s: %d of %d elements false, first at %s%s" % (
+                self.defn.name, len(bad), answer.size, list(map(int, bad[0])),
+                _values_at(args, answer.shape, tuple(bad[0]))))
         # Anything else has no one truth value that could be meant (a list
         # of False is truthy, NaN is truthy): a mistake in the invariant, said
         # as its failure on every case rather than passed.
         return ("fail", "%s must return True, False, None or an array of bools, not %s %.80r" % (
             self.defn.name, type(answer).__name__, answer))
+
+
+def _values_at(args: Mapping[str, Any], shape: Tuple[int, ...], index: Tuple[int, ...]) -> str:
+    """"; there target_y = 1.5, x = 0.75": the value at `index` of each
+    argument of a Python invariant whose shape broadcasts to its answer's,
+    as an expression's failure names its operands' values (a scalar or an
+    array that does not line up with the answer says nothing of the element)."""
+    shown = []
+    for param, value in args.items():
+        if not isinstance(value, np.ndarray) or value.ndim == 0 or value.ndim > len(shape):
+            continue
+        try:
+            shown.append("%s = %r" % (param, np.broadcast_to(value, shape)[index].item()))
+        except ValueError:  # does not broadcast to the answer's shape
+            continue
+    return "; there " + ", ".join(shown) if shown else ""
 
 
 def _short_traceback() -> str:
@@ -915,7 +933,7 @@ def _finding(d, targets, replay_text, command: Optional[str], corpus: Optional[s
     if command and not _by_extra_invariant(d["invariant"], opts or {}):
         replay = _with_runner(d["replay_command"])
     elif d["path"]:
-        replay = replay_text(d["path"])
+        replay = replay_text(d["path"], d["invariant"]) if d["kind"] == "invariant" else replay_text(d["path"])
     else:
         replay = ""
     return Finding(invariant=d["invariant"], kind=d["kind"], message=d["message"], measured=list(d["measured"]),
@@ -1343,7 +1361,12 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
         r = stopper.call(_kprop.run, text, is_text, args, interrupted_result=True)
     except ValueError as e:  # the reference failed on a case: its re-run, as this run was called
         raise ValueError(_python_rerun(str(e), spec_ref, fn, opts)) from None
-    replay_text = lambda path: _replay_text(spec_ref, fn, path, opts)  # noqa: E731
+    def replay_text(path, invariant=""):
+        # A finding of one invariant replays that invariant, as prop_runner's
+        # --invariant and each pytest item's: with every one, another that
+        # the case also fails could be the one the replay raises.
+        return _replay_text(spec_ref, fn, path, dict(opts, invariants=[invariant]) if invariant else opts)
+
     findings = []
     for i in r["invariants"]:
         if i["counterexample"] is not None:
@@ -1470,7 +1493,10 @@ def _stored_finding(row, targets, spec_ref, fn, command, opts, corpus=None) -> F
     if not text:
         with open(row["path"]) as f:
             text = f.read()
-    if command and not _by_extra_invariant(row["invariant"], opts):
+    # The invariant the case failed here (every invariant of the run checks
+    # it), not always the one the file was found by.
+    invariant = row["failed_invariant"] or row["invariant"]
+    if command and not _by_extra_invariant(invariant, opts):
         # prop_runner's own words for it (the spec's file, the worker, and the
         # run's --reference, --profile, --domain and --case-timeout)
         replay = _with_runner(row["replay_command"])
@@ -1480,7 +1506,7 @@ def _stored_finding(row, targets, spec_ref, fn, command, opts, corpus=None) -> F
     # (it was always said not to be: in_corpus False for its own file).
     in_corpus = corpus is not None and os.path.commonpath(
         [os.path.realpath(row["path"]), os.path.realpath(corpus)]) == os.path.realpath(corpus)
-    return Finding(invariant=row["invariant"], kind="replay", message=row["detail"], measured=[], case_yaml=text,
+    return Finding(invariant=invariant, kind="replay", message=row["detail"], measured=[], case_yaml=text,
                    path=row["path"], replay=replay, traceback=_traceback_for(targets, row["detail"]),
                    in_corpus=in_corpus, corpus=None if corpus is None else os.fspath(corpus))
 

@@ -22,6 +22,7 @@ target, is skipped; JUnit comes from --junitxml.
 """
 
 import argparse
+import difflib
 import functools
 import glob
 import inspect
@@ -324,6 +325,9 @@ def pytest_pycollect_makeitem(collector, name, obj):
         extra = [name for name, _, _, _ in _check._extra_invariants(options.get("extra_invariants"), info)]
     except Exception as e:
         message = str(e)
+        if message.startswith("kprop: no spec file ") and isinstance(spec, (str, os.PathLike)):
+            message += " (a relative path is looked for beside the test module, %s, then under pytest's rootdir, " \
+                       "%s)" % (os.path.dirname(os.fspath(collector.path)), collector.config.rootpath)
         raise collector.CollectError("kprop: %s: %s" % (name, message[len("kprop: "):] if message.startswith(
             "kprop: ") else message))
     known = info["invariants"] + extra
@@ -341,8 +345,10 @@ def pytest_pycollect_makeitem(collector, name, obj):
     invariants = invariants + [e for e in extra if e not in invariants] if invariants else known
     unknown = [i for i in invariants if i not in known]
     if unknown:
-        raise collector.CollectError("kprop: %s: spec %s has no invariant %s (it has: %s)"
-                                     % (name, info["name"], ", ".join(unknown), ", ".join(known)))
+        close = difflib.get_close_matches(unknown[0], known, n=1)
+        raise collector.CollectError("kprop: %s: spec %s has no invariant %s%s (it has: %s)"
+                                     % (name, info["name"], ", ".join(unknown),
+                                        " (did you mean %r?)" % close[0] if close else "", ", ".join(known)))
     try:
         variants = _parametrize(func, _marks(obj))
     except ValueError as e:

@@ -631,6 +631,7 @@ nb::dict replay(const std::string& spec, bool spec_is_text, const nb::dict& arg_
     d["ok"] = r.target_ok;
     d["checked"] = r.checked > 0;  // an invariant checked it (a discard or n/a is no check)
     d["detail"] = r.target_detail;
+    d["failed_invariant"] = r.failed_invariant;
     // The file no longer guards its mutant (stale, or the mutant now passes):
     // an error of the corpus file, as an unreadable one is.
     d["stale"] = r.mutant_checked && !r.mutant_still_fails

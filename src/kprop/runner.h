@@ -381,6 +381,10 @@ struct ReplayRow {
   bool target_ok = true;
   std::string target_failure;  // the target crashed, hung or threw: its kind (check_one's failure_kind)
   std::string target_detail;
+  // The invariant the target failed, or was being checked for when it
+  // crashed or hung, on the replay ("" when it did not fail): not always
+  // the file's own (`invariant`), since every invariant of the run checks it.
+  std::string failed_invariant;
   // Invariants that checked the case on the target and held. A discard or an
   // n/a is no check: a file no invariant checked is not counted as passed.
   int checked = 0;

@@ -27,6 +27,25 @@ def _assert_shrunk_counterexample(excinfo, corpus, invariant=None):
     return f
 
 
+def test_a_findings_replay_checks_its_own_invariant(example, corpus):
+    # Winners in index order fail both sorted and matches_reference; each
+    # finding's printed replay names its invariant and raises that one (it
+    # replayed every invariant, and the sorted finding's replay raised
+    # matches_reference's failure).
+    mod = example("softmax_topk")
+    mod.BUG = "unsorted_output"
+    with pytest.raises(kprop.Counterexample) as excinfo:
+        kprop.check("softmax_topk", mod.softmax_topk, seed=1, trials=100, corpus=corpus,
+                    invariants=["matches_reference", "sorted"])
+    findings = excinfo.value.result.findings
+    assert sorted(f.invariant for f in findings) == ["matches_reference", "sorted"]
+    for f in findings:
+        assert "invariants=[%r]" % f.invariant in f.replay, f.replay
+        with pytest.raises(kprop.Counterexample) as again:
+            eval(f.replay, {"kprop": kprop, "softmax_topk": mod.softmax_topk})
+        assert again.value.finding.invariant == f.invariant
+
+
 # ------------------------------------------------------------------ attention
 def test_attention_fwd_correct_passes(example, corpus):
     mod = example("attention_fwd")

@@ -141,7 +141,8 @@ def test_marked(logits, k, **attrs):
 # A decorator that names no spec, or an option the decorator does not take,
 # fails collection with the reason.
 @pytest.mark.parametrize("arguments, reason", [
-    ('"no_such_spec"', "*no spec file 'no_such_spec'*"),
+    ('"no_such_spec"', "*no spec file 'no_such_spec'*looked for beside the test module*under pytest's rootdir*"),
+    ('"softmax_topk", invariants=["sortd"]', "*spec softmax_topk has no invariant sortd (did you mean 'sorted'?)*"),
     ('"softmax_topk", trails=5', "*unknown option 'trails' (did you mean 'trials'?)*"),
     ('"softmax_topk", invariants=[]', "*invariants=[[]] names no invariant to check*"),  # it meant every one
     # Settings kprop.check refuses before it runs: each item failed with a
@@ -149,7 +150,8 @@ def test_marked(logits, k, **attrs):
     ('"softmax_topk", domain={"vocab": [100, 10]}', "*test_x: domain=: 'vocab' is an inverted range*"),
     ('"softmax_topk", case_timeout=1', "*test_x: case_timeout needs isolate=True*"),
     ('"softmax_topk", trials=0', "*test_x: trials must be in [[]1, 10**9[]]*"),
-], ids=["unknown_spec", "unknown_option", "no_invariants", "bad_domain", "timeout_in_process", "no_trials"])
+], ids=["unknown_spec", "unknown_invariant", "unknown_option", "no_invariants", "bad_domain", "timeout_in_process",
+        "no_trials"])
 def test_a_bad_decorator_is_a_collection_error(pytester, arguments, reason):
     pytester.makepyfile(test_sm="""
 import kprop

@@ -174,6 +174,25 @@ def test_a_python_invariant_catches_a_bug_and_shrinks(example, corpus):
     assert "extra_invariants=[sorted_descending]" in f.replay
 
 
+def test_a_false_element_is_shown_with_the_arguments_values_there(example, corpus):
+    # An array answer's failure names the element and each argument's value
+    # there (it named the element alone: the values took a debugger).
+    mod = example("softmax_topk")
+    mod.BUG = "probs_scaled"
+
+    @kprop.invariant
+    def probs_at_most_one(target_probs, target_indices, V):
+        return target_probs <= 1
+
+    with pytest.raises(kprop.Counterexample) as excinfo:
+        kprop.check("softmax_topk", mod.softmax_topk, extra_invariants=[probs_at_most_one],
+                    invariants=["probs_at_most_one"], seed=SEED, trials=300, corpus=corpus)
+    f = excinfo.value.finding
+    assert f.message.startswith("probs_at_most_one: 1 of 1 elements false, first at [0, 0]; there "
+                                "target_probs = 1.5, target_indices = 0"), f.message
+    assert "V =" not in f.message  # a scalar says nothing of the element
+
+
 def test_an_invariant_that_raises_fails_with_its_error(example, corpus):
     mod = example("softmax_topk")
 
