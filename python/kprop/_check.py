@@ -1,6 +1,7 @@
 """kprop.check: a spec run in process with a Python function as the target."""
 
 import difflib
+import functools
 import glob
 import importlib.machinery
 import inspect
@@ -10,6 +11,7 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
 import traceback
@@ -1037,6 +1039,103 @@ def format_finding(f: Finding, spec: str, target: str, seed: Optional[int] = Non
     return "\n".join(lines)
 
 
+# The replay check's child: the finding's printed replay, run as printed
+# where the target is in scope (its module's names), in a fresh
+# interpreter. Its answer is the last line that starts with the marker (the
+# module under test may print when it is imported).
+_RECHECK_MARK = "KPROP_RECHECK "
+_RECHECK_SCRIPT = """
+import importlib, importlib.util, json, sys
+import kprop
+a = json.loads(sys.argv[1])
+if a["file"]:
+    spec = importlib.util.spec_from_file_location("__kprop_main__", a["module"])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["__kprop_main__"] = module
+    spec.loader.exec_module(module)
+else:
+    module = importlib.import_module(a["module"])
+scope = dict(vars(module), kprop=kprop)
+try:
+    exec(compile(a["replay"], "<replay>", "exec"), scope)
+    out = {"failed": False, "detail": "the case passed"}
+except kprop.Counterexample as e:
+    out = {"failed": True, "invariant": e.finding.invariant, "detail": e.finding.message.split("\\n")[0]}
+print(%r + json.dumps(out), flush=True)
+""" % _RECHECK_MARK
+
+
+def _recheck_in_fresh_process(found, fn, replay_text, corpus, spec_name, case_timeout) -> None:
+    """prop_runner's replay check, for kprop.check: each finding's printed
+    replay run as printed in a fresh interpreter, where the target's module
+    is imported anew. A failure that needs this process's history (state the
+    kernel keeps between calls: a cache, an autotuner, a counter) passes
+    there: the finding says so, and a new corpus file goes to the scratch
+    folder, as prop_runner keeps it out, so later replays do not pass a
+    known bug. `found` are the run's finding dicts, changed in place. A
+    target no fresh process can import (a lambda or closure in an
+    interactive session) is not re-run."""
+    found = [d for d in found if d["path"]]
+    if not found or os.environ.get("KPROP_RECHECK_CHILD"):
+        return  # (a module that runs kprop.check when the child imports it: not checked again there)
+    # The function the printed replay names, through a pytest item's bound
+    # parametrize values (functools.wraps) and a test class's method. One
+    # defined inside another (a closure, <locals>) is in no module's scope:
+    # its printed replay runs only where it was defined, so it is not re-run
+    # (as prop_runner re-runs nothing it cannot name).
+    target = next(iter(fn.values())) if isinstance(fn, Mapping) and fn else fn
+    target = getattr(target, "__func__", target)
+    target = getattr(target, "__wrapped__", target)
+    if isinstance(target, functools.partial):
+        target = target.func
+    module, qualname = getattr(target, "__module__", None), getattr(target, "__qualname__", None) or ""
+    if not module or not qualname or "<" in qualname:
+        return
+    file = module == "__main__" or not _on_path(module)
+    if file:
+        module = getattr(sys.modules.get(module), "__file__", None)
+        if not module:
+            return  # an interactive __main__
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, KPROP_RECHECK_CHILD="1", PYTHONPATH=os.pathsep.join(
+        dict.fromkeys(os.path.abspath(p or os.getcwd()) for p in [here] + sys.path)))
+    for d in found:
+        replay = replay_text(d["path"], d["invariant"]) if d["kind"] == "invariant" else replay_text(d["path"])
+        arg = json.dumps({"module": module, "file": file, "replay": replay})
+        try:
+            r = subprocess.run([sys.executable, "-c", _RECHECK_SCRIPT, arg], env=env, capture_output=True,
+                               text=True, timeout=2 * (case_timeout or 30) + 60)
+            lines = [l for l in r.stdout.splitlines() if l.startswith(_RECHECK_MARK)]
+            got = json.loads(lines[-1][len(_RECHECK_MARK):]) if lines else None
+        except (OSError, ValueError, subprocess.TimeoutExpired) as e:
+            got, r = None, e
+        if got is None:
+            why = getattr(r, "stderr", None) or str(r)
+            d["store_note"] = _joined(d["store_note"], "not known to reproduce: its printed replay, re-run in a "
+                                                       "fresh process, did not run through (%s)" %
+                                      (why.strip().splitlines() or ["no output"])[-1])
+            continue
+        if got["failed"] and (d["kind"] != "invariant" or got["invariant"] == d["invariant"]):
+            continue  # reproduced
+        why = got["detail"] if not got["failed"] else "it failed otherwise: %s" % got["detail"]
+        note = ("WARNING: re-run in a fresh process, the replay did not fail (%s). The failure depends on state "
+                "outside the stored case (state the target keeps between calls, uninitialised memory, a race): "
+                "the file alone does not reproduce it" % why)
+        if d["in_corpus"] and d["corpus_new"]:
+            moved = os.path.join(_scratch(corpus), spec_name, os.path.basename(d["path"]))
+            os.makedirs(os.path.dirname(moved), exist_ok=True)
+            os.replace(d["path"], moved)
+            for other in found:  # a finding sharing the file (the same shrunk case) moves with it
+                if other["path"] == d["path"]:
+                    other["path"], other["in_corpus"] = moved, False
+            note += "; kept out of the corpus"
+        d["store_note"] = _joined(d["store_note"], note)
+
+
+def _joined(note: str, more: str) -> str:
+    return more if not note else note + "; " + more
+
+
 def _scratch(corpus: Optional[str]) -> str:
     if corpus is not None:
         return os.path.join(corpus, "findings")
@@ -1367,12 +1466,11 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
         # the case also fails could be the one the replay raises.
         return _replay_text(spec_ref, fn, path, dict(opts, invariants=[invariant]) if invariant else opts)
 
-    findings = []
-    for i in r["invariants"]:
-        if i["counterexample"] is not None:
-            findings.append(_finding(i["counterexample"], targets, replay_text, command, corpus, opts))
-    if r["crash"] is not None:
-        findings.append(_finding(r["crash"], targets, replay_text, command, corpus, opts))
+    found = [i["counterexample"] for i in r["invariants"] if i["counterexample"] is not None]
+    found += [r["crash"]] if r["crash"] is not None else []
+    if not r["stopped"] and _status(r["status"]) != "interrupted" and stopper.exception is None:
+        _recheck_in_fresh_process(found, fn, replay_text, corpus, info["name"], case_timeout)
+    findings = [_finding(d, targets, replay_text, command, corpus, opts) for d in found]
     result = _result(r, findings, replayed)
     result.replay_outside_domain = outside
     if command:  # the worker's command line runs it (result.report["target"]); messages name fn

@@ -46,6 +46,48 @@ def test_a_findings_replay_checks_its_own_invariant(example, corpus):
         assert again.value.finding.invariant == f.invariant
 
 
+STATEFUL_KERNEL = """
+import numpy as np
+from softmax_topk import softmax_topk as good  # examples/python
+CALLS = [0]
+
+def after_warm_up(logits, k, **attrs):   # wrong once a cache or autotuner has warmed up
+    CALLS[0] += 1
+    r = good(logits, k, **attrs)
+    return dict(r, probs=np.asarray(r["probs"]) * 2) if CALLS[0] > 50 else r
+
+def always(logits, k, **attrs):
+    r = good(logits, k, **attrs)
+    return dict(r, probs=np.asarray(r["probs"]) * 2)
+"""
+
+
+def test_a_finding_that_a_fresh_process_does_not_reproduce_is_said_and_kept_out(tmp_path, monkeypatch, corpus):
+    # As prop_runner's replay check: each finding's stored case is replayed
+    # in a fresh interpreter. A kernel that fails only after 50 calls (state
+    # it keeps) passes there: the finding says so and its file is kept out of
+    # the corpus, whose later replays would pass the bug. It was stored, its
+    # printed replay passing, with no word of it.
+    (tmp_path / "kprop_stateful_kernel.py").write_text(STATEFUL_KERNEL)
+    monkeypatch.syspath_prepend(os.path.join(REPO, "examples", "python"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import kprop_stateful_kernel as mod
+    with pytest.raises(kprop.Counterexample) as excinfo:
+        kprop.check("softmax_topk", mod.after_warm_up, seed=1, trials=100, corpus=corpus,
+                    invariants=["matches_reference"])
+    f = excinfo.value.finding
+    assert "WARNING: re-run in a fresh process, the replay did not fail (the case passed)" in str(excinfo.value)
+    assert not f.in_corpus and "kept out of the corpus" in f.store_note
+    assert f.path.startswith(os.path.join(corpus, "findings", "softmax_topk")) and os.path.isfile(f.path)
+    assert not os.listdir(os.path.join(corpus, "softmax_topk"))
+    # A kernel wrong on every call: reproduced, stored in the corpus, nothing said.
+    with pytest.raises(kprop.Counterexample) as excinfo:
+        kprop.check("softmax_topk", mod.always, seed=1, trials=100, corpus=corpus, invariants=["matches_reference"])
+    f = excinfo.value.finding
+    assert "WARNING" not in str(excinfo.value) and f.in_corpus, str(excinfo.value)
+    assert f.path.startswith(os.path.join(corpus, "softmax_topk"))
+
+
 # ------------------------------------------------------------------ attention
 def test_attention_fwd_correct_passes(example, corpus):
     mod = example("attention_fwd")
