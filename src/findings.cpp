@@ -902,6 +902,7 @@ Finding record_finding(const RunContext& ctx, const InvariantUse* use, const Any
     } else {
       f.kind = first.failure_kind == "threw" ? "crash" : first.failure_kind;
       f.failure_kind = first.failure_kind;
+      if (use) f.while_checking = use->name;
       s.verdict = Verdict::fail(first.reason);
       // A hang is not shrunk: each try would cost the timeout.
       if (first.failure_kind != "hang" && use)

@@ -167,6 +167,11 @@ std::string finding_text(const Finding& f, const std::string& target) {
   // it could pass for the verdict) and no control character (ESC, CR) that
   // would drive the terminal.
   out += f.message.empty() ? "  \n" : indent(printable(f.message, true), "  ");
+  if (!f.while_checking.empty())
+    out += fmt::format(
+        "  while checking: {} (an invariant may call the target on a case it derives from this "
+        "one: the replay repeats that call)\n",
+        f.while_checking);
   if (!f.measured.empty()) out += fmt::format("  measured: {}\n", measured_text(f.measured));
   if (f.kind == "hang")  // not shrunk: each try would cost the timeout
     out += fmt::format("  not shrunk (a hang): {} (size {})\n", f.stats.summary, f.stats.size);
@@ -506,6 +511,7 @@ nlohmann::json finding_json(const Finding& f) {
       {"kind", f.kind},
       {"invariant", f.invariant},
       {"message", f.message},
+      {"while_checking", f.while_checking},
       {"measured", m},
       {"summary", f.stats.summary},
       {"size", f.stats.size},

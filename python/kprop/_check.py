@@ -246,6 +246,9 @@ class Finding:
     in_corpus: bool = False  # path is in the corpus folder the run was given
     store_note: str = ""  # why the case is not where it was meant to go ("" if it is)
     corpus: Optional[str] = None  # the corpus folder the run was given (None: none)
+    # A target failure's: the invariant being checked when it happened (it may
+    # call fn on a case it derives from this one, which the replay repeats).
+    while_checking: str = ""
 
 
 @dataclass
@@ -942,7 +945,7 @@ def _finding(d, targets, replay_text, command: Optional[str], corpus: Optional[s
                    case_yaml=d["case_yaml"], path=d["path"], replay=replay, size=d["size"],
                    original_size=d["original_size"], shrink_steps=d["shrink_steps"], summary=d["summary"],
                    traceback=tb, in_corpus=bool(d["in_corpus"]), store_note=d["store_note"],
-                   corpus=None if corpus is None else os.fspath(corpus))
+                   corpus=None if corpus is None else os.fspath(corpus), while_checking=d["while_checking"])
 
 
 def _status(text: str) -> str:
@@ -1014,6 +1017,9 @@ def format_finding(f: Finding, spec: str, target: str, seed: Optional[int] = Non
         head = "kprop: %s: the target %s (%s)" % (spec, {"error": "raised an error", "crash": "crashed",
                                                       "hang": "hung"}.get(f.kind, f.kind), target)
     lines = [head + (", seed %d" % seed if seed is not None else ""), "  " + f.message.replace("\n", "\n  ")]
+    if f.while_checking:
+        lines.append("  while checking: %s (an invariant may call the target on a case it derives from this one: "
+                     "the replay repeats that call)" % f.while_checking)
     if f.measured:
         lines.append("  measured: " + ", ".join("%s = %s" % (n, _number(v)) for n, v in f.measured))
     if f.traceback:

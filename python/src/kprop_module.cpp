@@ -298,6 +298,7 @@ nb::dict finding_dict(const kprop::Finding& f) {
   d["invariant"] = f.invariant;
   d["kind"] = f.kind;
   d["message"] = f.message;
+  d["while_checking"] = f.while_checking;
   nb::list measured;
   for (const auto& m : f.measured) measured.append(nb::make_tuple(m.name, m.value));
   d["measured"] = measured;

@@ -159,6 +159,11 @@ struct Finding {
   // replay must fail with again. "" for an invariant.
   std::string failure_kind;
   std::string message;
+  // A target failure's invariant: the one being checked when the target
+  // crashed, hung or raised. An invariant may call the target on cases of
+  // its own, derived from this one (a relation's, a split's): a call on the
+  // stored case alone need not fail, its replay does. "" for an invariant.
+  std::string while_checking;
   std::vector<Measured> measured;
   std::string case_yaml;
   CaseStats stats;

@@ -140,6 +140,7 @@ TEST_F(CrashTest, AReplayReproducesAFindingOnlyWithTheSameKindOfFailure) {
     ASSERT_TRUE(r.crash.has_value()) << what;
     EXPECT_EQ(r.crash->kind, "crash") << what;
     EXPECT_EQ(r.crash->failure_kind, row.kind) << what << ": " << r.crash->message;
+    EXPECT_EQ(r.crash->while_checking, "matches_reference") << what;  // the invariant it happened under
     EXPECT_EQ(r.crash->replay_check, row.check) << what << ": " << r.crash->replay_check_detail;
     fs::remove_all(dir_ / "corpus");
   }

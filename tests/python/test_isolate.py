@@ -45,6 +45,10 @@ def test_isolated_crash_is_reported_shrunk_and_saved(corpus):
     assert f.kind == "crash", str(excinfo.value)
     assert f.path and os.path.exists(f.path)
     assert _runs_prop_runner(f.replay) and "kprop.worker" in f.replay
+    # The invariant it happened under (it may call fn on a case it derives).
+    assert f.while_checking in kprop.spec_info("softmax_topk")["invariants"], f.while_checking
+    assert "\n  while checking: %s (" % f.while_checking in str(excinfo.value)
+    assert "WARNING" not in str(excinfo.value)  # its replay, re-run in a fresh process, crashes too
 
 
 def test_isolate_needs_an_importable_function(corpus):
