@@ -73,14 +73,18 @@ struct DimDecl {
   int64_t largest() const;                             // the greatest valid value
 };
 
-// A relation between two dims (op.relations): `a OP b`, always; or, for
-// `{equal: [a, b], rate: r}`, a == b in a fraction r of the cases (the
-// generator forces it; a case where a != b is still in the domain).
+// A relation between two dims (op.relations): `a OP scale * b + offset`,
+// always ("S == K - 1": a conv's state of K - 1 columns; "T2 == 2 * T");
+// or, for `{equal: [a, b], rate: r}`, a == b in a fraction r of the cases
+// (the generator forces it; a case where a != b is still in the domain).
+// With scale >= 1 every such relation is max-closed, as the plain ones are
+// (Decl::consistent_domains).
 enum class RelOp { lt, le, eq, ge, gt };
 struct Relation {
   int a = 0, b = 0;  // dim indices
   RelOp op = RelOp::eq;
-  double rate = 1;  // < 1: a soft equality drawn at this rate
+  int64_t scale = 1, offset = 0;  // b's side: scale * b + offset
+  double rate = 1;                // < 1: a soft equality drawn at this rate
   bool hard() const { return rate >= 1; }
   bool holds(int64_t va, int64_t vb) const;
   std::string text(const std::vector<DimDecl>& dims) const;

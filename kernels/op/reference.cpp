@@ -128,7 +128,8 @@ int64_t DimDecl::smallest() const {
   return below.front();
 }
 
-bool Relation::holds(int64_t va, int64_t vb) const {
+bool Relation::holds(int64_t va, int64_t v) const {
+  const int64_t vb = scale * v + offset;
   switch (op) {
     case RelOp::lt:
       return va < vb;
@@ -146,52 +147,35 @@ bool Relation::holds(int64_t va, int64_t vb) const {
 
 std::string Relation::text(const std::vector<DimDecl>& d) const {
   static const char* ops[] = {"<", "<=", "==", ">=", ">"};
-  return d[static_cast<size_t>(a)].name + " " + ops[static_cast<int>(op)] + " " +
-         d[static_cast<size_t>(b)].name;
+  std::string rhs = d[static_cast<size_t>(b)].name;
+  if (scale != 1) rhs = fmt::format("{} * {}", scale, rhs);
+  if (offset != 0) rhs += fmt::format(" {} {}", offset < 0 ? '-' : '+', offset < 0 ? -offset : offset);
+  return d[static_cast<size_t>(a)].name + " " + ops[static_cast<int>(op)] + " " + rhs;
 }
 
 namespace {
-// Keeps the values of `x` that have a partner in `y` under `x op y`;
-// true when something was removed.
-bool revise(std::vector<int64_t>& x, const std::vector<int64_t>& y, RelOp op) {
+// Keeps the values of a's domain `x` that have a partner in b's domain `y`
+// under r (first == true), or those of b's `y` with a partner in a's `x`
+// (first == false); true when something was removed. Both sorted. b's side,
+// scale * b + offset, grows with b (scale >= 1): an inequality needs only
+// the other domain's end that is easiest to satisfy.
+bool revise(const Relation& r, std::vector<int64_t>& x, const std::vector<int64_t>& y, bool first) {
   if (y.empty()) {
     const bool changed = !x.empty();
     x.clear();
     return changed;
   }
   const size_t before = x.size();
-  const int64_t lo = y.front(), hi = y.back();
+  const bool a_small = r.op == RelOp::lt || r.op == RelOp::le;  // a below b's side: a small, b large
   std::erase_if(x, [&](int64_t v) {
-    switch (op) {
-      case RelOp::lt:
-        return !(v < hi);
-      case RelOp::le:
-        return !(v <= hi);
-      case RelOp::ge:
-        return !(v >= lo);
-      case RelOp::gt:
-        return !(v > lo);
-      case RelOp::eq:
-        return !std::binary_search(y.begin(), y.end(), v);
+    if (r.op == RelOp::eq) {
+      if (!first) return !std::binary_search(y.begin(), y.end(), r.scale * v + r.offset);
+      const int64_t u = v - r.offset;
+      return u % r.scale != 0 || !std::binary_search(y.begin(), y.end(), u / r.scale);
     }
-    return true;
+    return first ? !r.holds(v, a_small ? y.back() : y.front()) : !r.holds(a_small ? y.front() : y.back(), v);
   });
   return x.size() != before;
-}
-RelOp converse(RelOp op) {
-  switch (op) {
-    case RelOp::lt:
-      return RelOp::gt;
-    case RelOp::le:
-      return RelOp::ge;
-    case RelOp::ge:
-      return RelOp::le;
-    case RelOp::gt:
-      return RelOp::lt;
-    case RelOp::eq:
-      return RelOp::eq;
-  }
-  return op;
 }
 }  // namespace
 
@@ -228,8 +212,8 @@ std::vector<std::vector<int64_t>> Decl::consistent_domains(const std::vector<int
     for (const auto& r : all) {
       auto& x = dom[static_cast<size_t>(r.a)];
       auto& y = dom[static_cast<size_t>(r.b)];
-      changed = revise(x, y, r.op) || changed;
-      changed = revise(y, x, converse(r.op)) || changed;
+      changed = revise(r, x, y, true) || changed;
+      changed = revise(r, y, x, false) || changed;
     }
   }
   return dom;

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <optional>
+#include <regex>
 #include <set>
 
 #include "kprop/abi.h"
@@ -708,8 +709,11 @@ class Parser {
             break;
           }
         }
-        if (at == std::string::npos)
-          fail(e, fmt::format("op.relations: '{}' must be A OP B with OP one of <, <=, ==, >=, >", t));
+        const std::string form = fmt::format(
+            "op.relations: '{}' must be A OP B, A OP B + N, A OP B - N or A OP M * B (+ or - N), with OP one "
+            "of <, <=, ==, >=, > and M >= 1, N integers",
+            t);
+        if (at == std::string::npos) fail(e, form);
         auto trimmed = [&](size_t from, size_t to, size_t& offset) {
           while (from < to && t[from] == ' ') ++from;
           while (to > from && t[to - 1] == ' ') --to;
@@ -717,11 +721,18 @@ class Parser {
           return t.substr(from, to - from);
         };
         size_t oa = 0, ob = 0;
-        const std::string a = trimmed(0, at, oa), b = trimmed(at + len, t.size(), ob);
-        if (!identifier(a) || !identifier(b))
-          fail(e, fmt::format("op.relations: '{}' must be A OP B with OP one of <, <=, ==, >=, >", t));
+        const std::string a = trimmed(0, at, oa), rhs = trimmed(at + len, t.size(), ob);
+        // B's side: [M *] B [(+|-) N] (a conv's state S == K - 1, a stride's T2 == 2 * T).
+        static const std::regex affine(
+            R"(^(?:(\d{1,9})\s*\*\s*)?([A-Za-z_][A-Za-z0-9_]*)\s*(?:([+-])\s*(\d{1,9}))?$)");
+        std::smatch m;
+        if (!identifier(a) || !std::regex_match(rhs, m, affine)) fail(e, form);
+        const std::string b = m[2].str();
+        if (m[1].matched) r.scale = std::stoll(m[1].str());
+        if (m[4].matched) r.offset = (m[3].str() == "-" ? -1 : 1) * std::stoll(m[4].str());
+        if (r.scale < 1) fail(e, form);
         r.a = dim_at(e, a, oa);
-        r.b = dim_at(e, b, ob);
+        r.b = dim_at(e, b, ob + static_cast<size_t>(m.position(2)));
       } else if (e.IsMap()) {
         only_keys(e, {"equal", "rate"}, "op.relations entry");
         const YAML::Node eq = e["equal"];

@@ -321,7 +321,7 @@ std::vector<DeclaredKey> section_keys() {
       {"dims", "{DIM: [lo, hi] | N | {range: [lo, hi], multiple_of: M, one_of: [N, ...]}}",
        "symbolic extents drawn per case (1 <= lo <= hi <= 2^24); shrinking moves each toward its least valid "
        "value"},
-      {"relations", "[\"A OP B\" (OP: <, <=, ==, >=, >), {equal: [A, B], rate: R}, ...]",
+      {"relations", "[\"A OP B\" (OP: <, <=, ==, >=, >), \"A OP M * B + N\", {equal: [A, B], rate: R}, ...]",
        "relations between dims: always hold, or an equality forced in a fraction R of the cases; checked "
        "satisfiable at load; shrinking lowers coupled dims together"},
       {"attrs",

@@ -107,10 +107,13 @@ std::optional<std::vector<int64_t>> coupled_dims(const Decl& d, std::vector<int6
         case RelOp::lt:  // a too large: lower a
           ok = lower(a, dims[a], [&](int64_t v) { return r.holds(v, dims[b]); });
           break;
-        case RelOp::eq: {  // both to the largest value valid for both <= the smaller
-          const int64_t cap = std::min(dims[a], dims[b]);
-          ok = lower(a, cap, [&](int64_t v) { return d.dims[b].valid(v); });
-          if (ok) dims[b] = dims[a];
+        case RelOp::eq: {  // b to its largest valid value whose partner scale * b + offset is valid for a, <=
+                           // a
+          ok = lower(b, dims[b], [&](int64_t v) {
+            const int64_t w = r.scale * v + r.offset;
+            return w <= dims[a] && d.dims[a].valid(w);
+          });
+          if (ok) dims[a] = r.scale * dims[b] + r.offset;
           break;
         }
       }

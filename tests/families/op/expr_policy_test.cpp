@@ -287,6 +287,26 @@ TEST(OpClosePolicy, AnIndexPastAnIntermediatesAxisIsTheSpecsError) {
   EXPECT_EQ(r.status, RunStatus::failed) << r.detail;
 }
 
+// Shrinking keeps affine relations: a kernel wrong once its carried state
+// has 3 columns (S == K - 1) shrinks to K 4, S 3, and the stride's output
+// (T2 == 2 * T, at least S + 1 long) to T 2, T2 4: each coupled dim at its
+// least value the relations allow.
+TEST(OpRelationsShrink, AffineRelationsHoldWhileShrinking) {
+  const Spec spec =
+      with_doubling_mutant(kAffineRelationsSpec + "invariants: [matches_reference]\n", [](OpFamily& f) {
+        f.mutant("wide_state", "wrong from 3 state columns", [](const Case& c) {
+          Result r = op::reference(c);
+          if (c.dims[static_cast<size_t>(c.decl->dim_index("S"))] >= 3) r.outputs[0][0] += 1;
+          return r;
+        });
+      });
+  EXPECT_EQ(run_on(spec, "reference", 100).status, RunStatus::passed);
+  const RunReport r = run_on(spec, "wide_state", 100);
+  ASSERT_EQ(r.status, RunStatus::failed) << r.detail;
+  const std::string& summary = r.invariants.at(0).counterexample->stats.summary;
+  EXPECT_NE(summary.find("B 1, K 4, S 3, T 2, T2 4"), std::string::npos) << summary;
+}
+
 // Under slice_T the derived case's T is its own (transformed.T): mixing it
 // with the case's T is refused at load (it loaded, and a one-row slice
 // broadcast against every row failed a correct kernel); the relation through

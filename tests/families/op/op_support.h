@@ -38,6 +38,22 @@ inline const OpFamily& op_family(const Spec& spec) {
   return *f;
 }
 
+// A causal conv's carried state of K - 1 columns (S == K - 1) and a
+// stride's output (T2 == 2 * T), tied by affine relations; y and z copy the
+// inputs (tests of the relations themselves).
+inline const std::string kAffineRelationsSpec = R"(spec: conv_state
+family: op
+op:
+  dims: {B: [1, 3], K: [2, 5], S: [1, 8], T: [1, 6], T2: [1, 20]}
+  relations: ["S == K - 1", "T2 == 2 * T", "T2 >= S + 1"]
+  inputs:
+    state: {shape: [B, S], dtype: [f64]}
+    w: {shape: [B, T2], dtype: [f64]}
+  outputs: {y: {shape: [B, S]}, z: {shape: [B, T2]}}
+  reference: {y: state, z: w}
+target: reference
+)";
+
 // The loader's message for `text`, or "" when it loads.
 inline std::string load_error(const std::string& text) {
   return kprop::testing::spec_load_error(text, "op.yaml");

@@ -537,6 +537,46 @@ target: reference
   }
 }
 
+// B's side of a relation may be affine: a causal conv's carried state of
+// K - 1 columns, a stride's output of 2T (the extents a shape cannot write,
+// and the spec's only way to tie two dims this way). Every draw, including
+// the fuzz decoder's, satisfies them, and the values they allow are all
+// reached; one that cannot hold is an error naming it as written.
+TEST(OpRelations, AffineRelationsHoldOnEveryDraw) {
+  const std::string text = kAffineRelationsSpec;
+  const Spec spec = parse_spec(text, "conv_state.yaml");
+  const OpFamily& f = op_family(spec);
+  std::set<int64_t> ks;
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    const std::vector<uint8_t> bytes = f.seed_bytes(spec.domain, seed, 100);
+    const Case c = as_case(f.from_bytes(bytes.data(), bytes.size(), spec.domain));
+    ASSERT_EQ(Traits::in_domain(c, spec.domain), "") << "seed " << seed;
+    ASSERT_EQ(dim(c, "S"), dim(c, "K") - 1) << "seed " << seed;
+    ASSERT_EQ(dim(c, "T2"), 2 * dim(c, "T")) << "seed " << seed;
+    ASSERT_GE(dim(c, "T2"), dim(c, "S") + 1) << "seed " << seed;
+    ks.insert(dim(c, "K"));
+  }
+  EXPECT_EQ(ks, (std::set<int64_t>{2, 3, 4, 5}));
+  std::string bad = text;
+  bad.replace(bad.find("\"S == K - 1\""), 12, "\"S == K - 9\"");
+  EXPECT_EQ(
+      load_error(bad).rfind("op.yaml:5:15: op.relations: S == K - 9 cannot hold with the dims' ranges", 0),
+      0u)
+      << load_error(bad);
+  bad = text;
+  bad.replace(bad.find("\"T2 == 2 * T\""), 13, "\"T2 == T * 2\"");
+  EXPECT_EQ(load_error(bad).rfind(
+                "op.yaml:5:29: op.relations: 'T2 == T * 2' must be A OP B, A OP B + N, A OP B - N "
+                "or A OP M * B (+ or - N)",
+                0),
+            0u)
+      << load_error(bad);
+  bad = text;
+  bad.replace(bad.find("\"S == K - 1\""), 12, "\"S == Q - 1\"");
+  EXPECT_EQ(load_error(bad).rfind("op.yaml:5:21: op.relations: 'Q' is not a declared dim", 0), 0u)
+      << load_error(bad);
+}
+
 // rows_independent slices the first output's first dim down to its least
 // value, the other dims as they are. Where the relations rule every such
 // slice out (Nq == Nk, Nk < Nq), it could check no case: left out of the
