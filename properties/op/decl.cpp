@@ -256,7 +256,13 @@ class Parser {
       }
     }
     if (has_range) {
-      if (!range.IsSequence() || range.size() != 2) fail(range, what + " range must be [lo, hi]");
+      if (!range.IsSequence() || range.size() != 2)
+        fail(range,
+             what + " range must be [lo, hi]" +
+                 (range.IsSequence() && range.size() == 1
+                      ? std::string(" (a one-element list: write the number alone for a fixed value, or "
+                                    "{one_of: [...]})")
+                      : std::string()));
       a.lo = number(range[0], what);
       a.hi = number(range[1], what);
       if (a.lo > a.hi)

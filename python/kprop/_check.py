@@ -133,6 +133,9 @@ def _skipped(message: str, result: Optional["CheckResult"] = None) -> Skipped:
         def __init__(self, message, result=None):
             base.__init__(self, message)  # msg, pytrace, ... as pytest reads them
             self.result = result
+            # pytest -rs shows the test's own place, not this line of kprop's
+            # (pytest's attribute; one it does not read is harmless).
+            self._use_item_location = True
 
         # __module__ "builtins", as pytest's own Skipped: reported as "Skipped: <why>".
         cls = type("Skipped", (Skipped, base), {"__init__": __init__, "__module__": "builtins",

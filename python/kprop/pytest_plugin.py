@@ -37,9 +37,18 @@ import pytest
 from . import _check
 
 
+def _number(text, kind, what):
+    """text as an int or float; argparse's own words for a ValueError named
+    the function ("invalid _trials value: 'abc'")."""
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be %s, got %r" % (what, text)) from None
+
+
 def _trials(text):
     """--kprop-trials: a usage error at once, not a failure of every item."""
-    n = int(text)
+    n = _number(text, int, "an integer number of cases")
     if not 1 <= n <= 10 ** 9:
         raise argparse.ArgumentTypeError("must be in [1, 10**9], got %s" % text)
     return n
@@ -47,7 +56,7 @@ def _trials(text):
 
 def _seed(text):
     """--kprop-seed, checked as --kprop-trials is (prop_runner's --seed range)."""
-    n = int(text)
+    n = _number(text, int, "an integer seed")
     if not 0 <= n <= _check.MAX_SEED:
         raise argparse.ArgumentTypeError("must be in [0, %d], got %s" % (_check.MAX_SEED, text))
     return n
@@ -55,7 +64,7 @@ def _seed(text):
 
 def _time(text):
     """--kprop-time, checked as --kprop-trials is."""
-    t = float(text)
+    t = _number(text, float, "a number of seconds")
     if not math.isfinite(t) or t < 0:
         raise argparse.ArgumentTypeError("must be a finite number of seconds, 0 or more, got %s" % text)
     return t

@@ -83,6 +83,15 @@ def test_one_item_per_invariant_failures_render_the_shrunk_case(pytester, tmp_pa
     assert "test_declines[stored:" not in result.stdout.str()
 
 
+def test_a_skip_is_reported_at_the_test(pytester):
+    # pytest -rs named the line of kprop that raised the skip (_check.py:1373).
+    pytester.makepyfile(test_sm=TESTS)
+    result = pytester.runpytest("--kprop-no-corpus", "-rs", "-k", "test_declines")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_sm.py:*"])
+    assert "_check.py" not in result.stdout.str()
+
+
 def test_show_statistics(pytester):
     pytester.makepyfile(test_sm=TESTS)
     result = pytester.runpytest("--kprop-no-corpus", "-k", "test_good and (sorted or no_nan) and not expr",
@@ -110,7 +119,11 @@ def test_a_trial_count_out_of_range_is_a_usage_error(pytester):
     # So are a seed and a time budget out of range.
     for flag, value, words in (("--kprop-seed", "-1", "must be in [[]0, *], got -1"),
                                ("--kprop-time", "-5", "must be a finite number of seconds, 0 or more, got -5"),
-                               ("--kprop-time", "nan", "must be a finite number of seconds, 0 or more, got nan")):
+                               ("--kprop-time", "nan", "must be a finite number of seconds, 0 or more, got nan"),
+                               # Not numbers: argparse named the parser ("invalid _trials value").
+                               ("--kprop-trials", "abc", "must be an integer number of cases, got 'abc'"),
+                               ("--kprop-seed", "x1", "must be an integer seed, got 'x1'"),
+                               ("--kprop-time", "soon", "must be a number of seconds, got 'soon'")):
         result = pytester.runpytest("--kprop-no-corpus", flag, value)
         assert result.ret == pytest.ExitCode.USAGE_ERROR, (flag, value)
         result.stderr.fnmatch_lines(["*%s*%s*" % (flag, words)])

@@ -103,6 +103,13 @@ TEST(OpDecl, DeclarationsThatCouldCheckNothingOrOverflowAreErrors) {
   std::string wide = base_spec();
   wide.replace(wide.find("{eps: {one_of: [1.0e-5, 1.0e-6]}}"), 33, "{eps: [-1.7e308, 1.7e308]}");
   EXPECT_LOAD_ERROR(wide, "op.yaml:5:16: attr eps range [-1.7e+308, 1.7e+308] is wider than a double holds");
+  // A one-element list is no range: the number alone fixes the value.
+  std::string one = base_spec();
+  one.replace(one.find("{eps: {one_of: [1.0e-5, 1.0e-6]}}"), 33, "{eps: [1.0e-5]}");
+  EXPECT_LOAD_ERROR(
+      one,
+      "op.yaml:5:16: attr eps range must be [lo, hi] (a one-element list: write the number alone "
+      "for a fixed value, or {one_of: [...]})");
   // Value kinds whose draws would pass the double's range (they drew +-inf
   // inputs, which only a declared special may be).
   EXPECT_LOAD_ERROR(
