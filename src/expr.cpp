@@ -644,6 +644,13 @@ const std::vector<FunctionInfo>& functions() {
        {"axis"},
        "indices(x, axis=-1): int, each element's index along the axis (0, 1, ...): positions, causal masks "
        "(indices(s, axis=-1) <= indices(s, axis=-2)), one-hot rows (indices(w, axis=0) == ids[:, None])"},
+      {"arange",
+       1,
+       1,
+       {},
+       "arange(n): int, 0, 1, ..., n - 1, of shape [n] for a dim n (arange(K)[None, :]: positions along a "
+       "dim "
+       "no tensor at hand carries); n an integer scalar >= 0"},
       {"matmul", 2, 2, {}, "matmul(a, b) or a @ b: NumPy matmul (batch dims broadcast)"},
       {"transpose", 1, 1, {}, "transpose(x): swaps the last two axes"},
       {"close",
@@ -1088,6 +1095,12 @@ class Checker {
     return std::nullopt;
   }
   bool has(const std::string& name) const { return shape_of(name) != nullptr; }
+  // A name some published tensor's shape has as an extent: a dim.
+  bool is_dim(const std::string& name) const {
+    return std::any_of(infos_.begin(), infos_.end(), [&](const TensorInfo& t) {
+      return std::find(t.shape.begin(), t.shape.end(), name) != t.shape.end();
+    });
+  }
   // A published tensor's declared shape; null if there is none of that name.
   const std::vector<std::string>* shape_of(const std::string& name) const {
     for (const auto& t : infos_)
@@ -1149,6 +1162,18 @@ class Checker {
       if (key == "k") policy(n, kw);
     }
     const Node& x = *n.args[0];
+    if (n.op == "arange") {
+      // Shape [n] where n is a dim's name (or a literal): it broadcasts with
+      // the tensors along that dim; any other integer scalar gives [?].
+      if (!x.shape.empty() || x.dtype != DType::integer)
+        throw ExprError(x.begin, fmt::format("arange() takes an integer scalar (a dim: arange(K)), got {} {}",
+                                             dtype_name(x.dtype), shape_text(x.shape)));
+      n.shape = {x.kind == Kind::number                 ? fmt::format("{}", static_cast<int64_t>(x.value))
+                 : x.kind == Kind::name && is_dim(x.op) ? x.op
+                                                        : "?"};
+      n.dtype = DType::integer;
+      return;
+    }
     if (reduction) {
       if (n.op == "any" || n.op == "all") need_bool(x, (n.op + "()").c_str());
       if (!n.axis) {

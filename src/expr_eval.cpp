@@ -936,6 +936,15 @@ Ref evaluate_node(const Node& n, const TensorMap& m) {
       if (f == "sum" || f == "mean" || f == "any" || f == "all" || f == "min" || f == "max" || f == "rowsum")
         return reduce(n, a[0].get());
       if (f == "diff" || f == "cummax" || f == "cumsum" || f == "indices") return scan(n, a[0].get());
+      if (f == "arange") {
+        const double v = a[0].get().data.at(0);
+        if (!(v >= 0 && v <= double(int64_t{1} << 24) && v == std::floor(v)))
+          throw EvalError(
+              fmt::format("arange(): its argument is {} on this case, not an integer in [0, 2^24]", v));
+        Tensor out{{static_cast<int64_t>(v)}, std::vector<double>(static_cast<size_t>(v)), DType::integer};
+        for (size_t i = 0; i < out.data.size(); ++i) out.data[i] = static_cast<double>(i);
+        return out;
+      }
       if (f == "abs") return map(a[0].get(), n.dtype, [](double v) { return std::fabs(v); });
       if (f == "floor") return map(a[0].get(), n.dtype, [](double v) { return std::floor(v); });
       if (f == "ceil") return map(a[0].get(), n.dtype, [](double v) { return std::ceil(v); });
@@ -1171,7 +1180,7 @@ bool exact_point(const std::string& f, double x, double r) {
 Bound call_bound(const Node& n, const TensorMap& m, const Tensor& r) {
   const std::string& f = n.op;
   if (f == "close" || f == "any" || f == "all" || f == "isfinite" || f == "isnan" || f == "isinf" ||
-      f == "indices")
+      f == "indices" || f == "arange")
     return {};
   if (f == "where") return where_bound(n, m, r);
   const Ref a = evaluate(*n.args[0], m);
@@ -1374,7 +1383,8 @@ double literal_bound(double c) {
 // not.
 Bound discrete_bound(const Node& n, const TensorMap& m) {
   if (n.kind == Kind::number || n.kind == Kind::name) return {};
-  if (n.kind == Kind::call && (n.op == "isfinite" || n.op == "isnan" || n.op == "isinf" || n.op == "indices"))
+  if (n.kind == Kind::call &&
+      (n.op == "isfinite" || n.op == "isnan" || n.op == "isinf" || n.op == "indices" || n.op == "arange"))
     return {};
   const Ref r = evaluate(n, m);
   if (n.kind == Kind::call && n.op == "where") return where_bound(n, m, *r);

@@ -870,6 +870,55 @@ TEST(Expr, IndicesAreEachElementsPositionAlongAnAxis) {
   }
 }
 
+// arange(n): 0, 1, ..., n - 1, int, exact. Of a dim it has that dim's
+// shape, so it broadcasts with the tensors along it (positions along a dim
+// no tensor at hand carries: a spec had to write indices(logits[0, :K]),
+// only where K <= E, and got [?]); of another integer scalar, [?].
+TEST(Expr, ArangeOfADimIsPositionsAlongIt) {
+  const TensorInfos infos = tensor_table(R"(
+x    [N, M]  real  a matrix
+M    []      int   a dim
+n    []      int   an integer attr
+r    []      real  a real attr
+)");
+  TensorMap m;
+  for (const auto& i : infos) m.want(i.name);
+  m.put("x", Tensor::of({2, 3}, {1, 2, 3, 4, 5, 6}));
+  m.put("M", Tensor::scalar(3, DType::integer));
+  m.put("n", Tensor::scalar(-1, DType::integer));
+  m.put("r", Tensor::scalar(2.5));
+  const auto compiled = [&](const std::string& e) { return Expression::compile(e, infos); };
+  EXPECT_EQ(compiled("arange(M)").shape(), "[M]");
+  EXPECT_EQ(compiled("x + arange(M)").shape(), "[N, M]");
+  EXPECT_EQ(compiled("arange(M - 1)").shape(), "[?]");
+  EXPECT_EQ(compiled("arange(4)").shape(), "[4]");
+  EXPECT_EQ(compiled("x * arange(M)").evaluate(m).data, (std::vector<double>{0, 2, 6, 0, 5, 12}));
+  EXPECT_EQ(compiled("arange(M)").evaluate(m).dtype, DType::integer);
+  EXPECT_TRUE(compiled("arange(0)").evaluate(m).data.empty());
+  EXPECT_EQ(compiled("arange(M)").rounding_bound(m).data, std::vector<double>(3, 0.0));  // exact
+  for (const auto& [text, words] : std::vector<std::pair<std::string, std::string>>{
+           {"arange(x)", "arange() takes an integer scalar (a dim: arange(K)), got real [N, M]"},
+           {"arange(r)", "arange() takes an integer scalar (a dim: arange(K)), got real []"}}) {
+    try {
+      compiled(text);
+      ADD_FAILURE() << text << " compiled";
+    } catch (const ExprError& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  }
+  for (const auto& [text, value] : std::vector<std::pair<std::string, std::string>>{
+           {"arange(n)", "-1"}, {"arange(-2)", "-2"}, {"arange(M - 4)", "-1"}}) {
+    try {
+      compiled(text).evaluate(m);
+      ADD_FAILURE() << text << " evaluated";
+    } catch (const EvalError& e) {
+      EXPECT_NE(std::string(e.what()).find("arange(): its argument is " + value + " on this case"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 // An `and` whose sides broadcast is judged whole: broadcast to an empty
 // tensor it judges nothing (the case is discarded), though one side alone
 // fails. (Each side was judged alone, a wrong failure.) A parenthesised
