@@ -938,9 +938,14 @@ Ref evaluate_node(const Node& n, const TensorMap& m) {
       if (f == "diff" || f == "cummax" || f == "cumsum" || f == "indices") return scan(n, a[0].get());
       if (f == "arange") {
         const double v = a[0].get().data.at(0);
-        if (!(v >= 0 && v <= double(int64_t{1} << 24) && v == std::floor(v)))
-          throw EvalError(
-              fmt::format("arange(): its argument is {} on this case, not an integer in [0, 2^24]", v));
+        if (!(v >= 0 && v <= double(int64_t{1} << 24) && v == std::floor(v))) {
+          const std::string message =
+              fmt::format("arange(): its argument is {} on this case, not an integer in [0, 2^24]", v);
+          // From no output of the target (a dim, an attr): the spec's own
+          // error, even in an expression that reads the target elsewhere.
+          if (reads_target(*n.args[0])) throw EvalError(message);
+          throw SpecEvalError(message);
+        }
         Tensor out{{static_cast<int64_t>(v)}, std::vector<double>(static_cast<size_t>(v)), DType::integer};
         for (size_t i = 0; i < out.data.size(); ++i) out.data[i] = static_cast<double>(i);
         return out;

@@ -910,9 +910,15 @@ Finding record_finding(const RunContext& ctx, const InvariantUse* use, const Any
             family, ctx.spec.domain, failing, s.verdict, ctx.run.shrink_budget_s,
             ctx.run.shrink_budget_checks,
             [&](const AnyCase& c) -> std::optional<Verdict> {
-              const CheckResult r = check_one(ctx, *use, c);
-              if (r.kind == CheckResult::Kind::target_failure && r.failure_kind == first.failure_kind)
-                return Verdict::fail(r.reason);
+              try {
+                const CheckResult r = check_one(ctx, *use, c);
+                if (r.kind == CheckResult::Kind::target_failure && r.failure_kind == first.failure_kind)
+                  return Verdict::fail(r.reason);
+              } catch (const SpecCaseError&) {
+                // The target ran through this smaller case and the spec's
+                // expression could not judge it: not the target's failure
+                // being shrunk, which stands whatever the spec says.
+              }
               return std::nullopt;
             },
             progress);
@@ -923,9 +929,9 @@ Finding record_finding(const RunContext& ctx, const InvariantUse* use, const Any
     // shrunk may be its doing too: not a counterexample blamed on the
     // target with the error in a note. The seed draws the case again.
     throw SpecCaseError(e.mark(), fmt::format("{} (met while shrinking a failure of {} on another case: that "
-                                              "failure may be the spec's error too; fix it and run the same "
-                                              "seed again)",
-                                              e.bare_message(), use ? use->name : ctx.target_name));
+                                              "failure may be the spec's error too; fix it and run seed {} "
+                                              "again)",
+                                              e.bare_message(), use ? use->name : ctx.target_name, ctx.seed));
   } catch (const std::exception& e) {
     // A shrinker or codec bug must not lose the failing case itself.
     f.store_note = fmt::format("shrinking stopped: {}", e.what());

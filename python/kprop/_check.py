@@ -1049,54 +1049,70 @@ def format_finding(f: Finding, spec: str, target: str, seed: Optional[int] = Non
 
 
 # The replay check's child: the finding's printed replay, run as printed
-# where the target is in scope (its module's names), in a fresh
-# interpreter. Its answer is the last line that starts with the marker (the
-# module under test may print when it is imported).
+# where the target is in scope (its module's names), in a fresh interpreter
+# with this process's sys.argv (a script's flags configure its kernel). Its
+# answer is the last line that starts with the marker (the module under test
+# may print when it is imported). A module whose import runs kprop.check (a
+# script without `if __name__ == "__main__":`) is not re-run: that check
+# would run whole in the child (_RecheckImport).
 _RECHECK_MARK = "KPROP_RECHECK "
 _RECHECK_SCRIPT = """
 import importlib, importlib.util, json, sys
 import kprop
+from kprop import _check
 a = json.loads(sys.argv[1])
-if a["file"]:
-    spec = importlib.util.spec_from_file_location("__kprop_main__", a["module"])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["__kprop_main__"] = module
-    spec.loader.exec_module(module)
-else:
-    module = importlib.import_module(a["module"])
+sys.argv = a["argv"]
+_check._RECHECK_IMPORTING = True
+try:
+    if a["file"]:
+        spec = importlib.util.spec_from_file_location("__kprop_main__", a["module"])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["__kprop_main__"] = module
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(a["module"])
+except _check._RecheckImport:
+    print(%r + json.dumps({"skipped": True}), flush=True)
+    sys.exit(0)
+_check._RECHECK_IMPORTING = False
 scope = dict(vars(module), kprop=kprop)
 try:
     exec(compile(a["replay"], "<replay>", "exec"), scope)
     out = {"failed": False, "detail": "the case passed"}
 except kprop.Counterexample as e:
-    out = {"failed": True, "invariant": e.finding.invariant, "detail": e.finding.message.split("\\n")[0]}
+    out = {"failed": True, "detail": e.finding.message.split("\\n")[0]}
 print(%r + json.dumps(out), flush=True)
-""" % _RECHECK_MARK
+""" % (_RECHECK_MARK, _RECHECK_MARK)
+_RECHECK_IMPORTING = False
 
 
-def _recheck_in_fresh_process(found, fn, replay_text, corpus, spec_name, case_timeout) -> None:
+class _RecheckImport(BaseException):
+    """Raised by kprop.check while the replay check's child imports the
+    module under test (a BaseException: the module's own `except Exception`
+    does not swallow it)."""
+
+
+def _recheck_in_fresh_process(found, fn, replay_text, case_timeout) -> None:
     """prop_runner's replay check, for kprop.check: each finding's printed
     replay run as printed in a fresh interpreter, where the target's module
     is imported anew. A failure that needs this process's history (state the
-    kernel keeps between calls: a cache, an autotuner, a counter) passes
-    there: the finding says so, and a new corpus file goes to the scratch
-    folder, as prop_runner keeps it out, so later replays do not pass a
-    known bug. `found` are the run's finding dicts, changed in place. A
-    target no fresh process can import (a lambda or closure in an
-    interactive session) is not re-run."""
+    kernel keeps between calls: a cache, an autotuner, a counter; or a flag
+    the caller set on the module) passes there, and the finding says so: its
+    printed replay alone does not reproduce it. The file stays where it is:
+    kprop.check's own replay of the corpus calls this very function. `found`
+    are the run's finding dicts, changed in place. Only a function the
+    printed line names as this run called it is re-run: a module-level
+    function, or a pytest item's with its parametrize values bound; not a
+    dict of functions, a method of a configured instance, a partial or a
+    closure (whose printed lines run only where the caller has them)."""
     found = [d for d in found if d["path"]]
     if not found or os.environ.get("KPROP_RECHECK_CHILD"):
-        return  # (a module that runs kprop.check when the child imports it: not checked again there)
-    # The function the printed replay names, through a pytest item's bound
-    # parametrize values (functools.wraps) and a test class's method. One
-    # defined inside another (a closure, <locals>) is in no module's scope:
-    # its printed replay runs only where it was defined, so it is not re-run
-    # (as prop_runner re-runs nothing it cannot name).
-    target = next(iter(fn.values())) if isinstance(fn, Mapping) and fn else fn
-    target = getattr(target, "__func__", target)
-    target = getattr(target, "__wrapped__", target)
-    if isinstance(target, functools.partial):
-        target = target.func
+        return
+    target = getattr(fn, "__wrapped__", fn)  # a pytest item's bound parametrize values (functools.wraps)
+    if inspect.ismethod(target) and inspect.isclass(target.__self__):
+        target = target.__func__  # a classmethod: its class is in scope
+    if not inspect.isfunction(target):
+        return  # a dict, a bound method of an instance, a partial, a callable object
     module, qualname = getattr(target, "__module__", None), getattr(target, "__qualname__", None) or ""
     if not module or not qualname or "<" in qualname:
         return
@@ -1110,35 +1126,32 @@ def _recheck_in_fresh_process(found, fn, replay_text, corpus, spec_name, case_ti
         dict.fromkeys(os.path.abspath(p or os.getcwd()) for p in [here] + sys.path)))
     for d in found:
         replay = replay_text(d["path"], d["invariant"]) if d["kind"] == "invariant" else replay_text(d["path"])
-        arg = json.dumps({"module": module, "file": file, "replay": replay})
+        arg = json.dumps({"module": module, "file": file, "replay": replay, "argv": list(sys.argv)})
         try:
             r = subprocess.run([sys.executable, "-c", _RECHECK_SCRIPT, arg], env=env, capture_output=True,
-                               text=True, timeout=2 * (case_timeout or 30) + 60)
+                               text=True, timeout=2 * case_timeout + 60)
             lines = [l for l in r.stdout.splitlines() if l.startswith(_RECHECK_MARK)]
             got = json.loads(lines[-1][len(_RECHECK_MARK):]) if lines else None
         except (OSError, ValueError, subprocess.TimeoutExpired) as e:
             got, r = None, e
+        if got is not None and got.get("skipped"):
+            return  # importing the module runs kprop.check
         if got is None:
             why = getattr(r, "stderr", None) or str(r)
             d["store_note"] = _joined(d["store_note"], "not known to reproduce: its printed replay, re-run in a "
                                                        "fresh process, did not run through (%s)" %
                                       (why.strip().splitlines() or ["no output"])[-1])
             continue
-        if got["failed"] and (d["kind"] != "invariant" or got["invariant"] == d["invariant"]):
-            continue  # reproduced
+        # An invariant's failure again (the replay's message starts with its
+        # name), or the target's failure again: reproduced.
+        if got["failed"] and (d["kind"] != "invariant" or got["detail"].startswith(d["invariant"] + ": ")):
+            continue
         why = got["detail"] if not got["failed"] else "it failed otherwise: %s" % got["detail"]
-        note = ("WARNING: re-run in a fresh process, the replay did not fail (%s). The failure depends on state "
-                "outside the stored case (state the target keeps between calls, uninitialised memory, a race): "
-                "the file alone does not reproduce it" % why)
-        if d["in_corpus"] and d["corpus_new"]:
-            moved = os.path.join(_scratch(corpus), spec_name, os.path.basename(d["path"]))
-            os.makedirs(os.path.dirname(moved), exist_ok=True)
-            os.replace(d["path"], moved)
-            for other in found:  # a finding sharing the file (the same shrunk case) moves with it
-                if other["path"] == d["path"]:
-                    other["path"], other["in_corpus"] = moved, False
-            note += "; kept out of the corpus"
-        d["store_note"] = _joined(d["store_note"], note)
+        d["store_note"] = _joined(d["store_note"], (
+            "WARNING: re-run in a fresh process, the printed replay did not fail (%s). The failure depends on "
+            "state outside the stored case: state the target keeps between calls, a setting made before the "
+            "call (a flag set on its module), uninitialised memory, a race; the file alone does not reproduce "
+            "it" % why))
 
 
 def _joined(note: str, more: str) -> str:
@@ -1413,6 +1426,8 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
     failure, Skipped when every case was declined, HealthCheckFailure when the
     run checked too little to count.
     """
+    if _RECHECK_IMPORTING:
+        raise _RecheckImport()
     extra_invariants = _extra_list(extra_invariants)
     if not isinstance(replay_stored, (bool, np.bool_)):
         raise TypeError("kprop: replay_stored must be True or False, got %r" % (replay_stored,))
@@ -1478,7 +1493,8 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
     found = [i["counterexample"] for i in r["invariants"] if i["counterexample"] is not None]
     found += [r["crash"]] if r["crash"] is not None else []
     if not r["stopped"] and _status(r["status"]) != "interrupted" and stopper.exception is None:
-        _recheck_in_fresh_process(found, fn, replay_text, corpus, info["name"], case_timeout)
+        _recheck_in_fresh_process(found, fn, replay_text,
+                                  case_timeout if case_timeout is not None else info["case_timeout_s"])
     findings = [_finding(d, targets, replay_text, command, corpus, opts) for d in found]
     result = _result(r, findings, replayed)
     result.replay_outside_domain = outside
