@@ -1138,6 +1138,8 @@ def _recheck_in_fresh_process(found, fn, replay_text, case_timeout) -> None:
             return  # importing the module runs kprop.check
         if got is None:
             why = getattr(r, "stderr", None) or str(r)
+            if isinstance(why, bytes):  # a TimeoutExpired's output is bytes
+                why = why.decode("utf-8", "replace")
             d["store_note"] = _joined(d["store_note"], "not known to reproduce: its printed replay, re-run in a "
                                                        "fresh process, did not run through (%s)" %
                                       (why.strip().splitlines() or ["no output"])[-1])
