@@ -135,6 +135,9 @@ static std::string spec_outputs_text(const Spec& spec) {
   for (const auto& [key, value] : lines) key_width = std::max(key_width, key.size());
   for (const auto& [key, value] : lines)
     out += value.empty() ? fmt::format("  {}\n", key) : fmt::format("  {:<{}}  {}\n", key, key_width, value);
+  const auto rules = spec.family->domain_rules();
+  if (!rules.empty())
+    out += fmt::format("  kept on every draw, whatever --domain says: {}\n", fmt::join(rules, "; "));
   const CaseSize largest = largest_case(spec);
   out += fmt::format("memory: the largest case needs ~{:.0f} MB ({}), of run.max_case_mb = {} (per job)\n",
                      std::ceil(largest.bytes / (1024.0 * 1024.0)), largest.dims, spec.run.max_case_mb);
@@ -305,6 +308,7 @@ std::string list_json(const Spec* spec) {
     json listed = {{"spec", spec->name},
                    {"family", spec->family->name()},
                    {"domain", std::move(domain)},
+                   {"domain_rules", spec->family->domain_rules()},
                    {"largest_case_mb", largest.bytes / (1024.0 * 1024.0)},
                    {"largest_case", largest.dims},
                    {"max_case_mb", spec->run.max_case_mb},

@@ -49,7 +49,8 @@ struct Config {
   // --search, or a search budget (which implies it).
   bool search_asked() const { return search || search_trials.has_value() || search_time.has_value(); }
   std::vector<std::string> invariants;
-  int skipped_exit = 0;  // --skipped-exit: a run that checked nothing
+  std::vector<std::string> suppress_health_check;  // added to the spec's run.suppress_health_check
+  int skipped_exit = 0;                            // --skipped-exit: a run that checked nothing
   std::string format = "text";
   std::string out;
   std::string corpus;
@@ -135,6 +136,7 @@ void refuse_unused(const Config& cfg, const char* mode, std::initializer_list<st
       {cfg.case_timeout.has_value(), "--case-timeout"},
       {cfg.search_asked(), "--search"},
       {!cfg.invariants.empty(), "--invariant"},
+      {!cfg.suppress_health_check.empty(), "--suppress-health-check"},
       {!cfg.out.empty(), "--out"},
       {!cfg.corpus.empty() || cfg.no_corpus, "--corpus/--no-corpus"},
       {cfg.isolate.has_value(), "--isolate"},
@@ -396,7 +398,11 @@ int run(const Config& cfg) {
     throw InputError({}, "--output-coverage reports as text only (--format text)");
   if (cfg.fuzz) return run_fuzz_mode(cfg, corpus_root);
   if (cfg.specs.size() > 1) throw InputError({}, "several --spec are only accepted with --fuzz");
-  const Spec spec = load_spec(cfg.specs[0], cfg.profile, cfg.domain, cfg.max_case_mb);
+  Spec spec = load_spec(cfg.specs[0], cfg.profile, cfg.domain, cfg.max_case_mb);
+  for (const auto& check : cfg.suppress_health_check)
+    if (std::find(spec.run.suppress_health_check.begin(), spec.run.suppress_health_check.end(), check) ==
+        spec.run.suppress_health_check.end())
+      spec.run.suppress_health_check.push_back(check);
   if (!cfg.fuzz_seeds.empty()) {
     const auto seed = parse_seed(cfg.seed);
     // Seed 0 means a fresh seed elsewhere; seed inputs are for a corpus, drawn reproducibly.
@@ -676,6 +682,10 @@ int main(int argc, char** argv) {
          "seconds the search may run, 0: no limit (overrides run.search.time_budget_s; implies --search)")
       ->check(seconds);
   app.add_option("--invariant", cfg.invariants, "check only these invariants (repeatable)");
+  app.add_option("--suppress-health-check", cfg.suppress_health_check,
+                 "a health check that does not fail this run: declined, discarded or too_slow (repeatable; "
+                 "added to the spec's run.suppress_health_check)")
+      ->check(CLI::IsMember({"declined", "discarded", "too_slow"}));
   app.add_option("--skipped-exit", cfg.skipped_exit,
                  "exit code of a SKIPPED run, one that checked nothing (no device, every case declined): "
                  "default 0; e.g. 77 for ctest's SKIP_RETURN_CODE, 1 to fail a CI job")

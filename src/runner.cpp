@@ -81,6 +81,15 @@ std::vector<const InvariantUse*> selected_uses(const Spec& spec, const RunOption
   return uses;
 }
 
+// How a failed health check is turned off: in the spec, or for one run
+// (the Python package says its keyword instead of the flag).
+std::string suppress_advice(const char* check) {
+  return fmt::format(
+      "add run: {{suppress_health_check: [{0}]}} to the spec (--suppress-health-check {0} "
+      "for one run)",
+      check);
+}
+
 bool suppressed(const RunConfig& run, const char* check) {
   return std::find(run.suppress_health_check.begin(), run.suppress_health_check.end(), check) !=
          run.suppress_health_check.end();
@@ -659,14 +668,13 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
   if (too_many_declined) {
     report.health.push_back(
         {"declined",
-         fmt::format("{:.1f}% of cases were declined by the target ({} of {}): {}; narrow the domain to what "
-                     "the target supports (e.g. prop_runner {}; --list --spec shows the keys), or add run: "
-                     "{{suppress_health_check: [declined]}}{}",
-                     100 * declined_share, report.declined, report.trials,
-                     reasons_summary(report.decline_reasons, 5), narrow_example(),
-                     shards > 1
-                         ? fmt::format(" (judged as the share of the unsharded run, {} shards)", shards)
-                         : "")});
+         fmt::format(
+             "{:.1f}% of cases were declined by the target ({} of {}): {}; narrow the domain to what "
+             "the target supports (e.g. prop_runner {}; --list --spec shows the keys), or {}{}",
+             100 * declined_share, report.declined, report.trials, reasons_summary(report.decline_reasons, 5),
+             narrow_example(), suppress_advice("declined"),
+             shards > 1 ? fmt::format(" (judged as the share of the unsharded run, {} shards)", shards)
+                        : "")});
   }
   // The time budget stopped the run short: one too_slow check says so, not
   // one `discarded` per invariant that it stopped before any case reached.
@@ -688,10 +696,9 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
              fmt::format(
                  "invariant {} checked {} of {} trials: the {} case(s) the target declined ({}) used "
                  "up the run's cases ({} with run.max_discard_ratio {}); narrow the domain to what the "
-                 "target takes (prop_runner {}), raise run.max_discard_ratio, or add run: "
-                 "{{suppress_health_check: [declined]}}",
+                 "target takes (prop_runner {}), raise run.max_discard_ratio, or {}",
                  r.name, r.passed, trials, r.declined, reasons_summary(report.decline_reasons, 5),
-                 report.trials, run.max_discard_ratio, narrow_example())});
+                 report.trials, run.max_discard_ratio, narrow_example(), suppress_advice("declined"))});
       }
       continue;
     }
@@ -718,7 +725,7 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
     // Suppressing the check passes an invariant that checked too few cases,
     // never one that checked none.
     const std::string suppress =
-        r.passed > 0 ? ", or add run: {suppress_health_check: [discarded]}"
+        r.passed > 0 ? ", or " + suppress_advice("discarded")
         : suppressed(run, "discarded")
             ? " (suppress_health_check: [discarded] passes an invariant that checked "
               "too few cases, not one that checked none)"
@@ -734,12 +741,13 @@ RunReport run_cases(const Spec& spec, const RunOptions& options, RunListener& ev
     report.health.push_back(
         {"too_slow",
          fmt::format("the time budget ({:g} s) stopped the run {}; raise run.time_budget_s (--time), lower "
-                     "trials or max_size, or add run: {{suppress_health_check: [too_slow]}}",
+                     "trials or max_size, or {}",
                      run.time_budget_s,
                      report.size_reached < 0
                          ? fmt::format("before the first of its {} cases", trials)
                          : fmt::format("after {} of {} cases, at size {} of max_size {}", report.trials,
-                                       trials, report.size_reached, run.max_size))});
+                                       trials, report.size_reached, run.max_size),
+                     suppress_advice("too_slow"))});
   bool any_passed = false;
   for (const auto& r : report.invariants) any_passed = any_passed || r.status == InvariantStatus::passed;
   if (!any_passed && report.health.empty())

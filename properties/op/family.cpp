@@ -200,6 +200,14 @@ std::vector<std::pair<std::string, std::string>> OpFamily::domain_lines(const Va
   return lines;
 }
 
+std::vector<std::string> OpFamily::domain_rules() const {
+  std::vector<std::string> rules;
+  for (const Relation& r : decl_->relations)
+    rules.push_back(r.hard() ? r.text(decl_->dims)
+                             : fmt::format("{} in {:g}% of draws", r.text(decl_->dims), 100 * r.rate));
+  return rules;
+}
+
 std::string OpFamily::reference_shown(const std::string& name) const {
   if (name == "reference" && decl_->external_reference)
     if (std::string program = decl_->external_reference->name(); !program.empty()) return program;

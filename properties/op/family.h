@@ -43,6 +43,7 @@ class OpFamily final : public FamilyDef<Traits> {
   AnyCase from_yaml(const YAML::Node& node) const override;
   CaseSize max_case_bytes(const Values& domain) const override;
   std::vector<std::pair<std::string, std::string>> domain_lines(const Values& domain) const override;
+  std::vector<std::string> domain_rules() const override;
   const expr::TensorInfos& tensor_infos() const override { return infos_; }
   const std::vector<TransformInfo>& transforms() const override { return transforms_; }
   // `reference` with op.reference: exec:/plugin: is that program.

@@ -417,7 +417,7 @@ def spec_info(spec, profile: Optional[str] = None, max_case_mb: Optional[int] = 
     if profile is not None and (not isinstance(profile, str) or not profile):
         raise ValueError("kprop: profile must name one of the spec's profiles, not %r" % (profile,))
     if domain is not None:
-        max_case_mb, domain = _settings(max_case_mb=max_case_mb, domain=domain)[4:]
+        max_case_mb, domain = _settings(max_case_mb=max_case_mb, domain=domain)[4:6]
     text, is_text = _resolve_spec(spec)
     try:
         return _kprop.spec_info(text, is_text, profile or "", max_case_mb or 0, json.dumps(domain) if domain else "")
@@ -1237,11 +1237,12 @@ def _check_run_args(seed, trials, time, case_timeout, isolate, invariants=None, 
 
 
 def _settings(*, seed=None, trials=None, time=None, case_timeout=None, isolate=False, invariants=None,
-              fail_fast=False, search=None, search_time=None, max_case_mb=None, domain=None, corpus=None):
+              fail_fast=False, search=None, search_time=None, max_case_mb=None, domain=None, corpus=None,
+              suppress_health_check=None):
     """kprop.check's run settings checked (types and ranges, as prop_runner
     checks its flags) and made plain: (invariants, search on/off, search
-    cases, search time, max_case_mb, domain). What the spec says of the
-    domain= keys is spec_info(domain=)'s to check."""
+    cases, search time, max_case_mb, domain, suppress_health_check). What the
+    spec says of the domain= keys is spec_info(domain=)'s to check."""
     if isinstance(invariants, str):
         invariants = [invariants]  # one name, not its letters
     elif invariants is not None and not isinstance(invariants, (bytes, Mapping)):
@@ -1261,18 +1262,43 @@ def _settings(*, seed=None, trials=None, time=None, case_timeout=None, isolate=F
     if corpus is not None and not isinstance(corpus, (str, os.PathLike)):
         raise TypeError("kprop: corpus must be a folder's path or None, got %r" % (corpus,))
     domain = _plain(domain, "domain") if domain is not None else None
-    return invariants, search_on, search_trials, search_time, max_case_mb, domain
+    return (invariants, search_on, search_trials, search_time, max_case_mb, domain,
+            _health_checks(suppress_health_check))
+
+
+HEALTH_CHECKS = ("declined", "discarded", "too_slow")
+
+
+def _health_checks(names) -> List[str]:
+    """suppress_health_check= as a list of names (one name, or any
+    iterable of them), each one of HEALTH_CHECKS: prop_runner's
+    --suppress-health-check, added to the spec's run.suppress_health_check."""
+    if names is None:
+        return []
+    if isinstance(names, str):
+        names = [names]  # one name, not its letters
+    try:
+        names = list(names)
+    except TypeError:
+        raise TypeError("kprop: suppress_health_check must be health check names (%s), got %r" % (
+            ", ".join(HEALTH_CHECKS), names)) from None
+    for n in names:
+        if n not in HEALTH_CHECKS:
+            close = difflib.get_close_matches(str(n), HEALTH_CHECKS, n=1)
+            raise ValueError("kprop: suppress_health_check: %r is not a health check%s; valid: %s" % (
+                n, " (did you mean %r?)" % close[0] if close else "", ", ".join(HEALTH_CHECKS)))
+    return list(dict.fromkeys(names))
 
 
 def _args(spec, fn, *, reference, extra_invariants, profile, seed, trials, time, invariants, corpus, isolate,
           tensors, device, case_timeout, domain=None, fail_fast=False, search=None, search_time=None,
-          max_case_mb=None):
+          max_case_mb=None, suppress_health_check=None):
     """Resolves the spec and builds the extension's arguments: (text, is_text,
     info, args, the target's trampoline, the reference's or None, the run's _Stop)."""
-    invariants, search_on, search_trials, search_time, max_case_mb, domain = _settings(
+    invariants, search_on, search_trials, search_time, max_case_mb, domain, suppressed = _settings(
         seed=seed, trials=trials, time=time, case_timeout=case_timeout, isolate=isolate, invariants=invariants,
         fail_fast=fail_fast, search=search, search_time=search_time, max_case_mb=max_case_mb, domain=domain,
-        corpus=corpus)
+        corpus=corpus, suppress_health_check=suppress_health_check)
     text, is_text = _resolve_spec(spec)
     info = spec_info(spec, profile, max_case_mb)
     stopper = _Stop()
@@ -1295,7 +1321,8 @@ def _args(spec, fn, *, reference, extra_invariants, profile, seed, trials, time,
              time=None if time is None else float(time), invariants=selected,
              corpus=None if corpus is None else os.fspath(corpus), scratch=_scratch(corpus),
              case_timeout=None if case_timeout is None else float(case_timeout), fail_fast=bool(fail_fast),
-             search=search_on, search_trials=search_trials, search_time=search_time)
+             search=search_on, search_trials=search_trials, search_time=search_time,
+             suppress_health_check=suppressed)
     return text, is_text, info, a, target, ref_target, stopper
 
 
@@ -1379,7 +1406,8 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
           extra_invariants: Optional[Sequence[Callable]] = None, profile: Optional[str] = None,
           domain: Optional[Mapping[str, Any]] = None, fail_fast: bool = False,
           search: Union[None, bool, int] = None, search_time: Optional[float] = None,
-          max_case_mb: Optional[int] = None) -> CheckResult:
+          max_case_mb: Optional[int] = None,
+          suppress_health_check: Union[None, str, Sequence[str]] = None) -> CheckResult:
     """Runs `spec` with `fn` as its target, in this process.
 
     spec: a path, a shipped spec name ("attention_fwd") or a dict.
@@ -1423,6 +1451,10 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
     max_case_mb: the memory one case may take on this machine, in MB
         (prop_runner's --max-case-mb): replaces run.max_case_mb of the spec
         and its profiles, so a domain= whose largest case needs more loads.
+    suppress_health_check: health checks that do not fail this run, any of
+        "declined", "discarded", "too_slow" (prop_runner's
+        --suppress-health-check): added to the spec's run.suppress_health_check.
+        An invariant that checked no case still never passes.
 
     Returns a CheckResult; raises Counterexample (an AssertionError) on a
     failure, Skipped when every case was declined, HealthCheckFailure when the
@@ -1437,7 +1469,7 @@ def check(spec, fn: Union[Callable, Mapping[str, Callable]], *, seed: Optional[i
         spec, fn, reference=reference, extra_invariants=extra_invariants, profile=profile, seed=seed,
         trials=trials, time=time, invariants=invariants, corpus=corpus, isolate=isolate, tensors=tensors,
         device=device, case_timeout=case_timeout, domain=domain, fail_fast=fail_fast, search=search,
-        search_time=search_time, max_case_mb=max_case_mb)
+        search_time=search_time, max_case_mb=max_case_mb, suppress_health_check=suppress_health_check)
     spec_ref = _spec_ref(spec, text, is_text)
     name = _isolated_name(fn) if isolate else args["target"]["name"]
     targets = [t for t in (target, ref_target) if t is not None]
@@ -1565,6 +1597,8 @@ def _interrupted(findings: List["Finding"], result: "CheckResult") -> KeyboardIn
 def _in_python_words(hint: str) -> str:
     """A health check's advice names prop_runner's flags: check()'s keywords instead."""
     hint = hint.replace("run.time_budget_s (--time)", "time=")
+    hint = re.sub(r"\(--suppress-health-check (\w+) for one run\)", r"(suppress_health_check=['\1'] for one run)",
+                  hint)
     hint = re.sub(r"prop_runner --domain '\{(\w+): \[\.\.\.\]\}'", r"domain={'\1': [...]}", hint)
     hint = hint.replace("prop_runner --domain '{KEY: VALUE}'", "domain={KEY: VALUE}")
     return hint.replace("--list --spec shows the keys", "kprop.spec_info(spec) shows the keys")

@@ -326,7 +326,8 @@ def pytest_pycollect_makeitem(collector, name, obj):
         # one error, not a traceback in every item.
         # (invariants= is read below: a generator of names is read once.)
         _check._settings(**{k: options[k] for k in ("seed", "trials", "time", "case_timeout", "isolate", "search",
-                                                    "search_time", "max_case_mb", "domain", "corpus")
+                                                    "search_time", "max_case_mb", "domain", "corpus",
+                                                    "suppress_health_check")
                             if k in options})
         info = _check.spec_info(spec, options.get("profile"), options.get("max_case_mb"), options.get("domain"))
         if options.get("extra_invariants") is not None:  # a generator is read once, here

@@ -420,10 +420,11 @@ struct Args {
   std::optional<std::string> corpus;
   std::string scratch;
   std::optional<double> case_timeout_s;
-  bool fail_fast = false;                // prop_runner --fail-fast
-  std::optional<bool> search;            // search=: on, off, or the spec's
-  std::optional<int64_t> search_trials;  // search=N
-  std::optional<double> search_time_s;   // search_time=
+  bool fail_fast = false;                          // prop_runner --fail-fast
+  std::vector<std::string> suppress_health_check;  // prop_runner --suppress-health-check
+  std::optional<bool> search;                      // search=: on, off, or the spec's
+  std::optional<int64_t> search_trials;            // search=N
+  std::optional<double> search_time_s;             // search_time=
 };
 
 // kprop/_check.py's _args() dict (plain Python objects only: nothing of this
@@ -463,6 +464,8 @@ Args args_from(const nb::dict& d) {
   a.search = optional_item<bool>(d, "search");
   a.search_trials = optional_item<int64_t>(d, "search_trials");
   a.search_time_s = optional_item<double>(d, "search_time");
+  if (d.contains("suppress_health_check"))
+    a.suppress_health_check = nb::cast<std::vector<std::string>>(d["suppress_health_check"]);
   return a;
 }
 
@@ -529,6 +532,10 @@ Prepared prepare(const std::string& spec_arg, bool spec_is_text, const Args& a) 
           fmt::format("spec {} has no invariant '{}'{}", p.spec.name, inv, kprop::suggestion(inv, names))
               .c_str());
     }
+  auto& suppressed = p.spec.run.suppress_health_check;
+  for (const auto& check : a.suppress_health_check)
+    if (std::find(suppressed.begin(), suppressed.end(), check) == suppressed.end())
+      suppressed.push_back(check);
   kprop::RunOptions& o = p.options;
   // In process there is no isolation: kprop's watchdog would end the whole
   // interpreter on a slow case, so it waits as long as fn takes (isolate=True

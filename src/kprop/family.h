@@ -427,6 +427,10 @@ class Family {
   // schema and `domain`; a family that draws from elsewhere (op: its
   // declaration's dtypes and dims) says its own.
   virtual std::vector<std::pair<std::string, std::string>> domain_lines(const Values& domain) const;
+  // Rules between the domain's keys that every draw keeps and --domain
+  // cannot replace (op: the declaration's relations, as the spec writes
+  // them), one per element; none by default.
+  virtual std::vector<std::string> domain_rules() const { return {}; }
   // The one way a family makes cases: from a Draw (kprop/draw.h), so
   // RapidCheck generation, fuzz-byte decoding and fuzz seed corpora are the
   // same code. The three below derive from it (registry.cpp).

@@ -308,6 +308,24 @@ TEST(Cli, EveryDrawnCaseIsCountedOnce) {
   EXPECT_EQ(slow.code, 2) << slow.out;
   EXPECT_EQ(slow.out.find("Health check 'discarded'"), std::string::npos) << slow.out;
   EXPECT_NE(slow.out.find("HEALTH CHECK FAILED (too_slow):"), std::string::npos) << slow.out;
+  EXPECT_NE(
+      slow.out.find("or add run: {suppress_health_check: [too_slow]} to the spec (--suppress-health-check "
+                    "too_slow for one run)"),
+      std::string::npos)
+      << slow.out;
+  // --suppress-health-check turns that check off for the run; the invariants
+  // that checked nothing still do not pass (exit 2, never 0).
+  const CliRun suppressed = run(
+      "--spec " + spec + " --seed 1 --trials 300 --time 0.0001 --no-corpus --suppress-health-check too_slow");
+  EXPECT_EQ(suppressed.code, 2) << suppressed.out;
+  EXPECT_EQ(suppressed.out.find("(too_slow)"), std::string::npos) << suppressed.out;
+  // Each check named once however many invariants failed it (it read
+  // "discarded, discarded, ..." 18 times).
+  EXPECT_NE(suppressed.out.find("HEALTH CHECK FAILED (discarded): too little was checked"), std::string::npos)
+      << suppressed.out;
+  const CliRun bad = run("--spec " + spec + " --suppress-health-check slow");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--suppress-health-check"), std::string::npos) << bad.out;
 }
 
 // --domain over a declared op that starves an invariant the spec lists (T

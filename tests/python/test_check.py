@@ -249,6 +249,16 @@ def test_declined_cases_are_counted_not_passed(example, corpus):
     assert result.checked + result.declined <= result.trials
     for inv in result.invariants:
         assert inv.declined > 0
+    # Its suppression in check()'s words too; suppress_health_check= turns it
+    # off for the run (prop_runner's --suppress-health-check): the cases it
+    # checked pass, the declined ones are still counted as declined.
+    assert "(suppress_health_check=['declined'] for one run)" in str(excinfo.value)
+    passed = kprop.check("softmax_topk", f32_only, seed=SEED, trials=40, corpus=corpus,
+                         suppress_health_check="declined")
+    assert passed.status == "passed" and passed.declined == result.declined and passed.checked > 0
+    with pytest.raises(ValueError, match=r"suppress_health_check: 'decline' is not a health check \(did you mean "
+                                         r"'declined'\?\); valid: declined, discarded, too_slow"):
+        kprop.check("softmax_topk", f32_only, seed=SEED, trials=40, corpus=corpus, suppress_health_check=["decline"])
 
 
 def test_declining_everything_is_skipped_not_passed(corpus):

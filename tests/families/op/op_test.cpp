@@ -984,6 +984,18 @@ bool same_case(const Case& a, const Case& b) {
   return true;
 }
 
+// prop_runner --list --spec shows the relations that every draw keeps
+// (--domain replaces dims, never them), in text and in JSON.
+TEST(OpDomainDecl, ListShowsTheRelations) {
+  const Spec spec = parse_spec(kRichSpec, "rich.yaml");
+  const std::string text = list_text(&spec);
+  EXPECT_NE(text.find("\n  kept on every draw, whatever --domain says: Nk >= Nq; Nq == Nk in 50% of draws\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(nlohmann::json::parse(list_json(&spec))["domain_rules"],
+            (std::vector<std::string>{"Nk >= Nq", "Nq == Nk in 50% of draws"}));
+}
+
 // The libFuzzer path on kRichSpec: 2,000 random byte strings (and the all-0
 // / all-1 ones) decode to cases satisfying every constraint, each checked
 // here from first principles (FamilyContract's EveryByteStringDecodes asks
