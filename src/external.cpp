@@ -541,10 +541,13 @@ thread_local Scope* g_scope = nullptr;
 // run.padded_tensors: every tensor of two or more dimensions reaches a
 // plugin with kPadElements elements after each row (its last dimension), so
 // strides[ndim-2] = shape[ndim-1] + kPadElements and the outer strides
-// follow. The padding holds 0xFF bytes (NaN for floats, -1 for ints): a
-// kernel that indexes as if the tensor were contiguous reads them or
-// another row's values, and its writes land in an output's padding, which
-// must come back untouched. kprop/abi.h tells plugins to index through the
+// follow. An input's padding holds 0xFE bytes (-1.7e38 in f32 and bf16,
+// -5.5e303 in f64, NaN in f16, -16843010 in i32), an output's 0xFF (the
+// poison): a kernel that indexes as if the tensor were contiguous reads
+// another row's values or the padding, which the invariants catch (were
+// it the outputs' poison, a copy of it read as an output element "never
+// written"), and its writes land in an output's padding, which must come
+// back untouched. kprop/abi.h tells plugins to index through the
 // strides; this is what tests that they do.
 //
 // The guard before the data is kLeadBytes long: 256, the alignment
@@ -563,19 +566,21 @@ class Staging {
     size_t row = 0, pitch = 0, rows = 0;  // unpadded: the whole tensor as one row
     const Tensor* tensor = nullptr;
     Tensor* output = nullptr;  // null for an input
+    uint8_t pad = 0;           // the padding's bytes
   };
+  static constexpr uint8_t kInputPadByte = 0xFE, kOutputPadByte = 0xFF;
 
   explicit Staging(bool padded) : padded_(padded) {}
 
   Buffer& input(const Tensor& t) {
-    Buffer& b = stage(t);
+    Buffer& b = stage(t, kInputPadByte);
     for_rows(b, [&](size_t packed, size_t row_at) {
       std::copy_n(t.bytes.begin() + long(packed), b.row, b.bytes.begin() + long(row_at));
     });
     return b;
   }
   Buffer& output(Tensor& t) {
-    Buffer& b = stage(t);
+    Buffer& b = stage(t, kOutputPadByte);
     // The rows poisoned as the reply's (poison_byte), the padding 0xFF.
     for_rows(b, [&](size_t packed, size_t row_at) {
       std::copy_n(t.bytes.begin() + long(packed), b.row, b.bytes.begin() + long(row_at));
@@ -593,7 +598,7 @@ class Staging {
       check_guards_of(b, op, kind);
       for (size_t at = 0; b.pitch > b.row && at < b.rows * b.pitch; at += b.pitch)
         for (size_t i = kLeadBytes + at + b.row; i < kLeadBytes + at + b.pitch; ++i)
-          if (b.bytes[i] != 0xFF)
+          if (b.bytes[i] != b.pad)
             throw TargetFailure(
                 "error",
                 fmt::format("{}: the target wrote into the padding after row {} of {} {}, whose "
@@ -651,9 +656,10 @@ class Staging {
   static void for_rows(const Buffer& b, F f) {
     for (size_t r = 0; r < b.rows; ++r) f(r * b.row, kLeadBytes + r * b.pitch);
   }
-  Buffer& stage(const Tensor& t) {
+  Buffer& stage(const Tensor& t, uint8_t pad) {
     Buffer& b = buffers_.emplace_back();
     b.tensor = &t;
+    b.pad = pad;
     b.view = t.view();
     if (pads(t)) {
       const int last = b.view.ndim - 1;
@@ -669,7 +675,7 @@ class Staging {
       b.row = b.pitch = t.nbytes();
       b.rows = b.row > 0 ? 1 : 0;
     }
-    b.bytes.assign(kLeadBytes + b.rows * b.pitch + kGuardBytes, 0xFF);
+    b.bytes.assign(kLeadBytes + b.rows * b.pitch + kGuardBytes, pad);
     std::fill_n(b.bytes.begin(), kLeadBytes, kGuardByte);
     std::fill(b.bytes.end() - kGuardBytes, b.bytes.end(), kGuardByte);
     b.view.data = b.bytes.data() + kLeadBytes;

@@ -414,6 +414,19 @@ double CaseTimeout::current() {
   return t_case_timeout_s;
 }
 
+namespace {
+thread_local bool t_padded_tensors = false;
+}  // namespace
+PaddedTensors::PaddedTensors(bool on) : previous_(t_padded_tensors) {
+  t_padded_tensors = on;
+}
+PaddedTensors::~PaddedTensors() {
+  t_padded_tensors = previous_;
+}
+bool PaddedTensors::current() {
+  return t_padded_tensors;
+}
+
 void enter_worker_process() {
   g_worker = true;
   g_guard.armed = false;
@@ -507,6 +520,7 @@ CheckResult check_one(const RunContext& ctx, AnyTrial& trial, const InvariantUse
   const TrialTimes before = trial.times();
   try {
     const CaseTimeout timeout(ctx.run.case_timeout_s);
+    const PaddedTensors padded(ctx.run.padded_tensors);
     CaseGuard guard(ctx, c);
     try {
       r.verdict = check_invariant(trial, use);

@@ -151,7 +151,10 @@ class SpecProgram final : public ExternalReference {
 
   Result call(const Case& c, bool fp64) const override {
     const std::lock_guard<std::mutex> lock(mutex_);
-    if (!transport_ || owner_ != getpid()) open();
+    // A mutant is under test: the run's run.padded_tensors reaches it as it
+    // reaches a plugin: target (an exec: one is refused, as there).
+    const bool padded = role_.rfind("mutant ", 0) == 0 && PaddedTensors::current();
+    if (!transport_ || owner_ != getpid() || padded != padded_) open(padded);
     // The run's case timeout (run.case_timeout_s, --case-timeout), whichever
     // run calls it: the transport was opened by the first.
     if (const double s = CaseTimeout::current(); s > 0) transport_->set_call_timeout(s);
@@ -169,7 +172,7 @@ class SpecProgram final : public ExternalReference {
   // command, a worker that refuses the handshake) is the spec's error,
   // whoever the target is: exit 2 with one line, never a crash of the
   // target stored as a finding (it was, when the target is the reference).
-  void open() const {
+  void open(bool padded) const {
     // A forked process's copy of its parent's transport: the parent's
     // child, over the parent's pipes. Never used or stopped here (stopping
     // it would close and kill what the parent still talks to); left as it is.
@@ -184,13 +187,16 @@ class SpecProgram final : public ExternalReference {
     o.family = "op";
     o.ops = {{op_, plugin_symbol(op_), invoke}};
     if (role_ == "reference") o.role = "reference";
+    o.padded_tensors = padded;
     if (const double s = CaseTimeout::current(); s > 0) o.call_timeout_s = s;  // the handshake's share
     // One that could not start in this process is not started again (a
     // --jobs worker checks case after case until the run stops on the error).
     if (failed_ && failed_->first == getpid()) throw failed_->second;
     try {
+      transport_.reset();  // one opened for the other padding stops first
       transport_ = external::open_target(target_, o);
       owner_ = getpid();
+      padded_ = padded;
     } catch (const std::exception& e) {  // InputError (set-up) or TargetFailure (the handshake)
       failed_.emplace(getpid(), InputError({}, named(e.what(), "cannot start: ")));
       throw failed_->second;
@@ -211,6 +217,7 @@ class SpecProgram final : public ExternalReference {
   mutable std::mutex mutex_;
   mutable std::shared_ptr<external::Transport> transport_;
   mutable pid_t owner_ = 0;                                     // the process that opened transport_
+  mutable bool padded_ = false;                                 // transport_'s run.padded_tensors
   mutable std::optional<std::pair<pid_t, InputError>> failed_;  // a start that failed, and where
 };
 

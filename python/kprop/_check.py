@@ -814,6 +814,12 @@ class _Target:
                 self.stopper.stop(e)
                 return ("error", str(e))
             return ("wiring", str(e))  # in a worker: its reply stops the run (kprop.worker)
+        except ImportError as e:
+            # A module the function imports is missing here (a CI image
+            # without torch): the target cannot run on this machine, which
+            # is no failure of the kernel (as a mutant's, it read as a kill,
+            # and the case was stored to guard an environment).
+            return ("unavailable", _import_failed(e))
         except Exception as e:
             message = "%s: %s" % (type(e).__name__, e) if not _is_unsupported(e) else str(e)
             if _is_unsupported(e):
@@ -834,6 +840,10 @@ class _Target:
             if _is_pytest_skip(e):  # in a worker, which cannot stop the run: the case is declined
                 return ("unsupported", "%s: %s" % (type(e).__name__, e))
             raise  # in a worker: it ends, a crash
+
+
+def _import_failed(e: ImportError) -> str:
+    return "%s: %s (an import the function made failed: it cannot run here)" % (type(e).__name__, e)
 
 
 def _target_name(fn) -> str:

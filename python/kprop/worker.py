@@ -107,6 +107,8 @@ def serve(fn, tensors="numpy", stdin=None, stdout=None):
             _wire.write_frame(stdout, {"ok": True, "tensors": described}, [a for _, _, a in outputs])
         elif status[0] == "unsupported":
             _wire.write_frame(stdout, {"ok": False, "unsupported": True, "error": status[1]})
+        elif status[0] == "unavailable":  # an import it made failed: it cannot run here
+            _wire.write_frame(stdout, {"ok": False, "unsupported": True, "unavailable": True, "error": status[1]})
         elif status[0] == "wiring":  # fn cannot take the op's arguments: the run stops, nothing stored
             _wire.write_frame(stdout, {"ok": False, "wiring": True, "error": status[1]})
         else:

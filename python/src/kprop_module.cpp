@@ -184,6 +184,7 @@ class PythonTransport final : public kprop::external::Transport {
       const auto kind = nb::cast<std::string>(status[0]);
       const auto message = nb::cast<std::string>(status[1]);
       if (kind == "unsupported") throw kprop::Unsupported(fmt::format("{}: {}", request.op, message));
+      if (kind == "unavailable") throw kprop::TargetUnavailable(fmt::format("{}: {}", request.op, message));
       throw TargetFailure("error", fmt::format("{}: {}", request.op, message));
     }
     kprop::external::check_guards(reply);

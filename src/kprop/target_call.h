@@ -63,4 +63,22 @@ class CaseTimeout {
   double previous_;
 };
 
+// run.padded_tensors of the run whose check is running on this thread, set
+// by check_one beside CaseTimeout. A declared op's plugin: mutant is opened
+// by the family (its transport is the declaration's, not the run's), and
+// reads it there: under a profile with padded_tensors it got contiguous
+// tensors, so a kernel indexing as if contiguous passed the very profile
+// listed for it.
+class PaddedTensors {
+ public:
+  explicit PaddedTensors(bool on);
+  ~PaddedTensors();
+  PaddedTensors(const PaddedTensors&) = delete;
+  PaddedTensors& operator=(const PaddedTensors&) = delete;
+  static bool current();  // false when no check is running on this thread
+
+ private:
+  bool previous_;
+};
+
 }  // namespace kprop

@@ -35,6 +35,13 @@
 //   KPROP_TEST_COPY_WRITES_INPUT  copies, then zeroes x (inputs are
 //                              read-only): the case passed; now the call
 //                              fails ("the kernel wrote into input x").
+//   KPROP_TEST_COPY_READS_CONTIGUOUS  reads x as if contiguous (r * D + c,
+//                              not through its strides), writes y through
+//                              its strides: correct on contiguous tensors;
+//                              padded, it copies another row's values or
+//                              x's padding, which is not the outputs'
+//                              poison, so the invariants fail it (it was
+//                              read as an output "never written").
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <kprop/abi.h>
@@ -181,8 +188,9 @@ KPROP_EXPORT int kprop_dflash_verify(const kprop_dflash_verify_args* a, char*, s
 }
 #endif
 
-#if defined(KPROP_TEST_COPY_CORRECT) || defined(KPROP_TEST_COPY_SKIPS_NAN) || \
-    defined(KPROP_TEST_COPY_WRITES_BEFORE) || defined(KPROP_TEST_COPY_WRITES_INPUT)
+#if defined(KPROP_TEST_COPY_CORRECT) || defined(KPROP_TEST_COPY_SKIPS_NAN) ||          \
+    defined(KPROP_TEST_COPY_WRITES_BEFORE) || defined(KPROP_TEST_COPY_WRITES_INPUT) || \
+    defined(KPROP_TEST_COPY_READS_CONTIGUOUS)
 KPROP_PLUGIN();
 namespace {
 // Whether the `size`-byte element `bits` is a NaN of its float dtype.
@@ -208,7 +216,11 @@ KPROP_EXPORT int kprop_op_copy(const kprop_op_args* a, char*, size_t) {
   for (int64_t r = 0; r < x->shape[0]; ++r)
     for (int64_t c = 0; c < x->shape[1]; ++c) {
       const int64_t index[2] = {r, c};
+#ifdef KPROP_TEST_COPY_READS_CONTIGUOUS
+      const auto* from = static_cast<const uint8_t*>(x->data) + (r * x->shape[1] + c) * int64_t(size);
+#else
       const auto* from = static_cast<const uint8_t*>(x->data) + kprop_offset(x, index) * int64_t(size);
+#endif
       auto* to = static_cast<uint8_t*>(y->data) + kprop_offset(y, index) * int64_t(size);
       uint64_t bits = 0;
       std::memcpy(&bits, from, size);

@@ -1,5 +1,6 @@
 """A worker for tests/external/op_copy.yaml whose function is wired wrong:
-it names its input `inp`, not `x` (tests/external/worker_wiring_test.sh)."""
+it names its input `inp`, not `x` (tests/external/worker_wiring_test.sh);
+with --import, one that imports a module missing here."""
 import os
 import sys
 
@@ -11,5 +12,10 @@ def copy(inp):
     return {"y": inp.copy()}
 
 
+def copy_with_torch(x):
+    import kprop_test_no_such_module  # noqa: F401  (a CI image without torch)
+    return {"y": x.copy()}
+
+
 if __name__ == "__main__":
-    kprop_worker.serve({"copy": copy})
+    kprop_worker.serve({"copy": copy_with_torch if "--import" in sys.argv else copy})

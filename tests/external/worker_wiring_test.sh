@@ -5,7 +5,10 @@
 # function and the arguments, nothing stored. It was the kernel's crash:
 # exit 3, shrunk and saved as a finding against a kernel never called.
 # (2) copied alone, without the kprop/ folder it reads, says so at import
-# (it was a FileNotFoundError's traceback from importlib).
+# (it was a FileNotFoundError's traceback from importlib). (3) A function
+# whose import fails (a module missing here) cannot run on this machine:
+# the run is SKIPPED with the error, nothing stored (it was the kernel's
+# error, shrunk and stored, and as a mutant's a kill).
 runner="$1" python="$2" src="$3"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -26,3 +29,11 @@ printf '%s\n' "$out"
 [ "$rc" -ne 0 ] || { echo "worker_wiring_test: the import alone succeeded"; exit 1; }
 printf '%s' "$out" | grep -q "^ImportError: kprop_worker.py needs .*/kprop/_half.py beside it: copy kprop's python/kprop/ folder with it" ||
   { echo "worker_wiring_test: no clear import error"; exit 1; }
+out=$(cd "$dir/run" && "$runner" --spec "$src/tests/external/op_copy.yaml" --seed 1 --skipped-exit 77 \
+  --target "exec:$python $src/tests/external/wiring_worker.py --import" 2>&1)
+rc=$?
+printf '%s\n' "$out"
+[ "$rc" -eq 77 ] || { echo "worker_wiring_test: missing module: exit $rc, expected 77 (SKIPPED)"; exit 1; }
+printf '%s' "$out" | grep -q "ModuleNotFoundError: No module named 'kprop_test_no_such_module' (an import the function made failed: it cannot run here)" ||
+  { echo "worker_wiring_test: no missing-module reason"; exit 1; }
+[ -z "$(ls -A "$dir/run")" ] || { echo "worker_wiring_test: missing module: stored $(ls -A "$dir/run")"; exit 1; }

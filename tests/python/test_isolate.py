@@ -69,6 +69,24 @@ def test_an_isolated_signature_mismatch_stops_the_run_and_stores_nothing(corpus)
     assert not os.path.exists(corpus) or not any(files for _, _, files in os.walk(corpus))
 
 
+def needs_a_missing_module(logits, k, **attrs):
+    import kprop_test_no_such_module  # noqa: F401  (a CI image without torch)
+    return _softmax.softmax_topk(logits, k, **attrs)
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+def test_a_missing_module_is_no_failure_of_the_kernel(corpus, isolate):
+    """An import the function makes that fails (a dependency missing on this
+    machine) means it cannot run here: SKIPPED with the error, as a target
+    with no device is, and nothing stored. It was the target's error, shrunk
+    and stored, and as a mutant's under prop_runner --mutants a kill: the
+    gate passed on a mutant no invariant ever judged."""
+    with pytest.raises(kprop.Skipped, match=r"ModuleNotFoundError: No module named 'kprop_test_no_such_module' "
+                                            r"\(an import the function made failed: it cannot run here\)"):
+        kprop.check("softmax_topk", needs_a_missing_module, seed=SEED, trials=20, corpus=corpus, isolate=isolate)
+    assert not os.path.exists(corpus) or not any(files for _, _, files in os.walk(corpus))
+
+
 def reference_topk(logits, k, **attrs):
     assert logits.dtype.itemsize == 8, "the reference is called with float64 inputs"
     return _softmax.softmax_topk(logits, k, **attrs)
