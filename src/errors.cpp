@@ -128,7 +128,9 @@ std::string closest_match(const std::string& word, const std::vector<std::string
   size_t best_distance = std::max<size_t>(3, word.size() / 3) + 1;
   for (const auto& c : candidates) {
     const size_t d = edit_distance(word, c);
-    if (d < best_distance) best_distance = d, best = c;
+    // Not one that shares nothing with the word: replacing every letter of
+    // a one-letter key `x` gives any one-letter dim (`T`).
+    if (d < best_distance && d < std::max(word.size(), c.size())) best_distance = d, best = c;
   }
   return best;
 }

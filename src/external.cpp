@@ -1747,9 +1747,11 @@ std::vector<void*> resolve_symbols(const TransportOptions& options,
   for (const auto& op : options.ops) {
     void* fn = lookup(op.symbol);
     if (!fn)
-      throw std::runtime_error(
-          fmt::format("missing symbol {} (op {} of family {}){}; see include/kprop/abi.h", op.symbol, op.op,
-                      options.family, mangled_hint(file, op.symbol)));
+      throw std::runtime_error(fmt::format(
+          "missing symbol {} (op {} of family {}){}; see include/kprop/{}", op.symbol, op.op, options.family,
+          mangled_hint(file, op.symbol),
+          options.family == "op" ? "abi/op.h (a declared op's entry point is kprop_op_ and its name)"
+                                 : "abi.h"));
     symbols.push_back(fn);
   }
   return symbols;

@@ -401,32 +401,6 @@ TransportedCall::~TransportedCall() {
   if (left_ns_ != 0) g_call_deadline->ns = Clock::now().time_since_epoch().count() + left_ns_;
 }
 
-namespace {
-thread_local double t_case_timeout_s = 0;
-}  // namespace
-CaseTimeout::CaseTimeout(double seconds) : previous_(t_case_timeout_s) {
-  t_case_timeout_s = seconds;
-}
-CaseTimeout::~CaseTimeout() {
-  t_case_timeout_s = previous_;
-}
-double CaseTimeout::current() {
-  return t_case_timeout_s;
-}
-
-namespace {
-thread_local bool t_padded_tensors = false;
-}  // namespace
-PaddedTensors::PaddedTensors(bool on) : previous_(t_padded_tensors) {
-  t_padded_tensors = on;
-}
-PaddedTensors::~PaddedTensors() {
-  t_padded_tensors = previous_;
-}
-bool PaddedTensors::current() {
-  return t_padded_tensors;
-}
-
 void enter_worker_process() {
   g_worker = true;
   g_guard.armed = false;

@@ -62,8 +62,8 @@ RunReport replay_in_process(const Spec& spec, const RunOptions& options, const s
 }  // namespace
 
 RunReport run_in_process(const std::string& spec_path, const EntryPoints& entry_points, RunOptions options,
-                         const std::string& domain) {
-  const Spec spec = load_spec(spec_path, "", domain);
+                         const std::string& domain, const std::string& profile) {
+  const Spec spec = load_spec(spec_path, profile, domain);
   external::TransportOptions o;
   o.family = spec.family->name();
   o.ops = spec.family->external_ops();
@@ -94,8 +94,9 @@ RunReport run_in_process(const std::string& spec_path, const EntryPoints& entry_
   std::string counts = fmt::format("{} drawn, {} checked", report.trials, report.checked);
   if (report.discarded > 0) counts += fmt::format(", {} discarded by every invariant", report.discarded);
   if (report.declined > 0) counts += fmt::format(", {} declined by the target", report.declined);
-  fmt::print(stderr, "kprop: spec {} target {} seed {}: {} ({})\n", spec.name, name, report.seed,
-             run_status_name(report.status), counts);
+  fmt::print(stderr, "kprop: spec {}{} target {} seed {}: {} ({})\n", spec.name,
+             profile.empty() ? "" : " profile " + profile, name, report.seed, run_status_name(report.status),
+             counts);
   return report;
 }
 

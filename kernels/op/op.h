@@ -221,10 +221,12 @@ struct OutputDecl {
 struct Decl {
   std::string name;  // the op's name in requests (op.name, default the spec's name)
   // op.summation: how the kernel adds a long sum up in f32 (floor_of). tree
-  // (the default): pairwise or in blocks, as GPU reductions, BLAS and NumPy
-  // do; each term passes through ⌈log2 n⌉ additions. sequential: one
-  // running total in an order of its own (a CPU loop over another axis, or
-  // backwards), up to n - 1 additions per term: a floor n/log2 n wider.
+  // (the default): pairwise or in short blocks, as tree reductions, BLAS
+  // and NumPy do; each term passes through about ⌈log2 n⌉ additions.
+  // sequential: one running total in an order of its own (a CPU loop over
+  // another axis, backwards, or a GPU thread adding a long strided slice
+  // before a warp's tree), up to n - 1 additions per term: a floor n/log2 n
+  // wider.
   bool sequential_sums = false;
   std::vector<DimDecl> dims;
   std::vector<Relation> relations;
@@ -311,6 +313,9 @@ Result reference(const Case& c);
 // dtype (round-to-nearest-even at the store); or the external reference,
 // called in the case's dtypes.
 Result naive(const Case& c);
+// The same evaluation before the store: a half output's value in f32, not
+// yet rounded to its type (expressions only; rounded_to_nearest).
+Result naive_before_store(const Case& c);
 
 // The absolute floor of the dtype-aware tolerance for output `output`:
 //   floor.Y = (8 + 2 · ceil(log2 n)) · u(dtype of Y) · max|reference.Y|,
@@ -352,9 +357,10 @@ Result naive(const Case& c);
 // in-order sum can be exact by luck while a correct kernel's tree sum errs
 // by u · B_tree (derivation in kernels/op/reference.cpp).
 // `rounding_bound` false: without the B terms (for a first, cheaper check:
-// they only raise the floor).
+// they only raise the floor). `sequential`: the floor under that
+// op.summation (what declaring it would allow), not the declaration's.
 double floor_of(const Case& c, size_t output, const std::vector<double>& reference,
-                bool rounding_bound = true);
+                bool rounding_bound = true, std::optional<bool> sequential = std::nullopt);
 
 // Integer and boolean outputs (dtype i8, u8, i32, i64, bool). The reference
 // expression gives values of the dtype (integers within its range, 0 or 1);

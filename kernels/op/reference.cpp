@@ -330,7 +330,8 @@ std::vector<double> discrete_bound(const Case& c, size_t output, const std::vect
   return e;
 }
 
-double floor_of(const Case& c, size_t output, const std::vector<double>& ref, bool rounding_bound) {
+double floor_of(const Case& c, size_t output, const std::vector<double>& ref, bool rounding_bound,
+                std::optional<bool> sequential_sums) {
   // An integer or boolean output: the largest finite step bound (close(k=)'s
   // floor.Y; matches_reference judges it per element, discrete_bound).
   if (!is_float(c.output_dtype(output))) {
@@ -351,7 +352,7 @@ double floor_of(const Case& c, size_t output, const std::vector<double>& ref, bo
   // op.summation: sequential, a running total in an order of its own: its
   // terms pass through up to n - 1 additions, not ⌈log2 n⌉ (a reversed f32
   // sum over 3540 terms erred by 33 ulps against a tree floor of 32).
-  const bool sequential = dt == DType::f64 || c.decl->sequential_sums;
+  const bool sequential = dt == DType::f64 || sequential_sums.value_or(c.decl->sequential_sums);
   const double steps =
       sequential ? 2.0 * static_cast<double>(n) : 2 * std::ceil(std::log2(static_cast<double>(n)));
   double arithmetic = (8 + steps) * unit_roundoff(arithmetic_dtype(dt)) * m;
@@ -444,8 +445,8 @@ Result reference(const Case& c) {
   return r;
 }
 
-Result naive(const Case& c) {
-  if (c.decl->external_reference) return c.decl->external_reference->call(c, false);
+namespace {
+Result naive_outputs(const Case& c, bool store) {
   const expr::TensorMap m = inputs_map(c, true);
   Result r;
   for (size_t i = 0; i < c.decl->outputs.size(); ++i) {
@@ -457,13 +458,23 @@ Result naive(const Case& c) {
       return o.reference->evaluate_rounded(
           m, arithmetic_of(c, i) == DType::f32 ? FloatType::f32 : FloatType::f64);
     });
-    if (is_half(dt)) round_all(dt, y);
+    if (is_half(dt) && store) round_all(dt, y);
     if (!is_float(dt))  // an integer or boolean output: the store to nearest (not judged where not finite)
       for (double& v : y)
         if (std::isfinite(v)) v = std::nearbyint(v);
     r.outputs.push_back(std::move(y));
   }
   return r;
+}
+}  // namespace
+
+Result naive(const Case& c) {
+  if (c.decl->external_reference) return c.decl->external_reference->call(c, false);
+  return naive_outputs(c, true);
+}
+
+Result naive_before_store(const Case& c) {
+  return naive_outputs(c, false);
 }
 
 }  // namespace kprop::op

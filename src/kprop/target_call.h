@@ -43,42 +43,41 @@ class TransportedCall {
   long long left_ns_ = 0;  // what the TargetCall had left (0: none running)
 };
 
-// The case timeout of the run whose check is running on this thread, set by
-// check_one for the check's lifetime (whether or not the crash guard is
-// armed: --jobs workers and the fuzz harness check unguarded). An oracle a
+// A setting of the run whose check is running on this thread, set for a
+// scope (check_one sets each for the check's lifetime) and read by what
+// the check calls without the run at hand; T{} when no check is running.
+template <typename T, typename Tag>
+class RunSetting {
+ public:
+  explicit RunSetting(T value) : previous_(value_) { value_ = value; }
+  ~RunSetting() { value_ = previous_; }
+  RunSetting(const RunSetting&) = delete;
+  RunSetting& operator=(const RunSetting&) = delete;
+  static T current() { return value_; }
+
+ private:
+  T previous_;
+  static inline thread_local T value_{};
+};
+
+// The case timeout in seconds, set whether or not the crash guard is
+// armed (--jobs workers and the fuzz harness check unguarded). An oracle a
 // family calls through a transport of its own (a declared op's exec: or
 // plugin: reference) times its calls by it: the transport's default of 30 s
 // ignored run.case_timeout_s and --case-timeout, and its hang message named
 // that 30 s.
-class CaseTimeout {
+class CaseTimeout : public RunSetting<double, CaseTimeout> {
  public:
-  explicit CaseTimeout(double seconds);
-  ~CaseTimeout();
-  CaseTimeout(const CaseTimeout&) = delete;
-  CaseTimeout& operator=(const CaseTimeout&) = delete;
-  // Seconds; 0 when no check is running on this thread.
-  static double current();
-
- private:
-  double previous_;
+  using RunSetting::RunSetting;
 };
 
-// run.padded_tensors of the run whose check is running on this thread, set
-// by check_one beside CaseTimeout. A declared op's plugin: mutant is opened
-// by the family (its transport is the declaration's, not the run's), and
-// reads it there: under a profile with padded_tensors it got contiguous
-// tensors, so a kernel indexing as if contiguous passed the very profile
-// listed for it.
-class PaddedTensors {
+// run.padded_tensors. A declared op's plugin: mutant is opened by the
+// family (its transport is the declaration's, not the run's), and reads it
+// there: under a profile with padded_tensors it got contiguous tensors, so
+// a kernel indexing as if contiguous passed the very profile listed for it.
+class PaddedTensors : public RunSetting<bool, PaddedTensors> {
  public:
-  explicit PaddedTensors(bool on);
-  ~PaddedTensors();
-  PaddedTensors(const PaddedTensors&) = delete;
-  PaddedTensors& operator=(const PaddedTensors&) = delete;
-  static bool current();  // false when no check is running on this thread
-
- private:
-  bool previous_;
+  using RunSetting::RunSetting;
 };
 
 }  // namespace kprop

@@ -10,9 +10,9 @@
 //   }
 //
 // The spec's seed, trials and invariants apply; set KPROP_SEED or pass
-// RunOptions to change them, and a domain override for the dtypes or shapes
-// the kernel takes. A failure prints the shrunk counterexample and
-// the stored corpus file.
+// RunOptions to change them, a domain override for the dtypes or shapes
+// the kernel takes, and a profile (run_in_process's last argument). A failure prints the shrunk
+// counterexample and the stored corpus file.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -33,8 +33,11 @@ using EntryPoints = std::map<std::string, void*>;
 // `domain`: domain keys replaced for this run, as prop_runner's --domain
 // (e.g. "{dtypes: [f32, f64]}" for a kernel that takes only those: the
 // dtypes it declines would otherwise fail the `declined` health check).
+// `profile`: one of the spec's profiles, as prop_runner's --profile (its
+// domain and run settings: run.padded_tensors reaches the entry points too).
 RunReport run_in_process(const std::string& spec_path, const EntryPoints& entry_points,
-                         RunOptions options = {}, const std::string& domain = "");
+                         RunOptions options = {}, const std::string& domain = "",
+                         const std::string& profile = "");
 
 // The first invariant that failed with a counterexample ("" if none): which
 // property caught the bug.

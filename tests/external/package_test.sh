@@ -56,6 +56,37 @@ case "$said" in
   *"no kprop family is linked into this program: link kprop::families"*) ;;
   *) echo "a program without families was told: $said"; exit 1 ;;
 esac
+# A plugin needs only the C ABI: find_package(kprop COMPONENTS abi) gives
+# kprop::abi and looks for none of kprop's dependencies (each is turned off
+# here: a find_dependency of one would fail the configure).
+mkdir -p "$tmp/plugin"
+cat > "$tmp/plugin/CMakeLists.txt" << 'CM'
+cmake_minimum_required(VERSION 3.25)
+project(plugin LANGUAGES CXX)
+find_package(kprop REQUIRED COMPONENTS abi)
+add_library(copy_op MODULE copy_op.cpp)
+target_link_libraries(copy_op PRIVATE kprop::abi)
+CM
+cat > "$tmp/plugin/copy_op.cpp" << 'CPP'
+#include <kprop/abi/op.h>
+#include <cstring>
+KPROP_PLUGIN();
+KPROP_EXPORT int kprop_op_copy(const kprop_op_args* a, char*, size_t) {
+  const kprop_tensor* x = kprop_op_input(a, "x");
+  const kprop_tensor* y = kprop_op_output(a, "y");
+  int64_t n = 1;
+  for (int d = 0; d < x->ndim; ++d) n *= x->shape[d];
+  std::memcpy(y->data, x->data, size_t(n) * kprop_dtype_size(x->dtype));
+  return KPROP_OK;
+}
+CPP
+cmake -S "$tmp/plugin" -B "$tmp/plugin/build" "${generator[@]}" -DCMAKE_PREFIX_PATH="$tmp/prefix" \
+  -DCMAKE_DISABLE_FIND_PACKAGE_rapidcheck=ON -DCMAKE_DISABLE_FIND_PACKAGE_yaml-cpp=ON \
+  -DCMAKE_DISABLE_FIND_PACKAGE_fmt=ON -DCMAKE_DISABLE_FIND_PACKAGE_nlohmann_json=ON \
+  -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON \
+  > "$tmp/plugin.log" 2>&1 && cmake --build "$tmp/plugin/build" >> "$tmp/plugin.log" 2>&1 ||
+  { tail -30 "$tmp/plugin.log"; exit 1; }
+test -f "$tmp/plugin/build/libcopy_op.so"
 # The installed worker has what it loads by path beside it, and imports
 # (where this Python has NumPy, which the worker needs).
 test -f "$tmp/prefix/share/kprop/python/kprop/_half.py"

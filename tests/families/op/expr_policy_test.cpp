@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -1272,6 +1273,93 @@ invariants: [matches_reference]
   }
 }
 
+// rounded_to_nearest: a half output is f32 arithmetic rounded once, to
+// nearest, at the store, judged per element. A review's softmax kernels that
+// truncate the store, round twice (half(half(e) · half(1 / l))) or keep
+// exp in half before the sum passed matches_reference at every seed (its
+// budget is one number for the tensor, ulps of its largest element), and
+// fail here on every seed; correct kernels pass, FlashAttention's exp2 of
+// the scaled argument included (a relative error of |a| · log2(e) · u).
+TEST(OpRoundedToNearest, HalfStoresOffRoundToNearestFailCorrectOnesPass) {
+  const std::string text = R"(spec: softmax
+family: op
+op:
+  dims: {R: [1, 4], N: [1, 64]}
+  inputs:
+    x: {shape: [R, N], dtype: [f16, bf16], values: [normal, large, integer]}
+  outputs:
+    y: {shape: [R, N]}
+  reference:
+    y: >-
+      exp(x - max(x, axis=-1, keepdims=true))
+      / sum(exp(x - max(x, axis=-1, keepdims=true)), axis=-1, keepdims=true)
+run: {trials: 100, shrink_budget_s: 1}
+invariants: [matches_reference, rounded_to_nearest]
+)";
+  enum class How { nearest, exp2, truncated, twice, exp_in_half };
+  const auto kernel = [](How how) {
+    return [how](const Case& c) {
+      const FloatType t = *float_type(c.dtype);
+      const auto half = [&](double v) { return round_to(t, v); };
+      const int64_t rows = c.dims[0], n = c.dims[1];
+      std::vector<double> y(static_cast<size_t>(rows * n));
+      for (int64_t r = 0; r < rows; ++r) {
+        const double* x = c.inputs[0].data() + r * n;
+        float m = -HUGE_VALF;
+        for (int64_t j = 0; j < n; ++j) m = std::max(m, static_cast<float>(x[j]));
+        std::vector<float> e(static_cast<size_t>(n));
+        float l = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          const float a = static_cast<float>(x[j]) - m;
+          float v = how == How::exp2 ? std::exp2(a * 1.44269504f) : std::exp(a);
+          if (how == How::exp_in_half) v = static_cast<float>(half(v));
+          e[size_t(j)] = v;
+          l += v;
+        }
+        for (int64_t j = 0; j < n; ++j) {
+          const float v = e[size_t(j)] / l;
+          double& out = y[size_t(r * n + j)];
+          out = half(v);
+          if (how == How::truncated && std::fabs(out) > std::fabs(double(v)))
+            out = std::copysign(neighbour_abs(t, v, -1), double(v));
+          if (how == How::twice)
+            out = half(static_cast<float>(half(e[size_t(j)])) * static_cast<float>(half(1.0f / l)));
+        }
+      }
+      return Result{{y}};
+    };
+  };
+  Spec spec = parse_spec(text, "softmax.yaml");
+  plant_mutants(spec, [&](OpFamily& f) {
+    f.mutant("nearest", "f32, one store to nearest", kernel(How::nearest));
+    f.mutant("exp2", "exp as exp2 of the scaled argument", kernel(How::exp2));
+    f.mutant("truncated", "stores toward zero", kernel(How::truncated));
+    f.mutant("twice", "half(half(e) * half(1 / l))", kernel(How::twice));
+    f.mutant("exp_in_half", "exp rounded to half before the sum", kernel(How::exp_in_half));
+  });
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    for (const char* correct : {"nearest", "exp2"}) {
+      const RunReport r = run_spec(spec, scratch_run(correct, seed, 100, "kprop_op_policy_test"));
+      EXPECT_EQ(r.status, RunStatus::passed) << correct << " seed " << seed << ": " << r.detail;
+    }
+    for (const char* bug : {"truncated", "twice", "exp_in_half"}) {
+      const RunReport r = run_spec(spec, scratch_run(bug, seed, 100, "kprop_op_policy_test"));
+      ASSERT_EQ(r.status, RunStatus::failed) << bug << " seed " << seed;
+      ASSERT_TRUE(r.invariants.at(1).counterexample) << bug << " seed " << seed;
+      EXPECT_NE(r.invariants[1].counterexample->message.find("store rounding to nearest gives"),
+                std::string::npos)
+          << r.invariants[1].counterexample->message;
+    }
+  }
+  // Where it applies: an op with no half output, or an external reference,
+  // is refused at the invariant's line.
+  std::string f32_only = text;
+  f32_only.replace(f32_only.find("[f16, bf16]"), 11, "[f32, f64]");
+  EXPECT_NE(load_error(f32_only).find("invariant rounded_to_nearest needs an f16 or bf16 output"),
+            std::string::npos)
+      << load_error(f32_only);
+}
+
 // The f32 floor takes long sums as added pairwise or in blocks (⌈log2 n⌉
 // additions per term). A correct kernel adding one with a single running
 // total in another order (backwards, or column by column) erred by 33 ulps
@@ -1325,6 +1413,34 @@ invariants: [matches_reference]
     const RunReport r = run_spec(sequential, scratch_run("backwards", seed, 100, "kprop_op_policy_test"));
     EXPECT_EQ(r.status, RunStatus::passed) << "seed " << seed << ": " << r.detail;
   }
+  // A bf16 output stored by truncation fails within a few times the bound,
+  // but op.summation: sequential would not pass it (the store's rounding
+  // dwarfs the sums' term): the failure does not suggest it (it did, for
+  // any error within 16 times the bound).
+  std::string half = text;
+  half.replace(half.find("y: {shape: []}"), 14, "y: {shape: [], dtype: bf16}");
+  half.replace(half.find("D: [1, 512]"), 11, "D: [4, 512]");
+  const auto truncated = [](const Case& c) {
+    float total = 0;
+    for (const double x : c.inputs[0]) total += static_cast<float>(x) * static_cast<float>(x);
+    uint32_t bits = 0;
+    std::memcpy(&bits, &total, 4);
+    bits &= 0xFFFF0000u;  // toward zero
+    std::memcpy(&total, &bits, 4);
+    return Result{{{static_cast<double>(total)}}};
+  };
+  Spec stored = parse_spec(half, "sumsq.yaml");
+  plant_mutants(stored, [&](OpFamily& f) { f.mutant("truncated", "stores bf16 toward zero", truncated); });
+  int truncations = 0;
+  for (uint64_t seed = 1; seed <= 6 && truncations == 0; ++seed) {
+    const RunReport r = run_spec(stored, scratch_run("truncated", seed, 100, "kprop_op_policy_test"));
+    if (r.status != RunStatus::failed) continue;
+    ++truncations;
+    ASSERT_TRUE(r.invariants.at(0).counterexample);
+    EXPECT_EQ(r.invariants[0].counterexample->message.find("op.summation"), std::string::npos)
+        << r.invariants[0].counterexample->message;
+  }
+  EXPECT_GT(truncations, 0);
   std::string bad = text;
   bad.replace(bad.find("op:\n"), 4, "op:\n  summation: blocked\n");
   EXPECT_NE(load_error(bad).find(":4:14: op.summation is 'blocked': tree (pairwise or blocked sums, the "

@@ -195,7 +195,7 @@ TEST(OpDecl, UnknownKeyNamesTheKeyAndTheValidOnes) {
 
 TEST(OpDecl, ShapeNamingAnUndeclaredDim) {
   EXPECT_LOAD_ERROR(base_spec("{T: [1, 8], D: [1, 16]}", "{shape: [T, E]}"),
-                    "op.yaml:7:20: input x: shape names undeclared dim 'E' (did you mean 'T'?); valid: T, D");
+                    "op.yaml:7:20: input x: shape names undeclared dim 'E'; valid: T, D");
   EXPECT_LOAD_ERROR(base_spec("{T: [1, 8], D: [1, 16]}", "{shape: [T, D]}", "{y: {shape: [T, Dd]}}"),
                     "op.yaml:8:28: output y: shape names undeclared dim 'Dd' (did you mean 'D'?)");
 }
@@ -226,7 +226,7 @@ TEST(OpDecl, ReferenceThatDoesNotTypeCheck) {
   // An unknown name: the column points into the expression, at the name.
   EXPECT_LOAD_ERROR(base_spec("{T: [1, 8], D: [1, 16]}", "{shape: [T, D]}", "{y: {shape: [T, D]}}",
                               "y: x / sqrt(mean(x * x, axis=-1, keepdims=true) + eps) * w"),
-                    "op.yaml:10:62: reference.y: unknown name 'w' (did you mean 'x'?); valid: x, T, D, eps");
+                    "op.yaml:10:62: reference.y: unknown name 'w'; valid: x, T, D, eps");
   // Shapes that do not broadcast.
   EXPECT_LOAD_ERROR(base_spec("{T: [1, 8], D: [1, 16]}", "{shape: [T, D]}", "{y: {shape: [T, D]}}",
                               "y: x / sqrt(mean(x * x, axis=-1) + eps)"),
@@ -258,7 +258,7 @@ TEST(OpDecl, MissingReferenceForAnOutput) {
       "op.yaml:10:5: output 's' has no reference expression");
   // And a reference for an output that is not declared.
   EXPECT_LOAD_ERROR(base_spec("{T: [1, 8], D: [1, 16]}", "{shape: [T, D]}", "{y: {shape: [T, D]}}", "z: x"),
-                    "op.yaml:10:5: reference for 'z', which is not a declared output (did you mean 'y'?)");
+                    "op.yaml:10:5: reference for 'z', which is not a declared output");
 }
 
 TEST(OpDecl, OpSectionUnderAnotherFamily) {
@@ -866,8 +866,8 @@ TEST(OpList, ListShowsTheDeclaredFamilyAndItsSectionKeys) {
                                             "summation", "reference", "mutants"}));
   std::vector<std::string> invariants;
   for (const auto& i : op["example_family"]["invariants"]) invariants.push_back(i["name"]);
-  EXPECT_EQ(invariants, (std::vector<std::string>{"matches_reference", "finite_outputs", "deterministic",
-                                                  "rows_independent"}));
+  EXPECT_EQ(invariants, (std::vector<std::string>{"matches_reference", "finite_outputs", "rounded_to_nearest",
+                                                  "deterministic", "rows_independent"}));
   for (const auto& f : json["families"]) EXPECT_NE(f["name"], "op");
 }
 
@@ -1299,8 +1299,8 @@ TEST(OpDomain, ProfileAndCommandLineDomainsReplaceDtypesAndDims) {
   }
   EXPECT_EQ(
       load_error(std::string(kDomainSpec) + "profiles:\n  small:\n    domain: {Q: 2}\n"),
-      "op.yaml:27:14: unknown key 'Q' in the domain of op shrink (its dtypes, dims and attrs) (did you mean "
-      "'T'?); valid: dtypes, T, D, H, K, eps, n");
+      "op.yaml:27:14: unknown key 'Q' in the domain of op shrink (its dtypes, dims and attrs); valid: "
+      "dtypes, T, D, H, K, eps, n");
   auto error = [](const std::string& domain) {
     return kprop::testing::spec_load_error(kRichSpec, "rich.yaml", "", domain);
   };
