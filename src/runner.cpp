@@ -872,17 +872,26 @@ std::vector<MutantRow> run_mutants(const Spec& spec, const RunOptions& options) 
 
 namespace {
 
+// The line of a corpus file that names finding k (0: the top-level one,
+// then its also_found_against entries), for a message that says to fix it.
+std::string finding_line(const std::vector<AlsoFound>& found, size_t k) {
+  return k == 0 ? std::string("invariant: line")
+                : fmt::format("also_found_against entry {} (found_against: {}, invariant: {})", k,
+                              found[k].found_against, found[k].invariant);
+}
+
 // A corpus file's invariants (quoted) that neither the spec nor its family
-// has, with the spec's nearest to `first` (a typo in a hand-written file).
+// has, with the spec's nearest to `first` (a typo in a hand-written file),
+// `line` the file's line that names `first` (finding_line).
 std::string no_such_invariant(const Spec& spec, const std::vector<std::string>& quoted,
-                              const std::string& first) {
+                              const std::string& first, const std::string& line) {
   std::vector<std::string> spec_names;
   for (const InvariantUse& u : spec.invariants) spec_names.push_back(u.name);
   return fmt::format(
       "its invariant{} {} {} neither in the spec nor registered by family '{}'{} (renamed? fix the "
-      "file's invariant: line)",
+      "file's {})",
       quoted.size() > 1 ? "s" : "", fmt::join(quoted, ", "), quoted.size() > 1 ? "are" : "is",
-      spec.family->name(), did_you_mean(first, spec_names));
+      spec.family->name(), did_you_mean(first, spec_names), line);
 }
 
 // One corpus file of a replay; `stopped` when Ctrl-C stopped the target.
@@ -977,37 +986,46 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
     // A case larger than run.max_case_mb is bad input, not the target's fault.
     if (const std::string why = check_case_budget(spec, c, e.profile); !why.empty())
       throw InputError({file, 0, 0}, why);
-    // Every invariant the file names must exist (a mutant's finding with a
-    // stale one fails below, with its reason): a typo, or an invariant
-    // renamed since, is not replayed as if fine, also beside one this run
-    // has (the file passed on that one, its own finding never checked). A
-    // file kprop.check found (found_by: python) may name another test's
-    // extra invariants: it needs one this run has. The row names the first
-    // finding this run replays.
+    // Every invariant the file names must exist, whoever found it (a
+    // registered mutant's file too: it was a FAIL, exit 1, with no
+    // position): a typo, or an invariant renamed since, is not replayed as
+    // if fine, also beside one this run has (the file passed on that one,
+    // its own finding never checked). A file kprop.check found (found_by:
+    // python) may name another test's extra invariants: it needs one this
+    // run has. The row names the first finding this run replays, or the
+    // stale one.
     found = {{e.found_against, e.invariant}};
     found.insert(found.end(), e.also.begin(), e.also.end());
-    const auto replayable = [&](const AlsoFound& f) {
+    const auto known = [&](const AlsoFound& f) {
       const bool in_spec = std::any_of(spec.invariants.begin(), spec.invariants.end(),
                                        [&](const InvariantUse& u) { return u.name == f.invariant; });
-      return by_mutant(f) || f.invariant.empty() || in_spec || family.find_invariant(f.invariant) >= 0;
+      return f.invariant.empty() || in_spec || family.find_invariant(f.invariant) >= 0;
     };
+    // A mutant's finding by kprop.check's own invariant is re-run on the
+    // mutant below, and fails there as stale.
+    const auto replayable = [&](const AlsoFound& f) { return by_mutant(f) || known(f); };
     std::vector<std::string> unknown, typos;  // quoted; typos: those not found by kprop.check
     Mark typo_at;
-    std::string typo_first;
+    size_t typo_first = 0;
     for (size_t k = 0; k < found.size(); ++k) {
-      if (replayable(found[k])) continue;
+      if (known(found[k])) continue;
       unknown.push_back("'" + found[k].invariant + "'");
       // An entry's own found_by, else the file's: one kprop.check added to
       // a file prop_runner stored says so.
       if ((k > 0 && !found[k].found_by.empty() ? found[k].found_by : e.found_by) == "python") continue;
       if (typos.empty()) {
         typo_at = k == 0 ? e.at("invariant") : e.at("also_found_against." + std::to_string(k - 1));
-        typo_first = found[k].invariant;
+        typo_first = k;
       }
       typos.push_back(unknown.back());
     }
     const auto first = std::find_if(found.begin(), found.end(), replayable);
-    if (!typos.empty()) throw InputError(typo_at, no_such_invariant(spec, typos, typo_first));
+    if (!typos.empty()) {
+      row.invariant = found[typo_first].invariant;
+      row.found_against = found[typo_first].found_against;
+      throw InputError(typo_at, no_such_invariant(spec, typos, found[typo_first].invariant,
+                                                  finding_line(found, typo_first)));
+    }
     if (first == found.end()) {
       // Found by kprop.check (found_by: python), whose extra_invariants are
       // Python functions no spec or family has: the runs that have them
@@ -1133,10 +1151,7 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
         others.push_back(n);
     row.mutant_detail = fmt::format(
         "found_against '{}' is no implementation of family '{}' (a mutant renamed? fix the file's {}){}",
-        name, family.name(),
-        k == 0 ? std::string("found_against: line")
-               : fmt::format("also_found_against entry {} (found_against: {}, invariant: {})", k, name,
-                             found[k].invariant),
+        name, family.name(), k == 0 ? std::string("found_against: line") : finding_line(found, k),
         did_you_mean(name, others));
   }
   // Each implementation the case was found against, if it is a registered
@@ -1185,12 +1200,15 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
     const InvariantUse* in_spec = nullptr;
     for (const auto& u : spec.invariants)
       if (u.name == finding.invariant) in_spec = &u;
-    // A mutant's case whose invariant is gone (renamed, or deleted from the
-    // spec) proves nothing any more: said, never passed silently.
+    // A mutant's case whose invariant nothing here has proves nothing:
+    // said, never passed silently. (Only kprop.check's finding, found_by:
+    // python, gets here; any other file naming such an invariant is an
+    // error, above.)
     if (invariant < 0 && !in_spec) {
       row.mutant_checked = true;
       row.mutant_stale = row.mutant_still_fails;
-      no_longer_fails(no_such_invariant(spec, {"'" + finding.invariant + "'"}, finding.invariant));
+      no_longer_fails(no_such_invariant(spec, {"'" + finding.invariant + "'"}, finding.invariant,
+                                        finding_line(found, static_cast<size_t>(&finding - found.data()))));
       continue;
     }
     // Found under a profile whose list has it where this run's list has not

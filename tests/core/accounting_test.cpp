@@ -588,7 +588,8 @@ TEST(Replay, ABadFileIsReportedAndTheRestReplayed) {
 
 // A replayed file passes only when an invariant checked it on the target:
 // discards are no check, a target that throws is a crash (exit 3), a
-// mutant's file whose invariant is gone fails, and an empty folder is skipped.
+// mutant's file whose invariant nothing has is an error (exit 2), and an
+// empty folder is skipped.
 TEST(Replay, OnlyACheckedFilePassesAndEveryOtherVerdictIsSaid) {
   TempDir dir;
   const Spec spec = toy_spec("invariants: [matches_reference, only_long_lists]\n");
@@ -610,12 +611,13 @@ TEST(Replay, OnlyACheckedFilePassesAndEveryOtherVerdictIsSaid) {
     return v;
   };
   using V = std::vector<std::string>;
-  // On the reference: the found file passes; the renamed one fails, its mutant unchecked.
-  EXPECT_EQ(verdicts("reference", {}, folder), (V{"PASSED", "FAILED", "FAILED"}));
+  // On the reference: the found file passes; the renamed one is an error
+  // (an invariant nothing has, as in a file no mutant found), its mutant unchecked.
+  EXPECT_EQ(verdicts("reference", {}, folder), (V{"PASSED", "ERROR", "ERROR"}));
   // Only an invariant that discards both: neither is checked, nothing passes.
   EXPECT_EQ(verdicts("reference", {"only_long_lists"}, folder / "found.yaml"), (V{"SKIPPED", "SKIPPED"}));
-  // The mutant throws on both: crashes (the worst verdict), not failures.
-  EXPECT_EQ(verdicts("throws_on_13", {}, folder), (V{"CRASHED", "CRASHED", "CRASHED"}));
+  // The mutant throws on the found one: a crash (the worst verdict), not a failure.
+  EXPECT_EQ(verdicts("throws_on_13", {}, folder), (V{"CRASHED", "ERROR", "CRASHED"}));
   EXPECT_EQ(verdicts("reference", {}, folder / "empty"), (V{"SKIPPED"}));
   EXPECT_EQ(exit_code(ReplayVerdict::crashed), 3);
   EXPECT_EQ(exit_code(ReplayVerdict::skipped), 0);
@@ -633,9 +635,11 @@ TEST(Replay, OnlyACheckedFilePassesAndEveryOtherVerdictIsSaid) {
   EXPECT_NE(text.find("SKIPPED: 0 of 1 corpus files passed, 1 not checked"), std::string::npos) << text;
   const auto renamed = replay_corpus(spec, (folder / "renamed.yaml").string(), options("reference", dir));
   ASSERT_EQ(renamed.size(), 1u);
-  EXPECT_NE(renamed[0].mutant_detail.find("invariant 'old_name' is neither in the spec nor registered"),
+  EXPECT_NE(renamed[0].error.find("renamed.yaml:4:12: its invariant 'old_name' is neither in the spec nor "
+                                  "registered"),
             std::string::npos)
-      << renamed[0].mutant_detail;
+      << renamed[0].error;
+  EXPECT_FALSE(renamed[0].mutant_checked);
   // A mutant's crash (no invariant: found_by crash or hang) still guards
   // the mutant: every invariant re-checked on it must still end in a crash
   // or failure. It was replayed against the invariant '' and failed forever.

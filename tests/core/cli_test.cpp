@@ -1645,6 +1645,59 @@ TEST(Cli, AStaleInvariantBesideAKnownOneIsStillAnError) {
   }
 }
 
+// The same whoever found the file: a registered mutant's file (found_against:
+// no_max_subtraction) naming an invariant nothing has was a FAIL ("stale
+// file"), exit 1, with no position, where the same file found against the
+// reference was this error, exit 2. In an also_found_against entry, the
+// JSON row's invariant and found_against, and the message's advice, are that
+// entry's (they named the file's top-level invariant: line).
+TEST(Cli, AStaleInvariantInAMutantsFileIsTheSameErrorAsInAnyOther) {
+  const std::string spec = std::string(KPROP_SOURCE_DIR) + "/specs/softmax_topk.yaml";
+  const std::string head =
+      "kprop_corpus: 1\nspec: softmax_topk\nfamily: softmax_topk\ninvariant: {}\nfound_against: {}\n"
+      "found_by: rapidcheck\nseed: 5\nmessage: x\n";
+  const std::string body = "case:\n  dtype: f64\n  k: 1\n  block: 1\n  logits:\n    - [0]\n";
+  for (const char* by : {"no_max_subtraction", "fused"}) {
+    const fs::path file = temp("typo.yaml");
+    std::ofstream(file) << fmt::format(fmt::runtime(head), "shift_invariants", by) << body;
+    const CliRun r = run("--spec " + spec + " --replay " + file.string());
+    EXPECT_EQ(r.code, 2) << by << "\n" << r.out;
+    EXPECT_NE(r.out.find("ERROR " + file.string() +
+                         ":4:12: its invariant 'shift_invariants' is neither in the spec nor registered by "
+                         "family 'softmax_topk' (did you mean 'shift_invariance'?) (renamed? fix the file's "
+                         "invariant: line)"),
+              std::string::npos)
+        << by << "\n"
+        << r.out;
+    EXPECT_EQ(r.out.find("stale file"), std::string::npos) << by << "\n" << r.out;
+  }
+  const fs::path file = temp("also.yaml");
+  std::ofstream(file) << fmt::format(fmt::runtime(head), "sorted", "no_max_subtraction")
+                      << "also_found_against:\n  - {found_against: no_max_subtraction, invariant: "
+                         "sorted_expr}\n"
+                      << body;
+  const fs::path out = temp("also.json");
+  const CliRun r =
+      run("--spec " + spec + " --replay " + file.string() + " --format json --out " + out.string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(contents(out));
+  ASSERT_EQ(j["files"].size(), 1u) << r.out;
+  const nlohmann::json& row = j["files"][0];
+  EXPECT_EQ(row["verdict"], "error");
+  EXPECT_EQ(row["invariant"], "sorted_expr");
+  EXPECT_EQ(row["found_against"], "no_max_subtraction");
+  EXPECT_NE(row["error"].get<std::string>().find(
+                ":10:52: its invariant 'sorted_expr' is neither in the spec nor registered by family "
+                "'softmax_topk'"),
+            std::string::npos)
+      << row["error"];
+  EXPECT_NE(row["error"].get<std::string>().find(
+                "(renamed? fix the file's also_found_against entry 1 (found_against: no_max_subtraction, "
+                "invariant: sorted_expr))"),
+            std::string::npos)
+      << row["error"];
+}
+
 // A case that overruns case_timeout_s but then finishes: the watchdog saves
 // it while the check's own thread returns, which must wait for the save, not
 // free the case under it (it did: a segfault, exit 139, nothing stored).
