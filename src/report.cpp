@@ -868,6 +868,15 @@ class JunitReporter final : public Reporter {
         ++skipped, cases += fmt::format("<skipped message=\"{}\"/>", svg::escape(row.target_detail));
       cases += "</testcase>\n";
     }
+    // No files: SKIPPED, as the text and JSON say, never an empty suite
+    // (tests="0" skipped="0", which a dashboard shows green). One testcase,
+    // skipped, as a skipped run's invariants are.
+    if (rows.empty())
+      return counted_suite(
+          name, 1, 0, 0, 1,
+          fmt::format("    <testcase classname=\"{}\" name=\"replay\"><skipped "
+                      "message=\"no corpus files there: nothing was checked\"/></testcase>\n",
+                      name));
     return counted_suite(name, rows.size(), failures, errors, skipped, cases);
   }
 };

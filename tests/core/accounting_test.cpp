@@ -739,6 +739,24 @@ TEST(Replay, AKpropCheckFindingAddedToARunnersFileIsLeftToItsRuns) {
       << rows[1].error;
 }
 
+// A replay of an empty folder is SKIPPED in every format: JUnit wrote an
+// empty suite (tests="0" skipped="0", a green one on a dashboard) where the
+// text and JSON said skipped.
+TEST(Replay, AnEmptyReplayIsSkippedInJunitToo) {
+  TempDir dir;
+  const Spec spec = toy_spec("invariants: [matches_reference]\n");
+  fs::create_directories(dir.path / "empty");
+  const auto rows = replay_corpus(spec, (dir.path / "empty").string(), options("reference", dir));
+  ASSERT_TRUE(rows.empty());
+  EXPECT_EQ(replay_verdict(rows), ReplayVerdict::skipped);
+  const std::string xml = make_reporter("junit")->replay(spec, rows);
+  EXPECT_NE(xml.find("tests=\"1\" failures=\"0\" errors=\"0\" skipped=\"1\""), std::string::npos) << xml;
+  EXPECT_NE(xml.find("<testcase classname=\"kprop.toy.replay\" name=\"replay\"><skipped message=\"no corpus "
+                     "files there: nothing was checked\"/></testcase>"),
+            std::string::npos)
+      << xml;
+}
+
 // Ctrl-C during a replay: the files not replayed are listed as such and the
 // replay is INTERRUPTED (exit 130) in every format, never PASSED on the
 // files it reached (3 of 10 files said "PASSED: 3 of 3 corpus files passed").
