@@ -315,8 +315,9 @@ class HtmlReporter final : public Reporter {
                           : v == ReplayVerdict::interrupted ? "not replayed (interrupted)"
                           : v == ReplayVerdict::crashed     ? "<b>CRASH</b>"
                           : v == ReplayVerdict::failed      ? "<b>FAIL</b>"
-                          : v == ReplayVerdict::skipped     ? "not checked"
-                                                            : "ok",
+                          : v == ReplayVerdict::skipped
+                              ? (row.other_spec.empty() ? "not checked" : "not replayed")
+                              : "ok",
                           escape(!row.error.empty()        ? row.error
                                  : !row.target_ok          ? row.target_detail
                                  : !row.mutant_still_fails ? mutant_failure(row)

@@ -483,13 +483,30 @@ class TextReporter final : public Reporter {
     if (n(ReplayVerdict::error)) out += fmt::format(", {} could not be read", n(ReplayVerdict::error));
     if (n(ReplayVerdict::interrupted))
       out += fmt::format(", {} not replayed (interrupted)", n(ReplayVerdict::interrupted));
-    if (n(ReplayVerdict::skipped))
+    // Other specs' cases in their folders of a corpus root, counted apart:
+    // left to those specs, not declined or unobserved.
+    std::vector<std::string> specs;
+    int others = 0;
+    for (const auto& row : rows)
+      if (replay_verdict(row) == ReplayVerdict::skipped && !row.other_spec.empty()) {
+        ++others;
+        if (std::find(specs.begin(), specs.end(), row.other_spec) == specs.end())
+          specs.push_back(row.other_spec);
+      }
+    if (n(ReplayVerdict::skipped) > others)
       // Declined, discarded or n/a for every invariant replayed, or for the
-      // one that found it (its others may have held): each file's line says.
+      // one that found it (its others may have held), or found by an
+      // invariant of kprop.check's this run lacks: each file's line says.
       out += fmt::format(
           ", {} not checked (declined by the target, or discarded or n/a where it had to be checked; each "
           "file's line says which)",
-          n(ReplayVerdict::skipped));
+          n(ReplayVerdict::skipped) - others);
+    if (others > 0)
+      out += fmt::format(
+          ", {} not replayed (cases of spec{} {}, in {} folder{} of the corpus; each file's line says where "
+          "to replay it)",
+          others, specs.size() > 1 ? "s" : "", join(specs), specs.size() > 1 ? "their" : "its",
+          specs.size() > 1 ? "s" : "");
     if (rows.empty()) out += " (no corpus files there: nothing was checked)";
     return out + "\n";
   }
@@ -689,7 +706,8 @@ class JsonReporter final : public Reporter {
                             {"mutant_checked", row.mutant_checked},
                             {"mutant_still_fails", row.mutant_still_fails},
                             {"mutant_detail", row.mutant_detail},
-                            {"mutant_stale", row.mutant_stale}});
+                            {"mutant_stale", row.mutant_stale},
+                            {"other_spec", row.other_spec}});
     return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   }
 };

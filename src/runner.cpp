@@ -949,9 +949,16 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
     std::error_code same_error;
     if (!folder.empty() && !e.spec.empty() && e.spec != spec.name && !renamed(e.spec) &&
         parent.filename() == e.spec && !std::filesystem::equivalent(parent, folder, same_error)) {
+      // Where to replay it: prop_runner with that spec, or, in a test
+      // binary (kprop/testing.h, options.replay_command is KPROP_REPLAY's),
+      // the test that runs that spec. (kprop.replay's note is as prop_runner's.)
+      const bool test_binary =
+          !ctx.options.replay_command.empty() && ctx.target_name.rfind("python:", 0) != 0;
+      row.other_spec = e.spec;
       row.target_detail = fmt::format(
-          "not replayed: spec {}'s case, in its folder of the corpus (replay it with that spec's --spec)",
-          e.spec);
+          "not replayed: spec {}'s case, in its folder of the corpus ({})", e.spec,
+          test_binary ? fmt::format("replay it with KPROP_REPLAY in the test that runs spec {}", e.spec)
+                      : std::string("replay it with that spec's --spec"));
       return row;
     }
     if (e.family != family.name())
@@ -1255,9 +1262,9 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
 }
 
 nlohmann::json replay_row_json(const ReplayRow& r) {
-  return {r.path,          r.error,          r.declined,     r.invariant,       r.found_against,
-          r.target_ok,     r.target_failure, r.checked,      r.mutant_checked,  r.mutant_still_fails,
-          r.mutant_detail, r.target_detail,  r.mutant_stale, r.failed_invariant};
+  return {r.path,          r.error,          r.declined,     r.invariant,        r.found_against,
+          r.target_ok,     r.target_failure, r.checked,      r.mutant_checked,   r.mutant_still_fails,
+          r.mutant_detail, r.target_detail,  r.mutant_stale, r.failed_invariant, r.other_spec};
 }
 
 ReplayRow replay_row_from_json(const nlohmann::json& j) {
@@ -1266,7 +1273,7 @@ ReplayRow replay_row_from_json(const nlohmann::json& j) {
   j.at(4).get_to(r.found_against), j.at(5).get_to(r.target_ok), j.at(6).get_to(r.target_failure);
   j.at(7).get_to(r.checked), j.at(8).get_to(r.mutant_checked), j.at(9).get_to(r.mutant_still_fails);
   j.at(10).get_to(r.mutant_detail), j.at(11).get_to(r.target_detail), j.at(12).get_to(r.mutant_stale);
-  j.at(13).get_to(r.failed_invariant);
+  j.at(13).get_to(r.failed_invariant), j.at(14).get_to(r.other_spec);
   return r;
 }
 

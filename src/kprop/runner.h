@@ -401,6 +401,9 @@ struct ReplayRow {
   bool mutant_stale = false;
   std::string replay_command;  // the file's replay, as a finding's (replay_command)
   bool interrupted = false;    // not replayed: Ctrl-C came first
+  // Not replayed (skipped): the case of this other spec, in that spec's
+  // folder below the folder --replay named (a corpus root): its to replay.
+  std::string other_spec;
 };
 std::vector<ReplayRow> replay_corpus(const Spec& spec, const std::string& path, const RunOptions& options);
 

@@ -757,6 +757,67 @@ TEST(Replay, AnEmptyReplayIsSkippedInJunitToo) {
       << xml;
 }
 
+// Another spec's cases in their folder of a corpus root are skipped because
+// they are that spec's, and the summary says so, counted apart: it said "not
+// checked (declined by the target, or discarded or n/a ...)", none of which
+// they were. In a test binary (options.replay_command, KPROP_REPLAY's) the
+// advice is that spec's test, not prop_runner's --spec.
+TEST(Replay, AnotherSpecsCasesInACorpusRootAreCountedApartWithTheirReason) {
+  TempDir dir;
+  const Spec spec = toy_spec("invariants: [matches_reference, only_long_lists]\n");
+  const fs::path root = dir.path / "corpus";
+  for (const char* folder : {"toy", "other", "third"}) fs::create_directories(root / folder);
+  const std::string head = "kprop_corpus: 1\nfamily: toy.sum\nfound_against: reference\n";
+  std::ofstream(root / "toy" / "a.yaml")
+      << head << "spec: toy\ninvariant: matches_reference\ncase: {xs: [1]}\n";
+  // Kept for only_long_lists, which discards it (too short): not checked.
+  std::ofstream(root / "toy" / "b.yaml")
+      << head << "spec: toy\ninvariant: only_long_lists\ncase: {xs: [1]}\n";
+  std::ofstream(root / "other" / "c.yaml") << head << "spec: other\ninvariant: x\ncase: {xs: [1]}\n";
+  std::ofstream(root / "third" / "d.yaml") << head << "spec: third\ninvariant: x\ncase: {xs: [1]}\n";
+  RunOptions o = options("reference", dir);
+  const auto rows = replay_corpus(spec, root.string(), o);
+  ASSERT_EQ(rows.size(), 4u);
+  std::vector<std::string> others;
+  for (const auto& row : rows) others.push_back(row.other_spec);
+  EXPECT_EQ(others, (std::vector<std::string>{"other", "third", "", ""}));
+  EXPECT_EQ(
+      rows[0].target_detail,
+      "not replayed: spec other's case, in its folder of the corpus (replay it with that spec's --spec)");
+  const std::string text = make_reporter("text")->replay(spec, rows);
+  EXPECT_NE(
+      text.find("PASSED: 1 of 4 corpus files passed, 1 not checked (declined by the target, or discarded "
+                "or n/a where it had to be checked; each file's line says which), 2 not replayed (cases "
+                "of specs other, third, in their folders of the corpus; each file's line says where to "
+                "replay it)\n"),
+      std::string::npos)
+      << text;
+  const auto json = nlohmann::json::parse(make_reporter("json")->replay(spec, rows));
+  EXPECT_EQ(json["files"][0]["other_spec"], "other");
+  EXPECT_EQ(json["files"][2]["other_spec"], "");
+  // Only other specs' cases: SKIPPED, for that reason alone.
+  const auto theirs = replay_corpus(spec, root.string(), [&] {
+    fs::remove_all(root / "toy");
+    fs::remove_all(root / "third");
+    return o;
+  }());
+  const std::string only = make_reporter("text")->replay(spec, theirs);
+  EXPECT_NE(
+      only.find("SKIPPED: 0 of 1 corpus files passed, 1 not replayed (cases of spec other, in its folder "
+                "of the corpus; each file's line says where to replay it)\n"),
+      std::string::npos)
+      << only;
+  EXPECT_EQ(only.find("declined"), std::string::npos) << only;
+  // In a test binary: replayed by the test that runs that spec.
+  o.replay_command = "KPROP_REPLAY={path} ./my_tests";
+  const auto in_test = replay_corpus(spec, root.string(), o);
+  ASSERT_EQ(in_test.size(), 1u);
+  EXPECT_EQ(
+      in_test[0].target_detail,
+      "not replayed: spec other's case, in its folder of the corpus (replay it with KPROP_REPLAY in the "
+      "test that runs spec other)");
+}
+
 // Ctrl-C during a replay: the files not replayed are listed as such and the
 // replay is INTERRUPTED (exit 130) in every format, never PASSED on the
 // files it reached (3 of 10 files said "PASSED: 3 of 3 corpus files passed").
