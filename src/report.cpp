@@ -325,7 +325,10 @@ class TextReporter final : public Reporter {
     if (r.declined > 0)
       out += fmt::format(", {} declined by the target (not checked): {}", r.declined,
                          reasons_summary(r.decline_reasons, 5));
-    out += fmt::format("; sizes up to {} of max_size {}\n", std::max<int64_t>(r.size_reached, 0), r.max_size);
+    // size_reached -1 (JSON): no case was drawn, no size reached (it read "sizes up to 0").
+    out += r.size_reached < 0
+               ? fmt::format("; no size reached: no case was drawn (max_size {})\n", r.max_size)
+               : fmt::format("; sizes up to {} of max_size {}\n", r.size_reached, r.max_size);
     if (!r.focused.empty()) out += "  focused: " + focused_text(r) + "\n";
     out += search_text(r);
     if (stats_) out += stats_text(r);

@@ -347,6 +347,26 @@ TEST(Junit, AnInvariantThatGaveUpInAFailedRunIsNoHealthCheck) {
   EXPECT_NE(xml.find("failures=\"2\""), std::string::npos) << xml;
 }
 
+// A run that drew no case (a --time below the first) has no size reached:
+// JSON's size_reached -1, and the text says no case was drawn (it said
+// "sizes up to 0", a size the run never drew).
+TEST(SizeSchedule, ARunThatDrewNoCaseReachedNoSize) {
+  RunReport r;
+  r.spec = "toy";
+  r.family = "toy.sum";
+  r.max_size = 100;
+  r.status = RunStatus::gave_up;
+  ASSERT_EQ(r.size_reached, -1);
+  const std::string text = make_reporter("text")->run(r);
+  EXPECT_NE(text.find("  cases: 0 drawn, 0 checked; no size reached: no case was drawn (max_size 100)\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("sizes up to"), std::string::npos) << text;
+  EXPECT_EQ(nlohmann::json::parse(make_reporter("json")->run(r))["size_reached"], -1);
+  r.trials = 1, r.size_reached = 0;
+  EXPECT_NE(make_reporter("text")->run(r).find("; sizes up to 0 of max_size 100\n"), std::string::npos);
+}
+
 TEST(SizeSchedule, MoreTrialsAndATimeLimitStillReachMaxSize) {
   TempDir dir;
   const Spec spec = toy_spec("invariants: [matches_reference]\n");
@@ -816,6 +836,31 @@ TEST(Replay, AnotherSpecsCasesInACorpusRootAreCountedApartWithTheirReason) {
       in_test[0].target_detail,
       "not replayed: spec other's case, in its folder of the corpus (replay it with KPROP_REPLAY in the "
       "test that runs spec other)");
+}
+
+// A registered mutant's file under --invariant without its own invariant
+// (docs/REPORT.md's `checked`): kept for the mutant's failure, which the
+// mutant's re-run checks with the spec's statement of that invariant, so its
+// `checked` counts this run's invariants alone (and the file passes), where
+// a file the target failed is not checked (its finding is not in the run).
+TEST(Replay, AMutantsFileUnderAnotherInvariantIsCheckedOnTheMutant) {
+  TempDir dir;
+  const Spec spec = toy_spec("invariants: [matches_reference, reference_sums_its_list]\n");
+  const fs::path folder = dir.path / "replay";
+  fs::create_directories(folder);
+  const std::string head = "kprop_corpus: 1\nspec: toy\nfamily: toy.sum\ninvariant: matches_reference\n";
+  std::ofstream(folder / "a-mutant.yaml") << head << "found_against: drops_last\ncase: {xs: [1, 2, 3]}\n";
+  std::ofstream(folder / "b-target.yaml") << head << "found_against: reference\ncase: {xs: [1, 2, 3]}\n";
+  RunOptions o = options("reference", dir);
+  o.only_invariants = {"reference_sums_its_list"};
+  const auto rows = replay_corpus(spec, folder.string(), o);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].checked, 1);
+  EXPECT_TRUE(rows[0].mutant_checked);
+  EXPECT_TRUE(rows[0].mutant_still_fails);
+  EXPECT_EQ(replay_verdict(rows[0]), ReplayVerdict::passed) << rows[0].target_detail;
+  EXPECT_EQ(rows[1].checked, 0);
+  EXPECT_EQ(replay_verdict(rows[1]), ReplayVerdict::skipped) << rows[1].target_detail;
 }
 
 // Ctrl-C during a replay: the files not replayed are listed as such and the
