@@ -951,13 +951,14 @@ ReplayRow replay_file(const RunContext& ctx, const std::vector<const InvariantUs
         parent.filename() == e.spec && !std::filesystem::equivalent(parent, folder, same_error)) {
       // Where to replay it: prop_runner with that spec, or, in a test
       // binary (kprop/testing.h, options.replay_command is KPROP_REPLAY's),
-      // the test that runs that spec. (kprop.replay's note is as prop_runner's.)
-      const bool test_binary =
-          !ctx.options.replay_command.empty() && ctx.target_name.rfind("python:", 0) != 0;
+      // the test that runs that spec; from Python, kprop.replay of that spec.
+      const bool python = ctx.target_name.rfind("python:", 0) == 0;
+      const bool test_binary = !ctx.options.replay_command.empty() && !python;
       row.other_spec = e.spec;
       row.target_detail = fmt::format(
           "not replayed: spec {}'s case, in its folder of the corpus ({})", e.spec,
           test_binary ? fmt::format("replay it with KPROP_REPLAY in the test that runs spec {}", e.spec)
+          : python    ? fmt::format("replay it with kprop.replay(\"{}\", ...)", e.spec)
                       : std::string("replay it with that spec's --spec"));
       return row;
     }

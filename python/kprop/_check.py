@@ -329,12 +329,14 @@ class CheckResult:
     def summary(self) -> str:
         # Discards are per invariant (a case one invariant discards another
         # may check): their sum is no count of cases, and says so.
+        # size_reached -1: no case was drawn (prop_runner's "no size reached").
+        sizes = ("size reached %d of %d" % (self.size_reached, self.max_size) if self.size_reached >= 0
+                 else "no size reached (max_size %d)" % self.max_size)
         parts = ["%s: %s on %s, seed %d: %d cases drawn%s, %d checked, %d discarded by every invariant still "
-                 "checking, %d declined, %d discards over the invariants, size reached %d of %d, %.2f s" % (
+                 "checking, %d declined, %d discards over the invariants, %s, %.2f s" % (
                      self.spec, self._status_words(), self.target, self.seed, self.trials,
                      " + %d by the search" % self.search_cases if self.search_cases else "", self.checked,
-                     self.discarded_cases, self.declined, self.discarded, self.size_reached, self.max_size,
-                     self.seconds)]
+                     self.discarded_cases, self.declined, self.discarded, sizes, self.seconds)]
         # The corpus replayed before the fresh cases: what guarded the run
         # besides them (a run with none stored says nothing).
         if self.replayed or self.replay_outside_domain:

@@ -1,5 +1,6 @@
 """kprop.check in process: NumPy targets of examples/python, correct and with
 planted bugs (each must be caught and shrunk), declines, errors, replay."""
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -259,6 +260,16 @@ def test_declined_cases_are_counted_not_passed(example, corpus):
     with pytest.raises(ValueError, match=r"suppress_health_check: 'decline' is not a health check \(did you mean "
                                          r"'declined'\?\); valid: declined, discarded, too_slow"):
         kprop.check("softmax_topk", f32_only, seed=SEED, trials=40, corpus=corpus, suppress_health_check=["decline"])
+
+
+def test_a_run_that_drew_no_case_says_so(example, corpus):
+    # size_reached -1 is a run that drew no case (a time budget below one
+    # case): the summary says so (it read "size reached -1 of 100").
+    mod = example("softmax_topk")
+    result = kprop.check("softmax_topk", mod.softmax_topk, seed=SEED, trials=5, corpus=corpus)
+    assert "size reached %d of 100" % result.size_reached in result.summary()
+    none = dataclasses.replace(result, size_reached=-1)
+    assert "no size reached (max_size 100)" in none.summary(), none.summary()
 
 
 def test_declining_everything_is_skipped_not_passed(corpus):
@@ -607,8 +618,8 @@ def test_replay_of_a_corpus_root_leaves_other_specs_folders_to_their_specs(examp
     ours, theirs = sorted(os.listdir(root / "softmax_topk")), sorted(os.listdir(root / "layernorm"))
     checked, why = kprop._check._replay("softmax_topk", mod.softmax_topk, str(root))
     assert checked > 0
-    assert why == ["not replayed: spec layernorm's case, in its folder of the corpus (replay it with that spec's "
-                   "--spec)"] * len(theirs)
+    assert why == ["not replayed: spec layernorm's case, in its folder of the corpus (replay it with "
+                   "kprop.replay(\"layernorm\", ...))"] * len(theirs)
     assert kprop.replay("softmax_topk", mod.softmax_topk, str(root)) == checked
     assert kprop.replay("softmax_topk", mod.softmax_topk, str(root / "softmax_topk")) == checked
     runner = kprop._check._prop_runner()
