@@ -209,15 +209,17 @@ def _serve(ops, stdin, stdout):
         except Unsupported as e:
             _write_frame(stdout, {"ok": False, "unsupported": True, "error": str(e)})
             continue
-        except ImportError as e:
-            # A module the kernel imports is missing here (a CI image without
-            # torch): it cannot run on this machine, which is no failure of
-            # the kernel (as a mutant's, it read as a kill).
-            _write_frame(stdout, {"ok": False, "unsupported": True, "unavailable": True,
-                                  "error": "%s: %s (an import the function made failed: it cannot run here)"
-                                           % (type(e).__name__, e)})
-            continue
         except Exception as e:  # the case fails; the worker lives on
+            # A module (or a shared library of one) the kernel imports is
+            # missing here (a CI image without torch): it cannot run on this
+            # machine, which is no failure of the kernel (as a mutant's, it
+            # read as a kill). Another ImportError (a name a module lacks) is
+            # the code's error, as any exception.
+            if isinstance(e, ModuleNotFoundError) or (isinstance(e, ImportError) and ".so" in str(e)):
+                _write_frame(stdout, {"ok": False, "unsupported": True, "unavailable": True,
+                                      "error": "%s: %s (an import the function made failed: it cannot run here)"
+                                               % (type(e).__name__, e)})
+                continue
             # Shrinking repeats the failure many times, its message often
             # naming the shrinking shape: one traceback per place it is
             # raised (the exception's type and innermost frame), not per message.

@@ -126,11 +126,24 @@ std::string closest_match(const std::string& word, const std::vector<std::string
   if (prefix_hits == 1) return prefixed;
   std::string best;
   size_t best_distance = std::max<size_t>(3, word.size() / 3) + 1;
+  const auto letters = [&](const std::string& w) {
+    std::string l = lower(w);
+    std::sort(l.begin(), l.end());
+    return l;
+  };
   for (const auto& c : candidates) {
-    const size_t d = edit_distance(word, c);
-    // Not one that shares nothing with the word: replacing every letter of
-    // a one-letter key `x` gives any one-letter dim (`T`).
-    if (d < best_distance && d < std::max(word.size(), c.size())) best_distance = d, best = c;
+    // The same letters in another order (`kN` for `Nk`) is one slip, nearer
+    // than any other name at the same edit distance (`Nq`).
+    const size_t d = c != word && letters(c) == letters(word) ? 1 : edit_distance(word, c);
+    // Not one that shares no letter with the word: replacing the letter of
+    // a one-letter key `x` gives any one-letter dim (`T`); `kN` for `Nk`
+    // shares both.
+    const bool shares = std::any_of(word.begin(), word.end(), [&](char w) {
+      return std::any_of(c.begin(), c.end(), [&](char ch) {
+        return std::tolower(static_cast<unsigned char>(w)) == std::tolower(static_cast<unsigned char>(ch));
+      });
+    });
+    if (d < best_distance && shares) best_distance = d, best = c;
   }
   return best;
 }

@@ -852,6 +852,9 @@ thread_local std::unordered_map<const Node*, Tensor>* t_values = nullptr;
 thread_local Summation t_summation = Summation::in_order;
 // Set while rounding_bound runs: the unit roundoff of the Hölder terms.
 thread_local double t_unit = 0x1p-53;
+// Set while rounding_bound runs reassociated (Expression::rounding_bound):
+// a ± b adds u·(|a| + |b|), not u·|a ± b|.
+thread_local bool t_reassociated = false;
 // Set while rounding_bound runs with steps (Expression::rounding_bound): the
 // jumps of step functions and comparisons, which no first-order bound has a
 // term for, are bounded too (what an integer or boolean output may move by).
@@ -1016,7 +1019,7 @@ std::string num(double v) {
 // against x·(w·v) at x = 6e-308 differed by one subnormal where the bound
 // said 0). Per node, with
 // r the result and a, b the operands' values:
-//   a ± b          Ba + Bb + |r|
+//   a ± b          Ba + Bb + |r|   (reassociated: Ba + Bb + |a| + |b|)
 //   a · b          |b|·Ba + |a|·Bb + u·Ba·Bb + |r|: the second-order δa·δb too,
 //                  which is not small where a and b are themselves rounding
 //                  noise (x - mean(x) on a constant row, then scaled by
@@ -1547,7 +1550,7 @@ Bound bound(const Node& n, const TensorMap& m) {
           continue;
         switch (which) {
           case Op::add:
-            out.data[i] = bx.data[i] + by.data[i] + ri;
+            out.data[i] = bx.data[i] + by.data[i] + (t_reassociated ? std::fabs(xa) + std::fabs(ya) : ri);
             break;
           case Op::mul:  // (a + δa)(b + δb) - ab = a·δb + b·δa + δa·δb, the last in B's units u·Ba·Bb
             out.data[i] = std::fabs(ya) * bx.data[i] + std::fabs(xa) * by.data[i] +
@@ -1591,23 +1594,25 @@ Bound bound(const Node& n, const TensorMap& m) {
 
 }  // namespace
 
-Tensor Expression::rounding_bound(const TensorMap& tensors, Summation sums, double unit, bool steps) const {
+Tensor Expression::rounding_bound(const TensorMap& tensors, Summation sums, double unit, bool steps,
+                                  bool reassociated) const {
   std::unordered_map<const Node*, Tensor> values;
   struct Scope {  // restores the plain evaluation even when this throws
     std::unordered_map<const Node*, Tensor>* saved = t_values;
     Summation saved_sums = t_summation;
     double saved_unit = t_unit;
-    bool saved_steps = t_steps;
+    bool saved_steps = t_steps, saved_reassociated = t_reassociated;
     double saved_tiny = t_tiny;
     ~Scope() {
       t_values = saved, t_summation = saved_sums, t_unit = saved_unit, t_steps = saved_steps,
-      t_tiny = saved_tiny;
+      t_reassociated = saved_reassociated, t_tiny = saved_tiny;
     }
   } scope;
   t_values = &values;
   t_summation = sums;
   t_unit = unit;
   t_steps = steps;
+  t_reassociated = reassociated;
   // min_normal of the arithmetic of unit roundoff `unit`: f64, f32, f16
   // (bf16 has f32's range); f32's for any other (larger than f64's).
   t_tiny = unit == 0x1p-53 ? 0x1p-1022 : unit == 0x1p-11 ? 0x1p-14 : 0x1p-126;

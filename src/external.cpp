@@ -751,7 +751,12 @@ void read_outputs(const Message& reply,
 void throw_entry_error(int rc, const char* error, const std::string& op) {
   const std::string why = error[0] ? error : "(the kernel gave no message)";
   if (rc == KPROP_UNSUPPORTED) throw Unsupported(fmt::format("{}: {}", op, why));
-  throw TargetFailure("error", fmt::format("{} returned {}: {}", op, rc, why));
+  // A status the ABI does not define (a negative errno, a count) fails the
+  // case all the same, and says what the entry point may return.
+  const std::string unknown =
+      rc == KPROP_ERROR ? ""
+                        : " (not a status of kprop/abi.h: KPROP_OK 0, KPROP_ERROR 1 or KPROP_UNSUPPORTED 2)";
+  throw TargetFailure("error", fmt::format("{} returned {}{}: {}", op, rc, unknown, why));
 }
 
 Message Transport::call(const Message& request) {

@@ -782,6 +782,20 @@ class _Target:
                 out[name] = t.to(self.device) if self.device != "cpu" else t
         return out
 
+    def _failed(self, e: Exception):
+        """fn's exception as the trampoline answers it: a decline, or the case's error."""
+        message = "%s: %s" % (type(e).__name__, e) if not _is_unsupported(e) else str(e)
+        if _is_unsupported(e):
+            return ("unsupported", message)
+        # Shrinking repeats the failure many times: one traceback per distinct error.
+        self.tracebacks.setdefault(message, traceback.format_exc())
+        # Where it was raised (type, innermost frame): kprop.worker prints
+        # one traceback per place, a shrink's messages naming each shape.
+        frames = traceback.extract_tb(e.__traceback__)
+        self.places.setdefault(
+            message, (type(e).__name__,) + ((frames[-1].filename, frames[-1].lineno) if frames else (message,)))
+        return ("error", message)
+
     def __call__(self, op, attrs, inputs, outputs, dims=None):
         try:
             if isinstance(self.fn, Mapping):
@@ -817,23 +831,17 @@ class _Target:
                 return ("error", str(e))
             return ("wiring", str(e))  # in a worker: its reply stops the run (kprop.worker)
         except ImportError as e:
-            # A module the function imports is missing here (a CI image
-            # without torch): the target cannot run on this machine, which
-            # is no failure of the kernel (as a mutant's, it read as a kill,
-            # and the case was stored to guard an environment).
+            # A module (or the shared library of one) the function imports is
+            # missing here (a CI image without torch): the target cannot run
+            # on this machine, which is no failure of the kernel (as a
+            # mutant's, it read as a kill, and the case was stored to guard an
+            # environment). Another ImportError (a name a module lacks, a
+            # circular import) is the code's error, on every machine.
+            if not _missing_here(e):
+                return self._failed(e)
             return ("unavailable", _import_failed(e))
         except Exception as e:
-            message = "%s: %s" % (type(e).__name__, e) if not _is_unsupported(e) else str(e)
-            if _is_unsupported(e):
-                return ("unsupported", message)
-            # Shrinking repeats the failure many times: one traceback per distinct error.
-            self.tracebacks.setdefault(message, traceback.format_exc())
-            # Where it was raised (type, innermost frame): kprop.worker prints
-            # one traceback per place, a shrink's messages naming each shape.
-            frames = traceback.extract_tb(e.__traceback__)
-            self.places.setdefault(
-                message, (type(e).__name__,) + ((frames[-1].filename, frames[-1].lineno) if frames else (message,)))
-            return ("error", message)
+            return self._failed(e)
         except KeyboardInterrupt:  # stops the run (kprop's interrupt), raised again after it
             raise
         except BaseException as e:  # SystemExit, pytest.skip(), ...: not a failure of fn's
@@ -842,6 +850,12 @@ class _Target:
             if _is_pytest_skip(e):  # in a worker, which cannot stop the run: the case is declined
                 return ("unsupported", "%s: %s" % (type(e).__name__, e))
             raise  # in a worker: it ends, a crash
+
+
+def _missing_here(e: ImportError) -> bool:
+    """A module that is not installed here, or a shared library an
+    extension module needs that this machine lacks: no error of the code."""
+    return isinstance(e, ModuleNotFoundError) or ".so" in str(e)
 
 
 def _import_failed(e: ImportError) -> str:

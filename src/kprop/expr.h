@@ -300,8 +300,13 @@ class Expression {
   // within twice its operands' bounds (0 where none does), and the value of
   // a boolean or integer expression is bounded too (what an integer or
   // boolean output of a declared op may differ by; src/expr_eval.cpp).
+  // `reassociated`: an addition or subtraction rounds relative to its
+  // operands, u·(|a| + |b|), not its result: the bound of any order of the
+  // same additions (a kernel's x - (m + log s) where the expression says
+  // (x - m) - log s: m + log s rounds at |m| where the expression's order
+  // rounds nothing that large).
   Tensor rounding_bound(const TensorMap& tensors, Summation sums = Summation::in_order, double unit = 0x1p-53,
-                        bool steps = false) const;
+                        bool steps = false, bool reassociated = false) const;
 
   // A boolean expression holds when every element is true. When it does not,
   // `message` explains the worst element: its index, the values on both

@@ -17,5 +17,11 @@ def copy_with_torch(x):
     return {"y": x.copy()}
 
 
+def copy_with_a_missing_name(x):
+    from numpy import kprop_test_no_such_name  # noqa: F401  (the code's error, on every machine)
+    return {"y": x.copy()}
+
+
 if __name__ == "__main__":
-    kprop_worker.serve({"copy": copy_with_torch if "--import" in sys.argv else copy})
+    kprop_worker.serve({"copy": copy_with_torch if "--import" in sys.argv
+                        else copy_with_a_missing_name if "--import-name" in sys.argv else copy})

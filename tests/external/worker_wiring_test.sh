@@ -8,7 +8,8 @@
 # (it was a FileNotFoundError's traceback from importlib). (3) A function
 # whose import fails (a module missing here) cannot run on this machine:
 # the run is SKIPPED with the error, nothing stored (it was the kernel's
-# error, shrunk and stored, and as a mutant's a kill).
+# error, shrunk and stored, and as a mutant's a kill). (4) An ImportError
+# that is no missing module (a name the module lacks) is the code's error.
 runner="$1" python="$2" src="$3"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -37,3 +38,10 @@ printf '%s\n' "$out"
 printf '%s' "$out" | grep -q "ModuleNotFoundError: No module named 'kprop_test_no_such_module' (an import the function made failed: it cannot run here)" ||
   { echo "worker_wiring_test: no missing-module reason"; exit 1; }
 [ -z "$(ls -A "$dir/run")" ] || { echo "worker_wiring_test: missing module: stored $(ls -A "$dir/run")"; exit 1; }
+out=$(cd "$dir/run" && "$runner" --spec "$src/tests/external/op_copy.yaml" --seed 1 --no-corpus \
+  --target "exec:$python $src/tests/external/wiring_worker.py --import-name" 2>&1)
+rc=$?
+printf '%s\n' "$out"
+[ "$rc" -eq 3 ] || { echo "worker_wiring_test: a missing name: exit $rc, expected 3 (the code's error)"; exit 1; }
+printf '%s' "$out" | grep -q "ImportError: cannot import name 'kprop_test_no_such_name'" ||
+  { echo "worker_wiring_test: no ImportError named"; exit 1; }

@@ -87,6 +87,20 @@ def test_a_missing_module_is_no_failure_of_the_kernel(corpus, isolate):
     assert not os.path.exists(corpus) or not any(files for _, _, files in os.walk(corpus))
 
 
+def imports_a_missing_name(logits, k, **attrs):
+    from numpy import kprop_test_no_such_name  # noqa: F401  (the code's error, on every machine)
+    return _softmax.softmax_topk(logits, k, **attrs)
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+def test_an_import_of_a_missing_name_is_the_codes_error(corpus, isolate):
+    """An ImportError that is no missing module (a name the module lacks, a
+    circular import) fails on every machine: the case's error, not a skip
+    (a review: it read SKIPPED, exit 0, and a mutant with it was skipped)."""
+    with pytest.raises(kprop.Counterexample, match="ImportError: cannot import name 'kprop_test_no_such_name'"):
+        kprop.check("softmax_topk", imports_a_missing_name, seed=SEED, trials=20, corpus=corpus, isolate=isolate)
+
+
 def reference_topk(logits, k, **attrs):
     assert logits.dtype.itemsize == 8, "the reference is called with float64 inputs"
     return _softmax.softmax_topk(logits, k, **attrs)

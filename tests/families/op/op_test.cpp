@@ -1297,10 +1297,9 @@ TEST(OpDomain, ProfileAndCommandLineDomainsReplaceDtypesAndDims) {
     EXPECT_EQ(dim(as_case(any), "T"), t) << domain;
     EXPECT_EQ(dtype_name(as_case(any).dtypes[input_index(*as_case(any).decl, "x")]), std::string("f64"));
   }
-  EXPECT_EQ(
-      load_error(std::string(kDomainSpec) + "profiles:\n  small:\n    domain: {Q: 2}\n"),
-      "op.yaml:27:14: unknown key 'Q' in the domain of op shrink (its dtypes, dims and attrs); valid: "
-      "dtypes, T, D, H, K, eps, n");
+  EXPECT_EQ(load_error(std::string(kDomainSpec) + "profiles:\n  small:\n    domain: {Q: 2}\n"),
+            "op.yaml:27:14: unknown key 'Q' in the domain of op shrink (its dtypes, dims and attrs); valid: "
+            "dtypes, T, D, H, K, eps, n");
   auto error = [](const std::string& domain) {
     return kprop::testing::spec_load_error(kRichSpec, "rich.yaml", "", domain);
   };
@@ -1311,6 +1310,14 @@ TEST(OpDomain, ProfileAndCommandLineDomainsReplaceDtypesAndDims) {
   EXPECT_EQ(error("{dtypes: []}"), "--domain:1:10: dtypes is empty; valid: f32, f64");
   EXPECT_EQ(error("{Nq: {range: [1, 4], every: 2}}"),
             "--domain:1:22: unknown key 'every' in dim Nq; valid: range, multiple_of, one_of");
+  // A swapped name is suggested (it shares its letters); one sharing no
+  // letter with any key is not ('x' was told "did you mean 'B'?").
+  EXPECT_NE(error("{kN: [4]}")
+                .find("unknown key 'kN' in the domain of op rich (its dtypes, dims and attrs) "
+                      "(did you mean 'Nk'?)"),
+            std::string::npos)
+      << error("{kN: [4]}");
+  EXPECT_EQ(error("{x: [4]}").find("did you mean"), std::string::npos) << error("{x: [4]}");
 }
 
 // An attr's name in --domain or a profile's domain: narrows it to values its
