@@ -42,6 +42,9 @@
 //                              x's padding, which is not the outputs'
 //                              poison, so the invariants fail it (it was
 //                              read as an output "never written").
+//   KPROP_TEST_COPY_BAD_STATUS  copies, then returns 7, no status of the ABI:
+//                              the call fails, saying what the entry point
+//                              may return.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <kprop/abi.h>
@@ -190,7 +193,7 @@ KPROP_EXPORT int kprop_dflash_verify(const kprop_dflash_verify_args* a, char*, s
 
 #if defined(KPROP_TEST_COPY_CORRECT) || defined(KPROP_TEST_COPY_SKIPS_NAN) ||          \
     defined(KPROP_TEST_COPY_WRITES_BEFORE) || defined(KPROP_TEST_COPY_WRITES_INPUT) || \
-    defined(KPROP_TEST_COPY_READS_CONTIGUOUS)
+    defined(KPROP_TEST_COPY_READS_CONTIGUOUS) || defined(KPROP_TEST_COPY_BAD_STATUS)
 KPROP_PLUGIN();
 namespace {
 // Whether the `size`-byte element `bits` is a NaN of its float dtype.
@@ -242,6 +245,10 @@ KPROP_EXPORT int kprop_op_copy(const kprop_op_args* a, char*, size_t) {
       std::memset(static_cast<uint8_t*>(x->data) + kprop_offset(x, index) * int64_t(size), 0, size);
     }
 #endif
+#ifdef KPROP_TEST_COPY_BAD_STATUS
+  return 7;
+#else
   return KPROP_OK;
+#endif
 }
 #endif
