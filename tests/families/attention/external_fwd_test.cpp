@@ -90,24 +90,6 @@ TEST(AttentionFwdExternal, UnsupportedIsSkippedNotPassed) {
       << asserted.message();
 }
 
-// A profile of the spec, as prop_runner's --profile: its domain and run
-// settings (the in-process path had no way to name one).
-TEST(AttentionFwdExternal, AProfileIsTheRunsProfile) {
-  kprop::RunOptions two = quick();  // the gpu profile's cases are large: two say which profile ran
-  two.trials = 2;
-  const auto report = kprop::testing::run_in_process(
-      KPROP_SOURCE_DIR "/specs/attention_fwd.yaml",
-      {{"kprop_attention_fwd", reinterpret_cast<void*>(&example::kprop_attention_fwd)}}, two,
-      "{dtypes: [f32]}", "gpu");
-  EXPECT_EQ(report.profile, "gpu");
-  EXPECT_GT(report.checked, 0);
-  EXPECT_THROW(kprop::testing::run_in_process(
-                   KPROP_SOURCE_DIR "/specs/attention_fwd.yaml",
-                   {{"kprop_attention_fwd", reinterpret_cast<void*>(&example::kprop_attention_fwd)}}, quick(),
-                   "", "no_such_profile"),
-               kprop::InputError);
-}
-
 TEST(AttentionFwdExternal, MissingEntryPointIsAnInputError) {
   EXPECT_THROW(kprop::testing::run_in_process(KPROP_SOURCE_DIR "/specs/attention_fwd.yaml", {}, quick()),
                kprop::InputError);

@@ -1338,7 +1338,10 @@ invariants: [matches_reference, rounded_to_nearest]
     f.mutant("exp_in_half", "exp rounded to half before the sum", kernel(How::exp_in_half));
   });
   for (uint64_t seed = 1; seed <= 3; ++seed) {
-    for (const char* correct : {"nearest", "exp2"}) {
+    // The spec's reference as the target (prop_runner's default, the fuzz
+    // harness's) hands over f64 values, which kprop stores to nearest: it
+    // failed, its value not being a half one.
+    for (const char* correct : {"nearest", "exp2", "reference", "naive"}) {
       const RunReport r = run_spec(spec, scratch_run(correct, seed, 100, "kprop_op_policy_test"));
       EXPECT_EQ(r.status, RunStatus::passed) << correct << " seed " << seed << ": " << r.detail;
     }

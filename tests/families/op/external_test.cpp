@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -18,8 +19,10 @@
 #include <vector>
 
 #include "kernels/op/op.h"
+#include "kprop/abi/op.h"
 #include "kprop/errors.h"
 #include "kprop/spec.h"
+#include "kprop/testing.h"
 #include "properties/op/family.h"
 #include "tests/families/op/op_support.h"
 
@@ -35,6 +38,41 @@ std::string spec_with_reference(const std::string& reference, const std::string&
          "  outputs: {y: {shape: [N]}}\n"
          "  reference: " +
          reference + "\ntarget: reference\n";
+}
+
+// tests/external/op_copy.yaml's kernel (y = x) reading x as if it were
+// contiguous (r * D + c), not through its strides.
+int copy_reads_contiguous(const kprop_op_args* a, char*, size_t) {
+  const kprop_tensor* x = kprop_op_input(a, "x");
+  const kprop_tensor* y = kprop_op_output(a, "y");
+  const size_t size = kprop_dtype_size(x->dtype);
+  for (int64_t r = 0; r < x->shape[0]; ++r)
+    for (int64_t c = 0; c < x->shape[1]; ++c) {
+      const int64_t index[2] = {r, c};
+      std::memcpy(static_cast<char*>(y->data) + kprop_offset(y, index) * int64_t(size),
+                  static_cast<const char*>(x->data) + (r * x->shape[1] + c) * int64_t(size), size);
+    }
+  return KPROP_OK;
+}
+
+// kprop::testing::run_in_process takes one of the spec's profiles, as
+// prop_runner's --profile (it had no way to name one): op_copy.yaml's
+// `padded` pads the tensors of a kernel linked into the test too, so the
+// copy above passes without it and fails with it.
+TEST(OpInProcess, RunInProcessTakesAProfile) {
+  const std::string spec = std::string(KPROP_SOURCE_DIR) + "/tests/external/op_copy.yaml";
+  const kprop::testing::EntryPoints copy = {
+      {"kprop_op_copy", reinterpret_cast<void*>(&copy_reads_contiguous)}};
+  RunOptions o;
+  o.seed = 1;
+  o.trials = 50;
+  o.write_corpus = false;
+  const RunReport plain = kprop::testing::run_in_process(spec, copy, o);
+  EXPECT_EQ(plain.status, RunStatus::passed) << plain.detail;
+  const RunReport padded = kprop::testing::run_in_process(spec, copy, o, "", "padded");
+  EXPECT_EQ(padded.profile, "padded");
+  EXPECT_EQ(padded.status, RunStatus::failed) << padded.detail;
+  EXPECT_THROW(kprop::testing::run_in_process(spec, copy, o, "", "no_such_profile"), InputError);
 }
 
 TEST(OpExternalReference, LoadsWithoutStartingAnything) {
