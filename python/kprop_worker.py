@@ -215,10 +215,9 @@ def _serve(ops, stdin, stdout):
             # machine, which is no failure of the kernel (as a mutant's, it
             # read as a kill). Another ImportError (a name a module lacks) is
             # the code's error, as any exception.
-            if isinstance(e, ModuleNotFoundError) or (isinstance(e, ImportError) and ".so" in str(e)):
-                _write_frame(stdout, {"ok": False, "unsupported": True, "unavailable": True,
-                                      "error": "%s: %s (an import the function made failed: it cannot run here)"
-                                               % (type(e).__name__, e)})
+            missing = _wire.cannot_run_here(e)
+            if missing:
+                _write_frame(stdout, {"ok": False, "unsupported": True, "unavailable": True, "error": missing})
                 continue
             # Shrinking repeats the failure many times, its message often
             # naming the shrinking shape: one traceback per place it is

@@ -830,18 +830,14 @@ class _Target:
                 self.stopper.stop(e)
                 return ("error", str(e))
             return ("wiring", str(e))  # in a worker: its reply stops the run (kprop.worker)
-        except ImportError as e:
+        except Exception as e:
             # A module (or the shared library of one) the function imports is
             # missing here (a CI image without torch): the target cannot run
             # on this machine, which is no failure of the kernel (as a
             # mutant's, it read as a kill, and the case was stored to guard an
-            # environment). Another ImportError (a name a module lacks, a
-            # circular import) is the code's error, on every machine.
-            if not _missing_here(e):
-                return self._failed(e)
-            return ("unavailable", _import_failed(e))
-        except Exception as e:
-            return self._failed(e)
+            # environment). Any other exception is the case's.
+            missing = _wire.cannot_run_here(e)
+            return ("unavailable", missing) if missing else self._failed(e)
         except KeyboardInterrupt:  # stops the run (kprop's interrupt), raised again after it
             raise
         except BaseException as e:  # SystemExit, pytest.skip(), ...: not a failure of fn's
@@ -850,16 +846,6 @@ class _Target:
             if _is_pytest_skip(e):  # in a worker, which cannot stop the run: the case is declined
                 return ("unsupported", "%s: %s" % (type(e).__name__, e))
             raise  # in a worker: it ends, a crash
-
-
-def _missing_here(e: ImportError) -> bool:
-    """A module that is not installed here, or a shared library an
-    extension module needs that this machine lacks: no error of the code."""
-    return isinstance(e, ModuleNotFoundError) or ".so" in str(e)
-
-
-def _import_failed(e: ImportError) -> str:
-    return "%s: %s (an import the function made failed: it cannot run here)" % (type(e).__name__, e)
 
 
 def _target_name(fn) -> str:

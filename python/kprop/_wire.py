@@ -142,6 +142,17 @@ def named_dims(f, dims, taken):
     return {name: int(v) for name, v in dims.items() if name in params and name not in taken}
 
 
+def cannot_run_here(e):
+    """The reply's text when fn's exception means it cannot run on this
+    machine: a module not installed here (ModuleNotFoundError), or a shared
+    library an extension module needs that this machine lacks; None for any
+    other exception, an ImportError of a name a module lacks included (the
+    code's error, on every machine). kprop.check and both workers."""
+    if isinstance(e, ModuleNotFoundError) or (isinstance(e, ImportError) and ".so" in str(e)):
+        return "%s: %s (an import the function made failed: it cannot run here)" % (type(e).__name__, e)
+    return None
+
+
 def argument_mismatch(f, kwargs, role, op, pytest_items=True):
     """Why f's signature cannot take the op's arguments (a parameter that is
     neither an input nor an attribute of the op, one of them missing), as

@@ -14,34 +14,36 @@ runner="$1" python="$2" src="$3"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 mkdir "$dir/run"
-out=$(cd "$dir/run" && "$runner" --spec "$src/tests/external/op_copy.yaml" --seed 1 \
-  --target "exec:$python $src/tests/external/wiring_worker.py" 2>&1)
-rc=$?
-printf '%s\n' "$out"
-[ "$rc" -eq 2 ] || { echo "worker_wiring_test: exit $rc, expected 2"; exit 1; }
-printf '%s' "$out" | grep -q "the worker's function copy cannot take the arguments of op copy: missing a required argument: 'inp'" ||
-  { echo "worker_wiring_test: no wiring error"; exit 1; }
-[ -z "$(ls -A "$dir/run")" ] || { echo "worker_wiring_test: stored $(ls -A "$dir/run")"; exit 1; }
+fail() { echo "worker_wiring_test: $*"; exit 1; }
+# expect WHAT EXIT TEXT STORED [prop_runner flags...]: runs op_copy.yaml against
+# the worker (its flags after --) from the folder run/, which must stay empty
+# where STORED is "nothing" (a failure of the code is stored, as any).
+expect() {
+  local what="$1" want="$2" text="$3" stored="$4"
+  shift 4
+  local flags=() worker=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do flags+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  worker=("$@")
+  out=$(cd "$dir/run" && "$runner" --spec "$src/tests/external/op_copy.yaml" --seed 1 "${flags[@]}" \
+    --target "exec:$python $src/tests/external/wiring_worker.py${worker[*]:+ ${worker[*]}}" 2>&1)
+  rc=$?
+  printf '%s\n' "$out"
+  [ "$rc" -eq "$want" ] || fail "$what: exit $rc, expected $want"
+  printf '%s' "$out" | grep -qF -- "$text" || fail "$what: no line says: $text"
+  [ "$stored" != nothing ] || [ -z "$(ls -A "$dir/run")" ] || fail "$what: stored $(ls -A "$dir/run")"
+}
+expect wiring 2 "the worker's function copy cannot take the arguments of op copy: missing a required argument: 'inp'" nothing
 mkdir "$dir/alone"
 cp "$src/python/kprop_worker.py" "$dir/alone/"
 out=$(cd "$dir/alone" && "$python" -c "import kprop_worker" 2>&1)
 rc=$?
 printf '%s\n' "$out"
-[ "$rc" -ne 0 ] || { echo "worker_wiring_test: the import alone succeeded"; exit 1; }
+[ "$rc" -ne 0 ] || fail "the import alone succeeded"
 printf '%s' "$out" | grep -q "^ImportError: kprop_worker.py needs .*/kprop/_half.py beside it: copy kprop's python/kprop/ folder with it" ||
-  { echo "worker_wiring_test: no clear import error"; exit 1; }
-out=$(cd "$dir/run" && "$runner" --spec "$src/tests/external/op_copy.yaml" --seed 1 --skipped-exit 77 \
-  --target "exec:$python $src/tests/external/wiring_worker.py --import" 2>&1)
-rc=$?
-printf '%s\n' "$out"
-[ "$rc" -eq 77 ] || { echo "worker_wiring_test: missing module: exit $rc, expected 77 (SKIPPED)"; exit 1; }
-printf '%s' "$out" | grep -q "ModuleNotFoundError: No module named 'kprop_test_no_such_module' (an import the function made failed: it cannot run here)" ||
-  { echo "worker_wiring_test: no missing-module reason"; exit 1; }
-[ -z "$(ls -A "$dir/run")" ] || { echo "worker_wiring_test: missing module: stored $(ls -A "$dir/run")"; exit 1; }
-out=$(cd "$dir/run" && "$runner" --spec "$src/tests/external/op_copy.yaml" --seed 1 --no-corpus \
-  --target "exec:$python $src/tests/external/wiring_worker.py --import-name" 2>&1)
-rc=$?
-printf '%s\n' "$out"
-[ "$rc" -eq 3 ] || { echo "worker_wiring_test: a missing name: exit $rc, expected 3 (the code's error)"; exit 1; }
-printf '%s' "$out" | grep -q "ImportError: cannot import name 'kprop_test_no_such_name'" ||
-  { echo "worker_wiring_test: no ImportError named"; exit 1; }
+  fail "no clear import error"
+expect "missing module (SKIPPED)" 77 \
+  "ModuleNotFoundError: No module named 'kprop_test_no_such_module' (an import the function made failed: it cannot run here)" \
+  nothing --skipped-exit 77 -- --import
+expect "a missing name (the code's error)" 3 "ImportError: cannot import name 'kprop_test_no_such_name'" \
+  findings --no-corpus -- --import-name
