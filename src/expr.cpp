@@ -789,6 +789,17 @@ class Checker {
       need_bool(b, n.op == "and" ? "'and'" : "'or'");
       n.dtype = DType::boolean;
     } else if (n.op == "==" || n.op == "!=" || n.op == "<" || n.op == "<=" || n.op == ">" || n.op == ">=") {
+      // IEEE: every comparison with NaN is false (!= true), whatever the
+      // other side: `target.y != nan` held on a kernel returning NaN.
+      const auto nan_literal = [](const Node* x) {
+        while (x->kind == Kind::unary && x->op == "-") x = x->args[0].get();
+        return x->kind == Kind::number && std::isnan(x->value);
+      };
+      for (const Node* side : {&a, &b})
+        if (nan_literal(side))
+          throw ExprError(side->begin,
+                          fmt::format("a comparison with nan is {} whatever the other side is: use isnan(x)",
+                                      n.op == "!=" ? "always true" : "always false"));
       n.dtype = DType::boolean;
     } else if (n.op == "/" || n.op == "**") {
       n.dtype = DType::real;
@@ -1375,16 +1386,25 @@ bool mark_reads_target(Node& n, std::set<const Node*>& done) {
 }
 
 // Node::may_drop_target for every node, each computed once (after
-// mark_reads_target).
-bool mark_may_drop_target(Node& n, std::set<const Node*>& done) {
+// mark_reads_target). `selective`: set where a where() or an and/or may
+// leave the target out on any case (a reduction or a contraction drops it
+// only where its axis is empty, which the evaluation sees: expr_eval.cpp,
+// t_empty_reduction).
+bool mark_may_drop_target(Node& n, std::set<const Node*>& done, bool& selective) {
   if (!done.insert(&n).second) return n.may_drop_target;
-  const bool selective = (n.kind == Kind::call && n.op == "where" && n.args.size() == 3) ||
-                         (n.kind == Kind::binary && (n.op == "and" || n.op == "or"));
+  const bool picks = (n.kind == Kind::call && n.op == "where" && n.args.size() == 3) ||
+                     (n.kind == Kind::binary && (n.op == "and" || n.op == "or"));
+  const bool reduces = (n.kind == Kind::call && n.args.size() == 1 &&
+                        (n.op == "sum" || n.op == "mean" || n.op == "rowsum" || n.op == "min" ||
+                         n.op == "max" || n.op == "any" || n.op == "all")) ||
+                       (n.kind == Kind::call && n.op == "matmul") || (n.kind == Kind::binary && n.op == "@");
   bool drops = false;
-  if (selective && n.reads_target)
+  if (picks && n.reads_target)
     for (const NodeP& a : n.args) drops = drops || !a->reads_target;
+  if (drops) selective = true;
+  if (reduces && n.reads_target) drops = true;
   for_each_child(n, [&](const NodeP& c) {
-    if (mark_may_drop_target(*c, done)) drops = true;
+    if (mark_may_drop_target(*c, done, selective)) drops = true;
   });
   return n.may_drop_target = drops;
 }
@@ -1407,7 +1427,7 @@ Expression Expression::compile(const std::string& text, const TensorInfos& tenso
   std::set<const Node*> done;
   mark_reads_target(*root, done);
   done.clear();
-  mark_may_drop_target(*root, done);
+  mark_may_drop_target(*root, done, e.selective_);
   e.root_ = root;
   e.names_.assign(used.begin(), used.end());
   return e;

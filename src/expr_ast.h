@@ -61,10 +61,11 @@ struct Node {
   // shared nodes revisits them).
   bool reads_target = false;
   // A where() or an elementwise and/or at or below it has an operand that
-  // reads the target next to one that does not: on a case, its value may
-  // be decided without the target (a where's constant branch picked at
-  // every element). Set when compiled; the evaluator then asks which
-  // elements the target decided (expr_eval.cpp, decided_by_target).
+  // reads the target next to one that does not, or a reduction or
+  // contraction of the target is: on a case, its value may be decided
+  // without the target (a where's constant branch picked at every element,
+  // a max over an empty slice). Set when compiled; the evaluator then asks
+  // which elements the target decided (expr_eval.cpp, decided_by_target).
   bool may_drop_target = false;
 };
 

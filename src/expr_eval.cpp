@@ -273,9 +273,17 @@ Reduction reduction(const Node& n, const Dims& shape) {
   return r;
 }
 
+// Set by a reduction over an empty axis, or a contraction over an empty
+// inner dim, whose value has elements (each the operation's identity, none
+// the operands' doing): Expression::check then asks which elements of a
+// holding verdict the target decided (`all(max(diff(target.p), axis=-1) <= 0)`
+// on rows of one element held on every case, checking nothing).
+thread_local bool t_empty_reduction = false;
+
 Tensor reduce(const Node& n, const Tensor& x) {
   const Reduction r = reduction(n, x.shape);
   const Split s = r.s;  // (not a structured binding: lambdas capture it, which clang 14 refuses)
+  if (s.n == 0 && s.outer * s.inner > 0) t_empty_reduction = true;
   const std::string& op = n.op;
   // The identities: max/min of an empty axis are -inf/inf, or false/true on
   // a bool tensor (any/all: ±inf there was neither true nor false, so
@@ -381,6 +389,7 @@ Tensor matmul_rt(const Tensor& a0, const Tensor& b0, DType dtype) {
   Dims shape = batch;
   if (!va) shape.push_back(n);
   if (!vb) shape.push_back(m);
+  if (k == 0 && nb * n * m > 0) t_empty_reduction = true;
   Tensor out{shape, std::vector<double>(static_cast<size_t>(nb * n * m), 0.0), dtype};
   // Integer products and sums are exact: only a real matmul rounds (naive.Y).
   const auto rounded = [real = dtype == DType::real](double v) { return real ? round_acc(v) : v; };
@@ -2044,14 +2053,18 @@ Expression::Outcome explain(const std::string& text, const Node& n, const Tensor
 // returned. Such a case judges nothing (discarded, as a false `when:`).
 //
 // decided_by_target(n): for each element of n's value, whether an output of
-// the target could change it. A where's element follows its condition and
-// the branch it picked; an elementwise `and` follows a side where the other
-// is true, an `or` a side where the other is false; `not`, comparisons and
-// arithmetic follow their operands; a reduction follows any element it
-// reduces. Any other node that reads the target is taken to depend on it at
-// every element (generous: only a holding verdict with no element decided
-// by the target is discarded, and a node this cannot see through never
-// makes one).
+// the target could change it. A where's element follows the branch it
+// picked, and its condition where the branches differ there (or the other
+// follows the target); an elementwise `and` follows a side where the other
+// is true, an `or` a side where the other is false, and where a side
+// decides the element alone (an `or`'s true side) it follows the target only
+// if every such side does (`X or K >= 1` is true whatever X was); `not`,
+// comparisons and arithmetic follow their operands; a reduction follows any
+// element it reduces (none along an empty axis), a contraction over an
+// empty inner dim nothing. Any other node that reads the target is taken to
+// depend on it at every element (generous: only a holding verdict with no
+// element decided by the target is discarded, and a node this cannot see
+// through never makes one).
 Tensor decided_by_target(const Node& n, const TensorMap& m);
 
 Tensor mask_like(const Tensor& v, double bit) {
@@ -2087,8 +2100,17 @@ Tensor decided_by_target(const Node& n, const TensorMap& m) {
     const bool is_and = n.op == "and";
     const Side a = side(*n.args[0]);
     // A scalar left side that decides (false and ..., true or ...) leaves
-    // the right unread, as evaluate() does (it may guard an index).
-    if (a && n.shape.empty() && a->first.size() == 1 && (a->first.data[0] != 0) != is_and) return a->second;
+    // the right unread, as evaluate() does (it may guard an index), unless
+    // the right reads no output of the target and decides too: then the
+    // value is the same whatever the target returned (`all(X) or K >= 1`).
+    if (a && n.shape.empty() && a->first.size() == 1 && (a->first.data[0] != 0) != is_and) {
+      if (!n.args[1]->reads_target) try {
+          const Ref b = evaluate(*n.args[1], m);
+          if (b->size() == 1 && (b->data[0] != 0) != is_and) return mask_like(a->first, 0);
+        } catch (const std::exception&) {  // unreadable without the left side's guard: the left decides
+        }
+      return a->second;
+    }
     const Side b = side(*n.args[1]);
     if (!a || !b) {
       if (!a && !b) throw NothingJudged("neither side judges anything");
@@ -2098,13 +2120,14 @@ Tensor decided_by_target(const Node& n, const TensorMap& m) {
     const Tensor av = expand(a->first, shape), bv = expand(b->first, shape);
     const Tensor da = expand(a->second, shape), db = expand(b->second, shape);
     Tensor out{shape, std::vector<double>(static_cast<size_t>(count(shape)), 0), DType::boolean};
-    // Where one side decides the element (a false side of an `and`, a
-    // true side of an `or`), the target decides it if it decided such a
-    // side; elsewhere, if it decided either side.
+    // Where a side decides the element (a false side of an `and`, a true
+    // side of an `or`), the target decides it if every such side is its
+    // doing (one the target did not decide fixes it whatever the target
+    // returned); elsewhere, if it decided either side.
     for (size_t i = 0; i < out.size(); ++i) {
       const bool a_decides = (av.data[i] != 0) != is_and, b_decides = (bv.data[i] != 0) != is_and;
       const bool ta = da.data[i] != 0, tb = db.data[i] != 0;
-      out.data[i] = (a_decides || b_decides ? (a_decides && ta) || (b_decides && tb) : ta || tb) ? 1 : 0;
+      out.data[i] = (a_decides || b_decides ? !((a_decides && !ta) || (b_decides && !tb)) : ta || tb) ? 1 : 0;
     }
     return out;
   }
@@ -2115,12 +2138,23 @@ Tensor decided_by_target(const Node& n, const TensorMap& m) {
   Tensor out = mask_like(*v, 0);
   if (n.kind == Kind::call && n.op == "where" && n.args.size() == 3) {
     const Tensor c = expand(*evaluate(*n.args[0], m), shape);
+    const Tensor va = expand(*evaluate(*n.args[1], m), shape), vb = expand(*evaluate(*n.args[2], m), shape);
     const Tensor dc = expand(decided_by_target(*n.args[0], m), shape);
     const Tensor da = expand(decided_by_target(*n.args[1], m), shape);
     const Tensor db = expand(decided_by_target(*n.args[2], m), shape);
-    for (size_t i = 0; i < out.size(); ++i)
-      out.data[i] = (dc.data[i] != 0 || (c.data[i] != 0 ? da.data[i] : db.data[i]) != 0) ? 1 : 0;
+    // The condition decides where the branches differ (NaN differs from
+    // itself: generous) or the other branch is the target's doing;
+    // `where(isnan(target.p), true, true)` is true whatever the target did.
+    for (size_t i = 0; i < out.size(); ++i) {
+      const bool picked_a = c.data[i] != 0;
+      const bool other_differs = va.data[i] != vb.data[i] || (picked_a ? db.data[i] : da.data[i]) != 0;
+      out.data[i] = ((picked_a ? da.data[i] : db.data[i]) != 0 || (dc.data[i] != 0 && other_differs)) ? 1 : 0;
+    }
     return out;
+  }
+  if ((n.kind == Kind::call && n.op == "matmul") || (n.kind == Kind::binary && n.op == "@")) {
+    const Ref a = evaluate(*n.args[0], m);  // its inner dim: the last
+    return mask_like(*v, a->shape.empty() || a->shape.back() > 0 ? 1 : 0);
   }
   if (n.kind == Kind::unary) return decided_by_target(*n.args[0], m);
   if (n.kind == Kind::binary) {  // comparisons and arithmetic: either side
@@ -2140,9 +2174,10 @@ Tensor decided_by_target(const Node& n, const TensorMap& m) {
 
 Expression::Outcome Expression::check(const TensorMap& tensors) const {
   const SharedValues shared;
+  t_empty_reduction = false;
   Outcome out = explain(text_, *root_, tensors);
   // Held: on what the target decided, or on nothing of it (decided_by_target).
-  if (out.holds && root_->may_drop_target) {
+  if (out.holds && root_->may_drop_target && (selective_ || t_empty_reduction)) {
     std::unordered_map<const Node*, Tensor> values;  // each node evaluated once, as in rounding_bound
     struct Scope {
       std::unordered_map<const Node*, Tensor>* saved = t_values;
@@ -2153,7 +2188,7 @@ Expression::Outcome Expression::check(const TensorMap& tensors) const {
     if (std::none_of(decided.data.begin(), decided.data.end(), [](double v) { return v != 0; }))
       throw NothingJudged(fmt::format(
           "`{}` held without the target's outputs deciding any element on this case (a where's other "
-          "branch, or an and/or's other side, decided each)",
+          "branch, an and/or's other side, or a reduction over an empty axis decided each)",
           one_line(text_)));
   }
   return out;

@@ -329,6 +329,10 @@ class Expression {
   std::string text_;
   std::shared_ptr<const Node> root_;
   std::vector<std::string> names_;
+  // A where() or an and/or may decide the value without the target on a
+  // case: check() asks which elements the target decided whenever it holds
+  // (otherwise only where a reduction's axis was empty).
+  bool selective_ = false;
 };
 
 // `text` with each run of white space that holds a line break as one space.

@@ -1073,6 +1073,46 @@ TEST(Expr, AVerdictTheTargetDecidedNoElementOfJudgesNothing) {
   EXPECT_THROW(check("D == 3 or all(target.ok)", none), NothingJudged);
 }
 
+// What the target could not have changed judges nothing either: a
+// reduction along an empty axis (each element the operation's identity: a
+// max of no element is -inf, so `max(diff(target.p), axis=-1) <= 0` held on
+// rows of one element, checking nothing), a contraction over an empty inner
+// dim, an `or` whose other side is true (`X or K >= 1` held wherever X
+// did, and cases where X failed were discarded: a broken kernel passed),
+// and a where whose branches are equal.
+TEST(Expr, AVerdictTheTargetCouldNotChangeJudgesNothing) {
+  const TensorInfos infos = tensor_table(
+      "K [] int a dim\nx [N] real an input\ntarget.p [R, K] real an output\ntarget.y [N] real an output");
+  TensorMap m;
+  m.want("K"), m.want("x"), m.want("target.p"), m.want("target.y");
+  m.put("K", Tensor::scalar(1, DType::integer));
+  m.put("x", Tensor::of({2}, {1, 2}));
+  m.put("target.p", Tensor::of({2, 1}, {0.5, 0.5}));
+  m.put("target.y", Tensor::of({2}, {NAN, NAN}));
+  const auto check = [&](const std::string& e) { return Expression::compile(e, infos).check(m); };
+  for (const char* e : {"all(max(diff(target.p), axis=-1) <= 0)", "all(min(target.p[:, K:], axis=1) > 5)",
+                        "all(sum(target.p[:, K:], axis=1) == 0)", "sum(target.p[:, K:]) + 1 == 1",
+                        "all(mean(target.p[:, K:], axis=1) != 7) or all(target.y > 0)",
+                        "all(target.p[:, K:] @ x[2:] == 0)", "all(isnan(target.y) or K >= 1)",
+                        "all(K >= 1 or target.y > 0)", "all(where(isnan(target.y), true, true))",
+                        "all(target.p > 0) or K >= 1", "not (all(target.p > 0) and K < 1)"}) {
+    try {
+      check(e);
+      ADD_FAILURE() << e << " held";
+    } catch (const NothingJudged& err) {
+      EXPECT_NE(std::string(err.what()).find("held without the target's outputs deciding any element"),
+                std::string::npos)
+          << err.what();
+    }
+  }
+  // Where the target's side decides, or the reduced axis has elements, it is judged.
+  for (const char* e : {"all(max(target.p, axis=1) <= 1)", "all(isnan(target.y) or K >= 2)",
+                        "all(where(isnan(target.y), true, x > 5))", "all(target.p[:, :K] @ x[:K] >= 0)"})
+    EXPECT_TRUE(check(e).holds) << e;
+  EXPECT_FALSE(check("all(where(isnan(target.y), x > 5, true))").holds);
+  EXPECT_FALSE(check("all(max(target.p, axis=1) > 1)").holds);
+}
+
 // The same-precision baseline rounds every real step, diff's subtraction
 // too, and no integer one: an integer matmul is exact. (diff was not
 // rounded, and integer matmuls were, so naive.Y set a budget from an error
@@ -1100,6 +1140,16 @@ TEST(ExprErrors, NonAsciiOperatorsAreNamedWhole) {
   EXPECT_EQ(error_of("x ≥ 1"), "2: unexpected character '≥': write >=");
   EXPECT_EQ(error_of("x × 2"), "2: unexpected character '×': write *");
   EXPECT_EQ(error_of("x + é"), "4: unexpected character 'é' (expressions are ASCII)");
+}
+// Every comparison with NaN is false (!= true) under IEEE, whatever the
+// other side: `all(target.y != nan)` held on a kernel returning NaN.
+TEST(ExprErrors, AComparisonWithNanIsRefused) {
+  EXPECT_EQ(error_of("x != nan"),
+            "5: a comparison with nan is always true whatever the other side is: use isnan(x)");
+  EXPECT_EQ(error_of("nan == x"),
+            "0: a comparison with nan is always false whatever the other side is: use isnan(x)");
+  EXPECT_EQ(error_of("x < -nan"),
+            "4: a comparison with nan is always false whatever the other side is: use isnan(x)");
 }
 TEST(ExprErrors, NamedConstantsAreWrittenOut) {
   EXPECT_EQ(error_of("x * pi"),
