@@ -67,8 +67,13 @@ together with every one-token expansion of its unfinished beams and keeps
 the K best, so a finished beam leaves only when K better candidates exist.
 The search stops when the whole pool is finished or after L steps; the
 result is the final pool, best first. Exactly equal scores are ordered by
-the generated tokens, lexicographically smaller first; near-ties (relative
-gap below `tie_margin`) are never failures.""",
+the generated tokens, lexicographically smaller first. Which scores are
+equal is the kernel's own arithmetic: a tie in the scores it reports (a
+kept finished beam and an expansion that scores exactly the same, siblings
+whose logits are bitwise equal) is judged by that rule; where two runs are
+compared instead (the reference, a shifted or a batch-of-one run), a gap
+below `tie_margin` is accepted either way, since another rounding may
+order those candidates otherwise.""",
     "dflash": """\
 Speculative decoding with a draft tree, verified greedily against a tiny
 deterministic fp64 transformer LM (weights a pure function of a seed).

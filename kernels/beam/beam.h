@@ -162,6 +162,7 @@ struct Semantics {
   bool ties_keep_later = false;         // ties_keep_later_token
   bool done_late = false;               // done_one_step_late
   bool finished_first_on_ties = false;  // finished_first_on_ties
+  bool finished_last_on_ties = false;   // finished_lose_ties
   bool lse_first_32 = false;            // lse_first_32_lanes
   bool lse_no_max = false;              // lse_no_max
   bool log_of_softmax = false;          // log_of_softmax

@@ -63,6 +63,11 @@ const std::vector<Mutant>& mutants() {
        "on an exact score tie a finished beam kept from an earlier step ranks before a new expansion (a "
        "sort key with a 'kept' flag above the tokens), not by the contract's lexicographic order",
        flipped<&Semantics::finished_first_on_ties, true>},
+      {"finished_lose_ties",
+       "on an exact score tie at the pruning boundary a finished beam kept from an earlier step loses to a "
+       "new expansion (a sort key with a 'kept' flag below the expansions), and is dropped; the kept "
+       "beams are then sorted by the contract's order",
+       flipped<&Semantics::finished_last_on_ties, true>},
       {"lse_first_32_lanes",
        "log_softmax's normaliser sums only the first 32 logits (a warp-per-row kernel, one logit per lane, "
        "with no loop past lane 32): wrong log-probs for vocabularies above 32",

@@ -127,6 +127,13 @@ void run_pool(const TableLM& model, const Case& c, const Semantics& s, const std
                           if (kept(a) != kept(b)) return kept(a);
                           return a.h.tokens < b.h.tokens;
                         });
+    else if (s.finished_last_on_ties)  // equal scores: a kept finished beam after an expansion
+      std::partial_sort(candidates.begin(), candidates.begin() + static_cast<long>(ranked), candidates.end(),
+                        [&](const Entry& a, const Entry& b) {
+                          if (a.h.score != b.h.score) return a.h.score > b.h.score;
+                          if (kept(a) != kept(b)) return kept(b);
+                          return a.h.tokens < b.h.tokens;
+                        });
     else if (s.ties_keep_later)  // equal scores: the later token sequence first
       std::partial_sort(candidates.begin(), candidates.begin() + static_cast<long>(ranked), candidates.end(),
                         [](const Entry& a, const Entry& b) {
@@ -144,6 +151,9 @@ void run_pool(const TableLM& model, const Case& c, const Semantics& s, const std
       }
       candidates.resize(static_cast<size_t>(width));
     }
+    // finished_lose_ties sorts the beams it kept by the contract's order:
+    // only which beams survive shows its bug.
+    if (s.finished_last_on_ties) std::sort(candidates.begin(), candidates.end(), entry_better);
     pool = std::move(candidates);
     for (int b : group) out.prompts[static_cast<size_t>(b)].pools.emplace_back();
     for (const Entry& e : pool) out.prompts[static_cast<size_t>(e.prompt)].pools.back().push_back(e.h);

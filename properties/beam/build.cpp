@@ -90,6 +90,24 @@ Case Traits::build(Draw& draw, const Values& domain) {
       for (int& t : p) t = std::min(t, m.vocab - 1);
     if (unpruned_k && !unprune()) c.beam_width = drawn_k, c.max_new_tokens = drawn_l;
   }
+  // A kept finished beam at a tied pruning boundary. In an EOS-tied model
+  // at alpha = 1 every candidate ties and the pools hold the
+  // lexicographically smallest, so with EOS 1 and V = K - 1 step 1 keeps
+  // every token, [1] finished among them, and step 2 ranks [0, *] (V of
+  // them), then [1], then V² - 2V more expansions: the contract keeps [1]
+  // at rank V + 1 = K, and a kernel that lets a finished beam lose a tie
+  // drops it there (mutant finished_lose_ties survived every seed; a larger
+  // V, or EOS 2 or 3, puts more than K candidates before [1]). Only such
+  // cases are changed, and with no draw, so every other case of a seed is
+  // drawn as before; never outside the domain's vocab and max_new_tokens.
+  if (const IntRange v = domain.int_range("vocab"); eos_tied && c.alpha == 1 && !unpruned_k &&
+                                                    c.beam_width >= 4 && c.beam_width - 1 >= v.lo &&
+                                                    c.beam_width - 1 <= v.hi) {
+    m.vocab = c.beam_width - 1, m.eos = 1;
+    for (auto& p : c.prompts)
+      for (int& t : p) t = std::min(t, m.vocab - 1);
+    if (domain.int_range("max_new_tokens").hi >= 2) c.max_new_tokens = std::max(c.max_new_tokens, 2);
+  }
   // Masked (banned) tokens, about one (prefix, token) in four lowered by
   // model.mask: log-probs near -mask, whose probabilities underflow a double
   // (a log(softmax(x)) gives -inf; mutant log_of_softmax survived every seed

@@ -241,6 +241,18 @@ Verdict finished_retained(T& t, const Values& p) {
                             "the worse {} (score {:.6g}) stayed",
                             b, text(f.tokens), sf, step + 1, text(h.tokens), sh),
                 {{"prompt", double(b)}, {"step", double(step + 1)}, {"dropped", sf}, {"kept", sh}});
+          // An exact tie in the step's own arithmetic: the scores it
+          // reported, f's as it kept it and h's as it computed it, are
+          // equal, so the contract's lexicographic rule alone decides, and
+          // it puts f first (a margin accepts either way, and a kernel that
+          // let finished beams lose ties passed every seed).
+          if (h.score == f.score && f.tokens < h.tokens)
+            return Verdict::fail(
+                fmt::format("prompt {}: finished beam {} was dropped at step {} while {} stayed, which the "
+                            "step scored exactly the same ({:.17g}): on an exact tie the lexicographically "
+                            "smaller tokens come first",
+                            b, text(f.tokens), step + 1, text(h.tokens), h.score),
+                {{"prompt", double(b)}, {"step", double(step + 1)}, {"score", h.score}});
         }
       }
     }
@@ -459,8 +471,9 @@ void register_invariants(FamilyDef<Traits>& f) {
               scores_recomputed);
   f.invariant(
       {"finished_retained",
-       "a finished beam leaves the pool only when K better exist; a prompt is done (next_done) exactly when "
-       "its pool is all finished, and its search stops then or at L",
+       "a finished beam leaves the pool only when K better exist (on an exact tie of the step's own "
+       "scores, lexicographically smaller ones); a prompt is done (next_done) exactly when its pool is all "
+       "finished, and its search stops then or at L",
        {tie_field()}},
       finished_retained);
   f.invariant(

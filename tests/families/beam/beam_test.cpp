@@ -111,6 +111,46 @@ TEST(BeamMutants, AKeptFinishedBeamTiedWithAnExpansionFailsSortedDistinct) {
         << seed;
 }
 
+// The other way round, the story's bug in its tie form: a selection that
+// lets a kept finished beam lose an exact tie at the pruning boundary drops
+// it, and sorting what it kept hides the order. Vocab 2, EOS 0, K = 2,
+// alpha = 1, a uniform model: every candidate scores -log 2, so step 2 ties
+// [0] (finished at step 1), [1, 0] and [1, 1], and the contract keeps [0],
+// [1, 0]. Every comparison with another run accepts a tie either way (gap
+// 0); the step's own scores are equal, so finished_retained judges it.
+TEST(BeamMutants, AFinishedBeamThatLosesAnExactTieFailsFinishedRetained) {
+  Case c = small_case(2, 2, 2, 1.0, 3);
+  c.model.eos = 0;
+  c.model.scale = 0;
+  c.model.eos_bias = 0;
+  c.model.eos_slope = 0;
+  const std::vector<std::vector<int>> want = {{0}, {1, 0}};
+  EXPECT_EQ(tokens_of(reference(c).prompts[0].hypotheses), want);
+  EXPECT_EQ(tokens_of(batched(c).prompts[0].hypotheses), want);
+  const Result lost = mutant("finished_lose_ties").run(c);
+  EXPECT_EQ(tokens_of(lost.prompts[0].hypotheses), (std::vector<std::vector<int>>{{1, 0}, {1, 1}}));
+  const Spec spec = load_spec(kSpec);
+  const InvariantUse* use = nullptr;
+  for (const auto& u : spec.invariants)
+    if (u.name == "finished_retained") use = &u;
+  ASSERT_NE(use, nullptr);
+  const auto boxed = std::make_shared<const Case>(c);
+  const Verdict v = check_case(spec, resolve_target(spec, "finished_lose_ties"), *use, boxed);
+  EXPECT_EQ(v.outcome, Outcome::fail);
+  EXPECT_NE(
+      v.message.find("finished beam [0] was dropped at step 2 while [1, 0] stayed, which the step scored "
+                     "exactly the same"),
+      std::string::npos)
+      << v.message;
+  for (const char* correct : {"reference", "batched"})
+    EXPECT_EQ(check_case(spec, resolve_target(spec, correct), *use, boxed).outcome, Outcome::pass) << correct;
+  for (uint64_t seed : {4u, 20261122u})
+    EXPECT_EQ(
+        run_spec(spec, testing::first_failure("finished_lose_ties", seed, {"finished_retained"})).status,
+        RunStatus::failed)
+        << seed;
+}
+
 // A normaliser that sums only the first 32 logits (a warp per row, one
 // logit per lane, no loop) is exact up to vocab 32, which was the default
 // domain's top: the mutant survived every seed. Vocab 33 already shows it.
