@@ -215,8 +215,9 @@ int run_fuzz_mode(const Config& cfg, const std::string& corpus_root) {
                f.corpus_path.empty() ? "" : " -> " + f.corpus_path);
   }
   if (known) {
-    fmt::print("  {} more crash input(s) reproduced findings {}:\n", known,
-               cfg.no_corpus ? "made earlier in this run" : "already in the corpus");
+    // Stored before them: in this run, or by an earlier one (in the corpus,
+    // or with --no-corpus in the findings folder); each line names the file.
+    fmt::print("  {} more crash input(s) reproduced findings already stored:\n", known);
     for (const auto& [f, inputs] : known_files)
       fmt::print("    {}: {} ({}), {} input(s){}{}\n", f->spec, f->invariant, f->summary, inputs,
                  f->corpus_path.empty() ? "" : " -> " + f->corpus_path,
