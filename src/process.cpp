@@ -1,5 +1,6 @@
 #include "kprop/process.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
@@ -14,6 +15,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -23,7 +25,52 @@ extern char** environ;
 
 namespace kprop {
 
+namespace {
+
+// Waits, up to a second, until no other thread of this process is on a CPU
+// or waiting for one (its /proc state R, or D). fork() copies a lock that
+// another thread holds, held, into the child, which then waits for it
+// forever: LLVM 14's ASan takes no lock of its allocator around fork(),
+// and libFuzzer starts its RSS thread just before the first input, which
+// allocates as it starts, while that input forked the plugin host of a
+// plugin: mutant. The host hung on its first free and each such run
+// stalled for case_timeout_s, then reported the input as a crash that did
+// not reproduce. A thread off the CPU (asleep, as that one is once
+// started, or as the runner's watchdog is) holds none of those locks. A
+// process with one thread reads one folder and waits for nothing.
+void settle_other_threads() {
+  const pid_t self = static_cast<pid_t>(syscall(SYS_gettid));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  for (;;) {
+    bool busy = false;
+    DIR* tasks = opendir("/proc/self/task");
+    if (!tasks) return;
+    while (const dirent* e = readdir(tasks)) {
+      const pid_t tid = static_cast<pid_t>(std::atoi(e->d_name));
+      if (tid <= 0 || tid == self) continue;
+      char path[64], stat[512];
+      std::snprintf(path, sizeof path, "/proc/self/task/%d/stat", static_cast<int>(tid));
+      const int fd = open(path, O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;  // it ended
+      const ssize_t n = read(fd, stat, sizeof stat - 1);
+      close(fd);
+      if (n <= 0) continue;
+      stat[n] = 0;
+      // "tid (comm) S ...": the state follows the last ')' (comm may hold one).
+      const char* close_paren = std::strrchr(stat, ')');
+      if (close_paren && close_paren[1] == ' ' && (close_paren[2] == 'R' || close_paren[2] == 'D'))
+        busy = true;
+    }
+    closedir(tasks);
+    if (!busy || std::chrono::steady_clock::now() > deadline) return;
+    usleep(1000);
+  }
+}
+
+}  // namespace
+
 ForkSignals::ForkSignals() {
+  settle_other_threads();
   sigset_t stop;
   sigemptyset(&stop);
   sigaddset(&stop, SIGINT);
