@@ -21,6 +21,7 @@
 
 #include "kprop/process.h"
 #include "kprop/rng.h"
+#include "kprop/runner.h"
 
 namespace fs = std::filesystem;
 
@@ -119,12 +120,16 @@ void parse_status(const std::string& line, FuzzSpecStats& s) {
 
 // The harness's exit line (fuzz/harness.cpp say_tally): "kprop fuzz: tally:
 // N input(s), C checked, D declined (why)". Returns false on another line.
-bool parse_tally(const std::string& line, long long& inputs, long long& checked, std::string& why) {
+struct Tally {
+  long long inputs = 0, checked = -1, declined = 0;
+  std::string why;  // the first decline's reason (or why nothing was checked)
+};
+bool parse_tally(const std::string& line, Tally& t) {
   static const std::regex tally(
-      R"(^kprop fuzz: tally: (\d+) input\(s\), (\d+) checked, \d+ declined(?: \((.*)\))?)");
+      R"(^kprop fuzz: tally: (\d+) input\(s\), (\d+) checked, (\d+) declined(?: \((.*)\))?)");
   std::smatch m;
   if (!std::regex_search(line, m, tally)) return false;
-  inputs = std::stoll(m[1]), checked = std::stoll(m[2]), why = m[3];
+  t.inputs = std::stoll(m[1]), t.checked = std::stoll(m[2]), t.declined = std::stoll(m[3]), t.why = m[4];
   return true;
 }
 
@@ -200,6 +205,10 @@ bool FuzzReport::all_skipped() const {
          std::all_of(stats.begin(), stats.end(), [](const auto& s) { return !s.skipped.empty(); });
 }
 
+bool FuzzReport::health_failed() const {
+  return std::any_of(stats.begin(), stats.end(), [](const auto& s) { return !s.health.empty(); });
+}
+
 int write_fuzz_seeds(const Spec& spec, const std::string& dir, int count, std::optional<uint64_t> seed) {
   make_folder("--fuzz-seeds", dir);
   int written = 0;
@@ -219,7 +228,7 @@ int write_fuzz_seeds(const Spec& spec, const std::string& dir, int count, std::o
 FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::string& path,
                              const std::string& corpus_root, bool write_corpus,
                              std::optional<double> case_timeout_s, const std::string& replay_program,
-                             FuzzSeen* seen) {
+                             FuzzSeen* seen, uint64_t seed) {
   const auto bytes = read_bytes(path);
   const AnyCase c = spec.family->from_bytes(bytes.data(), bytes.size(), spec.domain);
   const std::string target_name = target.info.name;
@@ -231,7 +240,7 @@ FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::st
   options.found_by = "libfuzzer";
   options.case_timeout_s = case_timeout_s;  // the spec's was used: a slow target's call was a false hang
   options.replay_program = replay_program;
-  const RunContext ctx = make_context(spec, options, 0);
+  const RunContext ctx = make_context(spec, options, seed);
   const auto trial = spec.family->begin_trial(c, ctx.target, ctx.reference);
   FuzzImport result;
   for (size_t k = 0; k < spec.invariants.size(); ++k) {
@@ -431,16 +440,17 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
         // not fuzzed, and the run says so; hours of "0 findings" over inputs
         // it never checked would read as clean. A seed that fails is kept
         // with the crash inputs (imported below).
-        long long inputs = 0, checked = -1;
-        std::string why, probe_last;
+        Tally tally;
+        std::string probe_last;
         run_fuzzer(
             {harness, "-runs=0", timeout_flag, "-artifact_prefix=" + crashes.string() + "/", seeds.string()},
             env, [&](const std::string& line) {
               if (!line.empty()) probe_last = line;
-              long long n = 0, c = 0;
-              std::string w;
-              if (parse_tally(line, n, c, w)) inputs = n, checked = c, why = w;
+              Tally t;
+              if (parse_tally(line, t)) tally = t;
             });
+        const long long inputs = tally.inputs, checked = tally.checked;
+        const std::string& why = tally.why;
         // No tally: the harness never got through its inputs (it could not
         // start, or died on something that is no finding: no crash input).
         bool kept_a_crash = false;
@@ -457,6 +467,20 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
               "empty one): {}",
               inputs, why.empty() ? "no reason given" : why);
           fmt::print(stderr, "[{}] not fuzzed: {}\n", spec.name, stats.skipped);
+        } else if (most_declined(tally.declined, inputs) && !suppressed(spec.run, "declined")) {
+          // The seed inputs are the spec's generator's cases: a target that
+          // declines most of them declines most of what the fuzzer makes of
+          // them, as a property run would fail its `declined` health check.
+          // Fuzzed all the same (what it takes may hold a bug); the run ends
+          // HEALTH CHECK FAILED (exit 2) unless it finds something.
+          // (The harness's reason reads "declined: WHY".)
+          const std::string reason = why.rfind("declined: ", 0) == 0 ? why.substr(10) : why;
+          stats.health = fmt::format(
+              "{:.1f}% of the seed inputs were declined by the target ({} of {}): {}; narrow the domain "
+              "to what the target supports (--domain), or {}",
+              100.0 * double(tally.declined) / double(inputs), tally.declined, inputs,
+              reason.empty() ? "no reason given" : reason, suppress_advice("declined"));
+          fmt::print(stderr, "[{}] HEALTH CHECK declined: {}\n", spec.name, stats.health);
         }
       }
       if (!stats.skipped.empty()) continue;
@@ -534,7 +558,7 @@ FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& o) {
         ++stats.crash_inputs;  // the files, not libFuzzer's counter of this slice
         const FuzzImport imported =
             import_fuzz_input(spec, target, entry.path().string(), o.corpus_root, o.write_corpus,
-                              o.case_timeout_s, o.replay_program, &seen);
+                              o.case_timeout_s, o.replay_program, &seen, o.seed);
         if (const auto& f = imported.finding) {
           if (f->is_new)
             fmt::print(stderr, "[{}] new finding: {}: {}\n  shrunk: {}{}{}{}\n", spec.name, f->what(),

@@ -50,6 +50,7 @@ struct Config {
   bool search_asked() const { return search || search_trials.has_value() || search_time.has_value(); }
   std::vector<std::string> invariants;
   std::vector<std::string> suppress_health_check;  // added to the spec's run.suppress_health_check
+  bool padded_tensors = false;                     // --padded-tensors: the spec's run.padded_tensors on
   int skipped_exit = 0;                            // --skipped-exit: a run that checked nothing
   std::string format = "text";
   std::string out;
@@ -137,6 +138,7 @@ void refuse_unused(const Config& cfg, const char* mode, std::initializer_list<st
       {cfg.search_asked(), "--search"},
       {!cfg.invariants.empty(), "--invariant"},
       {!cfg.suppress_health_check.empty(), "--suppress-health-check"},
+      {cfg.padded_tensors, "--padded-tensors"},
       {!cfg.out.empty(), "--out"},
       {!cfg.corpus.empty() || cfg.no_corpus, "--corpus/--no-corpus"},
       {cfg.isolate.has_value(), "--isolate"},
@@ -160,10 +162,24 @@ void refuse_unused(const Config& cfg, const char* mode, std::initializer_list<st
       throw InputError({}, fmt::format("{} takes no {}: {}", mode, flag, why));
 }
 
+// The flags that set the spec's run: settings for this run:
+// --suppress-health-check (added to run.suppress_health_check) and
+// --padded-tensors (run.padded_tensors).
+void apply_run_flags(Spec& spec, const Config& cfg) {
+  for (const auto& check : cfg.suppress_health_check)
+    if (std::find(spec.run.suppress_health_check.begin(), spec.run.suppress_health_check.end(), check) ==
+        spec.run.suppress_health_check.end())
+      spec.run.suppress_health_check.push_back(check);
+  if (cfg.padded_tensors && !spec.run.padded_tensors)
+    spec.run.padded_tensors = true, spec.padded_tensors_override = true;
+}
+
 int run_fuzz_mode(const Config& cfg, const std::string& corpus_root) {
   std::vector<Spec> specs;
-  for (const auto& path : cfg.specs)
+  for (const auto& path : cfg.specs) {
     specs.push_back(load_spec(path, cfg.profile, cfg.domain, cfg.max_case_mb));
+    apply_run_flags(specs.back(), cfg);
+  }
   FuzzOptions o;
   o.target = cfg.target;
   for (const auto& spec : specs)
@@ -239,9 +255,17 @@ int run_fuzz_mode(const Config& cfg, const std::string& corpus_root) {
                : "the failure depends on more than the input (state kept between inputs, a race, "
                  "uninitialised memory, or a sanitizer only the harness has)");
     }
+  for (const auto& s : report.stats)
+    if (!s.health.empty()) fmt::print("  HEALTH CHECK {}: declined: {}\n", s.spec, s.health);
   if (report.interrupted) return 130;  // as a property run: never a green exit for a run cut short
   if (report.all_skipped()) fmt::print("SKIPPED: nothing was fuzzed (the target checked no seed input)\n");
   if (report.new_findings() > 0 || unreproduced > 0) return 1;
+  // As a property run: a target that declines most of what it is given
+  // checked too little for a clean run to mean anything.
+  if (report.health_failed()) {
+    fmt::print("HEALTH CHECK FAILED (declined): the target declined most of the seed inputs\n");
+    return 2;
+  }
   return report.all_skipped() ? cfg.skipped_exit : 0;
 }
 
@@ -329,11 +353,12 @@ int run(const Config& cfg) {
   if (cfg.fuzz)
     refuse_unused(cfg, "--fuzz",
                   {"--fuzz", "--target", "--seed", "--time", "--case-timeout", "--corpus/--no-corpus",
-                   "--jobs", "--work", "--fuzzer-dir", "--skipped-exit"},
+                   "--jobs", "--work", "--fuzzer-dir", "--skipped-exit", "--suppress-health-check"},
                   "it fuzzes one target with the spec's harness, checking every invariant");
   else if (!cfg.imports.empty())
     refuse_unused(cfg, "--import",
-                  {"--import", "--target", "--case-timeout", "--corpus/--no-corpus", "--skipped-exit"},
+                  {"--import", "--target", "--case-timeout", "--corpus/--no-corpus", "--skipped-exit",
+                   "--padded-tensors"},
                   "it checks the inputs against one target, every invariant of the spec");
   else if (!cfg.fuzz_seeds.empty())
     refuse_unused(cfg, "--fuzz-seeds", {"--fuzz-seeds", "--seed"},
@@ -400,10 +425,7 @@ int run(const Config& cfg) {
   if (cfg.fuzz) return run_fuzz_mode(cfg, corpus_root);
   if (cfg.specs.size() > 1) throw InputError({}, "several --spec are only accepted with --fuzz");
   Spec spec = load_spec(cfg.specs[0], cfg.profile, cfg.domain, cfg.max_case_mb);
-  for (const auto& check : cfg.suppress_health_check)
-    if (std::find(spec.run.suppress_health_check.begin(), spec.run.suppress_health_check.end(), check) ==
-        spec.run.suppress_health_check.end())
-      spec.run.suppress_health_check.push_back(check);
+  apply_run_flags(spec, cfg);
   if (!cfg.fuzz_seeds.empty()) {
     const auto seed = parse_seed(cfg.seed);
     // Seed 0 means a fresh seed elsewhere; seed inputs are for a corpus, drawn reproducibly.
@@ -411,7 +433,9 @@ int run(const Config& cfg) {
       throw InputError({},
                        "--fuzz-seeds --seed 0: give a seed S > 0 (without --seed, the fixed default inputs)");
     const int n = write_fuzz_seeds(spec, cfg.fuzz_seeds, 64, seed);
-    fmt::print("kprop: wrote {} seed inputs for {} to {}\n", n, spec.name, cfg.fuzz_seeds);
+    fmt::print("kprop: wrote {} seed inputs for {} to {} ({})\n", n, spec.name, cfg.fuzz_seeds,
+               seed ? fmt::format("seed {}", *seed)
+                    : std::string("the fixed default inputs; --seed S draws others"));
     return n > 0 ? 0 : 2;
   }
   if (!cfg.imports.empty()) {
@@ -687,6 +711,10 @@ int main(int argc, char** argv) {
                  "a health check that does not fail this run: declined, discarded or too_slow (repeatable; "
                  "added to the spec's run.suppress_health_check)")
       ->check(CLI::IsMember({"declined", "discarded", "too_slow"}));
+  app.add_flag(
+      "--padded-tensors", cfg.padded_tensors,
+      "run.padded_tensors for this run: a plugin: target gets every tensor of two or more dimensions "
+      "with padded rows, so a kernel that ignores its strides fails (docs/EXTERNAL.md)");
   app.add_option("--skipped-exit", cfg.skipped_exit,
                  "exit code of a SKIPPED run, one that checked nothing (no device, every case declined): "
                  "default 0; e.g. 77 for ctest's SKIP_RETURN_CODE, 1 to fail a CI job")

@@ -40,13 +40,6 @@ constexpr int64_t kSizeCycle = 100;
 // from about 150 drawn cases up.
 constexpr double kDeclinedZ = 4;
 
-bool most_declined(int64_t declined, int64_t drawn) {
-  if (drawn <= 0) return false;
-  const double n = double(drawn), p = double(declined) / n, z2 = kDeclinedZ * kDeclinedZ;
-  const double lower =
-      (p + z2 / (2 * n) - kDeclinedZ * std::sqrt(p * (1 - p) / n + z2 / (4 * n * n))) / (1 + z2 / n);
-  return lower > 0.5 || p > 0.75;
-}
 // A time-limited run must draw at least this share of its trials.
 constexpr double kMinTrialShare = 0.1;
 
@@ -81,6 +74,21 @@ std::vector<const InvariantUse*> selected_uses(const Spec& spec, const RunOption
   return uses;
 }
 
+RunListener& listener_of(const RunOptions& options) {
+  static RunListener none;
+  return options.listener ? *options.listener : none;
+}
+
+}  // namespace
+
+bool most_declined(int64_t declined, int64_t drawn) {
+  if (drawn <= 0) return false;
+  const double n = double(drawn), p = double(declined) / n, z2 = kDeclinedZ * kDeclinedZ;
+  const double lower =
+      (p + z2 / (2 * n) - kDeclinedZ * std::sqrt(p * (1 - p) / n + z2 / (4 * n * n))) / (1 + z2 / n);
+  return lower > 0.5 || p > 0.75;
+}
+
 // How a failed health check is turned off: in the spec, or for one run
 // (the Python package says its keyword instead of the flag).
 std::string suppress_advice(const char* check) {
@@ -94,13 +102,6 @@ bool suppressed(const RunConfig& run, const char* check) {
   return std::find(run.suppress_health_check.begin(), run.suppress_health_check.end(), check) !=
          run.suppress_health_check.end();
 }
-
-RunListener& listener_of(const RunOptions& options) {
-  static RunListener none;
-  return options.listener ? *options.listener : none;
-}
-
-}  // namespace
 
 const std::vector<HealthCheckInfo>& health_checks() {
   static const std::vector<HealthCheckInfo> checks = {

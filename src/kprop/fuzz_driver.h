@@ -66,6 +66,9 @@ struct FuzzSpecStats {
   // Not fuzzed, and why: the target checked none of the seed inputs
   // (declined them all, or cannot run here).
   std::string skipped;
+  // Fuzzed, but the target declined most of the seed inputs (the `declined`
+  // health check of a property run, unless the spec suppresses it): why.
+  std::string health;
 };
 
 struct FuzzReport {
@@ -73,7 +76,8 @@ struct FuzzReport {
   std::vector<FuzzFinding> findings;
   bool interrupted = false;
   int new_findings() const;
-  bool all_skipped() const;  // no spec was fuzzed: SKIPPED, never a clean run
+  bool all_skipped() const;    // no spec was fuzzed: SKIPPED, never a clean run
+  bool health_failed() const;  // a spec's `declined` health check failed
 };
 
 FuzzReport run_fuzz(const std::vector<Spec>& specs, const FuzzOptions& options);
@@ -107,10 +111,13 @@ struct FuzzSeen {
 // a FIFO or a missing path is an input error naming it).
 void check_fuzz_input(const std::string& path);
 
+// `seed`: the --fuzz run's (kprop fuzz: seed S), which a stored finding
+// records; 0 for an input of unknown origin (--import).
 FuzzImport import_fuzz_input(const Spec& spec, const Impl& target, const std::string& path,
                              const std::string& corpus_root, bool write_corpus,
                              std::optional<double> case_timeout_s,
-                             const std::string& replay_program = "prop_runner", FuzzSeen* seen = nullptr);
+                             const std::string& replay_program = "prop_runner", FuzzSeen* seen = nullptr,
+                             uint64_t seed = 0);
 
 // Writes `count` seed inputs for the spec (empty if the family has no
 // Draw-based builder), drawn from `seed` (seed-000 .. from 1, 2, ... when

@@ -228,6 +228,13 @@ struct HealthCheckInfo {
 const std::vector<HealthCheckInfo>& health_checks();
 // The health checks no spec may suppress (nothing was checked at all).
 const std::vector<HealthCheckInfo>& unsuppressible_health_checks();
+// The `declined` check's rule: `declined` of `drawn` cases is most of them,
+// beyond chance (runner.cpp says how).
+bool most_declined(int64_t declined, int64_t drawn);
+// Whether the run turns `check` off (run.suppress_health_check), and the
+// advice that says how to.
+bool suppressed(const RunConfig& run, const char* check);
+std::string suppress_advice(const char* check);
 struct HealthFailure {
   std::string check;
   std::string message;
