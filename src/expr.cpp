@@ -783,7 +783,16 @@ class Checker {
     check(a);
     check(b);
     if (n.op == "@") return matmul(n, a, b);
-    n.shape = broadcast(a.shape, b.shape, n);
+    try {
+      n.shape = broadcast(a.shape, b.shape, n);
+    } catch (const ExprError& e) {
+      if (n.op != "and" && n.op != "or") throw;
+      // Two checks of different outputs joined as one (close(dk, ...) and
+      // close(dq, ...)): each side whole is what is meant.
+      throw ExprError(e.offset, fmt::format("{}; '{}' joins its sides element by element: to require each "
+                                            "side whole, write all(...) {} all(...)",
+                                            e.what(), n.op, n.op));
+    }
     if (n.op == "and" || n.op == "or") {
       need_bool(a, n.op == "and" ? "'and'" : "'or'");
       need_bool(b, n.op == "and" ? "'and'" : "'or'");

@@ -23,6 +23,7 @@ std::vector<std::string> replay_argv(const RunContext& ctx, const std::string& p
   if (!ctx.spec.domain_overrides.empty()) argv.insert(argv.end(), {"--domain", ctx.spec.domain_overrides});
   if (ctx.spec.max_case_mb_override > 0)
     argv.insert(argv.end(), {"--max-case-mb", std::to_string(ctx.spec.max_case_mb_override)});
+  if (ctx.spec.padded_tensors_override) argv.push_back("--padded-tensors");
   if (!ctx.options.reference.empty()) argv.insert(argv.end(), {"--reference", ctx.options.reference});
   if (!invariant.empty()) argv.insert(argv.end(), {"--invariant", invariant});
   if (ctx.options.case_timeout_s)

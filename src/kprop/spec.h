@@ -114,6 +114,9 @@ struct Spec {
   // prop_runner --max-case-mb where it replaced this spec's run.max_case_mb
   // (0: none): a printed replay passes it on, as it does --domain.
   int64_t max_case_mb_override = 0;
+  // run.padded_tensors was set for this run (prop_runner --padded-tensors),
+  // not by the spec or its profile: a printed replay passes the flag on.
+  bool padded_tensors_override = false;
   // A profile that --domain does not fit (its memory budget, a domain the
   // family refuses) runs as written when it is not the selected one (a
   // mutant's under --mutants): why, for the report; "" when it fits.

@@ -1141,6 +1141,17 @@ TEST(ExprErrors, NonAsciiOperatorsAreNamedWhole) {
   EXPECT_EQ(error_of("x × 2"), "2: unexpected character '×': write *");
   EXPECT_EQ(error_of("x + é"), "4: unexpected character 'é' (expressions are ASCII)");
 }
+// Two checks of differently shaped outputs joined by `and` do not broadcast:
+// the error says to reduce each side.
+TEST(ExprErrors, AnAndOfShapesThatDoNotBroadcastSaysToReduceEachSide) {
+  const std::string e = error_of("(x > 0) and (v > 0)");
+  EXPECT_NE(e.find("do not broadcast"), std::string::npos) << e;
+  EXPECT_NE(e.find("; 'and' joins its sides element by element: to require each side whole, write all(...) "
+                   "and all(...)"),
+            std::string::npos)
+      << e;
+}
+
 // Every comparison with NaN is false (!= true) under IEEE, whatever the
 // other side: `all(target.y != nan)` held on a kernel returning NaN.
 TEST(ExprErrors, AComparisonWithNanIsRefused) {

@@ -34,6 +34,12 @@ expect_log padded_contiguous "shrunk: B1 "
 run padded_exec 2 --no-corpus --target "exec:cat"
 expect_log padded_exec "run.padded_tensors applies to plugin: targets"
 spec=$unpadded_spec
+# --padded-tensors: the same for one run of the shipped spec.
+run padded_flag 3 --no-corpus --target "plugin:$plugins/libattention_fwd_contiguous.so" --padded-tensors --domain '{dtypes: [f32, f64]}'
+expect_log padded_flag "the target wrote into the padding after row 0 of output o"
+expect_log padded_flag "replay: .* --padded-tensors"
+! grep -q "the replay did not fail" "$tmp/padded_flag.log" || { echo "FAIL padded_flag: its replay passed"; fails=$((fails + 1)); }
+run padded_flag_correct 0 --no-corpus --target "plugin:$plugins/libattention_fwd_correct.so" --padded-tensors --domain '{dtypes: [f32, f64]}'
 
 # A crash is shrunk, saved and reported (exit 3); the runner survives it.
 run plugin_crash 3 --corpus "$tmp/crash" --target "plugin:$plugins/libattention_fwd_crash.so" \

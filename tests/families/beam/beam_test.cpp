@@ -35,6 +35,18 @@ Case small_case(int vocab, int L, int K, double alpha, uint64_t seed) {
   return c;
 }
 
+// A uniform model (scale 0) with EOS tied too (eos_bias = eos_slope = 0):
+// every token's log-prob is -log V, and at alpha = 1 every hypothesis of
+// every length scores -log V.
+Case uniform_case(int vocab, int L, int K, double alpha, int eos) {
+  Case c = small_case(vocab, L, K, alpha, 3);
+  c.model.eos = eos;
+  c.model.scale = 0;
+  c.model.eos_bias = 0;
+  c.model.eos_slope = 0;
+  return c;
+}
+
 const Mutant& mutant(const std::string& name) {
   return find_mutant(mutants(), name);
 }
@@ -93,11 +105,7 @@ TEST(BeamMutants, AnExactTieKeptTowardTheLaterTokenFailsMatchesReference) {
 // tie keeps [1] and reports it first; the spec never tied EOS before
 // model.eos_tie_rate, and the mutant survived every seed.
 TEST(BeamMutants, AKeptFinishedBeamTiedWithAnExpansionFailsSortedDistinct) {
-  Case c = small_case(2, 2, 2, 1.0, 3);
-  c.model.eos = 1;
-  c.model.scale = 0;
-  c.model.eos_bias = 0;
-  c.model.eos_slope = 0;
+  const Case c = uniform_case(2, 2, 2, 1.0, 1);
   const std::vector<std::vector<int>> want = {{0, 0}, {0, 1}};
   EXPECT_EQ(tokens_of(reference(c).prompts[0].hypotheses), want);
   EXPECT_EQ(tokens_of(batched(c).prompts[0].hypotheses), want);
@@ -119,11 +127,7 @@ TEST(BeamMutants, AKeptFinishedBeamTiedWithAnExpansionFailsSortedDistinct) {
 // [1, 0]. Every comparison with another run accepts a tie either way (gap
 // 0); the step's own scores are equal, so finished_retained judges it.
 TEST(BeamMutants, AFinishedBeamThatLosesAnExactTieFailsFinishedRetained) {
-  Case c = small_case(2, 2, 2, 1.0, 3);
-  c.model.eos = 0;
-  c.model.scale = 0;
-  c.model.eos_bias = 0;
-  c.model.eos_slope = 0;
+  const Case c = uniform_case(2, 2, 2, 1.0, 0);
   const std::vector<std::vector<int>> want = {{0}, {1, 0}};
   EXPECT_EQ(tokens_of(reference(c).prompts[0].hypotheses), want);
   EXPECT_EQ(tokens_of(batched(c).prompts[0].hypotheses), want);
