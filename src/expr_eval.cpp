@@ -451,6 +451,7 @@ std::optional<Tensor> fused_any_all(const Node& n, const TensorMap& m) {
   const Dims shape = broadcast_rt(ra->shape, rb->shape);
   const Reduction r = reduction(n, shape);
   if (r.s.inner != 1) return reduce(n, *evaluate(c, m));  // the checker's rank was not the case's
+  if (r.s.n == 0 && r.s.outer * r.s.inner > 0) t_empty_reduction = true;  // as reduce() says
   const Tensor &a = *ra, &b = *rb;
   if (c.op == "==") return any_all_of(n, a, b, shape, r, [](double x, double y) { return x == y; });
   if (c.op == "!=") return any_all_of(n, a, b, shape, r, [](double x, double y) { return x != y; });

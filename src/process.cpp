@@ -27,20 +27,22 @@ namespace kprop {
 
 namespace {
 
-// Waits, up to a second, until no other thread of this process is on a CPU
-// or waiting for one (its /proc state R, or D). fork() copies a lock that
-// another thread holds, held, into the child, which then waits for it
-// forever: LLVM 14's ASan takes no lock of its allocator around fork(),
+// Waits, up to a quarter of a second, until no other thread of this process
+// is on a CPU or waiting for one (its /proc state R, or D). fork() copies a
+// lock that another thread holds, held, into the child, which then waits for
+// it forever: LLVM 14's ASan takes no lock of its allocator around fork(),
 // and libFuzzer starts its RSS thread just before the first input, which
 // allocates as it starts, while that input forked the plugin host of a
-// plugin: mutant. The host hung on its first free and each such run
-// stalled for case_timeout_s, then reported the input as a crash that did
-// not reproduce. A thread off the CPU (asleep, as that one is once
-// started, or as the runner's watchdog is) holds none of those locks. A
-// process with one thread reads one folder and waits for nothing.
+// plugin: mutant. The host hung on its first allocation and each such run stalled
+// for case_timeout_s, then reported the input as a crash that did not
+// reproduce. A thread off the CPU (asleep, as that one is once started, or as
+// the runner's watchdog is) holds none of those locks. A process with one
+// thread reads one folder and waits for nothing; one with a thread that never
+// stops computing (none of kprop's) waits the whole quarter second before
+// each fork, and forks then all the same.
 void settle_other_threads() {
   const pid_t self = static_cast<pid_t>(syscall(SYS_gettid));
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);
   for (;;) {
     bool busy = false;
     DIR* tasks = opendir("/proc/self/task");

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <initializer_list>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string_view>
 
@@ -170,11 +171,32 @@ void apply_run_flags(Spec& spec, const Config& cfg) {
     if (std::find(spec.run.suppress_health_check.begin(), spec.run.suppress_health_check.end(), check) ==
         spec.run.suppress_health_check.end())
       spec.run.suppress_health_check.push_back(check);
-  if (cfg.padded_tensors && !spec.run.padded_tensors)
-    spec.run.padded_tensors = true, spec.padded_tensors_override = true;
+  if (!cfg.padded_tensors) return;
+  const auto padded = [](Spec& s) {
+    if (!s.run.padded_tensors) s.run.padded_tensors = true, s.padded_tensors_override = true;
+  };
+  padded(spec);
+  // A mutant listed under a profile runs under that profile's spec
+  // (--mutants): padded as well, each such spec once.
+  std::map<const Spec*, std::shared_ptr<const Spec>> copies;
+  for (auto& [name, profiled] : spec.mutant_profiles) {
+    auto& copy = copies[profiled.get()];
+    if (!copy) {
+      auto s = std::make_shared<Spec>(*profiled);
+      padded(*s);
+      copy = s;
+    }
+    profiled = copy;
+  }
 }
 
 int run_fuzz_mode(const Config& cfg, const std::string& corpus_root) {
+  // Of the health checks, --fuzz has the declined one only (its seed run's).
+  for (const auto& check : cfg.suppress_health_check)
+    if (check != "declined")
+      throw InputError({}, fmt::format("--fuzz takes --suppress-health-check declined only, not {}: a fuzz "
+                                       "run has no {} health check",
+                                       check, check));
   std::vector<Spec> specs;
   for (const auto& path : cfg.specs) {
     specs.push_back(load_spec(path, cfg.profile, cfg.domain, cfg.max_case_mb));

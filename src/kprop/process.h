@@ -45,13 +45,16 @@ bool wait_for_exit(pid_t pid, int* status, double timeout_s);
 // more CPU (1,600 migrations a run), and --jobs 2 bimodal.
 pid_t fork_on_this_cpu();
 
-// Holds SIGINT and SIGTERM back across a fork() until the child has set its
-// own handlers, then releases them (a signal held back is delivered then, to
-// the new handler). Without it a signal in between ran the runner's
-// interrupt handler in the child: a job worker the pool stopped as soon as
-// it started printed "kprop: interrupted" though no one pressed Ctrl-C. The
-// parent releases right after fork() returns, so that its own waits see
-// Ctrl-C; the destructor releases what is still held (fork() failed).
+// First waits (up to 250 ms) until no other thread of this process is
+// running, so that none holds a lock the child needs (process.cpp,
+// settle_other_threads). Then holds SIGINT and SIGTERM back across a fork()
+// until the child has set its own handlers, then releases them (a signal held
+// back is delivered then, to the new handler). Without it a signal in between
+// ran the runner's interrupt handler in the child: a job worker the pool
+// stopped as soon as it started printed "kprop: interrupted" though no one
+// pressed Ctrl-C. The parent releases right after fork() returns, so that its
+// own waits see Ctrl-C; the destructor releases what is still held (fork()
+// failed).
 class ForkSignals {
  public:
   ForkSignals();

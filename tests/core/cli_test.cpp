@@ -1337,6 +1337,11 @@ TEST(Cli, LeftOutValuesAndModesWithoutReportsAreInputErrors) {
       // What a fuzz mode does not do is refused, not silently dropped (--fuzz
       // --mutants fuzzed the reference and exited 0; --fuzz --replay fuzzed).
       {"--spec " + kSpec + " --fuzz --mutants", "--fuzz takes no --mutants: it fuzzes one target"},
+      // Its one health check is `declined` (its seed run's); --padded-tensors
+      // would not reach the harness, which reads the spec itself.
+      {"--spec " + kSpec + " --fuzz --suppress-health-check too_slow",
+       "--fuzz takes --suppress-health-check declined only, not too_slow"},
+      {"--spec " + kSpec + " --fuzz --padded-tensors", "--fuzz takes no --padded-tensors"},
       {"--spec " + kSpec + " --no-corpus --domain '{vocab:[2, 3]}'",
        "('vocab:[' has no space after its ':', so it is no key: write 'vocab: [')"},
       // An external target without its scheme.

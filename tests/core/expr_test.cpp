@@ -1090,12 +1090,14 @@ TEST(Expr, AVerdictTheTargetCouldNotChangeJudgesNothing) {
   m.put("target.p", Tensor::of({2, 1}, {0.5, 0.5}));
   m.put("target.y", Tensor::of({2}, {NAN, NAN}));
   const auto check = [&](const std::string& e) { return Expression::compile(e, infos).check(m); };
-  for (const char* e : {"all(max(diff(target.p), axis=-1) <= 0)", "all(min(target.p[:, K:], axis=1) > 5)",
-                        "all(sum(target.p[:, K:], axis=1) == 0)", "sum(target.p[:, K:]) + 1 == 1",
-                        "all(mean(target.p[:, K:], axis=1) != 7) or all(target.y > 0)",
-                        "all(target.p[:, K:] @ x[2:] == 0)", "all(isnan(target.y) or K >= 1)",
-                        "all(K >= 1 or target.y > 0)", "all(where(isnan(target.y), true, true))",
-                        "all(target.p > 0) or K >= 1", "not (all(target.p > 0) and K < 1)"}) {
+  for (const char* e :
+       {"all(max(diff(target.p), axis=-1) <= 0)", "all(min(target.p[:, K:], axis=1) > 5)",
+        "all(sum(target.p[:, K:], axis=1) == 0)", "sum(target.p[:, K:]) + 1 == 1",
+        "all(mean(target.p[:, K:], axis=1) != 7) or all(target.y > 0)", "all(target.p[:, K:] @ x[2:] == 0)",
+        "all(isnan(target.y) or K >= 1)", "all(K >= 1 or target.y > 0)",
+        "all(where(isnan(target.y), true, true))", "all(target.p > 0) or K >= 1",
+        "not (all(target.p > 0) and K < 1)", "all(all(diff(target.p) <= 0, axis=-1))",
+        "not any(any(diff(target.p) > 0, axis=-1))"}) {
     try {
       check(e);
       ADD_FAILURE() << e << " held";
@@ -1141,6 +1143,7 @@ TEST(ExprErrors, NonAsciiOperatorsAreNamedWhole) {
   EXPECT_EQ(error_of("x × 2"), "2: unexpected character '×': write *");
   EXPECT_EQ(error_of("x + é"), "4: unexpected character 'é' (expressions are ASCII)");
 }
+
 // Two checks of differently shaped outputs joined by `and` do not broadcast:
 // the error says to reduce each side.
 TEST(ExprErrors, AnAndOfShapesThatDoNotBroadcastSaysToReduceEachSide) {

@@ -33,4 +33,13 @@ printf '%s' "$out" | grep -Eq "^  reads_contiguous +killed +copies_x \[padded\]"
 run 1 --spec "$dir/copy.yaml" --profile padded --target reads_contiguous
 printf '%s' "$out" | grep -q "Counterexample: copies_x broken" || fail "--target reads_contiguous: copies_x not broken"
 run 0 --spec "$dir/copy.yaml" --target reads_contiguous
+# (3) --padded-tensors reaches a mutant listed under a profile that does not
+# pad (it runs under that profile's spec: it read UNREACHED [wide]).
+sed -e "s|^  reference: {y: x}|  reference: {y: x}\n  mutants: {reads_contiguous: \"plugin:$plugin\"}|" \
+    -e "s|^    run: {padded_tensors: true}|    run: {padded_tensors: true}\n  wide:\n    domain: {T: [2, 8]}\n    mutants: [reads_contiguous]|" \
+    "$spec" > "$dir/copy_wide.yaml"
+grep -q "mutants: \[reads_contiguous\]" "$dir/copy_wide.yaml" || fail "the wide spec was not rewritten"
+run 1 --spec "$dir/copy_wide.yaml" --mutants
+run 0 --spec "$dir/copy_wide.yaml" --mutants --padded-tensors
+printf '%s' "$out" | grep -Eq "^  reads_contiguous +killed +copies_x \[wide\]" || fail "--padded-tensors: not killed under wide"
 echo "op_mutant_padded_test: ok"
